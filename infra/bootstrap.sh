@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Installs what the project needs and is missing, idempotently. Sourced by start.sh, test.sh and
+# bench.sh so that they run with the pinned Node first on PATH.
+#   - Node 24 and pnpm from the npm registry into .svc/tools (never touches the system Node)
+#   - nats-server, postgresql, bubblewrap, iproute2 from Debian's packages when absent
+#   - the workspace's packages (pnpm install)
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+TOOLS="$ROOT/.svc/tools"
+NODE_VERSION="24.21.0"
+PNPM_VERSION="$(sed -n 's/.*"packageManager": *"pnpm@\([^"]*\)".*/\1/p' "$ROOT/package.json")"
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+# Debian packages: only what is missing, one apt-get run.
+missing=()
+command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] || missing+=(nats-server)
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || missing+=(postgresql)
+command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+command -v nsenter >/dev/null 2>&1 || missing+=(util-linux)
+[ -x /bin/busybox ] || missing+=(busybox-static)
+if [ ${#missing[@]} -gt 0 ]; then
+  log "installing Debian packages: ${missing[*]}"
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+fi
+
+# Pinned Node and pnpm, from the npm registry (corepack cannot verify pnpm here).
+if [ "$("$TOOLS/node_modules/.bin/node" --version 2>/dev/null)" != "v$NODE_VERSION" ] \
+  || [ "$("$TOOLS/node_modules/.bin/pnpm" --version 2>/dev/null)" != "$PNPM_VERSION" ]; then
+  log "installing node@$NODE_VERSION and pnpm@$PNPM_VERSION into .svc/tools"
+  mkdir -p "$TOOLS"
+  [ -f "$TOOLS/package.json" ] || echo '{"private":true}' > "$TOOLS/package.json"
+  (cd "$TOOLS" && npm install --no-audit --no-fund --loglevel=error "node@$NODE_VERSION" "pnpm@$PNPM_VERSION" >&2)
+fi
+export PATH="$TOOLS/node_modules/.bin:$PATH"
+
+# Workspace packages; a stamp avoids re-running pnpm when nothing changed.
+stamp="$ROOT/node_modules/.svc-install-stamp"
+sum="$( (cat "$ROOT/pnpm-lock.yaml" "$ROOT/package.json" "$ROOT"/packages/*/package.json "$ROOT"/apps/*/package.json 2>/dev/null || true) | sha256sum | cut -d' ' -f1)"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$sum" ]; then
+  log "installing workspace packages"
+  if [ -f "$ROOT/pnpm-lock.yaml" ] && [ "${CI:-}" = "true" ]; then
+    (cd "$ROOT" && pnpm install --frozen-lockfile --reporter=silent >&2)
+  else
+    (cd "$ROOT" && pnpm install --reporter=silent >&2)
+  fi
+  echo "$sum" > "$stamp"
+fi
+export PATH="$ROOT/node_modules/.bin:$PATH"
