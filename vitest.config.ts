@@ -8,6 +8,7 @@ export default defineConfig({
     hookTimeout: 120_000,
     pool: "forks",
     maxWorkers: 2,
+    globalSetup: ["packages/testing/src/GlobalSetup.ts"],
     reporters: ["default"]
   }
 })

@@ -44,9 +44,9 @@ sum="$( (cat "$ROOT/pnpm-lock.yaml" "$ROOT/package.json" "$ROOT"/packages/*/pack
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$sum" ]; then
   log "installing workspace packages"
   if [ -f "$ROOT/pnpm-lock.yaml" ] && [ "${CI:-}" = "true" ]; then
-    (cd "$ROOT" && pnpm install --frozen-lockfile --reporter=silent >&2)
+    (cd "$ROOT" && flock /tmp/svc-pnpm.lock pnpm install --frozen-lockfile --reporter=silent >&2)
   else
-    (cd "$ROOT" && pnpm install --reporter=silent >&2)
+    (cd "$ROOT" && flock /tmp/svc-pnpm.lock pnpm install --reporter=silent >&2)
   fi
   echo "$sum" > "$stamp"
 fi

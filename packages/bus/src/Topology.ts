@@ -1,0 +1,100 @@
+/**
+ * Streams, consumers and KV buckets declared in code and created idempotently at start-up.
+ * Each package declares what it needs (see `Streams.ts` and the packages' own topologies);
+ * `ensure` makes the server match: created when absent, updated when the declaration changed.
+ */
+import { type ConsumerConfig, type StreamConfig, RetentionPolicy, StorageType, DiscardPolicy } from "@nats-io/jetstream"
+import { Effect } from "effect"
+import { BusError, Nats } from "./Nats.ts"
+
+export interface StreamSpec {
+  /** Base name; the process prefix is added. */
+  readonly name: string
+  /** Subject patterns relative to the prefix, e.g. `evt.>`. */
+  readonly subjects: ReadonlyArray<string>
+  readonly retention?: "limits" | "workqueue" | "interest"
+  readonly maxAgeMs?: number
+  /** Window in which a repeated `Nats-Msg-Id` is dropped as a duplicate. */
+  readonly duplicateWindowMs?: number
+  readonly replicas?: number
+}
+
+export interface BucketSpec {
+  readonly name: string
+  readonly history?: number
+  readonly ttlMs?: number
+}
+
+const nanos = (ms: number) => ms * 1_000_000
+
+export const ensureStream = Effect.fn("Topology.ensureStream")(function*(spec: StreamSpec) {
+  const nats = yield* Nats
+  const maxAgeMs = spec.maxAgeMs ?? 7 * 24 * 3600_000
+  const config: Partial<StreamConfig> & { name: string } = {
+    name: nats.name(spec.name),
+    subjects: spec.subjects.map((s) => nats.subject(s)),
+    retention: spec.retention === "workqueue"
+      ? RetentionPolicy.Workqueue
+      : spec.retention === "interest"
+      ? RetentionPolicy.Interest
+      : RetentionPolicy.Limits,
+    storage: StorageType.File,
+    discard: DiscardPolicy.Old,
+    max_age: nanos(maxAgeMs),
+    // The server refuses a duplicate window longer than the retention.
+    duplicate_window: nanos(Math.min(spec.duplicateWindowMs ?? 2 * 60_000, maxAgeMs)),
+    num_replicas: spec.replicas ?? 1
+  }
+  yield* Effect.tryPromise({
+    try: async () => {
+      try {
+        await nats.jsm.streams.info(config.name)
+        await nats.jsm.streams.update(config.name, config)
+      } catch (e) {
+        if (!String(e).includes("not found")) throw e
+        await nats.jsm.streams.add(config)
+      }
+    },
+    catch: (cause) => new BusError({ operation: `ensureStream ${config.name}`, message: String(cause) })
+  })
+  return config.name
+})
+
+/** A durable consumer on a stream (names relative to the prefix); idempotent. */
+export const ensureConsumer = Effect.fn("Topology.ensureConsumer")(function*(
+  stream: string,
+  config: Partial<ConsumerConfig> & { durable_name: string }
+) {
+  const nats = yield* Nats
+  const streamName = nats.name(stream)
+  const full: Partial<ConsumerConfig> & { durable_name: string } = {
+    ...config,
+    durable_name: nats.name(config.durable_name),
+    ...(config.filter_subject !== undefined ? { filter_subject: nats.subject(config.filter_subject) } : {})
+  }
+  yield* Effect.tryPromise({
+    try: async () => {
+      try {
+        await nats.jsm.consumers.info(streamName, full.durable_name)
+        await nats.jsm.consumers.update(streamName, full.durable_name, full)
+      } catch (e) {
+        if (!String(e).includes("not found")) throw e
+        await nats.jsm.consumers.add(streamName, full)
+      }
+    },
+    catch: (cause) => new BusError({ operation: `ensureConsumer ${full.durable_name}`, message: String(cause) })
+  })
+  return { stream: streamName, consumer: full.durable_name }
+})
+
+export const ensureBucket = Effect.fn("Topology.ensureBucket")(function*(spec: BucketSpec) {
+  const nats = yield* Nats
+  return yield* Effect.tryPromise({
+    try: () =>
+      nats.kvm.create(nats.name(spec.name), {
+        history: spec.history ?? 1,
+        ...(spec.ttlMs !== undefined ? { ttl: spec.ttlMs } : {})
+      }),
+    catch: (cause) => new BusError({ operation: `ensureBucket ${spec.name}`, message: String(cause) })
+  })
+})
