@@ -1,0 +1,429 @@
+/**
+ * The webhook URL guard: a webhook may only reach public addresses (spec.md 2.5, api.md
+ * `invalid_webhook_url`). The guard parses the URL, resolves its host and checks EVERY address;
+ * `connectTarget` hands the attempt the checked addresses so the connection cannot go anywhere
+ * else (DNS rebinding between check and connect).
+ */
+import * as dns from "node:dns"
+import * as net from "node:net"
+import { Config, Context, Duration, Effect, Layer, Result, Schema, SchemaIssue, SchemaTransformation } from "effect"
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------------------------
+
+export const InvalidWebhookUrlReason = Schema.Literals([
+  "malformed",
+  "too_long",
+  "unsupported_scheme",
+  "credentials_in_url",
+  "invalid_port",
+  "non_public_address",
+  "unresolvable"
+])
+export type InvalidWebhookUrlReason = typeof InvalidWebhookUrlReason.Type
+
+/**
+ * The URL may not be used as a webhook target. `message` is safe to show to the caller (it never
+ * names an address a hostname resolved to: that would let callers probe internal DNS); the API
+ * maps this error to 400 `invalid_webhook_url`.
+ */
+export class InvalidWebhookUrl extends Schema.TaggedError<InvalidWebhookUrl>()("InvalidWebhookUrl", {
+  reason: InvalidWebhookUrlReason,
+  message: Schema.String
+}) {}
+
+/** The resolver could not produce addresses for a host (NXDOMAIN, timeout, ...). */
+export class WebhookResolveError extends Schema.TaggedError<WebhookResolveError>()("WebhookResolveError", {
+  hostname: Schema.String,
+  message: Schema.String
+}) {}
+
+// ---------------------------------------------------------------------------------------------
+// Address classification (pure)
+// ---------------------------------------------------------------------------------------------
+
+export type IpFamily = "ipv4" | "ipv6"
+
+export interface Subnet {
+  readonly address: string
+  readonly prefix: number
+  readonly family: IpFamily
+}
+
+/** Named ranges that are not public. Order matters only for the label reported. */
+const NON_PUBLIC_V4: ReadonlyArray<readonly [label: string, cidr: string]> = [
+  ["unspecified", "0.0.0.0/8"],
+  ["private", "10.0.0.0/8"],
+  ["shared address space (CGNAT)", "100.64.0.0/10"],
+  ["loopback", "127.0.0.0/8"],
+  ["link-local", "169.254.0.0/16"],
+  ["private", "172.16.0.0/12"],
+  ["IETF protocol assignments", "192.0.0.0/24"],
+  ["documentation", "192.0.2.0/24"],
+  ["6to4 relay anycast", "192.88.99.0/24"],
+  ["private", "192.168.0.0/16"],
+  ["benchmarking", "198.18.0.0/15"],
+  ["documentation", "198.51.100.0/24"],
+  ["documentation", "203.0.113.0/24"],
+  ["multicast", "224.0.0.0/4"],
+  ["broadcast", "255.255.255.255/32"],
+  ["reserved", "240.0.0.0/4"]
+]
+
+const NON_PUBLIC_V6: ReadonlyArray<readonly [label: string, cidr: string]> = [
+  ["unspecified", "::/128"],
+  ["loopback", "::1/128"],
+  // Checked apart from the v4 ranges on purpose: a mapped address would reach the embedded v4
+  // one, and refusing the whole range is simpler than re-checking it.
+  ["IPv4-mapped", "::ffff:0:0/96"],
+  ["IPv4-compatible", "::/96"],
+  ["IPv4/IPv6 translation (NAT64)", "64:ff9b::/96"],
+  ["IPv4/IPv6 translation (NAT64)", "64:ff9b:1::/48"],
+  ["discard-only", "100::/64"],
+  ["Teredo", "2001::/32"],
+  ["benchmarking", "2001:2::/48"],
+  ["ORCHID", "2001:10::/28"],
+  ["ORCHIDv2", "2001:20::/28"],
+  ["IETF protocol assignments", "2001::/23"],
+  ["documentation", "2001:db8::/32"],
+  ["6to4", "2002::/16"],
+  ["documentation", "3fff::/20"],
+  ["unique local", "fc00::/7"],
+  ["site-local", "fec0::/10"],
+  ["link-local", "fe80::/10"],
+  ["multicast", "ff00::/8"]
+]
+
+/**
+ * One BlockList per family: Node's BlockList matches IPv4 addresses against IPv4-mapped IPv6
+ * rules and the other way round (measured on Node 24: `::ffff:0:0/96` matches `1.1.1.1`), which
+ * would make every IPv4 address look "IPv4-mapped". Each address is only checked against rules of
+ * its own family.
+ */
+interface FamilyRules {
+  readonly v4: net.BlockList
+  readonly v6: net.BlockList
+}
+
+const emptyRules = (): FamilyRules => ({ v4: new net.BlockList(), v6: new net.BlockList() })
+
+const addSubnet = (rules: FamilyRules, subnet: Subnet) =>
+  subnet.family === "ipv4"
+    ? rules.v4.addSubnet(subnet.address, subnet.prefix, "ipv4")
+    : rules.v6.addSubnet(subnet.address, subnet.prefix, "ipv6")
+
+const splitCidr = (cidr: string): Subnet => {
+  const [address, prefix] = cidr.split("/") as [string, string]
+  return { address, prefix: Number(prefix), family: net.isIPv6(address) ? "ipv6" : "ipv4" }
+}
+
+const labelled = (ranges: ReadonlyArray<readonly [string, string]>, family: IpFamily) =>
+  ranges.map(([label, cidr]) => {
+    const list = new net.BlockList()
+    const subnet = splitCidr(cidr)
+    list.addSubnet(subnet.address, subnet.prefix, family)
+    return { label, list }
+  })
+
+const NON_PUBLIC_V4_LISTS = labelled(NON_PUBLIC_V4, "ipv4")
+const NON_PUBLIC_V6_LISTS = labelled(NON_PUBLIC_V6, "ipv6")
+
+/** IPv6 global unicast is 2000::/3; everything outside it is not a public destination. */
+const GLOBAL_UNICAST_V6 = (() => {
+  const list = new net.BlockList()
+  list.addSubnet("2000::", 3, "ipv6")
+  return list
+})()
+
+export type AddressClass =
+  | { readonly _tag: "Public" }
+  | { readonly _tag: "Allowed" }
+  | { readonly _tag: "NonPublic"; readonly range: string }
+
+/**
+ * Classifies one IP address (no brackets). Operator-allowed subnets win over the non-public
+ * ranges; anything that is not a plain IP address (zone ids such as `fe80::1%eth0`, garbage) is
+ * non-public.
+ */
+export const classifyAddress = (address: string, allowed: FamilyRules = emptyRules()): AddressClass => {
+  const kind = address.includes("%") ? 0 : net.isIP(address)
+  if (kind === 4) {
+    if (allowed.v4.check(address, "ipv4")) return { _tag: "Allowed" }
+    const hit = NON_PUBLIC_V4_LISTS.find(({ list }) => list.check(address, "ipv4"))
+    return hit === undefined ? { _tag: "Public" } : { _tag: "NonPublic", range: hit.label }
+  }
+  if (kind === 6) {
+    if (allowed.v6.check(address, "ipv6")) return { _tag: "Allowed" }
+    const hit = NON_PUBLIC_V6_LISTS.find(({ list }) => list.check(address, "ipv6"))
+    if (hit !== undefined) return { _tag: "NonPublic", range: hit.label }
+    return GLOBAL_UNICAST_V6.check(address, "ipv6")
+      ? { _tag: "Public" }
+      : { _tag: "NonPublic", range: "not global unicast" }
+  }
+  return { _tag: "NonPublic", range: "not an IP address" }
+}
+
+// ---------------------------------------------------------------------------------------------
+// SVC_WEBHOOK_ALLOWED_SUBNETS
+// ---------------------------------------------------------------------------------------------
+
+const PREFIX = /^\d{1,3}$/
+
+/**
+ * Parses `10.0.0.0/8, fd00::/8, 192.0.2.7`: comma-separated CIDRs (a bare address means that one
+ * address); empty entries are ignored. The first bad entry is the error.
+ */
+export const parseAllowedSubnets = (input: string): Result.Result<ReadonlyArray<Subnet>, string> => {
+  const subnets: Array<Subnet> = []
+  for (const raw of input.split(",")) {
+    const entry = raw.trim()
+    if (entry === "") continue
+    const slash = entry.indexOf("/")
+    const address = slash === -1 ? entry : entry.slice(0, slash)
+    const kind = net.isIP(address)
+    if (kind === 0 || address.includes("%")) {
+      return Result.fail(`"${entry}" is not a CIDR (address/prefix) of an IPv4 or IPv6 address`)
+    }
+    const max = kind === 4 ? 32 : 128
+    let prefix = max
+    if (slash !== -1) {
+      const text = entry.slice(slash + 1)
+      prefix = PREFIX.test(text) ? Number(text) : Number.NaN
+      if (!(prefix >= 0 && prefix <= max)) {
+        return Result.fail(`"${entry}" has an invalid prefix length (0 to ${max})`)
+      }
+    }
+    subnets.push({ address, prefix, family: kind === 4 ? "ipv4" : "ipv6" })
+  }
+  return Result.succeed(subnets)
+}
+
+const formatSubnet = (subnet: Subnet) => `${subnet.address}/${subnet.prefix}`
+
+export const SubnetSchema = Schema.Struct({
+  address: Schema.String,
+  prefix: Schema.Int,
+  family: Schema.Literals(["ipv4", "ipv6"])
+})
+
+/** `SVC_WEBHOOK_ALLOWED_SUBNETS` text ⇄ subnets; a bad entry is a schema issue naming it. */
+export const AllowedSubnetsFromString = Schema.String.pipe(
+  Schema.decodeTo(
+    Schema.Array(SubnetSchema),
+    SchemaTransformation.transformEffect({
+      decode: (input: string, options) =>
+        Result.match(parseAllowedSubnets(input), {
+          onSuccess: (subnets) => Effect.succeed(subnets),
+          onFailure: (message) =>
+            Effect.fail(new SchemaIssue.InvalidValue({ message: `SVC_WEBHOOK_ALLOWED_SUBNETS: ${message}` }, input, options))
+        }),
+      encode: (subnets: ReadonlyArray<Subnet>) => Effect.succeed(subnets.map(formatSubnet).join(","))
+    })
+  )
+)
+
+/** The operator's allow-list; empty (nothing private allowed) when the variable is unset. */
+export const AllowedSubnetsConfig: Config.Config<ReadonlyArray<Subnet>> = Config.schema(
+  AllowedSubnetsFromString,
+  "SVC_WEBHOOK_ALLOWED_SUBNETS"
+).pipe(Config.withDefault<ReadonlyArray<Subnet>>([]))
+
+const rulesOf = (subnets: ReadonlyArray<Subnet>): FamilyRules => {
+  const rules = emptyRules()
+  for (const subnet of subnets) addSubnet(rules, subnet)
+  return rules
+}
+
+// ---------------------------------------------------------------------------------------------
+// URL parsing (pure)
+// ---------------------------------------------------------------------------------------------
+
+/** Longer URLs are refused before parsing: nothing legitimate needs more. */
+export const MAX_WEBHOOK_URL_LENGTH = 2048
+
+export interface ParsedWebhookUrl {
+  /** Normalised by the WHATWG parser: this is what was checked and what should be stored. */
+  readonly href: string
+  readonly protocol: "http:" | "https:"
+  /** Host name without IPv6 brackets, as the resolver and TLS servername want it. */
+  readonly hostname: string
+  readonly port: number
+  /** Set when the host is an IP literal (already normalised: `http://0x7f.1/` is 127.0.0.1). */
+  readonly literal: string | null
+}
+
+const invalid = (reason: InvalidWebhookUrlReason, message: string) => new InvalidWebhookUrl({ reason, message })
+
+/** Names that always mean this machine (RFC 6761), refused without asking DNS. */
+const isLocalhostName = (hostname: string) => {
+  const name = hostname.endsWith(".") ? hostname.slice(0, -1) : hostname
+  return name === "localhost" || name.endsWith(".localhost")
+}
+
+export const parseWebhookUrl = (input: string): Result.Result<ParsedWebhookUrl, InvalidWebhookUrl> => {
+  if (input.length > MAX_WEBHOOK_URL_LENGTH) {
+    return Result.fail(invalid("too_long", `url is longer than ${MAX_WEBHOOK_URL_LENGTH} characters`))
+  }
+  const url = URL.parse(input)
+  if (url === null) return Result.fail(invalid("malformed", "url is not a valid absolute URL"))
+  if (url.protocol !== "http:" && url.protocol !== "https:") {
+    return Result.fail(invalid("unsupported_scheme", "url must use http or https"))
+  }
+  if (url.username !== "" || url.password !== "") {
+    return Result.fail(invalid("credentials_in_url", "url must not contain credentials"))
+  }
+  const port = url.port === "" ? (url.protocol === "https:" ? 443 : 80) : Number(url.port)
+  if (port === 0) return Result.fail(invalid("invalid_port", "url port must be between 1 and 65535"))
+  const bracketed = url.hostname.startsWith("[") && url.hostname.endsWith("]")
+  const hostname = bracketed ? url.hostname.slice(1, -1) : url.hostname
+  if (hostname === "") return Result.fail(invalid("malformed", "url has no host"))
+  if (isLocalhostName(hostname)) {
+    return Result.fail(invalid("non_public_address", "url host is localhost (loopback)"))
+  }
+  return Result.succeed({
+    href: url.href,
+    protocol: url.protocol,
+    hostname,
+    port,
+    literal: net.isIP(hostname) === 0 ? null : hostname
+  })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Services
+// ---------------------------------------------------------------------------------------------
+
+export interface ResolvedAddress {
+  readonly address: string
+  readonly family: 4 | 6
+}
+
+/**
+ * Host name → addresses. A service so that tests (and a future caching resolver) can replace the
+ * system resolver; the guard asks it exactly once per check.
+ */
+export class WebhookResolver extends Context.Service<WebhookResolver, {
+  readonly lookup: (hostname: string) => Effect.Effect<ReadonlyArray<ResolvedAddress>, WebhookResolveError>
+}>()("@svc/webhooks/AddressGuard/WebhookResolver") {
+  /** The system resolver (`getaddrinfo`, so /etc/hosts counts), all addresses, 5 s at most. */
+  static readonly layer = Layer.succeed(WebhookResolver)(WebhookResolver.of({
+    lookup: (hostname) =>
+      Effect.tryPromise({
+        try: () => dns.promises.lookup(hostname, { all: true, order: "verbatim" }),
+        catch: (cause) =>
+          new WebhookResolveError({
+            hostname,
+            message: `lookup failed (${(cause as NodeJS.ErrnoException | undefined)?.code ?? "error"})`
+          })
+      }).pipe(
+        Effect.map((entries) => entries.map((entry) => ({ address: entry.address, family: entry.family === 6 ? 6 : 4 } as const))),
+        Effect.timeoutOrElse({
+          duration: Duration.seconds(5),
+          orElse: () => Effect.fail(new WebhookResolveError({ hostname, message: "lookup timed out" }))
+        })
+      )
+  }))
+}
+
+export interface CheckedUrl {
+  /** The normalised URL that was checked. */
+  readonly url: string
+  /** Every address the host resolved to, all of them public or allowed. */
+  readonly addresses: ReadonlyArray<string>
+}
+
+/** Where an attempt may connect: only `addresses`, which were all checked just now. */
+export interface ConnectTarget {
+  readonly url: string
+  readonly protocol: "http:" | "https:"
+  /** Original host name (no brackets): the request's Host header and TLS servername. */
+  readonly hostname: string
+  readonly port: number
+  /** Path and query to request. */
+  readonly path: string
+  /** The address to connect to: the first checked one. */
+  readonly address: string
+  readonly family: 4 | 6
+  /** All checked addresses, in resolver order (for happy-eyeballs between them). */
+  readonly addresses: ReadonlyArray<ResolvedAddress>
+}
+
+export interface WebhookAddressGuardOptions {
+  readonly allowedSubnets: ReadonlyArray<Subnet>
+}
+
+export class WebhookAddressGuard extends Context.Service<WebhookAddressGuard, {
+  /** For create/update: is this URL a valid, public webhook target right now? */
+  readonly checkUrl: (url: string) => Effect.Effect<CheckedUrl, InvalidWebhookUrl>
+  /** For every attempt: resolve once, check all, and say where to connect. */
+  readonly connectTarget: (url: string) => Effect.Effect<ConnectTarget, InvalidWebhookUrl>
+}>()("@svc/webhooks/AddressGuard/WebhookAddressGuard") {
+  static readonly make = Effect.fnUntraced(function*(options: WebhookAddressGuardOptions) {
+    const resolver = yield* WebhookResolver
+    const allowed = rulesOf(options.allowedSubnets)
+
+    const resolveChecked = Effect.fnUntraced(function*(parsed: ParsedWebhookUrl) {
+      const resolved: ReadonlyArray<ResolvedAddress> = parsed.literal !== null
+        ? [{ address: parsed.literal, family: net.isIPv6(parsed.literal) ? 6 : 4 }]
+        : yield* resolver.lookup(parsed.hostname).pipe(
+          Effect.mapError(() => invalid("unresolvable", "url host does not resolve"))
+        )
+      if (resolved.length === 0) return yield* invalid("unresolvable", "url host does not resolve")
+      for (const { address } of resolved) {
+        const verdict = classifyAddress(address, allowed)
+        if (verdict._tag === "NonPublic") {
+          return yield* invalid(
+            "non_public_address",
+            parsed.literal !== null
+              ? `url host ${parsed.literal} is not a public address (${verdict.range})`
+              : `url host resolves to a non-public address (${verdict.range})`
+          )
+        }
+      }
+      return resolved
+    })
+
+    const parse = (url: string) => Effect.fromResult(parseWebhookUrl(url))
+
+    const checkUrl = Effect.fn("WebhookAddressGuard.checkUrl")(function*(url: string) {
+      const parsed = yield* parse(url)
+      const resolved = yield* resolveChecked(parsed)
+      return { url: parsed.href, addresses: resolved.map((entry) => entry.address) }
+    })
+
+    const connectTarget = Effect.fn("WebhookAddressGuard.connectTarget")(function*(url: string) {
+      const parsed = yield* parse(url)
+      const resolved = yield* resolveChecked(parsed)
+      const parts = new URL(parsed.href)
+      const first = resolved[0]!
+      return {
+        url: parsed.href,
+        protocol: parsed.protocol,
+        hostname: parsed.hostname,
+        port: parsed.port,
+        path: `${parts.pathname}${parts.search}`,
+        address: first.address,
+        family: first.family,
+        addresses: resolved
+      } satisfies ConnectTarget
+    })
+
+    return WebhookAddressGuard.of({ checkUrl, connectTarget })
+  })
+
+  /** Allow-list from the given options; needs a `WebhookResolver`. */
+  static readonly layerWith = (options: WebhookAddressGuardOptions) =>
+    Layer.effect(WebhookAddressGuard)(WebhookAddressGuard.make(options))
+
+  /** Allow-list from `SVC_WEBHOOK_ALLOWED_SUBNETS` (a bad entry fails the layer with a ConfigError). */
+  static readonly layerConfig = Layer.effect(WebhookAddressGuard)(
+    Effect.gen(function*() {
+      const allowedSubnets = yield* AllowedSubnetsConfig
+      return yield* WebhookAddressGuard.make({ allowedSubnets })
+    })
+  )
+
+  /** Production: configured allow-list and the system resolver. */
+  static readonly layer = WebhookAddressGuard.layerConfig.pipe(Layer.provide(WebhookResolver.layer))
+}
