@@ -1,0 +1,278 @@
+/**
+ * The API's error vocabulary (api.md "Errors").
+ *
+ * Every class encodes to exactly `{ "error": <message>, "code": <code>, ...details }`: they are
+ * `Schema.Error` classes with explicit fields, so no `_tag` is part of the schema or the JSON.
+ * `_tag` still exists as a prototype getter so `Effect.catchTag` works, and `message` mirrors
+ * `error` so logs read well. Each class carries `httpApiStatus` for HttpApi endpoint `error:`
+ * lists and a static `status`.
+ *
+ * Construction style, uniform for all: `new NotFound()` / `new NotFound({ error: "..." })`;
+ * `error` always defaults to a human message, detail fields are required where they exist.
+ */
+import { type Cause, Effect, Schema, SchemaIssue } from "effect"
+
+/** The `error` field: a message for people, with a per-class default. */
+const message = (defaultMessage: string) =>
+  Schema.String.pipe(Schema.withConstructorDefault(Effect.succeed(defaultMessage)))
+
+/**
+ * Builds the base class of one API error. `Tag` is the class name (used by `catchTag`),
+ * `code` the wire code.
+ */
+const ApiErrorClass = <Self>() =>
+<const Tag extends string, const Code extends string, const Fields extends Schema.Struct.Fields = {}>(
+  tag: Tag,
+  options: {
+    readonly code: Code
+    readonly status: number
+    readonly message: string
+    readonly fields?: Fields
+  }
+) => {
+  const fields = {
+    error: message(options.message),
+    code: Schema.tag(options.code),
+    ...(options.fields ?? ({} as Fields))
+  }
+  const Base: Function = Schema.Error<Self>(tag)(fields, {
+    httpApiStatus: options.status,
+    description: options.message
+  }) as Function
+  // Not schema fields, so never encoded: `_tag` for `Effect.catchTag`, `message` for logs.
+  Object.defineProperty(Base.prototype, "_tag", { get: () => tag, configurable: true })
+  Object.defineProperty(Base.prototype, "message", {
+    get(this: { readonly error: string }) {
+      return this.error
+    },
+    configurable: true
+  })
+  Object.assign(Base, { status: options.status, code: options.code })
+  // The cast resolves Schema.Error's `[Self] extends [never]` guard, which TypeScript cannot
+  // evaluate for a generic `Self` (the subclass always supplies it), and adds the members above.
+  return Base as unknown as
+    & Schema.Class<Self, Schema.Struct<typeof fields>, Cause.YieldableError & { readonly _tag: Tag }>
+    & { readonly status: number; readonly code: Code }
+}
+
+/** One validation problem: `path` is dot-joined (`volumes.0.mount_path`, `""` for the root). */
+export const ValidationIssue = Schema.Struct({
+  path: Schema.String,
+  message: Schema.String
+})
+export type ValidationIssue = typeof ValidationIssue.Type
+
+// 400
+
+export class InvalidRequest extends ApiErrorClass<InvalidRequest>()("InvalidRequest", {
+  code: "invalid_request",
+  status: 400,
+  message: "The request is invalid",
+  fields: { issues: Schema.Array(ValidationIssue).pipe(Schema.withConstructorDefault(Effect.succeed([]))) }
+}) {}
+
+export class InvalidScope extends ApiErrorClass<InvalidScope>()("InvalidScope", {
+  code: "invalid_scope",
+  status: 400,
+  message: "Invalid scope"
+}) {}
+
+export class InvalidWebhookUrl extends ApiErrorClass<InvalidWebhookUrl>()("InvalidWebhookUrl", {
+  code: "invalid_webhook_url",
+  status: 400,
+  message: "The webhook url must be http or https and resolve to a public address"
+}) {}
+
+export class InvalidEventFilter extends ApiErrorClass<InvalidEventFilter>()("InvalidEventFilter", {
+  code: "invalid_event_filter",
+  status: 400,
+  message: "Event filters must be exact event names or \"*\""
+}) {}
+
+export class WebhookLimitReached extends ApiErrorClass<WebhookLimitReached>()("WebhookLimitReached", {
+  code: "webhook_limit_reached",
+  status: 400,
+  message: "An org may have at most 20 webhooks"
+}) {}
+
+export class VolumeCapacityAboveMax extends ApiErrorClass<VolumeCapacityAboveMax>()("VolumeCapacityAboveMax", {
+  code: "volume_capacity_above_max",
+  status: 400,
+  message: "The requested volume size is above the maximum",
+  fields: {
+    requested_gib: Schema.Int.check(Schema.isGreaterThanOrEqualTo(1)),
+    max_gib: Schema.Int.check(Schema.isGreaterThanOrEqualTo(1)),
+    unit: Schema.tag("GiB")
+  }
+}) {}
+
+// 401
+
+export class Unauthenticated extends ApiErrorClass<Unauthenticated>()("Unauthenticated", {
+  code: "unauthenticated",
+  status: 401,
+  message: "A valid credential is required"
+}) {}
+
+export class TokenInQueryNotAllowed extends ApiErrorClass<TokenInQueryNotAllowed>()("TokenInQueryNotAllowed", {
+  code: "token_in_query_not_allowed",
+  status: 401,
+  message: "Credentials in the ?token= query parameter are only accepted on /terminal; use the Authorization header"
+}) {}
+
+// 402
+
+export class UsageLimitReached extends ApiErrorClass<UsageLimitReached>()("UsageLimitReached", {
+  code: "usage_limit_reached",
+  status: 402,
+  message: "The org has reached its hard usage limit"
+}) {}
+
+// 403
+
+export class FullAccessRequired extends ApiErrorClass<FullAccessRequired>()("FullAccessRequired", {
+  code: "full_access_required",
+  status: 403,
+  message: "This route requires a full-access (\"*\") key or a session"
+}) {}
+
+export class InsufficientScope extends ApiErrorClass<InsufficientScope>()("InsufficientScope", {
+  code: "insufficient_scope",
+  status: 403,
+  message: "The key lacks the scope this request needs",
+  fields: { required_scope: Schema.String }
+}) {}
+
+export class SandboxOutOfScope extends ApiErrorClass<SandboxOutOfScope>()("SandboxOutOfScope", {
+  code: "sandbox_out_of_scope",
+  status: 403,
+  message: "This key is confined to one sandbox and its direct children"
+}) {}
+
+export class SecretManagerNotAllowed extends ApiErrorClass<SecretManagerNotAllowed>()("SecretManagerNotAllowed", {
+  code: "secret_manager_not_allowed",
+  status: 403,
+  message: "This service key is not allowed to manage org secrets"
+}) {}
+
+// 404, 409, 413, 422, 429
+
+export class NotFound extends ApiErrorClass<NotFound>()("NotFound", {
+  code: "not_found",
+  status: 404,
+  message: "Not found"
+}) {}
+
+export class Conflict extends ApiErrorClass<Conflict>()("Conflict", {
+  code: "conflict",
+  status: 409,
+  message: "The resource's state does not allow this"
+}) {}
+
+export class DeliveryNotRetryable extends ApiErrorClass<DeliveryNotRetryable>()("DeliveryNotRetryable", {
+  code: "delivery_not_retryable",
+  status: 409,
+  message: "Only failed or dead_letter deliveries can be retried"
+}) {}
+
+export class PayloadTooLarge extends ApiErrorClass<PayloadTooLarge>()("PayloadTooLarge", {
+  code: "payload_too_large",
+  status: 413,
+  message: "The request body is too large"
+}) {}
+
+export class IdempotencyKeyReused extends ApiErrorClass<IdempotencyKeyReused>()("IdempotencyKeyReused", {
+  code: "idempotency_key_reused",
+  status: 422,
+  message: "This Idempotency-Key was used with a different request body"
+}) {}
+
+/** `retry_after_s` is in the body too; the server also sends it as the `Retry-After` header. */
+export class RateLimited extends ApiErrorClass<RateLimited>()("RateLimited", {
+  code: "rate_limited",
+  status: 429,
+  message: "Too many requests",
+  fields: { retry_after_s: Schema.Int.check(Schema.isGreaterThanOrEqualTo(0)) }
+}) {}
+
+// 5xx
+
+export class Unavailable extends ApiErrorClass<Unavailable>()("Unavailable", {
+  code: "unavailable",
+  status: 503,
+  message: "A dependency is unavailable; retry"
+}) {}
+
+/** Never carries internals: the request id is in the `x-request-id` header. */
+export class Internal extends ApiErrorClass<Internal>()("Internal", {
+  code: "internal",
+  status: 500,
+  message: "Internal error"
+}) {}
+
+/** Every API error class, in the order of api.md's table. */
+export const API_ERRORS = [
+  InvalidRequest,
+  InvalidScope,
+  InvalidWebhookUrl,
+  InvalidEventFilter,
+  WebhookLimitReached,
+  VolumeCapacityAboveMax,
+  Unauthenticated,
+  TokenInQueryNotAllowed,
+  UsageLimitReached,
+  FullAccessRequired,
+  InsufficientScope,
+  SandboxOutOfScope,
+  SecretManagerNotAllowed,
+  NotFound,
+  Conflict,
+  DeliveryNotRetryable,
+  PayloadTooLarge,
+  IdempotencyKeyReused,
+  RateLimited,
+  Unavailable,
+  Internal
+] as const
+
+/** Any API error; decodes a wire body by its `code`. */
+export const ApiError = Schema.Union(API_ERRORS)
+export type ApiError = typeof ApiError.Type
+export type ApiErrorCode = ApiError["code"]
+
+const statusByCode: ReadonlyMap<string, number> = new Map(API_ERRORS.map((c) => [c.code, c.status]))
+
+export const isApiError = (u: unknown): u is ApiError => Schema.is(ApiError)(u)
+
+/** HTTP status of an API error. */
+export const statusOf = (e: ApiError): number => statusByCode.get(e.code) ?? 500
+
+const encodeApiError = Schema.encodeSync(ApiError)
+
+/**
+ * The plain JSON body and status of an error, for the server's global renderer (errors raised
+ * outside endpoints). Anything that is not an ApiError renders as `internal` with no details.
+ */
+export const errorBody = (e: unknown): {
+  readonly status: number
+  readonly body: { readonly error: string; readonly code: string; readonly [detail: string]: unknown }
+} => {
+  const error = isApiError(e) ? e : new Internal()
+  return { status: statusOf(error), body: encodeApiError(error) }
+}
+
+const standardIssues = SchemaIssue.makeFormatterStandardSchemaV1()
+
+/** Flattens a schema failure into `issues: [{path, message}]` for `invalid_request`. */
+export const issuesOf = (issue: SchemaIssue.Issue): Array<ValidationIssue> =>
+  standardIssues(issue).issues.map((i) => ({
+    path: (i.path ?? []).map((p) => String(typeof p === "object" && p !== null ? p.key : p)).join("."),
+    message: i.message
+  }))
+
+/** `invalid_request` from a schema failure (`Schema.SchemaError` or a bare issue). */
+export const invalidRequestFrom = (
+  failure: Schema.SchemaError | SchemaIssue.Issue,
+  error = "The request is invalid"
+): InvalidRequest =>
+  new InvalidRequest({ error, issues: issuesOf(Schema.isSchemaError(failure) ? failure.issue : failure) })
