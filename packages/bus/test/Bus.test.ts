@@ -1,4 +1,4 @@
-import { describe, expect, it, layer } from "@effect/vitest"
+import { describe, expect, layer } from "@effect/vitest"
 import { decodeMessage, publish } from "@svc/bus/Codec"
 import { BusHealth, Nats } from "@svc/bus/Nats"
 import { ensureBucket, ensureConsumer, ensureStream } from "@svc/bus/Topology"
@@ -41,6 +41,7 @@ describe("Bus", () => {
         expect(ack2.duplicate).toBe(true)
         expect(ack2.seq).toBe(ack1.seq)
         const msg = yield* Effect.promise(() => nats.jsm.streams.getMessage(nats.name("PINGS2"), { seq: ack1.seq }))
+        if (!msg) return expect.unreachable("the published message is in the stream")
         const decoded = yield* decodeMessage(Ping)({ subject: msg.subject, data: msg.data } as never)
         expect(decoded).toEqual({ n: 1, at: "x" })
         const bad = yield* Effect.flip(decodeMessage(Ping)({ subject, data: new TextEncoder().encode("{\"n\":\"no\"}") } as never))

@@ -1,4 +1,4 @@
-import { describe, expect, it, layer } from "@effect/vitest"
+import { describe, expect, layer } from "@effect/vitest"
 import { DatabaseHealth } from "@svc/db/Database"
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import { Effect, Layer } from "effect"

@@ -7,6 +7,9 @@ import { SystemApi } from "./Api/System.ts"
 
 export class Api extends HttpApi.make("svc")
   .add(SystemApi)
+  // Report every invalid field of a request at once, not only the first.
+  .annotate(HttpApi.ParseOptions, { errors: "all" })
+  .annotate(HttpApi.SuccessParseOptions, {})
   .annotateMerge(OpenApi.annotations({
     title: "Sandbox platform API",
     version: "1"

@@ -1,5 +1,5 @@
 /**
- * Spawning throwaway servers (nats-server, postgres) for tests, benchmarks and `svc dev`.
+ * Local NATS (JetStream) and Postgres servers for tests, benchmarks and `svc dev`.
  *
  * Every child is started through `setpriv --pdeathsig SIGKILL` so that it dies with the process
  * that started it, even when that process is killed -9: no server outlives a test run.

@@ -4,7 +4,7 @@
  * database and their own NATS prefix from them (see TestDatabase / TestNats), which is cheap.
  * Both servers are stopped at the end; they also die with this process if it is killed.
  */
-import { startNats, startPostgres } from "./Processes.ts"
+import { startNats, startPostgres } from "@svc/local-servers/Servers"
 
 export default async function setup() {
   const stops: Array<() => Promise<void>> = []

@@ -7,7 +7,7 @@ import * as Database from "@svc/db/Database"
 import { Context, Effect, Layer, Redacted } from "effect"
 import { SqlClient } from "effect/sql"
 import { randomBytes } from "node:crypto"
-import { startPostgres } from "./Processes.ts"
+import { startPostgres } from "@svc/local-servers/Servers"
 
 const serverUrl = Effect.acquireRelease(
   Effect.promise(async () => {

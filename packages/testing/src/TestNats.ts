@@ -6,7 +6,7 @@
 import { Nats } from "@svc/bus/Nats"
 import { Context, Effect, Layer } from "effect"
 import { randomBytes } from "node:crypto"
-import { startNats } from "./Processes.ts"
+import { startNats } from "@svc/local-servers/Servers"
 
 const serverUrl = Effect.acquireRelease(
   Effect.promise(async () => {
@@ -25,13 +25,13 @@ export class TestNatsServer extends Context.Service<TestNatsServer, { readonly u
 ) {}
 
 const cleanUp = (nats: Nats["Service"]) =>
-  Effect.promise(async () => {
+  Effect.ignore(Effect.tryPromise(async () => {
     for await (const name of nats.jsm.streams.names()) {
       if (name.startsWith(`${nats.prefix}_`) || name.startsWith(`KV_${nats.prefix}_`)) {
         await nats.jsm.streams.delete(name).catch(() => {})
       }
     }
-  })
+  }))
 
 /** `Nats` under a fresh prefix, plus `TestNatsServer` (url and prefix, for other processes). */
 export const layer = Layer.unwrap(

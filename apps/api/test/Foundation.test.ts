@@ -1,0 +1,172 @@
+/**
+ * The foundation's promises, over real HTTP against a real Postgres and NATS: health, the error
+ * shapes of api.md for failures outside handlers, request ids, graceful shutdown.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import { Nats } from "@svc/bus/Nats"
+import * as Database from "@svc/db/Database"
+import { startPostgres } from "@svc/local-servers/Servers"
+import * as TestNats from "@svc/testing/TestNats"
+import * as TestDatabase from "@svc/testing/TestDatabase"
+import { serve } from "@svc/testing/TestHttp"
+import { Effect, Exit, Layer, Schema, Scope } from "effect"
+import { HttpRouter } from "effect/http"
+import { HttpApi, HttpApiBuilder, HttpApiEndpoint, HttpApiGroup } from "effect/http-api"
+import { ApiMiddleware } from "../src/Http/Middleware.ts"
+import * as Server from "../src/Server.ts"
+
+const platformLayer = Layer.mergeAll(TestDatabase.layer, TestNats.layer)
+
+const apiLayer = HttpRouter.serve(Server.Routes, { disableLogger: true, disableListenLog: true })
+
+describe("API foundation", () => {
+  it.live("GET /v1/health is 200 with both dependencies up, and carries x-request-id", () =>
+    Effect.gen(function*() {
+      const base = yield* serve(apiLayer.pipe(Layer.provide(platformLayer)))
+      const res = yield* Effect.promise(() => fetch(`${base}/v1/health`))
+      expect(res.status).toBe(200)
+      expect(yield* Effect.promise(() => res.json())).toEqual({ status: "ok", postgres: "up", nats: "up" })
+      expect(res.headers.get("x-request-id")).toMatch(/^req_/)
+      const mine = yield* Effect.promise(() => fetch(`${base}/v1/health`, { headers: { "x-request-id": "client-chosen-id-1" } }))
+      expect(mine.headers.get("x-request-id")).toBe("client-chosen-id-1")
+      const bogus = yield* Effect.promise(() => fetch(`${base}/v1/health`, { headers: { "x-request-id": "bad id\twith tab" } }))
+      expect(bogus.headers.get("x-request-id")).toMatch(/^req_/)
+    }).pipe(Effect.scoped))
+
+  it.live("serves the OpenAPI document and the docs page of the same definition", () =>
+    Effect.gen(function*() {
+      const base = yield* serve(apiLayer.pipe(Layer.provide(platformLayer)))
+      const doc = yield* Effect.promise(() => fetch(`${base}/v1/openapi.json`).then((r) => r.json()))
+      expect(doc.openapi).toMatch(/^3\.1/)
+      expect(Object.keys(doc.paths)).toContain("/v1/health")
+      const docs = yield* Effect.promise(() => fetch(`${base}/docs`))
+      expect(docs.status).toBe(200)
+      expect(docs.headers.get("content-type")).toContain("text/html")
+    }).pipe(Effect.scoped))
+
+  it.live("unknown routes are 404 not_found in the error shape of api.md", () =>
+    Effect.gen(function*() {
+      const base = yield* serve(apiLayer.pipe(Layer.provide(platformLayer)))
+      for (const [method, path] of [["GET", "/v1/nope"], ["POST", "/v1/health"], ["DELETE", "/"], ["GET", "/v1/health/extra"]] as const) {
+        const res = yield* Effect.promise(() => fetch(`${base}${path}`, { method }))
+        expect(res.status).toBe(404)
+        const body = yield* Effect.promise(() => res.json())
+        expect(body).toEqual({ error: expect.any(String), code: "not_found" })
+        expect(res.headers.get("x-request-id")).toBeTruthy()
+      }
+    }).pipe(Effect.scoped))
+
+  describe("bodies", () => {
+    // A route of this test's own, behind the same global middleware as every API route.
+    class EchoGroup extends HttpApiGroup.make("echo").add(
+      HttpApiEndpoint.post("echo", "/v1/echo", {
+        payload: Schema.Struct({ name: Schema.String, count: Schema.Int }),
+        success: Schema.Struct({ name: Schema.String, count: Schema.Int })
+      }),
+      HttpApiEndpoint.get("slow", "/v1/slow", { success: Schema.Struct({ done: Schema.Boolean }) }),
+      HttpApiEndpoint.get("boom", "/v1/boom", { success: Schema.Struct({}) })
+    ) {}
+    class EchoApi extends HttpApi.make("echo").add(EchoGroup).annotate(HttpApi.ParseOptions, { errors: "all" }) {}
+    const echoHandlers = HttpApiBuilder.group(EchoApi, "echo", (h) =>
+      h.handle("echo", ({ payload }) => Effect.succeed(payload))
+        .handle("slow", () => Effect.as(Effect.sleep(400), { done: true }))
+        .handle("boom", () => Effect.die(new Error("secret internal detail"))))
+    const echoLayer = HttpRouter.serve(
+      Layer.mergeAll(HttpApiBuilder.layer(EchoApi).pipe(Layer.provide(echoHandlers)), ApiMiddleware),
+      { disableLogger: true, disableListenLog: true }
+    )
+
+    const post = (base: string, body: string | Uint8Array, contentType = "application/json") =>
+      fetch(`${base}/v1/echo`, { method: "POST", body, headers: { "content-type": contentType } })
+
+    it.live("malformed JSON is 400 invalid_request", () =>
+      Effect.gen(function*() {
+        const base = yield* serve(echoLayer)
+        for (const body of ["{", "{\"name\": ", "not json", "{\"name\":\"a\",\"count\":1}}"]) {
+          const res = yield* Effect.promise(() => post(base, body))
+          expect(res.status).toBe(400)
+          const json = yield* Effect.promise(() => res.json())
+          expect(json.code).toBe("invalid_request")
+          expect(typeof json.error).toBe("string")
+        }
+      }).pipe(Effect.scoped))
+
+    it.live("a body that fails validation is 400 invalid_request naming each issue", () =>
+      Effect.gen(function*() {
+        const base = yield* serve(echoLayer)
+        const res = yield* Effect.promise(() => post(base, JSON.stringify({ name: 1, count: 1.5 })))
+        expect(res.status).toBe(400)
+        const json = yield* Effect.promise(() => res.json())
+        expect(json.code).toBe("invalid_request")
+        expect(json.issues.map((i: { path: string }) => i.path).sort()).toEqual(["count", "name"])
+        const ok = yield* Effect.promise(() => post(base, JSON.stringify({ name: "a", count: 2 })).then((r) => r.json()))
+        expect(ok).toEqual({ name: "a", count: 2 })
+      }).pipe(Effect.scoped))
+
+    it.live("a body over 1 MiB is 413 payload_too_large", () =>
+      Effect.gen(function*() {
+        const base = yield* serve(echoLayer)
+        const big = JSON.stringify({ name: "x".repeat(1024 * 1024 + 10), count: 1 })
+        const res = yield* Effect.promise(() => post(base, big))
+        expect(res.status).toBe(413)
+        expect(yield* Effect.promise(() => res.json())).toEqual({ error: expect.any(String), code: "payload_too_large" })
+        const justUnder = JSON.stringify({ name: "x".repeat(1024 * 1024 - 100), count: 1 })
+        expect((yield* Effect.promise(() => post(base, justUnder))).status).toBe(200)
+      }).pipe(Effect.scoped))
+
+    it.live("an unexpected failure is 500 internal without internals", () =>
+      Effect.gen(function*() {
+        const base = yield* serve(echoLayer)
+        const res = yield* Effect.promise(() => fetch(`${base}/v1/boom`))
+        expect(res.status).toBe(500)
+        const text = yield* Effect.promise(() => res.text())
+        expect(JSON.parse(text)).toEqual({ error: "Internal error", code: "internal" })
+        expect(text).not.toContain("secret")
+        expect(res.headers.get("x-request-id")).toBeTruthy()
+      }).pipe(Effect.scoped))
+
+    it.live("a stopping server finishes the requests in flight", () =>
+      Effect.gen(function*() {
+        const scope = yield* Scope.make()
+        const base = yield* Scope.provide(serve(echoLayer), scope)
+        const inFlight = fetch(`${base}/v1/slow`).then(async (r) => ({ status: r.status, body: await r.json() }))
+        yield* Effect.sleep(100)
+        yield* Scope.close(scope, Exit.void)
+        const result = yield* Effect.promise(() => inFlight)
+        expect(result).toEqual({ status: 200, body: { done: true } })
+        const after = yield* Effect.promise(() => fetch(`${base}/v1/slow`).then(() => "answered", () => "refused"))
+        expect(after).toBe("refused")
+      }))
+  })
+
+  it.live("health is 503 unavailable while Postgres is stopped and 200 again once it is back", () =>
+    Effect.gen(function*() {
+      const pg = yield* Effect.acquireRelease(Effect.promise(() => startPostgres()), (pg) => Effect.promise(pg.close))
+      const layer = apiLayer.pipe(Layer.provide(Layer.mergeAll(Database.layerFromUrl(pg.url), TestNats.layer)))
+      const base = yield* serve(layer)
+      const health = () => fetch(`${base}/v1/health`).then(async (r) => ({ status: r.status, body: await r.json() }))
+      expect((yield* Effect.promise(health)).status).toBe(200)
+      yield* Effect.promise(pg.stop)
+      const down = yield* Effect.promise(health)
+      expect(down.status).toBe(503)
+      expect(down.body).toEqual({ error: expect.stringContaining("postgres"), code: "unavailable" })
+      yield* Effect.promise(pg.start)
+      // The pool reconnects by itself; allow it a few probes.
+      let back = yield* Effect.promise(health)
+      for (let i = 0; i < 50 && back.status !== 200; i++) {
+        yield* Effect.sleep(100)
+        back = yield* Effect.promise(health)
+      }
+      expect(back).toEqual({ status: 200, body: { status: "ok", postgres: "up", nats: "up" } })
+    }).pipe(Effect.scoped))
+
+  it.live("health is 503 naming nats when the bus does not answer", () =>
+    Effect.gen(function*() {
+      const nats = yield* Nats
+      const base = yield* serve(apiLayer.pipe(Layer.provide(Layer.mergeAll(TestDatabase.layer, Layer.succeed(Nats, nats)))))
+      yield* Effect.promise(() => nats.connection.close())
+      const res = yield* Effect.promise(() => fetch(`${base}/v1/health`))
+      expect(res.status).toBe(503)
+      expect(yield* Effect.promise(() => res.json())).toEqual({ error: expect.stringContaining("nats"), code: "unavailable" })
+    }).pipe(Effect.scoped, Effect.provide(TestNats.layer)))
+})
