@@ -93,7 +93,7 @@ export interface NatsServer {
 }
 
 /** A single-node nats-server with JetStream and its store in a temp folder (or `dir`). */
-export const startNats = async (options: { dir?: string; port?: number; config?: string } = {}): Promise<NatsServer> => {
+export const startNats = async (options: { dir?: string | undefined; port?: number | undefined; config?: string | undefined } = {}): Promise<NatsServer> => {
   const dir = options.dir ?? fs.mkdtempSync(path.join(os.tmpdir(), "svc-nats-"))
   fs.mkdirSync(dir, { recursive: true })
   const port = options.port ?? (await freePort())
@@ -127,7 +127,7 @@ export interface PostgresServer {
  * A Postgres cluster of our own: `initdb` into a folder (trust auth on loopback only), then the
  * `postgres` binary on a free port with its socket in the same folder.
  */
-export const startPostgres = async (options: { dir?: string; port?: number } = {}): Promise<PostgresServer> => {
+export const startPostgres = async (options: { dir?: string | undefined; port?: number | undefined } = {}): Promise<PostgresServer> => {
   const temp = options.dir === undefined
   const dir = options.dir ?? fs.mkdtempSync(path.join(os.tmpdir(), "svc-pg-"))
   const data = path.join(dir, "data")

@@ -1,0 +1,18 @@
+#!/usr/bin/env node
+/** `svc`: the one-process dev stack, operator commands, and a client for users. */
+import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
+import * as NodeServices from "@effect/platform-node/NodeServices"
+import { Effect } from "effect"
+import { Command } from "effect/cli"
+import { dev } from "./Commands/Dev.ts"
+
+const svc = Command.make("svc").pipe(
+  Command.withDescription("The sandbox platform"),
+  Command.withSubcommands([dev])
+)
+
+svc.pipe(
+  Command.run({ version: "0.1.0" }),
+  Effect.provide(NodeServices.layer),
+  NodeRuntime.runMain
+)
