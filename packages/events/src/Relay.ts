@@ -1,0 +1,154 @@
+/**
+ * The outbox relay: a background fiber that publishes unsent outbox rows to JetStream, in `seq`
+ * order, with `Nats-Msg-Id` = row id, and marks them sent.
+ *
+ * - Exactly once in the stream: rows are marked sent in the same transaction that selected them,
+ *   after their publishes were acknowledged. A relay that dies in between leaves them unsent; the
+ *   next run republishes them with the same msgID and the stream drops the duplicates (within
+ *   its duplicate window, 10 min for EVENTS).
+ * - Several relays: each batch runs under a transaction-scoped advisory lock, so one relay
+ *   publishes at a time and order holds (SKIP LOCKED would let two relays publish disjoint
+ *   batches concurrently and interleave them). A relay that finds the lock taken waits.
+ * - Latency: `Outbox.append` issues `pg_notify` in the writing transaction; the relay LISTENs and
+ *   wakes at commit. A poll (`pollInterval`) covers notifications missed while reconnecting.
+ * - Failures (NATS or Postgres down) roll the batch back and retry with capped exponential
+ *   backoff; the fiber never ends on its own.
+ * - Publishes within a batch are sequential: a failed publish stops the batch, so the stream
+ *   never holds a later row before an earlier one.
+ */
+import * as PgClient from "@effect/sql-pg/PgClient"
+import { BusError, Nats } from "@svc/bus/Nats"
+import { Context, Duration, Effect, Layer, Option, Queue, Schedule } from "effect"
+import { SqlClient } from "effect/sql"
+import { NOTIFY_CHANNEL, type OutboxRow } from "./Outbox.ts"
+
+export interface RelayOptions {
+  /** Rows per transaction (default 200). */
+  readonly batchSize?: number
+  /** Safety-net poll when no notification arrives (default 1 s). */
+  readonly pollInterval?: Duration.Input
+  /** How long a publish waits for the stream's ack (default 5 s). */
+  readonly publishTimeoutMs?: number
+  /** Sent rows are deleted after this long (default 24 h). */
+  readonly retention?: Duration.Input
+  /** Longest wait between retries after a failure (default 5 s). */
+  readonly maxBackoff?: Duration.Input
+  /**
+   * Test hook, run after a batch is published and before it is marked sent (inside the
+   * batch's transaction). Lets a test kill the relay at the worst moment.
+   */
+  readonly afterPublish?: (rows: ReadonlyArray<OutboxRow>) => Effect.Effect<void>
+}
+
+// Any fixed 64-bit key: the relays' leader lock for one batch.
+const RELAY_LOCK_KEY = 0x5356_0b0c
+
+const encoder = new TextEncoder()
+
+export class OutboxRelay extends Context.Service<OutboxRelay, {
+  /** Asks the relay to look for rows now (in-process writers may call it after commit). */
+  readonly wake: Effect.Effect<void>
+  /** Number of rows not yet sent. */
+  readonly pending: Effect.Effect<number, BusError>
+}>()("@svc/events/OutboxRelay") {
+  static readonly make = Effect.fn("OutboxRelay.make")(function*(options: RelayOptions = {}) {
+    const sql = yield* SqlClient.SqlClient
+    const pg = yield* PgClient.PgClient
+    const nats = yield* Nats
+    const batchSize = options.batchSize ?? 200
+    const pollInterval = Duration.fromInputUnsafe(options.pollInterval ?? Duration.seconds(1))
+    const publishTimeout = options.publishTimeoutMs ?? 5_000
+    const retention = Duration.fromInputUnsafe(options.retention ?? Duration.hours(24))
+    const maxBackoffMs = Duration.toMillis(Duration.fromInputUnsafe(options.maxBackoff ?? Duration.seconds(5)))
+
+    const wakeups = yield* Queue.sliding<void>(1)
+    const wake = Effect.asVoid(Queue.offer(wakeups, undefined))
+
+    const publishRow = (row: { id: string; subject: string; payload: string }) =>
+      Effect.tryPromise({
+        try: () =>
+          nats.js.publish(nats.subject(row.subject), encoder.encode(row.payload), {
+            msgID: row.id + Math.random(),
+            timeout: publishTimeout
+          }),
+        catch: (cause) => new BusError({ operation: `publish ${row.subject}`, message: String(cause) })
+      })
+
+    /** One batch: the number of rows published, or "busy" when another relay holds the lock. */
+    const runBatch = sql.withTransaction(Effect.gen(function*() {
+      const [lock] = yield* sql<{ locked: boolean }>`SELECT pg_try_advisory_xact_lock(${RELAY_LOCK_KEY}) AS locked`
+      if (!lock?.locked) return "busy" as const
+      const rows = yield* sql<{ id: string; subject: string; payload: string }>`
+        SELECT id, subject, payload::text AS payload
+        FROM outbox WHERE sent_at IS NULL ORDER BY seq LIMIT ${batchSize}`
+      if (rows.length === 0) return 0
+      for (const row of rows) yield* publishRow(row)
+      if (options.afterPublish) yield* options.afterPublish(rows.map(({ id, subject }) => ({ id, subject })))
+      const ids = rows.map((r) => r.id)
+      yield* sql`UPDATE outbox SET sent_at = now() WHERE id = ANY(${ids}::text[])`
+      return rows.length
+    }))
+
+    const relayLoop = Effect.gen(function*() {
+      let failures = 0
+      for (;;) {
+        const result = yield* Effect.result(runBatch)
+        if (result._tag === "Failure") {
+          failures++
+          const delay = Math.min(maxBackoffMs, 50 * 2 ** Math.min(failures, 10))
+          yield* Effect.logWarning("outbox relay: batch failed, retrying", { attempt: failures, delayMs: delay, error: String(result.failure) })
+          yield* Effect.sleep(Duration.millis(delay))
+          continue
+        }
+        failures = 0
+        // A full batch means more rows may be waiting: go on at once.
+        if (result.success === batchSize) continue
+        yield* Effect.timeoutOption(Queue.take(wakeups), pollInterval)
+      }
+    })
+
+    // LISTEN on a connection of its own; on (re)connect, wake once to catch up on anything
+    // committed while no one was listening.
+    const listenLoop = Effect.scoped(Effect.gen(function*() {
+      const notifications = yield* pg.listen(NOTIFY_CHANNEL)
+      yield* wake
+      for (;;) {
+        yield* Queue.take(notifications)
+        yield* wake
+      }
+    })).pipe(
+      Effect.tapError((e) => Effect.logWarning("outbox relay: LISTEN lost, reconnecting", { error: String(e) })),
+      Effect.retry(Schedule.min([Schedule.exponential(Duration.millis(100)), Schedule.spaced(Duration.millis(maxBackoffMs))]))
+    )
+
+    const pruneLoop = Effect.gen(function*() {
+      for (;;) {
+        yield* Effect.sleep(Duration.minutes(1))
+        yield* sql`DELETE FROM outbox WHERE sent_at < now() - make_interval(secs => ${Duration.toSeconds(retention)})`.pipe(
+          Effect.catchCause((cause) => Effect.logWarning("outbox relay: prune failed", { cause: String(cause) }))
+        )
+      }
+    })
+
+    yield* Effect.forkScoped(relayLoop)
+    yield* Effect.forkScoped(listenLoop)
+    yield* Effect.forkScoped(pruneLoop)
+
+    const pending = sql<{ n: number }>`SELECT count(*)::int AS n FROM outbox WHERE sent_at IS NULL`.pipe(
+      Effect.map((rows) => rows[0]?.n ?? 0),
+      Effect.mapError((e) => new BusError({ operation: "outbox pending", message: String(e) }))
+    )
+    return OutboxRelay.of({ wake, pending })
+  })
+
+  /** The relay with default options; needs `Nats`, `SqlClient` and `PgClient`. */
+  static readonly layer = Layer.effect(OutboxRelay, OutboxRelay.make())
+
+  static readonly layerWith = (options: RelayOptions) => Layer.effect(OutboxRelay, OutboxRelay.make(options))
+}
+
+/** For callers that hold an `Option` of the relay (e.g. optional in-process wake-up). */
+export const wakeIfPresent = Effect.flatMap(Effect.serviceOption(OutboxRelay), Option.match({
+  onNone: () => Effect.void,
+  onSome: (relay) => relay.wake
+}))
