@@ -1,0 +1,276 @@
+/**
+ * The sandbox driver: how a host agent makes, runs and reaches into sandboxes on its own
+ * machine. The interface hides the isolation mechanism: the namespaces driver
+ * (`Driver/Bubblewrap.ts`) implements it here; a microVM driver (vsock to an in-guest agent)
+ * would implement the same service on hosts with KVM.
+ */
+import { Context, Effect, Schema, Scope, Stream } from "effect"
+
+// ---------------------------------------------------------------------------------------------
+// Inputs
+
+/** Ids name directories, cgroups and the hostname: a tight grammar keeps them safe in all. */
+export const SandboxId = Schema.String.check(
+  Schema.isPattern(/^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$/, {
+    message: "sandbox id: 1 to 63 of [A-Za-z0-9_-], starting with a letter or digit"
+  })
+)
+export type SandboxId = typeof SandboxId.Type
+
+/** Environment variable names as POSIX shells accept them. */
+export const EnvName = Schema.String.check(
+  Schema.isPattern(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, { message: "environment variable name" })
+)
+/** Values must not carry NUL (they end up in execve's environment block). */
+export const EnvValue = Schema.String.check(
+  Schema.isPattern(/^[^\0]{0,32768}$/, { message: "environment value: at most 32768 chars, no NUL" })
+)
+export const Env = Schema.Record(EnvName, EnvValue).check(
+  Schema.makeFilter((env) => Object.keys(env).length <= 128 || "at most 128 environment variables")
+)
+export type Env = typeof Env.Type
+
+const PositiveInt = (max: number) =>
+  Schema.Int.check(Schema.isGreaterThanOrEqualTo(1), Schema.isLessThanOrEqualTo(max))
+
+/** What `create` needs. `template` is a template name known to the driver (`base` is built in). */
+export class SandboxSpec extends Schema.Class<SandboxSpec>("@svc/sandboxes/SandboxSpec")({
+  sandboxId: SandboxId,
+  template: Schema.String.check(
+    Schema.isPattern(/^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/, { message: "template name" })
+  ),
+  env: Env,
+  cpu: PositiveInt(64),
+  ramMb: Schema.Int.check(Schema.isGreaterThanOrEqualTo(16), Schema.isLessThanOrEqualTo(262_144)),
+  diskGb: PositiveInt(4096),
+  exposedPorts: Schema.Array(PositiveInt(65_535)).check(
+    Schema.makeFilter((ports) => ports.length <= 64 || "at most 64 exposed ports")
+  )
+}) {}
+
+/** A path inside the sandbox: absolute, no NUL, bounded. `..` cannot leave the sandbox root. */
+export const SandboxPath = Schema.String.check(
+  Schema.isPattern(/^\/[^\0]{0,4095}$/, { message: "path: absolute, at most 4096 chars, no NUL" })
+)
+
+export class ExecRequest extends Schema.Class<ExecRequest>("@svc/sandboxes/ExecRequest")({
+  cmd: Schema.Array(Schema.String.check(Schema.isPattern(/^[^\0]{0,131072}$/, { message: "argument without NUL" })))
+    .check(Schema.makeFilter((argv) => (argv.length >= 1 && argv.length <= 4096 && argv[0]!.length > 0) || "cmd: 1 to 4096 arguments, the first not empty")),
+  cwd: Schema.optionalKey(SandboxPath),
+  env: Schema.optionalKey(Env),
+  stdin: Schema.optionalKey(Schema.Union([Schema.String, Schema.Uint8Array])),
+  timeoutMs: Schema.optionalKey(PositiveInt(24 * 3600 * 1000)),
+  maxOutputBytes: Schema.optionalKey(PositiveInt(16 * 1024 * 1024))
+}) {}
+
+export const FileMode = Schema.Int.check(Schema.isGreaterThanOrEqualTo(0), Schema.isLessThanOrEqualTo(0o7777))
+
+// ---------------------------------------------------------------------------------------------
+// Outputs
+
+export const LimitStatus = Schema.Struct({
+  /** `applied`, or why the host could not enforce it (`unavailable: ...`, `not enforced: ...`). */
+  memory: Schema.String,
+  cpu: Schema.String,
+  pids: Schema.String,
+  disk: Schema.String
+})
+export type LimitStatus = typeof LimitStatus.Type
+
+export class SandboxInfo extends Schema.Class<SandboxInfo>("@svc/sandboxes/SandboxInfo")({
+  sandboxId: SandboxId,
+  /** The sandbox's init as seen from the host (namespaces driver only). */
+  pid: Schema.optionalKey(Schema.Int),
+  internalIp: Schema.String,
+  /** Always absent here; a microVM driver reports its vsock context id. */
+  vsockCid: Schema.optionalKey(Schema.Int),
+  startedAt: Schema.String,
+  limits: LimitStatus
+}) {}
+
+export class ExecResult extends Schema.Class<ExecResult>("@svc/sandboxes/ExecResult")({
+  /** The command's exit status; 128 + signal number when a signal ended it. */
+  exitCode: Schema.Int,
+  stdout: Schema.Uint8Array,
+  stderr: Schema.Uint8Array,
+  durationMs: Schema.Number,
+  stdoutTruncated: Schema.Boolean,
+  stderrTruncated: Schema.Boolean,
+  /** The timeout fired: every process of this exec was killed. */
+  timedOut: Schema.Boolean
+}) {}
+
+export const EntryType = Schema.Literals(["file", "dir", "symlink", "other"])
+export type EntryType = typeof EntryType.Type
+
+export class FileStat extends Schema.Class<FileStat>("@svc/sandboxes/FileStat")({
+  type: EntryType,
+  size: Schema.Int,
+  /** Modification time, ISO 8601. */
+  mtime: Schema.String
+}) {}
+
+export class DirEntry extends Schema.Class<DirEntry>("@svc/sandboxes/DirEntry")({
+  name: Schema.String,
+  type: EntryType,
+  size: Schema.Int,
+  mtime: Schema.String
+}) {}
+
+export class SandboxStats extends Schema.Class<SandboxStats>("@svc/sandboxes/SandboxStats")({
+  memoryBytes: Schema.Int,
+  cpuUsageNs: Schema.optionalKey(Schema.Int),
+  pids: Schema.Int
+}) {}
+
+export const RunStatus = Schema.Literals(["running", "stopped"])
+export type RunStatus = typeof RunStatus.Type
+
+/** One sandbox this host has on disk, for the agent's reconcile after a restart. */
+export class SandboxListing extends Schema.Class<SandboxListing>("@svc/sandboxes/SandboxListing")({
+  sandboxId: SandboxId,
+  status: RunStatus,
+  internalIp: Schema.String,
+  pid: Schema.optionalKey(Schema.Int),
+  startedAt: Schema.optionalKey(Schema.String),
+  createdAt: Schema.String,
+  template: Schema.String
+}) {}
+
+// ---------------------------------------------------------------------------------------------
+// Terminal (designed, not implemented yet)
+
+export class PtyRequest extends Schema.Class<PtyRequest>("@svc/sandboxes/PtyRequest")({
+  cols: PositiveInt(1000),
+  rows: PositiveInt(1000),
+  cmd: Schema.optionalKey(Schema.Array(Schema.String)),
+  env: Schema.optionalKey(Env)
+}) {}
+
+/** A terminal in a sandbox: bytes both ways, resize, and the exit code. Lives as long as its scope. */
+export interface PtySession {
+  readonly output: Stream.Stream<Uint8Array, SandboxDriverError>
+  write(bytes: Uint8Array): Effect.Effect<void, SandboxDriverError>
+  resize(cols: number, rows: number): Effect.Effect<void, SandboxDriverError>
+  /** Completes with the shell's exit code once it ends. */
+  readonly exit: Effect.Effect<number, SandboxDriverError>
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+
+export class InvalidSandboxRequest extends Schema.TaggedError<InvalidSandboxRequest>()(
+  "InvalidSandboxRequest",
+  { message: Schema.String }
+) {}
+
+export class SandboxNotFound extends Schema.TaggedError<SandboxNotFound>()("SandboxNotFound", {
+  sandboxId: Schema.String
+}) {}
+
+export class SandboxAlreadyExists extends Schema.TaggedError<SandboxAlreadyExists>()("SandboxAlreadyExists", {
+  sandboxId: Schema.String
+}) {}
+
+export class SandboxNotRunning extends Schema.TaggedError<SandboxNotRunning>()("SandboxNotRunning", {
+  sandboxId: Schema.String
+}) {}
+
+export class TemplateNotFound extends Schema.TaggedError<TemplateNotFound>()("TemplateNotFound", {
+  template: Schema.String
+}) {}
+
+export class SandboxCapacityExhausted extends Schema.TaggedError<SandboxCapacityExhausted>()(
+  "SandboxCapacityExhausted",
+  { message: Schema.String }
+) {}
+
+export const FileErrorReason = Schema.Literals([
+  "not_found",
+  "is_directory",
+  "not_directory",
+  "not_regular_file",
+  "too_large",
+  "permission_denied",
+  "failed"
+])
+
+export class SandboxFileError extends Schema.TaggedError<SandboxFileError>()("SandboxFileError", {
+  sandboxId: Schema.String,
+  path: Schema.String,
+  reason: FileErrorReason,
+  message: Schema.String
+}) {}
+
+export class DriverUnsupported extends Schema.TaggedError<DriverUnsupported>()("DriverUnsupported", {
+  operation: Schema.String,
+  message: Schema.String
+}) {}
+
+/** The host failed (a command, a file, the kernel refused): not the caller's fault. */
+export class DriverFailure extends Schema.TaggedError<DriverFailure>()("DriverFailure", {
+  operation: Schema.String,
+  message: Schema.String
+}) {}
+
+export type SandboxDriverError =
+  | InvalidSandboxRequest
+  | SandboxNotFound
+  | SandboxAlreadyExists
+  | SandboxNotRunning
+  | TemplateNotFound
+  | SandboxCapacityExhausted
+  | SandboxFileError
+  | DriverUnsupported
+  | DriverFailure
+
+type Common = InvalidSandboxRequest | SandboxNotFound | DriverFailure
+
+// ---------------------------------------------------------------------------------------------
+// The service
+
+export class SandboxDriver extends Context.Service<SandboxDriver, {
+  /** Makes the sandbox's file system (copy-on-write over the template) and starts it. */
+  create(
+    spec: SandboxSpec
+  ): Effect.Effect<
+    SandboxInfo,
+    InvalidSandboxRequest | SandboxAlreadyExists | TemplateNotFound | SandboxCapacityExhausted | DriverFailure
+  >
+  /** Starts a stopped sandbox again from its saved file system; a running one is left as is. */
+  start(sandboxId: string): Effect.Effect<SandboxInfo, Common>
+  /** Ends every process of the sandbox and keeps its file system. Idempotent. */
+  stop(sandboxId: string): Effect.Effect<void, Common>
+  /** Removes processes, network, cgroups and files. Idempotent: an unknown id succeeds. */
+  destroy(sandboxId: string): Effect.Effect<void, InvalidSandboxRequest | DriverFailure>
+  exec(sandboxId: string, request: ExecRequest): Effect.Effect<ExecResult, Common | SandboxNotRunning>
+  readFile(
+    sandboxId: string,
+    path: string,
+    options?: { readonly maxBytes?: number }
+  ): Effect.Effect<Uint8Array, Common | SandboxNotRunning | SandboxFileError>
+  /** Writes (creating parent folders) up to 100 MiB; `mode` defaults to 0644. */
+  writeFile(
+    sandboxId: string,
+    path: string,
+    bytes: Uint8Array,
+    mode?: number
+  ): Effect.Effect<void, Common | SandboxNotRunning | SandboxFileError>
+  listDir(
+    sandboxId: string,
+    path: string
+  ): Effect.Effect<ReadonlyArray<DirEntry>, Common | SandboxNotRunning | SandboxFileError>
+  /** Does not follow a final symlink (reports `symlink`). */
+  stat(sandboxId: string, path: string): Effect.Effect<FileStat, Common | SandboxNotRunning | SandboxFileError>
+  stats(sandboxId: string): Effect.Effect<SandboxStats, Common | SandboxNotRunning>
+  /** Every sandbox this host has on disk with its run status. */
+  readonly list: Effect.Effect<ReadonlyArray<SandboxListing>, DriverFailure>
+  pty(
+    sandboxId: string,
+    request: PtyRequest
+  ): Effect.Effect<PtySession, Common | SandboxNotRunning | DriverUnsupported, Scope.Scope>
+}>()("@svc/sandboxes/Driver/SandboxDriver") {}
+
+/** Limits the file API enforces (the API's PUT body cap). */
+export const MAX_FILE_BYTES = 100 * 1024 * 1024
+export const DEFAULT_MAX_OUTPUT_BYTES = 1024 * 1024

@@ -1,0 +1,71 @@
+/**
+ * Configuration of the namespaces driver on one host agent. Several agents may run on one
+ * machine: each has its own `dataDir` and `hostId`; they share the bridge and its address
+ * space, whose leases live in one machine-wide `leaseDir`.
+ */
+import { Context, Effect, Layer, Schema } from "effect"
+import * as NodePath from "node:path"
+import { fileURLToPath } from "node:url"
+
+export class DriverConfig extends Context.Service<DriverConfig, {
+  /** Holds templates/ and sandboxes/ of this agent. */
+  readonly dataDir: string
+  /** Names this agent's cgroups; distinct per agent on one machine. */
+  readonly hostId: string
+  /** The Linux bridge every sandbox's veth is attached to (created if absent). */
+  readonly bridge: string
+  /** IPv4 network of the bridge, e.g. 10.213.0.0/16; the host takes the first address. */
+  readonly subnet: string
+  /** Machine-wide folder of IP leases (one file per address), shared by all agents on the bridge. */
+  readonly leaseDir: string
+  /** Root of the cgroup v1 hierarchies. */
+  readonly cgroupRoot: string
+  /** Most processes one sandbox may have (pids controller). */
+  readonly pidsMax: number
+  /** A static busybox from the host, bind-mounted read-only into every sandbox as its helper. */
+  readonly busybox: string
+}>()("@svc/sandboxes/Driver/DriverConfig") {
+  static readonly make = (options: Partial<DriverConfig["Service"]> = {}): DriverConfig["Service"] => {
+    const bridge = options.bridge ?? "svcbr0"
+    const config = {
+      dataDir: options.dataDir ?? defaultDataDir(),
+      hostId: options.hostId ?? process.env["SVC_HOST_ID"] ?? "local",
+      bridge,
+      subnet: options.subnet ?? "10.213.0.0/16",
+      leaseDir: options.leaseDir ?? `/run/svc-sandboxes/${bridge}/leases`,
+      cgroupRoot: options.cgroupRoot ?? "/sys/fs/cgroup",
+      pidsMax: options.pidsMax ?? 1024,
+      busybox: options.busybox ?? "/bin/busybox"
+    }
+    return Schema.decodeSync(ConfigSchema)(config)
+  }
+
+  /** Defaults, overridable field by field; `SVC_DATA_DIR` and `SVC_HOST_ID` apply when not given. */
+  static readonly layer = (options: Partial<DriverConfig["Service"]> = {}) =>
+    Layer.effect(DriverConfig, Effect.sync(() => DriverConfig.make(options)))
+}
+
+const Name = Schema.String.check(Schema.isPattern(/^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$/, { message: "name: 1 to 32 of [A-Za-z0-9_-]" }))
+const AbsolutePath = Schema.String.check(Schema.isPattern(/^\/[^\0]*$/, { message: "absolute path" }))
+
+const ConfigSchema = Schema.Struct({
+  dataDir: AbsolutePath,
+  hostId: Name,
+  // Interface names are at most 15 bytes.
+  bridge: Schema.String.check(Schema.isPattern(/^[A-Za-z0-9][A-Za-z0-9_-]{0,14}$/, { message: "bridge: 1 to 15 of [A-Za-z0-9_-]" })),
+  subnet: Schema.String.check(
+    Schema.isPattern(/^\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}\/(1[6-9]|2[0-8])$/, { message: "subnet: IPv4 CIDR, /16 to /28" })
+  ),
+  leaseDir: AbsolutePath,
+  cgroupRoot: AbsolutePath,
+  pidsMax: Schema.Int.check(Schema.isGreaterThanOrEqualTo(16)),
+  busybox: AbsolutePath
+})
+
+const defaultDataDir = (): string => {
+  const fromEnv = process.env["SVC_DATA_DIR"]
+  if (fromEnv !== undefined && fromEnv !== "") return NodePath.join(NodePath.resolve(fromEnv), "sandboxes")
+  // This file is <repo>/packages/sandboxes/src/Driver/Config.ts.
+  const repo = NodePath.resolve(NodePath.dirname(fileURLToPath(import.meta.url)), "../../../..")
+  return NodePath.join(repo, ".svc", "data", "sandboxes")
+}

@@ -1,0 +1,175 @@
+/**
+ * Sandbox networking: one host bridge, a veth pair per sandbox (one end in the sandbox's net
+ * namespace), and an `internalIp` per sandbox leased machine-wide.
+ *
+ * Leases are files `<leaseDir>/<ip>` created with O_EXCL: the kernel makes the claim atomic,
+ * so several agent processes on one machine never hand out the same address.
+ */
+import { randomBytes } from "node:crypto"
+import * as Fs from "node:fs/promises"
+import * as NodePath from "node:path"
+
+export interface Subnet {
+  readonly base: number
+  readonly prefix: number
+  readonly gateway: string
+  /** First and last address a sandbox may get. */
+  readonly first: number
+  readonly last: number
+}
+
+export const ipToInt = (ip: string): number =>
+  ip.split(".").reduce((acc, part) => acc * 256 + Number(part), 0)
+
+export const intToIp = (n: number): string =>
+  [n >>> 24, (n >>> 16) & 255, (n >>> 8) & 255, n & 255].join(".")
+
+/** Pure: the addresses of `10.213.0.0/16`-style subnets (host takes the first). */
+export const parseSubnet = (cidr: string): Subnet => {
+  const [address, bits] = cidr.split("/") as [string, string]
+  const prefix = Number(bits)
+  const size = 2 ** (32 - prefix)
+  const base = Math.floor(ipToInt(address) / size) * size
+  return { base, prefix, gateway: intToIp(base + 1), first: base + 2, last: base + size - 2 }
+}
+
+/** Interface names (at most 15 bytes) derived from the address: unique while the lease is. */
+export const vethNames = (ip: string): { readonly host: string; readonly peer: string } => {
+  const hex = ipToInt(ip).toString(16).padStart(8, "0")
+  return { host: `sv${hex}`, peer: `sp${hex}` }
+}
+
+interface LeaseOwner {
+  readonly dataDir: string
+  readonly sandboxId: string
+}
+
+const ownerText = (owner: LeaseOwner) => JSON.stringify({ dataDir: owner.dataDir, sandboxId: owner.sandboxId }) + "\n"
+
+const readOwner = async (file: string): Promise<LeaseOwner | undefined> => {
+  try {
+    const parsed = JSON.parse(await Fs.readFile(file, "utf8")) as unknown
+    if (
+      typeof parsed === "object" && parsed !== null &&
+      typeof (parsed as LeaseOwner).dataDir === "string" && typeof (parsed as LeaseOwner).sandboxId === "string"
+    ) return parsed as LeaseOwner
+    return undefined
+  } catch {
+    return undefined
+  }
+}
+
+const exists = (path: string) => Fs.lstat(path).then(() => true, () => false)
+
+/** A lease whose owner's data dir no longer holds that sandbox: left by a removed agent or test. */
+const isStale = async (owner: LeaseOwner | undefined): Promise<boolean> =>
+  owner !== undefined && !(await exists(NodePath.join(owner.dataDir, "sandboxes", owner.sandboxId)))
+
+const tryClaim = async (leaseDir: string, ip: string, owner: LeaseOwner): Promise<boolean> => {
+  try {
+    await Fs.writeFile(NodePath.join(leaseDir, ip), ownerText(owner), { flag: "wx" })
+    return true
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === "EEXIST") return false
+    throw e
+  }
+}
+
+/**
+ * Takes a stale lease over. Renaming is atomic: exactly one contender gets the file; if what
+ * it got is not the stale lease it inspected (someone reclaimed and re-leased meanwhile), it
+ * puts it back.
+ */
+const reclaim = async (leaseDir: string, ip: string, stale: string, owner: LeaseOwner): Promise<boolean> => {
+  const file = NodePath.join(leaseDir, ip)
+  const tomb = `${file}.reclaim-${randomBytes(6).toString("hex")}`
+  try {
+    await Fs.rename(file, tomb)
+  } catch {
+    return false
+  }
+  const got = await Fs.readFile(tomb, "utf8").catch(() => "")
+  if (got !== stale) {
+    await Fs.link(tomb, file).catch(() => undefined)
+    await Fs.unlink(tomb).catch(() => undefined)
+    return false
+  }
+  await Fs.unlink(tomb).catch(() => undefined)
+  return tryClaim(leaseDir, ip, owner)
+}
+
+/** Leases `preferred` if it is free or already ours, else the first free address of the subnet. */
+export const lease = async (
+  leaseDir: string,
+  subnet: Subnet,
+  owner: LeaseOwner,
+  preferred?: string
+): Promise<string | undefined> => {
+  await Fs.mkdir(leaseDir, { recursive: true })
+  const attempt = async (ip: string): Promise<boolean> => {
+    if (await tryClaim(leaseDir, ip, owner)) return true
+    const file = NodePath.join(leaseDir, ip)
+    const text = await Fs.readFile(file, "utf8").catch(() => undefined)
+    if (text === undefined) return tryClaim(leaseDir, ip, owner)
+    if (text === ownerText(owner)) return true
+    let parsed: LeaseOwner | undefined
+    try {
+      parsed = JSON.parse(text) as LeaseOwner
+    } catch {
+      parsed = undefined
+    }
+    if (await isStale(parsed)) return reclaim(leaseDir, ip, text, owner)
+    return false
+  }
+  if (preferred !== undefined) {
+    const n = ipToInt(preferred)
+    if (n >= subnet.first && n <= subnet.last && (await attempt(preferred))) return preferred
+  }
+  const taken = new Set(await Fs.readdir(leaseDir))
+  for (let n = subnet.first; n <= subnet.last; n++) {
+    const ip = intToIp(n)
+    if (taken.has(ip)) continue
+    if (await attempt(ip)) return ip
+  }
+  // Everything looked taken: look for stale leases among them.
+  for (let n = subnet.first; n <= subnet.last; n++) {
+    const ip = intToIp(n)
+    if (taken.has(ip) && (await attempt(ip))) return ip
+  }
+  return undefined
+}
+
+/** Gives the address back if (and only if) the lease is still ours. */
+export const release = async (leaseDir: string, ip: string, owner: LeaseOwner): Promise<void> => {
+  const file = NodePath.join(leaseDir, ip)
+  const current = await readOwner(file)
+  if (current !== undefined && current.dataDir === owner.dataDir && current.sandboxId === owner.sandboxId) {
+    await Fs.unlink(file).catch(() => undefined)
+  }
+}
+
+export const interfaceExists = (name: string) => exists(`/sys/class/net/${name}`)
+
+/** The `ip -batch` script that makes the host end and sends the peer into the sandbox. */
+export const hostScript = (bridge: string, ip: string, pid: number): string => {
+  const { host, peer } = vethNames(ip)
+  return [
+    `link add ${host} type veth peer name ${peer}`,
+    `link set ${host} master ${bridge}`,
+    // Isolated bridge ports talk only to the bridge itself (the host), never to each other.
+    `link set dev ${host} type bridge_slave isolated on`,
+    `link set ${host} up`,
+    `link set ${peer} netns ${pid}`
+  ].join("\n") + "\n"
+}
+
+/** The `ip -batch` script run inside the sandbox's net namespace. No default route on purpose. */
+export const sandboxScript = (ip: string, subnet: Subnet): string => {
+  const { peer } = vethNames(ip)
+  return [
+    `link set ${peer} name eth0`,
+    `addr add ${ip}/${subnet.prefix} dev eth0`,
+    `link set eth0 up`,
+    `link set lo up`
+  ].join("\n") + "\n"
+}

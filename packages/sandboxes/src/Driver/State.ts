@@ -1,0 +1,115 @@
+/**
+ * Per-sandbox files under `<dataDir>/sandboxes/<id>/`: what a fresh agent process needs to find,
+ * reach and clean up the sandboxes a previous process made.
+ *
+ *   sandbox.json  the spec, template folder, internalIp (written at create, kept until destroy)
+ *   run.json      the running instance: init pid and its start time (removed by stop)
+ *   upper/ work/  the overlay's writable layer and its scratch folder (the saved file system)
+ *   root/         mount point of the overlay, mounted only inside the sandbox's private mount
+ *                 namespace (the host's mount table never shows it)
+ *   bwrap.log     bubblewrap's and the init's own output
+ */
+import { Schema } from "effect"
+import * as Fs from "node:fs/promises"
+import * as NodePath from "node:path"
+import { Env, LimitStatus } from "../Driver.ts"
+
+export class SandboxRecord extends Schema.Class<SandboxRecord>("@svc/sandboxes/Driver/SandboxRecord")({
+  sandboxId: Schema.String,
+  hostId: Schema.String,
+  template: Schema.String,
+  templateDir: Schema.String,
+  env: Env,
+  cpu: Schema.Int,
+  ramMb: Schema.Int,
+  diskGb: Schema.Int,
+  exposedPorts: Schema.Array(Schema.Int),
+  internalIp: Schema.String,
+  createdAt: Schema.String
+}) {}
+
+export class RunRecord extends Schema.Class<RunRecord>("@svc/sandboxes/Driver/RunRecord")({
+  /** The sandbox's init (pid 1 inside) as seen from the host. */
+  pid: Schema.Int,
+  /** Its start time in clock ticks since boot (/proc/<pid>/stat field 22): guards against pid reuse. */
+  startTicks: Schema.Int,
+  startedAt: Schema.String,
+  limits: LimitStatus
+}) {}
+
+const SandboxRecordJson = Schema.fromJsonString(SandboxRecord)
+const RunRecordJson = Schema.fromJsonString(RunRecord)
+
+export interface SandboxPaths {
+  readonly dir: string
+  readonly record: string
+  readonly run: string
+  readonly upper: string
+  readonly work: string
+  readonly root: string
+  readonly log: string
+}
+
+export const sandboxPaths = (dataDir: string, sandboxId: string): SandboxPaths => {
+  const dir = NodePath.join(dataDir, "sandboxes", sandboxId)
+  return {
+    dir,
+    record: NodePath.join(dir, "sandbox.json"),
+    run: NodePath.join(dir, "run.json"),
+    upper: NodePath.join(dir, "upper"),
+    work: NodePath.join(dir, "work"),
+    root: NodePath.join(dir, "root"),
+    log: NodePath.join(dir, "bwrap.log")
+  }
+}
+
+/** Writes via a temporary file and rename, so a crash never leaves half a record. */
+const writeAtomic = async (file: string, text: string) => {
+  const temp = `${file}.tmp-${process.pid}`
+  await Fs.writeFile(temp, text, { mode: 0o600 })
+  await Fs.rename(temp, file)
+}
+
+export const writeSandboxRecord = (paths: SandboxPaths, record: SandboxRecord) =>
+  writeAtomic(paths.record, Schema.encodeSync(SandboxRecordJson)(record))
+
+export const writeRunRecord = (paths: SandboxPaths, record: RunRecord) =>
+  writeAtomic(paths.run, Schema.encodeSync(RunRecordJson)(record))
+
+const readDecoded = async <A>(file: string, decode: (text: string) => A): Promise<A | undefined> => {
+  let text: string
+  try {
+    text = await Fs.readFile(file, "utf8")
+  } catch {
+    return undefined
+  }
+  try {
+    return decode(text)
+  } catch {
+    // A damaged file counts as absent; the sandbox is then stopped or unknown.
+    return undefined
+  }
+}
+
+export const readSandboxRecord = (paths: SandboxPaths) =>
+  readDecoded(paths.record, Schema.decodeUnknownSync(SandboxRecordJson))
+
+export const readRunRecord = (paths: SandboxPaths) => readDecoded(paths.run, Schema.decodeUnknownSync(RunRecordJson))
+
+/** State letter and start time of a process, or undefined when there is no such process. */
+export const procStat = async (pid: number): Promise<{ state: string; startTicks: number } | undefined> => {
+  try {
+    const text = await Fs.readFile(`/proc/${pid}/stat`, "utf8")
+    // The command name (field 2) may contain spaces and parentheses: split after the last ')'.
+    const fields = text.slice(text.lastIndexOf(")") + 2).split(" ")
+    return { state: fields[0]!, startTicks: Number(fields[19]) }
+  } catch {
+    return undefined
+  }
+}
+
+/** True when the recorded init still runs (same pid, same start time, not a zombie). */
+export const isAlive = async (run: RunRecord): Promise<boolean> => {
+  const stat = await procStat(run.pid)
+  return stat !== undefined && stat.startTicks === run.startTicks && stat.state !== "Z" && stat.state !== "X"
+}

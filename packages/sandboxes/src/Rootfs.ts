@@ -1,0 +1,91 @@
+/**
+ * The built-in `base` template: a root file system assembled from the host's static busybox.
+ * Built into a temporary folder and renamed into place, so a reader sees either nothing or a
+ * complete tree, and two agents building at once cannot corrupt it.
+ */
+import * as Fs from "node:fs/promises"
+import * as NodePath from "node:path"
+import { execFileSync } from "node:child_process"
+
+export const BASE_TEMPLATE = "base"
+
+/** Bumped when the layout below changes: an older tree is then rebuilt beside it. */
+const BASE_VERSION = "1"
+
+const files: ReadonlyArray<readonly [string, string, number]> = [
+  ["etc/passwd", "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n", 0o644],
+  ["etc/group", "root:x:0:\nnogroup:x:65534:\n", 0o644],
+  ["etc/shadow", "root:*:19000:0:99999:7:::\nnobody:*:19000:0:99999:7:::\n", 0o640],
+  ["etc/hosts", "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n", 0o644],
+  ["etc/nsswitch.conf", "passwd: files\ngroup: files\nhosts: files dns\n", 0o644],
+  ["etc/resolv.conf", "", 0o644],
+  ["etc/profile", "export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\nexport PS1='\\h:\\w\\$ '\n", 0o644],
+  ["etc/os-release", "NAME=\"svc base\"\nID=svc-base\nVERSION_ID=" + BASE_VERSION + "\n", 0o644],
+  ["etc/svc-template", "base\n", 0o644]
+]
+
+const dirs: ReadonlyArray<readonly [string, number]> = [
+  ["bin", 0o755], ["sbin", 0o755], ["usr", 0o755], ["usr/bin", 0o755], ["usr/sbin", 0o755],
+  ["usr/local", 0o755], ["usr/local/bin", 0o755], ["etc", 0o755], ["root", 0o700], ["home", 0o755],
+  ["tmp", 0o1777], ["var", 0o755], ["var/tmp", 0o1777], ["var/log", 0o755], ["run", 0o755],
+  ["proc", 0o555], ["sys", 0o555], ["dev", 0o755], ["mnt", 0o755], ["opt", 0o755], ["srv", 0o755]
+]
+
+/** The applets the host's busybox offers (`busybox --list`). */
+const applets = (busybox: string): ReadonlyArray<string> =>
+  execFileSync(busybox, ["--list"], { encoding: "utf8" })
+    .split("\n")
+    .filter((name) => /^[A-Za-z0-9_.[-]+$/.test(name) && name !== "busybox")
+
+/**
+ * Returns the folder of the base template under `templatesDir`, building it when absent.
+ * Idempotent and safe against concurrent builders (the loser's rename fails and it cleans up).
+ */
+export const ensureBaseTemplate = async (templatesDir: string, busybox: string): Promise<string> => {
+  const target = NodePath.join(templatesDir, `${BASE_TEMPLATE}`)
+  const marker = NodePath.join(target, "etc", "svc-template")
+  const versionFile = NodePath.join(templatesDir, `.${BASE_TEMPLATE}.version`)
+  const current = await Fs.readFile(versionFile, "utf8").catch(() => "")
+  if (current.trim() === BASE_VERSION && (await exists(marker))) return target
+
+  await Fs.mkdir(templatesDir, { recursive: true })
+  const temp = await Fs.mkdtemp(NodePath.join(templatesDir, `.${BASE_TEMPLATE}.build-`))
+  try {
+    for (const [dir, mode] of dirs) {
+      await Fs.mkdir(NodePath.join(temp, dir), { recursive: true })
+      await Fs.chmod(NodePath.join(temp, dir), mode)
+    }
+    await Fs.copyFile(busybox, NodePath.join(temp, "bin", "busybox"))
+    await Fs.chmod(NodePath.join(temp, "bin", "busybox"), 0o755)
+    for (const applet of applets(busybox)) {
+      // Everything in /bin keeps links relative and inside the tree.
+      await Fs.symlink("busybox", NodePath.join(temp, "bin", applet)).catch((e: NodeJS.ErrnoException) => {
+        if (e.code !== "EEXIST") throw e
+      })
+    }
+    for (const [file, content, mode] of files) {
+      await Fs.writeFile(NodePath.join(temp, file), content, { mode })
+      await Fs.chmod(NodePath.join(temp, file), mode)
+    }
+    await Fs.chmod(temp, 0o755)
+    if (await exists(target)) {
+      // An older version: move it aside and keep it, since running sandboxes still read it
+      // as their lower layer.
+      const old = NodePath.join(templatesDir, `.${BASE_TEMPLATE}.old-${process.pid}-${Date.now()}`)
+      await Fs.rename(target, old).catch(() => undefined)
+    }
+    try {
+      await Fs.rename(temp, target)
+    } catch (e) {
+      // Another builder won the race: its tree is as good as ours.
+      if (!(await exists(marker))) throw e
+    }
+    await Fs.writeFile(versionFile, BASE_VERSION + "\n")
+    return target
+  } finally {
+    await Fs.rm(temp, { recursive: true, force: true }).catch(() => undefined)
+  }
+}
+
+const exists = (path: string): Promise<boolean> =>
+  Fs.lstat(path).then(() => true, () => false)
