@@ -1,0 +1,214 @@
+/**
+ * Sandboxes (spec.md 2.2, api.md "Sandboxes"): the record, the create request, exec.
+ *
+ * The record keeps spec.md's exact field names, mixed case included; the field this contract
+ * adds, the parent, is `parentId` like the record's other id references (orgId, templateId,
+ * hostId). `env` is never part of the record (it may carry credentials, e.g. an injected
+ * `sandbox:<id>` key). Unset values are `null`.
+ */
+import { Effect, Schema, SchemaTransformation } from "effect"
+import { ListQuery, Page } from "./Pagination.ts"
+import { HostId, OrgId, SandboxId, SecretId, TemplateId, VolumeId } from "./Ids.ts"
+import { AbsolutePath, EnvVars, jsonBytes, Name, RelativePath } from "./Text.ts"
+import { NullableTimestamp, Timestamp } from "./Time.ts"
+
+export const SANDBOX_STATES = [
+  "pending",
+  "starting",
+  "running",
+  "stopping",
+  "stopped",
+  "deleting",
+  "deleted",
+  "error"
+] as const
+export const SandboxState = Schema.Literals(SANDBOX_STATES)
+export type SandboxState = typeof SandboxState.Type
+
+/** `persistent` (the default) keeps its disk when stopped; `ephemeral` is removed once it stops. */
+export const SandboxType = Schema.Literals(["persistent", "ephemeral"])
+export type SandboxType = typeof SandboxType.Type
+
+export const VolumeMode = Schema.Literals(["rw", "ro"])
+export type VolumeMode = typeof VolumeMode.Type
+
+export const VolumeAttachment = Schema.Struct({
+  volume_id: VolumeId,
+  type: Schema.String,
+  driver: Schema.String,
+  mount_path: Schema.String,
+  subpath: Schema.String,
+  mode: VolumeMode
+})
+export type VolumeAttachment = typeof VolumeAttachment.Type
+
+export const MAX_METADATA_BYTES = 16 * 1024
+
+/** Free-form JSON object, at most 16 KiB serialized. */
+export const Metadata = Schema.Record(Schema.String, Schema.Json).check(
+  Schema.makeFilter((m: object) => jsonBytes(m) <= MAX_METADATA_BYTES || "at most 16 KiB of JSON", {
+    expected: "a JSON object of at most 16 KiB"
+  })
+)
+export type Metadata = typeof Metadata.Type
+
+/** A sandbox as returned by the API. */
+export const Sandbox = Schema.Struct({
+  id: SandboxId,
+  name: Schema.String,
+  orgId: OrgId,
+  templateId: TemplateId,
+  /** null until placed on a host. */
+  hostId: Schema.NullOr(HostId),
+  parentId: Schema.NullOr(SandboxId),
+  state: SandboxState,
+  type: SandboxType,
+  region: Schema.String,
+  datacenter: Schema.NullOr(Schema.String),
+  agent_ready: Schema.Boolean,
+  runtime_ready: Schema.Boolean,
+  runtime_reason: Schema.NullOr(Schema.String),
+  cpu: Schema.Int,
+  ramMb: Schema.Int,
+  diskGb: Schema.Int,
+  vsockCid: Schema.NullOr(Schema.Int),
+  internalIp: Schema.NullOr(Schema.String),
+  exposedPorts: Schema.Array(Schema.Int),
+  volume_attachments: Schema.Array(VolumeAttachment),
+  metadata: Schema.Record(Schema.String, Schema.Json),
+  errorMessage: Schema.NullOr(Schema.String),
+  createdAt: Timestamp,
+  startedAt: NullableTimestamp,
+  stoppedAt: NullableTimestamp,
+  deletedAt: NullableTimestamp
+})
+export type Sandbox = typeof Sandbox.Type
+
+// Limits of a create request. Bounds spec.md leaves open, chosen to be generous but finite.
+export const CPU_MIN = 1
+export const CPU_MAX = 16
+export const RAM_MB_MIN = 64
+export const RAM_MB_MAX = 65_536
+export const DISK_GB_MIN = 1
+export const DISK_GB_MAX = 1024
+export const MAX_EXPOSED_PORTS = 16
+export const MAX_VOLUMES = 16
+export const MAX_SECRETS = 32
+export const TIMEOUT_S_MAX = 30 * 24 * 3600
+
+const intBetween = (min: number, max: number) => Schema.Int.check(Schema.isBetween({ minimum: min, maximum: max }))
+const withDefault = <S extends Schema.Top>(value: S["Encoded"]) => (schema: S) =>
+  schema.pipe(Schema.withDecodingDefaultKey(Effect.succeed(value)))
+
+const uniqueBy = <A>(label: string, key: (a: A) => unknown) =>
+  Schema.makeFilter((items: ReadonlyArray<A>) => {
+    const seen = new Set<unknown>()
+    for (let i = 0; i < items.length; i++) {
+      const k = key(items[i]!)
+      if (seen.has(k)) return { path: [i], issue: `duplicate ${label}` }
+      seen.add(k)
+    }
+    return true
+  })
+
+export const SandboxVolumeRequest = Schema.Struct({
+  volume_id: VolumeId,
+  /** Where it appears in the sandbox; not `/` itself. */
+  mount_path: AbsolutePath.check(Schema.makeFilter((p: string) => p !== "/" || "cannot mount over /")),
+  subpath: RelativePath.pipe(withDefault("")),
+  mode: VolumeMode.pipe(withDefault("rw"))
+})
+export type SandboxVolumeRequest = typeof SandboxVolumeRequest.Type
+
+export const Port = intBetween(1, 65_535)
+
+/** Body of POST /v1/sandboxes (snake_case, defaults applied when decoding). */
+export const CreateSandboxRequest = Schema.Struct({
+  name: Schema.optionalKey(Name(120)),
+  /** A template id or name. */
+  template: Name(120).pipe(withDefault("base")),
+  parent_id: Schema.NullOr(SandboxId).pipe(withDefault(null)),
+  env: EnvVars.pipe(withDefault({})),
+  cpu: intBetween(CPU_MIN, CPU_MAX).pipe(withDefault(1)),
+  ram_mb: intBetween(RAM_MB_MIN, RAM_MB_MAX).pipe(withDefault(512)),
+  disk_gb: intBetween(DISK_GB_MIN, DISK_GB_MAX).pipe(withDefault(1)),
+  metadata: Metadata.pipe(withDefault({})),
+  type: SandboxType.pipe(withDefault("persistent")),
+  /** null: any region. */
+  region: Schema.NullOr(Schema.String.check(Schema.isPattern(/^[A-Za-z0-9._-]{1,64}$/))).pipe(withDefault(null)),
+  volumes: Schema.Array(SandboxVolumeRequest).check(
+    Schema.isMaxLength(MAX_VOLUMES),
+    uniqueBy<SandboxVolumeRequest>("mount_path", (v) => v.mount_path.replace(/\/+$/, ""))
+  ).pipe(withDefault([])),
+  exposed_ports: Schema.Array(Port).check(Schema.isMaxLength(MAX_EXPOSED_PORTS), uniqueBy<number>("port", (p) => p))
+    .pipe(withDefault([])),
+  secrets: Schema.Array(SecretId).check(Schema.isMaxLength(MAX_SECRETS), uniqueBy<string>("secret", (s) => s))
+    .pipe(withDefault([])),
+  /** Seconds until the platform stops it; null: no limit. */
+  timeout_s: Schema.NullOr(intBetween(1, TIMEOUT_S_MAX)).pipe(withDefault(null))
+})
+export type CreateSandboxRequest = typeof CreateSandboxRequest.Type
+
+export const EXEC_TIMEOUT_MS_MAX = 600_000
+export const EXEC_TIMEOUT_MS_DEFAULT = 60_000
+export const EXEC_MAX_ARGS = 4096
+
+/** Body of POST /v1/sandboxes/{id}/exec. */
+export const ExecRequest = Schema.Struct({
+  /** argv: at least one element, the first non-empty; no NUL anywhere. */
+  cmd: Schema.Array(Schema.String).check(
+    Schema.makeFilter((cmd: ReadonlyArray<string>) => {
+      if (cmd.length === 0) return "at least the program to run"
+      if (cmd.length > EXEC_MAX_ARGS) return `at most ${EXEC_MAX_ARGS} arguments`
+      if (cmd[0]!.length === 0) return { path: [0], issue: "the program cannot be empty" }
+      const i = cmd.findIndex((a) => a.includes("\u0000"))
+      return i < 0 || { path: [i], issue: "arguments cannot contain NUL" }
+    }, { expected: "a non-empty argv array" })
+  ),
+  cwd: Schema.optionalKey(AbsolutePath),
+  env: Schema.optionalKey(EnvVars),
+  stdin: Schema.optionalKey(Schema.String),
+  timeout_ms: intBetween(1, EXEC_TIMEOUT_MS_MAX).pipe(withDefault(EXEC_TIMEOUT_MS_DEFAULT))
+})
+export type ExecRequest = typeof ExecRequest.Type
+
+export const ExecResult = Schema.Struct({
+  exit_code: Schema.Int,
+  stdout: Schema.String,
+  stderr: Schema.String,
+  duration_ms: Schema.Int.check(Schema.isGreaterThanOrEqualTo(0))
+})
+export type ExecResult = typeof ExecResult.Type
+
+/** `paginated=false` returns every row in one response, capped at this many. */
+export const UNPAGINATED_CAP = 10_000
+
+/** `state`: one state or a comma-separated list of them (duplicates removed). */
+export const StateFilter = Schema.String.pipe(
+  Schema.decodeTo(
+    Schema.Array(SandboxState).check(Schema.isMinLength(1)),
+    // Each piece is then checked against SandboxState by the target schema.
+    SchemaTransformation.transform<ReadonlyArray<SandboxState>, string>({
+      decode: (s) => [...new Set(s.split(","))] as ReadonlyArray<SandboxState>,
+      encode: (states) => states.join(",")
+    })
+  )
+)
+
+/** Query of GET /v1/sandboxes. */
+export const ListSandboxesQuery = Schema.Struct({
+  ...ListQuery.fields,
+  paginated: Schema.Literals(["true", "false"]).pipe(
+    Schema.decodeTo(
+      Schema.Boolean,
+      SchemaTransformation.transform({ decode: (s) => s === "true", encode: (b) => (b ? "true" : "false") })
+    ),
+    Schema.withDecodingDefaultKey(Effect.succeed("true" as const))
+  ),
+  state: Schema.optionalKey(StateFilter)
+})
+export type ListSandboxesQuery = typeof ListSandboxesQuery.Type
+
+/** Response of GET /v1/sandboxes. */
+export const SandboxPage = Page("rows", Sandbox)
+export type SandboxPage = typeof SandboxPage.Type

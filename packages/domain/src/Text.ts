@@ -1,0 +1,81 @@
+/** Reusable string and map rules for request bodies. */
+import { Schema } from "effect"
+
+/** Unicode code points, not UTF-16 units: "1 to 120 characters" means what people see. */
+export const codePoints = (s: string): number => {
+  let n = 0
+  for (const _ of s) n++
+  return n
+}
+
+/** Printable text: no control characters (C0, DEL, C1), no lone surrogates. */
+const PRINTABLE = /^[^\p{Cc}\p{Cs}]*$/u
+
+/** A name: 1 to `max` characters, printable, not blank. */
+export const Name = (max = 120) =>
+  Schema.String.check(
+    Schema.makeFilter((s: string) => {
+      const n = codePoints(s)
+      if (n < 1 || n > max) return `between 1 and ${max} characters`
+      if (!PRINTABLE.test(s)) return "printable characters only"
+      if (s.trim().length === 0) return "not blank"
+      return true
+    }, { expected: `a name of 1 to ${max} printable characters` })
+  )
+
+/** Byte length of a value's JSON serialization. */
+export const jsonBytes = (value: unknown): number => Buffer.byteLength(JSON.stringify(value), "utf8")
+
+export const ENV_KEY = /^[A-Za-z_][A-Za-z0-9_]*$/
+export const MAX_ENV_VARS = 128
+export const MAX_ENV_KEY_LENGTH = 256
+export const MAX_ENV_VALUE_BYTES = 32 * 1024
+export const MAX_ENV_TOTAL_BYTES = 256 * 1024
+
+/**
+ * Environment variables: at most 128, keys `^[A-Za-z_][A-Za-z0-9_]*$` (at most 256), values
+ * without NUL (they become C strings) of at most 32 KiB, 256 KiB in all.
+ */
+export const EnvVars = Schema.Record(Schema.String, Schema.String).check(
+  Schema.makeFilter((env: Readonly<Record<string, string>>) => {
+    const keys = Object.keys(env)
+    if (keys.length > MAX_ENV_VARS) return `at most ${MAX_ENV_VARS} variables`
+    const issues: Array<Schema.FilterIssue> = []
+    let total = 0
+    for (const k of keys) {
+      const v = env[k]!
+      if (!ENV_KEY.test(k) || k.length > MAX_ENV_KEY_LENGTH) {
+        issues.push({ path: [k], issue: "variable names match ^[A-Za-z_][A-Za-z0-9_]*$ (at most 256 characters)" })
+      }
+      const bytes = Buffer.byteLength(v, "utf8")
+      total += bytes + k.length
+      if (v.includes("\u0000")) issues.push({ path: [k], issue: "values cannot contain NUL" })
+      else if (bytes > MAX_ENV_VALUE_BYTES) issues.push({ path: [k], issue: "at most 32 KiB per value" })
+    }
+    if (issues.length > 0) return issues
+    return total <= MAX_ENV_TOTAL_BYTES || "at most 256 KiB of variables in all"
+  }, { expected: "environment variables" })
+)
+export type EnvVars = typeof EnvVars.Type
+
+/** An absolute path inside a sandbox: starts with `/`, no `..` segment, no NUL, at most 4096 bytes. */
+export const AbsolutePath = Schema.String.check(
+  Schema.makeFilter((p: string) => {
+    if (!p.startsWith("/")) return "an absolute path (starting with /)"
+    if (p.includes("\u0000")) return "no NUL characters"
+    if (Buffer.byteLength(p, "utf8") > 4096) return "at most 4096 bytes"
+    if (p.split("/").includes("..")) return "no .. segments"
+    return true
+  }, { expected: "an absolute path" })
+)
+
+/** A relative path (empty allowed): no leading `/`, no `..` segment, no NUL. */
+export const RelativePath = Schema.String.check(
+  Schema.makeFilter((p: string) => {
+    if (p.startsWith("/")) return "a relative path (no leading /)"
+    if (p.includes("\u0000")) return "no NUL characters"
+    if (Buffer.byteLength(p, "utf8") > 4096) return "at most 4096 bytes"
+    if (p.split("/").includes("..")) return "no .. segments"
+    return true
+  }, { expected: "a relative path" })
+)
