@@ -3,13 +3,12 @@
  * middleware, on a Node HTTP server that finishes requests in flight when it stops.
  */
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
-import { BusHealth } from "@svc/bus/Nats"
-import { DatabaseHealth } from "@svc/db/Database"
 import { Api } from "@svc/domain/Api"
 import { Config, Duration, Effect, Layer } from "effect"
 import { HttpRouter } from "effect/http"
 import { HttpApiBuilder, HttpApiScalar } from "effect/http-api"
 import { createServer } from "node:http"
+import { HealthMonitor } from "./Health.ts"
 import { ApiMiddleware } from "./Http/Middleware.ts"
 import { SystemHandlers } from "./Http/System.ts"
 
@@ -17,7 +16,7 @@ export const ApiPort = Config.Port("SVC_PORT").pipe(Config.withDefault(8080))
 export const ApiHost = Config.String("SVC_HOST").pipe(Config.withDefault("127.0.0.1"))
 
 export const Handlers = Layer.mergeAll(SystemHandlers).pipe(
-  Layer.provide([DatabaseHealth.layer, BusHealth.layer])
+  Layer.provide(HealthMonitor.layer)
 )
 
 export const Routes = Layer.mergeAll(

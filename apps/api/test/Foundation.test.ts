@@ -36,7 +36,7 @@ describe("API foundation", () => {
   it.live("serves the OpenAPI document and the docs page of the same definition", () =>
     Effect.gen(function*() {
       const base = yield* serve(apiLayer.pipe(Layer.provide(platformLayer)))
-      const doc = yield* Effect.promise(() => fetch(`${base}/v1/openapi.json`).then((r) => r.json()))
+      const doc = yield* Effect.promise(() => fetch(`${base}/v1/openapi.json`).then((r) => r.json() as Promise<any>))
       expect(doc.openapi).toMatch(/^3\.1/)
       expect(Object.keys(doc.paths)).toContain("/v1/health")
       const docs = yield* Effect.promise(() => fetch(`${base}/docs`))
@@ -85,7 +85,7 @@ describe("API foundation", () => {
         for (const body of ["{", "{\"name\": ", "not json", "{\"name\":\"a\",\"count\":1}}"]) {
           const res = yield* Effect.promise(() => post(base, body))
           expect(res.status).toBe(400)
-          const json = yield* Effect.promise(() => res.json())
+          const json: any = yield* Effect.promise(() => res.json())
           expect(json.code).toBe("invalid_request")
           expect(typeof json.error).toBe("string")
         }
@@ -96,7 +96,7 @@ describe("API foundation", () => {
         const base = yield* serve(echoLayer)
         const res = yield* Effect.promise(() => post(base, JSON.stringify({ name: 1, count: 1.5 })))
         expect(res.status).toBe(400)
-        const json = yield* Effect.promise(() => res.json())
+        const json: any = yield* Effect.promise(() => res.json())
         expect(json.code).toBe("invalid_request")
         expect(json.issues.map((i: { path: string }) => i.path).sort()).toEqual(["count", "name"])
         const ok = yield* Effect.promise(() => post(base, JSON.stringify({ name: "a", count: 2 })).then((r) => r.json()))
@@ -139,25 +139,33 @@ describe("API foundation", () => {
       }))
   })
 
+  /** Health is probed in the background: ask until it reports `status` (bounded). */
+  const healthUntil = (base: string, status: number) =>
+    Effect.promise(async () => {
+      let last = { status: 0, body: undefined as unknown }
+      for (let i = 0; i < 100; i++) {
+        const res = await fetch(`${base}/v1/health`)
+        last = { status: res.status, body: await res.json() }
+        if (last.status === status) break
+        await new Promise((r) => setTimeout(r, 100))
+      }
+      return last
+    })
+
   it.live("health is 503 unavailable while Postgres is stopped and 200 again once it is back", () =>
     Effect.gen(function*() {
       const pg = yield* Effect.acquireRelease(Effect.promise(() => startPostgres()), (pg) => Effect.promise(pg.close))
       const layer = apiLayer.pipe(Layer.provide(Layer.mergeAll(Database.layerFromUrl(pg.url), TestNats.layer)))
       const base = yield* serve(layer)
-      const health = () => fetch(`${base}/v1/health`).then(async (r) => ({ status: r.status, body: await r.json() }))
-      expect((yield* Effect.promise(health)).status).toBe(200)
+      expect((yield* healthUntil(base, 200)).status).toBe(200)
       yield* Effect.promise(pg.stop)
-      const down = yield* Effect.promise(health)
-      expect(down.status).toBe(503)
-      expect(down.body).toEqual({ error: expect.stringContaining("postgres"), code: "unavailable" })
+      expect(yield* healthUntil(base, 503)).toEqual({
+        status: 503,
+        body: { error: expect.stringContaining("postgres"), code: "unavailable" }
+      })
       yield* Effect.promise(pg.start)
-      // The pool reconnects by itself; allow it a few probes.
-      let back = yield* Effect.promise(health)
-      for (let i = 0; i < 50 && back.status !== 200; i++) {
-        yield* Effect.sleep(100)
-        back = yield* Effect.promise(health)
-      }
-      expect(back).toEqual({ status: 200, body: { status: "ok", postgres: "up", nats: "up" } })
+      // The pool reconnects by itself.
+      expect(yield* healthUntil(base, 200)).toEqual({ status: 200, body: { status: "ok", postgres: "up", nats: "up" } })
     }).pipe(Effect.scoped))
 
   it.live("health is 503 naming nats when the bus does not answer", () =>
@@ -165,8 +173,9 @@ describe("API foundation", () => {
       const nats = yield* Nats
       const base = yield* serve(apiLayer.pipe(Layer.provide(Layer.mergeAll(TestDatabase.layer, Layer.succeed(Nats, nats)))))
       yield* Effect.promise(() => nats.connection.close())
-      const res = yield* Effect.promise(() => fetch(`${base}/v1/health`))
-      expect(res.status).toBe(503)
-      expect(yield* Effect.promise(() => res.json())).toEqual({ error: expect.stringContaining("nats"), code: "unavailable" })
+      expect(yield* healthUntil(base, 503)).toEqual({
+        status: 503,
+        body: { error: expect.stringContaining("nats"), code: "unavailable" }
+      })
     }).pipe(Effect.scoped, Effect.provide(TestNats.layer)))
 })

@@ -1,20 +1,18 @@
-import { BusHealth } from "@svc/bus/Nats"
-import { DatabaseHealth } from "@svc/db/Database"
 import { Api } from "@svc/domain/Api"
 import { Unavailable } from "@svc/domain/Errors"
 import { Effect } from "effect"
 import { HttpApiBuilder } from "effect/http-api"
+import { HealthMonitor } from "../Health.ts"
 
 export const SystemHandlers = HttpApiBuilder.group(
   Api,
   "system",
   Effect.fn(function*(handlers) {
-    const database = yield* DatabaseHealth
-    const bus = yield* BusHealth
+    const monitor = yield* HealthMonitor
     return handlers.handle(
       "health",
       Effect.fn("System.health")(function*() {
-        const [postgres, nats] = yield* Effect.all([database.check, bus.check], { concurrency: 2 })
+        const { postgres, nats } = yield* monitor.current
         if (postgres === "down" || nats === "down") {
           const down = [postgres === "down" ? "postgres" : [], nats === "down" ? "nats" : []].flat()
           return yield* new Unavailable({ error: `Unavailable: ${down.join(" and ")} down` })
