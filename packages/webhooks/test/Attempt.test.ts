@@ -289,6 +289,25 @@ describe("WebhookSender.attempt", () => {
         expect(hook.connections()).toBe(1)
       }))
 
+    it.effect("a pooled connection the receiver dropped is replaced by a fresh one within the attempt", () =>
+      Effect.gen(function*() {
+        const served = new WeakMap<net.Socket, number>()
+        // Each connection serves one request; a second request on it is reset unanswered.
+        const hook = yield* receiver((req, res) => {
+          const count = (served.get(req.socket) ?? 0) + 1
+          served.set(req.socket, count)
+          if (count > 1) return void req.socket.resetAndDestroy()
+          res.end("ok")
+        })
+        const url = `http://127.0.0.1:${hook.port}/`
+        expect((yield* attempt({ url, body: body("{\"n\":1}"), headers: {} })).outcome).toBe("succeeded")
+        const second = yield* attempt({ url, body: body("{\"n\":2}"), headers: {} })
+        expect(second).toMatchObject({ outcome: "succeeded", responseCode: 200, error: null })
+        // The second delivery reached the receiver twice: once on the dropped connection, once fresh.
+        expect(hook.received.map((r) => r.body.toString())).toEqual(["{\"n\":1}", "{\"n\":2}", "{\"n\":2}"])
+        expect(hook.connections()).toBe(2)
+      }))
+
     it.effect("caller headers cannot override Host or the framing", () =>
       Effect.gen(function*() {
         const hook = yield* receiver()
