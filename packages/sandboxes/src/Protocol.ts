@@ -1,0 +1,130 @@
+/**
+ * The wire between the control plane (sandbox actor, scheduler, API) and the host agents.
+ *
+ * Control → agent, durable: commands on the `AGENT` stream, subject `agent.<hostId>.<command>`
+ * (`create`, `start`, `stop`, `destroy`), published through the outbox by the sandbox actor's
+ * transitions, consumed by that host's agent with a durable consumer of its own. Commands are
+ * idempotent on the agent (a redelivered `create` of an existing sandbox reports its state).
+ *
+ * Agent → control, durable: every state change of a sandbox is an `AgentReport` sent to the
+ * sandbox actor's mailbox (`Actors.send(SandboxActor, sandboxId, report, { msgID })`).
+ *
+ * Hosts: each agent keeps a `HostRecord` under its host id in the `hosts` KV bucket,
+ * refreshed every `HOST_HEARTBEAT_MS`; a host whose record is older than `HOST_DOWN_AFTER_MS`
+ * is down (the runtime then moves its sandboxes to `error`).
+ *
+ * Data plane, synchronous: exec and files go from the API process straight to the agent over
+ * HTTP (`HostRecord.endpoint`, bearer `HostRecord.token`, both only in the KV that platform
+ * processes read), not over NATS: outputs and uploads (up to 100 MiB) exceed NATS payloads.
+ *   POST {endpoint}/sandboxes/{id}/exec            body `AgentExecRequest` (JSON) → `AgentExecResult`
+ *   GET  {endpoint}/sandboxes/{id}/files?path=     → bytes (`application/octet-stream`) or,
+ *                                                    for a folder, `{entries: [...]}` (JSON)
+ *   PUT  {endpoint}/sandboxes/{id}/files?path=     raw bytes → 204
+ *   errors: JSON `AgentError` with status 400 (bad path/request), 404 (no such sandbox or
+ *   file), 409 (sandbox not running), 413, 500.
+ */
+import { Schema } from "effect"
+
+export const HOST_HEARTBEAT_MS = 2_000
+export const HOST_DOWN_AFTER_MS = 10_000
+
+export const SANDBOX_ACTOR_TYPE = "sandbox"
+export const SANDBOX_ACTOR_PARTITIONS = 16
+
+/** The stream and subjects of agent commands (relative to the NATS prefix). */
+export const AGENT_STREAM = "AGENT"
+export const agentSubject = (hostId: string, command: AgentCommand["_tag"]) => ["agent", hostId, command] as const
+export const agentConsumer = (hostId: string) => `agent_${hostId}`
+
+export const HOSTS_BUCKET = "hosts"
+
+export const Capacity = Schema.Struct({
+  cpu: Schema.Int,
+  ramMb: Schema.Int,
+  diskGb: Schema.Int
+})
+export type Capacity = typeof Capacity.Type
+
+export const HostRecord = Schema.Struct({
+  hostId: Schema.String,
+  region: Schema.String,
+  datacenter: Schema.String,
+  version: Schema.String,
+  capacity: Capacity,
+  /** Data-plane base URL of the agent, e.g. `http://127.0.0.1:43127`. */
+  endpoint: Schema.String,
+  /** Bearer token for the data plane; random per agent start. */
+  token: Schema.String,
+  /** ms since the epoch of the last heartbeat. */
+  heartbeatAt: Schema.Number,
+  startedAt: Schema.Number
+})
+export type HostRecord = typeof HostRecord.Type
+
+export const SandboxResources = Schema.Struct({
+  template: Schema.String,
+  env: Schema.Record(Schema.String, Schema.String),
+  cpu: Schema.Int,
+  ramMb: Schema.Int,
+  diskGb: Schema.Int,
+  exposedPorts: Schema.Array(Schema.Int)
+})
+export type SandboxResources = typeof SandboxResources.Type
+
+export const CreateCommand = Schema.TaggedStruct("create", {
+  sandboxId: Schema.String,
+  orgId: Schema.String,
+  resources: SandboxResources
+})
+export const StartCommand = Schema.TaggedStruct("start", { sandboxId: Schema.String, orgId: Schema.String })
+export const StopCommand = Schema.TaggedStruct("stop", { sandboxId: Schema.String, orgId: Schema.String })
+export const DestroyCommand = Schema.TaggedStruct("destroy", { sandboxId: Schema.String, orgId: Schema.String })
+
+export const AgentCommand = Schema.Union([CreateCommand, StartCommand, StopCommand, DestroyCommand])
+export type AgentCommand = typeof AgentCommand.Type
+
+/**
+ * What a host says about one sandbox. `status`:
+ * - `running`: processes up and exec works (`agentReady` true), with `internalIp`, `via`
+ *   (`cold-boot` for a fresh file system, `restore` for a saved one) and `startedAt`;
+ * - `stopped`: processes ended, file system kept;
+ * - `destroyed`: nothing left on the host;
+ * - `failed`: the command could not be carried out (`errorMessage`).
+ */
+export const AgentReport = Schema.TaggedStruct("AgentReport", {
+  sandboxId: Schema.String,
+  hostId: Schema.String,
+  status: Schema.Literals(["running", "stopped", "destroyed", "failed"]),
+  internalIp: Schema.optionalKey(Schema.NullOr(Schema.String)),
+  via: Schema.optionalKey(Schema.Literals(["cold-boot", "restore"])),
+  agentReady: Schema.optionalKey(Schema.Boolean),
+  errorMessage: Schema.optionalKey(Schema.String),
+  /** ms since the epoch, on the host. */
+  at: Schema.Number
+})
+export type AgentReport = typeof AgentReport.Type
+
+export const AgentExecRequest = Schema.Struct({
+  cmd: Schema.Array(Schema.String),
+  cwd: Schema.optionalKey(Schema.String),
+  env: Schema.optionalKey(Schema.Record(Schema.String, Schema.String)),
+  /** UTF-8 text; binary stdin is not part of the /v1 contract. */
+  stdin: Schema.optionalKey(Schema.String),
+  timeout_ms: Schema.optionalKey(Schema.Int)
+})
+export type AgentExecRequest = typeof AgentExecRequest.Type
+
+/** The /v1 exec result, as the agent computes it (outputs decoded as UTF-8, capped). */
+export const AgentExecResult = Schema.Struct({
+  exit_code: Schema.Int,
+  stdout: Schema.String,
+  stderr: Schema.String,
+  duration_ms: Schema.Number
+})
+export type AgentExecResult = typeof AgentExecResult.Type
+
+export const AgentError = Schema.Struct({
+  error: Schema.String,
+  reason: Schema.Literals(["invalid", "not_found", "not_running", "too_large", "failed"])
+})
+export type AgentError = typeof AgentError.Type
