@@ -17,16 +17,17 @@ export const SandboxId = Schema.String.check(
 )
 export type SandboxId = typeof SandboxId.Type
 
-/** Environment variable names as POSIX shells accept them. */
-export const EnvName = Schema.String.check(
-  Schema.isPattern(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, { message: "environment variable name" })
-)
 /** Values must not carry NUL (they end up in execve's environment block). */
 export const EnvValue = Schema.String.check(
   Schema.isPattern(/^[^\0]{0,32768}$/, { message: "environment value: at most 32768 chars, no NUL" })
 )
-export const Env = Schema.Record(EnvName, EnvValue).check(
-  Schema.makeFilter((env) => Object.keys(env).length <= 128 || "at most 128 environment variables")
+const envNamePattern = /^[A-Za-z_][A-Za-z0-9_]{0,127}$/
+// Record keys are checked here explicitly: a key schema's own checks are not applied on decode.
+export const Env = Schema.Record(Schema.String, EnvValue).check(
+  Schema.makeFilter((env) => Object.keys(env).length <= 128 || "at most 128 environment variables"),
+  Schema.makeFilter((env) =>
+    Object.keys(env).every((name) => envNamePattern.test(name)) || "environment variable names: [A-Za-z_][A-Za-z0-9_]*"
+  )
 )
 export type Env = typeof Env.Type
 

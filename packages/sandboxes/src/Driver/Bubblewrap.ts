@@ -277,8 +277,7 @@ export class BubblewrapDriver {
             "--clearenv",
             ...Object.entries(env).flatMap(([k, v]) => ["--setenv", k, v]),
             "--chdir", "/",
-            "--info-fd", "3",
-            HELPER, "sh", "-c", INIT_SCRIPT
+            "--info-fd", "3"
           ]
           let logFd: number
           try {
@@ -291,11 +290,16 @@ export class BubblewrapDriver {
             unshare,
             [
               "--mount", "--propagation", "private", sh, "-c", START_SCRIPT, "sh",
-              ...procsFiles, "--", record.templateDir, paths.upper, paths.work, paths.root, bwrap, ...bwrapArgs
+              // bwrap reads its options from fd 5: host paths stay out of pid 1's cmdline inside.
+              ...procsFiles, "--", record.templateDir, paths.upper, paths.work, paths.root, bwrap, "--args", "5",
+              HELPER, "sh", "-c", INIT_SCRIPT
             ],
-            { detached: true, stdio: ["ignore", logFd, logFd, "pipe", "pipe"], env: HOST_ENV }
+            { detached: true, stdio: ["ignore", logFd, logFd, "pipe", "pipe", "pipe"], env: HOST_ENV }
           )
           FsSync.closeSync(logFd)
+          const argsPipe = child.stdio[5] as NodeJS.WritableStream
+          argsPipe.on("error", () => undefined)
+          argsPipe.end(bwrapArgs.map((arg) => arg + "\0").join(""))
           let info = ""
           let pid: number | undefined
           let ready = false
