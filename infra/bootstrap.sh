@@ -21,6 +21,9 @@ ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/n
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v nsenter >/dev/null 2>&1 || missing+=(util-linux)
+command -v setpriv >/dev/null 2>&1 || missing+=(util-linux)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+command -v psql >/dev/null 2>&1 || missing+=(postgresql-client)
 [ -x /bin/busybox ] || missing+=(busybox-static)
 if [ ${#missing[@]} -gt 0 ]; then
   log "installing Debian packages: ${missing[*]}"
