@@ -297,7 +297,7 @@ export class BubblewrapDriver {
             { detached: true, stdio: ["ignore", logFd, logFd, "pipe", "pipe", "pipe"], env: HOST_ENV }
           )
           FsSync.closeSync(logFd)
-          const argsPipe = child.stdio[5] as NodeJS.WritableStream
+          const argsPipe = (child.stdio as ReadonlyArray<unknown>)[5] as NodeJS.WritableStream
           argsPipe.on("error", () => undefined)
           argsPipe.end(bwrapArgs.map((arg) => arg + "\0").join(""))
           let info = ""
