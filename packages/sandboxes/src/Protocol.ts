@@ -23,6 +23,7 @@
  *   errors: JSON `AgentError` with status 400 (bad path/request), 404 (no such sandbox or
  *   file), 409 (sandbox not running), 413, 500.
  */
+import type { BucketSpec, StreamSpec } from "@svc/bus/Topology"
 import { Schema } from "effect"
 
 export const HOST_HEARTBEAT_MS = 2_000
@@ -36,7 +37,23 @@ export const AGENT_STREAM = "AGENT"
 export const agentSubject = (hostId: string, command: AgentCommand["_tag"]) => ["agent", hostId, command] as const
 export const agentConsumer = (hostId: string) => `agent_${hostId}`
 
+/**
+ * The AGENT stream's one configuration, which both sides `ensureStream` (the relay cannot
+ * publish a command before the stream exists, and some settings, like retention, cannot be
+ * changed once created). Workqueue: a command is gone once its host acked it; the hosts'
+ * consumers filter disjoint subjects (`agent.<hostId>.>`), as workqueue streams require.
+ */
+export const AGENT_STREAM_SPEC: StreamSpec = {
+  name: AGENT_STREAM,
+  subjects: ["agent.>"],
+  retention: "workqueue",
+  maxAgeMs: 7 * 24 * 3600_000,
+  duplicateWindowMs: 10 * 60_000
+}
+
 export const HOSTS_BUCKET = "hosts"
+/** The `hosts` bucket's configuration (both sides `ensureBucket` it). */
+export const HOSTS_BUCKET_SPEC: BucketSpec = { name: HOSTS_BUCKET, history: 1 }
 
 export const Capacity = Schema.Struct({
   cpu: Schema.Int,
