@@ -215,6 +215,10 @@ layer(TestDriver.layer(), { excludeTestServices: true })("SandboxDriver (bubblew
       const netAdmin = yield* driver.exec(a, sh("ip addr add 10.213.255.250/16 dev eth0 || ip route add default via 10.213.0.1"))
       assert.notStrictEqual(netAdmin.exitCode, 0)
       assert.notStrictEqual((yield* driver.exec(a, exec(["mount", "-t", "tmpfs", "t", "/mnt"]))).exitCode, 0)
+      // Nor replace the helper the agent runs inside on every exec.
+      const swap = yield* driver.exec(a, sh("mv /dev/.svc /dev/.old || rm -f /dev/.svc/busybox || echo x > /dev/.svc/busybox"))
+      assert.notStrictEqual(swap.exitCode, 0)
+      assert.strictEqual((yield* driver.exec(a, exec(["true"]))).exitCode, 0)
       // Nor can it signal the sandbox's init.
       yield* driver.exec(a, exec(["kill", "-9", "1"]))
       assert.strictEqual((yield* driver.exec(a, exec(["true"]))).exitCode, 0)
@@ -337,6 +341,6 @@ layer(TestDriver.layer(), { excludeTestServices: true })("SandboxDriver (bubblew
 
 describe("SandboxDriver config", () => {
   it("derives veth names from the address", () => {
-    assert.deepStrictEqual(vethNames("10.213.1.2"), { host: "sv0ad50102", peer: "sp0ad50102" })
+    assert.deepStrictEqual(vethNames("10.213.1.2"), { host: "sv0ad50102" })
   })
 })

@@ -54,8 +54,13 @@ import {
   writeSandboxRecord
 } from "./State.ts"
 
-/** Where the host's static busybox appears inside every sandbox (read-only bind on /dev's tmpfs). */
-const HELPER = "/dev/.svc/busybox"
+/**
+ * Where the host's static busybox appears inside every sandbox. The folder itself is a read-only
+ * bind mount: a mount point cannot be renamed or replaced from inside, so root in the sandbox
+ * cannot swap the helper the agent runs on its next exec.
+ */
+const HELPER_DIR = "/dev/.svc"
+const HELPER = `${HELPER_DIR}/busybox`
 
 /** Host commands run with this environment only: nothing of the caller's leaks in. */
 const HOST_ENV = { PATH: "/usr/sbin:/usr/bin:/sbin:/bin" }
@@ -219,6 +224,18 @@ export class BubblewrapDriver {
       const sandboxesDir = NodePath.join(config.dataDir, "sandboxes")
 
       yield* attempt("init", () => Fs.mkdir(sandboxesDir, { recursive: true }))
+      const helperDir = NodePath.join(config.dataDir, "helper")
+      yield* attempt("init", async () => {
+        await Fs.mkdir(helperDir, { recursive: true, mode: 0o755 })
+        const target = NodePath.join(helperDir, "busybox")
+        const [have, want] = await Promise.all([Fs.stat(target).catch(() => undefined), Fs.stat(config.busybox)])
+        if (have === undefined || have.size !== want.size || have.mtimeMs < want.mtimeMs) {
+          const temp = `${target}.tmp-${process.pid}`
+          await Fs.copyFile(config.busybox, temp)
+          await Fs.chmod(temp, 0o755)
+          await Fs.rename(temp, target)
+        }
+      })
       const baseDir = yield* attempt("init", () => ensureBaseTemplate(templatesDir, config.busybox))
 
       // The bridge is shared by every agent on the machine: create it if absent, never touch others.
@@ -268,7 +285,7 @@ export class BubblewrapDriver {
             "--bind", paths.root, "/",
             "--proc", "/proc",
             "--dev", "/dev",
-            "--ro-bind", config.busybox, HELPER,
+            "--ro-bind", helperDir, HELPER_DIR,
             "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--unshare-cgroup-try",
             "--hostname", record.sandboxId,
             // Root inside may not reconfigure its network (addresses, routes, raw frames).

@@ -33,10 +33,10 @@ export const parseSubnet = (cidr: string): Subnet => {
   return { base, prefix, gateway: intToIp(base + 1), first: base + 2, last: base + size - 2 }
 }
 
-/** Interface names (at most 15 bytes) derived from the address: unique while the lease is. */
-export const vethNames = (ip: string): { readonly host: string; readonly peer: string } => {
+/** The host end's name (at most 15 bytes) derived from the address: unique while the lease is. */
+export const vethNames = (ip: string): { readonly host: string } => {
   const hex = ipToInt(ip).toString(16).padStart(8, "0")
-  return { host: `sv${hex}`, peer: `sp${hex}` }
+  return { host: `sv${hex}` }
 }
 
 interface LeaseOwner {
@@ -150,26 +150,25 @@ export const release = async (leaseDir: string, ip: string, owner: LeaseOwner): 
 
 export const interfaceExists = (name: string) => exists(`/sys/class/net/${name}`)
 
-/** The `ip -batch` script that makes the host end and sends the peer into the sandbox. */
+/**
+ * The `ip -batch` script that makes the pair with its inner end born inside the sandbox's net
+ * namespace as eth0 (measured: moving an existing interface into a namespace costs ~40 ms,
+ * creating it there ~5 ms).
+ */
 export const hostScript = (bridge: string, ip: string, pid: number): string => {
-  const { host, peer } = vethNames(ip)
+  const { host } = vethNames(ip)
   return [
-    `link add ${host} type veth peer name ${peer}`,
-    `link set ${host} master ${bridge}`,
+    `link add ${host} master ${bridge} type veth peer name eth0 netns ${pid}`,
     // Isolated bridge ports talk only to the bridge itself (the host), never to each other.
     `link set dev ${host} type bridge_slave isolated on`,
-    `link set ${host} up`,
-    `link set ${peer} netns ${pid}`
+    `link set ${host} up`
   ].join("\n") + "\n"
 }
 
 /** The `ip -batch` script run inside the sandbox's net namespace. No default route on purpose. */
-export const sandboxScript = (ip: string, subnet: Subnet): string => {
-  const { peer } = vethNames(ip)
-  return [
-    `link set ${peer} name eth0`,
+export const sandboxScript = (ip: string, subnet: Subnet): string =>
+  [
     `addr add ${ip}/${subnet.prefix} dev eth0`,
     `link set eth0 up`,
     `link set lo up`
   ].join("\n") + "\n"
-}
