@@ -20,8 +20,8 @@
  *   GET  {endpoint}/sandboxes/{id}/files?path=     → bytes (`application/octet-stream`) or,
  *                                                    for a folder, `{entries: [...]}` (JSON)
  *   PUT  {endpoint}/sandboxes/{id}/files?path=     raw bytes → 204
- *   errors: JSON `AgentError` with status 400 (bad path/request), 404 (no such sandbox or
- *   file), 409 (sandbox not running), 413, 500.
+ *   errors: JSON `AgentError` with status 400 (bad path/request), 401 (missing or wrong
+ *   token), 404 (no such sandbox or file), 409 (sandbox not running), 413, 500.
  */
 import type { BucketSpec, StreamSpec } from "@svc/bus/Topology"
 import { Schema } from "effect"
@@ -142,6 +142,6 @@ export type AgentExecResult = typeof AgentExecResult.Type
 
 export const AgentError = Schema.Struct({
   error: Schema.String,
-  reason: Schema.Literals(["invalid", "not_found", "not_running", "too_large", "failed"])
+  reason: Schema.Literals(["invalid", "unauthorized", "not_found", "not_running", "too_large", "failed"])
 })
 export type AgentError = typeof AgentError.Type
