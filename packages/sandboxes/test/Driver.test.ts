@@ -1,12 +1,14 @@
 import { assert, describe, it, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import * as FsSync from "node:fs"
+import * as Fs from "node:fs/promises"
 import * as Http from "node:http"
 import * as Net from "node:net"
 import * as Os from "node:os"
 import * as NodePath from "node:path"
 import { ExecRequest } from "../src/Driver.ts"
-import { vethNames } from "../src/Driver/Network.ts"
+import { DriverConfig } from "../src/Driver/Config.ts"
+import { intToIp, lease, parseSubnet, release, vethNames } from "../src/Driver/Network.ts"
 import {
   cgroupDirs,
   interfaceExists,
@@ -102,7 +104,10 @@ layer(TestDriver.layer(), { excludeTestServices: true })("SandboxDriver (bubblew
       assert.isFalse(interfaceExists(veth))
       for (const dir of cgroupDirs(hostId, id)) assert.isFalse(FsSync.existsSync(dir), dir)
       assert.isFalse(FsSync.existsSync(NodePath.join(dataDir, "sandboxes", id)))
-      assert.isFalse(FsSync.existsSync(NodePath.join("/run/svc-sandboxes/svcbr0/leases", info.internalIp)))
+      // The address is free again (another test may have leased it since: then it is not ours).
+      const leaseFile = NodePath.join("/run/svc-sandboxes/svcbr0/leases", info.internalIp)
+      const holder = FsSync.existsSync(leaseFile) ? FsSync.readFileSync(leaseFile, "utf8") : ""
+      assert.notInclude(holder, `"sandboxId":"${id}"`)
       assert.deepStrictEqual(yield* driver.list, [])
       assert.strictEqual((yield* Effect.flip(driver.start(id)))._tag, "SandboxNotFound")
       assert.strictEqual((yield* Effect.flip(driver.exec(id, exec(["true"]))))._tag, "SandboxNotFound")
@@ -339,8 +344,46 @@ layer(TestDriver.layer(), { excludeTestServices: true })("SandboxDriver (bubblew
     }))
 })
 
-describe("SandboxDriver config", () => {
-  it("derives veth names from the address", () => {
+describe("SandboxDriver network leases and config", () => {
+  it("derives veth names and the subnet's addresses", () => {
     assert.deepStrictEqual(vethNames("10.213.1.2"), { host: "sv0ad50102" })
+    const subnet = parseSubnet("10.213.7.9/16")
+    assert.strictEqual(subnet.gateway, "10.213.0.1")
+    assert.strictEqual(intToIp(subnet.first), "10.213.0.2")
+    assert.strictEqual(intToIp(subnet.last), "10.213.255.254")
   })
+
+  it("rejects a bad configuration", () => {
+    assert.throws(() => DriverConfig.make({ dataDir: "relative/dir" }))
+    assert.throws(() => DriverConfig.make({ bridge: "a-name-longer-than-15" }))
+    assert.throws(() => DriverConfig.make({ subnet: "10.0.0.0/8" }))
+    assert.throws(() => DriverConfig.make({ hostId: "../up" }))
+    assert.strictEqual(DriverConfig.make({ hostId: "h1" }).leaseDir, "/run/svc-sandboxes/svcbr0/leases")
+  })
+
+  it.live("hands out distinct addresses to concurrent claimants and takes over stale leases", () =>
+    Effect.gen(function*() {
+      const dir = yield* Effect.acquireRelease(
+        Effect.promise(() => Fs.mkdtemp(NodePath.join(Os.tmpdir(), "svc-lease-test-"))),
+        (d) => Effect.promise(() => Fs.rm(d, { recursive: true, force: true }))
+      )
+      const leaseDir = NodePath.join(dir, "leases")
+      const subnet = parseSubnet("10.99.0.0/28") // 13 usable addresses
+      const owners = Array.from({ length: 13 }, (_, i) => ({ dataDir: dir, sandboxId: `s${i}` }))
+      for (const owner of owners) yield* Effect.promise(() => Fs.mkdir(NodePath.join(dir, "sandboxes", owner.sandboxId), { recursive: true }))
+      const ips = yield* Effect.promise(() => Promise.all(owners.map((owner) => lease(leaseDir, subnet, owner))))
+      assert.strictEqual(new Set(ips).size, 13)
+      assert.isFalse(ips.includes(undefined))
+      // Full: one more claimant gets nothing, and an owner asking again keeps its own.
+      assert.isUndefined(yield* Effect.promise(() => lease(leaseDir, subnet, { dataDir: dir, sandboxId: "late" })))
+      assert.strictEqual(yield* Effect.promise(() => lease(leaseDir, subnet, owners[3]!, ips[3])), ips[3])
+      // s5's folder disappears (its agent was removed): its address becomes free for "late".
+      yield* Effect.promise(() => Fs.rm(NodePath.join(dir, "sandboxes", "s5"), { recursive: true }))
+      assert.strictEqual(yield* Effect.promise(() => lease(leaseDir, subnet, { dataDir: dir, sandboxId: "late" })), ips[5])
+      // Release only frees a lease its owner holds.
+      yield* Effect.promise(() => release(leaseDir, ips[5]!, owners[5]!))
+      assert.isTrue(FsSync.existsSync(NodePath.join(leaseDir, ips[5]!)))
+      yield* Effect.promise(() => release(leaseDir, ips[5]!, { dataDir: dir, sandboxId: "late" }))
+      assert.isFalse(FsSync.existsSync(NodePath.join(leaseDir, ips[5]!)))
+    }))
 })
