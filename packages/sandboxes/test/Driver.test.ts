@@ -172,6 +172,10 @@ layer(TestDriver.layer(), { excludeTestServices: true })("SandboxDriver (bubblew
       assert.strictEqual(failing.exitCode, 7)
       assert.strictEqual(text(failing.stderr), "oops\n")
       assert.strictEqual((yield* driver.exec(id, exec(["no-such-command"]))).exitCode, 127)
+      // An argv starting with "-" is a command name, never an option of the helper shell.
+      assert.strictEqual((yield* driver.exec(id, exec(["-x"]))).exitCode, 127)
+      const multiline = yield* driver.exec(id, sh("printf '%s|' \"$V\"", { env: { V: "a\nb=c" } }))
+      assert.strictEqual(text(multiline.stdout), "a\nb=c|")
       assert.strictEqual((yield* driver.exec(id, sh("kill -9 $$"))).exitCode, 137)
 
       const slow = yield* driver.exec(id, sh("sleep 30 & sleep 31; echo never", { timeoutMs: 200 }))

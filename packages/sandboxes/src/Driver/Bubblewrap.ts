@@ -86,7 +86,7 @@ exec "$@"
 `
 
 /** Inside the sandbox: change to the requested folder, then become the command. */
-const CWD_SCRIPT = `cd -- "$0" || exit 126; exec "$@"`
+const CWD_SCRIPT = `cd -- "$0" || exit 126; exec -- "$@"`
 
 /** The sandbox's init command (pid 2; bubblewrap is pid 1 and reaps orphans). */
 const INIT_SCRIPT = `echo ready >&4; exec 3>&- 4>&-; exec ${HELPER} sleep inf`
@@ -778,7 +778,22 @@ export class BubblewrapDriver {
         return yield* new DriverUnsupported({ operation: "pty", message: "terminals are not implemented by the namespaces driver yet" })
       })
 
-      return SandboxDriver.of({ create, start, stop, destroy, exec, readFile, writeFile, listDir, stat, stats, list, pty })
+      // A lifecycle step cut in half would leave processes, devices or leases behind: once begun,
+      // it runs to its end even if the caller is interrupted.
+      return SandboxDriver.of({
+        create: (spec) => Effect.uninterruptible(create(spec)),
+        start: (sandboxId) => Effect.uninterruptible(start(sandboxId)),
+        stop: (sandboxId) => Effect.uninterruptible(stop(sandboxId)),
+        destroy: (sandboxId) => Effect.uninterruptible(destroy(sandboxId)),
+        exec,
+        readFile,
+        writeFile,
+        listDir,
+        stat,
+        stats,
+        list,
+        pty
+      })
     })
   )
 }
