@@ -1,0 +1,271 @@
+/**
+ * The sandbox actor: one state machine per sandbox, single writer through its mailbox
+ * (`actor.sandbox.<partition>.<sandboxId>`, 16 partitions), state in the `sandboxes` row.
+ *
+ * States: pending → starting → running ⇄ (stopping → stopped → starting) … → deleting → deleted,
+ * and error from anywhere a host fails, disappears or does not answer in time.
+ *
+ *   message      | pending        | starting      | running       | stopping      | stopped       | deleting      | deleted | error
+ *   Create       | starting¹/error| ·             | ·             | ·             | ·             | ·             | ·       | ·
+ *   Start        | ✗              | ✗             | ✗             | ✗             | starting      | ✗             | ✗       | ✗
+ *   Stop / Expire| ✗              | ✗             | stopping      | ✗             | ✗             | ✗             | ✗       | ✗
+ *   Delete       | deleted²       | deleting³     | deleting³     | deleting³     | deleting³     | ·             | ·       | deleting³
+ *   report run   | ·              | running⁴      | (refresh)     | ·             | ·             | ·             | destroy⁵| running⁴
+ *   report stop  | ·              | ·             | stopped⁶      | stopped⁶      | ·             | ·             | destroy⁵| stopped
+ *   report gone  | ·              | error         | error         | error         | error         | deleted       | ·       | ·
+ *   report fail  | ·              | error         | ·             | error         | ·             | error         | ·       | ·
+ *   HostDown     | error          | error         | error         | error         | error         | deleted       | ·       | ·
+ *   Timeout      | error          | error         | ·             | error         | ·             | error         | ·       | ·
+ *
+ *   · nothing changes; ✗ refused (the API answers 409 `conflict`, see `refusal`).
+ *   ¹ publishes `agent.<hostId>.create`; error when the API found no host (`unplaceable`).
+ *   ² nothing was sent to a host yet. ³ publishes `agent.<hostId>.destroy`; with the host down
+ *     (or never placed) goes straight to deleted. ⁴ the first time: `sandbox.created` (with the
+ *     host's `via`) before `sandbox.state_updated`. ⁵ a host still running a deleted sandbox
+ *     (it was down when the sandbox was deleted) is told again to destroy it. ⁶ an `ephemeral`
+ *     sandbox is deleted once it stops.
+ *
+ * Reports: only from the sandbox's own host, and never older than the newest one applied
+ * (`at`, host time): a stale or repeated report changes nothing. Each state change emits one
+ * `sandbox.state_updated`; the deletion emits `sandbox.deleted`.
+ *
+ * `error` keeps the record as the host last said, with `errorMessage`. A later report from the
+ * host (it came back after HostDown, or answered after a Timeout) brings it back to what it says.
+ */
+import * as Actor from "@svc/actors/Actor"
+import type { SandboxCreatedData, SandboxDeletedData, SandboxStateUpdatedData } from "@svc/domain/Events"
+import { type AgentCommand, type AgentReport, agentSubject, SANDBOX_ACTOR_PARTITIONS, SANDBOX_ACTOR_TYPE } from "./Protocol.ts"
+import { type Delete, SandboxMessage, SandboxState, type SandboxStateName } from "./Sandboxes/Model.ts"
+import { store } from "./Sandboxes/Store.ts"
+
+export { SandboxMessage, SandboxState } from "./Sandboxes/Model.ts"
+
+type State = SandboxState
+type Message = SandboxMessage
+type Ctx = Actor.TransitionContext
+
+// ---------------------------------------------------------------------------------------------
+// Effects
+
+const command = (s: State, cmd: AgentCommand): Actor.ActorEffect =>
+  Actor.publish(agentSubject(s.hostId!, cmd._tag), cmd)
+
+const stateUpdated = (s: State): Actor.ActorEffect =>
+  Actor.emit({
+    event: "sandbox.state_updated",
+    orgId: s.orgId,
+    data: { sandbox_id: s.id, state: s.state, internal_ip: s.internalIp } satisfies typeof SandboxStateUpdatedData.Encoded
+  })
+
+const created = (s: State, via: "cold-boot" | "restore"): Actor.ActorEffect =>
+  Actor.emit({
+    event: "sandbox.created",
+    orgId: s.orgId,
+    data: {
+      sandbox_id: s.id,
+      host_id: s.hostId!,
+      template: s.templateId,
+      cpu: s.cpu,
+      ram_mb: s.ramMb,
+      disk_gb: s.diskGb,
+      via
+    } satisfies typeof SandboxCreatedData.Encoded
+  })
+
+const deleted = (s: State): Actor.ActorEffect =>
+  Actor.emit({
+    event: "sandbox.deleted",
+    orgId: s.orgId,
+    data: { sandbox_id: s.id, host_id: s.hostId } satisfies typeof SandboxDeletedData.Encoded
+  })
+
+/** A state change: the new state plus its `sandbox.state_updated` (and whatever else). */
+const moveTo = (
+  s: State,
+  state: SandboxStateName,
+  ctx: Ctx,
+  patch: Partial<State> = {},
+  before: ReadonlyArray<Actor.ActorEffect> = [],
+  after: ReadonlyArray<Actor.ActorEffect> = []
+): Actor.Transition<State> => {
+  const next: State = { ...s, ...patch, state, stateSince: ctx.now }
+  return Actor.next(next, ...before, stateUpdated(next), ...after)
+}
+
+const unchanged = (s: State | undefined): Actor.Transition<State> => ({ state: s, effects: [] })
+
+// ---------------------------------------------------------------------------------------------
+// Commands the API may refuse
+
+export type CommandTag = "Start" | "Stop" | "Expire"
+
+/** Why the state does not allow a user command (409 `conflict`), or null when it does. */
+export const refusal = (s: State, tag: CommandTag): string | null => {
+  switch (tag) {
+    case "Start":
+      return s.state === "stopped" ? null : `a ${s.state} sandbox cannot be started (only a stopped one)`
+    case "Stop":
+    case "Expire":
+      return s.state === "running" ? null : `a ${s.state} sandbox cannot be stopped (only a running one)`
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Delete
+
+const deleteNow = (s: State, ctx: Ctx, effects: ReadonlyArray<Actor.ActorEffect>): Actor.Transition<State> =>
+  moveTo(s, "deleted", ctx, { deletedAt: ctx.now, agentReady: false }, effects, [deleted({ ...s })])
+
+const destroy = (s: State): AgentCommand => ({ _tag: "destroy", sandboxId: s.id, orgId: s.orgId })
+
+const onDelete = (s: State, m: typeof Delete.Type, ctx: Ctx): Actor.Transition<State> => {
+  if (s.state === "deleting" || s.state === "deleted") return unchanged(s)
+  const children = m.children.map((c) =>
+    Actor.send(SandboxActor, c.id, { _tag: "Delete", hostLive: c.hostLive, children: [] })
+  )
+  // Nothing reached a host yet (pending: the create command goes out with Create; never placed).
+  if (s.hostId === null || s.state === "pending") return deleteNow(s, ctx, children)
+  // The command is durable: a host that comes back destroys it then.
+  const cmd = command(s, destroy(s))
+  if (!m.hostLive) return deleteNow(s, ctx, [cmd, ...children])
+  return moveTo(s, "deleting", ctx, { errorMessage: null }, [cmd, ...children])
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reports
+
+const onReport = (s: State, r: AgentReport, ctx: Ctx): Actor.Transition<State> => {
+  if (r.hostId !== s.hostId) return unchanged(s)
+  if (s.lastReportAt !== null && r.at < s.lastReportAt) return unchanged(s)
+  const seen: Partial<State> = { lastReportAt: r.at }
+  const ip: Partial<State> = r.internalIp !== undefined ? { internalIp: r.internalIp } : {}
+
+  if (s.state === "deleted") {
+    // The host still has it (it was down when the sandbox was deleted): destroy it again.
+    return r.status === "running" || r.status === "stopped"
+      ? { state: { ...s, ...seen }, effects: [command(s, destroy(s))] }
+      : unchanged(s)
+  }
+
+  switch (r.status) {
+    case "running": {
+      if (s.state !== "starting" && s.state !== "error" && s.state !== "running") return unchanged(s)
+      const patch: Partial<State> = {
+        ...seen,
+        ...ip,
+        agentReady: r.agentReady ?? true,
+        errorMessage: null,
+        createdEmitted: true
+      }
+      if (s.state === "running") {
+        // A repeat (e.g. the agent's reconcile after a restart): refresh the fields, no event.
+        return Actor.next({ ...s, ...patch })
+      }
+      const first = s.createdEmitted ? [] : [created({ ...s, ...patch } as State, r.via ?? "cold-boot")]
+      return moveTo(s, "running", ctx, { ...patch, startedAt: ctx.now, stoppedAt: null }, first)
+    }
+    case "stopped": {
+      if (s.state !== "running" && s.state !== "stopping" && s.state !== "error") return unchanged(s)
+      const stopped = moveTo(s, "stopped", ctx, { ...seen, ...ip, agentReady: false, stoppedAt: ctx.now, errorMessage: null })
+      if (s.type === "ephemeral") {
+        // Removed once it stops: destroy it right away.
+        const next = stopped.state!
+        const deleting = moveTo(next, "deleting", ctx, {}, [command(next, destroy(next))])
+        return { state: deleting.state, effects: [...stopped.effects, ...deleting.effects] }
+      }
+      return stopped
+    }
+    case "destroyed": {
+      if (s.state === "deleting") return deleteNow({ ...s, ...seen }, ctx, [])
+      if (s.state === "error" || s.state === "pending") return unchanged(s)
+      return moveTo(s, "error", ctx, {
+        ...seen,
+        agentReady: false,
+        errorMessage: `the sandbox no longer exists on host ${s.hostId}`
+      })
+    }
+    case "failed": {
+      if (s.state !== "starting" && s.state !== "stopping" && s.state !== "deleting") return unchanged(s)
+      const what = s.state === "starting" ? "start" : s.state === "stopping" ? "stop" : "delete"
+      return moveTo(s, "error", ctx, {
+        ...seen,
+        agentReady: false,
+        errorMessage: `host ${s.hostId} could not ${what} the sandbox: ${r.errorMessage ?? "no reason given"}`
+      })
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The transition
+
+export const transition = (s: State | undefined, m: Message, ctx: Ctx): Actor.Transition<State> => {
+  // Every message but the API's insert needs the row; a message for a sandbox that does not
+  // exist (never inserted, a transaction rolled back) changes nothing.
+  if (s === undefined) return Actor.none()
+  switch (m._tag) {
+    case "Create": {
+      if (s.state !== "pending") return unchanged(s)
+      if (s.hostId === null) {
+        return moveTo(s, "error", ctx, { errorMessage: m.unplaceable ?? "no host could take the sandbox" })
+      }
+      const cmd: AgentCommand = {
+        _tag: "create",
+        sandboxId: s.id,
+        orgId: s.orgId,
+        resources: {
+          template: s.templateName,
+          env: m.env,
+          cpu: s.cpu,
+          ramMb: s.ramMb,
+          diskGb: s.diskGb,
+          exposedPorts: s.exposedPorts
+        }
+      }
+      return moveTo(s, "starting", ctx, {}, [command(s, cmd)])
+    }
+    case "Start":
+      if (refusal(s, "Start") !== null) return unchanged(s)
+      return moveTo(s, "starting", ctx, { errorMessage: null }, [
+        command(s, { _tag: "start", sandboxId: s.id, orgId: s.orgId })
+      ])
+    case "Stop":
+      if (refusal(s, "Stop") !== null) return unchanged(s)
+      return moveTo(s, "stopping", ctx, {}, [command(s, { _tag: "stop", sandboxId: s.id, orgId: s.orgId })])
+    case "Expire":
+      if (refusal(s, "Expire") !== null || s.startedAt !== m.startedAt) return unchanged(s)
+      return moveTo(s, "stopping", ctx, {}, [command(s, { _tag: "stop", sandboxId: s.id, orgId: s.orgId })])
+    case "Delete":
+      return onDelete(s, m, ctx)
+    case "AgentReport":
+      return onReport(s, m, ctx)
+    case "HostDown": {
+      if (s.hostId !== m.hostId) return unchanged(s)
+      if (s.state === "deleting") return deleteNow(s, ctx, [])
+      if (s.state === "deleted" || s.state === "error") return unchanged(s)
+      const since = m.lastSeenAt === null ? "its record is gone" : `last heartbeat ${new Date(m.lastSeenAt).toISOString()}`
+      return moveTo(s, "error", ctx, { agentReady: false, errorMessage: `host ${m.hostId} is down (${since})` })
+    }
+    case "Timeout": {
+      // Only the wait the sweeper saw: a sandbox that moved on since changes nothing.
+      if (s.state !== m.state || s.stateSince !== m.since) return unchanged(s)
+      if (s.state !== "pending" && s.state !== "starting" && s.state !== "stopping" && s.state !== "deleting") {
+        return unchanged(s)
+      }
+      const verb = s.state === "deleting" ? "delete" : s.state === "stopping" ? "stop" : "start"
+      return moveTo(s, "error", ctx, {
+        agentReady: false,
+        errorMessage: `the sandbox did not ${verb} within ${Math.round(m.afterMs / 1000)} s`
+      })
+    }
+  }
+}
+
+export const SandboxActor: Actor.Actor<typeof SandboxState, typeof SandboxMessage> = Actor.make({
+  type: SANDBOX_ACTOR_TYPE,
+  partitions: SANDBOX_ACTOR_PARTITIONS,
+  state: SandboxState,
+  message: SandboxMessage,
+  store,
+  transition
+})

@@ -1,0 +1,99 @@
+/**
+ * The sandbox actor's state and messages (the pure half; the transition is in
+ * `SandboxActor.ts`, the row mapping in `Store.ts`).
+ *
+ * The state is the `sandboxes` row: the spec.md 2.2 record plus what the control plane needs
+ * to run the state machine. Times are ms since the epoch (the record renders them as ISO 8601).
+ * `env` is not part of it: it travels in the `Create` message to the host and is never stored
+ * (it may carry credentials, e.g. an injected `sandbox:<id>` key).
+ */
+import { SANDBOX_STATES, SandboxType, VolumeAttachment } from "@svc/domain/Sandbox"
+import { Schema } from "effect"
+import { AgentReport } from "../Protocol.ts"
+
+export const SandboxStateName = Schema.Literals(SANDBOX_STATES)
+export type SandboxStateName = typeof SandboxStateName.Type
+
+const Ms = Schema.Number
+const NullableMs = Schema.NullOr(Schema.Number)
+
+export const SandboxState = Schema.Struct({
+  id: Schema.String,
+  orgId: Schema.String,
+  name: Schema.String,
+  templateId: Schema.String,
+  /** The template as the host's driver knows it (`base`). */
+  templateName: Schema.String,
+  /** Set at placement (in the create transaction); null when no host could take it. */
+  hostId: Schema.NullOr(Schema.String),
+  parentId: Schema.NullOr(Schema.String),
+  state: SandboxStateName,
+  type: SandboxType,
+  region: Schema.String,
+  datacenter: Schema.NullOr(Schema.String),
+  agentReady: Schema.Boolean,
+  runtimeReady: Schema.Boolean,
+  runtimeReason: Schema.NullOr(Schema.String),
+  cpu: Schema.Int,
+  ramMb: Schema.Int,
+  diskGb: Schema.Int,
+  vsockCid: Schema.NullOr(Schema.Int),
+  internalIp: Schema.NullOr(Schema.String),
+  exposedPorts: Schema.Array(Schema.Int),
+  volumeAttachments: Schema.Array(VolumeAttachment),
+  metadata: Schema.Record(Schema.String, Schema.Json),
+  errorMessage: Schema.NullOr(Schema.String),
+  /** Lifetime in seconds once running (api.md `timeout_s`); null: none. */
+  timeoutS: Schema.NullOr(Schema.Int),
+  createdAt: Ms,
+  startedAt: NullableMs,
+  stoppedAt: NullableMs,
+  deletedAt: NullableMs,
+  /** When `state` last changed (the timeout sweeper's clock). */
+  stateSince: Ms,
+  /** Host time (`AgentReport.at`) of the newest report applied: older ones are stale. */
+  lastReportAt: NullableMs,
+  /** `sandbox.created` was emitted (the first time the host reported it running). */
+  createdEmitted: Schema.Boolean
+})
+export type SandboxState = typeof SandboxState.Type
+
+// ---------------------------------------------------------------------------------------------
+// Messages
+
+/**
+ * Sent by the API in the transaction that inserts the `pending` row (placement already done
+ * there: `hostId` set, or `unplaceable` says why not).
+ */
+export const Create = Schema.TaggedStruct("Create", {
+  env: Schema.Record(Schema.String, Schema.String),
+  unplaceable: Schema.NullOr(Schema.String)
+})
+export const Start = Schema.TaggedStruct("Start", {})
+export const Stop = Schema.TaggedStruct("Stop", {})
+/**
+ * Delete this sandbox; `children` are its descendants, each deleted by its own actor.
+ * `hostLive: false` (host down, or never placed) ends in `deleted` at once: nobody would
+ * confirm the destroy (the command is still published, durable, for when the host returns).
+ */
+export const Delete = Schema.TaggedStruct("Delete", {
+  hostLive: Schema.Boolean,
+  children: Schema.Array(Schema.Struct({ id: Schema.String, hostLive: Schema.Boolean }))
+})
+/** The host's record is older than `HOST_DOWN_AFTER_MS` (or gone): from the runtime's watcher. */
+export const HostDown = Schema.TaggedStruct("HostDown", {
+  hostId: Schema.String,
+  /** ms since the epoch of its last heartbeat; null when its record is gone. */
+  lastSeenAt: NullableMs
+})
+/** The sandbox sat in a transitional `state` since `since` for longer than `afterMs`. */
+export const Timeout = Schema.TaggedStruct("Timeout", {
+  state: SandboxStateName,
+  since: Ms,
+  afterMs: Ms
+})
+/** A running sandbox reached its `timeout_s` lifetime (started at `startedAt`): stop it. */
+export const Expire = Schema.TaggedStruct("Expire", { startedAt: Ms })
+
+export const SandboxMessage = Schema.Union([Create, Start, Stop, Delete, AgentReport, HostDown, Timeout, Expire])
+export type SandboxMessage = typeof SandboxMessage.Type

@@ -1,0 +1,306 @@
+/**
+ * The sandbox actor's transition, pure: every state × every message, against a table written
+ * out here (not derived from the code), plus the effects' exact contents.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import type * as Actor from "@svc/actors/Actor"
+import { Schema } from "effect"
+import { AgentCommand } from "../src/Protocol.ts"
+import { refusal, SandboxActor, type SandboxMessage, type SandboxState, transition } from "../src/SandboxActor.ts"
+
+const H = "host_a"
+const NOW = Date.UTC(2026, 10, 22, 1, 2, 3, 456)
+const ctx = { id: "sbx_1", now: NOW, msgId: "m1" }
+
+const STATES = ["pending", "starting", "running", "stopping", "stopped", "deleting", "deleted", "error"] as const
+type Name = (typeof STATES)[number]
+
+const at = (name: Name, patch: Partial<SandboxState> = {}): SandboxState => ({
+  id: "sbx_1",
+  orgId: "org_1",
+  name: "one",
+  templateId: "tpl_base",
+  templateName: "base",
+  hostId: H,
+  parentId: null,
+  state: name,
+  type: "persistent",
+  region: "local",
+  datacenter: "dc1",
+  agentReady: name === "running",
+  runtimeReady: false,
+  runtimeReason: null,
+  cpu: 2,
+  ramMb: 256,
+  diskGb: 1,
+  vsockCid: null,
+  internalIp: name === "pending" ? null : "10.0.0.5",
+  exposedPorts: [8080],
+  volumeAttachments: [],
+  metadata: { a: 1 },
+  errorMessage: name === "error" ? "earlier failure" : null,
+  timeoutS: null,
+  createdAt: NOW - 10_000,
+  startedAt: name === "running" ? NOW - 5_000 : null,
+  stoppedAt: null,
+  deletedAt: null,
+  stateSince: NOW - 1_000,
+  lastReportAt: 1_000,
+  createdEmitted: name === "running" || name === "stopping" || name === "stopped",
+  ...patch
+})
+
+/** Effects as short strings: `publish:agent.host_a.create`, `event:sandbox.state_updated:running`, `send:sbx_c:Delete`. */
+const describeEffects = (effects: ReadonlyArray<Actor.ActorEffect>) =>
+  effects.map((e) => {
+    switch (e._tag) {
+      case "Publish":
+        return `publish:${typeof e.subject === "string" ? e.subject : e.subject.join(".")}`
+      case "Send":
+        return `send:${e.id}:${(e.message as { _tag: string })._tag}`
+      case "Event":
+        return e.event.event === "sandbox.state_updated"
+          ? `event:sandbox.state_updated:${(e.event.data as { state: string }).state}`
+          : `event:${e.event.event}`
+    }
+  })
+
+type Row = Partial<Record<Name, readonly [Name, ReadonlyArray<string>]>>
+const su = (s: Name) => `event:sandbox.state_updated:${s}`
+const report = (status: "running" | "stopped" | "destroyed" | "failed", patch: object = {}): SandboxMessage => ({
+  _tag: "AgentReport",
+  sandboxId: "sbx_1",
+  hostId: H,
+  status,
+  internalIp: "10.0.0.9",
+  via: "cold-boot",
+  agentReady: status === "running",
+  ...(status === "failed" ? { errorMessage: "no space left" } : {}),
+  at: 2_000,
+  ...patch
+})
+
+/** Every state not named in `row` must stay as it is, with no effect. */
+const check = (message: SandboxMessage, row: Row, patch: (n: Name) => Partial<SandboxState> = () => ({})) => {
+  for (const name of STATES) {
+    const before = at(name, patch(name))
+    const result = transition(before, message, ctx)
+    const expected = row[name]
+    const got = [result.state?.state, describeEffects(result.effects)]
+    if (expected === undefined) {
+      expect(got, `${message._tag} in ${name}`).toEqual([name, []])
+      expect(result.state?.stateSince, `${message._tag} in ${name}`).toBe(before.stateSince)
+    } else {
+      expect(got, `${message._tag} in ${name}`).toEqual([expected[0], expected[1]])
+      if (expected[0] !== name) expect(result.state?.stateSince).toBe(NOW)
+    }
+  }
+}
+
+describe("SandboxActor transition", () => {
+  it("is the sandbox type with 16 partitions and its own store", () => {
+    expect(SandboxActor.type).toBe("sandbox")
+    expect(SandboxActor.partitions).toBe(16)
+    expect(SandboxActor.store).toBeDefined()
+  })
+
+  it("changes nothing for a sandbox that does not exist", () => {
+    for (const m of [{ _tag: "Create", env: {}, unplaceable: null }, { _tag: "Start" }, report("running")] as const) {
+      expect(transition(undefined, m as SandboxMessage, ctx)).toEqual({ state: undefined, effects: [] })
+    }
+  })
+
+  it("Create: pending → starting with the agent's create command; anything else: nothing", () => {
+    check({ _tag: "Create", env: { A: "1" }, unplaceable: null }, {
+      pending: ["starting", [`publish:agent.${H}.create`, su("starting")]]
+    })
+    const t = transition(at("pending"), { _tag: "Create", env: { A: "1" }, unplaceable: null }, ctx)
+    const cmd = t.effects[0] as Actor.PublishMessage
+    expect(Schema.decodeUnknownSync(AgentCommand)(cmd.payload)).toEqual({
+      _tag: "create",
+      sandboxId: "sbx_1",
+      orgId: "org_1",
+      resources: { template: "base", env: { A: "1" }, cpu: 2, ramMb: 256, diskGb: 1, exposedPorts: [8080] }
+    })
+  })
+
+  it("Create without a host: error with the scheduler's reason", () => {
+    const t = transition(at("pending", { hostId: null }), { _tag: "Create", env: {}, unplaceable: "no live host in region eu" }, ctx)
+    expect(t.state?.state).toBe("error")
+    expect(t.state?.errorMessage).toBe("no live host in region eu")
+    expect(describeEffects(t.effects)).toEqual([su("error")])
+  })
+
+  it("Start: only stopped → starting", () => {
+    check({ _tag: "Start" }, { stopped: ["starting", [`publish:agent.${H}.start`, su("starting")]] })
+    for (const s of STATES) expect(refusal(at(s), "Start") === null).toBe(s === "stopped")
+  })
+
+  it("Stop: only running → stopping", () => {
+    check({ _tag: "Stop" }, { running: ["stopping", [`publish:agent.${H}.stop`, su("stopping")]] })
+    for (const s of STATES) expect(refusal(at(s), "Stop") === null).toBe(s === "running")
+  })
+
+  it("Expire: running → stopping only for the run it was computed on", () => {
+    check({ _tag: "Expire", startedAt: NOW - 5_000 }, { running: ["stopping", [`publish:agent.${H}.stop`, su("stopping")]] })
+    check({ _tag: "Expire", startedAt: NOW - 99_999 }, {})
+  })
+
+  it("Delete with a live host: deleting + destroy + each child told; pending is deleted at once", () => {
+    const m: SandboxMessage = { _tag: "Delete", hostLive: true, children: [{ id: "sbx_c", hostLive: false }] }
+    const deleting = ["deleting", [`publish:agent.${H}.destroy`, "send:sbx_c:Delete", su("deleting")]] as const
+    check(m, {
+      pending: ["deleted", ["send:sbx_c:Delete", su("deleted"), "event:sandbox.deleted"]],
+      starting: deleting,
+      running: deleting,
+      stopping: deleting,
+      stopped: deleting,
+      error: deleting
+    })
+    const t = transition(at("running"), m, ctx)
+    const send = t.effects[1] as Actor.SendMessage
+    expect(send.message).toEqual({ _tag: "Delete", hostLive: false, children: [] })
+  })
+
+  it("Delete with the host down (or never placed): deleted at once, the destroy still published", () => {
+    const gone = ["deleted", [`publish:agent.${H}.destroy`, su("deleted"), "event:sandbox.deleted"]] as const
+    check({ _tag: "Delete", hostLive: false, children: [] }, {
+      pending: ["deleted", [su("deleted"), "event:sandbox.deleted"]],
+      starting: gone,
+      running: gone,
+      stopping: gone,
+      stopped: gone,
+      error: gone
+    })
+    const t = transition(at("error", { hostId: null }), { _tag: "Delete", hostLive: true, children: [] }, ctx)
+    expect(describeEffects(t.effects)).toEqual([su("deleted"), "event:sandbox.deleted"])
+    expect(t.state?.deletedAt).toBe(NOW)
+    expect((t.effects[1] as Actor.EmitEvent).event.data).toEqual({ sandbox_id: "sbx_1", host_id: null })
+  })
+
+  it("report running: starting/error → running (sandbox.created the first time), running refreshes, deleted re-destroys", () => {
+    check(report("running"), {
+      starting: ["running", ["event:sandbox.created", su("running")]],
+      running: ["running", []],
+      error: ["running", [su("running")]],
+      deleted: ["deleted", [`publish:agent.${H}.destroy`]]
+    }, (n) => (n === "error" ? { createdEmitted: true } : {}))
+    // error before it ever ran (e.g. a start timeout the host then beat): created fires now.
+    const late = transition(at("error"), report("running", { via: "restore" }), ctx)
+    expect(describeEffects(late.effects)).toEqual(["event:sandbox.created", su("running")])
+    expect((late.effects[0] as Actor.EmitEvent).event.data.via).toBe("restore")
+  })
+
+  it("report running carries the record's fields and the events' exact data", () => {
+    const t = transition(at("starting"), report("running"), ctx)
+    expect(t.state).toMatchObject({
+      state: "running",
+      internalIp: "10.0.0.9",
+      agentReady: true,
+      startedAt: NOW,
+      lastReportAt: 2_000,
+      createdEmitted: true,
+      errorMessage: null
+    })
+    expect(t.effects.map((e) => (e as Actor.EmitEvent).event)).toEqual([
+      {
+        event: "sandbox.created",
+        orgId: "org_1",
+        data: { sandbox_id: "sbx_1", host_id: H, template: "tpl_base", cpu: 2, ram_mb: 256, disk_gb: 1, via: "cold-boot" }
+      },
+      { event: "sandbox.state_updated", orgId: "org_1", data: { sandbox_id: "sbx_1", state: "running", internal_ip: "10.0.0.9" } }
+    ])
+    // A restart of a sandbox that already ran: no second sandbox.created.
+    const again = transition(at("starting", { createdEmitted: true }), report("running", { via: "restore" }), ctx)
+    expect(describeEffects(again.effects)).toEqual([su("running")])
+  })
+
+  it("report stopped: running/stopping/error → stopped; an ephemeral sandbox is then deleted", () => {
+    check(report("stopped"), {
+      running: ["stopped", [su("stopped")]],
+      stopping: ["stopped", [su("stopped")]],
+      error: ["stopped", [su("stopped")]],
+      deleted: ["deleted", [`publish:agent.${H}.destroy`]]
+    })
+    const t = transition(at("running", { type: "ephemeral" }), report("stopped"), ctx)
+    expect(t.state?.state).toBe("deleting")
+    expect(describeEffects(t.effects)).toEqual([su("stopped"), `publish:agent.${H}.destroy`, su("deleting")])
+  })
+
+  it("report destroyed: deleting → deleted; a sandbox that vanished elsewhere → error", () => {
+    const vanished = ["error", [su("error")]] as const
+    check(report("destroyed"), {
+      deleting: ["deleted", [su("deleted"), "event:sandbox.deleted"]],
+      starting: vanished,
+      running: vanished,
+      stopping: vanished,
+      stopped: vanished
+    })
+    expect(transition(at("running"), report("destroyed"), ctx).state?.errorMessage).toMatch(/no longer exists on host host_a/)
+  })
+
+  it("report failed: the command in progress (start, stop, delete) → error with the host's reason", () => {
+    const failed = ["error", [su("error")]] as const
+    check(report("failed"), { starting: failed, stopping: failed, deleting: failed })
+    expect(transition(at("starting"), report("failed"), ctx).state?.errorMessage).toBe(
+      "host host_a could not start the sandbox: no space left"
+    )
+  })
+
+  it("stale, repeated-in-the-past and foreign reports change nothing in any state", () => {
+    for (const status of ["running", "stopped", "destroyed", "failed"] as const) {
+      check(report(status, { at: 999 }), {})
+      check(report(status, { hostId: "host_b" }), {})
+    }
+  })
+
+  it("HostDown: its sandboxes → error (deleting → deleted); another host's: nothing", () => {
+    const down = ["error", [su("error")]] as const
+    check({ _tag: "HostDown", hostId: H, lastSeenAt: NOW - 20_000 }, {
+      pending: down,
+      starting: down,
+      running: down,
+      stopping: down,
+      stopped: down,
+      deleting: ["deleted", [su("deleted"), "event:sandbox.deleted"]]
+    })
+    check({ _tag: "HostDown", hostId: "host_b", lastSeenAt: NOW - 20_000 }, {})
+    const t = transition(at("running"), { _tag: "HostDown", hostId: H, lastSeenAt: null }, ctx)
+    expect(t.state?.errorMessage).toBe("host host_a is down (its record is gone)")
+    expect(t.state?.agentReady).toBe(false)
+  })
+
+  it("Timeout: a sandbox still waiting where the sweeper saw it → error; one that moved on: nothing", () => {
+    const late = ["error", [su("error")]] as const
+    const seen = (n: Name): SandboxMessage => ({ _tag: "Timeout", state: n, since: NOW - 1_000, afterMs: 60_000 })
+    for (const name of STATES) {
+      const t = transition(at(name), seen(name), ctx)
+      const waits = name === "pending" || name === "starting" || name === "stopping" || name === "deleting"
+      expect([t.state?.state, describeEffects(t.effects)], name).toEqual(waits ? [...late] : [name, []])
+    }
+    check({ _tag: "Timeout", state: "starting", since: NOW - 2_000, afterMs: 60_000 }, {})
+    expect(transition(at("starting"), seen("starting"), ctx).state?.errorMessage).toBe("the sandbox did not start within 60 s")
+  })
+
+  it("the same message applied twice changes nothing the second time", () => {
+    const messages: ReadonlyArray<SandboxMessage> = [
+      { _tag: "Create", env: {}, unplaceable: null },
+      { _tag: "Start" },
+      { _tag: "Stop" },
+      { _tag: "Delete", hostLive: true, children: [] },
+      report("running"),
+      report("stopped"),
+      report("destroyed"),
+      { _tag: "HostDown", hostId: H, lastSeenAt: 1 }
+    ]
+    for (const name of STATES) {
+      for (const m of messages) {
+        const once = transition(at(name), m, ctx)
+        const twice = transition(once.state, m, { ...ctx, now: NOW + 1 })
+        // A running sandbox re-destroyed after deletion may be told again; nothing else repeats.
+        expect(twice.state, `${m._tag} twice in ${name}`).toEqual(once.state)
+        expect(describeEffects(twice.effects).filter((e) => !e.endsWith(".destroy")), `${m._tag} twice in ${name}`).toEqual([])
+      }
+    }
+  })
+})
