@@ -9,14 +9,17 @@ import { HttpRouter } from "effect/http"
 import { HttpApiBuilder, HttpApiScalar } from "effect/http-api"
 import { createServer } from "node:http"
 import { HealthMonitor } from "./Health.ts"
+import { IdentityHandlers } from "./Http/Auth.ts"
+import { AuthorizationLayer } from "./Http/Authorization.ts"
 import { ApiMiddleware } from "./Http/Middleware.ts"
 import { SystemHandlers } from "./Http/System.ts"
 
 export const ApiPort = Config.Port("SVC_PORT").pipe(Config.withDefault(8080))
 export const ApiHost = Config.String("SVC_HOST").pipe(Config.withDefault("127.0.0.1"))
 
-export const Handlers = Layer.mergeAll(SystemHandlers).pipe(
-  Layer.provide(HealthMonitor.layer)
+export const Handlers = Layer.mergeAll(SystemHandlers, IdentityHandlers).pipe(
+  Layer.provide(HealthMonitor.layer),
+  Layer.provideMerge(AuthorizationLayer)
 )
 
 export const Routes = Layer.mergeAll(

@@ -3,10 +3,20 @@
  * from it, and /v1/openapi.json and /docs are generated from it.
  */
 import { HttpApi, OpenApi } from "effect/http-api"
+import { AuditApi } from "./Api/Audit.ts"
+import { Access, ApiKeysApi, AuthApi, Authorization } from "./Api/Auth.ts"
+import { OrgApi } from "./Api/Org.ts"
 import { SystemApi } from "./Api/System.ts"
 
 export class Api extends HttpApi.make("svc")
-  .add(SystemApi)
+  .add(SystemApi.annotateMerge(Access.public))
+  .add(AuthApi)
+  .add(ApiKeysApi)
+  .add(OrgApi)
+  .add(AuditApi)
+  // Authentication and each endpoint's declared Access rule: keep this after the last .add
+  // (it applies to the endpoints added before it; the authorization matrix test checks).
+  .middleware(Authorization)
   // Report every invalid field of a request at once, not only the first.
   .annotate(HttpApi.ParseOptions, { errors: "all" })
   .annotate(HttpApi.SuccessParseOptions, {})

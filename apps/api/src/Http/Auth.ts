@@ -1,0 +1,125 @@
+/** Handlers of the `auth` and `apiKeys` groups (api.md "Authentication", "API keys"). */
+import { ApiKeys } from "@svc/auth/ApiKeys"
+import { AuthConfig, cookieSecure } from "@svc/auth/AuthConfig"
+import { Sessions } from "@svc/auth/Sessions"
+import { Users } from "@svc/auth/Users"
+import { CurrentPrincipal, type Principal, SESSION_COOKIE, type WhoAmI } from "@svc/domain/Api/Auth"
+import { Api } from "@svc/domain/Api"
+import { DateTime, Effect, Layer } from "effect"
+import { HttpEffect, HttpServerRequest, HttpServerResponse } from "effect/http"
+import { HttpApiBuilder } from "effect/http-api"
+import { AuditHandlers } from "./Audit.ts"
+import { auditContext, orUnavailable } from "./Authorization.ts"
+import { OrgHandlers } from "./Org.ts"
+
+const whoAmI = (p: Principal): WhoAmI => ({
+  org: p.org,
+  user: p.user,
+  credential: { type: p.credential.type, id: p.credential.id, scopes: p.credential.scopes, expiresAt: p.credential.expiresAt }
+})
+
+export const AuthHandlers = HttpApiBuilder.group(
+  Api,
+  "auth",
+  Effect.fn(function*(handlers) {
+    const users = yield* Users
+    const sessions = yield* Sessions
+    const config = yield* AuthConfig
+    const secure = cookieSecure(config)
+
+    const setSessionCookie = (token: string, expiresAt: DateTime.Utc) =>
+      HttpEffect.appendPreResponseHandler((_request, response) =>
+        Effect.succeed(HttpServerResponse.setCookieUnsafe(response, SESSION_COOKIE, token, {
+          httpOnly: true,
+          sameSite: "lax",
+          secure,
+          path: "/",
+          expires: new Date(DateTime.toEpochMillis(expiresAt))
+        }))
+      )
+    const clearSessionCookie = HttpEffect.appendPreResponseHandler((_request, response) =>
+      Effect.succeed(HttpServerResponse.expireCookieUnsafe(response, SESSION_COOKIE, {
+        httpOnly: true,
+        sameSite: "lax",
+        secure,
+        path: "/"
+      }))
+    )
+
+    const startSession = Effect.fnUntraced(function*(
+      request: HttpServerRequest.HttpServerRequest,
+      signedIn: { readonly user: { readonly id: any }; readonly org: { readonly id: any } }
+    ) {
+      const context = auditContext(null, request)
+      const session = yield* sessions.create(
+        { id: signedIn.user.id, orgId: signedIn.org.id },
+        { ...context, actor: { type: "user", id: signedIn.user.id } }
+      )
+      yield* setSessionCookie(session.token, session.expiresAt)
+    })
+
+    return handlers
+      .handle("signUp", ({ payload, request }) =>
+        Effect.gen(function*() {
+          const { ip, userAgent } = auditContext(null, request)
+          const created = yield* users.signUp(
+            { email: payload.email, password: payload.password, orgName: payload.org_name },
+            { ip, userAgent }
+          )
+          yield* startSession(request, created)
+          return created
+        }).pipe(orUnavailable))
+      .handle("signIn", ({ payload, request }) =>
+        Effect.gen(function*() {
+          const { ip, userAgent } = auditContext(null, request)
+          const signedIn = yield* users.signIn({ email: payload.email, password: payload.password }, { ip, userAgent })
+          yield* startSession(request, signedIn)
+          return signedIn
+        }).pipe(orUnavailable))
+      .handle("signOut", ({ request }) =>
+        Effect.gen(function*() {
+          const principal = yield* CurrentPrincipal
+          if (principal.credential.type === "session") {
+            yield* sessions.end(principal.orgId, principal.credential.id, auditContext(principal, request))
+          }
+          yield* clearSessionCookie
+        }).pipe(orUnavailable))
+      .handle("authMe", () => Effect.map(Effect.service(CurrentPrincipal), whoAmI))
+      .handle("me", () => Effect.map(Effect.service(CurrentPrincipal), whoAmI))
+  })
+)
+
+export const ApiKeysHandlers = HttpApiBuilder.group(
+  Api,
+  "apiKeys",
+  Effect.fn(function*(handlers) {
+    const keys = yield* ApiKeys
+    return handlers
+      .handle("create", ({ payload, request }) =>
+        Effect.gen(function*() {
+          const principal = yield* CurrentPrincipal
+          return yield* keys.mint({
+            orgId: principal.orgId,
+            // A session's or a user's key mints keys of that user; a service key mints service keys.
+            userId: principal.user?.id ?? null,
+            name: payload.name,
+            scopes: payload.scopes,
+            expiresAt: payload.expires_at
+          }, auditContext(principal, request))
+        }).pipe(orUnavailable))
+      .handle("list", ({ query }) =>
+        Effect.gen(function*() {
+          const principal = yield* CurrentPrincipal
+          return yield* keys.list(principal.orgId, query)
+        }).pipe(orUnavailable))
+      .handle("revoke", ({ params, request }) =>
+        Effect.gen(function*() {
+          const principal = yield* CurrentPrincipal
+          return yield* keys.revoke(principal.orgId, params.key_id, auditContext(principal, request))
+        }).pipe(orUnavailable))
+  })
+)
+
+
+/** The handlers of the auth, apiKeys, org and audit groups; need `AuthorizationLayer`. */
+export const IdentityHandlers = Layer.mergeAll(AuthHandlers, ApiKeysHandlers, OrgHandlers, AuditHandlers)

@@ -1,0 +1,216 @@
+/**
+ * API keys (spec.md 2.1, 3.1, 4.3 to 4.5): mint, list, revoke, verify.
+ *
+ * - The token (`svc_live_` + 32 random base62 + 6 checksum characters, see
+ *   `@svc/domain/ApiKeyToken`) is returned by `mint` once; only its SHA-256 is stored.
+ * - A key minted by a session or by a user's key belongs to that user (`userId`); a key minted
+ *   by the operator CLI, or by a userless key, is a userless service key.
+ * - Verification checks the form and checksum first (no database for noise), then the cache of
+ *   verified keys, then Postgres; revoked and expired keys are `unauthenticated`.
+ * - Mint and revoke write their audit entries (`apikey.created`, `apikey.revoked`) in their own
+ *   transaction. A revocation returns only after every live API process dropped the key (see
+ *   `CredentialCache`).
+ */
+import * as Token from "@svc/domain/ApiKeyToken"
+import type { ApiKeyPage, ApiKeyRow, CreatedApiKey, Principal } from "@svc/domain/Api/Auth"
+import { InvalidRequest, type InvalidScope, NotFound, Unauthenticated } from "@svc/domain/Errors"
+import { type ApiKeyId, makeId, type OrgId, type UserId } from "@svc/domain/Ids"
+import { type ListQuery, pageInfo } from "@svc/domain/Pagination"
+import * as Scopes from "@svc/domain/Scopes"
+import { formatTimestamp } from "@svc/domain/Time"
+import { Clock, Context, DateTime, Effect, Layer, Result } from "effect"
+import { SqlClient, type SqlError } from "effect/sql"
+import { Audit, type AuditContext } from "./Audit.ts"
+import { CredentialCache } from "./Auth/CredentialCache.ts"
+import { LastUsed } from "./Auth/LastUsed.ts"
+
+export interface MintInput {
+  readonly orgId: OrgId
+  /** The owning user; null for a userless service key. */
+  readonly userId: UserId | null
+  readonly name: string
+  /** Scope tokens; omitted: `["*"]`. */
+  readonly scopes?: ReadonlyArray<string> | undefined
+  /** Omitted or null: never expires. Must be in the future. */
+  readonly expiresAt?: DateTime.Utc | null | undefined
+}
+
+interface KeyRow {
+  readonly id: string
+  readonly prefix: string
+  readonly name: string
+  readonly scopes: ReadonlyArray<string>
+  readonly created_at: Date
+  readonly last_used_at: Date | null
+  readonly expires_at: Date | null
+  readonly revoked_at: Date | null
+}
+
+const ROW_COLUMNS = "id, prefix, name, scopes, created_at, last_used_at, expires_at, revoked_at"
+
+const utc = (d: Date | null) => (d === null ? null : DateTime.makeUnsafe(d))
+
+export const toRow = (row: KeyRow): ApiKeyRow => ({
+  id: row.id as ApiKeyId,
+  prefix: row.prefix,
+  name: row.name,
+  scopes: [...row.scopes],
+  createdAt: DateTime.makeUnsafe(row.created_at),
+  lastUsedAt: utc(row.last_used_at),
+  expiresAt: utc(row.expires_at),
+  revokedAt: utc(row.revoked_at)
+})
+
+interface VerifyRow {
+  readonly id: string
+  readonly org_id: string
+  readonly org_name: string
+  readonly user_id: string | null
+  readonly email: string | null
+  readonly scopes: ReadonlyArray<string>
+  readonly token_hash: string
+  readonly expires_at: Date | null
+  readonly revoked_at: Date | null
+}
+
+const unauthenticated = new Unauthenticated()
+
+export class ApiKeys extends Context.Service<ApiKeys, {
+  readonly mint: (
+    input: MintInput,
+    context: AuditContext
+  ) => Effect.Effect<CreatedApiKey, InvalidScope | InvalidRequest | SqlError.SqlError>
+  readonly list: (orgId: OrgId, query: ListQuery) => Effect.Effect<ApiKeyPage, SqlError.SqlError>
+  readonly get: (orgId: OrgId, keyId: ApiKeyId) => Effect.Effect<ApiKeyRow, NotFound | SqlError.SqlError>
+  /** Revokes (idempotent: a revoked key's row comes back unchanged, with no new audit entry). */
+  readonly revoke: (
+    orgId: OrgId,
+    keyId: ApiKeyId,
+    context: AuditContext
+  ) => Effect.Effect<ApiKeyRow, NotFound | SqlError.SqlError>
+  /** The principal of a presented token, or `unauthenticated`. Never logs or echoes the token. */
+  readonly verify: (token: string) => Effect.Effect<Principal, Unauthenticated | SqlError.SqlError>
+}>()("@svc/auth/ApiKeys") {
+  static readonly layer = Layer.effect(
+    ApiKeys,
+    Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const audit = yield* Audit
+      const cache = yield* CredentialCache
+      const lastUsed = yield* LastUsed
+
+      const mint = Effect.fn("ApiKeys.mint")(function*(input: MintInput, context: AuditContext) {
+        const grant = Scopes.parseScopes(input.scopes ?? Scopes.DEFAULT_SCOPES)
+        if (Result.isFailure(grant)) return yield* grant.failure
+        const now = yield* Clock.currentTimeMillis
+        const expiresAt = input.expiresAt ?? null
+        if (expiresAt !== null && DateTime.toEpochMillis(expiresAt) <= now) {
+          return yield* new InvalidRequest({
+            error: "expires_at must be in the future",
+            issues: [{ path: "expires_at", message: "must be in the future" }]
+          })
+        }
+        const id = makeId("apiKey", now)
+        const minted = Token.mint()
+        const scopes = [...grant.success.tokens]
+        const rows = yield* sql.withTransaction(Effect.gen(function*() {
+          const rows = yield* sql<KeyRow>`
+            INSERT INTO api_keys (id, org_id, user_id, name, prefix, token_hash, scopes, created_at, expires_at)
+            VALUES (${id}, ${input.orgId}, ${input.userId}, ${input.name}, ${minted.prefix}, ${minted.hash},
+                    ${scopes}::text[], ${formatTimestamp(now)},
+                    ${expiresAt === null ? null : formatTimestamp(expiresAt)}::timestamptz)
+            RETURNING ${sql.unsafe(ROW_COLUMNS)}
+          `
+          yield* audit.record(input.orgId, "apikey.created", id, context)
+          return rows
+        }))
+        return { ...toRow(rows[0]!), token: minted.token }
+      })
+
+      const list = Effect.fn("ApiKeys.list")(function*(orgId: OrgId, query: ListQuery) {
+        const [rows, counts] = yield* Effect.all([
+          sql<KeyRow>`
+            SELECT ${sql.unsafe(ROW_COLUMNS)} FROM api_keys WHERE org_id = ${orgId}
+            ORDER BY created_at DESC, id DESC LIMIT ${query.limit} OFFSET ${query.offset}
+          `,
+          sql<{ readonly total: string | number }>`SELECT count(*) AS total FROM api_keys WHERE org_id = ${orgId}`
+        ], { concurrency: 2 })
+        const total = Number(counts[0]?.total ?? 0)
+        return { keys: rows.map(toRow), ...pageInfo(query, rows.length, total) }
+      })
+
+      const get = Effect.fn("ApiKeys.get")(function*(orgId: OrgId, keyId: ApiKeyId) {
+        const rows = yield* sql<KeyRow>`
+          SELECT ${sql.unsafe(ROW_COLUMNS)} FROM api_keys WHERE id = ${keyId} AND org_id = ${orgId}
+        `
+        if (rows.length === 0) return yield* new NotFound({ error: "API key not found" })
+        return toRow(rows[0]!)
+      })
+
+      const revoke = Effect.fn("ApiKeys.revoke")(function*(orgId: OrgId, keyId: ApiKeyId, context: AuditContext) {
+        const now = yield* Clock.currentTimeMillis
+        const revoked = yield* sql.withTransaction(Effect.gen(function*() {
+          const rows = yield* sql<KeyRow>`
+            UPDATE api_keys SET revoked_at = ${formatTimestamp(now)}
+            WHERE id = ${keyId} AND org_id = ${orgId} AND revoked_at IS NULL
+            RETURNING ${sql.unsafe(ROW_COLUMNS)}
+          `
+          if (rows.length === 0) return null
+          yield* audit.record(orgId, "apikey.revoked", keyId, context)
+          return toRow(rows[0]!)
+        }))
+        if (revoked === null) return yield* get(orgId, keyId)
+        yield* cache.revoked(keyId)
+        return revoked
+      })
+
+      const verify = Effect.fnUntraced(function*(token: string) {
+        if (!Token.isWellFormed(token)) return yield* unauthenticated
+        const tokenHash = Token.hash(token)
+        const now = yield* Clock.currentTimeMillis
+        const cached = cache.get(tokenHash, now)
+        if (cached !== undefined) {
+          if (cached.expiresAtMs !== null && cached.expiresAtMs <= now) return yield* unauthenticated
+          lastUsed.touch(cached.principal.credential.id, now)
+          return cached.principal
+        }
+        const epoch = cache.epoch()
+        const rows = yield* sql<VerifyRow>`
+          SELECT k.id, k.org_id, o.name AS org_name, k.user_id, u.email, k.scopes, k.token_hash,
+                 k.expires_at, k.revoked_at
+          FROM api_keys k JOIN orgs o ON o.id = k.org_id LEFT JOIN users u ON u.id = k.user_id
+          WHERE k.token_hash = ${tokenHash}
+        `
+        const row = rows[0]
+        if (row === undefined || !Token.hashesEqual(row.token_hash, tokenHash) || row.revoked_at !== null) {
+          return yield* unauthenticated
+        }
+        const expiresAtMs = row.expires_at === null ? null : row.expires_at.getTime()
+        if (expiresAtMs !== null && expiresAtMs <= now) return yield* unauthenticated
+        const grant = Scopes.parseScopes(row.scopes)
+        if (Result.isFailure(grant)) {
+          // Valid at mint; only a grammar change can get here. Refuse rather than guess.
+          yield* Effect.logError("stored key scopes no longer parse", { keyId: row.id })
+          return yield* unauthenticated
+        }
+        const principal: Principal = {
+          orgId: row.org_id as OrgId,
+          org: { id: row.org_id as OrgId, name: row.org_name },
+          user: row.user_id === null ? null : { id: row.user_id as UserId, email: row.email ?? "" },
+          credential: {
+            type: "api_key",
+            id: row.id,
+            scopes: grant.success.tokens,
+            expiresAt: row.expires_at === null ? null : DateTime.makeUnsafe(row.expires_at)
+          },
+          grant: grant.success
+        }
+        cache.set(tokenHash, { principal, expiresAtMs, cachedAtMs: now }, epoch)
+        lastUsed.touch(row.id, now)
+        return principal
+      })
+
+      return ApiKeys.of({ mint, list, get, revoke, verify })
+    })
+  )
+}

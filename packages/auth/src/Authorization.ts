@@ -1,0 +1,107 @@
+/**
+ * Authorization decisions (spec.md 5.3 to 5.5), as pure functions over an endpoint's declared
+ * `AccessRule` and a credential's `Grant`, plus the Effect helpers handlers call for checks
+ * that depend on the request (the single-sandbox policy, conditional scopes).
+ *
+ * The `Authorization` middleware (apps/api/src/Http/Authorization.ts) calls `decide` for every
+ * request; handlers never repeat what their rule declares.
+ */
+import { type AccessRule, CurrentPrincipal, type ScopeRequirement } from "@svc/domain/Api/Auth"
+import { FullAccessRequired, InsufficientScope, SandboxOutOfScope } from "@svc/domain/Errors"
+import type { SandboxId } from "@svc/domain/Ids"
+import * as Scopes from "@svc/domain/Scopes"
+import { Effect } from "effect"
+
+export type Decision =
+  | { readonly _tag: "Allowed" }
+  | { readonly _tag: "FullAccessRequired"; readonly message: string | undefined }
+  | { readonly _tag: "InsufficientScope"; readonly requiredScope: ScopeRequirement }
+
+const ALLOWED: Decision = { _tag: "Allowed" }
+
+const holds = (grant: Scopes.Grant, requirement: ScopeRequirement): boolean => {
+  const [resource, action] = requirement.split(":") as [Scopes.Resource, Scopes.Action]
+  return Scopes.allows(grant, resource, action as never)
+}
+
+/**
+ * What `rule` says about a request with `method` by a credential holding `grant`. `Public`
+ * routes are decided before authentication; here they are allowed.
+ */
+export const decide = (rule: AccessRule, method: string, grant: Scopes.Grant): Decision => {
+  switch (rule._tag) {
+    case "Public":
+    case "Any":
+      return ALLOWED
+    case "Account":
+      return grant.full ? ALLOWED : { _tag: "FullAccessRequired", message: rule.message }
+    case "Resource": {
+      const action = rule.action ?? Scopes.requiredAction(method)
+      const own = `${rule.resource}:${action}` as ScopeRequirement
+      if (!holds(grant, own)) return { _tag: "InsufficientScope", requiredScope: own }
+      for (const extra of rule.also ?? []) {
+        if (!holds(grant, extra)) return { _tag: "InsufficientScope", requiredScope: extra }
+      }
+      return ALLOWED
+    }
+  }
+}
+
+/** The API error of a refusal. */
+export const refusal = (decision: Exclude<Decision, { _tag: "Allowed" }>) =>
+  decision._tag === "FullAccessRequired"
+    ? new FullAccessRequired(decision.message === undefined ? {} : { error: decision.message })
+    : new InsufficientScope({
+      error: `This key lacks the scope ${decision.requiredScope}`,
+      required_scope: decision.requiredScope
+    })
+
+/** Fails with `insufficient_scope` unless the caller holds `resource:action` (conditional checks). */
+export const requireScope = <R extends Scopes.Resource>(resource: R, action: Scopes.ActionOf<R>) =>
+  Effect.flatMap(Effect.service(CurrentPrincipal), (principal) =>
+    Scopes.allows(principal.grant, resource, action)
+      ? Effect.void
+      : Effect.fail(
+        new InsufficientScope({
+          error: `This key lacks the scope ${resource}:${action}`,
+          required_scope: Scopes.requiredScope(resource, action)
+        })
+      ))
+
+/** Fails with `full_access_required` unless the caller is a `*` key or a session. */
+export const requireFullAccess = Effect.flatMap(Effect.service(CurrentPrincipal), (principal) =>
+  principal.grant.full ? Effect.void : Effect.fail(new FullAccessRequired()))
+
+/** What the sandbox routes do after `sandboxAccess`. */
+export type SandboxPermission =
+  | { readonly _tag: "Allowed" }
+  /** Create the new sandbox as a child of this one (the key's sandbox). */
+  | { readonly _tag: "CreateAs"; readonly parentId: SandboxId }
+
+/**
+ * The single-sandbox policy of spec.md 5.5 for the current caller. Call it after loading the
+ * target sandbox of the caller's org (a sandbox of another org is 404 before this):
+ * - `{ id, parentId }` of an existing sandbox: its own sandbox and direct children are allowed;
+ * - `{ create: { parentId } }` for POST /v1/sandboxes: allowed as a child of the key's sandbox
+ *   (`CreateAs`; `parentId` omitted or equal to it), anything else is refused.
+ * Refusals are 403 `sandbox_out_of_scope`. Unconfined credentials are always `Allowed` here
+ * (their scopes were checked by the middleware).
+ */
+export const sandboxPolicy = (target: Scopes.SandboxTarget) =>
+  Effect.flatMap(Effect.service(CurrentPrincipal), (principal): Effect.Effect<SandboxPermission, SandboxOutOfScope> => {
+    const access = Scopes.sandboxAccess(principal.grant, target)
+    switch (access._tag) {
+      case "Allowed":
+        return Effect.succeed({ _tag: "Allowed" })
+      case "CreateAs":
+        return Effect.succeed({ _tag: "CreateAs", parentId: access.parentId })
+      case "Denied":
+        return Effect.fail(new SandboxOutOfScope())
+    }
+  })
+
+/**
+ * For list routes: the sandbox a `sandbox:<id>` caller is confined to (list only it and its
+ * direct children, spec.md 4.8), or null.
+ */
+export const confinedSandbox = Effect.map(Effect.service(CurrentPrincipal), (p) => Scopes.sandboxScopeOf(p.grant))

@@ -1,0 +1,112 @@
+/**
+ * Users and their passwords: sign-up creates an org and its first user; sign-in checks a
+ * password. Emails are normalised (trimmed, lowercased) and unique on the platform. A wrong
+ * email and a wrong password fail the same way and take the same time (an unknown email is
+ * checked against a dummy hash).
+ */
+import { normalizeEmail, type OrgRecord, type User } from "@svc/domain/Api/Auth"
+import { Conflict, Unauthenticated } from "@svc/domain/Errors"
+import { makeId, type OrgId, type UserId } from "@svc/domain/Ids"
+import { formatTimestamp } from "@svc/domain/Time"
+import { Clock, Context, DateTime, Effect, Layer } from "effect"
+import { SqlClient, type SqlError } from "effect/sql"
+import { Audit, type AuditContext } from "./Audit.ts"
+import * as Passwords from "./Auth/Passwords.ts"
+import { toOrgRecord } from "./Orgs.ts"
+
+export interface SignedUpUser {
+  readonly user: User
+  readonly org: OrgRecord
+}
+
+interface UserRow {
+  readonly id: string
+  readonly email: string
+  readonly password_hash: string
+  readonly created_at: Date
+  readonly org_id: string
+  readonly org_name: string
+  readonly org_created_at: Date
+}
+
+const badCredentials = new Unauthenticated({ error: "Wrong email or password" })
+
+export class Users extends Context.Service<Users, {
+  /** Org + first user (audit `org.created`, `auth.signed_up`), in one transaction. */
+  readonly signUp: (
+    input: { readonly email: string; readonly password: string; readonly orgName: string },
+    context: Omit<AuditContext, "actor">
+  ) => Effect.Effect<SignedUpUser, Conflict | SqlError.SqlError>
+  /** The user of an email and password, or `unauthenticated` (audit `auth.sign_in_failed` for a known email). */
+  readonly signIn: (
+    input: { readonly email: string; readonly password: string },
+    context: Omit<AuditContext, "actor">
+  ) => Effect.Effect<SignedUpUser, Unauthenticated | SqlError.SqlError>
+}>()("@svc/auth/Users") {
+  static readonly layer = Layer.effect(
+    Users,
+    Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const audit = yield* Audit
+
+      const signUp = Effect.fn("Users.signUp")(function*(
+        input: { readonly email: string; readonly password: string; readonly orgName: string },
+        context: Omit<AuditContext, "actor">
+      ) {
+        const email = normalizeEmail(input.email)
+        // Hash before the transaction: it takes tens of milliseconds and holds no lock.
+        const passwordHash = yield* Passwords.hash(input.password)
+        const now = yield* Clock.currentTimeMillis
+        const orgId = makeId("org", now) as OrgId
+        const userId = makeId("user", now) as UserId
+        const at = formatTimestamp(now)
+        const actor = { ...context, actor: { type: "user" as const, id: userId } }
+        yield* sql.withTransaction(Effect.gen(function*() {
+          yield* sql`INSERT INTO orgs (id, name, created_at) VALUES (${orgId}, ${input.orgName}, ${at})`
+          const inserted = yield* sql`
+            INSERT INTO users (id, org_id, email, password_hash, created_at)
+            VALUES (${userId}, ${orgId}, ${email}, ${passwordHash}, ${at})
+            ON CONFLICT (email) DO NOTHING RETURNING id
+          `
+          // Rolls the org back with it.
+          if (inserted.length === 0) return yield* new Conflict({ error: "An account with this email already exists" })
+          yield* audit.record(orgId, "org.created", orgId, actor)
+          yield* audit.record(orgId, "auth.signed_up", userId, actor)
+        }))
+        const createdAt = DateTime.makeUnsafe(now)
+        return {
+          user: { id: userId, email, createdAt },
+          org: { id: orgId, name: input.orgName, createdAt }
+        }
+      })
+
+      const signIn = Effect.fn("Users.signIn")(function*(
+        input: { readonly email: string; readonly password: string },
+        context: Omit<AuditContext, "actor">
+      ) {
+        const email = normalizeEmail(input.email)
+        const rows = yield* sql<UserRow>`
+          SELECT u.id, u.email, u.password_hash, u.created_at, o.id AS org_id, o.name AS org_name,
+                 o.created_at AS org_created_at
+          FROM users u JOIN orgs o ON o.id = u.org_id WHERE u.email = ${email}
+        `
+        const row = rows[0]
+        const ok = yield* Passwords.verify(input.password, row?.password_hash ?? Passwords.DUMMY_HASH)
+        if (row === undefined) return yield* badCredentials
+        if (!ok) {
+          yield* audit.record(row.org_id as OrgId, "auth.sign_in_failed", row.id, {
+            ...context,
+            actor: { type: "anonymous", id: null }
+          })
+          return yield* badCredentials
+        }
+        return {
+          user: { id: row.id as UserId, email: row.email, createdAt: DateTime.makeUnsafe(row.created_at) },
+          org: toOrgRecord({ id: row.org_id, name: row.org_name, created_at: row.org_created_at })
+        }
+      })
+
+      return Users.of({ signUp, signIn })
+    })
+  )
+}

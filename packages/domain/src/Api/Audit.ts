@@ -1,0 +1,66 @@
+/**
+ * The org's audit log (spec.md 6.5, api.md "Billing, org, audit"): append-only entries written
+ * in the same transaction as the change they record. Not webhook events.
+ *
+ * Actions: `apikey.created`, `apikey.revoked` (spec.md), and `org.created`, `org.updated`,
+ * `auth.signed_up`, `auth.signed_in`, `auth.sign_in_failed` (a known email with a wrong
+ * password), `auth.signed_out`.
+ */
+import { Schema } from "effect"
+import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "effect/http-api"
+import { AuditId } from "../Ids.ts"
+import { ListQuery, Page } from "../Pagination.ts"
+import { Timestamp } from "../Time.ts"
+import { Access } from "./Auth.ts"
+
+export const AUDIT_ACTIONS = [
+  "apikey.created",
+  "apikey.revoked",
+  "org.created",
+  "org.updated",
+  "auth.signed_up",
+  "auth.signed_in",
+  "auth.sign_in_failed",
+  "auth.signed_out"
+] as const
+export const AuditAction = Schema.Literals(AUDIT_ACTIONS)
+export type AuditAction = typeof AuditAction.Type
+
+/**
+ * Who did it: a user (session), an API key, the operator CLI (`id` null) or nobody signed in
+ * (`anonymous`, e.g. a failed sign-in; `id` null).
+ */
+export const ActorType = Schema.Literals(["user", "api_key", "operator", "anonymous"])
+export type ActorType = typeof ActorType.Type
+export const Actor = Schema.Struct({ type: ActorType, id: Schema.NullOr(Schema.String) })
+export type Actor = typeof Actor.Type
+
+export const AuditEntry = Schema.Struct({
+  id: AuditId,
+  action: AuditAction,
+  actor: Actor,
+  target_id: Schema.NullOr(Schema.String),
+  ip: Schema.NullOr(Schema.String),
+  user_agent: Schema.NullOr(Schema.String),
+  createdAt: Timestamp
+})
+export type AuditEntry = typeof AuditEntry.Type
+
+export const AuditQuery = Schema.Struct({
+  ...ListQuery.fields,
+  action: Schema.optional(AuditAction)
+})
+export type AuditQuery = typeof AuditQuery.Type
+
+export const AuditPage = Page("entries", AuditEntry)
+export type AuditPage = typeof AuditPage.Type
+
+export class AuditApi extends HttpApiGroup.make("audit")
+  .add(
+    HttpApiEndpoint.get("list", "/v1/audit", { query: AuditQuery, success: AuditPage })
+      .annotateMerge(OpenApi.annotations({ description: "Newest first; `action` filters on one action." }))
+  )
+  .annotateMerge(Access.account)
+  .annotateMerge(OpenApi.annotations({ title: "Audit log" }))
+{}
+
