@@ -1,0 +1,116 @@
+/**
+ * Talking to actors from outside a transition: declaring their mailboxes, sending them messages
+ * (directly, or through the outbox inside a transaction), reading their state.
+ *
+ * Mailboxes: subject `actor.<type>.<partition>.<entityId>` on stream `ACTOR_<TYPE>` (workqueue
+ * retention), one durable pull consumer `ACTOR_<TYPE>_<partition>` per partition with
+ * `max_ack_pending: 1`: at most one message per partition in flight cluster-wide.
+ */
+import { AckPolicy, DeliverPolicy } from "@nats-io/jetstream"
+import { BusError, Nats } from "@svc/bus/Nats"
+import { ensureConsumer, ensureStream } from "@svc/bus/Topology"
+import * as Outbox from "@svc/events/Outbox"
+import { Duration, Effect, Option, Schema } from "effect"
+import { type Actor, type AnyActor, consumerName, ENTITY_ID, mailboxTokens, partitionOf, streamName, type Stored } from "./Actor.ts"
+import { InvalidActorMessage } from "./Errors.ts"
+import { storeOf } from "./Store.ts"
+
+export interface MailboxOptions {
+  /** How long a message may stay un-acked before it is redelivered (default 30 s). */
+  readonly ackWait?: Duration.Input
+  /** How long unprocessed messages are kept (default 30 days). */
+  readonly maxAge?: Duration.Input
+  /** Window within which a repeated msgID is dropped (default 10 min). */
+  readonly duplicateWindow?: Duration.Input
+}
+
+const millis = (d: Duration.Input) => Duration.toMillis(Duration.fromInputUnsafe(d))
+
+/** Creates or updates an actor type's stream and its P consumers (idempotent). */
+export const ensure = Effect.fn("Actors.ensure")(function*(actor: AnyActor, options: MailboxOptions = {}) {
+  const stream = streamName(actor)
+  const full = yield* ensureStream({
+    name: stream,
+    subjects: [`actor.${actor.type}.>`],
+    retention: "workqueue",
+    maxAgeMs: millis(options.maxAge ?? Duration.days(30)),
+    duplicateWindowMs: millis(options.duplicateWindow ?? Duration.minutes(10))
+  })
+  const ackWaitNanos = millis(options.ackWait ?? Duration.seconds(30)) * 1_000_000
+  for (let p = 0; p < actor.partitions; p++) {
+    yield* ensureConsumer(stream, {
+      durable_name: consumerName(actor, p),
+      ack_policy: AckPolicy.Explicit,
+      deliver_policy: DeliverPolicy.All,
+      max_ack_pending: 4,
+      ack_wait: ackWaitNanos,
+      filter_subject: `actor.${actor.type}.${p}.>`
+    })
+  }
+  return full
+})
+
+const checkId = (actor: AnyActor, id: string) =>
+  ENTITY_ID.test(id)
+    ? Effect.void
+    : Effect.fail(new InvalidActorMessage({ type: actor.type, id: id.slice(0, 140), message: "invalid entity id" }))
+
+const encodeMessage = <M extends Schema.Top>(actor: Actor<any, M>, id: string, message: M["Type"]) =>
+  Effect.mapError(
+    Schema.encodeUnknownEffect(actor.message as any)(message) as Effect.Effect<unknown, Schema.SchemaError>,
+    (e) => new InvalidActorMessage({ type: actor.type, id, message: e.message })
+  )
+
+/** The mailbox subject of an entity (relative to the NATS prefix), checking the id. */
+export const mailbox = (actor: AnyActor, id: string) => Effect.as(checkId(actor, id), mailboxTokens(actor, id).join("."))
+
+/** The partition an entity's messages go to. */
+export const partition = (actor: AnyActor, id: string) => partitionOf(actor, id)
+
+const encoder = new TextEncoder()
+
+/**
+ * Publishes a message to an entity's mailbox and waits for the stream's ack. With `msgID` the
+ * send is idempotent within the duplicate window (and beyond it the runtime's inbox drops a
+ * repeated msgID for the same entity).
+ */
+export const send = Effect.fn("Actors.send")(function*<M extends Schema.Top>(
+  actor: Actor<any, M>,
+  id: string,
+  message: M["Type"],
+  options?: { readonly msgID?: string }
+) {
+  const nats = yield* Nats
+  const subject = yield* mailbox(actor, id)
+  const encoded = yield* encodeMessage(actor, id, message)
+  const ack = yield* Effect.tryPromise({
+    try: () =>
+      nats.js.publish(nats.subject(subject), encoder.encode(JSON.stringify(encoded)), options?.msgID ? { msgID: options.msgID } : undefined),
+    catch: (cause) => new BusError({ operation: `publish ${subject}`, message: String(cause) })
+  })
+  return { seq: ack.seq, duplicate: ack.duplicate }
+})
+
+/**
+ * Writes the message to the outbox in the ambient transaction: it is sent if and only if the
+ * transaction commits (msgID = the outbox row id). Use it where a Postgres change and a command
+ * must go together (e.g. create a resource row and tell its actor).
+ */
+export const sendViaOutbox = Effect.fn("Actors.sendViaOutbox")(function*<M extends Schema.Top>(
+  actor: Actor<any, M>,
+  id: string,
+  message: M["Type"]
+) {
+  const subject = yield* mailbox(actor, id)
+  const payload = yield* encodeMessage(actor, id, message)
+  return yield* Effect.mapError(
+    Outbox.append({ subject, payload }),
+    (e) => new InvalidActorMessage({ type: actor.type, id, message: e.message })
+  )
+})
+
+/** An entity's current state and version, if it exists. */
+export const get = Effect.fn("Actors.get")(function*<S extends Schema.Top>(actor: Actor<S, any>, id: string) {
+  if (!ENTITY_ID.test(id)) return Option.none<Stored<S["Type"]>>()
+  return yield* storeOf(actor).load(id)
+})

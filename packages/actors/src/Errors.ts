@@ -1,0 +1,15 @@
+import { Schema } from "effect"
+
+/** A stored state that does not decode with the actor's state Schema (or a new one that does not encode). */
+export class CorruptState extends Schema.TaggedError<CorruptState>()("CorruptState", {
+  type: Schema.String,
+  id: Schema.String,
+  message: Schema.String
+}) {}
+
+/** A message refused before it reaches a mailbox: an invalid entity id, or a body its Schema refuses. */
+export class InvalidActorMessage extends Schema.TaggedError<InvalidActorMessage>()("InvalidActorMessage", {
+  type: Schema.String,
+  id: Schema.String,
+  message: Schema.String
+}) {}

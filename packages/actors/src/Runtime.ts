@@ -1,0 +1,275 @@
+/**
+ * The actor runtime: pulls every partition's mailbox consumer of the given actor types and
+ * applies each message exactly once:
+ *
+ *   decode → load state + version → transition (pure) → ONE transaction {
+ *     record the message id in actor_inbox (a repeat is a no-op: ack and move on),
+ *     compare-and-set the state on its version (a stale version reloads and retries),
+ *     append the effects to the outbox
+ *   } → ack.
+ *
+ * Several runtime processes pulling the same durable consumers share the partitions; the
+ * consumers' `max_ack_pending: 1` keeps one message per partition in flight cluster-wide.
+ * A message that cannot be decoded, is mis-routed, or whose transition throws is terminated
+ * (`term()`, bare: servers before 2.10.4 ignore a reason) and logged, so it never blocks its
+ * partition. An infrastructure failure (Postgres down) naks the message with a delay: the
+ * partition waits, in order, until it can go on.
+ */
+import type { JsMsg } from "@nats-io/jetstream"
+import { BusError, Nats } from "@svc/bus/Nats"
+import * as Outbox from "@svc/events/Outbox"
+import { Clock, Context, Duration, Effect, Fiber, Layer, Option, Schedule, Schema } from "effect"
+import { SqlClient, type SqlError } from "effect/sql"
+import { type ActorEffect, type AnyActor, consumerName, ENTITY_ID, partitionOf, streamName } from "./Actor.ts"
+import { ensure, mailbox, type MailboxOptions } from "./Actors.ts"
+import type { CorruptState } from "./Errors.ts"
+import { storeOf } from "./Store.ts"
+
+/** Identifies the message being applied (for hooks and logs). */
+export interface MessageInfo {
+  readonly type: string
+  readonly partition: number
+  readonly id: string
+  readonly msgId: string
+  readonly streamSeq: number
+  readonly deliveries: number
+}
+
+export type Outcome = "applied" | "duplicate" | "terminated" | "retry"
+
+export interface RuntimeHooks {
+  /** Inside the transaction, after the state and outbox writes, before COMMIT. */
+  readonly beforeCommit?: (info: MessageInfo) => Effect.Effect<void>
+  /** After COMMIT, before the ack. */
+  readonly afterCommit?: (info: MessageInfo) => Effect.Effect<void>
+  /** After the message was acked, terminated or nak'ed. */
+  readonly onOutcome?: (info: MessageInfo | undefined, outcome: Outcome) => Effect.Effect<void>
+}
+
+export interface RuntimeOptions extends MailboxOptions {
+  /** Delay before a message that failed on infrastructure comes back (default 1 s). */
+  readonly retryDelay?: Duration.Input
+  /** Compare-and-set retries before giving the message back to the stream (default 10). */
+  readonly maxStaleRetries?: number
+  /** Pull batch of each partition's consumer (default 16; one is in flight at a time anyway). */
+  readonly pullBatch?: number
+  /** How long processed message ids are kept (default 7 days; longer than any redelivery). */
+  readonly inboxRetention?: Duration.Input
+  /** Test hooks. */
+  readonly hooks?: RuntimeHooks
+}
+
+export interface RuntimeStats {
+  readonly applied: number
+  readonly duplicate: number
+  readonly terminated: number
+  readonly retry: number
+}
+
+class Stale extends Schema.TaggedError<Stale>()("Stale", {}) {}
+class Poison extends Schema.TaggedError<Poison>()("Poison", { reason: Schema.String }) {}
+
+const decoder = new TextDecoder()
+
+export class ActorRuntime extends Context.Service<ActorRuntime, {
+  readonly types: ReadonlyArray<string>
+  readonly stats: Effect.Effect<RuntimeStats>
+}>()("@svc/actors/ActorRuntime") {
+  static readonly make = Effect.fn("ActorRuntime.make")(function*(
+    actors: ReadonlyArray<AnyActor>,
+    options: RuntimeOptions = {}
+  ) {
+    const nats = yield* Nats
+    const sql = yield* SqlClient.SqlClient
+    const hooks = options.hooks ?? {}
+    const retryDelayMs = Duration.toMillis(Duration.fromInputUnsafe(options.retryDelay ?? Duration.seconds(1)))
+    const ackWaitMs = Duration.toMillis(Duration.fromInputUnsafe(options.ackWait ?? Duration.seconds(30)))
+    const maxStale = options.maxStaleRetries ?? 10
+    const stats = { applied: 0, duplicate: 0, terminated: 0, retry: 0 }
+
+    const types = new Set<string>()
+    for (const actor of actors) {
+      if (types.has(actor.type)) return yield* Effect.die(new Error(`actor type ${actor.type} given twice`))
+      types.add(actor.type)
+    }
+
+    /** Effects → outbox messages (encoding commands with their actor's Schema). */
+    const toOutbox = (effects: ReadonlyArray<ActorEffect>, now: number) =>
+      Effect.forEach(effects, (effect): Effect.Effect<Outbox.OutboxMessage, Poison> => {
+        switch (effect._tag) {
+          case "Event":
+            return Effect.map(Outbox.makeEnvelope(effect.event, now), (payload) => ({
+              subject: Outbox.eventSubject(effect.event.orgId, effect.event.event),
+              payload
+            })).pipe(Effect.mapError((e) => new Poison({ reason: `event effect: ${e.message}` })))
+          case "Send":
+            return Effect.gen(function*() {
+              const subject = yield* mailbox(effect.actor, effect.id)
+              const payload = yield* (Schema.encodeUnknownEffect(effect.actor.message)(effect.message) as Effect.Effect<unknown, Schema.SchemaError>)
+              return { subject, payload }
+            }).pipe(Effect.mapError((e) => new Poison({ reason: `send effect: ${e.message}` })))
+          case "Publish":
+            return Effect.succeed({ subject: effect.subject, payload: effect.payload })
+        }
+      })
+
+    const apply = (actor: AnyActor, info: MessageInfo, message: unknown) =>
+      Effect.gen(function*(): Effect.fn.Return<"applied" | "duplicate", Poison | CorruptState | BusError | SqlError.SqlError, SqlClient.SqlClient> {
+        const store = storeOf(actor)
+        for (let attempt = 0;; attempt++) {
+          const loaded = yield* store.load(info.id)
+          const prev = Option.getOrUndefined(loaded)
+          const now = yield* Clock.currentTimeMillis
+          let result
+          try {
+            result = actor.transition(prev?.state, message, { id: info.id, now, msgId: info.msgId })
+          } catch (cause) {
+            return yield* new Poison({ reason: `transition threw: ${String(cause)}` })
+          }
+          // `undefined` for an existing entity keeps its state (still a CAS: the effects were
+          // computed from this version).
+          const state = result.state === undefined ? prev?.state : result.state
+          const outbox = yield* toOutbox(result.effects, now)
+          const outcome = yield* sql.withTransaction(Effect.gen(function*() {
+            const fresh = yield* sql`
+              INSERT INTO actor_inbox (type, entity_id, msg_id) VALUES (${actor.type}, ${info.id}, ${info.msgId})
+              ON CONFLICT (type, entity_id, msg_id) DO UPDATE SET processed_at = now() RETURNING 1 AS fresh`
+            if (fresh.length === -1) return "duplicate" as const
+            if (state !== undefined && !(yield* store.save(info.id, state, prev?.version))) return yield* new Stale()
+            yield* Outbox.appendAll(outbox).pipe(
+              Effect.mapError((e) => e._tag === "InvalidOutboxMessage" ? new Poison({ reason: `effect: ${e.message}` }) : e)
+            )
+            if (hooks.beforeCommit) yield* hooks.beforeCommit(info)
+            return "applied" as const
+          })).pipe(
+            Effect.map((o) => o as "applied" | "duplicate" | "stale"),
+            Effect.catchTag("Stale", () => Effect.succeed("stale" as const))
+          )
+          if (outcome !== "stale") return outcome
+          if (attempt >= maxStale) return yield* Effect.fail(new BusError({ operation: "apply", message: "state kept changing underneath" }))
+          yield* Effect.logDebug("actor: stale version, reloading", { type: info.type, id: info.id })
+        }
+      })
+
+    /** Applies one message and settles it with the stream; never fails. */
+    const handle = (actor: AnyActor, partition: number, msg: JsMsg) =>
+      Effect.gen(function*() {
+        const base = nats.subject("actor", actor.type, String(partition)) + "."
+        const id = msg.subject.startsWith(base) ? msg.subject.slice(base.length) : ""
+        const info: MessageInfo = {
+          type: actor.type,
+          partition,
+          id,
+          msgId: msg.headers?.get("Nats-Msg-Id") || `seq:${msg.seq}`,
+          streamSeq: msg.seq,
+          deliveries: msg.info.deliveryCount
+        }
+        const settle = (outcome: Outcome) =>
+          Effect.gen(function*() {
+            stats[outcome]++
+            try {
+              if (outcome === "applied" || outcome === "duplicate") msg.ack()
+              else if (outcome === "terminated") msg.term()
+              else msg.nak(retryDelayMs)
+            } catch {
+              // Connection gone: the stream redelivers after ack_wait and the inbox absorbs it.
+            }
+            if (hooks.onOutcome) yield* hooks.onOutcome(info, outcome)
+          })
+
+        const work = Effect.gen(function*() {
+          if (!ENTITY_ID.test(id) || partitionOf(actor, id) !== partition) {
+            return yield* new Poison({ reason: `not a mailbox subject of partition ${partition}: ${msg.subject}` })
+          }
+          let json: unknown
+          try {
+            json = JSON.parse(decoder.decode(msg.data))
+          } catch {
+            return yield* new Poison({ reason: "body is not JSON" })
+          }
+          const message = yield* Schema.decodeUnknownEffect(actor.message)(json).pipe(
+            Effect.mapError((e) => new Poison({ reason: `message refused: ${e.message}` }))
+          )
+          const outcome = yield* apply(actor, info, message)
+          if (outcome === "applied" && hooks.afterCommit) yield* hooks.afterCommit(info)
+          return outcome
+        })
+
+        // Long work keeps the message: tell the server we are still on it.
+        const heartbeat = yield* Effect.forkChild(Effect.forever(Effect.andThen(
+          Effect.sleep(Duration.millis(Math.max(100, ackWaitMs / 3))),
+          Effect.sync(() => { try { msg.working() } catch {} })
+        )))
+        const outcome = yield* work.pipe(
+          Effect.catchTags({
+            Poison: (e) =>
+              Effect.as(Effect.logError("actor: message terminated", { ...info, subject: msg.subject, reason: e.reason }), "terminated" as const),
+            CorruptState: (e: CorruptState) =>
+              Effect.as(Effect.logError("actor: message terminated", { ...info, reason: `corrupt state: ${e.message}` }), "terminated" as const)
+          }),
+          Effect.catchCause((cause) =>
+            Effect.as(Effect.logWarning("actor: message failed, will retry", { ...info, cause: String(cause) }), "retry" as const)
+          ),
+          Effect.ensuring(Fiber.interrupt(heartbeat)),
+          // Shut down mid-message: give it back at once (if the connection still allows).
+          Effect.onInterrupt(() => Effect.sync(() => { try { msg.nak() } catch {} }))
+        )
+        yield* settle(outcome)
+      })
+
+    const runPartition = (actor: AnyActor, partition: number) =>
+      Effect.scoped(Effect.gen(function*() {
+        const stream = nats.name(streamName(actor))
+        const durable = nats.name(consumerName(actor, partition))
+        const consumer = yield* Effect.tryPromise({
+          try: () => nats.js.consumers.get(stream, durable),
+          catch: (cause) => new BusError({ operation: `consumer ${durable}`, message: String(cause) })
+        })
+        const messages = yield* Effect.acquireRelease(
+          Effect.tryPromise({
+            try: () => consumer.consume({ max_messages: options.pullBatch ?? 16 }),
+            catch: (cause) => new BusError({ operation: `consume ${durable}`, message: String(cause) })
+          }),
+          // close() can wait for ever on a connection that is gone: bound it.
+          (m) =>
+            nats.connection.isClosed()
+              ? Effect.void
+              : Effect.ignore(Effect.timeout(Effect.promise(() => m.close().catch(() => undefined)), Duration.seconds(2)))
+        )
+        const iterator = messages[Symbol.asyncIterator]()
+        for (;;) {
+          const next = yield* Effect.tryPromise({
+            try: () => iterator.next(),
+            catch: (cause) => new BusError({ operation: `consume ${durable}`, message: String(cause) })
+          })
+          if (next.done) return yield* new BusError({ operation: `consume ${durable}`, message: "consumer stopped" })
+          yield* handle(actor, partition, next.value)
+        }
+      })).pipe(
+        Effect.tapError((e) => Effect.logWarning("actor: partition consumer lost, restarting", { type: actor.type, partition, error: String(e) })),
+        Effect.retry(Schedule.min([Schedule.exponential(Duration.millis(100)), Schedule.spaced(Duration.seconds(5))]))
+      )
+
+    for (const actor of actors) yield* ensure(actor, options)
+    for (const actor of actors) {
+      for (let p = 0; p < actor.partitions; p++) yield* Effect.forkScoped(runPartition(actor, p))
+    }
+
+    const retentionSeconds = Duration.toSeconds(Duration.fromInputUnsafe(options.inboxRetention ?? Duration.days(7)))
+    yield* Effect.forkScoped(Effect.forever(Effect.andThen(
+      Effect.sleep(Duration.minutes(10)),
+      sql`DELETE FROM actor_inbox WHERE processed_at < now() - make_interval(secs => ${retentionSeconds})`.pipe(
+        Effect.catchCause((cause) => Effect.logWarning("actor: inbox prune failed", { cause: String(cause) }))
+      )
+    )))
+
+    return ActorRuntime.of({
+      types: [...types],
+      stats: Effect.sync(() => ({ ...stats }))
+    })
+  })
+
+  /** Runs the given actor types; needs `Nats` and `SqlClient` (and the relay elsewhere). */
+  static readonly layer = (actors: ReadonlyArray<AnyActor>, options?: RuntimeOptions) =>
+    Layer.effect(ActorRuntime, ActorRuntime.make(actors, options))
+}

@@ -1,0 +1,57 @@
+/**
+ * The default state store: one generic table, `actor_state(type, id, version, state jsonb,
+ * updated_at)` (migration 0051), the state encoded with the actor's Schema. An actor whose
+ * state must also be queried as a resource (a sandbox row) can bring its own `ActorStore`
+ * over its own table with a `version` column instead.
+ */
+import { Effect, Option, Schema } from "effect"
+import { SqlClient } from "effect/sql"
+import type { Actor, ActorStore, AnyActor, Stored } from "./Actor.ts"
+import { CorruptState } from "./Errors.ts"
+
+export const jsonStore = <S extends Schema.Top>(actor: Actor<S, any>): ActorStore<S["Type"]> => {
+  const decode = Schema.decodeUnknownEffect(Schema.fromJsonString(actor.state as any))
+  const encode = Schema.encodeUnknownEffect(Schema.fromJsonString(actor.state as any))
+  const type = actor.type
+  return {
+    load: Effect.fnUntraced(function*(id: string) {
+      const sql = yield* SqlClient.SqlClient
+      const rows = yield* sql<{ version: string | number; state: string }>`
+        SELECT version, state::text AS state FROM actor_state WHERE type = ${type} AND id = ${id}`
+      if (rows.length === 0) return Option.none<Stored<S["Type"]>>()
+      const state = yield* Effect.mapError(
+        decode(rows[0]!.state) as Effect.Effect<S["Type"], Schema.SchemaError>,
+        (e) => new CorruptState({ type, id, message: e.message })
+      )
+      return Option.some({ version: Number(rows[0]!.version), state })
+    }),
+    save: Effect.fnUntraced(function*(id: string, state: S["Type"], expected: number | undefined) {
+      const sql = yield* SqlClient.SqlClient
+      const json = yield* Effect.mapError(
+        encode(state) as Effect.Effect<string, Schema.SchemaError>,
+        (e) => new CorruptState({ type, id, message: `new state: ${e.message}` })
+      )
+      const rows = expected === undefined
+        ? yield* sql`
+            INSERT INTO actor_state (type, id, version, state) VALUES (${type}, ${id}, 1, ${json}::jsonb)
+            ON CONFLICT (type, id) DO NOTHING RETURNING version`
+        : yield* sql`
+            UPDATE actor_state SET version = version + 1, state = ${json}::jsonb, updated_at = now()
+            WHERE type = ${type} AND id = ${id} AND version = ${expected} RETURNING version`
+      return rows.length === 1
+    })
+  }
+}
+
+const defaults = new WeakMap<AnyActor, ActorStore<unknown>>()
+
+/** The actor's own store, or the generic table. */
+export const storeOf = <S extends Schema.Top>(actor: Actor<S, any>): ActorStore<S["Type"]> => {
+  if (actor.store) return actor.store
+  let store = defaults.get(actor)
+  if (!store) {
+    store = jsonStore(actor)
+    defaults.set(actor, store)
+  }
+  return store as ActorStore<S["Type"]>
+}
