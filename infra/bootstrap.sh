@@ -4,6 +4,8 @@
 #   - Node 24 and pnpm from the npm registry into .svc/tools (never touches the system Node)
 #   - nats-server, postgresql, bubblewrap, iproute2 from Debian's packages when absent
 #   - the workspace's packages (pnpm install)
+# When sourced, the caller's shell options are restored at the end (set -e must not leak).
+_svc_saved_opts="$(set +o)"
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TOOLS="$ROOT/.svc/tools"
@@ -54,3 +56,5 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$sum" ]; then
   echo "$sum" > "$stamp"
 fi
 export PATH="$ROOT/node_modules/.bin:$PATH"
+eval "$_svc_saved_opts"
+unset _svc_saved_opts
