@@ -5,10 +5,11 @@ import * as NodeServices from "@effect/platform-node/NodeServices"
 import { Effect } from "effect"
 import { Command } from "effect/cli"
 import { dev } from "./Commands/Dev.ts"
+import { roles } from "./Commands/Roles.ts"
 
 const svc = Command.make("svc").pipe(
   Command.withDescription("The sandbox platform"),
-  Command.withSubcommands([dev])
+  Command.withSubcommands([dev, ...roles])
 )
 
 svc.pipe(
