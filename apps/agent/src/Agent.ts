@@ -1,0 +1,83 @@
+/**
+ * The host agent role: runs and reaches into this host's sandboxes for the control plane.
+ *
+ * Built in this order (and torn down in the reverse one):
+ *   config → driver (bubblewrap over the host's data dir) → journal, lifecycle, reporter →
+ *   data plane (HTTP) → host record + heartbeat in `hosts`, worker heartbeat in `workers` →
+ *   command consumer (ensures the AGENT stream and its consumer, reconciles, then consumes).
+ *
+ * Stopping stops consuming and heartbeating; sandboxes keep running (they are detached from the
+ * agent's process) and the next agent on this host id and data dir finds them again.
+ * Needs only `Nats`: the agent holds no database connection.
+ */
+import { SandboxDriver } from "@svc/sandboxes/Driver"
+import { BubblewrapDriver } from "@svc/sandboxes/Driver/Bubblewrap"
+import { DriverConfig } from "@svc/sandboxes/Driver/Config"
+import { WorkerHeartbeat } from "@svc/sandboxes/Workers"
+import { Effect, Layer } from "effect"
+import { CommandConsumer } from "./Commands.ts"
+import { AgentConfig, type AgentOptions, InvalidAgentConfig } from "./Config.ts"
+import { DataPlane, type DataPlaneOptions } from "./DataPlane.ts"
+import { Journal } from "./Journal.ts"
+import { Lifecycle } from "./Lifecycle.ts"
+import { HostRegistry } from "./Registry.ts"
+import { Reporter } from "./Reporter.ts"
+
+/** The driver's configuration from the agent's: its own data dir and cgroup names per host id. */
+export const DriverConfigFromAgent = Layer.effect(
+  DriverConfig,
+  Effect.gen(function*() {
+    const config = yield* AgentConfig
+    return yield* Effect.try({
+      try: () =>
+        DriverConfig.make({
+          dataDir: config.dataDir,
+          hostId: config.hostId,
+          ...(config.bridge !== undefined ? { bridge: config.bridge } : {}),
+          ...(config.subnet !== undefined ? { subnet: config.subnet } : {})
+        }),
+      catch: (e) => new InvalidAgentConfig({ message: `driver: ${e instanceof Error ? e.message : String(e)}` })
+    })
+  })
+)
+
+export const DriverFromAgent = BubblewrapDriver.layer.pipe(Layer.provide(DriverConfigFromAgent))
+
+/** Everything after the configuration and the driver. */
+const services = (options: { readonly dataPlane?: DataPlaneOptions }) => {
+  const core = Layer.mergeAll(Journal.layer, Reporter.layer)
+  const lifecycle = Lifecycle.layer.pipe(Layer.provideMerge(core))
+  const dataPlane = DataPlane.layerWith(options.dataPlane ?? {})
+  const workers = Layer.unwrap(
+    Effect.gen(function*() {
+      const config = yield* AgentConfig
+      return WorkerHeartbeat.layer("agent", { prefix: `agent.${config.hostId}.`, version: config.version })
+    })
+  )
+  const registered = Layer.mergeAll(HostRegistry.layer, workers).pipe(Layer.provideMerge(dataPlane))
+  return CommandConsumer.layer.pipe(Layer.provideMerge(registered), Layer.provideMerge(lifecycle))
+}
+
+export class AgentRole {
+  /** The agent with the given configuration (tests run several in one process). Needs `Nats`. */
+  static readonly layerWith = (options: AgentOptions & { readonly dataPlane?: DataPlaneOptions } = {}) => {
+    const { dataPlane, ...agent } = options
+    return services(dataPlane !== undefined ? { dataPlane } : {}).pipe(
+      Layer.provideMerge(DriverFromAgent),
+      Layer.provideMerge(AgentConfig.layer(agent))
+    )
+  }
+
+  /** The agent configured from the environment (see `Config.ts`). Needs `Nats`. */
+  static readonly layer = services({}).pipe(
+    Layer.provideMerge(DriverFromAgent),
+    Layer.provideMerge(AgentConfig.fromEnv)
+  )
+}
+
+export type AgentServices =
+  | AgentConfig
+  | SandboxDriver
+  | DataPlane
+  | HostRegistry
+  | CommandConsumer

@@ -1,0 +1,193 @@
+/**
+ * Configuration of one host agent, from the environment (`AgentConfig.fromEnv`) or given
+ * field by field (`AgentConfig.layer`, for tests that run several agents in one process).
+ *
+ *   SVC_HOST_ID           `host_<26 base32>`; default derived from the machine's hostname
+ *   SVC_REGION            default `local`
+ *   SVC_DATACENTER        default `local-1`
+ *   SVC_HOST_CPU / SVC_HOST_RAM_MB / SVC_HOST_DISK_GB   capacity; defaults from the machine
+ *   SVC_AGENT_PORT        data-plane port, 0 (default) = any free port
+ *   SVC_AGENT_HOST        data-plane bind address, default 127.0.0.1
+ *   SVC_AGENT_ADVERTISE_HOST  address other processes use to reach it (default: the bind
+ *                         address, or 127.0.0.1 when bound to 0.0.0.0)
+ *   SVC_AGENT_DATA_DIR    the driver's data dir of this host; default
+ *                         `<SVC_DATA_DIR or <repo>/.svc/data>/hosts/<hostId>`
+ *   SVC_AGENT_HEARTBEAT_MS   default HOST_HEARTBEAT_MS
+ *   SVC_AGENT_CONCURRENCY    commands applied at once (one sandbox's commands stay in order)
+ *   SVC_SANDBOX_BRIDGE / SVC_SANDBOX_SUBNET   passed to the driver (machine-wide settings)
+ *   SVC_VERSION           reported in the host record
+ */
+import { HostId } from "@svc/domain/Ids"
+import { type Capacity, HOST_HEARTBEAT_MS } from "@svc/sandboxes/Protocol"
+import { Config, Context, Effect, Layer, Option, Schema } from "effect"
+import { createHash } from "node:crypto"
+import * as FsSync from "node:fs"
+import * as Os from "node:os"
+import * as NodePath from "node:path"
+import { fileURLToPath } from "node:url"
+
+export const AGENT_VERSION = "0.1.0"
+
+export interface AgentSettings {
+  readonly hostId: string
+  readonly region: string
+  readonly datacenter: string
+  readonly version: string
+  readonly capacity: Capacity
+  /** 0 = any free port. */
+  readonly port: number
+  readonly listenHost: string
+  readonly advertiseHost: string
+  /** The driver's data dir (templates/, sandboxes/); the agent keeps its journal in `agent/`. */
+  readonly dataDir: string
+  readonly heartbeatMs: number
+  readonly concurrency: number
+  readonly bridge?: string
+  readonly subnet?: string
+}
+
+/** What a caller may set; everything else takes its default. */
+export type AgentOptions = Partial<Omit<AgentSettings, "capacity">> & { readonly capacity?: Partial<Capacity> }
+
+export class InvalidAgentConfig extends Schema.TaggedError<InvalidAgentConfig>()("InvalidAgentConfig", {
+  message: Schema.String
+}) {}
+
+const ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
+
+/**
+ * A stable host id for a machine name: the time part is zero (it was derived, not minted) and
+ * the 16 random characters come from a hash of the name, so a restarted agent finds its durable
+ * consumer and its hosts record again.
+ */
+export const hostIdFromHostname = (hostname: string): string => {
+  const digest = createHash("sha256").update(`svc-host:${hostname}`).digest()
+  let body = ""
+  for (let i = 0; i < 16; i++) body += ALPHABET[digest[i]! & 31]
+  return `host_0000000000${body}`
+}
+
+/** The repository's `.svc/data` (this file is <repo>/apps/agent/src/Config.ts). */
+const defaultDataRoot = (): string => {
+  const fromEnv = process.env["SVC_DATA_DIR"]
+  if (fromEnv !== undefined && fromEnv !== "") return NodePath.resolve(fromEnv)
+  return NodePath.resolve(NodePath.dirname(fileURLToPath(import.meta.url)), "../../..", ".svc", "data")
+}
+
+export const defaultDataDir = (hostId: string) => NodePath.join(defaultDataRoot(), "hosts", hostId)
+
+/** Total size of the file system that holds `dir` (or its nearest existing parent), in GB. */
+const diskGbOf = (dir: string): number => {
+  let probe = dir
+  while (!FsSync.existsSync(probe) && NodePath.dirname(probe) !== probe) probe = NodePath.dirname(probe)
+  try {
+    const stats = FsSync.statfsSync(probe)
+    return Math.max(1, Math.floor((stats.blocks * stats.bsize) / 1024 ** 3))
+  } catch {
+    return 1
+  }
+}
+
+const Name = Schema.String.check(
+  Schema.isPattern(/^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/, { message: "1 to 63 of [A-Za-z0-9_.-]" })
+)
+const Positive = Schema.Int.check(Schema.isGreaterThanOrEqualTo(1))
+
+const SettingsSchema = Schema.Struct({
+  hostId: HostId,
+  region: Name,
+  datacenter: Name,
+  version: Schema.String.check(Schema.isMinLength(1), Schema.isMaxLength(64)),
+  capacity: Schema.Struct({ cpu: Positive, ramMb: Positive, diskGb: Positive }),
+  port: Schema.Int.check(Schema.isGreaterThanOrEqualTo(0), Schema.isLessThanOrEqualTo(65_535)),
+  listenHost: Schema.String.check(Schema.isMinLength(1)),
+  advertiseHost: Schema.String.check(Schema.isMinLength(1)),
+  dataDir: Schema.String.check(Schema.isPattern(/^\/[^\0,:\s]*$/, { message: "absolute path without ',', ':' or spaces" })),
+  heartbeatMs: Schema.Int.check(Schema.isGreaterThanOrEqualTo(50), Schema.isLessThanOrEqualTo(60_000)),
+  concurrency: Schema.Int.check(Schema.isGreaterThanOrEqualTo(1), Schema.isLessThanOrEqualTo(256)),
+  bridge: Schema.optionalKey(Schema.String),
+  subnet: Schema.optionalKey(Schema.String)
+})
+
+export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("@svc/agent/AgentConfig") {
+  /** Fills in defaults and checks every field (the host id must be a `host_` id). */
+  static readonly make = (options: AgentOptions = {}): Effect.Effect<AgentSettings, InvalidAgentConfig> => {
+    const hostId = options.hostId ?? hostIdFromHostname(Os.hostname())
+    const dataDir = options.dataDir ?? defaultDataDir(hostId)
+    const listenHost = options.listenHost ?? "127.0.0.1"
+    const settings = {
+      hostId,
+      region: options.region ?? "local",
+      datacenter: options.datacenter ?? "local-1",
+      version: options.version ?? AGENT_VERSION,
+      capacity: {
+        cpu: options.capacity?.cpu ?? Os.availableParallelism(),
+        ramMb: options.capacity?.ramMb ?? Math.floor(Os.totalmem() / 1024 ** 2),
+        diskGb: options.capacity?.diskGb ?? diskGbOf(dataDir)
+      },
+      port: options.port ?? 0,
+      listenHost,
+      advertiseHost: options.advertiseHost ?? (listenHost === "0.0.0.0" || listenHost === "::" ? "127.0.0.1" : listenHost),
+      dataDir,
+      heartbeatMs: options.heartbeatMs ?? HOST_HEARTBEAT_MS,
+      concurrency: options.concurrency ?? 4,
+      ...(options.bridge !== undefined ? { bridge: options.bridge } : {}),
+      ...(options.subnet !== undefined ? { subnet: options.subnet } : {})
+    }
+    return Schema.decodeUnknownEffect(SettingsSchema)(settings).pipe(
+      Effect.mapError((e) => new InvalidAgentConfig({ message: e.message }))
+    )
+  }
+
+  static readonly layer = (options: AgentOptions = {}) => Layer.effect(AgentConfig, AgentConfig.make(options))
+
+  /** From the environment (see the module comment). */
+  static readonly fromEnv = Layer.effect(
+    AgentConfig,
+    Effect.gen(function*() {
+      const opt = <A>(config: Config.Config<A>) =>
+        Effect.gen(function*() {
+          return Option.getOrUndefined(yield* Config.option(config))
+        })
+      const env = yield* Effect.all({
+        hostId: opt(Config.String("SVC_HOST_ID")),
+        region: opt(Config.String("SVC_REGION")),
+        datacenter: opt(Config.String("SVC_DATACENTER")),
+        version: opt(Config.String("SVC_VERSION")),
+        cpu: opt(Config.Int("SVC_HOST_CPU")),
+        ramMb: opt(Config.Int("SVC_HOST_RAM_MB")),
+        diskGb: opt(Config.Int("SVC_HOST_DISK_GB")),
+        port: opt(Config.Int("SVC_AGENT_PORT")),
+        listenHost: opt(Config.String("SVC_AGENT_HOST")),
+        advertiseHost: opt(Config.String("SVC_AGENT_ADVERTISE_HOST")),
+        dataDir: opt(Config.String("SVC_AGENT_DATA_DIR")),
+        heartbeatMs: opt(Config.Int("SVC_AGENT_HEARTBEAT_MS")),
+        concurrency: opt(Config.Int("SVC_AGENT_CONCURRENCY")),
+        bridge: opt(Config.String("SVC_SANDBOX_BRIDGE")),
+        subnet: opt(Config.String("SVC_SANDBOX_SUBNET"))
+      }).pipe(Effect.mapError((e) => new InvalidAgentConfig({ message: String(e) })))
+      const defined = <K extends string, V>(key: K, value: V | undefined) =>
+        (value === undefined || value === "" ? {} : { [key]: value }) as Partial<Record<K, V>>
+      const capacity = {
+        ...defined("cpu", env.cpu),
+        ...defined("ramMb", env.ramMb),
+        ...defined("diskGb", env.diskGb)
+      }
+      return yield* AgentConfig.make({
+        ...defined("hostId", env.hostId),
+        ...defined("region", env.region),
+        ...defined("datacenter", env.datacenter),
+        ...defined("version", env.version),
+        ...defined("port", env.port),
+        ...defined("listenHost", env.listenHost),
+        ...defined("advertiseHost", env.advertiseHost),
+        ...defined("dataDir", env.dataDir !== undefined && env.dataDir !== "" ? NodePath.resolve(env.dataDir) : undefined),
+        ...defined("heartbeatMs", env.heartbeatMs),
+        ...defined("concurrency", env.concurrency),
+        ...defined("bridge", env.bridge),
+        ...defined("subnet", env.subnet),
+        capacity
+      })
+    })
+  )
+}

@@ -1,0 +1,292 @@
+/**
+ * The agent's data plane: exec and files of this host's sandboxes over HTTP (routes and errors
+ * of `Protocol.ts`), for the API processes only. Plain `node:http`: it sits on the hot path of
+ * every exec and file request, so it does no more than check, call the driver and answer.
+ *
+ * - Every request needs `Authorization: Bearer <token>`; the token is random per agent start
+ *   (published in the host record) and compared in constant time (equal-length digests).
+ * - Bodies are capped: exec JSON 1 MiB, uploads 100 MiB (streamed in and counted; a declared
+ *   `Content-Length` above the cap is refused before reading).
+ * - Paths are checked by the driver, which resolves them inside the sandbox (links and `..`
+ *   never leave its root).
+ * - A client that goes away interrupts its request: a running exec is killed.
+ */
+import { DirEntry, ExecRequest, MAX_FILE_BYTES, SandboxDriver, type SandboxDriverError } from "@svc/sandboxes/Driver"
+import { type AgentError, AgentExecRequest, type AgentExecResult } from "@svc/sandboxes/Protocol"
+import { Context, Effect, FiberSet, Layer, Schema } from "effect"
+import { createHash, randomBytes, timingSafeEqual } from "node:crypto"
+import * as Http from "node:http"
+import type { AddressInfo } from "node:net"
+import { AgentConfig } from "./Config.ts"
+
+export const MAX_EXEC_BODY_BYTES = 1024 * 1024
+/** When the request names no timeout: an exec must not hold a connection for ever. */
+export const DEFAULT_EXEC_TIMEOUT_MS = 300_000
+const STOP_GRACE_MS = 5_000
+
+export interface DataPlaneOptions {
+  readonly maxExecBodyBytes?: number
+  readonly maxUploadBytes?: number
+  readonly defaultExecTimeoutMs?: number
+}
+
+class HttpFailure extends Schema.TaggedError<HttpFailure>()("HttpFailure", {
+  status: Schema.Number,
+  reason: Schema.Literals(["invalid", "unauthorized", "not_found", "not_running", "too_large", "failed"]),
+  message: Schema.String
+}) {}
+
+const invalid = (message: string) => new HttpFailure({ status: 400, reason: "invalid", message })
+
+/** Driver refusals as data-plane errors. */
+export const fromDriverError = (error: SandboxDriverError): HttpFailure => {
+  switch (error._tag) {
+    case "InvalidSandboxRequest":
+      return invalid(error.message)
+    case "SandboxNotFound":
+      return new HttpFailure({ status: 404, reason: "not_found", message: "no such sandbox on this host" })
+    case "SandboxNotRunning":
+      return new HttpFailure({ status: 409, reason: "not_running", message: "the sandbox is not running" })
+    case "SandboxFileError":
+      switch (error.reason) {
+        case "not_found":
+          return new HttpFailure({ status: 404, reason: "not_found", message: `${error.path}: no such file or folder` })
+        case "too_large":
+          return new HttpFailure({ status: 413, reason: "too_large", message: `${error.path}: ${error.message}` })
+        case "failed":
+          return new HttpFailure({ status: 500, reason: "failed", message: `${error.path}: ${error.message}` })
+        default:
+          return invalid(`${error.path}: ${error.reason.replaceAll("_", " ")}`)
+      }
+    case "SandboxAlreadyExists":
+      return new HttpFailure({ status: 500, reason: "failed", message: "the sandbox exists already" })
+    case "TemplateNotFound":
+      return new HttpFailure({ status: 500, reason: "failed", message: `template ${error.template} not found` })
+    case "SandboxCapacityExhausted":
+    case "DriverUnsupported":
+      return new HttpFailure({ status: 500, reason: "failed", message: error.message })
+    case "DriverFailure":
+      // The details name host paths and commands: they go to the agent's log, not the caller.
+      return new HttpFailure({ status: 500, reason: "failed", message: `${error.operation} failed on the host` })
+  }
+}
+
+/** A driver call whose refusals become data-plane errors (host failures are logged here). */
+const viaDriver = <A>(effect: Effect.Effect<A, SandboxDriverError>): Effect.Effect<A, HttpFailure> =>
+  effect.pipe(
+    Effect.tapError((error) =>
+      error._tag === "DriverFailure" ? Effect.logError("agent: driver failure", { operation: error.operation, message: error.message }) : Effect.void
+    ),
+    Effect.mapError(fromDriverError)
+  )
+
+const digest = (text: string) => createHash("sha256").update(text, "utf8").digest()
+
+const ROUTE = /^\/sandboxes\/([^/]+)\/(exec|files)$/
+
+/** Reads a body up to `max` bytes; more is a 413 (and the rest is discarded). */
+const readBody = (req: Http.IncomingMessage, max: number) =>
+  Effect.callback<Uint8Array, HttpFailure>((resume) => {
+    const declared = Number(req.headers["content-length"])
+    const tooLarge = () => new HttpFailure({ status: 413, reason: "too_large", message: `body larger than ${max} bytes` })
+    if (Number.isFinite(declared) && declared > max) {
+      resume(Effect.fail(tooLarge()))
+      return
+    }
+    const chunks: Array<Buffer> = []
+    let size = 0
+    let done = false
+    const finish = (result: Effect.Effect<Uint8Array, HttpFailure>) => {
+      if (done) return
+      done = true
+      req.off("data", onData)
+      req.off("end", onEnd)
+      req.off("error", onError)
+      resume(result)
+    }
+    const onData = (chunk: Buffer) => {
+      size += chunk.length
+      if (size > max) {
+        chunks.length = 0
+        finish(Effect.fail(tooLarge()))
+        return
+      }
+      chunks.push(chunk)
+    }
+    const onEnd = () => finish(Effect.succeed(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size)))
+    const onError = (e: Error) => finish(Effect.fail(invalid(`request body: ${e.message}`)))
+    req.on("data", onData)
+    req.on("end", onEnd)
+    req.on("error", onError)
+  })
+
+const decodeExec = Schema.decodeUnknownEffect(AgentExecRequest)
+const decodeDriverExec = Schema.decodeUnknownEffect(ExecRequest)
+
+export class DataPlane extends Context.Service<DataPlane, {
+  /** Base URL for other processes, e.g. `http://127.0.0.1:43127`. */
+  readonly endpoint: string
+  readonly token: string
+  readonly port: number
+}>()("@svc/agent/DataPlane") {
+  static readonly layerWith = (options: DataPlaneOptions = {}) =>
+    Layer.effect(
+      DataPlane,
+      Effect.gen(function*() {
+        const config = yield* AgentConfig
+        const driver = yield* SandboxDriver
+        const maxExec = options.maxExecBodyBytes ?? MAX_EXEC_BODY_BYTES
+        const maxUpload = options.maxUploadBytes ?? MAX_FILE_BYTES
+        const defaultTimeout = options.defaultExecTimeoutMs ?? DEFAULT_EXEC_TIMEOUT_MS
+        const token = randomBytes(32).toString("base64url")
+        const tokenDigest = digest(token)
+
+        const authorized = (header: string | undefined) => {
+          const match = header === undefined ? null : /^Bearer ([^\s]+)$/i.exec(header)
+          // Digests have equal lengths: the comparison takes the same time whatever was sent.
+          return timingSafeEqual(digest(match?.[1] ?? ""), tokenDigest) && match !== null
+        }
+
+        const exec = (sandboxId: string, req: Http.IncomingMessage) =>
+          Effect.gen(function*() {
+            const body = yield* readBody(req, maxExec)
+            let json: unknown
+            try {
+              json = JSON.parse(Buffer.from(body).toString("utf8"))
+            } catch {
+              return yield* invalid("body is not JSON")
+            }
+            const request = yield* decodeExec(json).pipe(Effect.mapError((e) => invalid(e.message)))
+            const execRequest = yield* decodeDriverExec({
+              cmd: request.cmd,
+              ...(request.cwd !== undefined ? { cwd: request.cwd } : {}),
+              ...(request.env !== undefined ? { env: request.env } : {}),
+              ...(request.stdin !== undefined ? { stdin: request.stdin } : {}),
+              timeoutMs: request.timeout_ms ?? defaultTimeout
+            }).pipe(Effect.mapError((e) => invalid(e.message)))
+            const result = yield* viaDriver(driver.exec(sandboxId, execRequest))
+            const answer: AgentExecResult = {
+              exit_code: result.exitCode,
+              stdout: Buffer.from(result.stdout).toString("utf8"),
+              stderr: Buffer.from(result.stderr).toString("utf8"),
+              duration_ms: result.durationMs
+            }
+            return { status: 200, json: answer }
+          })
+
+        const getFile = (sandboxId: string, path: string) =>
+          viaDriver(driver.readFile(sandboxId, path).pipe(
+            Effect.map((bytes) => ({ status: 200, bytes })),
+            Effect.catchTag("SandboxFileError", (e) =>
+              e.reason === "is_directory"
+                ? Effect.map(driver.listDir(sandboxId, path), (entries: ReadonlyArray<DirEntry>) => ({
+                  status: 200,
+                  json: { entries: entries.map(({ name, type, size, mtime }) => ({ name, type, size, mtime })) }
+                }))
+                : Effect.fail(e))
+          ))
+
+        const putFile = (sandboxId: string, path: string, req: Http.IncomingMessage) =>
+          Effect.gen(function*() {
+            const bytes = yield* readBody(req, maxUpload)
+            yield* viaDriver(driver.writeFile(sandboxId, path, bytes))
+            return { status: 204 }
+          })
+
+        type Answer = { status: number; json?: unknown; bytes?: Uint8Array }
+
+        const route = (req: Http.IncomingMessage): Effect.Effect<Answer, HttpFailure> => {
+          if (!authorized(req.headers.authorization)) {
+            return Effect.fail(new HttpFailure({ status: 401, reason: "unauthorized", message: "missing or wrong bearer token" }))
+          }
+          const url = new URL(req.url ?? "/", "http://agent")
+          const match = ROUTE.exec(url.pathname)
+          if (match === null) return Effect.fail(new HttpFailure({ status: 404, reason: "not_found", message: "no such route" }))
+          let sandboxId: string
+          try {
+            sandboxId = decodeURIComponent(match[1]!)
+          } catch {
+            return Effect.fail(invalid("sandbox id is not valid percent-encoding"))
+          }
+          const method = req.method ?? "GET"
+          if (match[2] === "exec") {
+            if (method !== "POST") return Effect.fail(new HttpFailure({ status: 405, reason: "invalid", message: "use POST" }))
+            return exec(sandboxId, req)
+          }
+          const path = url.searchParams.get("path")
+          if (path === null) return Effect.fail(invalid("the path query parameter is required"))
+          if (method === "GET") return getFile(sandboxId, path)
+          if (method === "PUT") return putFile(sandboxId, path, req)
+          return Effect.fail(new HttpFailure({ status: 405, reason: "invalid", message: "use GET or PUT" }))
+        }
+
+        const send = (req: Http.IncomingMessage, res: Http.ServerResponse, answer: Answer) => {
+          if (res.headersSent || res.destroyed) return
+          if (!req.complete) {
+            // Refused before the body was read: do not keep the connection for the rest of it.
+            res.setHeader("connection", "close")
+            req.resume()
+            const timer = setTimeout(() => req.destroy(), 2_000)
+            timer.unref()
+            res.on("finish", () => {
+              if (req.complete) clearTimeout(timer)
+            })
+          }
+          if (answer.bytes !== undefined) {
+            res.writeHead(answer.status, { "content-type": "application/octet-stream", "content-length": answer.bytes.length })
+            res.end(answer.bytes)
+          } else if (answer.json !== undefined) {
+            const text = JSON.stringify(answer.json)
+            res.writeHead(answer.status, { "content-type": "application/json", "content-length": Buffer.byteLength(text) })
+            res.end(text)
+          } else {
+            res.writeHead(answer.status)
+            res.end()
+          }
+        }
+
+        const handle = (req: Http.IncomingMessage, res: Http.ServerResponse) =>
+          route(req).pipe(
+            Effect.catchTag("HttpFailure", (e) => {
+              const body: AgentError = { error: e.message, reason: e.reason }
+              return Effect.succeed({ status: e.status, json: body } as Answer)
+            }),
+            Effect.catchCause((cause) =>
+              Effect.as(
+                Effect.logError("agent: data plane request failed", { cause: String(cause) }),
+                { status: 500, json: { error: "internal error", reason: "failed" } satisfies AgentError } as Answer
+              )
+            ),
+            Effect.flatMap((answer) => Effect.sync(() => send(req, res, answer)))
+          )
+
+        const run = yield* FiberSet.makeRuntime<never, void, never>()
+        const server = Http.createServer({ keepAliveTimeout: 30_000 }, (req, res) => {
+          const fiber = run(handle(req, res))
+          // The client went away before its answer: stop the work (an exec is killed).
+          res.on("close", () => {
+            if (!res.writableFinished) fiber.interruptUnsafe()
+          })
+        })
+        const port = yield* Effect.acquireRelease(
+          Effect.callback<number, Error>((resume) => {
+            server.once("error", (e) => resume(Effect.fail(e)))
+            server.listen(config.port, config.listenHost, () => resume(Effect.succeed((server.address() as AddressInfo).port)))
+          }),
+          () =>
+            Effect.callback<void>((resume) => {
+              server.close(() => resume(Effect.void))
+              // Idle keep-alive connections would hold close() open; requests in progress get a
+              // grace period, then their connections are cut (which interrupts their work).
+              server.closeIdleConnections()
+              const timer = setTimeout(() => server.closeAllConnections(), STOP_GRACE_MS)
+              timer.unref()
+            })
+        ).pipe(Effect.orDie)
+        const host = config.advertiseHost.includes(":") ? `[${config.advertiseHost}]` : config.advertiseHost
+        return DataPlane.of({ endpoint: `http://${host}:${port}`, token, port })
+      })
+    )
+
+  static readonly layer = DataPlane.layerWith()
+}

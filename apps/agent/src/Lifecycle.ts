@@ -1,0 +1,245 @@
+/**
+ * Applies control-plane commands to this host's sandboxes through the driver and says what
+ * happened as an `AgentReport`; and, at start-up, reconciles the journal with the disk.
+ *
+ * Every command is idempotent: a redelivered create of a sandbox that exists reports its
+ * state, stop of a stopped sandbox reports `stopped`, destroy of an unknown one `destroyed`.
+ * The only error is the journal's (the host's disk): the caller retries the command in place.
+ */
+import {
+  type DriverFailure,
+  ExecRequest,
+  SandboxDriver,
+  type SandboxDriverError,
+  SandboxId,
+  SandboxSpec
+} from "@svc/sandboxes/Driver"
+import type { AgentCommand, AgentReport } from "@svc/sandboxes/Protocol"
+import { Clock, Context, Duration, Effect, Layer, Schedule, Schema } from "effect"
+import { AgentConfig } from "./Config.ts"
+import { Journal, JournalEntry, type JournalError, type PendingOp } from "./Journal.ts"
+import { plan } from "./Reconcile.ts"
+
+const MAX_ERROR_MESSAGE = 1000
+
+/** A driver refusal in words for `errorMessage`. */
+export const describeDriverError = (error: SandboxDriverError): string => {
+  const text = (() => {
+    switch (error._tag) {
+      case "InvalidSandboxRequest":
+        return `invalid request: ${error.message}`
+      case "SandboxNotFound":
+        return "no such sandbox on this host"
+      case "SandboxAlreadyExists":
+        return "the sandbox exists already"
+      case "SandboxNotRunning":
+        return "the sandbox is not running"
+      case "TemplateNotFound":
+        return `template ${error.template} is not available on this host`
+      case "SandboxCapacityExhausted":
+        return `host out of capacity: ${error.message}`
+      case "SandboxFileError":
+        return `${error.path}: ${error.message}`
+      case "DriverUnsupported":
+      case "DriverFailure":
+        return `${error.operation} failed: ${error.message}`
+    }
+  })()
+  return text.length > MAX_ERROR_MESSAGE ? text.slice(0, MAX_ERROR_MESSAGE - 1) + "…" : text
+}
+
+const isSandboxId = Schema.is(SandboxId)
+
+export class Lifecycle extends Context.Service<Lifecycle, {
+  apply(command: AgentCommand): Effect.Effect<AgentReport, JournalError>
+  /**
+   * Undoes unfinished operations, destroys orphans, and returns one report per settled sandbox
+   * (its real state) for the caller to publish. Run before commands are consumed.
+   */
+  readonly reconcile: Effect.Effect<ReadonlyArray<AgentReport>, JournalError | DriverFailure>
+}>()("@svc/agent/Lifecycle") {
+  static readonly layer = Layer.effect(
+    Lifecycle,
+    Effect.gen(function*() {
+      const config = yield* AgentConfig
+      const driver = yield* SandboxDriver
+      const journal = yield* Journal
+      const hostId = config.hostId
+
+      const report = (sandboxId: string, status: AgentReport["status"], fields: Partial<AgentReport> = {}) =>
+        Effect.map(Clock.currentTimeMillis, (at): AgentReport => ({
+          _tag: "AgentReport",
+          sandboxId,
+          hostId,
+          status,
+          ...fields,
+          at
+        }))
+
+      const failed = (sandboxId: string, errorMessage: string) => report(sandboxId, "failed", { errorMessage })
+
+      const mark = (sandboxId: string, orgId: string, pending: PendingOp | null) =>
+        Effect.flatMap(Clock.currentTimeMillis, (now) =>
+          journal.put(new JournalEntry({ sandboxId, orgId, pending, updatedAt: now })))
+
+      /** `agent_ready`: an exec of `true` succeeds (a few tries: the first may race the init). */
+      const checkReady = (sandboxId: string) =>
+        driver.exec(sandboxId, new ExecRequest({ cmd: ["true"], timeoutMs: 5_000 })).pipe(
+          Effect.flatMap((result) => (result.exitCode === 0 ? Effect.succeed(true) : Effect.fail("exit"))),
+          Effect.retry({ times: 4, schedule: Schedule.spaced(Duration.millis(25)) }),
+          Effect.orElseSucceed(() => false)
+        )
+
+      /** The sandbox's current state as a report (for an idempotent repeat of a command). */
+      const currentState = Effect.fn("Lifecycle.currentState")(function*(sandboxId: string, via: "cold-boot" | "restore") {
+        const listing = yield* driver.list.pipe(Effect.orElseSucceed(() => []))
+        const row = listing.find((r) => r.sandboxId === sandboxId)
+        if (row === undefined) return undefined
+        if (row.status === "stopped") return yield* report(sandboxId, "stopped")
+        const agentReady = yield* checkReady(sandboxId)
+        return yield* report(sandboxId, "running", { internalIp: row.internalIp, via, agentReady })
+      })
+
+      const create = Effect.fn("Lifecycle.create")(function*(command: Extract<AgentCommand, { _tag: "create" }>) {
+        const { sandboxId, orgId, resources } = command
+        const spec = yield* Schema.decodeUnknownEffect(SandboxSpec)({ sandboxId, ...resources }).pipe(
+          Effect.mapError((e) => e.message),
+          Effect.result
+        )
+        if (spec._tag === "Failure") return yield* failed(sandboxId, `invalid sandbox spec: ${spec.failure}`)
+        const entry = yield* journal.get(sandboxId)
+        if (entry !== undefined && entry.pending === null) {
+          // A repeat (redelivery, or the control plane asking again): say how it is.
+          const state = yield* currentState(sandboxId, "cold-boot")
+          if (state !== undefined) return state
+        }
+        yield* mark(sandboxId, orgId, "create")
+        const made = yield* Effect.result(driver.create(spec.success))
+        if (made._tag === "Success") {
+          const agentReady = yield* checkReady(sandboxId)
+          yield* mark(sandboxId, orgId, null)
+          return yield* report(sandboxId, "running", { internalIp: made.success.internalIp, via: "cold-boot", agentReady })
+        }
+        if (made.failure._tag === "SandboxAlreadyExists") {
+          // On disk without a settled entry: only another process on this data dir could do that.
+          yield* mark(sandboxId, orgId, null)
+          const state = yield* currentState(sandboxId, "cold-boot")
+          if (state !== undefined) return state
+        }
+        // The driver removed whatever the failed create made.
+        yield* journal.remove(sandboxId)
+        return yield* failed(sandboxId, describeDriverError(made.failure))
+      })
+
+      const start = Effect.fn("Lifecycle.start")(function*(command: Extract<AgentCommand, { _tag: "start" }>) {
+        const { sandboxId, orgId } = command
+        if ((yield* journal.get(sandboxId)) === undefined) return yield* failed(sandboxId, "no such sandbox on this host")
+        yield* mark(sandboxId, orgId, "start")
+        const started = yield* Effect.result(driver.start(sandboxId))
+        if (started._tag === "Success") {
+          const agentReady = yield* checkReady(sandboxId)
+          yield* mark(sandboxId, orgId, null)
+          return yield* report(sandboxId, "running", { internalIp: started.success.internalIp, via: "restore", agentReady })
+        }
+        if (started.failure._tag === "SandboxNotFound") {
+          yield* journal.remove(sandboxId)
+          return yield* failed(sandboxId, describeDriverError(started.failure))
+        }
+        // Leave it stopped, not half started.
+        yield* Effect.ignore(driver.stop(sandboxId))
+        yield* mark(sandboxId, orgId, null)
+        return yield* failed(sandboxId, describeDriverError(started.failure))
+      })
+
+      const stop = Effect.fn("Lifecycle.stop")(function*(command: Extract<AgentCommand, { _tag: "stop" }>) {
+        const { sandboxId, orgId } = command
+        if ((yield* journal.get(sandboxId)) === undefined) return yield* failed(sandboxId, "no such sandbox on this host")
+        yield* mark(sandboxId, orgId, "stop")
+        const stopped = yield* Effect.result(driver.stop(sandboxId))
+        if (stopped._tag === "Failure" && stopped.failure._tag === "SandboxNotFound") {
+          yield* journal.remove(sandboxId)
+          return yield* failed(sandboxId, describeDriverError(stopped.failure))
+        }
+        yield* mark(sandboxId, orgId, null)
+        return stopped._tag === "Success"
+          ? yield* report(sandboxId, "stopped")
+          : yield* failed(sandboxId, describeDriverError(stopped.failure))
+      })
+
+      const destroy = Effect.fn("Lifecycle.destroy")(function*(command: Extract<AgentCommand, { _tag: "destroy" }>) {
+        const { sandboxId, orgId } = command
+        yield* mark(sandboxId, orgId, "destroy")
+        const destroyed = yield* Effect.result(driver.destroy(sandboxId))
+        // On failure the entry keeps `pending: destroy`: a restarted agent finishes the job.
+        if (destroyed._tag === "Failure") return yield* failed(sandboxId, describeDriverError(destroyed.failure))
+        yield* journal.remove(sandboxId)
+        return yield* report(sandboxId, "destroyed")
+      })
+
+      const apply = (command: AgentCommand): Effect.Effect<AgentReport, JournalError> => {
+        // The journal names files after the id: refuse what the driver's grammar refuses.
+        if (!isSandboxId(command.sandboxId)) return failed(command.sandboxId, "invalid sandbox id")
+        switch (command._tag) {
+          case "create":
+            return create(command)
+          case "start":
+            return start(command)
+          case "stop":
+            return stop(command)
+          case "destroy":
+            return destroy(command)
+        }
+      }
+
+      const reconcile = Effect.gen(function*() {
+        const entries = yield* journal.list
+        const listing = yield* driver.list
+        const reports: Array<AgentReport> = []
+        for (const action of plan(entries, listing)) {
+          switch (action._tag) {
+            case "Undo": {
+              yield* Effect.logWarning("agent: undoing an unfinished operation", { sandboxId: action.sandboxId, pending: action.pending })
+              const undone = yield* Effect.result(action.by === "destroy" ? driver.destroy(action.sandboxId) : driver.stop(action.sandboxId))
+              if (undone._tag === "Failure" && undone.failure._tag !== "SandboxNotFound") {
+                // Keep the entry: the next start tries again; the command's redelivery may too.
+                yield* Effect.logError("agent: undo failed", { sandboxId: action.sandboxId, error: describeDriverError(undone.failure) })
+                break
+              }
+              if (action.by === "destroy" || undone._tag === "Failure") yield* journal.remove(action.sandboxId)
+              else {
+                const entry = entries.find((e) => e.sandboxId === action.sandboxId)!
+                yield* mark(action.sandboxId, entry.orgId, null)
+              }
+              break
+            }
+            case "DestroyOrphan": {
+              yield* Effect.logWarning("agent: destroying a sandbox no command confirmed", { sandboxId: action.sandboxId })
+              const destroyed = yield* Effect.result(driver.destroy(action.sandboxId))
+              if (destroyed._tag === "Failure") {
+                yield* Effect.logError("agent: orphan destroy failed", { sandboxId: action.sandboxId, error: describeDriverError(destroyed.failure) })
+              }
+              break
+            }
+            case "Report": {
+              if (action.status === "stopped") reports.push(yield* report(action.sandboxId, "stopped"))
+              else {
+                const agentReady = yield* checkReady(action.sandboxId)
+                reports.push(yield* report(action.sandboxId, "running", { internalIp: action.internalIp, agentReady }))
+              }
+              break
+            }
+            case "Vanished": {
+              yield* journal.remove(action.sandboxId)
+              yield* Effect.logWarning("agent: a sandbox is gone from the disk", { sandboxId: action.sandboxId })
+              reports.push(yield* report(action.sandboxId, "destroyed"))
+              break
+            }
+          }
+        }
+        return reports
+      }).pipe(Effect.withSpan("Lifecycle.reconcile"))
+
+      return Lifecycle.of({ apply, reconcile })
+    })
+  )
+}

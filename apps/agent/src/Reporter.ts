@@ -1,0 +1,37 @@
+/**
+ * Reports to the control plane: each `AgentReport` goes to its sandbox actor's mailbox
+ * (`actor.sandbox.<partition>.<sandboxId>`) with a msgID, so that a report sent twice (a
+ * command redelivered after the agent died between publishing and acking) is applied once.
+ *
+ * msgIDs:
+ *   `report:<hostId>:<command msg id>` for the answer to a command (the command's own
+ *   `Nats-Msg-Id`, or `seq:<stream sequence>` when it was published without one);
+ *   `reconcile:<hostId>:<agent start ms>:<sandboxId>` for what a starting agent finds on disk.
+ */
+import * as Actors from "@svc/actors/Actors"
+import type { InvalidActorMessage } from "@svc/actors/Errors"
+import type { BusError, Nats } from "@svc/bus/Nats"
+import type { AgentReport } from "@svc/sandboxes/Protocol"
+import { SandboxActor } from "@svc/sandboxes/SandboxActor"
+import { Context, Effect, Layer } from "effect"
+
+export class Reporter extends Context.Service<Reporter, {
+  /** Publishes and waits for the stream's acknowledgement. */
+  report(report: AgentReport, msgID: string): Effect.Effect<void, BusError | InvalidActorMessage>
+}>()("@svc/agent/Reporter") {
+  /** To the sandbox actor's mailbox over `Nats`. */
+  static readonly layer = Layer.effect(
+    Reporter,
+    Effect.gen(function*() {
+      const context = yield* Effect.context<Nats>()
+      const report = Effect.fn("Reporter.report")(function*(report: AgentReport, msgID: string) {
+        yield* Actors.send(SandboxActor, report.sandboxId, report, { msgID }).pipe(Effect.provideContext(context))
+      })
+      return Reporter.of({ report })
+    })
+  )
+}
+
+export const commandMsgId = (hostId: string, commandKey: string) => `report:${hostId}:${commandKey}`
+export const reconcileMsgId = (hostId: string, startedAt: number, sandboxId: string) =>
+  `reconcile:${hostId}:${startedAt}:${sandboxId}`

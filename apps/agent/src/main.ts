@@ -1,0 +1,35 @@
+/**
+ * The host agent alone: `node apps/agent/src/main.ts`, configured by NATS_URL, SVC_NATS_PREFIX
+ * and the SVC_* variables of `Config.ts`. Once it consumes commands it prints one JSON line
+ * `{"event":"agent_ready","hostId":...,"endpoint":...}` on stdout. SIGINT/SIGTERM stop it
+ * gracefully (sandboxes keep running).
+ */
+import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
+import { Nats } from "@svc/bus/Nats"
+import { Effect, Layer } from "effect"
+import { AgentRole } from "./Agent.ts"
+import { CommandConsumer } from "./Commands.ts"
+import { AgentConfig } from "./Config.ts"
+import { DataPlane } from "./DataPlane.ts"
+
+const announce = Layer.effectDiscard(
+  Effect.gen(function*() {
+    const consumer = yield* CommandConsumer
+    const config = yield* AgentConfig
+    const dataPlane = yield* DataPlane
+    yield* Effect.forkScoped(
+      Effect.andThen(
+        consumer.ready,
+        Effect.sync(() => {
+          process.stdout.write(
+            JSON.stringify({ event: "agent_ready", hostId: config.hostId, endpoint: dataPlane.endpoint, pid: process.pid }) + "\n"
+          )
+        })
+      )
+    )
+  })
+)
+
+const main = announce.pipe(Layer.provide(AgentRole.layer), Layer.provide(Nats.layer))
+
+NodeRuntime.runMain(Layer.launch(main))
