@@ -187,7 +187,9 @@ export class ActorRuntime extends Context.Service<ActorRuntime, {
           } catch {
             return yield* new Poison({ reason: "body is not JSON" })
           }
-          const message = yield* Schema.decodeUnknownEffect(actor.message)(json).pipe(
+          // Message schemas need no services (`Actor.make` takes plain codecs).
+          const decoded = Schema.decodeUnknownEffect(actor.message)(json) as Effect.Effect<unknown, Schema.SchemaError>
+          const message = yield* decoded.pipe(
             Effect.mapError((e) => new Poison({ reason: `message refused: ${e.message}` }))
           )
           const outcome = yield* apply(actor, info, message)
