@@ -1,0 +1,45 @@
+/**
+ * The runtime role: hosts the sandbox actor (its 16 mailbox partitions), the outbox relay, the
+ * sandbox supervisor (hosts down, transitions that take too long, `timeout_s` lifetimes) and
+ * this process's worker heartbeat. Run as many runtime processes as wanted: they share the
+ * partitions (one message per partition in flight across all of them), the relay batches
+ * (one relay publishes at a time) and the supervisor's messages (deduplicated by id).
+ *
+ * Needs `SqlClient` + `PgClient` (migrated) and `Nats`.
+ */
+import { ActorRuntime, type RuntimeOptions as ActorOptions } from "@svc/actors/Runtime"
+import * as Events from "@svc/events/Streams"
+import { OutboxRelay, type RelayOptions } from "@svc/events/Relay"
+import { ensureAgentStream, Hosts } from "@svc/sandboxes/Hosts"
+import { SandboxActor } from "@svc/sandboxes/SandboxActor"
+import { SandboxSupervisor, type SupervisorOptions } from "@svc/sandboxes/Sandboxes/Supervisor"
+import { type HeartbeatOptions, WorkerHeartbeat } from "@svc/sandboxes/Workers"
+import { Effect, Layer } from "effect"
+
+export interface RuntimeOptions {
+  readonly actors?: ActorOptions
+  readonly relay?: RelayOptions
+  readonly supervisor?: SupervisorOptions
+  /** `false`: no worker heartbeat (tests that count workers). */
+  readonly heartbeat?: HeartbeatOptions | false
+}
+
+/** The streams the runtime publishes to, before anything publishes. */
+export const Topology = Layer.effectDiscard(Effect.gen(function*() {
+  yield* Events.ensure()
+  yield* ensureAgentStream()
+}))
+
+export const make = (options: RuntimeOptions = {}) =>
+  Layer.mergeAll(
+    ActorRuntime.layer([SandboxActor], options.actors),
+    options.relay === undefined ? OutboxRelay.layer : OutboxRelay.layerWith(options.relay),
+    SandboxSupervisor.layer(options.supervisor),
+    options.heartbeat === false ? Layer.empty : WorkerHeartbeat.layer("runtime", options.heartbeat)
+  ).pipe(
+    Layer.provide(Hosts.layer),
+    Layer.provide(Topology)
+  )
+
+/** The runtime role with its defaults. */
+export const layer = make()

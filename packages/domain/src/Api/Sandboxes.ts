@@ -1,0 +1,112 @@
+/**
+ * The sandbox routes (api.md "Sandboxes"; spec.md 2.2, 4.8, 5.5). Every route needs the
+ * `sandboxes` scope (`read` for GET, `write` otherwise) and, for a `sandbox:<id>` key, the
+ * single-sandbox policy: its sandbox and direct children only (403 `sandbox_out_of_scope`),
+ * and a create makes a child of its sandbox. A sandbox of another org is 404.
+ */
+import { Schema } from "effect"
+import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/http-api"
+import { Conflict, InvalidRequest, NotFound, PayloadTooLarge, SandboxOutOfScope, Unavailable } from "../Errors.ts"
+import { SandboxId } from "../Ids.ts"
+import { CreateSandboxRequest, ExecRequest, ExecResult, ListSandboxesQuery, Sandbox, SandboxPage } from "../Sandbox.ts"
+import { AbsolutePath } from "../Text.ts"
+import { Access } from "./Auth.ts"
+
+/** Uploads through PUT /v1/sandboxes/{id}/files are limited to this many bytes. */
+export const MAX_UPLOAD_BYTES = 100 * 1024 * 1024
+
+export class CreateSandboxBody extends Schema.Class<CreateSandboxBody>("CreateSandboxRequest")(CreateSandboxRequest.fields) {}
+
+export class ExecBody extends Schema.Class<ExecBody>("ExecRequest")(ExecRequest.fields) {}
+
+export const FileEntry = Schema.Struct({
+  name: Schema.String,
+  type: Schema.Literals(["file", "dir", "symlink", "other"]),
+  size: Schema.Int,
+  mtime: Schema.String
+})
+export type FileEntry = typeof FileEntry.Type
+
+/** GET .../files on a folder. */
+export const FileListing = Schema.Struct({ entries: Schema.Array(FileEntry) })
+export type FileListing = typeof FileListing.Type
+
+export const FilesQuery = Schema.Struct({ path: AbsolutePath })
+
+const params = { id: SandboxId }
+
+export class SandboxesApi extends HttpApiGroup.make("sandboxes")
+  .add(
+    HttpApiEndpoint.post("create", "/v1/sandboxes", {
+      payload: CreateSandboxBody,
+      success: Sandbox.pipe(HttpApiSchema.status(201)),
+      error: [InvalidRequest, Conflict, SandboxOutOfScope, Unavailable]
+    }).annotateMerge(OpenApi.annotations({
+      description: "Creates a sandbox: 201 with the `pending` record. The platform places it on a live host of the " +
+        "region with room and starts it; it ends `running`, or `error` with `errorMessage`. `parent_id` must be a " +
+        "sandbox of the org (400 otherwise, 409 while it is being deleted); with a `sandbox:<id>` key the new " +
+        "sandbox is a child of that sandbox."
+    })),
+    HttpApiEndpoint.get("list", "/v1/sandboxes", {
+      query: ListSandboxesQuery,
+      success: SandboxPage,
+      error: [InvalidRequest, Unavailable]
+    }).annotateMerge(OpenApi.annotations({
+      description: "Newest first. `state`: one state or a comma-separated list. `paginated=false`: every row (up to " +
+        "10,000) in one response, `limit` = the rows returned. With a `sandbox:<id>` key: that sandbox and its " +
+        "direct children only."
+    })),
+    HttpApiEndpoint.get("get", "/v1/sandboxes/:id", {
+      params,
+      success: Sandbox,
+      error: [NotFound, SandboxOutOfScope, Unavailable]
+    }),
+    HttpApiEndpoint.delete("delete", "/v1/sandboxes/:id", {
+      params,
+      success: Sandbox.pipe(HttpApiSchema.status(202)),
+      error: [NotFound, SandboxOutOfScope, Unavailable]
+    }).annotateMerge(OpenApi.annotations({
+      description: "202 with the record (`deleting`, or `deleted` when its host is down); every descendant is " +
+        "deleted with it. Again on a deleting or deleted sandbox: the same record."
+    })),
+    HttpApiEndpoint.post("stop", "/v1/sandboxes/:id/stop", {
+      params,
+      success: Sandbox.pipe(HttpApiSchema.status(202)),
+      error: [NotFound, Conflict, SandboxOutOfScope, Unavailable]
+    }).annotateMerge(OpenApi.annotations({ description: "A running sandbox: 202 `stopping`; any other state: 409." })),
+    HttpApiEndpoint.post("start", "/v1/sandboxes/:id/start", {
+      params,
+      success: Sandbox.pipe(HttpApiSchema.status(202)),
+      error: [NotFound, Conflict, SandboxOutOfScope, Unavailable]
+    }).annotateMerge(OpenApi.annotations({ description: "A stopped sandbox: 202 `starting`; any other state: 409." })),
+    HttpApiEndpoint.post("exec", "/v1/sandboxes/:id/exec", {
+      params,
+      payload: ExecBody,
+      success: ExecResult,
+      error: [InvalidRequest, NotFound, Conflict, SandboxOutOfScope, Unavailable]
+    }).annotateMerge(OpenApi.annotations({
+      description: "Runs `cmd` in the sandbox and waits for it (at most `timeout_ms`). 409 unless it is running. " +
+        "Outputs are UTF-8 text, capped by the host."
+    })),
+    HttpApiEndpoint.get("readFile", "/v1/sandboxes/:id/files", {
+      params,
+      query: FilesQuery,
+      success: [HttpApiSchema.StreamUint8Array({ contentType: "application/octet-stream" }), FileListing],
+      error: [InvalidRequest, NotFound, Conflict, SandboxOutOfScope, Unavailable]
+    }).annotateMerge(OpenApi.annotations({
+      description: "A file's bytes (`application/octet-stream`), or for a folder `{entries: [{name, type, size, mtime}]}`. " +
+        "Paths resolve inside the sandbox's root only."
+    })),
+    HttpApiEndpoint.put("writeFile", "/v1/sandboxes/:id/files", {
+      params,
+      query: FilesQuery,
+      success: HttpApiSchema.NoContent,
+      error: [InvalidRequest, NotFound, Conflict, PayloadTooLarge, SandboxOutOfScope, Unavailable]
+    }).annotateMerge(OpenApi.annotations({
+      description: "The request body (any content type, raw bytes, up to 100 MiB) becomes the file at `path`, " +
+        "replacing it. 204."
+    }))
+  )
+  .annotateMerge(Access.resource("sandboxes"))
+  .annotateMerge(OpenApi.annotations({ title: "Sandboxes" }))
+{}

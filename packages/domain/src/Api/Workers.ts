@@ -1,0 +1,36 @@
+/**
+ * GET /v1/workers (spec.md 2.4, 4.7; api.md "workers"): the platform's worker processes that
+ * heartbeated in the last 15 s. Workers are not a scopeable resource (spec.md 5.2) and not an
+ * account-level route (5.3 lists auth, billing, org, audit and key management): any valid
+ * credential of an org may read the list, scoped keys included. It names processes, not any
+ * org's data.
+ */
+import { Schema } from "effect"
+import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "effect/http-api"
+import { Unavailable } from "../Errors.ts"
+import { Access } from "./Auth.ts"
+
+export const Worker = Schema.Struct({
+  name: Schema.String,
+  script_name: Schema.String,
+  version: Schema.String,
+  /** The NATS subject prefix the process consumes. */
+  prefix: Schema.String,
+  cells: Schema.Null
+})
+export type Worker = typeof Worker.Type
+
+export const WorkerList = Schema.Struct({ workers: Schema.Array(Worker) })
+export type WorkerList = typeof WorkerList.Type
+
+export class WorkersApi extends HttpApiGroup.make("workers")
+  .add(
+    HttpApiEndpoint.get("list", "/v1/workers", { success: WorkerList, error: Unavailable }).annotateMerge(
+      OpenApi.annotations({
+        description: "Worker processes (api, runtime, agent, dispatcher) seen in the last 15 s, by name. Any valid credential."
+      })
+    )
+  )
+  .annotateMerge(Access.any)
+  .annotateMerge(OpenApi.annotations({ title: "Workers" }))
+{}

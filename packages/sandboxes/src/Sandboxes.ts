@@ -1,0 +1,271 @@
+/**
+ * Sandboxes as the API sees them: create (placement and the `pending` row in one
+ * transaction, the actor told through the outbox), read and list (SQL on the `sandboxes`
+ * table), the user commands (applied synchronously through the actor's transition, see
+ * `Sandboxes/Apply.ts`), and exec and files (proxied to the host's data plane).
+ *
+ * Callers check the credential (scopes, the single-sandbox policy) before calling; every
+ * method is confined to the given org (another org's sandbox is `not_found`).
+ *
+ * Decisions:
+ * - `template`: the built-in `base` (by name or by its id) is the only template so far;
+ *   anything else is 400 naming `template`.
+ * - `volumes` and `secrets` name resources that must exist in the org; none exist yet, so
+ *   any id is 400 naming the entry.
+ * - `parent_id` must be a sandbox of the org (400 naming `parent_id` otherwise) that is not
+ *   being deleted (409).
+ * - `region` null: any region; the record takes the host's region, or `any` when no host
+ *   could take it.
+ * - `name` defaults to the id.
+ */
+import * as Actors from "@svc/actors/Actors"
+import { wakeIfPresent } from "@svc/events/Relay"
+import * as Errors from "@svc/domain/Errors"
+import { BASE_TEMPLATE_ID, makeId, type OrgId } from "@svc/domain/Ids"
+import { pageInfo } from "@svc/domain/Pagination"
+import {
+  type CreateSandboxRequest,
+  type ExecRequest,
+  type ExecResult,
+  type ListSandboxesQuery,
+  type Sandbox,
+  type SandboxPage,
+  UNPAGINATED_CAP
+} from "@svc/domain/Sandbox"
+import { Clock, Context, Effect, Layer, Option, type Stream } from "effect"
+import { SqlClient, type SqlError } from "effect/sql"
+import { Hosts } from "./Hosts.ts"
+import { refusal, SandboxActor } from "./SandboxActor.ts"
+import { applyNow } from "./Sandboxes/Apply.ts"
+import * as DataPlane from "./Sandboxes/DataPlane.ts"
+import type { SandboxState } from "./Sandboxes/Model.ts"
+import { toRecord } from "./Sandboxes/Record.ts"
+import { COLUMNS, fromRow, type SandboxRow, store } from "./Sandboxes/Store.ts"
+import * as Scheduler from "./Scheduler.ts"
+
+export { toRecord } from "./Sandboxes/Record.ts"
+
+type SqlErrorT = SqlError.SqlError
+
+export const BASE_TEMPLATE_NAME = "base"
+export const ANY_REGION = "any"
+
+const invalid = (path: string, message: string) =>
+  new Errors.InvalidRequest({ error: `Invalid request body: ${path} ${message}`, issues: [{ path, message }] })
+
+const notFound = () => new Errors.NotFound({ error: "Sandbox not found" })
+
+const corrupt = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+  Effect.catchTag(effect as Effect.Effect<A, E | { readonly _tag: "CorruptState" }, R>, "CorruptState", (e) => Effect.die(e)) as Effect.Effect<
+    A,
+    Exclude<E, { readonly _tag: "CorruptState" }>,
+    R
+  >
+
+export class Sandboxes extends Context.Service<Sandboxes, {
+  readonly create: (orgId: OrgId, request: CreateSandboxRequest) => Effect.Effect<Sandbox, Errors.InvalidRequest | Errors.Conflict | SqlErrorT>
+  /** The org's sandbox (its state, for policy checks), or `not_found`. */
+  readonly get: (orgId: OrgId, id: string) => Effect.Effect<SandboxState, Errors.NotFound | SqlErrorT>
+  readonly list: (orgId: OrgId, query: ListSandboxesQuery, confinedTo: string | null) => Effect.Effect<SandboxPage, SqlErrorT>
+  readonly start: (orgId: OrgId, id: string) => Effect.Effect<Sandbox, Errors.NotFound | Errors.Conflict | SqlErrorT>
+  readonly stop: (orgId: OrgId, id: string) => Effect.Effect<Sandbox, Errors.NotFound | Errors.Conflict | SqlErrorT>
+  /** Deletes it and every descendant. Idempotent. */
+  readonly remove: (orgId: OrgId, id: string) => Effect.Effect<Sandbox, Errors.NotFound | SqlErrorT>
+  readonly exec: (orgId: OrgId, id: string, request: ExecRequest) => Effect.Effect<ExecResult, DataPlane.DataPlaneError | SqlErrorT>
+  readonly readFile: (orgId: OrgId, id: string, path: string) => Effect.Effect<DataPlane.FileContent, DataPlane.DataPlaneError | SqlErrorT>
+  readonly writeFile: <E>(
+    orgId: OrgId,
+    id: string,
+    path: string,
+    body: Stream.Stream<Uint8Array, E>,
+    maxBytes: number
+  ) => Effect.Effect<void, DataPlane.DataPlaneError | SqlErrorT>
+}>()("@svc/sandboxes/Sandboxes") {
+  static readonly make = Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const hosts = yield* Hosts
+
+    const load = (orgId: string, id: string) =>
+      Effect.gen(function*() {
+        const rows = yield* sql<SandboxRow>`SELECT ${sql.literal(COLUMNS)} FROM sandboxes WHERE id = ${id} AND org_id = ${orgId}`
+        if (rows.length === 0) return yield* notFound()
+        return (yield* corrupt(fromRow(rows[0]!))).state
+      })
+
+    const create = Effect.fn("Sandboxes.create")(function*(orgId: OrgId, request: CreateSandboxRequest) {
+      if (request.template !== BASE_TEMPLATE_NAME && request.template !== BASE_TEMPLATE_ID) {
+        return yield* invalid("template", `no template ${JSON.stringify(request.template)} (known: ${BASE_TEMPLATE_NAME})`)
+      }
+      if (request.volumes.length > 0) return yield* invalid("volumes.0.volume_id", "no such volume in this org")
+      if (request.secrets.length > 0) return yield* invalid("secrets.0", "no such secret in this org")
+      const live = yield* hosts.live
+      const now = yield* Clock.currentTimeMillis
+      const id = makeId("sandbox", now)
+      const state = yield* sql.withTransaction(Effect.gen(function*() {
+        if (request.parent_id !== null) {
+          const parents = yield* sql<{ state: string }>`
+            SELECT state FROM sandboxes WHERE id = ${request.parent_id} AND org_id = ${orgId} FOR SHARE`
+          if (parents.length === 0) return yield* invalid("parent_id", "no such sandbox in this org")
+          const parentState = parents[0]!.state
+          if (parentState === "deleting" || parentState === "deleted") {
+            return yield* new Errors.Conflict({ error: `The parent sandbox is ${parentState}` })
+          }
+        }
+        const placement = yield* Scheduler.place(live, {
+          region: request.region,
+          cpu: request.cpu,
+          ramMb: request.ram_mb,
+          diskGb: request.disk_gb
+        }, now)
+        const host = placement._tag === "Placed" ? placement.host : null
+        const state: SandboxState = {
+          id,
+          orgId,
+          name: request.name ?? id,
+          templateId: BASE_TEMPLATE_ID,
+          templateName: BASE_TEMPLATE_NAME,
+          hostId: host?.hostId ?? null,
+          parentId: request.parent_id,
+          state: "pending",
+          type: request.type,
+          region: host?.region ?? request.region ?? ANY_REGION,
+          datacenter: host?.datacenter ?? null,
+          agentReady: false,
+          runtimeReady: false,
+          runtimeReason: null,
+          cpu: request.cpu,
+          ramMb: request.ram_mb,
+          diskGb: request.disk_gb,
+          vsockCid: null,
+          internalIp: null,
+          exposedPorts: request.exposed_ports,
+          volumeAttachments: [],
+          metadata: request.metadata as SandboxState["metadata"],
+          errorMessage: null,
+          timeoutS: request.timeout_s,
+          createdAt: now,
+          startedAt: null,
+          stoppedAt: null,
+          deletedAt: null,
+          stateSince: now,
+          lastReportAt: null,
+          createdEmitted: false
+        }
+        const inserted = yield* corrupt(store.save(id, state, undefined))
+        if (!inserted) return yield* Effect.die(new Error(`sandbox id ${id} taken`))
+        yield* Actors.sendViaOutbox(SandboxActor, id, {
+          _tag: "Create",
+          env: request.env,
+          unplaceable: placement._tag === "Unplaceable" ? placement.reason : null
+        }).pipe(Effect.catchTag("InvalidActorMessage", Effect.die))
+        return state
+      }))
+      yield* wakeIfPresent
+      return toRecord(state)
+    })
+
+    const list = Effect.fn("Sandboxes.list")(function*(orgId: OrgId, query: ListSandboxesQuery, confinedTo: string | null) {
+      const conditions = [sql`org_id = ${orgId}`]
+      if (query.state !== undefined) conditions.push(sql`state = ANY(${[...query.state]}::text[])`)
+      if (confinedTo !== null) conditions.push(sql`(id = ${confinedTo} OR parent_id = ${confinedTo})`)
+      const where = sql.and(conditions)
+      const limit = query.paginated ? query.limit : UNPAGINATED_CAP
+      const [counted] = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM sandboxes WHERE ${where}`
+      const rows = yield* sql<SandboxRow>`
+        SELECT ${sql.literal(COLUMNS)} FROM sandboxes WHERE ${where}
+        ORDER BY created_at DESC, id DESC LIMIT ${limit} OFFSET ${query.offset}`
+      const records = yield* Effect.forEach(rows, (row) => Effect.map(corrupt(fromRow(row)), (s) => toRecord(s.state)))
+      const total = counted?.n ?? 0
+      const info = pageInfo({ offset: query.offset, limit: query.paginated ? query.limit : records.length }, records.length, total)
+      return { rows: records, ...info }
+    })
+
+    const command = (tag: "Start" | "Stop") =>
+      Effect.fn(`Sandboxes.${tag.toLowerCase()}`)(function*(orgId: OrgId, id: string) {
+        const next = yield* applyNow(orgId, id, (s) => {
+          const why = refusal(s, tag)
+          return why === null ? Effect.succeed({ _tag: tag }) : Effect.fail(new Errors.Conflict({ error: `This sandbox is ${s.state}: ${why}` }))
+        })
+        yield* wakeIfPresent
+        return toRecord(next)
+      })
+
+    const remove = Effect.fn("Sandboxes.remove")(function*(orgId: OrgId, id: string) {
+      const next = yield* applyNow(orgId, id, (s) =>
+        Effect.gen(function*() {
+          if (s.state === "deleting" || s.state === "deleted") return { _tag: "Delete" as const, hostLive: true, children: [] }
+          // Under the row lock: a child inserted concurrently (it holds the parent FOR SHARE)
+          // committed before this read, so it is in the list.
+          const rows = yield* sql<{ id: string; host_id: string | null }>`
+            WITH RECURSIVE tree AS (
+              SELECT id FROM sandboxes WHERE parent_id = ${s.id}
+              UNION SELECT c.id FROM sandboxes c JOIN tree t ON c.parent_id = t.id
+            )
+            SELECT s.id, s.host_id FROM tree JOIN sandboxes s ON s.id = tree.id
+            WHERE s.state NOT IN ('deleting', 'deleted')`
+          const liveness = (hostId: string | null) => (hostId === null ? Effect.succeed(false) : hosts.isLive(hostId))
+          const children = yield* Effect.forEach(rows, (r) => Effect.map(liveness(r.host_id), (hostLive) => ({ id: r.id, hostLive })))
+          return { _tag: "Delete" as const, hostLive: yield* liveness(s.hostId), children }
+        }))
+      yield* wakeIfPresent
+      return toRecord(next)
+    })
+
+    /** The sandbox's host record, when it is running (409 otherwise). */
+    const running = (orgId: string, id: string) =>
+      Effect.gen(function*() {
+        const s = yield* load(orgId, id)
+        if (s.state !== "running" || s.hostId === null) {
+          return yield* new Errors.Conflict({ error: `This sandbox is ${s.state}; it must be running` })
+        }
+        const host = yield* hosts.get(s.hostId)
+        if (Option.isNone(host)) {
+          return yield* new Errors.Unavailable({ error: "The sandbox's host is not known right now; retry" })
+        }
+        return host.value
+      })
+
+    const exec = Effect.fn("Sandboxes.exec")(function*(orgId: OrgId, id: string, request: ExecRequest) {
+      const host = yield* running(orgId, id)
+      const result = yield* DataPlane.exec(host, id, {
+        cmd: request.cmd,
+        ...(request.cwd !== undefined ? { cwd: request.cwd } : {}),
+        ...(request.env !== undefined ? { env: request.env } : {}),
+        ...(request.stdin !== undefined ? { stdin: request.stdin } : {}),
+        timeout_ms: request.timeout_ms
+      })
+      return { ...result, duration_ms: Math.max(0, Math.round(result.duration_ms)) }
+    })
+
+    const readFile = Effect.fn("Sandboxes.readFile")(function*(orgId: OrgId, id: string, path: string) {
+      const host = yield* running(orgId, id)
+      return yield* DataPlane.readFile(host, id, path)
+    })
+
+    const writeFile = <E>(orgId: OrgId, id: string, path: string, body: Stream.Stream<Uint8Array, E>, maxBytes: number) =>
+      Effect.gen(function*() {
+        const host = yield* running(orgId, id)
+        return yield* DataPlane.writeFile(host, id, path, body, maxBytes)
+      }).pipe(Effect.withSpan("Sandboxes.writeFile"))
+
+    // The service's own connection pool, so callers need not provide one.
+    const withSql = <A, E>(effect: Effect.Effect<A, E, SqlClient.SqlClient>) => Effect.provideService(effect, SqlClient.SqlClient, sql)
+    const start = command("Start")
+    const stop = command("Stop")
+    return Sandboxes.of({
+      create: (orgId, request) => withSql(create(orgId, request)),
+      get: (orgId, id) => load(orgId, id),
+      list,
+      start: (orgId, id) => withSql(start(orgId, id)),
+      stop: (orgId, id) => withSql(stop(orgId, id)),
+      remove: (orgId, id) => withSql(remove(orgId, id)),
+      exec,
+      readFile,
+      writeFile
+    })
+  })
+
+  /** Needs `SqlClient` and `Hosts`. */
+  static readonly layer = Layer.effect(Sandboxes, Sandboxes.make)
+}
+

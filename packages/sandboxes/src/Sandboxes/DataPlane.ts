@@ -1,0 +1,166 @@
+/**
+ * The control plane's side of the agents' data plane (Protocol.ts): exec and files go from the
+ * API process straight to the sandbox's host over HTTP, with the host's bearer token from the
+ * `hosts` KV. The agent's `AgentError`s become the API's errors; anything else it answers, or
+ * a host that cannot be reached, is 503 `unavailable` (the details go to the log only).
+ */
+import { FileListing } from "@svc/domain/Api/Sandboxes"
+import * as Errors from "@svc/domain/Errors"
+import { Effect, Option, Schema, Stream } from "effect"
+import { AgentError, AgentExecResult, type AgentExecRequest, type HostRecord } from "../Protocol.ts"
+
+
+export type DataPlaneError =
+  | Errors.InvalidRequest
+  | Errors.NotFound
+  | Errors.Conflict
+  | Errors.PayloadTooLarge
+  | Errors.Unavailable
+
+export type FileContent =
+  | { readonly _tag: "Bytes"; readonly size: number | null; readonly stream: Stream.Stream<Uint8Array, Errors.Unavailable> }
+  | { readonly _tag: "Listing"; readonly listing: FileListing }
+
+const decodeAgentError = Schema.decodeUnknownOption(AgentError)
+const decodeExec = Schema.decodeUnknownEffect(AgentExecResult)
+const decodeListing = Schema.decodeUnknownEffect(FileListing)
+
+const unreachable = (host: HostRecord, cause: unknown) =>
+  Effect.andThen(
+    Effect.logWarning("data plane: host unreachable", { hostId: host.hostId, cause: String(cause) }),
+    Effect.fail(new Errors.Unavailable({ error: "The sandbox's host cannot be reached; retry" }))
+  )
+
+/** A non-2xx answer of the agent as the API's error. */
+const refusal = (host: HostRecord, response: Response): Effect.Effect<never, DataPlaneError> =>
+  Effect.gen(function*() {
+    const text = yield* Effect.promise(() => response.text().catch(() => ""))
+    let parsed: unknown
+    try {
+      parsed = JSON.parse(text)
+    } catch {
+      parsed = undefined
+    }
+    const error = decodeAgentError(parsed)
+    if (Option.isSome(error)) {
+      const { error: message, reason } = error.value
+      switch (reason) {
+        case "invalid":
+          return yield* new Errors.InvalidRequest({ error: message })
+        case "not_found":
+          return yield* new Errors.NotFound({ error: message })
+        case "not_running":
+          return yield* new Errors.Conflict({ error: message })
+        case "too_large":
+          return yield* new Errors.PayloadTooLarge({ error: message })
+        case "unauthorized":
+        case "failed":
+          break
+      }
+    }
+    yield* Effect.logWarning("data plane: host failed the request", {
+      hostId: host.hostId,
+      status: response.status,
+      body: text.slice(0, 500)
+    })
+    return yield* new Errors.Unavailable({ error: "The sandbox's host could not carry out the request; retry" })
+  })
+
+const url = (host: HostRecord, sandboxId: string, what: "exec" | "files", path?: string) =>
+  `${host.endpoint.replace(/\/+$/, "")}/sandboxes/${encodeURIComponent(sandboxId)}/${what}` +
+  (path === undefined ? "" : `?path=${encodeURIComponent(path)}`)
+
+const request = (host: HostRecord, target: string, init: RequestInit & { readonly timeoutMs: number }) =>
+  Effect.tryPromise({
+    try: (signal) =>
+      fetch(target, {
+        ...init,
+        headers: { ...(init.headers as Record<string, string> | undefined), authorization: `Bearer ${host.token}` },
+        signal: AbortSignal.any([signal, AbortSignal.timeout(init.timeoutMs)])
+      }),
+    catch: (cause) => cause
+  }).pipe(Effect.catch((cause) => unreachable(host, cause)))
+
+/** Runs a command; waits up to its own timeout plus a margin for the host. */
+export const exec = Effect.fn("DataPlane.exec")(function*(host: HostRecord, sandboxId: string, body: AgentExecRequest) {
+  const response = yield* request(host, url(host, sandboxId, "exec"), {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify(body),
+    timeoutMs: (body.timeout_ms ?? 60_000) + 15_000
+  })
+  if (!response.ok) return yield* refusal(host, response)
+  const json = yield* Effect.tryPromise({ try: () => response.json(), catch: (cause) => cause }).pipe(
+    Effect.catch((cause) => unreachable(host, cause))
+  )
+  return yield* decodeExec(json).pipe(Effect.catch((e) => unreachable(host, e)))
+})
+
+/** A file's bytes (streamed from the host) or a folder's listing. */
+export const readFile = Effect.fn("DataPlane.readFile")(function*(host: HostRecord, sandboxId: string, path: string) {
+  const response = yield* request(host, url(host, sandboxId, "files", path), { method: "GET", timeoutMs: 600_000 })
+  if (!response.ok) return yield* refusal(host, response)
+  const type = response.headers.get("content-type") ?? ""
+  if (type.startsWith("application/json")) {
+    const json = yield* Effect.tryPromise({ try: () => response.json(), catch: (cause) => cause }).pipe(
+      Effect.catch((cause) => unreachable(host, cause))
+    )
+    const listing = yield* decodeListing(json).pipe(Effect.catch((e) => unreachable(host, e)))
+    return { _tag: "Listing", listing } satisfies FileContent as FileContent
+  }
+  const length = response.headers.get("content-length")
+  const body = response.body
+  const stream: Stream.Stream<Uint8Array, Errors.Unavailable> = body === null
+    ? Stream.empty
+    : Stream.fromReadableStream({
+      evaluate: () => body,
+      onError: () => new Errors.Unavailable({ error: "The sandbox's host stopped sending the file" })
+    })
+  return { _tag: "Bytes", size: length === null ? null : Number(length), stream } satisfies FileContent as FileContent
+})
+
+/**
+ * Writes `body` (at most `maxBytes`; more is 413 `payload_too_large`, the transfer cut short)
+ * to the file at `path`, streaming it through.
+ */
+export const writeFile = Effect.fn("DataPlane.writeFile")(function*<E>(
+  host: HostRecord,
+  sandboxId: string,
+  path: string,
+  body: Stream.Stream<Uint8Array, E>,
+  maxBytes: number
+) {
+  let total = 0
+  let tooLarge = false
+  let failed: unknown = undefined
+  const counted = body.pipe(
+    Stream.mapEffect((chunk) => {
+      total += chunk.length
+      if (total > maxBytes) {
+        tooLarge = true
+        return Effect.fail(new Errors.PayloadTooLarge({ error: `Uploads are limited to ${maxBytes} bytes` }))
+      }
+      return Effect.succeed(chunk)
+    }),
+    Stream.tapError((e) => Effect.sync(() => (failed = e)))
+  )
+  const readable = yield* Stream.toReadableStreamEffect(counted)
+  const response = yield* Effect.tryPromise({
+    try: (signal) =>
+      fetch(url(host, sandboxId, "files", path), {
+        method: "PUT",
+        headers: { "content-type": "application/octet-stream", authorization: `Bearer ${host.token}` },
+        body: readable,
+        duplex: "half",
+        signal: AbortSignal.any([signal, AbortSignal.timeout(600_000)])
+      } as RequestInit),
+    catch: (cause) => cause
+  }).pipe(Effect.catch((cause): Effect.Effect<never, DataPlaneError> => {
+    if (tooLarge) return Effect.fail(new Errors.PayloadTooLarge({ error: `Uploads are limited to ${maxBytes} bytes` }))
+    if (failed !== undefined) return Effect.fail(new Errors.InvalidRequest({ error: "The request body could not be read" }))
+    return unreachable(host, cause)
+  }))
+  if (tooLarge) return yield* new Errors.PayloadTooLarge({ error: `Uploads are limited to ${maxBytes} bytes` })
+  if (!response.ok) return yield* refusal(host, response)
+  yield* Effect.promise(() => response.arrayBuffer().catch(() => undefined))
+})

@@ -1,0 +1,36 @@
+/** The actor's state as the API's record (spec.md 2.2's exact names; times as `DateTime.Utc`). */
+import type { HostId, OrgId, SandboxId, TemplateId } from "@svc/domain/Ids"
+import type { Sandbox } from "@svc/domain/Sandbox"
+import { DateTime } from "effect"
+import type { SandboxState } from "./Model.ts"
+
+const utc = (ms: number | null) => (ms === null ? null : DateTime.makeUnsafe(ms))
+
+export const toRecord = (s: SandboxState): Sandbox => ({
+  id: s.id as SandboxId,
+  name: s.name,
+  orgId: s.orgId as OrgId,
+  templateId: s.templateId as TemplateId,
+  hostId: s.hostId as HostId | null,
+  parentId: s.parentId as SandboxId | null,
+  state: s.state,
+  type: s.type,
+  region: s.region,
+  datacenter: s.datacenter,
+  agent_ready: s.agentReady,
+  runtime_ready: s.runtimeReady,
+  runtime_reason: s.runtimeReason,
+  cpu: s.cpu,
+  ramMb: s.ramMb,
+  diskGb: s.diskGb,
+  vsockCid: s.vsockCid,
+  internalIp: s.internalIp,
+  exposedPorts: s.exposedPorts,
+  volume_attachments: s.volumeAttachments,
+  metadata: s.metadata,
+  errorMessage: s.errorMessage,
+  createdAt: DateTime.makeUnsafe(s.createdAt),
+  startedAt: utc(s.startedAt),
+  stoppedAt: utc(s.stoppedAt),
+  deletedAt: utc(s.deletedAt)
+})

@@ -1,0 +1,123 @@
+/**
+ * What keeps sandboxes from hanging, in the runtime role: every `intervalMs` it
+ * - sends `HostDown` to each sandbox (not yet `error` or `deleted`) whose host's record is
+ *   older than `HOST_DOWN_AFTER_MS` or gone;
+ * - sends `Timeout` to each sandbox waiting in `pending`, `starting`, `stopping` or `deleting`
+ *   for longer than the transition timeout (`SVC_SANDBOX_TRANSITION_TIMEOUT_S`, default 120);
+ * - sends `Expire` to each running sandbox past its `timeout_s`.
+ *
+ * Each message carries what was seen (the host's last heartbeat, the state and since when),
+ * so a sandbox that moved on in the meantime ignores it, and a message id made of the same,
+ * so several runtime processes sending it at once are one message.
+ */
+import * as Actors from "@svc/actors/Actors"
+import { Nats } from "@svc/bus/Nats"
+import { Clock, Config, Context, Duration, Effect, Layer, Schedule } from "effect"
+import { SqlClient } from "effect/sql"
+import { Hosts, isLive } from "../Hosts.ts"
+import { HOST_DOWN_AFTER_MS } from "../Protocol.ts"
+import { SandboxActor } from "../SandboxActor.ts"
+import type { SandboxMessage } from "./Model.ts"
+
+export interface SupervisorOptions {
+  /** Time between two sweeps (default 1 s). */
+  readonly intervalMs?: number
+  /** How long a sandbox may wait in a transitional state (default: the config, 120 s). */
+  readonly transitionTimeoutMs?: number
+  readonly hostDownAfterMs?: number
+  /** Rows handled per sweep and kind (default 500). */
+  readonly batch?: number
+}
+
+export const TransitionTimeoutS = Config.Int("SVC_SANDBOX_TRANSITION_TIMEOUT_S").pipe(Config.withDefault(120))
+
+export class SandboxSupervisor extends Context.Service<SandboxSupervisor, {
+  /** One sweep now (what the loop runs); the number of messages sent. */
+  readonly sweep: Effect.Effect<number>
+}>()("@svc/sandboxes/SandboxSupervisor") {
+  static readonly make = Effect.fn("SandboxSupervisor.make")(function*(options: SupervisorOptions = {}) {
+    const sql = yield* SqlClient.SqlClient
+    const hosts = yield* Hosts
+    const nats = yield* Nats
+    const timeoutMs = options.transitionTimeoutMs ?? (yield* TransitionTimeoutS) * 1000
+    const downAfterMs = options.hostDownAfterMs ?? HOST_DOWN_AFTER_MS
+    const batch = options.batch ?? 500
+
+    const send = (id: string, message: SandboxMessage, msgID: string) =>
+      Actors.send(SandboxActor, id, message, { msgID }).pipe(
+        Effect.as(1),
+        Effect.catchCause((cause) => Effect.as(Effect.logWarning("supervisor: send failed", { id, cause: String(cause) }), 0))
+      )
+
+    const hostsDown = Effect.gen(function*() {
+      // A mirror that has not read the bucket yet would call every host down.
+      if (!(yield* hosts.synced)) return 0
+      const now = yield* Clock.currentTimeMillis
+      const all = yield* hosts.all
+      const live = all.filter((h) => isLive(h, now, downAfterMs)).map((h) => h.hostId)
+      const rows = yield* sql<{ id: string; host_id: string }>`
+        SELECT id, host_id FROM sandboxes
+        WHERE host_id IS NOT NULL AND state NOT IN ('deleted', 'error') AND NOT (host_id = ANY(${live}::text[]))
+        LIMIT ${batch}`
+      let sent = 0
+      for (const row of rows) {
+        const lastSeenAt = all.find((h) => h.hostId === row.host_id)?.heartbeatAt ?? null
+        sent += yield* send(
+          row.id,
+          { _tag: "HostDown", hostId: row.host_id, lastSeenAt },
+          `hostdown:${row.id}:${row.host_id}:${lastSeenAt ?? "gone"}`
+        )
+      }
+      return sent
+    })
+
+    const timeouts = Effect.gen(function*() {
+      const now = yield* Clock.currentTimeMillis
+      const rows = yield* sql<{ id: string; state: string; state_since: Date }>`
+        SELECT id, state, state_since FROM sandboxes
+        WHERE state IN ('pending', 'starting', 'stopping', 'deleting') AND state_since < ${new Date(now - timeoutMs)}
+        LIMIT ${batch}`
+      let sent = 0
+      for (const row of rows) {
+        const since = row.state_since.getTime()
+        sent += yield* send(
+          row.id,
+          { _tag: "Timeout", state: row.state as "pending", since, afterMs: timeoutMs },
+          `timeout:${row.id}:${row.state}:${since}`
+        )
+      }
+      return sent
+    })
+
+    const expiries = Effect.gen(function*() {
+      const now = yield* Clock.currentTimeMillis
+      const rows = yield* sql<{ id: string; started_at: Date }>`
+        SELECT id, started_at FROM sandboxes
+        WHERE state = 'running' AND timeout_s IS NOT NULL
+          AND started_at + make_interval(secs => timeout_s) < ${new Date(now)}
+        LIMIT ${batch}`
+      let sent = 0
+      for (const row of rows) {
+        const startedAt = row.started_at.getTime()
+        sent += yield* send(row.id, { _tag: "Expire", startedAt }, `expire:${row.id}:${startedAt}`)
+      }
+      return sent
+    })
+
+    const sweep = Effect.gen(function*() {
+      let sent = 0
+      for (const part of [hostsDown, timeouts, expiries]) {
+        sent += yield* part.pipe(
+          Effect.catchCause((cause) => Effect.as(Effect.logWarning("supervisor: sweep failed", { cause: String(cause) }), 0))
+        )
+      }
+      return sent
+    }).pipe(Effect.provideService(Nats, nats))
+
+    yield* Effect.forkScoped(Effect.repeat(sweep, Schedule.spaced(Duration.millis(options.intervalMs ?? 1_000))))
+    return SandboxSupervisor.of({ sweep })
+  })
+
+  /** Needs `SqlClient`, `Nats` and `Hosts`; sweeps for the layer's lifetime. */
+  static readonly layer = (options?: SupervisorOptions) => Layer.effect(SandboxSupervisor, SandboxSupervisor.make(options))
+}

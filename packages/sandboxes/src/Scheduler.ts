@@ -1,0 +1,106 @@
+/**
+ * Placement: which live host takes a new sandbox.
+ *
+ * A host fits when it is live (fresh heartbeat), in the requested region (any region when none
+ * is asked for), and its capacity minus what its non-deleted sandboxes hold (from the
+ * `sandboxes` table) covers the request's cpu, ram_mb and disk_gb. Among those that fit, the
+ * one with the most free memory wins (spreading load), then the most free cpu, then the id.
+ *
+ * `place` runs inside the create transaction under one advisory lock, and the new row (with its
+ * `host_id`) is inserted before the commit: two creates never both take the last room on a host.
+ * The lock serializes placements (a few ms each), far above the creates per second needed here;
+ * a per-region or per-host lock would be the next step.
+ */
+import type { HostRecord } from "./Protocol.ts"
+import { Effect } from "effect"
+import { SqlClient } from "effect/sql"
+import { isLive } from "./Hosts.ts"
+
+export interface PlacementRequest {
+  /** null: any region. */
+  readonly region: string | null
+  readonly cpu: number
+  readonly ramMb: number
+  readonly diskGb: number
+}
+
+export interface Usage {
+  readonly cpu: number
+  readonly ramMb: number
+  readonly diskGb: number
+}
+
+export type Placement =
+  | { readonly _tag: "Placed"; readonly host: HostRecord }
+  | { readonly _tag: "Unplaceable"; readonly reason: string }
+
+const NONE: Usage = { cpu: 0, ramMb: 0, diskGb: 0 }
+
+const describe = (r: { readonly cpu: number; readonly ramMb: number; readonly diskGb: number }) =>
+  `cpu ${r.cpu}, ram_mb ${r.ramMb}, disk_gb ${r.diskGb}`
+
+/** The pure choice. `usage` is per host id (hosts missing from it hold nothing). */
+export const choose = (
+  hosts: ReadonlyArray<HostRecord>,
+  usage: ReadonlyMap<string, Usage>,
+  request: PlacementRequest,
+  now: number
+): Placement => {
+  const live = hosts.filter((h) => isLive(h, now))
+  const inRegion = request.region === null ? live : live.filter((h) => h.region === request.region)
+  if (inRegion.length === 0) {
+    const where = request.region === null ? "" : ` in region ${request.region}`
+    const regions = [...new Set(live.map((h) => h.region))].sort()
+    const others = request.region !== null && regions.length > 0 ? ` (live regions: ${regions.join(", ")})` : ""
+    return { _tag: "Unplaceable", reason: `no live host${where}${others}` }
+  }
+  const free = inRegion.map((host) => {
+    const used = usage.get(host.hostId) ?? NONE
+    return {
+      host,
+      cpu: host.capacity.cpu - used.cpu,
+      ramMb: host.capacity.ramMb - used.ramMb,
+      diskGb: host.capacity.diskGb - used.diskGb
+    }
+  })
+  const fits = free.filter((f) => f.cpu >= request.cpu && f.ramMb >= request.ramMb && f.diskGb >= request.diskGb)
+  if (fits.length === 0) {
+    const best = [...free].sort((a, b) => b.ramMb - a.ramMb || b.cpu - a.cpu)[0]!
+    const where = request.region === null ? "" : ` in region ${request.region}`
+    return {
+      _tag: "Unplaceable",
+      reason: `no live host${where} has room for ${describe(request)} (most free: ${best.host.hostId} with ${
+        describe({ cpu: Math.max(0, best.cpu), ramMb: Math.max(0, best.ramMb), diskGb: Math.max(0, best.diskGb) })
+      })`
+    }
+  }
+  fits.sort((a, b) =>
+    b.ramMb - a.ramMb || b.cpu - a.cpu || (a.host.hostId < b.host.hostId ? -1 : a.host.hostId > b.host.hostId ? 1 : 0)
+  )
+  return { _tag: "Placed", host: fits[0]!.host }
+}
+
+// Any fixed 64-bit key: placements of every process run one at a time.
+const PLACEMENT_LOCK_KEY = 0x5356_5ced
+
+/**
+ * Places within the caller's transaction: takes the placement lock (held to the commit, so the
+ * caller must insert the sandbox row in the same transaction), reads the hosts' usage, chooses.
+ */
+export const place = Effect.fn("Scheduler.place")(function*(
+  hosts: ReadonlyArray<HostRecord>,
+  request: PlacementRequest,
+  now: number
+) {
+  const sql = yield* SqlClient.SqlClient
+  const candidates = hosts.filter((h) => isLive(h, now) && (request.region === null || h.region === request.region))
+  if (candidates.length === 0) return choose(hosts, new Map(), request, now)
+  yield* sql`SELECT pg_advisory_xact_lock(${PLACEMENT_LOCK_KEY})`
+  const ids = candidates.map((h) => h.hostId)
+  const rows = yield* sql<{ host_id: string; cpu: number | string; ram_mb: number | string; disk_gb: number | string }>`
+    SELECT host_id, sum(cpu) AS cpu, sum(ram_mb) AS ram_mb, sum(disk_gb) AS disk_gb
+    FROM sandboxes WHERE host_id = ANY(${ids}::text[]) AND state <> 'deleted'
+    GROUP BY host_id`
+  const usage = new Map<string, Usage>(rows.map((r) => [r.host_id, { cpu: Number(r.cpu), ramMb: Number(r.ram_mb), diskGb: Number(r.disk_gb) }]))
+  return choose(hosts, usage, request, now)
+})
