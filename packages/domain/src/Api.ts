@@ -6,7 +6,9 @@ import { HttpApi, OpenApi } from "effect/http-api"
 import { AuditApi } from "./Api/Audit.ts"
 import { Access, ApiKeysApi, AuthApi, Authorization } from "./Api/Auth.ts"
 import { OrgApi } from "./Api/Org.ts"
+import { SandboxesApi } from "./Api/Sandboxes.ts"
 import { SystemApi } from "./Api/System.ts"
+import { WorkersApi } from "./Api/Workers.ts"
 
 export class Api extends HttpApi.make("svc")
   .add(SystemApi.annotateMerge(Access.public))
@@ -14,6 +16,8 @@ export class Api extends HttpApi.make("svc")
   .add(ApiKeysApi)
   .add(OrgApi)
   .add(AuditApi)
+  .add(SandboxesApi)
+  .add(WorkersApi)
   // Authentication and each endpoint's declared Access rule: keep this after the last .add
   // (it applies to the endpoints added before it; the authorization matrix test checks).
   .middleware(Authorization)

@@ -83,7 +83,7 @@ export class SandboxesApi extends HttpApiGroup.make("sandboxes")
       params,
       payload: ExecBody,
       success: ExecResult,
-      error: [InvalidRequest, NotFound, Conflict, SandboxOutOfScope, Unavailable]
+      error: [InvalidRequest, NotFound, Conflict, PayloadTooLarge, SandboxOutOfScope, Unavailable]
     }).annotateMerge(OpenApi.annotations({
       description: "Runs `cmd` in the sandbox and waits for it (at most `timeout_ms`). 409 unless it is running. " +
         "Outputs are UTF-8 text, capped by the host."
@@ -92,7 +92,7 @@ export class SandboxesApi extends HttpApiGroup.make("sandboxes")
       params,
       query: FilesQuery,
       success: [HttpApiSchema.StreamUint8Array({ contentType: "application/octet-stream" }), FileListing],
-      error: [InvalidRequest, NotFound, Conflict, SandboxOutOfScope, Unavailable]
+      error: [InvalidRequest, NotFound, Conflict, PayloadTooLarge, SandboxOutOfScope, Unavailable]
     }).annotateMerge(OpenApi.annotations({
       description: "A file's bytes (`application/octet-stream`), or for a folder `{entries: [{name, type, size, mtime}]}`. " +
         "Paths resolve inside the sandbox's root only."

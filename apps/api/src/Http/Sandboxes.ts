@@ -1,0 +1,85 @@
+/**
+ * Handlers of the `sandboxes` group (api.md "Sandboxes"). The middleware has checked the
+ * `sandboxes` scope; each handler loads the org's sandbox (404 for another org's or a missing
+ * one) and applies the single-sandbox policy (403 `sandbox_out_of_scope`) before acting.
+ */
+import { confinedSandbox, sandboxPolicy } from "@svc/auth/Authorization"
+import { Api } from "@svc/domain/Api"
+import { CurrentPrincipal } from "@svc/domain/Api/Auth"
+import { MAX_UPLOAD_BYTES } from "@svc/domain/Api/Sandboxes"
+import * as Errors from "@svc/domain/Errors"
+import type { OrgId } from "@svc/domain/Ids"
+import { Hosts } from "@svc/sandboxes/Hosts"
+import { Sandboxes, toRecord } from "@svc/sandboxes/Sandboxes"
+import { Effect, Layer } from "effect"
+import { HttpServerResponse } from "effect/http"
+import { HttpApiBuilder } from "effect/http-api"
+import { orUnavailable } from "./Authorization.ts"
+import { WorkersHandlers } from "./Workers.ts"
+
+export const SandboxesGroup = HttpApiBuilder.group(
+  Api,
+  "sandboxes",
+  Effect.fn(function*(handlers) {
+    const sandboxes = yield* Sandboxes
+
+    /** The caller's org and the sandbox, once the policy allows it. */
+    const target = (id: string) =>
+      Effect.gen(function*() {
+        const principal = yield* CurrentPrincipal
+        const sandbox = yield* sandboxes.get(principal.orgId, id)
+        yield* sandboxPolicy({ id: sandbox.id, parentId: sandbox.parentId })
+        return principal.orgId as OrgId
+      })
+
+    return handlers
+      .handle("create", ({ payload }) =>
+        Effect.gen(function*() {
+          const principal = yield* CurrentPrincipal
+          const permission = yield* sandboxPolicy({ create: { parentId: payload.parent_id } })
+          const parentId = permission._tag === "CreateAs" ? permission.parentId : payload.parent_id
+          return yield* sandboxes.create(principal.orgId, { ...payload, parent_id: parentId })
+        }).pipe(orUnavailable))
+      .handle("list", ({ query }) =>
+        Effect.gen(function*() {
+          const principal = yield* CurrentPrincipal
+          const confined = yield* confinedSandbox
+          return yield* sandboxes.list(principal.orgId, query, confined)
+        }).pipe(orUnavailable))
+      .handle("get", ({ params }) =>
+        Effect.gen(function*() {
+          const orgId = yield* target(params.id)
+          return toRecord(yield* sandboxes.get(orgId, params.id))
+        }).pipe(orUnavailable))
+      .handle("delete", ({ params }) => Effect.flatMap(target(params.id), (orgId) => sandboxes.remove(orgId, params.id)).pipe(orUnavailable))
+      .handle("stop", ({ params }) => Effect.flatMap(target(params.id), (orgId) => sandboxes.stop(orgId, params.id)).pipe(orUnavailable))
+      .handle("start", ({ params }) => Effect.flatMap(target(params.id), (orgId) => sandboxes.start(orgId, params.id)).pipe(orUnavailable))
+      .handle("exec", ({ params, payload }) =>
+        Effect.flatMap(target(params.id), (orgId) => sandboxes.exec(orgId, params.id, payload)).pipe(orUnavailable))
+      .handle("readFile", ({ params, query }) =>
+        Effect.gen(function*() {
+          const orgId = yield* target(params.id)
+          const content = yield* sandboxes.readFile(orgId, params.id, query.path)
+          if (content._tag === "Listing") return content.listing
+          return HttpServerResponse.stream(content.stream, {
+            contentType: "application/octet-stream",
+            ...(content.size !== null ? { contentLength: content.size } : {})
+          })
+        }).pipe(orUnavailable))
+      .handle("writeFile", ({ params, query, request }) =>
+        Effect.gen(function*() {
+          const orgId = yield* target(params.id)
+          const declared = request.headers["content-length"]
+          if (declared !== undefined && Number(declared) > MAX_UPLOAD_BYTES) {
+            return yield* new Errors.PayloadTooLarge({ error: `Uploads are limited to ${MAX_UPLOAD_BYTES} bytes` })
+          }
+          yield* sandboxes.writeFile(orgId, params.id, query.path, request.stream, MAX_UPLOAD_BYTES)
+        }).pipe(orUnavailable))
+  })
+)
+
+/** The sandboxes and workers routes with their services; needs `SqlClient` and `Nats`. */
+export const SandboxesHandlers = Layer.mergeAll(SandboxesGroup, WorkersHandlers).pipe(
+  Layer.provide(Sandboxes.layer),
+  Layer.provide(Hosts.layer)
+)
