@@ -11,7 +11,7 @@ import { BusError, Nats } from "@svc/bus/Nats"
 import { ensureConsumer, ensureStream } from "@svc/bus/Topology"
 import * as Outbox from "@svc/events/Outbox"
 import { Duration, Effect, Option, Schema } from "effect"
-import { type Actor, type AnyActor, consumerName, ENTITY_ID, mailboxTokens, partitionOf, streamName, type Stored } from "./Actor.ts"
+import { type Actor, type ActorEffect, type AnyActor, consumerName, ENTITY_ID, mailboxTokens, partitionOf, streamName, type Stored } from "./Actor.ts"
 import { InvalidActorMessage } from "./Errors.ts"
 import { storeOf } from "./Store.ts"
 
@@ -42,7 +42,7 @@ export const ensure = Effect.fn("Actors.ensure")(function*(actor: AnyActor, opti
       durable_name: consumerName(actor, p),
       ack_policy: AckPolicy.Explicit,
       deliver_policy: DeliverPolicy.All,
-      max_ack_pending: 4,
+      max_ack_pending: 1,
       ack_wait: ackWaitNanos,
       filter_subject: `actor.${actor.type}.${p}.>`
     })
@@ -114,3 +114,28 @@ export const get = Effect.fn("Actors.get")(function*<S extends Schema.Top>(actor
   if (!ENTITY_ID.test(id)) return Option.none<Stored<S["Type"]>>()
   return yield* storeOf(actor).load(id)
 })
+
+/**
+ * A transition's effects as outbox messages, exactly as the runtime writes them: events get the
+ * spec envelope stamped `now`; commands are encoded with their actor's message Schema and
+ * addressed to its mailbox; other subjects are checked. For code that applies a transition
+ * outside the runtime (under its own row lock) and must write the same rows.
+ */
+export const toOutbox = (effects: ReadonlyArray<ActorEffect>, now: number) =>
+  Effect.forEach(effects, (effect): Effect.Effect<Outbox.OutboxMessage, Outbox.InvalidOutboxMessage | InvalidActorMessage> => {
+    switch (effect._tag) {
+      case "Event":
+        return Effect.map(Outbox.makeEnvelope(effect.event, now), (payload) => ({
+          subject: Outbox.eventSubject(effect.event.orgId, effect.event.event),
+          payload
+        }))
+      case "Send":
+        return Effect.gen(function*() {
+          const subject = yield* mailbox(effect.actor, effect.id)
+          const payload = yield* encodeMessage(effect.actor, effect.id, effect.message)
+          return { subject, payload }
+        })
+      case "Publish":
+        return Effect.map(Outbox.subjectOf(effect.subject), (subject) => ({ subject, payload: effect.payload }))
+    }
+  })

@@ -21,7 +21,7 @@ import * as Outbox from "@svc/events/Outbox"
 import { Clock, Context, Duration, Effect, Fiber, Layer, Option, Schedule, Schema } from "effect"
 import { SqlClient, type SqlError } from "effect/sql"
 import { type ActorEffect, type AnyActor, consumerName, ENTITY_ID, partitionOf, streamName } from "./Actor.ts"
-import { ensure, mailbox, type MailboxOptions } from "./Actors.ts"
+import { ensure, type MailboxOptions, toOutbox } from "./Actors.ts"
 import type { CorruptState } from "./Errors.ts"
 import { storeOf } from "./Store.ts"
 
@@ -93,25 +93,9 @@ export class ActorRuntime extends Context.Service<ActorRuntime, {
       types.add(actor.type)
     }
 
-    /** Effects → outbox messages (encoding commands with their actor's Schema). */
-    const toOutbox = (effects: ReadonlyArray<ActorEffect>, now: number) =>
-      Effect.forEach(effects, (effect): Effect.Effect<Outbox.OutboxMessage, Poison> => {
-        switch (effect._tag) {
-          case "Event":
-            return Effect.map(Outbox.makeEnvelope(effect.event, now), (payload) => ({
-              subject: Outbox.eventSubject(effect.event.orgId, effect.event.event),
-              payload
-            })).pipe(Effect.mapError((e) => new Poison({ reason: `event effect: ${e.message}` })))
-          case "Send":
-            return Effect.gen(function*() {
-              const subject = yield* mailbox(effect.actor, effect.id)
-              const payload = yield* (Schema.encodeUnknownEffect(effect.actor.message)(effect.message) as Effect.Effect<unknown, Schema.SchemaError>)
-              return { subject, payload }
-            }).pipe(Effect.mapError((e) => new Poison({ reason: `send effect: ${e.message}` })))
-          case "Publish":
-            return Effect.succeed({ subject: effect.subject, payload: effect.payload })
-        }
-      })
+    /** Effects → outbox messages; an effect that cannot be written poisons the message. */
+    const outboxOf = (effects: ReadonlyArray<ActorEffect>, now: number) =>
+      toOutbox(effects, now).pipe(Effect.mapError((e) => new Poison({ reason: `effect refused: ${e.message}` })))
 
     const apply = (actor: AnyActor, info: MessageInfo, message: unknown) =>
       Effect.gen(function*(): Effect.fn.Return<"applied" | "duplicate", Poison | CorruptState | BusError | SqlError.SqlError, SqlClient.SqlClient> {
@@ -129,12 +113,12 @@ export class ActorRuntime extends Context.Service<ActorRuntime, {
           // `undefined` for an existing entity keeps its state (still a CAS: the effects were
           // computed from this version).
           const state = result.state === undefined ? prev?.state : result.state
-          const outbox = yield* toOutbox(result.effects, now)
+          const outbox = yield* outboxOf(result.effects, now)
           const outcome = yield* sql.withTransaction(Effect.gen(function*() {
             const fresh = yield* sql`
               INSERT INTO actor_inbox (type, entity_id, msg_id) VALUES (${actor.type}, ${info.id}, ${info.msgId})
-              ON CONFLICT (type, entity_id, msg_id) DO UPDATE SET processed_at = now() RETURNING 1 AS fresh`
-            if (fresh.length === -1) return "duplicate" as const
+              ON CONFLICT DO NOTHING RETURNING 1 AS fresh`
+            if (fresh.length === 0) return "duplicate" as const
             if (state !== undefined && !(yield* store.save(info.id, state, prev?.version))) return yield* new Stale()
             yield* Outbox.appendAll(outbox).pipe(
               Effect.mapError((e) => e._tag === "InvalidOutboxMessage" ? new Poison({ reason: `effect: ${e.message}` }) : e)

@@ -1,6 +1,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import * as Actor from "@svc/actors/Actor"
-import { Schema } from "effect"
+import * as Actors from "@svc/actors/Actors"
+import { Effect, Schema } from "effect"
 import { Counter } from "./Counter.ts"
 
 const ctx = { id: "c-1", now: Date.UTC(2026, 0, 1), msgId: "m" }
@@ -47,4 +48,31 @@ describe("Actor (pure)", () => {
     expect(t3.effects).toEqual([{ _tag: "Event", event: { event: "counter.notified", orgId: "org_1", data: { counter_id: "c-1", count: 5 } } }])
     expect(() => Counter.transition(t3.state, { _tag: "Boom" }, ctx)).toThrow("boom")
   })
+
+  it.effect("effects become the outbox rows the runtime writes; unwritable effects are refused", () =>
+    Effect.gen(function*() {
+      const now = Date.UTC(2026, 10, 22, 1, 2, 3, 4)
+      const messages = yield* Actors.toOutbox([
+        Actor.send(Counter, "c-2", { _tag: "Add", n: 3, tag: "x" }),
+        Actor.emit({ event: "counter.notified", orgId: "org_1", data: { count: 1 } }),
+        Actor.publish(["agent", "host_1", "create"], { a: 1 })
+      ], now)
+      expect(messages).toEqual([
+        { subject: `actor.counter.${Actor.partitionOf(Counter, "c-2")}.c-2`, payload: { _tag: "Add", n: 3, tag: "x" } },
+        {
+          subject: ["evt", "org_1", "counter.notified"],
+          payload: { event: "counter.notified", org_id: "org_1", ts: "2026-11-22T01:02:03.004Z", data: { count: 1 } }
+        },
+        { subject: "agent.host_1.create", payload: { a: 1 } }
+      ])
+      for (const bad of [
+        Actor.send(Counter, "a.b", { _tag: "Add", n: 1, tag: "x" }),
+        Actor.send(Counter, "ok", { _tag: "Add", n: 0.5, tag: "x" }),
+        Actor.emit({ event: "sandbox.*", orgId: "org_1", data: {} }),
+        Actor.publish(["agent", "*"], {})
+      ]) {
+        const e = yield* Effect.flip(Actors.toOutbox([bad], now))
+        expect(["InvalidActorMessage", "InvalidOutboxMessage"]).toContain(e._tag)
+      }
+    }))
 })

@@ -125,10 +125,13 @@ describe("ActorRuntime", () => {
         // Mis-routed: the entity's messages belong to another partition.
         yield* raw(`actor.counter.${wrong}.${id}`, JSON.stringify({ _tag: "Add", n: 1, tag: "misrouted" }))
         yield* raw(`actor.counter.${p}.${id}.extra`, JSON.stringify({ _tag: "Add", n: 1, tag: "bad-id" }))
+        // A transition whose effect cannot be written (a command to an invalid id): nothing applies.
+        yield* Actors.send(Counter, id, { _tag: "Forward", n: 1, tag: "fw", to: "no.such>id" })
         yield* add(id, "after")
         expect(yield* eventually(seenOf(id), (s) => s.includes("after"))).toEqual(["before", "after"])
-        const stats = yield* eventually(runtime.stats, (s) => s.terminated + s.applied >= 8)
-        expect(stats).toEqual({ applied: 2, duplicate: 0, terminated: 6, retry: 0 })
+        const stats = yield* eventually(runtime.stats, (s) => s.terminated + s.applied >= 9)
+        expect(stats).toEqual({ applied: 2, duplicate: 0, terminated: 7, retry: 0 })
+        expect((yield* stateOf(id))?.state.count).toBe(2)
         // Terminated messages are gone from the work queue, not waiting for redelivery.
         const info = yield* eventually(
           Effect.promise(() => nats.jsm.streams.info(nats.name("ACTOR_COUNTER"))),

@@ -2,6 +2,11 @@
  * The outbox relay: a background fiber that publishes unsent outbox rows to JetStream, in `seq`
  * order, with `Nats-Msg-Id` = row id, and marks them sent.
  *
+ * Order: rows of one transaction, and of transactions that follow one another (one entity's,
+ * serialised by its row lock or CAS), reach the stream in order. Rows of concurrent
+ * transactions follow commit order, which may differ from `seq` order (a sequence value is drawn
+ * before its transaction commits).
+ *
  * - Exactly once in the stream: rows are marked sent in the same transaction that selected them,
  *   after their publishes were acknowledged. A relay that dies in between leaves them unsent; the
  *   next run republishes them with the same msgID and the stream drops the duplicates (within
@@ -68,7 +73,7 @@ export class OutboxRelay extends Context.Service<OutboxRelay, {
       Effect.tryPromise({
         try: () =>
           nats.js.publish(nats.subject(row.subject), encoder.encode(row.payload), {
-            msgID: row.id + Math.random(),
+            msgID: row.id,
             timeout: publishTimeout
           }),
         catch: (cause) => new BusError({ operation: `publish ${row.subject}`, message: String(cause) })
