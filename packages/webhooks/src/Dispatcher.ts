@@ -1,0 +1,340 @@
+/**
+ * The dispatcher: consumes delivery jobs and makes the attempts (spec.md 6.2 to 6.4). Start any
+ * number of processes; each pulls from every webhook's consumer (DeliveryJobs.ts).
+ *
+ * - Discovery: the live webhooks (Postgres) each get a durable consumer; each consumer gets a
+ *   pull loop here. Creating or deleting a webhook notifies `svc_webhooks`, which rescans at
+ *   once; a periodic rescan is the safety net. A deleted webhook's consumer is kept until its
+ *   waiting jobs have come back (and been dead-lettered), then removed.
+ * - Per webhook at most `concurrency` attempts in flight in this process: a loop fetches only as
+ *   many jobs as it has free slots, so no job waits in a client buffer while its ack_wait runs,
+ *   and a slow endpoint occupies only its own slots.
+ * - One job: read the delivery (DeliveryStore.loadClaim), decide (Dispatch.decideClaim), write
+ *   the attempt row BEFORE the HTTP call (so a dispatcher killed mid-attempt leaves a pending row
+ *   that the job's next delivery closes), POST the stored bytes, record the result, then ack
+ *   (success, dead letter) or nak with the ladder's wait (failure). While a job is held the
+ *   dispatcher tells the server it is still working, so ack_wait never expires under a live one.
+ * - The sixth delivery never acked (its dispatcher died): the server publishes MAX_DELIVERIES;
+ *   one dispatcher (queue group) closes the delivery as dead_letter and removes the job. A sweep
+ *   covers advisories published while no dispatcher was listening.
+ */
+import * as PgClient from "@effect/sql-pg/PgClient"
+import type { ConsumerInfo, JsMsg } from "@nats-io/jetstream"
+import { BusError, Nats } from "@svc/bus/Nats"
+import { Context, Duration, Effect, Exit, FiberMap, FiberSet, Layer, Queue, Schedule, Schema, Stream } from "effect"
+import { SqlClient } from "effect/sql"
+import { WebhookSender } from "./Attempt.ts"
+import { DeliveryJob, ensureDeliveryStream, ensureWebhookConsumer, webhookIdOfConsumer, consumerMatches, WEBHOOKS_CHANNEL } from "./DeliveryJobs.ts"
+import * as Store from "./DeliveryStore.ts"
+import { afterAttempt, decideClaim, decideLostJob, NOT_ATTEMPTED_DELETED, NOT_ATTEMPTED_PAUSED, statusOf } from "./Dispatch.ts"
+import { DispatchConfig, type DispatchSettings } from "./DispatchConfig.ts"
+import { deliveryHeaders } from "./Signature.ts"
+
+/** How long a pull request waits for jobs before it is renewed. */
+const FETCH_EXPIRES_MS = 30_000
+/** A deleted webhook's consumer is removed once drained and deleted at least this long ago. */
+const DELETED_GRACE_SECONDS = 60
+const SWEEP_INTERVAL = Duration.seconds(30)
+
+const decodeJob = Schema.decodeUnknownExit(Schema.fromJsonString(DeliveryJob))
+const textDecoder = new TextDecoder("utf-8", { fatal: true })
+
+/** A DB call that fails is retried for a while (the job stays held), then given up. */
+const dbRetry = Schedule.max([
+  Schedule.min([Schedule.exponential(Duration.millis(100)), Schedule.spaced(Duration.seconds(5))]),
+  Schedule.recurs(12)
+])
+
+const busCall = <A>(operation: string, f: () => Promise<A>) =>
+  Effect.tryPromise({ try: f, catch: (cause) => new BusError({ operation, message: String(cause) }) })
+
+export interface DispatcherStats {
+  /** Webhooks whose consumer this process pulls from. */
+  readonly webhooks: ReadonlyArray<string>
+}
+
+export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
+  /** Rescans webhooks and consumers now (also triggered by `svc_webhooks` notifications). */
+  readonly discover: Effect.Effect<void>
+  readonly stats: Effect.Effect<DispatcherStats>
+  readonly settings: DispatchSettings
+}>()("@svc/webhooks/Dispatcher/WebhookDispatcher") {
+  static readonly make = Effect.fn("WebhookDispatcher.make")(function*(settings: DispatchSettings) {
+    const nats = yield* Nats
+    const sql = yield* SqlClient.SqlClient
+    const pg = yield* PgClient.PgClient
+    const sender = yield* WebhookSender
+    const stream = yield* ensureDeliveryStream
+    const heartbeatEvery = Duration.millis(Math.max(100, Math.floor(settings.ackWaitMs / 3)))
+    const provideSql = Effect.provideService(SqlClient.SqlClient, sql)
+
+    // -- one job ---------------------------------------------------------------------------
+
+    const handle = (msg: JsMsg, webhookId: string) =>
+      Effect.gen(function*() {
+        const text = (() => {
+          try {
+            return textDecoder.decode(msg.data)
+          } catch {
+            return null
+          }
+        })()
+        const decoded = text === null ? null : decodeJob(text)
+        if (decoded === null || Exit.isFailure(decoded)) {
+          yield* Effect.logWarning("webhook dispatcher: dropping an undecodable job", { subject: msg.subject })
+          msg.term()
+          return
+        }
+        const job = decoded.value
+        const attempt = msg.info.deliveryCount
+        // Tell the server we are alive for as long as we hold the job.
+        yield* Effect.forkScoped(Effect.repeat(Effect.sync(() => msg.working()), Schedule.spaced(heartbeatEvery)).pipe(
+          Effect.delay(heartbeatEvery)
+        ))
+
+        const { state, data } = yield* Store.loadClaim(job.delivery_id).pipe(Effect.retry(dbRetry), provideSql)
+        // A job published under another webhook's subject is not this webhook's to deliver.
+        const decision = data !== null && data.webhookId !== webhookId
+          ? { _tag: "Skip" as const, reason: "unknown_delivery" as const }
+          : decideClaim({ round: job.round, attempt }, state)
+        if (decision._tag === "Skip" || data === null) {
+          msg.ack()
+          return
+        }
+        if (decision._tag === "Abandon") {
+          yield* Store.writeClaim({
+            deliveryId: job.delivery_id,
+            webhookId,
+            round: job.round,
+            attempt,
+            status: "dead_letter",
+            error: decision.reason === "paused" ? NOT_ATTEMPTED_PAUSED : NOT_ATTEMPTED_DELETED
+          }).pipe(Effect.retry(dbRetry), provideSql)
+          msg.ack()
+          return
+        }
+        const attemptId = yield* Store.writeClaim({
+          deliveryId: job.delivery_id,
+          webhookId,
+          round: job.round,
+          attempt,
+          status: "pending",
+          error: null
+        }).pipe(Effect.retry(dbRetry), provideSql)
+        if (attemptId === null) {
+          // Another copy of this job, or a manual retry, got there first.
+          msg.ack()
+          return
+        }
+        const body = Buffer.from(data.body, "utf8")
+        const result = yield* sender.attempt({
+          url: data.url,
+          body,
+          headers: deliveryHeaders({ secret: data.secret, body, event: data.event, webhookId, deliveryId: job.delivery_id }),
+          timeoutMs: settings.attemptTimeoutMs
+        })
+        const outcome = afterAttempt(settings.schedule, attempt, result)
+        yield* Store.writeResult({
+          attemptId,
+          deliveryId: job.delivery_id,
+          round: job.round,
+          status: statusOf(outcome) as "succeeded" | "failed" | "dead_letter",
+          responseCode: result.responseCode,
+          error: result.error,
+          durationMs: result.durationMs,
+          delayMs: outcome._tag === "Failed" ? outcome.delayMs : null
+        }).pipe(Effect.retry(dbRetry), provideSql)
+        if (outcome._tag === "Failed") msg.nak(outcome.delayMs)
+        else msg.ack()
+      }).pipe(
+        Effect.scoped,
+        // A job we could not finish (database unreachable) is left un-acked: it comes back after
+        // ack_wait, to this or another dispatcher.
+        Effect.catchCause((cause) => Effect.logWarning("webhook dispatcher: job left for redelivery", { subject: msg.subject, cause: String(cause) }))
+      )
+
+    // -- one webhook's pull loop -------------------------------------------------------------
+
+    const pullLoop = (webhookId: string, consumerName: string) =>
+      Effect.gen(function*() {
+        const consumer = yield* busCall(`consumer ${consumerName}`, () => nats.js.consumers.get(stream, consumerName))
+        const running = yield* FiberSet.make()
+        const freed = yield* Queue.sliding<void>(1)
+        let inFlight = 0
+        for (;;) {
+          while (inFlight >= settings.concurrency) yield* Queue.take(freed)
+          const wanted = settings.concurrency - inFlight
+          yield* Effect.acquireUseRelease(
+            busCall(`fetch ${consumerName}`, () => consumer.fetch({ max_messages: wanted, expires: FETCH_EXPIRES_MS })),
+            (batch) =>
+              Stream.fromAsyncIterable(batch, (cause) => new BusError({ operation: `fetch ${consumerName}`, message: String(cause) })).pipe(
+                Stream.runForEach((msg) => {
+                  inFlight++
+                  return FiberSet.run(running, handle(msg, webhookId).pipe(
+                    Effect.ensuring(Effect.sync(() => {
+                      inFlight--
+                      Queue.offerUnsafe(freed, undefined)
+                    }))
+                  ))
+                })
+              ),
+            (batch) => Effect.sync(() => batch.stop())
+          )
+        }
+      }).pipe(
+        Effect.scoped,
+        Effect.tapError((e) => Effect.logWarning("webhook dispatcher: pull loop failed, restarting", { webhookId, error: String(e) })),
+        Effect.retry(Schedule.min([Schedule.exponential(Duration.millis(200)), Schedule.spaced(Duration.seconds(5))])),
+        Effect.ignore
+      )
+
+    // -- discovery ---------------------------------------------------------------------------
+
+    const loops = yield* FiberMap.make<string>()
+
+    const listConsumers = busCall("list consumers", async () => {
+      const all: Array<ConsumerInfo> = []
+      for await (const info of nats.jsm.consumers.list(stream)) all.push(info)
+      return all
+    })
+
+    const discoverOnce = Effect.gen(function*() {
+      const consumers = yield* listConsumers
+      const live = new Set((yield* sql<{ id: string }>`SELECT id FROM webhooks WHERE deleted_at IS NULL`).map((r) => r.id))
+      const byWebhook = new Map<string, ConsumerInfo>()
+      for (const info of consumers) {
+        const id = webhookIdOfConsumer(nats, info.name)
+        if (id !== null) byWebhook.set(id, info)
+      }
+      const wanted = new Map<string, string>()
+      for (const id of live) {
+        const info = byWebhook.get(id)
+        if (info === undefined || !consumerMatches(info.config, settings)) {
+          wanted.set(id, yield* ensureWebhookConsumer(id, settings))
+        } else {
+          wanted.set(id, info.name)
+        }
+      }
+      // Consumers of webhooks that are gone: keep pulling until their jobs have come back.
+      const gone = [...byWebhook.keys()].filter((id) => !live.has(id))
+      if (gone.length > 0) {
+        const settled = new Set((yield* sql<{ id: string }>`
+          SELECT id FROM webhooks WHERE id = ANY(${gone}::text[])
+            AND deleted_at < now() - make_interval(secs => ${DELETED_GRACE_SECONDS}::int)`).map((r) => r.id))
+        const known = new Set((yield* sql<{ id: string }>`SELECT id FROM webhooks WHERE id = ANY(${gone}::text[])`).map((r) => r.id))
+        for (const id of gone) {
+          const info = byWebhook.get(id)!
+          const drained = info.num_pending === 0 && info.num_ack_pending === 0
+          if (drained && (settled.has(id) || !known.has(id))) {
+            yield* FiberMap.remove(loops, info.name)
+            yield* busCall(`delete consumer ${info.name}`, () => nats.jsm.consumers.delete(stream, info.name)).pipe(Effect.ignore)
+          } else {
+            wanted.set(id, info.name)
+          }
+        }
+      }
+      for (const [id, name] of wanted) {
+        yield* FiberMap.run(loops, name, pullLoop(id, name), { onlyIfMissing: true })
+      }
+      const keep = new Set(wanted.values())
+      for (const [name] of [...loops]) {
+        if (!keep.has(name)) yield* FiberMap.remove(loops, name)
+      }
+    })
+
+    const wakeups = yield* Queue.sliding<void>(1)
+    const discover = Effect.asVoid(Queue.offer(wakeups, undefined))
+
+    // The first scan happens before the layer is ready: a caller may deliver at once.
+    yield* discoverOnce.pipe(Effect.retry(Schedule.max([Schedule.spaced(Duration.millis(500)), Schedule.recurs(10)])))
+
+    yield* Effect.forkScoped(Effect.gen(function*() {
+      for (;;) {
+        yield* Effect.timeoutOption(Queue.take(wakeups), Duration.millis(settings.discoveryIntervalMs))
+        yield* discoverOnce.pipe(
+          Effect.catchCause((cause) => Effect.logWarning("webhook dispatcher: discovery failed", { cause: String(cause) }))
+        )
+      }
+    }))
+
+    yield* Effect.forkScoped(Effect.scoped(Effect.gen(function*() {
+      const notifications = yield* pg.listen(WEBHOOKS_CHANNEL)
+      yield* discover
+      for (;;) {
+        yield* Queue.take(notifications)
+        yield* discover
+      }
+    })).pipe(
+      Effect.tapError((e) => Effect.logWarning("webhook dispatcher: LISTEN lost, reconnecting", { error: String(e) })),
+      Effect.retry(Schedule.spaced(Duration.seconds(1)))
+    ))
+
+    // -- jobs the server gave up on ---------------------------------------------------------
+
+    const lostJobs = yield* Queue.unbounded<{ readonly seq: number; readonly deliveries: number }>()
+    const advisorySubject = `$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.${stream}.*`
+    const advisories = nats.connection.subscribe(advisorySubject, {
+      queue: nats.name("webhook_dispatchers"),
+      callback: (error, msg) => {
+        if (error) return
+        try {
+          const advisory = msg.json<{ stream_seq?: unknown; deliveries?: unknown }>()
+          if (typeof advisory.stream_seq === "number" && typeof advisory.deliveries === "number") {
+            Queue.offerUnsafe(lostJobs, { seq: advisory.stream_seq, deliveries: advisory.deliveries })
+          }
+        } catch {
+          // not an advisory we understand
+        }
+      }
+    })
+    yield* Effect.addFinalizer(() => Effect.sync(() => advisories.unsubscribe()))
+
+    const closeLostJob = Effect.fn("WebhookDispatcher.closeLostJob")(function*(lost: { readonly seq: number; readonly deliveries: number }) {
+      const stored = yield* busCall("get lost job", () => nats.jsm.streams.getMessage(stream, { seq: lost.seq }))
+      const decoded = stored === null ? null : decodeJob(new TextDecoder().decode(stored.data))
+      if (decoded !== null && Exit.isSuccess(decoded)) {
+        const job = decoded.value
+        const { state } = yield* provideSql(Store.loadClaim(job.delivery_id))
+        const decision = decideLostJob({ round: job.round, deliveries: lost.deliveries }, state)
+        if (decision._tag !== "Nothing") {
+          yield* provideSql(Store.writeLostJob({
+            deliveryId: job.delivery_id,
+            round: job.round,
+            addAttempt: decision._tag === "AddDeadRow" ? decision.attempt : null
+          }))
+        }
+      }
+      // Work-queue streams keep a message the consumer gave up on: remove it.
+      yield* busCall("delete lost job", () => nats.jsm.streams.deleteMessage(stream, lost.seq, false))
+    })
+
+    yield* Effect.forkScoped(Effect.forever(Queue.take(lostJobs).pipe(
+      Effect.flatMap((lost) =>
+        closeLostJob(lost).pipe(
+          Effect.retry(dbRetry),
+          Effect.catchCause((cause) => Effect.logWarning("webhook dispatcher: could not close a lost job", { seq: lost.seq, cause: String(cause) }))
+        )
+      )
+    )))
+
+    yield* Effect.forkScoped(Effect.forever(Effect.gen(function*() {
+      yield* Effect.sleep(SWEEP_INTERVAL)
+      // Far beyond any attempt a live dispatcher could still be making.
+      const olderThan = settings.ackWaitMs + settings.attemptTimeoutMs + 60_000
+      yield* provideSql(Store.sweepLostLastAttempts(olderThan)).pipe(
+        Effect.catchCause((cause) => Effect.logWarning("webhook dispatcher: sweep failed", { cause: String(cause) }))
+      )
+    })))
+
+    const stats = Effect.sync((): DispatcherStats => ({
+      webhooks: [...loops].map(([name]) => webhookIdOfConsumer(nats, name)).filter((id): id is NonNullable<typeof id> => id !== null)
+    }))
+
+    return WebhookDispatcher.of({ discover, stats, settings })
+  })
+
+  /** Settings from the environment (DispatchConfig); needs Nats, SqlClient, PgClient, WebhookSender. */
+  static readonly layer = Layer.effect(WebhookDispatcher)(Effect.flatMap(DispatchConfig, WebhookDispatcher.make))
+
+  static readonly layerWith = (settings: DispatchSettings) => Layer.effect(WebhookDispatcher)(WebhookDispatcher.make(settings))
+}

@@ -1,0 +1,211 @@
+/**
+ * Webhook fan-out: consumes the `EVENTS` stream (durable consumer, any number of processes),
+ * matches each event to its org's enabled webhooks (exact name or `*`), writes one delivery per
+ * match and publishes its job.
+ *
+ * Never lost, never doubled: deliveries are unique per (webhook, event message id), so an event
+ * seen again (a restart before the ack, a redelivery) adds no row; its jobs are published again
+ * with the same msg id (dropped by the stream within its duplicate window, and harmless after
+ * it: a dispatcher claims each attempt number once). The event is acked only after its
+ * deliveries are committed and their jobs acknowledged by the stream.
+ *
+ * The body of a delivery is the event message's bytes, exactly as the producer wrote them.
+ */
+import type { JsMsg } from "@nats-io/jetstream"
+import { BusError, Nats } from "@svc/bus/Nats"
+import { ensureConsumer } from "@svc/bus/Topology"
+import { EVENT_NAMES, type EventFilter, type EventName, matchesFilter } from "@svc/domain/Events"
+import { makeId } from "@svc/domain/Ids"
+import * as Streams from "@svc/events/Streams"
+import { AckPolicy, DeliverPolicy } from "@nats-io/jetstream"
+import { type Cause, Context, Duration, Effect, Exit, Layer, Queue, Ref, Schedule, Schema, Stream } from "effect"
+import { SqlClient } from "effect/sql"
+import { ensureDeliveryStream, publishJob } from "./DeliveryJobs.ts"
+
+export const FANOUT_CONSUMER = "webhook_fanout"
+
+export interface FanOutOptions {
+  /** Durable consumer name on EVENTS (relative to the prefix). Default `webhook_fanout`. */
+  readonly consumerName?: string
+  /** Events per database round trip. Default 256. */
+  readonly batchSize?: number
+  /** How long an event handed to a fan-out that died stays invisible. Default 30 s. */
+  readonly ackWaitMs?: number
+}
+
+const Envelope = Schema.Struct({
+  event: Schema.String,
+  org_id: Schema.String,
+  ts: Schema.String,
+  data: Schema.Record(Schema.String, Schema.Unknown)
+})
+const decodeEnvelope = Schema.decodeUnknownExit(Schema.fromJsonString(Envelope))
+const textDecoder = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true })
+
+const deliverable = new Set<string>(EVENT_NAMES.filter((name) => name !== "ping"))
+
+interface ParsedEvent {
+  readonly msg: JsMsg
+  readonly orgId: string
+  readonly event: EventName
+  readonly msgId: string
+  readonly body: string
+}
+
+/** Reads one EVENTS message; null (and why) when it cannot be delivered to anyone. */
+export const parseEventMessage = (
+  subjectPrefix: string,
+  msg: Pick<JsMsg, "subject" | "data" | "headers" | "seq">
+): { readonly orgId: string; readonly event: EventName; readonly msgId: string; readonly body: string } | string => {
+  if (!msg.subject.startsWith(subjectPrefix)) return "subject outside evt.>"
+  const rest = msg.subject.slice(subjectPrefix.length)
+  const dot = rest.indexOf(".")
+  if (dot <= 0) return "subject without an event name"
+  const orgId = rest.slice(0, dot)
+  const event = rest.slice(dot + 1)
+  // `ping` is only ever sent by the test operation, to one webhook.
+  if (!deliverable.has(event)) return `not a webhook event: ${event.slice(0, 60)}`
+  let body: string
+  try {
+    body = textDecoder.decode(msg.data)
+  } catch {
+    return "body is not UTF-8"
+  }
+  const envelope = decodeEnvelope(body)
+  if (Exit.isFailure(envelope)) return "body is not an event envelope"
+  if (envelope.value.event !== event || envelope.value.org_id !== orgId) return "envelope does not match its subject"
+  const header = msg.headers?.get("Nats-Msg-Id")
+  const msgId = header !== undefined && header !== "" ? header : `seq:${msg.seq}`
+  return { orgId, event: event as EventName, msgId, body }
+}
+
+export class FanOut extends Context.Service<FanOut, {
+  /** Events handled and deliveries written by this process. */
+  readonly stats: Effect.Effect<{ readonly events: number; readonly deliveries: number }>
+}>()("@svc/webhooks/FanOut") {
+  static readonly make = Effect.fn("FanOut.make")(function*(options: FanOutOptions = {}) {
+    const nats = yield* Nats
+    const sql = yield* SqlClient.SqlClient
+    const batchSize = options.batchSize ?? 256
+    const eventsStream = yield* Streams.ensure()
+    yield* ensureDeliveryStream
+    const { consumer: consumerName } = yield* ensureConsumer(Streams.EVENTS.name, {
+      durable_name: options.consumerName ?? FANOUT_CONSUMER,
+      filter_subject: "evt.>",
+      ack_policy: AckPolicy.Explicit,
+      deliver_policy: DeliverPolicy.All,
+      ack_wait: (options.ackWaitMs ?? 30_000) * 1_000_000,
+      max_ack_pending: batchSize * 8
+    })
+    const subjectPrefix = nats.subject("evt") + "."
+    const counters = yield* Ref.make({ events: 0, deliveries: 0 })
+
+    const processBatch = Effect.fn("FanOut.processBatch")(function*(msgs: ReadonlyArray<JsMsg>) {
+      const events: Array<ParsedEvent> = []
+      for (const msg of msgs) {
+        const parsed = parseEventMessage(subjectPrefix, msg)
+        if (typeof parsed === "string") {
+          yield* Effect.logWarning("webhook fan-out: skipping an event", { subject: msg.subject, reason: parsed })
+          msg.term()
+        } else {
+          events.push({ msg, ...parsed })
+        }
+      }
+      if (events.length === 0) return
+      const orgs = [...new Set(events.map((e) => e.orgId))]
+      const hooks = yield* sql<{ id: string; org_id: string; events: ReadonlyArray<string> }>`
+        SELECT id, org_id, events FROM webhooks
+        WHERE org_id = ANY(${orgs}::text[]) AND enabled AND deleted_at IS NULL`
+      const ids: Array<string> = []
+      const webhookIds: Array<string> = []
+      const orgIds: Array<string> = []
+      const names: Array<string> = []
+      const msgIds: Array<string> = []
+      const bodies: Array<string> = []
+      for (const e of events) {
+        for (const hook of hooks) {
+          if (hook.org_id !== e.orgId || !matchesFilter(hook.events as EventFilter, e.event)) continue
+          ids.push(makeId("delivery"))
+          webhookIds.push(hook.id)
+          orgIds.push(e.orgId)
+          names.push(e.event)
+          msgIds.push(e.msgId)
+          bodies.push(e.body)
+        }
+      }
+      let published = 0
+      if (ids.length > 0) {
+        // New rows plus the ones an earlier pass already wrote (their jobs go out again).
+        const rows = yield* sql<{ id: string; webhook_id: string; round: number }>`
+          WITH input AS (
+            SELECT * FROM unnest(${ids}::text[], ${webhookIds}::text[], ${orgIds}::text[], ${names}::text[],
+                                 ${msgIds}::text[], ${bodies}::text[])
+              AS t(id, webhook_id, org_id, event, event_msg_id, body)
+          ), ins AS (
+            INSERT INTO webhook_deliveries (id, webhook_id, org_id, event, event_msg_id, body, status)
+            SELECT id, webhook_id, org_id, event, event_msg_id, body, 'pending' FROM input
+            ON CONFLICT (webhook_id, event_msg_id) DO NOTHING
+            RETURNING id, webhook_id, round
+          )
+          SELECT id, webhook_id, round FROM ins
+          UNION ALL
+          SELECT d.id, d.webhook_id, d.round FROM webhook_deliveries d
+          JOIN input i ON d.webhook_id = i.webhook_id AND d.event_msg_id = i.event_msg_id`
+        yield* Effect.forEach(rows, (row) => publishJob(row.webhook_id, { delivery_id: row.id as never, round: row.round }), {
+          concurrency: 64,
+          discard: true
+        })
+        published = rows.length
+      }
+      for (const e of events) e.msg.ack()
+      yield* Ref.update(counters, (c) => ({ events: c.events + events.length, deliveries: c.deliveries + published }))
+    })
+
+    const run = Effect.gen(function*() {
+      const consumer = yield* Effect.tryPromise({
+        try: () => nats.js.consumers.get(eventsStream, consumerName),
+        catch: (cause) => new BusError({ operation: `consumer ${consumerName}`, message: String(cause) })
+      })
+      const messages = yield* Effect.acquireRelease(
+        Effect.tryPromise({
+          try: () => consumer.consume({ max_messages: batchSize * 2 }),
+          catch: (cause) => new BusError({ operation: `consume ${consumerName}`, message: String(cause) })
+        }),
+        (messages) => Effect.promise(() => messages.close().then(() => undefined, () => undefined))
+      )
+      const inbox = yield* Queue.bounded<JsMsg, Cause.Done>(batchSize * 2)
+      yield* Effect.forkScoped(
+        Stream.fromAsyncIterable(messages, (cause) => new BusError({ operation: "consume events", message: String(cause) })).pipe(
+          Stream.runForEach((msg) => Queue.offer(inbox, msg)),
+          Effect.ensuring(Queue.end(inbox))
+        )
+      )
+      for (;;) {
+        const batch = yield* Queue.takeBetween(inbox, 1, batchSize)
+        yield* processBatch(batch).pipe(
+          Effect.catchCause((cause) =>
+            Effect.andThen(
+              Effect.logWarning("webhook fan-out: batch failed, events will come back", { cause: String(cause) }),
+              Effect.sync(() => {
+                // Not acked: back in a second rather than after ack_wait.
+                for (const msg of batch) msg.nak(1_000)
+              })
+            )
+          )
+        )
+      }
+    }).pipe(
+      Effect.scoped,
+      Effect.tapCause((cause) => Effect.logWarning("webhook fan-out: consumer stopped, restarting", { cause: String(cause) })),
+      Effect.retry(Schedule.min([Schedule.exponential(Duration.millis(200)), Schedule.spaced(Duration.seconds(5))])),
+      Effect.ignore
+    )
+    yield* Effect.forkScoped(run)
+    return FanOut.of({ stats: Ref.get(counters) })
+  })
+
+  /** The fan-out role: needs Nats and SqlClient. */
+  static readonly layer = Layer.effect(FanOut)(FanOut.make())
+
+  static readonly layerWith = (options: FanOutOptions) => Layer.effect(FanOut)(FanOut.make(options))
+}

@@ -1,0 +1,275 @@
+/**
+ * Webhook subscriptions and their deliveries as the API sees them (spec.md 2.5, 2.6, 3.2, 4.9;
+ * api.md "Webhooks"). Every operation is scoped to the caller's org: another org's webhook is
+ * indistinguishable from a missing one.
+ *
+ * - create/update: the URL passes the syntax rule (domain) and the address guard (resolves now,
+ *   every address public or operator-allowed); events are exact names or `*`; the secret is the
+ *   caller's (16+ characters) or generated, and returned by create only. At most 20 live
+ *   webhooks per org, counted under a per-org transaction lock, so concurrent creates cannot
+ *   make a 21st.
+ * - delete is soft: the row stays so that the jobs of its deliveries find it at their next
+ *   retry and dead-letter; to the API it is gone.
+ * - test and retry write their job to the transactional outbox with the delivery change, so a
+ *   job is published if and only if the change commits (the outbox relay must run somewhere).
+ */
+import { makeId } from "@svc/domain/Ids"
+import {
+  DeliveryNotRetryable,
+  InvalidEventFilter,
+  InvalidWebhookUrl,
+  NotFound,
+  Unavailable,
+  WebhookLimitReached
+} from "@svc/domain/Errors"
+import { type EventFilter, parseEventFilter } from "@svc/domain/Events"
+import type { DeliveryId, WebhookId } from "@svc/domain/Ids"
+import { type ListQuery, pageInfo } from "@svc/domain/Pagination"
+import {
+  type CreatedWebhook,
+  type CreateWebhookRequest,
+  type DeliveryAttempt,
+  type DeliveryList,
+  type DeliveryStatus,
+  type ListDeliveriesQuery,
+  MAX_WEBHOOKS_PER_ORG,
+  parseWebhookUrl,
+  type PatchWebhookRequest,
+  type Webhook,
+  type WebhookList
+} from "@svc/domain/Webhook"
+import * as Outbox from "@svc/events/Outbox"
+import { Clock, Context, DateTime, Effect, Layer, Result } from "effect"
+import { SqlClient, type SqlError } from "effect/sql"
+import { WebhookAddressGuard } from "./AddressGuard.ts"
+import { ensureDeliveryStream, jobSubject, WEBHOOKS_CHANNEL } from "./DeliveryJobs.ts"
+import { generateSecret } from "./Signature.ts"
+
+interface WebhookRow {
+  readonly id: string
+  readonly url: string
+  readonly events: ReadonlyArray<string>
+  readonly enabled: boolean
+  readonly created_at: Date
+  readonly updated_at: Date
+}
+
+const toWebhook = (row: WebhookRow): Webhook => ({
+  id: row.id as WebhookId,
+  url: row.url,
+  events: row.events as EventFilter,
+  enabled: row.enabled,
+  createdAt: DateTime.fromDateUnsafe(row.created_at),
+  updatedAt: DateTime.fromDateUnsafe(row.updated_at)
+})
+
+interface AttemptRow {
+  readonly id: string
+  readonly delivery_id: string
+  readonly event: string
+  readonly attempt: number
+  readonly status: DeliveryStatus
+  readonly response_code: number | null
+  readonly error: string | null
+  readonly duration_ms: number | null
+  readonly created_at: Date
+  readonly next_attempt_at: Date | null
+}
+
+const toAttempt = (row: AttemptRow): DeliveryAttempt => ({
+  id: row.id as DeliveryAttempt["id"],
+  delivery_id: row.delivery_id as DeliveryId,
+  event: row.event as DeliveryAttempt["event"],
+  attempt: row.attempt,
+  status: row.status,
+  response_code: row.response_code,
+  error: row.error,
+  duration_ms: row.duration_ms,
+  createdAt: DateTime.fromDateUnsafe(row.created_at),
+  next_attempt_at: row.next_attempt_at === null ? null : DateTime.fromDateUnsafe(row.next_attempt_at)
+})
+
+const notFound = () => new NotFound({ error: "No such webhook" })
+
+/** A database failure is the caller's 503, with the cause in the log only. */
+const orUnavailable = <A, E, R>(effect: Effect.Effect<A, E | SqlError.SqlError, R>): Effect.Effect<A, Exclude<E, SqlError.SqlError> | Unavailable, R> =>
+  Effect.catchTag(effect as Effect.Effect<A, SqlError.SqlError, R>, "SqlError", (e) =>
+    Effect.andThen(
+      Effect.logError("webhooks: database failure", { error: String(e) }),
+      Effect.fail(new Unavailable({ error: "The database is unavailable; retry" }))
+    )) as never
+
+export class Webhooks extends Context.Service<Webhooks, {
+  readonly create: (orgId: string, input: CreateWebhookRequest) => Effect.Effect<CreatedWebhook, InvalidWebhookUrl | InvalidEventFilter | WebhookLimitReached | Unavailable>
+  readonly list: (orgId: string, query: ListQuery) => Effect.Effect<WebhookList, Unavailable>
+  readonly get: (orgId: string, id: string) => Effect.Effect<Webhook, NotFound | Unavailable>
+  readonly update: (orgId: string, id: string, patch: PatchWebhookRequest) => Effect.Effect<Webhook, NotFound | InvalidWebhookUrl | InvalidEventFilter | Unavailable>
+  readonly remove: (orgId: string, id: string) => Effect.Effect<void, NotFound | Unavailable>
+  /** Sends a `ping` through the real delivery path; returns its delivery id. */
+  readonly test: (orgId: string, id: string) => Effect.Effect<{ readonly delivery_id: DeliveryId }, NotFound | Unavailable>
+  readonly deliveries: (orgId: string, id: string, query: ListDeliveriesQuery) => Effect.Effect<DeliveryList, NotFound | Unavailable>
+  readonly retry: (orgId: string, id: string, deliveryId: string) => Effect.Effect<{ readonly delivery_id: DeliveryId; readonly status: "retried" }, NotFound | DeliveryNotRetryable | Unavailable>
+}>()("@svc/webhooks/Webhooks") {
+  static readonly make = Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const guard = yield* WebhookAddressGuard
+    const provideSql = Effect.provideService(SqlClient.SqlClient, sql)
+    // The relay publishes test and retry jobs into this stream: it must exist.
+    yield* ensureDeliveryStream
+
+    const checkUrl = Effect.fn("Webhooks.checkUrl")(function*(url: string) {
+      const parsed = parseWebhookUrl(url)
+      if (Result.isFailure(parsed)) return yield* parsed.failure
+      return yield* guard.checkUrl(url).pipe(
+        Effect.map((checked) => checked.url),
+        Effect.mapError((refused) => new InvalidWebhookUrl({ error: `Invalid webhook url: ${refused.message}` }))
+      )
+    })
+
+    const checkEvents = (events: ReadonlyArray<string>) => Effect.fromResult(parseEventFilter(events))
+
+    /** The live webhook row of the org, locked for the transaction when `lock`. */
+    const findLive = (orgId: string, id: string, lock = false) =>
+      Effect.flatMap(
+        lock
+          ? sql<WebhookRow>`SELECT id, url, events, enabled, created_at, updated_at FROM webhooks
+              WHERE id = ${id} AND org_id = ${orgId} AND deleted_at IS NULL FOR UPDATE`
+          : sql<WebhookRow>`SELECT id, url, events, enabled, created_at, updated_at FROM webhooks
+              WHERE id = ${id} AND org_id = ${orgId} AND deleted_at IS NULL`,
+        (rows) => (rows[0] === undefined ? Effect.fail(notFound()) : Effect.succeed(rows[0]))
+      )
+
+    const create = Effect.fn("Webhooks.create")(function*(orgId: string, input: CreateWebhookRequest) {
+      const url = yield* checkUrl(input.url)
+      const events = yield* checkEvents(input.events)
+      const secret = input.secret ?? generateSecret()
+      const id = makeId("webhook")
+      const row = yield* orUnavailable(sql.withTransaction(Effect.gen(function*() {
+        // One creator per org at a time: the count below cannot go stale before the insert.
+        yield* sql`SELECT pg_advisory_xact_lock(hashtextextended(${`webhooks:${orgId}`}, 0))`
+        const [count] = yield* sql<{ n: number }>`
+          SELECT count(*)::int AS n FROM webhooks WHERE org_id = ${orgId} AND deleted_at IS NULL`
+        if ((count?.n ?? 0) >= MAX_WEBHOOKS_PER_ORG) {
+          return yield* new WebhookLimitReached({ error: `An org may have at most ${MAX_WEBHOOKS_PER_ORG} webhooks` })
+        }
+        const [row] = yield* sql<WebhookRow>`
+          INSERT INTO webhooks (id, org_id, url, events, secret, enabled)
+          VALUES (${id}, ${orgId}, ${url}, ${events}::text[], ${secret}, ${input.enabled})
+          RETURNING id, url, events, enabled, created_at, updated_at`
+        yield* sql`SELECT pg_notify(${WEBHOOKS_CHANNEL}, ${id})`
+        return row!
+      })))
+      return { ...toWebhook(row), secret_returned_once: secret } satisfies CreatedWebhook
+    })
+
+    const list = Effect.fn("Webhooks.list")(function*(orgId: string, query: ListQuery) {
+      const [rows, [count]] = yield* orUnavailable(Effect.all([
+        sql<WebhookRow>`SELECT id, url, events, enabled, created_at, updated_at FROM webhooks
+          WHERE org_id = ${orgId} AND deleted_at IS NULL
+          ORDER BY created_at DESC, id DESC LIMIT ${query.limit}::int OFFSET ${query.offset}::int`,
+        sql<{ n: number }>`SELECT count(*)::int AS n FROM webhooks WHERE org_id = ${orgId} AND deleted_at IS NULL`
+      ], { concurrency: 2 }))
+      return { webhooks: rows.map(toWebhook), ...pageInfo(query, rows.length, count?.n ?? 0) } satisfies WebhookList
+    })
+
+    const get = Effect.fn("Webhooks.get")(function*(orgId: string, id: string) {
+      return toWebhook(yield* orUnavailable(findLive(orgId, id)))
+    })
+
+    const update = Effect.fn("Webhooks.update")(function*(orgId: string, id: string, patch: PatchWebhookRequest) {
+      // Validate before touching the row; a missing webhook still answers 404 first.
+      yield* orUnavailable(findLive(orgId, id))
+      const url = patch.url === undefined ? null : yield* checkUrl(patch.url)
+      const events = patch.events === undefined ? null : yield* checkEvents(patch.events)
+      const enabled = patch.enabled ?? null
+      const rows = yield* orUnavailable(sql<WebhookRow>`
+        UPDATE webhooks SET
+          url = COALESCE(${url}::text, url),
+          events = COALESCE(${events}::text[], events),
+          enabled = COALESCE(${enabled}::boolean, enabled),
+          updated_at = now()
+        WHERE id = ${id} AND org_id = ${orgId} AND deleted_at IS NULL
+        RETURNING id, url, events, enabled, created_at, updated_at`)
+      if (rows[0] === undefined) return yield* notFound()
+      return toWebhook(rows[0])
+    })
+
+    const remove = Effect.fn("Webhooks.remove")(function*(orgId: string, id: string) {
+      const rows = yield* orUnavailable(sql.withTransaction(Effect.gen(function*() {
+        const rows = yield* sql<{ id: string }>`
+          UPDATE webhooks SET deleted_at = now(), enabled = false, updated_at = now()
+          WHERE id = ${id} AND org_id = ${orgId} AND deleted_at IS NULL RETURNING id`
+        if (rows.length > 0) yield* sql`SELECT pg_notify(${WEBHOOKS_CHANNEL}, ${id})`
+        return rows
+      })))
+      if (rows.length === 0) return yield* notFound()
+    })
+
+    const test = Effect.fn("Webhooks.test")(function*(orgId: string, id: string) {
+      const deliveryId = makeId("delivery") as DeliveryId
+      const now = yield* Clock.currentTimeMillis
+      const body = JSON.stringify({
+        event: "ping",
+        org_id: orgId,
+        ts: new Date(now).toISOString(),
+        data: { webhook_id: id, message: "Test delivery from the webhook test operation" }
+      })
+      yield* orUnavailable(sql.withTransaction(Effect.gen(function*() {
+        // Locked so that a concurrent delete cannot slip between the check and the insert.
+        yield* findLive(orgId, id, true)
+        yield* sql`
+          INSERT INTO webhook_deliveries (id, webhook_id, org_id, event, event_msg_id, body, status)
+          VALUES (${deliveryId}, ${id}, ${orgId}, 'ping', ${`ping:${deliveryId}`}, ${body}, 'pending')`
+        yield* Outbox.append({ subject: jobSubject(id, deliveryId), payload: { delivery_id: deliveryId, round: 1 } }).pipe(Effect.orDie, provideSql)
+      })))
+      return { delivery_id: deliveryId }
+    })
+
+    const deliveries = Effect.fn("Webhooks.deliveries")(function*(orgId: string, id: string, query: ListDeliveriesQuery) {
+      yield* orUnavailable(findLive(orgId, id))
+      const status = query.status ?? null
+      const [rows, [count]] = yield* orUnavailable(Effect.all([
+        sql<AttemptRow>`
+          SELECT a.id, a.delivery_id, d.event, a.attempt, a.status, a.response_code, a.error, a.duration_ms,
+                 a.created_at, a.next_attempt_at
+          FROM webhook_attempts a JOIN webhook_deliveries d ON d.id = a.delivery_id
+          WHERE a.webhook_id = ${id} AND (${status}::text IS NULL OR a.status = ${status}::text)
+          ORDER BY a.created_at DESC, a.id DESC LIMIT ${query.limit}::int OFFSET ${query.offset}::int`,
+        sql<{ n: number }>`
+          SELECT count(*)::int AS n FROM webhook_attempts
+          WHERE webhook_id = ${id} AND (${status}::text IS NULL OR status = ${status}::text)`
+      ], { concurrency: 2 }))
+      return { deliveries: rows.map(toAttempt), ...pageInfo(query, rows.length, count?.n ?? 0) } satisfies DeliveryList
+    })
+
+    const retry = Effect.fn("Webhooks.retry")(function*(orgId: string, id: string, deliveryId: string) {
+      yield* orUnavailable(sql.withTransaction(Effect.gen(function*() {
+        const [delivery] = yield* sql<{ status: DeliveryStatus; round: number }>`
+          SELECT d.status, d.round FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
+          WHERE d.id = ${deliveryId} AND d.webhook_id = ${id} AND w.org_id = ${orgId} AND w.deleted_at IS NULL
+          FOR UPDATE OF d`
+        if (delivery === undefined) return yield* new NotFound({ error: "No such delivery" })
+        if (delivery.status !== "failed" && delivery.status !== "dead_letter") {
+          return yield* new DeliveryNotRetryable({
+            error: `Only failed or dead_letter deliveries can be retried; this one is ${delivery.status}`
+          })
+        }
+        // The row that carried the delivery's state is revived; the attempt counter restarts
+        // with a new round (the old round's job, if still waiting, is stale when it comes back).
+        yield* sql`
+          UPDATE webhook_attempts SET status = 'retried', next_attempt_at = now()
+          WHERE delivery_id = ${deliveryId} AND round = ${delivery.round}::int AND status IN ('failed', 'dead_letter')
+            AND attempt = (SELECT max(attempt) FROM webhook_attempts WHERE delivery_id = ${deliveryId} AND round = ${delivery.round}::int)`
+        const round = delivery.round + 1
+        yield* sql`UPDATE webhook_deliveries SET round = ${round}::int, status = 'pending', updated_at = now() WHERE id = ${deliveryId}`
+        yield* Outbox.append({ subject: jobSubject(id, deliveryId), payload: { delivery_id: deliveryId, round } }).pipe(Effect.orDie, provideSql)
+      })))
+      return { delivery_id: deliveryId as DeliveryId, status: "retried" as const }
+    })
+
+    return Webhooks.of({ create, list, get, update, remove, test, deliveries, retry })
+  })
+
+  /** Needs SqlClient, Nats (the delivery stream) and a WebhookAddressGuard. */
+  static readonly layer = Layer.effect(Webhooks)(Webhooks.make)
+}

@@ -1,0 +1,87 @@
+/**
+ * The whole webhook path in one test process, all real: a fresh Postgres database and NATS
+ * prefix, the outbox relay, the fan-out, a dispatcher and the API-side `Webhooks` service,
+ * configured through the same environment variables production reads.
+ */
+import { Nats } from "@svc/bus/Nats"
+import { OutboxRelay } from "@svc/events/Relay"
+import * as TestDatabase from "@svc/testing/TestDatabase"
+import * as TestNats from "@svc/testing/TestNats"
+import { WebhookAddressGuard } from "@svc/webhooks/AddressGuard"
+import { WebhookSender } from "@svc/webhooks/Attempt"
+import { WebhookDispatcher } from "@svc/webhooks/Dispatcher"
+import { FanOut } from "@svc/webhooks/FanOut"
+import { Webhooks } from "@svc/webhooks/Webhooks"
+import { ConfigProvider, Duration, Effect, Layer, Schedule } from "effect"
+import { SqlClient } from "effect/sql"
+
+/** Short everything, so the ladder runs in seconds. ack_wait stays well above the ladder's waits. */
+export const TEST_ENV: Record<string, string> = {
+  SVC_WEBHOOK_ALLOWED_SUBNETS: "127.0.0.0/8",
+  SVC_WEBHOOK_RETRY_SCHEDULE: "300ms,300ms,600ms,300ms,300ms",
+  SVC_WEBHOOK_ATTEMPT_TIMEOUT: "1s",
+  SVC_WEBHOOK_ACK_WAIT: "3s",
+  SVC_WEBHOOK_CONCURRENCY: "4",
+  SVC_WEBHOOK_DISCOVERY_INTERVAL: "1s"
+}
+export const TEST_SCHEDULE = [300, 300, 600, 300, 300]
+
+export const webhookStack = (env: Record<string, string> = TEST_ENV) => {
+  const guard = WebhookAddressGuard.layer
+  const sender = WebhookSender.layer.pipe(Layer.provide(guard))
+  const services = Layer.mergeAll(
+    Webhooks.layer.pipe(Layer.provide(guard)),
+    FanOut.layer,
+    WebhookDispatcher.layer.pipe(Layer.provide(sender)),
+    OutboxRelay.layerWith({ pollInterval: Duration.millis(200) })
+  )
+  return services.pipe(
+    Layer.provideMerge(Layer.mergeAll(TestDatabase.layerWithUrl, TestNats.layer)),
+    Layer.provide(ConfigProvider.layer(ConfigProvider.fromEnv({ env })))
+  )
+}
+
+/** Runs `effect` every 50 ms until `done` holds for its result (fails after `timeoutMs`). */
+export const eventually = <A, E, R>(effect: Effect.Effect<A, E, R>, done: (a: A) => boolean, timeoutMs = 15_000) =>
+  effect.pipe(
+    Effect.filterOrFail(done, (a) => new Error(`condition not reached; last value: ${JSON.stringify(a)}`)),
+    Effect.retry(Schedule.spaced(Duration.millis(50))),
+    Effect.timeout(Duration.millis(timeoutMs)),
+    Effect.orDie
+  )
+
+export interface AttemptRowView {
+  readonly round: number
+  readonly attempt: number
+  readonly status: string
+  readonly response_code: number | null
+  readonly error: string | null
+  readonly duration_ms: number | null
+  readonly created_at: Date
+  readonly next_attempt_at: Date | null
+}
+
+/** A delivery's attempt rows in order, straight from the database. */
+export const attemptRows = (deliveryId: string) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    return yield* sql<AttemptRowView>`
+      SELECT round, attempt, status, response_code, error, duration_ms, created_at, next_attempt_at
+      FROM webhook_attempts WHERE delivery_id = ${deliveryId} ORDER BY round, attempt`
+  }).pipe(Effect.orDie)
+
+export const deliveryStatus = (deliveryId: string) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const rows = yield* sql<{ status: string; round: number }>`SELECT status, round FROM webhook_deliveries WHERE id = ${deliveryId}`
+    return rows[0] ?? null
+  }).pipe(Effect.orDie)
+
+export const deliveriesOf = (webhookId: string) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    return yield* sql<{ id: string; event: string; status: string; event_msg_id: string }>`
+      SELECT id, event, status, event_msg_id FROM webhook_deliveries WHERE webhook_id = ${webhookId} ORDER BY id`
+  }).pipe(Effect.orDie)
+
+export { Nats }
