@@ -18,7 +18,7 @@
 import type { JsMsg } from "@nats-io/jetstream"
 import { BusError, Nats } from "@svc/bus/Nats"
 import * as Outbox from "@svc/events/Outbox"
-import { Clock, Context, Duration, Effect, Fiber, Layer, Option, Schedule, Schema } from "effect"
+import { Clock, Context, Duration, Effect, Layer, Option, Schedule, Schema } from "effect"
 import { SqlClient, type SqlError } from "effect/sql"
 import { type ActorEffect, type AnyActor, consumerName, ENTITY_ID, partitionOf, streamName } from "./Actor.ts"
 import { ensure, type MailboxOptions, toOutbox } from "./Actors.ts"
@@ -135,6 +135,18 @@ export class ActorRuntime extends Context.Service<ActorRuntime, {
         }
       })
 
+    // Messages being applied. Long work keeps its message: one heartbeat for all of them tells
+    // the server every ack_wait/3 that we are still on it (a message held that long is rare).
+    const inFlight = new Set<JsMsg>()
+    yield* Effect.forkScoped(Effect.forever(Effect.andThen(
+      Effect.sleep(Duration.millis(Math.max(100, ackWaitMs / 3))),
+      Effect.sync(() => {
+        for (const msg of inFlight) {
+          try { msg.working() } catch {}
+        }
+      })
+    )))
+
     /** Applies one message and settles it with the stream; never fails. */
     const handle = (actor: AnyActor, partition: number, msg: JsMsg) =>
       Effect.gen(function*() {
@@ -181,11 +193,7 @@ export class ActorRuntime extends Context.Service<ActorRuntime, {
           return outcome
         })
 
-        // Long work keeps the message: tell the server we are still on it.
-        const heartbeat = yield* Effect.forkChild(Effect.forever(Effect.andThen(
-          Effect.sleep(Duration.millis(Math.max(100, ackWaitMs / 3))),
-          Effect.sync(() => { try { msg.working() } catch {} })
-        )))
+        inFlight.add(msg)
         const outcome = yield* work.pipe(
           Effect.catchTags({
             Poison: (e) =>
@@ -196,7 +204,7 @@ export class ActorRuntime extends Context.Service<ActorRuntime, {
           Effect.catchCause((cause) =>
             Effect.as(Effect.logWarning("actor: message failed, will retry", { ...info, cause: String(cause) }), "retry" as const)
           ),
-          Effect.ensuring(Fiber.interrupt(heartbeat)),
+          Effect.ensuring(Effect.sync(() => inFlight.delete(msg))),
           // Shut down mid-message: give it back at once (if the connection still allows).
           Effect.onInterrupt(() => Effect.sync(() => { try { msg.nak() } catch {} }))
         )

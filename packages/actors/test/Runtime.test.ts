@@ -272,4 +272,29 @@ describe("ActorRuntime", () => {
         expect((yield* stateOf("k-2"))?.version).toBe(2)
       })))
   })
+
+  layer(env, { excludeTestServices: true })((it) => {
+    it.effect("a message held longer than ack_wait stays with its runtime (working heartbeats)", () =>
+      Effect.scoped(Effect.gen(function*() {
+        const deliveries = yield* Ref.make<Array<number>>([])
+        const slow = yield* startRuntime([Counter], {
+          ackWait: Duration.seconds(1),
+          hooks: {
+            beforeCommit: (info) =>
+              Effect.andThen(Ref.update(deliveries, (ds) => [...ds, info.deliveries]), info.id === "slow-1" ? Effect.sleep(Duration.millis(2500)) : Effect.void)
+          }
+        })
+        yield* add("slow-1", "slow")
+        yield* eventually(Ref.get(deliveries), (ds) => ds.length >= 1)
+        // Another runtime is ready to take the message if the server gave it back.
+        const other = yield* startRuntime([Counter], { ackWait: Duration.seconds(1) })
+        expect(yield* eventually(seenOf("slow-1"), (s) => s.length >= 1)).toEqual(["slow"])
+        yield* add("slow-1", "after")
+        yield* eventually(seenOf("slow-1"), (s) => s.length >= 2)
+        expect(yield* Ref.get(deliveries)).toContain(1)
+        expect((yield* slow.runtime.stats).applied + (yield* other.runtime.stats).applied).toBe(2)
+        expect((yield* slow.runtime.stats).duplicate + (yield* other.runtime.stats).duplicate).toBe(0)
+        expect((yield* Ref.get(deliveries)).filter((d) => d > 1)).toEqual([])
+      })))
+  })
 })
