@@ -14,11 +14,12 @@ import { AuthorizationLayer } from "./Http/Authorization.ts"
 import { ApiMiddleware } from "./Http/Middleware.ts"
 import { SandboxesHandlers } from "./Http/Sandboxes.ts"
 import { SystemHandlers } from "./Http/System.ts"
+import { WebhooksHandlers } from "./Http/Webhooks.ts"
 
 export const ApiPort = Config.Port("SVC_PORT").pipe(Config.withDefault(8080))
 export const ApiHost = Config.String("SVC_HOST").pipe(Config.withDefault("127.0.0.1"))
 
-export const Handlers = Layer.mergeAll(SystemHandlers, IdentityHandlers, SandboxesHandlers).pipe(
+export const Handlers = Layer.mergeAll(SystemHandlers, IdentityHandlers, SandboxesHandlers, WebhooksHandlers).pipe(
   Layer.provide(HealthMonitor.layer),
   Layer.provideMerge(AuthorizationLayer)
 )

@@ -39,7 +39,7 @@ import {
   type WebhookList
 } from "@svc/domain/Webhook"
 import * as Outbox from "@svc/events/Outbox"
-import { Clock, Context, DateTime, Effect, Layer, Result } from "effect"
+import { Clock, Context, DateTime, Duration, Effect, Layer, Result, Schedule } from "effect"
 import { SqlClient, type SqlError } from "effect/sql"
 import { WebhookAddressGuard } from "./AddressGuard.ts"
 import { ensureDeliveryStream, jobSubject, WEBHOOKS_CHANNEL } from "./DeliveryJobs.ts"
@@ -114,8 +114,12 @@ export class Webhooks extends Context.Service<Webhooks, {
     const sql = yield* SqlClient.SqlClient
     const guard = yield* WebhookAddressGuard
     const provideSql = Effect.provideService(SqlClient.SqlClient, sql)
-    // The relay publishes test and retry jobs into this stream: it must exist.
-    yield* ensureDeliveryStream
+    // The relay publishes test and retry jobs into this stream: make sure it exists, without
+    // holding up the API's start while NATS is away (the relay retries until it is there).
+    yield* Effect.forkScoped(ensureDeliveryStream.pipe(
+      Effect.tapError((e) => Effect.logWarning("webhooks: delivery stream not ensured yet, retrying", { error: String(e) })),
+      Effect.retry(Schedule.min([Schedule.exponential(Duration.millis(200)), Schedule.spaced(Duration.seconds(5))]))
+    ))
 
     const checkUrl = Effect.fn("Webhooks.checkUrl")(function*(url: string) {
       const parsed = parseWebhookUrl(url)
