@@ -26,7 +26,11 @@ import { AgentConfig } from "./Config.ts"
 import { Lifecycle } from "./Lifecycle.ts"
 import { commandMsgId, reconcileMsgId, Reporter } from "./Reporter.ts"
 
-const ACK_WAIT_MS = 30_000
+/**
+ * Short, because it is also how long commands delivered to an agent that was killed wait
+ * before the restarted agent gets them; a command that takes longer is kept with `working()`.
+ */
+const ACK_WAIT_MS = 5_000
 const MAX_ACK_PENDING = 64
 const STOP_GRACE_MS = 10_000
 

@@ -1,0 +1,92 @@
+import { assert, describe, it } from "@effect/vitest"
+import { HostId } from "@svc/domain/Ids"
+import { ConfigProvider, Effect, Exit, Schema } from "effect"
+import * as Os from "node:os"
+import { AgentConfig, hostIdFromHostname } from "../src/Config.ts"
+
+const fromEnv = (env: Record<string, string>) =>
+  Effect.gen(function*() {
+    return yield* AgentConfig
+  }).pipe(
+    Effect.provide(AgentConfig.fromEnv),
+    Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env }))
+  )
+
+describe("AgentConfig", () => {
+  it("derives a stable, valid host id from the machine name", () => {
+    const a = hostIdFromHostname("build-01")
+    assert.strictEqual(a, hostIdFromHostname("build-01"))
+    assert.notStrictEqual(a, hostIdFromHostname("build-02"))
+    assert.isTrue(Schema.is(HostId)(a))
+    // Also a valid driver host id (it names cgroups): at most 32 characters.
+    assert.isAtMost(a.length, 32)
+    assert.isTrue(Schema.is(HostId)(hostIdFromHostname("")))
+  })
+
+  it.effect("defaults: host id from the hostname, local region, capacity from the machine, any port", () =>
+    Effect.gen(function*() {
+      const config = yield* fromEnv({})
+      assert.strictEqual(config.hostId, hostIdFromHostname(Os.hostname()))
+      assert.strictEqual(config.region, "local")
+      assert.strictEqual(config.datacenter, "local-1")
+      assert.strictEqual(config.port, 0)
+      assert.strictEqual(config.capacity.cpu, Os.availableParallelism())
+      assert.strictEqual(config.capacity.ramMb, Math.floor(Os.totalmem() / 1024 ** 2))
+      assert.isAtLeast(config.capacity.diskGb, 1)
+      assert.match(config.dataDir, new RegExp(`/hosts/${config.hostId}$`))
+    }))
+
+  it.effect("reads every variable", () =>
+    Effect.gen(function*() {
+      const config = yield* fromEnv({
+        SVC_HOST_ID: "host_01m7zzzzzzzzzzzzzzzzzzzzzz",
+        SVC_REGION: "eu-west",
+        SVC_DATACENTER: "eu-west-2",
+        SVC_HOST_CPU: "8",
+        SVC_HOST_RAM_MB: "16384",
+        SVC_HOST_DISK_GB: "200",
+        SVC_AGENT_PORT: "7070",
+        SVC_AGENT_HOST: "0.0.0.0",
+        SVC_AGENT_DATA_DIR: "/var/lib/svc/host",
+        SVC_AGENT_HEARTBEAT_MS: "500",
+        SVC_AGENT_CONCURRENCY: "2"
+      })
+      assert.deepStrictEqual(
+        { ...config },
+        {
+          hostId: "host_01m7zzzzzzzzzzzzzzzzzzzzzz",
+          region: "eu-west",
+          datacenter: "eu-west-2",
+          version: config.version,
+          capacity: { cpu: 8, ramMb: 16384, diskGb: 200 },
+          port: 7070,
+          listenHost: "0.0.0.0",
+          advertiseHost: "127.0.0.1",
+          dataDir: "/var/lib/svc/host",
+          heartbeatMs: 500,
+          concurrency: 2
+        }
+      )
+    }))
+
+  it.effect("refuses invalid values", () =>
+    Effect.gen(function*() {
+      for (
+        const env of [
+          { SVC_HOST_ID: "my-host" },
+          { SVC_HOST_ID: "host_0000000000000000000000000/" },
+          { SVC_AGENT_PORT: "70000" },
+          { SVC_AGENT_PORT: "-1" },
+          { SVC_HOST_CPU: "0" },
+          { SVC_HOST_RAM_MB: "lots" },
+          { SVC_REGION: "eu west" },
+          { SVC_AGENT_DATA_DIR: "/with space" },
+          { SVC_AGENT_HEARTBEAT_MS: "1" },
+          { SVC_AGENT_CONCURRENCY: "0" }
+        ]
+      ) {
+        const exit = yield* Effect.exit(fromEnv(env))
+        assert.isTrue(Exit.isFailure(exit), JSON.stringify(env))
+      }
+    }))
+})

@@ -1,0 +1,161 @@
+/**
+ * The agent as a separate process (`node apps/agent/src/main.ts`), killed with SIGKILL while
+ * creates are in flight, then started again on the same host id and data dir.
+ */
+import { assert, layer } from "@effect/vitest"
+import { Nats } from "@svc/bus/Nats"
+import { makeSandboxId } from "@svc/domain/Ids"
+import { SandboxDriver } from "@svc/sandboxes/Driver"
+import { BubblewrapDriver } from "@svc/sandboxes/Driver/Bubblewrap"
+import { DriverConfig } from "@svc/sandboxes/Driver/Config"
+import { vethNames } from "@svc/sandboxes/Driver/Network"
+import * as TestNats from "@svc/testing/TestNats"
+import { Context, Effect, Layer } from "effect"
+import { type ChildProcess, spawn } from "node:child_process"
+import * as FsSync from "node:fs"
+import * as NodePath from "node:path"
+import { fileURLToPath } from "node:url"
+import { Journal } from "../src/Journal.ts"
+import {
+  createCommand,
+  eventually,
+  http,
+  lifecycleCommand,
+  makeHost,
+  processesOfHost,
+  publishCommand,
+  Reports,
+  type TestHost,
+  testLayer
+} from "./fixtures/support.ts"
+
+const MAIN = NodePath.resolve(NodePath.dirname(fileURLToPath(import.meta.url)), "../src/main.ts")
+
+interface Child {
+  readonly process: ChildProcess
+  readonly endpoint: string
+  readonly exited: Promise<number | null>
+  readonly output: () => string
+}
+
+/** Starts the agent process and waits for its ready line; killed with the scope if still alive. */
+const spawnAgent = (host: TestHost) =>
+  Effect.gen(function*() {
+    const server = yield* TestNats.TestNatsServer
+    const child = yield* Effect.acquireRelease(
+      Effect.sync(() =>
+        // setpriv: the agent dies with this test process even if the test runner is killed.
+        spawn("setpriv", ["--pdeathsig", "SIGKILL", "--", process.execPath, MAIN], {
+          env: {
+            PATH: process.env["PATH"] ?? "/usr/bin:/bin",
+            NATS_URL: server.url,
+            SVC_NATS_PREFIX: server.prefix,
+            SVC_HOST_ID: host.hostId,
+            SVC_AGENT_DATA_DIR: host.dataDir,
+            SVC_AGENT_CONCURRENCY: "4"
+          },
+          stdio: ["ignore", "pipe", "pipe"]
+        })
+      ),
+      (child) =>
+        Effect.promise(async () => {
+          if (child.exitCode === null && child.signalCode === null) {
+            child.kill("SIGKILL")
+            await new Promise((resolve) => child.once("exit", resolve))
+          }
+        })
+    )
+    let output = ""
+    child.stderr!.on("data", (chunk: Buffer) => (output += chunk.toString("utf8")))
+    const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)))
+    const endpoint = yield* Effect.callback<string, Error>((resume) => {
+      let line = ""
+      child.stdout!.on("data", (chunk: Buffer) => {
+        output += chunk.toString("utf8")
+        line += chunk.toString("utf8")
+        const ready = /\{"event":"agent_ready"[^\n]*\}/.exec(line)
+        if (ready) resume(Effect.succeed(JSON.parse(ready[0]).endpoint as string))
+      })
+      child.once("exit", (code) => resume(Effect.fail(new Error(`agent exited (${code}) before it was ready: ${output}`))))
+    })
+    return { process: child, endpoint, exited, output: () => output } satisfies Child
+  })
+
+/** The driver's own view of the host's data dir (read-only use: listing). */
+const driverOf = (host: TestHost) =>
+  Effect.map(
+    Layer.build(BubblewrapDriver.layer.pipe(
+      Layer.provide(Layer.succeed(DriverConfig, DriverConfig.make({ dataDir: host.dataDir, hostId: host.hostId })))
+    )),
+    (context) => Context.get(context, SandboxDriver)
+  )
+
+layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("host agent process", (it) => {
+  it.effect("kill -9 while creates are in flight: after a restart every sandbox converges to running or failed, nothing is orphaned", () =>
+    Effect.gen(function*() {
+      const host = yield* makeHost
+      const reports = yield* Reports
+      const first = yield* spawnAgent(host)
+
+      const ids = Array.from({ length: 6 }, () => makeSandboxId())
+      for (const id of ids) yield* publishCommand(host.hostId, createCommand(id))
+      // Kill as soon as the first sandbox is reported: the others are queued or half made.
+      yield* eventually(reports.all, (all) => all.length >= 1)
+      first.process.kill("SIGKILL")
+      yield* Effect.promise(() => first.exited)
+      const reportedBeforeCrash = (yield* reports.all).length
+
+      const second = yield* spawnAgent(host)
+      const final = new Map<string, string>()
+      yield* eventually(
+        Effect.gen(function*() {
+          for (const id of ids) {
+            const rs = yield* reports.of(id)
+            const last = rs.at(-1)
+            if (last !== undefined) final.set(id, last.status)
+          }
+          return [...final.values()]
+        }),
+        (statuses) => statuses.length === ids.length && statuses.every((s) => s === "running" || s === "failed")
+      )
+      // Something happened after the crash (the test really crashed mid-way).
+      assert.isAbove((yield* reports.all).length, reportedBeforeCrash)
+
+      // The disk agrees with the reports: exactly the running ones exist, and they work.
+      const driver = yield* driverOf(host)
+      const running = ids.filter((id) => final.get(id) === "running")
+      const listed = yield* driver.list
+      assert.sameMembers(listed.map((r) => r.sandboxId), running)
+      assert.isTrue(listed.every((r) => r.status === "running"))
+      // The data plane's token is in the host record.
+      const nats = yield* Nats
+      const token = yield* Effect.promise(async () => {
+        const kv = await nats.kvm.open(nats.name("hosts"))
+        const entry = await kv.get(host.hostId)
+        return (JSON.parse(new TextDecoder().decode(entry!.value)) as { token: string }).token
+      })
+      const agent = { dataPlane: { endpoint: second.endpoint, token } }
+      for (const id of running) {
+        const response = yield* http(agent, `/sandboxes/${id}/exec`, {
+          method: "POST",
+          body: JSON.stringify({ cmd: ["cat", "/etc/svc-template"] })
+        })
+        assert.strictEqual(response.status, 200)
+        assert.strictEqual(response.json.stdout, "base\n")
+      }
+      const journal = yield* Journal.make(NodePath.join(host.dataDir, "agent", "journal"))
+      assert.sameDeepMembers((yield* journal.list).map((e) => [e.sandboxId, e.pending]), running.map((id) => [id, null]))
+
+      // Destroy them all; stop the agent; nothing of them is left on the machine.
+      const ips = listed.map((r) => r.internalIp)
+      for (const id of ids) yield* publishCommand(host.hostId, lifecycleCommand("destroy", id))
+      for (const id of ids) yield* reports.waitFor(id, (r) => r.status === "destroyed")
+      second.process.kill("SIGTERM")
+      // A graceful stop: Effect's exit code for an interrupted main (130), not a crash (1).
+      assert.strictEqual(yield* Effect.promise(() => second.exited), 130, second.output())
+      assert.deepStrictEqual(yield* driver.list, [])
+      assert.deepStrictEqual(processesOfHost(host.hostId), [])
+      assert.deepStrictEqual(FsSync.readdirSync(NodePath.join(host.dataDir, "sandboxes")), [])
+      for (const ip of ips) assert.isFalse(FsSync.existsSync(`/sys/class/net/${vethNames(ip).host}`))
+    }))
+})
