@@ -1,7 +1,14 @@
-/** The pure parts of packages/auth: the token bucket, password hashing, cookie security. */
+/** packages/auth on its own: the token bucket, password hashing, cookie security, the dev org. */
 import { describe, expect, it } from "@effect/vitest"
-import { Effect } from "effect"
+import type { ApiKeyId, OrgId } from "@svc/domain/Ids"
+import * as TestDatabase from "@svc/testing/TestDatabase"
+import { Effect, Layer } from "effect"
+import { SqlClient } from "effect/sql"
+import { ApiKeys } from "../src/ApiKeys.ts"
+import { operatorContext } from "../src/Audit.ts"
 import * as Passwords from "../src/Auth/Passwords.ts"
+import * as AuthLayer from "../src/AuthLayer.ts"
+import { ensureDevOrg } from "../src/DevOrg.ts"
 import { cookieSecure, defaults, isLoopbackHost } from "../src/AuthConfig.ts"
 import { take } from "../src/RateLimit.ts"
 
@@ -67,4 +74,36 @@ describe("cookie security", () => {
     expect(cookieSecure({ ...defaults, listenHost: "127.0.0.1", cookieSecure: true })).toBe(true)
     expect(cookieSecure({ ...defaults, listenHost: "0.0.0.0", cookieSecure: false })).toBe(false)
   })
+})
+
+describe("ensureDevOrg", () => {
+  const services = AuthLayer.operatorLayer.pipe(Layer.provideMerge(TestDatabase.layer))
+
+  it.live("creates the dev org and a * key once, reuses them while the key works, re-mints when it does not", () =>
+    Effect.gen(function*() {
+      const first = yield* ensureDevOrg()
+      expect(first.minted).toBe(true)
+      expect(first.org_id).toMatch(/^org_/)
+      const keys = yield* ApiKeys
+      const principal = yield* keys.verify(first.api_key)
+      expect(principal.grant.full).toBe(true)
+      expect(principal.user).toBeNull()
+
+      expect(yield* ensureDevOrg(first)).toEqual({ ...first, minted: false })
+      // Revoked: a new key for the same org.
+      yield* keys.revoke(first.org_id as OrgId, principal.credential.id as ApiKeyId, operatorContext)
+      const second = yield* ensureDevOrg(first)
+      expect(second.minted).toBe(true)
+      expect(second.org_id).toBe(first.org_id)
+      expect(second.api_key).not.toBe(first.api_key)
+      // Lost file: the same dev org, a new key; garbage in the file: the same.
+      for (const existing of [null, { org_id: first.org_id, api_key: "svc_live_nonsense" }, { api_key: 5 } as never]) {
+        const again = yield* ensureDevOrg(existing)
+        expect(again.org_id).toBe(first.org_id)
+        expect(again.minted).toBe(true)
+      }
+      const sql = yield* SqlClient.SqlClient
+      const orgs = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM orgs`
+      expect(orgs[0]!.n).toBe(1)
+    }).pipe(Effect.provide(services)))
 })
