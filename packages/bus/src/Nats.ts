@@ -9,7 +9,7 @@
 import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream"
 import { Kvm } from "@nats-io/kv"
 import { connect, type NatsConnection } from "@nats-io/transport-node"
-import { Config, Context, Duration, Effect, Layer, Schema } from "effect"
+import { Config, Context, Duration, Effect, Layer, Schedule, Schema } from "effect"
 
 export class BusError extends Schema.TaggedError<BusError>()("BusError", {
   operation: Schema.String,
@@ -38,7 +38,8 @@ export class Nats extends Context.Service<Nats, NatsService>()("@svc/bus/Nats") 
         Effect.tryPromise({
           try: () =>
             connect({
-              servers: options.url,
+              // A comma-separated list names the nodes of a cluster.
+              servers: options.url.split(",").map((s) => s.trim()).filter((s) => s.length > 0),
               name: options.name ?? "svc",
               // Keep trying for ever: a NATS restart must not kill the process.
               maxReconnectAttempts: -1,
@@ -50,10 +51,11 @@ export class Nats extends Context.Service<Nats, NatsService>()("@svc/bus/Nats") 
         }),
         (nc) => Effect.promise(() => nc.drain().catch(() => nc.close()))
       )
+      // JetStream answers only once the server (or a cluster's meta leader) is ready: retry a while.
       const jsm = yield* Effect.tryPromise({
         try: () => jetstreamManager(connection),
         catch: (cause) => new BusError({ operation: "jetstreamManager", message: String(cause) })
-      })
+      }).pipe(Effect.retry({ schedule: Schedule.spaced(Duration.millis(250)), times: 120 }))
       const js = jetstream(connection)
       const kvm = new Kvm(js)
       const prefix = options.prefix ?? ""

@@ -179,3 +179,51 @@ export const startPostgres = async (options: { dir?: string | undefined; port?: 
     }
   }
 }
+
+export interface NatsCluster {
+  /** Every node's client URL, for a client that fails over between them. */
+  readonly urls: ReadonlyArray<string>
+  readonly nodes: ReadonlyArray<NatsServer>
+  /** Kills one node (SIGKILL: a crash, not a shutdown). */
+  kill(index: number): Promise<void>
+  stop(): Promise<void>
+}
+
+/**
+ * A 3-node JetStream cluster on loopback, shaped like infra/nats/cluster-*.conf but on free
+ * ports and temp folders, for tests of node loss.
+ */
+export const startNatsCluster = async (size = 3): Promise<NatsCluster> => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "svc-nats-cluster-"))
+  const clientPorts = await Promise.all(Array.from({ length: size }, freePort))
+  const routePorts = await Promise.all(Array.from({ length: size }, freePort))
+  const routes = routePorts.map((p) => `nats-route://127.0.0.1:${p}`).join("\n    ")
+  const nodes = await Promise.all(clientPorts.map(async (port, i) => {
+    const nodeDir = path.join(dir, `n${i + 1}`)
+    fs.mkdirSync(nodeDir, { recursive: true })
+    const config = path.join(nodeDir, "nats.conf")
+    fs.writeFileSync(config, `server_name: n${i + 1}
+listen: 127.0.0.1:${port}
+jetstream { store_dir: "${path.join(nodeDir, "jetstream")}" }
+cluster {
+  name: svc-test
+  listen: 127.0.0.1:${routePorts[i]}
+  routes: [
+    ${routes}
+  ]
+}
+`)
+    const child = spawnGuarded(natsBin(), ["-c", config], { logFile: path.join(nodeDir, "nats.log") })
+    await waitForPort(port, 20_000, child)
+    return { child, server: { url: `nats://127.0.0.1:${port}`, port, dir: nodeDir, stop: () => stopChild(child, "SIGTERM") } }
+  }))
+  return {
+    urls: nodes.map((n) => n.server.url),
+    nodes: nodes.map((n) => n.server),
+    kill: (index) => stopChild(nodes[index]!.child, "SIGKILL"),
+    stop: async () => {
+      await Promise.all(nodes.map((n) => stopChild(n.child, "SIGTERM")))
+      fs.rmSync(dir, { recursive: true, force: true })
+    }
+  }
+}
