@@ -44,6 +44,8 @@ export class Hosts extends Context.Service<Hosts, {
   readonly isLive: (hostId: string) => Effect.Effect<boolean>
   /** Whether the mirror holds the bucket's contents (false until the first full read). */
   readonly synced: Effect.Effect<boolean>
+  /** Reads the whole bucket now (a host that just registered may not have reached the watch yet). */
+  readonly refresh: Effect.Effect<void>
 }>()("@svc/sandboxes/Hosts") {
   static readonly make = Effect.gen(function*() {
     const kv = yield* ensureBucket(HOSTS_BUCKET_SPEC)
@@ -57,6 +59,16 @@ export class Hosts extends Context.Service<Hosts, {
       known.set(key, { revision, record })
     }
 
+    const snapshot = Effect.tryPromise({
+      try: async () => {
+        for await (const key of await kv.keys()) {
+          const entry = await kv.get(key)
+          if (entry !== null) apply(entry.key, entry.revision, entry.operation, entry.value)
+        }
+      },
+      catch: (cause) => new BusError({ operation: "read hosts", message: String(cause) })
+    })
+
     const mirror = Effect.gen(function*() {
       const updates = yield* Effect.acquireRelease(
         Effect.tryPromise({
@@ -65,18 +77,7 @@ export class Hosts extends Context.Service<Hosts, {
         }),
         (w) => Effect.sync(() => w.stop())
       )
-      const snapshot = yield* Effect.tryPromise({
-        try: async () => {
-          const entries = []
-          for await (const key of await kv.keys()) {
-            const entry = await kv.get(key)
-            if (entry !== null) entries.push(entry)
-          }
-          return entries
-        },
-        catch: (cause) => new BusError({ operation: "read hosts", message: String(cause) })
-      })
-      for (const e of snapshot) apply(e.key, e.revision, e.operation, e.value)
+      yield* snapshot
       yield* Deferred.succeed(ready, undefined)
       yield* Effect.tryPromise({
         try: async () => {
@@ -120,7 +121,8 @@ export class Hosts extends Context.Service<Hosts, {
           const now = yield* Clock.currentTimeMillis
           return Option.isSome(host) && isLive(host.value, now)
         }),
-      synced: Deferred.isDone(ready)
+      synced: Deferred.isDone(ready),
+      refresh: Effect.ignore(snapshot)
     })
   })
 

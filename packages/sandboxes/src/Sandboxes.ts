@@ -98,7 +98,12 @@ export class Sandboxes extends Context.Service<Sandboxes, {
       }
       if (request.volumes.length > 0) return yield* invalid("volumes.0.volume_id", "no such volume in this org")
       if (request.secrets.length > 0) return yield* invalid("secrets.0", "no such secret in this org")
-      const live = yield* hosts.live
+      let live = yield* hosts.live
+      if (!live.some((h) => request.region === null || h.region === request.region)) {
+        // A host that registered a moment ago may not have reached the mirror yet.
+        yield* hosts.refresh
+        live = yield* hosts.live
+      }
       const now = yield* Clock.currentTimeMillis
       const id = makeId("sandbox", now)
       const state = yield* sql.withTransaction(Effect.gen(function*() {

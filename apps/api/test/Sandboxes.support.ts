@@ -1,0 +1,257 @@
+/**
+ * Test support for the sandbox control plane through the API: a real Postgres and NATS, the
+ * API served over HTTP, orgs and keys, the EVENTS stream read back, real host agents (the
+ * agent role with bubblewrap) and fake hosts (a `hosts` record nobody serves), and clean-up of
+ * every sandbox, folder and cgroup the hosts made, also when a test fails.
+ */
+import { ApiKeys } from "@svc/auth/ApiKeys"
+import { operatorContext } from "@svc/auth/Audit"
+import * as AuthLayer from "@svc/auth/AuthLayer"
+import { Orgs } from "@svc/auth/Orgs"
+import { AgentRole } from "@svc/agent/Agent"
+import { CommandConsumer } from "@svc/agent/Commands"
+import { Nats } from "@svc/bus/Nats"
+import { ensureBucket } from "@svc/bus/Topology"
+import { makeHostId, type OrgId } from "@svc/domain/Ids"
+import * as Events from "@svc/events/Streams"
+import { SandboxDriver } from "@svc/sandboxes/Driver"
+import { BubblewrapDriver } from "@svc/sandboxes/Driver/Bubblewrap"
+import { CONTROLLERS } from "@svc/sandboxes/Driver/Cgroups"
+import { DriverConfig } from "@svc/sandboxes/Driver/Config"
+import { type HostRecord, HOSTS_BUCKET_SPEC } from "@svc/sandboxes/Protocol"
+import * as TestNats from "@svc/testing/TestNats"
+import { serve } from "@svc/testing/TestHttp"
+import { Context, Duration, Effect, Exit, Fiber, Layer, Schedule, Scope } from "effect"
+import { HttpRouter } from "effect/http"
+import * as FsSync from "node:fs"
+import * as Fs from "node:fs/promises"
+import * as NodePath from "node:path"
+import * as Server from "../src/Server.ts"
+
+// ---------------------------------------------------------------------------------------------
+// HTTP
+
+export interface Answer {
+  readonly status: number
+  readonly json: any
+  readonly text: string
+  readonly bytes: Uint8Array
+  readonly headers: Headers
+}
+
+export const call = (
+  base: string,
+  method: string,
+  path: string,
+  options: { readonly token?: string; readonly body?: unknown; readonly raw?: string | Uint8Array; readonly headers?: Record<string, string> } = {}
+) =>
+  Effect.promise(async (): Promise<Answer> => {
+    const headers: Record<string, string> = { ...options.headers }
+    if (options.token !== undefined) headers["authorization"] = `Bearer ${options.token}`
+    let body: string | Uint8Array | undefined = options.raw
+    if (options.body !== undefined) {
+      body = JSON.stringify(options.body)
+      headers["content-type"] ??= "application/json"
+    }
+    const response = await fetch(base + path, { method, headers, ...(body !== undefined ? { body } : {}) })
+    const bytes = new Uint8Array(await response.arrayBuffer())
+    const text = Buffer.from(bytes).toString("utf8")
+    let json: unknown = undefined
+    if ((response.headers.get("content-type") ?? "").includes("json") && text.length > 0) json = JSON.parse(text)
+    return { status: response.status, json, text, bytes, headers: response.headers }
+  })
+
+/** Re-runs `observe` until `check` holds; dies with the last value after `timeout`. */
+export const eventually = <A, E, R>(
+  observe: Effect.Effect<A, E, R>,
+  check: (a: A) => boolean,
+  timeout: Duration.Input = Duration.seconds(30)
+) =>
+  Effect.gen(function*() {
+    const deadline = Date.now() + Duration.toMillis(Duration.fromInputUnsafe(timeout))
+    for (;;) {
+      const a = yield* observe
+      if (check(a)) return a
+      if (Date.now() > deadline) {
+        return yield* Effect.die(new Error(`condition not met in time; last value: ${JSON.stringify(a).slice(0, 3000)}`))
+      }
+      yield* Effect.sleep(Duration.millis(25))
+    }
+  })
+
+// ---------------------------------------------------------------------------------------------
+// Events
+
+export interface Envelope {
+  readonly subject: string
+  readonly event: string
+  readonly org_id: string
+  readonly ts: string
+  readonly data: any
+}
+
+/** Every message of the EVENTS stream (this test's prefix), read with an ordered consumer. */
+export class EventLog extends Context.Service<EventLog, {
+  readonly all: Effect.Effect<ReadonlyArray<Envelope>>
+  /** The events about one sandbox, in stream order. */
+  of(sandboxId: string): Effect.Effect<ReadonlyArray<Envelope>>
+}>()("@svc/api/test/EventLog") {
+  static readonly layer = Layer.effect(
+    EventLog,
+    Effect.gen(function*() {
+      const nats = yield* Nats
+      const stream = yield* Events.ensure()
+      const received: Array<Envelope> = []
+      const consumer = yield* Effect.promise(() => nats.js.consumers.get(stream))
+      yield* Effect.acquireRelease(
+        Effect.promise(() =>
+          consumer.consume({
+            callback: (msg) => {
+              received.push({ subject: msg.subject, ...JSON.parse(new TextDecoder().decode(msg.data)) })
+            }
+          })
+        ),
+        (m) => Effect.promise(() => m.close().catch(() => undefined))
+      )
+      const of = (sandboxId: string) => Effect.sync(() => received.filter((e) => e.data?.sandbox_id === sandboxId))
+      return EventLog.of({ all: Effect.sync(() => [...received]), of })
+    })
+  )
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hosts
+
+export interface TestHost {
+  readonly hostId: string
+  readonly dataDir: string
+}
+
+/** Ends every sandbox of the host, removes its folder and its cgroup parents. */
+export const cleanUpHost = (host: TestHost) =>
+  Effect.gen(function*() {
+    if (FsSync.existsSync(NodePath.join(host.dataDir, "sandboxes"))) {
+      yield* Effect.scoped(
+        Effect.gen(function*() {
+          const context = yield* Layer.build(
+            BubblewrapDriver.layer.pipe(
+              Layer.provide(Layer.succeed(DriverConfig, DriverConfig.make({ dataDir: host.dataDir, hostId: host.hostId })))
+            )
+          )
+          const driver = Context.get(context, SandboxDriver)
+          const rows = yield* driver.list
+          yield* Effect.forEach(rows, (row) => Effect.ignore(driver.destroy(row.sandboxId)))
+        })
+      ).pipe(Effect.ignore)
+    }
+    yield* Effect.promise(async () => {
+      await Fs.rm(host.dataDir, { recursive: true, force: true })
+      for (const controller of CONTROLLERS) {
+        await Fs.rmdir(NodePath.join("/sys/fs/cgroup", controller, "svc-sandboxes", host.hostId)).catch(() => undefined)
+      }
+    })
+  })
+
+/** A fresh host id and data dir, cleaned up when the scope closes. */
+export const makeHost = Effect.acquireRelease(
+  Effect.promise(async (): Promise<TestHost> => ({ hostId: makeHostId(), dataDir: await Fs.mkdtemp("/tmp/svc-sbx-api-test-") })),
+  cleanUpHost
+)
+
+/**
+ * A real agent on `host` with a NATS connection of its own (as its own process would have),
+ * consuming once this returns. `stop` ends it; the surrounding scope does too.
+ */
+export const startAgent = (
+  host: TestHost,
+  options: { readonly region?: string; readonly capacity?: { cpu?: number; ramMb?: number; diskGb?: number } } = {}
+) =>
+  Effect.gen(function*() {
+    const server = yield* TestNats.TestNatsServer
+    const scope = yield* Scope.make()
+    const stop = Scope.close(scope, Exit.void)
+    yield* Effect.addFinalizer(() => stop)
+    const natsLayer = Layer.effect(Nats, Nats.make({ url: server.url, prefix: server.prefix, name: `agent-${host.hostId}` }))
+    const layer = AgentRole.layerWith({
+      hostId: host.hostId,
+      dataDir: host.dataDir,
+      region: options.region ?? "local",
+      capacity: { cpu: 64, ramMb: 64 * 1024, diskGb: 500, ...options.capacity }
+    }).pipe(Layer.provideMerge(natsLayer))
+    const context = yield* Layer.buildWithScope(layer, scope)
+    yield* Context.get(context, CommandConsumer).ready
+    return { host, stop }
+  })
+
+/**
+ * A host that only exists as a `hosts` record (heartbeat refreshed until `stop`): placement
+ * takes it, nobody carries out its commands.
+ */
+export const fakeHost = (
+  options: {
+    readonly region?: string
+    readonly heartbeatAt?: number
+    readonly capacity?: { readonly cpu: number; readonly ramMb: number; readonly diskGb: number }
+  } = {}
+) =>
+  Effect.gen(function*() {
+    const kv = yield* ensureBucket(HOSTS_BUCKET_SPEC)
+    const hostId = makeHostId()
+    const record = (heartbeatAt: number): HostRecord => ({
+      hostId,
+      region: options.region ?? "local",
+      datacenter: "fake-1",
+      version: "test",
+      capacity: options.capacity ?? { cpu: 64, ramMb: 64 * 1024, diskGb: 500 },
+      endpoint: "http://127.0.0.1:9",
+      token: "fake",
+      heartbeatAt,
+      startedAt: Date.now()
+    })
+    const put = (at: number) => Effect.promise(() => kv.put(hostId, JSON.stringify(record(at))))
+    yield* put(options.heartbeatAt ?? Date.now())
+    const beating = options.heartbeatAt === undefined
+      ? yield* Effect.forkScoped(Effect.repeat(Effect.suspend(() => put(Date.now())), Schedule.spaced(Duration.millis(500))))
+      : undefined
+    const silence = beating === undefined ? Effect.void : Fiber.interrupt(beating)
+    return {
+      hostId,
+      /** Stops the heartbeat and deletes the record: the host is gone. */
+      remove: Effect.andThen(silence, Effect.promise(() => kv.delete(hostId))),
+      /** Stops the heartbeat and leaves a record last seen `ago` ms back. */
+      staleBy: (ago: number) => Effect.andThen(silence, put(Date.now() - ago))
+    }
+  })
+
+// ---------------------------------------------------------------------------------------------
+// Orgs and keys
+
+/** Mints keys and orgs with the auth services directly (as the operator CLI would). */
+export class Identity extends Context.Service<Identity, {
+  org(name: string): Effect.Effect<{ readonly id: OrgId; readonly token: string }>
+  key(orgId: OrgId, scopes: ReadonlyArray<string>): Effect.Effect<string>
+}>()("@svc/api/test/Identity") {
+  static readonly layer = Layer.effect(
+    Identity,
+    Effect.gen(function*() {
+      const orgs = yield* Orgs
+      const keys = yield* ApiKeys
+      const key = (orgId: OrgId, scopes: ReadonlyArray<string>) =>
+        Effect.map(
+          Effect.orDie(keys.mint({ orgId, userId: null, name: "test", scopes }, operatorContext)),
+          (k) => k.token
+        )
+      return Identity.of({
+        org: (name) =>
+          Effect.gen(function*() {
+            const org = yield* Effect.orDie(orgs.create(name, operatorContext))
+            return { id: org.id, token: yield* key(org.id, ["*"]) }
+          }),
+        key
+      })
+    })
+  ).pipe(Layer.provide(AuthLayer.layerWith({})))
+}
+
+/** The API over HTTP on a free port (with the platform's layers provided); yields its base URL. */
+export const serveApi = serve(HttpRouter.serve(Server.Routes, { disableLogger: true, disableListenLog: true }))
