@@ -6,8 +6,6 @@
  * command and the actor's own messages still apply one at a time, in a single order.
  */
 import * as Actors from "@svc/actors/Actors"
-import type { ActorEffect } from "@svc/actors/Actor"
-import type { InvalidActorMessage } from "@svc/actors/Errors"
 import * as Errors from "@svc/domain/Errors"
 import * as Outbox from "@svc/events/Outbox"
 import { Clock, Effect } from "effect"
@@ -15,25 +13,6 @@ import { SqlClient, type SqlError } from "effect/sql"
 import { transition } from "../SandboxActor.ts"
 import type { SandboxMessage, SandboxState } from "./Model.ts"
 import { COLUMNS, fromRow, type SandboxRow, store } from "./Store.ts"
-
-/** Effects → outbox rows, as the actor runtime writes them. */
-export const toOutbox = (effects: ReadonlyArray<ActorEffect>, now: number) =>
-  Effect.forEach(effects, (effect): Effect.Effect<Outbox.OutboxMessage, Outbox.InvalidOutboxMessage | InvalidActorMessage> => {
-    switch (effect._tag) {
-      case "Event":
-        return Effect.map(Outbox.makeEnvelope(effect.event, now), (payload) => ({
-          subject: Outbox.eventSubject(effect.event.orgId, effect.event.event),
-          payload
-        }))
-      case "Send":
-        return Effect.map(Actors.mailbox(effect.actor, effect.id), (subject) => ({
-          subject,
-          payload: effect.message
-        }))
-      case "Publish":
-        return Effect.succeed({ subject: effect.subject, payload: effect.payload })
-    }
-  })
 
 /**
  * Locks the org's sandbox row, asks `decide` for the message (it may refuse, or read more rows
@@ -45,24 +24,24 @@ export const applyNow = <E, R>(
   decide: (state: SandboxState) => Effect.Effect<SandboxMessage, E, R>
 ): Effect.Effect<SandboxState, E | Errors.NotFound | SqlError.SqlError, R | SqlClient.SqlClient> =>
   Effect.gen(function*() {
-  const sql = yield* SqlClient.SqlClient
-  return yield* sql.withTransaction(Effect.gen(function*() {
-    const rows = yield* sql<SandboxRow>`
-      SELECT ${sql.literal(COLUMNS)} FROM sandboxes WHERE id = ${id} AND org_id = ${orgId} FOR UPDATE`
-    if (rows.length === 0) return yield* new Errors.NotFound({ error: "Sandbox not found" })
-    const stored = yield* fromRow(rows[0]!).pipe(Effect.catchTag("CorruptState", Effect.die))
-    const message = yield* decide(stored.state)
-    const now = yield* Clock.currentTimeMillis
-    const result = transition(stored.state, message, { id, now, msgId: `api:${now}` })
-    const next = result.state ?? stored.state
-    const saved = next === stored.state ||
-      (yield* store.save(id, next, stored.version).pipe(Effect.catchTag("CorruptState", Effect.die)))
-    if (!saved) {
-      // Impossible under the row lock; a defect if it happens.
-      return yield* Effect.die(new Error(`sandbox ${id}: version moved under the row lock`))
-    }
-    const messages = yield* toOutbox(result.effects, now).pipe(Effect.orDie)
-    yield* Outbox.appendAll(messages).pipe(Effect.catchTag("InvalidOutboxMessage", Effect.die))
-    return next
-  }))
+    const sql = yield* SqlClient.SqlClient
+    return yield* sql.withTransaction(Effect.gen(function*() {
+      const rows = yield* sql<SandboxRow>`
+        SELECT ${sql.literal(COLUMNS)} FROM sandboxes WHERE id = ${id} AND org_id = ${orgId} FOR UPDATE`
+      if (rows.length === 0) return yield* new Errors.NotFound({ error: "Sandbox not found" })
+      const stored = yield* fromRow(rows[0]!).pipe(Effect.catchTag("CorruptState", Effect.die))
+      const message = yield* decide(stored.state)
+      const now = yield* Clock.currentTimeMillis
+      const result = transition(stored.state, message, { id, now, msgId: `api:${now}` })
+      const next = result.state ?? stored.state
+      const saved = next === stored.state ||
+        (yield* store.save(id, next, stored.version).pipe(Effect.catchTag("CorruptState", Effect.die)))
+      if (!saved) {
+        // Impossible under the row lock; a defect if it happens.
+        return yield* Effect.die(new Error(`sandbox ${id}: version moved under the row lock`))
+      }
+      const messages = yield* Actors.toOutbox(result.effects, now).pipe(Effect.orDie)
+      yield* Outbox.appendAll(messages).pipe(Effect.catchTag("InvalidOutboxMessage", Effect.die))
+      return next
+    }))
   }).pipe(Effect.withSpan("Sandboxes.applyNow"))

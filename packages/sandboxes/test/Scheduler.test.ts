@@ -1,0 +1,99 @@
+/**
+ * Placement: the pure choice (liveness, region, room, preference order, the reasons given), and
+ * `place` under concurrency against a real Postgres: creates racing for the last room on a host
+ * never overcommit it.
+ */
+import { describe, expect, it, layer } from "@effect/vitest"
+import * as TestDatabase from "@svc/testing/TestDatabase"
+import { Effect } from "effect"
+import { SqlClient } from "effect/sql"
+import type { HostRecord } from "../src/Protocol.ts"
+import { choose, place, type Usage } from "../src/Scheduler.ts"
+
+const NOW = 1_800_000_000_000
+
+const host = (hostId: string, patch: Partial<HostRecord> = {}): HostRecord => ({
+  hostId,
+  region: "local",
+  datacenter: "dc",
+  version: "1",
+  capacity: { cpu: 4, ramMb: 4096, diskGb: 100 },
+  endpoint: "http://127.0.0.1:1",
+  token: "t",
+  heartbeatAt: NOW - 1_000,
+  startedAt: NOW - 60_000,
+  ...patch
+})
+
+const ask = { region: null, cpu: 1, ramMb: 512, diskGb: 1 }
+const picked = (p: ReturnType<typeof choose>) => (p._tag === "Placed" ? p.host.hostId : p.reason)
+
+describe("Scheduler.choose", () => {
+  it("no host, or only stale ones: no live host", () => {
+    expect(picked(choose([], new Map(), ask, NOW))).toBe("no live host")
+    expect(picked(choose([host("h1", { heartbeatAt: NOW - 10_001 })], new Map(), ask, NOW))).toBe("no live host")
+    // Exactly at the limit is still live.
+    expect(picked(choose([host("h1", { heartbeatAt: NOW - 10_000 })], new Map(), ask, NOW))).toBe("h1")
+  })
+
+  it("a region with no live host names the live regions", () => {
+    const hosts = [host("h1", { region: "us" }), host("h2", { region: "local" }), host("h3", { region: "eu", heartbeatAt: 0 })]
+    expect(picked(choose(hosts, new Map(), { ...ask, region: "eu" }, NOW))).toBe("no live host in region eu (live regions: local, us)")
+    expect(picked(choose(hosts, new Map(), { ...ask, region: "us" }, NOW))).toBe("h1")
+  })
+
+  it("prefers the most free memory, then cpu, then the id; any region when none is asked", () => {
+    const hosts = [
+      host("b", { region: "us", capacity: { cpu: 8, ramMb: 8192, diskGb: 10 } }),
+      host("a", { capacity: { cpu: 8, ramMb: 8192, diskGb: 10 } }),
+      host("c", { capacity: { cpu: 16, ramMb: 4096, diskGb: 10 } })
+    ]
+    expect(picked(choose(hosts, new Map(), ask, NOW))).toBe("a")
+    const used = new Map<string, Usage>([["a", { cpu: 1, ramMb: 0, diskGb: 0 }]])
+    expect(picked(choose(hosts, used, ask, NOW))).toBe("b")
+    const busy = new Map<string, Usage>([["a", { cpu: 0, ramMb: 6000, diskGb: 0 }], ["b", { cpu: 0, ramMb: 6000, diskGb: 0 }]])
+    expect(picked(choose(hosts, busy, ask, NOW))).toBe("c")
+  })
+
+  it("room: usage is subtracted, an exact fit is taken, one unit over is refused naming the most free host", () => {
+    const hosts = [host("h1"), host("h2", { capacity: { cpu: 2, ramMb: 1024, diskGb: 5 } })]
+    const usage = new Map<string, Usage>([
+      ["h1", { cpu: 3, ramMb: 3584, diskGb: 99 }],
+      ["h2", { cpu: 2, ramMb: 0, diskGb: 0 }]
+    ])
+    expect(picked(choose(hosts, usage, { region: null, cpu: 1, ramMb: 512, diskGb: 1 }, NOW))).toBe("h1")
+    expect(picked(choose(hosts, usage, { region: null, cpu: 1, ramMb: 513, diskGb: 1 }, NOW))).toBe(
+      "no live host has room for cpu 1, ram_mb 513, disk_gb 1 (most free: h2 with cpu 0, ram_mb 1024, disk_gb 5)"
+    )
+    expect(picked(choose(hosts, usage, { region: null, cpu: 2, ramMb: 1, diskGb: 1 }, NOW))).toMatch(/^no live host has room/)
+    expect(picked(choose(hosts, usage, { region: "local", cpu: 1, ramMb: 512, diskGb: 2 }, NOW))).toMatch(
+      /^no live host in region local has room for cpu 1, ram_mb 512, disk_gb 2/
+    )
+  })
+})
+
+layer(TestDatabase.layer)("Scheduler.place", (it) => {
+  it.effect("creates racing for one host's room: exactly as many as fit are placed", () =>
+    Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      yield* sql`INSERT INTO orgs (id, name) VALUES ('org_00000000000000000000000001', 'o')`
+      const h = host("host_race", { capacity: { cpu: 4, ramMb: 100_000, diskGb: 100 }, heartbeatAt: Date.now() })
+      const attempt = (i: number) =>
+        sql.withTransaction(Effect.gen(function*() {
+          const placement = yield* place([h], { region: null, cpu: 1, ramMb: 64, diskGb: 1 }, Date.now())
+          const hostId = placement._tag === "Placed" ? placement.host.hostId : null
+          yield* sql`
+            INSERT INTO sandboxes (id, org_id, name, template_id, template_name, host_id, state, type, region, cpu, ram_mb,
+              disk_gb, created_at, state_since, version)
+            VALUES (${`sbx_race_${i}`}, 'org_00000000000000000000000001', 'n', 't', 'base', ${hostId}, 'pending',
+              'persistent', 'local', 1, 64, 1, now(), now(), 1)`
+          return hostId
+        }))
+      const results = yield* Effect.forEach(Array.from({ length: 10 }, (_, i) => i), attempt, { concurrency: 10 })
+      expect(results.filter((r) => r === "host_race").length).toBe(4)
+      // Deleted sandboxes free their room.
+      yield* sql`UPDATE sandboxes SET state = 'deleted' WHERE id = (SELECT min(id) FROM sandboxes WHERE host_id = 'host_race')`
+      expect(yield* attempt(10)).toBe("host_race")
+      expect(yield* attempt(11)).toBe(null)
+    }))
+})
