@@ -252,6 +252,32 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("sandboxes API"
       expect([...times].sort((a, b) => a - b)).toEqual(times)
     }))
 
+  it.effect("timeout_s stops a running sandbox; an ephemeral one is deleted once it stops", () =>
+    Effect.gen(function*() {
+      const persistent = yield* create({ region: "local", ram_mb: 64, timeout_s: 1 })
+      const ephemeral = yield* create({ region: "local", ram_mb: 64, timeout_s: 1, type: "ephemeral" })
+      expect(ephemeral.type).toBe("ephemeral")
+      const stopped = yield* waitState(persistent.id, "stopped")
+      expect(stopped.errorMessage).toBe(null)
+      yield* waitState(ephemeral.id, "deleted")
+      const { labels } = yield* eventsOf(ephemeral.id, "sandbox.deleted")
+      expect(labels).toEqual([
+        "sandbox.state_updated:starting",
+        "sandbox.created",
+        "sandbox.state_updated:running",
+        "sandbox.state_updated:stopping",
+        "sandbox.state_updated:stopped",
+        "sandbox.state_updated:deleting",
+        "sandbox.state_updated:deleted",
+        "sandbox.deleted"
+      ])
+      // Started again, it runs for another timeout_s.
+      yield* api("POST", `/v1/sandboxes/${persistent.id}/start`)
+      yield* waitState(persistent.id, "running")
+      yield* waitState(persistent.id, "stopped")
+      yield* api("DELETE", `/v1/sandboxes/${persistent.id}`)
+    }))
+
   it.effect("every create field is validated: each refusal is 400 naming the field", () =>
     Effect.gen(function*() {
       const cases: ReadonlyArray<readonly [Record<string, unknown>, string]> = [
