@@ -1,0 +1,15 @@
+/**
+ * The dispatcher role: webhook delivery workers (@svc/webhooks/Dispatcher). Start as many
+ * processes as throughput needs; each pulls from every webhook's consumer with its own
+ * per-webhook concurrency. Configured by the SVC_WEBHOOK_* variables (DispatchConfig.ts) and
+ * SVC_WEBHOOK_ALLOWED_SUBNETS; needs Postgres (SqlClient, PgClient) and Nats.
+ */
+import { WebhookAddressGuard } from "@svc/webhooks/AddressGuard"
+import { WebhookSender } from "@svc/webhooks/Attempt"
+import { WebhookDispatcher } from "@svc/webhooks/Dispatcher"
+import { Layer } from "effect"
+
+export const layer = WebhookDispatcher.layer.pipe(
+  Layer.provide(WebhookSender.layer),
+  Layer.provide(WebhookAddressGuard.layer)
+)
