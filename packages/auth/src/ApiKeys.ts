@@ -88,6 +88,11 @@ export class ApiKeys extends Context.Service<ApiKeys, {
     keyId: ApiKeyId,
     context: AuditContext
   ) => Effect.Effect<ApiKeyRow, NotFound | SqlError.SqlError>
+  /**
+   * The principal of a token this process verified recently and that is still valid at
+   * `nowMs`, else undefined (then call `verify`). Synchronous: the hot path of every request.
+   */
+  readonly cached: (token: string, nowMs: number) => Principal | undefined
   /** The principal of a presented token, or `unauthenticated`. Never logs or echoes the token. */
   readonly verify: (token: string) => Effect.Effect<Principal, Unauthenticated | SqlError.SqlError>
 }>()("@svc/auth/ApiKeys") {
@@ -164,6 +169,14 @@ export class ApiKeys extends Context.Service<ApiKeys, {
         return revoked
       })
 
+      const cached = (token: string, nowMs: number): Principal | undefined => {
+        if (!Token.isWellFormed(token)) return undefined
+        const entry = cache.get(Token.hash(token), nowMs)
+        if (entry === undefined || (entry.expiresAtMs !== null && entry.expiresAtMs <= nowMs)) return undefined
+        lastUsed.touch(entry.principal.credential.id, nowMs)
+        return entry.principal
+      }
+
       const verify = Effect.fnUntraced(function*(token: string) {
         if (!Token.isWellFormed(token)) return yield* unauthenticated
         const tokenHash = Token.hash(token)
@@ -210,7 +223,7 @@ export class ApiKeys extends Context.Service<ApiKeys, {
         return principal
       })
 
-      return ApiKeys.of({ mint, list, get, revoke, verify })
+      return ApiKeys.of({ mint, list, get, revoke, cached, verify })
     })
   )
 }

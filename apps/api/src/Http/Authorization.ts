@@ -20,6 +20,7 @@ import { decide, refusal } from "@svc/auth/Authorization"
 import { RateLimiter } from "@svc/auth/RateLimit"
 import { Sessions } from "@svc/auth/Sessions"
 import {
+  type AccessRule,
   accessRuleOf,
   Authorization,
   CsrfRejected,
@@ -30,6 +31,7 @@ import {
 import * as Errors from "@svc/domain/Errors"
 import { Clock, Effect, Layer, Option, Result, Schema } from "effect"
 import { HttpServerRequest, HttpServerResponse } from "effect/http"
+import type { HttpApiEndpoint, HttpApiGroup } from "effect/http-api"
 import { SqlError } from "effect/sql"
 
 const TERMINAL_PATH = "/terminal"
@@ -109,56 +111,83 @@ export const auditContext = (principal: Principal | null, request: HttpServerReq
   userAgent: request.headers["user-agent"] ?? null
 })
 
+/** Rules per endpoint, looked up once (annotations do not change after the Api is built). */
+const rules = new WeakMap<object, AccessRule>()
+const ruleOf = (group: HttpApiGroup.Top, endpoint: HttpApiEndpoint.Top): AccessRule => {
+  let rule = rules.get(endpoint)
+  if (rule === undefined) {
+    rule = accessRuleOf(group, endpoint) ?? { _tag: "Account" }
+    rules.set(endpoint, rule)
+  }
+  return rule
+}
+
 export const AuthorizationMiddleware = Layer.effect(
   Authorization,
   Effect.gen(function*() {
     const keys = yield* ApiKeys
     const sessions = yield* Sessions
     const limiter = yield* RateLimiter
+    const clock = yield* Clock.Clock
+
+    /** Rate limit and access rule, then the endpoint with its principal. */
+    const admit = <E, R>(
+      httpEffect: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>,
+      principal: Principal,
+      rule: AccessRule,
+      method: string
+    ) => {
+      const taken = limiter.take(principal.credential.id, clock.currentTimeMillisUnsafe())
+      if (!taken.allowed) return Effect.succeed(refuse(new Errors.RateLimited({ retry_after_s: taken.retryAfterS })))
+      const decision = decide(rule, method, principal.grant)
+      if (decision._tag !== "Allowed") return Effect.succeed(refuse(refusal(decision)))
+      return Effect.provideService(httpEffect, CurrentPrincipal, principal)
+    }
 
     return Authorization.of({
       bearer: (httpEffect, { endpoint, group }) =>
-        Effect.gen(function*() {
-          const request = yield* HttpServerRequest.HttpServerRequest
-          const isTerminal = pathOf(request.url) === TERMINAL_PATH
-          const inQuery = queryToken(request.url)
-          if (inQuery !== undefined && !isTerminal) return refuse(TOKEN_IN_QUERY)
+        Effect.flatMap(Effect.service(HttpServerRequest.HttpServerRequest), (request) => {
+          const url = request.url
+          const isTerminal = pathOf(url) === TERMINAL_PATH
+          const inQuery = queryToken(url)
+          if (inQuery !== undefined && !isTerminal) return Effect.succeed(refuse(TOKEN_IN_QUERY))
 
-          const rule = accessRuleOf(group, endpoint) ?? { _tag: "Account" as const }
+          const rule = ruleOf(group, endpoint)
           const method = request.method
           if (rule._tag === "Public") {
-            if (!isSafe(method) && request.headers["origin"] !== undefined && !sameOrigin(request)) return refuse(CSRF)
-            return yield* Effect.provideService(httpEffect, CurrentPrincipal, NO_PRINCIPAL)
+            if (!isSafe(method) && request.headers["origin"] !== undefined && !sameOrigin(request)) {
+              return Effect.succeed(refuse(CSRF))
+            }
+            return Effect.provideService(httpEffect, CurrentPrincipal, NO_PRINCIPAL)
           }
 
-          const authorization = request.headers["authorization"]
-          const cookie = request.cookies[SESSION_COOKIE]
           let verified: Effect.Effect<Principal, Errors.Unauthenticated | SqlError.SqlError>
-          if (authorization !== undefined) {
-            const m = BEARER.exec(authorization)
-            if (m === null) return refuse(UNAUTHENTICATED)
-            verified = keys.verify(m[1]!)
-          } else if (isTerminal && inQuery !== undefined) {
-            verified = keys.verify(inQuery)
-          } else if (cookie !== undefined && cookie !== "") {
-            if (!isSafe(method) && !sameOrigin(request)) return refuse(CSRF)
-            verified = sessions.verify(cookie)
+          const authorization = request.headers["authorization"]
+          if (authorization !== undefined || (isTerminal && inQuery !== undefined)) {
+            let token = inQuery
+            if (authorization !== undefined) {
+              const m = BEARER.exec(authorization)
+              if (m === null) return Effect.succeed(refuse(UNAUTHENTICATED))
+              token = m[1]!
+            }
+            // The hot path: a key this process verified recently, no effect to run.
+            const cached = keys.cached(token!, clock.currentTimeMillisUnsafe())
+            if (cached !== undefined) return admit(httpEffect, cached, rule, method)
+            verified = keys.verify(token!)
           } else {
-            return refuse(UNAUTHENTICATED)
+            const cookie = request.cookies[SESSION_COOKIE]
+            if (cookie === undefined || cookie === "") return Effect.succeed(refuse(UNAUTHENTICATED))
+            if (!isSafe(method) && !sameOrigin(request)) return Effect.succeed(refuse(CSRF))
+            verified = sessions.verify(cookie)
           }
-          const result = yield* Effect.result(verified)
-          if (Result.isFailure(result)) {
-            if (result.failure._tag === "Unauthenticated") return refuse(UNAUTHENTICATED)
-            yield* Effect.logWarning("credential check failed on the database", result.failure)
-            return refuse(UNAVAILABLE)
-          }
-          const principal = result.success
-          const now = yield* Clock.currentTimeMillis
-          const taken = limiter.take(principal.credential.id, now)
-          if (!taken.allowed) return refuse(new Errors.RateLimited({ retry_after_s: taken.retryAfterS }))
-          const decision = decide(rule, method, principal.grant)
-          if (decision._tag !== "Allowed") return refuse(refusal(decision))
-          return yield* Effect.provideService(httpEffect, CurrentPrincipal, principal)
+          return Effect.flatMap(Effect.result(verified), (result) => {
+            if (Result.isSuccess(result)) return admit(httpEffect, result.success, rule, method)
+            if (result.failure._tag === "Unauthenticated") return Effect.succeed(refuse(UNAUTHENTICATED))
+            return Effect.as(
+              Effect.logWarning("credential check failed on the database", result.failure),
+              refuse(UNAVAILABLE)
+            )
+          })
         })
     })
   })
