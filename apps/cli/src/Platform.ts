@@ -1,17 +1,30 @@
 /**
  * The platform's processes as layers, so that `svc dev` can run them all in one process and an
- * operator can run each role alone (`svc api`, ...) to scale it by process count.
+ * operator can run each role alone (`svc api`, `svc runtime`, ...) to scale it by process count.
  */
+import { AgentRole } from "@svc/agent/Agent"
+import * as ApiServer from "@svc/api/Server"
 import { Nats } from "@svc/bus/Nats"
 import * as Database from "@svc/db/Database"
-import * as ApiServer from "@svc/api/Server"
+import * as Dispatcher from "@svc/dispatcher/Dispatcher"
+import * as Runtime from "@svc/runtime/Runtime"
+import { WorkerHeartbeat } from "@svc/sandboxes/Workers"
 import { Layer } from "effect"
 
-/** What every role needs: Postgres (migrated) and NATS, from DATABASE_URL and NATS_URL. */
+/** What the roles need: Postgres (migrated) and NATS, from DATABASE_URL and NATS_URL. */
 export const Infrastructure = Layer.mergeAll(Database.layer, Nats.layer)
 
-/** The HTTP API role. */
-export const ApiRole = ApiServer.layer
+/** The HTTP API. */
+export const ApiRole = Layer.mergeAll(ApiServer.layer, WorkerHeartbeat.layer("api"))
+
+/** Actors, outbox relay, sandbox supervisor. */
+export const RuntimeRole = Runtime.layer
+
+/** Webhook deliveries. */
+export const DispatcherRole = Layer.mergeAll(Dispatcher.layer, WorkerHeartbeat.layer("dispatcher"))
+
+/** The host agent of this machine (needs only NATS). */
+export const AgentRoleLayer = AgentRole.layer
 
 /** Every role of the platform in one process. */
-export const AllRoles = Layer.mergeAll(ApiRole)
+export const AllRoles = Layer.mergeAll(RuntimeRole, DispatcherRole, AgentRoleLayer, ApiRole)

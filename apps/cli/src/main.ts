@@ -5,11 +5,13 @@ import * as NodeServices from "@effect/platform-node/NodeServices"
 import { Effect } from "effect"
 import { Command } from "effect/cli"
 import { dev } from "./Commands/Dev.ts"
+import { key } from "./Commands/Keys.ts"
+import { org } from "./Commands/Orgs.ts"
 import { roles } from "./Commands/Roles.ts"
 
 const svc = Command.make("svc").pipe(
   Command.withDescription("The sandbox platform"),
-  Command.withSubcommands([dev, ...roles])
+  Command.withSubcommands([dev, ...roles, org, key])
 )
 
 svc.pipe(

@@ -72,7 +72,9 @@ const spawnGuarded = (cmd: string, args: ReadonlyArray<string>, options: { user?
   const privArgs = ["--pdeathsig", "SIGKILL"]
   if (options.user) privArgs.push("--reuid", options.user, "--regid", options.user, "--init-groups")
   const log = fs.openSync(options.logFile, "a")
-  const child = spawn("setpriv", [...privArgs, "--", cmd, ...args], { stdio: ["ignore", log, log] })
+  // Its own process group: a Ctrl-C in the terminal reaches only our process, which then stops
+  // the platform first and the servers last (pdeathsig still covers our own death).
+  const child = spawn("setpriv", [...privArgs, "--", cmd, ...args], { stdio: ["ignore", log, log], detached: true })
   fs.closeSync(log)
   return child
 }

@@ -4,11 +4,14 @@
  * applies migrations, runs every role, and stops everything on Ctrl-C.
  */
 import { startNats, startPostgres } from "@svc/local-servers/Servers"
+import * as AuthLayer from "@svc/auth/AuthLayer"
+import { ensureDevOrg } from "@svc/auth/DevOrg"
 import { ConfigProvider, Console, Effect, Layer } from "effect"
 import { Command } from "effect/cli"
 import * as fs from "node:fs"
 import * as net from "node:net"
 import * as path from "node:path"
+import { SandboxDriver } from "@svc/sandboxes/Driver"
 import { AllRoles, Infrastructure } from "../Platform.ts"
 
 export const repoRoot = path.resolve(import.meta.dirname, "../../../..")
@@ -49,6 +52,43 @@ const localServers = Effect.gen(function*() {
   return env
 })
 
+/**
+ * The dev org and its full-access key: printed, and written to `.svc/dev-credentials.json` (mode
+ * 0600, git-ignored) as `{base_url, org_id, api_key}` for scripts and the CLI.
+ */
+const devCredentials = (baseUrl: string) =>
+  Effect.gen(function*() {
+    const file = path.join(stateDir, "dev-credentials.json")
+    const previous = fs.existsSync(file) ? (JSON.parse(fs.readFileSync(file, "utf8")) as Record<string, unknown>) : null
+    const creds = yield* ensureDevOrg(previous)
+    fs.writeFileSync(file, JSON.stringify({ base_url: baseUrl, org_id: creds.org_id, api_key: creds.api_key }, null, 2) + "\n", { mode: 0o600 })
+    yield* Console.log(`org       ${creds.org_id}`)
+    yield* Console.log(`api key   ${creds.api_key}${creds.minted ? " (new)" : ""}`)
+    yield* Console.log(`          saved in ${file}`)
+  }).pipe(Effect.provide(AuthLayer.operatorLayer))
+
+/**
+ * Sandboxes outlive their agent (an agent restart must not kill them), but Ctrl-C on `svc dev`
+ * stops everything it started: each running sandbox of this host is stopped, its file system
+ * kept; the next `svc dev` reconciles them as stopped, and `POST /v1/sandboxes/{id}/start`
+ * brings one back.
+ */
+const StopSandboxesOnExit = Layer.effectDiscard(
+  Effect.gen(function*() {
+    const driver = yield* SandboxDriver
+    yield* Effect.addFinalizer(() =>
+      driver.list.pipe(
+        Effect.flatMap((sandboxes) =>
+          Effect.forEach(sandboxes.filter((s) => s.status === "running"), (s) => Effect.ignore(driver.stop(s.sandboxId)), {
+            concurrency: 4
+          })
+        ),
+        Effect.ignore
+      )
+    )
+  })
+)
+
 export const dev = Command.make(
   "dev",
   {},
@@ -57,10 +97,17 @@ export const dev = Command.make(
     const env = yield* localServers
     const config = ConfigProvider.fromEnv({ env: { ...process.env, ...env } as Record<string, string> })
     const port = Number(process.env.SVC_PORT ?? 8080)
+    const baseUrl = `http://127.0.0.1:${port}`
     yield* Layer.launch(
-      AllRoles.pipe(
+      StopSandboxesOnExit.pipe(
+        Layer.provideMerge(AllRoles),
         Layer.provideMerge(Infrastructure),
-        Layer.tap(() => Console.log(`api       http://127.0.0.1:${port} (docs at /docs)`))
+        Layer.tap((context) =>
+          Effect.andThen(
+            Console.log(`api       ${baseUrl} (docs at ${baseUrl}/docs)`),
+            devCredentials(baseUrl).pipe(Effect.provide(context))
+          )
+        )
       )
     ).pipe(Effect.provide(ConfigProvider.layer(config)))
   }, Effect.scoped)

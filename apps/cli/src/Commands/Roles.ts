@@ -4,15 +4,15 @@
  */
 import { Layer } from "effect"
 import { Command } from "effect/cli"
-import { ApiRole, Infrastructure } from "../Platform.ts"
+import { AgentRoleLayer, ApiRole, DispatcherRole, Infrastructure, RuntimeRole } from "../Platform.ts"
+import { Nats } from "@svc/bus/Nats"
 
-const role = (name: string, description: string, layer: Layer.Layer<never, unknown, never>) =>
+const role = <A, E>(name: string, description: string, layer: Layer.Layer<A, E, never>) =>
   Command.make(name, {}, () => Layer.launch(layer)).pipe(Command.withDescription(description))
 
-export const api = role(
-  "api",
-  "Serve the HTTP API (SVC_HOST:SVC_PORT) against DATABASE_URL and NATS_URL",
-  ApiRole.pipe(Layer.provide(Infrastructure)) as Layer.Layer<never, unknown, never>
-)
-
-export const roles = [api]
+export const roles = [
+  role("api", "Serve the HTTP API on SVC_HOST:SVC_PORT", ApiRole.pipe(Layer.provide(Infrastructure))),
+  role("runtime", "Run sandbox actors, the outbox relay and the supervisor", RuntimeRole.pipe(Layer.provide(Infrastructure))),
+  role("dispatcher", "Deliver webhooks", DispatcherRole.pipe(Layer.provide(Infrastructure))),
+  role("agent", "Run this machine's host agent (SVC_HOST_ID, SVC_REGION, ...)", AgentRoleLayer.pipe(Layer.provide(Nats.layer)))
+]

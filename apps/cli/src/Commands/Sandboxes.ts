@@ -1,0 +1,191 @@
+/**
+ * `svc sandbox create|list|get|exec|delete`: a client of the /v1 API for users.
+ *
+ * Credentials: `SVC_API_KEY` and `SVC_API_URL` (default http://127.0.0.1:8080), else
+ * `.svc/dev-credentials.json` (`{base_url, api_key}`, written for the dev stack). API errors
+ * print `error <code>: <message>` and exit 1; `exec` exits with the command's exit code.
+ *
+ *   svc sandbox create --name web --cpu 2 --ram-mb 1024 --env PORT=8080 --wait
+ *   svc sandbox list --state running,stopped
+ *   svc sandbox exec sbx_... -- sh -c 'echo hi'
+ */
+import { Console, Effect, Option, Schema } from "effect"
+import { Argument, Command, Flag } from "effect/cli"
+import * as Fs from "node:fs"
+import * as Path from "node:path"
+import { stateDir } from "./Dev.ts"
+
+export class CliError extends Schema.TaggedError<CliError>()("CliError", { message: Schema.String }) {}
+
+interface Credentials {
+  readonly baseUrl: string
+  readonly apiKey: string
+}
+
+const DevCredentials = Schema.Struct({ base_url: Schema.String, api_key: Schema.String })
+
+/** From the environment, else the dev stack's file. */
+export const credentials = Effect.gen(function*() {
+  const key = process.env["SVC_API_KEY"]
+  if (key !== undefined && key !== "") {
+    return { baseUrl: process.env["SVC_API_URL"] || "http://127.0.0.1:8080", apiKey: key } satisfies Credentials
+  }
+  const file = Path.join(stateDir, "dev-credentials.json")
+  const text = yield* Effect.try({
+    try: () => Fs.readFileSync(file, "utf8"),
+    catch: () => new CliError({ message: `No credentials: set SVC_API_KEY (and SVC_API_URL), or run \`svc dev\` (writes ${file})` })
+  })
+  const dev = yield* Schema.decodeUnknownEffect(Schema.fromJsonString(DevCredentials))(text).pipe(
+    Effect.mapError(() => new CliError({ message: `${file} is not {base_url, api_key}` }))
+  )
+  return { baseUrl: process.env["SVC_API_URL"] || dev.base_url, apiKey: dev.api_key } satisfies Credentials
+})
+
+/** One API call; a non-2xx answer is a `CliError` with the API's code and message. */
+export const request = (method: string, path: string, body?: unknown) =>
+  Effect.gen(function*() {
+    const creds = yield* credentials
+    const url = creds.baseUrl.replace(/\/+$/, "") + path
+    const response = yield* Effect.tryPromise({
+      try: () =>
+        fetch(url, {
+          method,
+          headers: {
+            authorization: `Bearer ${creds.apiKey}`,
+            ...(body !== undefined ? { "content-type": "application/json" } : {})
+          },
+          ...(body !== undefined ? { body: JSON.stringify(body) } : {})
+        }),
+      catch: (cause) => new CliError({ message: `cannot reach ${creds.baseUrl}: ${String(cause)}` })
+    })
+    const text = yield* Effect.promise(() => response.text())
+    let json: any = undefined
+    try {
+      json = text.length > 0 ? JSON.parse(text) : undefined
+    } catch {
+      // Not JSON: reported below when it matters.
+    }
+    if (!response.ok) {
+      const issues = Array.isArray(json?.issues) && json.issues.length > 0
+        ? "\n" + json.issues.map((i: { path: string; message: string }) => `  ${i.path || "(body)"}: ${i.message}`).join("\n")
+        : ""
+      return yield* new CliError({
+        message: `error ${json?.code ?? response.status}: ${json?.error ?? text.slice(0, 300)}${issues}`
+      })
+    }
+    return json
+  })
+
+const print = (value: unknown) => Console.log(JSON.stringify(value, null, 2))
+
+const sandboxId = Argument.String("sandbox-id").pipe(Argument.withDescription("The sandbox's id (sbx_...)"))
+const json = Flag.Boolean("json").pipe(Flag.withDescription("Print the API's JSON"), Flag.withDefault(false))
+
+const optionalField = <A>(name: string, value: Option.Option<A>) => (Option.isSome(value) ? { [name]: value.value } : {})
+
+const waitFor = (id: string, until: ReadonlyArray<string>) =>
+  Effect.gen(function*() {
+    for (;;) {
+      const record = yield* request("GET", `/v1/sandboxes/${id}`)
+      if (until.includes(record.state) || record.state === "error") return record
+      yield* Effect.sleep("200 millis")
+    }
+  })
+
+const create = Command.make(
+  "create",
+  {
+    name: Flag.String("name").pipe(Flag.optional),
+    template: Flag.String("template").pipe(Flag.optional),
+    region: Flag.String("region").pipe(Flag.optional),
+    parent: Flag.String("parent").pipe(Flag.withDescription("Parent sandbox id"), Flag.optional),
+    cpu: Flag.Int("cpu").pipe(Flag.optional),
+    ramMb: Flag.Int("ram-mb").pipe(Flag.optional),
+    diskGb: Flag.Int("disk-gb").pipe(Flag.optional),
+    env: Flag.KeyValuePair("env").pipe(Flag.withDescription("KEY=VALUE, repeatable"), Flag.optional),
+    type: Flag.Literals("type", ["persistent", "ephemeral"]).pipe(Flag.optional),
+    timeoutS: Flag.Int("timeout-s").pipe(Flag.withDescription("Stop it after this many seconds running"), Flag.optional),
+    wait: Flag.Boolean("wait").pipe(Flag.withDescription("Wait until it is running (or in error)"), Flag.withDefault(false))
+  },
+  Effect.fn(function*(o) {
+    const created = yield* request("POST", "/v1/sandboxes", {
+      ...optionalField("name", o.name),
+      ...optionalField("template", o.template),
+      ...optionalField("region", o.region),
+      ...optionalField("parent_id", o.parent),
+      ...optionalField("cpu", o.cpu),
+      ...optionalField("ram_mb", o.ramMb),
+      ...optionalField("disk_gb", o.diskGb),
+      ...optionalField("env", o.env),
+      ...optionalField("type", o.type),
+      ...optionalField("timeout_s", o.timeoutS)
+    })
+    const record = o.wait ? yield* waitFor(created.id, ["running"]) : created
+    yield* print(record)
+    if (record.state === "error") return yield* new CliError({ message: `sandbox ${record.id} failed: ${record.errorMessage}` })
+  })
+).pipe(Command.withDescription("Create a sandbox (201: pending; --wait for running)"))
+
+const list = Command.make(
+  "list",
+  {
+    state: Flag.String("state").pipe(Flag.withDescription("One state or a comma-separated list"), Flag.optional),
+    limit: Flag.Int("limit").pipe(Flag.optional),
+    offset: Flag.Int("offset").pipe(Flag.optional),
+    all: Flag.Boolean("all").pipe(Flag.withDescription("Every row (paginated=false)"), Flag.withDefault(false)),
+    json
+  },
+  Effect.fn(function*(o) {
+    const query = new URLSearchParams()
+    if (Option.isSome(o.state)) query.set("state", o.state.value)
+    if (Option.isSome(o.limit)) query.set("limit", String(o.limit.value))
+    if (Option.isSome(o.offset)) query.set("offset", String(o.offset.value))
+    if (o.all) query.set("paginated", "false")
+    const q = query.toString()
+    const page = yield* request("GET", `/v1/sandboxes${q ? `?${q}` : ""}`)
+    if (o.json) return yield* print(page)
+    for (const r of page.rows) {
+      yield* Console.log([r.id, r.state.padEnd(8), r.region, r.internalIp ?? "-", r.name].join("  "))
+    }
+    yield* Console.log(`${page.rows.length} of ${page.total}${page.has_more ? " (more: --offset / --all)" : ""}`)
+  })
+).pipe(Command.withDescription("List the org's sandboxes, newest first"), Command.withAlias("ls"))
+
+const get = Command.make("get", { sandboxId }, ({ sandboxId }) => Effect.flatMap(request("GET", `/v1/sandboxes/${sandboxId}`), print))
+  .pipe(Command.withDescription("Show one sandbox's record"))
+
+const exec = Command.make(
+  "exec",
+  {
+    sandboxId,
+    cmd: Argument.String("cmd").pipe(Argument.variadic({ min: 1 }), Argument.withDescription("The program and its arguments (after --)")),
+    cwd: Flag.String("cwd").pipe(Flag.optional),
+    timeoutMs: Flag.Int("timeout-ms").pipe(Flag.optional),
+    json
+  },
+  Effect.fn(function*(o) {
+    const result = yield* request("POST", `/v1/sandboxes/${o.sandboxId}/exec`, {
+      cmd: o.cmd,
+      ...optionalField("cwd", o.cwd),
+      ...optionalField("timeout_ms", o.timeoutMs)
+    })
+    if (o.json) return yield* print(result)
+    process.stdout.write(result.stdout)
+    process.stderr.write(result.stderr)
+    process.exitCode = result.exit_code
+  })
+).pipe(Command.withDescription("Run a command in a running sandbox; exits with its exit code"))
+
+const remove = Command.make(
+  "delete",
+  { sandboxId, wait: Flag.Boolean("wait").pipe(Flag.withDefault(false)) },
+  Effect.fn(function*(o) {
+    const record = yield* request("DELETE", `/v1/sandboxes/${o.sandboxId}`)
+    yield* print(o.wait ? yield* waitFor(record.id, ["deleted"]) : record)
+  })
+).pipe(Command.withDescription("Delete a sandbox and its children"))
+
+export const sandbox = Command.make("sandbox").pipe(
+  Command.withDescription("Create and use sandboxes through the API (SVC_API_KEY, SVC_API_URL)"),
+  Command.withSubcommands([create, list, get, exec, remove])
+)

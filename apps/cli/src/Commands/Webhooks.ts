@@ -1,0 +1,194 @@
+/**
+ * `svc webhook create|list|test|deliveries|retry|delete`: a client of the /v1 webhook routes.
+ *
+ * Credentials: `SVC_API_KEY` and `SVC_API_URL` (default http://127.0.0.1:8080), else
+ * `.svc/dev-credentials.json` (`{base_url, api_key}`, written for the dev stack). Webhook routes
+ * are account-level: the key must be a `*` key. API errors print `error <code>: <message>` and
+ * exit 1.
+ *
+ *   svc webhook create --url https://example.com/hooks --events sandbox.created,sandbox.deleted
+ *   svc webhook test wh_... --wait
+ *   svc webhook deliveries wh_... --status dead_letter
+ *   svc webhook retry wh_... whd_...
+ */
+import { Console, Effect, Option, Schema } from "effect"
+import { Argument, Command, Flag } from "effect/cli"
+import * as Fs from "node:fs"
+import * as Path from "node:path"
+import { stateDir } from "./Dev.ts"
+
+export class WebhookCliError extends Schema.TaggedError<WebhookCliError>()("WebhookCliError", { message: Schema.String }) {}
+
+const DevCredentials = Schema.Struct({ base_url: Schema.String, api_key: Schema.String })
+
+const credentials = Effect.gen(function*() {
+  const key = process.env["SVC_API_KEY"]
+  if (key !== undefined && key !== "") {
+    return { baseUrl: process.env["SVC_API_URL"] || "http://127.0.0.1:8080", apiKey: key }
+  }
+  const file = Path.join(stateDir, "dev-credentials.json")
+  const text = yield* Effect.try({
+    try: () => Fs.readFileSync(file, "utf8"),
+    catch: () => new WebhookCliError({ message: `No credentials: set SVC_API_KEY (and SVC_API_URL), or run \`svc dev\` (writes ${file})` })
+  })
+  const dev = yield* Schema.decodeUnknownEffect(Schema.fromJsonString(DevCredentials))(text).pipe(
+    Effect.mapError(() => new WebhookCliError({ message: `${file} is not {base_url, api_key}` }))
+  )
+  return { baseUrl: process.env["SVC_API_URL"] || dev.base_url, apiKey: dev.api_key }
+})
+
+/** One API call; a non-2xx answer fails with the API's code and message. */
+const request = (method: string, path: string, body?: unknown) =>
+  Effect.gen(function*() {
+    const creds = yield* credentials
+    const response = yield* Effect.tryPromise({
+      try: () =>
+        fetch(creds.baseUrl.replace(/\/+$/, "") + path, {
+          method,
+          headers: {
+            authorization: `Bearer ${creds.apiKey}`,
+            ...(body !== undefined ? { "content-type": "application/json" } : {})
+          },
+          ...(body !== undefined ? { body: JSON.stringify(body) } : {})
+        }),
+      catch: (cause) => new WebhookCliError({ message: `cannot reach ${creds.baseUrl}: ${String(cause)}` })
+    })
+    const text = yield* Effect.promise(() => response.text())
+    let json: any = undefined
+    try {
+      json = text.length > 0 ? JSON.parse(text) : undefined
+    } catch {
+      // Not JSON: shown below when it is an error.
+    }
+    if (!response.ok) {
+      const issues = Array.isArray(json?.issues) && json.issues.length > 0
+        ? "\n" + json.issues.map((i: { path: string; message: string }) => `  ${i.path || "(body)"}: ${i.message}`).join("\n")
+        : ""
+      return yield* new WebhookCliError({ message: `error ${json?.code ?? response.status}: ${json?.error ?? text.slice(0, 300)}${issues}` })
+    }
+    return json
+  })
+
+const print = (value: unknown) => Console.log(JSON.stringify(value, null, 2))
+const json = Flag.Boolean("json").pipe(Flag.withDescription("Print the API's JSON"), Flag.withDefault(false))
+const webhookId = Argument.String("webhook-id").pipe(Argument.withDescription("The webhook's id (wh_...)"))
+const pageQuery = (limit: Option.Option<number>, offset: Option.Option<number>, extra: Record<string, string> = {}) => {
+  const query = new URLSearchParams(extra)
+  if (Option.isSome(limit)) query.set("limit", String(limit.value))
+  if (Option.isSome(offset)) query.set("offset", String(offset.value))
+  const q = query.toString()
+  return q ? `?${q}` : ""
+}
+
+const attemptLine = (row: any) =>
+  [
+    row.createdAt,
+    row.delivery_id,
+    String(row.event).padEnd(22),
+    `#${row.attempt}`,
+    String(row.status).padEnd(11),
+    row.response_code ?? "-",
+    row.duration_ms === null ? "-" : `${row.duration_ms}ms`,
+    row.error ?? "",
+    row.next_attempt_at ? `next ${row.next_attempt_at}` : ""
+  ].join("  ").trimEnd()
+
+const create = Command.make(
+  "create",
+  {
+    url: Flag.String("url").pipe(Flag.withDescription("http(s) URL resolving to a public address")),
+    events: Flag.String("events").pipe(Flag.withDescription("Comma-separated exact event names, or * (default *)"), Flag.optional),
+    secret: Flag.String("secret").pipe(Flag.withDescription("Your signing secret, 16+ characters (generated when omitted)"), Flag.optional),
+    disabled: Flag.Boolean("disabled").pipe(Flag.withDescription("Create it paused"), Flag.withDefault(false)),
+    json
+  },
+  Effect.fn(function*(o) {
+    const created = yield* request("POST", "/v1/webhooks", {
+      url: o.url,
+      ...(Option.isSome(o.events) ? { events: o.events.value.split(",").map((e) => e.trim()) } : {}),
+      ...(Option.isSome(o.secret) ? { secret: o.secret.value } : {}),
+      ...(o.disabled ? { enabled: false } : {})
+    })
+    if (o.json) return yield* print(created)
+    yield* Console.log(`${created.id}  ${created.url}  events=${created.events.join(",")}  enabled=${created.enabled}`)
+    yield* Console.log(`signing secret (shown only now): ${created.secret_returned_once}`)
+  })
+).pipe(Command.withDescription("Create a webhook; prints its signing secret once"))
+
+const list = Command.make(
+  "list",
+  { limit: Flag.Int("limit").pipe(Flag.optional), offset: Flag.Int("offset").pipe(Flag.optional), json },
+  Effect.fn(function*(o) {
+    const page = yield* request("GET", `/v1/webhooks${pageQuery(o.limit, o.offset)}`)
+    if (o.json) return yield* print(page)
+    for (const w of page.webhooks) {
+      yield* Console.log([w.id, w.enabled ? "enabled " : "paused  ", w.events.join(","), w.url].join("  "))
+    }
+    yield* Console.log(`${page.webhooks.length} of ${page.total}`)
+  })
+).pipe(Command.withDescription("List the org's webhooks"))
+
+const test = Command.make(
+  "test",
+  {
+    webhookId,
+    wait: Flag.Boolean("wait").pipe(Flag.withDescription("Wait for the first attempt's outcome"), Flag.withDefault(false))
+  },
+  Effect.fn(function*(o) {
+    const { delivery_id } = yield* request("POST", `/v1/webhooks/${o.webhookId}/test`)
+    yield* Console.log(`ping queued: delivery ${delivery_id}`)
+    if (!o.wait) return
+    for (let i = 0; i < 150; i++) {
+      const page = yield* request("GET", `/v1/webhooks/${o.webhookId}/deliveries?limit=50`)
+      const row = page.deliveries.find((d: any) => d.delivery_id === delivery_id && d.status !== "pending")
+      if (row !== undefined) {
+        yield* Console.log(attemptLine(row))
+        if (row.status !== "succeeded") return yield* new WebhookCliError({ message: `ping not delivered: ${row.error ?? row.status}` })
+        return
+      }
+      yield* Effect.sleep("200 millis")
+    }
+    return yield* new WebhookCliError({ message: "no outcome after 30 s; see `svc webhook deliveries`" })
+  })
+).pipe(Command.withDescription("Send a ping through the real delivery path"))
+
+const deliveries = Command.make(
+  "deliveries",
+  {
+    webhookId,
+    status: Flag.Literals("status", ["pending", "succeeded", "failed", "dead_letter", "retried"]).pipe(Flag.optional),
+    limit: Flag.Int("limit").pipe(Flag.optional),
+    offset: Flag.Int("offset").pipe(Flag.optional),
+    json
+  },
+  Effect.fn(function*(o) {
+    const extra: Record<string, string> = Option.isSome(o.status) ? { status: o.status.value } : {}
+    const page = yield* request("GET", `/v1/webhooks/${o.webhookId}/deliveries${pageQuery(o.limit, o.offset, extra)}`)
+    if (o.json) return yield* print(page)
+    for (const row of page.deliveries) yield* Console.log(attemptLine(row))
+    yield* Console.log(`${page.deliveries.length} of ${page.total} attempts`)
+  })
+).pipe(Command.withDescription("List delivery attempts, newest first"))
+
+const retry = Command.make(
+  "retry",
+  { webhookId, deliveryId: Argument.String("delivery-id").pipe(Argument.withDescription("The delivery's id (whd_...)")) },
+  Effect.fn(function*(o) {
+    const result = yield* request("POST", `/v1/webhooks/${o.webhookId}/deliveries/${o.deliveryId}/retry`)
+    yield* Console.log(`${result.delivery_id} ${result.status}`)
+  })
+).pipe(Command.withDescription("Retry a failed or dead_letter delivery (its attempt counter restarts)"))
+
+const remove = Command.make(
+  "delete",
+  { webhookId },
+  Effect.fn(function*(o) {
+    yield* request("DELETE", `/v1/webhooks/${o.webhookId}`)
+    yield* Console.log(`${o.webhookId} deleted`)
+  })
+).pipe(Command.withDescription("Delete a webhook"))
+
+export const webhook = Command.make("webhook").pipe(
+  Command.withDescription("Webhooks: subscriptions, test pings, deliveries"),
+  Command.withSubcommands([create, list, test, deliveries, retry, remove])
+)
