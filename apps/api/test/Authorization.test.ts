@@ -10,8 +10,9 @@
  * `r:write` otherwise (`write` implies `read`, a `sandbox:<id>` key holds sandboxes only),
  * else 403 `insufficient_scope` naming `required_scope`. Path parameters get well-formed ids of
  * the kind their schema accepts; where a fixture can create one in org A, org B's `*` key must
- * get 404 for it (never 403, never 2xx). `?token=` is 401 `token_in_query_not_allowed` on every
- * route but /terminal.
+ * get exactly the answer of an id that exists nowhere (404 where the request is otherwise
+ * valid; never 403, never 2xx). `?token=` is 401 `token_in_query_not_allowed` on every route but
+ * /terminal.
  */
 import { assert, expect, layer } from "@effect/vitest"
 import { ApiKeys } from "@svc/auth/ApiKeys"
@@ -27,7 +28,7 @@ import { ACTIONS_OF, RESOURCES, type Resource } from "@svc/domain/Scopes"
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import { serve } from "@svc/testing/TestHttp"
 import * as TestNats from "@svc/testing/TestNats"
-import { ConfigProvider, Context, Effect, Layer, Schema } from "effect"
+import { ConfigProvider, Context, Effect, Layer, Schema, type SchemaAST } from "effect"
 import { HttpRouter } from "effect/http"
 import { HttpApi, HttpApiBuilder, HttpApiEndpoint, HttpApiGroup } from "effect/http-api"
 import { SqlClient } from "effect/sql"
@@ -52,10 +53,11 @@ interface Route {
 const ID_KINDS = Object.keys(ID_PREFIXES) as Array<IdKind>
 
 const paramKinds = (endpoint: HttpApiEndpoint.Top): Route["params"] => {
-  const fields = (endpoint.params as Schema.Struct<Schema.Struct.Fields> | undefined)?.fields ?? {}
-  return Object.entries(fields).map(([name, schema]) => ({
-    name,
-    kind: ID_KINDS.find((kind) => Schema.is(schema as Schema.Top)(makeId(kind)))
+  // `params` is the endpoint's struct wrapped for path decoding: its properties' own schemas.
+  const ast = endpoint.params?.ast as SchemaAST.Objects | undefined
+  return (ast?.propertySignatures ?? []).map((ps) => ({
+    name: String(ps.name),
+    kind: ID_KINDS.find((kind) => Schema.is(Schema.make(ps.type))(makeId(kind)))
   }))
 }
 
@@ -195,15 +197,27 @@ const expectedFor = (route: Route, kind: CredentialKind): Expected => {
 // ---------------------------------------------------------------------------------------------
 // The environment: one API server, org A (with a user) and org B, and a key of every kind
 
-/** Creates a resource of the given id kind in an org, for the other-org 404 checks. */
-type Fixture = (orgId: OrgId) => Effect.Effect<string, unknown, ApiKeys>
-/** Add a kind here when its routes arrive (e.g. sandbox: create one in the org). */
+/**
+ * Creates a resource of the given id kind in org A over the API (with org A's `*` key), for the
+ * other-org 404 checks. Add a kind here when its routes arrive.
+ */
+type Fixture = (base: string, token: string) => Promise<string>
+const created = (what: string) => async (res: Response): Promise<string> => {
+  const body = await res.json() as { id?: string }
+  if (res.status >= 300 || typeof body.id !== "string") throw new Error(`fixture ${what}: ${res.status} ${JSON.stringify(body)}`)
+  return body.id
+}
+const post = (base: string, token: string, path: string, body: unknown) =>
+  fetch(`${base}${path}`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+    body: JSON.stringify(body)
+  })
 const FIXTURES: Partial<Record<IdKind, Fixture>> = {
-  apiKey: (orgId) =>
-    Effect.map(
-      Effect.flatMap(Effect.service(ApiKeys), (keys) => keys.mint({ orgId, userId: null, name: "fixture" }, operatorContext)),
-      (k) => k.id
-    )
+  apiKey: (base, token) => post(base, token, "/v1/auth/api-keys", { name: "fixture" }).then(created("key")),
+  sandbox: (base, token) => post(base, token, "/v1/sandboxes", { name: "fixture" }).then(created("sandbox")),
+  webhook: (base, token) =>
+    post(base, token, "/v1/webhooks", { url: "http://127.0.0.1:9/fixture" }).then(created("webhook"))
 }
 
 class Env extends Context.Service<Env, {
@@ -217,8 +231,13 @@ class Env extends Context.Service<Env, {
 }>()("test/Authorization/Env") {}
 
 // The matrix sends many requests with the same keys: no rate limit here (tested in Keys).
+// Webhook fixtures point at loopback.
 const noRateLimit = ConfigProvider.layerAdd(
-  ConfigProvider.fromUnknown({ SVC_RATE_LIMIT_PER_SECOND: "1000000", SVC_RATE_LIMIT_BURST: "1000000" }),
+  ConfigProvider.fromUnknown({
+    SVC_RATE_LIMIT_PER_SECOND: "1000000",
+    SVC_RATE_LIMIT_BURST: "1000000",
+    SVC_WEBHOOK_ALLOWED_SUBNETS: "127.0.0.0/8"
+  }),
   { asPrimary: true }
 )
 
@@ -293,7 +312,9 @@ const EnvLayer = Layer.effect(
 
     const orgAResources: Partial<Record<IdKind, string>> = {}
     for (const [kind, fixture] of Object.entries(FIXTURES) as Array<[IdKind, Fixture]>) {
-      orgAResources[kind] = yield* run(fixture(orgA.id))
+      // Only kinds some route of the Api names.
+      if (!routes.some((r) => r.params.some((p) => p.kind === kind))) continue
+      orgAResources[kind] = yield* Effect.promise(() => fixture(base, full.token))
     }
 
     const sessions = Context.get(ops, Sessions)
@@ -346,11 +367,16 @@ const pathFor = (route: Route, owned: Partial<Record<IdKind, string>> | null) =>
   return path
 }
 
-/** Runs every route × credential against `base`; returns the mismatches and the number of checks. */
-const runMatrix = (env: Env["Service"], base: string, table: ReadonlyArray<Route>) =>
+/**
+ * Runs every route × credential against `base`; returns the mismatches and the number of checks.
+ * `foreign`: also prove that org A's resources are, to another org's key, indistinguishable from
+ * missing ones (same answer as for an id that does not exist; never 2xx, never 403).
+ */
+const runMatrix = (env: Env["Service"], base: string, table: ReadonlyArray<Route>, foreign: boolean) =>
   Effect.gen(function*() {
     const mismatches: Array<string> = []
     let checked = 0
+    const foreignChecks = new Set<string>()
     for (const route of table) {
       for (const credential of env.credentials) {
         const headers: Record<string, string> = {}
@@ -363,7 +389,8 @@ const runMatrix = (env: Env["Service"], base: string, table: ReadonlyArray<Route
 
         const expected = expectedFor(route, kind)
         // Another org's key on a route naming org A's resource: 404, never 403 or 2xx.
-        const namesOwned = kind._tag === "OtherOrg" && route.params.some((p) => p.kind && env.orgAResources[p.kind])
+        const namesOwned = foreign && kind._tag === "OtherOrg" &&
+          route.params.some((p) => p.kind && env.orgAResources[p.kind])
         const path = pathFor(route, namesOwned ? env.orgAResources : null)
         const answer = yield* send(base, route.method, path, headers)
         checked++
@@ -376,7 +403,15 @@ const runMatrix = (env: Env["Service"], base: string, table: ReadonlyArray<Route
             mismatches.push(`${where}, expected ${expected.status} ${expected.code} ${expected.requiredScope ?? ""}`)
           }
         } else if (namesOwned && route.rule?._tag !== "Public") {
-          if (answer.status !== 404 || answer.body?.code !== "not_found") mismatches.push(`${where}, expected 404 not_found`)
+          foreignChecks.add(route.name)
+          // The same request naming ids that exist nowhere.
+          const missing = yield* send(base, route.method, pathFor(route, null), headers)
+          if (
+            answer.status !== missing.status || answer.body?.code !== missing.body?.code ||
+            (answer.status >= 200 && answer.status < 300) || answer.status === 403 || answer.status >= 500
+          ) {
+            mismatches.push(`${where}, expected the answer for a missing id: ${missing.status} ${missing.body?.code ?? ""}`)
+          }
         } else {
           const code = answer.body?.code
           const sandboxOwn = kind._tag === "Sandbox" && code === "sandbox_out_of_scope"
@@ -390,7 +425,7 @@ const runMatrix = (env: Env["Service"], base: string, table: ReadonlyArray<Route
         }
       }
     }
-    return { mismatches, checked }
+    return { mismatches, checked, foreignChecks }
   })
 
 layer(EnvLayer, { excludeTestServices: true })("authorization matrix", (it) => {
@@ -400,6 +435,10 @@ layer(EnvLayer, { excludeTestServices: true })("authorization matrix", (it) => {
       const unguarded = routes.filter((r) => !r.endpoint.middlewares.has(Authorization as never)).map((r) => r.name)
       expect(undeclared).toEqual([])
       expect(unguarded).toEqual([])
+      // Path parameters are recognised (ids get ids of their kind in the matrix).
+      expect(routes.find((r) => r.name === "DELETE /v1/auth/api-keys/:key_id")!.params).toEqual([
+        { name: "key_id", kind: "apiKey" }
+      ])
       // The routes of this issue are there (the table grows with later issues).
       expect(routes.map((r) => r.name)).toEqual(expect.arrayContaining([
         "GET /v1/health",
@@ -420,8 +459,12 @@ layer(EnvLayer, { excludeTestServices: true })("authorization matrix", (it) => {
   it.effect("each route × each credential answers as the rules say", () =>
     Effect.gen(function*() {
       const env = yield* Env
-      const { mismatches, checked } = yield* runMatrix(env, env.base, routes)
+      const { mismatches, checked, foreignChecks } = yield* runMatrix(env, env.base, routes, true)
       expect(mismatches).toEqual([])
+      // Every route naming a resource kind that has a fixture was tried with another org's key.
+      const withFixture = routes.filter((r) => r.rule?._tag !== "Public" && r.params.some((p) => p.kind && FIXTURES[p.kind]))
+      expect([...foreignChecks].sort()).toEqual(withFixture.map((r) => r.name).sort())
+      expect(foreignChecks).toContain("DELETE /v1/auth/api-keys/:key_id")
       assert.isAtLeast(checked, routes.length * 20)
       // The other org never touched org A's resources.
       if (env.orgAResources.apiKey) expect(yield* env.isRevoked(env.orgAResources.apiKey)).toBe(false)
@@ -430,7 +473,7 @@ layer(EnvLayer, { excludeTestServices: true })("authorization matrix", (it) => {
   it.effect("resource rules (read, write, implied read, extra scopes, fixed action, sandbox keys), on probe routes", () =>
     Effect.gen(function*() {
       const env = yield* Env
-      const { mismatches, checked } = yield* runMatrix(env, env.probeBase, probeRoutes)
+      const { mismatches, checked } = yield* runMatrix(env, env.probeBase, probeRoutes, false)
       expect(mismatches).toEqual([])
       assert.isAtLeast(checked, probeRoutes.length * 20)
       // An endpoint without a declared rule fails closed: account-level.
