@@ -1,0 +1,345 @@
+/**
+ * Sandbox create → running through the whole platform, against the bare driver in the same run.
+ *   node bench/sandboxes.ts        (BENCH_SANDBOXES=200, BENCH_BURST=200, BENCH_CONCURRENCY=16)
+ *
+ * Starts a throwaway NATS and Postgres, the API and the runtime role in this process and a host
+ * agent as a child process (so its memory can be read alone), then measures:
+ *   - bare driver: one bubblewrap start of the `base` root file system → first successful exec,
+ *     50 in a row (bench/driver.ts's measurement): the floor;
+ *   - latency: POST /v1/sandboxes answered → its `sandbox.state_updated` running event read back
+ *     from the EVENTS stream, BENCH_SANDBOXES sandboxes one after the other, p50 and p99;
+ *   - throughput: BENCH_BURST creates from BENCH_CONCURRENCY clients at once, first POST → last
+ *     running event, in creates per second;
+ *   - memory per idle sandbox with BENCH_SANDBOXES running: its own processes (inside, and the
+ *     host-side bubblewrap), and what the host pays beyond them (the agent process's growth,
+ *     the cgroup's kernel charge beyond the processes).
+ * Deletes everything it made (and the host's folders and cgroups) before it exits.
+ */
+import { startNats, startPostgres } from "@svc/local-servers/Servers"
+import * as TestDatabase from "@svc/testing/TestDatabase"
+import { serve } from "@svc/testing/TestHttp"
+import * as TestNats from "@svc/testing/TestNats"
+import { Context, Effect, Layer } from "effect"
+import { HttpRouter } from "effect/http"
+import { SqlClient } from "effect/sql"
+import { spawn } from "node:child_process"
+import * as Fs from "node:fs/promises"
+import * as Os from "node:os"
+import { fileURLToPath } from "node:url"
+import * as Server from "../apps/api/src/Server.ts"
+import { ApiKeys } from "../packages/auth/src/ApiKeys.ts"
+import { operatorContext } from "../packages/auth/src/Audit.ts"
+import * as AuthLayer from "../packages/auth/src/AuthLayer.ts"
+import { Orgs } from "../packages/auth/src/Orgs.ts"
+import * as Runtime from "../apps/runtime/src/Runtime.ts"
+import { Nats } from "../packages/bus/src/Nats.ts"
+import { makeHostId } from "../packages/domain/src/Ids.ts"
+import * as Events from "../packages/events/src/Streams.ts"
+import { ExecRequest, SandboxDriver, SandboxSpec } from "../packages/sandboxes/src/Driver.ts"
+import { BubblewrapDriver } from "../packages/sandboxes/src/Driver/Bubblewrap.ts"
+import { CONTROLLERS, groupPath } from "../packages/sandboxes/src/Driver/Cgroups.ts"
+import { DriverConfig } from "../packages/sandboxes/src/Driver/Config.ts"
+
+const N = Number(process.env["BENCH_SANDBOXES"] ?? 200)
+const BURST = Number(process.env["BENCH_BURST"] ?? 200)
+const CONCURRENCY = Number(process.env["BENCH_CONCURRENCY"] ?? 16)
+const BARE = 50
+const AGENT_MAIN = fileURLToPath(new URL("../apps/agent/src/main.ts", import.meta.url))
+
+const quantile = (values: ReadonlyArray<number>, q: number) => {
+  const sorted = [...values].sort((a, b) => a - b)
+  return sorted[Math.min(sorted.length - 1, Math.ceil(q * sorted.length) - 1)] ?? 0
+}
+const ms = (n: number) => n.toFixed(1).padStart(9)
+const mib = (bytes: number) => (bytes / 1024 / 1024).toFixed(2).padStart(9)
+
+const readKb = async (file: string, key: string): Promise<number> => {
+  try {
+    const match = new RegExp(`^${key}:\\s+(\\d+) kB`, "m").exec(await Fs.readFile(file, "utf8"))
+    return match ? Number(match[1]) * 1024 : 0
+  } catch {
+    return 0
+  }
+}
+/** Whether a process lives in the host's pid namespace (the outer bubblewrap) or the sandbox's. */
+const hostPidNs = await Fs.readlink("/proc/self/ns/pid")
+const onHostSide = (pid: number) => Fs.readlink(`/proc/${pid}/ns/pid`).then((ns) => ns === hostPidNs, () => false)
+
+/** Destroys what a host's driver has on disk, removes its folder and cgroup parents. */
+const cleanHost = (hostId: string, dataDir: string) =>
+  Effect.gen(function*() {
+    yield* Effect.scoped(Effect.gen(function*() {
+      const context = yield* Layer.build(
+        BubblewrapDriver.layer.pipe(Layer.provide(Layer.succeed(DriverConfig, DriverConfig.make({ dataDir, hostId }))))
+      )
+      const driver = Context.get(context, SandboxDriver)
+      const rows = yield* driver.list
+      yield* Effect.forEach(rows, (row) => Effect.ignore(driver.destroy(row.sandboxId)), { concurrency: 4 })
+    })).pipe(Effect.ignore)
+    yield* Effect.promise(async () => {
+      await Fs.rm(dataDir, { recursive: true, force: true })
+      for (const c of CONTROLLERS) await Fs.rmdir(`/sys/fs/cgroup/${c}/svc-sandboxes/${hostId}`).catch(() => undefined)
+    })
+  })
+
+// ---------------------------------------------------------------------------------------------
+// The floor: the bare driver
+
+const bareDriver = Effect.scoped(Effect.gen(function*() {
+  const hostId = `benchbare${process.pid}`
+  const dataDir = yield* Effect.acquireRelease(
+    Effect.promise(() => Fs.mkdtemp("/tmp/svc-bench-bare-")),
+    (dir) => cleanHost(hostId, dir)
+  )
+  const context = yield* Layer.build(
+    BubblewrapDriver.layer.pipe(Layer.provide(Layer.succeed(DriverConfig, DriverConfig.make({ dataDir, hostId }))))
+  )
+  const driver = Context.get(context, SandboxDriver)
+  const spec = (sandboxId: string) =>
+    new SandboxSpec({ sandboxId, template: "base", env: {}, cpu: 1, ramMb: 256, diskGb: 1, exposedPorts: [] })
+  const echo = new ExecRequest({ cmd: ["echo", "ready"] })
+  yield* driver.create(spec("warmup"))
+  yield* driver.exec("warmup", echo)
+  yield* driver.destroy("warmup")
+  const times: Array<number> = []
+  for (let i = 0; i < BARE; i++) {
+    const t0 = performance.now()
+    yield* driver.create(spec(`bare-${i}`))
+    const result = yield* driver.exec(`bare-${i}`, echo)
+    times.push(performance.now() - t0)
+    if (result.exitCode !== 0) throw new Error("first exec failed")
+  }
+  for (let i = 0; i < BARE; i++) yield* Effect.ignore(driver.destroy(`bare-${i}`))
+  return times
+}))
+
+// ---------------------------------------------------------------------------------------------
+// The platform
+
+const platform = Effect.gen(function*() {
+  const nats = yield* Nats
+  const server = yield* TestNats.TestNatsServer
+  const base = yield* serve(HttpRouter.serve(Server.Routes, { disableLogger: true, disableListenLog: true }))
+  const org = yield* (yield* Orgs).create("bench", operatorContext)
+  const key = (yield* (yield* ApiKeys).mint({ orgId: org.id, userId: null, name: "bench" }, operatorContext)).token
+
+  // Running events, by sandbox id, as they reach the EVENTS stream.
+  const runningAt = new Map<string, number>()
+  const deleted = new Set<string>()
+  const waiters = new Map<string, () => void>()
+  const stream = yield* Events.ensure()
+  const consumer = yield* Effect.promise(() => nats.js.consumers.get(stream))
+  yield* Effect.acquireRelease(
+    Effect.promise(() =>
+      consumer.consume({
+        callback: (msg) => {
+          const e = JSON.parse(new TextDecoder().decode(msg.data))
+          const id = e.data?.sandbox_id as string
+          if (e.event === "sandbox.state_updated" && e.data.state === "running" && !runningAt.has(id)) {
+            runningAt.set(id, performance.now())
+            waiters.get(id)?.()
+          }
+          if (e.event === "sandbox.state_updated" && e.data.state === "error") waiters.get(id)?.()
+          if (e.event === "sandbox.deleted") deleted.add(id)
+        }
+      })
+    ),
+    (m) => Effect.promise(() => m.close().catch(() => undefined))
+  )
+
+  // The agent, a process of its own.
+  const hostId = makeHostId()
+  const dataDir = yield* Effect.acquireRelease(
+    Effect.promise(() => Fs.mkdtemp("/tmp/svc-bench-host-")),
+    (dir) => cleanHost(hostId, dir)
+  )
+  const agent = yield* Effect.acquireRelease(
+    Effect.callback<{ pid: number; kill: () => void }>((resume) => {
+      const child = spawn(process.execPath, [AGENT_MAIN], {
+        env: {
+          ...process.env,
+          NATS_URL: server.url,
+          SVC_NATS_PREFIX: server.prefix,
+          SVC_HOST_ID: hostId,
+          SVC_REGION: "local",
+          SVC_HOST_CPU: "100000",
+          SVC_HOST_RAM_MB: "100000000",
+          SVC_HOST_DISK_GB: "1000000",
+          SVC_AGENT_DATA_DIR: dataDir,
+          SVC_AGENT_CONCURRENCY: "16"
+        },
+        stdio: ["ignore", "pipe", "inherit"]
+      })
+      let out = ""
+      child.stdout!.on("data", (chunk: Buffer) => {
+        out += chunk.toString()
+        if (out.includes("agent_ready")) resume(Effect.succeed({ pid: child.pid!, kill: () => child.kill("SIGTERM") }))
+      })
+      child.on("exit", (code) => resume(Effect.die(new Error(`agent exited (${code})`))))
+    }),
+    (a) => Effect.sync(() => a.kill())
+  )
+
+  const post = (body: object) =>
+    Effect.promise(async () => {
+      const response = await fetch(`${base}/v1/sandboxes`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+        body: JSON.stringify(body)
+      })
+      const json = await response.json() as { id: string }
+      if (response.status !== 201) throw new Error(`create: ${response.status} ${JSON.stringify(json)}`)
+      return { id: json.id, at: performance.now() }
+    })
+  const running = (id: string) =>
+    Effect.callback<void>((resume) => {
+      if (runningAt.has(id)) return resume(Effect.void)
+      waiters.set(id, () => resume(Effect.void))
+    })
+  const made: Array<string> = []
+  const createRunning = (name: string) =>
+    Effect.gen(function*() {
+      const t = yield* post({ region: "local", ram_mb: 64, name })
+      made.push(t.id)
+      yield* running(t.id).pipe(Effect.timeout("60 seconds"))
+      const done = runningAt.get(t.id)
+      if (done === undefined) throw new Error(`sandbox ${t.id} did not run`)
+      return { id: t.id, posted: t.at, latency: done - t.at }
+    })
+
+  // Everything this run made goes, whatever happens.
+  yield* Effect.addFinalizer(() =>
+    Effect.gen(function*() {
+      const t0 = performance.now()
+      yield* Effect.forEach(made, (id) =>
+        Effect.promise(async () => {
+          for (let attempt = 0; attempt < 5; attempt++) {
+            const r = await fetch(`${base}/v1/sandboxes/${id}`, { method: "DELETE", headers: { authorization: `Bearer ${key}` } })
+            await r.arrayBuffer()
+            if (r.status === 202) return
+            await new Promise((resolve) => setTimeout(resolve, 500))
+          }
+          console.log(`could not delete ${id}`)
+        }), { concurrency: 8, discard: true })
+      const deadline = Date.now() + 120_000
+      while (made.some((id) => !deleted.has(id)) && Date.now() < deadline) yield* Effect.sleep("100 millis")
+      const n = made.filter((id) => deleted.has(id)).length
+      console.log(`\ncleaned up: ${n} of ${made.length} sandboxes deleted through the API in ${((performance.now() - t0) / 1000).toFixed(1)} s`)
+    })
+  )
+
+  // Warm-up: templates, JIT, connections.
+  for (let i = 0; i < 5; i++) yield* createRunning(`warmup-${i}`)
+
+  const agentRssBefore = yield* Effect.promise(() => readKb(`/proc/${agent.pid}/status`, "VmRSS"))
+  const latencies: Array<number> = []
+  const ids: Array<string> = []
+  for (let i = 0; i < N; i++) {
+    const r = yield* createRunning(`latency-${i}`)
+    latencies.push(r.latency)
+    ids.push(r.id)
+  }
+
+  // Where the time goes: the outbox rows of each hop (created = the writing transaction's start,
+  // sent = the relay's batch start), the agent's report time, and when this process saw it.
+  const sql = yield* SqlClient.SqlClient
+  const stagesAll = yield* sql<{ id: string; api: Date; create_sent: Date; applied: Date; command_sent: Date; reported: string; running: Date; event_sent: Date }>`
+    SELECT s.id,
+      a.created_at AS api, a.sent_at AS create_sent, c.created_at AS applied, c.sent_at AS command_sent,
+      s.last_report_at::text AS reported, e.created_at AS running, e.sent_at AS event_sent
+    FROM sandboxes s
+    JOIN outbox a ON a.subject LIKE 'actor.sandbox.%.' || s.id
+    JOIN outbox c ON c.subject LIKE 'agent.%.create' AND c.payload->>'sandboxId' = s.id
+    JOIN outbox e ON e.subject LIKE 'evt.%.sandbox.state_updated' AND e.payload->'data'->>'sandbox_id' = s.id
+      AND e.payload->'data'->>'state' = 'running'
+    WHERE s.id = ANY(${ids}::text[])`
+  // The last rows may not be marked sent yet (the relay commits after it published).
+  const stages = stagesAll.filter((r) => r.create_sent !== null && r.command_sent !== null && r.event_sent !== null)
+  const seenEpoch = (id: string) => runningAt.get(id)! - performance.now() + Date.now()
+  const breakdown = {
+    "API transaction → relay picks the Create": stages.map((r) => r.create_sent.getTime() - r.api.getTime()),
+    "→ runtime applies Create (mailbox)": stages.map((r) => r.applied.getTime() - r.create_sent.getTime()),
+    "→ relay picks the agent command": stages.map((r) => r.command_sent.getTime() - r.applied.getTime()),
+    "→ agent: create, exec check, report": stages.map((r) => Number(r.reported) - r.command_sent.getTime()),
+    "→ runtime applies the report": stages.map((r) => r.running.getTime() - Number(r.reported)),
+    "→ relay picks the event": stages.map((r) => r.event_sent.getTime() - r.running.getTime()),
+    "→ event read back here": stages.map((r) => seenEpoch(r.id) - r.event_sent.getTime())
+  }
+
+  // Idle memory with N (+5) sandboxes running.
+  yield* Effect.sleep("1 second")
+  const agentRssAfter = yield* Effect.promise(() => readKb(`/proc/${agent.pid}/status`, "VmRSS"))
+  const inside = { rss: 0, pss: 0 }
+  const hostSide = { rss: 0, pss: 0 }
+  let charge = 0
+  for (const id of ids) {
+    const group = groupPath({ root: "/sys/fs/cgroup", hostId }, "memory", id)
+    const procs = (yield* Effect.promise(() => Fs.readFile(`${group}/cgroup.procs`, "utf8"))).split("\n").filter(Boolean).map(Number)
+    for (const pid of procs) {
+      const rss = yield* Effect.promise(() => readKb(`/proc/${pid}/status`, "VmRSS"))
+      const pss = yield* Effect.promise(() => readKb(`/proc/${pid}/smaps_rollup`, "Pss"))
+      const side = (yield* Effect.promise(() => onHostSide(pid))) ? hostSide : inside
+      side.rss += rss
+      side.pss += pss
+    }
+    charge += Number((yield* Effect.promise(() => Fs.readFile(`${group}/memory.usage_in_bytes`, "utf8"))).trim())
+  }
+
+  // Throughput: a burst from several clients.
+  const burstStart = performance.now()
+  const burst = yield* Effect.forEach(
+    Array.from({ length: BURST }, (_, i) => i),
+    (i) => createRunning(`burst-${i}`),
+    { concurrency: CONCURRENCY }
+  )
+  const burstEnd = Math.max(...burst.map((b) => runningAt.get(b.id)!))
+  const burstLatencies = burst.map((b) => b.latency)
+
+  return {
+    breakdown,
+    latencies,
+    agentPerSandbox: (agentRssAfter - agentRssBefore) / N,
+    inside: { rss: inside.rss / N, pss: inside.pss / N },
+    hostSide: { rss: hostSide.rss / N, pss: hostSide.pss / N },
+    chargePerSandbox: charge / N,
+    creates: BURST / ((burstEnd - burstStart) / 1000),
+    burstLatencies
+  }
+})
+
+// One bench client makes hundreds of calls a second; the per-key rate limit is not under test.
+process.env.SVC_RATE_LIMIT_PER_SECOND = "100000"
+process.env.SVC_RATE_LIMIT_BURST = "100000"
+const [natsServer, pg] = await Promise.all([startNats(), startPostgres()])
+process.env.SVC_TEST_NATS_URL = natsServer.url
+process.env.SVC_TEST_DATABASE_URL = pg.url
+try {
+  const bare = await Effect.runPromise(bareDriver)
+  const result = await Effect.runPromise(
+    Effect.scoped(platform).pipe(
+      Effect.provide(
+        Layer.mergeAll(
+          Runtime.make({ heartbeat: false }),
+          AuthLayer.layerWith({})
+        ).pipe(Layer.provideMerge(Layer.mergeAll(TestNats.layer, TestDatabase.layer)))
+      )
+    )
+  )
+  const row = (name: string, values: ReadonlyArray<number>, target = "") =>
+    console.log(`${name.padEnd(46)}${ms(quantile(values, 0.5))}${ms(quantile(values, 0.99))}${ms(Math.max(...values))}  ${target}`)
+  console.log(`\nsandboxes, create → running (${Os.cpus().length} cores, kernel ${Os.release()})`)
+  console.log(`${"".padEnd(46)}${"p50 ms".padStart(9)}${"p99 ms".padStart(9)}${"max ms".padStart(9)}`)
+  row(`bare driver: start → first exec (${BARE} in a row)`, bare)
+  row(`platform: POST → running event (${N} in a row)`, result.latencies, "target p50 < 50, p99 < 200")
+  console.log(`${"platform overhead over the bare driver (p50)".padEnd(46)}${ms(quantile(result.latencies, 0.5) - quantile(bare, 0.5))}`)
+  for (const [stage, values] of Object.entries(result.breakdown)) row(`  ${stage}`, values)
+  row(`burst: ${BURST} creates, ${CONCURRENCY} clients at once`, result.burstLatencies)
+  console.log(`${"creates per second, sustained (burst)".padEnd(46)}${result.creates.toFixed(1).padStart(9)}  target ≥ 20`)
+  console.log(`\nidle memory per sandbox (${N} running)${"MiB".padStart(21)}`)
+  console.log(`${"  its processes inside (RSS / PSS)".padEnd(46)}${mib(result.inside.rss)}${mib(result.inside.pss)}`)
+  console.log(`${"  its host-side bubblewrap (RSS / PSS)".padEnd(46)}${mib(result.hostSide.rss)}${mib(result.hostSide.pss)}`)
+  console.log(`${"  beyond them: agent process growth".padEnd(46)}${mib(result.agentPerSandbox)}  target < 5`)
+  console.log(`${"  cgroup charge (its processes + kernel)".padEnd(46)}${mib(result.chargePerSandbox)}`)
+} finally {
+  await Promise.all([natsServer.stop(), pg.close()])
+}
