@@ -78,6 +78,14 @@ export const request = (method: string, path: string, body?: unknown) =>
 
 const print = (value: unknown) => Console.log(JSON.stringify(value, null, 2))
 
+/** A `CliError` is the user's answer, not a crash: its message on stderr, exit status 1. */
+const reported = <A, R>(effect: Effect.Effect<A, CliError, R>) =>
+  Effect.catchTag(effect, "CliError", (e) =>
+    Effect.sync(() => {
+      process.stderr.write(e.message + "\n")
+      process.exitCode = 1
+    }))
+
 const sandboxId = Argument.String("sandbox-id").pipe(Argument.withDescription("The sandbox's id (sbx_...)"))
 const json = Flag.Boolean("json").pipe(Flag.withDescription("Print the API's JSON"), Flag.withDefault(false))
 
@@ -123,7 +131,7 @@ const create = Command.make(
     const record = o.wait ? yield* waitFor(created.id, ["running"]) : created
     yield* print(record)
     if (record.state === "error") return yield* new CliError({ message: `sandbox ${record.id} failed: ${record.errorMessage}` })
-  })
+  }, reported)
 ).pipe(Command.withDescription("Create a sandbox (201: pending; --wait for running)"))
 
 const list = Command.make(
@@ -148,10 +156,10 @@ const list = Command.make(
       yield* Console.log([r.id, r.state.padEnd(8), r.region, r.internalIp ?? "-", r.name].join("  "))
     }
     yield* Console.log(`${page.rows.length} of ${page.total}${page.has_more ? " (more: --offset / --all)" : ""}`)
-  })
+  }, reported)
 ).pipe(Command.withDescription("List the org's sandboxes, newest first"), Command.withAlias("ls"))
 
-const get = Command.make("get", { sandboxId }, ({ sandboxId }) => Effect.flatMap(request("GET", `/v1/sandboxes/${sandboxId}`), print))
+const get = Command.make("get", { sandboxId }, ({ sandboxId }) => reported(Effect.flatMap(request("GET", `/v1/sandboxes/${sandboxId}`), print)))
   .pipe(Command.withDescription("Show one sandbox's record"))
 
 const exec = Command.make(
@@ -173,7 +181,7 @@ const exec = Command.make(
     process.stdout.write(result.stdout)
     process.stderr.write(result.stderr)
     process.exitCode = result.exit_code
-  })
+  }, reported)
 ).pipe(Command.withDescription("Run a command in a running sandbox; exits with its exit code"))
 
 const remove = Command.make(
@@ -182,7 +190,7 @@ const remove = Command.make(
   Effect.fn(function*(o) {
     const record = yield* request("DELETE", `/v1/sandboxes/${o.sandboxId}`)
     yield* print(o.wait ? yield* waitFor(record.id, ["deleted"]) : record)
-  })
+  }, reported)
 ).pipe(Command.withDescription("Delete a sandbox and its children"))
 
 export const sandbox = Command.make("sandbox").pipe(
