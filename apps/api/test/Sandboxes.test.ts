@@ -334,6 +334,45 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("sandboxes API"
       expect(list.json.rows.filter((r: { name: string }) => r.name === "tab\there")).toEqual([])
     }))
 
+  it.effect("Idempotency-Key: the same key and body replay the first answer (200), another body is 422", () =>
+    Effect.gen(function*() {
+      const env = yield* Env
+      const key = `idem-${Date.now()}`
+      const body = { region: "nowhere", name: "idem", metadata: { a: 1 } }
+      const first = yield* api("POST", "/v1/sandboxes", { body, headers: { "idempotency-key": key } })
+      expect(first.status).toBe(201)
+      const again = yield* api("POST", "/v1/sandboxes", {
+        // The same body with its keys in another order.
+        body: { metadata: { a: 1 }, name: "idem", region: "nowhere" },
+        headers: { "idempotency-key": key }
+      })
+      expect(again.status).toBe(200)
+      expect(again.json).toEqual(first.json)
+      expectError(
+        yield* api("POST", "/v1/sandboxes", { body: { ...body, name: "other" }, headers: { "idempotency-key": key } }),
+        422,
+        "idempotency_key_reused"
+      )
+      for (const bad of ["short", "x".repeat(256)]) {
+        expectError(yield* api("POST", "/v1/sandboxes", { body, headers: { "idempotency-key": bad } }), 400, "invalid_request")
+      }
+      // Keys are per org.
+      const theirs = yield* call(env.base, "POST", "/v1/sandboxes", { token: env.other.token, body, headers: { "idempotency-key": key } })
+      expect(theirs.status).toBe(201)
+      expect(theirs.json.id).not.toBe(first.json.id)
+      // Racing requests with one key: one sandbox.
+      const raced = `race-${Date.now()}`
+      const answers = yield* Effect.forEach(
+        [1, 2, 3, 4, 5],
+        () => api("POST", "/v1/sandboxes", { body: { region: "nowhere", name: raced }, headers: { "idempotency-key": raced } }),
+        { concurrency: 5 }
+      )
+      expect(answers.map((a) => a.status).sort()).toEqual([200, 200, 200, 200, 201])
+      expect(new Set(answers.map((a) => a.json.id)).size).toBe(1)
+      const listed = yield* api("GET", "/v1/sandboxes?paginated=false")
+      expect(listed.json.rows.filter((r: { name: string }) => r.name === raced).length).toBe(1)
+    }))
+
   it.effect("no live host in the region: the sandbox ends in error with the reason, never stuck pending", () =>
     Effect.gen(function*() {
       const created = yield* create({ region: "mars" })

@@ -29,10 +29,12 @@ import {
   type ExecResult,
   type ListSandboxesQuery,
   type Sandbox,
+  Sandbox as SandboxRecord,
   type SandboxPage,
   UNPAGINATED_CAP
 } from "@svc/domain/Sandbox"
-import { Clock, Context, Effect, Layer, Option, type Stream } from "effect"
+import { Clock, Context, Effect, Layer, Option, Schema, type Stream } from "effect"
+import { createHash } from "node:crypto"
 import { SqlClient, type SqlError } from "effect/sql"
 import { Hosts } from "./Hosts.ts"
 import { refusal, SandboxActor } from "./SandboxActor.ts"
@@ -62,8 +64,33 @@ const corrupt = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
     R
   >
 
+/** A create's answer: the new record, or (same `Idempotency-Key`, same body) the first answer's JSON. */
+export type CreateResult =
+  | { readonly _tag: "Created"; readonly record: Sandbox }
+  | { readonly _tag: "Replayed"; readonly body: unknown }
+
+export const IDEMPOTENCY_KEY_MIN = 8
+export const IDEMPOTENCY_KEY_MAX = 255
+
+/** JSON with object keys sorted at every level: equal values, equal text. */
+const canonical = (value: unknown): string =>
+  JSON.stringify(value, (_key, v) =>
+    v !== null && typeof v === "object" && !Array.isArray(v)
+      ? Object.fromEntries(Object.keys(v).sort().map((k) => [k, (v as Record<string, unknown>)[k]]))
+      : v)
+
+export const requestHash = (request: CreateSandboxRequest): string =>
+  createHash("sha256").update(canonical(request)).digest("hex")
+
+const encodeRecord = Schema.encodeSync(SandboxRecord)
+
 export class Sandboxes extends Context.Service<Sandboxes, {
-  readonly create: (orgId: OrgId, request: CreateSandboxRequest) => Effect.Effect<Sandbox, Errors.InvalidRequest | Errors.Conflict | SqlErrorT>
+  /** With `idempotencyKey`: the same key and request within 24 h replay the first answer; another request is 422. */
+  readonly create: (
+    orgId: OrgId,
+    request: CreateSandboxRequest,
+    idempotencyKey?: string
+  ) => Effect.Effect<CreateResult, Errors.InvalidRequest | Errors.Conflict | Errors.IdempotencyKeyReused | SqlErrorT>
   /** The org's sandbox (its state, for policy checks), or `not_found`. */
   readonly get: (orgId: OrgId, id: string) => Effect.Effect<SandboxState, Errors.NotFound | SqlErrorT>
   readonly list: (orgId: OrgId, query: ListSandboxesQuery, confinedTo: string | null) => Effect.Effect<SandboxPage, SqlErrorT>
@@ -92,7 +119,7 @@ export class Sandboxes extends Context.Service<Sandboxes, {
         return (yield* corrupt(fromRow(rows[0]!))).state
       })
 
-    const create = Effect.fn("Sandboxes.create")(function*(orgId: OrgId, request: CreateSandboxRequest) {
+    const create = Effect.fn("Sandboxes.create")(function*(orgId: OrgId, request: CreateSandboxRequest, idempotencyKey?: string) {
       if (request.template !== BASE_TEMPLATE_NAME && request.template !== BASE_TEMPLATE_ID) {
         return yield* invalid("template", `no template ${JSON.stringify(request.template)} (known: ${BASE_TEMPLATE_NAME})`)
       }
@@ -106,7 +133,30 @@ export class Sandboxes extends Context.Service<Sandboxes, {
       }
       const now = yield* Clock.currentTimeMillis
       const id = makeId("sandbox", now)
-      const state = yield* sql.withTransaction(Effect.gen(function*() {
+      const hash = requestHash(request)
+      const outcome = yield* sql.withTransaction(Effect.gen(function*(): Effect.fn.Return<
+        { readonly _tag: "Created"; readonly state: SandboxState } | { readonly _tag: "Replayed"; readonly body: unknown },
+        Errors.InvalidRequest | Errors.Conflict | Errors.IdempotencyKeyReused | SqlErrorT,
+        SqlClient.SqlClient
+      > {
+        if (idempotencyKey !== undefined) {
+          // Claims the key (or takes over one older than 24 h). A concurrent request with the
+          // same key waits here for the first one's commit, then replays it.
+          const claimed = yield* sql`
+            INSERT INTO sandbox_idempotency (org_id, key, request_hash, sandbox_id, response)
+            VALUES (${orgId}, ${idempotencyKey}, ${hash}, ${id}, 'null'::jsonb)
+            ON CONFLICT (org_id, key) DO UPDATE SET
+              request_hash = EXCLUDED.request_hash, sandbox_id = EXCLUDED.sandbox_id, response = EXCLUDED.response, created_at = now()
+            WHERE sandbox_idempotency.created_at < now() - interval '24 hours'
+            RETURNING sandbox_id`
+          if (claimed.length === 0) {
+            const [prior] = yield* sql<{ request_hash: string; response: unknown }>`
+              SELECT request_hash, response FROM sandbox_idempotency WHERE org_id = ${orgId} AND key = ${idempotencyKey}`
+            if (prior === undefined || prior.request_hash !== hash) return yield* new Errors.IdempotencyKeyReused()
+            const body = typeof prior.response === "string" ? JSON.parse(prior.response) : prior.response
+            return { _tag: "Replayed", body } as const
+          }
+        }
         if (request.parent_id !== null) {
           const parents = yield* sql<{ state: string }>`
             SELECT state FROM sandboxes WHERE id = ${request.parent_id} AND org_id = ${orgId} FOR SHARE`
@@ -163,10 +213,15 @@ export class Sandboxes extends Context.Service<Sandboxes, {
           env: request.env,
           unplaceable: placement._tag === "Unplaceable" ? placement.reason : null
         }).pipe(Effect.catchTag("InvalidActorMessage", Effect.die))
-        return state
+        if (idempotencyKey !== undefined) {
+          const response = JSON.stringify(encodeRecord(toRecord(state)))
+          yield* sql`UPDATE sandbox_idempotency SET response = ${response}::jsonb WHERE org_id = ${orgId} AND key = ${idempotencyKey}`
+        }
+        return { _tag: "Created", state } as const
       }))
+      if (outcome._tag === "Replayed") return outcome
       yield* wakeIfPresent
-      return toRecord(state)
+      return { _tag: "Created", record: toRecord(outcome.state) } satisfies CreateResult
     })
 
     const list = Effect.fn("Sandboxes.list")(function*(orgId: OrgId, query: ListSandboxesQuery, confinedTo: string | null) {
@@ -258,7 +313,7 @@ export class Sandboxes extends Context.Service<Sandboxes, {
     const start = command("Start")
     const stop = command("Stop")
     return Sandboxes.of({
-      create: (orgId, request) => withSql(create(orgId, request)),
+      create: (orgId, request, idempotencyKey) => withSql(create(orgId, request, idempotencyKey)),
       get: (orgId, id) => load(orgId, id),
       list,
       start: (orgId, id) => withSql(start(orgId, id)),

@@ -33,12 +33,14 @@ export const SandboxesGroup = HttpApiBuilder.group(
       })
 
     return handlers
-      .handle("create", ({ payload }) =>
+      .handle("create", ({ payload, headers }) =>
         Effect.gen(function*() {
           const principal = yield* CurrentPrincipal
           const permission = yield* sandboxPolicy({ create: { parentId: payload.parent_id } })
           const parentId = permission._tag === "CreateAs" ? permission.parentId : payload.parent_id
-          return yield* sandboxes.create(principal.orgId, { ...payload, parent_id: parentId })
+          const result = yield* sandboxes.create(principal.orgId, { ...payload, parent_id: parentId }, headers["idempotency-key"])
+          // A replay answers 200 with the first response, as it was.
+          return result._tag === "Created" ? result.record : HttpServerResponse.jsonUnsafe(result.body, { status: 200 })
         }).pipe(orUnavailable))
       .handle("list", ({ query }) =>
         Effect.gen(function*() {

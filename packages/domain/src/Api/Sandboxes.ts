@@ -6,7 +6,7 @@
  */
 import { Schema } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/http-api"
-import { Conflict, InvalidRequest, NotFound, PayloadTooLarge, SandboxOutOfScope, Unavailable } from "../Errors.ts"
+import { Conflict, IdempotencyKeyReused, InvalidRequest, NotFound, PayloadTooLarge, SandboxOutOfScope, Unavailable } from "../Errors.ts"
 import { SandboxId } from "../Ids.ts"
 import { CreateSandboxRequest, ExecRequest, ExecResult, ListSandboxesQuery, Sandbox, SandboxPage } from "../Sandbox.ts"
 import { AbsolutePath } from "../Text.ts"
@@ -33,19 +33,23 @@ export type FileListing = typeof FileListing.Type
 
 export const FilesQuery = Schema.Struct({ path: AbsolutePath })
 
+export const IdempotencyKey = Schema.String.check(Schema.isMinLength(8), Schema.isMaxLength(255))
+
 const params = { id: SandboxId }
 
 export class SandboxesApi extends HttpApiGroup.make("sandboxes")
   .add(
     HttpApiEndpoint.post("create", "/v1/sandboxes", {
       payload: CreateSandboxBody,
+      headers: { "idempotency-key": Schema.optionalKey(IdempotencyKey) },
       success: Sandbox.pipe(HttpApiSchema.status(201)),
-      error: [InvalidRequest, Conflict, SandboxOutOfScope, Unavailable]
+      error: [InvalidRequest, Conflict, IdempotencyKeyReused, SandboxOutOfScope, Unavailable]
     }).annotateMerge(OpenApi.annotations({
       description: "Creates a sandbox: 201 with the `pending` record. The platform places it on a live host of the " +
         "region with room and starts it; it ends `running`, or `error` with `errorMessage`. `parent_id` must be a " +
         "sandbox of the org (400 otherwise, 409 while it is being deleted); with a `sandbox:<id>` key the new " +
-        "sandbox is a child of that sandbox."
+        "sandbox is a child of that sandbox. `Idempotency-Key` (8 to 255 characters): the same key and body within " +
+        "24 h answer 200 with the first response; another body is 422 `idempotency_key_reused`."
     })),
     HttpApiEndpoint.get("list", "/v1/sandboxes", {
       query: ListSandboxesQuery,
