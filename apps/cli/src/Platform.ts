@@ -9,6 +9,7 @@ import * as Database from "@svc/db/Database"
 import * as Dispatcher from "@svc/dispatcher/Dispatcher"
 import * as Runtime from "@svc/runtime/Runtime"
 import { WorkerHeartbeat } from "@svc/sandboxes/Workers"
+import { FanOut } from "@svc/webhooks/FanOut"
 import { Layer } from "effect"
 
 /** What the roles need: Postgres (migrated) and NATS, from DATABASE_URL and NATS_URL. */
@@ -20,8 +21,8 @@ export const ApiRole = Layer.mergeAll(ApiServer.layer, WorkerHeartbeat.layer("ap
 /** Actors, outbox relay, sandbox supervisor. */
 export const RuntimeRole = Runtime.layer
 
-/** Webhook deliveries. */
-export const DispatcherRole = Layer.mergeAll(Dispatcher.layer, WorkerHeartbeat.layer("dispatcher"))
+/** Webhooks: fan-out of events to deliveries, and the delivery workers. */
+export const DispatcherRole = Layer.mergeAll(FanOut.layer, Dispatcher.layer, WorkerHeartbeat.layer("dispatcher"))
 
 /** The host agent of this machine (needs only NATS). */
 export const AgentRoleLayer = AgentRole.layer

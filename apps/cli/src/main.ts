@@ -8,10 +8,12 @@ import { dev } from "./Commands/Dev.ts"
 import { key } from "./Commands/Keys.ts"
 import { org } from "./Commands/Orgs.ts"
 import { roles } from "./Commands/Roles.ts"
+import { sandbox } from "./Commands/Sandboxes.ts"
+import { webhook } from "./Commands/Webhooks.ts"
 
 const svc = Command.make("svc").pipe(
   Command.withDescription("The sandbox platform"),
-  Command.withSubcommands([dev, ...roles, org, key])
+  Command.withSubcommands([dev, ...roles, org, key, sandbox, webhook])
 )
 
 svc.pipe(

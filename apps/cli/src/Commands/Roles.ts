@@ -13,6 +13,6 @@ const role = <A, E>(name: string, description: string, layer: Layer.Layer<A, E, 
 export const roles = [
   role("api", "Serve the HTTP API on SVC_HOST:SVC_PORT", ApiRole.pipe(Layer.provide(Infrastructure))),
   role("runtime", "Run sandbox actors, the outbox relay and the supervisor", RuntimeRole.pipe(Layer.provide(Infrastructure))),
-  role("dispatcher", "Deliver webhooks", DispatcherRole.pipe(Layer.provide(Infrastructure))),
+  role("dispatcher", "Fan events out to webhooks and deliver them", DispatcherRole.pipe(Layer.provide(Infrastructure))),
   role("agent", "Run this machine's host agent (SVC_HOST_ID, SVC_REGION, ...)", AgentRoleLayer.pipe(Layer.provide(Nats.layer)))
 ]
