@@ -75,7 +75,8 @@ export const eventually = <A, E, R>(
       if (Date.now() > deadline) {
         return yield* Effect.die(new Error(`condition not met in time; last value: ${JSON.stringify(a).slice(0, 3000)}`))
       }
-      yield* Effect.sleep(Duration.millis(25))
+      // Well under the API's per-key rate limit (50/s), even with a few waits at once.
+      yield* Effect.sleep(Duration.millis(100))
     }
   })
 

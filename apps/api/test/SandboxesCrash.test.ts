@@ -78,8 +78,12 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 240_000 })("runtime killed
       const log = yield* EventLog
       const api = (method: string, path: string, body?: unknown) =>
         call(env.base, method, path, { token: env.token, ...(body !== undefined ? { body } : {}) })
+      // One list call per look (polling each sandbox would run into the per-key rate limit).
       const states = (ids: ReadonlyArray<string>) =>
-        Effect.forEach(ids, (id) => Effect.map(api("GET", `/v1/sandboxes/${id}`), (r) => r.json.state as string))
+        Effect.map(api("GET", "/v1/sandboxes?paginated=false"), (r) => {
+          const byId = new Map<string, string>((r.json?.rows ?? []).map((row: { id: string; state: string }) => [row.id, row.state]))
+          return ids.map((id) => byId.get(id) ?? "?")
+        })
       const running = (ids: ReadonlyArray<string>) =>
         Effect.map(log.all, (es) => new Set(es.filter((e) => e.event === "sandbox.state_updated" && e.data.state === "running").map((e) => e.data.sandbox_id)))
 
@@ -120,5 +124,5 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 240_000 })("runtime killed
           "sandbox.deleted"
         ])
       }
-    }))
+    }), 180_000)
 })

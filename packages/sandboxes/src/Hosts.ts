@@ -122,7 +122,8 @@ export class Hosts extends Context.Service<Hosts, {
           return Option.isSome(host) && isLive(host.value, now)
         }),
       synced: Deferred.isDone(ready),
-      refresh: Effect.ignore(snapshot)
+      // Bounded: a caller waits at most this long for the bucket before using what it knows.
+      refresh: Effect.ignore(Effect.timeout(snapshot, Duration.seconds(2)))
     })
   })
 
