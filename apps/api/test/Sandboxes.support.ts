@@ -4,6 +4,7 @@
  * agent role with bubblewrap) and fake hosts (a `hosts` record nobody serves), and clean-up of
  * every sandbox, folder and cgroup the hosts made, also when a test fails.
  */
+import { eventually as waitUntil } from "@svc/testing/Eventually"
 import { ApiKeys } from "@svc/auth/ApiKeys"
 import { operatorContext } from "@svc/auth/Audit"
 import * as AuthLayer from "@svc/auth/AuthLayer"
@@ -61,24 +62,9 @@ export const call = (
     return { status: response.status, json, text, bytes, headers: response.headers }
   })
 
-/** Re-runs `observe` until `check` holds; dies with the last value after `timeout`. */
-export const eventually = <A, E, R>(
-  observe: Effect.Effect<A, E, R>,
-  check: (a: A) => boolean,
-  timeout: Duration.Input = Duration.seconds(30)
-) =>
-  Effect.gen(function*() {
-    const deadline = Date.now() + Duration.toMillis(Duration.fromInputUnsafe(timeout))
-    for (;;) {
-      const a = yield* observe
-      if (check(a)) return a
-      if (Date.now() > deadline) {
-        return yield* Effect.die(new Error(`condition not met in time; last value: ${JSON.stringify(a).slice(0, 3000)}`))
-      }
-      // Well under the API's per-key rate limit (50/s), even with a few waits at once.
-      yield* Effect.sleep(Duration.millis(100))
-    }
-  })
+/** Polls well under the API's per-key rate limit (50/s), even with a few waits at once. */
+export const eventually = <A, E, R>(observe: Effect.Effect<A, E, R>, check: (a: A) => boolean, timeout?: Duration.Input) =>
+  waitUntil(observe, check, timeout, Duration.millis(100))
 
 // ---------------------------------------------------------------------------------------------
 // Events

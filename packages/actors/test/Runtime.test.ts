@@ -1,4 +1,5 @@
 import { describe, expect, layer } from "@effect/vitest"
+import { eventually } from "@svc/testing/Eventually"
 import * as Actor from "@svc/actors/Actor"
 import * as Actors from "@svc/actors/Actors"
 import { ActorRuntime, type MessageInfo, type Outcome, type RuntimeOptions } from "@svc/actors/Runtime"
@@ -14,17 +15,6 @@ import { SqlClient } from "effect/sql"
 import { Counter, CounterState, make as makeCounter } from "./Counter.ts"
 
 /** Re-runs `observe` until `check` holds; dies with the last value after `timeout`. */
-const eventually = <A, E, R>(observe: Effect.Effect<A, E, R>, check: (a: A) => boolean, timeout = Duration.seconds(20)) =>
-  Effect.gen(function*() {
-    const deadline = Date.now() + Duration.toMillis(timeout)
-    for (;;) {
-      const a = yield* observe
-      if (check(a)) return a
-      if (Date.now() > deadline) return yield* Effect.die(new Error(`condition not met in time; last value: ${JSON.stringify(a)}`))
-      yield* Effect.sleep(Duration.millis(20))
-    }
-  })
-
 const stateOf = (id: string) => Effect.map(Actors.get(Counter, id), Option.getOrUndefined)
 const seenOf = (id: string) => Effect.map(stateOf(id), (s) => s?.state.seen ?? [])
 

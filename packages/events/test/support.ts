@@ -1,6 +1,6 @@
 /** Helpers for tests that read what reached a stream. */
 import { Nats } from "@svc/bus/Nats"
-import { Duration, Effect } from "effect"
+import { Effect } from "effect"
 
 export interface StreamMessage {
   readonly seq: number
@@ -23,21 +23,4 @@ export const readStream = (stream: string) =>
     return out
   })
 
-/**
- * Re-runs `check` until it returns true; fails after `timeout` with the last observed value.
- * Used to wait for asynchronous delivery, never to assert on speed.
- */
-export const eventually = <A, E, R>(
-  observe: Effect.Effect<A, E, R>,
-  check: (a: A) => boolean,
-  timeout: Duration.Input = Duration.seconds(20)
-) =>
-  Effect.gen(function*() {
-    const deadline = Date.now() + Duration.toMillis(Duration.fromInputUnsafe(timeout))
-    for (;;) {
-      const a = yield* observe
-      if (check(a)) return a
-      if (Date.now() > deadline) return yield* Effect.die(new Error(`condition not met in time; last value: ${JSON.stringify(a)}`))
-      yield* Effect.sleep(Duration.millis(20))
-    }
-  })
+export { eventually } from "@svc/testing/Eventually"
