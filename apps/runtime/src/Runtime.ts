@@ -14,7 +14,7 @@ import { ensureAgentStream, Hosts } from "@svc/sandboxes/Hosts"
 import { SandboxActor } from "@svc/sandboxes/SandboxActor"
 import { SandboxSupervisor, type SupervisorOptions } from "@svc/sandboxes/Sandboxes/Supervisor"
 import { type HeartbeatOptions, WorkerHeartbeat } from "@svc/sandboxes/Workers"
-import { Effect, Layer } from "effect"
+import { Config, Effect, Layer, Option } from "effect"
 
 export interface RuntimeOptions {
   readonly actors?: ActorOptions
@@ -41,5 +41,16 @@ export const make = (options: RuntimeOptions = {}) =>
     Layer.provide(Topology)
   )
 
-/** The runtime role with its defaults. */
-export const layer = make()
+/**
+ * The runtime role configured from the environment: `SVC_ACTOR_ACK_WAIT_MS` (how soon a dead
+ * process's message comes back, default 30000), `SVC_SUPERVISOR_INTERVAL_MS` (default 1000);
+ * the supervisor also reads `SVC_SANDBOX_TRANSITION_TIMEOUT_S`.
+ */
+export const layer = Layer.unwrap(Effect.gen(function*() {
+  const ackWaitMs = Option.getOrUndefined(yield* Config.option(Config.Int("SVC_ACTOR_ACK_WAIT_MS")))
+  const intervalMs = Option.getOrUndefined(yield* Config.option(Config.Int("SVC_SUPERVISOR_INTERVAL_MS")))
+  return make({
+    ...(ackWaitMs !== undefined ? { actors: { ackWait: ackWaitMs } } : {}),
+    ...(intervalMs !== undefined ? { supervisor: { intervalMs } } : {})
+  })
+}))
