@@ -4,6 +4,7 @@ import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import * as NodeServices from "@effect/platform-node/NodeServices"
 import { Effect } from "effect"
 import { Command } from "effect/cli"
+import { reportCliError } from "./Client.ts"
 import { dev } from "./Commands/Dev.ts"
 import { key } from "./Commands/Keys.ts"
 import { org } from "./Commands/Orgs.ts"
@@ -18,6 +19,7 @@ const svc = Command.make("svc").pipe(
 
 svc.pipe(
   Command.run({ version: "0.1.0" }),
+  reportCliError,
   Effect.provide(NodeServices.layer),
   NodeRuntime.runMain
 )

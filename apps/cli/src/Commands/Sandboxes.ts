@@ -9,82 +9,11 @@
  *   svc sandbox list --state running,stopped
  *   svc sandbox exec sbx_... -- sh -c 'echo hi'
  */
-import { Console, Effect, Option, Schema } from "effect"
+import { Console, Effect, Option } from "effect"
 import { Argument, Command, Flag } from "effect/cli"
-import * as Fs from "node:fs"
-import * as Path from "node:path"
-import { stateDir } from "./Dev.ts"
-
-export class CliError extends Schema.TaggedError<CliError>()("CliError", { message: Schema.String }) {}
-
-interface Credentials {
-  readonly baseUrl: string
-  readonly apiKey: string
-}
-
-const DevCredentials = Schema.Struct({ base_url: Schema.String, api_key: Schema.String })
-
-/** From the environment, else the dev stack's file. */
-export const credentials = Effect.gen(function*() {
-  const key = process.env["SVC_API_KEY"]
-  if (key !== undefined && key !== "") {
-    return { baseUrl: process.env["SVC_API_URL"] || "http://127.0.0.1:8080", apiKey: key } satisfies Credentials
-  }
-  const file = Path.join(stateDir, "dev-credentials.json")
-  const text = yield* Effect.try({
-    try: () => Fs.readFileSync(file, "utf8"),
-    catch: () => new CliError({ message: `No credentials: set SVC_API_KEY (and SVC_API_URL), or run \`svc dev\` (writes ${file})` })
-  })
-  const dev = yield* Schema.decodeUnknownEffect(Schema.fromJsonString(DevCredentials))(text).pipe(
-    Effect.mapError(() => new CliError({ message: `${file} is not {base_url, api_key}` }))
-  )
-  return { baseUrl: process.env["SVC_API_URL"] || dev.base_url, apiKey: dev.api_key } satisfies Credentials
-})
-
-/** One API call; a non-2xx answer is a `CliError` with the API's code and message. */
-export const request = (method: string, path: string, body?: unknown) =>
-  Effect.gen(function*() {
-    const creds = yield* credentials
-    const url = creds.baseUrl.replace(/\/+$/, "") + path
-    const response = yield* Effect.tryPromise({
-      try: () =>
-        fetch(url, {
-          method,
-          headers: {
-            authorization: `Bearer ${creds.apiKey}`,
-            ...(body !== undefined ? { "content-type": "application/json" } : {})
-          },
-          ...(body !== undefined ? { body: JSON.stringify(body) } : {})
-        }),
-      catch: (cause) => new CliError({ message: `cannot reach ${creds.baseUrl}: ${String(cause)}` })
-    })
-    const text = yield* Effect.promise(() => response.text())
-    let json: any = undefined
-    try {
-      json = text.length > 0 ? JSON.parse(text) : undefined
-    } catch {
-      // Not JSON: reported below when it matters.
-    }
-    if (!response.ok) {
-      const issues = Array.isArray(json?.issues) && json.issues.length > 0
-        ? "\n" + json.issues.map((i: { path: string; message: string }) => `  ${i.path || "(body)"}: ${i.message}`).join("\n")
-        : ""
-      return yield* new CliError({
-        message: `error ${json?.code ?? response.status}: ${json?.error ?? text.slice(0, 300)}${issues}`
-      })
-    }
-    return json
-  })
+import { CliError, request } from "../Client.ts"
 
 const print = (value: unknown) => Console.log(JSON.stringify(value, null, 2))
-
-/** A `CliError` is the user's answer, not a crash: its message on stderr, exit status 1. */
-const reported = <A, R>(effect: Effect.Effect<A, CliError, R>) =>
-  Effect.catchTag(effect, "CliError", (e) =>
-    Effect.sync(() => {
-      process.stderr.write(e.message + "\n")
-      process.exitCode = 1
-    }))
 
 const sandboxId = Argument.String("sandbox-id").pipe(Argument.withDescription("The sandbox's id (sbx_...)"))
 const json = Flag.Boolean("json").pipe(Flag.withDescription("Print the API's JSON"), Flag.withDefault(false))
@@ -131,7 +60,7 @@ const create = Command.make(
     const record = o.wait ? yield* waitFor(created.id, ["running"]) : created
     yield* print(record)
     if (record.state === "error") return yield* new CliError({ message: `sandbox ${record.id} failed: ${record.errorMessage}` })
-  }, reported)
+  })
 ).pipe(Command.withDescription("Create a sandbox (201: pending; --wait for running)"))
 
 const list = Command.make(
@@ -156,10 +85,10 @@ const list = Command.make(
       yield* Console.log([r.id, r.state.padEnd(8), r.region, r.internalIp ?? "-", r.name].join("  "))
     }
     yield* Console.log(`${page.rows.length} of ${page.total}${page.has_more ? " (more: --offset / --all)" : ""}`)
-  }, reported)
+  })
 ).pipe(Command.withDescription("List the org's sandboxes, newest first"), Command.withAlias("ls"))
 
-const get = Command.make("get", { sandboxId }, ({ sandboxId }) => reported(Effect.flatMap(request("GET", `/v1/sandboxes/${sandboxId}`), print)))
+const get = Command.make("get", { sandboxId }, ({ sandboxId }) => Effect.flatMap(request("GET", `/v1/sandboxes/${sandboxId}`), print))
   .pipe(Command.withDescription("Show one sandbox's record"))
 
 const exec = Command.make(
@@ -181,7 +110,7 @@ const exec = Command.make(
     process.stdout.write(result.stdout)
     process.stderr.write(result.stderr)
     process.exitCode = result.exit_code
-  }, reported)
+  })
 ).pipe(Command.withDescription("Run a command in a running sandbox; exits with its exit code"))
 
 const remove = Command.make(
@@ -190,7 +119,7 @@ const remove = Command.make(
   Effect.fn(function*(o) {
     const record = yield* request("DELETE", `/v1/sandboxes/${o.sandboxId}`)
     yield* print(o.wait ? yield* waitFor(record.id, ["deleted"]) : record)
-  }, reported)
+  })
 ).pipe(Command.withDescription("Delete a sandbox and its children"))
 
 export const sandbox = Command.make("sandbox").pipe(

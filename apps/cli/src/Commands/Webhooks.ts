@@ -11,63 +11,9 @@
  *   svc webhook deliveries wh_... --status dead_letter
  *   svc webhook retry wh_... whd_...
  */
-import { Console, Effect, Option, Schema } from "effect"
+import { Console, Effect, Option } from "effect"
 import { Argument, Command, Flag } from "effect/cli"
-import * as Fs from "node:fs"
-import * as Path from "node:path"
-import { stateDir } from "./Dev.ts"
-
-export class WebhookCliError extends Schema.TaggedError<WebhookCliError>()("WebhookCliError", { message: Schema.String }) {}
-
-const DevCredentials = Schema.Struct({ base_url: Schema.String, api_key: Schema.String })
-
-const credentials = Effect.gen(function*() {
-  const key = process.env["SVC_API_KEY"]
-  if (key !== undefined && key !== "") {
-    return { baseUrl: process.env["SVC_API_URL"] || "http://127.0.0.1:8080", apiKey: key }
-  }
-  const file = Path.join(stateDir, "dev-credentials.json")
-  const text = yield* Effect.try({
-    try: () => Fs.readFileSync(file, "utf8"),
-    catch: () => new WebhookCliError({ message: `No credentials: set SVC_API_KEY (and SVC_API_URL), or run \`svc dev\` (writes ${file})` })
-  })
-  const dev = yield* Schema.decodeUnknownEffect(Schema.fromJsonString(DevCredentials))(text).pipe(
-    Effect.mapError(() => new WebhookCliError({ message: `${file} is not {base_url, api_key}` }))
-  )
-  return { baseUrl: process.env["SVC_API_URL"] || dev.base_url, apiKey: dev.api_key }
-})
-
-/** One API call; a non-2xx answer fails with the API's code and message. */
-const request = (method: string, path: string, body?: unknown) =>
-  Effect.gen(function*() {
-    const creds = yield* credentials
-    const response = yield* Effect.tryPromise({
-      try: () =>
-        fetch(creds.baseUrl.replace(/\/+$/, "") + path, {
-          method,
-          headers: {
-            authorization: `Bearer ${creds.apiKey}`,
-            ...(body !== undefined ? { "content-type": "application/json" } : {})
-          },
-          ...(body !== undefined ? { body: JSON.stringify(body) } : {})
-        }),
-      catch: (cause) => new WebhookCliError({ message: `cannot reach ${creds.baseUrl}: ${String(cause)}` })
-    })
-    const text = yield* Effect.promise(() => response.text())
-    let json: any = undefined
-    try {
-      json = text.length > 0 ? JSON.parse(text) : undefined
-    } catch {
-      // Not JSON: shown below when it is an error.
-    }
-    if (!response.ok) {
-      const issues = Array.isArray(json?.issues) && json.issues.length > 0
-        ? "\n" + json.issues.map((i: { path: string; message: string }) => `  ${i.path || "(body)"}: ${i.message}`).join("\n")
-        : ""
-      return yield* new WebhookCliError({ message: `error ${json?.code ?? response.status}: ${json?.error ?? text.slice(0, 300)}${issues}` })
-    }
-    return json
-  })
+import { CliError, request } from "../Client.ts"
 
 const print = (value: unknown) => Console.log(JSON.stringify(value, null, 2))
 const json = Flag.Boolean("json").pipe(Flag.withDescription("Print the API's JSON"), Flag.withDefault(false))
@@ -143,12 +89,12 @@ const test = Command.make(
       const row = page.deliveries.find((d: any) => d.delivery_id === delivery_id && d.status !== "pending")
       if (row !== undefined) {
         yield* Console.log(attemptLine(row))
-        if (row.status !== "succeeded") return yield* new WebhookCliError({ message: `ping not delivered: ${row.error ?? row.status}` })
+        if (row.status !== "succeeded") return yield* new CliError({ message: `ping not delivered: ${row.error ?? row.status}` })
         return
       }
       yield* Effect.sleep("200 millis")
     }
-    return yield* new WebhookCliError({ message: "no outcome after 30 s; see `svc webhook deliveries`" })
+    return yield* new CliError({ message: "no outcome after 30 s; see `svc webhook deliveries`" })
   })
 ).pipe(Command.withDescription("Send a ping through the real delivery path"))
 

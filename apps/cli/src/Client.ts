@@ -1,0 +1,80 @@
+/**
+ * The CLI's client of the /v1 API, shared by `svc sandbox` and `svc webhook`.
+ *
+ * Credentials: `SVC_API_KEY` and `SVC_API_URL` (default http://127.0.0.1:8080), else
+ * `.svc/dev-credentials.json` (`{base_url, api_key}`, written for the dev stack). A non-2xx
+ * answer fails with `error <code>: <message>` (and each validation issue on its own line).
+ */
+import { Effect, Schema } from "effect"
+import * as Fs from "node:fs"
+import * as Path from "node:path"
+import { stateDir } from "./Commands/Dev.ts"
+
+export class CliError extends Schema.TaggedError<CliError>()("CliError", { message: Schema.String }) {}
+
+interface Credentials {
+  readonly baseUrl: string
+  readonly apiKey: string
+}
+
+const DevCredentials = Schema.Struct({ base_url: Schema.String, api_key: Schema.String })
+
+/** From the environment, else the dev stack's file. */
+export const credentials = Effect.gen(function*() {
+  const key = process.env["SVC_API_KEY"]
+  if (key !== undefined && key !== "") {
+    return { baseUrl: process.env["SVC_API_URL"] || "http://127.0.0.1:8080", apiKey: key } satisfies Credentials
+  }
+  const file = Path.join(stateDir, "dev-credentials.json")
+  const text = yield* Effect.try({
+    try: () => Fs.readFileSync(file, "utf8"),
+    catch: () => new CliError({ message: `No credentials: set SVC_API_KEY (and SVC_API_URL), or run \`svc dev\` (writes ${file})` })
+  })
+  const dev = yield* Schema.decodeUnknownEffect(Schema.fromJsonString(DevCredentials))(text).pipe(
+    Effect.mapError(() => new CliError({ message: `${file} is not {base_url, api_key}` }))
+  )
+  return { baseUrl: process.env["SVC_API_URL"] || dev.base_url, apiKey: dev.api_key } satisfies Credentials
+})
+
+/** One API call; a non-2xx answer is a `CliError` with the API's code and message. */
+export const request = (method: string, path: string, body?: unknown) =>
+  Effect.gen(function*() {
+    const creds = yield* credentials
+    const url = creds.baseUrl.replace(/\/+$/, "") + path
+    const response = yield* Effect.tryPromise({
+      try: () =>
+        fetch(url, {
+          method,
+          headers: {
+            authorization: `Bearer ${creds.apiKey}`,
+            ...(body !== undefined ? { "content-type": "application/json" } : {})
+          },
+          ...(body !== undefined ? { body: JSON.stringify(body) } : {})
+        }),
+      catch: (cause) => new CliError({ message: `cannot reach ${creds.baseUrl}: ${String(cause)}` })
+    })
+    const text = yield* Effect.promise(() => response.text())
+    let json: any = undefined
+    try {
+      json = text.length > 0 ? JSON.parse(text) : undefined
+    } catch {
+      // Not JSON: reported below when it matters.
+    }
+    if (!response.ok) {
+      const issues = Array.isArray(json?.issues) && json.issues.length > 0
+        ? "\n" + json.issues.map((i: { path: string; message: string }) => `  ${i.path || "(body)"}: ${i.message}`).join("\n")
+        : ""
+      return yield* new CliError({
+        message: `error ${json?.code ?? response.status}: ${json?.error ?? text.slice(0, 300)}${issues}`
+      })
+    }
+    return json
+  })
+
+/** A `CliError` is the user's answer, not a crash: its message on stderr, exit status 1. */
+export const reportCliError = <A, E, R>(effect: Effect.Effect<A, E | CliError, R>) =>
+  Effect.catchIf(effect, (e): e is CliError => e instanceof CliError, (e) =>
+    Effect.sync(() => {
+      process.stderr.write(e.message + "\n")
+      process.exitCode = 1
+    }))
