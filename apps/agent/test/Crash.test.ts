@@ -10,8 +10,8 @@ import { BubblewrapDriver } from "@svc/sandboxes/Driver/Bubblewrap"
 import { DriverConfig } from "@svc/sandboxes/Driver/Config"
 import { vethNames } from "@svc/sandboxes/Driver/Network"
 import * as TestNats from "@svc/testing/TestNats"
+import { spawnRole } from "@svc/testing/TestProcess"
 import { Context, Effect, Layer } from "effect"
-import { type ChildProcess, spawn } from "node:child_process"
 import * as FsSync from "node:fs"
 import * as NodePath from "node:path"
 import { fileURLToPath } from "node:url"
@@ -31,54 +31,25 @@ import {
 
 const MAIN = NodePath.resolve(NodePath.dirname(fileURLToPath(import.meta.url)), "../src/main.ts")
 
-interface Child {
-  readonly process: ChildProcess
-  readonly endpoint: string
-  readonly exited: Promise<number | null>
-  readonly output: () => string
-}
-
-/** Starts the agent process and waits for its ready line; killed with the scope if still alive. */
+/** The agent process, ready once it prints its `agent_ready` line (with its data-plane endpoint). */
 const spawnAgent = (host: TestHost) =>
   Effect.gen(function*() {
     const server = yield* TestNats.TestNatsServer
-    const child = yield* Effect.acquireRelease(
-      Effect.sync(() =>
-        // setpriv: the agent dies with this test process even if the test runner is killed.
-        spawn("setpriv", ["--pdeathsig", "SIGKILL", "--", process.execPath, MAIN], {
-          env: {
-            PATH: process.env["PATH"] ?? "/usr/bin:/bin",
-            NATS_URL: server.url,
-            SVC_NATS_PREFIX: server.prefix,
-            SVC_HOST_ID: host.hostId,
-            SVC_AGENT_DATA_DIR: host.dataDir,
-            SVC_AGENT_CONCURRENCY: "4"
-          },
-          stdio: ["ignore", "pipe", "pipe"]
-        })
-      ),
-      (child) =>
-        Effect.promise(async () => {
-          if (child.exitCode === null && child.signalCode === null) {
-            child.kill("SIGKILL")
-            await new Promise((resolve) => child.once("exit", resolve))
-          }
-        })
-    )
-    let output = ""
-    child.stderr!.on("data", (chunk: Buffer) => (output += chunk.toString("utf8")))
-    const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)))
-    const endpoint = yield* Effect.callback<string, Error>((resume) => {
-      let line = ""
-      child.stdout!.on("data", (chunk: Buffer) => {
-        output += chunk.toString("utf8")
-        line += chunk.toString("utf8")
-        const ready = /\{"event":"agent_ready"[^\n]*\}/.exec(line)
-        if (ready) resume(Effect.succeed(JSON.parse(ready[0]).endpoint as string))
-      })
-      child.once("exit", (code) => resume(Effect.fail(new Error(`agent exited (${code}) before it was ready: ${output}`))))
+    const role = yield* spawnRole({
+      main: MAIN,
+      env: {
+        NATS_URL: server.url,
+        SVC_NATS_PREFIX: server.prefix,
+        SVC_HOST_ID: host.hostId,
+        SVC_AGENT_DATA_DIR: host.dataDir,
+        SVC_AGENT_CONCURRENCY: "4"
+      },
+      ready: (stdout) => {
+        const line = /\{"event":"agent_ready"[^\n]*\}/.exec(stdout)
+        return line ? (JSON.parse(line[0]).endpoint as string) : undefined
+      }
     })
-    return { process: child, endpoint, exited, output: () => output } satisfies Child
+    return { ...role, endpoint: role.ready }
   })
 
 /** The driver's own view of the host's data dir (read-only use: listing). */

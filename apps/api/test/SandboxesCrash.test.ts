@@ -8,8 +8,9 @@
 import { expect, layer } from "@effect/vitest"
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import * as TestNats from "@svc/testing/TestNats"
+import { kill, spawnRole } from "@svc/testing/TestProcess"
 import { Context, Duration, Effect, Layer, Scope } from "effect"
-import { type ChildProcess, spawn } from "node:child_process"
+import type { ChildProcess } from "node:child_process"
 import { fileURLToPath } from "node:url"
 import { call, eventually, EventLog, Identity, makeHost, serveApi, startAgent } from "./Sandboxes.support.ts"
 
@@ -33,43 +34,24 @@ const EnvLayer = Layer.effect(
     const nats = yield* TestNats.TestNatsServer
     const databaseUrl = yield* TestDatabase.TestDatabaseUrl
     const scope = yield* Effect.scope
-    const runtime = Effect.acquireRelease(
-      Effect.callback<ChildProcess>((resume) => {
-        const child = spawn(process.execPath, [MAIN], {
-          env: {
-            ...process.env,
-            DATABASE_URL: databaseUrl,
-            NATS_URL: nats.url,
-            SVC_NATS_PREFIX: nats.prefix,
-            // A killed process's message is back within 1.5 s.
-            SVC_ACTOR_ACK_WAIT_MS: "1500",
-            SVC_SUPERVISOR_INTERVAL_MS: "500"
-          },
-          stdio: ["ignore", "pipe", "pipe"]
-        })
-        let out = ""
-        child.stdout!.on("data", (chunk: Buffer) => {
-          out += chunk.toString()
-          if (out.includes("runtime ready")) resume(Effect.succeed(child))
-        })
-        child.stderr!.on("data", () => undefined)
-        child.on("exit", (code) => resume(Effect.die(new Error(`runtime exited early (${code}): ${out.slice(-2000)}`))))
-      }),
-      (child) => Effect.sync(() => child.kill("SIGKILL"))
-    ).pipe(Effect.provideService(Scope.Scope, scope))
+    const runtime = spawnRole({
+      main: MAIN,
+      env: {
+        DATABASE_URL: databaseUrl,
+        NATS_URL: nats.url,
+        SVC_NATS_PREFIX: nats.prefix,
+        // A killed process's message is back within 1.5 s.
+        SVC_ACTOR_ACK_WAIT_MS: "1500",
+        SVC_SUPERVISOR_INTERVAL_MS: "500"
+      },
+      ready: (stdout) => (stdout.includes("runtime ready") ? true : undefined)
+    }).pipe(Effect.map((role) => role.process), Effect.provideService(Scope.Scope, scope))
     return { base, token: org.token, runtime }
   })
 ).pipe(
   Layer.provideMerge(Layer.mergeAll(Identity.layer, EventLog.layer)),
   Layer.provideMerge(Layer.mergeAll(TestDatabase.layerWithUrl, TestNats.layer))
 )
-
-const kill = (child: ChildProcess) =>
-  Effect.callback<void>((resume) => {
-    if (child.exitCode !== null || child.signalCode !== null) return resume(Effect.void)
-    child.once("exit", () => resume(Effect.void))
-    child.kill("SIGKILL")
-  })
 
 layer(EnvLayer, { excludeTestServices: true, timeout: 240_000 })("runtime killed with SIGKILL", (it) => {
   it.effect("while creates and deletes are in flight: every sandbox converges, each state change is one event", () =>

@@ -11,11 +11,11 @@ import { makeOrgId } from "@svc/domain/Ids"
 import { OutboxRelay } from "@svc/events/Relay"
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import * as TestNats from "@svc/testing/TestNats"
+import { spawnRole } from "@svc/testing/TestProcess"
 import { WebhookAddressGuard } from "@svc/webhooks/AddressGuard"
 import { LOST_ATTEMPT_ERROR } from "@svc/webhooks/Dispatch"
 import { Webhooks } from "@svc/webhooks/Webhooks"
 import { ConfigProvider, Duration, Effect, Layer } from "effect"
-import { type ChildProcess, spawn } from "node:child_process"
 import * as NodePath from "node:path"
 import { fileURLToPath } from "node:url"
 import { attemptRows, deliveryStatus, eventually } from "../../../packages/webhooks/test/Harness.ts"
@@ -39,51 +39,20 @@ const testLayer = Layer.mergeAll(
   Layer.provide(ConfigProvider.layer(ConfigProvider.fromEnv({ env: { SVC_WEBHOOK_ALLOWED_SUBNETS: "127.0.0.0/8" } })))
 )
 
-interface Child {
-  readonly process: ChildProcess
-  readonly exited: Promise<unknown>
-  readonly output: () => string
-}
-
-/** Starts a dispatcher process and waits for its ready line; SIGKILLed with the scope if alive. */
+/** A dispatcher process, ready once it prints its `dispatcher_ready` line. */
 const spawnDispatcher = (env: Record<string, string>) =>
   Effect.gen(function*() {
     const server = yield* TestNats.TestNatsServer
     const databaseUrl = yield* TestDatabase.TestDatabaseUrl
-    const child = yield* Effect.acquireRelease(
-      Effect.sync(() =>
-        // setpriv: the dispatcher dies with this test process even if the runner is killed.
-        spawn("setpriv", ["--pdeathsig", "SIGKILL", "--", process.execPath, MAIN], {
-          env: {
-            PATH: process.env["PATH"] ?? "/usr/bin:/bin",
-            DATABASE_URL: databaseUrl,
-            NATS_URL: server.url,
-            SVC_NATS_PREFIX: server.prefix,
-            ...env
-          },
-          stdio: ["ignore", "pipe", "pipe"]
-        })
-      ),
-      (child) =>
-        Effect.promise(async () => {
-          if (child.exitCode === null && child.signalCode === null) {
-            child.kill("SIGKILL")
-            await new Promise((resolve) => child.once("exit", resolve))
-          }
-        })
-    )
-    let output = ""
-    child.stderr!.on("data", (chunk: Buffer) => (output += chunk.toString("utf8")))
-    const exited = new Promise((resolve) => child.once("exit", resolve))
-    yield* Effect.callback<void, Error>((resume) => {
-      child.stdout!.on("data", (chunk: Buffer) => {
-        output += chunk.toString("utf8")
-        if (output.includes(`"event":"dispatcher_ready"`)) resume(Effect.void)
-      })
-      child.once("exit", (code) => resume(Effect.fail(new Error(`dispatcher exited (${code}) before it was ready: ${output}`))))
-    }).pipe(Effect.timeout(Duration.seconds(30)), Effect.orDie)
-    return { process: child, exited, output: () => output } satisfies Child
+    return yield* spawnRole({
+      main: MAIN,
+      env: { DATABASE_URL: databaseUrl, NATS_URL: server.url, SVC_NATS_PREFIX: server.prefix, ...env },
+      ready: (stdout) => (stdout.includes(`"event":"dispatcher_ready"`) ? true : undefined),
+      timeout: Duration.seconds(30)
+    })
   })
+
+type Child = Effect.Success<ReturnType<typeof spawnDispatcher>>
 
 /** What a failing run needs to be understood: rows, consumers, the children's output. */
 const diagnose = (deliveryId: string, received: number, children: ReadonlyArray<Child>) =>
