@@ -5,64 +5,23 @@
 import { expect, layer } from "@effect/vitest"
 import { SESSION_COOKIE } from "@svc/domain/Api/Auth"
 import * as TestDatabase from "@svc/testing/TestDatabase"
-import { serve } from "@svc/testing/TestHttp"
+import { makeOffsetClock } from "@svc/testing/OffsetClock"
+import { type Answer, call as http, serve } from "@svc/testing/TestHttp"
 import * as TestNats from "@svc/testing/TestNats"
 import { Clock, ConfigProvider, Context, Effect, Exit, Layer } from "effect"
 import { HttpRouter } from "effect/http"
 import { SqlClient } from "effect/sql"
 import * as Server from "../src/Server.ts"
 
-interface Answer {
-  readonly status: number
-  readonly body: any
-  readonly text: string
-  readonly headers: Headers
-}
-
-const call = (base: string, method: string, path: string, options: {
-  readonly body?: unknown
-  readonly headers?: Record<string, string>
-} = {}) =>
-  Effect.promise(async (): Promise<Answer> => {
-    const res = await fetch(`${base}${path}`, {
-      method,
-      headers: {
-        "user-agent": "auth-test/1.0",
-        ...(options.body !== undefined ? { "content-type": "application/json" } : {}),
-        ...options.headers
-      },
-      ...(options.body !== undefined ? { body: JSON.stringify(options.body) } : {})
-    })
-    const text = await res.text()
-    let body: any = null
-    try {
-      body = text ? JSON.parse(text) : null
-    } catch {
-      body = null
-    }
-    return { status: res.status, body, text, headers: res.headers }
-  })
+/** Every call names its user agent, which the audit log records. */
+const call = (base: string, method: string, path: string, options: Parameters<typeof http>[3] = {}) =>
+  http(base, method, path, { ...options, headers: { "user-agent": "auth-test/1.0", ...options.headers } })
 
 /** `name=value` of the session cookie set by a response. */
 const sessionCookie = (res: Answer) => {
   const set = res.headers.get("set-cookie")
   expect(set).toMatch(new RegExp(`^${SESSION_COOKIE.replace(".", "\\.")}=`))
   return set!.split(";")[0]!
-}
-
-const makeOffsetClock = () => {
-  const real = Clock.Clock.defaultValue()
-  let offsetMs = 0
-  const clock: Clock.Clock = {
-    currentTimeMillisUnsafe: () => real.currentTimeMillisUnsafe() + offsetMs,
-    currentTimeMillis: Effect.sync(() => real.currentTimeMillisUnsafe() + offsetMs),
-    currentTimeNanosUnsafe: () => real.currentTimeNanosUnsafe() + BigInt(offsetMs) * 1_000_000n,
-    currentTimeNanos: Effect.sync(() => real.currentTimeNanosUnsafe() + BigInt(offsetMs) * 1_000_000n),
-    monotonicTimeNanosUnsafe: () => real.monotonicTimeNanosUnsafe(),
-    monotonicTimeNanos: real.monotonicTimeNanos,
-    sleep: (duration) => real.sleep(duration)
-  }
-  return { clock, advance: (ms: number) => void (offsetMs += ms) }
 }
 
 class Env extends Context.Service<Env, {

@@ -11,62 +11,13 @@ import { SESSION_COOKIE } from "@svc/domain/Api/Auth"
 import * as Token from "@svc/domain/ApiKeyToken"
 import { makeId } from "@svc/domain/Ids"
 import * as TestDatabase from "@svc/testing/TestDatabase"
-import { serve } from "@svc/testing/TestHttp"
+import { makeOffsetClock } from "@svc/testing/OffsetClock"
+import { type Answer, call, serve } from "@svc/testing/TestHttp"
 import * as TestNats from "@svc/testing/TestNats"
 import { Clock, ConfigProvider, Context, Effect, Layer, Logger, References } from "effect"
 import { HttpRouter } from "effect/http"
 import { SqlClient } from "effect/sql"
 import * as Server from "../src/Server.ts"
-
-// ---------------------------------------------------------------------------------------------
-// Helpers
-
-interface Answer {
-  readonly status: number
-  readonly body: any
-  readonly text: string
-  readonly headers: Headers
-}
-
-const call = (base: string, method: string, path: string, options: {
-  readonly token?: string
-  readonly body?: unknown
-  readonly headers?: Record<string, string>
-} = {}) =>
-  Effect.promise(async (): Promise<Answer> => {
-    const headers: Record<string, string> = { ...options.headers }
-    if (options.token !== undefined) headers.authorization = `Bearer ${options.token}`
-    if (options.body !== undefined) headers["content-type"] = "application/json"
-    const res = await fetch(`${base}${path}`, {
-      method,
-      headers,
-      ...(options.body !== undefined ? { body: JSON.stringify(options.body) } : {})
-    })
-    const text = await res.text()
-    let body: any = null
-    try {
-      body = text ? JSON.parse(text) : null
-    } catch {
-      body = null
-    }
-    return { status: res.status, body, text, headers: res.headers }
-  })
-
-/** A clock whose wall time can be moved forward; sleeping stays real. */
-const makeOffsetClock = () => {
-  const real = Clock.Clock.defaultValue()
-  let offsetMs = 0
-  const clock: Clock.Clock = {
-    currentTimeMillisUnsafe: () => real.currentTimeMillisUnsafe() + offsetMs,
-    currentTimeMillis: Effect.sync(() => real.currentTimeMillisUnsafe() + offsetMs),
-    currentTimeNanosUnsafe: () => real.currentTimeNanosUnsafe() + BigInt(offsetMs) * 1_000_000n,
-    currentTimeNanos: Effect.sync(() => real.currentTimeNanosUnsafe() + BigInt(offsetMs) * 1_000_000n),
-    monotonicTimeNanosUnsafe: () => real.monotonicTimeNanosUnsafe(),
-    monotonicTimeNanos: real.monotonicTimeNanos,
-    sleep: (duration) => real.sleep(duration)
-  }
-  return { clock, advance: (ms: number) => void (offsetMs += ms) }
-}
 
 // ---------------------------------------------------------------------------------------------
 // The environment

@@ -4,6 +4,7 @@
  * agent role with bubblewrap) and fake hosts (a `hosts` record nobody serves), and clean-up of
  * every sandbox, folder and cgroup the hosts made, also when a test fails.
  */
+import { type Answer, call } from "@svc/testing/TestHttp"
 import { eventually as waitUntil } from "@svc/testing/Eventually"
 import { ApiKeys } from "@svc/auth/ApiKeys"
 import { operatorContext } from "@svc/auth/Audit"
@@ -32,35 +33,9 @@ import * as Server from "../src/Server.ts"
 // ---------------------------------------------------------------------------------------------
 // HTTP
 
-export interface Answer {
-  readonly status: number
-  readonly json: any
-  readonly text: string
-  readonly bytes: Uint8Array
-  readonly headers: Headers
-}
+export type { Answer }
 
-export const call = (
-  base: string,
-  method: string,
-  path: string,
-  options: { readonly token?: string; readonly body?: unknown; readonly raw?: string | Uint8Array; readonly headers?: Record<string, string> } = {}
-) =>
-  Effect.promise(async (): Promise<Answer> => {
-    const headers: Record<string, string> = { ...options.headers }
-    if (options.token !== undefined) headers["authorization"] = `Bearer ${options.token}`
-    let body: string | Uint8Array | undefined = options.raw
-    if (options.body !== undefined) {
-      body = JSON.stringify(options.body)
-      headers["content-type"] ??= "application/json"
-    }
-    const response = await fetch(base + path, { method, headers, ...(body !== undefined ? { body } : {}) })
-    const bytes = new Uint8Array(await response.arrayBuffer())
-    const text = Buffer.from(bytes).toString("utf8")
-    let json: unknown = undefined
-    if ((response.headers.get("content-type") ?? "").includes("json") && text.length > 0) json = JSON.parse(text)
-    return { status: response.status, json, text, bytes, headers: response.headers }
-  })
+export { call }
 
 /** Polls well under the API's per-key rate limit (50/s), even with a few waits at once. */
 export const eventually = <A, E, R>(observe: Effect.Effect<A, E, R>, check: (a: A) => boolean, timeout?: Duration.Input) =>
