@@ -38,7 +38,8 @@ const call = (base: string, method: string, path: string, options: { readonly to
   })
 
 const ENV = {
-  SVC_WEBHOOK_RETRY_SCHEDULE: "300ms,300ms,300ms,300ms,300ms",
+  // The second attempt far away: a failed delivery stays failed while the test retries it.
+  SVC_WEBHOOK_RETRY_SCHEDULE: "60s,300ms,300ms,300ms,300ms",
   SVC_WEBHOOK_ATTEMPT_TIMEOUT: "1s",
   SVC_WEBHOOK_ACK_WAIT: "3s",
   SVC_RATE_LIMIT_PER_SECOND: "100000",

@@ -7,7 +7,7 @@
 import { Effect } from "effect"
 import { SqlClient } from "effect/sql"
 import type { AttemptStatus, ClaimState, DeliveryStatus } from "./Dispatch.ts"
-import { LOST_ATTEMPT_ERROR, NOT_ATTEMPTED_LOST } from "./Dispatch.ts"
+import { LOST_ATTEMPT_ERROR, NOT_ATTEMPTED_DELETED, NOT_ATTEMPTED_LOST, NOT_ATTEMPTED_PAUSED } from "./Dispatch.ts"
 import { makeId } from "@svc/domain/Ids"
 
 export interface DeliveryData {
@@ -19,6 +19,7 @@ export interface DeliveryData {
 }
 
 interface ClaimRow {
+  readonly id: string
   readonly status: DeliveryStatus
   readonly round: number
   readonly webhook_id: string
@@ -32,11 +33,18 @@ interface ClaimRow {
   readonly last_status: AttemptStatus | null
 }
 
-/** The delivery, its webhook and its last attempt of the current round (one round trip). */
-export const loadClaim = Effect.fn("DeliveryStore.loadClaim")(function*(deliveryId: string) {
+export interface LoadedClaim {
+  readonly state: ClaimState
+  readonly data: DeliveryData | null
+}
+
+const missing: LoadedClaim = { state: { delivery: null, webhook: { enabled: false, deleted: true }, lastAttempt: null }, data: null }
+
+/** The deliveries, their webhooks and their last attempt of the current round (one round trip). */
+export const loadClaims = Effect.fn("DeliveryStore.loadClaims")(function*(deliveryIds: ReadonlyArray<string>) {
   const sql = yield* SqlClient.SqlClient
   const rows = yield* sql<ClaimRow>`
-    SELECT d.status, d.round, d.webhook_id, d.event, d.body, w.url, w.secret, w.enabled,
+    SELECT d.id, d.status, d.round, d.webhook_id, d.event, d.body, w.url, w.secret, w.enabled,
            (w.deleted_at IS NOT NULL) AS deleted, a.attempt AS last_attempt, a.status AS last_status
     FROM webhook_deliveries d
     JOIN webhooks w ON w.id = d.webhook_id
@@ -44,58 +52,106 @@ export const loadClaim = Effect.fn("DeliveryStore.loadClaim")(function*(delivery
       SELECT attempt, status FROM webhook_attempts
       WHERE delivery_id = d.id AND round = d.round ORDER BY attempt DESC LIMIT 1
     ) a ON true
-    WHERE d.id = ${deliveryId}`
-  const row = rows[0]
-  if (row === undefined) {
-    return { state: { delivery: null, webhook: { enabled: false, deleted: true }, lastAttempt: null } satisfies ClaimState, data: null }
-  }
-  const state: ClaimState = {
-    delivery: { status: row.status, round: row.round },
-    webhook: { enabled: row.enabled, deleted: row.deleted },
-    lastAttempt: row.last_attempt === null ? null : { attempt: row.last_attempt, status: row.last_status! }
-  }
-  const data: DeliveryData = { webhookId: row.webhook_id, url: row.url, secret: row.secret, event: row.event, body: row.body }
-  return { state, data }
+    WHERE d.id = ANY(${[...new Set(deliveryIds)]}::text[])`
+  const byId = new Map(rows.map((row) => [row.id, row]))
+  return deliveryIds.map((id): LoadedClaim => {
+    const row = byId.get(id)
+    if (row === undefined) return missing
+    return {
+      state: {
+        delivery: { status: row.status, round: row.round },
+        webhook: { enabled: row.enabled, deleted: row.deleted },
+        lastAttempt: row.last_attempt === null ? null : { attempt: row.last_attempt, status: row.last_status! }
+      },
+      data: { webhookId: row.webhook_id, url: row.url, secret: row.secret, event: row.event, body: row.body }
+    }
+  })
 })
 
-export interface ClaimWrite {
+/** One delivery's claim state (see `loadClaims`). */
+export const loadClaim = (deliveryId: string) => Effect.map(loadClaims([deliveryId]), (claims) => claims[0]!)
+
+export interface ClaimInput {
   readonly deliveryId: string
   readonly webhookId: string
   readonly round: number
+  /** The job's delivery count: the attempt number. */
   readonly attempt: number
-  /** `pending` for an attempt about to be made; `dead_letter` for an abandoned one. */
-  readonly status: "pending" | "dead_letter"
-  readonly error: string | null
 }
 
+export type ClaimResult =
+  /** Nothing to do (unknown, another webhook's, stale round, finished, attempt already made). */
+  | { readonly _tag: "Skip" }
+  /** The webhook is paused or deleted: the delivery is now dead_letter, with no call. */
+  | { readonly _tag: "Abandoned" }
+  /** Make the attempt: its row is written, pending. */
+  | { readonly _tag: "Attempt"; readonly attemptId: string; readonly data: DeliveryData }
+
 /**
- * Writes the attempt row (and the delivery's status) if the delivery is still in that round and
- * not finished, and no row for this attempt exists; closes a previous attempt left pending by a
- * dispatcher that died. Returns the new row's id, or null when another claim won.
+ * Claims attempts in ONE statement, applying `Dispatch.decideClaim`'s rules under each
+ * delivery's row lock (DispatchSql.test.ts checks the two agree case by case):
+ * - skip an unknown delivery, one of another webhook, an older round, a finished delivery, or an
+ *   attempt number already used in the round (another copy of the job);
+ * - a paused or deleted webhook (deleted wins): the attempt row is written `dead_letter` with the
+ *   reason, and the delivery with it, without a call;
+ * - otherwise the attempt row is written `pending` and the delivery is `pending`;
+ * - either way a previous attempt still `pending` (its dispatcher died) is closed as failed.
+ * At most one input per delivery in a call.
  */
-export const writeClaim = Effect.fn("DeliveryStore.writeClaim")(function*(claim: ClaimWrite) {
+export const claimAttempts = Effect.fn("DeliveryStore.claimAttempts")(function*(inputs: ReadonlyArray<ClaimInput>) {
+  if (inputs.length === 0) return [] as ReadonlyArray<ClaimResult>
   const sql = yield* SqlClient.SqlClient
-  const attemptId = makeId("attempt")
-  const rows = yield* sql<{ id: string }>`
-    WITH d AS (
-      SELECT id FROM webhook_deliveries
-      WHERE id = ${claim.deliveryId} AND round = ${claim.round}::int AND status IN ('pending', 'failed')
-      FOR UPDATE
+  const attemptIds = inputs.map(() => makeId("attempt"))
+  const deliveryIds = inputs.map((c) => c.deliveryId)
+  const rows = yield* sql<{ id: string; status: "pending" | "dead_letter"; event: string; body: string; url: string; secret: string; webhook_id: string }>`
+    WITH input AS (
+      -- JSON rather than parallel arrays: one typed record per claim.
+      SELECT * FROM jsonb_to_recordset(${JSON.stringify(inputs.map((c, i) => ({
+        attempt_id: attemptIds[i],
+        delivery_id: c.deliveryId,
+        webhook_id: c.webhookId,
+        round: c.round,
+        attempt: c.attempt
+      })))}::jsonb) AS t(attempt_id text, delivery_id text, webhook_id text, round int, attempt int)
+    ), d AS (
+      -- "= ANY(ids)" beside the join: index lookups whatever the planner guesses of the input.
+      SELECT i.*, wd.event, wd.body, w.url, w.secret,
+             CASE WHEN w.deleted_at IS NOT NULL THEN 'deleted' WHEN NOT w.enabled THEN 'paused' ELSE 'live' END AS webhook_state
+      FROM webhook_deliveries wd
+      JOIN input i ON i.delivery_id = wd.id
+      JOIN webhooks w ON w.id = wd.webhook_id
+      WHERE wd.id = ANY(${deliveryIds}::text[]) AND wd.webhook_id = i.webhook_id AND wd.round = i.round
+        AND wd.status IN ('pending', 'failed')
+      FOR UPDATE OF wd
+    ), fresh AS (
+      SELECT d.* FROM d WHERE NOT EXISTS (
+        SELECT 1 FROM webhook_attempts a WHERE a.delivery_id = d.delivery_id AND a.round = d.round AND a.attempt >= d.attempt
+      )
     ), ins AS (
       INSERT INTO webhook_attempts (id, delivery_id, webhook_id, round, attempt, status, error)
-      SELECT ${attemptId}, d.id, ${claim.webhookId}, ${claim.round}::int, ${claim.attempt}::int, ${claim.status}, ${claim.error}::text FROM d
+      SELECT attempt_id, delivery_id, webhook_id, round, attempt,
+             CASE webhook_state WHEN 'live' THEN 'pending' ELSE 'dead_letter' END,
+             CASE webhook_state WHEN 'paused' THEN ${NOT_ATTEMPTED_PAUSED} WHEN 'deleted' THEN ${NOT_ATTEMPTED_DELETED} END
+      FROM fresh
       ON CONFLICT (delivery_id, round, attempt) DO NOTHING
-      RETURNING id, delivery_id
+      RETURNING id, delivery_id, round, attempt, status
     ), upd AS (
-      UPDATE webhook_deliveries SET status = ${claim.status}, updated_at = now()
-      WHERE id IN (SELECT delivery_id FROM ins)
+      UPDATE webhook_deliveries wd SET status = ins.status, updated_at = now()
+      FROM ins WHERE wd.id = ANY(${deliveryIds}::text[]) AND wd.id = ins.delivery_id
     ), prev AS (
-      UPDATE webhook_attempts SET status = 'failed', error = ${LOST_ATTEMPT_ERROR}, next_attempt_at = now()
-      WHERE delivery_id IN (SELECT delivery_id FROM ins) AND round = ${claim.round}::int
-        AND attempt < ${claim.attempt}::int AND status = 'pending'
+      UPDATE webhook_attempts a SET status = 'failed', error = ${LOST_ATTEMPT_ERROR}, next_attempt_at = now()
+      FROM ins WHERE a.delivery_id = ANY(${deliveryIds}::text[]) AND a.delivery_id = ins.delivery_id
+        AND a.round = ins.round AND a.attempt < ins.attempt AND a.status = 'pending'
     )
-    SELECT id FROM ins`
-  return rows[0]?.id ?? null
+    SELECT ins.id, ins.status, f.event, f.body, f.url, f.secret, f.webhook_id
+    FROM ins JOIN fresh f ON f.attempt_id = ins.id`
+  const byId = new Map(rows.map((row) => [row.id, row]))
+  return attemptIds.map((id): ClaimResult => {
+    const row = byId.get(id)
+    if (row === undefined) return { _tag: "Skip" }
+    if (row.status === "dead_letter") return { _tag: "Abandoned" }
+    return { _tag: "Attempt", attemptId: id, data: { webhookId: row.webhook_id, url: row.url, secret: row.secret, event: row.event, body: row.body } }
+  })
 })
 
 export interface ResultWrite {
@@ -110,21 +166,31 @@ export interface ResultWrite {
   readonly delayMs: number | null
 }
 
-/** Records an attempt's result on its row and moves the delivery (only if still this round). */
-export const writeResult = Effect.fn("DeliveryStore.writeResult")(function*(result: ResultWrite) {
+/** Records attempts' results on their rows and moves their deliveries (only if still this round). */
+export const writeResults = Effect.fn("DeliveryStore.writeResults")(function*(results: ReadonlyArray<ResultWrite>) {
+  if (results.length === 0) return [] as ReadonlyArray<void>
   const sql = yield* SqlClient.SqlClient
   yield* sql`
-    WITH a AS (
-      UPDATE webhook_attempts SET
-        status = ${result.status}, response_code = ${result.responseCode}::int, error = ${result.error}::text,
-        duration_ms = ${result.durationMs}::int,
-        next_attempt_at = CASE WHEN ${result.delayMs}::int IS NULL THEN NULL
-                               ELSE now() + make_interval(secs => ${result.delayMs}::int / 1000.0) END
-      WHERE id = ${result.attemptId} AND status = 'pending'
-      RETURNING delivery_id
+    WITH input AS (
+      SELECT * FROM jsonb_to_recordset(${JSON.stringify(results.map((r) => ({
+        attempt_id: r.attemptId,
+        round: r.round,
+        status: r.status,
+        response_code: r.responseCode,
+        error: r.error,
+        duration_ms: r.durationMs,
+        delay_ms: r.delayMs
+      })))}::jsonb) AS t(attempt_id text, round int, status text, response_code int, error text, duration_ms int, delay_ms int)
+    ), a AS (
+      UPDATE webhook_attempts wa SET
+        status = i.status, response_code = i.response_code, error = i.error, duration_ms = i.duration_ms,
+        next_attempt_at = CASE WHEN i.delay_ms IS NULL THEN NULL ELSE now() + make_interval(secs => i.delay_ms / 1000.0) END
+      FROM input i WHERE wa.id = ANY(${results.map((r) => r.attemptId)}::text[]) AND wa.id = i.attempt_id AND wa.status = 'pending'
+      RETURNING wa.delivery_id, i.round, i.status
     )
-    UPDATE webhook_deliveries SET status = ${result.status}, updated_at = now()
-    WHERE id IN (SELECT delivery_id FROM a) AND round = ${result.round}::int`
+    UPDATE webhook_deliveries d SET status = a.status, updated_at = now()
+    FROM a WHERE d.id = ANY(${results.map((r) => r.deliveryId)}::text[]) AND d.id = a.delivery_id AND d.round = a.round`
+  return results.map(() => undefined) as ReadonlyArray<void>
 })
 
 /**

@@ -9,11 +9,14 @@
  * - Per webhook at most `concurrency` attempts in flight in this process: a loop fetches only as
  *   many jobs as it has free slots, so no job waits in a client buffer while its ack_wait runs,
  *   and a slow endpoint occupies only its own slots.
- * - One job: read the delivery (DeliveryStore.loadClaim), decide (Dispatch.decideClaim), write
- *   the attempt row BEFORE the HTTP call (so a dispatcher killed mid-attempt leaves a pending row
+ * - One job: claim its attempt (DeliveryStore.claimAttempts: the rules of Dispatch.decideClaim in
+ *   one statement under the delivery's row lock), which writes the attempt row BEFORE the call (so a dispatcher killed mid-attempt leaves a pending row
  *   that the job's next delivery closes), POST the stored bytes, record the result, then ack
  *   (success, dead letter) or nak with the ladder's wait (failure). While a job is held the
  *   dispatcher tells the server it is still working, so ack_wait never expires under a live one.
+ * - The claims and results of concurrent jobs (all webhooks of the process) are batched: one
+ *   statement each for many jobs (Batcher.ts), so the database cost per delivery falls as the
+ *   rate rises; a job costs two statements at most.
  * - The sixth delivery never acked (its dispatcher died): the server publishes MAX_DELIVERIES;
  *   one dispatcher (queue group) closes the delivery as dead_letter and removes the job. A sweep
  *   covers advisories published while no dispatcher was listening.
@@ -26,8 +29,9 @@ import { SqlClient } from "effect/sql"
 import { WebhookSender } from "./Attempt.ts"
 import { DeliveryJob, ensureDeliveryStream, ensureWebhookConsumer, webhookIdOfConsumer, consumerMatches, WEBHOOKS_CHANNEL } from "./DeliveryJobs.ts"
 import * as Store from "./DeliveryStore.ts"
-import { afterAttempt, decideClaim, decideLostJob, NOT_ATTEMPTED_DELETED, NOT_ATTEMPTED_PAUSED, statusOf } from "./Dispatch.ts"
+import { afterAttempt, decideLostJob, statusOf } from "./Dispatch.ts"
 import { DispatchConfig, type DispatchSettings } from "./DispatchConfig.ts"
+import { makeBatcher } from "./Batcher.ts"
 import { deliveryHeaders } from "./Signature.ts"
 
 /** How long a pull request waits for jobs before it is renewed. */
@@ -68,6 +72,26 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
     const heartbeatEvery = Duration.millis(Math.max(100, Math.floor(settings.ackWaitMs / 3)))
     const provideSql = Effect.provideService(SqlClient.SqlClient, sql)
 
+    // -- claims and results, batched across every job of this process ------------------------
+
+    const claimBatch = (inputs: ReadonlyArray<Store.ClaimInput>) =>
+      Effect.gen(function*() {
+        // One claim per delivery in a batch (two copies of a job can meet here): the furthest.
+        const chosen = new Map<string, number>()
+        inputs.forEach((input, i) => {
+          const other = chosen.get(input.deliveryId)
+          if (other === undefined || inputs[other]!.attempt < input.attempt) chosen.set(input.deliveryId, i)
+        })
+        const picked = [...chosen.values()]
+        const results = yield* Store.claimAttempts(picked.map((i) => inputs[i]!))
+        const outcomes: Array<Store.ClaimResult> = inputs.map(() => ({ _tag: "Skip" }))
+        picked.forEach((i, k) => (outcomes[i] = results[k]!))
+        return outcomes
+      }).pipe(provideSql)
+
+    const claim = yield* makeBatcher({ run: claimBatch, maxBatch: 256, workers: 2 })
+    const record = yield* makeBatcher({ run: (results: ReadonlyArray<Store.ResultWrite>) => provideSql(Store.writeResults(results)), maxBatch: 256, workers: 2 })
+
     // -- one job ---------------------------------------------------------------------------
 
     const handle = (msg: JsMsg, webhookId: string) =>
@@ -87,45 +111,12 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
         }
         const job = decoded.value
         const attempt = msg.info.deliveryCount
-        // Tell the server we are alive for as long as we hold the job.
-        yield* Effect.forkScoped(Effect.repeat(Effect.sync(() => msg.working()), Schedule.spaced(heartbeatEvery)).pipe(
-          Effect.delay(heartbeatEvery)
-        ))
-
-        const { state, data } = yield* Store.loadClaim(job.delivery_id).pipe(Effect.retry(dbRetry), provideSql)
-        // A job published under another webhook's subject is not this webhook's to deliver.
-        const decision = data !== null && data.webhookId !== webhookId
-          ? { _tag: "Skip" as const, reason: "unknown_delivery" as const }
-          : decideClaim({ round: job.round, attempt }, state)
-        if (decision._tag === "Skip" || data === null) {
+        const claimed = yield* claim({ deliveryId: job.delivery_id, webhookId, round: job.round, attempt }).pipe(Effect.retry(dbRetry))
+        if (claimed._tag !== "Attempt") {
           msg.ack()
           return
         }
-        if (decision._tag === "Abandon") {
-          yield* Store.writeClaim({
-            deliveryId: job.delivery_id,
-            webhookId,
-            round: job.round,
-            attempt,
-            status: "dead_letter",
-            error: decision.reason === "paused" ? NOT_ATTEMPTED_PAUSED : NOT_ATTEMPTED_DELETED
-          }).pipe(Effect.retry(dbRetry), provideSql)
-          msg.ack()
-          return
-        }
-        const attemptId = yield* Store.writeClaim({
-          deliveryId: job.delivery_id,
-          webhookId,
-          round: job.round,
-          attempt,
-          status: "pending",
-          error: null
-        }).pipe(Effect.retry(dbRetry), provideSql)
-        if (attemptId === null) {
-          // Another copy of this job, or a manual retry, got there first.
-          msg.ack()
-          return
-        }
+        const { attemptId, data } = claimed
         const body = Buffer.from(data.body, "utf8")
         const result = yield* sender.attempt({
           url: data.url,
@@ -134,7 +125,7 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
           timeoutMs: settings.attemptTimeoutMs
         })
         const outcome = afterAttempt(settings.schedule, attempt, result)
-        yield* Store.writeResult({
+        yield* record({
           attemptId,
           deliveryId: job.delivery_id,
           round: job.round,
@@ -143,11 +134,10 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
           error: result.error,
           durationMs: result.durationMs,
           delayMs: outcome._tag === "Failed" ? outcome.delayMs : null
-        }).pipe(Effect.retry(dbRetry), provideSql)
+        }).pipe(Effect.retry(dbRetry))
         if (outcome._tag === "Failed") msg.nak(outcome.delayMs)
         else msg.ack()
       }).pipe(
-        Effect.scoped,
         // A job we could not finish (database unreachable) is left un-acked: it comes back after
         // ack_wait, to this or another dispatcher.
         Effect.catchCause((cause) => Effect.logWarning("webhook dispatcher: job left for redelivery", { subject: msg.subject, cause: String(cause) }))
@@ -161,17 +151,33 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
         const running = yield* FiberSet.make()
         const freed = yield* Queue.sliding<void>(1)
         let inFlight = 0
+        // Tell the server we are alive for every job we hold (one timer for the loop).
+        const held = new Set<JsMsg>()
+        yield* Effect.forkScoped(Effect.forever(Effect.andThen(
+          Effect.sleep(heartbeatEvery),
+          Effect.sync(() => held.forEach((msg) => msg.working()))
+        )))
+        // Under load, pull in chunks of at least half the slots (each pull is a round trip of its
+        // own); when the backlog is empty, wait with whatever slots are free.
+        const chunk = Math.max(1, Math.ceil(settings.concurrency / 2))
+        let backlog = false
         for (;;) {
-          while (inFlight >= settings.concurrency) yield* Queue.take(freed)
+          while (inFlight >= settings.concurrency || (backlog && settings.concurrency - inFlight < chunk)) {
+            yield* Queue.take(freed)
+          }
           const wanted = settings.concurrency - inFlight
+          let received = 0
           yield* Effect.acquireUseRelease(
             busCall(`fetch ${consumerName}`, () => consumer.fetch({ max_messages: wanted, expires: FETCH_EXPIRES_MS })),
             (batch) =>
               Stream.fromAsyncIterable(batch, (cause) => new BusError({ operation: `fetch ${consumerName}`, message: String(cause) })).pipe(
                 Stream.runForEach((msg) => {
                   inFlight++
+                  received++
+                  held.add(msg)
                   return FiberSet.run(running, handle(msg, webhookId).pipe(
                     Effect.ensuring(Effect.sync(() => {
+                      held.delete(msg)
                       inFlight--
                       Queue.offerUnsafe(freed, undefined)
                     }))
@@ -180,6 +186,7 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
               ),
             (batch) => Effect.sync(() => batch.stop())
           )
+          backlog = received === wanted
         }
       }).pipe(
         Effect.scoped,

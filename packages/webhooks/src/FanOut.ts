@@ -14,8 +14,7 @@
 import type { JsMsg } from "@nats-io/jetstream"
 import { BusError, Nats } from "@svc/bus/Nats"
 import { ensureConsumer } from "@svc/bus/Topology"
-import { EVENT_NAMES, type EventFilter, type EventName, matchesFilter } from "@svc/domain/Events"
-import { makeId } from "@svc/domain/Ids"
+import { EVENT_NAMES, type EventName } from "@svc/domain/Events"
 import * as Streams from "@svc/events/Streams"
 import { AckPolicy, DeliverPolicy } from "@nats-io/jetstream"
 import { type Cause, Context, Duration, Effect, Exit, Layer, Queue, Ref, Schedule, Schema, Stream } from "effect"
@@ -112,53 +111,30 @@ export class FanOut extends Context.Service<FanOut, {
         }
       }
       if (events.length === 0) return
-      const orgs = [...new Set(events.map((e) => e.orgId))]
-      const hooks = yield* sql<{ id: string; org_id: string; events: ReadonlyArray<string> }>`
-        SELECT id, org_id, events FROM webhooks
-        WHERE org_id = ANY(${orgs}::text[]) AND enabled AND deleted_at IS NULL`
-      const ids: Array<string> = []
-      const webhookIds: Array<string> = []
-      const orgIds: Array<string> = []
-      const names: Array<string> = []
-      const msgIds: Array<string> = []
-      const bodies: Array<string> = []
-      for (const e of events) {
-        for (const hook of hooks) {
-          if (hook.org_id !== e.orgId || !matchesFilter(hook.events as EventFilter, e.event)) continue
-          ids.push(makeId("delivery"))
-          webhookIds.push(hook.id)
-          orgIds.push(e.orgId)
-          names.push(e.event)
-          msgIds.push(e.msgId)
-          bodies.push(e.body)
-        }
-      }
-      let published = 0
-      if (ids.length > 0) {
-        // New rows plus the ones an earlier pass already wrote (their jobs go out again).
-        const rows = yield* sql<{ id: string; webhook_id: string; round: number }>`
-          WITH input AS (
-            SELECT * FROM unnest(${ids}::text[], ${webhookIds}::text[], ${orgIds}::text[], ${names}::text[],
-                                 ${msgIds}::text[], ${bodies}::text[])
-              AS t(id, webhook_id, org_id, event, event_msg_id, body)
-          ), ins AS (
-            INSERT INTO webhook_deliveries (id, webhook_id, org_id, event, event_msg_id, body, status)
-            SELECT id, webhook_id, org_id, event, event_msg_id, body, 'pending' FROM input
-            ON CONFLICT (webhook_id, event_msg_id) DO NOTHING
-            RETURNING id, webhook_id, round
-          )
-          SELECT id, webhook_id, round FROM ins
-          UNION ALL
-          SELECT d.id, d.webhook_id, d.round FROM webhook_deliveries d
-          JOIN input i ON d.webhook_id = i.webhook_id AND d.event_msg_id = i.event_msg_id`
-        yield* Effect.forEach(rows, (row) => publishJob(row.webhook_id, { delivery_id: row.id as never, round: row.round }), {
-          concurrency: 64,
-          discard: true
-        })
-        published = rows.length
-      }
+      // The same event twice in one batch (a redelivery overtaking its original) is written once.
+      const unique = [...new Map(events.map((e) => [e.msgId, e])).values()]
+      const orgs = [...new Set(unique.map((e) => e.orgId))]
+      // One statement: match each event to its org's enabled webhooks (exact name or `*`, the
+      // rule of Events.matchesFilter) and write the deliveries. A row that exists already (the
+      // event was seen before) is returned too, so its job goes out again.
+      const rows = yield* sql<{ id: string; webhook_id: string; round: number }>`
+        WITH e AS (
+          SELECT * FROM unnest(${unique.map((e) => e.orgId)}::text[], ${unique.map((e) => e.event)}::text[],
+                               ${unique.map((e) => e.msgId)}::text[], ${unique.map((e) => e.body)}::text[])
+            AS t(org_id, event, event_msg_id, body)
+        )
+        INSERT INTO webhook_deliveries (id, webhook_id, org_id, event, event_msg_id, body, status)
+        SELECT svc_webhook_delivery_id(), w.id, e.org_id, e.event, e.event_msg_id, e.body, 'pending'
+        FROM e JOIN webhooks w ON w.org_id = e.org_id
+        WHERE w.org_id = ANY(${orgs}::text[]) AND w.deleted_at IS NULL AND w.enabled AND w.events && ARRAY['*', e.event]
+        ON CONFLICT (webhook_id, event_msg_id) DO UPDATE SET round = webhook_deliveries.round
+        RETURNING id, webhook_id, round`
+      yield* Effect.forEach(rows, (row) => publishJob(row.webhook_id, { delivery_id: row.id as never, round: row.round }), {
+        concurrency: 64,
+        discard: true
+      })
       for (const e of events) e.msg.ack()
-      yield* Ref.update(counters, (c) => ({ events: c.events + events.length, deliveries: c.deliveries + published }))
+      yield* Ref.update(counters, (c) => ({ events: c.events + events.length, deliveries: c.deliveries + rows.length }))
     })
 
     const run = Effect.gen(function*() {

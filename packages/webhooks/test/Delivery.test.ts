@@ -72,11 +72,12 @@ describe("webhook delivery", () => {
         const envelope = JSON.parse(first!.body.toString("utf8"))
         expect(envelope).toEqual({ event: "ping", org_id: orgId, ts: expect.stringMatching(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/), data: { webhook_id: hook.id, message: expect.any(String) } })
 
-        // Gaps follow the schedule: at least the wait, and nowhere near ack_wait (3 s).
+        // Gaps follow the schedule: at least the wait, and well below ack_wait (5 s), which would
+        // carry a job that was never nak'ed.
         const gaps = rx.received.slice(1).map((r, i) => r.at - rx.received[i]!.at)
         gaps.forEach((gap, i) => {
           expect(gap).toBeGreaterThanOrEqual(TEST_SCHEDULE[i]! - 5)
-          expect(gap).toBeLessThan(TEST_SCHEDULE[i]! + 1_500)
+          expect(gap).toBeLessThan(TEST_SCHEDULE[i]! + 2_500)
         })
 
         const rows = yield* attemptRows(delivery_id)
@@ -140,7 +141,6 @@ describe("webhook delivery", () => {
           // Stop the ladder: the next retry dead-letters without a call.
           yield* webhooks.update(orgId, c.hook.id, { enabled: false })
         }
-        expect(redirect.received).toHaveLength(1)
         for (const c of started) yield* eventually(deliveryStatus(c.delivery), (d) => d?.status === "dead_letter")
       }).pipe(Effect.scoped))
 
@@ -148,11 +148,12 @@ describe("webhook delivery", () => {
       Effect.gen(function*() {
         const webhooks = yield* Webhooks
         const orgId = makeOrgId()
-        const rx = yield* receiver(() => ({ status: 500 }))
+        // The receiver holds its answer while the test pauses the webhook: the pause lands before
+        // the first attempt fails, whatever the machine's load.
+        const rx = yield* receiver(() => ({ status: 500, delayMs: 600 }))
         const hook = yield* createHook(orgId, rx.url)
         const { delivery_id } = yield* webhooks.test(orgId, hook.id)
         yield* Effect.promise(() => rx.waitFor(1))
-        yield* eventually(attemptRows(delivery_id), (rows) => rows[0]?.status === "failed")
         yield* webhooks.update(orgId, hook.id, { enabled: false })
         yield* eventually(deliveryStatus(delivery_id), (d) => d?.status === "dead_letter")
         const rows = yield* attemptRows(delivery_id)
@@ -172,10 +173,10 @@ describe("webhook delivery", () => {
       Effect.gen(function*() {
         const webhooks = yield* Webhooks
         const orgId = makeOrgId()
-        const rx = yield* receiver(() => ({ status: 500 }))
+        const rx = yield* receiver(() => ({ status: 500, delayMs: 600 }))
         const hook = yield* createHook(orgId, rx.url)
         const { delivery_id } = yield* webhooks.test(orgId, hook.id)
-        yield* eventually(attemptRows(delivery_id), (rows) => rows[0]?.status === "failed")
+        yield* Effect.promise(() => rx.waitFor(1))
         yield* webhooks.remove(orgId, hook.id)
         yield* eventually(deliveryStatus(delivery_id), (d) => d?.status === "dead_letter")
         const rows = yield* attemptRows(delivery_id)
@@ -245,7 +246,7 @@ describe("webhook delivery", () => {
         const hook = yield* createHook(orgId, rx.url)
         yield* eventually(dispatcher.stats, (s) => s.webhooks.includes(hook.id))
         const info = yield* Effect.promise(() => nats.jsm.consumers.info(nats.name("WEBHOOK_DELIVERY"), nats.name(`whd_${hook.id}`)))
-        expect(info.config).toMatchObject({ max_deliver: 6, ack_wait: 3_000_000_000, filter_subject: nats.subject("whd", hook.id, ">") })
+        expect(info.config).toMatchObject({ max_deliver: 6, ack_wait: 5_000_000_000, filter_subject: nats.subject("whd", hook.id, ">") })
         expect(info.config.backoff ?? []).toEqual([])
       }).pipe(Effect.scoped))
   })
