@@ -86,7 +86,7 @@ export const appendAll = Effect.fn("Outbox.appendAll")(function*(messages: Reado
   // relays, which Postgres delivers only if and when the transaction commits.
   yield* sql`
     INSERT INTO outbox (id, subject, payload)
-    SELECT r.id, r.subject, r.payload::jsonb
+    SELECT r.id, r.subject, r.payload::json
     FROM unnest(${ids}::text[], ${subjects}::text[], ${payloads}::text[]) WITH ORDINALITY AS r(id, subject, payload, n),
          (SELECT pg_notify(${NOTIFY_CHANNEL}, '')) AS wake
     ORDER BY r.n
