@@ -217,7 +217,9 @@ async function main() {
   const webhook = (orgId: string, path: string) =>
     run(Effect.gen(function*() {
       const webhooks = yield* Webhooks
-      const hook = yield* webhooks.create(orgId, { url: `http://127.0.0.1:${receiverProcess.port}${path}`, events: ["*"], enabled: true })
+      const created = yield* webhooks.create(orgId, { url: `http://127.0.0.1:${receiverProcess.port}${path}`, events: ["*"], enabled: true })
+      if (created._tag !== "Created") return yield* Effect.die("not created")
+      const hook = created.webhook
       const dispatcher = yield* WebhookDispatcher
       // Until this process pulls from the new webhook's consumer.
       while (!(yield* dispatcher.stats).webhooks.includes(hook.id)) yield* Effect.sleep(10)

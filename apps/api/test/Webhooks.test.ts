@@ -152,6 +152,31 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 60_000 })("webhook routes"
       }
     }))
 
+  it.effect("Idempotency-Key: the same key and body answer the first response (200); another body is 422", () =>
+    Effect.gen(function*() {
+      const env = yield* Env
+      const create = (key: string, body: unknown) =>
+        call(env.api, "POST", "/v1/webhooks", { token: env.star, body, headers: { "idempotency-key": key } })
+      const body = { url: "http://127.0.0.1:9/idem", events: ["sandbox.created"] }
+      const first = yield* create("key-abcdefgh-1", body)
+      expect(first.status).toBe(201)
+      const again = yield* create("key-abcdefgh-1", { events: ["sandbox.created"], url: "http://127.0.0.1:9/idem" })
+      expect(again.status).toBe(200)
+      expect(again.body).toEqual(first.body)
+      const other = yield* create("key-abcdefgh-1", { ...body, enabled: false })
+      expect([other.status, other.body.code]).toEqual([422, "idempotency_key_reused"])
+      // Another org's same key is its own.
+      const elsewhere = yield* call(env.api, "POST", "/v1/webhooks", { token: env.otherOrg, body, headers: { "idempotency-key": "key-abcdefgh-1" } })
+      expect(elsewhere.status).toBe(201)
+      expect(elsewhere.body.id).not.toBe(first.body.id)
+      expect((yield* create("short", body)).status).toBe(400)
+      const list = yield* call(env.api, "GET", "/v1/webhooks", { token: env.star })
+      expect(list.body.webhooks.filter((w: any) => w.url === "http://127.0.0.1:9/idem")).toHaveLength(1)
+      for (const [token, id] of [[env.star, first.body.id], [env.otherOrg, elsewhere.body.id]]) {
+        expect((yield* call(env.api, "DELETE", `/v1/webhooks/${id}`, { token })).status).toBe(204)
+      }
+    }))
+
   it.effect("refuses non-public URLs, patterns and unknown events, short secrets, bad bodies", () =>
     Effect.gen(function*() {
       const env = yield* Env

@@ -78,7 +78,9 @@ const createAndPing = (url: string) =>
   Effect.gen(function*() {
     const webhooks = yield* Webhooks
     const orgId = makeOrgId()
-    const hook = yield* webhooks.create(orgId, { url, events: ["*"], enabled: true, secret: "process-test-secret-1" })
+    const created = yield* webhooks.create(orgId, { url, events: ["*"], enabled: true, secret: "process-test-secret-1" })
+    if (created._tag !== "Created") return yield* Effect.die("not created")
+    const hook = created.webhook
     const { delivery_id } = yield* webhooks.test(orgId, hook.id)
     return { hook, deliveryId: delivery_id }
   })

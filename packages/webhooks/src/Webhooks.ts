@@ -14,8 +14,10 @@
  *   job is published if and only if the change commits (the outbox relay must run somewhere).
  */
 import { makeId } from "@svc/domain/Ids"
+import * as crypto from "node:crypto"
 import {
   DeliveryNotRetryable,
+  IdempotencyKeyReused,
   InvalidEventFilter,
   InvalidWebhookUrl,
   NotFound,
@@ -27,6 +29,7 @@ import type { DeliveryId, WebhookId } from "@svc/domain/Ids"
 import { type ListQuery, pageInfo } from "@svc/domain/Pagination"
 import {
   type CreatedWebhook,
+  CreatedWebhook as CreatedWebhookSchema,
   type CreateWebhookRequest,
   type DeliveryAttempt,
   type DeliveryList,
@@ -39,7 +42,7 @@ import {
   type WebhookList
 } from "@svc/domain/Webhook"
 import * as Outbox from "@svc/events/Outbox"
-import { Clock, Context, DateTime, Duration, Effect, Layer, Result, Schedule } from "effect"
+import { Clock, Context, DateTime, Duration, Effect, Layer, Result, Schedule, Schema } from "effect"
 import { SqlClient, type SqlError } from "effect/sql"
 import { WebhookAddressGuard } from "./AddressGuard.ts"
 import { ensureDeliveryStream, jobSubject, WEBHOOKS_CHANNEL } from "./DeliveryJobs.ts"
@@ -91,6 +94,17 @@ const toAttempt = (row: AttemptRow): DeliveryAttempt => ({
 
 const notFound = () => new NotFound({ error: "No such webhook" })
 
+/** What a create answers: a new webhook, or the first answer again for a repeated Idempotency-Key. */
+export type CreateResult =
+  | { readonly _tag: "Created"; readonly webhook: CreatedWebhook }
+  | { readonly _tag: "Replayed"; readonly body: unknown }
+
+const encodeCreated = Schema.encodeSync(CreatedWebhookSchema)
+
+/** The same request, whatever the key order of its JSON: hash of the decoded fields. */
+const requestHash = (input: CreateWebhookRequest) =>
+  crypto.createHash("sha256").update(JSON.stringify([input.url, input.events, input.secret ?? null, input.enabled])).digest("hex")
+
 /** A database failure is the caller's 503, with the cause in the log only. */
 const orUnavailable = <A, E, R>(effect: Effect.Effect<A, E | SqlError.SqlError, R>): Effect.Effect<A, Exclude<E, SqlError.SqlError> | Unavailable, R> =>
   Effect.catchTag(effect as Effect.Effect<A, SqlError.SqlError, R>, "SqlError", (e) =>
@@ -100,7 +114,15 @@ const orUnavailable = <A, E, R>(effect: Effect.Effect<A, E | SqlError.SqlError, 
     )) as never
 
 export class Webhooks extends Context.Service<Webhooks, {
-  readonly create: (orgId: string, input: CreateWebhookRequest) => Effect.Effect<CreatedWebhook, InvalidWebhookUrl | InvalidEventFilter | WebhookLimitReached | Unavailable>
+  /**
+   * With `idempotencyKey`: the same key and request within 24 h replay the first answer
+   * (`Replayed`, its JSON as sent); another request with the key is 422.
+   */
+  readonly create: (
+    orgId: string,
+    input: CreateWebhookRequest,
+    idempotencyKey?: string
+  ) => Effect.Effect<CreateResult, InvalidWebhookUrl | InvalidEventFilter | WebhookLimitReached | IdempotencyKeyReused | Unavailable>
   readonly list: (orgId: string, query: ListQuery) => Effect.Effect<WebhookList, Unavailable>
   readonly get: (orgId: string, id: string) => Effect.Effect<Webhook, NotFound | Unavailable>
   readonly update: (orgId: string, id: string, patch: PatchWebhookRequest) => Effect.Effect<Webhook, NotFound | InvalidWebhookUrl | InvalidEventFilter | Unavailable>
@@ -143,14 +165,27 @@ export class Webhooks extends Context.Service<Webhooks, {
         (rows) => (rows[0] === undefined ? Effect.fail(notFound()) : Effect.succeed(rows[0]))
       )
 
-    const create = Effect.fn("Webhooks.create")(function*(orgId: string, input: CreateWebhookRequest) {
+    const create = Effect.fn("Webhooks.create")(function*(orgId: string, input: CreateWebhookRequest, idempotencyKey?: string) {
       const url = yield* checkUrl(input.url)
       const events = yield* checkEvents(input.events)
       const secret = input.secret ?? generateSecret()
       const id = makeId("webhook")
-      const row = yield* orUnavailable(sql.withTransaction(Effect.gen(function*() {
+      const hash = requestHash(input)
+      return yield* orUnavailable(sql.withTransaction(Effect.gen(function*(): Effect.fn.Return<
+        CreateResult,
+        WebhookLimitReached | IdempotencyKeyReused | SqlError.SqlError
+      > {
         // One creator per org at a time: the count below cannot go stale before the insert.
         yield* sql`SELECT pg_advisory_xact_lock(hashtextextended(${`webhooks:${orgId}`}, 0))`
+        if (idempotencyKey !== undefined) {
+          yield* sql`DELETE FROM webhook_idempotency WHERE org_id = ${orgId} AND created_at < now() - interval '24 hours'`
+          const [prior] = yield* sql<{ request_hash: string; response: unknown }>`
+            SELECT request_hash, response FROM webhook_idempotency WHERE org_id = ${orgId} AND key = ${idempotencyKey}`
+          if (prior !== undefined) {
+            if (prior.request_hash !== hash) return yield* new IdempotencyKeyReused()
+            return { _tag: "Replayed", body: typeof prior.response === "string" ? JSON.parse(prior.response) : prior.response } as const
+          }
+        }
         const [count] = yield* sql<{ n: number }>`
           SELECT count(*)::int AS n FROM webhooks WHERE org_id = ${orgId} AND deleted_at IS NULL`
         if ((count?.n ?? 0) >= MAX_WEBHOOKS_PER_ORG) {
@@ -161,9 +196,13 @@ export class Webhooks extends Context.Service<Webhooks, {
           VALUES (${id}, ${orgId}, ${url}, ${events}::text[], ${secret}, ${input.enabled})
           RETURNING id, url, events, enabled, created_at, updated_at`
         yield* sql`SELECT pg_notify(${WEBHOOKS_CHANNEL}, ${id})`
-        return row!
+        const created = { ...toWebhook(row!), secret_returned_once: secret } satisfies CreatedWebhook
+        if (idempotencyKey !== undefined) {
+          yield* sql`INSERT INTO webhook_idempotency (org_id, key, request_hash, response)
+            VALUES (${orgId}, ${idempotencyKey}, ${hash}, ${JSON.stringify(encodeCreated(created))}::jsonb)`
+        }
+        return { _tag: "Created", webhook: created } as const
       })))
-      return { ...toWebhook(row), secret_returned_once: secret } satisfies CreatedWebhook
     })
 
     const list = Effect.fn("Webhooks.list")(function*(orgId: string, query: ListQuery) {

@@ -27,7 +27,9 @@ const signatureOk = (secret: string, request: Received) => {
 const createHook = (orgId: string, url: string, extra: { events?: Array<string>; secret?: string; enabled?: boolean } = {}) =>
   Effect.gen(function*() {
     const webhooks = yield* Webhooks
-    return yield* webhooks.create(orgId, { url, events: extra.events ?? ["*"], enabled: extra.enabled ?? true, ...(extra.secret ? { secret: extra.secret } : {}) })
+    const created = yield* webhooks.create(orgId, { url, events: extra.events ?? ["*"], enabled: extra.enabled ?? true, ...(extra.secret ? { secret: extra.secret } : {}) })
+    assert(created._tag === "Created")
+    return created.webhook
   })
 
 const freeClosedPort = () =>

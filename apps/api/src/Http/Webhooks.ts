@@ -7,6 +7,7 @@ import { CurrentPrincipal } from "@svc/domain/Api/Auth"
 import { WebhookAddressGuard } from "@svc/webhooks/AddressGuard"
 import { Webhooks } from "@svc/webhooks/Webhooks"
 import { Effect, Layer } from "effect"
+import { HttpServerResponse } from "effect/http"
 import { HttpApiBuilder } from "effect/http-api"
 
 const orgId = Effect.gen(function*() {
@@ -20,7 +21,12 @@ export const WebhooksGroup = HttpApiBuilder.group(
   Effect.fn(function*(handlers) {
     const webhooks = yield* Webhooks
     return handlers
-      .handle("create", ({ payload }) => Effect.flatMap(orgId, (org) => webhooks.create(org, payload)))
+      .handle("create", ({ payload, headers }) =>
+        Effect.gen(function*() {
+          const result = yield* webhooks.create(yield* orgId, payload, headers["idempotency-key"])
+          // A replay answers 200 with the first response, as it was.
+          return result._tag === "Created" ? result.webhook : HttpServerResponse.jsonUnsafe(result.body, { status: 200 })
+        }))
       .handle("list", ({ query }) => Effect.flatMap(orgId, (org) => webhooks.list(org, query)))
       .handle("get", ({ params }) => Effect.flatMap(orgId, (org) => webhooks.get(org, params.id)))
       .handle("update", ({ params, payload }) => Effect.flatMap(orgId, (org) => webhooks.update(org, params.id, payload)))

@@ -6,6 +6,7 @@ import { Schema } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/http-api"
 import {
   DeliveryNotRetryable,
+  IdempotencyKeyReused,
   InvalidEventFilter,
   InvalidRequest,
   InvalidWebhookUrl,
@@ -27,6 +28,7 @@ import {
   WebhookList
 } from "../Webhook.ts"
 import { Access } from "./Auth.ts"
+import { IdempotencyKey } from "./Sandboxes.ts"
 
 export class CreateWebhookBody extends Schema.Class<CreateWebhookBody>("CreateWebhookRequest")(CreateWebhookRequest.fields) {}
 
@@ -38,12 +40,14 @@ export class WebhooksApi extends HttpApiGroup.make("webhooks")
   .add(
     HttpApiEndpoint.post("create", "/v1/webhooks", {
       payload: CreateWebhookBody,
+      headers: { "idempotency-key": Schema.optionalKey(IdempotencyKey) },
       success: CreatedWebhook.pipe(HttpApiSchema.status(201)),
-      error: [InvalidRequest, InvalidWebhookUrl, InvalidEventFilter, WebhookLimitReached, Unavailable]
+      error: [InvalidRequest, InvalidWebhookUrl, InvalidEventFilter, WebhookLimitReached, IdempotencyKeyReused, Unavailable]
     }).annotateMerge(OpenApi.annotations({
       description: "Subscribes `url` (http or https, resolving only to public addresses) to `events` (exact event " +
         "names or `*`, default `[\"*\"]`). `secret`: your signing secret (16+ characters), generated when omitted; " +
-        "returned once, as `secret_returned_once`. At most 20 webhooks per org."
+        "returned once, as `secret_returned_once`. At most 20 webhooks per org. With `Idempotency-Key`, the same key " +
+        "and body within 24 h answer the first response again (200); another body is 422 `idempotency_key_reused`."
     })),
     HttpApiEndpoint.get("list", "/v1/webhooks", {
       query: ListQuery,
