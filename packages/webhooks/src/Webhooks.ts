@@ -271,7 +271,9 @@ export class Webhooks extends Context.Service<Webhooks, {
     const deliveries = Effect.fn("Webhooks.deliveries")(function*(orgId: string, id: string, query: ListDeliveriesQuery) {
       yield* orUnavailable(findLive(orgId, id))
       const status = query.status ?? null
-      const [rows, [count]] = yield* orUnavailable(Effect.all([
+      // One snapshot for the page and its total: attempts change state while a client reads.
+      const [rows, [count]] = yield* orUnavailable(sql.withTransaction(Effect.all([
+        sql`SET TRANSACTION ISOLATION LEVEL REPEATABLE READ`,
         sql<AttemptRow>`
           SELECT a.id, a.delivery_id, d.event, a.attempt, a.status, a.response_code, a.error, a.duration_ms,
                  a.created_at, a.next_attempt_at
@@ -281,7 +283,7 @@ export class Webhooks extends Context.Service<Webhooks, {
         sql<{ n: number }>`
           SELECT count(*)::int AS n FROM webhook_attempts
           WHERE webhook_id = ${id} AND (${status}::text IS NULL OR status = ${status}::text)`
-      ], { concurrency: 2 }))
+      ]).pipe(Effect.map(([, rows, count]) => [rows, count] as const))))
       return { deliveries: rows.map(toAttempt), ...pageInfo(query, rows.length, count?.n ?? 0) } satisfies DeliveryList
     })
 
