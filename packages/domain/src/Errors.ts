@@ -136,6 +136,13 @@ export class FullAccessRequired extends ApiErrorClass<FullAccessRequired>()("Ful
   message: "This route requires a full-access (\"*\") key or a session"
 }) {}
 
+/** Not in api.md's table: a cookie-authenticated request that changes state from another origin. */
+export class CsrfRejected extends ApiErrorClass<CsrfRejected>()("CsrfRejected", {
+  code: "csrf_rejected",
+  status: 403,
+  message: "Cookie-authenticated requests that change state must carry an Origin header of this server"
+}) {}
+
 export class InsufficientScope extends ApiErrorClass<InsufficientScope>()("InsufficientScope", {
   code: "insufficient_scope",
   status: 403,
@@ -222,6 +229,7 @@ export const API_ERRORS = [
   TokenInQueryNotAllowed,
   UsageLimitReached,
   FullAccessRequired,
+  CsrfRejected,
   InsufficientScope,
   SandboxOutOfScope,
   SecretManagerNotAllowed,

@@ -20,6 +20,8 @@ const table: ReadonlyArray<readonly [number, string, E.ApiError, Record<string, 
   [401, "token_in_query_not_allowed", new E.TokenInQueryNotAllowed(), {}],
   [402, "usage_limit_reached", new E.UsageLimitReached(), {}],
   [403, "full_access_required", new E.FullAccessRequired(), {}],
+  // Not in api.md: the refusal of a cross-origin state change made with a session cookie.
+  [403, "csrf_rejected", new E.CsrfRejected(), {}],
   [403, "insufficient_scope", new E.InsufficientScope({ required_scope: "sandboxes:write" }), {
     required_scope: "sandboxes:write"
   }],
@@ -36,7 +38,7 @@ const table: ReadonlyArray<readonly [number, string, E.ApiError, Record<string, 
 ]
 
 describe("Errors", () => {
-  it("covers every row of api.md's table once", () => {
+  it("covers every row of api.md's table (and csrf_rejected) once", () => {
     expect(table.length).toBe(E.API_ERRORS.length)
     expect(new Set(table.map(([, code]) => code)).size).toBe(table.length)
   })

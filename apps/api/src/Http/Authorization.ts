@@ -29,7 +29,7 @@ import {
   SESSION_COOKIE
 } from "@svc/domain/Api/Auth"
 import * as Errors from "@svc/domain/Errors"
-import { Clock, Effect, Layer, Option, Result, Schema } from "effect"
+import { Clock, Effect, Layer, Option, Result } from "effect"
 import { HttpServerRequest, HttpServerResponse } from "effect/http"
 import type { HttpApiEndpoint, HttpApiGroup } from "effect/http-api"
 import { SqlError } from "effect/sql"
@@ -65,13 +65,8 @@ export const sameOrigin = (request: HttpServerRequest.HttpServerRequest): boolea
   }
 }
 
-const encodeCsrf = Schema.encodeSync(CsrfRejected)
-
 /** The error response of a refusal, with the headers api.md asks for. */
-export const refuse = (error: Errors.ApiError | CsrfRejected, headers?: Record<string, string>) => {
-  if (error instanceof CsrfRejected) {
-    return HttpServerResponse.jsonUnsafe(encodeCsrf(error), { status: CsrfRejected.status })
-  }
+export const refuse = (error: Errors.ApiError, headers?: Record<string, string>) => {
   const { status, body } = Errors.errorBody(error)
   const extra: Record<string, string> = { ...headers }
   if (status === 401) extra["www-authenticate"] = "Bearer"

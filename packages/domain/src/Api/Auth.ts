@@ -14,9 +14,10 @@
  * An endpoint without a rule is treated as `Access.account` (fail closed) and fails the
  * authorization matrix test.
  */
-import { Context, DateTime, Effect, Schema, SchemaTransformation } from "effect"
+import { Context, DateTime, Schema, SchemaTransformation } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware, HttpApiSchema, HttpApiSecurity, OpenApi } from "effect/http-api"
 import {
+  CsrfRejected,
   Conflict,
   FullAccessRequired,
   InsufficientScope,
@@ -106,15 +107,7 @@ export class CurrentPrincipal extends Context.Service<CurrentPrincipal, Principa
  * A cookie-authenticated request that changes state without an `Origin` of the server's own
  * (api.md "Authentication"; the table names no code, this one is ours): 403 `csrf_rejected`.
  */
-export class CsrfRejected extends Schema.Error<CsrfRejected>("CsrfRejected")({
-  error: Schema.String.pipe(Schema.withConstructorDefault(Effect.succeed(
-    "Cookie-authenticated requests that change state must carry an Origin header of this server"
-  ))),
-  code: Schema.tag("csrf_rejected")
-}, { httpApiStatus: 403, description: "State-changing cookie request without a same-origin Origin" }) {
-  static readonly status = 403
-  static readonly code = "csrf_rejected"
-}
+export { CsrfRejected }
 
 // ---------------------------------------------------------------------------------------------
 // The middleware
