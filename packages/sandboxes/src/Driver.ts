@@ -238,6 +238,17 @@ export class SandboxDriver extends Context.Service<SandboxDriver, {
     SandboxInfo,
     InvalidSandboxRequest | SandboxAlreadyExists | TemplateNotFound | SandboxCapacityExhausted | DriverFailure
   >
+  /**
+   * Gives a running sandbox made for later use (a host's warm pool entry) the identity and
+   * settings of `spec`: its id (files, cgroups, hostname, address lease), env, cpu and memory
+   * limits, exposed ports. The template must be the one it was made from. Not atomic across a
+   * crash: a half-adopted sandbox is found under `spec.sandboxId` or `fromId` and `destroy` of
+   * either id removes everything of it.
+   */
+  adopt(
+    fromId: string,
+    spec: SandboxSpec
+  ): Effect.Effect<SandboxInfo, Common | SandboxNotRunning | SandboxAlreadyExists>
   /** Starts a stopped sandbox again from its saved file system; a running one is left as is. */
   start(sandboxId: string): Effect.Effect<SandboxInfo, Common>
   /** Ends every process of the sandbox and keeps its file system. Idempotent. */

@@ -518,6 +518,11 @@ export class BubblewrapDriver {
             const runRecord = yield* attempt("destroy", () => readRunRecord(paths))
             yield* teardownRun(record, paths, runRecord)
             yield* attempt("destroy", () => Network.release(config.leaseDir, record.internalIp, owner(sandboxId)))
+            if (record.sandboxId !== sandboxId) {
+              // Half adopted (see `adopt`): the folder has the new name, the record the old one.
+              yield* attempt("destroy", () => Cgroups.removeAll(cgroups, sandboxId))
+              yield* attempt("destroy", () => Network.release(config.leaseDir, record.internalIp, owner(record.sandboxId)))
+            }
           } else {
             yield* attempt("destroy", () => Cgroups.removeAll(cgroups, sandboxId))
           }
@@ -566,6 +571,76 @@ export class BubblewrapDriver {
             )
           })
         )
+      })
+
+      /**
+       * Renames a running sandbox and applies the spec's settings. The order keeps a crash at any
+       * point recoverable by `destroy` of one of the two ids: the folder is renamed first (from
+       * then on the sandbox is `spec.sandboxId`; `destroy` handles a record still naming `fromId`),
+       * then its cgroups (cgroup v1 renames within a parent), the record, the lease, the hostname.
+       */
+      const adopt = Effect.fn("SandboxDriver.adopt")(function*(fromId: string, input: SandboxSpec) {
+        const from = yield* checkId(fromId)
+        const spec = yield* decodeInput(SandboxSpec, input)
+        if (from === spec.sandboxId) return yield* invalid("adopt: the new id must differ from the old one")
+        return yield* withLock(from, withLock(spec.sandboxId, Effect.gen(function*() {
+          const target = sandboxPaths(config.dataDir, spec.sandboxId)
+          if ((yield* attempt("adopt", () => Fs.lstat(target.dir).then(() => true, () => false)))) {
+            return yield* new SandboxAlreadyExists({ sandboxId: spec.sandboxId })
+          }
+          const entry = yield* lookupRunning(from)
+          if (entry.record.template !== spec.template) {
+            return yield* invalid(`adopt: ${from} was made from template ${entry.record.template}, not ${spec.template}`)
+          }
+          const source = sandboxPaths(config.dataDir, from)
+          running.delete(from)
+          yield* attempt("adopt", () => Fs.rename(source.dir, target.dir))
+          return yield* Effect.gen(function*() {
+            yield* attempt("adopt", async () => {
+              for (const controller of Cgroups.CONTROLLERS) {
+                const dir = Cgroups.groupPath(cgroups, controller, from)
+                if (await Fs.stat(dir).then(() => true, () => false)) await Fs.rename(dir, Cgroups.groupPath(cgroups, controller, spec.sandboxId))
+              }
+            })
+            const record = new SandboxRecord({
+              ...entry.record,
+              sandboxId: spec.sandboxId,
+              env: spec.env,
+              cpu: spec.cpu,
+              ramMb: spec.ramMb,
+              diskGb: spec.diskGb,
+              exposedPorts: spec.exposedPorts,
+              createdAt: new Date().toISOString()
+            })
+            yield* attempt("adopt", () => writeSandboxRecord(target, record))
+            const leased = yield* attempt("adopt", () =>
+              Network.lease(config.leaseDir, subnet, owner(spec.sandboxId), record.internalIp)
+            )
+            if (leased !== record.internalIp) {
+              if (leased !== undefined) yield* attempt("adopt", () => Network.release(config.leaseDir, leased, owner(spec.sandboxId)))
+              return yield* new DriverFailure({ operation: "adopt", message: `the address ${record.internalIp} was taken meanwhile` })
+            }
+            yield* attempt("adopt", () => Network.release(config.leaseDir, record.internalIp, owner(from)))
+            // Raising the memory limit needs the swap limit raised first (memsw >= memory).
+            yield* attempt("adopt", () =>
+              Fs.writeFile(
+                NodePath.join(Cgroups.groupPath(cgroups, "memory", spec.sandboxId), "memory.memsw.limit_in_bytes"),
+                String(spec.ramMb * 1024 * 1024)
+              ).catch(() => undefined)
+            )
+            const prepared = yield* attempt("adopt", () =>
+              Cgroups.prepare(cgroups, spec.sandboxId, { ramMb: spec.ramMb, cpu: spec.cpu, pidsMax: config.pidsMax, diskGb: spec.diskGb })
+            )
+            // The uts namespace belongs to the sandbox's user namespace; host root may join it.
+            yield* runChecked("adopt", nsenter, ["-t", String(entry.run.pid), "-u", "--", sh, "-c", `printf %s "$1" > /proc/sys/kernel/hostname`, "sh", spec.sandboxId], {
+              env: HOST_ENV
+            })
+            const runRecord = new RunRecord({ ...entry.run, limits: prepared.limits })
+            yield* attempt("adopt", () => writeRunRecord(target, runRecord))
+            running.set(spec.sandboxId, { record, run: runRecord })
+            return infoOf(record, runRecord)
+          }).pipe(Effect.tapError(() => destroyInternal(spec.sandboxId).pipe(Effect.ignore)))
+        })))
       })
 
       const start = Effect.fn("SandboxDriver.start")(function*(sandboxId: string) {
@@ -782,6 +857,7 @@ export class BubblewrapDriver {
       // it runs to its end even if the caller is interrupted.
       return SandboxDriver.of({
         create: (spec) => Effect.uninterruptible(create(spec)),
+        adopt: (fromId, spec) => Effect.uninterruptible(adopt(fromId, spec)),
         start: (sandboxId) => Effect.uninterruptible(start(sandboxId)),
         stop: (sandboxId) => Effect.uninterruptible(stop(sandboxId)),
         destroy: (sandboxId) => Effect.uninterruptible(destroy(sandboxId)),
