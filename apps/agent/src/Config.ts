@@ -14,6 +14,7 @@
  *                         `<SVC_DATA_DIR or <repo>/.svc/data>/hosts/<hostId>`
  *   SVC_AGENT_HEARTBEAT_MS   default HOST_HEARTBEAT_MS
  *   SVC_AGENT_CONCURRENCY    commands applied at once (one sandbox's commands stay in order)
+ *   SVC_AGENT_POOL_SIZE      pre-started `base` sandboxes kept ready (default 4; 0 turns the pool off)
  *   SVC_SANDBOX_BRIDGE / SVC_SANDBOX_SUBNET   passed to the driver (machine-wide settings)
  *   SVC_VERSION           reported in the host record
  */
@@ -42,6 +43,8 @@ export interface AgentSettings {
   readonly dataDir: string
   readonly heartbeatMs: number
   readonly concurrency: number
+  /** Pre-started `base` sandboxes kept ready for creates (0: none). */
+  readonly poolSize: number
   readonly bridge?: string
   readonly subnet?: string
 }
@@ -105,9 +108,13 @@ const SettingsSchema = Schema.Struct({
   dataDir: Schema.String.check(Schema.isPattern(/^\/[^\0,:\s]*$/, { message: "absolute path without ',', ':' or spaces" })),
   heartbeatMs: Schema.Int.check(Schema.isGreaterThanOrEqualTo(50), Schema.isLessThanOrEqualTo(60_000)),
   concurrency: Schema.Int.check(Schema.isGreaterThanOrEqualTo(1), Schema.isLessThanOrEqualTo(256)),
+  poolSize: Schema.Int.check(Schema.isGreaterThanOrEqualTo(0), Schema.isLessThanOrEqualTo(64)),
   bridge: Schema.optionalKey(Schema.String),
   subnet: Schema.optionalKey(Schema.String)
 })
+
+/** `SVC_AGENT_POOL_SIZE` when unset. */
+export const DEFAULT_POOL_SIZE = 4
 
 export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("@svc/agent/AgentConfig") {
   /** Fills in defaults and checks every field (the host id must be a `host_` id). */
@@ -131,6 +138,9 @@ export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("
       dataDir,
       heartbeatMs: options.heartbeatMs ?? HOST_HEARTBEAT_MS,
       concurrency: options.concurrency ?? 4,
+      // Off unless asked for: tests count the host's processes and devices. The environment's
+      // default (`fromEnv`) is DEFAULT_POOL_SIZE.
+      poolSize: options.poolSize ?? 0,
       ...(options.bridge !== undefined ? { bridge: options.bridge } : {}),
       ...(options.subnet !== undefined ? { subnet: options.subnet } : {})
     }
@@ -163,6 +173,7 @@ export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("
         dataDir: opt(Config.String("SVC_AGENT_DATA_DIR")),
         heartbeatMs: opt(Config.Int("SVC_AGENT_HEARTBEAT_MS")),
         concurrency: opt(Config.Int("SVC_AGENT_CONCURRENCY")),
+        poolSize: opt(Config.Int("SVC_AGENT_POOL_SIZE")),
         bridge: opt(Config.String("SVC_SANDBOX_BRIDGE")),
         subnet: opt(Config.String("SVC_SANDBOX_SUBNET"))
       }).pipe(Effect.mapError((e) => new InvalidAgentConfig({ message: String(e) })))
@@ -184,6 +195,7 @@ export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("
         ...defined("dataDir", env.dataDir !== undefined && env.dataDir !== "" ? NodePath.resolve(env.dataDir) : undefined),
         ...defined("heartbeatMs", env.heartbeatMs),
         ...defined("concurrency", env.concurrency),
+        poolSize: env.poolSize ?? DEFAULT_POOL_SIZE,
         ...defined("bridge", env.bridge),
         ...defined("subnet", env.subnet),
         capacity

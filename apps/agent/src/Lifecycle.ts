@@ -15,7 +15,9 @@ import {
   SandboxSpec
 } from "@svc/sandboxes/Driver"
 import type { AgentCommand, AgentReport } from "@svc/sandboxes/Protocol"
-import { Clock, Context, Duration, Effect, Layer, Schedule, Schema } from "effect"
+import { BASE_TEMPLATE } from "@svc/sandboxes/Rootfs"
+import { Clock, Context, Duration, Effect, Layer, Queue, Schedule, Schema } from "effect"
+import { randomBytes } from "node:crypto"
 import { AgentConfig } from "./Config.ts"
 import { Journal, JournalEntry, type JournalError, type PendingOp } from "./Journal.ts"
 import { plan } from "./Reconcile.ts"
@@ -50,6 +52,15 @@ export const describeDriverError = (error: SandboxDriverError): string => {
 
 const isSandboxId = Schema.is(SandboxId)
 
+/**
+ * Warm pool entries are driver sandboxes named `pool-<hex>` (platform ids are `sbx_...`, so the
+ * two never meet). They have no journal entry: a restarted agent's reconcile destroys them as
+ * orphans and the pool is made again; a graceful stop destroys them.
+ */
+const POOL_PREFIX = "pool-"
+const poolEntrySpec = (sandboxId: string) =>
+  new SandboxSpec({ sandboxId, template: BASE_TEMPLATE, env: {}, cpu: 1, ramMb: 256, diskGb: 1, exposedPorts: [] })
+
 export class Lifecycle extends Context.Service<Lifecycle, {
   apply(command: AgentCommand): Effect.Effect<AgentReport, JournalError>
   /**
@@ -57,6 +68,8 @@ export class Lifecycle extends Context.Service<Lifecycle, {
    * (its real state) for the caller to publish. Run before commands are consumed.
    */
   readonly reconcile: Effect.Effect<ReadonlyArray<AgentReport>, JournalError | DriverFailure>
+  /** Driver ids of the warm pool's ready entries (for tests and logs). */
+  readonly poolEntries: Effect.Effect<ReadonlyArray<string>>
 }>()("@svc/agent/Lifecycle") {
   static readonly layer = Layer.effect(
     Lifecycle,
@@ -65,6 +78,51 @@ export class Lifecycle extends Context.Service<Lifecycle, {
       const driver = yield* SandboxDriver
       const journal = yield* Journal
       const hostId = config.hostId
+
+      // The warm pool: entries are made one at a time in the background once reconcile has run
+      // (before, reconcile would destroy them as orphans), and again after each one is taken.
+      const pool: Array<string> = []
+      let poolEnabled = false
+      const wake = yield* Queue.sliding<void>(1)
+      const poolWanted = () => poolEnabled && pool.length < config.poolSize
+      const makePoolEntry = Effect.uninterruptible(
+        Effect.gen(function*() {
+          const id = `${POOL_PREFIX}${randomBytes(8).toString("hex")}`
+          yield* driver.create(poolEntrySpec(id))
+          const ready = yield* checkReady(id)
+          if (!ready) {
+            yield* Effect.ignore(driver.destroy(id))
+            return yield* Effect.fail("the pool entry did not answer")
+          }
+          pool.push(id)
+        })
+      )
+      const filler = Effect.gen(function*() {
+        while (true) {
+          yield* Queue.take(wake)
+          while (poolWanted()) {
+            const made = yield* Effect.result(makePoolEntry)
+            if (made._tag === "Failure") {
+              yield* Effect.logWarning("agent: could not make a warm pool entry", { error: String(made.failure) })
+              yield* Effect.sleep(Duration.seconds(1))
+            }
+          }
+        }
+      })
+      if (config.poolSize > 0) {
+        // Registered first so it runs last: after the filler (and the entry it may be making) ended.
+        yield* Effect.addFinalizer(() =>
+          Effect.forEach(pool.splice(0), (id) => Effect.ignore(driver.destroy(id)), { concurrency: 4, discard: true })
+        )
+        yield* Effect.forkScoped(filler)
+      }
+      /** A ready entry for this spec, taken out of the pool (only `base` sandboxes are pooled). */
+      const takePoolEntry = (spec: SandboxSpec): string | undefined => {
+        if (spec.template !== BASE_TEMPLATE || pool.length === 0) return undefined
+        const id = pool.shift()
+        Queue.offerUnsafe(wake, undefined)
+        return id
+      }
 
       const report = (sandboxId: string, status: AgentReport["status"], fields: Partial<AgentReport> = {}) =>
         Effect.map(Clock.currentTimeMillis, (at): AgentReport => ({
@@ -114,6 +172,19 @@ export class Lifecycle extends Context.Service<Lifecycle, {
           if (state !== undefined) return state
         }
         yield* mark(sandboxId, orgId, "create")
+        const poolId = takePoolEntry(spec.success)
+        if (poolId !== undefined) {
+          // A crash from here on: reconcile destroys `sandboxId` (pending create; `destroy` handles
+          // a half-adopted sandbox) and the entry (an orphan); the redelivered create redoes it.
+          const adopted = yield* Effect.result(driver.adopt(poolId, spec.success))
+          if (adopted._tag === "Success") {
+            yield* mark(sandboxId, orgId, null)
+            // The entry passed its readiness exec when made and `adopt` found its init alive.
+            return yield* report(sandboxId, "running", { internalIp: adopted.success.internalIp, via: "restore", agentReady: true })
+          }
+          yield* Effect.logWarning("agent: a warm pool entry could not be used", { sandboxId, poolId, error: describeDriverError(adopted.failure) })
+          yield* Effect.ignore(driver.destroy(poolId))
+        }
         const made = yield* Effect.result(driver.create(spec.success))
         if (made._tag === "Success") {
           const agentReady = yield* checkReady(sandboxId)
@@ -236,10 +307,12 @@ export class Lifecycle extends Context.Service<Lifecycle, {
             }
           }
         }
+        poolEnabled = true
+        Queue.offerUnsafe(wake, undefined)
         return reports
       }).pipe(Effect.withSpan("Lifecycle.reconcile"))
 
-      return Lifecycle.of({ apply, reconcile })
+      return Lifecycle.of({ apply, reconcile, poolEntries: Effect.sync(() => [...pool]) })
     })
   )
 }

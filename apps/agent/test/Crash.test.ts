@@ -32,7 +32,7 @@ import {
 const MAIN = NodePath.resolve(NodePath.dirname(fileURLToPath(import.meta.url)), "../src/main.ts")
 
 /** The agent process, ready once it prints its `agent_ready` line (with its data-plane endpoint). */
-const spawnAgent = (host: TestHost) =>
+const spawnAgent = (host: TestHost, poolSize = 0) =>
   Effect.gen(function*() {
     const server = yield* TestNats.TestNatsServer
     const role = yield* spawnRole({
@@ -42,7 +42,8 @@ const spawnAgent = (host: TestHost) =>
         SVC_NATS_PREFIX: server.prefix,
         SVC_HOST_ID: host.hostId,
         SVC_AGENT_DATA_DIR: host.dataDir,
-        SVC_AGENT_CONCURRENCY: "4"
+        SVC_AGENT_CONCURRENCY: "4",
+        SVC_AGENT_POOL_SIZE: String(poolSize)
       },
       ready: (stdout) => {
         const line = /\{"event":"agent_ready"[^\n]*\}/.exec(stdout)
@@ -135,5 +136,82 @@ layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("host agent pr
         const owner = FsSync.existsSync(NodePath.join(leaseDir, ip)) ? FsSync.readFileSync(NodePath.join(leaseDir, ip), "utf8") : ""
         assert.notInclude(owner, host.dataDir, `veth of ${ip} left behind`)
       }
+    }))
+})
+
+const isPoolEntry = (id: string) => id.startsWith("pool-")
+
+layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("host agent process with a warm pool", (it) => {
+  it.effect("kill -9 while creates take pool entries: every sandbox converges, no entry is used twice or orphaned", () =>
+    Effect.gen(function*() {
+      const host = yield* makeHost
+      const reports = yield* Reports
+      const driver = yield* driverOf(host)
+      const first = yield* spawnAgent(host, 2)
+      const before = yield* eventually(driver.list, (rows) => rows.filter((r) => isPoolEntry(r.sandboxId) && r.status === "running").length === 2)
+      const oldEntries = before.map((r) => r.sandboxId)
+
+      const ids = Array.from({ length: 4 }, () => makeSandboxId())
+      for (const id of ids) yield* publishCommand(host.hostId, createCommand(id, { env: { WHO: id } }))
+      yield* eventually(reports.all, (all) => all.length >= 1)
+      first.process.kill("SIGKILL")
+      yield* Effect.promise(() => first.exited)
+
+      const second = yield* spawnAgent(host, 2)
+      const final = new Map<string, string>()
+      yield* eventually(
+        Effect.gen(function*() {
+          for (const id of ids) {
+            const last = (yield* reports.of(id)).at(-1)
+            if (last !== undefined) final.set(id, last.status)
+          }
+          return [...final.values()]
+        }),
+        (statuses) => statuses.length === ids.length && statuses.every((s) => s === "running" || s === "failed")
+      )
+      const running = ids.filter((id) => final.get(id) === "running")
+      // The restarted agent makes its own pool; entries of the killed one were destroyed or adopted.
+      // (An entry being made is listed `stopped` until its init runs.)
+      const listed = yield* eventually(
+        driver.list,
+        (rows) => rows.filter((r) => isPoolEntry(r.sandboxId)).length === 2 && rows.every((r) => r.status === "running")
+      )
+      assert.sameMembers(listed.filter((r) => !isPoolEntry(r.sandboxId)).map((r) => r.sandboxId), running)
+      for (const row of listed) assert.notInclude(oldEntries, row.sandboxId)
+      assert.isTrue(listed.every((r) => r.status === "running"))
+      // One process tree each (no entry shared by two sandboxes), and every process of the host
+      // belongs to a sandbox on the disk.
+      const pids = listed.map((r) => r.pid)
+      assert.strictEqual(new Set(pids).size, pids.length)
+      const known = new Set(listed.map((r) => r.sandboxId))
+      for (const pid of processesOfHost(host.hostId)) {
+        const cgroup = FsSync.readFileSync(`/proc/${pid}/cgroup`, "utf8")
+        const owner = new RegExp(`/svc-sandboxes/${host.hostId}/([^/\\n]+)`).exec(cgroup)?.[1]
+        assert.isTrue(owner !== undefined && known.has(owner), `process ${pid} in ${cgroup}`)
+      }
+      const nats = yield* Nats
+      const token = yield* Effect.promise(async () => {
+        const kv = await nats.kvm.open(nats.name("hosts"))
+        const entry = await kv.get(host.hostId)
+        return (JSON.parse(new TextDecoder().decode(entry!.value)) as { token: string }).token
+      })
+      const agent = { dataPlane: { endpoint: second.endpoint, token } }
+      for (const id of running) {
+        const response = yield* http(agent, `/sandboxes/${id}/exec`, {
+          method: "POST",
+          body: JSON.stringify({ cmd: ["sh", "-c", "echo $WHO; hostname"] })
+        })
+        assert.strictEqual(response.status, 200)
+        assert.strictEqual(response.json.stdout, `${id}\n${id}\n`)
+      }
+
+      // Destroy them; a graceful stop destroys the pool: nothing is left.
+      for (const id of ids) yield* publishCommand(host.hostId, lifecycleCommand("destroy", id))
+      for (const id of ids) yield* reports.waitFor(id, (r) => r.status === "destroyed")
+      second.process.kill("SIGTERM")
+      assert.strictEqual(yield* Effect.promise(() => second.exited), 130, second.output())
+      assert.deepStrictEqual(yield* driver.list, [])
+      assert.deepStrictEqual(processesOfHost(host.hostId), [])
+      assert.deepStrictEqual(FsSync.readdirSync(NodePath.join(host.dataDir, "sandboxes")), [])
     }))
 })
