@@ -34,6 +34,7 @@ describe("AgentConfig", () => {
       assert.strictEqual(config.capacity.ramMb, Math.floor(Os.totalmem() / 1024 ** 2))
       assert.isAtLeast(config.capacity.diskGb, 1)
       assert.match(config.dataDir, new RegExp(`/hosts/${config.hostId}$`))
+      assert.strictEqual(config.poolSize, 4)
     }))
 
   it.effect("reads every variable", () =>
@@ -49,7 +50,8 @@ describe("AgentConfig", () => {
         SVC_AGENT_HOST: "0.0.0.0",
         SVC_AGENT_DATA_DIR: "/var/lib/svc/host",
         SVC_AGENT_HEARTBEAT_MS: "500",
-        SVC_AGENT_CONCURRENCY: "2"
+        SVC_AGENT_CONCURRENCY: "2",
+        SVC_AGENT_POOL_SIZE: "3"
       })
       assert.deepStrictEqual(
         { ...config },
@@ -64,7 +66,8 @@ describe("AgentConfig", () => {
           advertiseHost: "127.0.0.1",
           dataDir: "/var/lib/svc/host",
           heartbeatMs: 500,
-          concurrency: 2
+          concurrency: 2,
+          poolSize: 3
         }
       )
     }))
@@ -82,7 +85,10 @@ describe("AgentConfig", () => {
           { SVC_REGION: "eu west" },
           { SVC_AGENT_DATA_DIR: "/with space" },
           { SVC_AGENT_HEARTBEAT_MS: "1" },
-          { SVC_AGENT_CONCURRENCY: "0" }
+          { SVC_AGENT_CONCURRENCY: "0" },
+          { SVC_AGENT_POOL_SIZE: "-1" },
+          { SVC_AGENT_POOL_SIZE: "65" },
+          { SVC_AGENT_POOL_SIZE: "four" }
         ]
       ) {
         const exit = yield* Effect.exit(fromEnv(env))
