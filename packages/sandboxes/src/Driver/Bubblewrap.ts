@@ -613,14 +613,12 @@ export class BubblewrapDriver {
               createdAt: new Date().toISOString()
             })
             yield* attempt("adopt", () => writeSandboxRecord(target, record))
-            const leased = yield* attempt("adopt", () =>
-              Network.lease(config.leaseDir, subnet, owner(spec.sandboxId), record.internalIp)
+            const handed = yield* attempt("adopt", () =>
+              Network.transfer(config.leaseDir, record.internalIp, owner(from), owner(spec.sandboxId))
             )
-            if (leased !== record.internalIp) {
-              if (leased !== undefined) yield* attempt("adopt", () => Network.release(config.leaseDir, leased, owner(spec.sandboxId)))
+            if (!handed) {
               return yield* new DriverFailure({ operation: "adopt", message: `the address ${record.internalIp} was taken meanwhile` })
             }
-            yield* attempt("adopt", () => Network.release(config.leaseDir, record.internalIp, owner(from)))
             // Raising the memory limit needs the swap limit raised first (memsw >= memory).
             yield* attempt("adopt", () =>
               Fs.writeFile(

@@ -139,6 +139,23 @@ export const lease = async (
   return undefined
 }
 
+/**
+ * Hands a lease to another owner in place (write a new file, rename it over the lease): the file
+ * never goes missing, so no other create can take the address meanwhile. False when `from` does
+ * not hold it.
+ */
+export const transfer = async (leaseDir: string, ip: string, from: LeaseOwner, to: LeaseOwner): Promise<boolean> => {
+  const file = NodePath.join(leaseDir, ip)
+  const current = await readOwner(file)
+  if (current === undefined || current.dataDir !== from.dataDir || current.sandboxId !== from.sandboxId) {
+    return current !== undefined && current.dataDir === to.dataDir && current.sandboxId === to.sandboxId
+  }
+  const temp = `${file}.transfer-${randomBytes(6).toString("hex")}`
+  await Fs.writeFile(temp, ownerText(to))
+  await Fs.rename(temp, file)
+  return true
+}
+
 /** Gives the address back if (and only if) the lease is still ours. */
 export const release = async (leaseDir: string, ip: string, owner: LeaseOwner): Promise<void> => {
   const file = NodePath.join(leaseDir, ip)
