@@ -18,6 +18,8 @@ import type { AgentCommand, AgentReport } from "@svc/sandboxes/Protocol"
 import { BASE_TEMPLATE } from "@svc/sandboxes/Rootfs"
 import { Clock, Context, Duration, Effect, Layer, Queue, Schedule, Schema } from "effect"
 import { randomBytes } from "node:crypto"
+import * as Fs from "node:fs/promises"
+import * as NodePath from "node:path"
 import { AgentConfig } from "./Config.ts"
 import { Journal, JournalEntry, type JournalError, type PendingOp } from "./Journal.ts"
 import { plan } from "./Reconcile.ts"
@@ -88,12 +90,13 @@ export class Lifecycle extends Context.Service<Lifecycle, {
       const makePoolEntry = Effect.uninterruptible(
         Effect.gen(function*() {
           const id = `${POOL_PREFIX}${randomBytes(8).toString("hex")}`
-          yield* driver.create(poolEntrySpec(id))
-          const ready = yield* checkReady(id)
-          if (!ready) {
-            yield* Effect.ignore(driver.destroy(id))
-            return yield* Effect.fail("the pool entry did not answer")
-          }
+          yield* Effect.gen(function*() {
+            yield* driver.create(poolEntrySpec(id))
+            if (!(yield* checkReady(id))) return yield* Effect.fail("the pool entry did not answer")
+          }).pipe(
+            // A create that failed half-way can leave a folder behind: nothing of it may stay.
+            Effect.onError(() => Effect.ignore(driver.destroy(id)))
+          )
           pool.push(id)
         })
       )
@@ -264,6 +267,14 @@ export class Lifecycle extends Context.Service<Lifecycle, {
 
       const reconcile = Effect.gen(function*() {
         const entries = yield* journal.list
+        // A pool entry whose create was cut by a crash is not listed by the driver (no record
+        // yet) but has a folder, perhaps processes: pool entries never outlive their agent.
+        const halfMade = yield* Effect.promise(() =>
+          Fs.readdir(NodePath.join(config.dataDir, "sandboxes")).catch(() => [] as Array<string>)
+        )
+        yield* Effect.forEach(halfMade.filter((name) => name.startsWith(POOL_PREFIX)), (id) => Effect.ignore(driver.destroy(id)), {
+          discard: true
+        })
         const listing = yield* driver.list
         const reports: Array<AgentReport> = []
         for (const action of plan(entries, listing)) {
