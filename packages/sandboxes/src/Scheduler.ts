@@ -2,8 +2,10 @@
  * Placement: which live host takes a new sandbox.
  *
  * A host fits when it is live (fresh heartbeat), in the requested region (any region when none
- * is asked for), and its capacity minus what its non-deleted sandboxes hold (from the
- * `sandboxes` table) covers the request's cpu, ram_mb and disk_gb. Among those that fit, the
+ * is asked for), and its capacity minus what its sandboxes hold (from the `sandboxes` table)
+ * covers the request's cpu, ram_mb and disk_gb. Every sandbox not deleted holds its disk; only
+ * those that may run processes hold cpu and memory (a stopped or failed one does not, so a
+ * start later may oversubscribe a host that filled up meanwhile: its cgroups still cap it). Among those that fit, the
  * one with the most free memory wins (spreading load), then the most free cpu, then the id.
  *
  * `place` runs inside the create transaction under one advisory lock, and the new row (with its
@@ -98,7 +100,10 @@ export const place = Effect.fn("Scheduler.place")(function*(
   yield* sql`SELECT pg_advisory_xact_lock(${PLACEMENT_LOCK_KEY})`
   const ids = candidates.map((h) => h.hostId)
   const rows = yield* sql<{ host_id: string; cpu: number | string; ram_mb: number | string; disk_gb: number | string }>`
-    SELECT host_id, sum(cpu) AS cpu, sum(ram_mb) AS ram_mb, sum(disk_gb) AS disk_gb
+    SELECT host_id,
+           coalesce(sum(cpu) FILTER (WHERE state NOT IN ('stopped', 'error')), 0) AS cpu,
+           coalesce(sum(ram_mb) FILTER (WHERE state NOT IN ('stopped', 'error')), 0) AS ram_mb,
+           sum(disk_gb) AS disk_gb
     FROM sandboxes WHERE host_id = ANY(${ids}::text[]) AND state <> 'deleted'
     GROUP BY host_id`
   const usage = new Map<string, Usage>(rows.map((r) => [r.host_id, { cpu: Number(r.cpu), ramMb: Number(r.ram_mb), diskGb: Number(r.disk_gb) }]))

@@ -95,5 +95,16 @@ layer(TestDatabase.layer)("Scheduler.place", (it) => {
       yield* sql`UPDATE sandboxes SET state = 'deleted' WHERE id = (SELECT min(id) FROM sandboxes WHERE host_id = 'host_race')`
       expect(yield* attempt(10)).toBe("host_race")
       expect(yield* attempt(11)).toBe(null)
+      // A stopped or failed sandbox keeps its disk but no cpu or memory.
+      yield* sql`UPDATE sandboxes SET state = 'stopped' WHERE id = (SELECT min(id) FROM sandboxes WHERE host_id = 'host_race' AND state = 'pending')`
+      yield* sql`UPDATE sandboxes SET state = 'error' WHERE id = (SELECT min(id) FROM sandboxes WHERE host_id = 'host_race' AND state = 'pending')`
+      expect(yield* attempt(12)).toBe("host_race")
+      expect(yield* attempt(13)).toBe("host_race")
+      expect(yield* attempt(14)).toBe(null)
+      // Six sandboxes hold disk (the stopped and failed ones too): 6 GB is full, 7 GB has room.
+      const withDisk = (diskGb: number) =>
+        sql.withTransaction(place([{ ...h, capacity: { cpu: 100, ramMb: 100_000, diskGb } }], { region: null, cpu: 1, ramMb: 64, diskGb: 1 }, Date.now()))
+      expect((yield* withDisk(6))._tag).toBe("Unplaceable")
+      expect((yield* withDisk(7))._tag).toBe("Placed")
     }))
 })
