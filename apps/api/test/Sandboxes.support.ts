@@ -4,6 +4,7 @@
  * agent role with bubblewrap) and fake hosts (a `hosts` record nobody serves), and clean-up of
  * every sandbox, folder and cgroup the hosts made, also when a test fails.
  */
+import { cleanUpHost, makeHost as makeTestHost, type TestHost } from "@svc/testing/TestHost"
 import { type Answer, call } from "@svc/testing/TestHttp"
 import { eventually as waitUntil } from "@svc/testing/Eventually"
 import { ApiKeys } from "@svc/auth/ApiKeys"
@@ -16,18 +17,11 @@ import { Nats } from "@svc/bus/Nats"
 import { ensureBucket } from "@svc/bus/Topology"
 import { makeHostId, type OrgId } from "@svc/domain/Ids"
 import * as Events from "@svc/events/Streams"
-import { SandboxDriver } from "@svc/sandboxes/Driver"
-import { BubblewrapDriver } from "@svc/sandboxes/Driver/Bubblewrap"
-import { CONTROLLERS } from "@svc/sandboxes/Driver/Cgroups"
-import { DriverConfig } from "@svc/sandboxes/Driver/Config"
 import { type HostRecord, HOSTS_BUCKET_SPEC } from "@svc/sandboxes/Protocol"
 import * as TestNats from "@svc/testing/TestNats"
 import { serve } from "@svc/testing/TestHttp"
 import { Context, Duration, Effect, Exit, Fiber, Layer, Schedule, Scope } from "effect"
 import { HttpRouter } from "effect/http"
-import * as FsSync from "node:fs"
-import * as Fs from "node:fs/promises"
-import * as NodePath from "node:path"
 import * as Server from "../src/Server.ts"
 
 // ---------------------------------------------------------------------------------------------
@@ -84,41 +78,9 @@ export class EventLog extends Context.Service<EventLog, {
 // ---------------------------------------------------------------------------------------------
 // Hosts
 
-export interface TestHost {
-  readonly hostId: string
-  readonly dataDir: string
-}
-
-/** Ends every sandbox of the host, removes its folder and its cgroup parents. */
-export const cleanUpHost = (host: TestHost) =>
-  Effect.gen(function*() {
-    if (FsSync.existsSync(NodePath.join(host.dataDir, "sandboxes"))) {
-      yield* Effect.scoped(
-        Effect.gen(function*() {
-          const context = yield* Layer.build(
-            BubblewrapDriver.layer.pipe(
-              Layer.provide(Layer.succeed(DriverConfig, DriverConfig.make({ dataDir: host.dataDir, hostId: host.hostId })))
-            )
-          )
-          const driver = Context.get(context, SandboxDriver)
-          const rows = yield* driver.list
-          yield* Effect.forEach(rows, (row) => Effect.ignore(driver.destroy(row.sandboxId)))
-        })
-      ).pipe(Effect.ignore)
-    }
-    yield* Effect.promise(async () => {
-      await Fs.rm(host.dataDir, { recursive: true, force: true })
-      for (const controller of CONTROLLERS) {
-        await Fs.rmdir(NodePath.join("/sys/fs/cgroup", controller, "svc-sandboxes", host.hostId)).catch(() => undefined)
-      }
-    })
-  })
-
-/** A fresh host id and data dir, cleaned up when the scope closes. */
-export const makeHost = Effect.acquireRelease(
-  Effect.promise(async (): Promise<TestHost> => ({ hostId: makeHostId(), dataDir: await Fs.mkdtemp("/tmp/svc-sbx-api-test-") })),
-  cleanUpHost
-)
+export type { TestHost }
+export { cleanUpHost }
+export const makeHost = makeTestHost("svc-sbx-api-test-")
 
 /**
  * A real agent on `host` with a NATS connection of its own (as its own process would have),

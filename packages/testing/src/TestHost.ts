@@ -1,0 +1,50 @@
+/**
+ * A host of the test's own for sandboxes: a fresh host id and data dir, and at the end of the
+ * scope every sandbox of that host destroyed, its folder removed and its cgroup parents gone.
+ */
+import { makeHostId } from "@svc/domain/Ids"
+import { SandboxDriver } from "@svc/sandboxes/Driver"
+import { BubblewrapDriver } from "@svc/sandboxes/Driver/Bubblewrap"
+import { CONTROLLERS } from "@svc/sandboxes/Driver/Cgroups"
+import { DriverConfig } from "@svc/sandboxes/Driver/Config"
+import { Context, Effect, Layer } from "effect"
+import * as FsSync from "node:fs"
+import * as Fs from "node:fs/promises"
+import * as NodePath from "node:path"
+
+export interface TestHost {
+  readonly hostId: string
+  readonly dataDir: string
+}
+
+/** Ends every sandbox of the host, removes its folder and its cgroup parents. */
+export const cleanUpHost = (host: TestHost) =>
+  Effect.gen(function*() {
+    if (FsSync.existsSync(NodePath.join(host.dataDir, "sandboxes"))) {
+      yield* Effect.scoped(
+        Effect.gen(function*() {
+          const context = yield* Layer.build(
+            BubblewrapDriver.layer.pipe(
+              Layer.provide(Layer.succeed(DriverConfig, DriverConfig.make({ dataDir: host.dataDir, hostId: host.hostId })))
+            )
+          )
+          const driver = Context.get(context, SandboxDriver)
+          const rows = yield* driver.list
+          yield* Effect.forEach(rows, (row) => Effect.ignore(driver.destroy(row.sandboxId)))
+        })
+      ).pipe(Effect.ignore)
+    }
+    yield* Effect.promise(async () => {
+      await Fs.rm(host.dataDir, { recursive: true, force: true })
+      for (const controller of CONTROLLERS) {
+        await Fs.rmdir(NodePath.join("/sys/fs/cgroup", controller, "svc-sandboxes", host.hostId)).catch(() => undefined)
+      }
+    })
+  })
+
+/** A fresh host id and data dir (`/tmp/<prefix>...`), cleaned up when the scope closes. */
+export const makeHost = (prefix: string) =>
+  Effect.acquireRelease(
+    Effect.promise(async (): Promise<TestHost> => ({ hostId: makeHostId(), dataDir: await Fs.mkdtemp(`/tmp/${prefix}`) })),
+    cleanUpHost
+  )
