@@ -53,6 +53,17 @@ const spawnAgent = (host: TestHost, poolSize = 0) =>
     return { ...role, endpoint: role.ready }
   })
 
+/** The agent's data-plane token, from its host record (where the API finds it too). */
+const dataPlaneToken = (host: TestHost) =>
+  Effect.gen(function*() {
+    const nats = yield* Nats
+    return yield* Effect.promise(async () => {
+      const kv = await nats.kvm.open(nats.name("hosts"))
+      const entry = await kv.get(host.hostId)
+      return (JSON.parse(new TextDecoder().decode(entry!.value)) as { token: string }).token
+    })
+  })
+
 /** The driver's own view of the host's data dir (read-only use: listing). */
 const driverOf = (host: TestHost) =>
   Effect.map(
@@ -99,13 +110,7 @@ layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("host agent pr
       const listed = yield* driver.list
       assert.sameMembers(listed.map((r) => r.sandboxId), running)
       assert.isTrue(listed.every((r) => r.status === "running"))
-      // The data plane's token is in the host record.
-      const nats = yield* Nats
-      const token = yield* Effect.promise(async () => {
-        const kv = await nats.kvm.open(nats.name("hosts"))
-        const entry = await kv.get(host.hostId)
-        return (JSON.parse(new TextDecoder().decode(entry!.value)) as { token: string }).token
-      })
+      const token = yield* dataPlaneToken(host)
       const agent = { dataPlane: { endpoint: second.endpoint, token } }
       for (const id of running) {
         const response = yield* http(agent, `/sandboxes/${id}/exec`, {
@@ -189,12 +194,7 @@ layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("host agent pr
         const owner = new RegExp(`/svc-sandboxes/${host.hostId}/([^/\\n]+)`).exec(cgroup)?.[1]
         assert.isTrue(owner !== undefined && known.has(owner), `process ${pid} in ${cgroup}`)
       }
-      const nats = yield* Nats
-      const token = yield* Effect.promise(async () => {
-        const kv = await nats.kvm.open(nats.name("hosts"))
-        const entry = await kv.get(host.hostId)
-        return (JSON.parse(new TextDecoder().decode(entry!.value)) as { token: string }).token
-      })
+      const token = yield* dataPlaneToken(host)
       const agent = { dataPlane: { endpoint: second.endpoint, token } }
       for (const id of running) {
         const response = yield* http(agent, `/sandboxes/${id}/exec`, {
