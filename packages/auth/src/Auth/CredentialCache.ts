@@ -226,16 +226,21 @@ export class CredentialCache extends Context.Service<CredentialCache, {
         if (!nc.isClosed()) nc.publish(presenceSubject, json({ process: processId, state: "alive" }))
       }).pipe(Effect.repeat(Schedule.spaced(HEARTBEAT)), Effect.forkScoped)
 
-      /** Publishes with a reply inbox and collects acknowledgements from `expected` processes. */
+      /** Publishes with a reply inbox; yields the processes of `expected` that acknowledged it. */
       const broadcastAndWait = (message: CacheMessage, expected: ReadonlyArray<string>) =>
-        Effect.callback<number>((resume) => {
+        expected.length === 0
+          ? Effect.sync((): ReadonlyArray<string> => {
+            if (!nc.isClosed()) nc.publish(cacheSubject, json(message))
+            return []
+          })
+          : Effect.callback<ReadonlyArray<string>>((resume) => {
           const waiting = new Set(expected)
           const inbox = `_INBOX.${processId}.${++inboxes}`
           let timer: ReturnType<typeof setTimeout> | undefined
           const finish = () => {
             if (timer) clearTimeout(timer)
             sub.unsubscribe()
-            resume(Effect.succeed(expected.length - waiting.size))
+            resume(Effect.succeed(expected.filter((p) => !waiting.has(p))))
           }
           const sub = nc.subscribe(inbox, {
             callback: (error, msg) => {
@@ -270,17 +275,17 @@ export class CredentialCache extends Context.Service<CredentialCache, {
           })
           return { expected: 0, acknowledged: 0 }
         }
-        const acknowledged = yield* broadcastAndWait({ kind: "key", from: processId, keyId }, expected)
-        if (acknowledged < expected.length) {
+        const acknowledgedBy = yield* broadcastAndWait({ kind: "key", from: processId, keyId }, expected)
+        if (acknowledgedBy.length < expected.length) {
           yield* Effect.logWarning("key revocation not acknowledged by every API process; caches distrusted", {
             expected: expected.length,
-            acknowledged
+            acknowledged: acknowledgedBy.length
           })
-          yield* Effect.sync(() => {
-            if (!nc.isClosed()) nc.publish(cacheSubject, json({ kind: "distrust", from: processId, forMs: ttlMs }))
-          })
+          // The processes that answered are reachable: the revocation returns only once they
+          // distrust their caches too (the silent one may have cached the key before it died).
+          yield* broadcastAndWait({ kind: "distrust", from: processId, forMs: ttlMs }, acknowledgedBy)
         }
-        return { expected: expected.length, acknowledged }
+        return { expected: expected.length, acknowledged: acknowledgedBy.length }
       })
 
       const orgChanged = (orgId: string) =>
