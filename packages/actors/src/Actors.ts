@@ -7,7 +7,7 @@
  * `max_ack_pending: 1`: at most one message per partition in flight cluster-wide.
  */
 import { AckPolicy, DeliverPolicy } from "@nats-io/jetstream"
-import { BusError, Nats } from "@svc/bus/Nats"
+import { Nats } from "@svc/bus/Nats"
 import { ensureConsumer, ensureStream } from "@svc/bus/Topology"
 import * as Outbox from "@svc/events/Outbox"
 import { Duration, Effect, Option, Schema } from "effect"
@@ -83,11 +83,7 @@ export const send = Effect.fn("Actors.send")(function*<M extends Schema.Top>(
   const nats = yield* Nats
   const subject = yield* mailbox(actor, id)
   const encoded = yield* encodeMessage(actor, id, message)
-  const ack = yield* Effect.tryPromise({
-    try: () =>
-      nats.js.publish(nats.subject(subject), encoder.encode(JSON.stringify(encoded)), options?.msgID ? { msgID: options.msgID } : undefined),
-    catch: (cause) => new BusError({ operation: `publish ${subject}`, message: String(cause) })
-  })
+  const ack = yield* nats.publishAcked(nats.subject(subject), encoder.encode(JSON.stringify(encoded)), options?.msgID ? { msgId: options.msgID } : undefined)
   return { seq: ack.seq, duplicate: ack.duplicate }
 })
 

@@ -5,7 +5,7 @@
  */
 import type { JsMsg } from "@nats-io/jetstream"
 import { Effect, Schema } from "effect"
-import { BusError, Nats } from "./Nats.ts"
+import { Nats } from "./Nats.ts"
 
 export class DecodeError extends Schema.TaggedError<DecodeError>()("DecodeError", {
   subject: Schema.String,
@@ -37,10 +37,7 @@ export const publish = <S extends Schema.Top>(schema: S) => {
   return Effect.fn("Bus.publish")(function*(subject: string, value: S["Type"], options?: { readonly msgID?: string }) {
     const nats = yield* Nats
     const bytes = yield* encode(value)
-    return yield* Effect.tryPromise({
-      try: () => nats.js.publish(subject, bytes, options?.msgID ? { msgID: options.msgID } : undefined),
-      catch: (cause) => new BusError({ operation: `publish ${subject}`, message: String(cause) })
-    })
+    return yield* nats.publishAcked(subject, bytes, options?.msgID ? { msgId: options.msgID } : undefined)
   })
 }
 

@@ -8,7 +8,7 @@
  */
 import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream"
 import { Kvm } from "@nats-io/kv"
-import { connect, type NatsConnection } from "@nats-io/transport-node"
+import { connect, createInbox, headers, type MsgHdrs, type NatsConnection } from "@nats-io/transport-node"
 import { Config, Context, Duration, Effect, Layer, Schedule, Schema } from "effect"
 
 export class BusError extends Schema.TaggedError<BusError>()("BusError", {
@@ -26,6 +26,91 @@ export interface NatsService {
   readonly subject: (...tokens: ReadonlyArray<string>) => string
   /** A stream, consumer or bucket name under the prefix. */
   readonly name: (base: string) => string
+  /**
+   * A JetStream publish, resolved with the stream's acknowledgement (or failed: no stream for
+   * the subject, an error from the stream, no answer within `timeoutMs`, default 5 s). With
+   * `msgId`, a second publish within the stream's duplicate window is acknowledged as
+   * `duplicate` and not stored. Cheaper than `js.publish` on hot paths (see makeAckedPublisher).
+   */
+  readonly publishAcked: (
+    subject: string,
+    data: Uint8Array,
+    options?: { readonly msgId?: string; readonly timeoutMs?: number }
+  ) => Effect.Effect<PubAck, BusError>
+}
+
+export interface PubAck {
+  readonly stream: string
+  readonly seq: number
+  readonly duplicate: boolean
+}
+
+/**
+ * Acknowledged publishes over one wildcard inbox per connection: each publish gets a reply
+ * subject `<inbox>.<token>`, replies are matched by token, and one timer expires the ones left
+ * unanswered. The client's own `js.publish` makes a request that builds an Error (a stack
+ * capture) as it completes, even when it succeeded, plus a timer per request: a measurable share
+ * of the webhook fan-out's time, which publishes one job per delivery.
+ */
+const makeAckedPublisher = (connection: NatsConnection) => {
+  const inbox = createInbox()
+  const pending = new Map<string, { readonly resume: (effect: Effect.Effect<PubAck, BusError>) => void; readonly deadline: number; readonly subject: string }>()
+  let next = 0
+  const fail = (subject: string, message: string) => Effect.fail(new BusError({ operation: `publish ${subject}`, message }))
+  const subscription = connection.subscribe(`${inbox}.*`, {
+    callback: (error, msg) => {
+      if (error) return
+      const token = msg.subject.slice(inbox.length + 1)
+      const waiting = pending.get(token)
+      if (waiting === undefined) return
+      pending.delete(token)
+      if (msg.headers?.code === 503) return waiting.resume(fail(waiting.subject, "no stream listens on this subject"))
+      try {
+        const ack = msg.json<{ stream?: string; seq?: number; duplicate?: boolean; error?: { description?: string } }>()
+        if (ack.error !== undefined || typeof ack.seq !== "number") {
+          return waiting.resume(fail(waiting.subject, ack.error?.description ?? "the stream refused the message"))
+        }
+        waiting.resume(Effect.succeed({ stream: ack.stream ?? "", seq: ack.seq, duplicate: ack.duplicate === true }))
+      } catch {
+        waiting.resume(fail(waiting.subject, "unreadable acknowledgement"))
+      }
+    }
+  })
+  const sweep = setInterval(() => {
+    const now = Date.now()
+    for (const [token, waiting] of pending) {
+      if (waiting.deadline <= now) {
+        pending.delete(token)
+        waiting.resume(fail(waiting.subject, "no acknowledgement in time"))
+      }
+    }
+  }, 50)
+  sweep.unref()
+  const publish = (subject: string, data: Uint8Array, options?: { readonly msgId?: string; readonly timeoutMs?: number }) =>
+    Effect.callback<PubAck, BusError>((resume) => {
+      const token = (next++).toString(36)
+      pending.set(token, { resume, deadline: Date.now() + (options?.timeoutMs ?? 5_000), subject })
+      try {
+        let hdrs: MsgHdrs | undefined
+        if (options?.msgId !== undefined) {
+          hdrs = headers()
+          hdrs.set("Nats-Msg-Id", options.msgId)
+        }
+        connection.publish(subject, data, { reply: `${inbox}.${token}`, ...(hdrs ? { headers: hdrs } : {}) })
+      } catch (cause) {
+        pending.delete(token)
+        resume(fail(subject, String(cause)))
+      }
+      // Interrupted: forget the reply (the message may still be stored).
+      return Effect.sync(() => pending.delete(token))
+    })
+  const close = () => {
+    clearInterval(sweep)
+    subscription.unsubscribe()
+    for (const waiting of pending.values()) waiting.resume(fail(waiting.subject, "connection closed"))
+    pending.clear()
+  }
+  return { publish, close }
 }
 
 export const NatsUrl = Config.String("NATS_URL").pipe(Config.withDefault("nats://127.0.0.1:4222"))
@@ -60,6 +145,7 @@ export class Nats extends Context.Service<Nats, NatsService>()("@svc/bus/Nats") 
         catch: (cause) => new BusError({ operation: "jetstreamManager", message: String(cause) })
       }).pipe(Effect.retry({ schedule: Schedule.spaced(Duration.millis(250)), times: 120 }))
       const js = jetstream(connection)
+      const acked = yield* Effect.acquireRelease(Effect.sync(() => makeAckedPublisher(connection)), (p) => Effect.sync(p.close))
       const kvm = new Kvm(js)
       const prefix = options.prefix ?? ""
       return Nats.of({
@@ -69,7 +155,8 @@ export class Nats extends Context.Service<Nats, NatsService>()("@svc/bus/Nats") 
         kvm,
         prefix,
         subject: (...tokens) => (prefix ? [prefix, ...tokens] : tokens).join("."),
-        name: (base) => (prefix ? `${prefix}_${base}` : base)
+        name: (base) => (prefix ? `${prefix}_${base}` : base),
+        publishAcked: acked.publish
       })
     })
 

@@ -4,7 +4,7 @@ import { BusHealth, Nats } from "@svc/bus/Nats"
 import { ensureBucket, ensureConsumer, ensureStream } from "@svc/bus/Topology"
 import * as TestNats from "@svc/testing/TestNats"
 import { Effect, Layer, Schema } from "effect"
-import { AckPolicy } from "@nats-io/jetstream"
+import { AckPolicy, DiscardPolicy } from "@nats-io/jetstream"
 
 const Ping = Schema.Struct({ n: Schema.Int, at: Schema.String })
 
@@ -46,6 +46,33 @@ describe("Bus", () => {
         expect(decoded).toEqual({ n: 1, at: "x" })
         const bad = yield* Effect.flip(decodeMessage(Ping)({ subject, data: new TextEncoder().encode("{\"n\":\"no\"}") } as never))
         expect(bad._tag).toBe("DecodeError")
+      }))
+
+    it.effect("publishAcked: the stream's acknowledgement, duplicates by msgId, refusals as BusError", () =>
+      Effect.gen(function*() {
+        const nats = yield* Nats
+        const stream = nats.name("ACKED")
+        // At most 3 messages, then refuse new ones: a stream that answers with an error.
+        yield* Effect.promise(() => nats.jsm.streams.add({ name: stream, subjects: [nats.subject("acked", ">")], max_msgs: 3, discard: DiscardPolicy.New }))
+        const data = new TextEncoder().encode("hello")
+        // Many at once: each gets its own acknowledgement, in the order the stream stored them.
+        const acks = yield* Effect.forEach([1, 2], (i) => nats.publishAcked(nats.subject("acked", "a"), data, { msgId: `m${i}` }), { concurrency: "unbounded" })
+        expect(acks.map((a) => a.stream)).toEqual([stream, stream])
+        expect(new Set(acks.map((a) => a.seq))).toEqual(new Set([1, 2]))
+        expect(acks.every((a) => !a.duplicate)).toBe(true)
+        const again = yield* nats.publishAcked(nats.subject("acked", "a"), data, { msgId: "m1" })
+        expect(again).toMatchObject({ duplicate: true })
+        const stored = yield* Effect.promise(() => nats.jsm.streams.getMessage(stream, { seq: 1 }))
+        expect(new TextDecoder().decode(stored!.data)).toBe("hello")
+        expect(stored!.header.get("Nats-Msg-Id")).toMatch(/^m[12]$/)
+        // No stream for the subject: the server answers "no responders" at once.
+        const none = yield* Effect.flip(nats.publishAcked(nats.subject("nostream", "x"), data, { timeoutMs: 2_000 }))
+        expect(none).toMatchObject({ _tag: "BusError", message: "no stream listens on this subject" })
+        // The stream refuses (full, discard new): its error description.
+        yield* nats.publishAcked(nats.subject("acked", "b"), data)
+        const full = yield* Effect.flip(nats.publishAcked(nats.subject("acked", "c"), data))
+        expect(full._tag).toBe("BusError")
+        expect(full.message).toMatch(/maximum messages exceeded/i)
       }))
 
     it.effect("reports the bus up", () =>

@@ -70,14 +70,7 @@ export class OutboxRelay extends Context.Service<OutboxRelay, {
     const wake = Effect.asVoid(Queue.offer(wakeups, undefined))
 
     const publishRow = (row: { id: string; subject: string; payload: string }) =>
-      Effect.tryPromise({
-        try: () =>
-          nats.js.publish(nats.subject(row.subject), encoder.encode(row.payload), {
-            msgID: row.id,
-            timeout: publishTimeout
-          }),
-        catch: (cause) => new BusError({ operation: `publish ${row.subject}`, message: String(cause) })
-      })
+      nats.publishAcked(nats.subject(row.subject), encoder.encode(row.payload), { msgId: row.id, timeoutMs: publishTimeout })
 
     /** One batch: the number of rows published, or "busy" when another relay holds the lock. */
     const runBatch = sql.withTransaction(Effect.gen(function*() {
