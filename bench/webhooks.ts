@@ -4,7 +4,7 @@
  * events through the outbox, one transaction each, and runs the outbox relay), and a receiver
  * process answers the deliveries. The raw baseline posts from this process to the same receiver.
  *
- * 1. Throughput: events published to EVENTS for one webhook → deliveries/s at the receiver,
+ * 1. Throughput: events published to EVENTS (by the producer process) for one webhook → deliveries/s at the receiver,
  *    against a raw keep-alive POST loop from this process to the same receiver with the same
  *    number of requests in flight as the dispatcher allows one webhook (and one at a time).
  *    Target: at least 0.5 of raw.
@@ -37,7 +37,7 @@ import { type ChildProcess, fork } from "node:child_process"
 import * as http from "node:http"
 import type { AddressInfo } from "node:net"
 import * as os from "node:os"
-import { fmt, median } from "./lib/load.ts"
+import { fmt, median, treeCpuByName, treeCpuMs } from "./lib/load.ts"
 
 const RUNS = Number(process.env.BENCH_RUNS ?? 3)
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 6)
@@ -98,6 +98,28 @@ async function runProducer() {
   await runtime.runPromise(Effect.void)
   process.on("disconnect", () => process.exit(0))
   process.on("message", async (m: any) => {
+    if (m.burst) {
+      // Events straight into EVENTS, as fast as the stream takes them (the throughput part).
+      const { orgId, total } = m.burst as { orgId: string; total: number }
+      await runtime.runPromise(Effect.gen(function*() {
+        const nats = yield* Nats
+        const subject = nats.subject("evt", orgId, "org.usage_alert")
+        yield* Effect.forEach(
+          Array.from({ length: total }, (_, i) => i),
+          (i) =>
+            Effect.promise(() =>
+              nats.js.publish(
+                subject,
+                JSON.stringify({ event: "org.usage_alert", org_id: orgId, ts: new Date().toISOString(), data: { spend_micros: i, alert_micros: 1 } }),
+                { msgID: `bench-${orgId}-${i}` }
+              )
+            ),
+          { concurrency: 256, discard: true }
+        )
+      }))
+      process.send!({ published: total })
+      return
+    }
     const { orgId, rate, total } = m as { orgId: string; rate: number; total: number }
     const committed: Array<[string, number]> = []
     const commit = (i: number) =>
@@ -130,6 +152,11 @@ async function startProducerProcess(options: { databaseUrl: string; natsUrl: str
       new Promise<Map<string, number>>((resolve) => {
         child.once("message", (m: any) => resolve(new Map(m.committed)))
         child.send({ orgId, rate, total })
+      }),
+    burst: (orgId: string, total: number) =>
+      new Promise<void>((resolve) => {
+        child.once("message", () => resolve())
+        child.send({ burst: { orgId, total } })
       })
   }
 }
@@ -187,6 +214,16 @@ const percentile = (values: ReadonlyArray<number>, p: number) => {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
 
+/** BENCH_CPU=1: CPU ms per delivery of each kind of process since `from`. */
+const printCpuByName = (from: Record<string, number>, deliveries: number) =>
+  console.log(Object.entries(treeCpuByName()).map(([k, v]) => `${k} ${fmt((v - (from[k] ?? 0)) / deliveries, 3)}`).join(", ") + " (cpu ms per delivery)")
+
+/** CPU ms per delivery since `from`: this process (the webhook roles), and every process of the run. */
+const cpuPerDelivery = (from: { own: NodeJS.CpuUsage; tree: number }, deliveries: number) => {
+  const own = process.cpuUsage(from.own)
+  return { own: (own.user + own.system) / 1000 / deliveries, tree: (treeCpuMs() - from.tree) / deliveries }
+}
+
 async function main() {
   const progress = (what: string) => process.env.BENCH_TRACE && process.stderr.write(`[${new Date().toISOString()}] ${what}\n`)
   const [natsServer, pg] = await Promise.all([startNats(), startPostgres()])
@@ -238,25 +275,15 @@ async function main() {
     const id = await webhook(orgId, "/fast/throughput")
     await receiverProcess.reset()
     const started = now()
-    await run(Effect.gen(function*() {
-      const nats = yield* Nats
-      const subject = nats.subject("evt", orgId, "org.usage_alert")
-      yield* Effect.forEach(
-        Array.from({ length: THROUGHPUT_EVENTS }, (_, i) => i),
-        (i) =>
-          Effect.promise(() =>
-            nats.js.publish(
-              subject,
-              JSON.stringify({ event: "org.usage_alert", org_id: orgId, ts: new Date().toISOString(), data: { spend_micros: i, alert_micros: 1 } }),
-              { msgID: `bench-${orgId}-${i}` }
-            )
-          ),
-        { concurrency: 256, discard: true }
-      )
-    }))
+    const cpu0 = { own: process.cpuUsage(), tree: treeCpuMs() }
+    const byName0 = process.env.BENCH_CPU ? treeCpuByName() : {}
+    await producer.burst(orgId, THROUGHPUT_EVENTS)
     while ((await receiverProcess.stats()).count < THROUGHPUT_EVENTS) await sleep(5)
     const rate = THROUGHPUT_EVENTS / ((now() - started) / 1000)
+    const cpu = cpuPerDelivery(cpu0, THROUGHPUT_EVENTS)
+    if (process.env.BENCH_CPU) printCpuByName(byName0, THROUGHPUT_EVENTS)
     await removeWebhook(orgId, id)
+    if (process.env.BENCH_CPU) console.log(`  cpu per delivery: webhook process ${fmt(cpu.own, 3)} ms, all processes ${fmt(cpu.tree, 3)} ms`)
     return rate
   }
 
@@ -270,17 +297,21 @@ async function main() {
     await receiverProcess.reset()
     const total = RATE * SECONDS
     const elu0 = performance.eventLoopUtilization()
+    const cpu0 = { own: process.cpuUsage(), tree: treeCpuMs() }
+    const byName0 = process.env.BENCH_CPU ? treeCpuByName() : {}
     const committed = await producer.produce(orgId, RATE, total)
+    if (process.env.BENCH_CPU) printCpuByName(byName0, total)
     const elu = performance.eventLoopUtilization(elu0).utilization
     const arrivals: Array<[string, number]> = []
     for (let tries = 0; tries < 400 && arrivals.length < total; tries++) {
       arrivals.push(...(await receiverProcess.stats()).arrivals)
       if (arrivals.length < total) await sleep(25)
     }
+    const cpu = cpuPerDelivery(cpu0, total)
     const latencies = arrivals.map(([key, at]) => at - committed.get(key)!).filter((x) => Number.isFinite(x))
     await removeWebhook(orgId, fast)
     if (slow !== null) await removeWebhook(orgId, slow)
-    return { p50: percentile(latencies, 50), p99: percentile(latencies, 99), delivered: latencies.length, total, elu }
+    return { p50: percentile(latencies, 50), p99: percentile(latencies, 99), delivered: latencies.length, total, elu, cpu }
   }
 
   const body = JSON.stringify({ event: "org.usage_alert", org_id: makeOrgId(), ts: new Date().toISOString(), data: { spend_micros: 1, alert_micros: 1 } })
@@ -289,6 +320,10 @@ async function main() {
       console.table(await run(Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
         return yield* sql`SELECT relname, seq_scan, seq_tup_read, idx_scan, n_tup_ins, n_tup_upd, n_dead_tup FROM pg_stat_user_tables WHERE n_tup_ins > 0 ORDER BY seq_tup_read DESC`
+      })))
+      console.table(await run(Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        return yield* sql`SELECT percentile_cont(ARRAY[0.5, 0.9, 0.99]) WITHIN GROUP (ORDER BY duration_ms) AS attempt_ms FROM webhook_attempts`
       })))
     }
     producer.child.kill("SIGKILL")
@@ -310,7 +345,7 @@ async function main() {
       if (process.env.BENCH_ONLY === "throughput") console.log(`platform ${fmt(await throughput())} deliveries/s`)
       else {
         const r = await steady({ slow: process.env.BENCH_SLOW === "1" })
-        console.log(`p50 ${fmt(r.p50, 2)} p99 ${fmt(r.p99, 2)} delivered ${r.delivered}/${r.total} event loop ${fmt(100 * r.elu)}%`)
+        console.log(`p50 ${fmt(r.p50, 2)} p99 ${fmt(r.p99, 2)} delivered ${r.delivered}/${r.total} event loop ${fmt(100 * r.elu)}% cpu/delivery ${fmt(r.cpu.own, 3)} ms (all processes ${fmt(r.cpu.tree, 3)} ms)`)
       }
     }
     return finish()

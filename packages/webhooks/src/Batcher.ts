@@ -5,7 +5,7 @@
  * the batches grow by themselves while the previous one runs, so the per-call cost of the
  * database falls as throughput rises.
  */
-import { Deferred, Effect, Exit, Queue } from "effect"
+import { Deferred, Duration, Effect, Exit, Queue, Semaphore } from "effect"
 
 export interface BatcherOptions<I, O, E> {
   /** Runs one batch; returns one result per input, in order. */
@@ -13,13 +13,32 @@ export interface BatcherOptions<I, O, E> {
   readonly maxBatch: number
   /** Batches in flight at once. */
   readonly workers: number
+  /**
+   * After the first call of a batch, wait this long for more before running it (default 0).
+   * For writes nobody waits on for long (results before an ack): at a moderate rate it turns
+   * many one-row statements into a few larger ones.
+   */
+  readonly lingerMs?: number
 }
 
 /** A scoped batcher: `(input) => Effect<output>`; its workers stop with the scope. */
 export const makeBatcher = Effect.fnUntraced(function*<I, O, E>(options: BatcherOptions<I, O, E>) {
+  const linger = options.lingerMs !== undefined && options.lingerMs > 0 ? Duration.millis(options.lingerMs) : undefined
   const queue = yield* Queue.unbounded<{ readonly input: I; readonly done: Deferred.Deferred<O, E> }>()
+  // One worker gathers at a time (so two lingering workers never split a batch between them);
+  // the batches themselves run concurrently.
+  const gathering = Semaphore.makeUnsafe(1)
+  const gather = gathering.withPermits(1)(Effect.gen(function*() {
+    const entries = [...yield* Queue.takeBetween(queue, 1, options.maxBatch)]
+    if (linger !== undefined && entries.length < options.maxBatch) {
+      yield* Effect.sleep(linger)
+      // (takeBetween with a minimum of 0 takes nothing: ask for 1 only when something is there.)
+      if (Queue.sizeUnsafe(queue) > 0) entries.push(...yield* Queue.takeBetween(queue, 1, options.maxBatch - entries.length))
+    }
+    return entries
+  }))
   const worker = Effect.forever(Effect.gen(function*() {
-    const entries = yield* Queue.takeBetween(queue, 1, options.maxBatch)
+    const entries = yield* gather
     const exit = yield* Effect.exit(options.run(entries.map((e) => e.input)))
     if (Exit.isSuccess(exit)) {
       entries.forEach((entry, i) => Deferred.doneUnsafe(entry.done, Exit.succeed(exit.value[i]!)))

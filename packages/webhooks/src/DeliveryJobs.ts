@@ -31,10 +31,17 @@ export const DELIVERY_STREAM: StreamSpec = {
   duplicateWindowMs: 2 * 60_000
 }
 
-/** A job: deliver `delivery_id` (its `round`-th manual retry generation). */
+/**
+ * A job: deliver `delivery_id` (its `round`-th manual retry generation). The fan-out's jobs also
+ * carry the event name and the exact body, so that a first attempt needs no read before its
+ * call (Dispatch.firstAttemptFastPath); jobs written by the API (test, retry) carry ids only and
+ * the dispatcher reads the rest with its claim.
+ */
 export const DeliveryJob = Schema.Struct({
   delivery_id: DeliveryId,
-  round: Schema.Int.check(Schema.isGreaterThanOrEqualTo(1))
+  round: Schema.Int.check(Schema.isGreaterThanOrEqualTo(1)),
+  event: Schema.optionalKey(Schema.String),
+  body: Schema.optionalKey(Schema.String)
 })
 export type DeliveryJob = typeof DeliveryJob.Type
 
@@ -123,8 +130,5 @@ const encoder = new TextEncoder()
 export const publishJob = Effect.fn("DeliveryJobs.publishJob")(function*(webhookId: string, job: DeliveryJob) {
   const nats = yield* Nats
   const subject = nats.subject(...jobSubject(webhookId, job.delivery_id))
-  yield* Effect.tryPromise({
-    try: () => nats.js.publish(subject, encoder.encode(JSON.stringify(job)), { msgID: jobMsgId(job.delivery_id, job.round) }),
-    catch: (cause) => new BusError({ operation: `publish ${subject}`, message: String(cause) })
-  })
+  yield* nats.publishAcked(subject, encoder.encode(JSON.stringify(job)), { msgId: jobMsgId(job.delivery_id, job.round) })
 })

@@ -8,6 +8,7 @@ import { Effect } from "effect"
 import { SqlClient } from "effect/sql"
 import type { AttemptStatus, ClaimState, DeliveryStatus } from "./Dispatch.ts"
 import { LOST_ATTEMPT_ERROR, NOT_ATTEMPTED_DELETED, NOT_ATTEMPTED_LOST, NOT_ATTEMPTED_PAUSED } from "./Dispatch.ts"
+import { MAX_ATTEMPTS } from "./RetrySchedule.ts"
 import { makeId } from "@svc/domain/Ids"
 
 export interface DeliveryData {
@@ -22,6 +23,7 @@ interface ClaimRow {
   readonly id: string
   readonly status: DeliveryStatus
   readonly round: number
+  readonly job_seq: bigint | null
   readonly webhook_id: string
   readonly event: string
   readonly body: string
@@ -44,7 +46,7 @@ const missing: LoadedClaim = { state: { delivery: null, webhook: { enabled: fals
 export const loadClaims = Effect.fn("DeliveryStore.loadClaims")(function*(deliveryIds: ReadonlyArray<string>) {
   const sql = yield* SqlClient.SqlClient
   const rows = yield* sql<ClaimRow>`
-    SELECT d.id, d.status, d.round, d.webhook_id, d.event, d.body, w.url, w.secret, w.enabled,
+    SELECT d.id, d.status, d.round, d.job_seq, d.webhook_id, d.event, d.body, w.url, w.secret, w.enabled,
            (w.deleted_at IS NOT NULL) AS deleted, a.attempt AS last_attempt, a.status AS last_status
     FROM webhook_deliveries d
     JOIN webhooks w ON w.id = d.webhook_id
@@ -59,7 +61,7 @@ export const loadClaims = Effect.fn("DeliveryStore.loadClaims")(function*(delive
     if (row === undefined) return missing
     return {
       state: {
-        delivery: { status: row.status, round: row.round },
+        delivery: { status: row.status, round: row.round, jobSeq: row.job_seq === null ? null : Number(row.job_seq) },
         webhook: { enabled: row.enabled, deleted: row.deleted },
         lastAttempt: row.last_attempt === null ? null : { attempt: row.last_attempt, status: row.last_status! }
       },
@@ -75,82 +77,160 @@ export interface ClaimInput {
   readonly deliveryId: string
   readonly webhookId: string
   readonly round: number
-  /** The job's delivery count: the attempt number. */
-  readonly attempt: number
+  /** The job message's stream sequence (Dispatch.ClaimJob). */
+  readonly jobSeq: number
+  /** JetStream's delivery count: a lower bound of the attempt number. */
+  readonly deliveryCount: number
+  /** The call already made on the fast path, to record as the attempt. */
+  readonly made?: {
+    readonly outcome: "succeeded" | "failed"
+    readonly responseCode: number | null
+    readonly error: string | null
+    readonly durationMs: number
+  }
 }
 
 export type ClaimResult =
-  /** Nothing to do (unknown, another webhook's, stale round, finished, attempt already made). */
+  /** Nothing to do (unknown, another webhook's, stale round, finished, a second copy of the job). */
   | { readonly _tag: "Skip" }
-  /** The webhook is paused or deleted: the delivery is now dead_letter, with no call. */
+  /** No call (webhook paused or deleted, or the sixth attempt was the last): the delivery is now dead_letter. */
   | { readonly _tag: "Abandoned" }
   /** Make the attempt: its row is written, pending. */
-  | { readonly _tag: "Attempt"; readonly attemptId: string; readonly data: DeliveryData }
+  | { readonly _tag: "Attempt"; readonly attemptId: string; readonly attempt: number; readonly data: DeliveryData }
+  /** The call made on the fast path is recorded as `attempt`, with the status it leaves. */
+  | { readonly _tag: "Recorded"; readonly attempt: number; readonly status: "succeeded" | "failed" | "dead_letter" }
 
 /**
  * Claims attempts in ONE statement, applying `Dispatch.decideClaim`'s rules under each
  * delivery's row lock (DispatchSql.test.ts checks the two agree case by case):
- * - skip an unknown delivery, one of another webhook, an older round, a finished delivery, or an
- *   attempt number already used in the round (another copy of the job);
- * - a paused or deleted webhook (deleted wins): the attempt row is written `dead_letter` with the
- *   reason, and the delivery with it, without a call;
- * - otherwise the attempt row is written `pending` and the delivery is `pending`;
- * - either way a previous attempt still `pending` (its dispatcher died) is closed as failed.
+ * - skip an unknown delivery, one of another webhook, an older round, a finished delivery, or a
+ *   second copy of the round's job (another stream sequence);
+ * - number the attempt: one more than the round's highest row, or the delivery count if higher
+ *   (not for a call already made);
+ * - close a highest row still `pending` (its dispatcher died) as failed; add a failed row for
+ *   attempt 1 when attempt N > 1 finds none (a fast-path first attempt whose dispatcher died);
+ * - before a call, a paused or deleted webhook (deleted wins): the row is written `dead_letter`
+ *   with the reason, and the delivery with it, without a call;
+ * - a job back after its sixth attempt's dispatcher died: no seventh; the sixth row and the
+ *   delivery are dead;
+ * - a call already made: its row is written with its result (`dead_letter` for a sixth failure,
+ *   `next_attempt_at` from `waitsMs`, the ladder's five waits); else the row is `pending`;
+ * - the delivery takes the row's status and remembers the job's sequence.
  * At most one input per delivery in a call.
  */
-export const claimAttempts = Effect.fn("DeliveryStore.claimAttempts")(function*(inputs: ReadonlyArray<ClaimInput>) {
+export const claimAttempts = Effect.fn("DeliveryStore.claimAttempts")(function*(
+  inputs: ReadonlyArray<ClaimInput>,
+  waitsMs: ReadonlyArray<number>
+) {
   if (inputs.length === 0) return [] as ReadonlyArray<ClaimResult>
   const sql = yield* SqlClient.SqlClient
   const attemptIds = inputs.map(() => makeId("attempt"))
   const deliveryIds = inputs.map((c) => c.deliveryId)
-  const rows = yield* sql<{ id: string; status: "pending" | "dead_letter"; event: string; body: string; url: string; secret: string; webhook_id: string }>`
+  const rows = yield* sql<{
+    id: string
+    status: "pending" | "succeeded" | "failed" | "dead_letter"
+    attempt: number
+    exhausted: boolean
+    made: string | null
+    event: string
+    body: string
+    url: string
+    secret: string
+    webhook_id: string
+  }>`
     WITH input AS (
       -- JSON rather than parallel arrays: one typed record per claim.
       SELECT * FROM jsonb_to_recordset(${JSON.stringify(inputs.map((c, i) => ({
         attempt_id: attemptIds[i],
+        lost_id: makeId("attempt"),
         delivery_id: c.deliveryId,
         webhook_id: c.webhookId,
         round: c.round,
-        attempt: c.attempt
-      })))}::jsonb) AS t(attempt_id text, delivery_id text, webhook_id text, round int, attempt int)
+        job_seq: c.jobSeq,
+        delivery_count: c.deliveryCount,
+        made: c.made?.outcome ?? null,
+        response_code: c.made?.responseCode ?? null,
+        error: c.made?.error ?? null,
+        duration_ms: c.made?.durationMs ?? null
+      })))}::jsonb) AS t(attempt_id text, lost_id text, delivery_id text, webhook_id text, round int, job_seq bigint,
+                         delivery_count int, made text, response_code int, error text, duration_ms int)
     ), d AS (
       -- "= ANY(ids)" beside the join: index lookups whatever the planner guesses of the input.
-      SELECT i.*, wd.event, wd.body, w.url, w.secret,
+      SELECT i.*, wd.event, wd.body, w.url, w.secret, last.attempt AS last_attempt, last.status AS last_status,
              CASE WHEN w.deleted_at IS NOT NULL THEN 'deleted' WHEN NOT w.enabled THEN 'paused' ELSE 'live' END AS webhook_state
       FROM webhook_deliveries wd
       JOIN input i ON i.delivery_id = wd.id
       JOIN webhooks w ON w.id = wd.webhook_id
+      LEFT JOIN LATERAL (
+        SELECT a.attempt, a.status FROM webhook_attempts a
+        WHERE a.delivery_id = wd.id AND a.round = wd.round ORDER BY a.attempt DESC LIMIT 1
+      ) last ON true
       WHERE wd.id = ANY(${deliveryIds}::text[]) AND wd.webhook_id = i.webhook_id AND wd.round = i.round
-        AND wd.status IN ('pending', 'failed')
+        AND wd.status IN ('pending', 'failed') AND (wd.job_seq IS NULL OR wd.job_seq = i.job_seq)
       FOR UPDATE OF wd
-    ), fresh AS (
-      SELECT d.* FROM d WHERE NOT EXISTS (
-        SELECT 1 FROM webhook_attempts a WHERE a.delivery_id = d.delivery_id AND a.round = d.round AND a.attempt >= d.attempt
-      )
-    ), ins AS (
-      INSERT INTO webhook_attempts (id, delivery_id, webhook_id, round, attempt, status, error)
-      SELECT attempt_id, delivery_id, webhook_id, round, attempt,
-             CASE webhook_state WHEN 'live' THEN 'pending' ELSE 'dead_letter' END,
-             CASE webhook_state WHEN 'paused' THEN ${NOT_ATTEMPTED_PAUSED} WHEN 'deleted' THEN ${NOT_ATTEMPTED_DELETED} END
-      FROM fresh
+    ), numbered AS (
+      SELECT d.*,
+             CASE WHEN made IS NOT NULL THEN COALESCE(last_attempt, 0) + 1
+                  ELSE GREATEST(COALESCE(last_attempt, 0) + 1, delivery_count) END AS attempt
+      FROM d
+    ), decided AS (
+      SELECT n.*, attempt > ${MAX_ATTEMPTS}::int AS exhausted,
+             CASE WHEN made = 'succeeded' THEN 'succeeded'
+                  WHEN made = 'failed' THEN CASE WHEN attempt >= ${MAX_ATTEMPTS}::int THEN 'dead_letter' ELSE 'failed' END
+                  WHEN webhook_state <> 'live' THEN 'dead_letter'
+                  ELSE 'pending' END AS row_status,
+             CASE WHEN made IS NOT NULL THEN n.error
+                  WHEN webhook_state = 'deleted' THEN ${NOT_ATTEMPTED_DELETED}
+                  WHEN webhook_state = 'paused' THEN ${NOT_ATTEMPTED_PAUSED} END AS row_error,
+             -- A call already made started duration_ms ago.
+             now() - make_interval(secs => COALESCE(CASE WHEN made IS NOT NULL THEN n.duration_ms END, 0) / 1000.0) AS started_at
+      FROM numbered n
+    ), lost_first AS (
+      INSERT INTO webhook_attempts (id, delivery_id, webhook_id, round, attempt, status, error, next_attempt_at, created_at)
+      SELECT lost_id, delivery_id, webhook_id, round, 1, 'failed', ${LOST_ATTEMPT_ERROR}, started_at, started_at - interval '1 millisecond'
+      FROM decided WHERE last_attempt IS NULL AND attempt > 1 AND NOT exhausted
       ON CONFLICT (delivery_id, round, attempt) DO NOTHING
-      RETURNING id, delivery_id, round, attempt, status
-    ), upd AS (
-      UPDATE webhook_deliveries wd SET status = ins.status, updated_at = now()
-      FROM ins WHERE wd.id = ANY(${deliveryIds}::text[]) AND wd.id = ins.delivery_id
     ), prev AS (
-      UPDATE webhook_attempts a SET status = 'failed', error = ${LOST_ATTEMPT_ERROR}, next_attempt_at = now()
-      FROM ins WHERE a.delivery_id = ANY(${deliveryIds}::text[]) AND a.delivery_id = ins.delivery_id
-        AND a.round = ins.round AND a.attempt < ins.attempt AND a.status = 'pending'
+      -- The highest row still pending: its dispatcher died. Dead when it was the sixth.
+      UPDATE webhook_attempts a SET status = CASE WHEN decided.exhausted THEN 'dead_letter' ELSE 'failed' END,
+             error = ${LOST_ATTEMPT_ERROR}, next_attempt_at = CASE WHEN decided.exhausted THEN NULL ELSE now() END
+      FROM decided
+      WHERE a.delivery_id = ANY(${deliveryIds}::text[]) AND a.delivery_id = decided.delivery_id
+        AND a.round = decided.round AND a.attempt = decided.last_attempt AND decided.last_status = 'pending'
+    ), ins AS (
+      INSERT INTO webhook_attempts (id, delivery_id, webhook_id, round, attempt, status, response_code, error, duration_ms, next_attempt_at, created_at)
+      SELECT attempt_id, delivery_id, webhook_id, round, attempt, row_status,
+             CASE WHEN made IS NOT NULL THEN response_code END, row_error, CASE WHEN made IS NOT NULL THEN duration_ms END,
+             CASE WHEN row_status = 'failed' THEN now() + make_interval(secs => (${waitsMs}::int[])[attempt] / 1000.0) END,
+             started_at
+      FROM decided WHERE NOT exhausted
+      ON CONFLICT (delivery_id, round, attempt) DO NOTHING
+      RETURNING id, delivery_id, status, attempt
+    ), moved AS (
+      SELECT ins.delivery_id, ins.status, decided.job_seq FROM ins JOIN decided ON decided.attempt_id = ins.id
+      UNION ALL
+      SELECT delivery_id, 'dead_letter', job_seq FROM decided WHERE exhausted
+    ), upd AS (
+      UPDATE webhook_deliveries wd SET status = moved.status, job_seq = moved.job_seq, updated_at = now()
+      FROM moved WHERE wd.id = ANY(${deliveryIds}::text[]) AND wd.id = moved.delivery_id
     )
-    SELECT ins.id, ins.status, f.event, f.body, f.url, f.secret, f.webhook_id
-    FROM ins JOIN fresh f ON f.attempt_id = ins.id`
+    SELECT decided.attempt_id AS id, COALESCE(ins.status, 'dead_letter') AS status, decided.attempt, decided.exhausted,
+           decided.made, decided.event, decided.body, decided.url, decided.secret, decided.webhook_id
+    FROM decided LEFT JOIN ins ON ins.id = decided.attempt_id
+    WHERE ins.id IS NOT NULL OR decided.exhausted`
   const byId = new Map(rows.map((row) => [row.id, row]))
-  return attemptIds.map((id): ClaimResult => {
+  return attemptIds.map((id, i): ClaimResult => {
     const row = byId.get(id)
     if (row === undefined) return { _tag: "Skip" }
+    if (row.exhausted) return { _tag: "Abandoned" }
+    if (inputs[i]!.made !== undefined && row.status !== "pending") return { _tag: "Recorded", attempt: row.attempt, status: row.status }
     if (row.status === "dead_letter") return { _tag: "Abandoned" }
-    return { _tag: "Attempt", attemptId: id, data: { webhookId: row.webhook_id, url: row.url, secret: row.secret, event: row.event, body: row.body } }
+    return {
+      _tag: "Attempt",
+      attemptId: id,
+      attempt: row.attempt,
+      data: { webhookId: row.webhook_id, url: row.url, secret: row.secret, event: row.event, body: row.body }
+    }
   })
 })
 
@@ -166,7 +246,7 @@ export interface ResultWrite {
   readonly delayMs: number | null
 }
 
-/** Records attempts' results on their rows and moves their deliveries (only if still this round). */
+/** Records claimed attempts' results on their rows and moves their deliveries (only if still this round). */
 export const writeResults = Effect.fn("DeliveryStore.writeResults")(function*(results: ReadonlyArray<ResultWrite>) {
   if (results.length === 0) return [] as ReadonlyArray<void>
   const sql = yield* SqlClient.SqlClient

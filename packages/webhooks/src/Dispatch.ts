@@ -3,12 +3,12 @@
  * received, and what an attempt's result moves the delivery to. No I/O here; the dispatcher
  * reads the rows, asks these functions, and writes what they say.
  *
- * Attempt N of a job is its N-th JetStream delivery (`deliveryCount`): the server counts, so a
- * dispatcher that dies mid-attempt cannot make the count go backwards, and `max_deliver: 6`
- * stops the ladder even when no dispatcher survives to say so.
+ * Attempts are numbered by the database (the round's rows), with JetStream's delivery count as a
+ * lower bound only; `max_deliver: 6` on the consumer still stops the ladder when no dispatcher
+ * survives to say so.
  */
 import type { AttemptResult } from "./Attempt.ts"
-import { afterFailedAttempt, type RetrySchedule } from "./RetrySchedule.ts"
+import { afterFailedAttempt, MAX_ATTEMPTS, type RetrySchedule } from "./RetrySchedule.ts"
 
 export type DeliveryStatus = "pending" | "succeeded" | "failed" | "dead_letter"
 export type AttemptStatus = DeliveryStatus | "retried"
@@ -16,10 +16,31 @@ export type AttemptStatus = DeliveryStatus | "retried"
 /** What the database says when a job arrives. */
 export interface ClaimState {
   /** null: no such delivery (a job without a row: refused). */
-  readonly delivery: { readonly status: DeliveryStatus; readonly round: number } | null
+  readonly delivery: {
+    readonly status: DeliveryStatus
+    readonly round: number
+    /** The stream sequence of the job that carries this round, once one was seen. */
+    readonly jobSeq: number | null
+  } | null
   readonly webhook: { readonly enabled: boolean; readonly deleted: boolean }
   /** The highest attempt row of the delivery's current round, if any. */
   readonly lastAttempt: { readonly attempt: number; readonly status: AttemptStatus } | null
+}
+
+/** A job as received. */
+export interface ClaimJob {
+  readonly round: number
+  /** The job message's stream sequence. */
+  readonly jobSeq: number
+  /**
+   * JetStream's delivery count: a lower bound of the attempt number, never the number itself.
+   * Server 2.9.10 was seen re-delivering a job with count 1 after the dispatcher that held it
+   * was killed; trusting the count made that redelivery look like a copy of the attempt
+   * already made, and the job was dropped.
+   */
+  readonly deliveryCount: number
+  /** The call was already made (the first attempt's fast path): this records it. */
+  readonly made: boolean
 }
 
 export type SkipReason = "unknown_delivery" | "stale_round" | "finished" | "duplicate"
@@ -27,28 +48,62 @@ export type SkipReason = "unknown_delivery" | "stale_round" | "finished" | "dupl
 export type ClaimDecision =
   /** Nothing to do: ack the job and make no HTTP call. */
   | { readonly _tag: "Skip"; readonly reason: SkipReason }
-  /** The webhook is paused or deleted: the delivery becomes dead_letter without an HTTP call. */
-  | { readonly _tag: "Abandon"; readonly reason: "paused" | "deleted"; readonly recoverPrevious: boolean }
-  /** Make attempt `attempt` now. */
-  | { readonly _tag: "Attempt"; readonly recoverPrevious: boolean }
+  /** No call: the delivery becomes dead_letter with a row for `attempt` saying why. */
+  | {
+    readonly _tag: "Abandon"
+    readonly reason: "paused" | "deleted"
+    readonly attempt: number
+    readonly recoverPrevious: boolean
+    readonly lostFirstAttempt: boolean
+  }
+  /**
+   * The sixth attempt's row is still pending (its dispatcher died) and the job came back once
+   * more: no seventh attempt; the sixth is closed dead and so is the delivery.
+   */
+  | { readonly _tag: "Exhausted" }
+  /** Make attempt `attempt` now (or, when the job says `made`, record the call as that attempt). */
+  | { readonly _tag: "Attempt"; readonly attempt: number; readonly recoverPrevious: boolean; readonly lostFirstAttempt: boolean }
 
 /**
- * `recoverPrevious`: the previous attempt row is still `pending`, i.e. the dispatcher that made
- * it died before recording a result (the job came back after ack_wait): it is closed as failed.
+ * The attempt number is the database's: one more than the round's highest row, or the delivery
+ * count when that is higher (attempts whose dispatcher died before writing a row still count).
+ * `recoverPrevious`: the highest row is still `pending`, i.e. the dispatcher that made it died
+ * before recording a result (the job came back after ack_wait): it is closed as failed.
+ * `lostFirstAttempt`: attempt N > 1 finds no row at all in its round. A first attempt is made
+ * before its row is written (`firstAttemptFastPath`), so its dispatcher died during it: a row
+ * for attempt 1 is added, failed, so the list shows the attempt that was made.
+ * A job whose sequence is not the one that carries the round is a second copy: skipped.
  */
-export const decideClaim = (job: { readonly round: number; readonly attempt: number }, state: ClaimState): ClaimDecision => {
+export const decideClaim = (job: ClaimJob, state: ClaimState): ClaimDecision => {
   const { delivery, lastAttempt, webhook } = state
   if (delivery === null) return { _tag: "Skip", reason: "unknown_delivery" }
   // A job of an earlier round was superseded by a manual retry (which published its own job).
   if (job.round !== delivery.round) return { _tag: "Skip", reason: "stale_round" }
   if (delivery.status === "succeeded" || delivery.status === "dead_letter") return { _tag: "Skip", reason: "finished" }
-  // Another copy of the job (a re-published one) already made this attempt or a later one.
-  if (lastAttempt !== null && lastAttempt.attempt >= job.attempt) return { _tag: "Skip", reason: "duplicate" }
+  if (delivery.jobSeq !== null && delivery.jobSeq !== job.jobSeq) return { _tag: "Skip", reason: "duplicate" }
+  const next = (lastAttempt?.attempt ?? 0) + 1
+  const attempt = job.made ? next : Math.max(next, job.deliveryCount)
   const recoverPrevious = lastAttempt !== null && lastAttempt.status === "pending"
-  if (webhook.deleted) return { _tag: "Abandon", reason: "deleted", recoverPrevious }
-  if (!webhook.enabled) return { _tag: "Abandon", reason: "paused", recoverPrevious }
-  return { _tag: "Attempt", recoverPrevious }
+  const lostFirstAttempt = lastAttempt === null && attempt > 1
+  if (attempt > MAX_ATTEMPTS) return { _tag: "Exhausted" }
+  // A call already made is recorded whatever the webhook's state became meanwhile.
+  if (!job.made) {
+    if (webhook.deleted) return { _tag: "Abandon", reason: "deleted", attempt, recoverPrevious, lostFirstAttempt }
+    if (!webhook.enabled) return { _tag: "Abandon", reason: "paused", attempt, recoverPrevious, lostFirstAttempt }
+  }
+  return { _tag: "Attempt", attempt, recoverPrevious, lostFirstAttempt }
 }
+
+/**
+ * Whether a job's first attempt may be made before any statement, its row written afterwards
+ * with its result (decideClaim with `made`): the job carries the event and body, JetStream says
+ * it is the first delivery, and the webhook is live in this dispatcher's memory (refreshed at
+ * every change of a webhook). Anything else is claimed first, under the delivery's row lock.
+ */
+export const firstAttemptFastPath = (
+  job: { readonly deliveryCount: number; readonly carriesBody: boolean },
+  webhook: { readonly enabled: boolean } | undefined
+): boolean => job.deliveryCount === 1 && job.carriesBody && webhook !== undefined && webhook.enabled
 
 export type AttemptOutcome =
   | { readonly _tag: "Succeeded" }

@@ -24,16 +24,26 @@
 import * as PgClient from "@effect/sql-pg/PgClient"
 import type { ConsumerInfo, JsMsg } from "@nats-io/jetstream"
 import { BusError, Nats } from "@svc/bus/Nats"
-import { Context, Duration, Effect, Exit, FiberMap, FiberSet, Layer, Queue, Schedule, Schema, Stream } from "effect"
+import { Context, Duration, Effect, Exit, FiberMap, FiberSet, Layer, Queue, Schedule, Schema, Semaphore, Stream } from "effect"
 import { SqlClient } from "effect/sql"
 import { WebhookSender } from "./Attempt.ts"
 import { DeliveryJob, ensureDeliveryStream, ensureWebhookConsumer, webhookIdOfConsumer, consumerMatches, WEBHOOKS_CHANNEL } from "./DeliveryJobs.ts"
 import * as Store from "./DeliveryStore.ts"
-import { afterAttempt, decideLostJob, statusOf } from "./Dispatch.ts"
+import { afterAttempt, decideLostJob, firstAttemptFastPath, statusOf } from "./Dispatch.ts"
 import { DispatchConfig, type DispatchSettings } from "./DispatchConfig.ts"
 import { makeBatcher } from "./Batcher.ts"
 import { deliveryHeaders } from "./Signature.ts"
 
+interface LiveWebhook {
+  readonly url: string
+  readonly secret: string
+  readonly enabled: boolean
+}
+
+/** Jobs a loop holds per call slot: the others wait for a slot with their statements done. */
+const HELD_PER_SLOT = 2
+/** How long a result waits for others to share its statement. */
+const RESULT_LINGER_MS = 2
 /** How long a pull request waits for jobs before it is renewed. */
 const FETCH_EXPIRES_MS = 30_000
 /** A deleted webhook's consumer is removed once drained and deleted at least this long ago. */
@@ -76,25 +86,47 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
 
     const claimBatch = (inputs: ReadonlyArray<Store.ClaimInput>) =>
       Effect.gen(function*() {
-        // One claim per delivery in a batch (two copies of a job can meet here): the furthest.
-        const chosen = new Map<string, number>()
-        inputs.forEach((input, i) => {
-          const other = chosen.get(input.deliveryId)
-          if (other === undefined || inputs[other]!.attempt < input.attempt) chosen.set(input.deliveryId, i)
-        })
-        const picked = [...chosen.values()]
-        const results = yield* Store.claimAttempts(picked.map((i) => inputs[i]!))
+        // A statement takes one input per delivery (two copies of a job can meet in a batch):
+        // the others go in a following statement, which sees what the first one wrote. Calls
+        // already made go first, so that they are numbered before any new claim.
         const outcomes: Array<Store.ClaimResult> = inputs.map(() => ({ _tag: "Skip" }))
-        picked.forEach((i, k) => (outcomes[i] = results[k]!))
+        let waiting = inputs.map((_, i) => i).sort((a, b) => Number(inputs[b]!.made !== undefined) - Number(inputs[a]!.made !== undefined))
+        while (waiting.length > 0) {
+          const seen = new Set<string>()
+          const wave: Array<number> = []
+          const later: Array<number> = []
+          for (const i of waiting) {
+            if (seen.has(inputs[i]!.deliveryId)) later.push(i)
+            else {
+              seen.add(inputs[i]!.deliveryId)
+              wave.push(i)
+            }
+          }
+          const results = yield* Store.claimAttempts(wave.map((i) => inputs[i]!), settings.schedule)
+          wave.forEach((i, k) => (outcomes[i] = results[k]!))
+          waiting = later
+        }
         return outcomes
       }).pipe(provideSql)
 
-    const claim = yield* makeBatcher({ run: claimBatch, maxBatch: 256, workers: 2 })
-    const record = yield* makeBatcher({ run: (results: ReadonlyArray<Store.ResultWrite>) => provideSql(Store.writeResults(results)), maxBatch: 256, workers: 2 })
+    // A failed statement is retried a while, for the whole batch, with its jobs held.
+    const claim = yield* makeBatcher({ run: (inputs: ReadonlyArray<Store.ClaimInput>) => Effect.retry(claimBatch(inputs), dbRetry), maxBatch: 256, workers: 2 })
+    // Results are not on the delivery's path (the call was made): a short linger turns many
+    // one-row statements into a few larger ones at moderate rates.
+    const record = yield* makeBatcher({
+      run: (results: ReadonlyArray<Store.ResultWrite>) => Effect.retry(provideSql(Store.writeResults(results)), dbRetry),
+      maxBatch: 256,
+      workers: 2,
+      lingerMs: RESULT_LINGER_MS
+    })
+
+    // -- the live webhooks: where and how to sign (refreshed by discovery) --------------------
+
+    let webhooks = new Map<string, LiveWebhook>()
 
     // -- one job ---------------------------------------------------------------------------
 
-    const handle = (msg: JsMsg, webhookId: string) =>
+    const handle = (msg: JsMsg, webhookId: string, sending: Semaphore.Semaphore) =>
       Effect.gen(function*() {
         const text = (() => {
           try {
@@ -110,23 +142,42 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
           return
         }
         const job = decoded.value
-        const attempt = msg.info.deliveryCount
-        const claimed = yield* claim({ deliveryId: job.delivery_id, webhookId, round: job.round, attempt }).pipe(Effect.retry(dbRetry))
+        const deliveryCount = msg.info.deliveryCount
+        const base = { deliveryId: job.delivery_id, webhookId, round: job.round, jobSeq: msg.info.streamSequence, deliveryCount }
+        const webhook = webhooks.get(webhookId)
+        const call = (data: Store.DeliveryData) => {
+          const body = Buffer.from(data.body, "utf8")
+          return sending.withPermits(1)(sender.attempt({
+            url: data.url,
+            body,
+            headers: deliveryHeaders({ secret: data.secret, body, event: data.event, webhookId, deliveryId: job.delivery_id }),
+            timeoutMs: settings.attemptTimeoutMs
+          }))
+        }
+        const settle = (attempt: number, outcome: "succeeded" | "failed") => {
+          const after = afterAttempt(settings.schedule, attempt, { outcome })
+          if (after._tag === "Failed") msg.nak(after.delayMs)
+          else msg.ack()
+        }
+
+        if (job.event !== undefined && job.body !== undefined && firstAttemptFastPath({ deliveryCount, carriesBody: true }, webhook)) {
+          // The call first, then one statement numbers and records it.
+          const result = yield* call({ webhookId, url: webhook!.url, secret: webhook!.secret, event: job.event, body: job.body })
+          const recorded = yield* claim({ ...base, made: result })
+          if (recorded._tag === "Recorded") settle(recorded.attempt, result.outcome)
+          else msg.ack()
+          return
+        }
+
+        const claimed = yield* claim(base)
         if (claimed._tag !== "Attempt") {
           msg.ack()
           return
         }
-        const { attemptId, data } = claimed
-        const body = Buffer.from(data.body, "utf8")
-        const result = yield* sender.attempt({
-          url: data.url,
-          body,
-          headers: deliveryHeaders({ secret: data.secret, body, event: data.event, webhookId, deliveryId: job.delivery_id }),
-          timeoutMs: settings.attemptTimeoutMs
-        })
-        const outcome = afterAttempt(settings.schedule, attempt, result)
+        const result = yield* call(claimed.data)
+        const outcome = afterAttempt(settings.schedule, claimed.attempt, result)
         yield* record({
-          attemptId,
+          attemptId: claimed.attemptId,
           deliveryId: job.delivery_id,
           round: job.round,
           status: statusOf(outcome) as "succeeded" | "failed" | "dead_letter",
@@ -134,9 +185,8 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
           error: result.error,
           durationMs: result.durationMs,
           delayMs: outcome._tag === "Failed" ? outcome.delayMs : null
-        }).pipe(Effect.retry(dbRetry))
-        if (outcome._tag === "Failed") msg.nak(outcome.delayMs)
-        else msg.ack()
+        })
+        settle(claimed.attempt, result.outcome)
       }).pipe(
         // A job we could not finish (database unreachable) is left un-acked: it comes back after
         // ack_wait, to this or another dispatcher.
@@ -150,6 +200,10 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
         const consumer = yield* busCall(`consumer ${consumerName}`, () => nats.js.consumers.get(stream, consumerName))
         const running = yield* FiberSet.make()
         const freed = yield* Queue.sliding<void>(1)
+        // Calls in flight to this endpoint; jobs held beyond them wait for a slot with their
+        // claim or result statement done, so the statements never sit on the calls' path.
+        const sending = Semaphore.makeUnsafe(settings.concurrency)
+        const maxHeld = settings.concurrency * HELD_PER_SLOT
         let inFlight = 0
         // Tell the server we are alive for every job we hold (one timer for the loop).
         const held = new Set<JsMsg>()
@@ -159,13 +213,13 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
         )))
         // Under load, pull in chunks of at least half the slots (each pull is a round trip of its
         // own); when the backlog is empty, wait with whatever slots are free.
-        const chunk = Math.max(1, Math.ceil(settings.concurrency / 2))
+        const chunk = Math.max(1, Math.ceil(maxHeld / 2))
         let backlog = false
         for (;;) {
-          while (inFlight >= settings.concurrency || (backlog && settings.concurrency - inFlight < chunk)) {
+          while (inFlight >= maxHeld || (backlog && maxHeld - inFlight < chunk)) {
             yield* Queue.take(freed)
           }
-          const wanted = settings.concurrency - inFlight
+          const wanted = maxHeld - inFlight
           let received = 0
           yield* Effect.acquireUseRelease(
             busCall(`fetch ${consumerName}`, () => consumer.fetch({ max_messages: wanted, expires: FETCH_EXPIRES_MS })),
@@ -175,7 +229,7 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
                   inFlight++
                   received++
                   held.add(msg)
-                  return FiberSet.run(running, handle(msg, webhookId).pipe(
+                  return FiberSet.run(running, handle(msg, webhookId, sending).pipe(
                     Effect.ensuring(Effect.sync(() => {
                       held.delete(msg)
                       inFlight--
@@ -207,7 +261,10 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
 
     const discoverOnce = Effect.gen(function*() {
       const consumers = yield* listConsumers
-      const live = new Set((yield* sql<{ id: string }>`SELECT id FROM webhooks WHERE deleted_at IS NULL`).map((r) => r.id))
+      const rows = yield* sql<{ id: string; url: string; secret: string; enabled: boolean }>`
+        SELECT id, url, secret, enabled FROM webhooks WHERE deleted_at IS NULL`
+      webhooks = new Map(rows.map((r) => [r.id, { url: r.url, secret: r.secret, enabled: r.enabled }]))
+      const live = new Set(webhooks.keys())
       const byWebhook = new Map<string, ConsumerInfo>()
       for (const info of consumers) {
         const id = webhookIdOfConsumer(nats, info.name)

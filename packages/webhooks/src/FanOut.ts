@@ -117,7 +117,7 @@ export class FanOut extends Context.Service<FanOut, {
       // One statement: match each event to its org's enabled webhooks (exact name or `*`, the
       // rule of Events.matchesFilter) and write the deliveries. A row that exists already (the
       // event was seen before) is returned too, so its job goes out again.
-      const rows = yield* sql<{ id: string; webhook_id: string; round: number }>`
+      const rows = yield* sql<{ id: string; webhook_id: string; round: number; event_msg_id: string }>`
         WITH e AS (
           SELECT * FROM unnest(${unique.map((e) => e.orgId)}::text[], ${unique.map((e) => e.event)}::text[],
                                ${unique.map((e) => e.msgId)}::text[], ${unique.map((e) => e.body)}::text[])
@@ -128,8 +128,13 @@ export class FanOut extends Context.Service<FanOut, {
         FROM e JOIN webhooks w ON w.org_id = e.org_id
         WHERE w.org_id = ANY(${orgs}::text[]) AND w.deleted_at IS NULL AND w.enabled AND w.events && ARRAY['*', e.event]
         ON CONFLICT (webhook_id, event_msg_id) DO UPDATE SET round = webhook_deliveries.round
-        RETURNING id, webhook_id, round`
-      yield* Effect.forEach(rows, (row) => publishJob(row.webhook_id, { delivery_id: row.id as never, round: row.round }), {
+        RETURNING id, webhook_id, round, event_msg_id`
+      // The job carries the event and its exact bytes: the first attempt needs no read.
+      const byMsgId = new Map(unique.map((e) => [e.msgId, e]))
+      yield* Effect.forEach(rows, (row) => {
+        const event = byMsgId.get(row.event_msg_id)!
+        return publishJob(row.webhook_id, { delivery_id: row.id as never, round: row.round, event: event.event, body: event.body })
+      }, {
         concurrency: 64,
         discard: true
       })

@@ -225,14 +225,19 @@ export class Webhooks extends Context.Service<Webhooks, {
       const url = patch.url === undefined ? null : yield* checkUrl(patch.url)
       const events = patch.events === undefined ? null : yield* checkEvents(patch.events)
       const enabled = patch.enabled ?? null
-      const rows = yield* orUnavailable(sql<WebhookRow>`
-        UPDATE webhooks SET
-          url = COALESCE(${url}::text, url),
-          events = COALESCE(${events}::text[], events),
-          enabled = COALESCE(${enabled}::boolean, enabled),
-          updated_at = now()
-        WHERE id = ${id} AND org_id = ${orgId} AND deleted_at IS NULL
-        RETURNING id, url, events, enabled, created_at, updated_at`)
+      const rows = yield* orUnavailable(sql.withTransaction(Effect.gen(function*() {
+        const rows = yield* sql<WebhookRow>`
+          UPDATE webhooks SET
+            url = COALESCE(${url}::text, url),
+            events = COALESCE(${events}::text[], events),
+            enabled = COALESCE(${enabled}::boolean, enabled),
+            updated_at = now()
+          WHERE id = ${id} AND org_id = ${orgId} AND deleted_at IS NULL
+          RETURNING id, url, events, enabled, created_at, updated_at`
+        // Dispatchers keep each live webhook's url and state in memory for first attempts.
+        if (rows.length > 0) yield* sql`SELECT pg_notify(${WEBHOOKS_CHANNEL}, ${id})`
+        return rows
+      })))
       if (rows[0] === undefined) return yield* notFound()
       return toWebhook(rows[0])
     })
@@ -306,7 +311,8 @@ export class Webhooks extends Context.Service<Webhooks, {
           WHERE delivery_id = ${deliveryId} AND round = ${delivery.round}::int AND status IN ('failed', 'dead_letter')
             AND attempt = (SELECT max(attempt) FROM webhook_attempts WHERE delivery_id = ${deliveryId} AND round = ${delivery.round}::int)`
         const round = delivery.round + 1
-        yield* sql`UPDATE webhook_deliveries SET round = ${round}::int, status = 'pending', updated_at = now() WHERE id = ${deliveryId}`
+        // A new round is carried by a new job (its own stream sequence).
+        yield* sql`UPDATE webhook_deliveries SET round = ${round}::int, status = 'pending', job_seq = NULL, updated_at = now() WHERE id = ${deliveryId}`
         yield* Outbox.append({ subject: jobSubject(id, deliveryId), payload: { delivery_id: deliveryId, round } }).pipe(Effect.orDie, provideSql)
       })))
       return { delivery_id: deliveryId as DeliveryId, status: "retried" as const }
