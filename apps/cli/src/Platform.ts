@@ -17,8 +17,9 @@ import { Layer } from "effect"
 export const Infrastructure = Layer.mergeAll(Database.layer, Nats.layer)
 
 /**
- * The keys that seal and open secret values at rest, from SVC_ENCRYPTION_KEYS. The api
- * (Idempotency-Key entries) refuses to start without them; `svc dev` generates one.
+ * The keys that seal and open secret values at rest, from SVC_ENCRYPTION_KEYS. The api (webhook
+ * secrets, Idempotency-Key entries) and the dispatcher (webhook secrets) refuse to start without
+ * them; `svc dev` generates one.
  */
 export const Secrets = SecretBox.layer
 
@@ -29,7 +30,9 @@ export const ApiRole = Layer.mergeAll(ApiServer.layer, WorkerHeartbeat.layer("ap
 export const RuntimeRole = Runtime.layer
 
 /** Webhooks: fan-out of events to deliveries, and the delivery workers. */
-export const DispatcherRole = Layer.mergeAll(FanOut.layer, Dispatcher.layer, WorkerHeartbeat.layer("dispatcher"))
+export const DispatcherRole = Layer.mergeAll(FanOut.layer, Dispatcher.layer, WorkerHeartbeat.layer("dispatcher")).pipe(
+  Layer.provide(Secrets)
+)
 
 /** The host agent of this machine (needs only NATS). */
 export const AgentRoleLayer = AgentRole.layer

@@ -24,6 +24,7 @@
 import * as PgClient from "@effect/sql-pg/PgClient"
 import type { ConsumerInfo, JsMsg } from "@nats-io/jetstream"
 import { BusError, Nats } from "@svc/bus/Nats"
+import { SecretBox } from "@svc/crypto/SecretBox"
 import { Context, Duration, Effect, Exit, FiberMap, FiberSet, Layer, Queue, Schedule, Schema, Stream } from "effect"
 import { SqlClient } from "effect/sql"
 import { WebhookSender } from "./Attempt.ts"
@@ -68,6 +69,7 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
     const sql = yield* SqlClient.SqlClient
     const pg = yield* PgClient.PgClient
     const sender = yield* WebhookSender
+    const box = yield* SecretBox
     const stream = yield* ensureDeliveryStream
     const heartbeatEvery = Duration.millis(Math.max(100, Math.floor(settings.ackWaitMs / 3)))
     const provideSql = Effect.provideService(SqlClient.SqlClient, sql)
@@ -121,7 +123,8 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
         const result = yield* sender.attempt({
           url: data.url,
           body,
-          headers: deliveryHeaders({ secret: data.secret, body, event: data.event, webhookId, deliveryId: job.delivery_id }),
+          // Stored sealed, bound to the webhook id (Webhooks.create); opened only for the signature.
+          headers: deliveryHeaders({ secret: yield* box.open(data.secret, webhookId), body, event: data.event, webhookId, deliveryId: job.delivery_id }),
           timeoutMs: settings.attemptTimeoutMs
         })
         const outcome = afterAttempt(settings.schedule, attempt, result)
@@ -340,7 +343,7 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
     return WebhookDispatcher.of({ discover, stats, settings })
   })
 
-  /** Settings from the environment (DispatchConfig); needs Nats, SqlClient, PgClient, WebhookSender. */
+  /** Settings from the environment (DispatchConfig); needs Nats, SqlClient, PgClient, WebhookSender, SecretBox. */
   static readonly layer = Layer.effect(WebhookDispatcher)(Effect.flatMap(DispatchConfig, WebhookDispatcher.make))
 
   static readonly layerWith = (settings: DispatchSettings) => Layer.effect(WebhookDispatcher)(WebhookDispatcher.make(settings))

@@ -8,11 +8,15 @@
  *   caller's (16+ characters) or generated, and returned by create only. At most 20 live
  *   webhooks per org, counted under a per-org transaction lock, so concurrent creates cannot
  *   make a 21st. `Idempotency-Key` through @svc/db/Idempotency (operation `webhooks.create`).
+ * - The `secret` column holds the secret sealed by SecretBox (AAD: the webhook id), never the
+ *   plaintext; the dispatcher opens it for each attempt. There is no plaintext fallback: a
+ *   value that is not sealed fails to open (SecretBoxError `malformed`).
  * - delete is soft: the row stays so that the jobs of its deliveries find it at their next
  *   retry and dead-letter; to the API it is gone.
  * - test and retry write their job to the transactional outbox with the delivery change, so a
  *   job is published if and only if the change commits (the outbox relay must run somewhere).
  */
+import { SecretBox } from "@svc/crypto/SecretBox"
 import { Idempotency } from "@svc/db/Idempotency"
 import { makeId } from "@svc/domain/Ids"
 import {
@@ -131,6 +135,7 @@ export class Webhooks extends Context.Service<Webhooks, {
   static readonly make = Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const guard = yield* WebhookAddressGuard
+    const box = yield* SecretBox
     const idempotency = yield* Idempotency
     const provideSql = Effect.provideService(SqlClient.SqlClient, sql)
     // The relay publishes test and retry jobs into this stream: make sure it exists, without
@@ -167,6 +172,8 @@ export class Webhooks extends Context.Service<Webhooks, {
       const events = yield* checkEvents(input.events)
       const secret = input.secret ?? generateSecret()
       const id = makeId("webhook")
+      // Bound to its row: a sealed secret copied to another webhook does not open.
+      const sealedSecret = yield* box.seal(secret, id)
       const outcome = yield* orUnavailable(idempotency.run({
         orgId,
         operation: "webhooks.create",
@@ -183,7 +190,7 @@ export class Webhooks extends Context.Service<Webhooks, {
           }
           const [row] = yield* sql<WebhookRow>`
             INSERT INTO webhooks (id, org_id, url, events, secret, enabled)
-            VALUES (${id}, ${orgId}, ${url}, ${events}::text[], ${secret}, ${input.enabled})
+            VALUES (${id}, ${orgId}, ${url}, ${events}::text[], ${sealedSecret}, ${input.enabled})
             RETURNING id, url, events, enabled, created_at, updated_at`
           yield* sql`SELECT pg_notify(${WEBHOOKS_CHANNEL}, ${id})`
           return { ...toWebhook(row!), secret_returned_once: secret }
@@ -302,6 +309,6 @@ export class Webhooks extends Context.Service<Webhooks, {
     return Webhooks.of({ create, list, get, update, remove, test, deliveries, retry })
   })
 
-  /** Needs SqlClient, Nats (the delivery stream), a WebhookAddressGuard and the SecretBox (Idempotency-Key entries are sealed). */
+  /** Needs SqlClient, Nats (the delivery stream), a WebhookAddressGuard and the SecretBox. */
   static readonly layer = Layer.effect(Webhooks)(Webhooks.make).pipe(Layer.provide(Idempotency.layer))
 }
