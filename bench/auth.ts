@@ -12,6 +12,8 @@ import { freePort, startNats, startPostgres, waitForPort } from "@svc/local-serv
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import { serve } from "@svc/testing/TestHttp"
 import * as TestNats from "@svc/testing/TestNats"
+import { useTestEncryptionKeys } from "@svc/testing/TestSecrets"
+import { SecretBox } from "../packages/crypto/src/SecretBox.ts"
 import * as Server from "@svc/api/Server"
 import { ConfigProvider, Effect, Layer } from "effect"
 import { HttpRouter } from "effect/http"
@@ -29,6 +31,7 @@ const NO_RATE_LIMIT = { SVC_RATE_LIMIT_PER_SECOND: "100000000", SVC_RATE_LIMIT_B
 const [nats, pg] = await Promise.all([startNats(), startPostgres()])
 process.env.SVC_TEST_NATS_URL = nats.url
 process.env.SVC_TEST_DATABASE_URL = pg.url
+useTestEncryptionKeys()
 
 const json = async (res: Response) => ({ status: res.status, body: await res.json().catch(() => null) as any })
 
@@ -54,7 +57,7 @@ const bootstrap = async (base: string): Promise<{ readonly token: string }> => {
 // 1. GET /v1/auth/me against raw node:http.
 await Effect.runPromise(
   Effect.gen(function*() {
-    const platform = yield* Layer.build(Layer.mergeAll(TestDatabase.layer, TestNats.layer))
+    const platform = yield* Layer.build(Layer.mergeAll(TestDatabase.layer, TestNats.layer, SecretBox.layer))
     const base = yield* serve(
       HttpRouter.serve(Server.Routes, { disableLogger: true, disableListenLog: true }).pipe(
         Layer.provide(ConfigProvider.layerAdd(ConfigProvider.fromUnknown(NO_RATE_LIMIT), { asPrimary: true })),

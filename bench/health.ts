@@ -6,6 +6,8 @@
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import * as TestNats from "@svc/testing/TestNats"
 import { serve } from "@svc/testing/TestHttp"
+import { useTestEncryptionKeys } from "@svc/testing/TestSecrets"
+import { SecretBox } from "../packages/crypto/src/SecretBox.ts"
 import { startNats, startPostgres } from "@svc/local-servers/Servers"
 import * as Server from "@svc/api/Server"
 import { Effect, Layer } from "effect"
@@ -19,11 +21,12 @@ const RUNS = Number(process.env.BENCH_RUNS ?? 3)
 const [nats, pg] = await Promise.all([startNats(), startPostgres()])
 process.env.SVC_TEST_NATS_URL = nats.url
 process.env.SVC_TEST_DATABASE_URL = pg.url
+useTestEncryptionKeys()
 
 await Effect.runPromise(
   Effect.gen(function*() {
     const api = HttpRouter.serve(Server.Routes, { disableLogger: true, disableListenLog: true }).pipe(
-      Layer.provide(Layer.mergeAll(TestDatabase.layer, TestNats.layer))
+      Layer.provide(Layer.mergeAll(TestDatabase.layer, TestNats.layer, SecretBox.layer))
     )
     const base = yield* serve(api)
     const raw = yield* Effect.acquireRelease(Effect.promise(rawServer), (s) => Effect.promise(s.close))

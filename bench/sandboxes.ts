@@ -19,6 +19,8 @@ import { startNats, startPostgres } from "@svc/local-servers/Servers"
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import { serve } from "@svc/testing/TestHttp"
 import * as TestNats from "@svc/testing/TestNats"
+import { useTestEncryptionKeys } from "@svc/testing/TestSecrets"
+import { SecretBox } from "../packages/crypto/src/SecretBox.ts"
 import { Context, Effect, Layer } from "effect"
 import { HttpRouter } from "effect/http"
 import { SqlClient } from "effect/sql"
@@ -313,6 +315,7 @@ process.env.SVC_RATE_LIMIT_BURST = "100000"
 const [natsServer, pg] = await Promise.all([startNats(), startPostgres()])
 process.env.SVC_TEST_NATS_URL = natsServer.url
 process.env.SVC_TEST_DATABASE_URL = pg.url
+useTestEncryptionKeys()
 try {
   const bare = await Effect.runPromise(bareDriver)
   const result = await Effect.runPromise(
@@ -321,7 +324,7 @@ try {
         Layer.mergeAll(
           Runtime.make({ heartbeat: false }),
           AuthLayer.layerWith({})
-        ).pipe(Layer.provideMerge(Layer.mergeAll(TestNats.layer, TestDatabase.layer)))
+        ).pipe(Layer.provideMerge(Layer.mergeAll(TestNats.layer, TestDatabase.layer, SecretBox.layer)))
       )
     )
   )

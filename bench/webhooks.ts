@@ -23,6 +23,8 @@ import { OutboxRelay } from "../packages/events/src/Relay.ts"
 import { startNats, startPostgres } from "@svc/local-servers/Servers"
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import * as TestNats from "@svc/testing/TestNats"
+import { useTestEncryptionKeys } from "@svc/testing/TestSecrets"
+import { SecretBox } from "../packages/crypto/src/SecretBox.ts"
 import { WebhookAddressGuard, WebhookResolver } from "../packages/webhooks/src/AddressGuard.ts"
 import { WebhookSender } from "../packages/webhooks/src/Attempt.ts"
 import { WebhookDispatcher } from "../packages/webhooks/src/Dispatcher.ts"
@@ -229,6 +231,7 @@ async function main() {
   const [natsServer, pg] = await Promise.all([startNats(), startPostgres()])
   process.env.SVC_TEST_NATS_URL = natsServer.url
   process.env.SVC_TEST_DATABASE_URL = pg.url
+  useTestEncryptionKeys()
   const receiverProcess = await startReceiverProcess()
   const settings = { ...DEFAULT_DISPATCH_SETTINGS, schedule: DEFAULT_RETRY_SCHEDULE, concurrency: Number(process.env.BENCH_CONCURRENCY ?? DEFAULT_DISPATCH_SETTINGS.concurrency) }
 
@@ -240,7 +243,7 @@ async function main() {
     Webhooks.layer.pipe(Layer.provide(guard)),
     FanOut.layer,
     WebhookDispatcher.layerWith(settings).pipe(Layer.provide(WebhookSender.layer), Layer.provide(guard))
-  ).pipe(Layer.provideMerge(Layer.mergeAll(TestDatabase.layerWithUrl, TestNats.layer)))
+  ).pipe(Layer.provideMerge(Layer.mergeAll(TestDatabase.layerWithUrl, TestNats.layer, SecretBox.layer)))
   const runtime = ManagedRuntime.make(stack)
   const run = <A, E>(effect: Effect.Effect<A, E, Layer.Success<typeof stack>>) => runtime.runPromise(effect)
   const databaseUrl = await run(Effect.gen(function*() {

@@ -30,7 +30,7 @@ export const Routes = Layer.mergeAll(
   ApiMiddleware
 )
 
-/** The API on a given address; needs the platform's services (SqlClient, Nats, ...). */
+/** The API on a given address; needs the platform's services (SqlClient, Nats, SecretBox, ...). */
 export const layerOn = (options: { readonly port: number; readonly host: string }) =>
   HttpRouter.serve(Routes, { disableListenLog: true, disableLogger: true }).pipe(
     Layer.provide(NodeHttpServer.layer(createServer, {

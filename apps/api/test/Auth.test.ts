@@ -3,6 +3,7 @@
  * audit log, over real HTTP against a real Postgres and NATS.
  */
 import { expect, layer } from "@effect/vitest"
+import { SecretBox } from "@svc/crypto/SecretBox"
 import { SESSION_COOKIE } from "@svc/domain/Api/Auth"
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import { makeOffsetClock } from "@svc/testing/OffsetClock"
@@ -35,7 +36,7 @@ class Env extends Context.Service<Env, {
 const EnvLayer = Layer.effect(
   Env,
   Effect.gen(function*() {
-    const platform = yield* Layer.build(Layer.mergeAll(TestDatabase.layer, TestNats.layer))
+    const platform = yield* Layer.build(Layer.mergeAll(TestDatabase.layer, TestNats.layer, SecretBox.layer))
     const api = (settings: Record<string, string>, extra: Layer.Layer<never>) =>
       HttpRouter.serve(Server.Routes, { disableLogger: true, disableListenLog: true }).pipe(
         Layer.provide(extra),

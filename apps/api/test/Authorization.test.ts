@@ -20,6 +20,7 @@ import { operatorContext } from "@svc/auth/Audit"
 import * as AuthLayer from "@svc/auth/AuthLayer"
 import { Sessions } from "@svc/auth/Sessions"
 import { Users } from "@svc/auth/Users"
+import { SecretBox } from "@svc/crypto/SecretBox"
 import { Api } from "@svc/domain/Api"
 import { Access, type AccessRule, accessRuleOf, Authorization, SESSION_COOKIE } from "@svc/domain/Api/Auth"
 import * as Token from "@svc/domain/ApiKeyToken"
@@ -244,7 +245,7 @@ const noRateLimit = ConfigProvider.layerAdd(
 const EnvLayer = Layer.effect(
   Env,
   Effect.gen(function*() {
-    const platform = yield* Layer.build(Layer.mergeAll(TestDatabase.layer, TestNats.layer))
+    const platform = yield* Layer.build(Layer.mergeAll(TestDatabase.layer, TestNats.layer, SecretBox.layer))
     const base = yield* serve(
       HttpRouter.serve(Server.Routes, { disableLogger: true, disableListenLog: true }).pipe(
         Layer.provide(noRateLimit),

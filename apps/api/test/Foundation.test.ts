@@ -4,6 +4,7 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Nats } from "@svc/bus/Nats"
+import { SecretBox } from "@svc/crypto/SecretBox"
 import * as Database from "@svc/db/Database"
 import { startPostgres } from "@svc/local-servers/Servers"
 import * as TestNats from "@svc/testing/TestNats"
@@ -17,7 +18,7 @@ import * as Server from "../src/Server.ts"
 
 const platformLayer = Layer.mergeAll(TestDatabase.layer, TestNats.layer)
 
-const apiLayer = HttpRouter.serve(Server.Routes, { disableLogger: true, disableListenLog: true })
+const apiLayer = HttpRouter.serve(Server.Routes, { disableLogger: true, disableListenLog: true }).pipe(Layer.provide(SecretBox.layer))
 
 describe("API foundation", () => {
   it.live("GET /v1/health is 200 with both dependencies up, and carries x-request-id", () =>

@@ -7,6 +7,7 @@
  */
 import { expect, layer } from "@effect/vitest"
 import { Nats } from "@svc/bus/Nats"
+import { SecretBox } from "@svc/crypto/SecretBox"
 import { SESSION_COOKIE } from "@svc/domain/Api/Auth"
 import * as Token from "@svc/domain/ApiKeyToken"
 import { makeId } from "@svc/domain/Ids"
@@ -43,7 +44,7 @@ const settings = (overrides: Record<string, string>) =>
 const EnvLayer = Layer.effect(
   Env,
   Effect.gen(function*() {
-    const platform = yield* Layer.build(Layer.mergeAll(TestDatabase.layer, TestNats.layer))
+    const platform = yield* Layer.build(Layer.mergeAll(TestDatabase.layer, TestNats.layer, SecretBox.layer))
     const logs: Array<string> = []
     // Every log line of both servers, at every level, request logs included.
     const captureLogs = Layer.mergeAll(
@@ -390,7 +391,7 @@ layer(EnvLayer, { excludeTestServices: true })("API keys", (it) => {
   it.effect("the per-key rate limit: 429 rate_limited with Retry-After, per credential", () =>
     Effect.gen(function*() {
       const env = yield* Env
-      const platform = Layer.succeedContext(Context.make(SqlClient.SqlClient, env.sql).pipe(Context.add(Nats, env.nats)))
+      const platform = Layer.merge(Layer.succeedContext(Context.make(SqlClient.SqlClient, env.sql).pipe(Context.add(Nats, env.nats))), SecretBox.layer)
       const limited = yield* serve(
         HttpRouter.serve(Server.Routes, { disableLogger: true, disableListenLog: true }).pipe(
           Layer.provide(settings({ SVC_RATE_LIMIT_PER_SECOND: "1", SVC_RATE_LIMIT_BURST: "3" })),

@@ -5,6 +5,7 @@
  * where a host must stay silent or vanish.
  */
 import { expect, layer } from "@effect/vitest"
+import { SecretBox } from "@svc/crypto/SecretBox"
 import { BASE_TEMPLATE_ID, makeSandboxId, type OrgId } from "@svc/domain/Ids"
 import * as Runtime from "@svc/runtime/Runtime"
 import * as TestDatabase from "@svc/testing/TestDatabase"
@@ -62,7 +63,7 @@ const EnvLayer = Layer.effect(
     Identity.layer,
     EventLog.layer
   )),
-  Layer.provideMerge(Layer.mergeAll(TestDatabase.layerWithUrl, TestNats.layer))
+  Layer.provideMerge(Layer.mergeAll(TestDatabase.layerWithUrl, TestNats.layer, SecretBox.layer))
 )
 
 const api = (method: string, path: string, options: Parameters<typeof call>[3] = {}) =>

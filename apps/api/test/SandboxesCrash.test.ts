@@ -6,6 +6,7 @@
  * and NATS; the API and a real agent run in the test process.
  */
 import { expect, layer } from "@effect/vitest"
+import { SecretBox } from "@svc/crypto/SecretBox"
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import * as TestNats from "@svc/testing/TestNats"
 import { kill, spawnRole } from "@svc/testing/TestProcess"
@@ -50,7 +51,7 @@ const EnvLayer = Layer.effect(
   })
 ).pipe(
   Layer.provideMerge(Layer.mergeAll(Identity.layer, EventLog.layer)),
-  Layer.provideMerge(Layer.mergeAll(TestDatabase.layerWithUrl, TestNats.layer))
+  Layer.provideMerge(Layer.mergeAll(TestDatabase.layerWithUrl, TestNats.layer, SecretBox.layer))
 )
 
 layer(EnvLayer, { excludeTestServices: true, timeout: 240_000 })("runtime killed with SIGKILL", (it) => {

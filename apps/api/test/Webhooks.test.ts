@@ -5,6 +5,7 @@
  * delivers to a receiver on 127.0.0.1.
  */
 import { expect, layer } from "@effect/vitest"
+import { SecretBox } from "@svc/crypto/SecretBox"
 import { OutboxRelay } from "@svc/events/Relay"
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import { serve } from "@svc/testing/TestHttp"
@@ -62,7 +63,7 @@ class Env extends Context.Service<Env, {
 const EnvLayer = Layer.effect(
   Env,
   Effect.gen(function*() {
-    const platform = yield* Layer.build(Layer.mergeAll(TestDatabase.layer, TestNats.layer))
+    const platform = yield* Layer.build(Layer.mergeAll(TestDatabase.layer, TestNats.layer, SecretBox.layer))
     const allowLoopback = settings({ ...ENV, SVC_WEBHOOK_ALLOWED_SUBNETS: "127.0.0.0/8" })
     // What delivers the pings: the outbox relay and a dispatcher.
     yield* Layer.build(

@@ -5,6 +5,7 @@
 import { AgentRole } from "@svc/agent/Agent"
 import * as ApiServer from "@svc/api/Server"
 import { Nats } from "@svc/bus/Nats"
+import { SecretBox } from "@svc/crypto/SecretBox"
 import * as Database from "@svc/db/Database"
 import * as Dispatcher from "@svc/dispatcher/Dispatcher"
 import * as Runtime from "@svc/runtime/Runtime"
@@ -15,14 +16,23 @@ import { Layer } from "effect"
 /** What the roles need: Postgres (migrated) and NATS, from DATABASE_URL and NATS_URL. */
 export const Infrastructure = Layer.mergeAll(Database.layer, Nats.layer)
 
+/**
+ * The keys that seal and open secret values at rest, from SVC_ENCRYPTION_KEYS. The api (webhook
+ * secrets, Idempotency-Key entries) and the dispatcher (webhook secrets) refuse to start without
+ * them; `svc dev` generates one.
+ */
+export const Secrets = SecretBox.layer
+
 /** The HTTP API. */
-export const ApiRole = Layer.mergeAll(ApiServer.layer, WorkerHeartbeat.layer("api"))
+export const ApiRole = Layer.mergeAll(ApiServer.layer, WorkerHeartbeat.layer("api")).pipe(Layer.provide(Secrets))
 
 /** Actors, outbox relay, sandbox supervisor. */
 export const RuntimeRole = Runtime.layer
 
 /** Webhooks: fan-out of events to deliveries, and the delivery workers. */
-export const DispatcherRole = Layer.mergeAll(FanOut.layer, Dispatcher.layer, WorkerHeartbeat.layer("dispatcher"))
+export const DispatcherRole = Layer.mergeAll(FanOut.layer, Dispatcher.layer, WorkerHeartbeat.layer("dispatcher")).pipe(
+  Layer.provide(Secrets)
+)
 
 /** The host agent of this machine (needs only NATS). */
 export const AgentRoleLayer = AgentRole.layer

@@ -2,7 +2,8 @@
  * The dispatcher role: webhook delivery workers (@svc/webhooks/Dispatcher). Start as many
  * processes as throughput needs; each pulls from every webhook's consumer with its own
  * per-webhook concurrency. Configured by the SVC_WEBHOOK_* variables (DispatchConfig.ts) and
- * SVC_WEBHOOK_ALLOWED_SUBNETS; needs Postgres (SqlClient, PgClient) and Nats.
+ * SVC_WEBHOOK_ALLOWED_SUBNETS; needs Postgres (SqlClient, PgClient), Nats and the SecretBox
+ * (SVC_ENCRYPTION_KEYS: it opens the webhooks' sealed signing secrets).
  */
 import { WebhookAddressGuard } from "@svc/webhooks/AddressGuard"
 import { WebhookSender } from "@svc/webhooks/Attempt"

@@ -1,11 +1,13 @@
 /**
  * A dispatcher process alone: `node apps/dispatcher/src/main.ts`, configured by DATABASE_URL,
- * NATS_URL, SVC_NATS_PREFIX and the SVC_WEBHOOK_* variables. Once it pulls jobs it prints one
- * JSON line `{"event":"dispatcher_ready","pid":...}` on stdout. SIGINT/SIGTERM stop it; a job it
+ * NATS_URL, SVC_NATS_PREFIX, SVC_ENCRYPTION_KEYS (required: it opens the sealed signing secrets)
+ * and the SVC_WEBHOOK_* variables. Once it pulls jobs it prints one JSON line
+ * `{"event":"dispatcher_ready","pid":...}` on stdout. SIGINT/SIGTERM stop it; a job it
  * was attempting comes back to another dispatcher after ack_wait.
  */
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import { Nats } from "@svc/bus/Nats"
+import { SecretBox } from "@svc/crypto/SecretBox"
 import * as Database from "@svc/db/Database"
 import { WebhookDispatcher } from "@svc/webhooks/Dispatcher"
 import { Effect, Layer } from "effect"
@@ -21,7 +23,7 @@ const announce = Layer.effectDiscard(
 
 const main = announce.pipe(
   Layer.provide(DispatcherRole),
-  Layer.provide(Layer.mergeAll(Database.layer, Nats.layer))
+  Layer.provide(Layer.mergeAll(Database.layer, Nats.layer, SecretBox.layer))
 )
 
 NodeRuntime.runMain(Layer.launch(main))

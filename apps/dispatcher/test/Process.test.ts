@@ -8,12 +8,14 @@
  */
 import { expect, layer } from "@effect/vitest"
 import { Nats } from "@svc/bus/Nats"
+import { SecretBox } from "@svc/crypto/SecretBox"
 import { makeOrgId } from "@svc/domain/Ids"
 import * as Outbox from "@svc/events/Outbox"
 import { OutboxRelay } from "@svc/events/Relay"
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import * as TestNats from "@svc/testing/TestNats"
 import { spawnRole } from "@svc/testing/TestProcess"
+import { testEncryptionKeys } from "@svc/testing/TestSecrets"
 import { WebhookAddressGuard } from "@svc/webhooks/AddressGuard"
 import { LOST_ATTEMPT_ERROR } from "@svc/webhooks/Dispatch"
 import { FanOut } from "@svc/webhooks/FanOut"
@@ -42,8 +44,9 @@ const testLayer = Layer.mergeAll(
   OutboxRelay.layerWith({ pollInterval: Duration.millis(200) }),
   FanOut.layer
 ).pipe(
-  Layer.provideMerge(Layer.mergeAll(TestDatabase.layerWithUrl, TestNats.layer)),
-  Layer.provide(ConfigProvider.layer(ConfigProvider.fromEnv({ env: { SVC_WEBHOOK_ALLOWED_SUBNETS: "127.0.0.0/8" } })))
+  Layer.provideMerge(Layer.mergeAll(TestDatabase.layerWithUrl, TestNats.layer, SecretBox.layer)),
+  // The children get the same SVC_ENCRYPTION_KEYS from spawnRole: they open what this process sealed.
+  Layer.provide(ConfigProvider.layer(ConfigProvider.fromEnv({ env: { SVC_WEBHOOK_ALLOWED_SUBNETS: "127.0.0.0/8", SVC_ENCRYPTION_KEYS: testEncryptionKeys() } })))
 )
 
 /** A dispatcher process, ready once it prints its `dispatcher_ready` line. */

@@ -19,6 +19,7 @@
  * - `name` defaults to the id.
  */
 import * as Actors from "@svc/actors/Actors"
+import { Idempotency } from "@svc/db/Idempotency"
 import { wakeIfPresent } from "@svc/events/Relay"
 import * as Errors from "@svc/domain/Errors"
 import { BASE_TEMPLATE_ID, makeId, type OrgId } from "@svc/domain/Ids"
@@ -34,7 +35,6 @@ import {
   UNPAGINATED_CAP
 } from "@svc/domain/Sandbox"
 import { Clock, Context, Effect, Layer, Option, Schema, type Stream } from "effect"
-import { createHash } from "node:crypto"
 import { SqlClient, type SqlError } from "effect/sql"
 import { Hosts } from "./Hosts.ts"
 import { refusal, SandboxActor } from "./SandboxActor.ts"
@@ -69,19 +69,6 @@ export type CreateResult =
   | { readonly _tag: "Created"; readonly record: Sandbox }
   | { readonly _tag: "Replayed"; readonly body: unknown }
 
-export const IDEMPOTENCY_KEY_MIN = 8
-export const IDEMPOTENCY_KEY_MAX = 255
-
-/** JSON with object keys sorted at every level: equal values, equal text. */
-const canonical = (value: unknown): string =>
-  JSON.stringify(value, (_key, v) =>
-    v !== null && typeof v === "object" && !Array.isArray(v)
-      ? Object.fromEntries(Object.keys(v).sort().map((k) => [k, (v as Record<string, unknown>)[k]]))
-      : v)
-
-export const requestHash = (request: CreateSandboxRequest): string =>
-  createHash("sha256").update(canonical(request)).digest("hex")
-
 const encodeRecord = Schema.encodeSync(SandboxRecord)
 
 export class Sandboxes extends Context.Service<Sandboxes, {
@@ -111,6 +98,7 @@ export class Sandboxes extends Context.Service<Sandboxes, {
   static readonly make = Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const hosts = yield* Hosts
+    const idempotency = yield* Idempotency
 
     const load = (orgId: string, id: string) =>
       Effect.gen(function*() {
@@ -133,30 +121,12 @@ export class Sandboxes extends Context.Service<Sandboxes, {
       }
       const now = yield* Clock.currentTimeMillis
       const id = makeId("sandbox", now)
-      const hash = requestHash(request)
-      const outcome = yield* sql.withTransaction(Effect.gen(function*(): Effect.fn.Return<
-        { readonly _tag: "Created"; readonly state: SandboxState } | { readonly _tag: "Replayed"; readonly body: unknown },
-        Errors.InvalidRequest | Errors.Conflict | Errors.IdempotencyKeyReused | SqlErrorT,
+      // Runs once per Idempotency-Key, in the transaction that holds the key.
+      const insert = Effect.gen(function*(): Effect.fn.Return<
+        SandboxState,
+        Errors.InvalidRequest | Errors.Conflict | SqlErrorT,
         SqlClient.SqlClient
       > {
-        if (idempotencyKey !== undefined) {
-          // Claims the key (or takes over one older than 24 h). A concurrent request with the
-          // same key waits here for the first one's commit, then replays it.
-          const claimed = yield* sql`
-            INSERT INTO sandbox_idempotency (org_id, key, request_hash, sandbox_id, response)
-            VALUES (${orgId}, ${idempotencyKey}, ${hash}, ${id}, 'null'::jsonb)
-            ON CONFLICT (org_id, key) DO UPDATE SET
-              request_hash = EXCLUDED.request_hash, sandbox_id = EXCLUDED.sandbox_id, response = EXCLUDED.response, created_at = now()
-            WHERE sandbox_idempotency.created_at < now() - interval '24 hours'
-            RETURNING sandbox_id`
-          if (claimed.length === 0) {
-            const [prior] = yield* sql<{ request_hash: string; response: unknown }>`
-              SELECT request_hash, response FROM sandbox_idempotency WHERE org_id = ${orgId} AND key = ${idempotencyKey}`
-            if (prior === undefined || prior.request_hash !== hash) return yield* new Errors.IdempotencyKeyReused()
-            const body = typeof prior.response === "string" ? JSON.parse(prior.response) : prior.response
-            return { _tag: "Replayed", body } as const
-          }
-        }
         if (request.parent_id !== null) {
           const parents = yield* sql<{ state: string }>`
             SELECT state FROM sandboxes WHERE id = ${request.parent_id} AND org_id = ${orgId} FOR SHARE`
@@ -213,15 +183,19 @@ export class Sandboxes extends Context.Service<Sandboxes, {
           env: request.env,
           unplaceable: placement._tag === "Unplaceable" ? placement.reason : null
         }).pipe(Effect.catchTag("InvalidActorMessage", Effect.die))
-        if (idempotencyKey !== undefined) {
-          const response = JSON.stringify(encodeRecord(toRecord(state)))
-          yield* sql`UPDATE sandbox_idempotency SET response = ${response}::jsonb WHERE org_id = ${orgId} AND key = ${idempotencyKey}`
-        }
-        return { _tag: "Created", state } as const
-      }))
+        return state
+      })
+      const outcome = yield* idempotency.run({
+        orgId,
+        operation: "sandboxes.create",
+        key: idempotencyKey,
+        request,
+        create: insert,
+        response: (state: SandboxState) => encodeRecord(toRecord(state))
+      })
       if (outcome._tag === "Replayed") return outcome
       yield* wakeIfPresent
-      return { _tag: "Created", record: toRecord(outcome.state) } satisfies CreateResult
+      return { _tag: "Created", record: toRecord(outcome.value) } satisfies CreateResult
     })
 
     const list = Effect.fn("Sandboxes.list")(function*(orgId: OrgId, query: ListSandboxesQuery, confinedTo: string | null) {
@@ -325,7 +299,7 @@ export class Sandboxes extends Context.Service<Sandboxes, {
     })
   })
 
-  /** Needs `SqlClient` and `Hosts`. */
-  static readonly layer = Layer.effect(Sandboxes, Sandboxes.make)
+  /** Needs `SqlClient`, `Hosts` and `SecretBox` (the Idempotency-Key entries are sealed). */
+  static readonly layer = Layer.effect(Sandboxes, Sandboxes.make).pipe(Layer.provide(Idempotency.layer))
 }
 

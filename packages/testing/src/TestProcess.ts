@@ -5,6 +5,7 @@
  */
 import { Duration, Effect } from "effect"
 import { type ChildProcess, spawn } from "node:child_process"
+import { testEncryptionKeys } from "./TestSecrets.ts"
 
 export interface RoleProcess<A> {
   readonly process: ChildProcess
@@ -17,8 +18,9 @@ export interface RoleProcess<A> {
 }
 
 /**
- * Starts `node <main>` with `env` (PATH is passed on) and waits until `ready` recognises a line
- * of its stdout; dies when the process exits first or after `timeout`.
+ * Starts `node <main>` with `env` (PATH and the run's SVC_ENCRYPTION_KEYS are passed on, `env`
+ * may override them) and waits until `ready` recognises a line of its stdout; dies when the
+ * process exits first or after `timeout`.
  */
 export const spawnRole = <A>(options: {
   readonly main: string
@@ -30,7 +32,7 @@ export const spawnRole = <A>(options: {
     const child = yield* Effect.acquireRelease(
       Effect.sync(() =>
         spawn("setpriv", ["--pdeathsig", "SIGKILL", "--", process.execPath, options.main], {
-          env: { PATH: process.env["PATH"] ?? "/usr/bin:/bin", ...options.env },
+          env: { PATH: process.env["PATH"] ?? "/usr/bin:/bin", SVC_ENCRYPTION_KEYS: testEncryptionKeys(), ...options.env },
           stdio: ["ignore", "pipe", "pipe"]
         })
       ),

@@ -24,6 +24,7 @@
 import * as PgClient from "@effect/sql-pg/PgClient"
 import type { ConsumerInfo, JsMsg } from "@nats-io/jetstream"
 import { BusError, Nats } from "@svc/bus/Nats"
+import { SecretBox } from "@svc/crypto/SecretBox"
 import { Context, Duration, Effect, Exit, FiberMap, FiberSet, Layer, Queue, Schedule, Schema, Semaphore, Stream } from "effect"
 import { SqlClient } from "effect/sql"
 import { WebhookSender } from "./Attempt.ts"
@@ -36,6 +37,8 @@ import { deliveryHeaders } from "./Signature.ts"
 
 interface LiveWebhook {
   readonly url: string
+  /** The signing secret as stored (sealed), and opened. */
+  readonly sealed: string
   readonly secret: string
   readonly enabled: boolean
 }
@@ -78,6 +81,7 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
     const sql = yield* SqlClient.SqlClient
     const pg = yield* PgClient.PgClient
     const sender = yield* WebhookSender
+    const box = yield* SecretBox
     const stream = yield* ensureDeliveryStream
     const heartbeatEvery = Duration.millis(Math.max(100, Math.floor(settings.ackWaitMs / 3)))
     const provideSql = Effect.provideService(SqlClient.SqlClient, sql)
@@ -174,7 +178,9 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
           msg.ack()
           return
         }
-        const result = yield* call(claimed.data)
+        // Stored sealed, bound to the webhook id (Webhooks.create); opened only for the signature.
+        const secret = yield* box.open(claimed.data.secret, webhookId)
+        const result = yield* call({ ...claimed.data, secret })
         const outcome = afterAttempt(settings.schedule, claimed.attempt, result)
         yield* record({
           attemptId: claimed.attemptId,
@@ -263,8 +269,18 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
       const consumers = yield* listConsumers
       const rows = yield* sql<{ id: string; url: string; secret: string; enabled: boolean }>`
         SELECT id, url, secret, enabled FROM webhooks WHERE deleted_at IS NULL`
-      webhooks = new Map(rows.map((r) => [r.id, { url: r.url, secret: r.secret, enabled: r.enabled }]))
-      const live = new Set(webhooks.keys())
+      const previous = webhooks
+      const next = new Map<string, LiveWebhook>()
+      for (const r of rows) {
+        const before = previous.get(r.id)
+        // Opened once per stored value; one that does not open stays out, so its jobs take the
+        // claim path, which reports it.
+        const secret = before?.sealed === r.secret ? before.secret : yield* Effect.option(box.open(r.secret, r.id))
+        if (typeof secret === "string") next.set(r.id, { url: r.url, sealed: r.secret, secret, enabled: r.enabled })
+        else if (secret._tag === "Some") next.set(r.id, { url: r.url, sealed: r.secret, secret: secret.value, enabled: r.enabled })
+      }
+      webhooks = next
+      const live = new Set(rows.map((r) => r.id))
       const byWebhook = new Map<string, ConsumerInfo>()
       for (const info of consumers) {
         const id = webhookIdOfConsumer(nats, info.name)
@@ -397,7 +413,7 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
     return WebhookDispatcher.of({ discover, stats, settings })
   })
 
-  /** Settings from the environment (DispatchConfig); needs Nats, SqlClient, PgClient, WebhookSender. */
+  /** Settings from the environment (DispatchConfig); needs Nats, SqlClient, PgClient, WebhookSender, SecretBox. */
   static readonly layer = Layer.effect(WebhookDispatcher)(Effect.flatMap(DispatchConfig, WebhookDispatcher.make))
 
   static readonly layerWith = (settings: DispatchSettings) => Layer.effect(WebhookDispatcher)(WebhookDispatcher.make(settings))

@@ -7,14 +7,18 @@
  *   every address public or operator-allowed); events are exact names or `*`; the secret is the
  *   caller's (16+ characters) or generated, and returned by create only. At most 20 live
  *   webhooks per org, counted under a per-org transaction lock, so concurrent creates cannot
- *   make a 21st.
+ *   make a 21st. `Idempotency-Key` through @svc/db/Idempotency (operation `webhooks.create`).
+ * - The `secret` column holds the secret sealed by SecretBox (AAD: the webhook id), never the
+ *   plaintext; the dispatcher opens it for each attempt. There is no plaintext fallback: a
+ *   value that is not sealed fails to open (SecretBoxError `malformed`).
  * - delete is soft: the row stays so that the jobs of its deliveries find it at their next
  *   retry and dead-letter; to the API it is gone.
  * - test and retry write their job to the transactional outbox with the delivery change, so a
  *   job is published if and only if the change commits (the outbox relay must run somewhere).
  */
+import { SecretBox } from "@svc/crypto/SecretBox"
+import { Idempotency } from "@svc/db/Idempotency"
 import { makeId } from "@svc/domain/Ids"
-import * as crypto from "node:crypto"
 import {
   DeliveryNotRetryable,
   IdempotencyKeyReused,
@@ -101,10 +105,6 @@ export type CreateResult =
 
 const encodeCreated = Schema.encodeSync(CreatedWebhookSchema)
 
-/** The same request, whatever the key order of its JSON: hash of the decoded fields. */
-const requestHash = (input: CreateWebhookRequest) =>
-  crypto.createHash("sha256").update(JSON.stringify([input.url, input.events, input.secret ?? null, input.enabled])).digest("hex")
-
 /** A database failure is the caller's 503, with the cause in the log only. */
 const orUnavailable = <A, E, R>(effect: Effect.Effect<A, E | SqlError.SqlError, R>): Effect.Effect<A, Exclude<E, SqlError.SqlError> | Unavailable, R> =>
   Effect.catchTag(effect as Effect.Effect<A, SqlError.SqlError, R>, "SqlError", (e) =>
@@ -135,6 +135,8 @@ export class Webhooks extends Context.Service<Webhooks, {
   static readonly make = Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const guard = yield* WebhookAddressGuard
+    const box = yield* SecretBox
+    const idempotency = yield* Idempotency
     const provideSql = Effect.provideService(SqlClient.SqlClient, sql)
     // The relay publishes test and retry jobs into this stream: make sure it exists, without
     // holding up the API's start while NATS is away (the relay retries until it is there).
@@ -170,39 +172,31 @@ export class Webhooks extends Context.Service<Webhooks, {
       const events = yield* checkEvents(input.events)
       const secret = input.secret ?? generateSecret()
       const id = makeId("webhook")
-      const hash = requestHash(input)
-      return yield* orUnavailable(sql.withTransaction(Effect.gen(function*(): Effect.fn.Return<
-        CreateResult,
-        WebhookLimitReached | IdempotencyKeyReused | SqlError.SqlError
-      > {
-        // One creator per org at a time: the count below cannot go stale before the insert.
-        yield* sql`SELECT pg_advisory_xact_lock(hashtextextended(${`webhooks:${orgId}`}, 0))`
-        if (idempotencyKey !== undefined) {
-          yield* sql`DELETE FROM webhook_idempotency WHERE org_id = ${orgId} AND created_at < now() - interval '24 hours'`
-          const [prior] = yield* sql<{ request_hash: string; response: unknown }>`
-            SELECT request_hash, response FROM webhook_idempotency WHERE org_id = ${orgId} AND key = ${idempotencyKey}`
-          if (prior !== undefined) {
-            if (prior.request_hash !== hash) return yield* new IdempotencyKeyReused()
-            return { _tag: "Replayed", body: typeof prior.response === "string" ? JSON.parse(prior.response) : prior.response } as const
+      // Bound to its row: a sealed secret copied to another webhook does not open.
+      const sealedSecret = yield* box.seal(secret, id)
+      const outcome = yield* orUnavailable(idempotency.run({
+        orgId,
+        operation: "webhooks.create",
+        key: idempotencyKey,
+        request: input,
+        response: (created: CreatedWebhook) => encodeCreated(created),
+        create: Effect.gen(function*(): Effect.fn.Return<CreatedWebhook, WebhookLimitReached | SqlError.SqlError> {
+          // One creator per org at a time: the count below cannot go stale before the insert.
+          yield* sql`SELECT pg_advisory_xact_lock(hashtextextended(${`webhooks:${orgId}`}, 0))`
+          const [count] = yield* sql<{ n: number }>`
+            SELECT count(*)::int AS n FROM webhooks WHERE org_id = ${orgId} AND deleted_at IS NULL`
+          if ((count?.n ?? 0) >= MAX_WEBHOOKS_PER_ORG) {
+            return yield* new WebhookLimitReached({ error: `An org may have at most ${MAX_WEBHOOKS_PER_ORG} webhooks` })
           }
-        }
-        const [count] = yield* sql<{ n: number }>`
-          SELECT count(*)::int AS n FROM webhooks WHERE org_id = ${orgId} AND deleted_at IS NULL`
-        if ((count?.n ?? 0) >= MAX_WEBHOOKS_PER_ORG) {
-          return yield* new WebhookLimitReached({ error: `An org may have at most ${MAX_WEBHOOKS_PER_ORG} webhooks` })
-        }
-        const [row] = yield* sql<WebhookRow>`
-          INSERT INTO webhooks (id, org_id, url, events, secret, enabled)
-          VALUES (${id}, ${orgId}, ${url}, ${events}::text[], ${secret}, ${input.enabled})
-          RETURNING id, url, events, enabled, created_at, updated_at`
-        yield* sql`SELECT pg_notify(${WEBHOOKS_CHANNEL}, ${id})`
-        const created = { ...toWebhook(row!), secret_returned_once: secret } satisfies CreatedWebhook
-        if (idempotencyKey !== undefined) {
-          yield* sql`INSERT INTO webhook_idempotency (org_id, key, request_hash, response)
-            VALUES (${orgId}, ${idempotencyKey}, ${hash}, ${JSON.stringify(encodeCreated(created))}::jsonb)`
-        }
-        return { _tag: "Created", webhook: created } as const
-      })))
+          const [row] = yield* sql<WebhookRow>`
+            INSERT INTO webhooks (id, org_id, url, events, secret, enabled)
+            VALUES (${id}, ${orgId}, ${url}, ${events}::text[], ${sealedSecret}, ${input.enabled})
+            RETURNING id, url, events, enabled, created_at, updated_at`
+          yield* sql`SELECT pg_notify(${WEBHOOKS_CHANNEL}, ${id})`
+          return { ...toWebhook(row!), secret_returned_once: secret }
+        })
+      }))
+      return outcome._tag === "Created" ? { _tag: "Created", webhook: outcome.value } as const : outcome
     })
 
     const list = Effect.fn("Webhooks.list")(function*(orgId: string, query: ListQuery) {
@@ -321,6 +315,6 @@ export class Webhooks extends Context.Service<Webhooks, {
     return Webhooks.of({ create, list, get, update, remove, test, deliveries, retry })
   })
 
-  /** Needs SqlClient, Nats (the delivery stream) and a WebhookAddressGuard. */
-  static readonly layer = Layer.effect(Webhooks)(Webhooks.make)
+  /** Needs SqlClient, Nats (the delivery stream), a WebhookAddressGuard and the SecretBox. */
+  static readonly layer = Layer.effect(Webhooks)(Webhooks.make).pipe(Layer.provide(Idempotency.layer))
 }

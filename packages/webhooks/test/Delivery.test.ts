@@ -239,6 +239,35 @@ describe("webhook delivery", () => {
         expect(rx.received).toHaveLength(5)
       }).pipe(Effect.scoped))
 
+    it.effect("the secret column holds the secret sealed, never in plain text; deliveries are still signed with the secret", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const webhooks = yield* Webhooks
+        const orgId = makeOrgId()
+        const rx = yield* receiver()
+        const own = "my-own-signing-secret-0123"
+        const mine = yield* createHook(orgId, rx.url, { secret: own })
+        const generated = yield* createHook(orgId, rx.url)
+        for (const [hook, secret] of [[mine, own], [generated, generated.secret_returned_once]] as const) {
+          const [row] = yield* sql<{ secret: string }>`SELECT secret FROM webhooks WHERE id = ${hook.id}`
+          expect(row!.secret).not.toBe(secret)
+          expect(row!.secret).not.toContain(secret)
+          expect(row!.secret).not.toContain(secret.slice(6, 22))
+          expect(row!.secret).toMatch(/^v1\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/)
+          // Nor any other column of the row.
+          const dump = JSON.stringify(yield* sql`SELECT * FROM webhooks WHERE id = ${hook.id}`)
+          expect(dump).not.toContain(secret)
+          const { delivery_id } = yield* webhooks.test(orgId, hook.id)
+          yield* eventually(deliveryStatus(delivery_id), (d) => d?.status === "succeeded")
+          const request = rx.received.find((r) => r.headers["x-svc-delivery-id"] === delivery_id)!
+          expect(signatureOk(secret, request)).toBe(true)
+        }
+        // Each row's sealed value is its own: the same plaintext seals differently.
+        const again = yield* createHook(orgId, rx.url, { secret: own })
+        const rows = yield* sql<{ secret: string }>`SELECT secret FROM webhooks WHERE id IN (${mine.id}, ${again.id})`
+        expect(new Set(rows.map((r) => r.secret)).size).toBe(2)
+      }).pipe(Effect.scoped))
+
     it.effect("the dispatcher pulls from a consumer per webhook, configured with max_deliver 6 and no backoff", () =>
       Effect.gen(function*() {
         const nats = yield* Nats

@@ -4,9 +4,11 @@
  * configured through the same environment variables production reads.
  */
 import { Nats } from "@svc/bus/Nats"
+import { SecretBox } from "@svc/crypto/SecretBox"
 import { OutboxRelay } from "@svc/events/Relay"
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import * as TestNats from "@svc/testing/TestNats"
+import { testEncryptionKeys } from "@svc/testing/TestSecrets"
 import { WebhookAddressGuard } from "@svc/webhooks/AddressGuard"
 import { WebhookSender } from "@svc/webhooks/Attempt"
 import { WebhookDispatcher } from "@svc/webhooks/Dispatcher"
@@ -17,6 +19,7 @@ import { SqlClient } from "effect/sql"
 
 /** Short everything, so the ladder runs in seconds. ack_wait stays well above the ladder's waits. */
 export const TEST_ENV: Record<string, string> = {
+  SVC_ENCRYPTION_KEYS: testEncryptionKeys(),
   SVC_WEBHOOK_ALLOWED_SUBNETS: "127.0.0.0/8",
   SVC_WEBHOOK_RETRY_SCHEDULE: "300ms,300ms,600ms,300ms,300ms",
   SVC_WEBHOOK_ATTEMPT_TIMEOUT: "1s",
@@ -36,7 +39,7 @@ export const webhookStack = (env: Record<string, string> = TEST_ENV) => {
     OutboxRelay.layerWith({ pollInterval: Duration.millis(200) })
   )
   return services.pipe(
-    Layer.provideMerge(Layer.mergeAll(TestDatabase.layerWithUrl, TestNats.layer)),
+    Layer.provideMerge(Layer.mergeAll(TestDatabase.layerWithUrl, TestNats.layer, SecretBox.layer)),
     Layer.provide(ConfigProvider.layer(ConfigProvider.fromEnv({ env })))
   )
 }

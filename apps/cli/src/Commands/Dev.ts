@@ -1,14 +1,18 @@
 /**
  * `svc dev`: the whole platform on one machine in one process. Starts NATS (JetStream) and
  * Postgres with their data under `.svc/data` unless NATS_URL / DATABASE_URL point elsewhere,
- * applies migrations, runs every role, and stops everything on Ctrl-C.
+ * applies migrations, runs every role, and stops everything on Ctrl-C. Without
+ * SVC_ENCRYPTION_KEYS it seals secrets with a key of its own, generated once into
+ * `.svc/encryption-keys`.
  */
 import { startNats, startPostgres } from "@svc/local-servers/Servers"
 import * as AuthLayer from "@svc/auth/AuthLayer"
 import { ensureDevOrg } from "@svc/auth/DevOrg"
+import { generateEncryptionKey } from "@svc/crypto/SecretBox"
 import { ConfigProvider, Console, Effect, Layer } from "effect"
 import { Command } from "effect/cli"
 import * as fs from "node:fs"
+import * as crypto from "node:crypto"
 import * as net from "node:net"
 import * as path from "node:path"
 import { SandboxDriver } from "@svc/sandboxes/Driver"
@@ -53,6 +57,28 @@ const localServers = Effect.gen(function*() {
 })
 
 /**
+ * The dev stack's SVC_ENCRYPTION_KEYS: the environment's, else `.svc/encryption-keys` (mode 0600,
+ * git-ignored), generated on the first start and kept, since the dev database's sealed values
+ * open only with it. Its key id is random, so a lost file shows as "sealed with key id dev-...,
+ * which SVC_ENCRYPTION_KEYS does not list" rather than as tampering.
+ */
+const devEncryptionKeys = Effect.gen(function*() {
+  if (process.env.SVC_ENCRYPTION_KEYS) return {}
+  const file = path.join(stateDir, "encryption-keys")
+  const keys = yield* Effect.sync(() => {
+    try {
+      // `wx`: never replaces a key; of two first starts at once, one writes and both read it.
+      fs.writeFileSync(file, generateEncryptionKey(`dev-${crypto.randomBytes(4).toString("hex")}`) + "\n", { mode: 0o600, flag: "wx" })
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e
+    }
+    return fs.readFileSync(file, "utf8").trim()
+  })
+  yield* Console.log(`keys      ${file} (SVC_ENCRYPTION_KEYS)`)
+  return { SVC_ENCRYPTION_KEYS: keys }
+})
+
+/**
  * The dev org and its full-access key: printed, and written to `.svc/dev-credentials.json` (mode
  * 0600, git-ignored) as `{base_url, org_id, api_key}` for scripts and the CLI.
  */
@@ -94,7 +120,7 @@ export const dev = Command.make(
   {},
   Effect.fn("Cli.dev")(function*() {
     fs.mkdirSync(stateDir, { recursive: true })
-    const env = yield* localServers
+    const env = { ...(yield* localServers), ...(yield* devEncryptionKeys) }
     const config = ConfigProvider.fromEnv({ env: { ...process.env, ...env } as Record<string, string> })
     const port = Number(process.env.SVC_PORT ?? 8080)
     const baseUrl = `http://127.0.0.1:${port}`
