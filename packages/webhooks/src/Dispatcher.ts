@@ -52,6 +52,29 @@ const FETCH_EXPIRES_MS = 30_000
 /** A deleted webhook's consumer is removed once drained and deleted at least this long ago. */
 const DELETED_GRACE_SECONDS = 60
 const SWEEP_INTERVAL = Duration.seconds(30)
+const PRUNE_INTERVAL = Duration.minutes(10)
+const PRUNE_CHUNK = 1_000
+
+/**
+ * Acks and naks given within one turn of the event loop go out together: each would otherwise be
+ * a socket write of its own (the client flushes after every publish's microtask), and a write
+ * costs about as much as a whole delivery's HTTP request on these machines.
+ */
+const makeAckCoalescer = () => {
+  let queued: Array<() => void> = []
+  const flush = () => {
+    const now = queued
+    queued = []
+    for (const send of now) send()
+  }
+  const push = (send: () => void) => {
+    if (queued.push(send) === 1) setImmediate(flush)
+  }
+  return {
+    ack: (msg: JsMsg) => push(() => msg.ack()),
+    nak: (msg: JsMsg, delayMs: number) => push(() => msg.nak(delayMs))
+  }
+}
 
 const decodeJob = Schema.decodeUnknownExit(Schema.fromJsonString(DeliveryJob))
 const textDecoder = new TextDecoder("utf-8", { fatal: true })
@@ -115,6 +138,13 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
 
     // A failed statement is retried a while, for the whole batch, with its jobs held.
     const claim = yield* makeBatcher({ run: (inputs: ReadonlyArray<Store.ClaimInput>) => Effect.retry(claimBatch(inputs), dbRetry), maxBatch: 256, workers: 2 })
+    // Calls already made are recorded off the delivery's path: they may wait for company.
+    const recordMade = yield* makeBatcher({
+      run: (inputs: ReadonlyArray<Store.ClaimInput>) => Effect.retry(claimBatch(inputs), dbRetry),
+      maxBatch: 256,
+      workers: 2,
+      lingerMs: RESULT_LINGER_MS
+    })
     // Results are not on the delivery's path (the call was made): a short linger turns many
     // one-row statements into a few larger ones at moderate rates.
     const record = yield* makeBatcher({
@@ -123,6 +153,8 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
       workers: 2,
       lingerMs: RESULT_LINGER_MS
     })
+
+    const acks = makeAckCoalescer()
 
     // -- the live webhooks: where and how to sign (refreshed by discovery) --------------------
 
@@ -160,22 +192,22 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
         }
         const settle = (attempt: number, outcome: "succeeded" | "failed") => {
           const after = afterAttempt(settings.schedule, attempt, { outcome })
-          if (after._tag === "Failed") msg.nak(after.delayMs)
-          else msg.ack()
+          if (after._tag === "Failed") acks.nak(msg, after.delayMs)
+          else acks.ack(msg)
         }
 
         if (job.event !== undefined && job.body !== undefined && firstAttemptFastPath({ deliveryCount, carriesBody: true }, webhook)) {
           // The call first, then one statement numbers and records it.
           const result = yield* call({ webhookId, url: webhook!.url, secret: webhook!.secret, event: job.event, body: job.body })
-          const recorded = yield* claim({ ...base, made: result })
+          const recorded = yield* recordMade({ ...base, made: result })
           if (recorded._tag === "Recorded") settle(recorded.attempt, result.outcome)
-          else msg.ack()
+          else acks.ack(msg)
           return
         }
 
         const claimed = yield* claim(base)
         if (claimed._tag !== "Attempt") {
-          msg.ack()
+          acks.ack(msg)
           return
         }
         // Stored sealed, bound to the webhook id (Webhooks.create); opened only for the signature.
@@ -405,6 +437,16 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
         Effect.catchCause((cause) => Effect.logWarning("webhook dispatcher: sweep failed", { cause: String(cause) }))
       )
     })))
+
+    // Finished deliveries past the retention period go, a chunk at a time (any dispatcher may
+    // prune; rows one holds are skipped by the others).
+    yield* Effect.forkScoped(Effect.forever(Effect.gen(function*() {
+      yield* Effect.sleep(PRUNE_INTERVAL)
+      for (;;) {
+        const pruned = yield* provideSql(Store.pruneFinished(settings.retentionDays, PRUNE_CHUNK))
+        if (pruned < PRUNE_CHUNK) break
+      }
+    }).pipe(Effect.catchCause((cause) => Effect.logWarning("webhook dispatcher: prune failed", { cause: String(cause) })))))
 
     const stats = Effect.sync((): DispatcherStats => ({
       webhooks: [...loops].map(([name]) => webhookIdOfConsumer(nats, name)).filter((id): id is NonNullable<typeof id> => id !== null)
