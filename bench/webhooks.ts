@@ -241,7 +241,7 @@ async function main() {
   )
   const stack = Layer.mergeAll(
     Webhooks.layer.pipe(Layer.provide(guard)),
-    FanOut.layer,
+    process.env.BENCH_FANOUT_BATCH ? FanOut.layerWith({ batchSize: Number(process.env.BENCH_FANOUT_BATCH) }) : FanOut.layer,
     WebhookDispatcher.layerWith(settings).pipe(Layer.provide(WebhookSender.layer), Layer.provide(guard))
   ).pipe(Layer.provideMerge(Layer.mergeAll(TestDatabase.layerWithUrl, TestNats.layer, SecretBox.layer)))
   const runtime = ManagedRuntime.make(stack)

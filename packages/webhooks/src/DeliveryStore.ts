@@ -332,3 +332,29 @@ export const sweepLostLastAttempts = Effect.fn("DeliveryStore.sweepLostLastAttem
     RETURNING d.id`
   return rows.length
 })
+
+/**
+ * Deletes up to `limit` finished deliveries (succeeded or dead_letter) last changed more than
+ * `retentionDays` ago, with their attempts, then deleted webhooks older than that which no
+ * delivery refers to any more. Rows another pruner holds are skipped. Returns the deliveries
+ * deleted (call again while it returns `limit`).
+ */
+export const pruneFinished = Effect.fn("DeliveryStore.pruneFinished")(function*(retentionDays: number, limit = 1_000) {
+  const sql = yield* SqlClient.SqlClient
+  const rows = yield* sql<{ id: string }>`
+    WITH doomed AS (
+      SELECT id FROM webhook_deliveries
+      WHERE status IN ('succeeded', 'dead_letter') AND updated_at < now() - make_interval(days => ${retentionDays}::int)
+      ORDER BY updated_at LIMIT ${limit}::int
+      FOR UPDATE SKIP LOCKED
+    ), attempts AS (
+      DELETE FROM webhook_attempts WHERE delivery_id IN (SELECT id FROM doomed)
+    )
+    DELETE FROM webhook_deliveries WHERE id IN (SELECT id FROM doomed)
+    RETURNING id`
+  yield* sql`
+    DELETE FROM webhooks w
+    WHERE w.deleted_at < now() - make_interval(days => ${retentionDays}::int)
+      AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.webhook_id = w.id)`
+  return rows.length
+})

@@ -10,6 +10,7 @@
  * | `SVC_WEBHOOK_CONCURRENCY` | `16` | attempts in flight per webhook per dispatcher process |
  * | `SVC_WEBHOOK_MAX_ACK_PENDING` | `1000` | per webhook: jobs in flight or waiting for their retry |
  * | `SVC_WEBHOOK_DISCOVERY_INTERVAL` | `5s` | safety-net rescan of webhooks (changes also wake it at once) |
+ * | `SVC_WEBHOOK_RETENTION_DAYS` | `30` | finished deliveries (and their attempts) are deleted after this many days |
  */
 import { Config, Effect, Result, Schema, SchemaIssue, SchemaTransformation } from "effect"
 import { type RetrySchedule, RetryScheduleConfig } from "./RetrySchedule.ts"
@@ -55,6 +56,7 @@ export interface DispatchSettings {
   readonly concurrency: number
   readonly maxAckPending: number
   readonly discoveryIntervalMs: number
+  readonly retentionDays: number
 }
 
 export const DEFAULT_DISPATCH_SETTINGS: Omit<DispatchSettings, "schedule"> = {
@@ -62,7 +64,8 @@ export const DEFAULT_DISPATCH_SETTINGS: Omit<DispatchSettings, "schedule"> = {
   ackWaitMs: 30_000,
   concurrency: 16,
   maxAckPending: 1_000,
-  discoveryIntervalMs: 5_000
+  discoveryIntervalMs: 5_000,
+  retentionDays: 30
 }
 
 /** Every setting from the environment; a bad value is a ConfigError naming the variable. */
@@ -72,5 +75,6 @@ export const DispatchConfig: Config.Config<DispatchSettings> = Config.all({
   ackWaitMs: durationConfig("SVC_WEBHOOK_ACK_WAIT", DEFAULT_DISPATCH_SETTINGS.ackWaitMs),
   concurrency: countConfig("SVC_WEBHOOK_CONCURRENCY", DEFAULT_DISPATCH_SETTINGS.concurrency, 1_000),
   maxAckPending: countConfig("SVC_WEBHOOK_MAX_ACK_PENDING", DEFAULT_DISPATCH_SETTINGS.maxAckPending, 1_000_000),
-  discoveryIntervalMs: durationConfig("SVC_WEBHOOK_DISCOVERY_INTERVAL", DEFAULT_DISPATCH_SETTINGS.discoveryIntervalMs)
+  discoveryIntervalMs: durationConfig("SVC_WEBHOOK_DISCOVERY_INTERVAL", DEFAULT_DISPATCH_SETTINGS.discoveryIntervalMs),
+  retentionDays: countConfig("SVC_WEBHOOK_RETENTION_DAYS", DEFAULT_DISPATCH_SETTINGS.retentionDays, 3_650)
 })

@@ -121,7 +121,7 @@ describe("DispatchConfig", () => {
   const load = (env: Record<string, string>) =>
     Effect.runSyncExit((DispatchConfig as Effect.Effect<DispatchSettings, unknown>).pipe(Effect.provide(ConfigProvider.layer(ConfigProvider.fromEnv({ env })))))
 
-  it("defaults: the spec's ladder, 5 s attempts, 30 s ack_wait", () => {
+  it("defaults: the spec's ladder, 5 s attempts, 30 s ack_wait, 30 days of finished deliveries", () => {
     const exit = load({})
     expect(Exit.isSuccess(exit) && exit.value).toEqual({
       schedule: DEFAULT_RETRY_SCHEDULE,
@@ -129,7 +129,8 @@ describe("DispatchConfig", () => {
       ackWaitMs: 30_000,
       concurrency: 16,
       maxAckPending: 1_000,
-      discoveryIntervalMs: 5_000
+      discoveryIntervalMs: 5_000,
+      retentionDays: 30
     })
   })
 
@@ -140,13 +141,22 @@ describe("DispatchConfig", () => {
       SVC_WEBHOOK_ACK_WAIT: "2s",
       SVC_WEBHOOK_CONCURRENCY: "3",
       SVC_WEBHOOK_MAX_ACK_PENDING: "50",
-      SVC_WEBHOOK_DISCOVERY_INTERVAL: "1m"
+      SVC_WEBHOOK_DISCOVERY_INTERVAL: "1m",
+      SVC_WEBHOOK_RETENTION_DAYS: "7"
     })
-    expect(Exit.isSuccess(exit) && exit.value).toMatchObject({ attemptTimeoutMs: 250, ackWaitMs: 2_000, concurrency: 3, maxAckPending: 50, discoveryIntervalMs: 60_000 })
+    expect(Exit.isSuccess(exit) && exit.value).toMatchObject({
+      attemptTimeoutMs: 250,
+      ackWaitMs: 2_000,
+      concurrency: 3,
+      maxAckPending: 50,
+      discoveryIntervalMs: 60_000,
+      retentionDays: 7
+    })
     for (const [name, value] of [
       ["SVC_WEBHOOK_ACK_WAIT", "30"], ["SVC_WEBHOOK_ACK_WAIT", "0s"], ["SVC_WEBHOOK_ATTEMPT_TIMEOUT", "25h"],
       ["SVC_WEBHOOK_CONCURRENCY", "0"], ["SVC_WEBHOOK_CONCURRENCY", "two"], ["SVC_WEBHOOK_MAX_ACK_PENDING", "-1"],
-      ["SVC_WEBHOOK_RETRY_SCHEDULE", "1s,1s"]
+      ["SVC_WEBHOOK_RETRY_SCHEDULE", "1s,1s"], ["SVC_WEBHOOK_RETENTION_DAYS", "0"], ["SVC_WEBHOOK_RETENTION_DAYS", "30d"],
+      ["SVC_WEBHOOK_RETENTION_DAYS", "3651"]
     ] as const) {
       expect([name, value, Exit.isFailure(load({ [name]: value }))]).toEqual([name, value, true])
     }
