@@ -148,13 +148,28 @@ export class Lifecycle extends Context.Service<Lifecycle, {
         const makers = poolMakers(config.poolSize)
         yield* Effect.forkScoped(Effect.forEach(Array.from({ length: makers }), () => maker, { concurrency: makers, discard: true }))
       }
-      /** A ready entry for this spec, taken out of the pool (only `base` sandboxes are pooled). */
-      const takePoolEntry = (spec: SandboxSpec): string | undefined => {
-        if (spec.template !== BASE_TEMPLATE || pool.length === 0) return undefined
-        const id = pool.shift()
-        Queue.offerUnsafe(wanted, undefined)
-        return id
-      }
+      /**
+       * Gives a ready entry (only `base` sandboxes are pooled) the spec's identity, if there is one.
+       * Uninterruptible from the take on: a taken entry is adopted or destroyed, never dropped
+       * where the stop's finalizer (which sees only the pool) would miss it. Its slot is refilled
+       * once the adoption is over, so that the new entry's process starts do not compete with it.
+       */
+      const adoptPoolEntry = (spec: SandboxSpec) =>
+        Effect.uninterruptible(Effect.suspend(() => {
+          const poolId = spec.template === BASE_TEMPLATE ? pool.shift() : undefined
+          if (poolId === undefined) return Effect.succeed(undefined)
+          return Effect.gen(function*() {
+            const adopted = yield* Effect.result(driver.adopt(poolId, spec))
+            if (adopted._tag === "Success") return adopted.success
+            yield* Effect.logWarning("agent: a warm pool entry could not be used", {
+              sandboxId: spec.sandboxId,
+              poolId,
+              error: describeDriverError(adopted.failure)
+            })
+            yield* Effect.ignore(driver.destroy(poolId))
+            return undefined
+          }).pipe(Effect.ensuring(Effect.sync(() => Queue.offerUnsafe(wanted, undefined))))
+        }))
 
       const report = (sandboxId: string, status: AgentReport["status"], fields: Partial<AgentReport> = {}) =>
         Effect.map(Clock.currentTimeMillis, (at): AgentReport => ({
@@ -204,18 +219,13 @@ export class Lifecycle extends Context.Service<Lifecycle, {
           if (state !== undefined) return state
         }
         yield* mark(sandboxId, orgId, "create")
-        const poolId = takePoolEntry(spec.success)
-        if (poolId !== undefined) {
-          // A crash from here on: reconcile destroys `sandboxId` (pending create; `destroy` handles
-          // a half-adopted sandbox) and the entry (an orphan); the redelivered create redoes it.
-          const adopted = yield* Effect.result(driver.adopt(poolId, spec.success))
-          if (adopted._tag === "Success") {
-            yield* mark(sandboxId, orgId, null)
-            // The entry passed its readiness exec when made and `adopt` found its init alive.
-            return yield* report(sandboxId, "running", { internalIp: adopted.success.internalIp, via: "restore", agentReady: true })
-          }
-          yield* Effect.logWarning("agent: a warm pool entry could not be used", { sandboxId, poolId, error: describeDriverError(adopted.failure) })
-          yield* Effect.ignore(driver.destroy(poolId))
+        // A crash from here on: reconcile destroys `sandboxId` (pending create; `destroy` handles
+        // a half-adopted sandbox) and the entry (an orphan); the redelivered create redoes it.
+        const adopted = yield* adoptPoolEntry(spec.success)
+        if (adopted !== undefined) {
+          yield* mark(sandboxId, orgId, null)
+          // The entry passed its readiness exec when made and `adopt` found its init alive.
+          return yield* report(sandboxId, "running", { internalIp: adopted.internalIp, via: "restore", agentReady: true })
         }
         const made = yield* Effect.result(driver.create(spec.success))
         if (made._tag === "Success") {
