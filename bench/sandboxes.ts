@@ -127,6 +127,8 @@ const platform = Effect.gen(function*() {
 
   // Running events, by sandbox id, as they reach the EVENTS stream.
   const runningAt = new Map<string, number>()
+  // How the host made each sandbox: `restore` is a warm pool entry adopted, `cold-boot` a start.
+  const viaOf = new Map<string, string>()
   const deleted = new Set<string>()
   const waiters = new Map<string, () => void>()
   const stream = yield* Events.ensure()
@@ -143,6 +145,7 @@ const platform = Effect.gen(function*() {
           }
           if (e.event === "sandbox.state_updated" && e.data.state === "error") waiters.get(id)?.()
           if (e.event === "sandbox.deleted") deleted.add(id)
+          if (e.event === "sandbox.created") viaOf.set(id, e.data.via as string)
         }
       })
     ),
@@ -305,7 +308,15 @@ const platform = Effect.gen(function*() {
     hostSide: { rss: hostSide.rss / N, pss: hostSide.pss / N },
     chargePerSandbox: charge / N,
     creates: BURST / ((burstEnd - burstStart) / 1000),
-    burstLatencies
+    burstLatencies,
+    // Latencies by how the host made the sandbox (warm pool entry or cold start).
+    byVia: (runs: ReadonlyArray<{ id: string; latency: number }>) => {
+      const groups: Record<string, Array<number>> = {}
+      for (const r of runs) (groups[viaOf.get(r.id) ?? "unknown"] ??= []).push(r.latency)
+      return groups
+    },
+    latencyRuns: ids.map((id, i) => ({ id, latency: latencies[i]! })),
+    burstRuns: burst
   }
 })
 
@@ -334,9 +345,11 @@ try {
   console.log(`${"".padEnd(46)}${"p50 ms".padStart(9)}${"p99 ms".padStart(9)}${"max ms".padStart(9)}`)
   row(`bare driver: start → first exec (${BARE} in a row)`, bare)
   row(`platform: POST → running event (${N} in a row)`, result.latencies, "target p50 < 50, p99 < 200")
+  for (const [via, values] of Object.entries(result.byVia(result.latencyRuns))) row(`  via ${via}: ${values.length}`, values)
   console.log(`${"platform overhead over the bare driver (p50)".padEnd(46)}${ms(quantile(result.latencies, 0.5) - quantile(bare, 0.5))}`)
   for (const [stage, values] of Object.entries(result.breakdown)) row(`  ${stage}`, values)
   row(`burst: ${BURST} creates, ${CONCURRENCY} clients at once`, result.burstLatencies)
+  for (const [via, values] of Object.entries(result.byVia(result.burstRuns))) row(`  via ${via}: ${values.length}`, values)
   console.log(`${"creates per second, sustained (burst)".padEnd(46)}${result.creates.toFixed(1).padStart(9)}  target ≥ 20`)
   console.log(`\nidle memory per sandbox (${N} running)${"MiB".padStart(21)}`)
   console.log(`${"  its processes inside (RSS / PSS)".padEnd(46)}${mib(result.inside.rss)}${mib(result.inside.pss)}`)

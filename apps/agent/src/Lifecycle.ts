@@ -20,6 +20,7 @@ import { Clock, Context, Duration, Effect, Layer, Queue, Schedule, Schema } from
 import { randomBytes } from "node:crypto"
 import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
+import * as Os from "node:os"
 import { AgentConfig } from "./Config.ts"
 import { Journal, JournalEntry, type JournalError, type PendingOp } from "./Journal.ts"
 import { plan } from "./Reconcile.ts"
@@ -63,6 +64,19 @@ const POOL_PREFIX = "pool-"
 const poolEntrySpec = (sandboxId: string) =>
   new SandboxSpec({ sandboxId, template: BASE_TEMPLATE, env: {}, cpu: 1, ramMb: 256, diskGb: 1, exposedPorts: [] })
 
+export interface PoolStatus {
+  readonly ready: ReadonlyArray<string>
+  readonly making: number
+}
+
+/**
+ * How many pool entries are made at once. Making one is CPU work (process starts, namespaces,
+ * cgroup and veth writes: ~60 ms of it here): more makers than cores would only queue on the
+ * CPU beside the creates being served, fewer leave a core idle while the pool is short. Never
+ * more than the pool's size.
+ */
+export const poolMakers = (poolSize: number) => Math.max(1, Math.min(poolSize, Os.availableParallelism()))
+
 export class Lifecycle extends Context.Service<Lifecycle, {
   apply(command: AgentCommand): Effect.Effect<AgentReport, JournalError>
   /**
@@ -70,8 +84,8 @@ export class Lifecycle extends Context.Service<Lifecycle, {
    * (its real state) for the caller to publish. Run before commands are consumed.
    */
   readonly reconcile: Effect.Effect<ReadonlyArray<AgentReport>, JournalError | DriverFailure>
-  /** Driver ids of the warm pool's ready entries (for tests and logs). */
-  readonly poolEntries: Effect.Effect<ReadonlyArray<string>>
+  /** The warm pool (for tests and logs): driver ids of its ready entries, and how many are being made. */
+  readonly pool: Effect.Effect<PoolStatus>
 }>()("@svc/agent/Lifecycle") {
   static readonly layer = Layer.effect(
     Lifecycle,
@@ -81,51 +95,81 @@ export class Lifecycle extends Context.Service<Lifecycle, {
       const journal = yield* Journal
       const hostId = config.hostId
 
-      // The warm pool: entries are made one at a time in the background once reconcile has run
-      // (before, reconcile would destroy them as orphans), and again after each one is taken.
+      // The warm pool. Each missing entry is one item in `wanted`: one per slot when reconcile has
+      // run (before, reconcile would destroy entries as orphans), one more for each entry taken.
+      // `poolMakers` fibers take items and make entries, so ready + being made + wanted is always
+      // the pool's size: refills run side by side and never overshoot. A create never waits for
+      // them: it takes a ready entry or cold-boots.
       const pool: Array<string> = []
-      let poolEnabled = false
-      const wake = yield* Queue.sliding<void>(1)
-      const poolWanted = () => poolEnabled && pool.length < config.poolSize
+      let making = 0
+      let poolStarted = false
+      const wanted = yield* Queue.unbounded<void>()
+      // Uninterruptible from its start to `pool.push`: an entry made is always either in `pool`
+      // (where the finalizer finds it) or destroyed.
       const makePoolEntry = Effect.uninterruptible(
         Effect.gen(function*() {
           const id = `${POOL_PREFIX}${randomBytes(8).toString("hex")}`
-          yield* Effect.gen(function*() {
-            yield* driver.create(poolEntrySpec(id))
-            if (!(yield* checkReady(id))) return yield* Effect.fail("the pool entry did not answer")
-          }).pipe(
-            // A create that failed half-way can leave a folder behind: nothing of it may stay.
-            Effect.onError(() => Effect.ignore(driver.destroy(id)))
+          making++
+          const made = yield* Effect.result(
+            Effect.gen(function*() {
+              yield* driver.create(poolEntrySpec(id))
+              if (!(yield* checkReady(id))) return yield* Effect.fail("the pool entry did not answer")
+            }).pipe(
+              // A create that failed half-way can leave a folder behind: nothing of it may stay.
+              Effect.onError(() => Effect.ignore(driver.destroy(id)))
+            )
           )
-          pool.push(id)
+          // In one step: the status never counts the entry twice or not at all.
+          making--
+          if (made._tag === "Success") pool.push(id)
+          return made
         })
       )
-      const filler = Effect.gen(function*() {
-        while (true) {
-          yield* Queue.take(wake)
-          while (poolWanted()) {
-            const made = yield* Effect.result(makePoolEntry)
-            if (made._tag === "Failure") {
-              yield* Effect.logWarning("agent: could not make a warm pool entry", { error: String(made.failure) })
-              yield* Effect.sleep(Duration.seconds(1))
-            }
+      const maker = Effect.forever(
+        Effect.gen(function*() {
+          yield* Queue.take(wanted)
+          const made = yield* makePoolEntry
+          if (made._tag === "Failure") {
+            yield* Effect.logWarning("agent: could not make a warm pool entry", { error: String(made.failure) })
+            yield* Effect.sleep(Duration.seconds(1))
+            // The slot is still empty: try again.
+            Queue.offerUnsafe(wanted, undefined)
           }
-        }
-      })
+        })
+      )
       if (config.poolSize > 0) {
-        // Registered first so it runs last: after the filler (and the entry it may be making) ended.
+        // Registered first so it runs last: after the makers (and the entries they are making,
+        // uninterruptibly) ended, every entry is in `pool`.
         yield* Effect.addFinalizer(() =>
           Effect.forEach(pool.splice(0), (id) => Effect.ignore(driver.destroy(id)), { concurrency: 4, discard: true })
         )
-        yield* Effect.forkScoped(filler)
+        // One fiber for all makers: closing the scope interrupts them together, so none starts
+        // another entry while the others are being stopped.
+        const makers = poolMakers(config.poolSize)
+        yield* Effect.forkScoped(Effect.forEach(Array.from({ length: makers }), () => maker, { concurrency: makers, discard: true }))
       }
-      /** A ready entry for this spec, taken out of the pool (only `base` sandboxes are pooled). */
-      const takePoolEntry = (spec: SandboxSpec): string | undefined => {
-        if (spec.template !== BASE_TEMPLATE || pool.length === 0) return undefined
-        const id = pool.shift()
-        Queue.offerUnsafe(wake, undefined)
-        return id
-      }
+      /**
+       * Gives a ready entry (only `base` sandboxes are pooled) the spec's identity, if there is one.
+       * Uninterruptible from the take on: a taken entry is adopted or destroyed, never dropped
+       * where the stop's finalizer (which sees only the pool) would miss it. Its slot is refilled
+       * once the adoption is over, so that the new entry's process starts do not compete with it.
+       */
+      const adoptPoolEntry = (spec: SandboxSpec) =>
+        Effect.uninterruptible(Effect.suspend(() => {
+          const poolId = spec.template === BASE_TEMPLATE ? pool.shift() : undefined
+          if (poolId === undefined) return Effect.succeed(undefined)
+          return Effect.gen(function*() {
+            const adopted = yield* Effect.result(driver.adopt(poolId, spec))
+            if (adopted._tag === "Success") return adopted.success
+            yield* Effect.logWarning("agent: a warm pool entry could not be used", {
+              sandboxId: spec.sandboxId,
+              poolId,
+              error: describeDriverError(adopted.failure)
+            })
+            yield* Effect.ignore(driver.destroy(poolId))
+            return undefined
+          }).pipe(Effect.ensuring(Effect.sync(() => Queue.offerUnsafe(wanted, undefined))))
+        }))
 
       const report = (sandboxId: string, status: AgentReport["status"], fields: Partial<AgentReport> = {}) =>
         Effect.map(Clock.currentTimeMillis, (at): AgentReport => ({
@@ -175,18 +219,13 @@ export class Lifecycle extends Context.Service<Lifecycle, {
           if (state !== undefined) return state
         }
         yield* mark(sandboxId, orgId, "create")
-        const poolId = takePoolEntry(spec.success)
-        if (poolId !== undefined) {
-          // A crash from here on: reconcile destroys `sandboxId` (pending create; `destroy` handles
-          // a half-adopted sandbox) and the entry (an orphan); the redelivered create redoes it.
-          const adopted = yield* Effect.result(driver.adopt(poolId, spec.success))
-          if (adopted._tag === "Success") {
-            yield* mark(sandboxId, orgId, null)
-            // The entry passed its readiness exec when made and `adopt` found its init alive.
-            return yield* report(sandboxId, "running", { internalIp: adopted.success.internalIp, via: "restore", agentReady: true })
-          }
-          yield* Effect.logWarning("agent: a warm pool entry could not be used", { sandboxId, poolId, error: describeDriverError(adopted.failure) })
-          yield* Effect.ignore(driver.destroy(poolId))
+        // A crash from here on: reconcile destroys `sandboxId` (pending create; `destroy` handles
+        // a half-adopted sandbox) and the entry (an orphan); the redelivered create redoes it.
+        const adopted = yield* adoptPoolEntry(spec.success)
+        if (adopted !== undefined) {
+          yield* mark(sandboxId, orgId, null)
+          // The entry passed its readiness exec when made and `adopt` found its init alive.
+          return yield* report(sandboxId, "running", { internalIp: adopted.internalIp, via: "restore", agentReady: true })
         }
         const made = yield* Effect.result(driver.create(spec.success))
         if (made._tag === "Success") {
@@ -318,12 +357,14 @@ export class Lifecycle extends Context.Service<Lifecycle, {
             }
           }
         }
-        poolEnabled = true
-        Queue.offerUnsafe(wake, undefined)
+        if (!poolStarted) {
+          poolStarted = true
+          for (let i = 0; i < config.poolSize; i++) Queue.offerUnsafe(wanted, undefined)
+        }
         return reports
       }).pipe(Effect.withSpan("Lifecycle.reconcile"))
 
-      return Lifecycle.of({ apply, reconcile, poolEntries: Effect.sync(() => [...pool]) })
+      return Lifecycle.of({ apply, reconcile, pool: Effect.sync(() => ({ ready: [...pool], making })) })
     })
   )
 }

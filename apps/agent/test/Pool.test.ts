@@ -1,9 +1,11 @@
 /** The warm pool: creates of `base` sandboxes served from pre-started entries. */
 import { assert, layer } from "@effect/vitest"
 import { makeSandboxId } from "@svc/domain/Ids"
-import { Effect } from "effect"
+import { ExecRequest } from "@svc/sandboxes/Driver"
+import { Effect, Fiber } from "effect"
 import * as FsSync from "node:fs"
 import * as NodePath from "node:path"
+import { poolMakers } from "../src/Lifecycle.ts"
 import {
   createCommand,
   eventually,
@@ -26,7 +28,8 @@ layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("host agent wa
       const host = yield* makeHost
       const agent = yield* startAgent(host, { poolSize: 2 })
       const reports = yield* Reports
-      const before = poolEntries(yield* eventually(agent.driver.list, (rows) => poolEntries(rows).length === 2))
+      // Ready in memory, not only running on disk: an entry is handed out once its exec answered.
+      const before = (yield* eventually(agent.lifecycle.pool, (s) => s.ready.length === 2)).ready
 
       const sandboxId = makeSandboxId()
       yield* publishCommand(host.hostId, createCommand(sandboxId, { env: { GREETING: "from the pool" }, cpu: 2, ramMb: 96, exposedPorts: [8080] }))
@@ -67,6 +70,72 @@ layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("host agent wa
       yield* agent.stop
       assert.deepStrictEqual(yield* agent.driver.list, [])
       assert.deepStrictEqual(processesOfHost(host.hostId), [])
+    }))
+
+  it.effect("after a run of adoptions the pool refills side by side, never above its size, to distinct entries that each answer an exec; a stop mid-refill leaves none", () =>
+    Effect.gen(function*() {
+      const size = 3
+      const host = yield* makeHost
+      const agent = yield* startAgent(host, { poolSize: size, concurrency: 8 })
+      const reports = yield* Reports
+      // Ready in memory, not only running on disk: an entry is handed out once its exec answered.
+      const first = (yield* eventually(agent.lifecycle.pool, (s) => s.ready.length === size)).ready
+
+      // Watches the pool while creates drain it: ready entries plus entries being made.
+      const samples: Array<{ ready: number; making: number }> = []
+      const watcher = yield* Effect.forkChild(Effect.forever(
+        Effect.gen(function*() {
+          const status = yield* agent.lifecycle.pool
+          samples.push({ ready: status.ready.length, making: status.making })
+          yield* Effect.sleep("2 millis")
+        })
+      ))
+
+      // Twice the pool's size at once: the first `size` take entries, the rest race the refills.
+      const ids = Array.from({ length: 2 * size }, () => makeSandboxId())
+      for (const id of ids) yield* publishCommand(host.hostId, createCommand(id))
+      const made = yield* Effect.forEach(ids, (id) => reports.waitFor(id, () => true))
+      assert.isTrue(made.every((r) => r.status === "running" && r.agentReady === true), JSON.stringify(made))
+      assert.isAtLeast(made.filter((r) => r.via === "restore").length, size)
+
+      const refilled = yield* eventually(agent.lifecycle.pool, (s) => s.ready.length === size && s.making === 0)
+      yield* Fiber.interrupt(watcher)
+      for (const sample of samples) {
+        assert.isAtMost(sample.ready + sample.making, size, JSON.stringify(sample))
+        assert.isAtMost(sample.making, poolMakers(size), JSON.stringify(sample))
+      }
+      // Side by side: with `size` entries taken at once, every maker was busy at the same time
+      // (making one takes tens of milliseconds of process starts; the watcher looks every few).
+      assert.strictEqual(Math.max(...samples.map((s) => s.making)), poolMakers(size))
+
+      // The new entries: as many as the pool's size, distinct, none of the adopted ones, each
+      // running with an init of its own that answers an exec.
+      const rows = yield* agent.driver.list
+      const entries = poolEntries(rows)
+      assert.sameMembers(entries, [...refilled.ready])
+      assert.strictEqual(new Set(entries).size, size)
+      for (const id of entries) assert.notInclude(first, id)
+      const pids = rows.map((r) => r.pid)
+      assert.strictEqual(new Set(pids).size, rows.length)
+      for (const id of entries) {
+        const result = yield* agent.driver.exec(id, new ExecRequest({ cmd: ["hostname"] }))
+        assert.strictEqual(result.exitCode, 0)
+        assert.strictEqual(Buffer.from(result.stdout).toString(), `${id}\n`)
+      }
+      assert.sameMembers(rows.filter((r) => !r.sandboxId.startsWith("pool-")).map((r) => r.sandboxId), ids)
+
+      // Drain it again and stop at once, while entries are being made: the stop waits for them
+      // and destroys every entry; only the platform's sandboxes stay, and only their processes.
+      const more = Array.from({ length: size }, () => makeSandboxId())
+      for (const id of more) yield* publishCommand(host.hostId, createCommand(id))
+      for (const id of more) yield* reports.waitFor(id, () => true)
+      yield* agent.stop
+      const left = yield* agent.driver.list
+      assert.sameMembers(left.map((r) => r.sandboxId), [...ids, ...more])
+      for (const id of [...ids, ...more]) yield* agent.driver.destroy(id)
+      assert.deepStrictEqual(yield* agent.driver.list, [])
+      assert.deepStrictEqual(processesOfHost(host.hostId), [])
+      assert.deepStrictEqual(FsSync.readdirSync(NodePath.join(host.dataDir, "sandboxes")), [])
     }))
 
   it.effect("pool size 0: no entry is made and creates cold-boot", () =>

@@ -1,0 +1,90 @@
+/**
+ * `adopt`: a running sandbox made ahead of need (a host agent's warm pool entry) becomes the
+ * sandbox a create asked for: no bubblewrap start and no veth on the create's path, only
+ * renames, cgroup writes and a hostname.
+ */
+import { Effect } from "effect"
+import * as Fs from "node:fs/promises"
+import * as NodePath from "node:path"
+import { DriverFailure, SandboxAlreadyExists, SandboxSpec } from "../Driver.ts"
+import * as Cgroups from "./Cgroups.ts"
+import { attempt, checkId, decodeInput, type DriverHost, HOST_ENV, invalid } from "./Host.ts"
+import type { Lifecycle } from "./Lifecycle.ts"
+import * as Network from "./Network.ts"
+import { runChecked } from "./Process.ts"
+import { infoOf } from "./Run.ts"
+import { RunRecord, SandboxRecord, sandboxPaths, writeRunRecord, writeSandboxRecord } from "./State.ts"
+
+export const makeAdopt = (host: DriverHost, lifecycle: Pick<Lifecycle, "destroyInternal">) => {
+  const { config, bin, cgroups } = host
+
+  /**
+   * Renames a running sandbox and applies the spec's settings. The order keeps a crash at any
+   * point recoverable by `destroy` of one of the two ids: the folder is renamed first (from
+   * then on the sandbox is `spec.sandboxId`; `destroy` handles a record still naming `fromId`),
+   * then its cgroups (cgroup v1 renames within a parent), the record, the lease, the hostname.
+   */
+  const adopt = Effect.fn("SandboxDriver.adopt")(function*(fromId: string, input: SandboxSpec) {
+    const from = yield* checkId(fromId)
+    const spec = yield* decodeInput(SandboxSpec, input)
+    if (from === spec.sandboxId) return yield* invalid("adopt: the new id must differ from the old one")
+    return yield* host.withLock(from, host.withLock(spec.sandboxId, Effect.gen(function*() {
+      const target = sandboxPaths(config.dataDir, spec.sandboxId)
+      if ((yield* attempt("adopt", () => Fs.lstat(target.dir).then(() => true, () => false)))) {
+        return yield* new SandboxAlreadyExists({ sandboxId: spec.sandboxId })
+      }
+      const entry = yield* host.lookupRunning(from)
+      if (entry.record.template !== spec.template) {
+        return yield* invalid(`adopt: ${from} was made from template ${entry.record.template}, not ${spec.template}`)
+      }
+      const source = sandboxPaths(config.dataDir, from)
+      host.running.delete(from)
+      yield* attempt("adopt", () => Fs.rename(source.dir, target.dir))
+      return yield* Effect.gen(function*() {
+        yield* attempt("adopt", async () => {
+          for (const controller of Cgroups.CONTROLLERS) {
+            const dir = Cgroups.groupPath(cgroups, controller, from)
+            if (await Fs.stat(dir).then(() => true, () => false)) await Fs.rename(dir, Cgroups.groupPath(cgroups, controller, spec.sandboxId))
+          }
+        })
+        const record = new SandboxRecord({
+          ...entry.record,
+          sandboxId: spec.sandboxId,
+          env: spec.env,
+          cpu: spec.cpu,
+          ramMb: spec.ramMb,
+          diskGb: spec.diskGb,
+          exposedPorts: spec.exposedPorts,
+          createdAt: new Date().toISOString()
+        })
+        yield* attempt("adopt", () => writeSandboxRecord(target, record))
+        const handed = yield* attempt("adopt", () =>
+          Network.transfer(config.leaseDir, record.internalIp, host.owner(from), host.owner(spec.sandboxId))
+        )
+        if (!handed) {
+          return yield* new DriverFailure({ operation: "adopt", message: `the address ${record.internalIp} was taken meanwhile` })
+        }
+        // Raising the memory limit needs the swap limit raised first (memsw >= memory).
+        yield* attempt("adopt", () =>
+          Fs.writeFile(
+            NodePath.join(Cgroups.groupPath(cgroups, "memory", spec.sandboxId), "memory.memsw.limit_in_bytes"),
+            String(spec.ramMb * 1024 * 1024)
+          ).catch(() => undefined)
+        )
+        const prepared = yield* attempt("adopt", () =>
+          Cgroups.prepare(cgroups, spec.sandboxId, { ramMb: spec.ramMb, cpu: spec.cpu, pidsMax: config.pidsMax, diskGb: spec.diskGb })
+        )
+        // The uts namespace belongs to the sandbox's user namespace; host root may join it.
+        yield* runChecked("adopt", bin.nsenter, ["-t", String(entry.run.pid), "-u", "--", bin.sh, "-c", `printf %s "$1" > /proc/sys/kernel/hostname`, "sh", spec.sandboxId], {
+          env: HOST_ENV
+        })
+        const runRecord = new RunRecord({ ...entry.run, limits: prepared.limits })
+        yield* attempt("adopt", () => writeRunRecord(target, runRecord))
+        host.running.set(spec.sandboxId, { record, run: runRecord })
+        return infoOf(record, runRecord)
+      }).pipe(Effect.tapError(() => lifecycle.destroyInternal(spec.sandboxId).pipe(Effect.ignore)))
+    })))
+  })
+
+  return { adopt }
+}

@@ -1,0 +1,202 @@
+/**
+ * What every part of the namespaces driver shares on one host: the host programs it runs, its
+ * folders, the bridge's subnet, the per-sandbox locks, the cache of running sandboxes and the
+ * lookups built on them. `makeDriverHost` prepares the host once, when the driver starts: the
+ * helper busybox, the base template and the bridge.
+ */
+import { Effect, Schema, Semaphore } from "effect"
+import * as FsSync from "node:fs"
+import * as Fs from "node:fs/promises"
+import * as NodePath from "node:path"
+import {
+  DriverFailure,
+  InvalidSandboxRequest,
+  SandboxId,
+  SandboxNotFound,
+  SandboxNotRunning,
+  TemplateNotFound
+} from "../Driver.ts"
+import { BASE_TEMPLATE, ensureBaseTemplate } from "../Rootfs.ts"
+import type * as Cgroups from "./Cgroups.ts"
+import type { DriverConfig } from "./Config.ts"
+import * as Network from "./Network.ts"
+import { decode, run, runChecked } from "./Process.ts"
+import { isAlive, readRunRecord, readSandboxRecord, type RunRecord, type SandboxPaths, sandboxPaths, type SandboxRecord } from "./State.ts"
+
+/**
+ * Where the host's static busybox appears inside every sandbox. The folder itself is a read-only
+ * bind mount: a mount point cannot be renamed or replaced from inside, so root in the sandbox
+ * cannot swap the helper the agent runs on its next exec.
+ */
+export const HELPER_DIR = "/dev/.svc"
+export const HELPER = `${HELPER_DIR}/busybox`
+
+/** Host commands run with this environment only: nothing of the caller's leaks in. */
+export const HOST_ENV = { PATH: "/usr/sbin:/usr/bin:/sbin:/bin" }
+
+export const SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+export const errorMessage = (e: unknown) => (e instanceof Error ? e.message : String(e))
+
+/** A host step (file, kernel) as an effect: whatever it throws is the host's failure. */
+export const attempt = <A>(operation: string, f: () => Promise<A>): Effect.Effect<A, DriverFailure> =>
+  Effect.tryPromise({ try: f, catch: (e) => new DriverFailure({ operation, message: errorMessage(e) }) })
+
+export const invalid = (message: string) => new InvalidSandboxRequest({ message })
+
+/** Every caller input goes through its schema: a refusal is the caller's fault, never a host failure. */
+export const decodeInput = <S extends Schema.Top>(schema: S, input: unknown) =>
+  Schema.decodeUnknownEffect(schema)(input).pipe(
+    Effect.mapError((issue) => invalid(String(issue.message ?? issue)))
+  ) as Effect.Effect<S["Type"], InvalidSandboxRequest>
+
+export const checkId = (sandboxId: unknown) => decodeInput(SandboxId, sandboxId)
+
+const findBinary = (name: string): string | undefined =>
+  ["/usr/bin", "/usr/sbin", "/bin", "/sbin"].map((dir) => NodePath.join(dir, name)).find((path) => FsSync.existsSync(path))
+
+/** A sandbox whose init runs: its record and the record of that run. */
+export interface RunningSandbox {
+  readonly record: SandboxRecord
+  readonly run: RunRecord
+}
+
+export interface DriverHost {
+  readonly config: DriverConfig["Service"]
+  /** Absolute paths of the host programs the driver runs (found once, at start). */
+  readonly bin: { readonly bwrap: string; readonly unshare: string; readonly nsenter: string; readonly ip: string; readonly sh: string }
+  readonly subnet: Network.Subnet
+  readonly cgroups: Cgroups.CgroupSettings
+  readonly sandboxesDir: string
+  /** The host folder bound read-only at `HELPER_DIR` in every sandbox. */
+  readonly helperDir: string
+  /**
+   * Running sandboxes seen by this process. Only a cache: every use checks the init is still the
+   * same process, and the disk stays the truth (a restarted agent starts with it empty).
+   */
+  readonly running: Map<string, RunningSandbox>
+  /** Lifecycle steps of one sandbox run one at a time in this process. */
+  withLock<A, E>(sandboxId: string, effect: Effect.Effect<A, E>): Effect.Effect<A, E>
+  /** The lease owner of a sandbox of this agent (leases are shared machine-wide). */
+  owner(sandboxId: string): { readonly dataDir: string; readonly sandboxId: string }
+  /** The lower folder of a template's overlay. */
+  templateDir(template: string): Effect.Effect<string, TemplateNotFound | DriverFailure>
+  loadRecord(sandboxId: string): Effect.Effect<{ paths: SandboxPaths; record: SandboxRecord }, SandboxNotFound | DriverFailure>
+  /** The running instance, checked against pid reuse on every call. */
+  lookupRunning(
+    sandboxId: unknown
+  ): Effect.Effect<RunningSandbox, InvalidSandboxRequest | SandboxNotFound | SandboxNotRunning | DriverFailure>
+}
+
+/** Finds the host programs, prepares the data dir, the helper, the base template and the bridge. */
+export const makeDriverHost = (config: DriverConfig["Service"]): Effect.Effect<DriverHost, DriverFailure> =>
+  Effect.gen(function*() {
+    const found = {
+      bwrap: findBinary("bwrap"),
+      unshare: findBinary("unshare"),
+      nsenter: findBinary("nsenter"),
+      ip: findBinary("ip"),
+      sh: findBinary("sh")
+    }
+    for (const [name, path] of Object.entries(found)) {
+      if (path === undefined) {
+        return yield* new DriverFailure({ operation: "init", message: `${name} is not installed` })
+      }
+    }
+    const bin = { bwrap: found.bwrap!, unshare: found.unshare!, nsenter: found.nsenter!, ip: found.ip!, sh: found.sh! }
+    if (/[,:\s]/.test(config.dataDir)) {
+      return yield* new DriverFailure({ operation: "init", message: "dataDir must not contain ',', ':' or spaces (overlay options)" })
+    }
+    const subnet = Network.parseSubnet(config.subnet)
+    const cgroups: Cgroups.CgroupSettings = { root: config.cgroupRoot, hostId: config.hostId }
+    const templatesDir = NodePath.join(config.dataDir, "templates")
+    const sandboxesDir = NodePath.join(config.dataDir, "sandboxes")
+
+    yield* attempt("init", () => Fs.mkdir(sandboxesDir, { recursive: true }))
+    const helperDir = NodePath.join(config.dataDir, "helper")
+    yield* attempt("init", async () => {
+      await Fs.mkdir(helperDir, { recursive: true, mode: 0o755 })
+      const target = NodePath.join(helperDir, "busybox")
+      const [have, want] = await Promise.all([Fs.stat(target).catch(() => undefined), Fs.stat(config.busybox)])
+      if (have === undefined || have.size !== want.size || have.mtimeMs < want.mtimeMs) {
+        const temp = `${target}.tmp-${process.pid}`
+        await Fs.copyFile(config.busybox, temp)
+        await Fs.chmod(temp, 0o755)
+        await Fs.rename(temp, target)
+      }
+    })
+    const baseDir = yield* attempt("init", () => ensureBaseTemplate(templatesDir, config.busybox))
+
+    // The bridge is shared by every agent on the machine: create it if absent, never touch others.
+    if (!(yield* attempt("bridge", () => Network.interfaceExists(config.bridge)))) {
+      const made = yield* run("bridge", bin.ip, ["link", "add", "name", config.bridge, "type", "bridge"], { env: HOST_ENV, timeoutMs: 10_000 })
+      if (made.exitCode !== 0 && !/exists/i.test(decode(made.stderr))) {
+        return yield* new DriverFailure({ operation: "bridge", message: decode(made.stderr) })
+      }
+    }
+    yield* runChecked("bridge", bin.ip, ["addr", "replace", `${subnet.gateway}/${subnet.prefix}`, "dev", config.bridge], { env: HOST_ENV })
+    yield* runChecked("bridge", bin.ip, ["link", "set", config.bridge, "up"], { env: HOST_ENV })
+    // Drop packets whose source could not be reached back through the bridge (spoofing).
+    yield* attempt("bridge", () =>
+      Fs.writeFile(`/proc/sys/net/ipv4/conf/${config.bridge}/rp_filter`, "1").catch(() => undefined)
+    )
+
+    const locks = new Map<string, Semaphore.Semaphore>()
+    const withLock = <A, E>(sandboxId: string, effect: Effect.Effect<A, E>) => {
+      let lock = locks.get(sandboxId)
+      if (lock === undefined) {
+        lock = Semaphore.makeUnsafe(1)
+        locks.set(sandboxId, lock)
+      }
+      return lock.withPermit(effect)
+    }
+
+    const templateDir = (template: string): Effect.Effect<string, TemplateNotFound | DriverFailure> => {
+      if (template === BASE_TEMPLATE) return Effect.succeed(baseDir)
+      const dir = NodePath.join(templatesDir, template)
+      return attempt("template", () => Fs.stat(dir).then((s) => s.isDirectory(), () => false)).pipe(
+        Effect.flatMap((ok) => (ok ? Effect.succeed(dir) : Effect.fail(new TemplateNotFound({ template }))))
+      )
+    }
+
+    const loadRecord = (sandboxId: string) =>
+      Effect.gen(function*() {
+        const paths = sandboxPaths(config.dataDir, sandboxId)
+        const record = yield* attempt("load", () => readSandboxRecord(paths))
+        if (record === undefined) return yield* new SandboxNotFound({ sandboxId })
+        return { paths, record }
+      })
+
+    const running = new Map<string, RunningSandbox>()
+
+    const lookupRunning = (sandboxId: unknown) =>
+      Effect.gen(function*() {
+        const id = yield* checkId(sandboxId)
+        const cached = running.get(id)
+        if (cached !== undefined && (yield* attempt("lookup", () => isAlive(cached.run)))) return cached
+        running.delete(id)
+        const { paths, record } = yield* loadRecord(id)
+        const runRecord = yield* attempt("lookup", () => readRunRecord(paths))
+        if (runRecord === undefined || !(yield* attempt("lookup", () => isAlive(runRecord)))) {
+          return yield* new SandboxNotRunning({ sandboxId: id })
+        }
+        const entry = { record, run: runRecord }
+        running.set(id, entry)
+        return entry
+      })
+
+    return {
+      config,
+      bin,
+      subnet,
+      cgroups,
+      sandboxesDir,
+      helperDir,
+      running,
+      withLock,
+      owner: (sandboxId: string) => ({ dataDir: config.dataDir, sandboxId }),
+      templateDir,
+      loadRecord,
+      lookupRunning
+    }
+  })

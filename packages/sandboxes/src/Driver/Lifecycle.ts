@@ -1,0 +1,162 @@
+/**
+ * A sandbox's life on this host: `create` (its folder, record, lease, then a run), `start` and
+ * `stop` (a run begins or ends; the file system stays), `destroy` (everything goes), and `list`,
+ * which reads the disk only, so that a restarted agent finds what an earlier process made.
+ */
+import { Effect, Schema } from "effect"
+import * as Fs from "node:fs/promises"
+import {
+  DriverFailure,
+  SandboxAlreadyExists,
+  SandboxCapacityExhausted,
+  SandboxId,
+  SandboxListing,
+  SandboxSpec
+} from "../Driver.ts"
+import * as Cgroups from "./Cgroups.ts"
+import { attempt, checkId, decodeInput, type DriverHost } from "./Host.ts"
+import * as Network from "./Network.ts"
+import type { Runs } from "./Run.ts"
+import { isAlive, readRunRecord, readSandboxRecord, SandboxRecord, sandboxPaths, writeSandboxRecord } from "./State.ts"
+
+export const makeLifecycle = (host: DriverHost, runs: Runs) => {
+  const { config, cgroups, subnet } = host
+  const { startRun, teardownRun } = runs
+
+  /** Refuses to delete a folder that something still has mounted (it would recurse into it). */
+  const assertNothingMounted = (dir: string) =>
+    attempt("destroy", async () => {
+      const mounts = await Fs.readFile("/proc/self/mountinfo", "utf8")
+      for (const line of mounts.split("\n")) {
+        const mountPoint = line.split(" ")[4]
+        if (mountPoint !== undefined && (mountPoint === dir || mountPoint.startsWith(dir + "/"))) {
+          throw new Error(`${mountPoint} is still mounted`)
+        }
+      }
+    })
+
+  /**
+   * `destroy` of an id already checked, run under the caller's lock: also what a failed create or
+   * adopt uses to leave nothing behind.
+   */
+  const destroyInternal = (sandboxId: string) =>
+    Effect.gen(function*() {
+      host.running.delete(sandboxId)
+      const paths = sandboxPaths(config.dataDir, sandboxId)
+      const record = yield* attempt("destroy", () => readSandboxRecord(paths))
+      if (record !== undefined) {
+        const runRecord = yield* attempt("destroy", () => readRunRecord(paths))
+        yield* teardownRun(record, paths, runRecord)
+        yield* attempt("destroy", () => Network.release(config.leaseDir, record.internalIp, host.owner(sandboxId)))
+        if (record.sandboxId !== sandboxId) {
+          // Half adopted (see `adopt`): the folder has the new name, the record the old one.
+          yield* attempt("destroy", () => Cgroups.removeAll(cgroups, sandboxId))
+          yield* attempt("destroy", () => Network.release(config.leaseDir, record.internalIp, host.owner(record.sandboxId)))
+        }
+      } else {
+        yield* attempt("destroy", () => Cgroups.removeAll(cgroups, sandboxId))
+      }
+      yield* assertNothingMounted(paths.dir)
+      yield* attempt("destroy", () => Fs.rm(paths.dir, { recursive: true, force: true }))
+    })
+
+  const create = Effect.fn("SandboxDriver.create")(function*(input: SandboxSpec) {
+    const spec = yield* decodeInput(SandboxSpec, input)
+    return yield* host.withLock(
+      spec.sandboxId,
+      Effect.gen(function*() {
+        const paths = sandboxPaths(config.dataDir, spec.sandboxId)
+        if ((yield* attempt("create", () => readSandboxRecord(paths))) !== undefined) {
+          return yield* new SandboxAlreadyExists({ sandboxId: spec.sandboxId })
+        }
+        const lower = yield* host.templateDir(spec.template)
+        // A folder without a record is a create that died halfway: start clean.
+        yield* destroyInternal(spec.sandboxId)
+        const internalIp = yield* attempt("create", () => Network.lease(config.leaseDir, subnet, host.owner(spec.sandboxId)))
+        if (internalIp === undefined) {
+          return yield* new SandboxCapacityExhausted({ message: `no free address in ${config.subnet}` })
+        }
+        const record = new SandboxRecord({
+          sandboxId: spec.sandboxId,
+          hostId: config.hostId,
+          template: spec.template,
+          templateDir: lower,
+          env: spec.env,
+          cpu: spec.cpu,
+          ramMb: spec.ramMb,
+          diskGb: spec.diskGb,
+          exposedPorts: spec.exposedPorts,
+          internalIp,
+          createdAt: new Date().toISOString()
+        })
+        const made = attempt("create", async () => {
+          for (const dir of [paths.dir, paths.upper, paths.work, paths.root]) await Fs.mkdir(dir, { recursive: true, mode: 0o700 })
+          // The overlay's root takes the template's mode; the folder above stays private.
+          await Fs.chmod(paths.root, 0o755)
+          await writeSandboxRecord(paths, record)
+        })
+        return yield* made.pipe(
+          Effect.flatMap(() => startRun(record, paths)),
+          Effect.tapError(() => destroyInternal(spec.sandboxId).pipe(Effect.ignore))
+        )
+      })
+    )
+  })
+
+  const start = Effect.fn("SandboxDriver.start")(function*(sandboxId: string) {
+    const id = yield* checkId(sandboxId)
+    return yield* host.withLock(
+      id,
+      Effect.gen(function*() {
+        const { paths, record } = yield* host.loadRecord(id)
+        return yield* startRun(record, paths)
+      })
+    )
+  })
+
+  const stop = Effect.fn("SandboxDriver.stop")(function*(sandboxId: string) {
+    const id = yield* checkId(sandboxId)
+    yield* host.withLock(
+      id,
+      Effect.gen(function*() {
+        host.running.delete(id)
+        const { paths, record } = yield* host.loadRecord(id)
+        const runRecord = yield* attempt("stop", () => readRunRecord(paths))
+        yield* teardownRun(record, paths, runRecord)
+      })
+    )
+  })
+
+  const destroy = Effect.fn("SandboxDriver.destroy")(function*(sandboxId: string) {
+    const id = yield* checkId(sandboxId)
+    yield* host.withLock(id, destroyInternal(id))
+  })
+
+  const list: Effect.Effect<ReadonlyArray<SandboxListing>, DriverFailure> = Effect.gen(function*() {
+    const names = yield* attempt("list", () => Fs.readdir(host.sandboxesDir).catch(() => [] as Array<string>))
+    const rows: Array<SandboxListing> = []
+    for (const name of names) {
+      if (!Schema.is(SandboxId)(name)) continue
+      const paths = sandboxPaths(config.dataDir, name)
+      const record = yield* attempt("list", () => readSandboxRecord(paths))
+      if (record === undefined) continue
+      const runRecord = yield* attempt("list", () => readRunRecord(paths))
+      const alive = runRecord !== undefined && (yield* attempt("list", () => isAlive(runRecord)))
+      rows.push(
+        new SandboxListing({
+          sandboxId: record.sandboxId,
+          status: alive ? "running" : "stopped",
+          internalIp: record.internalIp,
+          ...(alive ? { pid: runRecord!.pid, startedAt: runRecord!.startedAt } : {}),
+          createdAt: record.createdAt,
+          template: record.template
+        })
+      )
+    }
+    return rows
+  }).pipe(Effect.withSpan("SandboxDriver.list"))
+
+  return { create, start, stop, destroy, destroyInternal, list }
+}
+
+export type Lifecycle = ReturnType<typeof makeLifecycle>

@@ -1,0 +1,249 @@
+/**
+ * A run of a sandbox (what `run.json` records): its process tree started over the saved file
+ * system, joined to its cgroups and given its veth; and the end of a run, which removes all of
+ * that and keeps the file system. `create` and `start` both begin a run, `stop` and `destroy`
+ * end one.
+ */
+import { Effect } from "effect"
+import { spawn } from "node:child_process"
+import * as FsSync from "node:fs"
+import * as Fs from "node:fs/promises"
+import { DriverFailure, SandboxInfo } from "../Driver.ts"
+import * as Cgroups from "./Cgroups.ts"
+import { attempt, type DriverHost, errorMessage, HELPER, HELPER_DIR, HOST_ENV, SANDBOX_PATH } from "./Host.ts"
+import * as Network from "./Network.ts"
+import { decode, run, runChecked } from "./Process.ts"
+import {
+  isAlive,
+  procStat,
+  readRunRecord,
+  RunRecord,
+  SandboxRecord,
+  type SandboxPaths,
+  writeRunRecord,
+  writeSandboxRecord
+} from "./State.ts"
+
+/**
+ * Runs inside a fresh private mount namespace (made by `unshare`): joins the sandbox's cgroups,
+ * mounts the overlay where only this namespace sees it, then becomes bubblewrap.
+ * Arguments: <cgroup.procs files...> -- <lower> <upper> <work> <merged> <bwrap> <bwrap args...>
+ */
+const START_SCRIPT = `
+while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift
+mount -t overlay overlay -o "lowerdir=$1,upperdir=$2,workdir=$3" "$4" || exit 124
+shift 4
+exec "$@"
+`
+
+/** The sandbox's init command (pid 2; bubblewrap is pid 1 and reaps orphans). */
+const INIT_SCRIPT = `echo ready >&4; exec 3>&- 4>&-; exec ${HELPER} sleep inf`
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+
+/** What create, start and adopt answer. */
+export const infoOf = (record: SandboxRecord, runRecord: RunRecord) =>
+  new SandboxInfo({
+    sandboxId: record.sandboxId,
+    pid: runRecord.pid,
+    internalIp: record.internalIp,
+    startedAt: runRecord.startedAt,
+    limits: runRecord.limits
+  })
+
+export interface Runs {
+  /** Starts a sandbox from its saved file system; a running one is left as it is. */
+  startRun(record: SandboxRecord, paths: SandboxPaths): Effect.Effect<SandboxInfo, DriverFailure>
+  /** Ends every process of a run and removes what belongs to it; the file system stays. */
+  teardownRun(record: SandboxRecord, paths: SandboxPaths, runRecord: RunRecord | undefined): Effect.Effect<void, DriverFailure>
+}
+
+export const makeRuns = (host: DriverHost): Runs => {
+  const { config, bin, cgroups, subnet } = host
+
+  /** Starts bubblewrap detached and waits for the init's readiness byte. */
+  const spawnSandbox = (record: SandboxRecord, paths: SandboxPaths, procsFiles: ReadonlyArray<string>) =>
+    Effect.callback<number, DriverFailure>((resume) => {
+      // The init needs no user variables: execs get them (so they never sit in pid 1's cmdline).
+      const env: Record<string, string> = { PATH: SANDBOX_PATH, HOME: "/root", HOSTNAME: record.sandboxId }
+      const bwrapArgs = [
+        "--bind", paths.root, "/",
+        "--proc", "/proc",
+        "--dev", "/dev",
+        "--ro-bind", host.helperDir, HELPER_DIR,
+        "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--unshare-cgroup-try",
+        "--hostname", record.sandboxId,
+        // Root inside may not reconfigure its network (addresses, routes, raw frames).
+        "--cap-drop", "CAP_NET_ADMIN", "--cap-drop", "CAP_NET_RAW",
+        "--new-session",
+        "--clearenv",
+        ...Object.entries(env).flatMap(([k, v]) => ["--setenv", k, v]),
+        "--chdir", "/",
+        "--info-fd", "3"
+      ]
+      let logFd: number
+      try {
+        logFd = FsSync.openSync(paths.log, "a", 0o600)
+      } catch (e) {
+        resume(Effect.fail(new DriverFailure({ operation: "start", message: errorMessage(e) })))
+        return
+      }
+      const child = spawn(
+        bin.unshare,
+        [
+          "--mount", "--propagation", "private", bin.sh, "-c", START_SCRIPT, "sh",
+          // bwrap reads its options from fd 5: host paths stay out of pid 1's cmdline inside.
+          ...procsFiles, "--", record.templateDir, paths.upper, paths.work, paths.root, bin.bwrap, "--args", "5",
+          HELPER, "sh", "-c", INIT_SCRIPT
+        ],
+        { detached: true, stdio: ["ignore", logFd, logFd, "pipe", "pipe", "pipe"], env: HOST_ENV }
+      )
+      FsSync.closeSync(logFd)
+      const argsPipe = (child.stdio as ReadonlyArray<unknown>)[5] as NodeJS.WritableStream
+      argsPipe.on("error", () => undefined)
+      argsPipe.end(bwrapArgs.map((arg) => arg + "\0").join(""))
+      let info = ""
+      let pid: number | undefined
+      let ready = false
+      let done = false
+      const infoPipe = child.stdio[3] as NodeJS.ReadableStream
+      const readyPipe = child.stdio[4] as NodeJS.ReadableStream
+      const finish = (result: Effect.Effect<number, DriverFailure>) => {
+        if (done) return
+        done = true
+        clearTimeout(timer)
+        ;(infoPipe as unknown as { destroy(): void }).destroy()
+        ;(readyPipe as unknown as { destroy(): void }).destroy()
+        // The sandbox outlives this process: do not keep the event loop for it.
+        child.unref()
+        resume(result)
+      }
+      const fail = (why: string) => {
+        const log = (() => {
+          try {
+            return FsSync.readFileSync(paths.log, "utf8").slice(-2000)
+          } catch {
+            return ""
+          }
+        })()
+        if (pid !== undefined) {
+          try {
+            process.kill(pid, "SIGKILL")
+          } catch {
+            // Gone.
+          }
+        }
+        try {
+          if (child.pid !== undefined) process.kill(-child.pid, "SIGKILL")
+        } catch {
+          // Gone.
+        }
+        finish(Effect.fail(new DriverFailure({ operation: "start", message: `${why}: ${log.trim()}` })))
+      }
+      const check = () => {
+        if (ready && pid !== undefined) finish(Effect.succeed(pid))
+      }
+      infoPipe.on("data", (chunk: Buffer) => {
+        info += chunk.toString("utf8")
+        const match = /"child-pid":\s*(\d+)/.exec(info)
+        if (match) {
+          pid = Number(match[1])
+          check()
+        }
+      })
+      readyPipe.on("data", () => {
+        ready = true
+        check()
+      })
+      child.on("error", (e) => fail(e.message))
+      child.on("exit", (code, signal) => fail(`bubblewrap exited (${code ?? signal}) before the sandbox was ready`))
+      const timer = setTimeout(() => fail("the sandbox did not become ready within 20 s"), 20_000)
+    })
+
+  /** Makes the veth pair and configures the sandbox end. */
+  const attachNetwork = (pid: number, internalIp: string) =>
+    Effect.gen(function*() {
+      const { host: veth } = Network.vethNames(internalIp)
+      if (yield* attempt("network", () => Network.interfaceExists(veth))) {
+        yield* run("network", bin.ip, ["link", "del", veth], { env: HOST_ENV, timeoutMs: 10_000 })
+      }
+      yield* runChecked("network", bin.ip, ["-batch", "-"], {
+        env: HOST_ENV,
+        stdin: Buffer.from(Network.hostScript(config.bridge, internalIp, pid))
+      })
+      yield* runChecked("network", bin.nsenter, ["-t", String(pid), "-n", bin.ip, "-batch", "-"], {
+        env: HOST_ENV,
+        stdin: Buffer.from(Network.sandboxScript(internalIp, subnet))
+      })
+    })
+
+  const detachNetwork = (internalIp: string) =>
+    Effect.gen(function*() {
+      const { host: veth } = Network.vethNames(internalIp)
+      if (yield* attempt("network", () => Network.interfaceExists(veth))) {
+        const result = yield* run("network", bin.ip, ["link", "del", veth], { env: HOST_ENV, timeoutMs: 10_000 })
+        // The kernel may have removed it with the namespace meanwhile.
+        if (result.exitCode !== 0 && (yield* attempt("network", () => Network.interfaceExists(veth)))) {
+          return yield* new DriverFailure({ operation: "network", message: decode(result.stderr) })
+        }
+      }
+    })
+
+  const teardownRun = (record: SandboxRecord, paths: SandboxPaths, runRecord: RunRecord | undefined) =>
+    Effect.gen(function*() {
+      if (runRecord !== undefined && (yield* attempt("stop", () => isAlive(runRecord)))) {
+        // SIGKILL to pid 1 of the namespace ends every process in it at once.
+        yield* attempt("stop", async () => {
+          try {
+            process.kill(runRecord.pid, "SIGKILL")
+          } catch {
+            // Raced with its exit.
+          }
+          for (let i = 0; i < 500 && (await isAlive(runRecord)); i++) await sleep(10)
+        })
+      }
+      yield* attempt("stop", () => Cgroups.removeAll(cgroups, record.sandboxId))
+      yield* detachNetwork(record.internalIp)
+      yield* attempt("stop", () => Fs.rm(paths.run, { force: true }))
+    })
+
+  const startRun = (initial: SandboxRecord, paths: SandboxPaths) =>
+    Effect.gen(function*() {
+      let record = initial
+      const existing = yield* attempt("start", () => readRunRecord(paths))
+      if (existing !== undefined && (yield* attempt("start", () => isAlive(existing)))) return infoOf(record, existing)
+      // Leftovers of a run that ended without stop (crash, reboot): clear them first.
+      yield* teardownRun(record, paths, existing)
+
+      // The lease normally persists; after a reboot (/run is empty) take the same address back.
+      const leased = yield* attempt("start", () =>
+        Network.lease(config.leaseDir, subnet, host.owner(record.sandboxId), record.internalIp)
+      )
+      if (leased === undefined) return yield* new DriverFailure({ operation: "start", message: "no free internal address" })
+      if (leased !== record.internalIp) {
+        record = new SandboxRecord({ ...record, internalIp: leased })
+        yield* attempt("start", () => writeSandboxRecord(paths, record))
+      }
+
+      const prepared = yield* attempt("start", () =>
+        Cgroups.prepare(cgroups, record.sandboxId, { ramMb: record.ramMb, cpu: record.cpu, pidsMax: config.pidsMax, diskGb: record.diskGb })
+      )
+      const pid = yield* spawnSandbox(record, paths, prepared.procsFiles)
+      const started = yield* attempt("start", () => procStat(pid))
+      const runRecord = new RunRecord({
+        pid,
+        startTicks: started?.startTicks ?? 0,
+        startedAt: new Date().toISOString(),
+        limits: prepared.limits
+      })
+      // Written before the network so that a failure below still finds the process to kill.
+      yield* attempt("start", () => writeRunRecord(paths, runRecord))
+      yield* attachNetwork(pid, record.internalIp).pipe(
+        Effect.tapError(() => teardownRun(record, paths, runRecord).pipe(Effect.ignore))
+      )
+      host.running.set(record.sandboxId, { record, run: runRecord })
+      return infoOf(record, runRecord)
+    })
+
+  return { startRun, teardownRun }
+}
