@@ -71,11 +71,12 @@ export interface PoolStatus {
 
 /**
  * How many pool entries are made at once. Making one is CPU work (process starts, namespaces,
- * cgroup and veth writes: ~60 ms of it here): more makers than cores would only queue on the
- * CPU beside the creates being served, fewer leave a core idle while the pool is short. Never
- * more than the pool's size.
+ * cgroup and veth writes: ~60 ms of it here), so one core is left to the creates being served:
+ * on a 2-core host two makers kept the pool full but raised create → running p50 by ~5 ms
+ * (bench/sandboxes.ts, six alternating runs), so there it is one; bigger hosts refill side by
+ * side. Never more than the pool's size.
  */
-export const poolMakers = (poolSize: number) => Math.max(1, Math.min(poolSize, Os.availableParallelism()))
+export const poolMakers = (poolSize: number) => Math.max(1, Math.min(poolSize, Os.availableParallelism() - 1))
 
 export class Lifecycle extends Context.Service<Lifecycle, {
   apply(command: AgentCommand): Effect.Effect<AgentReport, JournalError>
