@@ -10,9 +10,10 @@
  * a slow endpoint holds only its own attempts.
  *
  * The ladder rides on JetStream redelivery with `nak(delay)` and no `backoff` (the two must not
- * be mixed on 2.9): attempt N is the job's N-th delivery (`deliveryCount`), a failed attempt naks
- * with the schedule's wait before the next, and `max_deliver` is 6. `ack_wait` is separate from
- * the ladder: it is how long a job held by a dispatcher that died stays invisible.
+ * be mixed on 2.9): a failed attempt naks with the schedule's wait before the next (attempts are
+ * numbered by the database, Dispatch.decideClaim), and `max_deliver` 6 stops a job no dispatcher
+ * lived to finish. `ack_wait` is separate from the ladder: it is how long a job held by a
+ * dispatcher that died stays invisible.
  */
 import { AckPolicy, type ConsumerConfig, DeliverPolicy } from "@nats-io/jetstream"
 import { BusError, Nats } from "@svc/bus/Nats"

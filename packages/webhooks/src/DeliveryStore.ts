@@ -79,8 +79,6 @@ export interface ClaimInput {
   readonly round: number
   /** The job message's stream sequence (Dispatch.ClaimJob). */
   readonly jobSeq: number
-  /** JetStream's delivery count: a lower bound of the attempt number. */
-  readonly deliveryCount: number
   /** The call already made on the fast path, to record as the attempt. */
   readonly made?: {
     readonly outcome: "succeeded" | "failed"
@@ -105,10 +103,8 @@ export type ClaimResult =
  * delivery's row lock (DispatchSql.test.ts checks the two agree case by case):
  * - skip an unknown delivery, one of another webhook, an older round, a finished delivery, or a
  *   second copy of the round's job (another stream sequence);
- * - number the attempt: one more than the round's highest row, or the delivery count if higher
- *   (not for a call already made);
- * - close a highest row still `pending` (its dispatcher died) as failed; add a failed row for
- *   attempt 1 when attempt N > 1 finds none (a fast-path first attempt whose dispatcher died);
+ * - number the attempt: one more than the round's highest row;
+ * - close a highest row still `pending` (its dispatcher died) as failed;
  * - before a call, a paused or deleted webhook (deleted wins): the row is written `dead_letter`
  *   with the reason, and the delivery with it, without a call;
  * - a job back after its sixth attempt's dispatcher died: no seventh; the sixth row and the
@@ -142,18 +138,16 @@ export const claimAttempts = Effect.fn("DeliveryStore.claimAttempts")(function*(
       -- JSON rather than parallel arrays: one typed record per claim.
       SELECT * FROM jsonb_to_recordset(${JSON.stringify(inputs.map((c, i) => ({
         attempt_id: attemptIds[i],
-        lost_id: makeId("attempt"),
         delivery_id: c.deliveryId,
         webhook_id: c.webhookId,
         round: c.round,
         job_seq: c.jobSeq,
-        delivery_count: c.deliveryCount,
         made: c.made?.outcome ?? null,
         response_code: c.made?.responseCode ?? null,
         error: c.made?.error ?? null,
         duration_ms: c.made?.durationMs ?? null
-      })))}::jsonb) AS t(attempt_id text, lost_id text, delivery_id text, webhook_id text, round int, job_seq bigint,
-                         delivery_count int, made text, response_code int, error text, duration_ms int)
+      })))}::jsonb) AS t(attempt_id text, delivery_id text, webhook_id text, round int, job_seq bigint,
+                         made text, response_code int, error text, duration_ms int)
     ), d AS (
       -- "= ANY(ids)" beside the join: index lookups whatever the planner guesses of the input.
       SELECT i.*, wd.event, wd.body, w.url, w.secret, last.attempt AS last_attempt, last.status AS last_status,
@@ -169,10 +163,7 @@ export const claimAttempts = Effect.fn("DeliveryStore.claimAttempts")(function*(
         AND wd.status IN ('pending', 'failed') AND (wd.job_seq IS NULL OR wd.job_seq = i.job_seq)
       FOR UPDATE OF wd
     ), numbered AS (
-      SELECT d.*,
-             CASE WHEN made IS NOT NULL THEN COALESCE(last_attempt, 0) + 1
-                  ELSE GREATEST(COALESCE(last_attempt, 0) + 1, delivery_count) END AS attempt
-      FROM d
+      SELECT d.*, COALESCE(last_attempt, 0) + 1 AS attempt FROM d
     ), decided AS (
       SELECT n.*, attempt > ${MAX_ATTEMPTS}::int AS exhausted,
              CASE WHEN made = 'succeeded' THEN 'succeeded'
@@ -185,11 +176,6 @@ export const claimAttempts = Effect.fn("DeliveryStore.claimAttempts")(function*(
              -- A call already made started duration_ms ago.
              now() - make_interval(secs => COALESCE(CASE WHEN made IS NOT NULL THEN n.duration_ms END, 0) / 1000.0) AS started_at
       FROM numbered n
-    ), lost_first AS (
-      INSERT INTO webhook_attempts (id, delivery_id, webhook_id, round, attempt, status, error, next_attempt_at, created_at)
-      SELECT lost_id, delivery_id, webhook_id, round, 1, 'failed', ${LOST_ATTEMPT_ERROR}, started_at, started_at - interval '1 millisecond'
-      FROM decided WHERE last_attempt IS NULL AND attempt > 1 AND NOT exhausted
-      ON CONFLICT (delivery_id, round, attempt) DO NOTHING
     ), prev AS (
       -- The highest row still pending: its dispatcher died. Dead when it was the sixth.
       UPDATE webhook_attempts a SET status = CASE WHEN decided.exhausted THEN 'dead_letter' ELSE 'failed' END,

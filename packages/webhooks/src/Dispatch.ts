@@ -3,9 +3,8 @@
  * received, and what an attempt's result moves the delivery to. No I/O here; the dispatcher
  * reads the rows, asks these functions, and writes what they say.
  *
- * Attempts are numbered by the database (the round's rows), with JetStream's delivery count as a
- * lower bound only; `max_deliver: 6` on the consumer still stops the ladder when no dispatcher
- * survives to say so.
+ * Attempts are numbered by the database (the round's rows), not by JetStream's delivery count;
+ * `max_deliver: 6` on the consumer still stops a job when no dispatcher survives to say so.
  */
 import type { AttemptResult } from "./Attempt.ts"
 import { afterFailedAttempt, MAX_ATTEMPTS, type RetrySchedule } from "./RetrySchedule.ts"
@@ -32,13 +31,6 @@ export interface ClaimJob {
   readonly round: number
   /** The job message's stream sequence. */
   readonly jobSeq: number
-  /**
-   * JetStream's delivery count: a lower bound of the attempt number, never the number itself.
-   * Server 2.9.10 was seen re-delivering a job with count 1 after the dispatcher that held it
-   * was killed; trusting the count made that redelivery look like a copy of the attempt
-   * already made, and the job was dropped.
-   */
-  readonly deliveryCount: number
   /** The call was already made (the first attempt's fast path): this records it. */
   readonly made: boolean
 }
@@ -54,7 +46,6 @@ export type ClaimDecision =
     readonly reason: "paused" | "deleted"
     readonly attempt: number
     readonly recoverPrevious: boolean
-    readonly lostFirstAttempt: boolean
   }
   /**
    * The sixth attempt's row is still pending (its dispatcher died) and the job came back once
@@ -62,16 +53,17 @@ export type ClaimDecision =
    */
   | { readonly _tag: "Exhausted" }
   /** Make attempt `attempt` now (or, when the job says `made`, record the call as that attempt). */
-  | { readonly _tag: "Attempt"; readonly attempt: number; readonly recoverPrevious: boolean; readonly lostFirstAttempt: boolean }
+  | { readonly _tag: "Attempt"; readonly attempt: number; readonly recoverPrevious: boolean }
 
 /**
- * The attempt number is the database's: one more than the round's highest row, or the delivery
- * count when that is higher (attempts whose dispatcher died before writing a row still count).
+ * The attempt number is the database's: one more than the round's highest row. JetStream's
+ * delivery count is not used: server 2.9.10 was seen re-delivering a killed dispatcher's job
+ * with count 1 (trusting it dropped the job as a copy of the attempt already made), and a job
+ * fetched but never called comes back with a higher count (trusting that would skip rungs of
+ * the ladder). A first attempt cut short by a crash leaves no row (fast path: its row is
+ * written with its result); one claimed before its call left a `pending` row.
  * `recoverPrevious`: the highest row is still `pending`, i.e. the dispatcher that made it died
  * before recording a result (the job came back after ack_wait): it is closed as failed.
- * `lostFirstAttempt`: attempt N > 1 finds no row at all in its round. A first attempt is made
- * before its row is written (`firstAttemptFastPath`), so its dispatcher died during it: a row
- * for attempt 1 is added, failed, so the list shows the attempt that was made.
  * A job whose sequence is not the one that carries the round is a second copy: skipped.
  */
 export const decideClaim = (job: ClaimJob, state: ClaimState): ClaimDecision => {
@@ -81,24 +73,23 @@ export const decideClaim = (job: ClaimJob, state: ClaimState): ClaimDecision => 
   if (job.round !== delivery.round) return { _tag: "Skip", reason: "stale_round" }
   if (delivery.status === "succeeded" || delivery.status === "dead_letter") return { _tag: "Skip", reason: "finished" }
   if (delivery.jobSeq !== null && delivery.jobSeq !== job.jobSeq) return { _tag: "Skip", reason: "duplicate" }
-  const next = (lastAttempt?.attempt ?? 0) + 1
-  const attempt = job.made ? next : Math.max(next, job.deliveryCount)
+  const attempt = (lastAttempt?.attempt ?? 0) + 1
   const recoverPrevious = lastAttempt !== null && lastAttempt.status === "pending"
-  const lostFirstAttempt = lastAttempt === null && attempt > 1
   if (attempt > MAX_ATTEMPTS) return { _tag: "Exhausted" }
   // A call already made is recorded whatever the webhook's state became meanwhile.
   if (!job.made) {
-    if (webhook.deleted) return { _tag: "Abandon", reason: "deleted", attempt, recoverPrevious, lostFirstAttempt }
-    if (!webhook.enabled) return { _tag: "Abandon", reason: "paused", attempt, recoverPrevious, lostFirstAttempt }
+    if (webhook.deleted) return { _tag: "Abandon", reason: "deleted", attempt, recoverPrevious }
+    if (!webhook.enabled) return { _tag: "Abandon", reason: "paused", attempt, recoverPrevious }
   }
-  return { _tag: "Attempt", attempt, recoverPrevious, lostFirstAttempt }
+  return { _tag: "Attempt", attempt, recoverPrevious }
 }
 
 /**
  * Whether a job's first attempt may be made before any statement, its row written afterwards
  * with its result (decideClaim with `made`): the job carries the event and body, JetStream says
- * it is the first delivery, and the webhook is live in this dispatcher's memory (refreshed at
- * every change of a webhook). Anything else is claimed first, under the delivery's row lock.
+ * it is the first delivery (a hint only: numbering is the rows'), and the webhook is live in
+ * this dispatcher's memory (refreshed at every change of a webhook). Anything else is claimed
+ * first, under the delivery's row lock.
  */
 export const firstAttemptFastPath = (
   job: { readonly deliveryCount: number; readonly carriesBody: boolean },
@@ -133,9 +124,9 @@ export const NOT_ATTEMPTED_LOST = "not attempted: the dispatcher stopped before 
  * or a last attempt left pending for too long: what to write.
  */
 export type LostJobDecision =
-  /** The sixth attempt row is pending: its dispatcher died during it. */
+  /** The highest attempt row is pending: its dispatcher died during it. */
   | { readonly _tag: "CloseLastAttempt" }
-  /** The sixth delivery never reached an attempt row: add one, dead. */
+  /** The job's last delivery never reached an attempt row: add the next one, dead. */
   | { readonly _tag: "AddDeadRow"; readonly attempt: number }
   | { readonly _tag: "Nothing" }
 
@@ -146,8 +137,6 @@ export const decideLostJob = (
   const { delivery, lastAttempt } = state
   if (delivery === null || delivery.round !== job.round) return { _tag: "Nothing" }
   if (delivery.status === "succeeded" || delivery.status === "dead_letter") return { _tag: "Nothing" }
-  if (lastAttempt !== null && lastAttempt.attempt >= job.deliveries) {
-    return lastAttempt.status === "pending" ? { _tag: "CloseLastAttempt" } : { _tag: "Nothing" }
-  }
-  return { _tag: "AddDeadRow", attempt: Math.min(job.deliveries, 6) }
+  if (lastAttempt !== null && lastAttempt.status === "pending") return { _tag: "CloseLastAttempt" }
+  return { _tag: "AddDeadRow", attempt: Math.min((lastAttempt?.attempt ?? 0) + 1, MAX_ATTEMPTS) }
 }

@@ -43,8 +43,10 @@ interface LiveWebhook {
   readonly enabled: boolean
 }
 
-/** Jobs a loop holds per call slot: the others wait for a slot with their statements done. */
-const HELD_PER_SLOT = 2
+/** Jobs a loop holds before or in their call, per call slot. */
+const HELD_PER_SLOT = 4
+/** Jobs a loop may have past their call (recording, acking) per call slot. */
+const SETTLING_PER_SLOT = 16
 /** How long a result waits for others to share its statement. */
 const RESULT_LINGER_MS = 2
 /** How long a pull request waits for jobs before it is renewed. */
@@ -162,7 +164,13 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
 
     // -- one job ---------------------------------------------------------------------------
 
-    const handle = (msg: JsMsg, webhookId: string, sending: Semaphore.Semaphore) =>
+    /** A pull loop's side of a job: its call slots, and what to tell it once the call is over. */
+    interface JobSlot {
+      readonly sending: Semaphore.Semaphore
+      readonly called: () => void
+    }
+
+    const handle = (msg: JsMsg, webhookId: string, slot: JobSlot) =>
       Effect.gen(function*() {
         const text = (() => {
           try {
@@ -179,16 +187,16 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
         }
         const job = decoded.value
         const deliveryCount = msg.info.deliveryCount
-        const base = { deliveryId: job.delivery_id, webhookId, round: job.round, jobSeq: msg.info.streamSequence, deliveryCount }
+        const base = { deliveryId: job.delivery_id, webhookId, round: job.round, jobSeq: msg.info.streamSequence }
         const webhook = webhooks.get(webhookId)
         const call = (data: Store.DeliveryData) => {
           const body = Buffer.from(data.body, "utf8")
-          return sending.withPermits(1)(sender.attempt({
+          return slot.sending.withPermits(1)(sender.attempt({
             url: data.url,
             body,
             headers: deliveryHeaders({ secret: data.secret, body, event: data.event, webhookId, deliveryId: job.delivery_id }),
             timeoutMs: settings.attemptTimeoutMs
-          }))
+          })).pipe(Effect.ensuring(Effect.sync(slot.called)))
         }
         const settle = (attempt: number, outcome: "succeeded" | "failed") => {
           const after = afterAttempt(settings.schedule, attempt, { outcome })
@@ -238,11 +246,15 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
         const consumer = yield* busCall(`consumer ${consumerName}`, () => nats.js.consumers.get(stream, consumerName))
         const running = yield* FiberSet.make()
         const freed = yield* Queue.sliding<void>(1)
-        // Calls in flight to this endpoint; jobs held beyond them wait for a slot with their
-        // claim or result statement done, so the statements never sit on the calls' path.
         const sending = Semaphore.makeUnsafe(settings.concurrency)
+        // Jobs before or in their call: at most `concurrency` calling and as many waiting for a
+        // slot (their claim done). A job past its call (recording, acking) no longer counts: the
+        // statements never hold the endpoint's slots. Settling jobs have a bound of their own,
+        // so a database that stops answering stops the calls too.
         const maxHeld = settings.concurrency * HELD_PER_SLOT
-        let inFlight = 0
+        const maxSettling = settings.concurrency * SETTLING_PER_SLOT
+        let beforeCall = 0
+        let settling = 0
         // Tell the server we are alive for every job we hold (one timer for the loop).
         const held = new Set<JsMsg>()
         yield* Effect.forkScoped(Effect.forever(Effect.andThen(
@@ -254,23 +266,35 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
         const chunk = Math.max(1, Math.ceil(maxHeld / 2))
         let backlog = false
         for (;;) {
-          while (inFlight >= maxHeld || (backlog && maxHeld - inFlight < chunk)) {
+          while (beforeCall >= maxHeld || settling >= maxSettling || (backlog && maxHeld - beforeCall < chunk)) {
             yield* Queue.take(freed)
           }
-          const wanted = maxHeld - inFlight
+          const wanted = maxHeld - beforeCall
           let received = 0
           yield* Effect.acquireUseRelease(
             busCall(`fetch ${consumerName}`, () => consumer.fetch({ max_messages: wanted, expires: FETCH_EXPIRES_MS })),
             (batch) =>
               Stream.fromAsyncIterable(batch, (cause) => new BusError({ operation: `fetch ${consumerName}`, message: String(cause) })).pipe(
                 Stream.runForEach((msg) => {
-                  inFlight++
+                  beforeCall++
                   received++
                   held.add(msg)
-                  return FiberSet.run(running, handle(msg, webhookId, sending).pipe(
+                  let called = false
+                  const slot: JobSlot = {
+                    sending,
+                    called: () => {
+                      if (called) return
+                      called = true
+                      beforeCall--
+                      settling++
+                      Queue.offerUnsafe(freed, undefined)
+                    }
+                  }
+                  return FiberSet.run(running, handle(msg, webhookId, slot).pipe(
                     Effect.ensuring(Effect.sync(() => {
                       held.delete(msg)
-                      inFlight--
+                      if (called) settling--
+                      else beforeCall--
                       Queue.offerUnsafe(freed, undefined)
                     }))
                   ))

@@ -28,7 +28,7 @@ interface Case {
   readonly webhook: WebhookState
   /** Attempt rows of the delivery's current round: [attempt, status]. */
   readonly rows: ReadonlyArray<readonly [number, AttemptStatus]>
-  readonly job: { readonly round: number; readonly jobSeq: number; readonly deliveryCount: number; readonly made: Made; readonly otherWebhook: boolean }
+  readonly job: { readonly round: number; readonly jobSeq: number; readonly made: Made; readonly otherWebhook: boolean }
 }
 
 const WAITS = [1_000, 2_000, 3_000, 4_000, 5_000]
@@ -45,27 +45,23 @@ for (const status of ["pending", "failed", "succeeded", "dead_letter"] as const)
       failed(3),
       [...failed(5), [6, "pending"]]
     ] as ReadonlyArray<ReadonlyArray<readonly [number, AttemptStatus]>>) {
-      for (const deliveryCount of [1, 2, 4]) {
-        for (const made of [null, "succeeded", "failed"] as const) {
-          // The fast path only ever records a first delivery.
-          if (made !== null && deliveryCount !== 1) continue
-          cases.push({
-            delivery: { status, round: 2, jobSeq: rows.length > 0 ? 7 : null },
-            webhook,
-            rows,
-            job: { round: 2, jobSeq: 7, deliveryCount, made, otherWebhook: false }
-          })
-        }
+      for (const made of [null, "succeeded", "failed"] as const) {
+        cases.push({
+          delivery: { status, round: 2, jobSeq: rows.length > 0 ? 7 : null },
+          webhook,
+          rows,
+          job: { round: 2, jobSeq: 7, made, otherWebhook: false }
+        })
       }
     }
     // A second copy of the round's job; a job of an older round; one under another webhook's subject.
-    cases.push({ delivery: { status, round: 2, jobSeq: 7 }, webhook, rows: [[1, "pending"]], job: { round: 2, jobSeq: 9, deliveryCount: 1, made: null, otherWebhook: false } })
-    cases.push({ delivery: { status, round: 2, jobSeq: 7 }, webhook, rows: [[1, "failed"]], job: { round: 2, jobSeq: 9, deliveryCount: 1, made: "succeeded", otherWebhook: false } })
-    cases.push({ delivery: { status, round: 2, jobSeq: null }, webhook, rows: [], job: { round: 1, jobSeq: 7, deliveryCount: 1, made: null, otherWebhook: false } })
-    cases.push({ delivery: { status, round: 2, jobSeq: null }, webhook, rows: [], job: { round: 2, jobSeq: 7, deliveryCount: 1, made: null, otherWebhook: true } })
+    cases.push({ delivery: { status, round: 2, jobSeq: 7 }, webhook, rows: [[1, "pending"]], job: { round: 2, jobSeq: 9, made: null, otherWebhook: false } })
+    cases.push({ delivery: { status, round: 2, jobSeq: 7 }, webhook, rows: [[1, "failed"]], job: { round: 2, jobSeq: 9, made: "succeeded", otherWebhook: false } })
+    cases.push({ delivery: { status, round: 2, jobSeq: null }, webhook, rows: [], job: { round: 1, jobSeq: 7, made: null, otherWebhook: false } })
+    cases.push({ delivery: { status, round: 2, jobSeq: null }, webhook, rows: [], job: { round: 2, jobSeq: 7, made: null, otherWebhook: true } })
   }
 }
-cases.push({ delivery: null, webhook: "live", rows: [], job: { round: 1, jobSeq: 7, deliveryCount: 1, made: null, otherWebhook: false } })
+cases.push({ delivery: null, webhook: "live", rows: [], job: { round: 1, jobSeq: 7, made: null, otherWebhook: false } })
 
 const expectedOf = (c: Case) => {
   const state: ClaimState = {
@@ -73,7 +69,7 @@ const expectedOf = (c: Case) => {
     webhook: { enabled: c.webhook === "live", deleted: c.webhook === "deleted" },
     lastAttempt: c.rows.length === 0 ? null : { attempt: c.rows.at(-1)![0], status: c.rows.at(-1)![1] }
   }
-  const job: ClaimJob = { round: c.job.round, jobSeq: c.job.jobSeq, deliveryCount: c.job.deliveryCount, made: c.job.made !== null }
+  const job: ClaimJob = { round: c.job.round, jobSeq: c.job.jobSeq, made: c.job.made !== null }
   // Another webhook's job is unknown to this webhook, whatever the rows say.
   return c.job.otherWebhook || c.delivery === null ? ({ _tag: "Skip" } as const) : decideClaim(job, state)
 }
@@ -111,7 +107,6 @@ describe("claimAttempts agrees with decideClaim", () => {
           webhookId: c.job.otherWebhook ? other : webhookId,
           round: c.job.round,
           jobSeq: c.job.jobSeq,
-          deliveryCount: c.job.deliveryCount,
           ...(c.job.made === null ? {} : {
             made: {
               outcome: c.job.made,
@@ -173,12 +168,6 @@ describe("claimAttempts agrees with decideClaim", () => {
             expect([label, mine?.next_attempt_at !== null]).toEqual([label, status === "failed"])
             expect([label, delivery?.status]).toEqual([label, status])
           }
-          // Attempt 1 recorded as lost when a later attempt finds no row at all.
-          const first = rows.find((r) => r.attempt === 1)
-          if (expected.lostFirstAttempt) {
-            seen.add("lost first")
-            expect([label, first?.status, first?.error]).toEqual([label, "failed", LOST_ATTEMPT_ERROR])
-          }
           // The highest row before this one: closed as lost when it was still pending, else as it was.
           const last = c.rows.at(-1)
           if (last !== undefined) {
@@ -191,7 +180,7 @@ describe("claimAttempts agrees with decideClaim", () => {
         }
         // The matrix covers every outcome.
         expect([...seen].sort()).toEqual([
-          "abandon deleted", "abandon paused", "attempt", "exhausted", "lost first", "recorded failed", "recorded succeeded", "recover", "skip"
+          "abandon deleted", "abandon paused", "attempt", "exhausted", "recorded failed", "recorded succeeded", "recover", "skip"
         ])
       }))
   })
