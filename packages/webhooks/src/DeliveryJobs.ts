@@ -127,8 +127,11 @@ export const ensureWebhookConsumer = Effect.fn("DeliveryJobs.ensureWebhookConsum
 
 const encoder = new TextEncoder()
 
-/** Publishes a job (direct, acknowledged by the stream, de-duplicated by its msg id). */
-export const publishJob = Effect.fn("DeliveryJobs.publishJob")(function*(webhookId: string, job: DeliveryJob) {
+/**
+ * Publishes a job (direct, acknowledged by the stream, de-duplicated by its msg id). Once per
+ * delivery, so untraced: the fan-out's batch (FanOut.processBatch) carries the span.
+ */
+export const publishJob = Effect.fnUntraced(function*(webhookId: string, job: DeliveryJob) {
   const nats = yield* Nats
   const subject = nats.subject(...jobSubject(webhookId, job.delivery_id))
   yield* nats.publishAcked(subject, encoder.encode(JSON.stringify(job)), { msgId: jobMsgId(job.delivery_id, job.round) })
