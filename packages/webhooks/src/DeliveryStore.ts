@@ -320,8 +320,8 @@ export const sweepLostLastAttempts = Effect.fn("DeliveryStore.sweepLostLastAttem
 })
 
 /**
- * Deletes up to `limit` finished deliveries (succeeded or dead_letter) last changed more than
- * `retentionDays` ago, with their attempts, then deleted webhooks older than that which no
+ * Deletes up to `limit` finished deliveries (succeeded or dead_letter) created and last changed
+ * more than `retentionDays` ago, with their attempts, then deleted webhooks older than that which no
  * delivery refers to any more. Rows another pruner holds are skipped. Returns the deliveries
  * deleted (call again while it returns `limit`).
  */
@@ -329,9 +329,12 @@ export const pruneFinished = Effect.fn("DeliveryStore.pruneFinished")(function*(
   const sql = yield* SqlClient.SqlClient
   const rows = yield* sql<{ id: string }>`
     WITH doomed AS (
+      -- Created before the period and finished since at least the period: a delivery still on
+      -- its ladder (at most 7 h 12 min, or a manual retry) is kept.
       SELECT id FROM webhook_deliveries
-      WHERE status IN ('succeeded', 'dead_letter') AND updated_at < now() - make_interval(days => ${retentionDays}::int)
-      ORDER BY updated_at LIMIT ${limit}::int
+      WHERE created_at < now() - make_interval(days => ${retentionDays}::int)
+        AND status IN ('succeeded', 'dead_letter') AND updated_at < now() - make_interval(days => ${retentionDays}::int)
+      ORDER BY created_at LIMIT ${limit}::int
       FOR UPDATE SKIP LOCKED
     ), attempts AS (
       DELETE FROM webhook_attempts WHERE delivery_id IN (SELECT id FROM doomed)

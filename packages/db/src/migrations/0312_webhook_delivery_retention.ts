@@ -2,11 +2,12 @@ import { Effect } from "effect"
 import { SqlClient } from "effect/sql"
 
 /**
- * Finished deliveries are pruned after the retention period (DeliveryStore.pruneFinished): the
- * oldest finished ones, found without scanning the live ones.
+ * Deliveries are pruned after the retention period (DeliveryStore.pruneFinished), oldest first.
+ * On `created_at`, which never changes: an index on `updated_at` or on the status would make
+ * every status change of a delivery write an index entry (no HOT update), once per attempt.
  */
 export default Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
-  yield* sql`CREATE INDEX webhook_deliveries_finished ON webhook_deliveries (updated_at) WHERE status IN ('succeeded', 'dead_letter')`
+  yield* sql`CREATE INDEX webhook_deliveries_created ON webhook_deliveries (created_at)`
   yield* sql`CREATE INDEX webhooks_deleted ON webhooks (deleted_at) WHERE deleted_at IS NOT NULL`
 })
