@@ -13,7 +13,7 @@
  * 3. Head-of-line: a healthy webhook's p99 at a steady rate, alone and while another webhook of
  *    the same org times out on every delivery (5 s deadline). Target: within 1.5 times.
  *
- *   node bench/webhooks.ts     (BENCH_RUNS=3 BENCH_SECONDS=6 BENCH_EVENTS=4000 by default;
+ *   node bench/webhooks.ts     (BENCH_RUNS=3 BENCH_SECONDS=6 BENCH_EVENTS=8000 by default;
  *                               BENCH_ONLY=latency|throughput for one part, BENCH_DIAG=1 for table scans)
  */
 import { Nats } from "../packages/bus/src/Nats.ts"
@@ -43,7 +43,7 @@ import { fmt, median, treeCpuByName, treeCpuMs } from "./lib/load.ts"
 
 const RUNS = Number(process.env.BENCH_RUNS ?? 3)
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 6)
-const THROUGHPUT_EVENTS = Number(process.env.BENCH_EVENTS ?? 4000)
+const THROUGHPUT_EVENTS = Number(process.env.BENCH_EVENTS ?? 8000)
 const RATE = 500
 const now = () => performance.timeOrigin + performance.now()
 
