@@ -3,23 +3,31 @@
  * number of processes; each pulls from every webhook's consumer (DeliveryJobs.ts).
  *
  * - Discovery: the live webhooks (Postgres) each get a durable consumer; each consumer gets a
- *   pull loop here. Creating or deleting a webhook notifies `svc_webhooks`, which rescans at
- *   once; a periodic rescan is the safety net. A deleted webhook's consumer is kept until its
- *   waiting jobs have come back (and been dead-lettered), then removed.
- * - Per webhook at most `concurrency` attempts in flight in this process: a loop fetches only as
- *   many jobs as it has free slots, so no job waits in a client buffer while its ack_wait runs,
- *   and a slow endpoint occupies only its own slots.
- * - One job: claim its attempt (DeliveryStore.claimAttempts: the rules of Dispatch.decideClaim in
- *   one statement under the delivery's row lock), which writes the attempt row BEFORE the call (so a dispatcher killed mid-attempt leaves a pending row
- *   that the job's next delivery closes), POST the stored bytes, record the result, then ack
- *   (success, dead letter) or nak with the ladder's wait (failure). While a job is held the
- *   dispatcher tells the server it is still working, so ack_wait never expires under a live one.
- * - The claims and results of concurrent jobs (all webhooks of the process) are batched: one
- *   statement each for many jobs (Batcher.ts), so the database cost per delivery falls as the
- *   rate rises; a job costs two statements at most.
- * - The sixth delivery never acked (its dispatcher died): the server publishes MAX_DELIVERIES;
- *   one dispatcher (queue group) closes the delivery as dead_letter and removes the job. A sweep
- *   covers advisories published while no dispatcher was listening.
+ *   pull loop here, and each webhook's url, state and opened secret are kept in memory.
+ *   Creating, updating or deleting a webhook notifies `svc_webhooks`, which rescans at once; a
+ *   periodic rescan is the safety net. A deleted webhook's consumer is kept until its waiting
+ *   jobs have come back (and been dead-lettered), then removed.
+ * - Per webhook at most `concurrency` calls in flight in this process, and as many jobs again
+ *   (times HELD_PER_SLOT) fetched and waiting for a slot; a job past its call (recording, acking)
+ *   no longer counts, so the statements never hold the endpoint's slots, and a slow endpoint
+ *   occupies only its own.
+ * - A first attempt (the job carries the event and body; Dispatch.firstAttemptFastPath) is made
+ *   at once: POST, then one statement numbers the attempt and writes its row with the result.
+ *   Any other job is claimed first (DeliveryStore.claimAttempts: the rules of
+ *   Dispatch.decideClaim under the delivery's row lock), which writes its row `pending` before
+ *   the call, then the result is written. Then ack (success, dead letter) or nak with the
+ *   ladder's wait. While a job is held the dispatcher tells the server it is still working, so
+ *   ack_wait never expires under a live one.
+ * - Attempts are numbered by the rows, never by JetStream's delivery count (Dispatch.ts says
+ *   why); a first call cut short by a crash leaves no row, a claimed one a `pending` row that the
+ *   next claim closes as lost.
+ * - Claims and results of concurrent jobs (all webhooks of the process) are batched: one
+ *   statement for many jobs (Batcher.ts; results linger 2 ms for company), and the acks of one
+ *   event-loop turn go out in one write.
+ * - A job whose last delivery was never acked (its dispatcher died): the server publishes
+ *   MAX_DELIVERIES; one dispatcher (queue group) closes the delivery as dead_letter and removes
+ *   the job. A sweep covers advisories published while no dispatcher was listening.
+ * - Finished deliveries older than SVC_WEBHOOK_RETENTION_DAYS are pruned by any dispatcher.
  */
 import * as PgClient from "@effect/sql-pg/PgClient"
 import type { ConsumerInfo, JsMsg } from "@nats-io/jetstream"
