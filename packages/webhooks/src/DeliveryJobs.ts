@@ -35,14 +35,21 @@ export const DELIVERY_STREAM: StreamSpec = {
 /**
  * A job: deliver `delivery_id` (its `round`-th manual retry generation). The fan-out's jobs also
  * carry the event name and the exact body, so that a first attempt needs no read before its
- * call (Dispatch.firstAttemptFastPath); jobs written by the API (test, retry) carry ids only and
- * the dispatcher reads the rest with its claim.
+ * call (Dispatch.firstAttemptFastPath), and the version of the webhook the event was matched
+ * against; jobs written by the API (test, retry) carry ids only and the dispatcher reads the
+ * rest with its claim.
  */
 export const DeliveryJob = Schema.Struct({
   delivery_id: DeliveryId,
   round: Schema.Int.check(Schema.isGreaterThanOrEqualTo(1)),
   event: Schema.optionalKey(Schema.String),
-  body: Schema.optionalKey(Schema.String)
+  body: Schema.optionalKey(Schema.String),
+  /**
+   * The webhook's version when the fan-out matched the event to it: its `updated_at` in
+   * microseconds (every create, update and delete sets it). A dispatcher whose copy of the
+   * webhook is older does not use it (Dispatch.firstAttemptFastPath).
+   */
+  webhook_version: Schema.optionalKey(Schema.Int)
 })
 export type DeliveryJob = typeof DeliveryJob.Type
 

@@ -88,13 +88,17 @@ export const decideClaim = (job: ClaimJob, state: ClaimState): ClaimDecision => 
  * Whether a job's first attempt may be made before any statement, its row written afterwards
  * with its result (decideClaim with `made`): the job carries the event and body, JetStream says
  * it is the first delivery (a hint only: numbering is the rows'), and the webhook is live in
- * this dispatcher's memory (refreshed at every change of a webhook). Anything else is claimed
- * first, under the delivery's row lock.
+ * this dispatcher's memory, in a copy at least as new as the one the fan-out matched the event to
+ * (so a url changed just before never gets the call). Anything else is claimed first, under the
+ * delivery's row lock.
  */
 export const firstAttemptFastPath = (
-  job: { readonly deliveryCount: number; readonly carriesBody: boolean },
-  webhook: { readonly enabled: boolean } | undefined
-): boolean => job.deliveryCount === 1 && job.carriesBody && webhook !== undefined && webhook.enabled
+  job: { readonly deliveryCount: number; readonly carriesBody: boolean; readonly webhookVersion: number | undefined },
+  webhook: { readonly enabled: boolean; readonly version: number } | undefined
+): boolean =>
+  job.deliveryCount === 1 && job.carriesBody && webhook !== undefined && webhook.enabled &&
+  // The dispatcher's copy of the webhook is at least as new as the one the event was matched to.
+  job.webhookVersion !== undefined && webhook.version >= job.webhookVersion
 
 export type AttemptOutcome =
   | { readonly _tag: "Succeeded" }

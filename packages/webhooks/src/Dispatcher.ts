@@ -49,6 +49,8 @@ interface LiveWebhook {
   readonly sealed: string
   readonly secret: string
   readonly enabled: boolean
+  /** `updated_at` in microseconds, as jobs carry it (DeliveryJob.webhook_version). */
+  readonly version: number
 }
 
 /** Jobs a loop holds before or in their call, per call slot. */
@@ -212,7 +214,8 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
           else acks.ack(msg)
         }
 
-        if (job.event !== undefined && job.body !== undefined && firstAttemptFastPath({ deliveryCount, carriesBody: true }, webhook)) {
+        const fast = firstAttemptFastPath({ deliveryCount, carriesBody: job.event !== undefined && job.body !== undefined, webhookVersion: job.webhook_version }, webhook)
+        if (fast && job.event !== undefined && job.body !== undefined) {
           // The call first, then one statement numbers and records it.
           const result = yield* call({ webhookId, url: webhook!.url, secret: webhook!.secret, event: job.event, body: job.body })
           const recorded = yield* recordMade({ ...base, made: result })
@@ -331,8 +334,9 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
 
     const discoverOnce = Effect.gen(function*() {
       const consumers = yield* listConsumers
-      const rows = yield* sql<{ id: string; url: string; secret: string; enabled: boolean }>`
-        SELECT id, url, secret, enabled FROM webhooks WHERE deleted_at IS NULL`
+      const rows = yield* sql<{ id: string; url: string; secret: string; enabled: boolean; version: bigint }>`
+        SELECT id, url, secret, enabled, (extract(epoch FROM updated_at) * 1000000)::bigint AS version
+        FROM webhooks WHERE deleted_at IS NULL`
       const previous = webhooks
       const next = new Map<string, LiveWebhook>()
       for (const r of rows) {
@@ -340,8 +344,9 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
         // Opened once per stored value; one that does not open stays out, so its jobs take the
         // claim path, which reports it.
         const secret = before?.sealed === r.secret ? before.secret : yield* Effect.option(box.open(r.secret, r.id))
-        if (typeof secret === "string") next.set(r.id, { url: r.url, sealed: r.secret, secret, enabled: r.enabled })
-        else if (secret._tag === "Some") next.set(r.id, { url: r.url, sealed: r.secret, secret: secret.value, enabled: r.enabled })
+        const version = Number(r.version)
+        if (typeof secret === "string") next.set(r.id, { url: r.url, sealed: r.secret, secret, enabled: r.enabled, version })
+        else if (secret._tag === "Some") next.set(r.id, { url: r.url, sealed: r.secret, secret: secret.value, enabled: r.enabled, version })
       }
       webhooks = next
       const live = new Set(rows.map((r) => r.id))

@@ -117,23 +117,34 @@ export class FanOut extends Context.Service<FanOut, {
       // One statement: match each event to its org's enabled webhooks (exact name or `*`, the
       // rule of Events.matchesFilter) and write the deliveries. A row that exists already (the
       // event was seen before) is returned too, so its job goes out again.
-      const rows = yield* sql<{ id: string; webhook_id: string; round: number; event_msg_id: string }>`
+      const rows = yield* sql<{ id: string; webhook_id: string; round: number; event_msg_id: string; webhook_version: string }>`
         WITH e AS (
           SELECT * FROM unnest(${unique.map((e) => e.orgId)}::text[], ${unique.map((e) => e.event)}::text[],
                                ${unique.map((e) => e.msgId)}::text[], ${unique.map((e) => e.body)}::text[])
             AS t(org_id, event, event_msg_id, body)
+        ), ins AS (
+          INSERT INTO webhook_deliveries (id, webhook_id, org_id, event, event_msg_id, body, status)
+          SELECT svc_webhook_delivery_id(), w.id, e.org_id, e.event, e.event_msg_id, e.body, 'pending'
+          FROM e JOIN webhooks w ON w.org_id = e.org_id
+          WHERE w.org_id = ANY(${orgs}::text[]) AND w.deleted_at IS NULL AND w.enabled AND w.events && ARRAY['*', e.event]
+          ON CONFLICT (webhook_id, event_msg_id) DO UPDATE SET round = webhook_deliveries.round
+          RETURNING id, webhook_id, round, event_msg_id
         )
-        INSERT INTO webhook_deliveries (id, webhook_id, org_id, event, event_msg_id, body, status)
-        SELECT svc_webhook_delivery_id(), w.id, e.org_id, e.event, e.event_msg_id, e.body, 'pending'
-        FROM e JOIN webhooks w ON w.org_id = e.org_id
-        WHERE w.org_id = ANY(${orgs}::text[]) AND w.deleted_at IS NULL AND w.enabled AND w.events && ARRAY['*', e.event]
-        ON CONFLICT (webhook_id, event_msg_id) DO UPDATE SET round = webhook_deliveries.round
-        RETURNING id, webhook_id, round, event_msg_id`
-      // The job carries the event and its exact bytes: the first attempt needs no read.
+        -- The webhook as this statement saw it (the same snapshot as the match).
+        SELECT ins.*, (extract(epoch FROM w.updated_at) * 1000000)::bigint AS webhook_version
+        FROM ins JOIN webhooks w ON w.id = ins.webhook_id`
+      // The job carries the event and its exact bytes, and the version of the webhook it was
+      // matched against: the first attempt needs no read (Dispatch.firstAttemptFastPath).
       const byMsgId = new Map(unique.map((e) => [e.msgId, e]))
       yield* Effect.forEach(rows, (row) => {
         const event = byMsgId.get(row.event_msg_id)!
-        return publishJob(row.webhook_id, { delivery_id: row.id as never, round: row.round, event: event.event, body: event.body })
+        return publishJob(row.webhook_id, {
+          delivery_id: row.id as never,
+          round: row.round,
+          event: event.event,
+          body: event.body,
+          webhook_version: Number(row.webhook_version)
+        })
       }, {
         concurrency: 64,
         discard: true

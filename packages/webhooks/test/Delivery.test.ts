@@ -239,6 +239,35 @@ describe("webhook delivery", () => {
         expect(rx.received).toHaveLength(5)
       }).pipe(Effect.scoped))
 
+    it.effect("a url changed just before an event, even with its notification lost: the delivery goes to the new url", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const webhooks = yield* Webhooks
+        const orgId = makeOrgId()
+        const receivers = [yield* receiver(() => ({ status: 204 })), yield* receiver(() => ({ status: 204 }))]
+        const hook = yield* createHook(orgId, receivers[0]!.url)
+        const emit = (n: number) => sql.withTransaction(Outbox.appendEvent({ orgId, event: "org.usage_alert", data: { spend_micros: n, alert_micros: 1 } }))
+        // The dispatcher has seen the webhook at its first url.
+        yield* emit(0)
+        yield* Effect.promise(() => receivers[0]!.waitFor(1))
+        // Each round: change the url, emit at once; the event must reach the url just set. Odd
+        // rounds change it behind the API's back, without the notification that refreshes the
+        // dispatchers' copies (as when their LISTEN connection is reconnecting): the job's
+        // webhook version, newer than the dispatcher's copy, sends it to read the row afresh.
+        for (let round = 1; round <= 6; round++) {
+          const target = receivers[round % 2]!
+          const before = target.received.length
+          if (round % 2 === 1) yield* sql`UPDATE webhooks SET url = ${target.url}, updated_at = now() WHERE id = ${hook.id}`
+          else yield* webhooks.update(orgId, hook.id, { url: target.url })
+          yield* emit(round)
+          yield* Effect.promise(() => target.waitFor(before + 1))
+        }
+        yield* Effect.sleep(300)
+        const spends = (i: number) => receivers[i]!.received.map((r) => JSON.parse(r.body.toString()).data.spend_micros).sort()
+        expect(spends(0)).toEqual([0, 2, 4, 6])
+        expect(spends(1)).toEqual([1, 3, 5])
+      }).pipe(Effect.scoped))
+
     it.effect("the secret column holds the secret sealed, never in plain text; deliveries are still signed with the secret", () =>
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient

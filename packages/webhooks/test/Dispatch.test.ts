@@ -61,12 +61,18 @@ describe("decideClaim", () => {
 })
 
 describe("firstAttemptFastPath", () => {
-  it("only a first delivery whose job carries the body, of a webhook known to be live", () => {
-    expect(firstAttemptFastPath({ deliveryCount: 1, carriesBody: true }, { enabled: true })).toBe(true)
-    expect(firstAttemptFastPath({ deliveryCount: 2, carriesBody: true }, { enabled: true })).toBe(false)
-    expect(firstAttemptFastPath({ deliveryCount: 1, carriesBody: false }, { enabled: true })).toBe(false)
-    expect(firstAttemptFastPath({ deliveryCount: 1, carriesBody: true }, { enabled: false })).toBe(false)
-    expect(firstAttemptFastPath({ deliveryCount: 1, carriesBody: true }, undefined)).toBe(false)
+  it("only a first delivery whose job carries the body, of a webhook known live in a copy at least as new as the job's", () => {
+    const first = { deliveryCount: 1, carriesBody: true, webhookVersion: 100 }
+    const live = { enabled: true, version: 100 }
+    expect(firstAttemptFastPath(first, live)).toBe(true)
+    expect(firstAttemptFastPath(first, { enabled: true, version: 101 })).toBe(true)
+    // The webhook changed after this dispatcher read it (a new url, say): read it afresh.
+    expect(firstAttemptFastPath(first, { enabled: true, version: 99 })).toBe(false)
+    expect(firstAttemptFastPath({ ...first, webhookVersion: undefined }, live)).toBe(false)
+    expect(firstAttemptFastPath({ ...first, deliveryCount: 2 }, live)).toBe(false)
+    expect(firstAttemptFastPath({ ...first, carriesBody: false }, live)).toBe(false)
+    expect(firstAttemptFastPath(first, { enabled: false, version: 100 })).toBe(false)
+    expect(firstAttemptFastPath(first, undefined)).toBe(false)
   })
 })
 
