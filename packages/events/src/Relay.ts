@@ -72,13 +72,16 @@ export class OutboxRelay extends Context.Service<OutboxRelay, {
     const publishRow = (row: { id: string; subject: string; payload: string }) =>
       nats.publishAcked(nats.subject(row.subject), encoder.encode(row.payload), { msgId: row.id, timeoutMs: publishTimeout })
 
-    /** One batch: the number of rows published, or "busy" when another relay holds the lock. */
+    /**
+     * One batch: the number of rows published. The lock and the read are one statement (the
+     * lock is taken once, before the rows are read): no rows when another relay holds the lock,
+     * and that relay publishes them.
+     */
     const runBatch = sql.withTransaction(Effect.gen(function*() {
-      const [lock] = yield* sql<{ locked: boolean }>`SELECT pg_try_advisory_xact_lock(${RELAY_LOCK_KEY}) AS locked`
-      if (!lock?.locked) return "busy" as const
       const rows = yield* sql<{ id: string; subject: string; payload: string }>`
+        WITH lock AS MATERIALIZED (SELECT pg_try_advisory_xact_lock(${RELAY_LOCK_KEY}) AS locked)
         SELECT id, subject, payload::text AS payload
-        FROM outbox WHERE sent_at IS NULL ORDER BY seq LIMIT ${batchSize}`
+        FROM outbox WHERE (SELECT locked FROM lock) AND sent_at IS NULL ORDER BY seq LIMIT ${batchSize}`
       if (rows.length === 0) return 0
       for (const row of rows) yield* publishRow(row)
       if (options.afterPublish) yield* options.afterPublish(rows.map(({ id, subject }) => ({ id, subject })))
