@@ -6,7 +6,7 @@
  */
 import * as dns from "node:dns"
 import * as net from "node:net"
-import { Config, Context, Duration, Effect, Layer, Result, Schema, SchemaIssue, SchemaTransformation } from "effect"
+import { Clock, Config, Context, Duration, Effect, Layer, Result, Schema, SchemaIssue, SchemaTransformation } from "effect"
 
 // ---------------------------------------------------------------------------------------------
 // Errors
@@ -351,12 +351,23 @@ export interface ConnectTarget {
 
 export interface WebhookAddressGuardOptions {
   readonly allowedSubnets: ReadonlyArray<Subnet>
+  /**
+   * How long `connectTarget` reuses a URL's checked answer (default 5 s; 0: never). An attempt
+   * still connects only to addresses that were checked; a DNS change is seen this much later.
+   */
+  readonly targetCacheMs?: number
 }
+
+/** `connectTarget`'s cache: entries beyond this many start it afresh. */
+const TARGET_CACHE_MAX = 10_000
 
 export class WebhookAddressGuard extends Context.Service<WebhookAddressGuard, {
   /** For create/update: is this URL a valid, public webhook target right now? */
   readonly checkUrl: (url: string) => Effect.Effect<CheckedUrl, InvalidWebhookUrl>
-  /** For every attempt: resolve once, check all, and say where to connect. */
+  /**
+   * For every attempt: resolve once, check all, and say where to connect. A URL's answer is
+   * reused for `targetCacheMs` (checked addresses only: no rebinding in between).
+   */
   readonly connectTarget: (url: string) => Effect.Effect<ConnectTarget, InvalidWebhookUrl>
 }>()("@svc/webhooks/AddressGuard/WebhookAddressGuard") {
   static readonly make = Effect.fnUntraced(function*(options: WebhookAddressGuardOptions) {
@@ -393,8 +404,24 @@ export class WebhookAddressGuard extends Context.Service<WebhookAddressGuard, {
     })
 
     // Once per attempt: untraced (a span and a stack capture per call were ~3 % of a delivery);
-    // the attempt's batch statements carry the spans.
-    const connectTarget = Effect.fnUntraced(function*(url: string) {
+    // the attempt's batch statements carry the spans. A burst of deliveries to one endpoint
+    // parses and resolves its url once per `targetCacheMs`.
+    const targetCacheMs = options.targetCacheMs ?? 5_000
+    const targets = new Map<string, { readonly target: ConnectTarget; readonly until: number }>()
+    const connectTarget = (url: string): Effect.Effect<ConnectTarget, InvalidWebhookUrl> =>
+      Clock.clockWith((clock) => {
+        const now = clock.currentTimeMillisUnsafe()
+        const cached = targets.get(url)
+        if (cached !== undefined && cached.until > now) return Effect.succeed(cached.target)
+        return Effect.tap(resolveTarget(url), (target) =>
+          Effect.sync(() => {
+            if (targetCacheMs <= 0) return
+            if (targets.size >= TARGET_CACHE_MAX) targets.clear()
+            targets.set(url, { target, until: now + targetCacheMs })
+          }))
+      })
+
+    const resolveTarget = Effect.fnUntraced(function*(url: string) {
       const parsed = yield* parse(url)
       const resolved = yield* resolveChecked(parsed)
       const parts = new URL(parsed.href)

@@ -11,6 +11,7 @@ import {
   WebhookResolver
 } from "@svc/webhooks/AddressGuard"
 import { ConfigProvider, Effect, Exit, Layer, Result } from "effect"
+import { TestClock } from "effect/testing"
 
 /** A resolver answering from a table; unknown names fail like NXDOMAIN. Counts lookups. */
 const tableResolver = (table: Record<string, ReadonlyArray<string>>, calls: Array<string> = []) =>
@@ -267,6 +268,40 @@ describe("WebhookAddressGuard.checkUrl (no allowed subnets)", () => {
           .toBe("non_public_address")
       }))
   })
+})
+
+describe("connectTarget's short cache", () => {
+  it.effect("reuses a checked answer for targetCacheMs, never an unchecked one; checkUrl always resolves afresh", () =>
+    Effect.gen(function*() {
+      // A name that answers public, then (rebinding) private.
+      const table: Record<string, ReadonlyArray<string>> = { "rebind.example": ["93.184.215.14"] }
+      const calls: Array<string> = []
+      const guard = yield* WebhookAddressGuard.make({ allowedSubnets: [], targetCacheMs: 200 }).pipe(
+        Effect.provide(tableResolver(table, calls))
+      )
+      const first = yield* guard.connectTarget("http://rebind.example/in")
+      table["rebind.example"] = ["10.0.0.5"]
+      // Within the period: the answer checked before, no second lookup.
+      const again = yield* guard.connectTarget("http://rebind.example/in")
+      expect([first.address, again.address, calls.length]).toEqual(["93.184.215.14", "93.184.215.14", 1])
+      // Create and update always ask DNS and check what it says now.
+      expect((yield* Effect.flip(guard.checkUrl("http://rebind.example/in"))).reason).toBe("non_public_address")
+      expect(calls.length).toBe(2)
+      // After it: resolved and checked again, and refused.
+      yield* TestClock.adjust("250 millis")
+      expect((yield* Effect.flip(guard.connectTarget("http://rebind.example/in"))).reason).toBe("non_public_address")
+      // A refusal is not kept: once the name is public again, the next attempt may connect.
+      table["rebind.example"] = ["93.184.215.15"]
+      expect((yield* guard.connectTarget("http://rebind.example/in")).address).toBe("93.184.215.15")
+      expect(calls.length).toBe(4)
+      // Without a cache, every attempt resolves.
+      const uncached = yield* WebhookAddressGuard.make({ allowedSubnets: [], targetCacheMs: 0 }).pipe(
+        Effect.provide(tableResolver(table, calls))
+      )
+      yield* uncached.connectTarget("http://rebind.example/in")
+      yield* uncached.connectTarget("http://rebind.example/in")
+      expect(calls.length).toBe(6)
+    }))
 })
 
 describe("WebhookAddressGuard with SVC_WEBHOOK_ALLOWED_SUBNETS=127.0.0.0/8", () => {
