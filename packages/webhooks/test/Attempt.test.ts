@@ -140,8 +140,10 @@ const scriptedResolver = Layer.succeed(WebhookResolver)(WebhookResolver.of({
     })
 }))
 
+// No reuse of checked answers here (AddressGuard.test.ts tests that cache): each attempt asks DNS.
 const guard = WebhookAddressGuard.layerWith({
-  allowedSubnets: [{ address: "127.0.0.0", prefix: 8, family: "ipv4" }]
+  allowedSubnets: [{ address: "127.0.0.0", prefix: 8, family: "ipv4" }],
+  targetCacheMs: 0
 }).pipe(Layer.provide(scriptedResolver))
 
 const body = (text: string) => new TextEncoder().encode(text)
