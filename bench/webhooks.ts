@@ -4,17 +4,20 @@
  * events through the outbox, one transaction each, and runs the outbox relay), and a receiver
  * process answers the deliveries. The raw baseline posts from this process to the same receiver.
  *
- * 1. Throughput: events published to EVENTS (by the producer process) for one webhook → deliveries/s at the receiver,
- *    against a raw keep-alive POST loop from this process to the same receiver with the same
- *    number of requests in flight as the dispatcher allows one webhook (and one at a time).
- *    Target: at least 0.5 of raw.
+ * 1. Throughput: events published to EVENTS (by the producer process) for one webhook →
+ *    deliveries/s at the receiver, against a raw keep-alive POST loop from this process to the
+ *    same receiver: one at a time (the target's baseline) and with as many requests in flight as
+ *    the dispatcher allows one webhook. Target: at least 0.5 of raw.
  * 2. Latency: events committed through the outbox at a steady 500/s, each in its own
  *    transaction; committed → delivered p50 and p99. Targets < 10 ms and < 50 ms.
  * 3. Head-of-line: a healthy webhook's p99 at a steady rate, alone and while another webhook of
  *    the same org times out on every delivery (5 s deadline). Target: within 1.5 times.
  *
  *   node bench/webhooks.ts     (BENCH_RUNS=3 BENCH_SECONDS=6 BENCH_EVENTS=8000 by default;
- *                               BENCH_ONLY=latency|throughput for one part, BENCH_DIAG=1 for table scans)
+ *                               BENCH_ONLY=latency|throughput for one part, BENCH_DIAG=1 for table
+ *                               scans and attempt durations, BENCH_CPU=1 for CPU ms per delivery
+ *                               by process and the fan-out's pace, BENCH_CONCURRENCY and
+ *                               BENCH_FANOUT_BATCH to try other settings)
  */
 import { Nats } from "../packages/bus/src/Nats.ts"
 import { makeOrgId } from "../packages/domain/src/Ids.ts"
