@@ -7,17 +7,22 @@
  * transactions follow commit order, which may differ from `seq` order (a sequence value is drawn
  * before its transaction commits).
  *
- * - Exactly once in the stream: rows are marked sent in the same transaction that selected them,
- *   after their publishes were acknowledged. A relay that dies in between leaves them unsent; the
- *   next run republishes them with the same msgID and the stream drops the duplicates (within
- *   its duplicate window, 10 min for EVENTS).
- * - Several relays: each batch runs under a transaction-scoped advisory lock, so one relay
- *   publishes at a time and order holds (SKIP LOCKED would let two relays publish disjoint
- *   batches concurrently and interleave them). A relay that finds the lock taken waits.
+ * - Several relays: one leads, holding a session advisory lock on a connection of its own; the
+ *   others wait for it (trying again at every wake-up), so one relay publishes at a time and
+ *   order holds (SKIP LOCKED would let two relays publish disjoint batches concurrently and
+ *   interleave them). If the leader's connection dies, Postgres drops the lock and another leads.
+ * - One statement per batch: it marks the batch published before as sent and reads the next, so
+ *   a batch costs one round trip to Postgres (two when it is the last: the mark finds nothing
+ *   new). No transaction is held while publishing.
+ * - Exactly once in the stream: rows are marked sent only after their publishes were
+ *   acknowledged. A leader that dies in between leaves them unsent; the next leader republishes
+ *   them with the same msgID and the stream drops the duplicates (within its duplicate window,
+ *   10 min for EVENTS).
  * - Latency: `Outbox.append` issues `pg_notify` in the writing transaction; the relay LISTENs and
  *   wakes at commit. A poll (`pollInterval`) covers notifications missed while reconnecting.
- * - Failures (NATS or Postgres down) roll the batch back and retry with capped exponential
- *   backoff; the fiber never ends on its own.
+ * - Failures: a publish that fails (NATS down) leaves the batch unsent and is retried with capped
+ *   exponential backoff; a statement that fails (Postgres down) ends the leadership, and the
+ *   relay starts over after a backoff. The fiber never ends on its own.
  * - Publishes within a batch are sequential: a failed publish stops the batch, so the stream
  *   never holds a later row before an earlier one.
  */
@@ -39,13 +44,13 @@ export interface RelayOptions {
   /** Longest wait between retries after a failure (default 5 s). */
   readonly maxBackoff?: Duration.Input
   /**
-   * Test hook, run after a batch is published and before it is marked sent (inside the
-   * batch's transaction). Lets a test kill the relay at the worst moment.
+   * Test hook, run after a batch is published and before it is marked sent. Lets a test kill
+   * the relay at the worst moment.
    */
   readonly afterPublish?: (rows: ReadonlyArray<OutboxRow>) => Effect.Effect<void>
 }
 
-// Any fixed 64-bit key: the relays' leader lock for one batch.
+// Any fixed 64-bit key: the relays' leader lock.
 const RELAY_LOCK_KEY = 0x5356_0b0c
 
 const encoder = new TextEncoder()
@@ -72,39 +77,69 @@ export class OutboxRelay extends Context.Service<OutboxRelay, {
     const publishRow = (row: { id: string; subject: string; payload: string }) =>
       nats.publishAcked(nats.subject(row.subject), encoder.encode(row.payload), { msgId: row.id, timeoutMs: publishTimeout })
 
+    const waitForWork = Effect.timeoutOption(Queue.take(wakeups), pollInterval)
+    const backoff = (failures: number) => Duration.millis(Math.min(maxBackoffMs, 50 * 2 ** Math.min(failures, 10)))
+
     /**
-     * One batch: the number of rows published. The lock and the read are one statement (the
-     * lock is taken once, before the rows are read): no rows when another relay holds the lock,
-     * and that relay publishes them.
+     * Leads while its connection lives: takes the session lock on a connection of its own
+     * (waiting while another relay leads), then per batch ONE statement marks the batch published
+     * before and reads the next (`sent` is excluded from the read: the statement's snapshot
+     * still sees it unsent). A small batch is thus marked by the statement that finds nothing
+     * new. Statements run on that connection (provided as the client's transaction connection,
+     * without a transaction): if it dies, Postgres drops the lock, this fails, and the relay
+     * starts over, as a follower.
      */
-    const runBatch = sql.withTransaction(Effect.gen(function*() {
-      const rows = yield* sql<{ id: string; subject: string; payload: string }>`
-        WITH lock AS MATERIALIZED (SELECT pg_try_advisory_xact_lock(${RELAY_LOCK_KEY}) AS locked)
-        SELECT id, subject, payload::text AS payload
-        FROM outbox WHERE (SELECT locked FROM lock) AND sent_at IS NULL ORDER BY seq LIMIT ${batchSize}`
-      if (rows.length === 0) return 0
-      for (const row of rows) yield* publishRow(row)
-      if (options.afterPublish) yield* options.afterPublish(rows.map(({ id, subject }) => ({ id, subject })))
-      const ids = rows.map((r) => r.id)
-      yield* sql`UPDATE outbox SET sent_at = now() WHERE id = ANY(${ids}::text[])`
-      return rows.length
+    const lead = Effect.scoped(Effect.gen(function*() {
+      const conn = yield* sql.reserve
+      const onLeaderConnection = Effect.provideService(sql.transactionService, [conn, 0] as const)
+      for (;;) {
+        const [lock] = yield* onLeaderConnection(sql<{ locked: boolean }>`SELECT pg_try_advisory_lock(${RELAY_LOCK_KEY}) AS locked`)
+        if (lock?.locked) break
+        yield* waitForWork
+      }
+      // A pooled connection keeps a session lock: give it back before the connection.
+      yield* Effect.addFinalizer(() => onLeaderConnection(sql`SELECT pg_advisory_unlock(${RELAY_LOCK_KEY})`).pipe(Effect.ignore))
+      let sent: ReadonlyArray<string> = []
+      let failures = 0
+      for (;;) {
+        const rows = yield* onLeaderConnection(sql<{ id: string; subject: string; payload: string }>`
+          WITH sent AS (UPDATE outbox SET sent_at = now() WHERE id = ANY(${sent}::text[]))
+          SELECT id, subject, payload::text AS payload FROM outbox
+          WHERE sent_at IS NULL AND NOT (id = ANY(${sent}::text[]))
+          ORDER BY seq LIMIT ${batchSize}`)
+        sent = []
+        if (rows.length === 0) {
+          yield* waitForWork
+          continue
+        }
+        // In order, one at a time: a failed publish stops the batch, so the stream never holds a
+        // later row before an earlier one. The batch stays unsent and is read again.
+        const published = yield* Effect.result(Effect.forEach(rows, publishRow, { discard: true }))
+        if (published._tag === "Failure") {
+          failures++
+          yield* Effect.logWarning("outbox relay: publish failed, retrying", { attempt: failures, error: String(published.failure) })
+          yield* Effect.sleep(backoff(failures))
+          continue
+        }
+        failures = 0
+        if (options.afterPublish) yield* options.afterPublish(rows.map(({ id, subject }) => ({ id, subject })))
+        sent = rows.map((r) => r.id)
+      }
     }))
 
     const relayLoop = Effect.gen(function*() {
       let failures = 0
       for (;;) {
-        const result = yield* Effect.result(runBatch)
-        if (result._tag === "Failure") {
-          failures++
-          const delay = Math.min(maxBackoffMs, 50 * 2 ** Math.min(failures, 10))
-          yield* Effect.logWarning("outbox relay: batch failed, retrying", { attempt: failures, delayMs: delay, error: String(result.failure) })
-          yield* Effect.sleep(Duration.millis(delay))
-          continue
-        }
-        failures = 0
-        // A full batch means more rows may be waiting: go on at once.
-        if (result.success === batchSize) continue
-        yield* Effect.timeoutOption(Queue.take(wakeups), pollInterval)
+        const result = yield* Effect.result(lead)
+        // `lead` returns only by failing: its connection or a statement failed.
+        failures++
+        const delay = backoff(failures)
+        yield* Effect.logWarning("outbox relay: leader connection lost, starting over", {
+          attempt: failures,
+          delayMs: Duration.toMillis(delay),
+          error: result._tag === "Failure" ? String(result.failure) : "stopped"
+        })
+        yield* Effect.sleep(delay)
       }
     })
 
