@@ -124,6 +124,33 @@ describe("OutboxRelay", () => {
       })))
   })
 
+  layer(env, { excludeTestServices: true })((it) => {
+    it.effect("the leader's connection killed: another relay leads and nothing is lost, duplicated or reordered", () =>
+      Effect.scoped(Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const stream = yield* Streams.ensure()
+        for (let i = 0; i < 2; i++) yield* startRelay({ pollInterval: Duration.millis(50), maxBackoff: Duration.millis(100) })
+        yield* appendEvents(5)
+        yield* eventually(pending, (n) => n === 0)
+        // The leader holds the relays' session lock: kill its backend, as a lost connection would.
+        const leaderBackends = () =>
+          sql<{ pid: number }>`SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`
+        const [leader] = yield* leaderBackends()
+        expect(leader).toBeDefined()
+        yield* sql`SELECT pg_terminate_backend(${leader!.pid})`
+        yield* appendEvents(5, 5)
+        yield* eventually(pending, (n) => n === 0)
+        // A new leader, on another backend.
+        const [next] = yield* eventually(leaderBackends(), (rows) => rows.length === 1)
+        expect(next!.pid).not.toBe(leader!.pid)
+        yield* appendEvents(5, 10)
+        yield* eventually(pending, (n) => n === 0)
+        const messages = yield* eventually(readStream(stream), (ms) => ms.length >= 15)
+        expect(messages.map((m) => m.msgId)).toEqual(yield* outboxIds)
+        expect(envelopesOf(messages).map((e) => e.data.i)).toEqual(Array.from({ length: 15 }, (_, i) => i))
+      })))
+  })
+
   layer(TestDatabase.layer, { excludeTestServices: true })((it) => {
     it.effect("keeps going while NATS is down and delivers everything once it is back", () =>
       Effect.scoped(Effect.gen(function*() {
