@@ -11,17 +11,15 @@ import { ApiKeys } from "@svc/auth/ApiKeys"
 import { operatorContext } from "@svc/auth/Audit"
 import * as AuthLayer from "@svc/auth/AuthLayer"
 import { Orgs } from "@svc/auth/Orgs"
-import { AgentRole } from "@svc/agent/Agent"
-import { CommandConsumer } from "@svc/agent/Commands"
 import { Nats } from "@svc/bus/Nats"
 import { ensureBucket } from "@svc/bus/Topology"
 import { makeHostId, type OrgId } from "@svc/domain/Ids"
 import * as Events from "@svc/events/Streams"
 import { type HostRecord, HOSTS_BUCKET_SPEC } from "@svc/sandboxes/Protocol"
-import * as TestNats from "@svc/testing/TestNats"
 import { serve } from "@svc/testing/TestHttp"
-import { Context, Duration, Effect, Exit, Fiber, Layer, Schedule, Scope } from "effect"
+import { Context, Duration, Effect, Fiber, Layer, Schedule } from "effect"
 import { HttpRouter } from "effect/http"
+import { startAgent as startAgentFixture } from "../../agent/test/fixtures/support.ts"
 import * as Server from "../src/Server.ts"
 
 // ---------------------------------------------------------------------------------------------
@@ -83,28 +81,17 @@ export { cleanUpHost }
 export const makeHost = makeTestHost("svc-sbx-api-test-")
 
 /**
- * A real agent on `host` with a NATS connection of its own (as its own process would have),
- * consuming once this returns. `stop` ends it; the surrounding scope does too.
+ * A real agent on `host` (apps/agent's test fixture: a NATS connection of its own, as its own
+ * process would have), consuming once this returns, in region `local` with room for every test
+ * here unless told otherwise. `stop` ends it; the surrounding scope does too.
  */
 export const startAgent = (
   host: TestHost,
   options: { readonly region?: string; readonly capacity?: { cpu?: number; ramMb?: number; diskGb?: number } } = {}
 ) =>
-  Effect.gen(function*() {
-    const server = yield* TestNats.TestNatsServer
-    const scope = yield* Scope.make()
-    const stop = Scope.close(scope, Exit.void)
-    yield* Effect.addFinalizer(() => stop)
-    const natsLayer = Layer.effect(Nats, Nats.make({ url: server.url, prefix: server.prefix, name: `agent-${host.hostId}` }))
-    const layer = AgentRole.layerWith({
-      hostId: host.hostId,
-      dataDir: host.dataDir,
-      region: options.region ?? "local",
-      capacity: { cpu: 64, ramMb: 64 * 1024, diskGb: 500, ...options.capacity }
-    }).pipe(Layer.provideMerge(natsLayer))
-    const context = yield* Layer.buildWithScope(layer, scope)
-    yield* Context.get(context, CommandConsumer).ready
-    return { host, stop }
+  startAgentFixture(host, {
+    region: options.region ?? "local",
+    capacity: { cpu: 64, ramMb: 64 * 1024, diskGb: 500, ...options.capacity }
   })
 
 /**

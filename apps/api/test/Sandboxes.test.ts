@@ -1,30 +1,14 @@
 /**
  * Sandboxes through the public API, against a real Postgres, NATS, the runtime role (sandbox
  * actor, outbox relay, supervisor) and a real host agent running bubblewrap sandboxes; the
- * events read back from the EVENTS stream. Fake hosts (a `hosts` record nobody serves) stand in
- * where a host must stay silent or vanish.
+ * events read back from the EVENTS stream. Placement and lost hosts: SandboxesHosts.test.ts.
  */
 import { expect, layer } from "@effect/vitest"
-import { SecretBox } from "@svc/crypto/SecretBox"
-import { BASE_TEMPLATE_ID, makeSandboxId, type OrgId } from "@svc/domain/Ids"
-import * as Runtime from "@svc/runtime/Runtime"
-import * as TestDatabase from "@svc/testing/TestDatabase"
-import * as TestNats from "@svc/testing/TestNats"
-import { Context, Duration, Effect, Layer } from "effect"
+import { BASE_TEMPLATE_ID, makeSandboxId } from "@svc/domain/Ids"
+import { Duration, Effect } from "effect"
 import * as Http from "node:http"
-import {
-  type Answer,
-  call,
-  eventually,
-  EventLog,
-  fakeHost,
-  Identity,
-  makeHost,
-  serveApi,
-  startAgent
-} from "./Sandboxes.support.ts"
-
-const TRANSITION_TIMEOUT_MS = 4_000
+import { type Answer, call, eventually, Identity } from "./Sandboxes.support.ts"
+import { api, create, Env, EnvLayer, eventsOf, expectError, get, waitState } from "./SandboxesEnv.support.ts"
 
 const RECORD_KEYS = [
   "agent_ready", "cpu", "createdAt", "datacenter", "deletedAt", "diskGb", "errorMessage", "exposedPorts", "hostId", "id",
@@ -32,75 +16,6 @@ const RECORD_KEYS = [
   "state", "stoppedAt", "templateId", "type", "volume_attachments", "vsockCid"
 ].sort()
 const ISO_MS = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/
-
-class Env extends Context.Service<Env, {
-  readonly base: string
-  readonly prefix: string
-  readonly hostId: string
-  readonly org: { readonly id: OrgId; readonly token: string }
-  readonly other: { readonly id: OrgId; readonly token: string }
-}>()("Sandboxes.test/Env") {}
-
-const EnvLayer = Layer.effect(
-  Env,
-  Effect.gen(function*() {
-    const base = yield* serveApi
-    const identity = yield* Identity
-    const host = yield* makeHost
-    yield* startAgent(host, { region: "local" })
-    const server = yield* TestNats.TestNatsServer
-    return {
-      base,
-      prefix: server.prefix,
-      hostId: host.hostId,
-      org: yield* identity.org("sandboxes-a"),
-      other: yield* identity.org("sandboxes-b")
-    }
-  })
-).pipe(
-  Layer.provideMerge(Layer.mergeAll(
-    Runtime.make({ supervisor: { intervalMs: 200, transitionTimeoutMs: TRANSITION_TIMEOUT_MS } }),
-    Identity.layer,
-    EventLog.layer
-  )),
-  Layer.provideMerge(Layer.mergeAll(TestDatabase.layerWithUrl, TestNats.layer, SecretBox.layer))
-)
-
-const api = (method: string, path: string, options: Parameters<typeof call>[3] = {}) =>
-  Effect.flatMap(Effect.service(Env), (env) => call(env.base, method, path, { token: env.org.token, ...options }))
-
-const create = (body: Record<string, unknown>, token?: string) =>
-  Effect.gen(function*() {
-    const res = yield* api("POST", "/v1/sandboxes", { body, ...(token !== undefined ? { token } : {}) })
-    expect(res.status, res.text).toBe(201)
-    return res.json as { id: string; [k: string]: any }
-  })
-
-const get = (id: string, token?: string) => api("GET", `/v1/sandboxes/${id}`, token !== undefined ? { token } : {})
-
-const waitState = (id: string, state: string, timeout: Duration.Input = Duration.seconds(30), token?: string) =>
-  Effect.map(
-    eventually(get(id, token), (r) => r.json?.state === state || (r.json?.state === "error" && state !== "error"), timeout),
-    (r) => {
-      expect(r.json.state, JSON.stringify(r.json)).toBe(state)
-      return r.json as Record<string, any>
-    }
-  )
-
-/** The sandbox's events as `name` or `name:state`, once `until` is among them. */
-const eventsOf = (id: string, until: string) =>
-  Effect.gen(function*() {
-    const log = yield* EventLog
-    const label = (e: { event: string; data: any }) => e.event === "sandbox.state_updated" ? `${e.event}:${e.data.state}` : e.event
-    const events = yield* eventually(log.of(id), (es) => es.some((e) => label(e) === until))
-    return { events, labels: events.map(label) }
-  })
-
-const expectError = (res: Answer, status: number, code: string) => {
-  expect(res.status, res.text).toBe(status)
-  expect(res.json.code, res.text).toBe(code)
-  expect(typeof res.json.error).toBe("string")
-}
 
 layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("sandboxes API", (it) => {
   it.effect("a sandbox's whole life: create, run, exec, files, stop, start, delete; each event once, field by field", () =>
@@ -372,76 +287,6 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("sandboxes API"
       expect(new Set(answers.map((a) => a.json.id)).size).toBe(1)
       const listed = yield* api("GET", "/v1/sandboxes?paginated=false")
       expect(listed.json.rows.filter((r: { name: string }) => r.name === raced).length).toBe(1)
-    }))
-
-  it.effect("no live host in the region: the sandbox ends in error with the reason, never stuck pending", () =>
-    Effect.gen(function*() {
-      const created = yield* create({ region: "mars" })
-      expect(created).toMatchObject({ state: "pending", hostId: null, region: "mars", datacenter: null })
-      const failed = yield* waitState(created.id, "error")
-      expect(failed.errorMessage).toMatch(/^no live host in region mars \(live regions: .*local.*\)$/)
-      const { labels, events } = yield* eventsOf(created.id, "sandbox.state_updated:error")
-      expect(labels).toEqual(["sandbox.state_updated:error"])
-      expect(events[0]!.data).toEqual({ sandbox_id: created.id, state: "error", internal_ip: null })
-      // Deleting one that never reached a host: deleted at once.
-      const gone = yield* api("DELETE", `/v1/sandboxes/${created.id}`)
-      expect(gone.json.state).toBe("deleted")
-      const after = yield* eventsOf(created.id, "sandbox.deleted")
-      expect(after.events.at(-1)!.data).toEqual({ sandbox_id: created.id, host_id: null })
-    }))
-
-  it.effect("a full host: the next sandbox that does not fit ends in error naming what is free", () =>
-    Effect.gen(function*() {
-      const region = `full${Date.now().toString(36)}`
-      const host = yield* fakeHost({ region, capacity: { cpu: 2, ramMb: 1024, diskGb: 10 } })
-      const first = yield* create({ region, cpu: 2, ram_mb: 512 })
-      expect(first.hostId).toBe(host.hostId)
-      const second = yield* create({ region, cpu: 1, ram_mb: 256 })
-      expect(second.hostId).toBe(null)
-      const failed = yield* waitState(second.id, "error")
-      expect(failed.errorMessage).toBe(
-        `no live host in region ${region} has room for cpu 1, ram_mb 256, disk_gb 1 (most free: ${host.hostId} with cpu 0, ram_mb 512, disk_gb 9)`
-      )
-    }))
-
-  it.effect("a host that goes down: its sandboxes end in error; deleting one is immediate", () =>
-    Effect.gen(function*() {
-      const region = `down${Date.now().toString(36)}`
-      const gone = yield* fakeHost({ region })
-      const a = yield* create({ region })
-      yield* waitState(a.id, "starting")
-      yield* gone.remove
-      const failed = yield* waitState(a.id, "error")
-      expect(failed.errorMessage).toBe(`host ${gone.hostId} is down (its record is gone)`)
-
-      const stale = yield* fakeHost({ region: `${region}s` })
-      const b = yield* create({ region: `${region}s` })
-      yield* waitState(b.id, "starting")
-      yield* stale.staleBy(60_000)
-      const failedB = yield* waitState(b.id, "error")
-      expect(failedB.errorMessage).toMatch(new RegExp(`^host ${stale.hostId} is down \\(last heartbeat \\d{4}-.*Z\\)$`))
-
-      const deleted = yield* api("DELETE", `/v1/sandboxes/${b.id}`)
-      expect(deleted.status).toBe(202)
-      expect(deleted.json.state).toBe("deleted")
-      const { labels, events } = yield* eventsOf(b.id, "sandbox.deleted")
-      expect(labels).toEqual([
-        "sandbox.state_updated:starting",
-        "sandbox.state_updated:error",
-        "sandbox.state_updated:deleted",
-        "sandbox.deleted"
-      ])
-      expect(events.at(-1)!.data).toEqual({ sandbox_id: b.id, host_id: stale.hostId })
-    }))
-
-  it.effect("a host that never answers: the sandbox ends in error after the transition timeout", () =>
-    Effect.gen(function*() {
-      const region = `mute${Date.now().toString(36)}`
-      yield* fakeHost({ region })
-      const created = yield* create({ region })
-      yield* waitState(created.id, "starting")
-      const failed = yield* waitState(created.id, "error", Duration.millis(TRANSITION_TIMEOUT_MS * 4))
-      expect(failed.errorMessage).toBe(`the sandbox did not start within ${TRANSITION_TIMEOUT_MS / 1000} s`)
     }))
 
   it.effect("children: a child names its parent; deleting the parent deletes every descendant", () =>
