@@ -20,6 +20,7 @@ import { BusError, Nats } from "@svc/bus/Nats"
 import { ensureStream, type StreamSpec } from "@svc/bus/Topology"
 import { DeliveryId, WebhookId } from "@svc/domain/Ids"
 import { Effect, Schema } from "effect"
+import type { SqlClient } from "effect/sql"
 import { MAX_ATTEMPTS } from "./RetrySchedule.ts"
 
 export const DELIVERY_STREAM: StreamSpec = {
@@ -52,6 +53,13 @@ export const DeliveryJob = Schema.Struct({
   webhook_version: Schema.optionalKey(Schema.Int)
 })
 export type DeliveryJob = typeof DeliveryJob.Type
+
+/**
+ * The SQL of a webhook's version (`DeliveryJob.webhook_version`) from its `updated_at` column:
+ * the fan-out writes it on jobs, dispatchers keep it with their copy of the webhook.
+ */
+export const webhookVersionSql = (sql: SqlClient.SqlClient, updatedAt: "updated_at" | "w.updated_at") =>
+  sql.literal(`(extract(epoch FROM ${updatedAt}) * 1000000)::bigint`)
 
 /** Subject tokens of a job, relative to the process prefix. */
 export const jobSubject = (webhookId: string, deliveryId: string): ReadonlyArray<string> => ["whd", webhookId, deliveryId]

@@ -36,7 +36,15 @@ import { SecretBox } from "@svc/crypto/SecretBox"
 import { Context, Duration, Effect, Exit, FiberMap, FiberSet, Layer, Queue, Schedule, Schema, Semaphore, Stream } from "effect"
 import { SqlClient } from "effect/sql"
 import { WebhookSender } from "./Attempt.ts"
-import { DeliveryJob, ensureDeliveryStream, ensureWebhookConsumer, webhookIdOfConsumer, consumerMatches, WEBHOOKS_CHANNEL } from "./DeliveryJobs.ts"
+import {
+  consumerMatches,
+  DeliveryJob,
+  ensureDeliveryStream,
+  ensureWebhookConsumer,
+  webhookIdOfConsumer,
+  webhookVersionSql,
+  WEBHOOKS_CHANNEL
+} from "./DeliveryJobs.ts"
 import * as Store from "./DeliveryStore.ts"
 import { afterAttempt, decideLostJob, firstAttemptFastPath, statusOf } from "./Dispatch.ts"
 import { DispatchConfig, type DispatchSettings } from "./DispatchConfig.ts"
@@ -126,10 +134,9 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
     const claimBatch = (inputs: ReadonlyArray<Store.ClaimInput>) =>
       Effect.gen(function*() {
         // A statement takes one input per delivery (two copies of a job can meet in a batch):
-        // the others go in a following statement, which sees what the first one wrote. Calls
-        // already made go first, so that they are numbered before any new claim.
+        // the others go in a following statement, which sees what the first one wrote.
         const outcomes: Array<Store.ClaimResult> = inputs.map(() => ({ _tag: "Skip" }))
-        let waiting = inputs.map((_, i) => i).sort((a, b) => Number(inputs[b]!.made !== undefined) - Number(inputs[a]!.made !== undefined))
+        let waiting = inputs.map((_, i) => i)
         while (waiting.length > 0) {
           const seen = new Set<string>()
           const wave: Array<number> = []
@@ -335,7 +342,7 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
     const discoverOnce = Effect.gen(function*() {
       const consumers = yield* listConsumers
       const rows = yield* sql<{ id: string; url: string; secret: string; enabled: boolean; version: bigint }>`
-        SELECT id, url, secret, enabled, (extract(epoch FROM updated_at) * 1000000)::bigint AS version
+        SELECT id, url, secret, enabled, ${webhookVersionSql(sql, "updated_at")} AS version
         FROM webhooks WHERE deleted_at IS NULL`
       const previous = webhooks
       const next = new Map<string, LiveWebhook>()

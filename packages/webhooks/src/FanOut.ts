@@ -19,7 +19,7 @@ import * as Streams from "@svc/events/Streams"
 import { AckPolicy, DeliverPolicy } from "@nats-io/jetstream"
 import { type Cause, Context, Duration, Effect, Exit, Layer, Queue, Ref, Schedule, Schema, Stream } from "effect"
 import { SqlClient } from "effect/sql"
-import { ensureDeliveryStream, publishJob } from "./DeliveryJobs.ts"
+import { ensureDeliveryStream, publishJob, webhookVersionSql } from "./DeliveryJobs.ts"
 
 export const FANOUT_CONSUMER = "webhook_fanout"
 
@@ -131,7 +131,7 @@ export class FanOut extends Context.Service<FanOut, {
           RETURNING id, webhook_id, round, event_msg_id
         )
         -- The webhook as this statement saw it (the same snapshot as the match).
-        SELECT ins.*, (extract(epoch FROM w.updated_at) * 1000000)::bigint AS webhook_version
+        SELECT ins.*, ${webhookVersionSql(sql, "w.updated_at")} AS webhook_version
         FROM ins JOIN webhooks w ON w.id = ins.webhook_id`
       // The job carries the event and its exact bytes, and the version of the webhook it was
       // matched against: the first attempt needs no read (Dispatch.firstAttemptFastPath).
