@@ -130,9 +130,11 @@ export class OutboxRelay extends Context.Service<OutboxRelay, {
     const relayLoop = Effect.gen(function*() {
       let failures = 0
       for (;;) {
+        const started = Date.now()
         const result = yield* Effect.result(lead)
-        // `lead` returns only by failing: its connection or a statement failed.
-        failures++
+        // `lead` returns only by failing: its connection or a statement failed. The backoff
+        // grows with failures in a row; one after a long run starts it afresh.
+        failures = Date.now() - started > 60_000 ? 1 : failures + 1
         const delay = backoff(failures)
         yield* Effect.logWarning("outbox relay: leader connection lost, starting over", {
           attempt: failures,
