@@ -65,7 +65,7 @@ export const loadClaims = Effect.fn("DeliveryStore.loadClaims")(function*(delive
         webhook: { enabled: row.enabled, deleted: row.deleted },
         lastAttempt: row.last_attempt === null ? null : { attempt: row.last_attempt, status: row.last_status! }
       },
-      data: { webhookId: row.webhook_id, url: row.url, secret: row.secret, event: row.event, body: row.body }
+      data: { webhookId: row.webhook_id, url: row.url!, secret: row.secret!, event: row.event!, body: row.body! }
     }
   })
 })
@@ -128,11 +128,12 @@ export const claimAttempts = Effect.fn("DeliveryStore.claimAttempts")(function*(
     attempt: number
     exhausted: boolean
     made: string | null
-    event: string
-    body: string
-    url: string
-    secret: string
     webhook_id: string
+    // Null for a recorded call.
+    event: string | null
+    body: string | null
+    url: string | null
+    secret: string | null
   }>`
     WITH input AS (
       -- JSON rather than parallel arrays: one typed record per claim.
@@ -200,8 +201,13 @@ export const claimAttempts = Effect.fn("DeliveryStore.claimAttempts")(function*(
       UPDATE webhook_deliveries wd SET status = moved.status, job_seq = moved.job_seq, updated_at = now()
       FROM moved WHERE wd.id = ANY(${deliveryIds}::text[]) AND wd.id = moved.delivery_id
     )
+    -- What a call needs comes back only for claims before a call: a recorded one has made it.
     SELECT decided.attempt_id AS id, COALESCE(ins.status, 'dead_letter') AS status, decided.attempt, decided.exhausted,
-           decided.made, decided.event, decided.body, decided.url, decided.secret, decided.webhook_id
+           decided.made, decided.webhook_id,
+           CASE WHEN decided.made IS NULL THEN decided.event END AS event,
+           CASE WHEN decided.made IS NULL THEN decided.body END AS body,
+           CASE WHEN decided.made IS NULL THEN decided.url END AS url,
+           CASE WHEN decided.made IS NULL THEN decided.secret END AS secret
     FROM decided LEFT JOIN ins ON ins.id = decided.attempt_id
     WHERE ins.id IS NOT NULL OR decided.exhausted`
   const byId = new Map(rows.map((row) => [row.id, row]))
@@ -215,7 +221,7 @@ export const claimAttempts = Effect.fn("DeliveryStore.claimAttempts")(function*(
       _tag: "Attempt",
       attemptId: id,
       attempt: row.attempt,
-      data: { webhookId: row.webhook_id, url: row.url, secret: row.secret, event: row.event, body: row.body }
+      data: { webhookId: row.webhook_id, url: row.url!, secret: row.secret!, event: row.event!, body: row.body! }
     }
   })
 })
