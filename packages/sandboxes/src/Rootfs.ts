@@ -10,7 +10,7 @@ import { execFileSync } from "node:child_process"
 export const BASE_TEMPLATE = "base"
 
 /** Bumped when the layout below changes: an older tree is then rebuilt beside it. */
-const BASE_VERSION = "1"
+const BASE_VERSION = "2"
 
 const files: ReadonlyArray<readonly [string, string, number]> = [
   ["etc/passwd", "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n", 0o644],
@@ -38,15 +38,36 @@ const applets = (busybox: string): ReadonlyArray<string> =>
     .filter((name) => /^[A-Za-z0-9_.[-]+$/.test(name) && name !== "busybox")
 
 /**
- * Returns the folder of the base template under `templatesDir`, building it when absent.
- * Idempotent and safe against concurrent builders (the loser's rename fails and it cleans up).
+ * Shifts the owner of every entry under `dir` (itself included) by `uidBase`: a tree made by host
+ * root becomes owned by the sandbox's root, uid 0 inside. Entries already shifted stay as they are.
  */
-export const ensureBaseTemplate = async (templatesDir: string, busybox: string): Promise<string> => {
+export const shiftOwnership = async (dir: string, uidBase: number): Promise<void> => {
+  const shift = (id: number) => (id >= uidBase ? id : uidBase + id)
+  const visit = async (path: string): Promise<void> => {
+    const st = await Fs.lstat(path)
+    if (st.isDirectory()) {
+      for (const name of await Fs.readdir(path)) await visit(NodePath.join(path, name))
+    }
+    await Fs.lchown(path, shift(st.uid), shift(st.gid))
+    // chown clears set-id bits: put them back (busybox is not setuid, but a template may hold some).
+    if (!st.isSymbolicLink() && (st.mode & 0o6000) !== 0) await Fs.chmod(path, st.mode & 0o7777)
+  }
+  await visit(dir)
+}
+
+/**
+ * Returns the folder of the base template under `templatesDir`, building it when absent: owned
+ * by the sandboxes' root (`uidBase` on the host), so root inside owns its files and nobody else
+ * on the host does. Idempotent and safe against concurrent builders (the loser's rename fails
+ * and it cleans up).
+ */
+export const ensureBaseTemplate = async (templatesDir: string, busybox: string, uidBase: number): Promise<string> => {
   const target = NodePath.join(templatesDir, `${BASE_TEMPLATE}`)
   const marker = NodePath.join(target, "etc", "svc-template")
   const versionFile = NodePath.join(templatesDir, `.${BASE_TEMPLATE}.version`)
   const current = await Fs.readFile(versionFile, "utf8").catch(() => "")
-  if (current.trim() === BASE_VERSION && (await exists(marker))) return target
+  const owner = await Fs.lstat(target).then((st) => st.uid, () => -1)
+  if (current.trim() === BASE_VERSION && owner === uidBase && (await exists(marker))) return target
 
   await Fs.mkdir(templatesDir, { recursive: true })
   const temp = await Fs.mkdtemp(NodePath.join(templatesDir, `.${BASE_TEMPLATE}.build-`))
@@ -68,6 +89,7 @@ export const ensureBaseTemplate = async (templatesDir: string, busybox: string):
       await Fs.chmod(NodePath.join(temp, file), mode)
     }
     await Fs.chmod(temp, 0o755)
+    await shiftOwnership(temp, uidBase)
     if (await exists(target)) {
       // An older version: move it aside and keep it, since running sandboxes still read it
       // as their lower layer.
@@ -78,7 +100,7 @@ export const ensureBaseTemplate = async (templatesDir: string, busybox: string):
       await Fs.rename(temp, target)
     } catch (e) {
       // Another builder won the race: its tree is as good as ours.
-      if (!(await exists(marker))) throw e
+      if (!(await exists(marker)) || (await Fs.lstat(target)).uid !== uidBase) throw e
     }
     await Fs.writeFile(versionFile, BASE_VERSION + "\n")
     return target

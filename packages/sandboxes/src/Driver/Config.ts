@@ -24,6 +24,11 @@ export class DriverConfig extends Context.Service<DriverConfig, {
   readonly pidsMax: number
   /** A static busybox from the host, bind-mounted read-only into every sandbox as its helper. */
   readonly busybox: string
+  /**
+   * First host uid (and gid) of the sandboxes' range: uid 0..65535 inside is this..+65535 on the
+   * host. Must not overlap any host user or subordinate range (`/etc/subuid`).
+   */
+  readonly uidBase: number
 }>()("@svc/sandboxes/Driver/DriverConfig") {
   static readonly make = (options: Partial<DriverConfig["Service"]> = {}): DriverConfig["Service"] => {
     const bridge = options.bridge ?? "svcbr0"
@@ -35,7 +40,8 @@ export class DriverConfig extends Context.Service<DriverConfig, {
       leaseDir: options.leaseDir ?? `/run/svc-sandboxes/${bridge}/leases`,
       cgroupRoot: options.cgroupRoot ?? "/sys/fs/cgroup",
       pidsMax: options.pidsMax ?? 1024,
-      busybox: options.busybox ?? "/bin/busybox"
+      busybox: options.busybox ?? "/bin/busybox",
+      uidBase: options.uidBase ?? Number(process.env["SVC_SANDBOX_UID_BASE"] || DEFAULT_UID_BASE)
     }
     return Schema.decodeSync(ConfigSchema)(config)
   }
@@ -59,8 +65,13 @@ const ConfigSchema = Schema.Struct({
   leaseDir: AbsolutePath,
   cgroupRoot: AbsolutePath,
   pidsMax: Schema.Int.check(Schema.isGreaterThanOrEqualTo(16)),
-  busybox: AbsolutePath
+  busybox: AbsolutePath,
+  // Above the system and login ranges and the usual /etc/subuid blocks, below 2^31.
+  uidBase: Schema.Int.check(Schema.isBetween({ minimum: 65536, maximum: 2 ** 31 - 65536 }))
 })
+
+/** 0x7FFF0000: far from login users (1000+), subuid blocks (100000 + 65536·n) and systemd-nspawn's ranges. */
+export const DEFAULT_UID_BASE = 0x7fff0000
 
 const defaultDataDir = (): string => {
   const fromEnv = process.env["SVC_DATA_DIR"]

@@ -1,9 +1,10 @@
 /**
- * Running commands inside a sandbox: `nsenter` into every namespace of its init, then a nested
- * user namespace (root inside keeps its file powers and loses every capability over the
- * sandbox's network, mounts and init), inside the sandbox's cgroups plus a pids group per exec
- * that a timeout or an interruption kills whole. The file API (`Files.ts`) runs its scripts
- * the same way.
+ * Running commands inside a sandbox: `svc-enter` (native/svc-enter.c) joins the sandbox's cgroups
+ * plus a pids group per exec that a timeout or an interruption kills whole, enters every
+ * namespace of its init through a pidfd checked against the init's start time, and runs the
+ * command as the sandbox's root with the init's own capability set, no_new_privs and seccomp
+ * filter (Confinement.ts). The environment goes over a descriptor, never on a command line.
+ * The file API (`Files.ts`) runs its scripts the same way.
  */
 import { Effect } from "effect"
 import { randomBytes } from "node:crypto"
@@ -11,28 +12,20 @@ import * as FsSync from "node:fs"
 import * as NodePath from "node:path"
 import { DEFAULT_MAX_OUTPUT_BYTES, ExecRequest, ExecResult } from "../Driver.ts"
 import * as Cgroups from "./Cgroups.ts"
-import { attempt, decodeInput, type DriverHost, HELPER, HOST_ENV, type RunningSandbox, SANDBOX_PATH } from "./Host.ts"
+import * as Confinement from "./Confinement.ts"
+import { attempt, decodeInput, type DriverHost, HOST_ENV, type RunningSandbox, SANDBOX_PATH } from "./Host.ts"
 import { run, type RunOptions } from "./Process.ts"
 import type { SandboxRecord } from "./State.ts"
-
-/** Joins the given cgroups, then becomes the rest of the command line. */
-const JOIN_SCRIPT = `
-while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift
-exec "$@"
-`
-
-/** Inside the sandbox: change to the requested folder, then become the command. */
-const CWD_SCRIPT = `cd -- "$0" || exit 126; exec -- "$@"`
 
 export type InsideOptions =
   & { readonly env: Record<string, string>; readonly cwd: string }
   & Pick<RunOptions, "stdin" | "timeoutMs" | "maxOutputBytes">
 
 export const makeExec = (host: DriverHost) => {
-  const { bin, cgroups } = host
+  const { cgroups } = host
   let execCounter = 0
 
-  /** Runs argv inside the sandbox: its namespaces, its cgroups, a nested user namespace. */
+  /** Runs argv inside the sandbox: its namespaces, its cgroups, its identity and restrictions. */
   const runInside = (entry: RunningSandbox, argv: ReadonlyArray<string>, options: InsideOptions) =>
     Effect.gen(function*() {
       const id = entry.record.sandboxId
@@ -46,17 +39,19 @@ export const makeExec = (host: DriverHost) => {
         ...(execGroup !== undefined ? [NodePath.join(execGroup, "cgroup.procs")] : [])
       ]
       const args = [
-        "-c", JOIN_SCRIPT, "sh", ...procsFiles, "--",
-        bin.nsenter, "-t", String(entry.run.pid), "-a", "--",
-        // A nested user namespace: root inside keeps its file powers but holds no capability
-        // over the sandbox's network, mounts or init (they belong to the parent namespace).
-        HELPER, "unshare", "-U", "-r", "--",
-        // The environment travels as arguments: host-side programs never see it (LD_PRELOAD).
-        HELPER, "env", "-i", "--", ...Object.entries(options.env).map(([k, v]) => `${k}=${v}`),
-        HELPER, "sh", "-c", CWD_SCRIPT, options.cwd, ...argv
+        "--pid", String(entry.run.pid),
+        "--start-ticks", String(entry.run.startTicks),
+        "--caps", Confinement.capabilityHex(),
+        "--seccomp", host.confinement.seccomp,
+        // The environment comes on fd 3: it never appears on a command line (`ps`).
+        "--env-fd", "3",
+        "--cwd", options.cwd,
+        ...procsFiles.flatMap((file) => ["--cgroup", file]),
+        "--", ...argv
       ]
-      const result = yield* run("exec", bin.sh, args, {
+      const result = yield* run("exec", host.confinement.enter, args, {
         env: HOST_ENV,
+        fd3: Buffer.from(Object.entries(options.env).map(([k, v]) => `${k}=${v}\0`).join(""), "utf8"),
         ...(options.stdin !== undefined ? { stdin: options.stdin } : {}),
         ...(options.timeoutMs !== undefined ? { timeoutMs: options.timeoutMs } : {}),
         ...(options.maxOutputBytes !== undefined ? { maxOutputBytes: options.maxOutputBytes } : {}),

@@ -19,6 +19,8 @@ import {
 import { BASE_TEMPLATE, ensureBaseTemplate } from "../Rootfs.ts"
 import type * as Cgroups from "./Cgroups.ts"
 import type { DriverConfig } from "./Config.ts"
+import * as Confinement from "./Confinement.ts"
+import * as Seccomp from "./Seccomp.ts"
 import * as Network from "./Network.ts"
 import { decode, run, runChecked } from "./Process.ts"
 import { isAlive, readRunRecord, readSandboxRecord, type RunRecord, type SandboxPaths, sandboxPaths, type SandboxRecord } from "./State.ts"
@@ -64,7 +66,16 @@ export interface RunningSandbox {
 export interface DriverHost {
   readonly config: DriverConfig["Service"]
   /** Absolute paths of the host programs the driver runs (found once, at start). */
-  readonly bin: { readonly bwrap: string; readonly unshare: string; readonly nsenter: string; readonly ip: string; readonly sh: string }
+  readonly bin: {
+    readonly bwrap: string
+    readonly unshare: string
+    readonly nsenter: string
+    readonly ip: string
+    readonly sh: string
+    readonly setpriv: string
+  }
+  /** The seccomp filter and the `svc-enter` binary (see Confinement.ts). */
+  readonly confinement: Confinement.ConfinementFiles
   readonly subnet: Network.Subnet
   readonly cgroups: Cgroups.CgroupSettings
   readonly sandboxesDir: string
@@ -96,14 +107,25 @@ export const makeDriverHost = (config: DriverConfig["Service"]): Effect.Effect<D
       unshare: findBinary("unshare"),
       nsenter: findBinary("nsenter"),
       ip: findBinary("ip"),
-      sh: findBinary("sh")
+      sh: findBinary("sh"),
+      setpriv: findBinary("setpriv")
     }
     for (const [name, path] of Object.entries(found)) {
       if (path === undefined) {
         return yield* new DriverFailure({ operation: "init", message: `${name} is not installed` })
       }
     }
-    const bin = { bwrap: found.bwrap!, unshare: found.unshare!, nsenter: found.nsenter!, ip: found.ip!, sh: found.sh! }
+    const bin = {
+      bwrap: found.bwrap!,
+      unshare: found.unshare!,
+      nsenter: found.nsenter!,
+      ip: found.ip!,
+      sh: found.sh!,
+      setpriv: found.setpriv!
+    }
+    if (!Seccomp.supportedArch()) {
+      return yield* new DriverFailure({ operation: "init", message: `the seccomp filter is written for x86_64, not ${process.arch}` })
+    }
     if (/[,:\s]/.test(config.dataDir)) {
       return yield* new DriverFailure({ operation: "init", message: "dataDir must not contain ',', ':' or spaces (overlay options)" })
     }
@@ -113,6 +135,19 @@ export const makeDriverHost = (config: DriverConfig["Service"]): Effect.Effect<D
     const sandboxesDir = NodePath.join(config.dataDir, "sandboxes")
 
     yield* attempt("init", () => Fs.mkdir(sandboxesDir, { recursive: true }))
+    const confinement = yield* attempt("init", () => Confinement.prepare(NodePath.join(config.dataDir, "host")))
+    // bubblewrap runs as the sandboxes' uid and must walk to each sandbox's root and the helper:
+    // the data dir is the driver's own (made walkable here), the folders above it the operator's.
+    yield* attempt("init", async () => {
+      for (const dir of [config.dataDir, sandboxesDir]) await Fs.chmod(dir, (await Fs.stat(dir)).mode & 0o7777 | 0o001)
+    })
+    for (let dir = sandboxesDir; ; dir = NodePath.dirname(dir)) {
+      const mode = yield* attempt("init", () => Fs.stat(dir).then((st) => st.mode))
+      if ((mode & 0o001) === 0) {
+        return yield* new DriverFailure({ operation: "init", message: `${dir} must be traversable by other users (o+x): sandboxes run as uid ${config.uidBase}` })
+      }
+      if (dir === NodePath.dirname(dir)) break
+    }
     const helperDir = NodePath.join(config.dataDir, "helper")
     yield* attempt("init", async () => {
       await Fs.mkdir(helperDir, { recursive: true, mode: 0o755 })
@@ -125,7 +160,7 @@ export const makeDriverHost = (config: DriverConfig["Service"]): Effect.Effect<D
         await Fs.rename(temp, target)
       }
     })
-    const baseDir = yield* attempt("init", () => ensureBaseTemplate(templatesDir, config.busybox))
+    const baseDir = yield* attempt("init", () => ensureBaseTemplate(templatesDir, config.busybox, config.uidBase))
 
     // The bridge is shared by every agent on the machine: create it if absent, never touch others.
     if (!(yield* attempt("bridge", () => Network.interfaceExists(config.bridge)))) {
@@ -188,6 +223,7 @@ export const makeDriverHost = (config: DriverConfig["Service"]): Effect.Effect<D
     return {
       config,
       bin,
+      confinement,
       subnet,
       cgroups,
       sandboxesDir,

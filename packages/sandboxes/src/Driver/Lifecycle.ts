@@ -91,7 +91,8 @@ export const makeLifecycle = (host: DriverHost, runs: Runs) => {
         })
         const made = attempt("create", async () => {
           for (const dir of [paths.dir, paths.upper, paths.work, paths.root]) await Fs.mkdir(dir, { recursive: true, mode: 0o700 })
-          // The overlay's root takes the template's mode; the folder above stays private.
+          // Unprivileged bubblewrap walks through to root/ (0711: it can list nothing here).
+          await Fs.chmod(paths.dir, 0o711)
           await Fs.chmod(paths.root, 0o755)
           await writeSandboxRecord(paths, record)
         })

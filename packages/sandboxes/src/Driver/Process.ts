@@ -10,6 +10,8 @@ export interface RunOptions {
   /** The complete environment of the child (nothing is inherited). */
   readonly env?: Readonly<Record<string, string>>
   readonly stdin?: Uint8Array
+  /** Bytes the child reads on fd 3 (then end of file): how `svc-enter` receives an environment. */
+  readonly fd3?: Uint8Array
   readonly timeoutMs?: number
   /** Cap of stdout and of stderr each; the rest is read and dropped. */
   readonly maxOutputBytes?: number
@@ -86,7 +88,7 @@ export const run = (
 
     const child = spawn(file, args as Array<string>, {
       env: options.env ?? {},
-      stdio: [options.stdin === undefined ? "ignore" : "pipe", "pipe", "pipe"],
+      stdio: [options.stdin === undefined ? "ignore" : "pipe", "pipe", "pipe", ...(options.fd3 === undefined ? [] : ["pipe" as const])],
       // Own process group: a timeout can signal the group, not just the first process.
       detached: true
     })
@@ -151,6 +153,11 @@ export const run = (
       }, options.timeoutMs)
     }
 
+    if (options.fd3 !== undefined) {
+      const fd3 = child.stdio[3] as NodeJS.WritableStream
+      fd3.on("error", () => undefined)
+      fd3.end(options.fd3)
+    }
     if (options.stdin !== undefined && child.stdin) {
       // The child may exit without reading: a broken pipe is not our failure.
       child.stdin.on("error", () => undefined)

@@ -10,9 +10,11 @@ import * as FsSync from "node:fs"
 import * as Fs from "node:fs/promises"
 import { DriverFailure, SandboxInfo } from "../Driver.ts"
 import * as Cgroups from "./Cgroups.ts"
+import * as Confinement from "./Confinement.ts"
 import { attempt, type DriverHost, errorMessage, HELPER, HELPER_DIR, HOST_ENV, SANDBOX_PATH } from "./Host.ts"
 import * as Network from "./Network.ts"
 import { decode, run, runChecked } from "./Process.ts"
+import { shiftOwnership } from "../Rootfs.ts"
 import {
   isAlive,
   procStat,
@@ -25,15 +27,20 @@ import {
 } from "./State.ts"
 
 /**
- * Runs inside a fresh private mount namespace (made by `unshare`): joins the sandbox's cgroups,
- * mounts the overlay where only this namespace sees it, then becomes bubblewrap.
- * Arguments: <cgroup.procs files...> -- <lower> <upper> <work> <merged> <bwrap> <bwrap args...>
+ * Runs as host root inside a fresh private mount namespace (made by `unshare`): joins the
+ * sandbox's cgroups, mounts the overlay where only this namespace sees it, opens the seccomp
+ * filter on fd 6 for bubblewrap, then becomes bubblewrap as the sandbox's unprivileged host uid (`setpriv`): nothing of the sandbox
+ * ever runs as host root, and the agent maps its user namespace (see `spawnSandbox`).
+ * Arguments: <cgroup.procs files...> -- <lower> <upper> <work> <merged> <seccomp> <uid> <program...>
+ * bubblewrap, unprivileged, must be able to walk to <merged>: the sandbox's folder is 0711.
  */
 const START_SCRIPT = `
 while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift
 mount -t overlay overlay -o "lowerdir=$1,upperdir=$2,workdir=$3" "$4" || exit 124
-shift 4
-exec "$@"
+exec 6< "$5" || exit 123
+uid=$6
+shift 6
+exec setpriv --reuid="$uid" --regid="$uid" --clear-groups -- "$@"
 `
 
 /** The sandbox's init command (pid 2; bubblewrap is pid 1 and reaps orphans). */
@@ -69,12 +76,17 @@ export const makeRuns = (host: DriverHost): Runs => {
       const bwrapArgs = [
         "--bind", paths.root, "/",
         "--proc", "/proc",
+        // Host-global and network settings: readable, never writable from inside.
+        "--ro-bind", "/proc/sys", "/proc/sys",
         "--dev", "/dev",
         "--ro-bind", host.helperDir, HELPER_DIR,
-        "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--unshare-cgroup-try",
+        // uid 0 inside is config.uidBase on the host: the agent writes the map while bwrap waits on fd 7.
+        "--unshare-user", "--uid", "0", "--gid", "0", "--userns-block-fd", "7",
+        "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--unshare-cgroup-try",
         "--hostname", record.sandboxId,
-        // Root inside may not reconfigure its network (addresses, routes, raw frames).
-        "--cap-drop", "CAP_NET_ADMIN", "--cap-drop", "CAP_NET_RAW",
+        "--cap-drop", "ALL",
+        ...Confinement.CAPABILITIES.flatMap(([name]) => ["--cap-add", name]),
+        "--seccomp", "6",
         "--new-session",
         "--clearenv",
         ...Object.entries(env).flatMap(([k, v]) => ["--setenv", k, v]),
@@ -93,10 +105,11 @@ export const makeRuns = (host: DriverHost): Runs => {
         [
           "--mount", "--propagation", "private", bin.sh, "-c", START_SCRIPT, "sh",
           // bwrap reads its options from fd 5: host paths stay out of pid 1's cmdline inside.
-          ...procsFiles, "--", record.templateDir, paths.upper, paths.work, paths.root, bin.bwrap, "--args", "5",
+          ...procsFiles, "--", record.templateDir, paths.upper, paths.work, paths.root,
+          host.confinement.seccomp, String(config.uidBase), bin.bwrap, "--args", "5",
           HELPER, "sh", "-c", INIT_SCRIPT
         ],
-        { detached: true, stdio: ["ignore", logFd, logFd, "pipe", "pipe", "pipe"], env: HOST_ENV }
+        { detached: true, stdio: ["ignore", logFd, logFd, "pipe", "pipe", "pipe", "ignore", "pipe"], env: HOST_ENV }
       )
       FsSync.closeSync(logFd)
       const argsPipe = (child.stdio as ReadonlyArray<unknown>)[5] as NodeJS.WritableStream
@@ -108,12 +121,15 @@ export const makeRuns = (host: DriverHost): Runs => {
       let done = false
       const infoPipe = child.stdio[3] as NodeJS.ReadableStream
       const readyPipe = child.stdio[4] as NodeJS.ReadableStream
+      const userNsPipe = (child.stdio as ReadonlyArray<unknown>)[7] as NodeJS.WritableStream
+      userNsPipe.on("error", () => undefined)
       const finish = (result: Effect.Effect<number, DriverFailure>) => {
         if (done) return
         done = true
         clearTimeout(timer)
         ;(infoPipe as unknown as { destroy(): void }).destroy()
         ;(readyPipe as unknown as { destroy(): void }).destroy()
+        ;(userNsPipe as unknown as { destroy(): void }).destroy()
         // The sandbox outlives this process: do not keep the event loop for it.
         child.unref()
         resume(result)
@@ -146,8 +162,18 @@ export const makeRuns = (host: DriverHost): Runs => {
       infoPipe.on("data", (chunk: Buffer) => {
         info += chunk.toString("utf8")
         const match = /"child-pid":\s*(\d+)/.exec(info)
-        if (match) {
+        if (match && pid === undefined) {
           pid = Number(match[1])
+          // The sandbox's user namespace exists and waits: map its ids, then let it go on.
+          try {
+            const map = Confinement.uidMap(config.uidBase)
+            FsSync.writeFileSync(`/proc/${pid}/uid_map`, map)
+            FsSync.writeFileSync(`/proc/${pid}/gid_map`, map)
+          } catch (e) {
+            fail(`mapping the sandbox's user namespace: ${errorMessage(e)}`)
+            return
+          }
+          userNsPipe.write("1")
           check()
         }
       })
@@ -225,6 +251,17 @@ export const makeRuns = (host: DriverHost): Runs => {
         yield* attempt("start", () => writeSandboxRecord(paths, record))
       }
 
+      // The writable layer belongs to the sandbox's root (a sandbox made before user namespaces
+      // were mapped has a root-owned one: shifted once).
+      yield* attempt("start", async () => {
+        const st = await Fs.lstat(paths.upper)
+        if (st.uid !== config.uidBase) {
+          if (st.uid < config.uidBase) await shiftOwnership(paths.upper, config.uidBase)
+          else await Fs.lchown(paths.upper, config.uidBase, config.uidBase)
+          await Fs.chmod(paths.upper, 0o755)
+          await Fs.chmod(paths.dir, 0o711)
+        }
+      })
       const prepared = yield* attempt("start", () =>
         Cgroups.prepare(cgroups, record.sandboxId, { ramMb: record.ramMb, cpu: record.cpu, pidsMax: config.pidsMax, diskGb: record.diskGb })
       )

@@ -1,0 +1,269 @@
+/*
+ * svc-enter: runs one command inside a running sandbox, as the sandbox's root and with exactly
+ * the restrictions of the sandbox's own init (capability set, no_new_privs, seccomp filter).
+ *
+ *   svc-enter --pid PID --start-ticks N --caps HEX --seccomp FILE --env-fd FD --cwd DIR
+ *             [--cgroup PROCS_FILE]... -- ARGV...
+ *
+ * Why a native helper: entering is a sequence of steps that must happen in one single-threaded
+ * process, in order, before the command runs (setns into a user namespace, dropping capabilities,
+ * loading seccomp). util-linux's nsenter cannot load a seccomp filter and passes the environment
+ * on its command line, where every local user can read it in `ps`. Here the environment comes
+ * on a file descriptor and never appears in any process's argv.
+ *
+ * The sandbox is entered through a pidfd of its init, checked against the init's start time
+ * after the pidfd is open: a pid reused between the agent's check and this call is refused
+ * (a pidfd pins its process, so the namespaces joined are those of the checked process).
+ *
+ * Exit codes of its own: 124 the sandbox is not running (init gone or replaced), 125 a host
+ * step failed, 126 the working directory or the command could not be used, 127 command not found.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/audit.h>
+#include <linux/capability.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <grp.h>
+#include <unistd.h>
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+#ifndef CLONE_NEWCGROUP
+#define CLONE_NEWCGROUP 0x02000000
+#endif
+#ifndef PR_CAP_AMBIENT
+#define PR_CAP_AMBIENT 47
+#define PR_CAP_AMBIENT_CLEAR_ALL 4
+#endif
+
+#define MAX_CGROUPS 16
+#define MAX_ENV_BYTES (1024 * 1024)
+#define MAX_FILTER_BYTES (4096 * 8)
+
+static void fail(int code, const char *what) {
+  fprintf(stderr, "svc-enter: %s: %s\n", what, strerror(errno));
+  exit(code);
+}
+
+static void failx(int code, const char *what) {
+  fprintf(stderr, "svc-enter: %s\n", what);
+  exit(code);
+}
+
+static ssize_t read_all(int fd, char *buf, size_t max) {
+  size_t got = 0;
+  for (;;) {
+    if (got == max) {
+      char extra;
+      ssize_t n = read(fd, &extra, 1);
+      if (n > 0) { errno = EFBIG; return -1; }
+      if (n == 0) return (ssize_t) got;
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    ssize_t n = read(fd, buf + got, max - got);
+    if (n == 0) return (ssize_t) got;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    got += (size_t) n;
+  }
+}
+
+/* Field 22 of /proc/PID/stat: the start time in clock ticks (the command may contain spaces). */
+static unsigned long long start_ticks(pid_t pid) {
+  char path[64], buf[4096];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int) pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = read_all(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = 0;
+  char *p = strrchr(buf, ')');
+  if (p == NULL) return 0;
+  p++;
+  /* After ')': field 3 (state) onwards; field 22 is the 20th token from here. */
+  for (int field = 3; field < 22; field++) {
+    p = strchr(p + 1, ' ');
+    if (p == NULL) return 0;
+  }
+  /* A zombie has no namespaces left to join. */
+  char *state = strrchr(buf, ')') + 2;
+  if (*state == 'Z' || *state == 'X') return 0;
+  return strtoull(p + 1, NULL, 10);
+}
+
+static void write_pid(const char *file) {
+  int fd = open(file, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) fail(125, file);
+  char buf[32];
+  int len = snprintf(buf, sizeof buf, "%d\n", (int) getpid());
+  if (write(fd, buf, (size_t) len) != len) fail(125, file);
+  close(fd);
+}
+
+static void join_namespaces(int pidfd, pid_t pid) {
+  int all = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP;
+  if (setns(pidfd, all) == 0) return;
+  if (errno != EINVAL) fail(125, "setns");
+  /* Kernels before 5.8 take namespace files only; the pidfd still pins the pid, so
+   * /proc/PID/ns/* are those of the checked process. The user namespace comes first. */
+  static const struct { const char *name; int type; } order[] = {
+    {"user", CLONE_NEWUSER}, {"ipc", CLONE_NEWIPC}, {"uts", CLONE_NEWUTS}, {"net", CLONE_NEWNET},
+    {"pid", CLONE_NEWPID}, {"cgroup", CLONE_NEWCGROUP}, {"mnt", CLONE_NEWNS},
+  };
+  int fds[7];
+  for (int i = 0; i < 7; i++) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/ns/%s", (int) pid, order[i].name);
+    fds[i] = open(path, O_RDONLY | O_CLOEXEC);
+    if (fds[i] < 0) fail(124, path);
+  }
+  for (int i = 0; i < 7; i++) {
+    if (setns(fds[i], order[i].type) != 0) fail(125, order[i].name);
+    close(fds[i]);
+  }
+}
+
+static void drop_capabilities(unsigned long long keep) {
+  for (int cap = 0; cap < 64; cap++) {
+    if (keep & (1ULL << cap)) continue;
+    if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL) fail(125, "PR_CAPBSET_DROP");
+  }
+  if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL) fail(125, "ambient");
+  struct __user_cap_header_struct header = {_LINUX_CAPABILITY_VERSION_3, 0};
+  struct __user_cap_data_struct data[2];
+  memset(data, 0, sizeof data);
+  data[0].effective = data[0].permitted = data[0].inheritable = (unsigned int) (keep & 0xffffffffULL);
+  data[1].effective = data[1].permitted = data[1].inheritable = (unsigned int) (keep >> 32);
+  if (syscall(SYS_capset, &header, data) != 0) fail(125, "capset");
+}
+
+int main(int argc, char **argv) {
+  pid_t pid = 0;
+  unsigned long long ticks = 0, caps = 0;
+  const char *seccomp_file = NULL, *cwd = "/";
+  const char *cgroups[MAX_CGROUPS];
+  int ncgroups = 0, env_fd = -1, i;
+  for (i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--") == 0) { i++; break; }
+    if (i + 1 >= argc) failx(125, "missing option value");
+    const char *v = argv[++i];
+    if (strcmp(a, "--pid") == 0) pid = (pid_t) strtol(v, NULL, 10);
+    else if (strcmp(a, "--start-ticks") == 0) ticks = strtoull(v, NULL, 10);
+    else if (strcmp(a, "--caps") == 0) caps = strtoull(v, NULL, 16);
+    else if (strcmp(a, "--seccomp") == 0) seccomp_file = v;
+    else if (strcmp(a, "--env-fd") == 0) env_fd = (int) strtol(v, NULL, 10);
+    else if (strcmp(a, "--cwd") == 0) cwd = v;
+    else if (strcmp(a, "--cgroup") == 0) {
+      if (ncgroups == MAX_CGROUPS) failx(125, "too many cgroups");
+      cgroups[ncgroups++] = v;
+    } else failx(125, "unknown option");
+  }
+  if (pid <= 1 || ticks == 0 || seccomp_file == NULL || env_fd < 0 || i >= argc) failx(125, "usage");
+  char **command = argv + i;
+
+  /* Nothing may attach to this process while it still holds host or full namespace powers. */
+  if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) fail(125, "PR_SET_DUMPABLE");
+
+  for (int c = 0; c < ncgroups; c++) write_pid(cgroups[c]);
+
+  /* Everything read from the host is read before entering. */
+  static char filter_bytes[MAX_FILTER_BYTES];
+  int ffd = open(seccomp_file, O_RDONLY | O_CLOEXEC);
+  if (ffd < 0) fail(125, seccomp_file);
+  ssize_t flen = read_all(ffd, filter_bytes, sizeof filter_bytes);
+  close(ffd);
+  if (flen <= 0 || flen % sizeof(struct sock_filter) != 0) failx(125, "bad seccomp filter");
+
+  char *env = malloc(MAX_ENV_BYTES + 1);
+  if (env == NULL) fail(125, "malloc");
+  ssize_t elen = read_all(env_fd, env, MAX_ENV_BYTES);
+  if (elen < 0) fail(125, "environment");
+  close(env_fd);
+  env[elen] = 0;
+  size_t nenv = 0;
+  for (ssize_t k = 0; k < elen; k++) if (env[k] == 0) nenv++;
+  char **envp = calloc(nenv + 2, sizeof(char *));
+  if (envp == NULL) fail(125, "calloc");
+  size_t e = 0;
+  for (ssize_t k = 0; k < elen; k += (ssize_t) strlen(env + k) + 1) {
+    if (strchr(env + k, '=') == NULL) failx(125, "bad environment entry");
+    envp[e++] = env + k;
+  }
+  envp[e] = NULL;
+
+  int pidfd = (int) syscall(SYS_pidfd_open, pid, 0);
+  if (pidfd < 0) {
+    if (errno == ESRCH) failx(124, "sandbox not running");
+    fail(125, "pidfd_open");
+  }
+  if (start_ticks(pid) != ticks) failx(124, "sandbox not running");
+
+  char root_path[64];
+  snprintf(root_path, sizeof root_path, "/proc/%d/root", (int) pid);
+  int root_fd = open(root_path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (root_fd < 0) fail(124, "sandbox root");
+
+  join_namespaces(pidfd, pid);
+  if (fchdir(root_fd) != 0 || chroot(".") != 0 || chdir("/") != 0) fail(125, "entering the root");
+  close(root_fd);
+  close(pidfd);
+
+  /* The pid namespace applies to children: the command runs in one, this process waits. */
+  pid_t child = fork();
+  if (child < 0) fail(125, "fork");
+  if (child > 0) {
+    close(0);
+    close(1);
+    close(2);
+    int status;
+    while (waitpid(child, &status, 0) < 0) {
+      if (errno != EINTR) _exit(125);
+    }
+    if (WIFEXITED(status)) _exit(WEXITSTATUS(status));
+    int sig = WTERMSIG(status);
+    signal(sig, SIG_DFL);
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+    kill(getpid(), sig);
+    _exit(128 + sig);
+  }
+
+  /* A session of its own: no controlling terminal of the agent to inject input into. */
+  if (setsid() < 0) fail(125, "setsid");
+  if (setgroups(0, NULL) != 0) fail(125, "setgroups");
+  if (setresgid(0, 0, 0) != 0) fail(125, "setresgid");
+  if (setresuid(0, 0, 0) != 0) fail(125, "setresuid");
+  drop_capabilities(caps);
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail(125, "PR_SET_NO_NEW_PRIVS");
+  struct sock_fprog prog = {(unsigned short) (flen / sizeof(struct sock_filter)), (struct sock_filter *) filter_bytes};
+  if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) != 0) fail(125, "seccomp");
+
+  if (clearenv() != 0) fail(125, "clearenv");
+  for (size_t k = 0; envp[k] != NULL; k++) putenv(envp[k]);
+  if (chdir(cwd) != 0) {
+    fprintf(stderr, "cannot cd to %s: %s\n", cwd, strerror(errno));
+    _exit(126);
+  }
+  syscall(SYS_close_range, 3, ~0U, 0);
+  execvp(command[0], command);
+  int err = errno;
+  fprintf(stderr, "%s: %s\n", command[0], strerror(err));
+  _exit(err == ENOENT ? 127 : 126);
+}

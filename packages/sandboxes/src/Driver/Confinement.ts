@@ -1,0 +1,85 @@
+/**
+ * Who a sandbox's processes are and what they may do, shared by its init (bubblewrap) and every
+ * command entered into it (`svc-enter`): the user-namespace identity, the capability set and the
+ * seccomp filter. Also prepares the two host files that carry them: the compiled filter and the
+ * `svc-enter` binary, built from `native/svc-enter.c` once per source version.
+ */
+import { createHash } from "node:crypto"
+import { execFile } from "node:child_process"
+import * as FsSync from "node:fs"
+import * as Fs from "node:fs/promises"
+import * as NodePath from "node:path"
+import { fileURLToPath } from "node:url"
+import { promisify } from "node:util"
+import * as Seccomp from "./Seccomp.ts"
+
+/** Uids and gids 0..65535 inside map to `uidBase`..`uidBase + 65535` on the host. */
+export const ID_COUNT = 65536
+
+export const uidMap = (uidBase: number) => `0 ${uidBase} ${ID_COUNT}\n`
+
+/**
+ * The capabilities root inside keeps: Docker's default set without NET_RAW (no raw frames or
+ * spoofed packets) and MKNOD (a user namespace cannot use device nodes it makes anyway). They
+ * act only on what the sandbox's user namespace owns: its files, its processes, its own ports.
+ * Never SYS_ADMIN (mounts), NET_ADMIN (addresses, routes), SYS_PTRACE beyond its own processes,
+ * SYS_MODULE, SYS_TIME and the rest.
+ */
+export const CAPABILITIES: ReadonlyArray<readonly [string, number]> = [
+  ["CAP_CHOWN", 0],
+  ["CAP_DAC_OVERRIDE", 1],
+  ["CAP_FOWNER", 3],
+  ["CAP_FSETID", 4],
+  ["CAP_KILL", 5],
+  ["CAP_SETGID", 6],
+  ["CAP_SETUID", 7],
+  ["CAP_SETPCAP", 8],
+  ["CAP_NET_BIND_SERVICE", 10],
+  ["CAP_SYS_CHROOT", 18],
+  ["CAP_AUDIT_WRITE", 29],
+  ["CAP_SETFCAP", 31]
+]
+
+/** The set as `/proc/<pid>/status` prints it (CapEff), 16 hex digits. */
+export const capabilityMask = (): bigint => CAPABILITIES.reduce((mask, [, bit]) => mask | (1n << BigInt(bit)), 0n)
+
+export const capabilityHex = (): string => capabilityMask().toString(16).padStart(16, "0")
+
+export interface ConfinementFiles {
+  /** The compiled seccomp filter (given to bubblewrap on a descriptor, read by svc-enter). */
+  readonly seccomp: string
+  /** The `svc-enter` binary. */
+  readonly enter: string
+}
+
+const SOURCE = fileURLToPath(new URL("../../native/svc-enter.c", import.meta.url))
+
+const findCompiler = (): string | undefined =>
+  ["/usr/bin/cc", "/usr/bin/gcc", "/usr/local/bin/cc"].find((path) => FsSync.existsSync(path))
+
+/**
+ * Writes the filter and builds `svc-enter` under `dir` (root-only), when missing or out of date.
+ * Files are written beside their final name and renamed: concurrent agents see whole files.
+ */
+export const prepare = async (dir: string): Promise<ConfinementFiles> => {
+  await Fs.mkdir(dir, { recursive: true, mode: 0o700 })
+  await Fs.chmod(dir, 0o700)
+  const filter = Seccomp.compile()
+  const seccomp = NodePath.join(dir, `seccomp-${createHash("sha256").update(filter).digest("hex").slice(0, 12)}.bpf`)
+  if (!FsSync.existsSync(seccomp)) {
+    const temp = `${seccomp}.tmp-${process.pid}`
+    await Fs.writeFile(temp, filter, { mode: 0o600 })
+    await Fs.rename(temp, seccomp)
+  }
+  const source = await Fs.readFile(SOURCE)
+  const enter = NodePath.join(dir, `svc-enter-${createHash("sha256").update(source).digest("hex").slice(0, 12)}`)
+  if (!FsSync.existsSync(enter)) {
+    const cc = findCompiler()
+    if (cc === undefined) throw new Error("a C compiler (cc) is needed to build svc-enter: install gcc and libc6-dev")
+    const temp = `${enter}.tmp-${process.pid}`
+    await promisify(execFile)(cc, ["-O2", "-Wall", "-o", temp, SOURCE], { env: { PATH: "/usr/bin:/bin" } })
+    await Fs.chmod(temp, 0o700)
+    await Fs.rename(temp, enter)
+  }
+  return { seccomp, enter }
+}
