@@ -2,7 +2,7 @@
 # Installs what the project needs and is missing, idempotently. Sourced by start.sh, test.sh and
 # bench.sh so that they run with the pinned Node first on PATH.
 #   - Node 24 and pnpm from the npm registry into .svc/tools (never touches the system Node)
-#   - nats-server, postgresql, bubblewrap, iproute2 from Debian's packages when absent
+#   - nats-server, postgresql, bubblewrap, iproute2, gcc + libc6-dev from Debian's packages when absent
 #   - the workspace's packages (pnpm install)
 # When sourced, the caller's shell options are restored at the end (set -e must not leak).
 _svc_saved_opts="$(set +o)"
@@ -27,6 +27,9 @@ command -v setpriv >/dev/null 2>&1 || missing+=(util-linux)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 command -v psql >/dev/null 2>&1 || missing+=(postgresql-client)
 [ -x /bin/busybox ] || missing+=(busybox-static)
+# The driver builds its native entry helper (packages/sandboxes/native) with the C compiler.
+command -v cc >/dev/null 2>&1 || missing+=(gcc)
+[ -f /usr/include/linux/seccomp.h ] && [ -f /usr/include/stdio.h ] || missing+=(libc6-dev)
 if [ ${#missing[@]} -gt 0 ]; then
   log "installing Debian packages: ${missing[*]}"
   as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
