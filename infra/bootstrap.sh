@@ -2,7 +2,8 @@
 # Installs what the project needs and is missing, idempotently. Sourced by start.sh, test.sh and
 # bench.sh so that they run with the pinned Node first on PATH.
 #   - Node 24 and pnpm from the npm registry into .svc/tools (never touches the system Node)
-#   - nats-server, postgresql, bubblewrap, iproute2, gcc + libc6-dev from Debian's packages when absent
+#   - nats-server, postgresql, bubblewrap, iproute2, nftables, gcc + libc6-dev from Debian's packages
+#     when absent
 #   - the workspace's packages (pnpm install)
 # When sourced, the caller's shell options are restored at the end (set -e must not leak).
 _svc_saved_opts="$(set +o)"
@@ -22,6 +23,7 @@ command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] || missin
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || missing+=(postgresql)
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || missing+=(nftables)
 command -v nsenter >/dev/null 2>&1 || missing+=(util-linux)
 command -v setpriv >/dev/null 2>&1 || missing+=(util-linux)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)

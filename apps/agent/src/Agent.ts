@@ -34,7 +34,8 @@ export const DriverConfigFromAgent = Layer.effect(
           dataDir: config.dataDir,
           hostId: config.hostId,
           ...(config.bridge !== undefined ? { bridge: config.bridge } : {}),
-          ...(config.subnet !== undefined ? { subnet: config.subnet } : {})
+          ...(config.subnet !== undefined ? { subnet: config.subnet } : {}),
+          allowNoFirewall: config.allowNoFirewall
         }),
       catch: (e) => new InvalidAgentConfig({ message: `driver: ${e instanceof Error ? e.message : String(e)}` })
     })

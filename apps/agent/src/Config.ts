@@ -16,6 +16,7 @@
  *   SVC_AGENT_CONCURRENCY    commands applied at once (one sandbox's commands stay in order)
  *   SVC_AGENT_POOL_SIZE      pre-started `base` sandboxes kept ready (default 4; 0 turns the pool off)
  *   SVC_SANDBOX_BRIDGE / SVC_SANDBOX_SUBNET   passed to the driver (machine-wide settings)
+ *   SVC_AGENT_ALLOW_NO_FIREWALL   1: start even when the sandbox firewall cannot be installed
  *   SVC_VERSION           reported in the host record
  */
 import { HostId } from "@svc/domain/Ids"
@@ -47,6 +48,8 @@ export interface AgentSettings {
   readonly poolSize: number
   readonly bridge?: string
   readonly subnet?: string
+  /** Start even when the sandbox firewall (nftables) cannot be installed. */
+  readonly allowNoFirewall: boolean
 }
 
 /** What a caller may set; everything else takes its default. */
@@ -110,7 +113,8 @@ const SettingsSchema = Schema.Struct({
   concurrency: Schema.Int.check(Schema.isGreaterThanOrEqualTo(1), Schema.isLessThanOrEqualTo(256)),
   poolSize: Schema.Int.check(Schema.isGreaterThanOrEqualTo(0), Schema.isLessThanOrEqualTo(64)),
   bridge: Schema.optionalKey(Schema.String),
-  subnet: Schema.optionalKey(Schema.String)
+  subnet: Schema.optionalKey(Schema.String),
+  allowNoFirewall: Schema.Boolean
 })
 
 /** `SVC_AGENT_POOL_SIZE` when unset. */
@@ -142,7 +146,8 @@ export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("
       // default (`fromEnv`) is DEFAULT_POOL_SIZE.
       poolSize: options.poolSize ?? 0,
       ...(options.bridge !== undefined ? { bridge: options.bridge } : {}),
-      ...(options.subnet !== undefined ? { subnet: options.subnet } : {})
+      ...(options.subnet !== undefined ? { subnet: options.subnet } : {}),
+      allowNoFirewall: options.allowNoFirewall ?? false
     }
     return Schema.decodeUnknownEffect(SettingsSchema)(settings).pipe(
       Effect.mapError((e) => new InvalidAgentConfig({ message: e.message }))
@@ -175,7 +180,8 @@ export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("
         concurrency: opt(Config.Int("SVC_AGENT_CONCURRENCY")),
         poolSize: opt(Config.Int("SVC_AGENT_POOL_SIZE")),
         bridge: opt(Config.String("SVC_SANDBOX_BRIDGE")),
-        subnet: opt(Config.String("SVC_SANDBOX_SUBNET"))
+        subnet: opt(Config.String("SVC_SANDBOX_SUBNET")),
+        allowNoFirewall: opt(Config.Boolean("SVC_AGENT_ALLOW_NO_FIREWALL"))
       }).pipe(Effect.mapError((e) => new InvalidAgentConfig({ message: String(e) })))
       const defined = <K extends string, V>(key: K, value: V | undefined) =>
         (value === undefined || value === "" ? {} : { [key]: value }) as Partial<Record<K, V>>
@@ -198,6 +204,7 @@ export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("
         poolSize: env.poolSize ?? DEFAULT_POOL_SIZE,
         ...defined("bridge", env.bridge),
         ...defined("subnet", env.subnet),
+        ...defined("allowNoFirewall", env.allowNoFirewall),
         capacity
       })
     })

@@ -35,6 +35,7 @@ describe("AgentConfig", () => {
       assert.isAtLeast(config.capacity.diskGb, 1)
       assert.match(config.dataDir, new RegExp(`/hosts/${config.hostId}$`))
       assert.strictEqual(config.poolSize, 4)
+      assert.strictEqual(config.allowNoFirewall, false)
     }))
 
   it.effect("reads every variable", () =>
@@ -51,7 +52,8 @@ describe("AgentConfig", () => {
         SVC_AGENT_DATA_DIR: "/var/lib/svc/host",
         SVC_AGENT_HEARTBEAT_MS: "500",
         SVC_AGENT_CONCURRENCY: "2",
-        SVC_AGENT_POOL_SIZE: "3"
+        SVC_AGENT_POOL_SIZE: "3",
+        SVC_AGENT_ALLOW_NO_FIREWALL: "1"
       })
       assert.deepStrictEqual(
         { ...config },
@@ -67,7 +69,8 @@ describe("AgentConfig", () => {
           dataDir: "/var/lib/svc/host",
           heartbeatMs: 500,
           concurrency: 2,
-          poolSize: 3
+          poolSize: 3,
+          allowNoFirewall: true
         }
       )
     }))
@@ -88,7 +91,8 @@ describe("AgentConfig", () => {
           { SVC_AGENT_CONCURRENCY: "0" },
           { SVC_AGENT_POOL_SIZE: "-1" },
           { SVC_AGENT_POOL_SIZE: "65" },
-          { SVC_AGENT_POOL_SIZE: "four" }
+          { SVC_AGENT_POOL_SIZE: "four" },
+          { SVC_AGENT_ALLOW_NO_FIREWALL: "maybe" }
         ]
       ) {
         const exit = yield* Effect.exit(fromEnv(env))

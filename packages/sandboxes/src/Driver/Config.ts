@@ -29,6 +29,11 @@ export class DriverConfig extends Context.Service<DriverConfig, {
    * host. Must not overlap any host user or subordinate range (`/etc/subuid`).
    */
   readonly uidBase: number
+  /**
+   * Start even when the sandbox firewall cannot be installed (no `nft`, or it fails): sandboxes
+   * then reach this host's services. Off by default (`SVC_AGENT_ALLOW_NO_FIREWALL=1` in the agent).
+   */
+  readonly allowNoFirewall: boolean
 }>()("@svc/sandboxes/Driver/DriverConfig") {
   static readonly make = (options: Partial<DriverConfig["Service"]> = {}): DriverConfig["Service"] => {
     const bridge = options.bridge ?? "svcbr0"
@@ -41,7 +46,8 @@ export class DriverConfig extends Context.Service<DriverConfig, {
       cgroupRoot: options.cgroupRoot ?? "/sys/fs/cgroup",
       pidsMax: options.pidsMax ?? 1024,
       busybox: options.busybox ?? "/bin/busybox",
-      uidBase: options.uidBase ?? Number(process.env["SVC_SANDBOX_UID_BASE"] || DEFAULT_UID_BASE)
+      uidBase: options.uidBase ?? Number(process.env["SVC_SANDBOX_UID_BASE"] || DEFAULT_UID_BASE),
+      allowNoFirewall: options.allowNoFirewall ?? false
     }
     return Schema.decodeSync(ConfigSchema)(config)
   }
@@ -67,7 +73,8 @@ const ConfigSchema = Schema.Struct({
   pidsMax: Schema.Int.check(Schema.isGreaterThanOrEqualTo(16)),
   busybox: AbsolutePath,
   // Above the system and login ranges and the usual /etc/subuid blocks, below 2^31.
-  uidBase: Schema.Int.check(Schema.isBetween({ minimum: 65536, maximum: 2 ** 31 - 65536 }))
+  uidBase: Schema.Int.check(Schema.isBetween({ minimum: 65536, maximum: 2 ** 31 - 65536 })),
+  allowNoFirewall: Schema.Boolean
 })
 
 /** 0x7FFF0000: far from login users (1000+), subuid blocks (100000 + 65536·n) and systemd-nspawn's ranges. */

@@ -2,7 +2,7 @@
  * What every part of the namespaces driver shares on one host: the host programs it runs, its
  * folders, the bridge's subnet, the per-sandbox locks, the cache of running sandboxes and the
  * lookups built on them. `makeDriverHost` prepares the host once, when the driver starts: the
- * helper busybox, the base template and the bridge.
+ * helper busybox, the base template, the bridge and its firewall (`Firewall.ts`).
  */
 import { Effect, Schema, Semaphore } from "effect"
 import * as FsSync from "node:fs"
@@ -20,6 +20,7 @@ import { BASE_TEMPLATE, ensureBaseTemplate } from "../Rootfs.ts"
 import type * as Cgroups from "./Cgroups.ts"
 import type { DriverConfig } from "./Config.ts"
 import * as Confinement from "./Confinement.ts"
+import { installFirewall } from "./Firewall.ts"
 import * as Seccomp from "./Seccomp.ts"
 import * as Network from "./Network.ts"
 import { decode, run, runChecked } from "./Process.ts"
@@ -99,7 +100,7 @@ export interface DriverHost {
   ): Effect.Effect<RunningSandbox, InvalidSandboxRequest | SandboxNotFound | SandboxNotRunning | DriverFailure>
 }
 
-/** Finds the host programs, prepares the data dir, the helper, the base template and the bridge. */
+/** Finds the host programs, prepares the data dir, the helper, the base template, the bridge and its firewall. */
 export const makeDriverHost = (config: DriverConfig["Service"]): Effect.Effect<DriverHost, DriverFailure> =>
   Effect.gen(function*() {
     const found = {
@@ -175,6 +176,12 @@ export const makeDriverHost = (config: DriverConfig["Service"]): Effect.Effect<D
     yield* attempt("bridge", () =>
       Fs.writeFile(`/proc/sys/net/ipv4/conf/${config.bridge}/rp_filter`, "1").catch(() => undefined)
     )
+    // Before any sandbox of this agent starts: none reaches the host, another sandbox or beyond.
+    yield* installFirewall({
+      nft: findBinary("nft"),
+      settings: { bridge: config.bridge, subnet },
+      allowNoFirewall: config.allowNoFirewall
+    })
 
     const locks = new Map<string, Semaphore.Semaphore>()
     const withLock = <A, E>(sandboxId: string, effect: Effect.Effect<A, E>) => {

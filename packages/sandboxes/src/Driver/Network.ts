@@ -182,9 +182,15 @@ export const hostScript = (bridge: string, ip: string, pid: number): string => {
   ].join("\n") + "\n"
 }
 
-/** The `ip -batch` script run inside the sandbox's net namespace. No default route on purpose. */
+/**
+ * The `ip -batch` script run inside the sandbox's net namespace. No default route on purpose.
+ * No IPv6 on eth0 either: without a generated address (set before the link comes up) the
+ * sandbox has no IPv6 source on the bridge, so the host's link-local addresses are out of
+ * reach even before the firewall (which drops them too).
+ */
 export const sandboxScript = (ip: string, subnet: Subnet): string =>
   [
+    `link set eth0 addrgenmode none`,
     `addr add ${ip}/${subnet.prefix} dev eth0`,
     `link set eth0 up`,
     `link set lo up`
