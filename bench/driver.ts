@@ -9,9 +9,11 @@
  *   its processes inside and on the host side, the cgroup's charge, MemAvailable drop); stop,
  *   start (restore) and destroy times.
  */
+import { useTestEncryptionKeys } from "@svc/testing/TestSecrets"
 import { Context, Effect, Layer } from "effect"
 import * as Fs from "node:fs/promises"
 import * as Os from "node:os"
+import { SecretBox } from "../packages/crypto/src/SecretBox.ts"
 import { ExecRequest, SandboxDriver, SandboxSpec } from "../packages/sandboxes/src/Driver.ts"
 import { BubblewrapDriver } from "../packages/sandboxes/src/Driver/Bubblewrap.ts"
 import { CONTROLLERS, groupPath } from "../packages/sandboxes/src/Driver/Cgroups.ts"
@@ -56,7 +58,11 @@ const program = Effect.gen(function*() {
     })
   )
   const context = yield* Layer.build(
-    BubblewrapDriver.layer.pipe(Layer.provide(Layer.succeed(DriverConfig, DriverConfig.make({ dataDir, hostId }))))
+    BubblewrapDriver.layer.pipe(
+      Layer.provide(Layer.succeed(DriverConfig, DriverConfig.make({ dataDir, hostId }))),
+      // The env in sandbox.json is sealed: the run's test key, as the platform's roles get theirs.
+      Layer.provide(SecretBox.layer)
+    )
   )
   const driver = Context.get(context, SandboxDriver)
   const ids = Array.from({ length: N }, (_, i) => `bench-${i}`)
@@ -160,4 +166,5 @@ const program = Effect.gen(function*() {
   console.log(`${"  MemAvailable drop (noisy, shared box)".padEnd(40)}${mib((availableBefore - availableAfter) / N)}`)
 })
 
+useTestEncryptionKeys()
 await Effect.runPromise(Effect.scoped(program))

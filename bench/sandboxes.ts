@@ -72,7 +72,7 @@ const cleanHost = (hostId: string, dataDir: string) =>
   Effect.gen(function*() {
     yield* Effect.scoped(Effect.gen(function*() {
       const context = yield* Layer.build(
-        BubblewrapDriver.layer.pipe(Layer.provide(Layer.succeed(DriverConfig, DriverConfig.make({ dataDir, hostId }))))
+        BubblewrapDriver.layer.pipe(Layer.provide(Layer.succeed(DriverConfig, DriverConfig.make({ dataDir, hostId }))), Layer.provide(SecretBox.layer))
       )
       const driver = Context.get(context, SandboxDriver)
       const rows = yield* driver.list
@@ -94,7 +94,7 @@ const bareDriver = Effect.scoped(Effect.gen(function*() {
     (dir) => cleanHost(hostId, dir)
   )
   const context = yield* Layer.build(
-    BubblewrapDriver.layer.pipe(Layer.provide(Layer.succeed(DriverConfig, DriverConfig.make({ dataDir, hostId }))))
+    BubblewrapDriver.layer.pipe(Layer.provide(Layer.succeed(DriverConfig, DriverConfig.make({ dataDir, hostId }))), Layer.provide(SecretBox.layer))
   )
   const driver = Context.get(context, SandboxDriver)
   const spec = (sandboxId: string) =>

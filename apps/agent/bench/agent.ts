@@ -10,6 +10,7 @@
 import { AckPolicy, DeliverPolicy, type JsMsg } from "@nats-io/jetstream"
 import { streamName } from "@svc/actors/Actor"
 import { Nats } from "@svc/bus/Nats"
+import { SecretBox } from "@svc/crypto/SecretBox"
 import { ensureConsumer, ensureStream } from "@svc/bus/Topology"
 import { makeHostId, makeSandboxId } from "@svc/domain/Ids"
 import { startNats } from "@svc/local-servers/Servers"
@@ -17,6 +18,8 @@ import { ExecRequest, SandboxDriver, SandboxSpec } from "@svc/sandboxes/Driver"
 import { CONTROLLERS } from "@svc/sandboxes/Driver/Cgroups"
 import { agentSubject } from "@svc/sandboxes/Protocol"
 import { SandboxActor } from "@svc/sandboxes/SandboxActor"
+import { sealEnv } from "@svc/sandboxes/SealedEnv"
+import { testSecretBox, useTestEncryptionKeys } from "@svc/testing/TestSecrets"
 import { Context, Effect, Layer } from "effect"
 import * as Fs from "node:fs/promises"
 import { AgentRole } from "../src/Agent.ts"
@@ -45,7 +48,7 @@ const program = Effect.gen(function*() {
     })
   )
   const natsLayer = Layer.effect(Nats, Nats.make({ url: server.url, prefix: "bench", name: "bench" }))
-  const context = yield* Layer.build(AgentRole.layerWith({ hostId, dataDir, concurrency: Number(process.env["SVC_AGENT_CONCURRENCY"] ?? 4) }).pipe(Layer.provideMerge(natsLayer)))
+  const context = yield* Layer.build(AgentRole.layerWith({ hostId, dataDir, concurrency: Number(process.env["SVC_AGENT_CONCURRENCY"] ?? 4) }).pipe(Layer.provideMerge(natsLayer), Layer.provide(SecretBox.layer)))
   const nats = Context.get(context, Nats)
   const driver = Context.get(context, SandboxDriver)
   yield* Context.get(context, CommandConsumer).ready
@@ -89,7 +92,14 @@ const program = Effect.gen(function*() {
         _tag: "create",
         sandboxId,
         orgId: "org_00000000000000000000000000",
-        resources: { template: "base", env: {}, cpu: 1, ramMb: 128, diskGb: 1, exposedPorts: [] }
+        resources: {
+          template: "base",
+          sealedEnv: Effect.runSync(sealEnv(testSecretBox(), "transit", sandboxId, {})),
+          cpu: 1,
+          ramMb: 128,
+          diskGb: 1,
+          exposedPorts: []
+        }
       })),
       { msgID: `bench-${sandboxId}` }
     )
@@ -143,6 +153,7 @@ const program = Effect.gen(function*() {
   console.log(`${"agent: burst throughput".padEnd(44)} ${(N / burstSeconds).toFixed(1)} creates/s`)
 })
 
+useTestEncryptionKeys()
 Effect.runPromise(Effect.scoped(program)).catch((e) => {
   console.error(e)
   process.exit(1)

@@ -8,7 +8,8 @@
  *
  * Stopping stops consuming and heartbeating; sandboxes keep running (they are detached from the
  * agent's process) and the next agent on this host id and data dir finds them again.
- * Needs only `Nats`: the agent holds no database connection.
+ * Needs `Nats` and `SecretBox` (`SVC_ENCRYPTION_KEYS`: a create's env comes sealed and the
+ * driver keeps it sealed on disk); the agent holds no database connection.
  */
 import { SandboxDriver } from "@svc/sandboxes/Driver"
 import { BubblewrapDriver } from "@svc/sandboxes/Driver/Bubblewrap"
@@ -60,7 +61,7 @@ const services = (options: { readonly dataPlane?: DataPlaneOptions }) => {
 }
 
 export class AgentRole {
-  /** The agent with the given configuration (tests run several in one process). Needs `Nats`. */
+  /** The agent with the given configuration (tests run several in one process). Needs `Nats` and `SecretBox`. */
   static readonly layerWith = (options: AgentOptions & { readonly dataPlane?: DataPlaneOptions } = {}) => {
     const { dataPlane, ...agent } = options
     return services(dataPlane !== undefined ? { dataPlane } : {}).pipe(
@@ -69,7 +70,7 @@ export class AgentRole {
     )
   }
 
-  /** The agent configured from the environment (see `Config.ts`). Needs `Nats`. */
+  /** The agent configured from the environment (see `Config.ts`). Needs `Nats` and `SecretBox`. */
   static readonly layer = services({}).pipe(
     Layer.provideMerge(DriverFromAgent),
     Layer.provideMerge(AgentConfig.fromEnv)

@@ -14,8 +14,10 @@ import {
   SandboxId,
   SandboxSpec
 } from "@svc/sandboxes/Driver"
+import { SecretBox } from "@svc/crypto/SecretBox"
 import type { AgentCommand, AgentReport } from "@svc/sandboxes/Protocol"
 import { BASE_TEMPLATE } from "@svc/sandboxes/Rootfs"
+import { openEnv } from "@svc/sandboxes/SealedEnv"
 import { Clock, Context, Duration, Effect, Layer, Queue, Schedule, Schema } from "effect"
 import { randomBytes } from "node:crypto"
 import * as Fs from "node:fs/promises"
@@ -94,6 +96,7 @@ export class Lifecycle extends Context.Service<Lifecycle, {
       const config = yield* AgentConfig
       const driver = yield* SandboxDriver
       const journal = yield* Journal
+      const box = yield* SecretBox
       const hostId = config.hostId
 
       // The warm pool. Each missing entry is one item in `wanted`: one per slot when reconcile has
@@ -207,8 +210,11 @@ export class Lifecycle extends Context.Service<Lifecycle, {
       })
 
       const create = Effect.fn("Lifecycle.create")(function*(command: Extract<AgentCommand, { _tag: "create" }>) {
-        const { sandboxId, orgId, resources } = command
-        const spec = yield* Schema.decodeUnknownEffect(SandboxSpec)({ sandboxId, ...resources }).pipe(
+        const { sandboxId, orgId, resources: { sealedEnv, ...resources } } = command
+        // Opened in memory only: the driver keeps it sealed on disk.
+        const env = yield* Effect.result(openEnv(box, "transit", sandboxId, sealedEnv))
+        if (env._tag === "Failure") return yield* failed(sandboxId, `the sandbox's env: ${env.failure.message}`)
+        const spec = yield* Schema.decodeUnknownEffect(SandboxSpec)({ sandboxId, ...resources, env: env.success }).pipe(
           Effect.mapError((e) => e.message),
           Effect.result
         )

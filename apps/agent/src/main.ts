@@ -1,11 +1,13 @@
 /**
- * The host agent alone: `node apps/agent/src/main.ts`, configured by NATS_URL, SVC_NATS_PREFIX
- * and the SVC_* variables of `Config.ts`. Once it consumes commands it prints one JSON line
+ * The host agent alone: `node apps/agent/src/main.ts`, configured by NATS_URL, SVC_NATS_PREFIX,
+ * SVC_ENCRYPTION_KEYS (required: sandboxes' env comes sealed and is kept sealed on disk) and the
+ * SVC_* variables of `Config.ts`. Once it consumes commands it prints one JSON line
  * `{"event":"agent_ready","hostId":...,"endpoint":...}` on stdout. SIGINT/SIGTERM stop it
  * gracefully (sandboxes keep running).
  */
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import { Nats } from "@svc/bus/Nats"
+import { SecretBox } from "@svc/crypto/SecretBox"
 import { Effect, Layer } from "effect"
 import { AgentRole } from "./Agent.ts"
 import { CommandConsumer } from "./Commands.ts"
@@ -30,6 +32,6 @@ const announce = Layer.effectDiscard(
   })
 )
 
-const main = announce.pipe(Layer.provide(AgentRole.layer), Layer.provide(Nats.layer))
+const main = announce.pipe(Layer.provide(AgentRole.layer), Layer.provide(Layer.mergeAll(Nats.layer, SecretBox.layer)))
 
 NodeRuntime.runMain(Layer.launch(main))

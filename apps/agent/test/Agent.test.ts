@@ -1,7 +1,7 @@
 import { assert, layer } from "@effect/vitest"
 import { makeSandboxId } from "@svc/domain/Ids"
 import { SandboxSpec } from "@svc/sandboxes/Driver"
-import { HostRecord, HOSTS_BUCKET_SPEC } from "@svc/sandboxes/Protocol"
+import { type AgentCommand, HostRecord, HOSTS_BUCKET_SPEC } from "@svc/sandboxes/Protocol"
 import { Effect, Schema } from "effect"
 import { randomBytes } from "node:crypto"
 import * as FsSync from "node:fs"
@@ -126,7 +126,7 @@ layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("host agent", 
       assert.deepStrictEqual(yield* journal.list, [])
     }))
 
-  it.effect("refuses what it cannot apply: failed reports for bad requests, foreign messages terminated without blocking", () =>
+  it.effect("refuses what it cannot apply: failed reports for bad requests and envs that do not open, foreign messages terminated without blocking", () =>
     Effect.gen(function*() {
       const host = yield* makeHost
       const agent = yield* startAgent(host)
@@ -136,6 +136,17 @@ layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("host agent", 
       yield* publishRaw(host.hostId, "create", "not json")
       yield* publishRaw(host.hostId, "create", JSON.stringify(lifecycleCommand("destroy", makeSandboxId())))
       yield* publishRaw(host.hostId, "create", JSON.stringify({ ...createCommand("x"), sandboxId: "a.b" }))
+      // A command from before the env was sealed (env in the clear): not a command any more.
+      const { sealedEnv: _, ...legacy } = (createCommand(makeSandboxId()) as Extract<AgentCommand, { _tag: "create" }>).resources
+      yield* publishRaw(host.hostId, "create", JSON.stringify({ ...createCommand(makeSandboxId()), resources: { ...legacy, env: { A: "b" } } }))
+
+      // An env sealed for another sandbox does not open for this one; nor does a plaintext one.
+      const copiedEnv = makeSandboxId()
+      const foreign = createCommand(makeSandboxId(), { env: { SECRET: "copied-secret-value" } }) as Extract<AgentCommand, { _tag: "create" }>
+      yield* publishCommand(host.hostId, { ...foreign, sandboxId: copiedEnv })
+      const plainEnv = makeSandboxId()
+      const plain = createCommand(plainEnv) as Extract<AgentCommand, { _tag: "create" }>
+      yield* publishCommand(host.hostId, { ...plain, resources: { ...plain.resources, sealedEnv: JSON.stringify({ SECRET: "plain-secret-value" }) } })
 
       const badSpec = makeSandboxId()
       yield* publishCommand(host.hostId, createCommand(badSpec, { ramMb: 1 }))
@@ -145,6 +156,14 @@ layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("host agent", 
       yield* publishCommand(host.hostId, lifecycleCommand("start", unknown))
       yield* publishCommand(host.hostId, lifecycleCommand("stop", unknown))
       yield* publishCommand(host.hostId, lifecycleCommand("destroy", unknown))
+
+      for (const [id, reason] of [[copiedEnv, "rejected"], [plainEnv, "malformed"]] as const) {
+        const refused = yield* reports.waitFor(id, () => true)
+        assert.strictEqual(refused.status, "failed")
+        assert.match(refused.errorMessage ?? "", new RegExp(`^the sandbox's env: the env does not open \\(${reason}: `))
+        assert.notMatch(refused.errorMessage ?? "", /secret-value/)
+      }
+      assert.isFalse(FsSync.existsSync(NodePath.join(host.dataDir, "sandboxes", copiedEnv)))
 
       const spec = yield* reports.waitFor(badSpec, () => true)
       assert.strictEqual(spec.status, "failed")

@@ -4,6 +4,7 @@
  */
 import { assert, layer } from "@effect/vitest"
 import { Nats } from "@svc/bus/Nats"
+import { SecretBox } from "@svc/crypto/SecretBox"
 import { makeSandboxId } from "@svc/domain/Ids"
 import { SandboxDriver } from "@svc/sandboxes/Driver"
 import { BubblewrapDriver } from "@svc/sandboxes/Driver/Bubblewrap"
@@ -68,7 +69,8 @@ const dataPlaneToken = (host: TestHost) =>
 const driverOf = (host: TestHost) =>
   Effect.map(
     Layer.build(BubblewrapDriver.layer.pipe(
-      Layer.provide(Layer.succeed(DriverConfig, DriverConfig.make({ dataDir: host.dataDir, hostId: host.hostId })))
+      Layer.provide(Layer.succeed(DriverConfig, DriverConfig.make({ dataDir: host.dataDir, hostId: host.hostId }))),
+      Layer.provide(SecretBox.layer)
     )),
     (context) => Context.get(context, SandboxDriver)
   )

@@ -18,8 +18,8 @@ export const Infrastructure = Layer.mergeAll(Database.layer, Nats.layer)
 
 /**
  * The keys that seal and open secret values at rest, from SVC_ENCRYPTION_KEYS. The api (webhook
- * secrets, Idempotency-Key entries) and the dispatcher (webhook secrets) refuse to start without
- * them; `svc dev` generates one.
+ * secrets, Idempotency-Key entries, sandboxes' env), the dispatcher (webhook secrets) and the
+ * agent (sandboxes' env) refuse to start without them; `svc dev` generates one.
  */
 export const Secrets = SecretBox.layer
 
@@ -34,8 +34,8 @@ export const DispatcherRole = Layer.mergeAll(FanOut.layer, Dispatcher.layer, Wor
   Layer.provide(Secrets)
 )
 
-/** The host agent of this machine (needs only NATS). */
-export const AgentRoleLayer = AgentRole.layer
+/** The host agent of this machine (NATS, and the keys: it opens and seals sandboxes' env). */
+export const AgentRoleLayer = AgentRole.layer.pipe(Layer.provide(Secrets))
 
 /** Every role of the platform in one process. */
 export const AllRoles = Layer.mergeAll(RuntimeRole, DispatcherRole, AgentRoleLayer, ApiRole)

@@ -80,7 +80,11 @@ export type HostRecord = typeof HostRecord.Type
 
 export const SandboxResources = Schema.Struct({
   template: Schema.String,
-  env: Schema.Record(Schema.String, Schema.String),
+  /**
+   * The sandbox's env, sealed by the API for `transit` (`SealedEnv.ts`): JetStream and the
+   * outbox only ever hold it sealed. The agent opens it with `SVC_ENCRYPTION_KEYS`.
+   */
+  sealedEnv: Schema.String,
   cpu: Schema.Int,
   ramMb: Schema.Int,
   diskGb: Schema.Int,

@@ -215,7 +215,7 @@ export const transition = (s: State | undefined, m: Message, ctx: Ctx): Actor.Tr
         orgId: s.orgId,
         resources: {
           template: s.templateName,
-          env: m.env,
+          sealedEnv: m.sealedEnv,
           cpu: s.cpu,
           ramMb: s.ramMb,
           diskGb: s.diskGb,

@@ -19,6 +19,7 @@
  * - `name` defaults to the id.
  */
 import * as Actors from "@svc/actors/Actors"
+import { SecretBox } from "@svc/crypto/SecretBox"
 import { Idempotency } from "@svc/db/Idempotency"
 import { wakeIfPresent } from "@svc/events/Relay"
 import * as Errors from "@svc/domain/Errors"
@@ -44,6 +45,7 @@ import type { SandboxState } from "./Sandboxes/Model.ts"
 import { toRecord } from "./Sandboxes/Record.ts"
 import { COLUMNS, fromRow, type SandboxRow, store } from "./Sandboxes/Store.ts"
 import * as Scheduler from "./Scheduler.ts"
+import { sealEnv } from "./SealedEnv.ts"
 
 export { toRecord } from "./Sandboxes/Record.ts"
 
@@ -99,6 +101,7 @@ export class Sandboxes extends Context.Service<Sandboxes, {
     const sql = yield* SqlClient.SqlClient
     const hosts = yield* Hosts
     const idempotency = yield* Idempotency
+    const box = yield* SecretBox
 
     const load = (orgId: string, id: string) =>
       Effect.gen(function*() {
@@ -180,7 +183,8 @@ export class Sandboxes extends Context.Service<Sandboxes, {
         if (!inserted) return yield* Effect.die(new Error(`sandbox id ${id} taken`))
         yield* Actors.sendViaOutbox(SandboxActor, id, {
           _tag: "Create",
-          env: request.env,
+          // Sealed before it reaches the outbox: the env may hold credentials.
+          sealedEnv: yield* sealEnv(box, "transit", id, request.env),
           unplaceable: placement._tag === "Unplaceable" ? placement.reason : null
         }).pipe(Effect.catchTag("InvalidActorMessage", Effect.die))
         return state
@@ -299,7 +303,7 @@ export class Sandboxes extends Context.Service<Sandboxes, {
     })
   })
 
-  /** Needs `SqlClient`, `Hosts` and `SecretBox` (the Idempotency-Key entries are sealed). */
+  /** Needs `SqlClient`, `Hosts` and `SecretBox` (the Idempotency-Key entries and the env are sealed). */
   static readonly layer = Layer.effect(Sandboxes, Sandboxes.make).pipe(Layer.provide(Idempotency.layer))
 }
 

@@ -97,6 +97,9 @@ const check = (message: SandboxMessage, row: Row, patch: (n: Name) => Partial<Sa
   }
 }
 
+/** The runtime never opens the env: any text stands for the API's sealed value. */
+const SEALED = "v1.test.sealed-env-the-runtime-cannot-open"
+
 describe("SandboxActor transition", () => {
   it("is the sandbox type with 16 partitions and its own store", () => {
     expect(SandboxActor.type).toBe("sandbox")
@@ -105,27 +108,27 @@ describe("SandboxActor transition", () => {
   })
 
   it("changes nothing for a sandbox that does not exist", () => {
-    for (const m of [{ _tag: "Create", env: {}, unplaceable: null }, { _tag: "Start" }, report("running")] as const) {
+    for (const m of [{ _tag: "Create", sealedEnv: SEALED, unplaceable: null }, { _tag: "Start" }, report("running")] as const) {
       expect(transition(undefined, m as SandboxMessage, ctx)).toEqual({ state: undefined, effects: [] })
     }
   })
 
-  it("Create: pending → starting with the agent's create command; anything else: nothing", () => {
-    check({ _tag: "Create", env: { A: "1" }, unplaceable: null }, {
+  it("Create: pending → starting with the agent's create command (the env passed on sealed, unopened); anything else: nothing", () => {
+    check({ _tag: "Create", sealedEnv: SEALED, unplaceable: null }, {
       pending: ["starting", [`publish:agent.${H}.create`, su("starting")]]
     })
-    const t = transition(at("pending"), { _tag: "Create", env: { A: "1" }, unplaceable: null }, ctx)
+    const t = transition(at("pending"), { _tag: "Create", sealedEnv: SEALED, unplaceable: null }, ctx)
     const cmd = t.effects[0] as Actor.PublishMessage
     expect(Schema.decodeUnknownSync(AgentCommand)(cmd.payload)).toEqual({
       _tag: "create",
       sandboxId: "sbx_1",
       orgId: "org_1",
-      resources: { template: "base", env: { A: "1" }, cpu: 2, ramMb: 256, diskGb: 1, exposedPorts: [8080] }
+      resources: { template: "base", sealedEnv: SEALED, cpu: 2, ramMb: 256, diskGb: 1, exposedPorts: [8080] }
     })
   })
 
   it("Create without a host: error with the scheduler's reason", () => {
-    const t = transition(at("pending", { hostId: null }), { _tag: "Create", env: {}, unplaceable: "no live host in region eu" }, ctx)
+    const t = transition(at("pending", { hostId: null }), { _tag: "Create", sealedEnv: SEALED, unplaceable: "no live host in region eu" }, ctx)
     expect(t.state?.state).toBe("error")
     expect(t.state?.errorMessage).toBe("no live host in region eu")
     expect(describeEffects(t.effects)).toEqual([su("error")])
@@ -284,7 +287,7 @@ describe("SandboxActor transition", () => {
 
   it("the same message applied twice changes nothing the second time", () => {
     const messages: ReadonlyArray<SandboxMessage> = [
-      { _tag: "Create", env: {}, unplaceable: null },
+      { _tag: "Create", sealedEnv: SEALED, unplaceable: null },
       { _tag: "Start" },
       { _tag: "Stop" },
       { _tag: "Delete", hostLive: true, children: [] },

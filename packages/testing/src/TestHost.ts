@@ -2,6 +2,7 @@
  * A host of the test's own for sandboxes: a fresh host id and data dir, and at the end of the
  * scope every sandbox of that host destroyed, its folder removed and its cgroup parents gone.
  */
+import { SecretBox } from "@svc/crypto/SecretBox"
 import { makeHostId } from "@svc/domain/Ids"
 import { SandboxDriver } from "@svc/sandboxes/Driver"
 import { BubblewrapDriver } from "@svc/sandboxes/Driver/Bubblewrap"
@@ -25,7 +26,8 @@ export const cleanUpHost = (host: TestHost) =>
         Effect.gen(function*() {
           const context = yield* Layer.build(
             BubblewrapDriver.layer.pipe(
-              Layer.provide(Layer.succeed(DriverConfig, DriverConfig.make({ dataDir: host.dataDir, hostId: host.hostId })))
+              Layer.provide(Layer.succeed(DriverConfig, DriverConfig.make({ dataDir: host.dataDir, hostId: host.hostId }))),
+              Layer.provide(SecretBox.layer)
             )
           )
           const driver = Context.get(context, SandboxDriver)

@@ -5,6 +5,8 @@
  * seal and open with the same key. Harnesses that give a layer an environment of their own add
  * `testEncryptionKeys()` to it.
  */
+import { parseEncryptionKeys, SecretBox } from "@svc/crypto/SecretBox"
+import { Result } from "effect"
 
 /** A fixed, public key: for throwaway test databases only. */
 export const TEST_ENCRYPTION_KEYS = "test:pGhf6gHM2PYbDs9Wzq6z6Hj8+0gpFn0CgfGCSCczQaY="
@@ -16,3 +18,6 @@ export const testEncryptionKeys = (): string => process.env.SVC_ENCRYPTION_KEYS 
 export const useTestEncryptionKeys = (): void => {
   process.env.SVC_ENCRYPTION_KEYS = testEncryptionKeys()
 }
+
+/** A SecretBox with the run's keys: seals what the roles of the run open (tests that publish commands). */
+export const testSecretBox = (): SecretBox["Service"] => SecretBox.make(Result.getOrThrow(parseEncryptionKeys(testEncryptionKeys())))

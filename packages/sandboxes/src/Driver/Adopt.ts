@@ -57,7 +57,7 @@ export const makeAdopt = (host: DriverHost, lifecycle: Pick<Lifecycle, "destroyI
           exposedPorts: spec.exposedPorts,
           createdAt: new Date().toISOString()
         })
-        yield* attempt("adopt", () => writeSandboxRecord(target, record))
+        yield* writeSandboxRecord(target, record, host.secrets, "adopt")
         const handed = yield* attempt("adopt", () =>
           Network.transfer(config.leaseDir, record.internalIp, host.owner(from), host.owner(spec.sandboxId))
         )

@@ -8,6 +8,7 @@
  * `Run.ts` (a run: start and end of the process tree), `Lifecycle.ts` (create, start, stop,
  * destroy, list), `Adopt.ts` (a warm pool entry becomes a sandbox), `Exec.ts` and `Files.ts`.
  */
+import { SecretBox } from "@svc/crypto/SecretBox"
 import { Effect, Layer } from "effect"
 import { DriverUnsupported, SandboxDriver, SandboxStats } from "../Driver.ts"
 import { makeAdopt } from "./Adopt.ts"
@@ -20,11 +21,14 @@ import { makeLifecycle } from "./Lifecycle.ts"
 import { makeRuns } from "./Run.ts"
 
 export class BubblewrapDriver {
-  /** The namespaces driver. Needs `DriverConfig`; builds the base template and the bridge at start. */
+  /**
+   * The namespaces driver. Needs `DriverConfig` and `SecretBox` (the env in `sandbox.json` is
+   * sealed); builds the base template and the bridge at start.
+   */
   static readonly layer = Layer.effect(
     SandboxDriver,
     Effect.gen(function*() {
-      const host = yield* makeDriverHost(yield* DriverConfig)
+      const host = yield* makeDriverHost(yield* DriverConfig, yield* SecretBox)
       const lifecycle = makeLifecycle(host, makeRuns(host))
       const { adopt } = makeAdopt(host, lifecycle)
       const { exec, runInside } = makeExec(host)

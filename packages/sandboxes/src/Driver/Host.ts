@@ -4,6 +4,7 @@
  * lookups built on them. `makeDriverHost` prepares the host once, when the driver starts: the
  * helper busybox, the base template, the bridge and its firewall (`Firewall.ts`).
  */
+import type { SecretBox } from "@svc/crypto/SecretBox"
 import { Effect, Schema, Semaphore } from "effect"
 import * as FsSync from "node:fs"
 import * as Fs from "node:fs/promises"
@@ -24,7 +25,16 @@ import { installFirewall } from "./Firewall.ts"
 import * as Seccomp from "./Seccomp.ts"
 import * as Network from "./Network.ts"
 import { decode, run, runChecked } from "./Process.ts"
-import { isAlive, readRunRecord, readSandboxRecord, type RunRecord, type SandboxPaths, sandboxPaths, type SandboxRecord } from "./State.ts"
+import {
+  isAlive,
+  readRunRecord,
+  readSandboxRecord,
+  type RunRecord,
+  type SandboxPaths,
+  sandboxPaths,
+  type SandboxRecord,
+  sealLegacyRecord
+} from "./State.ts"
 
 /**
  * Where the host's static busybox appears inside every sandbox. The folder itself is a read-only
@@ -66,6 +76,8 @@ export interface RunningSandbox {
 
 export interface DriverHost {
   readonly config: DriverConfig["Service"]
+  /** Seals and opens the env in `sandbox.json` (`SVC_ENCRYPTION_KEYS`). */
+  readonly secrets: SecretBox["Service"]
   /** Absolute paths of the host programs the driver runs (found once, at start). */
   readonly bin: {
     readonly bwrap: string
@@ -93,6 +105,7 @@ export interface DriverHost {
   owner(sandboxId: string): { readonly dataDir: string; readonly sandboxId: string }
   /** The lower folder of a template's overlay. */
   templateDir(template: string): Effect.Effect<string, TemplateNotFound | DriverFailure>
+  /** The record with its env opened. */
   loadRecord(sandboxId: string): Effect.Effect<{ paths: SandboxPaths; record: SandboxRecord }, SandboxNotFound | DriverFailure>
   /** The running instance, checked against pid reuse on every call. */
   lookupRunning(
@@ -101,7 +114,10 @@ export interface DriverHost {
 }
 
 /** Finds the host programs, prepares the data dir, the helper, the base template, the bridge and its firewall. */
-export const makeDriverHost = (config: DriverConfig["Service"]): Effect.Effect<DriverHost, DriverFailure> =>
+export const makeDriverHost = (
+  config: DriverConfig["Service"],
+  secrets: SecretBox["Service"]
+): Effect.Effect<DriverHost, DriverFailure> =>
   Effect.gen(function*() {
     const found = {
       bwrap: findBinary("bwrap"),
@@ -148,6 +164,11 @@ export const makeDriverHost = (config: DriverConfig["Service"]): Effect.Effect<D
         return yield* new DriverFailure({ operation: "init", message: `${dir} must be traversable by other users (o+x): sandboxes run as uid ${config.uidBase}` })
       }
       if (dir === NodePath.dirname(dir)) break
+    }
+    // Records from before the env was sealed: sealed now, so no env is left in the clear.
+    const names = yield* attempt("init", () => Fs.readdir(sandboxesDir))
+    for (const name of names) {
+      if (Schema.is(SandboxId)(name)) yield* sealLegacyRecord(sandboxPaths(config.dataDir, name), secrets)
     }
     const helperDir = NodePath.join(config.dataDir, "helper")
     yield* attempt("init", async () => {
@@ -204,7 +225,7 @@ export const makeDriverHost = (config: DriverConfig["Service"]): Effect.Effect<D
     const loadRecord = (sandboxId: string) =>
       Effect.gen(function*() {
         const paths = sandboxPaths(config.dataDir, sandboxId)
-        const record = yield* attempt("load", () => readSandboxRecord(paths))
+        const record = yield* readSandboxRecord(paths, secrets, "load")
         if (record === undefined) return yield* new SandboxNotFound({ sandboxId })
         return { paths, record }
       })
@@ -229,6 +250,7 @@ export const makeDriverHost = (config: DriverConfig["Service"]): Effect.Effect<D
 
     return {
       config,
+      secrets,
       bin,
       confinement,
       subnet,

@@ -17,7 +17,7 @@ import * as Cgroups from "./Cgroups.ts"
 import { attempt, checkId, decodeInput, type DriverHost } from "./Host.ts"
 import * as Network from "./Network.ts"
 import type { Runs } from "./Run.ts"
-import { isAlive, readRunRecord, readSandboxRecord, SandboxRecord, sandboxPaths, writeSandboxRecord } from "./State.ts"
+import { isAlive, readRunRecord, readStoredRecord, SandboxRecord, sandboxPaths, writeSandboxRecord } from "./State.ts"
 
 export const makeLifecycle = (host: DriverHost, runs: Runs) => {
   const { config, cgroups, subnet } = host
@@ -43,8 +43,11 @@ export const makeLifecycle = (host: DriverHost, runs: Runs) => {
     Effect.gen(function*() {
       host.running.delete(sandboxId)
       const paths = sandboxPaths(config.dataDir, sandboxId)
-      const record = yield* attempt("destroy", () => readSandboxRecord(paths))
-      if (record !== undefined) {
+      // Not opened: tearing down needs only the id and the address (and works without the key).
+      const stored = yield* attempt("destroy", () => readStoredRecord(paths))
+      if (stored !== undefined) {
+        const { sealedEnv: _, ...fields } = stored
+        const record = new SandboxRecord({ ...fields, env: {} })
         const runRecord = yield* attempt("destroy", () => readRunRecord(paths))
         yield* teardownRun(record, paths, runRecord)
         yield* attempt("destroy", () => Network.release(config.leaseDir, record.internalIp, host.owner(sandboxId)))
@@ -66,7 +69,7 @@ export const makeLifecycle = (host: DriverHost, runs: Runs) => {
       spec.sandboxId,
       Effect.gen(function*() {
         const paths = sandboxPaths(config.dataDir, spec.sandboxId)
-        if ((yield* attempt("create", () => readSandboxRecord(paths))) !== undefined) {
+        if ((yield* attempt("create", () => readStoredRecord(paths))) !== undefined) {
           return yield* new SandboxAlreadyExists({ sandboxId: spec.sandboxId })
         }
         const lower = yield* host.templateDir(spec.template)
@@ -94,8 +97,7 @@ export const makeLifecycle = (host: DriverHost, runs: Runs) => {
           // Unprivileged bubblewrap walks through to root/ (0711: it can list nothing here).
           await Fs.chmod(paths.dir, 0o711)
           await Fs.chmod(paths.root, 0o755)
-          await writeSandboxRecord(paths, record)
-        })
+        }).pipe(Effect.andThen(writeSandboxRecord(paths, record, host.secrets, "create")))
         return yield* made.pipe(
           Effect.flatMap(() => startRun(record, paths)),
           Effect.tapError(() => destroyInternal(spec.sandboxId).pipe(Effect.ignore))
@@ -139,7 +141,7 @@ export const makeLifecycle = (host: DriverHost, runs: Runs) => {
     for (const name of names) {
       if (!Schema.is(SandboxId)(name)) continue
       const paths = sandboxPaths(config.dataDir, name)
-      const record = yield* attempt("list", () => readSandboxRecord(paths))
+      const record = yield* attempt("list", () => readStoredRecord(paths))
       if (record === undefined) continue
       const runRecord = yield* attempt("list", () => readRunRecord(paths))
       const alive = runRecord !== undefined && (yield* attempt("list", () => isAlive(runRecord)))

@@ -248,7 +248,7 @@ export const makeRuns = (host: DriverHost): Runs => {
       if (leased === undefined) return yield* new DriverFailure({ operation: "start", message: "no free internal address" })
       if (leased !== record.internalIp) {
         record = new SandboxRecord({ ...record, internalIp: leased })
-        yield* attempt("start", () => writeSandboxRecord(paths, record))
+        yield* writeSandboxRecord(paths, record, host.secrets, "start")
       }
 
       // The writable layer belongs to the sandbox's root (a sandbox made before user namespaces

@@ -2,30 +2,50 @@
  * Per-sandbox files under `<dataDir>/sandboxes/<id>/`: what a fresh agent process needs to find,
  * reach and clean up the sandboxes a previous process made.
  *
- *   sandbox.json  the spec, template folder, internalIp (written at create, kept until destroy)
+ *   sandbox.json  the spec (its env sealed), template folder, internalIp (written at create,
+ *                 kept until destroy)
  *   run.json      the running instance: init pid and its start time (removed by stop)
  *   upper/ work/  the overlay's writable layer and its scratch folder (the saved file system)
  *   root/         mount point of the overlay, mounted only inside the sandbox's private mount
  *                 namespace (the host's mount table never shows it)
  *   bwrap.log     bubblewrap's and the init's own output
+ *
+ * The env may hold credentials: `sandbox.json` holds it only sealed (SecretBox, bound to the
+ * sandbox id, see `SealedEnv.ts`). `SandboxRecord` is the record in memory, its env opened;
+ * `StoredSandboxRecord` is the file. `list` and `destroy` read the file without opening the
+ * env, so a sandbox whose env no longer opens (its key removed from `SVC_ENCRYPTION_KEYS`) is
+ * still listed and can be destroyed; start, stop and exec need it opened.
  */
-import { Schema } from "effect"
+import type { SecretBox } from "@svc/crypto/SecretBox"
+import { Effect, Schema } from "effect"
 import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
-import { Env, LimitStatus } from "../Driver.ts"
+import { DriverFailure, Env, LimitStatus } from "../Driver.ts"
+import { openEnv, sealEnv } from "../SealedEnv.ts"
 
-export class SandboxRecord extends Schema.Class<SandboxRecord>("@svc/sandboxes/Driver/SandboxRecord")({
+const recordFields = {
   sandboxId: Schema.String,
   hostId: Schema.String,
   template: Schema.String,
   templateDir: Schema.String,
-  env: Env,
   cpu: Schema.Int,
   ramMb: Schema.Int,
   diskGb: Schema.Int,
   exposedPorts: Schema.Array(Schema.Int),
   internalIp: Schema.String,
   createdAt: Schema.String
+}
+
+/** A sandbox's record in memory: `env` in the clear, never written as such. */
+export class SandboxRecord extends Schema.Class<SandboxRecord>("@svc/sandboxes/Driver/SandboxRecord")({
+  ...recordFields,
+  env: Env
+}) {}
+
+/** `sandbox.json` as stored: the env sealed for the `host`. */
+export class StoredSandboxRecord extends Schema.Class<StoredSandboxRecord>("@svc/sandboxes/Driver/StoredSandboxRecord")({
+  ...recordFields,
+  sealedEnv: Schema.String
 }) {}
 
 export class RunRecord extends Schema.Class<RunRecord>("@svc/sandboxes/Driver/RunRecord")({
@@ -37,7 +57,7 @@ export class RunRecord extends Schema.Class<RunRecord>("@svc/sandboxes/Driver/Ru
   limits: LimitStatus
 }) {}
 
-const SandboxRecordJson = Schema.fromJsonString(SandboxRecord)
+const StoredRecordJson = Schema.fromJsonString(StoredSandboxRecord)
 const RunRecordJson = Schema.fromJsonString(RunRecord)
 
 export interface SandboxPaths {
@@ -70,8 +90,21 @@ const writeAtomic = async (file: string, text: string) => {
   await Fs.rename(temp, file)
 }
 
-export const writeSandboxRecord = (paths: SandboxPaths, record: SandboxRecord) =>
-  writeAtomic(paths.record, Schema.encodeSync(SandboxRecordJson)(record))
+/** Seals the record's env and writes `sandbox.json`. */
+export const writeSandboxRecord = (
+  paths: SandboxPaths,
+  record: SandboxRecord,
+  box: SecretBox["Service"],
+  operation: string
+): Effect.Effect<void, DriverFailure> =>
+  Effect.gen(function*() {
+    const { env, ...fields } = record
+    const stored = new StoredSandboxRecord({ ...fields, sealedEnv: yield* sealEnv(box, "host", record.sandboxId, env) })
+    yield* Effect.tryPromise({
+      try: () => writeAtomic(paths.record, Schema.encodeSync(StoredRecordJson)(stored)),
+      catch: (e) => new DriverFailure({ operation, message: e instanceof Error ? e.message : String(e) })
+    })
+  })
 
 export const writeRunRecord = (paths: SandboxPaths, record: RunRecord) =>
   writeAtomic(paths.run, Schema.encodeSync(RunRecordJson)(record))
@@ -91,8 +124,47 @@ const readDecoded = async <A>(file: string, decode: (text: string) => A): Promis
   }
 }
 
-export const readSandboxRecord = (paths: SandboxPaths) =>
-  readDecoded(paths.record, Schema.decodeUnknownSync(SandboxRecordJson))
+/**
+ * A `sandbox.json` written before the env was sealed (its `env` in the clear) is rewritten
+ * sealed; the driver does this for every sandbox when it starts, so none is left on the host.
+ */
+const LegacyRecordJson = Schema.fromJsonString(SandboxRecord)
+
+export const sealLegacyRecord = (paths: SandboxPaths, box: SecretBox["Service"]): Effect.Effect<boolean, DriverFailure> =>
+  Effect.gen(function*() {
+    const legacy = yield* Effect.tryPromise({
+      try: async () => ((await readStoredRecord(paths)) === undefined ? readDecoded(paths.record, Schema.decodeUnknownSync(LegacyRecordJson)) : undefined),
+      catch: (e) => new DriverFailure({ operation: "init", message: e instanceof Error ? e.message : String(e) })
+    })
+    if (legacy === undefined) return false
+    yield* writeSandboxRecord(paths, legacy, box, "init")
+    return true
+  })
+
+/** `sandbox.json` without opening its env (list, destroy, an existence check). */
+export const readStoredRecord = (paths: SandboxPaths) => readDecoded(paths.record, Schema.decodeUnknownSync(StoredRecordJson))
+
+/**
+ * `sandbox.json` with its env opened, or undefined when there is none. An env that does not
+ * open is the host's failure (a removed key, a file edited behind the driver's back).
+ */
+export const readSandboxRecord = (
+  paths: SandboxPaths,
+  box: SecretBox["Service"],
+  operation: string
+): Effect.Effect<SandboxRecord | undefined, DriverFailure> =>
+  Effect.gen(function*() {
+    const stored = yield* Effect.tryPromise({
+      try: () => readStoredRecord(paths),
+      catch: (e) => new DriverFailure({ operation, message: e instanceof Error ? e.message : String(e) })
+    })
+    if (stored === undefined) return undefined
+    const { sealedEnv, ...fields } = stored
+    const env = yield* openEnv(box, "host", stored.sandboxId, sealedEnv).pipe(
+      Effect.mapError((e) => new DriverFailure({ operation, message: `${paths.record}: ${e.message}` }))
+    )
+    return new SandboxRecord({ ...fields, env })
+  })
 
 export const readRunRecord = (paths: SandboxPaths) => readDecoded(paths.run, Schema.decodeUnknownSync(RunRecordJson))
 

@@ -4,8 +4,9 @@
  *
  * The state is the `sandboxes` row: the spec.md 2.2 record plus what the control plane needs
  * to run the state machine. Times are ms since the epoch (the record renders them as ISO 8601).
- * `env` is not part of it: it travels in the `Create` message to the host and is never stored
- * (it may carry credentials, e.g. an injected `sandbox:<id>` key).
+ * `env` is not part of it: it travels sealed in the `Create` message to the host and is never
+ * stored in the clear (it may carry credentials, e.g. an injected `sandbox:<id>` key; see
+ * `SealedEnv.ts`).
  */
 import { SANDBOX_STATES, SandboxType, VolumeAttachment } from "@svc/domain/Sandbox"
 import { Schema } from "effect"
@@ -66,7 +67,8 @@ export type SandboxState = typeof SandboxState.Type
  * there: `hostId` set, or `unplaceable` says why not).
  */
 export const Create = Schema.TaggedStruct("Create", {
-  env: Schema.Record(Schema.String, Schema.String),
+  /** The env sealed for `transit` by the API; the actor passes it on to the host unopened. */
+  sealedEnv: Schema.String,
   unplaceable: Schema.NullOr(Schema.String)
 })
 export const Start = Schema.TaggedStruct("Start", {})
