@@ -45,6 +45,32 @@ export const capabilityMask = (): bigint => CAPABILITIES.reduce((mask, [, bit]) 
 
 export const capabilityHex = (): string => capabilityMask().toString(16).padStart(16, "0")
 
+/**
+ * Why `uidBase` cannot be used on this host, if it cannot: a login or system user, or a
+ * subordinate range handed to someone (`/etc/subuid`, `/etc/subgid`), inside the sandboxes'
+ * range would share its files and processes with every sandbox's root.
+ */
+export const rangeConflict = async (uidBase: number): Promise<string | undefined> => {
+  const inRange = (id: number, count = 1) => id < uidBase + ID_COUNT && id + count > uidBase
+  for (const file of ["/etc/passwd", "/etc/group"]) {
+    const text = await Fs.readFile(file, "utf8").catch(() => "")
+    for (const line of text.split("\n")) {
+      const [name, , id] = line.split(":")
+      if (name && id !== undefined && inRange(Number(id))) return `${file}: ${name} has id ${id}`
+    }
+  }
+  for (const file of ["/etc/subuid", "/etc/subgid"]) {
+    const text = await Fs.readFile(file, "utf8").catch(() => "")
+    for (const line of text.split("\n")) {
+      const [name, start, count] = line.split(":")
+      if (name && start !== undefined && count !== undefined && inRange(Number(start), Number(count))) {
+        return `${file}: ${name}'s range ${start}+${count}`
+      }
+    }
+  }
+  return undefined
+}
+
 export interface ConfinementFiles {
   /** The compiled seccomp filter (given to bubblewrap on a descriptor, read by svc-enter). */
   readonly seccomp: string

@@ -152,6 +152,13 @@ export const makeDriverHost = (
     const sandboxesDir = NodePath.join(config.dataDir, "sandboxes")
 
     yield* attempt("init", () => Fs.mkdir(sandboxesDir, { recursive: true }))
+    const conflict = yield* attempt("init", () => Confinement.rangeConflict(config.uidBase))
+    if (conflict !== undefined) {
+      return yield* new DriverFailure({
+        operation: "init",
+        message: `the sandboxes' uid range ${config.uidBase}+${Confinement.ID_COUNT} is in use (${conflict}): set SVC_SANDBOX_UID_BASE`
+      })
+    }
     const confinement = yield* attempt("init", () => Confinement.prepare(NodePath.join(config.dataDir, "host")))
     // bubblewrap runs as the sandboxes' uid and must walk to each sandbox's root and the helper:
     // the data dir is the driver's own (made walkable here), the folders above it the operator's.
