@@ -1,6 +1,12 @@
 /**
  * Applies control-plane commands to this host's sandboxes through the driver and says what
- * happened as an `AgentReport`; and, at start-up, reconciles the journal with the disk.
+ * happened as an `AgentReport`; at start-up, reconciles the journal with the disk; and checks
+ * the sandboxes it reported running for an init that died (`checkExits`, polled by
+ * `Watcher.ts`), which it reports `exited` with the reason.
+ *
+ * One sandbox's command and its exit check never run at once (a lock per sandbox), and each
+ * report's `at` is taken under that lock: the actor, which keeps only the newest report, ends
+ * with what the host did last.
  *
  * Every command is idempotent: a redelivered create of a sandbox that exists reports its
  * state, stop of a stopped sandbox reports `stopped`, destroy of an unknown one `destroyed`.
@@ -16,7 +22,7 @@ import {
 } from "@svc/sandboxes/Driver"
 import type { AgentCommand, AgentReport } from "@svc/sandboxes/Protocol"
 import { BASE_TEMPLATE } from "@svc/sandboxes/Rootfs"
-import { Clock, Context, Duration, Effect, Layer, Queue, Schedule, Schema } from "effect"
+import { Clock, Context, Duration, Effect, Layer, Option, Queue, Schedule, Schema, Semaphore } from "effect"
 import { randomBytes } from "node:crypto"
 import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
@@ -87,6 +93,11 @@ export class Lifecycle extends Context.Service<Lifecycle, {
   readonly reconcile: Effect.Effect<ReadonlyArray<AgentReport>, JournalError | DriverFailure>
   /** The warm pool (for tests and logs): driver ids of its ready entries, and how many are being made. */
   readonly pool: Effect.Effect<PoolStatus>
+  /**
+   * Checks every sandbox reported running (a sandbox busy with a command is skipped until the
+   * next check): one whose init died is ended by the driver and reported `exited` with why.
+   */
+  readonly checkExits: Effect.Effect<ReadonlyArray<AgentReport>>
 }>()("@svc/agent/Lifecycle") {
   static readonly layer = Layer.effect(
     Lifecycle,
@@ -101,6 +112,24 @@ export class Lifecycle extends Context.Service<Lifecycle, {
       // `poolMakers` fibers take items and make entries, so ready + being made + wanted is always
       // the pool's size: refills run side by side and never overshoot. A create never waits for
       // them: it takes a ready entry or cold-boots.
+      // Sandboxes last reported running: what `checkExits` watches.
+      const running = new Set<string>()
+      const locks = new Map<string, Semaphore.Semaphore>()
+      const lockOf = (sandboxId: string) => {
+        let lock = locks.get(sandboxId)
+        if (lock === undefined) {
+          lock = Semaphore.makeUnsafe(1)
+          locks.set(sandboxId, lock)
+        }
+        return lock
+      }
+      /** Keeps `running` as the reports say: the sandboxes whose init should be alive. */
+      const track = (command: AgentCommand["_tag"] | "reconcile", report: AgentReport) => {
+        if (report.status === "running") running.add(report.sandboxId)
+        else if (report.status !== "failed" || command === "create" || command === "start") running.delete(report.sandboxId)
+        return report
+      }
+
       const pool: Array<string> = []
       let making = 0
       let poolStarted = false
@@ -290,9 +319,7 @@ export class Lifecycle extends Context.Service<Lifecycle, {
         return yield* report(sandboxId, "destroyed")
       })
 
-      const apply = (command: AgentCommand): Effect.Effect<AgentReport, JournalError> => {
-        // The journal names files after the id: refuse what the driver's grammar refuses.
-        if (!isSandboxId(command.sandboxId)) return failed(command.sandboxId, "invalid sandbox id")
+      const applyCommand = (command: AgentCommand): Effect.Effect<AgentReport, JournalError> => {
         switch (command._tag) {
           case "create":
             return create(command)
@@ -304,6 +331,46 @@ export class Lifecycle extends Context.Service<Lifecycle, {
             return destroy(command)
         }
       }
+
+      const apply = (command: AgentCommand): Effect.Effect<AgentReport, JournalError> => {
+        // The journal names files after the id: refuse what the driver's grammar refuses.
+        if (!isSandboxId(command.sandboxId)) return failed(command.sandboxId, "invalid sandbox id")
+        return lockOf(command.sandboxId).withPermit(
+          Effect.map(applyCommand(command), (report) => track(command._tag, report))
+        )
+      }
+
+      /** Under the sandbox's lock: whether its run ended on its own, as an `exited` report. */
+      const checkExit = (sandboxId: string) =>
+        Effect.gen(function*() {
+          if (!running.has(sandboxId)) return undefined
+          const exit = yield* Effect.result(driver.ended(sandboxId))
+          if (exit._tag === "Failure") {
+            if (exit.failure._tag === "SandboxNotFound") {
+              // Gone from the disk behind the agent's back: the next start's reconcile reports it.
+              running.delete(sandboxId)
+              yield* Effect.logWarning("agent: a running sandbox is gone from the disk", { sandboxId })
+            } else {
+              yield* Effect.logWarning("agent: could not check a sandbox", { sandboxId, error: describeDriverError(exit.failure) })
+            }
+            return undefined
+          }
+          if (exit.success === undefined) return undefined
+          running.delete(sandboxId)
+          yield* Effect.logWarning("agent: a sandbox's init ended", { sandboxId, reason: exit.success.reason })
+          return yield* report(sandboxId, "exited", { errorMessage: exit.success.reason })
+        })
+
+      const checkExits = Effect.suspend(() =>
+        Effect.forEach(
+          [...running],
+          (sandboxId) => Effect.map(Semaphore.withPermitsIfAvailable(lockOf(sandboxId), 1)(checkExit(sandboxId)), Option.getOrUndefined),
+          { concurrency: 16 }
+        )
+      ).pipe(
+        Effect.map((reports) => reports.filter((r): r is AgentReport => r !== undefined)),
+        Effect.withSpan("Lifecycle.checkExits")
+      )
 
       const reconcile = Effect.gen(function*() {
         const entries = yield* journal.list
@@ -343,10 +410,17 @@ export class Lifecycle extends Context.Service<Lifecycle, {
               break
             }
             case "Report": {
-              if (action.status === "stopped") reports.push(yield* report(action.sandboxId, "stopped"))
-              else {
+              if (action.status === "stopped") {
+                // Stopped by a command, or its init died (perhaps while no agent watched): say which.
+                const exit = yield* driver.ended(action.sandboxId).pipe(Effect.orElseSucceed(() => undefined))
+                reports.push(
+                  exit === undefined
+                    ? yield* report(action.sandboxId, "stopped")
+                    : yield* report(action.sandboxId, "exited", { errorMessage: exit.reason })
+                )
+              } else {
                 const agentReady = yield* checkReady(action.sandboxId)
-                reports.push(yield* report(action.sandboxId, "running", { internalIp: action.internalIp, agentReady }))
+                reports.push(track("reconcile", yield* report(action.sandboxId, "running", { internalIp: action.internalIp, agentReady })))
               }
               break
             }
@@ -365,7 +439,7 @@ export class Lifecycle extends Context.Service<Lifecycle, {
         return reports
       }).pipe(Effect.withSpan("Lifecycle.reconcile"))
 
-      return Lifecycle.of({ apply, reconcile, pool: Effect.sync(() => ({ ready: [...pool], making })) })
+      return Lifecycle.of({ apply, reconcile, pool: Effect.sync(() => ({ ready: [...pool], making })), checkExits })
     })
   )
 }
