@@ -13,11 +13,12 @@
  * The only error is the journal's (the host's disk): the caller retries the command in place.
  */
 import {
-  type DriverFailure,
+  DriverFailure,
   ExecRequest,
   SandboxDriver,
   type SandboxDriverError,
   SandboxId,
+  type SandboxInfo,
   SandboxSpec
 } from "@svc/sandboxes/Driver"
 import type { AgentCommand, AgentReport } from "@svc/sandboxes/Protocol"
@@ -130,6 +131,23 @@ export class Lifecycle extends Context.Service<Lifecycle, {
         return report
       }
 
+      /**
+       * A sandbox that came up without one of its limits (the host's cgroups refused a write the
+       * start-up probe made) is undone and its command fails, unless the operator allowed
+       * unlimited sandboxes: the host's limits hold for each sandbox, not only at start.
+       */
+      const limited = <E>(started: Effect.Effect<SandboxInfo, E>, undo: Effect.Effect<void>) =>
+        Effect.flatMap(started, (info): Effect.Effect<SandboxInfo, E | DriverFailure> => {
+          const missing = (["memory", "cpu", "pids"] as const)
+            .filter((name) => info.limits[name] !== "applied")
+            .map((name) => `${name}: ${info.limits[name]}`)
+          if (missing.length === 0 || config.allowUnlimited) return Effect.succeed(info)
+          return Effect.andThen(
+            undo,
+            Effect.fail(new DriverFailure({ operation: "limits", message: `the host could not apply ${missing.join("; ")}` }))
+          )
+        })
+
       const pool: Array<string> = []
       let making = 0
       let poolStarted = false
@@ -189,7 +207,7 @@ export class Lifecycle extends Context.Service<Lifecycle, {
           const poolId = spec.template === BASE_TEMPLATE ? pool.shift() : undefined
           if (poolId === undefined) return Effect.succeed(undefined)
           return Effect.gen(function*() {
-            const adopted = yield* Effect.result(driver.adopt(poolId, spec))
+            const adopted = yield* Effect.result(limited(driver.adopt(poolId, spec), Effect.ignore(driver.destroy(spec.sandboxId))))
             if (adopted._tag === "Success") return adopted.success
             yield* Effect.logWarning("agent: a warm pool entry could not be used", {
               sandboxId: spec.sandboxId,
@@ -257,7 +275,7 @@ export class Lifecycle extends Context.Service<Lifecycle, {
           // The entry passed its readiness exec when made and `adopt` found its init alive.
           return yield* report(sandboxId, "running", { internalIp: adopted.internalIp, via: "restore", agentReady: true })
         }
-        const made = yield* Effect.result(driver.create(spec.success))
+        const made = yield* Effect.result(limited(driver.create(spec.success), Effect.ignore(driver.destroy(sandboxId))))
         if (made._tag === "Success") {
           const agentReady = yield* checkReady(sandboxId)
           yield* mark(sandboxId, orgId, null)
@@ -278,7 +296,7 @@ export class Lifecycle extends Context.Service<Lifecycle, {
         const { sandboxId, orgId } = command
         if ((yield* journal.get(sandboxId)) === undefined) return yield* failed(sandboxId, "no such sandbox on this host")
         yield* mark(sandboxId, orgId, "start")
-        const started = yield* Effect.result(driver.start(sandboxId))
+        const started = yield* Effect.result(limited(driver.start(sandboxId), Effect.void))
         if (started._tag === "Success") {
           const agentReady = yield* checkReady(sandboxId)
           yield* mark(sandboxId, orgId, null)

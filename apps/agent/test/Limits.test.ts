@@ -83,6 +83,36 @@ layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("host agent: l
       yield* (yield* Reports).waitFor(sandboxId, (r) => r.status === "destroyed")
     }))
 
+  it.effect("a sandbox whose limits the host fails to apply after all is not run: its create fails, nothing is left", () =>
+    Effect.gen(function*() {
+      const reports = yield* Reports
+      const host = yield* makeHost
+      // The host's v1 hierarchies, reached through links, so that one can break after the probe.
+      const root = yield* Effect.acquireRelease(
+        Effect.promise(async () => {
+          const dir = await Fs.mkdtemp("/tmp/svc-cgroup-v1-")
+          for (const c of ["memory", "cpu", "cpuacct", "pids"]) await Fs.symlink(`/sys/fs/cgroup/${c}`, NodePath.join(dir, c))
+          return dir
+        }),
+        (dir) => Effect.promise(() => Fs.rm(dir, { recursive: true, force: true }))
+      )
+      const agent = yield* startAgent(host, { cgroupRoot: root })
+      assert.strictEqual(agent.driver.hostLimits.memory, "enforced")
+      // The memory hierarchy breaks: the sandbox's memory group cannot be made.
+      yield* Effect.promise(async () => {
+        await Fs.rm(NodePath.join(root, "memory"))
+        await Fs.mkdir(NodePath.join(root, "memory", "svc-sandboxes"), { recursive: true })
+        await Fs.writeFile(NodePath.join(root, "memory", "cgroup.procs"), "")
+        await Fs.writeFile(NodePath.join(root, "memory", "svc-sandboxes", host.hostId), "")
+      })
+      const sandboxId = makeSandboxId()
+      yield* publishCommand(host.hostId, createCommand(sandboxId))
+      const report = yield* reports.waitFor(sandboxId, () => true)
+      assert.strictEqual(report.status, "failed")
+      assert.match(report.errorMessage!, /^limits failed: the host could not apply memory: unavailable: /)
+      assert.deepStrictEqual(yield* agent.driver.list, [])
+    }))
+
   it.effect("an init killed from the host is reported exited with its signal; start brings it back", () =>
     Effect.gen(function*() {
       const reports = yield* Reports

@@ -183,7 +183,8 @@ export const removeGroup = async (dir: string): Promise<void> => {
       return
     } catch (e) {
       const code = (e as NodeJS.ErrnoException).code
-      if (code === "ENOENT") return
+      // No such group (ENOTDIR: a folder above it is not one either).
+      if (code === "ENOENT" || code === "ENOTDIR") return
       if (code !== "EBUSY") throw e
       await new Promise((resolve) => setTimeout(resolve, 20))
     }
