@@ -383,7 +383,8 @@ export class Lifecycle extends Context.Service<Lifecycle, {
         Effect.forEach(
           [...running],
           (sandboxId) => Effect.map(Semaphore.withPermitsIfAvailable(lockOf(sandboxId), 1)(checkExit(sandboxId)), Option.getOrUndefined),
-          { concurrency: 16 }
+          // A running sandbox's check is synchronous; a few at once for the teardowns of dead ones.
+          { concurrency: 4 }
         )
       ).pipe(
         Effect.map((reports) => reports.filter((r): r is AgentReport => r !== undefined)),

@@ -16,7 +16,7 @@ import { Effect } from "effect"
 import { SandboxExit } from "../Driver.ts"
 import { attempt, checkId, type DriverHost } from "./Host.ts"
 import type { Runs } from "./Run.ts"
-import { isAlive, readExit, readExitCode, readRunRecord, sameProcess, writeExit } from "./State.ts"
+import { isAlive, isAliveSync, readExit, readExitCode, readRunRecord, sameProcess, writeExit } from "./State.ts"
 
 const SIGKILL_STATUS = 128 + 9
 
@@ -33,11 +33,8 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 export const makeEnded = (host: DriverHost, runs: Pick<Runs, "teardownRun">) => {
   const { cgroups } = host
 
-  const ended = Effect.fn("SandboxDriver.ended")(function*(sandboxId: string) {
+  const reap = Effect.fn("SandboxDriver.ended")(function*(sandboxId: string) {
     const id = yield* checkId(sandboxId)
-    // The common case, lock-free: a running sandbox this process knows.
-    const cached = host.running.get(id)
-    if (cached !== undefined && (yield* attempt("ended", () => isAlive(cached.run)))) return undefined
     return yield* host.withLock(
       id,
       Effect.gen(function*() {
@@ -76,6 +73,14 @@ export const makeEnded = (host: DriverHost, runs: Pick<Runs, "teardownRun">) => 
       })
     )
   })
+
+  const ended = (sandboxId: string) =>
+    Effect.suspend(() => {
+      // The common case, synchronous and lock-free: a running sandbox this process knows (ids in
+      // the cache were checked when they entered it).
+      const cached = host.running.get(sandboxId)
+      return cached !== undefined && isAliveSync(cached.run) ? Effect.succeed(undefined) : reap(sandboxId)
+    })
 
   return { ended }
 }

@@ -14,6 +14,7 @@
  *                 start or stop)
  */
 import { Schema } from "effect"
+import * as FsSync from "node:fs"
 import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
 import { Env, LimitStatus, SandboxExit } from "../Driver.ts"
@@ -148,6 +149,25 @@ export const sameProcess = async (pid: number, startTicks: number): Promise<bool
 export const isAlive = async (run: RunRecord): Promise<boolean> =>
   (await sameProcess(run.pid, run.startTicks)) &&
   (run.monitorPid === undefined || (await sameProcess(run.monitorPid, run.monitorStartTicks ?? -1)))
+
+const sameProcessSync = (pid: number, startTicks: number): boolean => {
+  let text: string
+  try {
+    text = FsSync.readFileSync(`/proc/${pid}/stat`, "utf8")
+  } catch {
+    return false
+  }
+  const fields = text.slice(text.lastIndexOf(")") + 2).split(" ")
+  return Number(fields[19]) === startTicks && fields[0] !== "Z" && fields[0] !== "X"
+}
+
+/**
+ * `isAlive` without the thread pool: /proc reads never wait on a disk, and done synchronously
+ * they cost a few microseconds, which is what a poll of hundreds of sandboxes wants.
+ */
+export const isAliveSync = (run: RunRecord): boolean =>
+  sameProcessSync(run.pid, run.startTicks) &&
+  (run.monitorPid === undefined || sameProcessSync(run.monitorPid, run.monitorStartTicks ?? -1))
 
 /** True when the run's pid 1 still runs (whatever became of the host-side bubblewrap). */
 export const isInitAlive = (run: RunRecord): Promise<boolean> => sameProcess(run.pid, run.startTicks)
