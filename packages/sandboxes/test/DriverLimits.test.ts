@@ -173,7 +173,7 @@ layer(TestDriver.layer(), { excludeTestServices: true, timeout: 120_000 })("Sand
       // `echo` is a builtin: each line is one more process; the shell gives up at the first failed fork.
       const bomb = yield* driver.exec(id, sh("i=0; while [ $i -lt 300 ]; do sleep 5 & i=$((i+1)); echo $i; done", { timeoutMs: 30_000 }))
       const started = Number(text(bomb.stdout).trim().split("\n").at(-1))
-      // The group also holds the host-side bubblewrap, pid 1, the init, nsenter and the shell.
+      // The group also holds the host-side bubblewrap, pid 1, the init, the exec's entry process and the shell.
       assert.isAtMost(started, 64 - 5, text(bomb.stdout))
       assert.isAbove(started, 40, text(bomb.stdout))
       assert.match(text(bomb.stderr), /can't fork/)
