@@ -2,20 +2,22 @@
  * The host agent role: runs and reaches into this host's sandboxes for the control plane.
  *
  * Built in this order (and torn down in the reverse one):
- *   config → driver (bubblewrap over the host's data dir) → journal, lifecycle, reporter →
+ *   config → driver (bubblewrap over the host's data dir; refused when the host cannot enforce
+ *   the memory, cpu and pids limits, unless allowed) → journal, lifecycle, reporter →
  *   data plane (HTTP) → host record + heartbeat in `hosts`, worker heartbeat in `workers` →
- *   command consumer (ensures the AGENT stream and its consumer, reconciles, then consumes).
+ *   command consumer (ensures the AGENT stream and its consumer, reconciles, then consumes)
+ *   beside the exit watcher (sandboxes whose init died, reported `exited`).
  *
  * Stopping stops consuming and heartbeating; sandboxes keep running (they are detached from the
  * agent's process) and the next agent on this host id and data dir finds them again.
  * Needs `Nats` and `SecretBox` (`SVC_ENCRYPTION_KEYS`: a create's env comes sealed and the
  * driver keeps it sealed on disk); the agent holds no database connection.
  */
-import { SandboxDriver } from "@svc/sandboxes/Driver"
+import { type HostLimits, SandboxDriver } from "@svc/sandboxes/Driver"
 import { BubblewrapDriver } from "@svc/sandboxes/Driver/Bubblewrap"
 import { DriverConfig } from "@svc/sandboxes/Driver/Config"
 import { WorkerHeartbeat } from "@svc/sandboxes/Workers"
-import { Effect, Layer } from "effect"
+import { Effect, Layer, Schema } from "effect"
 import { CommandConsumer } from "./Commands.ts"
 import { AgentConfig, type AgentOptions, InvalidAgentConfig } from "./Config.ts"
 import { DataPlane, type DataPlaneOptions } from "./DataPlane.ts"
@@ -23,6 +25,7 @@ import { Journal } from "./Journal.ts"
 import { Lifecycle } from "./Lifecycle.ts"
 import { HostRegistry } from "./Registry.ts"
 import { Reporter } from "./Reporter.ts"
+import { ExitWatcher } from "./Watcher.ts"
 
 /** The driver's configuration from the agent's: its own data dir and cgroup names per host id. */
 export const DriverConfigFromAgent = Layer.effect(
@@ -36,14 +39,43 @@ export const DriverConfigFromAgent = Layer.effect(
           hostId: config.hostId,
           ...(config.bridge !== undefined ? { bridge: config.bridge } : {}),
           ...(config.subnet !== undefined ? { subnet: config.subnet } : {}),
-          allowNoFirewall: config.allowNoFirewall
+          allowNoFirewall: config.allowNoFirewall,
+          ...(config.cgroupRoot !== undefined ? { cgroupRoot: config.cgroupRoot } : {})
         }),
       catch: (e) => new InvalidAgentConfig({ message: `driver: ${e instanceof Error ? e.message : String(e)}` })
     })
   })
 )
 
-export const DriverFromAgent = BubblewrapDriver.layer.pipe(Layer.provide(DriverConfigFromAgent))
+/** The agent will not run sandboxes its host cannot limit, unless its operator allows it. */
+export class UnenforcedLimits extends Schema.TaggedError<UnenforcedLimits>()("UnenforcedLimits", {
+  message: Schema.String
+}) {}
+
+const LIMITS = ["memory", "cpu", "pids"] as const
+
+/** The limits of `HostLimits` that do not hold, as `name: why`. */
+export const missingLimits = (limits: HostLimits): ReadonlyArray<string> =>
+  LIMITS.filter((name) => limits[name] !== "enforced").map((name) => `${name}: ${limits[name]}`)
+
+export const DriverFromAgent = Layer.effect(
+  SandboxDriver,
+  Effect.gen(function*() {
+    const config = yield* AgentConfig
+    const driver = yield* SandboxDriver
+    const missing = missingLimits(driver.hostLimits)
+    if (missing.length > 0) {
+      if (!config.allowUnlimited) {
+        return yield* new UnenforcedLimits({
+          message: `this host cannot enforce every sandbox limit (cgroup ${driver.hostLimits.cgroup}; ${missing.join("; ")}): ` +
+            "give the agent the cgroup controllers, or set SVC_AGENT_ALLOW_UNLIMITED=1 to run sandboxes without these limits"
+        })
+      }
+      yield* Effect.logWarning("agent: sandboxes run without some limits (SVC_AGENT_ALLOW_UNLIMITED)", { missing })
+    }
+    return driver
+  })
+).pipe(Layer.provide(BubblewrapDriver.layer.pipe(Layer.provide(DriverConfigFromAgent))))
 
 /** Everything after the configuration and the driver. */
 const services = (options: { readonly dataPlane?: DataPlaneOptions }) => {
@@ -57,7 +89,7 @@ const services = (options: { readonly dataPlane?: DataPlaneOptions }) => {
     })
   )
   const registered = Layer.mergeAll(HostRegistry.layer, workers).pipe(Layer.provideMerge(dataPlane))
-  return CommandConsumer.layer.pipe(Layer.provideMerge(registered), Layer.provideMerge(lifecycle))
+  return Layer.mergeAll(CommandConsumer.layer, ExitWatcher.layer).pipe(Layer.provideMerge(registered), Layer.provideMerge(lifecycle))
 }
 
 export class AgentRole {
@@ -83,3 +115,4 @@ export type AgentServices =
   | DataPlane
   | HostRegistry
   | CommandConsumer
+  | ExitWatcher

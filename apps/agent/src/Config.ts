@@ -5,7 +5,11 @@
  *   SVC_HOST_ID           `host_<26 base32>`; default derived from the machine's hostname
  *   SVC_REGION            default `local`
  *   SVC_DATACENTER        default `local-1`
- *   SVC_HOST_CPU / SVC_HOST_RAM_MB / SVC_HOST_DISK_GB   capacity; defaults from the machine
+ *   SVC_HOST_CPU / SVC_HOST_RAM_MB / SVC_HOST_DISK_GB   cores, memory and disk; defaults from the machine
+ *   SVC_HOST_CPU_OVERCOMMIT  default 8: the scheduler may place cores × this much `cpu` here (a
+ *                         sandbox's cpu is a cap, not a reservation); memory and disk are not overcommitted
+ *   SVC_AGENT_ALLOW_UNLIMITED  `1`: start even when the host cannot enforce a memory, cpu or pids
+ *                         limit (the host record says which hold); default: refuse to start
  *   SVC_AGENT_PORT        data-plane port, 0 (default) = any free port
  *   SVC_AGENT_HOST        data-plane bind address, default 127.0.0.1
  *   SVC_AGENT_ADVERTISE_HOST  address other processes use to reach it (default: the bind
@@ -35,7 +39,14 @@ export interface AgentSettings {
   readonly region: string
   readonly datacenter: string
   readonly version: string
+  /** What the scheduler may place here: `cpu` is the cores times `cpuOvercommit`. */
   readonly capacity: Capacity
+  /** How many `cpu` of sandboxes one core carries (cpu limits are caps: idle sandboxes use none). */
+  readonly cpuOvercommit: number
+  /** Start even when a memory, cpu or pids limit cannot be applied on this host. */
+  readonly allowUnlimited: boolean
+  /** How often running sandboxes are checked for an init that died. */
+  readonly exitCheckMs: number
   /** 0 = any free port. */
   readonly port: number
   readonly listenHost: string
@@ -50,9 +61,14 @@ export interface AgentSettings {
   readonly subnet?: string
   /** Start even when the sandbox firewall (nftables) cannot be installed. */
   readonly allowNoFirewall: boolean
+  /** The cgroup file system the driver uses (default `/sys/fs/cgroup`). */
+  readonly cgroupRoot?: string
 }
 
-/** What a caller may set; everything else takes its default. */
+/**
+ * What a caller may set; everything else takes its default. `capacity.cpu` is the host's cores
+ * (as `SVC_HOST_CPU`): the capacity offered multiplies it by `cpuOvercommit`.
+ */
 export type AgentOptions = Partial<Omit<AgentSettings, "capacity">> & { readonly capacity?: Partial<Capacity> }
 
 export class InvalidAgentConfig extends Schema.TaggedError<InvalidAgentConfig>()("InvalidAgentConfig", {
@@ -105,6 +121,9 @@ const SettingsSchema = Schema.Struct({
   datacenter: Name,
   version: Schema.String.check(Schema.isMinLength(1), Schema.isMaxLength(64)),
   capacity: Schema.Struct({ cpu: Positive, ramMb: Positive, diskGb: Positive }),
+  cpuOvercommit: Schema.Number.check(Schema.isGreaterThanOrEqualTo(1), Schema.isLessThanOrEqualTo(64)),
+  allowUnlimited: Schema.Boolean,
+  exitCheckMs: Schema.Int.check(Schema.isGreaterThanOrEqualTo(50), Schema.isLessThanOrEqualTo(10_000)),
   port: Schema.Int.check(Schema.isGreaterThanOrEqualTo(0), Schema.isLessThanOrEqualTo(65_535)),
   listenHost: Schema.String.check(Schema.isMinLength(1)),
   advertiseHost: Schema.String.check(Schema.isMinLength(1)),
@@ -114,11 +133,25 @@ const SettingsSchema = Schema.Struct({
   poolSize: Schema.Int.check(Schema.isGreaterThanOrEqualTo(0), Schema.isLessThanOrEqualTo(64)),
   bridge: Schema.optionalKey(Schema.String),
   subnet: Schema.optionalKey(Schema.String),
-  allowNoFirewall: Schema.Boolean
+  allowNoFirewall: Schema.Boolean,
+  cgroupRoot: Schema.optionalKey(Schema.String.check(Schema.isPattern(/^\/[^\0]*$/, { message: "absolute path" })))
 })
 
 /** `SVC_AGENT_POOL_SIZE` when unset. */
 export const DEFAULT_POOL_SIZE = 4
+
+/** `SVC_HOST_CPU_OVERCOMMIT` when unset. */
+export const DEFAULT_CPU_OVERCOMMIT = 8
+
+/** Running sandboxes are checked this often for an init that died (two /proc reads each). */
+export const EXIT_CHECK_MS = 500
+
+/** `1`/`true` or `0`/`false` (unset: false); anything else is refused rather than guessed. */
+const parseFlag = (name: string, value: string | undefined): Effect.Effect<boolean, InvalidAgentConfig> => {
+  if (value === undefined || value === "" || value === "0" || value === "false") return Effect.succeed(false)
+  if (value === "1" || value === "true") return Effect.succeed(true)
+  return Effect.fail(new InvalidAgentConfig({ message: `${name}: 1 or 0 (true or false), got ${JSON.stringify(value).slice(0, 40)}` }))
+}
 
 export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("@svc/agent/AgentConfig") {
   /** Fills in defaults and checks every field (the host id must be a `host_` id). */
@@ -126,16 +159,21 @@ export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("
     const hostId = options.hostId ?? hostIdFromHostname(Os.hostname())
     const dataDir = options.dataDir ?? defaultDataDir(hostId)
     const listenHost = options.listenHost ?? "127.0.0.1"
+    const cores = options.capacity?.cpu ?? Os.availableParallelism()
+    const cpuOvercommit = options.cpuOvercommit ?? DEFAULT_CPU_OVERCOMMIT
     const settings = {
       hostId,
       region: options.region ?? "local",
       datacenter: options.datacenter ?? "local-1",
       version: options.version ?? AGENT_VERSION,
       capacity: {
-        cpu: options.capacity?.cpu ?? Os.availableParallelism(),
+        cpu: Math.floor(cores * cpuOvercommit),
         ramMb: options.capacity?.ramMb ?? Math.floor(Os.totalmem() / 1024 ** 2),
         diskGb: options.capacity?.diskGb ?? diskGbOf(dataDir)
       },
+      cpuOvercommit,
+      allowUnlimited: options.allowUnlimited ?? false,
+      exitCheckMs: options.exitCheckMs ?? EXIT_CHECK_MS,
       port: options.port ?? 0,
       listenHost,
       advertiseHost: options.advertiseHost ?? (listenHost === "0.0.0.0" || listenHost === "::" ? "127.0.0.1" : listenHost),
@@ -147,7 +185,8 @@ export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("
       poolSize: options.poolSize ?? 0,
       ...(options.bridge !== undefined ? { bridge: options.bridge } : {}),
       ...(options.subnet !== undefined ? { subnet: options.subnet } : {}),
-      allowNoFirewall: options.allowNoFirewall ?? false
+      allowNoFirewall: options.allowNoFirewall ?? false,
+      ...(options.cgroupRoot !== undefined ? { cgroupRoot: options.cgroupRoot } : {})
     }
     return Schema.decodeUnknownEffect(SettingsSchema)(settings).pipe(
       Effect.mapError((e) => new InvalidAgentConfig({ message: e.message }))
@@ -172,6 +211,8 @@ export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("
         cpu: opt(Config.Int("SVC_HOST_CPU")),
         ramMb: opt(Config.Int("SVC_HOST_RAM_MB")),
         diskGb: opt(Config.Int("SVC_HOST_DISK_GB")),
+        cpuOvercommit: opt(Config.Number("SVC_HOST_CPU_OVERCOMMIT")),
+        allowUnlimited: opt(Config.String("SVC_AGENT_ALLOW_UNLIMITED")),
         port: opt(Config.Int("SVC_AGENT_PORT")),
         listenHost: opt(Config.String("SVC_AGENT_HOST")),
         advertiseHost: opt(Config.String("SVC_AGENT_ADVERTISE_HOST")),
@@ -201,6 +242,8 @@ export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("
         ...defined("dataDir", env.dataDir !== undefined && env.dataDir !== "" ? NodePath.resolve(env.dataDir) : undefined),
         ...defined("heartbeatMs", env.heartbeatMs),
         ...defined("concurrency", env.concurrency),
+        ...defined("cpuOvercommit", env.cpuOvercommit),
+        allowUnlimited: yield* parseFlag("SVC_AGENT_ALLOW_UNLIMITED", env.allowUnlimited),
         poolSize: env.poolSize ?? DEFAULT_POOL_SIZE,
         ...defined("bridge", env.bridge),
         ...defined("subnet", env.subnet),

@@ -1,24 +1,31 @@
 /**
  * Applies control-plane commands to this host's sandboxes through the driver and says what
- * happened as an `AgentReport`; and, at start-up, reconciles the journal with the disk.
+ * happened as an `AgentReport`; at start-up, reconciles the journal with the disk; and checks
+ * the sandboxes it reported running for an init that died (`checkExits`, polled by
+ * `Watcher.ts`), which it reports `exited` with the reason.
+ *
+ * One sandbox's command and its exit check never run at once (a lock per sandbox), and each
+ * report's `at` is taken under that lock: the actor, which keeps only the newest report, ends
+ * with what the host did last.
  *
  * Every command is idempotent: a redelivered create of a sandbox that exists reports its
  * state, stop of a stopped sandbox reports `stopped`, destroy of an unknown one `destroyed`.
  * The only error is the journal's (the host's disk): the caller retries the command in place.
  */
 import {
-  type DriverFailure,
+  DriverFailure,
   ExecRequest,
   SandboxDriver,
   type SandboxDriverError,
   SandboxId,
+  type SandboxInfo,
   SandboxSpec
 } from "@svc/sandboxes/Driver"
 import { SecretBox } from "@svc/crypto/SecretBox"
 import type { AgentCommand, AgentReport } from "@svc/sandboxes/Protocol"
 import { BASE_TEMPLATE } from "@svc/sandboxes/Rootfs"
 import { openEnv } from "@svc/sandboxes/SealedEnv"
-import { Clock, Context, Duration, Effect, Layer, Queue, Schedule, Schema } from "effect"
+import { Clock, Context, Duration, Effect, Layer, Option, Queue, Schedule, Schema, Semaphore } from "effect"
 import { randomBytes } from "node:crypto"
 import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
@@ -89,6 +96,11 @@ export class Lifecycle extends Context.Service<Lifecycle, {
   readonly reconcile: Effect.Effect<ReadonlyArray<AgentReport>, JournalError | DriverFailure>
   /** The warm pool (for tests and logs): driver ids of its ready entries, and how many are being made. */
   readonly pool: Effect.Effect<PoolStatus>
+  /**
+   * Checks every sandbox reported running (a sandbox busy with a command is skipped until the
+   * next check): one whose init died is ended by the driver and reported `exited` with why.
+   */
+  readonly checkExits: Effect.Effect<ReadonlyArray<AgentReport>>
 }>()("@svc/agent/Lifecycle") {
   static readonly layer = Layer.effect(
     Lifecycle,
@@ -104,6 +116,41 @@ export class Lifecycle extends Context.Service<Lifecycle, {
       // `poolMakers` fibers take items and make entries, so ready + being made + wanted is always
       // the pool's size: refills run side by side and never overshoot. A create never waits for
       // them: it takes a ready entry or cold-boots.
+      // Sandboxes last reported running: what `checkExits` watches.
+      const running = new Set<string>()
+      const locks = new Map<string, Semaphore.Semaphore>()
+      const lockOf = (sandboxId: string) => {
+        let lock = locks.get(sandboxId)
+        if (lock === undefined) {
+          lock = Semaphore.makeUnsafe(1)
+          locks.set(sandboxId, lock)
+        }
+        return lock
+      }
+      /** Keeps `running` as the reports say: the sandboxes whose init should be alive. */
+      const track = (command: AgentCommand["_tag"] | "reconcile", report: AgentReport) => {
+        if (report.status === "running") running.add(report.sandboxId)
+        else if (report.status !== "failed" || command === "create" || command === "start") running.delete(report.sandboxId)
+        return report
+      }
+
+      /**
+       * A sandbox that came up without one of its limits (the host's cgroups refused a write the
+       * start-up probe made) is undone and its command fails, unless the operator allowed
+       * unlimited sandboxes: the host's limits hold for each sandbox, not only at start.
+       */
+      const limited = <E>(started: Effect.Effect<SandboxInfo, E>, undo: Effect.Effect<void>) =>
+        Effect.flatMap(started, (info): Effect.Effect<SandboxInfo, E | DriverFailure> => {
+          const missing = (["memory", "cpu", "pids"] as const)
+            .filter((name) => info.limits[name] !== "applied")
+            .map((name) => `${name}: ${info.limits[name]}`)
+          if (missing.length === 0 || config.allowUnlimited) return Effect.succeed(info)
+          return Effect.andThen(
+            undo,
+            Effect.fail(new DriverFailure({ operation: "limits", message: `the host could not apply ${missing.join("; ")}` }))
+          )
+        })
+
       const pool: Array<string> = []
       let making = 0
       let poolStarted = false
@@ -163,7 +210,7 @@ export class Lifecycle extends Context.Service<Lifecycle, {
           const poolId = spec.template === BASE_TEMPLATE ? pool.shift() : undefined
           if (poolId === undefined) return Effect.succeed(undefined)
           return Effect.gen(function*() {
-            const adopted = yield* Effect.result(driver.adopt(poolId, spec))
+            const adopted = yield* Effect.result(limited(driver.adopt(poolId, spec), Effect.ignore(driver.destroy(spec.sandboxId))))
             if (adopted._tag === "Success") return adopted.success
             yield* Effect.logWarning("agent: a warm pool entry could not be used", {
               sandboxId: spec.sandboxId,
@@ -234,7 +281,7 @@ export class Lifecycle extends Context.Service<Lifecycle, {
           // The entry passed its readiness exec when made and `adopt` found its init alive.
           return yield* report(sandboxId, "running", { internalIp: adopted.internalIp, via: "restore", agentReady: true })
         }
-        const made = yield* Effect.result(driver.create(spec.success))
+        const made = yield* Effect.result(limited(driver.create(spec.success), Effect.ignore(driver.destroy(sandboxId))))
         if (made._tag === "Success") {
           const agentReady = yield* checkReady(sandboxId)
           yield* mark(sandboxId, orgId, null)
@@ -255,7 +302,7 @@ export class Lifecycle extends Context.Service<Lifecycle, {
         const { sandboxId, orgId } = command
         if ((yield* journal.get(sandboxId)) === undefined) return yield* failed(sandboxId, "no such sandbox on this host")
         yield* mark(sandboxId, orgId, "start")
-        const started = yield* Effect.result(driver.start(sandboxId))
+        const started = yield* Effect.result(limited(driver.start(sandboxId), Effect.void))
         if (started._tag === "Success") {
           const agentReady = yield* checkReady(sandboxId)
           yield* mark(sandboxId, orgId, null)
@@ -296,9 +343,7 @@ export class Lifecycle extends Context.Service<Lifecycle, {
         return yield* report(sandboxId, "destroyed")
       })
 
-      const apply = (command: AgentCommand): Effect.Effect<AgentReport, JournalError> => {
-        // The journal names files after the id: refuse what the driver's grammar refuses.
-        if (!isSandboxId(command.sandboxId)) return failed(command.sandboxId, "invalid sandbox id")
+      const applyCommand = (command: AgentCommand): Effect.Effect<AgentReport, JournalError> => {
         switch (command._tag) {
           case "create":
             return create(command)
@@ -310,6 +355,47 @@ export class Lifecycle extends Context.Service<Lifecycle, {
             return destroy(command)
         }
       }
+
+      const apply = (command: AgentCommand): Effect.Effect<AgentReport, JournalError> => {
+        // The journal names files after the id: refuse what the driver's grammar refuses.
+        if (!isSandboxId(command.sandboxId)) return failed(command.sandboxId, "invalid sandbox id")
+        return lockOf(command.sandboxId).withPermit(
+          Effect.map(applyCommand(command), (report) => track(command._tag, report))
+        )
+      }
+
+      /** Under the sandbox's lock: whether its run ended on its own, as an `exited` report. */
+      const checkExit = (sandboxId: string) =>
+        Effect.gen(function*() {
+          if (!running.has(sandboxId)) return undefined
+          const exit = yield* Effect.result(driver.ended(sandboxId))
+          if (exit._tag === "Failure") {
+            if (exit.failure._tag === "SandboxNotFound") {
+              // Gone from the disk behind the agent's back: the next start's reconcile reports it.
+              running.delete(sandboxId)
+              yield* Effect.logWarning("agent: a running sandbox is gone from the disk", { sandboxId })
+            } else {
+              yield* Effect.logWarning("agent: could not check a sandbox", { sandboxId, error: describeDriverError(exit.failure) })
+            }
+            return undefined
+          }
+          if (exit.success === undefined) return undefined
+          running.delete(sandboxId)
+          yield* Effect.logWarning("agent: a sandbox's init ended", { sandboxId, reason: exit.success.reason })
+          return yield* report(sandboxId, "exited", { errorMessage: exit.success.reason })
+        })
+
+      const checkExits = Effect.suspend(() =>
+        Effect.forEach(
+          [...running],
+          (sandboxId) => Effect.map(Semaphore.withPermitsIfAvailable(lockOf(sandboxId), 1)(checkExit(sandboxId)), Option.getOrUndefined),
+          // A running sandbox's check is synchronous; a few at once for the teardowns of dead ones.
+          { concurrency: 4 }
+        )
+      ).pipe(
+        Effect.map((reports) => reports.filter((r): r is AgentReport => r !== undefined)),
+        Effect.withSpan("Lifecycle.checkExits")
+      )
 
       const reconcile = Effect.gen(function*() {
         const entries = yield* journal.list
@@ -349,10 +435,17 @@ export class Lifecycle extends Context.Service<Lifecycle, {
               break
             }
             case "Report": {
-              if (action.status === "stopped") reports.push(yield* report(action.sandboxId, "stopped"))
-              else {
+              if (action.status === "stopped") {
+                // Stopped by a command, or its init died (perhaps while no agent watched): say which.
+                const exit = yield* driver.ended(action.sandboxId).pipe(Effect.orElseSucceed(() => undefined))
+                reports.push(
+                  exit === undefined
+                    ? yield* report(action.sandboxId, "stopped")
+                    : yield* report(action.sandboxId, "exited", { errorMessage: exit.reason })
+                )
+              } else {
                 const agentReady = yield* checkReady(action.sandboxId)
-                reports.push(yield* report(action.sandboxId, "running", { internalIp: action.internalIp, agentReady }))
+                reports.push(track("reconcile", yield* report(action.sandboxId, "running", { internalIp: action.internalIp, agentReady })))
               }
               break
             }
@@ -371,7 +464,7 @@ export class Lifecycle extends Context.Service<Lifecycle, {
         return reports
       }).pipe(Effect.withSpan("Lifecycle.reconcile"))
 
-      return Lifecycle.of({ apply, reconcile, pool: Effect.sync(() => ({ ready: [...pool], making })) })
+      return Lifecycle.of({ apply, reconcile, pool: Effect.sync(() => ({ ready: [...pool], making })), checkExits })
     })
   )
 }

@@ -1,11 +1,12 @@
 /**
- * The host's record in the `hosts` KV bucket: capacity, region, datacenter, version and the data
- * plane's endpoint and token, written at start and refreshed every `heartbeatMs`. When the agent
+ * The host's record in the `hosts` KV bucket: capacity (cpu overcommitted), region, datacenter,
+ * version, which sandbox limits hold here, and the data plane's endpoint and token, written at start and refreshed every `heartbeatMs`. When the agent
  * stops the refreshing stops and the record ages; deciding that the host is down is the control
  * plane's (`HOST_DOWN_AFTER_MS`). The record is not deleted on a graceful stop: the sandboxes
  * keep running and a restarted agent overwrites it.
  */
 import { ensureBucket } from "@svc/bus/Topology"
+import { SandboxDriver } from "@svc/sandboxes/Driver"
 import { HOSTS_BUCKET_SPEC, HostRecord } from "@svc/sandboxes/Protocol"
 import { Context, Duration, Effect, Layer, Schema } from "effect"
 import { AgentConfig } from "./Config.ts"
@@ -23,6 +24,7 @@ export class HostRegistry extends Context.Service<HostRegistry, {
     Effect.gen(function*() {
       const config = yield* AgentConfig
       const dataPlane = yield* DataPlane
+      const { hostLimits } = yield* SandboxDriver
       const kv = yield* ensureBucket(HOSTS_BUCKET_SPEC)
       const startedAt = Date.now()
       let current: HostRecord | undefined
@@ -37,7 +39,9 @@ export class HostRegistry extends Context.Service<HostRegistry, {
           endpoint: dataPlane.endpoint,
           token: dataPlane.token,
           heartbeatAt: Date.now(),
-          startedAt
+          startedAt,
+          limits: hostLimits,
+          cpuOvercommit: config.cpuOvercommit
         }
         yield* Effect.tryPromise(() => kv.put(config.hostId, encoder.encode(encodeRecord(record))))
         current = record

@@ -2,12 +2,13 @@
  * The host agent alone: `node apps/agent/src/main.ts`, configured by NATS_URL, SVC_NATS_PREFIX,
  * SVC_ENCRYPTION_KEYS (required: sandboxes' env comes sealed and is kept sealed on disk) and the
  * SVC_* variables of `Config.ts`. Once it consumes commands it prints one JSON line
- * `{"event":"agent_ready","hostId":...,"endpoint":...}` on stdout. SIGINT/SIGTERM stop it
- * gracefully (sandboxes keep running).
+ * `{"event":"agent_ready","hostId":...,"endpoint":...,"capacity":...,"limits":...}` on stdout.
+ * SIGINT/SIGTERM stop it gracefully (sandboxes keep running).
  */
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import { Nats } from "@svc/bus/Nats"
 import { SecretBox } from "@svc/crypto/SecretBox"
+import { SandboxDriver } from "@svc/sandboxes/Driver"
 import { Effect, Layer } from "effect"
 import { AgentRole } from "./Agent.ts"
 import { CommandConsumer } from "./Commands.ts"
@@ -19,12 +20,20 @@ const announce = Layer.effectDiscard(
     const consumer = yield* CommandConsumer
     const config = yield* AgentConfig
     const dataPlane = yield* DataPlane
+    const { hostLimits } = yield* SandboxDriver
     yield* Effect.forkScoped(
       Effect.andThen(
         consumer.ready,
         Effect.sync(() => {
           process.stdout.write(
-            JSON.stringify({ event: "agent_ready", hostId: config.hostId, endpoint: dataPlane.endpoint, pid: process.pid }) + "\n"
+            JSON.stringify({
+              event: "agent_ready",
+              hostId: config.hostId,
+              endpoint: dataPlane.endpoint,
+              pid: process.pid,
+              capacity: config.capacity,
+              limits: hostLimits
+            }) + "\n"
           )
         })
       )

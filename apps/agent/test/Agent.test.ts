@@ -404,11 +404,14 @@ layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("host agent", 
           region: "eu-test",
           datacenter: "eu-test-1",
           version: agent.config.version,
-          capacity: { cpu: 3, ramMb: 2048, diskGb: 20 },
+          // 3 cores offered 8 times over: cpu is a cap per sandbox; memory and disk as they are.
+          capacity: { cpu: 24, ramMb: 2048, diskGb: 20 },
+          cpuOvercommit: 8,
           endpoint: agent.dataPlane.endpoint,
           token: agent.dataPlane.token,
           heartbeatAt: 0,
-          startedAt: 0
+          startedAt: 0,
+          limits: { cgroup: "v1", memory: "enforced", cpu: "enforced", pids: "enforced" }
         }
       )
       const later = yield* eventually(read, (r) => r !== undefined && r.record.heartbeatAt >= first.record.heartbeatAt + 150)

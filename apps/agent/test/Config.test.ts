@@ -30,7 +30,10 @@ describe("AgentConfig", () => {
       assert.strictEqual(config.region, "local")
       assert.strictEqual(config.datacenter, "local-1")
       assert.strictEqual(config.port, 0)
-      assert.strictEqual(config.capacity.cpu, Os.availableParallelism())
+      // cpu is a cap, not a reservation: the cores are offered 8 times over.
+      assert.strictEqual(config.capacity.cpu, Os.availableParallelism() * 8)
+      assert.strictEqual(config.cpuOvercommit, 8)
+      assert.strictEqual(config.allowUnlimited, false)
       assert.strictEqual(config.capacity.ramMb, Math.floor(Os.totalmem() / 1024 ** 2))
       assert.isAtLeast(config.capacity.diskGb, 1)
       assert.match(config.dataDir, new RegExp(`/hosts/${config.hostId}$`))
@@ -53,7 +56,9 @@ describe("AgentConfig", () => {
         SVC_AGENT_HEARTBEAT_MS: "500",
         SVC_AGENT_CONCURRENCY: "2",
         SVC_AGENT_POOL_SIZE: "3",
-        SVC_AGENT_ALLOW_NO_FIREWALL: "1"
+        SVC_AGENT_ALLOW_NO_FIREWALL: "1",
+        SVC_HOST_CPU_OVERCOMMIT: "1.5",
+        SVC_AGENT_ALLOW_UNLIMITED: "1"
       })
       assert.deepStrictEqual(
         { ...config },
@@ -62,7 +67,10 @@ describe("AgentConfig", () => {
           region: "eu-west",
           datacenter: "eu-west-2",
           version: config.version,
-          capacity: { cpu: 8, ramMb: 16384, diskGb: 200 },
+          capacity: { cpu: 12, ramMb: 16384, diskGb: 200 },
+          cpuOvercommit: 1.5,
+          allowUnlimited: true,
+          exitCheckMs: 500,
           port: 7070,
           listenHost: "0.0.0.0",
           advertiseHost: "127.0.0.1",
@@ -92,7 +100,11 @@ describe("AgentConfig", () => {
           { SVC_AGENT_POOL_SIZE: "-1" },
           { SVC_AGENT_POOL_SIZE: "65" },
           { SVC_AGENT_POOL_SIZE: "four" },
-          { SVC_AGENT_ALLOW_NO_FIREWALL: "maybe" }
+          { SVC_AGENT_ALLOW_NO_FIREWALL: "maybe" },
+          { SVC_HOST_CPU_OVERCOMMIT: "0.5" },
+          { SVC_HOST_CPU_OVERCOMMIT: "65" },
+          { SVC_HOST_CPU_OVERCOMMIT: "many" },
+          { SVC_AGENT_ALLOW_UNLIMITED: "yes" }
         ]
       ) {
         const exit = yield* Effect.exit(fromEnv(env))

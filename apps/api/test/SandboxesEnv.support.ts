@@ -18,6 +18,8 @@ export class Env extends Context.Service<Env, {
   readonly base: string
   readonly prefix: string
   readonly hostId: string
+  /** The agent's data dir (its sandboxes' folders and run records). */
+  readonly dataDir: string
   readonly org: { readonly id: OrgId; readonly token: string }
   readonly other: { readonly id: OrgId; readonly token: string }
 }>()("SandboxesEnv.support/Env") {}
@@ -34,6 +36,7 @@ export const EnvLayer = Layer.effect(
       base,
       prefix: server.prefix,
       hostId: host.hostId,
+      dataDir: host.dataDir,
       org: yield* identity.org("sandboxes-a"),
       other: yield* identity.org("sandboxes-b")
     }

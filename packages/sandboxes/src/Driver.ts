@@ -78,6 +78,16 @@ export const LimitStatus = Schema.Struct({
 })
 export type LimitStatus = typeof LimitStatus.Type
 
+/** Which limits this host enforces: `enforced`, or why not (`unavailable: ...`). */
+export const HostLimits = Schema.Struct({
+  /** The cgroup version found at start (`none`: no cgroup file system). */
+  cgroup: Schema.Literals(["v1", "v2", "none"]),
+  memory: Schema.String,
+  cpu: Schema.String,
+  pids: Schema.String
+})
+export type HostLimits = typeof HostLimits.Type
+
 export class SandboxInfo extends Schema.Class<SandboxInfo>("@svc/sandboxes/SandboxInfo")({
   sandboxId: SandboxId,
   /** The sandbox's init as seen from the host (namespaces driver only). */
@@ -122,6 +132,19 @@ export class SandboxStats extends Schema.Class<SandboxStats>("@svc/sandboxes/San
   memoryBytes: Schema.Int,
   cpuUsageNs: Schema.optionalKey(Schema.Int),
   pids: Schema.Int
+}) {}
+
+/** How a run ended on its own (its init died) rather than by `stop`. */
+export class SandboxExit extends Schema.Class<SandboxExit>("@svc/sandboxes/SandboxExit")({
+  sandboxId: SandboxId,
+  /** The init's exit status as bubblewrap saw it (128 + n: ended by signal n); absent when none was recorded. */
+  exitCode: Schema.optionalKey(Schema.Int),
+  /** The memory cgroup's OOM killer ended processes of the sandbox during the run, the init included. */
+  outOfMemory: Schema.Boolean,
+  /** For people: `out of memory at ram_mb 256`, `killed by signal 9`, `exited with code 3`. */
+  reason: Schema.String,
+  /** When the driver found the run ended (ISO 8601). */
+  endedAt: Schema.String
 }) {}
 
 export const RunStatus = Schema.Literals(["running", "stopped"])
@@ -275,6 +298,16 @@ export class SandboxDriver extends Context.Service<SandboxDriver, {
   /** Does not follow a final symlink (reports `symlink`). */
   stat(sandboxId: string, path: string): Effect.Effect<FileStat, Common | SandboxNotRunning | SandboxFileError>
   stats(sandboxId: string): Effect.Effect<SandboxStats, Common | SandboxNotRunning>
+  /**
+   * How the sandbox's last run ended, when it ended on its own (its init died: out of memory,
+   * killed, exited) rather than by `stop`; undefined while it runs, after a stop and before its
+   * first start. The first call that finds a run ended also ends what is left of it (processes,
+   * cgroups, network; the file system stays) and records how it ended until the next start or
+   * stop. Cheap for a running sandbox (its processes' /proc entries only): meant to be polled.
+   */
+  ended(sandboxId: string): Effect.Effect<SandboxExit | undefined, Common>
+  /** Which limits this host enforces (probed once, when the driver starts). */
+  readonly hostLimits: HostLimits
   /** Every sandbox this host has on disk with its run status. */
   readonly list: Effect.Effect<ReadonlyArray<SandboxListing>, DriverFailure>
   pty(

@@ -25,6 +25,7 @@
  */
 import type { BucketSpec, StreamSpec } from "@svc/bus/Topology"
 import { Schema } from "effect"
+import { HostLimits } from "./Driver.ts"
 
 export const HOST_HEARTBEAT_MS = 2_000
 export const HOST_DOWN_AFTER_MS = 10_000
@@ -74,7 +75,14 @@ export const HostRecord = Schema.Struct({
   token: Schema.String,
   /** ms since the epoch of the last heartbeat. */
   heartbeatAt: Schema.Number,
-  startedAt: Schema.Number
+  startedAt: Schema.Number,
+  /**
+   * Which sandbox limits hold on this host (`enforced`, or why not) and its cgroup version. An
+   * agent refuses to start without all of them unless its operator allows it.
+   */
+  limits: Schema.optionalKey(HostLimits),
+  /** `capacity.cpu` is the host's cores times this: cpu is a cap per sandbox, not a reservation. */
+  cpuOvercommit: Schema.optionalKey(Schema.Number)
 })
 export type HostRecord = typeof HostRecord.Type
 
@@ -110,12 +118,15 @@ export type AgentCommand = typeof AgentCommand.Type
  *   (`cold-boot` for a fresh file system, `restore` for a saved one) and `startedAt`;
  * - `stopped`: processes ended, file system kept;
  * - `destroyed`: nothing left on the host;
- * - `failed`: the command could not be carried out (`errorMessage`).
+ * - `failed`: the command could not be carried out (`errorMessage`);
+ * - `exited`: no command asked for it: the sandbox's init died (out of memory, killed, crashed)
+ *   and what was left of it was ended; the file system is kept, `errorMessage` says why
+ *   (`out of memory at ram_mb 256`, `killed by signal 9`, `exited with code 3`).
  */
 export const AgentReport = Schema.TaggedStruct("AgentReport", {
   sandboxId: Schema.String,
   hostId: Schema.String,
-  status: Schema.Literals(["running", "stopped", "destroyed", "failed"]),
+  status: Schema.Literals(["running", "stopped", "destroyed", "failed", "exited"]),
   internalIp: Schema.optionalKey(Schema.NullOr(Schema.String)),
   via: Schema.optionalKey(Schema.Literals(["cold-boot", "restore"])),
   agentReady: Schema.optionalKey(Schema.Boolean),

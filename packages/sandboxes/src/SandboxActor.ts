@@ -7,13 +7,14 @@
  *
  *   message      | pending        | starting      | running       | stopping      | stopped       | deleting      | deleted | error
  *   Create       | starting¹/error| ·             | ·             | ·             | ·             | ·             | ·       | ·
- *   Start        | ✗              | ✗             | ✗             | ✗             | starting      | ✗             | ✗       | ✗
+ *   Start        | ✗              | ✗             | ✗             | ✗             | starting      | ✗             | ✗       | starting⁷
  *   Stop / Expire| ✗              | ✗             | stopping      | ✗             | ✗             | ✗             | ✗       | ✗
  *   Delete       | deleted²       | deleting³     | deleting³     | deleting³     | deleting³     | ·             | ·       | deleting³
  *   report run   | ·              | running⁴      | (refresh)     | ·             | ·             | ·             | destroy⁵| running⁴
  *   report stop  | ·              | ·             | stopped⁶      | stopped⁶      | ·             | ·             | destroy⁵| stopped
  *   report gone  | ·              | error         | error         | error         | error         | deleted       | ·       | ·
  *   report fail  | ·              | error         | ·             | error         | ·             | error         | ·       | ·
+ *   report exit  | ·              | error⁸        | error⁸        | error⁸        | ·             | ·             | destroy⁵| (reason)⁸
  *   HostDown     | error          | error         | error         | error         | error         | deleted       | ·       | ·
  *   Timeout      | error          | error         | ·             | error         | ·             | error         | ·       | ·
  *
@@ -23,7 +24,10 @@
  *     (or never placed) goes straight to deleted. ⁴ the first time: `sandbox.created` (with the
  *     host's `via`) before `sandbox.state_updated`. ⁵ a host still running a deleted sandbox
  *     (it was down when the sandbox was deleted) is told again to destroy it. ⁶ an `ephemeral`
- *     sandbox is deleted once it stops.
+ *     sandbox is deleted once it stops. ⁷ only one placed on a host: the host starts it again
+ *     from its file system (a sandbox whose init died comes back this way). ⁸ the sandbox's init
+ *     died (out of memory, killed): `errorMessage` is the host's reason (`out of memory at
+ *     ram_mb 256`); in error already (e.g. its host was down meanwhile) only the reason changes.
  *
  * Reports: only from the sandbox's own host, and never older than the newest one applied
  * (`at`, host time): a stale or repeated report changes nothing. Each state change emits one
@@ -103,7 +107,10 @@ export type CommandTag = "Start" | "Stop" | "Expire"
 export const refusal = (s: State, tag: CommandTag): string | null => {
   switch (tag) {
     case "Start":
-      return s.state === "stopped" ? null : `a ${s.state} sandbox cannot be started (only a stopped one)`
+      if (s.state === "stopped" || (s.state === "error" && s.hostId !== null)) return null
+      return s.state === "error"
+        ? "a sandbox that was never placed on a host cannot be started"
+        : `a ${s.state} sandbox cannot be started (only a stopped one or one in error)`
     case "Stop":
     case "Expire":
       return s.state === "running" ? null : `a ${s.state} sandbox cannot be stopped (only a running one)`
@@ -142,7 +149,7 @@ const onReport = (s: State, r: AgentReport, ctx: Ctx): Actor.Transition<State> =
 
   if (s.state === "deleted") {
     // The host still has it (it was down when the sandbox was deleted): destroy it again.
-    return r.status === "running" || r.status === "stopped"
+    return r.status === "running" || r.status === "stopped" || r.status === "exited"
       ? { state: { ...s, ...seen }, effects: [command(s, destroy(s))] }
       : unchanged(s)
   }
@@ -182,6 +189,18 @@ const onReport = (s: State, r: AgentReport, ctx: Ctx): Actor.Transition<State> =
         ...seen,
         agentReady: false,
         errorMessage: `the sandbox no longer exists on host ${s.hostId}`
+      })
+    }
+    case "exited": {
+      // The host's truth: nothing runs. A stop in progress then reports `stopped`; a start
+      // before this report was answered earlier (reports are ordered by `at`).
+      if (s.state === "error") return Actor.next({ ...s, ...seen, errorMessage: r.errorMessage ?? s.errorMessage })
+      if (s.state !== "running" && s.state !== "starting" && s.state !== "stopping") return unchanged(s)
+      return moveTo(s, "error", ctx, {
+        ...seen,
+        ...ip,
+        agentReady: false,
+        errorMessage: r.errorMessage ?? "the sandbox's init ended"
       })
     }
     case "failed": {

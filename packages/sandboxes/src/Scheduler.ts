@@ -3,7 +3,9 @@
  *
  * A host fits when it is live (fresh heartbeat), in the requested region (any region when none
  * is asked for), and its capacity minus what its sandboxes hold (from the `sandboxes` table)
- * covers the request's cpu, ram_mb and disk_gb. Every sandbox not deleted holds its disk; only
+ * covers the request's cpu, ram_mb and disk_gb. A host's `capacity.cpu` is already its cores times
+ * its agent's `SVC_HOST_CPU_OVERCOMMIT` (8): a sandbox's cpu is a cgroup cap, not a reserved core,
+ * while memory and disk are offered as they are. Every sandbox not deleted holds its disk; only
  * those that may run processes hold cpu and memory (a stopped or failed one does not, so a
  * start later may oversubscribe a host that filled up meanwhile: its cgroups still cap it). Among those that fit, the
  * one with the most free memory wins (spreading load), then the most free cpu, then the id.

@@ -67,13 +67,13 @@ const describeEffects = (effects: ReadonlyArray<Actor.ActorEffect>) =>
 
 type Row = Partial<Record<Name, readonly [Name, ReadonlyArray<string>]>>
 const su = (s: Name) => `event:sandbox.state_updated:${s}`
-const report = (status: "running" | "stopped" | "destroyed" | "failed", patch: object = {}): SandboxMessage => ({
+const report = (status: "running" | "stopped" | "destroyed" | "failed" | "exited", patch: object = {}): SandboxMessage => ({
   _tag: "AgentReport",
   sandboxId: "sbx_1",
   hostId: H,
   status,
-  internalIp: "10.0.0.9",
-  via: "cold-boot",
+  // An exit is not an answer to a command: no address, no `via`.
+  ...(status === "exited" ? { errorMessage: "out of memory at ram_mb 256" } : { internalIp: "10.0.0.9", via: "cold-boot" }),
   agentReady: status === "running",
   ...(status === "failed" ? { errorMessage: "no space left" } : {}),
   at: 2_000,
@@ -134,9 +134,14 @@ describe("SandboxActor transition", () => {
     expect(describeEffects(t.effects)).toEqual([su("error")])
   })
 
-  it("Start: only stopped → starting", () => {
-    check({ _tag: "Start" }, { stopped: ["starting", [`publish:agent.${H}.start`, su("starting")]] })
-    for (const s of STATES) expect(refusal(at(s), "Start") === null).toBe(s === "stopped")
+  it("Start: stopped or error (placed on a host) → starting", () => {
+    const start = ["starting", [`publish:agent.${H}.start`, su("starting")]] as const
+    check({ _tag: "Start" }, { stopped: start, error: start })
+    for (const s of STATES) expect(refusal(at(s), "Start") === null).toBe(s === "stopped" || s === "error")
+    expect(transition(at("error"), { _tag: "Start" }, ctx).state?.errorMessage).toBe(null)
+    // Never placed: nobody could start it.
+    expect(refusal(at("error", { hostId: null }), "Start")).toBe("a sandbox that was never placed on a host cannot be started")
+    expect(transition(at("error", { hostId: null }), { _tag: "Start" }, ctx).effects).toEqual([])
   })
 
   it("Stop: only running → stopping", () => {
@@ -250,8 +255,29 @@ describe("SandboxActor transition", () => {
     )
   })
 
+  it("report exited: the init died → error with the host's reason; in error only the reason changes", () => {
+    const died = ["error", [su("error")]] as const
+    check(report("exited"), {
+      starting: died,
+      running: died,
+      stopping: died,
+      error: ["error", []],
+      deleted: ["deleted", [`publish:agent.${H}.destroy`]]
+    })
+    const t = transition(at("running"), report("exited"), ctx)
+    expect(t.state).toMatchObject({ state: "error", errorMessage: "out of memory at ram_mb 256", agentReady: false, internalIp: "10.0.0.5" })
+    expect((t.effects[0] as Actor.EmitEvent).event.data).toEqual({ sandbox_id: "sbx_1", state: "error", internal_ip: "10.0.0.5" })
+    const inError = transition(at("error"), report("exited"), ctx)
+    expect(inError.state).toMatchObject({ state: "error", errorMessage: "out of memory at ram_mb 256", stateSince: NOW - 1_000 })
+    // Then started again: the host's running report brings it back.
+    const started = transition(t.state, { _tag: "Start" }, ctx)
+    expect(describeEffects(started.effects)).toEqual([`publish:agent.${H}.start`, su("starting")])
+    const back = transition(started.state, report("running", { at: 3_000 }), ctx)
+    expect(back.state).toMatchObject({ state: "running", errorMessage: null, agentReady: true })
+  })
+
   it("stale, repeated-in-the-past and foreign reports change nothing in any state", () => {
-    for (const status of ["running", "stopped", "destroyed", "failed"] as const) {
+    for (const status of ["running", "stopped", "destroyed", "failed", "exited"] as const) {
       check(report(status, { at: 999 }), {})
       check(report(status, { hostId: "host_b" }), {})
     }

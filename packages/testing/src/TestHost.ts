@@ -6,7 +6,7 @@ import { SecretBox } from "@svc/crypto/SecretBox"
 import { makeHostId } from "@svc/domain/Ids"
 import { SandboxDriver } from "@svc/sandboxes/Driver"
 import { BubblewrapDriver } from "@svc/sandboxes/Driver/Bubblewrap"
-import { CONTROLLERS } from "@svc/sandboxes/Driver/Cgroups"
+import * as Cgroups from "@svc/sandboxes/Driver/Cgroups"
 import { DriverConfig } from "@svc/sandboxes/Driver/Config"
 import { Context, Effect, Layer } from "effect"
 import * as FsSync from "node:fs"
@@ -38,9 +38,7 @@ export const cleanUpHost = (host: TestHost) =>
     }
     yield* Effect.promise(async () => {
       await Fs.rm(host.dataDir, { recursive: true, force: true })
-      for (const controller of CONTROLLERS) {
-        await Fs.rmdir(NodePath.join("/sys/fs/cgroup", controller, "svc-sandboxes", host.hostId)).catch(() => undefined)
-      }
+      await Cgroups.make({ root: "/sys/fs/cgroup", hostId: host.hostId }).removeHost()
     })
   })
 

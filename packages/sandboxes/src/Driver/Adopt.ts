@@ -5,9 +5,7 @@
  */
 import { Effect } from "effect"
 import * as Fs from "node:fs/promises"
-import * as NodePath from "node:path"
 import { DriverFailure, SandboxAlreadyExists, SandboxSpec } from "../Driver.ts"
-import * as Cgroups from "./Cgroups.ts"
 import { attempt, checkId, decodeInput, type DriverHost, HOST_ENV, invalid } from "./Host.ts"
 import type { Lifecycle } from "./Lifecycle.ts"
 import * as Network from "./Network.ts"
@@ -22,7 +20,7 @@ export const makeAdopt = (host: DriverHost, lifecycle: Pick<Lifecycle, "destroyI
    * Renames a running sandbox and applies the spec's settings. The order keeps a crash at any
    * point recoverable by `destroy` of one of the two ids: the folder is renamed first (from
    * then on the sandbox is `spec.sandboxId`; `destroy` handles a record still naming `fromId`),
-   * then its cgroups (cgroup v1 renames within a parent), the record, the lease, the hostname.
+   * then its cgroups (renamed on v1, moved to a new group on v2), the record, the lease, the hostname.
    */
   const adopt = Effect.fn("SandboxDriver.adopt")(function*(fromId: string, input: SandboxSpec) {
     const from = yield* checkId(fromId)
@@ -41,12 +39,7 @@ export const makeAdopt = (host: DriverHost, lifecycle: Pick<Lifecycle, "destroyI
       host.running.delete(from)
       yield* attempt("adopt", () => Fs.rename(source.dir, target.dir))
       return yield* Effect.gen(function*() {
-        yield* attempt("adopt", async () => {
-          for (const controller of Cgroups.CONTROLLERS) {
-            const dir = Cgroups.groupPath(cgroups, controller, from)
-            if (await Fs.stat(dir).then(() => true, () => false)) await Fs.rename(dir, Cgroups.groupPath(cgroups, controller, spec.sandboxId))
-          }
-        })
+        yield* attempt("adopt", () => cgroups.rename(from, spec.sandboxId))
         const record = new SandboxRecord({
           ...entry.record,
           sandboxId: spec.sandboxId,
@@ -64,15 +57,8 @@ export const makeAdopt = (host: DriverHost, lifecycle: Pick<Lifecycle, "destroyI
         if (!handed) {
           return yield* new DriverFailure({ operation: "adopt", message: `the address ${record.internalIp} was taken meanwhile` })
         }
-        // Raising the memory limit needs the swap limit raised first (memsw >= memory).
-        yield* attempt("adopt", () =>
-          Fs.writeFile(
-            NodePath.join(Cgroups.groupPath(cgroups, "memory", spec.sandboxId), "memory.memsw.limit_in_bytes"),
-            String(spec.ramMb * 1024 * 1024)
-          ).catch(() => undefined)
-        )
         const prepared = yield* attempt("adopt", () =>
-          Cgroups.prepare(cgroups, spec.sandboxId, { ramMb: spec.ramMb, cpu: spec.cpu, pidsMax: config.pidsMax, diskGb: spec.diskGb })
+          cgroups.prepare(spec.sandboxId, { ramMb: spec.ramMb, cpu: spec.cpu, pidsMax: config.pidsMax, diskGb: spec.diskGb })
         )
         // The uts namespace belongs to the sandbox's user namespace; host root may join it.
         yield* runChecked("adopt", bin.nsenter, ["-t", String(entry.run.pid), "-u", "--", bin.sh, "-c", `printf %s "$1" > /proc/sys/kernel/hostname`, "sh", spec.sandboxId], {

@@ -1,19 +1,20 @@
 /**
  * The namespaces driver: each sandbox is a bubblewrap process tree with its own user, pid,
- * mount, uts, ipc and net namespaces over a copy-on-write root file system, limited by cgroup v1
- * groups and attached to a host bridge through a veth pair. Sandboxes are detached from the
+ * mount, uts, ipc and net namespaces over a copy-on-write root file system, limited by cgroups
+ * (v1 or v2) and attached to a host bridge through a veth pair. Sandboxes are detached from the
  * agent (own session, no die-with-parent): a restarted agent finds them again via `list`.
  *
  * This module composes the service from its parts, which share one `DriverHost` (`Host.ts`):
  * `Run.ts` (a run: start and end of the process tree), `Lifecycle.ts` (create, start, stop,
- * destroy, list), `Adopt.ts` (a warm pool entry becomes a sandbox), `Exec.ts` and `Files.ts`.
+ * destroy, list), `Ended.ts` (a run that ended on its own, and why), `Adopt.ts` (a warm pool
+ * entry becomes a sandbox), `Exec.ts` and `Files.ts`.
  */
 import { SecretBox } from "@svc/crypto/SecretBox"
 import { Effect, Layer } from "effect"
 import { DriverUnsupported, SandboxDriver, SandboxStats } from "../Driver.ts"
 import { makeAdopt } from "./Adopt.ts"
-import * as Cgroups from "./Cgroups.ts"
 import { DriverConfig } from "./Config.ts"
+import { makeEnded } from "./Ended.ts"
 import { makeExec } from "./Exec.ts"
 import { makeFiles } from "./Files.ts"
 import { attempt, makeDriverHost } from "./Host.ts"
@@ -29,14 +30,17 @@ export class BubblewrapDriver {
     SandboxDriver,
     Effect.gen(function*() {
       const host = yield* makeDriverHost(yield* DriverConfig, yield* SecretBox)
-      const lifecycle = makeLifecycle(host, makeRuns(host))
+      const runs = makeRuns(host)
+      const lifecycle = makeLifecycle(host, runs)
+      const { ended } = makeEnded(host, runs)
+      const hostLimits = yield* attempt("init", () => host.cgroups.probe())
       const { adopt } = makeAdopt(host, lifecycle)
       const { exec, runInside } = makeExec(host)
       const files = makeFiles(host, { runInside })
 
       const stats = Effect.fn("SandboxDriver.stats")(function*(sandboxId: string) {
         const entry = yield* host.lookupRunning(sandboxId)
-        const read = yield* attempt("stats", () => Cgroups.readStats(host.cgroups, entry.record.sandboxId))
+        const read = yield* attempt("stats", () => host.cgroups.usage(entry.record.sandboxId))
         return new SandboxStats({
           memoryBytes: read.memoryBytes ?? 0,
           ...(read.cpuUsageNs !== undefined ? { cpuUsageNs: read.cpuUsageNs } : {}),
@@ -64,7 +68,9 @@ export class BubblewrapDriver {
         stat: files.stat,
         stats,
         list: lifecycle.list,
-        pty
+        pty,
+        ended: (sandboxId) => Effect.uninterruptible(ended(sandboxId)),
+        hostLimits
       })
     })
   )

@@ -1,96 +1,141 @@
 /**
- * cgroup v1 groups of one sandbox: `<root>/<controller>/svc-sandboxes/<hostId>/<sandboxId>`
- * for memory, cpu, cpuacct and pids. A controller that is missing or not writable is skipped
- * and the reason recorded: the sandbox still runs, without that limit.
+ * A sandbox's control groups: its memory, CPU and pids limits, its usage, the count of its OOM
+ * kills, and a group per exec that a timeout kills whole. One interface (`Cgroups`), two
+ * implementations, picked by `detect` when the driver starts:
+ *
+ * - cgroup v1 (`v1`): a hierarchy per controller,
+ *   `<root>/<memory|cpu|cpuacct|pids>/svc-sandboxes/<hostId>/<sandboxId>`; limits in
+ *   `memory.limit_in_bytes` (+ `memory.memsw.limit_in_bytes` with swap accounting),
+ *   `cpu.cfs_quota_us`/`cpu.cfs_period_us`, `pids.max`; OOM kills in `memory.oom_control`.
+ * - cgroup v2 (`v2`): one unified hierarchy, `<root>/svc-sandboxes/<hostId>/<sandboxId>`, with
+ *   `+memory +cpu +pids` enabled in `cgroup.subtree_control` of the root, `svc-sandboxes` and
+ *   `<hostId>` (those hold no processes, as v2 requires); limits in `memory.max`,
+ *   `memory.swap.max` (0: a sandbox cannot swap past its memory), `cpu.max`, `pids.max`; OOM
+ *   kills in `memory.events`; an exec's group is a child of the sandbox's (the sandbox group's
+ *   own `cgroup.subtree_control` stays empty, so it may hold processes beside it) and is ended
+ *   through `cgroup.kill`. `memory.oom.group` stays 0: the OOM killer ends one process, not the
+ *   whole sandbox.
+ *
+ * A limit the host cannot apply is skipped and the reason recorded (`unavailable: ...`): the
+ * sandbox still runs without it. `probe` says at start which limits hold on this host; the
+ * agent refuses to start when one does not, unless its operator allows it.
  */
 import * as FsSync from "node:fs"
 import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
-import type { LimitStatus } from "../Driver.ts"
 
-export const CONTROLLERS = ["memory", "cpu", "cpuacct", "pids"] as const
-export type Controller = (typeof CONTROLLERS)[number]
+export type CgroupVersion = "v1" | "v2" | "none"
+
+export interface Limits {
+  readonly ramMb: number
+  /** Cores: a cap (quota per 100 ms period), not a reservation. */
+  readonly cpu: number
+  readonly pidsMax: number
+  readonly diskGb: number
+}
+
+export interface LimitsApplied {
+  /** `applied`, or why not (`unavailable: ...`, `not enforced: ...`). */
+  readonly memory: string
+  readonly cpu: string
+  readonly pids: string
+  readonly disk: string
+}
+
+export interface Prepared {
+  /** `cgroup.procs` files a starting process writes its pid into. */
+  readonly procsFiles: ReadonlyArray<string>
+  readonly limits: LimitsApplied
+}
+
+/** What this host enforces: `enforced`, or `unavailable: <why>`. */
+export interface Support {
+  readonly cgroup: CgroupVersion
+  readonly memory: string
+  readonly cpu: string
+  readonly pids: string
+}
+
+/** The group of one exec: every process it starts, so that a timeout can end all of them. */
+export interface ExecGroup {
+  /** `cgroup.procs` files the exec's first process writes its pid into (its limits and its own group). */
+  readonly procsFiles: ReadonlyArray<string>
+  /** Kills every process in the exec's group (synchronous: also runs from an interruption). */
+  kill(): void
+  /** Removes the group if its processes have all ended; keeps it otherwise. */
+  remove(): Promise<void>
+}
+
+export interface Usage {
+  /** Working set: usage minus inactive file pages (what the limit pressures, as docker reports it). */
+  readonly memoryBytes: number | undefined
+  readonly cpuUsageNs: number | undefined
+  readonly pids: number | undefined
+}
+
+export interface Cgroups {
+  readonly version: CgroupVersion
+  /** Makes a throwaway group and writes each limit into it: what holds on this host. */
+  probe(): Promise<Support>
+  /** Creates the sandbox's groups and writes its limits. Never fails: what cannot be applied is reported. */
+  prepare(sandboxId: string, limits: Limits): Promise<Prepared>
+  execGroup(sandboxId: string, name: string): Promise<ExecGroup>
+  /** Gives a sandbox's groups (and the processes in them) another sandbox id. */
+  rename(fromId: string, toId: string): Promise<void>
+  /** Removes all groups of the sandbox, killing what still runs in them. */
+  removeAll(sandboxId: string): Promise<void>
+  usage(sandboxId: string): Promise<Usage>
+  /** Processes the memory cgroup's OOM killer ended in the sandbox's group since it was made. */
+  oomKills(sandboxId: string): Promise<number | undefined>
+  /** This host's parent groups, once it has no sandbox left (clean-up of tests and benchmarks). */
+  removeHost(): Promise<void>
+}
 
 export interface CgroupSettings {
   readonly root: string
   readonly hostId: string
 }
 
-export const groupPath = (settings: CgroupSettings, controller: Controller, sandboxId: string): string =>
-  NodePath.join(settings.root, controller, "svc-sandboxes", settings.hostId, sandboxId)
+const CPU_PERIOD_US = 100_000
+const PARENT = "svc-sandboxes"
 
-export interface Prepared {
-  /** `cgroup.procs` files a starting process writes its pid into. */
-  readonly procsFiles: ReadonlyArray<string>
-  readonly limits: LimitStatus
+/**
+ * Which cgroup version `root` holds: `v2` when it is the unified hierarchy itself
+ * (`cgroup.controllers` at its top), `v1` when it holds per-controller hierarchies, `none`
+ * otherwise. A hybrid host (v1 controllers plus an empty v2 mount at `unified/`) is `v1`.
+ */
+export const detect = (root: string): CgroupVersion => {
+  if (FsSync.existsSync(NodePath.join(root, "cgroup.controllers"))) return "v2"
+  if (CONTROLLERS.some((c) => FsSync.existsSync(NodePath.join(root, c, "cgroup.procs")))) return "v1"
+  return "none"
 }
 
-const write = (file: string, value: string) => Fs.writeFile(file, value)
+/** The implementation for the version found under `settings.root` (or the one given). */
+export const make = (settings: CgroupSettings, version: CgroupVersion = detect(settings.root)): Cgroups =>
+  version === "v2" ? makeV2(settings) : makeV1(settings, version)
+
+// ---------------------------------------------------------------------------------------------
+// Shared
 
 const reason = (e: unknown): string => (e instanceof Error ? e.message : String(e)).slice(0, 200)
+const unavailable = (e: unknown) => `unavailable: ${reason(e)}`
+const exists = (path: string) => Fs.access(path).then(() => true, () => false)
+const write = (file: string, value: string) => Fs.writeFile(file, value)
 
-/** Creates the groups and writes the limits. Never fails: what cannot be applied is reported. */
-export const prepare = async (
-  settings: CgroupSettings,
-  sandboxId: string,
-  limits: { readonly ramMb: number; readonly cpu: number; readonly pidsMax: number; readonly diskGb: number }
-): Promise<Prepared> => {
-  const procsFiles: Array<string> = []
-  const made = new Map<Controller, string | undefined>()
-  for (const controller of CONTROLLERS) {
-    const dir = groupPath(settings, controller, sandboxId)
-    try {
-      await Fs.access(NodePath.join(settings.root, controller, "cgroup.procs"), FsSync.constants.W_OK)
-      await Fs.mkdir(dir, { recursive: true })
-      made.set(controller, undefined)
-      procsFiles.push(NodePath.join(dir, "cgroup.procs"))
-    } catch (e) {
-      made.set(controller, `unavailable: ${reason(e)}`)
-    }
-  }
-  const apply = async (controller: Controller, step: (dir: string) => Promise<void>): Promise<string> => {
-    const missing = made.get(controller)
-    if (missing !== undefined) return missing
-    try {
-      await step(groupPath(settings, controller, sandboxId))
-      return "applied"
-    } catch (e) {
-      return `unavailable: ${reason(e)}`
-    }
-  }
-  const memory = await apply("memory", async (dir) => {
-    const bytes = String(limits.ramMb * 1024 * 1024)
-    await write(NodePath.join(dir, "memory.limit_in_bytes"), bytes)
-    // With swap accounting the limit must cover swap too, or the sandbox swaps past it.
-    const memsw = NodePath.join(dir, "memory.memsw.limit_in_bytes")
-    if (await Fs.access(memsw).then(() => true, () => false)) await write(memsw, bytes)
-  })
-  const cpu = await apply("cpu", async (dir) => {
-    const period = 100_000
-    await write(NodePath.join(dir, "cpu.cfs_period_us"), String(period))
-    await write(NodePath.join(dir, "cpu.cfs_quota_us"), String(period * limits.cpu))
-  })
-  const pids = await apply("pids", (dir) => write(NodePath.join(dir, "pids.max"), String(limits.pidsMax)))
-  return {
-    procsFiles,
-    limits: {
-      memory,
-      cpu,
-      pids,
-      disk: `not enforced: the upper layer is a folder on the host file system (diskGb ${limits.diskGb} recorded only)`
-    }
-  }
-}
-
-/** A pids group per exec, so a timeout can end every process the exec started. */
-export const makeExecGroup = async (settings: CgroupSettings, sandboxId: string, name: string): Promise<string | undefined> => {
-  const dir = NodePath.join(groupPath(settings, "pids", sandboxId), name)
+const readNumber = async (file: string): Promise<number | undefined> => {
   try {
-    await Fs.mkdir(dir)
-    return dir
+    const value = Number((await Fs.readFile(file, "utf8")).trim())
+    return Number.isFinite(value) ? value : undefined
   } catch {
     return undefined
   }
+}
+
+/** `key N` from a flat-keyed cgroup file (memory.stat, memory.events, cpu.stat, memory.oom_control). */
+const readKey = async (file: string, key: string): Promise<number | undefined> => {
+  const text = await Fs.readFile(file, "utf8").catch(() => "")
+  const match = new RegExp(`^${key} (\\d+)$`, "m").exec(text)
+  return match ? Number(match[1]) : undefined
 }
 
 const readPids = (dir: string): Array<number> => {
@@ -106,6 +151,12 @@ const readPids = (dir: string): Array<number> => {
 
 /** Kills every process in `dir` until none is left (new forks race the first pass). */
 export const killGroupSync = (dir: string): void => {
+  // v2 (5.14+): one write kills the whole subtree, forks included.
+  try {
+    FsSync.writeFileSync(NodePath.join(dir, "cgroup.kill"), "1")
+  } catch {
+    // v1, or an older v2 kernel: signal each process.
+  }
   for (let pass = 0; pass < 50; pass++) {
     const pids = readPids(dir)
     if (pids.length === 0) return
@@ -119,7 +170,7 @@ export const killGroupSync = (dir: string): void => {
   }
 }
 
-/** Removes a group folder once it is empty: a group of exiting processes is busy for a moment. */
+/** Removes a group folder (children first) once it is empty: a group of exiting processes is busy for a moment. */
 export const removeGroup = async (dir: string): Promise<void> => {
   const children = await Fs.readdir(dir, { withFileTypes: true }).catch(() => [])
   for (const child of children) {
@@ -132,7 +183,8 @@ export const removeGroup = async (dir: string): Promise<void> => {
       return
     } catch (e) {
       const code = (e as NodeJS.ErrnoException).code
-      if (code === "ENOENT") return
+      // No such group (ENOTDIR: a folder above it is not one either).
+      if (code === "ENOENT" || code === "ENOTDIR") return
       if (code !== "EBUSY") throw e
       await new Promise((resolve) => setTimeout(resolve, 20))
     }
@@ -140,45 +192,312 @@ export const removeGroup = async (dir: string): Promise<void> => {
   throw new Error(`cgroup ${dir} stays busy`)
 }
 
-/** Removes all groups of the sandbox, killing what still runs in them. */
-export const removeAll = async (settings: CgroupSettings, sandboxId: string): Promise<void> => {
-  for (const controller of CONTROLLERS) await removeGroup(groupPath(settings, controller, sandboxId))
-}
+const execGroupAt = (dir: string | undefined, limitProcs: ReadonlyArray<string>): ExecGroup => ({
+  procsFiles: [...limitProcs, ...(dir !== undefined ? [NodePath.join(dir, "cgroup.procs")] : [])],
+  kill: () => {
+    if (dir !== undefined) killGroupSync(dir)
+  },
+  remove: () => (dir !== undefined ? Fs.rmdir(dir).catch(() => undefined) : Promise.resolve())
+})
 
-/** Removes the per-exec group if its processes have all ended; keeps it otherwise. */
-export const removeIfEmpty = async (dir: string): Promise<void> => {
-  await Fs.rmdir(dir).catch(() => undefined)
-}
+const probeName = () => `probe-${process.pid}-${Math.random().toString(36).slice(2, 8)}`
 
-const readNumber = async (file: string): Promise<number | undefined> => {
-  try {
-    const value = Number((await Fs.readFile(file, "utf8")).trim())
-    return Number.isFinite(value) ? value : undefined
-  } catch {
-    return undefined
+const DISK_NOT_ENFORCED = (diskGb: number) =>
+  `not enforced: the upper layer is a folder on the host file system (diskGb ${diskGb} recorded only)`
+
+// ---------------------------------------------------------------------------------------------
+// cgroup v1
+
+export const CONTROLLERS = ["memory", "cpu", "cpuacct", "pids"] as const
+export type Controller = (typeof CONTROLLERS)[number]
+
+/** A sandbox's group of one v1 controller. */
+export const groupPath = (settings: CgroupSettings, controller: Controller, sandboxId: string): string =>
+  NodePath.join(settings.root, controller, PARENT, settings.hostId, sandboxId)
+
+const makeV1 = (settings: CgroupSettings, version: CgroupVersion): Cgroups => {
+  const group = (controller: Controller, sandboxId: string) => groupPath(settings, controller, sandboxId)
+
+  /** Writes the memory limit; memsw (swap accounting) must stay >= the limit, so the order depends on the direction. */
+  const writeMemory = async (dir: string, ramMb: number) => {
+    const bytes = String(ramMb * 1024 * 1024)
+    const memsw = NodePath.join(dir, "memory.memsw.limit_in_bytes")
+    const swapAccounted = await exists(memsw)
+    // Raising: memsw first. Lowering: the limit first. Writing memsw around the limit covers both.
+    if (swapAccounted) await write(memsw, bytes).catch(() => undefined)
+    await write(NodePath.join(dir, "memory.limit_in_bytes"), bytes)
+    // With swap accounting the limit must cover swap too, or the sandbox swaps past it.
+    if (swapAccounted) await write(memsw, bytes)
   }
+  const writeCpu = async (dir: string, cpu: number) => {
+    await write(NodePath.join(dir, "cpu.cfs_period_us"), String(CPU_PERIOD_US))
+    await write(NodePath.join(dir, "cpu.cfs_quota_us"), String(Math.round(CPU_PERIOD_US * cpu)))
+  }
+  const writePids = (dir: string, pidsMax: number) => write(NodePath.join(dir, "pids.max"), String(pidsMax))
+
+  const makeGroup = async (controller: Controller, name: string) => {
+    await Fs.access(NodePath.join(settings.root, controller, "cgroup.procs"), FsSync.constants.W_OK)
+    const dir = group(controller, name)
+    await Fs.mkdir(dir, { recursive: true })
+    return dir
+  }
+
+  const probe = async (): Promise<Support> => {
+    const name = probeName()
+    const check = async (controller: Controller, step: (dir: string) => Promise<void>) => {
+      let dir: string | undefined
+      try {
+        dir = await makeGroup(controller, name)
+        await step(dir)
+        return "enforced"
+      } catch (e) {
+        return unavailable(e)
+      } finally {
+        if (dir !== undefined) await Fs.rmdir(dir).catch(() => undefined)
+      }
+    }
+    return {
+      cgroup: version,
+      memory: await check("memory", (dir) => writeMemory(dir, 64)),
+      cpu: await check("cpu", (dir) => writeCpu(dir, 1)),
+      pids: await check("pids", (dir) => writePids(dir, 64))
+    }
+  }
+
+  const prepare = async (sandboxId: string, limits: Limits): Promise<Prepared> => {
+    const procsFiles: Array<string> = []
+    const made = new Map<Controller, string | undefined>()
+    for (const controller of CONTROLLERS) {
+      try {
+        const dir = await makeGroup(controller, sandboxId)
+        made.set(controller, undefined)
+        procsFiles.push(NodePath.join(dir, "cgroup.procs"))
+      } catch (e) {
+        made.set(controller, unavailable(e))
+      }
+    }
+    const apply = async (controller: Controller, step: (dir: string) => Promise<void>): Promise<string> => {
+      const missing = made.get(controller)
+      if (missing !== undefined) return missing
+      try {
+        await step(group(controller, sandboxId))
+        return "applied"
+      } catch (e) {
+        return unavailable(e)
+      }
+    }
+    return {
+      procsFiles,
+      limits: {
+        memory: await apply("memory", (dir) => writeMemory(dir, limits.ramMb)),
+        cpu: await apply("cpu", (dir) => writeCpu(dir, limits.cpu)),
+        pids: await apply("pids", (dir) => writePids(dir, limits.pidsMax)),
+        disk: DISK_NOT_ENFORCED(limits.diskGb)
+      }
+    }
+  }
+
+  /** The sandbox's memory, cpu and cpuacct groups, plus a pids group of the exec's own under the sandbox's. */
+  const execGroup = async (sandboxId: string, name: string): Promise<ExecGroup> => {
+    const limitProcs = (["memory", "cpu", "cpuacct"] as const)
+      .map((c) => NodePath.join(group(c, sandboxId), "cgroup.procs"))
+      .filter((file) => FsSync.existsSync(file))
+    const dir = NodePath.join(group("pids", sandboxId), name)
+    const made = await Fs.mkdir(dir).then(() => true, () => false)
+    return execGroupAt(made ? dir : undefined, limitProcs)
+  }
+
+  // v1 renames a group within its parent, processes and all.
+  const rename = async (fromId: string, toId: string) => {
+    for (const controller of CONTROLLERS) {
+      const dir = group(controller, fromId)
+      if (await exists(dir)) await Fs.rename(dir, group(controller, toId))
+    }
+  }
+
+  const removeAll = async (sandboxId: string) => {
+    for (const controller of CONTROLLERS) await removeGroup(group(controller, sandboxId))
+  }
+
+  const usage = async (sandboxId: string): Promise<Usage> => {
+    const memoryDir = group("memory", sandboxId)
+    const used = await readNumber(NodePath.join(memoryDir, "memory.usage_in_bytes"))
+    const inactive = used === undefined ? undefined : await readKey(NodePath.join(memoryDir, "memory.stat"), "total_inactive_file")
+    return {
+      memoryBytes: used === undefined ? undefined : Math.max(0, used - (inactive ?? 0)),
+      cpuUsageNs: await readNumber(NodePath.join(group("cpuacct", sandboxId), "cpuacct.usage")),
+      pids: await readNumber(NodePath.join(group("pids", sandboxId), "pids.current"))
+    }
+  }
+
+  const oomKills = (sandboxId: string) => readKey(NodePath.join(group("memory", sandboxId), "memory.oom_control"), "oom_kill")
+
+  const removeHost = async () => {
+    for (const controller of CONTROLLERS) {
+      await Fs.rmdir(NodePath.join(settings.root, controller, PARENT, settings.hostId)).catch(() => undefined)
+    }
+  }
+
+  return { version, probe, prepare, execGroup, rename, removeAll, usage, oomKills, removeHost }
 }
 
-export const readStats = async (
-  settings: CgroupSettings,
-  sandboxId: string
-): Promise<{ memoryBytes: number | undefined; cpuUsageNs: number | undefined; pids: number | undefined }> => {
-  const memoryDir = groupPath(settings, "memory", sandboxId)
-  // usage_in_bytes includes page cache; the working set (usage minus inactive file) is what
-  // the limit pressures, as docker reports it.
-  const usage = await readNumber(NodePath.join(memoryDir, "memory.usage_in_bytes"))
-  let memoryBytes = usage
-  if (usage !== undefined) {
-    const stat = await Fs.readFile(NodePath.join(memoryDir, "memory.stat"), "utf8").catch(() => "")
-    const inactive = /^total_inactive_file (\d+)$/m.exec(stat)
-    if (inactive) memoryBytes = Math.max(0, usage - Number(inactive[1]))
-  }
-  return {
-    memoryBytes,
-    cpuUsageNs: await readNumber(NodePath.join(groupPath(settings, "cpuacct", sandboxId), "cpuacct.usage")),
-    pids: await readNumber(NodePath.join(groupPath(settings, "pids", sandboxId), "pids.current"))
-  }
-}
+// ---------------------------------------------------------------------------------------------
+// cgroup v2
 
-export const readLimitFile = (settings: CgroupSettings, controller: Controller, sandboxId: string, file: string) =>
-  readNumber(NodePath.join(groupPath(settings, controller, sandboxId), file))
+const V2_CONTROLLERS = ["memory", "cpu", "pids"] as const
+type V2Controller = (typeof V2_CONTROLLERS)[number]
+
+const makeV2 = (settings: CgroupSettings): Cgroups => {
+  const parent = NodePath.join(settings.root, PARENT)
+  const hostDir = NodePath.join(parent, settings.hostId)
+  const group = (sandboxId: string) => NodePath.join(hostDir, sandboxId)
+
+  /**
+   * Enables each controller for the host's groups: in `cgroup.subtree_control` of the root,
+   * `svc-sandboxes` and `<hostId>` (one write per controller, so that one the kernel lacks does
+   * not block the others). Returns why a controller is unavailable, or nothing for one enabled.
+   */
+  const enable = async (): Promise<Map<V2Controller, string | undefined>> => {
+    const result = new Map<V2Controller, string | undefined>()
+    let offered: ReadonlyArray<string> = []
+    try {
+      offered = (await Fs.readFile(NodePath.join(settings.root, "cgroup.controllers"), "utf8")).trim().split(/\s+/)
+      await Fs.mkdir(hostDir, { recursive: true })
+    } catch (e) {
+      for (const c of V2_CONTROLLERS) result.set(c, unavailable(e))
+      return result
+    }
+    for (const controller of V2_CONTROLLERS) {
+      if (!offered.includes(controller)) {
+        result.set(controller, `unavailable: the ${controller} controller is not in ${settings.root}/cgroup.controllers`)
+        continue
+      }
+      try {
+        for (const dir of [settings.root, parent, hostDir]) await write(NodePath.join(dir, "cgroup.subtree_control"), `+${controller}`)
+        result.set(controller, undefined)
+      } catch (e) {
+        result.set(controller, unavailable(e))
+      }
+    }
+    return result
+  }
+
+  const writeMemory = async (dir: string, ramMb: number) => {
+    await write(NodePath.join(dir, "memory.max"), String(ramMb * 1024 * 1024))
+    // Without swap accounting there is no such file and nothing to swap past the limit with.
+    await write(NodePath.join(dir, "memory.swap.max"), "0").catch((e: NodeJS.ErrnoException) => {
+      if (e.code !== "ENOENT" && e.code !== "EACCES" && e.code !== "EPERM") throw e
+    })
+  }
+  const writeCpu = (dir: string, cpu: number) =>
+    write(NodePath.join(dir, "cpu.max"), `${Math.round(CPU_PERIOD_US * cpu)} ${CPU_PERIOD_US}`)
+  const writePids = (dir: string, pidsMax: number) => write(NodePath.join(dir, "pids.max"), String(pidsMax))
+
+  const writeAll = async (dir: string, enabled: Map<V2Controller, string | undefined>, limits: Omit<Limits, "diskGb">) => {
+    const apply = async (controller: V2Controller, step: () => Promise<void>) => {
+      const missing = enabled.get(controller)
+      if (missing !== undefined) return missing
+      try {
+        await step()
+        return "applied"
+      } catch (e) {
+        return unavailable(e)
+      }
+    }
+    return {
+      memory: await apply("memory", () => writeMemory(dir, limits.ramMb)),
+      cpu: await apply("cpu", () => writeCpu(dir, limits.cpu)),
+      pids: await apply("pids", () => writePids(dir, limits.pidsMax))
+    }
+  }
+
+  const probe = async (): Promise<Support> => {
+    const enabled = await enable()
+    const dir = group(probeName())
+    try {
+      await Fs.mkdir(dir)
+    } catch (e) {
+      return { cgroup: "v2", memory: unavailable(e), cpu: unavailable(e), pids: unavailable(e) }
+    }
+    try {
+      const applied = await writeAll(dir, enabled, { ramMb: 64, cpu: 1, pidsMax: 64 })
+      const held = (status: string) => (status === "applied" ? "enforced" : status)
+      return { cgroup: "v2", memory: held(applied.memory), cpu: held(applied.cpu), pids: held(applied.pids) }
+    } finally {
+      // A real group goes with rmdir (its files are the kernel's); anything else with its files.
+      await Fs.rmdir(dir).catch(() => Fs.rm(dir, { recursive: true, force: true })).catch(() => undefined)
+    }
+  }
+
+  const prepare = async (sandboxId: string, limits: Limits): Promise<Prepared> => {
+    const enabled = await enable()
+    const dir = group(sandboxId)
+    try {
+      await Fs.mkdir(dir, { recursive: true })
+    } catch (e) {
+      const why = unavailable(e)
+      return { procsFiles: [], limits: { memory: why, cpu: why, pids: why, disk: DISK_NOT_ENFORCED(limits.diskGb) } }
+    }
+    return {
+      procsFiles: [NodePath.join(dir, "cgroup.procs")],
+      limits: { ...(await writeAll(dir, enabled, limits)), disk: DISK_NOT_ENFORCED(limits.diskGb) }
+    }
+  }
+
+  // A child of the sandbox's group: its limits cover the exec; the child alone is killed.
+  const execGroup = async (sandboxId: string, name: string): Promise<ExecGroup> => {
+    const dir = NodePath.join(group(sandboxId), name)
+    const made = await Fs.mkdir(dir).then(() => true, () => false)
+    return execGroupAt(made ? dir : undefined, [])
+  }
+
+  /**
+   * v2 cannot rename a group: a new one is made and every process moved into it (a pool entry
+   * being adopted is idle; a fork racing the move is caught by the next pass). Memory already
+   * charged stays with the old group until freed.
+   */
+  const rename = async (fromId: string, toId: string) => {
+    const from = group(fromId)
+    if (!(await exists(from))) return
+    const to = group(toId)
+    await Fs.mkdir(to, { recursive: true })
+    const dirs = async (dir: string): Promise<Array<string>> => {
+      const children = await Fs.readdir(dir, { withFileTypes: true }).catch(() => [])
+      const nested = await Promise.all(children.filter((c) => c.isDirectory()).map((c) => dirs(NodePath.join(dir, c.name))))
+      return [dir, ...nested.flat()]
+    }
+    for (let pass = 0; pass < 20; pass++) {
+      const pids = (await dirs(from)).flatMap(readPids)
+      if (pids.length === 0) break
+      for (const pid of pids) {
+        await write(NodePath.join(to, "cgroup.procs"), String(pid)).catch((e: NodeJS.ErrnoException) => {
+          // A process that exited meanwhile.
+          if (e.code !== "ESRCH") throw e
+        })
+      }
+    }
+    await removeGroup(from)
+  }
+
+  const removeAll = (sandboxId: string) => removeGroup(group(sandboxId))
+
+  const usage = async (sandboxId: string): Promise<Usage> => {
+    const dir = group(sandboxId)
+    const used = await readNumber(NodePath.join(dir, "memory.current"))
+    const inactive = used === undefined ? undefined : await readKey(NodePath.join(dir, "memory.stat"), "inactive_file")
+    const cpuUs = await readKey(NodePath.join(dir, "cpu.stat"), "usage_usec")
+    return {
+      memoryBytes: used === undefined ? undefined : Math.max(0, used - (inactive ?? 0)),
+      cpuUsageNs: cpuUs === undefined ? undefined : cpuUs * 1000,
+      pids: await readNumber(NodePath.join(dir, "pids.current"))
+    }
+  }
+
+  const oomKills = (sandboxId: string) => readKey(NodePath.join(group(sandboxId), "memory.events"), "oom_kill")
+
+  const removeHost = async () => {
+    await Fs.rmdir(hostDir).catch(() => undefined)
+  }
+
+  return { version: "v2", probe, prepare, execGroup, rename, removeAll, usage, oomKills, removeHost }
+}

@@ -18,7 +18,7 @@ export class DriverConfig extends Context.Service<DriverConfig, {
   readonly subnet: string
   /** Machine-wide folder of IP leases (one file per address), shared by all agents on the bridge. */
   readonly leaseDir: string
-  /** Root of the cgroup v1 hierarchies. */
+  /** Root of the cgroup file system: v1's per-controller hierarchies or the v2 unified one (detected). */
   readonly cgroupRoot: string
   /** Most processes one sandbox may have (pids controller). */
   readonly pidsMax: number

@@ -8,10 +8,7 @@
  */
 import { Effect } from "effect"
 import { randomBytes } from "node:crypto"
-import * as FsSync from "node:fs"
-import * as NodePath from "node:path"
 import { DEFAULT_MAX_OUTPUT_BYTES, ExecRequest, ExecResult } from "../Driver.ts"
-import * as Cgroups from "./Cgroups.ts"
 import * as Confinement from "./Confinement.ts"
 import { attempt, decodeInput, type DriverHost, HOST_ENV, type RunningSandbox, SANDBOX_PATH } from "./Host.ts"
 import { run, type RunOptions } from "./Process.ts"
@@ -30,14 +27,8 @@ export const makeExec = (host: DriverHost) => {
     Effect.gen(function*() {
       const id = entry.record.sandboxId
       const execGroup = yield* attempt("exec", () =>
-        Cgroups.makeExecGroup(cgroups, id, `x${process.pid}-${++execCounter}-${randomBytes(3).toString("hex")}`)
+        cgroups.execGroup(id, `x${process.pid}-${++execCounter}-${randomBytes(3).toString("hex")}`)
       )
-      const procsFiles = [
-        ...(["memory", "cpu", "cpuacct"] as const)
-          .map((c) => NodePath.join(Cgroups.groupPath(cgroups, c, id), "cgroup.procs"))
-          .filter((file) => FsSync.existsSync(file)),
-        ...(execGroup !== undefined ? [NodePath.join(execGroup, "cgroup.procs")] : [])
-      ]
       const args = [
         "--pid", String(entry.run.pid),
         "--start-ticks", String(entry.run.startTicks),
@@ -46,7 +37,7 @@ export const makeExec = (host: DriverHost) => {
         // The environment comes on fd 3: it never appears on a command line (`ps`).
         "--env-fd", "3",
         "--cwd", options.cwd,
-        ...procsFiles.flatMap((file) => ["--cgroup", file]),
+        ...execGroup.procsFiles.flatMap((file) => ["--cgroup", file]),
         "--", ...argv
       ]
       const result = yield* run("exec", host.confinement.enter, args, {
@@ -55,10 +46,8 @@ export const makeExec = (host: DriverHost) => {
         ...(options.stdin !== undefined ? { stdin: options.stdin } : {}),
         ...(options.timeoutMs !== undefined ? { timeoutMs: options.timeoutMs } : {}),
         ...(options.maxOutputBytes !== undefined ? { maxOutputBytes: options.maxOutputBytes } : {}),
-        killTree: () => {
-          if (execGroup !== undefined) Cgroups.killGroupSync(execGroup)
-        }
-      }).pipe(Effect.ensuring(execGroup !== undefined ? attempt("exec", () => Cgroups.removeIfEmpty(execGroup)).pipe(Effect.ignore) : Effect.void))
+        killTree: () => execGroup.kill()
+      }).pipe(Effect.ensuring(attempt("exec", () => execGroup.remove()).pipe(Effect.ignore)))
       return result
     })
 

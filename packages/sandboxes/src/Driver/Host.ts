@@ -18,7 +18,7 @@ import {
   TemplateNotFound
 } from "../Driver.ts"
 import { BASE_TEMPLATE, ensureBaseTemplate } from "../Rootfs.ts"
-import type * as Cgroups from "./Cgroups.ts"
+import * as Cgroups from "./Cgroups.ts"
 import type { DriverConfig } from "./Config.ts"
 import * as Confinement from "./Confinement.ts"
 import { installFirewall } from "./Firewall.ts"
@@ -90,7 +90,8 @@ export interface DriverHost {
   /** The seccomp filter and the `svc-enter` binary (see Confinement.ts). */
   readonly confinement: Confinement.ConfinementFiles
   readonly subnet: Network.Subnet
-  readonly cgroups: Cgroups.CgroupSettings
+  /** The sandboxes' cgroups, v1 or v2 as detected at start. */
+  readonly cgroups: Cgroups.Cgroups
   readonly sandboxesDir: string
   /** The host folder bound read-only at `HELPER_DIR` in every sandbox. */
   readonly helperDir: string
@@ -147,7 +148,7 @@ export const makeDriverHost = (
       return yield* new DriverFailure({ operation: "init", message: "dataDir must not contain ',', ':' or spaces (overlay options)" })
     }
     const subnet = Network.parseSubnet(config.subnet)
-    const cgroups: Cgroups.CgroupSettings = { root: config.cgroupRoot, hostId: config.hostId }
+    const cgroups = Cgroups.make({ root: config.cgroupRoot, hostId: config.hostId })
     const templatesDir = NodePath.join(config.dataDir, "templates")
     const sandboxesDir = NodePath.join(config.dataDir, "sandboxes")
 

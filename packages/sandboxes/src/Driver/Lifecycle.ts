@@ -13,7 +13,6 @@ import {
   SandboxListing,
   SandboxSpec
 } from "../Driver.ts"
-import * as Cgroups from "./Cgroups.ts"
 import { attempt, checkId, decodeInput, type DriverHost } from "./Host.ts"
 import * as Network from "./Network.ts"
 import type { Runs } from "./Run.ts"
@@ -53,11 +52,11 @@ export const makeLifecycle = (host: DriverHost, runs: Runs) => {
         yield* attempt("destroy", () => Network.release(config.leaseDir, record.internalIp, host.owner(sandboxId)))
         if (record.sandboxId !== sandboxId) {
           // Half adopted (see `adopt`): the folder has the new name, the record the old one.
-          yield* attempt("destroy", () => Cgroups.removeAll(cgroups, sandboxId))
+          yield* attempt("destroy", () => cgroups.removeAll(sandboxId))
           yield* attempt("destroy", () => Network.release(config.leaseDir, record.internalIp, host.owner(record.sandboxId)))
         }
       } else {
-        yield* attempt("destroy", () => Cgroups.removeAll(cgroups, sandboxId))
+        yield* attempt("destroy", () => cgroups.removeAll(sandboxId))
       }
       yield* assertNothingMounted(paths.dir)
       yield* attempt("destroy", () => Fs.rm(paths.dir, { recursive: true, force: true }))

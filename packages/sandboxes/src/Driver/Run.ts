@@ -9,7 +9,6 @@ import { spawn } from "node:child_process"
 import * as FsSync from "node:fs"
 import * as Fs from "node:fs/promises"
 import { DriverFailure, SandboxInfo } from "../Driver.ts"
-import * as Cgroups from "./Cgroups.ts"
 import * as Confinement from "./Confinement.ts"
 import { attempt, type DriverHost, errorMessage, HELPER, HELPER_DIR, HOST_ENV, SANDBOX_PATH } from "./Host.ts"
 import * as Network from "./Network.ts"
@@ -17,6 +16,7 @@ import { decode, run, runChecked } from "./Process.ts"
 import { shiftOwnership } from "../Rootfs.ts"
 import {
   isAlive,
+  isInitAlive,
   procStat,
   readRunRecord,
   RunRecord,
@@ -44,7 +44,7 @@ exec setpriv --reuid="$uid" --regid="$uid" --clear-groups -- "$@"
 `
 
 /** The sandbox's init command (pid 2; bubblewrap is pid 1 and reaps orphans). */
-const INIT_SCRIPT = `echo ready >&4; exec 3>&- 4>&-; exec ${HELPER} sleep inf`
+const INIT_SCRIPT = `echo ready >&4; exec 3>&- 4>&- 8>&-; exec ${HELPER} sleep inf`
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
@@ -68,9 +68,13 @@ export interface Runs {
 export const makeRuns = (host: DriverHost): Runs => {
   const { config, bin, cgroups, subnet } = host
 
-  /** Starts bubblewrap detached and waits for the init's readiness byte. */
+  /**
+   * Starts bubblewrap detached and waits for the init's readiness byte. Yields pid 1 of the
+   * sandbox and the host-side bubblewrap (the monitor: it waits for pid 1 and writes the init's
+   * exit status to `status.json` when it ends).
+   */
   const spawnSandbox = (record: SandboxRecord, paths: SandboxPaths, procsFiles: ReadonlyArray<string>) =>
-    Effect.callback<number, DriverFailure>((resume) => {
+    Effect.callback<{ readonly pid: number; readonly monitorPid: number | undefined }, DriverFailure>((resume) => {
       // The init needs no user variables: execs get them (so they never sit in pid 1's cmdline).
       const env: Record<string, string> = { PATH: SANDBOX_PATH, HOME: "/root", HOSTNAME: record.sandboxId }
       const bwrapArgs = [
@@ -91,11 +95,16 @@ export const makeRuns = (host: DriverHost): Runs => {
         "--clearenv",
         ...Object.entries(env).flatMap(([k, v]) => ["--setenv", k, v]),
         "--chdir", "/",
-        "--info-fd", "3"
+        "--info-fd", "3",
+        // fd 6 is the seccomp filter, 7 the user namespace's go-ahead.
+        "--json-status-fd", "8"
       ]
       let logFd: number
+      let statusFd: number
       try {
         logFd = FsSync.openSync(paths.log, "a", 0o600)
+        // A fresh file per run: an exit status in it is this run's.
+        statusFd = FsSync.openSync(paths.status, "w", 0o600)
       } catch (e) {
         resume(Effect.fail(new DriverFailure({ operation: "start", message: errorMessage(e) })))
         return
@@ -109,9 +118,10 @@ export const makeRuns = (host: DriverHost): Runs => {
           host.confinement.seccomp, String(config.uidBase), bin.bwrap, "--args", "5",
           HELPER, "sh", "-c", INIT_SCRIPT
         ],
-        { detached: true, stdio: ["ignore", logFd, logFd, "pipe", "pipe", "pipe", "ignore", "pipe"], env: HOST_ENV }
+        { detached: true, stdio: ["ignore", logFd, logFd, "pipe", "pipe", "pipe", "ignore", "pipe", statusFd], env: HOST_ENV }
       )
       FsSync.closeSync(logFd)
+      FsSync.closeSync(statusFd)
       const argsPipe = (child.stdio as ReadonlyArray<unknown>)[5] as NodeJS.WritableStream
       argsPipe.on("error", () => undefined)
       argsPipe.end(bwrapArgs.map((arg) => arg + "\0").join(""))
@@ -123,7 +133,7 @@ export const makeRuns = (host: DriverHost): Runs => {
       const readyPipe = child.stdio[4] as NodeJS.ReadableStream
       const userNsPipe = (child.stdio as ReadonlyArray<unknown>)[7] as NodeJS.WritableStream
       userNsPipe.on("error", () => undefined)
-      const finish = (result: Effect.Effect<number, DriverFailure>) => {
+      const finish = (result: Effect.Effect<{ readonly pid: number; readonly monitorPid: number | undefined }, DriverFailure>) => {
         if (done) return
         done = true
         clearTimeout(timer)
@@ -157,7 +167,8 @@ export const makeRuns = (host: DriverHost): Runs => {
         finish(Effect.fail(new DriverFailure({ operation: "start", message: `${why}: ${log.trim()}` })))
       }
       const check = () => {
-        if (ready && pid !== undefined) finish(Effect.succeed(pid))
+        // unshare and sh exec: the spawned process is the host-side bubblewrap.
+        if (ready && pid !== undefined) finish(Effect.succeed({ pid, monitorPid: child.pid }))
       }
       infoPipe.on("data", (chunk: Buffer) => {
         info += chunk.toString("utf8")
@@ -217,7 +228,7 @@ export const makeRuns = (host: DriverHost): Runs => {
 
   const teardownRun = (record: SandboxRecord, paths: SandboxPaths, runRecord: RunRecord | undefined) =>
     Effect.gen(function*() {
-      if (runRecord !== undefined && (yield* attempt("stop", () => isAlive(runRecord)))) {
+      if (runRecord !== undefined && (yield* attempt("stop", () => isInitAlive(runRecord)))) {
         // SIGKILL to pid 1 of the namespace ends every process in it at once.
         yield* attempt("stop", async () => {
           try {
@@ -225,12 +236,16 @@ export const makeRuns = (host: DriverHost): Runs => {
           } catch {
             // Raced with its exit.
           }
-          for (let i = 0; i < 500 && (await isAlive(runRecord)); i++) await sleep(10)
+          for (let i = 0; i < 500 && (await isInitAlive(runRecord)); i++) await sleep(10)
         })
       }
-      yield* attempt("stop", () => Cgroups.removeAll(cgroups, record.sandboxId))
+      yield* attempt("stop", () => cgroups.removeAll(record.sandboxId))
       yield* detachNetwork(record.internalIp)
-      yield* attempt("stop", () => Fs.rm(paths.run, { force: true }))
+      yield* attempt("stop", async () => {
+        await Fs.rm(paths.run, { force: true })
+        // How an earlier run ended is over once the sandbox is started or stopped again.
+        await Fs.rm(paths.ended, { force: true })
+      })
     })
 
   const startRun = (initial: SandboxRecord, paths: SandboxPaths) =>
@@ -263,15 +278,18 @@ export const makeRuns = (host: DriverHost): Runs => {
         }
       })
       const prepared = yield* attempt("start", () =>
-        Cgroups.prepare(cgroups, record.sandboxId, { ramMb: record.ramMb, cpu: record.cpu, pidsMax: config.pidsMax, diskGb: record.diskGb })
+        cgroups.prepare(record.sandboxId, { ramMb: record.ramMb, cpu: record.cpu, pidsMax: config.pidsMax, diskGb: record.diskGb })
       )
-      const pid = yield* spawnSandbox(record, paths, prepared.procsFiles)
+      const { pid, monitorPid } = yield* spawnSandbox(record, paths, prepared.procsFiles)
       const started = yield* attempt("start", () => procStat(pid))
+      const monitor = monitorPid === undefined ? undefined : yield* attempt("start", () => procStat(monitorPid))
       const runRecord = new RunRecord({
         pid,
         startTicks: started?.startTicks ?? 0,
         startedAt: new Date().toISOString(),
-        limits: prepared.limits
+        limits: prepared.limits,
+        // A monitor gone already (the init ended at once) leaves a run that counts as ended.
+        ...(monitorPid !== undefined ? { monitorPid, monitorStartTicks: monitor?.startTicks ?? -1 } : {})
       })
       // Written before the network so that a failure below still finds the process to kill.
       yield* attempt("start", () => writeRunRecord(paths, runRecord))
