@@ -208,10 +208,11 @@ export const AuthorizationMiddleware = Layer.effect(
             return Effect.provideService(endpointEffect, CurrentPrincipal, NO_PRINCIPAL)
           }
 
-          const addressKey = rateKey(Option.getOrUndefined(request.remoteAddress))
+          // Only credentials that are not in the cache need it: computed then.
+          const addressKey = () => rateKey(Option.getOrUndefined(request.remoteAddress))
           /** A credential about to be looked up: refused outright while the address has no failures left. */
           const blocked = () => {
-            const wait = limiter.failuresBlock(addressKey, clock.currentTimeMillisUnsafe())
+            const wait = limiter.failuresBlock(addressKey(), clock.currentTimeMillisUnsafe())
             return wait === undefined ? undefined : refuse(new Errors.RateLimited({
               error: "Too many failed credentials from this address; retry later",
               retry_after_s: wait
@@ -242,7 +243,7 @@ export const AuthorizationMiddleware = Layer.effect(
           }
           return Effect.flatMap(Effect.result(verified), (result) => {
             if (Result.isSuccess(result)) return admit(endpointEffect, result.success, rule, method)
-            if (result.failure._tag === "Unauthenticated") return failed(addressKey)
+            if (result.failure._tag === "Unauthenticated") return failed(addressKey())
             return Effect.as(
               Effect.logWarning("credential check failed on the database", result.failure),
               refuse(UNAVAILABLE)
