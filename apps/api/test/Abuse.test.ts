@@ -223,6 +223,14 @@ layer(EnvLayer, { excludeTestServices: true })("abuse", (it) => {
       // A client that prepends a fake address is still itself (the proxy appends the real one).
       expectRateLimited(yield* call(proxied, "GET", "/v1/auth/me", { token: Token.mint().token, headers: from(`198.51.100.1, ${one}`) }))
       expect((yield* call(proxied, "GET", "/v1/auth/me", { token: Token.mint().token, headers: from(freshAddress()) })).status).toBe(401)
+      // Malformed credentials (another scheme, a bad checksum) are failures like unknown keys.
+      const two = freshAddress()
+      for (let i = 0; i < 10; i++) {
+        const basic = yield* call(proxied, "GET", "/v1/auth/me", { headers: { ...from(two), authorization: `Basic ${i}` } })
+        const noise = yield* call(proxied, "GET", "/v1/auth/me", { token: `svc_live_${"x".repeat(38)}`, headers: from(two) })
+        expect([basic.status, noise.status]).toEqual([401, 401])
+      }
+      expectRateLimited(yield* call(proxied, "GET", "/v1/auth/me", { token: Token.mint().token, headers: from(two) }))
 
       // The audit log records the forwarded client behind the proxy, the peer otherwise.
       const client = freshAddress()

@@ -224,7 +224,11 @@ export const AuthorizationMiddleware = Layer.effect(
             let token = inQuery
             if (authorization !== undefined) {
               const m = BEARER.exec(authorization)
-              if (m === null) return Effect.succeed(blocked() ?? refuse(UNAUTHENTICATED))
+              if (m === null) {
+                // Malformed (another scheme, garbage): a failed credential like an unknown key.
+                const refused = blocked()
+                return refused !== undefined ? Effect.succeed(refused) : failed(addressKey())
+              }
               token = m[1]!
             }
             // The hot path: a key this process verified recently, no effect to run.
