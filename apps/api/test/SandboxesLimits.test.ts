@@ -92,7 +92,13 @@ layer(EnvLayer, { excludeTestServices: true })("sandbox limits", (it) => {
 
   it.effect("paginated=false stops at about 8 MiB of JSON with has_more; paging on from offset + limit reaches every row", () =>
     Effect.gen(function*() {
-      const base = yield* apiWith({ SVC_ORG_MAX_SANDBOXES: "10000", SVC_ORG_MAX_RUNNING_SANDBOXES: "10000" })
+      // 500 creates with one key as fast as the machine goes: not about the per-key rate limit.
+      const base = yield* apiWith({
+        SVC_ORG_MAX_SANDBOXES: "10000",
+        SVC_ORG_MAX_RUNNING_SANDBOXES: "10000",
+        SVC_RATE_LIMIT_PER_SECOND: "100000",
+        SVC_RATE_LIMIT_BURST: "100000"
+      })
       const org = yield* (yield* Identity).org("big-lists")
       // 500 records of 16 KiB of metadata each: about 8.5 MB of JSON.
       const metadata = { blob: "m".repeat(16 * 1024 - 16) }
