@@ -323,6 +323,9 @@ const platform = Effect.gen(function*() {
 // One bench client makes hundreds of calls a second; the per-key rate limit is not under test.
 process.env.SVC_RATE_LIMIT_PER_SECOND = "100000"
 process.env.SVC_RATE_LIMIT_BURST = "100000"
+// One org holds hundreds of sandboxes at once (BENCH_SANDBOXES running, then a BENCH_BURST).
+process.env.SVC_ORG_MAX_SANDBOXES = "100000"
+process.env.SVC_ORG_MAX_RUNNING_SANDBOXES = "100000"
 const [natsServer, pg] = await Promise.all([startNats(), startPostgres()])
 process.env.SVC_TEST_NATS_URL = natsServer.url
 process.env.SVC_TEST_DATABASE_URL = pg.url

@@ -36,7 +36,35 @@ import { plan } from "./Reconcile.ts"
 
 const MAX_ERROR_MESSAGE = 1000
 
-/** A driver refusal in words for `errorMessage`. */
+/**
+ * A driver refusal in the words a tenant may read, for the sandbox's `errorMessage`: which
+ * step failed, never the driver's own message (it can hold host paths, a bubblewrap log tail,
+ * the host's subnet). `describeDriverError` is the full story, for this host's log.
+ */
+export const tenantMessage = (error: SandboxDriverError): string => {
+  switch (error._tag) {
+    case "InvalidSandboxRequest":
+      return "the host refused the sandbox's parameters"
+    case "SandboxNotFound":
+      return "no such sandbox on this host"
+    case "SandboxAlreadyExists":
+      return "the sandbox exists already"
+    case "SandboxNotRunning":
+      return "the sandbox is not running"
+    case "TemplateNotFound":
+      return `template ${error.template} is not available on this host`
+    case "SandboxCapacityExhausted":
+      return "the host is out of capacity"
+    case "SandboxFileError":
+      return `a file operation failed (${error.reason.replaceAll("_", " ")})`
+    case "DriverUnsupported":
+      return `${error.operation} is not supported on this host`
+    case "DriverFailure":
+      return `${error.operation} failed on the host`
+  }
+}
+
+/** A driver refusal in words, with the driver's details: for the host's log only. */
 export const describeDriverError = (error: SandboxDriverError): string => {
   const text = (() => {
     switch (error._tag) {
@@ -233,6 +261,12 @@ export class Lifecycle extends Context.Service<Lifecycle, {
         }))
 
       const failed = (sandboxId: string, errorMessage: string) => report(sandboxId, "failed", { errorMessage })
+      /** A command the driver refused: the details to this host's log, tenant-safe words in the report. */
+      const failedBy = (sandboxId: string, error: SandboxDriverError) =>
+        Effect.andThen(
+          Effect.logWarning("agent: command failed", { sandboxId, error: describeDriverError(error) }),
+          failed(sandboxId, tenantMessage(error))
+        )
 
       const mark = (sandboxId: string, orgId: string, pending: PendingOp | null) =>
         Effect.flatMap(Clock.currentTimeMillis, (now) =>
@@ -295,7 +329,7 @@ export class Lifecycle extends Context.Service<Lifecycle, {
         }
         // The driver removed whatever the failed create made.
         yield* journal.remove(sandboxId)
-        return yield* failed(sandboxId, describeDriverError(made.failure))
+        return yield* failedBy(sandboxId, made.failure)
       })
 
       const start = Effect.fn("Lifecycle.start")(function*(command: Extract<AgentCommand, { _tag: "start" }>) {
@@ -310,12 +344,12 @@ export class Lifecycle extends Context.Service<Lifecycle, {
         }
         if (started.failure._tag === "SandboxNotFound") {
           yield* journal.remove(sandboxId)
-          return yield* failed(sandboxId, describeDriverError(started.failure))
+          return yield* failedBy(sandboxId, started.failure)
         }
         // Leave it stopped, not half started.
         yield* Effect.ignore(driver.stop(sandboxId))
         yield* mark(sandboxId, orgId, null)
-        return yield* failed(sandboxId, describeDriverError(started.failure))
+        return yield* failedBy(sandboxId, started.failure)
       })
 
       const stop = Effect.fn("Lifecycle.stop")(function*(command: Extract<AgentCommand, { _tag: "stop" }>) {
@@ -325,12 +359,12 @@ export class Lifecycle extends Context.Service<Lifecycle, {
         const stopped = yield* Effect.result(driver.stop(sandboxId))
         if (stopped._tag === "Failure" && stopped.failure._tag === "SandboxNotFound") {
           yield* journal.remove(sandboxId)
-          return yield* failed(sandboxId, describeDriverError(stopped.failure))
+          return yield* failedBy(sandboxId, stopped.failure)
         }
         yield* mark(sandboxId, orgId, null)
         return stopped._tag === "Success"
           ? yield* report(sandboxId, "stopped")
-          : yield* failed(sandboxId, describeDriverError(stopped.failure))
+          : yield* failedBy(sandboxId, stopped.failure)
       })
 
       const destroy = Effect.fn("Lifecycle.destroy")(function*(command: Extract<AgentCommand, { _tag: "destroy" }>) {
@@ -338,7 +372,7 @@ export class Lifecycle extends Context.Service<Lifecycle, {
         yield* mark(sandboxId, orgId, "destroy")
         const destroyed = yield* Effect.result(driver.destroy(sandboxId))
         // On failure the entry keeps `pending: destroy`: a restarted agent finishes the job.
-        if (destroyed._tag === "Failure") return yield* failed(sandboxId, describeDriverError(destroyed.failure))
+        if (destroyed._tag === "Failure") return yield* failedBy(sandboxId, destroyed.failure)
         yield* journal.remove(sandboxId)
         return yield* report(sandboxId, "destroyed")
       })

@@ -44,8 +44,11 @@ const EnvLayer = Layer.effect(
         Layer.provide(Layer.succeedContext(platform))
       )
     const offset = makeOffsetClock()
-    const base = yield* serve(api({}, Layer.succeed(Clock.Clock, offset.clock)))
-    const exposed = yield* serve(api({ SVC_HOST: "0.0.0.0" }, Layer.empty))
+    // These tests sign in and up many times from 127.0.0.1: not about the per-address limit
+    // (Abuse.test.ts is).
+    const unlimited = { SVC_SIGN_IN_RATE_PER_MINUTE: "100000", SVC_SIGN_IN_RATE_BURST: "100000" }
+    const base = yield* serve(api(unlimited, Layer.succeed(Clock.Clock, offset.clock)))
+    const exposed = yield* serve(api({ ...unlimited, SVC_HOST: "0.0.0.0" }, Layer.empty))
     return Env.of({ base, exposed, advanceClock: offset.advance, sql: Context.get(platform, SqlClient.SqlClient) })
   })
 )

@@ -231,12 +231,14 @@ class Env extends Context.Service<Env, {
   readonly isRevoked: (keyId: string) => Effect.Effect<boolean>
 }>()("test/Authorization/Env") {}
 
-// The matrix sends many requests with the same keys: no rate limit here (tested in Keys).
-// Webhook fixtures point at loopback.
+// The matrix sends many requests with the same keys, and hundreds of bad credentials from one
+// address: no rate limits here (tested in Keys and Abuse). Webhook fixtures point at loopback.
 const noRateLimit = ConfigProvider.layerAdd(
   ConfigProvider.fromUnknown({
     SVC_RATE_LIMIT_PER_SECOND: "1000000",
     SVC_RATE_LIMIT_BURST: "1000000",
+    SVC_FAILED_AUTH_RATE_PER_MINUTE: "1000000",
+    SVC_FAILED_AUTH_RATE_BURST: "1000000",
     SVC_WEBHOOK_ALLOWED_SUBNETS: "127.0.0.0/8"
   }),
   { asPrimary: true }

@@ -58,7 +58,11 @@ const EnvLayer = Layer.effect(
         Layer.provide(settings({
           SVC_KEY_LAST_USED_INTERVAL: "100 millis",
           SVC_RATE_LIMIT_PER_SECOND: "100000",
-          SVC_RATE_LIMIT_BURST: "100000"
+          SVC_RATE_LIMIT_BURST: "100000",
+          // Revoked, expired and malformed keys by the dozen from 127.0.0.1: the per-address
+          // limit of failures is Abuse.test.ts's subject, not this file's.
+          SVC_FAILED_AUTH_RATE_PER_MINUTE: "100000",
+          SVC_FAILED_AUTH_RATE_BURST: "100000"
         })),
         Layer.provide(Layer.succeedContext(platform))
       )

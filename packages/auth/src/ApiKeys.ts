@@ -6,7 +6,11 @@
  * - A key minted by a session or by a user's key belongs to that user (`userId`); a key minted
  *   by the operator CLI, or by a userless key, is a userless service key.
  * - Verification checks the form and checksum first (no database for noise), then the cache of
- *   verified keys, then Postgres; revoked and expired keys are `unauthenticated`.
+ *   verified keys, then the cache of refused ones, then Postgres; revoked and expired keys are
+ *   `unauthenticated`. A refusal is cached (by token hash, `SVC_KEY_CACHE_TTL`, at most 10,000):
+ *   an unknown, revoked or expired key never becomes valid, so a client repeating a bad key
+ *   costs one lookup per cache lifetime. (Many different unknown keys are the per-address
+ *   limit's job, `RateLimit.ts`.)
  * - Mint and revoke write their audit entries (`apikey.created`, `apikey.revoked`) in their own
  *   transaction. A revocation returns only after every live API process dropped the key (see
  *   `CredentialCache`).
@@ -18,11 +22,12 @@ import { type ApiKeyId, makeId, type OrgId, type UserId } from "@svc/domain/Ids"
 import { type ListQuery, pageInfo } from "@svc/domain/Pagination"
 import * as Scopes from "@svc/domain/Scopes"
 import { formatTimestamp } from "@svc/domain/Time"
-import { Clock, Context, DateTime, Effect, Layer, Result } from "effect"
+import { Clock, Context, DateTime, Duration, Effect, Layer, Result } from "effect"
 import { SqlClient, type SqlError } from "effect/sql"
 import { Audit, type AuditContext } from "./Audit.ts"
 import { CredentialCache } from "./Auth/CredentialCache.ts"
 import { LastUsed } from "./Auth/LastUsed.ts"
+import { AuthConfig } from "./AuthConfig.ts"
 
 export interface MintInput {
   readonly orgId: OrgId
@@ -75,6 +80,8 @@ interface VerifyRow {
 
 const unauthenticated = new Unauthenticated()
 
+const MAX_REFUSED = 10_000
+
 export class ApiKeys extends Context.Service<ApiKeys, {
   readonly mint: (
     input: MintInput,
@@ -103,6 +110,26 @@ export class ApiKeys extends Context.Service<ApiKeys, {
       const audit = yield* Audit
       const cache = yield* CredentialCache
       const lastUsed = yield* LastUsed
+      const config = yield* AuthConfig
+      const refusedTtlMs = Duration.toMillis(config.keyCacheTtl)
+
+      /** Token hashes Postgres refused, until when (ms). Oldest insertion evicted first. */
+      const refused = new Map<string, number>()
+      const isRefused = (tokenHash: string, nowMs: number) => {
+        const until = refused.get(tokenHash)
+        if (until === undefined) return false
+        if (nowMs < until) return true
+        refused.delete(tokenHash)
+        return false
+      }
+      const refuse = (tokenHash: string, nowMs: number) => {
+        if (refused.size >= MAX_REFUSED) {
+          const oldest = refused.keys().next()
+          if (!oldest.done) refused.delete(oldest.value)
+        }
+        refused.set(tokenHash, nowMs + refusedTtlMs)
+        return unauthenticated
+      }
 
       const mint = Effect.fn("ApiKeys.mint")(function*(input: MintInput, context: AuditContext) {
         const grant = Scopes.parseScopes(input.scopes ?? Scopes.DEFAULT_SCOPES)
@@ -187,6 +214,7 @@ export class ApiKeys extends Context.Service<ApiKeys, {
           lastUsed.touch(cached.principal.credential.id, now)
           return cached.principal
         }
+        if (isRefused(tokenHash, now)) return yield* unauthenticated
         const epoch = cache.epoch()
         const rows = yield* sql<VerifyRow>`
           SELECT k.id, k.org_id, o.name AS org_name, k.user_id, u.email, k.scopes, k.token_hash,
@@ -196,15 +224,15 @@ export class ApiKeys extends Context.Service<ApiKeys, {
         `
         const row = rows[0]
         if (row === undefined || !Token.hashesEqual(row.token_hash, tokenHash) || row.revoked_at !== null) {
-          return yield* unauthenticated
+          return yield* refuse(tokenHash, now)
         }
         const expiresAtMs = row.expires_at === null ? null : row.expires_at.getTime()
-        if (expiresAtMs !== null && expiresAtMs <= now) return yield* unauthenticated
+        if (expiresAtMs !== null && expiresAtMs <= now) return yield* refuse(tokenHash, now)
         const grant = Scopes.parseScopes(row.scopes)
         if (Result.isFailure(grant)) {
           // Valid at mint; only a grammar change can get here. Refuse rather than guess.
           yield* Effect.logError("stored key scopes no longer parse", { keyId: row.id })
-          return yield* unauthenticated
+          return yield* refuse(tokenHash, now)
         }
         const principal: Principal = {
           orgId: row.org_id as OrgId,

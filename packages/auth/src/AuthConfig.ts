@@ -9,6 +9,12 @@
  *   processes to confirm they dropped the key before it tells them to distrust their caches.
  * - `SVC_RATE_LIMIT_PER_SECOND` [50] and `SVC_RATE_LIMIT_BURST` [100]: the token bucket of each
  *   credential, per API process.
+ * - `SVC_SIGN_IN_RATE_PER_MINUTE` [10] and `SVC_SIGN_IN_RATE_BURST` [20]: the token bucket of
+ *   sign-in and sign-up requests per client address, per API process.
+ * - `SVC_FAILED_AUTH_RATE_PER_MINUTE` [30] and `SVC_FAILED_AUTH_RATE_BURST` [20]: the token
+ *   bucket of failed credentials (unknown, malformed, expired or revoked keys, unknown or ended
+ *   sessions) per client address, per API process. An address with none left is answered 429
+ *   before its next credential is looked up.
  * - `SVC_COOKIE_SECURE` [auto]: `auto` marks the session cookie Secure unless the server
  *   listens on loopback (`SVC_HOST`); `true` or `false` force it.
  */
@@ -21,6 +27,12 @@ export interface AuthSettings {
   readonly revocationAckTimeout: Duration.Duration
   readonly rateLimitPerSecond: number
   readonly rateLimitBurst: number
+  /** Sign-in and sign-up requests per client address. */
+  readonly signInRatePerMinute: number
+  readonly signInRateBurst: number
+  /** Failed credentials per client address. */
+  readonly failedAuthRatePerMinute: number
+  readonly failedAuthRateBurst: number
   readonly cookieSecure: "auto" | boolean
   /** The address the API listens on (for `cookieSecure: "auto"`). */
   readonly listenHost: string
@@ -33,6 +45,10 @@ export const defaults: AuthSettings = {
   revocationAckTimeout: Duration.millis(500),
   rateLimitPerSecond: 50,
   rateLimitBurst: 100,
+  signInRatePerMinute: 10,
+  signInRateBurst: 20,
+  failedAuthRatePerMinute: 30,
+  failedAuthRateBurst: 20,
   cookieSecure: "auto",
   listenHost: "127.0.0.1"
 }
@@ -49,6 +65,10 @@ export const fromEnv: Config.Config<AuthSettings> = Config.all({
   ),
   rateLimitPerSecond: positive("SVC_RATE_LIMIT_PER_SECOND", defaults.rateLimitPerSecond),
   rateLimitBurst: positive("SVC_RATE_LIMIT_BURST", defaults.rateLimitBurst),
+  signInRatePerMinute: positive("SVC_SIGN_IN_RATE_PER_MINUTE", defaults.signInRatePerMinute),
+  signInRateBurst: positive("SVC_SIGN_IN_RATE_BURST", defaults.signInRateBurst),
+  failedAuthRatePerMinute: positive("SVC_FAILED_AUTH_RATE_PER_MINUTE", defaults.failedAuthRatePerMinute),
+  failedAuthRateBurst: positive("SVC_FAILED_AUTH_RATE_BURST", defaults.failedAuthRateBurst),
   cookieSecure: Config.Literals(["auto", "true", "false"], "SVC_COOKIE_SECURE").pipe(
     Config.withDefault("auto" as const),
     Config.map((s) => (s === "auto" ? "auto" as const : s === "true"))

@@ -2,16 +2,17 @@
  * Users and their passwords: sign-up creates an org and its first user; sign-in checks a
  * password. Emails are normalised (trimmed, lowercased) and unique on the platform. A wrong
  * email and a wrong password fail the same way and take the same time (an unknown email is
- * checked against a dummy hash).
+ * checked against a dummy hash), and both count towards the email's backoff (`SignInThrottle`).
  */
 import { normalizeEmail, type OrgRecord, type User } from "@svc/domain/Api/Auth"
-import { Conflict, Unauthenticated } from "@svc/domain/Errors"
+import { Conflict, RateLimited, Unauthenticated } from "@svc/domain/Errors"
 import { makeId, type OrgId, type UserId } from "@svc/domain/Ids"
 import { formatTimestamp } from "@svc/domain/Time"
 import { Clock, Context, DateTime, Effect, Layer } from "effect"
 import { SqlClient, type SqlError } from "effect/sql"
 import { Audit, type AuditContext } from "./Audit.ts"
 import * as Passwords from "./Auth/Passwords.ts"
+import * as Throttle from "./Auth/SignInThrottle.ts"
 import { toOrgRecord } from "./Orgs.ts"
 
 export interface SignedUpUser {
@@ -37,11 +38,15 @@ export class Users extends Context.Service<Users, {
     input: { readonly email: string; readonly password: string; readonly orgName: string },
     context: Omit<AuditContext, "actor">
   ) => Effect.Effect<SignedUpUser, Conflict | SqlError.SqlError>
-  /** The user of an email and password, or `unauthenticated` (audit `auth.sign_in_failed` for a known email). */
+  /**
+   * The user of an email and password, or `unauthenticated` (audit `auth.sign_in_failed` for a
+   * known email, bounded: see `SignInThrottle`), or `rate_limited` while the email is in its
+   * backoff. A hash at older parameters is rewritten at the current ones.
+   */
   readonly signIn: (
     input: { readonly email: string; readonly password: string },
     context: Omit<AuditContext, "actor">
-  ) => Effect.Effect<SignedUpUser, Unauthenticated | SqlError.SqlError>
+  ) => Effect.Effect<SignedUpUser, Unauthenticated | RateLimited | SqlError.SqlError>
 }>()("@svc/auth/Users") {
   static readonly layer = Layer.effect(
     Users,
@@ -85,6 +90,15 @@ export class Users extends Context.Service<Users, {
         context: Omit<AuditContext, "actor">
       ) {
         const email = normalizeEmail(input.email)
+        const key = Throttle.emailKey(email)
+        const now = yield* Clock.currentTimeMillis
+        const until = yield* Throttle.blockedUntil(sql, key, now)
+        if (until !== undefined) {
+          return yield* new RateLimited({
+            error: "Too many failed sign-ins for this account; retry later",
+            retry_after_s: Math.max(1, Math.ceil((until - now) / 1000))
+          })
+        }
         const rows = yield* sql<UserRow>`
           SELECT u.id, u.email, u.password_hash, u.created_at, o.id AS org_id, o.name AS org_name,
                  o.created_at AS org_created_at
@@ -92,13 +106,23 @@ export class Users extends Context.Service<Users, {
         `
         const row = rows[0]
         const ok = yield* Passwords.verify(input.password, row?.password_hash ?? Passwords.DUMMY_HASH)
-        if (row === undefined) return yield* badCredentials
-        if (!ok) {
-          yield* audit.record(row.org_id as OrgId, "auth.sign_in_failed", row.id, {
-            ...context,
-            actor: { type: "anonymous", id: null }
-          })
+        if (row === undefined || !ok) {
+          const failures = yield* Throttle.recordFailure(sql, key, now)
+          if (row !== undefined && Throttle.audited(failures)) {
+            yield* audit.record(row.org_id as OrgId, "auth.sign_in_failed", row.id, {
+              ...context,
+              actor: { type: "anonymous", id: null }
+            })
+          }
           return yield* badCredentials
+        }
+        yield* Throttle.reset(sql, key)
+        if (Passwords.needsRehash(row.password_hash)) {
+          // Stored at older parameters: the password is at hand only now. Compare-and-set, so a
+          // password changed meanwhile is not overwritten.
+          const upgraded = yield* Passwords.hash(input.password)
+          yield* sql`
+            UPDATE users SET password_hash = ${upgraded} WHERE id = ${row.id} AND password_hash = ${row.password_hash}`
         }
         return {
           user: { id: row.id as UserId, email: row.email, createdAt: DateTime.makeUnsafe(row.created_at) },

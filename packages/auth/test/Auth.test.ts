@@ -6,6 +6,7 @@ import { Effect, Layer } from "effect"
 import { SqlClient } from "effect/sql"
 import { ApiKeys } from "../src/ApiKeys.ts"
 import { operatorContext } from "../src/Audit.ts"
+import { randomBytes, scryptSync } from "node:crypto"
 import * as Passwords from "../src/Auth/Passwords.ts"
 import * as AuthLayer from "../src/AuthLayer.ts"
 import { ensureDevOrg } from "../src/DevOrg.ts"
@@ -47,21 +48,44 @@ describe("token bucket", () => {
 })
 
 describe("passwords", () => {
-  it.effect("scrypt with a per-user salt; verification in constant time; malformed hashes never verify", () =>
+  it.effect("argon2id with a per-user salt; verification in constant time; malformed hashes never verify", () =>
     Effect.gen(function*() {
       const a = yield* Passwords.hash("correct horse battery staple")
       const b = yield* Passwords.hash("correct horse battery staple")
-      expect(a).toMatch(/^scrypt\$15\$8\$1\$[A-Za-z0-9+/=]+\$[A-Za-z0-9+/=]+$/)
+      expect(a).toMatch(/^\$argon2id\$v=19\$m=19456,t=2,p=1\$[A-Za-z0-9+/]{22}\$[A-Za-z0-9+/]{43}$/)
       expect(a).not.toBe(b)
+      expect(Passwords.needsRehash(a)).toBe(false)
       expect(yield* Passwords.verify("correct horse battery staple", a)).toBe(true)
       expect(yield* Passwords.verify("correct horse battery stapl", a)).toBe(false)
       expect(yield* Passwords.verify("correct horse battery staple", Passwords.DUMMY_HASH)).toBe(false)
-      for (const stored of ["", "plain", "scrypt$99$8$1$AAAA$AAAA", "scrypt$15$8$1$$", a.replace("$15$", "$9$")]) {
+      for (
+        const stored of [
+          "",
+          "plain",
+          "scrypt$99$8$1$AAAA$AAAA",
+          "scrypt$15$8$1$$",
+          a.replace("m=19456", "m=99999999"),
+          a.replace("$argon2id$", "$argon2i$"),
+          a.slice(0, -10)
+        ]
+      ) {
         expect(yield* Passwords.verify("correct horse battery staple", stored)).toBe(false)
       }
       // Unicode normalisation: the same text typed two ways is the same password.
       const nfc = yield* Passwords.hash("caf\u00e9 au lait!")
       expect(yield* Passwords.verify("cafe\u0301 au lait!", nfc)).toBe(true)
+    }))
+
+  it.effect("hashes of the earlier scrypt format (N = 2^15) still verify and need a rehash", () =>
+    Effect.gen(function*() {
+      const salt = randomBytes(16)
+      const key = scryptSync("an old password", salt, 32, { N: 2 ** 15, r: 8, p: 1, maxmem: 64 * 1024 * 1024 })
+      const old = `scrypt$15$8$1$${salt.toString("base64")}$${key.toString("base64")}`
+      expect(yield* Passwords.verify("an old password", old)).toBe(true)
+      expect(yield* Passwords.verify("another password", old)).toBe(false)
+      expect(Passwords.needsRehash(old)).toBe(true)
+      // Argon2id at other parameters is upgraded too.
+      expect(Passwords.needsRehash((yield* Passwords.hash("x")).replace("t=2", "t=1"))).toBe(true)
     }))
 })
 

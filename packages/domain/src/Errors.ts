@@ -202,6 +202,24 @@ export class RateLimited extends ApiErrorClass<RateLimited>()("RateLimited", {
   fields: { retry_after_s: Schema.Int.check(Schema.isGreaterThanOrEqualTo(0)) }
 }) {}
 
+/**
+ * An org quota is reached (api.md: "the message names the quota and its value"). `quota` names
+ * it for programs (`running_sandboxes`, `sandboxes`), `limit` is its value.
+ */
+export class QuotaExceeded extends ApiErrorClass<QuotaExceeded>()("QuotaExceeded", {
+  code: "quota_exceeded",
+  status: 429,
+  message: "An org quota is reached",
+  fields: { quota: Schema.String, limit: Schema.Int.check(Schema.isGreaterThanOrEqualTo(0)) }
+}) {}
+
+/** Not in api.md's table: a body in a content type the route does not take (415). */
+export class UnsupportedMediaType extends ApiErrorClass<UnsupportedMediaType>()("UnsupportedMediaType", {
+  code: "unsupported_media_type",
+  status: 415,
+  message: "This route does not take a body of this content type; send application/json"
+}) {}
+
 // 5xx
 
 export class Unavailable extends ApiErrorClass<Unavailable>()("Unavailable", {
@@ -237,8 +255,10 @@ export const API_ERRORS = [
   Conflict,
   DeliveryNotRetryable,
   PayloadTooLarge,
+  UnsupportedMediaType,
   IdempotencyKeyReused,
   RateLimited,
+  QuotaExceeded,
   Unavailable,
   Internal
 ] as const

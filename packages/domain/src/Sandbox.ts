@@ -9,7 +9,7 @@
 import { Effect, Schema, SchemaTransformation } from "effect"
 import { ListQuery, Page } from "./Pagination.ts"
 import { HostId, OrgId, SandboxId, SecretId, TemplateId, VolumeId } from "./Ids.ts"
-import { AbsolutePath, EnvVars, jsonBytes, Name, RelativePath } from "./Text.ts"
+import { AbsolutePath, EnvVars, jsonBytes, MAX_JSON_DEPTH, Name, RelativePath } from "./Text.ts"
 import { NullableTimestamp, Timestamp } from "./Time.ts"
 
 export const SANDBOX_STATES = [
@@ -44,9 +44,34 @@ export type VolumeAttachment = typeof VolumeAttachment.Type
 
 export const MAX_METADATA_BYTES = 16 * 1024
 
-/** Free-form JSON object, at most 16 KiB serialized. */
+/**
+ * The first problem of a metadata value that Postgres' jsonb or the size check would trip on:
+ * nesting deeper than `MAX_JSON_DEPTH` or a NUL in a key or a string (walked without
+ * recursion, so no depth can overflow the stack here).
+ */
+const metadataProblem = (value: unknown): Schema.FilterIssue | undefined => {
+  const stack: Array<{ readonly value: unknown; readonly depth: number; readonly path: ReadonlyArray<PropertyKey> }> = [
+    { value, depth: 1, path: [] }
+  ]
+  while (stack.length > 0) {
+    const { value: v, depth, path } = stack.pop()!
+    if (typeof v === "string") {
+      if (v.includes("\u0000")) return { path, issue: "strings cannot contain NUL" }
+    } else if (v !== null && typeof v === "object") {
+      if (depth > MAX_JSON_DEPTH) return { path, issue: `nested at most ${MAX_JSON_DEPTH} levels deep` }
+      for (const [k, child] of Object.entries(v)) {
+        const at = [...path, Array.isArray(v) ? Number(k) : k]
+        if (k.includes("\u0000")) return { path: at, issue: "keys cannot contain NUL" }
+        stack.push({ value: child, depth: depth + 1, path: at })
+      }
+    }
+  }
+  return undefined
+}
+
+/** Free-form JSON object, at most 16 KiB serialized, without NUL, at most 32 levels deep. */
 export const Metadata = Schema.Record(Schema.String, Schema.Json).check(
-  Schema.makeFilter((m: object) => jsonBytes(m) <= MAX_METADATA_BYTES || "at most 16 KiB of JSON", {
+  Schema.makeFilter((m: object) => metadataProblem(m) ?? (jsonBytes(m) <= MAX_METADATA_BYTES || "at most 16 KiB of JSON"), {
     expected: "a JSON object of at most 16 KiB"
   })
 )
@@ -182,6 +207,14 @@ export type ExecResult = typeof ExecResult.Type
 
 /** `paginated=false` returns every row in one response, capped at this many. */
 export const UNPAGINATED_CAP = 10_000
+
+/**
+ * ... and at about this many bytes of JSON (rows carry up to 16 KiB of metadata each: 10,000 of
+ * them would be 160 MiB). The response stops before the row that would cross it, with `limit`
+ * the rows returned and `has_more` true, like the row cap: the client asks again from
+ * `offset + limit`. Always at least one row, so paging through always advances.
+ */
+export const UNPAGINATED_MAX_BYTES = 8 * 1024 * 1024
 
 /** `state`: one state or a comma-separated list of them (duplicates removed). */
 export const StateFilter = Schema.String.pipe(

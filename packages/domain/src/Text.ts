@@ -26,6 +26,41 @@ export const Name = (max = 120) =>
 /** Byte length of a value's JSON serialization. */
 export const jsonBytes = (value: unknown): number => Buffer.byteLength(JSON.stringify(value), "utf8")
 
+/**
+ * Text stored in Postgres cannot hold NUL (it refuses the value; a request must never get that
+ * far): a string check for every free-text field, with the message of its `invalid_request`.
+ */
+export const NO_NUL = "no NUL characters"
+export const withoutNul = Schema.makeFilter((s: string) => !s.includes("\u0000") || NO_NUL, { expected: "text without NUL" })
+
+/**
+ * How deeply a JSON request body may nest objects and arrays (the outermost counts as 1).
+ * Deeper bodies are refused before they are parsed into objects: recursive code (schema
+ * decoding, `JSON.stringify`, Postgres' jsonb) never sees them, and 5,000 levels of metadata
+ * cannot overflow a stack.
+ */
+export const MAX_JSON_DEPTH = 32
+
+/**
+ * Whether JSON text nests deeper than `max` (a linear scan of the text that skips strings; it
+ * does not validate the JSON, parsing still does).
+ */
+export const jsonNestsDeeperThan = (text: string, max: number = MAX_JSON_DEPTH): boolean => {
+  let depth = 0
+  let inString = false
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i)
+    if (inString) {
+      if (c === 0x5c) i++ // backslash: skip the escaped character
+      else if (c === 0x22) inString = false
+    } else if (c === 0x22) inString = true
+    else if (c === 0x7b || c === 0x5b) {
+      if (++depth > max) return true
+    } else if (c === 0x7d || c === 0x5d) depth--
+  }
+  return false
+}
+
 export const ENV_KEY = /^[A-Za-z_][A-Za-z0-9_]*$/
 export const MAX_ENV_VARS = 128
 export const MAX_ENV_KEY_LENGTH = 256

@@ -12,6 +12,7 @@ import { EventName } from "./Events.ts"
 import { AttemptId, DeliveryId, WebhookId } from "./Ids.ts"
 import { ListQuery, Page } from "./Pagination.ts"
 import { NullableTimestamp, Timestamp } from "./Time.ts"
+import { withoutNul } from "./Text.ts"
 
 export const MAX_WEBHOOKS_PER_ORG = 20
 export const MAX_URL_LENGTH = 2048
@@ -62,7 +63,7 @@ export const WebhookSecret = Schema.String.check(
 
 /** Body of POST /v1/webhooks. */
 export const CreateWebhookRequest = Schema.Struct({
-  url: Schema.String,
+  url: Schema.String.check(withoutNul),
   events: Schema.Array(Schema.String).pipe(Schema.withDecodingDefaultKey(Effect.succeed(["*"]))),
   /** Omitted: the platform generates one. */
   secret: Schema.optionalKey(WebhookSecret),
@@ -72,7 +73,7 @@ export type CreateWebhookRequest = typeof CreateWebhookRequest.Type
 
 /** Body of PATCH /v1/webhooks/{id}: only the fields present change. */
 export const PatchWebhookRequest = Schema.Struct({
-  url: Schema.optionalKey(Schema.String),
+  url: Schema.optionalKey(Schema.String.check(withoutNul)),
   events: Schema.optionalKey(Schema.Array(Schema.String)),
   enabled: Schema.optionalKey(Schema.Boolean)
 })

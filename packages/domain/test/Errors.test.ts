@@ -31,14 +31,17 @@ const table: ReadonlyArray<readonly [number, string, E.ApiError, Record<string, 
   [409, "conflict", new E.Conflict(), {}],
   [409, "delivery_not_retryable", new E.DeliveryNotRetryable(), {}],
   [413, "payload_too_large", new E.PayloadTooLarge(), {}],
+  // Not in api.md: a body in a content type the route does not take.
+  [415, "unsupported_media_type", new E.UnsupportedMediaType(), {}],
   [422, "idempotency_key_reused", new E.IdempotencyKeyReused(), {}],
   [429, "rate_limited", new E.RateLimited({ retry_after_s: 7 }), { retry_after_s: 7 }],
+  [429, "quota_exceeded", new E.QuotaExceeded({ quota: "sandboxes", limit: 100 }), { quota: "sandboxes", limit: 100 }],
   [503, "unavailable", new E.Unavailable(), {}],
   [500, "internal", new E.Internal(), {}]
 ]
 
 describe("Errors", () => {
-  it("covers every row of api.md's table (and csrf_rejected) once", () => {
+  it("covers every row of api.md's table (and csrf_rejected, unsupported_media_type) once", () => {
     expect(table.length).toBe(E.API_ERRORS.length)
     expect(new Set(table.map(([, code]) => code)).size).toBe(table.length)
   })

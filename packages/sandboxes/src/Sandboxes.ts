@@ -17,6 +17,10 @@
  * - `region` null: any region; the record takes the host's region, or `any` when no host
  *   could take it.
  * - `name` defaults to the id.
+ * - Org quotas (`Sandboxes/Quota.ts`): a create or a start past `SVC_ORG_MAX_SANDBOXES` or
+ *   `SVC_ORG_MAX_RUNNING_SANDBOXES` is 429 `quota_exceeded`, checked under the org's row lock.
+ * - A sandbox no host could take ends in `error` with a message that names what it asked for,
+ *   never other hosts' ids or free capacity (those go to the log).
  */
 import * as Actors from "@svc/actors/Actors"
 import { SecretBox } from "@svc/crypto/SecretBox"
@@ -33,13 +37,16 @@ import {
   type Sandbox,
   Sandbox as SandboxRecord,
   type SandboxPage,
-  UNPAGINATED_CAP
+  UNPAGINATED_CAP,
+  UNPAGINATED_MAX_BYTES
 } from "@svc/domain/Sandbox"
 import { Clock, Context, Effect, Layer, Option, Schema, type Stream } from "effect"
 import { SqlClient, type SqlError } from "effect/sql"
 import { Hosts } from "./Hosts.ts"
 import { refusal, SandboxActor } from "./SandboxActor.ts"
 import { applyNow } from "./Sandboxes/Apply.ts"
+import * as Quota from "./Sandboxes/Quota.ts"
+import { QuotasConfig } from "./Sandboxes/Quota.ts"
 import * as DataPlane from "./Sandboxes/DataPlane.ts"
 import type { SandboxState } from "./Sandboxes/Model.ts"
 import { toRecord } from "./Sandboxes/Record.ts"
@@ -73,17 +80,32 @@ export type CreateResult =
 
 const encodeRecord = Schema.encodeSync(SandboxRecord)
 
+/**
+ * An upper bound of a row's size as a JSON record, in SQL: its variable parts (jsonb renders
+ * with more spaces than JSON.stringify) plus 2 KiB for the fixed ones (ids, times, numbers and
+ * the field names take about 700 bytes).
+ */
+const ROW_BYTES_ESTIMATE = `(octet_length(metadata::text) + octet_length(volume_attachments::text) +
+  octet_length(exposed_ports::text) + 2 * (octet_length(name) + coalesce(octet_length(error_message), 0) +
+  coalesce(octet_length(runtime_reason), 0)) + 2048)`
+
 export class Sandboxes extends Context.Service<Sandboxes, {
   /** With `idempotencyKey`: the same key and request within 24 h replay the first answer; another request is 422. */
   readonly create: (
     orgId: OrgId,
     request: CreateSandboxRequest,
     idempotencyKey?: string
-  ) => Effect.Effect<CreateResult, Errors.InvalidRequest | Errors.Conflict | Errors.IdempotencyKeyReused | SqlErrorT>
+  ) => Effect.Effect<
+    CreateResult,
+    Errors.InvalidRequest | Errors.Conflict | Errors.IdempotencyKeyReused | Errors.QuotaExceeded | SqlErrorT
+  >
   /** The org's sandbox (its state, for policy checks), or `not_found`. */
   readonly get: (orgId: OrgId, id: string) => Effect.Effect<SandboxState, Errors.NotFound | SqlErrorT>
   readonly list: (orgId: OrgId, query: ListSandboxesQuery, confinedTo: string | null) => Effect.Effect<SandboxPage, SqlErrorT>
-  readonly start: (orgId: OrgId, id: string) => Effect.Effect<Sandbox, Errors.NotFound | Errors.Conflict | SqlErrorT>
+  readonly start: (
+    orgId: OrgId,
+    id: string
+  ) => Effect.Effect<Sandbox, Errors.NotFound | Errors.Conflict | Errors.QuotaExceeded | SqlErrorT>
   readonly stop: (orgId: OrgId, id: string) => Effect.Effect<Sandbox, Errors.NotFound | Errors.Conflict | SqlErrorT>
   /** Deletes it and every descendant. Idempotent. */
   readonly remove: (orgId: OrgId, id: string) => Effect.Effect<Sandbox, Errors.NotFound | SqlErrorT>
@@ -102,6 +124,7 @@ export class Sandboxes extends Context.Service<Sandboxes, {
     const hosts = yield* Hosts
     const idempotency = yield* Idempotency
     const box = yield* SecretBox
+    const quotas = yield* QuotasConfig
 
     const load = (orgId: string, id: string) =>
       Effect.gen(function*() {
@@ -127,9 +150,11 @@ export class Sandboxes extends Context.Service<Sandboxes, {
       // Runs once per Idempotency-Key, in the transaction that holds the key.
       const insert = Effect.gen(function*(): Effect.fn.Return<
         SandboxState,
-        Errors.InvalidRequest | Errors.Conflict | SqlErrorT,
+        Errors.InvalidRequest | Errors.Conflict | Errors.QuotaExceeded | SqlErrorT,
         SqlClient.SqlClient
       > {
+        // Holds the org's row to the commit: concurrent creates count one after the other.
+        yield* Quota.check(orgId, quotas, "create")
         if (request.parent_id !== null) {
           const parents = yield* sql<{ state: string }>`
             SELECT state FROM sandboxes WHERE id = ${request.parent_id} AND org_id = ${orgId} FOR SHARE`
@@ -146,6 +171,10 @@ export class Sandboxes extends Context.Service<Sandboxes, {
           diskGb: request.disk_gb
         }, now)
         const host = placement._tag === "Placed" ? placement.host : null
+        if (placement._tag === "Unplaceable") {
+          // The tenant sees `reason`; which hosts were full and by how much is for operators.
+          yield* Effect.logWarning("sandbox unplaceable", { sandboxId: id, orgId, detail: placement.detail })
+        }
         const state: SandboxState = {
           id,
           orgId,
@@ -207,15 +236,39 @@ export class Sandboxes extends Context.Service<Sandboxes, {
       if (query.state !== undefined) conditions.push(sql`state = ANY(${[...query.state]}::text[])`)
       if (confinedTo !== null) conditions.push(sql`(id = ${confinedTo} OR parent_id = ${confinedTo})`)
       const where = sql.and(conditions)
-      const limit = query.paginated ? query.limit : UNPAGINATED_CAP
       const [counted] = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM sandboxes WHERE ${where}`
-      const rows = yield* sql<SandboxRow>`
-        SELECT ${sql.literal(COLUMNS)} FROM sandboxes WHERE ${where}
-        ORDER BY created_at DESC, id DESC LIMIT ${limit} OFFSET ${query.offset}`
-      const records = yield* Effect.forEach(rows, (row) => Effect.map(corrupt(fromRow(row)), (s) => toRecord(s.state)))
       const total = counted?.n ?? 0
-      const info = pageInfo({ offset: query.offset, limit: query.paginated ? query.limit : records.length }, records.length, total)
-      return { rows: records, ...info }
+      if (query.paginated) {
+        const rows = yield* sql<SandboxRow>`
+          SELECT ${sql.literal(COLUMNS)} FROM sandboxes WHERE ${where}
+          ORDER BY created_at DESC, id DESC LIMIT ${query.limit} OFFSET ${query.offset}`
+        const records = yield* Effect.forEach(rows, (row) => Effect.map(corrupt(fromRow(row)), (s) => toRecord(s.state)))
+        return { rows: records, ...pageInfo(query, records.length, total) }
+      }
+      // Every row, up to 10,000 and about 8 MiB of JSON: Postgres cuts the page where an upper
+      // estimate of its size crosses the bound (so no more than that is ever read), then the
+      // exact size of the encoded records is checked here. At least one row, so paging advances.
+      const rows = yield* sql<SandboxRow>`
+        SELECT ${sql.literal(COLUMNS)} FROM (
+          SELECT page.*,
+                 row_number() OVER (ORDER BY created_at DESC, id DESC) AS n,
+                 sum(${sql.literal(ROW_BYTES_ESTIMATE)}) OVER (ORDER BY created_at DESC, id DESC ROWS UNBOUNDED PRECEDING) AS upto
+          FROM (
+            SELECT ${sql.literal(COLUMNS)} FROM sandboxes WHERE ${where}
+            ORDER BY created_at DESC, id DESC LIMIT ${UNPAGINATED_CAP} OFFSET ${query.offset}
+          ) page
+        ) sized
+        WHERE n = 1 OR upto <= ${UNPAGINATED_MAX_BYTES}
+        ORDER BY created_at DESC, id DESC`
+      const records: Array<Sandbox> = []
+      let bytes = 2
+      for (const row of rows) {
+        const record = toRecord((yield* corrupt(fromRow(row))).state)
+        bytes += Buffer.byteLength(JSON.stringify(encodeRecord(record))) + 1
+        if (records.length > 0 && bytes > UNPAGINATED_MAX_BYTES) break
+        records.push(record)
+      }
+      return { rows: records, ...pageInfo({ offset: query.offset, limit: records.length }, records.length, total) }
     })
 
     const command = (tag: "Start" | "Stop") =>
@@ -227,6 +280,25 @@ export class Sandboxes extends Context.Service<Sandboxes, {
         yield* wakeIfPresent
         return toRecord(next)
       })
+
+    /**
+     * Start, within the org's running quota. The org's quota lock is taken before the sandbox's
+     * row lock, as a create takes it before a parent's row: the same order everywhere, no deadlock.
+     */
+    const startWithinQuota = Effect.fn("Sandboxes.start")(function*(orgId: OrgId, id: string) {
+      const next = yield* sql.withTransaction(Effect.andThen(
+        Quota.lockOrg(orgId),
+        applyNow(orgId, id, (s) =>
+          Effect.gen(function*() {
+            const why = refusal(s, "Start")
+            if (why !== null) return yield* new Errors.Conflict({ error: `This sandbox is ${s.state}: ${why}` })
+            yield* Quota.check(orgId, quotas, "start")
+            return { _tag: "Start" as const }
+          }))
+      ))
+      yield* wakeIfPresent
+      return toRecord(next)
+    })
 
     const remove = Effect.fn("Sandboxes.remove")(function*(orgId: OrgId, id: string) {
       const next = yield* applyNow(orgId, id, (s) =>
@@ -288,7 +360,7 @@ export class Sandboxes extends Context.Service<Sandboxes, {
 
     // The service's own connection pool, so callers need not provide one.
     const withSql = <A, E>(effect: Effect.Effect<A, E, SqlClient.SqlClient>) => Effect.provideService(effect, SqlClient.SqlClient, sql)
-    const start = command("Start")
+    const start = startWithinQuota
     const stop = command("Stop")
     return Sandboxes.of({
       create: (orgId, request, idempotencyKey) => withSql(create(orgId, request, idempotencyKey)),

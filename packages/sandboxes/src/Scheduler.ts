@@ -34,9 +34,14 @@ export interface Usage {
   readonly diskGb: number
 }
 
+/**
+ * `reason` becomes the sandbox's `errorMessage`: what the request asked for and, at most, which
+ * regions are live, never another host's id or capacity (other tenants' usage shows in it).
+ * `detail` says which host came closest, for the operator's log.
+ */
 export type Placement =
   | { readonly _tag: "Placed"; readonly host: HostRecord }
-  | { readonly _tag: "Unplaceable"; readonly reason: string }
+  | { readonly _tag: "Unplaceable"; readonly reason: string; readonly detail: string }
 
 const NONE: Usage = { cpu: 0, ramMb: 0, diskGb: 0 }
 
@@ -56,7 +61,8 @@ export const choose = (
     const where = request.region === null ? "" : ` in region ${request.region}`
     const regions = [...new Set(live.map((h) => h.region))].sort()
     const others = request.region !== null && regions.length > 0 ? ` (live regions: ${regions.join(", ")})` : ""
-    return { _tag: "Unplaceable", reason: `no live host${where}${others}` }
+    const reason = `no live host${where}${others}`
+    return { _tag: "Unplaceable", reason, detail: reason }
   }
   const free = inRegion.map((host) => {
     const used = usage.get(host.hostId) ?? NONE
@@ -71,9 +77,11 @@ export const choose = (
   if (fits.length === 0) {
     const best = [...free].sort((a, b) => b.ramMb - a.ramMb || b.cpu - a.cpu)[0]!
     const where = request.region === null ? "" : ` in region ${request.region}`
+    const reason = `no live host${where} has room for ${describe(request)}`
     return {
       _tag: "Unplaceable",
-      reason: `no live host${where} has room for ${describe(request)} (most free: ${best.host.hostId} with ${
+      reason,
+      detail: `${reason} (most free: ${best.host.hostId} with ${
         describe({ cpu: Math.max(0, best.cpu), ramMb: Math.max(0, best.ramMb), diskGb: Math.max(0, best.diskGb) })
       })`
     }

@@ -55,16 +55,20 @@ describe("Scheduler.choose", () => {
     expect(picked(choose(hosts, busy, ask, NOW))).toBe("c")
   })
 
-  it("room: usage is subtracted, an exact fit is taken, one unit over is refused naming the most free host", () => {
+  it("room: usage is subtracted, an exact fit is taken, one unit over is refused (the most free host only in the detail)", () => {
     const hosts = [host("h1"), host("h2", { capacity: { cpu: 2, ramMb: 1024, diskGb: 5 } })]
     const usage = new Map<string, Usage>([
       ["h1", { cpu: 3, ramMb: 3584, diskGb: 99 }],
       ["h2", { cpu: 2, ramMb: 0, diskGb: 0 }]
     ])
     expect(picked(choose(hosts, usage, { region: null, cpu: 1, ramMb: 512, diskGb: 1 }, NOW))).toBe("h1")
-    expect(picked(choose(hosts, usage, { region: null, cpu: 1, ramMb: 513, diskGb: 1 }, NOW))).toBe(
-      "no live host has room for cpu 1, ram_mb 513, disk_gb 1 (most free: h2 with cpu 0, ram_mb 1024, disk_gb 5)"
-    )
+    const refused = choose(hosts, usage, { region: null, cpu: 1, ramMb: 513, diskGb: 1 }, NOW)
+    // The reason is the tenant's errorMessage: what it asked for, no host ids or capacities.
+    expect(refused).toEqual({
+      _tag: "Unplaceable",
+      reason: "no live host has room for cpu 1, ram_mb 513, disk_gb 1",
+      detail: "no live host has room for cpu 1, ram_mb 513, disk_gb 1 (most free: h2 with cpu 0, ram_mb 1024, disk_gb 5)"
+    })
     expect(picked(choose(hosts, usage, { region: null, cpu: 2, ramMb: 1, diskGb: 1 }, NOW))).toMatch(/^no live host has room/)
     expect(picked(choose(hosts, usage, { region: "local", cpu: 1, ramMb: 512, diskGb: 2 }, NOW))).toMatch(
       /^no live host in region local has room for cpu 1, ram_mb 512, disk_gb 2/

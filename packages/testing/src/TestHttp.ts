@@ -5,14 +5,18 @@
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
 import { Context, Effect, Layer } from "effect"
 import { HttpServer } from "effect/http"
+import type * as Http from "node:http"
 import { createServer } from "node:http"
 
-/** Builds `app` on a free port; yields the base URL (`http://127.0.0.1:<port>`). */
-export const serve = <E, R>(app: Layer.Layer<never, E, R>) =>
+/**
+ * Builds `app` on a free port; yields the base URL (`http://127.0.0.1:<port>`). `server` makes
+ * the Node server (an app's own, with its listeners), a plain one by default.
+ */
+export const serve = <E, R>(app: Layer.Layer<never, E, R>, options: { readonly server?: () => Http.Server } = {}) =>
   Effect.gen(function*() {
     const context = yield* Layer.build(
       Layer.merge(app, HttpServer.layerServices).pipe(
-        Layer.provideMerge(NodeHttpServer.layer(createServer, { port: 0, host: "127.0.0.1" }))
+        Layer.provideMerge(NodeHttpServer.layer(options.server ?? createServer, { port: 0, host: "127.0.0.1" }))
       )
     )
     const address = Context.get(context, HttpServer.HttpServer).address as { readonly port: number }

@@ -1,11 +1,18 @@
-/** Handlers of the `auth` and `apiKeys` groups (api.md "Authentication", "API keys"). */
+/**
+ * Handlers of the `auth` and `apiKeys` groups (api.md "Authentication", "API keys"). Sign-in and
+ * sign-up are limited per client address (429 `rate_limited` with `Retry-After`), and sign-in
+ * per account too (`@svc/auth/Auth/SignInThrottle`).
+ */
 import { ApiKeys } from "@svc/auth/ApiKeys"
 import { AuthConfig, cookieSecure } from "@svc/auth/AuthConfig"
+import { rateKey } from "@svc/auth/ClientAddress"
+import { RateLimiter } from "@svc/auth/RateLimit"
 import { Sessions } from "@svc/auth/Sessions"
 import { Users } from "@svc/auth/Users"
 import { CurrentPrincipal, type Principal, SESSION_COOKIE, type WhoAmI } from "@svc/domain/Api/Auth"
 import { Api } from "@svc/domain/Api"
-import { DateTime, Effect, Layer } from "effect"
+import * as Errors from "@svc/domain/Errors"
+import { Clock, DateTime, Effect, Layer, Option } from "effect"
 import { HttpEffect, HttpServerRequest, HttpServerResponse } from "effect/http"
 import { HttpApiBuilder } from "effect/http-api"
 import { AuditHandlers } from "./Audit.ts"
@@ -25,7 +32,20 @@ export const AuthHandlers = HttpApiBuilder.group(
     const users = yield* Users
     const sessions = yield* Sessions
     const config = yield* AuthConfig
+    const limiter = yield* RateLimiter
     const secure = cookieSecure(config)
+
+    /** Sign-in and sign-up each cost a password hash: a bucket per client address (`SVC_SIGN_IN_RATE_*`). */
+    const perAddress = (request: HttpServerRequest.HttpServerRequest) =>
+      Effect.flatMap(Clock.currentTimeMillis, (now) => {
+        const taken = limiter.signIn(rateKey(Option.getOrUndefined(request.remoteAddress)), now)
+        return taken.allowed ? Effect.void : Effect.fail(
+          new Errors.RateLimited({
+            error: "Too many sign-in attempts from this address; retry later",
+            retry_after_s: taken.retryAfterS
+          })
+        )
+      })
 
     const setSessionCookie = (token: string, expiresAt: DateTime.Utc) =>
       HttpEffect.appendPreResponseHandler((_request, response) =>
@@ -61,6 +81,7 @@ export const AuthHandlers = HttpApiBuilder.group(
     return handlers
       .handle("signUp", ({ payload, request }) =>
         Effect.gen(function*() {
+          yield* perAddress(request)
           const { ip, userAgent } = auditContext(null, request)
           const created = yield* users.signUp(
             { email: payload.email, password: payload.password, orgName: payload.org_name },
@@ -71,6 +92,7 @@ export const AuthHandlers = HttpApiBuilder.group(
         }).pipe(orUnavailable))
       .handle("signIn", ({ payload, request }) =>
         Effect.gen(function*() {
+          yield* perAddress(request)
           const { ip, userAgent } = auditContext(null, request)
           const signedIn = yield* users.signIn({ email: payload.email, password: payload.password }, { ip, userAgent })
           yield* startSession(request, signedIn)

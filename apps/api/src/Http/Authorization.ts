@@ -2,21 +2,28 @@
  * The `Authorization` middleware of every /v1 endpoint (declared in @svc/domain/Api/Auth), in
  * this order:
  * 1. `?token=` is refused (401 `token_in_query_not_allowed`) except on /terminal, where it is
- *    the credential (WebSockets cannot send headers from browsers).
+ *    the credential (WebSockets cannot send headers from browsers). The global middleware
+ *    refuses it first on every other path; this keeps endpoints safe wherever they are served.
  * 2. `Access.public` endpoints run without a principal; a state-changing one with a foreign
  *    `Origin` is refused (403 `csrf_rejected`: no login CSRF).
  * 3. The credential: `Authorization: Bearer svc_live_...`, else the `client.session_token`
  *    cookie. None, malformed, unknown, expired or revoked: 401 `unauthenticated` with
  *    `WWW-Authenticate: Bearer`. A cookie on a state-changing request needs an `Origin` whose
- *    host is the request's `Host` (403 `csrf_rejected`).
+ *    host is the request's `Host` (403 `csrf_rejected`). A credential this process has not
+ *    verified recently is only looked up while the client address has failures left
+ *    (`SVC_FAILED_AUTH_RATE_*`, 429 `rate_limited` with `Retry-After` otherwise); each one
+ *    that fails takes one.
  * 4. The credential's token bucket (429 `rate_limited` with `Retry-After`).
  * 5. The endpoint's access rule (403 `full_access_required` / `insufficient_scope`).
+ * 6. A JSON body nesting deeper than `MAX_JSON_DEPTH` is 400 `invalid_request` before the
+ *    endpoint decodes it (recursive decoding never sees it).
  * Then the endpoint runs with `CurrentPrincipal`.
  */
 import { ApiKeys } from "@svc/auth/ApiKeys"
 import * as AuthLayer from "@svc/auth/AuthLayer"
 import type { AuditContext } from "@svc/auth/Audit"
 import { decide, refusal } from "@svc/auth/Authorization"
+import { rateKey } from "@svc/auth/ClientAddress"
 import { RateLimiter } from "@svc/auth/RateLimit"
 import { Sessions } from "@svc/auth/Sessions"
 import {
@@ -29,26 +36,14 @@ import {
   SESSION_COOKIE
 } from "@svc/domain/Api/Auth"
 import * as Errors from "@svc/domain/Errors"
-import { Clock, Effect, Layer, Option, Result } from "effect"
+import { jsonNestsDeeperThan, MAX_JSON_DEPTH } from "@svc/domain/Text"
+import { Cause, Clock, Effect, Layer, Option, Result } from "effect"
 import { HttpServerRequest, HttpServerResponse } from "effect/http"
 import type { HttpApiEndpoint, HttpApiGroup } from "effect/http-api"
 import { SqlError } from "effect/sql"
+import { pathOf, queryToken, renderCause, TERMINAL_PATH } from "./Middleware.ts"
 
-const TERMINAL_PATH = "/terminal"
 const BEARER = /^Bearer[ \t]+([^\s]+)[ \t]*$/i
-
-const pathOf = (url: string) => {
-  const q = url.indexOf("?")
-  return q === -1 ? url : url.slice(0, q)
-}
-
-/** The `token` query parameter, if any (also an empty one). */
-const queryToken = (url: string): string | undefined => {
-  const q = url.indexOf("?")
-  if (q === -1) return undefined
-  const value = new URLSearchParams(url.slice(q + 1)).get("token")
-  return value === null ? undefined : value
-}
 
 const isSafe = (method: string) => method === "GET" || method === "HEAD" || method === "OPTIONS"
 
@@ -86,14 +81,31 @@ const TOKEN_IN_QUERY = new Errors.TokenInQueryNotAllowed()
 const CSRF = new CsrfRejected()
 const UNAVAILABLE = new Errors.Unavailable({ error: "Credentials cannot be checked right now; retry" })
 
-/** Database failures are 503 `unavailable` (logged; never their details in the body). */
+/** The SQLSTATE of a failure Postgres reported, if it was one. */
+const sqlState = (error: SqlError.SqlError): string | undefined => {
+  const code = (error.reason.cause as { readonly code?: unknown } | undefined)?.code
+  return typeof code === "string" ? code : undefined
+}
+
+/**
+ * Database failures are 503 `unavailable` (logged; never their details in the body), except a
+ * value Postgres cannot store (SQLSTATE class 22, data exception: a NUL in text or jsonb, a
+ * number out of range): the request's fault, 400 `invalid_request`. Validation should have
+ * refused it first; the warning in the log says which one slipped through.
+ */
 export const orUnavailable = <A, E, R>(
   effect: Effect.Effect<A, E, R>
-): Effect.Effect<A, Exclude<E, SqlError.SqlError> | Errors.Unavailable, R> =>
-  Effect.catch(effect, (error): Effect.Effect<never, Exclude<E, SqlError.SqlError> | Errors.Unavailable> =>
-    SqlError.isSqlError(error)
-      ? Effect.andThen(Effect.logWarning("database failure", error), Effect.fail(new Errors.Unavailable()))
-      : Effect.fail(error as Exclude<E, SqlError.SqlError>))
+): Effect.Effect<A, Exclude<E, SqlError.SqlError> | Errors.Unavailable | Errors.InvalidRequest, R> =>
+  Effect.catch(effect, (error): Effect.Effect<never, Exclude<E, SqlError.SqlError> | Errors.Unavailable | Errors.InvalidRequest> => {
+    if (!SqlError.isSqlError(error)) return Effect.fail(error as Exclude<E, SqlError.SqlError>)
+    if (sqlState(error)?.startsWith("22")) {
+      return Effect.andThen(
+        Effect.logWarning("database refused a value of the request", { sqlState: sqlState(error) }),
+        Effect.fail(new Errors.InvalidRequest({ error: "The request holds a value that cannot be stored (e.g. a NUL character)" }))
+      )
+    }
+    return Effect.andThen(Effect.logWarning("database failure", error), Effect.fail(new Errors.Unavailable()))
+  })
 
 /** The audit actor, IP and user agent of the current request. */
 export const auditContext = (principal: Principal | null, request: HttpServerRequest.HttpServerRequest): AuditContext => ({
@@ -104,6 +116,25 @@ export const auditContext = (principal: Principal | null, request: HttpServerReq
     : { type: "api_key", id: principal.credential.id },
   ip: Option.getOrNull(request.remoteAddress),
   userAgent: request.headers["user-agent"] ?? null
+})
+
+/** Whether the endpoint decodes a JSON body from this request (the content type it names, JSON by default). */
+const jsonEndpoints = new WeakMap<object, boolean>()
+const takesJson = (endpoint: HttpApiEndpoint.Top, request: HttpServerRequest.HttpServerRequest): boolean => {
+  let json = jsonEndpoints.get(endpoint)
+  if (json === undefined) {
+    const decoder = endpoint.payload.get("application/json")
+    json = decoder !== undefined && decoder.encoding._tag === "Json"
+    jsonEndpoints.set(endpoint, json)
+  }
+  if (!json || isSafe(request.method)) return false
+  const type = (request.headers["content-type"] ?? "application/json").split(";")[0]!.trim().toLowerCase()
+  return type === "application/json"
+}
+
+const TOO_DEEP = new Errors.InvalidRequest({
+  error: `JSON bodies may nest at most ${MAX_JSON_DEPTH} levels deep`,
+  issues: [{ path: "", message: `nested deeper than ${MAX_JSON_DEPTH} levels` }]
 })
 
 /** Rules per endpoint, looked up once (annotations do not change after the Api is built). */
@@ -125,6 +156,12 @@ export const AuthorizationMiddleware = Layer.effect(
     const limiter = yield* RateLimiter
     const clock = yield* Clock.Clock
 
+    /** Counts a failed credential of the address, then answers 401. */
+    const failed = (addressKey: string) => {
+      limiter.failed(addressKey, clock.currentTimeMillisUnsafe())
+      return Effect.succeed(refuse(UNAUTHENTICATED))
+    }
+
     /** Rate limit and access rule, then the endpoint with its principal. */
     const admit = <E, R>(
       httpEffect: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>,
@@ -139,6 +176,20 @@ export const AuthorizationMiddleware = Layer.effect(
       return Effect.provideService(httpEffect, CurrentPrincipal, principal)
     }
 
+    /** The endpoint, once a JSON body it is about to decode is known not to nest too deep. */
+    const guarded = <E, R>(
+      httpEffect: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>,
+      endpoint: HttpApiEndpoint.Top,
+      request: HttpServerRequest.HttpServerRequest
+    ) =>
+      takesJson(endpoint, request)
+        ? Effect.matchEffect(request.text, {
+          // Too large or cut short: the answer the endpoint's own read would have got.
+          onFailure: (error) => renderCause(Cause.fail(error)),
+          onSuccess: (text) => jsonNestsDeeperThan(text, MAX_JSON_DEPTH) ? Effect.succeed(refuse(TOO_DEEP)) : httpEffect
+        })
+        : httpEffect
+
     return Authorization.of({
       bearer: (httpEffect, { endpoint, group }) =>
         Effect.flatMap(Effect.service(HttpServerRequest.HttpServerRequest), (request) => {
@@ -149,35 +200,54 @@ export const AuthorizationMiddleware = Layer.effect(
 
           const rule = ruleOf(group, endpoint)
           const method = request.method
+          const endpointEffect = guarded(httpEffect, endpoint, request)
           if (rule._tag === "Public") {
             if (!isSafe(method) && request.headers["origin"] !== undefined && !sameOrigin(request)) {
               return Effect.succeed(refuse(CSRF))
             }
-            return Effect.provideService(httpEffect, CurrentPrincipal, NO_PRINCIPAL)
+            return Effect.provideService(endpointEffect, CurrentPrincipal, NO_PRINCIPAL)
           }
 
+          // Only credentials that are not in the cache need it: computed then.
+          const addressKey = () => rateKey(Option.getOrUndefined(request.remoteAddress))
+          /** A credential about to be looked up: refused outright while the address has no failures left. */
+          const blocked = () => {
+            const wait = limiter.failuresBlock(addressKey(), clock.currentTimeMillisUnsafe())
+            return wait === undefined ? undefined : refuse(new Errors.RateLimited({
+              error: "Too many failed credentials from this address; retry later",
+              retry_after_s: wait
+            }))
+          }
           let verified: Effect.Effect<Principal, Errors.Unauthenticated | SqlError.SqlError>
           const authorization = request.headers["authorization"]
           if (authorization !== undefined || (isTerminal && inQuery !== undefined)) {
             let token = inQuery
             if (authorization !== undefined) {
               const m = BEARER.exec(authorization)
-              if (m === null) return Effect.succeed(refuse(UNAUTHENTICATED))
+              if (m === null) {
+                // Malformed (another scheme, garbage): a failed credential like an unknown key.
+                const refused = blocked()
+                return refused !== undefined ? Effect.succeed(refused) : failed(addressKey())
+              }
               token = m[1]!
             }
             // The hot path: a key this process verified recently, no effect to run.
             const cached = keys.cached(token!, clock.currentTimeMillisUnsafe())
-            if (cached !== undefined) return admit(httpEffect, cached, rule, method)
+            if (cached !== undefined) return admit(endpointEffect, cached, rule, method)
+            const refused = blocked()
+            if (refused !== undefined) return Effect.succeed(refused)
             verified = keys.verify(token!)
           } else {
             const cookie = request.cookies[SESSION_COOKIE]
             if (cookie === undefined || cookie === "") return Effect.succeed(refuse(UNAUTHENTICATED))
             if (!isSafe(method) && !sameOrigin(request)) return Effect.succeed(refuse(CSRF))
+            const refused = blocked()
+            if (refused !== undefined) return Effect.succeed(refused)
             verified = sessions.verify(cookie)
           }
           return Effect.flatMap(Effect.result(verified), (result) => {
-            if (Result.isSuccess(result)) return admit(httpEffect, result.success, rule, method)
-            if (result.failure._tag === "Unauthenticated") return Effect.succeed(refuse(UNAUTHENTICATED))
+            if (Result.isSuccess(result)) return admit(endpointEffect, result.success, rule, method)
+            if (result.failure._tag === "Unauthenticated") return failed(addressKey())
             return Effect.as(
               Effect.logWarning("credential check failed on the database", result.failure),
               refuse(UNAVAILABLE)

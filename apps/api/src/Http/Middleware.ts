@@ -1,27 +1,52 @@
 /**
  * What every response of the API shares, whatever route (or none) answered it:
  * - an `x-request-id` (the client's own when it sent a sane one, else a new one);
+ * - the client's address: the TCP peer, or behind the proxies listed in `SVC_TRUSTED_PROXIES`
+ *   the client they forwarded for (`@svc/auth/ClientAddress`); everything after this sees it as
+ *   `request.remoteAddress` (rate limits, the audit log);
+ * - `?token=` refused with 401 `token_in_query_not_allowed` on every path but `/terminal`
+ *   (/v1/openapi.json, /docs and unknown paths included), before any route runs;
  * - the error body of api.md for failures raised outside endpoint handlers: unknown routes
  *   (404 `not_found`), undecodable input (400 `invalid_request` with `issues`), bodies over the
  *   limit (413 `payload_too_large`), and anything unexpected (500 `internal`, details only in
  *   the log, correlated by the request id);
+ * - `{error, code}` on every refusal: an error response that is not JSON (the framework's 415
+ *   for a content type a route does not take, its empty 413, ...) is replaced by the contract's
+ *   body for its status, and a 429 carries `Retry-After` from its `retry_after_s`;
  * - the 1 MiB body limit (routes that take uploads raise it for themselves).
  */
+import { clientAddress, NO_PROXIES, trustedProxies, TrustedProxiesConfig } from "@svc/auth/ClientAddress"
 import * as Errors from "@svc/domain/Errors"
-import { ByteSize, Cause, Effect, Schema, type Types } from "effect"
+import { ByteSize, Cause, Effect, Option, Schema, type Types } from "effect"
 import { HttpIncomingMessage, HttpRouter, HttpServerError, HttpServerRequest, HttpServerResponse } from "effect/http"
 import { HttpApiError } from "effect/http-api"
 import { randomBytes } from "node:crypto"
 
 export const MAX_BODY_BYTES = 1024 * 1024
 
+/** The one path that takes its credential in `?token=` (browsers cannot set WebSocket headers). */
+export const TERMINAL_PATH = "/terminal"
+
 const REQUEST_ID = /^[A-Za-z0-9._:-]{8,128}$/
 
 const newRequestId = () => `req_${Date.now().toString(36)}${randomBytes(8).toString("hex")}`
 
-const json = (error: Errors.ApiError) => {
+export const pathOf = (url: string) => {
+  const q = url.indexOf("?")
+  return q === -1 ? url : url.slice(0, q)
+}
+
+/** The `token` query parameter, if any (also an empty one). */
+export const queryToken = (url: string): string | undefined => {
+  const q = url.indexOf("?")
+  if (q === -1) return undefined
+  const value = new URLSearchParams(url.slice(q + 1)).get("token")
+  return value === null ? undefined : value
+}
+
+const json = (error: Errors.ApiError, headers?: Record<string, string>) => {
   const { status, body } = Errors.errorBody(error)
-  return HttpServerResponse.jsonUnsafe(body, { status })
+  return HttpServerResponse.jsonUnsafe(body, { status, ...(headers ? { headers } : {}) })
 }
 
 /** Maps a failure that escaped the endpoints to the contract's error response. */
@@ -59,20 +84,90 @@ export const renderCause = (cause: Cause.Cause<unknown>): Effect.Effect<HttpServ
   return Effect.as(Effect.logError("unhandled request failure", cause), json(new Errors.Internal()))
 }
 
+/** The contract's error for a status some part of the stack answered without a JSON body. */
+export const errorForStatus = (status: number): { readonly error: string; readonly code: string } => {
+  switch (status) {
+    case 401:
+      return { error: new Errors.Unauthenticated().error, code: "unauthenticated" }
+    case 404:
+    case 405:
+      return { error: "No such route", code: "not_found" }
+    case 409:
+      return { error: new Errors.Conflict().error, code: "conflict" }
+    case 413:
+    case 431:
+      return { error: new Errors.PayloadTooLarge().error, code: "payload_too_large" }
+    case 415:
+      return { error: new Errors.UnsupportedMediaType().error, code: "unsupported_media_type" }
+    case 503:
+      return { error: new Errors.Unavailable().error, code: "unavailable" }
+    default:
+      return status >= 500
+        ? { error: new Errors.Internal().error, code: "internal" }
+        : { error: "The request is invalid", code: "invalid_request" }
+  }
+}
+
+const decoder = new TextDecoder()
+
+const contentTypeOf = (response: HttpServerResponse.HttpServerResponse): string =>
+  (response.headers["content-type"] ?? ("contentType" in response.body ? response.body.contentType : undefined) ?? "")
+    .toLowerCase()
+
+/** Error responses in the contract's shape, 429s with their `Retry-After`. */
+const contractShape = (response: HttpServerResponse.HttpServerResponse): HttpServerResponse.HttpServerResponse => {
+  if (response.status < 400) return response
+  if (!contentTypeOf(response).includes("json")) {
+    const headers: Record<string, string> = {}
+    for (const [name, value] of Object.entries(response.headers)) {
+      if (name !== "content-type" && name !== "content-length") headers[name] = value
+    }
+    if (response.status === 401) headers["www-authenticate"] ??= "Bearer"
+    return HttpServerResponse.jsonUnsafe(errorForStatus(response.status), { status: response.status, headers })
+  }
+  if (response.status === 429 && response.headers["retry-after"] === undefined && response.body._tag === "Uint8Array") {
+    try {
+      const body = JSON.parse(decoder.decode(response.body.body)) as { readonly retry_after_s?: unknown }
+      if (typeof body.retry_after_s === "number") {
+        return HttpServerResponse.setHeader(response, "retry-after", String(body.retry_after_s))
+      }
+    } catch {
+      // Not ours to fix: leave it.
+    }
+  }
+  return response
+}
+
+const TOKEN_IN_QUERY = new Errors.TokenInQueryNotAllowed()
+
 export const ApiMiddleware = HttpRouter.middleware<{ handles: unknown }>()(
-  // Every failure is rendered here; the declared `unhandled` error only satisfies the router's
-  // check that a global middleware passes on what it does not handle.
-  (httpEffect): Effect.Effect<HttpServerResponse.HttpServerResponse, Types.unhandled, HttpServerRequest.HttpServerRequest> =>
-    Effect.gen(function*() {
-      const request = yield* HttpServerRequest.HttpServerRequest
-      const incoming = request.headers["x-request-id"]
-      const requestId = incoming !== undefined && REQUEST_ID.test(incoming) ? incoming : newRequestId()
-      const response = yield* httpEffect.pipe(
-        Effect.provideService(HttpIncomingMessage.MaxBodySize, ByteSize.bytes(MAX_BODY_BYTES)),
-        Effect.catchCause(renderCause),
-        Effect.annotateLogs({ requestId })
-      )
-      return HttpServerResponse.setHeader(response, "x-request-id", requestId)
-    }),
+  Effect.gen(function*() {
+    const proxies = yield* Effect.map(Effect.orDie(TrustedProxiesConfig), (entries) =>
+      entries.length === 0 ? NO_PROXIES : trustedProxies(entries))
+    // Every failure is rendered here; the declared `unhandled` error only satisfies the router's
+    // check that a global middleware passes on what it does not handle.
+    return (httpEffect: Effect.Effect<HttpServerResponse.HttpServerResponse, unknown, HttpServerRequest.HttpServerRequest>): Effect.Effect<
+      HttpServerResponse.HttpServerResponse,
+      Types.unhandled,
+      HttpServerRequest.HttpServerRequest
+    > =>
+      Effect.gen(function*() {
+        const request = yield* HttpServerRequest.HttpServerRequest
+        const incoming = request.headers["x-request-id"]
+        const requestId = incoming !== undefined && REQUEST_ID.test(incoming) ? incoming : newRequestId()
+        const peer = Option.getOrUndefined(request.remoteAddress)
+        const client = clientAddress(peer, request.headers["x-forwarded-for"], proxies)
+        const seen = client === undefined || client === peer ? request : request.modify({ remoteAddress: Option.some(client) })
+        const answered = queryToken(request.url) !== undefined && pathOf(request.url) !== TERMINAL_PATH
+          ? Effect.succeed(json(TOKEN_IN_QUERY, { "www-authenticate": "Bearer" }))
+          : httpEffect.pipe(
+            Effect.provideService(HttpServerRequest.HttpServerRequest, seen),
+            Effect.provideService(HttpIncomingMessage.MaxBodySize, ByteSize.bytes(MAX_BODY_BYTES)),
+            Effect.catchCause(renderCause)
+          )
+        const response = yield* answered.pipe(Effect.annotateLogs({ requestId }))
+        return HttpServerResponse.setHeader(contractShape(response), "x-request-id", requestId)
+      })
+  }),
   { global: true }
 )

@@ -32,7 +32,7 @@ import {
 import { ApiKeyId, OrgId, UserId } from "../Ids.ts"
 import { ListQuery, Page } from "../Pagination.ts"
 import type { Action, Grant, Resource } from "../Scopes.ts"
-import { codePoints, Name } from "../Text.ts"
+import { codePoints, Name, withoutNul } from "../Text.ts"
 import { NullableTimestamp, Timestamp } from "../Time.ts"
 
 // ---------------------------------------------------------------------------------------------
@@ -114,8 +114,9 @@ export { CsrfRejected }
 
 /**
  * Authenticates the request (bearer key, or the `client.session_token` cookie, or `?token=` on
- * /terminal only), enforces CSRF for cookies, the per-credential rate limit and the endpoint's
- * access rule, then provides `CurrentPrincipal`. Applied to every endpoint of `Api`.
+ * /terminal only), enforces CSRF for cookies, the per-address limit of failed credentials, the
+ * per-credential rate limit, the endpoint's access rule and the nesting depth of JSON bodies,
+ * then provides `CurrentPrincipal`. Applied to every endpoint of `Api`.
  */
 export class Authorization extends HttpApiMiddleware.Service<Authorization, { provides: CurrentPrincipal }>()(
   "@svc/domain/Api/Authorization",
@@ -125,7 +126,17 @@ export class Authorization extends HttpApiMiddleware.Service<Authorization, { pr
         HttpApiSecurity.annotate(OpenApi.Description, "`Authorization: Bearer svc_live_...` (or the dashboard's `client.session_token` cookie)")
       )
     },
-    error: [Unauthenticated, TokenInQueryNotAllowed, CsrfRejected, FullAccessRequired, InsufficientScope, RateLimited, Unavailable]
+    // InvalidRequest: a JSON body nesting too deep is refused here, before the endpoint decodes it.
+    error: [
+      InvalidRequest,
+      Unauthenticated,
+      TokenInQueryNotAllowed,
+      CsrfRejected,
+      FullAccessRequired,
+      InsufficientScope,
+      RateLimited,
+      Unavailable
+    ]
   }
 ) {}
 
@@ -190,7 +201,8 @@ export const Email = Schema.String.pipe(
   Schema.decodeTo(
     Schema.String.check(
       Schema.makeFilter((s: string) =>
-        (s.length <= MAX_EMAIL_LENGTH && EMAIL.test(s)) || "an email address (at most 254 characters)", {
+        (s.length <= MAX_EMAIL_LENGTH && EMAIL.test(s) && !s.includes("\u0000")) ||
+        "an email address (at most 254 characters)", {
         expected: "an email address"
       })
     ),
@@ -202,6 +214,7 @@ export const Email = Schema.String.pipe(
 export const Password = Schema.String.check(
   Schema.makeFilter((s: string) => {
     const n = codePoints(s)
+    if (s.includes("\u0000")) return `a password without NUL characters`
     return (n >= MIN_PASSWORD_LENGTH && n <= MAX_PASSWORD_LENGTH) ||
       `a password of ${MIN_PASSWORD_LENGTH} to ${MAX_PASSWORD_LENGTH} characters`
   }, { expected: `a password of ${MIN_PASSWORD_LENGTH} to ${MAX_PASSWORD_LENGTH} characters` })
@@ -214,9 +227,9 @@ export class SignUpRequest extends Schema.Class<SignUpRequest>("SignUpRequest")(
 }) {}
 
 export class SignInRequest extends Schema.Class<SignInRequest>("SignInRequest")({
-  // Not validated beyond being a bounded string: a sign-in never says which part was wrong.
-  email: Schema.String.check(Schema.isMaxLength(1024)),
-  password: Schema.String.check(Schema.isMaxLength(1024))
+  // Not validated beyond being bounded text: a sign-in never says which part was wrong.
+  email: Schema.String.check(Schema.isMaxLength(1024), withoutNul),
+  password: Schema.String.check(Schema.isMaxLength(1024), withoutNul)
 }) {}
 
 export class CreateApiKeyRequest extends Schema.Class<CreateApiKeyRequest>("CreateApiKeyRequest")({

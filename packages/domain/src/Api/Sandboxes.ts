@@ -6,7 +6,16 @@
  */
 import { Schema } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/http-api"
-import { Conflict, IdempotencyKeyReused, InvalidRequest, NotFound, PayloadTooLarge, SandboxOutOfScope, Unavailable } from "../Errors.ts"
+import {
+  Conflict,
+  IdempotencyKeyReused,
+  InvalidRequest,
+  NotFound,
+  PayloadTooLarge,
+  QuotaExceeded,
+  SandboxOutOfScope,
+  Unavailable
+} from "../Errors.ts"
 import { SandboxId } from "../Ids.ts"
 import { CreateSandboxRequest, ExecRequest, ExecResult, ListSandboxesQuery, Sandbox, SandboxPage } from "../Sandbox.ts"
 import { AbsolutePath } from "../Text.ts"
@@ -43,13 +52,15 @@ export class SandboxesApi extends HttpApiGroup.make("sandboxes")
       payload: CreateSandboxBody,
       headers: { "idempotency-key": Schema.optionalKey(IdempotencyKey) },
       success: Sandbox.pipe(HttpApiSchema.status(201)),
-      error: [InvalidRequest, Conflict, IdempotencyKeyReused, SandboxOutOfScope, Unavailable]
+      error: [InvalidRequest, Conflict, IdempotencyKeyReused, SandboxOutOfScope, QuotaExceeded, Unavailable]
     }).annotateMerge(OpenApi.annotations({
       description: "Creates a sandbox: 201 with the `pending` record. The platform places it on a live host of the " +
         "region with room and starts it; it ends `running`, or `error` with `errorMessage`. `parent_id` must be a " +
         "sandbox of the org (400 otherwise, 409 while it is being deleted); with a `sandbox:<id>` key the new " +
         "sandbox is a child of that sandbox. `Idempotency-Key` (8 to 255 characters): the same key and body within " +
-        "24 h answer 200 with the first response; another body is 422 `idempotency_key_reused`."
+        "24 h answer 200 with the first response; another body is 422 `idempotency_key_reused`. 429 `quota_exceeded` " +
+        "when the org has as many sandboxes as `SVC_ORG_MAX_SANDBOXES` allows, or runs as many as " +
+        "`SVC_ORG_MAX_RUNNING_SANDBOXES` allows."
     })),
     HttpApiEndpoint.get("list", "/v1/sandboxes", {
       query: ListSandboxesQuery,
@@ -57,7 +68,8 @@ export class SandboxesApi extends HttpApiGroup.make("sandboxes")
       error: [InvalidRequest, Unavailable]
     }).annotateMerge(OpenApi.annotations({
       description: "Newest first. `state`: one state or a comma-separated list. `paginated=false`: every row (up to " +
-        "10,000) in one response, `limit` = the rows returned. With a `sandbox:<id>` key: that sandbox and its " +
+        "10,000, and up to about 8 MiB of JSON) in one response, `limit` = the rows returned; `has_more` is true " +
+        "when a cap cut it short (ask again from `offset + limit`). With a `sandbox:<id>` key: that sandbox and its " +
         "direct children only."
     })),
     HttpApiEndpoint.get("get", "/v1/sandboxes/:id", {
@@ -81,8 +93,11 @@ export class SandboxesApi extends HttpApiGroup.make("sandboxes")
     HttpApiEndpoint.post("start", "/v1/sandboxes/:id/start", {
       params,
       success: Sandbox.pipe(HttpApiSchema.status(202)),
-      error: [NotFound, Conflict, SandboxOutOfScope, Unavailable]
-    }).annotateMerge(OpenApi.annotations({ description: "A stopped sandbox: 202 `starting`; any other state: 409." })),
+      error: [NotFound, Conflict, SandboxOutOfScope, QuotaExceeded, Unavailable]
+    }).annotateMerge(OpenApi.annotations({
+      description: "A stopped sandbox: 202 `starting`; any other state: 409. 429 `quota_exceeded` when the org " +
+        "runs as many sandboxes as `SVC_ORG_MAX_RUNNING_SANDBOXES` allows."
+    })),
     HttpApiEndpoint.post("exec", "/v1/sandboxes/:id/exec", {
       params,
       payload: ExecBody,
