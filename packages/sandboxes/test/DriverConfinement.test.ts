@@ -89,6 +89,11 @@ layer(TestDriver.layer(), { excludeTestServices: true })("a sandbox's identity a
         assert.match(text(attempt.stderr), /Read-only file system|Permission denied/, file)
       }
       assert.strictEqual(FsSync.readFileSync("/proc/sys/kernel/core_pattern", "utf8"), before)
+      // The rest of /proc that reaches the host: the magic SysRq key, kernel memory, module loading.
+      for (const probe of ["echo h > /proc/sysrq-trigger", "head -c 1 /proc/kcore", "echo 1 > /proc/sys/kernel/modules_disabled", "cat /proc/kmsg"]) {
+        const attempt = yield* driver.exec(id, sh(probe))
+        assert.notStrictEqual(attempt.exitCode, 0, probe)
+      }
       // Nor by remounting: no mount calls at all.
       const remount = yield* driver.exec(id, sh("mount -o remount,rw /proc/sys || mount -t proc proc /mnt"))
       assert.notStrictEqual(remount.exitCode, 0)
