@@ -13,7 +13,7 @@ import { DEFAULT_MAX_OUTPUT_BYTES, type DriverFailure, ExecRequest, ExecResult }
 import type * as Cgroups from "./Cgroups.ts"
 import * as Confinement from "./Confinement.ts"
 import { attempt, decodeInput, type DriverHost, HOST_ENV, type RunningSandbox, SANDBOX_PATH } from "./Host.ts"
-import { run, type RunOptions } from "./Process.ts"
+import { run, type RunOptions, spawnStreaming, type StreamingOptions, type StreamingProcess } from "./Process.ts"
 import type { SandboxRecord } from "./State.ts"
 
 export type InsideOptions =
@@ -89,6 +89,27 @@ export const makeExec = (host: DriverHost) => {
       })
     }))
 
+  /**
+   * Starts argv inside the sandbox like `runInside`, with stdin and stdout as streams (for
+   * transfers): the processes live as long as the scope, which kills them if still running.
+   */
+  const spawnInside = (
+    entry: RunningSandbox,
+    argv: ReadonlyArray<string>,
+    options: { readonly env: Record<string, string>; readonly cwd: string } & Pick<StreamingOptions, "timeoutMs" | "maxStderrBytes">
+  ): Effect.Effect<StreamingProcess, DriverFailure, Scope.Scope> =>
+    Effect.gen(function*() {
+      const group = yield* insideGroups(entry)
+      const command = insideCommand(host, entry, group, argv, options)
+      return yield* spawnStreaming("exec", command.file, command.args, {
+        env: command.env,
+        fd3: command.fd3,
+        ...(options.timeoutMs !== undefined ? { timeoutMs: options.timeoutMs } : {}),
+        ...(options.maxStderrBytes !== undefined ? { maxStderrBytes: options.maxStderrBytes } : {}),
+        killTree: () => group.kill()
+      })
+    })
+
   /** The environment every exec starts from; the spec's env, then the request's, override it. */
   const sandboxEnv = (record: SandboxRecord, extra: Record<string, string> = {}) => ({
     PATH: SANDBOX_PATH,
@@ -113,7 +134,7 @@ export const makeExec = (host: DriverHost) => {
     return new ExecResult(result)
   })
 
-  return { insideGroups, runInside, exec }
+  return { insideGroups, runInside, spawnInside, exec }
 }
 
 export type Exec = ReturnType<typeof makeExec>
