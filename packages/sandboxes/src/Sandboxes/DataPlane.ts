@@ -15,7 +15,11 @@ export type DataPlaneError =
   | Errors.NotFound
   | Errors.Conflict
   | Errors.PayloadTooLarge
+  | Errors.FileRefused
   | Errors.Unavailable
+
+/** An exec touches no file of the file API: the host never answers `refused` to it. */
+export type ExecError = Exclude<DataPlaneError, Errors.FileRefused>
 
 export type FileContent =
   | { readonly _tag: "Bytes"; readonly size: number | null; readonly stream: Stream.Stream<Uint8Array, Errors.Unavailable> }
@@ -43,7 +47,7 @@ const refusal = (host: HostRecord, response: Response): Effect.Effect<never, Dat
     }
     const error = decodeAgentError(parsed)
     if (Option.isSome(error)) {
-      const { error: message, reason } = error.value
+      const { error: message, reason, errno } = error.value
       switch (reason) {
         case "invalid":
           return yield* new Errors.InvalidRequest({ error: message })
@@ -53,6 +57,13 @@ const refusal = (host: HostRecord, response: Response): Effect.Effect<never, Dat
           return yield* new Errors.Conflict({ error: message })
         case "too_large":
           return yield* new Errors.PayloadTooLarge({ error: message })
+        case "refused":
+          return yield* new Errors.FileRefused({
+            error: `The sandbox's kernel refused the file operation: ${message}${errno !== undefined ? ` (${errno})` : ""}`,
+            errno: errno ?? "EIO"
+          })
+        case "busy":
+          return yield* new Errors.Unavailable({ error: "The sandbox's host runs as many file transfers as it allows; retry" })
         case "unauthorized":
         case "failed":
           break
@@ -89,7 +100,11 @@ export const exec = Effect.fn("DataPlane.exec")(function*(host: HostRecord, sand
     body: JSON.stringify(body),
     timeoutMs: (body.timeout_ms ?? 60_000) + 15_000
   })
-  if (!response.ok) return yield* refusal(host, response)
+  if (!response.ok) {
+    return yield* refusal(host, response).pipe(
+      Effect.catchTag("FileRefused", (e) => unreachable(host, `an exec answered as a file refusal: ${e.error}`))
+    )
+  }
   const json = yield* Effect.tryPromise({ try: () => response.json(), catch: (cause) => cause }).pipe(
     Effect.catch((cause) => unreachable(host, cause))
   )
