@@ -14,7 +14,7 @@ import * as Runtime from "@svc/runtime/Runtime"
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import * as TestNats from "@svc/testing/TestNats"
 import { spawnRole } from "@svc/testing/TestProcess"
-import { Context, Effect, Layer } from "effect"
+import { Context, Effect, Fiber, Layer, Scope } from "effect"
 import { createHash } from "node:crypto"
 import * as FsSync from "node:fs"
 import * as Http from "node:http"
@@ -68,6 +68,8 @@ class Env extends Context.Service<Env, {
   readonly token: string
   readonly apiPid: number
   readonly agentPid: number
+  /** Another API process on the same platform, with `SVC_API_MAX_TRANSFERS` set; its base URL. */
+  readonly otherApi: (maxTransfers: number) => Effect.Effect<string>
 }>()("Transfers.test/Env") {}
 
 const EnvLayer = Layer.effect(
@@ -96,27 +98,39 @@ const EnvLayer = Layer.effect(
         return line ? (JSON.parse(line[0]).pid as number) : undefined
       }
     })
-    const port = yield* freePort
-    const api = yield* spawnRole({
-      main: API_MAIN,
-      env: {
-        DATABASE_URL: databaseUrl,
-        NATS_URL: nats.url,
-        SVC_NATS_PREFIX: nats.prefix,
-        SVC_HOST: "127.0.0.1",
-        SVC_PORT: String(port),
-        SVC_API_MAX_TRANSFERS: String(UPLOADS + DOWNLOADS),
-        // The test's own polling and 100 requests at once under one key.
-        SVC_RATE_LIMIT_PER_SECOND: "1000",
-        SVC_RATE_LIMIT_BURST: "1000"
-      },
-      ready: (stdout) => {
-        const line = /\{"event":"api_ready"[^\n]*\}/.exec(stdout)
-        return line ? (JSON.parse(line[0]).pid as number) : undefined
-      }
-    })
+    const scope = yield* Effect.scope
+    const spawnApi = (maxTransfers: number) =>
+      Effect.gen(function*() {
+        const port = yield* freePort
+        const api = yield* spawnRole({
+          main: API_MAIN,
+          env: {
+            DATABASE_URL: databaseUrl,
+            NATS_URL: nats.url,
+            SVC_NATS_PREFIX: nats.prefix,
+            SVC_HOST: "127.0.0.1",
+            SVC_PORT: String(port),
+            SVC_API_MAX_TRANSFERS: String(maxTransfers),
+            // The test's own polling and 100 requests at once under one key.
+            SVC_RATE_LIMIT_PER_SECOND: "1000",
+            SVC_RATE_LIMIT_BURST: "1000"
+          },
+          ready: (stdout) => {
+            const line = /\{"event":"api_ready"[^\n]*\}/.exec(stdout)
+            return line ? (JSON.parse(line[0]).pid as number) : undefined
+          }
+        }).pipe(Effect.provideService(Scope.Scope, scope))
+        return { base: `http://127.0.0.1:${port}`, pid: api.ready }
+      })
+    const api = yield* spawnApi(UPLOADS + DOWNLOADS)
     const org = yield* (yield* Identity).org("transfers")
-    return { base: `http://127.0.0.1:${port}`, token: org.token, apiPid: api.ready, agentPid: agent.ready }
+    return {
+      base: api.base,
+      token: org.token,
+      apiPid: api.pid,
+      agentPid: agent.ready,
+      otherApi: (maxTransfers: number) => Effect.map(spawnApi(maxTransfers), (other) => other.base)
+    }
   })
 ).pipe(
   Layer.provideMerge(Layer.mergeAll(Runtime.make({ supervisor: { intervalMs: 200 } }), Identity.layer)),
@@ -185,12 +199,13 @@ const upload = (base: string, token: string, sandboxId: string, index: number) =
   })
 
 /** GETs a file, hashing what arrives without keeping it. */
-const download = (base: string, token: string, sandboxId: string, path: string) =>
+const download = (base: string, token: string, sandboxId: string, path: string, onResponse?: () => void) =>
   new Promise<Outcome>((resolve, reject) => {
     const hash = createHash("sha1")
     const req = request(base, token, "GET", `/v1/sandboxes/${sandboxId}/files?path=${encodeURIComponent(path)}`)
     req.on("error", reject)
     req.on("response", (res) => {
+      onResponse?.()
       let bytes = 0
       let body = ""
       res.on("data", (c: Buffer) => {
@@ -289,4 +304,48 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 600_000 })("file transfers
       expect(peak.api - idle.api).toBeLessThan(BOUND_BYTES)
       expect(peak.agent - idle.agent).toBeLessThan(BOUND_BYTES)
     }), 600_000)
+
+  it.effect("an API process beyond SVC_API_MAX_TRANSFERS holds a transfer until a slot frees", () =>
+    Effect.gen(function*() {
+      const env = yield* Env
+      const base = yield* env.otherApi(1)
+      const api = (method: string, path: string, body?: unknown) => call(base, method, path, { token: env.token, ...(body !== undefined ? { body } : {}) })
+      const created = yield* api("POST", "/v1/sandboxes", { ram_mb: 256 })
+      expect(created.status, created.text).toBe(201)
+      const id = created.json.id as string
+      yield* eventually(api("GET", `/v1/sandboxes/${id}`), (r) => r.json?.state === "running")
+      const made = yield* api("POST", `/v1/sandboxes/${id}/exec`, { cmd: ["sh", "-c", "head -c 67108864 /dev/urandom > /big && sha1sum /big"] })
+      const sha1 = (made.json.stdout as string).split(" ")[0]
+
+      // A download whose client reads nothing holds the one slot (its bytes back up to the sandbox).
+      const held = yield* Effect.callback<{ resume: () => void; done: Promise<Outcome> }>((resume) => {
+        const req = request(base, env.token, "GET", `/v1/sandboxes/${id}/files?path=/big`)
+        req.on("response", (res) => {
+          res.pause()
+          const hash = createHash("sha1")
+          let bytes = 0
+          const done = new Promise<Outcome>((resolveDone) => {
+            res.on("data", (c: Buffer) => {
+              hash.update(c)
+              bytes += c.length
+            })
+            res.on("end", () => resolveDone({ status: res.statusCode ?? 0, bytes, sha1: hash.digest("hex"), body: "" }))
+          })
+          resume(Effect.succeed({ resume: () => res.resume(), done }))
+        })
+        req.end()
+      })
+      let answered = false
+      const second = yield* Effect.forkChild(Effect.promise(() => download(base, env.token, id, "/big", () => (answered = true))))
+      // An exec is not a transfer.
+      expect((yield* api("POST", `/v1/sandboxes/${id}/exec`, { cmd: ["true"] })).status).toBe(200)
+      yield* Effect.sleep("1 second")
+      expect(answered).toBe(false)
+      held.resume()
+      const first = yield* Effect.promise(() => held.done)
+      const next = yield* Fiber.join(second)
+      expect([first.status, first.bytes, first.sha1]).toEqual([200, 64 * MIB, sha1])
+      expect([next.status, next.bytes, next.sha1]).toEqual([200, 64 * MIB, sha1])
+      yield* api("DELETE", `/v1/sandboxes/${id}`)
+    }), 120_000)
 })
