@@ -22,7 +22,7 @@ const put = (id: string, path: string, body: string | Uint8Array) =>
   })
 
 layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("sandbox files and exec at their edges", (it) => {
-  it.effect("a write or read the sandbox's kernel refuses is 422 file_refused naming the errno; the sandbox is unharmed", () =>
+  it.effect("a write or read the sandbox's kernel refuses is 422 file_refused naming the errno; a file over 100 MiB is 413; the sandbox is unharmed", () =>
     Effect.gen(function*() {
       const s = yield* create({ region: "local", ram_mb: 128 })
       yield* waitState(s.id, "running")
@@ -45,6 +45,14 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("sandbox files 
         expect(res.json.errno, `${method} ${path}: ${res.text}`).toBe(errno)
         expect(res.json.error).toContain(errno)
       }
+
+      // A file over 100 MiB is 413 before a byte of it is sent; one at the limit is sent whole.
+      yield* exec(s.id, "truncate -s 104857601 /srv/over.bin && truncate -s 104857600 /srv/limit.bin")
+      expectError(yield* api("GET", `/v1/sandboxes/${s.id}/files?path=/srv/over.bin`), 413, "payload_too_large")
+      const limit = yield* api("GET", `/v1/sandboxes/${s.id}/files?path=/srv/limit.bin`)
+      expect(limit.status).toBe(200)
+      expect(limit.headers.get("content-length")).toBe("104857600")
+      expect(limit.bytes.length).toBe(104857600)
 
       // Nothing was planted; /dev/full and /dev/null are still the devices they were, modes untouched.
       const check = yield* exec(s.id, "ls -a /dev/.svc; stat -c '%F %a' /dev/full /dev/null")
