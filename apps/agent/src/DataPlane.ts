@@ -12,7 +12,7 @@
  *   `transferWaitMs` for a slot, then is refused with 503 `busy` (retry).
  * - Paths are checked by the driver, which resolves them inside the sandbox (links and `..`
  *   never leave its root).
- * - A client that goes away interrupts its request: a running exec is killed.
+ * - A client that goes away interrupts its request: a running exec or transfer is killed.
  */
 import * as NodeStream from "@effect/platform-node/NodeStream"
 import {

@@ -325,10 +325,14 @@ export const spawnStreaming = (
 export const readHeader = (readable: Readable, delimiter: number, maxBytes: number): Effect.Effect<Buffer | undefined> =>
   Effect.callback<Buffer | undefined>((resume) => {
     let head = Buffer.alloc(0)
-    const finish = (value: Buffer | undefined) => {
+    const detach = () => {
       readable.off("readable", onReadable)
       readable.off("end", onEnd)
+      readable.off("close", onEnd)
       readable.off("error", onEnd)
+    }
+    const finish = (value: Buffer | undefined) => {
+      detach()
       resume(Effect.succeed(value))
     }
     const onReadable = () => {
@@ -345,15 +349,13 @@ export const readHeader = (readable: Readable, delimiter: number, maxBytes: numb
       }
     }
     const onEnd = () => finish(undefined)
+    if (readable.readableEnded || readable.destroyed) return finish(undefined)
     readable.on("readable", onReadable)
     readable.once("end", onEnd)
+    readable.once("close", onEnd)
     readable.once("error", onEnd)
     onReadable()
-    return Effect.sync(() => {
-      readable.off("readable", onReadable)
-      readable.off("end", onEnd)
-      readable.off("error", onEnd)
-    })
+    return Effect.sync(detach)
   })
 
 /** Waits until `readable` has bytes to read (`true`) or has ended (`false`). */
