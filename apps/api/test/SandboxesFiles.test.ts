@@ -36,7 +36,8 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("sandbox files 
         ["PUT", "/dev/.svc/deeper/planted", "EROFS"],
         // A user namespace's map is written once; another write is not permitted.
         ["PUT", "/proc/self/uid_map", "EPERM"],
-        ["PUT", "/proc/1/mem", "EACCES"],
+        // A read-only file the sandbox's root does not own (the host's, seen as nobody).
+        ["PUT", "/proc/version", "EACCES"],
         ["GET", "/proc/self/mem", "EIO"]
       ]
       for (const [method, path, errno] of refusals) {
