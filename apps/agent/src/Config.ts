@@ -19,6 +19,7 @@
  *   SVC_AGENT_HEARTBEAT_MS   default HOST_HEARTBEAT_MS
  *   SVC_AGENT_CONCURRENCY    commands applied at once (one sandbox's commands stay in order)
  *   SVC_AGENT_POOL_SIZE      pre-started `base` sandboxes kept ready (default 4; 0 turns the pool off)
+ *   SVC_AGENT_MAX_TRANSFERS  file uploads and downloads streamed at once (default 32); more wait
  *   SVC_SANDBOX_BRIDGE / SVC_SANDBOX_SUBNET   passed to the driver (machine-wide settings)
  *   SVC_AGENT_ALLOW_NO_FIREWALL   1: start even when the sandbox firewall cannot be installed
  *   SVC_VERSION           reported in the host record
@@ -57,6 +58,8 @@ export interface AgentSettings {
   readonly concurrency: number
   /** Pre-started `base` sandboxes kept ready for creates (0: none). */
   readonly poolSize: number
+  /** File transfers (uploads, downloads) streamed at once; more wait for a slot. */
+  readonly maxTransfers: number
   readonly bridge?: string
   readonly subnet?: string
   /** Start even when the sandbox firewall (nftables) cannot be installed. */
@@ -131,6 +134,7 @@ const SettingsSchema = Schema.Struct({
   heartbeatMs: Schema.Int.check(Schema.isGreaterThanOrEqualTo(50), Schema.isLessThanOrEqualTo(60_000)),
   concurrency: Schema.Int.check(Schema.isGreaterThanOrEqualTo(1), Schema.isLessThanOrEqualTo(256)),
   poolSize: Schema.Int.check(Schema.isGreaterThanOrEqualTo(0), Schema.isLessThanOrEqualTo(64)),
+  maxTransfers: Schema.Int.check(Schema.isGreaterThanOrEqualTo(1), Schema.isLessThanOrEqualTo(4096)),
   bridge: Schema.optionalKey(Schema.String),
   subnet: Schema.optionalKey(Schema.String),
   allowNoFirewall: Schema.Boolean,
@@ -152,6 +156,12 @@ const parseFlag = (name: string, value: string | undefined): Effect.Effect<boole
   if (value === "1" || value === "true") return Effect.succeed(true)
   return Effect.fail(new InvalidAgentConfig({ message: `${name}: 1 or 0 (true or false), got ${JSON.stringify(value).slice(0, 40)}` }))
 }
+
+/**
+ * `SVC_AGENT_MAX_TRANSFERS` when unset. A transfer in flight holds a few hundred KiB of buffers
+ * in the agent and one writer or reader process chain in the sandbox.
+ */
+export const DEFAULT_MAX_TRANSFERS = 32
 
 export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("@svc/agent/AgentConfig") {
   /** Fills in defaults and checks every field (the host id must be a `host_` id). */
@@ -183,6 +193,7 @@ export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("
       // Off unless asked for: tests count the host's processes and devices. The environment's
       // default (`fromEnv`) is DEFAULT_POOL_SIZE.
       poolSize: options.poolSize ?? 0,
+      maxTransfers: options.maxTransfers ?? DEFAULT_MAX_TRANSFERS,
       ...(options.bridge !== undefined ? { bridge: options.bridge } : {}),
       ...(options.subnet !== undefined ? { subnet: options.subnet } : {}),
       allowNoFirewall: options.allowNoFirewall ?? false,
@@ -220,6 +231,7 @@ export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("
         heartbeatMs: opt(Config.Int("SVC_AGENT_HEARTBEAT_MS")),
         concurrency: opt(Config.Int("SVC_AGENT_CONCURRENCY")),
         poolSize: opt(Config.Int("SVC_AGENT_POOL_SIZE")),
+        maxTransfers: opt(Config.Int("SVC_AGENT_MAX_TRANSFERS")),
         bridge: opt(Config.String("SVC_SANDBOX_BRIDGE")),
         subnet: opt(Config.String("SVC_SANDBOX_SUBNET")),
         allowNoFirewall: opt(Config.Boolean("SVC_AGENT_ALLOW_NO_FIREWALL"))
@@ -245,6 +257,7 @@ export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("
         ...defined("cpuOvercommit", env.cpuOvercommit),
         allowUnlimited: yield* parseFlag("SVC_AGENT_ALLOW_UNLIMITED", env.allowUnlimited),
         poolSize: env.poolSize ?? DEFAULT_POOL_SIZE,
+        ...defined("maxTransfers", env.maxTransfers),
         ...defined("bridge", env.bridge),
         ...defined("subnet", env.subnet),
         ...defined("allowNoFirewall", env.allowNoFirewall),

@@ -5,15 +5,26 @@
  *
  * - Every request needs `Authorization: Bearer <token>`; the token is random per agent start
  *   (published in the host record) and compared in constant time (equal-length digests).
- * - Bodies are capped: exec JSON 1 MiB, uploads 100 MiB (streamed in and counted; a declared
- *   `Content-Length` above the cap is refused before reading).
+ * - Bodies are capped: exec JSON 1 MiB, uploads 100 MiB (a declared `Content-Length` above
+ *   the cap is refused before reading).
+ * - Files stream both ways between the socket and the processes in the sandbox: no file is
+ *   ever held whole. At most `maxTransfers` run at once; one more waits up to
+ *   `transferWaitMs` for a slot, then is refused with 503 `busy` (retry).
  * - Paths are checked by the driver, which resolves them inside the sandbox (links and `..`
  *   never leave its root).
- * - A client that goes away interrupts its request: a running exec is killed.
+ * - A client that goes away interrupts its request: a running exec or transfer is killed.
  */
-import { DirEntry, ExecRequest, MAX_FILE_BYTES, SandboxDriver, type SandboxDriverError } from "@svc/sandboxes/Driver"
+import * as NodeStream from "@effect/platform-node/NodeStream"
+import {
+  DirEntry,
+  ExecRequest,
+  type FileStream,
+  MAX_FILE_BYTES,
+  SandboxDriver,
+  type SandboxDriverError
+} from "@svc/sandboxes/Driver"
 import { type AgentError, AgentExecRequest, type AgentExecResult } from "@svc/sandboxes/Protocol"
-import { Context, Effect, FiberSet, Layer, Schema } from "effect"
+import { Context, Effect, FiberSet, Layer, Schema, type Scope, Semaphore, Stream } from "effect"
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto"
 import * as Http from "node:http"
 import type { AddressInfo } from "node:net"
@@ -23,17 +34,23 @@ export const MAX_EXEC_BODY_BYTES = 1024 * 1024
 /** When the request names no timeout: an exec must not hold a connection for ever. */
 export const DEFAULT_EXEC_TIMEOUT_MS = 300_000
 const STOP_GRACE_MS = 5_000
+/** How long a transfer beyond the host's bound waits for a slot before it is refused. */
+export const DEFAULT_TRANSFER_WAIT_MS = 30_000
 
 export interface DataPlaneOptions {
   readonly maxExecBodyBytes?: number
   readonly maxUploadBytes?: number
   readonly defaultExecTimeoutMs?: number
+  /** Default `AgentConfig.maxTransfers`. */
+  readonly maxTransfers?: number
+  readonly transferWaitMs?: number
 }
 
 class HttpFailure extends Schema.TaggedError<HttpFailure>()("HttpFailure", {
   status: Schema.Number,
-  reason: Schema.Literals(["invalid", "unauthorized", "not_found", "not_running", "too_large", "failed"]),
-  message: Schema.String
+  reason: Schema.Literals(["invalid", "unauthorized", "not_found", "not_running", "too_large", "refused", "busy", "failed"]),
+  message: Schema.String,
+  errno: Schema.optionalKey(Schema.String)
 }) {}
 
 const invalid = (message: string) => new HttpFailure({ status: 400, reason: "invalid", message })
@@ -53,6 +70,13 @@ export const fromDriverError = (error: SandboxDriverError): HttpFailure => {
           return new HttpFailure({ status: 404, reason: "not_found", message: `${error.path}: no such file or folder` })
         case "too_large":
           return new HttpFailure({ status: 413, reason: "too_large", message: `${error.path}: ${error.message}` })
+        case "refused":
+          return new HttpFailure({
+            status: 422,
+            reason: "refused",
+            message: `${error.path}: ${error.message}`,
+            ...(error.errno !== undefined ? { errno: error.errno } : {})
+          })
         case "failed":
           return new HttpFailure({ status: 500, reason: "failed", message: `${error.path}: ${error.message}` })
         default:
@@ -72,12 +96,41 @@ export const fromDriverError = (error: SandboxDriverError): HttpFailure => {
 }
 
 /** A driver call whose refusals become data-plane errors (host failures are logged here). */
-const viaDriver = <A>(effect: Effect.Effect<A, SandboxDriverError>): Effect.Effect<A, HttpFailure> =>
+const viaDriver = <A, R>(effect: Effect.Effect<A, SandboxDriverError | HttpFailure, R>): Effect.Effect<A, HttpFailure, R> =>
   effect.pipe(
     Effect.tapError((error) =>
       error._tag === "DriverFailure" ? Effect.logError("agent: driver failure", { operation: error.operation, message: error.message }) : Effect.void
     ),
-    Effect.mapError(fromDriverError)
+    Effect.mapError((error) => (error._tag === "HttpFailure" ? error : fromDriverError(error)))
+  )
+
+/** Writes a file's stream to the response with backpressure; a failure midway cuts the connection. */
+const sendStream = (res: Http.ServerResponse, stream: FileStream["stream"]) =>
+  stream.pipe(
+    Stream.runForEach((chunk) =>
+      Effect.callback<void>((resume) => {
+        if (res.destroyed || res.write(chunk)) return resume(Effect.void)
+        const done = () => {
+          res.off("drain", done)
+          res.off("close", done)
+          resume(Effect.void)
+        }
+        res.once("drain", done)
+        res.once("close", done)
+        return Effect.sync(() => {
+          res.off("drain", done)
+          res.off("close", done)
+        })
+      })
+    ),
+    Effect.matchEffect({
+      onSuccess: () => Effect.sync(() => void res.end()),
+      onFailure: (error) =>
+        Effect.andThen(
+          Effect.logWarning("agent: file stream cut", { error: error._tag, message: error.message }),
+          Effect.sync(() => res.destroy())
+        )
+    })
   )
 
 const digest = (text: string) => createHash("sha256").update(text, "utf8").digest()
@@ -138,6 +191,8 @@ export class DataPlane extends Context.Service<DataPlane, {
         const maxExec = options.maxExecBodyBytes ?? MAX_EXEC_BODY_BYTES
         const maxUpload = options.maxUploadBytes ?? MAX_FILE_BYTES
         const defaultTimeout = options.defaultExecTimeoutMs ?? DEFAULT_EXEC_TIMEOUT_MS
+        const transfers = yield* Semaphore.make(options.maxTransfers ?? config.maxTransfers)
+        const transferWaitMs = options.transferWaitMs ?? DEFAULT_TRANSFER_WAIT_MS
         const token = randomBytes(32).toString("base64url")
         const tokenDigest = digest(token)
 
@@ -169,33 +224,60 @@ export class DataPlane extends Context.Service<DataPlane, {
               exit_code: result.exitCode,
               stdout: Buffer.from(result.stdout).toString("utf8"),
               stderr: Buffer.from(result.stderr).toString("utf8"),
-              duration_ms: result.durationMs
+              duration_ms: result.durationMs,
+              truncated: result.stdoutTruncated || result.stderrTruncated
             }
             return { status: 200, json: answer }
           })
 
+        /** A transfer slot for the rest of the request (its scope), or 503 `busy` after the wait. */
+        const transferSlot = Effect.gen(function*() {
+          const slot = yield* transfers.takeScoped(1).pipe(Effect.timeoutOption(transferWaitMs))
+          if (slot._tag === "None") {
+            return yield* new HttpFailure({ status: 503, reason: "busy", message: "the host runs as many file transfers as it allows; retry" })
+          }
+        })
+
         const getFile = (sandboxId: string, path: string) =>
-          viaDriver(driver.readFile(sandboxId, path).pipe(
-            Effect.map((bytes) => ({ status: 200, bytes })),
-            Effect.catchTag("SandboxFileError", (e) =>
-              e.reason === "is_directory"
-                ? Effect.map(driver.listDir(sandboxId, path), (entries: ReadonlyArray<DirEntry>) => ({
-                  status: 200,
-                  json: { entries: entries.map(({ name, type, size, mtime }) => ({ name, type, size, mtime })) }
-                }))
-                : Effect.fail(e))
-          ))
+          Effect.andThen(
+            transferSlot,
+            viaDriver(driver.readFileStream(sandboxId, path).pipe(
+              Effect.map((file): Answer => ({ status: 200, file })),
+              Effect.catchTag("SandboxFileError", (e) =>
+                e.reason === "is_directory"
+                  ? Effect.map(driver.listDir(sandboxId, path), (entries: ReadonlyArray<DirEntry>): Answer => ({
+                    status: 200,
+                    json: { entries: entries.map(({ name, type, size, mtime }) => ({ name, type, size, mtime })) }
+                  }))
+                  : Effect.fail(e))
+            ))
+          )
 
         const putFile = (sandboxId: string, path: string, req: Http.IncomingMessage) =>
           Effect.gen(function*() {
-            const bytes = yield* readBody(req, maxUpload)
-            yield* viaDriver(driver.writeFile(sandboxId, path, bytes))
-            return { status: 204 }
+            const declared = Number(req.headers["content-length"])
+            if (Number.isFinite(declared) && declared > maxUpload) {
+              return yield* new HttpFailure({ status: 413, reason: "too_large", message: `body larger than ${maxUpload} bytes` })
+            }
+            yield* transferSlot
+            const body = NodeStream.fromReadable<Uint8Array, HttpFailure>({
+              evaluate: () => req,
+              onError: (e) => invalid(`request body: ${e instanceof Error ? e.message : String(e)}`),
+              // Destroying the request would close the socket the answer goes out on.
+              closeOnDone: false
+            }).pipe(
+              // A body that ends without all its bytes (the client went away) is not an upload.
+              Stream.concat(Stream.fromEffectDrain(Effect.suspend(() =>
+                req.complete ? Effect.void : Effect.fail(invalid("the request body was cut short"))
+              )))
+            )
+            yield* viaDriver(driver.writeFileStream(sandboxId, path, body, { maxBytes: maxUpload }))
+            return { status: 204 } satisfies Answer as Answer
           })
 
-        type Answer = { status: number; json?: unknown; bytes?: Uint8Array }
+        type Answer = { status: number; json?: unknown; file?: FileStream }
 
-        const route = (req: Http.IncomingMessage): Effect.Effect<Answer, HttpFailure> => {
+        const route = (req: Http.IncomingMessage): Effect.Effect<Answer, HttpFailure, Scope.Scope> => {
           if (!authorized(req.headers.authorization)) {
             return Effect.fail(new HttpFailure({ status: 401, reason: "unauthorized", message: "missing or wrong bearer token" }))
           }
@@ -220,8 +302,8 @@ export class DataPlane extends Context.Service<DataPlane, {
           return Effect.fail(new HttpFailure({ status: 405, reason: "invalid", message: "use GET or PUT" }))
         }
 
-        const send = (req: Http.IncomingMessage, res: Http.ServerResponse, answer: Answer) => {
-          if (res.headersSent || res.destroyed) return
+        const send = (req: Http.IncomingMessage, res: Http.ServerResponse, answer: Answer): Effect.Effect<void> => {
+          if (res.headersSent || res.destroyed) return Effect.void
           if (!req.complete) {
             // Refused before the body was read: do not keep the connection for the rest of it.
             res.setHeader("connection", "close")
@@ -232,9 +314,12 @@ export class DataPlane extends Context.Service<DataPlane, {
               if (req.complete) clearTimeout(timer)
             })
           }
-          if (answer.bytes !== undefined) {
-            res.writeHead(answer.status, { "content-type": "application/octet-stream", "content-length": answer.bytes.length })
-            res.end(answer.bytes)
+          if (answer.file !== undefined) {
+            res.writeHead(answer.status, {
+              "content-type": "application/octet-stream",
+              ...(answer.file.size !== null ? { "content-length": answer.file.size } : {})
+            })
+            return sendStream(res, answer.file.stream)
           } else if (answer.json !== undefined) {
             const text = JSON.stringify(answer.json)
             res.writeHead(answer.status, { "content-type": "application/json", "content-length": Buffer.byteLength(text) })
@@ -243,12 +328,13 @@ export class DataPlane extends Context.Service<DataPlane, {
             res.writeHead(answer.status)
             res.end()
           }
+          return Effect.void
         }
 
         const handle = (req: Http.IncomingMessage, res: Http.ServerResponse) =>
           route(req).pipe(
             Effect.catchTag("HttpFailure", (e) => {
-              const body: AgentError = { error: e.message, reason: e.reason }
+              const body: AgentError = { error: e.message, reason: e.reason, ...(e.errno !== undefined ? { errno: e.errno } : {}) }
               return Effect.succeed({ status: e.status, json: body } as Answer)
             }),
             Effect.catchCause((cause) =>
@@ -257,7 +343,9 @@ export class DataPlane extends Context.Service<DataPlane, {
                 { status: 500, json: { error: "internal error", reason: "failed" } satisfies AgentError } as Answer
               )
             ),
-            Effect.flatMap((answer) => Effect.sync(() => send(req, res, answer)))
+            // The answer is sent inside the request's scope: a file's processes live until then.
+            Effect.flatMap((answer) => Effect.suspend(() => send(req, res, answer))),
+            Effect.scoped
           )
 
         const run = yield* FiberSet.makeRuntime<never, void, never>()

@@ -39,6 +39,7 @@ describe("AgentConfig", () => {
       assert.match(config.dataDir, new RegExp(`/hosts/${config.hostId}$`))
       assert.strictEqual(config.poolSize, 4)
       assert.strictEqual(config.allowNoFirewall, false)
+      assert.strictEqual(config.maxTransfers, 32)
     }))
 
   it.effect("reads every variable", () =>
@@ -58,7 +59,8 @@ describe("AgentConfig", () => {
         SVC_AGENT_POOL_SIZE: "3",
         SVC_AGENT_ALLOW_NO_FIREWALL: "1",
         SVC_HOST_CPU_OVERCOMMIT: "1.5",
-        SVC_AGENT_ALLOW_UNLIMITED: "1"
+        SVC_AGENT_ALLOW_UNLIMITED: "1",
+        SVC_AGENT_MAX_TRANSFERS: "12"
       })
       assert.deepStrictEqual(
         { ...config },
@@ -78,7 +80,8 @@ describe("AgentConfig", () => {
           heartbeatMs: 500,
           concurrency: 2,
           poolSize: 3,
-          allowNoFirewall: true
+          allowNoFirewall: true,
+          maxTransfers: 12
         }
       )
     }))
@@ -104,7 +107,8 @@ describe("AgentConfig", () => {
           { SVC_HOST_CPU_OVERCOMMIT: "0.5" },
           { SVC_HOST_CPU_OVERCOMMIT: "65" },
           { SVC_HOST_CPU_OVERCOMMIT: "many" },
-          { SVC_AGENT_ALLOW_UNLIMITED: "yes" }
+          { SVC_AGENT_ALLOW_UNLIMITED: "yes" },
+          { SVC_AGENT_MAX_TRANSFERS: "0" }
         ]
       ) {
         const exit = yield* Effect.exit(fromEnv(env))

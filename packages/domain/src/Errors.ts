@@ -194,6 +194,18 @@ export class IdempotencyKeyReused extends ApiErrorClass<IdempotencyKeyReused>()(
   message: "This Idempotency-Key was used with a different request body"
 }) {}
 
+/**
+ * Not in api.md's table (it lets routes add codes): the sandbox's own kernel refused a file
+ * operation of the file API (a full disk, a read-only file system, /dev/full, /proc/self/mem).
+ * `errno` is the error's symbolic name (`ENOSPC`, `EROFS`, `EIO`, `EACCES`, `EPERM`, ...).
+ */
+export class FileRefused extends ApiErrorClass<FileRefused>()("FileRefused", {
+  code: "file_refused",
+  status: 422,
+  message: "The sandbox's kernel refused the file operation",
+  fields: { errno: Schema.String }
+}) {}
+
 /** `retry_after_s` is in the body too; the server also sends it as the `Retry-After` header. */
 export class RateLimited extends ApiErrorClass<RateLimited>()("RateLimited", {
   code: "rate_limited",
@@ -257,6 +269,7 @@ export const API_ERRORS = [
   PayloadTooLarge,
   UnsupportedMediaType,
   IdempotencyKeyReused,
+  FileRefused,
   RateLimited,
   QuotaExceeded,
   Unavailable,

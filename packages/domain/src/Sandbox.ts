@@ -201,7 +201,9 @@ export const ExecResult = Schema.Struct({
   exit_code: Schema.Int,
   stdout: Schema.String,
   stderr: Schema.String,
-  duration_ms: Schema.Int.check(Schema.isGreaterThanOrEqualTo(0))
+  duration_ms: Schema.Int.check(Schema.isGreaterThanOrEqualTo(0)),
+  /** stdout or stderr was longer than the host keeps (1 MiB each) and was cut there. */
+  truncated: Schema.Boolean
 })
 export type ExecResult = typeof ExecResult.Type
 

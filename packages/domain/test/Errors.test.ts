@@ -34,6 +34,8 @@ const table: ReadonlyArray<readonly [number, string, E.ApiError, Record<string, 
   // Not in api.md: a body in a content type the route does not take.
   [415, "unsupported_media_type", new E.UnsupportedMediaType(), {}],
   [422, "idempotency_key_reused", new E.IdempotencyKeyReused(), {}],
+  // Not in api.md: the sandbox's kernel refused a file operation.
+  [422, "file_refused", new E.FileRefused({ errno: "ENOSPC" }), { errno: "ENOSPC" }],
   [429, "rate_limited", new E.RateLimited({ retry_after_s: 7 }), { retry_after_s: 7 }],
   [429, "quota_exceeded", new E.QuotaExceeded({ quota: "sandboxes", limit: 100 }), { quota: "sandboxes", limit: 100 }],
   [503, "unavailable", new E.Unavailable(), {}],

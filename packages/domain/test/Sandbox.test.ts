@@ -225,7 +225,7 @@ describe("Exec", () => {
   })
 
   it("encodes the result", () => {
-    const r = { exit_code: 0, stdout: "hi\n", stderr: "", duration_ms: 12 }
+    const r = { exit_code: 0, stdout: "hi\n", stderr: "", duration_ms: 12, truncated: false }
     expect(Schema.encodeSync(S.ExecResult)(r)).toEqual(r)
   })
 })

@@ -128,6 +128,12 @@ export class DirEntry extends Schema.Class<DirEntry>("@svc/sandboxes/DirEntry")(
   mtime: Schema.String
 }) {}
 
+/** `readFileStream`'s result: the size when the file system knows it (not for /proc files). */
+export interface FileStream {
+  readonly size: number | null
+  readonly stream: Stream.Stream<Uint8Array, SandboxFileError | DriverFailure>
+}
+
 export class SandboxStats extends Schema.Class<SandboxStats>("@svc/sandboxes/SandboxStats")({
   memoryBytes: Schema.Int,
   cpuUsageNs: Schema.optionalKey(Schema.Int),
@@ -215,7 +221,8 @@ export const FileErrorReason = Schema.Literals([
   "not_directory",
   "not_regular_file",
   "too_large",
-  "permission_denied",
+  /** The sandbox's kernel refused the operation (`errno` names why: ENOSPC, EIO, EROFS...). */
+  "refused",
   "failed"
 ])
 
@@ -223,7 +230,9 @@ export class SandboxFileError extends Schema.TaggedError<SandboxFileError>()("Sa
   sandboxId: Schema.String,
   path: Schema.String,
   reason: FileErrorReason,
-  message: Schema.String
+  message: Schema.String,
+  /** With `refused`: the error's symbolic name (`ENOSPC`), when the kernel's message names one. */
+  errno: Schema.optionalKey(Schema.String)
 }) {}
 
 export class DriverUnsupported extends Schema.TaggedError<DriverUnsupported>()("DriverUnsupported", {
@@ -291,6 +300,28 @@ export class SandboxDriver extends Context.Service<SandboxDriver, {
     bytes: Uint8Array,
     mode?: number
   ): Effect.Effect<void, Common | SandboxNotRunning | SandboxFileError>
+  /**
+   * A file's bytes as a stream, never held whole: refusals (missing, a folder, too large,
+   * unreadable) fail the effect before any byte; the stream fails if the file changes size
+   * while it is read. The reading processes live as long as the scope.
+   */
+  readFileStream(
+    sandboxId: string,
+    path: string,
+    options?: { readonly maxBytes?: number }
+  ): Effect.Effect<FileStream, Common | SandboxNotRunning | SandboxFileError, Scope.Scope>
+  /**
+   * Writes `body` to the file, streaming (at most `maxBytes`, default 100 MiB: more is
+   * `too_large`). A regular file is replaced only once the whole body arrived (it is written
+   * next to its target and renamed over it: a cut transfer leaves the old file); a device or
+   * a kernel interface (/proc) is written in place and its mode left alone.
+   */
+  writeFileStream<E, R>(
+    sandboxId: string,
+    path: string,
+    body: Stream.Stream<Uint8Array, E, R>,
+    options?: { readonly mode?: number; readonly maxBytes?: number }
+  ): Effect.Effect<void, E | Common | SandboxNotRunning | SandboxFileError, R>
   listDir(
     sandboxId: string,
     path: string

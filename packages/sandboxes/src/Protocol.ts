@@ -20,8 +20,10 @@
  *   GET  {endpoint}/sandboxes/{id}/files?path=     → bytes (`application/octet-stream`) or,
  *                                                    for a folder, `{entries: [...]}` (JSON)
  *   PUT  {endpoint}/sandboxes/{id}/files?path=     raw bytes → 204
+ *   Files stream both ways (never held whole); each host runs a bounded number of them at once.
  *   errors: JSON `AgentError` with status 400 (bad path/request), 401 (missing or wrong
- *   token), 404 (no such sandbox or file), 409 (sandbox not running), 413, 500.
+ *   token), 404 (no such sandbox or file), 409 (sandbox not running), 413, 422 (the sandbox's
+ *   kernel refused the file operation), 500, 503 (too many transfers; retry).
  */
 import type { BucketSpec, StreamSpec } from "@svc/bus/Topology"
 import { Schema } from "effect"
@@ -151,12 +153,19 @@ export const AgentExecResult = Schema.Struct({
   exit_code: Schema.Int,
   stdout: Schema.String,
   stderr: Schema.String,
-  duration_ms: Schema.Number
+  duration_ms: Schema.Number,
+  /** stdout or stderr went past the host's cap and was cut (absent from older agents). */
+  truncated: Schema.optionalKey(Schema.Boolean)
 })
 export type AgentExecResult = typeof AgentExecResult.Type
 
+/**
+ * `busy`: the host runs as many file transfers as it allows and none ended in time (503, retry).
+ * `refused`: the sandbox's kernel refused the file operation; `errno` names why (`ENOSPC`).
+ */
 export const AgentError = Schema.Struct({
   error: Schema.String,
-  reason: Schema.Literals(["invalid", "unauthorized", "not_found", "not_running", "too_large", "failed"])
+  reason: Schema.Literals(["invalid", "unauthorized", "not_found", "not_running", "too_large", "refused", "busy", "failed"]),
+  errno: Schema.optionalKey(Schema.String)
 })
 export type AgentError = typeof AgentError.Type

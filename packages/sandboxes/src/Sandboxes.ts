@@ -109,7 +109,7 @@ export class Sandboxes extends Context.Service<Sandboxes, {
   readonly stop: (orgId: OrgId, id: string) => Effect.Effect<Sandbox, Errors.NotFound | Errors.Conflict | SqlErrorT>
   /** Deletes it and every descendant. Idempotent. */
   readonly remove: (orgId: OrgId, id: string) => Effect.Effect<Sandbox, Errors.NotFound | SqlErrorT>
-  readonly exec: (orgId: OrgId, id: string, request: ExecRequest) => Effect.Effect<ExecResult, DataPlane.DataPlaneError | SqlErrorT>
+  readonly exec: (orgId: OrgId, id: string, request: ExecRequest) => Effect.Effect<ExecResult, DataPlane.ExecError | SqlErrorT>
   readonly readFile: (orgId: OrgId, id: string, path: string) => Effect.Effect<DataPlane.FileContent, DataPlane.DataPlaneError | SqlErrorT>
   readonly writeFile: <E>(
     orgId: OrgId,
@@ -344,7 +344,7 @@ export class Sandboxes extends Context.Service<Sandboxes, {
         ...(request.stdin !== undefined ? { stdin: request.stdin } : {}),
         timeout_ms: request.timeout_ms
       })
-      return { ...result, duration_ms: Math.max(0, Math.round(result.duration_ms)) }
+      return { ...result, duration_ms: Math.max(0, Math.round(result.duration_ms)), truncated: result.truncated ?? false }
     })
 
     const readFile = Effect.fn("Sandboxes.readFile")(function*(orgId: OrgId, id: string, path: string) {

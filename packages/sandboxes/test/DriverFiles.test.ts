@@ -1,6 +1,10 @@
-/** The file API (`src/Driver/Files.ts`): contained in the sandbox root, refusals by reason. */
+/**
+ * The file API (`src/Driver/Files.ts`): contained in the sandbox root, refusals by reason,
+ * transfers as streams.
+ */
 import { assert, layer } from "@effect/vitest"
-import { Effect } from "effect"
+import { Effect, Stream } from "effect"
+import { createHash } from "node:crypto"
 import * as FsSync from "node:fs"
 import { exec, sh, spec, TestDriver, text, uniqueId, withSandbox } from "./fixtures/support.ts"
 
@@ -70,5 +74,54 @@ layer(TestDriver.layer(), { excludeTestServices: true })("SandboxDriver file API
       const back = yield* driver.readFile(id, "/tmp/big.bin")
       assert.strictEqual(back.length, big.length)
       assert.isTrue(Buffer.from(back).equals(Buffer.from(big)))
+    }))
+
+  it.effect("transfers stream both ways; a body that fails or runs over leaves the old file and no leftovers; kernel refusals name the errno", () =>
+    Effect.gen(function*() {
+      const { driver } = yield* TestDriver
+      const id = uniqueId("stream")
+      yield* withSandbox(driver, spec(id))
+      const CHUNK = 64 * 1024
+      const chunk = (i: number) => new Uint8Array(CHUNK).fill(i & 255)
+      const body = (count: number) => Stream.range(0, count - 1).pipe(Stream.map(chunk))
+      const expected = createHash("sha1")
+      for (let i = 0; i < 320; i++) expected.update(chunk(i))
+      const sha1 = expected.digest("hex")
+      const readBack = (path: string) =>
+        Effect.scoped(Effect.gen(function*() {
+          const content = yield* driver.readFileStream(id, path)
+          const hash = createHash("sha1")
+          let bytes = 0
+          yield* Stream.runForEach(content.stream, (c) => Effect.sync(() => (hash.update(c), bytes += c.length)))
+          return { size: content.size, bytes, sha1: hash.digest("hex") }
+        }))
+
+      // 20 MiB in 64 KiB chunks, read back as a stream with its size.
+      yield* driver.writeFileStream(id, "/srv/big.bin", body(320))
+      assert.deepStrictEqual(yield* readBack("/srv/big.bin"), { size: 320 * CHUNK, bytes: 320 * CHUNK, sha1 })
+
+      // A body that fails half-way, and one over the limit: the old file stays, nothing else.
+      const cut = yield* Effect.flip(driver.writeFileStream(id, "/srv/big.bin", Stream.concat(body(10), Stream.fail("client went away"))))
+      assert.strictEqual(cut, "client went away")
+      const over = yield* Effect.flip(driver.writeFileStream(id, "/srv/big.bin", body(20), { maxBytes: 10 * CHUNK }))
+      assert.strictEqual(over._tag === "SandboxFileError" ? over.reason : over._tag, "too_large")
+      assert.strictEqual(text((yield* driver.exec(id, exec(["ls", "-A", "/srv"]))).stdout), "big.bin\n")
+      assert.strictEqual((yield* readBack("/srv/big.bin")).sha1, sha1)
+
+      // A kernel file without a size is read to its end.
+      const status = yield* Effect.scoped(Effect.gen(function*() {
+        const content = yield* driver.readFileStream(id, "/proc/self/status")
+        return { size: content.size, text: text(new Uint8Array(Buffer.concat(yield* Stream.runCollect(content.stream)))) }
+      }))
+      assert.strictEqual(status.size, null)
+      assert.match(status.text, /^Name:\s+\S+/)
+
+      const refusal = <A>(effect: Effect.Effect<A, { _tag: string }>) =>
+        Effect.flip(effect).pipe(Effect.map((e) => [(e as { reason?: string }).reason ?? e._tag, (e as { errno?: string }).errno]))
+      const bytes = new TextEncoder().encode("x")
+      assert.deepStrictEqual(yield* refusal(driver.writeFile(id, "/dev/full", bytes)), ["refused", "ENOSPC"])
+      assert.deepStrictEqual(yield* refusal(driver.writeFile(id, "/proc/self/mem", bytes)), ["refused", "EIO"])
+      assert.deepStrictEqual(yield* refusal(driver.writeFile(id, "/dev/.svc/x", bytes)), ["refused", "EROFS"])
+      assert.deepStrictEqual(yield* refusal(driver.readFile(id, "/proc/self/mem")), ["refused", "EIO"])
     }))
 })

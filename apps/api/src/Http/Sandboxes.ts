@@ -2,6 +2,11 @@
  * Handlers of the `sandboxes` group (api.md "Sandboxes"). The middleware has checked the
  * `sandboxes` scope; each handler loads the org's sandbox (404 for another org's or a missing
  * one) and applies the single-sandbox policy (403 `sandbox_out_of_scope`) before acting.
+ *
+ * File transfers stream between the client and the sandbox's host (nothing is held whole); an
+ * API process runs at most `SVC_API_MAX_TRANSFERS` at once (default 64). One more waits up to
+ * `TRANSFER_WAIT` for a slot, then is 503 `unavailable` (retry). A slot is held until the
+ * response is sent: a download keeps it while its bytes flow.
  */
 import { confinedSandbox, sandboxPolicy } from "@svc/auth/Authorization"
 import { Api } from "@svc/domain/Api"
@@ -11,17 +16,35 @@ import * as Errors from "@svc/domain/Errors"
 import type { OrgId } from "@svc/domain/Ids"
 import { Hosts } from "@svc/sandboxes/Hosts"
 import { Sandboxes, toRecord } from "@svc/sandboxes/Sandboxes"
-import { Effect, Layer } from "effect"
+import { Config, Duration, Effect, Layer, Schema, Semaphore } from "effect"
 import { HttpServerResponse } from "effect/http"
 import { HttpApiBuilder } from "effect/http-api"
 import { orUnavailable } from "./Authorization.ts"
 import { WorkersHandlers } from "./Workers.ts"
+
+/** `SVC_API_MAX_TRANSFERS`: file uploads and downloads one API process streams at once. */
+export const ApiMaxTransfers = Config.schema(
+  Schema.NumberFromString.check(Schema.isInt(), Schema.isGreaterThanOrEqualTo(1)),
+  "SVC_API_MAX_TRANSFERS"
+).pipe(Config.withDefault(64))
+
+/** How long a transfer beyond the bound waits for a slot. */
+export const TRANSFER_WAIT = Duration.seconds(30)
 
 export const SandboxesGroup = HttpApiBuilder.group(
   Api,
   "sandboxes",
   Effect.fn(function*(handlers) {
     const sandboxes = yield* Sandboxes
+    const transfers = yield* Semaphore.make(yield* ApiMaxTransfers)
+
+    /** A transfer slot until the request's response is sent (its scope), or 503 after the wait. */
+    const transferSlot = Effect.gen(function*() {
+      const slot = yield* transfers.takeScoped(1).pipe(Effect.timeoutOption(TRANSFER_WAIT))
+      if (slot._tag === "None") {
+        return yield* new Errors.Unavailable({ error: "This API process runs as many file transfers as it allows; retry" })
+      }
+    })
 
     /** The caller's org and the sandbox, once the policy allows it. */
     const target = (id: string) =>
@@ -61,6 +84,7 @@ export const SandboxesGroup = HttpApiBuilder.group(
       .handle("readFile", ({ params, query }) =>
         Effect.gen(function*() {
           const orgId = yield* target(params.id)
+          yield* transferSlot
           const content = yield* sandboxes.readFile(orgId, params.id, query.path)
           if (content._tag === "Listing") return content.listing
           return HttpServerResponse.stream(content.stream, {
@@ -75,6 +99,7 @@ export const SandboxesGroup = HttpApiBuilder.group(
           if (declared !== undefined && Number(declared) > MAX_UPLOAD_BYTES) {
             return yield* new Errors.PayloadTooLarge({ error: `Uploads are limited to ${MAX_UPLOAD_BYTES} bytes` })
           }
+          yield* transferSlot
           yield* sandboxes.writeFile(orgId, params.id, query.path, request.stream, MAX_UPLOAD_BYTES)
         }).pipe(orUnavailable))
   })

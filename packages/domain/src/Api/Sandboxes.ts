@@ -8,6 +8,7 @@ import { Schema } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/http-api"
 import {
   Conflict,
+  FileRefused,
   IdempotencyKeyReused,
   InvalidRequest,
   NotFound,
@@ -105,25 +106,28 @@ export class SandboxesApi extends HttpApiGroup.make("sandboxes")
       error: [InvalidRequest, NotFound, Conflict, PayloadTooLarge, SandboxOutOfScope, Unavailable]
     }).annotateMerge(OpenApi.annotations({
       description: "Runs `cmd` in the sandbox and waits for it (at most `timeout_ms`). 409 unless it is running. " +
-        "Outputs are UTF-8 text, capped by the host."
+        "Outputs are UTF-8 text, each capped at 1 MiB by the host: `truncated` is true when either was cut."
     })),
     HttpApiEndpoint.get("readFile", "/v1/sandboxes/:id/files", {
       params,
       query: FilesQuery,
       success: [HttpApiSchema.StreamUint8Array({ contentType: "application/octet-stream" }), FileListing],
-      error: [InvalidRequest, NotFound, Conflict, PayloadTooLarge, SandboxOutOfScope, Unavailable]
+      error: [InvalidRequest, NotFound, Conflict, PayloadTooLarge, FileRefused, SandboxOutOfScope, Unavailable]
     }).annotateMerge(OpenApi.annotations({
-      description: "A file's bytes (`application/octet-stream`), or for a folder `{entries: [{name, type, size, mtime}]}`. " +
-        "Paths resolve inside the sandbox's root only."
+      description: "A file's bytes (`application/octet-stream`, streamed), or for a folder `{entries: [{name, type, size, mtime}]}`. " +
+        "Paths resolve inside the sandbox's root only. A file over 100 MiB is 413; a read the sandbox's kernel " +
+        "refuses is 422 `file_refused` with `errno`. Transfers beyond the API's or the host's bound wait, then 503."
     })),
     HttpApiEndpoint.put("writeFile", "/v1/sandboxes/:id/files", {
       params,
       query: FilesQuery,
       success: HttpApiSchema.NoContent,
-      error: [InvalidRequest, NotFound, Conflict, PayloadTooLarge, SandboxOutOfScope, Unavailable]
+      error: [InvalidRequest, NotFound, Conflict, PayloadTooLarge, FileRefused, SandboxOutOfScope, Unavailable]
     }).annotateMerge(OpenApi.annotations({
-      description: "The request body (any content type, raw bytes, up to 100 MiB) becomes the file at `path`, " +
-        "replacing it. 204."
+      description: "The request body (any content type, raw bytes, up to 100 MiB, streamed) becomes the file at " +
+        "`path`, replacing it once every byte arrived (a cut upload leaves the old file). A device or /proc file is " +
+        "written in place. A write the sandbox's kernel refuses (a full disk, a read-only file system, /dev/full) " +
+        "is 422 `file_refused` with `errno` (`ENOSPC`, `EROFS`, `EIO`, `EACCES`, `EPERM`...). 204."
     }))
   )
   .annotateMerge(Access.resource("sandboxes"))

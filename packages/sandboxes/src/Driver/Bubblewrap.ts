@@ -35,8 +35,8 @@ export class BubblewrapDriver {
       const { ended } = makeEnded(host, runs)
       const hostLimits = yield* attempt("init", () => host.cgroups.probe())
       const { adopt } = makeAdopt(host, lifecycle)
-      const { exec, runInside } = makeExec(host)
-      const files = makeFiles(host, { runInside })
+      const { exec, runInside, spawnInside } = makeExec(host)
+      const files = makeFiles(host, { runInside, spawnInside })
 
       const stats = Effect.fn("SandboxDriver.stats")(function*(sandboxId: string) {
         const entry = yield* host.lookupRunning(sandboxId)
@@ -64,6 +64,8 @@ export class BubblewrapDriver {
         exec,
         readFile: files.readFile,
         writeFile: files.writeFile,
+        readFileStream: files.readFileStream,
+        writeFileStream: files.writeFileStream,
         listDir: files.listDir,
         stat: files.stat,
         stats,

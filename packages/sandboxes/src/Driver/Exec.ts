@@ -4,51 +4,110 @@
  * namespace of its init through a pidfd checked against the init's start time, and runs the
  * command as the sandbox's root with the init's own capability set, no_new_privs and seccomp
  * filter (Confinement.ts). The environment goes over a descriptor, never on a command line.
- * The file API (`Files.ts`) runs its scripts the same way.
+ * The file API (`Files.ts`) runs its scripts the same way. `insideCommand` is the only place
+ * the host command line is assembled.
  */
-import { Effect } from "effect"
+import { Effect, type Scope } from "effect"
 import { randomBytes } from "node:crypto"
-import { DEFAULT_MAX_OUTPUT_BYTES, ExecRequest, ExecResult } from "../Driver.ts"
+import { DEFAULT_MAX_OUTPUT_BYTES, type DriverFailure, ExecRequest, ExecResult } from "../Driver.ts"
+import type * as Cgroups from "./Cgroups.ts"
 import * as Confinement from "./Confinement.ts"
 import { attempt, decodeInput, type DriverHost, HOST_ENV, type RunningSandbox, SANDBOX_PATH } from "./Host.ts"
-import { run, type RunOptions } from "./Process.ts"
+import { run, type RunOptions, spawnStreaming, type StreamingOptions, type StreamingProcess } from "./Process.ts"
 import type { SandboxRecord } from "./State.ts"
 
 export type InsideOptions =
   & { readonly env: Record<string, string>; readonly cwd: string }
   & Pick<RunOptions, "stdin" | "timeoutMs" | "maxOutputBytes">
 
+/** A host command line: program, arguments, its complete environment, the bytes it reads on fd 3. */
+export interface InsideCommand {
+  readonly file: string
+  readonly args: ReadonlyArray<string>
+  readonly env: Readonly<Record<string, string>>
+  /** The command's environment, for `svc-enter`'s descriptor 3 (never on a command line). */
+  readonly fd3: Uint8Array
+}
+
+/**
+ * The host command that runs `argv` inside a running sandbox: `svc-enter` joins `group`'s
+ * cgroups, enters the init's namespaces (checked against its start time), takes the sandbox's
+ * identity and restrictions, then `cwd` and `env`. The one place this command line is
+ * assembled (exec, the file API and streaming transfers all use it).
+ */
+export const insideCommand = (
+  host: Pick<DriverHost, "confinement">,
+  entry: RunningSandbox,
+  group: Pick<Cgroups.ExecGroup, "procsFiles">,
+  argv: ReadonlyArray<string>,
+  options: { readonly env: Record<string, string>; readonly cwd: string }
+): InsideCommand => ({
+  file: host.confinement.enter,
+  args: [
+    "--pid", String(entry.run.pid),
+    "--start-ticks", String(entry.run.startTicks),
+    "--caps", Confinement.capabilityHex(),
+    "--seccomp", host.confinement.seccomp,
+    // The environment comes on fd 3: it never appears on a command line (`ps`).
+    "--env-fd", "3",
+    "--cwd", options.cwd,
+    ...group.procsFiles.flatMap((file) => ["--cgroup", file]),
+    "--", ...argv
+  ],
+  env: HOST_ENV,
+  fd3: Buffer.from(Object.entries(options.env).map(([k, v]) => `${k}=${v}\0`).join(""), "utf8")
+})
+
 export const makeExec = (host: DriverHost) => {
   const { cgroups } = host
   let execCounter = 0
 
+  /**
+   * A pids group of this command's own beside the sandbox's limits (a timeout or an
+   * interruption kills it whole); removed with the scope, once its processes have ended.
+   */
+  const insideGroups = (entry: RunningSandbox): Effect.Effect<Cgroups.ExecGroup, DriverFailure, Scope.Scope> =>
+    Effect.acquireRelease(
+      attempt("exec", () =>
+        cgroups.execGroup(entry.record.sandboxId, `x${process.pid}-${++execCounter}-${randomBytes(3).toString("hex")}`)
+      ),
+      (group) => attempt("exec", () => group.remove()).pipe(Effect.ignore)
+    )
+
   /** Runs argv inside the sandbox: its namespaces, its cgroups, its identity and restrictions. */
   const runInside = (entry: RunningSandbox, argv: ReadonlyArray<string>, options: InsideOptions) =>
-    Effect.gen(function*() {
-      const id = entry.record.sandboxId
-      const execGroup = yield* attempt("exec", () =>
-        cgroups.execGroup(id, `x${process.pid}-${++execCounter}-${randomBytes(3).toString("hex")}`)
-      )
-      const args = [
-        "--pid", String(entry.run.pid),
-        "--start-ticks", String(entry.run.startTicks),
-        "--caps", Confinement.capabilityHex(),
-        "--seccomp", host.confinement.seccomp,
-        // The environment comes on fd 3: it never appears on a command line (`ps`).
-        "--env-fd", "3",
-        "--cwd", options.cwd,
-        ...execGroup.procsFiles.flatMap((file) => ["--cgroup", file]),
-        "--", ...argv
-      ]
-      const result = yield* run("exec", host.confinement.enter, args, {
-        env: HOST_ENV,
-        fd3: Buffer.from(Object.entries(options.env).map(([k, v]) => `${k}=${v}\0`).join(""), "utf8"),
+    Effect.scoped(Effect.gen(function*() {
+      const group = yield* insideGroups(entry)
+      const command = insideCommand(host, entry, group, argv, options)
+      return yield* run("exec", command.file, command.args, {
+        env: command.env,
+        fd3: command.fd3,
         ...(options.stdin !== undefined ? { stdin: options.stdin } : {}),
         ...(options.timeoutMs !== undefined ? { timeoutMs: options.timeoutMs } : {}),
         ...(options.maxOutputBytes !== undefined ? { maxOutputBytes: options.maxOutputBytes } : {}),
-        killTree: () => execGroup.kill()
-      }).pipe(Effect.ensuring(attempt("exec", () => execGroup.remove()).pipe(Effect.ignore)))
-      return result
+        killTree: () => group.kill()
+      })
+    }))
+
+  /**
+   * Starts argv inside the sandbox like `runInside`, with stdin and stdout as streams (for
+   * transfers): the processes live as long as the scope, which kills them if still running.
+   */
+  const spawnInside = (
+    entry: RunningSandbox,
+    argv: ReadonlyArray<string>,
+    options: { readonly env: Record<string, string>; readonly cwd: string } & Pick<StreamingOptions, "timeoutMs" | "maxStderrBytes">
+  ): Effect.Effect<StreamingProcess, DriverFailure, Scope.Scope> =>
+    Effect.gen(function*() {
+      const group = yield* insideGroups(entry)
+      const command = insideCommand(host, entry, group, argv, options)
+      return yield* spawnStreaming("exec", command.file, command.args, {
+        env: command.env,
+        fd3: command.fd3,
+        ...(options.timeoutMs !== undefined ? { timeoutMs: options.timeoutMs } : {}),
+        ...(options.maxStderrBytes !== undefined ? { maxStderrBytes: options.maxStderrBytes } : {}),
+        killTree: () => group.kill()
+      })
     })
 
   /** The environment every exec starts from; the spec's env, then the request's, override it. */
@@ -75,7 +134,7 @@ export const makeExec = (host: DriverHost) => {
     return new ExecResult(result)
   })
 
-  return { runInside, exec }
+  return { insideGroups, runInside, spawnInside, exec }
 }
 
 export type Exec = ReturnType<typeof makeExec>

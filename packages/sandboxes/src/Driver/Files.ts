@@ -1,22 +1,31 @@
 /**
- * The file API (`readFile`, `writeFile`, `stat`, `listDir`) as small busybox scripts run through
- * the exec path, inside the sandbox where `/` is the sandbox root: `..`, absolute symlinks and
- * `/proc/1/root` all resolve within the sandbox and never reach the host's files, which the
- * agent would risk by opening paths under the sandbox's folder from the host side.
+ * The file API (`readFile`, `writeFile`, their streaming forms, `stat`, `listDir`) as small
+ * busybox scripts run through the exec path, inside the sandbox where `/` is the sandbox root:
+ * `..`, absolute symlinks and `/proc/1/root` all resolve within the sandbox and never reach the
+ * host's files, which the agent would risk by opening paths under the sandbox's folder from the
+ * host side.
+ *
+ * Transfers stream: a read is `head` on the file piped out, a write is `cat` into a file next to
+ * its target, renamed over it by a second script once every byte arrived (so neither a cut
+ * upload nor a killed agent leaves a half-written file). Nothing holds a whole file in memory.
  */
-import { Effect } from "effect"
+import { Effect, Stream } from "effect"
+import { randomBytes } from "node:crypto"
+import * as NodeStream from "@effect/platform-node/NodeStream"
 import {
   DirEntry,
+  DriverFailure,
   type EntryType,
   FileMode,
   FileStat,
+  type FileStream,
   MAX_FILE_BYTES,
   SandboxFileError,
   SandboxPath
 } from "../Driver.ts"
 import type { Exec } from "./Exec.ts"
-import { decodeInput, type DriverHost, HELPER, invalid, SANDBOX_PATH } from "./Host.ts"
-import { decode, type RunOptions } from "./Process.ts"
+import { decodeInput, type DriverHost, HELPER, invalid, type RunningSandbox, SANDBOX_PATH } from "./Host.ts"
+import { awaitData, decode, type ProcessExit, pump, readHeader, type RunOptions } from "./Process.ts"
 
 // Each script exits with one of these codes to name its refusal.
 const FILE_EXIT: Record<number, SandboxFileError["reason"]> = {
@@ -26,17 +35,34 @@ const FILE_EXIT: Record<number, SandboxFileError["reason"]> = {
   6: "too_large",
   7: "not_directory"
 }
+/** The file operation itself failed inside: the kernel's message on stderr names why. */
+const REFUSED_EXIT = 9
 
+/**
+ * Prints the file's size and a newline, then its bytes: exactly that many (a file that grows
+ * meanwhile is cut there), or for files that report no size (/proc) up to one byte more than
+ * allowed, whose arrival tells a file over the limit apart.
+ */
 const READ_SCRIPT = `
 B=${HELPER}
 p=$1
 [ -e "$p" ] || exit 3
 [ -d "$p" ] && exit 4
 [ -f "$p" ] || exit 5
-exec "$B" head -c "$2" -- "$p"
+s=$("$B" stat -L -c %s -- "$p") || exit ${REFUSED_EXIT}
+[ "$s" -gt "$2" ] && exit 6
+printf '%s\\n' "$s"
+if [ "$s" -gt 0 ]; then n=$s; else n=$(($2 + 1)); fi
+"$B" head -c "$n" -- "$p" || exit ${REFUSED_EXIT}
 `
 
-const WRITE_SCRIPT = `
+/**
+ * Receives an upload on stdin. A device, fifo or kernel interface (/proc) is written in place
+ * (and announced with a lone NUL). Anything else goes to `$2`, a fresh name in the folder of
+ * the resolved target, announced as "<target>\\0<temp>\\0" before the first byte is read; the
+ * commit script renames it over the target once the driver saw every byte through.
+ */
+const RECEIVE_SCRIPT = `
 B=${HELPER}
 p=$1
 case "$p" in */) exit 4;; esac
@@ -45,10 +71,30 @@ d=\${p%/*}
 [ -d "$p" ] && exit 4
 if [ ! -d "$d" ]; then
   [ -e "$d" ] && exit 7
-  "$B" mkdir -p -- "$d" 2>/dev/null || exit 7
+  "$B" mkdir -p -- "$d" || exit 8
 fi
-"$B" cat > "$p" || exit 1
-"$B" chmod "$2" "$p"
+if [ -e "$p" ] && { [ ! -f "$p" ] || [ "$("$B" stat -f -c %T -- "$p")" = proc ]; }; then
+  printf '\\0'
+  "$B" cat > "$p" || exit ${REFUSED_EXIT}
+  exit 0
+fi
+if [ -L "$p" ] || [ -e "$p" ]; then
+  t=$("$B" readlink -f -- "$p") || exit 7
+else
+  t=$("$B" readlink -f -- "$d") || exit 7
+  t=\${t%/}/\${p##*/}
+fi
+[ -d "$t" ] && exit 4
+tmp=\${t%/*}/$2
+printf '%s\\0%s\\0' "$t" "$tmp"
+"$B" cat > "$tmp" || exit ${REFUSED_EXIT}
+`
+
+/** Gives the received file its mode and puts it in place. */
+const COMMIT_SCRIPT = `
+B=${HELPER}
+"$B" chmod "$3" "$1" || exit ${REFUSED_EXIT}
+"$B" mv -f "$1" "$2" || exit ${REFUSED_EXIT}
 `
 
 const STAT_SCRIPT = `
@@ -77,6 +123,50 @@ exit 0
 `
 
 const FILE_OP_TIMEOUT_MS = 60_000
+/** A transfer's processes end after this long whatever happens (the API waits as long). */
+export const TRANSFER_TIMEOUT_MS = 600_000
+const NUL = 0
+const NEWLINE = 10
+const MAX_HEADER_BYTES = 2 * 4096 + 64
+
+/** The kernel's messages (strerror, busybox's own wording) by the error's symbolic name. */
+const ERRNO_MESSAGES: ReadonlyArray<readonly [string, RegExp]> = [
+  ["ENOSPC", /No space left on device/i],
+  ["EDQUOT", /Disk quota exceeded/i],
+  ["EIO", /Input\/output error/i],
+  ["EPERM", /Operation not permitted/i],
+  ["EACCES", /Permission denied/i],
+  ["EROFS", /Read-only file system/i],
+  ["EFBIG", /File too large/i],
+  ["ETXTBSY", /Text file busy/i],
+  ["EBUSY", /Device or resource busy/i],
+  ["ENXIO", /No such device or address/i],
+  ["ENODEV", /No such device/i],
+  ["EINVAL", /Invalid argument/i],
+  ["EFAULT", /Bad address/i],
+  ["ELOOP", /Too many levels of symbolic links/i],
+  ["ENAMETOOLONG", /File name too long/i],
+  ["ENOMEM", /Cannot allocate memory/i],
+  ["EMFILE", /Too many open files/i],
+  ["EAGAIN", /Resource temporarily unavailable/i],
+  ["EOPNOTSUPP", /Operation not supported/i],
+  ["EOVERFLOW", /Value too large/i],
+  ["ENOTDIR", /Not a directory/i],
+  ["EISDIR", /Is a directory/i],
+  ["ENOENT", /No such file or directory|nonexistent directory/i]
+]
+
+/** The symbolic name and message of the kernel error the last line of `stderr` reports. */
+export const errnoOf = (stderr: string): { readonly errno: string; readonly message: string } | undefined => {
+  const lines = stderr.trim().split("\n").reverse()
+  for (const line of lines) {
+    for (const [errno, pattern] of ERRNO_MESSAGES) {
+      const match = pattern.exec(line)
+      if (match) return { errno, message: match[0] }
+    }
+  }
+  return undefined
+}
 
 const typeOfMode = (mode: number): EntryType => {
   switch (mode & 0o170000) {
@@ -104,17 +194,46 @@ const parseStatLine = (line: string): { type: EntryType; size: number; mtime: st
 
 const checkPath = (path: unknown) => decodeInput(SandboxPath, path)
 
-export const makeFiles = (host: DriverHost, exec: Pick<Exec, "runInside">) => {
+const clampMax = (maxBytes: number | undefined) =>
+  Math.min(Math.max(0, Math.floor(maxBytes ?? MAX_FILE_BYTES)), MAX_FILE_BYTES)
+
+export const makeFiles = (host: DriverHost, exec: Pick<Exec, "runInside" | "spawnInside">) => {
+  const errorsFor = (entry: RunningSandbox, path: string) => {
+    const fileError = (reason: SandboxFileError["reason"], message: string, errno?: string) =>
+      new SandboxFileError({
+        sandboxId: entry.record.sandboxId,
+        path,
+        reason,
+        message,
+        ...(errno !== undefined ? { errno } : {})
+      })
+    /** A script's failed exit as the refusal it stands for. */
+    const fromExit = (exit: Pick<ProcessExit, "exitCode" | "stderr" | "timedOut">) => {
+      if (exit.timedOut) return fileError("failed", "timed out")
+      const stderr = decode(exit.stderr).trim()
+      const kernel = errnoOf(stderr)
+      // 8: creating the parent folders failed; a file in the way is "not a directory".
+      if (exit.exitCode === 8) {
+        return kernel !== undefined && kernel.errno !== "ENOTDIR" && kernel.errno !== "EEXIST"
+          ? fileError("refused", kernel.message, kernel.errno)
+          : fileError("not_directory", "not_directory")
+      }
+      if (exit.exitCode === REFUSED_EXIT && kernel !== undefined) return fileError("refused", kernel.message, kernel.errno)
+      const reason = FILE_EXIT[exit.exitCode] ?? "failed"
+      return fileError(reason, stderr.slice(0, 500) || reason)
+    }
+    return { fileError, fromExit }
+  }
+
   /** Runs a file API script; maps its exit code to the refusal it stands for. */
   const fileOp = (
-    sandboxId: string,
+    entry: RunningSandbox,
     path: string,
     script: string,
     extraArgs: ReadonlyArray<string>,
     options: Pick<RunOptions, "stdin" | "maxOutputBytes"> = {}
   ) =>
     Effect.gen(function*() {
-      const entry = yield* host.lookupRunning(sandboxId)
       // The scripts call the helper busybox by path: they work in templates without one.
       const result = yield* exec.runInside(entry, [HELPER, "sh", "-c", script, "sh", path, ...extraArgs], {
         env: { PATH: SANDBOX_PATH },
@@ -122,50 +241,136 @@ export const makeFiles = (host: DriverHost, exec: Pick<Exec, "runInside">) => {
         timeoutMs: FILE_OP_TIMEOUT_MS,
         ...options
       })
-      const fileError = (reason: SandboxFileError["reason"], message: string) =>
-        new SandboxFileError({ sandboxId: entry.record.sandboxId, path, reason, message })
-      if (result.timedOut) return yield* fileError("failed", "timed out")
-      if (result.exitCode !== 0) {
-        const stderr = decode(result.stderr).trim()
-        const reason = FILE_EXIT[result.exitCode] ?? (/denied|not permitted|read-only/i.test(stderr) ? "permission_denied" : "failed")
-        return yield* fileError(reason, stderr.slice(0, 500) || reason)
-      }
+      const { fileError, fromExit } = errorsFor(entry, path)
+      if (result.exitCode !== 0 || result.timedOut) return yield* fromExit(result)
       return { result, fileError }
     })
 
-  const readFile = Effect.fn("SandboxDriver.readFile")(function*(
+  const spawnScript = (entry: RunningSandbox, script: string, args: ReadonlyArray<string>) =>
+    exec.spawnInside(entry, [HELPER, "sh", "-c", script, "sh", ...args], {
+      env: { PATH: SANDBOX_PATH },
+      cwd: "/",
+      timeoutMs: TRANSFER_TIMEOUT_MS
+    })
+
+  const readFileStream = Effect.fn("SandboxDriver.readFileStream")(function*(
     sandboxId: string,
     path: string,
     options?: { readonly maxBytes?: number }
   ) {
     const checked = yield* checkPath(path)
-    const max = Math.min(Math.max(0, Math.floor(options?.maxBytes ?? MAX_FILE_BYTES)), MAX_FILE_BYTES)
-    // One byte more than allowed: its arrival is how a file over the limit is told apart.
-    const { result, fileError } = yield* fileOp(sandboxId, checked, READ_SCRIPT, [String(max + 1)], {
-      maxOutputBytes: max + 1
-    })
-    if (result.stdout.length > max) return yield* fileError("too_large", `larger than ${max} bytes`)
-    return result.stdout
+    const max = clampMax(options?.maxBytes)
+    const entry = yield* host.lookupRunning(sandboxId)
+    const { fileError, fromExit } = errorsFor(entry, checked)
+    const proc = yield* spawnScript(entry, READ_SCRIPT, [checked, String(max)])
+    const header = yield* readHeader(proc.stdout, NEWLINE, 32)
+    const refusal = Effect.flatMap(proc.exit, (exit) =>
+      Effect.fail(exit.exitCode !== 0 || exit.timedOut ? fromExit(exit) : fileError("failed", "the file changed while it was read")))
+    if (header === undefined) return yield* refusal
+    const size = Number(header.subarray(0, -1).toString("latin1"))
+    if (!Number.isSafeInteger(size) || size < 0) return yield* fileError("failed", "unreadable size")
+    // Nothing is promised to the caller before the first byte (or the end) is there: a read
+    // the kernel refuses at once (EIO, EACCES) is a refusal, not a cut stream.
+    if (!(yield* awaitData(proc.stdout))) {
+      const exit = yield* proc.exit
+      if (exit.exitCode !== 0 || exit.timedOut) return yield* fromExit(exit)
+      if (size > 0) return yield* refusal
+      return { size: 0, stream: Stream.empty } satisfies FileStream as FileStream
+    }
+    let received = 0
+    const stream: Stream.Stream<Uint8Array, SandboxFileError | DriverFailure> = NodeStream.fromReadable<Uint8Array, DriverFailure>({
+      evaluate: () => proc.stdout,
+      onError: (e) => new DriverFailure({ operation: "readFile", message: String(e) }),
+      closeOnDone: false
+    }).pipe(
+      Stream.mapEffect((chunk) => {
+        received += chunk.length
+        return received > max ? Effect.fail(fileError("too_large", `larger than ${max} bytes`)) : Effect.succeed(chunk)
+      }),
+      Stream.concat(Stream.fromEffectDrain(Effect.gen(function*() {
+        const exit = yield* proc.exit
+        if (exit.exitCode !== 0 || exit.timedOut) return yield* fromExit(exit)
+        if (size > 0 && received !== size) return yield* fileError("failed", "the file changed while it was read")
+      })))
+    )
+    return { size: size > 0 ? size : null, stream } satisfies FileStream as FileStream
   })
 
-  const writeFile = Effect.fn("SandboxDriver.writeFile")(function*(
+  const readFile = (sandboxId: string, path: string, options?: { readonly maxBytes?: number }) =>
+    Effect.scoped(Effect.gen(function*() {
+      const content = yield* readFileStream(sandboxId, path, options)
+      const chunks = yield* Stream.runCollect(content.stream)
+      return new Uint8Array(Buffer.concat(chunks))
+    })).pipe(Effect.withSpan("SandboxDriver.readFile"))
+
+  const writeFileStream = <E, R>(
     sandboxId: string,
     path: string,
-    bytes: Uint8Array,
-    mode?: number
-  ) {
-    const checked = yield* checkPath(path)
-    const fileMode = yield* decodeInput(FileMode, mode ?? 0o644)
-    if (!(bytes instanceof Uint8Array)) return yield* invalid("bytes must be a Uint8Array")
-    if (bytes.length > MAX_FILE_BYTES) {
-      return yield* new SandboxFileError({ sandboxId, path: checked, reason: "too_large", message: `at most ${MAX_FILE_BYTES} bytes` })
-    }
-    yield* fileOp(sandboxId, checked, WRITE_SCRIPT, [fileMode.toString(8)], { stdin: bytes, maxOutputBytes: 64 * 1024 })
-  })
+    body: Stream.Stream<Uint8Array, E, R>,
+    options?: { readonly mode?: number; readonly maxBytes?: number }
+  ) =>
+    Effect.scoped(Effect.gen(function*() {
+      const checked = yield* checkPath(path)
+      const fileMode = yield* decodeInput(FileMode, options?.mode ?? 0o644)
+      const max = clampMax(options?.maxBytes)
+      const entry = yield* host.lookupRunning(sandboxId)
+      const { fileError, fromExit } = errorsFor(entry, checked)
+      const proc = yield* spawnScript(entry, RECEIVE_SCRIPT, [checked, `.svc-upload-${randomBytes(8).toString("hex")}`])
+      const refusal = Effect.flatMap(proc.exit, (exit) => Effect.fail(exit.exitCode !== 0 ? fromExit(exit) : fileError("failed", "no answer")))
+      const first = yield* readHeader(proc.stdout, NUL, MAX_HEADER_BYTES)
+      if (first === undefined) return yield* refusal
+      if (first.length > 1) {
+        const second = yield* readHeader(proc.stdout, NUL, MAX_HEADER_BYTES)
+        if (second === undefined) return yield* refusal
+        const target = first.subarray(0, -1).toString("utf8")
+        const temp = second.subarray(0, -1).toString("utf8")
+        let committed = false
+        // Whatever ends this write early (a refusal, a cut body, interruption): the writer is
+        // killed (no clean end of its input) and its file removed.
+        yield* Effect.addFinalizer(() =>
+          committed ? Effect.void : Effect.andThen(
+            Effect.sync(proc.kill),
+            exec.runInside(entry, [HELPER, "rm", "-f", "--", temp], { env: { PATH: SANDBOX_PATH }, cwd: "/", timeoutMs: FILE_OP_TIMEOUT_MS })
+          ).pipe(Effect.ignore)
+        )
+        const result = yield* pump(body, proc.stdin, max)
+        if (result.overLimit) return yield* fileError("too_large", `at most ${max} bytes`)
+        proc.stdin.end()
+        const exit = yield* proc.exit
+        if (exit.exitCode !== 0 || exit.timedOut) return yield* fromExit(exit)
+        if (result.readerGone) return yield* fileError("failed", "the writer stopped reading")
+        const commit = yield* exec.runInside(entry, [HELPER, "sh", "-c", COMMIT_SCRIPT, "sh", temp, target, fileMode.toString(8)], {
+          env: { PATH: SANDBOX_PATH },
+          cwd: "/",
+          timeoutMs: FILE_OP_TIMEOUT_MS,
+          maxOutputBytes: 64 * 1024
+        })
+        if (commit.exitCode !== 0 || commit.timedOut) return yield* fromExit(commit)
+        committed = true
+        return
+      }
+      // In place (a device, a fifo, /proc): what arrived is written, the mode is left alone.
+      const result = yield* pump(body, proc.stdin, max)
+      if (result.overLimit) return yield* fileError("too_large", `at most ${max} bytes`)
+      proc.stdin.end()
+      const exit = yield* proc.exit
+      if (exit.exitCode !== 0 || exit.timedOut) return yield* fromExit(exit)
+    })).pipe(Effect.withSpan("SandboxDriver.writeFileStream"))
+
+  const writeFile = (sandboxId: string, path: string, bytes: Uint8Array, mode?: number) =>
+    Effect.gen(function*() {
+      if (!(bytes instanceof Uint8Array)) return yield* invalid("bytes must be a Uint8Array")
+      if (bytes.length > MAX_FILE_BYTES) {
+        const checked = yield* checkPath(path)
+        return yield* new SandboxFileError({ sandboxId, path: checked, reason: "too_large", message: `at most ${MAX_FILE_BYTES} bytes` })
+      }
+      return yield* writeFileStream(sandboxId, path, Stream.succeed(bytes), mode !== undefined ? { mode } : {})
+    }).pipe(Effect.withSpan("SandboxDriver.writeFile"))
 
   const stat = Effect.fn("SandboxDriver.stat")(function*(sandboxId: string, path: string) {
     const checked = yield* checkPath(path)
-    const { result, fileError } = yield* fileOp(sandboxId, checked, STAT_SCRIPT, [], { maxOutputBytes: 4096 })
+    const entry = yield* host.lookupRunning(sandboxId)
+    const { result, fileError } = yield* fileOp(entry, checked, STAT_SCRIPT, [], { maxOutputBytes: 4096 })
     const parsed = parseStatLine(decode(result.stdout))
     if (parsed === undefined) return yield* fileError("failed", "unreadable stat output")
     return new FileStat(parsed)
@@ -173,7 +378,8 @@ export const makeFiles = (host: DriverHost, exec: Pick<Exec, "runInside">) => {
 
   const listDir = Effect.fn("SandboxDriver.listDir")(function*(sandboxId: string, path: string) {
     const checked = yield* checkPath(path)
-    const { result } = yield* fileOp(sandboxId, checked, LIST_SCRIPT, [], { maxOutputBytes: 16 * 1024 * 1024 })
+    const entry = yield* host.lookupRunning(sandboxId)
+    const { result } = yield* fileOp(entry, checked, LIST_SCRIPT, [], { maxOutputBytes: 16 * 1024 * 1024 })
     const entries: Array<DirEntry> = []
     for (const record of Buffer.from(result.stdout).toString("utf8").split("\0")) {
       const match = /^([0-9a-f]+ \d+ -?\d+) ([\s\S]+)$/.exec(record)
@@ -184,5 +390,5 @@ export const makeFiles = (host: DriverHost, exec: Pick<Exec, "runInside">) => {
     return entries.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))
   })
 
-  return { readFile, writeFile, stat, listDir }
+  return { readFile, readFileStream, writeFile, writeFileStream, stat, listDir }
 }

@@ -1,9 +1,11 @@
 /**
  * Running host commands: bounded output, stdin bytes, a timeout that ends the whole process
  * tree, and interruption that does the same. The building block of exec and the file API.
+ * `spawnStreaming` is the same for transfers: stdin and stdout stay streams, never buffers.
  */
-import { Effect } from "effect"
+import { Effect, type Scope, Stream } from "effect"
 import { spawn } from "node:child_process"
+import type { Readable, Writable } from "node:stream"
 import { DriverFailure } from "../Driver.ts"
 
 export interface RunOptions {
@@ -186,3 +188,266 @@ export const runChecked = (
         )
     )
   )
+
+// ---------------------------------------------------------------------------------------------
+// Streaming: a host command whose stdin and stdout are streams, for transfers too large to hold.
+
+export interface StreamingOptions {
+  /** The complete environment of the child (nothing is inherited). */
+  readonly env?: Readonly<Record<string, string>>
+  /** As `RunOptions.fd3`: bytes the child reads on fd 3, then end of file. */
+  readonly fd3?: Uint8Array
+  /** The whole run, streaming included: past it every process of the run is killed. */
+  readonly timeoutMs?: number
+  /** Cap of the stderr kept (the rest is read and dropped). */
+  readonly maxStderrBytes?: number
+  /** As `RunOptions.killTree`: called on timeout, on `kill` and when the scope closes early. */
+  readonly killTree?: (pid: number) => void
+}
+
+export interface ProcessExit {
+  readonly exitCode: number
+  readonly stderr: Uint8Array
+  readonly timedOut: boolean
+  readonly durationMs: number
+}
+
+export interface StreamingProcess {
+  /** The child's stdin: write with backpressure, `end()` once done (EPIPE is swallowed). */
+  readonly stdin: Writable
+  /** The child's stdout, paused until read. */
+  readonly stdout: Readable
+  /** Completes once the child has exited and its stderr was read. */
+  readonly exit: Effect.Effect<ProcessExit, DriverFailure>
+  /** Kills every process of the run (its process group, then `killTree`). */
+  readonly kill: () => void
+}
+
+/** How long the scope's end waits for killed processes to be reaped. */
+const REAP_MS = 5_000
+
+/**
+ * Starts `file args` detached in its own process group with piped stdio, for the lifetime of
+ * the scope: when the scope closes before the child exited, every process of the run is
+ * killed first and only then are its pipes closed (a writer must never see a clean EOF on a
+ * transfer that was cut short).
+ */
+export const spawnStreaming = (
+  operation: string,
+  file: string,
+  args: ReadonlyArray<string>,
+  options: StreamingOptions = {}
+): Effect.Effect<StreamingProcess, DriverFailure, Scope.Scope> =>
+  Effect.acquireRelease(
+    Effect.sync(() => {
+      const started = performance.now()
+      const err = new Collector(options.maxStderrBytes ?? 64 * 1024)
+      let timedOut = false
+      let timer: NodeJS.Timeout | undefined
+      const child = spawn(file, args as Array<string>, {
+        env: options.env ?? {},
+        stdio: ["pipe", "pipe", "pipe", ...(options.fd3 === undefined ? [] : ["pipe" as const])],
+        detached: true
+      })
+      if (options.fd3 !== undefined) {
+        const fd3 = child.stdio[3] as NodeJS.WritableStream
+        fd3.on("error", () => undefined)
+        fd3.end(options.fd3)
+      }
+      const kill = () => {
+        if (child.pid === undefined) return
+        try {
+          process.kill(-child.pid, "SIGKILL")
+        } catch {
+          // Already gone.
+        }
+        options.killTree?.(child.pid)
+      }
+      // The child may stop reading (it failed, or had all it wanted): its exit code says why.
+      child.stdin!.on("error", () => undefined)
+      child.stdout!.on("error", () => undefined)
+      child.stderr!.on("data", (chunk: Buffer) => err.push(chunk))
+      const exited = new Promise<Effect.Effect<ProcessExit, DriverFailure>>((resolve) => {
+        child.once("error", (e) => resolve(Effect.fail(new DriverFailure({ operation, message: `${file}: ${e.message}` }))))
+        child.once("exit", (code, sig) => {
+          if (timer !== undefined) clearTimeout(timer)
+          const done = () =>
+            resolve(Effect.succeed({
+              exitCode: code ?? (sig !== null ? 128 + (signalNumbers[sig] ?? 0) : 255),
+              stderr: err.bytes(),
+              timedOut,
+              durationMs: performance.now() - started
+            }))
+          // stderr is read to its end, unless a leftover process holds it open.
+          if (child.stderr!.readableEnded) return done()
+          const drain = setTimeout(done, DRAIN_MS)
+          child.stderr!.once("end", () => {
+            clearTimeout(drain)
+            done()
+          })
+        })
+      })
+      if (options.timeoutMs !== undefined) {
+        timer = setTimeout(() => {
+          timedOut = true
+          kill()
+        }, options.timeoutMs)
+      }
+      return {
+        child,
+        timer: () => timer,
+        process: {
+          stdin: child.stdin!,
+          stdout: child.stdout!,
+          exit: Effect.flatten(Effect.promise(() => exited)),
+          kill
+        } satisfies StreamingProcess
+      }
+    }),
+    ({ child, process: run, timer }) =>
+      Effect.gen(function*() {
+        if (child.exitCode === null && child.signalCode === null) {
+          run.kill()
+          yield* run.exit.pipe(Effect.ignore, Effect.timeout(REAP_MS), Effect.ignore)
+        }
+        const pending = timer()
+        if (pending !== undefined) clearTimeout(pending)
+        child.stdin?.destroy()
+        child.stdout?.destroy()
+        child.stderr?.destroy()
+      })
+  ).pipe(Effect.map(({ process: run }) => run))
+
+/**
+ * Reads `readable` up to and including the first `delimiter` byte (at most `maxBytes`); what
+ * follows stays in the stream. `undefined` when the stream ends first or the line is too long.
+ */
+export const readHeader = (readable: Readable, delimiter: number, maxBytes: number): Effect.Effect<Buffer | undefined> =>
+  Effect.callback<Buffer | undefined>((resume) => {
+    let head = Buffer.alloc(0)
+    const detach = () => {
+      readable.off("readable", onReadable)
+      readable.off("end", onEnd)
+      readable.off("close", onEnd)
+      readable.off("error", onEnd)
+    }
+    const finish = (value: Buffer | undefined) => {
+      detach()
+      resume(Effect.succeed(value))
+    }
+    const onReadable = () => {
+      let chunk: Buffer | null
+      while ((chunk = readable.read() as Buffer | null) !== null) {
+        const at = chunk.indexOf(delimiter)
+        if (at >= 0) {
+          head = Buffer.concat([head, chunk.subarray(0, at + 1)])
+          if (at + 1 < chunk.length) readable.unshift(chunk.subarray(at + 1))
+          return finish(head)
+        }
+        head = Buffer.concat([head, chunk])
+        if (head.length > maxBytes) return finish(undefined)
+      }
+    }
+    const onEnd = () => finish(undefined)
+    if (readable.readableEnded || readable.destroyed) return finish(undefined)
+    readable.on("readable", onReadable)
+    readable.once("end", onEnd)
+    readable.once("close", onEnd)
+    readable.once("error", onEnd)
+    onReadable()
+    return Effect.sync(detach)
+  })
+
+/** Waits until `readable` has bytes to read (`true`) or has ended (`false`). */
+export const awaitData = (readable: Readable): Effect.Effect<boolean> =>
+  Effect.callback<boolean>((resume) => {
+    if (readable.readableLength > 0) return resume(Effect.succeed(true))
+    if (readable.readableEnded || readable.destroyed) return resume(Effect.succeed(false))
+    const onReadable = () => {
+      // `readable` also fires at the end; read(0) makes a pending end visible.
+      if (readable.readableLength > 0) return finish(true)
+      readable.read(0)
+      if (readable.readableLength > 0) return finish(true)
+      if (readable.readableEnded) finish(false)
+    }
+    const onEnd = () => finish(false)
+    const finish = (value: boolean) => {
+      readable.off("readable", onReadable)
+      readable.off("end", onEnd)
+      readable.off("close", onEnd)
+      resume(Effect.succeed(value))
+    }
+    readable.on("readable", onReadable)
+    readable.once("end", onEnd)
+    readable.once("close", onEnd)
+    return Effect.sync(() => {
+      readable.off("readable", onReadable)
+      readable.off("end", onEnd)
+      readable.off("close", onEnd)
+    })
+  })
+
+export interface PumpResult {
+  /** Bytes written (at most `maxBytes`). */
+  readonly bytes: number
+  /** The source had more than `maxBytes`: writing stopped there. */
+  readonly overLimit: boolean
+  /** The writable failed (its reader is gone): writing stopped there. */
+  readonly readerGone: boolean
+}
+
+/**
+ * Writes `source` into `writable` with backpressure (one chunk in flight beyond the writable's
+ * buffer), at most `maxBytes`. Does not end the writable: whether what was written is complete
+ * is the caller's decision.
+ */
+export const pump = <E, R>(
+  source: Stream.Stream<Uint8Array, E, R>,
+  writable: Writable,
+  maxBytes: number
+): Effect.Effect<PumpResult, E, R> =>
+  Effect.suspend(() => {
+    let bytes = 0
+    let overLimit = false
+    let readerGone = writable.destroyed || writable.writableEnded
+    const gone = () => {
+      readerGone = true
+    }
+    writable.on("error", gone)
+    writable.once("close", gone)
+    const write = (chunk: Uint8Array) =>
+      Effect.callback<void>((resume) => {
+        if (readerGone) return resume(Effect.void)
+        if (writable.write(chunk)) return resume(Effect.void)
+        const done = () => {
+          writable.off("drain", done)
+          writable.off("close", done)
+          writable.off("error", done)
+          resume(Effect.void)
+        }
+        writable.once("drain", done)
+        writable.once("close", done)
+        writable.once("error", done)
+        return Effect.sync(() => {
+          writable.off("drain", done)
+          writable.off("close", done)
+          writable.off("error", done)
+        })
+      })
+    return source.pipe(
+      Stream.takeWhile(() => !overLimit && !readerGone),
+      Stream.runForEach((chunk) => {
+        if (bytes + chunk.length > maxBytes) {
+          overLimit = true
+          return Effect.void
+        }
+        bytes += chunk.length
+        return write(chunk)
+      }),
+      Effect.map((): PumpResult => ({ bytes, overLimit, readerGone })),
+      Effect.ensuring(Effect.sync(() => {
+        writable.off("error", gone)
+        writable.off("close", gone)
+      }))
+    )
+  })

@@ -6,7 +6,8 @@
  */
 import { FileListing } from "@svc/domain/Api/Sandboxes"
 import * as Errors from "@svc/domain/Errors"
-import { Effect, Option, Schema, Stream } from "effect"
+import { Deferred, Effect, Option, Schema, Stream } from "effect"
+import * as Http from "node:http"
 import { AgentError, AgentExecResult, type AgentExecRequest, type HostRecord } from "../Protocol.ts"
 
 
@@ -15,7 +16,11 @@ export type DataPlaneError =
   | Errors.NotFound
   | Errors.Conflict
   | Errors.PayloadTooLarge
+  | Errors.FileRefused
   | Errors.Unavailable
+
+/** An exec touches no file of the file API: the host never answers `refused` to it. */
+export type ExecError = Exclude<DataPlaneError, Errors.FileRefused>
 
 export type FileContent =
   | { readonly _tag: "Bytes"; readonly size: number | null; readonly stream: Stream.Stream<Uint8Array, Errors.Unavailable> }
@@ -33,8 +38,10 @@ const unreachable = (host: HostRecord, cause: unknown) =>
 
 /** A non-2xx answer of the agent as the API's error. */
 const refusal = (host: HostRecord, response: Response): Effect.Effect<never, DataPlaneError> =>
+  Effect.flatMap(Effect.promise(() => response.text().catch(() => "")), (text) => refusalOf(host, response.status, text))
+
+const refusalOf = (host: HostRecord, status: number, text: string): Effect.Effect<never, DataPlaneError> =>
   Effect.gen(function*() {
-    const text = yield* Effect.promise(() => response.text().catch(() => ""))
     let parsed: unknown
     try {
       parsed = JSON.parse(text)
@@ -43,7 +50,7 @@ const refusal = (host: HostRecord, response: Response): Effect.Effect<never, Dat
     }
     const error = decodeAgentError(parsed)
     if (Option.isSome(error)) {
-      const { error: message, reason } = error.value
+      const { error: message, reason, errno } = error.value
       switch (reason) {
         case "invalid":
           return yield* new Errors.InvalidRequest({ error: message })
@@ -53,6 +60,13 @@ const refusal = (host: HostRecord, response: Response): Effect.Effect<never, Dat
           return yield* new Errors.Conflict({ error: message })
         case "too_large":
           return yield* new Errors.PayloadTooLarge({ error: message })
+        case "refused":
+          return yield* new Errors.FileRefused({
+            error: `The sandbox's kernel refused the file operation: ${message}${errno !== undefined ? ` (${errno})` : ""}`,
+            errno: errno ?? "EIO"
+          })
+        case "busy":
+          return yield* new Errors.Unavailable({ error: "The sandbox's host runs as many file transfers as it allows; retry" })
         case "unauthorized":
         case "failed":
           break
@@ -60,7 +74,7 @@ const refusal = (host: HostRecord, response: Response): Effect.Effect<never, Dat
     }
     yield* Effect.logWarning("data plane: host failed the request", {
       hostId: host.hostId,
-      status: response.status,
+      status,
       body: text.slice(0, 500)
     })
     return yield* new Errors.Unavailable({ error: "The sandbox's host could not carry out the request; retry" })
@@ -89,7 +103,11 @@ export const exec = Effect.fn("DataPlane.exec")(function*(host: HostRecord, sand
     body: JSON.stringify(body),
     timeoutMs: (body.timeout_ms ?? 60_000) + 15_000
   })
-  if (!response.ok) return yield* refusal(host, response)
+  if (!response.ok) {
+    return yield* refusal(host, response).pipe(
+      Effect.catchTag("FileRefused", (e) => unreachable(host, `an exec answered as a file refusal: ${e.error}`))
+    )
+  }
   const json = yield* Effect.tryPromise({ try: () => response.json(), catch: (cause) => cause }).pipe(
     Effect.catch((cause) => unreachable(host, cause))
   )
@@ -119,9 +137,17 @@ export const readFile = Effect.fn("DataPlane.readFile")(function*(host: HostReco
   return { _tag: "Bytes", size: length === null ? null : Number(length), stream } satisfies FileContent as FileContent
 })
 
+/** How long an upload may take, start to end (as the host's own transfer timeout). */
+const UPLOAD_TIMEOUT_MS = 600_000
+/** Of an answer to an upload, only this much is read (it is an error body or nothing). */
+const MAX_ANSWER_BYTES = 64 * 1024
+
 /**
  * Writes `body` (at most `maxBytes`; more is 413 `payload_too_large`, the transfer cut short)
- * to the file at `path`, streaming it through.
+ * to the file at `path`, streaming it through with backpressure: a chunk is read from the
+ * client only once the host took the previous one. `node:http`, not `fetch`: fetch reads a
+ * streamed request body as fast as the client sends it, whatever the host takes, and would
+ * hold the difference (up to the whole upload) in this process.
  */
 export const writeFile = Effect.fn("DataPlane.writeFile")(function*<E>(
   host: HostRecord,
@@ -130,37 +156,80 @@ export const writeFile = Effect.fn("DataPlane.writeFile")(function*<E>(
   body: Stream.Stream<Uint8Array, E>,
   maxBytes: number
 ) {
-  let total = 0
-  let tooLarge = false
-  let failed: unknown = undefined
-  const counted = body.pipe(
-    Stream.mapEffect((chunk) => {
-      total += chunk.length
-      if (total > maxBytes) {
-        tooLarge = true
-        return Effect.fail(new Errors.PayloadTooLarge({ error: `Uploads are limited to ${maxBytes} bytes` }))
-      }
-      return Effect.succeed(chunk)
-    }),
-    Stream.tapError((e) => Effect.sync(() => (failed = e)))
-  )
-  const readable = yield* Stream.toReadableStreamEffect(counted)
-  const response = yield* Effect.tryPromise({
-    try: (signal) =>
-      fetch(url(host, sandboxId, "files", path), {
-        method: "PUT",
-        headers: { "content-type": "application/octet-stream", authorization: `Bearer ${host.token}` },
-        body: readable,
-        duplex: "half",
-        signal: AbortSignal.any([signal, AbortSignal.timeout(600_000)])
-      } as RequestInit),
-    catch: (cause) => cause
-  }).pipe(Effect.catch((cause): Effect.Effect<never, DataPlaneError> => {
-    if (tooLarge) return Effect.fail(new Errors.PayloadTooLarge({ error: `Uploads are limited to ${maxBytes} bytes` }))
-    if (failed !== undefined) return Effect.fail(new Errors.InvalidRequest({ error: "The request body could not be read" }))
-    return unreachable(host, cause)
+  const target = new URL(url(host, sandboxId, "files", path))
+  const tooLarge = () => new Errors.PayloadTooLarge({ error: `Uploads are limited to ${maxBytes} bytes` })
+  type Answer = { readonly status: number; readonly text: string }
+  const exchange = Effect.scoped(Effect.gen(function*() {
+    const answer = yield* Deferred.make<Answer, DataPlaneError>()
+    // Closed with the scope: once answered, or when the caller goes away (the host then sees
+    // a cut body and keeps nothing of it).
+    const req = yield* Effect.acquireRelease(
+      Effect.sync(() =>
+        Http.request({
+          host: target.hostname.replace(/^\[|\]$/g, ""),
+          port: Number(target.port || 80),
+          method: "PUT",
+          path: target.pathname + target.search,
+          agent: false,
+          headers: {
+            "content-type": "application/octet-stream",
+            "transfer-encoding": "chunked",
+            authorization: `Bearer ${host.token}`
+          }
+        })
+      ),
+      (req) => Effect.sync(() => req.destroy())
+    )
+    req.on("response", (res) => {
+      // The host may answer before the body is through (a refusal): that answer is the result.
+      let text = ""
+      res.setEncoding("utf8")
+      res.on("data", (chunk: string) => {
+        if (text.length < MAX_ANSWER_BYTES) text += chunk
+      })
+      res.on("end", () => Deferred.doneUnsafe(answer, Effect.succeed({ status: res.statusCode ?? 0, text })))
+      res.on("error", (cause) => Deferred.doneUnsafe(answer, unreachable(host, cause)))
+    })
+    req.on("error", (cause) => Deferred.doneUnsafe(answer, unreachable(host, cause)))
+    let total = 0
+    const write = (chunk: Uint8Array) =>
+      Effect.callback<void, Errors.PayloadTooLarge>((resume) => {
+        total += chunk.length
+        if (total > maxBytes) return resume(Effect.fail(tooLarge()))
+        if (req.destroyed || req.write(chunk)) return resume(Effect.void)
+        const done = () => {
+          req.off("drain", done)
+          req.off("close", done)
+          resume(Effect.void)
+        }
+        req.once("drain", done)
+        req.once("close", done)
+        return Effect.sync(() => {
+          req.off("drain", done)
+          req.off("close", done)
+        })
+      })
+    yield* body.pipe(
+      Stream.runForEach(write),
+      Effect.matchEffect({
+        onSuccess: () => Effect.sync(() => void req.end()),
+        onFailure: (e) =>
+          Effect.sync(() => {
+            // Cut short: the host must not take a partial body for a whole one.
+            req.destroy()
+            Deferred.doneUnsafe(
+              answer,
+              Effect.fail(e instanceof Errors.PayloadTooLarge ? e : new Errors.InvalidRequest({ error: "The request body could not be read" }))
+            )
+          })
+      }),
+      Effect.forkScoped
+    )
+    return yield* Deferred.await(answer)
   }))
-  if (tooLarge) return yield* new Errors.PayloadTooLarge({ error: `Uploads are limited to ${maxBytes} bytes` })
-  if (!response.ok) return yield* refusal(host, response)
-  yield* Effect.promise(() => response.arrayBuffer().catch(() => undefined))
+  const answer = yield* exchange.pipe(
+    Effect.timeoutOrElse({ duration: UPLOAD_TIMEOUT_MS, orElse: () => unreachable(host, "upload timed out") })
+  )
+  if (answer.status >= 200 && answer.status < 300) return
+  return yield* refusalOf(host, answer.status, answer.text)
 })
