@@ -109,7 +109,8 @@ layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("host agent: l
       yield* publishCommand(host.hostId, createCommand(sandboxId))
       const report = yield* reports.waitFor(sandboxId, () => true)
       assert.strictEqual(report.status, "failed")
-      assert.match(report.errorMessage!, /^limits failed: the host could not apply memory: unavailable: /)
+      // The tenant reads the step; the driver's detail (which limit, the host path) is in the agent's log.
+      assert.strictEqual(report.errorMessage, "limits failed on the host")
       assert.deepStrictEqual(yield* agent.driver.list, [])
     }))
 
