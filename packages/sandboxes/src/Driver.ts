@@ -84,7 +84,9 @@ export const HostLimits = Schema.Struct({
   cgroup: Schema.Literals(["v1", "v2", "none"]),
   memory: Schema.String,
   cpu: Schema.String,
-  pids: Schema.String
+  pids: Schema.String,
+  /** Disk images (`diskGb`); absent in the records of agents from before them. */
+  disk: Schema.optionalKey(Schema.String)
 })
 export type HostLimits = typeof HostLimits.Type
 

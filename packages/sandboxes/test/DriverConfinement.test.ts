@@ -41,7 +41,7 @@ const pidNamespace = (pid: number | string) => {
 layer(TestDriver.layer(), { excludeTestServices: true })("a sandbox's identity and restrictions", (it) => {
   it.effect("root inside is an unprivileged host uid: the uid map, the owner of its files and processes, a setuid file", () =>
     Effect.gen(function*() {
-      const { driver, dataDir, config } = yield* TestDriver
+      const { driver, config } = yield* TestDriver
       const id = uniqueId("uid")
       const info = yield* withSandbox(driver, spec(id))
 
@@ -53,7 +53,9 @@ layer(TestDriver.layer(), { excludeTestServices: true })("a sandbox's identity a
       const made = yield* driver.exec(id, sh("cp /bin/busybox /root/suid && chmod 4755 /root/suid && touch /root/plain"))
       assert.strictEqual(made.exitCode, 0, text(made.stderr))
       yield* driver.writeFile(id, "/root/api.txt", new TextEncoder().encode("via the file API"))
-      const upper = NodePath.join(dataDir, "sandboxes", id, "upper", "root")
+      // Its files are on its disk image, mounted in its own namespace only: the host sees them
+      // through its root.
+      const upper = `/proc/${info.pid}/root/root`
       for (const name of ["suid", "plain", "api.txt"]) {
         const st = FsSync.statSync(NodePath.join(upper, name))
         assert.strictEqual(st.uid, config.uidBase, name)

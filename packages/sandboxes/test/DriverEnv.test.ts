@@ -16,10 +16,10 @@ const canary = () => `canary-${randomBytes(16).toString("hex")}`
 
 const recordOf = (dataDir: string, sandboxId: string) => NodePath.join(dataDir, "sandboxes", sandboxId, "sandbox.json")
 
-/** Every byte under the sandbox's folder but its own file system (upper/, work/, root/). */
+/** Every byte under the sandbox's folder but its own file system (disk.img and its mount point, root/). */
 const hostFilesOf = async (dataDir: string, sandboxId: string) => {
   const dir = NodePath.join(dataDir, "sandboxes", sandboxId)
-  const names = (await Fs.readdir(dir)).filter((name) => !["upper", "work", "root"].includes(name))
+  const names = (await Fs.readdir(dir)).filter((name) => !["disk.img", "disk", "upper", "work", "root"].includes(name))
   return Buffer.concat(await Promise.all(names.map((name) => Fs.readFile(NodePath.join(dir, name)))))
 }
 

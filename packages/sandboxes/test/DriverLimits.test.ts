@@ -49,7 +49,7 @@ layer(TestDriver.layer(), { excludeTestServices: true, timeout: 120_000 })("Sand
     Effect.gen(function*() {
       const { driver } = yield* TestDriver
       assert.strictEqual(Cgroups.detect("/sys/fs/cgroup"), "v1")
-      assert.deepStrictEqual(driver.hostLimits, { cgroup: "v1", memory: "enforced", cpu: "enforced", pids: "enforced" })
+      assert.deepStrictEqual(driver.hostLimits, { cgroup: "v1", memory: "enforced", cpu: "enforced", pids: "enforced", disk: "enforced" })
     }))
 
   it.effect("memory: a process allocating past ram_mb is OOM-killed inside, the sandbox lives on", () =>
@@ -130,17 +130,16 @@ layer(TestDriver.layer(), { excludeTestServices: true, timeout: 120_000 })("Sand
       assert.isUndefined(yield* driver.ended(id))
     }))
 
-  it.effect("an init OOM-killed (tmpfs pages charged to the sandbox): out of memory at its ram_mb", () =>
+  it.effect("an init OOM-killed (an allocation past ram_mb): out of memory at its ram_mb", () =>
     Effect.gen(function*() {
       const { driver, hostId } = yield* TestDriver
       const id = uniqueId("oom")
       yield* withSandbox(driver, spec(id, { ramMb: 64 }))
       // The init made the OOM killer's first choice (raising a score needs no privilege), so
-      // the kill that ends the sandbox is certain; /dev/shm pages stay charged to the group.
-      const fill = yield* driver.exec(
-        id,
-        sh("echo 1000 > /proc/2/oom_score_adj && dd if=/dev/zero of=/dev/shm/fill bs=1M count=200", { timeoutMs: 30_000 })
-      ).pipe(Effect.result)
+      // the kill that ends the sandbox is certain: eight dd's hold 16 MB buffers each (blocked on
+      // a pipe nobody reads), none scoring above the init. (/dev/shm can no longer fill the
+      // group: it holds half of ram_mb, DriverDisk.test.ts.)
+      const fill = yield* driver.exec(id, sh("echo 1000 > /proc/2/oom_score_adj && for i in 1 2 3 4 5 6 7 8; do dd if=/dev/zero bs=16M count=1 2>/dev/null | sleep 30 & done; wait", { timeoutMs: 30_000 })).pipe(Effect.result)
       const exit = yield* waitEnded(driver, id)
       assert.strictEqual(exit.reason, "out of memory at ram_mb 64", JSON.stringify({ exit, fill }))
       assert.isTrue(exit.outOfMemory)

@@ -6,7 +6,8 @@
 import { Effect } from "effect"
 import * as Fs from "node:fs/promises"
 import { DriverFailure, SandboxAlreadyExists, SandboxSpec } from "../Driver.ts"
-import { attempt, checkId, decodeInput, type DriverHost, HOST_ENV, invalid } from "./Host.ts"
+import * as Disk from "./Disk.ts"
+import { attempt, checkId, decodeInput, type DriverHost, HELPER, HOST_ENV, invalid } from "./Host.ts"
 import type { Lifecycle } from "./Lifecycle.ts"
 import * as Network from "./Network.ts"
 import { runChecked } from "./Process.ts"
@@ -35,6 +36,11 @@ export const makeAdopt = (host: DriverHost, lifecycle: Pick<Lifecycle, "destroyI
       if (entry.record.template !== spec.template) {
         return yield* invalid(`adopt: ${from} was made from template ${entry.record.template}, not ${spec.template}`)
       }
+      // Its disk image is mounted: growing it would need an online resize (CAP_SYS_RESOURCE, which
+      // some hosts withhold even from root), so only an equal size is adopted.
+      if (entry.record.diskGb !== spec.diskGb) {
+        return yield* invalid(`adopt: ${from} has a disk of ${entry.record.diskGb} GiB, not ${spec.diskGb}`)
+      }
       const source = sandboxPaths(config.dataDir, from)
       host.running.delete(from)
       yield* attempt("adopt", () => Fs.rename(source.dir, target.dir))
@@ -60,11 +66,15 @@ export const makeAdopt = (host: DriverHost, lifecycle: Pick<Lifecycle, "destroyI
         const prepared = yield* attempt("adopt", () =>
           cgroups.prepare(spec.sandboxId, { ramMb: spec.ramMb, cpu: spec.cpu, pidsMax: config.pidsMax, diskGb: spec.diskGb })
         )
-        // The uts namespace belongs to the sandbox's user namespace; host root may join it.
-        yield* runChecked("adopt", bin.nsenter, ["-t", String(entry.run.pid), "-u", "--", bin.sh, "-c", `printf %s "$1" > /proc/sys/kernel/hostname`, "sh", spec.sandboxId], {
-          env: HOST_ENV
-        })
-        const runRecord = new RunRecord({ ...entry.run, limits: prepared.limits })
+        // The sandbox's namespaces belong to its user namespace; host root may join them. The
+        // hostname, and /dev/shm sized for the new memory limit (mount reads /proc/mounts: the pid
+        // namespace too); only the helper busybox runs in there (the tenant cannot replace it).
+        yield* runChecked("adopt", bin.nsenter, [
+          "-t", String(entry.run.pid), "-u", "-m", "-p", "-r", "--",
+          HELPER, "sh", "-c", `${HELPER} hostname "$1" && ${HELPER} mount -o remount,nosuid,nodev,size=$2 /dev/shm`,
+          "sh", spec.sandboxId, String(Disk.shmBytes(spec.ramMb))
+        ], { env: HOST_ENV })
+        const runRecord = new RunRecord({ ...entry.run, limits: { ...prepared.limits, disk: entry.run.limits.disk } })
         yield* attempt("adopt", () => writeRunRecord(target, runRecord))
         host.running.set(spec.sandboxId, { record, run: runRecord })
         return infoOf(record, runRecord)

@@ -14,6 +14,7 @@ import { Effect, Layer } from "effect"
 import { DriverUnsupported, SandboxDriver, SandboxStats } from "../Driver.ts"
 import { makeAdopt } from "./Adopt.ts"
 import { DriverConfig } from "./Config.ts"
+import * as Disk from "./Disk.ts"
 import { makeEnded } from "./Ended.ts"
 import { makeExec } from "./Exec.ts"
 import { makeFiles } from "./Files.ts"
@@ -33,7 +34,7 @@ export class BubblewrapDriver {
       const runs = makeRuns(host)
       const lifecycle = makeLifecycle(host, runs)
       const { ended } = makeEnded(host, runs)
-      const hostLimits = yield* attempt("init", () => host.cgroups.probe())
+      const hostLimits = { ...(yield* attempt("init", () => host.cgroups.probe())), disk: Disk.hostStatus(host.disk) }
       const { adopt } = makeAdopt(host, lifecycle)
       const { exec, runInside, spawnInside } = makeExec(host)
       const files = makeFiles(host, { runInside, spawnInside })

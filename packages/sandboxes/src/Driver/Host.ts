@@ -5,7 +5,7 @@
  * helper busybox, the base template, the bridge and its firewall (`Firewall.ts`).
  */
 import type { SecretBox } from "@svc/crypto/SecretBox"
-import { Effect, Schema, Semaphore } from "effect"
+import { Effect, Schema, type Scope, Semaphore } from "effect"
 import * as FsSync from "node:fs"
 import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
@@ -21,6 +21,7 @@ import { BASE_TEMPLATE, ensureBaseTemplate } from "../Rootfs.ts"
 import * as Cgroups from "./Cgroups.ts"
 import type { DriverConfig } from "./Config.ts"
 import * as Confinement from "./Confinement.ts"
+import * as Disk from "./Disk.ts"
 import { installFirewall } from "./Firewall.ts"
 import * as Seccomp from "./Seccomp.ts"
 import * as Network from "./Network.ts"
@@ -92,6 +93,9 @@ export interface DriverHost {
   readonly subnet: Network.Subnet
   /** The sandboxes' cgroups, v1 or v2 as detected at start. */
   readonly cgroups: Cgroups.Cgroups
+  /** Whether sandboxes get a disk image (`Disk.ts`), found once at start, and the blank ones made ahead. */
+  readonly disk: Disk.DiskSupport
+  readonly diskStock: Disk.DiskStock
   readonly sandboxesDir: string
   /** The host folder bound read-only at `HELPER_DIR` in every sandbox. */
   readonly helperDir: string
@@ -118,7 +122,7 @@ export interface DriverHost {
 export const makeDriverHost = (
   config: DriverConfig["Service"],
   secrets: SecretBox["Service"]
-): Effect.Effect<DriverHost, DriverFailure> =>
+): Effect.Effect<DriverHost, DriverFailure, Scope.Scope> =>
   Effect.gen(function*() {
     const found = {
       bwrap: findBinary("bwrap"),
@@ -191,6 +195,8 @@ export const makeDriverHost = (
       }
     })
     const baseDir = yield* attempt("init", () => ensureBaseTemplate(templatesDir, config.busybox, config.uidBase))
+    const disk = yield* Disk.probe(config.dataDir, bin, HOST_ENV, config.uidBase)
+    const diskStock = yield* Disk.makeStock(disk, config.dataDir, config.diskStock, HOST_ENV)
 
     // The bridge is shared by every agent on the machine: create it if absent, never touch others.
     if (!(yield* attempt("bridge", () => Network.interfaceExists(config.bridge)))) {
@@ -263,6 +269,8 @@ export const makeDriverHost = (
       confinement,
       subnet,
       cgroups,
+      disk,
+      diskStock,
       sandboxesDir,
       helperDir,
       running,

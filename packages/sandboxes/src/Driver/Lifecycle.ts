@@ -13,7 +13,8 @@ import {
   SandboxListing,
   SandboxSpec
 } from "../Driver.ts"
-import { attempt, checkId, decodeInput, type DriverHost } from "./Host.ts"
+import * as Disk from "./Disk.ts"
+import { attempt, checkId, decodeInput, type DriverHost, HOST_ENV } from "./Host.ts"
 import * as Network from "./Network.ts"
 import type { Runs } from "./Run.ts"
 import { isAlive, readRunRecord, readStoredRecord, SandboxRecord, sandboxPaths, writeSandboxRecord } from "./State.ts"
@@ -58,6 +59,8 @@ export const makeLifecycle = (host: DriverHost, runs: Runs) => {
       } else {
         yield* attempt("destroy", () => cgroups.removeAll(sandboxId))
       }
+      // The kernel let go of the disk image's loop device with the sandbox's processes; make sure.
+      yield* Disk.awaitDetached(paths)
       yield* assertNothingMounted(paths.dir)
       yield* attempt("destroy", () => Fs.rm(paths.dir, { recursive: true, force: true }))
     })
@@ -92,11 +95,16 @@ export const makeLifecycle = (host: DriverHost, runs: Runs) => {
           createdAt: new Date().toISOString()
         })
         const made = attempt("create", async () => {
-          for (const dir of [paths.dir, paths.upper, paths.work, paths.root]) await Fs.mkdir(dir, { recursive: true, mode: 0o700 })
+          for (const dir of [paths.dir, paths.root]) await Fs.mkdir(dir, { recursive: true, mode: 0o700 })
           // Unprivileged bubblewrap walks through to root/ (0711: it can list nothing here).
           await Fs.chmod(paths.dir, 0o711)
           await Fs.chmod(paths.root, 0o755)
-        }).pipe(Effect.andThen(writeSandboxRecord(paths, record, host.secrets, "create")))
+        }).pipe(
+          // The writable layer: a disk image of diskGb (or folders where the host has no loop devices).
+          Effect.andThen(Disk.makeLayer(host.disk, host.diskStock, paths, spec.diskGb, HOST_ENV)),
+          // The record last: a folder without one is a create that died halfway.
+          Effect.andThen(writeSandboxRecord(paths, record, host.secrets, "create"))
+        )
         return yield* made.pipe(
           Effect.flatMap(() => startRun(record, paths)),
           Effect.tapError(() => destroyInternal(spec.sandboxId).pipe(Effect.ignore))

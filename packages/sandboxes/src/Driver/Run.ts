@@ -10,6 +10,7 @@ import * as FsSync from "node:fs"
 import * as Fs from "node:fs/promises"
 import { DriverFailure, SandboxInfo } from "../Driver.ts"
 import * as Confinement from "./Confinement.ts"
+import * as Disk from "./Disk.ts"
 import { attempt, type DriverHost, errorMessage, HELPER, HELPER_DIR, HOST_ENV, SANDBOX_PATH } from "./Host.ts"
 import * as Network from "./Network.ts"
 import { decode, run, runChecked } from "./Process.ts"
@@ -28,14 +29,19 @@ import {
 
 /**
  * Runs as host root inside a fresh private mount namespace (made by `unshare`): joins the
- * sandbox's cgroups, mounts the overlay where only this namespace sees it, opens the seccomp
- * filter on fd 6 for bubblewrap, then becomes bubblewrap as the sandbox's unprivileged host uid (`setpriv`): nothing of the sandbox
- * ever runs as host root, and the agent maps its user namespace (see `spawnSandbox`).
- * Arguments: <cgroup.procs files...> -- <lower> <upper> <work> <merged> <seccomp> <uid> <program...>
+ * sandbox's cgroups, mounts its disk image through a loop device (autoclear: detached with the
+ * namespace, see `Disk.ts`) and the overlay over the image's `upper/` and `work/`, where only
+ * this namespace sees them, opens the seccomp filter on fd 6 for bubblewrap, then becomes
+ * bubblewrap as the sandbox's unprivileged host uid (`setpriv`): nothing of the sandbox ever runs
+ * as host root, and the agent maps its user namespace (see `spawnSandbox`).
+ * Arguments: <cgroup.procs files...> -- <image|-> <image mount point|-> <lower> <upper> <work>
+ * <merged> <seccomp> <uid> <program...>
  * bubblewrap, unprivileged, must be able to walk to <merged>: the sandbox's folder is 0711.
  */
 const START_SCRIPT = `
 while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift
+[ "$1" = - ] || mount -t ext4 -o loop,nodev,nosuid "$1" "$2" || exit 122
+shift 2
 mount -t overlay overlay -o "lowerdir=$1,upperdir=$2,workdir=$3" "$4" || exit 124
 exec 6< "$5" || exit 123
 uid=$6
@@ -73,7 +79,7 @@ export const makeRuns = (host: DriverHost): Runs => {
    * sandbox and the host-side bubblewrap (the monitor: it waits for pid 1 and writes the init's
    * exit status to `status.json` when it ends).
    */
-  const spawnSandbox = (record: SandboxRecord, paths: SandboxPaths, procsFiles: ReadonlyArray<string>) =>
+  const spawnSandbox = (record: SandboxRecord, paths: SandboxPaths, procsFiles: ReadonlyArray<string>, disk: Disk.Layout) =>
     Effect.callback<{ readonly pid: number; readonly monitorPid: number | undefined }, DriverFailure>((resume) => {
       // The init needs no user variables: execs get them (so they never sit in pid 1's cmdline).
       const env: Record<string, string> = { PATH: SANDBOX_PATH, HOME: "/root", HOSTNAME: record.sandboxId }
@@ -83,7 +89,10 @@ export const makeRuns = (host: DriverHost): Runs => {
         // Host-global and network settings: readable, never writable from inside.
         "--ro-bind", "/proc/sys", "/proc/sys",
         "--dev", "/dev",
+        // tmpfs is memory: /dev/shm is bounded below the memory limit, /dev itself is read-only.
+        "--perms", "01777", "--size", String(Disk.shmBytes(record.ramMb)), "--tmpfs", "/dev/shm",
         "--ro-bind", host.helperDir, HELPER_DIR,
+        "--remount-ro", "/dev",
         // uid 0 inside is config.uidBase on the host: the agent writes the map while bwrap waits on fd 7.
         "--unshare-user", "--uid", "0", "--gid", "0", "--userns-block-fd", "7",
         "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--unshare-cgroup-try",
@@ -114,7 +123,7 @@ export const makeRuns = (host: DriverHost): Runs => {
         [
           "--mount", "--propagation", "private", bin.sh, "-c", START_SCRIPT, "sh",
           // bwrap reads its options from fd 5: host paths stay out of pid 1's cmdline inside.
-          ...procsFiles, "--", record.templateDir, paths.upper, paths.work, paths.root,
+          ...procsFiles, "--", ...Disk.startArgs(disk), record.templateDir, disk.upper, disk.work, paths.root,
           host.confinement.seccomp, String(config.uidBase), bin.bwrap, "--args", "5",
           HELPER, "sh", "-c", INIT_SCRIPT
         ],
@@ -266,9 +275,11 @@ export const makeRuns = (host: DriverHost): Runs => {
         yield* writeSandboxRecord(paths, record, host.secrets, "start")
       }
 
+      const disk = yield* attempt("start", () => Disk.layoutOf(paths))
       // The writable layer belongs to the sandbox's root (a sandbox made before user namespaces
-      // were mapped has a root-owned one: shifted once).
-      yield* attempt("start", async () => {
+      // were mapped has a root-owned one: shifted once). A disk image is formatted with it so
+      // (`Disk.ts`).
+      if (disk.image === undefined) yield* attempt("start", async () => {
         const st = await Fs.lstat(paths.upper)
         if (st.uid !== config.uidBase) {
           if (st.uid < config.uidBase) await shiftOwnership(paths.upper, config.uidBase)
@@ -280,14 +291,14 @@ export const makeRuns = (host: DriverHost): Runs => {
       const prepared = yield* attempt("start", () =>
         cgroups.prepare(record.sandboxId, { ramMb: record.ramMb, cpu: record.cpu, pidsMax: config.pidsMax, diskGb: record.diskGb })
       )
-      const { pid, monitorPid } = yield* spawnSandbox(record, paths, prepared.procsFiles)
+      const { pid, monitorPid } = yield* spawnSandbox(record, paths, prepared.procsFiles, disk)
       const started = yield* attempt("start", () => procStat(pid))
       const monitor = monitorPid === undefined ? undefined : yield* attempt("start", () => procStat(monitorPid))
       const runRecord = new RunRecord({
         pid,
         startTicks: started?.startTicks ?? 0,
         startedAt: new Date().toISOString(),
-        limits: prepared.limits,
+        limits: { ...prepared.limits, disk: Disk.status(host.disk, disk) },
         // A monitor gone already (the init ended at once) leaves a run that counts as ended.
         ...(monitorPid !== undefined ? { monitorPid, monitorStartTicks: monitor?.startTicks ?? -1 } : {})
       })
