@@ -3,7 +3,7 @@
  *
  * Built in this order (and torn down in the reverse one):
  *   config → driver (bubblewrap over the host's data dir; refused when the host cannot enforce
- *   the memory, cpu and pids limits, unless allowed) → journal, lifecycle, reporter →
+ *   the memory, cpu, pids and disk limits, unless allowed) → journal, lifecycle, reporter →
  *   data plane (HTTP) → host record + heartbeat in `hosts`, worker heartbeat in `workers` →
  *   command consumer (ensures the AGENT stream and its consumer, reconciles, then consumes)
  *   beside the exit watcher (sandboxes whose init died, reported `exited`).
@@ -52,7 +52,7 @@ export class UnenforcedLimits extends Schema.TaggedError<UnenforcedLimits>()("Un
   message: Schema.String
 }) {}
 
-const LIMITS = ["memory", "cpu", "pids"] as const
+const LIMITS = ["memory", "cpu", "pids", "disk"] as const
 
 /** The limits of `HostLimits` that do not hold, as `name: why`. */
 export const missingLimits = (limits: HostLimits): ReadonlyArray<string> =>
@@ -68,7 +68,7 @@ export const DriverFromAgent = Layer.effect(
       if (!config.allowUnlimited) {
         return yield* new UnenforcedLimits({
           message: `this host cannot enforce every sandbox limit (cgroup ${driver.hostLimits.cgroup}; ${missing.join("; ")}): ` +
-            "give the agent the cgroup controllers, or set SVC_AGENT_ALLOW_UNLIMITED=1 to run sandboxes without these limits"
+            "give the agent the cgroup controllers and loop devices, or set SVC_AGENT_ALLOW_UNLIMITED=1 to run sandboxes without these limits"
         })
       }
       yield* Effect.logWarning("agent: sandboxes run without some limits (SVC_AGENT_ALLOW_UNLIMITED)", { missing })

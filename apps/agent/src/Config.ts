@@ -6,9 +6,10 @@
  *   SVC_REGION            default `local`
  *   SVC_DATACENTER        default `local-1`
  *   SVC_HOST_CPU / SVC_HOST_RAM_MB / SVC_HOST_DISK_GB   cores, memory and disk; defaults from the machine
+ *                         (disk: 90% of the data dir's free space plus what its sandbox disks hold)
  *   SVC_HOST_CPU_OVERCOMMIT  default 8: the scheduler may place cores × this much `cpu` here (a
  *                         sandbox's cpu is a cap, not a reservation); memory and disk are not overcommitted
- *   SVC_AGENT_ALLOW_UNLIMITED  `1`: start even when the host cannot enforce a memory, cpu or pids
+ *   SVC_AGENT_ALLOW_UNLIMITED  `1`: start even when the host cannot enforce a memory, cpu, pids or disk
  *                         limit (the host record says which hold); default: refuse to start
  *   SVC_AGENT_PORT        data-plane port, 0 (default) = any free port
  *   SVC_AGENT_HOST        data-plane bind address, default 127.0.0.1
@@ -25,6 +26,7 @@
  *   SVC_VERSION           reported in the host record
  */
 import { HostId } from "@svc/domain/Ids"
+import { imagesAllocatedBytes } from "@svc/sandboxes/Driver/Disk"
 import { type Capacity, HOST_HEARTBEAT_MS } from "@svc/sandboxes/Protocol"
 import { Config, Context, Effect, Layer, Option, Schema } from "effect"
 import { createHash } from "node:crypto"
@@ -44,7 +46,7 @@ export interface AgentSettings {
   readonly capacity: Capacity
   /** How many `cpu` of sandboxes one core carries (cpu limits are caps: idle sandboxes use none). */
   readonly cpuOvercommit: number
-  /** Start even when a memory, cpu or pids limit cannot be applied on this host. */
+  /** Start even when a memory, cpu, pids or disk limit cannot be applied on this host. */
   readonly allowUnlimited: boolean
   /** How often running sandboxes are checked for an init that died. */
   readonly exitCheckMs: number
@@ -101,13 +103,19 @@ const defaultDataRoot = (): string => {
 
 export const defaultDataDir = (hostId: string) => NodePath.join(defaultDataRoot(), "hosts", hostId)
 
-/** Total size of the file system that holds `dir` (or its nearest existing parent), in GB. */
+/**
+ * What sandbox disks may take of the file system that holds `dir` (or its nearest existing
+ * parent), in GB: 90% of its free space plus what this host's disk images already hold (the
+ * scheduler counts each sandbox's whole `disk_gb`). Images are sparse: a capacity above the free
+ * space would let sandboxes together fill the file system the platform's data lives on.
+ */
 const diskGbOf = (dir: string): number => {
   let probe = dir
   while (!FsSync.existsSync(probe) && NodePath.dirname(probe) !== probe) probe = NodePath.dirname(probe)
   try {
     const stats = FsSync.statfsSync(probe)
-    return Math.max(1, Math.floor((stats.blocks * stats.bsize) / 1024 ** 3))
+    const usable = stats.bavail * stats.bsize + imagesAllocatedBytes(NodePath.join(dir, "sandboxes"))
+    return Math.max(1, Math.floor((0.9 * usable) / 1024 ** 3))
   } catch {
     return 1
   }

@@ -98,8 +98,10 @@ const isSandboxId = Schema.is(SandboxId)
  * orphans and the pool is made again; a graceful stop destroys them.
  */
 const POOL_PREFIX = "pool-"
+/** The platform's default disk: an entry's disk image is not resized when it is adopted. */
+const POOL_DISK_GB = 1
 const poolEntrySpec = (sandboxId: string) =>
-  new SandboxSpec({ sandboxId, template: BASE_TEMPLATE, env: {}, cpu: 1, ramMb: 256, diskGb: 1, exposedPorts: [] })
+  new SandboxSpec({ sandboxId, template: BASE_TEMPLATE, env: {}, cpu: 1, ramMb: 256, diskGb: POOL_DISK_GB, exposedPorts: [] })
 
 export interface PoolStatus {
   readonly ready: ReadonlyArray<string>
@@ -228,14 +230,15 @@ export class Lifecycle extends Context.Service<Lifecycle, {
         yield* Effect.forkScoped(Effect.forEach(Array.from({ length: makers }), () => maker, { concurrency: makers, discard: true }))
       }
       /**
-       * Gives a ready entry (only `base` sandboxes are pooled) the spec's identity, if there is one.
+       * Gives a ready entry (only `base` sandboxes of the entries' disk size are pooled) the spec's
+       * identity, if there is one.
        * Uninterruptible from the take on: a taken entry is adopted or destroyed, never dropped
        * where the stop's finalizer (which sees only the pool) would miss it. Its slot is refilled
        * once the adoption is over, so that the new entry's process starts do not compete with it.
        */
       const adoptPoolEntry = (spec: SandboxSpec) =>
         Effect.uninterruptible(Effect.suspend(() => {
-          const poolId = spec.template === BASE_TEMPLATE ? pool.shift() : undefined
+          const poolId = spec.template === BASE_TEMPLATE && spec.diskGb === POOL_DISK_GB ? pool.shift() : undefined
           if (poolId === undefined) return Effect.succeed(undefined)
           return Effect.gen(function*() {
             const adopted = yield* Effect.result(limited(driver.adopt(poolId, spec), Effect.ignore(driver.destroy(spec.sandboxId))))

@@ -411,7 +411,7 @@ layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("host agent", 
           token: agent.dataPlane.token,
           heartbeatAt: 0,
           startedAt: 0,
-          limits: { cgroup: "v1", memory: "enforced", cpu: "enforced", pids: "enforced" }
+          limits: { cgroup: "v1", memory: "enforced", cpu: "enforced", pids: "enforced", disk: "enforced" }
         }
       )
       const later = yield* eventually(read, (r) => r !== undefined && r.record.heartbeatAt >= first.record.heartbeatAt + 150)

@@ -1,7 +1,10 @@
 import { assert, describe, it } from "@effect/vitest"
 import { HostId } from "@svc/domain/Ids"
+import { imagesAllocatedBytes } from "@svc/sandboxes/Driver/Disk"
 import { ConfigProvider, Effect, Exit, Schema } from "effect"
+import * as FsSync from "node:fs"
 import * as Os from "node:os"
+import * as NodePath from "node:path"
 import { AgentConfig, hostIdFromHostname } from "../src/Config.ts"
 
 const fromEnv = (env: Record<string, string>) =>
@@ -37,6 +40,13 @@ describe("AgentConfig", () => {
       assert.strictEqual(config.capacity.ramMb, Math.floor(Os.totalmem() / 1024 ** 2))
       assert.isAtLeast(config.capacity.diskGb, 1)
       assert.match(config.dataDir, new RegExp(`/hosts/${config.hostId}$`))
+      // Sandbox disk images are sparse: the capacity stays within the data dir's free space
+      // (plus what this host's images already hold).
+      let existing = config.dataDir
+      while (!FsSync.existsSync(existing)) existing = NodePath.dirname(existing)
+      const free = FsSync.statfsSync(existing)
+      const held = imagesAllocatedBytes(NodePath.join(config.dataDir, "sandboxes"))
+      assert.isAtMost(config.capacity.diskGb, (free.bavail * free.bsize + held) / 1024 ** 3)
       assert.strictEqual(config.poolSize, 4)
       assert.strictEqual(config.allowNoFirewall, false)
       assert.strictEqual(config.maxTransfers, 32)

@@ -119,7 +119,13 @@ layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("host agent: l
       const reports = yield* Reports
       const host = yield* makeHost
       const agent = yield* startAgent(host)
-      assert.deepStrictEqual((yield* hostRecord(host.hostId)).limits, { cgroup: "v1", memory: "enforced", cpu: "enforced", pids: "enforced" })
+      assert.deepStrictEqual((yield* hostRecord(host.hostId)).limits, {
+        cgroup: "v1",
+        memory: "enforced",
+        cpu: "enforced",
+        pids: "enforced",
+        disk: "enforced"
+      })
       const sandboxId = yield* createRunning(agent)
       const before = (yield* reports.of(sandboxId)).length
       process.kill(initPid(agent, sandboxId), "SIGKILL")
