@@ -1,7 +1,8 @@
 /**
  * The bare sandbox driver, without NATS, Postgres or actors: the floor the platform's
  * create → running → exec path will be compared against.
- *   node bench/driver.ts        (N=50 by default; BENCH_SANDBOXES=20 for fewer)
+ *   node bench/driver.ts        (N=50 by default; BENCH_SANDBOXES=20 for fewer;
+ *                               BENCH_DISK_STOCK=0 formats every sandbox's disk image at its create)
  *
  * Measures, for N sequential creates of the `base` template (all kept running):
  *   create → first successful exec (the moment a user could run a command), split into the
@@ -59,7 +60,11 @@ const program = Effect.gen(function*() {
   )
   const context = yield* Layer.build(
     BubblewrapDriver.layer.pipe(
-      Layer.provide(Layer.succeed(DriverConfig, DriverConfig.make({ dataDir, hostId }))),
+      Layer.provide(Layer.succeed(DriverConfig, DriverConfig.make({
+        dataDir,
+        hostId,
+        ...(process.env["BENCH_DISK_STOCK"] !== undefined ? { diskStock: Number(process.env["BENCH_DISK_STOCK"]) } : {})
+      }))),
       // The env in sandbox.json is sealed: the run's test key, as the platform's roles get theirs.
       Layer.provide(SecretBox.layer)
     )

@@ -2,8 +2,8 @@
 # Installs what the project needs and is missing, idempotently. Sourced by start.sh, test.sh and
 # bench.sh so that they run with the pinned Node first on PATH.
 #   - Node 24 and pnpm from the npm registry into .svc/tools (never touches the system Node)
-#   - nats-server, postgresql, bubblewrap, iproute2, nftables, gcc + libc6-dev from Debian's packages
-#     when absent
+#   - nats-server, postgresql, bubblewrap, iproute2, nftables, e2fsprogs, mount, gcc + libc6-dev
+#     from Debian's packages when absent
 #   - the workspace's packages (pnpm install)
 # When sourced, the caller's shell options are restored at the end (set -e must not leak).
 _svc_saved_opts="$(set +o)"
@@ -27,6 +27,9 @@ command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || missing+=(nftables)
 command -v nsenter >/dev/null 2>&1 || missing+=(util-linux)
 command -v setpriv >/dev/null 2>&1 || missing+=(util-linux)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+# Sandbox disks: ext4 images (mkfs.ext4) loop-mounted (mount -o loop); both "required" in Debian.
+[ -x /sbin/mkfs.ext4 ] || [ -x /usr/sbin/mkfs.ext4 ] || missing+=(e2fsprogs)
+[ -x /bin/mount ] || [ -x /usr/bin/mount ] || missing+=(mount)
 command -v psql >/dev/null 2>&1 || missing+=(postgresql-client)
 [ -x /bin/busybox ] || missing+=(busybox-static)
 # The driver builds its native entry helper (packages/sandboxes/native) with the C compiler.
