@@ -5,7 +5,7 @@
  */
 import { assert, describe, it, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { execFileSync, spawn } from "node:child_process"
+import { execFileSync, spawn, spawnSync } from "node:child_process"
 import * as FsSync from "node:fs"
 import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
@@ -175,6 +175,23 @@ layer(TestDriver.layer(), { excludeTestServices: true })("SandboxDriver disk (bu
       yield* driver.destroy(id)
       assert.deepStrictEqual(loopDevicesUnder(dataDir), [])
       assert.isFalse(FsSync.existsSync(NodePath.join(dataDir, "sandboxes", id)))
+    }))
+
+  it.effect("a running sandbox's image cannot be attached a second time (two file systems over one image)", () =>
+    Effect.gen(function*() {
+      const { driver, dataDir } = yield* TestDriver
+      const id = uniqueId("twice")
+      yield* withSandbox(driver, spec(id))
+      const hostDir = NodePath.join(dataDir, "host")
+      const mounter = FsSync.readdirSync(hostDir).find((name) => /^svc-disk-mount-[0-9a-f]+$/.test(name))!
+      const target = yield* Effect.promise(() => Fs.mkdtemp(NodePath.join(dataDir, "second-")))
+      const second = spawnSync("unshare", ["--mount", "--propagation", "private", NodePath.join(hostDir, mounter), imageOf(dataDir, id), target], {
+        encoding: "utf8"
+      })
+      assert.strictEqual(second.status, 1)
+      assert.include(second.stderr, "is still attached to a loop device")
+      assert.lengthOf(loopDevicesUnder(dataDir), 1)
+      assert.strictEqual(text((yield* driver.exec(id, sh("echo fine"))).stdout), "fine\n")
     }))
 
   it.effect("a 1 GiB create takes a blank image formatted ahead, and the stock refills; other sizes format their own", () =>

@@ -29,19 +29,19 @@ import {
 
 /**
  * Runs as host root inside a fresh private mount namespace (made by `unshare`): joins the
- * sandbox's cgroups, mounts its disk image through a loop device (autoclear: detached with the
- * namespace, see `Disk.ts`) and the overlay over the image's `upper/` and `work/`, where only
- * this namespace sees them, opens the seccomp filter on fd 6 for bubblewrap, then becomes
- * bubblewrap as the sandbox's unprivileged host uid (`setpriv`): nothing of the sandbox ever runs
- * as host root, and the agent maps its user namespace (see `spawnSandbox`).
- * Arguments: <cgroup.procs files...> -- <image|-> <image mount point|-> <lower> <upper> <work>
- * <merged> <seccomp> <uid> <program...>
+ * sandbox's cgroups, mounts its disk image through a loop device (`svc-disk-mount`, autoclear:
+ * detached with the namespace, see `Disk.ts`) and the overlay over the image's `upper/` and
+ * `work/`, where only this namespace sees them, opens the seccomp filter on fd 6 for bubblewrap,
+ * then becomes bubblewrap as the sandbox's unprivileged host uid (`setpriv`): nothing of the
+ * sandbox ever runs as host root, and the agent maps its user namespace (see `spawnSandbox`).
+ * Arguments: <cgroup.procs files...> -- <svc-disk-mount|-> <image|-> <image mount point|-> <lower>
+ * <upper> <work> <merged> <seccomp> <uid> <program...>
  * bubblewrap, unprivileged, must be able to walk to <merged>: the sandbox's folder is 0711.
  */
 const START_SCRIPT = `
 while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift
-[ "$1" = - ] || mount -t ext4 -o loop,nodev,nosuid "$1" "$2" || exit 122
-shift 2
+[ "$1" = - ] || "$1" "$2" "$3" || exit 122
+shift 3
 mount -t overlay overlay -o "lowerdir=$1,upperdir=$2,workdir=$3" "$4" || exit 124
 exec 6< "$5" || exit 123
 uid=$6
@@ -123,7 +123,7 @@ export const makeRuns = (host: DriverHost): Runs => {
         [
           "--mount", "--propagation", "private", bin.sh, "-c", START_SCRIPT, "sh",
           // bwrap reads its options from fd 5: host paths stay out of pid 1's cmdline inside.
-          ...procsFiles, "--", ...Disk.startArgs(disk), record.templateDir, disk.upper, disk.work, paths.root,
+          ...procsFiles, "--", ...Disk.startArgs(host.disk, disk), record.templateDir, disk.upper, disk.work, paths.root,
           host.confinement.seccomp, String(config.uidBase), bin.bwrap, "--args", "5",
           HELPER, "sh", "-c", INIT_SCRIPT
         ],
