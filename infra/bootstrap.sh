@@ -27,7 +27,7 @@ command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || missing+=(nftables)
 command -v nsenter >/dev/null 2>&1 || missing+=(util-linux)
 command -v setpriv >/dev/null 2>&1 || missing+=(util-linux)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
-# Sandbox disks: ext4 images (mkfs.ext4) loop-mounted (mount -o loop); both "required" in Debian.
+# Sandbox disks are ext4 images (mkfs.ext4); the driver's start script mounts with mount(8).
 [ -x /sbin/mkfs.ext4 ] || [ -x /usr/sbin/mkfs.ext4 ] || missing+=(e2fsprogs)
 [ -x /bin/mount ] || [ -x /usr/bin/mount ] || missing+=(mount)
 command -v psql >/dev/null 2>&1 || missing+=(postgresql-client)

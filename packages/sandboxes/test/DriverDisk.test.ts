@@ -202,8 +202,8 @@ layer(TestDriver.layer(), { excludeTestServices: true })("SandboxDriver disk (bu
       const inodes = () => new Set(stock().map((name) => FsSync.statSync(NodePath.join(stockDir, name)).ino))
       const full = () =>
         Effect.gen(function*() {
-          for (let i = 0; i < 500 && stock().length < 2; i++) yield* Effect.sleep(20)
-          assert.lengthOf(stock(), 2)
+          for (let i = 0; i < 500 && stock().length < 4; i++) yield* Effect.sleep(20)
+          assert.lengthOf(stock(), 4)
         })
       yield* full()
       const before = inodes()

@@ -50,7 +50,7 @@ export class DriverConfig extends Context.Service<DriverConfig, {
       busybox: options.busybox ?? "/bin/busybox",
       uidBase: options.uidBase ?? Number(process.env["SVC_SANDBOX_UID_BASE"] || DEFAULT_UID_BASE),
       allowNoFirewall: options.allowNoFirewall ?? false,
-      diskStock: options.diskStock ?? 2
+      diskStock: options.diskStock ?? 4
     }
     return Schema.decodeSync(ConfigSchema)(config)
   }

@@ -196,7 +196,7 @@ export const makeDriverHost = (
     })
     const baseDir = yield* attempt("init", () => ensureBaseTemplate(templatesDir, config.busybox, config.uidBase))
     const disk = yield* Disk.probe(config.dataDir, bin, HOST_ENV, config.uidBase)
-    const diskStock = yield* Disk.makeStock(disk, config.dataDir, config.diskStock, HOST_ENV)
+    const diskStock = yield* Disk.makeStock(disk, config.dataDir, config.diskStock, bin.sh, HOST_ENV)
 
     // The bridge is shared by every agent on the machine: create it if absent, never touch others.
     if (!(yield* attempt("bridge", () => Network.interfaceExists(config.bridge)))) {
