@@ -29,14 +29,14 @@ layer(EnvLayer, { excludeTestServices: true })("sandbox error messages", (it) =>
       yield* waitState(sandbox.id, "running")
       expect((yield* api("POST", `/v1/sandboxes/${sandbox.id}/stop`)).status).toBe(202)
       yield* waitState(sandbox.id, "stopped")
-      // Its writable layer is gone from the host: the overlay cannot be mounted again.
+      // Its writable layer (its disk image) is gone from the host: it cannot be mounted again.
       const folder = yield* hostFolderOf(sandbox.id)
-      yield* Effect.promise(() => Fs.rm(NodePath.join(folder, "upper"), { recursive: true, force: true }))
+      yield* Effect.promise(() => Fs.rm(NodePath.join(folder, "disk.img"), { force: true }))
       expect((yield* api("POST", `/v1/sandboxes/${sandbox.id}/start`)).status).toBe(202)
       const failed = yield* waitState(sandbox.id, "error")
       expect(failed.errorMessage).toMatch(/^host host_[0-9a-z]+ could not start the sandbox: start failed on the host$/)
       const text = JSON.stringify(failed)
-      for (const leak of [folder, "/tmp/", "bwrap", "overlay", "upper"]) expect(text).not.toContain(leak)
+      for (const leak of [folder, "/tmp/", "bwrap", "overlay", "upper", "disk.img", "loop"]) expect(text).not.toContain(leak)
       const listed = yield* api("GET", "/v1/sandboxes?paginated=false")
       expect(listed.text).not.toContain(folder)
     }))
