@@ -325,9 +325,11 @@ layer(StackLayer, { excludeTestServices: true, timeout: 180_000 })("sandbox env:
       expectOnlyControl("streams", streams.hits, id)
       expectOnlyControl("stream files", yield* searchStreamFiles(stack.prefix, searched), id)
 
+      // Not the disk images: each is a sandbox's own file system (GiBs, sparse), or a blank one.
+      const notADisk = (path: string) => !path.endsWith("/disk.img") && !path.includes("/disk-stock/")
       const hostFiles = yield* Effect.promise(async () => [
-        ...(await filesUnder(stack.hosts.local.dataDir)),
-        ...(await filesUnder(stack.hosts.pooled.dataDir))
+        ...(await filesUnder(stack.hosts.local.dataDir, notADisk)),
+        ...(await filesUnder(stack.hosts.pooled.dataDir, notADisk))
       ])
       expect(hostFiles.some((f) => f.endsWith(`/sandboxes/${id}/sandbox.json`))).toBe(true)
       expect(hostFiles.some((f) => f.endsWith(`/sandboxes/${pooledId}/sandbox.json`))).toBe(true)
