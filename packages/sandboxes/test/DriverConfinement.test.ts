@@ -10,7 +10,8 @@ import { randomBytes } from "node:crypto"
 import * as FsSync from "node:fs"
 import * as NodePath from "node:path"
 import { capabilityHex, ID_COUNT } from "../src/Driver/Confinement.ts"
-import { exec, sh, spec, TestDriver, text, uniqueId, withSandbox } from "./fixtures/support.ts"
+import { exec, makeTestDriver, sh, spec, TestDriver, text, uniqueId, withSandbox } from "./fixtures/support.ts"
+import * as Fs from "node:fs/promises"
 
 const statusField = (pid: number | string, field: string) => {
   try {
@@ -210,5 +211,25 @@ layer(TestDriver.layer(), { excludeTestServices: true })("a sandbox's identity a
       assert.include(wrong.stderr, "sandbox not running")
       assert.strictEqual(wrong.stdout, "")
       FsSync.closeSync(emptyEnv)
+    }))
+
+  it.effect("a data dir inside a private (0700) folder, like root's home, works and stays private", () =>
+    Effect.gen(function*() {
+      const home = yield* Effect.acquireRelease(
+        Effect.promise(() => Fs.mkdtemp("/tmp/svc-private-home-")),
+        (dir) => Effect.promise(() => Fs.rm(dir, { recursive: true, force: true }))
+      )
+      assert.strictEqual(FsSync.statSync(home).mode & 0o777, 0o700)
+      const dataDir = NodePath.join(home, "data")
+      FsSync.mkdirSync(dataDir, { mode: 0o700 })
+      const { driver } = yield* makeTestDriver({ dataDir })
+      const id = uniqueId("home")
+      yield* withSandbox(driver, spec(id))
+      const result = yield* driver.exec(id, exec(["hostname"]))
+      assert.strictEqual(text(result.stdout), `${id}\n`)
+      // Nothing was opened up on the way: the home, the data dir and the sandbox's folder stay 0700.
+      assert.strictEqual(FsSync.statSync(home).mode & 0o777, 0o700)
+      assert.strictEqual(FsSync.statSync(dataDir).mode & 0o777, 0o700)
+      assert.strictEqual(FsSync.statSync(NodePath.join(dataDir, "sandboxes", id)).mode & 0o777, 0o700)
     }))
 })

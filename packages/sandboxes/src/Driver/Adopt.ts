@@ -44,6 +44,8 @@ export const makeAdopt = (host: DriverHost, lifecycle: Pick<Lifecycle, "destroyI
       const source = sandboxPaths(config.dataDir, from)
       host.running.delete(from)
       yield* attempt("adopt", () => Fs.rename(source.dir, target.dir))
+      // The mount point's folder follows (its mount lives in the sandbox's namespace only).
+      yield* attempt("adopt", () => Fs.rename(host.mountPoint(from), host.mountPoint(spec.sandboxId)).catch(() => undefined))
       return yield* Effect.gen(function*() {
         yield* attempt("adopt", () => cgroups.rename(from, spec.sandboxId))
         const record = new SandboxRecord({

@@ -18,6 +18,11 @@ export class DriverConfig extends Context.Service<DriverConfig, {
   readonly subnet: string
   /** Machine-wide folder of IP leases (one file per address), shared by all agents on the bridge. */
   readonly leaseDir: string
+  /**
+   * Machine-wide folder (a tmpfs) holding, per data dir, the sandboxes' mount points and the helper:
+   * what unprivileged bubblewrap must walk to, wherever the data dir is (a 0700 home included).
+   */
+  readonly runDir: string
   /** Root of the cgroup file system: v1's per-controller hierarchies or the v2 unified one (detected). */
   readonly cgroupRoot: string
   /** Most processes one sandbox may have (pids controller). */
@@ -45,6 +50,7 @@ export class DriverConfig extends Context.Service<DriverConfig, {
       bridge,
       subnet: options.subnet ?? "10.213.0.0/16",
       leaseDir: options.leaseDir ?? `/run/svc-sandboxes/${bridge}/leases`,
+      runDir: options.runDir ?? "/run/svc-sandboxes",
       cgroupRoot: options.cgroupRoot ?? "/sys/fs/cgroup",
       pidsMax: options.pidsMax ?? 1024,
       busybox: options.busybox ?? "/bin/busybox",
@@ -72,6 +78,7 @@ const ConfigSchema = Schema.Struct({
     Schema.isPattern(/^\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}\/(1[6-9]|2[0-8])$/, { message: "subnet: IPv4 CIDR, /16 to /28" })
   ),
   leaseDir: AbsolutePath,
+  runDir: AbsolutePath,
   cgroupRoot: AbsolutePath,
   pidsMax: Schema.Int.check(Schema.isGreaterThanOrEqualTo(16)),
   busybox: AbsolutePath,

@@ -6,6 +6,7 @@
  */
 import type { SecretBox } from "@svc/crypto/SecretBox"
 import { Effect, Schema, type Scope, Semaphore } from "effect"
+import { createHash } from "node:crypto"
 import * as FsSync from "node:fs"
 import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
@@ -99,6 +100,8 @@ export interface DriverHost {
   readonly sandboxesDir: string
   /** The host folder bound read-only at `HELPER_DIR` in every sandbox. */
   readonly helperDir: string
+  /** Where a sandbox's root is mounted (in its own mount namespace only) and bubblewrap binds it from. */
+  mountPoint(sandboxId: string): string
   /**
    * Running sandboxes seen by this process. Only a cache: every use checks the init is still the
    * same process, and the disk stays the truth (a restarted agent starts with it empty).
@@ -166,11 +169,15 @@ export const makeDriverHost = (
     }
     const confinement = yield* attempt("init", () => Confinement.prepare(NodePath.join(config.dataDir, "host")))
     // bubblewrap runs as the sandboxes' uid and must walk to each sandbox's root and the helper:
-    // the data dir is the driver's own (made walkable here), the folders above it the operator's.
+    // both live under a folder of runDir named after the data dir (which may sit in a 0700 home;
+    // its own folders stay private to root).
+    const walkDir = NodePath.join(config.runDir, "hosts", createHash("sha256").update(config.dataDir).digest("hex").slice(0, 16))
+    const mountsDir = NodePath.join(walkDir, "roots")
     yield* attempt("init", async () => {
-      for (const dir of [config.dataDir, sandboxesDir]) await Fs.chmod(dir, (await Fs.stat(dir)).mode & 0o7777 | 0o001)
+      await Fs.mkdir(mountsDir, { recursive: true, mode: 0o711 })
+      for (const dir of [walkDir, mountsDir]) await Fs.chmod(dir, 0o711)
     })
-    for (let dir = sandboxesDir; ; dir = NodePath.dirname(dir)) {
+    for (let dir = mountsDir; ; dir = NodePath.dirname(dir)) {
       const mode = yield* attempt("init", () => Fs.stat(dir).then((st) => st.mode))
       if ((mode & 0o001) === 0) {
         return yield* new DriverFailure({ operation: "init", message: `${dir} must be traversable by other users (o+x): sandboxes run as uid ${config.uidBase}` })
@@ -182,7 +189,7 @@ export const makeDriverHost = (
     for (const name of names) {
       if (Schema.is(SandboxId)(name)) yield* sealLegacyRecord(sandboxPaths(config.dataDir, name), secrets)
     }
-    const helperDir = NodePath.join(config.dataDir, "helper")
+    const helperDir = NodePath.join(walkDir, "helper")
     yield* attempt("init", async () => {
       await Fs.mkdir(helperDir, { recursive: true, mode: 0o755 })
       const target = NodePath.join(helperDir, "busybox")
@@ -273,6 +280,7 @@ export const makeDriverHost = (
       diskStock,
       sandboxesDir,
       helperDir,
+      mountPoint: (sandboxId: string) => NodePath.join(mountsDir, sandboxId),
       running,
       withLock,
       owner: (sandboxId: string) => ({ dataDir: config.dataDir, sandboxId }),

@@ -95,10 +95,7 @@ export const makeLifecycle = (host: DriverHost, runs: Runs) => {
           createdAt: new Date().toISOString()
         })
         const made = attempt("create", async () => {
-          for (const dir of [paths.dir, paths.root]) await Fs.mkdir(dir, { recursive: true, mode: 0o700 })
-          // Unprivileged bubblewrap walks through to root/ (0711: it can list nothing here).
-          await Fs.chmod(paths.dir, 0o711)
-          await Fs.chmod(paths.root, 0o755)
+          await Fs.mkdir(paths.dir, { recursive: true, mode: 0o700 })
         }).pipe(
           // The writable layer: a disk image of diskGb (or folders where the host has no loop devices).
           Effect.andThen(Disk.makeLayer(host.disk, host.diskStock, paths, spec.diskGb, HOST_ENV)),

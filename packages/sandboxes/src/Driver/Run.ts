@@ -83,8 +83,15 @@ export const makeRuns = (host: DriverHost): Runs => {
     Effect.callback<{ readonly pid: number; readonly monitorPid: number | undefined }, DriverFailure>((resume) => {
       // The init needs no user variables: execs get them (so they never sit in pid 1's cmdline).
       const env: Record<string, string> = { PATH: SANDBOX_PATH, HOME: "/root", HOSTNAME: record.sandboxId }
+      const mountPoint = host.mountPoint(record.sandboxId)
+      try {
+        FsSync.mkdirSync(mountPoint, { recursive: true, mode: 0o755 })
+      } catch (e) {
+        resume(Effect.fail(new DriverFailure({ operation: "start", message: errorMessage(e) })))
+        return
+      }
       const bwrapArgs = [
-        "--bind", paths.root, "/",
+        "--bind", mountPoint, "/",
         "--proc", "/proc",
         // Host-global and network settings: readable, never writable from inside.
         "--ro-bind", "/proc/sys", "/proc/sys",
@@ -123,7 +130,7 @@ export const makeRuns = (host: DriverHost): Runs => {
         [
           "--mount", "--propagation", "private", bin.sh, "-c", START_SCRIPT, "sh",
           // bwrap reads its options from fd 5: host paths stay out of pid 1's cmdline inside.
-          ...procsFiles, "--", ...Disk.startArgs(host.disk, disk), record.templateDir, disk.upper, disk.work, paths.root,
+          ...procsFiles, "--", ...Disk.startArgs(host.disk, disk), record.templateDir, disk.upper, disk.work, mountPoint,
           host.confinement.seccomp, String(config.uidBase), bin.bwrap, "--args", "5",
           HELPER, "sh", "-c", INIT_SCRIPT
         ],
@@ -252,6 +259,8 @@ export const makeRuns = (host: DriverHost): Runs => {
       yield* detachNetwork(record.internalIp)
       yield* attempt("stop", async () => {
         await Fs.rm(paths.run, { force: true })
+        // Its root was mounted there in its own namespace only, which is gone: an empty folder.
+        await Fs.rmdir(host.mountPoint(record.sandboxId)).catch(() => undefined)
         // How an earlier run ended is over once the sandbox is started or stopped again.
         await Fs.rm(paths.ended, { force: true })
       })
@@ -285,7 +294,6 @@ export const makeRuns = (host: DriverHost): Runs => {
           if (st.uid < config.uidBase) await shiftOwnership(paths.upper, config.uidBase)
           else await Fs.lchown(paths.upper, config.uidBase, config.uidBase)
           await Fs.chmod(paths.upper, 0o755)
-          await Fs.chmod(paths.dir, 0o711)
         }
       })
       const prepared = yield* attempt("start", () =>

@@ -6,8 +6,8 @@
  *                 kept until destroy)
  *   run.json      the running instance: init pid and its start time (removed by stop)
  *   upper/ work/  the overlay's writable layer and its scratch folder (the saved file system)
- *   root/         mount point of the overlay, mounted only inside the sandbox's private mount
- *                 namespace (the host's mount table never shows it)
+ * (The overlay's mount point is `<runDir>/hosts/<data dir digest>/roots/<id>`, see Host.ts: mounted
+ * only inside the sandbox's private mount namespace, where unprivileged bubblewrap can walk to it.)
  *   bwrap.log     bubblewrap's and the init's own output
  *   status.json   bubblewrap's `--json-status-fd` output for the current run: the init's
  *                 `exit-code` once it ended (written by the host-side bubblewrap, never from inside)
@@ -78,7 +78,6 @@ export interface SandboxPaths {
   readonly run: string
   readonly upper: string
   readonly work: string
-  readonly root: string
   readonly log: string
   readonly status: string
   readonly ended: string
@@ -92,7 +91,6 @@ export const sandboxPaths = (dataDir: string, sandboxId: string): SandboxPaths =
     run: NodePath.join(dir, "run.json"),
     upper: NodePath.join(dir, "upper"),
     work: NodePath.join(dir, "work"),
-    root: NodePath.join(dir, "root"),
     log: NodePath.join(dir, "bwrap.log"),
     status: NodePath.join(dir, "status.json"),
     ended: NodePath.join(dir, "ended.json")
