@@ -56,6 +56,12 @@ layer(TestDriver.layer(), { excludeTestServices: true })("SandboxDriver disk (bu
       const freeAfter = yield* hostFree(dataDir)
       assert.isBelow(freeBefore - freeAfter, 1.5 * GIB)
 
+      // The file API on a full disk: the sandbox's kernel refused it, and says so (not a host failure).
+      const refused = yield* Effect.flip(driver.writeFile(id, "/root/more", new Uint8Array(8 * 1024 * 1024).fill(120)))
+      assert.strictEqual(refused._tag, "SandboxFileError")
+      assert.strictEqual((refused as { reason?: string }).reason, "refused")
+      assert.strictEqual((refused as { errno?: string }).errno, "ENOSPC")
+
       // Full, the sandbox still runs commands; freed, it writes again.
       const after = yield* driver.exec(id, sh("rm /root/big && echo still here > /root/after && cat /root/after && df -k / | tail -1"))
       assert.strictEqual(after.exitCode, 0, text(after.stderr))
