@@ -23,6 +23,7 @@ import {
   SandboxDriver,
   type SandboxDriverError
 } from "@svc/sandboxes/Driver"
+import { writeChunk } from "@svc/sandboxes/Backpressure"
 import { type AgentError, AgentExecRequest, type AgentExecResult } from "@svc/sandboxes/Protocol"
 import { Context, Effect, FiberSet, Layer, Schema, type Scope, Semaphore, Stream } from "effect"
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto"
@@ -107,22 +108,7 @@ const viaDriver = <A, R>(effect: Effect.Effect<A, SandboxDriverError | HttpFailu
 /** Writes a file's stream to the response with backpressure; a failure midway cuts the connection. */
 const sendStream = (res: Http.ServerResponse, stream: FileStream["stream"]) =>
   stream.pipe(
-    Stream.runForEach((chunk) =>
-      Effect.callback<void>((resume) => {
-        if (res.destroyed || res.write(chunk)) return resume(Effect.void)
-        const done = () => {
-          res.off("drain", done)
-          res.off("close", done)
-          resume(Effect.void)
-        }
-        res.once("drain", done)
-        res.once("close", done)
-        return Effect.sync(() => {
-          res.off("drain", done)
-          res.off("close", done)
-        })
-      })
-    ),
+    Stream.runForEach((chunk) => writeChunk(res, chunk)),
     Effect.matchEffect({
       onSuccess: () => Effect.sync(() => void res.end()),
       onFailure: (error) =>

@@ -8,6 +8,7 @@ import { FileListing } from "@svc/domain/Api/Sandboxes"
 import * as Errors from "@svc/domain/Errors"
 import { Deferred, Effect, Option, Schema, Stream } from "effect"
 import * as Http from "node:http"
+import { writeChunk } from "../Backpressure.ts"
 import { AgentError, AgentExecResult, type AgentExecRequest, type HostRecord } from "../Protocol.ts"
 
 
@@ -193,21 +194,9 @@ export const writeFile = Effect.fn("DataPlane.writeFile")(function*<E>(
     req.on("error", (cause) => Deferred.doneUnsafe(answer, unreachable(host, cause)))
     let total = 0
     const write = (chunk: Uint8Array) =>
-      Effect.callback<void, Errors.PayloadTooLarge>((resume) => {
+      Effect.suspend(() => {
         total += chunk.length
-        if (total > maxBytes) return resume(Effect.fail(tooLarge()))
-        if (req.destroyed || req.write(chunk)) return resume(Effect.void)
-        const done = () => {
-          req.off("drain", done)
-          req.off("close", done)
-          resume(Effect.void)
-        }
-        req.once("drain", done)
-        req.once("close", done)
-        return Effect.sync(() => {
-          req.off("drain", done)
-          req.off("close", done)
-        })
+        return total > maxBytes ? Effect.fail(tooLarge()) : writeChunk(req, chunk)
       })
     yield* body.pipe(
       Stream.runForEach(write),
