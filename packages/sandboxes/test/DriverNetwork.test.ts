@@ -7,7 +7,7 @@ import * as Http from "node:http"
 import * as Net from "node:net"
 import * as Os from "node:os"
 import * as NodePath from "node:path"
-import { intToIp, lease, parseSubnet, release, vethNames } from "../src/Driver/Network.ts"
+import { intToIp, lease, macOf, parseSubnet, release, vethNames } from "../src/Driver/Network.ts"
 import { exec, sh, spec, TestDriver, text, uniqueId, withSandbox } from "./fixtures/support.ts"
 
 /** A TCP server on the host that records whether anyone connected. */
@@ -60,6 +60,11 @@ layer(TestDriver.layer(), { excludeTestServices: true })("SandboxDriver network 
         assert.strictEqual(wide.connections(), 0)
       }
 
+      // Its MAC follows from its address, so a neighbour entry the host kept from an earlier
+      // sandbox on this address still leads here.
+      const link = yield* driver.exec(id, exec(["ip", "link", "show", "eth0"]))
+      assert.include(text(link.stdout), `link/ether ${macOf(info.internalIp)}`)
+
       yield* driver.writeFile(id, "/www/hello.txt", new TextEncoder().encode("served from inside\n"))
       const served = yield* driver.exec(id, exec(["httpd", "-p", "8080", "-h", "/www"]))
       assert.strictEqual(served.exitCode, 0, text(served.stderr))
@@ -73,6 +78,7 @@ layer(TestDriver.layer(), { excludeTestServices: true })("SandboxDriver network 
 describe("SandboxDriver network leases", () => {
   it("derives veth names and the subnet's addresses", () => {
     assert.deepStrictEqual(vethNames("10.213.1.2"), { host: "sv0ad50102" })
+    assert.strictEqual(macOf("10.213.1.2"), "02:53:0a:d5:01:02")
     const subnet = parseSubnet("10.213.7.9/16")
     assert.strictEqual(subnet.gateway, "10.213.0.1")
     assert.strictEqual(intToIp(subnet.first), "10.213.0.2")

@@ -172,13 +172,24 @@ export const interfaceExists = (name: string) => exists(`/sys/class/net/${name}`
  * namespace as eth0 (measured: moving an existing interface into a namespace costs ~40 ms,
  * creating it there ~5 ms).
  */
+/**
+ * The sandbox's MAC, derived from its address (locally administered, `02:53:` + the IPv4 bytes).
+ * A random one broke the host's reach: the host's neighbour entry of an address stays
+ * REACHABLE for a while after its sandbox goes, and a new sandbox on the same address would
+ * not be found (it never speaks first: the firewall gives it no reason to ARP for the host).
+ */
+export const macOf = (ip: string): string =>
+  ["02", "53", ...ip.split(".").map((part) => Number(part).toString(16).padStart(2, "0"))].join(":")
+
 export const hostScript = (bridge: string, ip: string, pid: number): string => {
   const { host } = vethNames(ip)
   return [
-    `link add ${host} master ${bridge} type veth peer name eth0 netns ${pid}`,
+    `link add ${host} master ${bridge} type veth peer name eth0 address ${macOf(ip)} netns ${pid}`,
     // Isolated bridge ports talk only to the bridge itself (the host), never to each other.
     `link set dev ${host} type bridge_slave isolated on`,
-    `link set ${host} up`
+    `link set ${host} up`,
+    // And whatever the host remembers of this address (a sandbox made before MACs were derived).
+    `neigh replace ${ip} lladdr ${macOf(ip)} dev ${bridge} nud stale`
   ].join("\n") + "\n"
 }
 
