@@ -35,6 +35,9 @@ export interface InsideCommand {
  * identity and restrictions, then `cwd` and `env`. The one place this command line is
  * assembled (exec, the file API and streaming transfers all use it).
  */
+/** svc-enter's exit code when the sandbox's init is gone or is another process (native/svc-enter.c). */
+export const NOT_RUNNING_EXIT = 124
+
 export const insideCommand = (
   host: Pick<DriverHost, "confinement">,
   entry: RunningSandbox,
@@ -131,6 +134,9 @@ export const makeExec = (host: DriverHost) => {
       ...(request.timeoutMs !== undefined ? { timeoutMs: request.timeoutMs } : {}),
       maxOutputBytes: request.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES
     })
+    // svc-enter's own 124: the init went between the lookup and the entry. Asked again, the disk
+    // says whether that was it (a command that itself ends with 124 is answered as it ended).
+    if (result.exitCode === NOT_RUNNING_EXIT) yield* host.lookupRunning(sandboxId)
     return new ExecResult(result)
   })
 
