@@ -70,14 +70,6 @@ export const describeDriverError = (error: SandboxDriverError): string => {
     switch (error._tag) {
       case "InvalidSandboxRequest":
         return `invalid request: ${error.message}`
-      case "SandboxNotFound":
-        return "no such sandbox on this host"
-      case "SandboxAlreadyExists":
-        return "the sandbox exists already"
-      case "SandboxNotRunning":
-        return "the sandbox is not running"
-      case "TemplateNotFound":
-        return `template ${error.template} is not available on this host`
       case "SandboxCapacityExhausted":
         return `host out of capacity: ${error.message}`
       case "SandboxFileError":
@@ -85,6 +77,9 @@ export const describeDriverError = (error: SandboxDriverError): string => {
       case "DriverUnsupported":
       case "DriverFailure":
         return `${error.operation} failed: ${error.message}`
+      default:
+        // Nothing more to tell the host's log than the tenant.
+        return tenantMessage(error)
     }
   })()
   return text.length > MAX_ERROR_MESSAGE ? text.slice(0, MAX_ERROR_MESSAGE - 1) + "…" : text

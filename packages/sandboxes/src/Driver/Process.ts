@@ -71,6 +71,39 @@ class Collector {
   }
 }
 
+/**
+ * Starts `file args` detached in its own process group (so a timeout can signal the group, not
+ * just the first process), with `fd3` given on descriptor 3 when set; `kill` ends the group and
+ * whatever left it (`killTree`).
+ */
+const spawnTree = (
+  file: string,
+  args: ReadonlyArray<string>,
+  options: Pick<RunOptions, "env" | "fd3" | "killTree">,
+  stdin: "pipe" | "ignore"
+) => {
+  const child = spawn(file, args as Array<string>, {
+    env: options.env ?? {},
+    stdio: [stdin, "pipe", "pipe", ...(options.fd3 === undefined ? [] : ["pipe" as const])],
+    detached: true
+  })
+  if (options.fd3 !== undefined) {
+    const fd3 = child.stdio[3] as NodeJS.WritableStream
+    fd3.on("error", () => undefined)
+    fd3.end(options.fd3)
+  }
+  const kill = () => {
+    if (child.pid === undefined) return
+    try {
+      process.kill(-child.pid, "SIGKILL")
+    } catch {
+      // Already gone.
+    }
+    options.killTree?.(child.pid)
+  }
+  return { child, kill }
+}
+
 /** Runs `file args` detached in its own process group and collects its result. */
 export const run = (
   operation: string,
@@ -88,22 +121,7 @@ export const run = (
     let timer: NodeJS.Timeout | undefined
     let drain: NodeJS.Timeout | undefined
 
-    const child = spawn(file, args as Array<string>, {
-      env: options.env ?? {},
-      stdio: [options.stdin === undefined ? "ignore" : "pipe", "pipe", "pipe", ...(options.fd3 === undefined ? [] : ["pipe" as const])],
-      // Own process group: a timeout can signal the group, not just the first process.
-      detached: true
-    })
-
-    const killAll = () => {
-      if (child.pid === undefined) return
-      try {
-        process.kill(-child.pid, "SIGKILL")
-      } catch {
-        // Already gone.
-      }
-      options.killTree?.(child.pid)
-    }
+    const { child, kill: killAll } = spawnTree(file, args, options, options.stdin === undefined ? "ignore" : "pipe")
 
     const finish = (result: Effect.Effect<RunResult, DriverFailure>) => {
       if (finished) return
@@ -155,11 +173,6 @@ export const run = (
       }, options.timeoutMs)
     }
 
-    if (options.fd3 !== undefined) {
-      const fd3 = child.stdio[3] as NodeJS.WritableStream
-      fd3.on("error", () => undefined)
-      fd3.end(options.fd3)
-    }
     if (options.stdin !== undefined && child.stdin) {
       // The child may exit without reading: a broken pipe is not our failure.
       child.stdin.on("error", () => undefined)
@@ -244,25 +257,7 @@ export const spawnStreaming = (
       const err = new Collector(options.maxStderrBytes ?? 64 * 1024)
       let timedOut = false
       let timer: NodeJS.Timeout | undefined
-      const child = spawn(file, args as Array<string>, {
-        env: options.env ?? {},
-        stdio: ["pipe", "pipe", "pipe", ...(options.fd3 === undefined ? [] : ["pipe" as const])],
-        detached: true
-      })
-      if (options.fd3 !== undefined) {
-        const fd3 = child.stdio[3] as NodeJS.WritableStream
-        fd3.on("error", () => undefined)
-        fd3.end(options.fd3)
-      }
-      const kill = () => {
-        if (child.pid === undefined) return
-        try {
-          process.kill(-child.pid, "SIGKILL")
-        } catch {
-          // Already gone.
-        }
-        options.killTree?.(child.pid)
-      }
+      const { child, kill } = spawnTree(file, args, options, "pipe")
       // The child may stop reading (it failed, or had all it wanted): its exit code says why.
       child.stdin!.on("error", () => undefined)
       child.stdout!.on("error", () => undefined)
