@@ -15,10 +15,10 @@ import { Context, Effect, Layer } from "effect"
 import * as Fs from "node:fs/promises"
 import * as Os from "node:os"
 import { SecretBox } from "../packages/crypto/src/SecretBox.ts"
-import { ExecRequest, SandboxDriver, SandboxSpec } from "../packages/sandboxes/src/Driver.ts"
-import { BubblewrapDriver } from "../packages/sandboxes/src/Driver/Bubblewrap.ts"
-import { CONTROLLERS, groupPath } from "../packages/sandboxes/src/Driver/Cgroups.ts"
-import { DriverConfig } from "../packages/sandboxes/src/Driver/Config.ts"
+import { ExecRequest, SandboxDriver, SandboxSpec } from "../packages/host/src/Driver.ts"
+import { BubblewrapDriver } from "../packages/host/src/Driver/Bubblewrap.ts"
+import { CONTROLLERS, groupPath } from "../packages/host/src/Driver/Cgroups.ts"
+import { DriverConfig } from "../packages/host/src/Driver/Config.ts"
 
 const N = Number(process.env["BENCH_SANDBOXES"] ?? 50)
 const WARM_EXECS = 50

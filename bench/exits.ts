@@ -8,10 +8,10 @@
 import { useTestEncryptionKeys } from "@svc/testing/TestSecrets"
 import { Context, Effect, Layer } from "effect"
 import * as Fs from "node:fs/promises"
-import { SandboxDriver, SandboxSpec } from "../packages/sandboxes/src/Driver.ts"
-import { BubblewrapDriver } from "../packages/sandboxes/src/Driver/Bubblewrap.ts"
-import * as Cgroups from "../packages/sandboxes/src/Driver/Cgroups.ts"
-import { DriverConfig } from "../packages/sandboxes/src/Driver/Config.ts"
+import { SandboxDriver, SandboxSpec } from "../packages/host/src/Driver.ts"
+import { BubblewrapDriver } from "../packages/host/src/Driver/Bubblewrap.ts"
+import * as Cgroups from "../packages/host/src/Driver/Cgroups.ts"
+import { DriverConfig } from "../packages/host/src/Driver/Config.ts"
 import { SecretBox } from "../packages/crypto/src/SecretBox.ts"
 
 const N = Number(process.env["BENCH_SANDBOXES"] ?? 200)

@@ -37,10 +37,10 @@ import * as Runtime from "../apps/runtime/src/Runtime.ts"
 import { Nats } from "../packages/bus/src/Nats.ts"
 import { makeHostId } from "../packages/domain/src/Ids.ts"
 import * as Events from "../packages/events/src/Streams.ts"
-import { ExecRequest, SandboxDriver, SandboxSpec } from "../packages/sandboxes/src/Driver.ts"
-import { BubblewrapDriver } from "../packages/sandboxes/src/Driver/Bubblewrap.ts"
-import { CONTROLLERS, groupPath } from "../packages/sandboxes/src/Driver/Cgroups.ts"
-import { DriverConfig } from "../packages/sandboxes/src/Driver/Config.ts"
+import { ExecRequest, SandboxDriver, SandboxSpec } from "../packages/host/src/Driver.ts"
+import { BubblewrapDriver } from "../packages/host/src/Driver/Bubblewrap.ts"
+import { CONTROLLERS, groupPath } from "../packages/host/src/Driver/Cgroups.ts"
+import { DriverConfig } from "../packages/host/src/Driver/Config.ts"
 
 const N = Number(process.env["BENCH_SANDBOXES"] ?? 200)
 const BURST = Number(process.env["BENCH_BURST"] ?? 200)

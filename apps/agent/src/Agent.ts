@@ -13,10 +13,11 @@
  * Needs `Nats` and `SecretBox` (`SVC_ENCRYPTION_KEYS`: a create's env comes sealed and the
  * driver keeps it sealed on disk); the agent holds no database connection.
  */
-import { type HostLimits, SandboxDriver } from "@svc/sandboxes/Driver"
-import { BubblewrapDriver } from "@svc/sandboxes/Driver/Bubblewrap"
-import { DriverConfig } from "@svc/sandboxes/Driver/Config"
-import { WorkerHeartbeat } from "@svc/sandboxes/Workers"
+import { SandboxDriver } from "@svc/host/Driver"
+import type { HostLimits } from "@svc/host-protocol/Protocol"
+import { BubblewrapDriver } from "@svc/host/Driver/Bubblewrap"
+import { DriverConfig } from "@svc/host/Driver/Config"
+import { WorkerHeartbeat } from "@svc/bus/Workers"
 import { Effect, Layer, Schema } from "effect"
 import { CommandConsumer } from "./Commands.ts"
 import { AgentConfig, type AgentOptions, InvalidAgentConfig } from "./Config.ts"

@@ -17,10 +17,10 @@
  * commands not started are given back (`nak`), those in progress get a few seconds to finish.
  */
 import { AckPolicy, DeliverPolicy, type JsMsg } from "@nats-io/jetstream"
-import { ENTITY_ID } from "@svc/actors/Actor"
+import { ENTITY_ID } from "@svc/bus/Mailbox"
 import { BusError, Nats } from "@svc/bus/Nats"
 import { ensureConsumer, ensureStream } from "@svc/bus/Topology"
-import { AGENT_STREAM_SPEC, AgentCommand, agentConsumer } from "@svc/sandboxes/Protocol"
+import { AGENT_STREAM_SPEC, AgentCommand, agentConsumer } from "@svc/host-protocol/Protocol"
 import { Context, Deferred, Duration, Effect, FiberSet, Layer, Schedule, Schema, Semaphore } from "effect"
 import { AgentConfig } from "./Config.ts"
 import { Lifecycle } from "./Lifecycle.ts"

@@ -26,8 +26,8 @@
  *   SVC_VERSION           reported in the host record
  */
 import { HostId } from "@svc/domain/Ids"
-import { imagesAllocatedBytes } from "@svc/sandboxes/Driver/Disk"
-import { type Capacity, HOST_HEARTBEAT_MS } from "@svc/sandboxes/Protocol"
+import { imagesAllocatedBytes } from "@svc/host/Driver/Disk"
+import { type Capacity, HOST_HEARTBEAT_MS } from "@svc/host-protocol/Protocol"
 import { Config, Context, Effect, Layer, Option, Schema } from "effect"
 import { createHash } from "node:crypto"
 import * as FsSync from "node:fs"

@@ -22,9 +22,9 @@ import {
   MAX_FILE_BYTES,
   SandboxDriver,
   type SandboxDriverError
-} from "@svc/sandboxes/Driver"
-import { writeChunk } from "@svc/sandboxes/Backpressure"
-import { type AgentError, AgentExecRequest, type AgentExecResult } from "@svc/sandboxes/Protocol"
+} from "@svc/host/Driver"
+import { writeChunk } from "@svc/host-protocol/Backpressure"
+import { type AgentError, AgentExecRequest, type AgentExecResult } from "@svc/host-protocol/Protocol"
 import { Context, Effect, FiberSet, Layer, Schema, type Scope, Semaphore, Stream } from "effect"
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto"
 import * as Http from "node:http"

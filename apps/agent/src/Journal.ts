@@ -18,7 +18,7 @@
  * the journal must survive the agent's process dying, which the page cache does; a machine
  * that loses power loses its running sandboxes anyway.
  */
-import { SandboxId } from "@svc/sandboxes/Driver"
+import { SandboxId } from "@svc/host/Driver"
 import { Context, Effect, Layer, Schema } from "effect"
 import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"

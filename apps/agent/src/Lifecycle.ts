@@ -20,11 +20,11 @@ import {
   SandboxId,
   type SandboxInfo,
   SandboxSpec
-} from "@svc/sandboxes/Driver"
+} from "@svc/host/Driver"
 import { SecretBox } from "@svc/crypto/SecretBox"
-import type { AgentCommand, AgentReport } from "@svc/sandboxes/Protocol"
-import { BASE_TEMPLATE } from "@svc/sandboxes/Rootfs"
-import { openEnv } from "@svc/sandboxes/SealedEnv"
+import type { AgentCommand, AgentReport } from "@svc/host-protocol/Protocol"
+import { BASE_TEMPLATE } from "@svc/host/Rootfs"
+import { openEnv } from "@svc/crypto/SealedEnv"
 import { Clock, Context, Duration, Effect, Layer, Option, Queue, Schedule, Schema, Semaphore } from "effect"
 import { randomBytes } from "node:crypto"
 import * as Fs from "node:fs/promises"

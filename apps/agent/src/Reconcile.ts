@@ -15,7 +15,7 @@
  *   replaced): reported `destroyed` (nothing of it is left on the host) and the entry is
  *   removed; the sandbox actor moves a sandbox it did not mean to delete to `error`.
  */
-import type { RunStatus, SandboxListing } from "@svc/sandboxes/Driver"
+import type { RunStatus, SandboxListing } from "@svc/host/Driver"
 import type { JournalEntry, PendingOp } from "./Journal.ts"
 
 export type ReconcileAction =

@@ -6,8 +6,8 @@
  * keep running and a restarted agent overwrites it.
  */
 import { ensureBucket } from "@svc/bus/Topology"
-import { SandboxDriver } from "@svc/sandboxes/Driver"
-import { HOSTS_BUCKET_SPEC, HostRecord } from "@svc/sandboxes/Protocol"
+import { SandboxDriver } from "@svc/host/Driver"
+import { HOSTS_BUCKET_SPEC, HostRecord } from "@svc/host-protocol/Protocol"
 import { Context, Duration, Effect, Layer, Schema } from "effect"
 import { AgentConfig } from "./Config.ts"
 import { DataPlane } from "./DataPlane.ts"

@@ -8,16 +8,14 @@
  *   `Nats-Msg-Id`, or `seq:<stream sequence>` when it was published without one);
  *   `reconcile:<hostId>:<agent start ms>:<sandboxId>` for what a starting agent finds on disk.
  */
-import * as Actors from "@svc/actors/Actors"
-import type { InvalidActorMessage } from "@svc/actors/Errors"
+import * as Mailbox from "@svc/bus/Mailbox"
 import type { BusError, Nats } from "@svc/bus/Nats"
-import type { AgentReport } from "@svc/sandboxes/Protocol"
-import { SandboxActor } from "@svc/sandboxes/SandboxActor"
+import { AgentReport, SANDBOX_MAILBOX } from "@svc/host-protocol/Protocol"
 import { Context, Effect, Layer } from "effect"
 
 export class Reporter extends Context.Service<Reporter, {
   /** Publishes and waits for the stream's acknowledgement. */
-  report(report: AgentReport, msgID: string): Effect.Effect<void, BusError | InvalidActorMessage>
+  report(report: AgentReport, msgID: string): Effect.Effect<void, BusError | Mailbox.InvalidActorMessage>
 }>()("@svc/agent/Reporter") {
   /** To the sandbox actor's mailbox over `Nats`. */
   static readonly layer = Layer.effect(
@@ -25,7 +23,7 @@ export class Reporter extends Context.Service<Reporter, {
     Effect.gen(function*() {
       const context = yield* Effect.context<Nats>()
       const report = Effect.fn("Reporter.report")(function*(report: AgentReport, msgID: string) {
-        yield* Actors.send(SandboxActor, report.sandboxId, report, { msgID }).pipe(Effect.provideContext(context))
+        yield* Mailbox.send(SANDBOX_MAILBOX, AgentReport, report.sandboxId, report, { msgID }).pipe(Effect.provideContext(context))
       })
       return Reporter.of({ report })
     })

@@ -8,7 +8,7 @@
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import { Nats } from "@svc/bus/Nats"
 import { SecretBox } from "@svc/crypto/SecretBox"
-import { SandboxDriver } from "@svc/sandboxes/Driver"
+import { SandboxDriver } from "@svc/host/Driver"
 import { Effect, Layer } from "effect"
 import { AgentRole } from "./Agent.ts"
 import { CommandConsumer } from "./Commands.ts"

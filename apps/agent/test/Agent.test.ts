@@ -1,7 +1,7 @@
 import { assert, layer } from "@effect/vitest"
 import { makeSandboxId } from "@svc/domain/Ids"
-import { SandboxSpec } from "@svc/sandboxes/Driver"
-import { type AgentCommand, HostRecord, HOSTS_BUCKET_SPEC } from "@svc/sandboxes/Protocol"
+import { SandboxSpec } from "@svc/host/Driver"
+import { type AgentCommand, HostRecord, HOSTS_BUCKET_SPEC } from "@svc/host-protocol/Protocol"
 import { Effect, Schema } from "effect"
 import { randomBytes } from "node:crypto"
 import * as FsSync from "node:fs"
@@ -23,7 +23,7 @@ import {
   testLayer
 } from "./fixtures/support.ts"
 import { Nats } from "@svc/bus/Nats"
-import { WORKERS_BUCKET } from "@svc/sandboxes/Workers"
+import { WORKERS_BUCKET } from "@svc/bus/Workers"
 
 const decodeHostRecord = Schema.decodeUnknownSync(Schema.fromJsonString(HostRecord))
 

@@ -1,6 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import { HostId } from "@svc/domain/Ids"
-import { imagesAllocatedBytes } from "@svc/sandboxes/Driver/Disk"
+import { imagesAllocatedBytes } from "@svc/host/Driver/Disk"
 import { ConfigProvider, Effect, Exit, Schema } from "effect"
 import * as FsSync from "node:fs"
 import * as Os from "node:os"

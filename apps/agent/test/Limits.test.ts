@@ -7,7 +7,7 @@
 import { assert, layer } from "@effect/vitest"
 import { makeSandboxId } from "@svc/domain/Ids"
 import { Nats } from "@svc/bus/Nats"
-import { HostRecord, HOSTS_BUCKET_SPEC } from "@svc/sandboxes/Protocol"
+import { HostRecord, HOSTS_BUCKET_SPEC } from "@svc/host-protocol/Protocol"
 import { Duration, Effect, Exit, Schema } from "effect"
 import * as FsSync from "node:fs"
 import * as Fs from "node:fs/promises"

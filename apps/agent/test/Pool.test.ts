@@ -1,7 +1,7 @@
 /** The warm pool: creates of `base` sandboxes served from pre-started entries. */
 import { assert, layer } from "@effect/vitest"
 import { makeSandboxId } from "@svc/domain/Ids"
-import { ExecRequest } from "@svc/sandboxes/Driver"
+import { ExecRequest } from "@svc/host/Driver"
 import { Effect, Fiber } from "effect"
 import * as FsSync from "node:fs"
 import * as NodePath from "node:path"

@@ -9,7 +9,7 @@ import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import { Nats } from "@svc/bus/Nats"
 import { SecretBox } from "@svc/crypto/SecretBox"
 import * as Database from "@svc/db/Database"
-import { WorkerHeartbeat } from "@svc/sandboxes/Workers"
+import { WorkerHeartbeat } from "@svc/bus/Workers"
 import { Effect, Layer } from "effect"
 import * as Server from "./Server.ts"
 

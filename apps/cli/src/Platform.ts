@@ -9,7 +9,7 @@ import { SecretBox } from "@svc/crypto/SecretBox"
 import * as Database from "@svc/db/Database"
 import * as Dispatcher from "@svc/dispatcher/Dispatcher"
 import * as Runtime from "@svc/runtime/Runtime"
-import { WorkerHeartbeat } from "@svc/sandboxes/Workers"
+import { WorkerHeartbeat } from "@svc/bus/Workers"
 import { FanOut } from "@svc/webhooks/FanOut"
 import { Layer } from "effect"
 

@@ -13,7 +13,7 @@ import { OutboxRelay, type RelayOptions } from "@svc/events/Relay"
 import { ensureAgentStream, Hosts } from "@svc/sandboxes/Hosts"
 import { SandboxActor } from "@svc/sandboxes/SandboxActor"
 import { SandboxSupervisor, type SupervisorOptions } from "@svc/sandboxes/Sandboxes/Supervisor"
-import { type HeartbeatOptions, WorkerHeartbeat } from "@svc/sandboxes/Workers"
+import { type HeartbeatOptions, WorkerHeartbeat } from "@svc/bus/Workers"
 import { Config, Effect, Layer, Option } from "effect"
 
 export interface RuntimeOptions {

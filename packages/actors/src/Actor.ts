@@ -91,8 +91,6 @@ export interface ActorStore<S> {
 export type AnyActor = Actor<any, any>
 
 const TYPE = /^[a-z][a-z0-9_]{0,31}$/
-/** An entity id is one subject token of a plain alphabet, so an id can never act as a wildcard. */
-export const ENTITY_ID = /^[A-Za-z0-9_\-]{1,128}$/
 export const MAX_PARTITIONS = 1024
 
 /** Defines an actor type; an invalid definition is a programming error and throws at once. */
@@ -129,27 +127,6 @@ export const publish = (subject: string | ReadonlyArray<string>, payload: unknow
 })
 
 // ---------------------------------------------------------------------------------------------
-// Partitions
+// Addressing (shared with processes that only send: see @svc/bus/Mailbox)
 
-const encoder = new TextEncoder()
-
-/** FNV-1a (32 bit) over the UTF-8 bytes: stable across processes, versions and platforms. */
-export const fnv1a = (s: string): number => {
-  let h = 0x811c9dc5
-  for (const byte of encoder.encode(s)) {
-    h ^= byte
-    h = Math.imul(h, 0x01000193) >>> 0
-  }
-  return h >>> 0
-}
-
-export const partitionOf = (actor: { readonly partitions: number }, id: string): number => fnv1a(id) % actor.partitions
-
-// ---------------------------------------------------------------------------------------------
-// Names (relative to the NATS prefix; build the full names with Nats.subject / Nats.name)
-
-export const streamName = (actor: { readonly type: string }) => `ACTOR_${actor.type.toUpperCase()}`
-export const consumerName = (actor: { readonly type: string }, partition: number) =>
-  `ACTOR_${actor.type.toUpperCase()}_${partition}`
-export const mailboxTokens = (actor: AnyActor, id: string): ReadonlyArray<string> =>
-  ["actor", actor.type, String(partitionOf(actor, id)), id]
+export { consumerName, ENTITY_ID, fnv1a, mailboxTokens, partitionOf, streamName } from "@svc/bus/Mailbox"

@@ -7,11 +7,11 @@
  * `max_ack_pending: 1`: at most one message per partition in flight cluster-wide.
  */
 import { AckPolicy, DeliverPolicy } from "@nats-io/jetstream"
-import { Nats } from "@svc/bus/Nats"
+import * as Mailbox from "@svc/bus/Mailbox"
 import { ensureConsumer, ensureStream } from "@svc/bus/Topology"
 import * as Outbox from "@svc/events/Outbox"
 import { Duration, Effect, Option, Schema } from "effect"
-import { type Actor, type ActorEffect, type AnyActor, consumerName, ENTITY_ID, mailboxTokens, partitionOf, streamName, type Stored } from "./Actor.ts"
+import { type Actor, type ActorEffect, type AnyActor, consumerName, ENTITY_ID, partitionOf, streamName, type Stored } from "./Actor.ts"
 import { InvalidActorMessage } from "./Errors.ts"
 import { storeOf } from "./Store.ts"
 
@@ -50,42 +50,27 @@ export const ensure = Effect.fn("Actors.ensure")(function*(actor: AnyActor, opti
   return full
 })
 
-const checkId = (actor: AnyActor, id: string) =>
-  ENTITY_ID.test(id)
-    ? Effect.void
-    : Effect.fail(new InvalidActorMessage({ type: actor.type, id: id.slice(0, 140), message: "invalid entity id" }))
-
 const encodeMessage = <M extends Schema.Top>(actor: Actor<any, M>, id: string, message: M["Type"]) =>
-  Effect.mapError(
-    Schema.encodeUnknownEffect(actor.message as any)(message) as Effect.Effect<unknown, Schema.SchemaError>,
-    (e) => new InvalidActorMessage({ type: actor.type, id, message: e.message })
-  )
+  Mailbox.encode(actor, actor.message, id, message)
 
 /** The mailbox subject of an entity (relative to the NATS prefix), checking the id. */
-export const mailbox = (actor: AnyActor, id: string) => Effect.as(checkId(actor, id), mailboxTokens(actor, id).join("."))
+export const mailbox = (actor: AnyActor, id: string) => Mailbox.subjectOf(actor, id)
 
 /** The partition an entity's messages go to. */
 export const partition = (actor: AnyActor, id: string) => partitionOf(actor, id)
 
-const encoder = new TextEncoder()
 
 /**
  * Publishes a message to an entity's mailbox and waits for the stream's ack. With `msgID` the
  * send is idempotent within the duplicate window (and beyond it the runtime's inbox drops a
  * repeated msgID for the same entity).
  */
-export const send = Effect.fn("Actors.send")(function*<M extends Schema.Top>(
+export const send = <M extends Schema.Top>(
   actor: Actor<any, M>,
   id: string,
   message: M["Type"],
   options?: { readonly msgID?: string }
-) {
-  const nats = yield* Nats
-  const subject = yield* mailbox(actor, id)
-  const encoded = yield* encodeMessage(actor, id, message)
-  const ack = yield* nats.publishAcked(nats.subject(subject), encoder.encode(JSON.stringify(encoded)), options?.msgID ? { msgId: options.msgID } : undefined)
-  return { seq: ack.seq, duplicate: ack.duplicate }
-})
+) => Mailbox.send(actor, actor.message, id, message, options)
 
 /**
  * Writes the message to the outbox in the ambient transaction: it is sent if and only if the

@@ -7,9 +7,4 @@ export class CorruptState extends Schema.TaggedError<CorruptState>()("CorruptSta
   message: Schema.String
 }) {}
 
-/** A message refused before it reaches a mailbox: an invalid entity id, or a body its Schema refuses. */
-export class InvalidActorMessage extends Schema.TaggedError<InvalidActorMessage>()("InvalidActorMessage", {
-  type: Schema.String,
-  id: Schema.String,
-  message: Schema.String
-}) {}
+export { InvalidActorMessage } from "@svc/bus/Mailbox"

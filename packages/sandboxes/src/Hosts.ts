@@ -11,9 +11,9 @@
 import { BusError } from "@svc/bus/Nats"
 import { ensureBucket, ensureStream } from "@svc/bus/Topology"
 import { Clock, Context, Deferred, Duration, Effect, Layer, Option, Schedule, Schema } from "effect"
-import { AGENT_STREAM_SPEC, HOST_DOWN_AFTER_MS, HostRecord, HOSTS_BUCKET_SPEC } from "./Protocol.ts"
+import { AGENT_STREAM_SPEC, HOST_DOWN_AFTER_MS, HostRecord, HOSTS_BUCKET_SPEC } from "@svc/host-protocol/Protocol"
 
-export { HostRecord } from "./Protocol.ts"
+export { HostRecord } from "@svc/host-protocol/Protocol"
 
 /** Whether a host's record is fresh at `now` (ms). */
 export const isLive = (host: HostRecord, now: number, downAfterMs = HOST_DOWN_AFTER_MS): boolean =>

@@ -38,7 +38,7 @@
  */
 import * as Actor from "@svc/actors/Actor"
 import type { SandboxCreatedData, SandboxDeletedData, SandboxStateUpdatedData } from "@svc/domain/Events"
-import { type AgentCommand, type AgentReport, agentSubject, SANDBOX_ACTOR_PARTITIONS, SANDBOX_ACTOR_TYPE } from "./Protocol.ts"
+import { type AgentCommand, type AgentReport, agentSubject, SANDBOX_ACTOR_PARTITIONS, SANDBOX_ACTOR_TYPE } from "@svc/host-protocol/Protocol"
 import { type Delete, SandboxMessage, SandboxState, type SandboxStateName } from "./Sandboxes/Model.ts"
 import { store } from "./Sandboxes/Store.ts"
 

@@ -52,7 +52,7 @@ import type { SandboxState } from "./Sandboxes/Model.ts"
 import { toRecord } from "./Sandboxes/Record.ts"
 import { COLUMNS, fromRow, type SandboxRow, store } from "./Sandboxes/Store.ts"
 import * as Scheduler from "./Scheduler.ts"
-import { sealEnv } from "./SealedEnv.ts"
+import { sealEnv } from "@svc/crypto/SealedEnv"
 
 export { toRecord } from "./Sandboxes/Record.ts"
 

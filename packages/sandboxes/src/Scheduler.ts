@@ -15,7 +15,7 @@
  * The lock serializes placements (a few ms each), far above the creates per second needed here;
  * a per-region or per-host lock would be the next step.
  */
-import type { HostRecord } from "./Protocol.ts"
+import type { HostRecord } from "@svc/host-protocol/Protocol"
 import { Effect } from "effect"
 import { SqlClient } from "effect/sql"
 import { isLive } from "./Hosts.ts"

@@ -5,7 +5,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import type * as Actor from "@svc/actors/Actor"
 import { Schema } from "effect"
-import { AgentCommand } from "../src/Protocol.ts"
+import { AgentCommand } from "@svc/host-protocol/Protocol"
 import { refusal, SandboxActor, type SandboxMessage, type SandboxState, transition } from "../src/SandboxActor.ts"
 
 const H = "host_a"

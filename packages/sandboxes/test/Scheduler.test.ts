@@ -7,7 +7,7 @@ import { describe, expect, it, layer } from "@effect/vitest"
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import { Effect } from "effect"
 import { SqlClient } from "effect/sql"
-import type { HostRecord } from "../src/Protocol.ts"
+import type { HostRecord } from "@svc/host-protocol/Protocol"
 import { choose, place, type Usage } from "../src/Scheduler.ts"
 
 const NOW = 1_800_000_000_000

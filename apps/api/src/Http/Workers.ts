@@ -1,7 +1,7 @@
 /** Handler of GET /v1/workers: the `workers` KV records fresher than 15 s (spec.md 2.4). */
 import { Api } from "@svc/domain/Api"
 import * as Errors from "@svc/domain/Errors"
-import { listWorkers } from "@svc/sandboxes/Workers"
+import { listWorkers } from "@svc/bus/Workers"
 import { Effect } from "effect"
 import { HttpApiBuilder } from "effect/http-api"
 

@@ -15,7 +15,7 @@ import * as fs from "node:fs"
 import * as crypto from "node:crypto"
 import * as net from "node:net"
 import * as path from "node:path"
-import { SandboxDriver } from "@svc/sandboxes/Driver"
+import { SandboxDriver } from "@svc/host/Driver"
 import { AllRoles, Infrastructure } from "../Platform.ts"
 
 export const repoRoot = path.resolve(import.meta.dirname, "../../../..")

@@ -2,7 +2,7 @@ import { Effect } from "effect"
 import { SqlClient } from "effect/sql"
 
 /**
- * A sandbox's env travels sealed since this version (packages/sandboxes/src/SealedEnv.ts). The
+ * A sandbox's env travels sealed since this version (packages/crypto/src/SealedEnv.ts). The
  * outbox rows written before it hold the env in the clear: the sandbox actor's `Create` messages
  * (`actor.sandbox.<partition>.<id>`) and the agents' `create` commands (`agent.<host>.create`).
  * Sent ones are only kept for pruning: deleted now rather than after 24 h. Unsent ones would be

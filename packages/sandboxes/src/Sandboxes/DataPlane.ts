@@ -8,8 +8,8 @@ import { FileListing } from "@svc/domain/Api/Sandboxes"
 import * as Errors from "@svc/domain/Errors"
 import { Deferred, Effect, Option, Schema, Stream } from "effect"
 import * as Http from "node:http"
-import { writeChunk } from "../Backpressure.ts"
-import { AgentError, AgentExecResult, type AgentExecRequest, type HostRecord } from "../Protocol.ts"
+import { writeChunk } from "@svc/host-protocol/Backpressure"
+import { AgentError, AgentExecResult, type AgentExecRequest, type HostRecord } from "@svc/host-protocol/Protocol"
 
 
 export type DataPlaneError =

@@ -10,7 +10,7 @@
  */
 import { SANDBOX_STATES, SandboxType, VolumeAttachment } from "@svc/domain/Sandbox"
 import { Schema } from "effect"
-import { AgentReport } from "../Protocol.ts"
+import { AgentReport } from "@svc/host-protocol/Protocol"
 
 export const SandboxStateName = Schema.Literals(SANDBOX_STATES)
 export type SandboxStateName = typeof SandboxStateName.Type

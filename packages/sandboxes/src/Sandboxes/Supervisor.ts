@@ -15,7 +15,7 @@ import { Nats } from "@svc/bus/Nats"
 import { Clock, Config, Context, Duration, Effect, Layer, Schedule } from "effect"
 import { SqlClient } from "effect/sql"
 import { Hosts, isLive } from "../Hosts.ts"
-import { HOST_DOWN_AFTER_MS } from "../Protocol.ts"
+import { HOST_DOWN_AFTER_MS } from "@svc/host-protocol/Protocol"
 import { SandboxActor } from "../SandboxActor.ts"
 import type { SandboxMessage } from "./Model.ts"
 

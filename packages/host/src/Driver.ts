@@ -4,6 +4,7 @@
  * (`Driver/Bubblewrap.ts`) implements it here; a microVM driver (vsock to an in-guest agent)
  * would implement the same service on hosts with KVM.
  */
+import { HostLimits } from "@svc/host-protocol/Protocol"
 import { Context, Effect, Schema, Scope, Stream } from "effect"
 
 // ---------------------------------------------------------------------------------------------
@@ -35,7 +36,7 @@ const PositiveInt = (max: number) =>
   Schema.Int.check(Schema.isGreaterThanOrEqualTo(1), Schema.isLessThanOrEqualTo(max))
 
 /** What `create` needs. `template` is a template name known to the driver (`base` is built in). */
-export class SandboxSpec extends Schema.Class<SandboxSpec>("@svc/sandboxes/SandboxSpec")({
+export class SandboxSpec extends Schema.Class<SandboxSpec>("@svc/host/SandboxSpec")({
   sandboxId: SandboxId,
   template: Schema.String.check(
     Schema.isPattern(/^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/, { message: "template name" })
@@ -54,7 +55,7 @@ export const SandboxPath = Schema.String.check(
   Schema.isPattern(/^\/[^\0]{0,4095}$/, { message: "path: absolute, at most 4096 chars, no NUL" })
 )
 
-export class ExecRequest extends Schema.Class<ExecRequest>("@svc/sandboxes/ExecRequest")({
+export class ExecRequest extends Schema.Class<ExecRequest>("@svc/host/ExecRequest")({
   cmd: Schema.Array(Schema.String.check(Schema.isPattern(/^[^\0]{0,131072}$/, { message: "argument without NUL" })))
     .check(Schema.makeFilter((argv) => (argv.length >= 1 && argv.length <= 4096 && argv[0]!.length > 0) || "cmd: 1 to 4096 arguments, the first not empty")),
   cwd: Schema.optionalKey(SandboxPath),
@@ -78,19 +79,7 @@ export const LimitStatus = Schema.Struct({
 })
 export type LimitStatus = typeof LimitStatus.Type
 
-/** Which limits this host enforces: `enforced`, or why not (`unavailable: ...`). */
-export const HostLimits = Schema.Struct({
-  /** The cgroup version found at start (`none`: no cgroup file system). */
-  cgroup: Schema.Literals(["v1", "v2", "none"]),
-  memory: Schema.String,
-  cpu: Schema.String,
-  pids: Schema.String,
-  /** Disk images (`diskGb`); absent in the records of agents from before them. */
-  disk: Schema.optionalKey(Schema.String)
-})
-export type HostLimits = typeof HostLimits.Type
-
-export class SandboxInfo extends Schema.Class<SandboxInfo>("@svc/sandboxes/SandboxInfo")({
+export class SandboxInfo extends Schema.Class<SandboxInfo>("@svc/host/SandboxInfo")({
   sandboxId: SandboxId,
   /** The sandbox's init as seen from the host (namespaces driver only). */
   pid: Schema.optionalKey(Schema.Int),
@@ -101,7 +90,7 @@ export class SandboxInfo extends Schema.Class<SandboxInfo>("@svc/sandboxes/Sandb
   limits: LimitStatus
 }) {}
 
-export class ExecResult extends Schema.Class<ExecResult>("@svc/sandboxes/ExecResult")({
+export class ExecResult extends Schema.Class<ExecResult>("@svc/host/ExecResult")({
   /** The command's exit status; 128 + signal number when a signal ended it. */
   exitCode: Schema.Int,
   stdout: Schema.Uint8Array,
@@ -116,14 +105,14 @@ export class ExecResult extends Schema.Class<ExecResult>("@svc/sandboxes/ExecRes
 export const EntryType = Schema.Literals(["file", "dir", "symlink", "other"])
 export type EntryType = typeof EntryType.Type
 
-export class FileStat extends Schema.Class<FileStat>("@svc/sandboxes/FileStat")({
+export class FileStat extends Schema.Class<FileStat>("@svc/host/FileStat")({
   type: EntryType,
   size: Schema.Int,
   /** Modification time, ISO 8601. */
   mtime: Schema.String
 }) {}
 
-export class DirEntry extends Schema.Class<DirEntry>("@svc/sandboxes/DirEntry")({
+export class DirEntry extends Schema.Class<DirEntry>("@svc/host/DirEntry")({
   name: Schema.String,
   type: EntryType,
   size: Schema.Int,
@@ -136,14 +125,14 @@ export interface FileStream {
   readonly stream: Stream.Stream<Uint8Array, SandboxFileError | DriverFailure>
 }
 
-export class SandboxStats extends Schema.Class<SandboxStats>("@svc/sandboxes/SandboxStats")({
+export class SandboxStats extends Schema.Class<SandboxStats>("@svc/host/SandboxStats")({
   memoryBytes: Schema.Int,
   cpuUsageNs: Schema.optionalKey(Schema.Int),
   pids: Schema.Int
 }) {}
 
 /** How a run ended on its own (its init died) rather than by `stop`. */
-export class SandboxExit extends Schema.Class<SandboxExit>("@svc/sandboxes/SandboxExit")({
+export class SandboxExit extends Schema.Class<SandboxExit>("@svc/host/SandboxExit")({
   sandboxId: SandboxId,
   /** The init's exit status as bubblewrap saw it (128 + n: ended by signal n); absent when none was recorded. */
   exitCode: Schema.optionalKey(Schema.Int),
@@ -159,7 +148,7 @@ export const RunStatus = Schema.Literals(["running", "stopped"])
 export type RunStatus = typeof RunStatus.Type
 
 /** One sandbox this host has on disk, for the agent's reconcile after a restart. */
-export class SandboxListing extends Schema.Class<SandboxListing>("@svc/sandboxes/SandboxListing")({
+export class SandboxListing extends Schema.Class<SandboxListing>("@svc/host/SandboxListing")({
   sandboxId: SandboxId,
   status: RunStatus,
   internalIp: Schema.String,
@@ -172,7 +161,7 @@ export class SandboxListing extends Schema.Class<SandboxListing>("@svc/sandboxes
 // ---------------------------------------------------------------------------------------------
 // Terminal (designed, not implemented yet)
 
-export class PtyRequest extends Schema.Class<PtyRequest>("@svc/sandboxes/PtyRequest")({
+export class PtyRequest extends Schema.Class<PtyRequest>("@svc/host/PtyRequest")({
   cols: PositiveInt(1000),
   rows: PositiveInt(1000),
   cmd: Schema.optionalKey(Schema.Array(Schema.String)),
@@ -347,7 +336,7 @@ export class SandboxDriver extends Context.Service<SandboxDriver, {
     sandboxId: string,
     request: PtyRequest
   ): Effect.Effect<PtySession, Common | SandboxNotRunning | DriverUnsupported, Scope.Scope>
-}>()("@svc/sandboxes/Driver/SandboxDriver") {}
+}>()("@svc/host/Driver/SandboxDriver") {}
 
 /** Limits the file API enforces (the API's PUT body cap). */
 export const MAX_FILE_BYTES = 100 * 1024 * 1024

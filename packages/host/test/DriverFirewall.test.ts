@@ -193,7 +193,7 @@ class OwnBridge extends Context.Service<OwnBridge, {
   readonly driver: SandboxDriver["Service"]
   readonly config: DriverConfig["Service"]
   readonly settings: FirewallSettings
-}>()("@svc/sandboxes/test/DriverFirewall/OwnBridge") {
+}>()("@svc/host/test/DriverFirewall/OwnBridge") {
   static readonly layer = Layer.effect(
     OwnBridge,
     Effect.gen(function*() {

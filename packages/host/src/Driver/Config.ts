@@ -41,7 +41,7 @@ export class DriverConfig extends Context.Service<DriverConfig, {
   readonly allowNoFirewall: boolean
   /** Blank 1 GiB disk images kept formatted ahead of creates (`Disk.ts`); 0 formats at each create. */
   readonly diskStock: number
-}>()("@svc/sandboxes/Driver/DriverConfig") {
+}>()("@svc/host/Driver/DriverConfig") {
   static readonly make = (options: Partial<DriverConfig["Service"]> = {}): DriverConfig["Service"] => {
     const bridge = options.bridge ?? "svcbr0"
     const config = {
@@ -94,7 +94,7 @@ export const DEFAULT_UID_BASE = 0x7fff0000
 const defaultDataDir = (): string => {
   const fromEnv = process.env["SVC_DATA_DIR"]
   if (fromEnv !== undefined && fromEnv !== "") return NodePath.join(NodePath.resolve(fromEnv), "sandboxes")
-  // This file is <repo>/packages/sandboxes/src/Driver/Config.ts.
+  // This file is <repo>/packages/host/src/Driver/Config.ts.
   const repo = NodePath.resolve(NodePath.dirname(fileURLToPath(import.meta.url)), "../../../..")
   return NodePath.join(repo, ".svc", "data", "sandboxes")
 }

@@ -26,7 +26,7 @@ import * as FsSync from "node:fs"
 import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
 import { DriverFailure, Env, LimitStatus, SandboxExit } from "../Driver.ts"
-import { openEnv, sealEnv } from "../SealedEnv.ts"
+import { openEnv, sealEnv } from "@svc/crypto/SealedEnv"
 
 const recordFields = {
   sandboxId: Schema.String,
@@ -42,18 +42,18 @@ const recordFields = {
 }
 
 /** A sandbox's record in memory: `env` in the clear, never written as such. */
-export class SandboxRecord extends Schema.Class<SandboxRecord>("@svc/sandboxes/Driver/SandboxRecord")({
+export class SandboxRecord extends Schema.Class<SandboxRecord>("@svc/host/Driver/SandboxRecord")({
   ...recordFields,
   env: Env
 }) {}
 
 /** `sandbox.json` as stored: the env sealed for the `host`. */
-export class StoredSandboxRecord extends Schema.Class<StoredSandboxRecord>("@svc/sandboxes/Driver/StoredSandboxRecord")({
+export class StoredSandboxRecord extends Schema.Class<StoredSandboxRecord>("@svc/host/Driver/StoredSandboxRecord")({
   ...recordFields,
   sealedEnv: Schema.String
 }) {}
 
-export class RunRecord extends Schema.Class<RunRecord>("@svc/sandboxes/Driver/RunRecord")({
+export class RunRecord extends Schema.Class<RunRecord>("@svc/host/Driver/RunRecord")({
   /** The sandbox's init (pid 1 inside) as seen from the host. */
   pid: Schema.Int,
   /** Its start time in clock ticks since boot (/proc/<pid>/stat field 22): guards against pid reuse. */

@@ -9,7 +9,7 @@
  * (the message and the command) or `host` (`sandbox.json`): a sealed env copied to another
  * sandbox, or from a command into a record, does not open.
  */
-import type { SecretBox } from "@svc/crypto/SecretBox"
+import type { SecretBox } from "./SecretBox.ts"
 import { Effect, Schema } from "effect"
 
 export type EnvPlace = "transit" | "host"

@@ -25,15 +25,17 @@
  *   token), 404 (no such sandbox or file), 409 (sandbox not running), 413, 422 (the sandbox's
  *   kernel refused the file operation), 500, 503 (too many transfers; retry).
  */
+import type { MailboxAddress } from "@svc/bus/Mailbox"
 import type { BucketSpec, StreamSpec } from "@svc/bus/Topology"
 import { Schema } from "effect"
-import { HostLimits } from "./Driver.ts"
 
 export const HOST_HEARTBEAT_MS = 2_000
 export const HOST_DOWN_AFTER_MS = 10_000
 
 export const SANDBOX_ACTOR_TYPE = "sandbox"
 export const SANDBOX_ACTOR_PARTITIONS = 16
+/** Where an agent's reports go: the sandbox actors' mailboxes (`actor.sandbox.<partition>.<id>`). */
+export const SANDBOX_MAILBOX: MailboxAddress = { type: SANDBOX_ACTOR_TYPE, partitions: SANDBOX_ACTOR_PARTITIONS }
 
 /** The stream and subjects of agent commands (relative to the NATS prefix). */
 export const AGENT_STREAM = "AGENT"
@@ -64,6 +66,18 @@ export const Capacity = Schema.Struct({
   diskGb: Schema.Int
 })
 export type Capacity = typeof Capacity.Type
+
+/** Which limits this host enforces: `enforced`, or why not (`unavailable: ...`). */
+export const HostLimits = Schema.Struct({
+  /** The cgroup version found at start (`none`: no cgroup file system). */
+  cgroup: Schema.Literals(["v1", "v2", "none"]),
+  memory: Schema.String,
+  cpu: Schema.String,
+  pids: Schema.String,
+  /** Disk images (`diskGb`); absent in the records of agents from before them. */
+  disk: Schema.optionalKey(Schema.String)
+})
+export type HostLimits = typeof HostLimits.Type
 
 export const HostRecord = Schema.Struct({
   hostId: Schema.String,

@@ -9,8 +9,8 @@
  * namespace; empty for the api, which consumes none), `cells` (null). The bucket's max age
  * drops records of processes that died without removing theirs.
  */
-import { BusError, Nats } from "@svc/bus/Nats"
-import { ensureBucket } from "@svc/bus/Topology"
+import { BusError, Nats } from "./Nats.ts"
+import { ensureBucket } from "./Topology.ts"
 import { Clock, Context, Duration, Effect, Layer, Schedule, Schema } from "effect"
 import * as Os from "node:os"
 
@@ -64,7 +64,7 @@ export interface HeartbeatOptions {
 
 /** Heartbeats of this process into the `workers` bucket for the layer's lifetime. */
 export class WorkerHeartbeat extends Context.Service<WorkerHeartbeat, { readonly record: Effect.Effect<WorkerRecord> }>()(
-  "@svc/sandboxes/WorkerHeartbeat"
+  "@svc/bus/WorkerHeartbeat"
 ) {
   static readonly make = Effect.fn("WorkerHeartbeat.make")(function*(role: WorkerRole, options: HeartbeatOptions = {}) {
     const nats = yield* Nats
