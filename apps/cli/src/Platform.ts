@@ -10,7 +10,7 @@ import * as Database from "@svc/db/Database"
 import * as Dispatcher from "@svc/dispatcher/Dispatcher"
 import * as Runtime from "@svc/runtime/Runtime"
 import { WorkerHeartbeat } from "@svc/bus/Workers"
-import { FanOut } from "@svc/webhooks/FanOut"
+import { FanOut } from "@svc/webhooks/Delivery/FanOut"
 import { Layer } from "effect"
 
 /** What the roles need: Postgres (migrated) and NATS, from DATABASE_URL and NATS_URL. */

@@ -5,9 +5,9 @@
  * SVC_WEBHOOK_ALLOWED_SUBNETS; needs Postgres (SqlClient, PgClient), Nats and the SecretBox
  * (SVC_ENCRYPTION_KEYS: it opens the webhooks' sealed signing secrets).
  */
-import { WebhookAddressGuard } from "@svc/webhooks/AddressGuard"
-import { WebhookSender } from "@svc/webhooks/Attempt"
-import { WebhookDispatcher } from "@svc/webhooks/Dispatcher"
+import { WebhookAddressGuard } from "@svc/webhooks/Subscriptions/AddressGuard"
+import { WebhookSender } from "@svc/webhooks/Delivery/Attempt"
+import { WebhookDispatcher } from "@svc/webhooks/Delivery/Dispatcher"
 import { Layer } from "effect"
 
 export const layer = WebhookDispatcher.layer.pipe(

@@ -9,7 +9,7 @@ import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import { Nats } from "@svc/bus/Nats"
 import { SecretBox } from "@svc/crypto/SecretBox"
 import * as Database from "@svc/db/Database"
-import { WebhookDispatcher } from "@svc/webhooks/Dispatcher"
+import { WebhookDispatcher } from "@svc/webhooks/Delivery/Dispatcher"
 import { Effect, Layer } from "effect"
 import { layer as DispatcherRole } from "./Dispatcher.ts"
 

@@ -4,8 +4,8 @@
  */
 import { Api } from "@svc/domain/Api"
 import { CurrentPrincipal } from "@svc/domain/Api/Auth"
-import { WebhookAddressGuard } from "@svc/webhooks/AddressGuard"
-import { Webhooks } from "@svc/webhooks/Webhooks"
+import { WebhookAddressGuard } from "@svc/webhooks/Subscriptions/AddressGuard"
+import { Webhooks } from "@svc/webhooks/Subscriptions/Webhooks"
 import { Effect, Layer } from "effect"
 import { HttpServerResponse } from "effect/http"
 import { HttpApiBuilder } from "effect/http-api"

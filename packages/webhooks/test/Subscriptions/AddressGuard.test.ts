@@ -9,7 +9,7 @@ import {
   WebhookAddressGuard,
   WebhookResolveError,
   WebhookResolver
-} from "@svc/webhooks/AddressGuard"
+} from "@svc/webhooks/Subscriptions/AddressGuard"
 import { ConfigProvider, Effect, Exit, Layer, Result } from "effect"
 import { TestClock } from "effect/testing"
 

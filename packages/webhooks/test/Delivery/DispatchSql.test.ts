@@ -15,8 +15,8 @@ import {
   LOST_ATTEMPT_ERROR,
   NOT_ATTEMPTED_DELETED,
   NOT_ATTEMPTED_PAUSED
-} from "@svc/webhooks/Dispatch"
-import * as Store from "@svc/webhooks/DeliveryStore"
+} from "@svc/webhooks/Delivery/Dispatch"
+import * as Store from "@svc/webhooks/Delivery/Store"
 import { Effect } from "effect"
 import { SqlClient } from "effect/sql"
 

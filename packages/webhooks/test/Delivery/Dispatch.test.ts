@@ -3,9 +3,9 @@
  * and the dispatcher's configuration parsing.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { afterAttempt, type ClaimJob, type ClaimState, decideClaim, decideLostJob, firstAttemptFastPath } from "@svc/webhooks/Dispatch"
-import { DispatchConfig, type DispatchSettings, parseDuration } from "@svc/webhooks/DispatchConfig"
-import { DEFAULT_RETRY_SCHEDULE } from "@svc/webhooks/RetrySchedule"
+import { afterAttempt, type ClaimJob, type ClaimState, decideClaim, decideLostJob, firstAttemptFastPath } from "@svc/webhooks/Delivery/Dispatch"
+import { DispatchConfig, type DispatchSettings, parseDuration } from "@svc/webhooks/Delivery/Config"
+import { DEFAULT_RETRY_SCHEDULE } from "@svc/webhooks/Delivery/RetrySchedule"
 import { ConfigProvider, Effect, Exit, Result } from "effect"
 
 const live = { enabled: true, deleted: false }

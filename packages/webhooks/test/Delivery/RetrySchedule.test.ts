@@ -8,7 +8,7 @@ import {
   MAX_ATTEMPTS,
   parseRetrySchedule,
   RetryScheduleConfig
-} from "@svc/webhooks/RetrySchedule"
+} from "@svc/webhooks/Delivery/RetrySchedule"
 import { ConfigProvider, Effect, Result } from "effect"
 
 describe("parseRetrySchedule", () => {

@@ -19,7 +19,7 @@ import * as Streams from "@svc/events/Streams"
 import { AckPolicy, DeliverPolicy } from "@nats-io/jetstream"
 import { type Cause, Context, Duration, Effect, Exit, Layer, Queue, Ref, Schedule, Schema, Stream } from "effect"
 import { SqlClient } from "effect/sql"
-import { ensureDeliveryStream, publishJob, webhookVersionSql } from "./DeliveryJobs.ts"
+import { ensureDeliveryStream, publishJob, webhookVersionSql } from "./Jobs.ts"
 
 export const FANOUT_CONSUMER = "webhook_fanout"
 
@@ -81,7 +81,7 @@ export const parseEventMessage = (
 export class FanOut extends Context.Service<FanOut, {
   /** Events handled and deliveries written by this process. */
   readonly stats: Effect.Effect<{ readonly events: number; readonly deliveries: number }>
-}>()("@svc/webhooks/FanOut") {
+}>()("@svc/webhooks/Delivery/FanOut") {
   static readonly make = Effect.fn("FanOut.make")(function*(options: FanOutOptions = {}) {
     const nats = yield* Nats
     const sql = yield* SqlClient.SqlClient

@@ -49,8 +49,8 @@ import * as Outbox from "@svc/events/Outbox"
 import { Clock, Context, DateTime, Duration, Effect, Layer, Result, Schedule, Schema } from "effect"
 import { SqlClient, type SqlError } from "effect/sql"
 import { WebhookAddressGuard } from "./AddressGuard.ts"
-import { ensureDeliveryStream, jobSubject, WEBHOOKS_CHANNEL } from "./DeliveryJobs.ts"
-import { generateSecret } from "./Signature.ts"
+import { ensureDeliveryStream, jobSubject, WEBHOOKS_CHANNEL } from "../Delivery/Jobs.ts"
+import { generateSecret } from "../Delivery/Signature.ts"
 
 interface WebhookRow {
   readonly id: string
@@ -131,7 +131,7 @@ export class Webhooks extends Context.Service<Webhooks, {
   readonly test: (orgId: string, id: string) => Effect.Effect<{ readonly delivery_id: DeliveryId }, NotFound | Unavailable>
   readonly deliveries: (orgId: string, id: string, query: ListDeliveriesQuery) => Effect.Effect<DeliveryList, NotFound | Unavailable>
   readonly retry: (orgId: string, id: string, deliveryId: string) => Effect.Effect<{ readonly delivery_id: DeliveryId; readonly status: "retried" }, NotFound | DeliveryNotRetryable | Unavailable>
-}>()("@svc/webhooks/Webhooks") {
+}>()("@svc/webhooks/Subscriptions/Webhooks") {
   static readonly make = Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const guard = yield* WebhookAddressGuard

@@ -13,7 +13,7 @@ import * as https from "node:https"
 import { performance } from "node:perf_hooks"
 import * as tls from "node:tls"
 import { Context, Effect, Layer } from "effect"
-import { type ConnectTarget, type ResolvedAddress, WebhookAddressGuard } from "./AddressGuard.ts"
+import { type ConnectTarget, type ResolvedAddress, WebhookAddressGuard } from "../Subscriptions/AddressGuard.ts"
 
 export const DEFAULT_ATTEMPT_TIMEOUT_MS = 5_000
 /** Response bodies are read up to this and thrown away; a longer one closes the connection. */

@@ -8,7 +8,7 @@ import {
   HEADER_SIGNATURE,
   HEADER_WEBHOOK_ID,
   sign
-} from "@svc/webhooks/Signature"
+} from "@svc/webhooks/Delivery/Signature"
 import { execFileSync } from "node:child_process"
 import * as crypto from "node:crypto"
 

@@ -6,7 +6,7 @@
 import { describe, expect, layer } from "@effect/vitest"
 import { makeId } from "@svc/domain/Ids"
 import * as TestDatabase from "@svc/testing/TestDatabase"
-import * as Store from "@svc/webhooks/DeliveryStore"
+import * as Store from "@svc/webhooks/Delivery/Store"
 import { Effect } from "effect"
 import { SqlClient } from "effect/sql"
 

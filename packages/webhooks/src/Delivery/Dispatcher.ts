@@ -1,6 +1,6 @@
 /**
  * The dispatcher: consumes delivery jobs and makes the attempts (spec.md 6.2 to 6.4). Start any
- * number of processes; each pulls from every webhook's consumer (DeliveryJobs.ts).
+ * number of processes; each pulls from every webhook's consumer (Jobs.ts).
  *
  * - Discovery: the live webhooks (Postgres) each get a durable consumer; each consumer gets a
  *   pull loop here, and each webhook's url, state and opened secret are kept in memory.
@@ -44,10 +44,10 @@ import {
   webhookIdOfConsumer,
   webhookVersionSql,
   WEBHOOKS_CHANNEL
-} from "./DeliveryJobs.ts"
-import * as Store from "./DeliveryStore.ts"
+} from "./Jobs.ts"
+import * as Store from "./Store.ts"
 import { afterAttempt, decideLostJob, firstAttemptFastPath, statusOf } from "./Dispatch.ts"
-import { DispatchConfig, type DispatchSettings } from "./DispatchConfig.ts"
+import { DispatchConfig, type DispatchSettings } from "./Config.ts"
 import { makeBatcher } from "./Batcher.ts"
 import { deliveryHeaders } from "./Signature.ts"
 
