@@ -1,6 +1,6 @@
 /**
  * The foundation's promises, over real HTTP against a real Postgres and NATS: health, the error
- * shapes of api.md for failures outside handlers, request ids, graceful shutdown.
+ * shapes of docs/contract.md#errors for failures outside handlers, request ids, graceful shutdown.
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Nats } from "@svc/bus/Nats"

@@ -1,9 +1,10 @@
 /**
  * API keys over real HTTP, with TWO API servers sharing one Postgres and one NATS (each with its
  * own verification cache and bus connection, as two processes would have): the token format,
- * mint/list/revoke contracts, the scope grammar of spec.md at mint, expiry under a controlled
- * clock, revocation seen at once by the other server, the distrust fallback when a process does
- * not acknowledge, rotation, lastUsedAt, the rate limit, and that no token ever reaches a log line.
+ * mint/list/revoke contracts, the scope grammar of docs/contract.md#scopes at mint, expiry under a
+ * controlled clock, revocation seen at once by the other server, the distrust fallback when a
+ * process does not acknowledge, rotation, lastUsedAt, the rate limit, and that no token ever
+ * reaches a log line.
  */
 import { expect, layer } from "@effect/vitest"
 import { Nats } from "@svc/bus/Nats"
