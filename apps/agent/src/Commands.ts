@@ -9,8 +9,8 @@
  * commands' idempotence and the report's msgID make harmless.
  *
  * Failures: a message that is not a command for this host is terminated (bare `term()`, see
- * stack-notes.md). The journal's disk or NATS failing is retried in place, so that the
- * sandbox's later commands keep waiting behind it.
+ * docs/architecture.md#nats-facts). The journal's disk or NATS failing is retried in place, so that
+ * the sandbox's later commands keep waiting behind it.
  *
  * Start: the stream and the consumer are ensured, the journal is reconciled with the disk and
  * its reports published, and only then are commands consumed. Stop: consuming stops at once,

@@ -1,7 +1,8 @@
 /**
  * The authorization matrix, generated from the `Api` definition itself: every endpoint of every
  * group (routes added later join automatically) × every kind of credential → the status and code
- * that spec.md 5 and api.md say, over real HTTP against a real Postgres and NATS.
+ * that docs/contract.md#authentication, #scopes say, over real HTTP against a real Postgres and
+ * NATS.
  *
  * The expectations are written here from the rules (not by calling the implementation's
  * `decide`): `Access.public` lets everything through; otherwise no, malformed, unknown,
@@ -152,7 +153,10 @@ const PASSES: Expected = { _tag: "Passes" }
 
 const readOrWrite = (method: string) => (method === "GET" || method === "HEAD" ? "read" : "write")
 
-/** Whether a credential holds `resource:action` (spec.md 5.3), written from the spec. */
+/**
+ * Whether a credential holds `resource:action` (docs/contract.md#scope-tokens), written from the
+ * spec.
+ */
 const holds = (kind: CredentialKind, resource: string, action: string): boolean => {
   switch (kind._tag) {
     case "Session":

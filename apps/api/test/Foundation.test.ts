@@ -1,6 +1,6 @@
 /**
  * The foundation's promises, over real HTTP against a real Postgres and NATS: health, the error
- * shapes of api.md for failures outside handlers, request ids, graceful shutdown.
+ * shapes of docs/contract.md#errors for failures outside handlers, request ids, graceful shutdown.
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Nats } from "@svc/bus/Nats"
@@ -45,7 +45,7 @@ describe("API foundation", () => {
       expect(docs.headers.get("content-type")).toContain("text/html")
     }).pipe(Effect.scoped))
 
-  it.live("unknown routes are 404 not_found in the error shape of api.md", () =>
+  it.live("unknown routes are 404 not_found in the contract's error shape", () =>
     Effect.gen(function*() {
       const base = yield* serve(apiLayer.pipe(Layer.provide(platformLayer)))
       for (const [method, path] of [["GET", "/v1/nope"], ["POST", "/v1/health"], ["DELETE", "/"], ["GET", "/v1/health/extra"]] as const) {

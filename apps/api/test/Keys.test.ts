@@ -1,9 +1,10 @@
 /**
  * API keys over real HTTP, with TWO API servers sharing one Postgres and one NATS (each with its
  * own verification cache and bus connection, as two processes would have): the token format,
- * mint/list/revoke contracts, the scope grammar of spec.md at mint, expiry under a controlled
- * clock, revocation seen at once by the other server, the distrust fallback when a process does
- * not acknowledge, rotation, lastUsedAt, the rate limit, and that no token ever reaches a log line.
+ * mint/list/revoke contracts, the scope grammar of docs/contract.md#scopes at mint, expiry under a
+ * controlled clock, revocation seen at once by the other server, the distrust fallback when a
+ * process does not acknowledge, rotation, lastUsedAt, the rate limit, and that no token ever
+ * reaches a log line.
  */
 import { expect, layer } from "@effect/vitest"
 import { Nats } from "@svc/bus/Nats"
@@ -103,7 +104,7 @@ const mint = (env: Env["Service"], body: Record<string, unknown>, token = env.st
 const ROW_KEYS = ["createdAt", "expiresAt", "id", "lastUsedAt", "name", "prefix", "revokedAt", "scopes"]
 
 layer(EnvLayer, { excludeTestServices: true })("API keys", (it) => {
-  it.effect("a minted key: svc_live_ token with a checksum, shown once, row fields exactly those of spec.md 2.1", () =>
+  it.effect("a minted key: svc_live_ token with a checksum, shown once, row fields exactly those of the contract", () =>
     Effect.gen(function*() {
       const env = yield* Env
       const res = yield* mint(env, { name: "ci" })
@@ -138,7 +139,7 @@ layer(EnvLayer, { excludeTestServices: true })("API keys", (it) => {
       for (const row of list.body.keys) expect(Object.keys(row).sort()).toEqual(ROW_KEYS)
     }))
 
-  it.effect("the scope grammar at mint: every example of spec.md 5.2 to 5.5", () =>
+  it.effect("the scope grammar at mint: every example of the contract's scopes", () =>
     Effect.gen(function*() {
       const env = yield* Env
       const sandbox = makeId("sandbox")

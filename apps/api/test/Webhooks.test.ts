@@ -1,8 +1,8 @@
 /**
- * The webhook routes over real HTTP with real credentials (api.md "Webhooks"): two API servers on
- * one Postgres and NATS, one allowing 127.0.0.0/8 as webhook targets (SVC_WEBHOOK_ALLOWED_SUBNETS)
- * and one not; the outbox relay and a dispatcher run beside them so the test operation really
- * delivers to a receiver on 127.0.0.1.
+ * The webhook routes over real HTTP with real credentials (docs/contract.md#webhooks): two API
+ * servers on one Postgres and NATS, one allowing 127.0.0.0/8 as webhook targets
+ * (SVC_WEBHOOK_ALLOWED_SUBNETS) and one not; the outbox relay and a dispatcher run beside them so
+ * the test operation really delivers to a receiver on 127.0.0.1.
  */
 import { expect, layer } from "@effect/vitest"
 import { SecretBox } from "@svc/crypto/SecretBox"

@@ -1,5 +1,5 @@
 /**
- * API keys (spec.md 2.1, 3.1, 4.3 to 4.5): mint, list, revoke, verify.
+ * API keys (docs/contract.md#api-keys): mint, list, revoke, verify.
  *
  * - The token (`svc_live_` + 32 random base62 + 6 checksum characters, see
  *   `@svc/domain/ApiKeyToken`) is returned by `mint` once; only its SHA-256 is stored.

@@ -1,6 +1,6 @@
 /**
- * The audit log (spec.md 6.5): one row per security-relevant change, written by the caller
- * inside the transaction of the change itself (so an entry exists exactly when the change
+ * The audit log (docs/contract.md#audit-log): one row per security-relevant change, written by the
+ * caller inside the transaction of the change itself (so an entry exists exactly when the change
  * committed). There is no update or delete path here, and the table's trigger refuses both.
  */
 import type { Actor, AuditAction, AuditEntry, AuditPage, AuditQuery } from "@svc/domain/Api/Audit"

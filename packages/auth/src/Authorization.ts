@@ -1,5 +1,5 @@
 /**
- * Authorization decisions (spec.md 5.3 to 5.5), as pure functions over an endpoint's declared
+ * Authorization decisions (docs/contract.md#scopes), as pure functions over an endpoint's declared
  * `AccessRule` and a credential's `Grant`, plus the Effect helpers handlers call for checks
  * that depend on the request (the single-sandbox policy, conditional scopes).
  *
@@ -79,8 +79,9 @@ export type SandboxPermission =
   | { readonly _tag: "CreateAs"; readonly parentId: SandboxId }
 
 /**
- * The single-sandbox policy of spec.md 5.5 for the current caller. Call it after loading the
- * target sandbox of the caller's org (a sandbox of another org is 404 before this):
+ * The single-sandbox policy of docs/contract.md#single-sandbox-scope for the current caller. Call
+ * it after loading the target sandbox of the caller's org (a sandbox of another org is 404 before
+ * this):
  * - `{ id, parentId }` of an existing sandbox: its own sandbox and direct children are allowed;
  * - `{ create: { parentId } }` for POST /v1/sandboxes: allowed as a child of the key's sandbox
  *   (`CreateAs`; `parentId` omitted or equal to it), anything else is refused.
@@ -102,6 +103,6 @@ export const sandboxPolicy = (target: Scopes.SandboxTarget) =>
 
 /**
  * For list routes: the sandbox a `sandbox:<id>` caller is confined to (list only it and its
- * direct children, spec.md 4.8), or null.
+ * direct children, docs/contract.md#listing-sandboxes), or null.
  */
 export const confinedSandbox = Effect.map(Effect.service(CurrentPrincipal), (p) => Scopes.sandboxScopeOf(p.grant))

@@ -1,4 +1,7 @@
-/** Orgs: every resource belongs to one (spec.md 1). Created by sign-up or the operator CLI. */
+/**
+ * Orgs: every resource belongs to one (docs/contract.md#overview). Created by sign-up or the
+ * operator CLI.
+ */
 import { NotFound } from "@svc/domain/Errors"
 import type { OrgRecord } from "@svc/domain/Api/Auth"
 import { makeId, type OrgId } from "@svc/domain/Ids"

@@ -1,5 +1,5 @@
 /**
- * Worker heartbeats (spec.md 2.4, 4.7; api.md "workers"): every process of the runtime (api,
+ * Worker heartbeats (docs/contract.md#workers): every process of the runtime (api,
  * runtime, agent, dispatcher) puts its record in the `workers` KV bucket every
  * `WORKER_HEARTBEAT_MS`, and removes it when it stops. GET /v1/workers lists the records seen
  * in the last `WORKER_FRESH_MS`.

@@ -1,9 +1,10 @@
 /**
- * A sandbox's env may hold credentials (an injected `sandbox:<id>` key, spec.md 5.5), so it is
- * never stored or sent in the clear: the API seals it (SecretBox, `SVC_ENCRYPTION_KEYS`) before
- * it enters the outbox, the `Create` message and the agent's `create` command carry it sealed
- * (the runtime passes it on without opening it), the agent opens it in memory, and the driver
- * keeps it sealed again in `sandbox.json`, opening it when an exec needs it.
+ * A sandbox's env may hold credentials (an injected `sandbox:<id>` key,
+ * docs/contract.md#single-sandbox-scope), so it is never stored or sent in the clear: the API seals
+ * it (SecretBox, `SVC_ENCRYPTION_KEYS`) before it enters the outbox, the `Create` message and the
+ * agent's `create` command carry it sealed (the runtime passes it on without opening it), the agent
+ * opens it in memory, and the driver keeps it sealed again in `sandbox.json`, opening it when an
+ * exec needs it.
  *
  * The sealed text is bound (SecretBox `aad`) to the sandbox id and to where it lives, `transit`
  * (the message and the command) or `host` (`sandbox.json`): a sealed env copied to another

@@ -1,5 +1,5 @@
 /**
- * Secret values at rest (architecture.md "Data and messages": secret values are stored
+ * Secret values at rest (docs/architecture.md#data-and-messages: secret values are stored
  * encrypted). `seal` turns a plaintext into a self-describing text, `open` turns it back:
  *
  *   v1.<keyId>.<base64url(nonce | ciphertext | tag)>

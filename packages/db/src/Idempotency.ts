@@ -1,5 +1,5 @@
 /**
- * `Idempotency-Key` on the POSTs that create (api.md "Conventions"), for every feature: the
+ * `Idempotency-Key` on the POSTs that create (docs/contract.md#conventions), for every feature: the
  * first request with a key makes the resource; the same key and body within 24 h answer the
  * first response again; another body with the key is 422 `idempotency_key_reused`.
  *

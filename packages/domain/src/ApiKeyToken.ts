@@ -1,5 +1,5 @@
 /**
- * API key secret tokens (spec.md 2.1, api.md "API keys").
+ * API key secret tokens (docs/contract.md#api-keys).
  *
  * `svc_live_` + a 38-character base62 body: 32 random characters (32 * log2(62) = 190.5 bits)
  * followed by a 6-character checksum, the CRC32 of those 32 characters in base62, left-padded

@@ -1,5 +1,5 @@
 /**
- * The API's error vocabulary (api.md "Errors").
+ * The API's error vocabulary (docs/contract.md#errors).
  *
  * Every class encodes to exactly `{ "error": <message>, "code": <code>, ...details }`: they are
  * `Schema.Error` classes with explicit fields, so no `_tag` is part of the schema or the JSON.
@@ -136,7 +136,10 @@ export class FullAccessRequired extends ApiErrorClass<FullAccessRequired>()("Ful
   message: "This route requires a full-access (\"*\") key or a session"
 }) {}
 
-/** Not in api.md's table: a cookie-authenticated request that changes state from another origin. */
+/**
+ * Added to docs/contract.md#errors: a cookie-authenticated request that changes state from another
+ * origin.
+ */
 export class CsrfRejected extends ApiErrorClass<CsrfRejected>()("CsrfRejected", {
   code: "csrf_rejected",
   status: 403,
@@ -195,7 +198,7 @@ export class IdempotencyKeyReused extends ApiErrorClass<IdempotencyKeyReused>()(
 }) {}
 
 /**
- * Not in api.md's table (it lets routes add codes): the sandbox's own kernel refused a file
+ * Added to docs/contract.md#errors (routes may add codes): the sandbox's own kernel refused a file
  * operation of the file API (a full disk, a read-only file system, /dev/full, /proc/self/mem).
  * `errno` is the error's symbolic name (`ENOSPC`, `EROFS`, `EIO`, `EACCES`, `EPERM`, ...).
  */
@@ -215,8 +218,8 @@ export class RateLimited extends ApiErrorClass<RateLimited>()("RateLimited", {
 }) {}
 
 /**
- * An org quota is reached (api.md: "the message names the quota and its value"). `quota` names
- * it for programs (`running_sandboxes`, `sandboxes`), `limit` is its value.
+ * An org quota is reached (docs/contract.md#errors: "the message names the quota and its value").
+ * `quota` names it for programs (`running_sandboxes`, `sandboxes`), `limit` is its value.
  */
 export class QuotaExceeded extends ApiErrorClass<QuotaExceeded>()("QuotaExceeded", {
   code: "quota_exceeded",
@@ -225,7 +228,7 @@ export class QuotaExceeded extends ApiErrorClass<QuotaExceeded>()("QuotaExceeded
   fields: { quota: Schema.String, limit: Schema.Int.check(Schema.isGreaterThanOrEqualTo(0)) }
 }) {}
 
-/** Not in api.md's table: a body in a content type the route does not take (415). */
+/** Added to docs/contract.md#errors: a body in a content type the route does not take (415). */
 export class UnsupportedMediaType extends ApiErrorClass<UnsupportedMediaType>()("UnsupportedMediaType", {
   code: "unsupported_media_type",
   status: 415,
@@ -247,7 +250,7 @@ export class Internal extends ApiErrorClass<Internal>()("Internal", {
   message: "Internal error"
 }) {}
 
-/** Every API error class, in the order of api.md's table. */
+/** Every API error class, in the order of docs/contract.md#errors. */
 export const API_ERRORS = [
   InvalidRequest,
   InvalidScope,

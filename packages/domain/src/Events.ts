@@ -1,6 +1,6 @@
 /**
- * Webhook events (spec.md 2.7, 6.1): the envelope `{event, org_id, ts, data}` and each event's
- * data, plus the event filter of a webhook subscription.
+ * Webhook events (docs/contract.md#envelope, #event-kinds): the envelope `{event, org_id, ts,
+ * data}` and each event's data, plus the event filter of a webhook subscription.
  *
  * Filter rules: each entry is an exact event name or `*`; patterns (`sandbox.*`), unknown
  * names, empty strings and an empty list are `invalid_event_filter`; omitted means `["*"]`.

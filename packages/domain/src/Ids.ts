@@ -1,5 +1,5 @@
 /**
- * Identifiers (api.md "Conventions"): `<prefix>_<body>`, where the body is 26 lowercase
+ * Identifiers (docs/contract.md#conventions): `<prefix>_<body>`, where the body is 26 lowercase
  * Crockford base32 characters, ULID-like: 10 characters of creation time in milliseconds
  * followed by 16 random characters (80 bits). Ids therefore sort by creation time as plain
  * strings; within one process ids made in the same millisecond still sort in creation order

@@ -1,6 +1,6 @@
 /**
- * Lists (api.md "Conventions"): `?limit` (default 50, 1 to 500) and `?offset` (default 0), and
- * the envelope `{<items>: [...], total, offset, limit, has_more}`, newest first.
+ * Lists (docs/contract.md#conventions): `?limit` (default 50, 1 to 500) and `?offset` (default 0),
+ * and the envelope `{<items>: [...], total, offset, limit, has_more}`, newest first.
  *
  * Out-of-range values are `invalid_request`, never clamped. Query values must be plain decimal
  * digits: "1.5", "-1", "+1", "1e3", " 1", "" and anything past the maximum are refused.

@@ -1,10 +1,10 @@
 /**
- * Sandboxes (spec.md 2.2, api.md "Sandboxes"): the record, the create request, exec.
+ * Sandboxes (docs/contract.md#sandboxes): the record, the create request, exec.
  *
- * The record keeps spec.md's exact field names, mixed case included; the field this contract
- * adds, the parent, is `parentId` like the record's other id references (orgId, templateId,
- * hostId). `env` is never part of the record (it may carry credentials, e.g. an injected
- * `sandbox:<id>` key). Unset values are `null`.
+ * The record keeps the exact field names of docs/contract.md#sandbox-record, mixed case included;
+ * the field this contract adds, the parent, is `parentId` like the record's other id references
+ * (orgId, templateId, hostId). `env` is never part of the record (it may carry credentials, e.g. an
+ * injected `sandbox:<id>` key). Unset values are `null`.
  */
 import { Effect, Schema, SchemaTransformation } from "effect"
 import { ListQuery, Page } from "./Pagination.ts"
@@ -109,7 +109,8 @@ export const Sandbox = Schema.Struct({
 })
 export type Sandbox = typeof Sandbox.Type
 
-// Limits of a create request. Bounds spec.md leaves open, chosen to be generous but finite.
+// Limits of a create request. Bounds of docs/contract.md#creating-a-sandbox, chosen to be generous
+// but finite.
 export const CPU_MIN = 1
 export const CPU_MAX = 16
 export const RAM_MB_MIN = 64

@@ -1,14 +1,15 @@
 /**
- * The scope grammar of spec.md 5.2 to 5.5 and the pure checks on it.
+ * The scope grammar of docs/contract.md#scopes and the pure checks on it.
  *
  * Tokens: `*`; `<resource>:<action>`; `<resource>` and `<resource>:*` (every action the
  * resource lists); `sandbox:<sandbox_id>` (confinement to one sandbox and its direct children).
- * Decisions beyond spec.md (documented in the README):
+ * Decisions beyond the design (docs/contract.md#scope-tokens):
  * - `[]` is rejected: a key that can do nothing is a mistake. Omitted scopes default to `["*"]`
  *   in the request schema, not here.
  * - Duplicates are accepted and removed; token order is kept.
- * - At most one `sandbox:<id>` (spec: "confines the key to one sandbox"); `*` together with
- *   `sandbox:<id>` is rejected as contradictory (a confined key must never be full access).
+ * - At most one `sandbox:<id>` (docs/contract.md#scope-tokens: "confines the key to one sandbox");
+ *   `*` together with `sandbox:<id>` is rejected as contradictory (a confined key must never be
+ *   full access).
  * - A `sandbox:<id>` key has sandboxes read and write, but only within its confinement; any
  *   `sandboxes...` token beside it adds nothing. Other resources need their own tokens.
  * - At most 64 tokens of at most 200 characters each.
@@ -191,9 +192,10 @@ const ALLOWED: SandboxAccess = { _tag: "Allowed" }
 const DENIED: SandboxAccess = { _tag: "Denied", code: "sandbox_out_of_scope" }
 
 /**
- * The single-sandbox policy (spec.md 5.5). An unconfined grant is always Allowed here (its
- * scopes are checked with `allows`). A `sandbox:<id>` grant may act on that sandbox and its
- * direct children only; it may create only children of it (parent omitted: CreateAs it).
+ * The single-sandbox policy (docs/contract.md#single-sandbox-scope). An unconfined grant is always
+ * Allowed here (its scopes are checked with `allows`). A `sandbox:<id>` grant may act on that
+ * sandbox and its direct children only; it may create only children of it (parent omitted: CreateAs
+ * it).
  */
 export const sandboxAccess = (grant: Grant, target: SandboxTarget): SandboxAccess => {
   const scoped = grant.sandboxId

@@ -1,5 +1,5 @@
 /**
- * Timestamps in JSON (api.md "Conventions"): ISO 8601 UTC with milliseconds,
+ * Timestamps in JSON (docs/contract.md#conventions): ISO 8601 UTC with milliseconds,
  * `2026-11-22T01:02:03.456Z`; `null` where unset.
  *
  * `Timestamp` decodes a strict ISO 8601 date-time (seconds required, any fraction, `Z` or a

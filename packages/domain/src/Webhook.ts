@@ -1,5 +1,5 @@
 /**
- * Webhooks and their deliveries (spec.md 2.5, 2.6, 3.2, 6; api.md "Webhooks").
+ * Webhooks and their deliveries (docs/contract.md#webhooks).
  *
  * Request bodies carry `url` and `events` as plain strings: `parseWebhookUrl` and
  * `Events.parseEventFilter` turn bad values into `invalid_webhook_url` / `invalid_event_filter`
@@ -18,14 +18,14 @@ export const MAX_WEBHOOKS_PER_ORG = 20
 export const MAX_URL_LENGTH = 2048
 export const SECRET_MIN = 16
 export const SECRET_MAX = 256
-/** Attempts per delivery (spec.md 6.4). */
+/** Attempts per delivery (docs/contract.md#retries). */
 export const MAX_ATTEMPTS = 6
 /** A receiver must answer 2xx within this many milliseconds. */
 export const ACK_TIMEOUT_MS = 5000
 /** Waits before attempts 2 to 6 (the default of SVC_WEBHOOK_RETRY_SCHEDULE). */
 export const DEFAULT_RETRY_SCHEDULE = "30s,2m,10m,1h,6h"
 
-/** Delivery request headers (spec.md 6.2, plus api.md's x-svc-delivery-id). */
+/** Delivery request headers (docs/contract.md#delivery-request). */
 export const HEADER_EVENT = "x-svc-event"
 export const HEADER_WEBHOOK_ID = "x-svc-delivery-webhook-id"
 export const HEADER_SIGNATURE = "x-svc-signature"
@@ -105,7 +105,9 @@ export const DELIVERY_STATUSES = ["pending", "succeeded", "failed", "dead_letter
 export const DeliveryStatus = Schema.Literals(DELIVERY_STATUSES)
 export type DeliveryStatus = typeof DeliveryStatus.Type
 
-/** spec.md 3.2: only failed and dead_letter deliveries can be retried by hand. */
+/**
+ * docs/contract.md#delivery-states: only failed and dead_letter deliveries can be retried by hand.
+ */
 export const isRetryable = (status: DeliveryStatus): boolean => status === "failed" || status === "dead_letter"
 
 /** One delivery attempt, a row of GET /v1/webhooks/{id}/deliveries. */

@@ -2,7 +2,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Effect, Exit, Schema } from "effect"
 import * as E from "../src/Errors.ts"
 
-// api.md's error table: status, code, and one instance with its details.
+// docs/contract.md#errors: status, code, and one instance with its details.
 const table: ReadonlyArray<readonly [number, string, E.ApiError, Record<string, unknown>]> = [
   [400, "invalid_request", new E.InvalidRequest({ issues: [{ path: "cpu", message: "Expected an integer" }] }), {
     issues: [{ path: "cpu", message: "Expected an integer" }]
@@ -20,7 +20,8 @@ const table: ReadonlyArray<readonly [number, string, E.ApiError, Record<string, 
   [401, "token_in_query_not_allowed", new E.TokenInQueryNotAllowed(), {}],
   [402, "usage_limit_reached", new E.UsageLimitReached(), {}],
   [403, "full_access_required", new E.FullAccessRequired(), {}],
-  // Not in api.md: the refusal of a cross-origin state change made with a session cookie.
+  // Added to docs/contract.md#errors: the refusal of a cross-origin state change made with a
+  // session cookie.
   [403, "csrf_rejected", new E.CsrfRejected(), {}],
   [403, "insufficient_scope", new E.InsufficientScope({ required_scope: "sandboxes:write" }), {
     required_scope: "sandboxes:write"
@@ -31,10 +32,10 @@ const table: ReadonlyArray<readonly [number, string, E.ApiError, Record<string, 
   [409, "conflict", new E.Conflict(), {}],
   [409, "delivery_not_retryable", new E.DeliveryNotRetryable(), {}],
   [413, "payload_too_large", new E.PayloadTooLarge(), {}],
-  // Not in api.md: a body in a content type the route does not take.
+  // Added to docs/contract.md#errors: a body in a content type the route does not take.
   [415, "unsupported_media_type", new E.UnsupportedMediaType(), {}],
   [422, "idempotency_key_reused", new E.IdempotencyKeyReused(), {}],
-  // Not in api.md: the sandbox's kernel refused a file operation.
+  // Added to docs/contract.md#errors: the sandbox's kernel refused a file operation.
   [422, "file_refused", new E.FileRefused({ errno: "ENOSPC" }), { errno: "ENOSPC" }],
   [429, "rate_limited", new E.RateLimited({ retry_after_s: 7 }), { retry_after_s: 7 }],
   [429, "quota_exceeded", new E.QuotaExceeded({ quota: "sandboxes", limit: 100 }), { quota: "sandboxes", limit: 100 }],
@@ -43,7 +44,7 @@ const table: ReadonlyArray<readonly [number, string, E.ApiError, Record<string, 
 ]
 
 describe("Errors", () => {
-  it("covers every row of api.md's table (and csrf_rejected, unsupported_media_type) once", () => {
+  it("covers every row of the contract's error table (and csrf_rejected, unsupported_media_type) once", () => {
     expect(table.length).toBe(E.API_ERRORS.length)
     expect(new Set(table.map(([, code]) => code)).size).toBe(table.length)
   })

@@ -9,7 +9,7 @@ const org = Ids.makeOrgId()
 const ts = DateTime.makeUnsafe(Date.UTC(2026, 10, 22, 1, 2, 3, 456))
 
 describe("Event envelopes", () => {
-  it("encode to {event, org_id, ts, data} with spec.md 6.1's data fields", () => {
+  it("encode to {event, org_id, ts, data} with the contract's data fields", () => {
     const sandbox_id = Ids.makeSandboxId()
     const host_id = Ids.makeHostId()
     const samples: ReadonlyArray<Events.Event> = [

@@ -41,7 +41,7 @@ const record: S.Sandbox = {
 }
 
 describe("Sandbox record", () => {
-  it("encodes with spec.md 2.2's exact field names and ISO timestamps", () => {
+  it("encodes with the contract's exact field names and ISO timestamps", () => {
     const json = Schema.encodeSync(S.Sandbox)(record)
     expect(Object.keys(json)).toEqual([
       "id", "name", "orgId", "templateId", "hostId", "parentId", "state", "type", "region", "datacenter",
@@ -55,13 +55,13 @@ describe("Sandbox record", () => {
     expect(Schema.decodeUnknownSync(S.Sandbox)(JSON.parse(JSON.stringify(json)))).toEqual(record)
   })
 
-  it("knows the states of api.md", () => {
+  it("knows the contract's states", () => {
     expect(S.SANDBOX_STATES).toEqual(["pending", "starting", "running", "stopping", "stopped", "deleting", "deleted", "error"])
   })
 })
 
 describe("CreateSandboxRequest", () => {
-  it("applies api.md's defaults", () => {
+  it("applies the contract's defaults", () => {
     expect(ok(S.CreateSandboxRequest, {})).toEqual({
       template: "base",
       parent_id: null,

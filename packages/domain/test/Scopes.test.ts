@@ -20,7 +20,7 @@ const child = Ids.makeSandboxId()
 const other = Ids.makeSandboxId()
 
 describe("Scopes.parseScopes", () => {
-  it("accepts every token form of spec.md 5.3", () => {
+  it("accepts every scope token form of the contract", () => {
     for (const r of Scopes.RESOURCES) {
       for (const a of Scopes.ACTIONS_OF[r]) expect(grant([`${r}:${a}`]).tokens).toEqual([`${r}:${a}`])
       expect(grant([r]).tokens).toEqual([r])
@@ -110,7 +110,7 @@ describe("Scopes.allows", () => {
     expect(Scopes.allows(w, "sandboxes", "read")).toBe(false)
   })
 
-  it("secrets scopes follow spec.md 5.4: write does not grant use", () => {
+  it("secrets scopes follow the contract: write does not grant use", () => {
     const write = grant(["secrets:write"])
     expect(Scopes.allows(write, "secrets", "read")).toBe(true)
     expect(Scopes.allows(write, "secrets", "write")).toBe(true)
@@ -147,7 +147,7 @@ describe("Scopes.allows", () => {
   })
 })
 
-describe("Scopes.sandboxAccess (spec.md 5.5)", () => {
+describe("Scopes.sandboxAccess (the single-sandbox scope)", () => {
   const confined = grant([`sandbox:${sbx}`])
 
   it("gives a sandbox key sandboxes read and write, and nothing else", () => {

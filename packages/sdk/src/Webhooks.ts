@@ -1,14 +1,18 @@
 /**
- * Receiver-side verification of webhook deliveries (spec.md 6.3): the `x-svc-signature` header is
- * `sha256=` + hex HMAC-SHA-256 of the raw request body, keyed with the webhook's signing secret
- * (the UTF-8 bytes of the secret string exactly as returned at creation, `whsec_` prefix included).
+ * Receiver-side verification of webhook deliveries (docs/contract.md#signature): the
+ * `x-svc-signature` header is `sha256=` + hex HMAC-SHA-256 of the raw request body, keyed with the
+ * webhook's signing secret (the UTF-8 bytes of the secret string exactly as returned at creation,
+ * `whsec_` prefix included).
  *
  * Compute over the raw bytes as received, never over re-serialised JSON.
  */
 import * as crypto from "node:crypto"
 import { Effect, Schema } from "effect"
 
-/** Header names a delivery carries (spec.md 6.2, api.md). Node lower-cases incoming names. */
+/**
+ * Header names a delivery carries (docs/contract.md#delivery-request). Node lower-cases incoming
+ * names.
+ */
 export const WEBHOOK_SIGNATURE_HEADER = "x-svc-signature"
 export const WEBHOOK_EVENT_HEADER = "x-svc-event"
 export const WEBHOOK_ID_HEADER = "x-svc-delivery-webhook-id"

@@ -1,6 +1,6 @@
 /**
- * Handlers of the `auth` and `apiKeys` groups (api.md "Authentication", "API keys"). Sign-in and
- * sign-up are limited per client address (429 `rate_limited` with `Retry-After`), and sign-in
+ * Handlers of the `auth` and `apiKeys` groups (docs/contract.md#authentication, #api-keys). Sign-in
+ * and sign-up are limited per client address (429 `rate_limited` with `Retry-After`), and sign-in
  * per account too (`@svc/auth/Auth/SignInThrottle`).
  */
 import { ApiKeys } from "@svc/auth/ApiKeys"

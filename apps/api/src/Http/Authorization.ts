@@ -60,7 +60,7 @@ export const sameOrigin = (request: HttpServerRequest.HttpServerRequest): boolea
   }
 }
 
-/** The error response of a refusal, with the headers api.md asks for. */
+/** The error response of a refusal, with the headers docs/contract.md#errors asks for. */
 export const refuse = (error: Errors.ApiError, headers?: Record<string, string>) => {
   const { status, body } = Errors.errorBody(error)
   const extra: Record<string, string> = { ...headers }

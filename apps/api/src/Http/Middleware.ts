@@ -6,10 +6,10 @@
  *   `request.remoteAddress` (rate limits, the audit log);
  * - `?token=` refused with 401 `token_in_query_not_allowed` on every path but `/terminal`
  *   (/v1/openapi.json, /docs and unknown paths included), before any route runs;
- * - the error body of api.md for failures raised outside endpoint handlers: unknown routes
- *   (404 `not_found`), undecodable input (400 `invalid_request` with `issues`), bodies over the
- *   limit (413 `payload_too_large`), and anything unexpected (500 `internal`, details only in
- *   the log, correlated by the request id);
+ * - the error body of docs/contract.md#errors for failures raised outside endpoint handlers:
+ *   unknown routes (404 `not_found`), undecodable input (400 `invalid_request` with `issues`),
+ *   bodies over the limit (413 `payload_too_large`), and anything unexpected (500 `internal`,
+ *   details only in the log, correlated by the request id);
  * - `{error, code}` on every refusal: an error response that is not JSON (the framework's 415
  *   for a content type a route does not take, its empty 413, ...) is replaced by the contract's
  *   body for its status, and a 429 carries `Retry-After` from its `retry_after_s`;

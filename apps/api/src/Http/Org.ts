@@ -1,4 +1,4 @@
-/** Handlers of the `org` group: the caller's org (api.md "Billing, org, audit"). */
+/** Handlers of the `org` group: the caller's org (docs/contract.md#org-and-audit). */
 import { Orgs } from "@svc/auth/Orgs"
 import { Api } from "@svc/domain/Api"
 import { CurrentPrincipal } from "@svc/domain/Api/Auth"

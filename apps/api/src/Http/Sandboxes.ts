@@ -1,5 +1,5 @@
 /**
- * Handlers of the `sandboxes` group (api.md "Sandboxes"). The middleware has checked the
+ * Handlers of the `sandboxes` group (docs/contract.md#sandboxes). The middleware has checked the
  * `sandboxes` scope; each handler loads the org's sandbox (404 for another org's or a missing
  * one) and applies the single-sandbox policy (403 `sandbox_out_of_scope`) before acting.
  *

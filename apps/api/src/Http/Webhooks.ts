@@ -1,5 +1,5 @@
 /**
- * Handlers of the `webhooks` group (api.md "Webhooks"). The middleware has checked the
+ * Handlers of the `webhooks` group (docs/contract.md#webhooks). The middleware has checked the
  * account-level access; every operation runs in the caller's org (@svc/webhooks/Webhooks).
  */
 import { Api } from "@svc/domain/Api"

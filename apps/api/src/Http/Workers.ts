@@ -1,4 +1,7 @@
-/** Handler of GET /v1/workers: the `workers` KV records fresher than 15 s (spec.md 2.4). */
+/**
+ * Handler of GET /v1/workers: the `workers` KV records fresher than 15 s
+ * (docs/contract.md#workers).
+ */
 import { Api } from "@svc/domain/Api"
 import * as Errors from "@svc/domain/Errors"
 import { listWorkers } from "@svc/bus/Workers"

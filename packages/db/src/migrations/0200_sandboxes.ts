@@ -2,9 +2,10 @@ import { Effect } from "effect"
 import { SqlClient } from "effect/sql"
 
 /**
- * Sandboxes (packages/sandboxes): the record of spec.md 2.2 and the sandbox actor's state, one
- * row per sandbox, written only by the actor's compare-and-set on `version` (and inserted by
- * the API at create). Deleted sandboxes stay, with `state = 'deleted'` and `deleted_at`.
+ * Sandboxes (packages/sandboxes): the record of docs/contract.md#sandbox-record and the sandbox
+ * actor's state, one row per sandbox, written only by the actor's compare-and-set on `version` (and
+ * inserted by the API at create). Deleted sandboxes stay, with `state = 'deleted'` and
+ * `deleted_at`.
  *
  * Indexes: the org's list newest first (optionally by state), children of a parent, what a
  * host holds (placement and the host-down watcher), and sandboxes waiting in a transitional

@@ -2,8 +2,8 @@ import { Effect } from "effect"
 import { SqlClient } from "effect/sql"
 
 /**
- * `Idempotency-Key` on POST /v1/sandboxes (api.md "Conventions"): the first successful create
- * with a key stores the request's hash and its response; within 24 h the same key and body
+ * `Idempotency-Key` on POST /v1/sandboxes (docs/contract.md#conventions): the first successful
+ * create with a key stores the request's hash and its response; within 24 h the same key and body
  * get that response again (200), another body is 422 `idempotency_key_reused`. A row older
  * than 24 h is replaced by the next use of its key.
  */

@@ -5,8 +5,8 @@ import { SqlClient } from "effect/sql"
  * Webhooks (packages/webhooks): subscriptions, deliveries and their attempts.
  *
  * - `webhooks`: soft-deleted (`deleted_at`), so that the jobs of a deleted webhook still find
- *   it at their next retry and turn `dead_letter` (spec.md 3.2); the API treats a deleted one
- *   as missing. The secret is kept as given: every attempt signs with it.
+ *   it at their next retry and turn `dead_letter` (docs/contract.md#delivery-states); the API
+ *   treats a deleted one as missing. The secret is kept as given: every attempt signs with it.
  * - `webhook_deliveries`: one per (webhook, event); `event_msg_id` is the event's JetStream
  *   message id, unique per webhook, so a fan-out that sees an event again adds nothing. `body`
  *   is the envelope text exactly as sent on every attempt. `round` counts manual retries: a job

@@ -2,8 +2,8 @@ import { Effect } from "effect"
 import { SqlClient } from "effect/sql"
 
 /**
- * `Idempotency-Key` on POST /v1/webhooks (api.md "Conventions"): the first create with a key
- * stores the request's hash and its response (the record and the signing secret, as answered);
+ * `Idempotency-Key` on POST /v1/webhooks (docs/contract.md#conventions): the first create with a
+ * key stores the request's hash and its response (the record and the signing secret, as answered);
  * within 24 h the same key and body get that response again (200), another body is 422
  * `idempotency_key_reused`. Rows older than 24 h are dropped when the org next uses a key.
  */

@@ -1,10 +1,10 @@
 /**
- * The org's audit log (spec.md 6.5, api.md "Billing, org, audit"): append-only entries written
+ * The org's audit log (docs/contract.md#org-and-audit): append-only entries written
  * in the same transaction as the change they record. Not webhook events.
  *
- * Actions: `apikey.created`, `apikey.revoked` (spec.md), and `org.created`, `org.updated`,
- * `auth.signed_up`, `auth.signed_in`, `auth.sign_in_failed` (a known email with a wrong
- * password), `auth.signed_out`.
+ * Actions: `apikey.created`, `apikey.revoked` (docs/contract.md#key-states), and `org.created`,
+ * `org.updated`, `auth.signed_up`, `auth.signed_in`, `auth.sign_in_failed` (a known email with a
+ * wrong password), `auth.signed_out`.
  */
 import { Schema } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "effect/http-api"

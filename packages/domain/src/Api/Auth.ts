@@ -2,7 +2,7 @@
  * Identity and access on the API: who the caller is (`CurrentPrincipal`), what each endpoint
  * lets in (`Access` rules declared on the endpoint or its group), the `Authorization`
  * middleware every endpoint of `Api` goes through, and the auth and API-key routes
- * (api.md "Authentication", "API keys"; spec.md 2.1, 3.1, 4.1 to 4.5, 5).
+ * (docs/contract.md#authentication, #api-keys, #scopes).
  *
  * Declaring access: annotate a group or an endpoint (the endpoint's rule wins) with one of
  * - `Access.public`: no credential (health, sign-up, sign-in); credentials sent are ignored;
@@ -101,11 +101,12 @@ export interface Principal {
 export class CurrentPrincipal extends Context.Service<CurrentPrincipal, Principal>()("@svc/domain/Api/CurrentPrincipal") {}
 
 // ---------------------------------------------------------------------------------------------
-// Errors of this area beyond api.md's table
+// Errors of this area added to docs/contract.md#errors
 
 /**
  * A cookie-authenticated request that changes state without an `Origin` of the server's own
- * (api.md "Authentication"; the table names no code, this one is ours): 403 `csrf_rejected`.
+ * (docs/contract.md#authentication; the code is ours, docs/contract.md#errors): 403
+ * `csrf_rejected`.
  */
 export { CsrfRejected }
 
@@ -164,7 +165,7 @@ export type User = typeof User.Type
 export const OrgRecord = Schema.Struct({ id: OrgId, name: Schema.String, createdAt: Timestamp })
 export type OrgRecord = typeof OrgRecord.Type
 
-/** A row of the key list: exactly the fields of spec.md 2.1. */
+/** A row of the key list: exactly the fields of docs/contract.md#api-keys. */
 export const ApiKeyRow = Schema.Struct({
   id: ApiKeyId,
   prefix: Schema.String,

@@ -1,4 +1,4 @@
-/** The caller's org (api.md "Billing, org, audit"): account-level, `*` keys and sessions only. */
+/** The caller's org (docs/contract.md#org-and-audit): account-level, `*` keys and sessions only. */
 import { Schema } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "effect/http-api"
 import { NotFound } from "../Errors.ts"

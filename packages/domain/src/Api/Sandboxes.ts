@@ -1,5 +1,5 @@
 /**
- * The sandbox routes (api.md "Sandboxes"; spec.md 2.2, 4.8, 5.5). Every route needs the
+ * The sandbox routes (docs/contract.md#sandboxes, #single-sandbox-scope). Every route needs the
  * `sandboxes` scope (`read` for GET, `write` otherwise) and, for a `sandbox:<id>` key, the
  * single-sandbox policy: its sandbox and direct children only (403 `sandbox_out_of_scope`),
  * and a create makes a child of its sandbox. A sandbox of another org is 404.

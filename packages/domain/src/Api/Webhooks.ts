@@ -1,5 +1,5 @@
 /**
- * The webhook routes (api.md "Webhooks"; spec.md 2.5, 2.6, 3.2, 4.9, 6). Account-level: a `*`
+ * The webhook routes (docs/contract.md#webhooks). Account-level: a `*`
  * key or a session. Another org's webhook or delivery is 404.
  */
 import { Schema } from "effect"

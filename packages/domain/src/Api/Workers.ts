@@ -1,9 +1,10 @@
 /**
- * GET /v1/workers (spec.md 2.4, 4.7; api.md "workers"): the platform's worker processes that
- * heartbeated in the last 15 s. Workers are not a scopeable resource (spec.md 5.2) and not an
- * account-level route (5.3 lists auth, billing, org, audit and key management): any valid
- * credential of an org may read the list, scoped keys included. It names processes, not any
- * org's data.
+ * GET /v1/workers (docs/contract.md#workers): the platform's worker processes that
+ * heartbeated in the last 15 s. Workers are not a scopeable resource
+ * (docs/contract.md#resources-and-actions) and not an account-level route
+ * (docs/contract.md#account-level-routes: auth, billing, org, audit and key management): any valid
+ * credential of an org may read the list, scoped keys included. It names processes, not any org's
+ * data.
  */
 import { Schema } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "effect/http-api"

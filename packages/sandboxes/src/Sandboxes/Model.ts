@@ -2,11 +2,11 @@
  * The sandbox actor's state and messages (the pure half; the transition is in
  * `SandboxActor.ts`, the row mapping in `Store.ts`).
  *
- * The state is the `sandboxes` row: the spec.md 2.2 record plus what the control plane needs
- * to run the state machine. Times are ms since the epoch (the record renders them as ISO 8601).
- * `env` is not part of it: it travels sealed in the `Create` message to the host and is never
- * stored in the clear (it may carry credentials, e.g. an injected `sandbox:<id>` key; see
- * `SealedEnv.ts`).
+ * The state is the `sandboxes` row: the record of docs/contract.md#sandbox-record plus what the
+ * control plane needs to run the state machine. Times are ms since the epoch (the record renders
+ * them as ISO 8601). `env` is not part of it: it travels sealed in the `Create` message to the host
+ * and is never stored in the clear (it may carry credentials, e.g. an injected `sandbox:<id>` key;
+ * see `SealedEnv.ts`).
  */
 import { SANDBOX_STATES, SandboxType, VolumeAttachment } from "@svc/domain/Sandbox"
 import { Schema } from "effect"
@@ -44,7 +44,10 @@ export const SandboxState = Schema.Struct({
   volumeAttachments: Schema.Array(VolumeAttachment),
   metadata: Schema.Record(Schema.String, Schema.Json),
   errorMessage: Schema.NullOr(Schema.String),
-  /** Lifetime in seconds once running (api.md `timeout_s`); null: none. */
+  /**
+   * Lifetime in seconds once running (`timeout_s`, docs/contract.md#creating-a-sandbox); null:
+   * none.
+   */
   timeoutS: Schema.NullOr(Schema.Int),
   createdAt: Ms,
   startedAt: NullableMs,

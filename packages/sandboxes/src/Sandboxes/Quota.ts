@@ -1,6 +1,6 @@
 /**
- * Per-org sandbox quotas (api.md: 429 `quota_exceeded`, the message naming the quota and its
- * value), checked when a sandbox is created and when one is started:
+ * Per-org sandbox quotas (docs/contract.md#errors: 429 `quota_exceeded`, the message naming the
+ * quota and its value), checked when a sandbox is created and when one is started:
  * - `SVC_ORG_MAX_SANDBOXES` [100]: sandboxes that exist (every state but `deleting` and
  *   `deleted`; stopped and failed ones keep their disk);
  * - `SVC_ORG_MAX_RUNNING_SANDBOXES` [20]: sandboxes that hold or are about to hold CPU and memory

@@ -1,4 +1,7 @@
-/** The actor's state as the API's record (spec.md 2.2's exact names; times as `DateTime.Utc`). */
+/**
+ * The actor's state as the API's record (the exact names of docs/contract.md#sandbox-record; times
+ * as `DateTime.Utc`).
+ */
 import type { HostId, OrgId, SandboxId, TemplateId } from "@svc/domain/Ids"
 import type { Sandbox } from "@svc/domain/Sandbox"
 import { DateTime } from "effect"

@@ -1,7 +1,7 @@
 /**
- * One delivery attempt (spec.md 6.4): a POST that must be answered 2xx within the timeout.
- * Redirects are never followed (a 3xx is a failure). The connection only goes to addresses the
- * guard checked for this attempt: the guard resolves once, and the request's `lookup` answers
+ * One delivery attempt (docs/contract.md#retries): a POST that must be answered 2xx within the
+ * timeout. Redirects are never followed (a 3xx is a failure). The connection only goes to addresses
+ * the guard checked for this attempt: the guard resolves once, and the request's `lookup` answers
  * from that checked list, so no second DNS answer can slip in between check and connect.
  *
  * Uses node:http/node:https directly rather than fetch: fetch cannot pin the address it connects

@@ -5,7 +5,7 @@
  * | variable | default | meaning |
  * |---|---|---|
  * | `SVC_WEBHOOK_RETRY_SCHEDULE` | `30s,2m,10m,1h,6h` | waits before attempts 2 to 6 (RetrySchedule.ts) |
- * | `SVC_WEBHOOK_ATTEMPT_TIMEOUT` | `5s` | one attempt's deadline (spec.md 6.4: 2xx within 5 s) |
+ * | `SVC_WEBHOOK_ATTEMPT_TIMEOUT` | `5s` | one attempt's deadline (docs/contract.md#retries: 2xx within 5 s) |
  * | `SVC_WEBHOOK_ACK_WAIT` | `30s` | how long a job held by a dispatcher that stopped answering stays invisible |
  * | `SVC_WEBHOOK_CONCURRENCY` | `16` | attempts in flight per webhook per dispatcher process |
  * | `SVC_WEBHOOK_MAX_ACK_PENDING` | `1000` | per webhook: jobs in flight or waiting for their retry |

@@ -1,7 +1,7 @@
 /**
- * The delivery state machine (spec.md 3.2, 6.4), pure: what a dispatcher does with a job it
- * received, and what an attempt's result moves the delivery to. No I/O here; the dispatcher
- * reads the rows, asks these functions, and writes what they say.
+ * The delivery state machine (docs/contract.md#delivery-states, #retries), pure: what a dispatcher
+ * does with a job it received, and what an attempt's result moves the delivery to. No I/O here; the
+ * dispatcher reads the rows, asks these functions, and writes what they say.
  *
  * Attempts are numbered by the database (the round's rows), not by JetStream's delivery count;
  * `max_deliver: 6` on the consumer still stops a job when no dispatcher survives to say so.
@@ -104,7 +104,7 @@ export type AttemptOutcome =
   | { readonly _tag: "Succeeded" }
   /** Ack nothing: nak with `delayMs` so that attempt `nextAttempt` comes after the ladder's wait. */
   | { readonly _tag: "Failed"; readonly nextAttempt: number; readonly delayMs: number }
-  /** The sixth failure (spec.md 6.4). */
+  /** The sixth failure (docs/contract.md#retries). */
   | { readonly _tag: "DeadLetter" }
 
 export const afterAttempt = (schedule: RetrySchedule, attempt: number, result: Pick<AttemptResult, "outcome">): AttemptOutcome => {

@@ -1,6 +1,6 @@
 /**
- * The dispatcher: consumes delivery jobs and makes the attempts (spec.md 6.2 to 6.4). Start any
- * number of processes; each pulls from every webhook's consumer (Jobs.ts).
+ * The dispatcher: consumes delivery jobs and makes the attempts (docs/contract.md#webhooks). Start
+ * any number of processes; each pulls from every webhook's consumer (Jobs.ts).
  *
  * - Discovery: the live webhooks (Postgres) each get a durable consumer; each consumer gets a
  *   pull loop here, and each webhook's url, state and opened secret are kept in memory.

@@ -3,11 +3,11 @@
  * `whd.<webhookId>.<deliveryId>`, work-queue retention) and ONE durable consumer PER WEBHOOK.
  *
  * Why a consumer per webhook: a job waiting for its next attempt (up to 6 h on the ladder) holds
- * a `max_ack_pending` slot of its consumer the whole time (stack-notes.md, measured). With one
- * shared consumer, a failing endpoint would fill every slot and stop all deliveries. With a
- * consumer per webhook, a failing endpoint fills only its own budget; every other webhook keeps
- * its own slots, and dispatchers pull from each webhook with a per-webhook concurrency limit, so
- * a slow endpoint holds only its own attempts.
+ * a `max_ack_pending` slot of its consumer the whole time (docs/architecture.md#nats-facts,
+ * measured). With one shared consumer, a failing endpoint would fill every slot and stop all
+ * deliveries. With a consumer per webhook, a failing endpoint fills only its own budget; every
+ * other webhook keeps its own slots, and dispatchers pull from each webhook with a per-webhook
+ * concurrency limit, so a slow endpoint holds only its own attempts.
  *
  * The ladder rides on JetStream redelivery with `nak(delay)` and no `backoff` (the two must not
  * be mixed on 2.9): a failed attempt naks with the schedule's wait before the next (attempts are

@@ -1,5 +1,5 @@
 /**
- * The delivery retry ladder (spec.md 6.4): attempt 1 at once, then the five waits of
+ * The delivery retry ladder (docs/contract.md#retries): attempt 1 at once, then the five waits of
  * `SVC_WEBHOOK_RETRY_SCHEDULE` before attempts 2 to 6 (default `30s,2m,10m,1h,6h`; tests use
  * e.g. `300ms,300ms,300ms,300ms,300ms` to run the whole ladder in seconds).
  */

@@ -1,12 +1,12 @@
 /**
- * Delivery signing (spec.md 6.2, 6.3): `x-svc-signature: sha256=<hex HMAC-SHA-256>` over the raw
- * request bytes, keyed with the webhook secret. The key is the UTF-8 bytes of the secret string
- * exactly as stored (a generated `whsec_...` secret is used whole, prefix included, not decoded),
- * so a receiver only needs the string it was given.
+ * Delivery signing (docs/contract.md#delivery-request, #signature): `x-svc-signature: sha256=<hex
+ * HMAC-SHA-256>` over the raw request bytes, keyed with the webhook secret. The key is the UTF-8
+ * bytes of the secret string exactly as stored (a generated `whsec_...` secret is used whole,
+ * prefix included, not decoded), so a receiver only needs the string it was given.
  */
 import * as crypto from "node:crypto"
 
-/** Header names of a delivery request (spec.md 6.2 plus api.md's `x-svc-delivery-id`). */
+/** Header names of a delivery request (docs/contract.md#delivery-request). */
 export const HEADER_CONTENT_TYPE = "content-type"
 export const HEADER_EVENT = "x-svc-event"
 export const HEADER_WEBHOOK_ID = "x-svc-delivery-webhook-id"
@@ -23,11 +23,15 @@ export const sign = (secret: string, body: Uint8Array | string): string =>
 
 /**
  * A new signing secret: `whsec_` + 32 random bytes (256 bits) from the CSPRNG as base64url
- * (43 characters), 49 characters in all, well above the 16-character minimum of spec.md 2.5.
+ * (43 characters), 49 characters in all, well above the 16-character minimum of
+ * docs/contract.md#webhook-record.
  */
 export const generateSecret = (): string => SECRET_PREFIX + crypto.randomBytes(32).toString("base64url")
 
-/** Everything a delivery POST carries (spec.md 6.2), the signature computed over `body`. */
+/**
+ * Everything a delivery POST carries (docs/contract.md#delivery-request), the signature computed
+ * over `body`.
+ */
 export const deliveryHeaders = (options: {
   readonly secret: string
   readonly body: Uint8Array

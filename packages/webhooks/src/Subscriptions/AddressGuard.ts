@@ -1,8 +1,8 @@
 /**
- * The webhook URL guard: a webhook may only reach public addresses (spec.md 2.5, api.md
- * `invalid_webhook_url`). The guard parses the URL, resolves its host and checks EVERY address;
- * `connectTarget` hands the attempt the checked addresses so the connection cannot go anywhere
- * else (DNS rebinding between check and connect).
+ * The webhook URL guard: a webhook may only reach public addresses
+ * (docs/contract.md#webhook-record, #errors: `invalid_webhook_url`). The guard parses the URL,
+ * resolves its host and checks EVERY address; `connectTarget` hands the attempt the checked
+ * addresses so the connection cannot go anywhere else (DNS rebinding between check and connect).
  */
 import * as dns from "node:dns"
 import * as net from "node:net"

@@ -1,6 +1,6 @@
 /**
- * Webhook subscriptions and their deliveries as the API sees them (spec.md 2.5, 2.6, 3.2, 4.9;
- * api.md "Webhooks"). Every operation is scoped to the caller's org: another org's webhook is
+ * Webhook subscriptions and their deliveries as the API sees them (docs/contract.md#webhooks).
+ * Every operation is scoped to the caller's org: another org's webhook is
  * indistinguishable from a missing one.
  *
  * - create/update: the URL passes the syntax rule (domain) and the address guard (resolves now,

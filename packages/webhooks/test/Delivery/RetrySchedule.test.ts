@@ -12,7 +12,7 @@ import {
 import { ConfigProvider, Effect, Result } from "effect"
 
 describe("parseRetrySchedule", () => {
-  it("parses the default ladder of spec.md 6.4", () => {
+  it("parses the contract's default ladder", () => {
     expect(parseRetrySchedule(DEFAULT_RETRY_SCHEDULE_TEXT)).toEqual(
       Result.succeed([30_000, 120_000, 600_000, 3_600_000, 21_600_000])
     )

@@ -80,7 +80,7 @@ describe("generateSecret", () => {
 })
 
 describe("deliveryHeaders", () => {
-  it("carries the spec.md 6.2 headers and x-svc-delivery-id, signed over the body", () => {
+  it("carries the contract's delivery headers and x-svc-delivery-id, signed over the body", () => {
     const body = Buffer.from("{\"event\":\"ping\"}")
     const headers = deliveryHeaders({ secret: "0123456789abcdef", body, event: "ping", webhookId: "wh_1", deliveryId: "dl_1" })
     expect(headers).toEqual({
