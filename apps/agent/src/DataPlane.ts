@@ -16,7 +16,7 @@
  */
 import * as NodeStream from "@effect/platform-node/NodeStream"
 import {
-  DirEntry,
+  type DirEntry,
   ExecRequest,
   type FileStream,
   MAX_FILE_BYTES,

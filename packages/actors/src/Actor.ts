@@ -92,7 +92,7 @@ export type AnyActor = Actor<any, any>
 
 const TYPE = /^[a-z][a-z0-9_]{0,31}$/
 /** An entity id is one subject token of a plain alphabet, so an id can never act as a wildcard. */
-export const ENTITY_ID = /^[A-Za-z0-9_\-]{1,128}$/
+export const ENTITY_ID = /^[A-Za-z0-9_-]{1,128}$/
 export const MAX_PARTITIONS = 1024
 
 /** Defines an actor type; an invalid definition is a programming error and throws at once. */

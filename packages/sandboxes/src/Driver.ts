@@ -4,7 +4,7 @@
  * (`Driver/Bubblewrap.ts`) implements it here; a microVM driver (vsock to an in-guest agent)
  * would implement the same service on hosts with KVM.
  */
-import { Context, Effect, Schema, Scope, Stream } from "effect"
+import { Context, type Effect, Schema, type Scope, type Stream } from "effect"
 
 // ---------------------------------------------------------------------------------------------
 // Inputs
