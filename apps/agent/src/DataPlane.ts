@@ -16,7 +16,7 @@
  */
 import * as NodeStream from "@effect/platform-node/NodeStream"
 import {
-  DirEntry,
+  type DirEntry,
   ExecRequest,
   type FileStream,
   MAX_FILE_BYTES,
@@ -253,9 +253,9 @@ export class DataPlane extends Context.Service<DataPlane, {
               closeOnDone: false
             }).pipe(
               // A body that ends without all its bytes (the client went away) is not an upload.
-              Stream.concat(Stream.fromEffectDrain(Effect.suspend(() =>
-                req.complete ? Effect.void : Effect.fail(invalid("the request body was cut short"))
-              )))
+              Stream.concat(Stream.fromEffectDrain(
+                Effect.suspend(() => req.complete ? Effect.void : Effect.fail(invalid("the request body was cut short")))
+              ))
             )
             yield* viaDriver(driver.writeFileStream(sandboxId, path, body, { maxBytes: maxUpload }))
             return { status: 204 } satisfies Answer as Answer

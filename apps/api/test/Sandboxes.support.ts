@@ -5,7 +5,7 @@
  * every sandbox, folder and cgroup the hosts made, also when a test fails.
  */
 import { cleanUpHost, makeHost as makeTestHost, type TestHost } from "@svc/testing/TestHost"
-import { type Answer, call } from "@svc/testing/TestHttp"
+import { type Answer, call, serve } from "@svc/testing/TestHttp"
 import { eventually as waitUntil } from "@svc/testing/Eventually"
 import { ApiKeys } from "@svc/auth/ApiKeys"
 import { operatorContext } from "@svc/auth/Audit"
@@ -16,7 +16,6 @@ import { ensureBucket } from "@svc/bus/Topology"
 import { makeHostId, type OrgId } from "@svc/domain/Ids"
 import * as Events from "@svc/events/Streams"
 import { type HostRecord, HOSTS_BUCKET_SPEC } from "@svc/host-protocol/Protocol"
-import { serve } from "@svc/testing/TestHttp"
 import { Context, Duration, Effect, Fiber, Layer, Schedule } from "effect"
 import { HttpRouter } from "effect/http"
 import { startAgent as startAgentFixture } from "../../agent/test/fixtures/support.ts"

@@ -67,7 +67,7 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 240_000 })("runtime killed
           const byId = new Map<string, string>((r.json?.rows ?? []).map((row: { id: string; state: string }) => [row.id, row.state]))
           return ids.map((id) => byId.get(id) ?? "?")
         })
-      const running = (ids: ReadonlyArray<string>) =>
+      const running =
         Effect.map(log.all, (es) => new Set(es.filter((e) => e.event === "sandbox.state_updated" && e.data.state === "running").map((e) => e.data.sandbox_id)))
 
       const first = yield* env.runtime
@@ -77,9 +77,9 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 240_000 })("runtime killed
         { concurrency: 8 }
       )
       // Kill it once some sandboxes run and others are still on their way.
-      yield* eventually(running(created), (set) => set.size >= 2)
+      yield* eventually(running, (set) => set.size >= 2)
       yield* kill(first)
-      const before = (yield* running(created)).size
+      const before = (yield* running).size
       expect(before).toBeLessThan(COUNT)
 
       const second = yield* env.runtime

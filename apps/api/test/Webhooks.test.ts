@@ -215,7 +215,7 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 60_000 })("webhook routes"
       )
       expect(results.filter((r) => r.status === 201)).toHaveLength(20)
       const refused = results.filter((r) => r.status !== 201)
-      expect(refused.map((r) => [r.status, r.body.code])).toEqual(Array(5).fill([400, "webhook_limit_reached"]))
+      expect(refused.map((r) => [r.status, r.body.code])).toEqual(Array.from({ length: 5 }, () => [400, "webhook_limit_reached"]))
       // Another org is not affected; a deletion makes room.
       expect((yield* call(env.api, "POST", "/v1/webhooks", { token: env.otherOrg, body: { url: "http://127.0.0.1:9/" } })).status).toBe(201)
       const list = yield* call(env.api, "GET", "/v1/webhooks?limit=500", { token: env.star })

@@ -12,7 +12,7 @@ import * as TestDatabase from "@svc/testing/TestDatabase"
 import * as TestNats from "@svc/testing/TestNats"
 import { Context, Deferred, Duration, Effect, Exit, Layer, Option, Redacted, Ref, Scope } from "effect"
 import { SqlClient } from "effect/sql"
-import { Counter, CounterState, make as makeCounter } from "./Counter.ts"
+import { Counter, type CounterState, make as makeCounter } from "./Counter.ts"
 
 /** Re-runs `observe` until `check` holds; dies with the last value after `timeout`. */
 const stateOf = (id: string) => Effect.map(Actors.get(Counter, id), Option.getOrUndefined)

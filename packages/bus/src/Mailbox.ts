@@ -21,7 +21,7 @@ export class InvalidActorMessage extends Schema.TaggedError<InvalidActorMessage>
 }) {}
 
 /** An entity id is one subject token of a plain alphabet, so an id can never act as a wildcard. */
-export const ENTITY_ID = /^[A-Za-z0-9_\-]{1,128}$/
+export const ENTITY_ID = /^[A-Za-z0-9_-]{1,128}$/
 
 const encoder = new TextEncoder()
 

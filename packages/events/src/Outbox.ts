@@ -36,7 +36,7 @@ export interface OutboxRow {
 
 // A NATS subject token: no separators, wildcards or whitespace. Kept to a plain alphabet so that
 // untrusted ids cannot smuggle wildcards into a subject.
-const TOKEN = /^[A-Za-z0-9_\-]+$/
+const TOKEN = /^[A-Za-z0-9_-]+$/
 const MAX_SUBJECT = 255
 
 /** Joins and checks subject tokens (each may itself be dotted, e.g. an event name). */

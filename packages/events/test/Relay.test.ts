@@ -111,7 +111,7 @@ describe("OutboxRelay", () => {
         const ids = yield* outboxIds
         // Concurrent writers commit in any order, so the stream follows commit order, not seq
         // order; what must hold: every row once, and each writer's own rows in its order.
-        expect([...messages.map((m) => m.msgId)].sort()).toEqual([...ids].sort())
+        expect(messages.map((m) => m.msgId).sort()).toEqual([...ids].sort())
         const published = envelopesOf(messages).map((e) => e.data.i as number)
         for (const w of [0, 1, 2, 3]) {
           const mine = published.filter((i) => i >= w * 100 && i < w * 100 + 100)

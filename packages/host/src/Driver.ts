@@ -4,8 +4,8 @@
  * (`Driver/Bubblewrap.ts`) implements it here; a microVM driver (vsock to an in-guest agent)
  * would implement the same service on hosts with KVM.
  */
-import { HostLimits } from "@svc/host-protocol/Protocol"
-import { Context, Effect, Schema, Scope, Stream } from "effect"
+import type { HostLimits } from "@svc/host-protocol/Protocol"
+import { Context, type Effect, Schema, type Scope, type Stream } from "effect"
 
 // ---------------------------------------------------------------------------------------------
 // Inputs

@@ -13,7 +13,7 @@ import { CurrentPrincipal, type Principal, SESSION_COOKIE, type WhoAmI } from "@
 import { Api } from "@svc/domain/Api"
 import * as Errors from "@svc/domain/Errors"
 import { Clock, DateTime, Effect, Layer, Option } from "effect"
-import { HttpEffect, HttpServerRequest, HttpServerResponse } from "effect/http"
+import { HttpEffect, type HttpServerRequest, HttpServerResponse } from "effect/http"
 import { HttpApiBuilder } from "effect/http-api"
 import { AuditHandlers } from "./Audit.ts"
 import { auditContext, orUnavailable } from "./Authorization.ts"

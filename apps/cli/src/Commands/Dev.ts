@@ -124,7 +124,7 @@ export const dev = Command.make(
     const config = ConfigProvider.fromEnv({ env: { ...process.env, ...env } as Record<string, string> })
     const port = Number(process.env.SVC_PORT ?? 8080)
     const baseUrl = `http://127.0.0.1:${port}`
-    yield* Layer.launch(
+    return yield* Layer.launch(
       StopSandboxesOnExit.pipe(
         Layer.provideMerge(AllRoles),
         Layer.provideMerge(Infrastructure),

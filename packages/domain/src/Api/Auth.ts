@@ -14,7 +14,7 @@
  * An endpoint without a rule is treated as `Access.account` (fail closed) and fails the
  * authorization matrix test.
  */
-import { Context, DateTime, Schema, SchemaTransformation } from "effect"
+import { Context, type DateTime, Schema, SchemaTransformation } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware, HttpApiSchema, HttpApiSecurity, OpenApi } from "effect/http-api"
 import {
   CsrfRejected,

@@ -316,7 +316,10 @@ export const makeFiles = (host: DriverHost, exec: Pick<Exec, "runInside" | "spaw
       const entry = yield* host.lookupRunning(sandboxId)
       const { fileError, fromExit } = errorsFor(entry, checked)
       const proc = yield* spawnScript(entry, RECEIVE_SCRIPT, [checked, `.svc-upload-${randomBytes(8).toString("hex")}`])
-      const refusal = Effect.flatMap(proc.exit, (exit) => Effect.fail(exit.exitCode !== 0 ? fromExit(exit) : fileError("failed", "no answer")))
+      const refusal = Effect.flatMap(
+        proc.exit,
+        (exit) => Effect.fail(exit.exitCode !== 0 ? fromExit(exit) : fileError("failed", "no answer"))
+      )
       const first = yield* readHeader(proc.stdout, NUL, MAX_HEADER_BYTES)
       if (first === undefined) return yield* refusal
       if (first.length > 1) {

@@ -6,7 +6,7 @@
 import { Effect, Schema } from "effect"
 import * as Fs from "node:fs/promises"
 import {
-  DriverFailure,
+  type DriverFailure,
   SandboxAlreadyExists,
   SandboxCapacityExhausted,
   SandboxId,

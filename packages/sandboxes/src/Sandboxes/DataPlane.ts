@@ -86,15 +86,13 @@ const url = (host: HostRecord, sandboxId: string, what: "exec" | "files", path?:
   (path === undefined ? "" : `?path=${encodeURIComponent(path)}`)
 
 const request = (host: HostRecord, target: string, init: RequestInit & { readonly timeoutMs: number }) =>
-  Effect.tryPromise({
-    try: (signal) =>
-      fetch(target, {
-        ...init,
-        headers: { ...(init.headers as Record<string, string> | undefined), authorization: `Bearer ${host.token}` },
-        signal: AbortSignal.any([signal, AbortSignal.timeout(init.timeoutMs)])
-      }),
-    catch: (cause) => cause
-  }).pipe(Effect.catch((cause) => unreachable(host, cause)))
+  Effect.tryPromise((signal) =>
+    fetch(target, {
+      ...init,
+      headers: { ...(init.headers as Record<string, string> | undefined), authorization: `Bearer ${host.token}` },
+      signal: AbortSignal.any([signal, AbortSignal.timeout(init.timeoutMs)])
+    })
+  ).pipe(Effect.catch((e) => unreachable(host, e.cause)))
 
 /** Runs a command; waits up to its own timeout plus a margin for the host. */
 export const exec = Effect.fn("DataPlane.exec")(function*(host: HostRecord, sandboxId: string, body: AgentExecRequest) {
@@ -109,8 +107,8 @@ export const exec = Effect.fn("DataPlane.exec")(function*(host: HostRecord, sand
       Effect.catchTag("FileRefused", (e) => unreachable(host, `an exec answered as a file refusal: ${e.error}`))
     )
   }
-  const json = yield* Effect.tryPromise({ try: () => response.json(), catch: (cause) => cause }).pipe(
-    Effect.catch((cause) => unreachable(host, cause))
+  const json = yield* Effect.tryPromise(() => response.json()).pipe(
+    Effect.catch((e) => unreachable(host, e.cause))
   )
   return yield* decodeExec(json).pipe(Effect.catch((e) => unreachable(host, e)))
 })
@@ -121,8 +119,8 @@ export const readFile = Effect.fn("DataPlane.readFile")(function*(host: HostReco
   if (!response.ok) return yield* refusal(host, response)
   const type = response.headers.get("content-type") ?? ""
   if (type.startsWith("application/json")) {
-    const json = yield* Effect.tryPromise({ try: () => response.json(), catch: (cause) => cause }).pipe(
-      Effect.catch((cause) => unreachable(host, cause))
+    const json = yield* Effect.tryPromise(() => response.json()).pipe(
+      Effect.catch((e) => unreachable(host, e.cause))
     )
     const listing = yield* decodeListing(json).pipe(Effect.catch((e) => unreachable(host, e)))
     return { _tag: "Listing", listing } satisfies FileContent as FileContent

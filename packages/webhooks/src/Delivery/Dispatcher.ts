@@ -284,6 +284,7 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
         const chunk = Math.max(1, Math.ceil(maxHeld / 2))
         let backlog = false
         for (;;) {
+          // oxlint-disable-next-line no-unmodified-loop-condition -- the stream's callbacks below change the counters
           while (beforeCall >= maxHeld || settling >= maxSettling || (backlog && maxHeld - beforeCall < chunk)) {
             yield* Queue.take(freed)
           }
@@ -393,7 +394,7 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
         yield* FiberMap.run(loops, name, pullLoop(id, name), { onlyIfMissing: true })
       }
       const keep = new Set(wanted.values())
-      for (const [name] of [...loops]) {
+      for (const [name] of Array.from(loops)) {
         if (!keep.has(name)) yield* FiberMap.remove(loops, name)
       }
     })

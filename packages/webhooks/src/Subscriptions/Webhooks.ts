@@ -21,8 +21,8 @@ import { Idempotency } from "@svc/db/Idempotency"
 import { makeId } from "@svc/domain/Ids"
 import {
   DeliveryNotRetryable,
-  IdempotencyKeyReused,
-  InvalidEventFilter,
+  type IdempotencyKeyReused,
+  type InvalidEventFilter,
   InvalidWebhookUrl,
   NotFound,
   Unavailable,
