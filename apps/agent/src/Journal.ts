@@ -18,7 +18,7 @@
  * the journal must survive the agent's process dying, which the page cache does; a machine
  * that loses power loses its running sandboxes anyway.
  */
-import { SandboxId } from "@svc/host/Driver"
+import { DriverSandboxId } from "@svc/host/Driver"
 import { Context, Effect, Layer, Schema } from "effect"
 import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
@@ -28,7 +28,7 @@ export const PendingOp = Schema.Literals(["create", "start", "stop", "destroy"])
 export type PendingOp = typeof PendingOp.Type
 
 export class JournalEntry extends Schema.Class<JournalEntry>("@svc/agent/JournalEntry")({
-  sandboxId: SandboxId,
+  sandboxId: DriverSandboxId,
   orgId: Schema.String,
   pending: Schema.NullOr(PendingOp),
   /** ms since the epoch of the last write. */
@@ -44,7 +44,7 @@ const EntryJson = Schema.fromJsonString(JournalEntry)
 const decodeEntry = Schema.decodeUnknownSync(EntryJson)
 const encodeEntry = Schema.encodeSync(EntryJson)
 
-const isSandboxId = Schema.is(SandboxId)
+const isSandboxId = Schema.is(DriverSandboxId)
 
 export class Journal extends Context.Service<Journal, {
   readonly dir: string

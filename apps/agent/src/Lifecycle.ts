@@ -14,10 +14,10 @@
  */
 import {
   DriverFailure,
+  DriverSandboxId,
   ExecRequest,
   SandboxDriver,
   type SandboxDriverError,
-  SandboxId,
   type SandboxInfo,
   SandboxSpec
 } from "@svc/host/Driver"
@@ -85,7 +85,7 @@ export const describeDriverError = (error: SandboxDriverError): string => {
   return text.length > MAX_ERROR_MESSAGE ? text.slice(0, MAX_ERROR_MESSAGE - 1) + "…" : text
 }
 
-const isSandboxId = Schema.is(SandboxId)
+const isSandboxId = Schema.is(DriverSandboxId)
 
 /**
  * Warm pool entries are driver sandboxes named `pool-<hex>` (platform ids are `sbx_...`, so the

@@ -10,13 +10,17 @@ import { Context, type Effect, Schema, type Scope, type Stream } from "effect"
 // ---------------------------------------------------------------------------------------------
 // Inputs
 
-/** Ids name directories, cgroups and the hostname: a tight grammar keeps them safe in all. */
-export const SandboxId = Schema.String.check(
+/**
+ * The driver's name of a sandbox on this host: a platform id (`sbx_...`, the domain's `SandboxId`)
+ * or one of the agent's own (`pool-<hex>` warm pool entries, test ids). Ids name directories,
+ * cgroups and the hostname: a tight grammar keeps them safe in all.
+ */
+export const DriverSandboxId = Schema.String.check(
   Schema.isPattern(/^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$/, {
     message: "sandbox id: 1 to 63 of [A-Za-z0-9_-], starting with a letter or digit"
   })
 )
-export type SandboxId = typeof SandboxId.Type
+export type DriverSandboxId = typeof DriverSandboxId.Type
 
 /** Values must not carry NUL (they end up in execve's environment block). */
 export const EnvValue = Schema.String.check(
@@ -37,7 +41,7 @@ const PositiveInt = (max: number) =>
 
 /** What `create` needs. `template` is a template name known to the driver (`base` is built in). */
 export class SandboxSpec extends Schema.Class<SandboxSpec>("@svc/host/SandboxSpec")({
-  sandboxId: SandboxId,
+  sandboxId: DriverSandboxId,
   template: Schema.String.check(
     Schema.isPattern(/^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/, { message: "template name" })
   ),
@@ -80,7 +84,7 @@ export const LimitStatus = Schema.Struct({
 export type LimitStatus = typeof LimitStatus.Type
 
 export class SandboxInfo extends Schema.Class<SandboxInfo>("@svc/host/SandboxInfo")({
-  sandboxId: SandboxId,
+  sandboxId: DriverSandboxId,
   /** The sandbox's init as seen from the host (namespaces driver only). */
   pid: Schema.optionalKey(Schema.Int),
   internalIp: Schema.String,
@@ -133,7 +137,7 @@ export class SandboxStats extends Schema.Class<SandboxStats>("@svc/host/SandboxS
 
 /** How a run ended on its own (its init died) rather than by `stop`. */
 export class SandboxExit extends Schema.Class<SandboxExit>("@svc/host/SandboxExit")({
-  sandboxId: SandboxId,
+  sandboxId: DriverSandboxId,
   /** The init's exit status as bubblewrap saw it (128 + n: ended by signal n); absent when none was recorded. */
   exitCode: Schema.optionalKey(Schema.Int),
   /** The memory cgroup's OOM killer ended processes of the sandbox during the run, the init included. */
@@ -149,7 +153,7 @@ export type RunStatus = typeof RunStatus.Type
 
 /** One sandbox this host has on disk, for the agent's reconcile after a restart. */
 export class SandboxListing extends Schema.Class<SandboxListing>("@svc/host/SandboxListing")({
-  sandboxId: SandboxId,
+  sandboxId: DriverSandboxId,
   status: RunStatus,
   internalIp: Schema.String,
   pid: Schema.optionalKey(Schema.Int),

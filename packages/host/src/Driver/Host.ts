@@ -12,8 +12,8 @@ import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
 import {
   DriverFailure,
+  DriverSandboxId,
   InvalidSandboxRequest,
-  SandboxId,
   SandboxNotFound,
   SandboxNotRunning,
   TemplateNotFound
@@ -65,7 +65,7 @@ export const decodeInput = <S extends Schema.Top>(schema: S, input: unknown) =>
     Effect.mapError((issue) => invalid(String(issue.message ?? issue)))
   ) as Effect.Effect<S["Type"], InvalidSandboxRequest>
 
-export const checkId = (sandboxId: unknown) => decodeInput(SandboxId, sandboxId)
+export const checkId = (sandboxId: unknown) => decodeInput(DriverSandboxId, sandboxId)
 
 const findBinary = (name: string): string | undefined =>
   ["/usr/bin", "/usr/sbin", "/bin", "/sbin"].map((dir) => NodePath.join(dir, name)).find((path) => FsSync.existsSync(path))
@@ -187,7 +187,7 @@ export const makeDriverHost = (
     // Records from before the env was sealed: sealed now, so no env is left in the clear.
     const names = yield* attempt("init", () => Fs.readdir(sandboxesDir))
     for (const name of names) {
-      if (Schema.is(SandboxId)(name)) yield* sealLegacyRecord(sandboxPaths(config.dataDir, name), secrets)
+      if (Schema.is(DriverSandboxId)(name)) yield* sealLegacyRecord(sandboxPaths(config.dataDir, name), secrets)
     }
     const helperDir = NodePath.join(walkDir, "helper")
     yield* attempt("init", async () => {

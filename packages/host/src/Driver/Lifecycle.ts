@@ -7,9 +7,9 @@ import { Effect, Schema } from "effect"
 import * as Fs from "node:fs/promises"
 import {
   type DriverFailure,
+  DriverSandboxId,
   SandboxAlreadyExists,
   SandboxCapacityExhausted,
-  SandboxId,
   SandboxListing,
   SandboxSpec
 } from "../Driver.ts"
@@ -143,7 +143,7 @@ export const makeLifecycle = (host: DriverHost, runs: Runs) => {
     const names = yield* attempt("list", () => Fs.readdir(host.sandboxesDir).catch(() => [] as Array<string>))
     const rows: Array<SandboxListing> = []
     for (const name of names) {
-      if (!Schema.is(SandboxId)(name)) continue
+      if (!Schema.is(DriverSandboxId)(name)) continue
       const paths = sandboxPaths(config.dataDir, name)
       const record = yield* attempt("list", () => readStoredRecord(paths))
       if (record === undefined) continue
