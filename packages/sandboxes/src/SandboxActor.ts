@@ -38,13 +38,14 @@
  */
 import * as Actor from "@svc/actors/Actor"
 import type { SandboxCreatedData, SandboxDeletedData, SandboxStateUpdatedData } from "@svc/domain/Events"
+import type { SandboxState } from "@svc/domain/Sandbox"
 import { type AgentCommand, type AgentReport, agentSubject, SANDBOX_ACTOR_PARTITIONS, SANDBOX_ACTOR_TYPE } from "@svc/host-protocol/Protocol"
-import { type Delete, SandboxMessage, SandboxState, type SandboxStateName } from "./Sandboxes/Model.ts"
+import { type Delete, SandboxActorState, SandboxMessage } from "./Sandboxes/Model.ts"
 import { store } from "./Sandboxes/Store.ts"
 
-export { SandboxMessage, SandboxState } from "./Sandboxes/Model.ts"
+export { SandboxActorState, SandboxMessage } from "./Sandboxes/Model.ts"
 
-type State = SandboxState
+type State = SandboxActorState
 type Message = SandboxMessage
 type Ctx = Actor.TransitionContext
 
@@ -86,7 +87,7 @@ const deleted = (s: State): Actor.ActorEffect =>
 /** A state change: the new state plus its `sandbox.state_updated` (and whatever else). */
 const moveTo = (
   s: State,
-  state: SandboxStateName,
+  state: SandboxState,
   ctx: Ctx,
   patch: Partial<State> = {},
   before: ReadonlyArray<Actor.ActorEffect> = [],
@@ -280,10 +281,10 @@ export const transition = (s: State | undefined, m: Message, ctx: Ctx): Actor.Tr
   }
 }
 
-export const SandboxActor: Actor.Actor<typeof SandboxState, typeof SandboxMessage> = Actor.make({
+export const SandboxActor: Actor.Actor<typeof SandboxActorState, typeof SandboxMessage> = Actor.make({
   type: SANDBOX_ACTOR_TYPE,
   partitions: SANDBOX_ACTOR_PARTITIONS,
-  state: SandboxState,
+  state: SandboxActorState,
   message: SandboxMessage,
   store,
   transition

@@ -48,7 +48,7 @@ import { applyNow } from "./Sandboxes/Apply.ts"
 import * as Quota from "./Sandboxes/Quota.ts"
 import { QuotasConfig } from "./Sandboxes/Quota.ts"
 import * as DataPlane from "./Sandboxes/DataPlane.ts"
-import type { SandboxState } from "./Sandboxes/Model.ts"
+import type { SandboxActorState } from "./Sandboxes/Model.ts"
 import { toRecord } from "./Sandboxes/Record.ts"
 import { COLUMNS, fromRow, type SandboxRow, store } from "./Sandboxes/Store.ts"
 import * as Scheduler from "./Scheduler.ts"
@@ -100,7 +100,7 @@ export class Sandboxes extends Context.Service<Sandboxes, {
     Errors.InvalidRequest | Errors.Conflict | Errors.IdempotencyKeyReused | Errors.QuotaExceeded | SqlErrorT
   >
   /** The org's sandbox (its state, for policy checks), or `not_found`. */
-  readonly get: (orgId: OrgId, id: string) => Effect.Effect<SandboxState, Errors.NotFound | SqlErrorT>
+  readonly get: (orgId: OrgId, id: string) => Effect.Effect<SandboxActorState, Errors.NotFound | SqlErrorT>
   readonly list: (orgId: OrgId, query: ListSandboxesQuery, confinedTo: string | null) => Effect.Effect<SandboxPage, SqlErrorT>
   readonly start: (
     orgId: OrgId,
@@ -149,7 +149,7 @@ export class Sandboxes extends Context.Service<Sandboxes, {
       const id = makeId("sandbox", now)
       // Runs once per Idempotency-Key, in the transaction that holds the key.
       const insert = Effect.gen(function*(): Effect.fn.Return<
-        SandboxState,
+        SandboxActorState,
         Errors.InvalidRequest | Errors.Conflict | Errors.QuotaExceeded | SqlErrorT,
         SqlClient.SqlClient
       > {
@@ -175,7 +175,7 @@ export class Sandboxes extends Context.Service<Sandboxes, {
           // The tenant sees `reason`; which hosts were full and by how much is for operators.
           yield* Effect.logWarning("sandbox unplaceable", { sandboxId: id, orgId, detail: placement.detail })
         }
-        const state: SandboxState = {
+        const state: SandboxActorState = {
           id,
           orgId,
           name: request.name ?? id,
@@ -197,7 +197,7 @@ export class Sandboxes extends Context.Service<Sandboxes, {
           internalIp: null,
           exposedPorts: request.exposed_ports,
           volumeAttachments: [],
-          metadata: request.metadata as SandboxState["metadata"],
+          metadata: request.metadata as SandboxActorState["metadata"],
           errorMessage: null,
           timeoutS: request.timeout_s,
           createdAt: now,
@@ -224,7 +224,7 @@ export class Sandboxes extends Context.Service<Sandboxes, {
         key: idempotencyKey,
         request,
         create: insert,
-        response: (state: SandboxState) => encodeRecord(toRecord(state))
+        response: (state: SandboxActorState) => encodeRecord(toRecord(state))
       })
       if (outcome._tag === "Replayed") return outcome
       yield* wakeIfPresent

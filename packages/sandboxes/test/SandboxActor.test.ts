@@ -6,7 +6,7 @@ import { describe, expect, it } from "@effect/vitest"
 import type * as Actor from "@svc/actors/Actor"
 import { Schema } from "effect"
 import { AgentCommand } from "@svc/host-protocol/Protocol"
-import { refusal, SandboxActor, type SandboxMessage, type SandboxState, transition } from "../src/SandboxActor.ts"
+import { refusal, SandboxActor, type SandboxActorState, type SandboxMessage, transition } from "../src/SandboxActor.ts"
 
 const H = "host_a"
 const NOW = Date.UTC(2026, 10, 22, 1, 2, 3, 456)
@@ -15,7 +15,7 @@ const ctx = { id: "sbx_1", now: NOW, msgId: "m1" }
 const STATES = ["pending", "starting", "running", "stopping", "stopped", "deleting", "deleted", "error"] as const
 type Name = (typeof STATES)[number]
 
-const at = (name: Name, patch: Partial<SandboxState> = {}): SandboxState => ({
+const at = (name: Name, patch: Partial<SandboxActorState> = {}): SandboxActorState => ({
   id: "sbx_1",
   orgId: "org_1",
   name: "one",
@@ -81,7 +81,7 @@ const report = (status: "running" | "stopped" | "destroyed" | "failed" | "exited
 })
 
 /** Every state not named in `row` must stay as it is, with no effect. */
-const check = (message: SandboxMessage, row: Row, patch: (n: Name) => Partial<SandboxState> = () => ({})) => {
+const check = (message: SandboxMessage, row: Row, patch: (n: Name) => Partial<SandboxActorState> = () => ({})) => {
   for (const name of STATES) {
     const before = at(name, patch(name))
     const result = transition(before, message, ctx)

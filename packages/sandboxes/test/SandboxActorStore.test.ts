@@ -6,10 +6,10 @@ import { expect, layer } from "@effect/vitest"
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import { Effect, Option } from "effect"
 import { SqlClient } from "effect/sql"
-import type { SandboxState } from "../src/Sandboxes/Model.ts"
+import type { SandboxActorState } from "../src/Sandboxes/Model.ts"
 import { store } from "../src/Sandboxes/Store.ts"
 
-const state = (patch: Partial<SandboxState> = {}): SandboxState => ({
+const state = (patch: Partial<SandboxActorState> = {}): SandboxActorState => ({
   id: "sbx_store_1",
   orgId: "org_00000000000000000000000002",
   name: "name with ünïcode",

@@ -11,7 +11,7 @@ import * as Outbox from "@svc/events/Outbox"
 import { Clock, Effect } from "effect"
 import { SqlClient, type SqlError } from "effect/sql"
 import { transition } from "../SandboxActor.ts"
-import type { SandboxMessage, SandboxState } from "./Model.ts"
+import type { SandboxActorState, SandboxMessage } from "./Model.ts"
 import { COLUMNS, fromRow, type SandboxRow, store } from "./Store.ts"
 
 /**
@@ -21,8 +21,8 @@ import { COLUMNS, fromRow, type SandboxRow, store } from "./Store.ts"
 export const applyNow = <E, R>(
   orgId: string,
   id: string,
-  decide: (state: SandboxState) => Effect.Effect<SandboxMessage, E, R>
-): Effect.Effect<SandboxState, E | Errors.NotFound | SqlError.SqlError, R | SqlClient.SqlClient> =>
+  decide: (state: SandboxActorState) => Effect.Effect<SandboxMessage, E, R>
+): Effect.Effect<SandboxActorState, E | Errors.NotFound | SqlError.SqlError, R | SqlClient.SqlClient> =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     return yield* sql.withTransaction(Effect.gen(function*() {

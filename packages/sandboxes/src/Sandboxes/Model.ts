@@ -8,17 +8,14 @@
  * and is never stored in the clear (it may carry credentials, e.g. an injected `sandbox:<id>` key;
  * see `SealedEnv.ts`).
  */
-import { SANDBOX_STATES, SandboxType, VolumeAttachment } from "@svc/domain/Sandbox"
+import { SandboxState, SandboxType, VolumeAttachment } from "@svc/domain/Sandbox"
 import { Schema } from "effect"
 import { AgentReport } from "@svc/host-protocol/Protocol"
-
-export const SandboxStateName = Schema.Literals(SANDBOX_STATES)
-export type SandboxStateName = typeof SandboxStateName.Type
 
 const Ms = Schema.Number
 const NullableMs = Schema.NullOr(Schema.Number)
 
-export const SandboxState = Schema.Struct({
+export const SandboxActorState = Schema.Struct({
   id: Schema.String,
   orgId: Schema.String,
   name: Schema.String,
@@ -28,7 +25,7 @@ export const SandboxState = Schema.Struct({
   /** Set at placement (in the create transaction); null when no host could take it. */
   hostId: Schema.NullOr(Schema.String),
   parentId: Schema.NullOr(Schema.String),
-  state: SandboxStateName,
+  state: SandboxState,
   type: SandboxType,
   region: Schema.String,
   datacenter: Schema.NullOr(Schema.String),
@@ -60,7 +57,7 @@ export const SandboxState = Schema.Struct({
   /** `sandbox.created` was emitted (the first time the host reported it running). */
   createdEmitted: Schema.Boolean
 })
-export type SandboxState = typeof SandboxState.Type
+export type SandboxActorState = typeof SandboxActorState.Type
 
 // ---------------------------------------------------------------------------------------------
 // Messages
@@ -93,7 +90,7 @@ export const HostDown = Schema.TaggedStruct("HostDown", {
 })
 /** The sandbox sat in a transitional `state` since `since` for longer than `afterMs`. */
 export const Timeout = Schema.TaggedStruct("Timeout", {
-  state: SandboxStateName,
+  state: SandboxState,
   since: Ms,
   afterMs: Ms
 })

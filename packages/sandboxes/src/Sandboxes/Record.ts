@@ -5,11 +5,11 @@
 import type { HostId, OrgId, SandboxId, TemplateId } from "@svc/domain/Ids"
 import type { Sandbox } from "@svc/domain/Sandbox"
 import { DateTime } from "effect"
-import type { SandboxState } from "./Model.ts"
+import type { SandboxActorState } from "./Model.ts"
 
 const utc = (ms: number | null) => (ms === null ? null : DateTime.makeUnsafe(ms))
 
-export const toRecord = (s: SandboxState): Sandbox => ({
+export const toRecord = (s: SandboxActorState): Sandbox => ({
   id: s.id as SandboxId,
   name: s.name,
   orgId: s.orgId as OrgId,

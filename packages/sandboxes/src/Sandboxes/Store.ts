@@ -7,7 +7,7 @@ import type { ActorStore, Stored } from "@svc/actors/Actor"
 import { CorruptState } from "@svc/actors/Errors"
 import { Effect, Option, Schema } from "effect"
 import { SqlClient } from "effect/sql"
-import { SandboxState } from "./Model.ts"
+import { SandboxActorState } from "./Model.ts"
 
 /** The columns in `SELECT` order (kept in one place for the API's list queries). */
 export const COLUMNS = `id, org_id, name, template_id, template_name, host_id, parent_id, state, type, region,
@@ -50,14 +50,14 @@ export interface SandboxRow {
   readonly version: number | string | bigint
 }
 
-const decodeState = Schema.decodeUnknownEffect(SandboxState)
+const decodeState = Schema.decodeUnknownEffect(SandboxActorState)
 const ms = (d: Date | null) => (d === null ? null : d.getTime())
 const num = (n: number | string | bigint | null) => (n === null ? null : Number(n))
 // jsonb may arrive parsed or as text depending on the codec: accept both.
 const json = (v: unknown) => (typeof v === "string" ? JSON.parse(v) : v)
 
 /** A row as the actor's state (checked: a row the schema refuses is `CorruptState`). */
-export const fromRow = (row: SandboxRow): Effect.Effect<Stored<SandboxState>, CorruptState> =>
+export const fromRow = (row: SandboxRow): Effect.Effect<Stored<SandboxActorState>, CorruptState> =>
   Effect.try({
     try: () => ({
       id: row.id,
@@ -102,14 +102,14 @@ export const fromRow = (row: SandboxRow): Effect.Effect<Stored<SandboxState>, Co
 
 const date = (n: number | null) => (n === null ? null : new Date(n))
 
-export const store: ActorStore<SandboxState> = {
+export const store: ActorStore<SandboxActorState> = {
   load: Effect.fnUntraced(function*(id: string) {
     const sql = yield* SqlClient.SqlClient
     const rows = yield* sql<SandboxRow>`SELECT ${sql.literal(COLUMNS)} FROM sandboxes WHERE id = ${id}`
-    if (rows.length === 0) return Option.none<Stored<SandboxState>>()
+    if (rows.length === 0) return Option.none<Stored<SandboxActorState>>()
     return Option.some(yield* fromRow(rows[0]!))
   }),
-  save: Effect.fnUntraced(function*(id: string, s: SandboxState, expected: number | undefined) {
+  save: Effect.fnUntraced(function*(id: string, s: SandboxActorState, expected: number | undefined) {
     const sql = yield* SqlClient.SqlClient
     if (s.id !== id) return yield* new CorruptState({ type: "sandbox", id, message: `state of ${s.id} saved under ${id}` })
     const ports = JSON.stringify(s.exposedPorts)
