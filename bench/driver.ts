@@ -15,7 +15,7 @@ import { Context, Effect, Layer } from "effect"
 import * as Fs from "node:fs/promises"
 import * as Os from "node:os"
 import { SecretBox } from "../packages/crypto/src/SecretBox.ts"
-import { ExecRequest, SandboxDriver, SandboxSpec } from "../packages/host/src/Driver.ts"
+import { DriverExecRequest, SandboxDriver, SandboxSpec } from "../packages/host/src/Driver.ts"
 import { BubblewrapDriver } from "../packages/host/src/Driver/Bubblewrap.ts"
 import { CONTROLLERS, groupPath } from "../packages/host/src/Driver/Cgroups.ts"
 import { DriverConfig } from "../packages/host/src/Driver/Config.ts"
@@ -75,7 +75,7 @@ const program = Effect.gen(function*() {
 
   const spec = (sandboxId: string) =>
     new SandboxSpec({ sandboxId, template: "base", env: {}, cpu: 1, ramMb: 256, diskGb: 1, exposedPorts: [] })
-  const echo = new ExecRequest({ cmd: ["echo", "ready"] })
+  const echo = new DriverExecRequest({ cmd: ["echo", "ready"] })
 
   // Warm-up: template build, JIT, page cache.
   yield* driver.create(spec("bench-warmup"))
@@ -101,7 +101,7 @@ const program = Effect.gen(function*() {
   }
 
   const warm: Array<number> = []
-  const trueCmd = new ExecRequest({ cmd: ["true"] })
+  const trueCmd = new DriverExecRequest({ cmd: ["true"] })
   for (let i = 0; i < WARM_EXECS; i++) {
     const t0 = performance.now()
     yield* driver.exec(ids[i % ids.length]!, trueCmd)

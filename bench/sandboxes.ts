@@ -37,7 +37,7 @@ import * as Runtime from "../apps/runtime/src/Runtime.ts"
 import { Nats } from "../packages/bus/src/Nats.ts"
 import { makeHostId } from "../packages/domain/src/Ids.ts"
 import * as Events from "../packages/events/src/Streams.ts"
-import { ExecRequest, SandboxDriver, SandboxSpec } from "../packages/host/src/Driver.ts"
+import { DriverExecRequest, SandboxDriver, SandboxSpec } from "../packages/host/src/Driver.ts"
 import { BubblewrapDriver } from "../packages/host/src/Driver/Bubblewrap.ts"
 import { CONTROLLERS, groupPath } from "../packages/host/src/Driver/Cgroups.ts"
 import { DriverConfig } from "../packages/host/src/Driver/Config.ts"
@@ -99,7 +99,7 @@ const bareDriver = Effect.scoped(Effect.gen(function*() {
   const driver = Context.get(context, SandboxDriver)
   const spec = (sandboxId: string) =>
     new SandboxSpec({ sandboxId, template: "base", env: {}, cpu: 1, ramMb: 256, diskGb: 1, exposedPorts: [] })
-  const echo = new ExecRequest({ cmd: ["echo", "ready"] })
+  const echo = new DriverExecRequest({ cmd: ["echo", "ready"] })
   yield* driver.create(spec("warmup"))
   yield* driver.exec("warmup", echo)
   yield* driver.destroy("warmup")

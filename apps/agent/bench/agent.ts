@@ -14,7 +14,7 @@ import { SecretBox } from "@svc/crypto/SecretBox"
 import { ensureConsumer, ensureStream } from "@svc/bus/Topology"
 import { makeHostId, makeSandboxId } from "@svc/domain/Ids"
 import { startNats } from "@svc/local-servers/Servers"
-import { ExecRequest, SandboxDriver, SandboxSpec } from "@svc/host/Driver"
+import { DriverExecRequest, SandboxDriver, SandboxSpec } from "@svc/host/Driver"
 import { CONTROLLERS } from "@svc/host/Driver/Cgroups"
 import { agentSubject } from "@svc/host-protocol/Protocol"
 import { SandboxActor } from "@svc/sandboxes/SandboxActor"
@@ -118,7 +118,7 @@ const program = Effect.gen(function*() {
     const id = makeSandboxId()
     const t0 = performance.now()
     yield* driver.create(new SandboxSpec({ sandboxId: id, template: "base", env: {}, cpu: 1, ramMb: 128, diskGb: 1, exposedPorts: [] }))
-    yield* driver.exec(id, new ExecRequest({ cmd: ["true"] }))
+    yield* driver.exec(id, new DriverExecRequest({ cmd: ["true"] }))
     bare.push(performance.now() - t0)
   }
   yield* destroyAll

@@ -17,7 +17,7 @@
 import * as NodeStream from "@effect/platform-node/NodeStream"
 import {
   type DirEntry,
-  ExecRequest,
+  DriverExecRequest,
   type FileStream,
   MAX_FILE_BYTES,
   SandboxDriver,
@@ -160,7 +160,7 @@ const readBody = (req: Http.IncomingMessage, max: number) =>
   })
 
 const decodeExec = Schema.decodeUnknownEffect(AgentExecRequest)
-const decodeDriverExec = Schema.decodeUnknownEffect(ExecRequest)
+const decodeDriverExec = Schema.decodeUnknownEffect(DriverExecRequest)
 
 export class DataPlane extends Context.Service<DataPlane, {
   /** Base URL for other processes, e.g. `http://127.0.0.1:43127`. */

@@ -13,9 +13,9 @@
  * The only error is the journal's (the host's disk): the caller retries the command in place.
  */
 import {
+  DriverExecRequest,
   DriverFailure,
   DriverSandboxId,
-  ExecRequest,
   SandboxDriver,
   type SandboxDriverError,
   type SandboxInfo,
@@ -272,7 +272,7 @@ export class Lifecycle extends Context.Service<Lifecycle, {
 
       /** `agent_ready`: an exec of `true` succeeds (a few tries: the first may race the init). */
       const checkReady = (sandboxId: string) =>
-        driver.exec(sandboxId, new ExecRequest({ cmd: ["true"], timeoutMs: 5_000 })).pipe(
+        driver.exec(sandboxId, new DriverExecRequest({ cmd: ["true"], timeoutMs: 5_000 })).pipe(
           Effect.flatMap((result) => (result.exitCode === 0 ? Effect.succeed(true) : Effect.fail("exit"))),
           Effect.retry({ times: 4, schedule: Schedule.spaced(Duration.millis(25)) }),
           Effect.orElseSucceed(() => false)

@@ -1,7 +1,7 @@
 /** The warm pool: creates of `base` sandboxes served from pre-started entries. */
 import { assert, layer } from "@effect/vitest"
 import { makeSandboxId } from "@svc/domain/Ids"
-import { ExecRequest } from "@svc/host/Driver"
+import { DriverExecRequest } from "@svc/host/Driver"
 import { Effect, Fiber } from "effect"
 import * as FsSync from "node:fs"
 import * as NodePath from "node:path"
@@ -71,7 +71,7 @@ layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("host agent wa
       assert.strictEqual(biggerReport.status, "running", JSON.stringify(biggerReport))
       assert.strictEqual(biggerReport.via, "cold-boot")
       assert.sameMembers(poolEntries(yield* agent.driver.list), after)
-      const disk = yield* agent.driver.exec(bigger, new ExecRequest({ cmd: ["sh", "-c", "df -k / | tail -1"] }))
+      const disk = yield* agent.driver.exec(bigger, new DriverExecRequest({ cmd: ["sh", "-c", "df -k / | tail -1"] }))
       const diskKb = Number(Buffer.from(disk.stdout).toString().trim().split(/\s+/)[1])
       assert.isAbove(diskKb, 1.9 * 1024 * 1024)
       assert.isAtMost(diskKb, 2 * 1024 * 1024)
@@ -131,7 +131,7 @@ layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("host agent wa
       const pids = rows.map((r) => r.pid)
       assert.strictEqual(new Set(pids).size, rows.length)
       for (const id of entries) {
-        const result = yield* agent.driver.exec(id, new ExecRequest({ cmd: ["hostname"] }))
+        const result = yield* agent.driver.exec(id, new DriverExecRequest({ cmd: ["hostname"] }))
         assert.strictEqual(result.exitCode, 0)
         assert.strictEqual(Buffer.from(result.stdout).toString(), `${id}\n`)
       }

@@ -59,7 +59,7 @@ export const SandboxPath = Schema.String.check(
   Schema.isPattern(/^\/[^\0]{0,4095}$/, { message: "path: absolute, at most 4096 chars, no NUL" })
 )
 
-export class ExecRequest extends Schema.Class<ExecRequest>("@svc/host/ExecRequest")({
+export class DriverExecRequest extends Schema.Class<DriverExecRequest>("@svc/host/DriverExecRequest")({
   cmd: Schema.Array(Schema.String.check(Schema.isPattern(/^[^\0]{0,131072}$/, { message: "argument without NUL" })))
     .check(Schema.makeFilter((argv) => (argv.length >= 1 && argv.length <= 4096 && argv[0]!.length > 0) || "cmd: 1 to 4096 arguments, the first not empty")),
   cwd: Schema.optionalKey(SandboxPath),
@@ -94,7 +94,7 @@ export class SandboxInfo extends Schema.Class<SandboxInfo>("@svc/host/SandboxInf
   limits: LimitStatus
 }) {}
 
-export class ExecResult extends Schema.Class<ExecResult>("@svc/host/ExecResult")({
+export class DriverExecResult extends Schema.Class<DriverExecResult>("@svc/host/DriverExecResult")({
   /** The command's exit status; 128 + signal number when a signal ended it. */
   exitCode: Schema.Int,
   stdout: Schema.Uint8Array,
@@ -282,7 +282,7 @@ export class SandboxDriver extends Context.Service<SandboxDriver, {
   stop(sandboxId: string): Effect.Effect<void, Common>
   /** Removes processes, network, cgroups and files. Idempotent: an unknown id succeeds. */
   destroy(sandboxId: string): Effect.Effect<void, InvalidSandboxRequest | DriverFailure>
-  exec(sandboxId: string, request: ExecRequest): Effect.Effect<ExecResult, Common | SandboxNotRunning>
+  exec(sandboxId: string, request: DriverExecRequest): Effect.Effect<DriverExecResult, Common | SandboxNotRunning>
   readFile(
     sandboxId: string,
     path: string,

@@ -4,7 +4,7 @@ import { Effect } from "effect"
 import * as FsSync from "node:fs"
 import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
-import { ExecRequest } from "../src/Driver.ts"
+import { DriverExecRequest } from "../src/Driver.ts"
 import { vethNames } from "../src/Driver/Network.ts"
 import { cgroupDirs, interfaceExists, processExists, spec, TestDriver, text, uniqueId } from "./fixtures/support.ts"
 
@@ -24,7 +24,7 @@ layer(TestDriver.layer(), { excludeTestServices: true })("SandboxDriver.adopt (b
       assert.strictEqual(info.internalIp, made.internalIp)
       assert.strictEqual(info.limits.memory, "applied")
 
-      const out = yield* driver.exec(id, new ExecRequest({ cmd: ["sh", "-c", "echo $GREETING; hostname; echo $HOSTNAME"] }))
+      const out = yield* driver.exec(id, new DriverExecRequest({ cmd: ["sh", "-c", "echo $GREETING; hostname; echo $HOSTNAME"] }))
       assert.strictEqual(text(out.stdout), `hi there\n${id}\n${id}\n`)
       const [memory, cpu] = cgroupDirs(hostId, id)
       assert.strictEqual(FsSync.readFileSync(NodePath.join(memory!, "memory.limit_in_bytes"), "utf8").trim(), String(96 * 1024 * 1024))
@@ -33,7 +33,7 @@ layer(TestDriver.layer(), { excludeTestServices: true })("SandboxDriver.adopt (b
       const listing = yield* driver.list
       assert.deepStrictEqual(listing.filter((r) => r.sandboxId === id || r.sandboxId === poolId).map((r) => [r.sandboxId, r.status]), [[id, "running"]])
       // The old id is gone: exec on it is refused, adopt of it again too.
-      const old = yield* Effect.flip(driver.exec(poolId, new ExecRequest({ cmd: ["true"] })))
+      const old = yield* Effect.flip(driver.exec(poolId, new DriverExecRequest({ cmd: ["true"] })))
       assert.strictEqual(old._tag, "SandboxNotFound")
       const again = yield* Effect.flip(driver.adopt(poolId, spec(uniqueId("twice"))))
       assert.strictEqual(again._tag, "SandboxNotFound")
@@ -59,7 +59,7 @@ layer(TestDriver.layer(), { excludeTestServices: true })("SandboxDriver.adopt (b
       assert.strictEqual(taken._tag, "SandboxAlreadyExists")
       const bad = yield* Effect.flip(driver.adopt("../x", spec(uniqueId("b"))))
       assert.strictEqual(bad._tag, "InvalidSandboxRequest")
-      assert.strictEqual((yield* driver.exec(poolId, new ExecRequest({ cmd: ["true"] }))).exitCode, 0)
+      assert.strictEqual((yield* driver.exec(poolId, new DriverExecRequest({ cmd: ["true"] }))).exitCode, 0)
       yield* driver.stop(poolId)
       const stopped = yield* Effect.flip(driver.adopt(poolId, spec(uniqueId("s"))))
       assert.strictEqual(stopped._tag, "SandboxNotRunning")

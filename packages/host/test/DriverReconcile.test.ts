@@ -4,7 +4,7 @@ import { spawn } from "node:child_process"
 import * as FsSync from "node:fs"
 import * as NodePath from "node:path"
 import { fileURLToPath } from "node:url"
-import { ExecRequest } from "../src/Driver.ts"
+import { DriverExecRequest } from "../src/Driver.ts"
 import { vethNames } from "../src/Driver/Network.ts"
 import { cgroupDirs, interfaceExists, makeTestDriver, processExists, spec, text, uniqueId, withSandbox } from "./fixtures/support.ts"
 
@@ -54,7 +54,7 @@ describe("SandboxDriver reconcile and neighbours", () => {
       assert.deepStrictEqual(rows.map((row) => [row.sandboxId, row.status, row.pid, row.internalIp]), [
         [id, "running", agent.pid, agent.internalIp]
       ])
-      const result = yield* restarted.driver.exec(id, new ExecRequest({ cmd: ["sh", "-c", "cat /root/from-first-agent; echo \" $AGENT\""] }))
+      const result = yield* restarted.driver.exec(id, new DriverExecRequest({ cmd: ["sh", "-c", "cat /root/from-first-agent; echo \" $AGENT\""] }))
       assert.strictEqual(text(result.stdout), "still here first\n")
 
       // A third, completely fresh instance over the same data dir sees the same.
@@ -76,7 +76,7 @@ describe("SandboxDriver reconcile and neighbours", () => {
       process.kill(info.pid!, "SIGKILL")
       while (processExists(info.pid!)) yield* Effect.sleep(10)
       assert.deepStrictEqual((yield* driver.list).map((row) => row.status), ["stopped"])
-      assert.strictEqual((yield* Effect.flip(driver.exec(id, new ExecRequest({ cmd: ["true"] }))))._tag, "SandboxNotRunning")
+      assert.strictEqual((yield* Effect.flip(driver.exec(id, new DriverExecRequest({ cmd: ["true"] }))))._tag, "SandboxNotRunning")
       const again = yield* driver.start(id)
       assert.strictEqual(again.internalIp, info.internalIp)
       assert.strictEqual(text(yield* driver.readFile(id, "/root/kept")), "kept")
@@ -102,7 +102,7 @@ describe("SandboxDriver reconcile and neighbours", () => {
       assert.strictEqual(text(yield* two.driver.readFile(id, "/root/who")), "two")
       yield* one.driver.destroy(id)
       assert.isTrue(processExists(b.pid!))
-      assert.strictEqual((yield* two.driver.exec(id, new ExecRequest({ cmd: ["hostname"] }))).exitCode, 0)
+      assert.strictEqual((yield* two.driver.exec(id, new DriverExecRequest({ cmd: ["hostname"] }))).exitCode, 0)
       assert.isTrue(cgroupDirs(two.hostId, id).every((dir) => FsSync.existsSync(dir)))
     }))
 })

@@ -9,7 +9,7 @@
  */
 import { Effect, type Scope } from "effect"
 import { randomBytes } from "node:crypto"
-import { DEFAULT_MAX_OUTPUT_BYTES, type DriverFailure, ExecRequest, ExecResult } from "../Driver.ts"
+import { DEFAULT_MAX_OUTPUT_BYTES, DriverExecRequest, DriverExecResult, type DriverFailure } from "../Driver.ts"
 import type * as Cgroups from "./Cgroups.ts"
 import * as Confinement from "./Confinement.ts"
 import { attempt, decodeInput, type DriverHost, HOST_ENV, type RunningSandbox, SANDBOX_PATH } from "./Host.ts"
@@ -122,8 +122,8 @@ export const makeExec = (host: DriverHost) => {
     ...extra
   })
 
-  const exec = Effect.fn("SandboxDriver.exec")(function*(sandboxId: string, input: ExecRequest) {
-    const request = yield* decodeInput(ExecRequest, input)
+  const exec = Effect.fn("SandboxDriver.exec")(function*(sandboxId: string, input: DriverExecRequest) {
+    const request = yield* decodeInput(DriverExecRequest, input)
     const entry = yield* host.lookupRunning(sandboxId)
     const result = yield* runInside(entry, request.cmd, {
       env: sandboxEnv(entry.record, request.env),
@@ -137,7 +137,7 @@ export const makeExec = (host: DriverHost) => {
     // svc-enter's own 124: the init went between the lookup and the entry. Asked again, the disk
     // says whether that was it (a command that itself ends with 124 is answered as it ended).
     if (result.exitCode === NOT_RUNNING_EXIT) yield* host.lookupRunning(sandboxId)
-    return new ExecResult(result)
+    return new DriverExecResult(result)
   })
 
   return { insideGroups, runInside, spawnInside, exec }
