@@ -101,9 +101,18 @@ export const parseWebhookUrl = (input: string): Result.Result<URL, InvalidWebhoo
   return Result.succeed(url)
 }
 
-export const DELIVERY_STATUSES = ["pending", "succeeded", "failed", "dead_letter", "retried"] as const
+/** A delivery's status (docs/contract.md#delivery-states): where its current round stands. */
+export const DELIVERY_STATUSES = ["pending", "succeeded", "failed", "dead_letter"] as const
 export const DeliveryStatus = Schema.Literals(DELIVERY_STATUSES)
 export type DeliveryStatus = typeof DeliveryStatus.Type
+
+/**
+ * An attempt's status, what a row of the deliveries list shows (docs/contract.md#deliveries: a
+ * row is one attempt): a delivery's statuses plus `retried`, the attempt a manual retry revived.
+ */
+export const ATTEMPT_STATUSES = [...DELIVERY_STATUSES, "retried"] as const
+export const AttemptStatus = Schema.Literals(ATTEMPT_STATUSES)
+export type AttemptStatus = typeof AttemptStatus.Type
 
 /**
  * docs/contract.md#delivery-states: only failed and dead_letter deliveries can be retried by hand.
@@ -116,7 +125,7 @@ export const DeliveryAttempt = Schema.Struct({
   delivery_id: DeliveryId,
   event: EventName,
   attempt: Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: MAX_ATTEMPTS })),
-  status: DeliveryStatus,
+  status: AttemptStatus,
   /** null when no response arrived (timeout, connection error) or not yet attempted. */
   response_code: Schema.NullOr(Schema.Int),
   error: Schema.NullOr(Schema.String),
@@ -132,7 +141,7 @@ export type DeliveryList = typeof DeliveryList.Type
 /** Query of GET /v1/webhooks/{id}/deliveries. */
 export const ListDeliveriesQuery = Schema.Struct({
   ...ListQuery.fields,
-  status: Schema.optionalKey(DeliveryStatus)
+  status: Schema.optionalKey(AttemptStatus)
 })
 export type ListDeliveriesQuery = typeof ListDeliveriesQuery.Type
 

@@ -6,11 +6,9 @@
  * Attempts are numbered by the database (the round's rows), not by JetStream's delivery count;
  * `max_deliver: 6` on the consumer still stops a job when no dispatcher survives to say so.
  */
+import type { AttemptStatus, DeliveryStatus } from "@svc/domain/Webhook"
 import type { AttemptResult } from "./Attempt.ts"
 import { afterFailedAttempt, MAX_ATTEMPTS, type RetrySchedule } from "./RetrySchedule.ts"
-
-export type DeliveryStatus = "pending" | "succeeded" | "failed" | "dead_letter"
-export type AttemptStatus = DeliveryStatus | "retried"
 
 /** What the database says when a job arrives. */
 export interface ClaimState {

@@ -6,7 +6,8 @@
  */
 import { Effect } from "effect"
 import { SqlClient } from "effect/sql"
-import type { AttemptStatus, ClaimState, DeliveryStatus } from "./Dispatch.ts"
+import type { AttemptStatus, DeliveryStatus } from "@svc/domain/Webhook"
+import type { ClaimState } from "./Dispatch.ts"
 import { LOST_ATTEMPT_ERROR, NOT_ATTEMPTED_DELETED, NOT_ATTEMPTED_LOST, NOT_ATTEMPTED_PAUSED } from "./Dispatch.ts"
 import { MAX_ATTEMPTS } from "./RetrySchedule.ts"
 import { makeId } from "@svc/domain/Ids"

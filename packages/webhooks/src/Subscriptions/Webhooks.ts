@@ -32,6 +32,7 @@ import { type EventFilter, parseEventFilter } from "@svc/domain/Events"
 import type { DeliveryId, WebhookId } from "@svc/domain/Ids"
 import { type ListQuery, pageInfo } from "@svc/domain/Pagination"
 import {
+  type AttemptStatus,
   type CreatedWebhook,
   CreatedWebhook as CreatedWebhookSchema,
   type CreateWebhookRequest,
@@ -75,7 +76,7 @@ interface AttemptRow {
   readonly delivery_id: string
   readonly event: string
   readonly attempt: number
-  readonly status: DeliveryStatus
+  readonly status: AttemptStatus
   readonly response_code: number | null
   readonly error: string | null
   readonly duration_ms: number | null

@@ -5,13 +5,12 @@
  */
 import { assert, describe, expect, layer } from "@effect/vitest"
 import { makeId } from "@svc/domain/Ids"
+import type { AttemptStatus, DeliveryStatus } from "@svc/domain/Webhook"
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import {
-  type AttemptStatus,
   type ClaimJob,
   type ClaimState,
   decideClaim,
-  type DeliveryStatus,
   LOST_ATTEMPT_ERROR,
   NOT_ATTEMPTED_DELETED,
   NOT_ATTEMPTED_PAUSED
