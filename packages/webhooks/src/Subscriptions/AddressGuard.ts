@@ -12,7 +12,7 @@ import { Clock, Config, Context, Duration, Effect, Layer, Result, Schema, Schema
 // Errors
 // ---------------------------------------------------------------------------------------------
 
-export const InvalidWebhookUrlReason = Schema.Literals([
+export const WebhookUrlRefusalReason = Schema.Literals([
   "malformed",
   "too_long",
   "unsupported_scheme",
@@ -21,15 +21,16 @@ export const InvalidWebhookUrlReason = Schema.Literals([
   "non_public_address",
   "unresolvable"
 ])
-export type InvalidWebhookUrlReason = typeof InvalidWebhookUrlReason.Type
+export type WebhookUrlRefusalReason = typeof WebhookUrlRefusalReason.Type
 
 /**
- * The URL may not be used as a webhook target. `message` is safe to show to the caller (it never
- * names an address a hostname resolved to: that would let callers probe internal DNS); the API
- * maps this error to 400 `invalid_webhook_url`.
+ * The guard refused the URL as a webhook target, and why. `message` is safe to show to the
+ * caller (it never names an address a hostname resolved to: that would let callers probe
+ * internal DNS). Not a wire error: the webhooks service answers the domain's
+ * `InvalidWebhookUrl` (400 `invalid_webhook_url`) with this message; an attempt records it.
  */
-export class InvalidWebhookUrl extends Schema.TaggedError<InvalidWebhookUrl>()("InvalidWebhookUrl", {
-  reason: InvalidWebhookUrlReason,
+export class WebhookUrlRefused extends Schema.TaggedError<WebhookUrlRefused>()("WebhookUrlRefused", {
+  reason: WebhookUrlRefusalReason,
   message: Schema.String
 }) {}
 
@@ -253,7 +254,7 @@ export interface ParsedWebhookUrl {
   readonly literal: string | null
 }
 
-const invalid = (reason: InvalidWebhookUrlReason, message: string) => new InvalidWebhookUrl({ reason, message })
+const invalid = (reason: WebhookUrlRefusalReason, message: string) => new WebhookUrlRefused({ reason, message })
 
 /** Names that always mean this machine (RFC 6761), refused without asking DNS. */
 const isLocalhostName = (hostname: string) => {
@@ -261,7 +262,11 @@ const isLocalhostName = (hostname: string) => {
   return name === "localhost" || name.endsWith(".localhost")
 }
 
-export const parseWebhookUrl = (input: string): Result.Result<ParsedWebhookUrl, InvalidWebhookUrl> => {
+/**
+ * The guard's reading of a URL: what to resolve and where to connect (the API checks the
+ * contract's syntax rule first, the domain's `parseWebhookUrl`).
+ */
+export const parseTargetUrl = (input: string): Result.Result<ParsedWebhookUrl, WebhookUrlRefused> => {
   if (input.length > MAX_WEBHOOK_URL_LENGTH) {
     return Result.fail(invalid("too_long", `url is longer than ${MAX_WEBHOOK_URL_LENGTH} characters`))
   }
@@ -363,12 +368,12 @@ const TARGET_CACHE_MAX = 10_000
 
 export class WebhookAddressGuard extends Context.Service<WebhookAddressGuard, {
   /** For create/update: is this URL a valid, public webhook target right now? */
-  readonly checkUrl: (url: string) => Effect.Effect<CheckedUrl, InvalidWebhookUrl>
+  readonly checkUrl: (url: string) => Effect.Effect<CheckedUrl, WebhookUrlRefused>
   /**
    * For every attempt: resolve once, check all, and say where to connect. A URL's answer is
    * reused for `targetCacheMs` (checked addresses only: no rebinding in between).
    */
-  readonly connectTarget: (url: string) => Effect.Effect<ConnectTarget, InvalidWebhookUrl>
+  readonly connectTarget: (url: string) => Effect.Effect<ConnectTarget, WebhookUrlRefused>
 }>()("@svc/webhooks/AddressGuard/WebhookAddressGuard") {
   static readonly make = Effect.fnUntraced(function*(options: WebhookAddressGuardOptions) {
     const resolver = yield* WebhookResolver
@@ -395,7 +400,7 @@ export class WebhookAddressGuard extends Context.Service<WebhookAddressGuard, {
       return resolved
     })
 
-    const parse = (url: string) => Effect.fromResult(parseWebhookUrl(url))
+    const parse = (url: string) => Effect.fromResult(parseTargetUrl(url))
 
     const checkUrl = Effect.fn("WebhookAddressGuard.checkUrl")(function*(url: string) {
       const parsed = yield* parse(url)
@@ -408,7 +413,7 @@ export class WebhookAddressGuard extends Context.Service<WebhookAddressGuard, {
     // parses and resolves its url once per `targetCacheMs`.
     const targetCacheMs = options.targetCacheMs ?? 5_000
     const targets = new Map<string, { readonly target: ConnectTarget; readonly until: number }>()
-    const connectTarget = (url: string): Effect.Effect<ConnectTarget, InvalidWebhookUrl> =>
+    const connectTarget = (url: string): Effect.Effect<ConnectTarget, WebhookUrlRefused> =>
       Clock.clockWith((clock) => {
         const now = clock.currentTimeMillisUnsafe()
         const cached = targets.get(url)

@@ -2,13 +2,13 @@ import { assert, describe, expect, it } from "@effect/vitest"
 import {
   AllowedSubnetsConfig,
   classifyAddress,
-  InvalidWebhookUrl,
   MAX_WEBHOOK_URL_LENGTH,
   parseAllowedSubnets,
   type ResolvedAddress,
   WebhookAddressGuard,
   WebhookResolveError,
-  WebhookResolver
+  WebhookResolver,
+  WebhookUrlRefused
 } from "@svc/webhooks/Subscriptions/AddressGuard"
 import { ConfigProvider, Effect, Exit, Layer, Result } from "effect"
 import { TestClock } from "effect/testing"
@@ -195,7 +195,7 @@ describe("WebhookAddressGuard.checkUrl (no allowed subnets)", () => {
     it.effect.each(spellings)("refuses %s as non-public", (url) =>
       Effect.gen(function*() {
         const error = yield* refusal(url)
-        expect(error).toBeInstanceOf(InvalidWebhookUrl)
+        expect(error).toBeInstanceOf(WebhookUrlRefused)
         expect(error.reason).toBe("non_public_address")
       }))
 
