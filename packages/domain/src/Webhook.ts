@@ -15,21 +15,14 @@ import { NullableTimestamp, Timestamp } from "./Time.ts"
 import { withoutNul } from "./Text.ts"
 
 export const MAX_WEBHOOKS_PER_ORG = 20
-export const MAX_URL_LENGTH = 2048
+/** Longer URLs are refused before parsing: nothing legitimate needs more. */
+export const MAX_WEBHOOK_URL_LENGTH = 2048
 export const SECRET_MIN = 16
 export const SECRET_MAX = 256
 /** Attempts per delivery (docs/contract.md#retries). */
 export const MAX_ATTEMPTS = 6
 /** A receiver must answer 2xx within this many milliseconds. */
 export const ACK_TIMEOUT_MS = 5000
-/** Waits before attempts 2 to 6 (the default of SVC_WEBHOOK_RETRY_SCHEDULE). */
-export const DEFAULT_RETRY_SCHEDULE = "30s,2m,10m,1h,6h"
-
-/** Delivery request headers (docs/contract.md#delivery-request). */
-export const HEADER_EVENT = "x-svc-event"
-export const HEADER_WEBHOOK_ID = "x-svc-delivery-webhook-id"
-export const HEADER_SIGNATURE = "x-svc-signature"
-export const HEADER_DELIVERY_ID = "x-svc-delivery-id"
 
 /** `*` or an event name, as stored in a webhook's `events`. */
 export const EventFilterEntry = Schema.Union([Schema.Literal("*"), EventName])
@@ -86,7 +79,7 @@ export type PatchWebhookRequest = typeof PatchWebhookRequest.Type
 export const parseWebhookUrl = (input: string): Result.Result<URL, InvalidWebhookUrl> => {
   const fail = (why: string) => Result.fail(new InvalidWebhookUrl({ error: `Invalid webhook url: ${why}` }))
   if (input.length === 0) return fail("empty")
-  if (input.length > MAX_URL_LENGTH) return fail(`longer than ${MAX_URL_LENGTH} characters`)
+  if (input.length > MAX_WEBHOOK_URL_LENGTH) return fail(`longer than ${MAX_WEBHOOK_URL_LENGTH} characters`)
   if (input.trim() !== input) return fail("leading or trailing whitespace")
   let url: URL
   try {

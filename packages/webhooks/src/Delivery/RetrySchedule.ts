@@ -3,9 +3,10 @@
  * `SVC_WEBHOOK_RETRY_SCHEDULE` before attempts 2 to 6 (default `30s,2m,10m,1h,6h`; tests use
  * e.g. `300ms,300ms,300ms,300ms,300ms` to run the whole ladder in seconds).
  */
+import { MAX_ATTEMPTS } from "@svc/domain/Webhook"
 import { Config, Effect, Result, Schema, SchemaIssue, SchemaTransformation } from "effect"
 
-export const MAX_ATTEMPTS = 6
+export { MAX_ATTEMPTS }
 
 /** The waits before attempts 2..6, in milliseconds: always five positive integers. */
 export type RetrySchedule = ReadonlyArray<number>

@@ -4,6 +4,7 @@
  * resolves its host and checks EVERY address; `connectTarget` hands the attempt the checked
  * addresses so the connection cannot go anywhere else (DNS rebinding between check and connect).
  */
+import { MAX_WEBHOOK_URL_LENGTH } from "@svc/domain/Webhook"
 import * as dns from "node:dns"
 import * as net from "node:net"
 import { Clock, Config, Context, Duration, Effect, Layer, Result, Schema, SchemaIssue, SchemaTransformation } from "effect"
@@ -239,9 +240,6 @@ const rulesOf = (subnets: ReadonlyArray<Subnet>): FamilyRules => {
 // ---------------------------------------------------------------------------------------------
 // URL parsing (pure)
 // ---------------------------------------------------------------------------------------------
-
-/** Longer URLs are refused before parsing: nothing legitimate needs more. */
-export const MAX_WEBHOOK_URL_LENGTH = 2048
 
 export interface ParsedWebhookUrl {
   /** Normalised by the WHATWG parser: this is what was checked and what should be stored. */

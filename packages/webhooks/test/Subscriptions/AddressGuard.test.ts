@@ -1,8 +1,8 @@
 import { assert, describe, expect, it } from "@effect/vitest"
+import { MAX_WEBHOOK_URL_LENGTH } from "@svc/domain/Webhook"
 import {
   AllowedSubnetsConfig,
   classifyAddress,
-  MAX_WEBHOOK_URL_LENGTH,
   parseAllowedSubnets,
   type ResolvedAddress,
   WebhookAddressGuard,
