@@ -123,7 +123,9 @@ export const makeEvent = <N extends EventName>(
 
 // Filters
 
-export type EventFilterEntry = EventName | "*"
+/** `*` or an event name, as stored in a webhook's `events`. */
+export const EventFilterEntry = Schema.Union([Schema.Literal("*"), EventName])
+export type EventFilterEntry = typeof EventFilterEntry.Type
 /** A validated, deduplicated subscription filter. */
 export type EventFilter = ReadonlyArray<EventFilterEntry>
 

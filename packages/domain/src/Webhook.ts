@@ -8,7 +8,7 @@
  */
 import { Effect, Result, Schema } from "effect"
 import { InvalidWebhookUrl } from "./Errors.ts"
-import { EventName } from "./Events.ts"
+import { EventFilterEntry, EventName } from "./Events.ts"
 import { AttemptId, DeliveryId, WebhookId } from "./Ids.ts"
 import { ListQuery, Page } from "./Pagination.ts"
 import { NullableTimestamp, Timestamp } from "./Time.ts"
@@ -23,9 +23,6 @@ export const SECRET_MAX = 256
 export const MAX_ATTEMPTS = 6
 /** A receiver must answer 2xx within this many milliseconds. */
 export const ACK_TIMEOUT_MS = 5000
-
-/** `*` or an event name, as stored in a webhook's `events`. */
-export const EventFilterEntry = Schema.Union([Schema.Literal("*"), EventName])
 
 export const Webhook = Schema.Struct({
   id: WebhookId,
