@@ -35,7 +35,8 @@ export interface MessageInfo {
   readonly deliveries: number
 }
 
-export type Outcome = "applied" | "duplicate" | "terminated" | "retry"
+/** What became of one message: applied, a duplicate, ended for good, or left to come back. */
+export type MessageOutcome = "applied" | "duplicate" | "terminated" | "retry"
 
 export interface RuntimeHooks {
   /** Inside the transaction, after the state and outbox writes, before COMMIT. */
@@ -43,7 +44,7 @@ export interface RuntimeHooks {
   /** After COMMIT, before the ack. */
   readonly afterCommit?: (info: MessageInfo) => Effect.Effect<void>
   /** After the message was acked, terminated or nak'ed. */
-  readonly onOutcome?: (info: MessageInfo | undefined, outcome: Outcome) => Effect.Effect<void>
+  readonly onOutcome?: (info: MessageInfo | undefined, outcome: MessageOutcome) => Effect.Effect<void>
 }
 
 export interface RuntimeOptions extends MailboxOptions {
@@ -160,7 +161,7 @@ export class ActorRuntime extends Context.Service<ActorRuntime, {
           streamSeq: msg.seq,
           deliveries: msg.info.deliveryCount
         }
-        const settle = (outcome: Outcome) =>
+        const settle = (outcome: MessageOutcome) =>
           Effect.gen(function*() {
             stats[outcome]++
             try {

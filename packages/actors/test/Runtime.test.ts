@@ -2,7 +2,7 @@ import { describe, expect, layer } from "@effect/vitest"
 import { eventually } from "@svc/testing/Eventually"
 import * as Actor from "@svc/actors/Actor"
 import * as Actors from "@svc/actors/Actors"
-import { ActorRuntime, type MessageInfo, type Outcome, type RuntimeOptions } from "@svc/actors/Runtime"
+import { ActorRuntime, type MessageInfo, type MessageOutcome, type RuntimeOptions } from "@svc/actors/Runtime"
 import { jsonStore } from "@svc/actors/Store"
 import { Nats } from "@svc/bus/Nats"
 import * as Database from "@svc/db/Database"
@@ -98,9 +98,9 @@ describe("ActorRuntime", () => {
 
     it.effect("terminates poison messages and keeps the partition flowing", () =>
       Effect.scoped(Effect.gen(function*() {
-        const outcomes = yield* Ref.make<Array<Outcome>>([])
+        const outcomes = yield* Ref.make<Array<MessageOutcome>>([])
         const { runtime } = yield* startRuntime([Counter], {
-          hooks: { onOutcome: (_info: MessageInfo | undefined, o: Outcome) => Ref.update(outcomes, (os) => [...os, o]) }
+          hooks: { onOutcome: (_info: MessageInfo | undefined, o: MessageOutcome) => Ref.update(outcomes, (os) => [...os, o]) }
         })
         const nats = yield* Nats
         const id = "p-1"
