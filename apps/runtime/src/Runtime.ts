@@ -7,7 +7,7 @@
  *
  * Needs `SqlClient` + `PgClient` (migrated) and `Nats`.
  */
-import { ActorRuntime, type RuntimeOptions as ActorOptions } from "@svc/actors/Runtime"
+import { ActorRuntime, type ActorRuntimeOptions as ActorOptions } from "@svc/actors/Runtime"
 import * as Events from "@svc/events/Streams"
 import { OutboxRelay, type RelayOptions } from "@svc/events/Relay"
 import { ensureAgentStream, Hosts } from "@svc/sandboxes/Hosts"

@@ -47,7 +47,7 @@ export interface RuntimeHooks {
   readonly onOutcome?: (info: MessageInfo | undefined, outcome: MessageOutcome) => Effect.Effect<void>
 }
 
-export interface RuntimeOptions extends MailboxOptions {
+export interface ActorRuntimeOptions extends MailboxOptions {
   /** Delay before a message that failed on infrastructure comes back (default 1 s). */
   readonly retryDelay?: Duration.Input
   /** Compare-and-set retries before giving the message back to the stream (default 10). */
@@ -78,7 +78,7 @@ export class ActorRuntime extends Context.Service<ActorRuntime, {
 }>()("@svc/actors/ActorRuntime") {
   static readonly make = Effect.fn("ActorRuntime.make")(function*(
     actors: ReadonlyArray<AnyActor>,
-    options: RuntimeOptions = {}
+    options: ActorRuntimeOptions = {}
   ) {
     const nats = yield* Nats
     const sql = yield* SqlClient.SqlClient
@@ -265,6 +265,6 @@ export class ActorRuntime extends Context.Service<ActorRuntime, {
   })
 
   /** Runs the given actor types; needs `Nats` and `SqlClient` (and the relay elsewhere). */
-  static readonly layer = (actors: ReadonlyArray<AnyActor>, options?: RuntimeOptions) =>
+  static readonly layer = (actors: ReadonlyArray<AnyActor>, options?: ActorRuntimeOptions) =>
     Layer.effect(ActorRuntime, ActorRuntime.make(actors, options))
 }

@@ -2,7 +2,7 @@ import { describe, expect, layer } from "@effect/vitest"
 import { eventually } from "@svc/testing/Eventually"
 import * as Actor from "@svc/actors/Actor"
 import * as Actors from "@svc/actors/Actors"
-import { ActorRuntime, type MessageInfo, type MessageOutcome, type RuntimeOptions } from "@svc/actors/Runtime"
+import { ActorRuntime, type ActorRuntimeOptions, type MessageInfo, type MessageOutcome } from "@svc/actors/Runtime"
 import { jsonStore } from "@svc/actors/Store"
 import { Nats } from "@svc/bus/Nats"
 import * as Database from "@svc/db/Database"
@@ -28,7 +28,7 @@ interface Instance {
  * A runtime in a scope of its own, with its own NATS connection and Postgres pool (as a separate
  * process would have), so that a test can kill one while another keeps going.
  */
-const startRuntime = (actors: ReadonlyArray<Actor.AnyActor>, options: RuntimeOptions = {}) =>
+const startRuntime = (actors: ReadonlyArray<Actor.AnyActor>, options: ActorRuntimeOptions = {}) =>
   Effect.gen(function*() {
     const server = yield* TestNats.TestNatsServer
     const url = yield* TestDatabase.TestDatabaseUrl
@@ -198,7 +198,7 @@ describe("ActorRuntime", () => {
         const inFlight = new Map<number, number>()
         let overlaps = 0
         const perRuntime = [0, 0]
-        const options = (n: number): RuntimeOptions => ({
+        const options = (n: number): ActorRuntimeOptions => ({
           hooks: {
             beforeCommit: (info) =>
               Effect.gen(function*() {
