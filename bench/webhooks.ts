@@ -262,7 +262,7 @@ async function main() {
       const webhooks = yield* Webhooks
       const created = yield* webhooks.create(orgId, { url: `http://127.0.0.1:${receiverProcess.port}${path}`, events: ["*"], enabled: true })
       if (created._tag !== "Created") return yield* Effect.die("not created")
-      const hook = created.webhook
+      const hook = created.value
       const dispatcher = yield* WebhookDispatcher
       // Until this process pulls from the new webhook's consumer.
       while (!(yield* dispatcher.stats).webhooks.includes(hook.id)) yield* Effect.sleep(10)

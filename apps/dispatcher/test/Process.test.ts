@@ -90,7 +90,7 @@ const createAndPing = (url: string) =>
     const orgId = makeOrgId()
     const created = yield* webhooks.create(orgId, { url, events: ["*"], enabled: true, secret: "process-test-secret-1" })
     if (created._tag !== "Created") return yield* Effect.die("not created")
-    const hook = created.webhook
+    const hook = created.value
     const { delivery_id } = yield* webhooks.test(orgId, hook.id)
     return { hook, deliveryId: delivery_id }
   })
@@ -138,7 +138,7 @@ layer(testLayer, { excludeTestServices: true, timeout: 90_000 })("dispatcher pro
       // A real event through the outbox and the fan-out (this process): its job carries the body.
       yield* sql.withTransaction(Outbox.appendEvent({ orgId, event: "org.usage_alert", data: { spend_micros: 7, alert_micros: 5 } }))
       yield* Effect.promise(() => rx.waitFor(1))
-      const [delivery] = yield* deliveriesOf(created.webhook.id)
+      const [delivery] = yield* deliveriesOf(created.value.id)
       // The first attempt is made before any row is written: none while the receiver holds it.
       expect(yield* attemptRows(delivery!.id)).toEqual([])
       yield* kill9(first)

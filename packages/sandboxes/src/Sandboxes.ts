@@ -24,7 +24,7 @@
  */
 import * as Actors from "@svc/actors/Actors"
 import { SecretBox } from "@svc/crypto/SecretBox"
-import { Idempotency } from "@svc/db/Idempotency"
+import { Idempotency, type Outcome } from "@svc/db/Idempotency"
 import { wakeIfPresent } from "@svc/events/Relay"
 import * as Errors from "@svc/domain/Errors"
 import { BASE_TEMPLATE_ID, makeId, type OrgId } from "@svc/domain/Ids"
@@ -73,11 +73,6 @@ const corrupt = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
     R
   >
 
-/** A create's answer: the new record, or (same `Idempotency-Key`, same body) the first answer's JSON. */
-export type CreateResult =
-  | { readonly _tag: "Created"; readonly record: Sandbox }
-  | { readonly _tag: "Replayed"; readonly body: unknown }
-
 const encodeRecord = Schema.encodeSync(SandboxRecord)
 
 /**
@@ -96,7 +91,7 @@ export class Sandboxes extends Context.Service<Sandboxes, {
     request: CreateSandboxRequest,
     idempotencyKey?: string
   ) => Effect.Effect<
-    CreateResult,
+    Outcome<Sandbox>,
     Errors.InvalidRequest | Errors.Conflict | Errors.IdempotencyKeyReused | Errors.QuotaExceeded | SqlErrorT
   >
   /** The org's sandbox (its state, for policy checks), or `not_found`. */
@@ -228,7 +223,7 @@ export class Sandboxes extends Context.Service<Sandboxes, {
       })
       if (outcome._tag === "Replayed") return outcome
       yield* wakeIfPresent
-      return { _tag: "Created", record: toRecord(outcome.value) } satisfies CreateResult
+      return { _tag: "Created", value: toRecord(outcome.value) } satisfies Outcome<Sandbox>
     })
 
     const list = Effect.fn("Sandboxes.list")(function*(orgId: OrgId, query: ListSandboxesQuery, confinedTo: string | null) {

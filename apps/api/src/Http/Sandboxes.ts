@@ -63,7 +63,7 @@ export const SandboxesGroup = HttpApiBuilder.group(
           const parentId = permission._tag === "CreateAs" ? permission.parentId : payload.parent_id
           const result = yield* sandboxes.create(principal.orgId, { ...payload, parent_id: parentId }, headers["idempotency-key"])
           // A replay answers 200 with the first response, as it was.
-          return result._tag === "Created" ? result.record : HttpServerResponse.jsonUnsafe(result.body, { status: 200 })
+          return result._tag === "Created" ? result.value : HttpServerResponse.jsonUnsafe(result.body, { status: 200 })
         }).pipe(orUnavailable))
       .handle("list", ({ query }) =>
         Effect.gen(function*() {

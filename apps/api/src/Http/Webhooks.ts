@@ -25,7 +25,7 @@ export const WebhooksGroup = HttpApiBuilder.group(
         Effect.gen(function*() {
           const result = yield* webhooks.create(yield* orgId, payload, headers["idempotency-key"])
           // A replay answers 200 with the first response, as it was.
-          return result._tag === "Created" ? result.webhook : HttpServerResponse.jsonUnsafe(result.body, { status: 200 })
+          return result._tag === "Created" ? result.value : HttpServerResponse.jsonUnsafe(result.body, { status: 200 })
         }))
       .handle("list", ({ query }) => Effect.flatMap(orgId, (org) => webhooks.list(org, query)))
       .handle("get", ({ params }) => Effect.flatMap(orgId, (org) => webhooks.get(org, params.id)))

@@ -17,7 +17,7 @@
  *   job is published if and only if the change commits (the outbox relay must run somewhere).
  */
 import { SecretBox } from "@svc/crypto/SecretBox"
-import { Idempotency } from "@svc/db/Idempotency"
+import { Idempotency, type Outcome } from "@svc/db/Idempotency"
 import { makeId } from "@svc/domain/Ids"
 import {
   DeliveryNotRetryable,
@@ -99,11 +99,6 @@ const toAttempt = (row: AttemptRow): DeliveryAttempt => ({
 
 const notFound = () => new NotFound({ error: "No such webhook" })
 
-/** What a create answers: a new webhook, or the first answer again for a repeated Idempotency-Key. */
-export type CreateResult =
-  | { readonly _tag: "Created"; readonly webhook: CreatedWebhook }
-  | { readonly _tag: "Replayed"; readonly body: unknown }
-
 const encodeCreated = Schema.encodeSync(CreatedWebhookSchema)
 
 /** A database failure is the caller's 503, with the cause in the log only. */
@@ -123,7 +118,7 @@ export class Webhooks extends Context.Service<Webhooks, {
     orgId: string,
     input: CreateWebhookRequest,
     idempotencyKey?: string
-  ) => Effect.Effect<CreateResult, InvalidWebhookUrl | InvalidEventFilter | WebhookLimitReached | IdempotencyKeyReused | Unavailable>
+  ) => Effect.Effect<Outcome<CreatedWebhook>, InvalidWebhookUrl | InvalidEventFilter | WebhookLimitReached | IdempotencyKeyReused | Unavailable>
   readonly list: (orgId: string, query: ListQuery) => Effect.Effect<WebhookList, Unavailable>
   readonly get: (orgId: string, id: string) => Effect.Effect<Webhook, NotFound | Unavailable>
   readonly update: (orgId: string, id: string, patch: PatchWebhookRequest) => Effect.Effect<Webhook, NotFound | InvalidWebhookUrl | InvalidEventFilter | Unavailable>
@@ -175,7 +170,7 @@ export class Webhooks extends Context.Service<Webhooks, {
       const id = makeId("webhook")
       // Bound to its row: a sealed secret copied to another webhook does not open.
       const sealedSecret = yield* box.seal(secret, id)
-      const outcome = yield* orUnavailable(idempotency.run({
+      return yield* orUnavailable(idempotency.run({
         orgId,
         operation: "webhooks.create",
         key: idempotencyKey,
@@ -197,7 +192,6 @@ export class Webhooks extends Context.Service<Webhooks, {
           return { ...toWebhook(row!), secret_returned_once: secret }
         })
       }))
-      return outcome._tag === "Created" ? { _tag: "Created", webhook: outcome.value } as const : outcome
     })
 
     const list = Effect.fn("Webhooks.list")(function*(orgId: string, query: ListQuery) {

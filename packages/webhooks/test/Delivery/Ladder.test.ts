@@ -29,7 +29,7 @@ const createHook = (orgId: string, url: string, extra: { events?: Array<string>;
     const webhooks = yield* Webhooks
     const created = yield* webhooks.create(orgId, { url, events: extra.events ?? ["*"], enabled: extra.enabled ?? true, ...(extra.secret ? { secret: extra.secret } : {}) })
     assert(created._tag === "Created")
-    return created.webhook
+    return created.value
   })
 
 const freeClosedPort = () =>
