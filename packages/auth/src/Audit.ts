@@ -3,7 +3,7 @@
  * caller inside the transaction of the change itself (so an entry exists exactly when the change
  * committed). There is no update or delete path here, and the table's trigger refuses both.
  */
-import type { Actor, AuditAction, AuditEntry, AuditPage, AuditQuery } from "@svc/domain/Api/Audit"
+import type { AuditAction, AuditActor, AuditEntry, AuditPage, AuditQuery } from "@svc/domain/Api/Audit"
 import { type AuditId, makeId, type OrgId } from "@svc/domain/Ids"
 import { pageInfo } from "@svc/domain/Pagination"
 import { formatTimestamp } from "@svc/domain/Time"
@@ -12,7 +12,7 @@ import { SqlClient, type SqlError } from "effect/sql"
 
 /** Who is acting and from where; built once per request. */
 export interface AuditContext {
-  readonly actor: Actor
+  readonly actor: AuditActor
   readonly ip: string | null
   readonly userAgent: string | null
 }
@@ -37,7 +37,7 @@ interface AuditRow {
 const toEntry = (row: AuditRow): AuditEntry => ({
   id: row.id as AuditId,
   action: row.action as AuditAction,
-  actor: { type: row.actor_type as Actor["type"], id: row.actor_id },
+  actor: { type: row.actor_type as AuditActor["type"], id: row.actor_id },
   target_id: row.target_id,
   ip: row.ip,
   user_agent: row.user_agent,

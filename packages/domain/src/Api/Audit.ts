@@ -30,15 +30,15 @@ export type AuditAction = typeof AuditAction.Type
  * Who did it: a user (session), an API key, the operator CLI (`id` null) or nobody signed in
  * (`anonymous`, e.g. a failed sign-in; `id` null).
  */
-export const ActorType = Schema.Literals(["user", "api_key", "operator", "anonymous"])
-export type ActorType = typeof ActorType.Type
-export const Actor = Schema.Struct({ type: ActorType, id: Schema.NullOr(Schema.String) })
-export type Actor = typeof Actor.Type
+export const AuditActorType = Schema.Literals(["user", "api_key", "operator", "anonymous"])
+export type AuditActorType = typeof AuditActorType.Type
+export const AuditActor = Schema.Struct({ type: AuditActorType, id: Schema.NullOr(Schema.String) })
+export type AuditActor = typeof AuditActor.Type
 
 export const AuditEntry = Schema.Struct({
   id: AuditId,
   action: AuditAction,
-  actor: Actor,
+  actor: AuditActor,
   target_id: Schema.NullOr(Schema.String),
   ip: Schema.NullOr(Schema.String),
   user_agent: Schema.NullOr(Schema.String),
