@@ -8,13 +8,13 @@ import * as Fs from "node:fs/promises"
 import { DriverFailure, SandboxAlreadyExists, SandboxSpec } from "../Driver.ts"
 import * as Disk from "./Disk.ts"
 import { attempt, checkId, decodeInput, type DriverHost, HELPER, HOST_ENV, invalid } from "./Host.ts"
-import type { Lifecycle } from "./Lifecycle.ts"
+import type { DriverLifecycle } from "./Lifecycle.ts"
 import * as Network from "./Network.ts"
 import { runChecked } from "./Process.ts"
 import { infoOf } from "./Run.ts"
 import { RunRecord, SandboxRecord, sandboxPaths, writeRunRecord, writeSandboxRecord } from "./State.ts"
 
-export const makeAdopt = (host: DriverHost, lifecycle: Pick<Lifecycle, "destroyInternal">) => {
+export const makeAdopt = (host: DriverHost, lifecycle: Pick<DriverLifecycle, "destroyInternal">) => {
   const { config, bin, cgroups } = host
 
   /**

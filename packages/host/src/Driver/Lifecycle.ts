@@ -166,4 +166,4 @@ export const makeLifecycle = (host: DriverHost, runs: Runs) => {
   return { create, start, stop, destroy, destroyInternal, list }
 }
 
-export type Lifecycle = ReturnType<typeof makeLifecycle>
+export type DriverLifecycle = ReturnType<typeof makeLifecycle>
