@@ -66,7 +66,7 @@ export interface ExecGroup {
   remove(): Promise<void>
 }
 
-export interface Usage {
+export interface CgroupUsage {
   /** Working set: usage minus inactive file pages (what the limit pressures, as docker reports it). */
   readonly memoryBytes: number | undefined
   readonly cpuUsageNs: number | undefined
@@ -84,7 +84,7 @@ export interface Cgroups {
   rename(fromId: string, toId: string): Promise<void>
   /** Removes all groups of the sandbox, killing what still runs in them. */
   removeAll(sandboxId: string): Promise<void>
-  usage(sandboxId: string): Promise<Usage>
+  usage(sandboxId: string): Promise<CgroupUsage>
   /** Processes the memory cgroup's OOM killer ended in the sandbox's group since it was made. */
   oomKills(sandboxId: string): Promise<number | undefined>
   /** This host's parent groups, once it has no sandbox left (clean-up of tests and benchmarks). */
@@ -319,7 +319,7 @@ const makeV1 = (settings: CgroupSettings, version: CgroupVersion): Cgroups => {
     for (const controller of CONTROLLERS) await removeGroup(group(controller, sandboxId))
   }
 
-  const usage = async (sandboxId: string): Promise<Usage> => {
+  const usage = async (sandboxId: string): Promise<CgroupUsage> => {
     const memoryDir = group("memory", sandboxId)
     const used = await readNumber(NodePath.join(memoryDir, "memory.usage_in_bytes"))
     const inactive = used === undefined ? undefined : await readKey(NodePath.join(memoryDir, "memory.stat"), "total_inactive_file")
@@ -481,7 +481,7 @@ const makeV2 = (settings: CgroupSettings): Cgroups => {
 
   const removeAll = (sandboxId: string) => removeGroup(group(sandboxId))
 
-  const usage = async (sandboxId: string): Promise<Usage> => {
+  const usage = async (sandboxId: string): Promise<CgroupUsage> => {
     const dir = group(sandboxId)
     const used = await readNumber(NodePath.join(dir, "memory.current"))
     const inactive = used === undefined ? undefined : await readKey(NodePath.join(dir, "memory.stat"), "inactive_file")
