@@ -13,12 +13,12 @@ import { DEFAULT_MAX_OUTPUT_BYTES, DriverExecRequest, DriverExecResult, type Dri
 import type * as Cgroups from "./Cgroups.ts"
 import * as Confinement from "./Confinement.ts"
 import { attempt, decodeInput, type DriverHost, HOST_ENV, type RunningSandbox, SANDBOX_PATH } from "./Host.ts"
-import { run, type RunOptions, spawnStreaming, type StreamingOptions, type StreamingProcess } from "./Process.ts"
+import { type CommandOptions, run, spawnStreaming, type StreamingOptions, type StreamingProcess } from "./Process.ts"
 import type { SandboxRecord } from "./State.ts"
 
 export type InsideOptions =
   & { readonly env: Record<string, string>; readonly cwd: string }
-  & Pick<RunOptions, "stdin" | "timeoutMs" | "maxOutputBytes">
+  & Pick<CommandOptions, "stdin" | "timeoutMs" | "maxOutputBytes">
 
 /** A host command line: program, arguments, its complete environment, the bytes it reads on fd 3. */
 export interface InsideCommand {

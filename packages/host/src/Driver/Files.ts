@@ -25,7 +25,7 @@ import {
 } from "../Driver.ts"
 import type { Exec } from "./Exec.ts"
 import { decodeInput, type DriverHost, HELPER, invalid, type RunningSandbox, SANDBOX_PATH } from "./Host.ts"
-import { awaitData, decode, type ProcessExit, pump, readHeader, type RunOptions } from "./Process.ts"
+import { awaitData, type CommandOptions, decode, type ProcessExit, pump, readHeader } from "./Process.ts"
 
 // Each script exits with one of these codes to name its refusal.
 const FILE_EXIT: Record<number, SandboxFileError["reason"]> = {
@@ -231,7 +231,7 @@ export const makeFiles = (host: DriverHost, exec: Pick<Exec, "runInside" | "spaw
     path: string,
     script: string,
     extraArgs: ReadonlyArray<string>,
-    options: Pick<RunOptions, "stdin" | "maxOutputBytes"> = {}
+    options: Pick<CommandOptions, "stdin" | "maxOutputBytes"> = {}
   ) =>
     Effect.gen(function*() {
       // The scripts call the helper busybox by path: they work in templates without one.

@@ -8,7 +8,7 @@ import { spawn } from "node:child_process"
 import type { Readable, Writable } from "node:stream"
 import { DriverFailure } from "../Driver.ts"
 
-export interface RunOptions {
+export interface CommandOptions {
   /** The complete environment of the child (nothing is inherited). */
   readonly env?: Readonly<Record<string, string>>
   readonly stdin?: Uint8Array
@@ -79,7 +79,7 @@ class Collector {
 const spawnTree = (
   file: string,
   args: ReadonlyArray<string>,
-  options: Pick<RunOptions, "env" | "fd3" | "killTree">,
+  options: Pick<CommandOptions, "env" | "fd3" | "killTree">,
   stdin: "pipe" | "ignore"
 ) => {
   const child = spawn(file, args as Array<string>, {
@@ -109,7 +109,7 @@ export const run = (
   operation: string,
   file: string,
   args: ReadonlyArray<string>,
-  options: RunOptions = {}
+  options: CommandOptions = {}
 ): Effect.Effect<RunResult, DriverFailure> =>
   Effect.callback<RunResult, DriverFailure>((resume, signal) => {
     const started = performance.now()
@@ -187,7 +187,7 @@ export const runChecked = (
   operation: string,
   file: string,
   args: ReadonlyArray<string>,
-  options: RunOptions = {}
+  options: CommandOptions = {}
 ): Effect.Effect<RunResult, DriverFailure> =>
   run(operation, file, args, { timeoutMs: 30_000, ...options }).pipe(
     Effect.flatMap((result) =>
@@ -208,13 +208,13 @@ export const runChecked = (
 export interface StreamingOptions {
   /** The complete environment of the child (nothing is inherited). */
   readonly env?: Readonly<Record<string, string>>
-  /** As `RunOptions.fd3`: bytes the child reads on fd 3, then end of file. */
+  /** As `CommandOptions.fd3`: bytes the child reads on fd 3, then end of file. */
   readonly fd3?: Uint8Array
   /** The whole run, streaming included: past it every process of the run is killed. */
   readonly timeoutMs?: number
   /** Cap of the stderr kept (the rest is read and dropped). */
   readonly maxStderrBytes?: number
-  /** As `RunOptions.killTree`: called on timeout, on `kill` and when the scope closes early. */
+  /** As `CommandOptions.killTree`: called on timeout, on `kill` and when the scope closes early. */
   readonly killTree?: (pid: number) => void
 }
 
