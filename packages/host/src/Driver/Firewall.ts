@@ -20,13 +20,13 @@
  */
 import { Effect, Schedule } from "effect"
 import { DriverFailure } from "../Driver.ts"
-import { intToIp, type Subnet } from "./Network.ts"
+import { intToIp, type SandboxSubnet } from "./Network.ts"
 import { decode, run } from "./Process.ts"
 
 export interface FirewallSettings {
   /** The bridge every sandbox's veth is attached to. */
   readonly bridge: string
-  readonly subnet: Subnet
+  readonly subnet: SandboxSubnet
   /**
    * TCP ports on the gateway address a sandbox may open connections to (an egress proxy on the
    * host). Empty until the egress issue: a sandbox reaches nothing of the host.
@@ -61,7 +61,7 @@ export const BLOCKED_IPV6: ReadonlyArray<string> = [
 /** The driver's table for a bridge: its own name, so nothing else is ever touched. */
 export const tableName = (bridge: string): string => `svc_${bridge}`
 
-const cidr = (subnet: Subnet) => `${intToIp(subnet.base)}/${subnet.prefix}`
+const cidr = (subnet: SandboxSubnet) => `${intToIp(subnet.base)}/${subnet.prefix}`
 
 /**
  * Pure: the `nft -f -` script that replaces the bridge's table in one transaction. The leading

@@ -91,7 +91,7 @@ export interface DriverHost {
   }
   /** The seccomp filter and the `svc-enter` binary (see Confinement.ts). */
   readonly confinement: Confinement.ConfinementFiles
-  readonly subnet: Network.Subnet
+  readonly subnet: Network.SandboxSubnet
   /** The sandboxes' cgroups, v1 or v2 as detected at start. */
   readonly cgroups: Cgroups.Cgroups
   /** Whether sandboxes get a disk image (`Disk.ts`), found once at start, and the blank ones made ahead. */

@@ -9,7 +9,8 @@ import { randomBytes } from "node:crypto"
 import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
 
-export interface Subnet {
+/** The sandboxes' bridge network on this host: the host takes the gateway, sandboxes lease the rest. */
+export interface SandboxSubnet {
   readonly base: number
   readonly prefix: number
   readonly gateway: string
@@ -25,7 +26,7 @@ export const intToIp = (n: number): string =>
   [n >>> 24, (n >>> 16) & 255, (n >>> 8) & 255, n & 255].join(".")
 
 /** Pure: the addresses of `10.213.0.0/16`-style subnets (host takes the first). */
-export const parseSubnet = (cidr: string): Subnet => {
+export const parseSubnet = (cidr: string): SandboxSubnet => {
   const [address, bits] = cidr.split("/") as [string, string]
   const prefix = Number(bits)
   const size = 2 ** (32 - prefix)
@@ -101,7 +102,7 @@ const reclaim = async (leaseDir: string, ip: string, stale: string, owner: Lease
 /** Leases `preferred` if it is free or already ours, else the first free address of the subnet. */
 export const lease = async (
   leaseDir: string,
-  subnet: Subnet,
+  subnet: SandboxSubnet,
   owner: LeaseOwner,
   preferred?: string
 ): Promise<string | undefined> => {
@@ -199,7 +200,7 @@ export const hostScript = (bridge: string, ip: string, pid: number): string => {
  * sandbox has no IPv6 source on the bridge, so the host's link-local addresses are out of
  * reach even before the firewall (which drops them too).
  */
-export const sandboxScript = (ip: string, subnet: Subnet): string =>
+export const sandboxScript = (ip: string, subnet: SandboxSubnet): string =>
   [
     `link set eth0 addrgenmode none`,
     `addr add ${ip}/${subnet.prefix} dev eth0`,
