@@ -112,7 +112,7 @@ export const afterAttempt = (schedule: RetrySchedule, attempt: number, result: P
 }
 
 /** The status an outcome leaves on the attempt row and on the delivery. */
-export const statusOf = (outcome: AttemptOutcome): DeliveryStatus =>
+export const deliveryStatusOf = (outcome: AttemptOutcome): DeliveryStatus =>
   outcome._tag === "Succeeded" ? "succeeded" : outcome._tag === "Failed" ? "failed" : "dead_letter"
 
 /** Error text of attempts that never got a result. */

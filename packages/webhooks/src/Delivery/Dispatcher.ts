@@ -46,7 +46,7 @@ import {
   WEBHOOKS_CHANNEL
 } from "./Jobs.ts"
 import * as Store from "./Store.ts"
-import { afterAttempt, decideLostJob, firstAttemptFastPath, statusOf } from "./Dispatch.ts"
+import { afterAttempt, decideLostJob, deliveryStatusOf, firstAttemptFastPath } from "./Dispatch.ts"
 import { DispatchConfig, type DispatchSettings } from "./Config.ts"
 import { makeBatcher } from "./Batcher.ts"
 import { deliveryHeaders } from "./Signature.ts"
@@ -244,7 +244,7 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
           attemptId: claimed.attemptId,
           deliveryId: job.delivery_id,
           round: job.round,
-          status: statusOf(outcome) as "succeeded" | "failed" | "dead_letter",
+          status: deliveryStatusOf(outcome) as "succeeded" | "failed" | "dead_letter",
           responseCode: result.responseCode,
           error: result.error,
           durationMs: result.durationMs,
