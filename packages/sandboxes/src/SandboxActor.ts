@@ -18,7 +18,7 @@
  *   HostDown     | error          | error         | error         | error         | error         | deleted       | ·       | ·
  *   Timeout      | error          | error         | ·             | error         | ·             | error         | ·       | ·
  *
- *   · nothing changes; ✗ refused (the API answers 409 `conflict`, see `refusal`).
+ *   · nothing changes; ✗ refused (the API answers 409 `conflict`, see `commandRefusal`).
  *   ¹ publishes `agent.<hostId>.create`; error when the API found no host (`unplaceable`).
  *   ² nothing was sent to a host yet. ³ publishes `agent.<hostId>.destroy`; with the host down
  *     (or never placed) goes straight to deleted. ⁴ the first time: `sandbox.created` (with the
@@ -105,7 +105,7 @@ const unchanged = (s: State | undefined): Actor.Transition<State> => ({ state: s
 export type CommandTag = "Start" | "Stop" | "Expire"
 
 /** Why the state does not allow a user command (409 `conflict`), or null when it does. */
-export const refusal = (s: State, tag: CommandTag): string | null => {
+export const commandRefusal = (s: State, tag: CommandTag): string | null => {
   switch (tag) {
     case "Start":
       if (s.state === "stopped" || (s.state === "error" && s.hostId !== null)) return null
@@ -245,15 +245,15 @@ export const transition = (s: State | undefined, m: Message, ctx: Ctx): Actor.Tr
       return moveTo(s, "starting", ctx, {}, [command(s, cmd)])
     }
     case "Start":
-      if (refusal(s, "Start") !== null) return unchanged(s)
+      if (commandRefusal(s, "Start") !== null) return unchanged(s)
       return moveTo(s, "starting", ctx, { errorMessage: null }, [
         command(s, { _tag: "start", sandboxId: s.id, orgId: s.orgId })
       ])
     case "Stop":
-      if (refusal(s, "Stop") !== null) return unchanged(s)
+      if (commandRefusal(s, "Stop") !== null) return unchanged(s)
       return moveTo(s, "stopping", ctx, {}, [command(s, { _tag: "stop", sandboxId: s.id, orgId: s.orgId })])
     case "Expire":
-      if (refusal(s, "Expire") !== null || s.startedAt !== m.startedAt) return unchanged(s)
+      if (commandRefusal(s, "Expire") !== null || s.startedAt !== m.startedAt) return unchanged(s)
       return moveTo(s, "stopping", ctx, {}, [command(s, { _tag: "stop", sandboxId: s.id, orgId: s.orgId })])
     case "Delete":
       return onDelete(s, m, ctx)

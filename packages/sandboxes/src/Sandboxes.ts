@@ -43,7 +43,7 @@ import {
 import { Clock, Context, Effect, Layer, Option, Schema, type Stream } from "effect"
 import { SqlClient, type SqlError } from "effect/sql"
 import { Hosts } from "./Hosts.ts"
-import { refusal, SandboxActor } from "./SandboxActor.ts"
+import { commandRefusal, SandboxActor } from "./SandboxActor.ts"
 import { applyNow } from "./Sandboxes/Apply.ts"
 import * as Quota from "./Sandboxes/Quota.ts"
 import { QuotasConfig } from "./Sandboxes/Quota.ts"
@@ -269,7 +269,7 @@ export class Sandboxes extends Context.Service<Sandboxes, {
     const command = (tag: "Start" | "Stop") =>
       Effect.fn(`Sandboxes.${tag.toLowerCase()}`)(function*(orgId: OrgId, id: string) {
         const next = yield* applyNow(orgId, id, (s) => {
-          const why = refusal(s, tag)
+          const why = commandRefusal(s, tag)
           return why === null ? Effect.succeed({ _tag: tag }) : Effect.fail(new Errors.Conflict({ error: `This sandbox is ${s.state}: ${why}` }))
         })
         yield* wakeIfPresent
@@ -285,7 +285,7 @@ export class Sandboxes extends Context.Service<Sandboxes, {
         Quota.lockOrg(orgId),
         applyNow(orgId, id, (s) =>
           Effect.gen(function*() {
-            const why = refusal(s, "Start")
+            const why = commandRefusal(s, "Start")
             if (why !== null) return yield* new Errors.Conflict({ error: `This sandbox is ${s.state}: ${why}` })
             yield* Quota.check(orgId, quotas, "start")
             return { _tag: "Start" as const }

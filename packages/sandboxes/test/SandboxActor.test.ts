@@ -6,7 +6,7 @@ import { describe, expect, it } from "@effect/vitest"
 import type * as Actor from "@svc/actors/Actor"
 import { Schema } from "effect"
 import { AgentCommand } from "@svc/host-protocol/Protocol"
-import { refusal, SandboxActor, type SandboxActorState, type SandboxMessage, transition } from "../src/SandboxActor.ts"
+import { commandRefusal, SandboxActor, type SandboxActorState, type SandboxMessage, transition } from "../src/SandboxActor.ts"
 
 const H = "host_a"
 const NOW = Date.UTC(2026, 10, 22, 1, 2, 3, 456)
@@ -137,16 +137,16 @@ describe("SandboxActor transition", () => {
   it("Start: stopped or error (placed on a host) → starting", () => {
     const start = ["starting", [`publish:agent.${H}.start`, su("starting")]] as const
     check({ _tag: "Start" }, { stopped: start, error: start })
-    for (const s of STATES) expect(refusal(at(s), "Start") === null).toBe(s === "stopped" || s === "error")
+    for (const s of STATES) expect(commandRefusal(at(s), "Start") === null).toBe(s === "stopped" || s === "error")
     expect(transition(at("error"), { _tag: "Start" }, ctx).state?.errorMessage).toBe(null)
     // Never placed: nobody could start it.
-    expect(refusal(at("error", { hostId: null }), "Start")).toBe("a sandbox that was never placed on a host cannot be started")
+    expect(commandRefusal(at("error", { hostId: null }), "Start")).toBe("a sandbox that was never placed on a host cannot be started")
     expect(transition(at("error", { hostId: null }), { _tag: "Start" }, ctx).effects).toEqual([])
   })
 
   it("Stop: only running → stopping", () => {
     check({ _tag: "Stop" }, { running: ["stopping", [`publish:agent.${H}.stop`, su("stopping")]] })
-    for (const s of STATES) expect(refusal(at(s), "Stop") === null).toBe(s === "running")
+    for (const s of STATES) expect(commandRefusal(at(s), "Stop") === null).toBe(s === "running")
   })
 
   it("Expire: running → stopping only for the run it was computed on", () => {
