@@ -7,7 +7,7 @@ import { Effect } from "effect"
 import * as Fs from "node:fs/promises"
 import { DriverFailure, SandboxAlreadyExists, SandboxSpec } from "../Driver.ts"
 import * as Disk from "./Disk.ts"
-import { attempt, checkId, decodeInput, type DriverHost, HELPER, HOST_ENV, invalid } from "./Host.ts"
+import { checkId, decodeInput, type DriverHost, HELPER, HOST_ENV, invalid, tryHost } from "./Host.ts"
 import type { DriverLifecycle } from "./Lifecycle.ts"
 import * as Network from "./Network.ts"
 import { runChecked } from "./Process.ts"
@@ -29,7 +29,7 @@ export const makeAdopt = (host: DriverHost, lifecycle: Pick<DriverLifecycle, "de
     if (from === spec.sandboxId) return yield* invalid("adopt: the new id must differ from the old one")
     return yield* host.withLock(from, host.withLock(spec.sandboxId, Effect.gen(function*() {
       const target = sandboxPaths(config.dataDir, spec.sandboxId)
-      if ((yield* attempt("adopt", () => Fs.lstat(target.dir).then(() => true, () => false)))) {
+      if ((yield* tryHost("adopt", () => Fs.lstat(target.dir).then(() => true, () => false)))) {
         return yield* new SandboxAlreadyExists({ sandboxId: spec.sandboxId })
       }
       const entry = yield* host.lookupRunning(from)
@@ -43,11 +43,11 @@ export const makeAdopt = (host: DriverHost, lifecycle: Pick<DriverLifecycle, "de
       }
       const source = sandboxPaths(config.dataDir, from)
       host.running.delete(from)
-      yield* attempt("adopt", () => Fs.rename(source.dir, target.dir))
+      yield* tryHost("adopt", () => Fs.rename(source.dir, target.dir))
       // The mount point's folder follows (its mount lives in the sandbox's namespace only).
-      yield* attempt("adopt", () => Fs.rename(host.mountPoint(from), host.mountPoint(spec.sandboxId)).catch(() => undefined))
+      yield* tryHost("adopt", () => Fs.rename(host.mountPoint(from), host.mountPoint(spec.sandboxId)).catch(() => undefined))
       return yield* Effect.gen(function*() {
-        yield* attempt("adopt", () => cgroups.rename(from, spec.sandboxId))
+        yield* tryHost("adopt", () => cgroups.rename(from, spec.sandboxId))
         const record = new SandboxRecord({
           ...entry.record,
           sandboxId: spec.sandboxId,
@@ -59,13 +59,13 @@ export const makeAdopt = (host: DriverHost, lifecycle: Pick<DriverLifecycle, "de
           createdAt: new Date().toISOString()
         })
         yield* writeSandboxRecord(target, record, host.secrets, "adopt")
-        const handed = yield* attempt("adopt", () =>
+        const handed = yield* tryHost("adopt", () =>
           Network.transfer(config.leaseDir, record.internalIp, host.owner(from), host.owner(spec.sandboxId))
         )
         if (!handed) {
           return yield* new DriverFailure({ operation: "adopt", message: `the address ${record.internalIp} was taken meanwhile` })
         }
-        const prepared = yield* attempt("adopt", () =>
+        const prepared = yield* tryHost("adopt", () =>
           cgroups.prepare(spec.sandboxId, { ramMb: spec.ramMb, cpu: spec.cpu, pidsMax: config.pidsMax, diskGb: spec.diskGb })
         )
         // The sandbox's namespaces belong to its user namespace; host root may join them. The
@@ -77,7 +77,7 @@ export const makeAdopt = (host: DriverHost, lifecycle: Pick<DriverLifecycle, "de
           "sh", spec.sandboxId, String(Disk.shmBytes(spec.ramMb))
         ], { env: HOST_ENV })
         const runRecord = new RunRecord({ ...entry.run, limits: { ...prepared.limits, disk: entry.run.limits.disk } })
-        yield* attempt("adopt", () => writeRunRecord(target, runRecord))
+        yield* tryHost("adopt", () => writeRunRecord(target, runRecord))
         host.running.set(spec.sandboxId, { record, run: runRecord })
         return infoOf(record, runRecord)
       }).pipe(Effect.tapError(() => lifecycle.destroyInternal(spec.sandboxId).pipe(Effect.ignore)))

@@ -18,7 +18,7 @@ import * as Disk from "./Disk.ts"
 import { makeEnded } from "./Ended.ts"
 import { makeExec } from "./Exec.ts"
 import { makeFiles } from "./Files.ts"
-import { attempt, makeDriverHost } from "./Host.ts"
+import { makeDriverHost, tryHost } from "./Host.ts"
 import { makeLifecycle } from "./Lifecycle.ts"
 import { makeRuns } from "./Run.ts"
 
@@ -34,14 +34,14 @@ export class BubblewrapDriver {
       const runs = makeRuns(host)
       const lifecycle = makeLifecycle(host, runs)
       const { ended } = makeEnded(host, runs)
-      const hostLimits = { ...(yield* attempt("init", () => host.cgroups.probe())), disk: Disk.hostStatus(host.disk) }
+      const hostLimits = { ...(yield* tryHost("init", () => host.cgroups.probe())), disk: Disk.hostStatus(host.disk) }
       const { adopt } = makeAdopt(host, lifecycle)
       const { exec, runInside, spawnInside } = makeExec(host)
       const files = makeFiles(host, { runInside, spawnInside })
 
       const stats = Effect.fn("SandboxDriver.stats")(function*(sandboxId: string) {
         const entry = yield* host.lookupRunning(sandboxId)
-        const read = yield* attempt("stats", () => host.cgroups.usage(entry.record.sandboxId))
+        const read = yield* tryHost("stats", () => host.cgroups.usage(entry.record.sandboxId))
         return new SandboxStats({
           memoryBytes: read.memoryBytes ?? 0,
           ...(read.cpuUsageNs !== undefined ? { cpuUsageNs: read.cpuUsageNs } : {}),

@@ -33,8 +33,8 @@ const GIB = 1024 ** 3
 /** The environment of the host commands run here (the driver's `HOST_ENV`). */
 type Env = Readonly<Record<string, string>>
 
-// Host.ts's `attempt`; not imported, Host.ts imports this module.
-const attempt = <A>(operation: string, f: () => Promise<A>): Effect.Effect<A, DriverFailure> =>
+// Host.ts's `tryHost`; not imported, Host.ts imports this module.
+const tryHost = <A>(operation: string, f: () => Promise<A>): Effect.Effect<A, DriverFailure> =>
   Effect.tryPromise({ try: f, catch: (e) => new DriverFailure({ operation, message: e instanceof Error ? e.message : String(e) }) })
 
 /**
@@ -110,7 +110,7 @@ const NICE = findProgram("nice")
 
 /** A sparse file of `bytes`, not yet formatted. */
 const makeSparse = (file: string, bytes: number, operation: string) =>
-  attempt(operation, async () => {
+  tryHost(operation, async () => {
     const handle = await Fs.open(file, "wx", 0o600)
     try {
       await handle.truncate(bytes)
@@ -125,7 +125,7 @@ const format = (mkfs: string, file: string, bytes: number, env: Env, operation: 
     yield* makeSparse(file, bytes, operation)
     const populate = skeleton !== undefined ? ["-d", skeleton] : []
     yield* runChecked(operation, mkfs, [...MKFS_OPTIONS, ...populate, file], { env, timeoutMs: 60_000 }).pipe(
-      Effect.tapError(() => attempt(operation, () => Fs.rm(file, { force: true })).pipe(Effect.ignore))
+      Effect.tapError(() => tryHost(operation, () => Fs.rm(file, { force: true })).pipe(Effect.ignore))
     )
   })
 
@@ -137,15 +137,15 @@ const MOUNTER_SOURCE = fileURLToPath(new URL("../../native/svc-disk-mount.c", im
  */
 const buildMounter = (dir: string, env: Env) =>
   Effect.gen(function*() {
-    const source = yield* attempt("init", () => Fs.readFile(MOUNTER_SOURCE))
+    const source = yield* tryHost("init", () => Fs.readFile(MOUNTER_SOURCE))
     const binary = NodePath.join(dir, `svc-disk-mount-${createHash("sha256").update(source).digest("hex").slice(0, 12)}`)
     if (FsSync.existsSync(binary)) return binary
     const cc = ["/usr/bin/cc", "/usr/bin/gcc", "/usr/local/bin/cc"].find((path) => FsSync.existsSync(path))
     if (cc === undefined) return yield* new DriverFailure({ operation: "init", message: "a C compiler (cc) is needed to build svc-disk-mount" })
     const temp = `${binary}.tmp-${process.pid}`
-    yield* attempt("init", () => Fs.mkdir(dir, { recursive: true, mode: 0o700 }))
+    yield* tryHost("init", () => Fs.mkdir(dir, { recursive: true, mode: 0o700 }))
     yield* runChecked("init", cc, ["-O2", "-Wall", "-o", temp, MOUNTER_SOURCE], { env, timeoutMs: 60_000 })
-    yield* attempt("init", async () => {
+    yield* tryHost("init", async () => {
       await Fs.chmod(temp, 0o700)
       await Fs.rename(temp, binary)
     })
@@ -167,11 +167,11 @@ export const probe = (dataDir: string, bin: { readonly unshare: string; readonly
     const built = yield* Effect.result(buildMounter(NodePath.join(dataDir, "host"), env))
     if (built._tag === "Failure") return unavailable(built.failure.message.slice(0, 300))
     const mounter = built.success
-    const dir = yield* attempt("init", () => Fs.mkdtemp(NodePath.join(dataDir, ".disk-probe-")))
+    const dir = yield* tryHost("init", () => Fs.mkdtemp(NodePath.join(dataDir, ".disk-probe-")))
     return yield* Effect.gen(function*() {
       const file = NodePath.join(dir, "probe.img")
       const mount = NodePath.join(dir, "mnt")
-      yield* attempt("init", () => Fs.mkdir(mount))
+      yield* tryHost("init", () => Fs.mkdir(mount))
       const formatted = yield* Effect.result(format(mkfs, file, 32 * 1024 * 1024, env, "init"))
       if (formatted._tag === "Failure") return unavailable(formatted.failure.message.slice(0, 300))
       const mounted = yield* run("init", bin.unshare, [
@@ -179,7 +179,7 @@ export const probe = (dataDir: string, bin: { readonly unshare: string; readonly
       ], { env, timeoutMs: 30_000 })
       if (mounted.exitCode !== 0) return unavailable(`a loop mount failed: ${decode(mounted.stderr).trim().slice(0, 300)}`)
       const skeleton = NodePath.join(dataDir, "disk-skeleton")
-      yield* attempt("init", async () => {
+      yield* tryHost("init", async () => {
         await Fs.rm(skeleton, { recursive: true, force: true })
         await Fs.mkdir(NodePath.join(skeleton, "upper"), { recursive: true, mode: 0o755 })
         await Fs.mkdir(NodePath.join(skeleton, "work"), { mode: 0o700 })
@@ -188,7 +188,7 @@ export const probe = (dataDir: string, bin: { readonly unshare: string; readonly
       })
       const available: DiskSupport = { _tag: "available", mkfs, mounter, skeleton, uid }
       return available
-    }).pipe(Effect.ensuring(attempt("init", () => Fs.rm(dir, { recursive: true, force: true })).pipe(Effect.ignore)))
+    }).pipe(Effect.ensuring(tryHost("init", () => Fs.rm(dir, { recursive: true, force: true })).pipe(Effect.ignore)))
   })
 
 /** Size of the images kept formatted ahead of creates: the platform's default `disk_gb`. */
@@ -264,7 +264,7 @@ export const makeStock = (
     const dir = NodePath.join(dataDir, "disk-stock")
     // The name says what an image holds: one made for another size or uid is removed.
     const name = new RegExp(`^blank-${STOCK_GB}g-${support.uid}-[0-9a-f]+\\.img$`)
-    const ready = yield* attempt("init", async () => {
+    const ready = yield* tryHost("init", async () => {
       await Fs.mkdir(dir, { recursive: true, mode: 0o700 })
       const kept: Array<string> = []
       for (const file of await Fs.readdir(dir)) {
@@ -281,10 +281,10 @@ export const makeStock = (
         yield* makeSparse(`${image}.tmp`, STOCK_GB * GIB, "stock")
         const status = yield* formatImage(`${image}.tmp`)
         if (status !== 0) {
-          yield* attempt("stock", () => Fs.rm(`${image}.tmp`, { force: true }))
+          yield* tryHost("stock", () => Fs.rm(`${image}.tmp`, { force: true }))
           return yield* new DriverFailure({ operation: "stock", message: `mkfs.ext4 exited with ${status}` })
         }
-        yield* attempt("stock", () => Fs.rename(`${image}.tmp`, image))
+        yield* tryHost("stock", () => Fs.rename(`${image}.tmp`, image))
         ready.push(image)
       }
     })
@@ -294,7 +294,7 @@ export const makeStock = (
       Effect.suspend(() => {
         const image = diskGb === STOCK_GB ? ready.shift() : undefined
         if (image === undefined) return Effect.succeed(false)
-        return attempt("create", () => Fs.rename(image, target)).pipe(
+        return tryHost("create", () => Fs.rename(image, target)).pipe(
           Effect.as(true),
           Effect.orElseSucceed(() => false),
           Effect.ensuring(Queue.offer(taken, undefined))
@@ -311,13 +311,13 @@ export const makeLayer = (support: DiskSupport, stock: DiskStock, paths: Sandbox
   support._tag === "available"
     ? Effect.gen(function*() {
       const layout = imageLayout(paths)
-      yield* attempt("create", () => Fs.mkdir(layout.mount, { mode: 0o700 }))
+      yield* tryHost("create", () => Fs.mkdir(layout.mount, { mode: 0o700 }))
       if (!(yield* stock.take(layout.image!, diskGb))) {
         yield* format(support.mkfs, layout.image!, diskGb * GIB, env, "create", support.skeleton)
       }
       return layout
     })
-    : attempt("create", async () => {
+    : tryHost("create", async () => {
       for (const dir of [paths.upper, paths.work]) await Fs.mkdir(dir, { recursive: true, mode: 0o700 })
       return folderLayout(paths)
     })
@@ -362,7 +362,7 @@ const attachedDevices = (image: string): Array<string> => {
  * meanwhile mounts through the same device, mount never attaches one file twice.)
  */
 export const awaitDetached = (paths: SandboxPaths): Effect.Effect<ReadonlyArray<string>, DriverFailure> =>
-  attempt("destroy", async () => {
+  tryHost("destroy", async () => {
     const image = await Fs.realpath(imagePath(paths)).catch(() => undefined)
     if (image === undefined) return []
     for (let i = 0; ; i++) {

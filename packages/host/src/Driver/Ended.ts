@@ -14,7 +14,7 @@
  */
 import { Effect } from "effect"
 import { SandboxExit } from "../Driver.ts"
-import { attempt, checkId, type DriverHost } from "./Host.ts"
+import { checkId, type DriverHost, tryHost } from "./Host.ts"
 import type { Runs } from "./Run.ts"
 import { isAlive, isAliveSync, readExit, readExitCode, readRunRecord, sameProcess, writeExit } from "./State.ts"
 
@@ -39,15 +39,15 @@ export const makeEnded = (host: DriverHost, runs: Pick<Runs, "teardownRun">) => 
       id,
       Effect.gen(function*() {
         const { paths, record } = yield* host.loadRecord(id)
-        const run = yield* attempt("ended", () => readRunRecord(paths))
+        const run = yield* tryHost("ended", () => readRunRecord(paths))
         // Stopped (no run), or reaped already: what was recorded, if anything.
-        if (run === undefined) return yield* attempt("ended", () => readExit(paths))
-        if (yield* attempt("ended", () => isAlive(run))) {
+        if (run === undefined) return yield* tryHost("ended", () => readExit(paths))
+        if (yield* tryHost("ended", () => isAlive(run))) {
           host.running.set(id, { record, run })
           return undefined
         }
         host.running.delete(id)
-        const exitCode = yield* attempt("ended", async () => {
+        const exitCode = yield* tryHost("ended", async () => {
           // pid 1 gone but its bubblewrap still there: it is writing the status right now.
           for (let i = 0; i < 50; i++) {
             const code = await readExitCode(paths)
@@ -59,7 +59,7 @@ export const makeEnded = (host: DriverHost, runs: Pick<Runs, "teardownRun">) => 
           return undefined
         })
         // Read before the teardown removes the group.
-        const oomKills = (yield* attempt("ended", () => cgroups.oomKills(id))) ?? 0
+        const oomKills = (yield* tryHost("ended", () => cgroups.oomKills(id))) ?? 0
         const exit = new SandboxExit({
           sandboxId: id,
           ...(exitCode !== undefined ? { exitCode } : {}),
@@ -68,7 +68,7 @@ export const makeEnded = (host: DriverHost, runs: Pick<Runs, "teardownRun">) => 
           endedAt: new Date().toISOString()
         })
         yield* runs.teardownRun(record, paths, run)
-        yield* attempt("ended", () => writeExit(paths, exit))
+        yield* tryHost("ended", () => writeExit(paths, exit))
         return exit
       })
     )

@@ -12,7 +12,7 @@ import { randomBytes } from "node:crypto"
 import { DEFAULT_MAX_OUTPUT_BYTES, DriverExecRequest, DriverExecResult, type DriverFailure } from "../Driver.ts"
 import type * as Cgroups from "./Cgroups.ts"
 import * as Confinement from "./Confinement.ts"
-import { attempt, decodeInput, type DriverHost, HOST_ENV, type RunningSandbox, SANDBOX_PATH } from "./Host.ts"
+import { decodeInput, type DriverHost, HOST_ENV, type RunningSandbox, SANDBOX_PATH, tryHost } from "./Host.ts"
 import { type CommandOptions, run, spawnStreaming, type StreamingOptions, type StreamingProcess } from "./Process.ts"
 import type { SandboxRecord } from "./State.ts"
 
@@ -71,10 +71,10 @@ export const makeExec = (host: DriverHost) => {
    */
   const insideGroups = (entry: RunningSandbox): Effect.Effect<Cgroups.ExecGroup, DriverFailure, Scope.Scope> =>
     Effect.acquireRelease(
-      attempt("exec", () =>
+      tryHost("exec", () =>
         cgroups.execGroup(entry.record.sandboxId, `x${process.pid}-${++execCounter}-${randomBytes(3).toString("hex")}`)
       ),
-      (group) => attempt("exec", () => group.remove()).pipe(Effect.ignore)
+      (group) => tryHost("exec", () => group.remove()).pipe(Effect.ignore)
     )
 
   /** Runs argv inside the sandbox: its namespaces, its cgroups, its identity and restrictions. */

@@ -54,7 +54,7 @@ export const SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/
 export const errorMessage = (e: unknown) => (e instanceof Error ? e.message : String(e))
 
 /** A host step (file, kernel) as an effect: whatever it throws is the host's failure. */
-export const attempt = <A>(operation: string, f: () => Promise<A>): Effect.Effect<A, DriverFailure> =>
+export const tryHost = <A>(operation: string, f: () => Promise<A>): Effect.Effect<A, DriverFailure> =>
   Effect.tryPromise({ try: f, catch: (e) => new DriverFailure({ operation, message: errorMessage(e) }) })
 
 export const invalid = (message: string) => new InvalidSandboxRequest({ message })
@@ -159,38 +159,38 @@ export const makeDriverHost = (
     const templatesDir = NodePath.join(config.dataDir, "templates")
     const sandboxesDir = NodePath.join(config.dataDir, "sandboxes")
 
-    yield* attempt("init", () => Fs.mkdir(sandboxesDir, { recursive: true }))
-    const conflict = yield* attempt("init", () => Confinement.rangeConflict(config.uidBase))
+    yield* tryHost("init", () => Fs.mkdir(sandboxesDir, { recursive: true }))
+    const conflict = yield* tryHost("init", () => Confinement.rangeConflict(config.uidBase))
     if (conflict !== undefined) {
       return yield* new DriverFailure({
         operation: "init",
         message: `the sandboxes' uid range ${config.uidBase}+${Confinement.ID_COUNT} is in use (${conflict}): set SVC_SANDBOX_UID_BASE`
       })
     }
-    const confinement = yield* attempt("init", () => Confinement.prepare(NodePath.join(config.dataDir, "host")))
+    const confinement = yield* tryHost("init", () => Confinement.prepare(NodePath.join(config.dataDir, "host")))
     // bubblewrap runs as the sandboxes' uid and must walk to each sandbox's root and the helper:
     // both live under a folder of runDir named after the data dir (which may sit in a 0700 home;
     // its own folders stay private to root).
     const walkDir = NodePath.join(config.runDir, "hosts", createHash("sha256").update(config.dataDir).digest("hex").slice(0, 16))
     const mountsDir = NodePath.join(walkDir, "roots")
-    yield* attempt("init", async () => {
+    yield* tryHost("init", async () => {
       await Fs.mkdir(mountsDir, { recursive: true, mode: 0o711 })
       for (const dir of [walkDir, mountsDir]) await Fs.chmod(dir, 0o711)
     })
     for (let dir = mountsDir; ; dir = NodePath.dirname(dir)) {
-      const mode = yield* attempt("init", () => Fs.stat(dir).then((st) => st.mode))
+      const mode = yield* tryHost("init", () => Fs.stat(dir).then((st) => st.mode))
       if ((mode & 0o001) === 0) {
         return yield* new DriverFailure({ operation: "init", message: `${dir} must be traversable by other users (o+x): sandboxes run as uid ${config.uidBase}` })
       }
       if (dir === NodePath.dirname(dir)) break
     }
     // Records from before the env was sealed: sealed now, so no env is left in the clear.
-    const names = yield* attempt("init", () => Fs.readdir(sandboxesDir))
+    const names = yield* tryHost("init", () => Fs.readdir(sandboxesDir))
     for (const name of names) {
       if (Schema.is(DriverSandboxId)(name)) yield* sealLegacyRecord(sandboxPaths(config.dataDir, name), secrets)
     }
     const helperDir = NodePath.join(walkDir, "helper")
-    yield* attempt("init", async () => {
+    yield* tryHost("init", async () => {
       await Fs.mkdir(helperDir, { recursive: true, mode: 0o755 })
       const target = NodePath.join(helperDir, "busybox")
       const [have, want] = await Promise.all([Fs.stat(target).catch(() => undefined), Fs.stat(config.busybox)])
@@ -201,12 +201,12 @@ export const makeDriverHost = (
         await Fs.rename(temp, target)
       }
     })
-    const baseDir = yield* attempt("init", () => ensureBaseTemplate(templatesDir, config.busybox, config.uidBase))
+    const baseDir = yield* tryHost("init", () => ensureBaseTemplate(templatesDir, config.busybox, config.uidBase))
     const disk = yield* Disk.probe(config.dataDir, bin, HOST_ENV, config.uidBase)
     const diskStock = yield* Disk.makeStock(disk, config.dataDir, config.diskStock, bin.sh, HOST_ENV)
 
     // The bridge is shared by every agent on the machine: create it if absent, never touch others.
-    if (!(yield* attempt("bridge", () => Network.interfaceExists(config.bridge)))) {
+    if (!(yield* tryHost("bridge", () => Network.interfaceExists(config.bridge)))) {
       const made = yield* run("bridge", bin.ip, ["link", "add", "name", config.bridge, "type", "bridge"], { env: HOST_ENV, timeoutMs: 10_000 })
       if (made.exitCode !== 0 && !/exists/i.test(decode(made.stderr))) {
         return yield* new DriverFailure({ operation: "bridge", message: decode(made.stderr) })
@@ -215,7 +215,7 @@ export const makeDriverHost = (
     yield* runChecked("bridge", bin.ip, ["addr", "replace", `${subnet.gateway}/${subnet.prefix}`, "dev", config.bridge], { env: HOST_ENV })
     yield* runChecked("bridge", bin.ip, ["link", "set", config.bridge, "up"], { env: HOST_ENV })
     // Drop packets whose source could not be reached back through the bridge (spoofing).
-    yield* attempt("bridge", () =>
+    yield* tryHost("bridge", () =>
       Fs.writeFile(`/proc/sys/net/ipv4/conf/${config.bridge}/rp_filter`, "1").catch(() => undefined)
     )
     // Before any sandbox of this agent starts: none reaches the host, another sandbox or beyond.
@@ -238,7 +238,7 @@ export const makeDriverHost = (
     const templateDir = (template: string): Effect.Effect<string, TemplateNotFound | DriverFailure> => {
       if (template === BASE_TEMPLATE) return Effect.succeed(baseDir)
       const dir = NodePath.join(templatesDir, template)
-      return attempt("template", () => Fs.stat(dir).then((s) => s.isDirectory(), () => false)).pipe(
+      return tryHost("template", () => Fs.stat(dir).then((s) => s.isDirectory(), () => false)).pipe(
         Effect.flatMap((ok) => (ok ? Effect.succeed(dir) : Effect.fail(new TemplateNotFound({ template }))))
       )
     }
@@ -257,11 +257,11 @@ export const makeDriverHost = (
       Effect.gen(function*() {
         const id = yield* checkId(sandboxId)
         const cached = running.get(id)
-        if (cached !== undefined && (yield* attempt("lookup", () => isAlive(cached.run)))) return cached
+        if (cached !== undefined && (yield* tryHost("lookup", () => isAlive(cached.run)))) return cached
         running.delete(id)
         const { paths, record } = yield* loadRecord(id)
-        const runRecord = yield* attempt("lookup", () => readRunRecord(paths))
-        if (runRecord === undefined || !(yield* attempt("lookup", () => isAlive(runRecord)))) {
+        const runRecord = yield* tryHost("lookup", () => readRunRecord(paths))
+        if (runRecord === undefined || !(yield* tryHost("lookup", () => isAlive(runRecord)))) {
           return yield* new SandboxNotRunning({ sandboxId: id })
         }
         const entry = { record, run: runRecord }

@@ -14,7 +14,7 @@ import {
   SandboxSpec
 } from "../Driver.ts"
 import * as Disk from "./Disk.ts"
-import { attempt, checkId, decodeInput, type DriverHost, HOST_ENV } from "./Host.ts"
+import { checkId, decodeInput, type DriverHost, HOST_ENV, tryHost } from "./Host.ts"
 import * as Network from "./Network.ts"
 import type { Runs } from "./Run.ts"
 import { isAlive, readRunRecord, readStoredRecord, SandboxRecord, sandboxPaths, writeSandboxRecord } from "./State.ts"
@@ -25,7 +25,7 @@ export const makeLifecycle = (host: DriverHost, runs: Runs) => {
 
   /** Refuses to delete a folder that something still has mounted (it would recurse into it). */
   const assertNothingMounted = (dir: string) =>
-    attempt("destroy", async () => {
+    tryHost("destroy", async () => {
       const mounts = await Fs.readFile("/proc/self/mountinfo", "utf8")
       for (const line of mounts.split("\n")) {
         const mountPoint = line.split(" ")[4]
@@ -44,25 +44,25 @@ export const makeLifecycle = (host: DriverHost, runs: Runs) => {
       host.running.delete(sandboxId)
       const paths = sandboxPaths(config.dataDir, sandboxId)
       // Not opened: tearing down needs only the id and the address (and works without the key).
-      const stored = yield* attempt("destroy", () => readStoredRecord(paths))
+      const stored = yield* tryHost("destroy", () => readStoredRecord(paths))
       if (stored !== undefined) {
         const { sealedEnv: _, ...fields } = stored
         const record = new SandboxRecord({ ...fields, env: {} })
-        const runRecord = yield* attempt("destroy", () => readRunRecord(paths))
+        const runRecord = yield* tryHost("destroy", () => readRunRecord(paths))
         yield* teardownRun(record, paths, runRecord)
-        yield* attempt("destroy", () => Network.release(config.leaseDir, record.internalIp, host.owner(sandboxId)))
+        yield* tryHost("destroy", () => Network.release(config.leaseDir, record.internalIp, host.owner(sandboxId)))
         if (record.sandboxId !== sandboxId) {
           // Half adopted (see `adopt`): the folder has the new name, the record the old one.
-          yield* attempt("destroy", () => cgroups.removeAll(sandboxId))
-          yield* attempt("destroy", () => Network.release(config.leaseDir, record.internalIp, host.owner(record.sandboxId)))
+          yield* tryHost("destroy", () => cgroups.removeAll(sandboxId))
+          yield* tryHost("destroy", () => Network.release(config.leaseDir, record.internalIp, host.owner(record.sandboxId)))
         }
       } else {
-        yield* attempt("destroy", () => cgroups.removeAll(sandboxId))
+        yield* tryHost("destroy", () => cgroups.removeAll(sandboxId))
       }
       // The kernel let go of the disk image's loop device with the sandbox's processes; make sure.
       yield* Disk.awaitDetached(paths)
       yield* assertNothingMounted(paths.dir)
-      yield* attempt("destroy", () => Fs.rm(paths.dir, { recursive: true, force: true }))
+      yield* tryHost("destroy", () => Fs.rm(paths.dir, { recursive: true, force: true }))
     })
 
   const create = Effect.fn("SandboxDriver.create")(function*(input: SandboxSpec) {
@@ -71,13 +71,13 @@ export const makeLifecycle = (host: DriverHost, runs: Runs) => {
       spec.sandboxId,
       Effect.gen(function*() {
         const paths = sandboxPaths(config.dataDir, spec.sandboxId)
-        if ((yield* attempt("create", () => readStoredRecord(paths))) !== undefined) {
+        if ((yield* tryHost("create", () => readStoredRecord(paths))) !== undefined) {
           return yield* new SandboxAlreadyExists({ sandboxId: spec.sandboxId })
         }
         const lower = yield* host.templateDir(spec.template)
         // A folder without a record is a create that died halfway: start clean.
         yield* destroyInternal(spec.sandboxId)
-        const internalIp = yield* attempt("create", () => Network.lease(config.leaseDir, subnet, host.owner(spec.sandboxId)))
+        const internalIp = yield* tryHost("create", () => Network.lease(config.leaseDir, subnet, host.owner(spec.sandboxId)))
         if (internalIp === undefined) {
           return yield* new SandboxCapacityExhausted({ message: `no free address in ${config.subnet}` })
         }
@@ -94,7 +94,7 @@ export const makeLifecycle = (host: DriverHost, runs: Runs) => {
           internalIp,
           createdAt: new Date().toISOString()
         })
-        const made = attempt("create", async () => {
+        const made = tryHost("create", async () => {
           await Fs.mkdir(paths.dir, { recursive: true, mode: 0o700 })
         }).pipe(
           // The writable layer: a disk image of diskGb (or folders where the host has no loop devices).
@@ -128,7 +128,7 @@ export const makeLifecycle = (host: DriverHost, runs: Runs) => {
       Effect.gen(function*() {
         host.running.delete(id)
         const { paths, record } = yield* host.loadRecord(id)
-        const runRecord = yield* attempt("stop", () => readRunRecord(paths))
+        const runRecord = yield* tryHost("stop", () => readRunRecord(paths))
         yield* teardownRun(record, paths, runRecord)
       })
     )
@@ -140,15 +140,15 @@ export const makeLifecycle = (host: DriverHost, runs: Runs) => {
   })
 
   const list: Effect.Effect<ReadonlyArray<SandboxListing>, DriverFailure> = Effect.gen(function*() {
-    const names = yield* attempt("list", () => Fs.readdir(host.sandboxesDir).catch(() => [] as Array<string>))
+    const names = yield* tryHost("list", () => Fs.readdir(host.sandboxesDir).catch(() => [] as Array<string>))
     const rows: Array<SandboxListing> = []
     for (const name of names) {
       if (!Schema.is(DriverSandboxId)(name)) continue
       const paths = sandboxPaths(config.dataDir, name)
-      const record = yield* attempt("list", () => readStoredRecord(paths))
+      const record = yield* tryHost("list", () => readStoredRecord(paths))
       if (record === undefined) continue
-      const runRecord = yield* attempt("list", () => readRunRecord(paths))
-      const alive = runRecord !== undefined && (yield* attempt("list", () => isAlive(runRecord)))
+      const runRecord = yield* tryHost("list", () => readRunRecord(paths))
+      const alive = runRecord !== undefined && (yield* tryHost("list", () => isAlive(runRecord)))
       rows.push(
         new SandboxListing({
           sandboxId: record.sandboxId,

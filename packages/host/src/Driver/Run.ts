@@ -11,7 +11,7 @@ import * as Fs from "node:fs/promises"
 import { DriverFailure, SandboxInfo } from "../Driver.ts"
 import * as Confinement from "./Confinement.ts"
 import * as Disk from "./Disk.ts"
-import { attempt, type DriverHost, errorMessage, HELPER, HELPER_DIR, HOST_ENV, SANDBOX_PATH } from "./Host.ts"
+import { type DriverHost, errorMessage, HELPER, HELPER_DIR, HOST_ENV, SANDBOX_PATH, tryHost } from "./Host.ts"
 import * as Network from "./Network.ts"
 import { decode, run, runChecked } from "./Process.ts"
 import { shiftOwnership } from "../Rootfs.ts"
@@ -217,7 +217,7 @@ export const makeRuns = (host: DriverHost): Runs => {
   const attachNetwork = (pid: number, internalIp: string) =>
     Effect.gen(function*() {
       const { host: veth } = Network.vethNames(internalIp)
-      if (yield* attempt("network", () => Network.interfaceExists(veth))) {
+      if (yield* tryHost("network", () => Network.interfaceExists(veth))) {
         yield* run("network", bin.ip, ["link", "del", veth], { env: HOST_ENV, timeoutMs: 10_000 })
       }
       yield* runChecked("network", bin.ip, ["-batch", "-"], {
@@ -233,10 +233,10 @@ export const makeRuns = (host: DriverHost): Runs => {
   const detachNetwork = (internalIp: string) =>
     Effect.gen(function*() {
       const { host: veth } = Network.vethNames(internalIp)
-      if (yield* attempt("network", () => Network.interfaceExists(veth))) {
+      if (yield* tryHost("network", () => Network.interfaceExists(veth))) {
         const result = yield* run("network", bin.ip, ["link", "del", veth], { env: HOST_ENV, timeoutMs: 10_000 })
         // The kernel may have removed it with the namespace meanwhile.
-        if (result.exitCode !== 0 && (yield* attempt("network", () => Network.interfaceExists(veth)))) {
+        if (result.exitCode !== 0 && (yield* tryHost("network", () => Network.interfaceExists(veth)))) {
           return yield* new DriverFailure({ operation: "network", message: decode(result.stderr) })
         }
       }
@@ -244,9 +244,9 @@ export const makeRuns = (host: DriverHost): Runs => {
 
   const teardownRun = (record: SandboxRecord, paths: SandboxPaths, runRecord: RunRecord | undefined) =>
     Effect.gen(function*() {
-      if (runRecord !== undefined && (yield* attempt("stop", () => isInitAlive(runRecord)))) {
+      if (runRecord !== undefined && (yield* tryHost("stop", () => isInitAlive(runRecord)))) {
         // SIGKILL to pid 1 of the namespace ends every process in it at once.
-        yield* attempt("stop", async () => {
+        yield* tryHost("stop", async () => {
           try {
             process.kill(runRecord.pid, "SIGKILL")
           } catch {
@@ -255,9 +255,9 @@ export const makeRuns = (host: DriverHost): Runs => {
           for (let i = 0; i < 500 && (await isInitAlive(runRecord)); i++) await sleep(10)
         })
       }
-      yield* attempt("stop", () => cgroups.removeAll(record.sandboxId))
+      yield* tryHost("stop", () => cgroups.removeAll(record.sandboxId))
       yield* detachNetwork(record.internalIp)
-      yield* attempt("stop", async () => {
+      yield* tryHost("stop", async () => {
         await Fs.rm(paths.run, { force: true })
         // Its root was mounted there in its own namespace only, which is gone: an empty folder.
         await Fs.rmdir(host.mountPoint(record.sandboxId)).catch(() => undefined)
@@ -269,13 +269,13 @@ export const makeRuns = (host: DriverHost): Runs => {
   const startRun = (initial: SandboxRecord, paths: SandboxPaths) =>
     Effect.gen(function*() {
       let record = initial
-      const existing = yield* attempt("start", () => readRunRecord(paths))
-      if (existing !== undefined && (yield* attempt("start", () => isAlive(existing)))) return infoOf(record, existing)
+      const existing = yield* tryHost("start", () => readRunRecord(paths))
+      if (existing !== undefined && (yield* tryHost("start", () => isAlive(existing)))) return infoOf(record, existing)
       // Leftovers of a run that ended without stop (crash, reboot): clear them first.
       yield* teardownRun(record, paths, existing)
 
       // The lease normally persists; after a reboot (/run is empty) take the same address back.
-      const leased = yield* attempt("start", () =>
+      const leased = yield* tryHost("start", () =>
         Network.lease(config.leaseDir, subnet, host.owner(record.sandboxId), record.internalIp)
       )
       if (leased === undefined) return yield* new DriverFailure({ operation: "start", message: "no free internal address" })
@@ -284,11 +284,11 @@ export const makeRuns = (host: DriverHost): Runs => {
         yield* writeSandboxRecord(paths, record, host.secrets, "start")
       }
 
-      const disk = yield* attempt("start", () => Disk.layoutOf(paths))
+      const disk = yield* tryHost("start", () => Disk.layoutOf(paths))
       // The writable layer belongs to the sandbox's root (a sandbox made before user namespaces
       // were mapped has a root-owned one: shifted once). A disk image is formatted with it so
       // (`Disk.ts`).
-      if (disk.image === undefined) yield* attempt("start", async () => {
+      if (disk.image === undefined) yield* tryHost("start", async () => {
         const st = await Fs.lstat(paths.upper)
         if (st.uid !== config.uidBase) {
           if (st.uid < config.uidBase) await shiftOwnership(paths.upper, config.uidBase)
@@ -296,12 +296,12 @@ export const makeRuns = (host: DriverHost): Runs => {
           await Fs.chmod(paths.upper, 0o755)
         }
       })
-      const prepared = yield* attempt("start", () =>
+      const prepared = yield* tryHost("start", () =>
         cgroups.prepare(record.sandboxId, { ramMb: record.ramMb, cpu: record.cpu, pidsMax: config.pidsMax, diskGb: record.diskGb })
       )
       const { pid, monitorPid } = yield* spawnSandbox(record, paths, prepared.procsFiles, disk)
-      const started = yield* attempt("start", () => procStat(pid))
-      const monitor = monitorPid === undefined ? undefined : yield* attempt("start", () => procStat(monitorPid))
+      const started = yield* tryHost("start", () => procStat(pid))
+      const monitor = monitorPid === undefined ? undefined : yield* tryHost("start", () => procStat(monitorPid))
       const runRecord = new RunRecord({
         pid,
         startTicks: started?.startTicks ?? 0,
@@ -311,7 +311,7 @@ export const makeRuns = (host: DriverHost): Runs => {
         ...(monitorPid !== undefined ? { monitorPid, monitorStartTicks: monitor?.startTicks ?? -1 } : {})
       })
       // Written before the network so that a failure below still finds the process to kill.
-      yield* attempt("start", () => writeRunRecord(paths, runRecord))
+      yield* tryHost("start", () => writeRunRecord(paths, runRecord))
       yield* attachNetwork(pid, record.internalIp).pipe(
         Effect.tapError(() => teardownRun(record, paths, runRecord).pipe(Effect.ignore))
       )
