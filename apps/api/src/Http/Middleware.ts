@@ -88,23 +88,23 @@ export const renderCause = (cause: Cause.Cause<unknown>): Effect.Effect<HttpServ
 export const errorForStatus = (status: number): { readonly error: string; readonly code: string } => {
   switch (status) {
     case 401:
-      return { error: new Errors.Unauthenticated().error, code: "unauthenticated" }
+      return { error: new Errors.Unauthenticated().error, code: Errors.Unauthenticated.code }
     case 404:
     case 405:
-      return { error: "No such route", code: "not_found" }
+      return { error: "No such route", code: Errors.NotFound.code }
     case 409:
-      return { error: new Errors.Conflict().error, code: "conflict" }
+      return { error: new Errors.Conflict().error, code: Errors.Conflict.code }
     case 413:
     case 431:
-      return { error: new Errors.PayloadTooLarge().error, code: "payload_too_large" }
+      return { error: new Errors.PayloadTooLarge().error, code: Errors.PayloadTooLarge.code }
     case 415:
-      return { error: new Errors.UnsupportedMediaType().error, code: "unsupported_media_type" }
+      return { error: new Errors.UnsupportedMediaType().error, code: Errors.UnsupportedMediaType.code }
     case 503:
-      return { error: new Errors.Unavailable().error, code: "unavailable" }
+      return { error: new Errors.Unavailable().error, code: Errors.Unavailable.code }
     default:
       return status >= 500
-        ? { error: new Errors.Internal().error, code: "internal" }
-        : { error: "The request is invalid", code: "invalid_request" }
+        ? { error: new Errors.Internal().error, code: Errors.Internal.code }
+        : { error: new Errors.InvalidRequest().error, code: Errors.InvalidRequest.code }
   }
 }
 
