@@ -34,8 +34,7 @@ import {
   type ExecRequest,
   type ExecResult,
   type ListSandboxesQuery,
-  type Sandbox,
-  Sandbox as SandboxRecord,
+  Sandbox,
   type SandboxPage,
   UNPAGINATED_CAP,
   UNPAGINATED_MAX_BYTES
@@ -73,7 +72,7 @@ const corrupt = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
     R
   >
 
-const encodeRecord = Schema.encodeSync(SandboxRecord)
+const encodeRecord = Schema.encodeSync(Sandbox)
 
 /**
  * An upper bound of a row's size as a JSON record, in SQL: its variable parts (jsonb renders
