@@ -9,7 +9,8 @@
 import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream"
 import { Kvm } from "@nats-io/kv"
 import { connect, createInbox, headers, type MsgHdrs, type NatsConnection } from "@nats-io/transport-node"
-import { Config, Context, Duration, Effect, Layer, Schedule, Schema } from "effect"
+import { Context, Duration, Effect, Layer, Schedule, Schema } from "effect"
+import { NatsPrefix, NatsUrl } from "./Config.ts"
 
 export class BusError extends Schema.TaggedError<BusError>()("BusError", {
   operation: Schema.String,
@@ -112,9 +113,6 @@ const makeAckedPublisher = (connection: NatsConnection) => {
   }
   return { publish, close }
 }
-
-export const NatsUrl = Config.String("NATS_URL").pipe(Config.withDefault("nats://127.0.0.1:4222"))
-export const NatsPrefix = Config.String("SVC_NATS_PREFIX").pipe(Config.withDefault(""))
 
 export class Nats extends Context.Service<Nats, NatsService>()("@svc/bus/Nats") {
   static readonly make = (options: { readonly url: string; readonly prefix?: string; readonly name?: string }) =>

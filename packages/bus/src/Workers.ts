@@ -9,6 +9,7 @@
  * namespace; empty for the api, which consumes none), `cells` (null). The bucket's max age
  * drops records of processes that died without removing theirs.
  */
+import { PlatformVersion } from "./Config.ts"
 import { BusError, Nats } from "./Nats.ts"
 import { ensureBucket } from "./Topology.ts"
 import { Clock, Context, Duration, Effect, Layer, Schedule, Schema } from "effect"
@@ -42,8 +43,6 @@ export const WorkerRecord = Schema.Struct({
 })
 export type WorkerRecord = typeof WorkerRecord.Type
 
-export const PLATFORM_VERSION = process.env["SVC_VERSION"] ?? "0.1.0"
-
 const encoder = new TextEncoder()
 const decoder = new TextDecoder()
 const decodeRecord = Schema.decodeUnknownOption(Schema.fromJsonString(WorkerRecord))
@@ -71,12 +70,13 @@ export class WorkerHeartbeat extends Context.Service<WorkerHeartbeat, { readonly
     const kv = yield* ensureWorkersBucket
     const name = options.name ?? `${role}-${Os.hostname()}-${process.pid}`
     const key = keyOf(name)
+    const version = options.version ?? (yield* PlatformVersion)
     const relative = options.prefix ?? DEFAULT_PREFIX[role]
     const prefix = relative === "" ? "" : nats.prefix === "" ? relative : `${nats.prefix}.${relative}`
     const record = Effect.map(Clock.currentTimeMillis, (seenAt): WorkerRecord => ({
       name,
       script_name: role,
-      version: options.version ?? PLATFORM_VERSION,
+      version,
       prefix,
       cells: null,
       seenAt

@@ -1,11 +1,6 @@
 import { assert, describe, expect, it } from "@effect/vitest"
-import {
-  EncryptionKeysConfig,
-  generateEncryptionKey,
-  parseEncryptionKeys,
-  SecretBox,
-  SecretBoxError
-} from "@svc/crypto/SecretBox"
+import { EncryptionKeys, generateEncryptionKey, parseEncryptionKeys } from "@svc/crypto/Config"
+import { SecretBox, SecretBoxError } from "@svc/crypto/SecretBox"
 import { ConfigProvider, Effect, Exit, Layer, Result } from "effect"
 import * as crypto from "node:crypto"
 
@@ -115,7 +110,7 @@ describe("SecretBox", () => {
     }))
 
   describe("SVC_ENCRYPTION_KEYS", () => {
-    const read = (env: Record<string, string>) => EncryptionKeysConfig.parse(ConfigProvider.fromEnv({ env }))
+    const read = (env: Record<string, string>) => EncryptionKeys.parse(ConfigProvider.fromEnv({ env }))
     const material = crypto.randomBytes(32)
     const b64 = material.toString("base64")
     const b64url = material.toString("base64url")

@@ -5,16 +5,13 @@
 import * as NodeServices from "@effect/platform-node/NodeServices"
 import * as PgClient from "@effect/sql-pg/PgClient"
 import * as PgMigrator from "@effect/sql-pg/PgMigrator"
-import { Config, Context, Duration, Effect, Layer, Redacted } from "effect"
+import { Context, Duration, Effect, Layer, Redacted } from "effect"
 import { SqlClient } from "effect/sql"
 import { fromFileSystem } from "effect/sql/MigratorFileSystem"
 import { fileURLToPath } from "node:url"
+import { DatabaseUrl } from "./Config.ts"
 
 export const migrationsDirectory = fileURLToPath(new URL("./migrations", import.meta.url))
-
-export const DatabaseUrl = Config.Redacted("DATABASE_URL").pipe(
-  Config.withDefault(Redacted.make("postgres://postgres@127.0.0.1:5432/postgres"))
-)
 
 /** The pool alone, from a URL. Short timeouts so that a dead database is reported, not waited on. */
 export const clientLayer = (url: Redacted.Redacted) =>

@@ -5,7 +5,8 @@
  * seal and open with the same key. Harnesses that give a layer an environment of their own add
  * `testEncryptionKeys()` to it.
  */
-import { parseEncryptionKeys, SecretBox } from "@svc/crypto/SecretBox"
+import { parseEncryptionKeys } from "@svc/crypto/Config"
+import { SecretBox } from "@svc/crypto/SecretBox"
 import { Result } from "effect"
 
 /** A fixed, public key: for throwaway test databases only. */

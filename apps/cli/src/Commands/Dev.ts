@@ -8,7 +8,7 @@
 import { startNats, startPostgres } from "@svc/local-servers/Servers"
 import * as AuthLayer from "@svc/auth/AuthLayer"
 import { ensureDevOrg } from "@svc/auth/DevOrg"
-import { generateEncryptionKey } from "@svc/crypto/SecretBox"
+import { generateEncryptionKey } from "@svc/crypto/Config"
 import { ConfigProvider, Console, Effect, Layer } from "effect"
 import { Command } from "effect/cli"
 import * as fs from "node:fs"
