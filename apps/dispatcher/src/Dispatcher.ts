@@ -1,7 +1,7 @@
 /**
  * The dispatcher role: webhook delivery workers (@svc/webhooks/Dispatcher). Start as many
  * processes as throughput needs; each pulls from every webhook's consumer with its own
- * per-webhook concurrency. Configured by the SVC_WEBHOOK_* variables (DispatchConfig.ts) and
+ * per-webhook concurrency. Configured by the SVC_WEBHOOK_* variables (@svc/webhooks/Config) and
  * SVC_WEBHOOK_ALLOWED_SUBNETS; needs Postgres (SqlClient, PgClient), Nats and the SecretBox
  * (SVC_ENCRYPTION_KEYS: it opens the webhooks' sealed signing secrets).
  */

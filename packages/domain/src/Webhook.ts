@@ -21,8 +21,6 @@ export const SECRET_MIN = 16
 export const SECRET_MAX = 256
 /** Attempts per delivery (docs/contract.md#retries). */
 export const MAX_ATTEMPTS = 6
-/** A receiver must answer 2xx within this many milliseconds. */
-export const ACK_TIMEOUT_MS = 5000
 
 export const Webhook = Schema.Struct({
   id: WebhookId,

@@ -27,7 +27,7 @@
  * - A job whose last delivery was never acked (its dispatcher died): the server publishes
  *   MAX_DELIVERIES; one dispatcher (queue group) closes the delivery as dead_letter and removes
  *   the job. A sweep covers advisories published while no dispatcher was listening.
- * - Finished deliveries older than SVC_WEBHOOK_RETENTION_DAYS are pruned by any dispatcher.
+ * - Finished deliveries older than SVC_WEBHOOK_RETENTION are pruned by any dispatcher.
  */
 import * as PgClient from "@effect/sql-pg/PgClient"
 import type { ConsumerInfo, JsMsg } from "@nats-io/jetstream"
@@ -47,7 +47,7 @@ import {
 } from "./Jobs.ts"
 import * as Store from "./Store.ts"
 import { afterAttempt, decideLostJob, deliveryStatusOf, firstAttemptFastPath } from "./Dispatch.ts"
-import { DispatchConfig, type DispatchSettings } from "./Config.ts"
+import { DispatchConfig, type DispatchSettings } from "../Config.ts"
 import { makeBatcher } from "./Batcher.ts"
 import { deliveryHeaders } from "./Signature.ts"
 
@@ -488,7 +488,7 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
     yield* Effect.forkScoped(Effect.forever(Effect.gen(function*() {
       yield* Effect.sleep(PRUNE_INTERVAL)
       for (;;) {
-        const pruned = yield* provideSql(Store.pruneFinished(settings.retentionDays, PRUNE_CHUNK))
+        const pruned = yield* provideSql(Store.pruneFinished(settings.retentionMs, PRUNE_CHUNK))
         if (pruned < PRUNE_CHUNK) break
       }
     }).pipe(Effect.catchCause((cause) => Effect.logWarning("webhook dispatcher: prune failed", { cause: String(cause) })))))

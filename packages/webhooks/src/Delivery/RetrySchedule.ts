@@ -1,10 +1,12 @@
 /**
  * The delivery retry ladder (docs/contract.md#retries): attempt 1 at once, then the five waits of
- * `SVC_WEBHOOK_RETRY_SCHEDULE` before attempts 2 to 6 (default `30s,2m,10m,1h,6h`; tests use
- * e.g. `300ms,300ms,300ms,300ms,300ms` to run the whole ladder in seconds).
+ * `SVC_WEBHOOK_RETRY_SCHEDULE` (read in ../Config.ts) before attempts 2 to 6 (default
+ * `30s,2m,10m,1h,6h`; tests use e.g. `300ms,300ms,300ms,300ms,300ms` to run the whole ladder in
+ * seconds). Each wait is a duration in the platform's format (@svc/config).
  */
+import { formatDuration, parseDuration } from "@svc/config/Env"
 import { MAX_ATTEMPTS } from "@svc/domain/Webhook"
-import { Config, Effect, Result, Schema, SchemaIssue, SchemaTransformation } from "effect"
+import { Duration, Effect, Result, Schema, SchemaIssue, SchemaTransformation } from "effect"
 
 export { MAX_ATTEMPTS }
 
@@ -17,12 +19,9 @@ export const DEFAULT_RETRY_SCHEDULE: RetrySchedule = [30_000, 120_000, 600_000, 
 /** One wait above a day is surely a typo (and would overflow Node timers past ~24.8 days). */
 export const MAX_WAIT_MS = 86_400_000
 
-const UNIT_MS = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000 } as const
-const DURATION = /^(\d{1,9})(ms|s|m|h)$/
-
 /**
- * Parses `30s,2m,10m,1h,6h`: exactly five comma-separated whole numbers with a unit (ms, s, m,
- * h), each above zero and at most a day. Spaces around entries are allowed.
+ * Parses `30s,2m,10m,1h,6h`: exactly five comma-separated durations (a whole number and a unit,
+ * ms, s, m, h or d), each above zero and at most a day. Spaces around entries are allowed.
  */
 export const parseRetrySchedule = (input: string): Result.Result<RetrySchedule, string> => {
   const entries = input.split(",").map((entry) => entry.trim())
@@ -31,9 +30,9 @@ export const parseRetrySchedule = (input: string): Result.Result<RetrySchedule, 
   }
   const waits: Array<number> = []
   for (const entry of entries) {
-    const match = DURATION.exec(entry)
-    if (match === null) return Result.fail(`"${entry}" is not a duration such as 300ms, 30s, 2m or 1h`)
-    const ms = Number(match[1]) * UNIT_MS[match[2] as keyof typeof UNIT_MS]
+    const parsed = parseDuration(entry)
+    if (Result.isFailure(parsed)) return Result.fail(parsed.failure)
+    const ms = Duration.toMillis(parsed.success)
     if (ms <= 0) return Result.fail(`"${entry}" must be above zero`)
     if (ms > MAX_WAIT_MS) return Result.fail(`"${entry}" is longer than 24h`)
     waits.push(ms)
@@ -41,16 +40,8 @@ export const parseRetrySchedule = (input: string): Result.Result<RetrySchedule, 
   return Result.succeed(waits)
 }
 
-const formatWait = (ms: number) =>
-  ms % 3_600_000 === 0
-    ? `${ms / 3_600_000}h`
-    : ms % 60_000 === 0
-    ? `${ms / 60_000}m`
-    : ms % 1_000 === 0
-    ? `${ms / 1_000}s`
-    : `${ms}ms`
-
-export const formatRetrySchedule = (schedule: RetrySchedule): string => schedule.map(formatWait).join(",")
+export const formatRetrySchedule = (schedule: RetrySchedule): string =>
+  schedule.map((ms) => formatDuration(Duration.millis(ms))).join(",")
 
 /** Text ⇄ schedule; a bad value is a schema issue saying what is wrong. */
 export const RetryScheduleFromString = Schema.String.pipe(
@@ -67,12 +58,6 @@ export const RetryScheduleFromString = Schema.String.pipe(
     })
   )
 )
-
-/** `SVC_WEBHOOK_RETRY_SCHEDULE`, the default ladder when unset; a bad value is a ConfigError. */
-export const RetryScheduleConfig: Config.Config<RetrySchedule> = Config.schema(
-  RetryScheduleFromString,
-  "SVC_WEBHOOK_RETRY_SCHEDULE"
-).pipe(Config.withDefault<RetrySchedule>(DEFAULT_RETRY_SCHEDULE))
 
 /** Wait before attempt `attempt` (1-based): 0 for the first, the schedule for 2..6. */
 export const delayBeforeAttempt = (schedule: RetrySchedule, attempt: number): number =>

@@ -328,19 +328,20 @@ export const sweepLostLastAttempts = Effect.fn("DeliveryStore.sweepLostLastAttem
 
 /**
  * Deletes up to `limit` finished deliveries (succeeded or dead_letter) created and last changed
- * more than `retentionDays` ago, with their attempts, then deleted webhooks older than that which no
+ * more than `retentionMs` ago, with their attempts, then deleted webhooks older than that which no
  * delivery refers to any more. Rows another pruner holds are skipped. Returns the deliveries
  * deleted (call again while it returns `limit`).
  */
-export const pruneFinished = Effect.fn("DeliveryStore.pruneFinished")(function*(retentionDays: number, limit = 1_000) {
+export const pruneFinished = Effect.fn("DeliveryStore.pruneFinished")(function*(retentionMs: number, limit = 1_000) {
+  const retentionS = retentionMs / 1_000
   const sql = yield* SqlClient.SqlClient
   const rows = yield* sql<{ id: string }>`
     WITH doomed AS (
       -- Created before the period and finished since at least the period: a delivery still on
       -- its ladder (at most 7 h 12 min, or a manual retry) is kept.
       SELECT id FROM webhook_deliveries
-      WHERE created_at < now() - make_interval(days => ${retentionDays}::int)
-        AND status IN ('succeeded', 'dead_letter') AND updated_at < now() - make_interval(days => ${retentionDays}::int)
+      WHERE created_at < now() - make_interval(secs => ${retentionS}::float8)
+        AND status IN ('succeeded', 'dead_letter') AND updated_at < now() - make_interval(secs => ${retentionS}::float8)
       ORDER BY created_at LIMIT ${limit}::int
       FOR UPDATE SKIP LOCKED
     ), attempts AS (
@@ -350,7 +351,7 @@ export const pruneFinished = Effect.fn("DeliveryStore.pruneFinished")(function*(
     RETURNING id`
   yield* sql`
     DELETE FROM webhooks w
-    WHERE w.deleted_at < now() - make_interval(days => ${retentionDays}::int)
+    WHERE w.deleted_at < now() - make_interval(secs => ${retentionS}::float8)
       AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.webhook_id = w.id)`
   return rows.length
 })

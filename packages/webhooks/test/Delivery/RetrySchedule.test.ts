@@ -6,9 +6,9 @@ import {
   delayBeforeAttempt,
   formatRetrySchedule,
   MAX_ATTEMPTS,
-  parseRetrySchedule,
-  RetryScheduleConfig
+  parseRetrySchedule
 } from "@svc/webhooks/Delivery/RetrySchedule"
+import { RetryScheduleSetting } from "@svc/webhooks/Config"
 import { ConfigProvider, Effect, Result } from "effect"
 
 describe("parseRetrySchedule", () => {
@@ -56,8 +56,8 @@ describe("parseRetrySchedule", () => {
   })
 })
 
-describe("RetryScheduleConfig", () => {
-  const read = (env: Record<string, string>) => RetryScheduleConfig.parse(ConfigProvider.fromEnv({ env }))
+describe("SVC_WEBHOOK_RETRY_SCHEDULE", () => {
+  const read = (env: Record<string, string>) => RetryScheduleSetting.parse(ConfigProvider.fromEnv({ env }))
 
   it.effect("defaults to the spec ladder, reads the variable, and fails on a bad value", () =>
     Effect.gen(function*() {

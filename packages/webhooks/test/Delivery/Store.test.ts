@@ -10,6 +10,8 @@ import * as Store from "@svc/webhooks/Delivery/Store"
 import { Effect } from "effect"
 import { SqlClient } from "effect/sql"
 
+const THIRTY_DAYS_MS = 30 * 86_400_000
+
 describe("DeliveryStore.pruneFinished", () => {
   layer(TestDatabase.layer, { excludeTestServices: true })((it) => {
     it.effect("deletes finished deliveries past the retention period, with their attempts, in chunks", () =>
@@ -42,11 +44,11 @@ describe("DeliveryStore.pruneFinished", () => {
         const waiting = yield* delivery(live, "pending", 60)
 
         // Two at a time: the caller goes on while a chunk comes back full.
-        expect(yield* Store.pruneFinished(30, 2)).toBe(2)
-        expect(yield* Store.pruneFinished(30, 2)).toBe(2)
-        expect(yield* Store.pruneFinished(30, 2)).toBe(2)
-        expect(yield* Store.pruneFinished(30, 2)).toBe(1)
-        expect(yield* Store.pruneFinished(30, 2)).toBe(0)
+        expect(yield* Store.pruneFinished(THIRTY_DAYS_MS, 2)).toBe(2)
+        expect(yield* Store.pruneFinished(THIRTY_DAYS_MS, 2)).toBe(2)
+        expect(yield* Store.pruneFinished(THIRTY_DAYS_MS, 2)).toBe(2)
+        expect(yield* Store.pruneFinished(THIRTY_DAYS_MS, 2)).toBe(1)
+        expect(yield* Store.pruneFinished(THIRTY_DAYS_MS, 2)).toBe(0)
 
         const left = new Set((yield* sql<{ id: string }>`SELECT id FROM webhook_deliveries`).map((r) => r.id))
         expect(left).toEqual(new Set([recent, onTheLadder, waiting]))

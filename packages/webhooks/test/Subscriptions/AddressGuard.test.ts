@@ -1,15 +1,15 @@
 import { assert, describe, expect, it } from "@effect/vitest"
 import { MAX_WEBHOOK_URL_LENGTH } from "@svc/domain/Webhook"
+import { AllowedSubnets } from "@svc/webhooks/Config"
 import {
-  AllowedSubnetsConfig,
   classifyAddress,
-  parseAllowedSubnets,
   type ResolvedAddress,
   WebhookAddressGuard,
   WebhookResolveError,
   WebhookResolver,
   WebhookUrlRefused
 } from "@svc/webhooks/Subscriptions/AddressGuard"
+import { parseAllowedSubnets } from "@svc/webhooks/Subscriptions/Subnets"
 import { ConfigProvider, Effect, Exit, Layer, Result } from "effect"
 import { TestClock } from "effect/testing"
 
@@ -123,7 +123,7 @@ describe("parseAllowedSubnets", () => {
   it.effect("the Config reads SVC_WEBHOOK_ALLOWED_SUBNETS, defaults to none, and fails on a bad entry", () =>
     Effect.gen(function*() {
       const read = (env: Record<string, string>) =>
-        AllowedSubnetsConfig.parse(ConfigProvider.fromEnv({ env }))
+        AllowedSubnets.parse(ConfigProvider.fromEnv({ env }))
       expect(yield* read({})).toEqual([])
       expect(yield* read({ SVC_WEBHOOK_ALLOWED_SUBNETS: "127.0.0.0/8" })).toEqual([
         { address: "127.0.0.0", prefix: 8, family: "ipv4" }
