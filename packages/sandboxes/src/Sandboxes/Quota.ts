@@ -1,6 +1,6 @@
 /**
  * Per-org sandbox quotas (docs/contract.md#errors: 429 `quota_exceeded`, the message naming the
- * quota and its value), checked when a sandbox is created and when one is started:
+ * quota and its value; read in ../Config.ts), checked when a sandbox is created and when one is started:
  * - `SVC_ORG_MAX_SANDBOXES` [100]: sandboxes that exist (every state but `deleting` and
  *   `deleted`; stopped and failed ones keep their disk);
  * - `SVC_ORG_MAX_RUNNING_SANDBOXES` [20]: sandboxes that hold or are about to hold CPU and memory
@@ -12,23 +12,13 @@
  * exactly one: the next counts after the first committed.
  */
 import * as Errors from "@svc/domain/Errors"
-import { Config, Effect, Schema } from "effect"
+import { Effect } from "effect"
 import { SqlClient } from "effect/sql"
 
 export interface Quotas {
   readonly maxSandboxes: number
   readonly maxRunning: number
 }
-
-const count = (name: string, fallback: number) =>
-  Config.schema(Schema.FiniteFromString.check(Schema.isInt(), Schema.isGreaterThanOrEqualTo(0)), name).pipe(
-    Config.withDefault(fallback)
-  )
-
-export const QuotasConfig: Config.Config<Quotas> = Config.all({
-  maxSandboxes: count("SVC_ORG_MAX_SANDBOXES", 100),
-  maxRunning: count("SVC_ORG_MAX_RUNNING_SANDBOXES", 20)
-})
 
 /** The states that count against `SVC_ORG_MAX_RUNNING_SANDBOXES`. */
 export const RUNNING_STATES = ["pending", "starting", "running", "stopping"] as const

@@ -3,7 +3,7 @@
  * - sends `HostDown` to each sandbox (not yet `error` or `deleted`) whose host's record is
  *   older than `HOST_DOWN_AFTER_MS` or gone;
  * - sends `Timeout` to each sandbox waiting in `pending`, `starting`, `stopping` or `deleting`
- *   for longer than the transition timeout (`SVC_SANDBOX_TRANSITION_TIMEOUT_S`, default 120);
+ *   for longer than the transition timeout (`SVC_SANDBOX_TRANSITION_TIMEOUT`, default 2m);
  * - sends `Expire` to each running sandbox past its `timeout_s`.
  *
  * Each message carries what was seen (the host's last heartbeat, the state and since when),
@@ -12,24 +12,23 @@
  */
 import * as Actors from "@svc/actors/Actors"
 import { Nats } from "@svc/bus/Nats"
-import { Clock, Config, Context, Duration, Effect, Layer, Schedule } from "effect"
+import { Clock, Context, Duration, Effect, Layer, Schedule } from "effect"
 import { SqlClient } from "effect/sql"
+import { SupervisorInterval, TransitionTimeout } from "../Config.ts"
 import { Hosts, isLive } from "../Hosts.ts"
 import { HOST_DOWN_AFTER_MS } from "@svc/host-protocol/Protocol"
 import { SandboxActor } from "../SandboxActor.ts"
 import type { SandboxMessage } from "./Model.ts"
 
 export interface SupervisorOptions {
-  /** Time between two sweeps (default 1 s). */
+  /** Time between two sweeps (default: `SVC_SUPERVISOR_INTERVAL`, 1 s). */
   readonly intervalMs?: number
-  /** How long a sandbox may wait in a transitional state (default: the config, 120 s). */
+  /** How long a sandbox may wait in a transitional state (default: `SVC_SANDBOX_TRANSITION_TIMEOUT`, 2 min). */
   readonly transitionTimeoutMs?: number
   readonly hostDownAfterMs?: number
   /** Rows handled per sweep and kind (default 500). */
   readonly batch?: number
 }
-
-export const TransitionTimeoutS = Config.Int("SVC_SANDBOX_TRANSITION_TIMEOUT_S").pipe(Config.withDefault(120))
 
 export class SandboxSupervisor extends Context.Service<SandboxSupervisor, {
   /** One sweep now (what the loop runs); the number of messages sent. */
@@ -39,7 +38,8 @@ export class SandboxSupervisor extends Context.Service<SandboxSupervisor, {
     const sql = yield* SqlClient.SqlClient
     const hosts = yield* Hosts
     const nats = yield* Nats
-    const timeoutMs = options.transitionTimeoutMs ?? (yield* TransitionTimeoutS) * 1000
+    const intervalMs = options.intervalMs ?? Duration.toMillis(yield* SupervisorInterval)
+    const timeoutMs = options.transitionTimeoutMs ?? Duration.toMillis(yield* TransitionTimeout)
     const downAfterMs = options.hostDownAfterMs ?? HOST_DOWN_AFTER_MS
     const batch = options.batch ?? 500
 
@@ -114,7 +114,7 @@ export class SandboxSupervisor extends Context.Service<SandboxSupervisor, {
       return sent
     }).pipe(Effect.provideService(Nats, nats))
 
-    yield* Effect.forkScoped(Effect.repeat(sweep, Schedule.spaced(Duration.millis(options.intervalMs ?? 1_000))))
+    yield* Effect.forkScoped(Effect.repeat(sweep, Schedule.spaced(Duration.millis(intervalMs))))
     return SandboxSupervisor.of({ sweep })
   })
 
