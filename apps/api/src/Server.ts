@@ -4,12 +4,13 @@
  */
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
 import { Api } from "@svc/domain/Api"
-import { Config, Duration, Effect, Layer } from "effect"
+import { Duration, Effect, Layer } from "effect"
 import { HttpRouter } from "effect/http"
 import { HttpApiBuilder, HttpApiScalar } from "effect/http-api"
 import { randomBytes } from "node:crypto"
 import { createServer, STATUS_CODES } from "node:http"
 import type { Duplex } from "node:stream"
+import { ApiHost, ApiPort } from "./Config.ts"
 import { HealthMonitor } from "./Health.ts"
 import { IdentityHandlers } from "./Http/Auth.ts"
 import { AuthorizationLayer } from "./Http/Authorization.ts"
@@ -17,9 +18,6 @@ import { ApiMiddleware, errorForStatus } from "./Http/Middleware.ts"
 import { SandboxesHandlers } from "./Http/Sandboxes.ts"
 import { SystemHandlers } from "./Http/System.ts"
 import { WebhooksHandlers } from "./Http/Webhooks.ts"
-
-export const ApiPort = Config.Port("SVC_PORT").pipe(Config.withDefault(8080))
-export const ApiHost = Config.String("SVC_HOST").pipe(Config.withDefault("127.0.0.1"))
 
 export const Handlers = Layer.mergeAll(SystemHandlers, IdentityHandlers, SandboxesHandlers, WebhooksHandlers).pipe(
   Layer.provide(HealthMonitor.layer),

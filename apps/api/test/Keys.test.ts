@@ -57,7 +57,7 @@ const EnvLayer = Layer.effect(
         Layer.provide(extra),
         Layer.provide(captureLogs),
         Layer.provide(settings({
-          SVC_KEY_LAST_USED_INTERVAL: "100 millis",
+          SVC_KEY_LAST_USED_INTERVAL: "100ms",
           SVC_RATE_LIMIT_PER_SECOND: "100000",
           SVC_RATE_LIMIT_BURST: "100000",
           // Revoked, expired and malformed keys by the dozen from 127.0.0.1: the per-address

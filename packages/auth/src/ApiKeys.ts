@@ -27,7 +27,7 @@ import { SqlClient, type SqlError } from "effect/sql"
 import { Audit, type AuditContext } from "./Audit.ts"
 import { CredentialCache } from "./Auth/CredentialCache.ts"
 import { LastUsed } from "./Auth/LastUsed.ts"
-import { AuthConfig } from "./AuthConfig.ts"
+import { AuthConfig } from "./Config.ts"
 
 export interface MintInput {
   readonly orgId: OrgId

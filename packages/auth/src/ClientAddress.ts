@@ -11,7 +11,6 @@
  * - Rate limits count IPv6 clients per /64 (one host usually holds a whole /64, so counting per
  *   address would give it 2^64 buckets); IPv4-mapped IPv6 (`::ffff:1.2.3.4`) is the IPv4 address.
  */
-import { Config, Schema } from "effect"
 import { BlockList, isIP, isIPv4 } from "node:net"
 
 export interface TrustedProxies {
@@ -56,21 +55,6 @@ export const parseTrustedProxies = (
   }
   return { ok: true, entries }
 }
-
-/** `SVC_TRUSTED_PROXIES` [empty]: comma-separated addresses or CIDRs; a bad entry fails start-up. */
-export const TrustedProxiesConfig: Config.Config<ReadonlyArray<string>> = Config.schema(
-  Schema.String.check(Schema.makeFilter((text: string) => {
-    const parsed = parseTrustedProxies(text)
-    return parsed.ok || parsed.message
-  }, { expected: "comma-separated addresses or CIDRs" })),
-  "SVC_TRUSTED_PROXIES"
-).pipe(
-  Config.withDefault(""),
-  Config.map((text) => {
-    const parsed = parseTrustedProxies(text)
-    return parsed.ok ? parsed.entries : []
-  })
-)
 
 /** The lookup for entries `parseTrustedProxies` accepted. */
 export const trustedProxies = (entries: ReadonlyArray<string>): TrustedProxies => {

@@ -1,11 +1,11 @@
 /**
- * Settings of identity and access, from the environment (defaults in brackets):
- * - `SVC_SESSION_TTL` [7 days]: absolute lifetime of a dashboard session.
- * - `SVC_KEY_CACHE_TTL` [30 seconds]: how long a process trusts a verified key without asking
+ * Settings of identity and access (defaults in brackets; durations as `30s`, see @svc/config):
+ * - `SVC_SESSION_TTL` [7d]: absolute lifetime of a dashboard session.
+ * - `SVC_KEY_CACHE_TTL` [30s]: how long a process trusts a verified key without asking
  *   Postgres again. Revocations are broadcast, so this only bounds what a lost broadcast costs.
- * - `SVC_KEY_LAST_USED_INTERVAL` [5 seconds]: `lastUsedAt` is written in batches this often,
+ * - `SVC_KEY_LAST_USED_INTERVAL` [5s]: `lastUsedAt` is written in batches this often,
  *   off the request path, so at most once per key per interval.
- * - `SVC_REVOCATION_ACK_TIMEOUT` [500 millis]: how long a DELETE waits for the other API
+ * - `SVC_REVOCATION_ACK_TIMEOUT` [500ms]: how long a DELETE waits for the other API
  *   processes to confirm they dropped the key before it tells them to distrust their caches.
  * - `SVC_RATE_LIMIT_PER_SECOND` [50] and `SVC_RATE_LIMIT_BURST` [100]: the token bucket of each
  *   credential, per API process.
@@ -15,10 +15,14 @@
  *   bucket of failed credentials (unknown, malformed, expired or revoked keys, unknown or ended
  *   sessions) per client address, per API process. An address with none left is answered 429
  *   before its next credential is looked up.
- * - `SVC_COOKIE_SECURE` [auto]: `auto` marks the session cookie Secure unless the server
- *   listens on loopback (`SVC_HOST`); `true` or `false` force it.
+ * - `SVC_COOKIE_SECURE` [auto]: `auto` marks the session cookie Secure unless the API listens
+ *   on loopback (its listen address is the api role's `SVC_HOST`); `true` or `false` force it.
+ * - `SVC_TRUSTED_PROXIES` [empty]: comma-separated addresses or CIDRs of the reverse proxies in
+ *   front of the API (ClientAddress.ts); a bad entry fails start-up.
  */
+import * as Env from "@svc/config/Env"
 import { Config, Context, Duration, Effect, Layer, Schema } from "effect"
+import { parseTrustedProxies } from "./ClientAddress.ts"
 
 export interface AuthSettings {
   readonly sessionTtl: Duration.Duration
@@ -34,8 +38,6 @@ export interface AuthSettings {
   readonly failedAuthRatePerMinute: number
   readonly failedAuthRateBurst: number
   readonly cookieSecure: "auto" | boolean
-  /** The address the API listens on (for `cookieSecure: "auto"`). */
-  readonly listenHost: string
 }
 
 export const defaults: AuthSettings = {
@@ -49,35 +51,79 @@ export const defaults: AuthSettings = {
   signInRateBurst: 20,
   failedAuthRatePerMinute: 30,
   failedAuthRateBurst: 20,
-  cookieSecure: "auto",
-  listenHost: "127.0.0.1"
+  cookieSecure: "auto"
 }
 
-const positive = (name: string, fallback: number) =>
-  Config.schema(Schema.FiniteFromString.check(Schema.isGreaterThan(0)), name).pipe(Config.withDefault(fallback))
+const positive = (name: string, fallback: number) => Env.number(name, fallback, { above: 0 })
 
-export const fromEnv: Config.Config<AuthSettings> = Config.all({
-  sessionTtl: Config.Duration("SVC_SESSION_TTL").pipe(Config.withDefault(defaults.sessionTtl)),
-  keyCacheTtl: Config.Duration("SVC_KEY_CACHE_TTL").pipe(Config.withDefault(defaults.keyCacheTtl)),
-  lastUsedInterval: Config.Duration("SVC_KEY_LAST_USED_INTERVAL").pipe(Config.withDefault(defaults.lastUsedInterval)),
-  revocationAckTimeout: Config.Duration("SVC_REVOCATION_ACK_TIMEOUT").pipe(
-    Config.withDefault(defaults.revocationAckTimeout)
-  ),
-  rateLimitPerSecond: positive("SVC_RATE_LIMIT_PER_SECOND", defaults.rateLimitPerSecond),
-  rateLimitBurst: positive("SVC_RATE_LIMIT_BURST", defaults.rateLimitBurst),
-  signInRatePerMinute: positive("SVC_SIGN_IN_RATE_PER_MINUTE", defaults.signInRatePerMinute),
-  signInRateBurst: positive("SVC_SIGN_IN_RATE_BURST", defaults.signInRateBurst),
-  failedAuthRatePerMinute: positive("SVC_FAILED_AUTH_RATE_PER_MINUTE", defaults.failedAuthRatePerMinute),
-  failedAuthRateBurst: positive("SVC_FAILED_AUTH_RATE_BURST", defaults.failedAuthRateBurst),
-  cookieSecure: Config.Literals(["auto", "true", "false"], "SVC_COOKIE_SECURE").pipe(
+export const SessionTtl = Env.duration("SVC_SESSION_TTL", defaults.sessionTtl)
+export const KeyCacheTtl = Env.duration("SVC_KEY_CACHE_TTL", defaults.keyCacheTtl)
+export const LastUsedInterval = Env.duration("SVC_KEY_LAST_USED_INTERVAL", defaults.lastUsedInterval)
+export const RevocationAckTimeout = Env.duration("SVC_REVOCATION_ACK_TIMEOUT", defaults.revocationAckTimeout)
+export const RateLimitPerSecond = positive("SVC_RATE_LIMIT_PER_SECOND", defaults.rateLimitPerSecond)
+export const RateLimitBurst = positive("SVC_RATE_LIMIT_BURST", defaults.rateLimitBurst)
+export const SignInRatePerMinute = positive("SVC_SIGN_IN_RATE_PER_MINUTE", defaults.signInRatePerMinute)
+export const SignInRateBurst = positive("SVC_SIGN_IN_RATE_BURST", defaults.signInRateBurst)
+export const FailedAuthRatePerMinute = positive("SVC_FAILED_AUTH_RATE_PER_MINUTE", defaults.failedAuthRatePerMinute)
+export const FailedAuthRateBurst = positive("SVC_FAILED_AUTH_RATE_BURST", defaults.failedAuthRateBurst)
+export const CookieSecure = Env.describe(
+  Config.Literals(["auto", "true", "false"], "SVC_COOKIE_SECURE").pipe(
     Config.withDefault("auto" as const),
     Config.map((s) => (s === "auto" ? "auto" as const : s === "true"))
   ),
-  listenHost: Config.String("SVC_HOST").pipe(Config.withDefault(defaults.listenHost))
+  { name: "SVC_COOKIE_SECURE", default: "`auto`", format: "`auto`, `true` or `false`" }
+)
+
+/** `SVC_TRUSTED_PROXIES`: comma-separated addresses or CIDRs; a bad entry fails start-up. */
+export const TrustedProxies: Env.Setting<ReadonlyArray<string>> = Env.describe(
+  Config.schema(
+    Schema.String.check(Schema.makeFilter((text: string) => {
+      const parsed = parseTrustedProxies(text)
+      return parsed.ok || parsed.message
+    }, { expected: "comma-separated addresses or CIDRs" })),
+    "SVC_TRUSTED_PROXIES"
+  ).pipe(
+    Config.withDefault(""),
+    Config.map((text) => {
+      const parsed = parseTrustedProxies(text)
+      return parsed.ok ? parsed.entries : []
+    })
+  ),
+  { name: "SVC_TRUSTED_PROXIES", default: "empty", format: "addresses or CIDRs" }
+)
+
+export const settings: Config.Config<AuthSettings> = Config.all({
+  sessionTtl: SessionTtl,
+  keyCacheTtl: KeyCacheTtl,
+  lastUsedInterval: LastUsedInterval,
+  revocationAckTimeout: RevocationAckTimeout,
+  rateLimitPerSecond: RateLimitPerSecond,
+  rateLimitBurst: RateLimitBurst,
+  signInRatePerMinute: SignInRatePerMinute,
+  signInRateBurst: SignInRateBurst,
+  failedAuthRatePerMinute: FailedAuthRatePerMinute,
+  failedAuthRateBurst: FailedAuthRateBurst,
+  cookieSecure: CookieSecure
 })
 
+/** What the API reads (`settings` and the proxies its middleware trusts). */
+export const variables = Env.variablesOf(
+  SessionTtl,
+  KeyCacheTtl,
+  LastUsedInterval,
+  RevocationAckTimeout,
+  RateLimitPerSecond,
+  RateLimitBurst,
+  SignInRatePerMinute,
+  SignInRateBurst,
+  FailedAuthRatePerMinute,
+  FailedAuthRateBurst,
+  CookieSecure,
+  TrustedProxies
+)
+
 export class AuthConfig extends Context.Service<AuthConfig, AuthSettings>()("@svc/auth/AuthConfig") {
-  static readonly layer = Layer.effect(AuthConfig, Effect.map(fromEnv, AuthConfig.of))
+  static readonly layer = Layer.effect(AuthConfig, Effect.map(settings, AuthConfig.of))
   /** Defaults with some settings replaced (tests, benches). */
   static readonly layerWith = (overrides: Partial<AuthSettings>) =>
     Layer.succeed(AuthConfig, AuthConfig.of({ ...defaults, ...overrides }))
@@ -89,6 +135,6 @@ export const isLoopbackHost = (host: string): boolean => {
   return h === "localhost" || h === "::1" || /^127(\.\d{1,3}){3}$/.test(h) || h === "::ffff:127.0.0.1"
 }
 
-export const cookieSecure = (settings: AuthSettings): boolean =>
-  settings.cookieSecure === "auto" ? !isLoopbackHost(settings.listenHost) : settings.cookieSecure
-
+/** Whether the session cookie is Secure for an API listening on `listenHost`. */
+export const cookieSecure = (settings: AuthSettings, listenHost: string): boolean =>
+  settings.cookieSecure === "auto" ? !isLoopbackHost(listenHost) : settings.cookieSecure

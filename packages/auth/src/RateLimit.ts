@@ -14,7 +14,7 @@
  * A refusal is 429 `rate_limited` with `Retry-After`.
  */
 import { Clock, Context, Effect, Layer, Schedule } from "effect"
-import { AuthConfig } from "./AuthConfig.ts"
+import { AuthConfig } from "./Config.ts"
 
 export interface Bucket {
   readonly tokens: number

@@ -14,7 +14,7 @@ import { Clock, Context, DateTime, Duration, Effect, Layer } from "effect"
 import { SqlClient, type SqlError } from "effect/sql"
 import { createHash, randomBytes } from "node:crypto"
 import { Audit, type AuditContext } from "./Audit.ts"
-import { AuthConfig } from "./AuthConfig.ts"
+import { AuthConfig } from "./Config.ts"
 
 /** 32 random bytes, base64url: 43 characters. */
 const TOKEN = /^[A-Za-z0-9_-]{43}$/

@@ -10,7 +10,7 @@ import { randomBytes, scryptSync } from "node:crypto"
 import * as Passwords from "../src/Auth/Passwords.ts"
 import * as AuthLayer from "../src/AuthLayer.ts"
 import { ensureDevOrg } from "../src/DevOrg.ts"
-import { cookieSecure, defaults, isLoopbackHost } from "../src/AuthConfig.ts"
+import { cookieSecure, defaults, isLoopbackHost } from "../src/Config.ts"
 import { take } from "../src/RateLimit.ts"
 
 describe("token bucket", () => {
@@ -93,10 +93,10 @@ describe("cookie security", () => {
   it("Secure unless the server listens on loopback, unless forced", () => {
     for (const host of ["127.0.0.1", "localhost", "::1", "[::1]", "127.1.2.3"]) expect(isLoopbackHost(host)).toBe(true)
     for (const host of ["0.0.0.0", "10.0.0.1", "api.example.com", "::"]) expect(isLoopbackHost(host)).toBe(false)
-    expect(cookieSecure({ ...defaults, listenHost: "127.0.0.1" })).toBe(false)
-    expect(cookieSecure({ ...defaults, listenHost: "0.0.0.0" })).toBe(true)
-    expect(cookieSecure({ ...defaults, listenHost: "127.0.0.1", cookieSecure: true })).toBe(true)
-    expect(cookieSecure({ ...defaults, listenHost: "0.0.0.0", cookieSecure: false })).toBe(false)
+    expect(cookieSecure(defaults, "127.0.0.1")).toBe(false)
+    expect(cookieSecure(defaults, "0.0.0.0")).toBe(true)
+    expect(cookieSecure({ ...defaults, cookieSecure: true }, "127.0.0.1")).toBe(true)
+    expect(cookieSecure({ ...defaults, cookieSecure: false }, "0.0.0.0")).toBe(false)
   })
 })
 

@@ -13,7 +13,7 @@
  *
  * An empty variable is an unset one (Effect's `ConfigProvider.fromEnv`).
  */
-import { Config, Duration, Effect, Result, Schema, SchemaIssue, SchemaTransformation } from "effect"
+import { Config, Duration, Effect, Result, Schema, type SchemaAST, SchemaIssue, SchemaTransformation } from "effect"
 
 /** One environment variable as the README's configuration table lists it. */
 export interface Variable {
@@ -107,19 +107,19 @@ export const duration = (name: string, defaultValue: Duration.Duration, range: D
 // Numbers, flags, text
 // ---------------------------------------------------------------------------------------------
 
-export interface NumberRange {
-  readonly min: number
-  readonly max?: number
-}
+/** `min` and `max` are inclusive; `above` is an exclusive minimum (a rate above zero). */
+export type NumberRange =
+  | { readonly min: number; readonly max?: number }
+  | { readonly above: number; readonly max?: number }
 
-const between = (range: NumberRange) =>
-  range.max === undefined
-    ? Schema.isGreaterThanOrEqualTo(range.min)
-    : Schema.isBetween({ minimum: range.min, maximum: range.max })
+const between = (range: NumberRange): readonly [SchemaAST.Check<number>, ...Array<SchemaAST.Check<number>>] => {
+  const lower = "above" in range ? Schema.isGreaterThan(range.above) : Schema.isGreaterThanOrEqualTo(range.min)
+  return range.max === undefined ? [lower] : [lower, Schema.isLessThanOrEqualTo(range.max)]
+}
 
 /** A whole number within `range`. */
 export const integer = (name: string, defaultValue: number, range: NumberRange): Setting<number> =>
-  describe(Config.schema(Schema.Int.check(between(range)), name).pipe(Config.withDefault(defaultValue)), {
+  describe(Config.schema(Schema.Int.check(...between(range)), name).pipe(Config.withDefault(defaultValue)), {
     name,
     default: code(defaultValue),
     format: "integer"
@@ -127,7 +127,7 @@ export const integer = (name: string, defaultValue: number, range: NumberRange):
 
 /** A number (fractions allowed) within `range`. */
 export const number = (name: string, defaultValue: number, range: NumberRange): Setting<number> =>
-  describe(Config.schema(Schema.Finite.check(between(range)), name).pipe(Config.withDefault(defaultValue)), {
+  describe(Config.schema(Schema.Finite.check(...between(range)), name).pipe(Config.withDefault(defaultValue)), {
     name,
     default: code(defaultValue),
     format: "number"

@@ -4,7 +4,7 @@
  * per account too (`@svc/auth/Auth/SignInThrottle`).
  */
 import { ApiKeys } from "@svc/auth/ApiKeys"
-import { AuthConfig, cookieSecure } from "@svc/auth/AuthConfig"
+import { AuthConfig, cookieSecure } from "@svc/auth/Config"
 import { rateKey } from "@svc/auth/ClientAddress"
 import { RateLimiter } from "@svc/auth/RateLimit"
 import { Sessions } from "@svc/auth/Sessions"
@@ -15,6 +15,7 @@ import * as Errors from "@svc/domain/Errors"
 import { Clock, DateTime, Effect, Layer, Option } from "effect"
 import { HttpEffect, type HttpServerRequest, HttpServerResponse } from "effect/http"
 import { HttpApiBuilder } from "effect/http-api"
+import { ApiHost } from "../Config.ts"
 import { AuditHandlers } from "./Audit.ts"
 import { auditContext, orUnavailable } from "./Authorization.ts"
 import { OrgHandlers } from "./Org.ts"
@@ -33,7 +34,7 @@ export const AuthHandlers = HttpApiBuilder.group(
     const sessions = yield* Sessions
     const config = yield* AuthConfig
     const limiter = yield* RateLimiter
-    const secure = cookieSecure(config)
+    const secure = cookieSecure(config, yield* ApiHost)
 
     /** Sign-in and sign-up each cost a password hash: a bucket per client address (`SVC_SIGN_IN_RATE_*`). */
     const perAddress = (request: HttpServerRequest.HttpServerRequest) =>

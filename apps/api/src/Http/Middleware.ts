@@ -15,7 +15,8 @@
  *   body for its status, and a 429 carries `Retry-After` from its `retry_after_s`;
  * - the 1 MiB body limit (routes that take uploads raise it for themselves).
  */
-import { clientAddress, NO_PROXIES, trustedProxies, TrustedProxiesConfig } from "@svc/auth/ClientAddress"
+import { clientAddress, NO_PROXIES, trustedProxies } from "@svc/auth/ClientAddress"
+import { TrustedProxies } from "@svc/auth/Config"
 import * as Errors from "@svc/domain/Errors"
 import { ByteSize, Cause, Effect, Option, Schema, type Types } from "effect"
 import { HttpIncomingMessage, HttpRouter, HttpServerError, HttpServerRequest, HttpServerResponse } from "effect/http"
@@ -142,7 +143,7 @@ const TOKEN_IN_QUERY = new Errors.TokenInQueryNotAllowed()
 
 export const ApiMiddleware = HttpRouter.middleware<{ handles: unknown }>()(
   Effect.gen(function*() {
-    const proxies = yield* Effect.map(Effect.orDie(TrustedProxiesConfig), (entries) =>
+    const proxies = yield* Effect.map(Effect.orDie(TrustedProxies), (entries) =>
       entries.length === 0 ? NO_PROXIES : trustedProxies(entries))
     // Every failure is rendered here; the declared `unhandled` error only satisfies the router's
     // check that a global middleware passes on what it does not handle.

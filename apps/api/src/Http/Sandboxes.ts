@@ -16,17 +16,12 @@ import * as Errors from "@svc/domain/Errors"
 import type { OrgId } from "@svc/domain/Ids"
 import { Hosts } from "@svc/sandboxes/Hosts"
 import { Sandboxes, toRecord } from "@svc/sandboxes/Sandboxes"
-import { Config, Duration, Effect, Layer, Schema, Semaphore } from "effect"
+import { Duration, Effect, Layer, Semaphore } from "effect"
 import { HttpServerResponse } from "effect/http"
 import { HttpApiBuilder } from "effect/http-api"
+import { ApiMaxTransfers } from "../Config.ts"
 import { orUnavailable } from "./Authorization.ts"
 import { WorkersHandlers } from "./Workers.ts"
-
-/** `SVC_API_MAX_TRANSFERS`: file uploads and downloads one API process streams at once. */
-export const ApiMaxTransfers = Config.schema(
-  Schema.NumberFromString.check(Schema.isInt(), Schema.isGreaterThanOrEqualTo(1)),
-  "SVC_API_MAX_TRANSFERS"
-).pipe(Config.withDefault(64))
 
 /** How long a transfer beyond the bound waits for a slot. */
 export const TRANSFER_WAIT = Duration.seconds(30)

@@ -17,7 +17,7 @@ import { Nats } from "@svc/bus/Nats"
 import type { Principal } from "@svc/domain/Api/Auth"
 import { Clock, Context, Duration, Effect, Layer, Option, Schedule, Schema } from "effect"
 import { randomBytes } from "node:crypto"
-import { AuthConfig } from "../AuthConfig.ts"
+import { AuthConfig } from "../Config.ts"
 
 export interface CachedKey {
   readonly principal: Principal

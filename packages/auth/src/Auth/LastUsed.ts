@@ -6,7 +6,7 @@
  */
 import { Context, Duration, Effect, Layer, Schedule } from "effect"
 import { SqlClient } from "effect/sql"
-import { AuthConfig } from "../AuthConfig.ts"
+import { AuthConfig } from "../Config.ts"
 
 export class LastUsed extends Context.Service<LastUsed, {
   /** Notes a use of the key now; synchronous and allocation-light (the hot path). */

@@ -1,0 +1,34 @@
+/**
+ * The api role's settings: where it listens and how many file transfers one process streams at
+ * once. `variables` lists every variable the role reads, its own and its packages'.
+ */
+import * as Auth from "@svc/auth/Config"
+import * as Bus from "@svc/bus/Config"
+import * as Env from "@svc/config/Env"
+import * as Crypto from "@svc/crypto/Config"
+import * as Db from "@svc/db/Config"
+import * as Sandboxes from "@svc/sandboxes/Config"
+import * as Webhooks from "@svc/webhooks/Config"
+import { Config } from "effect"
+
+export const ApiPort = Env.describe(Config.Port("SVC_PORT").pipe(Config.withDefault(8080)), {
+  name: "SVC_PORT",
+  default: "`8080`",
+  format: "port"
+})
+
+/** The listen address; also what `SVC_COOKIE_SECURE=auto` looks at (loopback: not Secure). */
+export const ApiHost = Env.text("SVC_HOST", "127.0.0.1")
+
+/** File uploads and downloads one API process streams at once. */
+export const ApiMaxTransfers = Env.integer("SVC_API_MAX_TRANSFERS", 64, { min: 1 })
+
+export const variables: ReadonlyArray<Env.Variable> = [
+  ...Bus.variables,
+  ...Db.variables,
+  ...Crypto.variables,
+  ...Env.variablesOf(ApiPort, ApiHost, ApiMaxTransfers),
+  ...Auth.variables,
+  ...Sandboxes.quotaVariables,
+  Webhooks.AllowedSubnets.variable
+]
