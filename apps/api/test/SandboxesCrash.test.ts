@@ -42,8 +42,8 @@ const EnvLayer = Layer.effect(
         NATS_URL: nats.url,
         SVC_NATS_PREFIX: nats.prefix,
         // A killed process's message is back within 1.5 s.
-        SVC_ACTOR_ACK_WAIT_MS: "1500",
-        SVC_SUPERVISOR_INTERVAL_MS: "500"
+        SVC_ACTOR_ACK_WAIT: "1500ms",
+        SVC_SUPERVISOR_INTERVAL: "500ms"
       },
       ready: (stdout) => (stdout.includes("runtime ready") ? true : undefined)
     }).pipe(Effect.map((role) => role.process), Effect.provideService(Scope.Scope, scope))

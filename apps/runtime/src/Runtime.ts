@@ -14,7 +14,8 @@ import { ensureAgentStream, Hosts } from "@svc/sandboxes/Hosts"
 import { SandboxActor } from "@svc/sandboxes/SandboxActor"
 import { SandboxSupervisor, type SupervisorOptions } from "@svc/sandboxes/Sandboxes/Supervisor"
 import { type HeartbeatOptions, WorkerHeartbeat } from "@svc/bus/Workers"
-import { Config, Effect, Layer, Option } from "effect"
+import { Effect, Layer } from "effect"
+import { ActorAckWait } from "./Config.ts"
 
 export interface RuntimeOptions {
   readonly actors?: ActorOptions
@@ -42,15 +43,7 @@ export const make = (options: RuntimeOptions = {}) =>
   )
 
 /**
- * The runtime role configured from the environment: `SVC_ACTOR_ACK_WAIT_MS` (how soon a dead
- * process's message comes back, default 30000), `SVC_SUPERVISOR_INTERVAL_MS` (default 1000);
- * the supervisor also reads `SVC_SANDBOX_TRANSITION_TIMEOUT_S`.
+ * The runtime role configured from the environment (`Config.ts`): `SVC_ACTOR_ACK_WAIT`; the
+ * supervisor reads `SVC_SUPERVISOR_INTERVAL` and `SVC_SANDBOX_TRANSITION_TIMEOUT` itself.
  */
-export const layer = Layer.unwrap(Effect.gen(function*() {
-  const ackWaitMs = Option.getOrUndefined(yield* Config.option(Config.Int("SVC_ACTOR_ACK_WAIT_MS")))
-  const intervalMs = Option.getOrUndefined(yield* Config.option(Config.Int("SVC_SUPERVISOR_INTERVAL_MS")))
-  return make({
-    ...(ackWaitMs !== undefined ? { actors: { ackWait: ackWaitMs } } : {}),
-    ...(intervalMs !== undefined ? { supervisor: { intervalMs } } : {})
-  })
-}))
+export const layer = Layer.unwrap(Effect.map(ActorAckWait, (ackWait) => make({ actors: { ackWait } })))

@@ -15,8 +15,11 @@ import { type Actor, type ActorEffect, type AnyActor, consumerName, ENTITY_ID, p
 import { InvalidActorMessage } from "./Errors.ts"
 import { storeOf } from "./Store.ts"
 
+/** How long a message may stay un-acked before it is redelivered, unless the runtime is told otherwise. */
+export const DEFAULT_ACK_WAIT = Duration.seconds(30)
+
 export interface MailboxOptions {
-  /** How long a message may stay un-acked before it is redelivered (default 30 s). */
+  /** How long a message may stay un-acked before it is redelivered (default `DEFAULT_ACK_WAIT`). */
   readonly ackWait?: Duration.Input
   /** How long unprocessed messages are kept (default 30 days). */
   readonly maxAge?: Duration.Input
@@ -36,7 +39,7 @@ export const ensure = Effect.fn("Actors.ensure")(function*(actor: AnyActor, opti
     maxAgeMs: millis(options.maxAge ?? Duration.days(30)),
     duplicateWindowMs: millis(options.duplicateWindow ?? Duration.minutes(10))
   })
-  const ackWaitNanos = millis(options.ackWait ?? Duration.seconds(30)) * 1_000_000
+  const ackWaitNanos = millis(options.ackWait ?? DEFAULT_ACK_WAIT) * 1_000_000
   for (let p = 0; p < actor.partitions; p++) {
     yield* ensureConsumer(stream, {
       durable_name: consumerName(actor, p),

@@ -21,7 +21,7 @@ import * as Outbox from "@svc/events/Outbox"
 import { Clock, Context, Duration, Effect, Layer, Option, Schedule, Schema } from "effect"
 import { SqlClient, type SqlError } from "effect/sql"
 import { type ActorEffect, type AnyActor, consumerName, ENTITY_ID, partitionOf, streamName } from "./Actor.ts"
-import { ensure, type MailboxOptions, toOutbox } from "./Actors.ts"
+import { DEFAULT_ACK_WAIT, ensure, type MailboxOptions, toOutbox } from "./Actors.ts"
 import type { CorruptState } from "./Errors.ts"
 import { storeOf } from "./Store.ts"
 
@@ -84,7 +84,7 @@ export class ActorRuntime extends Context.Service<ActorRuntime, {
     const sql = yield* SqlClient.SqlClient
     const hooks = options.hooks ?? {}
     const retryDelayMs = Duration.toMillis(Duration.fromInputUnsafe(options.retryDelay ?? Duration.seconds(1)))
-    const ackWaitMs = Duration.toMillis(Duration.fromInputUnsafe(options.ackWait ?? Duration.seconds(30)))
+    const ackWaitMs = Duration.toMillis(Duration.fromInputUnsafe(options.ackWait ?? DEFAULT_ACK_WAIT))
     const maxStale = options.maxStaleRetries ?? 10
     const stats = { applied: 0, duplicate: 0, terminated: 0, retry: 0 }
 

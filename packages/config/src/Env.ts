@@ -66,6 +66,14 @@ export interface DurationRange {
   readonly max?: Duration.Duration
 }
 
+export interface DurationOptions extends DurationRange {
+  /**
+   * The variable's name before it took the duration format (`SVC_X_MS`): still set, it fails
+   * start-up with a message naming the new one, rather than being ignored without a word.
+   */
+  readonly formerly?: string
+}
+
 /** `parseDuration` within a range; the message says what is wrong. */
 export const parseDurationIn = (input: string, range: DurationRange = {}): Result.Result<Duration.Duration, string> =>
   Result.flatMap(parseDuration(input), (duration) => {
@@ -96,12 +104,27 @@ export const DurationFromText = (name: string, range: DurationRange = {}) =>
   )
 
 /** A duration variable (`30s`) with its default. */
-export const duration = (name: string, defaultValue: Duration.Duration, range: DurationRange = {}): Setting<Duration.Duration> =>
-  describe(Config.schema(DurationFromText(name, range), name).pipe(Config.withDefault(defaultValue)), {
-    name,
-    default: code(formatDuration(defaultValue)),
-    format: "duration"
-  })
+export const duration = (name: string, defaultValue: Duration.Duration, options: DurationOptions = {}): Setting<Duration.Duration> => {
+  const value = Config.schema(DurationFromText(name, options), name).pipe(Config.withDefault(defaultValue))
+  const config = options.formerly === undefined ? value : Config.all([renamed(options.formerly, name, "a duration such as 30s"), value]).pipe(
+    Config.map(([, duration]) => duration)
+  )
+  return describe(config, { name, default: code(formatDuration(defaultValue)), format: "duration" })
+}
+
+/** Fails when the retired variable `former` is set, naming its successor. */
+const renamed = (former: string, name: string, format: string): Config.Config<void> =>
+  Config.option(Config.String(former)).pipe(
+    Config.mapEffect((value) =>
+      value._tag === "None"
+        ? Effect.void
+        : Effect.fail(
+          new Config.ConfigError(
+            new Schema.SchemaError(new SchemaIssue.InvalidValue({ message: `${former} was renamed ${name} (${format}); set that instead` }))
+          )
+        )
+    )
+  )
 
 // ---------------------------------------------------------------------------------------------
 // Numbers, flags, text

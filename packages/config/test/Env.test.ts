@@ -69,3 +69,17 @@ describe("other formats", () => {
     expect(value(read(Env.text("SVC_X_HOST", "127.0.0.1"), { SVC_X_HOST: "0.0.0.0" }))).toBe("0.0.0.0")
   })
 })
+
+describe("renamed variables", () => {
+  it("a duration's former name, still set, fails naming the new one", () => {
+    const setting = Env.duration("SVC_X_WAIT", Duration.seconds(30), { formerly: "SVC_X_WAIT_MS" })
+    expect(setting.variable).toEqual({ name: "SVC_X_WAIT", default: "`30s`", format: "duration" })
+    expect(Duration.toMillis(value(read(setting, {})) as Duration.Duration)).toBe(30_000)
+    expect(Duration.toMillis(value(read(setting, { SVC_X_WAIT: "2s" })) as Duration.Duration)).toBe(2_000)
+    for (const env of [{ SVC_X_WAIT_MS: "1500" }, { SVC_X_WAIT_MS: "1500", SVC_X_WAIT: "2s" }]) {
+      const exit = read(setting, env)
+      expect(Exit.isFailure(exit)).toBe(true)
+      expect(String(Exit.isFailure(exit) ? exit.cause : "")).toContain("SVC_X_WAIT_MS was renamed SVC_X_WAIT")
+    }
+  })
+})

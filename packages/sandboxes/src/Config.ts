@@ -21,13 +21,15 @@ export const QuotasConfig: Config.Config<Quotas> = Config.all({
 /** How often the supervisor checks hosts, transitions and lifetimes. */
 export const SupervisorInterval = Env.duration("SVC_SUPERVISOR_INTERVAL", Duration.seconds(1), {
   min: Duration.millis(10),
-  max: Duration.minutes(10)
+  max: Duration.minutes(10),
+  formerly: "SVC_SUPERVISOR_INTERVAL_MS"
 })
 
 /** A sandbox stuck pending, starting, stopping or deleting this long goes to `error`. */
 export const TransitionTimeout = Env.duration("SVC_SANDBOX_TRANSITION_TIMEOUT", Duration.minutes(2), {
   min: Duration.seconds(1),
-  max: Duration.days(1)
+  max: Duration.days(1),
+  formerly: "SVC_SANDBOX_TRANSITION_TIMEOUT_S"
 })
 
 /** What the api reads. */

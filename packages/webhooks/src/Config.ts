@@ -55,8 +55,8 @@ export const DEFAULT_DISPATCH_SETTINGS: Omit<DispatchSettings, "schedule"> = {
 /** Above zero and at most a day (longer is surely a typo, and past ~24.8 days Node timers overflow). */
 const UP_TO_A_DAY = { max: Duration.days(1) }
 
-const durationMs = (name: string, defaultMs: number, range: Env.DurationRange) =>
-  Env.duration(name, Duration.millis(defaultMs), range)
+const durationMs = (name: string, defaultMs: number, options: Env.DurationOptions) =>
+  Env.duration(name, Duration.millis(defaultMs), options)
 
 export const AttemptTimeout = durationMs("SVC_WEBHOOK_ATTEMPT_TIMEOUT", DEFAULT_DISPATCH_SETTINGS.attemptTimeoutMs, UP_TO_A_DAY)
 export const AckWait = durationMs("SVC_WEBHOOK_ACK_WAIT", DEFAULT_DISPATCH_SETTINGS.ackWaitMs, UP_TO_A_DAY)
@@ -68,7 +68,8 @@ export const MaxAckPending = Env.integer("SVC_WEBHOOK_MAX_ACK_PENDING", DEFAULT_
 export const DiscoveryInterval = durationMs("SVC_WEBHOOK_DISCOVERY_INTERVAL", DEFAULT_DISPATCH_SETTINGS.discoveryIntervalMs, UP_TO_A_DAY)
 export const Retention = durationMs("SVC_WEBHOOK_RETENTION", DEFAULT_DISPATCH_SETTINGS.retentionMs, {
   min: Duration.hours(1),
-  max: Duration.days(3_650)
+  max: Duration.days(3_650),
+  formerly: "SVC_WEBHOOK_RETENTION_DAYS"
 })
 
 const ms = Config.map(Duration.toMillis)

@@ -1,0 +1,25 @@
+/**
+ * The runtime role's settings: how soon a message held by a dead runtime process comes back.
+ * `variables` lists every variable the role reads, its own and its packages' (the supervisor's
+ * pace and patience are the sandboxes package's).
+ */
+import { DEFAULT_ACK_WAIT } from "@svc/actors/Actors"
+import * as Bus from "@svc/bus/Config"
+import * as Env from "@svc/config/Env"
+import * as Db from "@svc/db/Config"
+import * as Sandboxes from "@svc/sandboxes/Config"
+import { Duration } from "effect"
+
+/** The actors' mailbox ack wait: a message held by a runtime process that died is redelivered after it. */
+export const ActorAckWait = Env.duration("SVC_ACTOR_ACK_WAIT", DEFAULT_ACK_WAIT, {
+  min: Duration.millis(100),
+  max: Duration.hours(1),
+  formerly: "SVC_ACTOR_ACK_WAIT_MS"
+})
+
+export const variables: ReadonlyArray<Env.Variable> = [
+  ...Bus.variables,
+  ...Db.variables,
+  ...Env.variablesOf(ActorAckWait),
+  ...Sandboxes.supervisorVariables
+]
