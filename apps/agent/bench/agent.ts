@@ -24,7 +24,7 @@ import { Context, Effect, Layer } from "effect"
 import * as Fs from "node:fs/promises"
 import { AgentRole } from "../src/Agent.ts"
 import { CommandConsumer } from "../src/Commands.ts"
-import { AgentConfig } from "../src/Config.ts"
+import { AgentConfig, Concurrency } from "../src/Config.ts"
 
 const N = Number(process.env["BENCH_SANDBOXES"] ?? 30)
 
@@ -48,7 +48,9 @@ const program = Effect.gen(function*() {
     })
   )
   const natsLayer = Layer.effect(Nats, Nats.make({ url: server.url, prefix: "bench", name: "bench" }))
-  const context = yield* Layer.build(AgentRole.layerWith({ hostId, dataDir, concurrency: Number(process.env["SVC_AGENT_CONCURRENCY"] ?? 4) }).pipe(Layer.provideMerge(natsLayer), Layer.provide(SecretBox.layer)))
+  // The agent's own setting, read where it is defined (`Config.ts`).
+  const concurrency = yield* Concurrency
+  const context = yield* Layer.build(AgentRole.layerWith({ hostId, dataDir, concurrency }).pipe(Layer.provideMerge(natsLayer), Layer.provide(SecretBox.layer)))
   const nats = Context.get(context, Nats)
   const driver = Context.get(context, SandboxDriver)
   yield* Context.get(context, CommandConsumer).ready

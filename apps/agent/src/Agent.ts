@@ -38,8 +38,9 @@ export const DriverConfigFromAgent = Layer.effect(
         DriverConfig.make({
           dataDir: config.dataDir,
           hostId: config.hostId,
-          ...(config.bridge !== undefined ? { bridge: config.bridge } : {}),
-          ...(config.subnet !== undefined ? { subnet: config.subnet } : {}),
+          bridge: config.bridge,
+          subnet: config.subnet,
+          uidBase: config.uidBase,
           allowNoFirewall: config.allowNoFirewall,
           ...(config.cgroupRoot !== undefined ? { cgroupRoot: config.cgroupRoot } : {})
         }),

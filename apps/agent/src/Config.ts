@@ -1,6 +1,8 @@
 /**
  * Configuration of one host agent, from the environment (`AgentConfig.fromEnv`) or given
  * field by field (`AgentConfig.layer`, for tests that run several agents in one process).
+ * Every variable the agent reads is a setting below (the root README's table lists them with
+ * their defaults); `variables` adds the bus's and the keys' it reads through its packages.
  *
  *   SVC_HOST_ID           `host_<26 base32>`; default derived from the machine's hostname
  *   SVC_REGION            default `local`
@@ -15,27 +17,29 @@
  *   SVC_AGENT_HOST        data-plane bind address, default 127.0.0.1
  *   SVC_AGENT_ADVERTISE_HOST  address other processes use to reach it (default: the bind
  *                         address, or 127.0.0.1 when bound to 0.0.0.0)
- *   SVC_AGENT_DATA_DIR    the driver's data dir of this host; default
- *                         `<SVC_DATA_DIR or <repo>/.svc/data>/hosts/<hostId>`
- *   SVC_AGENT_HEARTBEAT_MS   default HOST_HEARTBEAT_MS
+ *   SVC_DATA_DIR          root of the agents' data, default `.svc/data` of the working directory
+ *                         (`svc dev` sets `<SVC_STATE_DIR>/data`)
+ *   SVC_AGENT_DATA_DIR    the driver's data dir of this host; default `<SVC_DATA_DIR>/hosts/<hostId>`
+ *   SVC_AGENT_HEARTBEAT   host heartbeat, default 2s (HOST_HEARTBEAT_MS)
  *   SVC_AGENT_CONCURRENCY    commands applied at once (one sandbox's commands stay in order)
  *   SVC_AGENT_POOL_SIZE      pre-started `base` sandboxes kept ready (default 4; 0 turns the pool off)
  *   SVC_AGENT_MAX_TRANSFERS  file uploads and downloads streamed at once (default 32); more wait
- *   SVC_SANDBOX_BRIDGE / SVC_SANDBOX_SUBNET   passed to the driver (machine-wide settings)
+ *   SVC_SANDBOX_BRIDGE / SVC_SANDBOX_SUBNET / SVC_SANDBOX_UID_BASE   the driver's machine-wide settings
  *   SVC_AGENT_ALLOW_NO_FIREWALL   1: start even when the sandbox firewall cannot be installed
- *   SVC_VERSION           reported in the host record
+ *   SVC_VERSION           reported in the host record (@svc/bus/Config)
  */
+import * as Bus from "@svc/bus/Config"
+import * as Env from "@svc/config/Env"
+import * as Crypto from "@svc/crypto/Config"
 import { HostId } from "@svc/domain/Ids"
+import { DEFAULT_BRIDGE, DEFAULT_SUBNET, DEFAULT_UID_BASE, UidBase as UidBaseSchema } from "@svc/host/Driver/Config"
 import { imagesAllocatedBytes } from "@svc/host/Driver/Disk"
 import { type Capacity, HOST_HEARTBEAT_MS } from "@svc/host-protocol/Protocol"
-import { Config, Context, Effect, Layer, Option, Schema } from "effect"
+import { Config, Context, Duration, Effect, Layer, Option, Schema } from "effect"
 import { createHash } from "node:crypto"
 import * as FsSync from "node:fs"
 import * as Os from "node:os"
 import * as NodePath from "node:path"
-import { fileURLToPath } from "node:url"
-
-export const AGENT_VERSION = "0.1.0"
 
 export interface AgentSettings {
   readonly hostId: string
@@ -62,8 +66,11 @@ export interface AgentSettings {
   readonly poolSize: number
   /** File transfers (uploads, downloads) streamed at once; more wait for a slot. */
   readonly maxTransfers: number
-  readonly bridge?: string
-  readonly subnet?: string
+  /** The host bridge and the sandboxes' addresses (machine-wide: every agent of a machine shares them). */
+  readonly bridge: string
+  readonly subnet: string
+  /** Host uid/gid of root inside every sandbox (the driver's `uidBase`). */
+  readonly uidBase: number
   /** Start even when the sandbox firewall (nftables) cannot be installed. */
   readonly allowNoFirewall: boolean
   /** The cgroup file system the driver uses (default `/sys/fs/cgroup`). */
@@ -94,14 +101,11 @@ export const hostIdFromHostname = (hostname: string): string => {
   return `host_0000000000${body}`
 }
 
-/** The repository's `.svc/data` (this file is <repo>/apps/agent/src/Config.ts). */
-const defaultDataRoot = (): string => {
-  const fromEnv = process.env["SVC_DATA_DIR"]
-  if (fromEnv !== undefined && fromEnv !== "") return NodePath.resolve(fromEnv)
-  return NodePath.resolve(NodePath.dirname(fileURLToPath(import.meta.url)), "../../..", ".svc", "data")
-}
+/** `SVC_DATA_DIR` when unset: relative to the working directory (`npm start` runs in the repository). */
+export const DEFAULT_DATA_ROOT = ".svc/data"
 
-export const defaultDataDir = (hostId: string) => NodePath.join(defaultDataRoot(), "hosts", hostId)
+/** A host's data dir under the agents' data root. */
+export const dataDirUnder = (root: string, hostId: string) => NodePath.resolve(root, "hosts", hostId)
 
 /**
  * What sandbox disks may take of the file system that holds `dir` (or its nearest existing
@@ -143,11 +147,17 @@ const SettingsSchema = Schema.Struct({
   concurrency: Schema.Int.check(Schema.isGreaterThanOrEqualTo(1), Schema.isLessThanOrEqualTo(256)),
   poolSize: Schema.Int.check(Schema.isGreaterThanOrEqualTo(0), Schema.isLessThanOrEqualTo(64)),
   maxTransfers: Schema.Int.check(Schema.isGreaterThanOrEqualTo(1), Schema.isLessThanOrEqualTo(4096)),
-  bridge: Schema.optionalKey(Schema.String),
-  subnet: Schema.optionalKey(Schema.String),
+  bridge: Schema.String,
+  subnet: Schema.String,
+  uidBase: UidBaseSchema,
   allowNoFirewall: Schema.Boolean,
   cgroupRoot: Schema.optionalKey(Schema.String.check(Schema.isPattern(/^\/[^\0]*$/, { message: "absolute path" })))
 })
+
+export const DEFAULT_REGION = "local"
+export const DEFAULT_DATACENTER = "local-1"
+export const DEFAULT_LISTEN_HOST = "127.0.0.1"
+export const DEFAULT_CONCURRENCY = 4
 
 /** `SVC_AGENT_POOL_SIZE` when unset. */
 export const DEFAULT_POOL_SIZE = 4
@@ -158,12 +168,6 @@ export const DEFAULT_CPU_OVERCOMMIT = 8
 /** Running sandboxes are checked this often for an init that died (two /proc reads each). */
 export const EXIT_CHECK_MS = 500
 
-/** `1`/`true` or `0`/`false` (unset: false); anything else is refused rather than guessed. */
-const parseFlag = (name: string, value: string | undefined): Effect.Effect<boolean, InvalidAgentConfig> => {
-  if (value === undefined || value === "" || value === "0" || value === "false") return Effect.succeed(false)
-  if (value === "1" || value === "true") return Effect.succeed(true)
-  return Effect.fail(new InvalidAgentConfig({ message: `${name}: 1 or 0 (true or false), got ${JSON.stringify(value).slice(0, 40)}` }))
-}
 
 /**
  * `SVC_AGENT_MAX_TRANSFERS` when unset. A transfer in flight holds a few hundred KiB of buffers
@@ -171,19 +175,108 @@ const parseFlag = (name: string, value: string | undefined): Effect.Effect<boole
  */
 export const DEFAULT_MAX_TRANSFERS = 32
 
+
+// ---------------------------------------------------------------------------------------------
+// The variables (bounds beyond a number's sign are checked by SettingsSchema, for given options too)
+// ---------------------------------------------------------------------------------------------
+
+const optional = <A>(config: Config.Config<A>, variable: Env.Variable): Env.Setting<Option.Option<A>> =>
+  Env.describe(Config.option(config), variable)
+
+export const HostIdSetting = optional(Config.String("SVC_HOST_ID"), {
+  name: "SVC_HOST_ID",
+  default: "derived from the hostname",
+  format: "host id"
+})
+export const Region = Env.text("SVC_REGION", DEFAULT_REGION)
+export const Datacenter = Env.text("SVC_DATACENTER", DEFAULT_DATACENTER)
+export const HostCpu = optional(Config.Int("SVC_HOST_CPU"), { name: "SVC_HOST_CPU", default: "the machine's cores", format: "integer" })
+export const HostRamMb = optional(Config.Int("SVC_HOST_RAM_MB"), {
+  name: "SVC_HOST_RAM_MB",
+  default: "the machine's memory",
+  format: "integer"
+})
+export const HostDiskGb = optional(Config.Int("SVC_HOST_DISK_GB"), {
+  name: "SVC_HOST_DISK_GB",
+  default: "90% of the data dir's free space plus what its sandbox disks hold",
+  format: "integer"
+})
+export const CpuOvercommit = Env.number("SVC_HOST_CPU_OVERCOMMIT", DEFAULT_CPU_OVERCOMMIT, { min: 0 })
+export const AllowUnlimited = Env.flag("SVC_AGENT_ALLOW_UNLIMITED")
+export const AgentPort = Env.describe(Config.Int("SVC_AGENT_PORT").pipe(Config.withDefault(0)), {
+  name: "SVC_AGENT_PORT",
+  default: "`0` (any free port)",
+  format: "port"
+})
+export const AgentHost = Env.text("SVC_AGENT_HOST", DEFAULT_LISTEN_HOST)
+export const AdvertiseHost = optional(Config.String("SVC_AGENT_ADVERTISE_HOST"), {
+  name: "SVC_AGENT_ADVERTISE_HOST",
+  default: "the bind address (`127.0.0.1` for `0.0.0.0`)",
+  format: "text"
+})
+export const DataRoot = Env.describe(Config.String("SVC_DATA_DIR").pipe(Config.withDefault(DEFAULT_DATA_ROOT)), {
+  name: "SVC_DATA_DIR",
+  default: "`.svc/data` of the working directory (svc dev: `<SVC_STATE_DIR>/data`)",
+  format: "path"
+})
+export const AgentDataDir = optional(Config.String("SVC_AGENT_DATA_DIR"), {
+  name: "SVC_AGENT_DATA_DIR",
+  default: "`<SVC_DATA_DIR>/hosts/<host id>`",
+  format: "path"
+})
+export const Heartbeat = Env.duration("SVC_AGENT_HEARTBEAT", Duration.millis(HOST_HEARTBEAT_MS), {
+  formerly: "SVC_AGENT_HEARTBEAT_MS"
+})
+export const Concurrency = Env.integer("SVC_AGENT_CONCURRENCY", DEFAULT_CONCURRENCY, { min: 0 })
+export const PoolSize = Env.integer("SVC_AGENT_POOL_SIZE", DEFAULT_POOL_SIZE, { min: 0 })
+export const MaxTransfers = Env.integer("SVC_AGENT_MAX_TRANSFERS", DEFAULT_MAX_TRANSFERS, { min: 0 })
+export const Bridge = Env.text("SVC_SANDBOX_BRIDGE", DEFAULT_BRIDGE)
+export const Subnet = Env.text("SVC_SANDBOX_SUBNET", DEFAULT_SUBNET)
+export const UidBase = Env.integer("SVC_SANDBOX_UID_BASE", DEFAULT_UID_BASE, { min: 0 })
+export const AllowNoFirewall = Env.flag("SVC_AGENT_ALLOW_NO_FIREWALL")
+
+/** Every variable the agent role reads: its own, the bus's and the keys. */
+export const variables: ReadonlyArray<Env.Variable> = [
+  ...Bus.variables,
+  ...Crypto.variables,
+  ...Env.variablesOf(
+    HostIdSetting,
+    Region,
+    Datacenter,
+    HostCpu,
+    HostRamMb,
+    HostDiskGb,
+    CpuOvercommit,
+    AllowUnlimited,
+    AgentPort,
+    AgentHost,
+    AdvertiseHost,
+    DataRoot,
+    AgentDataDir,
+    Heartbeat,
+    Concurrency,
+    PoolSize,
+    MaxTransfers,
+    Bridge,
+    Subnet,
+    UidBase,
+    AllowNoFirewall
+  )
+]
+
 export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("@svc/agent/AgentConfig") {
   /** Fills in defaults and checks every field (the host id must be a `host_` id). */
   static readonly make = (options: AgentOptions = {}): Effect.Effect<AgentSettings, InvalidAgentConfig> => {
     const hostId = options.hostId ?? hostIdFromHostname(Os.hostname())
-    const dataDir = options.dataDir ?? defaultDataDir(hostId)
-    const listenHost = options.listenHost ?? "127.0.0.1"
+    const dataDir = options.dataDir ?? dataDirUnder(DEFAULT_DATA_ROOT, hostId)
+    const listenHost = options.listenHost ?? DEFAULT_LISTEN_HOST
     const cores = options.capacity?.cpu ?? Os.availableParallelism()
     const cpuOvercommit = options.cpuOvercommit ?? DEFAULT_CPU_OVERCOMMIT
     const settings = {
       hostId,
-      region: options.region ?? "local",
-      datacenter: options.datacenter ?? "local-1",
-      version: options.version ?? AGENT_VERSION,
+      region: options.region ?? DEFAULT_REGION,
+      datacenter: options.datacenter ?? DEFAULT_DATACENTER,
+      version: options.version ?? Bus.DEFAULT_VERSION,
       capacity: {
         cpu: Math.floor(cores * cpuOvercommit),
         ramMb: options.capacity?.ramMb ?? Math.floor(Os.totalmem() / 1024 ** 2),
@@ -197,13 +290,14 @@ export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("
       advertiseHost: options.advertiseHost ?? (listenHost === "0.0.0.0" || listenHost === "::" ? "127.0.0.1" : listenHost),
       dataDir,
       heartbeatMs: options.heartbeatMs ?? HOST_HEARTBEAT_MS,
-      concurrency: options.concurrency ?? 4,
+      concurrency: options.concurrency ?? DEFAULT_CONCURRENCY,
       // Off unless asked for: tests count the host's processes and devices. The environment's
       // default (`fromEnv`) is DEFAULT_POOL_SIZE.
       poolSize: options.poolSize ?? 0,
       maxTransfers: options.maxTransfers ?? DEFAULT_MAX_TRANSFERS,
-      ...(options.bridge !== undefined ? { bridge: options.bridge } : {}),
-      ...(options.subnet !== undefined ? { subnet: options.subnet } : {}),
+      bridge: options.bridge ?? DEFAULT_BRIDGE,
+      subnet: options.subnet ?? DEFAULT_SUBNET,
+      uidBase: options.uidBase ?? DEFAULT_UID_BASE,
       allowNoFirewall: options.allowNoFirewall ?? false,
       ...(options.cgroupRoot !== undefined ? { cgroupRoot: options.cgroupRoot } : {})
     }
@@ -214,62 +308,60 @@ export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("
 
   static readonly layer = (options: AgentOptions = {}) => Layer.effect(AgentConfig, AgentConfig.make(options))
 
-  /** From the environment (see the module comment). */
+  /** From the environment (the settings above). */
   static readonly fromEnv = Layer.effect(
     AgentConfig,
     Effect.gen(function*() {
-      const opt = <A>(config: Config.Config<A>) =>
-        Effect.gen(function*() {
-          return Option.getOrUndefined(yield* Config.option(config))
-        })
-      const env = yield* Effect.all({
-        hostId: opt(Config.String("SVC_HOST_ID")),
-        region: opt(Config.String("SVC_REGION")),
-        datacenter: opt(Config.String("SVC_DATACENTER")),
-        version: opt(Config.String("SVC_VERSION")),
-        cpu: opt(Config.Int("SVC_HOST_CPU")),
-        ramMb: opt(Config.Int("SVC_HOST_RAM_MB")),
-        diskGb: opt(Config.Int("SVC_HOST_DISK_GB")),
-        cpuOvercommit: opt(Config.Number("SVC_HOST_CPU_OVERCOMMIT")),
-        allowUnlimited: opt(Config.String("SVC_AGENT_ALLOW_UNLIMITED")),
-        port: opt(Config.Int("SVC_AGENT_PORT")),
-        listenHost: opt(Config.String("SVC_AGENT_HOST")),
-        advertiseHost: opt(Config.String("SVC_AGENT_ADVERTISE_HOST")),
-        dataDir: opt(Config.String("SVC_AGENT_DATA_DIR")),
-        heartbeatMs: opt(Config.Int("SVC_AGENT_HEARTBEAT_MS")),
-        concurrency: opt(Config.Int("SVC_AGENT_CONCURRENCY")),
-        poolSize: opt(Config.Int("SVC_AGENT_POOL_SIZE")),
-        maxTransfers: opt(Config.Int("SVC_AGENT_MAX_TRANSFERS")),
-        bridge: opt(Config.String("SVC_SANDBOX_BRIDGE")),
-        subnet: opt(Config.String("SVC_SANDBOX_SUBNET")),
-        allowNoFirewall: opt(Config.Boolean("SVC_AGENT_ALLOW_NO_FIREWALL"))
+      const env = yield* Config.all({
+        hostId: HostIdSetting,
+        region: Region,
+        datacenter: Datacenter,
+        version: Bus.PlatformVersion,
+        cpu: HostCpu,
+        ramMb: HostRamMb,
+        diskGb: HostDiskGb,
+        cpuOvercommit: CpuOvercommit,
+        allowUnlimited: AllowUnlimited,
+        port: AgentPort,
+        listenHost: AgentHost,
+        advertiseHost: AdvertiseHost,
+        dataRoot: DataRoot,
+        dataDir: AgentDataDir,
+        heartbeat: Heartbeat,
+        concurrency: Concurrency,
+        poolSize: PoolSize,
+        maxTransfers: MaxTransfers,
+        bridge: Bridge,
+        subnet: Subnet,
+        uidBase: UidBase,
+        allowNoFirewall: AllowNoFirewall
       }).pipe(Effect.mapError((e) => new InvalidAgentConfig({ message: String(e) })))
-      const defined = <K extends string, V>(key: K, value: V | undefined) =>
-        (value === undefined || value === "" ? {} : { [key]: value }) as Partial<Record<K, V>>
-      const capacity = {
-        ...defined("cpu", env.cpu),
-        ...defined("ramMb", env.ramMb),
-        ...defined("diskGb", env.diskGb)
-      }
+      const hostId = Option.getOrElse(env.hostId, () => hostIdFromHostname(Os.hostname()))
+      const given = <K extends string, V>(key: K, value: Option.Option<V>) =>
+        (Option.isSome(value) ? { [key]: value.value } : {}) as Partial<Record<K, V>>
       return yield* AgentConfig.make({
-        ...defined("hostId", env.hostId),
-        ...defined("region", env.region),
-        ...defined("datacenter", env.datacenter),
-        ...defined("version", env.version),
-        ...defined("port", env.port),
-        ...defined("listenHost", env.listenHost),
-        ...defined("advertiseHost", env.advertiseHost),
-        ...defined("dataDir", env.dataDir !== undefined && env.dataDir !== "" ? NodePath.resolve(env.dataDir) : undefined),
-        ...defined("heartbeatMs", env.heartbeatMs),
-        ...defined("concurrency", env.concurrency),
-        ...defined("cpuOvercommit", env.cpuOvercommit),
-        allowUnlimited: yield* parseFlag("SVC_AGENT_ALLOW_UNLIMITED", env.allowUnlimited),
-        poolSize: env.poolSize ?? DEFAULT_POOL_SIZE,
-        ...defined("maxTransfers", env.maxTransfers),
-        ...defined("bridge", env.bridge),
-        ...defined("subnet", env.subnet),
-        ...defined("allowNoFirewall", env.allowNoFirewall),
-        capacity
+        hostId,
+        region: env.region,
+        datacenter: env.datacenter,
+        version: env.version,
+        port: env.port,
+        listenHost: env.listenHost,
+        ...given("advertiseHost", env.advertiseHost),
+        dataDir: Option.match(env.dataDir, {
+          onNone: () => dataDirUnder(env.dataRoot, hostId),
+          onSome: (dir) => NodePath.resolve(dir)
+        }),
+        heartbeatMs: Duration.toMillis(env.heartbeat),
+        concurrency: env.concurrency,
+        cpuOvercommit: env.cpuOvercommit,
+        allowUnlimited: env.allowUnlimited,
+        poolSize: env.poolSize,
+        maxTransfers: env.maxTransfers,
+        bridge: env.bridge,
+        subnet: env.subnet,
+        uidBase: env.uidBase,
+        allowNoFirewall: env.allowNoFirewall,
+        capacity: { ...given("cpu", env.cpu), ...given("ramMb", env.ramMb), ...given("diskGb", env.diskGb) }
       })
     })
   )

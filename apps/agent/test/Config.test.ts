@@ -64,7 +64,7 @@ describe("AgentConfig", () => {
         SVC_AGENT_PORT: "7070",
         SVC_AGENT_HOST: "0.0.0.0",
         SVC_AGENT_DATA_DIR: "/var/lib/svc/host",
-        SVC_AGENT_HEARTBEAT_MS: "500",
+        SVC_AGENT_HEARTBEAT: "500ms",
         SVC_AGENT_CONCURRENCY: "2",
         SVC_AGENT_POOL_SIZE: "3",
         SVC_AGENT_ALLOW_NO_FIREWALL: "1",
@@ -91,7 +91,10 @@ describe("AgentConfig", () => {
           concurrency: 2,
           poolSize: 3,
           allowNoFirewall: true,
-          maxTransfers: 12
+          maxTransfers: 12,
+          bridge: "svcbr0",
+          subnet: "10.213.0.0/16",
+          uidBase: 0x7fff0000
         }
       )
     }))
@@ -108,7 +111,10 @@ describe("AgentConfig", () => {
           { SVC_HOST_RAM_MB: "lots" },
           { SVC_REGION: "eu west" },
           { SVC_AGENT_DATA_DIR: "/with space" },
-          { SVC_AGENT_HEARTBEAT_MS: "1" },
+          { SVC_AGENT_HEARTBEAT: "10ms" },
+          { SVC_AGENT_HEARTBEAT: "500" },
+          { SVC_AGENT_HEARTBEAT_MS: "500" },
+          { SVC_SANDBOX_UID_BASE: "1000" },
           { SVC_AGENT_CONCURRENCY: "0" },
           { SVC_AGENT_POOL_SIZE: "-1" },
           { SVC_AGENT_POOL_SIZE: "65" },

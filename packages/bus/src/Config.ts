@@ -22,7 +22,9 @@ export const NatsUrl = Env.describe(natsUrl.pipe(Config.withDefault(DEFAULT_NATS
 /** Namespaces every stream, subject and bucket (several platforms on one NATS; tests). */
 export const NatsPrefix = Env.text("SVC_NATS_PREFIX", "")
 
+export const DEFAULT_VERSION = "0.1.0"
+
 /** The version a process reports in its worker heartbeat and an agent in its host record. */
-export const PlatformVersion = Env.text("SVC_VERSION", "0.1.0")
+export const PlatformVersion = Env.text("SVC_VERSION", DEFAULT_VERSION)
 
 export const variables = Env.variablesOf(NatsUrl, NatsPrefix, PlatformVersion)

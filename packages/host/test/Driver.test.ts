@@ -164,11 +164,12 @@ layer(TestDriver.layer(), { excludeTestServices: true })("SandboxDriver (bubblew
 
 describe("DriverConfig", () => {
   it("rejects a bad configuration", () => {
-    assert.throws(() => DriverConfig.make({ dataDir: "relative/dir" }))
-    assert.throws(() => DriverConfig.make({ bridge: "a-name-longer-than-15" }))
-    assert.throws(() => DriverConfig.make({ subnet: "10.0.0.0/8" }))
-    assert.throws(() => DriverConfig.make({ hostId: "../up" }))
-    assert.strictEqual(DriverConfig.make({ hostId: "h1" }).leaseDir, "/run/svc-sandboxes/svcbr0/leases")
+    const given = { dataDir: "/var/lib/svc/h1", hostId: "h1" }
+    assert.throws(() => DriverConfig.make({ ...given, dataDir: "relative/dir" }))
+    assert.throws(() => DriverConfig.make({ ...given, bridge: "a-name-longer-than-15" }))
+    assert.throws(() => DriverConfig.make({ ...given, subnet: "10.0.0.0/8" }))
+    assert.throws(() => DriverConfig.make({ ...given, hostId: "../up" }))
+    assert.strictEqual(DriverConfig.make(given).leaseDir, "/run/svc-sandboxes/svcbr0/leases")
   })
 
 })

@@ -2,10 +2,15 @@
  * Configuration of the namespaces driver on one host agent. Several agents may run on one
  * machine: each has its own `dataDir` and `hostId`; they share the bridge and its address
  * space, whose leases live in one machine-wide `leaseDir`.
+ *
+ * The driver reads no environment: its caller gives the data dir and host id, and whatever it
+ * sets from its own settings (the agent: `SVC_SANDBOX_BRIDGE`, `SVC_SANDBOX_SUBNET`,
+ * `SVC_SANDBOX_UID_BASE`, in apps/agent/src/Config.ts); the rest takes the defaults below.
  */
 import { Context, Effect, Layer, Schema } from "effect"
-import * as NodePath from "node:path"
-import { fileURLToPath } from "node:url"
+
+/** What a caller gives: the data dir and host id always, any other field to replace its default. */
+export type DriverOptions = Partial<DriverConfig["Service"]> & { readonly dataDir: string; readonly hostId: string }
 
 export class DriverConfig extends Context.Service<DriverConfig, {
   /** Holds templates/ and sandboxes/ of this agent. */
@@ -42,32 +47,35 @@ export class DriverConfig extends Context.Service<DriverConfig, {
   /** Blank 1 GiB disk images kept formatted ahead of creates (`Disk.ts`); 0 formats at each create. */
   readonly diskStock: number
 }>()("@svc/host/Driver/DriverConfig") {
-  static readonly make = (options: Partial<DriverConfig["Service"]> = {}): DriverConfig["Service"] => {
-    const bridge = options.bridge ?? "svcbr0"
+  static readonly make = (options: DriverOptions): DriverConfig["Service"] => {
+    const bridge = options.bridge ?? DEFAULT_BRIDGE
     const config = {
-      dataDir: options.dataDir ?? defaultDataDir(),
-      hostId: options.hostId ?? process.env["SVC_HOST_ID"] ?? "local",
+      dataDir: options.dataDir,
+      hostId: options.hostId,
       bridge,
-      subnet: options.subnet ?? "10.213.0.0/16",
+      subnet: options.subnet ?? DEFAULT_SUBNET,
       leaseDir: options.leaseDir ?? `/run/svc-sandboxes/${bridge}/leases`,
       runDir: options.runDir ?? "/run/svc-sandboxes",
       cgroupRoot: options.cgroupRoot ?? "/sys/fs/cgroup",
       pidsMax: options.pidsMax ?? 1024,
       busybox: options.busybox ?? "/bin/busybox",
-      uidBase: options.uidBase ?? Number(process.env["SVC_SANDBOX_UID_BASE"] || DEFAULT_UID_BASE),
+      uidBase: options.uidBase ?? DEFAULT_UID_BASE,
       allowNoFirewall: options.allowNoFirewall ?? false,
       diskStock: options.diskStock ?? 4
     }
     return Schema.decodeSync(ConfigSchema)(config)
   }
 
-  /** Defaults, overridable field by field; `SVC_DATA_DIR` and `SVC_HOST_ID` apply when not given. */
-  static readonly layer = (options: Partial<DriverConfig["Service"]> = {}) =>
+  /** The data dir and host id given, defaults for what is not. */
+  static readonly layer = (options: DriverOptions) =>
     Layer.effect(DriverConfig, Effect.sync(() => DriverConfig.make(options)))
 }
 
 const Name = Schema.String.check(Schema.isPattern(/^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$/, { message: "name: 1 to 32 of [A-Za-z0-9_-]" }))
 const AbsolutePath = Schema.String.check(Schema.isPattern(/^\/[^\0]*$/, { message: "absolute path" }))
+
+/** Above the system and login ranges and the usual /etc/subuid blocks, below 2^31. */
+export const UidBase = Schema.Int.check(Schema.isBetween({ minimum: 65536, maximum: 2 ** 31 - 65536 }))
 
 const ConfigSchema = Schema.Struct({
   dataDir: AbsolutePath,
@@ -82,8 +90,7 @@ const ConfigSchema = Schema.Struct({
   cgroupRoot: AbsolutePath,
   pidsMax: Schema.Int.check(Schema.isGreaterThanOrEqualTo(16)),
   busybox: AbsolutePath,
-  // Above the system and login ranges and the usual /etc/subuid blocks, below 2^31.
-  uidBase: Schema.Int.check(Schema.isBetween({ minimum: 65536, maximum: 2 ** 31 - 65536 })),
+  uidBase: UidBase,
   allowNoFirewall: Schema.Boolean,
   diskStock: Schema.Int.check(Schema.isBetween({ minimum: 0, maximum: 64 }))
 })
@@ -91,10 +98,5 @@ const ConfigSchema = Schema.Struct({
 /** 0x7FFF0000: far from login users (1000+), subuid blocks (100000 + 65536·n) and systemd-nspawn's ranges. */
 export const DEFAULT_UID_BASE = 0x7fff0000
 
-const defaultDataDir = (): string => {
-  const fromEnv = process.env["SVC_DATA_DIR"]
-  if (fromEnv !== undefined && fromEnv !== "") return NodePath.join(NodePath.resolve(fromEnv), "sandboxes")
-  // This file is <repo>/packages/host/src/Driver/Config.ts.
-  const repo = NodePath.resolve(NodePath.dirname(fileURLToPath(import.meta.url)), "../../../..")
-  return NodePath.join(repo, ".svc", "data", "sandboxes")
-}
+export const DEFAULT_BRIDGE = "svcbr0"
+export const DEFAULT_SUBNET = "10.213.0.0/16"
