@@ -2,13 +2,14 @@
  * The CLI's client of the /v1 API, shared by `svc sandbox` and `svc webhook`.
  *
  * Credentials: `SVC_API_KEY` and `SVC_API_URL` (default http://127.0.0.1:8080), else
- * `.svc/dev-credentials.json` (`{base_url, api_key}`, written for the dev stack). A non-2xx
+ * `<SVC_STATE_DIR>/dev-credentials.json` (`{base_url, api_key}`, written for the dev stack);
+ * the variables are read in `Config.ts`. A non-2xx
  * answer fails with `error <code>: <message>` (and each validation issue on its own line).
  */
-import { Effect, Schema } from "effect"
+import { Config, Effect, Option, Redacted, Schema } from "effect"
 import * as Fs from "node:fs"
 import * as Path from "node:path"
-import { stateDir } from "./Commands/Dev.ts"
+import { ApiKey, ApiUrl, DEFAULT_API_URL, StateDir } from "./Config.ts"
 
 export class CliError extends Schema.TaggedError<CliError>()("CliError", { message: Schema.String }) {}
 
@@ -21,9 +22,11 @@ const DevCredentials = Schema.Struct({ base_url: Schema.String, api_key: Schema.
 
 /** From the environment, else the dev stack's file. */
 export const credentials = Effect.gen(function*() {
-  const key = process.env["SVC_API_KEY"]
-  if (key !== undefined && key !== "") {
-    return { baseUrl: process.env["SVC_API_URL"] || "http://127.0.0.1:8080", apiKey: key } satisfies Credentials
+  const { key, url, stateDir } = yield* Config.all({ key: ApiKey, url: ApiUrl, stateDir: StateDir }).pipe(
+    Effect.mapError((e) => new CliError({ message: e.message }))
+  )
+  if (Option.isSome(key)) {
+    return { baseUrl: Option.getOrElse(url, () => DEFAULT_API_URL), apiKey: Redacted.value(key.value) } satisfies Credentials
   }
   const file = Path.join(stateDir, "dev-credentials.json")
   const text = yield* Effect.try({
@@ -33,7 +36,7 @@ export const credentials = Effect.gen(function*() {
   const dev = yield* Schema.decodeUnknownEffect(Schema.fromJsonString(DevCredentials))(text).pipe(
     Effect.mapError(() => new CliError({ message: `${file} is not {base_url, api_key}` }))
   )
-  return { baseUrl: process.env["SVC_API_URL"] || dev.base_url, apiKey: dev.api_key } satisfies Credentials
+  return { baseUrl: Option.getOrElse(url, () => dev.base_url), apiKey: dev.api_key } satisfies Credentials
 })
 
 /** One API call; a non-2xx answer is a `CliError` with the API's code and message. */

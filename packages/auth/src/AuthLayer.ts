@@ -3,7 +3,8 @@
  * - `layer`: for API processes; needs `SqlClient` and `Nats`; settings from the environment.
  * - `layerWith(settings)`: the same with settings given (tests, benches).
  * - `operatorLayer`: for the `svc` operator commands (mint keys, create orgs); needs `SqlClient`
- *   only (no verification cache to keep coherent, so no bus).
+ *   only (no verification cache to keep coherent, so no bus), and reads no setting: none of them
+ *   bears on minting (the API's sessions, caches and rate limits are the API's).
  */
 import { Layer } from "effect"
 import { ApiKeys } from "./ApiKeys.ts"
@@ -27,6 +28,6 @@ export const layer = services.pipe(Layer.provideMerge(CredentialCache.layer), La
 
 export const operatorLayer = services.pipe(
   Layer.provideMerge(CredentialCache.layerNoCache),
-  Layer.provideMerge(AuthConfig.layer)
+  Layer.provideMerge(AuthConfig.layerWith({}))
 )
 

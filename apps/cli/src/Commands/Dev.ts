@@ -1,25 +1,26 @@
 /**
  * `svc dev`: the whole platform on one machine in one process. Starts NATS (JetStream) and
- * Postgres with their data under `.svc/data` unless NATS_URL / DATABASE_URL point elsewhere,
- * applies migrations, runs every role, and stops everything on Ctrl-C. Without
- * SVC_ENCRYPTION_KEYS it seals secrets with a key of its own, generated once into
- * `.svc/encryption-keys`.
+ * Postgres with their data under `<SVC_STATE_DIR>/data` (`.svc/data`) unless NATS_URL /
+ * DATABASE_URL point elsewhere, applies migrations, runs every role, and stops everything on
+ * Ctrl-C. Without SVC_ENCRYPTION_KEYS it seals secrets with a key of its own, generated once
+ * into `.svc/encryption-keys`; without SVC_DATA_DIR the agent keeps its data in `.svc/data`.
  */
 import { startNats, startPostgres } from "@svc/local-servers/Servers"
 import * as AuthLayer from "@svc/auth/AuthLayer"
 import { ensureDevOrg } from "@svc/auth/DevOrg"
-import { generateEncryptionKey } from "@svc/crypto/Config"
-import { ConfigProvider, Console, Effect, Layer } from "effect"
+import { ApiPort } from "@svc/api/Config"
+import { NatsUrlIfSet } from "@svc/bus/Config"
+import { EncryptionKeysSet, generateEncryptionKey } from "@svc/crypto/Config"
+import { DatabaseUrlIfSet } from "@svc/db/Config"
+import { ConfigProvider, Console, Effect, Layer, Option } from "effect"
 import { Command } from "effect/cli"
 import * as fs from "node:fs"
 import * as crypto from "node:crypto"
 import * as net from "node:net"
 import * as path from "node:path"
 import { SandboxDriver } from "@svc/host/Driver"
+import { DevNatsPort, DevPostgresPort, StateDir } from "../Config.ts"
 import { AllRoles, Infrastructure } from "../Platform.ts"
-
-export const repoRoot = path.resolve(import.meta.dirname, "../../../..")
-export const stateDir = process.env.SVC_STATE_DIR ?? path.join(repoRoot, ".svc")
 
 const portFree = (port: number) =>
   new Promise<boolean>((resolve) => {
@@ -31,23 +32,21 @@ const portFree = (port: number) =>
 /** Our fixed dev port when it is free, else any free one (a machine may run its own servers). */
 const choosePort = async (preferred: number) => ((await portFree(preferred)) ? preferred : undefined)
 
-const localServers = Effect.gen(function*() {
+const localServers = (stateDir: string) => Effect.gen(function*() {
   const env: Record<string, string> = {}
-  if (!process.env.NATS_URL) {
+  if (Option.isNone(yield* NatsUrlIfSet)) {
+    const preferred = yield* DevNatsPort
     const nats = yield* Effect.acquireRelease(
-      Effect.promise(async () =>
-        startNats({ dir: path.join(stateDir, "data", "nats"), port: await choosePort(Number(process.env.SVC_DEV_NATS_PORT ?? 14222)) })
-      ),
+      Effect.promise(async () => startNats({ dir: path.join(stateDir, "data", "nats"), port: await choosePort(preferred) })),
       (nats) => Effect.promise(nats.stop)
     )
     env.NATS_URL = nats.url
     yield* Console.log(`nats      ${nats.url} (data in ${nats.dir})`)
   }
-  if (!process.env.DATABASE_URL) {
+  if (Option.isNone(yield* DatabaseUrlIfSet)) {
+    const preferred = yield* DevPostgresPort
     const pg = yield* Effect.acquireRelease(
-      Effect.promise(async () =>
-        startPostgres({ dir: path.join(stateDir, "data", "postgres"), port: await choosePort(Number(process.env.SVC_DEV_PG_PORT ?? 15432)) })
-      ),
+      Effect.promise(async () => startPostgres({ dir: path.join(stateDir, "data", "postgres"), port: await choosePort(preferred) })),
       (pg) => Effect.promise(pg.stop)
     )
     env.DATABASE_URL = pg.url
@@ -62,8 +61,8 @@ const localServers = Effect.gen(function*() {
  * open only with it. Its key id is random, so a lost file shows as "sealed with key id dev-...,
  * which SVC_ENCRYPTION_KEYS does not list" rather than as tampering.
  */
-const devEncryptionKeys = Effect.gen(function*() {
-  if (process.env.SVC_ENCRYPTION_KEYS) return {}
+const devEncryptionKeys = (stateDir: string) => Effect.gen(function*() {
+  if (yield* EncryptionKeysSet) return {}
   const file = path.join(stateDir, "encryption-keys")
   const keys = yield* Effect.sync(() => {
     try {
@@ -82,7 +81,7 @@ const devEncryptionKeys = Effect.gen(function*() {
  * The dev org and its full-access key: printed, and written to `.svc/dev-credentials.json` (mode
  * 0600, git-ignored) as `{base_url, org_id, api_key}` for scripts and the CLI.
  */
-const devCredentials = (baseUrl: string) =>
+const devCredentials = (stateDir: string, baseUrl: string) =>
   Effect.gen(function*() {
     const file = path.join(stateDir, "dev-credentials.json")
     const previous = fs.existsSync(file) ? (JSON.parse(fs.readFileSync(file, "utf8")) as Record<string, unknown>) : null
@@ -119,11 +118,16 @@ export const dev = Command.make(
   "dev",
   {},
   Effect.fn("Cli.dev")(function*() {
+    const stateDir = yield* StateDir
     fs.mkdirSync(stateDir, { recursive: true })
-    const env = { ...(yield* localServers), ...(yield* devEncryptionKeys) }
-    const config = ConfigProvider.fromEnv({ env: { ...process.env, ...env } as Record<string, string> })
-    const port = Number(process.env.SVC_PORT ?? 8080)
-    const baseUrl = `http://127.0.0.1:${port}`
+    const env = {
+      SVC_DATA_DIR: path.join(stateDir, "data"),
+      ...(yield* localServers(stateDir)),
+      ...(yield* devEncryptionKeys(stateDir))
+    }
+    // The environment first; what svc dev started or generated stands in for what it leaves unset.
+    const config = ConfigProvider.fromEnv().pipe(ConfigProvider.orElse(ConfigProvider.fromEnv({ env })))
+    const baseUrl = `http://127.0.0.1:${yield* ApiPort}`
     return yield* Layer.launch(
       StopSandboxesOnExit.pipe(
         Layer.provideMerge(AllRoles),
@@ -131,7 +135,7 @@ export const dev = Command.make(
         Layer.tap((context) =>
           Effect.andThen(
             Console.log(`api       ${baseUrl} (docs at ${baseUrl}/docs)`),
-            devCredentials(baseUrl).pipe(Effect.provide(context))
+            devCredentials(stateDir, baseUrl).pipe(Effect.provide(context))
           )
         )
       )

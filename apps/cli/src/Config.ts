@@ -1,0 +1,51 @@
+/**
+ * The CLI's settings: where `svc dev` keeps its state and which ports it prefers for its own
+ * NATS and Postgres, and what `svc sandbox` / `svc webhook` talk to. `svc dev` runs every role,
+ * so it reads their variables too (each role's `Config.ts`); the operator commands (`svc org`,
+ * `svc key`) read `DATABASE_URL`.
+ */
+import * as Db from "@svc/db/Config"
+import * as Env from "@svc/config/Env"
+import { Config } from "effect"
+import * as NodePath from "node:path"
+
+/** Relative to the working directory (`npm start` and `npm run svc` run in the repository). */
+export const DEFAULT_STATE_DIR = ".svc"
+
+export const StateDir = Env.describe(
+  Config.String("SVC_STATE_DIR").pipe(Config.withDefault(DEFAULT_STATE_DIR), Config.map((dir) => NodePath.resolve(dir))),
+  { name: "SVC_STATE_DIR", default: "`.svc` of the working directory", format: "path" }
+)
+
+export const DevNatsPort = Env.describe(Config.Port("SVC_DEV_NATS_PORT").pipe(Config.withDefault(14222)), {
+  name: "SVC_DEV_NATS_PORT",
+  default: "`14222`",
+  format: "port"
+})
+
+export const DevPostgresPort = Env.describe(Config.Port("SVC_DEV_PG_PORT").pipe(Config.withDefault(15432)), {
+  name: "SVC_DEV_PG_PORT",
+  default: "`15432`",
+  format: "port"
+})
+
+/** The API's base URL when `SVC_API_KEY` is set without it. */
+export const DEFAULT_API_URL = "http://127.0.0.1:8080"
+
+export const ApiUrl = Env.describe(Config.option(Config.String("SVC_API_URL")), {
+  name: "SVC_API_URL",
+  default: "`.svc/dev-credentials.json`'s, else `http://127.0.0.1:8080`",
+  format: "URL"
+})
+
+export const ApiKey = Env.describe(Config.option(Config.Redacted("SVC_API_KEY")), {
+  name: "SVC_API_KEY",
+  default: "`.svc/dev-credentials.json`'s",
+  format: "text"
+})
+
+/** What `svc dev` reads besides the roles' variables. */
+export const devVariables = Env.variablesOf(StateDir, DevNatsPort, DevPostgresPort)
+
+/** What the other `svc` commands read: the client's credentials, the operator's database. */
+export const commandVariables: ReadonlyArray<Env.Variable> = [...Env.variablesOf(ApiUrl, ApiKey, StateDir), ...Db.variables]
