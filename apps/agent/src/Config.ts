@@ -2,7 +2,7 @@
  * Configuration of one host agent, from the environment (`AgentConfig.fromEnv`) or given
  * field by field (`AgentConfig.layer`, for tests that run several agents in one process).
  * Every variable the agent reads is a setting below (the root README's table lists them with
- * their defaults); `variables` adds the bus's and the keys' it reads through its packages.
+ * their defaults); `settings` adds the bus's and the keys' it reads through its packages.
  *
  *   SVC_HOST_ID           `host_<26 base32>`; default derived from the machine's hostname
  *   SVC_REGION            default `local`
@@ -177,7 +177,7 @@ export const DEFAULT_MAX_TRANSFERS = 32
 
 
 // ---------------------------------------------------------------------------------------------
-// The variables (bounds beyond a number's sign are checked by SettingsSchema, for given options too)
+// The settings (bounds beyond a number's sign are checked by SettingsSchema, for given options too)
 // ---------------------------------------------------------------------------------------------
 
 const optional = <A>(config: Config.Config<A>, variable: Env.Variable): Env.Setting<Option.Option<A>> =>
@@ -236,32 +236,30 @@ export const UidBase = Env.integer("SVC_SANDBOX_UID_BASE", DEFAULT_UID_BASE, { m
 export const AllowNoFirewall = Env.flag("SVC_AGENT_ALLOW_NO_FIREWALL")
 
 /** Every variable the agent role reads: its own, the bus's and the keys. */
-export const variables: ReadonlyArray<Env.Variable> = [
-  ...Bus.variables,
-  ...Crypto.variables,
-  ...Env.variablesOf(
-    HostIdSetting,
-    Region,
-    Datacenter,
-    HostCpu,
-    HostRamMb,
-    HostDiskGb,
-    CpuOvercommit,
-    AllowUnlimited,
-    AgentPort,
-    AgentHost,
-    AdvertiseHost,
-    DataRoot,
-    AgentDataDir,
-    Heartbeat,
-    Concurrency,
-    PoolSize,
-    MaxTransfers,
-    Bridge,
-    Subnet,
-    UidBase,
-    AllowNoFirewall
-  )
+export const settings: ReadonlyArray<Env.AnySetting> = [
+  ...Bus.settings,
+  ...Crypto.settings,
+  HostIdSetting,
+  Region,
+  Datacenter,
+  HostCpu,
+  HostRamMb,
+  HostDiskGb,
+  CpuOvercommit,
+  AllowUnlimited,
+  AgentPort,
+  AgentHost,
+  AdvertiseHost,
+  DataRoot,
+  AgentDataDir,
+  Heartbeat,
+  Concurrency,
+  PoolSize,
+  MaxTransfers,
+  Bridge,
+  Subnet,
+  UidBase,
+  AllowNoFirewall
 ]
 
 export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("@svc/agent/AgentConfig") {

@@ -1,6 +1,6 @@
 /**
  * The api role's settings: where it listens and how many file transfers one process streams at
- * once. `variables` lists every variable the role reads, its own and its packages'.
+ * once. `settings` lists every variable the role reads, its own and its packages'.
  */
 import * as Auth from "@svc/auth/Config"
 import * as Bus from "@svc/bus/Config"
@@ -23,12 +23,14 @@ export const ApiHost = Env.text("SVC_HOST", "127.0.0.1")
 /** File uploads and downloads one API process streams at once. */
 export const ApiMaxTransfers = Env.integer("SVC_API_MAX_TRANSFERS", 64, { min: 1 })
 
-export const variables: ReadonlyArray<Env.Variable> = [
-  ...Bus.variables,
-  ...Db.variables,
-  ...Crypto.variables,
-  ...Env.variablesOf(ApiPort, ApiHost, ApiMaxTransfers),
-  ...Auth.variables,
-  ...Sandboxes.quotaVariables,
-  Webhooks.AllowedSubnets.variable
+export const settings: ReadonlyArray<Env.AnySetting> = [
+  ...Bus.settings,
+  ...Db.settings,
+  ...Crypto.settings,
+  ApiPort,
+  ApiHost,
+  ApiMaxTransfers,
+  ...Auth.settings,
+  ...Sandboxes.quotaSettings,
+  Webhooks.AllowedSubnets
 ]

@@ -1,7 +1,7 @@
 /**
  * The CLI's settings: where `svc dev` keeps its state and which ports it prefers for its own
  * NATS and Postgres, and what `svc sandbox` / `svc webhook` talk to. `svc dev` runs every role,
- * so it reads their variables too (each role's `Config.ts`); the operator commands (`svc org`,
+ * so it reads their settings too (each role's `Config.ts`); the operator commands (`svc org`,
  * `svc key`) read `DATABASE_URL`.
  */
 import * as Db from "@svc/db/Config"
@@ -44,8 +44,8 @@ export const ApiKey = Env.describe(Config.option(Config.Redacted("SVC_API_KEY"))
   format: "text"
 })
 
-/** What `svc dev` reads besides the roles' variables. */
-export const devVariables = Env.variablesOf(StateDir, DevNatsPort, DevPostgresPort)
+/** What `svc dev` reads besides the roles' settings. */
+export const devSettings: ReadonlyArray<Env.AnySetting> = [StateDir, DevNatsPort, DevPostgresPort]
 
 /** What the other `svc` commands read: the client's credentials, the operator's database. */
-export const commandVariables: ReadonlyArray<Env.Variable> = [...Env.variablesOf(ApiUrl, ApiKey, StateDir), ...Db.variables]
+export const commandSettings: ReadonlyArray<Env.AnySetting> = [ApiUrl, ApiKey, StateDir, ...Db.settings]

@@ -1,5 +1,5 @@
 /**
- * The dispatcher role has no setting of its own: `variables` lists every variable it reads
+ * The dispatcher role has no setting of its own: `settings` lists every variable it reads
  * through its packages (the bus, the database, the keys and every `SVC_WEBHOOK_*` setting).
  */
 import * as Bus from "@svc/bus/Config"
@@ -8,9 +8,9 @@ import * as Crypto from "@svc/crypto/Config"
 import * as Db from "@svc/db/Config"
 import * as Webhooks from "@svc/webhooks/Config"
 
-export const variables: ReadonlyArray<Env.Variable> = [
-  ...Bus.variables,
-  ...Db.variables,
-  ...Crypto.variables,
-  ...Webhooks.variables
+export const settings: ReadonlyArray<Env.AnySetting> = [
+  ...Bus.settings,
+  ...Db.settings,
+  ...Crypto.settings,
+  ...Webhooks.settings
 ]

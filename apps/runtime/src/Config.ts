@@ -1,6 +1,6 @@
 /**
  * The runtime role's settings: how soon a message held by a dead runtime process comes back.
- * `variables` lists every variable the role reads, its own and its packages' (the supervisor's
+ * `settings` lists every variable the role reads, its own and its packages' (the supervisor's
  * pace and patience are the sandboxes package's).
  */
 import { DEFAULT_ACK_WAIT } from "@svc/actors/Actors"
@@ -17,9 +17,9 @@ export const ActorAckWait = Env.duration("SVC_ACTOR_ACK_WAIT", DEFAULT_ACK_WAIT,
   formerly: "SVC_ACTOR_ACK_WAIT_MS"
 })
 
-export const variables: ReadonlyArray<Env.Variable> = [
-  ...Bus.variables,
-  ...Db.variables,
-  ...Env.variablesOf(ActorAckWait),
-  ...Sandboxes.supervisorVariables
+export const settings: ReadonlyArray<Env.AnySetting> = [
+  ...Bus.settings,
+  ...Db.settings,
+  ActorAckWait,
+  ...Sandboxes.supervisorSettings
 ]

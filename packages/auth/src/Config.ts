@@ -92,7 +92,7 @@ export const TrustedProxies: Env.Setting<ReadonlyArray<string>> = Env.describe(
   { name: "SVC_TRUSTED_PROXIES", default: "empty", format: "addresses or CIDRs" }
 )
 
-export const settings: Config.Config<AuthSettings> = Config.all({
+export const AuthSettingsConfig: Config.Config<AuthSettings> = Config.all({
   sessionTtl: SessionTtl,
   keyCacheTtl: KeyCacheTtl,
   lastUsedInterval: LastUsedInterval,
@@ -106,8 +106,8 @@ export const settings: Config.Config<AuthSettings> = Config.all({
   cookieSecure: CookieSecure
 })
 
-/** What the API reads (`settings` and the proxies its middleware trusts). */
-export const variables = Env.variablesOf(
+/** What the API reads (`AuthSettingsConfig` and the proxies its middleware trusts). */
+export const settings: ReadonlyArray<Env.AnySetting> = [
   SessionTtl,
   KeyCacheTtl,
   LastUsedInterval,
@@ -120,10 +120,10 @@ export const variables = Env.variablesOf(
   FailedAuthRateBurst,
   CookieSecure,
   TrustedProxies
-)
+]
 
 export class AuthConfig extends Context.Service<AuthConfig, AuthSettings>()("@svc/auth/AuthConfig") {
-  static readonly layer = Layer.effect(AuthConfig, Effect.map(settings, AuthConfig.of))
+  static readonly layer = Layer.effect(AuthConfig, Effect.map(AuthSettingsConfig, AuthConfig.of))
   /** Defaults with some settings replaced (tests, benches). */
   static readonly layerWith = (overrides: Partial<AuthSettings>) =>
     Layer.succeed(AuthConfig, AuthConfig.of({ ...defaults, ...overrides }))

@@ -27,4 +27,4 @@ export const DEFAULT_VERSION = "0.1.0"
 /** The version a process reports in its worker heartbeat and an agent in its host record. */
 export const PlatformVersion = Env.text("SVC_VERSION", DEFAULT_VERSION)
 
-export const variables = Env.variablesOf(NatsUrl, NatsPrefix, PlatformVersion)
+export const settings: ReadonlyArray<Env.AnySetting> = [NatsUrl, NatsPrefix, PlatformVersion]

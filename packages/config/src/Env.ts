@@ -3,7 +3,7 @@
  * per package or role that has settings), lazily (inside a layer, through Effect's `Config`, so
  * a test's `ConfigProvider` applies and nothing is read at import), with one default. This
  * module gives those modules their formats, and lets each setting carry its name, default and
- * format: every `Config.ts` exports its `variables`, and the README's configuration table is
+ * format: every `Config.ts` exports its `settings`, and the README's configuration table is
  * checked against them.
  *
  * Formats:
@@ -31,9 +31,8 @@ export type Setting<A> = Config.Config<A> & { readonly variable: Variable }
 export const describe = <A>(config: Config.Config<A>, variable: Variable): Setting<A> =>
   Object.assign(config, { variable })
 
-/** The variables of some settings, for a `Config.ts` module's `variables`. */
-export const variablesOf = (...settings: ReadonlyArray<Setting<unknown>>): ReadonlyArray<Variable> =>
-  settings.map((setting) => setting.variable)
+/** Any setting, for the lists of them each `Config.ts` exports. */
+export type AnySetting = Setting<unknown>
 
 const code = (value: string | number) => "`" + String(value) + "`"
 

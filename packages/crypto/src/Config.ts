@@ -78,4 +78,4 @@ export const EncryptionKeys: Env.Setting<ReadonlyArray<EncryptionKey>> = Env.des
   { name: ENCRYPTION_KEYS_VARIABLE, default: "required (svc dev: `.svc/encryption-keys`)", format: "keys" }
 )
 
-export const variables = Env.variablesOf(EncryptionKeys)
+export const settings: ReadonlyArray<Env.AnySetting> = [EncryptionKeys]

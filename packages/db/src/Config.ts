@@ -15,4 +15,4 @@ export const DatabaseUrl = Env.describe(databaseUrl.pipe(Config.withDefault(Reda
   format: "URL"
 })
 
-export const variables = Env.variablesOf(DatabaseUrl)
+export const settings: ReadonlyArray<Env.AnySetting> = [DatabaseUrl]

@@ -33,7 +33,7 @@ export const TransitionTimeout = Env.duration("SVC_SANDBOX_TRANSITION_TIMEOUT", 
 })
 
 /** What the api reads. */
-export const quotaVariables = Env.variablesOf(OrgMaxSandboxes, OrgMaxRunningSandboxes)
+export const quotaSettings: ReadonlyArray<Env.AnySetting> = [OrgMaxSandboxes, OrgMaxRunningSandboxes]
 
 /** What the runtime reads. */
-export const supervisorVariables = Env.variablesOf(SupervisorInterval, TransitionTimeout)
+export const supervisorSettings: ReadonlyArray<Env.AnySetting> = [SupervisorInterval, TransitionTimeout]

@@ -86,7 +86,7 @@ export const DispatchConfig: Config.Config<DispatchSettings> = Config.all({
 })
 
 /** What the dispatcher role reads (the api reads `AllowedSubnets` alone). */
-export const variables = Env.variablesOf(
+export const settings: ReadonlyArray<Env.AnySetting> = [
   AllowedSubnets,
   RetryScheduleSetting,
   AttemptTimeout,
@@ -95,4 +95,4 @@ export const variables = Env.variablesOf(
   MaxAckPending,
   DiscoveryInterval,
   Retention
-)
+]
