@@ -7,15 +7,17 @@ import * as TestDatabase from "@svc/testing/TestDatabase"
 import * as TestNats from "@svc/testing/TestNats"
 import { serve } from "@svc/testing/TestHttp"
 import { useTestEncryptionKeys } from "@svc/testing/TestSecrets"
+import { parseDuration } from "../packages/config/src/Env.ts"
 import { SecretBox } from "../packages/crypto/src/SecretBox.ts"
 import { startNats, startPostgres } from "@svc/local-servers/Servers"
 import * as Server from "@svc/api/Server"
-import { Effect, Layer } from "effect"
+import { Duration, Effect, Layer, Result } from "effect"
 import { HttpRouter } from "effect/http"
 import { compare, load, rawServer } from "./lib/load.ts"
 
 const CONNECTIONS = 32
-const DURATION_MS = Number(process.env.BENCH_DURATION_MS ?? 3000)
+/** BENCH_DURATION: run length, a duration in the platform's format (`3s`, `500ms`). */
+const DURATION_MS = Duration.toMillis(Result.getOrThrow(parseDuration(process.env.BENCH_DURATION ?? "3s")))
 const RUNS = Number(process.env.BENCH_RUNS ?? 3)
 
 const [nats, pg] = await Promise.all([startNats(), startPostgres()])

@@ -13,7 +13,7 @@
  * 3. Head-of-line: a healthy webhook's p99 at a steady rate, alone and while another webhook of
  *    the same org times out on every delivery (5 s deadline). Target: within 1.5 times.
  *
- *   node bench/webhooks.ts     (BENCH_RUNS=3 BENCH_SECONDS=6 BENCH_EVENTS=8000 by default;
+ *   node bench/webhooks.ts     (BENCH_RUNS=3 BENCH_DURATION=6s BENCH_EVENTS=8000 by default;
  *                               BENCH_ONLY=latency|throughput for one part, BENCH_DIAG=1 for table
  *                               scans and attempt durations, BENCH_CPU=1 for CPU ms per delivery
  *                               by process and the fan-out's pace, BENCH_CONCURRENCY and
@@ -31,11 +31,12 @@ import { SecretBox } from "../packages/crypto/src/SecretBox.ts"
 import { WebhookAddressGuard, WebhookResolver } from "../packages/webhooks/src/Subscriptions/AddressGuard.ts"
 import { WebhookSender } from "../packages/webhooks/src/Delivery/Attempt.ts"
 import { WebhookDispatcher } from "../packages/webhooks/src/Delivery/Dispatcher.ts"
+import { parseDuration } from "../packages/config/src/Env.ts"
 import { DEFAULT_DISPATCH_SETTINGS } from "../packages/webhooks/src/Config.ts"
 import { FanOut } from "../packages/webhooks/src/Delivery/FanOut.ts"
 import { DEFAULT_RETRY_SCHEDULE } from "../packages/webhooks/src/Delivery/RetrySchedule.ts"
 import { Webhooks } from "../packages/webhooks/src/Subscriptions/Webhooks.ts"
-import { Duration, Effect, Layer, ManagedRuntime, Redacted } from "effect"
+import { Duration, Effect, Layer, ManagedRuntime, Redacted, Result } from "effect"
 import * as Database from "../packages/db/src/Database.ts"
 import { SqlClient } from "effect/sql"
 import { type ChildProcess, fork } from "node:child_process"
@@ -45,7 +46,7 @@ import * as os from "node:os"
 import { fmt, median, treeCpuByName, treeCpuMs } from "./lib/load.ts"
 
 const RUNS = Number(process.env.BENCH_RUNS ?? 3)
-const SECONDS = Number(process.env.BENCH_SECONDS ?? 6)
+const SECONDS = Duration.toSeconds(Result.getOrThrow(parseDuration(process.env.BENCH_DURATION ?? "6s")))
 const THROUGHPUT_EVENTS = Number(process.env.BENCH_EVENTS ?? 8000)
 const RATE = 500
 const now = () => performance.timeOrigin + performance.now()

@@ -188,8 +188,8 @@ export const HostIdSetting = optional(Config.String("SVC_HOST_ID"), {
   default: "derived from the hostname",
   format: "host id"
 })
-export const Region = Env.text("SVC_REGION", DEFAULT_REGION)
-export const Datacenter = Env.text("SVC_DATACENTER", DEFAULT_DATACENTER)
+export const Region = Env.text("SVC_REGION", DEFAULT_REGION, "name")
+export const Datacenter = Env.text("SVC_DATACENTER", DEFAULT_DATACENTER, "name")
 export const HostCpu = optional(Config.Int("SVC_HOST_CPU"), { name: "SVC_HOST_CPU", default: "the machine's cores", format: "integer" })
 export const HostRamMb = optional(Config.Int("SVC_HOST_RAM_MB"), {
   name: "SVC_HOST_RAM_MB",
@@ -208,11 +208,11 @@ export const AgentPort = Env.describe(Config.Int("SVC_AGENT_PORT").pipe(Config.w
   default: "`0` (any free port)",
   format: "port"
 })
-export const AgentHost = Env.text("SVC_AGENT_HOST", DEFAULT_LISTEN_HOST)
+export const AgentHost = Env.text("SVC_AGENT_HOST", DEFAULT_LISTEN_HOST, "address")
 export const AdvertiseHost = optional(Config.String("SVC_AGENT_ADVERTISE_HOST"), {
   name: "SVC_AGENT_ADVERTISE_HOST",
   default: "the bind address (`127.0.0.1` for `0.0.0.0`)",
-  format: "text"
+  format: "address"
 })
 export const DataRoot = Env.describe(Config.String("SVC_DATA_DIR").pipe(Config.withDefault(DEFAULT_DATA_ROOT)), {
   name: "SVC_DATA_DIR",
@@ -230,8 +230,8 @@ export const Heartbeat = Env.duration("SVC_AGENT_HEARTBEAT", Duration.millis(HOS
 export const Concurrency = Env.integer("SVC_AGENT_CONCURRENCY", DEFAULT_CONCURRENCY, { min: 0 })
 export const PoolSize = Env.integer("SVC_AGENT_POOL_SIZE", DEFAULT_POOL_SIZE, { min: 0 })
 export const MaxTransfers = Env.integer("SVC_AGENT_MAX_TRANSFERS", DEFAULT_MAX_TRANSFERS, { min: 0 })
-export const Bridge = Env.text("SVC_SANDBOX_BRIDGE", DEFAULT_BRIDGE)
-export const Subnet = Env.text("SVC_SANDBOX_SUBNET", DEFAULT_SUBNET)
+export const Bridge = Env.text("SVC_SANDBOX_BRIDGE", DEFAULT_BRIDGE, "interface name")
+export const Subnet = Env.text("SVC_SANDBOX_SUBNET", DEFAULT_SUBNET, "CIDR")
 export const UidBase = Env.integer("SVC_SANDBOX_UID_BASE", DEFAULT_UID_BASE, { min: 0 })
 export const AllowNoFirewall = Env.flag("SVC_AGENT_ALLOW_NO_FIREWALL")
 

@@ -18,7 +18,7 @@ export const ApiPort = Env.describe(Config.Port("SVC_PORT").pipe(Config.withDefa
 })
 
 /** The listen address; also what `SVC_COOKIE_SECURE=auto` looks at (loopback: not Secure). */
-export const ApiHost = Env.text("SVC_HOST", "127.0.0.1")
+export const ApiHost = Env.text("SVC_HOST", "127.0.0.1", "address")
 
 /** File uploads and downloads one API process streams at once. */
 export const ApiMaxTransfers = Env.integer("SVC_API_MAX_TRANSFERS", 64, { min: 1 })

@@ -41,7 +41,7 @@ export const ApiUrl = Env.describe(Config.option(Config.String("SVC_API_URL")), 
 export const ApiKey = Env.describe(Config.option(Config.Redacted("SVC_API_KEY")), {
   name: "SVC_API_KEY",
   default: "`.svc/dev-credentials.json`'s",
-  format: "text"
+  format: "API key"
 })
 
 /** What `svc dev` reads besides the roles' settings. */

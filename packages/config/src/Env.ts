@@ -22,6 +22,8 @@ export interface Variable {
   readonly default: string
   /** The README's cell: `duration`, `flag`, `integer`, ... */
   readonly format: string
+  /** The name it had before (a renamed variable still set stops start-up, naming this one). */
+  readonly formerly?: string
 }
 
 /** A `Config` that also says which variable it reads, with what default and in what format. */
@@ -108,7 +110,12 @@ export const duration = (name: string, defaultValue: Duration.Duration, options:
   const config = options.formerly === undefined ? value : Config.all([renamed(options.formerly, name, "a duration such as 30s"), value]).pipe(
     Config.map(([, duration]) => duration)
   )
-  return describe(config, { name, default: code(formatDuration(defaultValue)), format: "duration" })
+  return describe(config, {
+    name,
+    default: code(formatDuration(defaultValue)),
+    format: "duration",
+    ...(options.formerly !== undefined ? { formerly: options.formerly } : {})
+  })
 }
 
 /** Fails when the retired variable `former` is set, naming its successor. */
@@ -165,10 +172,10 @@ export const flag = (name: string): Setting<boolean> =>
     { name, default: "unset", format: "flag" }
   )
 
-/** Free text, or `empty` as its default. */
-export const text = (name: string, defaultValue: string): Setting<string> =>
+/** A string (`format` names what it holds for the README: `address`, `name`, ...); an empty default shows as `empty`. */
+export const text = (name: string, defaultValue: string, format = "text"): Setting<string> =>
   describe(Config.String(name).pipe(Config.withDefault(defaultValue)), {
     name,
     default: defaultValue === "" ? "empty" : code(defaultValue),
-    format: "text"
+    format
   })

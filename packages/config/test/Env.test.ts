@@ -73,7 +73,7 @@ describe("other formats", () => {
 describe("renamed variables", () => {
   it("a duration's former name, still set, fails naming the new one", () => {
     const setting = Env.duration("SVC_X_WAIT", Duration.seconds(30), { formerly: "SVC_X_WAIT_MS" })
-    expect(setting.variable).toEqual({ name: "SVC_X_WAIT", default: "`30s`", format: "duration" })
+    expect(setting.variable).toEqual({ name: "SVC_X_WAIT", default: "`30s`", format: "duration", formerly: "SVC_X_WAIT_MS" })
     expect(Duration.toMillis(value(read(setting, {})) as Duration.Duration)).toBe(30_000)
     expect(Duration.toMillis(value(read(setting, { SVC_X_WAIT: "2s" })) as Duration.Duration)).toBe(2_000)
     for (const env of [{ SVC_X_WAIT_MS: "1500" }, { SVC_X_WAIT_MS: "1500", SVC_X_WAIT: "2s" }]) {
