@@ -4,8 +4,8 @@
  * so it reads their settings too (each role's `Config.ts`); the operator commands (`svc org`,
  * `svc key`) read `DATABASE_URL`.
  */
-import * as Db from "@svc/db/Config"
 import * as Env from "@svc/config/Env"
+import * as Db from "@svc/db/Config"
 import { Config } from "effect"
 import * as NodePath from "node:path"
 
@@ -13,7 +13,10 @@ import * as NodePath from "node:path"
 export const DEFAULT_STATE_DIR = ".svc"
 
 export const StateDir = Env.describe(
-  Config.String("SVC_STATE_DIR").pipe(Config.withDefault(DEFAULT_STATE_DIR), Config.map((dir) => NodePath.resolve(dir))),
+  Config.String("SVC_STATE_DIR").pipe(
+    Config.withDefault(DEFAULT_STATE_DIR),
+    Config.map((dir) => NodePath.resolve(dir))
+  ),
   { name: "SVC_STATE_DIR", default: "`.svc` of the working directory", format: "path" }
 )
 

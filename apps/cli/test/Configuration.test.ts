@@ -57,11 +57,15 @@ const fromCode = (): Map<string, Row & { readonly setting: Env.AnySetting }> => 
 
 const fromReadme = (): Map<string, Row> => {
   const text = Fs.readFileSync(Path.join(root, "README.md"), "utf8")
-  const section = text.slice(text.indexOf("\n## Configuration\n"), text.indexOf("\n## ", text.indexOf("\n## Configuration\n") + 1))
+  const section = text.slice(
+    text.indexOf("\n## Configuration\n"),
+    text.indexOf("\n## ", text.indexOf("\n## Configuration\n") + 1)
+  )
   const rows = new Map<string, Row>()
   for (const line of section.split("\n")) {
     if (!line.startsWith("| `")) continue
-    const cells = line.slice(2, -2).split(" | ")
+    // Cells may be padded (the formatter aligns the columns); none holds a `|`.
+    const cells = line.slice(1, -1).split("|").map((cell) => cell.trim())
     const name = /^`([A-Z][A-Z0-9_]*)`$/.exec(cells[0]!)?.[1]
     expect(name, `a row names one variable: ${line}`).toBeDefined()
     expect(rows.has(name!), `${name} has one row`).toBe(false)
@@ -138,7 +142,8 @@ describe("configuration", () => {
       if (!relative.startsWith("packages/testing/") && !relative.startsWith("packages/local-servers/")) {
         expect(/process\.env/.test(text), `${relative} reads process.env`).toBe(false)
       }
-      const reads = /\bConfig\.(String|NonEmptyString|Number|Finite|Int|Literal|Literals|Boolean|Duration|Port|Redacted|URL|Schema|schema|Array|Record)\(/
+      const reads =
+        /\bConfig\.(String|NonEmptyString|Number|Finite|Int|Literal|Literals|Boolean|Duration|Port|Redacted|URL|Schema|schema|Array|Record)\(/
       if (!isConfigModule) expect(reads.test(text), `${relative} reads a variable outside a Config.ts`).toBe(false)
       if (isConfigModule) {
         for (const [, name] of text.matchAll(/"((?:SVC|NATS|DATABASE)_[A-Z0-9_]+)"/g)) {

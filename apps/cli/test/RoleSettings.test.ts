@@ -21,7 +21,11 @@ import { ConfigProvider, Effect, Layer } from "effect"
 import { AgentRoleLayer, ApiRole, DispatcherRole, Infrastructure, RuntimeRole } from "../src/Platform.ts"
 
 const expected = (settings: ReadonlyArray<Env.AnySetting>) =>
-  [...new Set(settings.flatMap(({ variable }) => variable.formerly === undefined ? [variable.name] : [variable.name, variable.formerly]))].sort()
+  [
+    ...new Set(settings.flatMap(({ variable }) =>
+      variable.formerly === undefined ? [variable.name] : [variable.name, variable.formerly]
+    ))
+  ].sort()
 
 /** Builds `role` with `env` as its whole environment; the platform's variables it asked for. */
 const readsOf = <A, E>(role: Layer.Layer<A, E, never>, env: Record<string, string>) =>
@@ -37,40 +41,46 @@ const readsOf = <A, E>(role: Layer.Layer<A, E, never>, env: Record<string, strin
   })
 
 describe("what each role reads", () => {
-  layer(Layer.mergeAll(TestNats.layer, TestDatabase.layerWithUrl), { excludeTestServices: true, timeout: 120_000 })((it) => {
-    const environment = Effect.gen(function*() {
-      const nats = yield* TestNats.TestNatsServer
-      return {
-        NATS_URL: nats.url,
-        SVC_NATS_PREFIX: nats.prefix,
-        DATABASE_URL: yield* TestDatabase.TestDatabaseUrl,
-        SVC_ENCRYPTION_KEYS: testEncryptionKeys()
-      }
-    })
+  layer(Layer.mergeAll(TestNats.layer, TestDatabase.layerWithUrl), { excludeTestServices: true, timeout: 120_000 })(
+    (it) => {
+      const environment = Effect.gen(function*() {
+        const nats = yield* TestNats.TestNatsServer
+        return {
+          NATS_URL: nats.url,
+          SVC_NATS_PREFIX: nats.prefix,
+          DATABASE_URL: yield* TestDatabase.TestDatabaseUrl,
+          SVC_ENCRYPTION_KEYS: testEncryptionKeys()
+        }
+      })
 
-    it.effect("api, runtime and dispatcher: their Config.ts lists, no more, no less", () =>
-      Effect.gen(function*() {
-        const env = yield* environment
-        const port = yield* Effect.promise(freePort)
-        expect(yield* readsOf(ApiRole.pipe(Layer.provide(Infrastructure)), { ...env, SVC_PORT: String(port) }))
-          .toEqual(expected(ApiConfig.settings))
-        expect(yield* readsOf(RuntimeRole.pipe(Layer.provide(Infrastructure)), env)).toEqual(expected(RuntimeConfig.settings))
-        expect(yield* readsOf(DispatcherRole.pipe(Layer.provide(Infrastructure)), env)).toEqual(expected(DispatcherConfig.settings))
-      }), 120_000)
+      it.effect("api, runtime and dispatcher: their Config.ts lists, no more, no less", () =>
+        Effect.gen(function*() {
+          const env = yield* environment
+          const port = yield* Effect.promise(freePort)
+          expect(yield* readsOf(ApiRole.pipe(Layer.provide(Infrastructure)), { ...env, SVC_PORT: String(port) }))
+            .toEqual(expected(ApiConfig.settings))
+          expect(yield* readsOf(RuntimeRole.pipe(Layer.provide(Infrastructure)), env)).toEqual(
+            expected(RuntimeConfig.settings)
+          )
+          expect(yield* readsOf(DispatcherRole.pipe(Layer.provide(Infrastructure)), env)).toEqual(
+            expected(DispatcherConfig.settings)
+          )
+        }), 120_000)
 
-    it.effect("agent: its Config.ts list, no more, no less", () =>
-      Effect.gen(function*() {
-        const env = yield* environment
-        const host = yield* makeHost("svc-role-settings-")
-        const reads = yield* readsOf(AgentRoleLayer.pipe(Layer.provide(Nats.layer)), {
-          NATS_URL: env.NATS_URL,
-          SVC_NATS_PREFIX: env.SVC_NATS_PREFIX,
-          SVC_ENCRYPTION_KEYS: env.SVC_ENCRYPTION_KEYS,
-          SVC_HOST_ID: host.hostId,
-          SVC_AGENT_DATA_DIR: host.dataDir,
-          SVC_AGENT_POOL_SIZE: "0"
-        })
-        expect(reads).toEqual(expected(AgentConfig.settings))
-      }), 120_000)
-  })
+      it.effect("agent: its Config.ts list, no more, no less", () =>
+        Effect.gen(function*() {
+          const env = yield* environment
+          const host = yield* makeHost("svc-role-settings-")
+          const reads = yield* readsOf(AgentRoleLayer.pipe(Layer.provide(Nats.layer)), {
+            NATS_URL: env.NATS_URL,
+            SVC_NATS_PREFIX: env.SVC_NATS_PREFIX,
+            SVC_ENCRYPTION_KEYS: env.SVC_ENCRYPTION_KEYS,
+            SVC_HOST_ID: host.hostId,
+            SVC_AGENT_DATA_DIR: host.dataDir,
+            SVC_AGENT_POOL_SIZE: "0"
+          })
+          expect(reads).toEqual(expected(AgentConfig.settings))
+        }), 120_000)
+    }
+  )
 })

@@ -80,7 +80,9 @@ export const parseDurationIn = (input: string, range: DurationRange = {}): Resul
   Result.flatMap(parseDuration(input), (duration) => {
     const min = range.min ?? Duration.millis(1)
     if (Duration.isLessThan(duration, min)) {
-      return Result.fail(Duration.isZero(min) ? `"${input}" is negative` : `"${input}" is shorter than ${formatDuration(min)}`)
+      return Result.fail(
+        Duration.isZero(min) ? `"${input}" is negative` : `"${input}" is shorter than ${formatDuration(min)}`
+      )
     }
     if (range.max !== undefined && Duration.isGreaterThan(duration, range.max)) {
       return Result.fail(`"${input}" is longer than ${formatDuration(range.max)}`)
@@ -97,7 +99,8 @@ export const DurationFromText = (name: string, range: DurationRange = {}) =>
         decode: (input: string, options) =>
           Result.match(parseDurationIn(input, range), {
             onSuccess: (duration) => Effect.succeed(duration),
-            onFailure: (message) => Effect.fail(new SchemaIssue.InvalidValue({ message: `${name}: ${message}` }, input, options))
+            onFailure: (message) =>
+              Effect.fail(new SchemaIssue.InvalidValue({ message: `${name}: ${message}` }, input, options))
           }),
         encode: (duration: Duration.Duration) => Effect.succeed(formatDuration(duration))
       })
@@ -105,11 +108,17 @@ export const DurationFromText = (name: string, range: DurationRange = {}) =>
   )
 
 /** A duration variable (`30s`) with its default. */
-export const duration = (name: string, defaultValue: Duration.Duration, options: DurationOptions = {}): Setting<Duration.Duration> => {
+export const duration = (
+  name: string,
+  defaultValue: Duration.Duration,
+  options: DurationOptions = {}
+): Setting<Duration.Duration> => {
   const value = Config.schema(DurationFromText(name, options), name).pipe(Config.withDefault(defaultValue))
-  const config = options.formerly === undefined ? value : Config.all([renamed(options.formerly, name, "a duration such as 30s"), value]).pipe(
-    Config.map(([, duration]) => duration)
-  )
+  const config = options.formerly === undefined ?
+    value :
+    Config.all([renamed(options.formerly, name, "a duration such as 30s"), value]).pipe(
+      Config.map(([, duration]) => duration)
+    )
   return describe(config, {
     name,
     default: code(formatDuration(defaultValue)),
@@ -126,7 +135,9 @@ const renamed = (former: string, name: string, format: string): Config.Config<vo
         ? Effect.void
         : Effect.fail(
           new Config.ConfigError(
-            new Schema.SchemaError(new SchemaIssue.InvalidValue({ message: `${former} was renamed ${name} (${format}); set that instead` }))
+            new Schema.SchemaError(
+              new SchemaIssue.InvalidValue({ message: `${former} was renamed ${name} (${format}); set that instead` })
+            )
           )
         )
     )

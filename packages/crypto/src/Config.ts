@@ -49,7 +49,9 @@ export const generateEncryptionKey = (id: string): string => {
 }
 
 const configError = (message: string) =>
-  new Config.ConfigError(new Schema.SchemaError(new SchemaIssue.InvalidValue({ message: `${ENCRYPTION_KEYS_VARIABLE}: ${message}` })))
+  new Config.ConfigError(
+    new Schema.SchemaError(new SchemaIssue.InvalidValue({ message: `${ENCRYPTION_KEYS_VARIABLE}: ${message}` }))
+  )
 
 const text = Config.option(Config.Redacted(ENCRYPTION_KEYS_VARIABLE)).pipe(
   Config.map((value) => (Option.isSome(value) ? Redacted.value(value.value).trim() : ""))

@@ -16,12 +16,19 @@
  */
 import * as Env from "@svc/config/Env"
 import { Config, Duration } from "effect"
-import { DEFAULT_RETRY_SCHEDULE, formatRetrySchedule, type RetrySchedule, RetryScheduleFromString } from "./Delivery/RetrySchedule.ts"
+import {
+  DEFAULT_RETRY_SCHEDULE,
+  formatRetrySchedule,
+  type RetrySchedule,
+  RetryScheduleFromString
+} from "./Delivery/RetrySchedule.ts"
 import { AllowedSubnetsFromString, type Subnet } from "./Subscriptions/Subnets.ts"
 
 /** The operator's allow-list; empty (nothing private allowed) when the variable is unset. */
 export const AllowedSubnets: Env.Setting<ReadonlyArray<Subnet>> = Env.describe(
-  Config.schema(AllowedSubnetsFromString, "SVC_WEBHOOK_ALLOWED_SUBNETS").pipe(Config.withDefault<ReadonlyArray<Subnet>>([])),
+  Config.schema(AllowedSubnetsFromString, "SVC_WEBHOOK_ALLOWED_SUBNETS").pipe(
+    Config.withDefault<ReadonlyArray<Subnet>>([])
+  ),
   { name: "SVC_WEBHOOK_ALLOWED_SUBNETS", default: "empty", format: "CIDRs" }
 )
 
@@ -29,7 +36,11 @@ export const RetryScheduleSetting: Env.Setting<RetrySchedule> = Env.describe(
   Config.schema(RetryScheduleFromString, "SVC_WEBHOOK_RETRY_SCHEDULE").pipe(
     Config.withDefault<RetrySchedule>(DEFAULT_RETRY_SCHEDULE)
   ),
-  { name: "SVC_WEBHOOK_RETRY_SCHEDULE", default: "`" + formatRetrySchedule(DEFAULT_RETRY_SCHEDULE) + "`", format: "5 durations" }
+  {
+    name: "SVC_WEBHOOK_RETRY_SCHEDULE",
+    default: "`" + formatRetrySchedule(DEFAULT_RETRY_SCHEDULE) + "`",
+    format: "5 durations"
+  }
 )
 
 export interface DispatchSettings {
@@ -58,14 +69,25 @@ const UP_TO_A_DAY = { max: Duration.days(1) }
 const durationMs = (name: string, defaultMs: number, options: Env.DurationOptions) =>
   Env.duration(name, Duration.millis(defaultMs), options)
 
-export const AttemptTimeout = durationMs("SVC_WEBHOOK_ATTEMPT_TIMEOUT", DEFAULT_DISPATCH_SETTINGS.attemptTimeoutMs, UP_TO_A_DAY)
+export const AttemptTimeout = durationMs(
+  "SVC_WEBHOOK_ATTEMPT_TIMEOUT",
+  DEFAULT_DISPATCH_SETTINGS.attemptTimeoutMs,
+  UP_TO_A_DAY
+)
 export const AckWait = durationMs("SVC_WEBHOOK_ACK_WAIT", DEFAULT_DISPATCH_SETTINGS.ackWaitMs, UP_TO_A_DAY)
-export const Concurrency = Env.integer("SVC_WEBHOOK_CONCURRENCY", DEFAULT_DISPATCH_SETTINGS.concurrency, { min: 1, max: 1_000 })
+export const Concurrency = Env.integer("SVC_WEBHOOK_CONCURRENCY", DEFAULT_DISPATCH_SETTINGS.concurrency, {
+  min: 1,
+  max: 1_000
+})
 export const MaxAckPending = Env.integer("SVC_WEBHOOK_MAX_ACK_PENDING", DEFAULT_DISPATCH_SETTINGS.maxAckPending, {
   min: 1,
   max: 1_000_000
 })
-export const DiscoveryInterval = durationMs("SVC_WEBHOOK_DISCOVERY_INTERVAL", DEFAULT_DISPATCH_SETTINGS.discoveryIntervalMs, UP_TO_A_DAY)
+export const DiscoveryInterval = durationMs(
+  "SVC_WEBHOOK_DISCOVERY_INTERVAL",
+  DEFAULT_DISPATCH_SETTINGS.discoveryIntervalMs,
+  UP_TO_A_DAY
+)
 export const Retention = durationMs("SVC_WEBHOOK_RETENTION", DEFAULT_DISPATCH_SETTINGS.retentionMs, {
   min: Duration.hours(1),
   max: Duration.days(3_650),

@@ -2,8 +2,8 @@
  * The grammar of `SVC_WEBHOOK_ALLOWED_SUBNETS` (read in ../Config.ts): comma-separated CIDRs
  * webhooks may target besides public addresses.
  */
-import * as net from "node:net"
 import { Effect, Result, Schema, SchemaIssue, SchemaTransformation } from "effect"
+import * as net from "node:net"
 
 export type IpFamily = "ipv4" | "ipv6"
 
@@ -61,7 +61,9 @@ export const AllowedSubnetsFromString = Schema.String.pipe(
         Result.match(parseAllowedSubnets(input), {
           onSuccess: (subnets) => Effect.succeed(subnets),
           onFailure: (message) =>
-            Effect.fail(new SchemaIssue.InvalidValue({ message: `SVC_WEBHOOK_ALLOWED_SUBNETS: ${message}` }, input, options))
+            Effect.fail(
+              new SchemaIssue.InvalidValue({ message: `SVC_WEBHOOK_ALLOWED_SUBNETS: ${message}` }, input, options)
+            )
         }),
       encode: (subnets: ReadonlyArray<Subnet>) => Effect.succeed(subnets.map(formatSubnet).join(","))
     })
