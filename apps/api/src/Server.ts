@@ -13,6 +13,7 @@ import type { Duplex } from "node:stream"
 import { HealthMonitor } from "./Health.ts"
 import { IdentityHandlers } from "./Http/Auth.ts"
 import { AuthorizationLayer } from "./Http/Authorization.ts"
+import { InfrastructureMiddleware } from "./Http/Infrastructure.ts"
 import { ApiMiddleware, errorForStatus } from "./Http/Middleware.ts"
 import { SandboxesHandlers } from "./Http/Sandboxes.ts"
 import { SystemHandlers } from "./Http/System.ts"
@@ -23,7 +24,8 @@ export const ApiHost = Config.String("SVC_HOST").pipe(Config.withDefault("127.0.
 
 export const Handlers = Layer.mergeAll(SystemHandlers, IdentityHandlers, SandboxesHandlers, WebhooksHandlers).pipe(
   Layer.provide(HealthMonitor.layer),
-  Layer.provideMerge(AuthorizationLayer)
+  Layer.provideMerge(AuthorizationLayer),
+  Layer.provideMerge(InfrastructureMiddleware)
 )
 
 export const Routes = Layer.mergeAll(

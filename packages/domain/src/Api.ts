@@ -4,6 +4,7 @@
  */
 import { HttpApi, OpenApi } from "effect/http-api"
 import { AuditApi } from "./Api/Audit.ts"
+import { Infrastructure } from "./Api/Infrastructure.ts"
 import { Access, ApiKeysApi, AuthApi, Authorization } from "./Api/Auth.ts"
 import { OrgApi } from "./Api/Org.ts"
 import { SandboxesApi } from "./Api/Sandboxes.ts"
@@ -23,6 +24,7 @@ export class Api extends HttpApi.make("svc")
   // Authentication and each endpoint's declared Access rule: keep this after the last .add
   // (it applies to the endpoints added before it; the authorization matrix test checks).
   .middleware(Authorization)
+  .middleware(Infrastructure)
   // Report every invalid field of a request at once, not only the first.
   .annotate(HttpApi.ParseOptions, { errors: "all" })
   .annotate(HttpApi.SuccessParseOptions, {})

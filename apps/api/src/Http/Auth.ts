@@ -16,7 +16,7 @@ import { Clock, DateTime, Effect, Layer, Option } from "effect"
 import { HttpEffect, HttpServerRequest, HttpServerResponse } from "effect/http"
 import { HttpApiBuilder } from "effect/http-api"
 import { AuditHandlers } from "./Audit.ts"
-import { auditContext, orUnavailable } from "./Authorization.ts"
+import { auditContext } from "./Authorization.ts"
 import { OrgHandlers } from "./Org.ts"
 
 const whoAmI = (p: Principal): WhoAmI => ({
@@ -89,7 +89,7 @@ export const AuthHandlers = HttpApiBuilder.group(
           )
           yield* startSession(request, created)
           return created
-        }).pipe(orUnavailable))
+        }))
       .handle("signIn", ({ payload, request }) =>
         Effect.gen(function*() {
           yield* perAddress(request)
@@ -97,7 +97,7 @@ export const AuthHandlers = HttpApiBuilder.group(
           const signedIn = yield* users.signIn({ email: payload.email, password: payload.password }, { ip, userAgent })
           yield* startSession(request, signedIn)
           return signedIn
-        }).pipe(orUnavailable))
+        }))
       .handle("signOut", ({ request }) =>
         Effect.gen(function*() {
           const principal = yield* CurrentPrincipal
@@ -105,7 +105,7 @@ export const AuthHandlers = HttpApiBuilder.group(
             yield* sessions.end(principal.orgId, principal.credential.id, auditContext(principal, request))
           }
           yield* clearSessionCookie
-        }).pipe(orUnavailable))
+        }))
       .handle("authMe", () => Effect.map(Effect.service(CurrentPrincipal), whoAmI))
       .handle("me", () => Effect.map(Effect.service(CurrentPrincipal), whoAmI))
   })
@@ -128,17 +128,17 @@ export const ApiKeysHandlers = HttpApiBuilder.group(
             scopes: payload.scopes,
             expiresAt: payload.expires_at
           }, auditContext(principal, request))
-        }).pipe(orUnavailable))
+        }))
       .handle("list", ({ query }) =>
         Effect.gen(function*() {
           const principal = yield* CurrentPrincipal
           return yield* keys.list(principal.orgId, query)
-        }).pipe(orUnavailable))
+        }))
       .handle("revoke", ({ params, request }) =>
         Effect.gen(function*() {
           const principal = yield* CurrentPrincipal
           return yield* keys.revoke(principal.orgId, params.key_id, auditContext(principal, request))
-        }).pipe(orUnavailable))
+        }))
   })
 )
 

@@ -15,6 +15,8 @@
  *   retry and dead-letter; to the API it is gone.
  * - test and retry write their job to the transactional outbox with the delivery change, so a
  *   job is published if and only if the change commits (the outbox relay must run somewhere).
+ * - Database failures pass through as they are (`SqlError`): the API answers them, once for
+ *   every route (503 `unavailable`).
  */
 import { SecretBox } from "@svc/crypto/SecretBox"
 import { Idempotency } from "@svc/db/Idempotency"
@@ -25,7 +27,6 @@ import {
   InvalidEventFilter,
   InvalidWebhookUrl,
   NotFound,
-  Unavailable,
   WebhookLimitReached
 } from "@svc/domain/Errors"
 import { type EventFilter, parseEventFilter } from "@svc/domain/Events"
@@ -105,14 +106,6 @@ export type CreateResult =
 
 const encodeCreated = Schema.encodeSync(CreatedWebhookSchema)
 
-/** A database failure is the caller's 503, with the cause in the log only. */
-const orUnavailable = <A, E, R>(effect: Effect.Effect<A, E | SqlError.SqlError, R>): Effect.Effect<A, Exclude<E, SqlError.SqlError> | Unavailable, R> =>
-  Effect.catchTag(effect as Effect.Effect<A, SqlError.SqlError, R>, "SqlError", (e) =>
-    Effect.andThen(
-      Effect.logError("webhooks: database failure", { error: String(e) }),
-      Effect.fail(new Unavailable({ error: "The database is unavailable; retry" }))
-    )) as never
-
 export class Webhooks extends Context.Service<Webhooks, {
   /**
    * With `idempotencyKey`: the same key and request within 24 h replay the first answer
@@ -122,15 +115,15 @@ export class Webhooks extends Context.Service<Webhooks, {
     orgId: string,
     input: CreateWebhookRequest,
     idempotencyKey?: string
-  ) => Effect.Effect<CreateResult, InvalidWebhookUrl | InvalidEventFilter | WebhookLimitReached | IdempotencyKeyReused | Unavailable>
-  readonly list: (orgId: string, query: ListQuery) => Effect.Effect<WebhookList, Unavailable>
-  readonly get: (orgId: string, id: string) => Effect.Effect<Webhook, NotFound | Unavailable>
-  readonly update: (orgId: string, id: string, patch: PatchWebhookRequest) => Effect.Effect<Webhook, NotFound | InvalidWebhookUrl | InvalidEventFilter | Unavailable>
-  readonly remove: (orgId: string, id: string) => Effect.Effect<void, NotFound | Unavailable>
+  ) => Effect.Effect<CreateResult, InvalidWebhookUrl | InvalidEventFilter | WebhookLimitReached | IdempotencyKeyReused | SqlError.SqlError>
+  readonly list: (orgId: string, query: ListQuery) => Effect.Effect<WebhookList, SqlError.SqlError>
+  readonly get: (orgId: string, id: string) => Effect.Effect<Webhook, NotFound | SqlError.SqlError>
+  readonly update: (orgId: string, id: string, patch: PatchWebhookRequest) => Effect.Effect<Webhook, NotFound | InvalidWebhookUrl | InvalidEventFilter | SqlError.SqlError>
+  readonly remove: (orgId: string, id: string) => Effect.Effect<void, NotFound | SqlError.SqlError>
   /** Sends a `ping` through the real delivery path; returns its delivery id. */
-  readonly test: (orgId: string, id: string) => Effect.Effect<{ readonly delivery_id: DeliveryId }, NotFound | Unavailable>
-  readonly deliveries: (orgId: string, id: string, query: ListDeliveriesQuery) => Effect.Effect<DeliveryList, NotFound | Unavailable>
-  readonly retry: (orgId: string, id: string, deliveryId: string) => Effect.Effect<{ readonly delivery_id: DeliveryId; readonly status: "retried" }, NotFound | DeliveryNotRetryable | Unavailable>
+  readonly test: (orgId: string, id: string) => Effect.Effect<{ readonly delivery_id: DeliveryId }, NotFound | SqlError.SqlError>
+  readonly deliveries: (orgId: string, id: string, query: ListDeliveriesQuery) => Effect.Effect<DeliveryList, NotFound | SqlError.SqlError>
+  readonly retry: (orgId: string, id: string, deliveryId: string) => Effect.Effect<{ readonly delivery_id: DeliveryId; readonly status: "retried" }, NotFound | DeliveryNotRetryable | SqlError.SqlError>
 }>()("@svc/webhooks/Subscriptions/Webhooks") {
   static readonly make = Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -174,7 +167,7 @@ export class Webhooks extends Context.Service<Webhooks, {
       const id = makeId("webhook")
       // Bound to its row: a sealed secret copied to another webhook does not open.
       const sealedSecret = yield* box.seal(secret, id)
-      const outcome = yield* orUnavailable(idempotency.run({
+      const outcome = yield* idempotency.run({
         orgId,
         operation: "webhooks.create",
         key: idempotencyKey,
@@ -195,31 +188,31 @@ export class Webhooks extends Context.Service<Webhooks, {
           yield* sql`SELECT pg_notify(${WEBHOOKS_CHANNEL}, ${id})`
           return { ...toWebhook(row!), secret_returned_once: secret }
         })
-      }))
+      })
       return outcome._tag === "Created" ? { _tag: "Created", webhook: outcome.value } as const : outcome
     })
 
     const list = Effect.fn("Webhooks.list")(function*(orgId: string, query: ListQuery) {
-      const [rows, [count]] = yield* orUnavailable(Effect.all([
+      const [rows, [count]] = yield* Effect.all([
         sql<WebhookRow>`SELECT id, url, events, enabled, created_at, updated_at FROM webhooks
           WHERE org_id = ${orgId} AND deleted_at IS NULL
           ORDER BY created_at DESC, id DESC LIMIT ${query.limit}::int OFFSET ${query.offset}::int`,
         sql<{ n: number }>`SELECT count(*)::int AS n FROM webhooks WHERE org_id = ${orgId} AND deleted_at IS NULL`
-      ], { concurrency: 2 }))
+      ], { concurrency: 2 })
       return { webhooks: rows.map(toWebhook), ...pageInfo(query, rows.length, count?.n ?? 0) } satisfies WebhookList
     })
 
     const get = Effect.fn("Webhooks.get")(function*(orgId: string, id: string) {
-      return toWebhook(yield* orUnavailable(findLive(orgId, id)))
+      return toWebhook(yield* findLive(orgId, id))
     })
 
     const update = Effect.fn("Webhooks.update")(function*(orgId: string, id: string, patch: PatchWebhookRequest) {
       // Validate before touching the row; a missing webhook still answers 404 first.
-      yield* orUnavailable(findLive(orgId, id))
+      yield* findLive(orgId, id)
       const url = patch.url === undefined ? null : yield* checkUrl(patch.url)
       const events = patch.events === undefined ? null : yield* checkEvents(patch.events)
       const enabled = patch.enabled ?? null
-      const rows = yield* orUnavailable(sql.withTransaction(Effect.gen(function*() {
+      const rows = yield* sql.withTransaction(Effect.gen(function*() {
         const rows = yield* sql<WebhookRow>`
           UPDATE webhooks SET
             url = COALESCE(${url}::text, url),
@@ -231,19 +224,19 @@ export class Webhooks extends Context.Service<Webhooks, {
         // Dispatchers keep each live webhook's url and state in memory for first attempts.
         if (rows.length > 0) yield* sql`SELECT pg_notify(${WEBHOOKS_CHANNEL}, ${id})`
         return rows
-      })))
+      }))
       if (rows[0] === undefined) return yield* notFound()
       return toWebhook(rows[0])
     })
 
     const remove = Effect.fn("Webhooks.remove")(function*(orgId: string, id: string) {
-      const rows = yield* orUnavailable(sql.withTransaction(Effect.gen(function*() {
+      const rows = yield* sql.withTransaction(Effect.gen(function*() {
         const rows = yield* sql<{ id: string }>`
           UPDATE webhooks SET deleted_at = now(), enabled = false, updated_at = now()
           WHERE id = ${id} AND org_id = ${orgId} AND deleted_at IS NULL RETURNING id`
         if (rows.length > 0) yield* sql`SELECT pg_notify(${WEBHOOKS_CHANNEL}, ${id})`
         return rows
-      })))
+      }))
       if (rows.length === 0) return yield* notFound()
     })
 
@@ -256,22 +249,22 @@ export class Webhooks extends Context.Service<Webhooks, {
         ts: new Date(now).toISOString(),
         data: { webhook_id: id, message: "Test delivery from the webhook test operation" }
       })
-      yield* orUnavailable(sql.withTransaction(Effect.gen(function*() {
+      yield* sql.withTransaction(Effect.gen(function*() {
         // Locked so that a concurrent delete cannot slip between the check and the insert.
         yield* findLive(orgId, id, true)
         yield* sql`
           INSERT INTO webhook_deliveries (id, webhook_id, org_id, event, event_msg_id, body, status)
           VALUES (${deliveryId}, ${id}, ${orgId}, 'ping', ${`ping:${deliveryId}`}, ${body}, 'pending')`
         yield* Outbox.append({ subject: jobSubject(id, deliveryId), payload: { delivery_id: deliveryId, round: 1 } }).pipe(Effect.orDie, provideSql)
-      })))
+      }))
       return { delivery_id: deliveryId }
     })
 
     const deliveries = Effect.fn("Webhooks.deliveries")(function*(orgId: string, id: string, query: ListDeliveriesQuery) {
-      yield* orUnavailable(findLive(orgId, id))
+      yield* findLive(orgId, id)
       const status = query.status ?? null
       // One snapshot for the page and its total: attempts change state while a client reads.
-      const [rows, [count]] = yield* orUnavailable(sql.withTransaction(Effect.all([
+      const [rows, [count]] = yield* sql.withTransaction(Effect.all([
         sql`SET TRANSACTION ISOLATION LEVEL REPEATABLE READ`,
         sql<AttemptRow>`
           SELECT a.id, a.delivery_id, d.event, a.attempt, a.status, a.response_code, a.error, a.duration_ms,
@@ -282,12 +275,12 @@ export class Webhooks extends Context.Service<Webhooks, {
         sql<{ n: number }>`
           SELECT count(*)::int AS n FROM webhook_attempts
           WHERE webhook_id = ${id} AND (${status}::text IS NULL OR status = ${status}::text)`
-      ]).pipe(Effect.map(([, rows, count]) => [rows, count] as const))))
+      ]).pipe(Effect.map(([, rows, count]) => [rows, count] as const)))
       return { deliveries: rows.map(toAttempt), ...pageInfo(query, rows.length, count?.n ?? 0) } satisfies DeliveryList
     })
 
     const retry = Effect.fn("Webhooks.retry")(function*(orgId: string, id: string, deliveryId: string) {
-      yield* orUnavailable(sql.withTransaction(Effect.gen(function*() {
+      yield* sql.withTransaction(Effect.gen(function*() {
         const [delivery] = yield* sql<{ status: DeliveryStatus; round: number }>`
           SELECT d.status, d.round FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
           WHERE d.id = ${deliveryId} AND d.webhook_id = ${id} AND w.org_id = ${orgId} AND w.deleted_at IS NULL
@@ -308,7 +301,7 @@ export class Webhooks extends Context.Service<Webhooks, {
         // A new round is carried by a new job (its own stream sequence).
         yield* sql`UPDATE webhook_deliveries SET round = ${round}::int, status = 'pending', job_seq = NULL, updated_at = now() WHERE id = ${deliveryId}`
         yield* Outbox.append({ subject: jobSubject(id, deliveryId), payload: { delivery_id: deliveryId, round } }).pipe(Effect.orDie, provideSql)
-      })))
+      }))
       return { delivery_id: deliveryId as DeliveryId, status: "retried" as const }
     })
 
