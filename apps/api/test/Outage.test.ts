@@ -61,20 +61,23 @@ const account = (base: string, email: string) =>
   })
 
 describe("a dependency down under a request", () => {
-  it.live("Postgres stopped: sandbox, webhook and auth routes are 503 unavailable, then answer again once it is back", () =>
+  it.live("Postgres stopped: sandbox, webhook and auth routes are 503 unavailable, then answer again", () =>
     Effect.gen(function*() {
       const pg = yield* Effect.acquireRelease(Effect.promise(() => startPostgres()), (pg) => Effect.promise(pg.close))
       const base = yield* serve(api.pipe(Layer.provide(Layer.mergeAll(Database.layerFromUrl(pg.url), TestNats.layer))))
       const { cookie, key, unused } = yield* account(base, "outage@example.com")
 
-      const requests: ReadonlyArray<readonly [string, string, string, { readonly body?: unknown; readonly token?: string }]> = [
+      type Request = readonly [string, string, string, { readonly body?: unknown; readonly token?: string }]
+      const requests: ReadonlyArray<Request> = [
         ["sandboxes: list", "GET", "/v1/sandboxes", { token: key }],
         ["sandboxes: create", "POST", "/v1/sandboxes", { token: key, body: {} }],
         ["sandboxes: get", "GET", "/v1/sandboxes/sbx_00000000000000000000000000", { token: key }],
         ["webhooks: list", "GET", "/v1/webhooks", { token: key }],
         ["webhooks: create", "POST", "/v1/webhooks", { token: key, body: { url: "http://127.0.0.1:9/hook" } }],
         ["auth: keys", "GET", "/v1/auth/api-keys", { token: key }],
-        ["auth: sign-in", "POST", "/v1/auth/sign-in", { body: { email: "outage@example.com", password: "a long enough password" } }],
+        ["auth: sign-in", "POST", "/v1/auth/sign-in", {
+          body: { email: "outage@example.com", password: "a long enough password" }
+        }],
         ["org", "GET", "/v1/org", { token: key }],
         ["audit", "GET", "/v1/audit", { token: key }]
       ]

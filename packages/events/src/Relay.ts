@@ -58,7 +58,10 @@ const encoder = new TextEncoder()
 
 const lockRows = Rows.decoder("OutboxRelay.lock", Schema.Struct({ locked: Schema.Boolean }))
 /** A batch of the outbox, the payload as JSON text (published as it is). */
-const outboxRows = Rows.decoder("OutboxRelay.batch", Schema.Struct({ id: Schema.String, subject: Schema.String, payload: Schema.String }))
+const outboxRows = Rows.decoder(
+  "OutboxRelay.batch",
+  Schema.Struct({ id: Schema.String, subject: Schema.String, payload: Schema.String })
+)
 const countRows = Rows.decoder("OutboxRelay.pending", Schema.Struct({ n: Schema.Int }))
 
 export class OutboxRelay extends Context.Service<OutboxRelay, {

@@ -82,7 +82,10 @@ const encodeRecord = Schema.encodeSync(SandboxRecord)
 const listed = Rows.decoder("Sandboxes.list", SandboxRow)
 const counted = Rows.decoder("Sandboxes.count", Schema.Struct({ n: Schema.Int }))
 const parentRows = Rows.decoder("Sandboxes.create", Schema.Struct({ state: SandboxState.fields.state }))
-const descendants = Rows.decoder("Sandboxes.remove", Schema.Struct({ id: Schema.String, host_id: Schema.NullOr(Schema.String) }))
+const descendants = Rows.decoder(
+  "Sandboxes.remove",
+  Schema.Struct({ id: Schema.String, host_id: Schema.NullOr(Schema.String) })
+)
 
 /**
  * An upper bound of a row's size as a JSON record, in SQL: its variable parts (jsonb renders

@@ -31,14 +31,17 @@ const sqlState = (cause: unknown): string | undefined => {
 }
 
 /** The answer to an infrastructure failure (see the module's comment). */
-export const answer = (
+const answer = (
   failure: InfrastructureFailure
 ): Effect.Effect<never, Errors.Unavailable | Errors.InvalidRequest> => {
   switch (failure._tag) {
     case "SqlError": {
       const state = sqlState(failure.reason.cause)
       if (state?.startsWith("22")) {
-        return Effect.andThen(Effect.logWarning("database refused a value of the request", { sqlState: state }), Effect.fail(UNSTORABLE))
+        return Effect.andThen(
+          Effect.logWarning("database refused a value of the request", { sqlState: state }),
+          Effect.fail(UNSTORABLE)
+        )
       }
       return Effect.andThen(Effect.logWarning("database failure", failure), Effect.fail(DATABASE_UNAVAILABLE))
     }
@@ -52,12 +55,10 @@ export const answer = (
   }
 }
 
+type Answered = Effect.Effect<HttpServerResponse.HttpServerResponse, Types.unhandled | Errors.Unavailable | Errors.InvalidRequest>
+
 export const InfrastructureMiddleware = Layer.succeed(
   Infrastructure,
   (httpEffect) =>
-    Effect.catch(
-      httpEffect,
-      (error): Effect.Effect<HttpServerResponse.HttpServerResponse, Types.unhandled | Errors.Unavailable | Errors.InvalidRequest> =>
-        isInfrastructureFailure(error) ? answer(error) : Effect.fail(error)
-    )
+    Effect.catch(httpEffect, (error): Answered => isInfrastructureFailure(error) ? answer(error) : Effect.fail(error))
 )

@@ -16,7 +16,7 @@
  * - test and retry write their job to the transactional outbox with the delivery change, so a
  *   job is published if and only if the change commits (the outbox relay must run somewhere).
  * - Database failures pass through as they are (`SqlError`, or `RowDecodeError` for a row its
- *   schema refuses): the API answers them, once for every route (503 `unavailable`).
+ *   schema refuses): the API answers them once for every route (503 `unavailable`, 500).
  */
 import { SecretBox } from "@svc/crypto/SecretBox"
 import { Idempotency } from "@svc/db/Idempotency"
