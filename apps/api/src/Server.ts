@@ -14,6 +14,7 @@ import { ApiHost, ApiPort } from "./Config.ts"
 import { HealthMonitor } from "./Health.ts"
 import { IdentityHandlers } from "./Http/Auth.ts"
 import { AuthorizationLayer } from "./Http/Authorization.ts"
+import { InfrastructureMiddleware } from "./Http/Infrastructure.ts"
 import { ApiMiddleware, errorForStatus } from "./Http/Middleware.ts"
 import { SandboxesHandlers } from "./Http/Sandboxes.ts"
 import { SystemHandlers } from "./Http/System.ts"
@@ -21,7 +22,8 @@ import { WebhooksHandlers } from "./Http/Webhooks.ts"
 
 export const Handlers = Layer.mergeAll(SystemHandlers, IdentityHandlers, SandboxesHandlers, WebhooksHandlers).pipe(
   Layer.provide(HealthMonitor.layer),
-  Layer.provideMerge(AuthorizationLayer)
+  Layer.provideMerge(AuthorizationLayer),
+  Layer.provideMerge(InfrastructureMiddleware)
 )
 
 export const Routes = Layer.mergeAll(

@@ -4,10 +4,14 @@
  * state must also be queried as a resource (a sandbox row) can bring its own `ActorStore`
  * over its own table with a `version` column instead.
  */
+import * as Rows from "@svc/db/Rows"
 import { Effect, Option, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import type { Actor, ActorStore, AnyActor, Stored } from "./Actor.ts"
 import { CorruptState } from "./Errors.ts"
+
+/** A row of `actor_state`, the state as JSON text (decoded with the actor's schema). */
+const stateRows = Rows.decoder("ActorStore.load", Schema.Struct({ version: Rows.Int8, state: Schema.String }))
 
 export const jsonStore = <S extends Schema.Top>(actor: Actor<S, any>): ActorStore<S["Type"]> => {
   const decode = Schema.decodeUnknownEffect(Schema.fromJsonString(actor.state as any))
@@ -16,8 +20,10 @@ export const jsonStore = <S extends Schema.Top>(actor: Actor<S, any>): ActorStor
   return {
     load: Effect.fnUntraced(function*(id: string) {
       const sql = yield* SqlClient.SqlClient
-      const rows = yield* sql<{ version: string | number; state: string }>`
-        SELECT version, state::text AS state FROM actor_state WHERE type = ${type} AND id = ${id}`
+      const rows = yield* stateRows(sql`
+        SELECT version, state::text AS state FROM actor_state WHERE type = ${type} AND id = ${id}`).pipe(
+        Effect.catchTag("RowDecodeError", (e) => Effect.fail(new CorruptState({ type, id, message: e.message })))
+      )
       if (rows.length === 0) return Option.none<Stored<S["Type"]>>()
       const state = yield* Effect.mapError(
         decode(rows[0]!.state) as Effect.Effect<S["Type"], Schema.SchemaError>,

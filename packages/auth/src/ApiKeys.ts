@@ -18,12 +18,13 @@
 import * as Token from "@svc/domain/ApiKeyToken"
 import type { ApiKeyPage, ApiKeyRow, CreatedApiKey, Principal } from "@svc/domain/Api/Auth"
 import { InvalidRequest, type InvalidScope, NotFound, Unauthenticated } from "@svc/domain/Errors"
-import { type ApiKeyId, makeId, type OrgId, type UserId } from "@svc/domain/Ids"
+import { ApiKeyId, makeId, OrgId, UserId } from "@svc/domain/Ids"
 import { type ListQuery, pageInfo } from "@svc/domain/Pagination"
 import * as Scopes from "@svc/domain/Scopes"
 import { formatTimestamp } from "@svc/domain/Time"
-import { Clock, Context, DateTime, Duration, Effect, Layer, Result } from "effect"
-import { SqlClient, type SqlError } from "effect/sql"
+import * as Rows from "@svc/db/Rows"
+import { Clock, Context, DateTime, Duration, Effect, Layer, Option, Result, Schema } from "effect"
+import { SqlClient } from "effect/sql"
 import { Audit, type AuditContext } from "./Audit.ts"
 import { CredentialCache } from "./Auth/CredentialCache.ts"
 import { LastUsed } from "./Auth/LastUsed.ts"
@@ -40,43 +41,47 @@ export interface MintInput {
   readonly expiresAt?: DateTime.Utc | null | undefined
 }
 
-interface KeyRow {
-  readonly id: string
-  readonly prefix: string
-  readonly name: string
-  readonly scopes: ReadonlyArray<string>
-  readonly created_at: Date
-  readonly last_used_at: Date | null
-  readonly expires_at: Date | null
-  readonly revoked_at: Date | null
-}
+/** A row of `api_keys` (`ROW_COLUMNS`). */
+const KeyRow = Schema.Struct({
+  id: ApiKeyId,
+  prefix: Schema.String,
+  name: Schema.String,
+  scopes: Schema.Array(Schema.String),
+  created_at: Rows.Timestamptz,
+  last_used_at: Schema.NullOr(Rows.Timestamptz),
+  expires_at: Schema.NullOr(Rows.Timestamptz),
+  revoked_at: Schema.NullOr(Rows.Timestamptz)
+})
 
 const ROW_COLUMNS = "id, prefix, name, scopes, created_at, last_used_at, expires_at, revoked_at"
 
 const utc = (d: Date | null) => (d === null ? null : DateTime.makeUnsafe(d))
 
-export const toRow = (row: KeyRow): ApiKeyRow => ({
-  id: row.id as ApiKeyId,
+const toRow = (row: typeof KeyRow.Type): ApiKeyRow => ({
+  id: row.id,
   prefix: row.prefix,
   name: row.name,
-  scopes: [...row.scopes],
+  scopes: row.scopes,
   createdAt: DateTime.makeUnsafe(row.created_at),
   lastUsedAt: utc(row.last_used_at),
   expiresAt: utc(row.expires_at),
   revokedAt: utc(row.revoked_at)
 })
 
-interface VerifyRow {
-  readonly id: string
-  readonly org_id: string
-  readonly org_name: string
-  readonly user_id: string | null
-  readonly email: string | null
-  readonly scopes: ReadonlyArray<string>
-  readonly token_hash: string
-  readonly expires_at: Date | null
-  readonly revoked_at: Date | null
-}
+const Total = Schema.Struct({ total: Rows.Int8 })
+
+/** What verifying a token reads: the key, its org and its user. */
+const VerifyRow = Schema.Struct({
+  id: Schema.String,
+  org_id: OrgId,
+  org_name: Schema.String,
+  user_id: Schema.NullOr(UserId),
+  email: Schema.NullOr(Schema.String),
+  scopes: Schema.Array(Schema.String),
+  token_hash: Schema.String,
+  expires_at: Schema.NullOr(Rows.Timestamptz),
+  revoked_at: Schema.NullOr(Rows.Timestamptz)
+})
 
 const unauthenticated = new Unauthenticated()
 
@@ -86,22 +91,22 @@ export class ApiKeys extends Context.Service<ApiKeys, {
   readonly mint: (
     input: MintInput,
     context: AuditContext
-  ) => Effect.Effect<CreatedApiKey, InvalidScope | InvalidRequest | SqlError.SqlError>
-  readonly list: (orgId: OrgId, query: ListQuery) => Effect.Effect<ApiKeyPage, SqlError.SqlError>
-  readonly get: (orgId: OrgId, keyId: ApiKeyId) => Effect.Effect<ApiKeyRow, NotFound | SqlError.SqlError>
+  ) => Effect.Effect<CreatedApiKey, InvalidScope | InvalidRequest | Rows.QueryError>
+  readonly list: (orgId: OrgId, query: ListQuery) => Effect.Effect<ApiKeyPage, Rows.QueryError>
+  readonly get: (orgId: OrgId, keyId: ApiKeyId) => Effect.Effect<ApiKeyRow, NotFound | Rows.QueryError>
   /** Revokes (idempotent: a revoked key's row comes back unchanged, with no new audit entry). */
   readonly revoke: (
     orgId: OrgId,
     keyId: ApiKeyId,
     context: AuditContext
-  ) => Effect.Effect<ApiKeyRow, NotFound | SqlError.SqlError>
+  ) => Effect.Effect<ApiKeyRow, NotFound | Rows.QueryError>
   /**
    * The principal of a token this process verified recently and that is still valid at
    * `nowMs`, else undefined (then call `verify`). Synchronous: the hot path of every request.
    */
   readonly cached: (token: string, nowMs: number) => Principal | undefined
   /** The principal of a presented token, or `unauthenticated`. Never logs or echoes the token. */
-  readonly verify: (token: string) => Effect.Effect<Principal, Unauthenticated | SqlError.SqlError>
+  readonly verify: (token: string) => Effect.Effect<Principal, Unauthenticated | Rows.QueryError>
 }>()("@svc/auth/ApiKeys") {
   static readonly layer = Layer.effect(
     ApiKeys,
@@ -112,6 +117,42 @@ export class ApiKeys extends Context.Service<ApiKeys, {
       const lastUsed = yield* LastUsed
       const config = yield* AuthConfig
       const refusedTtlMs = Duration.toMillis(config.keyCacheTtl)
+
+      const inserted = Rows.decoder("ApiKeys.mint", KeyRow)
+      const revokedRows = Rows.decoder("ApiKeys.revoke", KeyRow)
+      const page = Rows.findAll("ApiKeys.list", {
+        Request: Schema.Struct({ orgId: Schema.String, limit: Schema.Number, offset: Schema.Number }),
+        Result: KeyRow,
+        execute: ({ limit, offset, orgId }) =>
+          sql`
+            SELECT ${sql.unsafe(ROW_COLUMNS)} FROM api_keys WHERE org_id = ${orgId}
+            ORDER BY created_at DESC, id DESC LIMIT ${limit} OFFSET ${offset}
+          `
+      })
+      const total = Rows.findOneOption("ApiKeys.total", {
+        Request: Schema.String,
+        Result: Total,
+        execute: (orgId) => sql`SELECT count(*) AS total FROM api_keys WHERE org_id = ${orgId}`
+      })
+      const findKey = Rows.findOneOption("ApiKeys.get", {
+        Request: Schema.Struct({ orgId: Schema.String, keyId: Schema.String }),
+        Result: KeyRow,
+        execute: ({ keyId, orgId }) =>
+          sql`
+            SELECT ${sql.unsafe(ROW_COLUMNS)} FROM api_keys WHERE id = ${keyId} AND org_id = ${orgId}
+          `
+      })
+      const findToken = Rows.findOneOption("ApiKeys.verify", {
+        Request: Schema.String,
+        Result: VerifyRow,
+        execute: (tokenHash) =>
+          sql`
+            SELECT k.id, k.org_id, o.name AS org_name, k.user_id, u.email, k.scopes, k.token_hash,
+                   k.expires_at, k.revoked_at
+            FROM api_keys k JOIN orgs o ON o.id = k.org_id LEFT JOIN users u ON u.id = k.user_id
+            WHERE k.token_hash = ${tokenHash}
+          `
+      })
 
       /** Token hashes Postgres refused, until when (ms). Oldest insertion evicted first. */
       const refused = new Map<string, number>()
@@ -146,13 +187,13 @@ export class ApiKeys extends Context.Service<ApiKeys, {
         const minted = Token.mint()
         const scopes = [...grant.success.tokens]
         const rows = yield* sql.withTransaction(Effect.gen(function*() {
-          const rows = yield* sql<KeyRow>`
+          const rows = yield* inserted(sql`
             INSERT INTO api_keys (id, org_id, user_id, name, prefix, token_hash, scopes, created_at, expires_at)
             VALUES (${id}, ${input.orgId}, ${input.userId}, ${input.name}, ${minted.prefix}, ${minted.hash},
                     ${scopes}::text[], ${formatTimestamp(now)},
                     ${expiresAt === null ? null : formatTimestamp(expiresAt)}::timestamptz)
             RETURNING ${sql.unsafe(ROW_COLUMNS)}
-          `
+          `)
           yield* audit.record(input.orgId, "apikey.created", id, context)
           return rows
         }))
@@ -160,33 +201,28 @@ export class ApiKeys extends Context.Service<ApiKeys, {
       })
 
       const list = Effect.fn("ApiKeys.list")(function*(orgId: OrgId, query: ListQuery) {
-        const [rows, counts] = yield* Effect.all([
-          sql<KeyRow>`
-            SELECT ${sql.unsafe(ROW_COLUMNS)} FROM api_keys WHERE org_id = ${orgId}
-            ORDER BY created_at DESC, id DESC LIMIT ${query.limit} OFFSET ${query.offset}
-          `,
-          sql<{ readonly total: string | number }>`SELECT count(*) AS total FROM api_keys WHERE org_id = ${orgId}`
+        const [rows, counted] = yield* Effect.all([
+          page({ orgId, limit: query.limit, offset: query.offset }),
+          total(orgId)
         ], { concurrency: 2 })
-        const total = Number(counts[0]?.total ?? 0)
-        return { keys: rows.map(toRow), ...pageInfo(query, rows.length, total) }
+        const n = Option.match(counted, { onNone: () => 0, onSome: (c) => Number(c.total) })
+        return { keys: rows.map(toRow), ...pageInfo(query, rows.length, n) }
       })
 
       const get = Effect.fn("ApiKeys.get")(function*(orgId: OrgId, keyId: ApiKeyId) {
-        const rows = yield* sql<KeyRow>`
-          SELECT ${sql.unsafe(ROW_COLUMNS)} FROM api_keys WHERE id = ${keyId} AND org_id = ${orgId}
-        `
-        if (rows.length === 0) return yield* new NotFound({ error: "API key not found" })
-        return toRow(rows[0]!)
+        const key = yield* findKey({ orgId, keyId })
+        if (Option.isNone(key)) return yield* new NotFound({ error: "API key not found" })
+        return toRow(key.value)
       })
 
       const revoke = Effect.fn("ApiKeys.revoke")(function*(orgId: OrgId, keyId: ApiKeyId, context: AuditContext) {
         const now = yield* Clock.currentTimeMillis
         const revoked = yield* sql.withTransaction(Effect.gen(function*() {
-          const rows = yield* sql<KeyRow>`
+          const rows = yield* revokedRows(sql`
             UPDATE api_keys SET revoked_at = ${formatTimestamp(now)}
             WHERE id = ${keyId} AND org_id = ${orgId} AND revoked_at IS NULL
             RETURNING ${sql.unsafe(ROW_COLUMNS)}
-          `
+          `)
           if (rows.length === 0) return null
           yield* audit.record(orgId, "apikey.revoked", keyId, context)
           return toRow(rows[0]!)
@@ -216,13 +252,7 @@ export class ApiKeys extends Context.Service<ApiKeys, {
         }
         if (isRefused(tokenHash, now)) return yield* unauthenticated
         const epoch = cache.epoch()
-        const rows = yield* sql<VerifyRow>`
-          SELECT k.id, k.org_id, o.name AS org_name, k.user_id, u.email, k.scopes, k.token_hash,
-                 k.expires_at, k.revoked_at
-          FROM api_keys k JOIN orgs o ON o.id = k.org_id LEFT JOIN users u ON u.id = k.user_id
-          WHERE k.token_hash = ${tokenHash}
-        `
-        const row = rows[0]
+        const row = Option.getOrUndefined(yield* findToken(tokenHash))
         if (row === undefined || !Token.hashesEqual(row.token_hash, tokenHash) || row.revoked_at !== null) {
           return yield* refuse(tokenHash, now)
         }
@@ -235,9 +265,9 @@ export class ApiKeys extends Context.Service<ApiKeys, {
           return yield* refuse(tokenHash, now)
         }
         const principal: Principal = {
-          orgId: row.org_id as OrgId,
-          org: { id: row.org_id as OrgId, name: row.org_name },
-          user: row.user_id === null ? null : { id: row.user_id as UserId, email: row.email ?? "" },
+          orgId: row.org_id,
+          org: { id: row.org_id, name: row.org_name },
+          user: row.user_id === null ? null : { id: row.user_id, email: row.email ?? "" },
           credential: {
             type: "api_key",
             id: row.id,

@@ -3,11 +3,12 @@
  * caller inside the transaction of the change itself (so an entry exists exactly when the change
  * committed). There is no update or delete path here, and the table's trigger refuses both.
  */
-import type { AuditAction, AuditActor, AuditEntry, AuditPage, AuditQuery } from "@svc/domain/Api/Audit"
-import { type AuditId, makeId, type OrgId } from "@svc/domain/Ids"
+import * as Rows from "@svc/db/Rows"
+import { type AuditActor, AuditActorType, AuditAction, type AuditEntry, type AuditPage, type AuditQuery } from "@svc/domain/Api/Audit"
+import { AuditId, makeId, type OrgId } from "@svc/domain/Ids"
 import { pageInfo } from "@svc/domain/Pagination"
 import { formatTimestamp } from "@svc/domain/Time"
-import { Clock, Context, DateTime, Effect, Layer } from "effect"
+import { Clock, Context, DateTime, Effect, Layer, Option, Schema } from "effect"
 import { SqlClient, type SqlError } from "effect/sql"
 
 /** Who is acting and from where; built once per request. */
@@ -23,26 +24,29 @@ export const operatorContext: AuditContext = { actor: { type: "operator", id: nu
 const MAX_USER_AGENT = 512
 const MAX_IP = 64
 
-interface AuditRow {
-  readonly id: string
-  readonly action: string
-  readonly actor_type: string
-  readonly actor_id: string | null
-  readonly target_id: string | null
-  readonly ip: string | null
-  readonly user_agent: string | null
-  readonly created_at: Date
-}
+const AuditRow = Schema.Struct({
+  id: AuditId,
+  action: AuditAction,
+  actor_type: AuditActorType,
+  actor_id: Schema.NullOr(Schema.String),
+  target_id: Schema.NullOr(Schema.String),
+  ip: Schema.NullOr(Schema.String),
+  user_agent: Schema.NullOr(Schema.String),
+  created_at: Rows.Timestamptz
+})
 
-const toEntry = (row: AuditRow): AuditEntry => ({
-  id: row.id as AuditId,
-  action: row.action as AuditAction,
-  actor: { type: row.actor_type as AuditActor["type"], id: row.actor_id },
+const toEntry = (row: typeof AuditRow.Type): AuditEntry => ({
+  id: row.id,
+  action: row.action,
+  actor: { type: row.actor_type, id: row.actor_id },
   target_id: row.target_id,
   ip: row.ip,
   user_agent: row.user_agent,
   createdAt: DateTime.makeUnsafe(row.created_at)
 })
+
+const Total = Schema.Struct({ total: Rows.Int8 })
+const Filter = { orgId: Schema.String, action: Schema.NullOr(Schema.String) }
 
 export class Audit extends Context.Service<Audit, {
   /** Appends an entry; call it inside the transaction of the change it records. */
@@ -52,12 +56,31 @@ export class Audit extends Context.Service<Audit, {
     targetId: string | null,
     context: AuditContext
   ) => Effect.Effect<void, SqlError.SqlError>
-  readonly list: (orgId: OrgId, query: AuditQuery) => Effect.Effect<AuditPage, SqlError.SqlError>
+  readonly list: (orgId: OrgId, query: AuditQuery) => Effect.Effect<AuditPage, Rows.QueryError>
 }>()("@svc/auth/Audit") {
   static readonly layer = Layer.effect(
     Audit,
     Effect.gen(function*() {
       const sql = yield* SqlClient.SqlClient
+      const page = Rows.findAll("Audit.list", {
+        Request: Schema.Struct({ ...Filter, limit: Schema.Number, offset: Schema.Number }),
+        Result: AuditRow,
+        execute: ({ action, limit, offset, orgId }) =>
+          sql`
+            SELECT id, action, actor_type, actor_id, target_id, ip, user_agent, created_at FROM audit_log
+            WHERE org_id = ${orgId} AND (${action}::text IS NULL OR action = ${action})
+            ORDER BY created_at DESC, id DESC LIMIT ${limit} OFFSET ${offset}
+          `
+      })
+      const total = Rows.findOneOption("Audit.total", {
+        Request: Schema.Struct(Filter),
+        Result: Total,
+        execute: ({ action, orgId }) =>
+          sql`
+            SELECT count(*) AS total FROM audit_log
+            WHERE org_id = ${orgId} AND (${action}::text IS NULL OR action = ${action})
+          `
+      })
 
       const record = Effect.fn("Audit.record")(function*(
         orgId: OrgId,
@@ -76,19 +99,12 @@ export class Audit extends Context.Service<Audit, {
 
       const list = Effect.fn("Audit.list")(function*(orgId: OrgId, query: AuditQuery) {
         const action = query.action ?? null
-        const [rows, counts] = yield* Effect.all([
-          sql<AuditRow>`
-            SELECT id, action, actor_type, actor_id, target_id, ip, user_agent, created_at FROM audit_log
-            WHERE org_id = ${orgId} AND (${action}::text IS NULL OR action = ${action})
-            ORDER BY created_at DESC, id DESC LIMIT ${query.limit} OFFSET ${query.offset}
-          `,
-          sql<{ readonly total: string | number }>`
-            SELECT count(*) AS total FROM audit_log
-            WHERE org_id = ${orgId} AND (${action}::text IS NULL OR action = ${action})
-          `
+        const [rows, counted] = yield* Effect.all([
+          page({ orgId, action, limit: query.limit, offset: query.offset }),
+          total({ orgId, action })
         ], { concurrency: 2 })
-        const total = Number(counts[0]?.total ?? 0)
-        return { entries: rows.map(toEntry), ...pageInfo(query, rows.length, total) }
+        const n = Option.match(counted, { onNone: () => 0, onSome: (c) => Number(c.total) })
+        return { entries: rows.map(toEntry), ...pageInfo(query, rows.length, n) }
       })
 
       return Audit.of({ record, list })

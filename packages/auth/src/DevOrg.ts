@@ -4,9 +4,10 @@
  * nothing while that key still works; when the key was revoked (or the file lost) it mints a new
  * key for the same dev org; only when there is no dev org does it create one.
  */
+import * as Rows from "@svc/db/Rows"
 import { Unauthenticated } from "@svc/domain/Errors"
-import type { OrgId } from "@svc/domain/Ids"
-import { Effect, Option } from "effect"
+import { OrgId } from "@svc/domain/Ids"
+import { Effect, Option, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import { ApiKeys } from "./ApiKeys.ts"
 import { operatorContext } from "./Audit.ts"
@@ -18,6 +19,8 @@ export interface DevCredentials {
   readonly org_id: string
   readonly api_key: string
 }
+
+const orgIds = Rows.decoder("ensureDevOrg", Schema.Struct({ id: OrgId }))
 
 /**
  * `{org_id, api_key}` of the dev org, and whether anything was minted. Pass what
@@ -40,13 +43,13 @@ export const ensureDevOrg = Effect.fn("ensureDevOrg")(function*(existing?: Parti
   }
 
   const known = typeof existing?.org_id === "string"
-    ? yield* sql<{ id: string }>`SELECT id FROM orgs WHERE id = ${existing.org_id}`
+    ? yield* orgIds(sql`SELECT id FROM orgs WHERE id = ${existing.org_id}`)
     : []
   const named = known.length > 0
     ? known
-    : yield* sql<{ id: string }>`SELECT id FROM orgs WHERE name = ${DEV_ORG_NAME} ORDER BY created_at, id LIMIT 1`
+    : yield* orgIds(sql`SELECT id FROM orgs WHERE name = ${DEV_ORG_NAME} ORDER BY created_at, id LIMIT 1`)
   return yield* sql.withTransaction(Effect.gen(function*() {
-    const orgId = named.length > 0 ? named[0]!.id as OrgId : (yield* orgs.create(DEV_ORG_NAME, operatorContext)).id
+    const orgId = named.length > 0 ? named[0]!.id : (yield* orgs.create(DEV_ORG_NAME, operatorContext)).id
     const key = yield* keys.mint({ orgId, userId: null, name: "svc dev" }, operatorContext)
     return { org_id: orgId as string, api_key: key.token as string, minted: true }
   }))

@@ -7,11 +7,12 @@
  */
 import type { Principal } from "@svc/domain/Api/Auth"
 import { Unauthenticated } from "@svc/domain/Errors"
-import { makeBody, type OrgId, type UserId } from "@svc/domain/Ids"
+import * as Rows from "@svc/db/Rows"
+import { makeBody, OrgId, UserId } from "@svc/domain/Ids"
 import { FULL_ACCESS } from "@svc/domain/Scopes"
 import { formatTimestamp } from "@svc/domain/Time"
-import { Clock, Context, DateTime, Duration, Effect, Layer } from "effect"
-import { SqlClient, type SqlError } from "effect/sql"
+import { Clock, Context, DateTime, Duration, Effect, Layer, Option, Schema } from "effect"
+import { SqlClient } from "effect/sql"
 import { createHash, randomBytes } from "node:crypto"
 import { Audit, type AuditContext } from "./Audit.ts"
 import { AuthConfig } from "./Config.ts"
@@ -28,14 +29,15 @@ export interface NewSession {
   readonly expiresAt: DateTime.Utc
 }
 
-interface SessionRow {
-  readonly id: string
-  readonly org_id: string
-  readonly org_name: string
-  readonly user_id: string
-  readonly email: string
-  readonly expires_at: Date
-}
+/** A live session with its user and org, as verifying its token reads them. */
+const SessionRow = Schema.Struct({
+  id: Schema.String,
+  org_id: OrgId,
+  org_name: Schema.String,
+  user_id: UserId,
+  email: Schema.String,
+  expires_at: Rows.Timestamptz
+})
 
 const unauthenticated = new Unauthenticated()
 
@@ -44,10 +46,10 @@ export class Sessions extends Context.Service<Sessions, {
   readonly create: (
     user: { readonly id: UserId; readonly orgId: OrgId },
     context: AuditContext
-  ) => Effect.Effect<NewSession, SqlError.SqlError>
-  readonly verify: (token: string) => Effect.Effect<Principal, Unauthenticated | SqlError.SqlError>
+  ) => Effect.Effect<NewSession, Rows.QueryError>
+  readonly verify: (token: string) => Effect.Effect<Principal, Unauthenticated | Rows.QueryError>
   /** Ends a session (audit `auth.signed_out`); ending an ended one does nothing. */
-  readonly end: (orgId: OrgId, sessionId: string, context: AuditContext) => Effect.Effect<void, SqlError.SqlError>
+  readonly end: (orgId: OrgId, sessionId: string, context: AuditContext) => Effect.Effect<void, Rows.QueryError>
 }>()("@svc/auth/Sessions") {
   static readonly layer = Layer.effect(
     Sessions,
@@ -55,6 +57,16 @@ export class Sessions extends Context.Service<Sessions, {
       const sql = yield* SqlClient.SqlClient
       const audit = yield* Audit
       const config = yield* AuthConfig
+      const findSession = Rows.findOneOption("Sessions.verify", {
+        Request: Schema.String,
+        Result: SessionRow,
+        execute: (tokenHash) =>
+          sql`
+            SELECT s.id, s.org_id, o.name AS org_name, s.user_id, u.email, s.expires_at
+            FROM sessions s JOIN users u ON u.id = s.user_id JOIN orgs o ON o.id = s.org_id
+            WHERE s.token_hash = ${tokenHash} AND s.ended_at IS NULL
+          `
+      })
 
       const create = Effect.fn("Sessions.create")(function*(
         user: { readonly id: UserId; readonly orgId: OrgId },
@@ -78,17 +90,12 @@ export class Sessions extends Context.Service<Sessions, {
       const verify = Effect.fnUntraced(function*(token: string) {
         if (!TOKEN.test(token)) return yield* unauthenticated
         const now = yield* Clock.currentTimeMillis
-        const rows = yield* sql<SessionRow>`
-          SELECT s.id, s.org_id, o.name AS org_name, s.user_id, u.email, s.expires_at
-          FROM sessions s JOIN users u ON u.id = s.user_id JOIN orgs o ON o.id = s.org_id
-          WHERE s.token_hash = ${hashToken(token)} AND s.ended_at IS NULL
-        `
-        const row = rows[0]
+        const row = Option.getOrUndefined(yield* findSession(hashToken(token)))
         if (row === undefined || row.expires_at.getTime() <= now) return yield* unauthenticated
         const principal: Principal = {
-          orgId: row.org_id as OrgId,
-          org: { id: row.org_id as OrgId, name: row.org_name },
-          user: { id: row.user_id as UserId, email: row.email },
+          orgId: row.org_id,
+          org: { id: row.org_id, name: row.org_name },
+          user: { id: row.user_id, email: row.email },
           credential: {
             type: "session",
             id: row.id,

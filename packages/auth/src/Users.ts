@@ -6,29 +6,30 @@
  */
 import { normalizeEmail, type OrgRecord, type User } from "@svc/domain/Api/Auth"
 import { Conflict, RateLimited, Unauthenticated } from "@svc/domain/Errors"
-import { makeId, type OrgId, type UserId } from "@svc/domain/Ids"
+import * as Rows from "@svc/db/Rows"
+import { makeId, OrgId, UserId } from "@svc/domain/Ids"
 import { formatTimestamp } from "@svc/domain/Time"
-import { Clock, Context, DateTime, Effect, Layer } from "effect"
-import { SqlClient, type SqlError } from "effect/sql"
+import { Clock, Context, DateTime, Effect, Layer, Option, Schema } from "effect"
+import { SqlClient } from "effect/sql"
 import { Audit, type AuditContext } from "./Audit.ts"
 import * as Passwords from "./Auth/Passwords.ts"
 import * as Throttle from "./Auth/SignInThrottle.ts"
-import { toOrgRecord } from "./Orgs.ts"
 
 export interface SignedUpUser {
   readonly user: User
   readonly org: OrgRecord
 }
 
-interface UserRow {
-  readonly id: string
-  readonly email: string
-  readonly password_hash: string
-  readonly created_at: Date
-  readonly org_id: string
-  readonly org_name: string
-  readonly org_created_at: Date
-}
+/** A user with its org, as signing in reads them. */
+const UserRow = Schema.Struct({
+  id: UserId,
+  email: Schema.String,
+  password_hash: Schema.String,
+  created_at: Rows.Timestamptz,
+  org_id: OrgId,
+  org_name: Schema.String,
+  org_created_at: Rows.Timestamptz
+})
 
 const badCredentials = new Unauthenticated({ error: "Wrong email or password" })
 
@@ -37,7 +38,7 @@ export class Users extends Context.Service<Users, {
   readonly signUp: (
     input: { readonly email: string; readonly password: string; readonly orgName: string },
     context: Omit<AuditContext, "actor">
-  ) => Effect.Effect<SignedUpUser, Conflict | SqlError.SqlError>
+  ) => Effect.Effect<SignedUpUser, Conflict | Rows.QueryError>
   /**
    * The user of an email and password, or `unauthenticated` (audit `auth.sign_in_failed` for a
    * known email, bounded: see `SignInThrottle`), or `rate_limited` while the email is in its
@@ -46,13 +47,23 @@ export class Users extends Context.Service<Users, {
   readonly signIn: (
     input: { readonly email: string; readonly password: string },
     context: Omit<AuditContext, "actor">
-  ) => Effect.Effect<SignedUpUser, Unauthenticated | RateLimited | SqlError.SqlError>
+  ) => Effect.Effect<SignedUpUser, Unauthenticated | RateLimited | Rows.QueryError>
 }>()("@svc/auth/Users") {
   static readonly layer = Layer.effect(
     Users,
     Effect.gen(function*() {
       const sql = yield* SqlClient.SqlClient
       const audit = yield* Audit
+      const findUser = Rows.findOneOption("Users.signIn", {
+        Request: Schema.String,
+        Result: UserRow,
+        execute: (email) =>
+          sql`
+            SELECT u.id, u.email, u.password_hash, u.created_at, o.id AS org_id, o.name AS org_name,
+                   o.created_at AS org_created_at
+            FROM users u JOIN orgs o ON o.id = u.org_id WHERE u.email = ${email}
+          `
+      })
 
       const signUp = Effect.fn("Users.signUp")(function*(
         input: { readonly email: string; readonly password: string; readonly orgName: string },
@@ -99,17 +110,12 @@ export class Users extends Context.Service<Users, {
             retry_after_s: Math.max(1, Math.ceil((until - now) / 1000))
           })
         }
-        const rows = yield* sql<UserRow>`
-          SELECT u.id, u.email, u.password_hash, u.created_at, o.id AS org_id, o.name AS org_name,
-                 o.created_at AS org_created_at
-          FROM users u JOIN orgs o ON o.id = u.org_id WHERE u.email = ${email}
-        `
-        const row = rows[0]
+        const row = Option.getOrUndefined(yield* findUser(email))
         const ok = yield* Passwords.verify(input.password, row?.password_hash ?? Passwords.DUMMY_HASH)
         if (row === undefined || !ok) {
           const failures = yield* Throttle.recordFailure(sql, key, now)
           if (row !== undefined && Throttle.audited(failures)) {
-            yield* audit.record(row.org_id as OrgId, "auth.sign_in_failed", row.id, {
+            yield* audit.record(row.org_id, "auth.sign_in_failed", row.id, {
               ...context,
               actor: { type: "anonymous", id: null }
             })
@@ -125,8 +131,8 @@ export class Users extends Context.Service<Users, {
             UPDATE users SET password_hash = ${upgraded} WHERE id = ${row.id} AND password_hash = ${row.password_hash}`
         }
         return {
-          user: { id: row.id as UserId, email: row.email, createdAt: DateTime.makeUnsafe(row.created_at) },
-          org: toOrgRecord({ id: row.org_id, name: row.org_name, created_at: row.org_created_at })
+          user: { id: row.id, email: row.email, createdAt: DateTime.makeUnsafe(row.created_at) },
+          org: { id: row.org_id, name: row.org_name, createdAt: DateTime.makeUnsafe(row.org_created_at) }
         }
       })
 

@@ -22,9 +22,10 @@
  */
 import { SecretBox } from "@svc/crypto/SecretBox"
 import { IdempotencyKeyReused } from "@svc/domain/Errors"
-import { Context, Duration, Effect, Layer } from "effect"
-import { SqlClient, type SqlError } from "effect/sql"
+import { Context, Duration, Effect, Layer, Schema } from "effect"
+import { SqlClient } from "effect/sql"
 import { createHash } from "node:crypto"
+import * as Rows from "./Rows.ts"
 
 export const IDEMPOTENCY_TTL_HOURS = 24
 const PRUNE_EVERY = Duration.hours(1)
@@ -57,22 +58,25 @@ export interface RunOptions<A, E, R> {
   readonly response: (value: A) => unknown
 }
 
-interface Entry {
-  readonly request_hash: string
-  readonly response: unknown
-}
+/** What a key's row holds, sealed: the first request's hash and its answer (JSON drops an undefined one). */
+const Entry = Schema.Struct({ request_hash: Schema.String, response: Schema.optionalKey(Schema.Unknown) })
+type Entry = typeof Entry.Type
+const decodeEntry = Schema.decodeUnknownEffect(Schema.fromJsonString(Entry))
+
+const entryRows = Rows.decoder("Idempotency.run", Schema.Struct({ entry: Schema.NullOr(Schema.String) }))
+const prunedRows = Rows.decoder("Idempotency.prune", Schema.Struct({ n: Schema.Int }))
 
 export class Idempotency extends Context.Service<Idempotency, {
-  readonly run: <A, E, R>(options: RunOptions<A, E, R>) => Effect.Effect<Outcome<A>, E | IdempotencyKeyReused | SqlError.SqlError, R>
+  readonly run: <A, E, R>(options: RunOptions<A, E, R>) => Effect.Effect<Outcome<A>, E | IdempotencyKeyReused | Rows.QueryError, R>
   /** Deletes the entries older than 24 h; answers how many. */
-  readonly prune: Effect.Effect<number, SqlError.SqlError>
+  readonly prune: Effect.Effect<number, Rows.QueryError>
 }>()("@svc/db/Idempotency") {
   static readonly make = Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const box = yield* SecretBox
 
     const run = <A, E, R>(options: RunOptions<A, E, R>) =>
-      sql.withTransaction(Effect.gen(function*(): Effect.fn.Return<Outcome<A>, E | IdempotencyKeyReused | SqlError.SqlError, R> {
+      sql.withTransaction(Effect.gen(function*(): Effect.fn.Return<Outcome<A>, E | IdempotencyKeyReused | Rows.QueryError, R> {
         const { orgId, operation, key } = options
         if (key === undefined) return { _tag: "Created", value: yield* options.create }
         const aad = JSON.stringify(["idempotency", orgId, operation, key])
@@ -84,11 +88,13 @@ export class Idempotency extends Context.Service<Idempotency, {
           WHERE idempotency_keys.created_at < now() - make_interval(hours => ${IDEMPOTENCY_TTL_HOURS}::int)
           RETURNING key`
         if (claimed.length === 0) {
-          const [row] = yield* sql<{ entry: string | null }>`
-            SELECT entry FROM idempotency_keys WHERE org_id = ${orgId} AND operation = ${operation} AND key = ${key}`
+          const [row] = yield* entryRows(sql`
+            SELECT entry FROM idempotency_keys WHERE org_id = ${orgId} AND operation = ${operation} AND key = ${key}`)
           // Committed entries always hold one: the claim and the record share a transaction.
           if (row?.entry == null) return yield* Effect.die(new Error(`idempotency entry of ${operation} without its record`))
-          const entry = JSON.parse(yield* Effect.orDie(box.open(row.entry, aad))) as Entry
+          const entry = yield* decodeEntry(yield* Effect.orDie(box.open(row.entry, aad))).pipe(
+            Effect.mapError((e) => new Rows.RowDecodeError({ query: "Idempotency.run", message: `entry: ${e.message}` }))
+          )
           if (entry.request_hash !== hash) return yield* new IdempotencyKeyReused()
           return { _tag: "Replayed", body: entry.response }
         }
@@ -100,10 +106,10 @@ export class Idempotency extends Context.Service<Idempotency, {
       }))
 
     const prune = Effect.map(
-      sql<{ n: number }>`
+      prunedRows(sql`
         WITH gone AS (
           DELETE FROM idempotency_keys WHERE created_at < now() - make_interval(hours => ${IDEMPOTENCY_TTL_HOURS}::int) RETURNING 1
-        ) SELECT count(*)::int AS n FROM gone`,
+        ) SELECT count(*)::int AS n FROM gone`),
       (rows) => rows[0]?.n ?? 0
     )
 

@@ -5,6 +5,7 @@
 import { HttpApi, OpenApi } from "effect/http-api"
 import { AuditApi } from "./Api/Audit.ts"
 import { Access, ApiKeysApi, AuthApi, Authorization } from "./Api/Auth.ts"
+import { Infrastructure } from "./Api/Infrastructure.ts"
 import { OrgApi } from "./Api/Org.ts"
 import { SandboxesApi } from "./Api/Sandboxes.ts"
 import { SystemApi } from "./Api/System.ts"
@@ -23,6 +24,9 @@ export class Api extends HttpApi.make("svc")
   // Authentication and each endpoint's declared Access rule: keep this after the last .add
   // (it applies to the endpoints added before it; the authorization matrix test checks).
   .middleware(Authorization)
+  // A database or bus failure of any endpoint, Authorization's credential checks included, is
+  // answered in one place: declared after Authorization, it runs around it.
+  .middleware(Infrastructure)
   // Report every invalid field of a request at once, not only the first.
   .annotate(HttpApi.ParseOptions, { errors: "all" })
   .annotate(HttpApi.SuccessParseOptions, {})

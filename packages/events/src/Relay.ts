@@ -28,7 +28,8 @@
  */
 import * as PgClient from "@effect/sql-pg/PgClient"
 import { BusError, Nats } from "@svc/bus/Nats"
-import { Context, Duration, Effect, Layer, Option, Queue, Schedule } from "effect"
+import * as Rows from "@svc/db/Rows"
+import { Context, Duration, Effect, Layer, Option, Queue, Schedule, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import { NOTIFY_CHANNEL, type OutboxRow } from "./Outbox.ts"
 
@@ -55,6 +56,14 @@ const RELAY_LOCK_KEY = 0x5356_0b0c
 
 const encoder = new TextEncoder()
 
+const lockRows = Rows.decoder("OutboxRelay.lock", Schema.Struct({ locked: Schema.Boolean }))
+/** A batch of the outbox, the payload as JSON text (published as it is). */
+const outboxRows = Rows.decoder(
+  "OutboxRelay.batch",
+  Schema.Struct({ id: Schema.String, subject: Schema.String, payload: Schema.String })
+)
+const countRows = Rows.decoder("OutboxRelay.pending", Schema.Struct({ n: Schema.Int }))
+
 export class OutboxRelay extends Context.Service<OutboxRelay, {
   /** Asks the relay to look for rows now (in-process writers may call it after commit). */
   readonly wake: Effect.Effect<void>
@@ -74,7 +83,7 @@ export class OutboxRelay extends Context.Service<OutboxRelay, {
     const wakeups = yield* Queue.sliding<void>(1)
     const wake = Effect.asVoid(Queue.offer(wakeups, undefined))
 
-    const publishRow = (row: { id: string; subject: string; payload: string }) =>
+    const publishRow = (row: { readonly id: string; readonly subject: string; readonly payload: string }) =>
       nats.publishAcked(nats.subject(row.subject), encoder.encode(row.payload), { msgId: row.id, timeoutMs: publishTimeout })
 
     const waitForWork = Effect.timeoutOption(Queue.take(wakeups), pollInterval)
@@ -93,7 +102,7 @@ export class OutboxRelay extends Context.Service<OutboxRelay, {
       const conn = yield* sql.reserve
       const onLeaderConnection = Effect.provideService(sql.transactionService, [conn, 0] as const)
       for (;;) {
-        const [lock] = yield* onLeaderConnection(sql<{ locked: boolean }>`SELECT pg_try_advisory_lock(${RELAY_LOCK_KEY}) AS locked`)
+        const [lock] = yield* onLeaderConnection(lockRows(sql`SELECT pg_try_advisory_lock(${RELAY_LOCK_KEY}) AS locked`))
         if (lock?.locked) break
         yield* waitForWork
       }
@@ -102,11 +111,11 @@ export class OutboxRelay extends Context.Service<OutboxRelay, {
       let sent: ReadonlyArray<string> = []
       let failures = 0
       for (;;) {
-        const rows = yield* onLeaderConnection(sql<{ id: string; subject: string; payload: string }>`
+        const rows = yield* onLeaderConnection(outboxRows(sql`
           WITH sent AS (UPDATE outbox SET sent_at = now() WHERE id = ANY(${sent}::text[]))
           SELECT id, subject, payload::text AS payload FROM outbox
           WHERE sent_at IS NULL AND NOT (id = ANY(${sent}::text[]))
-          ORDER BY seq LIMIT ${batchSize}`)
+          ORDER BY seq LIMIT ${batchSize}`))
         sent = []
         if (rows.length === 0) {
           yield* waitForWork
@@ -172,7 +181,7 @@ export class OutboxRelay extends Context.Service<OutboxRelay, {
     yield* Effect.forkScoped(listenLoop)
     yield* Effect.forkScoped(pruneLoop)
 
-    const pending = sql<{ n: number }>`SELECT count(*)::int AS n FROM outbox WHERE sent_at IS NULL`.pipe(
+    const pending = countRows(sql`SELECT count(*)::int AS n FROM outbox WHERE sent_at IS NULL`).pipe(
       Effect.map((rows) => rows[0]?.n ?? 0),
       Effect.mapError((e) => new BusError({ operation: "outbox pending", message: String(e) }))
     )

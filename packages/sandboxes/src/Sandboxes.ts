@@ -25,6 +25,7 @@
 import * as Actors from "@svc/actors/Actors"
 import { SecretBox } from "@svc/crypto/SecretBox"
 import { Idempotency, type Outcome } from "@svc/db/Idempotency"
+import * as Rows from "@svc/db/Rows"
 import { wakeIfPresent } from "@svc/events/Relay"
 import * as Errors from "@svc/domain/Errors"
 import { BASE_TEMPLATE_ID, makeId, type OrgId } from "@svc/domain/Ids"
@@ -40,22 +41,20 @@ import {
   UNPAGINATED_MAX_BYTES
 } from "@svc/domain/Sandbox"
 import { Clock, Context, Effect, Layer, Option, Schema, type Stream } from "effect"
-import { SqlClient, type SqlError } from "effect/sql"
+import { SqlClient } from "effect/sql"
 import { Hosts } from "./Hosts.ts"
 import { commandRefusal, SandboxActor } from "./SandboxActor.ts"
 import { applyNow } from "./Sandboxes/Apply.ts"
 import * as Quota from "./Sandboxes/Quota.ts"
 import { QuotasConfig } from "./Config.ts"
 import * as DataPlane from "./Sandboxes/DataPlane.ts"
-import type { SandboxActorState } from "./Sandboxes/Model.ts"
+import { SandboxActorState } from "./Sandboxes/Model.ts"
 import { toRecord } from "./Sandboxes/Record.ts"
-import { COLUMNS, fromRow, type SandboxRow, store } from "./Sandboxes/Store.ts"
+import { COLUMNS, SandboxRow, store, toStored } from "./Sandboxes/Store.ts"
 import * as Scheduler from "./Scheduler.ts"
 import { sealEnv } from "@svc/crypto/SealedEnv"
 
 export { toRecord } from "./Sandboxes/Record.ts"
-
-type SqlErrorT = SqlError.SqlError
 
 export const BASE_TEMPLATE_NAME = "base"
 export const ANY_REGION = "any"
@@ -74,6 +73,14 @@ const corrupt = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
 
 const encodeRecord = Schema.encodeSync(Sandbox)
 
+const listed = Rows.decoder("Sandboxes.list", SandboxRow)
+const counted = Rows.decoder("Sandboxes.count", Schema.Struct({ n: Schema.Int }))
+const parentRows = Rows.decoder("Sandboxes.create", Schema.Struct({ state: SandboxActorState.fields.state }))
+const descendants = Rows.decoder(
+  "Sandboxes.remove",
+  Schema.Struct({ id: Schema.String, host_id: Schema.NullOr(Schema.String) })
+)
+
 /**
  * An upper bound of a row's size as a JSON record, in SQL: its variable parts (jsonb renders
  * with more spaces than JSON.stringify) plus 2 KiB for the fixed ones (ids, times, numbers and
@@ -91,27 +98,27 @@ export class Sandboxes extends Context.Service<Sandboxes, {
     idempotencyKey?: string
   ) => Effect.Effect<
     Outcome<Sandbox>,
-    Errors.InvalidRequest | Errors.Conflict | Errors.IdempotencyKeyReused | Errors.QuotaExceeded | SqlErrorT
+    Errors.InvalidRequest | Errors.Conflict | Errors.IdempotencyKeyReused | Errors.QuotaExceeded | Rows.QueryError
   >
   /** The org's sandbox (its state, for policy checks), or `not_found`. */
-  readonly get: (orgId: OrgId, id: string) => Effect.Effect<SandboxActorState, Errors.NotFound | SqlErrorT>
-  readonly list: (orgId: OrgId, query: ListSandboxesQuery, confinedTo: string | null) => Effect.Effect<SandboxPage, SqlErrorT>
+  readonly get: (orgId: OrgId, id: string) => Effect.Effect<SandboxActorState, Errors.NotFound | Rows.QueryError>
+  readonly list: (orgId: OrgId, query: ListSandboxesQuery, confinedTo: string | null) => Effect.Effect<SandboxPage, Rows.QueryError>
   readonly start: (
     orgId: OrgId,
     id: string
-  ) => Effect.Effect<Sandbox, Errors.NotFound | Errors.Conflict | Errors.QuotaExceeded | SqlErrorT>
-  readonly stop: (orgId: OrgId, id: string) => Effect.Effect<Sandbox, Errors.NotFound | Errors.Conflict | SqlErrorT>
+  ) => Effect.Effect<Sandbox, Errors.NotFound | Errors.Conflict | Errors.QuotaExceeded | Rows.QueryError>
+  readonly stop: (orgId: OrgId, id: string) => Effect.Effect<Sandbox, Errors.NotFound | Errors.Conflict | Rows.QueryError>
   /** Deletes it and every descendant. Idempotent. */
-  readonly remove: (orgId: OrgId, id: string) => Effect.Effect<Sandbox, Errors.NotFound | SqlErrorT>
-  readonly exec: (orgId: OrgId, id: string, request: ExecRequest) => Effect.Effect<ExecResult, DataPlane.ExecError | SqlErrorT>
-  readonly readFile: (orgId: OrgId, id: string, path: string) => Effect.Effect<DataPlane.FileContent, DataPlane.DataPlaneError | SqlErrorT>
+  readonly remove: (orgId: OrgId, id: string) => Effect.Effect<Sandbox, Errors.NotFound | Rows.QueryError>
+  readonly exec: (orgId: OrgId, id: string, request: ExecRequest) => Effect.Effect<ExecResult, DataPlane.ExecError | Rows.QueryError>
+  readonly readFile: (orgId: OrgId, id: string, path: string) => Effect.Effect<DataPlane.FileContent, DataPlane.DataPlaneError | Rows.QueryError>
   readonly writeFile: <E>(
     orgId: OrgId,
     id: string,
     path: string,
     body: Stream.Stream<Uint8Array, E>,
     maxBytes: number
-  ) => Effect.Effect<void, DataPlane.DataPlaneError | SqlErrorT>
+  ) => Effect.Effect<void, DataPlane.DataPlaneError | Rows.QueryError>
 }>()("@svc/sandboxes/Sandboxes") {
   static readonly make = Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -120,11 +127,17 @@ export class Sandboxes extends Context.Service<Sandboxes, {
     const box = yield* SecretBox
     const quotas = yield* QuotasConfig
 
+    const findSandbox = Rows.findOneOption("Sandboxes.get", {
+      Request: Schema.Struct({ orgId: Schema.String, id: Schema.String }),
+      Result: SandboxRow,
+      execute: ({ id, orgId }) => sql`SELECT ${sql.literal(COLUMNS)} FROM sandboxes WHERE id = ${id} AND org_id = ${orgId}`
+    })
+
     const load = (orgId: string, id: string) =>
       Effect.gen(function*() {
-        const rows = yield* sql<SandboxRow>`SELECT ${sql.literal(COLUMNS)} FROM sandboxes WHERE id = ${id} AND org_id = ${orgId}`
-        if (rows.length === 0) return yield* notFound()
-        return (yield* corrupt(fromRow(rows[0]!))).state
+        const row = yield* findSandbox({ orgId, id })
+        if (Option.isNone(row)) return yield* notFound()
+        return toStored(row.value).state
       })
 
     const create = Effect.fn("Sandboxes.create")(function*(orgId: OrgId, request: CreateSandboxRequest, idempotencyKey?: string) {
@@ -144,14 +157,14 @@ export class Sandboxes extends Context.Service<Sandboxes, {
       // Runs once per Idempotency-Key, in the transaction that holds the key.
       const insert = Effect.gen(function*(): Effect.fn.Return<
         SandboxActorState,
-        Errors.InvalidRequest | Errors.Conflict | Errors.QuotaExceeded | SqlErrorT,
+        Errors.InvalidRequest | Errors.Conflict | Errors.QuotaExceeded | Rows.QueryError,
         SqlClient.SqlClient
       > {
         // Holds the org's row to the commit: concurrent creates count one after the other.
         yield* Quota.check(orgId, quotas, "create")
         if (request.parent_id !== null) {
-          const parents = yield* sql<{ state: string }>`
-            SELECT state FROM sandboxes WHERE id = ${request.parent_id} AND org_id = ${orgId} FOR SHARE`
+          const parents = yield* parentRows(sql`
+            SELECT state FROM sandboxes WHERE id = ${request.parent_id} AND org_id = ${orgId} FOR SHARE`)
           if (parents.length === 0) return yield* invalid("parent_id", "no such sandbox in this org")
           const parentState = parents[0]!.state
           if (parentState === "deleting" || parentState === "deleted") {
@@ -230,19 +243,19 @@ export class Sandboxes extends Context.Service<Sandboxes, {
       if (query.state !== undefined) conditions.push(sql`state = ANY(${[...query.state]}::text[])`)
       if (confinedTo !== null) conditions.push(sql`(id = ${confinedTo} OR parent_id = ${confinedTo})`)
       const where = sql.and(conditions)
-      const [counted] = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM sandboxes WHERE ${where}`
-      const total = counted?.n ?? 0
+      const [count] = yield* counted(sql`SELECT count(*)::int AS n FROM sandboxes WHERE ${where}`)
+      const total = count?.n ?? 0
       if (query.paginated) {
-        const rows = yield* sql<SandboxRow>`
+        const rows = yield* listed(sql`
           SELECT ${sql.literal(COLUMNS)} FROM sandboxes WHERE ${where}
-          ORDER BY created_at DESC, id DESC LIMIT ${query.limit} OFFSET ${query.offset}`
-        const records = yield* Effect.forEach(rows, (row) => Effect.map(corrupt(fromRow(row)), (s) => toRecord(s.state)))
+          ORDER BY created_at DESC, id DESC LIMIT ${query.limit} OFFSET ${query.offset}`)
+        const records = rows.map((row) => toRecord(toStored(row).state))
         return { rows: records, ...pageInfo(query, records.length, total) }
       }
       // Every row, up to 10,000 and about 8 MiB of JSON: Postgres cuts the page where an upper
       // estimate of its size crosses the bound (so no more than that is ever read), then the
       // exact size of the encoded records is checked here. At least one row, so paging advances.
-      const rows = yield* sql<SandboxRow>`
+      const rows = yield* listed(sql`
         SELECT ${sql.literal(COLUMNS)} FROM (
           SELECT page.*,
                  row_number() OVER (ORDER BY created_at DESC, id DESC) AS n,
@@ -253,11 +266,11 @@ export class Sandboxes extends Context.Service<Sandboxes, {
           ) page
         ) sized
         WHERE n = 1 OR upto <= ${UNPAGINATED_MAX_BYTES}
-        ORDER BY created_at DESC, id DESC`
+        ORDER BY created_at DESC, id DESC`)
       const records: Array<Sandbox> = []
       let bytes = 2
       for (const row of rows) {
-        const record = toRecord((yield* corrupt(fromRow(row))).state)
+        const record = toRecord(toStored(row).state)
         bytes += Buffer.byteLength(JSON.stringify(encodeRecord(record))) + 1
         if (records.length > 0 && bytes > UNPAGINATED_MAX_BYTES) break
         records.push(record)
@@ -300,13 +313,13 @@ export class Sandboxes extends Context.Service<Sandboxes, {
           if (s.state === "deleting" || s.state === "deleted") return { _tag: "Delete" as const, hostLive: true, children: [] }
           // Under the row lock: a child inserted concurrently (it holds the parent FOR SHARE)
           // committed before this read, so it is in the list.
-          const rows = yield* sql<{ id: string; host_id: string | null }>`
+          const rows = yield* descendants(sql`
             WITH RECURSIVE tree AS (
               SELECT id FROM sandboxes WHERE parent_id = ${s.id}
               UNION SELECT c.id FROM sandboxes c JOIN tree t ON c.parent_id = t.id
             )
             SELECT s.id, s.host_id FROM tree JOIN sandboxes s ON s.id = tree.id
-            WHERE s.state NOT IN ('deleting', 'deleted')`
+            WHERE s.state NOT IN ('deleting', 'deleted')`)
           const liveness = (hostId: string | null) => (hostId === null ? Effect.succeed(false) : hosts.isLive(hostId))
           const children = yield* Effect.forEach(rows, (r) => Effect.map(liveness(r.host_id), (hostLive) => ({ id: r.id, hostLive })))
           return { _tag: "Delete" as const, hostLive: yield* liveness(s.hostId), children }

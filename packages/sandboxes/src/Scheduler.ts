@@ -16,7 +16,8 @@
  * a per-region or per-host lock would be the next step.
  */
 import type { HostRecord } from "@svc/host-protocol/Protocol"
-import { Effect } from "effect"
+import * as Rows from "@svc/db/Rows"
+import { Effect, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import { isLive } from "./Hosts.ts"
 
@@ -92,6 +93,12 @@ export const choose = (
   return { _tag: "Placed", host: fits[0]!.host }
 }
 
+/** The hosts' usage: sums of `integer` columns, `bigint` to Postgres. */
+const usageRows = Rows.decoder(
+  "Scheduler.place",
+  Schema.Struct({ host_id: Schema.String, cpu: Rows.Int8, ram_mb: Rows.Int8, disk_gb: Rows.Int8 })
+)
+
 // Any fixed 64-bit key: placements of every process run one at a time.
 const PLACEMENT_LOCK_KEY = 0x5356_5ced
 
@@ -109,13 +116,13 @@ export const place = Effect.fn("Scheduler.place")(function*(
   if (candidates.length === 0) return choose(hosts, new Map(), request, now)
   yield* sql`SELECT pg_advisory_xact_lock(${PLACEMENT_LOCK_KEY})`
   const ids = candidates.map((h) => h.hostId)
-  const rows = yield* sql<{ host_id: string; cpu: number | string; ram_mb: number | string; disk_gb: number | string }>`
+  const rows = yield* usageRows(sql`
     SELECT host_id,
            coalesce(sum(cpu) FILTER (WHERE state NOT IN ('stopped', 'error')), 0) AS cpu,
            coalesce(sum(ram_mb) FILTER (WHERE state NOT IN ('stopped', 'error')), 0) AS ram_mb,
            sum(disk_gb) AS disk_gb
     FROM sandboxes WHERE host_id = ANY(${ids}::text[]) AND state <> 'deleted'
-    GROUP BY host_id`
+    GROUP BY host_id`)
   const usage = new Map<string, Usage>(rows.map((r) => [r.host_id, { cpu: Number(r.cpu), ramMb: Number(r.ram_mb), diskGb: Number(r.disk_gb) }]))
   return choose(hosts, usage, request, now)
 })

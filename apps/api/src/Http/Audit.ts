@@ -4,7 +4,6 @@ import { Api } from "@svc/domain/Api"
 import { CurrentPrincipal } from "@svc/domain/Api/Auth"
 import { Effect } from "effect"
 import { HttpApiBuilder } from "effect/http-api"
-import { orUnavailable } from "./Authorization.ts"
 
 export const AuditHandlers = HttpApiBuilder.group(
   Api,
@@ -15,6 +14,6 @@ export const AuditHandlers = HttpApiBuilder.group(
       Effect.gen(function*() {
         const principal = yield* CurrentPrincipal
         return yield* audit.list(principal.orgId, query)
-      }).pipe(orUnavailable))
+      }))
   })
 )

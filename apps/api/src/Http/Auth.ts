@@ -17,7 +17,7 @@ import { HttpEffect, type HttpServerRequest, HttpServerResponse } from "effect/h
 import { HttpApiBuilder } from "effect/http-api"
 import { ApiHost } from "../Config.ts"
 import { AuditHandlers } from "./Audit.ts"
-import { auditContext, orUnavailable } from "./Authorization.ts"
+import { auditContext } from "./Authorization.ts"
 import { OrgHandlers } from "./Org.ts"
 
 const whoAmI = (p: Principal): WhoAmI => ({
@@ -90,7 +90,7 @@ export const AuthHandlers = HttpApiBuilder.group(
           )
           yield* startSession(request, created)
           return created
-        }).pipe(orUnavailable))
+        }))
       .handle("signIn", ({ payload, request }) =>
         Effect.gen(function*() {
           yield* perAddress(request)
@@ -98,7 +98,7 @@ export const AuthHandlers = HttpApiBuilder.group(
           const signedIn = yield* users.signIn({ email: payload.email, password: payload.password }, { ip, userAgent })
           yield* startSession(request, signedIn)
           return signedIn
-        }).pipe(orUnavailable))
+        }))
       .handle("signOut", ({ request }) =>
         Effect.gen(function*() {
           const principal = yield* CurrentPrincipal
@@ -106,7 +106,7 @@ export const AuthHandlers = HttpApiBuilder.group(
             yield* sessions.end(principal.orgId, principal.credential.id, auditContext(principal, request))
           }
           yield* clearSessionCookie
-        }).pipe(orUnavailable))
+        }))
       .handle("authMe", () => Effect.map(Effect.service(CurrentPrincipal), whoAmI))
       .handle("me", () => Effect.map(Effect.service(CurrentPrincipal), whoAmI))
   })
@@ -129,17 +129,17 @@ export const ApiKeysHandlers = HttpApiBuilder.group(
             scopes: payload.scopes,
             expiresAt: payload.expires_at
           }, auditContext(principal, request))
-        }).pipe(orUnavailable))
+        }))
       .handle("list", ({ query }) =>
         Effect.gen(function*() {
           const principal = yield* CurrentPrincipal
           return yield* keys.list(principal.orgId, query)
-        }).pipe(orUnavailable))
+        }))
       .handle("revoke", ({ params, request }) =>
         Effect.gen(function*() {
           const principal = yield* CurrentPrincipal
           return yield* keys.revoke(principal.orgId, params.key_id, auditContext(principal, request))
-        }).pipe(orUnavailable))
+        }))
   })
 )
 

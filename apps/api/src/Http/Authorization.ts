@@ -35,12 +35,12 @@ import {
   type Principal,
   SESSION_COOKIE
 } from "@svc/domain/Api/Auth"
+import type { InfrastructureFailure } from "@svc/domain/Api/Infrastructure"
 import * as Errors from "@svc/domain/Errors"
 import { jsonNestsDeeperThan, MAX_JSON_DEPTH } from "@svc/domain/Text"
-import { Cause, Clock, Effect, Layer, Option, Result } from "effect"
+import { Cause, Clock, Effect, Layer, Option, Result, type Types } from "effect"
 import { HttpServerRequest, HttpServerResponse } from "effect/http"
 import type { HttpApiEndpoint, HttpApiGroup } from "effect/http-api"
-import { SqlError } from "effect/sql"
 import { pathOf, queryToken, renderCause, TERMINAL_PATH } from "./Middleware.ts"
 
 const BEARER = /^Bearer[ \t]+([^\s]+)[ \t]*$/i
@@ -79,33 +79,6 @@ const NO_PRINCIPAL: Principal = new Proxy({} as Principal, {
 const UNAUTHENTICATED = new Errors.Unauthenticated()
 const TOKEN_IN_QUERY = new Errors.TokenInQueryNotAllowed()
 const CSRF = new CsrfRejected()
-const UNAVAILABLE = new Errors.Unavailable({ error: "Credentials cannot be checked right now; retry" })
-
-/** The SQLSTATE of a failure Postgres reported, if it was one. */
-const sqlState = (error: SqlError.SqlError): string | undefined => {
-  const code = (error.reason.cause as { readonly code?: unknown } | undefined)?.code
-  return typeof code === "string" ? code : undefined
-}
-
-/**
- * Database failures are 503 `unavailable` (logged; never their details in the body), except a
- * value Postgres cannot store (SQLSTATE class 22, data exception: a NUL in text or jsonb, a
- * number out of range): the request's fault, 400 `invalid_request`. Validation should have
- * refused it first; the warning in the log says which one slipped through.
- */
-export const orUnavailable = <A, E, R>(
-  effect: Effect.Effect<A, E, R>
-): Effect.Effect<A, Exclude<E, SqlError.SqlError> | Errors.Unavailable | Errors.InvalidRequest, R> =>
-  Effect.catch(effect, (error): Effect.Effect<never, Exclude<E, SqlError.SqlError> | Errors.Unavailable | Errors.InvalidRequest> => {
-    if (!SqlError.isSqlError(error)) return Effect.fail(error as Exclude<E, SqlError.SqlError>)
-    if (sqlState(error)?.startsWith("22")) {
-      return Effect.andThen(
-        Effect.logWarning("database refused a value of the request", { sqlState: sqlState(error) }),
-        Effect.fail(new Errors.InvalidRequest({ error: "The request holds a value that cannot be stored (e.g. a NUL character)" }))
-      )
-    }
-    return Effect.andThen(Effect.logWarning("database failure", error), Effect.fail(new Errors.Unavailable()))
-  })
 
 /** The audit actor, IP and user agent of the current request. */
 export const auditContext = (principal: Principal | null, request: HttpServerRequest.HttpServerRequest): AuditContext => ({
@@ -218,7 +191,7 @@ export const AuthorizationMiddleware = Layer.effect(
               retry_after_s: wait
             }))
           }
-          let verified: Effect.Effect<Principal, Errors.Unauthenticated | SqlError.SqlError>
+          let verified: Effect.Effect<Principal, Errors.Unauthenticated | InfrastructureFailure>
           const authorization = request.headers["authorization"]
           if (authorization !== undefined || (isTerminal && inQuery !== undefined)) {
             let token = inQuery
@@ -245,13 +218,14 @@ export const AuthorizationMiddleware = Layer.effect(
             if (refused !== undefined) return Effect.succeed(refused)
             verified = sessions.verify(cookie)
           }
-          return Effect.flatMap(Effect.result(verified), (result) => {
+          return Effect.flatMap(Effect.result(verified), (result): Effect.Effect<
+            HttpServerResponse.HttpServerResponse,
+            Types.unhandled | InfrastructureFailure
+          > => {
             if (Result.isSuccess(result)) return admit(endpointEffect, result.success, rule, method)
             if (result.failure._tag === "Unauthenticated") return failed(addressKey())
-            return Effect.as(
-              Effect.logWarning("credential check failed on the database", result.failure),
-              refuse(UNAVAILABLE)
-            )
+            // The credential could not be checked: the Infrastructure middleware answers.
+            return Effect.fail(result.failure)
           })
         })
     })

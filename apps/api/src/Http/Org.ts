@@ -4,7 +4,7 @@ import { Api } from "@svc/domain/Api"
 import { CurrentPrincipal } from "@svc/domain/Api/Auth"
 import { Effect } from "effect"
 import { HttpApiBuilder } from "effect/http-api"
-import { auditContext, orUnavailable } from "./Authorization.ts"
+import { auditContext } from "./Authorization.ts"
 
 export const OrgHandlers = HttpApiBuilder.group(
   Api,
@@ -16,11 +16,11 @@ export const OrgHandlers = HttpApiBuilder.group(
         Effect.gen(function*() {
           const principal = yield* CurrentPrincipal
           return yield* orgs.get(principal.orgId)
-        }).pipe(orUnavailable))
+        }))
       .handle("update", ({ payload, request }) =>
         Effect.gen(function*() {
           const principal = yield* CurrentPrincipal
           return yield* orgs.rename(principal.orgId, payload.name, auditContext(principal, request))
-        }).pipe(orUnavailable))
+        }))
   })
 )

@@ -20,7 +20,6 @@ import { Duration, Effect, Layer, Semaphore } from "effect"
 import { HttpServerResponse } from "effect/http"
 import { HttpApiBuilder } from "effect/http-api"
 import { ApiMaxTransfers } from "../Config.ts"
-import { orUnavailable } from "./Authorization.ts"
 import { WorkersHandlers } from "./Workers.ts"
 
 /** How long a transfer beyond the bound waits for a slot. */
@@ -59,23 +58,23 @@ export const SandboxesGroup = HttpApiBuilder.group(
           const result = yield* sandboxes.create(principal.orgId, { ...payload, parent_id: parentId }, headers["idempotency-key"])
           // A replay answers 200 with the first response, as it was.
           return result._tag === "Created" ? result.value : HttpServerResponse.jsonUnsafe(result.body, { status: 200 })
-        }).pipe(orUnavailable))
+        }))
       .handle("list", ({ query }) =>
         Effect.gen(function*() {
           const principal = yield* CurrentPrincipal
           const confined = yield* confinedSandbox
           return yield* sandboxes.list(principal.orgId, query, confined)
-        }).pipe(orUnavailable))
+        }))
       .handle("get", ({ params }) =>
         Effect.gen(function*() {
           const orgId = yield* target(params.id)
           return toRecord(yield* sandboxes.get(orgId, params.id))
-        }).pipe(orUnavailable))
-      .handle("delete", ({ params }) => Effect.flatMap(target(params.id), (orgId) => sandboxes.remove(orgId, params.id)).pipe(orUnavailable))
-      .handle("stop", ({ params }) => Effect.flatMap(target(params.id), (orgId) => sandboxes.stop(orgId, params.id)).pipe(orUnavailable))
-      .handle("start", ({ params }) => Effect.flatMap(target(params.id), (orgId) => sandboxes.start(orgId, params.id)).pipe(orUnavailable))
+        }))
+      .handle("delete", ({ params }) => Effect.flatMap(target(params.id), (orgId) => sandboxes.remove(orgId, params.id)))
+      .handle("stop", ({ params }) => Effect.flatMap(target(params.id), (orgId) => sandboxes.stop(orgId, params.id)))
+      .handle("start", ({ params }) => Effect.flatMap(target(params.id), (orgId) => sandboxes.start(orgId, params.id)))
       .handle("exec", ({ params, payload }) =>
-        Effect.flatMap(target(params.id), (orgId) => sandboxes.exec(orgId, params.id, payload)).pipe(orUnavailable))
+        Effect.flatMap(target(params.id), (orgId) => sandboxes.exec(orgId, params.id, payload)))
       .handle("readFile", ({ params, query }) =>
         Effect.gen(function*() {
           const orgId = yield* target(params.id)
@@ -86,7 +85,7 @@ export const SandboxesGroup = HttpApiBuilder.group(
             contentType: "application/octet-stream",
             ...(content.size !== null ? { contentLength: content.size } : {})
           })
-        }).pipe(orUnavailable))
+        }))
       .handle("writeFile", ({ params, query, request }) =>
         Effect.gen(function*() {
           const orgId = yield* target(params.id)
@@ -96,7 +95,7 @@ export const SandboxesGroup = HttpApiBuilder.group(
           }
           yield* transferSlot
           yield* sandboxes.writeFile(orgId, params.id, query.path, request.stream, MAX_UPLOAD_BYTES)
-        }).pipe(orUnavailable))
+        }))
   })
 )
 

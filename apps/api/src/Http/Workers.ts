@@ -3,7 +3,6 @@
  * (docs/contract.md#workers).
  */
 import { Api } from "@svc/domain/Api"
-import * as Errors from "@svc/domain/Errors"
 import { listWorkers } from "@svc/bus/Workers"
 import { Effect } from "effect"
 import { HttpApiBuilder } from "effect/http-api"
@@ -12,13 +11,10 @@ export const WorkersHandlers = HttpApiBuilder.group(
   Api,
   "workers",
   Effect.fn(function*(handlers) {
+    // An unreadable bucket (BusError) is the Infrastructure middleware's 503.
     return handlers.handle("list", () =>
-      listWorkers().pipe(
-        Effect.map((records) => ({
-          workers: records.map((r) => ({ name: r.name, script_name: r.script_name, version: r.version, prefix: r.prefix, cells: null }))
-        })),
-        Effect.catchTag("BusError", (e) =>
-          Effect.andThen(Effect.logWarning("workers: bucket unreadable", { error: e.message }), Effect.fail(new Errors.Unavailable())))
-      ))
+      Effect.map(listWorkers(), (records) => ({
+        workers: records.map((r) => ({ name: r.name, script_name: r.script_name, version: r.version, prefix: r.prefix, cells: null }))
+      })))
   })
 )

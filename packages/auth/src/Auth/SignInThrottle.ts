@@ -17,8 +17,9 @@
  *   and then at the 10th, 20th, 40th...: at most 5 + log2(n / 5) rows for n failures, not one per
  *   failure forever.
  */
+import * as Rows from "@svc/db/Rows"
 import { formatTimestamp } from "@svc/domain/Time"
-import { Effect } from "effect"
+import { Effect, Schema } from "effect"
 import type { SqlClient } from "effect/sql"
 import { createHash } from "node:crypto"
 
@@ -41,18 +42,21 @@ export const audited = (failures: number): boolean => {
 
 export const emailKey = (normalizedEmail: string): string => createHash("sha256").update(normalizedEmail, "utf8").digest("hex")
 
+const blockedRows = Rows.decoder("SignInThrottle.blockedUntil", Schema.Struct({ blocked_until: Rows.Timestamptz }))
+const failureRows = Rows.decoder("SignInThrottle.recordFailure", Schema.Struct({ failures: Schema.Int }))
+
 /** When the email's sign-ins may resume (ms), if it is blocked at `nowMs`. */
 export const blockedUntil = Effect.fnUntraced(function*(sql: SqlClient.SqlClient, key: string, nowMs: number) {
-  const rows = yield* sql<{ blocked_until: Date }>`
+  const rows = yield* blockedRows(sql`
     SELECT blocked_until FROM sign_in_failures
-    WHERE email_hash = ${key} AND blocked_until > ${formatTimestamp(nowMs)}::timestamptz`
+    WHERE email_hash = ${key} AND blocked_until > ${formatTimestamp(nowMs)}::timestamptz`)
   return rows[0]?.blocked_until.getTime()
 })
 
 /** Counts a failure of the email's streak (a new streak after 24 h quiet); its number in the streak. */
 export const recordFailure = Effect.fnUntraced(function*(sql: SqlClient.SqlClient, key: string, nowMs: number) {
   const now = formatTimestamp(nowMs)
-  const rows = yield* sql<{ failures: number }>`
+  const rows = yield* failureRows(sql`
     INSERT INTO sign_in_failures (email_hash, failures, last_failure_at)
     VALUES (${key}, 1, ${now}::timestamptz)
     ON CONFLICT (email_hash) DO UPDATE SET
@@ -61,7 +65,7 @@ export const recordFailure = Effect.fnUntraced(function*(sql: SqlClient.SqlClien
       blocked_until = CASE WHEN sign_in_failures.last_failure_at < ${formatTimestamp(nowMs - STREAK_RESET_MS)}::timestamptz
                            THEN NULL ELSE sign_in_failures.blocked_until END,
       last_failure_at = ${now}::timestamptz
-    RETURNING failures`
+    RETURNING failures`)
   const failures = rows[0]?.failures ?? 1
   const block = blockFor(failures)
   if (block > 0) {

@@ -30,6 +30,7 @@ import {
   Unavailable
 } from "../Errors.ts"
 import { ApiKeyId, OrgId, UserId } from "../Ids.ts"
+import { InfrastructureFailureSchema } from "./Infrastructure.ts"
 import { ListQuery, Page } from "../Pagination.ts"
 import type { Action, Grant, Resource } from "../Scopes.ts"
 import { codePoints, Name, withoutNul } from "../Text.ts"
@@ -128,6 +129,8 @@ export class Authorization extends HttpApiMiddleware.Service<Authorization, { pr
       )
     },
     // InvalidRequest: a JSON body nesting too deep is refused here, before the endpoint decodes it.
+    // A credential that cannot be checked (the database is down) fails with the infrastructure
+    // failure, which the `Infrastructure` middleware around this one answers.
     error: [
       InvalidRequest,
       Unauthenticated,
@@ -136,7 +139,8 @@ export class Authorization extends HttpApiMiddleware.Service<Authorization, { pr
       FullAccessRequired,
       InsufficientScope,
       RateLimited,
-      Unavailable
+      Unavailable,
+      InfrastructureFailureSchema
     ]
   }
 ) {}

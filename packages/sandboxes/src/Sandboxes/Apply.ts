@@ -6,13 +6,16 @@
  * command and the actor's own messages still apply one at a time, in a single order.
  */
 import * as Actors from "@svc/actors/Actors"
+import * as Rows from "@svc/db/Rows"
 import * as Errors from "@svc/domain/Errors"
 import * as Outbox from "@svc/events/Outbox"
 import { Clock, Effect } from "effect"
-import { SqlClient, type SqlError } from "effect/sql"
+import { SqlClient } from "effect/sql"
 import { transition } from "../SandboxActor.ts"
 import type { SandboxActorState, SandboxMessage } from "./Model.ts"
-import { COLUMNS, fromRow, type SandboxRow, store } from "./Store.ts"
+import { COLUMNS, SandboxRow, store, toStored } from "./Store.ts"
+
+const locked = Rows.decoder("Sandboxes.applyNow", SandboxRow)
 
 /**
  * Locks the org's sandbox row, asks `decide` for the message (it may refuse, or read more rows
@@ -22,14 +25,14 @@ export const applyNow = <E, R>(
   orgId: string,
   id: string,
   decide: (state: SandboxActorState) => Effect.Effect<SandboxMessage, E, R>
-): Effect.Effect<SandboxActorState, E | Errors.NotFound | SqlError.SqlError, R | SqlClient.SqlClient> =>
+): Effect.Effect<SandboxActorState, E | Errors.NotFound | Rows.QueryError, R | SqlClient.SqlClient> =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     return yield* sql.withTransaction(Effect.gen(function*() {
-      const rows = yield* sql<SandboxRow>`
-        SELECT ${sql.literal(COLUMNS)} FROM sandboxes WHERE id = ${id} AND org_id = ${orgId} FOR UPDATE`
+      const rows = yield* locked(sql`
+        SELECT ${sql.literal(COLUMNS)} FROM sandboxes WHERE id = ${id} AND org_id = ${orgId} FOR UPDATE`)
       if (rows.length === 0) return yield* new Errors.NotFound({ error: "Sandbox not found" })
-      const stored = yield* fromRow(rows[0]!).pipe(Effect.catchTag("CorruptState", Effect.die))
+      const stored = toStored(rows[0]!)
       const message = yield* decide(stored.state)
       const now = yield* Clock.currentTimeMillis
       const result = transition(stored.state, message, { id, now, msgId: `api:${now}` })

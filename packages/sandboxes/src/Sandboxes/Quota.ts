@@ -11,8 +11,9 @@
  * only other quota checks of the same org), so N concurrent creates with room for one admit
  * exactly one: the next counts after the first committed.
  */
+import * as Rows from "@svc/db/Rows"
 import * as Errors from "@svc/domain/Errors"
-import { Effect } from "effect"
+import { Effect, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 
 export interface Quotas {
@@ -22,6 +23,8 @@ export interface Quotas {
 
 /** The states that count against `SVC_ORG_MAX_RUNNING_SANDBOXES`. */
 export const RUNNING_STATES = ["pending", "starting", "running", "stopping"] as const
+
+const counts = Rows.decoder("Quota.check", Schema.Struct({ total: Schema.Int, running: Schema.Int }))
 
 /** Locks the org's row until the transaction ends (again in the same transaction: no-op). */
 export const lockOrg = Effect.fnUntraced(function*(orgId: string) {
@@ -37,10 +40,10 @@ export const lockOrg = Effect.fnUntraced(function*(orgId: string) {
 export const check = Effect.fnUntraced(function*(orgId: string, quotas: Quotas, change: "create" | "start") {
   const sql = yield* SqlClient.SqlClient
   yield* lockOrg(orgId)
-  const rows = yield* sql<{ total: number; running: number }>`
+  const rows = yield* counts(sql`
     SELECT count(*)::int AS total,
            count(*) FILTER (WHERE state = ANY(${[...RUNNING_STATES]}::text[]))::int AS running
-    FROM sandboxes WHERE org_id = ${orgId} AND state NOT IN ('deleting', 'deleted')`
+    FROM sandboxes WHERE org_id = ${orgId} AND state NOT IN ('deleting', 'deleted')`)
   const { total, running } = rows[0] ?? { total: 0, running: 0 }
   if (change === "create" && total >= quotas.maxSandboxes) {
     return yield* new Errors.QuotaExceeded({

@@ -5,6 +5,7 @@
  */
 import type { ActorStore, Stored } from "@svc/actors/Actor"
 import { CorruptState } from "@svc/actors/Errors"
+import * as Rows from "@svc/db/Rows"
 import { Effect, Option, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import { SandboxActorState } from "./Model.ts"
@@ -15,99 +16,100 @@ export const COLUMNS = `id, org_id, name, template_id, template_name, host_id, p
   exposed_ports, volume_attachments, metadata, error_message, timeout_s, created_at, started_at, stopped_at,
   deleted_at, state_since, last_report_at, created_emitted, version`
 
-export interface SandboxRow {
-  readonly id: string
-  readonly org_id: string
-  readonly name: string
-  readonly template_id: string
-  readonly template_name: string
-  readonly host_id: string | null
-  readonly parent_id: string | null
-  readonly state: string
-  readonly type: string
-  readonly region: string
-  readonly datacenter: string | null
-  readonly agent_ready: boolean
-  readonly runtime_ready: boolean
-  readonly runtime_reason: string | null
-  readonly cpu: number | string
-  readonly ram_mb: number | string
-  readonly disk_gb: number | string
-  readonly vsock_cid: number | string | null
-  readonly internal_ip: string | null
-  readonly exposed_ports: unknown
-  readonly volume_attachments: unknown
-  readonly metadata: unknown
-  readonly error_message: string | null
-  readonly timeout_s: number | string | null
-  readonly created_at: Date
-  readonly started_at: Date | null
-  readonly stopped_at: Date | null
-  readonly deleted_at: Date | null
-  readonly state_since: Date
-  readonly last_report_at: number | string | bigint | null
-  readonly created_emitted: boolean
-  readonly version: number | string | bigint
-}
+const field = SandboxActorState.fields
 
-const decodeState = Schema.decodeUnknownEffect(SandboxActorState)
+/**
+ * A row of `sandboxes` (`COLUMNS`): each column checked by the schema of the state field it
+ * holds, times as the driver returns them (`toStored` converts).
+ */
+export const SandboxRow = Schema.Struct({
+  id: field.id,
+  org_id: field.orgId,
+  name: field.name,
+  template_id: field.templateId,
+  template_name: field.templateName,
+  host_id: field.hostId,
+  parent_id: field.parentId,
+  state: field.state,
+  type: field.type,
+  region: field.region,
+  datacenter: field.datacenter,
+  agent_ready: field.agentReady,
+  runtime_ready: field.runtimeReady,
+  runtime_reason: field.runtimeReason,
+  cpu: field.cpu,
+  ram_mb: field.ramMb,
+  disk_gb: field.diskGb,
+  vsock_cid: field.vsockCid,
+  internal_ip: field.internalIp,
+  exposed_ports: field.exposedPorts,
+  volume_attachments: field.volumeAttachments,
+  metadata: field.metadata,
+  error_message: field.errorMessage,
+  timeout_s: field.timeoutS,
+  created_at: Rows.Timestamptz,
+  started_at: Schema.NullOr(Rows.Timestamptz),
+  stopped_at: Schema.NullOr(Rows.Timestamptz),
+  deleted_at: Schema.NullOr(Rows.Timestamptz),
+  state_since: Rows.Timestamptz,
+  last_report_at: Schema.NullOr(Rows.Int8),
+  created_emitted: field.createdEmitted,
+  version: Rows.Int8
+})
+
 const ms = (d: Date | null) => (d === null ? null : d.getTime())
-const num = (n: number | string | bigint | null) => (n === null ? null : Number(n))
-// jsonb may arrive parsed or as text depending on the codec: accept both.
-const json = (v: unknown) => (typeof v === "string" ? JSON.parse(v) : v)
 
-/** A row as the actor's state (checked: a row the schema refuses is `CorruptState`). */
-export const fromRow = (row: SandboxRow): Effect.Effect<Stored<SandboxActorState>, CorruptState> =>
-  Effect.try({
-    try: () => ({
-      id: row.id,
-      orgId: row.org_id,
-      name: row.name,
-      templateId: row.template_id,
-      templateName: row.template_name,
-      hostId: row.host_id,
-      parentId: row.parent_id,
-      state: row.state,
-      type: row.type,
-      region: row.region,
-      datacenter: row.datacenter,
-      agentReady: row.agent_ready,
-      runtimeReady: row.runtime_ready,
-      runtimeReason: row.runtime_reason,
-      cpu: num(row.cpu),
-      ramMb: num(row.ram_mb),
-      diskGb: num(row.disk_gb),
-      vsockCid: num(row.vsock_cid),
-      internalIp: row.internal_ip,
-      exposedPorts: json(row.exposed_ports),
-      volumeAttachments: json(row.volume_attachments),
-      metadata: json(row.metadata),
-      errorMessage: row.error_message,
-      timeoutS: num(row.timeout_s),
-      createdAt: row.created_at.getTime(),
-      startedAt: ms(row.started_at),
-      stoppedAt: ms(row.stopped_at),
-      deletedAt: ms(row.deleted_at),
-      stateSince: row.state_since.getTime(),
-      lastReportAt: num(row.last_report_at),
-      createdEmitted: row.created_emitted
-    }),
-    catch: (e) => new CorruptState({ type: "sandbox", id: row.id, message: String(e) })
-  }).pipe(
-    Effect.flatMap((raw) =>
-      Effect.mapError(decodeState(raw), (e) => new CorruptState({ type: "sandbox", id: row.id, message: e.message }))
-    ),
-    Effect.map((state) => ({ version: Number(row.version), state }))
-  )
+/** A decoded row as what the actor store holds. */
+export const toStored = (row: typeof SandboxRow.Type): Stored<SandboxActorState> => ({
+  version: Number(row.version),
+  state: {
+    id: row.id,
+    orgId: row.org_id,
+    name: row.name,
+    templateId: row.template_id,
+    templateName: row.template_name,
+    hostId: row.host_id,
+    parentId: row.parent_id,
+    state: row.state,
+    type: row.type,
+    region: row.region,
+    datacenter: row.datacenter,
+    agentReady: row.agent_ready,
+    runtimeReady: row.runtime_ready,
+    runtimeReason: row.runtime_reason,
+    cpu: row.cpu,
+    ramMb: row.ram_mb,
+    diskGb: row.disk_gb,
+    vsockCid: row.vsock_cid,
+    internalIp: row.internal_ip,
+    exposedPorts: row.exposed_ports,
+    volumeAttachments: row.volume_attachments,
+    metadata: row.metadata,
+    errorMessage: row.error_message,
+    timeoutS: row.timeout_s,
+    createdAt: row.created_at.getTime(),
+    startedAt: ms(row.started_at),
+    stoppedAt: ms(row.stopped_at),
+    deletedAt: ms(row.deleted_at),
+    stateSince: row.state_since.getTime(),
+    lastReportAt: row.last_report_at === null ? null : Number(row.last_report_at),
+    createdEmitted: row.created_emitted
+  }
+})
+
+const loaded = Rows.decoder("SandboxStore.load", SandboxRow)
 
 const date = (n: number | null) => (n === null ? null : new Date(n))
 
 export const store: ActorStore<SandboxActorState> = {
   load: Effect.fnUntraced(function*(id: string) {
     const sql = yield* SqlClient.SqlClient
-    const rows = yield* sql<SandboxRow>`SELECT ${sql.literal(COLUMNS)} FROM sandboxes WHERE id = ${id}`
+    // A row the schema refuses is the actor's corrupt state (the runtime does not apply to it).
+    const rows = yield* loaded(sql`SELECT ${sql.literal(COLUMNS)} FROM sandboxes WHERE id = ${id}`).pipe(
+      Effect.catchTag("RowDecodeError", (e) => Effect.fail(new CorruptState({ type: "sandbox", id, message: e.message })))
+    )
     if (rows.length === 0) return Option.none<Stored<SandboxActorState>>()
-    return Option.some(yield* fromRow(rows[0]!))
+    return Option.some(toStored(rows[0]!))
   }),
   save: Effect.fnUntraced(function*(id: string, s: SandboxActorState, expected: number | undefined) {
     const sql = yield* SqlClient.SqlClient

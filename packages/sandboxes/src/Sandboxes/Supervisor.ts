@@ -12,12 +12,14 @@
  */
 import * as Actors from "@svc/actors/Actors"
 import { Nats } from "@svc/bus/Nats"
-import { Clock, Context, Duration, Effect, Layer, Schedule } from "effect"
+import * as Rows from "@svc/db/Rows"
+import { Clock, Context, Duration, Effect, Layer, Schedule, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import { SupervisorInterval, TransitionTimeout } from "../Config.ts"
 import { Hosts, isLive } from "../Hosts.ts"
 import { HOST_DOWN_AFTER_MS } from "@svc/host-protocol/Protocol"
 import { SandboxActor } from "../SandboxActor.ts"
+import { SandboxState } from "@svc/domain/Sandbox"
 import type { SandboxMessage } from "./Model.ts"
 
 export interface SupervisorOptions {
@@ -29,6 +31,13 @@ export interface SupervisorOptions {
   /** Rows handled per sweep and kind (default 500). */
   readonly batch?: number
 }
+
+const onDownHosts = Rows.decoder("SandboxSupervisor.hostsDown", Schema.Struct({ id: Schema.String, host_id: Schema.String }))
+const waiting = Rows.decoder(
+  "SandboxSupervisor.timeouts",
+  Schema.Struct({ id: Schema.String, state: SandboxState, state_since: Rows.Timestamptz })
+)
+const expired = Rows.decoder("SandboxSupervisor.expiries", Schema.Struct({ id: Schema.String, started_at: Rows.Timestamptz }))
 
 export class SandboxSupervisor extends Context.Service<SandboxSupervisor, {
   /** One sweep now (what the loop runs); the number of messages sent. */
@@ -55,10 +64,10 @@ export class SandboxSupervisor extends Context.Service<SandboxSupervisor, {
       const now = yield* Clock.currentTimeMillis
       const all = yield* hosts.all
       const live = all.filter((h) => isLive(h, now, downAfterMs)).map((h) => h.hostId)
-      const rows = yield* sql<{ id: string; host_id: string }>`
+      const rows = yield* onDownHosts(sql`
         SELECT id, host_id FROM sandboxes
         WHERE host_id IS NOT NULL AND state NOT IN ('deleted', 'error') AND NOT (host_id = ANY(${live}::text[]))
-        LIMIT ${batch}`
+        LIMIT ${batch}`)
       let sent = 0
       for (const row of rows) {
         const lastSeenAt = all.find((h) => h.hostId === row.host_id)?.heartbeatAt ?? null
@@ -73,16 +82,16 @@ export class SandboxSupervisor extends Context.Service<SandboxSupervisor, {
 
     const timeouts = Effect.gen(function*() {
       const now = yield* Clock.currentTimeMillis
-      const rows = yield* sql<{ id: string; state: string; state_since: Date }>`
+      const rows = yield* waiting(sql`
         SELECT id, state, state_since FROM sandboxes
         WHERE state IN ('pending', 'starting', 'stopping', 'deleting') AND state_since < ${new Date(now - timeoutMs)}
-        LIMIT ${batch}`
+        LIMIT ${batch}`)
       let sent = 0
       for (const row of rows) {
         const since = row.state_since.getTime()
         sent += yield* send(
           row.id,
-          { _tag: "Timeout", state: row.state as "pending", since, afterMs: timeoutMs },
+          { _tag: "Timeout", state: row.state, since, afterMs: timeoutMs },
           `timeout:${row.id}:${row.state}:${since}`
         )
       }
@@ -91,11 +100,11 @@ export class SandboxSupervisor extends Context.Service<SandboxSupervisor, {
 
     const expiries = Effect.gen(function*() {
       const now = yield* Clock.currentTimeMillis
-      const rows = yield* sql<{ id: string; started_at: Date }>`
+      const rows = yield* expired(sql`
         SELECT id, started_at FROM sandboxes
         WHERE state = 'running' AND timeout_s IS NOT NULL
           AND started_at + make_interval(secs => timeout_s) < ${new Date(now)}
-        LIMIT ${batch}`
+        LIMIT ${batch}`)
       let sent = 0
       for (const row of rows) {
         const startedAt = row.started_at.getTime()

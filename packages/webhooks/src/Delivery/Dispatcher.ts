@@ -33,6 +33,7 @@ import * as PgClient from "@effect/sql-pg/PgClient"
 import type { ConsumerInfo, JsMsg } from "@nats-io/jetstream"
 import { BusError, Nats } from "@svc/bus/Nats"
 import { SecretBox } from "@svc/crypto/SecretBox"
+import * as Rows from "@svc/db/Rows"
 import { Context, Duration, Effect, Exit, FiberMap, FiberSet, Layer, Queue, Schedule, Schema, Semaphore, Stream } from "effect"
 import { SqlClient } from "effect/sql"
 import { WebhookSender } from "./Attempt.ts"
@@ -104,6 +105,17 @@ const dbRetry = Schedule.max([
   Schedule.min([Schedule.exponential(Duration.millis(100)), Schedule.spaced(Duration.seconds(5))]),
   Schedule.recurs(12)
 ])
+/** `dbRetry` for a failure that may pass: a row its schema refuses would be refused again. */
+const dbRetryUnlessRefused = {
+  schedule: dbRetry,
+  while: (e: { readonly _tag: string }) => e._tag !== "RowDecodeError"
+}
+
+const liveWebhooks = Rows.decoder(
+  "WebhookDispatcher.discover",
+  Schema.Struct({ id: Schema.String, url: Schema.String, secret: Schema.String, enabled: Schema.Boolean, version: Rows.Int8 })
+)
+const webhookIds = Rows.decoder("WebhookDispatcher.gone", Schema.Struct({ id: Schema.String }))
 
 const busCall = <A>(operation: string, f: () => Promise<A>) =>
   Effect.tryPromise({ try: f, catch: (cause) => new BusError({ operation, message: String(cause) }) })
@@ -156,10 +168,10 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
       }).pipe(provideSql)
 
     // A failed statement is retried a while, for the whole batch, with its jobs held.
-    const claim = yield* makeBatcher({ run: (inputs: ReadonlyArray<Store.ClaimInput>) => Effect.retry(claimBatch(inputs), dbRetry), maxBatch: 256, workers: 2 })
+    const claim = yield* makeBatcher({ run: (inputs: ReadonlyArray<Store.ClaimInput>) => Effect.retry(claimBatch(inputs), dbRetryUnlessRefused), maxBatch: 256, workers: 2 })
     // Calls already made are recorded off the delivery's path: they may wait for company.
     const recordMade = yield* makeBatcher({
-      run: (inputs: ReadonlyArray<Store.ClaimInput>) => Effect.retry(claimBatch(inputs), dbRetry),
+      run: (inputs: ReadonlyArray<Store.ClaimInput>) => Effect.retry(claimBatch(inputs), dbRetryUnlessRefused),
       maxBatch: 256,
       workers: 2,
       lingerMs: RESULT_LINGER_MS
@@ -342,9 +354,9 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
 
     const discoverOnce = Effect.gen(function*() {
       const consumers = yield* listConsumers
-      const rows = yield* sql<{ id: string; url: string; secret: string; enabled: boolean; version: bigint }>`
+      const rows = yield* liveWebhooks(sql`
         SELECT id, url, secret, enabled, ${webhookVersionSql(sql, "updated_at")} AS version
-        FROM webhooks WHERE deleted_at IS NULL`
+        FROM webhooks WHERE deleted_at IS NULL`)
       const previous = webhooks
       const next = new Map<string, LiveWebhook>()
       for (const r of rows) {
@@ -375,10 +387,10 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
       // Consumers of webhooks that are gone: keep pulling until their jobs have come back.
       const gone = [...byWebhook.keys()].filter((id) => !live.has(id))
       if (gone.length > 0) {
-        const settled = new Set((yield* sql<{ id: string }>`
+        const settled = new Set((yield* webhookIds(sql`
           SELECT id FROM webhooks WHERE id = ANY(${gone}::text[])
-            AND deleted_at < now() - make_interval(secs => ${DELETED_GRACE_SECONDS}::int)`).map((r) => r.id))
-        const known = new Set((yield* sql<{ id: string }>`SELECT id FROM webhooks WHERE id = ANY(${gone}::text[])`).map((r) => r.id))
+            AND deleted_at < now() - make_interval(secs => ${DELETED_GRACE_SECONDS}::int)`)).map((r) => r.id))
+        const known = new Set((yield* webhookIds(sql`SELECT id FROM webhooks WHERE id = ANY(${gone}::text[])`)).map((r) => r.id))
         for (const id of gone) {
           const info = byWebhook.get(id)!
           const drained = info.num_pending === 0 && info.num_ack_pending === 0
@@ -468,7 +480,7 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
     yield* Effect.forkScoped(Effect.forever(Queue.take(lostJobs).pipe(
       Effect.flatMap((lost) =>
         closeLostJob(lost).pipe(
-          Effect.retry(dbRetry),
+          Effect.retry(dbRetryUnlessRefused),
           Effect.catchCause((cause) => Effect.logWarning("webhook dispatcher: could not close a lost job", { seq: lost.seq, cause: String(cause) }))
         )
       )

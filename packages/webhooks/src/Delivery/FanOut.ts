@@ -14,7 +14,9 @@
 import type { JsMsg } from "@nats-io/jetstream"
 import { BusError, Nats } from "@svc/bus/Nats"
 import { ensureConsumer } from "@svc/bus/Topology"
+import * as Rows from "@svc/db/Rows"
 import { EVENT_NAMES, type EventName } from "@svc/domain/Events"
+import { DeliveryId } from "@svc/domain/Ids"
 import * as Streams from "@svc/events/Streams"
 import { AckPolicy, DeliverPolicy } from "@nats-io/jetstream"
 import { type Cause, Context, Duration, Effect, Exit, Layer, Queue, Ref, Schedule, Schema, Stream } from "effect"
@@ -39,6 +41,18 @@ const Envelope = Schema.Struct({
   data: Schema.Record(Schema.String, Schema.Unknown)
 })
 const decodeEnvelope = Schema.decodeUnknownExit(Schema.fromJsonString(Envelope))
+
+/** What writing a batch's deliveries returns: each delivery and the webhook version it matched. */
+const deliveryRows = Rows.decoder(
+  "FanOut.processBatch",
+  Schema.Struct({
+    id: DeliveryId,
+    webhook_id: Schema.String,
+    round: Schema.Int,
+    event_msg_id: Schema.String,
+    webhook_version: Rows.Int8
+  })
+)
 const textDecoder = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true })
 
 const deliverable = new Set<string>(EVENT_NAMES.filter((name) => name !== "ping"))
@@ -117,7 +131,7 @@ export class FanOut extends Context.Service<FanOut, {
       // One statement: match each event to its org's enabled webhooks (exact name or `*`, the
       // rule of Events.matchesFilter) and write the deliveries. A row that exists already (the
       // event was seen before) is returned too, so its job goes out again.
-      const rows = yield* sql<{ id: string; webhook_id: string; round: number; event_msg_id: string; webhook_version: string }>`
+      const rows = yield* deliveryRows(sql`
         WITH e AS (
           SELECT * FROM unnest(${unique.map((e) => e.orgId)}::text[], ${unique.map((e) => e.event)}::text[],
                                ${unique.map((e) => e.msgId)}::text[], ${unique.map((e) => e.body)}::text[])
@@ -132,14 +146,14 @@ export class FanOut extends Context.Service<FanOut, {
         )
         -- The webhook as this statement saw it (the same snapshot as the match).
         SELECT ins.*, ${webhookVersionSql(sql, "w.updated_at")} AS webhook_version
-        FROM ins JOIN webhooks w ON w.id = ins.webhook_id`
+        FROM ins JOIN webhooks w ON w.id = ins.webhook_id`)
       // The job carries the event and its exact bytes, and the version of the webhook it was
       // matched against: the first attempt needs no read (Dispatch.firstAttemptFastPath).
       const byMsgId = new Map(unique.map((e) => [e.msgId, e]))
       yield* Effect.forEach(rows, (row) => {
         const event = byMsgId.get(row.event_msg_id)!
         return publishJob(row.webhook_id, {
-          delivery_id: row.id as never,
+          delivery_id: row.id,
           round: row.round,
           event: event.event,
           body: event.body,

@@ -4,9 +4,10 @@
  * copy of a job or a late result can never move a delivery twice; the decisions themselves are
  * Dispatch.ts's.
  */
-import { Effect } from "effect"
+import * as Rows from "@svc/db/Rows"
+import { Effect, Schema } from "effect"
 import { SqlClient } from "effect/sql"
-import type { AttemptStatus, DeliveryStatus } from "@svc/domain/Webhook"
+import type { DeliveryStatus } from "@svc/domain/Webhook"
 import type { ClaimState } from "./Dispatch.ts"
 import { LOST_ATTEMPT_ERROR, NOT_ATTEMPTED_DELETED, NOT_ATTEMPTED_LOST, NOT_ATTEMPTED_PAUSED } from "./Dispatch.ts"
 import { MAX_ATTEMPTS } from "./RetrySchedule.ts"
@@ -20,21 +21,29 @@ export interface DeliveryData {
   readonly body: string
 }
 
-interface ClaimRow {
-  readonly id: string
-  readonly status: DeliveryStatus
-  readonly round: number
-  readonly job_seq: bigint | null
-  readonly webhook_id: string
-  readonly event: string
-  readonly body: string
-  readonly url: string
-  readonly secret: string
-  readonly enabled: boolean
-  readonly deleted: boolean
-  readonly last_attempt: number | null
-  readonly last_status: AttemptStatus | null
-}
+// The statuses the tables' CHECK constraints allow (Dispatch's `DeliveryStatus`, `AttemptStatus`).
+const DELIVERY_STATUSES = ["pending", "succeeded", "failed", "dead_letter"] as const
+const RowDeliveryStatus = Schema.Literals(DELIVERY_STATUSES)
+const RowAttemptStatus = Schema.Literals([...DELIVERY_STATUSES, "retried"])
+
+const claimRows = Rows.decoder(
+  "DeliveryStore.loadClaims",
+  Schema.Struct({
+    id: Schema.String,
+    status: RowDeliveryStatus,
+    round: Schema.Int,
+    job_seq: Schema.NullOr(Rows.Int8),
+    webhook_id: Schema.String,
+    event: Schema.String,
+    body: Schema.String,
+    url: Schema.String,
+    secret: Schema.String,
+    enabled: Schema.Boolean,
+    deleted: Schema.Boolean,
+    last_attempt: Schema.NullOr(Schema.Int),
+    last_status: Schema.NullOr(RowAttemptStatus)
+  })
+)
 
 export interface LoadedClaim {
   readonly state: ClaimState
@@ -46,7 +55,7 @@ const missing: LoadedClaim = { state: { delivery: null, webhook: { enabled: fals
 /** The deliveries, their webhooks and their last attempt of the current round (one round trip). */
 export const loadClaims = Effect.fn("DeliveryStore.loadClaims")(function*(deliveryIds: ReadonlyArray<string>) {
   const sql = yield* SqlClient.SqlClient
-  const rows = yield* sql<ClaimRow>`
+  const rows = yield* claimRows(sql`
     SELECT d.id, d.status, d.round, d.job_seq, d.webhook_id, d.event, d.body, w.url, w.secret, w.enabled,
            (w.deleted_at IS NOT NULL) AS deleted, a.attempt AS last_attempt, a.status AS last_status
     FROM webhook_deliveries d
@@ -55,7 +64,7 @@ export const loadClaims = Effect.fn("DeliveryStore.loadClaims")(function*(delive
       SELECT attempt, status FROM webhook_attempts
       WHERE delivery_id = d.id AND round = d.round ORDER BY attempt DESC LIMIT 1
     ) a ON true
-    WHERE d.id = ANY(${[...new Set(deliveryIds)]}::text[])`
+    WHERE d.id = ANY(${[...new Set(deliveryIds)]}::text[])`)
   const byId = new Map(rows.map((row) => [row.id, row]))
   return deliveryIds.map((id): LoadedClaim => {
     const row = byId.get(id)
@@ -66,7 +75,7 @@ export const loadClaims = Effect.fn("DeliveryStore.loadClaims")(function*(delive
         webhook: { enabled: row.enabled, deleted: row.deleted },
         lastAttempt: row.last_attempt === null ? null : { attempt: row.last_attempt, status: row.last_status! }
       },
-      data: { webhookId: row.webhook_id, url: row.url!, secret: row.secret!, event: row.event!, body: row.body! }
+      data: { webhookId: row.webhook_id, url: row.url, secret: row.secret, event: row.event, body: row.body }
     }
   })
 })
@@ -99,6 +108,23 @@ export type ClaimResult =
   /** The call made on the fast path is recorded as `attempt`, with the status it leaves. */
   | { readonly _tag: "Recorded"; readonly attempt: number; readonly status: "succeeded" | "failed" | "dead_letter" }
 
+const claimedRows = Rows.decoder(
+  "DeliveryStore.claimAttempts",
+  Schema.Struct({
+    id: Schema.String,
+    status: RowDeliveryStatus,
+    attempt: Schema.Int,
+    exhausted: Schema.Boolean,
+    made: Schema.NullOr(Schema.String),
+    webhook_id: Schema.String,
+    // Null for a recorded call.
+    event: Schema.NullOr(Schema.String),
+    body: Schema.NullOr(Schema.String),
+    url: Schema.NullOr(Schema.String),
+    secret: Schema.NullOr(Schema.String)
+  })
+)
+
 /**
  * Claims attempts in ONE statement, applying `Dispatch.decideClaim`'s rules under each
  * delivery's row lock (DispatchSql.test.ts checks the two agree case by case):
@@ -123,19 +149,7 @@ export const claimAttempts = Effect.fn("DeliveryStore.claimAttempts")(function*(
   const sql = yield* SqlClient.SqlClient
   const attemptIds = inputs.map(() => makeId("attempt"))
   const deliveryIds = inputs.map((c) => c.deliveryId)
-  const rows = yield* sql<{
-    id: string
-    status: "pending" | "succeeded" | "failed" | "dead_letter"
-    attempt: number
-    exhausted: boolean
-    made: string | null
-    webhook_id: string
-    // Null for a recorded call.
-    event: string | null
-    body: string | null
-    url: string | null
-    secret: string | null
-  }>`
+  const rows = yield* claimedRows(sql`
     WITH input AS (
       -- JSON rather than parallel arrays: one typed record per claim.
       SELECT * FROM jsonb_to_recordset(${JSON.stringify(inputs.map((c, i) => ({
@@ -210,7 +224,7 @@ export const claimAttempts = Effect.fn("DeliveryStore.claimAttempts")(function*(
            CASE WHEN decided.made IS NULL THEN decided.url END AS url,
            CASE WHEN decided.made IS NULL THEN decided.secret END AS secret
     FROM decided LEFT JOIN ins ON ins.id = decided.attempt_id
-    WHERE ins.id IS NOT NULL OR decided.exhausted`
+    WHERE ins.id IS NOT NULL OR decided.exhausted`)
   const byId = new Map(rows.map((row) => [row.id, row]))
   return attemptIds.map((id, i): ClaimResult => {
     const row = byId.get(id)
@@ -278,7 +292,7 @@ export const writeLostJob = Effect.fn("DeliveryStore.writeLostJob")(function*(op
 }) {
   const sql = yield* SqlClient.SqlClient
   const attemptId = makeId("attempt")
-  const rows = yield* sql<{ id: string }>`
+  const rows = yield* sql`
     WITH d AS (
       SELECT id, webhook_id FROM webhook_deliveries
       WHERE id = ${options.deliveryId} AND round = ${options.round}::int AND status IN ('pending', 'failed')
@@ -310,7 +324,7 @@ export const writeLostJob = Effect.fn("DeliveryStore.writeLostJob")(function*(op
  */
 export const sweepLostLastAttempts = Effect.fn("DeliveryStore.sweepLostLastAttempts")(function*(olderThanMs: number) {
   const sql = yield* SqlClient.SqlClient
-  const rows = yield* sql<{ id: string }>`
+  const rows = yield* sql`
     WITH lost AS (
       SELECT a.id, a.delivery_id, a.round FROM webhook_attempts a
       WHERE a.status = 'pending' AND a.attempt = 6
@@ -335,7 +349,7 @@ export const sweepLostLastAttempts = Effect.fn("DeliveryStore.sweepLostLastAttem
 export const pruneFinished = Effect.fn("DeliveryStore.pruneFinished")(function*(retentionMs: number, limit = 1_000) {
   const retentionS = retentionMs / 1_000
   const sql = yield* SqlClient.SqlClient
-  const rows = yield* sql<{ id: string }>`
+  const rows = yield* sql`
     WITH doomed AS (
       -- Created before the period and finished since at least the period: a delivery still on
       -- its ladder (at most 7 h 12 min, or a manual retry) is kept.
