@@ -5,7 +5,10 @@
  * partitions (one message per partition in flight across all of them), the relay batches
  * (one relay publishes at a time) and the supervisor's messages (deduplicated by id).
  *
- * Needs `SqlClient` + `PgClient` (migrated) and `Nats`.
+ * `layer` is the whole role, configured from the environment with its Postgres (DATABASE_URL,
+ * migrated) and NATS (NATS_URL, SVC_NATS_PREFIX) connections: what `node
+ * apps/runtime/src/main.ts`, `svc runtime` and `svc dev` run. `make` is the same role with
+ * options, on connections given by the caller (tests).
  */
 import { ActorRuntime, type ActorRuntimeOptions as ActorOptions } from "@svc/actors/Runtime"
 import * as Events from "@svc/events/Streams"
@@ -13,7 +16,9 @@ import { OutboxRelay, type RelayOptions } from "@svc/events/Relay"
 import { ensureAgentStream, Hosts } from "@svc/sandboxes/Hosts"
 import { SandboxActor } from "@svc/sandboxes/SandboxActor"
 import { SandboxSupervisor, type SupervisorOptions } from "@svc/sandboxes/Sandboxes/Supervisor"
+import { Nats } from "@svc/bus/Nats"
 import { type HeartbeatOptions, WorkerHeartbeat } from "@svc/bus/Workers"
+import * as Database from "@svc/db/Database"
 import { Config, Effect, Layer, Option } from "effect"
 
 export interface RuntimeOptions {
@@ -30,6 +35,7 @@ export const Topology = Layer.effectDiscard(Effect.gen(function*() {
   yield* ensureAgentStream()
 }))
 
+/** The role on connections of the caller's: needs `SqlClient` + `PgClient` (migrated) and `Nats`. */
 export const make = (options: RuntimeOptions = {}) =>
   Layer.mergeAll(
     ActorRuntime.layer([SandboxActor], options.actors),
@@ -44,7 +50,7 @@ export const make = (options: RuntimeOptions = {}) =>
 /**
  * The runtime role configured from the environment: `SVC_ACTOR_ACK_WAIT_MS` (how soon a dead
  * process's message comes back, default 30000), `SVC_SUPERVISOR_INTERVAL_MS` (default 1000);
- * the supervisor also reads `SVC_SANDBOX_TRANSITION_TIMEOUT_S`.
+ * the supervisor also reads `SVC_SANDBOX_TRANSITION_TIMEOUT_S`. With its connections.
  */
 export const layer = Layer.unwrap(Effect.gen(function*() {
   const ackWaitMs = Option.getOrUndefined(yield* Config.option(Config.Int("SVC_ACTOR_ACK_WAIT_MS")))
@@ -53,4 +59,4 @@ export const layer = Layer.unwrap(Effect.gen(function*() {
     ...(ackWaitMs !== undefined ? { actors: { ackWait: ackWaitMs } } : {}),
     ...(intervalMs !== undefined ? { supervisor: { intervalMs } } : {})
   })
-}))
+})).pipe(Layer.provide(Layer.mergeAll(Database.layer, Nats.layer)))

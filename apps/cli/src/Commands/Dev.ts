@@ -1,7 +1,9 @@
 /**
  * `svc dev`: the whole platform on one machine in one process. Starts NATS (JetStream) and
  * Postgres with their data under `.svc/data` unless NATS_URL / DATABASE_URL point elsewhere,
- * applies migrations, runs every role, and stops everything on Ctrl-C. Without
+ * applies migrations, runs every role (`AllRoles`), and stops everything on Ctrl-C (SIGINT,
+ * SIGTERM, or SIGHUP when its terminal closes): the API first, then the other roles (the
+ * agent ends its warm pool, then stops this host's sandboxes), then NATS and Postgres. Without
  * SVC_ENCRYPTION_KEYS it seals secrets with a key of its own, generated once into
  * `.svc/encryption-keys`.
  */
@@ -9,14 +11,15 @@ import { startNats, startPostgres } from "@svc/local-servers/Servers"
 import * as AuthLayer from "@svc/auth/AuthLayer"
 import { ensureDevOrg } from "@svc/auth/DevOrg"
 import { generateEncryptionKey } from "@svc/crypto/SecretBox"
+import * as Database from "@svc/db/Database"
+import { Nats } from "@svc/bus/Nats"
 import { ConfigProvider, Console, Effect, Layer } from "effect"
 import { Command } from "effect/cli"
 import * as fs from "node:fs"
 import * as crypto from "node:crypto"
 import * as net from "node:net"
 import * as path from "node:path"
-import { SandboxDriver } from "@svc/host/Driver"
-import { AllRoles, Infrastructure } from "../Platform.ts"
+import { AllRoles } from "../Platform.ts"
 
 export const repoRoot = path.resolve(import.meta.dirname, "../../../..")
 export const stateDir = process.env.SVC_STATE_DIR ?? path.join(repoRoot, ".svc")
@@ -94,40 +97,37 @@ const devCredentials = (baseUrl: string) =>
   }).pipe(Effect.provide(AuthLayer.operatorLayer))
 
 /**
- * Sandboxes outlive their agent (an agent restart must not kill them), but Ctrl-C on `svc dev`
- * stops everything it started: each running sandbox of this host is stopped, its file system
- * kept; the next `svc dev` reconciles them as stopped, and `POST /v1/sandboxes/{id}/start`
- * brings one back.
+ * A closed terminal (SIGHUP) stops `svc dev` as Ctrl-C does, instead of killing the process on
+ * the spot and leaving its sandboxes behind; what it prints from then on goes nowhere.
  */
-const StopSandboxesOnExit = Layer.effectDiscard(
-  Effect.gen(function*() {
-    const driver = yield* SandboxDriver
-    yield* Effect.addFinalizer(() =>
-      driver.list.pipe(
-        Effect.flatMap((sandboxes) =>
-          Effect.forEach(sandboxes.filter((s) => s.status === "running"), (s) => Effect.ignore(driver.stop(s.sandboxId)), {
-            concurrency: 4
-          })
-        ),
-        Effect.ignore
-      )
-    )
-  })
+const stopOnHangup = Effect.acquireRelease(
+  Effect.sync(() => {
+    const ignore = () => {}
+    const onHangup = () => {
+      process.stdout.on("error", ignore)
+      process.stderr.on("error", ignore)
+      process.kill(process.pid, "SIGTERM")
+    }
+    process.on("SIGHUP", onHangup)
+    return onHangup
+  }),
+  (onHangup) => Effect.sync(() => process.off("SIGHUP", onHangup))
 )
 
 export const dev = Command.make(
   "dev",
   {},
   Effect.fn("Cli.dev")(function*() {
+    yield* stopOnHangup
     fs.mkdirSync(stateDir, { recursive: true })
     const env = { ...(yield* localServers), ...(yield* devEncryptionKeys) }
     const config = ConfigProvider.fromEnv({ env: { ...process.env, ...env } as Record<string, string> })
     const port = Number(process.env.SVC_PORT ?? 8080)
     const baseUrl = `http://127.0.0.1:${port}`
     return yield* Layer.launch(
-      StopSandboxesOnExit.pipe(
-        Layer.provideMerge(AllRoles),
-        Layer.provideMerge(Infrastructure),
+      AllRoles.pipe(
+        // Built first and shared with the roles (layers are memoized): the dev org needs the database.
+        Layer.provideMerge(Layer.mergeAll(Database.layer, Nats.layer)),
         Layer.tap((context) =>
           Effect.andThen(
             Console.log(`api       ${baseUrl} (docs at ${baseUrl}/docs)`),
