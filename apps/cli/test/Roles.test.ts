@@ -8,6 +8,9 @@
  * an exec in flight and keep-alive clients), is always answered: a status, or a connection
  * refused or reset at once, never a client timeout. The exec in flight finishes; every role
  * exits on its own after SIGTERM, and the agent leaves no warm pool entry behind.
+ *
+ * `svc dev` runs the same four layers in one process: the same holds, and Ctrl-C (SIGINT) ends
+ * every sandbox and warm pool entry it started.
  */
 import { expect, layer } from "@effect/vitest"
 import * as AuthLayer from "@svc/auth/AuthLayer"
@@ -21,10 +24,12 @@ import { type RoleProcess, spawnRole } from "@svc/testing/TestProcess"
 import { Duration, Effect, Fiber, Layer } from "effect"
 import { createHmac } from "node:crypto"
 import * as FsSync from "node:fs"
+import * as Os from "node:os"
 import * as Http from "node:http"
 import * as Net from "node:net"
 import * as NodePath from "node:path"
 import { fileURLToPath } from "node:url"
+import { processesOfHost } from "../../agent/test/fixtures/support.ts"
 import { receiver } from "../../../packages/webhooks/test/Receiver.ts"
 
 const mainOf = (role: string) => fileURLToPath(new URL(`../../${role}/src/main.ts`, import.meta.url))
@@ -107,10 +112,10 @@ const expectAllAnswered = (outcomes: ReadonlyArray<Outcome>) => {
 const tally = (outcomes: ReadonlyArray<Outcome>) =>
   outcomes.reduce<Record<string, number>>((acc, o) => ({ ...acc, [String(o)]: (acc[String(o)] ?? 0) + 1 }), {})
 
-/** SIGTERM, then the process's own exit (not a kill); fails after `within`. */
-const stopGracefully = (child: RoleProcess<unknown>, within: Duration.Input) =>
+/** A signal (SIGTERM unless told), then the process's own exit (not a kill); fails after `within`. */
+const stopGracefully = (child: RoleProcess<unknown>, within: Duration.Input, signal: NodeJS.Signals = "SIGTERM") =>
   Effect.gen(function*() {
-    child.process.kill("SIGTERM")
+    child.process.kill(signal)
     const code = yield* Effect.promise(() => child.exited).pipe(
       Effect.timeoutOrElse({
         duration: within,
@@ -232,5 +237,81 @@ layer(testLayer, { excludeTestServices: true })("the roles as separate processes
       ], { concurrency: "unbounded", discard: true })
       const left = FsSync.readdirSync(NodePath.join(host.dataDir, "sandboxes"))
       expect(left).toEqual([sandboxId])
+    }).pipe(Effect.scoped), 240_000)
+
+  it.effect("svc dev: the same roles in one process; polls during its start and stop are all answered; SIGINT ends every sandbox and pool entry it started", () =>
+    Effect.gen(function*() {
+      const nats = yield* TestNats.TestNatsServer
+      const databaseUrl = yield* TestDatabase.TestDatabaseUrl
+      const host = yield* makeHost("svc-roles-dev-test-")
+      const stateDir = yield* Effect.acquireRelease(
+        Effect.sync(() => FsSync.mkdtempSync(NodePath.join(Os.tmpdir(), "svc-roles-dev-state-"))),
+        (dir) => Effect.sync(() => FsSync.rmSync(dir, { recursive: true, force: true }))
+      )
+      const port = yield* freePort
+      const base = `http://127.0.0.1:${port}`
+
+      const starting = poll(`${base}/v1/health`)
+      const dev = yield* spawnRole({
+        main: mainOf("cli"),
+        args: ["dev"],
+        env: {
+          // Given these, svc dev starts no NATS or Postgres of its own.
+          DATABASE_URL: databaseUrl,
+          NATS_URL: nats.url,
+          SVC_NATS_PREFIX: nats.prefix,
+          SVC_STATE_DIR: stateDir,
+          SVC_PORT: String(port),
+          SVC_HOST_ID: host.hostId,
+          SVC_AGENT_DATA_DIR: host.dataDir,
+          SVC_AGENT_POOL_SIZE: "1",
+          SVC_HOST_CPU: "16",
+          SVC_HOST_RAM_MB: "16384",
+          SVC_HOST_DISK_GB: "100"
+        },
+        // The dev org's key is printed once every role is up.
+        ready: (stdout) => (stdout.includes("api key") ? true : undefined),
+        timeout: Duration.seconds(90)
+      })
+      yield* Effect.sleep(Duration.seconds(1))
+      const atStart = yield* starting.stop
+      expectAllAnswered(atStart)
+      expect(atStart).toContain(200)
+
+      const token = JSON.parse(FsSync.readFileSync(NodePath.join(stateDir, "dev-credentials.json"), "utf8")).api_key as string
+      const api_ = (method: string, path: string, body?: unknown) =>
+        call(base, method, path, { token, ...(body !== undefined ? { body } : {}) })
+      const created = yield* api_("POST", "/v1/sandboxes", { name: "dev" })
+      expect(created.status, created.text).toBe(201)
+      const sandboxId = created.json.id as string
+      yield* eventually(api_("GET", `/v1/sandboxes/${sandboxId}`), (r) => r.json?.state === "running", Duration.seconds(60), Duration.millis(200))
+      const sandboxes = Effect.sync(() => FsSync.readdirSync(NodePath.join(host.dataDir, "sandboxes")))
+      // The pool refilled: a sandbox of its own besides the tenant's.
+      yield* eventually(sandboxes, (names) => names.some((n) => n.startsWith("pool-")), Duration.seconds(60), Duration.millis(200))
+      yield* eventually(
+        api_("GET", "/v1/workers"),
+        (r) => ["api", "runtime", "dispatcher", "agent"].every((role) => r.json?.workers?.some((w: { script_name: string }) => w.script_name === role)),
+        Duration.seconds(30),
+        Duration.millis(200)
+      )
+      expect(processesOfHost(host.hostId).length).toBeGreaterThan(0)
+
+      // Ctrl-C with an exec in flight and clients polling.
+      const inFlight = yield* Effect.forkChild(api_("POST", `/v1/sandboxes/${sandboxId}/exec`, { cmd: ["sleep", "2"] }))
+      yield* Effect.sleep(Duration.millis(500))
+      const stopping = poll(`${base}/v1/health`, { keepAlive: true })
+      yield* Effect.sleep(Duration.millis(500))
+      yield* stopGracefully(dev, Duration.seconds(60), "SIGINT")
+      yield* Effect.sleep(Duration.millis(500))
+      const atStop = yield* stopping.stop
+      expectAllAnswered(atStop)
+      expect(atStop).toContain("ECONNREFUSED")
+      const exec = yield* Fiber.join(inFlight)
+      expect(exec.status, exec.text).toBe(200)
+      expect(exec.json.exit_code).toBe(0)
+
+      // Nothing it started runs any more: the pool entry is gone, the tenant's sandbox stopped (its files kept).
+      expect(yield* sandboxes).toEqual([sandboxId])
+      expect(processesOfHost(host.hostId)).toEqual([])
     }).pipe(Effect.scoped), 240_000)
 })
