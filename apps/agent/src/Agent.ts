@@ -8,16 +8,22 @@
  *   command consumer (ensures the AGENT stream and its consumer, reconciles, then consumes)
  *   beside the exit watcher (sandboxes whose init died, reported `exited`).
  *
- * Stopping stops consuming and heartbeating; sandboxes keep running (they are detached from the
- * agent's process) and the next agent on this host id and data dir finds them again.
- * Needs `Nats` and `SecretBox` (`SVC_ENCRYPTION_KEYS`: a create's env comes sealed and the
- * driver keeps it sealed on disk); the agent holds no database connection.
+ * Stopping stops consuming and heartbeating and ends the warm pool; sandboxes keep running (they
+ * are detached from the agent's process) and the next agent on this host id and data dir finds
+ * them again, unless the agent was told to stop them (`svc dev`).
+ *
+ * `AgentRole.layer` is the whole role: configured from the environment (`Config.ts`), with its
+ * NATS connection (NATS_URL, SVC_NATS_PREFIX) and the keys (`SVC_ENCRYPTION_KEYS`, required: a
+ * create's env comes sealed and the driver keeps it sealed on disk); what `node
+ * apps/agent/src/main.ts`, `svc agent` and `svc dev` run. The agent holds no database connection.
  */
 import { SandboxDriver } from "@svc/host/Driver"
 import type { HostLimits } from "@svc/host-protocol/Protocol"
 import { BubblewrapDriver } from "@svc/host/Driver/Bubblewrap"
 import { DriverConfig } from "@svc/host/Driver/Config"
+import { Nats } from "@svc/bus/Nats"
 import { WorkerHeartbeat } from "@svc/bus/Workers"
+import { SecretBox } from "@svc/crypto/SecretBox"
 import { Effect, Layer, Schema } from "effect"
 import { CommandConsumer } from "./Commands.ts"
 import { AgentConfig, type AgentOptions, InvalidAgentConfig } from "./Config.ts"
@@ -94,21 +100,59 @@ const services = (options: { readonly dataPlane?: DataPlaneOptions }) => {
   return Layer.mergeAll(CommandConsumer.layer, ExitWatcher.layer).pipe(Layer.provideMerge(registered), Layer.provideMerge(lifecycle))
 }
 
+/**
+ * For `svc dev` (one machine, one developer: nothing it started outlives it): once the agent
+ * has stopped (no command, exit check or pool entry in progress), each running sandbox of this
+ * host is stopped, its file system kept; the next start reconciles them as stopped, and
+ * `POST /v1/sandboxes/{id}/start` brings one back.
+ */
+const StopSandboxesOnStop = Layer.effectDiscard(
+  Effect.gen(function*() {
+    const driver = yield* SandboxDriver
+    yield* Effect.addFinalizer(() =>
+      driver.list.pipe(
+        Effect.flatMap((sandboxes) =>
+          Effect.forEach(sandboxes.filter((s) => s.status === "running"), (s) => Effect.ignore(driver.stop(s.sandboxId)), {
+            concurrency: 4,
+            discard: true
+          })
+        ),
+        Effect.ignore
+      )
+    )
+  })
+)
+
+interface RoleOptions {
+  readonly dataPlane?: DataPlaneOptions
+  /** Stop this host's sandboxes once the agent has stopped (`svc dev`); by default they keep running. */
+  readonly stopSandboxesOnStop?: boolean
+}
+
+const role = <E>(config: Layer.Layer<AgentConfig, E>, options: RoleOptions) => {
+  // Built before the agent's services, so released after them.
+  const driver = options.stopSandboxesOnStop === true
+    ? StopSandboxesOnStop.pipe(Layer.provideMerge(DriverFromAgent))
+    : DriverFromAgent
+  return services(options.dataPlane !== undefined ? { dataPlane: options.dataPlane } : {}).pipe(
+    Layer.provideMerge(driver),
+    Layer.provideMerge(config)
+  )
+}
+
 export class AgentRole {
   /** The agent with the given configuration (tests run several in one process). Needs `Nats` and `SecretBox`. */
   static readonly layerWith = (options: AgentOptions & { readonly dataPlane?: DataPlaneOptions } = {}) => {
     const { dataPlane, ...agent } = options
-    return services(dataPlane !== undefined ? { dataPlane } : {}).pipe(
-      Layer.provideMerge(DriverFromAgent),
-      Layer.provideMerge(AgentConfig.layer(agent))
-    )
+    return role(AgentConfig.layer(agent), dataPlane !== undefined ? { dataPlane } : {})
   }
 
-  /** The agent configured from the environment (see `Config.ts`). Needs `Nats` and `SecretBox`. */
-  static readonly layer = services({}).pipe(
-    Layer.provideMerge(DriverFromAgent),
-    Layer.provideMerge(AgentConfig.fromEnv)
-  )
+  /** The whole role configured from the environment (see `Config.ts`), with its NATS connection and keys. */
+  static readonly fromEnv = (options: { readonly stopSandboxesOnStop?: boolean } = {}) =>
+    role(AgentConfig.fromEnv, options).pipe(Layer.provide(Layer.mergeAll(Nats.layer, SecretBox.layer)))
+
+  /** The role as an operator runs it: its sandboxes outlive it. */
+  static readonly layer = AgentRole.fromEnv()
 }
 
 export type AgentServices =

@@ -1,13 +1,13 @@
+#!/usr/bin/env node
 /**
- * The host agent alone: `node apps/agent/src/main.ts`, configured by NATS_URL, SVC_NATS_PREFIX,
- * SVC_ENCRYPTION_KEYS (required: sandboxes' env comes sealed and is kept sealed on disk) and the
- * SVC_* variables of `Config.ts`. Once it consumes commands it prints one JSON line
+ * The host agent as a process of its own (`node apps/agent/src/main.ts`): `AgentRole.layer` of
+ * `Agent.ts`, configured by NATS_URL, SVC_NATS_PREFIX, SVC_ENCRYPTION_KEYS (required: sandboxes'
+ * env comes sealed and is kept sealed on disk) and the SVC_* variables of `Config.ts`. Once it
+ * consumes commands it prints one JSON line
  * `{"event":"agent_ready","hostId":...,"endpoint":...,"capacity":...,"limits":...}` on stdout.
- * SIGINT/SIGTERM stop it gracefully (sandboxes keep running).
+ * SIGINT/SIGTERM stop it gracefully (the warm pool is destroyed, sandboxes keep running).
  */
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
-import { Nats } from "@svc/bus/Nats"
-import { SecretBox } from "@svc/crypto/SecretBox"
 import { SandboxDriver } from "@svc/host/Driver"
 import { Effect, Layer } from "effect"
 import { AgentRole } from "./Agent.ts"
@@ -41,6 +41,6 @@ const announce = Layer.effectDiscard(
   })
 )
 
-const main = announce.pipe(Layer.provide(AgentRole.layer), Layer.provide(Layer.mergeAll(Nats.layer, SecretBox.layer)))
+const main = announce.pipe(Layer.provide(AgentRole.layer))
 
 NodeRuntime.runMain(Layer.launch(main))

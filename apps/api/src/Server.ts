@@ -1,14 +1,27 @@
 /**
- * The HTTP API process: the HttpApi implementation, /v1/openapi.json, /docs, the shared
- * middleware, on a Node HTTP server that finishes requests in flight when it stops.
+ * The API role: the HttpApi implementation, /v1/openapi.json, /docs and the shared middleware on
+ * a Node HTTP server, this process's worker heartbeat, the keys that seal secrets at rest
+ * (SVC_ENCRYPTION_KEYS), and its Postgres (DATABASE_URL, migrated) and NATS (NATS_URL,
+ * SVC_NATS_PREFIX) connections. `layer` is the whole role: what `node apps/api/src/main.ts`,
+ * `svc api` and `svc dev` run. Its own settings: SVC_HOST and SVC_PORT here, the others where
+ * the handlers read them (auth, rate limits, quotas, transfers).
+ *
+ * Start-up and stop, in order: every route and the services behind it are built before the
+ * port opens (a request before then is refused at once, never held); a stop closes the port,
+ * lets requests in flight finish (20 s at most) while each answer closes its connection, and
+ * only then releases the services. A request the app cannot take gets 503 `unavailable`.
  */
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
+import { Nats } from "@svc/bus/Nats"
+import { WorkerHeartbeat } from "@svc/bus/Workers"
+import { SecretBox } from "@svc/crypto/SecretBox"
+import * as Database from "@svc/db/Database"
 import { Api } from "@svc/domain/Api"
-import { Duration, Effect, Layer } from "effect"
-import { HttpRouter } from "effect/http"
+import { Deferred, Duration, Effect, Layer } from "effect"
+import { HttpRouter, HttpServer, HttpServerResponse } from "effect/http"
 import { HttpApiBuilder, HttpApiScalar } from "effect/http-api"
 import { randomBytes } from "node:crypto"
-import { createServer, STATUS_CODES } from "node:http"
+import { createServer, type IncomingMessage, type Server, type ServerResponse, STATUS_CODES } from "node:http"
 import type { Duplex } from "node:stream"
 import { ApiHost, ApiPort } from "./Config.ts"
 import { HealthMonitor } from "./Health.ts"
@@ -32,6 +45,8 @@ export const Routes = Layer.mergeAll(
   ApiMiddleware
 )
 
+const requestId = () => `req_${randomBytes(8).toString("hex")}`
+
 /**
  * Node answers requests it cannot parse (a malformed request line or header, headers over its
  * limit, a request that never finished arriving) itself, before any route: with the contract's
@@ -49,29 +64,94 @@ const onClientError = (error: Error & { readonly code?: string }, socket: Duplex
   const body = JSON.stringify(errorForStatus(status))
   socket.end(
     `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\ncontent-type: application/json; charset=utf-8\r\n` +
-      `content-length: ${Buffer.byteLength(body)}\r\nx-request-id: req_${randomBytes(8).toString("hex")}\r\n` +
+      `content-length: ${Buffer.byteLength(body)}\r\nx-request-id: ${requestId()}\r\n` +
       `connection: close\r\n\r\n${body}`
   )
 }
 
+/**
+ * Runs before the app's handler on every request. Once a stop has begun (the server no longer
+ * listens), each answer closes its connection: a keep-alive client then opens a new one, which
+ * is refused at once, instead of holding the stop open until its idle timeout. When the app's
+ * handler is not attached (the stop removed it after its grace), the request is answered 503
+ * `unavailable` here: a request is never left without an answer.
+ */
+const gate = (server: Server) => (_request: IncomingMessage, response: ServerResponse) => {
+  if (!server.listening) response.setHeader("connection", "close")
+  if (server.listenerCount("request") > 1) return
+  const body = JSON.stringify(errorForStatus(503))
+  response.writeHead(503, {
+    "content-type": "application/json; charset=utf-8",
+    "content-length": Buffer.byteLength(body),
+    "x-request-id": requestId(),
+    connection: "close"
+  }).end(body)
+}
+
 /** The Node HTTP server the API runs on. */
-export const makeNodeServer = () => createServer().on("clientError", onClientError)
+export const makeNodeServer = () => {
+  const server = createServer()
+  return server.on("clientError", onClientError).on("request", gate(server))
+}
+
+/**
+ * How long a stop waits for requests in flight; one still running then is ended with 503
+ * `unavailable` (and its connection closes).
+ */
+export const GRACEFUL_SHUTDOWN = Duration.seconds(20)
+
+const unavailable = Effect.sync(() =>
+  HttpServerResponse.jsonUnsafe(errorForStatus(503), { status: 503, headers: { "x-request-id": requestId() } })
+)
+
+/**
+ * `routes` served on a given address, in order. The routes are built first and the port opened
+ * after (`HttpRouter.serve` opens it first and attaches the handler once every route's services
+ * are up: a request that came in between was never answered). A stop closes the port, lets
+ * requests in flight finish for `gracefulShutdown` and answers those still running 503.
+ */
+export const serveInOrder = <E, R>(
+  routes: Layer.Layer<never, E, R>,
+  options: { readonly port: number; readonly host: string; readonly gracefulShutdown?: Duration.Input }
+) => {
+  const grace = Duration.fromInputUnsafe(options.gracefulShutdown ?? GRACEFUL_SHUTDOWN)
+  return Layer.unwrap(
+    Effect.gen(function*() {
+      const app = yield* HttpRouter.toHttpEffect(routes)
+      const deadline = yield* Deferred.make<void>()
+      const served = HttpServer.serve(Effect.raceFirst(app, Effect.andThen(Deferred.await(deadline), unavailable))).pipe(
+        Layer.provide(NodeHttpServer.layerServer(makeNodeServer, {
+          port: options.port,
+          host: options.host,
+          // The server's own limit comes after ours, which has answered what was left by then.
+          gracefulShutdownTimeout: Duration.sum(grace, Duration.seconds(5))
+        }))
+      )
+      // Built after the server, so released before it: the countdown starts as the stop begins.
+      const countdown = Layer.effectDiscard(Effect.addFinalizer(() =>
+        Effect.sync(() => {
+          setTimeout(() => Deferred.doneUnsafe(deadline, Effect.void), Duration.toMillis(grace)).unref()
+        })
+      ))
+      return Layer.provide(countdown, served)
+    })
+  ).pipe(Layer.provide(NodeHttpServer.layerHttpServices))
+}
 
 /** The API on a given address; needs the platform's services (SqlClient, Nats, SecretBox, ...). */
-export const layerOn = (options: { readonly port: number; readonly host: string }) =>
-  HttpRouter.serve(Routes, { disableListenLog: true, disableLogger: true }).pipe(
-    Layer.provide(NodeHttpServer.layer(makeNodeServer, {
-      port: options.port,
-      host: options.host,
-      gracefulShutdownTimeout: Duration.seconds(20)
-    }))
-  )
+export const layerOn = (options: { readonly port: number; readonly host: string }) => serveInOrder(Routes, options)
 
-/** The API on `SVC_HOST:SVC_PORT` (default 127.0.0.1:8080). */
-export const layer = Layer.unwrap(
+/** The HTTP API on `SVC_HOST:SVC_PORT` (default 127.0.0.1:8080); needs the platform's services. */
+export const httpLayer = Layer.unwrap(
   Effect.gen(function*() {
     const port = yield* ApiPort
     const host = yield* ApiHost
     return layerOn({ port, host })
   })
+)
+
+/** The whole API role, configured from the environment. */
+export const layer = Layer.mergeAll(httpLayer, WorkerHeartbeat.layer("api")).pipe(
+  Layer.provide(SecretBox.layer),
+  Layer.provide(Layer.mergeAll(Database.layer, Nats.layer))
 )

@@ -1,41 +1,33 @@
 /**
- * The platform's processes as layers, so that `svc dev` can run them all in one process and an
- * operator can run each role alone (`svc api`, `svc runtime`, ...) to scale it by process count.
+ * The platform's roles. Each is defined, whole, in its own app (what it runs, its heartbeat, its
+ * configuration and connections): `svc <role>` runs one as its `main.ts` does, `svc dev` runs
+ * them all in one process.
  */
 import { AgentRole } from "@svc/agent/Agent"
-import * as ApiServer from "@svc/api/Server"
-import { Nats } from "@svc/bus/Nats"
-import { SecretBox } from "@svc/crypto/SecretBox"
-import * as Database from "@svc/db/Database"
+import * as Api from "@svc/api/Server"
 import * as Dispatcher from "@svc/dispatcher/Dispatcher"
 import * as Runtime from "@svc/runtime/Runtime"
-import { WorkerHeartbeat } from "@svc/bus/Workers"
-import { FanOut } from "@svc/webhooks/Delivery/FanOut"
 import { Layer } from "effect"
 
-/** What the roles need: Postgres (migrated) and NATS, from DATABASE_URL and NATS_URL. */
-export const Infrastructure = Layer.mergeAll(Database.layer, Nats.layer)
+/** apps/api/src/Server.ts: the HTTP API. */
+export const ApiRole = Api.layer
 
-/**
- * The keys that seal and open secret values at rest, from SVC_ENCRYPTION_KEYS. The api (webhook
- * secrets, Idempotency-Key entries, sandboxes' env), the dispatcher (webhook secrets) and the
- * agent (sandboxes' env) refuse to start without them; `svc dev` generates one.
- */
-export const Secrets = SecretBox.layer
-
-/** The HTTP API. */
-export const ApiRole = Layer.mergeAll(ApiServer.layer, WorkerHeartbeat.layer("api")).pipe(Layer.provide(Secrets))
-
-/** Actors, outbox relay, sandbox supervisor. */
+/** apps/runtime/src/Runtime.ts: actors, outbox relay, sandbox supervisor. */
 export const RuntimeRole = Runtime.layer
 
-/** Webhooks: fan-out of events to deliveries, and the delivery workers. */
-export const DispatcherRole = Layer.mergeAll(FanOut.layer, Dispatcher.layer, WorkerHeartbeat.layer("dispatcher")).pipe(
-  Layer.provide(Secrets)
+/** apps/dispatcher/src/Dispatcher.ts: webhook fan-out and delivery. */
+export const DispatcherRole = Dispatcher.layer
+
+/** apps/agent/src/Agent.ts: this machine's host agent. */
+export const AgentRoleLayer = AgentRole.layer
+
+/**
+ * Every role in one process (`svc dev`), sharing one Postgres pool, one NATS connection and one
+ * set of keys. The API comes up last and goes down first: it listens once the roles it hands
+ * work to are up, and a stop lets its requests in flight finish before the agent that serves
+ * them stops. The agent stops this host's sandboxes when it stops: nothing `svc dev` started
+ * outlives it.
+ */
+export const AllRoles = ApiRole.pipe(
+  Layer.provideMerge(Layer.mergeAll(RuntimeRole, DispatcherRole, AgentRole.fromEnv({ stopSandboxesOnStop: true })))
 )
-
-/** The host agent of this machine (NATS, and the keys: it opens and seals sandboxes' env). */
-export const AgentRoleLayer = AgentRole.layer.pipe(Layer.provide(Secrets))
-
-/** Every role of the platform in one process. */
-export const AllRoles = Layer.mergeAll(RuntimeRole, DispatcherRole, AgentRoleLayer, ApiRole)

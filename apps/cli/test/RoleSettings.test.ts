@@ -8,7 +8,6 @@
 import { describe, expect, layer } from "@effect/vitest"
 import * as AgentConfig from "@svc/agent/Config"
 import * as ApiConfig from "@svc/api/Config"
-import { Nats } from "@svc/bus/Nats"
 import type * as Env from "@svc/config/Env"
 import * as DispatcherConfig from "@svc/dispatcher/Config"
 import { freePort } from "@svc/local-servers/Servers"
@@ -18,7 +17,7 @@ import { makeHost } from "@svc/testing/TestHost"
 import * as TestNats from "@svc/testing/TestNats"
 import { testEncryptionKeys } from "@svc/testing/TestSecrets"
 import { ConfigProvider, Effect, Layer } from "effect"
-import { AgentRoleLayer, ApiRole, DispatcherRole, Infrastructure, RuntimeRole } from "../src/Platform.ts"
+import { AgentRoleLayer, ApiRole, DispatcherRole, RuntimeRole } from "../src/Platform.ts"
 
 const expected = (settings: ReadonlyArray<Env.AnySetting>) =>
   [
@@ -57,12 +56,12 @@ describe("what each role reads", () => {
         Effect.gen(function*() {
           const env = yield* environment
           const port = yield* Effect.promise(freePort)
-          expect(yield* readsOf(ApiRole.pipe(Layer.provide(Infrastructure)), { ...env, SVC_PORT: String(port) }))
+          expect(yield* readsOf(ApiRole, { ...env, SVC_PORT: String(port) }))
             .toEqual(expected(ApiConfig.settings))
-          expect(yield* readsOf(RuntimeRole.pipe(Layer.provide(Infrastructure)), env)).toEqual(
+          expect(yield* readsOf(RuntimeRole, env)).toEqual(
             expected(RuntimeConfig.settings)
           )
-          expect(yield* readsOf(DispatcherRole.pipe(Layer.provide(Infrastructure)), env)).toEqual(
+          expect(yield* readsOf(DispatcherRole, env)).toEqual(
             expected(DispatcherConfig.settings)
           )
         }), 120_000)
@@ -71,7 +70,7 @@ describe("what each role reads", () => {
         Effect.gen(function*() {
           const env = yield* environment
           const host = yield* makeHost("svc-role-settings-")
-          const reads = yield* readsOf(AgentRoleLayer.pipe(Layer.provide(Nats.layer)), {
+          const reads = yield* readsOf(AgentRoleLayer, {
             NATS_URL: env.NATS_URL,
             SVC_NATS_PREFIX: env.SVC_NATS_PREFIX,
             SVC_ENCRYPTION_KEYS: env.SVC_ENCRYPTION_KEYS,

@@ -1,16 +1,33 @@
 /**
- * The dispatcher role: webhook delivery workers (@svc/webhooks/Dispatcher). Start as many
- * processes as throughput needs; each pulls from every webhook's consumer with its own
- * per-webhook concurrency. Configured by the SVC_WEBHOOK_* variables (@svc/webhooks/Config) and
- * SVC_WEBHOOK_ALLOWED_SUBNETS; needs Postgres (SqlClient, PgClient), Nats and the SecretBox
- * (SVC_ENCRYPTION_KEYS: it opens the webhooks' sealed signing secrets).
+ * The dispatcher role: the webhook fan-out (events to deliveries and their jobs), the delivery
+ * workers (@svc/webhooks/Delivery/Dispatcher), this process's worker heartbeat, the keys that
+ * open the webhooks' sealed signing secrets (SVC_ENCRYPTION_KEYS, required), and its Postgres
+ * (DATABASE_URL, migrated) and NATS (NATS_URL, SVC_NATS_PREFIX) connections. Its settings: the
+ * SVC_WEBHOOK_* variables (Delivery/Config.ts) and SVC_WEBHOOK_ALLOWED_SUBNETS.
+ *
+ * `layer` is the whole role: what `node apps/dispatcher/src/main.ts`, `svc dispatcher` and
+ * `svc dev` run. Start as many processes as throughput needs: the fan-out's durable consumer is
+ * shared, and each process pulls from every webhook's consumer with its own per-webhook
+ * concurrency.
  */
-import { WebhookAddressGuard } from "@svc/webhooks/Subscriptions/AddressGuard"
+import { Nats } from "@svc/bus/Nats"
+import { WorkerHeartbeat } from "@svc/bus/Workers"
+import { SecretBox } from "@svc/crypto/SecretBox"
+import * as Database from "@svc/db/Database"
 import { WebhookSender } from "@svc/webhooks/Delivery/Attempt"
 import { WebhookDispatcher } from "@svc/webhooks/Delivery/Dispatcher"
+import { FanOut } from "@svc/webhooks/Delivery/FanOut"
+import { WebhookAddressGuard } from "@svc/webhooks/Subscriptions/AddressGuard"
 import { Layer } from "effect"
 
-export const layer = WebhookDispatcher.layer.pipe(
+/** The delivery workers alone, on the caller's connections and keys. */
+export const delivery = WebhookDispatcher.layer.pipe(
   Layer.provide(WebhookSender.layer),
   Layer.provide(WebhookAddressGuard.layer)
+)
+
+/** The whole role, configured from the environment. */
+export const layer = Layer.mergeAll(FanOut.layer, delivery, WorkerHeartbeat.layer("dispatcher")).pipe(
+  Layer.provide(SecretBox.layer),
+  Layer.provide(Layer.mergeAll(Database.layer, Nats.layer))
 )

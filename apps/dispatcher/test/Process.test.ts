@@ -18,7 +18,6 @@ import { spawnRole } from "@svc/testing/TestProcess"
 import { testEncryptionKeys } from "@svc/testing/TestSecrets"
 import { WebhookAddressGuard } from "@svc/webhooks/Subscriptions/AddressGuard"
 import { LOST_ATTEMPT_ERROR } from "@svc/webhooks/Delivery/Dispatch"
-import { FanOut } from "@svc/webhooks/Delivery/FanOut"
 import { Webhooks } from "@svc/webhooks/Subscriptions/Webhooks"
 import { ConfigProvider, Duration, Effect, Layer } from "effect"
 import { SqlClient } from "effect/sql"
@@ -38,11 +37,10 @@ const FAST: Record<string, string> = {
   SVC_WEBHOOK_DISCOVERY_INTERVAL: "1s"
 }
 
-/** This process: the API side (create, test), the outbox relay and the fan-out. Dispatchers are children. */
+/** This process: the API side (create, test) and the outbox relay. Dispatchers (fan-out and delivery) are children. */
 const testLayer = Layer.mergeAll(
   Webhooks.layer.pipe(Layer.provide(WebhookAddressGuard.layer)),
-  OutboxRelay.layerWith({ pollInterval: Duration.millis(200) }),
-  FanOut.layer
+  OutboxRelay.layerWith({ pollInterval: Duration.millis(200) })
 ).pipe(
   Layer.provideMerge(Layer.mergeAll(TestDatabase.layerWithUrl, TestNats.layer, SecretBox.layer)),
   // The children get the same SVC_ENCRYPTION_KEYS from spawnRole: they open what this process sealed.
@@ -135,7 +133,7 @@ layer(testLayer, { excludeTestServices: true, timeout: 90_000 })("dispatcher pro
       const created = yield* webhooks.create(orgId, { url: rx.url, events: ["*"], enabled: true, secret: "process-test-secret-1" })
       if (created._tag !== "Created") return yield* Effect.die("not created")
       const sql = yield* SqlClient.SqlClient
-      // A real event through the outbox and the fan-out (this process): its job carries the body.
+      // A real event through the outbox and the fan-out (the dispatcher's): its job carries the body.
       yield* sql.withTransaction(Outbox.appendEvent({ orgId, event: "org.usage_alert", data: { spend_micros: 7, alert_micros: 5 } }))
       yield* Effect.promise(() => rx.waitFor(1))
       const [delivery] = yield* deliveriesOf(created.value.id)

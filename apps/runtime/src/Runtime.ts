@@ -5,7 +5,10 @@
  * partitions (one message per partition in flight across all of them), the relay batches
  * (one relay publishes at a time) and the supervisor's messages (deduplicated by id).
  *
- * Needs `SqlClient` + `PgClient` (migrated) and `Nats`.
+ * `layer` is the whole role, configured from the environment with its Postgres (DATABASE_URL,
+ * migrated) and NATS (NATS_URL, SVC_NATS_PREFIX) connections: what `node
+ * apps/runtime/src/main.ts`, `svc runtime` and `svc dev` run. `make` is the same role with
+ * options, on connections given by the caller (tests).
  */
 import { ActorRuntime, type ActorRuntimeOptions as ActorOptions } from "@svc/actors/Runtime"
 import * as Events from "@svc/events/Streams"
@@ -13,7 +16,9 @@ import { OutboxRelay, type RelayOptions } from "@svc/events/Relay"
 import { ensureAgentStream, Hosts } from "@svc/sandboxes/Hosts"
 import { SandboxActor } from "@svc/sandboxes/SandboxActor"
 import { SandboxSupervisor, type SupervisorOptions } from "@svc/sandboxes/Sandboxes/Supervisor"
+import { Nats } from "@svc/bus/Nats"
 import { type HeartbeatOptions, WorkerHeartbeat } from "@svc/bus/Workers"
+import * as Database from "@svc/db/Database"
 import { Effect, Layer } from "effect"
 import { ActorAckWait } from "./Config.ts"
 
@@ -31,6 +36,7 @@ export const Topology = Layer.effectDiscard(Effect.gen(function*() {
   yield* ensureAgentStream()
 }))
 
+/** The role on connections of the caller's: needs `SqlClient` + `PgClient` (migrated) and `Nats`. */
 export const make = (options: RuntimeOptions = {}) =>
   Layer.mergeAll(
     ActorRuntime.layer([SandboxActor], options.actors),
@@ -45,5 +51,8 @@ export const make = (options: RuntimeOptions = {}) =>
 /**
  * The runtime role configured from the environment (`Config.ts`): `SVC_ACTOR_ACK_WAIT`; the
  * supervisor reads `SVC_SUPERVISOR_INTERVAL` and `SVC_SANDBOX_TRANSITION_TIMEOUT` itself.
+ * With its connections.
  */
-export const layer = Layer.unwrap(Effect.map(ActorAckWait, (ackWait) => make({ actors: { ackWait } })))
+export const layer = Layer.unwrap(Effect.map(ActorAckWait, (ackWait) => make({ actors: { ackWait } }))).pipe(
+  Layer.provide(Layer.mergeAll(Database.layer, Nats.layer))
+)

@@ -18,12 +18,13 @@ export interface RoleProcess<A> {
 }
 
 /**
- * Starts `node <main>` with `env` (PATH and the run's SVC_ENCRYPTION_KEYS are passed on, `env`
+ * Starts `node <main> <args>` with `env` (PATH and the run's SVC_ENCRYPTION_KEYS are passed on, `env`
  * may override them) and waits until `ready` recognises a line of its stdout; dies when the
  * process exits first or after `timeout`.
  */
 export const spawnRole = <A>(options: {
   readonly main: string
+  readonly args?: ReadonlyArray<string>
   readonly env: Record<string, string>
   readonly ready: (stdout: string) => A | undefined
   readonly timeout?: Duration.Input
@@ -31,7 +32,7 @@ export const spawnRole = <A>(options: {
   Effect.gen(function*() {
     const child = yield* Effect.acquireRelease(
       Effect.sync(() =>
-        spawn("setpriv", ["--pdeathsig", "SIGKILL", "--", process.execPath, options.main], {
+        spawn("setpriv", ["--pdeathsig", "SIGKILL", "--", process.execPath, options.main, ...(options.args ?? [])], {
           env: { PATH: process.env["PATH"] ?? "/usr/bin:/bin", SVC_ENCRYPTION_KEYS: testEncryptionKeys(), ...options.env },
           stdio: ["ignore", "pipe", "pipe"]
         })

@@ -1,8 +1,10 @@
 /**
  * `svc dev`: the whole platform on one machine in one process. Starts NATS (JetStream) and
  * Postgres with their data under `<SVC_STATE_DIR>/data` (`.svc/data`) unless NATS_URL /
- * DATABASE_URL point elsewhere, applies migrations, runs every role, and stops everything on
- * Ctrl-C. Without SVC_ENCRYPTION_KEYS it seals secrets with a key of its own, generated once
+ * DATABASE_URL point elsewhere, applies migrations, runs every role (`AllRoles`), and stops
+ * everything on Ctrl-C (SIGINT, SIGTERM, or SIGHUP when its terminal closes): the API first, then
+ * the other roles (the agent ends its warm pool, then stops this host's sandboxes), then NATS and
+ * Postgres. Without SVC_ENCRYPTION_KEYS it seals secrets with a key of its own, generated once
  * into `.svc/encryption-keys`; without SVC_DATA_DIR the agent keeps its data in `.svc/data`.
  */
 import { startNats, startPostgres } from "@svc/local-servers/Servers"
@@ -12,15 +14,16 @@ import { ApiPort } from "@svc/api/Config"
 import { NatsUrlIfSet } from "@svc/bus/Config"
 import { EncryptionKeysSet, generateEncryptionKey } from "@svc/crypto/Config"
 import { DatabaseUrlIfSet } from "@svc/db/Config"
+import * as Database from "@svc/db/Database"
+import { Nats } from "@svc/bus/Nats"
 import { ConfigProvider, Console, Effect, Layer, Option } from "effect"
 import { Command } from "effect/cli"
 import * as fs from "node:fs"
 import * as crypto from "node:crypto"
 import * as net from "node:net"
 import * as path from "node:path"
-import { SandboxDriver } from "@svc/host/Driver"
 import { DevNatsPort, DevPostgresPort, StateDir } from "../Config.ts"
-import { AllRoles, Infrastructure } from "../Platform.ts"
+import { AllRoles } from "../Platform.ts"
 
 const portFree = (port: number) =>
   new Promise<boolean>((resolve) => {
@@ -93,25 +96,21 @@ const devCredentials = (stateDir: string, baseUrl: string) =>
   }).pipe(Effect.provide(AuthLayer.operatorLayer))
 
 /**
- * Sandboxes outlive their agent (an agent restart must not kill them), but Ctrl-C on `svc dev`
- * stops everything it started: each running sandbox of this host is stopped, its file system
- * kept; the next `svc dev` reconciles them as stopped, and `POST /v1/sandboxes/{id}/start`
- * brings one back.
+ * A closed terminal (SIGHUP) stops `svc dev` as Ctrl-C does, instead of killing the process on
+ * the spot and leaving its sandboxes behind; what it prints from then on goes nowhere.
  */
-const StopSandboxesOnExit = Layer.effectDiscard(
-  Effect.gen(function*() {
-    const driver = yield* SandboxDriver
-    yield* Effect.addFinalizer(() =>
-      driver.list.pipe(
-        Effect.flatMap((sandboxes) =>
-          Effect.forEach(sandboxes.filter((s) => s.status === "running"), (s) => Effect.ignore(driver.stop(s.sandboxId)), {
-            concurrency: 4
-          })
-        ),
-        Effect.ignore
-      )
-    )
-  })
+const stopOnHangup = Effect.acquireRelease(
+  Effect.sync(() => {
+    const ignore = () => {}
+    const onHangup = () => {
+      process.stdout.on("error", ignore)
+      process.stderr.on("error", ignore)
+      process.kill(process.pid, "SIGTERM")
+    }
+    process.on("SIGHUP", onHangup)
+    return onHangup
+  }),
+  (onHangup) => Effect.sync(() => process.off("SIGHUP", onHangup))
 )
 
 export const dev = Command.make(
@@ -119,6 +118,7 @@ export const dev = Command.make(
   {},
   Effect.fn("Cli.dev")(function*() {
     const stateDir = yield* StateDir
+    yield* stopOnHangup
     fs.mkdirSync(stateDir, { recursive: true })
     const env = {
       SVC_DATA_DIR: path.join(stateDir, "data"),
@@ -129,9 +129,9 @@ export const dev = Command.make(
     const config = ConfigProvider.fromEnv().pipe(ConfigProvider.orElse(ConfigProvider.fromEnv({ env })))
     const baseUrl = `http://127.0.0.1:${yield* ApiPort}`
     return yield* Layer.launch(
-      StopSandboxesOnExit.pipe(
-        Layer.provideMerge(AllRoles),
-        Layer.provideMerge(Infrastructure),
+      AllRoles.pipe(
+        // Built first and shared with the roles (layers are memoized): the dev org needs the database.
+        Layer.provideMerge(Layer.mergeAll(Database.layer, Nats.layer)),
         Layer.tap((context) =>
           Effect.andThen(
             Console.log(`api       ${baseUrl} (docs at ${baseUrl}/docs)`),
