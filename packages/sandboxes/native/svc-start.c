@@ -9,7 +9,7 @@
  * In order, in this one process:
  *   1. a private mount namespace of its own (unshare, / made private recursively): what is
  *      mounted below is seen by this sandbox only, and goes when its last process ends;
- *   2. its pid into each cgroup.procs file (everything after is charged to the sandbox);
+ *   2. into each of the sandbox's cgroups (`cgroup-join.h`; everything after is charged to it);
  *   3. the disk image through a loop device at DIR (`loop-mount.h`; autoclear: detached with
  *      the namespace), when the sandbox has one;
  *   4. the overlay (lower: the template, upper and work: on the image) at --root;
@@ -28,6 +28,7 @@
  * uid, 122 the disk image, 123 the seccomp filter, 124 the overlay, 125 a cgroup, 126
  * bubblewrap could not be run, 127 bubblewrap not found.
  */
+#include "cgroup-join.h"
 #include "loop-mount.h"
 
 #include <grp.h>
@@ -45,15 +46,6 @@ static void fail(int code, const char *what, const char *detail) {
 static void failx(int code, const char *what) {
   fprintf(stderr, "svc-start: %s\n", what);
   exit(code);
-}
-
-static void write_pid(const char *file) {
-  int fd = open(file, O_WRONLY | O_CLOEXEC);
-  if (fd < 0) fail(125, "joining the cgroup", file);
-  char buf[32];
-  int len = snprintf(buf, sizeof buf, "%d\n", (int) getpid());
-  if (write(fd, buf, (size_t) len) != len) fail(125, "joining the cgroup", file);
-  close(fd);
 }
 
 int main(int argc, char **argv) {
@@ -93,7 +85,9 @@ int main(int argc, char **argv) {
   if (unshare(CLONE_NEWNS) != 0) fail(120, "unshare", "(mount namespace)");
   if (mount("none", "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) fail(120, "making / private", NULL);
 
-  for (int c = 0; c < ncgroups; c++) write_pid(cgroups[c]);
+  for (int c = 0; c < ncgroups; c++) {
+    if (cgroup_join(cgroups[c]) != 0) fail(125, "joining the cgroup of", cgroups[c]);
+  }
 
   if (image != NULL && loop_mount("svc-start", image, image_mount) != 0) exit(122);
 
