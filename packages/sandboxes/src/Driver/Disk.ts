@@ -4,10 +4,9 @@
  * (`svc-start`, see `Run.ts`) mounts it through a loop device at `<sandbox>/disk/` inside the
  * sandbox's private mount namespace, before the overlay (`native/loop-mount.h`, shared with
  * `svc-disk-mount`, which the probe here runs): the host's mount table never shows it, and the
- * device's autoclear detaches it when
- * the namespace's last process ends (stop, a crash, a reboot). A mount in the host's namespace
- * would be copied into every mount namespace made meanwhile (any other sandbox's start) and pin
- * the device long after its own sandbox ended.
+ * device's autoclear detaches it when the namespace's last process ends (stop, a crash, a
+ * reboot). A mount in the host's namespace would be copied into every mount namespace made
+ * meanwhile (any other sandbox's start) and pin the device long after its own sandbox ended.
  *
  * Writing past the size fails inside with ENOSPC, files end at the file system's inode count
  * (65,536 per GiB), and the image never takes more of the host's file system than its size.
