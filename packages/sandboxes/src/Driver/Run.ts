@@ -27,6 +27,15 @@ import {
   writeSandboxRecord
 } from "./State.ts"
 
+/**
+ * Attaches a sandbox's veth: `ip -batch` on the host's end (`Network.hostScript`), then inside
+ * the sandbox's net namespace (`Network.sandboxScript`, through `nsenter`). Both from one shell,
+ * not two spawns from the agent: a spawn from the agent's process forks all of its memory (CPU
+ * and a blocked event loop in proportion to its size, about 3.7 ms per 100 MB measured here),
+ * a fork from `sh` almost nothing. Arguments: <ip> <nsenter> <pid> <host script> <sandbox script>.
+ */
+const ATTACH_SCRIPT = `printf '%s' "$4" | "$1" -batch - && printf '%s' "$5" | "$2" -t "$3" -n "$1" -batch -`
+
 /** The sandbox's init command (pid 2; bubblewrap is pid 1 and reaps orphans). */
 const INIT_SCRIPT = `echo ready >&4; exec 3>&- 4>&- 8>&-; exec ${HELPER} sleep inf`
 
@@ -204,14 +213,11 @@ export const makeRuns = (host: DriverHost): Runs => {
       if (yield* attempt("network", () => Network.interfaceExists(veth))) {
         yield* run("network", bin.ip, ["link", "del", veth], { env: HOST_ENV, timeoutMs: 10_000 })
       }
-      yield* runChecked("network", bin.ip, ["-batch", "-"], {
-        env: HOST_ENV,
-        stdin: Buffer.from(Network.hostScript(config.bridge, internalIp, pid))
-      })
-      yield* runChecked("network", bin.nsenter, ["-t", String(pid), "-n", bin.ip, "-batch", "-"], {
-        env: HOST_ENV,
-        stdin: Buffer.from(Network.sandboxScript(internalIp, subnet))
-      })
+      // One process from the agent for both ends (see ATTACH_SCRIPT).
+      yield* runChecked("network", bin.sh, [
+        "-c", ATTACH_SCRIPT, "attach", bin.ip, bin.nsenter, String(pid),
+        Network.hostScript(config.bridge, internalIp, pid), Network.sandboxScript(internalIp, subnet)
+      ], { env: HOST_ENV })
     })
 
   const detachNetwork = (internalIp: string) =>
