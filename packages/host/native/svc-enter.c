@@ -19,6 +19,8 @@
  * step failed, 126 the working directory or the command could not be used, 127 command not found.
  */
 #define _GNU_SOURCE
+#include "cgroup-join.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/audit.h>
@@ -109,12 +111,7 @@ static unsigned long long start_ticks(pid_t pid) {
 }
 
 static void write_pid(const char *file) {
-  int fd = open(file, O_WRONLY | O_CLOEXEC);
-  if (fd < 0) fail(125, file);
-  char buf[32];
-  int len = snprintf(buf, sizeof buf, "%d\n", (int) getpid());
-  if (write(fd, buf, (size_t) len) != len) fail(125, file);
-  close(fd);
+  if (cgroup_join(file) != 0) fail(125, file);
 }
 
 static void join_namespaces(int pidfd, pid_t pid) {
@@ -122,7 +119,7 @@ static void join_namespaces(int pidfd, pid_t pid) {
   if (setns(pidfd, all) == 0) return;
   if (errno != EINVAL) fail(125, "setns");
   /* Kernels before 5.8 take namespace files only; the pidfd still pins the pid, so
-   * /proc/PID/ns/* are those of the checked process. The user namespace comes first. */
+   * the files in /proc/PID/ns are those of the checked process. The user namespace comes first. */
   static const struct { const char *name; int type; } order[] = {
     {"user", CLONE_NEWUSER}, {"ipc", CLONE_NEWIPC}, {"uts", CLONE_NEWUTS}, {"net", CLONE_NEWNET},
     {"pid", CLONE_NEWPID}, {"cgroup", CLONE_NEWCGROUP}, {"mnt", CLONE_NEWNS},

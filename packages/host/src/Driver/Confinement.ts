@@ -1,16 +1,14 @@
 /**
  * Who a sandbox's processes are and what they may do, shared by its init (bubblewrap) and every
  * command entered into it (`svc-enter`): the user-namespace identity, the capability set and the
- * seccomp filter. Also prepares the two host files that carry them: the compiled filter and the
- * `svc-enter` binary, built from `native/svc-enter.c` once per source version.
+ * seccomp filter. Also prepares the host files that carry them: the compiled filter, and the
+ * `svc-start` and `svc-enter` binaries (`Native.ts`), built once per source version.
  */
 import { createHash } from "node:crypto"
-import { execFile } from "node:child_process"
 import * as FsSync from "node:fs"
 import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
-import { fileURLToPath } from "node:url"
-import { promisify } from "node:util"
+import * as Native from "./Native.ts"
 import * as Seccomp from "./Seccomp.ts"
 
 /** Uids and gids 0..65535 inside map to `uidBase`..`uidBase + 65535` on the host. */
@@ -74,18 +72,16 @@ export const rangeConflict = async (uidBase: number): Promise<string | undefined
 export interface ConfinementFiles {
   /** The compiled seccomp filter (given to bubblewrap on a descriptor, read by svc-enter). */
   readonly seccomp: string
+  /** The `svc-start` binary: a sandbox's start, up to exec'ing bubblewrap as the sandboxes' uid. */
+  readonly start: string
   /** The `svc-enter` binary. */
   readonly enter: string
 }
 
-const SOURCE = fileURLToPath(new URL("../../native/svc-enter.c", import.meta.url))
-
-const findCompiler = (): string | undefined =>
-  ["/usr/bin/cc", "/usr/bin/gcc", "/usr/local/bin/cc"].find((path) => FsSync.existsSync(path))
-
 /**
- * Writes the filter and builds `svc-enter` under `dir` (root-only), when missing or out of date.
- * Files are written beside their final name and renamed: concurrent agents see whole files.
+ * Writes the filter and builds `svc-start` and `svc-enter` under `dir` (root-only), when missing
+ * or out of date. Files are written beside their final name and renamed: concurrent agents see
+ * whole files.
  */
 export const prepare = async (dir: string): Promise<ConfinementFiles> => {
   await Fs.mkdir(dir, { recursive: true, mode: 0o700 })
@@ -97,15 +93,7 @@ export const prepare = async (dir: string): Promise<ConfinementFiles> => {
     await Fs.writeFile(temp, filter, { mode: 0o600 })
     await Fs.rename(temp, seccomp)
   }
-  const source = await Fs.readFile(SOURCE)
-  const enter = NodePath.join(dir, `svc-enter-${createHash("sha256").update(source).digest("hex").slice(0, 12)}`)
-  if (!FsSync.existsSync(enter)) {
-    const cc = findCompiler()
-    if (cc === undefined) throw new Error("a C compiler (cc) is needed to build svc-enter: install gcc and libc6-dev")
-    const temp = `${enter}.tmp-${process.pid}`
-    await promisify(execFile)(cc, ["-O2", "-Wall", "-o", temp, SOURCE], { env: { PATH: "/usr/bin:/bin" } })
-    await Fs.chmod(temp, 0o700)
-    await Fs.rename(temp, enter)
-  }
-  return { seccomp, enter }
+  const start = await Native.build(dir, "svc-start")
+  const enter = await Native.build(dir, "svc-enter")
+  return { seccomp, start, enter }
 }

@@ -1,12 +1,12 @@
 /**
  * A sandbox's disk. Its writable layer (the overlay's `upper/` and `work/`) lives on an ext4 file
- * system in a sparse image file of `diskGb` GiB, `<sandbox>/disk.img`. The start script
- * (`Run.ts`) mounts it through a loop device at `<sandbox>/disk/` inside the sandbox's private
- * mount namespace, before the overlay, with `svc-disk-mount` (`native/svc-disk-mount.c`, built
- * at start): the host's mount table never shows it, and the device's autoclear detaches it when
- * the namespace's last process ends (stop, a crash, a reboot). A mount in the host's namespace
- * would be copied into every mount namespace made meanwhile (any other sandbox's start) and pin
- * the device long after its own sandbox ended.
+ * system in a sparse image file of `diskGb` GiB, `<sandbox>/disk.img`. The start step
+ * (`svc-start`, see `Run.ts`) mounts it through a loop device at `<sandbox>/disk/` inside the
+ * sandbox's private mount namespace, before the overlay (`native/loop-mount.h`, shared with
+ * `svc-disk-mount`, which the probe here runs): the host's mount table never shows it, and the
+ * device's autoclear detaches it when the namespace's last process ends (stop, a crash, a
+ * reboot). A mount in the host's namespace would be copied into every mount namespace made
+ * meanwhile (any other sandbox's start) and pin the device long after its own sandbox ended.
  *
  * Writing past the size fails inside with ENOSPC, files end at the file system's inode count
  * (65,536 per GiB), and the image never takes more of the host's file system than its size.
@@ -18,13 +18,13 @@
  */
 import { Effect, Queue, type Scope } from "effect"
 import { spawn } from "node:child_process"
-import { createHash, randomBytes } from "node:crypto"
+import { randomBytes } from "node:crypto"
 import * as FsSync from "node:fs"
 import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
 import * as Readline from "node:readline"
-import { fileURLToPath } from "node:url"
 import { DriverFailure } from "../Driver.ts"
+import * as Native from "./Native.ts"
 import { decode, run, runChecked } from "./Process.ts"
 import type { SandboxPaths } from "./State.ts"
 
@@ -46,7 +46,7 @@ const tryHost = <A>(operation: string, f: () => Promise<A>): Effect.Effect<A, Dr
 const MKFS_OPTIONS = ["-q", "-F", "-m", "0", "-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard,assume_storage_prezeroed=1"]
 
 /**
- * Whether this host can give sandboxes a disk image: the programs that format and mount one, and
+ * Whether this host can give sandboxes a disk image: the program that formats one, and
  * `skeleton`, which holds `upper/` (owned by the sandboxes' `uid`) and `work/`: every image starts
  * with them.
  */
@@ -54,7 +54,6 @@ export type DiskSupport =
   | {
     readonly _tag: "available"
     readonly mkfs: string
-    readonly mounter: string
     readonly skeleton: string
     readonly uid: number
   }
@@ -62,7 +61,7 @@ export type DiskSupport =
 
 const unavailable = (reason: string): DiskSupport => ({ _tag: "unavailable", reason })
 
-/** What the start script mounts for one sandbox. */
+/** What the start step mounts for one sandbox. */
 export interface Layout {
   /** The image file; undefined for a sandbox made without one (before images, or on a host without loop devices). */
   readonly image: string | undefined
@@ -129,29 +128,6 @@ const format = (mkfs: string, file: string, bytes: number, env: Env, operation: 
     )
   })
 
-const MOUNTER_SOURCE = fileURLToPath(new URL("../../native/svc-disk-mount.c", import.meta.url))
-
-/**
- * Builds `svc-disk-mount` under `dir` (root-only) when missing or out of date, as `svc-enter` is
- * (`Confinement.ts`): named by its source's hash, written beside its name and renamed.
- */
-const buildMounter = (dir: string, env: Env) =>
-  Effect.gen(function*() {
-    const source = yield* tryHost("init", () => Fs.readFile(MOUNTER_SOURCE))
-    const binary = NodePath.join(dir, `svc-disk-mount-${createHash("sha256").update(source).digest("hex").slice(0, 12)}`)
-    if (FsSync.existsSync(binary)) return binary
-    const cc = ["/usr/bin/cc", "/usr/bin/gcc", "/usr/local/bin/cc"].find((path) => FsSync.existsSync(path))
-    if (cc === undefined) return yield* new DriverFailure({ operation: "init", message: "a C compiler (cc) is needed to build svc-disk-mount" })
-    const temp = `${binary}.tmp-${process.pid}`
-    yield* tryHost("init", () => Fs.mkdir(dir, { recursive: true, mode: 0o700 }))
-    yield* runChecked("init", cc, ["-O2", "-Wall", "-o", temp, MOUNTER_SOURCE], { env, timeoutMs: 60_000 })
-    yield* tryHost("init", async () => {
-      await Fs.chmod(temp, 0o700)
-      await Fs.rename(temp, binary)
-    })
-    return binary
-  })
-
 /**
  * Checks once, at driver start, that this host can format an image and mount it through a loop
  * device in a private mount namespace (a container without loop devices or mount rights cannot):
@@ -164,7 +140,7 @@ export const probe = (dataDir: string, bin: { readonly unshare: string; readonly
     const mkfs = findProgram("mkfs.ext4")
     if (mkfs === undefined) return unavailable("mkfs.ext4 (e2fsprogs) is not installed")
     if (!FsSync.existsSync("/dev/loop-control")) return unavailable("no loop devices (/dev/loop-control is missing)")
-    const built = yield* Effect.result(buildMounter(NodePath.join(dataDir, "host"), env))
+    const built = yield* Effect.result(tryHost("init", () => Native.build(NodePath.join(dataDir, "host"), "svc-disk-mount")))
     if (built._tag === "Failure") return unavailable(built.failure.message.slice(0, 300))
     const mounter = built.success
     const dir = yield* tryHost("init", () => Fs.mkdtemp(NodePath.join(dataDir, ".disk-probe-")))
@@ -186,7 +162,7 @@ export const probe = (dataDir: string, bin: { readonly unshare: string; readonly
         await Fs.chown(NodePath.join(skeleton, "upper"), uid, uid)
         await Fs.chmod(skeleton, 0o700)
       })
-      const available: DiskSupport = { _tag: "available", mkfs, mounter, skeleton, uid }
+      const available: DiskSupport = { _tag: "available", mkfs, skeleton, uid }
       return available
     }).pipe(Effect.ensuring(tryHost("init", () => Fs.rm(dir, { recursive: true, force: true })).pipe(Effect.ignore)))
   })
@@ -323,12 +299,11 @@ export const makeLayer = (support: DiskSupport, stock: DiskStock, paths: Sandbox
     })
 
 /**
- * The start script's arguments for the image: `<svc-disk-mount> <image> <mount point>`, or
- * `- - -` when the sandbox has none. The script then mounts the overlay over `layout.upper` and
- * `layout.work`.
+ * `svc-start`'s arguments for the image: `--image <image> --image-mount <mount point>`, none when
+ * the sandbox has no image. It then mounts the overlay over `layout.upper` and `layout.work`.
  */
 export const startArgs = (support: DiskSupport, layout: Layout): ReadonlyArray<string> =>
-  layout.image !== undefined && support._tag === "available" ? [support.mounter, layout.image, layout.mount] : ["-", "-", "-"]
+  layout.image !== undefined && support._tag === "available" ? ["--image", layout.image, "--image-mount", layout.mount] : []
 
 /** Loop devices whose backing file is `image` (the kernel shows the file's current path). */
 const attachedDevices = (image: string): Array<string> => {

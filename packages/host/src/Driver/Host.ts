@@ -87,9 +87,8 @@ export interface DriverHost {
     readonly nsenter: string
     readonly ip: string
     readonly sh: string
-    readonly setpriv: string
   }
-  /** The seccomp filter and the `svc-enter` binary (see Confinement.ts). */
+  /** The seccomp filter and the `svc-start` and `svc-enter` binaries (see Confinement.ts). */
   readonly confinement: Confinement.ConfinementFiles
   readonly subnet: Network.SandboxSubnet
   /** The sandboxes' cgroups, v1 or v2 as detected at start. */
@@ -132,8 +131,7 @@ export const makeDriverHost = (
       unshare: findBinary("unshare"),
       nsenter: findBinary("nsenter"),
       ip: findBinary("ip"),
-      sh: findBinary("sh"),
-      setpriv: findBinary("setpriv")
+      sh: findBinary("sh")
     }
     for (const [name, path] of Object.entries(found)) {
       if (path === undefined) {
@@ -145,8 +143,7 @@ export const makeDriverHost = (
       unshare: found.unshare!,
       nsenter: found.nsenter!,
       ip: found.ip!,
-      sh: found.sh!,
-      setpriv: found.setpriv!
+      sh: found.sh!
     }
     if (!Seccomp.supportedArch()) {
       return yield* new DriverFailure({ operation: "init", message: `the seccomp filter is written for x86_64, not ${process.arch}` })

@@ -1,0 +1,39 @@
+/**
+ * The driver's native steps (`native/*.c`: `svc-start`, `svc-enter`, `svc-disk-mount`), built
+ * with the host's C compiler into the data dir's root-only `host/` folder when missing or out of
+ * date. A binary is named by the hash of its source and of the headers beside it, written under
+ * a temporary name and renamed: concurrent agents see whole files, and an edited source gets a
+ * new binary.
+ */
+import { execFile } from "node:child_process"
+import { createHash } from "node:crypto"
+import * as FsSync from "node:fs"
+import * as Fs from "node:fs/promises"
+import * as NodePath from "node:path"
+import { fileURLToPath } from "node:url"
+import { promisify } from "node:util"
+
+export type NativeStep = "svc-start" | "svc-enter" | "svc-disk-mount"
+
+const NATIVE_DIR = fileURLToPath(new URL("../../native/", import.meta.url))
+
+const findCompiler = (): string | undefined =>
+  ["/usr/bin/cc", "/usr/bin/gcc", "/usr/local/bin/cc"].find((path) => FsSync.existsSync(path))
+
+/** Builds `native/<name>.c` under `dir` (made root-only) unless its binary is there; its path. */
+export const build = async (dir: string, name: NativeStep): Promise<string> => {
+  const source = NodePath.join(NATIVE_DIR, `${name}.c`)
+  const headers = (await Fs.readdir(NATIVE_DIR)).filter((file) => file.endsWith(".h")).sort()
+  const hash = createHash("sha256").update(await Fs.readFile(source))
+  for (const header of headers) hash.update(header).update(await Fs.readFile(NodePath.join(NATIVE_DIR, header)))
+  const binary = NodePath.join(dir, `${name}-${hash.digest("hex").slice(0, 12)}`)
+  if (FsSync.existsSync(binary)) return binary
+  const cc = findCompiler()
+  if (cc === undefined) throw new Error(`a C compiler (cc) is needed to build ${name}: install gcc and libc6-dev`)
+  await Fs.mkdir(dir, { recursive: true, mode: 0o700 })
+  const temp = `${binary}.tmp-${process.pid}`
+  await promisify(execFile)(cc, ["-O2", "-Wall", "-o", temp, source], { env: { PATH: "/usr/bin:/bin" } })
+  await Fs.chmod(temp, 0o700)
+  await Fs.rename(temp, binary)
+  return binary
+}
