@@ -72,18 +72,26 @@ const rawRun = (run: string, partitions: number, n: number) =>
     yield* Actors.ensure(actor)
     let done = 0
     let finish!: () => void
-    const finished = new Promise<void>((r) => { finish = r })
+    const finished = new Promise<void>((r) => {
+      finish = r
+    })
     for (let p = 0; p < partitions; p++) {
-      const c = yield* Effect.promise(() => nats.js.consumers.get(nats.name(Actor.streamName(actor)), nats.name(Actor.consumerName(actor, p))))
-      const messages = yield* Effect.acquireRelease(Effect.promise(() => c.consume({ max_messages: 16 })), (m) => Effect.promise(() => m.close()))
+      const c = yield* Effect.promise(() =>
+        nats.js.consumers.get(nats.name(Actor.streamName(actor)), nats.name(Actor.consumerName(actor, p)))
+      )
+      const messages = yield* Effect.acquireRelease(Effect.promise(() => c.consume({ max_messages: 16 })), (m) =>
+        Effect.promise(() => m.close()))
       ;(async () => {
         for await (const m of messages) {
           m.ack()
-          if (++done === n) finish()
+          if (++done === n) {
+            finish()
+          }
         }
       })()
     }
-    const subjects = Array.from({ length: ENTITIES }, (_, e) => nats.subject(...Actor.mailboxTokens(actor, `e${e}`)))
+    const subjects = Array.from({ length: ENTITIES }, (_, e) =>
+      nats.subject(...Actor.mailboxTokens(actor, `e${e}`)))
     const started = performance.now()
     yield* publishAll(subjects, n)
     yield* Effect.promise(() => finished)
@@ -97,9 +105,16 @@ const actorRun = (run: string, partitions: number, n: number) =>
     const actor = makeActor(`bench_${run}`, partitions)
     let applied = 0
     let finish!: () => void
-    const finished = new Promise<void>((r) => { finish = r })
+    const finished = new Promise<void>((r) => {
+      finish = r
+    })
     yield* Layer.build(ActorRuntime.layer([actor], {
-      hooks: { onOutcome: (_i, o) => Effect.sync(() => { if (o === "applied" && ++applied === n) finish() }) }
+      hooks: {
+        onOutcome: (_i, o) =>
+          Effect.sync(() => {
+            if (o === "applied" && ++applied === n) finish()
+          })
+      }
     }))
     const subjects = Array.from({ length: ENTITIES }, (_, e) => nats.subject(...Actor.mailboxTokens(actor, `e${e}`)))
     const started = performance.now()
@@ -145,14 +160,30 @@ await Effect.runPromise(
       results.actorP!.push(yield* actorRun(`b${i}`, P, NP))
     }
     const m = Object.fromEntries(Object.entries(results).map(([k, v]) => [k, median(v)])) as Record<string, number>
-    console.log(`Actor runtime vs raw JetStream (max_ack_pending 1 per partition), ${ENTITIES} entities, median of ${RUNS} runs`)
-    console.log(`  1 partition, ${N1} msgs:  raw ${fmt(m.raw1!)} msg/s   actors ${fmt(m.actor1!)} msg/s   ratio ${fmt(m.actor1! / m.raw1!, 2)}`)
-    console.log(`  ${P} partitions, ${NP} msgs: raw ${fmt(m.rawP!)} msg/s   actors ${fmt(m.actorP!)} msg/s   ratio ${fmt(m.actorP! / m.rawP!, 2)}`)
-    console.log(`  scaling 1 → ${P} partitions: raw x${fmt(m.rawP! / m.raw1!, 2)}, actors x${fmt(m.actorP! / m.actor1!, 2)}`)
+    console.log(
+      `Actor runtime vs raw JetStream (max_ack_pending 1 per partition), ${ENTITIES} entities, median of ${RUNS} runs`
+    )
+    console.log(
+      `  1 partition, ${N1} msgs:  raw ${fmt(m.raw1!)} msg/s   actors ${fmt(m.actor1!)} msg/s   ratio ${
+        fmt(m.actor1! / m.raw1!, 2)
+      }`
+    )
+    console.log(
+      `  ${P} partitions, ${NP} msgs: raw ${fmt(m.rawP!)} msg/s   actors ${fmt(m.actorP!)} msg/s   ratio ${
+        fmt(m.actorP! / m.rawP!, 2)
+      }`
+    )
+    console.log(
+      `  scaling 1 → ${P} partitions: raw x${fmt(m.rawP! / m.raw1!, 2)}, actors x${fmt(m.actorP! / m.actor1!, 2)}`
+    )
 
     const latencies = yield* relayLatency
     console.log(`Outbox relay: commit → on the bus, ${LATENCY_EVENTS} sequential events`)
-    console.log(`  p50 ${fmt(quantile(latencies, 0.5), 2)} ms   p99 ${fmt(quantile(latencies, 0.99), 2)} ms   max ${fmt(Math.max(...latencies), 2)} ms`)
+    console.log(
+      `  p50 ${fmt(quantile(latencies, 0.5), 2)} ms   p99 ${fmt(quantile(latencies, 0.99), 2)} ms   max ${
+        fmt(Math.max(...latencies), 2)
+      } ms`
+    )
   }).pipe(
     Effect.provide(Layer.mergeAll(TestNats.layer, TestDatabase.layer)),
     Effect.scoped

@@ -8,17 +8,17 @@
  *    the key (polled from the moment DELETE returns). Median of 25. Target: < 50 ms.
  *   npm run bench auth     (or: node bench/auth.ts)
  */
+import * as Server from "@svc/api/Server"
 import { freePort, startNats, startPostgres, waitForPort } from "@svc/local-servers/Servers"
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import { serve } from "@svc/testing/TestHttp"
 import * as TestNats from "@svc/testing/TestNats"
 import { useTestEncryptionKeys } from "@svc/testing/TestSecrets"
-import { parseDuration } from "../packages/config/src/Env.ts"
-import { SecretBox } from "../packages/crypto/src/SecretBox.ts"
-import * as Server from "@svc/api/Server"
 import { ConfigProvider, Duration, Effect, Layer, Result } from "effect"
 import { HttpRouter } from "effect/http"
-import { spawn, type ChildProcess } from "node:child_process"
+import { type ChildProcess, spawn } from "node:child_process"
+import { parseDuration } from "../packages/config/src/Env.ts"
+import { SecretBox } from "../packages/crypto/src/SecretBox.ts"
 import { compare, fmt, load, median, rawServer } from "./lib/load.ts"
 
 const CONNECTIONS = 32
@@ -76,7 +76,11 @@ await Effect.runPromise(
     )
     const key = yield* Effect.promise(() => bootstrap(base))
     const raw = yield* Effect.acquireRelease(Effect.promise(rawServer), (s) => Effect.promise(s.close))
-    const me = { url: `${base}/v1/auth/me`, connections: CONNECTIONS, headers: { authorization: `Bearer ${key.token}` } }
+    const me = {
+      url: `${base}/v1/auth/me`,
+      connections: CONNECTIONS,
+      headers: { authorization: `Bearer ${key.token}` }
+    }
     const check = yield* Effect.promise(() => fetch(me.url, { headers: me.headers }).then(json))
     if (check.status !== 200) throw new Error(`GET /v1/auth/me answered ${check.status}`)
     // Warm-up: JIT, pool connections.
@@ -98,7 +102,14 @@ await Effect.runPromise(
 const CLI = new URL("../apps/cli/src/main.ts", import.meta.url).pathname
 const startApi = async (port: number): Promise<ChildProcess> => {
   const child = spawn(process.execPath, [CLI, "api"], {
-    env: { ...process.env, ...NO_RATE_LIMIT, DATABASE_URL: pg.url, NATS_URL: nats.url, SVC_PORT: String(port), SVC_HOST: "127.0.0.1" },
+    env: {
+      ...process.env,
+      ...NO_RATE_LIMIT,
+      DATABASE_URL: pg.url,
+      NATS_URL: nats.url,
+      SVC_PORT: String(port),
+      SVC_HOST: "127.0.0.1"
+    },
     stdio: ["ignore", "ignore", "inherit"]
   })
   await waitForPort(port, 30_000, child)
@@ -119,7 +130,11 @@ try {
   const samples: Array<number> = []
   let refusedAtOnce = 0
   for (let i = 0; i < REVOCATIONS; i++) {
-    const minted = await fetch(`${a}/v1/auth/api-keys`, { method: "POST", headers: admin, body: JSON.stringify({ name: `r${i}` }) }).then(json)
+    const minted = await fetch(`${a}/v1/auth/api-keys`, {
+      method: "POST",
+      headers: admin,
+      body: JSON.stringify({ name: `r${i}` })
+    }).then(json)
     const auth = { authorization: `Bearer ${minted.body.token}` }
     for (let j = 0; j < 3; j++) {
       const warm = await fetch(`${b}/v1/auth/me`, { headers: auth })
@@ -143,9 +158,11 @@ try {
   }
   samples.sort((x, y) => x - y)
   console.log(`Revocation propagation between two API processes (DELETE on A, until B refuses), ${REVOCATIONS} keys`)
-  console.log(`  median ${fmt(median(samples), 2)} ms  p90 ${fmt(samples[Math.floor(samples.length * 0.9)]!, 2)} ms  max ${
-    fmt(samples[samples.length - 1]!, 2)
-  } ms  (target < 50 ms)`)
+  console.log(
+    `  median ${fmt(median(samples), 2)} ms  p90 ${fmt(samples[Math.floor(samples.length * 0.9)]!, 2)} ms  max ${
+      fmt(samples[samples.length - 1]!, 2)
+    } ms  (target < 50 ms)`
+  )
   console.log(`  B refused on the first request after DELETE returned: ${refusedAtOnce}/${REVOCATIONS}`)
 } finally {
   for (const child of children) child.kill("SIGTERM")

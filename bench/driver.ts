@@ -60,18 +60,25 @@ const program = Effect.gen(function*() {
   )
   const context = yield* Layer.build(
     BubblewrapDriver.layer.pipe(
-      Layer.provide(Layer.succeed(DriverConfig, DriverConfig.make({
-        dataDir,
-        hostId,
-        ...(process.env["BENCH_DISK_STOCK"] !== undefined ? { diskStock: Number(process.env["BENCH_DISK_STOCK"]) } : {})
-      }))),
+      Layer.provide(Layer.succeed(
+        DriverConfig,
+        DriverConfig.make({
+          dataDir,
+          hostId,
+          ...(process.env["BENCH_DISK_STOCK"] !== undefined
+            ? { diskStock: Number(process.env["BENCH_DISK_STOCK"]) }
+            : {})
+        })
+      )),
       // The env in sandbox.json is sealed: the run's test key, as the platform's roles get theirs.
       Layer.provide(SecretBox.layer)
     )
   )
   const driver = Context.get(context, SandboxDriver)
   const ids = Array.from({ length: N }, (_, i) => `bench-${i}`)
-  yield* Effect.addFinalizer(() => Effect.forEach(ids, (id) => driver.destroy(id).pipe(Effect.ignore), { discard: true }))
+  yield* Effect.addFinalizer(() =>
+    Effect.forEach(ids, (id) => driver.destroy(id).pipe(Effect.ignore), { discard: true })
+  )
 
   const spec = (sandboxId: string) =>
     new SandboxSpec({ sandboxId, template: "base", env: {}, cpu: 1, ramMb: 256, diskGb: 1, exposedPorts: [] })
@@ -119,7 +126,9 @@ const program = Effect.gen(function*() {
     const procs = (yield* Effect.promise(() =>
       Fs.readFile(`${groupPath({ root: "/sys/fs/cgroup", hostId }, "memory", id)}/cgroup.procs`, "utf8")
     )).split("\n").filter(Boolean).map(Number)
-    const outer = yield* Effect.promise(() => parentOf(init))
+    const outer = yield* Effect.promise(() =>
+      parentOf(init)
+    )
     for (const pid of procs) {
       const rss = yield* Effect.promise(() => readKb(`/proc/${pid}/status`, "VmRSS"))
       const pss = yield* Effect.promise(() => readKb(`/proc/${pid}/smaps_rollup`, "Pss"))
@@ -153,7 +162,9 @@ const program = Effect.gen(function*() {
 
   const row = (name: string, values: ReadonlyArray<number>) =>
     console.log(`${name.padEnd(40)}${ms(quantile(values, 0.5))}${ms(quantile(values, 0.99))}${ms(Math.max(...values))}`)
-  console.log(`\nbare bubblewrap driver, ${N} sequential creates of "base" (${Os.cpus().length} cores, kernel ${Os.release()})`)
+  console.log(
+    `\nbare bubblewrap driver, ${N} sequential creates of "base" (${Os.cpus().length} cores, kernel ${Os.release()})`
+  )
   console.log(`${"".padEnd(40)}${"p50 ms".padStart(8)}${"p99 ms".padStart(8)}${"max ms".padStart(8)}`)
   row("create → first successful exec", total)
   row("  create (start + network + limits)", creates)

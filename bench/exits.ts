@@ -8,11 +8,11 @@
 import { useTestEncryptionKeys } from "@svc/testing/TestSecrets"
 import { Context, Effect, Layer } from "effect"
 import * as Fs from "node:fs/promises"
+import { SecretBox } from "../packages/crypto/src/SecretBox.ts"
 import { SandboxDriver, SandboxSpec } from "../packages/host/src/Driver.ts"
 import { BubblewrapDriver } from "../packages/host/src/Driver/Bubblewrap.ts"
 import * as Cgroups from "../packages/host/src/Driver/Cgroups.ts"
 import { DriverConfig } from "../packages/host/src/Driver/Config.ts"
-import { SecretBox } from "../packages/crypto/src/SecretBox.ts"
 
 const N = Number(process.env["BENCH_SANDBOXES"] ?? 200)
 const SWEEPS = 40
@@ -37,11 +37,15 @@ const program = Effect.gen(function*() {
   )
   const driver = Context.get(context, SandboxDriver)
   const ids = Array.from({ length: N }, (_, i) => `exits-${i}`)
-  yield* Effect.addFinalizer(() => Effect.forEach(ids, (id) => driver.destroy(id).pipe(Effect.ignore), { concurrency: 4, discard: true }))
+  yield* Effect.addFinalizer(() =>
+    Effect.forEach(ids, (id) => driver.destroy(id).pipe(Effect.ignore), { concurrency: 4, discard: true })
+  )
   const pids = new Map<string, number>()
   yield* Effect.forEach(ids, (id) =>
     Effect.map(
-      driver.create(new SandboxSpec({ sandboxId: id, template: "base", env: {}, cpu: 1, ramMb: 64, diskGb: 1, exposedPorts: [] })),
+      driver.create(
+        new SandboxSpec({ sandboxId: id, template: "base", env: {}, cpu: 1, ramMb: 64, diskGb: 1, exposedPorts: [] })
+      ),
       (info) => pids.set(id, info.pid!)
     ), { concurrency: 4, discard: true })
 
@@ -60,7 +64,11 @@ const program = Effect.gen(function*() {
   const cpu = runs.map((r) => r.cpuMs)
   console.log(`${N} running sandboxes, ${SWEEPS} sweeps of ended():`)
   console.log(`  wall per sweep  p50 ${quantile(wall, 0.5).toFixed(1)} ms, p99 ${quantile(wall, 0.99).toFixed(1)} ms`)
-  console.log(`  cpu per sweep   p50 ${quantile(cpu, 0.5).toFixed(1)} ms (at one sweep per 500 ms: ${(quantile(cpu, 0.5) / 5).toFixed(1)}% of a core)`)
+  console.log(
+    `  cpu per sweep   p50 ${quantile(cpu, 0.5).toFixed(1)} ms (at one sweep per 500 ms: ${
+      (quantile(cpu, 0.5) / 5).toFixed(1)
+    }% of a core)`
+  )
 
   const victim = ids[Math.floor(N / 2)]!
   process.kill(pids.get(victim)!, "SIGKILL")
@@ -68,7 +76,11 @@ const program = Effect.gen(function*() {
   for (;;) {
     const found = yield* sweep
     if (found.ended > 0) {
-      console.log(`  a killed init found by the next sweep after ${(performance.now() - killedAt).toFixed(1)} ms (it includes the teardown)`)
+      console.log(
+        `  a killed init found by the next sweep after ${
+          (performance.now() - killedAt).toFixed(1)
+        } ms (it includes the teardown)`
+      )
       break
     }
   }

@@ -3,16 +3,16 @@
  * served by this process and loaded from a second one at 32 connections. Target: ratio >= 0.5.
  *   npm run bench health     (or: node bench/health.ts)
  */
-import * as TestDatabase from "@svc/testing/TestDatabase"
-import * as TestNats from "@svc/testing/TestNats"
-import { serve } from "@svc/testing/TestHttp"
-import { useTestEncryptionKeys } from "@svc/testing/TestSecrets"
-import { parseDuration } from "../packages/config/src/Env.ts"
-import { SecretBox } from "../packages/crypto/src/SecretBox.ts"
-import { startNats, startPostgres } from "@svc/local-servers/Servers"
 import * as Server from "@svc/api/Server"
+import { startNats, startPostgres } from "@svc/local-servers/Servers"
+import * as TestDatabase from "@svc/testing/TestDatabase"
+import { serve } from "@svc/testing/TestHttp"
+import * as TestNats from "@svc/testing/TestNats"
+import { useTestEncryptionKeys } from "@svc/testing/TestSecrets"
 import { Duration, Effect, Layer, Result } from "effect"
 import { HttpRouter } from "effect/http"
+import { parseDuration } from "../packages/config/src/Env.ts"
+import { SecretBox } from "../packages/crypto/src/SecretBox.ts"
 import { compare, load, rawServer } from "./lib/load.ts"
 
 const CONNECTIONS = 32

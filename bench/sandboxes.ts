@@ -20,7 +20,6 @@ import * as TestDatabase from "@svc/testing/TestDatabase"
 import { serve } from "@svc/testing/TestHttp"
 import * as TestNats from "@svc/testing/TestNats"
 import { useTestEncryptionKeys } from "@svc/testing/TestSecrets"
-import { SecretBox } from "../packages/crypto/src/SecretBox.ts"
 import { Context, Effect, Layer } from "effect"
 import { HttpRouter } from "effect/http"
 import { SqlClient } from "effect/sql"
@@ -29,12 +28,13 @@ import * as Fs from "node:fs/promises"
 import * as Os from "node:os"
 import { fileURLToPath } from "node:url"
 import * as Server from "../apps/api/src/Server.ts"
+import * as Runtime from "../apps/runtime/src/Runtime.ts"
 import { ApiKeys } from "../packages/auth/src/ApiKeys.ts"
 import { operatorContext } from "../packages/auth/src/Audit.ts"
 import * as AuthLayer from "../packages/auth/src/AuthLayer.ts"
 import { Orgs } from "../packages/auth/src/Orgs.ts"
-import * as Runtime from "../apps/runtime/src/Runtime.ts"
 import { Nats } from "../packages/bus/src/Nats.ts"
+import { SecretBox } from "../packages/crypto/src/SecretBox.ts"
 import { makeHostId } from "../packages/domain/src/Ids.ts"
 import * as Events from "../packages/events/src/Streams.ts"
 import { DriverExecRequest, SandboxDriver, SandboxSpec } from "../packages/host/src/Driver.ts"
@@ -72,7 +72,10 @@ const cleanHost = (hostId: string, dataDir: string) =>
   Effect.gen(function*() {
     yield* Effect.scoped(Effect.gen(function*() {
       const context = yield* Layer.build(
-        BubblewrapDriver.layer.pipe(Layer.provide(Layer.succeed(DriverConfig, DriverConfig.make({ dataDir, hostId }))), Layer.provide(SecretBox.layer))
+        BubblewrapDriver.layer.pipe(
+          Layer.provide(Layer.succeed(DriverConfig, DriverConfig.make({ dataDir, hostId }))),
+          Layer.provide(SecretBox.layer)
+        )
       )
       const driver = Context.get(context, SandboxDriver)
       const rows = yield* driver.list
@@ -94,7 +97,10 @@ const bareDriver = Effect.scoped(Effect.gen(function*() {
     (dir) => cleanHost(hostId, dir)
   )
   const context = yield* Layer.build(
-    BubblewrapDriver.layer.pipe(Layer.provide(Layer.succeed(DriverConfig, DriverConfig.make({ dataDir, hostId }))), Layer.provide(SecretBox.layer))
+    BubblewrapDriver.layer.pipe(
+      Layer.provide(Layer.succeed(DriverConfig, DriverConfig.make({ dataDir, hostId }))),
+      Layer.provide(SecretBox.layer)
+    )
   )
   const driver = Context.get(context, SandboxDriver)
   const spec = (sandboxId: string) =>
@@ -219,7 +225,10 @@ const platform = Effect.gen(function*() {
       yield* Effect.forEach(made, (id) =>
         Effect.promise(async () => {
           for (let attempt = 0; attempt < 5; attempt++) {
-            const r = await fetch(`${base}/v1/sandboxes/${id}`, { method: "DELETE", headers: { authorization: `Bearer ${key}` } })
+            const r = await fetch(`${base}/v1/sandboxes/${id}`, {
+              method: "DELETE",
+              headers: { authorization: `Bearer ${key}` }
+            })
             await r.arrayBuffer()
             if (r.status === 202) return
             await new Promise((resolve) => setTimeout(resolve, 500))
@@ -229,7 +238,11 @@ const platform = Effect.gen(function*() {
       const deadline = Date.now() + 120_000
       while (made.some((id) => !deleted.has(id)) && Date.now() < deadline) yield* Effect.sleep("100 millis")
       const n = made.filter((id) => deleted.has(id)).length
-      console.log(`\ncleaned up: ${n} of ${made.length} sandboxes deleted through the API in ${((performance.now() - t0) / 1000).toFixed(1)} s`)
+      console.log(
+        `\ncleaned up: ${n} of ${made.length} sandboxes deleted through the API in ${
+          ((performance.now() - t0) / 1000).toFixed(1)
+        } s`
+      )
     })
   )
 
@@ -248,7 +261,18 @@ const platform = Effect.gen(function*() {
   // Where the time goes: the outbox rows of each hop (created = the writing transaction's start,
   // sent = the relay's batch start), the agent's report time, and when this process saw it.
   const sql = yield* SqlClient.SqlClient
-  const stagesAll = yield* sql<{ id: string; api: Date; create_sent: Date; applied: Date; command_sent: Date; reported: string; running: Date; event_sent: Date }>`
+  const stagesAll = yield* sql<
+    {
+      id: string
+      api: Date
+      create_sent: Date
+      applied: Date
+      command_sent: Date
+      reported: string
+      running: Date
+      event_sent: Date
+    }
+  >`
     SELECT s.id,
       a.created_at AS api, a.sent_at AS create_sent, c.created_at AS applied, c.sent_at AS command_sent,
       s.last_report_at::text AS reported, e.created_at AS running, e.sent_at AS event_sent
@@ -279,7 +303,9 @@ const platform = Effect.gen(function*() {
   let charge = 0
   for (const id of ids) {
     const group = groupPath({ root: "/sys/fs/cgroup", hostId }, "memory", id)
-    const procs = (yield* Effect.promise(() => Fs.readFile(`${group}/cgroup.procs`, "utf8"))).split("\n").filter(Boolean).map(Number)
+    const procs = (yield* Effect.promise(() => Fs.readFile(`${group}/cgroup.procs`, "utf8"))).split("\n").filter(
+      Boolean
+    ).map(Number)
     for (const pid of procs) {
       const rss = yield* Effect.promise(() => readKb(`/proc/${pid}/status`, "VmRSS"))
       const pss = yield* Effect.promise(() => readKb(`/proc/${pid}/smaps_rollup`, "Pss"))
@@ -343,20 +369,34 @@ try {
     )
   )
   const row = (name: string, values: ReadonlyArray<number>, target = "") =>
-    console.log(`${name.padEnd(46)}${ms(quantile(values, 0.5))}${ms(quantile(values, 0.99))}${ms(Math.max(...values))}  ${target}`)
+    console.log(
+      `${name.padEnd(46)}${ms(quantile(values, 0.5))}${ms(quantile(values, 0.99))}${ms(Math.max(...values))}  ${target}`
+    )
   console.log(`\nsandboxes, create → running (${Os.cpus().length} cores, kernel ${Os.release()})`)
   console.log(`${"".padEnd(46)}${"p50 ms".padStart(9)}${"p99 ms".padStart(9)}${"max ms".padStart(9)}`)
   row(`bare driver: start → first exec (${BARE} in a row)`, bare)
   row(`platform: POST → running event (${N} in a row)`, result.latencies, "target p50 < 50, p99 < 200")
-  for (const [via, values] of Object.entries(result.byVia(result.latencyRuns))) row(`  via ${via}: ${values.length}`, values)
-  console.log(`${"platform overhead over the bare driver (p50)".padEnd(46)}${ms(quantile(result.latencies, 0.5) - quantile(bare, 0.5))}`)
+  for (const [via, values] of Object.entries(result.byVia(result.latencyRuns))) {
+    row(`  via ${via}: ${values.length}`, values)
+  }
+  console.log(
+    `${"platform overhead over the bare driver (p50)".padEnd(46)}${
+      ms(quantile(result.latencies, 0.5) - quantile(bare, 0.5))
+    }`
+  )
   for (const [stage, values] of Object.entries(result.breakdown)) row(`  ${stage}`, values)
   row(`burst: ${BURST} creates, ${CONCURRENCY} clients at once`, result.burstLatencies)
-  for (const [via, values] of Object.entries(result.byVia(result.burstRuns))) row(`  via ${via}: ${values.length}`, values)
-  console.log(`${"creates per second, sustained (burst)".padEnd(46)}${result.creates.toFixed(1).padStart(9)}  target ≥ 20`)
+  for (const [via, values] of Object.entries(result.byVia(result.burstRuns))) {
+    row(`  via ${via}: ${values.length}`, values)
+  }
+  console.log(
+    `${"creates per second, sustained (burst)".padEnd(46)}${result.creates.toFixed(1).padStart(9)}  target ≥ 20`
+  )
   console.log(`\nidle memory per sandbox (${N} running)${"MiB".padStart(21)}`)
   console.log(`${"  its processes inside (RSS / PSS)".padEnd(46)}${mib(result.inside.rss)}${mib(result.inside.pss)}`)
-  console.log(`${"  its host-side bubblewrap (RSS / PSS)".padEnd(46)}${mib(result.hostSide.rss)}${mib(result.hostSide.pss)}`)
+  console.log(
+    `${"  its host-side bubblewrap (RSS / PSS)".padEnd(46)}${mib(result.hostSide.rss)}${mib(result.hostSide.pss)}`
+  )
   console.log(`${"  beyond them: agent process growth".padEnd(46)}${mib(result.agentPerSandbox)}  target < 5`)
   console.log(`${"  cgroup charge (its processes + kernel)".padEnd(46)}${mib(result.chargePerSandbox)}`)
 } finally {

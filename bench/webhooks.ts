@@ -19,30 +19,30 @@
  *                               by process and the fan-out's pace, BENCH_CONCURRENCY and
  *                               BENCH_FANOUT_BATCH to try other settings)
  */
-import { Nats } from "../packages/bus/src/Nats.ts"
-import { makeOrgId } from "../packages/domain/src/Ids.ts"
-import * as Outbox from "../packages/events/src/Outbox.ts"
-import { OutboxRelay } from "../packages/events/src/Relay.ts"
 import { startNats, startPostgres } from "@svc/local-servers/Servers"
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import * as TestNats from "@svc/testing/TestNats"
 import { useTestEncryptionKeys } from "@svc/testing/TestSecrets"
-import { SecretBox } from "../packages/crypto/src/SecretBox.ts"
-import { WebhookAddressGuard, WebhookResolver } from "../packages/webhooks/src/Subscriptions/AddressGuard.ts"
-import { WebhookSender } from "../packages/webhooks/src/Delivery/Attempt.ts"
-import { WebhookDispatcher } from "../packages/webhooks/src/Delivery/Dispatcher.ts"
-import { parseDuration } from "../packages/config/src/Env.ts"
-import { DEFAULT_DISPATCH_SETTINGS } from "../packages/webhooks/src/Config.ts"
-import { FanOut } from "../packages/webhooks/src/Delivery/FanOut.ts"
-import { DEFAULT_RETRY_SCHEDULE } from "../packages/webhooks/src/Delivery/RetrySchedule.ts"
-import { Webhooks } from "../packages/webhooks/src/Subscriptions/Webhooks.ts"
 import { Duration, Effect, Layer, ManagedRuntime, Redacted, Result } from "effect"
-import * as Database from "../packages/db/src/Database.ts"
 import { SqlClient } from "effect/sql"
 import { type ChildProcess, fork } from "node:child_process"
 import * as http from "node:http"
 import type { AddressInfo } from "node:net"
 import * as os from "node:os"
+import { Nats } from "../packages/bus/src/Nats.ts"
+import { parseDuration } from "../packages/config/src/Env.ts"
+import { SecretBox } from "../packages/crypto/src/SecretBox.ts"
+import * as Database from "../packages/db/src/Database.ts"
+import { makeOrgId } from "../packages/domain/src/Ids.ts"
+import * as Outbox from "../packages/events/src/Outbox.ts"
+import { OutboxRelay } from "../packages/events/src/Relay.ts"
+import { DEFAULT_DISPATCH_SETTINGS } from "../packages/webhooks/src/Config.ts"
+import { WebhookSender } from "../packages/webhooks/src/Delivery/Attempt.ts"
+import { WebhookDispatcher } from "../packages/webhooks/src/Delivery/Dispatcher.ts"
+import { FanOut } from "../packages/webhooks/src/Delivery/FanOut.ts"
+import { DEFAULT_RETRY_SCHEDULE } from "../packages/webhooks/src/Delivery/RetrySchedule.ts"
+import { WebhookAddressGuard, WebhookResolver } from "../packages/webhooks/src/Subscriptions/AddressGuard.ts"
+import { Webhooks } from "../packages/webhooks/src/Subscriptions/Webhooks.ts"
 import { fmt, median, treeCpuByName, treeCpuMs } from "./lib/load.ts"
 
 const RUNS = Number(process.env.BENCH_RUNS ?? 3)
@@ -95,10 +95,16 @@ function runReceiver() {
 // outbox, one transaction each, at a steady rate, and runs the outbox relay that publishes them.
 
 async function runProducer() {
-  const { databaseUrl, natsUrl, prefix } = JSON.parse(process.argv[3]!) as { databaseUrl: string; natsUrl: string; prefix: string }
+  const { databaseUrl, natsUrl, prefix } = JSON.parse(process.argv[3]!) as {
+    databaseUrl: string
+    natsUrl: string
+    prefix: string
+  }
   const runtime = ManagedRuntime.make(
     OutboxRelay.layerWith({ pollInterval: Duration.millis(200) }).pipe(
-      Layer.provideMerge(Layer.mergeAll(Database.clientLayer(Redacted.make(databaseUrl)), Nats.layerFrom({ url: natsUrl, prefix })))
+      Layer.provideMerge(
+        Layer.mergeAll(Database.clientLayer(Redacted.make(databaseUrl)), Nats.layerFrom({ url: natsUrl, prefix }))
+      )
     )
   )
   await runtime.runPromise(Effect.void)
@@ -116,7 +122,12 @@ async function runProducer() {
             Effect.promise(() =>
               nats.js.publish(
                 subject,
-                JSON.stringify({ event: "org.usage_alert", org_id: orgId, ts: new Date().toISOString(), data: { spend_micros: i, alert_micros: 1 } }),
+                JSON.stringify({
+                  event: "org.usage_alert",
+                  org_id: orgId,
+                  ts: new Date().toISOString(),
+                  data: { spend_micros: i, alert_micros: 1 }
+                }),
                 { msgID: `bench-${orgId}-${i}` }
               )
             ),
@@ -132,7 +143,13 @@ async function runProducer() {
       runtime.runPromise(Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
         const key = `${orgId}-${i}`
-        yield* sql.withTransaction(Outbox.appendEvent({ orgId, event: "org.usage_alert", data: { spend_micros: i, alert_micros: 1, bench_key: key } }))
+        yield* sql.withTransaction(
+          Outbox.appendEvent({
+            orgId,
+            event: "org.usage_alert",
+            data: { spend_micros: i, alert_micros: 1, bench_key: key }
+          })
+        )
         committed.push([key, now()])
       }))
     const pending: Array<Promise<void>> = []
@@ -150,7 +167,9 @@ async function runProducer() {
 }
 
 async function startProducerProcess(options: { databaseUrl: string; natsUrl: string; prefix: string }) {
-  const child = fork(new URL(import.meta.url).pathname, ["--producer", JSON.stringify(options)], { stdio: ["ignore", "inherit", "inherit", "ipc"] })
+  const child = fork(new URL(import.meta.url).pathname, ["--producer", JSON.stringify(options)], {
+    stdio: ["ignore", "inherit", "inherit", "ipc"]
+  })
   await new Promise((resolve) => child.once("message", resolve))
   return {
     child,
@@ -175,7 +194,9 @@ interface ReceiverHandle {
 }
 
 async function startReceiverProcess(): Promise<ReceiverHandle> {
-  const child = fork(new URL(import.meta.url).pathname, ["--receiver"], { stdio: ["ignore", "inherit", "inherit", "ipc"] })
+  const child = fork(new URL(import.meta.url).pathname, ["--receiver"], {
+    stdio: ["ignore", "inherit", "inherit", "ipc"]
+  })
   const port = await new Promise<number>((resolve) => child.once("message", (m: any) => resolve(m.port)))
   const ask = <A>(message: string) =>
     new Promise<A>((resolve) => {
@@ -198,7 +219,14 @@ async function rawPosts(port: number, total: number, inFlight: number, body: str
     while (sent < total) {
       sent++
       await new Promise<void>((resolve, reject) => {
-        const req = http.request({ host: "127.0.0.1", port, path: "/fast/raw", method: "POST", agent, headers: { "content-type": "application/json", "content-length": Buffer.byteLength(body) } }, (res) => {
+        const req = http.request({
+          host: "127.0.0.1",
+          port,
+          path: "/fast/raw",
+          method: "POST",
+          agent,
+          headers: { "content-type": "application/json", "content-length": Buffer.byteLength(body) }
+        }, (res) => {
           res.resume()
           res.on("end", resolve)
         })
@@ -222,7 +250,10 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
 
 /** BENCH_CPU=1: CPU ms per delivery of each kind of process since `from`. */
 const printCpuByName = (from: Record<string, number>, deliveries: number) =>
-  console.log(Object.entries(treeCpuByName()).map(([k, v]) => `${k} ${fmt((v - (from[k] ?? 0)) / deliveries, 3)}`).join(", ") + " (cpu ms per delivery)")
+  console.log(
+    Object.entries(treeCpuByName()).map(([k, v]) => `${k} ${fmt((v - (from[k] ?? 0)) / deliveries, 3)}`).join(", ") +
+      " (cpu ms per delivery)"
+  )
 
 /** CPU ms per delivery since `from`: this process (the webhook roles), and every process of the run. */
 const cpuPerDelivery = (from: { own: NodeJS.CpuUsage; tree: number }, deliveries: number) => {
@@ -231,21 +262,29 @@ const cpuPerDelivery = (from: { own: NodeJS.CpuUsage; tree: number }, deliveries
 }
 
 async function main() {
-  const progress = (what: string) => process.env.BENCH_TRACE && process.stderr.write(`[${new Date().toISOString()}] ${what}\n`)
+  const progress = (what: string) =>
+    process.env.BENCH_TRACE && process.stderr.write(`[${new Date().toISOString()}] ${what}\n`)
   const [natsServer, pg] = await Promise.all([startNats(), startPostgres()])
   process.env.SVC_TEST_NATS_URL = natsServer.url
   process.env.SVC_TEST_DATABASE_URL = pg.url
   useTestEncryptionKeys()
   const receiverProcess = await startReceiverProcess()
-  const settings = { ...DEFAULT_DISPATCH_SETTINGS, schedule: DEFAULT_RETRY_SCHEDULE, concurrency: Number(process.env.BENCH_CONCURRENCY ?? DEFAULT_DISPATCH_SETTINGS.concurrency) }
+  const settings = {
+    ...DEFAULT_DISPATCH_SETTINGS,
+    schedule: DEFAULT_RETRY_SCHEDULE,
+    concurrency: Number(process.env.BENCH_CONCURRENCY ?? DEFAULT_DISPATCH_SETTINGS.concurrency)
+  }
 
   // This process: the webhook roles (fan-out and one dispatcher) and the API-side service.
-  const guard = WebhookAddressGuard.layerWith({ allowedSubnets: [{ address: "127.0.0.0", prefix: 8, family: "ipv4" }] }).pipe(
-    Layer.provide(WebhookResolver.layer)
-  )
+  const guard = WebhookAddressGuard.layerWith({ allowedSubnets: [{ address: "127.0.0.0", prefix: 8, family: "ipv4" }] })
+    .pipe(
+      Layer.provide(WebhookResolver.layer)
+    )
   const stack = Layer.mergeAll(
     Webhooks.layer.pipe(Layer.provide(guard)),
-    process.env.BENCH_FANOUT_BATCH ? FanOut.layerWith({ batchSize: Number(process.env.BENCH_FANOUT_BATCH) }) : FanOut.layer,
+    process.env.BENCH_FANOUT_BATCH
+      ? FanOut.layerWith({ batchSize: Number(process.env.BENCH_FANOUT_BATCH) })
+      : FanOut.layer,
     WebhookDispatcher.layerWith(settings).pipe(Layer.provide(WebhookSender.layer), Layer.provide(guard))
   ).pipe(Layer.provideMerge(Layer.mergeAll(TestDatabase.layerWithUrl, TestNats.layer, SecretBox.layer)))
   const runtime = ManagedRuntime.make(stack)
@@ -261,7 +300,11 @@ async function main() {
   const webhook = (orgId: string, path: string) =>
     run(Effect.gen(function*() {
       const webhooks = yield* Webhooks
-      const created = yield* webhooks.create(orgId, { url: `http://127.0.0.1:${receiverProcess.port}${path}`, events: ["*"], enabled: true })
+      const created = yield* webhooks.create(orgId, {
+        url: `http://127.0.0.1:${receiverProcess.port}${path}`,
+        events: ["*"],
+        enabled: true
+      })
       if (created._tag !== "Created") return yield* Effect.die("not created")
       const hook = created.value
       const dispatcher = yield* WebhookDispatcher
@@ -290,16 +333,26 @@ async function main() {
     let fannedAt = 0
     for (;;) {
       const count = (await receiverProcess.stats()).count
-      if (fannedAt === 0 && (await run(Effect.flatMap(FanOut, (f) => f.stats))).deliveries - fanned0 >= THROUGHPUT_EVENTS) fannedAt = now()
+      if (
+        fannedAt === 0 && (await run(Effect.flatMap(FanOut, (f) => f.stats))).deliveries - fanned0 >= THROUGHPUT_EVENTS
+      ) fannedAt = now()
       if (count >= THROUGHPUT_EVENTS) break
       await sleep(5)
     }
-    if (process.env.BENCH_CPU) console.log(`  published in ${fmt(published - started)} ms, fanned out at ${fmt(fannedAt - started)} ms, delivered at ${fmt(now() - started)} ms`)
+    if (process.env.BENCH_CPU) {
+      console.log(
+        `  published in ${fmt(published - started)} ms, fanned out at ${fmt(fannedAt - started)} ms, delivered at ${
+          fmt(now() - started)
+        } ms`
+      )
+    }
     const rate = THROUGHPUT_EVENTS / ((now() - started) / 1000)
     const cpu = cpuPerDelivery(cpu0, THROUGHPUT_EVENTS)
     if (process.env.BENCH_CPU) printCpuByName(byName0, THROUGHPUT_EVENTS)
     await removeWebhook(orgId, id)
-    if (process.env.BENCH_CPU) console.log(`  cpu per delivery: webhook process ${fmt(cpu.own, 3)} ms, all processes ${fmt(cpu.tree, 3)} ms`)
+    if (process.env.BENCH_CPU) {
+      console.log(`  cpu per delivery: webhook process ${fmt(cpu.own, 3)} ms, all processes ${fmt(cpu.tree, 3)} ms`)
+    }
     return rate
   }
 
@@ -327,20 +380,36 @@ async function main() {
     const latencies = arrivals.map(([key, at]) => at - committed.get(key)!).filter((x) => Number.isFinite(x))
     await removeWebhook(orgId, fast)
     if (slow !== null) await removeWebhook(orgId, slow)
-    return { p50: percentile(latencies, 50), p99: percentile(latencies, 99), delivered: latencies.length, total, elu, cpu }
+    return {
+      p50: percentile(latencies, 50),
+      p99: percentile(latencies, 99),
+      delivered: latencies.length,
+      total,
+      elu,
+      cpu
+    }
   }
 
-  const body = JSON.stringify({ event: "org.usage_alert", org_id: makeOrgId(), ts: new Date().toISOString(), data: { spend_micros: 1, alert_micros: 1 } })
+  const body = JSON.stringify({
+    event: "org.usage_alert",
+    org_id: makeOrgId(),
+    ts: new Date().toISOString(),
+    data: { spend_micros: 1, alert_micros: 1 }
+  })
   const finish = async () => {
     if (process.env.BENCH_DIAG) {
-      console.table(await run(Effect.gen(function*() {
-        const sql = yield* SqlClient.SqlClient
-        return yield* sql`SELECT relname, seq_scan, seq_tup_read, idx_scan, n_tup_ins, n_tup_upd, n_dead_tup FROM pg_stat_user_tables WHERE n_tup_ins > 0 ORDER BY seq_tup_read DESC`
-      })))
-      console.table(await run(Effect.gen(function*() {
-        const sql = yield* SqlClient.SqlClient
-        return yield* sql`SELECT percentile_cont(ARRAY[0.5, 0.9, 0.99]) WITHIN GROUP (ORDER BY duration_ms) AS attempt_ms FROM webhook_attempts`
-      })))
+      console.table(
+        await run(Effect.gen(function*() {
+          const sql = yield* SqlClient.SqlClient
+          return yield* sql`SELECT relname, seq_scan, seq_tup_read, idx_scan, n_tup_ins, n_tup_upd, n_dead_tup FROM pg_stat_user_tables WHERE n_tup_ins > 0 ORDER BY seq_tup_read DESC`
+        }))
+      )
+      console.table(
+        await run(Effect.gen(function*() {
+          const sql = yield* SqlClient.SqlClient
+          return yield* sql`SELECT percentile_cont(ARRAY[0.5, 0.9, 0.99]) WITHIN GROUP (ORDER BY duration_ms) AS attempt_ms FROM webhook_attempts`
+        }))
+      )
     }
     producer.child.kill("SIGKILL")
     receiverProcess.child.kill("SIGKILL")
@@ -361,7 +430,11 @@ async function main() {
       if (process.env.BENCH_ONLY === "throughput") console.log(`platform ${fmt(await throughput())} deliveries/s`)
       else {
         const r = await steady({ slow: process.env.BENCH_SLOW === "1" })
-        console.log(`p50 ${fmt(r.p50, 2)} p99 ${fmt(r.p99, 2)} delivered ${r.delivered}/${r.total} event loop ${fmt(100 * r.elu)}% cpu/delivery ${fmt(r.cpu.own, 3)} ms (all processes ${fmt(r.cpu.tree, 3)} ms)`)
+        console.log(
+          `p50 ${fmt(r.p50, 2)} p99 ${fmt(r.p99, 2)} delivered ${r.delivered}/${r.total} event loop ${
+            fmt(100 * r.elu)
+          }% cpu/delivery ${fmt(r.cpu.own, 3)} ms (all processes ${fmt(r.cpu.tree, 3)} ms)`
+        )
       }
     }
     return finish()
@@ -379,11 +452,21 @@ async function main() {
     raw1.push(await rawPosts(receiverProcess.port, THROUGHPUT_EVENTS, 1, body))
     platform.push(await throughput())
   }
-  console.log(`Webhook throughput: ${THROUGHPUT_EVENTS} events for one webhook, median of ${RUNS} runs (${os.cpus().length} cores)`)
+  console.log(
+    `Webhook throughput: ${THROUGHPUT_EVENTS} events for one webhook, median of ${RUNS} runs (${os.cpus().length} cores)`
+  )
   console.log(`  raw POST loop, ${settings.concurrency} in flight    ${fmt(median(raw))} req/s`)
   console.log(`  raw POST loop, one at a time  ${fmt(median(raw1))} req/s`)
-  console.log(`  platform (EVENTS → fan-out → dispatcher, ${settings.concurrency} in flight per webhook)  ${fmt(median(platform))} deliveries/s`)
-  console.log(`  ratio ${fmt(median(platform) / median(raw1), 2)} of the one-at-a-time loop, ${fmt(median(platform) / median(raw), 2)} of the ${settings.concurrency}-in-flight loop  (target >= 0.5)`)
+  console.log(
+    `  platform (EVENTS → fan-out → dispatcher, ${settings.concurrency} in flight per webhook)  ${
+      fmt(median(platform))
+    } deliveries/s`
+  )
+  console.log(
+    `  ratio ${fmt(median(platform) / median(raw1), 2)} of the one-at-a-time loop, ${
+      fmt(median(platform) / median(raw), 2)
+    } of the ${settings.concurrency}-in-flight loop  (target >= 0.5)`
+  )
 
   progress("latency and head-of-line")
   const alone: Array<Awaited<ReturnType<typeof steady>>> = []
@@ -394,10 +477,19 @@ async function main() {
     // Let the timing-out webhook's attempts in flight end before the next run.
     await sleep(settings.attemptTimeoutMs + 500)
   }
-  const med = (runs: ReadonlyArray<{ readonly p50: number; readonly p99: number; readonly elu: number }>, key: "p50" | "p99" | "elu") => median(runs.map((r) => r[key]))
+  const med = (
+    runs: ReadonlyArray<{ readonly p50: number; readonly p99: number; readonly elu: number }>,
+    key: "p50" | "p99" | "elu"
+  ) => median(runs.map((r) => r[key]))
   console.log(`Committed → delivered at a steady ${RATE} events/s, ${SECONDS} s per run, median of ${RUNS} runs`)
-  console.log(`  (producer process: API-style commits + outbox relay; this process: fan-out + dispatcher; receiver process)`)
-  console.log(`  p50 ${fmt(med(alone, "p50"), 2)} ms (target < 10)   p99 ${fmt(med(alone, "p99"), 2)} ms (target < 50)   webhook process event loop ${fmt(100 * med(alone, "elu"))}% busy`)
+  console.log(
+    `  (producer process: API-style commits + outbox relay; this process: fan-out + dispatcher; receiver process)`
+  )
+  console.log(
+    `  p50 ${fmt(med(alone, "p50"), 2)} ms (target < 10)   p99 ${
+      fmt(med(alone, "p99"), 2)
+    } ms (target < 50)   webhook process event loop ${fmt(100 * med(alone, "elu"))}% busy`
+  )
   console.log(`Head-of-line: that webhook while another webhook of the org times out on every delivery (5 s deadline)`)
   console.log(`  alone      p50 ${fmt(med(alone, "p50"), 2)} ms  p99 ${fmt(med(alone, "p99"), 2)} ms`)
   console.log(`  with slow  p50 ${fmt(med(withSlow, "p50"), 2)} ms  p99 ${fmt(med(withSlow, "p99"), 2)} ms`)

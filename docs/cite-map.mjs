@@ -167,8 +167,14 @@ const PHRASES = [
   [/the spec\.md 2\.2 record/g, "the record of docs/contract.md#sandbox-record"],
   [/keeps spec\.md's exact field names/g, "keeps the exact field names of docs/contract.md#sandbox-record"],
   [/Bounds spec\.md leaves open,/g, "Bounds of docs/contract.md#creating-a-sandbox,"],
-  [/Decisions beyond spec\.md \(documented in the README\):/g, "Decisions beyond the design (docs/contract.md#scope-tokens):"],
-  [/\(spec: "confines the key to one sandbox"\)/g, "(docs/contract.md#scope-tokens: \"confines the key to one sandbox\")"],
+  [
+    /Decisions beyond spec\.md \(documented in the README\):/g,
+    "Decisions beyond the design (docs/contract.md#scope-tokens):"
+  ],
+  [
+    /\(spec: "confines the key to one sandbox"\)/g,
+    "(docs/contract.md#scope-tokens: \"confines the key to one sandbox\")"
+  ],
   [/`apikey\.revoked` \(spec\.md\)/g, "`apikey.revoked` (docs/contract.md#key-states)"],
   [/\(5\.3 lists auth, billing/g, "(docs/contract.md#account-level-routes: auth, billing"],
   [/the scope grammar of spec\.md\b/g, "the scope grammar of docs/contract.md#scopes"],
@@ -222,7 +228,9 @@ const lookup = (table, key, what) => {
 const anchorsOf = (groups) => {
   if (groups.spec !== undefined) return expandNumbers(groups.spec).flatMap((n) => lookup(SPEC, n, "spec.md section"))
   if (groups.api !== undefined) return quoted(groups.api).flatMap((t) => lookup(API, t, "api.md section"))
-  if (groups.arch !== undefined) return quoted(groups.arch).flatMap((t) => lookup(ARCHITECTURE, t, "architecture.md section"))
+  if (groups.arch !== undefined) {
+    return quoted(groups.arch).flatMap((t) => lookup(ARCHITECTURE, t, "architecture.md section"))
+  }
   if (groups.notes !== undefined) return ["architecture.md#nats-facts"]
   return [groups.bare === "architecture" ? "architecture.md" : "contract.md"]
 }
@@ -384,8 +392,7 @@ const wrap = (lines, limits) => {
 // ---------------------------------------------------------------------------------------------
 // Anchors that exist
 
-const slug = (heading) =>
-  heading.trim().toLowerCase().replace(/[^\p{L}\p{N}\s-]/gu, "").replace(/\s/g, "-")
+const slug = (heading) => heading.trim().toLowerCase().replace(/[^\p{L}\p{N}\s-]/gu, "").replace(/\s/g, "-")
 
 const anchorsIn = (file) => {
   const text = readFileSync(join(ROOT, "docs", file), "utf8")
@@ -472,7 +479,9 @@ const main = () => {
       lines[i] = next
       if (OLD.test(next)) problems.push(`${where}: old citation left: ${next.trim()}`)
       for (const { file: doc, anchor } of citedAnchors(next)) {
-        if (!knownAnchor(doc, anchor)) problems.push(`${where}: no such section: docs/${doc}${anchor ? "#" + anchor : ""}`)
+        if (!knownAnchor(doc, anchor)) {
+          problems.push(`${where}: no such section: docs/${doc}${anchor ? "#" + anchor : ""}`)
+        }
       }
     }
     if (changed) {

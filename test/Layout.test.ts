@@ -53,7 +53,8 @@ const sourceFiles = (dir: string): Array<string> =>
     e.isDirectory() ? sourceFiles(Path.join(dir, e.name)) : e.name.endsWith(".ts") ? [Path.join(dir, e.name)] : []
   )
 
-const CONTROL_PLANE = /^(effect\/sql|effect\/unstable\/sql|@effect\/sql-pg|@svc\/(db|actors|events|sandboxes|auth|webhooks)\/)/
+const CONTROL_PLANE =
+  /^(effect\/sql|effect\/unstable\/sql|@effect\/sql-pg|@svc\/(db|actors|events|sandboxes|auth|webhooks)\/)/
 
 describe("layout", () => {
   it("the host agent loads no SQL, no actor runtime and no control-plane package", () => {
@@ -70,7 +71,9 @@ describe("layout", () => {
     for (const pkg of ["packages/host/src", "packages/host-protocol/src"]) {
       for (const file of sourceFiles(Path.join(root, pkg))) {
         const { specifiers } = reachable(file)
-        const offending = [...specifiers].filter(([s]) => CONTROL_PLANE.test(s)).map(([s, from]) => `${from} imports ${s}`)
+        const offending = [...specifiers].filter(([s]) => CONTROL_PLANE.test(s)).map(([s, from]) =>
+          `${from} imports ${s}`
+        )
         expect(offending).toEqual([])
       }
     }
@@ -86,7 +89,9 @@ describe("layout", () => {
       for (const m of text.matchAll(IMPORT)) {
         const specifier = (m[1] ?? m[2])!
         if (apps.some((app) => specifier.startsWith(`${app}/`))) offending.push(`${rel} imports ${specifier}`)
-        if (rel.startsWith("packages/domain/") && specifier.startsWith("@svc/")) offending.push(`${rel} imports ${specifier}`)
+        if (rel.startsWith("packages/domain/") && specifier.startsWith("@svc/")) {
+          offending.push(`${rel} imports ${specifier}`)
+        }
       }
     }
     expect(offending).toEqual([])
@@ -95,11 +100,15 @@ describe("layout", () => {
   it("every @svc import of a package's source is one of its declared dependencies", () => {
     const offending: Array<string> = []
     for (const [name, dir] of workspace) {
-      const declared = new Set(Object.keys(JSON.parse(Fs.readFileSync(Path.join(dir, "package.json"), "utf8")).dependencies ?? {}))
+      const declared = new Set(
+        Object.keys(JSON.parse(Fs.readFileSync(Path.join(dir, "package.json"), "utf8")).dependencies ?? {})
+      )
       for (const file of sourceFiles(Path.join(dir, "src"))) {
         for (const m of Fs.readFileSync(file, "utf8").matchAll(IMPORT)) {
           const pkg = /^(@svc\/[a-z-]+)\//.exec((m[1] ?? m[2])!)?.[1]
-          if (pkg && pkg !== name && !declared.has(pkg)) offending.push(`${Path.relative(root, file)} imports undeclared ${pkg}`)
+          if (pkg && pkg !== name && !declared.has(pkg)) {
+            offending.push(`${Path.relative(root, file)} imports undeclared ${pkg}`)
+          }
         }
       }
     }

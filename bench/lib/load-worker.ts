@@ -24,7 +24,14 @@ const once = () =>
   new Promise<void>((resolve) => {
     const started = performance.now()
     const req = http.request(
-      { host: target.hostname, port: target.port, path: target.pathname + target.search, method: method ?? "GET", agent, headers },
+      {
+        host: target.hostname,
+        port: target.port,
+        path: target.pathname + target.search,
+        method: method ?? "GET",
+        agent,
+        headers
+      },
       (res) => {
         res.resume()
         res.on("end", () => {

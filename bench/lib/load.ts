@@ -21,12 +21,18 @@ export const load = (options: {
   readonly body?: string
 }): Promise<LoadResult> =>
   new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [new URL("./load-worker.ts", import.meta.url).pathname, JSON.stringify(options)], {
+    const child = spawn(process.execPath, [
+      new URL("./load-worker.ts", import.meta.url).pathname,
+      JSON.stringify(options)
+    ], {
       stdio: ["ignore", "pipe", "inherit"]
     })
     let out = ""
     child.stdout.on("data", (d) => (out += d))
-    child.once("exit", (code) => (code === 0 ? resolve(JSON.parse(out)) : reject(new Error(`load worker exited ${code}`))))
+    child.once(
+      "exit",
+      (code) => (code === 0 ? resolve(JSON.parse(out)) : reject(new Error(`load worker exited ${code}`)))
+    )
   })
 
 export const median = (values: ReadonlyArray<number>) => {
@@ -46,11 +52,16 @@ export const rawServer = async (): Promise<{ url: string; close: () => Promise<v
   const { port } = server.address() as AddressInfo
   return {
     url: `http://127.0.0.1:${port}`,
-    close: () => new Promise((r) => { server.closeAllConnections(); server.close(() => r()) })
+    close: () =>
+      new Promise((r) => {
+        server.closeAllConnections()
+        server.close(() => r())
+      })
   }
 }
 
-export const fmt = (n: number, digits = 0) => n.toLocaleString("en-US", { maximumFractionDigits: digits, minimumFractionDigits: digits })
+export const fmt = (n: number, digits = 0) =>
+  n.toLocaleString("en-US", { maximumFractionDigits: digits, minimumFractionDigits: digits })
 
 /**
  * Alternates baseline and subject runs (so drift hits both alike) and prints medians and the ratio.
@@ -73,8 +84,16 @@ export const compare = async (options: {
   const failures = subj.reduce((n, r) => n + r.failed, 0)
   console.log(options.title)
   console.log(`  baseline (raw node:http) ${fmt(b)} req/s  p99 ${fmt(median(base.map((r) => r.p99)), 2)} ms`)
-  console.log(`  platform                 ${fmt(s)} req/s  p99 ${fmt(median(subj.map((r) => r.p99)), 2)} ms  (non-2xx: ${failures})`)
-  console.log(`  ratio ${fmt(s / b, 2)}${options.target !== undefined ? `  (target >= ${options.target})` : ""}  median of ${options.runs} runs`)
+  console.log(
+    `  platform                 ${fmt(s)} req/s  p99 ${
+      fmt(median(subj.map((r) => r.p99)), 2)
+    } ms  (non-2xx: ${failures})`
+  )
+  console.log(
+    `  ratio ${fmt(s / b, 2)}${
+      options.target !== undefined ? `  (target >= ${options.target})` : ""
+    }  median of ${options.runs} runs`
+  )
   return { baseline: b, subject: s, ratio: s / b }
 }
 
@@ -83,7 +102,8 @@ export const compare = async (options: {
  * a figure that other work on the machine barely moves, unlike latency. Linux only; clock ticks
  * (10 ms), so compare over runs of seconds.
  */
-export const treeCpuMs = (rootPid: number = process.pid): number => Object.values(treeCpuByName(rootPid)).reduce((a, b) => a + b, 0)
+export const treeCpuMs = (rootPid: number = process.pid): number =>
+  Object.values(treeCpuByName(rootPid)).reduce((a, b) => a + b, 0)
 
 /** `treeCpuMs` by process: the command name, with the node scripts' first argument. */
 export const treeCpuByName = (rootPid: number = process.pid): Record<string, number> => {
@@ -121,7 +141,10 @@ const nameOf = (pid: number, comm: string) => {
   if (comm !== "MainThread" && !comm.startsWith("node")) return comm
   try {
     const args = fs.readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0")
-    return `node ${args.slice(1).find((a) => a.startsWith("--") && !a.startsWith("--cpu")) ?? args.slice(1, 2).join(" ").split("/").at(-1)}`
+    return `node ${
+      args.slice(1).find((a) => a.startsWith("--") && !a.startsWith("--cpu")) ??
+        args.slice(1, 2).join(" ").split("/").at(-1)
+    }`
   } catch {
     return comm
   }

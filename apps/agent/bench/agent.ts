@@ -10,15 +10,15 @@
 import { AckPolicy, DeliverPolicy, type JsMsg } from "@nats-io/jetstream"
 import { streamName } from "@svc/actors/Actor"
 import { Nats } from "@svc/bus/Nats"
-import { SecretBox } from "@svc/crypto/SecretBox"
 import { ensureConsumer, ensureStream } from "@svc/bus/Topology"
+import { sealEnv } from "@svc/crypto/SealedEnv"
+import { SecretBox } from "@svc/crypto/SecretBox"
 import { makeHostId, makeSandboxId } from "@svc/domain/Ids"
-import { startNats } from "@svc/local-servers/Servers"
+import { agentSubject } from "@svc/host-protocol/Protocol"
 import { DriverExecRequest, SandboxDriver, SandboxSpec } from "@svc/host/Driver"
 import { CONTROLLERS } from "@svc/host/Driver/Cgroups"
-import { agentSubject } from "@svc/host-protocol/Protocol"
+import { startNats } from "@svc/local-servers/Servers"
 import { SandboxActor } from "@svc/sandboxes/SandboxActor"
-import { sealEnv } from "@svc/crypto/SealedEnv"
 import { testSecretBox, useTestEncryptionKeys } from "@svc/testing/TestSecrets"
 import { Context, Effect, Layer } from "effect"
 import * as Fs from "node:fs/promises"
@@ -33,7 +33,11 @@ const quantile = (values: ReadonlyArray<number>, q: number) => {
   return sorted[Math.min(sorted.length - 1, Math.ceil(q * sorted.length) - 1)] ?? 0
 }
 const line = (label: string, values: ReadonlyArray<number>) =>
-  console.log(`${label.padEnd(44)} p50 ${quantile(values, 0.5).toFixed(1).padStart(7)} ms   p99 ${quantile(values, 0.99).toFixed(1).padStart(7)} ms`)
+  console.log(
+    `${label.padEnd(44)} p50 ${quantile(values, 0.5).toFixed(1).padStart(7)} ms   p99 ${
+      quantile(values, 0.99).toFixed(1).padStart(7)
+    } ms`
+  )
 
 const program = Effect.gen(function*() {
   const server = yield* Effect.acquireRelease(Effect.promise(() => startNats()), (s) => Effect.promise(() => s.stop()))
@@ -50,19 +54,31 @@ const program = Effect.gen(function*() {
   const natsLayer = Layer.effect(Nats, Nats.make({ url: server.url, prefix: "bench", name: "bench" }))
   // The agent's own setting, read where it is defined (`Config.ts`).
   const concurrency = yield* Concurrency
-  const context = yield* Layer.build(AgentRole.layerWith({ hostId, dataDir, concurrency }).pipe(Layer.provideMerge(natsLayer), Layer.provide(SecretBox.layer)))
+  const context = yield* Layer.build(
+    AgentRole.layerWith({ hostId, dataDir, concurrency }).pipe(
+      Layer.provideMerge(natsLayer),
+      Layer.provide(SecretBox.layer)
+    )
+  )
   const nats = Context.get(context, Nats)
   const driver = Context.get(context, SandboxDriver)
   yield* Context.get(context, CommandConsumer).ready
   // Everything the host still has is destroyed before the agent stops.
   yield* Effect.addFinalizer(() =>
-    driver.list.pipe(Effect.flatMap((rows) => Effect.forEach(rows, (r) => Effect.ignore(driver.destroy(r.sandboxId)))), Effect.ignore)
+    driver.list.pipe(
+      Effect.flatMap((rows) => Effect.forEach(rows, (r) => Effect.ignore(driver.destroy(r.sandboxId)))),
+      Effect.ignore
+    )
   )
 
   // The actor's mailbox, read directly: when did each `running` report arrive.
   const arrived = new Map<string, number>()
   const waiters = new Map<string, () => void>()
-  const stream = yield* ensureStream({ name: streamName(SandboxActor), subjects: ["actor.sandbox.>"], retention: "workqueue" }).pipe(
+  const stream = yield* ensureStream({
+    name: streamName(SandboxActor),
+    subjects: ["actor.sandbox.>"],
+    retention: "workqueue"
+  }).pipe(
     Effect.provideService(Nats, nats)
   )
   const { consumer: durable } = yield* ensureConsumer(streamName(SandboxActor), {
@@ -108,7 +124,10 @@ const program = Effect.gen(function*() {
   const reported = (sandboxId: string) =>
     new Promise<void>((resolve) => (arrived.has(sandboxId) ? resolve() : waiters.set(sandboxId, resolve)))
 
-  const destroyAll = Effect.flatMap(driver.list, (rows) => Effect.forEach(rows, (r) => Effect.ignore(driver.destroy(r.sandboxId))))
+  const destroyAll = Effect.flatMap(
+    driver.list,
+    (rows) => Effect.forEach(rows, (r) => Effect.ignore(driver.destroy(r.sandboxId)))
+  )
 
   // Warm-up: one of each.
   const warm = makeSandboxId()
@@ -119,7 +138,9 @@ const program = Effect.gen(function*() {
   for (let i = 0; i < N; i++) {
     const id = makeSandboxId()
     const t0 = performance.now()
-    yield* driver.create(new SandboxSpec({ sandboxId: id, template: "base", env: {}, cpu: 1, ramMb: 128, diskGb: 1, exposedPorts: [] }))
+    yield* driver.create(
+      new SandboxSpec({ sandboxId: id, template: "base", env: {}, cpu: 1, ramMb: 128, diskGb: 1, exposedPorts: [] })
+    )
     yield* driver.exec(id, new DriverExecRequest({ cmd: ["true"] }))
     bare.push(performance.now() - t0)
   }
@@ -148,7 +169,9 @@ const program = Effect.gen(function*() {
   const burst = burstIds.map((id) => arrived.get(id)! - starts.get(id)!)
   yield* destroyAll
 
-  console.log(`host agent, ${N} sandboxes of the base template, ${Context.get(context, AgentConfig).concurrency} commands at once`)
+  console.log(
+    `host agent, ${N} sandboxes of the base template, ${Context.get(context, AgentConfig).concurrency} commands at once`
+  )
   line("bare driver: create + first exec", bare)
   line("agent: command → running report (one by one)", sequential)
   line("agent: command → running report (burst)", burst)

@@ -17,13 +17,13 @@
  * create's env comes sealed and the driver keeps it sealed on disk); what `node
  * apps/agent/src/main.ts`, `svc agent` and `svc dev` run. The agent holds no database connection.
  */
-import { SandboxDriver } from "@svc/host/Driver"
-import type { HostLimits } from "@svc/host-protocol/Protocol"
-import { BubblewrapDriver } from "@svc/host/Driver/Bubblewrap"
-import { DriverConfig } from "@svc/host/Driver/Config"
 import { Nats } from "@svc/bus/Nats"
 import { WorkerHeartbeat } from "@svc/bus/Workers"
 import { SecretBox } from "@svc/crypto/SecretBox"
+import type { HostLimits } from "@svc/host-protocol/Protocol"
+import { SandboxDriver } from "@svc/host/Driver"
+import { BubblewrapDriver } from "@svc/host/Driver/Bubblewrap"
+import { DriverConfig } from "@svc/host/Driver/Config"
 import { Effect, Layer, Schema } from "effect"
 import { CommandConsumer } from "./Commands.ts"
 import { AgentConfig, type AgentOptions, InvalidAgentConfig } from "./Config.ts"
@@ -75,7 +75,10 @@ export const DriverFromAgent = Layer.effect(
     if (missing.length > 0) {
       if (!config.allowUnlimited) {
         return yield* new UnenforcedLimits({
-          message: `this host cannot enforce every sandbox limit (cgroup ${driver.hostLimits.cgroup}; ${missing.join("; ")}): ` +
+          message:
+            `this host cannot enforce every sandbox limit (cgroup ${driver.hostLimits.cgroup}; ${
+              missing.join("; ")
+            }): ` +
             "give the agent the cgroup controllers and loop devices, or set SVC_AGENT_ALLOW_UNLIMITED=1 to run sandboxes without these limits"
         })
       }
@@ -97,7 +100,10 @@ const services = (options: { readonly dataPlane?: DataPlaneOptions }) => {
     })
   )
   const registered = Layer.mergeAll(HostRegistry.layer, workers).pipe(Layer.provideMerge(dataPlane))
-  return Layer.mergeAll(CommandConsumer.layer, ExitWatcher.layer).pipe(Layer.provideMerge(registered), Layer.provideMerge(lifecycle))
+  return Layer.mergeAll(CommandConsumer.layer, ExitWatcher.layer).pipe(
+    Layer.provideMerge(registered),
+    Layer.provideMerge(lifecycle)
+  )
 }
 
 /**
@@ -112,7 +118,8 @@ const StopSandboxesOnStop = Layer.effectDiscard(
     yield* Effect.addFinalizer(() =>
       driver.list.pipe(
         Effect.flatMap((sandboxes) =>
-          Effect.forEach(sandboxes.filter((s) => s.status === "running"), (s) => Effect.ignore(driver.stop(s.sandboxId)), {
+          Effect.forEach(sandboxes.filter((s) => s.status === "running"), (s) =>
+            Effect.ignore(driver.stop(s.sandboxId)), {
             concurrency: 4,
             discard: true
           })

@@ -102,13 +102,18 @@ export class CommandConsumer extends Context.Service<CommandConsumer, {
             )
           )
           if (sent !== undefined) {
-            yield* Effect.logError("agent: report refused, command terminated", { sandboxId: job.command.sandboxId, error: sent.message })
+            yield* Effect.logError("agent: report refused, command terminated", {
+              sandboxId: job.command.sandboxId,
+              error: sent.message
+            })
             settle(job, "term")
           } else settle(job, "ack")
           applied++
         }).pipe(
           Effect.onInterrupt(() => Effect.sync(() => settle(job, "nak"))),
-          Effect.withSpan("Agent.command", { attributes: { command: job.command._tag, sandboxId: job.command.sandboxId } })
+          Effect.withSpan("Agent.command", {
+            attributes: { command: job.command._tag, sandboxId: job.command.sandboxId }
+          })
         )
 
       /** Drains one sandbox's queue in order. */
@@ -137,7 +142,9 @@ export class CommandConsumer extends Context.Service<CommandConsumer, {
         } catch {
           // Gone.
         }
-        run(Effect.logError("agent: message is not a command for this host, terminated", { subject: msg.subject, reason }))
+        run(
+          Effect.logError("agent: message is not a command for this host, terminated", { subject: msg.subject, reason })
+        )
       }
 
       /** Called by the client for each delivered message, in stream order. */
@@ -199,7 +206,10 @@ export class CommandConsumer extends Context.Service<CommandConsumer, {
           yield* retryForever(
             "publishing a reconcile report",
             reporter.report(report, reconcileMsgId(hostId, startedAt, report.sandboxId)).pipe(
-              Effect.catchTag("InvalidActorMessage", (e) => Effect.logError("agent: reconcile report refused", { error: e.message }))
+              Effect.catchTag(
+                "InvalidActorMessage",
+                (e) => Effect.logError("agent: reconcile report refused", { error: e.message })
+              )
             )
           )
         }

@@ -32,9 +32,9 @@ import * as Bus from "@svc/bus/Config"
 import * as Env from "@svc/config/Env"
 import * as Crypto from "@svc/crypto/Config"
 import { HostId } from "@svc/domain/Ids"
+import { type Capacity, HOST_HEARTBEAT_MS } from "@svc/host-protocol/Protocol"
 import { DEFAULT_BRIDGE, DEFAULT_SUBNET, DEFAULT_UID_BASE, UidBase as UidBaseSchema } from "@svc/host/Driver/Config"
 import { imagesAllocatedBytes } from "@svc/host/Driver/Disk"
-import { type Capacity, HOST_HEARTBEAT_MS } from "@svc/host-protocol/Protocol"
 import { Config, Context, Duration, Effect, Layer, Option, Schema } from "effect"
 import { createHash } from "node:crypto"
 import * as FsSync from "node:fs"
@@ -142,7 +142,9 @@ const SettingsSchema = Schema.Struct({
   port: Schema.Int.check(Schema.isGreaterThanOrEqualTo(0), Schema.isLessThanOrEqualTo(65_535)),
   listenHost: Schema.String.check(Schema.isMinLength(1)),
   advertiseHost: Schema.String.check(Schema.isMinLength(1)),
-  dataDir: Schema.String.check(Schema.isPattern(/^\/[^\0,:\s]*$/, { message: "absolute path without ',', ':' or spaces" })),
+  dataDir: Schema.String.check(
+    Schema.isPattern(/^\/[^\0,:\s]*$/, { message: "absolute path without ',', ':' or spaces" })
+  ),
   heartbeatMs: Schema.Int.check(Schema.isGreaterThanOrEqualTo(50), Schema.isLessThanOrEqualTo(60_000)),
   concurrency: Schema.Int.check(Schema.isGreaterThanOrEqualTo(1), Schema.isLessThanOrEqualTo(256)),
   poolSize: Schema.Int.check(Schema.isGreaterThanOrEqualTo(0), Schema.isLessThanOrEqualTo(64)),
@@ -168,13 +170,11 @@ export const DEFAULT_CPU_OVERCOMMIT = 8
 /** Running sandboxes are checked this often for an init that died (two /proc reads each). */
 export const EXIT_CHECK_MS = 500
 
-
 /**
  * `SVC_AGENT_MAX_TRANSFERS` when unset. A transfer in flight holds a few hundred KiB of buffers
  * in the agent and one writer or reader process chain in the sandbox.
  */
 export const DEFAULT_MAX_TRANSFERS = 32
-
 
 // ---------------------------------------------------------------------------------------------
 // The settings (bounds beyond a number's sign are checked by SettingsSchema, for given options too)
@@ -190,7 +190,11 @@ export const HostIdSetting = optional(Config.String("SVC_HOST_ID"), {
 })
 export const Region = Env.text("SVC_REGION", DEFAULT_REGION, "name")
 export const Datacenter = Env.text("SVC_DATACENTER", DEFAULT_DATACENTER, "name")
-export const HostCpu = optional(Config.Int("SVC_HOST_CPU"), { name: "SVC_HOST_CPU", default: "the machine's cores", format: "integer" })
+export const HostCpu = optional(Config.Int("SVC_HOST_CPU"), {
+  name: "SVC_HOST_CPU",
+  default: "the machine's cores",
+  format: "integer"
+})
 export const HostRamMb = optional(Config.Int("SVC_HOST_RAM_MB"), {
   name: "SVC_HOST_RAM_MB",
   default: "the machine's memory",
@@ -285,7 +289,8 @@ export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("
       exitCheckMs: options.exitCheckMs ?? EXIT_CHECK_MS,
       port: options.port ?? 0,
       listenHost,
-      advertiseHost: options.advertiseHost ?? (listenHost === "0.0.0.0" || listenHost === "::" ? "127.0.0.1" : listenHost),
+      advertiseHost: options.advertiseHost ??
+        (listenHost === "0.0.0.0" || listenHost === "::" ? "127.0.0.1" : listenHost),
       dataDir,
       heartbeatMs: options.heartbeatMs ?? HOST_HEARTBEAT_MS,
       concurrency: options.concurrency ?? DEFAULT_CONCURRENCY,

@@ -15,6 +15,8 @@
  * - A client that goes away interrupts its request: a running exec or transfer is killed.
  */
 import * as NodeStream from "@effect/platform-node/NodeStream"
+import { writeChunk } from "@svc/host-protocol/Backpressure"
+import { type AgentError, AgentExecRequest, type AgentExecResult } from "@svc/host-protocol/Protocol"
 import {
   type DirEntry,
   DriverExecRequest,
@@ -23,8 +25,6 @@ import {
   SandboxDriver,
   type SandboxDriverError
 } from "@svc/host/Driver"
-import { writeChunk } from "@svc/host-protocol/Backpressure"
-import { type AgentError, AgentExecRequest, type AgentExecResult } from "@svc/host-protocol/Protocol"
 import { Context, Effect, FiberSet, Layer, Schema, type Scope, Semaphore, Stream } from "effect"
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto"
 import * as Http from "node:http"
@@ -49,7 +49,16 @@ export interface DataPlaneOptions {
 
 class HttpFailure extends Schema.TaggedError<HttpFailure>()("HttpFailure", {
   status: Schema.Number,
-  reason: Schema.Literals(["invalid", "unauthorized", "not_found", "not_running", "too_large", "refused", "busy", "failed"]),
+  reason: Schema.Literals([
+    "invalid",
+    "unauthorized",
+    "not_found",
+    "not_running",
+    "too_large",
+    "refused",
+    "busy",
+    "failed"
+  ]),
   message: Schema.String,
   errno: Schema.optionalKey(Schema.String)
 }) {}
@@ -97,10 +106,14 @@ export const fromDriverError = (error: SandboxDriverError): HttpFailure => {
 }
 
 /** A driver call whose refusals become data-plane errors (host failures are logged here). */
-const viaDriver = <A, R>(effect: Effect.Effect<A, SandboxDriverError | HttpFailure, R>): Effect.Effect<A, HttpFailure, R> =>
+const viaDriver = <A, R>(
+  effect: Effect.Effect<A, SandboxDriverError | HttpFailure, R>
+): Effect.Effect<A, HttpFailure, R> =>
   effect.pipe(
     Effect.tapError((error) =>
-      error._tag === "DriverFailure" ? Effect.logError("agent: driver failure", { operation: error.operation, message: error.message }) : Effect.void
+      error._tag === "DriverFailure"
+        ? Effect.logError("agent: driver failure", { operation: error.operation, message: error.message })
+        : Effect.void
     ),
     Effect.mapError((error) => (error._tag === "HttpFailure" ? error : fromDriverError(error)))
   )
@@ -127,7 +140,8 @@ const ROUTE = /^\/sandboxes\/([^/]+)\/(exec|files)$/
 const readBody = (req: Http.IncomingMessage, max: number) =>
   Effect.callback<Uint8Array, HttpFailure>((resume) => {
     const declared = Number(req.headers["content-length"])
-    const tooLarge = () => new HttpFailure({ status: 413, reason: "too_large", message: `body larger than ${max} bytes` })
+    const tooLarge = () =>
+      new HttpFailure({ status: 413, reason: "too_large", message: `body larger than ${max} bytes` })
     if (Number.isFinite(declared) && declared > max) {
       resume(Effect.fail(tooLarge()))
       return
@@ -220,30 +234,40 @@ export class DataPlane extends Context.Service<DataPlane, {
         const transferSlot = Effect.gen(function*() {
           const slot = yield* transfers.takeScoped(1).pipe(Effect.timeoutOption(transferWaitMs))
           if (slot._tag === "None") {
-            return yield* new HttpFailure({ status: 503, reason: "busy", message: "the host runs as many file transfers as it allows; retry" })
+            return yield* new HttpFailure({
+              status: 503,
+              reason: "busy",
+              message: "the host runs as many file transfers as it allows; retry"
+            })
           }
         })
 
         const getFile = (sandboxId: string, path: string) =>
           Effect.andThen(
             transferSlot,
-            viaDriver(driver.readFileStream(sandboxId, path).pipe(
-              Effect.map((file): Answer => ({ status: 200, file })),
-              Effect.catchTag("SandboxFileError", (e) =>
-                e.reason === "is_directory"
-                  ? Effect.map(driver.listDir(sandboxId, path), (entries: ReadonlyArray<DirEntry>): Answer => ({
-                    status: 200,
-                    json: { entries: entries.map(({ name, type, size, mtime }) => ({ name, type, size, mtime })) }
-                  }))
-                  : Effect.fail(e))
-            ))
+            viaDriver(
+              driver.readFileStream(sandboxId, path).pipe(
+                Effect.map((file): Answer => ({ status: 200, file })),
+                Effect.catchTag("SandboxFileError", (e) =>
+                  e.reason === "is_directory"
+                    ? Effect.map(driver.listDir(sandboxId, path), (entries: ReadonlyArray<DirEntry>): Answer => ({
+                      status: 200,
+                      json: { entries: entries.map(({ name, type, size, mtime }) => ({ name, type, size, mtime })) }
+                    }))
+                    : Effect.fail(e))
+              )
+            )
           )
 
         const putFile = (sandboxId: string, path: string, req: Http.IncomingMessage) =>
           Effect.gen(function*() {
             const declared = Number(req.headers["content-length"])
             if (Number.isFinite(declared) && declared > maxUpload) {
-              return yield* new HttpFailure({ status: 413, reason: "too_large", message: `body larger than ${maxUpload} bytes` })
+              return yield* new HttpFailure({
+                status: 413,
+                reason: "too_large",
+                message: `body larger than ${maxUpload} bytes`
+              })
             }
             yield* transferSlot
             const body = NodeStream.fromReadable<Uint8Array, HttpFailure>({
@@ -254,7 +278,9 @@ export class DataPlane extends Context.Service<DataPlane, {
             }).pipe(
               // A body that ends without all its bytes (the client went away) is not an upload.
               Stream.concat(Stream.fromEffectDrain(
-                Effect.suspend(() => req.complete ? Effect.void : Effect.fail(invalid("the request body was cut short")))
+                Effect.suspend(() =>
+                  req.complete ? Effect.void : Effect.fail(invalid("the request body was cut short"))
+                )
               ))
             )
             yield* viaDriver(driver.writeFileStream(sandboxId, path, body, { maxBytes: maxUpload }))
@@ -265,11 +291,15 @@ export class DataPlane extends Context.Service<DataPlane, {
 
         const route = (req: Http.IncomingMessage): Effect.Effect<Answer, HttpFailure, Scope.Scope> => {
           if (!authorized(req.headers.authorization)) {
-            return Effect.fail(new HttpFailure({ status: 401, reason: "unauthorized", message: "missing or wrong bearer token" }))
+            return Effect.fail(
+              new HttpFailure({ status: 401, reason: "unauthorized", message: "missing or wrong bearer token" })
+            )
           }
           const url = new URL(req.url ?? "/", "http://agent")
           const match = ROUTE.exec(url.pathname)
-          if (match === null) return Effect.fail(new HttpFailure({ status: 404, reason: "not_found", message: "no such route" }))
+          if (match === null) {
+            return Effect.fail(new HttpFailure({ status: 404, reason: "not_found", message: "no such route" }))
+          }
           let sandboxId: string
           try {
             sandboxId = decodeURIComponent(match[1]!)
@@ -278,7 +308,9 @@ export class DataPlane extends Context.Service<DataPlane, {
           }
           const method = req.method ?? "GET"
           if (match[2] === "exec") {
-            if (method !== "POST") return Effect.fail(new HttpFailure({ status: 405, reason: "invalid", message: "use POST" }))
+            if (method !== "POST") {
+              return Effect.fail(new HttpFailure({ status: 405, reason: "invalid", message: "use POST" }))
+            }
             return exec(sandboxId, req)
           }
           const path = url.searchParams.get("path")
@@ -308,7 +340,10 @@ export class DataPlane extends Context.Service<DataPlane, {
             return sendStream(res, answer.file.stream)
           } else if (answer.json !== undefined) {
             const text = JSON.stringify(answer.json)
-            res.writeHead(answer.status, { "content-type": "application/json", "content-length": Buffer.byteLength(text) })
+            res.writeHead(answer.status, {
+              "content-type": "application/json",
+              "content-length": Buffer.byteLength(text)
+            })
             res.end(text)
           } else {
             res.writeHead(answer.status)
@@ -320,7 +355,11 @@ export class DataPlane extends Context.Service<DataPlane, {
         const handle = (req: Http.IncomingMessage, res: Http.ServerResponse) =>
           route(req).pipe(
             Effect.catchTag("HttpFailure", (e) => {
-              const body: AgentError = { error: e.message, reason: e.reason, ...(e.errno !== undefined ? { errno: e.errno } : {}) }
+              const body: AgentError = {
+                error: e.message,
+                reason: e.reason,
+                ...(e.errno !== undefined ? { errno: e.errno } : {})
+              }
               return Effect.succeed({ status: e.status, json: body } as Answer)
             }),
             Effect.catchCause((cause) =>
@@ -345,7 +384,11 @@ export class DataPlane extends Context.Service<DataPlane, {
         const port = yield* Effect.acquireRelease(
           Effect.callback<number, Error>((resume) => {
             server.once("error", (e) => resume(Effect.fail(e)))
-            server.listen(config.port, config.listenHost, () => resume(Effect.succeed((server.address() as AddressInfo).port)))
+            server.listen(
+              config.port,
+              config.listenHost,
+              () => resume(Effect.succeed((server.address() as AddressInfo).port))
+            )
           }),
           () =>
             Effect.callback<void>((resume) => {

@@ -56,13 +56,21 @@ export class Journal extends Context.Service<Journal, {
 }>()("@svc/agent/Journal") {
   static readonly make = Effect.fn("Journal.make")(function*(dir: string) {
     const attempt = <A>(operation: string, f: () => Promise<A>) =>
-      Effect.tryPromise({ try: f, catch: (e) => new JournalError({ operation, message: e instanceof Error ? e.message : String(e) }) })
+      Effect.tryPromise({
+        try: f,
+        catch: (e) => new JournalError({ operation, message: e instanceof Error ? e.message : String(e) })
+      })
     yield* attempt("init", () => Fs.mkdir(dir, { recursive: true, mode: 0o700 }))
 
     const fileOf = (sandboxId: string) =>
       isSandboxId(sandboxId)
         ? Effect.succeed(NodePath.join(dir, `${sandboxId}.json`))
-        : Effect.fail(new JournalError({ operation: "path", message: `not a sandbox id: ${JSON.stringify(sandboxId).slice(0, 80)}` }))
+        : Effect.fail(
+          new JournalError({
+            operation: "path",
+            message: `not a sandbox id: ${JSON.stringify(sandboxId).slice(0, 80)}`
+          })
+        )
 
     const read = async (file: string): Promise<JournalEntry | undefined> => {
       let text: string
@@ -88,7 +96,8 @@ export class Journal extends Context.Service<Journal, {
           await Fs.writeFile(temp, encodeEntry(entry), { mode: 0o600 })
           await Fs.rename(temp, file)
         }))
-    const remove = (sandboxId: string) => Effect.flatMap(fileOf(sandboxId), (file) => attempt("remove", () => Fs.rm(file, { force: true })))
+    const remove = (sandboxId: string) =>
+      Effect.flatMap(fileOf(sandboxId), (file) => attempt("remove", () => Fs.rm(file, { force: true })))
     const list = attempt("list", async () => {
       const names = await Fs.readdir(dir)
       const entries: Array<JournalEntry> = []

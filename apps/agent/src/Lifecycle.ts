@@ -12,6 +12,9 @@
  * state, stop of a stopped sandbox reports `stopped`, destroy of an unknown one `destroyed`.
  * The only error is the journal's (the host's disk): the caller retries the command in place.
  */
+import { openEnv } from "@svc/crypto/SealedEnv"
+import { SecretBox } from "@svc/crypto/SecretBox"
+import type { AgentCommand, AgentReport } from "@svc/host-protocol/Protocol"
 import {
   DriverExecRequest,
   DriverFailure,
@@ -21,15 +24,12 @@ import {
   type SandboxInfo,
   SandboxSpec
 } from "@svc/host/Driver"
-import { SecretBox } from "@svc/crypto/SecretBox"
-import type { AgentCommand, AgentReport } from "@svc/host-protocol/Protocol"
 import { BASE_TEMPLATE } from "@svc/host/Rootfs"
-import { openEnv } from "@svc/crypto/SealedEnv"
 import { Clock, Context, Duration, Effect, Layer, Option, Queue, Schedule, Schema, Semaphore } from "effect"
 import { randomBytes } from "node:crypto"
 import * as Fs from "node:fs/promises"
-import * as NodePath from "node:path"
 import * as Os from "node:os"
+import * as NodePath from "node:path"
 import { AgentConfig } from "./Config.ts"
 import { Journal, JournalEntry, type JournalError, type PendingOp } from "./Journal.ts"
 import { plan } from "./Reconcile.ts"
@@ -96,7 +96,15 @@ const POOL_PREFIX = "pool-"
 /** The platform's default disk: an entry's disk image is not resized when it is adopted. */
 const POOL_DISK_GB = 1
 const poolEntrySpec = (sandboxId: string) =>
-  new SandboxSpec({ sandboxId, template: BASE_TEMPLATE, env: {}, cpu: 1, ramMb: 256, diskGb: POOL_DISK_GB, exposedPorts: [] })
+  new SandboxSpec({
+    sandboxId,
+    template: BASE_TEMPLATE,
+    env: {},
+    cpu: 1,
+    ramMb: 256,
+    diskGb: POOL_DISK_GB,
+    exposedPorts: []
+  })
 
 export interface PoolStatus {
   readonly ready: ReadonlyArray<string>
@@ -155,7 +163,9 @@ export class Lifecycle extends Context.Service<Lifecycle, {
       /** Keeps `running` as the reports say: the sandboxes whose init should be alive. */
       const track = (command: AgentCommand["_tag"] | "reconcile", report: AgentReport) => {
         if (report.status === "running") running.add(report.sandboxId)
-        else if (report.status !== "failed" || command === "create" || command === "start") running.delete(report.sandboxId)
+        else if (report.status !== "failed" || command === "create" || command === "start") {
+          running.delete(report.sandboxId)
+        }
         return report
       }
 
@@ -172,7 +182,9 @@ export class Lifecycle extends Context.Service<Lifecycle, {
           if (missing.length === 0 || config.allowUnlimited) return Effect.succeed(info)
           return Effect.andThen(
             undo,
-            Effect.fail(new DriverFailure({ operation: "limits", message: `the host could not apply ${missing.join("; ")}` }))
+            Effect.fail(
+              new DriverFailure({ operation: "limits", message: `the host could not apply ${missing.join("; ")}` })
+            )
           )
         })
 
@@ -222,7 +234,9 @@ export class Lifecycle extends Context.Service<Lifecycle, {
         // One fiber for all makers: closing the scope interrupts them together, so none starts
         // another entry while the others are being stopped.
         const makers = poolMakers(config.poolSize)
-        yield* Effect.forkScoped(Effect.forEach(Array.from({ length: makers }), () => maker, { concurrency: makers, discard: true }))
+        yield* Effect.forkScoped(
+          Effect.forEach(Array.from({ length: makers }), () => maker, { concurrency: makers, discard: true })
+        )
       }
       /**
        * Gives a ready entry (only `base` sandboxes of the entries' disk size are pooled) the spec's
@@ -236,7 +250,9 @@ export class Lifecycle extends Context.Service<Lifecycle, {
           const poolId = spec.template === BASE_TEMPLATE && spec.diskGb === POOL_DISK_GB ? pool.shift() : undefined
           if (poolId === undefined) return Effect.succeed(undefined)
           return Effect.gen(function*() {
-            const adopted = yield* Effect.result(limited(driver.adopt(poolId, spec), Effect.ignore(driver.destroy(spec.sandboxId))))
+            const adopted = yield* Effect.result(
+              limited(driver.adopt(poolId, spec), Effect.ignore(driver.destroy(spec.sandboxId)))
+            )
             if (adopted._tag === "Success") return adopted.success
             yield* Effect.logWarning("agent: a warm pool entry could not be used", {
               sandboxId: spec.sandboxId,
@@ -267,8 +283,10 @@ export class Lifecycle extends Context.Service<Lifecycle, {
         )
 
       const mark = (sandboxId: string, orgId: string, pending: PendingOp | null) =>
-        Effect.flatMap(Clock.currentTimeMillis, (now) =>
-          journal.put(new JournalEntry({ sandboxId, orgId, pending, updatedAt: now })))
+        Effect.flatMap(
+          Clock.currentTimeMillis,
+          (now) => journal.put(new JournalEntry({ sandboxId, orgId, pending, updatedAt: now }))
+        )
 
       /** `agent_ready`: an exec of `true` succeeds (a few tries: the first may race the init). */
       const checkReady = (sandboxId: string) =>
@@ -279,14 +297,16 @@ export class Lifecycle extends Context.Service<Lifecycle, {
         )
 
       /** The sandbox's current state as a report (for an idempotent repeat of a command). */
-      const currentState = Effect.fn("Lifecycle.currentState")(function*(sandboxId: string, via: "cold-boot" | "restore") {
-        const listing = yield* driver.list.pipe(Effect.orElseSucceed(() => []))
-        const row = listing.find((r) => r.sandboxId === sandboxId)
-        if (row === undefined) return undefined
-        if (row.status === "stopped") return yield* report(sandboxId, "stopped")
-        const agentReady = yield* checkReady(sandboxId)
-        return yield* report(sandboxId, "running", { internalIp: row.internalIp, via, agentReady })
-      })
+      const currentState = Effect.fn("Lifecycle.currentState")(
+        function*(sandboxId: string, via: "cold-boot" | "restore") {
+          const listing = yield* driver.list.pipe(Effect.orElseSucceed(() => []))
+          const row = listing.find((r) => r.sandboxId === sandboxId)
+          if (row === undefined) return undefined
+          if (row.status === "stopped") return yield* report(sandboxId, "stopped")
+          const agentReady = yield* checkReady(sandboxId)
+          return yield* report(sandboxId, "running", { internalIp: row.internalIp, via, agentReady })
+        }
+      )
 
       const create = Effect.fn("Lifecycle.create")(function*(command: Extract<AgentCommand, { _tag: "create" }>) {
         const { sandboxId, orgId, resources: { sealedEnv, ...resources } } = command
@@ -311,13 +331,23 @@ export class Lifecycle extends Context.Service<Lifecycle, {
         if (adopted !== undefined) {
           yield* mark(sandboxId, orgId, null)
           // The entry passed its readiness exec when made and `adopt` found its init alive.
-          return yield* report(sandboxId, "running", { internalIp: adopted.internalIp, via: "restore", agentReady: true })
+          return yield* report(sandboxId, "running", {
+            internalIp: adopted.internalIp,
+            via: "restore",
+            agentReady: true
+          })
         }
-        const made = yield* Effect.result(limited(driver.create(spec.success), Effect.ignore(driver.destroy(sandboxId))))
+        const made = yield* Effect.result(
+          limited(driver.create(spec.success), Effect.ignore(driver.destroy(sandboxId)))
+        )
         if (made._tag === "Success") {
           const agentReady = yield* checkReady(sandboxId)
           yield* mark(sandboxId, orgId, null)
-          return yield* report(sandboxId, "running", { internalIp: made.success.internalIp, via: "cold-boot", agentReady })
+          return yield* report(sandboxId, "running", {
+            internalIp: made.success.internalIp,
+            via: "cold-boot",
+            agentReady
+          })
         }
         if (made.failure._tag === "SandboxAlreadyExists") {
           // On disk without a settled entry: only another process on this data dir could do that.
@@ -332,13 +362,19 @@ export class Lifecycle extends Context.Service<Lifecycle, {
 
       const start = Effect.fn("Lifecycle.start")(function*(command: Extract<AgentCommand, { _tag: "start" }>) {
         const { sandboxId, orgId } = command
-        if ((yield* journal.get(sandboxId)) === undefined) return yield* failed(sandboxId, "no such sandbox on this host")
+        if ((yield* journal.get(sandboxId)) === undefined) {
+          return yield* failed(sandboxId, "no such sandbox on this host")
+        }
         yield* mark(sandboxId, orgId, "start")
         const started = yield* Effect.result(limited(driver.start(sandboxId), Effect.void))
         if (started._tag === "Success") {
           const agentReady = yield* checkReady(sandboxId)
           yield* mark(sandboxId, orgId, null)
-          return yield* report(sandboxId, "running", { internalIp: started.success.internalIp, via: "restore", agentReady })
+          return yield* report(sandboxId, "running", {
+            internalIp: started.success.internalIp,
+            via: "restore",
+            agentReady
+          })
         }
         if (started.failure._tag === "SandboxNotFound") {
           yield* journal.remove(sandboxId)
@@ -352,7 +388,9 @@ export class Lifecycle extends Context.Service<Lifecycle, {
 
       const stop = Effect.fn("Lifecycle.stop")(function*(command: Extract<AgentCommand, { _tag: "stop" }>) {
         const { sandboxId, orgId } = command
-        if ((yield* journal.get(sandboxId)) === undefined) return yield* failed(sandboxId, "no such sandbox on this host")
+        if ((yield* journal.get(sandboxId)) === undefined) {
+          return yield* failed(sandboxId, "no such sandbox on this host")
+        }
         yield* mark(sandboxId, orgId, "stop")
         const stopped = yield* Effect.result(driver.stop(sandboxId))
         if (stopped._tag === "Failure" && stopped.failure._tag === "SandboxNotFound") {
@@ -407,7 +445,10 @@ export class Lifecycle extends Context.Service<Lifecycle, {
               running.delete(sandboxId)
               yield* Effect.logWarning("agent: a running sandbox is gone from the disk", { sandboxId })
             } else {
-              yield* Effect.logWarning("agent: could not check a sandbox", { sandboxId, error: describeDriverError(exit.failure) })
+              yield* Effect.logWarning("agent: could not check a sandbox", {
+                sandboxId,
+                error: describeDriverError(exit.failure)
+              })
             }
             return undefined
           }
@@ -420,7 +461,11 @@ export class Lifecycle extends Context.Service<Lifecycle, {
       const checkExits = Effect.suspend(() =>
         Effect.forEach(
           [...running],
-          (sandboxId) => Effect.map(Semaphore.withPermitsIfAvailable(lockOf(sandboxId), 1)(checkExit(sandboxId)), Option.getOrUndefined),
+          (sandboxId) =>
+            Effect.map(
+              Semaphore.withPermitsIfAvailable(lockOf(sandboxId), 1)(checkExit(sandboxId)),
+              Option.getOrUndefined
+            ),
           // A running sandbox's check is synchronous; a few at once for the teardowns of dead ones.
           { concurrency: 4 }
         )
@@ -436,19 +481,31 @@ export class Lifecycle extends Context.Service<Lifecycle, {
         const halfMade = yield* Effect.promise(() =>
           Fs.readdir(NodePath.join(config.dataDir, "sandboxes")).catch(() => [] as Array<string>)
         )
-        yield* Effect.forEach(halfMade.filter((name) => name.startsWith(POOL_PREFIX)), (id) => Effect.ignore(driver.destroy(id)), {
-          discard: true
-        })
+        yield* Effect.forEach(
+          halfMade.filter((name) => name.startsWith(POOL_PREFIX)),
+          (id) => Effect.ignore(driver.destroy(id)),
+          {
+            discard: true
+          }
+        )
         const listing = yield* driver.list
         const reports: Array<AgentReport> = []
         for (const action of plan(entries, listing)) {
           switch (action._tag) {
             case "Undo": {
-              yield* Effect.logWarning("agent: undoing an unfinished operation", { sandboxId: action.sandboxId, pending: action.pending })
-              const undone = yield* Effect.result(action.by === "destroy" ? driver.destroy(action.sandboxId) : driver.stop(action.sandboxId))
+              yield* Effect.logWarning("agent: undoing an unfinished operation", {
+                sandboxId: action.sandboxId,
+                pending: action.pending
+              })
+              const undone = yield* Effect.result(
+                action.by === "destroy" ? driver.destroy(action.sandboxId) : driver.stop(action.sandboxId)
+              )
               if (undone._tag === "Failure" && undone.failure._tag !== "SandboxNotFound") {
                 // Keep the entry: the next start tries again; the command's redelivery may too.
-                yield* Effect.logError("agent: undo failed", { sandboxId: action.sandboxId, error: describeDriverError(undone.failure) })
+                yield* Effect.logError("agent: undo failed", {
+                  sandboxId: action.sandboxId,
+                  error: describeDriverError(undone.failure)
+                })
                 break
               }
               if (action.by === "destroy" || undone._tag === "Failure") yield* journal.remove(action.sandboxId)
@@ -459,10 +516,15 @@ export class Lifecycle extends Context.Service<Lifecycle, {
               break
             }
             case "DestroyOrphan": {
-              yield* Effect.logWarning("agent: destroying a sandbox no command confirmed", { sandboxId: action.sandboxId })
+              yield* Effect.logWarning("agent: destroying a sandbox no command confirmed", {
+                sandboxId: action.sandboxId
+              })
               const destroyed = yield* Effect.result(driver.destroy(action.sandboxId))
               if (destroyed._tag === "Failure") {
-                yield* Effect.logError("agent: orphan destroy failed", { sandboxId: action.sandboxId, error: describeDriverError(destroyed.failure) })
+                yield* Effect.logError("agent: orphan destroy failed", {
+                  sandboxId: action.sandboxId,
+                  error: describeDriverError(destroyed.failure)
+                })
               }
               break
             }
@@ -477,7 +539,12 @@ export class Lifecycle extends Context.Service<Lifecycle, {
                 )
               } else {
                 const agentReady = yield* checkReady(action.sandboxId)
-                reports.push(track("reconcile", yield* report(action.sandboxId, "running", { internalIp: action.internalIp, agentReady })))
+                reports.push(
+                  track(
+                    "reconcile",
+                    yield* report(action.sandboxId, "running", { internalIp: action.internalIp, agentReady })
+                  )
+                )
               }
               break
             }

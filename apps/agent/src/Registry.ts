@@ -6,8 +6,8 @@
  * keep running and a restarted agent overwrites it.
  */
 import { ensureBucket } from "@svc/bus/Topology"
+import { HostRecord, HOSTS_BUCKET_SPEC } from "@svc/host-protocol/Protocol"
 import { SandboxDriver } from "@svc/host/Driver"
-import { HOSTS_BUCKET_SPEC, HostRecord } from "@svc/host-protocol/Protocol"
 import { Context, Duration, Effect, Layer, Schema } from "effect"
 import { AgentConfig } from "./Config.ts"
 import { DataPlane } from "./DataPlane.ts"
@@ -53,7 +53,9 @@ export class HostRegistry extends Context.Service<HostRegistry, {
         Effect.forever(
           Effect.andThen(
             Effect.sleep(Duration.millis(config.heartbeatMs)),
-            beat.pipe(Effect.catchCause((cause) => Effect.logWarning("agent: heartbeat failed", { cause: String(cause) })))
+            beat.pipe(
+              Effect.catchCause((cause) => Effect.logWarning("agent: heartbeat failed", { cause: String(cause) }))
+            )
           )
         )
       )

@@ -23,7 +23,9 @@ export class Reporter extends Context.Service<Reporter, {
     Effect.gen(function*() {
       const context = yield* Effect.context<Nats>()
       const report = Effect.fn("Reporter.report")(function*(report: AgentReport, msgID: string) {
-        yield* Mailbox.send(SANDBOX_MAILBOX, AgentReport, report.sandboxId, report, { msgID }).pipe(Effect.provideContext(context))
+        yield* Mailbox.send(SANDBOX_MAILBOX, AgentReport, report.sandboxId, report, { msgID }).pipe(
+          Effect.provideContext(context)
+        )
       })
       return Reporter.of({ report })
     })

@@ -32,7 +32,10 @@ export class ExitWatcher extends Context.Service<ExitWatcher, {
           yield* retryForever(
             "publishing an exit report",
             reporter.report(report, exitMsgId(config.hostId, report.sandboxId, report.at)).pipe(
-              Effect.catchTag("InvalidActorMessage", (e) => Effect.logError("agent: exit report refused", { error: e.message }))
+              Effect.catchTag(
+                "InvalidActorMessage",
+                (e) => Effect.logError("agent: exit report refused", { error: e.message })
+              )
             )
           )
           reported++

@@ -1,7 +1,9 @@
 import { assert, layer } from "@effect/vitest"
+import { Nats } from "@svc/bus/Nats"
+import { WORKERS_BUCKET } from "@svc/bus/Workers"
 import { makeSandboxId } from "@svc/domain/Ids"
-import { SandboxSpec } from "@svc/host/Driver"
 import { type AgentCommand, HostRecord, HOSTS_BUCKET_SPEC } from "@svc/host-protocol/Protocol"
+import { SandboxSpec } from "@svc/host/Driver"
 import { Effect, Schema } from "effect"
 import { randomBytes } from "node:crypto"
 import * as FsSync from "node:fs"
@@ -22,8 +24,6 @@ import {
   startAgent,
   testLayer
 } from "./fixtures/support.ts"
-import { Nats } from "@svc/bus/Nats"
-import { WORKERS_BUCKET } from "@svc/bus/Workers"
 
 const decodeHostRecord = Schema.decodeUnknownSync(Schema.fromJsonString(HostRecord))
 
@@ -56,12 +56,24 @@ const exec = (agent: RunningAgent, sandboxId: string, body: unknown, token?: str
 /** A raw request with a declared Content-Length and a partial body: the answer comes first. */
 const rawRequest = (
   agent: RunningAgent,
-  options: { method: string; path: string; headers: Record<string, string | number>; body?: Uint8Array; chunks?: number }
+  options: {
+    method: string
+    path: string
+    headers: Record<string, string | number>
+    body?: Uint8Array
+    chunks?: number
+  }
 ) =>
   Effect.callback<{ status: number; body: string }>((resume) => {
     const url = new URL(agent.dataPlane.endpoint)
     const request = Http.request(
-      { host: url.hostname, port: Number(url.port), method: options.method, path: options.path, headers: options.headers },
+      {
+        host: url.hostname,
+        port: Number(url.port),
+        method: options.method,
+        path: options.path,
+        headers: options.headers
+      },
       (response) => {
         let body = ""
         response.on("data", (chunk: Buffer) => (body += chunk.toString("utf8")))
@@ -94,7 +106,11 @@ layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("host agent", 
       assert.isTrue(report.agentReady)
       assert.match(report.internalIp ?? "", /^\d+\.\d+\.\d+\.\d+$/)
       const listed = yield* agent.driver.list
-      assert.deepStrictEqual(listed.map((r) => [r.sandboxId, r.status, r.internalIp]), [[sandboxId, "running", report.internalIp]])
+      assert.deepStrictEqual(listed.map((r) => [r.sandboxId, r.status, r.internalIp]), [[
+        sandboxId,
+        "running",
+        report.internalIp
+      ]])
 
       // Sent to the sandbox actor: its mailbox subject and a msgID derived from the command's.
       const received = (yield* reports.all).find((r) => r.report.sandboxId === sandboxId)!
@@ -137,16 +153,27 @@ layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("host agent", 
       yield* publishRaw(host.hostId, "create", JSON.stringify(lifecycleCommand("destroy", makeSandboxId())))
       yield* publishRaw(host.hostId, "create", JSON.stringify({ ...createCommand("x"), sandboxId: "a.b" }))
       // A command from before the env was sealed (env in the clear): not a command any more.
-      const { sealedEnv: _, ...legacy } = (createCommand(makeSandboxId()) as Extract<AgentCommand, { _tag: "create" }>).resources
-      yield* publishRaw(host.hostId, "create", JSON.stringify({ ...createCommand(makeSandboxId()), resources: { ...legacy, env: { A: "b" } } }))
+      const { sealedEnv: _, ...legacy } =
+        (createCommand(makeSandboxId()) as Extract<AgentCommand, { _tag: "create" }>).resources
+      yield* publishRaw(
+        host.hostId,
+        "create",
+        JSON.stringify({ ...createCommand(makeSandboxId()), resources: { ...legacy, env: { A: "b" } } })
+      )
 
       // An env sealed for another sandbox does not open for this one; nor does a plaintext one.
       const copiedEnv = makeSandboxId()
-      const foreign = createCommand(makeSandboxId(), { env: { SECRET: "copied-secret-value" } }) as Extract<AgentCommand, { _tag: "create" }>
+      const foreign = createCommand(makeSandboxId(), { env: { SECRET: "copied-secret-value" } }) as Extract<
+        AgentCommand,
+        { _tag: "create" }
+      >
       yield* publishCommand(host.hostId, { ...foreign, sandboxId: copiedEnv })
       const plainEnv = makeSandboxId()
       const plain = createCommand(plainEnv) as Extract<AgentCommand, { _tag: "create" }>
-      yield* publishCommand(host.hostId, { ...plain, resources: { ...plain.resources, sealedEnv: JSON.stringify({ SECRET: "plain-secret-value" }) } })
+      yield* publishCommand(host.hostId, {
+        ...plain,
+        resources: { ...plain.resources, sealedEnv: JSON.stringify({ SECRET: "plain-secret-value" }) }
+      })
 
       const badSpec = makeSandboxId()
       yield* publishCommand(host.hostId, createCommand(badSpec, { ramMb: 1 }))
@@ -174,7 +201,10 @@ layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("host agent", 
       yield* reports.waitFor(unknown, (r) => r.status === "destroyed")
       assert.deepStrictEqual(
         (yield* reports.of(unknown)).map((r) => [r.status, r.errorMessage]),
-        [["failed", "no such sandbox on this host"], ["failed", "no such sandbox on this host"], ["destroyed", undefined]]
+        [["failed", "no such sandbox on this host"], ["failed", "no such sandbox on this host"], [
+          "destroyed",
+          undefined
+        ]]
       )
 
       // Later commands still flow, and nothing is left in the work queue: refusals were terminated.
@@ -212,10 +242,14 @@ layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("host agent", 
 
       // Files: a binary round trip, a folder listing, a missing file.
       const bytes = randomBytes(70_000)
-      const put = yield* http(agent, `/sandboxes/${sandboxId}/files?path=${encodeURIComponent("/root/data/blob.bin")}`, {
-        method: "PUT",
-        body: bytes
-      })
+      const put = yield* http(
+        agent,
+        `/sandboxes/${sandboxId}/files?path=${encodeURIComponent("/root/data/blob.bin")}`,
+        {
+          method: "PUT",
+          body: bytes
+        }
+      )
       assert.strictEqual(put.status, 204)
       const got = yield* http(agent, `/sandboxes/${sandboxId}/files?path=/root/data/blob.bin`)
       assert.strictEqual(got.status, 200)
@@ -223,7 +257,11 @@ layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("host agent", 
       assert.isTrue(Buffer.from(got.bytes).equals(bytes))
       const folder = yield* http(agent, `/sandboxes/${sandboxId}/files?path=/root/data`)
       assert.strictEqual(folder.status, 200)
-      assert.deepStrictEqual(folder.json.entries.map((e: any) => [e.name, e.type, e.size]), [["blob.bin", "file", 70_000]])
+      assert.deepStrictEqual(folder.json.entries.map((e: any) => [e.name, e.type, e.size]), [[
+        "blob.bin",
+        "file",
+        70_000
+      ]])
       assert.match(folder.json.entries[0].mtime, /^\d{4}-\d\d-\d\dT/)
       const missing = yield* http(agent, `/sandboxes/${sandboxId}/files?path=/root/nothing`)
       assert.strictEqual(missing.status, 404)
@@ -240,7 +278,11 @@ layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("host agent", 
         headers: { authorization: `Basic ${agent.dataPlane.token}` }
       })
       assert.strictEqual(basic.status, 401)
-      const upload = yield* http(agent, `/sandboxes/${sandboxId}/files?path=/root/should-not-exist`, { method: "PUT", body: "x", token: "nope" })
+      const upload = yield* http(agent, `/sandboxes/${sandboxId}/files?path=/root/should-not-exist`, {
+        method: "PUT",
+        body: "x",
+        token: "nope"
+      })
       assert.strictEqual(upload.status, 401)
       const check = yield* exec(agent, sandboxId, { cmd: ["ls", "/root"] })
       assert.strictEqual(check.json.stdout, "data\n")
@@ -273,7 +315,10 @@ layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("host agent", 
         assert.strictEqual(response.json.reason, "invalid")
       }
       assert.strictEqual((yield* http(agent, `/sandboxes/${sandboxId}/exec`)).status, 405)
-      assert.strictEqual((yield* http(agent, `/sandboxes/${sandboxId}/files?path=/x`, { method: "DELETE" })).status, 405)
+      assert.strictEqual(
+        (yield* http(agent, `/sandboxes/${sandboxId}/files?path=/x`, { method: "DELETE" })).status,
+        405
+      )
       assert.strictEqual((yield* http(agent, `/other`)).status, 404)
       const unknown = yield* exec(agent, makeSandboxId(), { cmd: ["true"] })
       assert.strictEqual(unknown.status, 404)
@@ -324,11 +369,17 @@ layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("host agent", 
       FsSync.writeFileSync(hostTmpFile, secret)
       yield* Effect.addFinalizer(() => Effect.sync(() => FsSync.rmSync(hostTmpFile, { force: true })))
       yield* exec(agent, sandboxId, { cmd: ["ln", "-s", hostTmpFile, "/root/tmplink"] })
-      const through = yield* http(agent, `/sandboxes/${sandboxId}/files?path=/root/tmplink`, { method: "PUT", body: "overwritten" })
+      const through = yield* http(agent, `/sandboxes/${sandboxId}/files?path=/root/tmplink`, {
+        method: "PUT",
+        body: "overwritten"
+      })
       assert.strictEqual(through.status, 204)
       assert.strictEqual((yield* http(agent, `/sandboxes/${sandboxId}/files?path=${hostTmpFile}`)).text, "overwritten")
       assert.strictEqual(FsSync.readFileSync(hostTmpFile, "utf8"), secret)
-      const dangling = yield* http(agent, `/sandboxes/${sandboxId}/files?path=/root/link`, { method: "PUT", body: "overwritten" })
+      const dangling = yield* http(agent, `/sandboxes/${sandboxId}/files?path=/root/link`, {
+        method: "PUT",
+        body: "overwritten"
+      })
       assert.notStrictEqual(dangling.status, 204)
       assert.strictEqual(FsSync.readFileSync(secretFile, "utf8"), secret)
       const hostname = yield* http(agent, `/sandboxes/${sandboxId}/files?path=/root/proclink/hostname`)
@@ -390,11 +441,18 @@ layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("host agent", 
     Effect.gen(function*() {
       const nats = yield* Nats
       const host = yield* makeHost
-      const agent = yield* startAgent(host, { heartbeatMs: 100, region: "eu-test", datacenter: "eu-test-1", capacity: { cpu: 3, ramMb: 2048, diskGb: 20 } })
+      const agent = yield* startAgent(host, {
+        heartbeatMs: 100,
+        region: "eu-test",
+        datacenter: "eu-test-1",
+        capacity: { cpu: 3, ramMb: 2048, diskGb: 20 }
+      })
       const kv = yield* Effect.promise(() => nats.kvm.open(nats.name(HOSTS_BUCKET_SPEC.name)))
       const read = Effect.promise(async () => {
         const entry = await kv.get(host.hostId)
-        return entry === null ? undefined : { revision: entry.revision, record: decodeHostRecord(new TextDecoder().decode(entry.value)) }
+        return entry === null
+          ? undefined
+          : { revision: entry.revision, record: decodeHostRecord(new TextDecoder().decode(entry.value)) }
       })
       const first = (yield* read)!
       assert.deepStrictEqual(
@@ -414,7 +472,10 @@ layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("host agent", 
           limits: { cgroup: "v1", memory: "enforced", cpu: "enforced", pids: "enforced", disk: "enforced" }
         }
       )
-      const later = yield* eventually(read, (r) => r !== undefined && r.record.heartbeatAt >= first.record.heartbeatAt + 150)
+      const later = yield* eventually(
+        read,
+        (r) => r !== undefined && r.record.heartbeatAt >= first.record.heartbeatAt + 150
+      )
       assert.isAbove(later!.revision, first.revision)
       assert.strictEqual(later!.record.startedAt, first.record.startedAt)
 
@@ -484,7 +545,10 @@ layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("host agent", 
       assert.isFalse(byId.has(orphan))
       assert.match((yield* reports.all).slice(before)[0]!.msgId ?? "", new RegExp(`^reconcile:${host.hostId}:\\d+:`))
       assert.sameMembers((yield* third.driver.list).map((r) => r.sandboxId), [keptRunning, keptStopped])
-      assert.sameDeepMembers((yield* journal.list).map((e) => [e.sandboxId, e.pending]), [[keptRunning, null], [keptStopped, null]])
+      assert.sameDeepMembers((yield* journal.list).map((e) => [e.sandboxId, e.pending]), [[keptRunning, null], [
+        keptStopped,
+        null
+      ]])
 
       yield* destroyAndWait(third, keptRunning)
       yield* destroyAndWait(third, keptStopped)

@@ -123,7 +123,10 @@ layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("host agent pr
         assert.strictEqual(response.json.stdout, "base\n")
       }
       const journal = yield* Journal.make(NodePath.join(host.dataDir, "agent", "journal"))
-      assert.sameDeepMembers((yield* journal.list).map((e) => [e.sandboxId, e.pending]), running.map((id) => [id, null]))
+      assert.sameDeepMembers(
+        (yield* journal.list).map((e) => [e.sandboxId, e.pending]),
+        running.map((id) => [id, null])
+      )
 
       // Destroy them all; stop the agent; nothing of them is left on the machine.
       const ips = listed.map((r) => r.internalIp)
@@ -140,7 +143,9 @@ layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("host agent pr
       const leaseDir = DriverConfig.make({ dataDir: host.dataDir, hostId: host.hostId }).leaseDir
       for (const ip of ips) {
         if (!FsSync.existsSync(`/sys/class/net/${vethNames(ip).host}`)) continue
-        const owner = FsSync.existsSync(NodePath.join(leaseDir, ip)) ? FsSync.readFileSync(NodePath.join(leaseDir, ip), "utf8") : ""
+        const owner = FsSync.existsSync(NodePath.join(leaseDir, ip))
+          ? FsSync.readFileSync(NodePath.join(leaseDir, ip), "utf8")
+          : ""
         assert.notInclude(owner, host.dataDir, `veth of ${ip} left behind`)
       }
     }))
@@ -155,7 +160,10 @@ layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("host agent pr
       const reports = yield* Reports
       const driver = yield* driverOf(host)
       const first = yield* spawnAgent(host, 2)
-      const before = yield* eventually(driver.list, (rows) => rows.filter((r) => isPoolEntry(r.sandboxId) && r.status === "running").length === 2)
+      const before = yield* eventually(
+        driver.list,
+        (rows) => rows.filter((r) => isPoolEntry(r.sandboxId) && r.status === "running").length === 2
+      )
       const oldEntries = before.map((r) => r.sandboxId)
 
       const ids = Array.from({ length: 4 }, () => makeSandboxId())

@@ -5,8 +5,8 @@
  * also one that died while no agent ran.
  */
 import { assert, layer } from "@effect/vitest"
-import { makeSandboxId } from "@svc/domain/Ids"
 import { Nats } from "@svc/bus/Nats"
+import { makeSandboxId } from "@svc/domain/Ids"
 import { HostRecord, HOSTS_BUCKET_SPEC } from "@svc/host-protocol/Protocol"
 import { Duration, Effect, Exit, Schema } from "effect"
 import * as FsSync from "node:fs"
@@ -53,7 +53,9 @@ const execTrue = (agent: RunningAgent, sandboxId: string) =>
 
 /** pid 1 of the sandbox as the host sees it (the driver's run record). */
 const initPid = (agent: RunningAgent, sandboxId: string) =>
-  (JSON.parse(FsSync.readFileSync(NodePath.join(agent.config.dataDir, "sandboxes", sandboxId, "run.json"), "utf8")) as { pid: number }).pid
+  (JSON.parse(FsSync.readFileSync(NodePath.join(agent.config.dataDir, "sandboxes", sandboxId, "run.json"), "utf8")) as {
+    pid: number
+  }).pid
 
 layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("host agent: limits and exits", (it) => {
   it.effect("refuses to start where no limit can be applied, unless allowed; the host record says which limits hold", () =>
@@ -91,7 +93,9 @@ layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("host agent: l
       const root = yield* Effect.acquireRelease(
         Effect.promise(async () => {
           const dir = await Fs.mkdtemp("/tmp/svc-cgroup-v1-")
-          for (const c of ["memory", "cpu", "cpuacct", "pids"]) await Fs.symlink(`/sys/fs/cgroup/${c}`, NodePath.join(dir, c))
+          for (const c of ["memory", "cpu", "cpuacct", "pids"]) {
+            await Fs.symlink(`/sys/fs/cgroup/${c}`, NodePath.join(dir, c))
+          }
           return dir
         }),
         (dir) => Effect.promise(() => Fs.rm(dir, { recursive: true, force: true }))

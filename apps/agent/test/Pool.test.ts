@@ -32,7 +32,10 @@ layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("host agent wa
       const before = (yield* eventually(agent.lifecycle.pool, (s) => s.ready.length === 2)).ready
 
       const sandboxId = makeSandboxId()
-      yield* publishCommand(host.hostId, createCommand(sandboxId, { env: { GREETING: "from the pool" }, cpu: 2, ramMb: 96, exposedPorts: [8080] }))
+      yield* publishCommand(
+        host.hostId,
+        createCommand(sandboxId, { env: { GREETING: "from the pool" }, cpu: 2, ramMb: 96, exposedPorts: [8080] })
+      )
       const report = yield* reports.waitFor(sandboxId, () => true)
       assert.strictEqual(report.status, "running", JSON.stringify(report))
       assert.strictEqual(report.via, "restore")
@@ -51,7 +54,10 @@ layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("host agent wa
       assert.strictEqual(response.status, 200)
       assert.strictEqual(response.json.stdout, `from the pool\n${sandboxId}\n`)
       const group = (controller: string, file: string) =>
-        FsSync.readFileSync(NodePath.join("/sys/fs/cgroup", controller, "svc-sandboxes", host.hostId, sandboxId, file), "utf8").trim()
+        FsSync.readFileSync(
+          NodePath.join("/sys/fs/cgroup", controller, "svc-sandboxes", host.hostId, sandboxId, file),
+          "utf8"
+        ).trim()
       assert.strictEqual(group("memory", "memory.limit_in_bytes"), String(96 * 1024 * 1024))
       assert.strictEqual(group("cpu", "cpu.cfs_quota_us"), "200000")
 

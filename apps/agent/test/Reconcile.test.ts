@@ -5,7 +5,11 @@ import { plan, undoBy } from "../src/Reconcile.ts"
 const entry = (sandboxId: string, pending: PendingOp | null) =>
   new JournalEntry({ sandboxId, orgId: "org_00000000000000000000000000", pending, updatedAt: 1 })
 
-const row = (sandboxId: string, status: "running" | "stopped", internalIp = "10.213.0.9") => ({ sandboxId, status, internalIp })
+const row = (sandboxId: string, status: "running" | "stopped", internalIp = "10.213.0.9") => ({
+  sandboxId,
+  status,
+  internalIp
+})
 
 describe("Reconcile.plan", () => {
   it("undoes unfinished operations: create and destroy by destroying, start and stop by stopping", () => {
@@ -28,7 +32,12 @@ describe("Reconcile.plan", () => {
   it("reports settled sandboxes as the disk has them, vanished ones as gone, and destroys unconfirmed ones", () => {
     const actions = plan(
       [entry("run", null), entry("stop", null), entry("gone", null), entry("half", "create")],
-      [row("stop", "stopped", "10.213.0.3"), row("orphan", "running"), row("run", "running", "10.213.0.2"), row("half", "stopped")]
+      [
+        row("stop", "stopped", "10.213.0.3"),
+        row("orphan", "running"),
+        row("run", "running", "10.213.0.2"),
+        row("half", "stopped")
+      ]
     )
     assert.deepStrictEqual(actions, [
       { _tag: "Undo", sandboxId: "half", pending: "create", by: "destroy" },

@@ -64,7 +64,9 @@ const heldDownload = (agent: RunningAgent, path: string) =>
         })
         res.on("end", () => resolveDone({ sha1: hash.digest("hex"), bytes }))
       })
-      resume(Effect.succeed({ status: res.statusCode ?? 0, resume: () => res.resume(), cut: () => req.destroy(), done }))
+      resume(
+        Effect.succeed({ status: res.statusCode ?? 0, resume: () => res.resume(), cut: () => req.destroy(), done })
+      )
     })
     req.end()
   })
@@ -124,7 +126,10 @@ layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("agent file tr
         assert.strictEqual(busy.json.reason, "busy")
       }
       // Exec is not a transfer: it still runs.
-      const exec = yield* http(agent, `/sandboxes/${sandboxId}/exec`, { method: "POST", body: JSON.stringify({ cmd: ["true"] }) })
+      const exec = yield* http(agent, `/sandboxes/${sandboxId}/exec`, {
+        method: "POST",
+        body: JSON.stringify({ cmd: ["true"] })
+      })
       assert.strictEqual(exec.status, 200)
 
       held.cut()

@@ -119,14 +119,15 @@ export const serveInOrder = <E, R>(
     Effect.gen(function*() {
       const app = yield* HttpRouter.toHttpEffect(routes)
       const deadline = yield* Deferred.make<void>()
-      const served = HttpServer.serve(Effect.raceFirst(app, Effect.andThen(Deferred.await(deadline), unavailable))).pipe(
-        Layer.provide(NodeHttpServer.layerServer(makeNodeServer, {
-          port: options.port,
-          host: options.host,
-          // The server's own limit comes after ours, which has answered what was left by then.
-          gracefulShutdownTimeout: Duration.sum(grace, Duration.seconds(5))
-        }))
-      )
+      const served = HttpServer.serve(Effect.raceFirst(app, Effect.andThen(Deferred.await(deadline), unavailable)))
+        .pipe(
+          Layer.provide(NodeHttpServer.layerServer(makeNodeServer, {
+            port: options.port,
+            host: options.host,
+            // The server's own limit comes after ours, which has answered what was left by then.
+            gracefulShutdownTimeout: Duration.sum(grace, Duration.seconds(5))
+          }))
+        )
       // Built after the server, so released before it: the countdown starts as the stop begins.
       const countdown = Layer.effectDiscard(Effect.addFinalizer(() =>
         Effect.sync(() => {

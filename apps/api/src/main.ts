@@ -10,6 +10,8 @@ import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import { Effect, Layer } from "effect"
 import * as Server from "./Server.ts"
 
-const announce = Effect.sync(() => process.stdout.write(JSON.stringify({ event: "api_ready", pid: process.pid }) + "\n"))
+const announce = Effect.sync(() =>
+  process.stdout.write(JSON.stringify({ event: "api_ready", pid: process.pid }) + "\n")
+)
 
 NodeRuntime.runMain(Layer.launch(Layer.tap(Server.layer, () => announce)))

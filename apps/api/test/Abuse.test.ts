@@ -81,7 +81,10 @@ const from = (address: string) => ({ "x-forwarded-for": address })
 const signIn = (base: string, email: string, password: string, headers: Record<string, string> = {}) =>
   call(base, "POST", "/v1/auth/sign-in", { body: { email, password }, headers })
 const signUp = (base: string, email: string, headers: Record<string, string> = {}) =>
-  call(base, "POST", "/v1/auth/sign-up", { body: { email, password: "the right password", org_name: "Abuse" }, headers })
+  call(base, "POST", "/v1/auth/sign-up", {
+    body: { email, password: "the right password", org_name: "Abuse" },
+    headers
+  })
 
 /** A 429 of the contract: `rate_limited`, `Retry-After` equal to the body's `retry_after_s`. */
 const expectRateLimited = (res: Answer) => {
@@ -100,9 +103,17 @@ const account = (email: string) =>
     const up = yield* signUp(proxied, email, from(freshAddress()))
     expect(up.status, up.text).toBe(201)
     const cookie = up.headers.get("set-cookie")!.split(";")[0]!
-    const key = yield* call(proxied, "POST", "/v1/auth/api-keys", { body: { name: "k" }, headers: { cookie, origin: proxied } })
+    const key = yield* call(proxied, "POST", "/v1/auth/api-keys", {
+      body: { name: "k" },
+      headers: { cookie, origin: proxied }
+    })
     expect(key.status).toBe(201)
-    return { orgId: up.json.org.id as string, userId: up.json.user.id as string, token: key.json.token as string, cookie }
+    return {
+      orgId: up.json.org.id as string,
+      userId: up.json.user.id as string,
+      token: key.json.token as string,
+      cookie
+    }
   })
 
 /** Runs `count` calls, `concurrency` at a time; their statuses and one answer per status. */
@@ -129,7 +140,9 @@ layer(EnvLayer, { excludeTestServices: true })("abuse", (it) => {
       const { plain, advanceClock } = yield* Env
       const statuses: Array<number> = []
       // Distinct unknown emails: only the per-address limit is at work.
-      for (let i = 0; i < 20; i++) statuses.push((yield* signIn(plain, `nobody${i}@example.com`, "a wrong password")).status)
+      for (let i = 0; i < 20; i++) {
+        statuses.push((yield* signIn(plain, `nobody${i}@example.com`, "a wrong password")).status)
+      }
       expect(statuses).toEqual(Array(20).fill(401))
       const refused = yield* signIn(plain, "nobody-more@example.com", "a wrong password")
       // 10 a minute refill: one every 6 s.
@@ -137,7 +150,9 @@ layer(EnvLayer, { excludeTestServices: true })("abuse", (it) => {
       expectRateLimited(yield* signUp(plain, "newcomer@example.com"))
       // Nothing was created for the refused sign-up.
       const { sql } = yield* Env
-      expect((yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM users WHERE email = 'newcomer@example.com'`)[0]!.n).toBe(0)
+      expect(
+        (yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM users WHERE email = 'newcomer@example.com'`)[0]!.n
+      ).toBe(0)
       // The header a client sends does not make it another address on a server without trusted proxies.
       expectRateLimited(yield* signIn(plain, "nobody-more@example.com", "a wrong password", from(freshAddress())))
       advanceClock(6_000)
@@ -150,8 +165,11 @@ layer(EnvLayer, { excludeTestServices: true })("abuse", (it) => {
       const { plain, sql, advanceClock } = yield* Env
       const { token } = yield* account("keys@example.com")
       expect((yield* call(plain, "GET", "/v1/auth/me", { token })).status).toBe(200)
-      const { statuses, samples } = yield* flood(5_000, 32, () =>
-        fetch(`${plain}/v1/auth/me`, { headers: { authorization: `Bearer ${Token.mint().token}` } }))
+      const { statuses, samples } = yield* flood(
+        5_000,
+        32,
+        () => fetch(`${plain}/v1/auth/me`, { headers: { authorization: `Bearer ${Token.mint().token}` } })
+      )
       // Nothing but 401 and 429; 401 only for the burst (and what was in flight when it ran out).
       expect([...statuses.keys()].sort()).toEqual([401, 429])
       expect(statuses.get(401)!).toBeGreaterThanOrEqual(20)
@@ -165,11 +183,16 @@ layer(EnvLayer, { excludeTestServices: true })("abuse", (it) => {
 
       // No lookup happens for them: with the keys table gone a lookup would be 503.
       yield* sql`ALTER TABLE api_keys RENAME TO api_keys_away`
-      const blind = yield* flood(200, 8, () =>
-        fetch(`${plain}/v1/auth/me`, { headers: { authorization: `Bearer ${Token.mint().token}` } }))
+      const blind = yield* flood(
+        200,
+        8,
+        () => fetch(`${plain}/v1/auth/me`, { headers: { authorization: `Bearer ${Token.mint().token}` } })
+      )
       // Malformed and session credentials are refused the same way, before their checks.
       const malformed = yield* call(plain, "GET", "/v1/auth/me", { headers: { authorization: "Bearer nonsense" } })
-      const session = yield* call(plain, "GET", "/v1/auth/me", { headers: { cookie: `${SESSION_COOKIE}=${"a".repeat(43)}` } })
+      const session = yield* call(plain, "GET", "/v1/auth/me", {
+        headers: { cookie: `${SESSION_COOKIE}=${"a".repeat(43)}` }
+      })
       // A key this process verified recently still works: the limit is on failures.
       const known = yield* call(plain, "GET", "/v1/auth/me", { token })
       yield* sql`ALTER TABLE api_keys_away RENAME TO api_keys`
@@ -191,7 +214,10 @@ layer(EnvLayer, { excludeTestServices: true })("abuse", (it) => {
     Effect.gen(function*() {
       const { proxied, sql } = yield* Env
       const { token, cookie } = yield* account("revoker@example.com")
-      const other = yield* call(proxied, "POST", "/v1/auth/api-keys", { body: { name: "to revoke" }, headers: { cookie, origin: proxied } })
+      const other = yield* call(proxied, "POST", "/v1/auth/api-keys", {
+        body: { name: "to revoke" },
+        headers: { cookie, origin: proxied }
+      })
       yield* call(proxied, "DELETE", `/v1/auth/api-keys/${other.json.id}`, { token })
       const unknown = Token.mint().token
       const first = [
@@ -203,7 +229,10 @@ layer(EnvLayer, { excludeTestServices: true })("abuse", (it) => {
         yield* call(proxied, "GET", "/v1/auth/me", { token: unknown, headers: from(freshAddress()) }),
         yield* call(proxied, "GET", "/v1/auth/me", { token: other.json.token, headers: from(freshAddress()) })
       ]
-      const fresh = yield* call(proxied, "GET", "/v1/auth/me", { token: Token.mint().token, headers: from(freshAddress()) })
+      const fresh = yield* call(proxied, "GET", "/v1/auth/me", {
+        token: Token.mint().token,
+        headers: from(freshAddress())
+      })
       yield* sql`ALTER TABLE api_keys_away RENAME TO api_keys`
       expect(first.map((r) => r.status)).toEqual([401, 401])
       expect(again.map((r) => [r.status, r.json.code])).toEqual([[401, "unauthenticated"], [401, "unauthenticated"]])
@@ -217,17 +246,28 @@ layer(EnvLayer, { excludeTestServices: true })("abuse", (it) => {
       // Behind the proxy every forwarded client has its own failure bucket.
       const one = freshAddress()
       for (let i = 0; i < 20; i++) {
-        expect((yield* call(proxied, "GET", "/v1/auth/me", { token: Token.mint().token, headers: from(one) })).status).toBe(401)
+        expect((yield* call(proxied, "GET", "/v1/auth/me", { token: Token.mint().token, headers: from(one) })).status)
+          .toBe(401)
       }
       expectRateLimited(yield* call(proxied, "GET", "/v1/auth/me", { token: Token.mint().token, headers: from(one) }))
       // A client that prepends a fake address is still itself (the proxy appends the real one).
-      expectRateLimited(yield* call(proxied, "GET", "/v1/auth/me", { token: Token.mint().token, headers: from(`198.51.100.1, ${one}`) }))
-      expect((yield* call(proxied, "GET", "/v1/auth/me", { token: Token.mint().token, headers: from(freshAddress()) })).status).toBe(401)
+      expectRateLimited(
+        yield* call(proxied, "GET", "/v1/auth/me", { token: Token.mint().token, headers: from(`198.51.100.1, ${one}`) })
+      )
+      expect(
+        (yield* call(proxied, "GET", "/v1/auth/me", { token: Token.mint().token, headers: from(freshAddress()) }))
+          .status
+      ).toBe(401)
       // Malformed credentials (another scheme, a bad checksum) are failures like unknown keys.
       const two = freshAddress()
       for (let i = 0; i < 10; i++) {
-        const basic = yield* call(proxied, "GET", "/v1/auth/me", { headers: { ...from(two), authorization: `Basic ${i}` } })
-        const noise = yield* call(proxied, "GET", "/v1/auth/me", { token: `svc_live_${"x".repeat(38)}`, headers: from(two) })
+        const basic = yield* call(proxied, "GET", "/v1/auth/me", {
+          headers: { ...from(two), authorization: `Basic ${i}` }
+        })
+        const noise = yield* call(proxied, "GET", "/v1/auth/me", {
+          token: `svc_live_${"x".repeat(38)}`,
+          headers: from(two)
+        })
         expect([basic.status, noise.status]).toEqual([401, 401])
       }
       expectRateLimited(yield* call(proxied, "GET", "/v1/auth/me", { token: Token.mint().token, headers: from(two) }))
@@ -239,10 +279,15 @@ layer(EnvLayer, { excludeTestServices: true })("abuse", (it) => {
       // A minute on: 127.0.0.1's failures on `plain` (the flood above) have refilled, so its
       // first look at this key is allowed. Each call a millisecond apart: the log is newest first.
       advanceClock(60_000)
-      expect((yield* call(proxied, "POST", "/v1/auth/api-keys", { token, body: { name: "x" }, headers: from(client) })).status)
+      expect(
+        (yield* call(proxied, "POST", "/v1/auth/api-keys", { token, body: { name: "x" }, headers: from(client) }))
+          .status
+      )
         .toBe(201)
       advanceClock(1)
-      expect((yield* call(plain, "POST", "/v1/auth/api-keys", { token, body: { name: "y" }, headers: from(client) })).status)
+      expect(
+        (yield* call(plain, "POST", "/v1/auth/api-keys", { token, body: { name: "y" }, headers: from(client) })).status
+      )
         .toBe(201)
       const log = yield* call(proxied, "GET", "/v1/audit?action=apikey.created&limit=2", { token })
       expect(log.json.entries.map((e: { ip: string }) => e.ip)).toEqual(["127.0.0.1", client])
@@ -303,16 +348,22 @@ layer(EnvLayer, { excludeTestServices: true })("abuse", (it) => {
     Effect.gen(function*() {
       const { proxied, sql } = yield* Env
       const { userId } = yield* account("legacy@example.com")
-      const stored = (yield* sql<{ password_hash: string }>`SELECT password_hash FROM users WHERE id = ${userId}`)[0]!.password_hash
+      const stored =
+        (yield* sql<{ password_hash: string }>`SELECT password_hash FROM users WHERE id = ${userId}`)[0]!.password_hash
       expect(stored).toMatch(/^\$argon2id\$v=19\$m=19456,t=2,p=1\$/)
       // What the platform stored before this release.
       const salt = randomBytes(16)
       const key = scryptSync("the old password", salt, 32, { N: 2 ** 15, r: 8, p: 1, maxmem: 64 * 1024 * 1024 })
       const legacy = `scrypt$15$8$1$${salt.toString("base64")}$${key.toString("base64")}`
       yield* sql`UPDATE users SET password_hash = ${legacy} WHERE id = ${userId}`
-      const hashOf = Effect.map(sql<{ password_hash: string }>`SELECT password_hash FROM users WHERE id = ${userId}`, (r) => r[0]!.password_hash)
+      const hashOf = Effect.map(
+        sql<{ password_hash: string }>`SELECT password_hash FROM users WHERE id = ${userId}`,
+        (r) => r[0]!.password_hash
+      )
 
-      expect((yield* signIn(proxied, "legacy@example.com", "not the old password", from(freshAddress()))).status).toBe(401)
+      expect((yield* signIn(proxied, "legacy@example.com", "not the old password", from(freshAddress()))).status).toBe(
+        401
+      )
       expect(yield* hashOf).toBe(legacy)
       expect((yield* signIn(proxied, "legacy@example.com", "the old password", from(freshAddress()))).status).toBe(200)
       const upgraded = yield* hashOf
@@ -320,6 +371,8 @@ layer(EnvLayer, { excludeTestServices: true })("abuse", (it) => {
       // The new hash works, and is not rewritten again.
       expect((yield* signIn(proxied, "legacy@example.com", "the old password", from(freshAddress()))).status).toBe(200)
       expect(yield* hashOf).toBe(upgraded)
-      expect((yield* signIn(proxied, "legacy@example.com", "not the old password", from(freshAddress()))).status).toBe(401)
+      expect((yield* signIn(proxied, "legacy@example.com", "not the old password", from(freshAddress()))).status).toBe(
+        401
+      )
     }))
 })

@@ -5,8 +5,8 @@
 import { expect, layer } from "@effect/vitest"
 import { SecretBox } from "@svc/crypto/SecretBox"
 import { SESSION_COOKIE } from "@svc/domain/Api/Auth"
-import * as TestDatabase from "@svc/testing/TestDatabase"
 import { makeOffsetClock } from "@svc/testing/OffsetClock"
+import * as TestDatabase from "@svc/testing/TestDatabase"
 import { type Answer, call as http, serve } from "@svc/testing/TestHttp"
 import * as TestNats from "@svc/testing/TestNats"
 import { Clock, ConfigProvider, Context, Effect, Exit, Layer } from "effect"
@@ -54,7 +54,10 @@ const EnvLayer = Layer.effect(
 )
 
 const signUp = (base: string, email: string, orgName = "Org", headers: Record<string, string> = {}) =>
-  call(base, "POST", "/v1/auth/sign-up", { body: { email, password: "a good long password", org_name: orgName }, headers })
+  call(base, "POST", "/v1/auth/sign-up", {
+    body: { email, password: "a good long password", org_name: orgName },
+    headers
+  })
 
 layer(EnvLayer, { excludeTestServices: true })("sign-up, sessions, org, audit", (it) => {
   it.effect("sign-up creates the org and its first user, signs in, and sets the session cookie", () =>
@@ -73,7 +76,9 @@ layer(EnvLayer, { excludeTestServices: true })("sign-up, sessions, org, audit", 
       expect(attributes).toContain("path=/")
       // Loopback: no Secure (plain-HTTP development).
       expect(attributes).not.toContain("secure")
-      const expires = Date.parse(set.split(";").find((a) => a.trim().toLowerCase().startsWith("expires="))!.split("=")[1]!)
+      const expires = Date.parse(
+        set.split(";").find((a) => a.trim().toLowerCase().startsWith("expires="))!.split("=")[1]!
+      )
       expect(expires - Date.now()).toBeGreaterThan(6 * 24 * 3600 * 1000)
       const cookie = sessionCookie(res)
       expect(cookie.length).toBe(SESSION_COOKIE.length + 1 + 43)
@@ -82,12 +87,19 @@ layer(EnvLayer, { excludeTestServices: true })("sign-up, sessions, org, audit", 
       expect(me.body).toEqual({
         org: { id: res.body.org.id, name: "Founders" },
         user: { id: res.body.user.id, email: "founder@example.com" },
-        credential: { type: "session", id: expect.stringMatching(/^ses_/), scopes: ["*"], expiresAt: expect.any(String) }
+        credential: {
+          type: "session",
+          id: expect.stringMatching(/^ses_/),
+          scopes: ["*"],
+          expiresAt: expect.any(String)
+        }
       })
       // The session token is stored hashed only.
       const { sql } = yield* Env
       const token = cookie.slice(SESSION_COOKIE.length + 1)
-      const rows = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM sessions WHERE token_hash = ${token} OR id = ${token}`
+      const rows = yield* sql<
+        { n: number }
+      >`SELECT count(*)::int AS n FROM sessions WHERE token_hash = ${token} OR id = ${token}`
       expect(rows[0]!.n).toBe(0)
     }))
 
@@ -120,15 +132,23 @@ layer(EnvLayer, { excludeTestServices: true })("sign-up, sessions, org, audit", 
         ]
       ) {
         const res = yield* call(base, "POST", "/v1/auth/sign-up", { body })
-        expect({ body, status: res.status, code: res.body.code }).toEqual({ body, status: 400, code: "invalid_request" })
+        expect({ body, status: res.status, code: res.body.code }).toEqual({
+          body,
+          status: 400,
+          code: "invalid_request"
+        })
         if (typeof body.password === "string") expect(res.text).not.toContain(body.password)
       }
-      expect((yield* call(base, "POST", "/v1/auth/sign-up", {
-        body: { email: "edge@example.com", password: "p".repeat(256), org_name: "x".repeat(120) }
-      })).status).toBe(201)
-      expect((yield* call(base, "POST", "/v1/auth/sign-up", {
-        body: { email: "edge8@example.com", password: "8 chars!", org_name: "x" }
-      })).status).toBe(201)
+      expect(
+        (yield* call(base, "POST", "/v1/auth/sign-up", {
+          body: { email: "edge@example.com", password: "p".repeat(256), org_name: "x".repeat(120) }
+        })).status
+      ).toBe(201)
+      expect(
+        (yield* call(base, "POST", "/v1/auth/sign-up", {
+          body: { email: "edge8@example.com", password: "8 chars!", org_name: "x" }
+        })).status
+      ).toBe(201)
     }))
 
   it.effect("sign-in: the right password signs in; a wrong email and a wrong password fail the same way", () =>
@@ -143,7 +163,9 @@ layer(EnvLayer, { excludeTestServices: true })("sign-up, sessions, org, audit", 
       expect(ok.body.org).toEqual(up.body.org)
       const cookie = sessionCookie(ok)
       expect(cookie).not.toBe(sessionCookie(up))
-      expect((yield* call(base, "GET", "/v1/auth/me", { headers: { cookie } })).body.user.email).toBe("signin@example.com")
+      expect((yield* call(base, "GET", "/v1/auth/me", { headers: { cookie } })).body.user.email).toBe(
+        "signin@example.com"
+      )
       const wrongPassword = yield* call(base, "POST", "/v1/auth/sign-in", {
         body: { email: "signin@example.com", password: "a bad long password" }
       })
@@ -170,7 +192,11 @@ layer(EnvLayer, { excludeTestServices: true })("sign-up, sessions, org, audit", 
         const headers: Record<string, string> = { cookie }
         if (origin !== undefined) headers.origin = origin
         const res = yield* call(base, "POST", "/v1/auth/api-keys", { body, headers })
-        expect({ origin, status: res.status, code: res.body.code }).toEqual({ origin, status: 403, code: "csrf_rejected" })
+        expect({ origin, status: res.status, code: res.body.code }).toEqual({
+          origin,
+          status: 403,
+          code: "csrf_rejected"
+        })
         const patch = yield* call(base, "PATCH", "/v1/org", { body: { name: "pwned" }, headers })
         expect(patch.status).toBe(403)
       }
@@ -198,9 +224,11 @@ layer(EnvLayer, { excludeTestServices: true })("sign-up, sessions, org, audit", 
     Effect.gen(function*() {
       const { base } = yield* Env
       const cookie = sessionCookie(yield* signUp(base, "signout@example.com"))
-      const other = sessionCookie(yield* call(base, "POST", "/v1/auth/sign-in", {
-        body: { email: "signout@example.com", password: "a good long password" }
-      }))
+      const other = sessionCookie(
+        yield* call(base, "POST", "/v1/auth/sign-in", {
+          body: { email: "signout@example.com", password: "a good long password" }
+        })
+      )
       expect((yield* call(base, "POST", "/v1/auth/sign-out", { headers: { cookie } })).status).toBe(403)
       const out = yield* call(base, "POST", "/v1/auth/sign-out", { headers: { cookie, origin: base } })
       expect(out.status).toBe(204)
@@ -235,7 +263,10 @@ layer(EnvLayer, { excludeTestServices: true })("sign-up, sessions, org, audit", 
       const { base } = yield* Env
       const up = yield* signUp(base, "org@example.com", "Before")
       const cookie = sessionCookie(up)
-      const key = yield* call(base, "POST", "/v1/auth/api-keys", { body: { name: "k" }, headers: { cookie, origin: base } })
+      const key = yield* call(base, "POST", "/v1/auth/api-keys", {
+        body: { name: "k" },
+        headers: { cookie, origin: base }
+      })
       const auth = { authorization: `Bearer ${key.body.token}` }
       expect((yield* call(base, "GET", "/v1/auth/me", { headers: auth })).body.org.name).toBe("Before")
       const org = yield* call(base, "GET", "/v1/org", { headers: auth })
@@ -258,12 +289,17 @@ layer(EnvLayer, { excludeTestServices: true })("sign-up, sessions, org, audit", 
       const up = yield* signUp(base, "audit@example.com", "Audited")
       const cookie = sessionCookie(up)
       const userId = up.body.user.id
-      const key = yield* call(base, "POST", "/v1/auth/api-keys", { body: { name: "k" }, headers: { cookie, origin: base } })
+      const key = yield* call(base, "POST", "/v1/auth/api-keys", {
+        body: { name: "k" },
+        headers: { cookie, origin: base }
+      })
       const auth = { authorization: `Bearer ${key.body.token}` }
       const second = yield* call(base, "POST", "/v1/auth/api-keys", { body: { name: "k2" }, headers: auth })
       yield* call(base, "DELETE", `/v1/auth/api-keys/${second.body.id}`, { headers: auth })
       yield* call(base, "PATCH", "/v1/org", { body: { name: "Audited 2" }, headers: auth })
-      yield* call(base, "POST", "/v1/auth/sign-in", { body: { email: "audit@example.com", password: "wrong password!" } })
+      yield* call(base, "POST", "/v1/auth/sign-in", {
+        body: { email: "audit@example.com", password: "wrong password!" }
+      })
       yield* call(base, "POST", "/v1/auth/sign-out", { headers: { cookie, origin: base } })
 
       const all = yield* call(base, "GET", "/v1/audit", { headers: auth })
@@ -294,9 +330,15 @@ layer(EnvLayer, { excludeTestServices: true })("sign-up, sessions, org, audit", 
       })
       expect(created2.actor).toEqual({ type: "api_key", id: key.body.id })
       expect(created2.target_id).toBe(second.body.id)
-      expect(byAction("apikey.revoked")[0]).toMatchObject({ actor: { type: "api_key", id: key.body.id }, target_id: second.body.id })
+      expect(byAction("apikey.revoked")[0]).toMatchObject({
+        actor: { type: "api_key", id: key.body.id },
+        target_id: second.body.id
+      })
       expect(byAction("org.updated")[0]).toMatchObject({ actor: { type: "api_key" }, target_id: up.body.org.id })
-      expect(byAction("auth.sign_in_failed")[0]).toMatchObject({ actor: { type: "anonymous", id: null }, target_id: userId })
+      expect(byAction("auth.sign_in_failed")[0]).toMatchObject({
+        actor: { type: "anonymous", id: null },
+        target_id: userId
+      })
       expect(all.text).not.toContain(key.body.token)
 
       const filtered = yield* call(base, "GET", "/v1/audit?action=apikey.created&limit=1", { headers: auth })
@@ -313,8 +355,13 @@ layer(EnvLayer, { excludeTestServices: true })("sign-up, sessions, org, audit", 
       const stranger = sessionCookie(yield* signUp(base, "stranger@example.com"))
       const theirs = yield* call(base, "GET", "/v1/audit", { headers: { cookie: stranger } })
       expect(theirs.text).not.toContain(up.body.org.id)
-      const scoped = yield* call(base, "POST", "/v1/auth/api-keys", { body: { name: "s", scopes: ["apps:read"] }, headers: auth })
-      const refused = yield* call(base, "GET", "/v1/audit", { headers: { authorization: `Bearer ${scoped.body.token}` } })
+      const scoped = yield* call(base, "POST", "/v1/auth/api-keys", {
+        body: { name: "s", scopes: ["apps:read"] },
+        headers: auth
+      })
+      const refused = yield* call(base, "GET", "/v1/audit", {
+        headers: { authorization: `Bearer ${scoped.body.token}` }
+      })
       expect(refused.status).toBe(403)
       expect(refused.body.code).toBe("full_access_required")
     }))

@@ -26,7 +26,7 @@ import { Api } from "@svc/domain/Api"
 import { Access, type AccessRule, accessRuleOf, Authorization, SESSION_COOKIE } from "@svc/domain/Api/Auth"
 import * as Token from "@svc/domain/ApiKeyToken"
 import { ID_PREFIXES, type IdKind, makeId, type OrgId, SandboxId } from "@svc/domain/Ids"
-import { ACTIONS_OF, RESOURCES, type Resource } from "@svc/domain/Scopes"
+import { ACTIONS_OF, type Resource, RESOURCES } from "@svc/domain/Scopes"
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import { serve } from "@svc/testing/TestHttp"
 import * as TestNats from "@svc/testing/TestNats"
@@ -108,18 +108,36 @@ class ProbeApi extends HttpApi.make("probe")
 {}
 const ok = () => Effect.succeed({ ok: true })
 const probeHandlers = Layer.mergeAll(
-  HttpApiBuilder.group(ProbeApi, "probe_sandboxes", (h) =>
-    h.handle("list", ok).handle("create", ok).handle("get", ok).handle("remove", ok)),
-  HttpApiBuilder.group(ProbeApi, "probe_templates", (h) =>
-    h.handle("list", ok).handle("create", ok).handle("get", ok).handle("remove", ok)),
-  HttpApiBuilder.group(ProbeApi, "probe_volumes", (h) =>
-    h.handle("list", ok).handle("create", ok).handle("get", ok).handle("remove", ok)),
-  HttpApiBuilder.group(ProbeApi, "probe_apps", (h) =>
-    h.handle("list", ok).handle("create", ok).handle("get", ok).handle("remove", ok)),
-  HttpApiBuilder.group(ProbeApi, "probe_secrets", (h) =>
-    h.handle("list", ok).handle("create", ok).handle("get", ok).handle("remove", ok)),
-  HttpApiBuilder.group(ProbeApi, "probe_extra", (h) =>
-    h.handle("bind", ok).handle("use", ok).handle("anyone", ok).handle("undeclared", ok))
+  HttpApiBuilder.group(
+    ProbeApi,
+    "probe_sandboxes",
+    (h) => h.handle("list", ok).handle("create", ok).handle("get", ok).handle("remove", ok)
+  ),
+  HttpApiBuilder.group(
+    ProbeApi,
+    "probe_templates",
+    (h) => h.handle("list", ok).handle("create", ok).handle("get", ok).handle("remove", ok)
+  ),
+  HttpApiBuilder.group(
+    ProbeApi,
+    "probe_volumes",
+    (h) => h.handle("list", ok).handle("create", ok).handle("get", ok).handle("remove", ok)
+  ),
+  HttpApiBuilder.group(
+    ProbeApi,
+    "probe_apps",
+    (h) => h.handle("list", ok).handle("create", ok).handle("get", ok).handle("remove", ok)
+  ),
+  HttpApiBuilder.group(
+    ProbeApi,
+    "probe_secrets",
+    (h) => h.handle("list", ok).handle("create", ok).handle("get", ok).handle("remove", ok)
+  ),
+  HttpApiBuilder.group(
+    ProbeApi,
+    "probe_extra",
+    (h) => h.handle("bind", ok).handle("use", ok).handle("anyone", ok).handle("undeclared", ok)
+  )
 )
 const probeRoutes = routesOf(ProbeApi)
 
@@ -209,7 +227,9 @@ const expectedFor = (route: Route, kind: CredentialKind): Expected => {
 type Fixture = (base: string, token: string) => Promise<string>
 const created = (what: string) => async (res: Response): Promise<string> => {
   const body = await res.json() as { id?: string }
-  if (res.status >= 300 || typeof body.id !== "string") throw new Error(`fixture ${what}: ${res.status} ${JSON.stringify(body)}`)
+  if (res.status >= 300 || typeof body.id !== "string") {
+    throw new Error(`fixture ${what}: ${res.status} ${JSON.stringify(body)}`)
+  }
   return body.id
 }
 const post = (base: string, token: string, path: string, body: unknown) =>
@@ -274,16 +294,26 @@ const EnvLayer = Layer.effect(
     const keys = Context.get(ops, ApiKeys)
     const sql = Context.get(platform, SqlClient.SqlClient)
 
-    const { org: orgA, user } = yield* run(Effect.flatMap(Effect.service(Users), (u) =>
-      u.signUp({ email: "matrix@example.com", password: "correct horse battery", orgName: "A" }, {
-        ip: null,
-        userAgent: null
-      })))
-    const { org: orgB } = yield* run(Effect.flatMap(Effect.service(Users), (u) =>
-      u.signUp({ email: "other@example.com", password: "correct horse battery", orgName: "B" }, {
-        ip: null,
-        userAgent: null
-      })))
+    const { org: orgA, user } = yield* run(
+      Effect.flatMap(
+        Effect.service(Users),
+        (u) =>
+          u.signUp({ email: "matrix@example.com", password: "correct horse battery", orgName: "A" }, {
+            ip: null,
+            userAgent: null
+          })
+      )
+    )
+    const { org: orgB } = yield* run(
+      Effect.flatMap(
+        Effect.service(Users),
+        (u) =>
+          u.signUp({ email: "other@example.com", password: "correct horse battery", orgName: "B" }, {
+            ip: null,
+            userAgent: null
+          })
+      )
+    )
     const mint = (orgId: OrgId, scopes: ReadonlyArray<string>) =>
       run(keys.mint({ orgId, userId: null, name: scopes.join(" "), scopes }, operatorContext))
 
@@ -313,7 +343,11 @@ const EnvLayer = Layer.effect(
     for (const resource of RESOURCES) {
       for (const action of ACTIONS_OF[resource]) {
         const k = yield* mint(orgA.id, [`${resource}:${action}`])
-        credentials.push({ label: `${resource}:${action} key`, kind: { _tag: "Scoped", resource, action }, token: k.token })
+        credentials.push({
+          label: `${resource}:${action} key`,
+          kind: { _tag: "Scoped", resource, action },
+          token: k.token
+        })
       }
     }
 
@@ -330,8 +364,10 @@ const EnvLayer = Layer.effect(
       (s) => s.token
     )
     const isRevoked = (keyId: string) =>
-      Effect.map(run(sql<{ revoked: boolean }>`SELECT revoked_at IS NOT NULL AS revoked FROM api_keys WHERE id = ${keyId}`), (rows) =>
-        rows[0]?.revoked === true)
+      Effect.map(
+        run(sql<{ revoked: boolean }>`SELECT revoked_at IS NOT NULL AS revoked FROM api_keys WHERE id = ${keyId}`),
+        (rows) => rows[0]?.revoked === true
+      )
 
     return Env.of({ base, probeBase, credentials, freshSession, orgAResources, isRevoked })
   })
@@ -417,7 +453,9 @@ const runMatrix = (env: Env["Service"], base: string, table: ReadonlyArray<Route
             answer.status !== missing.status || answer.body?.code !== missing.body?.code ||
             (answer.status >= 200 && answer.status < 300) || answer.status === 403 || answer.status >= 500
           ) {
-            mismatches.push(`${where}, expected the answer for a missing id: ${missing.status} ${missing.body?.code ?? ""}`)
+            mismatches.push(
+              `${where}, expected the answer for a missing id: ${missing.status} ${missing.body?.code ?? ""}`
+            )
           }
         } else {
           const code = answer.body?.code
@@ -426,7 +464,9 @@ const runMatrix = (env: Env["Service"], base: string, table: ReadonlyArray<Route
             (answer.status === 403 && !sandboxOwn)
           if (refusedByAuth || answer.status >= 500) mismatches.push(`${where}, expected to pass authorization`)
           // A plain GET that passes authorization answers (no ids to miss).
-          if (route.method === "GET" && route.params.length === 0 && answer.status >= 300 && code !== "invalid_request") {
+          if (
+            route.method === "GET" && route.params.length === 0 && answer.status >= 300 && code !== "invalid_request"
+          ) {
             mismatches.push(`${where}, expected a 2xx`)
           }
         }
@@ -469,7 +509,9 @@ layer(EnvLayer, { excludeTestServices: true })("authorization matrix", (it) => {
       const { mismatches, checked, foreignChecks } = yield* runMatrix(env, env.base, routes, true)
       expect(mismatches).toEqual([])
       // Every route naming a resource kind that has a fixture was tried with another org's key.
-      const withFixture = routes.filter((r) => r.rule?._tag !== "Public" && r.params.some((p) => p.kind && FIXTURES[p.kind]))
+      const withFixture = routes.filter((r) =>
+        r.rule?._tag !== "Public" && r.params.some((p) => p.kind && FIXTURES[p.kind])
+      )
       expect([...foreignChecks].sort()).toEqual(withFixture.map((r) => r.name).sort())
       expect(foreignChecks).toContain("DELETE /v1/auth/api-keys/:key_id")
       assert.isAtLeast(checked, routes.length * 20)
@@ -488,7 +530,9 @@ layer(EnvLayer, { excludeTestServices: true })("authorization matrix", (it) => {
       const scoped = env.credentials.find((c) => c.label === "sandboxes:write key")!.token!
       expect((yield* send(env.probeBase, "GET", "/v1/probe/undeclared", { authorization: `Bearer ${star}` })).status)
         .toBe(200)
-      expect((yield* send(env.probeBase, "GET", "/v1/probe/undeclared", { authorization: `Bearer ${scoped}` })).body?.code)
+      expect(
+        (yield* send(env.probeBase, "GET", "/v1/probe/undeclared", { authorization: `Bearer ${scoped}` })).body?.code
+      )
         .toBe("full_access_required")
     }))
 

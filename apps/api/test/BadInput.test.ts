@@ -47,7 +47,10 @@ const EnvLayer = Layer.effect(
       body: { email: "inputs@example.com", password: "a long password", org_name: "Inputs" }
     })
     const cookie = up.headers.get("set-cookie")!.split(";")[0]!
-    const key = yield* call(base, "POST", "/v1/auth/api-keys", { body: { name: "k" }, headers: { cookie, origin: base } })
+    const key = yield* call(base, "POST", "/v1/auth/api-keys", {
+      body: { name: "k" },
+      headers: { cookie, origin: base }
+    })
     return Env.of({ base, port: Number(new URL(base).port), token: key.json.token, cookie })
   })
 )
@@ -84,7 +87,9 @@ const parseRaw = (answer: string) => {
   const [statusLine, ...headers] = head!.split("\r\n")
   return {
     status: Number(statusLine!.split(" ")[1]),
-    headers: Object.fromEntries(headers.map((h) => [h.slice(0, h.indexOf(":")).toLowerCase(), h.slice(h.indexOf(":") + 1).trim()])),
+    headers: Object.fromEntries(
+      headers.map((h) => [h.slice(0, h.indexOf(":")).toLowerCase(), h.slice(h.indexOf(":") + 1).trim()])
+    ),
     body: JSON.parse(body!)
   }
 }
@@ -128,7 +133,10 @@ layer(EnvLayer, { excludeTestServices: true })("bad input", (it) => {
       })
       expect(brackets.status, brackets.text).toBe(201)
       // Within the limit: metadata itself may nest 30 levels (the body adds two).
-      const fine = yield* call(base, "POST", "/v1/sandboxes", { token, body: { region: "nowhere", metadata: nested(30) } })
+      const fine = yield* call(base, "POST", "/v1/sandboxes", {
+        token,
+        body: { region: "nowhere", metadata: nested(30) }
+      })
       expect(fine.status, fine.text).toBe(201)
       // A route that takes raw bytes is not parsed: a deep JSON file is just bytes (404: no such sandbox).
       const upload = yield* call(base, "PUT", `/v1/sandboxes/${makeId("sandbox")}/files?path=/x.json`, {
@@ -144,7 +152,12 @@ layer(EnvLayer, { excludeTestServices: true })("bad input", (it) => {
       const { base, token, cookie } = yield* Env
       const nul = "a\u0000b"
       const cases: Array<[string, string, unknown, "key" | "none" | "cookie"]> = [
-        ["POST", "/v1/auth/sign-up", { email: `x${nul}@example.com`, password: "a long password", org_name: "x" }, "none"],
+        [
+          "POST",
+          "/v1/auth/sign-up",
+          { email: `x${nul}@example.com`, password: "a long password", org_name: "x" },
+          "none"
+        ],
         ["POST", "/v1/auth/sign-up", { email: "nul1@example.com", password: `long pass${nul}`, org_name: "x" }, "none"],
         ["POST", "/v1/auth/sign-up", { email: "nul2@example.com", password: "a long password", org_name: nul }, "none"],
         ["POST", "/v1/auth/sign-in", { email: `inputs@example.com${nul}`, password: "a long password" }, "none"],
@@ -175,7 +188,9 @@ layer(EnvLayer, { excludeTestServices: true })("bad input", (it) => {
         expect(typeof res.json.error).toBe("string")
       }
       // Each is a validation refusal of the request (the webhook URL one is the URL guard's).
-      expect(answers.filter((a) => !/ 400 (invalid_request|invalid_scope|invalid_webhook_url|invalid_event_filter)$/.test(a)))
+      expect(
+        answers.filter((a) => !/ 400 (invalid_request|invalid_scope|invalid_webhook_url|invalid_event_filter)$/.test(a))
+      )
         .toEqual([])
       // In a query string too.
       expectRefusal(yield* call(base, "GET", "/v1/audit?action=%00", { token }), 400, "invalid_request")
@@ -215,13 +230,27 @@ layer(EnvLayer, { excludeTestServices: true })("bad input", (it) => {
   it.effect("a body of a content type the route does not take is 415 in the contract's shape", () =>
     Effect.gen(function*() {
       const { base, token } = yield* Env
-      for (const type of ["text/plain", "application/xml", "multipart/form-data; boundary=x", "application/x-www-form-urlencoded"]) {
-        const res = yield* call(base, "POST", "/v1/auth/api-keys", { token, raw: "name=k", headers: { "content-type": type } })
+      for (
+        const type of [
+          "text/plain",
+          "application/xml",
+          "multipart/form-data; boundary=x",
+          "application/x-www-form-urlencoded"
+        ]
+      ) {
+        const res = yield* call(base, "POST", "/v1/auth/api-keys", {
+          token,
+          raw: "name=k",
+          headers: { "content-type": type }
+        })
         expectRefusal(res, 415, "unsupported_media_type")
         expect(res.json).toEqual({ error: expect.any(String), code: "unsupported_media_type" })
       }
       // Public routes too.
-      const signUp = yield* call(base, "POST", "/v1/auth/sign-up", { raw: "x", headers: { "content-type": "text/csv" } })
+      const signUp = yield* call(base, "POST", "/v1/auth/sign-up", {
+        raw: "x",
+        headers: { "content-type": "text/csv" }
+      })
       expectRefusal(signUp, 415, "unsupported_media_type")
       // The content type's parameters do not matter.
       const ok = yield* call(base, "POST", "/v1/auth/api-keys", {
@@ -242,7 +271,9 @@ layer(EnvLayer, { excludeTestServices: true })("bad input", (it) => {
       const garbage = parseRaw(yield* raw(port, "\u0001\u0002 nonsense\r\n\r\n"))
       expect(garbage.status).toBe(400)
       expect(garbage.body.code).toBe("invalid_request")
-      const huge = parseRaw(yield* raw(port, `GET /v1/health HTTP/1.1\r\nHost: x\r\nx-big: ${"a".repeat(20_000)}\r\n\r\n`))
+      const huge = parseRaw(
+        yield* raw(port, `GET /v1/health HTTP/1.1\r\nHost: x\r\nx-big: ${"a".repeat(20_000)}\r\n\r\n`)
+      )
       expect(huge.status).toBe(431)
       expect(huge.body).toEqual({ error: expect.any(String), code: "payload_too_large" })
       expect(huge.headers["x-request-id"]).toMatch(/^req_/)

@@ -7,9 +7,9 @@ import { Nats } from "@svc/bus/Nats"
 import { SecretBox } from "@svc/crypto/SecretBox"
 import * as Database from "@svc/db/Database"
 import { startPostgres } from "@svc/local-servers/Servers"
-import * as TestNats from "@svc/testing/TestNats"
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import { serve } from "@svc/testing/TestHttp"
+import * as TestNats from "@svc/testing/TestNats"
 import { Effect, Exit, Layer, Schema, Scope } from "effect"
 import { HttpRouter } from "effect/http"
 import { HttpApi, HttpApiBuilder, HttpApiEndpoint, HttpApiGroup } from "effect/http-api"
@@ -18,7 +18,9 @@ import * as Server from "../src/Server.ts"
 
 const platformLayer = Layer.mergeAll(TestDatabase.layer, TestNats.layer)
 
-const apiLayer = HttpRouter.serve(Server.Routes, { disableLogger: true, disableListenLog: true }).pipe(Layer.provide(SecretBox.layer))
+const apiLayer = HttpRouter.serve(Server.Routes, { disableLogger: true, disableListenLog: true }).pipe(
+  Layer.provide(SecretBox.layer)
+)
 
 describe("API foundation", () => {
   it.live("GET /v1/health is 200 with both dependencies up, and carries x-request-id", () =>
@@ -28,9 +30,13 @@ describe("API foundation", () => {
       expect(res.status).toBe(200)
       expect(yield* Effect.promise(() => res.json())).toEqual({ status: "ok", postgres: "up", nats: "up" })
       expect(res.headers.get("x-request-id")).toMatch(/^req_/)
-      const mine = yield* Effect.promise(() => fetch(`${base}/v1/health`, { headers: { "x-request-id": "client-chosen-id-1" } }))
+      const mine = yield* Effect.promise(() =>
+        fetch(`${base}/v1/health`, { headers: { "x-request-id": "client-chosen-id-1" } })
+      )
       expect(mine.headers.get("x-request-id")).toBe("client-chosen-id-1")
-      const bogus = yield* Effect.promise(() => fetch(`${base}/v1/health`, { headers: { "x-request-id": "bad id\twith tab" } }))
+      const bogus = yield* Effect.promise(() =>
+        fetch(`${base}/v1/health`, { headers: { "x-request-id": "bad id\twith tab" } })
+      )
       expect(bogus.headers.get("x-request-id")).toMatch(/^req_/)
     }).pipe(Effect.scoped))
 
@@ -48,7 +54,12 @@ describe("API foundation", () => {
   it.live("unknown routes are 404 not_found in the contract's error shape", () =>
     Effect.gen(function*() {
       const base = yield* serve(apiLayer.pipe(Layer.provide(platformLayer)))
-      for (const [method, path] of [["GET", "/v1/nope"], ["POST", "/v1/health"], ["DELETE", "/"], ["GET", "/v1/health/extra"]] as const) {
+      for (
+        const [method, path] of [["GET", "/v1/nope"], ["POST", "/v1/health"], ["DELETE", "/"], [
+          "GET",
+          "/v1/health/extra"
+        ]] as const
+      ) {
         const res = yield* Effect.promise(() => fetch(`${base}${path}`, { method }))
         expect(res.status).toBe(404)
         const body = yield* Effect.promise(() => res.json())
@@ -68,10 +79,14 @@ describe("API foundation", () => {
       HttpApiEndpoint.get("boom", "/v1/boom", { success: Schema.Struct({}) })
     ) {}
     class EchoApi extends HttpApi.make("echo").add(EchoGroup).annotate(HttpApi.ParseOptions, { errors: "all" }) {}
-    const echoHandlers = HttpApiBuilder.group(EchoApi, "echo", (h) =>
-      h.handle("echo", ({ payload }) => Effect.succeed(payload))
-        .handle("slow", () => Effect.as(Effect.sleep(400), { done: true }))
-        .handle("boom", () => Effect.die(new Error("secret internal detail"))))
+    const echoHandlers = HttpApiBuilder.group(
+      EchoApi,
+      "echo",
+      (h) =>
+        h.handle("echo", ({ payload }) => Effect.succeed(payload))
+          .handle("slow", () => Effect.as(Effect.sleep(400), { done: true }))
+          .handle("boom", () => Effect.die(new Error("secret internal detail")))
+    )
     const echoLayer = HttpRouter.serve(
       Layer.mergeAll(HttpApiBuilder.layer(EchoApi).pipe(Layer.provide(echoHandlers)), ApiMiddleware),
       { disableLogger: true, disableListenLog: true }
@@ -100,7 +115,9 @@ describe("API foundation", () => {
         const json: any = yield* Effect.promise(() => res.json())
         expect(json.code).toBe("invalid_request")
         expect(json.issues.map((i: { path: string }) => i.path).sort()).toEqual(["count", "name"])
-        const ok = yield* Effect.promise(() => post(base, JSON.stringify({ name: "a", count: 2 })).then((r) => r.json()))
+        const ok = yield* Effect.promise(() =>
+          post(base, JSON.stringify({ name: "a", count: 2 })).then((r) => r.json())
+        )
         expect(ok).toEqual({ name: "a", count: 2 })
       }).pipe(Effect.scoped))
 
@@ -110,7 +127,10 @@ describe("API foundation", () => {
         const big = JSON.stringify({ name: "x".repeat(1024 * 1024 + 10), count: 1 })
         const res = yield* Effect.promise(() => post(base, big))
         expect(res.status).toBe(413)
-        expect(yield* Effect.promise(() => res.json())).toEqual({ error: expect.any(String), code: "payload_too_large" })
+        expect(yield* Effect.promise(() => res.json())).toEqual({
+          error: expect.any(String),
+          code: "payload_too_large"
+        })
         const justUnder = JSON.stringify({ name: "x".repeat(1024 * 1024 - 100), count: 1 })
         expect((yield* Effect.promise(() => post(base, justUnder))).status).toBe(200)
       }).pipe(Effect.scoped))
@@ -172,7 +192,9 @@ describe("API foundation", () => {
   it.live("health is 503 naming nats when the bus does not answer", () =>
     Effect.gen(function*() {
       const nats = yield* Nats
-      const base = yield* serve(apiLayer.pipe(Layer.provide(Layer.mergeAll(TestDatabase.layer, Layer.succeed(Nats, nats)))))
+      const base = yield* serve(
+        apiLayer.pipe(Layer.provide(Layer.mergeAll(TestDatabase.layer, Layer.succeed(Nats, nats))))
+      )
       yield* Effect.promise(() => nats.connection.close())
       expect(yield* healthUntil(base, 503)).toEqual({
         status: 503,

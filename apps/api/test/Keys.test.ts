@@ -12,8 +12,8 @@ import { SecretBox } from "@svc/crypto/SecretBox"
 import { SESSION_COOKIE } from "@svc/domain/Api/Auth"
 import * as Token from "@svc/domain/ApiKeyToken"
 import { makeId } from "@svc/domain/Ids"
-import * as TestDatabase from "@svc/testing/TestDatabase"
 import { makeOffsetClock } from "@svc/testing/OffsetClock"
+import * as TestDatabase from "@svc/testing/TestDatabase"
 import { type Answer, call, serve } from "@svc/testing/TestHttp"
 import * as TestNats from "@svc/testing/TestNats"
 import { Clock, ConfigProvider, Context, Effect, Layer, Logger, References } from "effect"
@@ -49,7 +49,9 @@ const EnvLayer = Layer.effect(
     const logs: Array<string> = []
     // Every log line of both servers, at every level, request logs included.
     const captureLogs = Layer.mergeAll(
-      Logger.layer([Logger.map(Logger.formatLogFmt, (line) => void logs.push(String(line)))], { mergeWithExisting: false }),
+      Logger.layer([Logger.map(Logger.formatLogFmt, (line) => void logs.push(String(line)))], {
+        mergeWithExisting: false
+      }),
       Layer.succeed(References.MinimumLogLevel, "Trace")
     )
     const api = (extra: Layer.Layer<never>) =>
@@ -183,7 +185,11 @@ layer(EnvLayer, { excludeTestServices: true })("API keys", (it) => {
       ]
       for (const scopes of rejected) {
         const res = yield* mint(env, { name: "s", scopes })
-        expect({ scopes, status: res.status, code: res.body?.code }).toEqual({ scopes, status: 400, code: "invalid_scope" })
+        expect({ scopes, status: res.status, code: res.body?.code }).toEqual({
+          scopes,
+          status: 400,
+          code: "invalid_scope"
+        })
         expect(res.text).not.toContain("svc_live_")
       }
       // Duplicates collapse; omitted scopes are ["*"].
@@ -203,7 +209,9 @@ layer(EnvLayer, { excludeTestServices: true })("API keys", (it) => {
     Effect.gen(function*() {
       const env = yield* Env
       expect((yield* mint(env, { name: "x".repeat(120) })).status).toBe(201)
-      for (const body of [{ name: "" }, { name: "x".repeat(121) }, {}, { name: 5 }, { name: "ok", expires_at: "tomorrow" }]) {
+      for (
+        const body of [{ name: "" }, { name: "x".repeat(121) }, {}, { name: 5 }, { name: "ok", expires_at: "tomorrow" }]
+      ) {
         const res = yield* mint(env, body)
         expect(res.status).toBe(400)
         expect(res.body.code).toBe("invalid_request")
@@ -212,11 +220,13 @@ layer(EnvLayer, { excludeTestServices: true })("API keys", (it) => {
       expect(past.status).toBe(400)
       expect(past.body.issues).toEqual([{ path: "expires_at", message: "must be in the future" }])
       const scoped = yield* mint(env, { name: "scoped", scopes: ["sandboxes:write"] })
-      for (const [method, path, body] of [
-        ["POST", "/v1/auth/api-keys", { name: "by scoped" }],
-        ["GET", "/v1/auth/api-keys", undefined],
-        ["DELETE", `/v1/auth/api-keys/${scoped.body.id}`, undefined]
-      ] as const) {
+      for (
+        const [method, path, body] of [
+          ["POST", "/v1/auth/api-keys", { name: "by scoped" }],
+          ["GET", "/v1/auth/api-keys", undefined],
+          ["DELETE", `/v1/auth/api-keys/${scoped.body.id}`, undefined]
+        ] as const
+      ) {
         const res = yield* call(env.one, method, path, { token: scoped.body.token, ...(body ? { body } : {}) })
         expect(res.status).toBe(403)
         expect(res.body.code).toBe("full_access_required")
@@ -249,7 +259,10 @@ layer(EnvLayer, { excludeTestServices: true })("API keys", (it) => {
       env.tokens.add(cookie.slice(SESSION_COOKIE.length + 1))
       const ids: Array<string> = []
       for (const name of ["k1", "k2", "k3"]) {
-        const res = yield* call(env.one, "POST", "/v1/auth/api-keys", { body: { name }, headers: { cookie, origin: env.one } })
+        const res = yield* call(env.one, "POST", "/v1/auth/api-keys", {
+          body: { name },
+          headers: { cookie, origin: env.one }
+        })
         env.tokens.add(res.body.token)
         ids.push(res.body.id)
       }
@@ -306,7 +319,9 @@ layer(EnvLayer, { excludeTestServices: true })("API keys", (it) => {
           expect((yield* call(useOn, "GET", "/v1/auth/me", { token })).status).toBe(200)
           expect((yield* call(revokeOn, "GET", "/v1/auth/me", { token })).status).toBe(200)
         }
-        expect((yield* call(revokeOn, "DELETE", `/v1/auth/api-keys/${key.body.id}`, { token: env.star })).status).toBe(200)
+        expect((yield* call(revokeOn, "DELETE", `/v1/auth/api-keys/${key.body.id}`, { token: env.star })).status).toBe(
+          200
+        )
         const after = yield* call(useOn, "GET", "/v1/auth/me", { token })
         expect(after.status).toBe(401)
         expect(after.body).toEqual({ error: expect.any(String), code: "unauthenticated" })
@@ -396,7 +411,10 @@ layer(EnvLayer, { excludeTestServices: true })("API keys", (it) => {
   it.effect("the per-key rate limit: 429 rate_limited with Retry-After, per credential", () =>
     Effect.gen(function*() {
       const env = yield* Env
-      const platform = Layer.merge(Layer.succeedContext(Context.make(SqlClient.SqlClient, env.sql).pipe(Context.add(Nats, env.nats))), SecretBox.layer)
+      const platform = Layer.merge(
+        Layer.succeedContext(Context.make(SqlClient.SqlClient, env.sql).pipe(Context.add(Nats, env.nats))),
+        SecretBox.layer
+      )
       const limited = yield* serve(
         HttpRouter.serve(Server.Routes, { disableLogger: true, disableListenLog: true }).pipe(
           Layer.provide(settings({ SVC_RATE_LIMIT_PER_SECOND: "1", SVC_RATE_LIMIT_BURST: "3" })),

@@ -50,10 +50,13 @@ const account = (base: string, email: string) =>
     expect(up.status).toBe(201)
     const cookie = up.headers.get("set-cookie")!.split(";")[0]!
     const mint = (name: string) =>
-      Effect.map(call(base, "POST", "/v1/auth/api-keys", { body: { name }, headers: { cookie, origin: base } }), (a) => {
-        expect(a.status).toBe(201)
-        return a.body.token as string
-      })
+      Effect.map(
+        call(base, "POST", "/v1/auth/api-keys", { body: { name }, headers: { cookie, origin: base } }),
+        (a) => {
+          expect(a.status).toBe(201)
+          return a.body.token as string
+        }
+      )
     const key = yield* mint("used")
     const unused = yield* mint("unused")
     expect((yield* call(base, "GET", "/v1/auth/me", { token: key })).status).toBe(200)
@@ -61,50 +64,56 @@ const account = (base: string, email: string) =>
   })
 
 describe("a dependency down under a request", () => {
-  it.live("Postgres stopped: sandbox, webhook and auth routes are 503 unavailable, then answer again", () =>
-    Effect.gen(function*() {
-      const pg = yield* Effect.acquireRelease(Effect.promise(() => startPostgres()), (pg) => Effect.promise(pg.close))
-      const base = yield* serve(api.pipe(Layer.provide(Layer.mergeAll(Database.layerFromUrl(pg.url), TestNats.layer))))
-      const { cookie, key, unused } = yield* account(base, "outage@example.com")
+  it.live(
+    "Postgres stopped: sandbox, webhook and auth routes are 503 unavailable, then answer again",
+    () =>
+      Effect.gen(function*() {
+        const pg = yield* Effect.acquireRelease(Effect.promise(() => startPostgres()), (pg) => Effect.promise(pg.close))
+        const base = yield* serve(
+          api.pipe(Layer.provide(Layer.mergeAll(Database.layerFromUrl(pg.url), TestNats.layer)))
+        )
+        const { cookie, key, unused } = yield* account(base, "outage@example.com")
 
-      type Request = readonly [string, string, string, { readonly body?: unknown; readonly token?: string }]
-      const requests: ReadonlyArray<Request> = [
-        ["sandboxes: list", "GET", "/v1/sandboxes", { token: key }],
-        ["sandboxes: create", "POST", "/v1/sandboxes", { token: key, body: {} }],
-        ["sandboxes: get", "GET", "/v1/sandboxes/sbx_00000000000000000000000000", { token: key }],
-        ["webhooks: list", "GET", "/v1/webhooks", { token: key }],
-        ["webhooks: create", "POST", "/v1/webhooks", { token: key, body: { url: "http://127.0.0.1:9/hook" } }],
-        ["auth: keys", "GET", "/v1/auth/api-keys", { token: key }],
-        ["auth: sign-in", "POST", "/v1/auth/sign-in", {
-          body: { email: "outage@example.com", password: "a long enough password" }
-        }],
-        ["org", "GET", "/v1/org", { token: key }],
-        ["audit", "GET", "/v1/audit", { token: key }]
-      ]
-      for (const [what, method, path, options] of requests) {
-        expect({ what, status: (yield* call(base, method, path, options)).status }).not.toEqual({ what, status: 503 })
-      }
+        type Request = readonly [string, string, string, { readonly body?: unknown; readonly token?: string }]
+        const requests: ReadonlyArray<Request> = [
+          ["sandboxes: list", "GET", "/v1/sandboxes", { token: key }],
+          ["sandboxes: create", "POST", "/v1/sandboxes", { token: key, body: {} }],
+          ["sandboxes: get", "GET", "/v1/sandboxes/sbx_00000000000000000000000000", { token: key }],
+          ["webhooks: list", "GET", "/v1/webhooks", { token: key }],
+          ["webhooks: create", "POST", "/v1/webhooks", { token: key, body: { url: "http://127.0.0.1:9/hook" } }],
+          ["auth: keys", "GET", "/v1/auth/api-keys", { token: key }],
+          ["auth: sign-in", "POST", "/v1/auth/sign-in", {
+            body: { email: "outage@example.com", password: "a long enough password" }
+          }],
+          ["org", "GET", "/v1/org", { token: key }],
+          ["audit", "GET", "/v1/audit", { token: key }]
+        ]
+        for (const [what, method, path, options] of requests) {
+          expect({ what, status: (yield* call(base, method, path, options)).status }).not.toEqual({ what, status: 503 })
+        }
 
-      yield* Effect.promise(pg.stop)
-      for (const [what, method, path, options] of requests) {
-        expectUnavailable(yield* call(base, method, path, options), what)
-      }
-      // Never verified by this process: its credential is looked up, and cannot be.
-      expectUnavailable(yield* call(base, "GET", "/v1/auth/me", { token: unused }), "a key not seen yet")
-      // A session is checked against Postgres on every request.
-      expectUnavailable(yield* call(base, "GET", "/v1/auth/me", { headers: { cookie } }), "a session")
+        yield* Effect.promise(pg.stop)
+        for (const [what, method, path, options] of requests) {
+          expectUnavailable(yield* call(base, method, path, options), what)
+        }
+        // Never verified by this process: its credential is looked up, and cannot be.
+        expectUnavailable(yield* call(base, "GET", "/v1/auth/me", { token: unused }), "a key not seen yet")
+        // A session is checked against Postgres on every request.
+        expectUnavailable(yield* call(base, "GET", "/v1/auth/me", { headers: { cookie } }), "a session")
 
-      yield* Effect.promise(pg.start)
-      // The pool reconnects by itself.
-      let again = yield* call(base, "GET", "/v1/webhooks", { token: key })
-      for (let i = 0; i < 100 && again.status === 503; i++) {
-        yield* Effect.sleep("100 millis")
-        again = yield* call(base, "GET", "/v1/webhooks", { token: key })
-      }
-      expect(again.status).toBe(200)
-      expect((yield* call(base, "GET", "/v1/sandboxes", { token: key })).status).toBe(200)
-      expect((yield* call(base, "GET", "/v1/auth/me", { token: unused })).status).toBe(200)
-    }).pipe(Effect.scoped), 60_000)
+        yield* Effect.promise(pg.start)
+        // The pool reconnects by itself.
+        let again = yield* call(base, "GET", "/v1/webhooks", { token: key })
+        for (let i = 0; i < 100 && again.status === 503; i++) {
+          yield* Effect.sleep("100 millis")
+          again = yield* call(base, "GET", "/v1/webhooks", { token: key })
+        }
+        expect(again.status).toBe(200)
+        expect((yield* call(base, "GET", "/v1/sandboxes", { token: key })).status).toBe(200)
+        expect((yield* call(base, "GET", "/v1/auth/me", { token: unused })).status).toBe(200)
+      }).pipe(Effect.scoped),
+    60_000
+  )
 
   it.live("NATS gone: the route that reads the bus is 503 unavailable", () =>
     Effect.gen(function*() {

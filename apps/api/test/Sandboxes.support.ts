@@ -4,9 +4,6 @@
  * agent role with bubblewrap) and fake hosts (a `hosts` record nobody serves), and clean-up of
  * every sandbox, folder and cgroup the hosts made, also when a test fails.
  */
-import { cleanUpHost, makeHost as makeTestHost, type TestHost } from "@svc/testing/TestHost"
-import { type Answer, call, serve } from "@svc/testing/TestHttp"
-import { eventually as waitUntil } from "@svc/testing/Eventually"
 import { ApiKeys } from "@svc/auth/ApiKeys"
 import { operatorContext } from "@svc/auth/Audit"
 import * as AuthLayer from "@svc/auth/AuthLayer"
@@ -16,6 +13,9 @@ import { ensureBucket } from "@svc/bus/Topology"
 import { makeHostId, type OrgId } from "@svc/domain/Ids"
 import * as Events from "@svc/events/Streams"
 import { type HostRecord, HOSTS_BUCKET_SPEC } from "@svc/host-protocol/Protocol"
+import { eventually as waitUntil } from "@svc/testing/Eventually"
+import { cleanUpHost, makeHost as makeTestHost, type TestHost } from "@svc/testing/TestHost"
+import { type Answer, call, serve } from "@svc/testing/TestHttp"
 import { Context, Duration, Effect, Fiber, Layer, Schedule } from "effect"
 import { HttpRouter } from "effect/http"
 import { startAgent as startAgentFixture } from "../../agent/test/fixtures/support.ts"
@@ -29,8 +29,11 @@ export type { Answer }
 export { call }
 
 /** Polls well under the API's per-key rate limit (50/s), even with a few waits at once. */
-export const eventually = <A, E, R>(observe: Effect.Effect<A, E, R>, check: (a: A) => boolean, timeout?: Duration.Input) =>
-  waitUntil(observe, check, timeout, Duration.millis(100))
+export const eventually = <A, E, R>(
+  observe: Effect.Effect<A, E, R>,
+  check: (a: A) => boolean,
+  timeout?: Duration.Input
+) => waitUntil(observe, check, timeout, Duration.millis(100))
 
 // ---------------------------------------------------------------------------------------------
 // Events
@@ -121,7 +124,9 @@ export const fakeHost = (
     const put = (at: number) => Effect.promise(() => kv.put(hostId, JSON.stringify(record(at))))
     yield* put(options.heartbeatAt ?? Date.now())
     const beating = options.heartbeatAt === undefined
-      ? yield* Effect.forkScoped(Effect.repeat(Effect.suspend(() => put(Date.now())), Schedule.spaced(Duration.millis(500))))
+      ? yield* Effect.forkScoped(
+        Effect.repeat(Effect.suspend(() => put(Date.now())), Schedule.spaced(Duration.millis(500)))
+      )
       : undefined
     const silence = beating === undefined ? Effect.void : Fiber.interrupt(beating)
     return {

@@ -11,9 +11,32 @@ import { type Answer, call, eventually, Identity } from "./Sandboxes.support.ts"
 import { api, create, Env, EnvLayer, eventsOf, expectError, get, waitState } from "./SandboxesEnv.support.ts"
 
 const RECORD_KEYS = [
-  "agent_ready", "cpu", "createdAt", "datacenter", "deletedAt", "diskGb", "errorMessage", "exposedPorts", "hostId", "id",
-  "internalIp", "metadata", "name", "orgId", "parentId", "ramMb", "region", "runtime_ready", "runtime_reason", "startedAt",
-  "state", "stoppedAt", "templateId", "type", "volume_attachments", "vsockCid"
+  "agent_ready",
+  "cpu",
+  "createdAt",
+  "datacenter",
+  "deletedAt",
+  "diskGb",
+  "errorMessage",
+  "exposedPorts",
+  "hostId",
+  "id",
+  "internalIp",
+  "metadata",
+  "name",
+  "orgId",
+  "parentId",
+  "ramMb",
+  "region",
+  "runtime_ready",
+  "runtime_reason",
+  "startedAt",
+  "state",
+  "stoppedAt",
+  "templateId",
+  "type",
+  "volume_attachments",
+  "vsockCid"
 ].sort()
 const ISO_MS = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/
 
@@ -92,7 +115,12 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("sandboxes API"
       expect(Buffer.compare(Buffer.from(back.bytes), Buffer.from(big))).toBe(0)
       const folder = yield* api("GET", `/v1/sandboxes/${created.id}/files?path=/root`)
       expect(folder.status).toBe(200)
-      expect(folder.json.entries).toContainEqual({ name: "data.bin", type: "file", size: big.length, mtime: expect.stringMatching(/^\d{4}-/) })
+      expect(folder.json.entries).toContainEqual({
+        name: "data.bin",
+        type: "file",
+        size: big.length,
+        mtime: expect.stringMatching(/^\d{4}-/)
+      })
       const missing = yield* api("GET", `/v1/sandboxes/${created.id}/files?path=/root/nope`)
       expectError(missing, 404, "not_found")
       for (const bad of ["", "?path=", "?path=relative", "?path=/root/../etc/passwd"]) {
@@ -223,7 +251,10 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("sandboxes API"
         [{ region: "eu west" }, "region"],
         [{ region: "" }, "region"],
         [{ volumes: [{ volume_id: "vol_x", mount_path: "/data" }] }, "volumes.0.volume_id"],
-        [{ volumes: [{ volume_id: "vol_00000000000000000000000000", mount_path: "relative" }] }, "volumes.0.mount_path"],
+        [
+          { volumes: [{ volume_id: "vol_00000000000000000000000000", mount_path: "relative" }] },
+          "volumes.0.mount_path"
+        ],
         [{ volumes: [{ volume_id: "vol_00000000000000000000000000", mount_path: "/data" }] }, "volumes.0.volume_id"],
         [{ exposed_ports: [0] }, "exposed_ports.0"],
         [{ exposed_ports: [70_000] }, "exposed_ports.0"],
@@ -237,13 +268,19 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("sandboxes API"
       for (const [body, path] of cases) {
         const res = yield* api("POST", "/v1/sandboxes", { body })
         expectError(res, 400, "invalid_request")
-        expect(res.json.issues.map((i: { path: string }) => i.path), `${JSON.stringify(body).slice(0, 80)}`).toContain(path)
+        expect(res.json.issues.map((i: { path: string }) => i.path), `${JSON.stringify(body).slice(0, 80)}`).toContain(
+          path
+        )
       }
       // Several bad fields: every one named at once.
       const several = yield* api("POST", "/v1/sandboxes", { body: { cpu: 0, ram_mb: 1, type: "x" } })
       expect(several.json.issues.map((i: { path: string }) => i.path).sort()).toEqual(["cpu", "ram_mb", "type"])
       for (const raw of ["{", "[]", "null", "\"text\""]) {
-        expectError(yield* api("POST", "/v1/sandboxes", { raw, headers: { "content-type": "application/json" } }), 400, "invalid_request")
+        expectError(
+          yield* api("POST", "/v1/sandboxes", { raw, headers: { "content-type": "application/json" } }),
+          400,
+          "invalid_request"
+        )
       }
       // None of these created anything.
       const list = yield* api("GET", "/v1/sandboxes?paginated=false")
@@ -270,17 +307,29 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("sandboxes API"
         "idempotency_key_reused"
       )
       for (const bad of ["short", "x".repeat(256)]) {
-        expectError(yield* api("POST", "/v1/sandboxes", { body, headers: { "idempotency-key": bad } }), 400, "invalid_request")
+        expectError(
+          yield* api("POST", "/v1/sandboxes", { body, headers: { "idempotency-key": bad } }),
+          400,
+          "invalid_request"
+        )
       }
       // Keys are per org.
-      const theirs = yield* call(env.base, "POST", "/v1/sandboxes", { token: env.other.token, body, headers: { "idempotency-key": key } })
+      const theirs = yield* call(env.base, "POST", "/v1/sandboxes", {
+        token: env.other.token,
+        body,
+        headers: { "idempotency-key": key }
+      })
       expect(theirs.status).toBe(201)
       expect(theirs.json.id).not.toBe(first.json.id)
       // Racing requests with one key: one sandbox.
       const raced = `race-${Date.now()}`
       const answers = yield* Effect.forEach(
         [1, 2, 3, 4, 5],
-        () => api("POST", "/v1/sandboxes", { body: { region: "nowhere", name: raced }, headers: { "idempotency-key": raced } }),
+        () =>
+          api("POST", "/v1/sandboxes", {
+            body: { region: "nowhere", name: raced },
+            headers: { "idempotency-key": raced }
+          }),
         { concurrency: 5 }
       )
       expect(answers.map((a) => a.status).sort()).toEqual([200, 200, 200, 200, 201])
@@ -321,14 +370,16 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("sandboxes API"
       expectError(yield* get(g.id, key), 403, "sandbox_out_of_scope")
       expectError(yield* get(o.id, key), 403, "sandbox_out_of_scope")
       expectError(yield* get(makeSandboxId(), key), 404, "not_found")
-      for (const [method, path] of [
-        ["DELETE", `/v1/sandboxes/${g.id}`],
-        ["POST", `/v1/sandboxes/${g.id}/stop`],
-        ["POST", `/v1/sandboxes/${g.id}/start`],
-        ["POST", `/v1/sandboxes/${g.id}/exec`],
-        ["GET", `/v1/sandboxes/${g.id}/files?path=/`],
-        ["PUT", `/v1/sandboxes/${g.id}/files?path=/x`]
-      ] as const) {
+      for (
+        const [method, path] of [
+          ["DELETE", `/v1/sandboxes/${g.id}`],
+          ["POST", `/v1/sandboxes/${g.id}/stop`],
+          ["POST", `/v1/sandboxes/${g.id}/start`],
+          ["POST", `/v1/sandboxes/${g.id}/exec`],
+          ["GET", `/v1/sandboxes/${g.id}/files?path=/`],
+          ["PUT", `/v1/sandboxes/${g.id}/files?path=/x`]
+        ] as const
+      ) {
         const body = path.endsWith("/exec") ? { body: { cmd: ["true"] } } : {}
         expectError(yield* api(method, path, { token: key, ...body }), 403, "sandbox_out_of_scope")
       }
@@ -343,8 +394,16 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("sandboxes API"
       expect(made.parentId).toBe(p.id)
       const named = yield* create({ region: "nowhere", parent_id: p.id }, key)
       expect(named.parentId).toBe(p.id)
-      expectError(yield* api("POST", "/v1/sandboxes", { token: key, body: { parent_id: c.id } }), 403, "sandbox_out_of_scope")
-      expectError(yield* api("POST", "/v1/sandboxes", { token: key, body: { parent_id: o.id } }), 403, "sandbox_out_of_scope")
+      expectError(
+        yield* api("POST", "/v1/sandboxes", { token: key, body: { parent_id: c.id } }),
+        403,
+        "sandbox_out_of_scope"
+      )
+      expectError(
+        yield* api("POST", "/v1/sandboxes", { token: key, body: { parent_id: o.id } }),
+        403,
+        "sandbox_out_of_scope"
+      )
       const after = yield* api("GET", "/v1/sandboxes?paginated=false", { token: key })
       expect(after.json.rows.map((r: { id: string }) => r.id)).toEqual([named.id, made.id, c.id, p.id])
 
@@ -361,15 +420,17 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("sandboxes API"
       const env = yield* Env
       const mine = yield* create({ region: "nowhere" })
       const token = env.other.token
-      for (const [method, path] of [
-        ["GET", `/v1/sandboxes/${mine.id}`],
-        ["DELETE", `/v1/sandboxes/${mine.id}`],
-        ["POST", `/v1/sandboxes/${mine.id}/stop`],
-        ["POST", `/v1/sandboxes/${mine.id}/start`],
-        ["POST", `/v1/sandboxes/${mine.id}/exec`],
-        ["GET", `/v1/sandboxes/${mine.id}/files?path=/`],
-        ["PUT", `/v1/sandboxes/${mine.id}/files?path=/x`]
-      ] as const) {
+      for (
+        const [method, path] of [
+          ["GET", `/v1/sandboxes/${mine.id}`],
+          ["DELETE", `/v1/sandboxes/${mine.id}`],
+          ["POST", `/v1/sandboxes/${mine.id}/stop`],
+          ["POST", `/v1/sandboxes/${mine.id}/start`],
+          ["POST", `/v1/sandboxes/${mine.id}/exec`],
+          ["GET", `/v1/sandboxes/${mine.id}/files?path=/`],
+          ["PUT", `/v1/sandboxes/${mine.id}/files?path=/x`]
+        ] as const
+      ) {
         const body = path.endsWith("/exec") ? { body: { cmd: ["true"] } } : {}
         expectError(yield* api(method, path, { token, ...body }), 404, "not_found")
       }
@@ -398,14 +459,42 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("sandboxes API"
       const empty = yield* api("GET", "/v1/sandboxes", { token: (yield* identity.org("empty")).token })
       expect(empty.json).toEqual({ rows: [], total: 0, offset: 0, limit: 50, has_more: false })
       expect(page(yield* list(""))).toEqual({ ids: newest, total: 5, offset: 0, limit: 50, has_more: false })
-      expect(page(yield* list("?limit=2"))).toEqual({ ids: newest.slice(0, 2), total: 5, offset: 0, limit: 2, has_more: true })
-      expect(page(yield* list("?limit=2&offset=2"))).toEqual({ ids: newest.slice(2, 4), total: 5, offset: 2, limit: 2, has_more: true })
-      expect(page(yield* list("?limit=2&offset=4"))).toEqual({ ids: newest.slice(4), total: 5, offset: 4, limit: 2, has_more: false })
+      expect(page(yield* list("?limit=2"))).toEqual({
+        ids: newest.slice(0, 2),
+        total: 5,
+        offset: 0,
+        limit: 2,
+        has_more: true
+      })
+      expect(page(yield* list("?limit=2&offset=2"))).toEqual({
+        ids: newest.slice(2, 4),
+        total: 5,
+        offset: 2,
+        limit: 2,
+        has_more: true
+      })
+      expect(page(yield* list("?limit=2&offset=4"))).toEqual({
+        ids: newest.slice(4),
+        total: 5,
+        offset: 4,
+        limit: 2,
+        has_more: false
+      })
       expect(page(yield* list("?offset=5"))).toEqual({ ids: [], total: 5, offset: 5, limit: 50, has_more: false })
       expect(page(yield* list("?offset=1000"))).toEqual({ ids: [], total: 5, offset: 1000, limit: 50, has_more: false })
       expect(page(yield* list("?limit=500"))).toMatchObject({ ids: newest, limit: 500 })
-      expect(page(yield* list("?paginated=false&limit=1"))).toEqual({ ids: newest, total: 5, offset: 0, limit: 5, has_more: false })
-      expect(page(yield* list("?paginated=true&limit=1"))).toMatchObject({ ids: newest.slice(0, 1), limit: 1, has_more: true })
+      expect(page(yield* list("?paginated=false&limit=1"))).toEqual({
+        ids: newest,
+        total: 5,
+        offset: 0,
+        limit: 5,
+        has_more: false
+      })
+      expect(page(yield* list("?paginated=true&limit=1"))).toMatchObject({
+        ids: newest.slice(0, 1),
+        limit: 1,
+        has_more: true
+      })
 
       // All five ended in error (no host in "nowhere"); one is deleted to have two states.
       for (const id of ids) yield* waitState(id, "error", Duration.seconds(30), org.token)
@@ -414,14 +503,35 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("sandboxes API"
       expect(page(yield* list("?state=deleted")).ids).toEqual([ids[0]])
       expect(page(yield* list("?state=deleted,error,deleted")).total).toBe(5)
       expect(page(yield* list("?state=running")).ids).toEqual([])
-      expect(page(yield* list("?state=error&limit=1&offset=3"))).toEqual({ ids: [newest[3]], total: 4, offset: 3, limit: 1, has_more: false })
+      expect(page(yield* list("?state=error&limit=1&offset=3"))).toEqual({
+        ids: [newest[3]],
+        total: 4,
+        offset: 3,
+        limit: 1,
+        has_more: false
+      })
 
-      for (const bad of [
-        "?limit=0", "?limit=501", "?limit=-1", "?limit=1.5", "?limit=abc", "?limit=", "?limit=1e2",
-        "?offset=-1", "?offset=x", "?offset=99999999999",
-        "?paginated=maybe", "?paginated=", "?paginated=TRUE",
-        "?state=bogus", "?state=", "?state=running,", "?state=Running"
-      ]) {
+      for (
+        const bad of [
+          "?limit=0",
+          "?limit=501",
+          "?limit=-1",
+          "?limit=1.5",
+          "?limit=abc",
+          "?limit=",
+          "?limit=1e2",
+          "?offset=-1",
+          "?offset=x",
+          "?offset=99999999999",
+          "?paginated=maybe",
+          "?paginated=",
+          "?paginated=TRUE",
+          "?state=bogus",
+          "?state=",
+          "?state=running,",
+          "?state=Running"
+        ]
+      ) {
         const res = yield* list(bad)
         expectError(res, 400, "invalid_request")
       }

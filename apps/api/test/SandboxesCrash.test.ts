@@ -13,7 +13,7 @@ import { kill, spawnRole } from "@svc/testing/TestProcess"
 import { Context, Duration, Effect, Layer, Scope } from "effect"
 import type { ChildProcess } from "node:child_process"
 import { fileURLToPath } from "node:url"
-import { call, eventually, EventLog, Identity, makeHost, serveApi, startAgent } from "./Sandboxes.support.ts"
+import { call, EventLog, eventually, Identity, makeHost, serveApi, startAgent } from "./Sandboxes.support.ts"
 
 const MAIN = fileURLToPath(new URL("../../runtime/src/main.ts", import.meta.url))
 const COUNT = 16
@@ -55,57 +55,72 @@ const EnvLayer = Layer.effect(
 )
 
 layer(EnvLayer, { excludeTestServices: true, timeout: 240_000 })("runtime killed with SIGKILL", (it) => {
-  it.effect("while creates and deletes are in flight: every sandbox converges, each state change is one event", () =>
-    Effect.gen(function*() {
-      const env = yield* Env
-      const log = yield* EventLog
-      const api = (method: string, path: string, body?: unknown) =>
-        call(env.base, method, path, { token: env.token, ...(body !== undefined ? { body } : {}) })
-      // One list call per look (polling each sandbox would run into the per-key rate limit).
-      const states = (ids: ReadonlyArray<string>) =>
-        Effect.map(api("GET", "/v1/sandboxes?paginated=false"), (r) => {
-          const byId = new Map<string, string>((r.json?.rows ?? []).map((row: { id: string; state: string }) => [row.id, row.state]))
-          return ids.map((id) => byId.get(id) ?? "?")
-        })
-      const running =
-        Effect.map(log.all, (es) => new Set(es.filter((e) => e.event === "sandbox.state_updated" && e.data.state === "running").map((e) => e.data.sandbox_id)))
+  it.effect(
+    "while creates and deletes are in flight: every sandbox converges, each state change is one event",
+    () =>
+      Effect.gen(function*() {
+        const env = yield* Env
+        const log = yield* EventLog
+        const api = (method: string, path: string, body?: unknown) =>
+          call(env.base, method, path, { token: env.token, ...(body !== undefined ? { body } : {}) })
+        // One list call per look (polling each sandbox would run into the per-key rate limit).
+        const states = (ids: ReadonlyArray<string>) =>
+          Effect.map(api("GET", "/v1/sandboxes?paginated=false"), (r) => {
+            const byId = new Map<string, string>(
+              (r.json?.rows ?? []).map((row: { id: string; state: string }) => [row.id, row.state])
+            )
+            return ids.map((id) => byId.get(id) ?? "?")
+          })
+        const running = Effect.map(log.all, (es) =>
+          new Set(
+            es.filter((e) => e.event === "sandbox.state_updated" && e.data.state === "running").map((e) =>
+              e.data.sandbox_id
+            )
+          ))
 
-      const first = yield* env.runtime
-      const created = yield* Effect.forEach(
-        Array.from({ length: COUNT }, (_, i) => i),
-        (i) => Effect.map(api("POST", "/v1/sandboxes", { region: "local", ram_mb: 64, name: `crash-${i}` }), (r) => r.json.id as string),
-        { concurrency: 8 }
-      )
-      // Kill it once some sandboxes run and others are still on their way.
-      yield* eventually(running, (set) => set.size >= 2)
-      yield* kill(first)
-      const before = (yield* running).size
-      expect(before).toBeLessThan(COUNT)
+        const first = yield* env.runtime
+        const created = yield* Effect.forEach(
+          Array.from({ length: COUNT }, (_, i) => i),
+          (i) =>
+            Effect.map(api("POST", "/v1/sandboxes", { region: "local", ram_mb: 64, name: `crash-${i}` }), (r) =>
+              r.json.id as string),
+          { concurrency: 8 }
+        )
+        // Kill it once some sandboxes run and others are still on their way.
+        yield* eventually(running, (set) =>
+          set.size >= 2)
+        yield* kill(first)
+        const before = (yield* running).size
+        expect(before).toBeLessThan(COUNT)
 
-      const second = yield* env.runtime
-      yield* eventually(states(created), (s) => s.every((x) => x === "running"), Duration.seconds(90))
+        const second = yield* env.runtime
+        yield* eventually(states(created), (s) => s.every((x) => x === "running"), Duration.seconds(90))
 
-      // Deletes in flight, and a kill again.
-      yield* Effect.forEach(created, (id) => api("DELETE", `/v1/sandboxes/${id}`), { concurrency: 8 })
-      yield* eventually(
-        Effect.map(log.all, (es) => es.filter((e) => e.event === "sandbox.deleted").length),
-        (n) => n >= 1
-      )
-      yield* kill(second)
-      yield* env.runtime
-      yield* eventually(states(created), (s) => s.every((x) => x === "deleted"), Duration.seconds(90))
+        // Deletes in flight, and a kill again.
+        yield* Effect.forEach(created, (id) => api("DELETE", `/v1/sandboxes/${id}`), { concurrency: 8 })
+        yield* eventually(
+          Effect.map(log.all, (es) => es.filter((e) => e.event === "sandbox.deleted").length),
+          (n) => n >= 1
+        )
+        yield* kill(second)
+        yield* env.runtime
+        yield* eventually(states(created), (s) => s.every((x) => x === "deleted"), Duration.seconds(90))
 
-      for (const id of created) {
-        const events = yield* eventually(log.of(id), (es) => es.some((e) => e.event === "sandbox.deleted"))
-        const labels = events.map((e) => (e.event === "sandbox.state_updated" ? `${e.event}:${e.data.state}` : e.event))
-        expect(labels, id).toEqual([
-          "sandbox.state_updated:starting",
-          "sandbox.created",
-          "sandbox.state_updated:running",
-          "sandbox.state_updated:deleting",
-          "sandbox.state_updated:deleted",
-          "sandbox.deleted"
-        ])
-      }
-    }), 180_000)
+        for (const id of created) {
+          const events = yield* eventually(log.of(id), (es) => es.some((e) => e.event === "sandbox.deleted"))
+          const labels = events.map((
+            e
+          ) => (e.event === "sandbox.state_updated" ? `${e.event}:${e.data.state}` : e.event))
+          expect(labels, id).toEqual([
+            "sandbox.state_updated:starting",
+            "sandbox.created",
+            "sandbox.state_updated:running",
+            "sandbox.state_updated:deleting",
+            "sandbox.state_updated:deleted",
+            "sandbox.deleted"
+          ])
+        }
+      }),
+    180_000
+  )
 })

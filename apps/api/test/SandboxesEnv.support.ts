@@ -10,7 +10,16 @@ import * as Runtime from "@svc/runtime/Runtime"
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import * as TestNats from "@svc/testing/TestNats"
 import { Context, Duration, Effect, Layer } from "effect"
-import { type Answer, call, eventually, EventLog, Identity, makeHost, serveApi, startAgent } from "./Sandboxes.support.ts"
+import {
+  type Answer,
+  call,
+  EventLog,
+  eventually,
+  Identity,
+  makeHost,
+  serveApi,
+  startAgent
+} from "./Sandboxes.support.ts"
 
 export const TRANSITION_TIMEOUT_MS = 4_000
 
@@ -60,11 +69,16 @@ export const create = (body: Record<string, unknown>, token?: string) =>
     return res.json as { id: string; [k: string]: any }
   })
 
-export const get = (id: string, token?: string) => api("GET", `/v1/sandboxes/${id}`, token !== undefined ? { token } : {})
+export const get = (id: string, token?: string) =>
+  api("GET", `/v1/sandboxes/${id}`, token !== undefined ? { token } : {})
 
 export const waitState = (id: string, state: string, timeout: Duration.Input = Duration.seconds(30), token?: string) =>
   Effect.map(
-    eventually(get(id, token), (r) => r.json?.state === state || (r.json?.state === "error" && state !== "error"), timeout),
+    eventually(
+      get(id, token),
+      (r) => r.json?.state === state || (r.json?.state === "error" && state !== "error"),
+      timeout
+    ),
     (r) => {
       expect(r.json.state, JSON.stringify(r.json)).toBe(state)
       return r.json as Record<string, any>
@@ -75,7 +89,8 @@ export const waitState = (id: string, state: string, timeout: Duration.Input = D
 export const eventsOf = (id: string, until: string) =>
   Effect.gen(function*() {
     const log = yield* EventLog
-    const label = (e: { event: string; data: any }) => e.event === "sandbox.state_updated" ? `${e.event}:${e.data.state}` : e.event
+    const label = (e: { event: string; data: any }) =>
+      e.event === "sandbox.state_updated" ? `${e.event}:${e.data.state}` : e.event
     const events = yield* eventually(log.of(id), (es) => es.some((e) => label(e) === until))
     return { events, labels: events.map(label) }
   })

@@ -36,7 +36,9 @@ layer(EnvLayer, { excludeTestServices: true })("sandbox error messages", (it) =>
       const failed = yield* waitState(sandbox.id, "error")
       expect(failed.errorMessage).toMatch(/^host host_[0-9a-z]+ could not start the sandbox: start failed on the host$/)
       const text = JSON.stringify(failed)
-      for (const leak of [folder, "/tmp/", "bwrap", "overlay", "upper", "disk.img", "loop"]) expect(text).not.toContain(leak)
+      for (const leak of [folder, "/tmp/", "bwrap", "overlay", "upper", "disk.img", "loop"]) {
+        expect(text).not.toContain(leak)
+      }
       const listed = yield* api("GET", "/v1/sandboxes?paginated=false")
       expect(listed.text).not.toContain(folder)
     }))

@@ -41,7 +41,9 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("sandbox files 
         ["GET", "/proc/self/mem", "EIO"]
       ]
       for (const [method, path, errno] of refusals) {
-        const res = method === "PUT" ? yield* put(s.id, path, "written by the file API\n") : yield* api("GET", `/v1/sandboxes/${s.id}/files?path=${encodeURIComponent(path)}`)
+        const res = method === "PUT"
+          ? yield* put(s.id, path, "written by the file API\n")
+          : yield* api("GET", `/v1/sandboxes/${s.id}/files?path=${encodeURIComponent(path)}`)
         expectError(res, 422, "file_refused")
         expect(res.json.errno, `${method} ${path}: ${res.text}`).toBe(errno)
         expect(res.json.error).toContain(errno)
@@ -132,7 +134,11 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("sandbox files 
       expect(overLimit.status, overLimit.body).toBe(413)
       expect(JSON.parse(overLimit.body).code).toBe("payload_too_large")
       yield* Effect.gen(function*() {
-        for (let attempt = 0; attempt < 50 && (yield* exec(s.id, "ls -A /srv/data")).stdout !== "kept.txt\n"; attempt++) {
+        for (
+          let attempt = 0;
+          attempt < 50 && (yield* exec(s.id, "ls -A /srv/data")).stdout !== "kept.txt\n";
+          attempt++
+        ) {
           yield* Effect.sleep("100 millis")
         }
       })

@@ -7,13 +7,13 @@
  */
 import { expect, layer } from "@effect/vitest"
 import { UNPAGINATED_MAX_BYTES } from "@svc/domain/Sandbox"
+import { serve } from "@svc/testing/TestHttp"
 import { ConfigProvider, Effect, Layer } from "effect"
 import { HttpRouter } from "effect/http"
 import { SqlClient } from "effect/sql"
 import * as Server from "../src/Server.ts"
-import { EnvLayer, waitState } from "./SandboxesEnv.support.ts"
 import { type Answer, call, fakeHost, Identity } from "./Sandboxes.support.ts"
-import { serve } from "@svc/testing/TestHttp"
+import { EnvLayer, waitState } from "./SandboxesEnv.support.ts"
 
 /** An API with these settings beside the file's platform (same database, bus and runtime). */
 const apiWith = (settings: Record<string, string>) =>
@@ -30,8 +30,11 @@ const expectQuota = (res: Answer, quota: string, limit: number) => {
 
 /** `count` creates at once; their answers. */
 const race = (base: string, token: string, count: number, body: Record<string, unknown>) =>
-  Effect.forEach(Array.from({ length: count }, (_, i) => i), (i) =>
-    call(base, "POST", "/v1/sandboxes", { token, body: { ...body, name: `racer-${i}` } }), { concurrency: "unbounded" })
+  Effect.forEach(
+    Array.from({ length: count }, (_, i) => i),
+    (i) => call(base, "POST", "/v1/sandboxes", { token, body: { ...body, name: `racer-${i}` } }),
+    { concurrency: "unbounded" }
+  )
 
 layer(EnvLayer, { excludeTestServices: true })("sandbox limits", (it) => {
   it.effect("creates racing for an org's last sandboxes: exactly SVC_ORG_MAX_SANDBOXES are admitted", () =>
@@ -49,8 +52,13 @@ layer(EnvLayer, { excludeTestServices: true })("sandbox limits", (it) => {
       // Deleting one makes room for one.
       const gone = yield* call(base, "DELETE", `/v1/sandboxes/${created[0]!.json.id}`, { token: org.token })
       expect(gone.json.state).toBe("deleted")
-      expect((yield* call(base, "POST", "/v1/sandboxes", { token: org.token, body: { region: "nowhere" } })).status).toBe(201)
-      expectQuota(yield* call(base, "POST", "/v1/sandboxes", { token: org.token, body: { region: "nowhere" } }), "sandboxes", 5)
+      expect((yield* call(base, "POST", "/v1/sandboxes", { token: org.token, body: { region: "nowhere" } })).status)
+        .toBe(201)
+      expectQuota(
+        yield* call(base, "POST", "/v1/sandboxes", { token: org.token, body: { region: "nowhere" } }),
+        "sandboxes",
+        5
+      )
     }))
 
   it.effect("creates racing for an org's last running slots: exactly SVC_ORG_MAX_RUNNING_SANDBOXES are admitted", () =>
@@ -106,7 +114,10 @@ layer(EnvLayer, { excludeTestServices: true })("sandbox limits", (it) => {
       // is waited out as a client would (Retry-After), since this test is not about it.
       const create = (i: number): Effect.Effect<string, unknown, never> =>
         Effect.flatMap(
-          call(base, "POST", "/v1/sandboxes", { token: org.token, body: { region: "nowhere", name: `big-${i}`, metadata } }),
+          call(base, "POST", "/v1/sandboxes", {
+            token: org.token,
+            body: { region: "nowhere", name: `big-${i}`, metadata }
+          }),
           (r) => {
             if (r.status === 429 && r.json?.code === "rate_limited") {
               return Effect.flatMap(Effect.sleep(`${Number(r.json.retry_after_s ?? 1)} seconds`), () => create(i))
@@ -140,7 +151,9 @@ layer(EnvLayer, { excludeTestServices: true })("sandbox limits", (it) => {
       expect(seen).toEqual([...made].sort().reverse())
       // Small records: all of them in one answer.
       const small = yield* (yield* Identity).org("small-list")
-      for (let i = 0; i < 3; i++) yield* call(base, "POST", "/v1/sandboxes", { token: small.token, body: { region: "nowhere" } })
+      for (let i = 0; i < 3; i++) {
+        yield* call(base, "POST", "/v1/sandboxes", { token: small.token, body: { region: "nowhere" } })
+      }
       const all = yield* call(base, "GET", "/v1/sandboxes?paginated=false", { token: small.token })
       expect(all.json).toMatchObject({ total: 3, offset: 0, limit: 3, has_more: false })
     }))

@@ -13,8 +13,8 @@
  * every process outside the sandbox (the exec's own process inside has it: that is the delivery).
  */
 import { expect, layer } from "@effect/vitest"
-import { SecretBox } from "@svc/crypto/SecretBox"
 import { Nats } from "@svc/bus/Nats"
+import { SecretBox } from "@svc/crypto/SecretBox"
 import type { OrgId } from "@svc/domain/Ids"
 import * as Runtime from "@svc/runtime/Runtime"
 import * as TestDatabase from "@svc/testing/TestDatabase"
@@ -46,7 +46,9 @@ const StackLayer = Layer.unwrap(Effect.gen(function*() {
   const logs: Array<string> = []
   // Every log line of every role, at every level, request logs included.
   const captureLogs = Layer.mergeAll(
-    Logger.layer([Logger.map(Logger.formatLogFmt, (line) => void logs.push(String(line)))], { mergeWithExisting: false }),
+    Logger.layer([Logger.map(Logger.formatLogFmt, (line) => void logs.push(String(line)))], {
+      mergeWithExisting: false
+    }),
     Layer.succeed(References.MinimumLogLevel, "Trace")
   )
   return Layer.effect(
@@ -57,7 +59,11 @@ const StackLayer = Layer.unwrap(Effect.gen(function*() {
       const local = yield* makeHost
       yield* startAgent(local, { region: "local" })
       const pooled = yield* makeHost
-      yield* startAgentFixture(pooled, { region: "pooled", poolSize: 1, capacity: { cpu: 64, ramMb: 64 * 1024, diskGb: 500 } })
+      yield* startAgentFixture(pooled, {
+        region: "pooled",
+        poolSize: 1,
+        capacity: { cpu: 64, ramMb: 64 * 1024, diskGb: 500 }
+      })
       const server = yield* TestNats.TestNatsServer
       return { base, prefix: server.prefix, org: yield* identity.org("secrets"), hosts: { local, pooled }, logs }
     })
@@ -144,10 +150,12 @@ const searchTables = (canaries: ReadonlyArray<string>) =>
     const tables = yield* sql<{ schema: string; name: string }>`
       SELECT table_schema AS schema, table_name AS name FROM information_schema.tables
       WHERE table_type = 'BASE TABLE' AND table_schema NOT IN ('pg_catalog', 'information_schema')`
-    expect(tables.map((t) => t.name)).toEqual(expect.arrayContaining(["outbox", "sandboxes", "idempotency_keys", "audit_log"]))
+    expect(tables.map((t) => t.name)).toEqual(
+      expect.arrayContaining(["outbox", "sandboxes", "idempotency_keys", "audit_log"])
+    )
     const hits: Array<Hit> = []
     for (const table of tables) {
-      const quoted = `"${table.schema.replaceAll('"', '""')}"."${table.name.replaceAll('"', '""')}"`
+      const quoted = `"${table.schema.replaceAll("\"", "\"\"")}"."${table.name.replaceAll("\"", "\"\"")}"`
       const rows = yield* sql.unsafe<{ row: string }>(`SELECT t::text AS row FROM ${quoted} t`)
       const which = found(Buffer.from(rows.map((r) => r.row).join("\n")), canaries)
       if (which.length > 0) hits.push({ where: `table ${quoted}`, canaries: which })
@@ -167,7 +175,8 @@ const searchDatabaseFiles = (canaries: ReadonlyArray<string>) =>
     const [db] = yield* sql<{ oid: number }>`SELECT oid::int AS oid FROM pg_database WHERE datname = current_database()`
     const dataDir = setting!.dir
     expect(FsSync.existsSync(dataDir), `the run's Postgres keeps its data on this machine (${dataDir})`).toBe(true)
-    const recent = (path: string) => (FsSync.statSync(path, { throwIfNoEntry: false })?.mtimeMs ?? 0) >= TEST_STARTED - 1_000
+    const recent = (path: string) =>
+      (FsSync.statSync(path, { throwIfNoEntry: false })?.mtimeMs ?? 0) >= TEST_STARTED - 1_000
     const files = [
       ...(yield* Effect.promise(() => filesUnder(NodePath.join(dataDir, "base", String(db!.oid))))),
       ...(yield* Effect.promise(() => filesUnder(NodePath.join(dataDir, "pg_wal"), recent)))
@@ -190,8 +199,13 @@ const searchStreams = (prefix: string, canaries: ReadonlyArray<string>) =>
         for (let seq = info.state.first_seq; seq <= info.state.last_seq && info.state.messages > 0; seq++) {
           const msg = await nats.jsm.streams.getMessage(name, { seq }).catch(() => null)
           if (msg === null) continue
-          const headers = msg.header ? [...msg.header.keys()].map((k) => `${k}: ${msg.header.values(k).join(",")}`).join("\n") : ""
-          const which = found(Buffer.concat([Buffer.from(`${msg.subject}\n${headers}\n`), Buffer.from(msg.data)]), canaries)
+          const headers = msg.header
+            ? [...msg.header.keys()].map((k) => `${k}: ${msg.header.values(k).join(",")}`).join("\n")
+            : ""
+          const which = found(
+            Buffer.concat([Buffer.from(`${msg.subject}\n${headers}\n`), Buffer.from(msg.data)]),
+            canaries
+          )
           if (which.length > 0) hits.push({ where: `stream ${name} seq ${seq} (${msg.subject})`, canaries: which })
         }
       }
@@ -231,7 +245,10 @@ const searchStreamFiles = (prefix: string, canaries: ReadonlyArray<string>) =>
 // Calls
 
 const api = (method: string, path: string, options: Parameters<typeof call>[3] = {}) =>
-  Effect.flatMap(Effect.service(Stack), (stack) => call(stack.base, method, path, { token: stack.org.token, ...options }))
+  Effect.flatMap(
+    Effect.service(Stack),
+    (stack) => call(stack.base, method, path, { token: stack.org.token, ...options })
+  )
 
 const expectStatus = (res: Answer, status: number) => expect(res.status, res.text).toBe(status)
 
@@ -264,140 +281,160 @@ const describeHits = (hits: ReadonlyArray<Hit>) => hits.map((h) => `${h.where}: 
  */
 const expectOnlyControl = (place: string, hits: ReadonlyArray<Hit>, control: string) => {
   expect(hits.some((h) => h.canaries.includes(control)), `${place}: the control value was found`).toBe(true)
-  const leaks = hits.map((h) => ({ ...h, canaries: h.canaries.filter((c) => c !== control) })).filter((h) => h.canaries.length > 0)
+  const leaks = hits.map((h) => ({ ...h, canaries: h.canaries.filter((c) => c !== control) })).filter((h) =>
+    h.canaries.length > 0
+  )
   expect(leaks, `${place}:\n${describeHits(leaks)}`).toEqual([])
 }
 
-layer(StackLayer, { excludeTestServices: true, timeout: 180_000 })("sandbox env: never stored or logged in the clear", (it) => {
-  it.effect("canaries in a sandbox's env and an exec's env reach the sandbox and are in no table, stream, file or log", () =>
-    Effect.gen(function*() {
-      const stack = yield* Stack
-      const sandboxCanary = canary("sandbox")
-      const pooledCanary = canary("pooled")
-      const execCanary = canary("exec")
-      const canaries = [sandboxCanary, pooledCanary, execCanary]
+layer(StackLayer, { excludeTestServices: true, timeout: 180_000 })(
+  "sandbox env: never stored or logged in the clear",
+  (it) => {
+    it.effect("canaries in a sandbox's env and an exec's env reach the sandbox and are in no table, stream, file or log", () =>
+      Effect.gen(function*() {
+        const stack = yield* Stack
+        const sandboxCanary = canary("sandbox")
+        const pooledCanary = canary("pooled")
+        const execCanary = canary("exec")
+        const canaries = [sandboxCanary, pooledCanary, execCanary]
 
-      // Cold boot, with an Idempotency-Key: its stored entry must not hold the env either.
-      const body = { region: "local", env: { SVC_CANARY: sandboxCanary, OTHER: "x" } }
-      const headers = { "idempotency-key": `secrets-${randomBytes(4).toString("hex")}` }
-      const created = yield* api("POST", "/v1/sandboxes", { body, headers })
-      expectStatus(created, 201)
-      expect(created.text).not.toContain(sandboxCanary)
-      const replayed = yield* api("POST", "/v1/sandboxes", { body, headers })
-      expectStatus(replayed, 200)
-      expect(replayed.json.id).toBe(created.json.id)
-      const id = created.json.id as string
-      const running = yield* waitRunning(id)
-      expect(running.hostId).toBe(stack.hosts.local.hostId)
+        // Cold boot, with an Idempotency-Key: its stored entry must not hold the env either.
+        const body = { region: "local", env: { SVC_CANARY: sandboxCanary, OTHER: "x" } }
+        const headers = { "idempotency-key": `secrets-${randomBytes(4).toString("hex")}` }
+        const created = yield* api("POST", "/v1/sandboxes", { body, headers })
+        expectStatus(created, 201)
+        expect(created.text).not.toContain(sandboxCanary)
+        const replayed = yield* api("POST", "/v1/sandboxes", { body, headers })
+        expectStatus(replayed, 200)
+        expect(replayed.json.id).toBe(created.json.id)
+        const id = created.json.id as string
+        const running = yield* waitRunning(id)
+        expect(running.hostId).toBe(stack.hosts.local.hostId)
 
-      // Adopted from the warm pool: the driver rewrites the record with the env.
-      const pooled = yield* api("POST", "/v1/sandboxes", { body: { region: "pooled", env: { SVC_CANARY: pooledCanary } } })
-      expectStatus(pooled, 201)
-      const pooledId = pooled.json.id as string
-      yield* waitRunning(pooledId)
+        // Adopted from the warm pool: the driver rewrites the record with the env.
+        const pooled = yield* api("POST", "/v1/sandboxes", {
+          body: { region: "pooled", env: { SVC_CANARY: pooledCanary } }
+        })
+        expectStatus(pooled, 201)
+        const pooledId = pooled.json.id as string
+        yield* waitRunning(pooledId)
 
-      // Delivered: the sandbox's env, and an exec's env on top of it.
-      expect((yield* exec(id, { cmd: printVars("SVC_CANARY", "OTHER") })).stdout).toBe(`${sandboxCanary}|x|`)
-      expect((yield* exec(id, { cmd: printVars("SVC_CANARY", "EXEC_CANARY"), env: { EXEC_CANARY: execCanary } })).stdout)
-        .toBe(`${sandboxCanary}|${execCanary}|`)
-      expect((yield* exec(pooledId, { cmd: printVars("SVC_CANARY") })).stdout).toBe(`${pooledCanary}|`)
+        // Delivered: the sandbox's env, and an exec's env on top of it.
+        expect((yield* exec(id, { cmd: printVars("SVC_CANARY", "OTHER") })).stdout).toBe(`${sandboxCanary}|x|`)
+        expect(
+          (yield* exec(id, { cmd: printVars("SVC_CANARY", "EXEC_CANARY"), env: { EXEC_CANARY: execCanary } })).stdout
+        )
+          .toBe(`${sandboxCanary}|${execCanary}|`)
+        expect((yield* exec(pooledId, { cmd: printVars("SVC_CANARY") })).stdout).toBe(`${pooledCanary}|`)
 
-      // Stopped and started: the env comes back from the host's record.
-      expectStatus(yield* api("POST", `/v1/sandboxes/${id}/stop`), 202)
-      yield* eventually(api("GET", `/v1/sandboxes/${id}`), (r) => r.json?.state === "stopped", Duration.seconds(30))
-      expectStatus(yield* api("POST", `/v1/sandboxes/${id}/start`), 202)
-      yield* waitRunning(id)
-      expect((yield* exec(id, { cmd: printVars("SVC_CANARY") })).stdout).toBe(`${sandboxCanary}|`)
+        // Stopped and started: the env comes back from the host's record.
+        expectStatus(yield* api("POST", `/v1/sandboxes/${id}/stop`), 202)
+        yield* eventually(api("GET", `/v1/sandboxes/${id}`), (r) => r.json?.state === "stopped", Duration.seconds(30))
+        expectStatus(yield* api("POST", `/v1/sandboxes/${id}/start`), 202)
+        yield* waitRunning(id)
+        expect((yield* exec(id, { cmd: printVars("SVC_CANARY") })).stdout).toBe(`${sandboxCanary}|`)
 
-      // The API never answers it back.
-      for (const path of [`/v1/sandboxes/${id}`, `/v1/sandboxes/${pooledId}`, "/v1/sandboxes", "/v1/audit"]) {
-        const res = yield* api("GET", path)
-        expect(found(res.bytes, canaries), `${path}: ${res.text.slice(0, 300)}`).toEqual([])
-      }
+        // The API never answers it back.
+        for (const path of [`/v1/sandboxes/${id}`, `/v1/sandboxes/${pooledId}`, "/v1/sandboxes", "/v1/audit"]) {
+          const res = yield* api("GET", path)
+          expect(found(res.bytes, canaries), `${path}: ${res.text.slice(0, 300)}`).toEqual([])
+        }
 
-      const searched = [...canaries, id]
-      expectOnlyControl("tables", yield* searchTables(searched), id)
-      expectOnlyControl("database files", yield* searchDatabaseFiles(searched), id)
+        const searched = [...canaries, id]
+        expectOnlyControl("tables", yield* searchTables(searched), id)
+        expectOnlyControl("database files", yield* searchDatabaseFiles(searched), id)
 
-      const streams = yield* searchStreams(stack.prefix, searched)
-      // The actor's mailbox, the agents' commands, the events, the hosts bucket at least.
-      expect(streams.names.length).toBeGreaterThanOrEqual(4)
-      expectOnlyControl("streams", streams.hits, id)
-      expectOnlyControl("stream files", yield* searchStreamFiles(stack.prefix, searched), id)
+        const streams = yield* searchStreams(stack.prefix, searched)
+        // The actor's mailbox, the agents' commands, the events, the hosts bucket at least.
+        expect(streams.names.length).toBeGreaterThanOrEqual(4)
+        expectOnlyControl("streams", streams.hits, id)
+        expectOnlyControl("stream files", yield* searchStreamFiles(stack.prefix, searched), id)
 
-      // Not the disk images: each is a sandbox's own file system (GiBs, sparse), or a blank one.
-      const notADisk = (path: string) => !path.endsWith("/disk.img") && !path.includes("/disk-stock/")
-      const hostFiles = yield* Effect.promise(async () => [
-        ...(await filesUnder(stack.hosts.local.dataDir, notADisk)),
-        ...(await filesUnder(stack.hosts.pooled.dataDir, notADisk))
-      ])
-      expect(hostFiles.some((f) => f.endsWith(`/sandboxes/${id}/sandbox.json`))).toBe(true)
-      expect(hostFiles.some((f) => f.endsWith(`/sandboxes/${pooledId}/sandbox.json`))).toBe(true)
-      expectOnlyControl("agents' data dirs", yield* searchFiles(hostFiles, searched), id)
+        // Not the disk images: each is a sandbox's own file system (GiBs, sparse), or a blank one.
+        const notADisk = (path: string) => !path.endsWith("/disk.img") && !path.includes("/disk-stock/")
+        const hostFiles = yield* Effect.promise(async () => [
+          ...(await filesUnder(stack.hosts.local.dataDir, notADisk)),
+          ...(await filesUnder(stack.hosts.pooled.dataDir, notADisk))
+        ])
+        expect(hostFiles.some((f) => f.endsWith(`/sandboxes/${id}/sandbox.json`))).toBe(true)
+        expect(hostFiles.some((f) => f.endsWith(`/sandboxes/${pooledId}/sandbox.json`))).toBe(true)
+        expectOnlyControl("agents' data dirs", yield* searchFiles(hostFiles, searched), id)
 
-      // The request log names the sandbox (its URLs): the control.
-      const logHits = stack.logs.flatMap((line, i) => {
-        const which = found(Buffer.from(line), searched)
-        return which.length > 0 ? [{ where: `log line ${i}: ${line.slice(0, 300)}`, canaries: which }] : []
-      })
-      expectOnlyControl("logs", logHits, id)
-    }))
-
-  it.effect("while a long exec runs, no process shows a canary in its command line, none outside the sandbox in its environment", () =>
-    Effect.gen(function*() {
-      const stack = yield* Stack
-      const sandboxCanary = canary("ps-sandbox")
-      const execCanary = canary("ps-exec")
-      const canaries = [sandboxCanary, execCanary]
-      const created = yield* api("POST", "/v1/sandboxes", { body: { region: "local", env: { SVC_CANARY: sandboxCanary } } })
-      expectStatus(created, 201)
-      const id = created.json.id as string
-      yield* waitRunning(id)
-      const run = JSON.parse(FsSync.readFileSync(NodePath.join(stack.hosts.local.dataDir, "sandboxes", id, "run.json"), "utf8"))
-      const sandboxPidNs = FsSync.readlinkSync(`/proc/${run.pid}/ns/pid`)
-
-      // The exec names itself with a marker ($0 of its shell) so that the test sees it running.
-      const marker = `marker-${randomBytes(6).toString("hex")}`
-      const running = yield* Effect.forkChild(exec(id, {
-        cmd: ["sh", "-c", `sleep 3; printf '%s|%s|' "$SVC_CANARY" "$EXEC_CANARY"`, marker],
-        env: { EXEC_CANARY: execCanary }
+        // The request log names the sandbox (its URLs): the control.
+        const logHits = stack.logs.flatMap((line, i) => {
+          const which = found(Buffer.from(line), searched)
+          return which.length > 0 ? [{ where: `log line ${i}: ${line.slice(0, 300)}`, canaries: which }] : []
+        })
+        expectOnlyControl("logs", logHits, id)
       }))
-      const read = (pid: string, file: string) => {
-        try {
-          return FsSync.readFileSync(`/proc/${pid}/${file}`)
-        } catch {
-          return undefined
+
+    it.effect("while a long exec runs, no process shows a canary in its command line, none outside the sandbox in its environment", () =>
+      Effect.gen(function*() {
+        const stack = yield* Stack
+        const sandboxCanary = canary("ps-sandbox")
+        const execCanary = canary("ps-exec")
+        const canaries = [sandboxCanary, execCanary]
+        const created = yield* api("POST", "/v1/sandboxes", {
+          body: { region: "local", env: { SVC_CANARY: sandboxCanary } }
+        })
+        expectStatus(created, 201)
+        const id = created.json.id as string
+        yield* waitRunning(id)
+        const run = JSON.parse(
+          FsSync.readFileSync(NodePath.join(stack.hosts.local.dataDir, "sandboxes", id, "run.json"), "utf8")
+        )
+        const sandboxPidNs = FsSync.readlinkSync(`/proc/${run.pid}/ns/pid`)
+
+        // The exec names itself with a marker ($0 of its shell) so that the test sees it running.
+        const marker = `marker-${randomBytes(6).toString("hex")}`
+        const running = yield* Effect.forkChild(exec(id, {
+          cmd: ["sh", "-c", `sleep 3; printf '%s|%s|' "$SVC_CANARY" "$EXEC_CANARY"`, marker],
+          env: { EXEC_CANARY: execCanary }
+        }))
+        const read = (pid: string, file: string) => {
+          try {
+            return FsSync.readFileSync(`/proc/${pid}/${file}`)
+          } catch {
+            return undefined
+          }
         }
-      }
-      const pids = () => FsSync.readdirSync("/proc").filter((n) => /^\d+$/.test(n))
-      yield* eventually(
-        Effect.sync(() => pids().some((pid) => read(pid, "cmdline")?.includes(marker) === true)),
-        (seen) => seen,
-        Duration.seconds(20)
-      )
-      const hits: Array<Hit> = []
-      let processes = 0
-      for (const pid of pids()) {
-        const cmdline = read(pid, "cmdline")
-        if (cmdline === undefined) continue
-        processes++
-        const inCmdline = found(cmdline, canaries)
-        if (inCmdline.length > 0) hits.push({ where: `pid ${pid} cmdline: ${cmdline.toString("utf8").replaceAll("\0", " ").slice(0, 200)}`, canaries: inCmdline })
-        let ns: string | undefined
-        try {
-          ns = FsSync.readlinkSync(`/proc/${pid}/ns/pid`)
-        } catch {
-          ns = undefined
+        const pids = () => FsSync.readdirSync("/proc").filter((n) => /^\d+$/.test(n))
+        yield* eventually(
+          Effect.sync(() => pids().some((pid) => read(pid, "cmdline")?.includes(marker) === true)),
+          (seen) => seen,
+          Duration.seconds(20)
+        )
+        const hits: Array<Hit> = []
+        let processes = 0
+        for (const pid of pids()) {
+          const cmdline = read(pid, "cmdline")
+          if (cmdline === undefined) continue
+          processes++
+          const inCmdline = found(cmdline, canaries)
+          if (inCmdline.length > 0) {
+            hits.push({
+              where: `pid ${pid} cmdline: ${cmdline.toString("utf8").replaceAll("\0", " ").slice(0, 200)}`,
+              canaries: inCmdline
+            })
+          }
+          let ns: string | undefined
+          try {
+            ns = FsSync.readlinkSync(`/proc/${pid}/ns/pid`)
+          } catch {
+            ns = undefined
+          }
+          // Inside the sandbox the exec's own process holds its env: that is how it gets there.
+          if (ns === sandboxPidNs) continue
+          const environ = read(pid, "environ")
+          const inEnviron = environ === undefined ? [] : found(environ, canaries)
+          if (inEnviron.length > 0) {
+            hits.push({ where: `pid ${pid} environ (${cmdline.toString("utf8").split("\0")[0]})`, canaries: inEnviron })
+          }
         }
-        // Inside the sandbox the exec's own process holds its env: that is how it gets there.
-        if (ns === sandboxPidNs) continue
-        const environ = read(pid, "environ")
-        const inEnviron = environ === undefined ? [] : found(environ, canaries)
-        if (inEnviron.length > 0) hits.push({ where: `pid ${pid} environ (${cmdline.toString("utf8").split("\0")[0]})`, canaries: inEnviron })
-      }
-      const result = yield* Fiber.join(running)
-      expect(result.stdout).toBe(`${sandboxCanary}|${execCanary}|`)
-      expect(processes).toBeGreaterThan(10)
-      expect(hits, describeHits(hits)).toEqual([])
-    }))
-})
+        const result = yield* Fiber.join(running)
+        expect(result.stdout).toBe(`${sandboxCanary}|${execCanary}|`)
+        expect(processes).toBeGreaterThan(10)
+        expect(hits, describeHits(hits)).toEqual([])
+      }))
+  }
+)

@@ -157,7 +157,13 @@ interface Outcome {
   readonly body: string
 }
 
-const request = (base: string, token: string, method: string, path: string, headers: Record<string, string | number> = {}) => {
+const request = (
+  base: string,
+  token: string,
+  method: string,
+  path: string,
+  headers: Record<string, string | number> = {}
+) => {
   const url = new URL(path, base)
   return Http.request({
     host: url.hostname,
@@ -220,132 +226,163 @@ const download = (base: string, token: string, sandboxId: string, path: string, 
   })
 
 layer(EnvLayer, { excludeTestServices: true, timeout: 600_000 })("file transfers at scale", (it) => {
-  it.effect("100 concurrent 100 MiB transfers keep the API's and the agent's resident memory within 256 MiB of idle; every byte arrives", () =>
-    Effect.gen(function*() {
-      const env = yield* Env
-      const api = (method: string, path: string, body?: unknown) => call(env.base, method, path, { token: env.token, ...(body !== undefined ? { body } : {}) })
-      const exec = (script: string) =>
-        Effect.map(api("POST", `/v1/sandboxes/${sandbox.id}/exec`, { cmd: ["sh", "-c", script], timeout_ms: 600_000 }), (res) => {
-          expect(res.status, res.text).toBe(200)
-          expect(res.json.exit_code, res.text).toBe(0)
-          return res.json.stdout as string
-        })
+  it.effect(
+    "100 concurrent 100 MiB transfers keep the API's and the agent's resident memory within 256 MiB of idle; every byte arrives",
+    () =>
+      Effect.gen(function*() {
+        const env = yield* Env
+        const api = (method: string, path: string, body?: unknown) =>
+          call(env.base, method, path, { token: env.token, ...(body !== undefined ? { body } : {}) })
+        const exec = (script: string) =>
+          Effect.map(
+            api("POST", `/v1/sandboxes/${sandbox.id}/exec`, { cmd: ["sh", "-c", script], timeout_ms: 600_000 }),
+            (res) => {
+              expect(res.status, res.text).toBe(200)
+              expect(res.json.exit_code, res.text).toBe(0)
+              return res.json.stdout as string
+            }
+          )
 
-      const created = yield* api("POST", "/v1/sandboxes", { disk_gb: 16, ram_mb: 1024 })
-      expect(created.status, created.text).toBe(201)
-      const sandbox = created.json as { id: string }
-      yield* eventually(api("GET", `/v1/sandboxes/${sandbox.id}`), (r) => r.json?.state === "running")
+        const created = yield* api("POST", "/v1/sandboxes", { disk_gb: 16, ram_mb: 1024 })
+        expect(created.status, created.text).toBe(201)
+        const sandbox = created.json as { id: string }
+        yield* eventually(api("GET", `/v1/sandboxes/${sandbox.id}`), (r) => r.json?.state === "running")
 
-      const sourceSha1 = (yield* exec("mkdir -p /srv/up && head -c 104857600 /dev/urandom > /srv/source.bin && sha1sum /srv/source.bin"))
-        .split(" ")[0]!
+        const sourceSha1 = (yield* exec(
+          "mkdir -p /srv/up && head -c 104857600 /dev/urandom > /srv/source.bin && sha1sum /srv/source.bin"
+        ))
+          .split(" ")[0]!
 
-      // Warm both processes up (code paths, connection pools), then take the idle reading.
-      const warm = yield* Effect.promise(() => upload(env.base, env.token, sandbox.id, 999))
-      expect(warm.status, warm.body).toBe(204)
-      expect((yield* Effect.promise(() => download(env.base, env.token, sandbox.id, "/srv/up/999.bin"))).sha1).toBe(warm.sha1)
-      yield* exec("rm -f /srv/up/999.bin")
-      yield* Effect.sleep("1 second")
-      const idle = { api: memoryOf(env.apiPid).rss, agent: memoryOf(env.agentPid).rss }
-      resetPeak(env.apiPid)
-      resetPeak(env.agentPid)
+        // Warm both processes up (code paths, connection pools), then take the idle reading.
+        const warm = yield* Effect.promise(() => upload(env.base, env.token, sandbox.id, 999))
+        expect(warm.status, warm.body).toBe(204)
+        expect((yield* Effect.promise(() => download(env.base, env.token, sandbox.id, "/srv/up/999.bin"))).sha1).toBe(
+          warm.sha1
+        )
+        yield* exec("rm -f /srv/up/999.bin")
+        yield* Effect.sleep("1 second")
+        const idle = { api: memoryOf(env.apiPid).rss, agent: memoryOf(env.agentPid).rss }
+        resetPeak(env.apiPid)
+        resetPeak(env.agentPid)
 
-      const cpuBefore = { api: cpuOf(env.apiPid), agent: cpuOf(env.agentPid), test: process.cpuUsage() }
-      let sampled = { api: 0, agent: 0 }
-      const sampler = setInterval(() => {
-        sampled = {
-          api: Math.max(sampled.api, memoryOf(env.apiPid).rss),
-          agent: Math.max(sampled.agent, memoryOf(env.agentPid).rss)
+        const cpuBefore = { api: cpuOf(env.apiPid), agent: cpuOf(env.agentPid), test: process.cpuUsage() }
+        let sampled = { api: 0, agent: 0 }
+        const sampler = setInterval(() => {
+          sampled = {
+            api: Math.max(sampled.api, memoryOf(env.apiPid).rss),
+            agent: Math.max(sampled.agent, memoryOf(env.agentPid).rss)
+          }
+        }, 100)
+        const started = performance.now()
+        const [uploads, downloads] = yield* Effect.promise(() =>
+          Promise.all([
+            Promise.all(Array.from({ length: UPLOADS }, (_, i) => upload(env.base, env.token, sandbox.id, i))),
+            Promise.all(
+              Array.from({ length: DOWNLOADS }, () => download(env.base, env.token, sandbox.id, "/srv/source.bin"))
+            )
+          ])
+        ).pipe(Effect.ensuring(Effect.sync(() => clearInterval(sampler))))
+        const seconds = (performance.now() - started) / 1000
+        const peak = { api: memoryOf(env.apiPid).hwm, agent: memoryOf(env.agentPid).hwm }
+        const testCpu = process.cpuUsage(cpuBefore.test)
+        const cpu = {
+          api: cpuOf(env.apiPid) - cpuBefore.api,
+          agent: cpuOf(env.agentPid) - cpuBefore.agent,
+          test: (testCpu.user + testCpu.system) / 1e6
         }
-      }, 100)
-      const started = performance.now()
-      const [uploads, downloads] = yield* Effect.promise(() =>
-        Promise.all([
-          Promise.all(Array.from({ length: UPLOADS }, (_, i) => upload(env.base, env.token, sandbox.id, i))),
-          Promise.all(Array.from({ length: DOWNLOADS }, () => download(env.base, env.token, sandbox.id, "/srv/source.bin")))
-        ])
-      ).pipe(Effect.ensuring(Effect.sync(() => clearInterval(sampler))))
-      const seconds = (performance.now() - started) / 1000
-      const peak = { api: memoryOf(env.apiPid).hwm, agent: memoryOf(env.agentPid).hwm }
-      const testCpu = process.cpuUsage(cpuBefore.test)
-      const cpu = {
-        api: cpuOf(env.apiPid) - cpuBefore.api,
-        agent: cpuOf(env.agentPid) - cpuBefore.agent,
-        test: (testCpu.user + testCpu.system) / 1e6
-      }
 
-      for (const d of downloads) {
-        expect(d.status, d.body).toBe(200)
-        expect(d.bytes).toBe(FILE_BYTES)
-        expect(d.sha1).toBe(sourceSha1)
-      }
-      for (const u of uploads) expect(u.status, u.body).toBe(204)
-      // What each upload sent is what the sandbox holds (hashed by two execs side by side).
-      const halves = yield* Effect.all(
-        [0, 1].map((half) => exec(`cd /srv/up && for f in *${half === 0 ? "[02468]" : "[13579]"}.bin; do sha1sum "$f"; done`)),
-        { concurrency: 2 }
-      )
-      const held = new Map(
-        halves.join("").split("\n").filter((line) => line !== "").map((line) => {
-          const [sum, name] = line.split(/\s+/)
-          return [name!, sum!] as const
-        })
-      )
-      expect(held.size).toBe(UPLOADS)
-      uploads.forEach((u, i) => expect(held.get(`${i}.bin`), `upload ${i}`).toBe(u.sha1))
-      yield* exec("rm -rf /srv/up")
-
-      const mib = (n: number) => Math.round(n / MIB)
-      console.log(
-        `transfers: ${UPLOADS + DOWNLOADS} x ${mib(FILE_BYTES)} MiB in ${seconds.toFixed(1)} s; ` +
-          `api idle ${mib(idle.api)} MiB, peak ${mib(peak.api)} (sampled ${mib(sampled.api)}); ` +
-          `agent idle ${mib(idle.agent)} MiB, peak ${mib(peak.agent)} (sampled ${mib(sampled.agent)}); ` +
-          `cpu s: api ${cpu.api.toFixed(1)}, agent ${cpu.agent.toFixed(1)}, test process ${cpu.test.toFixed(1)}`
-      )
-      expect(peak.api - idle.api).toBeLessThan(BOUND_BYTES)
-      expect(peak.agent - idle.agent).toBeLessThan(BOUND_BYTES)
-    }), 600_000)
-
-  it.effect("an API process beyond SVC_API_MAX_TRANSFERS holds a transfer until a slot frees", () =>
-    Effect.gen(function*() {
-      const env = yield* Env
-      const base = yield* env.otherApi(1)
-      const api = (method: string, path: string, body?: unknown) => call(base, method, path, { token: env.token, ...(body !== undefined ? { body } : {}) })
-      const created = yield* api("POST", "/v1/sandboxes", { ram_mb: 256 })
-      expect(created.status, created.text).toBe(201)
-      const id = created.json.id as string
-      yield* eventually(api("GET", `/v1/sandboxes/${id}`), (r) => r.json?.state === "running")
-      const made = yield* api("POST", `/v1/sandboxes/${id}/exec`, { cmd: ["sh", "-c", "head -c 67108864 /dev/urandom > /big && sha1sum /big"] })
-      const sha1 = (made.json.stdout as string).split(" ")[0]
-
-      // A download whose client reads nothing holds the one slot (its bytes back up to the sandbox).
-      const held = yield* Effect.callback<{ resume: () => void; done: Promise<Outcome> }>((resume) => {
-        const req = request(base, env.token, "GET", `/v1/sandboxes/${id}/files?path=/big`)
-        req.on("response", (res) => {
-          res.pause()
-          const hash = createHash("sha1")
-          let bytes = 0
-          const done = new Promise<Outcome>((resolveDone) => {
-            res.on("data", (c: Buffer) => {
-              hash.update(c)
-              bytes += c.length
-            })
-            res.on("end", () => resolveDone({ status: res.statusCode ?? 0, bytes, sha1: hash.digest("hex"), body: "" }))
+        for (const d of downloads) {
+          expect(d.status, d.body).toBe(200)
+          expect(d.bytes).toBe(FILE_BYTES)
+          expect(d.sha1).toBe(sourceSha1)
+        }
+        for (const u of uploads) expect(u.status, u.body).toBe(204)
+        // What each upload sent is what the sandbox holds (hashed by two execs side by side).
+        const halves = yield* Effect.all(
+          [0, 1].map((half) =>
+            exec(`cd /srv/up && for f in *${half === 0 ? "[02468]" : "[13579]"}.bin; do sha1sum "$f"; done`)
+          ),
+          { concurrency: 2 }
+        )
+        const held = new Map(
+          halves.join("").split("\n").filter((line) => line !== "").map((line) => {
+            const [sum, name] = line.split(/\s+/)
+            return [name!, sum!] as const
           })
-          resume(Effect.succeed({ resume: () => res.resume(), done }))
+        )
+        expect(held.size).toBe(UPLOADS)
+        uploads.forEach((u, i) => expect(held.get(`${i}.bin`), `upload ${i}`).toBe(u.sha1))
+        yield* exec("rm -rf /srv/up")
+
+        const mib = (n: number) => Math.round(n / MIB)
+        console.log(
+          `transfers: ${UPLOADS + DOWNLOADS} x ${mib(FILE_BYTES)} MiB in ${seconds.toFixed(1)} s; ` +
+            `api idle ${mib(idle.api)} MiB, peak ${mib(peak.api)} (sampled ${mib(sampled.api)}); ` +
+            `agent idle ${mib(idle.agent)} MiB, peak ${mib(peak.agent)} (sampled ${mib(sampled.agent)}); ` +
+            `cpu s: api ${cpu.api.toFixed(1)}, agent ${cpu.agent.toFixed(1)}, test process ${cpu.test.toFixed(1)}`
+        )
+        expect(peak.api - idle.api).toBeLessThan(BOUND_BYTES)
+        expect(peak.agent - idle.agent).toBeLessThan(BOUND_BYTES)
+      }),
+    600_000
+  )
+
+  it.effect(
+    "an API process beyond SVC_API_MAX_TRANSFERS holds a transfer until a slot frees",
+    () =>
+      Effect.gen(function*() {
+        const env = yield* Env
+        const base = yield* env.otherApi(1)
+        const api = (method: string, path: string, body?: unknown) =>
+          call(base, method, path, { token: env.token, ...(body !== undefined ? { body } : {}) })
+        const created = yield* api("POST", "/v1/sandboxes", { ram_mb: 256 })
+        expect(created.status, created.text).toBe(201)
+        const id = created.json.id as string
+        yield* eventually(api("GET", `/v1/sandboxes/${id}`), (r) => r.json?.state === "running")
+        const made = yield* api("POST", `/v1/sandboxes/${id}/exec`, {
+          cmd: ["sh", "-c", "head -c 67108864 /dev/urandom > /big && sha1sum /big"]
         })
-        req.end()
-      })
-      let answered = false
-      const second = yield* Effect.forkChild(Effect.promise(() => download(base, env.token, id, "/big", () => (answered = true))))
-      // An exec is not a transfer.
-      expect((yield* api("POST", `/v1/sandboxes/${id}/exec`, { cmd: ["true"] })).status).toBe(200)
-      yield* Effect.sleep("1 second")
-      expect(answered).toBe(false)
-      held.resume()
-      const first = yield* Effect.promise(() => held.done)
-      const next = yield* Fiber.join(second)
-      expect([first.status, first.bytes, first.sha1]).toEqual([200, 64 * MIB, sha1])
-      expect([next.status, next.bytes, next.sha1]).toEqual([200, 64 * MIB, sha1])
-      yield* api("DELETE", `/v1/sandboxes/${id}`)
-    }), 120_000)
+        const sha1 = (made.json.stdout as string).split(" ")[0]
+
+        // A download whose client reads nothing holds the one slot (its bytes back up to the sandbox).
+        const held = yield* Effect.callback<{ resume: () => void; done: Promise<Outcome> }>((resume) => {
+          const req = request(base, env.token, "GET", `/v1/sandboxes/${id}/files?path=/big`)
+          req.on("response", (res) => {
+            res.pause()
+            const hash = createHash("sha1")
+            let bytes = 0
+            const done = new Promise<Outcome>((resolveDone) => {
+              res.on("data", (c: Buffer) => {
+                hash.update(c)
+                bytes += c.length
+              })
+              res.on(
+                "end",
+                () => resolveDone({ status: res.statusCode ?? 0, bytes, sha1: hash.digest("hex"), body: "" })
+              )
+            })
+            resume(Effect.succeed({
+              resume: () => res.resume(),
+              done
+            }))
+          })
+          req.end()
+        })
+        let answered = false
+        const second = yield* Effect.forkChild(
+          Effect.promise(() => download(base, env.token, id, "/big", () => (answered = true)))
+        )
+        // An exec is not a transfer.
+        expect((yield* api("POST", `/v1/sandboxes/${id}/exec`, { cmd: ["true"] })).status).toBe(200)
+        yield* Effect.sleep("1 second")
+        expect(answered).toBe(false)
+        held.resume()
+        const first = yield* Effect.promise(() => held.done)
+        const next = yield* Fiber.join(second)
+        expect([first.status, first.bytes, first.sha1]).toEqual([200, 64 * MIB, sha1])
+        expect([next.status, next.bytes, next.sha1]).toEqual([200, 64 * MIB, sha1])
+        yield* api("DELETE", `/v1/sandboxes/${id}`)
+      }),
+    120_000
+  )
 })

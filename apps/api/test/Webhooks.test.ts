@@ -10,9 +10,9 @@ import { OutboxRelay } from "@svc/events/Relay"
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import { serve } from "@svc/testing/TestHttp"
 import * as TestNats from "@svc/testing/TestNats"
-import { WebhookAddressGuard } from "@svc/webhooks/Subscriptions/AddressGuard"
 import { WebhookSender } from "@svc/webhooks/Delivery/Attempt"
 import { WebhookDispatcher } from "@svc/webhooks/Delivery/Dispatcher"
+import { WebhookAddressGuard } from "@svc/webhooks/Subscriptions/AddressGuard"
 import { ConfigProvider, Context, Duration, Effect, Layer, Schedule } from "effect"
 import { HttpRouter } from "effect/http"
 import * as crypto from "node:crypto"
@@ -24,7 +24,12 @@ interface Answer {
   readonly body: any
 }
 
-const call = (base: string, method: string, path: string, options: { readonly token?: string; readonly body?: unknown; readonly headers?: Record<string, string> } = {}) =>
+const call = (
+  base: string,
+  method: string,
+  path: string,
+  options: { readonly token?: string; readonly body?: unknown; readonly headers?: Record<string, string> } = {}
+) =>
   Effect.promise(async (): Promise<Answer> => {
     const headers: Record<string, string> = { ...options.headers }
     if (options.token !== undefined) headers.authorization = `Bearer ${options.token}`
@@ -32,7 +37,9 @@ const call = (base: string, method: string, path: string, options: { readonly to
     const res = await fetch(`${base}${path}`, {
       method,
       headers,
-      ...(options.body !== undefined ? { body: typeof options.body === "string" ? options.body : JSON.stringify(options.body) } : {})
+      ...(options.body !== undefined
+        ? { body: typeof options.body === "string" ? options.body : JSON.stringify(options.body) }
+        : {})
     })
     const text = await res.text()
     return { status: res.status, body: text ? JSON.parse(text) : null }
@@ -122,10 +129,18 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 60_000 })("webhook routes"
   it.effect("create returns the record and the secret once; get and list never show it", () =>
     Effect.gen(function*() {
       const env = yield* Env
-      const mine = yield* call(env.api, "POST", "/v1/webhooks", { token: env.star, body: { url: "http://127.0.0.1:9/a", secret: "my-own-secret-0123" } })
+      const mine = yield* call(env.api, "POST", "/v1/webhooks", {
+        token: env.star,
+        body: { url: "http://127.0.0.1:9/a", secret: "my-own-secret-0123" }
+      })
       expect(mine.status).toBe(201)
       expect(Object.keys(mine.body).sort()).toEqual([...RECORD_KEYS, "secret_returned_once"].sort())
-      expect(mine.body).toMatchObject({ url: "http://127.0.0.1:9/a", events: ["*"], enabled: true, secret_returned_once: "my-own-secret-0123" })
+      expect(mine.body).toMatchObject({
+        url: "http://127.0.0.1:9/a",
+        events: ["*"],
+        enabled: true,
+        secret_returned_once: "my-own-secret-0123"
+      })
       expect(mine.body.id).toMatch(/^wh_[0-9a-z]{26}$/)
       expect(mine.body.createdAt).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/)
 
@@ -167,7 +182,11 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 60_000 })("webhook routes"
       const other = yield* create("key-abcdefgh-1", { ...body, enabled: false })
       expect([other.status, other.body.code]).toEqual([422, "idempotency_key_reused"])
       // Another org's same key is its own.
-      const elsewhere = yield* call(env.api, "POST", "/v1/webhooks", { token: env.otherOrg, body, headers: { "idempotency-key": "key-abcdefgh-1" } })
+      const elsewhere = yield* call(env.api, "POST", "/v1/webhooks", {
+        token: env.otherOrg,
+        body,
+        headers: { "idempotency-key": "key-abcdefgh-1" }
+      })
       expect(elsewhere.status).toBe(201)
       expect(elsewhere.body.id).not.toBe(first.body.id)
       expect((yield* create("short", body)).status).toBe(400)
@@ -182,11 +201,22 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 60_000 })("webhook routes"
     Effect.gen(function*() {
       const env = yield* Env
       const create = (base: string, body: unknown) => call(base, "POST", "/v1/webhooks", { token: env.star, body })
-      for (const url of [
-        "ftp://example.com/x", "not a url", "http://10.0.0.1/", "http://169.254.169.254/latest/meta-data", "http://[::1]/",
-        "http://localhost/", "http://0x7f000001.example.invalid/", "http://192.168.1.1/", "http://[::ffff:127.0.0.1]/",
-        "http://user:pass@127.0.0.1/", "http://127.0.0.1/#frag", ""
-      ]) {
+      for (
+        const url of [
+          "ftp://example.com/x",
+          "not a url",
+          "http://10.0.0.1/",
+          "http://169.254.169.254/latest/meta-data",
+          "http://[::1]/",
+          "http://localhost/",
+          "http://0x7f000001.example.invalid/",
+          "http://192.168.1.1/",
+          "http://[::ffff:127.0.0.1]/",
+          "http://user:pass@127.0.0.1/",
+          "http://127.0.0.1/#frag",
+          ""
+        ]
+      ) {
         const res = yield* create(env.api, { url })
         expect([url, res.status, res.body.code]).toEqual([url, 400, "invalid_webhook_url"])
       }
@@ -199,7 +229,12 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 60_000 })("webhook routes"
         const res = yield* create(env.api, { url: "http://127.0.0.1:9/", events })
         expect([events, res.status, res.body.code]).toEqual([events, 400, "invalid_event_filter"])
       }
-      for (const body of [{ url: "http://127.0.0.1:9/", secret: "short" }, {}, { url: 42 }, { url: "http://127.0.0.1:9/", enabled: "yes" }, { url: "http://127.0.0.1:9/", events: "*" }]) {
+      for (
+        const body of [{ url: "http://127.0.0.1:9/", secret: "short" }, {}, { url: 42 }, {
+          url: "http://127.0.0.1:9/",
+          enabled: "yes"
+        }, { url: "http://127.0.0.1:9/", events: "*" }]
+      ) {
         const res = yield* create(env.api, body)
         expect([body, res.status, res.body.code]).toEqual([body, 400, "invalid_request"])
       }
@@ -210,19 +245,34 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 60_000 })("webhook routes"
     Effect.gen(function*() {
       const env = yield* Env
       const results = yield* Effect.all(
-        Array.from({ length: 25 }, (_, i) => call(env.api, "POST", "/v1/webhooks", { token: env.star, body: { url: `http://127.0.0.1:9/${i}` } })),
+        Array.from(
+          { length: 25 },
+          (_, i) => call(env.api, "POST", "/v1/webhooks", { token: env.star, body: { url: `http://127.0.0.1:9/${i}` } })
+        ),
         { concurrency: "unbounded" }
       )
       expect(results.filter((r) => r.status === 201)).toHaveLength(20)
       const refused = results.filter((r) => r.status !== 201)
-      expect(refused.map((r) => [r.status, r.body.code])).toEqual(Array.from({ length: 5 }, () => [400, "webhook_limit_reached"]))
+      expect(refused.map((r) => [r.status, r.body.code])).toEqual(
+        Array.from({ length: 5 }, () => [400, "webhook_limit_reached"])
+      )
       // Another org is not affected; a deletion makes room.
-      expect((yield* call(env.api, "POST", "/v1/webhooks", { token: env.otherOrg, body: { url: "http://127.0.0.1:9/" } })).status).toBe(201)
+      expect(
+        (yield* call(env.api, "POST", "/v1/webhooks", { token: env.otherOrg, body: { url: "http://127.0.0.1:9/" } }))
+          .status
+      ).toBe(201)
       const list = yield* call(env.api, "GET", "/v1/webhooks?limit=500", { token: env.star })
       expect(list.body.total).toBe(20)
-      expect((yield* call(env.api, "DELETE", `/v1/webhooks/${list.body.webhooks[0].id}`, { token: env.star })).status).toBe(204)
-      expect((yield* call(env.api, "POST", "/v1/webhooks", { token: env.star, body: { url: "http://127.0.0.1:9/again" } })).status).toBe(201)
-      expect((yield* call(env.api, "POST", "/v1/webhooks", { token: env.star, body: { url: "http://127.0.0.1:9/over" } })).body.code).toBe("webhook_limit_reached")
+      expect((yield* call(env.api, "DELETE", `/v1/webhooks/${list.body.webhooks[0].id}`, { token: env.star })).status)
+        .toBe(204)
+      expect(
+        (yield* call(env.api, "POST", "/v1/webhooks", { token: env.star, body: { url: "http://127.0.0.1:9/again" } }))
+          .status
+      ).toBe(201)
+      expect(
+        (yield* call(env.api, "POST", "/v1/webhooks", { token: env.star, body: { url: "http://127.0.0.1:9/over" } }))
+          .body.code
+      ).toBe("webhook_limit_reached")
       for (const w of (yield* call(env.api, "GET", "/v1/webhooks?limit=500", { token: env.star })).body.webhooks) {
         expect((yield* call(env.api, "DELETE", `/v1/webhooks/${w.id}`, { token: env.star })).status).toBe(204)
       }
@@ -231,28 +281,49 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 60_000 })("webhook routes"
   it.effect("update, delete; another org's webhook is 404 everywhere; scoped keys and no credential are refused", () =>
     Effect.gen(function*() {
       const env = yield* Env
-      const created = yield* call(env.api, "POST", "/v1/webhooks", { token: env.star, body: { url: "http://127.0.0.1:9/u" } })
+      const created = yield* call(env.api, "POST", "/v1/webhooks", {
+        token: env.star,
+        body: { url: "http://127.0.0.1:9/u" }
+      })
       const id = created.body.id
-      const patched = yield* call(env.api, "PATCH", `/v1/webhooks/${id}`, { token: env.star, body: { enabled: false, events: ["org.usage_alert"] } })
+      const patched = yield* call(env.api, "PATCH", `/v1/webhooks/${id}`, {
+        token: env.star,
+        body: { enabled: false, events: ["org.usage_alert"] }
+      })
       expect(patched.status).toBe(200)
-      expect(patched.body).toMatchObject({ id, enabled: false, events: ["org.usage_alert"], url: "http://127.0.0.1:9/u" })
+      expect(patched.body).toMatchObject({
+        id,
+        enabled: false,
+        events: ["org.usage_alert"],
+        url: "http://127.0.0.1:9/u"
+      })
       expect(Date.parse(patched.body.updatedAt)).toBeGreaterThanOrEqual(Date.parse(created.body.updatedAt))
-      for (const [body, code] of [[{ url: "http://10.1.2.3/" }, "invalid_webhook_url"], [{ events: ["sandbox.*"] }, "invalid_event_filter"], [{ enabled: 1 }, "invalid_request"]] as const) {
+      for (
+        const [body, code] of [[{ url: "http://10.1.2.3/" }, "invalid_webhook_url"], [
+          { events: ["sandbox.*"] },
+          "invalid_event_filter"
+        ], [{ enabled: 1 }, "invalid_request"]] as const
+      ) {
         const res = yield* call(env.api, "PATCH", `/v1/webhooks/${id}`, { token: env.star, body })
         expect([res.status, res.body.code]).toEqual([400, code])
       }
-      expect((yield* call(env.api, "GET", `/v1/webhooks/${id}`, { token: env.star })).body).toMatchObject({ enabled: false, url: "http://127.0.0.1:9/u" })
+      expect((yield* call(env.api, "GET", `/v1/webhooks/${id}`, { token: env.star })).body).toMatchObject({
+        enabled: false,
+        url: "http://127.0.0.1:9/u"
+      })
 
       const other = env.otherOrg
       const delivery = "whd_01kab3n4sgz0d5qpxg3m9kaxyz"
-      for (const [method, path, body] of [
-        ["GET", `/v1/webhooks/${id}`, undefined],
-        ["PATCH", `/v1/webhooks/${id}`, { enabled: true }],
-        ["DELETE", `/v1/webhooks/${id}`, undefined],
-        ["POST", `/v1/webhooks/${id}/test`, undefined],
-        ["GET", `/v1/webhooks/${id}/deliveries`, undefined],
-        ["POST", `/v1/webhooks/${id}/deliveries/${delivery}/retry`, undefined]
-      ] as const) {
+      for (
+        const [method, path, body] of [
+          ["GET", `/v1/webhooks/${id}`, undefined],
+          ["PATCH", `/v1/webhooks/${id}`, { enabled: true }],
+          ["DELETE", `/v1/webhooks/${id}`, undefined],
+          ["POST", `/v1/webhooks/${id}/test`, undefined],
+          ["GET", `/v1/webhooks/${id}/deliveries`, undefined],
+          ["POST", `/v1/webhooks/${id}/deliveries/${delivery}/retry`, undefined]
+        ] as const
+      ) {
         const res = yield* call(env.api, method, path, { token: other, ...(body ? { body } : {}) })
         expect([method, path, res.status, res.body?.code]).toEqual([method, path, 404, "not_found"])
         const scoped = yield* call(env.api, method, path, { token: env.scoped, ...(body ? { body } : {}) })
@@ -282,7 +353,8 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 60_000 })("webhook routes"
       expect(deliveryId).toMatch(/^whd_[0-9a-z]{26}$/)
       yield* Effect.promise(() => rx.waitFor(1))
       const request = rx.received[0]!
-      const expected = "sha256=" + crypto.createHmac("sha256", "ping-secret-0123456789").update(request.body).digest("hex")
+      const expected = "sha256=" +
+        crypto.createHmac("sha256", "ping-secret-0123456789").update(request.body).digest("hex")
       expect(request.headers["x-svc-signature"]).toBe(expected)
       expect(request.headers["x-svc-event"]).toBe("ping")
       expect(request.headers["x-svc-delivery-id"]).toBe(deliveryId)
@@ -295,24 +367,57 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 60_000 })("webhook routes"
       )
       const row = failed.body.deliveries[0]
       expect(Object.keys(row).sort()).toEqual(
-        ["attempt", "createdAt", "delivery_id", "duration_ms", "error", "event", "id", "next_attempt_at", "response_code", "status"]
+        [
+          "attempt",
+          "createdAt",
+          "delivery_id",
+          "duration_ms",
+          "error",
+          "event",
+          "id",
+          "next_attempt_at",
+          "response_code",
+          "status"
+        ]
       )
-      expect(row).toMatchObject({ delivery_id: deliveryId, event: "ping", attempt: 1, status: "failed", response_code: 500, error: "HTTP 500" })
+      expect(row).toMatchObject({
+        delivery_id: deliveryId,
+        event: "ping",
+        attempt: 1,
+        status: "failed",
+        response_code: 500,
+        error: "HTTP 500"
+      })
       expect(row.id).toMatch(/^wha_/)
       expect(Date.parse(row.next_attempt_at)).toBeGreaterThan(Date.parse(row.createdAt))
 
       rx.setReply(() => ({ status: 204 }))
-      const retried = yield* call(env.api, "POST", `/v1/webhooks/${id}/deliveries/${deliveryId}/retry`, { token: env.star })
+      const retried = yield* call(env.api, "POST", `/v1/webhooks/${id}/deliveries/${deliveryId}/retry`, {
+        token: env.star
+      })
       expect(retried.status).toBe(202)
       expect(retried.body).toEqual({ delivery_id: deliveryId, status: "retried" })
       const succeeded = yield* eventually(
         call(env.api, "GET", `/v1/webhooks/${id}/deliveries?status=succeeded`, { token: env.star }),
         (a) => a.body.total === 1
       )
-      expect(succeeded.body.deliveries[0]).toMatchObject({ delivery_id: deliveryId, attempt: 1, status: "succeeded", response_code: 204, error: null })
-      const again = yield* call(env.api, "POST", `/v1/webhooks/${id}/deliveries/${deliveryId}/retry`, { token: env.star })
+      expect(succeeded.body.deliveries[0]).toMatchObject({
+        delivery_id: deliveryId,
+        attempt: 1,
+        status: "succeeded",
+        response_code: 204,
+        error: null
+      })
+      const again = yield* call(env.api, "POST", `/v1/webhooks/${id}/deliveries/${deliveryId}/retry`, {
+        token: env.star
+      })
       expect([again.status, again.body.code]).toEqual([409, "delivery_not_retryable"])
-      const unknown = yield* call(env.api, "POST", `/v1/webhooks/${id}/deliveries/whd_01kab3n4sgz0d5qpxg3m9kaxyz/retry`, { token: env.star })
+      const unknown = yield* call(
+        env.api,
+        "POST",
+        `/v1/webhooks/${id}/deliveries/whd_01kab3n4sgz0d5qpxg3m9kaxyz/retry`,
+        { token: env.star }
+      )
       expect([unknown.status, unknown.body.code]).toEqual([404, "not_found"])
       for (const query of ["status=bogus", "limit=0", "limit=501", "offset=-1"]) {
         const res = yield* call(env.api, "GET", `/v1/webhooks/${id}/deliveries?${query}`, { token: env.star })

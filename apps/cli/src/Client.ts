@@ -26,12 +26,18 @@ export const credentials = Effect.gen(function*() {
     Effect.mapError((e) => new CliError({ message: e.message }))
   )
   if (Option.isSome(key)) {
-    return { baseUrl: Option.getOrElse(url, () => DEFAULT_API_URL), apiKey: Redacted.value(key.value) } satisfies Credentials
+    return {
+      baseUrl: Option.getOrElse(url, () => DEFAULT_API_URL),
+      apiKey: Redacted.value(key.value)
+    } satisfies Credentials
   }
   const file = Path.join(stateDir, "dev-credentials.json")
   const text = yield* Effect.try({
     try: () => Fs.readFileSync(file, "utf8"),
-    catch: () => new CliError({ message: `No credentials: set SVC_API_KEY (and SVC_API_URL), or run \`svc dev\` (writes ${file})` })
+    catch: () =>
+      new CliError({
+        message: `No credentials: set SVC_API_KEY (and SVC_API_URL), or run \`svc dev\` (writes ${file})`
+      })
   })
   const dev = yield* Schema.decodeUnknownEffect(Schema.fromJsonString(DevCredentials))(text).pipe(
     Effect.mapError(() => new CliError({ message: `${file} is not {base_url, api_key}` }))
@@ -65,7 +71,8 @@ export const request = (method: string, path: string, body?: unknown) =>
     }
     if (!response.ok) {
       const issues = Array.isArray(json?.issues) && json.issues.length > 0
-        ? "\n" + json.issues.map((i: { path: string; message: string }) => `  ${i.path || "(body)"}: ${i.message}`).join("\n")
+        ? "\n" +
+          json.issues.map((i: { path: string; message: string }) => `  ${i.path || "(body)"}: ${i.message}`).join("\n")
         : ""
       return yield* new CliError({
         message: `error ${json?.code ?? response.status}: ${json?.error ?? text.slice(0, 300)}${issues}`

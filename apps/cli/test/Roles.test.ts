@@ -24,13 +24,13 @@ import { type RoleProcess, spawnRole } from "@svc/testing/TestProcess"
 import { Duration, Effect, Fiber, Layer } from "effect"
 import { createHmac } from "node:crypto"
 import * as FsSync from "node:fs"
-import * as Os from "node:os"
 import * as Http from "node:http"
 import * as Net from "node:net"
+import * as Os from "node:os"
 import * as NodePath from "node:path"
 import { fileURLToPath } from "node:url"
-import { processesOfHost } from "../../agent/test/fixtures/support.ts"
 import { receiver } from "../../../packages/webhooks/test/Receiver.ts"
+import { processesOfHost } from "../../agent/test/fixtures/support.ts"
 
 const mainOf = (role: string) => fileURLToPath(new URL(`../../${role}/src/main.ts`, import.meta.url))
 
@@ -96,7 +96,7 @@ const poll = (url: string, options: { readonly keepAlive?: boolean } = {}) => {
     /** Stops polling; resolves once every poll sent has its outcome. */
     stop: Effect.promise(async () => {
       clearInterval(timer)
-      await Promise.all([...pending])
+      await Promise.all(pending)
       agent?.destroy()
       return [...outcomes]
     })
@@ -109,8 +109,11 @@ const expectAllAnswered = (outcomes: ReadonlyArray<Outcome>) => {
   expect(unanswered, `outcomes: ${JSON.stringify(tally(outcomes))}`).toEqual([])
 }
 
-const tally = (outcomes: ReadonlyArray<Outcome>) =>
-  outcomes.reduce<Record<string, number>>((acc, o) => ({ ...acc, [String(o)]: (acc[String(o)] ?? 0) + 1 }), {})
+const tally = (outcomes: ReadonlyArray<Outcome>) => {
+  const counts: Record<string, number> = {}
+  for (const o of outcomes) counts[String(o)] = (counts[String(o)] ?? 0) + 1
+  return counts
+}
 
 /** A signal (SIGTERM unless told), then the process's own exit (not a kill); fails after `within`. */
 const stopGracefully = (child: RoleProcess<unknown>, within: Duration.Input, signal: NodeJS.Signals = "SIGTERM") =>
@@ -131,187 +134,239 @@ const ready = (event: string) => (stdout: string) => (stdout.includes(`"event":"
 const testLayer = Layer.mergeAll(TestDatabase.layerWithUrl, TestNats.layer)
 
 layer(testLayer, { excludeTestServices: true })("the roles as separate processes", (it) => {
-  it.effect("a sandbox through the API reaches running, its events reach a webhook, /v1/workers lists every role; polls during start and stop are all answered", () =>
-    Effect.gen(function*() {
-      const nats = yield* TestNats.TestNatsServer
-      const databaseUrl = yield* TestDatabase.TestDatabaseUrl
-      const host = yield* makeHost("svc-roles-test-")
-      const port = yield* freePort
-      const base = `http://127.0.0.1:${port}`
-      const common = {
-        DATABASE_URL: databaseUrl,
-        NATS_URL: nats.url,
-        SVC_NATS_PREFIX: nats.prefix,
-        // The receiver is on loopback.
-        SVC_WEBHOOK_ALLOWED_SUBNETS: "127.0.0.0/8"
-      }
-      const timeout = Duration.seconds(90)
+  it.effect(
+    "a sandbox through the API reaches running, its events reach a webhook, /v1/workers lists every role; polls during start and stop are all answered",
+    () =>
+      Effect.gen(function*() {
+        const nats = yield* TestNats.TestNatsServer
+        const databaseUrl = yield* TestDatabase.TestDatabaseUrl
+        const host = yield* makeHost("svc-roles-test-")
+        const port = yield* freePort
+        const base = `http://127.0.0.1:${port}`
+        const common = {
+          DATABASE_URL: databaseUrl,
+          NATS_URL: nats.url,
+          SVC_NATS_PREFIX: nats.prefix,
+          // The receiver is on loopback.
+          SVC_WEBHOOK_ALLOWED_SUBNETS: "127.0.0.0/8"
+        }
+        const timeout = Duration.seconds(90)
 
-      // Polled from before the API process exists until after it is up.
-      const starting = poll(`${base}/v1/health`)
-      const [api, runtime, dispatcher, agent] = yield* Effect.all([
-        spawnRole({ main: mainOf("api"), env: { ...common, SVC_HOST: "127.0.0.1", SVC_PORT: String(port) }, ready: ready("api_ready"), timeout }),
-        spawnRole({ main: mainOf("runtime"), env: common, ready: (s) => (s.includes("runtime ready") ? true : undefined), timeout }),
-        spawnRole({ main: mainOf("dispatcher"), env: common, ready: ready("dispatcher_ready"), timeout }),
-        spawnRole({
-          main: mainOf("agent"),
+        // Polled from before the API process exists until after it is up.
+        const starting = poll(`${base}/v1/health`)
+        const [api, runtime, dispatcher, agent] = yield* Effect.all([
+          spawnRole({
+            main: mainOf("api"),
+            env: { ...common, SVC_HOST: "127.0.0.1", SVC_PORT: String(port) },
+            ready: ready("api_ready"),
+            timeout
+          }),
+          spawnRole({
+            main: mainOf("runtime"),
+            env: common,
+            ready: (s) => (s.includes("runtime ready") ? true : undefined),
+            timeout
+          }),
+          spawnRole({ main: mainOf("dispatcher"), env: common, ready: ready("dispatcher_ready"), timeout }),
+          spawnRole({
+            main: mainOf("agent"),
+            env: {
+              NATS_URL: nats.url,
+              SVC_NATS_PREFIX: nats.prefix,
+              SVC_HOST_ID: host.hostId,
+              SVC_AGENT_DATA_DIR: host.dataDir,
+              // One warm pool entry: a graceful stop must leave none behind.
+              SVC_AGENT_POOL_SIZE: "1",
+              SVC_HOST_CPU: "16",
+              SVC_HOST_RAM_MB: "16384",
+              SVC_HOST_DISK_GB: "100"
+            },
+            ready: ready("agent_ready"),
+            timeout
+          })
+        ], { concurrency: "unbounded" })
+        yield* Effect.sleep(Duration.seconds(1))
+        const atStart = yield* starting.stop
+        expectAllAnswered(atStart)
+        expect(atStart).toContain(200)
+
+        const org = yield* ensureDevOrg(null).pipe(Effect.provide(AuthLayer.operatorLayer), Effect.orDie)
+        const token = org.api_key
+        const api_ = (method: string, path: string, body?: unknown) =>
+          call(base, method, path, { token, ...(body !== undefined ? { body } : {}) })
+
+        // A webhook on a receiver of ours, then a sandbox.
+        const rx = yield* receiver()
+        const hook = yield* api_("POST", "/v1/webhooks", {
+          url: rx.url,
+          events: ["sandbox.created", "sandbox.state_updated"]
+        })
+        expect(hook.status, hook.text).toBe(201)
+        const secret = hook.json.secret_returned_once as string
+        const created = yield* api_("POST", "/v1/sandboxes", { name: "roles" })
+        expect(created.status, created.text).toBe(201)
+        const sandboxId = created.json.id as string
+        const running = yield* eventually(
+          api_("GET", `/v1/sandboxes/${sandboxId}`),
+          (r) => r.json?.state === "running",
+          Duration.seconds(60),
+          Duration.millis(200)
+        )
+        expect(running.json.hostId).toBe(host.hostId)
+
+        // Its events, delivered by the dispatcher process and signed with the webhook's secret.
+        const events = () =>
+          rx.received.map((r) => ({
+            body: JSON.parse(r.body.toString("utf8")),
+            signature: r.headers["x-svc-signature"],
+            raw: r.body
+          }))
+        const delivered = yield* eventually(
+          Effect.sync(events),
+          (es) =>
+            es.some((e) => e.body.event === "sandbox.created") && es.some((e) => e.body.data?.state === "running"),
+          Duration.seconds(60),
+          Duration.millis(100)
+        )
+        for (const e of delivered) {
+          expect(e.body.data.sandbox_id).toBe(sandboxId)
+          expect(e.signature).toBe(`sha256=${createHmac("sha256", secret).update(e.raw).digest("hex")}`)
+        }
+
+        // Every role's heartbeat.
+        const workers = yield* eventually(
+          api_("GET", "/v1/workers"),
+          (r) =>
+            ["api", "runtime", "dispatcher", "agent"].every((role) =>
+              r.json?.workers?.some((w: { script_name: string }) => w.script_name === role)
+            ),
+          Duration.seconds(30),
+          Duration.millis(200)
+        )
+        expect(workers.status).toBe(200)
+
+        // A graceful stop of the API with an exec in flight and clients polling.
+        const inFlight = yield* Effect.forkChild(
+          api_("POST", `/v1/sandboxes/${sandboxId}/exec`, { cmd: ["sleep", "2"] })
+        )
+        yield* Effect.sleep(Duration.millis(500))
+        const stopping = poll(`${base}/v1/health`, { keepAlive: true })
+        yield* Effect.sleep(Duration.millis(500))
+        yield* stopGracefully(api, Duration.seconds(30))
+        yield* Effect.sleep(Duration.millis(500))
+        const atStop = yield* stopping.stop
+        expectAllAnswered(atStop)
+        expect(atStop).toContain(200)
+        expect(atStop).toContain("ECONNREFUSED")
+        const exec = yield* Fiber.join(inFlight)
+        expect(exec.status, exec.text).toBe(200)
+        expect(exec.json.exit_code).toBe(0)
+
+        // The other roles stop on their own too; the agent's pool goes with it, its sandbox stays.
+        yield* Effect.all([
+          stopGracefully(runtime, Duration.seconds(30)),
+          stopGracefully(dispatcher, Duration.seconds(30)),
+          stopGracefully(agent, Duration.seconds(30))
+        ], { concurrency: "unbounded", discard: true })
+        const left = FsSync.readdirSync(NodePath.join(host.dataDir, "sandboxes"))
+        expect(left).toEqual([sandboxId])
+      }).pipe(Effect.scoped),
+    240_000
+  )
+
+  it.effect(
+    "svc dev: the same roles in one process; polls during its start and stop are all answered; SIGINT ends every sandbox and pool entry it started",
+    () =>
+      Effect.gen(function*() {
+        const nats = yield* TestNats.TestNatsServer
+        const databaseUrl = yield* TestDatabase.TestDatabaseUrl
+        const host = yield* makeHost("svc-roles-dev-test-")
+        const stateDir = yield* Effect.acquireRelease(
+          Effect.sync(() => FsSync.mkdtempSync(NodePath.join(Os.tmpdir(), "svc-roles-dev-state-"))),
+          (dir) => Effect.sync(() => FsSync.rmSync(dir, { recursive: true, force: true }))
+        )
+        const port = yield* freePort
+        const base = `http://127.0.0.1:${port}`
+
+        const starting = poll(`${base}/v1/health`)
+        const dev = yield* spawnRole({
+          main: mainOf("cli"),
+          args: ["dev"],
           env: {
+            // Given these, svc dev starts no NATS or Postgres of its own.
+            DATABASE_URL: databaseUrl,
             NATS_URL: nats.url,
             SVC_NATS_PREFIX: nats.prefix,
+            SVC_STATE_DIR: stateDir,
+            SVC_PORT: String(port),
             SVC_HOST_ID: host.hostId,
             SVC_AGENT_DATA_DIR: host.dataDir,
-            // One warm pool entry: a graceful stop must leave none behind.
             SVC_AGENT_POOL_SIZE: "1",
             SVC_HOST_CPU: "16",
             SVC_HOST_RAM_MB: "16384",
             SVC_HOST_DISK_GB: "100"
           },
-          ready: ready("agent_ready"),
-          timeout
+          // The dev org's key is printed once every role is up.
+          ready: (stdout) => (stdout.includes("api key") ? true : undefined),
+          timeout: Duration.seconds(90)
         })
-      ], { concurrency: "unbounded" })
-      yield* Effect.sleep(Duration.seconds(1))
-      const atStart = yield* starting.stop
-      expectAllAnswered(atStart)
-      expect(atStart).toContain(200)
+        yield* Effect.sleep(Duration.seconds(1))
+        const atStart = yield* starting.stop
+        expectAllAnswered(atStart)
+        expect(atStart).toContain(200)
 
-      const org = yield* ensureDevOrg(null).pipe(Effect.provide(AuthLayer.operatorLayer), Effect.orDie)
-      const token = org.api_key
-      const api_ = (method: string, path: string, body?: unknown) =>
-        call(base, method, path, { token, ...(body !== undefined ? { body } : {}) })
+        const token = JSON.parse(FsSync.readFileSync(NodePath.join(stateDir, "dev-credentials.json"), "utf8"))
+          .api_key as string
+        const api_ = (method: string, path: string, body?: unknown) =>
+          call(base, method, path, { token, ...(body !== undefined ? { body } : {}) })
+        const created = yield* api_("POST", "/v1/sandboxes", { name: "dev" })
+        expect(created.status, created.text).toBe(201)
+        const sandboxId = created.json.id as string
+        yield* eventually(
+          api_("GET", `/v1/sandboxes/${sandboxId}`),
+          (r) => r.json?.state === "running",
+          Duration.seconds(60),
+          Duration.millis(200)
+        )
+        const sandboxes = Effect.sync(() => FsSync.readdirSync(NodePath.join(host.dataDir, "sandboxes")))
+        // The pool refilled: a sandbox of its own besides the tenant's.
+        yield* eventually(
+          sandboxes,
+          (names) => names.some((n) => n.startsWith("pool-")),
+          Duration.seconds(60),
+          Duration.millis(200)
+        )
+        yield* eventually(
+          api_("GET", "/v1/workers"),
+          (r) =>
+            ["api", "runtime", "dispatcher", "agent"].every((role) =>
+              r.json?.workers?.some((w: { script_name: string }) => w.script_name === role)
+            ),
+          Duration.seconds(30),
+          Duration.millis(200)
+        )
+        expect(processesOfHost(host.hostId).length).toBeGreaterThan(0)
 
-      // A webhook on a receiver of ours, then a sandbox.
-      const rx = yield* receiver()
-      const hook = yield* api_("POST", "/v1/webhooks", { url: rx.url, events: ["sandbox.created", "sandbox.state_updated"] })
-      expect(hook.status, hook.text).toBe(201)
-      const secret = hook.json.secret_returned_once as string
-      const created = yield* api_("POST", "/v1/sandboxes", { name: "roles" })
-      expect(created.status, created.text).toBe(201)
-      const sandboxId = created.json.id as string
-      const running = yield* eventually(api_("GET", `/v1/sandboxes/${sandboxId}`), (r) => r.json?.state === "running", Duration.seconds(60), Duration.millis(200))
-      expect(running.json.hostId).toBe(host.hostId)
+        // Ctrl-C with an exec in flight and clients polling.
+        const inFlight = yield* Effect.forkChild(
+          api_("POST", `/v1/sandboxes/${sandboxId}/exec`, { cmd: ["sleep", "2"] })
+        )
+        yield* Effect.sleep(Duration.millis(500))
+        const stopping = poll(`${base}/v1/health`, { keepAlive: true })
+        yield* Effect.sleep(Duration.millis(500))
+        yield* stopGracefully(dev, Duration.seconds(60), "SIGINT")
+        yield* Effect.sleep(Duration.millis(500))
+        const atStop = yield* stopping.stop
+        expectAllAnswered(atStop)
+        expect(atStop).toContain("ECONNREFUSED")
+        const exec = yield* Fiber.join(inFlight)
+        expect(exec.status, exec.text).toBe(200)
+        expect(exec.json.exit_code).toBe(0)
 
-      // Its events, delivered by the dispatcher process and signed with the webhook's secret.
-      const events = () =>
-        rx.received.map((r) => ({ body: JSON.parse(r.body.toString("utf8")), signature: r.headers["x-svc-signature"], raw: r.body }))
-      const delivered = yield* eventually(
-        Effect.sync(events),
-        (es) => es.some((e) => e.body.event === "sandbox.created") && es.some((e) => e.body.data?.state === "running"),
-        Duration.seconds(60),
-        Duration.millis(100)
-      )
-      for (const e of delivered) {
-        expect(e.body.data.sandbox_id).toBe(sandboxId)
-        expect(e.signature).toBe(`sha256=${createHmac("sha256", secret).update(e.raw).digest("hex")}`)
-      }
-
-      // Every role's heartbeat.
-      const workers = yield* eventually(
-        api_("GET", "/v1/workers"),
-        (r) => ["api", "runtime", "dispatcher", "agent"].every((role) => r.json?.workers?.some((w: { script_name: string }) => w.script_name === role)),
-        Duration.seconds(30),
-        Duration.millis(200)
-      )
-      expect(workers.status).toBe(200)
-
-      // A graceful stop of the API with an exec in flight and clients polling.
-      const inFlight = yield* Effect.forkChild(api_("POST", `/v1/sandboxes/${sandboxId}/exec`, { cmd: ["sleep", "2"] }))
-      yield* Effect.sleep(Duration.millis(500))
-      const stopping = poll(`${base}/v1/health`, { keepAlive: true })
-      yield* Effect.sleep(Duration.millis(500))
-      yield* stopGracefully(api, Duration.seconds(30))
-      yield* Effect.sleep(Duration.millis(500))
-      const atStop = yield* stopping.stop
-      expectAllAnswered(atStop)
-      expect(atStop).toContain(200)
-      expect(atStop).toContain("ECONNREFUSED")
-      const exec = yield* Fiber.join(inFlight)
-      expect(exec.status, exec.text).toBe(200)
-      expect(exec.json.exit_code).toBe(0)
-
-      // The other roles stop on their own too; the agent's pool goes with it, its sandbox stays.
-      yield* Effect.all([
-        stopGracefully(runtime, Duration.seconds(30)),
-        stopGracefully(dispatcher, Duration.seconds(30)),
-        stopGracefully(agent, Duration.seconds(30))
-      ], { concurrency: "unbounded", discard: true })
-      const left = FsSync.readdirSync(NodePath.join(host.dataDir, "sandboxes"))
-      expect(left).toEqual([sandboxId])
-    }).pipe(Effect.scoped), 240_000)
-
-  it.effect("svc dev: the same roles in one process; polls during its start and stop are all answered; SIGINT ends every sandbox and pool entry it started", () =>
-    Effect.gen(function*() {
-      const nats = yield* TestNats.TestNatsServer
-      const databaseUrl = yield* TestDatabase.TestDatabaseUrl
-      const host = yield* makeHost("svc-roles-dev-test-")
-      const stateDir = yield* Effect.acquireRelease(
-        Effect.sync(() => FsSync.mkdtempSync(NodePath.join(Os.tmpdir(), "svc-roles-dev-state-"))),
-        (dir) => Effect.sync(() => FsSync.rmSync(dir, { recursive: true, force: true }))
-      )
-      const port = yield* freePort
-      const base = `http://127.0.0.1:${port}`
-
-      const starting = poll(`${base}/v1/health`)
-      const dev = yield* spawnRole({
-        main: mainOf("cli"),
-        args: ["dev"],
-        env: {
-          // Given these, svc dev starts no NATS or Postgres of its own.
-          DATABASE_URL: databaseUrl,
-          NATS_URL: nats.url,
-          SVC_NATS_PREFIX: nats.prefix,
-          SVC_STATE_DIR: stateDir,
-          SVC_PORT: String(port),
-          SVC_HOST_ID: host.hostId,
-          SVC_AGENT_DATA_DIR: host.dataDir,
-          SVC_AGENT_POOL_SIZE: "1",
-          SVC_HOST_CPU: "16",
-          SVC_HOST_RAM_MB: "16384",
-          SVC_HOST_DISK_GB: "100"
-        },
-        // The dev org's key is printed once every role is up.
-        ready: (stdout) => (stdout.includes("api key") ? true : undefined),
-        timeout: Duration.seconds(90)
-      })
-      yield* Effect.sleep(Duration.seconds(1))
-      const atStart = yield* starting.stop
-      expectAllAnswered(atStart)
-      expect(atStart).toContain(200)
-
-      const token = JSON.parse(FsSync.readFileSync(NodePath.join(stateDir, "dev-credentials.json"), "utf8")).api_key as string
-      const api_ = (method: string, path: string, body?: unknown) =>
-        call(base, method, path, { token, ...(body !== undefined ? { body } : {}) })
-      const created = yield* api_("POST", "/v1/sandboxes", { name: "dev" })
-      expect(created.status, created.text).toBe(201)
-      const sandboxId = created.json.id as string
-      yield* eventually(api_("GET", `/v1/sandboxes/${sandboxId}`), (r) => r.json?.state === "running", Duration.seconds(60), Duration.millis(200))
-      const sandboxes = Effect.sync(() => FsSync.readdirSync(NodePath.join(host.dataDir, "sandboxes")))
-      // The pool refilled: a sandbox of its own besides the tenant's.
-      yield* eventually(sandboxes, (names) => names.some((n) => n.startsWith("pool-")), Duration.seconds(60), Duration.millis(200))
-      yield* eventually(
-        api_("GET", "/v1/workers"),
-        (r) => ["api", "runtime", "dispatcher", "agent"].every((role) => r.json?.workers?.some((w: { script_name: string }) => w.script_name === role)),
-        Duration.seconds(30),
-        Duration.millis(200)
-      )
-      expect(processesOfHost(host.hostId).length).toBeGreaterThan(0)
-
-      // Ctrl-C with an exec in flight and clients polling.
-      const inFlight = yield* Effect.forkChild(api_("POST", `/v1/sandboxes/${sandboxId}/exec`, { cmd: ["sleep", "2"] }))
-      yield* Effect.sleep(Duration.millis(500))
-      const stopping = poll(`${base}/v1/health`, { keepAlive: true })
-      yield* Effect.sleep(Duration.millis(500))
-      yield* stopGracefully(dev, Duration.seconds(60), "SIGINT")
-      yield* Effect.sleep(Duration.millis(500))
-      const atStop = yield* stopping.stop
-      expectAllAnswered(atStop)
-      expect(atStop).toContain("ECONNREFUSED")
-      const exec = yield* Fiber.join(inFlight)
-      expect(exec.status, exec.text).toBe(200)
-      expect(exec.json.exit_code).toBe(0)
-
-      // Nothing it started runs any more: the pool entry is gone, the tenant's sandbox stopped (its files kept).
-      expect(yield* sandboxes).toEqual([sandboxId])
-      expect(processesOfHost(host.hostId)).toEqual([])
-    }).pipe(Effect.scoped), 240_000)
+        // Nothing it started runs any more: the pool entry is gone, the tenant's sandbox stopped (its files kept).
+        expect(yield* sandboxes).toEqual([sandboxId])
+        expect(processesOfHost(host.hostId)).toEqual([])
+      }).pipe(Effect.scoped),
+    240_000
+  )
 })

@@ -12,6 +12,8 @@ import { Effect, Layer } from "effect"
 import * as Dispatcher from "./Dispatcher.ts"
 
 // The layer is built after the first discovery: the dispatcher pulls from every live webhook's consumer.
-const announce = Effect.sync(() => process.stdout.write(JSON.stringify({ event: "dispatcher_ready", pid: process.pid }) + "\n"))
+const announce = Effect.sync(() =>
+  process.stdout.write(JSON.stringify({ event: "dispatcher_ready", pid: process.pid }) + "\n")
+)
 
 NodeRuntime.runMain(Layer.launch(Layer.tap(Dispatcher.layer, () => announce)))

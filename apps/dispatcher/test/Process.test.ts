@@ -16,8 +16,8 @@ import * as TestDatabase from "@svc/testing/TestDatabase"
 import * as TestNats from "@svc/testing/TestNats"
 import { spawnRole } from "@svc/testing/TestProcess"
 import { testEncryptionKeys } from "@svc/testing/TestSecrets"
-import { WebhookAddressGuard } from "@svc/webhooks/Subscriptions/AddressGuard"
 import { LOST_ATTEMPT_ERROR } from "@svc/webhooks/Delivery/Dispatch"
+import { WebhookAddressGuard } from "@svc/webhooks/Subscriptions/AddressGuard"
 import { Webhooks } from "@svc/webhooks/Subscriptions/Webhooks"
 import { ConfigProvider, Duration, Effect, Layer } from "effect"
 import { SqlClient } from "effect/sql"
@@ -44,7 +44,13 @@ const testLayer = Layer.mergeAll(
 ).pipe(
   Layer.provideMerge(Layer.mergeAll(TestDatabase.layerWithUrl, TestNats.layer, SecretBox.layer)),
   // The children get the same SVC_ENCRYPTION_KEYS from spawnRole: they open what this process sealed.
-  Layer.provide(ConfigProvider.layer(ConfigProvider.fromEnv({ env: { SVC_WEBHOOK_ALLOWED_SUBNETS: "127.0.0.0/8", SVC_ENCRYPTION_KEYS: testEncryptionKeys() } })))
+  Layer.provide(
+    ConfigProvider.layer(
+      ConfigProvider.fromEnv({
+        env: { SVC_WEBHOOK_ALLOWED_SUBNETS: "127.0.0.0/8", SVC_ENCRYPTION_KEYS: testEncryptionKeys() }
+      })
+    )
+  )
 )
 
 /** A dispatcher process, ready once it prints its `dispatcher_ready` line. */
@@ -69,7 +75,9 @@ const diagnose = (deliveryId: string, received: number, children: ReadonlyArray<
     const lines = [`rows ${JSON.stringify(yield* attemptRows(deliveryId))}`, `requests received ${received}`]
     yield* Effect.promise(async () => {
       for await (const c of nats.jsm.consumers.list(nats.name("WEBHOOK_DELIVERY"))) {
-        lines.push(`consumer ${c.name} pending=${c.num_pending} ack_pending=${c.num_ack_pending} waiting=${c.num_waiting} redelivered=${c.num_redelivered}`)
+        lines.push(
+          `consumer ${c.name} pending=${c.num_pending} ack_pending=${c.num_ack_pending} waiting=${c.num_waiting} redelivered=${c.num_redelivered}`
+        )
       }
     })
     children.forEach((child, i) => lines.push(`dispatcher ${i + 1} output:\n${child.output()}`))
@@ -86,7 +94,12 @@ const createAndPing = (url: string) =>
   Effect.gen(function*() {
     const webhooks = yield* Webhooks
     const orgId = makeOrgId()
-    const created = yield* webhooks.create(orgId, { url, events: ["*"], enabled: true, secret: "process-test-secret-1" })
+    const created = yield* webhooks.create(orgId, {
+      url,
+      events: ["*"],
+      enabled: true,
+      secret: "process-test-secret-1"
+    })
     if (created._tag !== "Created") return yield* Effect.die("not created")
     const hook = created.value
     const { delivery_id } = yield* webhooks.test(orgId, hook.id)
@@ -130,11 +143,18 @@ layer(testLayer, { excludeTestServices: true, timeout: 90_000 })("dispatcher pro
       const first = yield* spawnDispatcher(FAST)
       const webhooks = yield* Webhooks
       const orgId = makeOrgId()
-      const created = yield* webhooks.create(orgId, { url: rx.url, events: ["*"], enabled: true, secret: "process-test-secret-1" })
+      const created = yield* webhooks.create(orgId, {
+        url: rx.url,
+        events: ["*"],
+        enabled: true,
+        secret: "process-test-secret-1"
+      })
       if (created._tag !== "Created") return yield* Effect.die("not created")
       const sql = yield* SqlClient.SqlClient
       // A real event through the outbox and the fan-out (the dispatcher's): its job carries the body.
-      yield* sql.withTransaction(Outbox.appendEvent({ orgId, event: "org.usage_alert", data: { spend_micros: 7, alert_micros: 5 } }))
+      yield* sql.withTransaction(
+        Outbox.appendEvent({ orgId, event: "org.usage_alert", data: { spend_micros: 7, alert_micros: 5 } })
+      )
       yield* Effect.promise(() => rx.waitFor(1))
       const [delivery] = yield* deliveriesOf(created.value.id)
       // The first attempt is made before any row is written: none while the receiver holds it.
@@ -150,7 +170,11 @@ layer(testLayer, { excludeTestServices: true, timeout: 90_000 })("dispatcher pro
       expect(rx.received).toHaveLength(2)
       const [a, b] = rx.received
       expect(b!.body.equals(a!.body)).toBe(true)
-      expect(JSON.parse(a!.body.toString("utf8"))).toMatchObject({ event: "org.usage_alert", org_id: orgId, data: { spend_micros: 7, alert_micros: 5 } })
+      expect(JSON.parse(a!.body.toString("utf8"))).toMatchObject({
+        event: "org.usage_alert",
+        org_id: orgId,
+        data: { spend_micros: 7, alert_micros: 5 }
+      })
       expect(b!.headers["x-svc-signature"]).toBe(a!.headers["x-svc-signature"])
       expect(b!.headers["x-svc-delivery-id"]).toBe(delivery!.id)
       // The call cut short left no result and no row (a first attempt's row is written with its
@@ -175,12 +199,19 @@ layer(testLayer, { excludeTestServices: true, timeout: 90_000 })("dispatcher pro
       yield* eventually(deliveryStatus(deliveryId), (d) => d?.status === "dead_letter", 20_000)
       const rows = yield* attemptRows(deliveryId)
       expect(rows.map((r) => [r.attempt, r.status])).toEqual([
-        [1, "failed"], [2, "failed"], [3, "failed"], [4, "failed"], [5, "failed"], [6, "dead_letter"]
+        [1, "failed"],
+        [2, "failed"],
+        [3, "failed"],
+        [4, "failed"],
+        [5, "failed"],
+        [6, "dead_letter"]
       ])
       expect(rows[5]!.error).toBe(LOST_ATTEMPT_ERROR)
       expect(rx.received).toHaveLength(6)
       // The job the server gave up on was removed from the work queue.
-      const info = yield* Effect.promise(() => nats.jsm.consumers.info(nats.name("WEBHOOK_DELIVERY"), nats.name(`whd_${hook.id}`)))
+      const info = yield* Effect.promise(() =>
+        nats.jsm.consumers.info(nats.name("WEBHOOK_DELIVERY"), nats.name(`whd_${hook.id}`))
+      )
       expect(info.num_pending + info.num_ack_pending).toBe(0)
     }).pipe(Effect.scoped))
 
@@ -198,7 +229,9 @@ layer(testLayer, { excludeTestServices: true, timeout: 90_000 })("dispatcher pro
       const wait = row!.next_attempt_at!.getTime() - row!.created_at.getTime() - row!.duration_ms!
       expect(wait).toBeGreaterThanOrEqual(30_000 - 50)
       expect(wait).toBeLessThan(32_000)
-      const info = yield* Effect.promise(() => nats.jsm.consumers.info(nats.name("WEBHOOK_DELIVERY"), nats.name(`whd_${hook.id}`)))
+      const info = yield* Effect.promise(() =>
+        nats.jsm.consumers.info(nats.name("WEBHOOK_DELIVERY"), nats.name(`whd_${hook.id}`))
+      )
       expect(info.config).toMatchObject({ max_deliver: 6, ack_wait: 30_000_000_000, max_ack_pending: 1000 })
       expect(info.config.backoff ?? []).toEqual([])
       // The job waits for its second attempt, holding this webhook's slot only.

@@ -11,14 +11,14 @@
  * options, on connections given by the caller (tests).
  */
 import { ActorRuntime, type ActorRuntimeOptions as ActorOptions } from "@svc/actors/Runtime"
-import * as Events from "@svc/events/Streams"
-import { OutboxRelay, type RelayOptions } from "@svc/events/Relay"
-import { ensureAgentStream, Hosts } from "@svc/sandboxes/Hosts"
-import { SandboxActor } from "@svc/sandboxes/SandboxActor"
-import { SandboxSupervisor, type SupervisorOptions } from "@svc/sandboxes/Sandboxes/Supervisor"
 import { Nats } from "@svc/bus/Nats"
 import { type HeartbeatOptions, WorkerHeartbeat } from "@svc/bus/Workers"
 import * as Database from "@svc/db/Database"
+import { OutboxRelay, type RelayOptions } from "@svc/events/Relay"
+import * as Events from "@svc/events/Streams"
+import { ensureAgentStream, Hosts } from "@svc/sandboxes/Hosts"
+import { SandboxActor } from "@svc/sandboxes/SandboxActor"
+import { SandboxSupervisor, type SupervisorOptions } from "@svc/sandboxes/Sandboxes/Supervisor"
 import { Effect, Layer } from "effect"
 import { ActorAckWait } from "./Config.ts"
 

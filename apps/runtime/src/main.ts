@@ -9,4 +9,6 @@ import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import { Effect, Layer } from "effect"
 import * as Runtime from "./Runtime.ts"
 
-NodeRuntime.runMain(Layer.launch(Layer.tap(Runtime.layer, () => Effect.sync(() => process.stdout.write("runtime ready\n")))))
+NodeRuntime.runMain(
+  Layer.launch(Layer.tap(Runtime.layer, () => Effect.sync(() => process.stdout.write("runtime ready\n"))))
+)

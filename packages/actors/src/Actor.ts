@@ -83,8 +83,14 @@ export interface Stored<S> {
  * (setting it to `expected + 1`) and returns false if not.
  */
 export interface ActorStore<S> {
-  readonly load: (id: string) => Effect.Effect<Option.Option<Stored<S>>, SqlError.SqlError | CorruptState, SqlClient.SqlClient>
-  readonly save: (id: string, state: S, expected: number | undefined) => Effect.Effect<boolean, SqlError.SqlError | CorruptState, SqlClient.SqlClient>
+  readonly load: (
+    id: string
+  ) => Effect.Effect<Option.Option<Stored<S>>, SqlError.SqlError | CorruptState, SqlClient.SqlClient>
+  readonly save: (
+    id: string,
+    state: S,
+    expected: number | undefined
+  ) => Effect.Effect<boolean, SqlError.SqlError | CorruptState, SqlClient.SqlClient>
 }
 
 // The variance of a definition does not matter where any actor is accepted.

@@ -11,7 +11,16 @@ import * as Mailbox from "@svc/bus/Mailbox"
 import { ensureConsumer, ensureStream } from "@svc/bus/Topology"
 import * as Outbox from "@svc/events/Outbox"
 import { Duration, Effect, Option, type Schema } from "effect"
-import { type Actor, type ActorEffect, type AnyActor, consumerName, ENTITY_ID, partitionOf, streamName, type Stored } from "./Actor.ts"
+import {
+  type Actor,
+  type ActorEffect,
+  type AnyActor,
+  consumerName,
+  ENTITY_ID,
+  partitionOf,
+  type Stored,
+  streamName
+} from "./Actor.ts"
 import { InvalidActorMessage } from "./Errors.ts"
 import { storeOf } from "./Store.ts"
 
@@ -62,7 +71,6 @@ export const mailbox = (actor: AnyActor, id: string) => Mailbox.subjectOf(actor,
 /** The partition an entity's messages go to. */
 export const partition = (actor: AnyActor, id: string) => partitionOf(actor, id)
 
-
 /**
  * Publishes a message to an entity's mailbox and waits for the stream's ack. With `msgID` the
  * send is idempotent within the duplicate window (and beyond it the runtime's inbox drops a
@@ -106,20 +114,23 @@ export const get = Effect.fn("Actors.get")(function*<S extends Schema.Top>(actor
  * outside the runtime (under its own row lock) and must write the same rows.
  */
 export const toOutbox = (effects: ReadonlyArray<ActorEffect>, now: number) =>
-  Effect.forEach(effects, (effect): Effect.Effect<Outbox.OutboxMessage, Outbox.InvalidOutboxMessage | InvalidActorMessage> => {
-    switch (effect._tag) {
-      case "Event":
-        return Effect.map(Outbox.makeEnvelope(effect.event, now), (payload) => ({
-          subject: Outbox.eventSubject(effect.event.orgId, effect.event.event),
-          payload
-        }))
-      case "Send":
-        return Effect.gen(function*() {
-          const subject = yield* mailbox(effect.actor, effect.id)
-          const payload = yield* encodeMessage(effect.actor, effect.id, effect.message)
-          return { subject, payload }
-        })
-      case "Publish":
-        return Effect.map(Outbox.subjectOf(effect.subject), (subject) => ({ subject, payload: effect.payload }))
+  Effect.forEach(
+    effects,
+    (effect): Effect.Effect<Outbox.OutboxMessage, Outbox.InvalidOutboxMessage | InvalidActorMessage> => {
+      switch (effect._tag) {
+        case "Event":
+          return Effect.map(Outbox.makeEnvelope(effect.event, now), (payload) => ({
+            subject: Outbox.eventSubject(effect.event.orgId, effect.event.event),
+            payload
+          }))
+        case "Send":
+          return Effect.gen(function*() {
+            const subject = yield* mailbox(effect.actor, effect.id)
+            const payload = yield* encodeMessage(effect.actor, effect.id, effect.message)
+            return { subject, payload }
+          })
+        case "Publish":
+          return Effect.map(Outbox.subjectOf(effect.subject), (subject) => ({ subject, payload: effect.payload }))
+      }
     }
-  })
+  )

@@ -99,42 +99,52 @@ export class ActorRuntime extends Context.Service<ActorRuntime, {
       toOutbox(effects, now).pipe(Effect.mapError((e) => new Poison({ reason: `effect refused: ${e.message}` })))
 
     const apply = (actor: AnyActor, info: MessageInfo, message: unknown) =>
-      Effect.gen(function*(): Effect.fn.Return<"applied" | "duplicate", Poison | CorruptState | BusError | SqlError.SqlError, SqlClient.SqlClient> {
-        const store = storeOf(actor)
-        for (let attempt = 0;; attempt++) {
-          const loaded = yield* store.load(info.id)
-          const prev = Option.getOrUndefined(loaded)
-          const now = yield* Clock.currentTimeMillis
-          let result
-          try {
-            result = actor.transition(prev?.state, message, { id: info.id, now, msgId: info.msgId })
-          } catch (cause) {
-            return yield* new Poison({ reason: `transition threw: ${String(cause)}` })
-          }
-          // `undefined` for an existing entity keeps its state (still a CAS: the effects were
-          // computed from this version).
-          const state = result.state === undefined ? prev?.state : result.state
-          const outbox = yield* outboxOf(result.effects, now)
-          const outcome = yield* sql.withTransaction(Effect.gen(function*() {
-            const fresh = yield* sql`
+      Effect.gen(
+        function*(): Effect.fn.Return<
+          "applied" | "duplicate",
+          Poison | CorruptState | BusError | SqlError.SqlError,
+          SqlClient.SqlClient
+        > {
+          const store = storeOf(actor)
+          for (let attempt = 0;; attempt++) {
+            const loaded = yield* store.load(info.id)
+            const prev = Option.getOrUndefined(loaded)
+            const now = yield* Clock.currentTimeMillis
+            let result
+            try {
+              result = actor.transition(prev?.state, message, { id: info.id, now, msgId: info.msgId })
+            } catch (cause) {
+              return yield* new Poison({ reason: `transition threw: ${String(cause)}` })
+            }
+            // `undefined` for an existing entity keeps its state (still a CAS: the effects were
+            // computed from this version).
+            const state = result.state === undefined ? prev?.state : result.state
+            const outbox = yield* outboxOf(result.effects, now)
+            const outcome = yield* sql.withTransaction(Effect.gen(function*() {
+              const fresh = yield* sql`
               INSERT INTO actor_inbox (type, entity_id, msg_id) VALUES (${actor.type}, ${info.id}, ${info.msgId})
               ON CONFLICT DO NOTHING RETURNING 1 AS fresh`
-            if (fresh.length === 0) return "duplicate" as const
-            if (state !== undefined && !(yield* store.save(info.id, state, prev?.version))) return yield* new Stale()
-            yield* Outbox.appendAll(outbox).pipe(
-              Effect.mapError((e) => e._tag === "InvalidOutboxMessage" ? new Poison({ reason: `effect: ${e.message}` }) : e)
+              if (fresh.length === 0) return "duplicate" as const
+              if (state !== undefined && !(yield* store.save(info.id, state, prev?.version))) return yield* new Stale()
+              yield* Outbox.appendAll(outbox).pipe(
+                Effect.mapError((e) =>
+                  e._tag === "InvalidOutboxMessage" ? new Poison({ reason: `effect: ${e.message}` }) : e
+                )
+              )
+              if (hooks.beforeCommit) yield* hooks.beforeCommit(info)
+              return "applied" as const
+            })).pipe(
+              Effect.map((o) => o as "applied" | "duplicate" | "stale"),
+              Effect.catchTag("Stale", () => Effect.succeed("stale" as const))
             )
-            if (hooks.beforeCommit) yield* hooks.beforeCommit(info)
-            return "applied" as const
-          })).pipe(
-            Effect.map((o) => o as "applied" | "duplicate" | "stale"),
-            Effect.catchTag("Stale", () => Effect.succeed("stale" as const))
-          )
-          if (outcome !== "stale") return outcome
-          if (attempt >= maxStale) return yield* Effect.fail(new BusError({ operation: "apply", message: "state kept changing underneath" }))
-          yield* Effect.logDebug("actor: stale version, reloading", { type: info.type, id: info.id })
+            if (outcome !== "stale") return outcome
+            if (attempt >= maxStale) {
+              return yield* Effect.fail(new BusError({ operation: "apply", message: "state kept changing underneath" }))
+            }
+            yield* Effect.logDebug("actor: stale version, reloading", { type: info.type, id: info.id })
+          }
         }
-      })
+      )
 
     // Messages being applied. Long work keeps its message: one heartbeat for all of them tells
     // the server every ack_wait/3 that we are still on it (a message held that long is rare).
@@ -143,7 +153,9 @@ export class ActorRuntime extends Context.Service<ActorRuntime, {
       Effect.sleep(Duration.millis(Math.max(100, ackWaitMs / 3))),
       Effect.sync(() => {
         for (const msg of inFlight) {
-          try { msg.working() } catch {}
+          try {
+            msg.working()
+          } catch {}
         }
       })
     )))
@@ -198,16 +210,31 @@ export class ActorRuntime extends Context.Service<ActorRuntime, {
         const outcome = yield* work.pipe(
           Effect.catchTags({
             Poison: (e) =>
-              Effect.as(Effect.logError("actor: message terminated", { ...info, subject: msg.subject, reason: e.reason }), "terminated" as const),
+              Effect.as(
+                Effect.logError("actor: message terminated", { ...info, subject: msg.subject, reason: e.reason }),
+                "terminated" as const
+              ),
             CorruptState: (e: CorruptState) =>
-              Effect.as(Effect.logError("actor: message terminated", { ...info, reason: `corrupt state: ${e.message}` }), "terminated" as const)
+              Effect.as(
+                Effect.logError("actor: message terminated", { ...info, reason: `corrupt state: ${e.message}` }),
+                "terminated" as const
+              )
           }),
           Effect.catchCause((cause) =>
-            Effect.as(Effect.logWarning("actor: message failed, will retry", { ...info, cause: String(cause) }), "retry" as const)
+            Effect.as(
+              Effect.logWarning("actor: message failed, will retry", { ...info, cause: String(cause) }),
+              "retry" as const
+            )
           ),
           Effect.ensuring(Effect.sync(() => inFlight.delete(msg))),
           // Shut down mid-message: give it back at once (if the connection still allows).
-          Effect.onInterrupt(() => Effect.sync(() => { try { msg.nak() } catch {} }))
+          Effect.onInterrupt(() =>
+            Effect.sync(() => {
+              try {
+                msg.nak()
+              } catch {}
+            })
+          )
         )
         yield* settle(outcome)
       })
@@ -229,7 +256,9 @@ export class ActorRuntime extends Context.Service<ActorRuntime, {
           (m) =>
             nats.connection.isClosed()
               ? Effect.void
-              : Effect.ignore(Effect.timeout(Effect.promise(() => m.close().catch(() => undefined)), Duration.seconds(2)))
+              : Effect.ignore(
+                Effect.timeout(Effect.promise(() => m.close().catch(() => undefined)), Duration.seconds(2))
+              )
         )
         const iterator = messages[Symbol.asyncIterator]()
         for (;;) {
@@ -241,7 +270,13 @@ export class ActorRuntime extends Context.Service<ActorRuntime, {
           yield* handle(actor, partition, next.value)
         }
       })).pipe(
-        Effect.tapError((e) => Effect.logWarning("actor: partition consumer lost, restarting", { type: actor.type, partition, error: String(e) })),
+        Effect.tapError((e) =>
+          Effect.logWarning("actor: partition consumer lost, restarting", {
+            type: actor.type,
+            partition,
+            error: String(e)
+          })
+        ),
         Effect.retry(Schedule.min([Schedule.exponential(Duration.millis(100)), Schedule.spaced(Duration.seconds(5))]))
       )
 

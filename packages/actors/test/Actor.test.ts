@@ -23,7 +23,12 @@ describe("Actor (pure)", () => {
       seen.add(p)
     }
     expect(seen.size).toBe(8)
-    expect(Actor.mailboxTokens(Counter, "c-1")).toEqual(["actor", "counter", String(Actor.partitionOf(Counter, "c-1")), "c-1"])
+    expect(Actor.mailboxTokens(Counter, "c-1")).toEqual([
+      "actor",
+      "counter",
+      String(Actor.partitionOf(Counter, "c-1")),
+      "c-1"
+    ])
     expect(Actor.streamName(Counter)).toBe("ACTOR_COUNTER")
     expect(Actor.consumerName(Counter, 3)).toBe("ACTOR_COUNTER_3")
   })
@@ -43,9 +48,17 @@ describe("Actor (pure)", () => {
     expect(t1).toEqual({ state: { count: 2, seen: ["a"] }, effects: [] })
     const t2 = Counter.transition(t1.state, { _tag: "Forward", n: 3, tag: "f", to: "c-2" }, ctx)
     expect(t2.state).toEqual({ count: 5, seen: ["a", "f"] })
-    expect(t2.effects).toEqual([{ _tag: "Send", actor: Counter, id: "c-2", message: { _tag: "Add", n: 3, tag: "f<-c-1" } }])
+    expect(t2.effects).toEqual([{
+      _tag: "Send",
+      actor: Counter,
+      id: "c-2",
+      message: { _tag: "Add", n: 3, tag: "f<-c-1" }
+    }])
     const t3 = Counter.transition(t2.state, { _tag: "Notify", orgId: "org_1", tag: "n" }, ctx)
-    expect(t3.effects).toEqual([{ _tag: "Event", event: { event: "counter.notified", orgId: "org_1", data: { counter_id: "c-1", count: 5 } } }])
+    expect(t3.effects).toEqual([{
+      _tag: "Event",
+      event: { event: "counter.notified", orgId: "org_1", data: { counter_id: "c-1", count: 5 } }
+    }])
     expect(() => Counter.transition(t3.state, { _tag: "Boom" }, ctx)).toThrow("boom")
   })
 
@@ -65,12 +78,14 @@ describe("Actor (pure)", () => {
         },
         { subject: "agent.host_1.create", payload: { a: 1 } }
       ])
-      for (const bad of [
-        Actor.send(Counter, "a.b", { _tag: "Add", n: 1, tag: "x" }),
-        Actor.send(Counter, "ok", { _tag: "Add", n: 0.5, tag: "x" }),
-        Actor.emit({ event: "sandbox.*", orgId: "org_1", data: {} }),
-        Actor.publish(["agent", "*"], {})
-      ]) {
+      for (
+        const bad of [
+          Actor.send(Counter, "a.b", { _tag: "Add", n: 1, tag: "x" }),
+          Actor.send(Counter, "ok", { _tag: "Add", n: 0.5, tag: "x" }),
+          Actor.emit({ event: "sandbox.*", orgId: "org_1", data: {} }),
+          Actor.publish(["agent", "*"], {})
+        ]
+      ) {
         const e = yield* Effect.flip(Actors.toOutbox([bad], now))
         expect(["InvalidActorMessage", "InvalidOutboxMessage"]).toContain(e._tag)
       }

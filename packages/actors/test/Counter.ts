@@ -37,7 +37,11 @@ export const make = (partitions: number, store?: Actor.ActorStore<typeof Counter
         case "Notify":
           return Actor.next(
             { count: current.count, seen: [...current.seen, message.tag] },
-            Actor.emit({ event: "counter.notified", orgId: message.orgId, data: { counter_id: ctx.id, count: current.count } })
+            Actor.emit({
+              event: "counter.notified",
+              orgId: message.orgId,
+              data: { counter_id: ctx.id, count: current.count }
+            })
           )
         case "Boom":
           throw new Error("boom")

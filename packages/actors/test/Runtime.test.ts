@@ -1,5 +1,4 @@
 import { describe, expect, layer } from "@effect/vitest"
-import { eventually } from "@svc/testing/Eventually"
 import * as Actor from "@svc/actors/Actor"
 import * as Actors from "@svc/actors/Actors"
 import { ActorRuntime, type ActorRuntimeOptions, type MessageInfo, type MessageOutcome } from "@svc/actors/Runtime"
@@ -8,6 +7,7 @@ import { Nats } from "@svc/bus/Nats"
 import * as Database from "@svc/db/Database"
 import { OutboxRelay } from "@svc/events/Relay"
 import * as Streams from "@svc/events/Streams"
+import { eventually } from "@svc/testing/Eventually"
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import * as TestNats from "@svc/testing/TestNats"
 import { Context, Deferred, Duration, Effect, Exit, Layer, Option, Redacted, Ref, Scope } from "effect"
@@ -38,7 +38,10 @@ const startRuntime = (actors: ReadonlyArray<Actor.AnyActor>, options: ActorRunti
       Layer.effect(Nats, Nats.make({ url: server.url, prefix: server.prefix, name: "runtime" })),
       Database.clientLayer(Redacted.make(url))
     )
-    const context = yield* Layer.buildWithScope(ActorRuntime.layer(actors, options).pipe(Layer.provideMerge(deps)), scope)
+    const context = yield* Layer.buildWithScope(
+      ActorRuntime.layer(actors, options).pipe(Layer.provideMerge(deps)),
+      scope
+    )
     return { scope, runtime: Context.get(context, ActorRuntime), nats: Context.get(context, Nats) } satisfies Instance
   })
 
@@ -50,7 +53,8 @@ const env = OutboxRelay.layerWith({ pollInterval: Duration.millis(200) }).pipe(
   Layer.provideMerge(Layer.mergeAll(TestNats.layer, TestDatabase.layerWithUrl))
 )
 
-const add = (id: string, tag: string, options?: { readonly msgID?: string }) => Actors.send(Counter, id, { _tag: "Add", n: 1, tag }, options)
+const add = (id: string, tag: string, options?: { readonly msgID?: string }) =>
+  Actors.send(Counter, id, { _tag: "Add", n: 1, tag }, options)
 
 describe("ActorRuntime", () => {
   layer(env, { excludeTestServices: true })((it) => {
@@ -100,13 +104,16 @@ describe("ActorRuntime", () => {
       Effect.scoped(Effect.gen(function*() {
         const outcomes = yield* Ref.make<Array<MessageOutcome>>([])
         const { runtime } = yield* startRuntime([Counter], {
-          hooks: { onOutcome: (_info: MessageInfo | undefined, o: MessageOutcome) => Ref.update(outcomes, (os) => [...os, o]) }
+          hooks: {
+            onOutcome: (_info: MessageInfo | undefined, o: MessageOutcome) => Ref.update(outcomes, (os) => [...os, o])
+          }
         })
         const nats = yield* Nats
         const id = "p-1"
         const p = Actor.partitionOf(Counter, id)
         const wrong = (p + 1) % Counter.partitions
-        const raw = (subject: string, body: string) => Effect.promise(() => nats.js.publish(nats.subject(subject), new TextEncoder().encode(body)))
+        const raw = (subject: string, body: string) =>
+          Effect.promise(() => nats.js.publish(nats.subject(subject), new TextEncoder().encode(body)))
         yield* add(id, "before")
         yield* raw(`actor.counter.${p}.${id}`, "not json")
         yield* raw(`actor.counter.${p}.${id}`, JSON.stringify({ _tag: "Add", n: "one", tag: "x" }))
@@ -139,12 +146,19 @@ describe("ActorRuntime", () => {
         const target = yield* eventually(stateOf("f-2"), (s) => s !== undefined)
         expect(target?.state).toEqual({ count: 5, seen: ["fw<-f-1"] })
         const nats = yield* Nats
-        const info = yield* eventually(Effect.promise(() => nats.jsm.streams.info(events)), (i) => i.state.messages >= 1)
+        const info = yield* eventually(
+          Effect.promise(() => nats.jsm.streams.info(events)),
+          (i) => i.state.messages >= 1
+        )
         const msg = yield* Effect.promise(() => nats.jsm.streams.getMessage(events, { seq: info.state.first_seq }))
         if (msg === null) return expect.unreachable("no event in EVENTS")
         expect(msg.subject).toBe(nats.subject("evt", "org_1", "counter.notified"))
         const envelope = JSON.parse(new TextDecoder().decode(msg.data))
-        expect(envelope).toMatchObject({ event: "counter.notified", org_id: "org_1", data: { counter_id: "f-1", count: 5 } })
+        expect(envelope).toMatchObject({
+          event: "counter.notified",
+          org_id: "org_1",
+          data: { counter_id: "f-1", count: 5 }
+        })
         expect(envelope.ts).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/)
       })))
 
@@ -175,7 +189,9 @@ describe("ActorRuntime", () => {
             Effect.tap(base.load(id), (loaded) =>
               Option.isSome(loaded) && !interfered
                 ? Effect.andThen(
-                  Effect.sync(() => { interfered = true }),
+                  Effect.sync(() => {
+                    interfered = true
+                  }),
                   sql`UPDATE actor_state SET version = version + 1, state = jsonb_set(state, '{seen}', state->'seen' || '"other"')
                       WHERE type = 'counter' AND id = ${id}`
                 )
@@ -209,7 +225,10 @@ describe("ActorRuntime", () => {
                 yield* Effect.sleep(Duration.millis(1))
                 inFlight.set(info.partition, inFlight.get(info.partition)! - 1)
               }),
-            onOutcome: (_info, outcome) => Effect.sync(() => { if (outcome === "applied") perRuntime[n]!++ })
+            onOutcome: (_info, outcome) =>
+              Effect.sync(() => {
+                if (outcome === "applied") perRuntime[n]!++
+              })
           }
         })
         yield* startRuntime([Counter], options(0))
@@ -271,7 +290,10 @@ describe("ActorRuntime", () => {
           ackWait: Duration.seconds(1),
           hooks: {
             beforeCommit: (info) =>
-              Effect.andThen(Ref.update(deliveries, (ds) => [...ds, info.deliveries]), info.id === "slow-1" ? Effect.sleep(Duration.millis(2500)) : Effect.void)
+              Effect.andThen(
+                Ref.update(deliveries, (ds) => [...ds, info.deliveries]),
+                info.id === "slow-1" ? Effect.sleep(Duration.millis(2500)) : Effect.void
+              )
           }
         })
         yield* add("slow-1", "slow")

@@ -15,14 +15,14 @@
  *   transaction. A revocation returns only after every live API process dropped the key (see
  *   `CredentialCache`).
  */
-import * as Token from "@svc/domain/ApiKeyToken"
+import * as Rows from "@svc/db/Rows"
 import type { ApiKeyPage, ApiKeyRow, CreatedApiKey, Principal } from "@svc/domain/Api/Auth"
+import * as Token from "@svc/domain/ApiKeyToken"
 import { InvalidRequest, type InvalidScope, NotFound, Unauthenticated } from "@svc/domain/Errors"
 import { ApiKeyId, makeId, OrgId, UserId } from "@svc/domain/Ids"
 import { type ListQuery, pageInfo } from "@svc/domain/Pagination"
 import * as Scopes from "@svc/domain/Scopes"
 import { formatTimestamp } from "@svc/domain/Time"
-import * as Rows from "@svc/db/Rows"
 import { Clock, Context, DateTime, Duration, Effect, Layer, Option, Result, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import { Audit, type AuditContext } from "./Audit.ts"

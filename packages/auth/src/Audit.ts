@@ -4,7 +4,14 @@
  * committed). There is no update or delete path here, and the table's trigger refuses both.
  */
 import * as Rows from "@svc/db/Rows"
-import { type AuditActor, AuditActorType, AuditAction, type AuditEntry, type AuditPage, type AuditQuery } from "@svc/domain/Api/Audit"
+import {
+  AuditAction,
+  type AuditActor,
+  AuditActorType,
+  type AuditEntry,
+  type AuditPage,
+  type AuditQuery
+} from "@svc/domain/Api/Audit"
 import { AuditId, makeId, type OrgId } from "@svc/domain/Ids"
 import { pageInfo } from "@svc/domain/Pagination"
 import { formatTimestamp } from "@svc/domain/Time"

@@ -30,4 +30,3 @@ export const operatorLayer = services.pipe(
   Layer.provideMerge(CredentialCache.layerNoCache),
   Layer.provideMerge(AuthConfig.layerWith({}))
 )
-

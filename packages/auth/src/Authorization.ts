@@ -69,8 +69,10 @@ export const requireScope = <R extends Scopes.Resource>(resource: R, action: Sco
       ))
 
 /** Fails with `full_access_required` unless the caller is a `*` key or a session. */
-export const requireFullAccess = Effect.flatMap(Effect.service(CurrentPrincipal), (principal) =>
-  principal.grant.full ? Effect.void : Effect.fail(new FullAccessRequired()))
+export const requireFullAccess = Effect.flatMap(
+  Effect.service(CurrentPrincipal),
+  (principal) => principal.grant.full ? Effect.void : Effect.fail(new FullAccessRequired())
+)
 
 /** What the sandbox routes do after `sandboxAccess`. */
 export type SandboxPermission =

@@ -42,7 +42,10 @@ export const normalizeAddress = (raw: string): string | undefined => {
 /** The entries of `SVC_TRUSTED_PROXIES`, each an address or a CIDR; a message for a bad one. */
 export const parseTrustedProxies = (
   text: string
-): { readonly ok: true; readonly entries: ReadonlyArray<string> } | { readonly ok: false; readonly message: string } => {
+): { readonly ok: true; readonly entries: ReadonlyArray<string> } | {
+  readonly ok: false
+  readonly message: string
+} => {
   const entries = text.split(",").map((s) => s.trim()).filter((s) => s.length > 0)
   for (const entry of entries) {
     const [address, prefix, ...rest] = entry.split("/")
@@ -50,7 +53,9 @@ export const parseTrustedProxies = (
     if (normal === undefined || rest.length > 0) return { ok: false, message: `not an address or CIDR: ${entry}` }
     if (prefix !== undefined) {
       const bits = isIPv4(normal) ? 32 : 128
-      if (!/^\d{1,3}$/.test(prefix) || Number(prefix) > bits) return { ok: false, message: `bad prefix length: ${entry}` }
+      if (!/^\d{1,3}$/.test(prefix) || Number(prefix) > bits) {
+        return { ok: false, message: `bad prefix length: ${entry}` }
+      }
     }
   }
   return { ok: true, entries }

@@ -2,9 +2,9 @@
  * Orgs: every resource belongs to one (docs/contract.md#overview). Created by sign-up or the
  * operator CLI.
  */
-import { NotFound } from "@svc/domain/Errors"
-import type { OrgRecord } from "@svc/domain/Api/Auth"
 import * as Rows from "@svc/db/Rows"
+import type { OrgRecord } from "@svc/domain/Api/Auth"
+import { NotFound } from "@svc/domain/Errors"
 import { makeId, OrgId } from "@svc/domain/Ids"
 import { formatTimestamp } from "@svc/domain/Time"
 import { Clock, Context, DateTime, Effect, Layer, Option, Schema } from "effect"
@@ -26,7 +26,11 @@ export class Orgs extends Context.Service<Orgs, {
   readonly create: (name: string, context: AuditContext) => Effect.Effect<OrgRecord, Rows.QueryError>
   readonly get: (orgId: OrgId) => Effect.Effect<OrgRecord, NotFound | Rows.QueryError>
   /** Renames (audit `org.updated`, same transaction); cached principals of the org are dropped everywhere. */
-  readonly rename: (orgId: OrgId, name: string, context: AuditContext) => Effect.Effect<OrgRecord, NotFound | Rows.QueryError>
+  readonly rename: (
+    orgId: OrgId,
+    name: string,
+    context: AuditContext
+  ) => Effect.Effect<OrgRecord, NotFound | Rows.QueryError>
 }>()("@svc/auth/Orgs") {
   static readonly layer = Layer.effect(
     Orgs,

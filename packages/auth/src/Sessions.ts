@@ -5,9 +5,9 @@
  * access) and are checked against Postgres on every request, so sign-out is immediate on
  * every process.
  */
+import * as Rows from "@svc/db/Rows"
 import type { Principal } from "@svc/domain/Api/Auth"
 import { Unauthenticated } from "@svc/domain/Errors"
-import * as Rows from "@svc/db/Rows"
 import { makeBody, OrgId, UserId } from "@svc/domain/Ids"
 import { FULL_ACCESS } from "@svc/domain/Scopes"
 import { formatTimestamp } from "@svc/domain/Time"

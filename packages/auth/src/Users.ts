@@ -4,9 +4,9 @@
  * email and a wrong password fail the same way and take the same time (an unknown email is
  * checked against a dummy hash), and both count towards the email's backoff (`SignInThrottle`).
  */
+import * as Rows from "@svc/db/Rows"
 import { normalizeEmail, type OrgRecord, type User } from "@svc/domain/Api/Auth"
 import { Conflict, RateLimited, Unauthenticated } from "@svc/domain/Errors"
-import * as Rows from "@svc/db/Rows"
 import { makeId, OrgId, UserId } from "@svc/domain/Ids"
 import { formatTimestamp } from "@svc/domain/Time"
 import { Clock, Context, DateTime, Effect, Layer, Option, Schema } from "effect"

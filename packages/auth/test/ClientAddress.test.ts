@@ -1,7 +1,14 @@
 /** The pure parts of the abuse limits: client addresses, rate keys, the backoff and audit schedule. */
 import { describe, expect, it } from "@effect/vitest"
-import { blockFor, audited, FREE_FAILURES, MAX_BLOCK_MS } from "../src/Auth/SignInThrottle.ts"
-import { clientAddress, normalizeAddress, NO_PROXIES, parseTrustedProxies, rateKey, trustedProxies } from "../src/ClientAddress.ts"
+import { audited, blockFor, FREE_FAILURES, MAX_BLOCK_MS } from "../src/Auth/SignInThrottle.ts"
+import {
+  clientAddress,
+  NO_PROXIES,
+  normalizeAddress,
+  parseTrustedProxies,
+  rateKey,
+  trustedProxies
+} from "../src/ClientAddress.ts"
 import { waitFor } from "../src/RateLimit.ts"
 
 const proxies = (text: string) => {
@@ -16,7 +23,9 @@ describe("client address", () => {
     expect(normalizeAddress("[2001:DB8::1]:443")).toBe("2001:db8::1")
     expect(normalizeAddress(" 203.0.113.9:5678 ")).toBe("203.0.113.9")
     expect(normalizeAddress("fe80::1%eth0")).toBe("fe80::1")
-    for (const bad of ["", "unknown", "1.2.3", "1.2.3.4.5", "<script>", "[::1"]) expect(normalizeAddress(bad)).toBeUndefined()
+    for (const bad of ["", "unknown", "1.2.3", "1.2.3.4.5", "<script>", "[::1"]) {
+      expect(normalizeAddress(bad)).toBeUndefined()
+    }
   })
 
   it("is the peer unless the peer is a trusted proxy; X-Forwarded-For is read from the right", () => {

@@ -17,15 +17,16 @@ const decoder = new TextDecoder()
 
 export const encodeJson = <S extends Schema.Top>(schema: S) => {
   const encode = Schema.encodeUnknownEffect(Schema.fromJsonString(schema as any))
-  return (value: S["Type"]) =>
-    Effect.map(Effect.orDie(encode(value)), (s) => encoder.encode(s as string))
+  return (value: S["Type"]) => Effect.map(Effect.orDie(encode(value)), (s) => encoder.encode(s as string))
 }
 
 export const decodeJson = <S extends Schema.Top>(schema: S) => {
   const decode = Schema.decodeUnknownEffect(Schema.fromJsonString(schema as any))
   return (subject: string, bytes: Uint8Array): Effect.Effect<S["Type"], DecodeError> =>
-    Effect.mapError(decode(decoder.decode(bytes)) as Effect.Effect<S["Type"], Schema.SchemaError>, (e) =>
-      new DecodeError({ subject, message: e.message }))
+    Effect.mapError(
+      decode(decoder.decode(bytes)) as Effect.Effect<S["Type"], Schema.SchemaError>,
+      (e) => new DecodeError({ subject, message: e.message })
+    )
 }
 
 /**

@@ -6,7 +6,7 @@
  * platforms (tests sharing one server through `NATS_URL`) never see each other's messages.
  * Production runs with an empty prefix.
  */
-import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream"
+import { jetstream, type JetStreamClient, type JetStreamManager, jetstreamManager } from "@nats-io/jetstream"
 import { Kvm } from "@nats-io/kv"
 import { connect, createInbox, headers, type MsgHdrs, type NatsConnection } from "@nats-io/transport-node"
 import { Context, Duration, Effect, Layer, Schedule, Schema } from "effect"
@@ -55,9 +55,17 @@ export interface PubAck {
  */
 const makeAckedPublisher = (connection: NatsConnection) => {
   const inbox = createInbox()
-  const pending = new Map<string, { readonly resume: (effect: Effect.Effect<PubAck, BusError>) => void; readonly deadline: number; readonly subject: string }>()
+  const pending = new Map<
+    string,
+    {
+      readonly resume: (effect: Effect.Effect<PubAck, BusError>) => void
+      readonly deadline: number
+      readonly subject: string
+    }
+  >()
   let next = 0
-  const fail = (subject: string, message: string) => Effect.fail(new BusError({ operation: `publish ${subject}`, message }))
+  const fail = (subject: string, message: string) =>
+    Effect.fail(new BusError({ operation: `publish ${subject}`, message }))
   const subscription = connection.subscribe(`${inbox}.*`, {
     callback: (error, msg) => {
       if (error) return
@@ -87,7 +95,11 @@ const makeAckedPublisher = (connection: NatsConnection) => {
     }
   }, 50)
   sweep.unref()
-  const publish = (subject: string, data: Uint8Array, options?: { readonly msgId?: string; readonly timeoutMs?: number }) =>
+  const publish = (
+    subject: string,
+    data: Uint8Array,
+    options?: { readonly msgId?: string; readonly timeoutMs?: number }
+  ) =>
     Effect.callback<PubAck, BusError>((resume) => {
       const token = (next++).toString(36)
       pending.set(token, { resume, deadline: Date.now() + (options?.timeoutMs ?? 5_000), subject })
@@ -143,7 +155,10 @@ export class Nats extends Context.Service<Nats, NatsService>()("@svc/bus/Nats") 
         catch: (cause) => new BusError({ operation: "jetstreamManager", message: String(cause) })
       }).pipe(Effect.retry({ schedule: Schedule.spaced(Duration.millis(250)), times: 120 }))
       const js = jetstream(connection)
-      const acked = yield* Effect.acquireRelease(Effect.sync(() => makeAckedPublisher(connection)), (p) => Effect.sync(p.close))
+      const acked = yield* Effect.acquireRelease(
+        Effect.sync(() => makeAckedPublisher(connection)),
+        (p) => Effect.sync(p.close)
+      )
       const kvm = new Kvm(js)
       const prefix = options.prefix ?? ""
       return Nats.of({

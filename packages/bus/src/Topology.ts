@@ -3,7 +3,7 @@
  * Each package declares what it needs (see `Streams.ts` and the packages' own topologies);
  * `ensure` makes the server match: created when absent, updated when the declaration changed.
  */
-import { type ConsumerConfig, type StreamConfig, RetentionPolicy, StorageType, DiscardPolicy } from "@nats-io/jetstream"
+import { type ConsumerConfig, DiscardPolicy, RetentionPolicy, StorageType, type StreamConfig } from "@nats-io/jetstream"
 import { Effect } from "effect"
 import { BusError, Nats } from "./Nats.ts"
 

@@ -9,11 +9,11 @@
  * namespace; empty for the api, which consumes none), `cells` (null). The bucket's max age
  * drops records of processes that died without removing theirs.
  */
+import { Clock, Context, Duration, Effect, Layer, Schedule, Schema } from "effect"
+import * as Os from "node:os"
 import { PlatformVersion } from "./Config.ts"
 import { BusError, Nats } from "./Nats.ts"
 import { ensureBucket } from "./Topology.ts"
-import { Clock, Context, Duration, Effect, Layer, Schedule, Schema } from "effect"
-import * as Os from "node:os"
 
 export const WORKERS_BUCKET = "workers"
 export const WORKER_HEARTBEAT_MS = 5_000
@@ -62,9 +62,11 @@ export interface HeartbeatOptions {
 }
 
 /** Heartbeats of this process into the `workers` bucket for the layer's lifetime. */
-export class WorkerHeartbeat extends Context.Service<WorkerHeartbeat, { readonly record: Effect.Effect<WorkerRecord> }>()(
-  "@svc/bus/WorkerHeartbeat"
-) {
+export class WorkerHeartbeat
+  extends Context.Service<WorkerHeartbeat, { readonly record: Effect.Effect<WorkerRecord> }>()(
+    "@svc/bus/WorkerHeartbeat"
+  )
+{
   static readonly make = Effect.fn("WorkerHeartbeat.make")(function*(role: WorkerRole, options: HeartbeatOptions = {}) {
     const nats = yield* Nats
     const kv = yield* ensureWorkersBucket

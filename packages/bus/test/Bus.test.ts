@@ -1,10 +1,10 @@
 import { describe, expect, layer } from "@effect/vitest"
+import { AckPolicy, DiscardPolicy } from "@nats-io/jetstream"
 import { decodeMessage, publish } from "@svc/bus/Codec"
 import { BusHealth, Nats } from "@svc/bus/Nats"
 import { ensureBucket, ensureConsumer, ensureStream } from "@svc/bus/Topology"
 import * as TestNats from "@svc/testing/TestNats"
 import { Effect, Layer, Schema } from "effect"
-import { AckPolicy, DiscardPolicy } from "@nats-io/jetstream"
 
 const Ping = Schema.Struct({ n: Schema.Int, at: Schema.String })
 
@@ -44,7 +44,9 @@ describe("Bus", () => {
         if (!msg) return expect.unreachable("the published message is in the stream")
         const decoded = yield* decodeMessage(Ping)({ subject: msg.subject, data: msg.data } as never)
         expect(decoded).toEqual({ n: 1, at: "x" })
-        const bad = yield* Effect.flip(decodeMessage(Ping)({ subject, data: new TextEncoder().encode("{\"n\":\"no\"}") } as never))
+        const bad = yield* Effect.flip(
+          decodeMessage(Ping)({ subject, data: new TextEncoder().encode("{\"n\":\"no\"}") } as never)
+        )
         expect(bad._tag).toBe("DecodeError")
       }))
 
@@ -53,10 +55,21 @@ describe("Bus", () => {
         const nats = yield* Nats
         const stream = nats.name("ACKED")
         // At most 3 messages, then refuse new ones: a stream that answers with an error.
-        yield* Effect.promise(() => nats.jsm.streams.add({ name: stream, subjects: [nats.subject("acked", ">")], max_msgs: 3, discard: DiscardPolicy.New }))
+        yield* Effect.promise(() =>
+          nats.jsm.streams.add({
+            name: stream,
+            subjects: [nats.subject("acked", ">")],
+            max_msgs: 3,
+            discard: DiscardPolicy.New
+          })
+        )
         const data = new TextEncoder().encode("hello")
         // Many at once: each gets its own acknowledgement, in the order the stream stored them.
-        const acks = yield* Effect.forEach([1, 2], (i) => nats.publishAcked(nats.subject("acked", "a"), data, { msgId: `m${i}` }), { concurrency: "unbounded" })
+        const acks = yield* Effect.forEach(
+          [1, 2],
+          (i) => nats.publishAcked(nats.subject("acked", "a"), data, { msgId: `m${i}` }),
+          { concurrency: "unbounded" }
+        )
         expect(acks.map((a) => a.stream)).toEqual([stream, stream])
         expect(new Set(acks.map((a) => a.seq))).toEqual(new Set([1, 2]))
         expect(acks.every((a) => !a.duplicate)).toBe(true)

@@ -24,8 +24,20 @@ layer(TestNats.layer, { excludeTestServices: true })("worker heartbeats", (it) =
         const workers = yield* listWorkers()
         expect(workers.map(({ seenAt: _, ...w }) => w)).toEqual([
           { name: "api a/1", script_name: "api", version: expect.any(String), prefix: "", cells: null },
-          { name: "dispatcher-a", script_name: "dispatcher", version: "9.9.9", prefix: `${nats.prefix}.whd.`, cells: null },
-          { name: "runtime-a", script_name: "runtime", version: expect.any(String), prefix: `${nats.prefix}.actor.`, cells: null }
+          {
+            name: "dispatcher-a",
+            script_name: "dispatcher",
+            version: "9.9.9",
+            prefix: `${nats.prefix}.whd.`,
+            cells: null
+          },
+          {
+            name: "runtime-a",
+            script_name: "runtime",
+            version: expect.any(String),
+            prefix: `${nats.prefix}.actor.`,
+            cells: null
+          }
         ])
       }))
       expect(yield* names).toEqual([])
@@ -40,7 +52,9 @@ layer(TestNats.layer, { excludeTestServices: true })("worker heartbeats", (it) =
       yield* Effect.promise(() => kv.put("future", record("future", Date.now() + 10 * WORKER_FRESH_MS)))
       yield* Effect.promise(() => kv.put("fresh", record("fresh", Date.now())))
       yield* Effect.promise(() => kv.put("junk", "not json"))
-      yield* Effect.promise(() => kv.put("shape", JSON.stringify({ name: "x", script_name: "nope", seenAt: Date.now() })))
+      yield* Effect.promise(() =>
+        kv.put("shape", JSON.stringify({ name: "x", script_name: "nope", seenAt: Date.now() }))
+      )
       expect((yield* listWorkers()).map((w) => w.name)).toEqual(["fresh"])
     }))
 })

@@ -10,8 +10,8 @@
  * (the message and the command) or `host` (`sandbox.json`): a sealed env copied to another
  * sandbox, or from a command into a record, does not open.
  */
-import type { SecretBox } from "./SecretBox.ts"
 import { Effect, Schema } from "effect"
+import type { SecretBox } from "./SecretBox.ts"
 
 export type EnvPlace = "transit" | "host"
 
@@ -42,6 +42,8 @@ export const openEnv = (
     Effect.mapError((e) => new SealedEnvError({ message: `the env does not open (${e.reason}: ${e.message})` })),
     Effect.flatMap((text) =>
       // Only a bug could get here: the issue would quote the text, so it is not passed on.
-      decodeEnv(text).pipe(Effect.mapError(() => new SealedEnvError({ message: "the opened env is not a map of strings" })))
+      decodeEnv(text).pipe(
+        Effect.mapError(() => new SealedEnvError({ message: "the opened env is not a map of strings" }))
+      )
     )
   )

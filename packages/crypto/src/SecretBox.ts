@@ -36,9 +36,11 @@ export class SecretBoxError extends Schema.TaggedError<SecretBoxError>()("Secret
   message: Schema.String
 }) {}
 
-const aadOf = (keyId: string, aad: string | undefined) => Buffer.from(`${SEALED_VERSION}.${keyId}\u0000${aad ?? ""}`, "utf8")
+const aadOf = (keyId: string, aad: string | undefined) =>
+  Buffer.from(`${SEALED_VERSION}.${keyId}\u0000${aad ?? ""}`, "utf8")
 
-const refuse = (reason: SecretBoxError["reason"], message: string) => Effect.fail(new SecretBoxError({ reason, message }))
+const refuse = (reason: SecretBoxError["reason"], message: string) =>
+  Effect.fail(new SecretBoxError({ reason, message }))
 
 export class SecretBox extends Context.Service<SecretBox, {
   /** Seals with the first key. `aad` binds the value to where it is stored (open needs the same). */
@@ -48,7 +50,9 @@ export class SecretBox extends Context.Service<SecretBox, {
   static readonly make = (keys: ReadonlyArray<EncryptionKey>) => {
     if (keys.length === 0) throw new Error("SecretBox needs at least one key")
     for (const k of keys) {
-      if (!KEY_ID.test(k.id) || k.key.length !== KEY_BYTES) throw new Error(`SecretBox: key ${JSON.stringify(k.id)} is not a ${KEY_BYTES}-byte key with a valid id`)
+      if (!KEY_ID.test(k.id) || k.key.length !== KEY_BYTES) {
+        throw new Error(`SecretBox: key ${JSON.stringify(k.id)} is not a ${KEY_BYTES}-byte key with a valid id`)
+      }
     }
     const sealing = keys[0]!
     const byId = new Map(keys.map((k) => [k.id, k.key]))
@@ -66,22 +70,36 @@ export class SecretBox extends Context.Service<SecretBox, {
     const open = (sealed: string, aad?: string) =>
       Effect.suspend(() => {
         const parts = sealed.split(".")
-        if (parts.length !== 3 || parts[0] !== SEALED_VERSION || !KEY_ID.test(parts[1]!) || !BASE64URL.test(parts[2]!)) {
+        if (
+          parts.length !== 3 || parts[0] !== SEALED_VERSION || !KEY_ID.test(parts[1]!) || !BASE64URL.test(parts[2]!)
+        ) {
           return refuse("malformed", `not a ${SEALED_VERSION} sealed value`)
         }
         const keyId = parts[1]!
         const key = byId.get(keyId)
-        if (key === undefined) return refuse("unknown_key", `sealed with key id ${keyId}, which ${ENCRYPTION_KEYS_VARIABLE} does not list`)
+        if (key === undefined) {
+          return refuse("unknown_key", `sealed with key id ${keyId}, which ${ENCRYPTION_KEYS_VARIABLE} does not list`)
+        }
         const payload = Buffer.from(parts[2]!, "base64url")
-        if (payload.length < NONCE_BYTES + TAG_BYTES) return refuse("malformed", `not a ${SEALED_VERSION} sealed value (too short)`)
+        if (payload.length < NONCE_BYTES + TAG_BYTES) {
+          return refuse("malformed", `not a ${SEALED_VERSION} sealed value (too short)`)
+        }
         try {
-          const decipher = crypto.createDecipheriv(ALGORITHM, key, payload.subarray(0, NONCE_BYTES), { authTagLength: TAG_BYTES })
+          const decipher = crypto.createDecipheriv(ALGORITHM, key, payload.subarray(0, NONCE_BYTES), {
+            authTagLength: TAG_BYTES
+          })
           decipher.setAAD(aadOf(keyId, aad))
           decipher.setAuthTag(payload.subarray(payload.length - TAG_BYTES))
-          const plaintext = Buffer.concat([decipher.update(payload.subarray(NONCE_BYTES, payload.length - TAG_BYTES)), decipher.final()])
+          const plaintext = Buffer.concat([
+            decipher.update(payload.subarray(NONCE_BYTES, payload.length - TAG_BYTES)),
+            decipher.final()
+          ])
           return Effect.succeed(plaintext.toString("utf8"))
         } catch {
-          return refuse("rejected", `the sealed value does not verify under key id ${keyId} (tampered, another key, or sealed for another record)`)
+          return refuse(
+            "rejected",
+            `the sealed value does not verify under key id ${keyId} (tampered, another key, or sealed for another record)`
+          )
         }
       })
 

@@ -37,7 +37,8 @@ export const canonicalJson = (value: unknown): string =>
       ? Object.fromEntries(Object.keys(v).sort().map((k) => [k, (v as Record<string, unknown>)[k]]))
       : v)
 
-export const requestHash = (request: unknown): string => createHash("sha256").update(canonicalJson(request)).digest("hex")
+export const requestHash = (request: unknown): string =>
+  createHash("sha256").update(canonicalJson(request)).digest("hex")
 
 /** A create's answer: the new resource, or (same key, same body) the first answer's JSON. */
 export type Outcome<A> =
@@ -67,7 +68,9 @@ const entryRows = Rows.decoder("Idempotency.run", Schema.Struct({ entry: Schema.
 const prunedRows = Rows.decoder("Idempotency.prune", Schema.Struct({ n: Schema.Int }))
 
 export class Idempotency extends Context.Service<Idempotency, {
-  readonly run: <A, E, R>(options: RunOptions<A, E, R>) => Effect.Effect<Outcome<A>, E | IdempotencyKeyReused | Rows.QueryError, R>
+  readonly run: <A, E, R>(
+    options: RunOptions<A, E, R>
+  ) => Effect.Effect<Outcome<A>, E | IdempotencyKeyReused | Rows.QueryError, R>
   /** Deletes the entries older than 24 h; answers how many. */
   readonly prune: Effect.Effect<number, Rows.QueryError>
 }>()("@svc/db/Idempotency") {
@@ -76,34 +79,43 @@ export class Idempotency extends Context.Service<Idempotency, {
     const box = yield* SecretBox
 
     const run = <A, E, R>(options: RunOptions<A, E, R>) =>
-      sql.withTransaction(Effect.gen(function*(): Effect.fn.Return<Outcome<A>, E | IdempotencyKeyReused | Rows.QueryError, R> {
-        const { orgId, operation, key } = options
-        if (key === undefined) return { _tag: "Created", value: yield* options.create }
-        const aad = JSON.stringify(["idempotency", orgId, operation, key])
-        const hash = requestHash(options.request)
-        // Takes the key, or an entry of it that has expired; waits for a concurrent claimer.
-        const claimed = yield* sql`
+      sql.withTransaction(
+        Effect.gen(function*(): Effect.fn.Return<Outcome<A>, E | IdempotencyKeyReused | Rows.QueryError, R> {
+          const { orgId, operation, key } = options
+          if (key === undefined) return { _tag: "Created", value: yield* options.create }
+          const aad = JSON.stringify(["idempotency", orgId, operation, key])
+          const hash = requestHash(options.request)
+          // Takes the key, or an entry of it that has expired; waits for a concurrent claimer.
+          const claimed = yield* sql`
           INSERT INTO idempotency_keys (org_id, operation, key) VALUES (${orgId}, ${operation}, ${key})
           ON CONFLICT (org_id, operation, key) DO UPDATE SET entry = NULL, created_at = now()
           WHERE idempotency_keys.created_at < now() - make_interval(hours => ${IDEMPOTENCY_TTL_HOURS}::int)
           RETURNING key`
-        if (claimed.length === 0) {
-          const [row] = yield* entryRows(sql`
+          if (claimed.length === 0) {
+            const [row] = yield* entryRows(sql`
             SELECT entry FROM idempotency_keys WHERE org_id = ${orgId} AND operation = ${operation} AND key = ${key}`)
-          // Committed entries always hold one: the claim and the record share a transaction.
-          if (row?.entry == null) return yield* Effect.die(new Error(`idempotency entry of ${operation} without its record`))
-          const entry = yield* decodeEntry(yield* Effect.orDie(box.open(row.entry, aad))).pipe(
-            Effect.mapError((e) => new Rows.RowDecodeError({ query: "Idempotency.run", message: `entry: ${e.message}` }))
+            // Committed entries always hold one: the claim and the record share a transaction.
+            if (row?.entry == null) {
+              return yield* Effect.die(new Error(`idempotency entry of ${operation} without its record`))
+            }
+            const entry = yield* decodeEntry(yield* Effect.orDie(box.open(row.entry, aad))).pipe(
+              Effect.mapError((e) =>
+                new Rows.RowDecodeError({ query: "Idempotency.run", message: `entry: ${e.message}` })
+              )
+            )
+            if (entry.request_hash !== hash) return yield* new IdempotencyKeyReused()
+            return { _tag: "Replayed", body: entry.response }
+          }
+          const value = yield* options.create
+          const sealed = yield* box.seal(
+            JSON.stringify({ request_hash: hash, response: options.response(value) } satisfies Entry),
+            aad
           )
-          if (entry.request_hash !== hash) return yield* new IdempotencyKeyReused()
-          return { _tag: "Replayed", body: entry.response }
-        }
-        const value = yield* options.create
-        const sealed = yield* box.seal(JSON.stringify({ request_hash: hash, response: options.response(value) } satisfies Entry), aad)
-        yield* sql`UPDATE idempotency_keys SET entry = ${sealed}
+          yield* sql`UPDATE idempotency_keys SET entry = ${sealed}
           WHERE org_id = ${orgId} AND operation = ${operation} AND key = ${key}`
-        return { _tag: "Created", value }
-      }))
+          return { _tag: "Created", value }
+        })
+      )
 
     const prune = Effect.map(
       prunedRows(sql`

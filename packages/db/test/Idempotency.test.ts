@@ -20,10 +20,12 @@ interface Widget {
 }
 
 /** A feature's table: what the creates below make. */
-const Widgets = Layer.effectDiscard(Effect.gen(function*() {
-  const sql = yield* SqlClient.SqlClient
-  yield* sql`CREATE TABLE widgets (id serial PRIMARY KEY, org_id text NOT NULL, name text NOT NULL)`
-}).pipe(Effect.orDie))
+const Widgets = Layer.effectDiscard(
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    yield* sql`CREATE TABLE widgets (id serial PRIMARY KEY, org_id text NOT NULL, name text NOT NULL)`
+  }).pipe(Effect.orDie)
+)
 
 const testLayer = Layer.mergeAll(Idempotency.layer, Widgets).pipe(
   Layer.provideMerge(Layer.mergeAll(TestDatabase.layer, SecretBox.layer))
@@ -94,12 +96,18 @@ describe("Idempotency", () => {
         const orgId = newOrg()
         const body = { name: "w", size: { h: 1, w: 2 }, tags: ["x", "y"] }
         const first = createdOf(yield* createWidget({ orgId, key: "key-replay-1", body }))
-        const again = yield* createWidget({ orgId, key: "key-replay-1", body: { tags: ["x", "y"], size: { w: 2, h: 1 }, name: "w" } })
+        const again = yield* createWidget({
+          orgId,
+          key: "key-replay-1",
+          body: { tags: ["x", "y"], size: { w: 2, h: 1 }, name: "w" }
+        })
         expect(replayedOf(again)).toEqual(first)
         const other = yield* Effect.flip(createWidget({ orgId, key: "key-replay-1", body: { ...body, name: "v" } }))
         expect(other).toBeInstanceOf(IdempotencyKeyReused)
         // Array order is part of the body.
-        const reordered = yield* Effect.flip(createWidget({ orgId, key: "key-replay-1", body: { ...body, tags: ["y", "x"] } }))
+        const reordered = yield* Effect.flip(
+          createWidget({ orgId, key: "key-replay-1", body: { ...body, tags: ["y", "x"] } })
+        )
         expect(reordered).toBeInstanceOf(IdempotencyKeyReused)
         expect(yield* widgetsOf(orgId)).toEqual([{ id: first.id, name: "w" }])
       }))
@@ -108,7 +116,10 @@ describe("Idempotency", () => {
       Effect.gen(function*() {
         const orgId = newOrg()
         const outcomes = yield* Effect.all(
-          Array.from({ length: 8 }, () => createWidget({ orgId, key: "key-race-0001", body: { name: "raced" }, delayMs: 200 })),
+          Array.from(
+            { length: 8 },
+            () => createWidget({ orgId, key: "key-race-0001", body: { name: "raced" }, delayMs: 200 })
+          ),
           { concurrency: "unbounded" }
         )
         const created = outcomes.filter((o) => o._tag === "Created")
@@ -122,8 +133,18 @@ describe("Idempotency", () => {
       Effect.gen(function*() {
         const orgId = newOrg()
         const exits = yield* Effect.all(
-          Array.from({ length: 6 }, (_, i) =>
-            Effect.exit(createWidget({ orgId, key: "key-race-0002", body: { name: i % 2 === 0 ? "even" : "odd" }, delayMs: 200 }))),
+          Array.from(
+            { length: 6 },
+            (_, i) =>
+              Effect.exit(
+                createWidget({
+                  orgId,
+                  key: "key-race-0002",
+                  body: { name: i % 2 === 0 ? "even" : "odd" },
+                  delayMs: 200
+                })
+              )
+          ),
           { concurrency: "unbounded" }
         )
         const widgets = yield* widgetsOf(orgId)
@@ -133,7 +154,9 @@ describe("Idempotency", () => {
           const name = i % 2 === 0 ? "even" : "odd"
           if (name === winner) {
             assert(Exit.isSuccess(exit))
-            expect(exit.value._tag === "Created" ? exit.value.value.id : (exit.value.body as Widget).id).toBe(widgets[0]!.id)
+            expect(exit.value._tag === "Created" ? exit.value.value.id : (exit.value.body as Widget).id).toBe(
+              widgets[0]!.id
+            )
           } else {
             assert(Exit.isFailure(exit))
             expect(String(exit.cause)).toContain("IdempotencyKeyReused")
@@ -144,7 +167,9 @@ describe("Idempotency", () => {
     it.effect("a create that fails keeps nothing: the key is free for the next request, whatever its body", () =>
       Effect.gen(function*() {
         const orgId = newOrg()
-        const refused = yield* Effect.flip(createWidget({ orgId, key: "key-failed-01", body: { name: "no" }, refuse: true }))
+        const refused = yield* Effect.flip(
+          createWidget({ orgId, key: "key-failed-01", body: { name: "no" }, refuse: true })
+        )
         expect(refused).toBeInstanceOf(WidgetRefused)
         expect(yield* widgetsOf(orgId)).toEqual([])
         const made = createdOf(yield* createWidget({ orgId, key: "key-failed-01", body: { name: "yes" } }))
@@ -158,7 +183,9 @@ describe("Idempotency", () => {
         const inA = createdOf(yield* createWidget({ orgId: a, key: "key-shared-01", body }))
         const inB = createdOf(yield* createWidget({ orgId: b, key: "key-shared-01", body }))
         expect(inB.id).not.toBe(inA.id)
-        const otherOperation = createdOf(yield* createWidget({ orgId: a, key: "key-shared-01", body, operation: "gadgets.create" }))
+        const otherOperation = createdOf(
+          yield* createWidget({ orgId: a, key: "key-shared-01", body, operation: "gadgets.create" })
+        )
         expect(otherOperation.id).not.toBe(inA.id)
         // Each still replays its own.
         expect(replayedOf(yield* createWidget({ orgId: a, key: "key-shared-01", body }))).toEqual(inA)
@@ -198,7 +225,9 @@ describe("Idempotency", () => {
         const orgId = newOrg()
         const body = { name: "plain-name-of-the-widget" }
         const widget = createdOf(yield* createWidget({ orgId, key: "key-sealed-01", body }))
-        const [row] = yield* sql<{ entry: string }>`SELECT entry FROM idempotency_keys WHERE org_id = ${orgId} AND key = 'key-sealed-01'`
+        const [row] = yield* sql<
+          { entry: string }
+        >`SELECT entry FROM idempotency_keys WHERE org_id = ${orgId} AND key = 'key-sealed-01'`
         expect(row!.entry).toMatch(/^v1\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/)
         const table = JSON.stringify(yield* sql`SELECT * FROM idempotency_keys WHERE org_id = ${orgId}`)
         for (const plain of [widget.secret, body.name, requestHash(body)]) expect(table).not.toContain(plain)

@@ -29,7 +29,11 @@ layer(TestDatabase.layer, { excludeTestServices: true })("Rows", (it) => {
                      '{"ports":[80,443]}'::jsonb AS data, ARRAY['a','b']::text[] AS tags, NULL::timestamptz AS gone
               FROM unnest(${ids}::text[]) AS id ORDER BY id`
         const all = Rows.findAll("Test.all", { Request: Schema.Array(Schema.String), Result: Thing, execute: things })
-        const one = Rows.findOneOption("Test.one", { Request: Schema.String, Result: Thing, execute: (id) => things([id]) })
+        const one = Rows.findOneOption("Test.one", {
+          Request: Schema.String,
+          Result: Thing,
+          execute: (id) => things([id])
+        })
         const inline = Rows.decoder("Test.inline", Thing)
 
         const rows = yield* all(["x", "y"])
@@ -39,11 +43,13 @@ layer(TestDatabase.layer, { excludeTestServices: true })("Rows", (it) => {
           { id: "y", n: 12n, count: 3, at, data: { ports: [80, 443] }, tags: ["a", "b"], gone: null }
         ])
         expect(Option.map(yield* one("z"), (t) => t.id)).toEqual(Option.some("z"))
-        expect(yield* Rows.findOneOption("Test.none", {
-          Request: Schema.Void,
-          Result: Thing,
-          execute: () => things([])
-        })(undefined)).toEqual(Option.none())
+        expect(
+          yield* Rows.findOneOption("Test.none", {
+            Request: Schema.Void,
+            Result: Thing,
+            execute: () => things([])
+          })(undefined)
+        ).toEqual(Option.none())
         expect((yield* inline(things(["w"]))).map((t) => t.id)).toEqual(["w"])
       }))
 

@@ -7,9 +7,9 @@
  * noise; CRC32 catches every single changed character. The database stores only the SHA-256
  * of the whole token; `prefix` (`svc_live_` + 8 body characters) tells keys apart in lists.
  */
+import { Result, Schema } from "effect"
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto"
 import { crc32 } from "node:zlib"
-import { Result, Schema } from "effect"
 
 export const TOKEN_PREFIX = "svc_live_"
 const BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"

@@ -20,40 +20,41 @@ const message = (defaultMessage: string) =>
  * Builds the base class of one API error. `Tag` is the class name (used by `catchTag`),
  * `code` the wire code.
  */
-const ApiErrorClass = <Self>() =>
-<const Tag extends string, const Code extends string, const Fields extends Schema.Struct.Fields = {}>(
-  tag: Tag,
-  options: {
-    readonly code: Code
-    readonly status: number
-    readonly message: string
-    readonly fields?: Fields
+const ApiErrorClass =
+  <Self>() =>
+  <const Tag extends string, const Code extends string, const Fields extends Schema.Struct.Fields = {}>(
+    tag: Tag,
+    options: {
+      readonly code: Code
+      readonly status: number
+      readonly message: string
+      readonly fields?: Fields
+    }
+  ) => {
+    const fields = {
+      error: message(options.message),
+      code: Schema.tag(options.code),
+      ...(options.fields ?? ({} as Fields))
+    }
+    const Base: Function = Schema.Error<Self>(tag)(fields, {
+      httpApiStatus: options.status,
+      description: options.message
+    }) as Function
+    // Not schema fields, so never encoded: `_tag` for `Effect.catchTag`, `message` for logs.
+    Object.defineProperty(Base.prototype, "_tag", { get: () => tag, configurable: true })
+    Object.defineProperty(Base.prototype, "message", {
+      get(this: { readonly error: string }) {
+        return this.error
+      },
+      configurable: true
+    })
+    Object.assign(Base, { status: options.status, code: options.code })
+    // The cast resolves Schema.Error's `[Self] extends [never]` guard, which TypeScript cannot
+    // evaluate for a generic `Self` (the subclass always supplies it), and adds the members above.
+    return Base as unknown as
+      & Schema.Class<Self, Schema.Struct<typeof fields>, Cause.YieldableError & { readonly _tag: Tag }>
+      & { readonly status: number; readonly code: Code }
   }
-) => {
-  const fields = {
-    error: message(options.message),
-    code: Schema.tag(options.code),
-    ...(options.fields ?? ({} as Fields))
-  }
-  const Base: Function = Schema.Error<Self>(tag)(fields, {
-    httpApiStatus: options.status,
-    description: options.message
-  }) as Function
-  // Not schema fields, so never encoded: `_tag` for `Effect.catchTag`, `message` for logs.
-  Object.defineProperty(Base.prototype, "_tag", { get: () => tag, configurable: true })
-  Object.defineProperty(Base.prototype, "message", {
-    get(this: { readonly error: string }) {
-      return this.error
-    },
-    configurable: true
-  })
-  Object.assign(Base, { status: options.status, code: options.code })
-  // The cast resolves Schema.Error's `[Self] extends [never]` guard, which TypeScript cannot
-  // evaluate for a generic `Self` (the subclass always supplies it), and adds the members above.
-  return Base as unknown as
-    & Schema.Class<Self, Schema.Struct<typeof fields>, Cause.YieldableError & { readonly _tag: Tag }>
-    & { readonly status: number; readonly code: Code }
-}
 
 /** One validation problem: `path` is dot-joined (`volumes.0.mount_path`, `""` for the root). */
 export const ValidationIssue = Schema.Struct({

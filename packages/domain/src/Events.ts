@@ -141,7 +141,9 @@ const rejectEntry = (name: string) => {
     : name.includes("*")
     ? "a pattern; use exact event names or \"*\""
     : "not a known event"
-  return new InvalidEventFilter({ error: `Invalid event filter entry ${shown}: ${why} (known: ${EVENT_NAMES.join(", ")})` })
+  return new InvalidEventFilter({
+    error: `Invalid event filter entry ${shown}: ${why} (known: ${EVENT_NAMES.join(", ")})`
+  })
 }
 
 /** Validates a webhook's `events`. */

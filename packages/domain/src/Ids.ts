@@ -5,8 +5,8 @@
  * strings; within one process ids made in the same millisecond still sort in creation order
  * (the random part is incremented, as in monotonic ULIDs).
  */
-import { randomBytes } from "node:crypto"
 import { Clock, Effect, Schema } from "effect"
+import { randomBytes } from "node:crypto"
 
 /** Crockford base32, lowercase (no i, l, o, u). */
 const ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
@@ -118,8 +118,7 @@ export const makeBody = (nowMs: number): string => {
 }
 
 /** A new id string of the given kind (unbranded); prefer the typed `make*Id` functions. */
-export const makeId = (kind: IdKind, nowMs: number = Date.now()): string =>
-  `${ID_PREFIXES[kind]}_${makeBody(nowMs)}`
+export const makeId = (kind: IdKind, nowMs: number = Date.now()): string => `${ID_PREFIXES[kind]}_${makeBody(nowMs)}`
 
 export const makeOrgId = (): OrgId => makeId("org") as OrgId
 export const makeUserId = (): UserId => makeId("user") as UserId

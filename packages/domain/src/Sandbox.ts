@@ -7,8 +7,8 @@
  * injected `sandbox:<id>` key). Unset values are `null`.
  */
 import { Effect, Schema, SchemaTransformation } from "effect"
-import { ListQuery, Page } from "./Pagination.ts"
 import { HostId, OrgId, SandboxId, SecretId, TemplateId, VolumeId } from "./Ids.ts"
+import { ListQuery, Page } from "./Pagination.ts"
 import { AbsolutePath, EnvVars, jsonBytes, MAX_JSON_DEPTH, Name, RelativePath } from "./Text.ts"
 import { NullableTimestamp, Timestamp } from "./Time.ts"
 
@@ -71,9 +71,12 @@ const metadataProblem = (value: unknown): Schema.FilterIssue | undefined => {
 
 /** Free-form JSON object, at most 16 KiB serialized, without NUL, at most 32 levels deep. */
 export const Metadata = Schema.Record(Schema.String, Schema.Json).check(
-  Schema.makeFilter((m: object) => metadataProblem(m) ?? (jsonBytes(m) <= MAX_METADATA_BYTES || "at most 16 KiB of JSON"), {
-    expected: "a JSON object of at most 16 KiB"
-  })
+  Schema.makeFilter(
+    (m: object) => metadataProblem(m) ?? (jsonBytes(m) <= MAX_METADATA_BYTES || "at most 16 KiB of JSON"),
+    {
+      expected: "a JSON object of at most 16 KiB"
+    }
+  )
 )
 export type Metadata = typeof Metadata.Type
 

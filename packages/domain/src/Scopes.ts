@@ -78,7 +78,10 @@ export const parseToken = (token: string): Result.Result<ScopeToken, InvalidScop
   }
   if (token === "*") return Result.succeed({ _tag: "All" })
   if (!/^[a-z0-9_*:]+$/.test(token)) {
-    return invalid(token, "malformed (expected *, <resource>, <resource>:<action>, <resource>:* or sandbox:<sandbox_id>)")
+    return invalid(
+      token,
+      "malformed (expected *, <resource>, <resource>:<action>, <resource>:* or sandbox:<sandbox_id>)"
+    )
   }
   const parts = token.split(":")
   if (parts.length > 2) return invalid(token, "malformed (too many ':' separators)")

@@ -31,7 +31,9 @@ export const jsonBytes = (value: unknown): number => Buffer.byteLength(JSON.stri
  * far): a string check for every free-text field, with the message of its `invalid_request`.
  */
 export const NO_NUL = "no NUL characters"
-export const withoutNul = Schema.makeFilter((s: string) => !s.includes("\u0000") || NO_NUL, { expected: "text without NUL" })
+export const withoutNul = Schema.makeFilter((s: string) => !s.includes("\u0000") || NO_NUL, {
+  expected: "text without NUL"
+})
 
 /**
  * How deeply a JSON request body may nest objects and arrays (the outermost counts as 1).

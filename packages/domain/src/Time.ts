@@ -8,7 +8,8 @@
  */
 import { DateTime, Schema, SchemaTransformation } from "effect"
 
-const ISO_8601 = /^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])T([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,9})?(Z|[+-]([01]\d|2[0-3]):[0-5]\d)$/
+const ISO_8601 =
+  /^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])T([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,9})?(Z|[+-]([01]\d|2[0-3]):[0-5]\d)$/
 
 /** Formats a time as `YYYY-MM-DDTHH:mm:ss.sssZ`. */
 export const formatTimestamp = (time: DateTime.DateTime | number): string =>

@@ -11,8 +11,8 @@ import { InvalidWebhookUrl } from "./Errors.ts"
 import { EventFilterEntry, EventName } from "./Events.ts"
 import { AttemptId, DeliveryId, WebhookId } from "./Ids.ts"
 import { ListQuery, Page } from "./Pagination.ts"
-import { NullableTimestamp, Timestamp } from "./Time.ts"
 import { withoutNul } from "./Text.ts"
+import { NullableTimestamp, Timestamp } from "./Time.ts"
 
 export const MAX_WEBHOOKS_PER_ORG = 20
 /** Longer URLs are refused before parsing: nothing legitimate needs more. */

@@ -22,8 +22,11 @@ class Probe extends HttpApiGroup.make("probe").add(
 ) {}
 class Api extends HttpApi.make("probe-api").add(Probe) {}
 
-const ProbeLive = HttpApiBuilder.group(Api, "probe", (handlers) =>
-  handlers.handle("fail", ({ params }) => Effect.fail(samples[params.which])))
+const ProbeLive = HttpApiBuilder.group(
+  Api,
+  "probe",
+  (handlers) => handlers.handle("fail", ({ params }) => Effect.fail(samples[params.which]))
+)
 
 describe("Errors in HttpApi", () => {
   layer(Layer.mergeAll(ProbeLive, HttpServer.layerServices))("client round trip", (it) => {

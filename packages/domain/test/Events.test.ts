@@ -60,7 +60,9 @@ describe("Event envelopes", () => {
 
   it("refuses bodies that do not match their event's data", () => {
     const base = { org_id: org, ts: "2026-11-22T01:02:03.456Z" }
-    expect(refusedAt(Events.Event, { ...base, event: "sandbox.deleted", data: { sandbox_id: "x", host_id: null } }).length)
+    expect(
+      refusedAt(Events.Event, { ...base, event: "sandbox.deleted", data: { sandbox_id: "x", host_id: null } }).length
+    )
       .toBeGreaterThan(0)
     expect(refusedAt(Events.Event, { ...base, event: "nope", data: {} }).length).toBeGreaterThan(0)
     expect(
@@ -90,7 +92,10 @@ describe("Event filters", () => {
 
   it("accepts exact names and *, deduplicated", () => {
     expect(Result.getOrThrow(parse(["*"]))).toEqual(["*"])
-    expect(Result.getOrThrow(parse(["sandbox.created", "ping", "sandbox.created"]))).toEqual(["sandbox.created", "ping"])
+    expect(Result.getOrThrow(parse(["sandbox.created", "ping", "sandbox.created"]))).toEqual([
+      "sandbox.created",
+      "ping"
+    ])
     expect(Result.getOrThrow(parse([...Events.EVENT_NAMES]))).toEqual(Events.EVENT_NAMES)
     expect(Events.DEFAULT_EVENT_FILTER).toEqual(["*"])
   })

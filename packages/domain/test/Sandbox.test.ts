@@ -44,19 +44,57 @@ describe("Sandbox record", () => {
   it("encodes with the contract's exact field names and ISO timestamps", () => {
     const json = Schema.encodeSync(S.Sandbox)(record)
     expect(Object.keys(json)).toEqual([
-      "id", "name", "orgId", "templateId", "hostId", "parentId", "state", "type", "region", "datacenter",
-      "agent_ready", "runtime_ready", "runtime_reason", "cpu", "ramMb", "diskGb", "vsockCid", "internalIp",
-      "exposedPorts", "volume_attachments", "metadata", "errorMessage", "createdAt", "startedAt", "stoppedAt",
+      "id",
+      "name",
+      "orgId",
+      "templateId",
+      "hostId",
+      "parentId",
+      "state",
+      "type",
+      "region",
+      "datacenter",
+      "agent_ready",
+      "runtime_ready",
+      "runtime_reason",
+      "cpu",
+      "ramMb",
+      "diskGb",
+      "vsockCid",
+      "internalIp",
+      "exposedPorts",
+      "volume_attachments",
+      "metadata",
+      "errorMessage",
+      "createdAt",
+      "startedAt",
+      "stoppedAt",
       "deletedAt"
     ])
     expect(json.createdAt).toBe("2026-11-22T01:02:03.456Z")
     expect(json.startedAt).toBeNull()
-    expect(Object.keys(json.volume_attachments[0]!)).toEqual(["volume_id", "type", "driver", "mount_path", "subpath", "mode"])
+    expect(Object.keys(json.volume_attachments[0]!)).toEqual([
+      "volume_id",
+      "type",
+      "driver",
+      "mount_path",
+      "subpath",
+      "mode"
+    ])
     expect(Schema.decodeUnknownSync(S.Sandbox)(JSON.parse(JSON.stringify(json)))).toEqual(record)
   })
 
   it("knows the contract's states", () => {
-    expect(S.SANDBOX_STATES).toEqual(["pending", "starting", "running", "stopping", "stopped", "deleting", "deleted", "error"])
+    expect(S.SANDBOX_STATES).toEqual([
+      "pending",
+      "starting",
+      "running",
+      "stopping",
+      "stopped",
+      "deleting",
+      "deleted",
+      "error"
+    ])
   })
 })
 
@@ -94,7 +132,10 @@ describe("CreateSandboxRequest", () => {
       metadata: { nested: { list: [1, "two", null, true] } },
       type: "ephemeral",
       region: "eu-west-1",
-      volumes: [{ volume_id: vol, mount_path: "/data", subpath: "a/b", mode: "ro" }, { volume_id: vol, mount_path: "/other" }],
+      volumes: [{ volume_id: vol, mount_path: "/data", subpath: "a/b", mode: "ro" }, {
+        volume_id: vol,
+        mount_path: "/other"
+      }],
       exposed_ports: [1, 65535],
       secrets: [sec],
       timeout_s: 3600,
@@ -154,7 +195,10 @@ describe("CreateSandboxRequest", () => {
   })
 
   it("keeps __proto__ as plain data", () => {
-    const r = ok(S.CreateSandboxRequest, JSON.parse("{\"env\":{\"__proto__\":\"x\"},\"metadata\":{\"__proto__\":{\"polluted\":1}}}"))
+    const r = ok(
+      S.CreateSandboxRequest,
+      JSON.parse("{\"env\":{\"__proto__\":\"x\"},\"metadata\":{\"__proto__\":{\"polluted\":1}}}")
+    )
     expect(Object.getPrototypeOf(r.env)).toBe(Object.prototype)
     expect(Object.keys(r.metadata)).toEqual(["__proto__"])
     expect(({} as Record<string, unknown>)["polluted"]).toBeUndefined()
@@ -167,8 +211,12 @@ describe("CreateSandboxRequest", () => {
     expect(refusedAt(S.CreateSandboxRequest, { exposed_ports: Array.from({ length: 17 }, (_, i) => i + 1) }))
       .toEqual(["exposed_ports"])
     const vol = Ids.makeVolumeId()
-    expect(refusedAt(S.CreateSandboxRequest, { volumes: [{ volume_id: vol, mount_path: "data" }] })).toEqual(["volumes.0.mount_path"])
-    expect(refusedAt(S.CreateSandboxRequest, { volumes: [{ volume_id: vol, mount_path: "/" }] })).toEqual(["volumes.0.mount_path"])
+    expect(refusedAt(S.CreateSandboxRequest, { volumes: [{ volume_id: vol, mount_path: "data" }] })).toEqual([
+      "volumes.0.mount_path"
+    ])
+    expect(refusedAt(S.CreateSandboxRequest, { volumes: [{ volume_id: vol, mount_path: "/" }] })).toEqual([
+      "volumes.0.mount_path"
+    ])
     expect(refusedAt(S.CreateSandboxRequest, { volumes: [{ volume_id: vol, mount_path: "/a/../etc" }] }))
       .toEqual(["volumes.0.mount_path"])
     expect(refusedAt(S.CreateSandboxRequest, { volumes: [{ volume_id: vol, mount_path: "/a", subpath: "../x" }] }))

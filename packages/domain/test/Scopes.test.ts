@@ -31,7 +31,9 @@ describe("Scopes.parseScopes", () => {
   })
 
   it("rejects actions a resource does not list, and sandbox:*", () => {
-    for (const bad of ["sandboxes:use", "templates:use", "volumes:use", "apps:use", "secrets:delete", "sandboxes:admin"]) {
+    for (
+      const bad of ["sandboxes:use", "templates:use", "volumes:use", "apps:use", "secrets:delete", "sandboxes:admin"]
+    ) {
       const e = rejection([bad])
       expect(e).toBeInstanceOf(InvalidScope)
       expect(e.code).toBe("invalid_scope")

@@ -14,7 +14,9 @@ describe("Webhook", () => {
       events: ["*"],
       enabled: true
     })
-    expect(ok(Webhook.CreateWebhookRequest, { url: "u", secret: "s".repeat(16), enabled: false }).secret).toBe("s".repeat(16))
+    expect(ok(Webhook.CreateWebhookRequest, { url: "u", secret: "s".repeat(16), enabled: false }).secret).toBe(
+      "s".repeat(16)
+    )
     expect(refusedAt(Webhook.CreateWebhookRequest, { url: "u", secret: "s".repeat(15) })).toEqual(["secret"])
     expect(refusedAt(Webhook.CreateWebhookRequest, { url: "u", secret: "s".repeat(257) })).toEqual(["secret"])
     expect(refusedAt(Webhook.CreateWebhookRequest, { url: "u", secret: "with a space 1234" })).toEqual(["secret"])
@@ -57,8 +59,17 @@ describe("Webhook", () => {
       createdAt: t0,
       updatedAt: t0
     }
-    expect(Object.keys(Schema.encodeSync(Webhook.Webhook)(hook))).toEqual(["id", "url", "events", "enabled", "createdAt", "updatedAt"])
-    expect(Schema.encodeSync(Webhook.CreatedWebhook)({ ...hook, secret_returned_once: "s" }).secret_returned_once).toBe("s")
+    expect(Object.keys(Schema.encodeSync(Webhook.Webhook)(hook))).toEqual([
+      "id",
+      "url",
+      "events",
+      "enabled",
+      "createdAt",
+      "updatedAt"
+    ])
+    expect(Schema.encodeSync(Webhook.CreatedWebhook)({ ...hook, secret_returned_once: "s" }).secret_returned_once).toBe(
+      "s"
+    )
     const attempt = {
       id: Ids.makeAttemptId(),
       delivery_id: Ids.makeDeliveryId(),
@@ -73,11 +84,24 @@ describe("Webhook", () => {
     }
     const json = Schema.encodeSync(Webhook.DeliveryAttempt)(attempt)
     expect(Object.keys(json)).toEqual([
-      "id", "delivery_id", "event", "attempt", "status", "response_code", "error", "duration_ms", "createdAt", "next_attempt_at"
+      "id",
+      "delivery_id",
+      "event",
+      "attempt",
+      "status",
+      "response_code",
+      "error",
+      "duration_ms",
+      "createdAt",
+      "next_attempt_at"
     ])
     expect(refusedAt(Webhook.DeliveryAttempt, { ...json, attempt: 7 })).toEqual(["attempt"])
     expect(refusedAt(Webhook.DeliveryAttempt, { ...json, status: "done" })).toEqual(["status"])
-    expect(ok(Webhook.ListDeliveriesQuery, { status: "dead_letter" })).toEqual({ limit: 50, offset: 0, status: "dead_letter" })
+    expect(ok(Webhook.ListDeliveriesQuery, { status: "dead_letter" })).toEqual({
+      limit: 50,
+      offset: 0,
+      status: "dead_letter"
+    })
     expect(refusedAt(Webhook.ListDeliveriesQuery, { status: "nope" })).toEqual(["status"])
   })
 

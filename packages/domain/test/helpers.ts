@@ -5,7 +5,10 @@ import { invalidRequestFrom, type ValidationIssue } from "../src/Errors.ts"
 export const decode = <S extends Schema.Decoder<unknown>>(
   schema: S,
   input: unknown
-): { readonly ok: true; readonly value: S["Type"] } | { readonly ok: false; readonly issues: ReadonlyArray<ValidationIssue> } => {
+): { readonly ok: true; readonly value: S["Type"] } | {
+  readonly ok: false
+  readonly issues: ReadonlyArray<ValidationIssue>
+} => {
   const exit = Schema.decodeUnknownExit(schema as Schema.Decoder<S["Type"]>)(input, { errors: "all" })
   if (Exit.isSuccess(exit)) return { ok: true, value: exit.value }
   const failure = exit.cause.reasons.find((r) => r._tag === "Fail")

@@ -49,7 +49,9 @@ export const subjectOf = (subject: string | ReadonlyArray<string>): Effect.Effec
   const bad = tokens.find((t) => !TOKEN.test(t))
   return bad === undefined
     ? Effect.succeed(joined)
-    : Effect.fail(new InvalidOutboxMessage({ subject: joined, message: `invalid subject token ${JSON.stringify(bad)}` }))
+    : Effect.fail(
+      new InvalidOutboxMessage({ subject: joined, message: `invalid subject token ${JSON.stringify(bad)}` })
+    )
 }
 
 const jsonText = (subject: string, payload: unknown): Effect.Effect<string, InvalidOutboxMessage> =>
@@ -130,7 +132,9 @@ export const eventSubject = (orgId: string, event: string): ReadonlyArray<string
 export const makeEnvelope = (event: DomainEvent, nowMs: number): Effect.Effect<Envelope, InvalidOutboxMessage> => {
   const subject = `evt.${event.orgId}.${event.event}`
   if (!EVENT_NAME.test(event.event)) {
-    return Effect.fail(new InvalidOutboxMessage({ subject, message: `invalid event name ${JSON.stringify(event.event)}` }))
+    return Effect.fail(
+      new InvalidOutboxMessage({ subject, message: `invalid event name ${JSON.stringify(event.event)}` })
+    )
   }
   if (!TOKEN.test(event.orgId)) {
     return Effect.fail(new InvalidOutboxMessage({ subject, message: `invalid org id ${JSON.stringify(event.orgId)}` }))
@@ -172,7 +176,9 @@ export const appendEvent = Effect.fn("Outbox.appendEvent")(function*(event: Doma
  *   const SandboxDeleted = Outbox.defineEvent("sandbox.deleted", Schema.Struct({ sandbox_id: ..., host_id: ... }))
  *   yield* SandboxDeleted.append(orgId, { sandbox_id, host_id })
  */
-export const defineEvent = <S extends Schema.Top & { readonly DecodingServices: never; readonly EncodingServices: never }>(
+export const defineEvent = <
+  S extends Schema.Top & { readonly DecodingServices: never; readonly EncodingServices: never }
+>(
   event: string,
   data: S
 ) => {

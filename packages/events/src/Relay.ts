@@ -84,7 +84,10 @@ export class OutboxRelay extends Context.Service<OutboxRelay, {
     const wake = Effect.asVoid(Queue.offer(wakeups, undefined))
 
     const publishRow = (row: { readonly id: string; readonly subject: string; readonly payload: string }) =>
-      nats.publishAcked(nats.subject(row.subject), encoder.encode(row.payload), { msgId: row.id, timeoutMs: publishTimeout })
+      nats.publishAcked(nats.subject(row.subject), encoder.encode(row.payload), {
+        msgId: row.id,
+        timeoutMs: publishTimeout
+      })
 
     const waitForWork = Effect.timeoutOption(Queue.take(wakeups), pollInterval)
     const backoff = (failures: number) => Duration.millis(Math.min(maxBackoffMs, 50 * 2 ** Math.min(failures, 10)))
@@ -102,12 +105,16 @@ export class OutboxRelay extends Context.Service<OutboxRelay, {
       const conn = yield* sql.reserve
       const onLeaderConnection = Effect.provideService(sql.transactionService, [conn, 0] as const)
       for (;;) {
-        const [lock] = yield* onLeaderConnection(lockRows(sql`SELECT pg_try_advisory_lock(${RELAY_LOCK_KEY}) AS locked`))
+        const [lock] = yield* onLeaderConnection(
+          lockRows(sql`SELECT pg_try_advisory_lock(${RELAY_LOCK_KEY}) AS locked`)
+        )
         if (lock?.locked) break
         yield* waitForWork
       }
       // A pooled connection keeps a session lock: give it back before the connection.
-      yield* Effect.addFinalizer(() => onLeaderConnection(sql`SELECT pg_advisory_unlock(${RELAY_LOCK_KEY})`).pipe(Effect.ignore))
+      yield* Effect.addFinalizer(() =>
+        onLeaderConnection(sql`SELECT pg_advisory_unlock(${RELAY_LOCK_KEY})`).pipe(Effect.ignore)
+      )
       let sent: ReadonlyArray<string> = []
       let failures = 0
       for (;;) {
@@ -126,7 +133,10 @@ export class OutboxRelay extends Context.Service<OutboxRelay, {
         const published = yield* Effect.result(Effect.forEach(rows, publishRow, { discard: true }))
         if (published._tag === "Failure") {
           failures++
-          yield* Effect.logWarning("outbox relay: publish failed, retrying", { attempt: failures, error: String(published.failure) })
+          yield* Effect.logWarning("outbox relay: publish failed, retrying", {
+            attempt: failures,
+            error: String(published.failure)
+          })
           yield* Effect.sleep(backoff(failures))
           continue
         }
@@ -165,15 +175,18 @@ export class OutboxRelay extends Context.Service<OutboxRelay, {
       }
     })).pipe(
       Effect.tapError((e) => Effect.logWarning("outbox relay: LISTEN lost, reconnecting", { error: String(e) })),
-      Effect.retry(Schedule.min([Schedule.exponential(Duration.millis(100)), Schedule.spaced(Duration.millis(maxBackoffMs))]))
+      Effect.retry(
+        Schedule.min([Schedule.exponential(Duration.millis(100)), Schedule.spaced(Duration.millis(maxBackoffMs))])
+      )
     )
 
     const pruneLoop = Effect.gen(function*() {
       for (;;) {
         yield* Effect.sleep(Duration.minutes(1))
-        yield* sql`DELETE FROM outbox WHERE sent_at < now() - make_interval(secs => ${Duration.toSeconds(retention)})`.pipe(
-          Effect.catchCause((cause) => Effect.logWarning("outbox relay: prune failed", { cause: String(cause) }))
-        )
+        yield* sql`DELETE FROM outbox WHERE sent_at < now() - make_interval(secs => ${Duration.toSeconds(retention)})`
+          .pipe(
+            Effect.catchCause((cause) => Effect.logWarning("outbox relay: prune failed", { cause: String(cause) }))
+          )
       }
     })
 
@@ -195,7 +208,10 @@ export class OutboxRelay extends Context.Service<OutboxRelay, {
 }
 
 /** For callers that hold an `Option` of the relay (e.g. optional in-process wake-up). */
-export const wakeIfPresent = Effect.flatMap(Effect.serviceOption(OutboxRelay), Option.match({
-  onNone: () => Effect.void,
-  onSome: (relay) => relay.wake
-}))
+export const wakeIfPresent = Effect.flatMap(
+  Effect.serviceOption(OutboxRelay),
+  Option.match({
+    onNone: () => Effect.void,
+    onSome: (relay) => relay.wake
+  })
+)

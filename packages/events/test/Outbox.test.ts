@@ -9,14 +9,33 @@ const ORG = "org_0000000000aaaaaaaaaaaaaaaa"
 describe("Outbox (pure parts)", () => {
   it.effect("builds the spec 2.7 envelope with an ISO 8601 UTC millisecond timestamp", () =>
     Effect.gen(function*() {
-      const env = yield* Outbox.makeEnvelope({ event: "sandbox.deleted", orgId: ORG, data: { sandbox_id: "sbx_1" } }, Date.UTC(2026, 10, 22, 1, 2, 3, 4))
-      expect(env).toEqual({ event: "sandbox.deleted", org_id: ORG, ts: "2026-11-22T01:02:03.004Z", data: { sandbox_id: "sbx_1" } })
+      const env = yield* Outbox.makeEnvelope(
+        { event: "sandbox.deleted", orgId: ORG, data: { sandbox_id: "sbx_1" } },
+        Date.UTC(2026, 10, 22, 1, 2, 3, 4)
+      )
+      expect(env).toEqual({
+        event: "sandbox.deleted",
+        org_id: ORG,
+        ts: "2026-11-22T01:02:03.004Z",
+        data: { sandbox_id: "sbx_1" }
+      })
       expect(Outbox.eventSubject(ORG, "sandbox.deleted").join(".")).toBe(`evt.${ORG}.sandbox.deleted`)
     }))
 
   it.effect("refuses event names that are patterns or malformed, org ids that are not one token, and non-object data", () =>
     Effect.gen(function*() {
-      for (const event of ["sandbox.*", "*", "Sandbox.created", "sandbox..created", "sandbox.created.", "", "sandbox created", "a>b"]) {
+      for (
+        const event of [
+          "sandbox.*",
+          "*",
+          "Sandbox.created",
+          "sandbox..created",
+          "sandbox.created.",
+          "",
+          "sandbox created",
+          "a>b"
+        ]
+      ) {
         const e = yield* Effect.flip(Outbox.makeEnvelope({ event, orgId: ORG, data: {} }, 0))
         expect(e._tag).toBe("InvalidOutboxMessage")
       }
@@ -79,12 +98,14 @@ describe("Outbox (in Postgres)", () => {
         const before = (yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM outbox`)[0]!.n
         const cyclic: Record<string, unknown> = {}
         cyclic.self = cyclic
-        for (const bad of [
-          [{ subject: "ok.one", payload: 1 }, { subject: "evt.>", payload: 1 }],
-          [{ subject: "ok.one", payload: 1 }, { subject: "ok.two", payload: cyclic }],
-          [{ subject: "ok.one", payload: 10n }],
-          [{ subject: "ok.one", payload: undefined }]
-        ]) {
+        for (
+          const bad of [
+            [{ subject: "ok.one", payload: 1 }, { subject: "evt.>", payload: 1 }],
+            [{ subject: "ok.one", payload: 1 }, { subject: "ok.two", payload: cyclic }],
+            [{ subject: "ok.one", payload: 10n }],
+            [{ subject: "ok.one", payload: undefined }]
+          ]
+        ) {
           const e = yield* Effect.flip(Outbox.appendAll(bad))
           expect(e._tag).toBe("InvalidOutboxMessage")
         }
@@ -94,10 +115,15 @@ describe("Outbox (in Postgres)", () => {
     it.effect("typed events encode their data through the schema and refuse what does not fit", () =>
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
-        const Deleted = Outbox.defineEvent("sandbox.deleted", Schema.Struct({ sandbox_id: Schema.String, host_id: Schema.String }))
+        const Deleted = Outbox.defineEvent(
+          "sandbox.deleted",
+          Schema.Struct({ sandbox_id: Schema.String, host_id: Schema.String })
+        )
         const row = yield* Deleted.append(ORG, { sandbox_id: "sbx_1", host_id: "host_1" })
         expect(row.subject).toBe(`evt.${ORG}.sandbox.deleted`)
-        const [stored] = yield* sql<{ payload: string }>`SELECT payload::text AS payload FROM outbox WHERE id = ${row.id}`
+        const [stored] = yield* sql<
+          { payload: string }
+        >`SELECT payload::text AS payload FROM outbox WHERE id = ${row.id}`
         const envelope = yield* Schema.decodeUnknownEffect(Schema.fromJsonString(Deleted.envelope))(stored!.payload)
         expect(envelope.data).toEqual({ sandbox_id: "sbx_1", host_id: "host_1" })
         expect(envelope.ts).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/)

@@ -42,7 +42,8 @@ const appendEvents = (n: number, from = 0) =>
     }
   })
 
-const envelopesOf = (messages: ReadonlyArray<{ text: string }>) => messages.map((m) => JSON.parse(m.text) as Outbox.Envelope)
+const envelopesOf = (messages: ReadonlyArray<{ text: string }>) =>
+  messages.map((m) => JSON.parse(m.text) as Outbox.Envelope)
 
 const env = Layer.mergeAll(TestNats.layer, TestDatabase.layer)
 
@@ -59,7 +60,9 @@ describe("OutboxRelay", () => {
         )))
         yield* appendEvents(30)
         // Several rows in one transaction, then a batch that is larger than nothing.
-        yield* sql.withTransaction(Outbox.appendEvents([30, 31, 32].map((i) => ({ event: "ping", orgId: ORG, data: { i } }))))
+        yield* sql.withTransaction(
+          Outbox.appendEvents([30, 31, 32].map((i) => ({ event: "ping", orgId: ORG, data: { i } })))
+        )
         const messages = yield* eventually(readStream(stream), (ms) => ms.length >= 33)
         yield* eventually(pending, (n) => n === 0)
         expect(messages.map((m) => m.msgId)).toEqual(yield* outboxIds)
@@ -80,7 +83,9 @@ describe("OutboxRelay", () => {
           // The worst moment: the batch is in the stream, the rows are not marked sent.
           afterPublish: (rows) => Effect.andThen(Deferred.succeed(published, rows.map((r) => r.id)), Effect.never)
         })
-        yield* sql.withTransaction(Outbox.appendEvents(Array.from({ length: 5 }, (_, i) => ({ event: "ping", orgId: ORG, data: { i } }))))
+        yield* sql.withTransaction(
+          Outbox.appendEvents(Array.from({ length: 5 }, (_, i) => ({ event: "ping", orgId: ORG, data: { i } })))
+        )
         const ids = yield* Deferred.await(published)
         expect(ids).toEqual(yield* outboxIds)
         expect((yield* readStream(stream)).map((m) => m.msgId)).toEqual(ids)
@@ -103,8 +108,11 @@ describe("OutboxRelay", () => {
       Effect.scoped(Effect.gen(function*() {
         const stream = yield* Streams.ensure()
         const seen = yield* Ref.make<Array<string>>([])
-        const record = (rows: ReadonlyArray<Outbox.OutboxRow>) => Ref.update(seen, (s) => [...s, ...rows.map((r) => r.id)])
-        for (let i = 0; i < 3; i++) yield* startRelay({ batchSize: 7, afterPublish: record, pollInterval: Duration.millis(50) })
+        const record = (rows: ReadonlyArray<Outbox.OutboxRow>) =>
+          Ref.update(seen, (s) => [...s, ...rows.map((r) => r.id)])
+        for (let i = 0; i < 3; i++) {
+          yield* startRelay({ batchSize: 7, afterPublish: record, pollInterval: Duration.millis(50) })
+        }
         yield* Effect.forEach([0, 1, 2, 3], (w) => appendEvents(15, w * 100), { concurrency: "unbounded" })
         yield* eventually(pending, (n) => n === 0)
         const messages = yield* eventually(readStream(stream), (ms) => ms.length >= 60)
@@ -129,12 +137,16 @@ describe("OutboxRelay", () => {
       Effect.scoped(Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
         const stream = yield* Streams.ensure()
-        for (let i = 0; i < 2; i++) yield* startRelay({ pollInterval: Duration.millis(50), maxBackoff: Duration.millis(100) })
+        for (let i = 0; i < 2; i++) {
+          yield* startRelay({ pollInterval: Duration.millis(50), maxBackoff: Duration.millis(100) })
+        }
         yield* appendEvents(5)
         yield* eventually(pending, (n) => n === 0)
         // The leader holds the relays' session lock: kill its backend, as a lost connection would.
         const leaderBackends = () =>
-          sql<{ pid: number }>`SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`
+          sql<
+            { pid: number }
+          >`SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`
         const [leader] = yield* leaderBackends()
         expect(leader).toBeDefined()
         yield* sql`SELECT pg_terminate_backend(${leader!.pid})`
@@ -162,7 +174,11 @@ describe("OutboxRelay", () => {
         const nats = yield* Layer.build(Layer.effect(Nats, Nats.make({ url: server.url, prefix: "relaytest" })))
         yield* Effect.gen(function*() {
           const stream = yield* Streams.ensure()
-          yield* startRelay({ publishTimeoutMs: 300, maxBackoff: Duration.millis(200), pollInterval: Duration.millis(100) })
+          yield* startRelay({
+            publishTimeoutMs: 300,
+            maxBackoff: Duration.millis(200),
+            pollInterval: Duration.millis(100)
+          })
           yield* appendEvents(3)
           yield* eventually(pending, (n) => n === 0)
 

@@ -18,7 +18,12 @@ export const readStream = (stream: string) =>
     for (let seq = info.state.first_seq; seq <= info.state.last_seq && info.state.messages > 0; seq++) {
       const m = yield* Effect.promise(() => nats.jsm.streams.getMessage(stream, { seq }).catch(() => null))
       if (m === null) continue
-      out.push({ seq: m.seq, subject: m.subject, msgId: m.header?.get("Nats-Msg-Id") || undefined, text: new TextDecoder().decode(m.data) })
+      out.push({
+        seq: m.seq,
+        subject: m.subject,
+        msgId: m.header?.get("Nats-Msg-Id") || undefined,
+        text: new TextDecoder().decode(m.data)
+      })
     }
     return out
   })

@@ -179,7 +179,16 @@ export type AgentExecResult = typeof AgentExecResult.Type
  */
 export const AgentError = Schema.Struct({
   error: Schema.String,
-  reason: Schema.Literals(["invalid", "unauthorized", "not_found", "not_running", "too_large", "refused", "busy", "failed"]),
+  reason: Schema.Literals([
+    "invalid",
+    "unauthorized",
+    "not_found",
+    "not_running",
+    "too_large",
+    "refused",
+    "busy",
+    "failed"
+  ]),
   errno: Schema.optionalKey(Schema.String)
 })
 export type AgentError = typeof AgentError.Type

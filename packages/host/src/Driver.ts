@@ -36,8 +36,7 @@ export const Env = Schema.Record(Schema.String, EnvValue).check(
 )
 export type Env = typeof Env.Type
 
-const PositiveInt = (max: number) =>
-  Schema.Int.check(Schema.isGreaterThanOrEqualTo(1), Schema.isLessThanOrEqualTo(max))
+const PositiveInt = (max: number) => Schema.Int.check(Schema.isGreaterThanOrEqualTo(1), Schema.isLessThanOrEqualTo(max))
 
 /** What `create` needs. `template` is a template name known to the driver (`base` is built in). */
 export class SandboxSpec extends Schema.Class<SandboxSpec>("@svc/host/SandboxSpec")({
@@ -61,7 +60,12 @@ export const SandboxPath = Schema.String.check(
 
 export class DriverExecRequest extends Schema.Class<DriverExecRequest>("@svc/host/DriverExecRequest")({
   cmd: Schema.Array(Schema.String.check(Schema.isPattern(/^[^\0]{0,131072}$/, { message: "argument without NUL" })))
-    .check(Schema.makeFilter((argv) => (argv.length >= 1 && argv.length <= 4096 && argv[0]!.length > 0) || "cmd: 1 to 4096 arguments, the first not empty")),
+    .check(
+      Schema.makeFilter((argv) =>
+        (argv.length >= 1 && argv.length <= 4096 && argv[0]!.length > 0) ||
+        "cmd: 1 to 4096 arguments, the first not empty"
+      )
+    ),
   cwd: Schema.optionalKey(SandboxPath),
   env: Schema.optionalKey(Env),
   stdin: Schema.optionalKey(Schema.Union([Schema.String, Schema.Uint8Array])),

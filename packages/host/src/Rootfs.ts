@@ -3,9 +3,9 @@
  * Built into a temporary folder and renamed into place, so a reader sees either nothing or a
  * complete tree, and two agents building at once cannot corrupt it.
  */
+import { execFileSync } from "node:child_process"
 import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
-import { execFileSync } from "node:child_process"
 
 export const BASE_TEMPLATE = "base"
 
@@ -19,16 +19,37 @@ const files: ReadonlyArray<readonly [string, string, number]> = [
   ["etc/hosts", "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n", 0o644],
   ["etc/nsswitch.conf", "passwd: files\ngroup: files\nhosts: files dns\n", 0o644],
   ["etc/resolv.conf", "", 0o644],
-  ["etc/profile", "export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\nexport PS1='\\h:\\w\\$ '\n", 0o644],
+  [
+    "etc/profile",
+    "export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\nexport PS1='\\h:\\w\\$ '\n",
+    0o644
+  ],
   ["etc/os-release", "NAME=\"svc base\"\nID=svc-base\nVERSION_ID=" + BASE_VERSION + "\n", 0o644],
   ["etc/svc-template", "base\n", 0o644]
 ]
 
 const dirs: ReadonlyArray<readonly [string, number]> = [
-  ["bin", 0o755], ["sbin", 0o755], ["usr", 0o755], ["usr/bin", 0o755], ["usr/sbin", 0o755],
-  ["usr/local", 0o755], ["usr/local/bin", 0o755], ["etc", 0o755], ["root", 0o700], ["home", 0o755],
-  ["tmp", 0o1777], ["var", 0o755], ["var/tmp", 0o1777], ["var/log", 0o755], ["run", 0o755],
-  ["proc", 0o555], ["sys", 0o555], ["dev", 0o755], ["mnt", 0o755], ["opt", 0o755], ["srv", 0o755]
+  ["bin", 0o755],
+  ["sbin", 0o755],
+  ["usr", 0o755],
+  ["usr/bin", 0o755],
+  ["usr/sbin", 0o755],
+  ["usr/local", 0o755],
+  ["usr/local/bin", 0o755],
+  ["etc", 0o755],
+  ["root", 0o700],
+  ["home", 0o755],
+  ["tmp", 0o1777],
+  ["var", 0o755],
+  ["var/tmp", 0o1777],
+  ["var/log", 0o755],
+  ["run", 0o755],
+  ["proc", 0o555],
+  ["sys", 0o555],
+  ["dev", 0o755],
+  ["mnt", 0o755],
+  ["opt", 0o755],
+  ["srv", 0o755]
 ]
 
 /** The applets the host's busybox offers (`busybox --list`). */
@@ -109,5 +130,4 @@ export const ensureBaseTemplate = async (templatesDir: string, busybox: string, 
   }
 }
 
-const exists = (path: string): Promise<boolean> =>
-  Fs.lstat(path).then(() => true, () => false)
+const exists = (path: string): Promise<boolean> => Fs.lstat(path).then(() => true, () => false)

@@ -1,7 +1,7 @@
 /** The sandboxes' uid range against this host's users and groups (the agent's start-up refusal). */
 import { assert, describe, it } from "vitest"
-import { capabilityHex, rangeConflict } from "../src/Driver/Confinement.ts"
 import { DEFAULT_UID_BASE } from "../src/Driver/Config.ts"
+import { capabilityHex, rangeConflict } from "../src/Driver/Confinement.ts"
 
 describe("Confinement", () => {
   it("refuses a uid range that holds a host user, and takes the default one", async () => {

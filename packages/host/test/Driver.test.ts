@@ -86,10 +86,22 @@ layer(TestDriver.layer(), { excludeTestServices: true })("SandboxDriver (bubblew
         Effect.flip(effect).pipe(Effect.map((e) => e._tag))
 
       assert.strictEqual(yield* tag(driver.create(spec(id))), "SandboxAlreadyExists")
-      assert.strictEqual(yield* tag(driver.create({ ...spec(uniqueId("ok")), sandboxId: "../escape" } as never)), "InvalidSandboxRequest")
-      assert.strictEqual(yield* tag(driver.create(spec(uniqueId("tpl"), { template: "no-such-template" }))), "TemplateNotFound")
-      assert.strictEqual(yield* tag(driver.create({ ...spec(uniqueId("bad")), ramMb: -1 } as never)), "InvalidSandboxRequest")
-      assert.strictEqual(yield* tag(driver.create({ ...spec(uniqueId("bad")), env: { "A=B": "x" } } as never)), "InvalidSandboxRequest")
+      assert.strictEqual(
+        yield* tag(driver.create({ ...spec(uniqueId("ok")), sandboxId: "../escape" } as never)),
+        "InvalidSandboxRequest"
+      )
+      assert.strictEqual(
+        yield* tag(driver.create(spec(uniqueId("tpl"), { template: "no-such-template" }))),
+        "TemplateNotFound"
+      )
+      assert.strictEqual(
+        yield* tag(driver.create({ ...spec(uniqueId("bad")), ramMb: -1 } as never)),
+        "InvalidSandboxRequest"
+      )
+      assert.strictEqual(
+        yield* tag(driver.create({ ...spec(uniqueId("bad")), env: { "A=B": "x" } } as never)),
+        "InvalidSandboxRequest"
+      )
       assert.strictEqual(yield* tag(driver.exec(id, { cmd: [] } as never)), "InvalidSandboxRequest")
       assert.strictEqual(yield* tag(driver.exec(id, { cmd: ["echo", "a\0b"] } as never)), "InvalidSandboxRequest")
       assert.strictEqual(yield* tag(driver.exec(id, { cmd: ["true"], cwd: "tmp" } as never)), "InvalidSandboxRequest")
@@ -102,8 +114,14 @@ layer(TestDriver.layer(), { excludeTestServices: true })("SandboxDriver (bubblew
         assert.strictEqual(yield* tag(driver.writeFile(id, path, new Uint8Array(1))), "InvalidSandboxRequest")
         assert.strictEqual(yield* tag(driver.listDir(id, path)), "InvalidSandboxRequest")
       }
-      assert.strictEqual(yield* tag(driver.writeFile(id, "/tmp/x", new Uint8Array(1), 0o17777)), "InvalidSandboxRequest")
-      assert.strictEqual(yield* tag(driver.pty(id, { cols: 80, rows: 24 } as never).pipe(Effect.scoped)), "DriverUnsupported")
+      assert.strictEqual(
+        yield* tag(driver.writeFile(id, "/tmp/x", new Uint8Array(1), 0o17777)),
+        "InvalidSandboxRequest"
+      )
+      assert.strictEqual(
+        yield* tag(driver.pty(id, { cols: 80, rows: 24 } as never).pipe(Effect.scoped)),
+        "DriverUnsupported"
+      )
       // The sandbox still works after all that.
       assert.strictEqual((yield* driver.exec(id, exec(["true"]))).exitCode, 0)
     }))
@@ -117,7 +135,9 @@ layer(TestDriver.layer(), { excludeTestServices: true })("SandboxDriver (bubblew
       yield* withSandbox(driver, spec(b))
 
       yield* driver.exec(a, sh("echo only-a > /root/mine; sleep 1000 > /dev/null 2>&1 &"))
-      const procs = text((yield* driver.exec(b, sh("ls /proc | grep '^[0-9]' | tr '\\n' ' '; echo; ps -o args"))).stdout)
+      const procs = text(
+        (yield* driver.exec(b, sh("ls /proc | grep '^[0-9]' | tr '\\n' ' '; echo; ps -o args"))).stdout
+      )
       assert.notInclude(procs, "sleep 1000")
       const pids = procs.split("\n")[0]!.trim().split(" ").map(Number)
       assert.isTrue(pids.every((pid) => pid < 20), procs)
@@ -132,11 +152,17 @@ layer(TestDriver.layer(), { excludeTestServices: true })("SandboxDriver (bubblew
       assert.strictEqual((yield* driver.exec(b, exec(["cat", "/root/mine"]))).exitCode, 1)
 
       // Root inside has no power over its network or mounts.
-      const netAdmin = yield* driver.exec(a, sh("ip addr add 10.213.255.250/16 dev eth0 || ip route add default via 10.213.0.1"))
+      const netAdmin = yield* driver.exec(
+        a,
+        sh("ip addr add 10.213.255.250/16 dev eth0 || ip route add default via 10.213.0.1")
+      )
       assert.notStrictEqual(netAdmin.exitCode, 0)
       assert.notStrictEqual((yield* driver.exec(a, exec(["mount", "-t", "tmpfs", "t", "/mnt"]))).exitCode, 0)
       // Nor replace the helper the agent runs inside on every exec.
-      const swap = yield* driver.exec(a, sh("mv /dev/.svc /dev/.old || rm -f /dev/.svc/busybox || echo x > /dev/.svc/busybox"))
+      const swap = yield* driver.exec(
+        a,
+        sh("mv /dev/.svc /dev/.old || rm -f /dev/.svc/busybox || echo x > /dev/.svc/busybox")
+      )
       assert.notStrictEqual(swap.exitCode, 0)
       assert.strictEqual((yield* driver.exec(a, exec(["true"]))).exitCode, 0)
       // Nor can it signal the sandbox's init.
@@ -144,7 +170,10 @@ layer(TestDriver.layer(), { excludeTestServices: true })("SandboxDriver (bubblew
       assert.strictEqual((yield* driver.exec(a, exec(["true"]))).exitCode, 0)
 
       const [memoryDir, cpuDir, , pidsDir] = cgroupDirs(hostId, a)
-      assert.strictEqual(FsSync.readFileSync(NodePath.join(memoryDir!, "memory.limit_in_bytes"), "utf8").trim(), String(200 * 1024 * 1024))
+      assert.strictEqual(
+        FsSync.readFileSync(NodePath.join(memoryDir!, "memory.limit_in_bytes"), "utf8").trim(),
+        String(200 * 1024 * 1024)
+      )
       assert.strictEqual(FsSync.readFileSync(NodePath.join(cpuDir!, "cpu.cfs_quota_us"), "utf8").trim(), "200000")
       assert.strictEqual(FsSync.readFileSync(NodePath.join(pidsDir!, "pids.max"), "utf8").trim(), "1024")
       const stats = yield* driver.stats(a)
@@ -154,7 +183,10 @@ layer(TestDriver.layer(), { excludeTestServices: true })("SandboxDriver (bubblew
       assert.strictEqual(infoA.limits.cpu, "applied")
 
       // The memory limit bites: a process allocating past it is killed.
-      const hog = yield* driver.exec(a, exec(["dd", "if=/dev/zero", "of=/dev/null", "bs=300M", "count=1"], { timeoutMs: 30_000 }))
+      const hog = yield* driver.exec(
+        a,
+        exec(["dd", "if=/dev/zero", "of=/dev/null", "bs=300M", "count=1"], { timeoutMs: 30_000 })
+      )
       assert.strictEqual(hog.exitCode, 137)
       const oom = FsSync.readFileSync(NodePath.join(memoryDir!, "memory.oom_control"), "utf8")
       assert.isAbove(Number(/oom_kill (\d+)/.exec(oom)?.[1] ?? 0), 0, oom)
@@ -171,5 +203,4 @@ describe("DriverConfig", () => {
     assert.throws(() => DriverConfig.make({ ...given, hostId: "../up" }))
     assert.strictEqual(DriverConfig.make(given).leaseDir, "/run/svc-sandboxes/svcbr0/leases")
   })
-
 })

@@ -15,7 +15,10 @@ layer(TestDriver.layer(), { excludeTestServices: true })("SandboxDriver.adopt (b
       const poolId = uniqueId("pool")
       const id = uniqueId("adopted")
       const made = yield* driver.create(spec(poolId, { ramMb: 256 }))
-      const info = yield* driver.adopt(poolId, spec(id, { ramMb: 96, cpu: 2, env: { GREETING: "hi there" }, exposedPorts: [8080] })).pipe(
+      const info = yield* driver.adopt(
+        poolId,
+        spec(id, { ramMb: 96, cpu: 2, env: { GREETING: "hi there" }, exposedPorts: [8080] })
+      ).pipe(
         Effect.tapError(() => Effect.all([driver.destroy(poolId), driver.destroy(id)]).pipe(Effect.ignore))
       )
       yield* Effect.addFinalizer(() => driver.destroy(id).pipe(Effect.ignore))
@@ -24,14 +27,23 @@ layer(TestDriver.layer(), { excludeTestServices: true })("SandboxDriver.adopt (b
       assert.strictEqual(info.internalIp, made.internalIp)
       assert.strictEqual(info.limits.memory, "applied")
 
-      const out = yield* driver.exec(id, new DriverExecRequest({ cmd: ["sh", "-c", "echo $GREETING; hostname; echo $HOSTNAME"] }))
+      const out = yield* driver.exec(
+        id,
+        new DriverExecRequest({ cmd: ["sh", "-c", "echo $GREETING; hostname; echo $HOSTNAME"] })
+      )
       assert.strictEqual(text(out.stdout), `hi there\n${id}\n${id}\n`)
       const [memory, cpu] = cgroupDirs(hostId, id)
-      assert.strictEqual(FsSync.readFileSync(NodePath.join(memory!, "memory.limit_in_bytes"), "utf8").trim(), String(96 * 1024 * 1024))
+      assert.strictEqual(
+        FsSync.readFileSync(NodePath.join(memory!, "memory.limit_in_bytes"), "utf8").trim(),
+        String(96 * 1024 * 1024)
+      )
       assert.strictEqual(FsSync.readFileSync(NodePath.join(cpu!, "cpu.cfs_quota_us"), "utf8").trim(), "200000")
       for (const dir of cgroupDirs(hostId, poolId)) assert.isFalse(FsSync.existsSync(dir))
       const listing = yield* driver.list
-      assert.deepStrictEqual(listing.filter((r) => r.sandboxId === id || r.sandboxId === poolId).map((r) => [r.sandboxId, r.status]), [[id, "running"]])
+      assert.deepStrictEqual(
+        listing.filter((r) => r.sandboxId === id || r.sandboxId === poolId).map((r) => [r.sandboxId, r.status]),
+        [[id, "running"]]
+      )
       // The old id is gone: exec on it is refused, adopt of it again too.
       const old = yield* Effect.flip(driver.exec(poolId, new DriverExecRequest({ cmd: ["true"] })))
       assert.strictEqual(old._tag, "SandboxNotFound")
@@ -41,7 +53,9 @@ layer(TestDriver.layer(), { excludeTestServices: true })("SandboxDriver.adopt (b
       yield* driver.destroy(id)
       assert.isFalse(processExists(made.pid!))
       assert.isFalse(interfaceExists(vethNames(made.internalIp).host))
-      for (const dir of [...cgroupDirs(hostId, id), ...cgroupDirs(hostId, poolId)]) assert.isFalse(FsSync.existsSync(dir))
+      for (const dir of [...cgroupDirs(hostId, id), ...cgroupDirs(hostId, poolId)]) {
+        assert.isFalse(FsSync.existsSync(dir))
+      }
       assert.isFalse(FsSync.existsSync(NodePath.join(dataDir, "sandboxes", id)))
     }))
 
@@ -73,11 +87,20 @@ layer(TestDriver.layer(), { excludeTestServices: true })("SandboxDriver.adopt (b
       yield* Effect.addFinalizer(() => Effect.all([driver.destroy(poolId), driver.destroy(id)]).pipe(Effect.ignore))
       const made = yield* driver.create(spec(poolId))
       // What `adopt` does first, and then the process dies.
-      yield* Effect.promise(() => Fs.rename(NodePath.join(dataDir, "sandboxes", poolId), NodePath.join(dataDir, "sandboxes", id)))
+      yield* Effect.promise(() =>
+        Fs.rename(NodePath.join(dataDir, "sandboxes", poolId), NodePath.join(dataDir, "sandboxes", id))
+      )
       yield* driver.destroy(id)
       assert.isFalse(processExists(made.pid!))
       assert.isFalse(interfaceExists(vethNames(made.internalIp).host))
-      for (const dir of [...cgroupDirs(hostId, id), ...cgroupDirs(hostId, poolId)]) assert.isFalse(FsSync.existsSync(dir))
-      assert.deepStrictEqual(yield* Effect.promise(() => Fs.readdir(NodePath.join(dataDir, "sandboxes"))).pipe(Effect.map((names) => names.filter((n) => n === id || n === poolId))), [])
+      for (const dir of [...cgroupDirs(hostId, id), ...cgroupDirs(hostId, poolId)]) {
+        assert.isFalse(FsSync.existsSync(dir))
+      }
+      assert.deepStrictEqual(
+        yield* Effect.promise(() => Fs.readdir(NodePath.join(dataDir, "sandboxes"))).pipe(
+          Effect.map((names) => names.filter((n) => n === id || n === poolId))
+        ),
+        []
+      )
     }))
 })

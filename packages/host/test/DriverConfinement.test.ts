@@ -8,10 +8,10 @@ import { Effect, Exit, Fiber } from "effect"
 import { execFileSync, spawnSync } from "node:child_process"
 import { randomBytes } from "node:crypto"
 import * as FsSync from "node:fs"
+import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
 import { capabilityHex, ID_COUNT } from "../src/Driver/Confinement.ts"
 import { exec, makeTestDriver, sh, spec, TestDriver, text, uniqueId, withSandbox } from "./fixtures/support.ts"
-import * as Fs from "node:fs/promises"
 
 const statusField = (pid: number | string, field: string) => {
   try {
@@ -48,10 +48,21 @@ layer(TestDriver.layer(), { excludeTestServices: true })("a sandbox's identity a
 
       const maps = text((yield* driver.exec(id, sh("cat /proc/self/uid_map /proc/self/gid_map; id -u"))).stdout)
       const fields = maps.trim().split(/\s+/)
-      assert.deepStrictEqual(fields, ["0", String(config.uidBase), String(ID_COUNT), "0", String(config.uidBase), String(ID_COUNT), "0"])
+      assert.deepStrictEqual(fields, [
+        "0",
+        String(config.uidBase),
+        String(ID_COUNT),
+        "0",
+        String(config.uidBase),
+        String(ID_COUNT),
+        "0"
+      ])
 
       // A setuid-root binary made inside is owned by the sandbox's uid on the host: it grants nothing there.
-      const made = yield* driver.exec(id, sh("cp /bin/busybox /root/suid && chmod 4755 /root/suid && touch /root/plain"))
+      const made = yield* driver.exec(
+        id,
+        sh("cp /bin/busybox /root/suid && chmod 4755 /root/suid && touch /root/plain")
+      )
       assert.strictEqual(made.exitCode, 0, text(made.stderr))
       yield* driver.writeFile(id, "/root/api.txt", new TextEncoder().encode("via the file API"))
       // Its files are on its disk image, mounted in its own namespace only: the host sees them
@@ -86,14 +97,32 @@ layer(TestDriver.layer(), { excludeTestServices: true })("a sandbox's identity a
       const id = uniqueId("sysctl")
       yield* withSandbox(driver, spec(id))
       const before = FsSync.readFileSync("/proc/sys/kernel/core_pattern", "utf8")
-      for (const file of ["kernel/core_pattern", "kernel/pid_max", "vm/overcommit_memory", "kernel/randomize_va_space", "net/ipv4/ip_forward"]) {
-        const attempt = yield* driver.exec(id, sh(`cat /proc/sys/${file} > /tmp/value && cat /tmp/value > /proc/sys/${file}`))
+      for (
+        const file of [
+          "kernel/core_pattern",
+          "kernel/pid_max",
+          "vm/overcommit_memory",
+          "kernel/randomize_va_space",
+          "net/ipv4/ip_forward"
+        ]
+      ) {
+        const attempt = yield* driver.exec(
+          id,
+          sh(`cat /proc/sys/${file} > /tmp/value && cat /tmp/value > /proc/sys/${file}`)
+        )
         assert.notStrictEqual(attempt.exitCode, 0, file)
         assert.match(text(attempt.stderr), /Read-only file system|Permission denied/, file)
       }
       assert.strictEqual(FsSync.readFileSync("/proc/sys/kernel/core_pattern", "utf8"), before)
       // The rest of /proc that reaches the host: the magic SysRq key, kernel memory, module loading.
-      for (const probe of ["echo h > /proc/sysrq-trigger", "head -c 1 /proc/kcore", "echo 1 > /proc/sys/kernel/modules_disabled", "cat /proc/kmsg"]) {
+      for (
+        const probe of [
+          "echo h > /proc/sysrq-trigger",
+          "head -c 1 /proc/kcore",
+          "echo 1 > /proc/sys/kernel/modules_disabled",
+          "cat /proc/kmsg"
+        ]
+      ) {
         const attempt = yield* driver.exec(id, sh(probe))
         assert.notStrictEqual(attempt.exitCode, 0, probe)
       }
@@ -107,18 +136,33 @@ layer(TestDriver.layer(), { excludeTestServices: true })("a sandbox's identity a
       const { driver } = yield* TestDriver
       const id = uniqueId("seccomp")
       yield* withSandbox(driver, spec(id))
-      const status = text((yield* driver.exec(id, sh("grep -E '^(Seccomp|NoNewPrivs):' /proc/self/status /proc/2/status"))).stdout)
+      const status = text(
+        (yield* driver.exec(id, sh("grep -E '^(Seccomp|NoNewPrivs):' /proc/self/status /proc/2/status"))).stdout
+      )
       // The exec and the sandbox's init alike.
       assert.match(status, /\/proc\/self\/status:Seccomp:\s+2/)
       assert.match(status, /\/proc\/self\/status:NoNewPrivs:\s+1/)
       assert.match(status, /\/proc\/2\/status:Seccomp:\s+2/)
-      for (const probe of ["unshare -U -r true", "unshare -m true", "nsenter -t 1 -m true", "mount -t tmpfs t /mnt", "chroot / true && unshare -n true"]) {
+      for (
+        const probe of [
+          "unshare -U -r true",
+          "unshare -m true",
+          "nsenter -t 1 -m true",
+          "mount -t tmpfs t /mnt",
+          "chroot / true && unshare -n true"
+        ]
+      ) {
         const result = yield* driver.exec(id, sh(probe))
         assert.notStrictEqual(result.exitCode, 0, probe)
         assert.match(text(result.stderr), /Operation not permitted|permission denied/i, probe)
       }
       // Ordinary software still works: processes, pipes, files, sockets on its own loopback.
-      const ordinary = yield* driver.exec(id, sh("echo hi | tr h H > /tmp/x && cat /tmp/x && (nc -l -p 8080 -e echo served &) && sleep 0.2 && nc 127.0.0.1 8080"))
+      const ordinary = yield* driver.exec(
+        id,
+        sh(
+          "echo hi | tr h H > /tmp/x && cat /tmp/x && (nc -l -p 8080 -e echo served &) && sleep 0.2 && nc 127.0.0.1 8080"
+        )
+      )
       assert.strictEqual(text(ordinary.stdout), "Hi\nserved\n", text(ordinary.stderr))
     }))
 
@@ -132,10 +176,20 @@ layer(TestDriver.layer(), { excludeTestServices: true })("a sandbox's identity a
       const init = text((yield* driver.exec(id, sh("grep -E '^CapBnd:' /proc/2/status"))).stdout)
       assert.strictEqual(init.trim().split(/\s+/)[1], capabilityHex())
       // What the set allows: owners, modes, low ports.
-      const allowed = yield* driver.exec(id, sh("touch /tmp/f && chown 1000:1000 /tmp/f && chmod 600 /tmp/f && (nc -l -p 80 &) && sleep 0.1 && echo ok"))
+      const allowed = yield* driver.exec(
+        id,
+        sh("touch /tmp/f && chown 1000:1000 /tmp/f && chmod 600 /tmp/f && (nc -l -p 80 &) && sleep 0.1 && echo ok")
+      )
       assert.strictEqual(text(allowed.stdout), "ok\n", text(allowed.stderr))
       // What it does not: the network's configuration, raw sockets, the hostname.
-      for (const probe of ["ip link set lo down", "ip addr add 10.213.255.250/16 dev eth0", "hostname evil", "ping -c 1 127.0.0.1"]) {
+      for (
+        const probe of [
+          "ip link set lo down",
+          "ip addr add 10.213.255.250/16 dev eth0",
+          "hostname evil",
+          "ping -c 1 127.0.0.1"
+        ]
+      ) {
         const result = yield* driver.exec(id, sh(probe))
         assert.notStrictEqual(result.exitCode, 0, probe)
       }
@@ -201,8 +255,20 @@ layer(TestDriver.layer(), { excludeTestServices: true })("a sandbox's identity a
       const emptyEnv = FsSync.openSync("/dev/null", "r")
       const run = (startTicks: number) =>
         spawnSync(NodePath.join(hostDir, enter), [
-          "--pid", String(info.pid), "--start-ticks", String(startTicks), "--caps", capabilityHex(),
-          "--seccomp", NodePath.join(hostDir, seccomp), "--env-fd", "3", "--cwd", "/", "--", "hostname"
+          "--pid",
+          String(info.pid),
+          "--start-ticks",
+          String(startTicks),
+          "--caps",
+          capabilityHex(),
+          "--seccomp",
+          NodePath.join(hostDir, seccomp),
+          "--env-fd",
+          "3",
+          "--cwd",
+          "/",
+          "--",
+          "hostname"
         ], { stdio: ["ignore", "pipe", "pipe", emptyEnv], encoding: "utf8", timeout: 10_000 })
       const right = run(ticks)
       assert.strictEqual(right.stdout, `${id}\n`, right.stderr)

@@ -32,57 +32,72 @@ const waitDetached = (image: string) =>
   })
 
 layer(TestDriver.layer(), { excludeTestServices: true })("SandboxDriver disk (bubblewrap)", (it) => {
-  it.effect("writing past diskGb fails inside with ENOSPC, the host gives at most diskGb, the sandbox lives on", () =>
-    Effect.gen(function*() {
-      const { config, driver, dataDir } = yield* TestDriver
-      const id = uniqueId("fill")
-      const info = yield* withSandbox(driver, spec(id, { diskGb: 1 }))
-      assert.strictEqual(info.limits.disk, "applied")
-      const image = imageOf(dataDir, id)
-      assert.strictEqual(FsSync.statSync(image).size, GIB)
-      // The host's mount table never shows the image; only the sandbox's namespace has it.
-      assert.notInclude(FsSync.readFileSync("/proc/self/mountinfo", "utf8"), NodePath.join(dataDir, "sandboxes", id))
+  it.effect(
+    "writing past diskGb fails inside with ENOSPC, the host gives at most diskGb, the sandbox lives on",
+    () =>
+      Effect.gen(function*() {
+        const { config, driver, dataDir } = yield* TestDriver
+        const id = uniqueId("fill")
+        const info = yield* withSandbox(driver, spec(id, { diskGb: 1 }))
+        assert.strictEqual(info.limits.disk, "applied")
+        const image = imageOf(dataDir, id)
+        assert.strictEqual(FsSync.statSync(image).size, GIB)
+        // The host's mount table never shows the image; only the sandbox's namespace has it.
+        assert.notInclude(FsSync.readFileSync("/proc/self/mountinfo", "utf8"), NodePath.join(dataDir, "sandboxes", id))
 
-      const freeBefore = yield* hostFree(dataDir)
-      const filled = yield* driver.exec(id, sh("dd if=/dev/zero of=/root/big bs=1M count=2048; s=$?; sync; exit $s", { timeoutMs: 300_000 }))
-      assert.notStrictEqual(filled.exitCode, 0)
-      assert.include(text(filled.stderr), "No space left on device")
-      const written = Number(text((yield* driver.exec(id, sh("stat -c %s /root/big"))).stdout).trim())
-      assert.isAbove(written, 0.8 * GIB)
-      assert.isAtMost(written, GIB)
-      // The image is sparse: it holds what was written, never more than its size.
-      assert.isAtMost(FsSync.statSync(image).blocks * 512, GIB)
-      // dd wanted 2 GiB: the host's free space fell by about 1 (others share this file system).
-      const freeAfter = yield* hostFree(dataDir)
-      assert.isBelow(freeBefore - freeAfter, 1.5 * GIB)
+        const freeBefore = yield* hostFree(dataDir)
+        const filled = yield* driver.exec(
+          id,
+          sh("dd if=/dev/zero of=/root/big bs=1M count=2048; s=$?; sync; exit $s", { timeoutMs: 300_000 })
+        )
+        assert.notStrictEqual(filled.exitCode, 0)
+        assert.include(text(filled.stderr), "No space left on device")
+        const written = Number(text((yield* driver.exec(id, sh("stat -c %s /root/big"))).stdout).trim())
+        assert.isAbove(written, 0.8 * GIB)
+        assert.isAtMost(written, GIB)
+        // The image is sparse: it holds what was written, never more than its size.
+        assert.isAtMost(FsSync.statSync(image).blocks * 512, GIB)
+        // dd wanted 2 GiB: the host's free space fell by about 1 (others share this file system).
+        const freeAfter = yield* hostFree(dataDir)
+        assert.isBelow(freeBefore - freeAfter, 1.5 * GIB)
 
-      // The file API on a full disk: the sandbox's kernel refused it, and says so (not a host failure).
-      const refused = yield* Effect.flip(driver.writeFile(id, "/root/more", new Uint8Array(8 * 1024 * 1024).fill(120)))
-      assert.strictEqual(refused._tag, "SandboxFileError")
-      assert.strictEqual((refused as { reason?: string }).reason, "refused")
-      assert.strictEqual((refused as { errno?: string }).errno, "ENOSPC")
+        // The file API on a full disk: the sandbox's kernel refused it, and says so (not a host failure).
+        const refused = yield* Effect.flip(
+          driver.writeFile(id, "/root/more", new Uint8Array(8 * 1024 * 1024).fill(120))
+        )
+        assert.strictEqual(refused._tag, "SandboxFileError")
+        assert.strictEqual((refused as { reason?: string }).reason, "refused")
+        assert.strictEqual((refused as { errno?: string }).errno, "ENOSPC")
 
-      // Full, the sandbox still runs commands; freed, it writes again.
-      const after = yield* driver.exec(id, sh("rm /root/big && echo still here > /root/after && cat /root/after && df -k / | tail -1"))
-      assert.strictEqual(after.exitCode, 0, text(after.stderr))
-      const [first, df] = text(after.stdout).split("\n")
-      assert.strictEqual(first, "still here")
-      // The image's upper/ (the sandbox's /) belongs to the sandbox's root.
-      assert.strictEqual(text((yield* driver.exec(id, sh("stat -c '%u %a' /"))).stdout), "0 755\n")
-      // On the image, what the sandbox's root writes belongs to its unprivileged host uid.
-      assert.strictEqual(FsSync.statSync(`/proc/${info.pid}/root/root/after`).uid, config.uidBase)
-      // `df` inside sees the sandbox's own disk (the overlay reports its upper file system).
-      const totalKb = Number(df!.trim().split(/\s+/)[1])
-      assert.isAbove(totalKb, 0.9 * 1024 * 1024)
-      assert.isAtMost(totalKb, 1024 * 1024)
-    }), { timeout: 300_000 })
+        // Full, the sandbox still runs commands; freed, it writes again.
+        const after = yield* driver.exec(
+          id,
+          sh("rm /root/big && echo still here > /root/after && cat /root/after && df -k / | tail -1")
+        )
+        assert.strictEqual(after.exitCode, 0, text(after.stderr))
+        const [first, df] = text(after.stdout).split("\n")
+        assert.strictEqual(first, "still here")
+        // The image's upper/ (the sandbox's /) belongs to the sandbox's root.
+        assert.strictEqual(text((yield* driver.exec(id, sh("stat -c '%u %a' /"))).stdout), "0 755\n")
+        // On the image, what the sandbox's root writes belongs to its unprivileged host uid.
+        assert.strictEqual(FsSync.statSync(`/proc/${info.pid}/root/root/after`).uid, config.uidBase)
+        // `df` inside sees the sandbox's own disk (the overlay reports its upper file system).
+        const totalKb = Number(df!.trim().split(/\s+/)[1])
+        assert.isAbove(totalKb, 0.9 * 1024 * 1024)
+        assert.isAtMost(totalKb, 1024 * 1024)
+      }),
+    { timeout: 300_000 }
+  )
 
   it.effect("an inode bomb ends at the file system's inode count; the sandbox lives on", () =>
     Effect.gen(function*() {
       const { driver } = yield* TestDriver
       const id = uniqueId("inodes")
       yield* withSandbox(driver, spec(id, { diskGb: 1 }))
-      const bomb = yield* driver.exec(id, sh("mkdir /root/f && cd /root/f && i=0; while true > $i; do i=$((i+1)); done; echo $i", { timeoutMs: 300_000 }))
+      const bomb = yield* driver.exec(
+        id,
+        sh("mkdir /root/f && cd /root/f && i=0; while true > $i; do i=$((i+1)); done; echo $i", { timeoutMs: 300_000 })
+      )
       const made = Number(text(bomb.stdout).trim())
       assert.include(text(bomb.stderr), "No space left on device")
       // 65,536 inodes per GiB, a few taken by the file system and the sandbox's folders.
@@ -121,7 +136,10 @@ layer(TestDriver.layer(), { excludeTestServices: true })("SandboxDriver disk (bu
       const made = yield* withSandbox(driver, spec(id, { diskGb: 2 }))
       assert.strictEqual(made.limits.disk, "applied")
       assert.strictEqual(FsSync.statSync(image).size, 2 * GIB)
-      const wrote = yield* driver.exec(id, sh("dd if=/dev/urandom of=/root/data bs=1M count=8 2>/dev/null && md5sum /root/data"))
+      const wrote = yield* driver.exec(
+        id,
+        sh("dd if=/dev/urandom of=/root/data bs=1M count=8 2>/dev/null && md5sum /root/data")
+      )
       const sum = text(wrote.stdout)
       assert.match(sum, /^[0-9a-f]{32} /)
       assert.lengthOf(loopDevicesUnder(dataDir), 1)
@@ -164,7 +182,10 @@ layer(TestDriver.layer(), { excludeTestServices: true })("SandboxDriver disk (bu
 
       const info = yield* driver.adopt(poolId, spec(id, { diskGb: 1, ramMb: 128 }))
       assert.strictEqual(info.limits.disk, "applied")
-      const inside = yield* driver.exec(id, sh("cat /root/mark; hostname; grep ' /dev/shm ' /proc/self/mountinfo; df -k / | tail -1"))
+      const inside = yield* driver.exec(
+        id,
+        sh("cat /root/mark; hostname; grep ' /dev/shm ' /proc/self/mountinfo; df -k / | tail -1")
+      )
       const [mark, hostname, shm, df] = text(inside.stdout).split("\n")
       assert.strictEqual(mark, "from the pool")
       assert.strictEqual(hostname, id)
@@ -191,7 +212,14 @@ layer(TestDriver.layer(), { excludeTestServices: true })("SandboxDriver disk (bu
       const hostDir = NodePath.join(dataDir, "host")
       const mounter = FsSync.readdirSync(hostDir).find((name) => /^svc-disk-mount-[0-9a-f]+$/.test(name))!
       const target = yield* Effect.promise(() => Fs.mkdtemp(NodePath.join(dataDir, "second-")))
-      const second = spawnSync("unshare", ["--mount", "--propagation", "private", NodePath.join(hostDir, mounter), imageOf(dataDir, id), target], {
+      const second = spawnSync("unshare", [
+        "--mount",
+        "--propagation",
+        "private",
+        NodePath.join(hostDir, mounter),
+        imageOf(dataDir, id),
+        target
+      ], {
         encoding: "utf8"
       })
       assert.strictEqual(second.status, 1)
@@ -258,13 +286,17 @@ describe("SandboxDriver disk after an agent crash", () => {
       const id = uniqueId("orphan")
       const agent = yield* Effect.acquireRelease(
         Effect.callback<{ child: ReturnType<typeof spawn>; pid: number }, Error>((resume) => {
-          const child = spawn(process.execPath, [agentScript, restarted.dataDir, restarted.hostId, id], { stdio: ["ignore", "pipe", "pipe"] })
+          const child = spawn(process.execPath, [agentScript, restarted.dataDir, restarted.hostId, id], {
+            stdio: ["ignore", "pipe", "pipe"]
+          })
           let out = ""
           let err = ""
           child.stderr!.on("data", (chunk: Buffer) => (err += chunk.toString()))
           child.stdout!.on("data", (chunk: Buffer) => {
             out += chunk.toString()
-            if (out.includes("\n")) resume(Effect.succeed({ child, pid: (JSON.parse(out.split("\n")[0]!) as { pid: number }).pid }))
+            if (out.includes("\n")) {
+              resume(Effect.succeed({ child, pid: (JSON.parse(out.split("\n")[0]!) as { pid: number }).pid }))
+            }
           })
           child.on("exit", (code) => resume(Effect.fail(new Error(`agent exited ${code}: ${err}`))))
         }),
@@ -288,7 +320,10 @@ describe("SandboxDriver disk after an agent crash", () => {
       assert.isFalse(isAttached(image))
       const started = yield* restarted.driver.start(id)
       assert.strictEqual(started.limits.disk, "applied")
-      assert.strictEqual(text((yield* restarted.driver.exec(id, sh("cat /root/from-first-agent"))).stdout), "still here")
+      assert.strictEqual(
+        text((yield* restarted.driver.exec(id, sh("cat /root/from-first-agent"))).stdout),
+        "still here"
+      )
       yield* restarted.driver.destroy(id)
       assert.deepStrictEqual(loopDevicesUnder(restarted.dataDir), [])
       assert.isFalse(FsSync.existsSync(image))

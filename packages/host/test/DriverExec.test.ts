@@ -15,9 +15,12 @@ layer(TestDriver.layer(), { excludeTestServices: true })("SandboxDriver.exec (bu
       const missingCwd = yield* driver.exec(id, exec(["pwd"], { cwd: "/no/such/dir" }))
       assert.strictEqual(missingCwd.exitCode, 126)
 
-      const env = yield* driver.exec(id, sh("echo $FROM_SPEC $SHARED $FROM_EXEC; env | sort", {
-        env: { SHARED: "exec", FROM_EXEC: "x y" }
-      }))
+      const env = yield* driver.exec(
+        id,
+        sh("echo $FROM_SPEC $SHARED $FROM_EXEC; env | sort", {
+          env: { SHARED: "exec", FROM_EXEC: "x y" }
+        })
+      )
       const [first, ...rest] = text(env.stdout).split("\n")
       assert.strictEqual(first, "spec exec x y")
       // The agent's environment does not leak in.

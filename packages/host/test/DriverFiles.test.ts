@@ -20,9 +20,12 @@ layer(TestDriver.layer(), { excludeTestServices: true })("SandboxDriver file API
       assert.notStrictEqual(sandboxPasswd, hostPasswd)
       assert.include(sandboxPasswd, "root:x:0:0")
 
-      yield* driver.exec(id, sh(
-        "ln -s /etc/passwd /root/abs-link; ln -s ../../../../../../../etc/shadow /root/rel-link; ln -s ../../.. /root/up; ln -s /proc/1/root /root/init-root"
-      ))
+      yield* driver.exec(
+        id,
+        sh(
+          "ln -s /etc/passwd /root/abs-link; ln -s ../../../../../../../etc/shadow /root/rel-link; ln -s ../../.. /root/up; ln -s /proc/1/root /root/init-root"
+        )
+      )
       const attempts = [
         "/../../../../etc/passwd",
         "/etc/../../../etc/shadow",
@@ -61,8 +64,15 @@ layer(TestDriver.layer(), { excludeTestServices: true })("SandboxDriver file API
       yield* driver.writeFile(id, "/srv/odd/new\nline", new Uint8Array(3), 0o755)
       yield* driver.writeFile(id, "/srv/odd/.hidden", new Uint8Array(1))
       const odd = yield* driver.listDir(id, "/srv/odd")
-      assert.deepStrictEqual(odd.map((e) => [e.name, e.type, e.size]), [[".hidden", "file", 1], ["new\nline", "file", 3], ["with space", "file", 0]])
-      assert.strictEqual(text((yield* driver.exec(id, exec(["stat", "-c", "%a", "/srv/odd/new\nline"]))).stdout), "755\n")
+      assert.deepStrictEqual(odd.map((e) => [e.name, e.type, e.size]), [[".hidden", "file", 1], [
+        "new\nline",
+        "file",
+        3
+      ], ["with space", "file", 0]])
+      assert.strictEqual(
+        text((yield* driver.exec(id, exec(["stat", "-c", "%a", "/srv/odd/new\nline"]))).stdout),
+        "755\n"
+      )
       assert.strictEqual((yield* driver.stat(id, "/root/abs-link")).type, "symlink")
       const root = yield* driver.listDir(id, "/root")
       assert.includeMembers(root.map((e) => e.name), ["abs-link", "up"])
@@ -101,7 +111,9 @@ layer(TestDriver.layer(), { excludeTestServices: true })("SandboxDriver file API
       assert.deepStrictEqual(yield* readBack("/srv/big.bin"), { size: 320 * CHUNK, bytes: 320 * CHUNK, sha1 })
 
       // A body that fails half-way, and one over the limit: the old file stays, nothing else.
-      const cut = yield* Effect.flip(driver.writeFileStream(id, "/srv/big.bin", Stream.concat(body(10), Stream.fail("client went away"))))
+      const cut = yield* Effect.flip(
+        driver.writeFileStream(id, "/srv/big.bin", Stream.concat(body(10), Stream.fail("client went away")))
+      )
       assert.strictEqual(cut, "client went away")
       const over = yield* Effect.flip(driver.writeFileStream(id, "/srv/big.bin", body(20), { maxBytes: 10 * CHUNK }))
       assert.strictEqual(over._tag === "SandboxFileError" ? over.reason : over._tag, "too_large")
@@ -111,13 +123,18 @@ layer(TestDriver.layer(), { excludeTestServices: true })("SandboxDriver file API
       // A kernel file without a size is read to its end.
       const status = yield* Effect.scoped(Effect.gen(function*() {
         const content = yield* driver.readFileStream(id, "/proc/self/status")
-        return { size: content.size, text: text(new Uint8Array(Buffer.concat(yield* Stream.runCollect(content.stream)))) }
+        return {
+          size: content.size,
+          text: text(new Uint8Array(Buffer.concat(yield* Stream.runCollect(content.stream))))
+        }
       }))
       assert.strictEqual(status.size, null)
       assert.match(status.text, /^Name:\s+\S+/)
 
       const refusal = <A>(effect: Effect.Effect<A, { _tag: string }>) =>
-        Effect.flip(effect).pipe(Effect.map((e) => [(e as { reason?: string }).reason ?? e._tag, (e as { errno?: string }).errno]))
+        Effect.flip(effect).pipe(
+          Effect.map((e) => [(e as { reason?: string }).reason ?? e._tag, (e as { errno?: string }).errno])
+        )
       const bytes = new TextEncoder().encode("x")
       assert.deepStrictEqual(yield* refusal(driver.writeFile(id, "/dev/full", bytes)), ["refused", "ENOSPC"])
       assert.deepStrictEqual(yield* refusal(driver.writeFile(id, "/proc/self/mem", bytes)), ["refused", "EIO"])

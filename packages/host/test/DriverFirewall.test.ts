@@ -16,7 +16,14 @@ import * as Os from "node:os"
 import * as NodePath from "node:path"
 import type { SandboxDriver } from "../src/Driver.ts"
 import type { DriverConfig } from "../src/Driver/Config.ts"
-import { BLOCKED_IPV4, BLOCKED_IPV6, type FirewallSettings, installFirewall, renderRuleset, tableName } from "../src/Driver/Firewall.ts"
+import {
+  BLOCKED_IPV4,
+  BLOCKED_IPV6,
+  type FirewallSettings,
+  installFirewall,
+  renderRuleset,
+  tableName
+} from "../src/Driver/Firewall.ts"
 import { parseSubnet, sandboxScript } from "../src/Driver/Network.ts"
 import { makeTestDriver, sh, spec, TestDriver, text, uniqueId, withSandbox } from "./fixtures/support.ts"
 
@@ -36,7 +43,9 @@ const host = (file: string, args: ReadonlyArray<string>, input?: string) =>
 const hostQuiet = (file: string, args: ReadonlyArray<string>) => host(file, args).pipe(Effect.ignore)
 
 const nft = (...args: ReadonlyArray<string>) => host(NFT, args)
-const nftTables = nft("list", "tables").pipe(Effect.map((out) => out.split("\n").map((l) => l.trim()).filter((l) => l !== "")))
+const nftTables = nft("list", "tables").pipe(
+  Effect.map((out) => out.split("\n").map((l) => l.trim()).filter((l) => l !== ""))
+)
 
 /** TCP servers on 0.0.0.0:port and [::]:port (IPv6 only) that tell who connected. */
 const hostListeners = Effect.acquireRelease(
@@ -50,7 +59,9 @@ const hostListeners = Effect.acquireRelease(
     for (let tries = 0;; tries++) {
       const v4 = make()
       const v6 = make()
-      const port = await new Promise<number>((resolve) => v4.listen(0, "0.0.0.0", () => resolve((v4.address() as Net.AddressInfo).port)))
+      const port = await new Promise<number>((resolve) =>
+        v4.listen(0, "0.0.0.0", () => resolve((v4.address() as Net.AddressInfo).port))
+      )
       const ok = await new Promise<boolean>((resolve) => {
         v6.once("error", () => resolve(false))
         v6.listen({ port, host: "::", ipv6Only: true }, () => resolve(true))
@@ -85,7 +96,9 @@ interface Target {
 const probe = (driver: SandboxDriver["Service"], sandboxId: string, targets: ReadonlyArray<Target>, prelude = "") =>
   Effect.gen(function*() {
     const lines = targets.map((t, i) =>
-      `(echo probe | nc -w 2 ${ncAddress(t.address)} ${t.port} >/tmp/probe.${i} 2>&1; echo "exit=$?" >>/tmp/probe.${i}) & probes="$probes $!"`
+      `(echo probe | nc -w 2 ${
+        ncAddress(t.address)
+      } ${t.port} >/tmp/probe.${i} 2>&1; echo "exit=$?" >>/tmp/probe.${i}) & probes="$probes $!"`
     )
     const script = [
       prelude,
@@ -138,7 +151,11 @@ describe("firewall ruleset (pure)", () => {
     const script = renderRuleset(settings)
     assert.strictEqual(script, renderRuleset(settings))
     const lines = script.split("\n")
-    assert.deepStrictEqual(lines.slice(0, 3), ["table inet svc_svcbr0", "delete table inet svc_svcbr0", "table inet svc_svcbr0 {"])
+    assert.deepStrictEqual(lines.slice(0, 3), [
+      "table inet svc_svcbr0",
+      "delete table inet svc_svcbr0",
+      "table inet svc_svcbr0 {"
+    ])
     // Nothing outside its own table: no flush ruleset, no other table.
     assert.notMatch(script, /flush|ruleset/)
     assert.deepStrictEqual([...new Set(script.match(/\btable \S+ \S+/g))], ["table inet svc_svcbr0"])
@@ -157,7 +174,9 @@ describe("firewall ruleset (pure)", () => {
   })
 
   it("blocks the private, link-local, CGNAT, metadata and loopback ranges", () => {
-    for (const range of ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "169.254.0.0/16", "127.0.0.0/8"]) {
+    for (
+      const range of ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "169.254.0.0/16", "127.0.0.0/8"]
+    ) {
       assert.include(BLOCKED_IPV4, range)
     }
     for (const range of ["fc00::/7", "fe80::/10", "::/127"]) assert.include(BLOCKED_IPV6, range)
@@ -183,7 +202,11 @@ describe("firewall ruleset (pure)", () => {
 describe("firewall install", () => {
   it.live("the kernel accepts the rendered ruleset (nft --check)", () =>
     Effect.gen(function*() {
-      const script = renderRuleset({ bridge: uniqueId("fw").slice(0, 15), subnet: parseSubnet("10.214.0.0/24"), hostTcpPorts: [3128] })
+      const script = renderRuleset({
+        bridge: uniqueId("fw").slice(0, 15),
+        subnet: parseSubnet("10.214.0.0/24"),
+        hostTcpPorts: [3128]
+      })
       yield* host(NFT, ["--check", "-f", "-"], script)
     }))
 })
@@ -205,7 +228,10 @@ class OwnBridge extends Context.Service<OwnBridge, {
       )
       // Released after the driver (finalizers run in reverse): the bridge and its table go.
       yield* Effect.addFinalizer(() =>
-        Effect.all([hostQuiet("ip", ["link", "del", bridge]), hostQuiet(NFT, ["delete", "table", "inet", tableName(bridge)])])
+        Effect.all([
+          hostQuiet("ip", ["link", "del", bridge]),
+          hostQuiet(NFT, ["delete", "table", "inet", tableName(bridge)])
+        ])
       )
       const { config, driver } = yield* makeTestDriver({
         dataDir,
@@ -245,8 +271,16 @@ layer(TestDriver.layer(), { excludeTestServices: true })("firewall on the machin
         { label: "own loopback", address: "127.0.0.1", port: 7001 },
         { label: "own loopback v6", address: "::1", port: 7001 }
       ]
-      assert.isTrue(targets.some((t) => t.address.startsWith("fe80:")), "the bridge's IPv6 link-local is among the targets")
-      const outputs = yield* probe(driver, a, targets, "nc -ll -p 7001 -e echo self-ok </dev/null >/dev/null 2>&1 & sleep 0.2")
+      assert.isTrue(
+        targets.some((t) => t.address.startsWith("fe80:")),
+        "the bridge's IPv6 link-local is among the targets"
+      )
+      const outputs = yield* probe(
+        driver,
+        a,
+        targets,
+        "nc -ll -p 7001 -e echo self-ok </dev/null >/dev/null 2>&1 & sleep 0.2"
+      )
       assertReached(outputs, "own loopback", "self-ok")
       assertReached(outputs, "own loopback v6", "self-ok")
       for (const target of targets.filter((t) => !t.label.startsWith("own"))) {
@@ -262,101 +296,126 @@ layer(TestDriver.layer(), { excludeTestServices: true })("firewall on the machin
 })
 
 layer(OwnBridge.layer, { excludeTestServices: true })("firewall alone, on a bridge of this test", (it) => {
-  it.effect("with the sandbox's own layers undone (a route out, IPv6 on), the firewall alone stops every probe", () =>
-    Effect.gen(function*() {
-      const { driver, settings } = yield* OwnBridge
-      const { bridge, subnet } = settings
-      const id = uniqueId("fwx")
-      const info = yield* withSandbox(driver, spec(id))
-      assert.isDefined(info.pid)
-      const listeners = yield* hostListeners
+  it.effect(
+    "with the sandbox's own layers undone (a route out, IPv6 on), the firewall alone stops every probe",
+    () =>
+      Effect.gen(function*() {
+        const { driver, settings } = yield* OwnBridge
+        const { bridge, subnet } = settings
+        const id = uniqueId("fwx")
+        const info = yield* withSandbox(driver, spec(id))
+        assert.isDefined(info.pid)
+        const listeners = yield* hostListeners
 
-      // Somewhere beyond the machine: a network namespace behind a veth, one public-looking and
-      // one private address, reached through forwarding enabled on this test's interfaces only.
-      const tag = randomBytes(3).toString("hex")
-      const ns = `svcfw-out-${tag}`
-      const veth = `svcfo${tag}`
-      const k = randomBytes(1)[0]! & 63
-      const publicIp = `198.51.100.${4 * k + 2}`
-      const privateIp = `172.31.${k}.2`
-      yield* Effect.acquireRelease(
-        Effect.gen(function*() {
-          yield* host("ip", ["netns", "add", ns])
-          yield* host("ip", ["link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns])
-          yield* host("ip", ["addr", "add", `198.51.100.${4 * k + 1}/30`, "dev", veth])
-          yield* host("ip", ["addr", "add", `172.31.${k}.1/24`, "dev", veth])
-          yield* host("ip", ["link", "set", veth, "up"])
-          yield* host("ip", ["-n", ns, "addr", "add", `${publicIp}/30`, "dev", "eth0"])
-          yield* host("ip", ["-n", ns, "addr", "add", `${privateIp}/24`, "dev", "eth0"])
-          yield* host("ip", ["-n", ns, "link", "set", "eth0", "up"])
-          yield* host("ip", ["-n", ns, "route", "add", "default", "via", `198.51.100.${4 * k + 1}`])
-          for (const dev of [bridge, veth]) {
-            yield* Effect.promise(() => Fs.writeFile(`/proc/sys/net/ipv4/conf/${dev}/forwarding`, "1"))
-          }
-        }),
-        () => Effect.all([hostQuiet("ip", ["link", "del", veth]), hostQuiet("ip", ["netns", "del", ns])])
-      )
-      yield* Effect.acquireRelease(
-        Effect.sync(() => spawn("ip", ["netns", "exec", ns, "/bin/busybox", "nc", "-ll", "-p", "7100", "-e", "echo", "outside-secret"], { stdio: "ignore" })),
-        (child) => Effect.sync(() => child.kill("SIGKILL"))
-      )
+        // Somewhere beyond the machine: a network namespace behind a veth, one public-looking and
+        // one private address, reached through forwarding enabled on this test's interfaces only.
+        const tag = randomBytes(3).toString("hex")
+        const ns = `svcfw-out-${tag}`
+        const veth = `svcfo${tag}`
+        const k = randomBytes(1)[0]! & 63
+        const publicIp = `198.51.100.${4 * k + 2}`
+        const privateIp = `172.31.${k}.2`
+        yield* Effect.acquireRelease(
+          Effect.gen(function*() {
+            yield* host("ip", ["netns", "add", ns])
+            yield* host("ip", ["link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns])
+            yield* host("ip", ["addr", "add", `198.51.100.${4 * k + 1}/30`, "dev", veth])
+            yield* host("ip", ["addr", "add", `172.31.${k}.1/24`, "dev", veth])
+            yield* host("ip", ["link", "set", veth, "up"])
+            yield* host("ip", ["-n", ns, "addr", "add", `${publicIp}/30`, "dev", "eth0"])
+            yield* host("ip", ["-n", ns, "addr", "add", `${privateIp}/24`, "dev", "eth0"])
+            yield* host("ip", ["-n", ns, "link", "set", "eth0", "up"])
+            yield* host("ip", ["-n", ns, "route", "add", "default", "via", `198.51.100.${4 * k + 1}`])
+            for (const dev of [bridge, veth]) {
+              yield* Effect.promise(() => Fs.writeFile(`/proc/sys/net/ipv4/conf/${dev}/forwarding`, "1"))
+            }
+          }),
+          () => Effect.all([hostQuiet("ip", ["link", "del", veth]), hostQuiet("ip", ["netns", "del", ns])])
+        )
+        yield* Effect.acquireRelease(
+          Effect.sync(() =>
+            spawn("ip", [
+              "netns",
+              "exec",
+              ns,
+              "/bin/busybox",
+              "nc",
+              "-ll",
+              "-p",
+              "7100",
+              "-e",
+              "echo",
+              "outside-secret"
+            ], { stdio: "ignore" })
+          ),
+          (child) => Effect.sync(() => child.kill("SIGKILL"))
+        )
 
-      // Undo what the sandbox's own set-up does, as if it had failed: IPv6 on eth0 and default
-      // routes through the bridge (root inside cannot do this: it has no CAP_NET_ADMIN).
-      const bridgeLinkLocal = yield* waitForLinkLocal(bridge)
-      yield* host("nsenter", ["-t", String(info.pid), "-n", "sh", "-c", [
-        "set -e",
-        "echo 0 > /proc/sys/net/ipv6/conf/eth0/accept_dad",
-        "ip link set eth0 down",
-        "ip link set eth0 addrgenmode eui64",
-        "ip link set eth0 up",
-        `ip route add default via ${subnet.gateway}`,
-        `ip -6 route add default via ${bridgeLinkLocal} dev eth0`
-      ].join("\n")])
+        // Undo what the sandbox's own set-up does, as if it had failed: IPv6 on eth0 and default
+        // routes through the bridge (root inside cannot do this: it has no CAP_NET_ADMIN).
+        const bridgeLinkLocal = yield* waitForLinkLocal(bridge)
+        yield* host("nsenter", [
+          "-t",
+          String(info.pid),
+          "-n",
+          "sh",
+          "-c",
+          [
+            "set -e",
+            "echo 0 > /proc/sys/net/ipv6/conf/eth0/accept_dad",
+            "ip link set eth0 down",
+            "ip link set eth0 addrgenmode eui64",
+            "ip link set eth0 up",
+            `ip route add default via ${subnet.gateway}`,
+            `ip -6 route add default via ${bridgeLinkLocal} dev eth0`
+          ].join("\n")
+        ])
 
-      const defaultDevice = FsSync.readFileSync("/proc/net/route", "utf8").split("\n").slice(1)
-        .map((l) => l.split("\t")).find((f) => f[1] === "00000000")?.[0]
-      const machine = hostAddresses().filter((a) => a.name === defaultDevice && !a.address.startsWith("fe80:"))
-      // Reached without the firewall (the positive control), refused with it.
-      const mustReach: Array<Target> = [
-        { label: "gateway", address: subnet.gateway, port: listeners.port },
-        { label: "bridge link-local", address: bridgeLinkLocal, port: listeners.port },
-        ...machine.map((a) => ({ label: `${a.name} ${a.address}`, address: a.address, port: listeners.port })),
-        { label: "beyond, public", address: publicIp, port: 7100 },
-        { label: "beyond, private", address: privateIp, port: 7100 }
-      ]
-      const others: Array<Target> = [
-        ...hostAddresses().filter((a) => a.name !== defaultDevice && a.name !== bridge && a.name !== veth)
-          .map((a) => ({ label: `${a.name} ${a.address}`, address: a.address, port: listeners.port })),
-        { label: "metadata v4", address: "169.254.169.254", port: 80 },
-        { label: "metadata v6", address: "fd00:ec2::254", port: 80 }
-      ]
-      assert.isTrue(machine.length > 0, `addresses of ${defaultDevice}`)
-      const secretOf = (t: Target) => (t.port === 7100 ? "outside-secret" : "host-secret")
+        const defaultDevice = FsSync.readFileSync("/proc/net/route", "utf8").split("\n").slice(1)
+          .map((l) => l.split("\t")).find((f) => f[1] === "00000000")?.[0]
+        const machine = hostAddresses().filter((a) => a.name === defaultDevice && !a.address.startsWith("fe80:"))
+        // Reached without the firewall (the positive control), refused with it.
+        const mustReach: Array<Target> = [
+          { label: "gateway", address: subnet.gateway, port: listeners.port },
+          { label: "bridge link-local", address: bridgeLinkLocal, port: listeners.port },
+          ...machine.map((a) => ({ label: `${a.name} ${a.address}`, address: a.address, port: listeners.port })),
+          { label: "beyond, public", address: publicIp, port: 7100 },
+          { label: "beyond, private", address: privateIp, port: 7100 }
+        ]
+        const others: Array<Target> = [
+          ...hostAddresses().filter((a) => a.name !== defaultDevice && a.name !== bridge && a.name !== veth)
+            .map((a) => ({ label: `${a.name} ${a.address}`, address: a.address, port: listeners.port })),
+          { label: "metadata v4", address: "169.254.169.254", port: 80 },
+          { label: "metadata v6", address: "fd00:ec2::254", port: 80 }
+        ]
+        assert.isTrue(machine.length > 0, `addresses of ${defaultDevice}`)
+        const secretOf = (t: Target) => (t.port === 7100 ? "outside-secret" : "host-secret")
 
-      // With the firewall the driver installed at start: nothing answers.
-      assert.include(yield* nftTables, `table inet ${tableName(bridge)}`)
-      const blocked = yield* probe(driver, id, [...mustReach, ...others])
-      for (const target of [...mustReach, ...others]) assertRefused(blocked, target.label, secretOf(target))
-      assert.deepStrictEqual(listeners.peers, [])
-      // The host still reaches the sandbox.
-      yield* listenInside(driver, id, 7000, "inside-secret")
-      assert.strictEqual(yield* hostConnect(info.internalIp, 7000), "inside-secret\n")
+        // With the firewall the driver installed at start: nothing answers.
+        assert.include(yield* nftTables, `table inet ${tableName(bridge)}`)
+        const blocked = yield* probe(driver, id, [...mustReach, ...others])
+        for (const target of [...mustReach, ...others]) assertRefused(blocked, target.label, secretOf(target))
+        assert.deepStrictEqual(listeners.peers, [])
+        // The host still reaches the sandbox.
+        yield* listenInside(driver, id, 7000, "inside-secret")
+        assert.strictEqual(yield* hostConnect(info.internalIp, 7000), "inside-secret\n")
 
-      // Without it (this test's own table only), the same probes get through. Neighbours the
-      // firewall kept from answering are forgotten first, on both sides.
-      yield* nft("delete", "table", "inet", tableName(bridge))
-      yield* host("ip", ["neigh", "flush", "dev", bridge])
-      yield* host("nsenter", ["-t", String(info.pid), "-n", "ip", "neigh", "flush", "dev", "eth0"])
-      const open = yield* probe(driver, id, mustReach)
-      for (const target of mustReach) assertReached(open, target.label, secretOf(target))
-      assert.isAbove(listeners.peers.length, 0)
+        // Without it (this test's own table only), the same probes get through. Neighbours the
+        // firewall kept from answering are forgotten first, on both sides.
+        yield* nft("delete", "table", "inet", tableName(bridge))
+        yield* host("ip", ["neigh", "flush", "dev", bridge])
+        yield* host("nsenter", ["-t", String(info.pid), "-n", "ip", "neigh", "flush", "dev", "eth0"])
+        const open = yield* probe(driver, id, mustReach)
+        for (const target of mustReach) assertReached(open, target.label, secretOf(target))
+        assert.isAbove(listeners.peers.length, 0)
 
-      // Put back the way an agent does at start: closed again.
-      yield* installFirewall({ nft: NFT, settings, allowNoFirewall: false })
-      const again = yield* probe(driver, id, mustReach)
-      for (const target of mustReach) assertRefused(again, target.label, secretOf(target))
-    }), 120_000)
+        // Put back the way an agent does at start: closed again.
+        yield* installFirewall({ nft: NFT, settings, allowNoFirewall: false })
+        const again = yield* probe(driver, id, mustReach)
+        for (const target of mustReach) assertRefused(again, target.label, secretOf(target))
+      }),
+    120_000
+  )
 
   it.effect("installs idempotently: one table, same rules, foreign tables untouched, kept after the driver stops", () =>
     Effect.gen(function*() {
@@ -364,35 +423,54 @@ layer(OwnBridge.layer, { excludeTestServices: true })("firewall alone, on a brid
       const table = tableName(settings.bridge)
       const foreign = `svcfw_foreign_${randomBytes(3).toString("hex")}`
       yield* Effect.acquireRelease(
-        host(NFT, ["-f", "-"], [
-          `table inet ${foreign} {`,
-          `  chain input { type filter hook input priority 10; policy accept; iifname "${settings.bridge}" counter; }`,
-          `}`,
-          // A rule of someone else's, on the same hook and the same bridge.
-          `table ip ${foreign} {`,
-          `  chain forward { type filter hook forward priority 0; policy accept; oifname "${settings.bridge}" counter accept; }`,
-          `}`
-        ].join("\n") + "\n"),
-        () => Effect.all([hostQuiet(NFT, ["delete", "table", "inet", foreign]), hostQuiet(NFT, ["delete", "table", "ip", foreign])])
+        host(
+          NFT,
+          ["-f", "-"],
+          [
+            `table inet ${foreign} {`,
+            `  chain input { type filter hook input priority 10; policy accept; iifname "${settings.bridge}" counter; }`,
+            `}`,
+            // A rule of someone else's, on the same hook and the same bridge.
+            `table ip ${foreign} {`,
+            `  chain forward { type filter hook forward priority 0; policy accept; oifname "${settings.bridge}" counter accept; }`,
+            `}`
+          ].join("\n") + "\n"
+        ),
+        () =>
+          Effect.all([
+            hostQuiet(NFT, ["delete", "table", "inet", foreign]),
+            hostQuiet(NFT, ["delete", "table", "ip", foreign])
+          ])
       )
-      const foreignBefore = [yield* nft("-a", "list", "table", "inet", foreign), yield* nft("-a", "list", "table", "ip", foreign)]
+      const foreignBefore = [
+        yield* nft("-a", "list", "table", "inet", foreign),
+        yield* nft("-a", "list", "table", "ip", foreign)
+      ]
       yield* installFirewall({ nft: NFT, settings, allowNoFirewall: false })
       const ours = yield* nft("list", "table", "inet", table)
 
       // Gone (a reboot): another agent on the bridge starts and stops; its rules stay.
       yield* nft("delete", "table", "inet", table)
-      yield* Effect.scoped(makeTestDriver({ driverConfig: { bridge: config.bridge, subnet: config.subnet, leaseDir: config.leaseDir } }))
+      yield* Effect.scoped(
+        makeTestDriver({ driverConfig: { bridge: config.bridge, subnet: config.subnet, leaseDir: config.leaseDir } })
+      )
       assert.strictEqual(yield* nft("list", "table", "inet", table), ours)
 
       // Again, and several agents at once (each its own nft transaction): the same one table.
       yield* installFirewall({ nft: NFT, settings, allowNoFirewall: false })
-      yield* Effect.all(Array.from({ length: 8 }, () => installFirewall({ nft: NFT, settings, allowNoFirewall: false })), {
-        concurrency: "unbounded"
-      })
+      yield* Effect.all(
+        Array.from({ length: 8 }, () => installFirewall({ nft: NFT, settings, allowNoFirewall: false })),
+        {
+          concurrency: "unbounded"
+        }
+      )
       assert.strictEqual((yield* nftTables).filter((l) => l === `table inet ${table}`).length, 1)
       assert.strictEqual(yield* nft("list", "table", "inet", table), ours)
       // Someone else's tables and rules, same hooks, same bridge: not even recreated (same handles).
-      assert.deepStrictEqual([yield* nft("-a", "list", "table", "inet", foreign), yield* nft("-a", "list", "table", "ip", foreign)], foreignBefore)
+      assert.deepStrictEqual([
+        yield* nft("-a", "list", "table", "inet", foreign),
+        yield* nft("-a", "list", "table", "ip", foreign)
+      ], foreignBefore)
     }))
 })
 

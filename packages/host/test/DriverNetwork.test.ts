@@ -46,7 +46,10 @@ layer(TestDriver.layer(), { excludeTestServices: true })("SandboxDriver network 
       const info = yield* withSandbox(driver, spec(id, { exposedPorts: [8080] }))
 
       const loopback = yield* hostServer("127.0.0.1")
-      const fromInside = yield* driver.exec(id, sh(`echo hi | nc -w 2 127.0.0.1 ${loopback.port}`, { timeoutMs: 10_000 }))
+      const fromInside = yield* driver.exec(
+        id,
+        sh(`echo hi | nc -w 2 127.0.0.1 ${loopback.port}`, { timeoutMs: 10_000 })
+      )
       assert.notInclude(text(fromInside.stdout), "host-secret")
       assert.strictEqual(loopback.connections(), 0)
 
@@ -55,7 +58,10 @@ layer(TestDriver.layer(), { excludeTestServices: true })("SandboxDriver network 
         .find((a) => a !== undefined && a.family === "IPv4" && !a.internal && !a.address.startsWith("10.213."))
       if (external !== undefined) {
         const wide = yield* hostServer("0.0.0.0")
-        const toHost = yield* driver.exec(id, sh(`echo hi | nc -w 2 ${external.address} ${wide.port}`, { timeoutMs: 10_000 }))
+        const toHost = yield* driver.exec(
+          id,
+          sh(`echo hi | nc -w 2 ${external.address} ${wide.port}`, { timeoutMs: 10_000 })
+        )
         assert.notInclude(text(toHost.stdout), "host-secret")
         assert.strictEqual(wide.connections(), 0)
       }
@@ -85,7 +91,6 @@ describe("SandboxDriver network leases", () => {
     assert.strictEqual(intToIp(subnet.last), "10.213.255.254")
   })
 
-
   it.live("hands out distinct addresses to concurrent claimants and takes over stale leases", () =>
     Effect.gen(function*() {
       const dir = yield* Effect.acquireRelease(
@@ -95,7 +100,9 @@ describe("SandboxDriver network leases", () => {
       const leaseDir = NodePath.join(dir, "leases")
       const subnet = parseSubnet("10.99.0.0/28") // 13 usable addresses
       const owners = Array.from({ length: 13 }, (_, i) => ({ dataDir: dir, sandboxId: `s${i}` }))
-      for (const owner of owners) yield* Effect.promise(() => Fs.mkdir(NodePath.join(dir, "sandboxes", owner.sandboxId), { recursive: true }))
+      for (const owner of owners) {
+        yield* Effect.promise(() => Fs.mkdir(NodePath.join(dir, "sandboxes", owner.sandboxId), { recursive: true }))
+      }
       const ips = yield* Effect.promise(() => Promise.all(owners.map((owner) => lease(leaseDir, subnet, owner))))
       assert.strictEqual(new Set(ips).size, 13)
       assert.isFalse(ips.includes(undefined))
@@ -104,7 +111,10 @@ describe("SandboxDriver network leases", () => {
       assert.strictEqual(yield* Effect.promise(() => lease(leaseDir, subnet, owners[3]!, ips[3])), ips[3])
       // s5's folder disappears (its agent was removed): its address becomes free for "late".
       yield* Effect.promise(() => Fs.rm(NodePath.join(dir, "sandboxes", "s5"), { recursive: true }))
-      assert.strictEqual(yield* Effect.promise(() => lease(leaseDir, subnet, { dataDir: dir, sandboxId: "late" })), ips[5])
+      assert.strictEqual(
+        yield* Effect.promise(() => lease(leaseDir, subnet, { dataDir: dir, sandboxId: "late" })),
+        ips[5]
+      )
       // Release only frees a lease its owner holds.
       yield* Effect.promise(() => release(leaseDir, ips[5]!, owners[5]!))
       assert.isTrue(FsSync.existsSync(NodePath.join(leaseDir, ips[5]!)))

@@ -6,7 +6,16 @@ import * as NodePath from "node:path"
 import { fileURLToPath } from "node:url"
 import { DriverExecRequest } from "../src/Driver.ts"
 import { vethNames } from "../src/Driver/Network.ts"
-import { cgroupDirs, interfaceExists, makeTestDriver, processExists, spec, text, uniqueId, withSandbox } from "./fixtures/support.ts"
+import {
+  cgroupDirs,
+  interfaceExists,
+  makeTestDriver,
+  processExists,
+  spec,
+  text,
+  uniqueId,
+  withSandbox
+} from "./fixtures/support.ts"
 
 const agentScript = NodePath.join(NodePath.dirname(fileURLToPath(import.meta.url)), "fixtures", "agent.ts")
 
@@ -54,7 +63,10 @@ describe("SandboxDriver reconcile and neighbours", () => {
       assert.deepStrictEqual(rows.map((row) => [row.sandboxId, row.status, row.pid, row.internalIp]), [
         [id, "running", agent.pid, agent.internalIp]
       ])
-      const result = yield* restarted.driver.exec(id, new DriverExecRequest({ cmd: ["sh", "-c", "cat /root/from-first-agent; echo \" $AGENT\""] }))
+      const result = yield* restarted.driver.exec(
+        id,
+        new DriverExecRequest({ cmd: ["sh", "-c", "cat /root/from-first-agent; echo \" $AGENT\""] })
+      )
       assert.strictEqual(text(result.stdout), "still here first\n")
 
       // A third, completely fresh instance over the same data dir sees the same.
@@ -76,7 +88,10 @@ describe("SandboxDriver reconcile and neighbours", () => {
       process.kill(info.pid!, "SIGKILL")
       while (processExists(info.pid!)) yield* Effect.sleep(10)
       assert.deepStrictEqual((yield* driver.list).map((row) => row.status), ["stopped"])
-      assert.strictEqual((yield* Effect.flip(driver.exec(id, new DriverExecRequest({ cmd: ["true"] }))))._tag, "SandboxNotRunning")
+      assert.strictEqual(
+        (yield* Effect.flip(driver.exec(id, new DriverExecRequest({ cmd: ["true"] }))))._tag,
+        "SandboxNotRunning"
+      )
       const again = yield* driver.start(id)
       assert.strictEqual(again.internalIp, info.internalIp)
       assert.strictEqual(text(yield* driver.readFile(id, "/root/kept")), "kept")

@@ -26,7 +26,10 @@ interface Ran {
 /** Runs svc-start with fds 0-2 only, as a detached child, and waits for it. */
 const runStart = (binary: string, args: ReadonlyArray<string>) =>
   new Promise<Ran>((resolve, reject) => {
-    const child = spawn(binary, args as Array<string>, { stdio: ["ignore", "pipe", "pipe"], env: { PATH: "/usr/sbin:/usr/bin:/sbin:/bin" } })
+    const child = spawn(binary, args as Array<string>, {
+      stdio: ["ignore", "pipe", "pipe"],
+      env: { PATH: "/usr/sbin:/usr/bin:/sbin:/bin" }
+    })
     let stdout = ""
     let stderr = ""
     child.stdout.on("data", (chunk: Buffer) => (stdout += chunk.toString()))
@@ -116,7 +119,12 @@ describe("svc-start", () => {
       if (cgroups.version === "v2") assert.lengthOf(inGroup, 1, ran.stdout)
       for (const file of prepared.procsFiles) {
         const controller = NodePath.relative("/sys/fs/cgroup", file).split("/")[0]!
-        if (cgroups.version === "v1") assert.isTrue(inGroup.some((line) => line.split(":")[1]!.split(",").includes(controller)), `${file}: ${ran.stdout}`)
+        if (cgroups.version === "v1") {
+          assert.isTrue(
+            inGroup.some((line) => line.split(":")[1]!.split(",").includes(controller)),
+            `${file}: ${ran.stdout}`
+          )
+        }
       }
       assert.include(lines, "lower")
       assert.include(lines, `owner=${UID}`)
@@ -141,10 +149,30 @@ describe("svc-start", () => {
     const cases: ReadonlyArray<readonly [string, ReadonlyArray<string>, number, string]> = [
       ["usage", [...options({ "--uid": "0" }), ...program], 120, "svc-start: bad --uid"],
       ["usage", options(), 120, "svc-start: usage"],
-      ["cgroup", [...options({}, [`${missing}/cgroup.procs`]), ...program], 125, `svc-start: joining the cgroup of ${missing}/cgroup.procs: No such file or directory`],
-      ["image", [...options({ "--image": missing }), ...program], 122, `svc-start: open ${missing}: No such file or directory`],
-      ["overlay", [...options({ "--lower": missing }), ...program], 124, `svc-start: mounting the overlay on ${root}: No such file or directory`],
-      ["seccomp", [...options({ "--seccomp": missing }), ...program], 123, `svc-start: open ${missing}: No such file or directory`],
+      [
+        "cgroup",
+        [...options({}, [`${missing}/cgroup.procs`]), ...program],
+        125,
+        `svc-start: joining the cgroup of ${missing}/cgroup.procs: No such file or directory`
+      ],
+      [
+        "image",
+        [...options({ "--image": missing }), ...program],
+        122,
+        `svc-start: open ${missing}: No such file or directory`
+      ],
+      [
+        "overlay",
+        [...options({ "--lower": missing }), ...program],
+        124,
+        `svc-start: mounting the overlay on ${root}: No such file or directory`
+      ],
+      [
+        "seccomp",
+        [...options({ "--seccomp": missing }), ...program],
+        123,
+        `svc-start: open ${missing}: No such file or directory`
+      ],
       ["program", [...options(), "--", missing], 127, `svc-start: ${missing}: No such file or directory`],
       ["program", [...options(), "--", lower], 126, `svc-start: ${lower}: Permission denied`]
     ]

@@ -4,7 +4,7 @@
  * Every child is started through `setpriv --pdeathsig SIGKILL` so that it dies with the process
  * that started it, even when that process is killed -9: no server outlives a test run.
  */
-import { spawn, spawnSync, type ChildProcess } from "node:child_process"
+import { type ChildProcess, spawn, spawnSync } from "node:child_process"
 import * as fs from "node:fs"
 import * as net from "node:net"
 import * as os from "node:os"
@@ -24,10 +24,15 @@ export const freePort = (): Promise<number> =>
 export const waitForPort = async (port: number, timeoutMs = 20_000, child?: ChildProcess): Promise<void> => {
   const deadline = Date.now() + timeoutMs
   for (;;) {
-    if (child && child.exitCode !== null) throw new Error(`process exited with ${child.exitCode} before listening on ${port}`)
+    if (child && child.exitCode !== null) {
+      throw new Error(`process exited with ${child.exitCode} before listening on ${port}`)
+    }
     const ok = await new Promise<boolean>((resolve) => {
       const socket = net.connect(port, "127.0.0.1")
-      socket.once("connect", () => { socket.destroy(); resolve(true) })
+      socket.once("connect", () => {
+        socket.destroy()
+        resolve(true)
+      })
       socket.once("error", () => resolve(false))
     })
     if (ok) return
@@ -68,7 +73,11 @@ const isRoot = () => process.getuid?.() === 0
 /** Postgres refuses to run as root: run it as the `postgres` user the Debian package creates. */
 const postgresUser = (): string | undefined => (isRoot() ? "postgres" : undefined)
 
-const spawnGuarded = (cmd: string, args: ReadonlyArray<string>, options: { user?: string | undefined; logFile: string }) => {
+const spawnGuarded = (
+  cmd: string,
+  args: ReadonlyArray<string>,
+  options: { user?: string | undefined; logFile: string }
+) => {
   const privArgs = ["--pdeathsig", "SIGKILL"]
   if (options.user) privArgs.push("--reuid", options.user, "--regid", options.user, "--init-groups")
   const log = fs.openSync(options.logFile, "a")
@@ -83,7 +92,10 @@ const stopChild = (child: ChildProcess, signal: NodeJS.Signals, timeoutMs = 10_0
   new Promise((resolve) => {
     if (child.exitCode !== null || child.signalCode !== null) return resolve()
     const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs)
-    child.once("exit", () => { clearTimeout(timer); resolve() })
+    child.once("exit", () => {
+      clearTimeout(timer)
+      resolve()
+    })
     child.kill(signal)
   })
 
@@ -95,7 +107,9 @@ export interface NatsServer {
 }
 
 /** A single-node nats-server with JetStream and its store in a temp folder (or `dir`). */
-export const startNats = async (options: { dir?: string | undefined; port?: number | undefined; config?: string | undefined } = {}): Promise<NatsServer> => {
+export const startNats = async (
+  options: { dir?: string | undefined; port?: number | undefined; config?: string | undefined } = {}
+): Promise<NatsServer> => {
   const dir = options.dir ?? fs.mkdtempSync(path.join(os.tmpdir(), "svc-nats-"))
   fs.mkdirSync(dir, { recursive: true })
   const port = options.port ?? (await freePort())
@@ -129,7 +143,9 @@ export interface PostgresServer {
  * A Postgres cluster of our own: `initdb` into a folder (trust auth on loopback only), then the
  * `postgres` binary on a free port with its socket in the same folder.
  */
-export const startPostgres = async (options: { dir?: string | undefined; port?: number | undefined } = {}): Promise<PostgresServer> => {
+export const startPostgres = async (
+  options: { dir?: string | undefined; port?: number | undefined } = {}
+): Promise<PostgresServer> => {
   const temp = options.dir === undefined
   const dir = options.dir ?? fs.mkdtempSync(path.join(os.tmpdir(), "svc-pg-"))
   const data = path.join(dir, "data")
@@ -142,7 +158,16 @@ export const startPostgres = async (options: { dir?: string | undefined; port?: 
   if (!fs.existsSync(path.join(data, "PG_VERSION"))) {
     const initArgs = ["-D", data, "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8", "--locale=C"]
     const res = user
-      ? spawnSync("setpriv", ["--reuid", user, "--regid", user, "--init-groups", "--", postgresBin("initdb"), ...initArgs], { encoding: "utf8" })
+      ? spawnSync("setpriv", [
+        "--reuid",
+        user,
+        "--regid",
+        user,
+        "--init-groups",
+        "--",
+        postgresBin("initdb"),
+        ...initArgs
+      ], { encoding: "utf8" })
       : spawnSync(postgresBin("initdb"), initArgs, { encoding: "utf8" })
     if (res.status !== 0) throw new Error(`initdb failed: ${res.stderr || res.stdout}`)
   }
@@ -151,14 +176,41 @@ export const startPostgres = async (options: { dir?: string | undefined; port?: 
   const start = async () => {
     child = spawnGuarded(
       postgresBin("postgres"),
-      ["-D", data, "-p", String(port), "-k", dir, "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off",
-        "-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "max_connections=300"],
+      [
+        "-D",
+        data,
+        "-p",
+        String(port),
+        "-k",
+        dir,
+        "-c",
+        "listen_addresses=127.0.0.1",
+        "-c",
+        "fsync=off",
+        "-c",
+        "synchronous_commit=off",
+        "-c",
+        "full_page_writes=off",
+        "-c",
+        "max_connections=300"
+      ],
       { user, logFile: path.join(dir, "postgres.log") }
     )
     await waitForPort(port, 30_000, child)
     // Accepting TCP is not accepting queries: wait until the start-up finishes.
     for (let i = 0; i < 200; i++) {
-      const res = spawnSync("psql", ["-h", "127.0.0.1", "-p", String(port), "-U", "postgres", "-d", "postgres", "-Atc", "select 1"], { encoding: "utf8" })
+      const res = spawnSync("psql", [
+        "-h",
+        "127.0.0.1",
+        "-p",
+        String(port),
+        "-U",
+        "postgres",
+        "-d",
+        "postgres",
+        "-Atc",
+        "select 1"
+      ], { encoding: "utf8" })
       if (res.status === 0) return
       await new Promise((r) => setTimeout(r, 50))
     }
@@ -204,7 +256,9 @@ export const startNatsCluster = async (size = 3): Promise<NatsCluster> => {
     const nodeDir = path.join(dir, `n${i + 1}`)
     fs.mkdirSync(nodeDir, { recursive: true })
     const config = path.join(nodeDir, "nats.conf")
-    fs.writeFileSync(config, `server_name: n${i + 1}
+    fs.writeFileSync(
+      config,
+      `server_name: n${i + 1}
 listen: 127.0.0.1:${port}
 jetstream { store_dir: "${path.join(nodeDir, "jetstream")}" }
 cluster {
@@ -214,10 +268,14 @@ cluster {
     ${routes}
   ]
 }
-`)
+`
+    )
     const child = spawnGuarded(natsBin(), ["-c", config], { logFile: path.join(nodeDir, "nats.log") })
     await waitForPort(port, 20_000, child)
-    return { child, server: { url: `nats://127.0.0.1:${port}`, port, dir: nodeDir, stop: () => stopChild(child, "SIGTERM") } }
+    return {
+      child,
+      server: { url: `nats://127.0.0.1:${port}`, port, dir: nodeDir, stop: () => stopChild(child, "SIGTERM") }
+    }
   }))
   return {
     urls: nodes.map((n) => n.server.url),

@@ -8,7 +8,10 @@ import { startNats, startPostgres } from "../src/Servers.ts"
 const listening = (port: number) =>
   new Promise<boolean>((resolve) => {
     const socket = net.connect(port, "127.0.0.1")
-    socket.once("connect", () => { socket.destroy(); resolve(true) })
+    socket.once("connect", () => {
+      socket.destroy()
+      resolve(true)
+    })
     socket.once("error", () => resolve(false))
   })
 
@@ -40,7 +43,9 @@ describe("local servers", () => {
       console.log(JSON.stringify({ nats: n.port, pg: p.port }))
       setInterval(() => {}, 1000)
     `
-    const child = spawn(process.execPath, ["--input-type=module", "-e", script], { stdio: ["ignore", "pipe", "inherit"] })
+    const child = spawn(process.execPath, ["--input-type=module", "-e", script], {
+      stdio: ["ignore", "pipe", "inherit"]
+    })
     const ports = await new Promise<{ nats: number; pg: number }>((resolve, reject) => {
       let out = ""
       child.stdout.on("data", (d) => {

@@ -10,8 +10,8 @@
  */
 import { BusError } from "@svc/bus/Nats"
 import { ensureBucket, ensureStream } from "@svc/bus/Topology"
-import { Clock, Context, Deferred, Duration, Effect, Layer, Option, Schedule, Schema } from "effect"
 import { AGENT_STREAM_SPEC, HOST_DOWN_AFTER_MS, HostRecord, HOSTS_BUCKET_SPEC } from "@svc/host-protocol/Protocol"
+import { Clock, Context, Deferred, Duration, Effect, Layer, Option, Schedule, Schema } from "effect"
 
 export { HostRecord } from "@svc/host-protocol/Protocol"
 

@@ -39,7 +39,13 @@
 import * as Actor from "@svc/actors/Actor"
 import type { SandboxCreatedData, SandboxDeletedData, SandboxStateUpdatedData } from "@svc/domain/Events"
 import type { SandboxState } from "@svc/domain/Sandbox"
-import { type AgentCommand, type AgentReport, agentSubject, SANDBOX_ACTOR_PARTITIONS, SANDBOX_ACTOR_TYPE } from "@svc/host-protocol/Protocol"
+import {
+  type AgentCommand,
+  type AgentReport,
+  agentSubject,
+  SANDBOX_ACTOR_PARTITIONS,
+  SANDBOX_ACTOR_TYPE
+} from "@svc/host-protocol/Protocol"
 import { type Delete, SandboxActorState, SandboxMessage } from "./Sandboxes/Model.ts"
 import { store } from "./Sandboxes/Store.ts"
 
@@ -59,7 +65,11 @@ const stateUpdated = (s: State): Actor.ActorEffect =>
   Actor.emit({
     event: "sandbox.state_updated",
     orgId: s.orgId,
-    data: { sandbox_id: s.id, state: s.state, internal_ip: s.internalIp } satisfies typeof SandboxStateUpdatedData.Encoded
+    data: {
+      sandbox_id: s.id,
+      state: s.state,
+      internal_ip: s.internalIp
+    } satisfies typeof SandboxStateUpdatedData.Encoded
   })
 
 const created = (s: State, via: "cold-boot" | "restore"): Actor.ActorEffect =>
@@ -174,7 +184,13 @@ const onReport = (s: State, r: AgentReport, ctx: Ctx): Actor.Transition<State> =
     }
     case "stopped": {
       if (s.state !== "running" && s.state !== "stopping" && s.state !== "error") return unchanged(s)
-      const stopped = moveTo(s, "stopped", ctx, { ...seen, ...ip, agentReady: false, stoppedAt: ctx.now, errorMessage: null })
+      const stopped = moveTo(s, "stopped", ctx, {
+        ...seen,
+        ...ip,
+        agentReady: false,
+        stoppedAt: ctx.now,
+        errorMessage: null
+      })
       if (s.type === "ephemeral") {
         // Removed once it stops: destroy it right away.
         const next = stopped.state!
@@ -263,7 +279,9 @@ export const transition = (s: State | undefined, m: Message, ctx: Ctx): Actor.Tr
       if (s.hostId !== m.hostId) return unchanged(s)
       if (s.state === "deleting") return deleteNow(s, ctx, [])
       if (s.state === "deleted" || s.state === "error") return unchanged(s)
-      const since = m.lastSeenAt === null ? "its record is gone" : `last heartbeat ${new Date(m.lastSeenAt).toISOString()}`
+      const since = m.lastSeenAt === null
+        ? "its record is gone"
+        : `last heartbeat ${new Date(m.lastSeenAt).toISOString()}`
       return moveTo(s, "error", ctx, { agentReady: false, errorMessage: `host ${m.hostId} is down (${since})` })
     }
     case "Timeout": {

@@ -23,10 +23,10 @@
  *   never other hosts' ids or free capacity (those go to the log).
  */
 import * as Actors from "@svc/actors/Actors"
+import { sealEnv } from "@svc/crypto/SealedEnv"
 import { SecretBox } from "@svc/crypto/SecretBox"
 import { Idempotency, type Outcome } from "@svc/db/Idempotency"
 import * as Rows from "@svc/db/Rows"
-import { wakeIfPresent } from "@svc/events/Relay"
 import * as Errors from "@svc/domain/Errors"
 import { BASE_TEMPLATE_ID, makeId, type OrgId } from "@svc/domain/Ids"
 import { pageInfo } from "@svc/domain/Pagination"
@@ -40,19 +40,19 @@ import {
   UNPAGINATED_CAP,
   UNPAGINATED_MAX_BYTES
 } from "@svc/domain/Sandbox"
+import { wakeIfPresent } from "@svc/events/Relay"
 import { Clock, Context, Effect, Layer, Option, Schema, type Stream } from "effect"
 import { SqlClient } from "effect/sql"
+import { QuotasConfig } from "./Config.ts"
 import { Hosts } from "./Hosts.ts"
 import { commandRefusal, SandboxActor } from "./SandboxActor.ts"
 import { applyNow } from "./Sandboxes/Apply.ts"
-import * as Quota from "./Sandboxes/Quota.ts"
-import { QuotasConfig } from "./Config.ts"
 import * as DataPlane from "./Sandboxes/DataPlane.ts"
 import { SandboxActorState } from "./Sandboxes/Model.ts"
+import * as Quota from "./Sandboxes/Quota.ts"
 import { toRecord } from "./Sandboxes/Record.ts"
 import { COLUMNS, SandboxRow, store, toStored } from "./Sandboxes/Store.ts"
 import * as Scheduler from "./Scheduler.ts"
-import { sealEnv } from "@svc/crypto/SealedEnv"
 
 export { toRecord } from "./Sandboxes/Record.ts"
 
@@ -65,7 +65,11 @@ const invalid = (path: string, message: string) =>
 const notFound = () => new Errors.NotFound({ error: "Sandbox not found" })
 
 const corrupt = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
-  Effect.catchTag(effect as Effect.Effect<A, E | { readonly _tag: "CorruptState" }, R>, "CorruptState", (e) => Effect.die(e)) as Effect.Effect<
+  Effect.catchTag(
+    effect as Effect.Effect<A, E | { readonly _tag: "CorruptState" }, R>,
+    "CorruptState",
+    (e) => Effect.die(e)
+  ) as Effect.Effect<
     A,
     Exclude<E, { readonly _tag: "CorruptState" }>,
     R
@@ -102,16 +106,31 @@ export class Sandboxes extends Context.Service<Sandboxes, {
   >
   /** The org's sandbox (its state, for policy checks), or `not_found`. */
   readonly get: (orgId: OrgId, id: string) => Effect.Effect<SandboxActorState, Errors.NotFound | Rows.QueryError>
-  readonly list: (orgId: OrgId, query: ListSandboxesQuery, confinedTo: string | null) => Effect.Effect<SandboxPage, Rows.QueryError>
+  readonly list: (
+    orgId: OrgId,
+    query: ListSandboxesQuery,
+    confinedTo: string | null
+  ) => Effect.Effect<SandboxPage, Rows.QueryError>
   readonly start: (
     orgId: OrgId,
     id: string
   ) => Effect.Effect<Sandbox, Errors.NotFound | Errors.Conflict | Errors.QuotaExceeded | Rows.QueryError>
-  readonly stop: (orgId: OrgId, id: string) => Effect.Effect<Sandbox, Errors.NotFound | Errors.Conflict | Rows.QueryError>
+  readonly stop: (
+    orgId: OrgId,
+    id: string
+  ) => Effect.Effect<Sandbox, Errors.NotFound | Errors.Conflict | Rows.QueryError>
   /** Deletes it and every descendant. Idempotent. */
   readonly remove: (orgId: OrgId, id: string) => Effect.Effect<Sandbox, Errors.NotFound | Rows.QueryError>
-  readonly exec: (orgId: OrgId, id: string, request: ExecRequest) => Effect.Effect<ExecResult, DataPlane.ExecError | Rows.QueryError>
-  readonly readFile: (orgId: OrgId, id: string, path: string) => Effect.Effect<DataPlane.FileContent, DataPlane.DataPlaneError | Rows.QueryError>
+  readonly exec: (
+    orgId: OrgId,
+    id: string,
+    request: ExecRequest
+  ) => Effect.Effect<ExecResult, DataPlane.ExecError | Rows.QueryError>
+  readonly readFile: (
+    orgId: OrgId,
+    id: string,
+    path: string
+  ) => Effect.Effect<DataPlane.FileContent, DataPlane.DataPlaneError | Rows.QueryError>
   readonly writeFile: <E>(
     orgId: OrgId,
     id: string,
@@ -130,7 +149,8 @@ export class Sandboxes extends Context.Service<Sandboxes, {
     const findSandbox = Rows.findOneOption("Sandboxes.get", {
       Request: Schema.Struct({ orgId: Schema.String, id: Schema.String }),
       Result: SandboxRow,
-      execute: ({ id, orgId }) => sql`SELECT ${sql.literal(COLUMNS)} FROM sandboxes WHERE id = ${id} AND org_id = ${orgId}`
+      execute: ({ id, orgId }) =>
+        sql`SELECT ${sql.literal(COLUMNS)} FROM sandboxes WHERE id = ${id} AND org_id = ${orgId}`
     })
 
     const load = (orgId: string, id: string) =>
@@ -140,126 +160,134 @@ export class Sandboxes extends Context.Service<Sandboxes, {
         return toStored(row.value).state
       })
 
-    const create = Effect.fn("Sandboxes.create")(function*(orgId: OrgId, request: CreateSandboxRequest, idempotencyKey?: string) {
-      if (request.template !== BASE_TEMPLATE_NAME && request.template !== BASE_TEMPLATE_ID) {
-        return yield* invalid("template", `no template ${JSON.stringify(request.template)} (known: ${BASE_TEMPLATE_NAME})`)
-      }
-      if (request.volumes.length > 0) return yield* invalid("volumes.0.volume_id", "no such volume in this org")
-      if (request.secrets.length > 0) return yield* invalid("secrets.0", "no such secret in this org")
-      let live = yield* hosts.live
-      if (!live.some((h) => request.region === null || h.region === request.region)) {
-        // A host that registered a moment ago may not have reached the mirror yet.
-        yield* hosts.refresh
-        live = yield* hosts.live
-      }
-      const now = yield* Clock.currentTimeMillis
-      const id = makeId("sandbox", now)
-      // Runs once per Idempotency-Key, in the transaction that holds the key.
-      const insert = Effect.gen(function*(): Effect.fn.Return<
-        SandboxActorState,
-        Errors.InvalidRequest | Errors.Conflict | Errors.QuotaExceeded | Rows.QueryError,
-        SqlClient.SqlClient
-      > {
-        // Holds the org's row to the commit: concurrent creates count one after the other.
-        yield* Quota.check(orgId, quotas, "create")
-        if (request.parent_id !== null) {
-          const parents = yield* parentRows(sql`
+    const create = Effect.fn("Sandboxes.create")(
+      function*(orgId: OrgId, request: CreateSandboxRequest, idempotencyKey?: string) {
+        if (request.template !== BASE_TEMPLATE_NAME && request.template !== BASE_TEMPLATE_ID) {
+          return yield* invalid(
+            "template",
+            `no template ${JSON.stringify(request.template)} (known: ${BASE_TEMPLATE_NAME})`
+          )
+        }
+        if (request.volumes.length > 0) return yield* invalid("volumes.0.volume_id", "no such volume in this org")
+        if (request.secrets.length > 0) return yield* invalid("secrets.0", "no such secret in this org")
+        let live = yield* hosts.live
+        if (!live.some((h) => request.region === null || h.region === request.region)) {
+          // A host that registered a moment ago may not have reached the mirror yet.
+          yield* hosts.refresh
+          live = yield* hosts.live
+        }
+        const now = yield* Clock.currentTimeMillis
+        const id = makeId("sandbox", now)
+        // Runs once per Idempotency-Key, in the transaction that holds the key.
+        const insert = Effect.gen(function*(): Effect.fn.Return<
+          SandboxActorState,
+          Errors.InvalidRequest | Errors.Conflict | Errors.QuotaExceeded | Rows.QueryError,
+          SqlClient.SqlClient
+        > {
+          // Holds the org's row to the commit: concurrent creates count one after the other.
+          yield* Quota.check(orgId, quotas, "create")
+          if (request.parent_id !== null) {
+            const parents = yield* parentRows(sql`
             SELECT state FROM sandboxes WHERE id = ${request.parent_id} AND org_id = ${orgId} FOR SHARE`)
-          if (parents.length === 0) return yield* invalid("parent_id", "no such sandbox in this org")
-          const parentState = parents[0]!.state
-          if (parentState === "deleting" || parentState === "deleted") {
-            return yield* new Errors.Conflict({ error: `The parent sandbox is ${parentState}` })
+            if (parents.length === 0) return yield* invalid("parent_id", "no such sandbox in this org")
+            const parentState = parents[0]!.state
+            if (parentState === "deleting" || parentState === "deleted") {
+              return yield* new Errors.Conflict({ error: `The parent sandbox is ${parentState}` })
+            }
           }
-        }
-        const placement = yield* Scheduler.place(live, {
-          region: request.region,
-          cpu: request.cpu,
-          ramMb: request.ram_mb,
-          diskGb: request.disk_gb
-        }, now)
-        const host = placement._tag === "Placed" ? placement.host : null
-        if (placement._tag === "Unplaceable") {
-          // The tenant sees `reason`; which hosts were full and by how much is for operators.
-          yield* Effect.logWarning("sandbox unplaceable", { sandboxId: id, orgId, detail: placement.detail })
-        }
-        const state: SandboxActorState = {
-          id,
+          const placement = yield* Scheduler.place(live, {
+            region: request.region,
+            cpu: request.cpu,
+            ramMb: request.ram_mb,
+            diskGb: request.disk_gb
+          }, now)
+          const host = placement._tag === "Placed" ? placement.host : null
+          if (placement._tag === "Unplaceable") {
+            // The tenant sees `reason`; which hosts were full and by how much is for operators.
+            yield* Effect.logWarning("sandbox unplaceable", { sandboxId: id, orgId, detail: placement.detail })
+          }
+          const state: SandboxActorState = {
+            id,
+            orgId,
+            name: request.name ?? id,
+            templateId: BASE_TEMPLATE_ID,
+            templateName: BASE_TEMPLATE_NAME,
+            hostId: host?.hostId ?? null,
+            parentId: request.parent_id,
+            state: "pending",
+            type: request.type,
+            region: host?.region ?? request.region ?? ANY_REGION,
+            datacenter: host?.datacenter ?? null,
+            agentReady: false,
+            runtimeReady: false,
+            runtimeReason: null,
+            cpu: request.cpu,
+            ramMb: request.ram_mb,
+            diskGb: request.disk_gb,
+            vsockCid: null,
+            internalIp: null,
+            exposedPorts: request.exposed_ports,
+            volumeAttachments: [],
+            metadata: request.metadata as SandboxActorState["metadata"],
+            errorMessage: null,
+            timeoutS: request.timeout_s,
+            createdAt: now,
+            startedAt: null,
+            stoppedAt: null,
+            deletedAt: null,
+            stateSince: now,
+            lastReportAt: null,
+            createdEmitted: false
+          }
+          const inserted = yield* corrupt(store.save(id, state, undefined))
+          if (!inserted) return yield* Effect.die(new Error(`sandbox id ${id} taken`))
+          yield* Actors.sendViaOutbox(SandboxActor, id, {
+            _tag: "Create",
+            // Sealed before it reaches the outbox: the env may hold credentials.
+            sealedEnv: yield* sealEnv(box, "transit", id, request.env),
+            unplaceable: placement._tag === "Unplaceable" ? placement.reason : null
+          }).pipe(Effect.catchTag("InvalidActorMessage", Effect.die))
+          return state
+        })
+        const outcome = yield* idempotency.run({
           orgId,
-          name: request.name ?? id,
-          templateId: BASE_TEMPLATE_ID,
-          templateName: BASE_TEMPLATE_NAME,
-          hostId: host?.hostId ?? null,
-          parentId: request.parent_id,
-          state: "pending",
-          type: request.type,
-          region: host?.region ?? request.region ?? ANY_REGION,
-          datacenter: host?.datacenter ?? null,
-          agentReady: false,
-          runtimeReady: false,
-          runtimeReason: null,
-          cpu: request.cpu,
-          ramMb: request.ram_mb,
-          diskGb: request.disk_gb,
-          vsockCid: null,
-          internalIp: null,
-          exposedPorts: request.exposed_ports,
-          volumeAttachments: [],
-          metadata: request.metadata as SandboxActorState["metadata"],
-          errorMessage: null,
-          timeoutS: request.timeout_s,
-          createdAt: now,
-          startedAt: null,
-          stoppedAt: null,
-          deletedAt: null,
-          stateSince: now,
-          lastReportAt: null,
-          createdEmitted: false
-        }
-        const inserted = yield* corrupt(store.save(id, state, undefined))
-        if (!inserted) return yield* Effect.die(new Error(`sandbox id ${id} taken`))
-        yield* Actors.sendViaOutbox(SandboxActor, id, {
-          _tag: "Create",
-          // Sealed before it reaches the outbox: the env may hold credentials.
-          sealedEnv: yield* sealEnv(box, "transit", id, request.env),
-          unplaceable: placement._tag === "Unplaceable" ? placement.reason : null
-        }).pipe(Effect.catchTag("InvalidActorMessage", Effect.die))
-        return state
-      })
-      const outcome = yield* idempotency.run({
-        orgId,
-        operation: "sandboxes.create",
-        key: idempotencyKey,
-        request,
-        create: insert,
-        response: (state: SandboxActorState) => encodeRecord(toRecord(state))
-      })
-      if (outcome._tag === "Replayed") return outcome
-      yield* wakeIfPresent
-      return { _tag: "Created", value: toRecord(outcome.value) } satisfies Outcome<Sandbox>
-    })
+          operation: "sandboxes.create",
+          key: idempotencyKey,
+          request,
+          create: insert,
+          response: (state: SandboxActorState) => encodeRecord(toRecord(state))
+        })
+        if (outcome._tag === "Replayed") return outcome
+        yield* wakeIfPresent
+        return { _tag: "Created", value: toRecord(outcome.value) } satisfies Outcome<Sandbox>
+      }
+    )
 
-    const list = Effect.fn("Sandboxes.list")(function*(orgId: OrgId, query: ListSandboxesQuery, confinedTo: string | null) {
-      const conditions = [sql`org_id = ${orgId}`]
-      if (query.state !== undefined) conditions.push(sql`state = ANY(${[...query.state]}::text[])`)
-      if (confinedTo !== null) conditions.push(sql`(id = ${confinedTo} OR parent_id = ${confinedTo})`)
-      const where = sql.and(conditions)
-      const [count] = yield* counted(sql`SELECT count(*)::int AS n FROM sandboxes WHERE ${where}`)
-      const total = count?.n ?? 0
-      if (query.paginated) {
-        const rows = yield* listed(sql`
+    const list = Effect.fn("Sandboxes.list")(
+      function*(orgId: OrgId, query: ListSandboxesQuery, confinedTo: string | null) {
+        const conditions = [sql`org_id = ${orgId}`]
+        if (query.state !== undefined) conditions.push(sql`state = ANY(${[...query.state]}::text[])`)
+        if (confinedTo !== null) conditions.push(sql`(id = ${confinedTo} OR parent_id = ${confinedTo})`)
+        const where = sql.and(conditions)
+        const [count] = yield* counted(sql`SELECT count(*)::int AS n FROM sandboxes WHERE ${where}`)
+        const total = count?.n ?? 0
+        if (query.paginated) {
+          const rows = yield* listed(sql`
           SELECT ${sql.literal(COLUMNS)} FROM sandboxes WHERE ${where}
           ORDER BY created_at DESC, id DESC LIMIT ${query.limit} OFFSET ${query.offset}`)
-        const records = rows.map((row) => toRecord(toStored(row).state))
-        return { rows: records, ...pageInfo(query, records.length, total) }
-      }
-      // Every row, up to 10,000 and about 8 MiB of JSON: Postgres cuts the page where an upper
-      // estimate of its size crosses the bound (so no more than that is ever read), then the
-      // exact size of the encoded records is checked here. At least one row, so paging advances.
-      const rows = yield* listed(sql`
+          const records = rows.map((row) => toRecord(toStored(row).state))
+          return { rows: records, ...pageInfo(query, records.length, total) }
+        }
+        // Every row, up to 10,000 and about 8 MiB of JSON: Postgres cuts the page where an upper
+        // estimate of its size crosses the bound (so no more than that is ever read), then the
+        // exact size of the encoded records is checked here. At least one row, so paging advances.
+        const rows = yield* listed(sql`
         SELECT ${sql.literal(COLUMNS)} FROM (
           SELECT page.*,
                  row_number() OVER (ORDER BY created_at DESC, id DESC) AS n,
-                 sum(${sql.literal(ROW_BYTES_ESTIMATE)}) OVER (ORDER BY created_at DESC, id DESC ROWS UNBOUNDED PRECEDING) AS upto
+                 sum(${
+          sql.literal(ROW_BYTES_ESTIMATE)
+        }) OVER (ORDER BY created_at DESC, id DESC ROWS UNBOUNDED PRECEDING) AS upto
           FROM (
             SELECT ${sql.literal(COLUMNS)} FROM sandboxes WHERE ${where}
             ORDER BY created_at DESC, id DESC LIMIT ${UNPAGINATED_CAP} OFFSET ${query.offset}
@@ -267,22 +295,25 @@ export class Sandboxes extends Context.Service<Sandboxes, {
         ) sized
         WHERE n = 1 OR upto <= ${UNPAGINATED_MAX_BYTES}
         ORDER BY created_at DESC, id DESC`)
-      const records: Array<Sandbox> = []
-      let bytes = 2
-      for (const row of rows) {
-        const record = toRecord(toStored(row).state)
-        bytes += Buffer.byteLength(JSON.stringify(encodeRecord(record))) + 1
-        if (records.length > 0 && bytes > UNPAGINATED_MAX_BYTES) break
-        records.push(record)
+        const records: Array<Sandbox> = []
+        let bytes = 2
+        for (const row of rows) {
+          const record = toRecord(toStored(row).state)
+          bytes += Buffer.byteLength(JSON.stringify(encodeRecord(record))) + 1
+          if (records.length > 0 && bytes > UNPAGINATED_MAX_BYTES) break
+          records.push(record)
+        }
+        return { rows: records, ...pageInfo({ offset: query.offset, limit: records.length }, records.length, total) }
       }
-      return { rows: records, ...pageInfo({ offset: query.offset, limit: records.length }, records.length, total) }
-    })
+    )
 
     const command = (tag: "Start" | "Stop") =>
       Effect.fn(`Sandboxes.${tag.toLowerCase()}`)(function*(orgId: OrgId, id: string) {
         const next = yield* applyNow(orgId, id, (s) => {
           const why = commandRefusal(s, tag)
-          return why === null ? Effect.succeed({ _tag: tag }) : Effect.fail(new Errors.Conflict({ error: `This sandbox is ${s.state}: ${why}` }))
+          return why === null
+            ? Effect.succeed({ _tag: tag })
+            : Effect.fail(new Errors.Conflict({ error: `This sandbox is ${s.state}: ${why}` }))
         })
         yield* wakeIfPresent
         return toRecord(next)
@@ -310,7 +341,9 @@ export class Sandboxes extends Context.Service<Sandboxes, {
     const remove = Effect.fn("Sandboxes.remove")(function*(orgId: OrgId, id: string) {
       const next = yield* applyNow(orgId, id, (s) =>
         Effect.gen(function*() {
-          if (s.state === "deleting" || s.state === "deleted") return { _tag: "Delete" as const, hostLive: true, children: [] }
+          if (s.state === "deleting" || s.state === "deleted") {
+            return { _tag: "Delete" as const, hostLive: true, children: [] }
+          }
           // Under the row lock: a child inserted concurrently (it holds the parent FOR SHARE)
           // committed before this read, so it is in the list.
           const rows = yield* descendants(sql`
@@ -321,7 +354,8 @@ export class Sandboxes extends Context.Service<Sandboxes, {
             SELECT s.id, s.host_id FROM tree JOIN sandboxes s ON s.id = tree.id
             WHERE s.state NOT IN ('deleting', 'deleted')`)
           const liveness = (hostId: string | null) => (hostId === null ? Effect.succeed(false) : hosts.isLive(hostId))
-          const children = yield* Effect.forEach(rows, (r) => Effect.map(liveness(r.host_id), (hostLive) => ({ id: r.id, hostLive })))
+          const children = yield* Effect.forEach(rows, (r) =>
+            Effect.map(liveness(r.host_id), (hostLive) => ({ id: r.id, hostLive })))
           return { _tag: "Delete" as const, hostLive: yield* liveness(s.hostId), children }
         }))
       yield* wakeIfPresent
@@ -351,7 +385,11 @@ export class Sandboxes extends Context.Service<Sandboxes, {
         ...(request.stdin !== undefined ? { stdin: request.stdin } : {}),
         timeout_ms: request.timeout_ms
       })
-      return { ...result, duration_ms: Math.max(0, Math.round(result.duration_ms)), truncated: result.truncated ?? false }
+      return {
+        ...result,
+        duration_ms: Math.max(0, Math.round(result.duration_ms)),
+        truncated: result.truncated ?? false
+      }
     })
 
     const readFile = Effect.fn("Sandboxes.readFile")(function*(orgId: OrgId, id: string, path: string) {
@@ -359,14 +397,21 @@ export class Sandboxes extends Context.Service<Sandboxes, {
       return yield* DataPlane.readFile(host, id, path)
     })
 
-    const writeFile = <E>(orgId: OrgId, id: string, path: string, body: Stream.Stream<Uint8Array, E>, maxBytes: number) =>
+    const writeFile = <E>(
+      orgId: OrgId,
+      id: string,
+      path: string,
+      body: Stream.Stream<Uint8Array, E>,
+      maxBytes: number
+    ) =>
       Effect.gen(function*() {
         const host = yield* running(orgId, id)
         return yield* DataPlane.writeFile(host, id, path, body, maxBytes)
       }).pipe(Effect.withSpan("Sandboxes.writeFile"))
 
     // The service's own connection pool, so callers need not provide one.
-    const withSql = <A, E>(effect: Effect.Effect<A, E, SqlClient.SqlClient>) => Effect.provideService(effect, SqlClient.SqlClient, sql)
+    const withSql = <A, E>(effect: Effect.Effect<A, E, SqlClient.SqlClient>) =>
+      Effect.provideService(effect, SqlClient.SqlClient, sql)
     const start = startWithinQuota
     const stop = command("Stop")
     return Sandboxes.of({
@@ -385,4 +430,3 @@ export class Sandboxes extends Context.Service<Sandboxes, {
   /** Needs `SqlClient`, `Hosts` and `SecretBox` (the Idempotency-Key entries and the env are sealed). */
   static readonly layer = Layer.effect(Sandboxes, Sandboxes.make).pipe(Layer.provide(Idempotency.layer))
 }
-

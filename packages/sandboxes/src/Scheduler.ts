@@ -15,8 +15,8 @@
  * The lock serializes placements (a few ms each), far above the creates per second needed here;
  * a per-region or per-host lock would be the next step.
  */
-import type { HostRecord } from "@svc/host-protocol/Protocol"
 import * as Rows from "@svc/db/Rows"
+import type { HostRecord } from "@svc/host-protocol/Protocol"
 import { Effect, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import { isLive } from "./Hosts.ts"
@@ -123,6 +123,8 @@ export const place = Effect.fn("Scheduler.place")(function*(
            sum(disk_gb) AS disk_gb
     FROM sandboxes WHERE host_id = ANY(${ids}::text[]) AND state <> 'deleted'
     GROUP BY host_id`)
-  const usage = new Map<string, Usage>(rows.map((r) => [r.host_id, { cpu: Number(r.cpu), ramMb: Number(r.ram_mb), diskGb: Number(r.disk_gb) }]))
+  const usage = new Map<string, Usage>(
+    rows.map((r) => [r.host_id, { cpu: Number(r.cpu), ramMb: Number(r.ram_mb), diskGb: Number(r.disk_gb) }])
+  )
   return choose(hosts, usage, request, now)
 })

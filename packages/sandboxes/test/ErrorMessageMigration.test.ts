@@ -25,7 +25,10 @@ const BEFORE_AFTER: ReadonlyArray<readonly [string, string]> = [
   ],
   // Today's messages are left alone.
   ["no live host in region mars (live regions: local)", "no live host in region mars (live regions: local)"],
-  ["host host_01abc could not stop the sandbox: stop failed on the host", "host host_01abc could not stop the sandbox: stop failed on the host"],
+  [
+    "host host_01abc could not stop the sandbox: stop failed on the host",
+    "host host_01abc could not stop the sandbox: stop failed on the host"
+  ],
   ["the sandbox did not start within 120 s", "the sandbox did not start within 120 s"]
 ]
 
@@ -42,7 +45,9 @@ layer(TestDatabase.layer)("migration 0401", (it) => {
             'persistent', 'local', 1, 256, 1, '[]'::jsonb, '[]'::jsonb, '{}'::jsonb, ${before}, now(), now(), false, 1)`
       }
       const read = Effect.map(
-        sql<{ error_message: string }>`SELECT error_message FROM sandboxes WHERE org_id = 'org_00000000000000000000000009' ORDER BY id`,
+        sql<
+          { error_message: string }
+        >`SELECT error_message FROM sandboxes WHERE org_id = 'org_00000000000000000000000009' ORDER BY id`,
         (rows) => rows.map((r) => r.error_message)
       )
       yield* scrub

@@ -4,9 +4,15 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import type * as Actor from "@svc/actors/Actor"
-import { Schema } from "effect"
 import { AgentCommand } from "@svc/host-protocol/Protocol"
-import { commandRefusal, SandboxActor, type SandboxActorState, type SandboxMessage, transition } from "../src/SandboxActor.ts"
+import { Schema } from "effect"
+import {
+  commandRefusal,
+  SandboxActor,
+  type SandboxActorState,
+  type SandboxMessage,
+  transition
+} from "../src/SandboxActor.ts"
 
 const H = "host_a"
 const NOW = Date.UTC(2026, 10, 22, 1, 2, 3, 456)
@@ -67,13 +73,18 @@ const describeEffects = (effects: ReadonlyArray<Actor.ActorEffect>) =>
 
 type Row = Partial<Record<Name, readonly [Name, ReadonlyArray<string>]>>
 const su = (s: Name) => `event:sandbox.state_updated:${s}`
-const report = (status: "running" | "stopped" | "destroyed" | "failed" | "exited", patch: object = {}): SandboxMessage => ({
+const report = (
+  status: "running" | "stopped" | "destroyed" | "failed" | "exited",
+  patch: object = {}
+): SandboxMessage => ({
   _tag: "AgentReport",
   sandboxId: "sbx_1",
   hostId: H,
   status,
   // An exit is not an answer to a command: no address, no `via`.
-  ...(status === "exited" ? { errorMessage: "out of memory at ram_mb 256" } : { internalIp: "10.0.0.9", via: "cold-boot" }),
+  ...(status === "exited"
+    ? { errorMessage: "out of memory at ram_mb 256" }
+    : { internalIp: "10.0.0.9", via: "cold-boot" }),
   agentReady: status === "running",
   ...(status === "failed" ? { errorMessage: "no space left" } : {}),
   at: 2_000,
@@ -108,7 +119,13 @@ describe("SandboxActor transition", () => {
   })
 
   it("changes nothing for a sandbox that does not exist", () => {
-    for (const m of [{ _tag: "Create", sealedEnv: SEALED, unplaceable: null }, { _tag: "Start" }, report("running")] as const) {
+    for (
+      const m of [
+        { _tag: "Create", sealedEnv: SEALED, unplaceable: null },
+        { _tag: "Start" },
+        report("running")
+      ] as const
+    ) {
       expect(transition(undefined, m as SandboxMessage, ctx)).toEqual({ state: undefined, effects: [] })
     }
   })
@@ -128,7 +145,11 @@ describe("SandboxActor transition", () => {
   })
 
   it("Create without a host: error with the scheduler's reason", () => {
-    const t = transition(at("pending", { hostId: null }), { _tag: "Create", sealedEnv: SEALED, unplaceable: "no live host in region eu" }, ctx)
+    const t = transition(at("pending", { hostId: null }), {
+      _tag: "Create",
+      sealedEnv: SEALED,
+      unplaceable: "no live host in region eu"
+    }, ctx)
     expect(t.state?.state).toBe("error")
     expect(t.state?.errorMessage).toBe("no live host in region eu")
     expect(describeEffects(t.effects)).toEqual([su("error")])
@@ -140,7 +161,9 @@ describe("SandboxActor transition", () => {
     for (const s of STATES) expect(commandRefusal(at(s), "Start") === null).toBe(s === "stopped" || s === "error")
     expect(transition(at("error"), { _tag: "Start" }, ctx).state?.errorMessage).toBe(null)
     // Never placed: nobody could start it.
-    expect(commandRefusal(at("error", { hostId: null }), "Start")).toBe("a sandbox that was never placed on a host cannot be started")
+    expect(commandRefusal(at("error", { hostId: null }), "Start")).toBe(
+      "a sandbox that was never placed on a host cannot be started"
+    )
     expect(transition(at("error", { hostId: null }), { _tag: "Start" }, ctx).effects).toEqual([])
   })
 
@@ -150,7 +173,9 @@ describe("SandboxActor transition", () => {
   })
 
   it("Expire: running → stopping only for the run it was computed on", () => {
-    check({ _tag: "Expire", startedAt: NOW - 5_000 }, { running: ["stopping", [`publish:agent.${H}.stop`, su("stopping")]] })
+    check({ _tag: "Expire", startedAt: NOW - 5_000 }, {
+      running: ["stopping", [`publish:agent.${H}.stop`, su("stopping")]]
+    })
     check({ _tag: "Expire", startedAt: NOW - 99_999 }, {})
   })
 
@@ -214,9 +239,21 @@ describe("SandboxActor transition", () => {
       {
         event: "sandbox.created",
         orgId: "org_1",
-        data: { sandbox_id: "sbx_1", host_id: H, template: "tpl_base", cpu: 2, ram_mb: 256, disk_gb: 1, via: "cold-boot" }
+        data: {
+          sandbox_id: "sbx_1",
+          host_id: H,
+          template: "tpl_base",
+          cpu: 2,
+          ram_mb: 256,
+          disk_gb: 1,
+          via: "cold-boot"
+        }
       },
-      { event: "sandbox.state_updated", orgId: "org_1", data: { sandbox_id: "sbx_1", state: "running", internal_ip: "10.0.0.9" } }
+      {
+        event: "sandbox.state_updated",
+        orgId: "org_1",
+        data: { sandbox_id: "sbx_1", state: "running", internal_ip: "10.0.0.9" }
+      }
     ])
     // A restart of a sandbox that already ran: no second sandbox.created.
     const again = transition(at("starting", { createdEmitted: true }), report("running", { via: "restore" }), ctx)
@@ -244,7 +281,9 @@ describe("SandboxActor transition", () => {
       stopping: vanished,
       stopped: vanished
     })
-    expect(transition(at("running"), report("destroyed"), ctx).state?.errorMessage).toMatch(/no longer exists on host host_a/)
+    expect(transition(at("running"), report("destroyed"), ctx).state?.errorMessage).toMatch(
+      /no longer exists on host host_a/
+    )
   })
 
   it("report failed: the command in progress (start, stop, delete) → error with the host's reason", () => {
@@ -265,10 +304,23 @@ describe("SandboxActor transition", () => {
       deleted: ["deleted", [`publish:agent.${H}.destroy`]]
     })
     const t = transition(at("running"), report("exited"), ctx)
-    expect(t.state).toMatchObject({ state: "error", errorMessage: "out of memory at ram_mb 256", agentReady: false, internalIp: "10.0.0.5" })
-    expect((t.effects[0] as Actor.EmitEvent).event.data).toEqual({ sandbox_id: "sbx_1", state: "error", internal_ip: "10.0.0.5" })
+    expect(t.state).toMatchObject({
+      state: "error",
+      errorMessage: "out of memory at ram_mb 256",
+      agentReady: false,
+      internalIp: "10.0.0.5"
+    })
+    expect((t.effects[0] as Actor.EmitEvent).event.data).toEqual({
+      sandbox_id: "sbx_1",
+      state: "error",
+      internal_ip: "10.0.0.5"
+    })
     const inError = transition(at("error"), report("exited"), ctx)
-    expect(inError.state).toMatchObject({ state: "error", errorMessage: "out of memory at ram_mb 256", stateSince: NOW - 1_000 })
+    expect(inError.state).toMatchObject({
+      state: "error",
+      errorMessage: "out of memory at ram_mb 256",
+      stateSince: NOW - 1_000
+    })
     // Then started again: the host's running report brings it back.
     const started = transition(t.state, { _tag: "Start" }, ctx)
     expect(describeEffects(started.effects)).toEqual([`publish:agent.${H}.start`, su("starting")])
@@ -308,7 +360,9 @@ describe("SandboxActor transition", () => {
       expect([t.state?.state, describeEffects(t.effects)], name).toEqual(waits ? [...late] : [name, []])
     }
     check({ _tag: "Timeout", state: "starting", since: NOW - 2_000, afterMs: 60_000 }, {})
-    expect(transition(at("starting"), seen("starting"), ctx).state?.errorMessage).toBe("the sandbox did not start within 60 s")
+    expect(transition(at("starting"), seen("starting"), ctx).state?.errorMessage).toBe(
+      "the sandbox did not start within 60 s"
+    )
   })
 
   it("the same message applied twice changes nothing the second time", () => {
@@ -328,7 +382,8 @@ describe("SandboxActor transition", () => {
         const twice = transition(once.state, m, { ...ctx, now: NOW + 1 })
         // A running sandbox re-destroyed after deletion may be told again; nothing else repeats.
         expect(twice.state, `${m._tag} twice in ${name}`).toEqual(once.state)
-        expect(describeEffects(twice.effects).filter((e) => !e.endsWith(".destroy")), `${m._tag} twice in ${name}`).toEqual([])
+        expect(describeEffects(twice.effects).filter((e) => !e.endsWith(".destroy")), `${m._tag} twice in ${name}`)
+          .toEqual([])
       }
     }
   })

@@ -30,7 +30,14 @@ const state = (patch: Partial<SandboxActorState> = {}): SandboxActorState => ({
   vsockCid: 7,
   internalIp: "10.0.0.2",
   exposedPorts: [80, 443],
-  volumeAttachments: [{ volume_id: "vol_00000000000000000000000001" as never, type: "local", driver: "local", mount_path: "/data", subpath: "", mode: "rw" }],
+  volumeAttachments: [{
+    volume_id: "vol_00000000000000000000000001" as never,
+    type: "local",
+    driver: "local",
+    mount_path: "/data",
+    subpath: "",
+    mode: "rw"
+  }],
   metadata: { nested: { list: [1, "two", null, true] } },
   errorMessage: null,
   timeoutS: 3600,
@@ -55,7 +62,12 @@ layer(TestDatabase.layer)("sandbox actor store", (it) => {
       // Creating again is refused.
       expect(yield* store.save("sbx_store_1", state({ name: "again" }), undefined)).toBe(false)
 
-      const next = state({ state: "stopped", agentReady: false, stoppedAt: Date.UTC(2026, 10, 22, 2), errorMessage: "x" })
+      const next = state({
+        state: "stopped",
+        agentReady: false,
+        stoppedAt: Date.UTC(2026, 10, 22, 2),
+        errorMessage: "x"
+      })
       expect(yield* store.save("sbx_store_1", next, 2)).toBe(false)
       expect(yield* store.save("sbx_store_1", next, 1)).toBe(true)
       expect(yield* store.save("sbx_store_1", state(), 1)).toBe(false)

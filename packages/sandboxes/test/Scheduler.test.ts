@@ -4,10 +4,10 @@
  * never overcommit it.
  */
 import { describe, expect, it, layer } from "@effect/vitest"
+import type { HostRecord } from "@svc/host-protocol/Protocol"
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import { Effect } from "effect"
 import { SqlClient } from "effect/sql"
-import type { HostRecord } from "@svc/host-protocol/Protocol"
 import { choose, place, type Usage } from "../src/Scheduler.ts"
 
 const NOW = 1_800_000_000_000
@@ -37,8 +37,14 @@ describe("Scheduler.choose", () => {
   })
 
   it("a region with no live host names the live regions", () => {
-    const hosts = [host("h1", { region: "us" }), host("h2", { region: "local" }), host("h3", { region: "eu", heartbeatAt: 0 })]
-    expect(picked(choose(hosts, new Map(), { ...ask, region: "eu" }, NOW))).toBe("no live host in region eu (live regions: local, us)")
+    const hosts = [
+      host("h1", { region: "us" }),
+      host("h2", { region: "local" }),
+      host("h3", { region: "eu", heartbeatAt: 0 })
+    ]
+    expect(picked(choose(hosts, new Map(), { ...ask, region: "eu" }, NOW))).toBe(
+      "no live host in region eu (live regions: local, us)"
+    )
     expect(picked(choose(hosts, new Map(), { ...ask, region: "us" }, NOW))).toBe("h1")
   })
 
@@ -51,7 +57,11 @@ describe("Scheduler.choose", () => {
     expect(picked(choose(hosts, new Map(), ask, NOW))).toBe("a")
     const used = new Map<string, Usage>([["a", { cpu: 1, ramMb: 0, diskGb: 0 }]])
     expect(picked(choose(hosts, used, ask, NOW))).toBe("b")
-    const busy = new Map<string, Usage>([["a", { cpu: 0, ramMb: 6000, diskGb: 0 }], ["b", { cpu: 0, ramMb: 6000, diskGb: 0 }]])
+    const busy = new Map<string, Usage>([["a", { cpu: 0, ramMb: 6000, diskGb: 0 }], ["b", {
+      cpu: 0,
+      ramMb: 6000,
+      diskGb: 0
+    }]])
     expect(picked(choose(hosts, busy, ask, NOW))).toBe("c")
   })
 
@@ -67,9 +77,12 @@ describe("Scheduler.choose", () => {
     expect(refused).toEqual({
       _tag: "Unplaceable",
       reason: "no live host has room for cpu 1, ram_mb 513, disk_gb 1",
-      detail: "no live host has room for cpu 1, ram_mb 513, disk_gb 1 (most free: h2 with cpu 0, ram_mb 1024, disk_gb 5)"
+      detail:
+        "no live host has room for cpu 1, ram_mb 513, disk_gb 1 (most free: h2 with cpu 0, ram_mb 1024, disk_gb 5)"
     })
-    expect(picked(choose(hosts, usage, { region: null, cpu: 2, ramMb: 1, diskGb: 1 }, NOW))).toMatch(/^no live host has room/)
+    expect(picked(choose(hosts, usage, { region: null, cpu: 2, ramMb: 1, diskGb: 1 }, NOW))).toMatch(
+      /^no live host has room/
+    )
     expect(picked(choose(hosts, usage, { region: "local", cpu: 1, ramMb: 512, diskGb: 2 }, NOW))).toMatch(
       /^no live host in region local has room for cpu 1, ram_mb 512, disk_gb 2/
     )
@@ -107,7 +120,14 @@ layer(TestDatabase.layer)("Scheduler.place", (it) => {
       expect(yield* attempt(14)).toBe(null)
       // Six sandboxes hold disk (the stopped and failed ones too): 6 GB is full, 7 GB has room.
       const withDisk = (diskGb: number) =>
-        sql.withTransaction(place([{ ...h, capacity: { cpu: 100, ramMb: 100_000, diskGb } }], { region: null, cpu: 1, ramMb: 64, diskGb: 1 }, Date.now()))
+        sql.withTransaction(
+          place([{ ...h, capacity: { cpu: 100, ramMb: 100_000, diskGb } }], {
+            region: null,
+            cpu: 1,
+            ramMb: 64,
+            diskGb: 1
+          }, Date.now())
+        )
       expect((yield* withDisk(6))._tag).toBe("Unplaceable")
       expect((yield* withDisk(7))._tag).toBe("Placed")
     }))

@@ -6,8 +6,8 @@
  *
  * Compute over the raw bytes as received, never over re-serialised JSON.
  */
-import * as crypto from "node:crypto"
 import { Effect, Schema } from "effect"
+import * as crypto from "node:crypto"
 
 /**
  * Header names a delivery carries (docs/contract.md#delivery-request). Node lower-cases incoming
@@ -51,7 +51,10 @@ export const checkWebhookSignature = (options: VerifyWebhookOptions): WebhookSig
   }
   if (typeof options.rawBody !== "string" && !(options.rawBody instanceof Uint8Array)) {
     // The usual mistake: passing the parsed JSON instead of the bytes that were signed.
-    return new WebhookSignatureError({ reason: "invalid_body", message: "rawBody must be the raw request bytes or string" })
+    return new WebhookSignatureError({
+      reason: "invalid_body",
+      message: "rawBody must be the raw request bytes or string"
+    })
   }
   const header = options.signatureHeader
   // One delivery carries one signature; several headers are refused rather than guessed between.
@@ -63,7 +66,10 @@ export const checkWebhookSignature = (options: VerifyWebhookOptions): WebhookSig
     })
   }
   if (!value.startsWith(PREFIX)) {
-    return new WebhookSignatureError({ reason: "malformed_signature", message: "signature does not start with sha256=" })
+    return new WebhookSignatureError({
+      reason: "malformed_signature",
+      message: "signature does not start with sha256="
+    })
   }
   const hex = value.slice(PREFIX.length)
   if (!HEX_SHA256.test(hex)) {

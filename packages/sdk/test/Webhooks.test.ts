@@ -6,11 +6,11 @@ import {
   WEBHOOK_SIGNATURE_HEADER,
   WebhookSignatureError
 } from "@svc/sdk/Webhooks"
+import { Effect } from "effect"
 import { execFileSync } from "node:child_process"
 import * as crypto from "node:crypto"
 import * as http from "node:http"
 import type * as net from "node:net"
-import { Effect } from "effect"
 
 /** HMAC-SHA-256 from RFC 2104 with the bare hash: independent of createHmac. */
 const rfc2104 = (key: string, message: Uint8Array): string => {
@@ -49,7 +49,8 @@ describe("verifyWebhook", () => {
     expect(verifyWebhook({ rawBody, signatureHeader: byOpenssl, secret })).toBe(true)
     expect(verifyWebhook({ rawBody: new Uint8Array(rawBody), signatureHeader: byHand, secret })).toBe(true)
     expect(verifyWebhook({ rawBody: rawBody.toString("utf8"), signatureHeader: byHand, secret })).toBe(true)
-    expect(verifyWebhook({ rawBody, signatureHeader: `sha256=${rfc2104(secret, rawBody).toUpperCase()}`, secret })).toBe(true)
+    expect(verifyWebhook({ rawBody, signatureHeader: `sha256=${rfc2104(secret, rawBody).toUpperCase()}`, secret }))
+      .toBe(true)
     expect(verifyWebhook({ rawBody, signatureHeader: [byHand], secret })).toBe(true)
     for (const body of [Buffer.alloc(0), crypto.randomBytes(10_000)]) {
       expect(verifyWebhook({ rawBody: body, signatureHeader: `sha256=${openssl(secret, body)}`, secret })).toBe(true)
@@ -75,11 +76,23 @@ describe("verifyWebhook", () => {
     ["no header in a list", { rawBody, signatureHeader: [], secret }, "missing_signature"],
     ["one flipped digit", { rawBody, signatureHeader: `sha256=${flipped}`, secret }, "signature_mismatch"],
     ["wrong secret", { rawBody, signatureHeader: good, secret: `${secret}x` }, "signature_mismatch"],
-    ["tampered body", { rawBody: Buffer.from(rawBody.toString().replace("sb_1", "sb_2")), signatureHeader: good, secret }, "signature_mismatch"],
-    ["re-serialised JSON", { rawBody: JSON.stringify(JSON.parse(rawBody.toString()), null, 2), signatureHeader: good, secret }, "signature_mismatch"],
+    ["tampered body", {
+      rawBody: Buffer.from(rawBody.toString().replace("sb_1", "sb_2")),
+      signatureHeader: good,
+      secret
+    }, "signature_mismatch"],
+    ["re-serialised JSON", {
+      rawBody: JSON.stringify(JSON.parse(rawBody.toString()), null, 2),
+      signatureHeader: good,
+      secret
+    }, "signature_mismatch"],
     ["empty body", { rawBody: "", signatureHeader: good, secret }, "signature_mismatch"],
     ["empty secret", { rawBody, signatureHeader: good, secret: "" }, "missing_secret"],
-    ["parsed JSON instead of bytes", { rawBody: JSON.parse(rawBody.toString()), signatureHeader: good, secret }, "invalid_body"]
+    [
+      "parsed JSON instead of bytes",
+      { rawBody: JSON.parse(rawBody.toString()), signatureHeader: good, secret },
+      "invalid_body"
+    ]
   ]
   it.each(refusals)("refuses: %s", (_name, options, reason) => {
     expect(verifyWebhook(options)).toBe(false)
@@ -89,7 +102,9 @@ describe("verifyWebhook", () => {
   it.effect("the Effect variant succeeds or fails with a typed error", () =>
     Effect.gen(function*() {
       yield* verifyWebhookEffect({ rawBody, signatureHeader: good, secret })
-      const error = yield* Effect.flip(verifyWebhookEffect({ rawBody, signatureHeader: good, secret: "another secret!!" }))
+      const error = yield* Effect.flip(
+        verifyWebhookEffect({ rawBody, signatureHeader: good, secret: "another secret!!" })
+      )
       expect(error).toBeInstanceOf(WebhookSignatureError)
       expect(error.reason).toBe("signature_mismatch")
     }))
@@ -102,7 +117,11 @@ describe("a node:http receiver as in the README", () => {
       const chunks: Array<Buffer> = []
       req.on("data", (chunk: Buffer) => chunks.push(chunk))
       req.on("end", () => {
-        const ok = verifyWebhook({ rawBody: Buffer.concat(chunks), signatureHeader: req.headers[WEBHOOK_SIGNATURE_HEADER], secret })
+        const ok = verifyWebhook({
+          rawBody: Buffer.concat(chunks),
+          signatureHeader: req.headers[WEBHOOK_SIGNATURE_HEADER],
+          secret
+        })
         res.statusCode = ok ? 204 : 401
         outcomes.push(res.statusCode)
         res.end()
@@ -113,7 +132,11 @@ describe("a node:http receiver as in the README", () => {
       const url = `http://127.0.0.1:${(server.address() as net.AddressInfo).port}/hook`
       const good = `sha256=${openssl(secret, rawBody)}`
       const post = (body: Uint8Array, signature: string) =>
-        fetch(url, { method: "POST", body, headers: { "content-type": "application/json", "x-svc-signature": signature } })
+        fetch(url, {
+          method: "POST",
+          body,
+          headers: { "content-type": "application/json", "x-svc-signature": signature }
+        })
       expect((await post(rawBody, good)).status).toBe(204)
       expect((await post(Buffer.from(`${rawBody.toString()} `), good)).status).toBe(401)
       expect(outcomes).toEqual([204, 401])

@@ -76,7 +76,8 @@ export const unusedDependencies = (root: string): Array<UnusedDependency> =>
         imported.add(match[1]!.startsWith("node:") ? "node:" : packageOf(match[1]!))
       }
     }
-    const read = (pattern: RegExp) => files.filter((file) => pattern.test(file)).map((file) => Fs.readFileSync(file, "utf8"))
+    const read = (pattern: RegExp) =>
+      files.filter((file) => pattern.test(file)).map((file) => Fs.readFileSync(file, "utf8"))
     // Where a binary runs: the scripts, shell scripts (`.ci/run` has no extension), or a quoted name in code.
     const shell = [...Object.values(manifest.scripts ?? {}), ...read(/(?:\.sh|\/run)$/)].join("\n")
     const code = sources.join("\n")
@@ -94,6 +95,8 @@ export const unusedDependencies = (root: string): Array<UnusedDependency> =>
 
 if (import.meta.main) {
   const found = unusedDependencies(Path.resolve(import.meta.dirname, "../../.."))
-  for (const { dependency, workspace } of found) process.stdout.write(`${workspace}/package.json: ${dependency} is declared but unused\n`)
+  for (const { dependency, workspace } of found) {
+    process.stdout.write(`${workspace}/package.json: ${dependency} is declared but unused\n`)
+  }
   process.exitCode = found.length === 0 ? 0 : 1
 }

@@ -17,7 +17,9 @@ export const eventually = <A, E, R>(
       const a = yield* observe
       if (check(a)) return a
       if (Date.now() > deadline) {
-        return yield* Effect.die(new Error(`condition not met in time; last value: ${JSON.stringify(a)?.slice(0, 3000)}`))
+        return yield* Effect.die(
+          new Error(`condition not met in time; last value: ${JSON.stringify(a)?.slice(0, 3000)}`)
+        )
       }
       yield* Effect.sleep(interval)
     }

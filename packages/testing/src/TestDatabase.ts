@@ -4,10 +4,10 @@
  * Outside a vitest run with neither, a server of its own is started and stopped.
  */
 import * as Database from "@svc/db/Database"
+import { startPostgres } from "@svc/local-servers/Servers"
 import { Context, Effect, Layer, Redacted } from "effect"
 import { SqlClient } from "effect/sql"
 import { randomBytes } from "node:crypto"
-import { startPostgres } from "@svc/local-servers/Servers"
 
 const serverUrl = Effect.acquireRelease(
   Effect.promise(async () => {

@@ -26,7 +26,9 @@ export const cleanUpHost = (host: TestHost) =>
         Effect.gen(function*() {
           const context = yield* Layer.build(
             BubblewrapDriver.layer.pipe(
-              Layer.provide(Layer.succeed(DriverConfig, DriverConfig.make({ dataDir: host.dataDir, hostId: host.hostId }))),
+              Layer.provide(
+                Layer.succeed(DriverConfig, DriverConfig.make({ dataDir: host.dataDir, hostId: host.hostId }))
+              ),
               Layer.provide(SecretBox.layer)
             )
           )
@@ -45,6 +47,9 @@ export const cleanUpHost = (host: TestHost) =>
 /** A fresh host id and data dir (`/tmp/<prefix>...`), cleaned up when the scope closes. */
 export const makeHost = (prefix: string) =>
   Effect.acquireRelease(
-    Effect.promise(async (): Promise<TestHost> => ({ hostId: makeHostId(), dataDir: await Fs.mkdtemp(`/tmp/${prefix}`) })),
+    Effect.promise(async (): Promise<TestHost> => ({
+      hostId: makeHostId(),
+      dataDir: await Fs.mkdtemp(`/tmp/${prefix}`)
+    })),
     cleanUpHost
   )

@@ -4,9 +4,9 @@
  * subjects or buckets. Its streams and buckets are deleted at the end of the scope.
  */
 import { Nats } from "@svc/bus/Nats"
+import { startNats } from "@svc/local-servers/Servers"
 import { Context, Effect, Layer } from "effect"
 import { randomBytes } from "node:crypto"
-import { startNats } from "@svc/local-servers/Servers"
 
 const serverUrl = Effect.acquireRelease(
   Effect.promise(async () => {
@@ -20,9 +20,11 @@ const serverUrl = Effect.acquireRelease(
 
 export const randomPrefix = () => `t${randomBytes(4).toString("hex")}`
 
-export class TestNatsServer extends Context.Service<TestNatsServer, { readonly url: string; readonly prefix: string }>()(
-  "@svc/testing/TestNatsServer"
-) {}
+export class TestNatsServer
+  extends Context.Service<TestNatsServer, { readonly url: string; readonly prefix: string }>()(
+    "@svc/testing/TestNatsServer"
+  )
+{}
 
 const cleanUp = (nats: Nats["Service"]) =>
   Effect.ignore(Effect.tryPromise(async () => {
@@ -40,8 +42,10 @@ export const layer = Layer.unwrap(
     const prefix = randomPrefix()
     const natsLayer = Layer.effect(
       Nats,
-      Effect.tap(Nats.make({ url: server.url, prefix, name: "svc-test" }), (nats) =>
-        Effect.addFinalizer(() => cleanUp(nats)))
+      Effect.tap(
+        Nats.make({ url: server.url, prefix, name: "svc-test" }),
+        (nats) => Effect.addFinalizer(() => cleanUp(nats))
+      )
     )
     return Layer.merge(natsLayer, Layer.succeed(TestNatsServer, { url: server.url, prefix }))
   })

@@ -33,7 +33,11 @@ export const spawnRole = <A>(options: {
     const child = yield* Effect.acquireRelease(
       Effect.sync(() =>
         spawn("setpriv", ["--pdeathsig", "SIGKILL", "--", process.execPath, options.main, ...(options.args ?? [])], {
-          env: { PATH: process.env["PATH"] ?? "/usr/bin:/bin", SVC_ENCRYPTION_KEYS: testEncryptionKeys(), ...options.env },
+          env: {
+            PATH: process.env["PATH"] ?? "/usr/bin:/bin",
+            SVC_ENCRYPTION_KEYS: testEncryptionKeys(),
+            ...options.env
+          },
           stdio: ["ignore", "pipe", "pipe"]
         })
       ),
@@ -50,9 +54,16 @@ export const spawnRole = <A>(options: {
         const found = options.ready(stdout)
         if (found !== undefined) resume(Effect.succeed(found))
       })
-      child.once("exit", (code) => resume(Effect.fail(new Error(`${options.main} exited (${code}) before it was ready: ${output.slice(-3000)}`))))
+      child.once("exit", (code) =>
+        resume(Effect.fail(new Error(`${options.main} exited (${code}) before it was ready: ${output.slice(-3000)}`))))
     }).pipe(Effect.timeout(options.timeout ?? Duration.seconds(60)), Effect.orDie)
-    return { process: child, ready, exited, output: () => output } satisfies RoleProcess<A>
+    return {
+      process: child,
+      ready,
+      exited,
+      output: () =>
+        output
+    } satisfies RoleProcess<A>
   })
 
 /** SIGKILL (a crash, not a shutdown); completes once the process is gone. */

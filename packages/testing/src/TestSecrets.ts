@@ -21,4 +21,5 @@ export const useTestEncryptionKeys = (): void => {
 }
 
 /** A SecretBox with the run's keys: seals what the roles of the run open (tests that publish commands). */
-export const testSecretBox = (): SecretBox["Service"] => SecretBox.make(Result.getOrThrow(parseEncryptionKeys(testEncryptionKeys())))
+export const testSecretBox = (): SecretBox["Service"] =>
+  SecretBox.make(Result.getOrThrow(parseEncryptionKeys(testEncryptionKeys())))

@@ -17,7 +17,9 @@ const root = path.resolve(import.meta.dirname, "../../..")
 const problems = (bin: string, args: ReadonlyArray<string>) => {
   const result = spawnSync(path.join(root, "node_modules", ".bin", bin), args, { cwd: root, encoding: "utf8" })
   if (result.error !== undefined) return `${bin} did not run: ${result.error.message}`
-  return result.status === 0 ? "" : `${bin} ${args.join(" ")} exited ${result.status}:\n${result.stdout}${result.stderr}`
+  return result.status === 0
+    ? ""
+    : `${bin} ${args.join(" ")} exited ${result.status}:\n${result.stdout}${result.stderr}`
 }
 
 it("oxlint finds no problem", () => {

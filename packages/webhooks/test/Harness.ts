@@ -9,10 +9,10 @@ import { OutboxRelay } from "@svc/events/Relay"
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import * as TestNats from "@svc/testing/TestNats"
 import { testEncryptionKeys } from "@svc/testing/TestSecrets"
-import { WebhookAddressGuard } from "@svc/webhooks/Subscriptions/AddressGuard"
 import { WebhookSender } from "@svc/webhooks/Delivery/Attempt"
 import { WebhookDispatcher } from "@svc/webhooks/Delivery/Dispatcher"
 import { FanOut } from "@svc/webhooks/Delivery/FanOut"
+import { WebhookAddressGuard } from "@svc/webhooks/Subscriptions/AddressGuard"
 import { Webhooks } from "@svc/webhooks/Subscriptions/Webhooks"
 import { ConfigProvider, Duration, Effect, Layer, Schedule } from "effect"
 import { SqlClient } from "effect/sql"
@@ -76,7 +76,9 @@ export const attemptRows = (deliveryId: string) =>
 export const deliveryStatus = (deliveryId: string) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
-    const rows = yield* sql<{ status: string; round: number }>`SELECT status, round FROM webhook_deliveries WHERE id = ${deliveryId}`
+    const rows = yield* sql<
+      { status: string; round: number }
+    >`SELECT status, round FROM webhook_deliveries WHERE id = ${deliveryId}`
     return rows[0] ?? null
   }).pipe(Effect.orDie)
 

@@ -3,9 +3,9 @@
  * request (arrival time, headers, raw body) and answers as told. It verifies nothing itself:
  * tests check signatures with their own HMAC, independent of the code under test.
  */
+import { Effect } from "effect"
 import * as http from "node:http"
 import type { AddressInfo } from "node:net"
-import { Effect } from "effect"
 
 export interface Received {
   /** performance.now() when the body was fully read. */
@@ -17,7 +17,9 @@ export interface Received {
 }
 
 /** How to answer: a status (after an optional delay), or never ("hang": the socket stays open). */
-export type Reply = { readonly status: number; readonly delayMs?: number; readonly headers?: Record<string, string> } | "hang"
+export type Reply =
+  | { readonly status: number; readonly delayMs?: number; readonly headers?: Record<string, string> }
+  | "hang"
 
 export interface Receiver {
   readonly url: string
@@ -30,7 +32,9 @@ export interface Receiver {
   close(): Promise<void>
 }
 
-export const startReceiver = async (reply: (request: Received, n: number) => Reply = () => ({ status: 204 })): Promise<Receiver> => {
+export const startReceiver = async (
+  reply: (request: Received, n: number) => Reply = () => ({ status: 204 })
+): Promise<Receiver> => {
   const received: Array<Received> = []
   let answer = reply
   const waiters: Array<{ count: number; resolve: () => void }> = []
@@ -77,7 +81,10 @@ export const startReceiver = async (reply: (request: Received, n: number) => Rep
     },
     waitFor: (count, timeoutMs = 15_000) =>
       received.length >= count ? Promise.resolve() : new Promise<void>((resolve, reject) => {
-        const timer = setTimeout(() => reject(new Error(`receiver: ${received.length} of ${count} requests after ${timeoutMs} ms`)), timeoutMs)
+        const timer = setTimeout(
+          () => reject(new Error(`receiver: ${received.length} of ${count} requests after ${timeoutMs} ms`)),
+          timeoutMs
+        )
         waiters.push({ count, resolve: () => (clearTimeout(timer), resolve()) })
       }),
     close: () =>

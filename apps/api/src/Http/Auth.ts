@@ -4,13 +4,13 @@
  * per account too (`@svc/auth/Auth/SignInThrottle`).
  */
 import { ApiKeys } from "@svc/auth/ApiKeys"
-import { AuthConfig, cookieSecure } from "@svc/auth/Config"
 import { rateKey } from "@svc/auth/ClientAddress"
+import { AuthConfig, cookieSecure } from "@svc/auth/Config"
 import { RateLimiter } from "@svc/auth/RateLimit"
 import { Sessions } from "@svc/auth/Sessions"
 import { Users } from "@svc/auth/Users"
-import { CurrentPrincipal, type Principal, SESSION_COOKIE, type WhoAmI } from "@svc/domain/Api/Auth"
 import { Api } from "@svc/domain/Api"
+import { CurrentPrincipal, type Principal, SESSION_COOKIE, type WhoAmI } from "@svc/domain/Api/Auth"
 import * as Errors from "@svc/domain/Errors"
 import { Clock, DateTime, Effect, Layer, Option } from "effect"
 import { HttpEffect, type HttpServerRequest, HttpServerResponse } from "effect/http"
@@ -23,7 +23,12 @@ import { OrgHandlers } from "./Org.ts"
 const whoAmI = (p: Principal): WhoAmI => ({
   org: p.org,
   user: p.user,
-  credential: { type: p.credential.type, id: p.credential.id, scopes: p.credential.scopes, expiresAt: p.credential.expiresAt }
+  credential: {
+    type: p.credential.type,
+    id: p.credential.id,
+    scopes: p.credential.scopes,
+    expiresAt: p.credential.expiresAt
+  }
 })
 
 export const AuthHandlers = HttpApiBuilder.group(
@@ -142,7 +147,6 @@ export const ApiKeysHandlers = HttpApiBuilder.group(
         }))
   })
 )
-
 
 /** The handlers of the auth, apiKeys, org and audit groups; need `AuthorizationLayer`. */
 export const IdentityHandlers = Layer.mergeAll(AuthHandlers, ApiKeysHandlers, OrgHandlers, AuditHandlers)

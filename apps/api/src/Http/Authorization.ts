@@ -20,8 +20,8 @@
  * Then the endpoint runs with `CurrentPrincipal`.
  */
 import { ApiKeys } from "@svc/auth/ApiKeys"
-import * as AuthLayer from "@svc/auth/AuthLayer"
 import type { AuditContext } from "@svc/auth/Audit"
+import * as AuthLayer from "@svc/auth/AuthLayer"
 import { decide, refusal } from "@svc/auth/Authorization"
 import { rateKey } from "@svc/auth/ClientAddress"
 import { RateLimiter } from "@svc/auth/RateLimit"
@@ -81,7 +81,10 @@ const TOKEN_IN_QUERY = new Errors.TokenInQueryNotAllowed()
 const CSRF = new CsrfRejected()
 
 /** The audit actor, IP and user agent of the current request. */
-export const auditContext = (principal: Principal | null, request: HttpServerRequest.HttpServerRequest): AuditContext => ({
+export const auditContext = (
+  principal: Principal | null,
+  request: HttpServerRequest.HttpServerRequest
+): AuditContext => ({
   actor: principal === null
     ? { type: "anonymous", id: null }
     : principal.credential.type === "session"
@@ -186,10 +189,12 @@ export const AuthorizationMiddleware = Layer.effect(
           /** A credential about to be looked up: refused outright while the address has no failures left. */
           const blocked = () => {
             const wait = limiter.failuresBlock(addressKey(), clock.currentTimeMillisUnsafe())
-            return wait === undefined ? undefined : refuse(new Errors.RateLimited({
-              error: "Too many failed credentials from this address; retry later",
-              retry_after_s: wait
-            }))
+            return wait === undefined ? undefined : refuse(
+              new Errors.RateLimited({
+                error: "Too many failed credentials from this address; retry later",
+                retry_after_s: wait
+              })
+            )
           }
           let verified: Effect.Effect<Principal, Errors.Unauthenticated | InfrastructureFailure>
           const authorization = request.headers["authorization"]

@@ -55,7 +55,10 @@ const answer = (
   }
 }
 
-type Answered = Effect.Effect<HttpServerResponse.HttpServerResponse, Types.unhandled | Errors.Unavailable | Errors.InvalidRequest>
+type Answered = Effect.Effect<
+  HttpServerResponse.HttpServerResponse,
+  Types.unhandled | Errors.Unavailable | Errors.InvalidRequest
+>
 
 export const InfrastructureMiddleware = Layer.succeed(
   Infrastructure,

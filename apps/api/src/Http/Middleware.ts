@@ -143,11 +143,15 @@ const TOKEN_IN_QUERY = new Errors.TokenInQueryNotAllowed()
 
 export const ApiMiddleware = HttpRouter.middleware<{ handles: unknown }>()(
   Effect.gen(function*() {
-    const proxies = yield* Effect.map(Effect.orDie(TrustedProxies), (entries) =>
-      entries.length === 0 ? NO_PROXIES : trustedProxies(entries))
+    const proxies = yield* Effect.map(
+      Effect.orDie(TrustedProxies),
+      (entries) => entries.length === 0 ? NO_PROXIES : trustedProxies(entries)
+    )
     // Every failure is rendered here; the declared `unhandled` error only satisfies the router's
     // check that a global middleware passes on what it does not handle.
-    return (httpEffect: Effect.Effect<HttpServerResponse.HttpServerResponse, unknown, HttpServerRequest.HttpServerRequest>): Effect.Effect<
+    return (
+      httpEffect: Effect.Effect<HttpServerResponse.HttpServerResponse, unknown, HttpServerRequest.HttpServerRequest>
+    ): Effect.Effect<
       HttpServerResponse.HttpServerResponse,
       Types.unhandled,
       HttpServerRequest.HttpServerRequest
@@ -158,7 +162,9 @@ export const ApiMiddleware = HttpRouter.middleware<{ handles: unknown }>()(
         const requestId = incoming !== undefined && REQUEST_ID.test(incoming) ? incoming : newRequestId()
         const peer = Option.getOrUndefined(request.remoteAddress)
         const client = clientAddress(peer, request.headers["x-forwarded-for"], proxies)
-        const seen = client === undefined || client === peer ? request : request.modify({ remoteAddress: Option.some(client) })
+        const seen = client === undefined || client === peer
+          ? request
+          : request.modify({ remoteAddress: Option.some(client) })
         const answered = queryToken(request.url) !== undefined && pathOf(request.url) !== TERMINAL_PATH
           ? Effect.succeed(json(TOKEN_IN_QUERY, { "www-authenticate": "Bearer" }))
           : httpEffect.pipe(

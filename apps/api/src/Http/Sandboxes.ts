@@ -36,7 +36,9 @@ export const SandboxesGroup = HttpApiBuilder.group(
     const transferSlot = Effect.gen(function*() {
       const slot = yield* transfers.takeScoped(1).pipe(Effect.timeoutOption(TRANSFER_WAIT))
       if (slot._tag === "None") {
-        return yield* new Errors.Unavailable({ error: "This API process runs as many file transfers as it allows; retry" })
+        return yield* new Errors.Unavailable({
+          error: "This API process runs as many file transfers as it allows; retry"
+        })
       }
     })
 
@@ -55,7 +57,11 @@ export const SandboxesGroup = HttpApiBuilder.group(
           const principal = yield* CurrentPrincipal
           const permission = yield* sandboxPolicy({ create: { parentId: payload.parent_id } })
           const parentId = permission._tag === "CreateAs" ? permission.parentId : payload.parent_id
-          const result = yield* sandboxes.create(principal.orgId, { ...payload, parent_id: parentId }, headers["idempotency-key"])
+          const result = yield* sandboxes.create(
+            principal.orgId,
+            { ...payload, parent_id: parentId },
+            headers["idempotency-key"]
+          )
           // A replay answers 200 with the first response, as it was.
           return result._tag === "Created" ? result.value : HttpServerResponse.jsonUnsafe(result.body, { status: 200 })
         }))
@@ -70,11 +76,16 @@ export const SandboxesGroup = HttpApiBuilder.group(
           const orgId = yield* target(params.id)
           return toRecord(yield* sandboxes.get(orgId, params.id))
         }))
-      .handle("delete", ({ params }) => Effect.flatMap(target(params.id), (orgId) => sandboxes.remove(orgId, params.id)))
+      .handle(
+        "delete",
+        ({ params }) => Effect.flatMap(target(params.id), (orgId) => sandboxes.remove(orgId, params.id))
+      )
       .handle("stop", ({ params }) => Effect.flatMap(target(params.id), (orgId) => sandboxes.stop(orgId, params.id)))
       .handle("start", ({ params }) => Effect.flatMap(target(params.id), (orgId) => sandboxes.start(orgId, params.id)))
-      .handle("exec", ({ params, payload }) =>
-        Effect.flatMap(target(params.id), (orgId) => sandboxes.exec(orgId, params.id, payload)))
+      .handle(
+        "exec",
+        ({ params, payload }) => Effect.flatMap(target(params.id), (orgId) => sandboxes.exec(orgId, params.id, payload))
+      )
       .handle("readFile", ({ params, query }) =>
         Effect.gen(function*() {
           const orgId = yield* target(params.id)

@@ -29,11 +29,20 @@ export const WebhooksGroup = HttpApiBuilder.group(
         }))
       .handle("list", ({ query }) => Effect.flatMap(orgId, (org) => webhooks.list(org, query)))
       .handle("get", ({ params }) => Effect.flatMap(orgId, (org) => webhooks.get(org, params.id)))
-      .handle("update", ({ params, payload }) => Effect.flatMap(orgId, (org) => webhooks.update(org, params.id, payload)))
+      .handle(
+        "update",
+        ({ params, payload }) => Effect.flatMap(orgId, (org) => webhooks.update(org, params.id, payload))
+      )
       .handle("delete", ({ params }) => Effect.flatMap(orgId, (org) => webhooks.remove(org, params.id)))
       .handle("test", ({ params }) => Effect.flatMap(orgId, (org) => webhooks.test(org, params.id)))
-      .handle("deliveries", ({ params, query }) => Effect.flatMap(orgId, (org) => webhooks.deliveries(org, params.id, query)))
-      .handle("retry", ({ params }) => Effect.flatMap(orgId, (org) => webhooks.retry(org, params.id, params.delivery_id)))
+      .handle(
+        "deliveries",
+        ({ params, query }) => Effect.flatMap(orgId, (org) => webhooks.deliveries(org, params.id, query))
+      )
+      .handle(
+        "retry",
+        ({ params }) => Effect.flatMap(orgId, (org) => webhooks.retry(org, params.id, params.delivery_id))
+      )
   })
 )
 

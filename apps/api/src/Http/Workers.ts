@@ -2,8 +2,8 @@
  * Handler of GET /v1/workers: the `workers` KV records fresher than 15 s
  * (docs/contract.md#workers).
  */
-import { Api } from "@svc/domain/Api"
 import { listWorkers } from "@svc/bus/Workers"
+import { Api } from "@svc/domain/Api"
 import { Effect } from "effect"
 import { HttpApiBuilder } from "effect/http-api"
 
@@ -14,7 +14,13 @@ export const WorkersHandlers = HttpApiBuilder.group(
     // An unreadable bucket (BusError) is the Infrastructure middleware's 503.
     return handlers.handle("list", () =>
       Effect.map(listWorkers(), (records) => ({
-        workers: records.map((r) => ({ name: r.name, script_name: r.script_name, version: r.version, prefix: r.prefix, cells: null }))
+        workers: records.map((r) => ({
+          name: r.name,
+          script_name: r.script_name,
+          version: r.version,
+          prefix: r.prefix,
+          cells: null
+        }))
       })))
   })
 )

@@ -7,19 +7,19 @@
  * Postgres. Without SVC_ENCRYPTION_KEYS it seals secrets with a key of its own, generated once
  * into `.svc/encryption-keys`; without SVC_DATA_DIR the agent keeps its data in `.svc/data`.
  */
-import { startNats, startPostgres } from "@svc/local-servers/Servers"
+import { ApiPort } from "@svc/api/Config"
 import * as AuthLayer from "@svc/auth/AuthLayer"
 import { ensureDevOrg } from "@svc/auth/DevOrg"
-import { ApiPort } from "@svc/api/Config"
 import { NatsUrlIfSet } from "@svc/bus/Config"
+import { Nats } from "@svc/bus/Nats"
 import { EncryptionKeysSet, generateEncryptionKey } from "@svc/crypto/Config"
 import { DatabaseUrlIfSet } from "@svc/db/Config"
 import * as Database from "@svc/db/Database"
-import { Nats } from "@svc/bus/Nats"
+import { startNats, startPostgres } from "@svc/local-servers/Servers"
 import { ConfigProvider, Console, Effect, Layer, Option } from "effect"
 import { Command } from "effect/cli"
-import * as fs from "node:fs"
 import * as crypto from "node:crypto"
+import * as fs from "node:fs"
 import * as net from "node:net"
 import * as path from "node:path"
 import { DevNatsPort, DevPostgresPort, StateDir } from "../Config.ts"
@@ -35,28 +35,33 @@ const portFree = (port: number) =>
 /** Our fixed dev port when it is free, else any free one (a machine may run its own servers). */
 const choosePort = async (preferred: number) => ((await portFree(preferred)) ? preferred : undefined)
 
-const localServers = (stateDir: string) => Effect.gen(function*() {
-  const env: Record<string, string> = {}
-  if (Option.isNone(yield* NatsUrlIfSet)) {
-    const preferred = yield* DevNatsPort
-    const nats = yield* Effect.acquireRelease(
-      Effect.promise(async () => startNats({ dir: path.join(stateDir, "data", "nats"), port: await choosePort(preferred) })),
-      (nats) => Effect.promise(nats.stop)
-    )
-    env.NATS_URL = nats.url
-    yield* Console.log(`nats      ${nats.url} (data in ${nats.dir})`)
-  }
-  if (Option.isNone(yield* DatabaseUrlIfSet)) {
-    const preferred = yield* DevPostgresPort
-    const pg = yield* Effect.acquireRelease(
-      Effect.promise(async () => startPostgres({ dir: path.join(stateDir, "data", "postgres"), port: await choosePort(preferred) })),
-      (pg) => Effect.promise(pg.stop)
-    )
-    env.DATABASE_URL = pg.url
-    yield* Console.log(`postgres  ${pg.url} (data in ${pg.dir})`)
-  }
-  return env
-})
+const localServers = (stateDir: string) =>
+  Effect.gen(function*() {
+    const env: Record<string, string> = {}
+    if (Option.isNone(yield* NatsUrlIfSet)) {
+      const preferred = yield* DevNatsPort
+      const nats = yield* Effect.acquireRelease(
+        Effect.promise(async () =>
+          startNats({ dir: path.join(stateDir, "data", "nats"), port: await choosePort(preferred) })
+        ),
+        (nats) => Effect.promise(nats.stop)
+      )
+      env.NATS_URL = nats.url
+      yield* Console.log(`nats      ${nats.url} (data in ${nats.dir})`)
+    }
+    if (Option.isNone(yield* DatabaseUrlIfSet)) {
+      const preferred = yield* DevPostgresPort
+      const pg = yield* Effect.acquireRelease(
+        Effect.promise(async () =>
+          startPostgres({ dir: path.join(stateDir, "data", "postgres"), port: await choosePort(preferred) })
+        ),
+        (pg) => Effect.promise(pg.stop)
+      )
+      env.DATABASE_URL = pg.url
+      yield* Console.log(`postgres  ${pg.url} (data in ${pg.dir})`)
+    }
+    return env
+  })
 
 /**
  * The dev stack's SVC_ENCRYPTION_KEYS: the environment's, else `.svc/encryption-keys` (mode 0600,
@@ -64,21 +69,25 @@ const localServers = (stateDir: string) => Effect.gen(function*() {
  * open only with it. Its key id is random, so a lost file shows as "sealed with key id dev-...,
  * which SVC_ENCRYPTION_KEYS does not list" rather than as tampering.
  */
-const devEncryptionKeys = (stateDir: string) => Effect.gen(function*() {
-  if (yield* EncryptionKeysSet) return {}
-  const file = path.join(stateDir, "encryption-keys")
-  const keys = yield* Effect.sync(() => {
-    try {
-      // `wx`: never replaces a key; of two first starts at once, one writes and both read it.
-      fs.writeFileSync(file, generateEncryptionKey(`dev-${crypto.randomBytes(4).toString("hex")}`) + "\n", { mode: 0o600, flag: "wx" })
-    } catch (e) {
-      if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e
-    }
-    return fs.readFileSync(file, "utf8").trim()
+const devEncryptionKeys = (stateDir: string) =>
+  Effect.gen(function*() {
+    if (yield* EncryptionKeysSet) return {}
+    const file = path.join(stateDir, "encryption-keys")
+    const keys = yield* Effect.sync(() => {
+      try {
+        // `wx`: never replaces a key; of two first starts at once, one writes and both read it.
+        fs.writeFileSync(file, generateEncryptionKey(`dev-${crypto.randomBytes(4).toString("hex")}`) + "\n", {
+          mode: 0o600,
+          flag: "wx"
+        })
+      } catch (e) {
+        if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e
+      }
+      return fs.readFileSync(file, "utf8").trim()
+    })
+    yield* Console.log(`keys      ${file} (SVC_ENCRYPTION_KEYS)`)
+    return { SVC_ENCRYPTION_KEYS: keys }
   })
-  yield* Console.log(`keys      ${file} (SVC_ENCRYPTION_KEYS)`)
-  return { SVC_ENCRYPTION_KEYS: keys }
-})
 
 /**
  * The dev org and its full-access key: printed, and written to `.svc/dev-credentials.json` (mode
@@ -89,7 +98,11 @@ const devCredentials = (stateDir: string, baseUrl: string) =>
     const file = path.join(stateDir, "dev-credentials.json")
     const previous = fs.existsSync(file) ? (JSON.parse(fs.readFileSync(file, "utf8")) as Record<string, unknown>) : null
     const creds = yield* ensureDevOrg(previous)
-    fs.writeFileSync(file, JSON.stringify({ base_url: baseUrl, org_id: creds.org_id, api_key: creds.api_key }, null, 2) + "\n", { mode: 0o600 })
+    fs.writeFileSync(
+      file,
+      JSON.stringify({ base_url: baseUrl, org_id: creds.org_id, api_key: creds.api_key }, null, 2) + "\n",
+      { mode: 0o600 }
+    )
     yield* Console.log(`org       ${creds.org_id}`)
     yield* Console.log(`api key   ${creds.api_key}${creds.minted ? " (new)" : ""}`)
     yield* Console.log(`          saved in ${file}`)

@@ -17,7 +17,10 @@ export const keyCreate = Command.make(
   "create",
   {
     org: Flag.String("org").pipe(Flag.withDescription("The org id (org_...)"), Flag.withSchema(OrgId)),
-    name: Flag.String("name").pipe(Flag.withDescription("The key's name (1 to 120 characters)"), Flag.withSchema(Name(120))),
+    name: Flag.String("name").pipe(
+      Flag.withDescription("The key's name (1 to 120 characters)"),
+      Flag.withSchema(Name(120))
+    ),
     scopes: Flag.String("scope").pipe(
       Flag.withDescription("A scope token (repeatable): *, sandboxes:read, secrets:use, sandbox:<id>, ... (default *)"),
       Flag.atLeast(0)

@@ -18,8 +18,14 @@ export const OperatorServices = AuthLayer.operatorLayer.pipe(Layer.provideMerge(
 export const orgCreate = Command.make(
   "create",
   {
-    name: Argument.String("name").pipe(Argument.withDescription("The org's name (1 to 120 characters)"), Argument.withSchema(Name(120))),
-    json: Flag.Boolean("json").pipe(Flag.withDescription("Print {org_id, key_id, api_key} as JSON"), Flag.withDefault(false))
+    name: Argument.String("name").pipe(
+      Argument.withDescription("The org's name (1 to 120 characters)"),
+      Argument.withSchema(Name(120))
+    ),
+    json: Flag.Boolean("json").pipe(
+      Flag.withDescription("Print {org_id, key_id, api_key} as JSON"),
+      Flag.withDefault(false)
+    )
   },
   Effect.fn(function*({ name, json }) {
     const orgs = yield* Orgs

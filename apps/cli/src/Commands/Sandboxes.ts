@@ -18,7 +18,10 @@ const print = (value: unknown) => Console.log(JSON.stringify(value, null, 2))
 const sandboxId = Argument.String("sandbox-id").pipe(Argument.withDescription("The sandbox's id (sbx_...)"))
 const json = Flag.Boolean("json").pipe(Flag.withDescription("Print the API's JSON"), Flag.withDefault(false))
 
-const optionalField = <A>(name: string, value: Option.Option<A>) => (Option.isSome(value) ? { [name]: value.value } : {})
+const optionalField = <A>(
+  name: string,
+  value: Option.Option<A>
+) => (Option.isSome(value) ? { [name]: value.value } : {})
 
 const waitFor = (id: string, until: ReadonlyArray<string>) =>
   Effect.gen(function*() {
@@ -41,8 +44,14 @@ const create = Command.make(
     diskGb: Flag.Int("disk-gb").pipe(Flag.optional),
     env: Flag.KeyValuePair("env").pipe(Flag.withDescription("KEY=VALUE, repeatable"), Flag.optional),
     type: Flag.Literals("type", ["persistent", "ephemeral"]).pipe(Flag.optional),
-    timeoutS: Flag.Int("timeout-s").pipe(Flag.withDescription("Stop it after this many seconds running"), Flag.optional),
-    wait: Flag.Boolean("wait").pipe(Flag.withDescription("Wait until it is running (or in error)"), Flag.withDefault(false))
+    timeoutS: Flag.Int("timeout-s").pipe(
+      Flag.withDescription("Stop it after this many seconds running"),
+      Flag.optional
+    ),
+    wait: Flag.Boolean("wait").pipe(
+      Flag.withDescription("Wait until it is running (or in error)"),
+      Flag.withDefault(false)
+    )
   },
   Effect.fn(function*(o) {
     const created = yield* request("POST", "/v1/sandboxes", {
@@ -59,7 +68,9 @@ const create = Command.make(
     })
     const record = o.wait ? yield* waitFor(created.id, ["running"]) : created
     yield* print(record)
-    if (record.state === "error") return yield* new CliError({ message: `sandbox ${record.id} failed: ${record.errorMessage}` })
+    if (record.state === "error") {
+      return yield* new CliError({ message: `sandbox ${record.id} failed: ${record.errorMessage}` })
+    }
   })
 ).pipe(Command.withDescription("Create a sandbox (201: pending; --wait for running)"))
 
@@ -88,14 +99,21 @@ const list = Command.make(
   })
 ).pipe(Command.withDescription("List the org's sandboxes, newest first"), Command.withAlias("ls"))
 
-const get = Command.make("get", { sandboxId }, ({ sandboxId }) => Effect.flatMap(request("GET", `/v1/sandboxes/${sandboxId}`), print))
+const get = Command.make(
+  "get",
+  { sandboxId },
+  ({ sandboxId }) => Effect.flatMap(request("GET", `/v1/sandboxes/${sandboxId}`), print)
+)
   .pipe(Command.withDescription("Show one sandbox's record"))
 
 const exec = Command.make(
   "exec",
   {
     sandboxId,
-    cmd: Argument.String("cmd").pipe(Argument.variadic({ min: 1 }), Argument.withDescription("The program and its arguments (after --)")),
+    cmd: Argument.String("cmd").pipe(
+      Argument.variadic({ min: 1 }),
+      Argument.withDescription("The program and its arguments (after --)")
+    ),
     cwd: Flag.String("cwd").pipe(Flag.optional),
     timeoutMs: Flag.Int("timeout-ms").pipe(Flag.optional),
     json

@@ -43,8 +43,14 @@ const create = Command.make(
   "create",
   {
     url: Flag.String("url").pipe(Flag.withDescription("http(s) URL resolving to a public address")),
-    events: Flag.String("events").pipe(Flag.withDescription("Comma-separated exact event names, or * (default *)"), Flag.optional),
-    secret: Flag.String("secret").pipe(Flag.withDescription("Your signing secret, 16+ characters (generated when omitted)"), Flag.optional),
+    events: Flag.String("events").pipe(
+      Flag.withDescription("Comma-separated exact event names, or * (default *)"),
+      Flag.optional
+    ),
+    secret: Flag.String("secret").pipe(
+      Flag.withDescription("Your signing secret, 16+ characters (generated when omitted)"),
+      Flag.optional
+    ),
     disabled: Flag.Boolean("disabled").pipe(Flag.withDescription("Create it paused"), Flag.withDefault(false)),
     json
   },
@@ -78,7 +84,10 @@ const test = Command.make(
   "test",
   {
     webhookId,
-    wait: Flag.Boolean("wait").pipe(Flag.withDescription("Wait for the first attempt's outcome"), Flag.withDefault(false))
+    wait: Flag.Boolean("wait").pipe(
+      Flag.withDescription("Wait for the first attempt's outcome"),
+      Flag.withDefault(false)
+    )
   },
   Effect.fn(function*(o) {
     const { delivery_id } = yield* request("POST", `/v1/webhooks/${o.webhookId}/test`)
@@ -89,7 +98,9 @@ const test = Command.make(
       const row = page.deliveries.find((d: any) => d.delivery_id === delivery_id && d.status !== "pending")
       if (row !== undefined) {
         yield* Console.log(attemptLine(row))
-        if (row.status !== "succeeded") return yield* new CliError({ message: `ping not delivered: ${row.error ?? row.status}` })
+        if (row.status !== "succeeded") {
+          return yield* new CliError({ message: `ping not delivered: ${row.error ?? row.status}` })
+        }
         return
       }
       yield* Effect.sleep("200 millis")
@@ -118,7 +129,10 @@ const deliveries = Command.make(
 
 const retry = Command.make(
   "retry",
-  { webhookId, deliveryId: Argument.String("delivery-id").pipe(Argument.withDescription("The delivery's id (whd_...)")) },
+  {
+    webhookId,
+    deliveryId: Argument.String("delivery-id").pipe(Argument.withDescription("The delivery's id (whd_...)"))
+  },
   Effect.fn(function*(o) {
     const result = yield* request("POST", `/v1/webhooks/${o.webhookId}/deliveries/${o.deliveryId}/retry`)
     yield* Console.log(`${result.delivery_id} ${result.status}`)

@@ -52,7 +52,8 @@ const decodeCache = Schema.decodeUnknownOption(Schema.fromJsonString(CacheMessag
 const decodePresence = Schema.decodeUnknownOption(Schema.fromJsonString(PresenceMessage))
 const encoder = new TextEncoder()
 const decoder = new TextDecoder()
-const json = (value: CacheMessage | PresenceMessage | { readonly process: string }) => encoder.encode(JSON.stringify(value))
+const json = (value: CacheMessage | PresenceMessage | { readonly process: string }) =>
+  encoder.encode(JSON.stringify(value))
 
 export class CredentialCache extends Context.Service<CredentialCache, {
   /** This process's id on the bus. */
@@ -234,37 +235,37 @@ export class CredentialCache extends Context.Service<CredentialCache, {
             return []
           })
           : Effect.callback<ReadonlyArray<string>>((resume) => {
-          const waiting = new Set(expected)
-          const inbox = `_INBOX.${processId}.${++inboxes}`
-          let timer: ReturnType<typeof setTimeout> | undefined
-          const finish = () => {
-            if (timer) clearTimeout(timer)
-            sub.unsubscribe()
-            resume(Effect.succeed(expected.filter((p) => !waiting.has(p))))
-          }
-          const sub = nc.subscribe(inbox, {
-            callback: (error, msg) => {
-              if (error) return
-              const from = Option.getOrUndefined(
-                Schema.decodeUnknownOption(Schema.fromJsonString(Schema.Struct({ process: Schema.String })))(
-                  decoder.decode(msg.data)
-                )
-              )
-              if (from) waiting.delete(from.process)
-              if (waiting.size === 0) finish()
+            const waiting = new Set(expected)
+            const inbox = `_INBOX.${processId}.${++inboxes}`
+            let timer: ReturnType<typeof setTimeout> | undefined
+            const finish = () => {
+              if (timer) clearTimeout(timer)
+              sub.unsubscribe()
+              resume(Effect.succeed(expected.filter((p) => !waiting.has(p))))
             }
+            const sub = nc.subscribe(inbox, {
+              callback: (error, msg) => {
+                if (error) return
+                const from = Option.getOrUndefined(
+                  Schema.decodeUnknownOption(Schema.fromJsonString(Schema.Struct({ process: Schema.String })))(
+                    decoder.decode(msg.data)
+                  )
+                )
+                if (from) waiting.delete(from.process)
+                if (waiting.size === 0) finish()
+              }
+            })
+            timer = setTimeout(finish, ackTimeoutMs)
+            try {
+              nc.publish(cacheSubject, json(message), { reply: inbox })
+            } catch {
+              finish()
+            }
+            return Effect.sync(() => {
+              if (timer) clearTimeout(timer)
+              sub.unsubscribe()
+            })
           })
-          timer = setTimeout(finish, ackTimeoutMs)
-          try {
-            nc.publish(cacheSubject, json(message), { reply: inbox })
-          } catch {
-            finish()
-          }
-          return Effect.sync(() => {
-            if (timer) clearTimeout(timer)
-            sub.unsubscribe()
-          })
-        })
 
       const revoked = Effect.fn("CredentialCache.revoked")(function*(keyId: string) {
         dropKey(keyId)

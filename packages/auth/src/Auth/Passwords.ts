@@ -59,19 +59,27 @@ export const hash = Effect.fnUntraced(function*(password: string) {
   return phc(ARGON2, salt, yield* argon2id(password, salt, ARGON2, KEY_LENGTH))
 })
 
-const ARGON2_STORED = /^\$argon2id\$v=19\$m=(\d{1,7}),t=(\d{1,2}),p=(\d{1,2})\$([A-Za-z0-9+/]{11,})\$([A-Za-z0-9+/]{16,})$/
+const ARGON2_STORED =
+  /^\$argon2id\$v=19\$m=(\d{1,7}),t=(\d{1,2}),p=(\d{1,2})\$([A-Za-z0-9+/]{11,})\$([A-Za-z0-9+/]{16,})$/
 const SCRYPT_STORED = /^scrypt\$(\d{1,2})\$(\d{1,2})\$(\d{1,2})\$([A-Za-z0-9+/=]+)\$([A-Za-z0-9+/=]+)$/
 
 type Parsed =
   | { readonly _tag: "Argon2id"; readonly cost: Argon2Cost; readonly salt: Buffer; readonly key: Buffer }
-  | { readonly _tag: "Scrypt"; readonly cost: { log2N: number; r: number; p: number }; readonly salt: Buffer; readonly key: Buffer }
+  | {
+    readonly _tag: "Scrypt"
+    readonly cost: { log2N: number; r: number; p: number }
+    readonly salt: Buffer
+    readonly key: Buffer
+  }
 
 /** A stored hash within the bounds this code accepts (a tampered row cannot ask for 4 GiB). */
 const parse = (stored: string): Parsed | undefined => {
   const a = ARGON2_STORED.exec(stored)
   if (a !== null) {
     const cost = { memoryKiB: Number(a[1]), passes: Number(a[2]), parallelism: Number(a[3]) }
-    if (cost.memoryKiB < 8 * cost.parallelism || cost.memoryKiB > 262_144 || cost.passes < 1 || cost.passes > 16) return undefined
+    if (cost.memoryKiB < 8 * cost.parallelism || cost.memoryKiB > 262_144 || cost.passes < 1 || cost.passes > 16) {
+      return undefined
+    }
     if (cost.parallelism < 1 || cost.parallelism > 16) return undefined
     const salt = Buffer.from(a[4]!, "base64")
     const key = Buffer.from(a[5]!, "base64")

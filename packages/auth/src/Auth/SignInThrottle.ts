@@ -40,7 +40,8 @@ export const audited = (failures: number): boolean => {
   return (multiple & (multiple - 1)) === 0
 }
 
-export const emailKey = (normalizedEmail: string): string => createHash("sha256").update(normalizedEmail, "utf8").digest("hex")
+export const emailKey = (normalizedEmail: string): string =>
+  createHash("sha256").update(normalizedEmail, "utf8").digest("hex")
 
 const blockedRows = Rows.decoder("SignInThrottle.blockedUntil", Schema.Struct({ blocked_until: Rows.Timestamptz }))
 const failureRows = Rows.decoder("SignInThrottle.recordFailure", Schema.Struct({ failures: Schema.Int }))
@@ -62,7 +63,9 @@ export const recordFailure = Effect.fnUntraced(function*(sql: SqlClient.SqlClien
     ON CONFLICT (email_hash) DO UPDATE SET
       failures = CASE WHEN sign_in_failures.last_failure_at < ${formatTimestamp(nowMs - STREAK_RESET_MS)}::timestamptz
                       THEN 1 ELSE sign_in_failures.failures + 1 END,
-      blocked_until = CASE WHEN sign_in_failures.last_failure_at < ${formatTimestamp(nowMs - STREAK_RESET_MS)}::timestamptz
+      blocked_until = CASE WHEN sign_in_failures.last_failure_at < ${
+    formatTimestamp(nowMs - STREAK_RESET_MS)
+  }::timestamptz
                            THEN NULL ELSE sign_in_failures.blocked_until END,
       last_failure_at = ${now}::timestamptz
     RETURNING failures`)
@@ -71,7 +74,9 @@ export const recordFailure = Effect.fnUntraced(function*(sql: SqlClient.SqlClien
   if (block > 0) {
     // Concurrent failures may finish in any order: the block only ever grows.
     yield* sql`
-      UPDATE sign_in_failures SET blocked_until = greatest(blocked_until, ${formatTimestamp(nowMs + block)}::timestamptz)
+      UPDATE sign_in_failures SET blocked_until = greatest(blocked_until, ${
+      formatTimestamp(nowMs + block)
+    }::timestamptz)
       WHERE email_hash = ${key}`
   }
   // Streaks quiet for a day are over: a few at a time, so no failure pays for many.

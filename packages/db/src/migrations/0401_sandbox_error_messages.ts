@@ -24,9 +24,11 @@ export default Effect.gen(function*() {
     UPDATE sandboxes SET error_message = regexp_replace(error_message, ${MOST_FREE}, '')
     WHERE error_message ~ ${MOST_FREE}`
   yield* sql`
-    UPDATE sandboxes SET error_message = regexp_replace(error_message, ${DRIVER_DETAILS}, ${String.raw`\1\2 failed on the host`})
+    UPDATE sandboxes SET error_message = regexp_replace(error_message, ${DRIVER_DETAILS}, ${String
+    .raw`\1\2 failed on the host`})
     WHERE error_message ~ ${DRIVER_DETAILS}`
   yield* sql`
-    UPDATE sandboxes SET error_message = regexp_replace(error_message, ${CAPACITY_DETAILS}, ${String.raw`\1the host is out of capacity`})
+    UPDATE sandboxes SET error_message = regexp_replace(error_message, ${CAPACITY_DETAILS}, ${String
+    .raw`\1the host is out of capacity`})
     WHERE error_message ~ ${CAPACITY_DETAILS}`
 })

@@ -63,4 +63,3 @@ export class AuditApi extends HttpApiGroup.make("audit")
   .annotateMerge(Access.account)
   .annotateMerge(OpenApi.annotations({ title: "Audit log" }))
 {}
-

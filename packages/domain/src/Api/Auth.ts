@@ -15,10 +15,17 @@
  * authorization matrix test.
  */
 import { Context, type DateTime, Schema, SchemaTransformation } from "effect"
-import { HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware, HttpApiSchema, HttpApiSecurity, OpenApi } from "effect/http-api"
 import {
-  CsrfRejected,
+  HttpApiEndpoint,
+  HttpApiGroup,
+  HttpApiMiddleware,
+  HttpApiSchema,
+  HttpApiSecurity,
+  OpenApi
+} from "effect/http-api"
+import {
   Conflict,
+  CsrfRejected,
   FullAccessRequired,
   InsufficientScope,
   InvalidRequest,
@@ -30,11 +37,11 @@ import {
   Unavailable
 } from "../Errors.ts"
 import { ApiKeyId, OrgId, UserId } from "../Ids.ts"
-import { InfrastructureFailureSchema } from "./Infrastructure.ts"
 import { ListQuery, Page } from "../Pagination.ts"
 import type { Action, Grant, Resource } from "../Scopes.ts"
 import { codePoints, Name, withoutNul } from "../Text.ts"
 import { NullableTimestamp, Timestamp } from "../Time.ts"
+import { InfrastructureFailureSchema } from "./Infrastructure.ts"
 
 // ---------------------------------------------------------------------------------------------
 // Access rules
@@ -99,7 +106,9 @@ export interface Principal {
   readonly grant: Grant
 }
 
-export class CurrentPrincipal extends Context.Service<CurrentPrincipal, Principal>()("@svc/domain/Api/CurrentPrincipal") {}
+export class CurrentPrincipal
+  extends Context.Service<CurrentPrincipal, Principal>()("@svc/domain/Api/CurrentPrincipal")
+{}
 
 // ---------------------------------------------------------------------------------------------
 // Errors of this area added to docs/contract.md#errors
@@ -125,7 +134,10 @@ export class Authorization extends HttpApiMiddleware.Service<Authorization, { pr
   {
     security: {
       bearer: HttpApiSecurity.bearer.pipe(
-        HttpApiSecurity.annotate(OpenApi.Description, "`Authorization: Bearer svc_live_...` (or the dashboard's `client.session_token` cookie)")
+        HttpApiSecurity.annotate(
+          OpenApi.Description,
+          "`Authorization: Bearer svc_live_...` (or the dashboard's `client.session_token` cookie)"
+        )
       )
     },
     // InvalidRequest: a JSON body nesting too deep is refused here, before the endpoint decodes it.
@@ -258,7 +270,8 @@ export class AuthApi extends HttpApiGroup.make("auth")
       success: SignedIn.pipe(HttpApiSchema.status(201)),
       error: Conflict
     }).annotateMerge(Access.public).annotateMerge(OpenApi.annotations({
-      description: "Creates an org and its first user, and signs in (sets the `client.session_token` cookie). 409 `conflict` when the email is taken."
+      description:
+        "Creates an org and its first user, and signs in (sets the `client.session_token` cookie). 409 `conflict` when the email is taken."
     })),
     HttpApiEndpoint.post("signIn", "/v1/auth/sign-in", {
       payload: SignInRequest,

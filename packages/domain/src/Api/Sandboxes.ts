@@ -25,7 +25,9 @@ import { Access } from "./Auth.ts"
 /** Uploads through PUT /v1/sandboxes/{id}/files are limited to this many bytes. */
 export const MAX_UPLOAD_BYTES = 100 * 1024 * 1024
 
-export class CreateSandboxBody extends Schema.Class<CreateSandboxBody>("CreateSandboxRequest")(CreateSandboxRequest.fields) {}
+export class CreateSandboxBody
+  extends Schema.Class<CreateSandboxBody>("CreateSandboxRequest")(CreateSandboxRequest.fields)
+{}
 
 export class ExecBody extends Schema.Class<ExecBody>("ExecRequest")(ExecRequest.fields) {}
 
@@ -114,7 +116,8 @@ export class SandboxesApi extends HttpApiGroup.make("sandboxes")
       success: [HttpApiSchema.StreamUint8Array({ contentType: "application/octet-stream" }), FileListing],
       error: [InvalidRequest, NotFound, Conflict, PayloadTooLarge, FileRefused, SandboxOutOfScope, Unavailable]
     }).annotateMerge(OpenApi.annotations({
-      description: "A file's bytes (`application/octet-stream`, streamed), or for a folder `{entries: [{name, type, size, mtime}]}`. " +
+      description:
+        "A file's bytes (`application/octet-stream`, streamed), or for a folder `{entries: [{name, type, size, mtime}]}`. " +
         "Paths resolve inside the sandbox's root only. A file over 100 MiB is 413; a read the sandbox's kernel " +
         "refuses is 422 `file_refused` with `errno`. Transfers beyond the API's or the host's bound wait, then 503."
     })),

@@ -30,9 +30,13 @@ import {
 import { Access } from "./Auth.ts"
 import { IdempotencyKey } from "./Sandboxes.ts"
 
-export class CreateWebhookBody extends Schema.Class<CreateWebhookBody>("CreateWebhookRequest")(CreateWebhookRequest.fields) {}
+export class CreateWebhookBody
+  extends Schema.Class<CreateWebhookBody>("CreateWebhookRequest")(CreateWebhookRequest.fields)
+{}
 
-export class PatchWebhookBody extends Schema.Class<PatchWebhookBody>("PatchWebhookRequest")(PatchWebhookRequest.fields) {}
+export class PatchWebhookBody
+  extends Schema.Class<PatchWebhookBody>("PatchWebhookRequest")(PatchWebhookRequest.fields)
+{}
 
 const params = { id: WebhookId }
 
@@ -42,7 +46,14 @@ export class WebhooksApi extends HttpApiGroup.make("webhooks")
       payload: CreateWebhookBody,
       headers: { "idempotency-key": Schema.optionalKey(IdempotencyKey) },
       success: CreatedWebhook.pipe(HttpApiSchema.status(201)),
-      error: [InvalidRequest, InvalidWebhookUrl, InvalidEventFilter, WebhookLimitReached, IdempotencyKeyReused, Unavailable]
+      error: [
+        InvalidRequest,
+        InvalidWebhookUrl,
+        InvalidEventFilter,
+        WebhookLimitReached,
+        IdempotencyKeyReused,
+        Unavailable
+      ]
     }).annotateMerge(OpenApi.annotations({
       description: "Subscribes `url` (http or https, resolving only to public addresses) to `events` (exact event " +
         "names or `*`, default `[\"*\"]`). `secret`: your signing secret (16+ characters), generated when omitted; " +
@@ -53,7 +64,9 @@ export class WebhooksApi extends HttpApiGroup.make("webhooks")
       query: ListQuery,
       success: WebhookList,
       error: [InvalidRequest, Unavailable]
-    }).annotateMerge(OpenApi.annotations({ description: "The org's webhooks, newest first. Secrets are never listed." })),
+    }).annotateMerge(
+      OpenApi.annotations({ description: "The org's webhooks, newest first. Secrets are never listed." })
+    ),
     HttpApiEndpoint.get("get", "/v1/webhooks/:id", {
       params,
       success: Webhook,

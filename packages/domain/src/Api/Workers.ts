@@ -28,7 +28,8 @@ export class WorkersApi extends HttpApiGroup.make("workers")
   .add(
     HttpApiEndpoint.get("list", "/v1/workers", { success: WorkerList, error: Unavailable }).annotateMerge(
       OpenApi.annotations({
-        description: "Worker processes (api, runtime, agent, dispatcher) seen in the last 15 s, by name. Any valid credential."
+        description:
+          "Worker processes (api, runtime, agent, dispatcher) seen in the last 15 s, by name. Any valid credential."
       })
     )
   )

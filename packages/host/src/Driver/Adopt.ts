@@ -12,7 +12,7 @@ import type { DriverLifecycle } from "./Lifecycle.ts"
 import * as Network from "./Network.ts"
 import { runChecked } from "./Process.ts"
 import { infoOf } from "./Run.ts"
-import { RunRecord, SandboxRecord, sandboxPaths, writeRunRecord, writeSandboxRecord } from "./State.ts"
+import { RunRecord, sandboxPaths, SandboxRecord, writeRunRecord, writeSandboxRecord } from "./State.ts"
 
 export const makeAdopt = (host: DriverHost, lifecycle: Pick<DriverLifecycle, "destroyInternal">) => {
   const { config, bin, cgroups } = host
@@ -27,61 +27,94 @@ export const makeAdopt = (host: DriverHost, lifecycle: Pick<DriverLifecycle, "de
     const from = yield* checkId(fromId)
     const spec = yield* decodeInput(SandboxSpec, input)
     if (from === spec.sandboxId) return yield* invalid("adopt: the new id must differ from the old one")
-    return yield* host.withLock(from, host.withLock(spec.sandboxId, Effect.gen(function*() {
-      const target = sandboxPaths(config.dataDir, spec.sandboxId)
-      if ((yield* tryHost("adopt", () => Fs.lstat(target.dir).then(() => true, () => false)))) {
-        return yield* new SandboxAlreadyExists({ sandboxId: spec.sandboxId })
-      }
-      const entry = yield* host.lookupRunning(from)
-      if (entry.record.template !== spec.template) {
-        return yield* invalid(`adopt: ${from} was made from template ${entry.record.template}, not ${spec.template}`)
-      }
-      // Its disk image is mounted: growing it would need an online resize (CAP_SYS_RESOURCE, which
-      // some hosts withhold even from root), so only an equal size is adopted.
-      if (entry.record.diskGb !== spec.diskGb) {
-        return yield* invalid(`adopt: ${from} has a disk of ${entry.record.diskGb} GiB, not ${spec.diskGb}`)
-      }
-      const source = sandboxPaths(config.dataDir, from)
-      host.running.delete(from)
-      yield* tryHost("adopt", () => Fs.rename(source.dir, target.dir))
-      // The mount point's folder follows (its mount lives in the sandbox's namespace only).
-      yield* tryHost("adopt", () => Fs.rename(host.mountPoint(from), host.mountPoint(spec.sandboxId)).catch(() => undefined))
-      return yield* Effect.gen(function*() {
-        yield* tryHost("adopt", () => cgroups.rename(from, spec.sandboxId))
-        const record = new SandboxRecord({
-          ...entry.record,
-          sandboxId: spec.sandboxId,
-          env: spec.env,
-          cpu: spec.cpu,
-          ramMb: spec.ramMb,
-          diskGb: spec.diskGb,
-          exposedPorts: spec.exposedPorts,
-          createdAt: new Date().toISOString()
+    return yield* host.withLock(
+      from,
+      host.withLock(
+        spec.sandboxId,
+        Effect.gen(function*() {
+          const target = sandboxPaths(config.dataDir, spec.sandboxId)
+          if ((yield* tryHost("adopt", () => Fs.lstat(target.dir).then(() => true, () => false)))) {
+            return yield* new SandboxAlreadyExists({ sandboxId: spec.sandboxId })
+          }
+          const entry = yield* host.lookupRunning(from)
+          if (entry.record.template !== spec.template) {
+            return yield* invalid(
+              `adopt: ${from} was made from template ${entry.record.template}, not ${spec.template}`
+            )
+          }
+          // Its disk image is mounted: growing it would need an online resize (CAP_SYS_RESOURCE, which
+          // some hosts withhold even from root), so only an equal size is adopted.
+          if (entry.record.diskGb !== spec.diskGb) {
+            return yield* invalid(`adopt: ${from} has a disk of ${entry.record.diskGb} GiB, not ${spec.diskGb}`)
+          }
+          const source = sandboxPaths(config.dataDir, from)
+          host.running.delete(from)
+          yield* tryHost("adopt", () => Fs.rename(source.dir, target.dir))
+          // The mount point's folder follows (its mount lives in the sandbox's namespace only).
+          yield* tryHost(
+            "adopt",
+            () => Fs.rename(host.mountPoint(from), host.mountPoint(spec.sandboxId)).catch(() => undefined)
+          )
+          return yield* Effect.gen(function*() {
+            yield* tryHost("adopt", () => cgroups.rename(from, spec.sandboxId))
+            const record = new SandboxRecord({
+              ...entry.record,
+              sandboxId: spec.sandboxId,
+              env: spec.env,
+              cpu: spec.cpu,
+              ramMb: spec.ramMb,
+              diskGb: spec.diskGb,
+              exposedPorts: spec.exposedPorts,
+              createdAt: new Date().toISOString()
+            })
+            yield* writeSandboxRecord(target, record, host.secrets, "adopt")
+            const handed = yield* tryHost(
+              "adopt",
+              () => Network.transfer(config.leaseDir, record.internalIp, host.owner(from), host.owner(spec.sandboxId))
+            )
+            if (!handed) {
+              return yield* new DriverFailure({
+                operation: "adopt",
+                message: `the address ${record.internalIp} was taken meanwhile`
+              })
+            }
+            const prepared = yield* tryHost("adopt", () =>
+              cgroups.prepare(spec.sandboxId, {
+                ramMb: spec.ramMb,
+                cpu: spec.cpu,
+                pidsMax: config.pidsMax,
+                diskGb: spec.diskGb
+              }))
+            // The sandbox's namespaces belong to its user namespace; host root may join them. The
+            // hostname, and /dev/shm sized for the new memory limit (mount reads /proc/mounts: the pid
+            // namespace too); only the helper busybox runs in there (the tenant cannot replace it).
+            yield* runChecked("adopt", bin.nsenter, [
+              "-t",
+              String(entry.run.pid),
+              "-u",
+              "-m",
+              "-p",
+              "-r",
+              "--",
+              HELPER,
+              "sh",
+              "-c",
+              `${HELPER} hostname "$1" && ${HELPER} mount -o remount,nosuid,nodev,size=$2 /dev/shm`,
+              "sh",
+              spec.sandboxId,
+              String(Disk.shmBytes(spec.ramMb))
+            ], { env: HOST_ENV })
+            const runRecord = new RunRecord({
+              ...entry.run,
+              limits: { ...prepared.limits, disk: entry.run.limits.disk }
+            })
+            yield* tryHost("adopt", () => writeRunRecord(target, runRecord))
+            host.running.set(spec.sandboxId, { record, run: runRecord })
+            return infoOf(record, runRecord)
+          }).pipe(Effect.tapError(() => lifecycle.destroyInternal(spec.sandboxId).pipe(Effect.ignore)))
         })
-        yield* writeSandboxRecord(target, record, host.secrets, "adopt")
-        const handed = yield* tryHost("adopt", () =>
-          Network.transfer(config.leaseDir, record.internalIp, host.owner(from), host.owner(spec.sandboxId))
-        )
-        if (!handed) {
-          return yield* new DriverFailure({ operation: "adopt", message: `the address ${record.internalIp} was taken meanwhile` })
-        }
-        const prepared = yield* tryHost("adopt", () =>
-          cgroups.prepare(spec.sandboxId, { ramMb: spec.ramMb, cpu: spec.cpu, pidsMax: config.pidsMax, diskGb: spec.diskGb })
-        )
-        // The sandbox's namespaces belong to its user namespace; host root may join them. The
-        // hostname, and /dev/shm sized for the new memory limit (mount reads /proc/mounts: the pid
-        // namespace too); only the helper busybox runs in there (the tenant cannot replace it).
-        yield* runChecked("adopt", bin.nsenter, [
-          "-t", String(entry.run.pid), "-u", "-m", "-p", "-r", "--",
-          HELPER, "sh", "-c", `${HELPER} hostname "$1" && ${HELPER} mount -o remount,nosuid,nodev,size=$2 /dev/shm`,
-          "sh", spec.sandboxId, String(Disk.shmBytes(spec.ramMb))
-        ], { env: HOST_ENV })
-        const runRecord = new RunRecord({ ...entry.run, limits: { ...prepared.limits, disk: entry.run.limits.disk } })
-        yield* tryHost("adopt", () => writeRunRecord(target, runRecord))
-        host.running.set(spec.sandboxId, { record, run: runRecord })
-        return infoOf(record, runRecord)
-      }).pipe(Effect.tapError(() => lifecycle.destroyInternal(spec.sandboxId).pipe(Effect.ignore)))
-    })))
+      )
+    )
   })
 
   return { adopt }

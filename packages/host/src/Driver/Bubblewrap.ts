@@ -51,7 +51,10 @@ export class BubblewrapDriver {
 
       const pty = Effect.fn("SandboxDriver.pty")(function*(sandboxId: string, _request: unknown) {
         yield* host.lookupRunning(sandboxId)
-        return yield* new DriverUnsupported({ operation: "pty", message: "terminals are not implemented by the namespaces driver yet" })
+        return yield* new DriverUnsupported({
+          operation: "pty",
+          message: "terminals are not implemented by the namespaces driver yet"
+        })
       })
 
       // A lifecycle step cut in half would leave processes, devices or leases behind: once begun,

@@ -322,7 +322,9 @@ const makeV1 = (settings: CgroupSettings, version: CgroupVersion): Cgroups => {
   const usage = async (sandboxId: string): Promise<CgroupUsage> => {
     const memoryDir = group("memory", sandboxId)
     const used = await readNumber(NodePath.join(memoryDir, "memory.usage_in_bytes"))
-    const inactive = used === undefined ? undefined : await readKey(NodePath.join(memoryDir, "memory.stat"), "total_inactive_file")
+    const inactive = used === undefined
+      ? undefined
+      : await readKey(NodePath.join(memoryDir, "memory.stat"), "total_inactive_file")
     return {
       memoryBytes: used === undefined ? undefined : Math.max(0, used - (inactive ?? 0)),
       cpuUsageNs: await readNumber(NodePath.join(group("cpuacct", sandboxId), "cpuacct.usage")),
@@ -330,7 +332,8 @@ const makeV1 = (settings: CgroupSettings, version: CgroupVersion): Cgroups => {
     }
   }
 
-  const oomKills = (sandboxId: string) => readKey(NodePath.join(group("memory", sandboxId), "memory.oom_control"), "oom_kill")
+  const oomKills = (sandboxId: string) =>
+    readKey(NodePath.join(group("memory", sandboxId), "memory.oom_control"), "oom_kill")
 
   const removeHost = async () => {
     for (const controller of CONTROLLERS) {
@@ -369,11 +372,16 @@ const makeV2 = (settings: CgroupSettings): Cgroups => {
     }
     for (const controller of V2_CONTROLLERS) {
       if (!offered.includes(controller)) {
-        result.set(controller, `unavailable: the ${controller} controller is not in ${settings.root}/cgroup.controllers`)
+        result.set(
+          controller,
+          `unavailable: the ${controller} controller is not in ${settings.root}/cgroup.controllers`
+        )
         continue
       }
       try {
-        for (const dir of [settings.root, parent, hostDir]) await write(NodePath.join(dir, "cgroup.subtree_control"), `+${controller}`)
+        for (const dir of [settings.root, parent, hostDir]) {
+          await write(NodePath.join(dir, "cgroup.subtree_control"), `+${controller}`)
+        }
         result.set(controller, undefined)
       } catch (e) {
         result.set(controller, unavailable(e))
@@ -393,7 +401,11 @@ const makeV2 = (settings: CgroupSettings): Cgroups => {
     write(NodePath.join(dir, "cpu.max"), `${Math.round(CPU_PERIOD_US * cpu)} ${CPU_PERIOD_US}`)
   const writePids = (dir: string, pidsMax: number) => write(NodePath.join(dir, "pids.max"), String(pidsMax))
 
-  const writeAll = async (dir: string, enabled: Map<V2Controller, string | undefined>, limits: Omit<Limits, "diskGb">) => {
+  const writeAll = async (
+    dir: string,
+    enabled: Map<V2Controller, string | undefined>,
+    limits: Omit<Limits, "diskGb">
+  ) => {
     const apply = async (controller: V2Controller, step: () => Promise<void>) => {
       const missing = enabled.get(controller)
       if (missing !== undefined) return missing
@@ -463,7 +475,9 @@ const makeV2 = (settings: CgroupSettings): Cgroups => {
     await Fs.mkdir(to, { recursive: true })
     const dirs = async (dir: string): Promise<Array<string>> => {
       const children = await Fs.readdir(dir, { withFileTypes: true }).catch(() => [])
-      const nested = await Promise.all(children.filter((c) => c.isDirectory()).map((c) => dirs(NodePath.join(dir, c.name))))
+      const nested = await Promise.all(
+        children.filter((c) => c.isDirectory()).map((c) => dirs(NodePath.join(dir, c.name)))
+      )
       return [dir, ...nested.flat()]
     }
     for (let pass = 0; pass < 20; pass++) {

@@ -71,7 +71,9 @@ export class DriverConfig extends Context.Service<DriverConfig, {
     Layer.effect(DriverConfig, Effect.sync(() => DriverConfig.make(options)))
 }
 
-const Name = Schema.String.check(Schema.isPattern(/^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$/, { message: "name: 1 to 32 of [A-Za-z0-9_-]" }))
+const Name = Schema.String.check(
+  Schema.isPattern(/^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$/, { message: "name: 1 to 32 of [A-Za-z0-9_-]" })
+)
 const AbsolutePath = Schema.String.check(Schema.isPattern(/^\/[^\0]*$/, { message: "absolute path" }))
 
 /** Above the system and login ranges and the usual /etc/subuid blocks, below 2^31. */
@@ -81,9 +83,13 @@ const ConfigSchema = Schema.Struct({
   dataDir: AbsolutePath,
   hostId: Name,
   // Interface names are at most 15 bytes.
-  bridge: Schema.String.check(Schema.isPattern(/^[A-Za-z0-9][A-Za-z0-9_-]{0,14}$/, { message: "bridge: 1 to 15 of [A-Za-z0-9_-]" })),
+  bridge: Schema.String.check(
+    Schema.isPattern(/^[A-Za-z0-9][A-Za-z0-9_-]{0,14}$/, { message: "bridge: 1 to 15 of [A-Za-z0-9_-]" })
+  ),
   subnet: Schema.String.check(
-    Schema.isPattern(/^\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}\/(1[6-9]|2[0-8])$/, { message: "subnet: IPv4 CIDR, /16 to /28" })
+    Schema.isPattern(/^\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}\/(1[6-9]|2[0-8])$/, {
+      message: "subnet: IPv4 CIDR, /16 to /28"
+    })
   ),
   leaseDir: AbsolutePath,
   runDir: AbsolutePath,

@@ -35,7 +35,10 @@ type Env = Readonly<Record<string, string>>
 
 // Host.ts's `tryHost`; not imported, Host.ts imports this module.
 const tryHost = <A>(operation: string, f: () => Promise<A>): Effect.Effect<A, DriverFailure> =>
-  Effect.tryPromise({ try: f, catch: (e) => new DriverFailure({ operation, message: e instanceof Error ? e.message : String(e) }) })
+  Effect.tryPromise({
+    try: f,
+    catch: (e) => new DriverFailure({ operation, message: e instanceof Error ? e.message : String(e) })
+  })
 
 /**
  * `mkfs.ext4` without zeroing: a fresh sparse file reads as zeros, so its inode tables and journal
@@ -43,7 +46,14 @@ const tryHost = <A>(operation: string, f: () => Promise<A>): Effect.Effect<A, Dr
  * blocks reserved for root: the whole size is the sandbox's. About 5 ms for 1 GiB, 10 ms for
  * 10 GiB here.
  */
-const MKFS_OPTIONS = ["-q", "-F", "-m", "0", "-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard,assume_storage_prezeroed=1"]
+const MKFS_OPTIONS = [
+  "-q",
+  "-F",
+  "-m",
+  "0",
+  "-E",
+  "lazy_itable_init=1,lazy_journal_init=1,nodiscard,assume_storage_prezeroed=1"
+]
 
 /**
  * Whether this host can give sandboxes a disk image: the program that formats one, and
@@ -103,7 +113,9 @@ export const status = (support: DiskSupport, layout: Layout): string =>
     : "not enforced: this sandbox was made without a disk image; its upper/ is a folder on the host file system"
 
 const findProgram = (name: string): string | undefined =>
-  ["/usr/sbin", "/sbin", "/usr/bin", "/bin"].map((dir) => NodePath.join(dir, name)).find((path) => FsSync.existsSync(path))
+  ["/usr/sbin", "/sbin", "/usr/bin", "/bin"].map((dir) => NodePath.join(dir, name)).find((path) =>
+    FsSync.existsSync(path)
+  )
 
 const NICE = findProgram("nice")
 
@@ -140,7 +152,9 @@ export const probe = (dataDir: string, bin: { readonly unshare: string; readonly
     const mkfs = findProgram("mkfs.ext4")
     if (mkfs === undefined) return unavailable("mkfs.ext4 (e2fsprogs) is not installed")
     if (!FsSync.existsSync("/dev/loop-control")) return unavailable("no loop devices (/dev/loop-control is missing)")
-    const built = yield* Effect.result(tryHost("init", () => Native.build(NodePath.join(dataDir, "host"), "svc-disk-mount")))
+    const built = yield* Effect.result(
+      tryHost("init", () => Native.build(NodePath.join(dataDir, "host"), "svc-disk-mount"))
+    )
     if (built._tag === "Failure") return unavailable(built.failure.message.slice(0, 300))
     const mounter = built.success
     const dir = yield* tryHost("init", () => Fs.mkdtemp(NodePath.join(dataDir, ".disk-probe-")))
@@ -151,9 +165,20 @@ export const probe = (dataDir: string, bin: { readonly unshare: string; readonly
       const formatted = yield* Effect.result(format(mkfs, file, 32 * 1024 * 1024, env, "init"))
       if (formatted._tag === "Failure") return unavailable(formatted.failure.message.slice(0, 300))
       const mounted = yield* run("init", bin.unshare, [
-        "--mount", "--propagation", "private", bin.sh, "-c", `"$1" "$2" "$3" && umount "$3"`, "sh", mounter, file, mount
+        "--mount",
+        "--propagation",
+        "private",
+        bin.sh,
+        "-c",
+        `"$1" "$2" "$3" && umount "$3"`,
+        "sh",
+        mounter,
+        file,
+        mount
       ], { env, timeoutMs: 30_000 })
-      if (mounted.exitCode !== 0) return unavailable(`a loop mount failed: ${decode(mounted.stderr).trim().slice(0, 300)}`)
+      if (mounted.exitCode !== 0) {
+        return unavailable(`a loop mount failed: ${decode(mounted.stderr).trim().slice(0, 300)}`)
+      }
       const skeleton = NodePath.join(dataDir, "disk-skeleton")
       yield* tryHost("init", async () => {
         await Fs.rm(skeleton, { recursive: true, force: true })
@@ -250,7 +275,13 @@ export const makeStock = (
       return kept
     })
     const taken = yield* Queue.unbounded<void>()
-    const formatImage = yield* makeFormatter(sh, [...(NICE !== undefined ? [NICE, "-n", "19"] : []), mkfs, ...MKFS_OPTIONS, "-d", skeleton], env)
+    const formatImage = yield* makeFormatter(sh, [
+      ...(NICE !== undefined ? [NICE, "-n", "19"] : []),
+      mkfs,
+      ...MKFS_OPTIONS,
+      "-d",
+      skeleton
+    ], env)
     const refill = Effect.gen(function*() {
       while (ready.length < count) {
         const image = NodePath.join(dir, `blank-${STOCK_GB}g-${support.uid}-${randomBytes(6).toString("hex")}.img`)
@@ -303,7 +334,9 @@ export const makeLayer = (support: DiskSupport, stock: DiskStock, paths: Sandbox
  * the sandbox has no image. It then mounts the overlay over `layout.upper` and `layout.work`.
  */
 export const startArgs = (support: DiskSupport, layout: Layout): ReadonlyArray<string> =>
-  layout.image !== undefined && support._tag === "available" ? ["--image", layout.image, "--image-mount", layout.mount] : []
+  layout.image !== undefined && support._tag === "available"
+    ? ["--image", layout.image, "--image-mount", layout.mount]
+    : []
 
 /** Loop devices whose backing file is `image` (the kernel shows the file's current path). */
 const attachedDevices = (image: string): Array<string> => {
@@ -340,7 +373,7 @@ export const awaitDetached = (paths: SandboxPaths): Effect.Effect<ReadonlyArray<
   tryHost("destroy", async () => {
     const image = await Fs.realpath(imagePath(paths)).catch(() => undefined)
     if (image === undefined) return []
-    for (let i = 0; ; i++) {
+    for (let i = 0;; i++) {
       const devices = attachedDevices(image)
       if (devices.length === 0 || i >= 100) return devices
       await new Promise((resolve) => setTimeout(resolve, 20))

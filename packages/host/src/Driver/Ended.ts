@@ -52,7 +52,8 @@ export const makeEnded = (host: DriverHost, runs: Pick<Runs, "teardownRun">) => 
           for (let i = 0; i < 50; i++) {
             const code = await readExitCode(paths)
             if (code !== undefined) return code
-            const monitorAlive = run.monitorPid !== undefined && (await sameProcess(run.monitorPid, run.monitorStartTicks ?? -1))
+            const monitorAlive = run.monitorPid !== undefined &&
+              (await sameProcess(run.monitorPid, run.monitorStartTicks ?? -1))
             if (!monitorAlive) return await readExitCode(paths)
             await sleep(10)
           }

@@ -47,15 +47,22 @@ export const insideCommand = (
 ): InsideCommand => ({
   file: host.confinement.enter,
   args: [
-    "--pid", String(entry.run.pid),
-    "--start-ticks", String(entry.run.startTicks),
-    "--caps", Confinement.capabilityHex(),
-    "--seccomp", host.confinement.seccomp,
+    "--pid",
+    String(entry.run.pid),
+    "--start-ticks",
+    String(entry.run.startTicks),
+    "--caps",
+    Confinement.capabilityHex(),
+    "--seccomp",
+    host.confinement.seccomp,
     // The environment comes on fd 3: it never appears on a command line (`ps`).
-    "--env-fd", "3",
-    "--cwd", options.cwd,
+    "--env-fd",
+    "3",
+    "--cwd",
+    options.cwd,
     ...group.procsFiles.flatMap((file) => ["--cgroup", file]),
-    "--", ...argv
+    "--",
+    ...argv
   ],
   env: HOST_ENV,
   fd3: Buffer.from(Object.entries(options.env).map(([k, v]) => `${k}=${v}\0`).join(""), "utf8")
@@ -71,8 +78,13 @@ export const makeExec = (host: DriverHost) => {
    */
   const insideGroups = (entry: RunningSandbox): Effect.Effect<Cgroups.ExecGroup, DriverFailure, Scope.Scope> =>
     Effect.acquireRelease(
-      tryHost("exec", () =>
-        cgroups.execGroup(entry.record.sandboxId, `x${process.pid}-${++execCounter}-${randomBytes(3).toString("hex")}`)
+      tryHost(
+        "exec",
+        () =>
+          cgroups.execGroup(
+            entry.record.sandboxId,
+            `x${process.pid}-${++execCounter}-${randomBytes(3).toString("hex")}`
+          )
       ),
       (group) => tryHost("exec", () => group.remove()).pipe(Effect.ignore)
     )
@@ -99,7 +111,9 @@ export const makeExec = (host: DriverHost) => {
   const spawnInside = (
     entry: RunningSandbox,
     argv: ReadonlyArray<string>,
-    options: { readonly env: Record<string, string>; readonly cwd: string } & Pick<StreamingOptions, "timeoutMs" | "maxStderrBytes">
+    options:
+      & { readonly env: Record<string, string>; readonly cwd: string }
+      & Pick<StreamingOptions, "timeoutMs" | "maxStderrBytes">
   ): Effect.Effect<StreamingProcess, DriverFailure, Scope.Scope> =>
     Effect.gen(function*() {
       const group = yield* insideGroups(entry)

@@ -9,9 +9,9 @@
  * its target, renamed over it by a second script once every byte arrived (so neither a cut
  * upload nor a killed agent leaves a half-written file). Nothing holds a whole file in memory.
  */
+import * as NodeStream from "@effect/platform-node/NodeStream"
 import { Effect, Stream } from "effect"
 import { randomBytes } from "node:crypto"
-import * as NodeStream from "@effect/platform-node/NodeStream"
 import {
   DirEntry,
   DriverFailure,
@@ -218,7 +218,9 @@ export const makeFiles = (host: DriverHost, exec: Pick<Exec, "runInside" | "spaw
           ? fileError("refused", kernel.message, kernel.errno)
           : fileError("not_directory", "not_directory")
       }
-      if (exit.exitCode === REFUSED_EXIT && kernel !== undefined) return fileError("refused", kernel.message, kernel.errno)
+      if (exit.exitCode === REFUSED_EXIT && kernel !== undefined) {
+        return fileError("refused", kernel.message, kernel.errno)
+      }
       const reason = FILE_EXIT[exit.exitCode] ?? "failed"
       return fileError(reason, stderr.slice(0, 500) || reason)
     }
@@ -264,8 +266,15 @@ export const makeFiles = (host: DriverHost, exec: Pick<Exec, "runInside" | "spaw
     const { fileError, fromExit } = errorsFor(entry, checked)
     const proc = yield* spawnScript(entry, READ_SCRIPT, [checked, String(max)])
     const header = yield* readHeader(proc.stdout, NEWLINE, 32)
-    const refusal = Effect.flatMap(proc.exit, (exit) =>
-      Effect.fail(exit.exitCode !== 0 || exit.timedOut ? fromExit(exit) : fileError("failed", "the file changed while it was read")))
+    const refusal = Effect.flatMap(
+      proc.exit,
+      (exit) =>
+        Effect.fail(
+          exit.exitCode !== 0 || exit.timedOut
+            ? fromExit(exit)
+            : fileError("failed", "the file changed while it was read")
+        )
+    )
     if (header === undefined) return yield* refusal
     const size = Number(header.subarray(0, -1).toString("latin1"))
     if (!Number.isSafeInteger(size) || size < 0) return yield* fileError("failed", "unreadable size")
@@ -278,7 +287,10 @@ export const makeFiles = (host: DriverHost, exec: Pick<Exec, "runInside" | "spaw
       return { size: 0, stream: Stream.empty } satisfies FileStream as FileStream
     }
     let received = 0
-    const stream: Stream.Stream<Uint8Array, SandboxFileError | DriverFailure> = NodeStream.fromReadable<Uint8Array, DriverFailure>({
+    const stream: Stream.Stream<Uint8Array, SandboxFileError | DriverFailure> = NodeStream.fromReadable<
+      Uint8Array,
+      DriverFailure
+    >({
       evaluate: () => proc.stdout,
       onError: (e) => new DriverFailure({ operation: "readFile", message: String(e) }),
       closeOnDone: false
@@ -333,7 +345,11 @@ export const makeFiles = (host: DriverHost, exec: Pick<Exec, "runInside" | "spaw
         yield* Effect.addFinalizer(() =>
           committed ? Effect.void : Effect.andThen(
             Effect.sync(proc.kill),
-            exec.runInside(entry, [HELPER, "rm", "-f", "--", temp], { env: { PATH: SANDBOX_PATH }, cwd: "/", timeoutMs: FILE_OP_TIMEOUT_MS })
+            exec.runInside(entry, [HELPER, "rm", "-f", "--", temp], {
+              env: { PATH: SANDBOX_PATH },
+              cwd: "/",
+              timeoutMs: FILE_OP_TIMEOUT_MS
+            })
           ).pipe(Effect.ignore)
         )
         const result = yield* pump(body, proc.stdin, max)
@@ -342,7 +358,16 @@ export const makeFiles = (host: DriverHost, exec: Pick<Exec, "runInside" | "spaw
         const exit = yield* proc.exit
         if (exit.exitCode !== 0 || exit.timedOut) return yield* fromExit(exit)
         if (result.readerGone) return yield* fileError("failed", "the writer stopped reading")
-        const commit = yield* exec.runInside(entry, [HELPER, "sh", "-c", COMMIT_SCRIPT, "sh", temp, target, fileMode.toString(8)], {
+        const commit = yield* exec.runInside(entry, [
+          HELPER,
+          "sh",
+          "-c",
+          COMMIT_SCRIPT,
+          "sh",
+          temp,
+          target,
+          fileMode.toString(8)
+        ], {
           env: { PATH: SANDBOX_PATH },
           cwd: "/",
           timeoutMs: FILE_OP_TIMEOUT_MS,
@@ -365,7 +390,12 @@ export const makeFiles = (host: DriverHost, exec: Pick<Exec, "runInside" | "spaw
       if (!(bytes instanceof Uint8Array)) return yield* invalid("bytes must be a Uint8Array")
       if (bytes.length > MAX_FILE_BYTES) {
         const checked = yield* checkPath(path)
-        return yield* new SandboxFileError({ sandboxId, path: checked, reason: "too_large", message: `at most ${MAX_FILE_BYTES} bytes` })
+        return yield* new SandboxFileError({
+          sandboxId,
+          path: checked,
+          reason: "too_large",
+          message: `at most ${MAX_FILE_BYTES} bytes`
+        })
       }
       return yield* writeFileStream(sandboxId, path, Stream.succeed(bytes), mode !== undefined ? { mode } : {})
     }).pipe(Effect.withSpan("SandboxDriver.writeFile"))

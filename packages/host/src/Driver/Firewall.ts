@@ -140,34 +140,45 @@ export const installFirewall = Effect.fn("Firewall.install")(function*(options: 
     ? Effect.fail(
       new DriverFailure({
         operation: "firewall",
-        message: `nft is not installed (Debian package nftables): the sandbox firewall cannot be installed; install it, or set ${OPT_OUT} to run sandboxes that can reach this host`
+        message:
+          `nft is not installed (Debian package nftables): the sandbox firewall cannot be installed; install it, or set ${OPT_OUT} to run sandboxes that can reach this host`
       })
     )
-    : run("firewall", nft, ["-f", "-"], { stdin: Buffer.from(renderRuleset(options.settings)), timeoutMs: 10_000 }).pipe(
-      Effect.map((result) =>
-        result.exitCode === 0
-          ? undefined
-          : `exit ${result.exitCode}${result.timedOut ? " (timed out)" : ""}: ${decode(result.stderr).trim().slice(0, 1000)}`
-      ),
-      Effect.catchTag("DriverFailure", (e) => Effect.succeed(e.message)),
-      Effect.flatMap((problem) =>
-        problem === undefined
-          ? Effect.succeed<FirewallStatus>({ _tag: "Installed", table })
-          : Effect.fail(
-            new DriverFailure({
-              operation: "firewall",
-              message: `nft -f - (table ${table}): ${problem}; fix nftables, or set ${OPT_OUT} to run sandboxes that can reach this host`
-            })
-          )
-      ),
-      // Another agent's transaction at the same moment can make the kernel refuse ours: once more.
-      Effect.retry({ times: 2, schedule: Schedule.spaced("100 millis") })
-    )
+    : run("firewall", nft, ["-f", "-"], { stdin: Buffer.from(renderRuleset(options.settings)), timeoutMs: 10_000 })
+      .pipe(
+        Effect.map((result) =>
+          result.exitCode === 0
+            ? undefined
+            : `exit ${result.exitCode}${result.timedOut ? " (timed out)" : ""}: ${
+              decode(result.stderr).trim().slice(0, 1000)
+            }`
+        ),
+        Effect.catchTag("DriverFailure", (e) => Effect.succeed(e.message)),
+        Effect.flatMap((problem) =>
+          problem === undefined
+            ? Effect.succeed<FirewallStatus>({ _tag: "Installed", table })
+            : Effect.fail(
+              new DriverFailure({
+                operation: "firewall",
+                message:
+                  `nft -f - (table ${table}): ${problem}; fix nftables, or set ${OPT_OUT} to run sandboxes that can reach this host`
+              })
+            )
+        ),
+        // Another agent's transaction at the same moment can make the kernel refuse ours: once more.
+        Effect.retry({ times: 2, schedule: Schedule.spaced("100 millis") })
+      )
   if (!options.allowNoFirewall) return yield* apply
   return yield* apply.pipe(
-    Effect.catchTag("DriverFailure", (failure) =>
-      Effect.logWarning(`sandbox firewall not installed (${OPT_OUT}): sandboxes can reach this host's services`, failure.message).pipe(
-        Effect.as<FirewallStatus>({ _tag: "Skipped", reason: failure.message })
-      ))
+    Effect.catchTag(
+      "DriverFailure",
+      (failure) =>
+        Effect.logWarning(
+          `sandbox firewall not installed (${OPT_OUT}): sandboxes can reach this host's services`,
+          failure.message
+        ).pipe(
+          Effect.as<FirewallStatus>({ _tag: "Skipped", reason: failure.message })
+        )
+    )
   )
 })

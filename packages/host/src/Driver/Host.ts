@@ -24,9 +24,9 @@ import type { DriverConfig } from "./Config.ts"
 import * as Confinement from "./Confinement.ts"
 import * as Disk from "./Disk.ts"
 import { installFirewall } from "./Firewall.ts"
-import * as Seccomp from "./Seccomp.ts"
 import * as Network from "./Network.ts"
 import { decode, run, runChecked } from "./Process.ts"
+import * as Seccomp from "./Seccomp.ts"
 import {
   isAlive,
   readRunRecord,
@@ -68,7 +68,9 @@ export const decodeInput = <S extends Schema.Top>(schema: S, input: unknown) =>
 export const checkId = (sandboxId: unknown) => decodeInput(DriverSandboxId, sandboxId)
 
 const findBinary = (name: string): string | undefined =>
-  ["/usr/bin", "/usr/sbin", "/bin", "/sbin"].map((dir) => NodePath.join(dir, name)).find((path) => FsSync.existsSync(path))
+  ["/usr/bin", "/usr/sbin", "/bin", "/sbin"].map((dir) => NodePath.join(dir, name)).find((path) =>
+    FsSync.existsSync(path)
+  )
 
 /** A sandbox whose init runs: its record and the record of that run. */
 export interface RunningSandbox {
@@ -113,7 +115,9 @@ export interface DriverHost {
   /** The lower folder of a template's overlay. */
   templateDir(template: string): Effect.Effect<string, TemplateNotFound | DriverFailure>
   /** The record with its env opened. */
-  loadRecord(sandboxId: string): Effect.Effect<{ paths: SandboxPaths; record: SandboxRecord }, SandboxNotFound | DriverFailure>
+  loadRecord(
+    sandboxId: string
+  ): Effect.Effect<{ paths: SandboxPaths; record: SandboxRecord }, SandboxNotFound | DriverFailure>
   /** The running instance, checked against pid reuse on every call. */
   lookupRunning(
     sandboxId: unknown
@@ -146,10 +150,16 @@ export const makeDriverHost = (
       sh: found.sh!
     }
     if (!Seccomp.supportedArch()) {
-      return yield* new DriverFailure({ operation: "init", message: `the seccomp filter is written for x86_64, not ${process.arch}` })
+      return yield* new DriverFailure({
+        operation: "init",
+        message: `the seccomp filter is written for x86_64, not ${process.arch}`
+      })
     }
     if (/[,:\s]/.test(config.dataDir)) {
-      return yield* new DriverFailure({ operation: "init", message: "dataDir must not contain ',', ':' or spaces (overlay options)" })
+      return yield* new DriverFailure({
+        operation: "init",
+        message: "dataDir must not contain ',', ':' or spaces (overlay options)"
+      })
     }
     const subnet = Network.parseSubnet(config.subnet)
     const cgroups = Cgroups.make({ root: config.cgroupRoot, hostId: config.hostId })
@@ -161,23 +171,31 @@ export const makeDriverHost = (
     if (conflict !== undefined) {
       return yield* new DriverFailure({
         operation: "init",
-        message: `the sandboxes' uid range ${config.uidBase}+${Confinement.ID_COUNT} is in use (${conflict}): set SVC_SANDBOX_UID_BASE`
+        message:
+          `the sandboxes' uid range ${config.uidBase}+${Confinement.ID_COUNT} is in use (${conflict}): set SVC_SANDBOX_UID_BASE`
       })
     }
     const confinement = yield* tryHost("init", () => Confinement.prepare(NodePath.join(config.dataDir, "host")))
     // bubblewrap runs as the sandboxes' uid and must walk to each sandbox's root and the helper:
     // both live under a folder of runDir named after the data dir (which may sit in a 0700 home;
     // its own folders stay private to root).
-    const walkDir = NodePath.join(config.runDir, "hosts", createHash("sha256").update(config.dataDir).digest("hex").slice(0, 16))
+    const walkDir = NodePath.join(
+      config.runDir,
+      "hosts",
+      createHash("sha256").update(config.dataDir).digest("hex").slice(0, 16)
+    )
     const mountsDir = NodePath.join(walkDir, "roots")
     yield* tryHost("init", async () => {
       await Fs.mkdir(mountsDir, { recursive: true, mode: 0o711 })
       for (const dir of [walkDir, mountsDir]) await Fs.chmod(dir, 0o711)
     })
-    for (let dir = mountsDir; ; dir = NodePath.dirname(dir)) {
+    for (let dir = mountsDir;; dir = NodePath.dirname(dir)) {
       const mode = yield* tryHost("init", () => Fs.stat(dir).then((st) => st.mode))
       if ((mode & 0o001) === 0) {
-        return yield* new DriverFailure({ operation: "init", message: `${dir} must be traversable by other users (o+x): sandboxes run as uid ${config.uidBase}` })
+        return yield* new DriverFailure({
+          operation: "init",
+          message: `${dir} must be traversable by other users (o+x): sandboxes run as uid ${config.uidBase}`
+        })
       }
       if (dir === NodePath.dirname(dir)) break
     }
@@ -204,16 +222,25 @@ export const makeDriverHost = (
 
     // The bridge is shared by every agent on the machine: create it if absent, never touch others.
     if (!(yield* tryHost("bridge", () => Network.interfaceExists(config.bridge)))) {
-      const made = yield* run("bridge", bin.ip, ["link", "add", "name", config.bridge, "type", "bridge"], { env: HOST_ENV, timeoutMs: 10_000 })
+      const made = yield* run("bridge", bin.ip, ["link", "add", "name", config.bridge, "type", "bridge"], {
+        env: HOST_ENV,
+        timeoutMs: 10_000
+      })
       if (made.exitCode !== 0 && !/exists/i.test(decode(made.stderr))) {
         return yield* new DriverFailure({ operation: "bridge", message: decode(made.stderr) })
       }
     }
-    yield* runChecked("bridge", bin.ip, ["addr", "replace", `${subnet.gateway}/${subnet.prefix}`, "dev", config.bridge], { env: HOST_ENV })
+    yield* runChecked(
+      "bridge",
+      bin.ip,
+      ["addr", "replace", `${subnet.gateway}/${subnet.prefix}`, "dev", config.bridge],
+      { env: HOST_ENV }
+    )
     yield* runChecked("bridge", bin.ip, ["link", "set", config.bridge, "up"], { env: HOST_ENV })
     // Drop packets whose source could not be reached back through the bridge (spoofing).
-    yield* tryHost("bridge", () =>
-      Fs.writeFile(`/proc/sys/net/ipv4/conf/${config.bridge}/rp_filter`, "1").catch(() => undefined)
+    yield* tryHost(
+      "bridge",
+      () => Fs.writeFile(`/proc/sys/net/ipv4/conf/${config.bridge}/rp_filter`, "1").catch(() => undefined)
     )
     // Before any sandbox of this agent starts: none reaches the host, another sandbox or beyond.
     yield* installFirewall({

@@ -17,7 +17,7 @@ import * as Disk from "./Disk.ts"
 import { checkId, decodeInput, type DriverHost, HOST_ENV, tryHost } from "./Host.ts"
 import * as Network from "./Network.ts"
 import type { Runs } from "./Run.ts"
-import { isAlive, readRunRecord, readStoredRecord, SandboxRecord, sandboxPaths, writeSandboxRecord } from "./State.ts"
+import { isAlive, readRunRecord, readStoredRecord, sandboxPaths, SandboxRecord, writeSandboxRecord } from "./State.ts"
 
 export const makeLifecycle = (host: DriverHost, runs: Runs) => {
   const { config, cgroups, subnet } = host
@@ -54,10 +54,12 @@ export const makeLifecycle = (host: DriverHost, runs: Runs) => {
         if (record.sandboxId !== sandboxId) {
           // Half adopted (see `adopt`): the folder has the new name, the record the old one.
           yield* tryHost("destroy", () => cgroups.removeAll(sandboxId))
-          yield* tryHost("destroy", () => Network.release(config.leaseDir, record.internalIp, host.owner(record.sandboxId)))
+          yield* tryHost("destroy", () =>
+            Network.release(config.leaseDir, record.internalIp, host.owner(record.sandboxId)))
         }
       } else {
-        yield* tryHost("destroy", () => cgroups.removeAll(sandboxId))
+        yield* tryHost("destroy", () =>
+          cgroups.removeAll(sandboxId))
       }
       // The kernel let go of the disk image's loop device with the sandbox's processes; make sure.
       yield* Disk.awaitDetached(paths)
@@ -77,7 +79,10 @@ export const makeLifecycle = (host: DriverHost, runs: Runs) => {
         const lower = yield* host.templateDir(spec.template)
         // A folder without a record is a create that died halfway: start clean.
         yield* destroyInternal(spec.sandboxId)
-        const internalIp = yield* tryHost("create", () => Network.lease(config.leaseDir, subnet, host.owner(spec.sandboxId)))
+        const internalIp = yield* tryHost(
+          "create",
+          () => Network.lease(config.leaseDir, subnet, host.owner(spec.sandboxId))
+        )
         if (internalIp === undefined) {
           return yield* new SandboxCapacityExhausted({ message: `no free address in ${config.subnet}` })
         }

@@ -19,11 +19,9 @@ export interface SandboxSubnet {
   readonly last: number
 }
 
-export const ipToInt = (ip: string): number =>
-  ip.split(".").reduce((acc, part) => acc * 256 + Number(part), 0)
+export const ipToInt = (ip: string): number => ip.split(".").reduce((acc, part) => acc * 256 + Number(part), 0)
 
-export const intToIp = (n: number): string =>
-  [n >>> 24, (n >>> 16) & 255, (n >>> 8) & 255, n & 255].join(".")
+export const intToIp = (n: number): string => [n >>> 24, (n >>> 16) & 255, (n >>> 8) & 255, n & 255].join(".")
 
 /** Pure: the addresses of `10.213.0.0/16`-style subnets (host takes the first). */
 export const parseSubnet = (cidr: string): SandboxSubnet => {

@@ -35,9 +35,24 @@ export interface RunResult {
 }
 
 const signalNumbers: Record<string, number> = {
-  SIGHUP: 1, SIGINT: 2, SIGQUIT: 3, SIGILL: 4, SIGTRAP: 5, SIGABRT: 6, SIGBUS: 7, SIGFPE: 8,
-  SIGKILL: 9, SIGUSR1: 10, SIGSEGV: 11, SIGUSR2: 12, SIGPIPE: 13, SIGALRM: 14, SIGTERM: 15,
-  SIGXCPU: 24, SIGXFSZ: 25, SIGSYS: 31
+  SIGHUP: 1,
+  SIGINT: 2,
+  SIGQUIT: 3,
+  SIGILL: 4,
+  SIGTRAP: 5,
+  SIGABRT: 6,
+  SIGBUS: 7,
+  SIGFPE: 8,
+  SIGKILL: 9,
+  SIGUSR1: 10,
+  SIGSEGV: 11,
+  SIGUSR2: 12,
+  SIGPIPE: 13,
+  SIGALRM: 14,
+  SIGTERM: 15,
+  SIGXCPU: 24,
+  SIGXFSZ: 25,
+  SIGSYS: 31
 }
 
 /** Output still buffered in the pipes after the main process ended is read for this long. */
@@ -196,7 +211,9 @@ export const runChecked = (
         : Effect.fail(
           new DriverFailure({
             operation,
-            message: `${file} ${args.slice(0, 6).join(" ")}: exit ${result.exitCode}${result.timedOut ? " (timed out)" : ""}: ${decode(result.stderr).trim().slice(0, 2000)}`
+            message: `${file} ${args.slice(0, 6).join(" ")}: exit ${result.exitCode}${
+              result.timedOut ? " (timed out)" : ""
+            }: ${decode(result.stderr).trim().slice(0, 2000)}`
           })
         )
     )
@@ -263,9 +280,12 @@ export const spawnStreaming = (
       child.stdout!.on("error", () => undefined)
       child.stderr!.on("data", (chunk: Buffer) => err.push(chunk))
       const exited = new Promise<Effect.Effect<ProcessExit, DriverFailure>>((resolve) => {
-        child.once("error", (e) => resolve(Effect.fail(new DriverFailure({ operation, message: `${file}: ${e.message}` }))))
+        child.once("error", (e) =>
+          resolve(Effect.fail(new DriverFailure({ operation, message: `${file}: ${e.message}` }))))
         child.once("exit", (code, sig) => {
-          if (timer !== undefined) clearTimeout(timer)
+          if (timer !== undefined) {
+            clearTimeout(timer)
+          }
           const done = () =>
             resolve(Effect.succeed({
               exitCode: code ?? (sig !== null ? 128 + (signalNumbers[sig] ?? 0) : 255),
@@ -274,7 +294,9 @@ export const spawnStreaming = (
               durationMs: performance.now() - started
             }))
           // stderr is read to its end, unless a leftover process holds it open.
-          if (child.stderr!.readableEnded) return done()
+          if (child.stderr!.readableEnded) {
+            return done()
+          }
           const drain = setTimeout(done, DRAIN_MS)
           child.stderr!.once("end", () => {
             clearTimeout(drain)
@@ -290,7 +312,8 @@ export const spawnStreaming = (
       }
       return {
         child,
-        timer: () => timer,
+        timer: () =>
+          timer,
         process: {
           stdin: child.stdin!,
           stdout: child.stdout!,
@@ -317,7 +340,11 @@ export const spawnStreaming = (
  * Reads `readable` up to and including the first `delimiter` byte (at most `maxBytes`); what
  * follows stays in the stream. `undefined` when the stream ends first or the line is too long.
  */
-export const readHeader = (readable: Readable, delimiter: number, maxBytes: number): Effect.Effect<Buffer | undefined> =>
+export const readHeader = (
+  readable: Readable,
+  delimiter: number,
+  maxBytes: number
+): Effect.Effect<Buffer | undefined> =>
   Effect.callback<Buffer | undefined>((resume) => {
     let head = Buffer.alloc(0)
     const detach = () => {

@@ -9,20 +9,20 @@ import { spawn } from "node:child_process"
 import * as FsSync from "node:fs"
 import * as Fs from "node:fs/promises"
 import { DriverFailure, SandboxInfo } from "../Driver.ts"
+import { shiftOwnership } from "../Rootfs.ts"
 import * as Confinement from "./Confinement.ts"
 import * as Disk from "./Disk.ts"
 import { type DriverHost, errorMessage, HELPER, HELPER_DIR, HOST_ENV, SANDBOX_PATH, tryHost } from "./Host.ts"
 import * as Network from "./Network.ts"
 import { decode, run, runChecked } from "./Process.ts"
-import { shiftOwnership } from "../Rootfs.ts"
 import {
   isAlive,
   isInitAlive,
   procStat,
   readRunRecord,
   RunRecord,
-  SandboxRecord,
   type SandboxPaths,
+  SandboxRecord,
   writeRunRecord,
   writeSandboxRecord
 } from "./State.ts"
@@ -55,7 +55,11 @@ export interface Runs {
   /** Starts a sandbox from its saved file system; a running one is left as it is. */
   startRun(record: SandboxRecord, paths: SandboxPaths): Effect.Effect<SandboxInfo, DriverFailure>
   /** Ends every process of a run and removes what belongs to it; the file system stays. */
-  teardownRun(record: SandboxRecord, paths: SandboxPaths, runRecord: RunRecord | undefined): Effect.Effect<void, DriverFailure>
+  teardownRun(
+    record: SandboxRecord,
+    paths: SandboxPaths,
+    runRecord: RunRecord | undefined
+  ): Effect.Effect<void, DriverFailure>
 }
 
 export const makeRuns = (host: DriverHost): Runs => {
@@ -66,7 +70,12 @@ export const makeRuns = (host: DriverHost): Runs => {
    * sandbox and the host-side bubblewrap (the monitor: it waits for pid 1 and writes the init's
    * exit status to `status.json` when it ends).
    */
-  const spawnSandbox = (record: SandboxRecord, paths: SandboxPaths, procsFiles: ReadonlyArray<string>, disk: Disk.Layout) =>
+  const spawnSandbox = (
+    record: SandboxRecord,
+    paths: SandboxPaths,
+    procsFiles: ReadonlyArray<string>,
+    disk: Disk.Layout
+  ) =>
     Effect.callback<{ readonly pid: number; readonly monitorPid: number | undefined }, DriverFailure>((resume) => {
       // The init needs no user variables: execs get them (so they never sit in pid 1's cmdline).
       const env: Record<string, string> = { PATH: SANDBOX_PATH, HOME: "/root", HOSTNAME: record.sandboxId }
@@ -78,29 +87,59 @@ export const makeRuns = (host: DriverHost): Runs => {
         return
       }
       const bwrapArgs = [
-        "--bind", mountPoint, "/",
-        "--proc", "/proc",
+        "--bind",
+        mountPoint,
+        "/",
+        "--proc",
+        "/proc",
         // Host-global and network settings: readable, never writable from inside.
-        "--ro-bind", "/proc/sys", "/proc/sys",
-        "--dev", "/dev",
+        "--ro-bind",
+        "/proc/sys",
+        "/proc/sys",
+        "--dev",
+        "/dev",
         // tmpfs is memory: /dev/shm is bounded below the memory limit, /dev itself is read-only.
-        "--perms", "01777", "--size", String(Disk.shmBytes(record.ramMb)), "--tmpfs", "/dev/shm",
-        "--ro-bind", host.helperDir, HELPER_DIR,
-        "--remount-ro", "/dev",
+        "--perms",
+        "01777",
+        "--size",
+        String(Disk.shmBytes(record.ramMb)),
+        "--tmpfs",
+        "/dev/shm",
+        "--ro-bind",
+        host.helperDir,
+        HELPER_DIR,
+        "--remount-ro",
+        "/dev",
         // uid 0 inside is config.uidBase on the host: the agent writes the map while bwrap waits on fd 7.
-        "--unshare-user", "--uid", "0", "--gid", "0", "--userns-block-fd", "7",
-        "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--unshare-cgroup-try",
-        "--hostname", record.sandboxId,
-        "--cap-drop", "ALL",
+        "--unshare-user",
+        "--uid",
+        "0",
+        "--gid",
+        "0",
+        "--userns-block-fd",
+        "7",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-net",
+        "--unshare-cgroup-try",
+        "--hostname",
+        record.sandboxId,
+        "--cap-drop",
+        "ALL",
         ...Confinement.CAPABILITIES.flatMap(([name]) => ["--cap-add", name]),
-        "--seccomp", "6",
+        "--seccomp",
+        "6",
         "--new-session",
         "--clearenv",
         ...Object.entries(env).flatMap(([k, v]) => ["--setenv", k, v]),
-        "--chdir", "/",
-        "--info-fd", "3",
+        "--chdir",
+        "/",
+        "--info-fd",
+        "3",
         // fd 6 is the seccomp filter, 7 the user namespace's go-ahead.
-        "--json-status-fd", "8"
+        "--json-status-fd",
+        "8"
       ]
       let logFd: number
       let statusFd: number
@@ -122,12 +161,33 @@ export const makeRuns = (host: DriverHost): Runs => {
         [
           ...procsFiles.flatMap((file) => ["--cgroup", file]),
           ...Disk.startArgs(host.disk, disk),
-          "--lower", record.templateDir, "--upper", disk.upper, "--work", disk.work, "--root", mountPoint,
-          "--seccomp", host.confinement.seccomp, "--uid", String(config.uidBase),
+          "--lower",
+          record.templateDir,
+          "--upper",
+          disk.upper,
+          "--work",
+          disk.work,
+          "--root",
+          mountPoint,
+          "--seccomp",
+          host.confinement.seccomp,
+          "--uid",
+          String(config.uidBase),
           // bwrap reads its options from fd 5: host paths stay out of pid 1's cmdline inside.
-          "--", bin.bwrap, "--args", "5", HELPER, "sh", "-c", INIT_SCRIPT
+          "--",
+          bin.bwrap,
+          "--args",
+          "5",
+          HELPER,
+          "sh",
+          "-c",
+          INIT_SCRIPT
         ],
-        { detached: true, stdio: ["ignore", logFd, logFd, "pipe", "pipe", "pipe", "ignore", "pipe", statusFd], env: HOST_ENV }
+        {
+          detached: true,
+          stdio: ["ignore", logFd, logFd, "pipe", "pipe", "pipe", "ignore", "pipe", statusFd],
+          env: HOST_ENV
+        }
       )
       FsSync.closeSync(logFd)
       FsSync.closeSync(statusFd)
@@ -142,7 +202,9 @@ export const makeRuns = (host: DriverHost): Runs => {
       const readyPipe = child.stdio[4] as NodeJS.ReadableStream
       const userNsPipe = (child.stdio as ReadonlyArray<unknown>)[7] as NodeJS.WritableStream
       userNsPipe.on("error", () => undefined)
-      const finish = (result: Effect.Effect<{ readonly pid: number; readonly monitorPid: number | undefined }, DriverFailure>) => {
+      const finish = (
+        result: Effect.Effect<{ readonly pid: number; readonly monitorPid: number | undefined }, DriverFailure>
+      ) => {
         if (done) return
         done = true
         clearTimeout(timer)
@@ -215,8 +277,14 @@ export const makeRuns = (host: DriverHost): Runs => {
       }
       // One process from the agent for both ends (see ATTACH_SCRIPT).
       yield* runChecked("network", bin.sh, [
-        "-c", ATTACH_SCRIPT, "attach", bin.ip, bin.nsenter, String(pid),
-        Network.hostScript(config.bridge, internalIp, pid), Network.sandboxScript(internalIp, subnet)
+        "-c",
+        ATTACH_SCRIPT,
+        "attach",
+        bin.ip,
+        bin.nsenter,
+        String(pid),
+        Network.hostScript(config.bridge, internalIp, pid),
+        Network.sandboxScript(internalIp, subnet)
       ], { env: HOST_ENV })
     })
 
@@ -266,29 +334,37 @@ export const makeRuns = (host: DriverHost): Runs => {
 
       // The lease normally persists; after a reboot (/run is empty) take the same address back.
       const leased = yield* tryHost("start", () =>
-        Network.lease(config.leaseDir, subnet, host.owner(record.sandboxId), record.internalIp)
-      )
-      if (leased === undefined) return yield* new DriverFailure({ operation: "start", message: "no free internal address" })
+        Network.lease(config.leaseDir, subnet, host.owner(record.sandboxId), record.internalIp))
+      if (leased === undefined) {
+        return yield* new DriverFailure({ operation: "start", message: "no free internal address" })
+      }
       if (leased !== record.internalIp) {
         record = new SandboxRecord({ ...record, internalIp: leased })
         yield* writeSandboxRecord(paths, record, host.secrets, "start")
       }
 
-      const disk = yield* tryHost("start", () => Disk.layoutOf(paths))
+      const disk = yield* tryHost("start", () =>
+        Disk.layoutOf(paths))
       // The writable layer belongs to the sandbox's root (a sandbox made before user namespaces
       // were mapped has a root-owned one: shifted once). A disk image is formatted with it so
       // (`Disk.ts`).
-      if (disk.image === undefined) yield* tryHost("start", async () => {
-        const st = await Fs.lstat(paths.upper)
-        if (st.uid !== config.uidBase) {
-          if (st.uid < config.uidBase) await shiftOwnership(paths.upper, config.uidBase)
-          else await Fs.lchown(paths.upper, config.uidBase, config.uidBase)
-          await Fs.chmod(paths.upper, 0o755)
-        }
-      })
+      if (disk.image === undefined) {
+        yield* tryHost("start", async () => {
+          const st = await Fs.lstat(paths.upper)
+          if (st.uid !== config.uidBase) {
+            if (st.uid < config.uidBase) await shiftOwnership(paths.upper, config.uidBase)
+            else await Fs.lchown(paths.upper, config.uidBase, config.uidBase)
+            await Fs.chmod(paths.upper, 0o755)
+          }
+        })
+      }
       const prepared = yield* tryHost("start", () =>
-        cgroups.prepare(record.sandboxId, { ramMb: record.ramMb, cpu: record.cpu, pidsMax: config.pidsMax, diskGb: record.diskGb })
-      )
+        cgroups.prepare(record.sandboxId, {
+          ramMb: record.ramMb,
+          cpu: record.cpu,
+          pidsMax: config.pidsMax,
+          diskGb: record.diskGb
+        }))
       const { pid, monitorPid } = yield* spawnSandbox(record, paths, prepared.procsFiles, disk)
       const started = yield* tryHost("start", () => procStat(pid))
       const monitor = monitorPid === undefined ? undefined : yield* tryHost("start", () => procStat(monitorPid))

@@ -80,7 +80,8 @@ const SYS_CLONE3 = 435
 const SYS_PERSONALITY = 135
 
 /** CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET | NEWTIME */
-export const NAMESPACE_FLAGS = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000 | 0x00000080
+export const NAMESPACE_FLAGS = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 |
+  0x40000000 | 0x00000080
 
 /** The personalities Docker allows: Linux, with and without ADDR_NO_RANDOMIZE / UNAME26, and the query. */
 const PERSONALITIES = [0x0, 0x8, 0x20000, 0x20008, 0xffffffff]
@@ -140,7 +141,12 @@ export const program = (): ReadonlyArray<Instruction> => {
     ...Object.values(DENIED_X86_64).flatMap((nr) => rule(nr, [ret(retErrno(EPERM))])),
     ...rule(SYS_CLONE3, [ret(retErrno(ENOSYS))]),
     // clone's first argument holds its flags (x86_64 passes them in a register).
-    ...rule(SYS_CLONE, [load(OFFSET_ARG0_LOW), jump(JSET, NAMESPACE_FLAGS, 0, 1), ret(retErrno(EPERM)), ret(RET_ALLOW)]),
+    ...rule(SYS_CLONE, [
+      load(OFFSET_ARG0_LOW),
+      jump(JSET, NAMESPACE_FLAGS, 0, 1),
+      ret(retErrno(EPERM)),
+      ret(RET_ALLOW)
+    ]),
     ...rule(SYS_PERSONALITY, personality),
     ret(RET_ALLOW)
   ]

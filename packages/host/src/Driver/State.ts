@@ -20,13 +20,13 @@
  * env, so a sandbox whose env no longer opens (its key removed from `SVC_ENCRYPTION_KEYS`) is
  * still listed and can be destroyed; start, stop and exec need it opened.
  */
+import { openEnv, sealEnv } from "@svc/crypto/SealedEnv"
 import type { SecretBox } from "@svc/crypto/SecretBox"
 import { Effect, Schema } from "effect"
 import * as FsSync from "node:fs"
 import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
 import { DriverFailure, Env, LimitStatus, SandboxExit } from "../Driver.ts"
-import { openEnv, sealEnv } from "@svc/crypto/SealedEnv"
 
 const recordFields = {
   sandboxId: Schema.String,
@@ -144,10 +144,15 @@ const readDecoded = async <A>(file: string, decode: (text: string) => A): Promis
  */
 const LegacyRecordJson = Schema.fromJsonString(SandboxRecord)
 
-export const sealLegacyRecord = (paths: SandboxPaths, box: SecretBox["Service"]): Effect.Effect<boolean, DriverFailure> =>
+export const sealLegacyRecord = (
+  paths: SandboxPaths,
+  box: SecretBox["Service"]
+): Effect.Effect<boolean, DriverFailure> =>
   Effect.gen(function*() {
     const legacy = yield* Effect.tryPromise({
-      try: async () => ((await readStoredRecord(paths)) === undefined ? readDecoded(paths.record, Schema.decodeUnknownSync(LegacyRecordJson)) : undefined),
+      try: async () => ((await readStoredRecord(paths)) === undefined
+        ? readDecoded(paths.record, Schema.decodeUnknownSync(LegacyRecordJson))
+        : undefined),
       catch: (e) => new DriverFailure({ operation: "init", message: e instanceof Error ? e.message : String(e) })
     })
     if (legacy === undefined) return false
@@ -156,7 +161,8 @@ export const sealLegacyRecord = (paths: SandboxPaths, box: SecretBox["Service"])
   })
 
 /** `sandbox.json` without opening its env (list, destroy, an existence check). */
-export const readStoredRecord = (paths: SandboxPaths) => readDecoded(paths.record, Schema.decodeUnknownSync(StoredRecordJson))
+export const readStoredRecord = (paths: SandboxPaths) =>
+  readDecoded(paths.record, Schema.decodeUnknownSync(StoredRecordJson))
 
 /**
  * `sandbox.json` with its env opened, or undefined when there is none. An env that does not
@@ -182,7 +188,8 @@ export const readSandboxRecord = (
 
 export const readRunRecord = (paths: SandboxPaths) => readDecoded(paths.run, Schema.decodeUnknownSync(RunRecordJson))
 
-export const writeExit = (paths: SandboxPaths, exit: SandboxExit) => writeAtomic(paths.ended, Schema.encodeSync(ExitJson)(exit))
+export const writeExit = (paths: SandboxPaths, exit: SandboxExit) =>
+  writeAtomic(paths.ended, Schema.encodeSync(ExitJson)(exit))
 
 export const readExit = (paths: SandboxPaths) => readDecoded(paths.ended, Schema.decodeUnknownSync(ExitJson))
 

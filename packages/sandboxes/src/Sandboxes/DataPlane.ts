@@ -6,11 +6,10 @@
  */
 import { FileListing } from "@svc/domain/Api/Sandboxes"
 import * as Errors from "@svc/domain/Errors"
+import { writeChunk } from "@svc/host-protocol/Backpressure"
+import { AgentError, type AgentExecRequest, AgentExecResult, type HostRecord } from "@svc/host-protocol/Protocol"
 import { Deferred, Effect, Option, Schema, Stream } from "effect"
 import * as Http from "node:http"
-import { writeChunk } from "@svc/host-protocol/Backpressure"
-import { AgentError, AgentExecResult, type AgentExecRequest, type HostRecord } from "@svc/host-protocol/Protocol"
-
 
 export type DataPlaneError =
   | Errors.InvalidRequest
@@ -24,7 +23,11 @@ export type DataPlaneError =
 export type ExecError = Exclude<DataPlaneError, Errors.FileRefused>
 
 export type FileContent =
-  | { readonly _tag: "Bytes"; readonly size: number | null; readonly stream: Stream.Stream<Uint8Array, Errors.Unavailable> }
+  | {
+    readonly _tag: "Bytes"
+    readonly size: number | null
+    readonly stream: Stream.Stream<Uint8Array, Errors.Unavailable>
+  }
   | { readonly _tag: "Listing"; readonly listing: FileListing }
 
 const decodeAgentError = Schema.decodeUnknownOption(AgentError)
@@ -39,7 +42,10 @@ const unreachable = (host: HostRecord, cause: unknown) =>
 
 /** A non-2xx answer of the agent as the API's error. */
 const refusal = (host: HostRecord, response: Response): Effect.Effect<never, DataPlaneError> =>
-  Effect.flatMap(Effect.promise(() => response.text().catch(() => "")), (text) => refusalOf(host, response.status, text))
+  Effect.flatMap(
+    Effect.promise(() => response.text().catch(() => "")),
+    (text) => refusalOf(host, response.status, text)
+  )
 
 const refusalOf = (host: HostRecord, status: number, text: string): Effect.Effect<never, DataPlaneError> =>
   Effect.gen(function*() {
@@ -63,11 +69,15 @@ const refusalOf = (host: HostRecord, status: number, text: string): Effect.Effec
           return yield* new Errors.PayloadTooLarge({ error: message })
         case "refused":
           return yield* new Errors.FileRefused({
-            error: `The sandbox's kernel refused the file operation: ${message}${errno !== undefined ? ` (${errno})` : ""}`,
+            error: `The sandbox's kernel refused the file operation: ${message}${
+              errno !== undefined ? ` (${errno})` : ""
+            }`,
             errno: errno ?? "EIO"
           })
         case "busy":
-          return yield* new Errors.Unavailable({ error: "The sandbox's host runs as many file transfers as it allows; retry" })
+          return yield* new Errors.Unavailable({
+            error: "The sandbox's host runs as many file transfers as it allows; retry"
+          })
         case "unauthorized":
         case "failed":
           break
@@ -206,7 +216,11 @@ export const writeFile = Effect.fn("DataPlane.writeFile")(function*<E>(
             req.destroy()
             Deferred.doneUnsafe(
               answer,
-              Effect.fail(e instanceof Errors.PayloadTooLarge ? e : new Errors.InvalidRequest({ error: "The request body could not be read" }))
+              Effect.fail(
+                e instanceof Errors.PayloadTooLarge
+                  ? e
+                  : new Errors.InvalidRequest({ error: "The request body could not be read" })
+              )
             )
           })
       }),

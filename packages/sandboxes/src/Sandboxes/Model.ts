@@ -9,8 +9,8 @@
  * see `SealedEnv.ts`).
  */
 import { SandboxState, SandboxType, VolumeAttachment } from "@svc/domain/Sandbox"
-import { Schema } from "effect"
 import { AgentReport } from "@svc/host-protocol/Protocol"
+import { Schema } from "effect"
 
 const Ms = Schema.Number
 const NullableMs = Schema.NullOr(Schema.Number)

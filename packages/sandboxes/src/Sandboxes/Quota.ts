@@ -47,14 +47,16 @@ export const check = Effect.fnUntraced(function*(orgId: string, quotas: Quotas, 
   const { total, running } = rows[0] ?? { total: 0, running: 0 }
   if (change === "create" && total >= quotas.maxSandboxes) {
     return yield* new Errors.QuotaExceeded({
-      error: `The org has reached its quota of ${quotas.maxSandboxes} sandboxes (SVC_ORG_MAX_SANDBOXES); delete one first`,
+      error:
+        `The org has reached its quota of ${quotas.maxSandboxes} sandboxes (SVC_ORG_MAX_SANDBOXES); delete one first`,
       quota: "sandboxes",
       limit: quotas.maxSandboxes
     })
   }
   if (running >= quotas.maxRunning) {
     return yield* new Errors.QuotaExceeded({
-      error: `The org has reached its quota of ${quotas.maxRunning} running sandboxes (SVC_ORG_MAX_RUNNING_SANDBOXES); ` +
+      error:
+        `The org has reached its quota of ${quotas.maxRunning} running sandboxes (SVC_ORG_MAX_RUNNING_SANDBOXES); ` +
         "stop or delete one first",
       quota: "running_sandboxes",
       limit: quotas.maxRunning

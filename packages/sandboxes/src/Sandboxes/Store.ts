@@ -106,14 +106,19 @@ export const store: ActorStore<SandboxActorState> = {
     const sql = yield* SqlClient.SqlClient
     // A row the schema refuses is the actor's corrupt state (the runtime does not apply to it).
     const rows = yield* loaded(sql`SELECT ${sql.literal(COLUMNS)} FROM sandboxes WHERE id = ${id}`).pipe(
-      Effect.catchTag("RowDecodeError", (e) => Effect.fail(new CorruptState({ type: "sandbox", id, message: e.message })))
+      Effect.catchTag(
+        "RowDecodeError",
+        (e) => Effect.fail(new CorruptState({ type: "sandbox", id, message: e.message }))
+      )
     )
     if (rows.length === 0) return Option.none<Stored<SandboxActorState>>()
     return Option.some(toStored(rows[0]!))
   }),
   save: Effect.fnUntraced(function*(id: string, s: SandboxActorState, expected: number | undefined) {
     const sql = yield* SqlClient.SqlClient
-    if (s.id !== id) return yield* new CorruptState({ type: "sandbox", id, message: `state of ${s.id} saved under ${id}` })
+    if (s.id !== id) {
+      return yield* new CorruptState({ type: "sandbox", id, message: `state of ${s.id} saved under ${id}` })
+    }
     const ports = JSON.stringify(s.exposedPorts)
     const volumes = JSON.stringify(s.volumeAttachments)
     const metadata = JSON.stringify(s.metadata)
@@ -127,7 +132,9 @@ export const store: ActorStore<SandboxActorState> = {
             ${s.state}, ${s.type}, ${s.region}, ${s.datacenter}, ${s.agentReady}, ${s.runtimeReady}, ${s.runtimeReason},
             ${s.cpu}, ${s.ramMb}, ${s.diskGb}, ${s.vsockCid}, ${s.internalIp}, ${ports}::jsonb, ${volumes}::jsonb,
             ${metadata}::jsonb, ${s.errorMessage}, ${s.timeoutS}, ${new Date(s.createdAt)}, ${date(s.startedAt)},
-            ${date(s.stoppedAt)}, ${date(s.deletedAt)}, ${new Date(s.stateSince)}, ${s.lastReportAt}, ${s.createdEmitted}, 1)
+            ${date(s.stoppedAt)}, ${date(s.deletedAt)}, ${new Date(
+        s.stateSince
+      )}, ${s.lastReportAt}, ${s.createdEmitted}, 1)
           ON CONFLICT (id) DO NOTHING RETURNING version`
       : yield* sql`
           UPDATE sandboxes SET

@@ -13,13 +13,13 @@
 import * as Actors from "@svc/actors/Actors"
 import { Nats } from "@svc/bus/Nats"
 import * as Rows from "@svc/db/Rows"
+import { SandboxState } from "@svc/domain/Sandbox"
+import { HOST_DOWN_AFTER_MS } from "@svc/host-protocol/Protocol"
 import { Clock, Context, Duration, Effect, Layer, Schedule, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import { SupervisorInterval, TransitionTimeout } from "../Config.ts"
 import { Hosts, isLive } from "../Hosts.ts"
-import { HOST_DOWN_AFTER_MS } from "@svc/host-protocol/Protocol"
 import { SandboxActor } from "../SandboxActor.ts"
-import { SandboxState } from "@svc/domain/Sandbox"
 import type { SandboxMessage } from "./Model.ts"
 
 export interface SupervisorOptions {
@@ -32,12 +32,18 @@ export interface SupervisorOptions {
   readonly batch?: number
 }
 
-const onDownHosts = Rows.decoder("SandboxSupervisor.hostsDown", Schema.Struct({ id: Schema.String, host_id: Schema.String }))
+const onDownHosts = Rows.decoder(
+  "SandboxSupervisor.hostsDown",
+  Schema.Struct({ id: Schema.String, host_id: Schema.String })
+)
 const waiting = Rows.decoder(
   "SandboxSupervisor.timeouts",
   Schema.Struct({ id: Schema.String, state: SandboxState, state_since: Rows.Timestamptz })
 )
-const expired = Rows.decoder("SandboxSupervisor.expiries", Schema.Struct({ id: Schema.String, started_at: Rows.Timestamptz }))
+const expired = Rows.decoder(
+  "SandboxSupervisor.expiries",
+  Schema.Struct({ id: Schema.String, started_at: Rows.Timestamptz })
+)
 
 export class SandboxSupervisor extends Context.Service<SandboxSupervisor, {
   /** One sweep now (what the loop runs); the number of messages sent. */
@@ -55,7 +61,9 @@ export class SandboxSupervisor extends Context.Service<SandboxSupervisor, {
     const send = (id: string, message: SandboxMessage, msgID: string) =>
       Actors.send(SandboxActor, id, message, { msgID }).pipe(
         Effect.as(1),
-        Effect.catchCause((cause) => Effect.as(Effect.logWarning("supervisor: send failed", { id, cause: String(cause) }), 0))
+        Effect.catchCause((cause) =>
+          Effect.as(Effect.logWarning("supervisor: send failed", { id, cause: String(cause) }), 0)
+        )
       )
 
     const hostsDown = Effect.gen(function*() {
@@ -117,7 +125,9 @@ export class SandboxSupervisor extends Context.Service<SandboxSupervisor, {
       let sent = 0
       for (const part of [hostsDown, timeouts, expiries]) {
         sent += yield* part.pipe(
-          Effect.catchCause((cause) => Effect.as(Effect.logWarning("supervisor: sweep failed", { cause: String(cause) }), 0))
+          Effect.catchCause((cause) =>
+            Effect.as(Effect.logWarning("supervisor: sweep failed", { cause: String(cause) }), 0)
+          )
         )
       }
       return sent
@@ -128,5 +138,6 @@ export class SandboxSupervisor extends Context.Service<SandboxSupervisor, {
   })
 
   /** Needs `SqlClient`, `Nats` and `Hosts`; sweeps for the layer's lifetime. */
-  static readonly layer = (options?: SupervisorOptions) => Layer.effect(SandboxSupervisor, SandboxSupervisor.make(options))
+  static readonly layer = (options?: SupervisorOptions) =>
+    Layer.effect(SandboxSupervisor, SandboxSupervisor.make(options))
 }

@@ -7,12 +7,12 @@
  * Uses node:http/node:https directly rather than fetch: fetch cannot pin the address it connects
  * to while keeping the URL's Host header and TLS servername.
  */
+import { Context, Effect, Layer } from "effect"
 import type * as dns from "node:dns"
 import * as http from "node:http"
 import * as https from "node:https"
 import { performance } from "node:perf_hooks"
 import * as tls from "node:tls"
-import { Context, Effect, Layer } from "effect"
 import { type ConnectTarget, type ResolvedAddress, WebhookAddressGuard } from "../Subscriptions/AddressGuard.ts"
 
 export const DEFAULT_ATTEMPT_TIMEOUT_MS = 5_000
@@ -266,7 +266,8 @@ export class WebhookSender extends Context.Service<WebhookSender, {
   /** Needs a `WebhookAddressGuard`; agents are closed when the layer's scope ends. */
   static readonly layer = Layer.effect(WebhookSender)(WebhookSender.make())
 
-  static readonly layerWith = (options: WebhookSenderOptions) => Layer.effect(WebhookSender)(WebhookSender.make(options))
+  static readonly layerWith = (options: WebhookSenderOptions) =>
+    Layer.effect(WebhookSender)(WebhookSender.make(options))
 }
 
 /** One attempt with the `WebhookSender` in context. */

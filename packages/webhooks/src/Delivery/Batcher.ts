@@ -33,7 +33,9 @@ export const makeBatcher = Effect.fnUntraced(function*<I, O, E>(options: Batcher
     if (linger !== undefined && entries.length < options.maxBatch) {
       yield* Effect.sleep(linger)
       // (takeBetween with a minimum of 0 takes nothing: ask for 1 only when something is there.)
-      if (Queue.sizeUnsafe(queue) > 0) entries.push(...yield* Queue.takeBetween(queue, 1, options.maxBatch - entries.length))
+      if (Queue.sizeUnsafe(queue) > 0) {
+        entries.push(...yield* Queue.takeBetween(queue, 1, options.maxBatch - entries.length))
+      }
     }
     return entries
   }))
@@ -48,6 +50,8 @@ export const makeBatcher = Effect.fnUntraced(function*<I, O, E>(options: Batcher
   }))
   for (let i = 0; i < options.workers; i++) yield* Effect.forkScoped(worker)
   return (input: I): Effect.Effect<O, E> =>
-    Effect.flatMap(Deferred.make<O, E>(), (done) =>
-      Effect.andThen(Queue.offer(queue, { input, done }), Deferred.await(done)))
+    Effect.flatMap(
+      Deferred.make<O, E>(),
+      (done) => Effect.andThen(Queue.offer(queue, { input, done }), Deferred.await(done))
+    )
 })

@@ -105,7 +105,11 @@ export type AttemptOutcome =
   /** The sixth failure (docs/contract.md#retries). */
   | { readonly _tag: "DeadLetter" }
 
-export const afterAttempt = (schedule: RetrySchedule, attempt: number, result: Pick<AttemptResult, "outcome">): AttemptOutcome => {
+export const afterAttempt = (
+  schedule: RetrySchedule,
+  attempt: number,
+  result: Pick<AttemptResult, "outcome">
+): AttemptOutcome => {
   if (result.outcome === "succeeded") return { _tag: "Succeeded" }
   const next = afterFailedAttempt(schedule, attempt)
   return next._tag === "DeadLetter" ? next : { _tag: "Failed", nextAttempt: next.nextAttempt, delayMs: next.delayMs }

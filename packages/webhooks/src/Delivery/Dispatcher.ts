@@ -34,23 +34,36 @@ import type { ConsumerInfo, JsMsg } from "@nats-io/jetstream"
 import { BusError, Nats } from "@svc/bus/Nats"
 import { SecretBox } from "@svc/crypto/SecretBox"
 import * as Rows from "@svc/db/Rows"
-import { Context, Duration, Effect, Exit, FiberMap, FiberSet, Layer, Queue, Schedule, Schema, Semaphore, Stream } from "effect"
+import {
+  Context,
+  Duration,
+  Effect,
+  Exit,
+  FiberMap,
+  FiberSet,
+  Layer,
+  Queue,
+  Schedule,
+  Schema,
+  Semaphore,
+  Stream
+} from "effect"
 import { SqlClient } from "effect/sql"
+import { DispatchConfig, type DispatchSettings } from "../Config.ts"
 import { WebhookSender } from "./Attempt.ts"
+import { makeBatcher } from "./Batcher.ts"
+import { afterAttempt, decideLostJob, deliveryStatusOf, firstAttemptFastPath } from "./Dispatch.ts"
 import {
   consumerMatches,
   DeliveryJob,
   ensureDeliveryStream,
   ensureWebhookConsumer,
   webhookIdOfConsumer,
-  webhookVersionSql,
-  WEBHOOKS_CHANNEL
+  WEBHOOKS_CHANNEL,
+  webhookVersionSql
 } from "./Jobs.ts"
-import * as Store from "./Store.ts"
-import { afterAttempt, decideLostJob, deliveryStatusOf, firstAttemptFastPath } from "./Dispatch.ts"
-import { DispatchConfig, type DispatchSettings } from "../Config.ts"
-import { makeBatcher } from "./Batcher.ts"
 import { deliveryHeaders } from "./Signature.ts"
+import * as Store from "./Store.ts"
 
 interface LiveWebhook {
   readonly url: string
@@ -113,7 +126,13 @@ const dbRetryUnlessRefused = {
 
 const liveWebhooks = Rows.decoder(
   "WebhookDispatcher.discover",
-  Schema.Struct({ id: Schema.String, url: Schema.String, secret: Schema.String, enabled: Schema.Boolean, version: Rows.Int8 })
+  Schema.Struct({
+    id: Schema.String,
+    url: Schema.String,
+    secret: Schema.String,
+    enabled: Schema.Boolean,
+    version: Rows.Int8
+  })
 )
 const webhookIds = Rows.decoder("WebhookDispatcher.gone", Schema.Struct({ id: Schema.String }))
 
@@ -168,7 +187,11 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
       }).pipe(provideSql)
 
     // A failed statement is retried a while, for the whole batch, with its jobs held.
-    const claim = yield* makeBatcher({ run: (inputs: ReadonlyArray<Store.ClaimInput>) => Effect.retry(claimBatch(inputs), dbRetryUnlessRefused), maxBatch: 256, workers: 2 })
+    const claim = yield* makeBatcher({
+      run: (inputs: ReadonlyArray<Store.ClaimInput>) => Effect.retry(claimBatch(inputs), dbRetryUnlessRefused),
+      maxBatch: 256,
+      workers: 2
+    })
     // Calls already made are recorded off the delivery's path: they may wait for company.
     const recordMade = yield* makeBatcher({
       run: (inputs: ReadonlyArray<Store.ClaimInput>) => Effect.retry(claimBatch(inputs), dbRetryUnlessRefused),
@@ -179,7 +202,8 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
     // Results are not on the delivery's path (the call was made): a short linger turns many
     // one-row statements into a few larger ones at moderate rates.
     const record = yield* makeBatcher({
-      run: (results: ReadonlyArray<Store.ResultWrite>) => Effect.retry(provideSql(Store.writeResults(results)), dbRetry),
+      run: (results: ReadonlyArray<Store.ResultWrite>) =>
+        Effect.retry(provideSql(Store.writeResults(results)), dbRetry),
       maxBatch: 256,
       workers: 2,
       lingerMs: RESULT_LINGER_MS
@@ -223,7 +247,13 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
           return slot.sending.withPermits(1)(sender.attempt({
             url: data.url,
             body,
-            headers: deliveryHeaders({ secret: data.secret, body, event: data.event, webhookId, deliveryId: job.delivery_id }),
+            headers: deliveryHeaders({
+              secret: data.secret,
+              body,
+              event: data.event,
+              webhookId,
+              deliveryId: job.delivery_id
+            }),
             timeoutMs: settings.attemptTimeoutMs
           })).pipe(Effect.ensuring(Effect.sync(slot.called)))
         }
@@ -233,10 +263,20 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
           else acks.ack(msg)
         }
 
-        const fast = firstAttemptFastPath({ deliveryCount, carriesBody: job.event !== undefined && job.body !== undefined, webhookVersion: job.webhook_version }, webhook)
+        const fast = firstAttemptFastPath({
+          deliveryCount,
+          carriesBody: job.event !== undefined && job.body !== undefined,
+          webhookVersion: job.webhook_version
+        }, webhook)
         if (fast && job.event !== undefined && job.body !== undefined) {
           // The call first, then one statement numbers and records it.
-          const result = yield* call({ webhookId, url: webhook!.url, secret: webhook!.secret, event: job.event, body: job.body })
+          const result = yield* call({
+            webhookId,
+            url: webhook!.url,
+            secret: webhook!.secret,
+            event: job.event,
+            body: job.body
+          })
           const recorded = yield* recordMade({ ...base, made: result })
           if (recorded._tag === "Recorded") settle(recorded.attempt, result.outcome)
           else acks.ack(msg)
@@ -266,7 +306,12 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
       }).pipe(
         // A job we could not finish (database unreachable) is left un-acked: it comes back after
         // ack_wait, to this or another dispatcher.
-        Effect.catchCause((cause) => Effect.logWarning("webhook dispatcher: job left for redelivery", { subject: msg.subject, cause: String(cause) }))
+        Effect.catchCause((cause) =>
+          Effect.logWarning("webhook dispatcher: job left for redelivery", {
+            subject: msg.subject,
+            cause: String(cause)
+          })
+        )
       )
 
     // -- one webhook's pull loop -------------------------------------------------------------
@@ -305,39 +350,49 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
           yield* Effect.acquireUseRelease(
             busCall(`fetch ${consumerName}`, () => consumer.fetch({ max_messages: wanted, expires: FETCH_EXPIRES_MS })),
             (batch) =>
-              Stream.fromAsyncIterable(batch, (cause) => new BusError({ operation: `fetch ${consumerName}`, message: String(cause) })).pipe(
-                Stream.runForEach((msg) => {
-                  beforeCall++
-                  received++
-                  held.add(msg)
-                  let called = false
-                  const slot: JobSlot = {
-                    sending,
-                    called: () => {
-                      if (called) return
-                      called = true
-                      beforeCall--
-                      settling++
-                      Queue.offerUnsafe(freed, undefined)
+              Stream.fromAsyncIterable(batch, (cause) =>
+                new BusError({ operation: `fetch ${consumerName}`, message: String(cause) })).pipe(
+                  Stream.runForEach((msg) => {
+                    beforeCall++
+                    received++
+                    held.add(msg)
+                    let called = false
+                    const slot: JobSlot = {
+                      sending,
+                      called: () => {
+                        if (called) {
+                          return
+                        }
+                        called = true
+                        beforeCall--
+                        settling++
+                        Queue.offerUnsafe(freed, undefined)
+                      }
                     }
-                  }
-                  return FiberSet.run(running, handle(msg, webhookId, slot).pipe(
-                    Effect.ensuring(Effect.sync(() => {
-                      held.delete(msg)
-                      if (called) settling--
-                      else beforeCall--
-                      Queue.offerUnsafe(freed, undefined)
-                    }))
-                  ))
-                })
-              ),
-            (batch) => Effect.sync(() => batch.stop())
+                    return FiberSet.run(
+                      running,
+                      handle(msg, webhookId, slot).pipe(
+                        Effect.ensuring(Effect.sync(() => {
+                          held.delete(msg)
+                          if (called) {
+                            settling--
+                          } else beforeCall--
+                          Queue.offerUnsafe(freed, undefined)
+                        }))
+                      )
+                    )
+                  })
+                ),
+            (batch) =>
+              Effect.sync(() => batch.stop())
           )
           backlog = received === wanted
         }
       }).pipe(
         Effect.scoped,
-        Effect.tapError((e) => Effect.logWarning("webhook dispatcher: pull loop failed, restarting", { webhookId, error: String(e) })),
+        Effect.tapError((e) =>
+          Effect.logWarning("webhook dispatcher: pull loop failed, restarting", { webhookId, error: String(e) })
+        ),
         Effect.retry(Schedule.min([Schedule.exponential(Duration.millis(200)), Schedule.spaced(Duration.seconds(5))])),
         Effect.ignore
       )
@@ -365,8 +420,11 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
         // claim path, which reports it.
         const secret = before?.sealed === r.secret ? before.secret : yield* Effect.option(box.open(r.secret, r.id))
         const version = Number(r.version)
-        if (typeof secret === "string") next.set(r.id, { url: r.url, sealed: r.secret, secret, enabled: r.enabled, version })
-        else if (secret._tag === "Some") next.set(r.id, { url: r.url, sealed: r.secret, secret: secret.value, enabled: r.enabled, version })
+        if (typeof secret === "string") {
+          next.set(r.id, { url: r.url, sealed: r.secret, secret, enabled: r.enabled, version })
+        } else if (secret._tag === "Some") {
+          next.set(r.id, { url: r.url, sealed: r.secret, secret: secret.value, enabled: r.enabled, version })
+        }
       }
       webhooks = next
       const live = new Set(rows.map((r) => r.id))
@@ -390,13 +448,17 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
         const settled = new Set((yield* webhookIds(sql`
           SELECT id FROM webhooks WHERE id = ANY(${gone}::text[])
             AND deleted_at < now() - make_interval(secs => ${DELETED_GRACE_SECONDS}::int)`)).map((r) => r.id))
-        const known = new Set((yield* webhookIds(sql`SELECT id FROM webhooks WHERE id = ANY(${gone}::text[])`)).map((r) => r.id))
+        const known = new Set(
+          (yield* webhookIds(sql`SELECT id FROM webhooks WHERE id = ANY(${gone}::text[])`)).map((r) => r.id)
+        )
         for (const id of gone) {
           const info = byWebhook.get(id)!
           const drained = info.num_pending === 0 && info.num_ack_pending === 0
           if (drained && (settled.has(id) || !known.has(id))) {
             yield* FiberMap.remove(loops, info.name)
-            yield* busCall(`delete consumer ${info.name}`, () => nats.jsm.consumers.delete(stream, info.name)).pipe(Effect.ignore)
+            yield* busCall(`delete consumer ${info.name}`, () => nats.jsm.consumers.delete(stream, info.name)).pipe(
+              Effect.ignore
+            )
           } else {
             wanted.set(id, info.name)
           }
@@ -421,22 +483,28 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
       for (;;) {
         yield* Effect.timeoutOption(Queue.take(wakeups), Duration.millis(settings.discoveryIntervalMs))
         yield* discoverOnce.pipe(
-          Effect.catchCause((cause) => Effect.logWarning("webhook dispatcher: discovery failed", { cause: String(cause) }))
+          Effect.catchCause((cause) =>
+            Effect.logWarning("webhook dispatcher: discovery failed", { cause: String(cause) })
+          )
         )
       }
     }))
 
-    yield* Effect.forkScoped(Effect.scoped(Effect.gen(function*() {
-      const notifications = yield* pg.listen(WEBHOOKS_CHANNEL)
-      yield* discover
-      for (;;) {
-        yield* Queue.take(notifications)
+    yield* Effect.forkScoped(
+      Effect.scoped(Effect.gen(function*() {
+        const notifications = yield* pg.listen(WEBHOOKS_CHANNEL)
         yield* discover
-      }
-    })).pipe(
-      Effect.tapError((e) => Effect.logWarning("webhook dispatcher: LISTEN lost, reconnecting", { error: String(e) })),
-      Effect.retry(Schedule.spaced(Duration.seconds(1)))
-    ))
+        for (;;) {
+          yield* Queue.take(notifications)
+          yield* discover
+        }
+      })).pipe(
+        Effect.tapError((e) =>
+          Effect.logWarning("webhook dispatcher: LISTEN lost, reconnecting", { error: String(e) })
+        ),
+        Effect.retry(Schedule.spaced(Duration.seconds(1)))
+      )
+    )
 
     // -- jobs the server gave up on ---------------------------------------------------------
 
@@ -458,33 +526,42 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
     })
     yield* Effect.addFinalizer(() => Effect.sync(() => advisories.unsubscribe()))
 
-    const closeLostJob = Effect.fn("WebhookDispatcher.closeLostJob")(function*(lost: { readonly seq: number; readonly deliveries: number }) {
-      const stored = yield* busCall("get lost job", () => nats.jsm.streams.getMessage(stream, { seq: lost.seq }))
-      const decoded = stored === null ? null : decodeJob(new TextDecoder().decode(stored.data))
-      if (decoded !== null && Exit.isSuccess(decoded)) {
-        const job = decoded.value
-        const { state } = yield* provideSql(Store.loadClaim(job.delivery_id))
-        const decision = decideLostJob({ round: job.round, deliveries: lost.deliveries }, state)
-        if (decision._tag !== "Nothing") {
-          yield* provideSql(Store.writeLostJob({
-            deliveryId: job.delivery_id,
-            round: job.round,
-            addAttempt: decision._tag === "AddDeadRow" ? decision.attempt : null
-          }))
+    const closeLostJob = Effect.fn("WebhookDispatcher.closeLostJob")(
+      function*(lost: { readonly seq: number; readonly deliveries: number }) {
+        const stored = yield* busCall("get lost job", () => nats.jsm.streams.getMessage(stream, { seq: lost.seq }))
+        const decoded = stored === null ? null : decodeJob(new TextDecoder().decode(stored.data))
+        if (decoded !== null && Exit.isSuccess(decoded)) {
+          const job = decoded.value
+          const { state } = yield* provideSql(Store.loadClaim(job.delivery_id))
+          const decision = decideLostJob({ round: job.round, deliveries: lost.deliveries }, state)
+          if (decision._tag !== "Nothing") {
+            yield* provideSql(Store.writeLostJob({
+              deliveryId: job.delivery_id,
+              round: job.round,
+              addAttempt: decision._tag === "AddDeadRow" ? decision.attempt : null
+            }))
+          }
         }
+        // Work-queue streams keep a message the consumer gave up on: remove it.
+        yield* busCall("delete lost job", () => nats.jsm.streams.deleteMessage(stream, lost.seq, false))
       }
-      // Work-queue streams keep a message the consumer gave up on: remove it.
-      yield* busCall("delete lost job", () => nats.jsm.streams.deleteMessage(stream, lost.seq, false))
-    })
+    )
 
-    yield* Effect.forkScoped(Effect.forever(Queue.take(lostJobs).pipe(
-      Effect.flatMap((lost) =>
-        closeLostJob(lost).pipe(
-          Effect.retry(dbRetryUnlessRefused),
-          Effect.catchCause((cause) => Effect.logWarning("webhook dispatcher: could not close a lost job", { seq: lost.seq, cause: String(cause) }))
+    yield* Effect.forkScoped(Effect.forever(
+      Queue.take(lostJobs).pipe(
+        Effect.flatMap((lost) =>
+          closeLostJob(lost).pipe(
+            Effect.retry(dbRetryUnlessRefused),
+            Effect.catchCause((cause) =>
+              Effect.logWarning("webhook dispatcher: could not close a lost job", {
+                seq: lost.seq,
+                cause: String(cause)
+              })
+            )
+          )
         )
       )
-    )))
+    ))
 
     yield* Effect.forkScoped(Effect.forever(Effect.gen(function*() {
       yield* Effect.sleep(SWEEP_INTERVAL)
@@ -497,16 +574,22 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
 
     // Finished deliveries past the retention period go, a chunk at a time (any dispatcher may
     // prune; rows one holds are skipped by the others).
-    yield* Effect.forkScoped(Effect.forever(Effect.gen(function*() {
-      yield* Effect.sleep(PRUNE_INTERVAL)
-      for (;;) {
-        const pruned = yield* provideSql(Store.pruneFinished(settings.retentionMs, PRUNE_CHUNK))
-        if (pruned < PRUNE_CHUNK) break
-      }
-    }).pipe(Effect.catchCause((cause) => Effect.logWarning("webhook dispatcher: prune failed", { cause: String(cause) })))))
+    yield* Effect.forkScoped(Effect.forever(
+      Effect.gen(function*() {
+        yield* Effect.sleep(PRUNE_INTERVAL)
+        for (;;) {
+          const pruned = yield* provideSql(Store.pruneFinished(settings.retentionMs, PRUNE_CHUNK))
+          if (pruned < PRUNE_CHUNK) break
+        }
+      }).pipe(
+        Effect.catchCause((cause) => Effect.logWarning("webhook dispatcher: prune failed", { cause: String(cause) }))
+      )
+    ))
 
     const stats = Effect.sync((): DispatcherStats => ({
-      webhooks: [...loops].map(([name]) => webhookIdOfConsumer(nats, name)).filter((id): id is NonNullable<typeof id> => id !== null)
+      webhooks: [...loops].map(([name]) => webhookIdOfConsumer(nats, name)).filter((id): id is NonNullable<typeof id> =>
+        id !== null
+      )
     }))
 
     return WebhookDispatcher.of({ discover, stats, settings })
@@ -515,5 +598,6 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
   /** Settings from the environment (DispatchConfig); needs Nats, SqlClient, PgClient, WebhookSender, SecretBox. */
   static readonly layer = Layer.effect(WebhookDispatcher)(Effect.flatMap(DispatchConfig, WebhookDispatcher.make))
 
-  static readonly layerWith = (settings: DispatchSettings) => Layer.effect(WebhookDispatcher)(WebhookDispatcher.make(settings))
+  static readonly layerWith = (settings: DispatchSettings) =>
+    Layer.effect(WebhookDispatcher)(WebhookDispatcher.make(settings))
 }

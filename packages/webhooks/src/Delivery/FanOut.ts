@@ -12,13 +12,13 @@
  * The body of a delivery is the event message's bytes, exactly as the producer wrote them.
  */
 import type { JsMsg } from "@nats-io/jetstream"
+import { AckPolicy, DeliverPolicy } from "@nats-io/jetstream"
 import { BusError, Nats } from "@svc/bus/Nats"
 import { ensureConsumer } from "@svc/bus/Topology"
 import * as Rows from "@svc/db/Rows"
 import { EVENT_NAMES, type EventName } from "@svc/domain/Events"
 import { DeliveryId } from "@svc/domain/Ids"
 import * as Streams from "@svc/events/Streams"
-import { AckPolicy, DeliverPolicy } from "@nats-io/jetstream"
 import { type Cause, Context, Duration, Effect, Exit, Layer, Queue, Ref, Schedule, Schema, Stream } from "effect"
 import { SqlClient } from "effect/sql"
 import { ensureDeliveryStream, publishJob, webhookVersionSql } from "./Jobs.ts"
@@ -181,7 +181,10 @@ export class FanOut extends Context.Service<FanOut, {
       )
       const inbox = yield* Queue.bounded<JsMsg, Cause.Done>(batchSize * 2)
       yield* Effect.forkScoped(
-        Stream.fromAsyncIterable(messages, (cause) => new BusError({ operation: "consume events", message: String(cause) })).pipe(
+        Stream.fromAsyncIterable(
+          messages,
+          (cause) => new BusError({ operation: "consume events", message: String(cause) })
+        ).pipe(
           Stream.runForEach((msg) => Queue.offer(inbox, msg)),
           Effect.ensuring(Queue.end(inbox))
         )
@@ -202,7 +205,9 @@ export class FanOut extends Context.Service<FanOut, {
       }
     }).pipe(
       Effect.scoped,
-      Effect.tapCause((cause) => Effect.logWarning("webhook fan-out: consumer stopped, restarting", { cause: String(cause) })),
+      Effect.tapCause((cause) =>
+        Effect.logWarning("webhook fan-out: consumer stopped, restarting", { cause: String(cause) })
+      ),
       Effect.retry(Schedule.min([Schedule.exponential(Duration.millis(200)), Schedule.spaced(Duration.seconds(5))])),
       Effect.ignore
     )

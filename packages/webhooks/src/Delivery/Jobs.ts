@@ -62,7 +62,10 @@ export const webhookVersionSql = (sql: SqlClient.SqlClient, updatedAt: "updated_
   sql.literal(`(extract(epoch FROM ${updatedAt}) * 1000000)::bigint`)
 
 /** Subject tokens of a job, relative to the process prefix. */
-export const jobSubject = (webhookId: string, deliveryId: string): ReadonlyArray<string> => ["whd", webhookId, deliveryId]
+export const jobSubject = (
+  webhookId: string,
+  deliveryId: string
+): ReadonlyArray<string> => ["whd", webhookId, deliveryId]
 
 /** `Nats-Msg-Id` of a job: publishing the same job twice is dropped by the stream. */
 export const jobMsgId = (deliveryId: string, round: number) => `${deliveryId}.r${round}`
@@ -129,7 +132,9 @@ export const ensureWebhookConsumer = Effect.fn("DeliveryJobs.ensureWebhookConsum
     try: async () => {
       try {
         const info = await nats.jsm.consumers.info(stream, config.durable_name)
-        if (!consumerMatches(info.config, settings)) await nats.jsm.consumers.update(stream, config.durable_name, config)
+        if (!consumerMatches(info.config, settings)) {
+          await nats.jsm.consumers.update(stream, config.durable_name, config)
+        }
       } catch (e) {
         if (!String(e).includes("not found")) throw e
         await nats.jsm.consumers.add(stream, config)
@@ -149,5 +154,7 @@ const encoder = new TextEncoder()
 export const publishJob = Effect.fnUntraced(function*(webhookId: string, job: DeliveryJob) {
   const nats = yield* Nats
   const subject = nats.subject(...jobSubject(webhookId, job.delivery_id))
-  yield* nats.publishAcked(subject, encoder.encode(JSON.stringify(job)), { msgId: jobMsgId(job.delivery_id, job.round) })
+  yield* nats.publishAcked(subject, encoder.encode(JSON.stringify(job)), {
+    msgId: jobMsgId(job.delivery_id, job.round)
+  })
 })

@@ -52,7 +52,9 @@ export const RetryScheduleFromString = Schema.String.pipe(
         Result.match(parseRetrySchedule(input), {
           onSuccess: (schedule) => Effect.succeed(schedule),
           onFailure: (message) =>
-            Effect.fail(new SchemaIssue.InvalidValue({ message: `SVC_WEBHOOK_RETRY_SCHEDULE: ${message}` }, input, options))
+            Effect.fail(
+              new SchemaIssue.InvalidValue({ message: `SVC_WEBHOOK_RETRY_SCHEDULE: ${message}` }, input, options)
+            )
         }),
       encode: (schedule: RetrySchedule) => Effect.succeed(formatRetrySchedule(schedule))
     })

@@ -5,13 +5,13 @@
  * Dispatch.ts's.
  */
 import * as Rows from "@svc/db/Rows"
+import { makeId } from "@svc/domain/Ids"
+import type { DeliveryStatus } from "@svc/domain/Webhook"
 import { Effect, Schema } from "effect"
 import { SqlClient } from "effect/sql"
-import type { DeliveryStatus } from "@svc/domain/Webhook"
 import type { ClaimState } from "./Dispatch.ts"
 import { LOST_ATTEMPT_ERROR, NOT_ATTEMPTED_DELETED, NOT_ATTEMPTED_LOST, NOT_ATTEMPTED_PAUSED } from "./Dispatch.ts"
 import { MAX_ATTEMPTS } from "./RetrySchedule.ts"
-import { makeId } from "@svc/domain/Ids"
 
 export interface DeliveryData {
   readonly webhookId: string
@@ -50,7 +50,10 @@ export interface LoadedClaim {
   readonly data: DeliveryData | null
 }
 
-const missing: LoadedClaim = { state: { delivery: null, webhook: { enabled: false, deleted: true }, lastAttempt: null }, data: null }
+const missing: LoadedClaim = {
+  state: { delivery: null, webhook: { enabled: false, deleted: true }, lastAttempt: null },
+  data: null
+}
 
 /** The deliveries, their webhooks and their last attempt of the current round (one round trip). */
 export const loadClaims = Effect.fn("DeliveryStore.loadClaims")(function*(deliveryIds: ReadonlyArray<string>) {
@@ -152,17 +155,19 @@ export const claimAttempts = Effect.fn("DeliveryStore.claimAttempts")(function*(
   const rows = yield* claimedRows(sql`
     WITH input AS (
       -- JSON rather than parallel arrays: one typed record per claim.
-      SELECT * FROM jsonb_to_recordset(${JSON.stringify(inputs.map((c, i) => ({
-        attempt_id: attemptIds[i],
-        delivery_id: c.deliveryId,
-        webhook_id: c.webhookId,
-        round: c.round,
-        job_seq: c.jobSeq,
-        made: c.made?.outcome ?? null,
-        response_code: c.made?.responseCode ?? null,
-        error: c.made?.error ?? null,
-        duration_ms: c.made?.durationMs ?? null
-      })))}::jsonb) AS t(attempt_id text, delivery_id text, webhook_id text, round int, job_seq bigint,
+      SELECT * FROM jsonb_to_recordset(${
+    JSON.stringify(inputs.map((c, i) => ({
+      attempt_id: attemptIds[i],
+      delivery_id: c.deliveryId,
+      webhook_id: c.webhookId,
+      round: c.round,
+      job_seq: c.jobSeq,
+      made: c.made?.outcome ?? null,
+      response_code: c.made?.responseCode ?? null,
+      error: c.made?.error ?? null,
+      duration_ms: c.made?.durationMs ?? null
+    })))
+  }::jsonb) AS t(attempt_id text, delivery_id text, webhook_id text, round int, job_seq bigint,
                          made text, response_code int, error text, duration_ms int)
     ), d AS (
       -- "= ANY(ids)" beside the join: index lookups whatever the planner guesses of the input.
@@ -230,7 +235,9 @@ export const claimAttempts = Effect.fn("DeliveryStore.claimAttempts")(function*(
     const row = byId.get(id)
     if (row === undefined) return { _tag: "Skip" }
     if (row.exhausted) return { _tag: "Abandoned" }
-    if (inputs[i]!.made !== undefined && row.status !== "pending") return { _tag: "Recorded", attempt: row.attempt, status: row.status }
+    if (inputs[i]!.made !== undefined && row.status !== "pending") {
+      return { _tag: "Recorded", attempt: row.attempt, status: row.status }
+    }
     if (row.status === "dead_letter") return { _tag: "Abandoned" }
     return {
       _tag: "Attempt",
@@ -259,20 +266,24 @@ export const writeResults = Effect.fn("DeliveryStore.writeResults")(function*(re
   const sql = yield* SqlClient.SqlClient
   yield* sql`
     WITH input AS (
-      SELECT * FROM jsonb_to_recordset(${JSON.stringify(results.map((r) => ({
-        attempt_id: r.attemptId,
-        round: r.round,
-        status: r.status,
-        response_code: r.responseCode,
-        error: r.error,
-        duration_ms: r.durationMs,
-        delay_ms: r.delayMs
-      })))}::jsonb) AS t(attempt_id text, round int, status text, response_code int, error text, duration_ms int, delay_ms int)
+      SELECT * FROM jsonb_to_recordset(${
+    JSON.stringify(results.map((r) => ({
+      attempt_id: r.attemptId,
+      round: r.round,
+      status: r.status,
+      response_code: r.responseCode,
+      error: r.error,
+      duration_ms: r.durationMs,
+      delay_ms: r.delayMs
+    })))
+  }::jsonb) AS t(attempt_id text, round int, status text, response_code int, error text, duration_ms int, delay_ms int)
     ), a AS (
       UPDATE webhook_attempts wa SET
         status = i.status, response_code = i.response_code, error = i.error, duration_ms = i.duration_ms,
         next_attempt_at = CASE WHEN i.delay_ms IS NULL THEN NULL ELSE now() + make_interval(secs => i.delay_ms / 1000.0) END
-      FROM input i WHERE wa.id = ANY(${results.map((r) => r.attemptId)}::text[]) AND wa.id = i.attempt_id AND wa.status = 'pending'
+      FROM input i WHERE wa.id = ANY(${
+    results.map((r) => r.attemptId)
+  }::text[]) AND wa.id = i.attempt_id AND wa.status = 'pending'
       RETURNING wa.delivery_id, i.round, i.status
     )
     UPDATE webhook_deliveries d SET status = a.status, updated_at = now()

@@ -5,9 +5,9 @@
  * addresses so the connection cannot go anywhere else (DNS rebinding between check and connect).
  */
 import { MAX_WEBHOOK_URL_LENGTH } from "@svc/domain/Webhook"
+import { Clock, Context, Duration, Effect, Layer, Result, Schema } from "effect"
 import * as dns from "node:dns"
 import * as net from "node:net"
-import { Clock, Context, Duration, Effect, Layer, Result, Schema } from "effect"
 import { AllowedSubnets } from "../Config.ts"
 import type { IpFamily, Subnet } from "./Subnets.ts"
 
@@ -249,7 +249,9 @@ export class WebhookResolver extends Context.Service<WebhookResolver, {
             message: `lookup failed (${(cause as NodeJS.ErrnoException | undefined)?.code ?? "error"})`
           })
       }).pipe(
-        Effect.map((entries) => entries.map((entry) => ({ address: entry.address, family: entry.family === 6 ? 6 : 4 } as const))),
+        Effect.map((entries) =>
+          entries.map((entry) => ({ address: entry.address, family: entry.family === 6 ? 6 : 4 } as const))
+        ),
         Effect.timeoutOrElse({
           duration: Duration.seconds(5),
           orElse: () => Effect.fail(new WebhookResolveError({ hostname, message: "lookup timed out" }))

@@ -21,7 +21,6 @@
 import { SecretBox } from "@svc/crypto/SecretBox"
 import { Idempotency, type Outcome } from "@svc/db/Idempotency"
 import * as Rows from "@svc/db/Rows"
-import { makeId } from "@svc/domain/Ids"
 import {
   DeliveryNotRetryable,
   type IdempotencyKeyReused,
@@ -31,6 +30,7 @@ import {
   WebhookLimitReached
 } from "@svc/domain/Errors"
 import { parseEventFilter } from "@svc/domain/Events"
+import { makeId } from "@svc/domain/Ids"
 import type { DeliveryId } from "@svc/domain/Ids"
 import { type ListQuery, pageInfo } from "@svc/domain/Pagination"
 import {
@@ -50,9 +50,9 @@ import {
 import * as Outbox from "@svc/events/Outbox"
 import { Clock, Context, DateTime, Duration, Effect, Layer, Option, Result, Schedule, Schema } from "effect"
 import { SqlClient } from "effect/sql"
-import { WebhookAddressGuard } from "./AddressGuard.ts"
 import { ensureDeliveryStream, jobSubject, WEBHOOKS_CHANNEL } from "../Delivery/Jobs.ts"
 import { generateSecret } from "../Delivery/Signature.ts"
+import { WebhookAddressGuard } from "./AddressGuard.ts"
 
 /** A row of `webhooks`: the record's fields, times as stored. */
 const WebhookRow = Schema.Struct({
@@ -88,7 +88,8 @@ const toAttempt = ({ created_at, next_attempt_at, ...row }: typeof AttemptRow.Ty
 })
 
 const Count = Schema.Struct({ n: Schema.Int })
-const countOf = (counted: Option.Option<typeof Count.Type>) => Option.match(counted, { onNone: () => 0, onSome: (c) => c.n })
+const countOf = (counted: Option.Option<typeof Count.Type>) =>
+  Option.match(counted, { onNone: () => 0, onSome: (c) => c.n })
 
 const notFound = () => new NotFound({ error: "No such webhook" })
 
@@ -103,15 +104,36 @@ export class Webhooks extends Context.Service<Webhooks, {
     orgId: string,
     input: CreateWebhookRequest,
     idempotencyKey?: string
-  ) => Effect.Effect<Outcome<CreatedWebhook>, InvalidWebhookUrl | InvalidEventFilter | WebhookLimitReached | IdempotencyKeyReused | Rows.QueryError>
+  ) => Effect.Effect<
+    Outcome<CreatedWebhook>,
+    InvalidWebhookUrl | InvalidEventFilter | WebhookLimitReached | IdempotencyKeyReused | Rows.QueryError
+  >
   readonly list: (orgId: string, query: ListQuery) => Effect.Effect<WebhookList, Rows.QueryError>
   readonly get: (orgId: string, id: string) => Effect.Effect<Webhook, NotFound | Rows.QueryError>
-  readonly update: (orgId: string, id: string, patch: PatchWebhookRequest) => Effect.Effect<Webhook, NotFound | InvalidWebhookUrl | InvalidEventFilter | Rows.QueryError>
+  readonly update: (
+    orgId: string,
+    id: string,
+    patch: PatchWebhookRequest
+  ) => Effect.Effect<Webhook, NotFound | InvalidWebhookUrl | InvalidEventFilter | Rows.QueryError>
   readonly remove: (orgId: string, id: string) => Effect.Effect<void, NotFound | Rows.QueryError>
   /** Sends a `ping` through the real delivery path; returns its delivery id. */
-  readonly test: (orgId: string, id: string) => Effect.Effect<{ readonly delivery_id: DeliveryId }, NotFound | Rows.QueryError>
-  readonly deliveries: (orgId: string, id: string, query: ListDeliveriesQuery) => Effect.Effect<DeliveryList, NotFound | Rows.QueryError>
-  readonly retry: (orgId: string, id: string, deliveryId: string) => Effect.Effect<{ readonly delivery_id: DeliveryId; readonly status: "retried" }, NotFound | DeliveryNotRetryable | Rows.QueryError>
+  readonly test: (
+    orgId: string,
+    id: string
+  ) => Effect.Effect<{ readonly delivery_id: DeliveryId }, NotFound | Rows.QueryError>
+  readonly deliveries: (
+    orgId: string,
+    id: string,
+    query: ListDeliveriesQuery
+  ) => Effect.Effect<DeliveryList, NotFound | Rows.QueryError>
+  readonly retry: (
+    orgId: string,
+    id: string,
+    deliveryId: string
+  ) => Effect.Effect<
+    { readonly delivery_id: DeliveryId; readonly status: "retried" },
+    NotFound | DeliveryNotRetryable | Rows.QueryError
+  >
 }>()("@svc/webhooks/Subscriptions/Webhooks") {
   static readonly make = Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -122,7 +144,9 @@ export class Webhooks extends Context.Service<Webhooks, {
     // The relay publishes test and retry jobs into this stream: make sure it exists, without
     // holding up the API's start while NATS is away (the relay retries until it is there).
     yield* Effect.forkScoped(ensureDeliveryStream.pipe(
-      Effect.tapError((e) => Effect.logWarning("webhooks: delivery stream not ensured yet, retrying", { error: String(e) })),
+      Effect.tapError((e) =>
+        Effect.logWarning("webhooks: delivery stream not ensured yet, retrying", { error: String(e) })
+      ),
       Effect.retry(Schedule.min([Schedule.exponential(Duration.millis(200)), Schedule.spaced(Duration.seconds(5))]))
     ))
 
@@ -204,34 +228,38 @@ export class Webhooks extends Context.Service<Webhooks, {
         Option.match({ onNone: () => Effect.fail(notFound()), onSome: Effect.succeed })
       )
 
-    const create = Effect.fn("Webhooks.create")(function*(orgId: string, input: CreateWebhookRequest, idempotencyKey?: string) {
-      const url = yield* checkUrl(input.url)
-      const events = yield* checkEvents(input.events)
-      const secret = input.secret ?? generateSecret()
-      const id = makeId("webhook")
-      // Bound to its row: a sealed secret copied to another webhook does not open.
-      const sealedSecret = yield* box.seal(secret, id)
-      return yield* idempotency.run({
-        orgId,
-        operation: "webhooks.create",
-        key: idempotencyKey,
-        request: input,
-        response: (created: CreatedWebhook) => encodeCreated(created),
-        create: Effect.gen(function*(): Effect.fn.Return<CreatedWebhook, WebhookLimitReached | Rows.QueryError> {
-          // One creator per org at a time: the count below cannot go stale before the insert.
-          yield* sql`SELECT pg_advisory_xact_lock(hashtextextended(${`webhooks:${orgId}`}, 0))`
-          if (countOf(yield* countLive(orgId)) >= MAX_WEBHOOKS_PER_ORG) {
-            return yield* new WebhookLimitReached({ error: `An org may have at most ${MAX_WEBHOOKS_PER_ORG} webhooks` })
-          }
-          const [row] = yield* inserted(sql`
+    const create = Effect.fn("Webhooks.create")(
+      function*(orgId: string, input: CreateWebhookRequest, idempotencyKey?: string) {
+        const url = yield* checkUrl(input.url)
+        const events = yield* checkEvents(input.events)
+        const secret = input.secret ?? generateSecret()
+        const id = makeId("webhook")
+        // Bound to its row: a sealed secret copied to another webhook does not open.
+        const sealedSecret = yield* box.seal(secret, id)
+        return yield* idempotency.run({
+          orgId,
+          operation: "webhooks.create",
+          key: idempotencyKey,
+          request: input,
+          response: (created: CreatedWebhook) => encodeCreated(created),
+          create: Effect.gen(function*(): Effect.fn.Return<CreatedWebhook, WebhookLimitReached | Rows.QueryError> {
+            // One creator per org at a time: the count below cannot go stale before the insert.
+            yield* sql`SELECT pg_advisory_xact_lock(hashtextextended(${`webhooks:${orgId}`}, 0))`
+            if (countOf(yield* countLive(orgId)) >= MAX_WEBHOOKS_PER_ORG) {
+              return yield* new WebhookLimitReached({
+                error: `An org may have at most ${MAX_WEBHOOKS_PER_ORG} webhooks`
+              })
+            }
+            const [row] = yield* inserted(sql`
             INSERT INTO webhooks (id, org_id, url, events, secret, enabled)
             VALUES (${id}, ${orgId}, ${url}, ${events}::text[], ${sealedSecret}, ${input.enabled})
             RETURNING id, url, events, enabled, created_at, updated_at`)
-          yield* sql`SELECT pg_notify(${WEBHOOKS_CHANNEL}, ${id})`
-          return { ...toWebhook(row!), secret_returned_once: secret }
+            yield* sql`SELECT pg_notify(${WEBHOOKS_CHANNEL}, ${id})`
+            return { ...toWebhook(row!), secret_returned_once: secret }
+          })
         })
-      })
-    })
+      }
+    )
 
     const list = Effect.fn("Webhooks.list")(function*(orgId: string, query: ListQuery) {
       const [rows, count] = yield* Effect.all([
@@ -294,22 +322,30 @@ export class Webhooks extends Context.Service<Webhooks, {
         yield* sql`
           INSERT INTO webhook_deliveries (id, webhook_id, org_id, event, event_msg_id, body, status)
           VALUES (${deliveryId}, ${id}, ${orgId}, 'ping', ${`ping:${deliveryId}`}, ${body}, 'pending')`
-        yield* Outbox.append({ subject: jobSubject(id, deliveryId), payload: { delivery_id: deliveryId, round: 1 } }).pipe(Effect.orDie, provideSql)
+        yield* Outbox.append({ subject: jobSubject(id, deliveryId), payload: { delivery_id: deliveryId, round: 1 } })
+          .pipe(Effect.orDie, provideSql)
       }))
       return { delivery_id: deliveryId }
     })
 
-    const deliveries = Effect.fn("Webhooks.deliveries")(function*(orgId: string, id: string, query: ListDeliveriesQuery) {
-      yield* findLive(orgId, id)
-      const status = query.status ?? null
-      // One snapshot for the page and its total: attempts change state while a client reads.
-      const [rows, count] = yield* sql.withTransaction(Effect.all([
-        sql`SET TRANSACTION ISOLATION LEVEL REPEATABLE READ`,
-        attempts({ id, status, limit: query.limit, offset: query.offset }),
-        countAttempts({ id, status })
-      ]).pipe(Effect.map(([, rows, count]) => [rows, count] as const)))
-      return { deliveries: rows.map(toAttempt), ...pageInfo(query, rows.length, countOf(count)) } satisfies DeliveryList
-    })
+    const deliveries = Effect.fn("Webhooks.deliveries")(
+      function*(orgId: string, id: string, query: ListDeliveriesQuery) {
+        yield* findLive(orgId, id)
+        const status = query.status ?? null
+        // One snapshot for the page and its total: attempts change state while a client reads.
+        const [rows, count] = yield* sql.withTransaction(
+          Effect.all([
+            sql`SET TRANSACTION ISOLATION LEVEL REPEATABLE READ`,
+            attempts({ id, status, limit: query.limit, offset: query.offset }),
+            countAttempts({ id, status })
+          ]).pipe(Effect.map(([, rows, count]) => [rows, count] as const))
+        )
+        return {
+          deliveries: rows.map(toAttempt),
+          ...pageInfo(query, rows.length, countOf(count))
+        } satisfies DeliveryList
+      }
+    )
 
     const retry = Effect.fn("Webhooks.retry")(function*(orgId: string, id: string, deliveryId: string) {
       yield* sql.withTransaction(Effect.gen(function*() {
@@ -330,7 +366,10 @@ export class Webhooks extends Context.Service<Webhooks, {
         const round = delivery.round + 1
         // A new round is carried by a new job (its own stream sequence).
         yield* sql`UPDATE webhook_deliveries SET round = ${round}::int, status = 'pending', job_seq = NULL, updated_at = now() WHERE id = ${deliveryId}`
-        yield* Outbox.append({ subject: jobSubject(id, deliveryId), payload: { delivery_id: deliveryId, round } }).pipe(Effect.orDie, provideSql)
+        yield* Outbox.append({ subject: jobSubject(id, deliveryId), payload: { delivery_id: deliveryId, round } }).pipe(
+          Effect.orDie,
+          provideSql
+        )
       }))
       return { delivery_id: deliveryId as DeliveryId, status: "retried" as const }
     })

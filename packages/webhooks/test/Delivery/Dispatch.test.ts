@@ -3,8 +3,15 @@
  * and the dispatcher's configuration parsing.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { afterAttempt, type ClaimJob, type ClaimState, decideClaim, decideLostJob, firstAttemptFastPath } from "@svc/webhooks/Delivery/Dispatch"
 import { DispatchConfig, type DispatchSettings } from "@svc/webhooks/Config"
+import {
+  afterAttempt,
+  type ClaimJob,
+  type ClaimState,
+  decideClaim,
+  decideLostJob,
+  firstAttemptFastPath
+} from "@svc/webhooks/Delivery/Dispatch"
 import { DEFAULT_RETRY_SCHEDULE } from "@svc/webhooks/Delivery/RetrySchedule"
 import { ConfigProvider, Effect, Exit } from "effect"
 
@@ -21,41 +28,80 @@ const attempt = (n: number, recoverPrevious = false) => ({ _tag: "Attempt", atte
 describe("decideClaim", () => {
   it("numbers attempts from the rows: a fresh job is attempt 1, the next after a failed one is one more", () => {
     expect(decideClaim(job(), state({}))).toEqual(attempt(1))
-    expect(decideClaim(job(), state({
-      delivery: { status: "failed", round: 1, jobSeq: 7 },
-      lastAttempt: { attempt: 2, status: "failed" }
-    }))).toEqual(attempt(3))
+    expect(decideClaim(
+      job(),
+      state({
+        delivery: { status: "failed", round: 1, jobSeq: 7 },
+        lastAttempt: { attempt: 2, status: "failed" }
+      })
+    )).toEqual(attempt(3))
   })
 
   it("closes an attempt left pending by a dispatcher that died, then attempts the next", () => {
     // Whatever JetStream's count says of the redelivery (2.9.10 was seen saying 1 again).
-    expect(decideClaim(job(), state({ delivery: { status: "pending", round: 1, jobSeq: 7 }, lastAttempt: { attempt: 1, status: "pending" } })))
+    expect(
+      decideClaim(
+        job(),
+        state({ delivery: { status: "pending", round: 1, jobSeq: 7 }, lastAttempt: { attempt: 1, status: "pending" } })
+      )
+    )
       .toEqual(attempt(2, true))
   })
 
   it("skips unknown deliveries, older rounds, finished deliveries and second copies of a round's job", () => {
     expect(decideClaim(job(), state({ delivery: null }))).toEqual({ _tag: "Skip", reason: "unknown_delivery" })
-    expect(decideClaim(job(), state({ delivery: { status: "pending", round: 2, jobSeq: null } }))).toEqual({ _tag: "Skip", reason: "stale_round" })
+    expect(decideClaim(job(), state({ delivery: { status: "pending", round: 2, jobSeq: null } }))).toEqual({
+      _tag: "Skip",
+      reason: "stale_round"
+    })
     for (const status of ["succeeded", "dead_letter"] as const) {
-      expect(decideClaim(job(), state({ delivery: { status, round: 1, jobSeq: 7 } }))).toEqual({ _tag: "Skip", reason: "finished" })
+      expect(decideClaim(job(), state({ delivery: { status, round: 1, jobSeq: 7 } }))).toEqual({
+        _tag: "Skip",
+        reason: "finished"
+      })
     }
     // Another stream message of the same delivery and round (published again after the dedupe window).
-    expect(decideClaim(job({ jobSeq: 9 }), state({ delivery: { status: "pending", round: 1, jobSeq: 7 }, lastAttempt: { attempt: 1, status: "pending" } })))
+    expect(
+      decideClaim(
+        job({ jobSeq: 9 }),
+        state({ delivery: { status: "pending", round: 1, jobSeq: 7 }, lastAttempt: { attempt: 1, status: "pending" } })
+      )
+    )
       .toEqual({ _tag: "Skip", reason: "duplicate" })
   })
 
   it("abandons the deliveries of a paused or deleted webhook (deleted wins), and never makes a seventh attempt", () => {
-    expect(decideClaim(job(), state({ webhook: { enabled: false, deleted: false }, lastAttempt: { attempt: 1, status: "failed" } })))
+    expect(
+      decideClaim(
+        job(),
+        state({ webhook: { enabled: false, deleted: false }, lastAttempt: { attempt: 1, status: "failed" } })
+      )
+    )
       .toEqual({ _tag: "Abandon", reason: "paused", attempt: 2, recoverPrevious: false })
-    expect(decideClaim(job(), state({ webhook: { enabled: false, deleted: true }, lastAttempt: { attempt: 1, status: "pending" } })))
+    expect(
+      decideClaim(
+        job(),
+        state({ webhook: { enabled: false, deleted: true }, lastAttempt: { attempt: 1, status: "pending" } })
+      )
+    )
       .toEqual({ _tag: "Abandon", reason: "deleted", attempt: 2, recoverPrevious: true })
-    expect(decideClaim(job(), state({ delivery: { status: "pending", round: 1, jobSeq: 7 }, lastAttempt: { attempt: 6, status: "pending" } })))
+    expect(
+      decideClaim(
+        job(),
+        state({ delivery: { status: "pending", round: 1, jobSeq: 7 }, lastAttempt: { attempt: 6, status: "pending" } })
+      )
+    )
       .toEqual({ _tag: "Exhausted" })
   })
 
   it("records a call already made, whatever the webhook became meanwhile, after the rows", () => {
     expect(decideClaim(job({ made: true }), state({ webhook: { enabled: false, deleted: true } }))).toEqual(attempt(1))
-    expect(decideClaim(job({ made: true }), state({ delivery: { status: "failed", round: 1, jobSeq: 7 }, lastAttempt: { attempt: 2, status: "failed" } })))
+    expect(
+      decideClaim(
+        job({ made: true }),
+        state({ delivery: { status: "failed", round: 1, jobSeq: 7 }, lastAttempt: { attempt: 2, status: "failed" } })
+      )
+    )
       .toEqual(attempt(3))
   })
 })
@@ -96,23 +142,49 @@ describe("afterAttempt", () => {
 describe("decideLostJob", () => {
   it("closes a pending last attempt, adds a dead row after the rows when the last delivery never started, and leaves the rest alone", () => {
     const job = { round: 1, deliveries: 6 }
-    expect(decideLostJob(job, { delivery: { status: "pending", round: 1, jobSeq: 7 }, lastAttempt: { attempt: 6, status: "pending" } }))
+    expect(
+      decideLostJob(job, {
+        delivery: { status: "pending", round: 1, jobSeq: 7 },
+        lastAttempt: { attempt: 6, status: "pending" }
+      })
+    )
       .toEqual({ _tag: "CloseLastAttempt" })
-    expect(decideLostJob(job, { delivery: { status: "failed", round: 1, jobSeq: 7 }, lastAttempt: { attempt: 5, status: "failed" } }))
+    expect(
+      decideLostJob(job, {
+        delivery: { status: "failed", round: 1, jobSeq: 7 },
+        lastAttempt: { attempt: 5, status: "failed" }
+      })
+    )
       .toEqual({ _tag: "AddDeadRow", attempt: 6 })
     // Deliveries of the job that never reached a row (fetched, not called) do not number attempts.
-    expect(decideLostJob(job, { delivery: { status: "failed", round: 1, jobSeq: 7 }, lastAttempt: { attempt: 2, status: "failed" } }))
+    expect(
+      decideLostJob(job, {
+        delivery: { status: "failed", round: 1, jobSeq: 7 },
+        lastAttempt: { attempt: 2, status: "failed" }
+      })
+    )
       .toEqual({ _tag: "AddDeadRow", attempt: 3 })
-    expect(decideLostJob(job, { delivery: { status: "dead_letter", round: 1, jobSeq: 7 }, lastAttempt: { attempt: 6, status: "dead_letter" } }))
+    expect(
+      decideLostJob(job, {
+        delivery: { status: "dead_letter", round: 1, jobSeq: 7 },
+        lastAttempt: { attempt: 6, status: "dead_letter" }
+      })
+    )
       .toEqual({ _tag: "Nothing" })
-    expect(decideLostJob(job, { delivery: { status: "pending", round: 2, jobSeq: null }, lastAttempt: null })).toEqual({ _tag: "Nothing" })
+    expect(decideLostJob(job, { delivery: { status: "pending", round: 2, jobSeq: null }, lastAttempt: null })).toEqual({
+      _tag: "Nothing"
+    })
     expect(decideLostJob(job, { delivery: null, lastAttempt: null })).toEqual({ _tag: "Nothing" })
   })
 })
 
 describe("DispatchConfig", () => {
   const load = (env: Record<string, string>) =>
-    Effect.runSyncExit((DispatchConfig as Effect.Effect<DispatchSettings, unknown>).pipe(Effect.provide(ConfigProvider.layer(ConfigProvider.fromEnv({ env })))))
+    Effect.runSyncExit(
+      (DispatchConfig as Effect.Effect<DispatchSettings, unknown>).pipe(
+        Effect.provide(ConfigProvider.layer(ConfigProvider.fromEnv({ env })))
+      )
+    )
 
   it("defaults: the spec's ladder, 5 s attempts, 30 s ack_wait, 30 days of finished deliveries", () => {
     const exit = load({})
@@ -145,12 +217,21 @@ describe("DispatchConfig", () => {
       discoveryIntervalMs: 60_000,
       retentionMs: 7 * 86_400_000
     })
-    for (const [name, value] of [
-      ["SVC_WEBHOOK_ACK_WAIT", "30"], ["SVC_WEBHOOK_ACK_WAIT", "0s"], ["SVC_WEBHOOK_ATTEMPT_TIMEOUT", "25h"],
-      ["SVC_WEBHOOK_CONCURRENCY", "0"], ["SVC_WEBHOOK_CONCURRENCY", "two"], ["SVC_WEBHOOK_MAX_ACK_PENDING", "-1"],
-      ["SVC_WEBHOOK_RETRY_SCHEDULE", "1s,1s"], ["SVC_WEBHOOK_RETENTION", "0d"], ["SVC_WEBHOOK_RETENTION", "30"],
-      ["SVC_WEBHOOK_RETENTION", "3651d"], ["SVC_WEBHOOK_ACK_WAIT", "2d"]
-    ] as const) {
+    for (
+      const [name, value] of [
+        ["SVC_WEBHOOK_ACK_WAIT", "30"],
+        ["SVC_WEBHOOK_ACK_WAIT", "0s"],
+        ["SVC_WEBHOOK_ATTEMPT_TIMEOUT", "25h"],
+        ["SVC_WEBHOOK_CONCURRENCY", "0"],
+        ["SVC_WEBHOOK_CONCURRENCY", "two"],
+        ["SVC_WEBHOOK_MAX_ACK_PENDING", "-1"],
+        ["SVC_WEBHOOK_RETRY_SCHEDULE", "1s,1s"],
+        ["SVC_WEBHOOK_RETENTION", "0d"],
+        ["SVC_WEBHOOK_RETENTION", "30"],
+        ["SVC_WEBHOOK_RETENTION", "3651d"],
+        ["SVC_WEBHOOK_ACK_WAIT", "2d"]
+      ] as const
+    ) {
       expect([name, value, Exit.isFailure(load({ [name]: value }))]).toEqual([name, value, true])
     }
   })

@@ -36,14 +36,16 @@ const failed = (n: number) => Array.from({ length: n }, (_, i) => [i + 1, "faile
 const cases: Array<Case> = []
 for (const status of ["pending", "failed", "succeeded", "dead_letter"] as const) {
   for (const webhook of ["live", "paused", "deleted"] as const) {
-    for (const rows of [
-      [],
-      [[1, "pending"]],
-      [[1, "failed"]],
-      [...failed(1), [2, "pending"]],
-      failed(3),
-      [...failed(5), [6, "pending"]]
-    ] as ReadonlyArray<ReadonlyArray<readonly [number, AttemptStatus]>>) {
+    for (
+      const rows of [
+        [],
+        [[1, "pending"]],
+        [[1, "failed"]],
+        [...failed(1), [2, "pending"]],
+        failed(3),
+        [...failed(5), [6, "pending"]]
+      ] as ReadonlyArray<ReadonlyArray<readonly [number, AttemptStatus]>>
+    ) {
       for (const made of [null, "succeeded", "failed"] as const) {
         cases.push({
           delivery: { status, round: 2, jobSeq: rows.length > 0 ? 7 : null },
@@ -54,10 +56,30 @@ for (const status of ["pending", "failed", "succeeded", "dead_letter"] as const)
       }
     }
     // A second copy of the round's job; a job of an older round; one under another webhook's subject.
-    cases.push({ delivery: { status, round: 2, jobSeq: 7 }, webhook, rows: [[1, "pending"]], job: { round: 2, jobSeq: 9, made: null, otherWebhook: false } })
-    cases.push({ delivery: { status, round: 2, jobSeq: 7 }, webhook, rows: [[1, "failed"]], job: { round: 2, jobSeq: 9, made: "succeeded", otherWebhook: false } })
-    cases.push({ delivery: { status, round: 2, jobSeq: null }, webhook, rows: [], job: { round: 1, jobSeq: 7, made: null, otherWebhook: false } })
-    cases.push({ delivery: { status, round: 2, jobSeq: null }, webhook, rows: [], job: { round: 2, jobSeq: 7, made: null, otherWebhook: true } })
+    cases.push({
+      delivery: { status, round: 2, jobSeq: 7 },
+      webhook,
+      rows: [[1, "pending"]],
+      job: { round: 2, jobSeq: 9, made: null, otherWebhook: false }
+    })
+    cases.push({
+      delivery: { status, round: 2, jobSeq: 7 },
+      webhook,
+      rows: [[1, "failed"]],
+      job: { round: 2, jobSeq: 9, made: "succeeded", otherWebhook: false }
+    })
+    cases.push({
+      delivery: { status, round: 2, jobSeq: null },
+      webhook,
+      rows: [],
+      job: { round: 1, jobSeq: 7, made: null, otherWebhook: false }
+    })
+    cases.push({
+      delivery: { status, round: 2, jobSeq: null },
+      webhook,
+      rows: [],
+      job: { round: 2, jobSeq: 7, made: null, otherWebhook: true }
+    })
   }
 }
 cases.push({ delivery: null, webhook: "live", rows: [], job: { round: 1, jobSeq: 7, made: null, otherWebhook: false } })
@@ -79,11 +101,17 @@ describe("claimAttempts agrees with decideClaim", () => {
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
         const orgId = makeId("org")
-        const hooks: Record<WebhookState, string> = { live: makeId("webhook"), paused: makeId("webhook"), deleted: makeId("webhook") }
+        const hooks: Record<WebhookState, string> = {
+          live: makeId("webhook"),
+          paused: makeId("webhook"),
+          deleted: makeId("webhook")
+        }
         const other = makeId("webhook")
         for (const [state, id] of [...Object.entries(hooks), ["live", other]] as const) {
           yield* sql`INSERT INTO webhooks (id, org_id, url, events, secret, enabled, deleted_at)
-            VALUES (${id}, ${orgId}, 'http://127.0.0.1:9/', ${["*"]}::text[], 'a-secret-of-16-chars', ${state === "live"},
+            VALUES (${id}, ${orgId}, 'http://127.0.0.1:9/', ${["*"]}::text[], 'a-secret-of-16-chars', ${
+            state === "live"
+          },
                     ${state === "deleted" ? new Date() : null})`
         }
         // Set every case up, claim them all in one batch (one input per delivery), then check.
@@ -96,33 +124,48 @@ describe("claimAttempts agrees with decideClaim", () => {
               VALUES (${deliveryId}, ${webhookId}, ${orgId}, 'ping', ${deliveryId}, '{}', ${c.delivery.status}, ${c.delivery.round}::int, ${c.delivery.jobSeq})`
             for (const [attempt, status] of c.rows) {
               yield* sql`INSERT INTO webhook_attempts (id, delivery_id, webhook_id, round, attempt, status)
-                VALUES (${makeId("attempt")}, ${deliveryId}, ${webhookId}, ${c.delivery.round}::int, ${attempt}::int, ${status})`
+                VALUES (${
+                makeId("attempt")
+              }, ${deliveryId}, ${webhookId}, ${c.delivery.round}::int, ${attempt}::int, ${status})`
             }
           }
           setups.push({ c, deliveryId, webhookId })
         }
-        const results = yield* Store.claimAttempts(setups.map(({ c, deliveryId, webhookId }) => ({
-          deliveryId,
-          webhookId: c.job.otherWebhook ? other : webhookId,
-          round: c.job.round,
-          jobSeq: c.job.jobSeq,
-          ...(c.job.made === null ? {} : {
-            made: {
-              outcome: c.job.made,
-              responseCode: c.job.made === "succeeded" ? 200 : 503,
-              error: c.job.made === "succeeded" ? null : "HTTP 503",
-              durationMs: 12
-            }
-          })
-        })), WAITS)
+        const results = yield* Store.claimAttempts(
+          setups.map(({ c, deliveryId, webhookId }) => ({
+            deliveryId,
+            webhookId: c.job.otherWebhook ? other : webhookId,
+            round: c.job.round,
+            jobSeq: c.job.jobSeq,
+            ...(c.job.made === null ? {} : {
+              made: {
+                outcome: c.job.made,
+                responseCode: c.job.made === "succeeded" ? 200 : 503,
+                error: c.job.made === "succeeded" ? null : "HTTP 503",
+                durationMs: 12
+              }
+            })
+          })),
+          WAITS
+        )
         const seen = new Set<string>()
         for (const [i, { c, deliveryId }] of setups.entries()) {
           const expected = expectedOf(c)
           const got = results[i]!
           const label = JSON.stringify(c)
-          const rows = yield* sql<{ attempt: number; status: string; error: string | null; response_code: number | null; next_attempt_at: Date | null }>`
+          const rows = yield* sql<
+            {
+              attempt: number
+              status: string
+              error: string | null
+              response_code: number | null
+              next_attempt_at: Date | null
+            }
+          >`
             SELECT attempt, status, error, response_code, next_attempt_at FROM webhook_attempts WHERE delivery_id = ${deliveryId} ORDER BY attempt`
-          const [delivery] = yield* sql<{ status: string; job_seq: bigint | null }>`SELECT status, job_seq FROM webhook_deliveries WHERE id = ${deliveryId}`
+          const [delivery] = yield* sql<
+            { status: string; job_seq: bigint | null }
+          >`SELECT status, job_seq FROM webhook_deliveries WHERE id = ${deliveryId}`
           if (expected._tag === "Skip") {
             seen.add("skip")
             expect([label, got._tag]).toEqual([label, "Skip"])
@@ -136,7 +179,10 @@ describe("claimAttempts agrees with decideClaim", () => {
             seen.add("exhausted")
             expect([label, got._tag]).toEqual([label, "Abandoned"])
             // No seventh row: the sixth, left pending, is dead, and so is the delivery.
-            expect([label, rows.map((r) => [r.attempt, r.status]).at(-1), rows.at(-1)?.error]).toEqual([label, [6, "dead_letter"], LOST_ATTEMPT_ERROR])
+            expect([label, rows.map((r) => [r.attempt, r.status]).at(-1), rows.at(-1)?.error]).toEqual([label, [
+              6,
+              "dead_letter"
+            ], LOST_ATTEMPT_ERROR])
             expect([label, rows.length]).toEqual([label, c.rows.length])
             expect([label, delivery?.status]).toEqual([label, "dead_letter"])
             continue
@@ -151,7 +197,12 @@ describe("claimAttempts agrees with decideClaim", () => {
           } else if (c.job.made === null) {
             seen.add("attempt")
             assert(got._tag === "Attempt", label)
-            expect([label, got.attempt, got.data.body, mine?.status]).toEqual([label, expected.attempt, "{}", "pending"])
+            expect([label, got.attempt, got.data.body, mine?.status]).toEqual([
+              label,
+              expected.attempt,
+              "{}",
+              "pending"
+            ])
             expect([label, delivery?.status]).toEqual([label, "pending"])
           } else {
             seen.add(`recorded ${c.job.made}`)
@@ -179,7 +230,14 @@ describe("claimAttempts agrees with decideClaim", () => {
         }
         // The matrix covers every outcome.
         expect([...seen].sort()).toEqual([
-          "abandon deleted", "abandon paused", "attempt", "exhausted", "recorded failed", "recorded succeeded", "recover", "skip"
+          "abandon deleted",
+          "abandon paused",
+          "attempt",
+          "exhausted",
+          "recorded failed",
+          "recorded succeeded",
+          "recover",
+          "skip"
         ])
       }))
   })

@@ -19,15 +19,25 @@ import { type Received, receiver } from "../Receiver.ts"
 
 /** The test's own HMAC check, independent of Signature.ts and the SDK. */
 const signatureOk = (secret: string, request: Received) => {
-  const expected = "sha256=" + crypto.createHmac("sha256", Buffer.from(secret, "utf8")).update(request.body).digest("hex")
+  const expected = "sha256=" +
+    crypto.createHmac("sha256", Buffer.from(secret, "utf8")).update(request.body).digest("hex")
   const given = String(request.headers["x-svc-signature"] ?? "")
   return given.length === expected.length && crypto.timingSafeEqual(Buffer.from(given), Buffer.from(expected))
 }
 
-const createHook = (orgId: string, url: string, extra: { events?: Array<string>; secret?: string; enabled?: boolean } = {}) =>
+const createHook = (
+  orgId: string,
+  url: string,
+  extra: { events?: Array<string>; secret?: string; enabled?: boolean } = {}
+) =>
   Effect.gen(function*() {
     const webhooks = yield* Webhooks
-    const created = yield* webhooks.create(orgId, { url, events: extra.events ?? ["*"], enabled: extra.enabled ?? true, ...(extra.secret ? { secret: extra.secret } : {}) })
+    const created = yield* webhooks.create(orgId, {
+      url,
+      events: extra.events ?? ["*"],
+      enabled: extra.enabled ?? true,
+      ...(extra.secret ? { secret: extra.secret } : {})
+    })
     assert(created._tag === "Created")
     return created.value
   })
@@ -72,7 +82,12 @@ describe("webhook delivery", () => {
           expect(signatureOk(secret, request)).toBe(true)
         }
         const envelope = JSON.parse(first!.body.toString("utf8"))
-        expect(envelope).toEqual({ event: "ping", org_id: orgId, ts: expect.stringMatching(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/), data: { webhook_id: hook.id, message: expect.any(String) } })
+        expect(envelope).toEqual({
+          event: "ping",
+          org_id: orgId,
+          ts: expect.stringMatching(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/),
+          data: { webhook_id: hook.id, message: expect.any(String) }
+        })
 
         // Gaps follow the schedule: at least the wait, and well below ack_wait (5 s), which would
         // carry a job that was never nak'ed.
@@ -84,7 +99,12 @@ describe("webhook delivery", () => {
 
         const rows = yield* attemptRows(delivery_id)
         expect(rows.map((r) => [r.attempt, r.status, r.response_code])).toEqual([
-          [1, "failed", 500], [2, "failed", 500], [3, "failed", 500], [4, "failed", 500], [5, "failed", 500], [6, "dead_letter", 500]
+          [1, "failed", 500],
+          [2, "failed", 500],
+          [3, "failed", 500],
+          [4, "failed", 500],
+          [5, "failed", 500],
+          [6, "dead_letter", 500]
         ])
         rows.slice(0, 5).forEach((row, i) => {
           const wait = row.next_attempt_at!.getTime() - row.created_at.getTime()
@@ -109,7 +129,13 @@ describe("webhook delivery", () => {
         expect(signatureOk(secret, rx.received[6]!)).toBe(true)
         const after = yield* attemptRows(delivery_id)
         expect(after.map((r) => [r.round, r.attempt, r.status])).toEqual([
-          [1, 1, "failed"], [1, 2, "failed"], [1, 3, "failed"], [1, 4, "failed"], [1, 5, "failed"], [1, 6, "retried"], [2, 1, "succeeded"]
+          [1, 1, "failed"],
+          [1, 2, "failed"],
+          [1, 3, "failed"],
+          [1, 4, "failed"],
+          [1, 5, "failed"],
+          [1, 6, "retried"],
+          [2, 1, "succeeded"]
         ])
         // A succeeded delivery is not retryable.
         const again = yield* Effect.exit(webhooks.retry(orgId, hook.id, delivery_id))
@@ -137,13 +163,17 @@ describe("webhook delivery", () => {
           started.push({ ...c, hook, delivery: (yield* webhooks.test(orgId, hook.id)).delivery_id })
         }
         for (const c of started) {
-          const rows = yield* eventually(attemptRows(c.delivery), (rows) => rows.length >= 1 && rows[0]!.status !== "pending")
+          const rows = yield* eventually(attemptRows(c.delivery), (rows) =>
+            rows.length >= 1 && rows[0]!.status !== "pending")
           expect(rows[0]).toMatchObject({ attempt: 1, status: "failed", response_code: c.code, error: c.error })
           expect(rows[0]!.next_attempt_at).not.toBeNull()
           // Stop the ladder: the next retry dead-letters without a call.
           yield* webhooks.update(orgId, c.hook.id, { enabled: false })
         }
-        for (const c of started) yield* eventually(deliveryStatus(c.delivery), (d) => d?.status === "dead_letter")
+        for (const c of started) {
+          yield* eventually(deliveryStatus(c.delivery), (d) =>
+            d?.status === "dead_letter")
+        }
       }).pipe(Effect.scoped))
 
     it.effect("pausing during retries: the next retry is dead_letter with no HTTP call", () =>
@@ -187,7 +217,14 @@ describe("webhook delivery", () => {
           [2, "dead_letter", "not attempted: the webhook was deleted"]
         ])
         expect(rx.received).toHaveLength(1)
-        for (const call of [webhooks.get(orgId, hook.id), webhooks.deliveries(orgId, hook.id, { limit: 50, offset: 0 }), webhooks.retry(orgId, hook.id, delivery_id), webhooks.remove(orgId, hook.id)]) {
+        for (
+          const call of [
+            webhooks.get(orgId, hook.id),
+            webhooks.deliveries(orgId, hook.id, { limit: 50, offset: 0 }),
+            webhooks.retry(orgId, hook.id, delivery_id),
+            webhooks.remove(orgId, hook.id)
+          ]
+        ) {
           const exit = yield* Effect.exit(call as Effect.Effect<unknown, unknown>)
           assert(Exit.isFailure(exit))
           expect(JSON.stringify(exit.cause)).toContain("not_found")
@@ -226,11 +263,16 @@ describe("webhook delivery", () => {
         expect(yield* events(paused.id)).toEqual([])
         expect(yield* events(other.id)).toEqual([])
         // The body is the event's envelope as written.
-        const createdBody = JSON.parse(rx.received.find((r) => r.headers["x-svc-delivery-webhook-id"] === created.id)!.body.toString())
+        const createdBody = JSON.parse(
+          rx.received.find((r) => r.headers["x-svc-delivery-webhook-id"] === created.id)!.body.toString()
+        )
         expect(createdBody).toMatchObject({ event: "sandbox.created", org_id: orgA, data: { sandbox_id: "sbx_1" } })
 
         // A second fan-out reading EVENTS from the start (as after losing every ack) adds nothing.
-        const replay = Context.get(yield* Layer.build(FanOut.layerWith({ consumerName: "webhook_fanout_replay" })), FanOut)
+        const replay = Context.get(
+          yield* Layer.build(FanOut.layerWith({ consumerName: "webhook_fanout_replay" })),
+          FanOut
+        )
         // Four deliverable events (the ping and the unknown name are skipped); five jobs again.
         expect(yield* eventually(replay.stats, (s) => s.events >= 4)).toEqual({ events: 4, deliveries: 5 })
         yield* Effect.sleep(500)
@@ -246,7 +288,10 @@ describe("webhook delivery", () => {
         const orgId = makeOrgId()
         const receivers = [yield* receiver(() => ({ status: 204 })), yield* receiver(() => ({ status: 204 }))]
         const hook = yield* createHook(orgId, receivers[0]!.url)
-        const emit = (n: number) => sql.withTransaction(Outbox.appendEvent({ orgId, event: "org.usage_alert", data: { spend_micros: n, alert_micros: 1 } }))
+        const emit = (n: number) =>
+          sql.withTransaction(
+            Outbox.appendEvent({ orgId, event: "org.usage_alert", data: { spend_micros: n, alert_micros: 1 } })
+          )
         // The dispatcher has seen the webhook at its first url.
         yield* emit(0)
         yield* Effect.promise(() => receivers[0]!.waitFor(1))
@@ -257,13 +302,15 @@ describe("webhook delivery", () => {
         for (let round = 1; round <= 6; round++) {
           const target = receivers[round % 2]!
           const before = target.received.length
-          if (round % 2 === 1) yield* sql`UPDATE webhooks SET url = ${target.url}, updated_at = now() WHERE id = ${hook.id}`
-          else yield* webhooks.update(orgId, hook.id, { url: target.url })
+          if (round % 2 === 1) {
+            yield* sql`UPDATE webhooks SET url = ${target.url}, updated_at = now() WHERE id = ${hook.id}`
+          } else yield* webhooks.update(orgId, hook.id, { url: target.url })
           yield* emit(round)
           yield* Effect.promise(() => target.waitFor(before + 1))
         }
         yield* Effect.sleep(300)
-        const spends = (i: number) => receivers[i]!.received.map((r) => JSON.parse(r.body.toString()).data.spend_micros).sort()
+        const spends = (i: number) =>
+          receivers[i]!.received.map((r) => JSON.parse(r.body.toString()).data.spend_micros).sort()
         expect(spends(0)).toEqual([0, 2, 4, 6])
         expect(spends(1)).toEqual([1, 3, 5])
       }).pipe(Effect.scoped))
@@ -305,8 +352,14 @@ describe("webhook delivery", () => {
         const rx = yield* receiver()
         const hook = yield* createHook(orgId, rx.url)
         yield* eventually(dispatcher.stats, (s) => s.webhooks.includes(hook.id))
-        const info = yield* Effect.promise(() => nats.jsm.consumers.info(nats.name("WEBHOOK_DELIVERY"), nats.name(`whd_${hook.id}`)))
-        expect(info.config).toMatchObject({ max_deliver: 6, ack_wait: 5_000_000_000, filter_subject: nats.subject("whd", hook.id, ">") })
+        const info = yield* Effect.promise(() =>
+          nats.jsm.consumers.info(nats.name("WEBHOOK_DELIVERY"), nats.name(`whd_${hook.id}`))
+        )
+        expect(info.config).toMatchObject({
+          max_deliver: 6,
+          ack_wait: 5_000_000_000,
+          filter_subject: nats.subject("whd", hook.id, ">")
+        })
         expect(info.config.backoff ?? []).toEqual([])
       }).pipe(Effect.scoped))
   })

@@ -1,4 +1,5 @@
 import { describe, expect, it } from "@effect/vitest"
+import { RetryScheduleSetting } from "@svc/webhooks/Config"
 import {
   afterFailedAttempt,
   DEFAULT_RETRY_SCHEDULE,
@@ -8,7 +9,6 @@ import {
   MAX_ATTEMPTS,
   parseRetrySchedule
 } from "@svc/webhooks/Delivery/RetrySchedule"
-import { RetryScheduleSetting } from "@svc/webhooks/Config"
 import { ConfigProvider, Effect, Result } from "effect"
 
 describe("parseRetrySchedule", () => {
@@ -62,7 +62,13 @@ describe("SVC_WEBHOOK_RETRY_SCHEDULE", () => {
   it.effect("defaults to the spec ladder, reads the variable, and fails on a bad value", () =>
     Effect.gen(function*() {
       expect(yield* read({})).toEqual(DEFAULT_RETRY_SCHEDULE)
-      expect(yield* read({ SVC_WEBHOOK_RETRY_SCHEDULE: "300ms,300ms,300ms,300ms,300ms" })).toEqual([300, 300, 300, 300, 300])
+      expect(yield* read({ SVC_WEBHOOK_RETRY_SCHEDULE: "300ms,300ms,300ms,300ms,300ms" })).toEqual([
+        300,
+        300,
+        300,
+        300,
+        300
+      ])
       const error = yield* Effect.flip(read({ SVC_WEBHOOK_RETRY_SCHEDULE: "30s,2m,10m,1h" }))
       expect(error._tag).toBe("ConfigError")
       expect(error.message).toContain("SVC_WEBHOOK_RETRY_SCHEDULE")

@@ -42,7 +42,9 @@ describe("sign", () => {
     const secret = generateSecret()
     const bodies = [
       new Uint8Array(0),
-      new TextEncoder().encode(JSON.stringify({ event: "ping", org_id: "org_1", ts: "2026-11-01T00:00:00.000Z", data: {} })),
+      new TextEncoder().encode(
+        JSON.stringify({ event: "ping", org_id: "org_1", ts: "2026-11-01T00:00:00.000Z", data: {} })
+      ),
       new TextEncoder().encode("{\"name\":\"Zoë 😀\"}"),
       crypto.randomBytes(4096),
       crypto.randomBytes(100)
@@ -82,7 +84,13 @@ describe("generateSecret", () => {
 describe("deliveryHeaders", () => {
   it("carries the contract's delivery headers and x-svc-delivery-id, signed over the body", () => {
     const body = Buffer.from("{\"event\":\"ping\"}")
-    const headers = deliveryHeaders({ secret: "0123456789abcdef", body, event: "ping", webhookId: "wh_1", deliveryId: "dl_1" })
+    const headers = deliveryHeaders({
+      secret: "0123456789abcdef",
+      body,
+      event: "ping",
+      webhookId: "wh_1",
+      deliveryId: "dl_1"
+    })
     expect(headers).toEqual({
       "content-type": "application/json",
       "x-svc-event": "ping",

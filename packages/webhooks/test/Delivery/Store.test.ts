@@ -33,7 +33,9 @@ describe("DeliveryStore.pruneFinished", () => {
             yield* sql`INSERT INTO webhook_deliveries (id, webhook_id, org_id, event, event_msg_id, body, status, created_at, updated_at)
               VALUES (${id}, ${webhookId}, ${orgId}, 'ping', ${id}, '{}', ${status}, ${at}, ${at})`
             yield* sql`INSERT INTO webhook_attempts (id, delivery_id, webhook_id, round, attempt, status, created_at)
-              VALUES (${makeId("attempt")}, ${id}, ${webhookId}, 1, 1, ${status === "dead_letter" ? "dead_letter" : status}, ${at})`
+              VALUES (${makeId("attempt")}, ${id}, ${webhookId}, 1, 1, ${
+              status === "dead_letter" ? "dead_letter" : status
+            }, ${at})`
             return id
           })
         const oldDone = yield* Effect.forEach(Array.from({ length: 5 }), () => delivery(live, "succeeded", 31))
@@ -53,7 +55,9 @@ describe("DeliveryStore.pruneFinished", () => {
         const left = new Set((yield* sql<{ id: string }>`SELECT id FROM webhook_deliveries`).map((r) => r.id))
         expect(left).toEqual(new Set([recent, onTheLadder, waiting]))
         for (const id of [...oldDone, oldDead, oldOfGone]) expect(left.has(id)).toBe(false)
-        const attempts = (yield* sql<{ delivery_id: string }>`SELECT delivery_id FROM webhook_attempts`).map((r) => r.delivery_id)
+        const attempts = (yield* sql<{ delivery_id: string }>`SELECT delivery_id FROM webhook_attempts`).map((r) =>
+          r.delivery_id
+        )
         expect(new Set(attempts)).toEqual(left)
         // The webhook deleted 40 days ago had nothing left: gone. The one deleted 2 days ago stays.
         const hooks = (yield* sql<{ id: string }>`SELECT id FROM webhooks`).map((r) => r.id)

@@ -22,7 +22,9 @@ const tableResolver = (table: Record<string, ReadonlyArray<string>>, calls: Arra
         const addresses = table[hostname]
         return addresses === undefined
           ? Effect.fail(new WebhookResolveError({ hostname, message: "lookup failed (ENOTFOUND)" }))
-          : Effect.succeed(addresses.map((address): ResolvedAddress => ({ address, family: address.includes(":") ? 6 : 4 })))
+          : Effect.succeed(
+            addresses.map((address): ResolvedAddress => ({ address, family: address.includes(":") ? 6 : 4 }))
+          )
       })
   }))
 
@@ -41,8 +43,7 @@ const guardLayer = (allowedSubnets: string) =>
     Layer.provide(tableResolver(names))
   )
 
-const refusal = (url: string) =>
-  WebhookAddressGuard.use((guard) => guard.checkUrl(url)).pipe(Effect.flip)
+const refusal = (url: string) => WebhookAddressGuard.use((guard) => guard.checkUrl(url)).pipe(Effect.flip)
 
 describe("classifyAddress", () => {
   const nonPublic: ReadonlyArray<readonly [string, string]> = [
@@ -97,9 +98,22 @@ describe("classifyAddress", () => {
     expect(classifyAddress(address)).toEqual({ _tag: "NonPublic", range })
   })
 
-  it.each(["1.1.1.1", "8.8.8.8", "93.184.215.14", "100.63.255.255", "100.128.0.0", "172.15.255.255", "172.32.0.0",
-    "192.167.255.255", "198.17.255.255", "198.20.0.0", "223.255.255.255", "2606:4700::1111", "2a00:1450:4001::200e",
-    "2001:4860:4860::8888"])("%s is public", (address) => {
+  it.each([
+    "1.1.1.1",
+    "8.8.8.8",
+    "93.184.215.14",
+    "100.63.255.255",
+    "100.128.0.0",
+    "172.15.255.255",
+    "172.32.0.0",
+    "192.167.255.255",
+    "198.17.255.255",
+    "198.20.0.0",
+    "223.255.255.255",
+    "2606:4700::1111",
+    "2a00:1450:4001::200e",
+    "2001:4860:4860::8888"
+  ])("%s is public", (address) => {
     expect(classifyAddress(address)).toEqual({ _tag: "Public" })
   })
 })
@@ -113,8 +127,18 @@ describe("parseAllowedSubnets", () => {
     ]))
     expect(parseAllowedSubnets("")).toEqual(Result.succeed([]))
   })
-  it.each(["10.0.0.0/33", "fd00::/129", "10.0.0.0/", "10.0.0.0/-1", "10.0.0.0/8x", "10.0.0/8", "localhost", "10.0.0.0/0x8",
-    "fe80::1%eth0/64", "1.2.3.4/8/9"])("refuses %s", (entry) => {
+  it.each([
+    "10.0.0.0/33",
+    "fd00::/129",
+    "10.0.0.0/",
+    "10.0.0.0/-1",
+    "10.0.0.0/8x",
+    "10.0.0/8",
+    "localhost",
+    "10.0.0.0/0x8",
+    "fe80::1%eth0/64",
+    "1.2.3.4/8/9"
+  ])("refuses %s", (entry) => {
     const result = parseAllowedSubnets(`127.0.0.0/8,${entry}`)
     assert.isTrue(Result.isFailure(result))
     if (Result.isFailure(result)) expect(result.failure).toContain(`"${entry}"`)
@@ -122,8 +146,7 @@ describe("parseAllowedSubnets", () => {
 
   it.effect("the Config reads SVC_WEBHOOK_ALLOWED_SUBNETS, defaults to none, and fails on a bad entry", () =>
     Effect.gen(function*() {
-      const read = (env: Record<string, string>) =>
-        AllowedSubnets.parse(ConfigProvider.fromEnv({ env }))
+      const read = (env: Record<string, string>) => AllowedSubnets.parse(ConfigProvider.fromEnv({ env }))
       expect(yield* read({})).toEqual([])
       expect(yield* read({ SVC_WEBHOOK_ALLOWED_SUBNETS: "127.0.0.0/8" })).toEqual([
         { address: "127.0.0.0", prefix: 8, family: "ipv4" }
@@ -137,7 +160,10 @@ describe("parseAllowedSubnets", () => {
     Effect.gen(function*() {
       const exit = yield* WebhookAddressGuard.use(() => Effect.void).pipe(
         Effect.provide(WebhookAddressGuard.layerConfig.pipe(Layer.provide(tableResolver(names)))),
-        Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env: { SVC_WEBHOOK_ALLOWED_SUBNETS: "bogus" } })),
+        Effect.provideService(
+          ConfigProvider.ConfigProvider,
+          ConfigProvider.fromEnv({ env: { SVC_WEBHOOK_ALLOWED_SUBNETS: "bogus" } })
+        ),
         Effect.exit
       )
       assert.isTrue(Exit.isFailure(exit))
@@ -206,41 +232,49 @@ describe("WebhookAddressGuard.checkUrl (no allowed subnets)", () => {
         expect(error.message).toContain("private")
       }))
 
-    it.effect.each([
-      ["ftp://1.1.1.1/", "unsupported_scheme"],
-      ["file:///etc/passwd", "unsupported_scheme"],
-      ["javascript:alert(1)", "unsupported_scheme"],
-      ["data:text/plain,hi", "unsupported_scheme"],
-      ["ws://1.1.1.1/", "unsupported_scheme"],
-      ["gopher://1.1.1.1/", "unsupported_scheme"],
-      ["", "malformed"],
-      ["not a url", "malformed"],
-      ["/relative/path", "malformed"],
-      ["http://", "malformed"],
-      ["http://a b/", "malformed"],
-      ["http://1.2.3.4.5/", "malformed"],
-      ["http://256.1.1.1/", "malformed"],
-      ["http://[fe80::1%25eth0]/", "malformed"],
-      ["http://1.1.1.1:65536/", "malformed"],
-      ["http://1.1.1.1:0/", "invalid_port"],
-      ["http://user:pass@1.1.1.1/", "credentials_in_url"],
-      ["http://user@1.1.1.1/", "credentials_in_url"],
-      ["http://:pass@1.1.1.1/", "credentials_in_url"],
-      [`https://1.1.1.1/${"a".repeat(MAX_WEBHOOK_URL_LENGTH)}`, "too_long"],
-      ["http://nowhere.example/", "unresolvable"],
-      ["http://empty.example/", "unresolvable"]
-    ] as const)("refuses %s (%s)", ([url, reason]) =>
+    it.effect.each(
+      [
+        ["ftp://1.1.1.1/", "unsupported_scheme"],
+        ["file:///etc/passwd", "unsupported_scheme"],
+        ["javascript:alert(1)", "unsupported_scheme"],
+        ["data:text/plain,hi", "unsupported_scheme"],
+        ["ws://1.1.1.1/", "unsupported_scheme"],
+        ["gopher://1.1.1.1/", "unsupported_scheme"],
+        ["", "malformed"],
+        ["not a url", "malformed"],
+        ["/relative/path", "malformed"],
+        ["http://", "malformed"],
+        ["http://a b/", "malformed"],
+        ["http://1.2.3.4.5/", "malformed"],
+        ["http://256.1.1.1/", "malformed"],
+        ["http://[fe80::1%25eth0]/", "malformed"],
+        ["http://1.1.1.1:65536/", "malformed"],
+        ["http://1.1.1.1:0/", "invalid_port"],
+        ["http://user:pass@1.1.1.1/", "credentials_in_url"],
+        ["http://user@1.1.1.1/", "credentials_in_url"],
+        ["http://:pass@1.1.1.1/", "credentials_in_url"],
+        [`https://1.1.1.1/${"a".repeat(MAX_WEBHOOK_URL_LENGTH)}`, "too_long"],
+        ["http://nowhere.example/", "unresolvable"],
+        ["http://empty.example/", "unresolvable"]
+      ] as const
+    )("refuses %s (%s)", ([url, reason]) =>
       Effect.gen(function*() {
         expect((yield* refusal(url)).reason).toBe(reason)
       }))
 
-    it.effect.each([
-      ["https://1.1.1.1/hook", ["1.1.1.1"], "https://1.1.1.1/hook"],
-      ["http://8.8.8.8:8080/a?b=c", ["8.8.8.8"], "http://8.8.8.8:8080/a?b=c"],
-      ["https://[2606:4700::1111]/", ["2606:4700::1111"], "https://[2606:4700::1111]/"],
-      ["HTTPS://PUBLIC.EXAMPLE/Hook", ["93.184.215.14", "2606:2800:21f:cb07:6820:80da:af6b:8b2c"], "https://public.example/Hook"],
-      ["http://16843009/", ["1.1.1.1"], "http://1.1.1.1/"]
-    ] as const)("accepts %s", ([url, addresses, normalised]) =>
+    it.effect.each(
+      [
+        ["https://1.1.1.1/hook", ["1.1.1.1"], "https://1.1.1.1/hook"],
+        ["http://8.8.8.8:8080/a?b=c", ["8.8.8.8"], "http://8.8.8.8:8080/a?b=c"],
+        ["https://[2606:4700::1111]/", ["2606:4700::1111"], "https://[2606:4700::1111]/"],
+        [
+          "HTTPS://PUBLIC.EXAMPLE/Hook",
+          ["93.184.215.14", "2606:2800:21f:cb07:6820:80da:af6b:8b2c"],
+          "https://public.example/Hook"
+        ],
+        ["http://16843009/", ["1.1.1.1"], "http://1.1.1.1/"]
+      ] as const
+    )("accepts %s", ([url, addresses, normalised]) =>
       Effect.gen(function*() {
         const checked = yield* WebhookAddressGuard.use((guard) => guard.checkUrl(url))
         expect(checked).toEqual({ url: normalised, addresses })
@@ -248,7 +282,9 @@ describe("WebhookAddressGuard.checkUrl (no allowed subnets)", () => {
 
     it.effect("connectTarget returns the checked address, host name, port and path", () =>
       Effect.gen(function*() {
-        const target = yield* WebhookAddressGuard.use((guard) => guard.connectTarget("https://Public.Example:8443/in?x=1#frag"))
+        const target = yield* WebhookAddressGuard.use((guard) =>
+          guard.connectTarget("https://Public.Example:8443/in?x=1#frag")
+        )
         expect(target).toEqual({
           url: "https://public.example:8443/in?x=1#frag",
           protocol: "https:",
@@ -264,7 +300,9 @@ describe("WebhookAddressGuard.checkUrl (no allowed subnets)", () => {
         })
         const v6 = yield* WebhookAddressGuard.use((guard) => guard.connectTarget("http://[2606:4700::1111]/"))
         expect([v6.hostname, v6.address, v6.family, v6.port]).toEqual(["2606:4700::1111", "2606:4700::1111", 6, 80])
-        expect((yield* Effect.flip(WebhookAddressGuard.use((guard) => guard.connectTarget("http://mixed.example/")))).reason)
+        expect(
+          (yield* Effect.flip(WebhookAddressGuard.use((guard) => guard.connectTarget("http://mixed.example/")))).reason
+        )
           .toBe("non_public_address")
       }))
   })
