@@ -33,7 +33,7 @@ const FAST: Record<string, string> = {
   SVC_WEBHOOK_RETRY_SCHEDULE: "300ms,300ms,300ms,300ms,300ms",
   // Long enough that a loaded machine's pauses never let a held job expire (which would make a
   // third call), short enough that a killed dispatcher's job comes back quickly.
-  SVC_WEBHOOK_ACK_WAIT: "3s",
+  SVC_WEBHOOK_ACK_WAIT: "5s",
   SVC_WEBHOOK_DISCOVERY_INTERVAL: "1s"
 }
 
