@@ -329,6 +329,14 @@ export class SandboxDriver extends Context.Service<SandboxDriver, {
   stat(sandboxId: string, path: string): Effect.Effect<FileStat, Common | SandboxNotRunning | SandboxFileError>
   stats(sandboxId: string): Effect.Effect<SandboxStats, Common | SandboxNotRunning>
   /**
+   * Where this host reaches `port` of a running sandbox, for the proxy of exposed ports: only a
+   * port the sandbox was created with in `exposedPorts` (any other is `InvalidSandboxRequest`).
+   */
+  portAddress(
+    sandboxId: string,
+    port: number
+  ): Effect.Effect<{ readonly host: string; readonly port: number }, Common | SandboxNotRunning>
+  /**
    * How the sandbox's last run ended, when it ended on its own (its init died: out of memory,
    * killed, exited) rather than by `stop`; undefined while it runs, after a stop and before its
    * first start. The first call that finds a run ended also ends what is left of it (processes,

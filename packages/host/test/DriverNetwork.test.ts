@@ -78,6 +78,15 @@ layer(TestDriver.layer(), { excludeTestServices: true })("SandboxDriver network 
       const response = yield* httpGet(`http://${info.internalIp}:8080/hello.txt`)
       assert.strictEqual(response.status, 200)
       assert.strictEqual(response.body, "served from inside\n")
+
+      // The proxy of exposed ports asks the driver where a port is: an exposed one only.
+      const address = yield* driver.portAddress(id, 8080)
+      assert.deepStrictEqual(address, { host: info.internalIp, port: 8080 })
+      const other = yield* Effect.flip(driver.portAddress(id, 22))
+      assert.strictEqual(other._tag, "InvalidSandboxRequest")
+      assert.include(other.message, "port 22 is not one of the sandbox's exposed ports")
+      const missing = yield* Effect.flip(driver.portAddress(uniqueId("none"), 8080))
+      assert.strictEqual(missing._tag, "SandboxNotFound")
     }))
 })
 

@@ -18,7 +18,7 @@ import * as Disk from "./Disk.ts"
 import { makeEnded } from "./Ended.ts"
 import { makeExec } from "./Exec.ts"
 import { makeFiles } from "./Files.ts"
-import { makeDriverHost, tryHost } from "./Host.ts"
+import { invalid, makeDriverHost, tryHost } from "./Host.ts"
 import { makeLifecycle } from "./Lifecycle.ts"
 import { makeRuns } from "./Run.ts"
 
@@ -49,6 +49,14 @@ export class BubblewrapDriver {
         })
       })
 
+      const portAddress = Effect.fn("SandboxDriver.portAddress")(function*(sandboxId: string, port: number) {
+        const entry = yield* host.lookupRunning(sandboxId)
+        if (!entry.record.exposedPorts.includes(port)) {
+          return yield* invalid(`port ${port} is not one of the sandbox's exposed ports`)
+        }
+        return { host: entry.record.internalIp, port }
+      })
+
       const pty = Effect.fn("SandboxDriver.pty")(function*(sandboxId: string, _request: unknown) {
         yield* host.lookupRunning(sandboxId)
         return yield* new DriverUnsupported({
@@ -73,6 +81,7 @@ export class BubblewrapDriver {
         listDir: files.listDir,
         stat: files.stat,
         stats,
+        portAddress,
         list: lifecycle.list,
         pty,
         ended: (sandboxId) => Effect.uninterruptible(ended(sandboxId)),
