@@ -25,6 +25,7 @@ import {
   SandboxDriver,
   type SandboxDriverError
 } from "@svc/host/Driver"
+import { handleTunnel } from "@svc/host/PortTunnel"
 import { Context, Effect, FiberSet, Layer, Schema, type Scope, Semaphore, Stream } from "effect"
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto"
 import * as Http from "node:http"
@@ -380,6 +381,10 @@ export class DataPlane extends Context.Service<DataPlane, {
           res.on("close", () => {
             if (!res.writableFinished) fiber.interruptUnsafe()
           })
+        })
+        // Preview tunnels (exposed ports): the same token, the same server.
+        server.on("upgrade", (req, socket, head) => {
+          run(Effect.provideService(handleTunnel(req, socket, head, authorized), SandboxDriver, driver))
         })
         const port = yield* Effect.acquireRelease(
           Effect.callback<number, Error>((resume) => {

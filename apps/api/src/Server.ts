@@ -32,6 +32,7 @@ import { ApiMiddleware, errorForStatus } from "./Http/Middleware.ts"
 import { SandboxesHandlers } from "./Http/Sandboxes.ts"
 import { SystemHandlers } from "./Http/System.ts"
 import { WebhooksHandlers } from "./Http/Webhooks.ts"
+import { NodeHooks } from "./Preview.ts"
 
 export const Handlers = Layer.mergeAll(SystemHandlers, IdentityHandlers, SandboxesHandlers, WebhooksHandlers).pipe(
   Layer.provide(HealthMonitor.layer),
@@ -88,9 +89,23 @@ const gate = (server: Server) => (_request: IncomingMessage, response: ServerRes
   }).end(body)
 }
 
-/** The Node HTTP server the API runs on. */
-export const makeNodeServer = () => {
+/**
+ * The Node HTTP server the API runs on. With `hooks`, a preview request (a `Host` of the
+ * preview domain, `Preview.ts`) is answered by the preview proxy and never reaches the app.
+ */
+export const makeNodeServer = (hooks?: NodeHooks["Service"]) => {
   const server = createServer()
+  if (hooks !== undefined) {
+    const emit = server.emit.bind(server)
+    server.emit = ((event: string, ...args: Array<any>) => {
+      const preview = hooks.preview
+      if (preview !== undefined && server.listening) {
+        if (event === "request" && preview.request(args[0], args[1])) return true
+        if (event === "upgrade" && preview.upgrade(args[0], args[1], args[2])) return true
+      }
+      return emit(event, ...args)
+    }) as typeof server.emit
+  }
   return server.on("clientError", onClientError).on("request", gate(server))
 }
 
@@ -117,11 +132,12 @@ export const serveInOrder = <E, R>(
   const grace = Duration.fromInputUnsafe(options.gracefulShutdown ?? GRACEFUL_SHUTDOWN)
   return Layer.unwrap(
     Effect.gen(function*() {
-      const app = yield* HttpRouter.toHttpEffect(routes)
+      const hooks: NodeHooks["Service"] = { preview: undefined }
+      const app = yield* HttpRouter.toHttpEffect(Layer.provide(routes, Layer.succeed(NodeHooks, hooks)))
       const deadline = yield* Deferred.make<void>()
       const served = HttpServer.serve(Effect.raceFirst(app, Effect.andThen(Deferred.await(deadline), unavailable)))
         .pipe(
-          Layer.provide(NodeHttpServer.layerServer(makeNodeServer, {
+          Layer.provide(NodeHttpServer.layerServer(() => makeNodeServer(hooks), {
             port: options.port,
             host: options.host,
             // The server's own limit comes after ours, which has answered what was left by then.

@@ -19,6 +19,7 @@ import { type Answer, call, serve } from "@svc/testing/TestHttp"
 import { Context, Duration, Effect, Fiber, Layer, Schedule } from "effect"
 import { HttpRouter } from "effect/http"
 import { startAgent as startAgentFixture } from "../../agent/test/fixtures/support.ts"
+import { NodeHooks } from "../src/Preview.ts"
 import * as Server from "../src/Server.ts"
 
 // ---------------------------------------------------------------------------------------------
@@ -168,5 +169,17 @@ export class Identity extends Context.Service<Identity, {
   ).pipe(Layer.provide(AuthLayer.layerWith({})))
 }
 
-/** The API over HTTP on a free port (with the platform's layers provided); yields its base URL. */
-export const serveApi = serve(HttpRouter.serve(Server.Routes, { disableLogger: true, disableListenLog: true }))
+/**
+ * The API over HTTP on a free port (with the platform's layers provided), on the API's own Node
+ * server with its preview proxy (exposed ports); yields its base URL.
+ */
+export const serveApi = Effect.suspend(() => {
+  const hooks: NodeHooks["Service"] = { preview: undefined }
+  return serve(
+    HttpRouter.serve(Server.Routes.pipe(Layer.provide(Layer.succeed(NodeHooks, hooks))), {
+      disableLogger: true,
+      disableListenLog: true
+    }),
+    { server: () => Server.makeNodeServer(hooks) }
+  )
+})

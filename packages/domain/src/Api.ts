@@ -7,6 +7,7 @@ import { AuditApi } from "./Api/Audit.ts"
 import { Access, ApiKeysApi, AuthApi, Authorization } from "./Api/Auth.ts"
 import { Infrastructure } from "./Api/Infrastructure.ts"
 import { OrgApi } from "./Api/Org.ts"
+import { PreviewsApi } from "./Api/Previews.ts"
 import { SandboxesApi } from "./Api/Sandboxes.ts"
 import { SystemApi } from "./Api/System.ts"
 import { WebhooksApi } from "./Api/Webhooks.ts"
@@ -19,6 +20,7 @@ export class Api extends HttpApi.make("svc")
   .add(OrgApi)
   .add(AuditApi)
   .add(SandboxesApi)
+  .add(PreviewsApi)
   .add(WorkersApi)
   .add(WebhooksApi)
   // Authentication and each endpoint's declared Access rule: keep this after the last .add

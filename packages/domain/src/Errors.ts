@@ -238,6 +238,13 @@ export class UnsupportedMediaType extends ApiErrorClass<UnsupportedMediaType>()(
 
 // 5xx
 
+/** A preview request whose sandbox port does not answer (nothing listens there, or it went away). */
+export class BadGateway extends ApiErrorClass<BadGateway>()("BadGateway", {
+  code: "bad_gateway",
+  status: 502,
+  message: "The sandbox's port did not answer"
+}) {}
+
 export class Unavailable extends ApiErrorClass<Unavailable>()("Unavailable", {
   code: "unavailable",
   status: 503,
@@ -276,6 +283,7 @@ export const API_ERRORS = [
   FileRefused,
   RateLimited,
   QuotaExceeded,
+  BadGateway,
   Unavailable,
   Internal
 ] as const

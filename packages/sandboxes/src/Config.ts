@@ -4,7 +4,7 @@
  * (Sandboxes/Supervisor.ts).
  */
 import * as Env from "@svc/config/Env"
-import { Config, Duration } from "effect"
+import { Config, Duration, Effect, Schema, SchemaIssue } from "effect"
 import type { Quotas } from "./Sandboxes/Quota.ts"
 
 /** Sandboxes an org has (every state but `deleting` and `deleted`). */
@@ -32,8 +32,30 @@ export const TransitionTimeout = Env.duration("SVC_SANDBOX_TRANSITION_TIMEOUT", 
   formerly: "SVC_SANDBOX_TRANSITION_TIMEOUT_S"
 })
 
+/**
+ * Requests whose `Host` is `{port}-{sandbox_id}.<this>` go to that port of the sandbox
+ * (Previews.ts). `*.localhost` names reach the loopback address in browsers and curl.
+ */
+export const PreviewDomain = Env.describe(
+  Config.String("SVC_PREVIEW_DOMAIN").pipe(
+    Config.withDefault("preview.localhost"),
+    Config.mapEffect((value) =>
+      /^(?=.{1,200}$)([a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*$/i.test(value)
+        ? Effect.succeed(value.toLowerCase())
+        : Effect.fail(
+          new Config.ConfigError(
+            new Schema.SchemaError(
+              new SchemaIssue.InvalidValue({ message: `SVC_PREVIEW_DOMAIN: "${value}" is not a domain name` })
+            )
+          )
+        )
+    )
+  ),
+  { name: "SVC_PREVIEW_DOMAIN", default: "`preview.localhost`", format: "a domain name" }
+)
+
 /** What the api reads. */
-export const quotaSettings: ReadonlyArray<Env.AnySetting> = [OrgMaxSandboxes, OrgMaxRunningSandboxes]
+export const quotaSettings: ReadonlyArray<Env.AnySetting> = [OrgMaxSandboxes, OrgMaxRunningSandboxes, PreviewDomain]
 
 /** What the runtime reads. */
 export const supervisorSettings: ReadonlyArray<Env.AnySetting> = [SupervisorInterval, TransitionTimeout]

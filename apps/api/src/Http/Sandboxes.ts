@@ -15,11 +15,14 @@ import { MAX_UPLOAD_BYTES } from "@svc/domain/Api/Sandboxes"
 import * as Errors from "@svc/domain/Errors"
 import type { OrgId } from "@svc/domain/Ids"
 import { Hosts } from "@svc/sandboxes/Hosts"
+import { Previews } from "@svc/sandboxes/Previews"
 import { Sandboxes, toRecord } from "@svc/sandboxes/Sandboxes"
 import { Duration, Effect, Layer, Semaphore } from "effect"
 import { HttpServerResponse } from "effect/http"
 import { HttpApiBuilder } from "effect/http-api"
 import { ApiMaxTransfers } from "../Config.ts"
+import { PreviewProxyLayer } from "../Preview.ts"
+import { PreviewsGroup } from "./Previews.ts"
 import { WorkersHandlers } from "./Workers.ts"
 
 /** How long a transfer beyond the bound waits for a slot. */
@@ -110,8 +113,12 @@ export const SandboxesGroup = HttpApiBuilder.group(
   })
 )
 
-/** The sandboxes and workers routes with their services; needs `SqlClient` and `Nats`. */
-export const SandboxesHandlers = Layer.mergeAll(SandboxesGroup, WorkersHandlers).pipe(
-  Layer.provide(Sandboxes.layer),
+/**
+ * The sandboxes, exposed ports and workers routes with their services, and the preview proxy
+ * when the server has hooks for it; needs `SqlClient`, `Nats`, `SecretBox` and `ApiKeys`.
+ */
+export const SandboxesHandlers = Layer.mergeAll(SandboxesGroup, PreviewsGroup, WorkersHandlers, PreviewProxyLayer).pipe(
+  Layer.provide(Previews.layer),
+  Layer.provideMerge(Sandboxes.layer),
   Layer.provide(Hosts.layer)
 )

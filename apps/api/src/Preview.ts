@@ -1,0 +1,271 @@
+/**
+ * The preview proxy of exposed ports (docs/contract.md#exposed-ports), in front of the API's
+ * routes: a request whose `Host` is `{port}-{sandbox_id}.{SVC_PREVIEW_DOMAIN}` never reaches
+ * them; it goes, HTTP or WebSocket, to that port of the sandbox through a tunnel its agent opens
+ * (`Previews.connect`). It is handled on the Node server itself (`makeNodeServer`), not as a
+ * route: the bytes pass through as they are (an upgrade is the sandbox's to answer), with
+ * nothing buffered.
+ *
+ * Let in: the preview token in `x-svc-preview-token` (for this sandbox and port, unexpired), or
+ * a key in `Authorization` that may write this sandbox (`sandboxes:write`, the single-sandbox
+ * policy). Neither header reaches the sandbox's server when it was the credential. Refusals are
+ * the contract's errors: 401 without a credential that lets in, 403 for a key without the scope
+ * or outside its sandbox, 404 for another org's sandbox or a port it does not expose, 409 when
+ * it is not running, 502 when nothing answers on the port.
+ */
+import { ApiKeys } from "@svc/auth/ApiKeys"
+import type { Principal } from "@svc/domain/Api/Auth"
+import * as Errors from "@svc/domain/Errors"
+import type { OrgId } from "@svc/domain/Ids"
+import * as Scopes from "@svc/domain/Scopes"
+import { parsePreviewHost, PREVIEW_TOKEN_HEADER, Previews, type PreviewTarget } from "@svc/sandboxes/Previews"
+import { Cause, Context, Effect, FiberSet, Layer, Option } from "effect"
+import * as Http from "node:http"
+import type * as Net from "node:net"
+import type { Duplex } from "node:stream"
+
+/** What the Node server answers before the app (filled once the routes are built). */
+export interface PreviewHandlers {
+  /** True when the request was a preview request (and is handled). */
+  readonly request: (request: Http.IncomingMessage, response: Http.ServerResponse) => boolean
+  readonly upgrade: (request: Http.IncomingMessage, socket: Duplex, head: Buffer) => boolean
+}
+
+/** The holder the server reads and the preview layer fills. */
+export class NodeHooks extends Context.Service<NodeHooks, { preview: PreviewHandlers | undefined }>()(
+  "@svc/api/NodeHooks"
+) {}
+
+const BEARER = /^Bearer[ \t]+([^\s]+)[ \t]*$/i
+
+/** Headers that belong to one connection (RFC 9110 7.6.1), never forwarded as they are. */
+const HOP_BY_HOP = new Set([
+  "connection",
+  "keep-alive",
+  "proxy-connection",
+  "proxy-authenticate",
+  "proxy-authorization",
+  "te",
+  "trailer",
+  "transfer-encoding",
+  "upgrade"
+])
+
+interface Admitted {
+  readonly orgId: OrgId
+  /** The credential's header: not forwarded. */
+  readonly credential: string
+}
+
+/** `rawHeaders` without the connection's own, the credential, and those `Connection` names. */
+const forwardHeaders = (raw: ReadonlyArray<string>, drop: ReadonlySet<string>, keepUpgrade: boolean) => {
+  const named = new Set<string>()
+  for (let i = 0; i < raw.length; i += 2) {
+    if (raw[i]!.toLowerCase() === "connection") {
+      for (const token of raw[i + 1]!.split(",")) named.add(token.trim().toLowerCase())
+    }
+  }
+  const out: Array<[string, string]> = []
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i]!.toLowerCase()
+    if (drop.has(name)) continue
+    const upgradeHeader = name === "connection" || name === "upgrade"
+    if (keepUpgrade && upgradeHeader) {
+      out.push([raw[i]!, raw[i + 1]!])
+      continue
+    }
+    if (HOP_BY_HOP.has(name) || named.has(name)) continue
+    out.push([raw[i]!, raw[i + 1]!])
+  }
+  return out
+}
+
+const errorResponse = (error: unknown) => {
+  const { body, status } = Errors.errorBody(error)
+  const text = JSON.stringify(body)
+  const headers: Record<string, string> = {
+    "content-type": "application/json; charset=utf-8",
+    "content-length": String(Buffer.byteLength(text))
+  }
+  if (status === 401) headers["www-authenticate"] = "Bearer"
+  return { status, headers, text }
+}
+
+const answerRefusal = (response: Http.ServerResponse, error: unknown) => {
+  if (response.headersSent) return void response.destroy()
+  const { headers, status, text } = errorResponse(error)
+  response.writeHead(status, headers).end(text)
+}
+
+const refuseUpgrade = (socket: Duplex, error: unknown) => {
+  const { headers, status, text } = errorResponse(error)
+  let head = `HTTP/1.1 ${status} ${Http.STATUS_CODES[status] ?? "Error"}\r\nconnection: close\r\n`
+  for (const [name, value] of Object.entries(headers)) head += `${name}: ${value}\r\n`
+  socket.end(`${head}\r\n${text}`)
+}
+
+const UNAUTHENTICATED = new Errors.Unauthenticated({
+  error: `A preview needs its token in ${PREVIEW_TOKEN_HEADER}, or a key allowed on the sandbox`
+})
+
+/** Fills `NodeHooks.preview` when the server has hooks (the API role's own server). */
+export const PreviewProxyLayer = Layer.effectDiscard(Effect.gen(function*() {
+  const hooks = yield* Effect.serviceOption(NodeHooks)
+  if (Option.isNone(hooks)) return
+  const previews = yield* Previews
+  const keys = yield* ApiKeys
+  const run = yield* FiberSet.makeRuntime<never, void, never>()
+
+  const principalOf = (token: string) => {
+    const cached = keys.cached(token, Date.now())
+    return cached !== undefined
+      ? Effect.succeed(Option.some<Principal>(cached))
+      : Effect.option(Effect.catchTag(keys.verify(token), "Unauthenticated", () => Effect.fail(undefined)))
+  }
+
+  const admit = Effect.fn("Preview.admit")(function*(request: Http.IncomingMessage, target: PreviewTarget) {
+    const token = request.headers[PREVIEW_TOKEN_HEADER]
+    if (typeof token === "string") {
+      const orgId = yield* previews.verify(token, target)
+      if (orgId !== undefined) return { orgId, credential: PREVIEW_TOKEN_HEADER } satisfies Admitted
+    }
+    const bearer = BEARER.exec(request.headers.authorization ?? "")
+    if (bearer === null) return yield* UNAUTHENTICATED
+    const principal = yield* principalOf(bearer[1]!)
+    if (Option.isNone(principal)) return yield* UNAUTHENTICATED
+    const { grant, orgId } = principal.value
+    if (!Scopes.allows(grant, "sandboxes", "write")) {
+      return yield* new Errors.InsufficientScope({
+        error: "This key lacks the scope sandboxes:write",
+        required_scope: "sandboxes:write"
+      })
+    }
+    const sandbox = yield* previews.sandbox(orgId, target.sandboxId)
+    if (Scopes.sandboxAccess(grant, { id: sandbox.id, parentId: sandbox.parentId })._tag === "Denied") {
+      return yield* new Errors.SandboxOutOfScope()
+    }
+    return { orgId, credential: "authorization" } satisfies Admitted
+  })
+
+  /** The tunnel to the target for an admitted request. */
+  const open = (request: Http.IncomingMessage, target: PreviewTarget) =>
+    Effect.flatMap(
+      admit(request, target),
+      (admitted) => Effect.map(previews.connect(admitted.orgId, target), (tunnel) => ({ admitted, tunnel }))
+    )
+
+  const forwarded = (request: Http.IncomingMessage): Array<[string, string]> => [
+    ["x-forwarded-for", request.socket.remoteAddress ?? ""],
+    ["x-forwarded-host", request.headers.host ?? ""],
+    ["x-forwarded-proto", "http"]
+  ]
+
+  const proxyRequest = (
+    request: Http.IncomingMessage,
+    response: Http.ServerResponse,
+    admitted: Admitted,
+    tunnel: Net.Socket
+  ) => {
+    const headers = [
+      ...forwardHeaders(request.rawHeaders, new Set([admitted.credential, "x-forwarded-for"]), false),
+      ...forwarded(request)
+    ]
+    const upstream = Http.request({
+      method: request.method ?? "GET",
+      path: request.url ?? "/",
+      headers: headers.flat(),
+      // No agent: the request goes on this tunnel, which is not reused (Node closes it after).
+      createConnection: () => tunnel
+    })
+    const fail = () => {
+      tunnel.destroy()
+      answerRefusal(response, new Errors.BadGateway())
+    }
+    upstream.on("error", fail)
+    upstream.on("response", (answer) => {
+      const out = forwardHeaders(answer.rawHeaders, new Set(), false)
+      response.writeHead(answer.statusCode ?? 502, answer.statusMessage, out.flat())
+      answer.pipe(response)
+      answer.on("error", () => response.destroy())
+    })
+    // The client went away before its answer: so does the tunnel.
+    response.on("close", () => {
+      if (!response.writableFinished) tunnel.destroy()
+    })
+    request.pipe(upstream)
+  }
+
+  const proxyUpgrade = (
+    request: Http.IncomingMessage,
+    socket: Duplex,
+    head: Buffer,
+    admitted: Admitted,
+    tunnel: Net.Socket
+  ) => {
+    const headers = [
+      ...forwardHeaders(request.rawHeaders, new Set([admitted.credential, "x-forwarded-for"]), true),
+      ...forwarded(request)
+    ]
+    let text = `${request.method} ${request.url} HTTP/1.1\r\n`
+    for (const [name, value] of headers) text += `${name}: ${value}\r\n`
+    tunnel.write(`${text}\r\n`, "latin1")
+    if (head.length > 0) tunnel.write(head)
+    const cleanup = () => {
+      tunnel.destroy()
+      socket.destroy()
+    }
+    tunnel.on("error", cleanup)
+    socket.on("error", cleanup)
+    tunnel.on("close", () => socket.destroy())
+    socket.on("close", () => tunnel.destroy())
+    socket.pipe(tunnel)
+    tunnel.pipe(socket)
+  }
+
+  const handleRequest = (request: Http.IncomingMessage, response: Http.ServerResponse, target: PreviewTarget) =>
+    open(request, target).pipe(
+      Effect.matchCauseEffect({
+        onFailure: (cause) => Effect.sync(() => answerRefusal(response, errorOf(cause))),
+        onSuccess: ({ admitted, tunnel }) =>
+          Effect.sync(() => {
+            if (response.destroyed) return void tunnel.destroy()
+            proxyRequest(request, response, admitted, tunnel)
+          })
+      })
+    )
+
+  const handleUpgrade = (request: Http.IncomingMessage, socket: Duplex, head: Buffer, target: PreviewTarget) =>
+    open(request, target).pipe(
+      Effect.matchCauseEffect({
+        onFailure: (cause) => Effect.sync(() => refuseUpgrade(socket, errorOf(cause))),
+        onSuccess: ({ admitted, tunnel }) =>
+          Effect.sync(() => {
+            if (socket.destroyed) return void tunnel.destroy()
+            proxyUpgrade(request, socket, head, admitted, tunnel)
+          })
+      })
+    )
+
+  hooks.value.preview = {
+    request: (request, response) => {
+      const target = parsePreviewHost(request.headers.host, previews.domain)
+      if (target === undefined) return false
+      run(handleRequest(request, response, target))
+      return true
+    },
+    upgrade: (request, socket, head) => {
+      const target = parsePreviewHost(request.headers.host, previews.domain)
+      if (target === undefined) return false
+      socket.on("error", () => socket.destroy())
+      run(handleUpgrade(request, socket, head, target))
+      return true
+    }
+  }
+  yield* Effect.addFinalizer(() => Effect.sync(() => void (hooks.value.preview = undefined)))
+}))
+
+/** The API error of a failed preview (a database or bus failure is 503, never a 500 with details). */
+const errorOf = (cause: Cause.Cause<unknown>): unknown => {
+  const error = Option.getOrUndefined(Cause.findErrorOption(cause))
+  return Errors.isApiError(error) ? error : new Errors.Unavailable()
+}
