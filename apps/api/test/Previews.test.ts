@@ -7,10 +7,16 @@
  */
 import { expect, layer } from "@effect/vitest"
 import { Effect, Schedule } from "effect"
+import { execFile } from "node:child_process"
 import * as Http from "node:http"
 import type * as Net from "node:net"
+import * as NodePath from "node:path"
+import { promisify } from "node:util"
 import { Identity } from "./Sandboxes.support.ts"
 import { api, create, Env, EnvLayer, expectError, waitState } from "./SandboxesEnv.support.ts"
+
+const execFileAsync = promisify(execFile)
+const cliMain = NodePath.resolve(import.meta.dirname, "../../cli/src/main.ts")
 
 /** Records each request's head in /tmp/head.<port>, answers with what its body was. */
 const HTTP_SERVER = `#!/bin/sh
@@ -257,6 +263,26 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("exposed ports 
       const refusedUpgrade = yield* upgrade(host(9000), {})
       expect(refusedUpgrade.status).toBe(401)
       expect(JSON.parse(refusedUpgrade.body).code).toBe("unauthenticated")
+
+      // The CLI: `svc sandbox expose` prints a URL and a token that let in.
+      const printed = yield* Effect.promise(() =>
+        execFileAsync(process.execPath, [cliMain, "sandbox", "expose", s.id, "8080", "--ttl-s", "120", "--json"], {
+          env: { ...process.env, SVC_API_URL: env.base, SVC_API_KEY: env.org.token }
+        })
+      )
+      const cli = JSON.parse(printed.stdout)
+      expect(cli.url).toBe(`http://${host(8080)}/`)
+      const viaCli = yield* preview(host(8080), "/cli", { headers: { "x-svc-preview-token": cli.token } })
+      expect(viaCli.status).toBe(200)
+      const cliRefused = yield* Effect.promise(() =>
+        execFileAsync(process.execPath, [cliMain, "sandbox", "expose", s.id, "22"], {
+          env: { ...process.env, SVC_API_URL: env.base, SVC_API_KEY: env.org.token }
+        }).then(
+          () => "exit 0",
+          (e: { code: number; stderr: string; stdout: string }) => `exit ${e.code}: ${e.stderr}${e.stdout}`
+        )
+      )
+      expect(cliRefused).toMatch(/^exit 1: .*not_found/s)
 
       // A stopped sandbox: 409 until it runs again.
       expect((yield* api("POST", `/v1/sandboxes/${s.id}/stop`)).status).toBe(202)

@@ -1,6 +1,6 @@
 /**
  * What the hosts' egress proxies need to know about each sandbox and each bound secret
- * (docs/contract.md#network-policy, #secrets), declared once for the control plane, which
+ * (docs/contract.md#snapshots-network-policy-and-exposed-ports, #secrets), declared once for the control plane, which
  * writes it, and the host agents, which read it.
  *
  * The `egress` KV bucket holds two kinds of entries:

@@ -1,5 +1,5 @@
 /**
- * `svc sandbox create|list|get|exec|delete`: a client of the /v1 API for users.
+ * `svc sandbox create|list|get|exec|delete|expose`: a client of the /v1 API for users.
  *
  * Credentials: `SVC_API_KEY` and `SVC_API_URL` (default http://127.0.0.1:8080), else
  * `.svc/dev-credentials.json` (`{base_url, api_key}`, written for the dev stack). API errors
@@ -8,6 +8,7 @@
  *   svc sandbox create --name web --cpu 2 --ram-mb 1024 --env PORT=8080 --wait
  *   svc sandbox list --state running,stopped
  *   svc sandbox exec sbx_... -- sh -c 'echo hi'
+ *   svc sandbox create --port 8080 --wait; svc sandbox expose sbx_... 8080
  */
 import { Console, Effect, Option } from "effect"
 import { Argument, Command, Flag } from "effect/cli"
@@ -48,6 +49,10 @@ const create = Command.make(
       Flag.withDescription("Stop it after this many seconds running"),
       Flag.optional
     ),
+    ports: Flag.Int("port").pipe(
+      Flag.withDescription("A port to expose (exposed_ports), repeatable; `svc sandbox expose` opens it"),
+      Flag.atLeast(0)
+    ),
     wait: Flag.Boolean("wait").pipe(
       Flag.withDescription("Wait until it is running (or in error)"),
       Flag.withDefault(false)
@@ -64,7 +69,8 @@ const create = Command.make(
       ...optionalField("disk_gb", o.diskGb),
       ...optionalField("env", o.env),
       ...optionalField("type", o.type),
-      ...optionalField("timeout_s", o.timeoutS)
+      ...optionalField("timeout_s", o.timeoutS),
+      ...(o.ports.length > 0 ? { exposed_ports: o.ports } : {})
     })
     const record = o.wait ? yield* waitFor(created.id, ["running"]) : created
     yield* print(record)
@@ -140,7 +146,29 @@ const remove = Command.make(
   })
 ).pipe(Command.withDescription("Delete a sandbox and its children"))
 
+const expose = Command.make(
+  "expose",
+  {
+    sandboxId,
+    port: Argument.Int("port").pipe(Argument.withDescription("One of the sandbox's exposed ports")),
+    ttlS: Flag.Int("ttl-s").pipe(
+      Flag.withDescription("Seconds the token lets requests in (default 3600)"),
+      Flag.optional
+    ),
+    json
+  },
+  Effect.fn(function*(o) {
+    const minted = yield* request(
+      "POST",
+      `/v1/sandboxes/${o.sandboxId}/ports/${o.port}/token`,
+      optionalField("ttl_s", o.ttlS)
+    )
+    if (o.json) return yield* print(minted)
+    yield* Console.log(`${minted.url}\nx-svc-preview-token: ${minted.token}\nexpires ${minted.expiresAt}`)
+  })
+).pipe(Command.withDescription("A preview URL and token for one exposed port of a sandbox"))
+
 export const sandbox = Command.make("sandbox").pipe(
   Command.withDescription("Create and use sandboxes through the API (SVC_API_KEY, SVC_API_URL)"),
-  Command.withSubcommands([create, list, get, exec, remove])
+  Command.withSubcommands([create, list, get, exec, remove, expose])
 )
