@@ -35,6 +35,8 @@ import {
   testLayer
 } from "./fixtures/support.ts"
 
+const utf8 = (bytes: Uint8Array) => Buffer.from(bytes).toString("utf8")
+
 const FAKE_ADDRESS = "198.51.100.10"
 const API = "api.egress-fake.test"
 const OTHER = "other.egress-fake.test"
@@ -171,16 +173,16 @@ const curl = (url: string, extra = "") =>
   Effect.map(
     inside(`curl -sS --max-time 10 --cacert /root/fake-ca.pem ${extra} ${url}; echo " exit=$?"`),
     (result) => {
-      const text = result.stdout.toString().trim()
-      const exit = Number(/ exit=(\d+)$/.exec(text)?.[1] ?? -1)
-      const body = text.replace(/ exit=\d+$/, "")
+      const text = utf8(result.stdout).trim()
+      const exit = Number(/(?:^|\s)exit=(\d+)$/.exec(text)?.[1] ?? -1)
+      const body = text.replace(/\s?exit=\d+$/, "")
       let echo: Echo | undefined
       try {
         echo = JSON.parse(body) as Echo
       } catch {
         echo = undefined
       }
-      return { exit, body, echo, stderr: result.stderr.toString() }
+      return { exit, body, echo, stderr: utf8(result.stderr) }
     }
   )
 
@@ -217,7 +219,7 @@ layer(fileLayer, { excludeTestServices: true, timeout: 240_000 })("egress throug
   it.effect("a sandbox fetches from a public host over HTTP and HTTPS with curl inside; the hosts-file name resolves", () =>
     Effect.gen(function*() {
       const resolved = yield* inside(`nslookup ${API} 2>&1 || true`)
-      assert.include(resolved.stdout.toString(), FAKE_ADDRESS)
+      assert.include(utf8(resolved.stdout), FAKE_ADDRESS)
       const plain = yield* curl(`http://${API}/hello?x=1`)
       assert.strictEqual(plain.exit, 0, plain.body + plain.stderr)
       assert.strictEqual(plain.echo?.path, "/hello?x=1")
@@ -228,7 +230,7 @@ layer(fileLayer, { excludeTestServices: true, timeout: 240_000 })("egress throug
       assert.isTrue(secure.echo?.tls)
       // Tunnelled untouched: the certificate the client saw is the fake host's own.
       const issuer = yield* inside(`curl -sS -v --max-time 10 --cacert /root/fake-ca.pem -o /dev/null https://${API}/ 2>&1 | grep -i issuer`)
-      assert.include(issuer.stdout.toString(), "fake public CA")
+      assert.include(utf8(issuer.stdout), "fake public CA")
       // By address too (no name: the original destination is used).
       const literal = yield* curl(`http://${FAKE_ADDRESS}/by-address`)
       assert.strictEqual(literal.echo?.path, "/by-address")
@@ -241,7 +243,7 @@ layer(fileLayer, { excludeTestServices: true, timeout: 240_000 })("egress throug
       assert.include(refused.body, `deny_out rule "${API}"`)
       assert.match(refused.stderr + refused.body, /refused/)
       const status = yield* inside(`curl -s -o /dev/null -w '%{http_code}' http://${API}/`)
-      assert.strictEqual(status.stdout.toString(), "403")
+      assert.strictEqual(utf8(status.stdout), "403")
       // TLS to the denied name: the handshake is refused (curl exit 35), nothing tunnelled.
       const tls = yield* curl(`https://${API}/denied`)
       assert.strictEqual(tls.exit, 35, tls.stderr)
@@ -293,7 +295,7 @@ layer(fileLayer, { excludeTestServices: true, timeout: 240_000 })("egress throug
       }
       // Raw TCP (NATS speaks first): closed, not one byte of the server's banner.
       const raw = yield* inside(`nc -w 3 ${gateway} ${natsPort} </dev/null; echo " exit=$?"`)
-      assert.notInclude(raw.stdout.toString(), "INFO")
+      assert.notInclude(utf8(raw.stdout), "INFO")
       // UDP other than DNS: dropped.
       yield* inside(`for i in 1 2 3; do echo x | nc -u -w 1 ${FAKE_ADDRESS} 9999; done; true`)
       const after = yield* curl(`http://${API}/udp`)
@@ -314,11 +316,11 @@ layer(fileLayer, { excludeTestServices: true, timeout: 240_000 })("egress throug
       assert.deepStrictEqual(headerValues(other.echo, "authorization"), ["mine"])
       // HTTPS to the allowed host: terminated with the platform's CA (trusted inside, no --cacert needed).
       const https = yield* inside(`curl -sS --max-time 10 -H 'Authorization: mine' https://${API}/tls; echo " exit=$?"`)
-      const httpsEcho = JSON.parse(https.stdout.toString().replace(/ exit=\d+\s*$/, "")) as Echo
+      const httpsEcho = JSON.parse(utf8(https.stdout).replace(/ exit=\d+\s*$/, "")) as Echo
       assert.deepStrictEqual(headerValues(httpsEcho, "authorization"), [`Bearer ${CANARY}`])
       assert.isTrue(httpsEcho.tls)
       const issuer = yield* inside(`curl -sS -v --max-time 10 -o /dev/null https://${API}/ 2>&1 | grep -i issuer`)
-      assert.include(issuer.stdout.toString(), "svc egress CA")
+      assert.include(utf8(issuer.stdout), "svc egress CA")
       // HTTPS to another host: tunnelled, its own certificate, no header.
       const otherTls = yield* curl(`https://${OTHER}/tls`)
       assert.deepStrictEqual(headerValues(otherTls.echo, "authorization"), [])
@@ -330,12 +332,17 @@ layer(fileLayer, { excludeTestServices: true, timeout: 240_000 })("egress throug
       )
       assert.deepStrictEqual(headerValues(rotated.echo, "authorization"), [`Bearer ${ROTATED}`])
       // The value is nowhere the sandbox can read: env, files, processes.
+      // The values are split in the command line, which /proc/*/cmdline shows too.
+      const [a, b] = [CANARY.slice(0, 7), CANARY.slice(7)]
+      const [c, d] = [ROTATED.slice(0, 8), ROTATED.slice(8)]
       const search = yield* inside(
-        `env; cat /proc/*/environ /proc/*/cmdline 2>/dev/null; ps -o args; grep -rl -e ${CANARY} -e ${ROTATED} /etc /root /tmp /home /var /run /usr/local 2>/dev/null; true`
+        `A=${a}; B=${b}; C=${c}; D=${d}; env; cat /proc/*/environ /proc/*/cmdline 2>/dev/null; ps -o args; ` +
+          `grep -rl -e "$A$B" -e "$C$D" /etc /root /tmp /home /var /run /usr/local 2>/dev/null && echo "HIT-$((1 + 1))"; true`
       )
-      const seen = search.stdout.toString() + search.stderr.toString()
+      const seen = utf8(search.stdout) + utf8(search.stderr)
       assert.notInclude(seen, CANARY)
       assert.notInclude(seen, ROTATED)
+      assert.notInclude(seen, "HIT-2")
       // Nor the host's process list, nor any log line of the agent.
       const processes = host("ps", ["-eo", "args"])
       assert.notInclude(processes, CANARY)
