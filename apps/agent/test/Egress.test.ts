@@ -75,9 +75,44 @@ class World extends Context.Service<World, {
       const dir = FsSync.mkdtempSync("/tmp/svc-egress-test-")
       // The fake public host's CA and certificate (for both names).
       const ssl = (args: ReadonlyArray<string>) => host("openssl", [...args])
-      ssl(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", `${dir}/fake-ca.key`, "-out", `${dir}/fake-ca.pem`, "-days", "2", "-subj", "/CN=fake public CA", "-addext", "basicConstraints=critical,CA:TRUE"])
+      ssl([
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        `${dir}/fake-ca.key`,
+        "-out",
+        `${dir}/fake-ca.pem`,
+        "-days",
+        "2",
+        "-subj",
+        "/CN=fake public CA",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE"
+      ])
       ssl(["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", `${dir}/fake.key`])
-      ssl(["req", "-new", "-key", `${dir}/fake.key`, "-subj", `/CN=${API}`, "-addext", `subjectAltName=DNS:${API},DNS:${OTHER}`, "-CA", `${dir}/fake-ca.pem`, "-CAkey", `${dir}/fake-ca.key`, "-days", "2", "-out", `${dir}/fake.pem`])
+      ssl([
+        "req",
+        "-new",
+        "-key",
+        `${dir}/fake.key`,
+        "-subj",
+        `/CN=${API}`,
+        "-addext",
+        `subjectAltName=DNS:${API},DNS:${OTHER}`,
+        "-CA",
+        `${dir}/fake-ca.pem`,
+        "-CAkey",
+        `${dir}/fake-ca.key`,
+        "-days",
+        "2",
+        "-out",
+        `${dir}/fake.pem`
+      ])
       FsSync.writeFileSync(`${dir}/hosts`, `# the fake public host\n${FAKE_ADDRESS} ${API} ${OTHER}\n`)
 
       // Its network namespace, joined to the host by a veth pair.
@@ -102,7 +137,16 @@ class World extends Context.Service<World, {
       const script = fileURLToPath(new URL("./fixtures/fake-public-host.mjs", import.meta.url))
       yield* Effect.acquireRelease(
         Effect.callback<ReturnType<typeof spawn>>((resume) => {
-          const child = spawn("ip", ["netns", "exec", ns, process.execPath, script, FAKE_ADDRESS, `${dir}/fake.pem`, `${dir}/fake.key`], {
+          const child = spawn("ip", [
+            "netns",
+            "exec",
+            ns,
+            process.execPath,
+            script,
+            FAKE_ADDRESS,
+            `${dir}/fake.pem`,
+            `${dir}/fake.key`
+          ], {
             stdio: ["pipe", "pipe", "inherit"]
           })
           child.stdout!.on("data", (chunk: Buffer) => {
@@ -206,14 +250,17 @@ const setPolicy = (policy: SandboxEgress["policy"], secretIds: ReadonlyArray<str
   })
 
 const setSecret = (value: string, allowedHosts: ReadonlyArray<string> = [API]) =>
-  putEntry(secretEgressKey(SECRET_ID), {
-    secretId: SECRET_ID,
-    orgId: ORG,
-    allowedHosts,
-    headerName: "Authorization",
-    headerFormat: "Bearer {value}",
-    sealedValue: Effect.runSync(testSecretBox().seal(value, secretValueAad(SECRET_ID)))
-  } satisfies EgressSecret)
+  putEntry(
+    secretEgressKey(SECRET_ID),
+    {
+      secretId: SECRET_ID,
+      orgId: ORG,
+      allowedHosts,
+      headerName: "Authorization",
+      headerFormat: "Bearer {value}",
+      sealedValue: Effect.runSync(testSecretBox().seal(value, secretValueAad(SECRET_ID)))
+    } satisfies EgressSecret
+  )
 
 layer(fileLayer, { excludeTestServices: true, timeout: 240_000 })("egress through the host", (it) => {
   it.effect("a sandbox fetches from a public host over HTTP and HTTPS with curl inside; the hosts-file name resolves", () =>
@@ -229,7 +276,9 @@ layer(fileLayer, { excludeTestServices: true, timeout: 240_000 })("egress throug
       assert.strictEqual(secure.echo?.path, "/secure")
       assert.isTrue(secure.echo?.tls)
       // Tunnelled untouched: the certificate the client saw is the fake host's own.
-      const issuer = yield* inside(`curl -sS -v --max-time 10 --cacert /root/fake-ca.pem -o /dev/null https://${API}/ 2>&1 | grep -i issuer`)
+      const issuer = yield* inside(
+        `curl -sS -v --max-time 10 --cacert /root/fake-ca.pem -o /dev/null https://${API}/ 2>&1 | grep -i issuer`
+      )
       assert.include(utf8(issuer.stdout), "fake public CA")
       // By address too (no name: the original destination is used).
       const literal = yield* curl(`http://${FAKE_ADDRESS}/by-address`)
@@ -306,7 +355,10 @@ layer(fileLayer, { excludeTestServices: true, timeout: 240_000 })("egress throug
     Effect.gen(function*() {
       yield* setSecret(CANARY)
       yield* setPolicy({ allow_out: [], deny_out: [] }, [SECRET_ID])
-      const http = yield* eventually(curl(`http://${API}/inject`), (r) => headerValues(r.echo, "authorization").length > 0)
+      const http = yield* eventually(
+        curl(`http://${API}/inject`),
+        (r) => headerValues(r.echo, "authorization").length > 0
+      )
       assert.deepStrictEqual(headerValues(http.echo, "authorization"), [`Bearer ${CANARY}`])
       // The sandbox's own header of that name is replaced, not duplicated.
       const replaced = yield* curl(`http://${API}/inject`, `-H 'Authorization: mine'`)
@@ -351,7 +403,10 @@ layer(fileLayer, { excludeTestServices: true, timeout: 240_000 })("egress throug
       assert.isAbove(logLines.length, 0)
       // Unbound: nothing written any more.
       yield* setPolicy({ allow_out: [], deny_out: [] }, [])
-      const unbound = yield* eventually(curl(`http://${API}/unbound`), (r) => headerValues(r.echo, "authorization").length === 0)
+      const unbound = yield* eventually(
+        curl(`http://${API}/unbound`),
+        (r) => headerValues(r.echo, "authorization").length === 0
+      )
       assert.deepStrictEqual(headerValues(unbound.echo, "authorization"), [])
     }))
 })

@@ -176,7 +176,6 @@ export const allowedRules = (subnets: ReadonlyArray<Subnet>): FamilyRules => {
   return rules
 }
 
-
 /** A subnets variable's text ⇄ subnets; a bad entry is a schema issue naming the variable. */
 export const SubnetsFromString = (variable: string) =>
   Schema.String.pipe(

@@ -10,8 +10,8 @@
  * | `SVC_EGRESS_PORT` | `15001` | the egress front's TCP port on the bridge's gateway (machine-wide, like the bridge) |
  * | `SVC_EGRESS_DNS_PORT` | `15053` | the sandboxes' resolver's UDP port on the gateway (machine-wide) |
  */
-import { SubnetsFromString, type Subnet } from "@svc/domain/Address"
 import * as Env from "@svc/config/Env"
+import { type Subnet, SubnetsFromString } from "@svc/domain/Address"
 import { Config } from "effect"
 
 export type DefaultAction = "allow" | "deny"

@@ -57,9 +57,11 @@ export const answerFromHosts = (query: Uint8Array, hosts: HostsTable): Buffer | 
   if (question === undefined) return undefined
   const entries = hosts.get(question.name)
   if (entries === undefined) return undefined
-  const wanted = question.class !== CLASS_IN ? [] : entries.filter((entry) =>
-    (question.type === TYPE_A && entry.family === 4) || (question.type === TYPE_AAAA && entry.family === 6)
-  )
+  const wanted = question.class !== CLASS_IN ?
+    [] :
+    entries.filter((entry) =>
+      (question.type === TYPE_A && entry.family === 4) || (question.type === TYPE_AAAA && entry.family === 6)
+    )
   const header = Buffer.alloc(12)
   header.writeUInt16BE(question.id, 0)
   // QR, opcode 0, AA, RD copied, RA; rcode 0 (the name exists, perhaps without this type).

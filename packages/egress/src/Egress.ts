@@ -76,7 +76,12 @@ export class Egress extends Context.Service<Egress, {
     const ca = yield* ensureEgressCa(options.dir)
     const upstreamCas = options.upstreamCaFile === ""
       ? []
-      : [yield* Effect.try({ try: () => FsSync.readFileSync(options.upstreamCaFile, "utf8"), catch: fail("upstream ca") })]
+      : [
+        yield* Effect.try({
+          try: () => FsSync.readFileSync(options.upstreamCaFile, "utf8"),
+          catch: fail("upstream ca")
+        })
+      ]
     const hosts = hostsFileReader(options.hostsFile)
     const socketPath = NodePath.join(options.dir, "proxy.sock")
     const proxy = yield* Effect.acquireRelease(
@@ -119,7 +124,9 @@ export class Egress extends Context.Service<Egress, {
       child.on("error", () => resume(Effect.succeed(-1)))
       child.on("exit", (code) => {
         state.front = false
-        if (code !== 98 && stderr !== "") log({ level: "warning", message: "egress: front ended", reason: stderr.trim() })
+        if (code !== 98 && stderr !== "") {
+          log({ level: "warning", message: "egress: front ended", reason: stderr.trim() })
+        }
         resume(Effect.succeed(code ?? -1))
       })
       return Effect.sync(() => {

@@ -9,7 +9,7 @@
  * carried (HTTP Host, TLS SNI); CIDR rules match the address the proxy resolved and connects to.
  */
 import { allowedRules, classifyAddress, type FamilyRules, inSubnet, type Subnet } from "@svc/domain/Address"
-import { domainMatches, type NetworkPolicy, parseRule, type ParsedRule } from "@svc/host-protocol/Egress"
+import { domainMatches, type NetworkPolicy, type ParsedRule, parseRule } from "@svc/host-protocol/Egress"
 import { Result } from "effect"
 import * as net from "node:net"
 import type { DefaultAction } from "./Config.ts"
@@ -73,7 +73,9 @@ export const checkPolicy = (
       ? ALLOW
       : deny("no allow_out rule matches")
   }
-  return defaultAction === "allow" ? ALLOW : deny("the operator's default is deny (SVC_EGRESS_DEFAULT) and allow_out is empty")
+  return defaultAction === "allow"
+    ? ALLOW
+    : deny("the operator's default is deny (SVC_EGRESS_DEFAULT) and allow_out is empty")
 }
 
 /** Both checks, address first. */

@@ -19,8 +19,13 @@
  * `access_denied` alert, a closed connection otherwise; each is logged with the sandbox id, the
  * destination and the reason, never a secret.
  */
-import { domainMatches, type EgressSecret, OPEN_POLICY } from "@svc/host-protocol/Egress"
-import { secretValueAad } from "@svc/host-protocol/Egress"
+import {
+  domainMatches,
+  type EgressSecret,
+  OPEN_POLICY,
+  type SandboxEgress,
+  secretValueAad
+} from "@svc/host-protocol/Egress"
 import * as Dns from "node:dns"
 import * as Fs from "node:fs/promises"
 import * as Http from "node:http"
@@ -33,13 +38,7 @@ import type { DefaultAction } from "./Config.ts"
 import { serveTcpDns } from "./Dns.ts"
 import type { HostsTable } from "./HostsFile.ts"
 import { type AddressRules, checkAddress, checkPolicy } from "./Policy.ts"
-import {
-  looksLikeHttp,
-  parseClientHello,
-  parseHostHeader,
-  parseProxyHeader,
-  type ProxyHeader
-} from "./Sniff.ts"
+import { looksLikeHttp, parseClientHello, parseHostHeader, parseProxyHeader, type ProxyHeader } from "./Sniff.ts"
 
 export interface EgressLog {
   readonly level: "info" | "warning"
@@ -58,7 +57,7 @@ export interface ProxyOptions {
   /** PEM CAs trusted upstream besides the system's. */
   readonly upstreamCas: ReadonlyArray<string>
   readonly ca: Ca
-  readonly policyOf: (sandboxId: string) => import("@svc/host-protocol/Egress").SandboxEgress | undefined
+  readonly policyOf: (sandboxId: string) => SandboxEgress | undefined
   readonly secretsOf: (sandboxId: string) => ReadonlyArray<EgressSecret>
   /** Opens a sealed value (SecretBox); rejects when it does not open. */
   readonly open: (sealed: string, aad: string) => Promise<string>
@@ -167,9 +166,7 @@ export const startProxy = async (options: ProxyOptions): Promise<EgressProxy> =>
   // HTTP (plain, or inside TLS terminated here)
 
   const secretsFor = (sandboxId: string, host: string) =>
-    options.secretsOf(sandboxId).filter((secret) =>
-      secret.allowedHosts.some((pattern) => domainMatches(pattern, host))
-    )
+    options.secretsOf(sandboxId).filter((secret) => secret.allowedHosts.some((pattern) => domainMatches(pattern, host)))
 
   const answer = (res: Http.ServerResponse, status: number, text: string) => {
     if (res.headersSent) return void res.destroy()
@@ -204,7 +201,12 @@ export const startProxy = async (options: ProxyOptions): Promise<EgressProxy> =>
     const connection = connections.get(req.socket as net.Socket)
     if (connection === undefined) return answer(res, 500, "egress: unknown connection\n")
     void handleRequest(connection, req, res).catch((e: unknown) => {
-      options.log({ level: "warning", message: "egress: request failed", sandboxId: connection.sandboxId, reason: String(e) })
+      options.log({
+        level: "warning",
+        message: "egress: request failed",
+        sandboxId: connection.sandboxId,
+        reason: String(e)
+      })
       answer(res, 502, "egress: the request failed in the platform's proxy\n")
     })
   }
@@ -280,7 +282,10 @@ export const startProxy = async (options: ProxyOptions): Promise<EgressProxy> =>
     req.pipe(request)
   }
 
-  const httpServer = Http.createServer({ keepAliveTimeout: 60_000, headersTimeout: 60_000, requestTimeout: 0 }, onRequest)
+  const httpServer = Http.createServer(
+    { keepAliveTimeout: 60_000, headersTimeout: 60_000, requestTimeout: 0 },
+    onRequest
+  )
   httpServer.on("clientError", (_error, socket) => socket.destroy())
   // WebSocket and other upgrades: checked like a request, then the bytes go through as they are.
   httpServer.on("upgrade", (req: Http.IncomingMessage, socket: net.Socket, head: Buffer) => {
@@ -296,7 +301,9 @@ export const startProxy = async (options: ProxyOptions): Promise<EgressProxy> =>
         refused(connection, destination, checked.reason)
         const text = `egress refused by the platform: ${checked.reason} (${destination})\n`
         return void socket.end(
-          `HTTP/1.1 403 Forbidden\r\ncontent-type: text/plain\r\ncontent-length: ${Buffer.byteLength(text)}\r\nconnection: close\r\n\r\n${text}`
+          `HTTP/1.1 403 Forbidden\r\ncontent-type: text/plain\r\ncontent-length: ${
+            Buffer.byteLength(text)
+          }\r\nconnection: close\r\n\r\n${text}`
         )
       }
       const secrets = name !== undefined && host?.literal !== true ? secretsFor(connection.sandboxId, name) : []
@@ -322,7 +329,13 @@ export const startProxy = async (options: ProxyOptions): Promise<EgressProxy> =>
   // ---------------------------------------------------------------------------------------
   // Connections
 
-  const tunnel = async (socket: net.Socket, connection: Connection, name: string | undefined, initial: Buffer, tls: boolean) => {
+  const tunnel = async (
+    socket: net.Socket,
+    connection: Connection,
+    name: string | undefined,
+    initial: Buffer,
+    tls: boolean
+  ) => {
     const port = connection.header.destinationPort
     const destination = `${name ?? connection.header.destination}:${port}`
     const checked = await target(connection.sandboxId, name, connection.header.destination)

@@ -87,7 +87,9 @@ export const looksLikeHttp = (buffer: Buffer): boolean | undefined => {
 }
 
 /** The name (or IP literal) and port of a Host header. */
-export const parseHostHeader = (value: string | undefined): { readonly host: string; readonly literal: boolean } | undefined => {
+export const parseHostHeader = (
+  value: string | undefined
+): { readonly host: string; readonly literal: boolean } | undefined => {
   if (value === undefined) return undefined
   const text = value.trim()
   const bracketed = /^\[([0-9a-fA-F:.]+)\](?::\d{1,5})?$/.exec(text)

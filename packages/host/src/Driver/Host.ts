@@ -216,7 +216,8 @@ export const makeDriverHost = (
         await Fs.rename(temp, target)
       }
     })
-    const baseDir = yield* tryHost("init", () => ensureBaseTemplate(templatesDir, config.busybox, config.uidBase, {
+    const baseDir = yield* tryHost("init", () =>
+      ensureBaseTemplate(templatesDir, config.busybox, config.uidBase, {
         ...(config.trustedCaPem !== undefined ? { trustedCaPem: config.trustedCaPem } : {}),
         ...(config.egress !== undefined ? { nameserver: subnet.gateway } : {})
       }))

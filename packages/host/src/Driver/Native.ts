@@ -24,7 +24,11 @@ const findCompiler = (): string | undefined =>
  * Builds `native/<name>.c` under `dir` (made root-only) unless its binary is there; its path.
  * `sourceDir` lets another host package build its own helper the same way (@svc/egress's front).
  */
-export const build = async (dir: string, name: NativeStep | string, sourceDir: string = NATIVE_DIR): Promise<string> => {
+export const build = async (
+  dir: string,
+  name: NativeStep | string,
+  sourceDir: string = NATIVE_DIR
+): Promise<string> => {
   const source = NodePath.join(sourceDir, `${name}.c`)
   const headers = (await Fs.readdir(sourceDir)).filter((file) => file.endsWith(".h")).sort()
   const hash = createHash("sha256").update(await Fs.readFile(source))
