@@ -7,7 +7,6 @@
  */
 import { assert, layer } from "@effect/vitest"
 import { ensureBucket } from "@svc/bus/Topology"
-import { makeSandboxId } from "@svc/domain/Ids"
 import {
   EGRESS_BUCKET_SPEC,
   type EgressSecret,
@@ -16,182 +15,25 @@ import {
   secretEgressKey,
   secretValueAad
 } from "@svc/host-protocol/Egress"
-import * as TestNats from "@svc/testing/TestNats"
 import { testSecretBox } from "@svc/testing/TestSecrets"
-import { Context, Effect, Layer, Logger } from "effect"
-import { execFileSync, spawn } from "node:child_process"
+import { Effect, Layer, Logger } from "effect"
 import { randomBytes } from "node:crypto"
-import * as FsSync from "node:fs"
 import * as Os from "node:os"
-import { fileURLToPath } from "node:url"
-import {
-  createCommand,
-  eventually,
-  makeHost,
-  publishCommand,
-  Reports,
-  type RunningAgent,
-  startAgent,
-  testLayer
-} from "./fixtures/support.ts"
+import { API, FAKE_ADDRESS, host, OTHER, World } from "./fixtures/egress-world.ts"
+import { eventually, testLayer } from "./fixtures/support.ts"
 
 const utf8 = (bytes: Uint8Array) => Buffer.from(bytes).toString("utf8")
 
-const FAKE_ADDRESS = "198.51.100.10"
-const API = "api.egress-fake.test"
-const OTHER = "other.egress-fake.test"
 const CANARY = `canary-${randomBytes(8).toString("hex")}`
 const ROTATED = `rotated-${randomBytes(8).toString("hex")}`
 const SECRET_ID = `sec_${randomBytes(8).toString("hex")}`
 const ORG = "org_00000000000000000000000000"
-
-const host = (command: string, args: ReadonlyArray<string>) =>
-  execFileSync(command, args, { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] })
-const quiet = (command: string, args: ReadonlyArray<string>) => {
-  try {
-    host(command, args)
-  } catch {
-    // Already gone.
-  }
-}
 
 /** Everything logged while the file's agent runs (the secret must never be there). */
 const logLines: Array<string> = []
 const collector = Logger.make((options) => {
   logLines.push(`${options.logLevel} ${JSON.stringify(options.message)}`)
 })
-
-class World extends Context.Service<World, {
-  readonly agent: RunningAgent
-  readonly sandboxId: string
-  readonly gateway: string
-  readonly natsPort: number
-  readonly dir: string
-}>()("test/EgressWorld") {
-  static readonly layer = Layer.effect(
-    World,
-    Effect.gen(function*() {
-      const tag = randomBytes(3).toString("hex")
-      const dir = FsSync.mkdtempSync("/tmp/svc-egress-test-")
-      // The fake public host's CA and certificate (for both names).
-      const ssl = (args: ReadonlyArray<string>) => host("openssl", [...args])
-      ssl([
-        "req",
-        "-x509",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-nodes",
-        "-keyout",
-        `${dir}/fake-ca.key`,
-        "-out",
-        `${dir}/fake-ca.pem`,
-        "-days",
-        "2",
-        "-subj",
-        "/CN=fake public CA",
-        "-addext",
-        "basicConstraints=critical,CA:TRUE"
-      ])
-      ssl(["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", `${dir}/fake.key`])
-      ssl([
-        "req",
-        "-new",
-        "-key",
-        `${dir}/fake.key`,
-        "-subj",
-        `/CN=${API}`,
-        "-addext",
-        `subjectAltName=DNS:${API},DNS:${OTHER}`,
-        "-CA",
-        `${dir}/fake-ca.pem`,
-        "-CAkey",
-        `${dir}/fake-ca.key`,
-        "-days",
-        "2",
-        "-out",
-        `${dir}/fake.pem`
-      ])
-      FsSync.writeFileSync(`${dir}/hosts`, `# the fake public host\n${FAKE_ADDRESS} ${API} ${OTHER}\n`)
-
-      // Its network namespace, joined to the host by a veth pair.
-      const ns = `sveg${tag}`
-      const outer = `vegh${tag}`
-      yield* Effect.acquireRelease(
-        Effect.sync(() => {
-          host("ip", ["netns", "add", ns])
-          host("ip", ["link", "add", outer, "type", "veth", "peer", "name", "eth0", "netns", ns])
-          host("ip", ["addr", "add", "198.51.100.1/24", "dev", outer])
-          host("ip", ["link", "set", outer, "up"])
-          host("ip", ["-n", ns, "addr", "add", `${FAKE_ADDRESS}/24`, "dev", "eth0"])
-          host("ip", ["-n", ns, "link", "set", "eth0", "up"])
-          host("ip", ["-n", ns, "link", "set", "lo", "up"])
-        }),
-        () =>
-          Effect.sync(() => {
-            quiet("ip", ["link", "del", outer])
-            quiet("ip", ["netns", "del", ns])
-          })
-      )
-      const script = fileURLToPath(new URL("./fixtures/fake-public-host.mjs", import.meta.url))
-      yield* Effect.acquireRelease(
-        Effect.callback<ReturnType<typeof spawn>>((resume) => {
-          const child = spawn("ip", [
-            "netns",
-            "exec",
-            ns,
-            process.execPath,
-            script,
-            FAKE_ADDRESS,
-            `${dir}/fake.pem`,
-            `${dir}/fake.key`
-          ], {
-            stdio: ["pipe", "pipe", "inherit"]
-          })
-          child.stdout!.on("data", (chunk: Buffer) => {
-            if (chunk.toString().includes("ready")) resume(Effect.succeed(child))
-          })
-        }),
-        (child) => Effect.sync(() => child.kill("SIGKILL"))
-      )
-
-      // The agent, on a bridge of its own with egress on.
-      const bridge = `sveb${tag}`
-      const subnet = `10.216.${randomBytes(1)[0]}.0/24`
-      const gateway = subnet.replace(/0\/24$/, "1")
-      const testHost = yield* makeHost
-      const agent = yield* startAgent(testHost, {
-        bridge,
-        subnet,
-        egress: {
-          allowedSubnets: [{ address: "198.51.100.0", prefix: 24, family: "ipv4" }],
-          hostsFile: `${dir}/hosts`,
-          upstreamCaFile: `${dir}/fake-ca.pem`,
-          tcpPort: 20_000 + Math.floor(Math.random() * 20_000),
-          dnsPort: 40_000 + Math.floor(Math.random() * 20_000)
-        }
-      })
-      yield* Effect.addFinalizer(() =>
-        Effect.sync(() => {
-          quiet("ip", ["link", "del", bridge])
-          quiet("nft", ["delete", "table", "inet", `svc_${bridge}`])
-          FsSync.rmSync(dir, { recursive: true, force: true })
-        })
-      )
-      const reports = yield* Reports
-      const sandboxId = makeSandboxId()
-      yield* publishCommand(testHost.hostId, createCommand(sandboxId, { env: { HARMLESS: "1" } }))
-      const report = yield* reports.waitFor(sandboxId, (r) => r.status !== "running" || r.agentReady === true)
-      assert.strictEqual(report.status, "running", JSON.stringify(report))
-      yield* Effect.addFinalizer(() => Effect.ignore(agent.driver.destroy(sandboxId)))
-      // The fake host's CA, for HTTPS that is tunnelled untouched (the platform's CA is in the trust store already).
-      yield* agent.driver.writeFile(sandboxId, "/root/fake-ca.pem", FsSync.readFileSync(`${dir}/fake-ca.pem`))
-      const server = yield* TestNats.TestNatsServer
-      return { agent, sandboxId, gateway, natsPort: Number(new URL(server.url).port), dir }
-    })
-  )
-}
 
 const fileLayer = World.layer.pipe(
   Layer.provideMerge(testLayer),

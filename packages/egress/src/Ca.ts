@@ -17,6 +17,8 @@ const exec = promisify(execFile)
 const OPENSSL_ENV = { PATH: "/usr/bin:/bin" }
 /** More names than this in memory and the cache starts afresh. */
 const MAX_LEAVES = 1_000
+/** A leaf is valid 30 days and signed again after 7. */
+const LEAF_REUSE_MS = 7 * 86_400_000
 
 export interface Ca {
   readonly certPem: string
@@ -67,7 +69,7 @@ export const ensureCa = async (dir: string): Promise<Ca> => {
   }
   const certPem = await Fs.readFile(certFile, "utf8")
   const leafKey = await Fs.readFile(leafKeyFile, "utf8")
-  const contexts = new Map<string, Promise<Tls.SecureContext>>()
+  const contexts = new Map<string, { readonly context: Promise<Tls.SecureContext>; readonly until: number }>()
 
   const sign = async (name: string): Promise<Tls.SecureContext> => {
     // The name went through the SNI parser (letters, digits, dots, hyphens): safe in -subj.
@@ -98,13 +100,12 @@ export const ensureCa = async (dir: string): Promise<Ca> => {
     certPem,
     contextFor: (name) => {
       const key = name.toLowerCase()
-      let context = contexts.get(key)
-      if (context === undefined) {
-        if (contexts.size >= MAX_LEAVES) contexts.clear()
-        context = sign(key)
-        context.catch(() => contexts.delete(key))
-        contexts.set(key, context)
-      }
+      const cached = contexts.get(key)
+      if (cached !== undefined && cached.until > Date.now()) return cached.context
+      if (contexts.size >= MAX_LEAVES) contexts.clear()
+      const context = sign(key)
+      context.catch(() => contexts.delete(key))
+      contexts.set(key, { context, until: Date.now() + LEAF_REUSE_MS })
       return context
     }
   }
