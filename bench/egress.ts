@@ -9,7 +9,8 @@
  *   HTTPS with injection  TLS terminated with the platform's CA, header written, TLS upstream
  *
  * Each measurement is one curl process fetching `BENCH_REQUESTS` (300) URLs in a row over one
- * kept-alive connection; latency is curl's `time_total` per request. `BENCH_RUNS` (3) rounds,
+ * kept-alive connection; latency is curl's `time_total` per request, requests per second
+ * over their sum. `BENCH_RUNS` (3) rounds,
  * sandbox and host alternating; medians.
  *
  *   node bench/egress.ts
@@ -49,18 +50,21 @@ const quantile = (values: ReadonlyArray<number>, q: number) => {
   return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!
 }
 
-/** `start_ns`, the per-request times, `end_ns` → a sample. */
+/**
+ * curl's `time_total` per request → a sample; requests per second over their sum (busybox's
+ * `date` has no sub-second clock inside, so both sides use curl's own clock).
+ */
 const sampleOf = (text: string): Sample => {
-  const lines = text.trim().split("\n")
-  const start = Number(lines[0])
-  const end = Number(lines.at(-1))
-  const times = lines.slice(1, -1).map((line) => Number(line) * 1000)
-  if (times.length !== REQUESTS) throw new Error(`expected ${REQUESTS} timings, got: ${text.slice(0, 500)}`)
-  return { perSecond: REQUESTS / ((end - start) / 1e9), p50: quantile(times, 0.5), p99: quantile(times, 0.99) }
+  const times = text.trim().split("\n").map((line) => Number(line.trim().replace(",", ".")) * 1000)
+  if (times.length !== REQUESTS || times.some((t) => !Number.isFinite(t))) {
+    throw new Error(`expected ${REQUESTS} timings, got: ${text.slice(0, 500)}`)
+  }
+  const total = times.reduce((a, b) => a + b, 0)
+  return { perSecond: REQUESTS / (total / 1000), p50: quantile(times, 0.5), p99: quantile(times, 0.99) }
 }
 
 const curlScript = (url: string, options: string) =>
-  `date +%s%N; curl -s -o /dev/null ${options} -w '%{time_total}\\n' ${Array(REQUESTS).fill(url).join(" ")}; date +%s%N`
+  `curl -s ${options} -w '%{time_total}\\n' ${Array(REQUESTS).fill(`-o /dev/null ${url}`).join(" ")}`
 
 const cases = [
   { label: "HTTP", url: `http://${OTHER}/bench`, resolve: `${OTHER}:80:${FAKE_ADDRESS}` },
