@@ -20,11 +20,15 @@
 import { Nats } from "@svc/bus/Nats"
 import { WorkerHeartbeat } from "@svc/bus/Workers"
 import { SecretBox } from "@svc/crypto/SecretBox"
+import { Egress, ensureEgressCa } from "@svc/egress/Egress"
 import type { HostLimits } from "@svc/host-protocol/Protocol"
 import { SandboxDriver } from "@svc/host/Driver"
 import { BubblewrapDriver } from "@svc/host/Driver/Bubblewrap"
 import { DriverConfig } from "@svc/host/Driver/Config"
+import { parseSubnet } from "@svc/host/Driver/Network"
 import { Effect, Layer, Schema } from "effect"
+import * as Os from "node:os"
+import * as NodePath from "node:path"
 import { CommandConsumer } from "./Commands.ts"
 import { AgentConfig, type AgentOptions, InvalidAgentConfig } from "./Config.ts"
 import { DataPlane, type DataPlaneOptions } from "./DataPlane.ts"
@@ -34,11 +38,20 @@ import { HostRegistry } from "./Registry.ts"
 import { Reporter } from "./Reporter.ts"
 import { ExitWatcher } from "./Watcher.ts"
 
-/** The driver's configuration from the agent's: its own data dir and cgroup names per host id. */
+/** Where an agent keeps its egress state (the CA, the proxy's socket, the front's build). */
+export const egressDir = (dataDir: string) => NodePath.join(dataDir, "egress")
+
+/**
+ * The driver's configuration from the agent's: its own data dir and cgroup names per host id;
+ * with egress, the gateway ports the firewall redirects to and the CA the base template trusts.
+ */
 export const DriverConfigFromAgent = Layer.effect(
   DriverConfig,
   Effect.gen(function*() {
     const config = yield* AgentConfig
+    const ca = config.egress === undefined ? undefined : yield* ensureEgressCa(egressDir(config.dataDir)).pipe(
+      Effect.mapError((e) => new InvalidAgentConfig({ message: `egress: ${e.message}` }))
+    )
     return yield* Effect.try({
       try: () =>
         DriverConfig.make({
@@ -48,6 +61,12 @@ export const DriverConfigFromAgent = Layer.effect(
           subnet: config.subnet,
           uidBase: config.uidBase,
           allowNoFirewall: config.allowNoFirewall,
+          ...(config.egress !== undefined && ca !== undefined
+            ? {
+              egress: { tcpPort: config.egress.tcpPort, dnsPort: config.egress.dnsPort },
+              trustedCaPem: ca.certPem
+            }
+            : {}),
           ...(config.cgroupRoot !== undefined ? { cgroupRoot: config.cgroupRoot } : {})
         }),
       catch: (e) => new InvalidAgentConfig({ message: `driver: ${e instanceof Error ? e.message : String(e)}` })
@@ -88,6 +107,40 @@ export const DriverFromAgent = Layer.effect(
   })
 ).pipe(Layer.provide(BubblewrapDriver.layer.pipe(Layer.provide(DriverConfigFromAgent))))
 
+/**
+ * The sandboxes' egress proxy, once the driver has made the bridge (its gateway is where the
+ * front and the resolver listen). Nothing without `egress` in the agent's settings.
+ */
+const EgressFromAgent = Layer.unwrap(
+  Effect.gen(function*() {
+    const config = yield* AgentConfig
+    const egress = config.egress
+    if (egress === undefined) return Layer.empty
+    const driverConfig = DriverConfig.make({
+      dataDir: config.dataDir,
+      hostId: config.hostId,
+      bridge: config.bridge,
+      subnet: config.subnet
+    })
+    const subnet = parseSubnet(config.subnet)
+    const hostAddresses = Object.values(Os.networkInterfaces()).flatMap((list) => list ?? []).map((entry) => ({
+      address: entry.address.replace(/%.*$/, ""),
+      prefix: entry.family === "IPv4" ? 32 : 128,
+      family: entry.family === "IPv4" ? "ipv4" as const : "ipv6" as const
+    }))
+    return Egress.layer({
+      ...egress,
+      dir: egressDir(config.dataDir),
+      gateway: subnet.gateway,
+      leaseDir: driverConfig.leaseDir,
+      platform: [
+        { address: config.subnet.split("/")[0]!, prefix: subnet.prefix, family: "ipv4" },
+        ...hostAddresses
+      ]
+    })
+  })
+)
+
 /** Everything after the configuration and the driver. */
 const services = (options: { readonly dataPlane?: DataPlaneOptions }) => {
   const core = Layer.mergeAll(Journal.layer, Reporter.layer)
@@ -100,7 +153,7 @@ const services = (options: { readonly dataPlane?: DataPlaneOptions }) => {
     })
   )
   const registered = Layer.mergeAll(HostRegistry.layer, workers).pipe(Layer.provideMerge(dataPlane))
-  return Layer.mergeAll(CommandConsumer.layer, ExitWatcher.layer).pipe(
+  return Layer.mergeAll(CommandConsumer.layer, ExitWatcher.layer, EgressFromAgent).pipe(
     Layer.provideMerge(registered),
     Layer.provideMerge(lifecycle)
   )

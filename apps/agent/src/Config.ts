@@ -27,11 +27,15 @@
  *   SVC_SANDBOX_BRIDGE / SVC_SANDBOX_SUBNET / SVC_SANDBOX_UID_BASE   the driver's machine-wide settings
  *   SVC_AGENT_ALLOW_NO_FIREWALL   1: start even when the sandbox firewall cannot be installed
  *   SVC_VERSION           reported in the host record (@svc/bus/Config)
+ *   SVC_EGRESS_*          the sandboxes' egress proxy (@svc/egress/Config): on from the environment;
+ *                         off for agents made in tests unless `egress` is given
  */
 import * as Bus from "@svc/bus/Config"
 import * as Env from "@svc/config/Env"
 import * as Crypto from "@svc/crypto/Config"
+import { SubnetSchema } from "@svc/domain/Address"
 import { HostId } from "@svc/domain/Ids"
+import * as Egress from "@svc/egress/Config"
 import { type Capacity, HOST_HEARTBEAT_MS } from "@svc/host-protocol/Protocol"
 import { DEFAULT_BRIDGE, DEFAULT_SUBNET, DEFAULT_UID_BASE, UidBase as UidBaseSchema } from "@svc/host/Driver/Config"
 import { imagesAllocatedBytes } from "@svc/host/Driver/Disk"
@@ -75,13 +79,19 @@ export interface AgentSettings {
   readonly allowNoFirewall: boolean
   /** The cgroup file system the driver uses (default `/sys/fs/cgroup`). */
   readonly cgroupRoot?: string
+  /** The sandboxes' way out through this host (@svc/egress); unset: sandboxes reach nothing outside. */
+  readonly egress?: Egress.EgressSettings
 }
 
 /**
  * What a caller may set; everything else takes its default. `capacity.cpu` is the host's cores
  * (as `SVC_HOST_CPU`): the capacity offered multiplies it by `cpuOvercommit`.
  */
-export type AgentOptions = Partial<Omit<AgentSettings, "capacity">> & { readonly capacity?: Partial<Capacity> }
+export type AgentOptions = Partial<Omit<AgentSettings, "capacity" | "egress">> & {
+  readonly capacity?: Partial<Capacity>
+  /** Egress on, with these settings over the defaults. */
+  readonly egress?: Partial<Egress.EgressSettings>
+}
 
 export class InvalidAgentConfig extends Schema.TaggedError<InvalidAgentConfig>()("InvalidAgentConfig", {
   message: Schema.String
@@ -153,7 +163,15 @@ const SettingsSchema = Schema.Struct({
   subnet: Schema.String,
   uidBase: UidBaseSchema,
   allowNoFirewall: Schema.Boolean,
-  cgroupRoot: Schema.optionalKey(Schema.String.check(Schema.isPattern(/^\/[^\0]*$/, { message: "absolute path" })))
+  cgroupRoot: Schema.optionalKey(Schema.String.check(Schema.isPattern(/^\/[^\0]*$/, { message: "absolute path" }))),
+  egress: Schema.optionalKey(Schema.Struct({
+    defaultAction: Schema.Literals(["allow", "deny"]),
+    allowedSubnets: Schema.Array(SubnetSchema),
+    hostsFile: Schema.String,
+    upstreamCaFile: Schema.String,
+    tcpPort: Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 65_535 })),
+    dnsPort: Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 65_535 }))
+  }))
 })
 
 export const DEFAULT_REGION = "local"
@@ -243,6 +261,7 @@ export const AllowNoFirewall = Env.flag("SVC_AGENT_ALLOW_NO_FIREWALL")
 export const settings: ReadonlyArray<Env.AnySetting> = [
   ...Bus.settings,
   ...Crypto.settings,
+  ...Egress.settings,
   HostIdSetting,
   Region,
   Datacenter,
@@ -302,7 +321,19 @@ export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("
       subnet: options.subnet ?? DEFAULT_SUBNET,
       uidBase: options.uidBase ?? DEFAULT_UID_BASE,
       allowNoFirewall: options.allowNoFirewall ?? false,
-      ...(options.cgroupRoot !== undefined ? { cgroupRoot: options.cgroupRoot } : {})
+      ...(options.cgroupRoot !== undefined ? { cgroupRoot: options.cgroupRoot } : {}),
+      ...(options.egress !== undefined
+        ? {
+          egress: {
+            defaultAction: options.egress.defaultAction ?? "allow",
+            allowedSubnets: options.egress.allowedSubnets ?? [],
+            hostsFile: options.egress.hostsFile ?? "",
+            upstreamCaFile: options.egress.upstreamCaFile ?? "",
+            tcpPort: options.egress.tcpPort ?? Egress.DEFAULT_EGRESS_PORT,
+            dnsPort: options.egress.dnsPort ?? Egress.DEFAULT_EGRESS_DNS_PORT
+          }
+        }
+        : {})
     }
     return Schema.decodeUnknownEffect(SettingsSchema)(settings).pipe(
       Effect.mapError((e) => new InvalidAgentConfig({ message: e.message }))
@@ -337,7 +368,8 @@ export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("
         bridge: Bridge,
         subnet: Subnet,
         uidBase: UidBase,
-        allowNoFirewall: AllowNoFirewall
+        allowNoFirewall: AllowNoFirewall,
+        egress: Egress.EgressConfig
       }).pipe(Effect.mapError((e) => new InvalidAgentConfig({ message: String(e) })))
       const hostId = Option.getOrElse(env.hostId, () => hostIdFromHostname(Os.hostname()))
       const given = <K extends string, V>(key: K, value: Option.Option<V>) =>
@@ -364,6 +396,7 @@ export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("
         subnet: env.subnet,
         uidBase: env.uidBase,
         allowNoFirewall: env.allowNoFirewall,
+        egress: env.egress,
         capacity: { ...given("cpu", env.cpu), ...given("ramMb", env.ramMb), ...given("diskGb", env.diskGb) }
       })
     })

@@ -70,7 +70,13 @@ describe("AgentConfig", () => {
         SVC_AGENT_ALLOW_NO_FIREWALL: "1",
         SVC_HOST_CPU_OVERCOMMIT: "1.5",
         SVC_AGENT_ALLOW_UNLIMITED: "1",
-        SVC_AGENT_MAX_TRANSFERS: "12"
+        SVC_AGENT_MAX_TRANSFERS: "12",
+        SVC_EGRESS_DEFAULT: "deny",
+        SVC_EGRESS_ALLOWED_SUBNETS: "198.51.100.0/24, 2001:db8::/32",
+        SVC_EGRESS_HOSTS_FILE: "/etc/svc/egress-hosts",
+        SVC_EGRESS_UPSTREAM_CA_FILE: "/etc/svc/upstream-ca.pem",
+        SVC_EGRESS_PORT: "16001",
+        SVC_EGRESS_DNS_PORT: "16053"
       })
       assert.deepStrictEqual(
         { ...config },
@@ -92,6 +98,17 @@ describe("AgentConfig", () => {
           poolSize: 3,
           allowNoFirewall: true,
           maxTransfers: 12,
+          egress: {
+            defaultAction: "deny",
+            allowedSubnets: [
+              { address: "198.51.100.0", prefix: 24, family: "ipv4" },
+              { address: "2001:db8::", prefix: 32, family: "ipv6" }
+            ],
+            hostsFile: "/etc/svc/egress-hosts",
+            upstreamCaFile: "/etc/svc/upstream-ca.pem",
+            tcpPort: 16001,
+            dnsPort: 16053
+          },
           bridge: "svcbr0",
           subnet: "10.213.0.0/16",
           uidBase: 0x7fff0000

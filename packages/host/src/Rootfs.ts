@@ -1,16 +1,21 @@
 /**
- * The built-in `base` template: a root file system assembled from the host's static busybox.
+ * The built-in `base` template: a root file system assembled from the host's static busybox,
+ * plus the host's `curl` with its shared libraries and CA bundle (busybox `wget` from Debian's
+ * busybox-static crashes there; a real HTTP/HTTPS client is what users and tests reach for),
+ * and the egress proxy's CA in that bundle when the driver is given one.
  * Built into a temporary folder and renamed into place, so a reader sees either nothing or a
  * complete tree, and two agents building at once cannot corrupt it.
  */
 import { execFileSync } from "node:child_process"
+import { createHash } from "node:crypto"
+import * as FsSync from "node:fs"
 import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
 
 export const BASE_TEMPLATE = "base"
 
 /** Bumped when the layout below changes: an older tree is then rebuilt beside it. */
-const BASE_VERSION = "2"
+const BASE_VERSION = "3"
 
 const files: ReadonlyArray<readonly [string, string, number]> = [
   ["etc/passwd", "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n", 0o644],
@@ -18,7 +23,6 @@ const files: ReadonlyArray<readonly [string, string, number]> = [
   ["etc/shadow", "root:*:19000:0:99999:7:::\nnobody:*:19000:0:99999:7:::\n", 0o640],
   ["etc/hosts", "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n", 0o644],
   ["etc/nsswitch.conf", "passwd: files\ngroup: files\nhosts: files dns\n", 0o644],
-  ["etc/resolv.conf", "", 0o644],
   [
     "etc/profile",
     "export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\nexport PS1='\\h:\\w\\$ '\n",
@@ -49,8 +53,46 @@ const dirs: ReadonlyArray<readonly [string, number]> = [
   ["dev", 0o755],
   ["mnt", 0o755],
   ["opt", 0o755],
-  ["srv", 0o755]
+  ["srv", 0o755],
+  ["etc/ssl", 0o755],
+  ["etc/ssl/certs", 0o755]
 ]
+
+/** What the template holds beyond busybox; part of its version, so a change rebuilds it. */
+export interface BaseTemplateOptions {
+  /** Appended to the CA bundle (the egress proxy's CA). */
+  readonly trustedCaPem?: string
+  /** `/etc/resolv.conf`'s nameserver (the gateway, where the sandboxes' resolver answers). */
+  readonly nameserver?: string
+  /** The HTTP client copied in with its libraries; default the host's `/usr/bin/curl` when present. */
+  readonly curl?: string
+}
+
+const HOST_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+
+/** The shared libraries a dynamic binary loads, loader included (`ldd`). */
+const sharedLibraries = (binary: string): ReadonlyArray<string> =>
+  execFileSync("ldd", [binary], { encoding: "utf8", env: { PATH: "/usr/bin:/bin" } })
+    .split("\n")
+    .map((line) => /(?:=>\s*)?(\/\S+)\s+\(0x/.exec(line)?.[1])
+    .filter((path): path is string => path !== undefined)
+
+const fileStamp = (path: string) => {
+  const st = FsSync.statSync(path, { throwIfNoEntry: false })
+  return st === undefined ? "absent" : `${st.size}:${Math.floor(st.mtimeMs)}`
+}
+
+/** The version a tree built with these options carries. */
+const versionOf = (options: BaseTemplateOptions, curl: string | undefined): string =>
+  BASE_VERSION + ":" + createHash("sha256")
+    .update(JSON.stringify([
+      options.trustedCaPem ?? "",
+      options.nameserver ?? "",
+      curl ?? "",
+      curl === undefined ? "" : fileStamp(curl),
+      fileStamp(HOST_CA_BUNDLE)
+    ]))
+    .digest("hex").slice(0, 16)
 
 /** The applets the host's busybox offers (`busybox --list`). */
 const applets = (busybox: string): ReadonlyArray<string> =>
@@ -82,13 +124,21 @@ export const shiftOwnership = async (dir: string, uidBase: number): Promise<void
  * on the host does. Idempotent and safe against concurrent builders (the loser's rename fails
  * and it cleans up).
  */
-export const ensureBaseTemplate = async (templatesDir: string, busybox: string, uidBase: number): Promise<string> => {
+export const ensureBaseTemplate = async (
+  templatesDir: string,
+  busybox: string,
+  uidBase: number,
+  options: BaseTemplateOptions = {}
+): Promise<string> => {
+  const curlPath = options.curl ?? "/usr/bin/curl"
+  const curl = FsSync.existsSync(curlPath) ? curlPath : undefined
+  const version = versionOf(options, curl)
   const target = NodePath.join(templatesDir, `${BASE_TEMPLATE}`)
   const marker = NodePath.join(target, "etc", "svc-template")
   const versionFile = NodePath.join(templatesDir, `.${BASE_TEMPLATE}.version`)
   const current = await Fs.readFile(versionFile, "utf8").catch(() => "")
   const owner = await Fs.lstat(target).then((st) => st.uid, () => -1)
-  if (current.trim() === BASE_VERSION && owner === uidBase && (await exists(marker))) return target
+  if (current.trim() === version && owner === uidBase && (await exists(marker))) return target
 
   await Fs.mkdir(templatesDir, { recursive: true })
   const temp = await Fs.mkdtemp(NodePath.join(templatesDir, `.${BASE_TEMPLATE}.build-`))
@@ -109,6 +159,22 @@ export const ensureBaseTemplate = async (templatesDir: string, busybox: string, 
       await Fs.writeFile(NodePath.join(temp, file), content, { mode })
       await Fs.chmod(NodePath.join(temp, file), mode)
     }
+    const resolv = options.nameserver === undefined ? "" : `nameserver ${options.nameserver}\n`
+    await Fs.writeFile(NodePath.join(temp, "etc/resolv.conf"), resolv, { mode: 0o644 })
+    if (curl !== undefined) {
+      await Fs.copyFile(curl, NodePath.join(temp, "usr/bin/curl"))
+      await Fs.chmod(NodePath.join(temp, "usr/bin/curl"), 0o755)
+      // Each library at the path the loader looks for it (the host's layout: /lib64, /lib/<triplet>).
+      for (const lib of sharedLibraries(curl)) {
+        const into = NodePath.join(temp, lib)
+        await Fs.mkdir(NodePath.dirname(into), { recursive: true })
+        await Fs.copyFile(lib, into, FsSync.constants.COPYFILE_FICLONE)
+        await Fs.chmod(into, 0o755)
+      }
+    }
+    const hostBundle = await Fs.readFile(HOST_CA_BUNDLE, "utf8").catch(() => "")
+    const bundle = hostBundle + (options.trustedCaPem === undefined ? "" : `\n${options.trustedCaPem.trim()}\n`)
+    await Fs.writeFile(NodePath.join(temp, "etc/ssl/certs/ca-certificates.crt"), bundle, { mode: 0o644 })
     await Fs.chmod(temp, 0o755)
     await shiftOwnership(temp, uidBase)
     if (await exists(target)) {
@@ -123,7 +189,7 @@ export const ensureBaseTemplate = async (templatesDir: string, busybox: string, 
       // Another builder won the race: its tree is as good as ours.
       if (!(await exists(marker)) || (await Fs.lstat(target)).uid !== uidBase) throw e
     }
-    await Fs.writeFile(versionFile, BASE_VERSION + "\n")
+    await Fs.writeFile(versionFile, version + "\n")
     return target
   } finally {
     await Fs.rm(temp, { recursive: true, force: true }).catch(() => undefined)

@@ -46,6 +46,18 @@ export class DriverConfig extends Context.Service<DriverConfig, {
   readonly allowNoFirewall: boolean
   /** Blank 1 GiB disk images kept formatted ahead of creates (`Disk.ts`); 0 formats at each create. */
   readonly diskStock: number
+  /**
+   * Egress through the host (@svc/egress): the firewall redirects the sandboxes' TCP and DNS to
+   * these gateway ports and each sandbox gets a default route to the gateway. Machine-wide, like
+   * the bridge. Unset: a sandbox reaches nothing beyond itself.
+   */
+  readonly egress?: { readonly tcpPort: number; readonly dnsPort: number }
+  /**
+   * A CA certificate (PEM) added to the `base` template's trust store
+   * (`/etc/ssl/certs/ca-certificates.crt`): the egress proxy's own CA, so that clients inside
+   * trust the certificates it presents where it writes a secret into HTTPS requests.
+   */
+  readonly trustedCaPem?: string
 }>()("@svc/host/Driver/DriverConfig") {
   static readonly make = (options: DriverOptions): DriverConfig["Service"] => {
     const bridge = options.bridge ?? DEFAULT_BRIDGE
@@ -61,7 +73,9 @@ export class DriverConfig extends Context.Service<DriverConfig, {
       busybox: options.busybox ?? "/bin/busybox",
       uidBase: options.uidBase ?? DEFAULT_UID_BASE,
       allowNoFirewall: options.allowNoFirewall ?? false,
-      diskStock: options.diskStock ?? 4
+      diskStock: options.diskStock ?? 4,
+      ...(options.egress !== undefined ? { egress: options.egress } : {}),
+      ...(options.trustedCaPem !== undefined ? { trustedCaPem: options.trustedCaPem } : {})
     }
     return Schema.decodeSync(ConfigSchema)(config)
   }
@@ -74,6 +88,7 @@ export class DriverConfig extends Context.Service<DriverConfig, {
 const Name = Schema.String.check(
   Schema.isPattern(/^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$/, { message: "name: 1 to 32 of [A-Za-z0-9_-]" })
 )
+const Port = Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 65_535 }))
 const AbsolutePath = Schema.String.check(Schema.isPattern(/^\/[^\0]*$/, { message: "absolute path" }))
 
 /** Above the system and login ranges and the usual /etc/subuid blocks, below 2^31. */
@@ -98,7 +113,11 @@ const ConfigSchema = Schema.Struct({
   busybox: AbsolutePath,
   uidBase: UidBase,
   allowNoFirewall: Schema.Boolean,
-  diskStock: Schema.Int.check(Schema.isBetween({ minimum: 0, maximum: 64 }))
+  diskStock: Schema.Int.check(Schema.isBetween({ minimum: 0, maximum: 64 })),
+  egress: Schema.optionalKey(Schema.Struct({ tcpPort: Port, dnsPort: Port })),
+  trustedCaPem: Schema.optionalKey(
+    Schema.String.check(Schema.isPattern(/^-----BEGIN CERTIFICATE-----/, { message: "a PEM certificate" }))
+  )
 })
 
 /** 0x7FFF0000: far from login users (1000+), subuid blocks (100000 + 65536·n) and systemd-nspawn's ranges. */

@@ -12,11 +12,14 @@
  * sandboxes outlive their agent, and so do their rules (a reboot clears both; the next agent
  * start installs the rules again).
  *
- * Opening the network later (the egress issue) is a change of the settings, never an `nft
- * insert` on a live table (the next agent start would replace it): `hostTcpPorts` renders an
- * accept rule for new connections to the gateway address on those ports (an egress proxy on
- * the host), in front of the final drop. Forwarding stays closed, and the blocked ranges stay in
- * front of any forward accept rule a later change adds.
+ * Egress (`settings.egress`): every TCP connection a sandbox opens, to any address and port, is
+ * redirected (nat prerouting) to the egress front on the gateway (`tcpPort`), and every UDP
+ * datagram to port 53 to the sandboxes' DNS resolver (`dnsPort`); only those two are accepted
+ * at the gateway, everything else from the bridge (other UDP, ICMP, IPv6) is dropped as before.
+ * The front learns the original destination from conntrack (SO_ORIGINAL_DST). Forwarding stays
+ * closed: nothing of a sandbox leaves the host but what the egress proxy sends on its behalf.
+ * The ports are machine-wide (every agent on the bridge renders the same table); one agent's
+ * front serves the whole bridge (@svc/egress).
  */
 import { Effect, Schedule } from "effect"
 import { DriverFailure } from "../Driver.ts"
@@ -32,6 +35,14 @@ export interface FirewallSettings {
    * host). Empty until the egress issue: a sandbox reaches nothing of the host.
    */
   readonly hostTcpPorts?: ReadonlyArray<number>
+  /** Redirect the sandboxes' TCP and DNS to the egress front and resolver on the gateway. */
+  readonly egress?: EgressPorts
+}
+
+/** The gateway ports of the egress front (all TCP) and of the sandboxes' DNS resolver (UDP 53). */
+export interface EgressPorts {
+  readonly tcpPort: number
+  readonly dnsPort: number
 }
 
 /** Ranges a sandbox never reaches, even once egress opens (non-overlapping: nft refuses overlaps). */
@@ -71,12 +82,23 @@ const cidr = (subnet: SandboxSubnet) => `${intToIp(subnet.base)}/${subnet.prefix
 export const renderRuleset = (settings: FirewallSettings): string => {
   const table = `inet ${tableName(settings.bridge)}`
   const bridge = JSON.stringify(settings.bridge)
-  const ports = [...new Set(settings.hostTcpPorts ?? [])].sort((a, b) => a - b)
-  const allowHost = ports.length === 0
-    ? [`    # The egress issue adds its proxy here (hostTcpPorts): tcp to the gateway, ct state new, accept.`]
-    : [
-      `    ip daddr ${settings.subnet.gateway} tcp dport { ${ports.join(", ")} } ct state new accept`
-    ]
+  const egress = settings.egress
+  const ports = [...new Set([...(settings.hostTcpPorts ?? []), ...(egress !== undefined ? [egress.tcpPort] : [])])]
+    .sort((a, b) => a - b)
+  const gateway = settings.subnet.gateway
+  const allowHost = [
+    ...(ports.length === 0 ? [] : [`    ip daddr ${gateway} tcp dport { ${ports.join(", ")} } ct state new accept`]),
+    ...(egress === undefined ? [] : [`    ip daddr ${gateway} udp dport ${egress.dnsPort} accept`])
+  ]
+  // Only new connections are redirected (nat sees a connection's first packet); the host's own
+  // connections into a sandbox and their replies are untouched.
+  const redirect = egress === undefined ? [] : [
+    `  chain egress_redirect {`,
+    `    type nat hook prerouting priority dstnat; policy accept;`,
+    `    iifname ${bridge} ip saddr ${cidr(settings.subnet)} meta l4proto tcp redirect to :${egress.tcpPort}`,
+    `    iifname ${bridge} ip saddr ${cidr(settings.subnet)} udp dport 53 redirect to :${egress.dnsPort}`,
+    `  }`
+  ]
   return [
     `table ${table}`,
     `delete table ${table}`,
@@ -95,6 +117,7 @@ export const renderRuleset = (settings: FirewallSettings): string => {
     `    type filter hook input priority filter; policy accept;`,
     `    iifname ${bridge} jump sandbox_to_host`,
     `  }`,
+    ...redirect,
     `  chain sandbox_to_host {`,
     // Replies of the host's own connections into a sandbox (exposed ports at internalIp:port).
     `    ip saddr ${cidr(settings.subnet)} ct state established,related accept`,
@@ -111,7 +134,7 @@ export const renderRuleset = (settings: FirewallSettings): string => {
     `  chain sandbox_forward {`,
     `    ip daddr @blocked_v4 counter drop`,
     `    ip6 daddr @blocked_v6 counter drop`,
-    // Until the egress issue opens the internet through the platform, nothing leaves the bridge.
+    // The internet is reached only through the egress proxy on the host: nothing is forwarded.
     `    counter drop`,
     `  }`,
     `}`

@@ -216,7 +216,11 @@ export const makeDriverHost = (
         await Fs.rename(temp, target)
       }
     })
-    const baseDir = yield* tryHost("init", () => ensureBaseTemplate(templatesDir, config.busybox, config.uidBase))
+    const baseDir = yield* tryHost("init", () =>
+      ensureBaseTemplate(templatesDir, config.busybox, config.uidBase, {
+        ...(config.trustedCaPem !== undefined ? { trustedCaPem: config.trustedCaPem } : {}),
+        ...(config.egress !== undefined ? { nameserver: subnet.gateway } : {})
+      }))
     const disk = yield* Disk.probe(config.dataDir, bin, HOST_ENV, config.uidBase)
     const diskStock = yield* Disk.makeStock(disk, config.dataDir, config.diskStock, bin.sh, HOST_ENV)
 
@@ -245,7 +249,7 @@ export const makeDriverHost = (
     // Before any sandbox of this agent starts: none reaches the host, another sandbox or beyond.
     yield* installFirewall({
       nft: findBinary("nft"),
-      settings: { bridge: config.bridge, subnet },
+      settings: { bridge: config.bridge, subnet, ...(config.egress !== undefined ? { egress: config.egress } : {}) },
       allowNoFirewall: config.allowNoFirewall
     })
 

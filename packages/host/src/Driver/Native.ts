@@ -20,19 +20,26 @@ const NATIVE_DIR = fileURLToPath(new URL("../../native/", import.meta.url))
 const findCompiler = (): string | undefined =>
   ["/usr/bin/cc", "/usr/bin/gcc", "/usr/local/bin/cc"].find((path) => FsSync.existsSync(path))
 
-/** Builds `native/<name>.c` under `dir` (made root-only) unless its binary is there; its path. */
-export const build = async (dir: string, name: NativeStep): Promise<string> => {
-  const source = NodePath.join(NATIVE_DIR, `${name}.c`)
-  const headers = (await Fs.readdir(NATIVE_DIR)).filter((file) => file.endsWith(".h")).sort()
+/**
+ * Builds `native/<name>.c` under `dir` (made root-only) unless its binary is there; its path.
+ * `sourceDir` lets another host package build its own helper the same way (@svc/egress's front).
+ */
+export const build = async (
+  dir: string,
+  name: NativeStep | string,
+  sourceDir: string = NATIVE_DIR
+): Promise<string> => {
+  const source = NodePath.join(sourceDir, `${name}.c`)
+  const headers = (await Fs.readdir(sourceDir)).filter((file) => file.endsWith(".h")).sort()
   const hash = createHash("sha256").update(await Fs.readFile(source))
-  for (const header of headers) hash.update(header).update(await Fs.readFile(NodePath.join(NATIVE_DIR, header)))
+  for (const header of headers) hash.update(header).update(await Fs.readFile(NodePath.join(sourceDir, header)))
   const binary = NodePath.join(dir, `${name}-${hash.digest("hex").slice(0, 12)}`)
   if (FsSync.existsSync(binary)) return binary
   const cc = findCompiler()
   if (cc === undefined) throw new Error(`a C compiler (cc) is needed to build ${name}: install gcc and libc6-dev`)
   await Fs.mkdir(dir, { recursive: true, mode: 0o700 })
   const temp = `${binary}.tmp-${process.pid}`
-  await promisify(execFile)(cc, ["-O2", "-Wall", "-o", temp, source], { env: { PATH: "/usr/bin:/bin" } })
+  await promisify(execFile)(cc, ["-O2", "-Wall", "-pthread", "-o", temp, source], { env: { PATH: "/usr/bin:/bin" } })
   await Fs.chmod(temp, 0o700)
   await Fs.rename(temp, binary)
   return binary

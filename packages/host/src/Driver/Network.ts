@@ -193,15 +193,18 @@ export const hostScript = (bridge: string, ip: string, pid: number): string => {
 }
 
 /**
- * The `ip -batch` script run inside the sandbox's net namespace. No default route on purpose.
- * No IPv6 on eth0 either: without a generated address (set before the link comes up) the
- * sandbox has no IPv6 source on the bridge, so the host's link-local addresses are out of
- * reach even before the firewall (which drops them too).
+ * The `ip -batch` script run inside the sandbox's net namespace. A default route to the gateway
+ * only with egress (`defaultRoute`): the firewall then redirects every TCP connection and DNS
+ * query to the host's egress proxy, and drops the rest; without egress there is no route out.
+ * No IPv6 on eth0: without a generated address (set before the link comes up) the sandbox has
+ * no IPv6 source on the bridge, so the host's link-local addresses are out of reach even before
+ * the firewall (which drops them too).
  */
-export const sandboxScript = (ip: string, subnet: SandboxSubnet): string =>
+export const sandboxScript = (ip: string, subnet: SandboxSubnet, defaultRoute = false): string =>
   [
     `link set eth0 addrgenmode none`,
     `addr add ${ip}/${subnet.prefix} dev eth0`,
     `link set eth0 up`,
-    `link set lo up`
+    `link set lo up`,
+    ...(defaultRoute ? [`route add default via ${subnet.gateway} dev eth0`] : [])
   ].join("\n") + "\n"

@@ -284,7 +284,7 @@ export const makeRuns = (host: DriverHost): Runs => {
         bin.nsenter,
         String(pid),
         Network.hostScript(config.bridge, internalIp, pid),
-        Network.sandboxScript(internalIp, subnet)
+        Network.sandboxScript(internalIp, subnet, config.egress !== undefined)
       ], { env: HOST_ENV })
     })
 

@@ -4,12 +4,12 @@
  * resolves its host and checks EVERY address; `connectTarget` hands the attempt the checked
  * addresses so the connection cannot go anywhere else (DNS rebinding between check and connect).
  */
+import { allowedRules, classifyAddress, type Subnet } from "@svc/domain/Address"
 import { MAX_WEBHOOK_URL_LENGTH } from "@svc/domain/Webhook"
 import { Clock, Context, Duration, Effect, Layer, Result, Schema } from "effect"
 import * as dns from "node:dns"
 import * as net from "node:net"
 import { AllowedSubnets } from "../Config.ts"
-import type { IpFamily, Subnet } from "./Subnets.ts"
 
 // ---------------------------------------------------------------------------------------------
 // Errors
@@ -43,128 +43,8 @@ export class WebhookResolveError extends Schema.TaggedError<WebhookResolveError>
   message: Schema.String
 }) {}
 
-// ---------------------------------------------------------------------------------------------
-// Address classification (pure)
-// ---------------------------------------------------------------------------------------------
-
-/** Named ranges that are not public. Order matters only for the label reported. */
-const NON_PUBLIC_V4: ReadonlyArray<readonly [label: string, cidr: string]> = [
-  ["unspecified", "0.0.0.0/8"],
-  ["private", "10.0.0.0/8"],
-  ["shared address space (CGNAT)", "100.64.0.0/10"],
-  ["loopback", "127.0.0.0/8"],
-  ["link-local", "169.254.0.0/16"],
-  ["private", "172.16.0.0/12"],
-  ["IETF protocol assignments", "192.0.0.0/24"],
-  ["documentation", "192.0.2.0/24"],
-  ["6to4 relay anycast", "192.88.99.0/24"],
-  ["private", "192.168.0.0/16"],
-  ["benchmarking", "198.18.0.0/15"],
-  ["documentation", "198.51.100.0/24"],
-  ["documentation", "203.0.113.0/24"],
-  ["multicast", "224.0.0.0/4"],
-  ["broadcast", "255.255.255.255/32"],
-  ["reserved", "240.0.0.0/4"]
-]
-
-const NON_PUBLIC_V6: ReadonlyArray<readonly [label: string, cidr: string]> = [
-  ["unspecified", "::/128"],
-  ["loopback", "::1/128"],
-  // Checked apart from the v4 ranges on purpose: a mapped address would reach the embedded v4
-  // one, and refusing the whole range is simpler than re-checking it.
-  ["IPv4-mapped", "::ffff:0:0/96"],
-  ["IPv4-compatible", "::/96"],
-  ["IPv4/IPv6 translation (NAT64)", "64:ff9b::/96"],
-  ["IPv4/IPv6 translation (NAT64)", "64:ff9b:1::/48"],
-  ["discard-only", "100::/64"],
-  ["Teredo", "2001::/32"],
-  ["benchmarking", "2001:2::/48"],
-  ["ORCHID", "2001:10::/28"],
-  ["ORCHIDv2", "2001:20::/28"],
-  ["IETF protocol assignments", "2001::/23"],
-  ["documentation", "2001:db8::/32"],
-  ["6to4", "2002::/16"],
-  ["documentation", "3fff::/20"],
-  ["unique local", "fc00::/7"],
-  ["site-local", "fec0::/10"],
-  ["link-local", "fe80::/10"],
-  ["multicast", "ff00::/8"]
-]
-
-/**
- * One BlockList per family: Node's BlockList matches IPv4 addresses against IPv4-mapped IPv6
- * rules and the other way round (measured on Node 24: `::ffff:0:0/96` matches `1.1.1.1`), which
- * would make every IPv4 address look "IPv4-mapped". Each address is only checked against rules of
- * its own family.
- */
-interface FamilyRules {
-  readonly v4: net.BlockList
-  readonly v6: net.BlockList
-}
-
-const emptyRules = (): FamilyRules => ({ v4: new net.BlockList(), v6: new net.BlockList() })
-
-const addSubnet = (rules: FamilyRules, subnet: Subnet) =>
-  subnet.family === "ipv4"
-    ? rules.v4.addSubnet(subnet.address, subnet.prefix, "ipv4")
-    : rules.v6.addSubnet(subnet.address, subnet.prefix, "ipv6")
-
-const splitCidr = (cidr: string): Subnet => {
-  const [address, prefix] = cidr.split("/") as [string, string]
-  return { address, prefix: Number(prefix), family: net.isIPv6(address) ? "ipv6" : "ipv4" }
-}
-
-const labelled = (ranges: ReadonlyArray<readonly [string, string]>, family: IpFamily) =>
-  ranges.map(([label, cidr]) => {
-    const list = new net.BlockList()
-    const subnet = splitCidr(cidr)
-    list.addSubnet(subnet.address, subnet.prefix, family)
-    return { label, list }
-  })
-
-const NON_PUBLIC_V4_LISTS = labelled(NON_PUBLIC_V4, "ipv4")
-const NON_PUBLIC_V6_LISTS = labelled(NON_PUBLIC_V6, "ipv6")
-
-/** IPv6 global unicast is 2000::/3; everything outside it is not a public destination. */
-const GLOBAL_UNICAST_V6 = (() => {
-  const list = new net.BlockList()
-  list.addSubnet("2000::", 3, "ipv6")
-  return list
-})()
-
-export type AddressClass =
-  | { readonly _tag: "Public" }
-  | { readonly _tag: "Allowed" }
-  | { readonly _tag: "NonPublic"; readonly range: string }
-
-/**
- * Classifies one IP address (no brackets). Operator-allowed subnets win over the non-public
- * ranges; anything that is not a plain IP address (zone ids such as `fe80::1%eth0`, garbage) is
- * non-public.
- */
-export const classifyAddress = (address: string, allowed: FamilyRules = emptyRules()): AddressClass => {
-  const kind = address.includes("%") ? 0 : net.isIP(address)
-  if (kind === 4) {
-    if (allowed.v4.check(address, "ipv4")) return { _tag: "Allowed" }
-    const hit = NON_PUBLIC_V4_LISTS.find(({ list }) => list.check(address, "ipv4"))
-    return hit === undefined ? { _tag: "Public" } : { _tag: "NonPublic", range: hit.label }
-  }
-  if (kind === 6) {
-    if (allowed.v6.check(address, "ipv6")) return { _tag: "Allowed" }
-    const hit = NON_PUBLIC_V6_LISTS.find(({ list }) => list.check(address, "ipv6"))
-    if (hit !== undefined) return { _tag: "NonPublic", range: hit.label }
-    return GLOBAL_UNICAST_V6.check(address, "ipv6")
-      ? { _tag: "Public" }
-      : { _tag: "NonPublic", range: "not global unicast" }
-  }
-  return { _tag: "NonPublic", range: "not an IP address" }
-}
-
-const rulesOf = (subnets: ReadonlyArray<Subnet>): FamilyRules => {
-  const rules = emptyRules()
-  for (const subnet of subnets) addSubnet(rules, subnet)
-  return rules
-}
+/** The classification is shared with the hosts' egress proxies (@svc/domain/Address). */
+export { type AddressClass, classifyAddress } from "@svc/domain/Address"
 
 // ---------------------------------------------------------------------------------------------
 // URL parsing (pure)
@@ -306,7 +186,7 @@ export class WebhookAddressGuard extends Context.Service<WebhookAddressGuard, {
 }>()("@svc/webhooks/AddressGuard/WebhookAddressGuard") {
   static readonly make = Effect.fnUntraced(function*(options: WebhookAddressGuardOptions) {
     const resolver = yield* WebhookResolver
-    const allowed = rulesOf(options.allowedSubnets)
+    const allowed = allowedRules(options.allowedSubnets)
 
     const resolveChecked = Effect.fnUntraced(function*(parsed: ParsedWebhookUrl) {
       const resolved: ReadonlyArray<ResolvedAddress> = parsed.literal !== null

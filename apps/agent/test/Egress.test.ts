@@ -1,0 +1,254 @@
+/**
+ * Egress through the host (@svc/egress) from real sandboxes, with curl inside: a fake public
+ * host in a network namespace of this test (HTTP, HTTPS and a UDP port on 198.51.100.10, a
+ * documentation range allowed by SVC_EGRESS_ALLOWED_SUBNETS, its names in the hosts file, its CA
+ * in the upstream CA file), policies and secrets written into the real `egress` KV bucket as the
+ * control plane writes them.
+ */
+import { assert, layer } from "@effect/vitest"
+import { ensureBucket } from "@svc/bus/Topology"
+import {
+  EGRESS_BUCKET_SPEC,
+  type EgressSecret,
+  type SandboxEgress,
+  sandboxEgressKey,
+  secretEgressKey,
+  secretValueAad
+} from "@svc/host-protocol/Egress"
+import { testSecretBox } from "@svc/testing/TestSecrets"
+import { Effect, Layer, Logger } from "effect"
+import { randomBytes } from "node:crypto"
+import * as Os from "node:os"
+import { API, FAKE_ADDRESS, host, OTHER, World } from "./fixtures/egress-world.ts"
+import { eventually, testLayer } from "./fixtures/support.ts"
+
+const utf8 = (bytes: Uint8Array) => Buffer.from(bytes).toString("utf8")
+
+const CANARY = `canary-${randomBytes(8).toString("hex")}`
+const ROTATED = `rotated-${randomBytes(8).toString("hex")}`
+const SECRET_ID = `sec_${randomBytes(8).toString("hex")}`
+const ORG = "org_00000000000000000000000000"
+
+/** Everything logged while the file's agent runs (the secret must never be there). */
+const logLines: Array<string> = []
+const collector = Logger.make((options) => {
+  logLines.push(`${options.logLevel} ${JSON.stringify(options.message)}`)
+})
+
+const fileLayer = World.layer.pipe(
+  Layer.provideMerge(testLayer),
+  Layer.provide(Logger.layer([collector], { mergeWithExisting: true }))
+)
+
+/** A shell command inside the sandbox. */
+const inside = (script: string) =>
+  Effect.gen(function*() {
+    const { agent, sandboxId } = yield* World
+    return yield* agent.driver.exec(sandboxId, { cmd: ["sh", "-c", script], timeoutMs: 30_000 })
+  })
+
+interface Echo {
+  readonly path: string
+  readonly rawHeaders: ReadonlyArray<string>
+  readonly udpCount: number
+  readonly tls: boolean
+}
+
+/** curl inside; the fake host's echo, or the failure. */
+const curl = (url: string, extra = "") =>
+  Effect.map(
+    inside(`curl -sS --max-time 10 --cacert /root/fake-ca.pem ${extra} ${url}; echo " exit=$?"`),
+    (result) => {
+      const text = utf8(result.stdout).trim()
+      const exit = Number(/(?:^|\s)exit=(\d+)$/.exec(text)?.[1] ?? -1)
+      const body = text.replace(/\s?exit=\d+$/, "")
+      let echo: Echo | undefined
+      try {
+        echo = JSON.parse(body) as Echo
+      } catch {
+        echo = undefined
+      }
+      return { exit, body, echo, stderr: utf8(result.stderr) }
+    }
+  )
+
+const headerValues = (echo: Echo | undefined, name: string) => {
+  const values: Array<string> = []
+  const raw = echo?.rawHeaders ?? []
+  for (let i = 0; i + 1 < raw.length; i += 2) if (raw[i]!.toLowerCase() === name) values.push(raw[i + 1]!)
+  return values
+}
+
+const putEntry = (key: string, value: unknown) =>
+  Effect.gen(function*() {
+    const kv = yield* ensureBucket(EGRESS_BUCKET_SPEC)
+    yield* Effect.promise(() => kv.put(key, JSON.stringify(value)))
+  })
+
+const setPolicy = (policy: SandboxEgress["policy"], secretIds: ReadonlyArray<string> = []) =>
+  Effect.gen(function*() {
+    const { sandboxId } = yield* World
+    yield* putEntry(sandboxEgressKey(sandboxId), { sandboxId, orgId: ORG, policy, secretIds } satisfies SandboxEgress)
+  })
+
+const setSecret = (value: string, allowedHosts: ReadonlyArray<string> = [API]) =>
+  putEntry(
+    secretEgressKey(SECRET_ID),
+    {
+      secretId: SECRET_ID,
+      orgId: ORG,
+      allowedHosts,
+      headerName: "Authorization",
+      headerFormat: "Bearer {value}",
+      sealedValue: Effect.runSync(testSecretBox().seal(value, secretValueAad(SECRET_ID)))
+    } satisfies EgressSecret
+  )
+
+layer(fileLayer, { excludeTestServices: true, timeout: 240_000 })("egress through the host", (it) => {
+  it.effect("a sandbox fetches from a public host over HTTP and HTTPS with curl inside; the hosts-file name resolves", () =>
+    Effect.gen(function*() {
+      const resolved = yield* inside(`nslookup ${API} 2>&1 || true`)
+      assert.include(utf8(resolved.stdout), FAKE_ADDRESS)
+      const plain = yield* curl(`http://${API}/hello?x=1`)
+      assert.strictEqual(plain.exit, 0, plain.body + plain.stderr)
+      assert.strictEqual(plain.echo?.path, "/hello?x=1")
+      assert.isFalse(plain.echo?.tls)
+      const secure = yield* curl(`https://${API}/secure`)
+      assert.strictEqual(secure.exit, 0, secure.body + secure.stderr)
+      assert.strictEqual(secure.echo?.path, "/secure")
+      assert.isTrue(secure.echo?.tls)
+      // Tunnelled untouched: the certificate the client saw is the fake host's own.
+      const issuer = yield* inside(
+        `curl -sS -v --max-time 10 --cacert /root/fake-ca.pem -o /dev/null https://${API}/ 2>&1 | grep -i issuer`
+      )
+      assert.include(utf8(issuer.stdout), "fake public CA")
+      // By address too (no name: the original destination is used).
+      const literal = yield* curl(`http://${FAKE_ADDRESS}/by-address`)
+      assert.strictEqual(literal.echo?.path, "/by-address")
+    }))
+
+  it.effect("deny_out refuses the host at once with a reason; a live policy change applies to the next connection", () =>
+    Effect.gen(function*() {
+      yield* setPolicy({ allow_out: [], deny_out: [API] })
+      const refused = yield* eventually(curl(`http://${API}/denied`), (r) => r.body.includes("egress refused"))
+      assert.include(refused.body, `deny_out rule "${API}"`)
+      assert.match(refused.stderr + refused.body, /refused/)
+      const status = yield* inside(`curl -s -o /dev/null -w '%{http_code}' http://${API}/`)
+      assert.strictEqual(utf8(status.stdout), "403")
+      // TLS to the denied name: the handshake is refused (curl exit 35), nothing tunnelled.
+      const tls = yield* curl(`https://${API}/denied`)
+      assert.strictEqual(tls.exit, 35, tls.stderr)
+      // The other name on the same address is not denied by a domain rule...
+      const other = yield* curl(`http://${OTHER}/fine`)
+      assert.strictEqual(other.echo?.path, "/fine")
+      // ...but a CIDR rule matches the address, whatever the name.
+      yield* setPolicy({ allow_out: [], deny_out: ["198.51.100.0/24"] })
+      const byCidr = yield* eventually(curl(`http://${OTHER}/x`), (r) => r.body.includes("egress refused"))
+      assert.include(byCidr.body, `deny_out rule "198.51.100.0/24"`)
+      // allow_out: only what it names.
+      yield* setPolicy({ allow_out: [`*.egress-fake.test`], deny_out: [OTHER] })
+      const allowed = yield* eventually(curl(`http://${API}/allowed`), (r) => r.echo !== undefined)
+      assert.strictEqual(allowed.echo?.path, "/allowed")
+      const notListed = yield* curl(`http://${FAKE_ADDRESS}/by-address`)
+      assert.include(notListed.body, "no allow_out rule matches")
+      const denyWins = yield* curl(`http://${OTHER}/x`)
+      assert.include(denyWins.body, `deny_out rule "${OTHER}"`)
+      // Back to open.
+      yield* setPolicy({ allow_out: [], deny_out: [] })
+      const open = yield* eventually(curl(`http://${OTHER}/open`), (r) => r.echo !== undefined)
+      assert.strictEqual(open.echo?.path, "/open")
+      // Every refusal was logged with the sandbox and the destination.
+      const { sandboxId } = yield* World
+      const logged = logLines.filter((line) => line.includes("egress: connection refused"))
+      assert.isTrue(logged.some((line) => line.includes(sandboxId) && line.includes(`${API}:80`)), logged.join("\n"))
+    }))
+
+  it.effect("the host's own services, private ranges and the metadata address stay unreachable; other UDP is dropped", () =>
+    Effect.gen(function*() {
+      const { agent, gateway, natsPort } = yield* World
+      const dataPlane = new URL(agent.dataPlane.endpoint)
+      const hostAddress = Object.values(Os.networkInterfaces())
+        .flat()
+        .find((entry) => entry?.family === "IPv4" && !entry.internal && !entry.address.startsWith("10.216."))?.address
+      const targets = [
+        [`http://${gateway}:${natsPort}/`, "platform"],
+        [`http://${gateway}:${dataPlane.port}/`, "platform"],
+        [`http://169.254.169.254/latest/meta-data/`, "link-local"],
+        [`http://10.0.0.1/`, "private"],
+        [`http://192.168.1.1/`, "private"],
+        [`http://100.64.0.1/`, "CGNAT"],
+        ...(hostAddress !== undefined ? [[`http://${hostAddress}:${natsPort}/`, "address"]] : [])
+      ] as const
+      for (const [url, reason] of targets) {
+        const result = yield* curl(url)
+        assert.include(result.body, "egress refused", url)
+        assert.include(result.body, reason, url)
+      }
+      // Raw TCP (NATS speaks first): closed, not one byte of the server's banner.
+      const raw = yield* inside(`nc -w 3 ${gateway} ${natsPort} </dev/null; echo " exit=$?"`)
+      assert.notInclude(utf8(raw.stdout), "INFO")
+      // UDP other than DNS: dropped.
+      yield* inside(`for i in 1 2 3; do echo x | nc -u -w 1 ${FAKE_ADDRESS} 9999; done; true`)
+      const after = yield* curl(`http://${API}/udp`)
+      assert.strictEqual(after.echo?.udpCount, 0)
+    }))
+
+  it.effect("secret injection: only for allowed hosts, over HTTP and HTTPS, replacing the sandbox's own header, rotated on the next request; the value never inside", () =>
+    Effect.gen(function*() {
+      yield* setSecret(CANARY)
+      yield* setPolicy({ allow_out: [], deny_out: [] }, [SECRET_ID])
+      const http = yield* eventually(
+        curl(`http://${API}/inject`),
+        (r) => headerValues(r.echo, "authorization").length > 0
+      )
+      assert.deepStrictEqual(headerValues(http.echo, "authorization"), [`Bearer ${CANARY}`])
+      // The sandbox's own header of that name is replaced, not duplicated.
+      const replaced = yield* curl(`http://${API}/inject`, `-H 'Authorization: mine'`)
+      assert.deepStrictEqual(headerValues(replaced.echo, "authorization"), [`Bearer ${CANARY}`])
+      // Another host gets nothing (and keeps the sandbox's own header).
+      const other = yield* curl(`http://${OTHER}/inject`, `-H 'Authorization: mine'`)
+      assert.deepStrictEqual(headerValues(other.echo, "authorization"), ["mine"])
+      // HTTPS to the allowed host: terminated with the platform's CA (trusted inside, no --cacert needed).
+      const https = yield* inside(`curl -sS --max-time 10 -H 'Authorization: mine' https://${API}/tls; echo " exit=$?"`)
+      const httpsEcho = JSON.parse(utf8(https.stdout).replace(/ exit=\d+\s*$/, "")) as Echo
+      assert.deepStrictEqual(headerValues(httpsEcho, "authorization"), [`Bearer ${CANARY}`])
+      assert.isTrue(httpsEcho.tls)
+      const issuer = yield* inside(`curl -sS -v --max-time 10 -o /dev/null https://${API}/ 2>&1 | grep -i issuer`)
+      assert.include(utf8(issuer.stdout), "svc egress CA")
+      // HTTPS to another host: tunnelled, its own certificate, no header.
+      const otherTls = yield* curl(`https://${OTHER}/tls`)
+      assert.deepStrictEqual(headerValues(otherTls.echo, "authorization"), [])
+      // Rotation: the next request carries the new value.
+      yield* setSecret(ROTATED)
+      const rotated = yield* eventually(
+        curl(`http://${API}/rotated`),
+        (r) => headerValues(r.echo, "authorization")[0] === `Bearer ${ROTATED}`
+      )
+      assert.deepStrictEqual(headerValues(rotated.echo, "authorization"), [`Bearer ${ROTATED}`])
+      // The value is nowhere the sandbox can read: env, files, processes.
+      // The values are split in the command line, which /proc/*/cmdline shows too.
+      const [a, b] = [CANARY.slice(0, 7), CANARY.slice(7)]
+      const [c, d] = [ROTATED.slice(0, 8), ROTATED.slice(8)]
+      const search = yield* inside(
+        `A=${a}; B=${b}; C=${c}; D=${d}; env; cat /proc/*/environ /proc/*/cmdline 2>/dev/null; ps -o args; ` +
+          `grep -rl -e "$A$B" -e "$C$D" /etc /root /tmp /home /var /run /usr/local 2>/dev/null && echo "HIT-$((1 + 1))"; true`
+      )
+      const seen = utf8(search.stdout) + utf8(search.stderr)
+      assert.notInclude(seen, CANARY)
+      assert.notInclude(seen, ROTATED)
+      assert.notInclude(seen, "HIT-2")
+      // Nor the host's process list, nor any log line of the agent.
+      const processes = host("ps", ["-eo", "args"])
+      assert.notInclude(processes, CANARY)
+      assert.notInclude(logLines.join("\n"), CANARY)
+      assert.notInclude(logLines.join("\n"), ROTATED)
+      assert.isAbove(logLines.length, 0)
+      // Unbound: nothing written any more.
+      yield* setPolicy({ allow_out: [], deny_out: [] }, [])
+      const unbound = yield* eventually(
+        curl(`http://${API}/unbound`),
+        (r) => headerValues(r.echo, "authorization").length === 0
+      )
+      assert.deepStrictEqual(headerValues(unbound.echo, "authorization"), [])
+    }))
+})

@@ -1,0 +1,152 @@
+/**
+ * The egress path's cost: requests per second and latency of the same requests made by curl
+ * inside a sandbox (through the firewall redirect, the native front and the proxy) and by curl
+ * on the host straight to the server (the baseline, its own process, in the same run), against
+ * a fake public host in a network namespace (apps/agent/test/fixtures/egress-world.ts):
+ *
+ *   HTTP                  plain HTTP, checked per request
+ *   HTTPS tunnelled       SNI read, then bytes relayed untouched
+ *   HTTPS with injection  TLS terminated with the platform's CA, header written, TLS upstream
+ *
+ * Each measurement is one curl process fetching `BENCH_REQUESTS` (300) URLs in a row over one
+ * kept-alive connection; latency is curl's `time_total` per request, requests per second
+ * over their sum. `BENCH_RUNS` (3) rounds,
+ * sandbox and host alternating; medians.
+ *
+ *   node bench/egress.ts
+ */
+import { startNats } from "@svc/local-servers/Servers"
+import * as TestNats from "@svc/testing/TestNats"
+import { testSecretBox, useTestEncryptionKeys } from "@svc/testing/TestSecrets"
+import { Effect, Layer } from "effect"
+import { execFileSync } from "node:child_process"
+import { API, FAKE_ADDRESS, OTHER, World } from "../apps/agent/test/fixtures/egress-world.ts"
+import { Reports } from "../apps/agent/test/fixtures/support.ts"
+import { ensureBucket } from "../packages/bus/src/Topology.ts"
+import {
+  EGRESS_BUCKET_SPEC,
+  sandboxEgressKey,
+  secretEgressKey,
+  secretValueAad
+} from "../packages/host-protocol/src/Egress.ts"
+import { fmt, median } from "./lib/load.ts"
+
+const REQUESTS = Number(process.env.BENCH_REQUESTS ?? 300)
+const RUNS = Number(process.env.BENCH_RUNS ?? 3)
+const SECRET_ID = "sec_bench"
+
+useTestEncryptionKeys()
+const natsServer = await startNats()
+process.env.SVC_TEST_NATS_URL = natsServer.url
+
+interface Sample {
+  readonly perSecond: number
+  readonly p50: number
+  readonly p99: number
+}
+
+const quantile = (values: ReadonlyArray<number>, q: number) => {
+  const sorted = [...values].sort((a, b) => a - b)
+  return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!
+}
+
+/**
+ * curl's `time_total` per request → a sample; requests per second over their sum (busybox's
+ * `date` has no sub-second clock inside, so both sides use curl's own clock).
+ */
+const sampleOf = (text: string): Sample => {
+  const times = text.trim().split("\n").map((line) => Number(line.trim().replace(",", ".")) * 1000)
+  if (times.length !== REQUESTS || times.some((t) => !Number.isFinite(t))) {
+    throw new Error(`expected ${REQUESTS} timings, got: ${text.slice(0, 500)}`)
+  }
+  const total = times.reduce((a, b) => a + b, 0)
+  return { perSecond: REQUESTS / (total / 1000), p50: quantile(times, 0.5), p99: quantile(times, 0.99) }
+}
+
+const curlScript = (url: string, options: string) =>
+  `curl -s ${options} -w '%{time_total}\\n' ${Array(REQUESTS).fill(`-o /dev/null ${url}`).join(" ")}`
+
+const cases = [
+  { label: "HTTP", url: `http://${OTHER}/bench`, resolve: `${OTHER}:80:${FAKE_ADDRESS}` },
+  { label: "HTTPS tunnelled", url: `https://${OTHER}/bench`, resolve: `${OTHER}:443:${FAKE_ADDRESS}` },
+  { label: "HTTPS with injection", url: `https://${API}/bench`, resolve: `${API}:443:${FAKE_ADDRESS}` }
+] as const
+
+await Effect.runPromise(
+  Effect.gen(function*() {
+    const { agent, sandboxId, dir } = yield* World
+    const kv = yield* ensureBucket(EGRESS_BUCKET_SPEC)
+    const sealedValue = yield* testSecretBox().seal("bench-value", secretValueAad(SECRET_ID))
+    const org = "org_00000000000000000000000000"
+    yield* Effect.promise(() =>
+      kv.put(
+        secretEgressKey(SECRET_ID),
+        JSON.stringify({
+          secretId: SECRET_ID,
+          orgId: org,
+          allowedHosts: [API],
+          headerName: "Authorization",
+          headerFormat: "Bearer {value}",
+          sealedValue
+        })
+      )
+    )
+    yield* Effect.promise(() =>
+      kv.put(
+        sandboxEgressKey(sandboxId),
+        JSON.stringify({ sandboxId, orgId: org, policy: { allow_out: [], deny_out: [] }, secretIds: [SECRET_ID] })
+      )
+    )
+    yield* Effect.sleep("500 millis")
+
+    const inSandbox = (url: string) =>
+      Effect.map(
+        agent.driver.exec(sandboxId, {
+          cmd: ["sh", "-c", curlScript(url, "--cacert /root/fake-ca.pem")],
+          timeoutMs: 300_000,
+          maxOutputBytes: 4 * 1024 * 1024
+        }),
+        (result) => sampleOf(Buffer.from(result.stdout).toString("utf8"))
+      )
+    const onHost = (url: string, resolve: string) =>
+      Effect.sync(() =>
+        sampleOf(execFileSync("sh", ["-c", curlScript(url, `--cacert ${dir}/fake-ca.pem --resolve ${resolve}`)], {
+          encoding: "utf8",
+          maxBuffer: 4 * 1024 * 1024
+        }))
+      )
+
+    // Warm-up: leaf certificate, keep-alive pools, JIT.
+    for (const c of cases) {
+      yield* inSandbox(c.url)
+      yield* onHost(c.url, c.resolve)
+    }
+    console.log(
+      `Egress path vs the host directly: ${REQUESTS} requests per curl over one connection, median of ${RUNS} runs`
+    )
+    console.log(
+      `| path | host req/s | sandbox req/s | ratio | host p50 / p99 ms | sandbox p50 / p99 ms | added p50 ms |`
+    )
+    console.log(`| --- | --- | --- | --- | --- | --- | --- |`)
+    for (const c of cases) {
+      const host: Array<Sample> = []
+      const sandbox: Array<Sample> = []
+      for (let i = 0; i < RUNS; i++) {
+        host.push(yield* onHost(c.url, c.resolve))
+        sandbox.push(yield* inSandbox(c.url))
+      }
+      const m = (samples: Array<Sample>, key: keyof Sample) => median(samples.map((s) => s[key]))
+      console.log(
+        `| ${c.label} | ${fmt(m(host, "perSecond"))} | ${fmt(m(sandbox, "perSecond"))} | ${
+          fmt(m(sandbox, "perSecond") / m(host, "perSecond"), 2)
+        } | ${fmt(m(host, "p50"), 2)} / ${fmt(m(host, "p99"), 2)} | ${fmt(m(sandbox, "p50"), 2)} / ${
+          fmt(m(sandbox, "p99"), 2)
+        } | ${fmt(m(sandbox, "p50") - m(host, "p50"), 2)} |`
+      )
+    }
+  }).pipe(
+    Effect.provide(World.layer.pipe(Layer.provideMerge(Reports.layer), Layer.provideMerge(TestNats.layer))),
+    Effect.scoped
+  )
+)
+await natsServer.stop()

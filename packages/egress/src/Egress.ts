@@ -1,0 +1,170 @@
+/**
+ * The egress service of a host agent: the sandboxes' one way out (see README.md). It owns
+ *
+ *   - the platform's CA for this data dir (`Ca.ts`), whose certificate the driver puts into the
+ *     `base` template's trust store;
+ *   - the mirror of the `egress` KV bucket (`Store.ts`);
+ *   - the proxy on a root-only unix socket (`Proxy.ts`);
+ *   - the front (`native/svc-egress-front.c`) on `<gateway>:<tcpPort>`, where the firewall
+ *     redirects every TCP connection of the bridge's sandboxes, and the resolver on
+ *     `<gateway>:<dnsPort>` (UDP 53 redirected).
+ *
+ * The ports are machine-wide: when another agent on the same bridge holds them already, this one
+ * waits and tries again every few seconds (its sandboxes are served by that agent's proxy, which
+ * finds every sandbox through the machine-wide leases and the shared KV bucket).
+ */
+import { SecretBox } from "@svc/crypto/SecretBox"
+import type { Subnet } from "@svc/domain/Address"
+import * as Native from "@svc/host/Driver/Native"
+import { Context, Duration, Effect, Layer, Schema } from "effect"
+import { spawn } from "node:child_process"
+import type * as Dgram from "node:dgram"
+import * as FsSync from "node:fs"
+import * as NodePath from "node:path"
+import { fileURLToPath } from "node:url"
+import { type Ca, ensureCa } from "./Ca.ts"
+import type { EgressSettings } from "./Config.ts"
+import { startUdpResolver } from "./Dns.ts"
+import { hostsFileReader } from "./HostsFile.ts"
+import { addressRules } from "./Policy.ts"
+import { type EgressLog, startProxy } from "./Proxy.ts"
+import { EgressStore } from "./Store.ts"
+
+export class EgressFailure extends Schema.TaggedError<EgressFailure>()("EgressFailure", {
+  operation: Schema.String,
+  message: Schema.String
+}) {}
+
+export interface EgressOptions extends EgressSettings {
+  /** Root-only folder of this agent's egress state: the CA, the proxy's socket, the front's build. */
+  readonly dir: string
+  /** The bridge's gateway address: where the front and the resolver listen. */
+  readonly gateway: string
+  /** Machine-wide leases: a sandbox is identified by its source address. */
+  readonly leaseDir: string
+  /** Never reachable from a sandbox, whatever the operator allows (the bridge's subnet, the host's addresses). */
+  readonly platform: ReadonlyArray<Subnet>
+}
+
+const NATIVE_DIR = fileURLToPath(new URL("../native/", import.meta.url))
+const RETRY_MS = 2_000
+
+/** The CA of a data dir, made on first use; what the driver's `trustedCaPem` takes. */
+export const ensureEgressCa = (dir: string): Effect.Effect<Ca, EgressFailure> =>
+  Effect.tryPromise({
+    try: () => ensureCa(dir),
+    catch: (e) => new EgressFailure({ operation: "ca", message: e instanceof Error ? e.message : String(e) })
+  })
+
+/** Whether this agent's front and resolver hold the ports (false: another agent's do, or none yet). */
+export class Egress extends Context.Service<Egress, {
+  readonly serving: Effect.Effect<{ readonly front: boolean; readonly dns: boolean }>
+}>()("@svc/egress/Egress") {
+  static readonly make = Effect.fn("Egress.make")(function*(options: EgressOptions) {
+    const store = yield* EgressStore
+    const box = yield* SecretBox
+    const context = yield* Effect.context<never>()
+    const log = (entry: EgressLog) => {
+      const { level, message, ...fields } = entry
+      Effect.runForkWith(context)(
+        level === "warning" ? Effect.logWarning(message, fields) : Effect.logInfo(message, fields)
+      )
+    }
+    const fail = (operation: string) => (e: unknown) =>
+      new EgressFailure({ operation, message: e instanceof Error ? e.message : String(e) })
+
+    const ca = yield* ensureEgressCa(options.dir)
+    const upstreamCas = options.upstreamCaFile === ""
+      ? []
+      : [
+        yield* Effect.try({
+          try: () => FsSync.readFileSync(options.upstreamCaFile, "utf8"),
+          catch: fail("upstream ca")
+        })
+      ]
+    const hosts = hostsFileReader(options.hostsFile)
+    const socketPath = NodePath.join(options.dir, "proxy.sock")
+    const proxy = yield* Effect.acquireRelease(
+      Effect.tryPromise({
+        try: () =>
+          startProxy({
+            socketPath,
+            leaseDir: options.leaseDir,
+            rules: addressRules(options.allowedSubnets, options.platform),
+            defaultAction: options.defaultAction,
+            hosts,
+            upstreamCas,
+            ca,
+            policyOf: store.sandbox,
+            secretsOf: store.secretsOf,
+            open: (sealed, aad) => Effect.runPromise(box.open(sealed, aad)),
+            log
+          }),
+        catch: fail("proxy")
+      }),
+      (p) => Effect.promise(() => p.close())
+    )
+    void proxy
+    const front = yield* Effect.tryPromise({
+      try: () => Native.build(options.dir, "svc-egress-front", NATIVE_DIR),
+      catch: fail("front build")
+    })
+    const state = { front: false, dns: false }
+
+    // The front: started, watched, started again when it ends; waits while another agent holds the port.
+    const runFront = Effect.callback<number>((resume) => {
+      const child = spawn(front, [options.gateway, String(options.tcpPort), socketPath], {
+        stdio: ["pipe", "pipe", "pipe"]
+      })
+      let stderr = ""
+      child.stdout.on("data", (chunk: Buffer) => {
+        if (chunk.toString().includes("ready")) state.front = true
+      })
+      child.stderr.on("data", (chunk: Buffer) => (stderr = (stderr + chunk.toString()).slice(-2000)))
+      child.on("error", () => resume(Effect.succeed(-1)))
+      child.on("exit", (code) => {
+        state.front = false
+        if (code !== 98 && stderr !== "") {
+          log({ level: "warning", message: "egress: front ended", reason: stderr.trim() })
+        }
+        resume(Effect.succeed(code ?? -1))
+      })
+      return Effect.sync(() => {
+        state.front = false
+        child.kill("SIGKILL")
+      })
+    })
+    yield* Effect.forkScoped(
+      Effect.forever(Effect.andThen(runFront, Effect.sleep(Duration.millis(RETRY_MS))))
+    )
+
+    // The resolver: bound when the port is free, tried again while another agent holds it.
+    let dns: Dgram.Socket | undefined
+    const bindDns = Effect.promise(() =>
+      startUdpResolver(options.gateway, options.dnsPort, hosts).then(
+        (socket) => {
+          dns = socket
+          state.dns = true
+          return true
+        },
+        () => false
+      )
+    )
+    yield* Effect.forkScoped(
+      Effect.gen(function*() {
+        while (!(yield* bindDns)) yield* Effect.sleep(Duration.millis(RETRY_MS))
+      })
+    )
+    yield* Effect.addFinalizer(() => Effect.sync(() => dns?.close()))
+
+    // Ready when this agent serves, or after a short wait when another one does.
+    yield* Effect.gen(function*() {
+      for (let i = 0; i < 50 && !(state.front && state.dns); i++) yield* Effect.sleep(Duration.millis(20))
+    })
+    return Egress.of({ serving: Effect.sync(() => ({ ...state })) })
+  })
+
+  /** Needs `Nats` and `SecretBox`. */
+  static readonly layer = (options: EgressOptions) =>
+    Layer.effect(Egress, Egress.make(options)).pipe(Layer.provide(EgressStore.layer))
+}
