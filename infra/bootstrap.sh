@@ -2,7 +2,8 @@
 # Installs what the project needs and is missing, idempotently. Sourced by start.sh, test.sh and
 # bench.sh so that they run with the pinned Node first on PATH.
 #   - Node 24 and pnpm from the npm registry into .svc/tools (never touches the system Node)
-#   - nats-server, postgresql, bubblewrap, iproute2, nftables, e2fsprogs, mount, gcc + libc6-dev
+#   - nats-server, postgresql, bubblewrap, iproute2, nftables, e2fsprogs, mount, gcc + libc6-dev,
+#     openssl, curl + ca-certificates (the base template's HTTP client)
 #     from Debian's packages when absent
 #   - the workspace's packages (pnpm install)
 # When sourced, the caller's shell options are restored at the end (set -e must not leak).
@@ -27,6 +28,9 @@ command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || missing+=(nftables)
 command -v nsenter >/dev/null 2>&1 || missing+=(util-linux)
 command -v setpriv >/dev/null 2>&1 || missing+=(util-linux)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+# The base template's HTTP client (the host's curl, copied in) and the CAs it trusts.
+[ -x /usr/bin/curl ] || missing+=(curl)
+[ -f /etc/ssl/certs/ca-certificates.crt ] || missing+=(ca-certificates)
 # Sandbox disks are ext4 images (mkfs.ext4); the driver's start script mounts with mount(8).
 [ -x /sbin/mkfs.ext4 ] || [ -x /usr/sbin/mkfs.ext4 ] || missing+=(e2fsprogs)
 [ -x /bin/mount ] || [ -x /usr/bin/mount ] || missing+=(mount)
