@@ -136,7 +136,14 @@ export interface FileStream {
 export class SandboxStats extends Schema.Class<SandboxStats>("@svc/host/SandboxStats")({
   memoryBytes: Schema.Int,
   cpuUsageNs: Schema.optionalKey(Schema.Int),
-  pids: Schema.Int
+  pids: Schema.Int,
+  /**
+   * Bytes the sandbox sent and received over its network link since this run started (its
+   * veth's counters, read on the host side: what the sandbox cannot reset). Every byte of its
+   * own traffic, to the egress proxy and from the exposed ports' proxy alike.
+   */
+  netBytesOut: Schema.optionalKey(Schema.Int),
+  netBytesIn: Schema.optionalKey(Schema.Int)
 }) {}
 
 /** How a run ended on its own (its init died) rather than by `stop`. */

@@ -71,6 +71,8 @@ layer(TestDriver.layer(), { excludeTestServices: true })("SandboxDriver network 
       const link = yield* driver.exec(id, exec(["ip", "link", "show", "eth0"]))
       assert.include(text(link.stdout), `link/ether ${macOf(info.internalIp)}`)
 
+      const before = yield* driver.stats(id)
+      yield* driver.writeFile(id, "/www/big.bin", new Uint8Array(200_000))
       yield* driver.writeFile(id, "/www/hello.txt", new TextEncoder().encode("served from inside\n"))
       const served = yield* driver.exec(id, exec(["httpd", "-p", "8080", "-h", "/www"]))
       assert.strictEqual(served.exitCode, 0, text(served.stderr))
@@ -78,6 +80,14 @@ layer(TestDriver.layer(), { excludeTestServices: true })("SandboxDriver network 
       const response = yield* httpGet(`http://${info.internalIp}:8080/hello.txt`)
       assert.strictEqual(response.status, 200)
       assert.strictEqual(response.body, "served from inside\n")
+
+      // What crossed its link is counted on the host side: 200 kB out of the sandbox, a request in.
+      const big = yield* httpGet(`http://${info.internalIp}:8080/big.bin`)
+      assert.strictEqual(big.status, 200)
+      const after = yield* driver.stats(id)
+      assert.isAbove(after.netBytesOut! - before.netBytesOut!, 200_000)
+      assert.isAbove(after.netBytesIn! - before.netBytesIn!, 100)
+      assert.isBelow(after.netBytesIn! - before.netBytesIn!, 100_000)
 
       // The proxy of exposed ports asks the driver where a port is: an exposed one only.
       const address = yield* driver.portAddress(id, 8080)

@@ -20,6 +20,7 @@ import { makeExec } from "./Exec.ts"
 import { makeFiles } from "./Files.ts"
 import { invalid, makeDriverHost, tryHost } from "./Host.ts"
 import { makeLifecycle } from "./Lifecycle.ts"
+import * as Network from "./Network.ts"
 import { makeRuns } from "./Run.ts"
 
 export class BubblewrapDriver {
@@ -42,10 +43,13 @@ export class BubblewrapDriver {
       const stats = Effect.fn("SandboxDriver.stats")(function*(sandboxId: string) {
         const entry = yield* host.lookupRunning(sandboxId)
         const read = yield* tryHost("stats", () => host.cgroups.usage(entry.record.sandboxId))
+        const link = yield* tryHost("stats", () => Network.linkBytes(entry.record.internalIp))
         return new SandboxStats({
           memoryBytes: read.memoryBytes ?? 0,
           ...(read.cpuUsageNs !== undefined ? { cpuUsageNs: read.cpuUsageNs } : {}),
-          pids: read.pids ?? 0
+          pids: read.pids ?? 0,
+          // The host side's receive is the sandbox's send.
+          ...(link !== undefined ? { netBytesOut: link.rx, netBytesIn: link.tx } : {})
         })
       })
 

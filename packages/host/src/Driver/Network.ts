@@ -38,6 +38,17 @@ export const vethNames = (ip: string): { readonly host: string } => {
   return { host: `sv${hex}` }
 }
 
+/** The counters of the host end of a sandbox's veth, or undefined when it has none (no network). */
+export const linkBytes = async (ip: string): Promise<{ readonly rx: number; readonly tx: number } | undefined> => {
+  const dir = `/sys/class/net/${vethNames(ip).host}/statistics`
+  try {
+    const [rx, tx] = await Promise.all([Fs.readFile(`${dir}/rx_bytes`, "utf8"), Fs.readFile(`${dir}/tx_bytes`, "utf8")])
+    return { rx: Number(rx.trim()), tx: Number(tx.trim()) }
+  } catch {
+    return undefined
+  }
+}
+
 interface LeaseOwner {
   readonly dataDir: string
   readonly sandboxId: string
