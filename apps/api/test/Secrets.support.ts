@@ -5,6 +5,7 @@
  * in `SVC_SECRET_MANAGER_API_KEY_IDS`, a managers file (`SVC_SECRET_MANAGER_API_KEY_IDS_FILE`)
  * the tests rewrite while the API runs, and every log line of the API captured.
  */
+import * as Actors from "@svc/actors/Actors"
 import { ApiKeys } from "@svc/auth/ApiKeys"
 import { operatorContext } from "@svc/auth/Audit"
 import * as AuthLayer from "@svc/auth/AuthLayer"
@@ -13,7 +14,9 @@ import { Nats } from "@svc/bus/Nats"
 import { SecretBox } from "@svc/crypto/SecretBox"
 import type { OrgId, UserId } from "@svc/domain/Ids"
 import { OutboxRelay } from "@svc/events/Relay"
+import * as Events from "@svc/events/Streams"
 import { EGRESS_BUCKET } from "@svc/host-protocol/Egress"
+import { SandboxActor } from "@svc/sandboxes/SandboxActor"
 import { eventually } from "@svc/testing/Eventually"
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import { type Answer, call, serve } from "@svc/testing/TestHttp"
@@ -118,6 +121,10 @@ export const StackLayer = Layer.unwrap(Effect.gen(function*() {
         { asPrimary: true }
       )
       const base = yield* serve(HttpRouter.serve(Server.Routes, { disableListenLog: true }).pipe(Layer.provide(settings)))
+      // No runtime runs here (sandboxes stay pending), but the relay publishes the actor's messages
+      // and the sandboxes' events before the KV rows that follow them: their streams must exist.
+      yield* Actors.ensure(SandboxActor)
+      yield* Events.ensure()
       yield* Layer.build(OutboxRelay.layerWith({ pollInterval: Duration.millis(100) }))
 
       const kv = yield* Effect.promise(() => nats.kvm.open(nats.name(EGRESS_BUCKET)))
