@@ -120,7 +120,9 @@ export const StackLayer = Layer.unwrap(Effect.gen(function*() {
         }),
         { asPrimary: true }
       )
-      const base = yield* serve(HttpRouter.serve(Server.Routes, { disableListenLog: true }).pipe(Layer.provide(settings)))
+      const base = yield* serve(
+        HttpRouter.serve(Server.Routes, { disableListenLog: true }).pipe(Layer.provide(settings))
+      )
       // No runtime runs here (sandboxes stay pending), but the relay publishes the actor's messages
       // and the sandboxes' events before the KV rows that follow them: their streams must exist.
       yield* Actors.ensure(SandboxActor)

@@ -124,7 +124,9 @@ layer(StackLayer, { timeout: 180_000, excludeTestServices: true })("Secrets scop
         const token = (yield* key(a, scopes)).token
         for (const route of ROUTES) {
           const got = outcome(yield* callRoute(a, token, route))
-          if (got !== expected[route]) mismatches.push(`[${scopes.join(" ")}] ${route}: ${got}, expected ${expected[route]}`)
+          if (got !== expected[route]) {
+            mismatches.push(`[${scopes.join(" ")}] ${route}: ${got}, expected ${expected[route]}`)
+          }
         }
       }
       expect(mismatches).toEqual([])
@@ -148,8 +150,16 @@ layer(StackLayer, { timeout: 180_000, excludeTestServices: true })("Secrets scop
         // scopes, bind to `parent`, create with the secret
         [["secrets:use"], "403 insufficient_scope sandboxes:write", "403 insufficient_scope sandboxes:write"],
         [["sandboxes:write"], "403 insufficient_scope secrets:use", "403 insufficient_scope secrets:use"],
-        [["sandboxes:write", "secrets:write"], "403 insufficient_scope secrets:use", "403 insufficient_scope secrets:use"],
-        [["sandboxes:write", "secrets:read"], "403 insufficient_scope secrets:use", "403 insufficient_scope secrets:use"],
+        [
+          ["sandboxes:write", "secrets:write"],
+          "403 insufficient_scope secrets:use",
+          "403 insufficient_scope secrets:use"
+        ],
+        [
+          ["sandboxes:write", "secrets:read"],
+          "403 insufficient_scope secrets:use",
+          "403 insufficient_scope secrets:use"
+        ],
         [["sandboxes:write", "secrets:use"], "ok", "ok"],
         [["sandboxes", "secrets"], "ok", "ok"],
         [["sandboxes:*", "secrets:*"], "ok", "ok"],

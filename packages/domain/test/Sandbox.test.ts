@@ -241,13 +241,17 @@ describe("CreateSandboxRequest", () => {
   })
 
   it("checks network rules: CIDRs, addresses, domains, wildcards in front only; stores them lowercase", () => {
-    expect(ok(S.CreateSandboxRequest, { network: { allow_out: ["Example.COM", "*.example.org", "203.0.113.0/24"] } })
-      .network).toEqual({ allow_out: ["example.com", "*.example.org", "203.0.113.0/24"], deny_out: [] })
+    expect(
+      ok(S.CreateSandboxRequest, { network: { allow_out: ["Example.COM", "*.example.org", "203.0.113.0/24"] } })
+        .network
+    ).toEqual({ allow_out: ["example.com", "*.example.org", "203.0.113.0/24"], deny_out: [] })
     expect(ok(S.CreateSandboxRequest, { network: { deny_out: ["2001:db8::/32", "198.51.100.7"] } }).network)
       .toEqual({ allow_out: [], deny_out: ["2001:db8::/32", "198.51.100.7"] })
     expect(refusedAt(S.CreateSandboxRequest, { network: { allow_out: ["ok.com", "a.*.com"] } }))
       .toEqual(["network.allow_out.1"])
-    expect(refusedAt(S.CreateSandboxRequest, { network: { deny_out: ["10.0.0.0/33"] } })).toEqual(["network.deny_out.0"])
+    expect(refusedAt(S.CreateSandboxRequest, { network: { deny_out: ["10.0.0.0/33"] } })).toEqual([
+      "network.deny_out.0"
+    ])
     expect(refusedAt(S.CreateSandboxRequest, { network: { deny_out: ["localhost"] } })).toEqual(["network.deny_out.0"])
     expect(refusedAt(S.CreateSandboxRequest, { network: { allow_out: [""] } })).toEqual(["network.allow_out.0"])
     expect(refusedAt(S.CreateSandboxRequest, { network: { allow_out: Array.from({ length: 101 }, () => "a.com") } }))

@@ -14,8 +14,10 @@ describe("CreateSecretRequest", () => {
   })
 
   it("normalises allowed hosts: lowercase, no trailing dot, duplicates once, order kept", () => {
-    expect(ok(S.CreateSecretRequest, { ...base, allowed_hosts: ["API.Example.com", "*.x.org", "api.example.com."] })
-      .allowed_hosts).toEqual(["api.example.com", "*.x.org"])
+    expect(
+      ok(S.CreateSecretRequest, { ...base, allowed_hosts: ["API.Example.com", "*.x.org", "api.example.com."] })
+        .allowed_hosts
+    ).toEqual(["api.example.com", "*.x.org"])
   })
 
   it("refuses empty or bad hosts: addresses, single labels, *.tld, wildcards inside", () => {
@@ -41,7 +43,13 @@ describe("CreateSecretRequest", () => {
   it("refuses empty, CR/LF, control characters and values over 64 KiB, never quoting the value", () => {
     const secret = "sk-canary-7f3a"
     for (
-      const value of ["", `${secret}\r\nX-Injected: 1`, `${secret}\n`, `${secret}\u0000`, secret + "x".repeat(64 * 1024)]
+      const value of [
+        "",
+        `${secret}\r\nX-Injected: 1`,
+        `${secret}\n`,
+        `${secret}\u0000`,
+        secret + "x".repeat(64 * 1024)
+      ]
     ) {
       const r = decode(S.CreateSecretRequest, { ...base, value })
       expect(r.ok).toBe(false)

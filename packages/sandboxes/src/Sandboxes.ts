@@ -398,8 +398,7 @@ export class Sandboxes extends Context.Service<Sandboxes, {
 
     const setNetwork = Effect.fn("Sandboxes.setNetwork")(
       function*(orgId: OrgId, id: string, network: NetworkPolicyRequest) {
-        const next = yield* applyNow(orgId, id, (s) =>
-          Effect.as(notGone(s), { _tag: "SetNetwork" as const, network }))
+        const next = yield* applyNow(orgId, id, (s) => Effect.as(notGone(s), { _tag: "SetNetwork" as const, network }))
         yield* wakeIfPresent
         return toRecord(next)
       }

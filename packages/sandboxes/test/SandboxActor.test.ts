@@ -187,7 +187,12 @@ describe("SandboxActor transition", () => {
     const m: SandboxMessage = { _tag: "Delete", hostLive: true, children: [{ id: "sbx_c", hostLive: false }] }
     const deleting = ["deleting", [`publish:agent.${H}.destroy`, "send:sbx_c:Delete", su("deleting")]] as const
     check(m, {
-      pending: ["deleted", ["send:sbx_c:Delete", su("deleted"), "event:sandbox.deleted", "kv:del:egress.sandbox.sbx_1"]],
+      pending: ["deleted", [
+        "send:sbx_c:Delete",
+        su("deleted"),
+        "event:sandbox.deleted",
+        "kv:del:egress.sandbox.sbx_1"
+      ]],
       starting: deleting,
       running: deleting,
       stopping: deleting,
@@ -200,7 +205,12 @@ describe("SandboxActor transition", () => {
   })
 
   it("Delete with the host down (or never placed): deleted at once, the destroy still published", () => {
-    const gone = ["deleted", [`publish:agent.${H}.destroy`, su("deleted"), "event:sandbox.deleted", "kv:del:egress.sandbox.sbx_1"]] as const
+    const gone = ["deleted", [
+      `publish:agent.${H}.destroy`,
+      su("deleted"),
+      "event:sandbox.deleted",
+      "kv:del:egress.sandbox.sbx_1"
+    ]] as const
     check({ _tag: "Delete", hostLive: false, children: [] }, {
       pending: ["deleted", [su("deleted"), "event:sandbox.deleted", "kv:del:egress.sandbox.sbx_1"]],
       starting: gone,

@@ -14,7 +14,7 @@
  * - Delete is soft (the id is never reused) and unbinds the secret from every sandbox, whose
  *   entries are put again without it.
  */
-import { type AuditContext, Audit } from "@svc/auth/Audit"
+import { Audit, type AuditContext } from "@svc/auth/Audit"
 import { ensureBucket } from "@svc/bus/Topology"
 import { SecretBox } from "@svc/crypto/SecretBox"
 import { Idempotency, type Outcome } from "@svc/db/Idempotency"
@@ -22,12 +22,7 @@ import type * as Rows from "@svc/db/Rows"
 import * as Errors from "@svc/domain/Errors"
 import { makeId, type OrgId } from "@svc/domain/Ids"
 import { type ListQuery, pageInfo } from "@svc/domain/Pagination"
-import {
-  type CreateSecretRequest,
-  type PatchSecretRequest,
-  Secret,
-  type SecretList
-} from "@svc/domain/Secret"
+import { type CreateSecretRequest, type PatchSecretRequest, Secret, type SecretList } from "@svc/domain/Secret"
 import * as Outbox from "@svc/events/Outbox"
 import { wakeIfPresent } from "@svc/events/Relay"
 import { EGRESS_BUCKET_SPEC, secretValueAad } from "@svc/host-protocol/Egress"
@@ -70,10 +65,14 @@ export class Secrets extends Context.Service<Secrets, {
       Outbox.appendAll(messages).pipe(Effect.catchTag("InvalidOutboxMessage", Effect.die), withSql)
     // The relay puts into this bucket: make sure it exists, without holding up the start while
     // NATS is away (the relay retries a put until it does).
-    yield* Effect.forkScoped(ensureBucket(EGRESS_BUCKET_SPEC).pipe(
-      Effect.tapError((e) => Effect.logWarning("secrets: egress bucket not ensured yet, retrying", { error: e.message })),
-      Effect.retry(Schedule.min([Schedule.exponential(Duration.millis(200)), Schedule.spaced(Duration.seconds(5))]))
-    ))
+    yield* Effect.forkScoped(
+      ensureBucket(EGRESS_BUCKET_SPEC).pipe(
+        Effect.tapError((e) =>
+          Effect.logWarning("secrets: egress bucket not ensured yet, retrying", { error: e.message })
+        ),
+        Effect.retry(Schedule.min([Schedule.exponential(Duration.millis(200)), Schedule.spaced(Duration.seconds(5))]))
+      )
+    )
 
     const create = Effect.fn("Secrets.create")(
       function*(orgId: OrgId, input: CreateSecretRequest, idempotencyKey: string | undefined, context: AuditContext) {
@@ -139,15 +138,17 @@ export class Secrets extends Context.Service<Secrets, {
         return Store.toSecret(row)
       })
 
-    const rotate = Effect.fn("Secrets.rotate")(function*(orgId: OrgId, id: string, value: string, context: AuditContext) {
-      const sealedValue = yield* box.seal(value, secretValueAad(id))
-      return yield* change(orgId, id, "secret.rotated", {
-        allowedHosts: null,
-        headerName: null,
-        headerFormat: null,
-        sealedValue
-      }, context)
-    })
+    const rotate = Effect.fn("Secrets.rotate")(
+      function*(orgId: OrgId, id: string, value: string, context: AuditContext) {
+        const sealedValue = yield* box.seal(value, secretValueAad(id))
+        return yield* change(orgId, id, "secret.rotated", {
+          allowedHosts: null,
+          headerName: null,
+          headerFormat: null,
+          sealedValue
+        }, context)
+      }
+    )
 
     const update = Effect.fn("Secrets.update")(
       function*(orgId: OrgId, id: string, patch: PatchSecretRequest, context: AuditContext) {

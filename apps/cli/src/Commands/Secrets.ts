@@ -48,8 +48,7 @@ const line = (s: any) =>
 
 const show = (o: { readonly json: boolean }) => (secret: any) => o.json ? print(secret) : Console.log(line(secret))
 
-const optionalField = <A>(name: string, value: Option.Option<A>) =>
-  Option.isSome(value) ? { [name]: value.value } : {}
+const optionalField = <A>(name: string, value: Option.Option<A>) => Option.isSome(value) ? { [name]: value.value } : {}
 
 const create = Command.make(
   "create",

@@ -137,7 +137,9 @@ export const store: ActorStore<SandboxActorState> = {
           VALUES (${s.id}, ${s.orgId}, ${s.name}, ${s.templateId}, ${s.templateName}, ${s.hostId}, ${s.parentId},
             ${s.state}, ${s.type}, ${s.region}, ${s.datacenter}, ${s.agentReady}, ${s.runtimeReady}, ${s.runtimeReason},
             ${s.cpu}, ${s.ramMb}, ${s.diskGb}, ${s.vsockCid}, ${s.internalIp}, ${ports}::jsonb, ${volumes}::jsonb,
-            ${metadata}::jsonb, ${s.errorMessage}, ${network}::jsonb, ${secretIds}::text[], ${s.timeoutS}, ${new Date(s.createdAt)}, ${date(s.startedAt)},
+            ${metadata}::jsonb, ${s.errorMessage}, ${network}::jsonb, ${secretIds}::text[], ${s.timeoutS}, ${new Date(
+        s.createdAt
+      )}, ${date(s.startedAt)},
             ${date(s.stoppedAt)}, ${date(s.deletedAt)}, ${new Date(
         s.stateSince
       )}, ${s.lastReportAt}, ${s.createdEmitted}, 1)

@@ -28,7 +28,10 @@ export class SecretManagers extends Context.Service<SecretManagers, {
             : Effect.succeed(ids)
         ),
         Effect.catchCause(() =>
-          Effect.as(Effect.logWarning("SVC_SECRET_MANAGER_API_KEY_IDS_FILE cannot be read; it lists no key", { path }), [])
+          Effect.as(
+            Effect.logWarning("SVC_SECRET_MANAGER_API_KEY_IDS_FILE cannot be read; it lists no key", { path }),
+            []
+          )
         )
       )
     const listed = Effect.gen(function*() {

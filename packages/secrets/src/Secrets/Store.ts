@@ -104,7 +104,9 @@ export const update = (orgId: string, id: string, fields: {
     Effect.map(
       sealedRows(sql`
         UPDATE secrets SET
-          allowed_hosts = COALESCE(${fields.allowedHosts === null ? null : [...fields.allowedHosts]}::text[], allowed_hosts),
+          allowed_hosts = COALESCE(${
+        fields.allowedHosts === null ? null : [...fields.allowedHosts]
+      }::text[], allowed_hosts),
           header_name = COALESCE(${fields.headerName}::text, header_name),
           header_format = COALESCE(${fields.headerFormat}::text, header_format),
           sealed_value = COALESCE(${fields.sealedValue}::text, sealed_value),
