@@ -8,6 +8,7 @@ import * as Env from "@svc/config/Env"
 import * as Crypto from "@svc/crypto/Config"
 import * as Db from "@svc/db/Config"
 import * as Sandboxes from "@svc/sandboxes/Config"
+import * as Secrets from "@svc/secrets/Config"
 import * as Webhooks from "@svc/webhooks/Config"
 import { Config } from "effect"
 
@@ -32,5 +33,6 @@ export const settings: ReadonlyArray<Env.AnySetting> = [
   ApiMaxTransfers,
   ...Auth.settings,
   ...Sandboxes.quotaSettings,
-  Webhooks.AllowedSubnets
+  Webhooks.AllowedSubnets,
+  ...Secrets.settings
 ]

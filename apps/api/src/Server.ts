@@ -30,11 +30,18 @@ import { AuthorizationLayer } from "./Http/Authorization.ts"
 import { InfrastructureMiddleware } from "./Http/Infrastructure.ts"
 import { ApiMiddleware, errorForStatus } from "./Http/Middleware.ts"
 import { SandboxesHandlers } from "./Http/Sandboxes.ts"
+import { SecretsHandlers } from "./Http/Secrets.ts"
 import { SystemHandlers } from "./Http/System.ts"
 import { WebhooksHandlers } from "./Http/Webhooks.ts"
 import { NodeHooks } from "./Preview.ts"
 
-export const Handlers = Layer.mergeAll(SystemHandlers, IdentityHandlers, SandboxesHandlers, WebhooksHandlers).pipe(
+export const Handlers = Layer.mergeAll(
+  SystemHandlers,
+  IdentityHandlers,
+  SandboxesHandlers,
+  WebhooksHandlers,
+  SecretsHandlers
+).pipe(
   Layer.provide(HealthMonitor.layer),
   Layer.provideMerge(AuthorizationLayer),
   Layer.provideMerge(InfrastructureMiddleware)

@@ -10,11 +10,12 @@ import { key } from "./Commands/Keys.ts"
 import { org } from "./Commands/Orgs.ts"
 import { roles } from "./Commands/Roles.ts"
 import { sandbox } from "./Commands/Sandboxes.ts"
+import { secret } from "./Commands/Secrets.ts"
 import { webhook } from "./Commands/Webhooks.ts"
 
 const svc = Command.make("svc").pipe(
   Command.withDescription("The sandbox platform"),
-  Command.withSubcommands([dev, ...roles, org, key, sandbox, webhook])
+  Command.withSubcommands([dev, ...roles, org, key, sandbox, secret, webhook])
 )
 
 svc.pipe(

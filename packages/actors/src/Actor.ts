@@ -43,7 +43,16 @@ export interface PublishMessage {
   readonly payload: unknown
 }
 
-export type ActorEffect = EmitEvent | SendMessage | PublishMessage
+/** A KV put (`value`) or delete (`value` null) of `key` in the bucket `bucket` (base name). */
+export interface KvOperation {
+  readonly _tag: "Kv"
+  readonly bucket: string
+  readonly key: string
+  /** JSON value; null deletes the key. */
+  readonly value: unknown
+}
+
+export type ActorEffect = EmitEvent | SendMessage | PublishMessage | KvOperation
 
 /**
  * The result of a transition. `state: undefined` is only meaningful when there was no state
@@ -131,6 +140,10 @@ export const publish = (subject: string | ReadonlyArray<string>, payload: unknow
   subject,
   payload
 })
+
+export const kvPut = (bucket: string, key: string, value: unknown): KvOperation => ({ _tag: "Kv", bucket, key, value })
+
+export const kvDelete = (bucket: string, key: string): KvOperation => ({ _tag: "Kv", bucket, key, value: null })
 
 // ---------------------------------------------------------------------------------------------
 // Addressing (shared with processes that only send: see @svc/bus/Mailbox)

@@ -131,6 +131,12 @@ export const toOutbox = (effects: ReadonlyArray<ActorEffect>, now: number) =>
           })
         case "Publish":
           return Effect.map(Outbox.subjectOf(effect.subject), (subject) => ({ subject, payload: effect.payload }))
+        case "Kv":
+          return Effect.succeed(
+            effect.value === null
+              ? Outbox.kvDelete(effect.bucket, effect.key)
+              : Outbox.kvPut(effect.bucket, effect.key, effect.value)
+          )
       }
     }
   )

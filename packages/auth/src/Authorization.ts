@@ -6,8 +6,8 @@
  * The `Authorization` middleware (apps/api/src/Http/Authorization.ts) calls `decide` for every
  * request; handlers never repeat what their rule declares.
  */
-import { type AccessRule, CurrentPrincipal, type ScopeRequirement } from "@svc/domain/Api/Auth"
-import { FullAccessRequired, InsufficientScope, SandboxOutOfScope } from "@svc/domain/Errors"
+import { type AccessRule, CurrentPrincipal, type Principal, type ScopeRequirement } from "@svc/domain/Api/Auth"
+import { FullAccessRequired, InsufficientScope, SandboxOutOfScope, SecretManagerNotAllowed } from "@svc/domain/Errors"
 import type { SandboxId } from "@svc/domain/Ids"
 import * as Scopes from "@svc/domain/Scopes"
 import { Effect } from "effect"
@@ -67,6 +67,25 @@ export const requireScope = <R extends Scopes.Resource>(resource: R, action: Sco
           required_scope: Scopes.requiredScope(resource, action)
         })
       ))
+
+/**
+ * Whether the caller may create, update, rotate or delete org secrets (spec 5.4): a user (a
+ * session or a user's key, whose scopes the route checks) always; a userless service key only
+ * when its exact id is `listed` (`SVC_SECRET_MANAGER_API_KEY_IDS`) and it holds both
+ * `secrets:write` and `secrets:use` (`*`, `secrets` and `secrets:*` hold both), whatever else
+ * it holds.
+ */
+export const mayManageSecrets = (principal: Principal, listed: ReadonlySet<string>): boolean =>
+  principal.user !== null ||
+  (principal.credential.type === "api_key" && listed.has(principal.credential.id) &&
+    Scopes.allows(principal.grant, "secrets", "write") && Scopes.allows(principal.grant, "secrets", "use"))
+
+/** Fails with `secret_manager_not_allowed` unless `mayManageSecrets`. */
+export const requireSecretManager = (listed: ReadonlySet<string>) =>
+  Effect.flatMap(
+    Effect.service(CurrentPrincipal),
+    (principal) => mayManageSecrets(principal, listed) ? Effect.void : Effect.fail(new SecretManagerNotAllowed())
+  )
 
 /** Fails with `full_access_required` unless the caller is a `*` key or a session. */
 export const requireFullAccess = Effect.flatMap(

@@ -23,7 +23,7 @@ export interface DevCredentials {
 const orgIds = Rows.decoder("ensureDevOrg", Schema.Struct({ id: OrgId }))
 
 /**
- * `{org_id, api_key}` of the dev org, and whether anything was minted. Pass what
+ * `{org_id, api_key, key_id}` of the dev org, and whether anything was minted. Pass what
  * `.svc/dev-credentials.json` held (or nothing). Needs `ApiKeys`, `Orgs` and `SqlClient` (e.g.
  * `AuthLayer.operatorLayer` with the database).
  */
@@ -38,7 +38,12 @@ export const ensureDevOrg = Effect.fn("ensureDevOrg")(function*(existing?: Parti
       Effect.catchIf((e): e is Unauthenticated => e instanceof Unauthenticated, () => Effect.succeed(Option.none()))
     )
     if (Option.isSome(principal) && principal.value.orgId === existing.org_id && principal.value.grant.full) {
-      return { org_id: existing.org_id, api_key: existing.api_key, minted: false }
+      return {
+        org_id: existing.org_id,
+        api_key: existing.api_key,
+        key_id: principal.value.credential.id,
+        minted: false
+      }
     }
   }
 
@@ -51,6 +56,6 @@ export const ensureDevOrg = Effect.fn("ensureDevOrg")(function*(existing?: Parti
   return yield* sql.withTransaction(Effect.gen(function*() {
     const orgId = named.length > 0 ? named[0]!.id : (yield* orgs.create(DEV_ORG_NAME, operatorContext)).id
     const key = yield* keys.mint({ orgId, userId: null, name: "svc dev" }, operatorContext)
-    return { org_id: orgId as string, api_key: key.token as string, minted: true }
+    return { org_id: orgId as string, api_key: key.token as string, key_id: key.id as string, minted: true }
   }))
 })

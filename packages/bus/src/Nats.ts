@@ -36,8 +36,15 @@ export interface NatsService {
   readonly publishAcked: (
     subject: string,
     data: Uint8Array,
-    options?: { readonly msgId?: string; readonly timeoutMs?: number }
+    options?: PublishOptions
   ) => Effect.Effect<PubAck, BusError>
+}
+
+export interface PublishOptions {
+  readonly msgId?: string
+  readonly timeoutMs?: number
+  /** Further headers (e.g. `KV-Operation: DEL` for a KV delete). */
+  readonly headers?: Readonly<Record<string, string>>
 }
 
 export interface PubAck {
@@ -98,16 +105,17 @@ const makeAckedPublisher = (connection: NatsConnection) => {
   const publish = (
     subject: string,
     data: Uint8Array,
-    options?: { readonly msgId?: string; readonly timeoutMs?: number }
+    options?: PublishOptions
   ) =>
     Effect.callback<PubAck, BusError>((resume) => {
       const token = (next++).toString(36)
       pending.set(token, { resume, deadline: Date.now() + (options?.timeoutMs ?? 5_000), subject })
       try {
         let hdrs: MsgHdrs | undefined
-        if (options?.msgId !== undefined) {
+        if (options?.msgId !== undefined || options?.headers !== undefined) {
           hdrs = headers()
-          hdrs.set("Nats-Msg-Id", options.msgId)
+          if (options.msgId !== undefined) hdrs.set("Nats-Msg-Id", options.msgId)
+          for (const [name, value] of Object.entries(options.headers ?? {})) hdrs.set(name, value)
         }
         connection.publish(subject, data, { reply: `${inbox}.${token}`, ...(hdrs ? { headers: hdrs } : {}) })
       } catch (cause) {

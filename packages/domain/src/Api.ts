@@ -9,6 +9,7 @@ import { Infrastructure } from "./Api/Infrastructure.ts"
 import { OrgApi } from "./Api/Org.ts"
 import { PreviewsApi } from "./Api/Previews.ts"
 import { SandboxesApi } from "./Api/Sandboxes.ts"
+import { SecretsApi } from "./Api/Secrets.ts"
 import { SystemApi } from "./Api/System.ts"
 import { WebhooksApi } from "./Api/Webhooks.ts"
 import { WorkersApi } from "./Api/Workers.ts"
@@ -23,6 +24,7 @@ export class Api extends HttpApi.make("svc")
   .add(PreviewsApi)
   .add(WorkersApi)
   .add(WebhooksApi)
+  .add(SecretsApi)
   // Authentication and each endpoint's declared Access rule: keep this after the last .add
   // (it applies to the endpoints added before it; the authorization matrix test checks).
   .middleware(Authorization)

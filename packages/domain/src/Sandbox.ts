@@ -6,6 +6,7 @@
  * (orgId, templateId, hostId). `env` is never part of the record (it may carry credentials, e.g. an
  * injected `sandbox:<id>` key). Unset values are `null`.
  */
+import { NetworkPolicy, Rules } from "@svc/host-protocol/Egress"
 import { Effect, Schema, SchemaTransformation } from "effect"
 import { HostId, OrgId, SandboxId, SecretId, TemplateId, VolumeId } from "./Ids.ts"
 import { ListQuery, Page } from "./Pagination.ts"
@@ -105,6 +106,10 @@ export const Sandbox = Schema.Struct({
   volume_attachments: Schema.Array(VolumeAttachment),
   metadata: Schema.Record(Schema.String, Schema.Json),
   errorMessage: Schema.NullOr(Schema.String),
+  /** The egress policy (docs/contract.md#network-policy): `{allow_out, deny_out}`. */
+  network: NetworkPolicy,
+  /** The ids of the secrets bound to it, in binding order (never their values). */
+  secrets: Schema.Array(SecretId),
   createdAt: Timestamp,
   startedAt: NullableTimestamp,
   stoppedAt: NullableTimestamp,
@@ -151,6 +156,21 @@ export type SandboxVolumeRequest = typeof SandboxVolumeRequest.Type
 
 export const Port = intBetween(1, 65_535)
 
+/**
+ * `network` of a create and the body of PUT /v1/sandboxes/{id}/network: rules are CIDRs,
+ * addresses or domains (`*.` in front for subdomains), at most 100 per list; an omitted list is
+ * empty (a PUT replaces the whole policy).
+ */
+export const NetworkPolicyRequest = Schema.Struct({
+  allow_out: Rules.pipe(withDefault([])),
+  deny_out: Rules.pipe(withDefault([]))
+})
+export type NetworkPolicyRequest = typeof NetworkPolicyRequest.Type
+
+/** Body of POST /v1/sandboxes/{id}/secrets. */
+export const BindSecretRequest = Schema.Struct({ secret_id: SecretId })
+export type BindSecretRequest = typeof BindSecretRequest.Type
+
 /** Body of POST /v1/sandboxes (snake_case, defaults applied when decoding). */
 export const CreateSandboxRequest = Schema.Struct({
   name: Schema.optionalKey(Name(120)),
@@ -173,6 +193,7 @@ export const CreateSandboxRequest = Schema.Struct({
     .pipe(withDefault([])),
   secrets: Schema.Array(SecretId).check(Schema.isMaxLength(MAX_SECRETS), uniqueBy<string>("secret", (s) => s))
     .pipe(withDefault([])),
+  network: NetworkPolicyRequest.pipe(withDefault({})),
   /** Seconds until the platform stops it; null: no limit. */
   timeout_s: Schema.NullOr(intBetween(1, TIMEOUT_S_MAX)).pipe(withDefault(null))
 })

@@ -34,6 +34,8 @@ const record: S.Sandbox = {
   }],
   metadata: { team: "infra", n: 1 },
   errorMessage: null,
+  network: { allow_out: ["example.com"], deny_out: [] },
+  secrets: [],
   createdAt: DateTime.makeUnsafe(Date.UTC(2026, 10, 22, 1, 2, 3, 456)),
   startedAt: null,
   stoppedAt: null,
@@ -66,6 +68,8 @@ describe("Sandbox record", () => {
       "volume_attachments",
       "metadata",
       "errorMessage",
+      "network",
+      "secrets",
       "createdAt",
       "startedAt",
       "stoppedAt",
@@ -113,6 +117,7 @@ describe("CreateSandboxRequest", () => {
       volumes: [],
       exposed_ports: [],
       secrets: [],
+      network: { allow_out: [], deny_out: [] },
       timeout_s: null
     })
   })
@@ -233,6 +238,25 @@ describe("CreateSandboxRequest", () => {
     const sec = Ids.makeSecretId()
     expect(refusedAt(S.CreateSandboxRequest, { secrets: [sec, sec] })).toEqual(["secrets.1"])
     expect(refusedAt(S.CreateSandboxRequest, { secrets: ["sec_x"] })).toEqual(["secrets.0"])
+  })
+
+  it("checks network rules: CIDRs, addresses, domains, wildcards in front only; stores them lowercase", () => {
+    expect(
+      ok(S.CreateSandboxRequest, { network: { allow_out: ["Example.COM", "*.example.org", "203.0.113.0/24"] } })
+        .network
+    ).toEqual({ allow_out: ["example.com", "*.example.org", "203.0.113.0/24"], deny_out: [] })
+    expect(ok(S.CreateSandboxRequest, { network: { deny_out: ["2001:db8::/32", "198.51.100.7"] } }).network)
+      .toEqual({ allow_out: [], deny_out: ["2001:db8::/32", "198.51.100.7"] })
+    expect(refusedAt(S.CreateSandboxRequest, { network: { allow_out: ["ok.com", "a.*.com"] } }))
+      .toEqual(["network.allow_out.1"])
+    expect(refusedAt(S.CreateSandboxRequest, { network: { deny_out: ["10.0.0.0/33"] } })).toEqual([
+      "network.deny_out.0"
+    ])
+    expect(refusedAt(S.CreateSandboxRequest, { network: { deny_out: ["localhost"] } })).toEqual(["network.deny_out.0"])
+    expect(refusedAt(S.CreateSandboxRequest, { network: { allow_out: [""] } })).toEqual(["network.allow_out.0"])
+    expect(refusedAt(S.CreateSandboxRequest, { network: { allow_out: Array.from({ length: 101 }, () => "a.com") } }))
+      .toEqual(["network.allow_out"])
+    expect(refusedAt(S.CreateSandboxRequest, { network: { allow_out: "example.com" } })).toEqual(["network.allow_out"])
   })
 })
 

@@ -26,7 +26,30 @@ export interface OutboxMessage {
   readonly subject: string | ReadonlyArray<string>
   /** Any JSON value; published as its JSON text. */
   readonly payload: unknown
+  /**
+   * A KV operation instead of a message (`kvPut`, `kvDelete`): `subject` is then
+   * `<bucket>.<key>`, the bucket's base name (the relay adds the prefix to the bucket's name).
+   */
+  readonly kv?: "put" | "del" | undefined
 }
+
+/**
+ * Puts `value` (its JSON text) under `key` of the KV bucket `bucket` (base name) once the
+ * transaction commits. Puts and deletes of one key reach the bucket in commit order when the
+ * writers serialise on the row the entry describes (its lock), as every outbox row of one entity does.
+ */
+export const kvPut = (bucket: string, key: string, value: unknown): OutboxMessage => ({
+  subject: `${bucket}.${key}`,
+  payload: value,
+  kv: "put"
+})
+
+/** Deletes `key` of the KV bucket `bucket` (base name) once the transaction commits. */
+export const kvDelete = (bucket: string, key: string): OutboxMessage => ({
+  subject: `${bucket}.${key}`,
+  payload: null,
+  kv: "del"
+})
 
 /** A row that will be published: its id is also the `Nats-Msg-Id`. */
 export interface OutboxRow {
@@ -78,18 +101,25 @@ export const appendAll = Effect.fn("Outbox.appendAll")(function*(messages: Reado
   const ids: Array<string> = []
   const subjects: Array<string> = []
   const payloads: Array<string> = []
+  // '' for a message: the driver cannot type an array of nulls alone.
+  const kvs: Array<string> = []
   for (const m of messages) {
     const subject = yield* subjectOf(m.subject)
+    if (m.kv !== undefined && !subject.includes(".")) {
+      return yield* new InvalidOutboxMessage({ subject, message: "a KV operation's subject is <bucket>.<key>" })
+    }
     payloads.push(yield* jsonText(subject, m.payload))
     subjects.push(subject)
+    kvs.push(m.kv ?? "")
     ids.push(makeOutboxId(now))
   }
   // One statement: the rows in the given order (seq follows ordinality) and the wake-up of the
   // relays, which Postgres delivers only if and when the transaction commits.
   yield* sql`
-    INSERT INTO outbox (id, subject, payload)
-    SELECT r.id, r.subject, r.payload::json
-    FROM unnest(${ids}::text[], ${subjects}::text[], ${payloads}::text[]) WITH ORDINALITY AS r(id, subject, payload, n),
+    INSERT INTO outbox (id, subject, payload, kv)
+    SELECT r.id, r.subject, r.payload::json, NULLIF(r.kv, '')
+    FROM unnest(${ids}::text[], ${subjects}::text[], ${payloads}::text[], ${kvs}::text[])
+           WITH ORDINALITY AS r(id, subject, payload, kv, n),
          (SELECT pg_notify(${NOTIFY_CHANNEL}, '')) AS wake
     ORDER BY r.n
   `

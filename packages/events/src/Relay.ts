@@ -23,6 +23,9 @@
  * - Failures: a publish that fails (NATS down) leaves the batch unsent and is retried with capped
  *   exponential backoff; a statement that fails (Postgres down) ends the leadership, and the
  *   relay starts over after a backoff. The fiber never ends on its own.
+ * - KV operations (`Outbox.kvPut` / `kvDelete`) are rows like the others, in the same order: a
+ *   publish to the bucket's `$KV.<bucket>.<key>` subject (a delete with `KV-Operation: DEL`).
+ *   The bucket must exist (its owner ensures it at start); until it does, the batch is retried.
  * - Publishes within a batch are sequential: a failed publish stops the batch, so the stream
  *   never holds a later row before an earlier one.
  */
@@ -58,10 +61,14 @@ const encoder = new TextEncoder()
 
 const lockRows = Rows.decoder("OutboxRelay.lock", Schema.Struct({ locked: Schema.Boolean }))
 /** A batch of the outbox, the payload as JSON text (published as it is). */
-const outboxRows = Rows.decoder(
-  "OutboxRelay.batch",
-  Schema.Struct({ id: Schema.String, subject: Schema.String, payload: Schema.String })
-)
+const OutboxBatchRow = Schema.Struct({
+  id: Schema.String,
+  subject: Schema.String,
+  payload: Schema.String,
+  /** NULL: a message; `put` / `del`: a KV operation on `<bucket>.<key>` (Outbox.kvPut). */
+  kv: Schema.NullOr(Schema.Literals(["put", "del"]))
+})
+const outboxRows = Rows.decoder("OutboxRelay.batch", OutboxBatchRow)
 const countRows = Rows.decoder("OutboxRelay.pending", Schema.Struct({ n: Schema.Int }))
 
 export class OutboxRelay extends Context.Service<OutboxRelay, {
@@ -83,11 +90,24 @@ export class OutboxRelay extends Context.Service<OutboxRelay, {
     const wakeups = yield* Queue.sliding<void>(1)
     const wake = Effect.asVoid(Queue.offer(wakeups, undefined))
 
-    const publishRow = (row: { readonly id: string; readonly subject: string; readonly payload: string }) =>
-      nats.publishAcked(nats.subject(row.subject), encoder.encode(row.payload), {
+    const publishRow = (row: typeof OutboxBatchRow.Type) => {
+      if (row.kv === null) {
+        return nats.publishAcked(nats.subject(row.subject), encoder.encode(row.payload), {
+          msgId: row.id,
+          timeoutMs: publishTimeout
+        })
+      }
+      // A KV operation: a publish to the bucket's own subject (`$KV.<bucket>.<key>`, the bucket
+      // named under the prefix as `ensureBucket` names it); a delete is an empty message with the
+      // `KV-Operation: DEL` header, as the KV client's own delete sends.
+      const dot = row.subject.indexOf(".")
+      const subject = `$KV.${nats.name(row.subject.slice(0, dot))}.${row.subject.slice(dot + 1)}`
+      return nats.publishAcked(subject, row.kv === "del" ? new Uint8Array(0) : encoder.encode(row.payload), {
         msgId: row.id,
-        timeoutMs: publishTimeout
+        timeoutMs: publishTimeout,
+        ...(row.kv === "del" ? { headers: { "KV-Operation": "DEL" } } : {})
       })
+    }
 
     const waitForWork = Effect.timeoutOption(Queue.take(wakeups), pollInterval)
     const backoff = (failures: number) => Duration.millis(Math.min(maxBackoffMs, 50 * 2 ** Math.min(failures, 10)))
@@ -120,7 +140,7 @@ export class OutboxRelay extends Context.Service<OutboxRelay, {
       for (;;) {
         const rows = yield* onLeaderConnection(outboxRows(sql`
           WITH sent AS (UPDATE outbox SET sent_at = now() WHERE id = ANY(${sent}::text[]))
-          SELECT id, subject, payload::text AS payload FROM outbox
+          SELECT id, subject, payload::text AS payload, kv FROM outbox
           WHERE sent_at IS NULL AND NOT (id = ANY(${sent}::text[]))
           ORDER BY seq LIMIT ${batchSize}`))
         sent = []

@@ -1,5 +1,6 @@
 import { describe, expect, layer } from "@effect/vitest"
 import { Nats } from "@svc/bus/Nats"
+import { ensureBucket } from "@svc/bus/Topology"
 import * as Outbox from "@svc/events/Outbox"
 import { OutboxRelay } from "@svc/events/Relay"
 import * as Streams from "@svc/events/Streams"
@@ -195,6 +196,43 @@ describe("OutboxRelay", () => {
           expect(messages.map((m) => m.msgId)).toEqual(yield* outboxIds)
           expect(envelopesOf(messages).map((e) => e.data.i)).toEqual([0, 1, 2, 3, 4, 5, 6, 7])
         }).pipe(Effect.provide(nats))
+      })))
+  })
+
+  layer(env, { excludeTestServices: true })((it) => {
+    it.effect("KV rows: a put lands in the prefixed bucket under its key, a delete removes it, in order with messages", () =>
+      Effect.scoped(Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const nats = yield* Nats
+        const stream = yield* Streams.ensure()
+        const kv = yield* ensureBucket({ name: "relaykv", history: 1 })
+        yield* startRelay({ pollInterval: Duration.millis(200) })
+        const get = (key: string) =>
+          Effect.promise(async () => {
+            const entry = await kv.get(key)
+            return entry === null || entry.operation !== "PUT" ? null : entry.json<unknown>()
+          })
+        yield* sql.withTransaction(Outbox.appendAll([
+          Outbox.kvPut("relaykv", "sandbox.a", { n: 1 }),
+          Outbox.kvPut("relaykv", "sandbox.b", { n: 2 })
+        ]))
+        // A message and KV rows in one transaction: both kinds go out.
+        yield* sql.withTransaction(Effect.andThen(
+          Outbox.appendEvent({ event: "ping", orgId: ORG, data: { i: 0 } }),
+          Outbox.appendAll([Outbox.kvPut("relaykv", "sandbox.a", { n: 3 }), Outbox.kvDelete("relaykv", "sandbox.b")])
+        ))
+        yield* eventually(pending, (n) => n === 0)
+        expect(yield* get("sandbox.a")).toEqual({ n: 3 })
+        expect(yield* get("sandbox.b")).toBeNull()
+        const deleted = yield* Effect.promise(() => kv.get("sandbox.b"))
+        expect(deleted?.operation).toBe("DEL")
+        // The KV's stream holds them under the prefixed bucket's subjects; the event went to EVENTS.
+        const subjects = (yield* readStream(`KV_${nats.name("relaykv")}`)).map((m) => m.subject)
+        expect(subjects).toEqual([`$KV.${nats.name("relaykv")}.sandbox.a`, `$KV.${nats.name("relaykv")}.sandbox.b`])
+        expect((yield* readStream(stream)).length).toBe(1)
+        // A KV row must name a bucket and a key.
+        const refused = yield* Effect.flip(Outbox.appendAll([{ subject: "nokey", payload: 1, kv: "put" }]))
+        expect(refused._tag).toBe("InvalidOutboxMessage")
       })))
   })
 })

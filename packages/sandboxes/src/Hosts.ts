@@ -10,6 +10,7 @@
  */
 import { BusError } from "@svc/bus/Nats"
 import { ensureBucket, ensureStream } from "@svc/bus/Topology"
+import { EGRESS_BUCKET_SPEC } from "@svc/host-protocol/Egress"
 import { AGENT_STREAM_SPEC, HOST_DOWN_AFTER_MS, HostRecord, HOSTS_BUCKET_SPEC } from "@svc/host-protocol/Protocol"
 import { Clock, Context, Deferred, Duration, Effect, Layer, Option, Schedule, Schema } from "effect"
 
@@ -49,6 +50,9 @@ export class Hosts extends Context.Service<Hosts, {
 }>()("@svc/sandboxes/Hosts") {
   static readonly make = Effect.gen(function*() {
     const kv = yield* ensureBucket(HOSTS_BUCKET_SPEC)
+    // The hosts' other bucket: the sandboxes' egress entries, which the outbox relay puts into
+    // (a put into a missing bucket would hold the relay up until it exists).
+    yield* ensureBucket(EGRESS_BUCKET_SPEC)
     const known = new Map<string, Known>()
     const ready = yield* Deferred.make<void>()
 

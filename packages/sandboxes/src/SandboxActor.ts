@@ -29,6 +29,9 @@
  *     died (out of memory, killed): `errorMessage` is the host's reason (`out of memory at
  *     ram_mb 256`); in error already (e.g. its host was down meanwhile) only the reason changes.
  *
+ * SetNetwork and BindSecret (from the API, any state but deleting and deleted) change the
+ * egress settings and put the sandbox's `egress` KV entry; the deletion deletes it.
+ *
  * Reports: only from the sandbox's own host, and never older than the newest one applied
  * (`at`, host time): a stale or repeated report changes nothing. Each state change emits one
  * `sandbox.state_updated`; the deletion emits `sandbox.deleted`.
@@ -46,6 +49,7 @@ import {
   SANDBOX_ACTOR_PARTITIONS,
   SANDBOX_ACTOR_TYPE
 } from "@svc/host-protocol/Protocol"
+import { deleteEgress, putEgress } from "./Sandboxes/Egress.ts"
 import { type Delete, SandboxActorState, SandboxMessage } from "./Sandboxes/Model.ts"
 import { store } from "./Sandboxes/Store.ts"
 
@@ -132,7 +136,7 @@ export const commandRefusal = (s: State, tag: CommandTag): string | null => {
 // Delete
 
 const deleteNow = (s: State, ctx: Ctx, effects: ReadonlyArray<Actor.ActorEffect>): Actor.Transition<State> =>
-  moveTo(s, "deleted", ctx, { deletedAt: ctx.now, agentReady: false }, effects, [deleted({ ...s })])
+  moveTo(s, "deleted", ctx, { deletedAt: ctx.now, agentReady: false }, effects, [deleted({ ...s }), deleteEgress(s)])
 
 const destroy = (s: State): AgentCommand => ({ _tag: "destroy", sandboxId: s.id, orgId: s.orgId })
 
@@ -273,6 +277,17 @@ export const transition = (s: State | undefined, m: Message, ctx: Ctx): Actor.Tr
       return moveTo(s, "stopping", ctx, {}, [command(s, { _tag: "stop", sandboxId: s.id, orgId: s.orgId })])
     case "Delete":
       return onDelete(s, m, ctx)
+    case "SetNetwork": {
+      // The API refuses these first (409); a late copy changes nothing.
+      if (s.state === "deleting" || s.state === "deleted") return unchanged(s)
+      const next: State = { ...s, network: m.network }
+      return Actor.next(next, putEgress(next))
+    }
+    case "BindSecret": {
+      if (s.state === "deleting" || s.state === "deleted" || s.secretIds.includes(m.secretId)) return unchanged(s)
+      const next: State = { ...s, secretIds: [...s.secretIds, m.secretId] }
+      return Actor.next(next, putEgress(next))
+    }
     case "AgentReport":
       return onReport(s, m, ctx)
     case "HostDown": {

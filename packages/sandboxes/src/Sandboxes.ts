@@ -10,8 +10,13 @@
  * Decisions:
  * - `template`: the built-in `base` (by name or by its id) is the only template so far;
  *   anything else is 400 naming `template`.
- * - `volumes` and `secrets` name resources that must exist in the org; none exist yet, so
- *   any id is 400 naming the entry.
+ * - `volumes` and `secrets` name resources that must exist in the org: an id that is not one
+ *   (missing, deleted, another org's) is 400 naming the entry (`secrets.1`); no volume exists yet.
+ * - Egress (docs/contract.md#network-policy): `network` and the bound secrets are part of the
+ *   row; each change (create, `setNetwork`, `bindSecret`) puts the sandbox's `egress` KV entry
+ *   through the outbox in its own transaction, and the deletion removes it
+ *   (`Sandboxes/Egress.ts`). Both refuse a deleting or deleted sandbox (409); a binding beyond
+ *   `MAX_SECRETS` is 409, a secret bound already is bound once.
  * - `parent_id` must be a sandbox of the org (400 naming `parent_id` otherwise) that is not
  *   being deleted (409).
  * - `region` null: any region; the record takes the host's region, or `any` when no host
@@ -35,11 +40,14 @@ import {
   type ExecRequest,
   type ExecResult,
   type ListSandboxesQuery,
+  MAX_SECRETS,
+  type NetworkPolicyRequest,
   Sandbox,
   type SandboxPage,
   UNPAGINATED_CAP,
   UNPAGINATED_MAX_BYTES
 } from "@svc/domain/Sandbox"
+import * as Outbox from "@svc/events/Outbox"
 import { wakeIfPresent } from "@svc/events/Relay"
 import { Clock, Context, Effect, Layer, Option, Schema, type Stream } from "effect"
 import { SqlClient } from "effect/sql"
@@ -48,9 +56,11 @@ import { Hosts } from "./Hosts.ts"
 import { commandRefusal, SandboxActor } from "./SandboxActor.ts"
 import { applyNow } from "./Sandboxes/Apply.ts"
 import * as DataPlane from "./Sandboxes/DataPlane.ts"
+import { egressMessage } from "./Sandboxes/Egress.ts"
 import { SandboxActorState } from "./Sandboxes/Model.ts"
 import * as Quota from "./Sandboxes/Quota.ts"
 import { toRecord } from "./Sandboxes/Record.ts"
+import { liveSecrets } from "./Sandboxes/SecretRefs.ts"
 import { COLUMNS, SandboxRow, store, toStored } from "./Sandboxes/Store.ts"
 import * as Scheduler from "./Scheduler.ts"
 
@@ -121,6 +131,18 @@ export class Sandboxes extends Context.Service<Sandboxes, {
   ) => Effect.Effect<Sandbox, Errors.NotFound | Errors.Conflict | Rows.QueryError>
   /** Deletes it and every descendant. Idempotent. */
   readonly remove: (orgId: OrgId, id: string) => Effect.Effect<Sandbox, Errors.NotFound | Rows.QueryError>
+  /** Replaces the egress policy; the record after. */
+  readonly setNetwork: (
+    orgId: OrgId,
+    id: string,
+    network: NetworkPolicyRequest
+  ) => Effect.Effect<Sandbox, Errors.NotFound | Errors.Conflict | Rows.QueryError>
+  /** Binds a live secret of the org (once). */
+  readonly bindSecret: (
+    orgId: OrgId,
+    id: string,
+    secretId: string
+  ) => Effect.Effect<void, Errors.NotFound | Errors.Conflict | Errors.InvalidRequest | Rows.QueryError>
   readonly exec: (
     orgId: OrgId,
     id: string,
@@ -169,7 +191,6 @@ export class Sandboxes extends Context.Service<Sandboxes, {
           )
         }
         if (request.volumes.length > 0) return yield* invalid("volumes.0.volume_id", "no such volume in this org")
-        if (request.secrets.length > 0) return yield* invalid("secrets.0", "no such secret in this org")
         let live = yield* hosts.live
         if (!live.some((h) => request.region === null || h.region === request.region)) {
           // A host that registered a moment ago may not have reached the mirror yet.
@@ -195,6 +216,10 @@ export class Sandboxes extends Context.Service<Sandboxes, {
               return yield* new Errors.Conflict({ error: `The parent sandbox is ${parentState}` })
             }
           }
+          // Held FOR SHARE to the commit: a secret deleted meanwhile waits for this create.
+          const secrets = yield* liveSecrets(orgId, request.secrets)
+          const unknown = request.secrets.findIndex((secretId) => !secrets.has(secretId))
+          if (unknown !== -1) return yield* invalid(`secrets.${unknown}`, "no such secret in this org")
           const placement = yield* Scheduler.place(live, {
             region: request.region,
             cpu: request.cpu,
@@ -230,6 +255,8 @@ export class Sandboxes extends Context.Service<Sandboxes, {
             volumeAttachments: [],
             metadata: request.metadata as SandboxActorState["metadata"],
             errorMessage: null,
+            network: request.network,
+            secretIds: request.secrets,
             timeoutS: request.timeout_s,
             createdAt: now,
             startedAt: null,
@@ -241,6 +268,8 @@ export class Sandboxes extends Context.Service<Sandboxes, {
           }
           const inserted = yield* corrupt(store.save(id, state, undefined))
           if (!inserted) return yield* Effect.die(new Error(`sandbox id ${id} taken`))
+          // Before the host hears of it: its proxy knows the policy by the first connection.
+          yield* Outbox.append(egressMessage(state)).pipe(Effect.catchTag("InvalidOutboxMessage", Effect.die))
           yield* Actors.sendViaOutbox(SandboxActor, id, {
             _tag: "Create",
             // Sealed before it reaches the outbox: the env may hold credentials.
@@ -362,6 +391,33 @@ export class Sandboxes extends Context.Service<Sandboxes, {
       return toRecord(next)
     })
 
+    const notGone = (s: SandboxActorState) =>
+      s.state === "deleting" || s.state === "deleted"
+        ? Effect.fail(new Errors.Conflict({ error: `This sandbox is ${s.state}` }))
+        : Effect.void
+
+    const setNetwork = Effect.fn("Sandboxes.setNetwork")(
+      function*(orgId: OrgId, id: string, network: NetworkPolicyRequest) {
+        const next = yield* applyNow(orgId, id, (s) => Effect.as(notGone(s), { _tag: "SetNetwork" as const, network }))
+        yield* wakeIfPresent
+        return toRecord(next)
+      }
+    )
+
+    const bindSecret = Effect.fn("Sandboxes.bindSecret")(function*(orgId: OrgId, id: string, secretId: string) {
+      yield* applyNow(orgId, id, (s) =>
+        Effect.gen(function*() {
+          yield* notGone(s)
+          const live = yield* liveSecrets(orgId, [secretId])
+          if (!live.has(secretId)) return yield* invalid("secret_id", "no such secret in this org")
+          if (!s.secretIds.includes(secretId) && s.secretIds.length >= MAX_SECRETS) {
+            return yield* new Errors.Conflict({ error: `A sandbox can have at most ${MAX_SECRETS} secrets` })
+          }
+          return { _tag: "BindSecret" as const, secretId }
+        }))
+      yield* wakeIfPresent
+    })
+
     /** The sandbox's host record, when it is running (409 otherwise). */
     const running = (orgId: string, id: string) =>
       Effect.gen(function*() {
@@ -421,6 +477,8 @@ export class Sandboxes extends Context.Service<Sandboxes, {
       start: (orgId, id) => withSql(start(orgId, id)),
       stop: (orgId, id) => withSql(stop(orgId, id)),
       remove: (orgId, id) => withSql(remove(orgId, id)),
+      setNetwork: (orgId, id, network) => withSql(setNetwork(orgId, id, network)),
+      bindSecret: (orgId, id, secretId) => withSql(bindSecret(orgId, id, secretId)),
       exec,
       readFile,
       writeFile

@@ -45,6 +45,8 @@ const at = (name: Name, patch: Partial<SandboxActorState> = {}): SandboxActorSta
   volumeAttachments: [],
   metadata: { a: 1 },
   errorMessage: name === "error" ? "earlier failure" : null,
+  network: { allow_out: [], deny_out: ["10.0.0.0/8"] },
+  secretIds: ["sec_1"],
   timeoutS: null,
   createdAt: NOW - 10_000,
   startedAt: name === "running" ? NOW - 5_000 : null,
@@ -64,6 +66,8 @@ const describeEffects = (effects: ReadonlyArray<Actor.ActorEffect>) =>
         return `publish:${typeof e.subject === "string" ? e.subject : e.subject.join(".")}`
       case "Send":
         return `send:${e.id}:${(e.message as { _tag: string })._tag}`
+      case "Kv":
+        return `kv:${e.value === null ? "del" : "put"}:${e.bucket}.${e.key}`
       case "Event":
         return e.event.event === "sandbox.state_updated"
           ? `event:sandbox.state_updated:${(e.event.data as { state: string }).state}`
@@ -183,7 +187,12 @@ describe("SandboxActor transition", () => {
     const m: SandboxMessage = { _tag: "Delete", hostLive: true, children: [{ id: "sbx_c", hostLive: false }] }
     const deleting = ["deleting", [`publish:agent.${H}.destroy`, "send:sbx_c:Delete", su("deleting")]] as const
     check(m, {
-      pending: ["deleted", ["send:sbx_c:Delete", su("deleted"), "event:sandbox.deleted"]],
+      pending: ["deleted", [
+        "send:sbx_c:Delete",
+        su("deleted"),
+        "event:sandbox.deleted",
+        "kv:del:egress.sandbox.sbx_1"
+      ]],
       starting: deleting,
       running: deleting,
       stopping: deleting,
@@ -196,9 +205,14 @@ describe("SandboxActor transition", () => {
   })
 
   it("Delete with the host down (or never placed): deleted at once, the destroy still published", () => {
-    const gone = ["deleted", [`publish:agent.${H}.destroy`, su("deleted"), "event:sandbox.deleted"]] as const
+    const gone = ["deleted", [
+      `publish:agent.${H}.destroy`,
+      su("deleted"),
+      "event:sandbox.deleted",
+      "kv:del:egress.sandbox.sbx_1"
+    ]] as const
     check({ _tag: "Delete", hostLive: false, children: [] }, {
-      pending: ["deleted", [su("deleted"), "event:sandbox.deleted"]],
+      pending: ["deleted", [su("deleted"), "event:sandbox.deleted", "kv:del:egress.sandbox.sbx_1"]],
       starting: gone,
       running: gone,
       stopping: gone,
@@ -206,7 +220,7 @@ describe("SandboxActor transition", () => {
       error: gone
     })
     const t = transition(at("error", { hostId: null }), { _tag: "Delete", hostLive: true, children: [] }, ctx)
-    expect(describeEffects(t.effects)).toEqual([su("deleted"), "event:sandbox.deleted"])
+    expect(describeEffects(t.effects)).toEqual([su("deleted"), "event:sandbox.deleted", "kv:del:egress.sandbox.sbx_1"])
     expect(t.state?.deletedAt).toBe(NOW)
     expect((t.effects[1] as Actor.EmitEvent).event.data).toEqual({ sandbox_id: "sbx_1", host_id: null })
   })
@@ -275,7 +289,7 @@ describe("SandboxActor transition", () => {
   it("report destroyed: deleting → deleted; a sandbox that vanished elsewhere → error", () => {
     const vanished = ["error", [su("error")]] as const
     check(report("destroyed"), {
-      deleting: ["deleted", [su("deleted"), "event:sandbox.deleted"]],
+      deleting: ["deleted", [su("deleted"), "event:sandbox.deleted", "kv:del:egress.sandbox.sbx_1"]],
       starting: vanished,
       running: vanished,
       stopping: vanished,
@@ -343,7 +357,7 @@ describe("SandboxActor transition", () => {
       running: down,
       stopping: down,
       stopped: down,
-      deleting: ["deleted", [su("deleted"), "event:sandbox.deleted"]]
+      deleting: ["deleted", [su("deleted"), "event:sandbox.deleted", "kv:del:egress.sandbox.sbx_1"]]
     })
     check({ _tag: "HostDown", hostId: "host_b", lastSeenAt: NOW - 20_000 }, {})
     const t = transition(at("running"), { _tag: "HostDown", hostId: H, lastSeenAt: null }, ctx)

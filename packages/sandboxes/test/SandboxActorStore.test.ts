@@ -40,6 +40,8 @@ const state = (patch: Partial<SandboxActorState> = {}): SandboxActorState => ({
   }],
   metadata: { nested: { list: [1, "two", null, true] } },
   errorMessage: null,
+  network: { allow_out: ["example.com", "*.example.org"], deny_out: ["10.0.0.0/8"] },
+  secretIds: ["sec_b", "sec_a"],
   timeoutS: 3600,
   createdAt: Date.UTC(2026, 10, 22, 1, 2, 3, 456),
   startedAt: Date.UTC(2026, 10, 22, 1, 2, 4, 1),

@@ -8,7 +8,7 @@
  * `TRANSFER_WAIT` for a slot, then is 503 `unavailable` (retry). A slot is held until the
  * response is sent: a download keeps it while its bytes flow.
  */
-import { confinedSandbox, sandboxPolicy } from "@svc/auth/Authorization"
+import { confinedSandbox, requireScope, sandboxPolicy } from "@svc/auth/Authorization"
 import { Api } from "@svc/domain/Api"
 import { CurrentPrincipal } from "@svc/domain/Api/Auth"
 import { MAX_UPLOAD_BYTES } from "@svc/domain/Api/Sandboxes"
@@ -58,6 +58,8 @@ export const SandboxesGroup = HttpApiBuilder.group(
       .handle("create", ({ payload, headers }) =>
         Effect.gen(function*() {
           const principal = yield* CurrentPrincipal
+          // Binding secrets at create is a use of them (spec 5.4).
+          if (payload.secrets.length > 0) yield* requireScope("secrets", "use")
           const permission = yield* sandboxPolicy({ create: { parentId: payload.parent_id } })
           const parentId = permission._tag === "CreateAs" ? permission.parentId : payload.parent_id
           const result = yield* sandboxes.create(
@@ -85,6 +87,16 @@ export const SandboxesGroup = HttpApiBuilder.group(
       )
       .handle("stop", ({ params }) => Effect.flatMap(target(params.id), (orgId) => sandboxes.stop(orgId, params.id)))
       .handle("start", ({ params }) => Effect.flatMap(target(params.id), (orgId) => sandboxes.start(orgId, params.id)))
+      .handle(
+        "network",
+        ({ params, payload }) =>
+          Effect.flatMap(target(params.id), (orgId) => sandboxes.setNetwork(orgId, params.id, payload))
+      )
+      .handle(
+        "bindSecret",
+        ({ params, payload }) =>
+          Effect.flatMap(target(params.id), (orgId) => sandboxes.bindSecret(orgId, params.id, payload.secret_id))
+      )
       .handle(
         "exec",
         ({ params, payload }) => Effect.flatMap(target(params.id), (orgId) => sandboxes.exec(orgId, params.id, payload))

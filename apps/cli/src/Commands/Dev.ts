@@ -89,9 +89,13 @@ const devEncryptionKeys = (stateDir: string) =>
     return { SVC_ENCRYPTION_KEYS: keys }
   })
 
+/** Where `svc dev` lists the dev org's key as a secret manager (`SVC_SECRET_MANAGER_API_KEY_IDS_FILE`). */
+const SECRET_MANAGERS_FILE = "secret-managers"
+
 /**
  * The dev org and its full-access key: printed, and written to `.svc/dev-credentials.json` (mode
- * 0600, git-ignored) as `{base_url, org_id, api_key}` for scripts and the CLI.
+ * 0600, git-ignored) as `{base_url, org_id, api_key}` for scripts and the CLI; its id goes to
+ * `.svc/secret-managers`, so that it may manage the dev org's secrets.
  */
 const devCredentials = (stateDir: string, baseUrl: string) =>
   Effect.gen(function*() {
@@ -103,6 +107,7 @@ const devCredentials = (stateDir: string, baseUrl: string) =>
       JSON.stringify({ base_url: baseUrl, org_id: creds.org_id, api_key: creds.api_key }, null, 2) + "\n",
       { mode: 0o600 }
     )
+    fs.writeFileSync(path.join(stateDir, SECRET_MANAGERS_FILE), `${creds.key_id}\n`)
     yield* Console.log(`org       ${creds.org_id}`)
     yield* Console.log(`api key   ${creds.api_key}${creds.minted ? " (new)" : ""}`)
     yield* Console.log(`          saved in ${file}`)
@@ -135,6 +140,9 @@ export const dev = Command.make(
     fs.mkdirSync(stateDir, { recursive: true })
     const env = {
       SVC_DATA_DIR: path.join(stateDir, "data"),
+      // The dev org's key is a userless service key: listed here (by `devCredentials`) it may
+      // manage the dev org's secrets, as the README's curl examples do.
+      SVC_SECRET_MANAGER_API_KEY_IDS_FILE: path.join(stateDir, SECRET_MANAGERS_FILE),
       ...(yield* localServers(stateDir)),
       ...(yield* devEncryptionKeys(stateDir))
     }

@@ -1,5 +1,5 @@
 /**
- * `svc sandbox create|list|get|exec|delete|expose`: a client of the /v1 API for users.
+ * `svc sandbox create|list|get|exec|delete|expose|network|secrets bind`: a client of the /v1 API for users.
  *
  * Credentials: `SVC_API_KEY` and `SVC_API_URL` (default http://127.0.0.1:8080), else
  * `.svc/dev-credentials.json` (`{base_url, api_key}`, written for the dev stack). API errors
@@ -9,6 +9,9 @@
  *   svc sandbox list --state running,stopped
  *   svc sandbox exec sbx_... -- sh -c 'echo hi'
  *   svc sandbox create --port 8080 --wait; svc sandbox expose sbx_... 8080
+ *   svc sandbox create --allow pypi.org --allow '*.pythonhosted.org' --secret sec_...
+ *   svc sandbox network sbx_... --allow example.com --deny 203.0.113.0/24
+ *   svc sandbox secrets bind sbx_... sec_...
  */
 import { Console, Effect, Option } from "effect"
 import { Argument, Command, Flag } from "effect/cli"
@@ -23,6 +26,15 @@ const optionalField = <A>(
   name: string,
   value: Option.Option<A>
 ) => (Option.isSome(value) ? { [name]: value.value } : {})
+
+const allowFlag = Flag.String("allow").pipe(
+  Flag.withDescription("Egress allowed to this CIDR, address or domain (*.example.com); repeatable"),
+  Flag.atLeast(0)
+)
+const denyFlag = Flag.String("deny").pipe(
+  Flag.withDescription("Egress denied to this CIDR, address or domain; repeatable; wins over --allow"),
+  Flag.atLeast(0)
+)
 
 const waitFor = (id: string, until: ReadonlyArray<string>) =>
   Effect.gen(function*() {
@@ -53,6 +65,9 @@ const create = Command.make(
       Flag.withDescription("A port to expose (exposed_ports), repeatable; `svc sandbox expose` opens it"),
       Flag.atLeast(0)
     ),
+    allow: allowFlag,
+    deny: denyFlag,
+    secret: Flag.String("secret").pipe(Flag.withDescription("Bind this secret (sec_...); repeatable"), Flag.atLeast(0)),
     wait: Flag.Boolean("wait").pipe(
       Flag.withDescription("Wait until it is running (or in error)"),
       Flag.withDefault(false)
@@ -70,7 +85,9 @@ const create = Command.make(
       ...optionalField("env", o.env),
       ...optionalField("type", o.type),
       ...optionalField("timeout_s", o.timeoutS),
-      ...(o.ports.length > 0 ? { exposed_ports: o.ports } : {})
+      ...(o.ports.length > 0 ? { exposed_ports: o.ports } : {}),
+      ...(o.secret.length > 0 ? { secrets: o.secret } : {}),
+      ...(o.allow.length > 0 || o.deny.length > 0 ? { network: { allow_out: o.allow, deny_out: o.deny } } : {})
     })
     const record = o.wait ? yield* waitFor(created.id, ["running"]) : created
     yield* print(record)
@@ -168,7 +185,40 @@ const expose = Command.make(
   })
 ).pipe(Command.withDescription("A preview URL and token for one exposed port of a sandbox"))
 
+const network = Command.make(
+  "network",
+  { sandboxId, allow: allowFlag, deny: denyFlag, json },
+  Effect.fn(function*(o) {
+    const record = yield* request("PUT", `/v1/sandboxes/${o.sandboxId}/network`, {
+      allow_out: o.allow,
+      deny_out: o.deny
+    })
+    if (o.json) return yield* print(record)
+    const rules = (list: ReadonlyArray<string>) => (list.length === 0 ? "-" : list.join(","))
+    yield* Console.log(
+      `${record.id}  allow_out=${rules(record.network.allow_out)}  deny_out=${rules(record.network.deny_out)}`
+    )
+  })
+).pipe(Command.withDescription("Replace a sandbox's egress policy (no flags: every public address allowed)"))
+
+const bind = Command.make(
+  "bind",
+  {
+    sandboxId,
+    secretId: Argument.String("secret-id").pipe(Argument.withDescription("The secret's id (sec_...)"))
+  },
+  Effect.fn(function*(o) {
+    yield* request("POST", `/v1/sandboxes/${o.sandboxId}/secrets`, { secret_id: o.secretId })
+    yield* Console.log(`${o.secretId} bound to ${o.sandboxId}`)
+  })
+).pipe(Command.withDescription("Bind a secret to a sandbox (needs secrets:use)"))
+
+const secrets = Command.make("secrets").pipe(
+  Command.withDescription("The secrets bound to a sandbox"),
+  Command.withSubcommands([bind])
+)
+
 export const sandbox = Command.make("sandbox").pipe(
   Command.withDescription("Create and use sandboxes through the API (SVC_API_KEY, SVC_API_URL)"),
-  Command.withSubcommands([create, list, get, exec, remove, expose])
+  Command.withSubcommands([create, list, get, exec, remove, expose, network, secrets])
 )

@@ -4,7 +4,8 @@
  *
  * Actions: `apikey.created`, `apikey.revoked` (docs/contract.md#key-states), and `org.created`,
  * `org.updated`, `auth.signed_up`, `auth.signed_in`, `auth.sign_in_failed` (a known email with a
- * wrong password), `auth.signed_out`.
+ * wrong password), `auth.signed_out`, and `secret.created`, `secret.rotated`, `secret.updated`,
+ * `secret.deleted` (the target is the secret's id; an entry never holds a value).
  */
 import { Schema } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "effect/http-api"
@@ -21,7 +22,11 @@ export const AUDIT_ACTIONS = [
   "auth.signed_up",
   "auth.signed_in",
   "auth.sign_in_failed",
-  "auth.signed_out"
+  "auth.signed_out",
+  "secret.created",
+  "secret.rotated",
+  "secret.updated",
+  "secret.deleted"
 ] as const
 export const AuditAction = Schema.Literals(AUDIT_ACTIONS)
 export type AuditAction = typeof AuditAction.Type

@@ -10,6 +10,7 @@ import {
   Conflict,
   FileRefused,
   IdempotencyKeyReused,
+  InsufficientScope,
   InvalidRequest,
   NotFound,
   PayloadTooLarge,
@@ -18,7 +19,16 @@ import {
   Unavailable
 } from "../Errors.ts"
 import { SandboxId } from "../Ids.ts"
-import { CreateSandboxRequest, ExecRequest, ExecResult, ListSandboxesQuery, Sandbox, SandboxPage } from "../Sandbox.ts"
+import {
+  BindSecretRequest,
+  CreateSandboxRequest,
+  ExecRequest,
+  ExecResult,
+  ListSandboxesQuery,
+  NetworkPolicyRequest,
+  Sandbox,
+  SandboxPage
+} from "../Sandbox.ts"
 import { AbsolutePath } from "../Text.ts"
 import { Access } from "./Auth.ts"
 
@@ -28,6 +38,12 @@ export const MAX_UPLOAD_BYTES = 100 * 1024 * 1024
 export class CreateSandboxBody
   extends Schema.Class<CreateSandboxBody>("CreateSandboxRequest")(CreateSandboxRequest.fields)
 {}
+
+export class NetworkPolicyBody
+  extends Schema.Class<NetworkPolicyBody>("NetworkPolicyRequest")(NetworkPolicyRequest.fields)
+{}
+
+export class BindSecretBody extends Schema.Class<BindSecretBody>("BindSecretRequest")(BindSecretRequest.fields) {}
 
 export class ExecBody extends Schema.Class<ExecBody>("ExecRequest")(ExecRequest.fields) {}
 
@@ -55,7 +71,15 @@ export class SandboxesApi extends HttpApiGroup.make("sandboxes")
       payload: CreateSandboxBody,
       headers: { "idempotency-key": Schema.optionalKey(IdempotencyKey) },
       success: Sandbox.pipe(HttpApiSchema.status(201)),
-      error: [InvalidRequest, Conflict, IdempotencyKeyReused, SandboxOutOfScope, QuotaExceeded, Unavailable]
+      error: [
+        InvalidRequest,
+        Conflict,
+        IdempotencyKeyReused,
+        InsufficientScope,
+        SandboxOutOfScope,
+        QuotaExceeded,
+        Unavailable
+      ]
     }).annotateMerge(OpenApi.annotations({
       description: "Creates a sandbox: 201 with the `pending` record. The platform places it on a live host of the " +
         "region with room and starts it; it ends `running`, or `error` with `errorMessage`. `parent_id` must be a " +
@@ -63,7 +87,9 @@ export class SandboxesApi extends HttpApiGroup.make("sandboxes")
         "sandbox is a child of that sandbox. `Idempotency-Key` (8 to 255 characters): the same key and body within " +
         "24 h answer 200 with the first response; another body is 422 `idempotency_key_reused`. 429 `quota_exceeded` " +
         "when the org has as many sandboxes as `SVC_ORG_MAX_SANDBOXES` allows, or runs as many as " +
-        "`SVC_ORG_MAX_RUNNING_SANDBOXES` allows."
+        "`SVC_ORG_MAX_RUNNING_SANDBOXES` allows. `network: {allow_out, deny_out}`: its egress policy (see PUT " +
+        ".../network). `secrets: [secret_id]` binds secrets of the org (needs `secrets:use` too; an id that is not " +
+        "a secret of the org is 400 naming the entry)."
     })),
     HttpApiEndpoint.get("list", "/v1/sandboxes", {
       query: ListSandboxesQuery,
@@ -100,6 +126,28 @@ export class SandboxesApi extends HttpApiGroup.make("sandboxes")
     }).annotateMerge(OpenApi.annotations({
       description: "A stopped sandbox: 202 `starting`; any other state: 409. 429 `quota_exceeded` when the org " +
         "runs as many sandboxes as `SVC_ORG_MAX_RUNNING_SANDBOXES` allows."
+    })),
+    HttpApiEndpoint.put("network", "/v1/sandboxes/:id/network", {
+      params,
+      payload: NetworkPolicyBody,
+      success: Sandbox,
+      error: [InvalidRequest, NotFound, Conflict, SandboxOutOfScope, Unavailable]
+    }).annotateMerge(OpenApi.annotations({
+      description: "Replaces the sandbox's egress policy (an omitted list is empty): rules are CIDRs " +
+        "(`203.0.113.0/24`), addresses or domains (`example.com`, `*.example.com`), at most 100 per list. " +
+        "`deny_out` wins; with no `allow_out` every public address is allowed. A running sandbox's next " +
+        "connection follows it. 200 with the record; 409 for a deleting or deleted sandbox."
+    })),
+    HttpApiEndpoint.post("bindSecret", "/v1/sandboxes/:id/secrets", {
+      params,
+      payload: BindSecretBody,
+      success: HttpApiSchema.NoContent,
+      error: [InvalidRequest, NotFound, Conflict, SandboxOutOfScope, Unavailable]
+    }).annotateMerge(Access.resource("sandboxes", { also: ["secrets:use"] })).annotateMerge(OpenApi.annotations({
+      description: "Binds a secret of the org (`sandboxes:write` and `secrets:use`): the egress proxy writes its " +
+        "header onto the sandbox's requests to the secret's allowed hosts from the next request. 204; again " +
+        "for a bound secret: 204, nothing changes. A `secret_id` that is not a secret of the org is 400; a " +
+        "deleting or deleted sandbox, or one with 32 secrets already, is 409."
     })),
     HttpApiEndpoint.post("exec", "/v1/sandboxes/:id/exec", {
       params,

@@ -9,6 +9,7 @@
  * see `SealedEnv.ts`).
  */
 import { SandboxState, SandboxType, VolumeAttachment } from "@svc/domain/Sandbox"
+import { NetworkPolicy } from "@svc/host-protocol/Egress"
 import { AgentReport } from "@svc/host-protocol/Protocol"
 import { Schema } from "effect"
 
@@ -41,6 +42,10 @@ export const SandboxActorState = Schema.Struct({
   volumeAttachments: Schema.Array(VolumeAttachment),
   metadata: Schema.Record(Schema.String, Schema.Json),
   errorMessage: Schema.NullOr(Schema.String),
+  /** The egress policy the hosts' proxies enforce (`egress` KV entry `sandbox.<id>`). */
+  network: NetworkPolicy,
+  /** Bound secrets, in binding order; a deleted secret is removed from here by its deletion. */
+  secretIds: Schema.Array(Schema.String),
   /**
    * Lifetime in seconds once running (`timeout_s`, docs/contract.md#creating-a-sandbox); null:
    * none.
@@ -97,5 +102,21 @@ export const Timeout = Schema.TaggedStruct("Timeout", {
 /** A running sandbox reached its `timeout_s` lifetime (started at `startedAt`): stop it. */
 export const Expire = Schema.TaggedStruct("Expire", { startedAt: Ms })
 
-export const SandboxMessage = Schema.Union([Create, Start, Stop, Delete, AgentReport, HostDown, Timeout, Expire])
+/** A new egress policy (PUT /v1/sandboxes/{id}/network): stored and published to the hosts. */
+export const SetNetwork = Schema.TaggedStruct("SetNetwork", { network: NetworkPolicy })
+/** Bind a secret (POST /v1/sandboxes/{id}/secrets); the API checked it is a live secret of the org. */
+export const BindSecret = Schema.TaggedStruct("BindSecret", { secretId: Schema.String })
+
+export const SandboxMessage = Schema.Union([
+  Create,
+  Start,
+  Stop,
+  Delete,
+  AgentReport,
+  HostDown,
+  Timeout,
+  Expire,
+  SetNetwork,
+  BindSecret
+])
 export type SandboxMessage = typeof SandboxMessage.Type

@@ -2,7 +2,7 @@
  * The actor's state as the API's record (the exact names of docs/contract.md#sandbox-record; times
  * as `DateTime.Utc`).
  */
-import type { HostId, OrgId, SandboxId, TemplateId } from "@svc/domain/Ids"
+import type { HostId, OrgId, SandboxId, SecretId, TemplateId } from "@svc/domain/Ids"
 import type { Sandbox } from "@svc/domain/Sandbox"
 import { DateTime } from "effect"
 import type { SandboxActorState } from "./Model.ts"
@@ -32,6 +32,8 @@ export const toRecord = (s: SandboxActorState): Sandbox => ({
   volume_attachments: s.volumeAttachments,
   metadata: s.metadata,
   errorMessage: s.errorMessage,
+  network: s.network,
+  secrets: s.secretIds as ReadonlyArray<SecretId>,
   createdAt: DateTime.makeUnsafe(s.createdAt),
   startedAt: utc(s.startedAt),
   stoppedAt: utc(s.stoppedAt),

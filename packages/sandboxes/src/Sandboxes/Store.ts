@@ -13,8 +13,8 @@ import { SandboxActorState } from "./Model.ts"
 /** The columns in `SELECT` order (kept in one place for the API's list queries). */
 export const COLUMNS = `id, org_id, name, template_id, template_name, host_id, parent_id, state, type, region,
   datacenter, agent_ready, runtime_ready, runtime_reason, cpu, ram_mb, disk_gb, vsock_cid, internal_ip,
-  exposed_ports, volume_attachments, metadata, error_message, timeout_s, created_at, started_at, stopped_at,
-  deleted_at, state_since, last_report_at, created_emitted, version`
+  exposed_ports, volume_attachments, metadata, error_message, network, secret_ids, timeout_s, created_at, started_at,
+  stopped_at, deleted_at, state_since, last_report_at, created_emitted, version`
 
 const field = SandboxActorState.fields
 
@@ -46,6 +46,8 @@ export const SandboxRow = Schema.Struct({
   volume_attachments: field.volumeAttachments,
   metadata: field.metadata,
   error_message: field.errorMessage,
+  network: field.network,
+  secret_ids: field.secretIds,
   timeout_s: field.timeoutS,
   created_at: Rows.Timestamptz,
   started_at: Schema.NullOr(Rows.Timestamptz),
@@ -86,6 +88,8 @@ export const toStored = (row: typeof SandboxRow.Type): Stored<SandboxActorState>
     volumeAttachments: row.volume_attachments,
     metadata: row.metadata,
     errorMessage: row.error_message,
+    network: row.network,
+    secretIds: row.secret_ids,
     timeoutS: row.timeout_s,
     createdAt: row.created_at.getTime(),
     startedAt: ms(row.started_at),
@@ -122,16 +126,20 @@ export const store: ActorStore<SandboxActorState> = {
     const ports = JSON.stringify(s.exposedPorts)
     const volumes = JSON.stringify(s.volumeAttachments)
     const metadata = JSON.stringify(s.metadata)
+    const network = JSON.stringify(s.network)
+    const secretIds = [...s.secretIds]
     const rows = expected === undefined
       ? yield* sql`
           INSERT INTO sandboxes (id, org_id, name, template_id, template_name, host_id, parent_id, state, type, region,
             datacenter, agent_ready, runtime_ready, runtime_reason, cpu, ram_mb, disk_gb, vsock_cid, internal_ip,
-            exposed_ports, volume_attachments, metadata, error_message, timeout_s, created_at, started_at, stopped_at,
-            deleted_at, state_since, last_report_at, created_emitted, version)
+            exposed_ports, volume_attachments, metadata, error_message, network, secret_ids, timeout_s, created_at,
+            started_at, stopped_at, deleted_at, state_since, last_report_at, created_emitted, version)
           VALUES (${s.id}, ${s.orgId}, ${s.name}, ${s.templateId}, ${s.templateName}, ${s.hostId}, ${s.parentId},
             ${s.state}, ${s.type}, ${s.region}, ${s.datacenter}, ${s.agentReady}, ${s.runtimeReady}, ${s.runtimeReason},
             ${s.cpu}, ${s.ramMb}, ${s.diskGb}, ${s.vsockCid}, ${s.internalIp}, ${ports}::jsonb, ${volumes}::jsonb,
-            ${metadata}::jsonb, ${s.errorMessage}, ${s.timeoutS}, ${new Date(s.createdAt)}, ${date(s.startedAt)},
+            ${metadata}::jsonb, ${s.errorMessage}, ${network}::jsonb, ${secretIds}::text[], ${s.timeoutS}, ${new Date(
+        s.createdAt
+      )}, ${date(s.startedAt)},
             ${date(s.stoppedAt)}, ${date(s.deletedAt)}, ${new Date(
         s.stateSince
       )}, ${s.lastReportAt}, ${s.createdEmitted}, 1)
@@ -142,6 +150,7 @@ export const store: ActorStore<SandboxActorState> = {
             agent_ready = ${s.agentReady}, runtime_ready = ${s.runtimeReady}, runtime_reason = ${s.runtimeReason},
             vsock_cid = ${s.vsockCid}, internal_ip = ${s.internalIp}, exposed_ports = ${ports}::jsonb,
             volume_attachments = ${volumes}::jsonb, metadata = ${metadata}::jsonb, error_message = ${s.errorMessage},
+            network = ${network}::jsonb, secret_ids = ${secretIds}::text[],
             started_at = ${date(s.startedAt)}, stopped_at = ${date(s.stoppedAt)}, deleted_at = ${date(s.deletedAt)},
             state_since = ${new Date(s.stateSince)}, last_report_at = ${s.lastReportAt},
             created_emitted = ${s.createdEmitted}, version = version + 1

@@ -1,0 +1,175 @@
+/**
+ * Org secrets (docs/contract.md#secrets): the metadata record the API shows, and the rules of
+ * the create, rotate and update bodies. A value is never part of a record, a list, an error or
+ * an issue message: the checks of `SecretValue` say what is wrong without quoting it.
+ *
+ * Rules (decisions of docs/contract.md#secrets):
+ * - `name`: 1 to 120 characters, unique among the org's secrets (409 `conflict`).
+ * - `value`: 1 byte to 64 KiB of UTF-8, no control character but tab (it becomes part of an
+ *   HTTP header line, where CR or LF would split it).
+ * - `allowed_hosts`: 1 to 100 domain names (`api.example.com`) or wildcards (`*.example.com`:
+ *   subdomains at any depth, not the name itself), lowercased, duplicates removed; a name has
+ *   at least two labels (`*.com` would send the value to every .com host); no addresses.
+ * - `header_name`: an HTTP token (RFC 9110) of at most 128 characters, not a header the proxy
+ *   owns (hop-by-hop ones, `Host`, `Content-Length`); default `Authorization`.
+ * - `header_format`: at most 1 KiB, contains `{value}` (each occurrence becomes the value), no
+ *   control character but tab; default `Bearer {value}`.
+ */
+import { parseRule } from "@svc/host-protocol/Egress"
+import { Effect, Result, Schema, SchemaIssue, SchemaTransformation } from "effect"
+import { SecretId } from "./Ids.ts"
+import { Page } from "./Pagination.ts"
+import { Name } from "./Text.ts"
+import { NullableTimestamp, Timestamp } from "./Time.ts"
+
+export const MAX_SECRET_VALUE_BYTES = 64 * 1024
+export const MAX_ALLOWED_HOSTS = 100
+export const MAX_HEADER_NAME = 128
+export const MAX_HEADER_FORMAT = 1024
+export const DEFAULT_HEADER_NAME = "Authorization"
+export const DEFAULT_HEADER_FORMAT = "Bearer {value}"
+export const VALUE_PLACEHOLDER = "{value}"
+
+/** A secret as the API shows it: never its value. */
+export const Secret = Schema.Struct({
+  id: SecretId,
+  name: Schema.String,
+  allowed_hosts: Schema.Array(Schema.String),
+  header_name: Schema.String,
+  header_format: Schema.String,
+  createdAt: Timestamp,
+  /** When the value was last replaced; null until then. */
+  rotatedAt: NullableTimestamp
+})
+export type Secret = typeof Secret.Type
+
+export const SecretList = Page("secrets", Secret)
+export type SecretList = typeof SecretList.Type
+
+/** Whether `s` holds a control character other than tab: it would break or split a header line. */
+const hasControl = (s: string): boolean => {
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i)
+    if ((c < 0x20 && c !== 0x09) || c === 0x7f) return true
+  }
+  return false
+}
+
+/** The value: checked without ever being quoted in an issue. */
+export const SecretValue = Schema.String.check(
+  Schema.makeFilter((v: string) => {
+    if (v.length === 0) return "must not be empty"
+    if (Buffer.byteLength(v, "utf8") > MAX_SECRET_VALUE_BYTES) return `at most ${MAX_SECRET_VALUE_BYTES} bytes`
+    if (/[\r\n]/.test(v)) return "must not contain CR or LF (it is sent in a header)"
+    if (hasControl(v)) return "must not contain control characters other than tab"
+    return true
+  }, { expected: "the secret value (1 byte to 64 KiB, one header line)" })
+)
+
+const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/
+/** Headers the proxy (or HTTP itself) owns: a secret cannot be written into them. */
+export const RESERVED_HEADERS: ReadonlySet<string> = new Set([
+  "connection",
+  "keep-alive",
+  "proxy-authenticate",
+  "proxy-authorization",
+  "proxy-connection",
+  "te",
+  "trailer",
+  "transfer-encoding",
+  "upgrade",
+  "host",
+  "content-length"
+])
+
+export const HeaderName = Schema.String.check(
+  Schema.makeFilter((h: string) => {
+    if (h.length === 0 || h.length > MAX_HEADER_NAME) return `1 to ${MAX_HEADER_NAME} characters`
+    if (!TOKEN.test(h)) return "an HTTP header name (letters, digits and !#$%&'*+.^_`|~-)"
+    if (RESERVED_HEADERS.has(h.toLowerCase())) return `${h} is a header the proxy owns`
+    return true
+  }, { expected: "an HTTP header name" })
+)
+
+export const HeaderFormat = Schema.String.check(
+  Schema.makeFilter((f: string) => {
+    if (f.length > MAX_HEADER_FORMAT) return `at most ${MAX_HEADER_FORMAT} characters`
+    if (!f.includes(VALUE_PLACEHOLDER)) return `must contain ${VALUE_PLACEHOLDER}`
+    if (hasControl(f)) return "must not contain control characters other than tab"
+    return true
+  }, { expected: `a header value containing ${VALUE_PLACEHOLDER}` })
+)
+
+/** Why `input` is not an allowed host, or its stored form (lowercase, no trailing dot). */
+export const parseAllowedHost = (input: string): Result.Result<string, string> => {
+  const parsed = parseRule(input)
+  if (Result.isFailure(parsed)) return Result.fail(parsed.failure)
+  const rule = parsed.success
+  if (rule._tag !== "Domain") return Result.fail(`"${input}": allowed hosts are domain names, not addresses`)
+  if (rule.name.split(".").length < 2) {
+    return Result.fail(`"${input}": a wildcard needs at least two labels after it (*.example.com)`)
+  }
+  return Result.succeed(rule.wildcard ? `*.${rule.name}` : rule.name)
+}
+
+const AllowedHost = Schema.String.pipe(
+  Schema.decodeTo(
+    Schema.String,
+    SchemaTransformation.transformEffect({
+      decode: (input: string, options) =>
+        Result.match(parseAllowedHost(input), {
+          onSuccess: (host) => Effect.succeed(host),
+          onFailure: (message) => Effect.fail(new SchemaIssue.InvalidValue({ message }, input, options))
+        }),
+      encode: (host: string) => Effect.succeed(host)
+    })
+  )
+)
+
+/** 1 to 100 hosts, duplicates (after normalising) removed, order kept. */
+export const AllowedHosts = Schema.Array(AllowedHost).check(
+  Schema.makeFilter((hosts: ReadonlyArray<string>) =>
+    hosts.length === 0
+      ? "at least one host"
+      : hosts.length > MAX_ALLOWED_HOSTS
+      ? `at most ${MAX_ALLOWED_HOSTS} hosts`
+      : true
+  )
+).pipe(
+  Schema.decodeTo(
+    Schema.Array(Schema.String),
+    SchemaTransformation.transform({
+      decode: (hosts: ReadonlyArray<string>): ReadonlyArray<string> => [...new Set(hosts)],
+      encode: (hosts: ReadonlyArray<string>) => hosts
+    })
+  )
+)
+
+/** Body of POST /v1/secrets. */
+export const CreateSecretRequest = Schema.Struct({
+  name: Name(120),
+  value: SecretValue,
+  allowed_hosts: AllowedHosts,
+  header_name: HeaderName.pipe(Schema.withDecodingDefaultKey(Effect.succeed(DEFAULT_HEADER_NAME))),
+  header_format: HeaderFormat.pipe(Schema.withDecodingDefaultKey(Effect.succeed(DEFAULT_HEADER_FORMAT)))
+})
+export type CreateSecretRequest = typeof CreateSecretRequest.Type
+
+/** Body of PUT /v1/secrets/{id}/value. */
+export const RotateSecretRequest = Schema.Struct({ value: SecretValue })
+export type RotateSecretRequest = typeof RotateSecretRequest.Type
+
+/** Body of PATCH /v1/secrets/{id}: the fields present change. */
+export const PatchSecretRequest = Schema.Struct({
+  allowed_hosts: Schema.optionalKey(AllowedHosts),
+  header_name: Schema.optionalKey(HeaderName),
+  header_format: Schema.optionalKey(HeaderFormat)
+})
+export type PatchSecretRequest = typeof PatchSecretRequest.Type
+
+/**
+ * Whether a patch changes where or under which header the value goes: `allowed_hosts` or
+ * `header_name` (spec 5.4: such an edit needs `secrets:use` besides `secrets:write`).
+ */
+export const patchNeedsUse = (patch: PatchSecretRequest): boolean =>
+  patch.allowed_hosts !== undefined || patch.header_name !== undefined
