@@ -12,7 +12,7 @@ import { makeHostId, makeSandboxId } from "@svc/domain/Ids"
 import type { HostRecord } from "@svc/host-protocol/Protocol"
 import { DriverExecRequest, SandboxDriver, SandboxSpec } from "@svc/host/Driver"
 import { BubblewrapDriver } from "@svc/host/Driver/Bubblewrap"
-import * as DataPlaneClient from "@svc/sandboxes/Sandboxes/DataPlane"
+import { DataPlaneClient } from "@svc/sandboxes/Sandboxes/DataPlane"
 import { cleanUpHost } from "@svc/testing/TestHost"
 import { useTestEncryptionKeys } from "@svc/testing/TestSecrets"
 import { Context, Effect, Layer } from "effect"
@@ -49,11 +49,13 @@ const program = Effect.gen(function*() {
     DataPlane.layer.pipe(
       Layer.provideMerge(BubblewrapDriver.layer.pipe(Layer.provide(DriverConfigFromAgent))),
       Layer.provideMerge(AgentConfig.layer({ hostId: host.hostId, dataDir: host.dataDir, poolSize: 0 })),
-      Layer.provide(SecretBox.layer)
+      Layer.provide(SecretBox.layer),
+      Layer.merge(DataPlaneClient.layer)
     )
   )
   const driver = Context.get(context, SandboxDriver)
   const dataPlane = Context.get(context, DataPlane)
+  const client = Context.get(context, DataPlaneClient)
   const record: HostRecord = {
     hostId: host.hostId,
     region: "local",
@@ -71,7 +73,7 @@ const program = Effect.gen(function*() {
     new SandboxSpec({ sandboxId: id, template: "base", env: {}, cpu: 1, ramMb: 128, diskGb: 1, exposedPorts: [] })
   )
   const bare = Effect.asVoid(driver.exec(id, new DriverExecRequest({ cmd: ["true"] })))
-  const through = Effect.asVoid(DataPlaneClient.exec(record, id, { cmd: ["true"] }))
+  const through = Effect.asVoid(client.exec(record, id, { cmd: ["true"] }))
   const timed = (effect: Effect.Effect<void, unknown>) =>
     Effect.gen(function*() {
       const times: Array<number> = []
