@@ -16,8 +16,8 @@ import { DataPlaneClient } from "@svc/sandboxes/Sandboxes/DataPlane"
 import { cleanUpHost } from "@svc/testing/TestHost"
 import { useTestEncryptionKeys } from "@svc/testing/TestSecrets"
 import { Context, Effect, Layer } from "effect"
-import * as Fs from "node:fs/promises"
 import { execSync } from "node:child_process"
+import * as Fs from "node:fs/promises"
 import { DriverConfigFromAgent } from "../src/Agent.ts"
 import { AgentConfig } from "../src/Config.ts"
 import { DataPlane } from "../src/DataPlane.ts"
@@ -95,7 +95,9 @@ const program = Effect.gen(function*() {
   }
   const b = median(bareMedians)
   const p = median(planeMedians)
-  console.log(`exec of \`true\`, one sandbox, ${RUNS} rounds of ${EXECS} (commit ${commit()}, ${new Date().toISOString()})`)
+  console.log(
+    `exec of \`true\`, one sandbox, ${RUNS} rounds of ${EXECS} (commit ${commit()}, ${new Date().toISOString()})`
+  )
   console.log(`rounds, bare driver   ${bareMedians.map((v) => v.toFixed(2)).join("  ")} ms`)
   console.log(`rounds, data plane    ${planeMedians.map((v) => v.toFixed(2)).join("  ")} ms`)
   console.log(`bare driver exec      ${b.toFixed(2)} ms (median)`)

@@ -69,26 +69,27 @@ export type AgentFileListing = typeof AgentFileListing.Type
  * wire: `reason` tells them apart, as the status does); `_tag` exists on the prototype for
  * `Effect.catchTag`, `message` mirrors `error` for logs.
  */
-const AgentErrorClass = <Self>() =>
-<const Tag extends string, const Reason extends string, const Fields extends Schema.Struct.Fields = {}>(
-  tag: Tag,
-  options: { readonly reason: Reason; readonly status: number; readonly fields?: Fields }
-) => {
-  const fields = { error: Schema.String, reason: Schema.tag(options.reason), ...(options.fields ?? ({} as Fields)) }
-  const Base: Function = Schema.Error<Self>(tag)(fields, { httpApiStatus: options.status }) as Function
-  Object.defineProperty(Base.prototype, "_tag", { get: () => tag, configurable: true })
-  Object.defineProperty(Base.prototype, "message", {
-    get(this: { readonly error: string }) {
-      return this.error
-    },
-    configurable: true
-  })
-  Object.assign(Base, { status: options.status })
-  // The cast resolves Schema.Error's `[Self] extends [never]` guard for a generic `Self`.
-  return Base as unknown as
-    & Schema.Class<Self, Schema.Struct<typeof fields>, Cause.YieldableError & { readonly _tag: Tag }>
-    & { readonly status: number }
-}
+const AgentErrorClass =
+  <Self>() =>
+  <const Tag extends string, const Reason extends string, const Fields extends Schema.Struct.Fields = {}>(
+    tag: Tag,
+    options: { readonly reason: Reason; readonly status: number; readonly fields?: Fields }
+  ) => {
+    const fields = { error: Schema.String, reason: Schema.tag(options.reason), ...(options.fields ?? ({} as Fields)) }
+    const Base: Function = Schema.Error<Self>(tag)(fields, { httpApiStatus: options.status }) as Function
+    Object.defineProperty(Base.prototype, "_tag", { get: () => tag, configurable: true })
+    Object.defineProperty(Base.prototype, "message", {
+      get(this: { readonly error: string }) {
+        return this.error
+      },
+      configurable: true
+    })
+    Object.assign(Base, { status: options.status })
+    // The cast resolves Schema.Error's `[Self] extends [never]` guard for a generic `Self`.
+    return Base as unknown as
+      & Schema.Class<Self, Schema.Struct<typeof fields>, Cause.YieldableError & { readonly _tag: Tag }>
+      & { readonly status: number }
+  }
 
 /** A bad request: path, id, body, command (400). */
 export class AgentInvalid extends AgentErrorClass<AgentInvalid>()("AgentInvalid", {

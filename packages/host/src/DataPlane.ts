@@ -155,7 +155,11 @@ const isAgentError = (u: unknown): u is AgentError => AGENT_ERRORS.some((E) => u
 /** The definition's error body, for answers given outside an endpoint. */
 const errorResponse = (error: AgentError) =>
   HttpServerResponse.jsonUnsafe(
-    { error: error.error, reason: error.reason, ...("errno" in error && error.errno !== undefined ? { errno: error.errno } : {}) },
+    {
+      error: error.error,
+      reason: error.reason,
+      ...("errno" in error && error.errno !== undefined ? { errno: error.errno } : {})
+    },
     { status: (error.constructor as unknown as { readonly status: number }).status }
   )
 
@@ -225,6 +229,8 @@ const renderCause = (
       return Effect.succeed(errorResponse(tooLarge(MAX_UPLOAD_BYTES)))
     }
   }
+  // The client went away or the agent stops: nobody reads this answer.
+  if (Cause.hasInterruptsOnly(cause)) return Effect.succeed(errorResponse(failed("interrupted")))
   return Effect.as(
     Effect.logError("agent: data plane request failed", { cause: Cause.pretty(cause) }),
     errorResponse(failed("internal error"))
@@ -367,7 +373,9 @@ const handlers = (settings: DataPlaneSettings) =>
             const source = NodeHttpServerRequest.toIncomingMessage(request)
             const body = payload.pipe(
               Stream.mapError((e) =>
-                HttpApiError.HttpApiPayloadTooLarge.is(e) ? tooLarge(MAX_UPLOAD_BYTES) : invalid("the request body could not be read")
+                HttpApiError.HttpApiPayloadTooLarge.is(e)
+                  ? tooLarge(MAX_UPLOAD_BYTES)
+                  : invalid("the request body could not be read")
               ),
               // A body that ends without all its bytes (the client went away) is not an upload.
               Stream.concat(Stream.fromEffectDrain(
@@ -403,7 +411,9 @@ export class DataPlaneServer extends Context.Service<DataPlaneServer, {
   readonly token: string
 }>()("@svc/host/DataPlaneServer") {
   /** Listens once every route can answer; a stop lets requests in progress finish for 5 s. */
-  static readonly layer = (settings: DataPlaneSettings): Layer.Layer<DataPlaneServer, HttpServerError.ServeError, SandboxDriver> =>
+  static readonly layer = (
+    settings: DataPlaneSettings
+  ): Layer.Layer<DataPlaneServer, HttpServerError.ServeError, SandboxDriver> =>
     Layer.effect(
       DataPlaneServer,
       Effect.gen(function*() {

@@ -28,7 +28,7 @@ import {
 } from "@svc/host-protocol/DataPlane"
 import type { HostRecord } from "@svc/host-protocol/Protocol"
 import { Context, Effect, Layer, Schema, Stream } from "effect"
-import { HttpClient, HttpClientError, HttpClientRequest } from "effect/http"
+import { HttpClient, HttpClientError, HttpClientRequest, HttpIncomingMessage } from "effect/http"
 import { HttpApiClient } from "effect/http-api"
 
 export type DataPlaneError =
@@ -146,6 +146,9 @@ export class DataPlaneClient extends Context.Service<DataPlaneClient, {
     const exec = Effect.fn("DataPlane.exec")(function*(host: HostRecord, sandboxId: string, body: AgentExecRequest) {
       return yield* client.sandboxes.exec({ params: { id: sandboxId }, payload: body }).pipe(
         Effect.provideService(AgentTarget, host),
+        // The caller's request limit (the API's 1 MiB) is not the answer's: two capped outputs
+        // of 1 MiB each, JSON-escaped.
+        Effect.provideService(HttpIncomingMessage.MaxBodySize, undefined),
         Effect.timeoutOrElse({
           duration: (body.timeout_ms ?? EXEC_DEFAULT_TIMEOUT_MS) + EXEC_MARGIN_MS,
           orElse: () => unreachable(host, "exec timed out")
@@ -162,6 +165,7 @@ export class DataPlaneClient extends Context.Service<DataPlaneClient, {
         responseMode: "decoded-and-response"
       }).pipe(
         Effect.provideService(AgentTarget, host),
+        Effect.provideService(HttpIncomingMessage.MaxBodySize, undefined),
         Effect.timeoutOrElse({ duration: TRANSFER_TIMEOUT_MS, orElse: () => unreachable(host, "read timed out") }),
         Effect.catch((error) => toApiError(host, error))
       )
