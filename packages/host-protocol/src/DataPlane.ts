@@ -9,6 +9,9 @@
  *   GET  {endpoint}/sandboxes/{id}/files?path=     → bytes (`application/octet-stream`) or,
  *                                                    for a folder, `{entries: [...]}` (JSON)
  *   PUT  {endpoint}/sandboxes/{id}/files?path=     raw bytes → 204
+ *   GET  {endpoint}/sandboxes/{id}/ports/{port}/tunnel   `Upgrade: svc-tunnel` → 101 once the agent
+ *                                                    is connected to that exposed port, then raw
+ *                                                    bytes both ways (preview tunnels)
  *
  * `endpoint` and the bearer token are the agent's `HostRecord.endpoint` and `.token`, found only
  * in the `hosts` KV that platform processes read; the token is random per agent start. Files
@@ -134,6 +137,12 @@ export class AgentFailed extends AgentErrorClass<AgentFailed>()("AgentFailed", {
   status: 500
 }) {}
 
+/** Nothing answers on the sandbox's port a tunnel asked for (502). */
+export class AgentBadGateway extends AgentErrorClass<AgentBadGateway>()("AgentBadGateway", {
+  reason: "failed",
+  status: 502
+}) {}
+
 /** The host runs as many file transfers as it allows and none ended in time; retry (503). */
 export class AgentBusy extends AgentErrorClass<AgentBusy>()("AgentBusy", {
   reason: "busy",
@@ -148,6 +157,7 @@ export type AgentError =
   | AgentTooLarge
   | AgentRefused
   | AgentFailed
+  | AgentBadGateway
   | AgentBusy
 
 /** Every request needs `Authorization: Bearer <HostRecord.token>`. */
@@ -155,6 +165,9 @@ export class AgentAuthorization extends HttpApiMiddleware.Service<AgentAuthoriza
   "@svc/host-protocol/DataPlane/AgentAuthorization",
   { security: { bearer: HttpApiSecurity.bearer }, error: AgentUnauthorized }
 ) {}
+
+/** The `Upgrade` protocol of a preview tunnel. */
+export const TUNNEL_PROTOCOL = "svc-tunnel"
 
 const params = { id: Schema.String }
 const FilesQuery = Schema.Struct({ path: Schema.String })
@@ -179,6 +192,12 @@ export class AgentSandboxesApi extends HttpApiGroup.make("sandboxes")
       payload: HttpApiSchema.StreamUint8Array({ contentType: "application/octet-stream", maxBytes: MAX_UPLOAD_BYTES }),
       success: HttpApiSchema.NoContent,
       error: [AgentInvalid, AgentNotFound, AgentNotRunning, AgentTooLarge, AgentRefused, AgentFailed, AgentBusy]
+    }),
+    // 400 `invalid`: a port the sandbox does not expose.
+    HttpApiEndpoint.get("tunnel", "/sandboxes/:id/ports/:port/tunnel", {
+      params: { id: Schema.String, port: Schema.String },
+      success: HttpApiSchema.Upgrade({ protocol: TUNNEL_PROTOCOL }),
+      error: [AgentInvalid, AgentNotFound, AgentNotRunning, AgentFailed, AgentBadGateway]
     })
   )
   .middleware(AgentAuthorization)

@@ -19,9 +19,11 @@
  */
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
 import * as NodeHttpServerRequest from "@effect/platform-node/NodeHttpServerRequest"
+import * as NodeSocket from "@effect/platform-node/NodeSocket"
 import {
   AgentApi,
   AgentAuthorization,
+  AgentBadGateway,
   AgentBusy,
   type AgentError,
   type AgentExecResult,
@@ -58,14 +60,18 @@ import {
   HttpServerResponse
 } from "effect/http"
 import { HttpApiBuilder, HttpApiError } from "effect/http-api"
+import type * as Socket from "effect/socket/Socket"
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto"
 import * as Http from "node:http"
+import * as Net from "node:net"
 import { DriverExecRequest, SandboxDriver, type SandboxDriverError } from "./Driver.ts"
 
 /** When the request names no timeout: an exec must not hold a connection for ever. */
 export const DEFAULT_EXEC_TIMEOUT_MS = 300_000
 /** How long a transfer beyond the host's bound waits for a slot before it is refused. */
 export const DEFAULT_TRANSFER_WAIT_MS = 30_000
+/** How long a preview tunnel waits for the sandbox's port to accept. */
+const TUNNEL_CONNECT_TIMEOUT_MS = 5_000
 /** A stop lets requests in progress run this long, then cuts their connections (their work ends). */
 const STOP_GRACE_MS = 5_000
 
@@ -82,8 +88,11 @@ export interface DataPlaneSettings {
 const invalid = (error: string) => new AgentInvalid({ error })
 const failed = (error: string) => new AgentFailed({ error })
 
+/** What a driver refusal can become (a gateway error is the tunnel's own, 401 the middleware's). */
+type DriverAgentError = Exclude<AgentError, AgentBadGateway | AgentUnauthorized>
+
 /** Driver refusals as data-plane errors. */
-export const fromDriverError = (error: SandboxDriverError): AgentError => {
+export const fromDriverError = (error: SandboxDriverError): DriverAgentError => {
   switch (error._tag) {
     case "InvalidSandboxRequest":
       return invalid(error.message)
@@ -122,22 +131,59 @@ export const fromDriverError = (error: SandboxDriverError): AgentError => {
 
 /** A driver call whose refusals become data-plane errors (host failures are logged here). */
 const viaDriver = <A, E extends SandboxDriverError, R>(
-  effect: Effect.Effect<A, E | AgentError, R>
-): Effect.Effect<A, AgentError, R> =>
+  effect: Effect.Effect<A, E | DriverAgentError, R>
+): Effect.Effect<A, DriverAgentError, R> =>
   effect.pipe(
     Effect.tapError((error) =>
       error._tag === "DriverFailure"
         ? Effect.logError("agent: driver failure", { operation: error.operation, message: error.message })
         : Effect.void
     ),
-    Effect.mapError((error) => (isAgentError(error) ? error : fromDriverError(error as SandboxDriverError)))
+    Effect.mapError((error) =>
+      isAgentError(error) ? error as DriverAgentError : fromDriverError(error as SandboxDriverError)
+    )
   )
 
 /** An exec touches no file: a file refusal or a busy host cannot answer it (the driver failed). */
-const execError = (error: AgentError): Exclude<AgentError, AgentRefused | AgentBusy | AgentUnauthorized> =>
-  error instanceof AgentRefused || error instanceof AgentBusy || error instanceof AgentUnauthorized
-    ? failed(error.error)
-    : error
+const execError = (error: DriverAgentError): Exclude<DriverAgentError, AgentRefused | AgentBusy> =>
+  error instanceof AgentRefused || error instanceof AgentBusy ? failed(error.error) : error
+
+/** A tunnel opens a port, no file: what else the driver says is the host failing. */
+const tunnelError = (error: DriverAgentError): AgentInvalid | AgentNotFound | AgentNotRunning | AgentFailed =>
+  error instanceof AgentInvalid || error instanceof AgentNotFound || error instanceof AgentNotRunning
+    ? error
+    : failed("the host could not open the port")
+
+/** A connection to the sandbox's port (closed with the scope), or 502 when nothing answers. */
+const connectPort = (host: string, port: number) =>
+  Effect.acquireRelease(
+    Effect.callback<Net.Socket, AgentBadGateway>((resume) => {
+      const upstream = Net.connect({ host, port })
+      upstream.setTimeout(TUNNEL_CONNECT_TIMEOUT_MS)
+      const refused = () => {
+        upstream.destroy()
+        resume(Effect.fail(new AgentBadGateway({ error: `nothing answers on port ${port} of the sandbox` })))
+      }
+      upstream.once("timeout", refused)
+      upstream.once("error", refused)
+      upstream.once("connect", () => {
+        upstream.off("timeout", refused)
+        upstream.off("error", refused)
+        upstream.setTimeout(0)
+        resume(Effect.succeed(upstream))
+      })
+      return Effect.sync(() => upstream.destroy())
+    }),
+    (upstream) => Effect.sync(() => upstream.destroy())
+  )
+
+/** Bytes one way, at the pace the other end takes them, until the reading side ends. */
+const pump = (from: Socket.Socket, to: Socket.Socket) =>
+  Effect.gen(function*() {
+    const reader = yield* from.reader
+    const writer = yield* to.writer
+    while (true) yield* writer.writeAll(yield* reader.pull)
+  })
 
 const AGENT_ERRORS = [
   AgentInvalid,
@@ -147,6 +193,7 @@ const AGENT_ERRORS = [
   AgentTooLarge,
   AgentRefused,
   AgentFailed,
+  AgentBadGateway,
   AgentBusy
 ] as const
 
@@ -388,6 +435,19 @@ const handlers = (settings: DataPlaneSettings) =>
             )
             yield* viaDriver(driver.writeFileStream(params.id, query.path, body, { maxBytes: MAX_UPLOAD_BYTES }))
           }))
+        .handle("tunnel", ({ params, upgrade }) =>
+          Effect.gen(function*() {
+            if (!/^\d{1,5}$/.test(params.port)) return yield* invalid(`${params.port} is not a port`)
+            const address = yield* viaDriver(driver.portAddress(params.id, Number(params.port))).pipe(
+              Effect.mapError(tunnelError)
+            )
+            // Connected first, 101 after: a client never gets a tunnel to nothing.
+            const upstream = yield* connectPort(address.host, address.port)
+            const client = yield* upgrade()
+            const sandbox = yield* NodeSocket.fromDuplex(Effect.succeed(upstream))
+            // Either side ending ends the tunnel (the scope closes both connections).
+            yield* Effect.raceFirst(pump(client, sandbox), pump(sandbox, client)).pipe(Effect.ignore)
+          }).pipe(Effect.scoped))
     })
   )
 
