@@ -14,16 +14,8 @@
  * is down (the runtime then moves its sandboxes to `error`).
  *
  * Data plane, synchronous: exec and files go from the API process straight to the agent over
- * HTTP (`HostRecord.endpoint`, bearer `HostRecord.token`, both only in the KV that platform
- * processes read), not over NATS: outputs and uploads (up to 100 MiB) exceed NATS payloads.
- *   POST {endpoint}/sandboxes/{id}/exec            body `AgentExecRequest` (JSON) → `AgentExecResult`
- *   GET  {endpoint}/sandboxes/{id}/files?path=     → bytes (`application/octet-stream`) or,
- *                                                    for a folder, `{entries: [...]}` (JSON)
- *   PUT  {endpoint}/sandboxes/{id}/files?path=     raw bytes → 204
- *   Files stream both ways (never held whole); each host runs a bounded number of them at once.
- *   errors: JSON `AgentError` with status 400 (bad path/request), 401 (missing or wrong
- *   token), 404 (no such sandbox or file), 409 (sandbox not running), 413, 422 (the sandbox's
- *   kernel refused the file operation), 500, 503 (too many transfers; retry).
+ * HTTP (`HostRecord.endpoint`, bearer `HostRecord.token`): its routes, schemas and errors are
+ * declared in `DataPlane.ts`.
  */
 import type { MailboxAddress } from "@svc/bus/Mailbox"
 import type { BucketSpec, StreamSpec } from "@svc/bus/Topology"
@@ -151,44 +143,3 @@ export const AgentReport = Schema.TaggedStruct("AgentReport", {
   at: Schema.Number
 })
 export type AgentReport = typeof AgentReport.Type
-
-export const AgentExecRequest = Schema.Struct({
-  cmd: Schema.Array(Schema.String),
-  cwd: Schema.optionalKey(Schema.String),
-  env: Schema.optionalKey(Schema.Record(Schema.String, Schema.String)),
-  /** UTF-8 text; binary stdin is not part of the /v1 contract. */
-  stdin: Schema.optionalKey(Schema.String),
-  timeout_ms: Schema.optionalKey(Schema.Int)
-})
-export type AgentExecRequest = typeof AgentExecRequest.Type
-
-/** The /v1 exec result, as the agent computes it (outputs decoded as UTF-8, capped). */
-export const AgentExecResult = Schema.Struct({
-  exit_code: Schema.Int,
-  stdout: Schema.String,
-  stderr: Schema.String,
-  duration_ms: Schema.Number,
-  /** stdout or stderr went past the host's cap and was cut (absent from older agents). */
-  truncated: Schema.optionalKey(Schema.Boolean)
-})
-export type AgentExecResult = typeof AgentExecResult.Type
-
-/**
- * `busy`: the host runs as many file transfers as it allows and none ended in time (503, retry).
- * `refused`: the sandbox's kernel refused the file operation; `errno` names why (`ENOSPC`).
- */
-export const AgentError = Schema.Struct({
-  error: Schema.String,
-  reason: Schema.Literals([
-    "invalid",
-    "unauthorized",
-    "not_found",
-    "not_running",
-    "too_large",
-    "refused",
-    "busy",
-    "failed"
-  ]),
-  errno: Schema.optionalKey(Schema.String)
-})
-export type AgentError = typeof AgentError.Type

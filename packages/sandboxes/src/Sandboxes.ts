@@ -55,7 +55,8 @@ import { QuotasConfig } from "./Config.ts"
 import { Hosts } from "./Hosts.ts"
 import { commandRefusal, SandboxActor } from "./SandboxActor.ts"
 import { applyNow } from "./Sandboxes/Apply.ts"
-import * as DataPlane from "./Sandboxes/DataPlane.ts"
+import { DataPlaneClient } from "./Sandboxes/DataPlane.ts"
+import type * as DataPlane from "./Sandboxes/DataPlane.ts"
 import { egressMessage } from "./Sandboxes/Egress.ts"
 import { SandboxActorState } from "./Sandboxes/Model.ts"
 import * as Quota from "./Sandboxes/Quota.ts"
@@ -164,6 +165,7 @@ export class Sandboxes extends Context.Service<Sandboxes, {
   static readonly make = Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const hosts = yield* Hosts
+    const dataPlane = yield* DataPlaneClient
     const idempotency = yield* Idempotency
     const box = yield* SecretBox
     const quotas = yield* QuotasConfig
@@ -434,7 +436,7 @@ export class Sandboxes extends Context.Service<Sandboxes, {
 
     const exec = Effect.fn("Sandboxes.exec")(function*(orgId: OrgId, id: string, request: ExecRequest) {
       const host = yield* running(orgId, id)
-      const result = yield* DataPlane.exec(host, id, {
+      const result = yield* dataPlane.exec(host, id, {
         cmd: request.cmd,
         ...(request.cwd !== undefined ? { cwd: request.cwd } : {}),
         ...(request.env !== undefined ? { env: request.env } : {}),
@@ -450,7 +452,7 @@ export class Sandboxes extends Context.Service<Sandboxes, {
 
     const readFile = Effect.fn("Sandboxes.readFile")(function*(orgId: OrgId, id: string, path: string) {
       const host = yield* running(orgId, id)
-      return yield* DataPlane.readFile(host, id, path)
+      return yield* dataPlane.readFile(host, id, path)
     })
 
     const writeFile = <E>(
@@ -462,7 +464,7 @@ export class Sandboxes extends Context.Service<Sandboxes, {
     ) =>
       Effect.gen(function*() {
         const host = yield* running(orgId, id)
-        return yield* DataPlane.writeFile(host, id, path, body, maxBytes)
+        return yield* dataPlane.writeFile(host, id, path, body, maxBytes)
       }).pipe(Effect.withSpan("Sandboxes.writeFile"))
 
     // The service's own connection pool, so callers need not provide one.
@@ -486,5 +488,7 @@ export class Sandboxes extends Context.Service<Sandboxes, {
   })
 
   /** Needs `SqlClient`, `Hosts` and `SecretBox` (the Idempotency-Key entries and the env are sealed). */
-  static readonly layer = Layer.effect(Sandboxes, Sandboxes.make).pipe(Layer.provide(Idempotency.layer))
+  static readonly layer = Layer.effect(Sandboxes, Sandboxes.make).pipe(
+    Layer.provide(Layer.mergeAll(Idempotency.layer, DataPlaneClient.layer))
+  )
 }

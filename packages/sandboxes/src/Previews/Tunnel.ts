@@ -3,19 +3,38 @@
  * upgrade (`GET {endpoint}/sandboxes/{id}/ports/{port}/tunnel`, `Upgrade: svc-tunnel`, the
  * host's bearer token). The agent connects to the port first and answers 101 only once it is
  * connected; the socket then carries whatever the client and the sandbox say (HTTP, WebSocket).
- * Its refusals are the agent's `AgentError` bodies.
+ * The route and its refusals are the data plane's (`@svc/host-protocol/DataPlane`, endpoint
+ * `tunnel`): the path is built from its declaration and a refusal decoded with its error classes.
+ * A raw `node:http` request rather than the derived client: the caller pipes the upgraded
+ * `net.Socket` to the public client's connection as it is.
  */
 import * as Errors from "@svc/domain/Errors"
-import { TUNNEL_PROTOCOL, tunnelPath } from "@svc/host-protocol/PortTunnel"
-import { AgentError, type HostRecord } from "@svc/host-protocol/Protocol"
+import {
+  AgentApi,
+  AgentBadGateway,
+  AgentFailed,
+  AgentInvalid,
+  AgentNotFound,
+  AgentNotRunning,
+  AgentUnauthorized,
+  TUNNEL_PROTOCOL
+} from "@svc/host-protocol/DataPlane"
+import type { HostRecord } from "@svc/host-protocol/Protocol"
 import { Effect, Option, Schema } from "effect"
+import { HttpApiClient } from "effect/http-api"
 import * as Http from "node:http"
 import type * as Net from "node:net"
 
 /** How long the agent gets to connect to the port and answer. */
 const OPEN_TIMEOUT_MS = 10_000
 
-const decodeAgentError = Schema.decodeUnknownOption(Schema.fromJsonString(AgentError))
+const decodeAgentError = Schema.decodeUnknownOption(
+  Schema.fromJsonString(
+    Schema.Union([AgentInvalid, AgentUnauthorized, AgentNotFound, AgentNotRunning, AgentFailed, AgentBadGateway])
+  )
+)
+
+const urls = HttpApiClient.urlBuilder(AgentApi)
 
 type TunnelError = Errors.NotFound | Errors.Conflict | Errors.BadGateway | Errors.Unavailable
 
@@ -44,7 +63,7 @@ export const open = (host: HostRecord, sandboxId: string, port: number) =>
       host: url.hostname.replace(/^\[|\]$/g, ""),
       port: Number(url.port || 80),
       method: "GET",
-      path: tunnelPath(sandboxId, port),
+      path: urls.sandboxes.tunnel({ params: { id: sandboxId, port: String(port) } }),
       agent: false,
       timeout: OPEN_TIMEOUT_MS,
       headers: { connection: "Upgrade", upgrade: TUNNEL_PROTOCOL, authorization: `Bearer ${host.token}` }

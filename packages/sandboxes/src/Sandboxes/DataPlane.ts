@@ -1,15 +1,35 @@
 /**
- * The control plane's side of the agents' data plane (Protocol.ts): exec and files go from the
- * API process straight to the sandbox's host over HTTP, with the host's bearer token from the
- * `hosts` KV. The agent's `AgentError`s become the API's errors; anything else it answers, or
- * a host that cannot be reached, is 503 `unavailable` (the details go to the log only).
+ * The control plane's side of the agents' data plane: a client derived from its definition
+ * (`@svc/host-protocol/DataPlane`), so a route, schema or error changed there fails to typecheck
+ * here. Exec and files go from the API process straight to the sandbox's host over HTTP, with
+ * the host's endpoint and bearer token from the `hosts` KV. The agent's errors become the API's;
+ * anything else it answers, or a host that cannot be reached, is 503 `unavailable` (the details
+ * go to the log only).
+ *
+ * `node:http` (`NodeHttpClient`) with keep-alive connections: it streams a request body with
+ * backpressure (a chunk is read from the client only once the host took the previous one), where
+ * `fetch` reads a streamed body as fast as the client sends it and would hold the difference (up
+ * to the whole upload) in this process. A host may answer an upload before its body is through
+ * (a refusal): that answer is the result.
  */
-import { FileListing } from "@svc/domain/Api/Sandboxes"
+import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
+import type { FileListing } from "@svc/domain/Api/Sandboxes"
 import * as Errors from "@svc/domain/Errors"
-import { writeChunk } from "@svc/host-protocol/Backpressure"
-import { AgentError, type AgentExecRequest, AgentExecResult, type HostRecord } from "@svc/host-protocol/Protocol"
-import { Deferred, Effect, Option, Schema, Stream } from "effect"
-import * as Http from "node:http"
+import {
+  AgentApi,
+  AgentBusy,
+  type AgentExecRequest,
+  type AgentExecResult,
+  AgentInvalid,
+  AgentNotFound,
+  AgentNotRunning,
+  AgentRefused,
+  AgentTooLarge
+} from "@svc/host-protocol/DataPlane"
+import type { HostRecord } from "@svc/host-protocol/Protocol"
+import { Context, Effect, Layer, Schema, Stream } from "effect"
+import { HttpClient, HttpClientError, HttpClientRequest, HttpIncomingMessage } from "effect/http"
+import { HttpApiClient } from "effect/http-api"
 
 export type DataPlaneError =
   | Errors.InvalidRequest
@@ -30,9 +50,15 @@ export type FileContent =
   }
   | { readonly _tag: "Listing"; readonly listing: FileListing }
 
-const decodeAgentError = Schema.decodeUnknownOption(AgentError)
-const decodeExec = Schema.decodeUnknownEffect(AgentExecResult)
-const decodeListing = Schema.decodeUnknownEffect(FileListing)
+/** How long an exec may wait beyond its own timeout (the host's share). */
+const EXEC_MARGIN_MS = 15_000
+/** When a request names no timeout (the API always names one). */
+const EXEC_DEFAULT_TIMEOUT_MS = 60_000
+/** How long a transfer may take, start to end (as the host's own transfer timeout). */
+const TRANSFER_TIMEOUT_MS = 600_000
+
+/** The host a call goes to (its `HostRecord`: endpoint and bearer token). */
+class AgentTarget extends Context.Service<AgentTarget, HostRecord>()("@svc/sandboxes/DataPlane/AgentTarget") {}
 
 const unreachable = (host: HostRecord, cause: unknown) =>
   Effect.andThen(
@@ -40,197 +66,164 @@ const unreachable = (host: HostRecord, cause: unknown) =>
     Effect.fail(new Errors.Unavailable({ error: "The sandbox's host cannot be reached; retry" }))
   )
 
-/** A non-2xx answer of the agent as the API's error. */
-const refusal = (host: HostRecord, response: Response): Effect.Effect<never, DataPlaneError> =>
-  Effect.flatMap(
-    Effect.promise(() => response.text().catch(() => "")),
-    (text) => refusalOf(host, response.status, text)
+const hostFailed = (host: HostRecord, detail: Record<string, unknown>) =>
+  Effect.andThen(
+    Effect.logWarning("data plane: host failed the request", { hostId: host.hostId, ...detail }),
+    Effect.fail(new Errors.Unavailable({ error: "The sandbox's host could not carry out the request; retry" }))
   )
-
-const refusalOf = (host: HostRecord, status: number, text: string): Effect.Effect<never, DataPlaneError> =>
-  Effect.gen(function*() {
-    let parsed: unknown
-    try {
-      parsed = JSON.parse(text)
-    } catch {
-      parsed = undefined
-    }
-    const error = decodeAgentError(parsed)
-    if (Option.isSome(error)) {
-      const { error: message, reason, errno } = error.value
-      switch (reason) {
-        case "invalid":
-          return yield* new Errors.InvalidRequest({ error: message })
-        case "not_found":
-          return yield* new Errors.NotFound({ error: message })
-        case "not_running":
-          return yield* new Errors.Conflict({ error: message })
-        case "too_large":
-          return yield* new Errors.PayloadTooLarge({ error: message })
-        case "refused":
-          return yield* new Errors.FileRefused({
-            error: `The sandbox's kernel refused the file operation: ${message}${
-              errno !== undefined ? ` (${errno})` : ""
-            }`,
-            errno: errno ?? "EIO"
-          })
-        case "busy":
-          return yield* new Errors.Unavailable({
-            error: "The sandbox's host runs as many file transfers as it allows; retry"
-          })
-        case "unauthorized":
-        case "failed":
-          break
-      }
-    }
-    yield* Effect.logWarning("data plane: host failed the request", {
-      hostId: host.hostId,
-      status,
-      body: text.slice(0, 500)
-    })
-    return yield* new Errors.Unavailable({ error: "The sandbox's host could not carry out the request; retry" })
-  })
-
-const url = (host: HostRecord, sandboxId: string, what: "exec" | "files", path?: string) =>
-  `${host.endpoint.replace(/\/+$/, "")}/sandboxes/${encodeURIComponent(sandboxId)}/${what}` +
-  (path === undefined ? "" : `?path=${encodeURIComponent(path)}`)
-
-const request = (host: HostRecord, target: string, init: RequestInit & { readonly timeoutMs: number }) =>
-  Effect.tryPromise((signal) =>
-    fetch(target, {
-      ...init,
-      headers: { ...(init.headers as Record<string, string> | undefined), authorization: `Bearer ${host.token}` },
-      signal: AbortSignal.any([signal, AbortSignal.timeout(init.timeoutMs)])
-    })
-  ).pipe(Effect.catch((e) => unreachable(host, e.cause)))
-
-/** Runs a command; waits up to its own timeout plus a margin for the host. */
-export const exec = Effect.fn("DataPlane.exec")(function*(host: HostRecord, sandboxId: string, body: AgentExecRequest) {
-  const response = yield* request(host, url(host, sandboxId, "exec"), {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: JSON.stringify(body),
-    timeoutMs: (body.timeout_ms ?? 60_000) + 15_000
-  })
-  if (!response.ok) {
-    return yield* refusal(host, response).pipe(
-      Effect.catchTag("FileRefused", (e) => unreachable(host, `an exec answered as a file refusal: ${e.error}`))
-    )
-  }
-  const json = yield* Effect.tryPromise(() => response.json()).pipe(
-    Effect.catch((e) => unreachable(host, e.cause))
-  )
-  return yield* decodeExec(json).pipe(Effect.catch((e) => unreachable(host, e)))
-})
-
-/** A file's bytes (streamed from the host) or a folder's listing. */
-export const readFile = Effect.fn("DataPlane.readFile")(function*(host: HostRecord, sandboxId: string, path: string) {
-  const response = yield* request(host, url(host, sandboxId, "files", path), { method: "GET", timeoutMs: 600_000 })
-  if (!response.ok) return yield* refusal(host, response)
-  const type = response.headers.get("content-type") ?? ""
-  if (type.startsWith("application/json")) {
-    const json = yield* Effect.tryPromise(() => response.json()).pipe(
-      Effect.catch((e) => unreachable(host, e.cause))
-    )
-    const listing = yield* decodeListing(json).pipe(Effect.catch((e) => unreachable(host, e)))
-    return { _tag: "Listing", listing } satisfies FileContent as FileContent
-  }
-  const length = response.headers.get("content-length")
-  const body = response.body
-  const stream: Stream.Stream<Uint8Array, Errors.Unavailable> = body === null
-    ? Stream.empty
-    : Stream.fromReadableStream({
-      evaluate: () => body,
-      onError: () => new Errors.Unavailable({ error: "The sandbox's host stopped sending the file" })
-    })
-  return { _tag: "Bytes", size: length === null ? null : Number(length), stream } satisfies FileContent as FileContent
-})
-
-/** How long an upload may take, start to end (as the host's own transfer timeout). */
-const UPLOAD_TIMEOUT_MS = 600_000
-/** Of an answer to an upload, only this much is read (it is an error body or nothing). */
-const MAX_ANSWER_BYTES = 64 * 1024
 
 /**
- * Writes `body` (at most `maxBytes`; more is 413 `payload_too_large`, the transfer cut short)
- * to the file at `path`, streaming it through with backpressure: a chunk is read from the
- * client only once the host took the previous one. `node:http`, not `fetch`: fetch reads a
- * streamed request body as fast as the client sends it, whatever the host takes, and would
- * hold the difference (up to the whole upload) in this process.
+ * What a data-plane call failed with, as the API's error: the agent's declared errors map one to
+ * one; `unauthorized`, `failed`, an undeclared answer or an unreadable one are the host failing
+ * the request; no answer at all is the host being unreachable.
  */
-export const writeFile = Effect.fn("DataPlane.writeFile")(function*<E>(
-  host: HostRecord,
-  sandboxId: string,
-  path: string,
-  body: Stream.Stream<Uint8Array, E>,
-  maxBytes: number
-) {
-  const target = new URL(url(host, sandboxId, "files", path))
-  const tooLarge = () => new Errors.PayloadTooLarge({ error: `Uploads are limited to ${maxBytes} bytes` })
-  type Answer = { readonly status: number; readonly text: string }
-  const exchange = Effect.scoped(Effect.gen(function*() {
-    const answer = yield* Deferred.make<Answer, DataPlaneError>()
-    // Closed with the scope: once answered, or when the caller goes away (the host then sees
-    // a cut body and keeps nothing of it).
-    const req = yield* Effect.acquireRelease(
-      Effect.sync(() =>
-        Http.request({
-          host: target.hostname.replace(/^\[|\]$/g, ""),
-          port: Number(target.port || 80),
-          method: "PUT",
-          path: target.pathname + target.search,
-          agent: false,
-          headers: {
-            "content-type": "application/octet-stream",
-            "transfer-encoding": "chunked",
-            authorization: `Bearer ${host.token}`
-          }
-        })
-      ),
-      (req) => Effect.sync(() => req.destroy())
-    )
-    req.on("response", (res) => {
-      // The host may answer before the body is through (a refusal): that answer is the result.
-      let text = ""
-      res.setEncoding("utf8")
-      res.on("data", (chunk: string) => {
-        if (text.length < MAX_ANSWER_BYTES) text += chunk
+const toApiError = (host: HostRecord, error: unknown): Effect.Effect<never, DataPlaneError> => {
+  if (error instanceof AgentInvalid) return Effect.fail(new Errors.InvalidRequest({ error: error.error }))
+  if (error instanceof AgentNotFound) return Effect.fail(new Errors.NotFound({ error: error.error }))
+  if (error instanceof AgentNotRunning) return Effect.fail(new Errors.Conflict({ error: error.error }))
+  if (error instanceof AgentTooLarge) return Effect.fail(new Errors.PayloadTooLarge({ error: error.error }))
+  if (error instanceof AgentRefused) {
+    return Effect.fail(
+      new Errors.FileRefused({
+        error: `The sandbox's kernel refused the file operation: ${error.error}${
+          error.errno !== undefined ? ` (${error.errno})` : ""
+        }`,
+        errno: error.errno ?? "EIO"
       })
-      res.on("end", () => Deferred.doneUnsafe(answer, Effect.succeed({ status: res.statusCode ?? 0, text })))
-      res.on("error", (cause) => Deferred.doneUnsafe(answer, unreachable(host, cause)))
+    )
+  }
+  if (error instanceof AgentBusy) {
+    return Effect.fail(
+      new Errors.Unavailable({ error: "The sandbox's host runs as many file transfers as it allows; retry" })
+    )
+  }
+  if (HttpClientError.isHttpClientError(error)) {
+    const reason = error.reason
+    if (reason._tag === "TransportError") return unreachable(host, reason.cause ?? reason.description)
+    if (reason._tag === "StatusCodeError" || reason._tag === "DecodeError") {
+      return hostFailed(host, { status: reason.response.status, description: reason.description })
+    }
+    return unreachable(host, error)
+  }
+  if (Schema.isSchemaError(error)) return unreachable(host, error)
+  // `unauthorized` and `failed`: the host's own refusal of a request the API built.
+  const body = error as { readonly error?: unknown; readonly reason?: unknown }
+  return hostFailed(host, { reason: body.reason, error: body.error })
+}
+
+export class DataPlaneClient extends Context.Service<DataPlaneClient, {
+  /** Runs a command; waits up to its own timeout plus a margin for the host. */
+  exec(host: HostRecord, sandboxId: string, body: AgentExecRequest): Effect.Effect<AgentExecResult, ExecError>
+  /** A file's bytes (streamed from the host) or a folder's listing. */
+  readFile(host: HostRecord, sandboxId: string, path: string): Effect.Effect<FileContent, DataPlaneError>
+  /**
+   * Writes `body` (at most `maxBytes`; more is 413 `payload_too_large`, the transfer cut short)
+   * to the file at `path`, streaming it through with backpressure.
+   */
+  writeFile<E>(
+    host: HostRecord,
+    sandboxId: string,
+    path: string,
+    body: Stream.Stream<Uint8Array, E>,
+    maxBytes: number
+  ): Effect.Effect<void, DataPlaneError>
+}>()("@svc/sandboxes/DataPlaneClient") {
+  static readonly make = Effect.gen(function*() {
+    const http = yield* HttpClient.HttpClient
+    // Each call names its host: the base URL and the bearer token come from its record.
+    const client = yield* HttpApiClient.makeWith(AgentApi, {
+      httpClient: http.pipe(
+        HttpClient.mapRequestEffect((request) =>
+          Effect.map(Effect.service(AgentTarget), (host) =>
+            request.pipe(
+              HttpClientRequest.prependUrl(host.endpoint.replace(/\/+$/, "")),
+              HttpClientRequest.bearerToken(host.token)
+            ))
+        )
+      )
     })
-    req.on("error", (cause) => Deferred.doneUnsafe(answer, unreachable(host, cause)))
-    let total = 0
-    const write = (chunk: Uint8Array) =>
+
+    const exec = Effect.fn("DataPlane.exec")(function*(host: HostRecord, sandboxId: string, body: AgentExecRequest) {
+      return yield* client.sandboxes.exec({ params: { id: sandboxId }, payload: body }).pipe(
+        Effect.provideService(AgentTarget, host),
+        // The caller's request limit (the API's 1 MiB) is not the answer's: two capped outputs
+        // of 1 MiB each, JSON-escaped.
+        Effect.provideService(HttpIncomingMessage.MaxBodySize, undefined),
+        Effect.timeoutOrElse({
+          duration: (body.timeout_ms ?? EXEC_DEFAULT_TIMEOUT_MS) + EXEC_MARGIN_MS,
+          orElse: () => unreachable(host, "exec timed out")
+        }),
+        Effect.catch((error) => toApiError(host, error)),
+        Effect.catchTag("FileRefused", (e) => unreachable(host, `an exec answered as a file refusal: ${e.error}`))
+      )
+    })
+
+    const readFile = Effect.fn("DataPlane.readFile")(function*(host: HostRecord, sandboxId: string, path: string) {
+      const [content, response] = yield* client.sandboxes.readFile({
+        params: { id: sandboxId },
+        query: { path },
+        responseMode: "decoded-and-response"
+      }).pipe(
+        Effect.provideService(AgentTarget, host),
+        Effect.provideService(HttpIncomingMessage.MaxBodySize, undefined),
+        Effect.timeoutOrElse({ duration: TRANSFER_TIMEOUT_MS, orElse: () => unreachable(host, "read timed out") }),
+        Effect.catch((error) => toApiError(host, error))
+      )
+      if (!Stream.isStream(content)) {
+        return { _tag: "Listing", listing: content } satisfies FileContent as FileContent
+      }
+      const stopped = new Errors.Unavailable({ error: "The sandbox's host stopped sending the file" })
+      const stream = content.pipe(
+        Stream.mapError(() => stopped),
+        Stream.interruptWhen(Effect.andThen(Effect.sleep(TRANSFER_TIMEOUT_MS), Effect.fail(stopped)))
+      )
+      const length = response.headers["content-length"]
+      return {
+        _tag: "Bytes",
+        size: length === undefined ? null : Number(length),
+        stream
+      } satisfies FileContent as FileContent
+    })
+
+    const writeFile = <E>(
+      host: HostRecord,
+      sandboxId: string,
+      path: string,
+      body: Stream.Stream<Uint8Array, E>,
+      maxBytes: number
+    ) =>
       Effect.suspend(() => {
-        total += chunk.length
-        return total > maxBytes ? Effect.fail(tooLarge()) : writeChunk(req, chunk)
-      })
-    yield* body.pipe(
-      Stream.runForEach(write),
-      Effect.matchEffect({
-        onSuccess: () => Effect.sync(() => void req.end()),
-        onFailure: (e) =>
-          Effect.sync(() => {
-            // Cut short: the host must not take a partial body for a whole one.
-            req.destroy()
-            Deferred.doneUnsafe(
-              answer,
-              Effect.fail(
-                e instanceof Errors.PayloadTooLarge
-                  ? e
-                  : new Errors.InvalidRequest({ error: "The request body could not be read" })
-              )
-            )
+        const tooLarge = new Errors.PayloadTooLarge({ error: `Uploads are limited to ${maxBytes} bytes` })
+        let total = 0
+        // Past the cap, or a client body that cannot be read, the upload is cut short: the host
+        // then sees a cut body and keeps nothing of it.
+        const payload = body.pipe(
+          Stream.mapError(() => new Errors.InvalidRequest({ error: "The request body could not be read" })),
+          Stream.mapArrayEffect((chunks) => {
+            for (const chunk of chunks) total += chunk.length
+            return total > maxBytes ? Effect.fail(tooLarge) : Effect.succeed(chunks)
           })
-      }),
-      Effect.forkScoped
-    )
-    return yield* Deferred.await(answer)
-  }))
-  const answer = yield* exchange.pipe(
-    Effect.timeoutOrElse({ duration: UPLOAD_TIMEOUT_MS, orElse: () => unreachable(host, "upload timed out") })
+        )
+        return client.sandboxes.writeFile({ params: { id: sandboxId }, query: { path }, payload }).pipe(
+          Effect.provideService(AgentTarget, host),
+          Effect.timeoutOrElse({ duration: TRANSFER_TIMEOUT_MS, orElse: () => unreachable(host, "upload timed out") }),
+          Effect.catch((error) => {
+            // The client's body failed: its own error, not the host's.
+            if (HttpClientError.isHttpClientError(error) && error.reason._tag === "EncodeError") {
+              const cause = error.reason.cause
+              if (cause instanceof Errors.PayloadTooLarge || cause instanceof Errors.InvalidRequest) {
+                return Effect.fail(cause)
+              }
+            }
+            return toApiError(host, error)
+          })
+        )
+      }).pipe(Effect.withSpan("DataPlane.writeFile"))
+
+    return DataPlaneClient.of({ exec, readFile, writeFile })
+  })
+
+  static readonly layer = Layer.effect(DataPlaneClient, DataPlaneClient.make).pipe(
+    Layer.provide(NodeHttpClient.layerNodeHttpOptions({ keepAlive: true }))
   )
-  if (answer.status >= 200 && answer.status < 300) return
-  return yield* refusalOf(host, answer.status, answer.text)
-})
+}

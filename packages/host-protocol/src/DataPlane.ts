@@ -1,0 +1,206 @@
+/**
+ * The data plane, declared once: exec and files of a sandbox go from an API process straight to
+ * the agent of the sandbox's host over HTTP, not over NATS (outputs and uploads of up to 100 MiB
+ * exceed NATS payloads). The agent serves this definition (`@svc/host/DataPlane`) and the API
+ * calls it through a client derived from it (`@svc/sandboxes/Sandboxes/DataPlane`): a change of
+ * a route, a schema or an error here fails to typecheck on whichever side no longer matches.
+ *
+ *   POST {endpoint}/sandboxes/{id}/exec            body `AgentExecRequest` (JSON) → `AgentExecResult`
+ *   GET  {endpoint}/sandboxes/{id}/files?path=     → bytes (`application/octet-stream`) or,
+ *                                                    for a folder, `{entries: [...]}` (JSON)
+ *   PUT  {endpoint}/sandboxes/{id}/files?path=     raw bytes → 204
+ *   GET  {endpoint}/sandboxes/{id}/ports/{port}/tunnel   `Upgrade: svc-tunnel` → 101 once the agent
+ *                                                    is connected to that exposed port, then raw
+ *                                                    bytes both ways (preview tunnels)
+ *
+ * `endpoint` and the bearer token are the agent's `HostRecord.endpoint` and `.token`, found only
+ * in the `hosts` KV that platform processes read; the token is random per agent start. Files
+ * stream both ways (never held whole); each host runs a bounded number of transfers at once.
+ * The body of every error is `{error, reason, errno?}` with one class per `reason` below; its
+ * status says the same. The agent takes any `Content-Type`: an exec body is read as JSON, an
+ * upload as raw bytes.
+ */
+import { type Cause, Schema } from "effect"
+import {
+  HttpApi,
+  HttpApiEndpoint,
+  HttpApiGroup,
+  HttpApiMiddleware,
+  HttpApiSchema,
+  HttpApiSecurity
+} from "effect/http-api"
+
+/** An exec body above this is 413 `too_large` (a declared `Content-Length` before reading). */
+export const MAX_EXEC_BODY_BYTES = 1024 * 1024
+/** An upload above this is 413 `too_large` (a declared `Content-Length` before reading). */
+export const MAX_UPLOAD_BYTES = 100 * 1024 * 1024
+
+export const AgentExecRequest = Schema.Struct({
+  cmd: Schema.Array(Schema.String),
+  cwd: Schema.optionalKey(Schema.String),
+  env: Schema.optionalKey(Schema.Record(Schema.String, Schema.String)),
+  /** UTF-8 text; binary stdin is not part of the /v1 contract. */
+  stdin: Schema.optionalKey(Schema.String),
+  timeout_ms: Schema.optionalKey(Schema.Int)
+})
+export type AgentExecRequest = typeof AgentExecRequest.Type
+
+/** The /v1 exec result, as the agent computes it (outputs decoded as UTF-8, capped). */
+export const AgentExecResult = Schema.Struct({
+  exit_code: Schema.Int,
+  stdout: Schema.String,
+  stderr: Schema.String,
+  duration_ms: Schema.Number,
+  /** stdout or stderr went past the host's cap and was cut (absent from older agents). */
+  truncated: Schema.optionalKey(Schema.Boolean)
+})
+export type AgentExecResult = typeof AgentExecResult.Type
+
+export const AgentFileEntry = Schema.Struct({
+  name: Schema.String,
+  type: Schema.Literals(["file", "dir", "symlink", "other"]),
+  size: Schema.Int,
+  mtime: Schema.String
+})
+
+/** GET .../files on a folder. */
+export const AgentFileListing = Schema.Struct({ entries: Schema.Array(AgentFileEntry) })
+export type AgentFileListing = typeof AgentFileListing.Type
+
+/**
+ * One error class per `reason`. The body is exactly `{error, reason, errno?}` (no `_tag` on the
+ * wire: `reason` tells them apart, as the status does); `_tag` exists on the prototype for
+ * `Effect.catchTag`, `message` mirrors `error` for logs.
+ */
+const AgentErrorClass =
+  <Self>() =>
+  <const Tag extends string, const Reason extends string, const Fields extends Schema.Struct.Fields = {}>(
+    tag: Tag,
+    options: { readonly reason: Reason; readonly status: number; readonly fields?: Fields }
+  ) => {
+    const fields = { error: Schema.String, reason: Schema.tag(options.reason), ...(options.fields ?? ({} as Fields)) }
+    const Base: Function = Schema.Error<Self>(tag)(fields, { httpApiStatus: options.status }) as Function
+    Object.defineProperty(Base.prototype, "_tag", { get: () => tag, configurable: true })
+    Object.defineProperty(Base.prototype, "message", {
+      get(this: { readonly error: string }) {
+        return this.error
+      },
+      configurable: true
+    })
+    Object.assign(Base, { status: options.status })
+    // The cast resolves Schema.Error's `[Self] extends [never]` guard for a generic `Self`.
+    return Base as unknown as
+      & Schema.Class<Self, Schema.Struct<typeof fields>, Cause.YieldableError & { readonly _tag: Tag }>
+      & { readonly status: number }
+  }
+
+/** A bad request: path, id, body, command (400). */
+export class AgentInvalid extends AgentErrorClass<AgentInvalid>()("AgentInvalid", {
+  reason: "invalid",
+  status: 400
+}) {}
+
+/** The bearer token is missing or wrong (401). */
+export class AgentUnauthorized extends AgentErrorClass<AgentUnauthorized>()("AgentUnauthorized", {
+  reason: "unauthorized",
+  status: 401
+}) {}
+
+/** No such sandbox on this host, no such file, or no such route (404). */
+export class AgentNotFound extends AgentErrorClass<AgentNotFound>()("AgentNotFound", {
+  reason: "not_found",
+  status: 404
+}) {}
+
+/** The sandbox is not running (409). */
+export class AgentNotRunning extends AgentErrorClass<AgentNotRunning>()("AgentNotRunning", {
+  reason: "not_running",
+  status: 409
+}) {}
+
+/** A body or a file over its cap (413). */
+export class AgentTooLarge extends AgentErrorClass<AgentTooLarge>()("AgentTooLarge", {
+  reason: "too_large",
+  status: 413
+}) {}
+
+/** The sandbox's kernel refused the file operation; `errno` names why (`ENOSPC`) (422). */
+export class AgentRefused extends AgentErrorClass<AgentRefused>()("AgentRefused", {
+  reason: "refused",
+  status: 422,
+  fields: { errno: Schema.optionalKey(Schema.String) }
+}) {}
+
+/** The host failed; the details are in the agent's log only (500). */
+export class AgentFailed extends AgentErrorClass<AgentFailed>()("AgentFailed", {
+  reason: "failed",
+  status: 500
+}) {}
+
+/** Nothing answers on the sandbox's port a tunnel asked for (502). */
+export class AgentBadGateway extends AgentErrorClass<AgentBadGateway>()("AgentBadGateway", {
+  reason: "failed",
+  status: 502
+}) {}
+
+/** The host runs as many file transfers as it allows and none ended in time; retry (503). */
+export class AgentBusy extends AgentErrorClass<AgentBusy>()("AgentBusy", {
+  reason: "busy",
+  status: 503
+}) {}
+
+export type AgentError =
+  | AgentInvalid
+  | AgentUnauthorized
+  | AgentNotFound
+  | AgentNotRunning
+  | AgentTooLarge
+  | AgentRefused
+  | AgentFailed
+  | AgentBadGateway
+  | AgentBusy
+
+/** Every request needs `Authorization: Bearer <HostRecord.token>`. */
+export class AgentAuthorization extends HttpApiMiddleware.Service<AgentAuthorization>()(
+  "@svc/host-protocol/DataPlane/AgentAuthorization",
+  { security: { bearer: HttpApiSecurity.bearer }, error: AgentUnauthorized }
+) {}
+
+/** The `Upgrade` protocol of a preview tunnel. */
+export const TUNNEL_PROTOCOL = "svc-tunnel"
+
+const params = { id: Schema.String }
+const FilesQuery = Schema.Struct({ path: Schema.String })
+
+export class AgentSandboxesApi extends HttpApiGroup.make("sandboxes")
+  .add(
+    HttpApiEndpoint.post("exec", "/sandboxes/:id/exec", {
+      params,
+      payload: AgentExecRequest,
+      success: AgentExecResult,
+      error: [AgentInvalid, AgentNotFound, AgentNotRunning, AgentTooLarge, AgentFailed]
+    }),
+    HttpApiEndpoint.get("readFile", "/sandboxes/:id/files", {
+      params,
+      query: FilesQuery,
+      success: [HttpApiSchema.StreamUint8Array({ contentType: "application/octet-stream" }), AgentFileListing],
+      error: [AgentInvalid, AgentNotFound, AgentNotRunning, AgentTooLarge, AgentRefused, AgentFailed, AgentBusy]
+    }),
+    HttpApiEndpoint.put("writeFile", "/sandboxes/:id/files", {
+      params,
+      query: FilesQuery,
+      payload: HttpApiSchema.StreamUint8Array({ contentType: "application/octet-stream", maxBytes: MAX_UPLOAD_BYTES }),
+      success: HttpApiSchema.NoContent,
+      error: [AgentInvalid, AgentNotFound, AgentNotRunning, AgentTooLarge, AgentRefused, AgentFailed, AgentBusy]
+    }),
+    // 400 `invalid`: a port the sandbox does not expose.
+    HttpApiEndpoint.get("tunnel", "/sandboxes/:id/ports/:port/tunnel", {
+      params: { id: Schema.String, port: Schema.String },
+      success: HttpApiSchema.Upgrade({ protocol: TUNNEL_PROTOCOL }),
+      error: [AgentInvalid, AgentNotFound, AgentNotRunning, AgentFailed, AgentBadGateway]
+    })
+  )
+  .middleware(AgentAuthorization)
+{}
+
+export class AgentApi extends HttpApi.make("agent").add(AgentSandboxesApi) {}

@@ -1,0 +1,520 @@
+/**
+ * The data plane a host agent serves (`@svc/host-protocol/DataPlane` declares it): exec and
+ * files of this host's sandboxes over HTTP, for the API processes only. Built with
+ * `HttpApiBuilder` against that definition and served by `NodeHttpServer`, which interrupts a
+ * request's work when its client goes away (a running exec or transfer is killed), tears down
+ * bodies left unread and closes gracefully.
+ *
+ * - Every request needs `Authorization: Bearer <token>`; the token is random per start
+ *   (published in the host record) and compared in constant time (equal-length digests).
+ * - Bodies are capped: exec JSON 1 MiB, uploads 100 MiB; a declared `Content-Length` above the
+ *   cap is refused before reading.
+ * - Files stream both ways between the socket and the processes in the sandbox: no file is
+ *   ever held whole. At most `maxTransfers` run at once; one more waits up to
+ *   `transferWaitMs` for a slot, then is refused with 503 `busy` (retry).
+ * - Paths are checked by the driver, which resolves them inside the sandbox (links and `..`
+ *   never leave its root).
+ * - Whatever answers (a route, the router, the framework), an error has the definition's body
+ *   `{error, reason, errno?}`; the details of a host failure go to this log only.
+ */
+import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
+import * as NodeHttpServerRequest from "@effect/platform-node/NodeHttpServerRequest"
+import * as NodeSocket from "@effect/platform-node/NodeSocket"
+import {
+  AgentApi,
+  AgentAuthorization,
+  AgentBadGateway,
+  AgentBusy,
+  type AgentError,
+  type AgentExecResult,
+  AgentFailed,
+  AgentInvalid,
+  AgentNotFound,
+  AgentNotRunning,
+  AgentRefused,
+  AgentTooLarge,
+  AgentUnauthorized,
+  MAX_EXEC_BODY_BYTES,
+  MAX_UPLOAD_BYTES
+} from "@svc/host-protocol/DataPlane"
+import {
+  ByteSize,
+  Cause,
+  Context,
+  Effect,
+  Layer,
+  Redacted,
+  Schema,
+  type Scope,
+  Semaphore,
+  Stream,
+  type Types
+} from "effect"
+import {
+  Headers,
+  HttpIncomingMessage,
+  HttpRouter,
+  HttpServer,
+  HttpServerError,
+  HttpServerRequest,
+  HttpServerResponse
+} from "effect/http"
+import { HttpApiBuilder, HttpApiError } from "effect/http-api"
+import type * as Socket from "effect/socket/Socket"
+import { createHash, randomBytes, timingSafeEqual } from "node:crypto"
+import * as Http from "node:http"
+import * as Net from "node:net"
+import { DriverExecRequest, SandboxDriver, type SandboxDriverError } from "./Driver.ts"
+
+/** When the request names no timeout: an exec must not hold a connection for ever. */
+export const DEFAULT_EXEC_TIMEOUT_MS = 300_000
+/** How long a transfer beyond the host's bound waits for a slot before it is refused. */
+export const DEFAULT_TRANSFER_WAIT_MS = 30_000
+/** How long a preview tunnel waits for the sandbox's port to accept. */
+const TUNNEL_CONNECT_TIMEOUT_MS = 5_000
+/** A stop lets requests in progress run this long, then cuts their connections (their work ends). */
+const STOP_GRACE_MS = 5_000
+
+export interface DataPlaneSettings {
+  /** 0 = any free port. */
+  readonly port: number
+  readonly listenHost: string
+  /** File transfers streamed at once. */
+  readonly maxTransfers: number
+  readonly transferWaitMs?: number
+  readonly defaultExecTimeoutMs?: number
+}
+
+const invalid = (error: string) => new AgentInvalid({ error })
+const failed = (error: string) => new AgentFailed({ error })
+
+/** What a driver refusal can become (a gateway error is the tunnel's own, 401 the middleware's). */
+type DriverAgentError = Exclude<AgentError, AgentBadGateway | AgentUnauthorized>
+
+/** Driver refusals as data-plane errors. */
+export const fromDriverError = (error: SandboxDriverError): DriverAgentError => {
+  switch (error._tag) {
+    case "InvalidSandboxRequest":
+      return invalid(error.message)
+    case "SandboxNotFound":
+      return new AgentNotFound({ error: "no such sandbox on this host" })
+    case "SandboxNotRunning":
+      return new AgentNotRunning({ error: "the sandbox is not running" })
+    case "SandboxFileError":
+      switch (error.reason) {
+        case "not_found":
+          return new AgentNotFound({ error: `${error.path}: no such file or folder` })
+        case "too_large":
+          return new AgentTooLarge({ error: `${error.path}: ${error.message}` })
+        case "refused":
+          return new AgentRefused({
+            error: `${error.path}: ${error.message}`,
+            ...(error.errno !== undefined ? { errno: error.errno } : {})
+          })
+        case "failed":
+          return failed(`${error.path}: ${error.message}`)
+        default:
+          return invalid(`${error.path}: ${error.reason.replaceAll("_", " ")}`)
+      }
+    case "SandboxAlreadyExists":
+      return failed("the sandbox exists already")
+    case "TemplateNotFound":
+      return failed(`template ${error.template} not found`)
+    case "SandboxCapacityExhausted":
+    case "DriverUnsupported":
+      return failed(error.message)
+    case "DriverFailure":
+      // The details name host paths and commands: they go to the agent's log, not the caller.
+      return failed(`${error.operation} failed on the host`)
+  }
+}
+
+/** A driver call whose refusals become data-plane errors (host failures are logged here). */
+const viaDriver = <A, E extends SandboxDriverError, R>(
+  effect: Effect.Effect<A, E | DriverAgentError, R>
+): Effect.Effect<A, DriverAgentError, R> =>
+  effect.pipe(
+    Effect.tapError((error) =>
+      error._tag === "DriverFailure"
+        ? Effect.logError("agent: driver failure", { operation: error.operation, message: error.message })
+        : Effect.void
+    ),
+    Effect.mapError((error) =>
+      isAgentError(error) ? error as DriverAgentError : fromDriverError(error as SandboxDriverError)
+    )
+  )
+
+/** An exec touches no file: a file refusal or a busy host cannot answer it (the driver failed). */
+const execError = (error: DriverAgentError): Exclude<DriverAgentError, AgentRefused | AgentBusy> =>
+  error instanceof AgentRefused || error instanceof AgentBusy ? failed(error.error) : error
+
+/** A tunnel opens a port, no file: what else the driver says is the host failing. */
+const tunnelError = (error: DriverAgentError): AgentInvalid | AgentNotFound | AgentNotRunning | AgentFailed =>
+  error instanceof AgentInvalid || error instanceof AgentNotFound || error instanceof AgentNotRunning
+    ? error
+    : failed("the host could not open the port")
+
+/** A connection to the sandbox's port (closed with the scope), or 502 when nothing answers. */
+const connectPort = (host: string, port: number) =>
+  Effect.acquireRelease(
+    Effect.callback<Net.Socket, AgentBadGateway>((resume) => {
+      const upstream = Net.connect({ host, port })
+      upstream.setTimeout(TUNNEL_CONNECT_TIMEOUT_MS)
+      const refused = () => {
+        upstream.destroy()
+        resume(Effect.fail(new AgentBadGateway({ error: `nothing answers on port ${port} of the sandbox` })))
+      }
+      upstream.once("timeout", refused)
+      upstream.once("error", refused)
+      upstream.once("connect", () => {
+        upstream.off("timeout", refused)
+        upstream.off("error", refused)
+        upstream.setTimeout(0)
+        resume(Effect.succeed(upstream))
+      })
+      return Effect.sync(() => upstream.destroy())
+    }),
+    (upstream) => Effect.sync(() => upstream.destroy())
+  )
+
+/** Bytes one way, at the pace the other end takes them, until the reading side ends. */
+const pump = (from: Socket.Socket, to: Socket.Socket) =>
+  Effect.gen(function*() {
+    const reader = yield* from.reader
+    const writer = yield* to.writer
+    while (true) yield* writer.writeAll(yield* reader.pull)
+  })
+
+const AGENT_ERRORS = [
+  AgentInvalid,
+  AgentUnauthorized,
+  AgentNotFound,
+  AgentNotRunning,
+  AgentTooLarge,
+  AgentRefused,
+  AgentFailed,
+  AgentBadGateway,
+  AgentBusy
+] as const
+
+const isAgentError = (u: unknown): u is AgentError => AGENT_ERRORS.some((E) => u instanceof E)
+
+/** The definition's error body, for answers given outside an endpoint. */
+const errorResponse = (error: AgentError) =>
+  HttpServerResponse.jsonUnsafe(
+    {
+      error: error.error,
+      reason: error.reason,
+      ...("errno" in error && error.errno !== undefined ? { errno: error.errno } : {})
+    },
+    { status: (error.constructor as unknown as { readonly status: number }).status }
+  )
+
+const tooLarge = (max: number) => new AgentTooLarge({ error: `body larger than ${max} bytes` })
+const unauthorized = new AgentUnauthorized({ error: "missing or wrong bearer token" })
+
+const digest = (text: string) => createHash("sha256").update(text, "utf8").digest()
+
+/** The routes of the definition, for the answers the router gives (405 against 404). */
+const ROUTE = /^\/sandboxes\/([^/]+)\/(exec|files)$/
+
+const decodable = (segment: string) => {
+  try {
+    decodeURIComponent(segment)
+    return true
+  } catch {
+    return false
+  }
+}
+
+const pathOf = (url: string) => {
+  const q = url.indexOf("?")
+  return q === -1 ? url : url.slice(0, q)
+}
+
+/**
+ * What the router and the framework answer outside the endpoints, as the definition's errors:
+ * an unknown route (401 without the token, as every route; 405 for a known path with another
+ * method; else 404), a body that cannot be read or decoded (400), one over its cap (413), and
+ * anything unexpected (500, the details logged here).
+ */
+const renderCause = (
+  cause: Cause.Cause<unknown>,
+  request: HttpServerRequest.HttpServerRequest,
+  authorized: (header: string | undefined) => boolean
+): Effect.Effect<HttpServerResponse.HttpServerResponse> => {
+  for (const reason of cause.reasons) {
+    const value = Cause.isFailReason(reason) ? reason.error : Cause.isDieReason(reason) ? reason.defect : undefined
+    if (isAgentError(value)) return Effect.succeed(errorResponse(value))
+    if (HttpServerError.isHttpServerError(value)) {
+      const r = value.reason
+      if (r._tag === "RouteNotFound") {
+        if (!authorized(request.headers["authorization"])) return Effect.succeed(errorResponse(unauthorized))
+        const route = ROUTE.exec(pathOf(request.url))
+        if (route === null) return Effect.succeed(errorResponse(new AgentNotFound({ error: "no such route" })))
+        const [, id, what] = route
+        if (!decodable(id!)) return Effect.succeed(errorResponse(invalid("sandbox id is not valid percent-encoding")))
+        const allowed = what === "exec" ? ["POST"] : ["GET", "PUT"]
+        // The router found no route for a known path and method: its id is not one (`%2F`).
+        if (allowed.includes(request.method)) return Effect.succeed(errorResponse(invalid("invalid sandbox id")))
+        return Effect.succeed(
+          HttpServerResponse.jsonUnsafe({ error: `use ${allowed.join(" or ")}`, reason: "invalid" }, { status: 405 })
+        )
+      }
+      if (r._tag === "RequestParseError") {
+        return Effect.succeed(errorResponse(
+          r.reason === "BodyTooLarge" ? tooLarge(MAX_EXEC_BODY_BYTES) : invalid("the request body could not be read")
+        ))
+      }
+    }
+    if (HttpApiError.HttpApiSchemaError.is(value) && value.kind !== "Body" && value.kind !== "ResponseHeaders") {
+      const where = value.kind === "Payload" ? "body" : value.kind.toLowerCase()
+      const detail = Schema.isSchemaError(value.cause) ? value.cause.message : String(value.cause)
+      return Effect.succeed(errorResponse(invalid(`invalid request ${where}: ${detail}`)))
+    }
+    if (HttpApiError.HttpApiPayloadTooLarge.is(value)) {
+      return Effect.succeed(errorResponse(tooLarge(MAX_UPLOAD_BYTES)))
+    }
+  }
+  // The client went away or the agent stops: nobody reads this answer.
+  if (Cause.hasInterruptsOnly(cause)) return Effect.succeed(errorResponse(failed("interrupted")))
+  return Effect.as(
+    Effect.logError("agent: data plane request failed", { cause: Cause.pretty(cause) }),
+    errorResponse(failed("internal error"))
+  )
+}
+
+/** The definition's body for an error answer the framework gave without one (its 413, 415). */
+const definedShape = (response: HttpServerResponse.HttpServerResponse, url: string) => {
+  if (response.status < 400) return response
+  const type = response.headers["content-type"] ?? ("contentType" in response.body ? response.body.contentType : "")
+  if (type?.includes("json")) return response
+  const error = response.status === 413
+    ? tooLarge(pathOf(url).endsWith("/exec") ? MAX_EXEC_BODY_BYTES : MAX_UPLOAD_BYTES)
+    : response.status === 401
+    ? unauthorized
+    : response.status === 404
+    ? new AgentNotFound({ error: "no such route" })
+    : response.status < 500
+    ? invalid(`refused with ${response.status}`)
+    : failed("internal error")
+  const headers: Record<string, string> = {}
+  for (const [name, value] of Object.entries(response.headers)) {
+    if (name !== "content-type" && name !== "content-length") headers[name] = value
+  }
+  return HttpServerResponse.jsonUnsafe(
+    { error: error.error, reason: error.reason },
+    { status: response.status, headers }
+  )
+}
+
+/**
+ * Before the routes: the data plane takes any `Content-Type` (an exec body is JSON, an upload
+ * raw bytes, whatever the client called them), an exec body declaring more than the cap is
+ * refused before reading, and bodies read whole stop at the exec cap.
+ */
+const makeMiddleware = (authorized: (header: string | undefined) => boolean) =>
+  HttpRouter.middleware<{ handles: unknown }>()(
+    Effect.succeed(
+      (
+        httpEffect: Effect.Effect<HttpServerResponse.HttpServerResponse, unknown, HttpServerRequest.HttpServerRequest>
+      ): Effect.Effect<HttpServerResponse.HttpServerResponse, Types.unhandled, HttpServerRequest.HttpServerRequest> =>
+        Effect.gen(function*() {
+          const request = yield* HttpServerRequest.HttpServerRequest
+          const route = ROUTE.exec(pathOf(request.url))
+          const contentType = route === null
+            ? undefined
+            : request.method === "POST" && route[2] === "exec"
+            ? "application/json"
+            : request.method === "PUT" && route[2] === "files"
+            ? "application/octet-stream"
+            : undefined
+          if (
+            contentType === "application/json" &&
+            Number(request.headers["content-length"]) > MAX_EXEC_BODY_BYTES &&
+            authorized(request.headers["authorization"])
+          ) {
+            return errorResponse(tooLarge(MAX_EXEC_BODY_BYTES))
+          }
+          const seen = contentType === undefined
+            ? request
+            : request.modify({ headers: Headers.set(request.headers, "content-type", contentType) })
+          const response = yield* httpEffect.pipe(
+            Effect.provideService(HttpServerRequest.HttpServerRequest, seen),
+            Effect.provideService(HttpIncomingMessage.MaxBodySize, ByteSize.bytes(MAX_EXEC_BODY_BYTES)),
+            Effect.catchCause((cause) => renderCause(cause, request, authorized))
+          )
+          return definedShape(response, request.url)
+        })
+    ),
+    { global: true }
+  )
+
+/** The endpoints over the driver. */
+const handlers = (settings: DataPlaneSettings) =>
+  HttpApiBuilder.group(
+    AgentApi,
+    "sandboxes",
+    Effect.fn(function*(handlers) {
+      const driver = yield* SandboxDriver
+      const transfers = yield* Semaphore.make(settings.maxTransfers)
+      const transferWaitMs = settings.transferWaitMs ?? DEFAULT_TRANSFER_WAIT_MS
+      const defaultTimeout = settings.defaultExecTimeoutMs ?? DEFAULT_EXEC_TIMEOUT_MS
+      const decodeDriverExec = Schema.decodeUnknownEffect(DriverExecRequest)
+
+      /** A transfer slot until the response is sent (the request's scope), or 503 `busy` after the wait. */
+      const transferSlot: Effect.Effect<void, AgentBusy, Scope.Scope> = Effect.gen(function*() {
+        const slot = yield* transfers.takeScoped(1).pipe(Effect.timeoutOption(transferWaitMs))
+        if (slot._tag === "None") {
+          return yield* new AgentBusy({ error: "the host runs as many file transfers as it allows; retry" })
+        }
+      })
+
+      return handlers
+        .handle("exec", ({ params, payload }) =>
+          Effect.gen(function*() {
+            const request = yield* decodeDriverExec({
+              cmd: payload.cmd,
+              ...(payload.cwd !== undefined ? { cwd: payload.cwd } : {}),
+              ...(payload.env !== undefined ? { env: payload.env } : {}),
+              ...(payload.stdin !== undefined ? { stdin: payload.stdin } : {}),
+              timeoutMs: payload.timeout_ms ?? defaultTimeout
+            }).pipe(Effect.mapError((e) => invalid(e.message)))
+            const result = yield* viaDriver(driver.exec(params.id, request)).pipe(Effect.mapError(execError))
+            return {
+              exit_code: result.exitCode,
+              stdout: Buffer.from(result.stdout).toString("utf8"),
+              stderr: Buffer.from(result.stderr).toString("utf8"),
+              duration_ms: result.durationMs,
+              truncated: result.stdoutTruncated || result.stderrTruncated
+            } satisfies AgentExecResult
+          }))
+        .handle("readFile", ({ params, query }) =>
+          Effect.gen(function*() {
+            yield* transferSlot
+            const file = yield* viaDriver(
+              driver.readFileStream(params.id, query.path).pipe(
+                Effect.catchTag("SandboxFileError", (e) =>
+                  e.reason === "is_directory"
+                    ? Effect.map(driver.listDir(params.id, query.path), (entries) => ({
+                      entries: entries.map(({ mtime, name, size, type }) => ({ name, type, size, mtime }))
+                    }))
+                    : Effect.fail(e))
+              )
+            )
+            if ("entries" in file) return file
+            // A failure midway cuts the connection (the client sees a short body, never an end).
+            const stream = file.stream.pipe(
+              Stream.tapError((error) =>
+                Effect.logWarning("agent: file stream cut", { error: error._tag, message: error.message })
+              )
+            )
+            return HttpServerResponse.stream(stream, {
+              contentType: "application/octet-stream",
+              ...(file.size !== null ? { contentLength: file.size } : {})
+            })
+          }))
+        .handle("writeFile", ({ params, payload, query, request }) =>
+          Effect.gen(function*() {
+            yield* transferSlot
+            const source = NodeHttpServerRequest.toIncomingMessage(request)
+            const body = payload.pipe(
+              Stream.mapError((e) =>
+                HttpApiError.HttpApiPayloadTooLarge.is(e)
+                  ? tooLarge(MAX_UPLOAD_BYTES)
+                  : invalid("the request body could not be read")
+              ),
+              // A body that ends without all its bytes (the client went away) is not an upload.
+              Stream.concat(Stream.fromEffectDrain(
+                Effect.suspend(() =>
+                  "complete" in source && !source.complete
+                    ? Effect.fail(invalid("the request body was cut short"))
+                    : Effect.void
+                )
+              ))
+            )
+            yield* viaDriver(driver.writeFileStream(params.id, query.path, body, { maxBytes: MAX_UPLOAD_BYTES }))
+          }))
+        .handle("tunnel", ({ params, upgrade }) =>
+          Effect.gen(function*() {
+            if (!/^\d{1,5}$/.test(params.port)) return yield* invalid(`${params.port} is not a port`)
+            const address = yield* viaDriver(driver.portAddress(params.id, Number(params.port))).pipe(
+              Effect.mapError(tunnelError)
+            )
+            // Connected first, 101 after: a client never gets a tunnel to nothing.
+            const upstream = yield* connectPort(address.host, address.port)
+            const client = yield* upgrade()
+            const sandbox = yield* NodeSocket.fromDuplex(Effect.succeed(upstream))
+            // Either side ending ends the tunnel (the scope closes both connections).
+            yield* Effect.raceFirst(pump(client, sandbox), pump(sandbox, client)).pipe(Effect.ignore)
+          }).pipe(Effect.scoped))
+    })
+  )
+
+/** The bearer check: the token's digest against the request's, in constant time. */
+const checker = (token: string) => {
+  const tokenDigest = digest(token)
+  // Digests have equal lengths: the comparison takes the same time whatever was sent.
+  return (credential: string) => timingSafeEqual(digest(credential), tokenDigest) && credential !== ""
+}
+
+/** The `Authorization` header as the security scheme reads it (`Bearer <token>`, any case). */
+const bearerOf = (header: string | undefined) => {
+  const match = header === undefined ? null : /^bearer +(\S.*)$/i.exec(header)
+  return match?.[1] ?? ""
+}
+
+export class DataPlaneServer extends Context.Service<DataPlaneServer, {
+  /** The port it listens on (the one asked for, or the one the system gave for 0). */
+  readonly port: number
+  /** The bearer token every request needs; random per start. */
+  readonly token: string
+}>()("@svc/host/DataPlaneServer") {
+  /** Listens once every route can answer; a stop lets requests in progress finish for 5 s. */
+  static readonly layer = (
+    settings: DataPlaneSettings
+  ): Layer.Layer<DataPlaneServer, HttpServerError.ServeError, SandboxDriver> =>
+    Layer.effect(
+      DataPlaneServer,
+      Effect.gen(function*() {
+        const token = randomBytes(32).toString("base64url")
+        const matches = checker(token)
+        const authorized = (header: string | undefined) => matches(bearerOf(header))
+        const authorization = Layer.succeed(
+          AgentAuthorization,
+          AgentAuthorization.of({
+            bearer: (httpEffect, { credential }) =>
+              matches(Redacted.value(credential)) ? httpEffect : Effect.fail(unauthorized)
+          })
+        )
+        const routes = Layer.mergeAll(
+          HttpApiBuilder.layer(AgentApi).pipe(Layer.provide(handlers(settings)), Layer.provide(authorization)),
+          makeMiddleware(authorized)
+        )
+        // The routes and their services first, the port after: nothing is accepted that
+        // could not be answered.
+        const app = yield* HttpRouter.toHttpEffect(routes)
+        const server = Http.createServer({ keepAliveTimeout: 30_000 })
+        const context = yield* Layer.build(
+          HttpServer.serve(app).pipe(
+            Layer.provideMerge(NodeHttpServer.layerServer(() => server, {
+              port: settings.port,
+              host: settings.listenHost,
+              gracefulShutdownTimeout: STOP_GRACE_MS
+            }))
+          )
+        )
+        // Released before the server: once the grace is over, connections still open are cut,
+        // which interrupts their work (a close would otherwise wait for them).
+        yield* Effect.addFinalizer(() =>
+          Effect.sync(() => {
+            server.closeIdleConnections()
+            setTimeout(() => server.closeAllConnections(), STOP_GRACE_MS).unref()
+          })
+        )
+        const address = Context.get(context, HttpServer.HttpServer).address
+        const port = address._tag === "UnixPathAddress" ? 0 : address.port
+        return DataPlaneServer.of({ port, token })
+      })
+    ).pipe(Layer.provide(NodeHttpServer.layerHttpServices))
+}
