@@ -6,9 +6,9 @@
  * (orgId, templateId, hostId). `env` is never part of the record (it may carry credentials, e.g. an
  * injected `sandbox:<id>` key). Unset values are `null`.
  */
-import { NetworkPolicy, Rules } from "@svc/host-protocol/Egress"
 import { Effect, Schema, SchemaTransformation } from "effect"
 import { HostId, OrgId, SandboxId, SecretId, TemplateId, VolumeId } from "./Ids.ts"
+import { NetworkPolicy, Rules } from "./Network.ts"
 import { ListQuery, Page } from "./Pagination.ts"
 import { AbsolutePath, EnvVars, jsonBytes, MAX_JSON_DEPTH, Name, RelativePath } from "./Text.ts"
 import { NullableTimestamp, Timestamp } from "./Time.ts"

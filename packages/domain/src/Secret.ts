@@ -15,9 +15,9 @@
  * - `header_format`: at most 1 KiB, contains `{value}` (each occurrence becomes the value), no
  *   control character but tab; default `Bearer {value}`.
  */
-import { parseRule } from "@svc/host-protocol/Egress"
 import { Effect, Result, Schema, SchemaIssue, SchemaTransformation } from "effect"
 import { SecretId } from "./Ids.ts"
+import { parseRule } from "./Network.ts"
 import { Page } from "./Pagination.ts"
 import { Name } from "./Text.ts"
 import { NullableTimestamp, Timestamp } from "./Time.ts"

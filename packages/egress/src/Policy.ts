@@ -9,7 +9,7 @@
  * carried (HTTP Host, TLS SNI); CIDR rules match the address the proxy resolved and connects to.
  */
 import { allowedRules, classifyAddress, type FamilyRules, inSubnet, type Subnet } from "@svc/domain/Address"
-import { domainMatches, type NetworkPolicy, type ParsedRule, parseRule } from "@svc/host-protocol/Egress"
+import { domainMatches, type NetworkPolicy, type ParsedRule, parseRule } from "@svc/domain/Network"
 import { Result } from "effect"
 import * as net from "node:net"
 import type { DefaultAction } from "./Config.ts"

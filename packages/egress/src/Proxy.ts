@@ -19,13 +19,8 @@
  * `access_denied` alert, a closed connection otherwise; each is logged with the sandbox id, the
  * destination and the reason, never a secret.
  */
-import {
-  domainMatches,
-  type EgressSecret,
-  OPEN_POLICY,
-  type SandboxEgress,
-  secretValueAad
-} from "@svc/host-protocol/Egress"
+import { domainMatches, OPEN_POLICY } from "@svc/domain/Network"
+import { type EgressSecret, type SandboxEgress, secretValueAad } from "@svc/host-protocol/Egress"
 import * as Dns from "node:dns"
 import * as Fs from "node:fs/promises"
 import * as Http from "node:http"

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "@effect/vitest"
-import { OPEN_POLICY } from "@svc/host-protocol/Egress"
+import { OPEN_POLICY } from "@svc/domain/Network"
 import { Duplex } from "node:stream"
 import * as Tls from "node:tls"
 import { answerFromHosts, parseQuery } from "../src/Dns.ts"

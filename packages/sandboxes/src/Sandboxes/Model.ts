@@ -8,8 +8,8 @@
  * and is never stored in the clear (it may carry credentials, e.g. an injected `sandbox:<id>` key;
  * see `SealedEnv.ts`).
  */
+import { NetworkPolicy } from "@svc/domain/Network"
 import { SandboxState, SandboxType, VolumeAttachment } from "@svc/domain/Sandbox"
-import { NetworkPolicy } from "@svc/host-protocol/Egress"
 import { AgentReport } from "@svc/host-protocol/Protocol"
 import { Schema } from "effect"
 

@@ -6,8 +6,8 @@
  */
 import * as Rows from "@svc/db/Rows"
 import type { SecretId } from "@svc/domain/Ids"
+import { NetworkPolicy } from "@svc/domain/Network"
 import type { Secret } from "@svc/domain/Secret"
-import { NetworkPolicy } from "@svc/host-protocol/Egress"
 import { DateTime, Effect, Option, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 

@@ -1,4 +1,4 @@
-import { domainMatches, NetworkPolicy, parseRule, Rule } from "@svc/host-protocol/Egress"
+import { domainMatches, NetworkPolicy, parseRule, Rule } from "@svc/domain/Network"
 import { Result, Schema } from "effect"
 import { describe, expect, it } from "vitest"
 
