@@ -1,5 +1,5 @@
 /**
- * Exposed ports through the API's preview host, against a real agent and a real sandbox whose
+ * Exposed ports through the API's preview host (and a sandbox's usage, its network counted), against a real agent and a real sandbox whose
  * servers (busybox `nc` with shell scripts) record what reached them: a preview token or a key
  * allowed on the sandbox lets a request in, HTTP and an upgraded connection (bytes both ways),
  * neither credential reaches the sandbox's server, and every other request is refused with the
@@ -210,6 +210,27 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("exposed ports 
       const upper = yield* preview(host(8080).toUpperCase(), "/", { headers: { "x-svc-preview-token": token } })
       expect(upper.status).toBe(200)
 
+      // Its usage: what crossed its link is counted (the requests in, the answers out), and
+      // a bigger answer is counted out.
+      const stats = yield* api("GET", `/v1/sandboxes/${s.id}/stats`, { token: reader })
+      expect(stats.status, stats.text).toBe(200)
+      expect(stats.json.pids).toBeGreaterThanOrEqual(3)
+      expect(stats.json.memory_bytes).toBeGreaterThan(0)
+      expect(stats.json.cpu_usage_ns).toBeGreaterThan(0)
+      expect(stats.json.net_bytes_in).toBeGreaterThan(0)
+      expect(stats.json.net_bytes_out).toBeGreaterThan(0)
+      const big = "x".repeat(50_000)
+      expect((yield* preview(host(8080), "/big", { headers: { "x-svc-preview-token": token }, body: big })).status)
+        .toBe(200)
+      const later = (yield* api("GET", `/v1/sandboxes/${s.id}/stats`)).json
+      expect(later.net_bytes_in - stats.json.net_bytes_in).toBeGreaterThan(50_000)
+      expect(later.net_bytes_out - stats.json.net_bytes_out).toBeGreaterThan(50_000)
+      expectError(
+        yield* api("GET", `/v1/sandboxes/${s.id}/stats`, { token: env.other.token }),
+        404,
+        "not_found"
+      )
+
       // A key that may write the sandbox is let in too; its header stays with the proxy.
       const byKey = yield* preview(host(8080), "/by-key", { headers: { authorization: `Bearer ${env.org.token}` } })
       expect(byKey.status).toBe(200)
@@ -283,6 +304,12 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("exposed ports 
         )
       )
       expect(cliRefused).toMatch(/^exit 1: .*not_found/s)
+      const cliStats = yield* Effect.promise(() =>
+        execFileAsync(process.execPath, [cliMain, "sandbox", "stats", s.id], {
+          env: { ...process.env, SVC_API_URL: env.base, SVC_API_KEY: env.org.token }
+        })
+      )
+      expect(JSON.parse(cliStats.stdout).net_bytes_in).toBeGreaterThan(50_000)
 
       // A stopped sandbox: 409 until it runs again.
       expect((yield* api("POST", `/v1/sandboxes/${s.id}/stop`)).status).toBe(202)
@@ -290,6 +317,7 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("exposed ports 
       const stopped = yield* preview(host(8080), "/", { headers: { "x-svc-preview-token": token } })
       expect(stopped.status).toBe(409)
       expect(stopped.json.code).toBe("conflict")
+      expectError(yield* api("GET", `/v1/sandboxes/${s.id}/stats`), 409, "conflict")
 
       // Deleted: the token lets nothing in any more, and no token is made for it.
       expect((yield* api("DELETE", `/v1/sandboxes/${s.id}`)).status).toBe(202)

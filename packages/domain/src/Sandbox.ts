@@ -232,6 +232,20 @@ export const ExecResult = Schema.Struct({
 })
 export type ExecResult = typeof ExecResult.Type
 
+/**
+ * GET /v1/sandboxes/{id}/stats: a running sandbox's usage now, read from its host. The network
+ * counters are its link's, since this run began (a stop or a restart starts them again); null
+ * where the host cannot tell.
+ */
+export const SandboxStats = Schema.Struct({
+  cpu_usage_ns: Schema.NullOr(Schema.Int),
+  memory_bytes: Schema.Int,
+  pids: Schema.Int,
+  net_bytes_in: Schema.NullOr(Schema.Int),
+  net_bytes_out: Schema.NullOr(Schema.Int)
+})
+export type SandboxStats = typeof SandboxStats.Type
+
 /** `paginated=false` returns every row in one response, capped at this many. */
 export const UNPAGINATED_CAP = 10_000
 

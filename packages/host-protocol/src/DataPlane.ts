@@ -56,6 +56,16 @@ export const AgentExecResult = Schema.Struct({
 })
 export type AgentExecResult = typeof AgentExecResult.Type
 
+/** A running sandbox's usage now: its cgroups and its network link's counters since this run began. */
+export const AgentSandboxStats = Schema.Struct({
+  cpu_usage_ns: Schema.NullOr(Schema.Int),
+  memory_bytes: Schema.Int,
+  pids: Schema.Int,
+  net_bytes_in: Schema.NullOr(Schema.Int),
+  net_bytes_out: Schema.NullOr(Schema.Int)
+})
+export type AgentSandboxStats = typeof AgentSandboxStats.Type
+
 export const AgentFileEntry = Schema.Struct({
   name: Schema.String,
   type: Schema.Literals(["file", "dir", "symlink", "other"]),
@@ -192,6 +202,11 @@ export class AgentSandboxesApi extends HttpApiGroup.make("sandboxes")
       payload: HttpApiSchema.StreamUint8Array({ contentType: "application/octet-stream", maxBytes: MAX_UPLOAD_BYTES }),
       success: HttpApiSchema.NoContent,
       error: [AgentInvalid, AgentNotFound, AgentNotRunning, AgentTooLarge, AgentRefused, AgentFailed, AgentBusy]
+    }),
+    HttpApiEndpoint.get("stats", "/sandboxes/:id/stats", {
+      params,
+      success: AgentSandboxStats,
+      error: [AgentInvalid, AgentNotFound, AgentNotRunning, AgentFailed]
     }),
     // 400 `invalid`: a port the sandbox does not expose.
     HttpApiEndpoint.get("tunnel", "/sandboxes/:id/ports/:port/tunnel", {

@@ -32,6 +32,7 @@ import {
   AgentNotFound,
   AgentNotRunning,
   AgentRefused,
+  type AgentSandboxStats,
   AgentTooLarge,
   AgentUnauthorized,
   MAX_EXEC_BODY_BYTES,
@@ -147,6 +148,12 @@ const viaDriver = <A, E extends SandboxDriverError, R>(
 /** An exec touches no file: a file refusal or a busy host cannot answer it (the driver failed). */
 const execError = (error: DriverAgentError): Exclude<DriverAgentError, AgentRefused | AgentBusy> =>
   error instanceof AgentRefused || error instanceof AgentBusy ? failed(error.error) : error
+
+/** Stats read cgroups and a link, no file: what else the driver says is the host failing. */
+const statsError = (error: DriverAgentError): AgentInvalid | AgentNotFound | AgentNotRunning | AgentFailed =>
+  error instanceof AgentInvalid || error instanceof AgentNotFound || error instanceof AgentNotRunning
+    ? error
+    : failed("the host could not read the sandbox's usage")
 
 /** A tunnel opens a port, no file: what else the driver says is the host failing. */
 const tunnelError = (error: DriverAgentError): AgentInvalid | AgentNotFound | AgentNotRunning | AgentFailed =>
@@ -389,6 +396,17 @@ const handlers = (settings: DataPlaneSettings) =>
               truncated: result.stdoutTruncated || result.stderrTruncated
             } satisfies AgentExecResult
           }))
+        .handle("stats", ({ params }) =>
+          Effect.map(
+            viaDriver(driver.stats(params.id)).pipe(Effect.mapError(statsError)),
+            (stats): AgentSandboxStats => ({
+              cpu_usage_ns: stats.cpuUsageNs ?? null,
+              memory_bytes: stats.memoryBytes,
+              pids: stats.pids,
+              net_bytes_in: stats.netBytesIn ?? null,
+              net_bytes_out: stats.netBytesOut ?? null
+            })
+          ))
         .handle("readFile", ({ params, query }) =>
           Effect.gen(function*() {
             yield* transferSlot

@@ -44,6 +44,7 @@ import {
   type NetworkPolicyRequest,
   Sandbox,
   type SandboxPage,
+  type SandboxStats,
   UNPAGINATED_CAP,
   UNPAGINATED_MAX_BYTES
 } from "@svc/domain/Sandbox"
@@ -154,6 +155,8 @@ export class Sandboxes extends Context.Service<Sandboxes, {
     id: string,
     path: string
   ) => Effect.Effect<DataPlane.FileContent, DataPlane.DataPlaneError | Rows.QueryError>
+  /** A running sandbox's usage, read from its host now. */
+  readonly stats: (orgId: OrgId, id: string) => Effect.Effect<SandboxStats, DataPlane.StatsError | Rows.QueryError>
   readonly writeFile: <E>(
     orgId: OrgId,
     id: string,
@@ -450,6 +453,11 @@ export class Sandboxes extends Context.Service<Sandboxes, {
       }
     })
 
+    const stats = Effect.fn("Sandboxes.stats")(function*(orgId: OrgId, id: string) {
+      const host = yield* running(orgId, id)
+      return yield* dataPlane.stats(host, id)
+    })
+
     const readFile = Effect.fn("Sandboxes.readFile")(function*(orgId: OrgId, id: string, path: string) {
       const host = yield* running(orgId, id)
       return yield* dataPlane.readFile(host, id, path)
@@ -483,6 +491,7 @@ export class Sandboxes extends Context.Service<Sandboxes, {
       bindSecret: (orgId, id, secretId) => withSql(bindSecret(orgId, id, secretId)),
       exec,
       readFile,
+      stats,
       writeFile
     })
   })

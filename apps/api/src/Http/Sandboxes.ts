@@ -101,6 +101,7 @@ export const SandboxesGroup = HttpApiBuilder.group(
         "exec",
         ({ params, payload }) => Effect.flatMap(target(params.id), (orgId) => sandboxes.exec(orgId, params.id, payload))
       )
+      .handle("stats", ({ params }) => Effect.flatMap(target(params.id), (orgId) => sandboxes.stats(orgId, params.id)))
       .handle("readFile", ({ params, query }) =>
         Effect.gen(function*() {
           const orgId = yield* target(params.id)

@@ -1,5 +1,5 @@
 /**
- * `svc sandbox create|list|get|exec|delete|expose|network|secrets bind`: a client of the /v1 API for users.
+ * `svc sandbox create|list|get|exec|delete|stats|expose|network|secrets bind`: a client of the /v1 API for users.
  *
  * Credentials: `SVC_API_KEY` and `SVC_API_URL` (default http://127.0.0.1:8080), else
  * `.svc/dev-credentials.json` (`{base_url, api_key}`, written for the dev stack). API errors
@@ -163,6 +163,12 @@ const remove = Command.make(
   })
 ).pipe(Command.withDescription("Delete a sandbox and its children"))
 
+const stats = Command.make(
+  "stats",
+  { sandboxId },
+  ({ sandboxId }) => Effect.flatMap(request("GET", `/v1/sandboxes/${sandboxId}/stats`), print)
+).pipe(Command.withDescription("A running sandbox's usage: CPU, memory, processes, network bytes in and out"))
+
 const expose = Command.make(
   "expose",
   {
@@ -220,5 +226,5 @@ const secrets = Command.make("secrets").pipe(
 
 export const sandbox = Command.make("sandbox").pipe(
   Command.withDescription("Create and use sandboxes through the API (SVC_API_KEY, SVC_API_URL)"),
-  Command.withSubcommands([create, list, get, exec, remove, expose, network, secrets])
+  Command.withSubcommands([create, list, get, exec, remove, stats, expose, network, secrets])
 )

@@ -27,7 +27,8 @@ import {
   ListSandboxesQuery,
   NetworkPolicyRequest,
   Sandbox,
-  SandboxPage
+  SandboxPage,
+  SandboxStats
 } from "../Sandbox.ts"
 import { AbsolutePath } from "../Text.ts"
 import { Access } from "./Auth.ts"
@@ -157,6 +158,15 @@ export class SandboxesApi extends HttpApiGroup.make("sandboxes")
     }).annotateMerge(OpenApi.annotations({
       description: "Runs `cmd` in the sandbox and waits for it (at most `timeout_ms`). 409 unless it is running. " +
         "Outputs are UTF-8 text, each capped at 1 MiB by the host: `truncated` is true when either was cut."
+    })),
+    HttpApiEndpoint.get("stats", "/v1/sandboxes/:id/stats", {
+      params,
+      success: SandboxStats,
+      error: [NotFound, Conflict, SandboxOutOfScope, Unavailable]
+    }).annotateMerge(OpenApi.annotations({
+      description: "A running sandbox's usage now, read from its host: CPU time, memory, processes, and the bytes " +
+        "its network link received (`net_bytes_in`) and sent (`net_bytes_out`) since this run began. 409 unless " +
+        "it is running."
     })),
     HttpApiEndpoint.get("readFile", "/v1/sandboxes/:id/files", {
       params,

@@ -24,6 +24,7 @@ import {
   AgentNotFound,
   AgentNotRunning,
   AgentRefused,
+  type AgentSandboxStats,
   AgentTooLarge
 } from "@svc/host-protocol/DataPlane"
 import type { HostRecord } from "@svc/host-protocol/Protocol"
@@ -42,6 +43,9 @@ export type DataPlaneError =
 /** An exec touches no file of the file API: the host never answers `refused` to it. */
 export type ExecError = Exclude<DataPlaneError, Errors.FileRefused>
 
+/** Stats read a running sandbox's usage: it is there or not, running or not, or the host fails. */
+export type StatsError = Errors.NotFound | Errors.Conflict | Errors.Unavailable
+
 export type FileContent =
   | {
     readonly _tag: "Bytes"
@@ -56,6 +60,8 @@ const EXEC_MARGIN_MS = 15_000
 const EXEC_DEFAULT_TIMEOUT_MS = 60_000
 /** How long a transfer may take, start to end (as the host's own transfer timeout). */
 const TRANSFER_TIMEOUT_MS = 600_000
+/** Reading usage is a few file reads on the host. */
+const STATS_TIMEOUT_MS = 10_000
 
 /** The host a call goes to (its `HostRecord`: endpoint and bearer token). */
 class AgentTarget extends Context.Service<AgentTarget, HostRecord>()("@svc/sandboxes/DataPlane/AgentTarget") {}
@@ -116,6 +122,8 @@ export class DataPlaneClient extends Context.Service<DataPlaneClient, {
   exec(host: HostRecord, sandboxId: string, body: AgentExecRequest): Effect.Effect<AgentExecResult, ExecError>
   /** A file's bytes (streamed from the host) or a folder's listing. */
   readFile(host: HostRecord, sandboxId: string, path: string): Effect.Effect<FileContent, DataPlaneError>
+  /** The running sandbox's usage now (cgroups, network link). */
+  stats(host: HostRecord, sandboxId: string): Effect.Effect<AgentSandboxStats, StatsError>
   /**
    * Writes `body` (at most `maxBytes`; more is 413 `payload_too_large`, the transfer cut short)
    * to the file at `path`, streaming it through with backpressure.
@@ -155,6 +163,20 @@ export class DataPlaneClient extends Context.Service<DataPlaneClient, {
         }),
         Effect.catch((error) => toApiError(host, error)),
         Effect.catchTag("FileRefused", (e) => unreachable(host, `an exec answered as a file refusal: ${e.error}`))
+      )
+    })
+
+    const stats = Effect.fn("DataPlane.stats")(function*(host: HostRecord, sandboxId: string) {
+      return yield* client.sandboxes.stats({ params: { id: sandboxId } }).pipe(
+        Effect.provideService(AgentTarget, host),
+        Effect.timeoutOrElse({ duration: STATS_TIMEOUT_MS, orElse: () => unreachable(host, "stats timed out") }),
+        Effect.catch((error) => toApiError(host, error)),
+        // The API checked the id and there is no body: anything but these is the host failing.
+        Effect.catchTags({
+          FileRefused: (e) => unreachable(host, `stats answered as a file refusal: ${e.error}`),
+          InvalidRequest: (e) => unreachable(host, `stats refused as invalid: ${e.error}`),
+          PayloadTooLarge: (e) => unreachable(host, `stats refused as too large: ${e.error}`)
+        })
       )
     })
 
@@ -220,7 +242,7 @@ export class DataPlaneClient extends Context.Service<DataPlaneClient, {
         )
       }).pipe(Effect.withSpan("DataPlane.writeFile"))
 
-    return DataPlaneClient.of({ exec, readFile, writeFile })
+    return DataPlaneClient.of({ exec, readFile, stats, writeFile })
   })
 
   static readonly layer = Layer.effect(DataPlaneClient, DataPlaneClient.make).pipe(
