@@ -39,6 +39,7 @@ const table: ReadonlyArray<readonly [number, string, E.ApiError, Record<string, 
   [422, "file_refused", new E.FileRefused({ errno: "ENOSPC" }), { errno: "ENOSPC" }],
   [429, "rate_limited", new E.RateLimited({ retry_after_s: 7 }), { retry_after_s: 7 }],
   [429, "quota_exceeded", new E.QuotaExceeded({ quota: "sandboxes", limit: 100 }), { quota: "sandboxes", limit: 100 }],
+  [502, "bad_gateway", new E.BadGateway(), {}],
   [503, "unavailable", new E.Unavailable(), {}],
   [500, "internal", new E.Internal(), {}]
 ]

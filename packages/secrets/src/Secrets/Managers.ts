@@ -44,6 +44,8 @@ export class SecretManagers extends Context.Service<SecretManagers, {
       const more = path === "" ? [] : yield* fromFile(path)
       return new Set([...ids, ...more]) as ReadonlySet<string>
     })
+    // Read once at start as well: a malformed setting is in the log from the first moment.
+    yield* listed
     return SecretManagers.of({ listed })
   })
 
