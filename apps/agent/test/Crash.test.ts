@@ -23,6 +23,7 @@ import {
   http,
   lifecycleCommand,
   makeHost,
+  processCgroupsOfHost,
   processesOfHost,
   publishCommand,
   Reports,
@@ -199,8 +200,7 @@ layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("host agent pr
       const pids = listed.map((r) => r.pid)
       assert.strictEqual(new Set(pids).size, pids.length)
       const known = new Set(listed.map((r) => r.sandboxId))
-      for (const pid of processesOfHost(host.hostId)) {
-        const cgroup = FsSync.readFileSync(`/proc/${pid}/cgroup`, "utf8")
+      for (const { cgroup, pid } of processCgroupsOfHost(host.hostId)) {
         const owner = new RegExp(`/svc-sandboxes/${host.hostId}/([^/\\n]+)`).exec(cgroup)?.[1]
         assert.isTrue(owner !== undefined && known.has(owner), `process ${pid} in ${cgroup}`)
       }
