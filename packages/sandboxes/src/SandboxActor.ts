@@ -176,6 +176,8 @@ const onReport = (s: State, r: AgentReport, ctx: Ctx): Actor.Transition<State> =
         ...seen,
         ...ip,
         agentReady: r.agentReady ?? true,
+        ...(r.runtimeReady !== undefined ? { runtimeReady: r.runtimeReady } : {}),
+        ...(r.runtimeReason !== undefined ? { runtimeReason: r.runtimeReason } : {}),
         errorMessage: null,
         createdEmitted: true
       }
