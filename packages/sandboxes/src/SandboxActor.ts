@@ -261,7 +261,8 @@ export const transition = (s: State | undefined, m: Message, ctx: Ctx): Actor.Tr
           cpu: s.cpu,
           ramMb: s.ramMb,
           diskGb: s.diskGb,
-          exposedPorts: s.exposedPorts
+          exposedPorts: s.exposedPorts,
+          ...(m.image !== undefined ? { image: m.image } : {})
         }
       }
       return moveTo(s, "starting", ctx, {}, [command(s, cmd)])
