@@ -25,7 +25,7 @@ import {
   SandboxSpec
 } from "@svc/host/Driver"
 import { BASE_TEMPLATE } from "@svc/host/Rootfs"
-import { Clock, Context, Duration, Effect, Layer, Option, Queue, Schedule, Schema, Semaphore } from "effect"
+import { Clock, Context, Duration, Effect, FiberSet, Layer, Option, Queue, Schedule, Schema, Semaphore } from "effect"
 import { randomBytes } from "node:crypto"
 import * as Fs from "node:fs/promises"
 import * as Os from "node:os"
@@ -34,6 +34,7 @@ import { AgentConfig } from "./Config.ts"
 import { Journal, JournalEntry, type JournalError, type PendingOp } from "./Journal.ts"
 import { Images } from "./Images.ts"
 import { plan } from "./Reconcile.ts"
+import { Reporter } from "./Reporter.ts"
 
 /** How long a boot waits for a template's `ready_cmd` to pass before reporting it not ready. */
 const READY_WAIT_MS = 30_000
@@ -185,6 +186,8 @@ export class Lifecycle extends Context.Service<Lifecycle, {
       const journal = yield* Journal
       const box = yield* SecretBox
       const images = yield* Images
+      const reporter = yield* Reporter
+      const readinessChecks = yield* FiberSet.make<void, never>()
       const hostId = config.hostId
       const runtimes = makeRuntimes(config.dataDir)
 
@@ -366,15 +369,27 @@ export class Lifecycle extends Context.Service<Lifecycle, {
             }
           }
           if (runtime.readyCmd === null) return { runtimeReady: true, runtimeReason: null }
+          // Reported running now; the check goes on beside the commands and reports when it ends.
+          yield* FiberSet.run(readinessChecks, checkReadiness(sandboxId, runtime.readyCmd))
+          return { runtimeReady: false, runtimeReason: "ready_cmd has not passed yet" }
+        })
+
+      /** Tries `ready_cmd` until it passes or `READY_WAIT_MS` ran out, then reports the outcome. */
+      const checkReadiness = (sandboxId: string, readyCmd: string) =>
+        Effect.gen(function*() {
+          // The boot's command holds the lock until it has reported and tracked the sandbox running.
+          yield* lockOf(sandboxId).withPermit(Effect.void)
           let reason = "ready_cmd has not passed yet"
+          let ready = false
           const deadline = Date.now() + READY_WAIT_MS
-          while (Date.now() < deadline) {
+          while (Date.now() < deadline && running.has(sandboxId)) {
             const checked = yield* Effect.result(driver.exec(
               sandboxId,
-              new DriverExecRequest({ cmd: ["/bin/sh", "-c", runtime.readyCmd], timeoutMs: 5_000, maxOutputBytes: 4096 })
+              new DriverExecRequest({ cmd: ["/bin/sh", "-c", readyCmd], timeoutMs: 5_000, maxOutputBytes: 4096 })
             ))
             if (checked._tag === "Success" && checked.success.exitCode === 0) {
-              return { runtimeReady: true, runtimeReason: null }
+              ready = true
+              break
             }
             reason = checked._tag === "Failure"
               ? "ready_cmd could not be run"
@@ -383,7 +398,19 @@ export class Lifecycle extends Context.Service<Lifecycle, {
               }`
             yield* Effect.sleep(Duration.millis(250))
           }
-          return { runtimeReady: false, runtimeReason: reason }
+          // Under the sandbox's lock: a stop or delete since then is not overtaken by this report.
+          yield* lockOf(sandboxId).withPermit(Effect.gen(function*() {
+            if (!running.has(sandboxId)) return
+            const followUp = yield* report(sandboxId, "running", {
+              agentReady: true,
+              runtimeReady: ready,
+              runtimeReason: ready ? null : reason
+            })
+            yield* reporter.report(followUp, `ready:${hostId}:${sandboxId}:${followUp.at}`).pipe(
+              Effect.retry({ times: 10, schedule: Schedule.spaced(Duration.millis(500)) }),
+              Effect.catch((e) => Effect.logWarning("agent: readiness report not sent", { sandboxId, error: String(e) }))
+            )
+          }))
         })
 
       /** The sandbox's current state as a report (for an idempotent repeat of a command). */
