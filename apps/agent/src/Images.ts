@@ -9,12 +9,12 @@
  * every half second, its last 256 KiB); the control plane applies the end. A build past its
  * `timeoutMs` is cut here too (its sandbox destroyed) and ends `failed`.
  */
-import { type ObjectStore, ensureObjectStore } from "@svc/bus/Objects"
-import { BusError, Nats } from "@svc/bus/Nats"
+import { type BusError, Nats } from "@svc/bus/Nats"
+import { ensureObjectStore, type ObjectStore } from "@svc/bus/Objects"
 import { ensureBucket } from "@svc/bus/Topology"
 import {
-  BUILDS_BUCKET_SPEC,
   type BuildCommand,
+  BUILDS_BUCKET_SPEC,
   type BuildStatus,
   BuildStatus as BuildStatusSchema,
   IMAGES_OBJECT_STORE,
@@ -161,7 +161,8 @@ export class Images extends Context.Service<Images, {
             )
             yield* ensureLayers(command.layers).pipe(Effect.mapError((e) => new StepFailed({ message: e.message })))
             const layers = [...command.layers]
-            let env: Record<string, string> = { ...command.env }
+            // Grows with `env` steps; each step's sandbox takes it as it is then.
+            const env: Record<string, string> = { ...command.env }
 
             /** A sandbox of the image so far, for one step (or a snapshot's export). */
             const withBuildSandbox = <A, E>(use: (id: string) => Effect.Effect<A, E>) =>
@@ -172,7 +173,7 @@ export class Images extends Context.Service<Images, {
                   new SandboxSpec({
                     sandboxId: id,
                     template: root,
-                    env,
+                    env: { ...env },
                     cpu: 2,
                     ramMb: 2048,
                     diskGb: 8,
@@ -210,7 +211,7 @@ export class Images extends Context.Service<Images, {
             for (const [index, step] of command.steps.entries()) {
               const label = `step ${index + 1}/${command.steps.length}`
               if ("env" in step) {
-                env = { ...env, ...step.env }
+                for (const [name, value] of Object.entries(step.env)) env[name] = value
                 write(`${label} env ${Object.keys(step.env).join(" ")}`)
                 continue
               }
@@ -277,7 +278,9 @@ export class Images extends Context.Service<Images, {
               duration: Duration.millis(command.timeoutMs),
               orElse: () =>
                 Effect.fail(
-                  new StepFailed({ message: `the build ran past its time limit (${Math.round(command.timeoutMs / 1000)} s)` })
+                  new StepFailed({
+                    message: `the build ran past its time limit (${Math.round(command.timeoutMs / 1000)} s)`
+                  })
                 )
             }),
             Effect.result

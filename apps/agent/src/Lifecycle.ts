@@ -31,8 +31,8 @@ import * as Fs from "node:fs/promises"
 import * as Os from "node:os"
 import * as NodePath from "node:path"
 import { AgentConfig } from "./Config.ts"
-import { Journal, JournalEntry, type JournalError, type PendingOp } from "./Journal.ts"
 import { Images } from "./Images.ts"
+import { Journal, JournalEntry, type JournalError, type PendingOp } from "./Journal.ts"
 import { plan } from "./Reconcile.ts"
 import { Reporter } from "./Reporter.ts"
 
@@ -40,8 +40,7 @@ import { Reporter } from "./Reporter.ts"
 const READY_WAIT_MS = 30_000
 
 /** Starts `$1` detached from the exec (its own session, output to a log), so it outlives it. */
-const START_SCRIPT =
-  `mkdir -p /var/log; setsid /bin/sh -c "$1" </dev/null >>/var/log/svc-start.log 2>&1 & echo started`
+const START_SCRIPT = `mkdir -p /var/log; setsid /bin/sh -c "$1" </dev/null >>/var/log/svc-start.log 2>&1 & echo started`
 
 const tail = (text: string) => {
   const line = text.trim().split("\n").at(-1)?.slice(0, 200) ?? ""
@@ -408,7 +407,9 @@ export class Lifecycle extends Context.Service<Lifecycle, {
             })
             yield* reporter.report(followUp, `ready:${hostId}:${sandboxId}:${followUp.at}`).pipe(
               Effect.retry({ times: 10, schedule: Schedule.spaced(Duration.millis(500)) }),
-              Effect.catch((e) => Effect.logWarning("agent: readiness report not sent", { sandboxId, error: String(e) }))
+              Effect.catch((e) =>
+                Effect.logWarning("agent: readiness report not sent", { sandboxId, error: String(e) })
+              )
             )
           }))
         })

@@ -34,7 +34,10 @@ const sh = (id: string, script: string) =>
 const templateEvents = (id: string) =>
   Effect.flatMap(Effect.service(EventLog), (log) =>
     eventually(
-      Effect.map(log.all, (all) => all.filter((e) => e.event === "template.state_updated" && e.data?.template_id === id)),
+      Effect.map(
+        log.all,
+        (all) => all.filter((e) => e.event === "template.state_updated" && e.data?.template_id === id)
+      ),
       (events) => events.length > 0
     ))
 
@@ -100,7 +103,10 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 300_000 })("templates API"
         (r) => r.json?.runtime_reason !== "ready_cmd has not passed yet",
         Duration.seconds(60)
       )
-      expect(reason.json).toMatchObject({ runtime_ready: false, runtime_reason: "ready_cmd exited with code 3: not yet" })
+      expect(reason.json).toMatchObject({
+        runtime_ready: false,
+        runtime_reason: "ready_cmd exited with code 3: not yet"
+      })
 
       yield* api("DELETE", `/v1/sandboxes/${sandbox.id}`)
       yield* waitState(sandbox.id, "deleted")
@@ -119,7 +125,11 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 300_000 })("templates API"
       expect(events[0]!.data).toEqual({ template_id: made.id, state: "failed", image: null })
       // A failed template is no base and no sandbox's template.
       expectError(yield* api("POST", "/v1/sandboxes", { body: { template: "broken" } }), 400, "invalid_request")
-      expectError(yield* api("POST", "/v1/templates", { body: { name: "on-broken", base: "broken" } }), 400, "invalid_request")
+      expectError(
+        yield* api("POST", "/v1/templates", { body: { name: "on-broken", base: "broken" } }),
+        400,
+        "invalid_request"
+      )
     }))
 
   it.effect("a snapshot: a running sandbox's files become a template a new sandbox starts from", () =>
@@ -141,9 +151,15 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 300_000 })("templates API"
   it.effect("refusals: bad bodies, a name taken, an unknown base, another org's template", () =>
     Effect.gen(function*() {
       expectError(yield* api("POST", "/v1/templates", { body: { name: "" } }), 400, "invalid_request")
-      expectError(yield* api("POST", "/v1/templates", { body: { name: "x", steps: [{ run: 3 }] } }), 400, "invalid_request")
       expectError(
-        yield* api("POST", "/v1/templates", { body: { name: "x", steps: [{ file: { path: "relative", content: "" } }] } }),
+        yield* api("POST", "/v1/templates", { body: { name: "x", steps: [{ run: 3 }] } }),
+        400,
+        "invalid_request"
+      )
+      expectError(
+        yield* api("POST", "/v1/templates", {
+          body: { name: "x", steps: [{ file: { path: "relative", content: "" } }] }
+        }),
         400,
         "invalid_request"
       )

@@ -3,7 +3,7 @@
  * every process reaches (image layers, `@svc/host-protocol/Images`). Streams in and out in
  * chunks, never held whole.
  */
-import { Objm, type ObjectStore } from "@nats-io/obj"
+import { type ObjectStore, Objm } from "@nats-io/obj"
 import { Effect } from "effect"
 import { BusError, Nats } from "./Nats.ts"
 

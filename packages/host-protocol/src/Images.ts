@@ -29,7 +29,9 @@ export type ImageRootName = typeof ImageRootName.Type
 
 export const BuildStep = Schema.Union([
   Schema.Struct({ run: Schema.String }),
-  Schema.Struct({ file: Schema.Struct({ path: Schema.String, content: Schema.String, mode: Schema.optionalKey(Schema.Int) }) }),
+  Schema.Struct({
+    file: Schema.Struct({ path: Schema.String, content: Schema.String, mode: Schema.optionalKey(Schema.Int) })
+  }),
   Schema.Struct({ env: Schema.Record(Schema.String, Schema.String) })
 ])
 export type BuildStep = typeof BuildStep.Type
@@ -68,8 +70,7 @@ export const BuildStatus = Schema.Struct({
 export type BuildStatus = typeof BuildStatus.Type
 
 /** The image digest of a root and its layers (the template's `image`). */
-export const imageDigestInput = (root: ImageRootName, layers: ReadonlyArray<string>) =>
-  JSON.stringify({ root, layers })
+export const imageDigestInput = (root: ImageRootName, layers: ReadonlyArray<string>) => JSON.stringify({ root, layers })
 
 /** What a sandbox of an image needs beyond a `base` one (in the create command). */
 export const SandboxImage = Schema.Struct({

@@ -39,7 +39,7 @@ export const DEFAULT_RECIPE: DebianRecipe = {
 }
 
 const HOOK_VERSION = "1"
-const APT_CONF = 'APT::Sandbox::User "root";\nAcquire::Retries "3";\n'
+const APT_CONF = "APT::Sandbox::User \"root\";\nAcquire::Retries \"3\";\n"
 
 /** Digest of everything that decides the archive's content. */
 export const recipeKey = (recipe: DebianRecipe): string =>
@@ -140,7 +140,11 @@ export const ensureDebianRoot = async (
   await Fs.mkdir(templatesDir, { recursive: true })
   const temp = await Fs.mkdtemp(NodePath.join(templatesDir, `.${name}.build-`))
   try {
-    await run("tar", ["--extract", "--file", archive.file, "--numeric-owner", "--same-permissions", "-C", temp], 600_000)
+    await run(
+      "tar",
+      ["--extract", "--file", archive.file, "--numeric-owner", "--same-permissions", "-C", temp],
+      600_000
+    )
     await Fs.writeFile(
       NodePath.join(temp, "etc/resolv.conf"),
       options.nameserver === undefined ? "" : `nameserver ${options.nameserver}\n`,

@@ -65,9 +65,11 @@ export class SandboxSpec extends Schema.Class<SandboxSpec>("@svc/host/SandboxSpe
    * Image layers over the template (bottom first), each extracted on this host already
    * (`importLayer`): the sandbox's lower folders are these, top first, then the template's.
    */
-  layers: Schema.optionalKey(Schema.Array(LayerDigest).check(
-    Schema.makeFilter((layers) => layers.length <= MAX_LAYERS || `at most ${MAX_LAYERS} layers`)
-  ))
+  layers: Schema.optionalKey(
+    Schema.Array(LayerDigest).check(
+      Schema.makeFilter((layers) => layers.length <= MAX_LAYERS || `at most ${MAX_LAYERS} layers`)
+    )
+  )
 }) {}
 
 /** A path inside the sandbox: absolute, no NUL, bounded. `..` cannot leave the sandbox root. */

@@ -52,7 +52,7 @@ const ownersOf = async (dir: string): Promise<Set<number>> => {
     const st = await Fs.lstat(path)
     ids.add(st.uid)
     ids.add(st.gid)
-    if (st.isDirectory()) for (const name of await Fs.readdir(path)) await visit(NodePath.join(path, name))
+    if (st.isDirectory()) { for (const name of await Fs.readdir(path)) await visit(NodePath.join(path, name)) }
   }
   await visit(dir)
   return ids

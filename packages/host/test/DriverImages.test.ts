@@ -39,7 +39,9 @@ describe("SandboxDriver images (bubblewrap)", () => {
       yield* withSandbox(driver, spec(second, { layers: [digest] }))
       const seen = yield* driver.exec(
         second,
-        sh("cat /opt/app/greeting; stat -c '%a %u' /opt/app/greeting; test -e /etc/os-release && echo present || echo gone")
+        sh(
+          "cat /opt/app/greeting; stat -c '%a %u' /opt/app/greeting; test -e /etc/os-release && echo present || echo gone"
+        )
       )
       assert.strictEqual(text(seen.stdout), "hello\n640 0\ngone\n")
       // The layer is read-only below the sandbox: its changes stay its own.

@@ -9,13 +9,13 @@
  * by `state = 'building'`) with `template.state_updated` in the same transaction; it also fails a
  * build whose host is down, and one past its deadline (`SVC_TEMPLATE_BUILD_TIMEOUT`).
  */
+import { Nats } from "@svc/bus/Nats"
+import { ensureBucket } from "@svc/bus/Topology"
 import * as Rows from "@svc/db/Rows"
 import * as Errors from "@svc/domain/Errors"
 import { BASE_TEMPLATE_ID, makeTemplateId, type OrgId } from "@svc/domain/Ids"
-import { pageInfo, type ListQuery } from "@svc/domain/Pagination"
+import { type ListQuery, pageInfo } from "@svc/domain/Pagination"
 import { type CreateTemplateRequest, Template, type TemplatePage, type TemplateStep } from "@svc/domain/Template"
-import { Nats } from "@svc/bus/Nats"
-import { ensureBucket } from "@svc/bus/Topology"
 import * as Outbox from "@svc/events/Outbox"
 import { wakeIfPresent } from "@svc/events/Relay"
 import {
@@ -120,7 +120,12 @@ export class Templates extends Context.Service<Templates, {
   ) => Effect.Effect<Template, Errors.InvalidRequest | Errors.Conflict | Errors.Unavailable | Rows.QueryError>
   readonly snapshot: (
     orgId: OrgId,
-    sandbox: { readonly id: string; readonly state: string; readonly hostId: string | null; readonly templateId: string },
+    sandbox: {
+      readonly id: string
+      readonly state: string
+      readonly hostId: string | null
+      readonly templateId: string
+    },
     name: string
   ) => Effect.Effect<Template, Errors.InvalidRequest | Errors.Conflict | Rows.QueryError>
   readonly list: (orgId: OrgId, query: ListQuery) => Effect.Effect<TemplatePage, Rows.QueryError>
@@ -130,7 +135,10 @@ export class Templates extends Context.Service<Templates, {
     id: string,
     follow: boolean
   ) => Effect.Effect<Stream.Stream<Uint8Array>, Errors.NotFound | Rows.QueryError>
-  readonly remove: (orgId: OrgId, id: string) => Effect.Effect<Template, Errors.NotFound | Errors.Conflict | Rows.QueryError>
+  readonly remove: (
+    orgId: OrgId,
+    id: string
+  ) => Effect.Effect<Template, Errors.NotFound | Errors.Conflict | Rows.QueryError>
   /** `base`, `debian`, or a ready template of the org by id or name; undefined when none. */
   readonly resolve: (orgId: OrgId, ref: string) => Effect.Effect<ResolvedTemplate | undefined, Rows.QueryError>
   /** Applies the ends of builds (see the module's comment); run by `layer` every second. */
@@ -248,7 +256,12 @@ export class Templates extends Context.Service<Templates, {
 
     const snapshot = Effect.fn("Templates.snapshot")(function*(
       orgId: OrgId,
-      sandbox: { readonly id: string; readonly state: string; readonly hostId: string | null; readonly templateId: string },
+      sandbox: {
+        readonly id: string
+        readonly state: string
+        readonly hostId: string | null
+        readonly templateId: string
+      },
       name: string
     ) {
       if (sandbox.state !== "running" || sandbox.hostId === null) {
@@ -334,7 +347,16 @@ export class Templates extends Context.Service<Templates, {
     })
 
     /** Ends a build: the row and its event in one transaction, once. */
-    const finish = (row: Row, end: { readonly state: "ready" | "failed"; readonly layers: ReadonlyArray<string>; readonly env: Readonly<Record<string, string>>; readonly errorMessage: string | null; readonly log: string }) =>
+    const finish = (
+      row: Row,
+      end: {
+        readonly state: "ready" | "failed"
+        readonly layers: ReadonlyArray<string>
+        readonly env: Readonly<Record<string, string>>
+        readonly errorMessage: string | null
+        readonly log: string
+      }
+    ) =>
       sql.withTransaction(Effect.gen(function*() {
         const image = end.state === "ready" ? imageDigest(row.root, end.layers) : null
         const updated = yield* used(sql`UPDATE templates SET state = ${end.state}, image = ${image},

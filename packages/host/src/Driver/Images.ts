@@ -9,8 +9,8 @@
 import { Effect, Schema } from "effect"
 import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
-import { DriverFailure, type ImageRoot, LayerDigest } from "../Driver.ts"
 import * as Debian from "../Debian.ts"
+import { DriverFailure, type ImageRoot, LayerDigest } from "../Driver.ts"
 import * as Layers from "../Layers.ts"
 import { BASE_TEMPLATE } from "../Rootfs.ts"
 import * as Disk from "./Disk.ts"
@@ -54,7 +54,10 @@ export const makeImages = (host: DriverHost) => {
     const entry = yield* host.lookupRunning(sandboxId)
     const monitor = entry.run.monitorPid
     if (monitor === undefined) {
-      return yield* new DriverFailure({ operation: "export", message: "the run has no monitor to read its layer through" })
+      return yield* new DriverFailure({
+        operation: "export",
+        message: "the run has no monitor to read its layer through"
+      })
     }
     const paths = sandboxPaths(config.dataDir, entry.record.sandboxId)
     const layout = yield* tryHost("export", () => Disk.layoutOf(paths))

@@ -10,8 +10,8 @@
  */
 import { NetworkPolicy } from "@svc/domain/Network"
 import { SandboxState, SandboxType, VolumeAttachment } from "@svc/domain/Sandbox"
-import { AgentReport } from "@svc/host-protocol/Protocol"
 import { SandboxImage } from "@svc/host-protocol/Images"
+import { AgentReport } from "@svc/host-protocol/Protocol"
 import { Schema } from "effect"
 
 const Ms = Schema.Number
