@@ -36,6 +36,8 @@ command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 [ -x /bin/mount ] || [ -x /usr/bin/mount ] || missing+=(mount)
 command -v psql >/dev/null 2>&1 || missing+=(postgresql-client)
 [ -x /bin/busybox ] || missing+=(busybox-static)
+# The `debian` image root is built by the platform from Debian's packages (packages/host/src/Debian.ts).
+command -v mmdebstrap >/dev/null 2>&1 || missing+=(mmdebstrap)
 # The driver builds its native entry helper (packages/sandboxes/native) with the C compiler.
 command -v cc >/dev/null 2>&1 || missing+=(gcc)
 [ -f /usr/include/linux/seccomp.h ] && [ -f /usr/include/stdio.h ] || missing+=(libc6-dev)

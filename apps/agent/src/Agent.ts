@@ -32,6 +32,7 @@ import * as NodePath from "node:path"
 import { CommandConsumer } from "./Commands.ts"
 import { AgentConfig, type AgentOptions, InvalidAgentConfig } from "./Config.ts"
 import { DataPlane, type DataPlaneOptions } from "./DataPlane.ts"
+import { Images } from "./Images.ts"
 import { Journal } from "./Journal.ts"
 import { Lifecycle } from "./Lifecycle.ts"
 import { HostRegistry } from "./Registry.ts"
@@ -67,7 +68,8 @@ export const DriverConfigFromAgent = Layer.effect(
               trustedCaPem: ca.certPem
             }
             : {}),
-          ...(config.cgroupRoot !== undefined ? { cgroupRoot: config.cgroupRoot } : {})
+          ...(config.cgroupRoot !== undefined ? { cgroupRoot: config.cgroupRoot } : {}),
+          ...(config.imageCacheDir !== undefined ? { imageCacheDir: config.imageCacheDir } : {})
         }),
       catch: (e) => new InvalidAgentConfig({ message: `driver: ${e instanceof Error ? e.message : String(e)}` })
     })
@@ -143,7 +145,7 @@ const EgressFromAgent = Layer.unwrap(
 
 /** Everything after the configuration and the driver. */
 const services = (options: { readonly dataPlane?: DataPlaneOptions }) => {
-  const core = Layer.mergeAll(Journal.layer, Reporter.layer)
+  const core = Layer.mergeAll(Journal.layer, Reporter.layer, Images.layer)
   const lifecycle = Lifecycle.layer.pipe(Layer.provideMerge(core))
   const dataPlane = DataPlane.layerWith(options.dataPlane ?? {})
   const workers = Layer.unwrap(

@@ -23,6 +23,7 @@ import { ensureConsumer, ensureStream } from "@svc/bus/Topology"
 import { AGENT_STREAM_SPEC, AgentCommand, agentConsumer } from "@svc/host-protocol/Protocol"
 import { Context, Deferred, Duration, Effect, FiberSet, Layer, Schedule, Schema, Semaphore } from "effect"
 import { AgentConfig } from "./Config.ts"
+import { Images } from "./Images.ts"
 import { Lifecycle } from "./Lifecycle.ts"
 import { commandMsgId, reconcileMsgId, Reporter } from "./Reporter.ts"
 
@@ -67,6 +68,7 @@ export class CommandConsumer extends Context.Service<CommandConsumer, {
       const nats = yield* Nats
       const lifecycle = yield* Lifecycle
       const reporter = yield* Reporter
+      const images = yield* Images
       const hostId = config.hostId
       const startedAt = Date.now()
       const ready = yield* Deferred.make<void>()
@@ -93,6 +95,13 @@ export class CommandConsumer extends Context.Service<CommandConsumer, {
 
       const handle = (job: Job) =>
         Effect.gen(function*() {
+          if (job.command._tag === "build") {
+            // A build ends in the `builds` KV entry, not in a report to a sandbox.
+            yield* images.build(job.command)
+            settle(job, "ack")
+            applied++
+            return
+          }
           const report = yield* retryForever("applying a command", lifecycle.apply(job.command))
           const sent = yield* retryForever(
             "publishing a report",

@@ -79,6 +79,8 @@ export interface AgentSettings {
   readonly allowNoFirewall: boolean
   /** The cgroup file system the driver uses (default `/sys/fs/cgroup`). */
   readonly cgroupRoot?: string
+  /** Where built image roots (the `debian` archive) are cached; `SVC_IMAGE_CACHE_DIR`, default `<dataDir>/cache`. */
+  readonly imageCacheDir?: string
   /** The sandboxes' way out through this host (@svc/egress); unset: sandboxes reach nothing outside. */
   readonly egress?: Egress.EgressSettings
 }
@@ -164,6 +166,7 @@ const SettingsSchema = Schema.Struct({
   uidBase: UidBaseSchema,
   allowNoFirewall: Schema.Boolean,
   cgroupRoot: Schema.optionalKey(Schema.String.check(Schema.isPattern(/^\/[^\0]*$/, { message: "absolute path" }))),
+  imageCacheDir: Schema.optionalKey(Schema.String.check(Schema.isPattern(/^\/[^\0]*$/, { message: "absolute path" }))),
   egress: Schema.optionalKey(Schema.Struct({
     defaultAction: Schema.Literals(["allow", "deny"]),
     allowedSubnets: Schema.Array(SubnetSchema),
@@ -322,6 +325,7 @@ export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("
       uidBase: options.uidBase ?? DEFAULT_UID_BASE,
       allowNoFirewall: options.allowNoFirewall ?? false,
       ...(options.cgroupRoot !== undefined ? { cgroupRoot: options.cgroupRoot } : {}),
+      ...(options.imageCacheDir !== undefined ? { imageCacheDir: options.imageCacheDir } : {}),
       ...(options.egress !== undefined
         ? {
           egress: {

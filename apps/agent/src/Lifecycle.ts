@@ -25,14 +25,56 @@ import {
   SandboxSpec
 } from "@svc/host/Driver"
 import { BASE_TEMPLATE } from "@svc/host/Rootfs"
-import { Clock, Context, Duration, Effect, Layer, Option, Queue, Schedule, Schema, Semaphore } from "effect"
+import { Clock, Context, Duration, Effect, FiberSet, Layer, Option, Queue, Schedule, Schema, Semaphore } from "effect"
 import { randomBytes } from "node:crypto"
 import * as Fs from "node:fs/promises"
 import * as Os from "node:os"
 import * as NodePath from "node:path"
 import { AgentConfig } from "./Config.ts"
+import { Images } from "./Images.ts"
 import { Journal, JournalEntry, type JournalError, type PendingOp } from "./Journal.ts"
 import { plan } from "./Reconcile.ts"
+import { Reporter } from "./Reporter.ts"
+
+/** How long a boot waits for a template's `ready_cmd` to pass before reporting it not ready. */
+const READY_WAIT_MS = 30_000
+
+/** Starts `$1` detached from the exec (its own session, output to a log), so it outlives it. */
+const START_SCRIPT = `mkdir -p /var/log; setsid /bin/sh -c "$1" </dev/null >>/var/log/svc-start.log 2>&1 & echo started`
+
+const tail = (text: string) => {
+  const line = text.trim().split("\n").at(-1)?.slice(0, 200) ?? ""
+  return line.length > 0 ? `: ${line}` : ""
+}
+
+const RuntimeJson = Schema.fromJsonString(Schema.Struct({
+  startCmd: Schema.NullOr(Schema.String),
+  readyCmd: Schema.NullOr(Schema.String)
+}))
+
+/**
+ * A template sandbox's start and ready commands, kept by the agent (`agent/runtime/<id>.json`)
+ * from its create for each later start.
+ */
+const makeRuntimes = (dataDir: string) => {
+  const dir = NodePath.join(dataDir, "agent", "runtime")
+  const file = (sandboxId: string) => NodePath.join(dir, `${sandboxId}.json`)
+  return {
+    save: (sandboxId: string, runtime: { readonly startCmd: string | null; readonly readyCmd: string | null }) =>
+      Effect.promise(async () => {
+        await Fs.mkdir(dir, { recursive: true, mode: 0o700 })
+        await Fs.writeFile(file(sandboxId), Schema.encodeSync(RuntimeJson)(runtime), { mode: 0o600 })
+      }),
+    load: (sandboxId: string) =>
+      Effect.promise(() =>
+        Fs.readFile(file(sandboxId), "utf8").then(
+          (text) => Schema.decodeUnknownSync(RuntimeJson)(text),
+          () => undefined
+        )
+      ),
+    remove: (sandboxId: string) => Effect.promise(() => Fs.rm(file(sandboxId), { force: true }))
+  }
+}
 
 const MAX_ERROR_MESSAGE = 1000
 
@@ -142,7 +184,11 @@ export class Lifecycle extends Context.Service<Lifecycle, {
       const driver = yield* SandboxDriver
       const journal = yield* Journal
       const box = yield* SecretBox
+      const images = yield* Images
+      const reporter = yield* Reporter
+      const readinessChecks = yield* FiberSet.make<void, never>()
       const hostId = config.hostId
+      const runtimes = makeRuntimes(config.dataDir)
 
       // The warm pool. Each missing entry is one item in `wanted`: one per slot when reconcile has
       // run (before, reconcile would destroy entries as orphans), one more for each entry taken.
@@ -247,7 +293,9 @@ export class Lifecycle extends Context.Service<Lifecycle, {
        */
       const adoptPoolEntry = (spec: SandboxSpec) =>
         Effect.uninterruptible(Effect.suspend(() => {
-          const poolId = spec.template === BASE_TEMPLATE && spec.diskGb === POOL_DISK_GB ? pool.shift() : undefined
+          const poolId = spec.template === BASE_TEMPLATE && spec.layers === undefined && spec.diskGb === POOL_DISK_GB
+            ? pool.shift()
+            : undefined
           if (poolId === undefined) return Effect.succeed(undefined)
           return Effect.gen(function*() {
             const adopted = yield* Effect.result(
@@ -296,6 +344,76 @@ export class Lifecycle extends Context.Service<Lifecycle, {
           Effect.orElseSucceed(() => false)
         )
 
+      /**
+       * A template sandbox's boot (create and start): its `start_cmd` started in the background
+       * (its output in /var/log/svc-start.log inside), then its `ready_cmd` tried until it passes
+       * (`runtime_ready`) or `READY_WAIT_MS` ran out (`runtime_reason` says the last failure). A
+       * sandbox of no template reports nothing about its runtime.
+       */
+      const boot = (sandboxId: string, agentReady: boolean) =>
+        Effect.gen(function*() {
+          const runtime = yield* runtimes.load(sandboxId)
+          if (runtime === undefined) return {}
+          if (!agentReady) return { runtimeReady: false, runtimeReason: "the sandbox does not answer" }
+          if (runtime.startCmd !== null) {
+            const started = yield* Effect.result(driver.exec(
+              sandboxId,
+              new DriverExecRequest({
+                cmd: ["/bin/sh", "-c", START_SCRIPT, "start", runtime.startCmd],
+                timeoutMs: 10_000
+              })
+            ))
+            if (started._tag === "Failure" || started.success.exitCode !== 0) {
+              return { runtimeReady: false, runtimeReason: "start_cmd could not be started" }
+            }
+          }
+          if (runtime.readyCmd === null) return { runtimeReady: true, runtimeReason: null }
+          // Reported running now; the check goes on beside the commands and reports when it ends.
+          yield* FiberSet.run(readinessChecks, checkReadiness(sandboxId, runtime.readyCmd))
+          return { runtimeReady: false, runtimeReason: "ready_cmd has not passed yet" }
+        })
+
+      /** Tries `ready_cmd` until it passes or `READY_WAIT_MS` ran out, then reports the outcome. */
+      const checkReadiness = (sandboxId: string, readyCmd: string) =>
+        Effect.gen(function*() {
+          // The boot's command holds the lock until it has reported and tracked the sandbox running.
+          yield* lockOf(sandboxId).withPermit(Effect.void)
+          let reason = "ready_cmd has not passed yet"
+          let ready = false
+          const deadline = Date.now() + READY_WAIT_MS
+          while (Date.now() < deadline && running.has(sandboxId)) {
+            const checked = yield* Effect.result(driver.exec(
+              sandboxId,
+              new DriverExecRequest({ cmd: ["/bin/sh", "-c", readyCmd], timeoutMs: 5_000, maxOutputBytes: 4096 })
+            ))
+            if (checked._tag === "Success" && checked.success.exitCode === 0) {
+              ready = true
+              break
+            }
+            reason = checked._tag === "Failure"
+              ? "ready_cmd could not be run"
+              : `ready_cmd exited with code ${checked.success.exitCode}${
+                tail(Buffer.from(checked.success.stderr).toString("utf8"))
+              }`
+            yield* Effect.sleep(Duration.millis(250))
+          }
+          // Under the sandbox's lock: a stop or delete since then is not overtaken by this report.
+          yield* lockOf(sandboxId).withPermit(Effect.gen(function*() {
+            if (!running.has(sandboxId)) return
+            const followUp = yield* report(sandboxId, "running", {
+              agentReady: true,
+              runtimeReady: ready,
+              runtimeReason: ready ? null : reason
+            })
+            yield* reporter.report(followUp, `ready:${hostId}:${sandboxId}:${followUp.at}`).pipe(
+              Effect.retry({ times: 10, schedule: Schedule.spaced(Duration.millis(500)) }),
+              Effect.catch((e) =>
+                Effect.logWarning("agent: readiness report not sent", { sandboxId, error: String(e) })
+              )
+            )
+          }))
+        })
+
       /** The sandbox's current state as a report (for an idempotent repeat of a command). */
       const currentState = Effect.fn("Lifecycle.currentState")(
         function*(sandboxId: string, via: "cold-boot" | "restore") {
@@ -309,11 +427,39 @@ export class Lifecycle extends Context.Service<Lifecycle, {
       )
 
       const create = Effect.fn("Lifecycle.create")(function*(command: Extract<AgentCommand, { _tag: "create" }>) {
-        const { sandboxId, orgId, resources: { sealedEnv, ...resources } } = command
+        const { sandboxId, orgId, resources: { image, sealedEnv, ...resources } } = command
         // Opened in memory only: the driver keeps it sealed on disk.
         const env = yield* Effect.result(openEnv(box, "transit", sandboxId, sealedEnv))
         if (env._tag === "Failure") return yield* failed(sandboxId, `the sandbox's env: ${env.failure.message}`)
-        const spec = yield* Schema.decodeUnknownEffect(SandboxSpec)({ sandboxId, ...resources, env: env.success }).pipe(
+        // A template's image: its root made here and its layers pulled, before the driver stacks them.
+        let template = resources.template
+        if (image !== undefined) {
+          const prepared = yield* Effect.result(
+            Effect.gen(function*() {
+              const root = yield* driver.prepareRoot(resources.template === "debian" ? "debian" : "base").pipe(
+                Effect.mapError((e) => describeDriverError(e))
+              )
+              yield* images.ensureLayers(image.layers).pipe(Effect.mapError((e) => e.message))
+              return root
+            })
+          )
+          if (prepared._tag === "Failure") {
+            yield* Effect.logWarning("agent: a template's image could not be prepared", {
+              sandboxId,
+              error: prepared.failure
+            })
+            return yield* failed(sandboxId, "the template's image could not be prepared on this host")
+          }
+          template = prepared.success
+          yield* runtimes.save(sandboxId, { startCmd: image.startCmd, readyCmd: image.readyCmd })
+        }
+        const spec = yield* Schema.decodeUnknownEffect(SandboxSpec)({
+          sandboxId,
+          ...resources,
+          template,
+          ...(image !== undefined && image.layers.length > 0 ? { layers: image.layers } : {}),
+          env: env.success
+        }).pipe(
           Effect.mapError((e) => e.message),
           Effect.result
         )
@@ -342,11 +488,13 @@ export class Lifecycle extends Context.Service<Lifecycle, {
         )
         if (made._tag === "Success") {
           const agentReady = yield* checkReady(sandboxId)
+          const runtime = yield* boot(sandboxId, agentReady)
           yield* mark(sandboxId, orgId, null)
           return yield* report(sandboxId, "running", {
             internalIp: made.success.internalIp,
             via: "cold-boot",
-            agentReady
+            agentReady,
+            ...runtime
           })
         }
         if (made.failure._tag === "SandboxAlreadyExists") {
@@ -369,11 +517,13 @@ export class Lifecycle extends Context.Service<Lifecycle, {
         const started = yield* Effect.result(limited(driver.start(sandboxId), Effect.void))
         if (started._tag === "Success") {
           const agentReady = yield* checkReady(sandboxId)
+          const runtime = yield* boot(sandboxId, agentReady)
           yield* mark(sandboxId, orgId, null)
           return yield* report(sandboxId, "running", {
             internalIp: started.success.internalIp,
             via: "restore",
-            agentReady
+            agentReady,
+            ...runtime
           })
         }
         if (started.failure._tag === "SandboxNotFound") {
@@ -410,6 +560,7 @@ export class Lifecycle extends Context.Service<Lifecycle, {
         // On failure the entry keeps `pending: destroy`: a restarted agent finishes the job.
         if (destroyed._tag === "Failure") return yield* failedBy(sandboxId, destroyed.failure)
         yield* journal.remove(sandboxId)
+        yield* runtimes.remove(sandboxId)
         return yield* report(sandboxId, "destroyed")
       })
 
@@ -423,6 +574,9 @@ export class Lifecycle extends Context.Service<Lifecycle, {
             return stop(command)
           case "destroy":
             return destroy(command)
+          case "build":
+            // Builds are run by `Images` (Commands.ts routes them): never here.
+            return failed(command.sandboxId, "a build is not a sandbox command")
         }
       }
 

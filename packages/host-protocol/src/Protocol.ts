@@ -20,6 +20,7 @@
 import type { MailboxAddress } from "@svc/bus/Mailbox"
 import type { BucketSpec, StreamSpec } from "@svc/bus/Topology"
 import { Schema } from "effect"
+import { BuildCommand, SandboxImage } from "./Images.ts"
 
 export const HOST_HEARTBEAT_MS = 2_000
 export const HOST_DOWN_AFTER_MS = 10_000
@@ -104,7 +105,9 @@ export const SandboxResources = Schema.Struct({
   cpu: Schema.Int,
   ramMb: Schema.Int,
   diskGb: Schema.Int,
-  exposedPorts: Schema.Array(Schema.Int)
+  exposedPorts: Schema.Array(Schema.Int),
+  /** A template's image: its layers over the root `template` names, its start and ready commands (`Images.ts`). */
+  image: Schema.optionalKey(SandboxImage)
 })
 export type SandboxResources = typeof SandboxResources.Type
 
@@ -117,7 +120,7 @@ export const StartCommand = Schema.TaggedStruct("start", { sandboxId: Schema.Str
 export const StopCommand = Schema.TaggedStruct("stop", { sandboxId: Schema.String, orgId: Schema.String })
 export const DestroyCommand = Schema.TaggedStruct("destroy", { sandboxId: Schema.String, orgId: Schema.String })
 
-export const AgentCommand = Schema.Union([CreateCommand, StartCommand, StopCommand, DestroyCommand])
+export const AgentCommand = Schema.Union([CreateCommand, StartCommand, StopCommand, DestroyCommand, BuildCommand])
 export type AgentCommand = typeof AgentCommand.Type
 
 /**
@@ -139,6 +142,9 @@ export const AgentReport = Schema.TaggedStruct("AgentReport", {
   via: Schema.optionalKey(Schema.Literals(["cold-boot", "restore"])),
   agentReady: Schema.optionalKey(Schema.Boolean),
   errorMessage: Schema.optionalKey(Schema.String),
+  /** The template's `ready_cmd` passed (`runtime_ready`), or why not (`runtime_reason`). */
+  runtimeReady: Schema.optionalKey(Schema.Boolean),
+  runtimeReason: Schema.optionalKey(Schema.NullOr(Schema.String)),
   /** ms since the epoch, on the host. */
   at: Schema.Number
 })

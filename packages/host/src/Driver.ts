@@ -38,6 +38,16 @@ export type Env = typeof Env.Type
 
 const PositiveInt = (max: number) => Schema.Int.check(Schema.isGreaterThanOrEqualTo(1), Schema.isLessThanOrEqualTo(max))
 
+/** A layer's name: the sha256 of its tar, hex (`Layers.ts`). */
+export const LayerDigest = Schema.String.check(Schema.isPattern(/^[0-9a-f]{64}$/, { message: "layer: 64 hex digits" }))
+
+/** Most layers one image stacks (overlayfs takes its lower folders in one mount option of 4 KiB). */
+export const MAX_LAYERS = 24
+
+/** The roots an image stacks its layers on: the built-in `base` and the platform-built `debian`. */
+export const ImageRoot = Schema.Literals(["base", "debian"])
+export type ImageRoot = typeof ImageRoot.Type
+
 /** What `create` needs. `template` is a template name known to the driver (`base` is built in). */
 export class SandboxSpec extends Schema.Class<SandboxSpec>("@svc/host/SandboxSpec")({
   sandboxId: DriverSandboxId,
@@ -50,6 +60,15 @@ export class SandboxSpec extends Schema.Class<SandboxSpec>("@svc/host/SandboxSpe
   diskGb: PositiveInt(4096),
   exposedPorts: Schema.Array(PositiveInt(65_535)).check(
     Schema.makeFilter((ports) => ports.length <= 64 || "at most 64 exposed ports")
+  ),
+  /**
+   * Image layers over the template (bottom first), each extracted on this host already
+   * (`importLayer`): the sandbox's lower folders are these, top first, then the template's.
+   */
+  layers: Schema.optionalKey(
+    Schema.Array(LayerDigest).check(
+      Schema.makeFilter((layers) => layers.length <= MAX_LAYERS || `at most ${MAX_LAYERS} layers`)
+    )
   )
 }) {}
 
@@ -359,6 +378,24 @@ export class SandboxDriver extends Context.Service<SandboxDriver, {
     sandboxId: string,
     request: PtyRequest
   ): Effect.Effect<PtySession, Common | SandboxNotRunning | DriverUnsupported, Scope.Scope>
+  /**
+   * The template name of an image root on this host, made when absent (`debian`: built with
+   * mmdebstrap the first time, see `Debian.ts`; `log` hears its progress).
+   */
+  prepareRoot(root: ImageRoot, log?: (line: string) => void): Effect.Effect<string, DriverFailure>
+  /** Whether the layer is extracted on this host. */
+  hasLayer(digest: string): Effect.Effect<boolean, InvalidSandboxRequest | DriverFailure>
+  /** Extracts a layer tar (verified against `digest` first) for sandboxes to stack. */
+  importLayer(digest: string, file: string): Effect.Effect<void, InvalidSandboxRequest | DriverFailure>
+  /** Removes an extracted layer (sandboxes made from it keep their mount until they stop). */
+  removeLayer(digest: string): Effect.Effect<void, InvalidSandboxRequest | DriverFailure>
+  /** The layers extracted on this host. */
+  readonly layers: Effect.Effect<ReadonlyArray<string>, DriverFailure>
+  /**
+   * Writes a tar of a running sandbox's writable layer (what it changed over its image) to the
+   * host file `file`: owners as inside, whiteouts kept. Its sha256 names the new layer.
+   */
+  exportLayer(sandboxId: string, file: string): Effect.Effect<void, Common | SandboxNotRunning>
 }>()("@svc/host/Driver/SandboxDriver") {}
 
 /** Limits the file API enforces (the API's PUT body cap). */

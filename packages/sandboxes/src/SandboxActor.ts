@@ -176,6 +176,8 @@ const onReport = (s: State, r: AgentReport, ctx: Ctx): Actor.Transition<State> =
         ...seen,
         ...ip,
         agentReady: r.agentReady ?? true,
+        ...(r.runtimeReady !== undefined ? { runtimeReady: r.runtimeReady } : {}),
+        ...(r.runtimeReason !== undefined ? { runtimeReason: r.runtimeReason } : {}),
         errorMessage: null,
         createdEmitted: true
       }
@@ -259,7 +261,8 @@ export const transition = (s: State | undefined, m: Message, ctx: Ctx): Actor.Tr
           cpu: s.cpu,
           ramMb: s.ramMb,
           diskGb: s.diskGb,
-          exposedPorts: s.exposedPorts
+          exposedPorts: s.exposedPorts,
+          ...(m.image !== undefined ? { image: m.image } : {})
         }
       }
       return moveTo(s, "starting", ctx, {}, [command(s, cmd)])

@@ -33,7 +33,7 @@ import { SecretBox } from "@svc/crypto/SecretBox"
 import { Idempotency, type Outcome } from "@svc/db/Idempotency"
 import * as Rows from "@svc/db/Rows"
 import * as Errors from "@svc/domain/Errors"
-import { BASE_TEMPLATE_ID, makeId, type OrgId } from "@svc/domain/Ids"
+import { makeId, type OrgId } from "@svc/domain/Ids"
 import { pageInfo } from "@svc/domain/Pagination"
 import {
   type CreateSandboxRequest,
@@ -65,6 +65,7 @@ import { toRecord } from "./Sandboxes/Record.ts"
 import { liveSecrets } from "./Sandboxes/SecretRefs.ts"
 import { COLUMNS, SandboxRow, store, toStored } from "./Sandboxes/Store.ts"
 import * as Scheduler from "./Scheduler.ts"
+import { Templates } from "./Templates.ts"
 
 export { toRecord } from "./Sandboxes/Record.ts"
 
@@ -172,6 +173,7 @@ export class Sandboxes extends Context.Service<Sandboxes, {
     const idempotency = yield* Idempotency
     const box = yield* SecretBox
     const quotas = yield* QuotasConfig
+    const templates = yield* Templates
 
     const findSandbox = Rows.findOneOption("Sandboxes.get", {
       Request: Schema.Struct({ orgId: Schema.String, id: Schema.String }),
@@ -189,11 +191,9 @@ export class Sandboxes extends Context.Service<Sandboxes, {
 
     const create = Effect.fn("Sandboxes.create")(
       function*(orgId: OrgId, request: CreateSandboxRequest, idempotencyKey?: string) {
-        if (request.template !== BASE_TEMPLATE_NAME && request.template !== BASE_TEMPLATE_ID) {
-          return yield* invalid(
-            "template",
-            `no template ${JSON.stringify(request.template)} (known: ${BASE_TEMPLATE_NAME})`
-          )
+        const template = yield* templates.resolve(orgId, request.template)
+        if (template === undefined) {
+          return yield* invalid("template", `no ready template ${JSON.stringify(request.template)} in this org`)
         }
         if (request.volumes.length > 0) return yield* invalid("volumes.0.volume_id", "no such volume in this org")
         let live = yield* hosts.live
@@ -240,8 +240,8 @@ export class Sandboxes extends Context.Service<Sandboxes, {
             id,
             orgId,
             name: request.name ?? id,
-            templateId: BASE_TEMPLATE_ID,
-            templateName: BASE_TEMPLATE_NAME,
+            templateId: template.id,
+            templateName: template.root,
             hostId: host?.hostId ?? null,
             parentId: request.parent_id,
             state: "pending",
@@ -277,8 +277,10 @@ export class Sandboxes extends Context.Service<Sandboxes, {
           yield* Outbox.append(egressMessage(state)).pipe(Effect.catchTag("InvalidOutboxMessage", Effect.die))
           yield* Actors.sendViaOutbox(SandboxActor, id, {
             _tag: "Create",
-            // Sealed before it reaches the outbox: the env may hold credentials.
-            sealedEnv: yield* sealEnv(box, "transit", id, request.env),
+            // Sealed before it reaches the outbox: the env may hold credentials. The template's
+            // env first, the request's over it.
+            sealedEnv: yield* sealEnv(box, "transit", id, { ...template.env, ...request.env }),
+            ...(template.image !== undefined ? { image: template.image } : {}),
             unplaceable: placement._tag === "Unplaceable" ? placement.reason : null
           }).pipe(Effect.catchTag("InvalidActorMessage", Effect.die))
           return state
@@ -498,6 +500,6 @@ export class Sandboxes extends Context.Service<Sandboxes, {
 
   /** Needs `SqlClient`, `Hosts` and `SecretBox` (the Idempotency-Key entries and the env are sealed). */
   static readonly layer = Layer.effect(Sandboxes, Sandboxes.make).pipe(
-    Layer.provide(Layer.mergeAll(Idempotency.layer, DataPlaneClient.layer))
+    Layer.provide(Layer.mergeAll(Idempotency.layer, DataPlaneClient.layer, Templates.layer))
   )
 }

@@ -19,6 +19,7 @@ import { makeEnded } from "./Ended.ts"
 import { makeExec } from "./Exec.ts"
 import { makeFiles } from "./Files.ts"
 import { invalid, makeDriverHost, tryHost } from "./Host.ts"
+import { makeImages } from "./Images.ts"
 import { makeLifecycle } from "./Lifecycle.ts"
 import * as Network from "./Network.ts"
 import { makeRuns } from "./Run.ts"
@@ -69,6 +70,8 @@ export class BubblewrapDriver {
         })
       })
 
+      const images = makeImages(host)
+
       // A lifecycle step cut in half would leave processes, devices or leases behind: once begun,
       // it runs to its end even if the caller is interrupted.
       return SandboxDriver.of({
@@ -89,6 +92,7 @@ export class BubblewrapDriver {
         list: lifecycle.list,
         pty,
         ended: (sandboxId) => Effect.uninterruptible(ended(sandboxId)),
+        ...images,
         hostLimits
       })
     })

@@ -58,6 +58,11 @@ export class DriverConfig extends Context.Service<DriverConfig, {
    * trust the certificates it presents where it writes a secret into HTTPS requests.
    */
   readonly trustedCaPem?: string
+  /**
+   * Where built image roots are cached (the `debian` archive, `Debian.ts`): shareable by every
+   * agent of a machine. Default `<dataDir>/cache`.
+   */
+  readonly imageCacheDir?: string
 }>()("@svc/host/Driver/DriverConfig") {
   static readonly make = (options: DriverOptions): DriverConfig["Service"] => {
     const bridge = options.bridge ?? DEFAULT_BRIDGE
@@ -75,7 +80,8 @@ export class DriverConfig extends Context.Service<DriverConfig, {
       allowNoFirewall: options.allowNoFirewall ?? false,
       diskStock: options.diskStock ?? 4,
       ...(options.egress !== undefined ? { egress: options.egress } : {}),
-      ...(options.trustedCaPem !== undefined ? { trustedCaPem: options.trustedCaPem } : {})
+      ...(options.trustedCaPem !== undefined ? { trustedCaPem: options.trustedCaPem } : {}),
+      ...(options.imageCacheDir !== undefined ? { imageCacheDir: options.imageCacheDir } : {})
     }
     return Schema.decodeSync(ConfigSchema)(config)
   }
@@ -117,7 +123,8 @@ const ConfigSchema = Schema.Struct({
   egress: Schema.optionalKey(Schema.Struct({ tcpPort: Port, dnsPort: Port })),
   trustedCaPem: Schema.optionalKey(
     Schema.String.check(Schema.isPattern(/^-----BEGIN CERTIFICATE-----/, { message: "a PEM certificate" }))
-  )
+  ),
+  imageCacheDir: Schema.optionalKey(AbsolutePath)
 })
 
 /** 0x7FFF0000: far from login users (1000+), subuid blocks (100000 + 65536·n) and systemd-nspawn's ranges. */

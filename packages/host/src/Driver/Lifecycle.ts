@@ -11,8 +11,10 @@ import {
   SandboxAlreadyExists,
   SandboxCapacityExhausted,
   SandboxListing,
-  SandboxSpec
+  SandboxSpec,
+  TemplateNotFound
 } from "../Driver.ts"
+import * as Layers from "../Layers.ts"
 import * as Disk from "./Disk.ts"
 import { checkId, decodeInput, type DriverHost, HOST_ENV, tryHost } from "./Host.ts"
 import * as Network from "./Network.ts"
@@ -76,7 +78,16 @@ export const makeLifecycle = (host: DriverHost, runs: Runs) => {
         if ((yield* tryHost("create", () => readStoredRecord(paths))) !== undefined) {
           return yield* new SandboxAlreadyExists({ sandboxId: spec.sandboxId })
         }
-        const lower = yield* host.templateDir(spec.template)
+        const root = yield* host.templateDir(spec.template)
+        // The image's layers over its root, top first (overlayfs' order of lower folders).
+        const layers = spec.layers ?? []
+        for (const digest of layers) {
+          if (!(yield* tryHost("create", () => Layers.hasLayer(config.dataDir, digest)))) {
+            return yield* new TemplateNotFound({ template: `layer ${digest.slice(0, 12)}` })
+          }
+        }
+        const lower = [...layers].reverse().map((digest) => Layers.layerDir(config.dataDir, digest)).concat(root)
+          .join(":")
         // A folder without a record is a create that died halfway: start clean.
         yield* destroyInternal(spec.sandboxId)
         const internalIp = yield* tryHost(

@@ -10,6 +10,7 @@
  */
 import { NetworkPolicy } from "@svc/domain/Network"
 import { SandboxState, SandboxType, VolumeAttachment } from "@svc/domain/Sandbox"
+import { SandboxImage } from "@svc/host-protocol/Images"
 import { AgentReport } from "@svc/host-protocol/Protocol"
 import { Schema } from "effect"
 
@@ -74,7 +75,9 @@ export type SandboxActorState = typeof SandboxActorState.Type
 export const Create = Schema.TaggedStruct("Create", {
   /** The env sealed for `transit` by the API; the actor passes it on to the host unopened. */
   sealedEnv: Schema.String,
-  unplaceable: Schema.NullOr(Schema.String)
+  unplaceable: Schema.NullOr(Schema.String),
+  /** A template's image (its layers, start and ready commands); absent for `base`. */
+  image: Schema.optionalKey(SandboxImage)
 })
 export const Start = Schema.TaggedStruct("Start", {})
 export const Stop = Schema.TaggedStruct("Stop", {})

@@ -1,0 +1,313 @@
+/**
+ * Images on this host (`@svc/host-protocol/Images`): layers pulled from the `images` object
+ * store the first time a sandbox needs them (verified by digest by the driver's import), layers
+ * made here pushed to it, and template builds (`build` commands): each step runs in a build
+ * sandbox of the image so far, with the network, and its writable layer becomes the step's layer
+ * unless the layer cache has it already.
+ *
+ * A build's progress and end go to the `builds` KV entry of its template (the log flushed about
+ * every half second, its last 256 KiB); the control plane applies the end. A build past its
+ * `timeoutMs` is cut here too (its sandbox destroyed) and ends `failed`.
+ */
+import { type BusError, Nats } from "@svc/bus/Nats"
+import { ensureObjectStore, type ObjectStore } from "@svc/bus/Objects"
+import { ensureBucket } from "@svc/bus/Topology"
+import {
+  type BuildCommand,
+  BUILDS_BUCKET_SPEC,
+  type BuildStatus,
+  BuildStatus as BuildStatusSchema,
+  IMAGES_OBJECT_STORE,
+  LAYER_CACHE_BUCKET_SPEC
+} from "@svc/host-protocol/Images"
+import { DriverExecRequest, SandboxDriver, type SandboxDriverError, SandboxSpec } from "@svc/host/Driver"
+import { digestFile } from "@svc/host/Layers"
+import { Context, Duration, Effect, Fiber, Layer, Schedule, Schema, Semaphore } from "effect"
+import { createHash, randomBytes } from "node:crypto"
+import * as FsSync from "node:fs"
+import * as Fs from "node:fs/promises"
+import * as NodePath from "node:path"
+import { Readable } from "node:stream"
+import { pipeline } from "node:stream/promises"
+import { AgentConfig } from "./Config.ts"
+import { describeDriverError } from "./Lifecycle.ts"
+
+const MAX_LOG = 256 * 1024
+const encodeStatus = Schema.encodeSync(Schema.fromJsonString(BuildStatusSchema))
+const encoder = new TextEncoder()
+
+export class ImageError extends Schema.TaggedError<ImageError>()("ImageError", { message: Schema.String }) {}
+
+/** A build step failed: its words are the template's `errorMessage`. */
+class StepFailed extends Schema.TaggedError<StepFailed>()("StepFailed", { message: Schema.String }) {}
+
+export class Images extends Context.Service<Images, {
+  /** Each layer extracted on this host, pulled from the store when absent. */
+  ensureLayers(layers: ReadonlyArray<string>): Effect.Effect<void, ImageError>
+  /** Runs a build command to its end (never fails: the end is in the `builds` entry). */
+  build(command: BuildCommand): Effect.Effect<void>
+}>()("@svc/agent/Images") {
+  static readonly layer = Layer.effect(
+    Images,
+    Effect.gen(function*() {
+      const config = yield* AgentConfig
+      const driver = yield* SandboxDriver
+      const nats = yield* Nats
+      const scratch = NodePath.join(config.dataDir, "agent", "images")
+      yield* Effect.promise(() => Fs.mkdir(scratch, { recursive: true, mode: 0o700 }))
+      // Opened on first use: an agent whose store is unreachable still runs `base` sandboxes.
+      let store: ObjectStore | undefined
+      const openStore = Effect.suspend(() =>
+        store !== undefined ? Effect.succeed(store) : ensureObjectStore(IMAGES_OBJECT_STORE).pipe(
+          Effect.tap((opened) => Effect.sync(() => (store = opened))),
+          Effect.provideService(Nats, nats)
+        )
+      )
+      const builds = yield* ensureBucket(BUILDS_BUCKET_SPEC).pipe(Effect.provideService(Nats, nats))
+      const layerCache = yield* ensureBucket(LAYER_CACHE_BUCKET_SPEC).pipe(Effect.provideService(Nats, nats))
+      // One pull of a layer at a time per host: two creates of one image share it.
+      const pulling = yield* Semaphore.make(1)
+
+      const fail = (message: string) => new ImageError({ message })
+      const busError = (e: BusError) => fail(e.message)
+
+      const pull = (hex: string) =>
+        Effect.gen(function*() {
+          if (yield* driver.hasLayer(hex).pipe(Effect.mapError((e) => fail(describeDriverError(e))))) return
+          const objects = yield* openStore.pipe(Effect.mapError(busError))
+          const file = NodePath.join(scratch, `pull-${hex}-${randomBytes(4).toString("hex")}.tar`)
+          yield* Effect.tryPromise({
+            try: async () => {
+              const result = await objects.get(hex)
+              if (result === null) throw new Error(`layer ${hex.slice(0, 12)} is not in the image store`)
+              await pipeline(Readable.fromWeb(result.data as never), FsSync.createWriteStream(file, { mode: 0o600 }))
+              if (!(await result.error.then(() => true))) throw new Error("the layer's download failed")
+            },
+            catch: (e) => fail(e instanceof Error ? e.message : String(e))
+          })
+          // The driver checks the bytes against the digest before extracting them.
+          yield* driver.importLayer(hex, file).pipe(
+            Effect.mapError((e) => fail(describeDriverError(e))),
+            Effect.ensuring(Effect.promise(() => Fs.rm(file, { force: true })))
+          )
+        })
+
+      const ensureLayers = (layers: ReadonlyArray<string>) =>
+        Effect.forEach(layers, (hex) => pulling.withPermit(pull(hex)), { discard: true })
+
+      /** Pushes a layer tar to the store (a layer there already is left alone) and extracts it here. */
+      const publish = (file: string) =>
+        Effect.gen(function*() {
+          const hex = yield* Effect.promise(() => digestFile(file))
+          const objects = yield* openStore.pipe(Effect.mapError(busError))
+          yield* Effect.tryPromise({
+            try: async () => {
+              if ((await objects.info(hex)) !== null) return
+              const source = Readable.toWeb(FsSync.createReadStream(file)) as unknown as ReadableStream<Uint8Array>
+              await objects.put({ name: hex }, source)
+            },
+            catch: (e) => fail(`pushing the layer: ${e instanceof Error ? e.message : String(e)}`)
+          })
+          yield* driver.importLayer(hex, file).pipe(Effect.mapError((e) => fail(describeDriverError(e))))
+          return hex
+        })
+
+      const build = (command: BuildCommand) =>
+        Effect.gen(function*() {
+          const started = Date.now()
+          let log = ""
+          let dirty = true
+          const status: { -readonly [K in keyof BuildStatus]: BuildStatus[K] } = {
+            templateId: command.sandboxId,
+            hostId: config.hostId,
+            state: "building",
+            layers: [...command.layers],
+            env: { ...command.env },
+            errorMessage: null,
+            log: "",
+            stepsRun: 0,
+            stepsCached: 0,
+            updatedAt: started
+          }
+          const write = (line: string) => {
+            log += line.endsWith("\n") ? line : line + "\n"
+            if (log.length > MAX_LOG) log = log.slice(log.length - MAX_LOG)
+            dirty = true
+          }
+          const flush = Effect.suspend(() => {
+            if (!dirty) return Effect.void
+            dirty = false
+            status.log = log
+            status.updatedAt = Date.now()
+            const text = encodeStatus(status)
+            return Effect.tryPromise(() => builds.put(command.sandboxId, encoder.encode(text))).pipe(
+              Effect.asVoid,
+              Effect.catch((e) => Effect.logWarning("agent: build status not written", { error: String(e) }))
+            )
+          })
+          const flusher = yield* Effect.forkChild(
+            Effect.forever(Effect.andThen(Effect.sleep(Duration.millis(500)), flush))
+          )
+          const driverFailure = (what: string) => (e: SandboxDriverError) => {
+            write(`${what}: ${describeDriverError(e)}`)
+            return new StepFailed({ message: `${what} failed on the host` })
+          }
+          const buildSandboxes: Array<string> = []
+
+          const steps = Effect.gen(function*() {
+            write(`build of ${command.sandboxId} on ${config.hostId}`)
+            const root = yield* driver.prepareRoot(command.root, write).pipe(
+              Effect.mapError(driverFailure(`preparing the ${command.root} root`))
+            )
+            yield* ensureLayers(command.layers).pipe(Effect.mapError((e) => new StepFailed({ message: e.message })))
+            const layers = [...command.layers]
+            // Grows with `env` steps; each step's sandbox takes it as it is then.
+            const env: Record<string, string> = { ...command.env }
+
+            /** A sandbox of the image so far, for one step (or a snapshot's export). */
+            const withBuildSandbox = <A, E>(use: (id: string) => Effect.Effect<A, E>) =>
+              Effect.gen(function*() {
+                const id = `build-${randomBytes(8).toString("hex")}`
+                buildSandboxes.push(id)
+                yield* driver.create(
+                  new SandboxSpec({
+                    sandboxId: id,
+                    template: root,
+                    env: { ...env },
+                    cpu: 2,
+                    ramMb: 2048,
+                    diskGb: 8,
+                    exposedPorts: [],
+                    layers
+                  })
+                ).pipe(Effect.mapError(driverFailure("starting the build sandbox")))
+                return yield* use(id)
+              })
+
+            const commit = (id: string) =>
+              Effect.gen(function*() {
+                const file = NodePath.join(scratch, `layer-${id}.tar`)
+                yield* driver.exportLayer(id, file).pipe(Effect.mapError(driverFailure("saving the step's layer")))
+                return yield* publish(file).pipe(
+                  Effect.mapError((e) => new StepFailed({ message: e.message })),
+                  Effect.ensuring(Effect.promise(() => Fs.rm(file, { force: true })))
+                )
+              })
+
+            if (command.snapshotOf !== undefined) {
+              write(`snapshot of ${command.snapshotOf}`)
+              const file = NodePath.join(scratch, `snapshot-${command.sandboxId}.tar`)
+              yield* driver.exportLayer(command.snapshotOf, file).pipe(
+                Effect.mapError(driverFailure("reading the sandbox's file system"))
+              )
+              const hex = yield* publish(file).pipe(
+                Effect.mapError((e) => new StepFailed({ message: e.message })),
+                Effect.ensuring(Effect.promise(() => Fs.rm(file, { force: true })))
+              )
+              layers.push(hex)
+              write(`layer sha256:${hex}`)
+            }
+
+            for (const [index, step] of command.steps.entries()) {
+              const label = `step ${index + 1}/${command.steps.length}`
+              if ("env" in step) {
+                for (const [name, value] of Object.entries(step.env)) env[name] = value
+                write(`${label} env ${Object.keys(step.env).join(" ")}`)
+                continue
+              }
+              const key = createHash("sha256").update(JSON.stringify([command.root, layers, env, step])).digest("hex")
+              const cached = yield* Effect.tryPromise(() => layerCache.get(key)).pipe(Effect.orElseSucceed(() => null))
+              const cachedHex = cached?.operation === "PUT" ? cached.string() : ""
+              if (/^[0-9a-f]{64}$/.test(cachedHex)) {
+                const pulled = yield* Effect.result(ensureLayers([cachedHex]))
+                if (pulled._tag === "Success") {
+                  layers.push(cachedHex)
+                  status.stepsCached++
+                  write(`${label} cached: sha256:${cachedHex}`)
+                  continue
+                }
+              }
+              write("run" in step ? `${label} run: ${step.run}` : `${label} file: ${step.file.path}`)
+              const hex = yield* withBuildSandbox((id) =>
+                Effect.gen(function*() {
+                  if ("run" in step) {
+                    const remaining = Math.max(1000, command.timeoutMs - (Date.now() - started))
+                    const result = yield* driver.exec(
+                      id,
+                      new DriverExecRequest({
+                        cmd: ["/bin/sh", "-c", step.run],
+                        env,
+                        cwd: "/",
+                        timeoutMs: remaining,
+                        maxOutputBytes: MAX_LOG
+                      })
+                    ).pipe(Effect.mapError(driverFailure(`${label}`)))
+                    const out = Buffer.from(result.stdout).toString("utf8")
+                    const err = Buffer.from(result.stderr).toString("utf8")
+                    if (out.length > 0) write(out)
+                    if (err.length > 0) write(err)
+                    if (result.exitCode !== 0) {
+                      return yield* new StepFailed({
+                        message: result.timedOut
+                          ? `${label} (run) ran past the build's time limit`
+                          : `${label} (run) exited with code ${result.exitCode}`
+                      })
+                    }
+                  } else {
+                    yield* driver.writeFile(
+                      id,
+                      step.file.path,
+                      encoder.encode(step.file.content),
+                      step.file.mode ?? 0o644
+                    ).pipe(Effect.mapError(driverFailure(`${label} (file ${step.file.path})`)))
+                  }
+                  return yield* commit(id)
+                })
+              )
+              yield* Effect.tryPromise(() => layerCache.put(key, encoder.encode(hex))).pipe(Effect.ignore)
+              layers.push(hex)
+              status.stepsRun++
+              write(`${label} done: sha256:${hex}`)
+            }
+            status.layers = layers
+            status.env = env
+          })
+
+          const ended = yield* steps.pipe(
+            Effect.timeoutOrElse({
+              duration: Duration.millis(command.timeoutMs),
+              orElse: () =>
+                Effect.fail(
+                  new StepFailed({
+                    message: `the build ran past its time limit (${Math.round(command.timeoutMs / 1000)} s)`
+                  })
+                )
+            }),
+            Effect.result
+          )
+          yield* Effect.forEach(buildSandboxes, (id) => Effect.ignore(driver.destroy(id)), { discard: true })
+          if (ended._tag === "Success") {
+            status.state = "ready"
+            write(`ready in ${((Date.now() - started) / 1000).toFixed(1)} s`)
+          } else {
+            status.state = "failed"
+            status.errorMessage = ended.failure.message
+            write(`failed: ${ended.failure.message}`)
+          }
+          yield* Fiber.interrupt(flusher)
+          dirty = true
+          // The end must reach the bucket: the control plane waits for it.
+          yield* Effect.suspend(() => {
+            status.log = log
+            status.updatedAt = Date.now()
+            return Effect.tryPromise(() => builds.put(command.sandboxId, encoder.encode(encodeStatus(status))))
+          }).pipe(
+            Effect.retry({ times: 20, schedule: Schedule.spaced(Duration.millis(500)) }),
+            Effect.ignore
+          )
+        }).pipe(Effect.withSpan("Images.build", { attributes: { templateId: command.sandboxId } }))
+
+      return Images.of({ ensureLayers, build })
+    })
+  )
+}

@@ -1,0 +1,19 @@
+/**
+ * JetStream object stores under the prefix (`@nats-io/obj`): large content-addressed blobs that
+ * every process reaches (image layers, `@svc/host-protocol/Images`). Streams in and out in
+ * chunks, never held whole.
+ */
+import { type ObjectStore, Objm } from "@nats-io/obj"
+import { Effect } from "effect"
+import { BusError, Nats } from "./Nats.ts"
+
+export type { ObjectStore }
+
+/** Opens (creating when absent) the object store `base` under the prefix. */
+export const ensureObjectStore = Effect.fn("Objects.ensure")(function*(base: string) {
+  const nats = yield* Nats
+  return yield* Effect.tryPromise({
+    try: () => new Objm(nats.js).create(nats.name(base)),
+    catch: (cause) => new BusError({ operation: `ensureObjectStore ${base}`, message: String(cause) })
+  })
+})

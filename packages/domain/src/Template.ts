@@ -1,0 +1,70 @@
+/**
+ * Templates (docs/contract.md#templates): a root file system built from steps over a base, or
+ * captured from a sandbox (a snapshot), that sandboxes start from copy-on-write.
+ */
+import { Schema } from "effect"
+import { Page } from "./Pagination.ts"
+
+export const MAX_STEPS = 20
+const Text = (max: number) => Schema.String.check(Schema.isMinLength(1), Schema.isMaxLength(max))
+const NoNul = (max: number) =>
+  Schema.String.check(Schema.isMaxLength(max), Schema.isPattern(/^[^\0]*$/, { message: "no NUL" }))
+const EnvName = Schema.String.check(Schema.isPattern(/^[A-Za-z_][A-Za-z0-9_]*$/, { message: "env name" }))
+
+export const TemplateName = Schema.String.check(
+  Schema.isPattern(/^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/, {
+    message: "1 to 63 of [A-Za-z0-9_.-], starting with a letter or digit"
+  })
+)
+
+export const TemplateStep = Schema.Union([
+  Schema.Struct({ run: Text(16_384).check(Schema.isPattern(/^[^\0]*$/, { message: "no NUL" })) }),
+  Schema.Struct({
+    file: Schema.Struct({
+      path: Schema.String.check(Schema.isPattern(/^\/[^\0]{0,4095}$/, { message: "an absolute path" })),
+      content: NoNul(256 * 1024),
+      mode: Schema.optionalKey(Schema.Int.check(Schema.isBetween({ minimum: 0, maximum: 0o7777 })))
+    })
+  }),
+  Schema.Struct({
+    env: Schema.Record(EnvName, NoNul(32_768)).check(
+      Schema.makeFilter((env) => Object.keys(env).length <= 128 || "at most 128 variables")
+    )
+  })
+])
+export type TemplateStep = typeof TemplateStep.Type
+
+export const CreateTemplateRequest = Schema.Struct({
+  name: TemplateName,
+  base: Schema.optionalKey(Text(64)),
+  steps: Schema.optionalKey(
+    Schema.Array(TemplateStep).check(
+      Schema.makeFilter((steps) => steps.length <= MAX_STEPS || `at most ${MAX_STEPS} steps`)
+    )
+  ),
+  start_cmd: Schema.optionalKey(Schema.NullOr(Text(16_384))),
+  ready_cmd: Schema.optionalKey(Schema.NullOr(Text(16_384)))
+})
+export type CreateTemplateRequest = typeof CreateTemplateRequest.Type
+
+export const SnapshotRequest = Schema.Struct({ name: TemplateName })
+
+export const TemplateState = Schema.Literals(["building", "ready", "failed"])
+
+export class Template extends Schema.Class<Template>("Template")({
+  id: Schema.String,
+  name: Schema.String,
+  state: TemplateState,
+  /** `sha256:<hex>` of the built root file system; null until ready. */
+  image: Schema.NullOr(Schema.String),
+  /** What it was built on: `base`, `debian`, or a template's id. */
+  base: Schema.String,
+  errorMessage: Schema.NullOr(Schema.String),
+  start_cmd: Schema.NullOr(Schema.String),
+  ready_cmd: Schema.NullOr(Schema.String),
+  createdAt: Schema.String,
+  builtAt: Schema.NullOr(Schema.String)
+}) {}
+
+export const TemplatePage = Page("rows", Template)
+export type TemplatePage = typeof TemplatePage.Type

@@ -1,0 +1,81 @@
+/**
+ * Images between the control plane and the hosts (docs/contract.md#templates).
+ *
+ * - An **image** is a root (`base` or `debian`, made on each host) and a stack of **layers**
+ *   (tars of a sandbox's writable layer, named by their sha256). Its digest, the template's
+ *   `image`, is the sha256 of `{root, layers}`: the same digest, the same file system.
+ * - **Layers** live in the JetStream object store `images` (object `<hex>`), which every host
+ *   reaches: a host pulls a layer the first time it needs one and verifies its digest before
+ *   using it. A layer no template refers to any more is removed from it (`Templates.gc`).
+ * - **Builds** are `build` commands on the AGENT stream (`agent.<hostId>.build`, through the
+ *   outbox, in the transaction that inserts the template). The agent writes the build's progress
+ *   and end to the `builds` KV bucket (key: the template id); the control plane applies the end to
+ *   the template's row once (and fails a build whose host went down or that ran past its time).
+ * - The **layer cache** (`layers` KV): key = digest of (root, layers below, env, step), value =
+ *   the layer that step made. A step already built on the same base is not run again.
+ */
+import type { BucketSpec } from "@svc/bus/Topology"
+import { Schema } from "effect"
+
+export const IMAGES_OBJECT_STORE = "images"
+export const BUILDS_BUCKET = "builds"
+export const BUILDS_BUCKET_SPEC: BucketSpec = { name: BUILDS_BUCKET, history: 1 }
+export const LAYER_CACHE_BUCKET = "layers"
+export const LAYER_CACHE_BUCKET_SPEC: BucketSpec = { name: LAYER_CACHE_BUCKET, history: 1 }
+
+export const LayerHex = Schema.String.check(Schema.isPattern(/^[0-9a-f]{64}$/, { message: "layer: 64 hex digits" }))
+export const ImageRootName = Schema.Literals(["base", "debian"])
+export type ImageRootName = typeof ImageRootName.Type
+
+export const BuildStep = Schema.Union([
+  Schema.Struct({ run: Schema.String }),
+  Schema.Struct({
+    file: Schema.Struct({ path: Schema.String, content: Schema.String, mode: Schema.optionalKey(Schema.Int) })
+  }),
+  Schema.Struct({ env: Schema.Record(Schema.String, Schema.String) })
+])
+export type BuildStep = typeof BuildStep.Type
+
+/** A build on one host; `sandboxId` is the template id (the agent's queue key). */
+export const BuildCommand = Schema.TaggedStruct("build", {
+  sandboxId: Schema.String,
+  orgId: Schema.String,
+  root: ImageRootName,
+  /** The base image's layers, bottom first. */
+  layers: Schema.Array(LayerHex),
+  /** The base image's env, under the steps' own. */
+  env: Schema.Record(Schema.String, Schema.String),
+  steps: Schema.Array(BuildStep),
+  timeoutMs: Schema.Int,
+  /** A snapshot: this running sandbox's writable layer over `layers` instead of steps. */
+  snapshotOf: Schema.optionalKey(Schema.String)
+})
+export type BuildCommand = typeof BuildCommand.Type
+
+/** The `builds` KV entry of one template build. */
+export const BuildStatus = Schema.Struct({
+  templateId: Schema.String,
+  hostId: Schema.String,
+  state: Schema.Literals(["building", "ready", "failed"]),
+  layers: Schema.Array(LayerHex),
+  env: Schema.Record(Schema.String, Schema.String),
+  errorMessage: Schema.NullOr(Schema.String),
+  /** The build's log so far (its last 256 KiB). */
+  log: Schema.String,
+  /** Steps run, and taken from the layer cache. */
+  stepsRun: Schema.Int,
+  stepsCached: Schema.Int,
+  updatedAt: Schema.Number
+})
+export type BuildStatus = typeof BuildStatus.Type
+
+/** The image digest of a root and its layers (the template's `image`). */
+export const imageDigestInput = (root: ImageRootName, layers: ReadonlyArray<string>) => JSON.stringify({ root, layers })
+
+/** What a sandbox of an image needs beyond a `base` one (in the create command). */
+export const SandboxImage = Schema.Struct({
+  layers: Schema.Array(LayerHex),
+  startCmd: Schema.NullOr(Schema.String),
+  readyCmd: Schema.NullOr(Schema.String)
+})
+export type SandboxImage = typeof SandboxImage.Type

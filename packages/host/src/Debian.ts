@@ -1,0 +1,171 @@
+/**
+ * The `debian` root: a minimal Debian (bookworm, minbase) with a shell, apt, ca-certificates,
+ * curl and python3, built by the platform itself with `mmdebstrap` from Debian's packages.
+ *
+ * Two steps, each cached:
+ * - the **archive**: mmdebstrap's tar, kept in a cache folder as `debian-<recipe key>.tar` (the
+ *   recipe key is a digest of everything that decides its content: suite, variant, packages,
+ *   mirror, the hooks below). Built once per cache folder: hosts of one machine (and the test
+ *   suite's agents) share it; a second builder waits on the first's lock.
+ * - the **root**: the archive extracted as `<templates>/debian-<key>`, owned by the sandboxes'
+ *   root, with this host's resolver and the egress proxy's CA in its trust store (what `base`
+ *   gets too, see `Rootfs.ts`); `key` digests the archive's content digest and those settings,
+ *   so the root is named by what it holds.
+ *
+ * apt inside a sandbox fetches as root (`APT::Sandbox::User`): the sandbox's root is already an
+ * unprivileged host uid, and a second drop to `_apt` buys nothing there.
+ */
+import { execFile } from "node:child_process"
+import { createHash } from "node:crypto"
+import * as Fs from "node:fs/promises"
+import * as NodePath from "node:path"
+import { digestFile } from "./Layers.ts"
+import { shiftOwnership } from "./Rootfs.ts"
+
+export const DEBIAN_ROOT = "debian"
+
+export interface DebianRecipe {
+  readonly suite: string
+  readonly variant: string
+  readonly packages: ReadonlyArray<string>
+  readonly mirror: string
+}
+
+export const DEFAULT_RECIPE: DebianRecipe = {
+  suite: "bookworm",
+  variant: "minbase",
+  packages: ["ca-certificates", "curl", "python3"],
+  mirror: "http://deb.debian.org/debian"
+}
+
+const HOOK_VERSION = "1"
+const APT_CONF = "APT::Sandbox::User \"root\";\nAcquire::Retries \"3\";\n"
+
+/** Digest of everything that decides the archive's content. */
+export const recipeKey = (recipe: DebianRecipe): string =>
+  createHash("sha256").update(JSON.stringify([HOOK_VERSION, APT_CONF, recipe])).digest("hex").slice(0, 24)
+
+const HOST_ENV = { PATH: "/usr/sbin:/usr/bin:/sbin:/bin" }
+
+const run = (file: string, args: ReadonlyArray<string>, timeoutMs: number) =>
+  new Promise<string>((resolve, reject) => {
+    execFile(file, args, { env: HOST_ENV, timeout: timeoutMs, maxBuffer: 16 * 1024 * 1024 }, (error, out, err) => {
+      if (error) reject(new Error(`${NodePath.basename(file)}: ${(String(err) || error.message).trim().slice(-1500)}`))
+      else resolve(String(out) + String(err))
+    })
+  })
+
+const MMDEBSTRAP = ["/usr/bin/mmdebstrap", "/usr/sbin/mmdebstrap"]
+
+const exists = (path: string): Promise<boolean> => Fs.lstat(path).then(() => true, () => false)
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+
+/**
+ * The archive of `recipe` in `cacheDir`, built when absent (about a minute, network to the
+ * mirror needed). `log` gets mmdebstrap's output lines.
+ */
+export const ensureDebianArchive = async (
+  cacheDir: string,
+  recipe: DebianRecipe = DEFAULT_RECIPE,
+  log: (line: string) => void = () => undefined
+): Promise<{ readonly file: string; readonly digest: string }> => {
+  const key = recipeKey(recipe)
+  const file = NodePath.join(cacheDir, `debian-${key}.tar`)
+  const digestPath = `${file}.sha256`
+  const lock = `${file}.lock`
+  await Fs.mkdir(cacheDir, { recursive: true })
+  for (;;) {
+    if (await exists(digestPath)) {
+      return { file, digest: (await Fs.readFile(digestPath, "utf8")).trim() }
+    }
+    // One builder per cache folder (across processes): mkdir is atomic.
+    const locked = await Fs.mkdir(lock).then(() => true, () => false)
+    if (!locked) {
+      // A lock older than 20 min is a builder that died.
+      const st = await Fs.stat(lock).catch(() => undefined)
+      if (st !== undefined && Date.now() - st.mtimeMs > 20 * 60_000) await Fs.rm(lock, { recursive: true, force: true })
+      await sleep(1000)
+      continue
+    }
+    try {
+      const temp = `${file}.tmp-${process.pid}`
+      log(`building the debian root (${recipe.suite}, ${recipe.packages.join(", ")}) with mmdebstrap`)
+      const found = await Promise.all(MMDEBSTRAP.map(exists))
+      const program = MMDEBSTRAP[found.indexOf(true)]
+      if (program === undefined) throw new Error("mmdebstrap is not installed (infra/bootstrap.sh installs it)")
+      const output = await run(program, [
+        "--mode=root",
+        `--variant=${recipe.variant}`,
+        `--include=${recipe.packages.join(",")}`,
+        "--format=tar",
+        `--customize-hook=printf '%s' '${APT_CONF}' > "$1/etc/apt/apt.conf.d/99svc"`,
+        // Nothing of the build host's resolver stays in the archive.
+        "--customize-hook=rm -f \"$1/etc/resolv.conf\" \"$1/etc/hostname\"",
+        recipe.suite,
+        temp,
+        recipe.mirror
+      ], 15 * 60_000)
+      for (const line of output.split("\n").filter((l) => l.startsWith("I: success") || l.startsWith("W:"))) log(line)
+      const digest = await digestFile(temp)
+      await Fs.rename(temp, file)
+      await Fs.writeFile(digestPath, digest + "\n")
+      return { file, digest }
+    } finally {
+      await Fs.rm(lock, { recursive: true, force: true })
+    }
+  }
+}
+
+export interface DebianRootOptions {
+  readonly trustedCaPem?: string
+  readonly nameserver?: string
+}
+
+/**
+ * The `debian` root folder under `templatesDir` (its template name returned: `debian-<key>`),
+ * extracted from the archive when absent.
+ */
+export const ensureDebianRoot = async (
+  templatesDir: string,
+  archive: { readonly file: string; readonly digest: string },
+  uidBase: number,
+  options: DebianRootOptions = {}
+): Promise<string> => {
+  const key = createHash("sha256")
+    .update(JSON.stringify([archive.digest, options.trustedCaPem ?? "", options.nameserver ?? ""]))
+    .digest("hex").slice(0, 24)
+  const name = `${DEBIAN_ROOT}-${key}`
+  const target = NodePath.join(templatesDir, name)
+  if (await exists(NodePath.join(target, "etc", "debian_version"))) return name
+  await Fs.mkdir(templatesDir, { recursive: true })
+  const temp = await Fs.mkdtemp(NodePath.join(templatesDir, `.${name}.build-`))
+  try {
+    await run(
+      "tar",
+      ["--extract", "--file", archive.file, "--numeric-owner", "--same-permissions", "-C", temp],
+      600_000
+    )
+    await Fs.writeFile(
+      NodePath.join(temp, "etc/resolv.conf"),
+      options.nameserver === undefined ? "" : `nameserver ${options.nameserver}\n`,
+      { mode: 0o644 }
+    )
+    if (options.trustedCaPem !== undefined) {
+      const bundle = NodePath.join(temp, "etc/ssl/certs/ca-certificates.crt")
+      const have = await Fs.readFile(bundle, "utf8").catch(() => "")
+      await Fs.writeFile(bundle, have + `\n${options.trustedCaPem.trim()}\n`, { mode: 0o644 })
+      // update-ca-certificates rebuilds the bundle from this folder: the CA stays trusted after it.
+      await Fs.mkdir(NodePath.join(temp, "usr/local/share/ca-certificates"), { recursive: true })
+      await Fs.writeFile(NodePath.join(temp, "usr/local/share/ca-certificates/svc-egress.crt"), options.trustedCaPem)
+    }
+    await Fs.writeFile(NodePath.join(temp, "etc/svc-template"), `${DEBIAN_ROOT}\n`, { mode: 0o644 })
+    await Fs.chmod(temp, 0o755)
+    await shiftOwnership(temp, uidBase)
+    await Fs.rename(temp, target).catch(async (e) => {
+      if (!(await exists(NodePath.join(target, "etc", "debian_version")))) throw e
+    })
+    return name
+  } finally {
+    await Fs.rm(temp, { recursive: true, force: true }).catch(() => undefined)
+  }
+}

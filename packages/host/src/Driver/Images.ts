@@ -1,0 +1,81 @@
+/**
+ * Images on this host (`Layers.ts`, `Debian.ts`): the roots layers stack on, the extracted
+ * layers, and a running sandbox's writable layer exported as a new one.
+ *
+ * The writable layer lives on the sandbox's disk image, mounted only in the private mount
+ * namespace `svc-start` made for it; the host-side bubblewrap (the run's monitor) lives in that
+ * namespace, so the layer is read through `/proc/<monitor>/root`, never mounted again.
+ */
+import { Effect, Schema } from "effect"
+import * as Fs from "node:fs/promises"
+import * as NodePath from "node:path"
+import * as Debian from "../Debian.ts"
+import { DriverFailure, type ImageRoot, LayerDigest } from "../Driver.ts"
+import * as Layers from "../Layers.ts"
+import { BASE_TEMPLATE } from "../Rootfs.ts"
+import * as Disk from "./Disk.ts"
+import { decodeInput, type DriverHost, tryHost } from "./Host.ts"
+import { sandboxPaths } from "./State.ts"
+
+export const makeImages = (host: DriverHost) => {
+  const { config } = host
+  const templatesDir = NodePath.join(config.dataDir, "templates")
+  const cacheDir = config.imageCacheDir ?? NodePath.join(config.dataDir, "cache")
+  const digest = (value: string) => decodeInput(LayerDigest, value)
+
+  const prepareRoot = Effect.fn("SandboxDriver.prepareRoot")(
+    function*(root: ImageRoot, log: (line: string) => void = () => undefined) {
+      if (root === BASE_TEMPLATE) return BASE_TEMPLATE
+      return yield* tryHost("debian", async () => {
+        const archive = await Debian.ensureDebianArchive(cacheDir, Debian.DEFAULT_RECIPE, log)
+        return Debian.ensureDebianRoot(templatesDir, archive, config.uidBase, {
+          ...(config.trustedCaPem !== undefined ? { trustedCaPem: config.trustedCaPem } : {}),
+          ...(config.egress !== undefined ? { nameserver: host.subnet.gateway } : {})
+        })
+      })
+    }
+  )
+
+  const hasLayer = (value: string) =>
+    Effect.flatMap(digest(value), (hex) => tryHost("layer", () => Layers.hasLayer(config.dataDir, hex)))
+
+  const importLayer = (value: string, file: string) =>
+    Effect.flatMap(digest(value), (hex) =>
+      tryHost("layer", async () => {
+        await Layers.importLayer(config.dataDir, hex, file, config.uidBase)
+      }))
+
+  const removeLayer = (value: string) =>
+    Effect.flatMap(digest(value), (hex) => tryHost("layer", () => Layers.removeLayer(config.dataDir, hex)))
+
+  const layers = tryHost("layer", () => Layers.listLayers(config.dataDir))
+
+  const exportLayer = Effect.fn("SandboxDriver.exportLayer")(function*(sandboxId: string, file: string) {
+    const entry = yield* host.lookupRunning(sandboxId)
+    const monitor = entry.run.monitorPid
+    if (monitor === undefined) {
+      return yield* new DriverFailure({
+        operation: "export",
+        message: "the run has no monitor to read its layer through"
+      })
+    }
+    const paths = sandboxPaths(config.dataDir, entry.record.sandboxId)
+    const layout = yield* tryHost("export", () => Disk.layoutOf(paths))
+    const upper = NodePath.join(`/proc/${monitor}/root`, layout.upper)
+    yield* tryHost("export", async () => {
+      await Fs.mkdir(NodePath.dirname(file), { recursive: true })
+      await Layers.packLayer(upper, file, config.uidBase, NodePath.dirname(file))
+    })
+  })
+
+  return {
+    prepareRoot,
+    hasLayer,
+    importLayer,
+    removeLayer,
+    layers,
+    exportLayer
+  }
+}
+
+export const isLayerDigest = Schema.is(LayerDigest)
