@@ -32,6 +32,7 @@ import { ApiMiddleware, errorForStatus } from "./Http/Middleware.ts"
 import { SandboxesHandlers } from "./Http/Sandboxes.ts"
 import { SecretsHandlers } from "./Http/Secrets.ts"
 import { SystemHandlers } from "./Http/System.ts"
+import { VolumesHandlers } from "./Http/Volumes.ts"
 import { WebhooksHandlers } from "./Http/Webhooks.ts"
 import { NodeHooks } from "./Preview.ts"
 
@@ -40,7 +41,8 @@ export const Handlers = Layer.mergeAll(
   IdentityHandlers,
   SandboxesHandlers,
   WebhooksHandlers,
-  SecretsHandlers
+  SecretsHandlers,
+  VolumesHandlers
 ).pipe(
   Layer.provide(HealthMonitor.layer),
   Layer.provideMerge(AuthorizationLayer),

@@ -11,6 +11,7 @@ import { PreviewsApi } from "./Api/Previews.ts"
 import { SandboxesApi } from "./Api/Sandboxes.ts"
 import { SecretsApi } from "./Api/Secrets.ts"
 import { SystemApi } from "./Api/System.ts"
+import { VolumesApi } from "./Api/Volumes.ts"
 import { WebhooksApi } from "./Api/Webhooks.ts"
 import { WorkersApi } from "./Api/Workers.ts"
 
@@ -25,6 +26,7 @@ export class Api extends HttpApi.make("svc")
   .add(WorkersApi)
   .add(WebhooksApi)
   .add(SecretsApi)
+  .add(VolumesApi)
   // Authentication and each endpoint's declared Access rule: keep this after the last .add
   // (it applies to the endpoints added before it; the authorization matrix test checks).
   .middleware(Authorization)

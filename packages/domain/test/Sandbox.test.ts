@@ -30,7 +30,9 @@ const record: S.Sandbox = {
     driver: "local",
     mount_path: "/data",
     subpath: "",
-    mode: "rw"
+    mode: "rw",
+    attachment_id: Ids.makeAttachmentId(),
+    device_path: null
   }],
   metadata: { team: "infra", n: 1 },
   errorMessage: null,

@@ -20,6 +20,7 @@
 import type { MailboxAddress } from "@svc/bus/Mailbox"
 import type { BucketSpec, StreamSpec } from "@svc/bus/Topology"
 import { Schema } from "effect"
+import { VolumeMount } from "./Volumes.ts"
 
 export const HOST_HEARTBEAT_MS = 2_000
 export const HOST_DOWN_AFTER_MS = 10_000
@@ -104,7 +105,9 @@ export const SandboxResources = Schema.Struct({
   cpu: Schema.Int,
   ramMb: Schema.Int,
   diskGb: Schema.Int,
-  exposedPorts: Schema.Array(Schema.Int)
+  exposedPorts: Schema.Array(Schema.Int),
+  /** The sandbox's volumes (`Volumes.ts`); absent: none. */
+  volumes: Schema.optionalKey(Schema.Array(VolumeMount))
 })
 export type SandboxResources = typeof SandboxResources.Type
 
@@ -139,6 +142,8 @@ export const AgentReport = Schema.TaggedStruct("AgentReport", {
   via: Schema.optionalKey(Schema.Literals(["cold-boot", "restore"])),
   agentReady: Schema.optionalKey(Schema.Boolean),
   errorMessage: Schema.optionalKey(Schema.String),
+  /** With `running`: the loop device each of its volumes is mounted from, by volume id. */
+  volumeDevices: Schema.optionalKey(Schema.Record(Schema.String, Schema.String)),
   /** ms since the epoch, on the host. */
   at: Schema.Number
 })

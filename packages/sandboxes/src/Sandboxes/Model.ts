@@ -11,6 +11,7 @@
 import { NetworkPolicy } from "@svc/domain/Network"
 import { SandboxState, SandboxType, VolumeAttachment } from "@svc/domain/Sandbox"
 import { AgentReport } from "@svc/host-protocol/Protocol"
+import { VolumeMount } from "@svc/host-protocol/Volumes"
 import { Schema } from "effect"
 
 const Ms = Schema.Number
@@ -74,7 +75,9 @@ export type SandboxActorState = typeof SandboxActorState.Type
 export const Create = Schema.TaggedStruct("Create", {
   /** The env sealed for `transit` by the API; the actor passes it on to the host unopened. */
   sealedEnv: Schema.String,
-  unplaceable: Schema.NullOr(Schema.String)
+  unplaceable: Schema.NullOr(Schema.String),
+  /** The volumes its host mounts (checked and locked by the API); absent: none. */
+  volumes: Schema.optionalKey(Schema.Array(VolumeMount))
 })
 export const Start = Schema.TaggedStruct("Start", {})
 export const Stop = Schema.TaggedStruct("Stop", {})
