@@ -247,7 +247,11 @@ export class Lifecycle extends Context.Service<Lifecycle, {
        */
       const adoptPoolEntry = (spec: SandboxSpec) =>
         Effect.uninterruptible(Effect.suspend(() => {
-          const poolId = spec.template === BASE_TEMPLATE && spec.diskGb === POOL_DISK_GB ? pool.shift() : undefined
+          // A pool entry runs already: volumes are mounted as a sandbox starts, so those cold-boot.
+          const poolId = spec.template === BASE_TEMPLATE && spec.diskGb === POOL_DISK_GB &&
+              (spec.volumes ?? []).length === 0
+            ? pool.shift()
+            : undefined
           if (poolId === undefined) return Effect.succeed(undefined)
           return Effect.gen(function*() {
             const adopted = yield* Effect.result(
@@ -296,6 +300,13 @@ export class Lifecycle extends Context.Service<Lifecycle, {
           Effect.orElseSucceed(() => false)
         )
 
+      /** The loop devices of a running sandbox's volumes, for its `running` report (none: omitted). */
+      const volumeDevices = (sandboxId: string) =>
+        driver.volumeDevices(sandboxId).pipe(
+          Effect.map((devices) => (Object.keys(devices).length > 0 ? { volumeDevices: { ...devices } } : {})),
+          Effect.orElseSucceed(() => ({}))
+        )
+
       /** The sandbox's current state as a report (for an idempotent repeat of a command). */
       const currentState = Effect.fn("Lifecycle.currentState")(
         function*(sandboxId: string, via: "cold-boot" | "restore") {
@@ -304,7 +315,12 @@ export class Lifecycle extends Context.Service<Lifecycle, {
           if (row === undefined) return undefined
           if (row.status === "stopped") return yield* report(sandboxId, "stopped")
           const agentReady = yield* checkReady(sandboxId)
-          return yield* report(sandboxId, "running", { internalIp: row.internalIp, via, agentReady })
+          return yield* report(sandboxId, "running", {
+            internalIp: row.internalIp,
+            via,
+            agentReady,
+            ...(yield* volumeDevices(sandboxId))
+          })
         }
       )
 
@@ -346,7 +362,8 @@ export class Lifecycle extends Context.Service<Lifecycle, {
           return yield* report(sandboxId, "running", {
             internalIp: made.success.internalIp,
             via: "cold-boot",
-            agentReady
+            agentReady,
+            ...(yield* volumeDevices(sandboxId))
           })
         }
         if (made.failure._tag === "SandboxAlreadyExists") {
@@ -373,7 +390,8 @@ export class Lifecycle extends Context.Service<Lifecycle, {
           return yield* report(sandboxId, "running", {
             internalIp: started.success.internalIp,
             via: "restore",
-            agentReady
+            agentReady,
+            ...(yield* volumeDevices(sandboxId))
           })
         }
         if (started.failure._tag === "SandboxNotFound") {
@@ -542,7 +560,11 @@ export class Lifecycle extends Context.Service<Lifecycle, {
                 reports.push(
                   track(
                     "reconcile",
-                    yield* report(action.sandboxId, "running", { internalIp: action.internalIp, agentReady })
+                    yield* report(action.sandboxId, "running", {
+                      internalIp: action.internalIp,
+                      agentReady,
+                      ...(yield* volumeDevices(action.sandboxId))
+                    })
                   )
                 )
               }
