@@ -139,4 +139,14 @@ export const expectError = (res: Answer, status: number, code: string) => {
 
 export const exists = (path: string) => FsSync.existsSync(path)
 
+/** Whether a loop device holds `image` (the kernel's own list, /sys/block). */
+export const isAttached = (image: string) =>
+  FsSync.readdirSync("/sys/block").filter((name) => name.startsWith("loop")).some((name) => {
+    try {
+      return FsSync.readFileSync(`/sys/block/${name}/loop/backing_file`, "utf8").trim() === image
+    } catch {
+      return false
+    }
+  })
+
 export { eventually, Identity }

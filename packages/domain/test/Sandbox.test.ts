@@ -85,7 +85,10 @@ describe("Sandbox record", () => {
       "driver",
       "mount_path",
       "subpath",
-      "mode"
+      "mode",
+      // Added by this contract (docs/contract.md#volumes).
+      "attachment_id",
+      "device_path"
     ])
     expect(Schema.decodeUnknownSync(S.Sandbox)(JSON.parse(JSON.stringify(json)))).toEqual(record)
   })

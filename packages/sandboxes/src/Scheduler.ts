@@ -131,7 +131,7 @@ export const place = Effect.fn("Scheduler.place")(function*(
   const ids = candidates.map((h) => h.hostId)
   // Local volumes hold their size on their host as sandbox disks do (their images are sparse too).
   const rows = yield* usageRows(sql`
-    SELECT host_id, sum(cpu) AS cpu, sum(ram_mb) AS ram_mb, sum(disk_gb) AS disk_gb FROM (
+    SELECT host_id, sum(cpu)::int8 AS cpu, sum(ram_mb)::int8 AS ram_mb, sum(disk_gb)::int8 AS disk_gb FROM (
       SELECT host_id,
              coalesce(sum(cpu) FILTER (WHERE state NOT IN ('stopped', 'error')), 0) AS cpu,
              coalesce(sum(ram_mb) FILTER (WHERE state NOT IN ('stopped', 'error')), 0) AS ram_mb,
