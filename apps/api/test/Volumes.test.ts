@@ -8,9 +8,20 @@ import { expect, layer } from "@effect/vitest"
 import { serve } from "@svc/testing/TestHttp"
 import { ConfigProvider, Effect, Layer } from "effect"
 import { HttpRouter } from "effect/http"
+import { execFile } from "node:child_process"
+import * as NodePath from "node:path"
 import * as Server from "../src/Server.ts"
 import { call } from "./Sandboxes.support.ts"
-import { api, createVolume, Env, EnvLayer, expectError, Identity, runningSandbox } from "./Volumes.support.ts"
+import {
+  api,
+  createVolume,
+  Env,
+  EnvLayer,
+  expectError,
+  Identity,
+  runningSandbox,
+  waitState
+} from "./Volumes.support.ts"
 
 /** An API with these settings beside the file's platform (same database and bus). */
 const apiWith = (settings: Record<string, string>) =>
@@ -18,6 +29,18 @@ const apiWith = (settings: Record<string, string>) =>
     HttpRouter.serve(Server.Routes, { disableLogger: true, disableListenLog: true }).pipe(
       Layer.provide(ConfigProvider.layerAdd(ConfigProvider.fromUnknown(settings), { asPrimary: true }))
     )
+  )
+
+const MAIN = NodePath.resolve(import.meta.dirname, "../../cli/src/main.ts")
+
+/** The CLI in a process of its own, as a user runs it. */
+const svc = (base: string, token: string, args: ReadonlyArray<string>) =>
+  Effect.promise(() =>
+    new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
+      execFile(process.execPath, [MAIN, ...args], {
+        env: { ...process.env, SVC_API_URL: base, SVC_API_KEY: token }
+      }, (error, stdout, stderr) => resolve({ code: error ? (error.code as number) ?? 1 : 0, stdout, stderr }))
+    })
   )
 
 const ID_BODY = /^[0-7][0-9a-hjkmnp-tv-z]{25}$/
@@ -223,5 +246,53 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("volumes API", 
       expect((yield* call(base, "DELETE", `/v1/volumes/${made[0]}`, { token: org.token })).status).toBe(200)
       const after = yield* call(base, "POST", "/v1/volumes", { token: org.token, body: { size_gb: 1 } })
       expect(after.status, after.text).toBe(201)
+    }))
+
+  it.effect("the CLI: svc volume create|list|get|delete, svc sandbox create --volume", () =>
+    Effect.gen(function*() {
+      const env = yield* Env
+      const run = (args: ReadonlyArray<string>) => svc(env.base, env.org.token, args)
+      const created = yield* run(["volume", "create", "--name", "cli-vol", "--size", "1", "--idempotency-key", "cli-key-1", "--json"])
+      expect(created.code, created.stderr).toBe(0)
+      const volume = JSON.parse(created.stdout)
+      expect(volume).toMatchObject({ name: "cli-vol", type: "local", size_gb: 1, state: "available" })
+      const again = yield* run(["volume", "create", "--name", "cli-vol", "--size", "1", "--idempotency-key", "cli-key-1", "--json"])
+      expect(JSON.parse(again.stdout).id).toBe(volume.id)
+      const refused = yield* run(["volume", "create", "--type", "shared", "--size", "1"])
+      expect(refused.code).toBe(1)
+      expect(refused.stderr).toContain("error invalid_request")
+      expect(refused.stderr).toContain("name: required for a shared volume")
+      const huge = yield* run(["volume", "create", "--size", "4096"])
+      expect(huge.stderr).toContain("error volume_capacity_above_max")
+
+      const sandbox = yield* run([
+        "sandbox",
+        "create",
+        "--region",
+        env.a.region,
+        "--volume",
+        `${volume.id}:/data:sub:ro`,
+        "--wait"
+      ])
+      expect(sandbox.code, sandbox.stderr).toBe(0)
+      const record = JSON.parse(sandbox.stdout)
+      expect(record.state).toBe("running")
+      expect(record.volume_attachments[0]).toMatchObject({
+        volume_id: volume.id,
+        mount_path: "/data",
+        subpath: "sub",
+        mode: "ro"
+      })
+      const listed = yield* run(["volume", "list"])
+      expect(listed.stdout).toContain(`${volume.id}  cli-vol  local  1 GiB  attached  ${record.id}:/data`)
+      const got = yield* run(["volume", "get", volume.id])
+      expect(JSON.parse(got.stdout).attached_to).toBe(record.id)
+      const busy = yield* run(["volume", "delete", volume.id])
+      expect(busy.code).toBe(1)
+      expect(busy.stderr).toContain("error conflict")
+      expect((yield* api("DELETE", `/v1/sandboxes/${record.id}`)).status).toBe(202)
+      yield* waitState(record.id, "deleted")
+      const deleted = yield* run(["volume", "delete", volume.id])
+      expect(deleted.stdout, deleted.stderr).toContain(`${volume.id} deleted`)
     }))
 })
