@@ -33,8 +33,12 @@ export class VolumeReaper extends Context.Service<VolumeReaper, {
           yield* driver.removeVolume(volumeId, "shared")
           removed.add(volumeId)
         }).pipe(
-          Effect.tapError((e) => Effect.logWarning("agent: removing a deleted volume failed", { volumeId, error: e.message })),
-          Effect.retry(Schedule.min([Schedule.exponential(Duration.millis(500)), Schedule.spaced(Duration.minutes(1))])),
+          Effect.tapError((e) =>
+            Effect.logWarning("agent: removing a deleted volume failed", { volumeId, error: e.message })
+          ),
+          Effect.retry(
+            Schedule.min([Schedule.exponential(Duration.millis(500)), Schedule.spaced(Duration.minutes(1))])
+          ),
           Effect.ignore
         )
       // Removals run beside the watch, and end with the agent.

@@ -129,7 +129,8 @@ export const deleteSandbox = (id: string) =>
     return yield* waitState(id, "deleted")
   })
 
-export const getVolume = (id: string) => Effect.map(api("GET", `/v1/volumes/${id}`), (r) => r.json as Record<string, any>)
+export const getVolume = (id: string) =>
+  Effect.map(api("GET", `/v1/volumes/${id}`), (r) => r.json as Record<string, any>)
 
 export const expectError = (res: Answer, status: number, code: string) => {
   expect(res.status, res.text).toBe(status)

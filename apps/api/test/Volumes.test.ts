@@ -210,12 +210,14 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("volumes API", 
       const sandbox = yield* runningSandbox({ region: env.a.region })
       const confined = yield* identity.key(env.org.id, [`sandbox:${sandbox.id}`])
       expect((yield* api("GET", `/v1/sandboxes/${sandbox.id}`, { token: confined })).status).toBe(200)
-      for (const [method, path, body] of [
-        ["GET", "/v1/volumes", undefined],
-        ["GET", `/v1/volumes/${volume.id}`, undefined],
-        ["POST", "/v1/volumes", { size_gb: 1 }],
-        ["DELETE", `/v1/volumes/${volume.id}`, undefined]
-      ] as const) {
+      for (
+        const [method, path, body] of [
+          ["GET", "/v1/volumes", undefined],
+          ["GET", `/v1/volumes/${volume.id}`, undefined],
+          ["POST", "/v1/volumes", { size_gb: 1 }],
+          ["DELETE", `/v1/volumes/${volume.id}`, undefined]
+        ] as const
+      ) {
         const res = yield* api(method, path, { token: confined, ...(body !== undefined ? { body } : {}) })
         expect(res.status, `${method} ${path}: ${res.text}`).toBe(403)
       }
@@ -252,11 +254,31 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("volumes API", 
     Effect.gen(function*() {
       const env = yield* Env
       const run = (args: ReadonlyArray<string>) => svc(env.base, env.org.token, args)
-      const created = yield* run(["volume", "create", "--name", "cli-vol", "--size", "1", "--idempotency-key", "cli-key-1", "--json"])
+      const created = yield* run([
+        "volume",
+        "create",
+        "--name",
+        "cli-vol",
+        "--size",
+        "1",
+        "--idempotency-key",
+        "cli-key-1",
+        "--json"
+      ])
       expect(created.code, created.stderr).toBe(0)
       const volume = JSON.parse(created.stdout)
       expect(volume).toMatchObject({ name: "cli-vol", type: "local", size_gb: 1, state: "available" })
-      const again = yield* run(["volume", "create", "--name", "cli-vol", "--size", "1", "--idempotency-key", "cli-key-1", "--json"])
+      const again = yield* run([
+        "volume",
+        "create",
+        "--name",
+        "cli-vol",
+        "--size",
+        "1",
+        "--idempotency-key",
+        "cli-key-1",
+        "--json"
+      ])
       expect(JSON.parse(again.stdout).id).toBe(volume.id)
       const refused = yield* run(["volume", "create", "--type", "shared", "--size", "1"])
       expect(refused.code).toBe(1)

@@ -15,16 +15,16 @@
  *   while a sandbox that is not deleted has it (409), marks it deleted and deletes its KV entry:
  *   the hosts then remove its image. Delete is soft; the id is never reused.
  */
+import { ensureBucket } from "@svc/bus/Topology"
+import { Idempotency, type Outcome } from "@svc/db/Idempotency"
+import type * as Rows from "@svc/db/Rows"
 import * as Errors from "@svc/domain/Errors"
 import { makeId, type OrgId } from "@svc/domain/Ids"
 import { type ListQuery, pageInfo } from "@svc/domain/Pagination"
 import { type CreateVolumeRequest, derivedVolumeName, Volume, type VolumeList } from "@svc/domain/Volume"
-import { Idempotency, type Outcome } from "@svc/db/Idempotency"
-import type * as Rows from "@svc/db/Rows"
 import * as Outbox from "@svc/events/Outbox"
 import { wakeIfPresent } from "@svc/events/Relay"
-import { ensureBucket } from "@svc/bus/Topology"
-import { VOLUMES_BUCKET, VOLUMES_BUCKET_SPEC, volumeKey } from "@svc/host-protocol/Volumes"
+import { volumeKey, VOLUMES_BUCKET, VOLUMES_BUCKET_SPEC } from "@svc/host-protocol/Volumes"
 import { Context, Duration, Effect, Layer, Option, Schedule, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import { VolumesConfig } from "./Config.ts"
@@ -49,7 +49,10 @@ export class Volumes extends Context.Service<Volumes, {
   >
   readonly list: (orgId: OrgId, query: ListQuery) => Effect.Effect<VolumeList, Rows.QueryError>
   readonly get: (orgId: OrgId, id: string) => Effect.Effect<Volume, Errors.NotFound | Rows.QueryError>
-  readonly remove: (orgId: OrgId, id: string) => Effect.Effect<Volume, Errors.NotFound | Errors.Conflict | Rows.QueryError>
+  readonly remove: (
+    orgId: OrgId,
+    id: string
+  ) => Effect.Effect<Volume, Errors.NotFound | Errors.Conflict | Rows.QueryError>
 }>()("@svc/volumes/Volumes") {
   static readonly make = Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -95,8 +98,9 @@ export class Volumes extends Context.Service<Volumes, {
             Errors.Conflict | Errors.QuotaExceeded | Rows.QueryError
           > {
             // The org's row, as the sandbox quotas lock it: concurrent creates count one at a time.
-            yield* withSql(Effect.flatMap(SqlClient.SqlClient, (s) =>
-              s`SELECT 1 FROM orgs WHERE id = ${orgId} FOR NO KEY UPDATE`))
+            yield* withSql(
+              Effect.flatMap(SqlClient.SqlClient, (s) => s`SELECT 1 FROM orgs WHERE id = ${orgId} FOR NO KEY UPDATE`)
+            )
             if ((yield* withSql(Store.countLive(orgId))) >= settings.maxPerOrg) {
               return yield* new Errors.QuotaExceeded({
                 error: `The org has reached its quota of ${settings.maxPerOrg} volumes (SVC_ORG_MAX_VOLUMES); ` +

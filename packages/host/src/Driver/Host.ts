@@ -27,7 +27,6 @@ import { installFirewall } from "./Firewall.ts"
 import * as Network from "./Network.ts"
 import { decode, run, runChecked } from "./Process.ts"
 import * as Seccomp from "./Seccomp.ts"
-import * as Volumes from "./Volumes.ts"
 import {
   isAlive,
   readRunRecord,
@@ -38,6 +37,7 @@ import {
   type SandboxRecord,
   sealLegacyRecord
 } from "./State.ts"
+import * as Volumes from "./Volumes.ts"
 
 /**
  * Where the host's static busybox appears inside every sandbox. The folder itself is a read-only

@@ -22,11 +22,11 @@
  */
 import { openEnv, sealEnv } from "@svc/crypto/SealedEnv"
 import type { SecretBox } from "@svc/crypto/SecretBox"
+import { VolumeMount } from "@svc/host-protocol/Volumes"
 import { Effect, Schema } from "effect"
 import * as FsSync from "node:fs"
 import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
-import { VolumeMount } from "@svc/host-protocol/Volumes"
 import { DriverFailure, Env, LimitStatus, SandboxExit } from "../Driver.ts"
 
 const recordFields = {

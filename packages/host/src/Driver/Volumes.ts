@@ -19,12 +19,12 @@
  * `svc-start` opens every path component below the volume's root and the sandbox's root without
  * following links (`native/volume-mount.h`), since tenants own both trees.
  */
+import type { VolumeMount } from "@svc/host-protocol/Volumes"
 import { Effect } from "effect"
 import { randomBytes } from "node:crypto"
 import * as FsSync from "node:fs"
 import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
-import type { VolumeMount } from "@svc/host-protocol/Volumes"
 import { DriverFailure } from "../Driver.ts"
 import type { DriverConfig } from "./Config.ts"
 import * as Disk from "./Disk.ts"
@@ -141,13 +141,26 @@ export const makeVolumes = (
           return yield* ensureImage(localPaths(config.dataDir, v.volumeId), v.sizeGb)
         }
         if (flock === undefined || mountpoint === undefined) {
-          return yield* new DriverFailure({ operation: "volume", message: "flock and mountpoint (util-linux) are needed" })
+          return yield* new DriverFailure({
+            operation: "volume",
+            message: "flock and mountpoint (util-linux) are needed"
+          })
         }
         const paths = sharedPaths(config.sharedVolumesDir, v.volumeId)
         yield* tryHost(() => Fs.mkdir(config.sharedVolumesDir, { recursive: true, mode: 0o700 }))
         yield* ensureImage(paths, v.sizeGb)
         const disk = yield* tryHost(diskMount)
-        yield* runChecked("volume", sh, ["-c", MOUNT_SHARED, "mount-shared", paths.lock, paths.mount, disk, paths.image, flock, mountpoint], {
+        yield* runChecked("volume", sh, [
+          "-c",
+          MOUNT_SHARED,
+          "mount-shared",
+          paths.lock,
+          paths.mount,
+          disk,
+          paths.image,
+          flock,
+          mountpoint
+        ], {
           env,
           timeoutMs: 30_000
         })
@@ -197,11 +210,23 @@ export const makeVolumes = (
       const paths = sharedPaths(config.sharedVolumesDir, volumeId)
       if (!FsSync.existsSync(paths.image) && !FsSync.existsSync(paths.mount)) return
       if (flock === undefined || mountpoint === undefined) {
-        return yield* new DriverFailure({ operation: "volume", message: "flock and mountpoint (util-linux) are needed" })
+        return yield* new DriverFailure({
+          operation: "volume",
+          message: "flock and mountpoint (util-linux) are needed"
+        })
       }
       // Lazily: a sandbox still ending keeps its bind until it is gone; the image's blocks are
       // freed then.
-      yield* runChecked("volume", sh, ["-c", UNMOUNT_SHARED, "unmount-shared", paths.lock, paths.mount, paths.image, flock, mountpoint], {
+      yield* runChecked("volume", sh, [
+        "-c",
+        UNMOUNT_SHARED,
+        "unmount-shared",
+        paths.lock,
+        paths.mount,
+        paths.image,
+        flock,
+        mountpoint
+      ], {
         env,
         timeoutMs: 30_000
       })

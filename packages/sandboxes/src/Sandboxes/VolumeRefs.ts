@@ -28,7 +28,10 @@ const VolumeRef = Schema.Struct({
 type VolumeRef = typeof VolumeRef.Type
 
 const refs = Rows.decoder("Sandboxes.volumeRefs", VolumeRef)
-const users = Rows.decoder("Sandboxes.volumeUsers", Schema.Struct({ volume_id: Schema.String, sandbox_id: Schema.String }))
+const users = Rows.decoder(
+  "Sandboxes.volumeUsers",
+  Schema.Struct({ volume_id: Schema.String, sandbox_id: Schema.String })
+)
 
 const invalid = (path: string, message: string) =>
   new Errors.InvalidRequest({ error: `Invalid request body: ${path} ${message}`, issues: [{ path, message }] })
