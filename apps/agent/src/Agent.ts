@@ -37,6 +37,7 @@ import { Journal } from "./Journal.ts"
 import { Lifecycle } from "./Lifecycle.ts"
 import { HostRegistry } from "./Registry.ts"
 import { Reporter } from "./Reporter.ts"
+import { VolumeReaper } from "./Volumes.ts"
 import { ExitWatcher } from "./Watcher.ts"
 
 /** Where an agent keeps its egress state (the CA, the proxy's socket, the front's build). */
@@ -62,6 +63,7 @@ export const DriverConfigFromAgent = Layer.effect(
           subnet: config.subnet,
           uidBase: config.uidBase,
           allowNoFirewall: config.allowNoFirewall,
+          sharedVolumesDir: config.sharedVolumesDir,
           ...(config.egress !== undefined && ca !== undefined
             ? {
               egress: { tcpPort: config.egress.tcpPort, dnsPort: config.egress.dnsPort },
@@ -155,7 +157,7 @@ const services = (options: { readonly dataPlane?: DataPlaneOptions }) => {
     })
   )
   const registered = Layer.mergeAll(HostRegistry.layer, workers).pipe(Layer.provideMerge(dataPlane))
-  return Layer.mergeAll(CommandConsumer.layer, ExitWatcher.layer, EgressFromAgent).pipe(
+  return Layer.mergeAll(CommandConsumer.layer, ExitWatcher.layer, VolumeReaper.layer, EgressFromAgent).pipe(
     Layer.provideMerge(registered),
     Layer.provideMerge(lifecycle)
   )
@@ -224,3 +226,4 @@ export type AgentServices =
   | HostRegistry
   | CommandConsumer
   | ExitWatcher
+  | VolumeReaper

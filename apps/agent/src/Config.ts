@@ -20,6 +20,8 @@
  *   SVC_DATA_DIR          root of the agents' data, default `.svc/data` of the working directory
  *                         (`svc dev` sets `<SVC_STATE_DIR>/data`)
  *   SVC_AGENT_DATA_DIR    the driver's data dir of this host; default `<SVC_DATA_DIR>/hosts/<hostId>`
+ *   SVC_SHARED_VOLUMES_DIR  shared volumes' images and mounts, one folder for every agent of the
+ *                         machine; default `<SVC_DATA_DIR>/shared-volumes`
  *   SVC_AGENT_HEARTBEAT   host heartbeat, default 2s (HOST_HEARTBEAT_MS)
  *   SVC_AGENT_CONCURRENCY    commands applied at once (one sandbox's commands stay in order)
  *   SVC_AGENT_POOL_SIZE      pre-started `base` sandboxes kept ready (default 4; 0 turns the pool off)
@@ -81,6 +83,11 @@ export interface AgentSettings {
   readonly cgroupRoot?: string
   /** Where built image roots (the `debian` archive) are cached; `SVC_IMAGE_CACHE_DIR`, default `<dataDir>/cache`. */
   readonly imageCacheDir?: string
+  /**
+   * Shared volumes' images and their one mount per machine (the driver's `sharedVolumesDir`):
+   * the same folder for every agent of a machine. Default `<dataDir>/shared-volumes`.
+   */
+  readonly sharedVolumesDir: string
   /** The sandboxes' way out through this host (@svc/egress); unset: sandboxes reach nothing outside. */
   readonly egress?: Egress.EgressSettings
 }
@@ -167,6 +174,7 @@ const SettingsSchema = Schema.Struct({
   allowNoFirewall: Schema.Boolean,
   cgroupRoot: Schema.optionalKey(Schema.String.check(Schema.isPattern(/^\/[^\0]*$/, { message: "absolute path" }))),
   imageCacheDir: Schema.optionalKey(Schema.String.check(Schema.isPattern(/^\/[^\0]*$/, { message: "absolute path" }))),
+  sharedVolumesDir: Schema.String.check(Schema.isPattern(/^\/[^\0]*$/, { message: "absolute path" })),
   egress: Schema.optionalKey(Schema.Struct({
     defaultAction: Schema.Literals(["allow", "deny"]),
     allowedSubnets: Schema.Array(SubnetSchema),
@@ -259,6 +267,11 @@ export const Bridge = Env.text("SVC_SANDBOX_BRIDGE", DEFAULT_BRIDGE, "interface 
 export const Subnet = Env.text("SVC_SANDBOX_SUBNET", DEFAULT_SUBNET, "CIDR")
 export const UidBase = Env.integer("SVC_SANDBOX_UID_BASE", DEFAULT_UID_BASE, { min: 0 })
 export const AllowNoFirewall = Env.flag("SVC_AGENT_ALLOW_NO_FIREWALL")
+export const SharedVolumesDir = optional(Config.String("SVC_SHARED_VOLUMES_DIR"), {
+  name: "SVC_SHARED_VOLUMES_DIR",
+  default: "`<SVC_DATA_DIR>/shared-volumes` (one folder for every agent of a machine)",
+  format: "path"
+})
 
 /** Every variable the agent role reads: its own, the bus's and the keys. */
 export const settings: ReadonlyArray<Env.AnySetting> = [
@@ -285,7 +298,8 @@ export const settings: ReadonlyArray<Env.AnySetting> = [
   Bridge,
   Subnet,
   UidBase,
-  AllowNoFirewall
+  AllowNoFirewall,
+  SharedVolumesDir
 ]
 
 export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("@svc/agent/AgentConfig") {
@@ -324,6 +338,7 @@ export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("
       subnet: options.subnet ?? DEFAULT_SUBNET,
       uidBase: options.uidBase ?? DEFAULT_UID_BASE,
       allowNoFirewall: options.allowNoFirewall ?? false,
+      sharedVolumesDir: NodePath.resolve(options.sharedVolumesDir ?? NodePath.join(dataDir, "shared-volumes")),
       ...(options.cgroupRoot !== undefined ? { cgroupRoot: options.cgroupRoot } : {}),
       ...(options.imageCacheDir !== undefined ? { imageCacheDir: options.imageCacheDir } : {}),
       ...(options.egress !== undefined
@@ -373,6 +388,7 @@ export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("
         subnet: Subnet,
         uidBase: UidBase,
         allowNoFirewall: AllowNoFirewall,
+        sharedVolumesDir: SharedVolumesDir,
         egress: Egress.EgressConfig
       }).pipe(Effect.mapError((e) => new InvalidAgentConfig({ message: String(e) })))
       const hostId = Option.getOrElse(env.hostId, () => hostIdFromHostname(Os.hostname()))
@@ -400,6 +416,7 @@ export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("
         subnet: env.subnet,
         uidBase: env.uidBase,
         allowNoFirewall: env.allowNoFirewall,
+        sharedVolumesDir: Option.getOrElse(env.sharedVolumesDir, () => NodePath.join(env.dataRoot, "shared-volumes")),
         egress: env.egress,
         capacity: { ...given("cpu", env.cpu), ...given("ramMb", env.ramMb), ...given("diskGb", env.diskGb) }
       })

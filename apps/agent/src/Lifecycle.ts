@@ -293,7 +293,9 @@ export class Lifecycle extends Context.Service<Lifecycle, {
        */
       const adoptPoolEntry = (spec: SandboxSpec) =>
         Effect.uninterruptible(Effect.suspend(() => {
-          const poolId = spec.template === BASE_TEMPLATE && spec.layers === undefined && spec.diskGb === POOL_DISK_GB
+          // A pool entry runs already: volumes are mounted as a sandbox starts, so those cold-boot.
+          const poolId = spec.template === BASE_TEMPLATE && spec.layers === undefined && spec.diskGb === POOL_DISK_GB &&
+              (spec.volumes ?? []).length === 0
             ? pool.shift()
             : undefined
           if (poolId === undefined) return Effect.succeed(undefined)
@@ -414,6 +416,13 @@ export class Lifecycle extends Context.Service<Lifecycle, {
           }))
         })
 
+      /** The loop devices of a running sandbox's volumes, for its `running` report (none: omitted). */
+      const volumeDevices = (sandboxId: string) =>
+        driver.volumeDevices(sandboxId).pipe(
+          Effect.map((devices) => (Object.keys(devices).length > 0 ? { volumeDevices: { ...devices } } : {})),
+          Effect.orElseSucceed(() => ({}))
+        )
+
       /** The sandbox's current state as a report (for an idempotent repeat of a command). */
       const currentState = Effect.fn("Lifecycle.currentState")(
         function*(sandboxId: string, via: "cold-boot" | "restore") {
@@ -422,7 +431,12 @@ export class Lifecycle extends Context.Service<Lifecycle, {
           if (row === undefined) return undefined
           if (row.status === "stopped") return yield* report(sandboxId, "stopped")
           const agentReady = yield* checkReady(sandboxId)
-          return yield* report(sandboxId, "running", { internalIp: row.internalIp, via, agentReady })
+          return yield* report(sandboxId, "running", {
+            internalIp: row.internalIp,
+            via,
+            agentReady,
+            ...(yield* volumeDevices(sandboxId))
+          })
         }
       )
 
@@ -494,7 +508,8 @@ export class Lifecycle extends Context.Service<Lifecycle, {
             internalIp: made.success.internalIp,
             via: "cold-boot",
             agentReady,
-            ...runtime
+            ...runtime,
+            ...(yield* volumeDevices(sandboxId))
           })
         }
         if (made.failure._tag === "SandboxAlreadyExists") {
@@ -523,7 +538,8 @@ export class Lifecycle extends Context.Service<Lifecycle, {
             internalIp: started.success.internalIp,
             via: "restore",
             agentReady,
-            ...runtime
+            ...runtime,
+            ...(yield* volumeDevices(sandboxId))
           })
         }
         if (started.failure._tag === "SandboxNotFound") {
@@ -696,7 +712,11 @@ export class Lifecycle extends Context.Service<Lifecycle, {
                 reports.push(
                   track(
                     "reconcile",
-                    yield* report(action.sandboxId, "running", { internalIp: action.internalIp, agentReady })
+                    yield* report(action.sandboxId, "running", {
+                      internalIp: action.internalIp,
+                      agentReady,
+                      ...(yield* volumeDevices(action.sandboxId))
+                    })
                   )
                 )
               }

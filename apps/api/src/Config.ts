@@ -9,6 +9,7 @@ import * as Crypto from "@svc/crypto/Config"
 import * as Db from "@svc/db/Config"
 import * as Sandboxes from "@svc/sandboxes/Config"
 import * as Secrets from "@svc/secrets/Config"
+import * as Volumes from "@svc/volumes/Config"
 import * as Webhooks from "@svc/webhooks/Config"
 import { Config } from "effect"
 
@@ -34,5 +35,6 @@ export const settings: ReadonlyArray<Env.AnySetting> = [
   ...Auth.settings,
   ...Sandboxes.quotaSettings,
   Webhooks.AllowedSubnets,
-  ...Secrets.settings
+  ...Secrets.settings,
+  ...Volumes.settings
 ]

@@ -33,6 +33,7 @@ import { SandboxesHandlers } from "./Http/Sandboxes.ts"
 import { SecretsHandlers } from "./Http/Secrets.ts"
 import { SystemHandlers } from "./Http/System.ts"
 import { TemplatesHandlers } from "./Http/Templates.ts"
+import { VolumesHandlers } from "./Http/Volumes.ts"
 import { WebhooksHandlers } from "./Http/Webhooks.ts"
 import { NodeHooks } from "./Preview.ts"
 
@@ -43,7 +44,8 @@ export const Handlers = Layer.mergeAll(
   WebhooksHandlers,
   SecretsHandlers,
   // The snapshot route reads the sandbox through the Sandboxes service SandboxesHandlers builds.
-  TemplatesHandlers.pipe(Layer.provide(SandboxesHandlers))
+  TemplatesHandlers.pipe(Layer.provide(SandboxesHandlers)),
+  VolumesHandlers
 ).pipe(
   Layer.provide(HealthMonitor.layer),
   Layer.provideMerge(AuthorizationLayer),

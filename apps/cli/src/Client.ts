@@ -46,7 +46,7 @@ export const credentials = Effect.gen(function*() {
 })
 
 /** One API call; a non-2xx answer is a `CliError` with the API's code and message. */
-export const request = (method: string, path: string, body?: unknown) =>
+export const request = (method: string, path: string, body?: unknown, extraHeaders?: Record<string, string>) =>
   Effect.gen(function*() {
     const creds = yield* credentials
     const url = creds.baseUrl.replace(/\/+$/, "") + path
@@ -55,6 +55,7 @@ export const request = (method: string, path: string, body?: unknown) =>
         fetch(url, {
           method,
           headers: {
+            ...extraHeaders,
             authorization: `Bearer ${creds.apiKey}`,
             ...(body !== undefined ? { "content-type": "application/json" } : {})
           },

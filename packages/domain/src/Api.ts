@@ -12,6 +12,7 @@ import { SandboxesApi } from "./Api/Sandboxes.ts"
 import { SecretsApi } from "./Api/Secrets.ts"
 import { SystemApi } from "./Api/System.ts"
 import { TemplatesApi } from "./Api/Templates.ts"
+import { VolumesApi } from "./Api/Volumes.ts"
 import { WebhooksApi } from "./Api/Webhooks.ts"
 import { WorkersApi } from "./Api/Workers.ts"
 
@@ -27,6 +28,7 @@ export class Api extends HttpApi.make("svc")
   .add(WebhooksApi)
   .add(SecretsApi)
   .add(TemplatesApi)
+  .add(VolumesApi)
   // Authentication and each endpoint's declared Access rule: keep this after the last .add
   // (it applies to the endpoints added before it; the authorization matrix test checks).
   .middleware(Authorization)

@@ -30,7 +30,9 @@ export const ID_PREFIXES = {
   delivery: "whd",
   attempt: "wha",
   audit: "aud",
-  host: "host"
+  host: "host",
+  /** A volume attached to a sandbox (`attachment_id` of docs/contract.md#volumes). */
+  attachment: "vat"
 } as const
 export type IdKind = keyof typeof ID_PREFIXES
 export type IdPrefix = (typeof ID_PREFIXES)[IdKind]
@@ -69,6 +71,8 @@ export const AuditId = idString("aud").pipe(Schema.brand("AuditId"))
 export type AuditId = typeof AuditId.Type
 export const HostId = idString("host").pipe(Schema.brand("HostId"))
 export type HostId = typeof HostId.Type
+export const AttachmentId = idString("vat").pipe(Schema.brand("AttachmentId"))
+export type AttachmentId = typeof AttachmentId.Type
 
 // Monotonic state of this process: last time used and its random digits.
 let lastTime = -1
@@ -133,6 +137,7 @@ export const makeDeliveryId = (): DeliveryId => makeId("delivery") as DeliveryId
 export const makeAttemptId = (): AttemptId => makeId("attempt") as AttemptId
 export const makeAuditId = (): AuditId => makeId("audit") as AuditId
 export const makeHostId = (): HostId => makeId("host") as HostId
+export const makeAttachmentId = (): AttachmentId => makeId("attachment") as AttachmentId
 
 interface IdTypes {
   readonly org: OrgId
@@ -148,6 +153,7 @@ interface IdTypes {
   readonly attempt: AttemptId
   readonly audit: AuditId
   readonly host: HostId
+  readonly attachment: AttachmentId
 }
 export type IdOf<K extends IdKind> = IdTypes[K]
 

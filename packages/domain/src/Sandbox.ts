@@ -7,7 +7,7 @@
  * injected `sandbox:<id>` key). Unset values are `null`.
  */
 import { Effect, Schema, SchemaTransformation } from "effect"
-import { HostId, OrgId, SandboxId, SecretId, TemplateId, VolumeId } from "./Ids.ts"
+import { AttachmentId, HostId, OrgId, SandboxId, SecretId, TemplateId, VolumeId } from "./Ids.ts"
 import { NetworkPolicy, Rules } from "./Network.ts"
 import { ListQuery, Page } from "./Pagination.ts"
 import { AbsolutePath, EnvVars, jsonBytes, MAX_JSON_DEPTH, Name, RelativePath } from "./Text.ts"
@@ -33,13 +33,20 @@ export type SandboxType = typeof SandboxType.Type
 export const VolumeMode = Schema.Literals(["rw", "ro"])
 export type VolumeMode = typeof VolumeMode.Type
 
+/**
+ * One entry of a sandbox's `volume_attachments` (docs/contract.md#volumes). Added by this
+ * contract: `attachment_id` (the volume record's `attachment_id`) and `device_path` (the loop
+ * device its host mounted the volume's image from while the sandbox runs; null otherwise).
+ */
 export const VolumeAttachment = Schema.Struct({
   volume_id: VolumeId,
   type: Schema.String,
   driver: Schema.String,
   mount_path: Schema.String,
   subpath: Schema.String,
-  mode: VolumeMode
+  mode: VolumeMode,
+  attachment_id: AttachmentId,
+  device_path: Schema.NullOr(Schema.String)
 })
 export type VolumeAttachment = typeof VolumeAttachment.Type
 

@@ -30,7 +30,9 @@ const record: S.Sandbox = {
     driver: "local",
     mount_path: "/data",
     subpath: "",
-    mode: "rw"
+    mode: "rw",
+    attachment_id: Ids.makeAttachmentId(),
+    device_path: null
   }],
   metadata: { team: "infra", n: 1 },
   errorMessage: null,
@@ -83,7 +85,10 @@ describe("Sandbox record", () => {
       "driver",
       "mount_path",
       "subpath",
-      "mode"
+      "mode",
+      // Added by this contract (docs/contract.md#volumes).
+      "attachment_id",
+      "device_path"
     ])
     expect(Schema.decodeUnknownSync(S.Sandbox)(JSON.parse(JSON.stringify(json)))).toEqual(record)
   })

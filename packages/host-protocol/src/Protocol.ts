@@ -21,6 +21,7 @@ import type { MailboxAddress } from "@svc/bus/Mailbox"
 import type { BucketSpec, StreamSpec } from "@svc/bus/Topology"
 import { Schema } from "effect"
 import { BuildCommand, SandboxImage } from "./Images.ts"
+import { VolumeMount } from "./Volumes.ts"
 
 export const HOST_HEARTBEAT_MS = 2_000
 export const HOST_DOWN_AFTER_MS = 10_000
@@ -107,7 +108,9 @@ export const SandboxResources = Schema.Struct({
   diskGb: Schema.Int,
   exposedPorts: Schema.Array(Schema.Int),
   /** A template's image: its layers over the root `template` names, its start and ready commands (`Images.ts`). */
-  image: Schema.optionalKey(SandboxImage)
+  image: Schema.optionalKey(SandboxImage),
+  /** The sandbox's volumes (`Volumes.ts`); absent: none. */
+  volumes: Schema.optionalKey(Schema.Array(VolumeMount))
 })
 export type SandboxResources = typeof SandboxResources.Type
 
@@ -145,6 +148,8 @@ export const AgentReport = Schema.TaggedStruct("AgentReport", {
   /** The template's `ready_cmd` passed (`runtime_ready`), or why not (`runtime_reason`). */
   runtimeReady: Schema.optionalKey(Schema.Boolean),
   runtimeReason: Schema.optionalKey(Schema.NullOr(Schema.String)),
+  /** With `running`: the loop device each of its volumes is mounted from, by volume id. */
+  volumeDevices: Schema.optionalKey(Schema.Record(Schema.String, Schema.String)),
   /** ms since the epoch, on the host. */
   at: Schema.Number
 })

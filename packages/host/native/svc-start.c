@@ -4,7 +4,9 @@
  * bubblewrap it records as the run's monitor).
  *
  *   svc-start [--cgroup PROCS_FILE]... [--image FILE --image-mount DIR] --lower DIR --upper DIR
- *             --work DIR --root DIR --seccomp FILE --uid UID -- BWRAP ARGS...
+ *             --work DIR --root DIR --seccomp FILE --uid UID
+ *             [--volume image|dir SOURCE MOUNT SUBPATH TARGET rw|ro]... [--shared-volumes DIR]
+ *             -- BWRAP ARGS...
  *
  * In order, in this one process:
  *   1. a private mount namespace of its own (unshare, / made private recursively): what is
@@ -13,6 +15,10 @@
  *   3. the disk image through a loop device at DIR (`loop-mount.h`; autoclear: detached with
  *      the namespace), when the sandbox has one;
  *   4. the overlay (lower: the template, upper and work: on the image) at --root;
+ *   4b. the volumes (`volume-mount.h`): a local volume's image loop-mounted at MOUNT (`image`),
+ *      a shared volume's file system already mounted at SOURCE by the agent (`dir`); SUBPATH
+ *      of it bound at TARGET in the root, read-only for `ro`; then every other shared volume's
+ *      mount (under --shared-volumes) detached from this namespace;
  *   5. the seccomp filter opened on fd 6, where bubblewrap's `--seccomp 6` reads it;
  *   6. no supplementary groups, gid and uid the sandboxes' unprivileged host uid (real,
  *      effective and saved: the kernel clears every capability): nothing of the sandbox ever
@@ -26,10 +32,11 @@
  * Exit codes of its own, one per step, so that the driver's message says which failed (the
  * reason is on stderr, the sandbox's log): 120 usage or the mount namespace, 121 the sandbox's
  * uid, 122 the disk image, 123 the seccomp filter, 124 the overlay, 125 a cgroup, 126
- * bubblewrap could not be run, 127 bubblewrap not found.
+ * bubblewrap could not be run, 127 bubblewrap not found, 119 a volume.
  */
 #include "cgroup-join.h"
 #include "loop-mount.h"
+#include "volume-mount.h"
 
 #include <grp.h>
 #include <sched.h>
@@ -37,6 +44,13 @@
 #include <sys/types.h>
 
 #define MAX_CGROUPS 16
+#define MAX_VOLUMES 16
+
+struct volume {
+  int image;
+  const char *source, *mount, *subpath, *target;
+  int ro;
+};
 
 static void fail(int code, const char *what, const char *detail) {
   fprintf(stderr, "svc-start: %s%s%s: %s\n", what, detail ? " " : "", detail ? detail : "", strerror(errno));
@@ -52,10 +66,29 @@ int main(int argc, char **argv) {
   const char *cgroups[MAX_CGROUPS];
   int ncgroups = 0, i;
   const char *image = NULL, *image_mount = NULL, *lower = NULL, *upper = NULL, *work = NULL, *root = NULL;
-  const char *seccomp = NULL, *uid_text = NULL;
+  const char *seccomp = NULL, *uid_text = NULL, *shared_volumes = NULL;
+  struct volume volumes[MAX_VOLUMES];
+  int nvolumes = 0;
   for (i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--") == 0) { i++; break; }
+    if (strcmp(a, "--volume") == 0) {
+      if (i + 6 >= argc) failx(120, "--volume takes 6 values");
+      if (nvolumes == MAX_VOLUMES) failx(120, "too many volumes");
+      struct volume *v = &volumes[nvolumes++];
+      v->image = strcmp(argv[i + 1], "image") == 0;
+      if (!v->image && strcmp(argv[i + 1], "dir") != 0) failx(120, "--volume: image or dir");
+      v->source = argv[i + 2];
+      v->mount = argv[i + 3];
+      v->subpath = argv[i + 4];
+      v->target = argv[i + 5];
+      if (v->target[0] != '/') failx(120, "--volume: the target is absolute");
+      if (strcmp(argv[i + 6], "ro") == 0) v->ro = 1;
+      else if (strcmp(argv[i + 6], "rw") == 0) v->ro = 0;
+      else failx(120, "--volume: rw or ro");
+      i += 6;
+      continue;
+    }
     if (i + 1 >= argc) failx(120, "missing option value");
     const char *v = argv[++i];
     if (strcmp(a, "--cgroup") == 0) {
@@ -69,6 +102,7 @@ int main(int argc, char **argv) {
     else if (strcmp(a, "--root") == 0) root = v;
     else if (strcmp(a, "--seccomp") == 0) seccomp = v;
     else if (strcmp(a, "--uid") == 0) uid_text = v;
+    else if (strcmp(a, "--shared-volumes") == 0) shared_volumes = v;
     else failx(120, "unknown option");
   }
   if (lower == NULL || upper == NULL || work == NULL || root == NULL || seccomp == NULL || uid_text == NULL || i >= argc ||
@@ -96,6 +130,17 @@ int main(int argc, char **argv) {
   int len = snprintf(options, sizeof options, "lowerdir=%s,upperdir=%s,workdir=%s", lower, upper, work);
   if (len < 0 || (size_t) len >= sizeof options) failx(124, "overlay options too long");
   if (mount("overlay", root, "overlay", 0, options) != 0) fail(124, "mounting the overlay on", root);
+
+  for (int n = 0; n < nvolumes; n++) {
+    const struct volume *v = &volumes[n];
+    const char *from = v->source;
+    if (v->image) {
+      if (loop_mount("svc-start", v->source, v->mount) != 0) exit(119);
+      from = v->mount;
+    }
+    if (volume_bind(from, v->subpath, root, v->target, v->ro, uid) != 0) exit(119);
+  }
+  if (shared_volumes != NULL) detach_under(shared_volumes);
 
   int filter = open(seccomp, O_RDONLY);
   if (filter < 0) fail(123, "open", seccomp);

@@ -5,6 +5,7 @@
  * would implement the same service on hosts with KVM.
  */
 import type { HostLimits } from "@svc/host-protocol/Protocol"
+import { VolumeMount } from "@svc/host-protocol/Volumes"
 import { Context, type Effect, Schema, type Scope, type Stream } from "effect"
 
 // ---------------------------------------------------------------------------------------------
@@ -69,6 +70,10 @@ export class SandboxSpec extends Schema.Class<SandboxSpec>("@svc/host/SandboxSpe
     Schema.Array(LayerDigest).check(
       Schema.makeFilter((layers) => layers.length <= MAX_LAYERS || `at most ${MAX_LAYERS} layers`)
     )
+  ),
+  /** Volumes mounted into the sandbox at each start (`Driver/Volumes.ts`); absent: none. */
+  volumes: Schema.optionalKey(
+    Schema.Array(VolumeMount).check(Schema.makeFilter((v) => v.length <= 16 || "at most 16 volumes"))
   )
 }) {}
 
@@ -370,6 +375,16 @@ export class SandboxDriver extends Context.Service<SandboxDriver, {
    * stop. Cheap for a running sandbox (its processes' /proc entries only): meant to be polled.
    */
   ended(sandboxId: string): Effect.Effect<SandboxExit | undefined, Common>
+  /**
+   * The loop device each volume of a running sandbox is mounted from, by volume id (volumes
+   * whose device is not found are left out).
+   */
+  volumeDevices(sandboxId: string): Effect.Effect<Readonly<Record<string, string>>, Common | SandboxNotRunning>
+  /**
+   * Removes a deleted volume's storage on this host (a local volume's image, or a shared one's
+   * machine-wide mount and image). Idempotent: nothing there succeeds.
+   */
+  removeVolume(volumeId: string, type: "local" | "shared"): Effect.Effect<void, InvalidSandboxRequest | DriverFailure>
   /** Which limits this host enforces (probed once, when the driver starts). */
   readonly hostLimits: HostLimits
   /** Every sandbox this host has on disk with its run status. */

@@ -113,6 +113,15 @@ const moveTo = (
 
 const unchanged = (s: State | undefined): Actor.Transition<State> => ({ state: s, effects: [] })
 
+/**
+ * The loop devices of the sandbox's volumes as its host reported them (`running`); none once it
+ * no longer runs (the devices go with its processes). Nothing when it has no volumes.
+ */
+const withDevices = (s: State, devices: Readonly<Record<string, string>>): Partial<State> =>
+  s.volumeAttachments.length === 0 ? {} : {
+    volumeAttachments: s.volumeAttachments.map((a) => ({ ...a, device_path: devices[a.volume_id] ?? null }))
+  }
+
 // ---------------------------------------------------------------------------------------------
 // Commands the API may refuse
 
@@ -179,7 +188,8 @@ const onReport = (s: State, r: AgentReport, ctx: Ctx): Actor.Transition<State> =
         ...(r.runtimeReady !== undefined ? { runtimeReady: r.runtimeReady } : {}),
         ...(r.runtimeReason !== undefined ? { runtimeReason: r.runtimeReason } : {}),
         errorMessage: null,
-        createdEmitted: true
+        createdEmitted: true,
+        ...withDevices(s, r.volumeDevices ?? {})
       }
       if (s.state === "running") {
         // A repeat (e.g. the agent's reconcile after a restart): refresh the fields, no event.
@@ -195,7 +205,8 @@ const onReport = (s: State, r: AgentReport, ctx: Ctx): Actor.Transition<State> =
         ...ip,
         agentReady: false,
         stoppedAt: ctx.now,
-        errorMessage: null
+        errorMessage: null,
+        ...withDevices(s, {})
       })
       if (s.type === "ephemeral") {
         // Removed once it stops: destroy it right away.
@@ -223,7 +234,8 @@ const onReport = (s: State, r: AgentReport, ctx: Ctx): Actor.Transition<State> =
         ...seen,
         ...ip,
         agentReady: false,
-        errorMessage: r.errorMessage ?? "the sandbox's init ended"
+        errorMessage: r.errorMessage ?? "the sandbox's init ended",
+        ...withDevices(s, {})
       })
     }
     case "failed": {
@@ -262,7 +274,8 @@ export const transition = (s: State | undefined, m: Message, ctx: Ctx): Actor.Tr
           ramMb: s.ramMb,
           diskGb: s.diskGb,
           exposedPorts: s.exposedPorts,
-          ...(m.image !== undefined ? { image: m.image } : {})
+          ...(m.image !== undefined ? { image: m.image } : {}),
+          ...(m.volumes !== undefined && m.volumes.length > 0 ? { volumes: m.volumes } : {})
         }
       }
       return moveTo(s, "starting", ctx, {}, [command(s, cmd)])

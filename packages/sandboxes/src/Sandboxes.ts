@@ -11,7 +11,11 @@
  * - `template`: the built-in `base` (by name or by its id) is the only template so far;
  *   anything else is 400 naming `template`.
  * - `volumes` and `secrets` name resources that must exist in the org: an id that is not one
- *   (missing, deleted, another org's) is 400 naming the entry (`secrets.1`); no volume exists yet.
+ *   (missing, deleted, another org's) is 400 naming the entry (`secrets.1`, `volumes.0.volume_id`).
+ * - Volumes (`Sandboxes/VolumeRefs.ts`, docs/contract.md#volumes): a local volume attached
+ *   elsewhere is 409; the sandbox goes to the host of its local volumes (a local volume that has
+ *   none yet is pinned to the host placement picks, which must have room for it too); each
+ *   attachment gets an `attachment_id`, and the host is sent what to mount.
  * - Egress (docs/contract.md#network-policy): `network` and the bound secrets are part of the
  *   row; each change (create, `setNetwork`, `bindSecret`) puts the sandbox's `egress` KV entry
  *   through the outbox in its own transaction, and the deletion removes it
@@ -33,7 +37,7 @@ import { SecretBox } from "@svc/crypto/SecretBox"
 import { Idempotency, type Outcome } from "@svc/db/Idempotency"
 import * as Rows from "@svc/db/Rows"
 import * as Errors from "@svc/domain/Errors"
-import { makeId, type OrgId } from "@svc/domain/Ids"
+import { makeAttachmentId, makeId, type OrgId, type VolumeId } from "@svc/domain/Ids"
 import { pageInfo } from "@svc/domain/Pagination"
 import {
   type CreateSandboxRequest,
@@ -48,6 +52,7 @@ import {
   UNPAGINATED_CAP,
   UNPAGINATED_MAX_BYTES
 } from "@svc/domain/Sandbox"
+import { VOLUME_DRIVER } from "@svc/domain/Volume"
 import * as Outbox from "@svc/events/Outbox"
 import { wakeIfPresent } from "@svc/events/Relay"
 import { Clock, Context, Effect, Layer, Option, Schema, type Stream } from "effect"
@@ -64,6 +69,7 @@ import * as Quota from "./Sandboxes/Quota.ts"
 import { toRecord } from "./Sandboxes/Record.ts"
 import { liveSecrets } from "./Sandboxes/SecretRefs.ts"
 import { COLUMNS, SandboxRow, store, toStored } from "./Sandboxes/Store.ts"
+import * as VolumeRefs from "./Sandboxes/VolumeRefs.ts"
 import * as Scheduler from "./Scheduler.ts"
 import { Templates } from "./Templates.ts"
 
@@ -195,7 +201,6 @@ export class Sandboxes extends Context.Service<Sandboxes, {
         if (template === undefined) {
           return yield* invalid("template", `no ready template ${JSON.stringify(request.template)} in this org`)
         }
-        if (request.volumes.length > 0) return yield* invalid("volumes.0.volume_id", "no such volume in this org")
         let live = yield* hosts.live
         if (!live.some((h) => request.region === null || h.region === request.region)) {
           // A host that registered a moment ago may not have reached the mirror yet.
@@ -225,13 +230,17 @@ export class Sandboxes extends Context.Service<Sandboxes, {
           const secrets = yield* liveSecrets(orgId, request.secrets)
           const unknown = request.secrets.findIndex((secretId) => !secrets.has(secretId))
           if (unknown !== -1) return yield* invalid(`secrets.${unknown}`, "no such secret in this org")
+          // Held FOR UPDATE to the commit: a volume's delete, or another create, waits for this one.
+          const volumes = yield* VolumeRefs.plan(orgId, request.volumes)
           const placement = yield* Scheduler.place(live, {
             region: request.region,
             cpu: request.cpu,
             ramMb: request.ram_mb,
-            diskGb: request.disk_gb
+            diskGb: request.disk_gb + volumes.unpinnedGb,
+            hostId: volumes.pinnedHost
           }, now)
           const host = placement._tag === "Placed" ? placement.host : null
+          if (host !== null) yield* VolumeRefs.pin(volumes.unpinned, host.hostId)
           if (placement._tag === "Unplaceable") {
             // The tenant sees `reason`; which hosts were full and by how much is for operators.
             yield* Effect.logWarning("sandbox unplaceable", { sandboxId: id, orgId, detail: placement.detail })
@@ -257,7 +266,16 @@ export class Sandboxes extends Context.Service<Sandboxes, {
             vsockCid: null,
             internalIp: null,
             exposedPorts: request.exposed_ports,
-            volumeAttachments: [],
+            volumeAttachments: volumes.mounts.map((v) => ({
+              volume_id: v.volumeId as VolumeId,
+              type: v.type,
+              driver: VOLUME_DRIVER,
+              mount_path: v.mountPath,
+              subpath: v.subpath,
+              mode: v.mode,
+              attachment_id: makeAttachmentId(),
+              device_path: null
+            })),
             metadata: request.metadata as SandboxActorState["metadata"],
             errorMessage: null,
             network: request.network,
@@ -281,7 +299,8 @@ export class Sandboxes extends Context.Service<Sandboxes, {
             // env first, the request's over it.
             sealedEnv: yield* sealEnv(box, "transit", id, { ...template.env, ...request.env }),
             ...(template.image !== undefined ? { image: template.image } : {}),
-            unplaceable: placement._tag === "Unplaceable" ? placement.reason : null
+            unplaceable: placement._tag === "Unplaceable" ? placement.reason : null,
+            ...(volumes.mounts.length > 0 ? { volumes: volumes.mounts } : {})
           }).pipe(Effect.catchTag("InvalidActorMessage", Effect.die))
           return state
         })

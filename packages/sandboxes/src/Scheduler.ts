@@ -27,6 +27,8 @@ export interface PlacementRequest {
   readonly cpu: number
   readonly ramMb: number
   readonly diskGb: number
+  /** Only this host (where the sandbox's local volumes live); null or absent: any. */
+  readonly hostId?: string | null
 }
 
 export interface Usage {
@@ -57,7 +59,15 @@ export const choose = (
   now: number
 ): Placement => {
   const live = hosts.filter((h) => isLive(h, now))
-  const inRegion = request.region === null ? live : live.filter((h) => h.region === request.region)
+  const pinned = request.hostId ?? null
+  const inRegion = (request.region === null ? live : live.filter((h) => h.region === request.region))
+    .filter((h) => pinned === null || h.hostId === pinned)
+  if (inRegion.length === 0 && pinned !== null) {
+    // The tenant's own volume's host: naming it tells nothing about other tenants.
+    const where = request.region === null ? "" : ` in region ${request.region}`
+    const reason = `the host of its local volumes (${pinned}) is not live${where}`
+    return { _tag: "Unplaceable", reason, detail: reason }
+  }
   if (inRegion.length === 0) {
     const where = request.region === null ? "" : ` in region ${request.region}`
     const regions = [...new Set(live.map((h) => h.region))].sort()
@@ -112,17 +122,27 @@ export const place = Effect.fn("Scheduler.place")(function*(
   now: number
 ) {
   const sql = yield* SqlClient.SqlClient
-  const candidates = hosts.filter((h) => isLive(h, now) && (request.region === null || h.region === request.region))
+  const candidates = hosts.filter((h) =>
+    isLive(h, now) && (request.region === null || h.region === request.region) &&
+    (request.hostId == null || h.hostId === request.hostId)
+  )
   if (candidates.length === 0) return choose(hosts, new Map(), request, now)
   yield* sql`SELECT pg_advisory_xact_lock(${PLACEMENT_LOCK_KEY})`
   const ids = candidates.map((h) => h.hostId)
+  // Local volumes hold their size on their host as sandbox disks do (their images are sparse too).
   const rows = yield* usageRows(sql`
-    SELECT host_id,
-           coalesce(sum(cpu) FILTER (WHERE state NOT IN ('stopped', 'error')), 0) AS cpu,
-           coalesce(sum(ram_mb) FILTER (WHERE state NOT IN ('stopped', 'error')), 0) AS ram_mb,
-           sum(disk_gb) AS disk_gb
-    FROM sandboxes WHERE host_id = ANY(${ids}::text[]) AND state <> 'deleted'
-    GROUP BY host_id`)
+    SELECT host_id, sum(cpu)::int8 AS cpu, sum(ram_mb)::int8 AS ram_mb, sum(disk_gb)::int8 AS disk_gb FROM (
+      SELECT host_id,
+             coalesce(sum(cpu) FILTER (WHERE state NOT IN ('stopped', 'error')), 0) AS cpu,
+             coalesce(sum(ram_mb) FILTER (WHERE state NOT IN ('stopped', 'error')), 0) AS ram_mb,
+             sum(disk_gb) AS disk_gb
+      FROM sandboxes WHERE host_id = ANY(${ids}::text[]) AND state <> 'deleted'
+      GROUP BY host_id
+      UNION ALL
+      SELECT host_id, 0, 0, sum(size_gb)
+      FROM volumes WHERE host_id = ANY(${ids}::text[]) AND deleted_at IS NULL AND type = 'local'
+      GROUP BY host_id
+    ) held GROUP BY host_id`)
   const usage = new Map<string, Usage>(
     rows.map((r) => [r.host_id, { cpu: Number(r.cpu), ramMb: Number(r.ram_mb), diskGb: Number(r.disk_gb) }])
   )

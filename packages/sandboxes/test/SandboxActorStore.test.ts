@@ -36,7 +36,9 @@ const state = (patch: Partial<SandboxActorState> = {}): SandboxActorState => ({
     driver: "local",
     mount_path: "/data",
     subpath: "",
-    mode: "rw"
+    mode: "rw",
+    attachment_id: "vat_00000000000000000000000001" as never,
+    device_path: "/dev/loop7"
   }],
   metadata: { nested: { list: [1, "two", null, true] } },
   errorMessage: null,

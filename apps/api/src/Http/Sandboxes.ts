@@ -60,6 +60,9 @@ export const SandboxesGroup = HttpApiBuilder.group(
           const principal = yield* CurrentPrincipal
           // Binding secrets at create is a use of them (spec 5.4).
           if (payload.secrets.length > 0) yield* requireScope("secrets", "use")
+          // Attaching a volume uses it: `ro` mounts need volumes:read, `rw` ones volumes:write.
+          if (payload.volumes.some((v) => v.mode === "rw")) yield* requireScope("volumes", "write")
+          else if (payload.volumes.length > 0) yield* requireScope("volumes", "read")
           const permission = yield* sandboxPolicy({ create: { parentId: payload.parent_id } })
           const parentId = permission._tag === "CreateAs" ? permission.parentId : payload.parent_id
           const result = yield* sandboxes.create(

@@ -16,6 +16,7 @@
 import { Console, Effect, Option } from "effect"
 import { Argument, Command, Flag } from "effect/cli"
 import { CliError, request } from "../Client.ts"
+import { parseVolumeFlag } from "./Volumes.ts"
 
 const print = (value: unknown) => Console.log(JSON.stringify(value, null, 2))
 
@@ -68,6 +69,10 @@ const create = Command.make(
     allow: allowFlag,
     deny: denyFlag,
     secret: Flag.String("secret").pipe(Flag.withDescription("Bind this secret (sec_...); repeatable"), Flag.atLeast(0)),
+    volume: Flag.String("volume").pipe(
+      Flag.withDescription("Attach a volume: VOLUME_ID:MOUNT_PATH[:SUBPATH][:ro|rw]; repeatable"),
+      Flag.atLeast(0)
+    ),
     wait: Flag.Boolean("wait").pipe(
       Flag.withDescription("Wait until it is running (or in error)"),
       Flag.withDefault(false)
@@ -87,6 +92,7 @@ const create = Command.make(
       ...optionalField("timeout_s", o.timeoutS),
       ...(o.ports.length > 0 ? { exposed_ports: o.ports } : {}),
       ...(o.secret.length > 0 ? { secrets: o.secret } : {}),
+      ...(o.volume.length > 0 ? { volumes: o.volume.map(parseVolumeFlag) } : {}),
       ...(o.allow.length > 0 || o.deny.length > 0 ? { network: { allow_out: o.allow, deny_out: o.deny } } : {})
     })
     const record = o.wait ? yield* waitFor(created.id, ["running"]) : created

@@ -27,6 +27,10 @@ export const makeAdopt = (host: DriverHost, lifecycle: Pick<DriverLifecycle, "de
     const from = yield* checkId(fromId)
     const spec = yield* decodeInput(SandboxSpec, input)
     if (from === spec.sandboxId) return yield* invalid("adopt: the new id must differ from the old one")
+    // Volumes are mounted as a sandbox starts: a running pool entry cannot take them.
+    if ((spec.volumes ?? []).length > 0) {
+      return yield* invalid("adopt: a sandbox with volumes cannot adopt a running one")
+    }
     return yield* host.withLock(
       from,
       host.withLock(

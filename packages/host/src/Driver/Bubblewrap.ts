@@ -72,6 +72,20 @@ export class BubblewrapDriver {
 
       const images = makeImages(host)
 
+      const volumeDevices = Effect.fn("SandboxDriver.volumeDevices")(function*(sandboxId: string) {
+        const entry = yield* host.lookupRunning(sandboxId)
+        return yield* host.volumes.devices(entry.record.volumes ?? [])
+      })
+
+      const removeVolume = Effect.fn("SandboxDriver.removeVolume")(
+        function*(volumeId: string, type: "local" | "shared") {
+          if (!/^vol_[0-9a-z]{26}$/.test(volumeId) || (type !== "local" && type !== "shared")) {
+            return yield* invalid("removeVolume: a volume id (vol_...) and its type")
+          }
+          yield* host.volumes.remove(volumeId, type)
+        }
+      )
+
       // A lifecycle step cut in half would leave processes, devices or leases behind: once begun,
       // it runs to its end even if the caller is interrupted.
       return SandboxDriver.of({
@@ -93,6 +107,8 @@ export class BubblewrapDriver {
         pty,
         ended: (sandboxId) => Effect.uninterruptible(ended(sandboxId)),
         ...images,
+        volumeDevices,
+        removeVolume: (volumeId, type) => Effect.uninterruptible(removeVolume(volumeId, type)),
         hostLimits
       })
     })

@@ -63,6 +63,12 @@ export class DriverConfig extends Context.Service<DriverConfig, {
    * agent of a machine. Default `<dataDir>/cache`.
    */
   readonly imageCacheDir?: string
+  /**
+   * Where shared volumes live on this machine (`Volumes.ts`): their images and the one mount of
+   * each, which every agent of the machine uses. Machine-wide: the agents of one machine must
+   * give the same folder. Default `<dataDir>/shared-volumes` (a driver alone on its machine).
+   */
+  readonly sharedVolumesDir: string
 }>()("@svc/host/Driver/DriverConfig") {
   static readonly make = (options: DriverOptions): DriverConfig["Service"] => {
     const bridge = options.bridge ?? DEFAULT_BRIDGE
@@ -79,6 +85,7 @@ export class DriverConfig extends Context.Service<DriverConfig, {
       uidBase: options.uidBase ?? DEFAULT_UID_BASE,
       allowNoFirewall: options.allowNoFirewall ?? false,
       diskStock: options.diskStock ?? 4,
+      sharedVolumesDir: options.sharedVolumesDir ?? `${options.dataDir.replace(/\/+$/, "")}/shared-volumes`,
       ...(options.egress !== undefined ? { egress: options.egress } : {}),
       ...(options.trustedCaPem !== undefined ? { trustedCaPem: options.trustedCaPem } : {}),
       ...(options.imageCacheDir !== undefined ? { imageCacheDir: options.imageCacheDir } : {})
@@ -120,6 +127,7 @@ const ConfigSchema = Schema.Struct({
   uidBase: UidBase,
   allowNoFirewall: Schema.Boolean,
   diskStock: Schema.Int.check(Schema.isBetween({ minimum: 0, maximum: 64 })),
+  sharedVolumesDir: AbsolutePath,
   egress: Schema.optionalKey(Schema.Struct({ tcpPort: Port, dnsPort: Port })),
   trustedCaPem: Schema.optionalKey(
     Schema.String.check(Schema.isPattern(/^-----BEGIN CERTIFICATE-----/, { message: "a PEM certificate" }))

@@ -402,6 +402,9 @@ export const imagesAllocatedBytes = (sandboxesDir: string): number => {
   return total
 }
 
+/** The loop devices `image` is attached to right now (`/dev/loopN`). */
+export const devicesOf = (image: string): ReadonlyArray<string> => attachedDevices(image)
+
 /** Whether an image is attached to a loop device right now (tests). */
 export const isAttached = (image: string) => attachedDevices(image).length > 0
 

@@ -37,6 +37,7 @@ import {
   type SandboxRecord,
   sealLegacyRecord
 } from "./State.ts"
+import * as Volumes from "./Volumes.ts"
 
 /**
  * Where the host's static busybox appears inside every sandbox. The folder itself is a read-only
@@ -98,6 +99,8 @@ export interface DriverHost {
   /** Whether sandboxes get a disk image (`Disk.ts`), found once at start, and the blank ones made ahead. */
   readonly disk: Disk.DiskSupport
   readonly diskStock: Disk.DiskStock
+  /** Volumes' images and mounts on this host (`Volumes.ts`). */
+  readonly volumes: Volumes.HostVolumes
   readonly sandboxesDir: string
   /** The host folder bound read-only at `HELPER_DIR` in every sandbox. */
   readonly helperDir: string
@@ -223,6 +226,7 @@ export const makeDriverHost = (
       }))
     const disk = yield* Disk.probe(config.dataDir, bin, HOST_ENV, config.uidBase)
     const diskStock = yield* Disk.makeStock(disk, config.dataDir, config.diskStock, bin.sh, HOST_ENV)
+    const volumes = Volumes.makeVolumes(config, disk, bin.sh, HOST_ENV)
 
     // The bridge is shared by every agent on the machine: create it if absent, never touch others.
     if (!(yield* tryHost("bridge", () => Network.interfaceExists(config.bridge)))) {
@@ -306,6 +310,7 @@ export const makeDriverHost = (
       cgroups,
       disk,
       diskStock,
+      volumes,
       sandboxesDir,
       helperDir,
       mountPoint: (sandboxId: string) => NodePath.join(mountsDir, sandboxId),

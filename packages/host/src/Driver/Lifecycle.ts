@@ -108,7 +108,8 @@ export const makeLifecycle = (host: DriverHost, runs: Runs) => {
           diskGb: spec.diskGb,
           exposedPorts: spec.exposedPorts,
           internalIp,
-          createdAt: new Date().toISOString()
+          createdAt: new Date().toISOString(),
+          ...(spec.volumes !== undefined && spec.volumes.length > 0 ? { volumes: spec.volumes } : {})
         })
         const made = tryHost("create", async () => {
           await Fs.mkdir(paths.dir, { recursive: true, mode: 0o700 })

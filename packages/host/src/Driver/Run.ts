@@ -173,6 +173,8 @@ export const makeRuns = (host: DriverHost): Runs => {
           host.confinement.seccomp,
           "--uid",
           String(config.uidBase),
+          // The volumes, bound into the root before bubblewrap binds it (`Volumes.ts`).
+          ...host.volumes.startArgs(record.volumes ?? []),
           // bwrap reads its options from fd 5: host paths stay out of pid 1's cmdline inside.
           "--",
           bin.bwrap,
@@ -358,6 +360,8 @@ export const makeRuns = (host: DriverHost): Runs => {
           }
         })
       }
+      // A volume's image is made by the first start that needs it; a shared one is mounted on the machine.
+      yield* host.volumes.prepare(record.volumes ?? [])
       const prepared = yield* tryHost("start", () =>
         cgroups.prepare(record.sandboxId, {
           ramMb: record.ramMb,

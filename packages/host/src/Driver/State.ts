@@ -22,6 +22,7 @@
  */
 import { openEnv, sealEnv } from "@svc/crypto/SealedEnv"
 import type { SecretBox } from "@svc/crypto/SecretBox"
+import { VolumeMount } from "@svc/host-protocol/Volumes"
 import { Effect, Schema } from "effect"
 import * as FsSync from "node:fs"
 import * as Fs from "node:fs/promises"
@@ -38,7 +39,9 @@ const recordFields = {
   diskGb: Schema.Int,
   exposedPorts: Schema.Array(Schema.Int),
   internalIp: Schema.String,
-  createdAt: Schema.String
+  createdAt: Schema.String,
+  /** Mounted at each start (`Volumes.ts`); absent in records of sandboxes without volumes. */
+  volumes: Schema.optionalKey(Schema.Array(VolumeMount))
 }
 
 /** A sandbox's record in memory: `env` in the clear, never written as such. */

@@ -12,6 +12,7 @@ import { NetworkPolicy } from "@svc/domain/Network"
 import { SandboxState, SandboxType, VolumeAttachment } from "@svc/domain/Sandbox"
 import { SandboxImage } from "@svc/host-protocol/Images"
 import { AgentReport } from "@svc/host-protocol/Protocol"
+import { VolumeMount } from "@svc/host-protocol/Volumes"
 import { Schema } from "effect"
 
 const Ms = Schema.Number
@@ -77,7 +78,9 @@ export const Create = Schema.TaggedStruct("Create", {
   sealedEnv: Schema.String,
   unplaceable: Schema.NullOr(Schema.String),
   /** A template's image (its layers, start and ready commands); absent for `base`. */
-  image: Schema.optionalKey(SandboxImage)
+  image: Schema.optionalKey(SandboxImage),
+  /** The volumes its host mounts (checked and locked by the API); absent: none. */
+  volumes: Schema.optionalKey(Schema.Array(VolumeMount))
 })
 export const Start = Schema.TaggedStruct("Start", {})
 export const Stop = Schema.TaggedStruct("Stop", {})
