@@ -6,6 +6,7 @@ import { Effect } from "effect"
 import { Command } from "effect/cli"
 import { reportCliError } from "./Client.ts"
 import { dev } from "./Commands/Dev.ts"
+import { events } from "./Commands/Events.ts"
 import { key } from "./Commands/Keys.ts"
 import { org } from "./Commands/Orgs.ts"
 import { roles } from "./Commands/Roles.ts"
@@ -16,7 +17,7 @@ import { webhook } from "./Commands/Webhooks.ts"
 
 const svc = Command.make("svc").pipe(
   Command.withDescription("The sandbox platform"),
-  Command.withSubcommands([dev, ...roles, org, key, sandbox, secret, volume, webhook])
+  Command.withSubcommands([dev, ...roles, org, key, sandbox, secret, volume, webhook, events])
 )
 
 svc.pipe(

@@ -5,6 +5,7 @@
 import { HttpApi, OpenApi } from "effect/http-api"
 import { AuditApi } from "./Api/Audit.ts"
 import { Access, ApiKeysApi, AuthApi, Authorization } from "./Api/Auth.ts"
+import { EventsApi } from "./Api/Events.ts"
 import { Infrastructure } from "./Api/Infrastructure.ts"
 import { OrgApi } from "./Api/Org.ts"
 import { PreviewsApi } from "./Api/Previews.ts"
@@ -26,6 +27,7 @@ export class Api extends HttpApi.make("svc")
   .add(PreviewsApi)
   .add(WorkersApi)
   .add(WebhooksApi)
+  .add(EventsApi)
   .add(SecretsApi)
   .add(TemplatesApi)
   .add(VolumesApi)

@@ -22,6 +22,7 @@ import { HttpServerResponse } from "effect/http"
 import { HttpApiBuilder } from "effect/http-api"
 import { ApiMaxTransfers } from "../Config.ts"
 import { PreviewProxyLayer } from "../Preview.ts"
+import { EventsGroup } from "./Events.ts"
 import { PreviewsGroup } from "./Previews.ts"
 import { WorkersHandlers } from "./Workers.ts"
 
@@ -133,7 +134,13 @@ export const SandboxesGroup = HttpApiBuilder.group(
  * The sandboxes, exposed ports and workers routes with their services, and the preview proxy
  * when the server has hooks for it; needs `SqlClient`, `Nats`, `SecretBox` and `ApiKeys`.
  */
-export const SandboxesHandlers = Layer.mergeAll(SandboxesGroup, PreviewsGroup, WorkersHandlers, PreviewProxyLayer).pipe(
+export const SandboxesHandlers = Layer.mergeAll(
+  SandboxesGroup,
+  PreviewsGroup,
+  EventsGroup,
+  WorkersHandlers,
+  PreviewProxyLayer
+).pipe(
   Layer.provide(Previews.layer),
   Layer.provideMerge(Sandboxes.layer),
   Layer.provide(Hosts.layer)
