@@ -8,9 +8,11 @@ import { Access, ApiKeysApi, AuthApi, Authorization } from "./Api/Auth.ts"
 import { Infrastructure } from "./Api/Infrastructure.ts"
 import { OrgApi } from "./Api/Org.ts"
 import { PreviewsApi } from "./Api/Previews.ts"
+import { ProcessesApi } from "./Api/Processes.ts"
 import { SandboxesApi } from "./Api/Sandboxes.ts"
 import { SecretsApi } from "./Api/Secrets.ts"
 import { SystemApi } from "./Api/System.ts"
+import { TerminalApi } from "./Api/Terminal.ts"
 import { WebhooksApi } from "./Api/Webhooks.ts"
 import { WorkersApi } from "./Api/Workers.ts"
 
@@ -25,6 +27,8 @@ export class Api extends HttpApi.make("svc")
   .add(WorkersApi)
   .add(WebhooksApi)
   .add(SecretsApi)
+  .add(ProcessesApi)
+  .add(TerminalApi)
   // Authentication and each endpoint's declared Access rule: keep this after the last .add
   // (it applies to the endpoints added before it; the authorization matrix test checks).
   .middleware(Authorization)

@@ -16,13 +16,18 @@ import * as Errors from "@svc/domain/Errors"
 import type { OrgId } from "@svc/domain/Ids"
 import { Hosts } from "@svc/sandboxes/Hosts"
 import { Previews } from "@svc/sandboxes/Previews"
+import { type ProcessError, Processes, Sse } from "@svc/sandboxes/Processes"
 import { Sandboxes, toRecord } from "@svc/sandboxes/Sandboxes"
+import type * as Rows from "@svc/db/Rows"
+import type { ExecResult } from "@svc/domain/Sandbox"
 import { Duration, Effect, Layer, Semaphore } from "effect"
 import { HttpServerResponse } from "effect/http"
 import { HttpApiBuilder } from "effect/http-api"
 import { ApiMaxTransfers } from "../Config.ts"
 import { PreviewProxyLayer } from "../Preview.ts"
 import { PreviewsGroup } from "./Previews.ts"
+import { ProcessesGroup, wantsEvents } from "./Processes.ts"
+import { TerminalGroup } from "./Terminal.ts"
 import { WorkersHandlers } from "./Workers.ts"
 
 /** How long a transfer beyond the bound waits for a slot. */
@@ -33,6 +38,7 @@ export const SandboxesGroup = HttpApiBuilder.group(
   "sandboxes",
   Effect.fn(function*(handlers) {
     const sandboxes = yield* Sandboxes
+    const processes = yield* Processes
     const transfers = yield* Semaphore.make(yield* ApiMaxTransfers)
 
     /** A transfer slot until the request's response is sent (its scope), or 503 after the wait. */
@@ -99,7 +105,18 @@ export const SandboxesGroup = HttpApiBuilder.group(
       )
       .handle(
         "exec",
-        ({ params, payload }) => Effect.flatMap(target(params.id), (orgId) => sandboxes.exec(orgId, params.id, payload))
+        ({ params, payload, request }) =>
+          Effect.flatMap(
+            target(params.id),
+            (orgId): Effect.Effect<
+              ExecResult | HttpServerResponse.HttpServerResponse,
+              ProcessError | Errors.PayloadTooLarge | Rows.QueryError
+            > =>
+              // `Accept: text/event-stream`: the output as it comes (docs/contract.md#sandbox-processes).
+              wantsEvents(request)
+                ? Effect.map(processes.execStream(orgId, params.id, payload), Sse.response)
+                : sandboxes.exec(orgId, params.id, payload)
+          )
       )
       .handle("readFile", ({ params, query }) =>
         Effect.gen(function*() {
@@ -126,11 +143,19 @@ export const SandboxesGroup = HttpApiBuilder.group(
 )
 
 /**
- * The sandboxes, exposed ports and workers routes with their services, and the preview proxy
+ * The sandboxes, processes, terminal, exposed ports and workers routes with their services, and the preview proxy
  * when the server has hooks for it; needs `SqlClient`, `Nats`, `SecretBox` and `ApiKeys`.
  */
-export const SandboxesHandlers = Layer.mergeAll(SandboxesGroup, PreviewsGroup, WorkersHandlers, PreviewProxyLayer).pipe(
+export const SandboxesHandlers = Layer.mergeAll(
+  SandboxesGroup,
+  PreviewsGroup,
+  WorkersHandlers,
+  PreviewProxyLayer,
+  ProcessesGroup,
+  TerminalGroup
+).pipe(
   Layer.provide(Previews.layer),
+  Layer.provide(Processes.layer),
   Layer.provideMerge(Sandboxes.layer),
   Layer.provide(Hosts.layer)
 )

@@ -18,6 +18,7 @@ import {
   AgentTooLarge
 } from "@svc/host-protocol/DataPlane"
 import * as PtyFrames from "@svc/host-protocol/PtyFrames"
+import * as Sse from "@svc/host-protocol/Sse"
 import { Effect, Schema, Stream } from "effect"
 import { HttpApiBuilder, HttpApiError } from "effect/http-api"
 import {
@@ -108,7 +109,7 @@ export const ProcessHandlers = (settings: DataPlaneSettings) =>
           Effect.gen(function*() {
             const request = yield* driverExec(payload)
             const events = yield* viaDriverP(driver.execStream(params.id, request))
-            return endQuietly(events).pipe(Stream.map(toAgentEvent))
+            return Sse.response(endQuietly(events).pipe(Stream.map(toAgentEvent)))
           }))
         .handle("start", ({ params, payload }) =>
           Effect.gen(function*() {
@@ -134,7 +135,7 @@ export const ProcessHandlers = (settings: DataPlaneSettings) =>
           Effect.gen(function*() {
             const pid = yield* pidOf(params.pid)
             const events = yield* viaDriverP(driver.processOutput(params.id, pid, query.follow === "true"))
-            return events.pipe(Stream.map(toAgentEvent))
+            return Sse.response(events.pipe(Stream.map(toAgentEvent)))
           }))
         .handle("stdin", ({ params, payload, query }) =>
           Effect.gen(function*() {
