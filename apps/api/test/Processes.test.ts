@@ -5,9 +5,9 @@
  */
 import { expect, layer } from "@effect/vitest"
 import { Effect, Fiber } from "effect"
+import { openEvents, outputOf, type SseEvent } from "./Processes.support.ts"
 import { Identity } from "./Sandboxes.support.ts"
 import { api, create, Env, EnvLayer, expectError, waitState } from "./SandboxesEnv.support.ts"
-import { openEvents, outputOf, type SseEvent } from "./Processes.support.ts"
 
 const exec = (id: string, script: string) =>
   Effect.map(api("POST", `/v1/sandboxes/${id}/exec`, { body: { cmd: ["sh", "-c", script] } }), (res) => {
@@ -83,7 +83,10 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("sandbox proces
       const follow = yield* events(`/v1/sandboxes/${s.id}/processes/${server.pid}/output?follow=true`)
       expect(follow.status).toBe(200)
       const following = yield* Effect.forkScoped(follow.rest)
-      const fetched = yield* exec(s.id, "for i in 1 2 3 4 5 6 7 8 9 10; do curl -s http://127.0.0.1:8000/ && break; sleep 0.2; done")
+      const fetched = yield* exec(
+        s.id,
+        "for i in 1 2 3 4 5 6 7 8 9 10; do curl -s http://127.0.0.1:8000/ && break; sleep 0.2; done"
+      )
       expect(fetched.stdout).toBe("hello-from-httpd\n")
 
       const signalled = yield* api("POST", `/v1/sandboxes/${s.id}/processes/${server.pid}/signal`, {
@@ -126,10 +129,16 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("sandbox proces
       expect(outputOf(kept)).toBe("got one\ngot two\n")
 
       // KILL ends a process and what it started.
-      const tree = yield* api("POST", `/v1/sandboxes/${s.id}/processes`, { body: { cmd: ["sh", "-c", "sleep 1000 & sleep 1001"] } })
-      const killed = yield* api("POST", `/v1/sandboxes/${s.id}/processes/${tree.json.pid}/signal`, { body: { signal: "KILL" } })
+      const tree = yield* api("POST", `/v1/sandboxes/${s.id}/processes`, {
+        body: { cmd: ["sh", "-c", "sleep 1000 & sleep 1001"] }
+      })
+      const killed = yield* api("POST", `/v1/sandboxes/${s.id}/processes/${tree.json.pid}/signal`, {
+        body: { signal: "KILL" }
+      })
       expect(killed.status).toBe(202)
-      const treeExit = exitOf(yield* (yield* events(`/v1/sandboxes/${s.id}/processes/${tree.json.pid}/output?follow=true`)).rest)
+      const treeExit = exitOf(
+        yield* (yield* events(`/v1/sandboxes/${s.id}/processes/${tree.json.pid}/output?follow=true`)).rest
+      )
       expect(treeExit).toMatchObject({ exit_code: 137, reason: "killed" })
       expect((yield* exec(s.id, "ps -o args | grep -c '[s]leep 100'")).stdout.trim()).toBe("0")
 
@@ -140,7 +149,11 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("sandbox proces
       // Refusals.
       expectError(yield* api("GET", `/v1/sandboxes/${s.id}/processes/999999`), 404, "not_found")
       expectError(yield* api("GET", `/v1/sandboxes/${s.id}/processes/abc`), 404, "not_found")
-      expectError(yield* api("GET", `/v1/sandboxes/${s.id}/processes/${pid}/output?follow=maybe`), 400, "invalid_request")
+      expectError(
+        yield* api("GET", `/v1/sandboxes/${s.id}/processes/${pid}/output?follow=maybe`),
+        400,
+        "invalid_request"
+      )
       expectError(
         yield* api("POST", `/v1/sandboxes/${s.id}/processes/${pid}/signal`, { body: { signal: "STOP" } }),
         400,
@@ -151,7 +164,11 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("sandbox proces
         409,
         "conflict"
       )
-      expectError(yield* api("POST", `/v1/sandboxes/${s.id}/processes/${pid}/stdin`, { raw: "late\n" }), 409, "conflict")
+      expectError(
+        yield* api("POST", `/v1/sandboxes/${s.id}/processes/${pid}/stdin`, { raw: "late\n" }),
+        409,
+        "conflict"
+      )
       expectError(yield* api("POST", `/v1/sandboxes/${s.id}/processes`, { body: { cmd: [] } }), 400, "invalid_request")
       expectError(
         yield* api("POST", `/v1/sandboxes/${s.id}/processes`, { body: { cmd: ["true"], cwd: "/no/such/dir" } }),
@@ -166,7 +183,9 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("sandbox proces
         "conflict"
       )
       expectError(
-        yield* api("POST", `/v1/sandboxes/${s.id}/processes/${noStdin.json.pid}/stdin`, { raw: new Uint8Array(1024 * 1024 + 1) }),
+        yield* api("POST", `/v1/sandboxes/${s.id}/processes/${noStdin.json.pid}/stdin`, {
+          raw: new Uint8Array(1024 * 1024 + 1)
+        }),
         413,
         "payload_too_large"
       )

@@ -42,7 +42,8 @@ const openTerminal = (query: string) =>
           resume(Effect.fail(new Error(`refused with ${res.statusCode}`))))
         ws.on("open", () =>
           resume(Effect.succeed({
-            screen: () => screen,
+            screen: () =>
+              screen,
             messages,
             closed: () => closed,
             type: (text) => ws.send(Buffer.from(text, "utf8"), { binary: true }),
@@ -68,33 +69,36 @@ const screenHas = (t: Terminal, needle: string) => until(() => t.screen().includ
 
 /** A WebSocket handshake that is refused: its status and JSON body, as a client sees them. */
 const refused = (query: string, headers: Record<string, string> = {}, path = "/terminal") =>
-  Effect.flatMap(Effect.service(Env), (env) =>
-    Effect.promise(() =>
-      new Promise<{ status: number; json: any; headers: Http.IncomingHttpHeaders }>((resolve, reject) => {
-        const url = new URL(env.base)
-        const request = Http.request({
-          host: url.hostname,
-          port: url.port,
-          path: `${path}?${query}`,
-          agent: false,
-          headers: {
-            connection: "Upgrade",
-            upgrade: "websocket",
-            "sec-websocket-version": "13",
-            "sec-websocket-key": "dGhlIHNhbXBsZSBub25jZQ==",
-            ...headers
-          }
+  Effect.flatMap(
+    Effect.service(Env),
+    (env) =>
+      Effect.promise(() =>
+        new Promise<{ status: number; json: any; headers: Http.IncomingHttpHeaders }>((resolve, reject) => {
+          const url = new URL(env.base)
+          const request = Http.request({
+            host: url.hostname,
+            port: url.port,
+            path: `${path}?${query}`,
+            agent: false,
+            headers: {
+              connection: "Upgrade",
+              upgrade: "websocket",
+              "sec-websocket-version": "13",
+              "sec-websocket-key": "dGhlIHNhbXBsZSBub25jZQ==",
+              ...headers
+            }
+          })
+          request.on("upgrade", () => reject(new Error("the handshake was accepted")))
+          request.on("response", (res) => {
+            let body = ""
+            res.on("data", (c) => (body += c))
+            res.on("end", () => resolve({ status: res.statusCode ?? 0, json: JSON.parse(body), headers: res.headers }))
+          })
+          request.on("error", reject)
+          request.end()
         })
-        request.on("upgrade", () => reject(new Error("the handshake was accepted")))
-        request.on("response", (res) => {
-          let body = ""
-          res.on("data", (c) => (body += c))
-          res.on("end", () => resolve({ status: res.statusCode ?? 0, json: JSON.parse(body), headers: res.headers }))
-        })
-        request.on("error", reject)
-        request.end()
-      })
-    ))
+      )
+  )
 
 const expectRefused = (answer: { status: number; json: any }, status: number, code: string) => {
   expect(answer.status, JSON.stringify(answer.json)).toBe(status)
@@ -161,7 +165,8 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("the terminal",
           ws.close()
           resume(Effect.succeed(101))
         })
-        ws.on("unexpected-response", (_r: unknown, res: Http.IncomingMessage) => resume(Effect.succeed(res.statusCode ?? 0)))
+        ws.on("unexpected-response", (_r: unknown, res: Http.IncomingMessage) =>
+          resume(Effect.succeed(res.statusCode ?? 0)))
       })
       expect(headerKey).toBe(101)
     }).pipe(Effect.scoped))
@@ -190,7 +195,11 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("the terminal",
       const confined = yield* identity.key(env.org.id, [`sandbox:${other.id}`])
       expectRefused(yield* refused(q(confined)), 403, "sandbox_out_of_scope")
       expectRefused(yield* refused(q(env.other.token)), 404, "not_found")
-      expectRefused(yield* refused(`token=${env.org.token}&sandbox_id=sbx_00000000000000000000000000`), 404, "not_found")
+      expectRefused(
+        yield* refused(`token=${env.org.token}&sandbox_id=sbx_00000000000000000000000000`),
+        404,
+        "not_found"
+      )
 
       expectRefused(yield* refused(`token=${env.org.token}`), 400, "invalid_request")
       expectRefused(yield* refused(q(env.org.token, "&cols=0")), 400, "invalid_request")
@@ -219,7 +228,9 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("the terminal",
       const env = yield* Effect.service(Env)
       const s = yield* create({ region: "local" })
       yield* waitState(s.id, "running")
-      const minted = yield* api("POST", "/v1/auth/api-keys", { body: { name: "terminal", scopes: ["sandboxes:write"] } })
+      const minted = yield* api("POST", "/v1/auth/api-keys", {
+        body: { name: "terminal", scopes: ["sandboxes:write"] }
+      })
       expect(minted.status, minted.text).toBe(201)
 
       const revocable = yield* openTerminal(`token=${minted.json.token}&sandbox_id=${s.id}`)

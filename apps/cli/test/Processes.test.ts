@@ -27,17 +27,20 @@ const cliEnv = Effect.map(Effect.service(Env), (env) => ({
 
 /** `svc args...`: its exit code, stdout and stderr. */
 const svc = (...args: ReadonlyArray<string>) =>
-  Effect.flatMap(cliEnv, (env) =>
-    Effect.promise(() =>
-      promisify(execFile)(process.execPath, [MAIN, ...args], { env, timeout: 60_000 }).then(
-        ({ stderr, stdout }) => ({ code: 0, stdout, stderr }),
-        (e: { code?: number; stdout?: string; stderr?: string }) => ({
-          code: e.code ?? -1,
-          stdout: e.stdout ?? "",
-          stderr: e.stderr ?? ""
-        })
+  Effect.flatMap(
+    cliEnv,
+    (env) =>
+      Effect.promise(() =>
+        promisify(execFile)(process.execPath, [MAIN, ...args], { env, timeout: 60_000 }).then(
+          ({ stderr, stdout }) => ({ code: 0, stdout, stderr }),
+          (e: { code?: number; stdout?: string; stderr?: string }) => ({
+            code: e.code ?? -1,
+            stdout: e.stdout ?? "",
+            stderr: e.stderr ?? ""
+          })
+        )
       )
-    ))
+  )
 
 /** A tmux server of this test's own; killed with the scope. */
 const tmuxServer = Effect.acquireRelease(
@@ -45,7 +48,9 @@ const tmuxServer = Effect.acquireRelease(
     const socket = `svc-test-${randomBytes(4).toString("hex")}`
     const run = (...args: ReadonlyArray<string>) =>
       Effect.promise(() =>
-        promisify(execFile)(TMUX, ["-L", socket, "-f", "/dev/null", ...args], { env: { PATH: "/usr/bin:/bin", TERM: "xterm" } })
+        promisify(execFile)(TMUX, ["-L", socket, "-f", "/dev/null", ...args], {
+          env: { PATH: "/usr/bin:/bin", TERM: "xterm" }
+        })
           .then(({ stdout }) => stdout)
       )
     return { socket, run }

@@ -296,7 +296,10 @@ export class AgentProcessesApi extends HttpApiGroup.make("processes")
     HttpApiEndpoint.post("stdin", "/sandboxes/:id/processes/:pid/stdin", {
       params: processParams,
       query: Schema.Struct({ close: Schema.optionalKey(Schema.Literals(["true", "false"])) }),
-      payload: HttpApiSchema.StreamUint8Array({ contentType: "application/octet-stream", maxBytes: MAX_EXEC_BODY_BYTES }),
+      payload: HttpApiSchema.StreamUint8Array({
+        contentType: "application/octet-stream",
+        maxBytes: MAX_EXEC_BODY_BYTES
+      }),
       success: HttpApiSchema.NoContent,
       error: processErrors
     }),

@@ -66,8 +66,9 @@ export class Decoder {
       const payload = joined.subarray(at + 5, at + 5 + length)
       const p = new DataView(payload.buffer, payload.byteOffset, payload.byteLength)
       if (type === DATA) frames.push({ type: DATA, bytes: payload.slice() })
-      else if (type === RESIZE && length === 4) frames.push({ type: RESIZE, cols: p.getUint16(0), rows: p.getUint16(2) })
-      else if (type === EXIT && length === 4) frames.push({ type: EXIT, code: p.getInt32(0) })
+      else if (type === RESIZE && length === 4) {
+        frames.push({ type: RESIZE, cols: p.getUint16(0), rows: p.getUint16(2) })
+      } else if (type === EXIT && length === 4) frames.push({ type: EXIT, code: p.getInt32(0) })
       else throw new Error(`unknown terminal frame ${type}`)
       at += 5 + length
     }

@@ -27,7 +27,10 @@ export const response = <E>(events: Stream.Stream<SseEvent, E>) =>
       Stream.make(encoder.encode(": stream\n\n")),
       Stream.merge(
         Stream.map(events, render),
-        Stream.fromEffectSchedule(Effect.succeed(encoder.encode(":\n\n")), Schedule.spaced(Duration.millis(HEARTBEAT_MS))),
+        Stream.fromEffectSchedule(
+          Effect.succeed(encoder.encode(":\n\n")),
+          Schedule.spaced(Duration.millis(HEARTBEAT_MS))
+        ),
         { haltStrategy: "left" }
       )
     ),

@@ -65,8 +65,8 @@ import type * as Socket from "effect/socket/Socket"
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto"
 import * as Http from "node:http"
 import * as Net from "node:net"
-import { DriverExecRequest, SandboxDriver, type SandboxDriverError } from "./Driver.ts"
 import { ProcessHandlers } from "./DataPlane/Processes.ts"
+import { DriverExecRequest, SandboxDriver, type SandboxDriverError } from "./Driver.ts"
 
 /** When the request names no timeout: an exec must not hold a connection for ever. */
 export const DEFAULT_EXEC_TIMEOUT_MS = 300_000

@@ -145,7 +145,10 @@ export class Processes extends Context.Service<Processes, {
         Effect.provideService(HttpIncomingMessage.MaxBodySize, undefined),
         Effect.timeoutOrElse({ duration: timeoutMs, orElse: () => unreachable(host, "call timed out") }),
         Effect.catch((error) => toApiError(host, error)),
-        Effect.catchTag("FileRefused", (e) => unreachable(host, `a process call answered as a file refusal: ${e.error}`))
+        Effect.catchTag(
+          "FileRefused",
+          (e) => unreachable(host, `a process call answered as a file refusal: ${e.error}`)
+        )
       )
 
     /** Events from the host as they come; a cut connection ends them with an `error` event. */
@@ -280,7 +283,10 @@ export class Processes extends Context.Service<Processes, {
 
     const pty = Effect.fn("Processes.pty")(function*(orgId: OrgId, id: string, cols: number, rows: number) {
       const host = yield* running(orgId, id)
-      return yield* openPty(host, urls.processes.pty({ params: { id }, query: { cols: String(cols), rows: String(rows) } }))
+      return yield* openPty(
+        host,
+        urls.processes.pty({ params: { id }, query: { cols: String(cols), rows: String(rows) } })
+      )
     })
 
     return Processes.of({ execStream, start, list, get, output, stdin, signal, pty })

@@ -42,11 +42,19 @@ export const ProcessesGroup = HttpApiBuilder.group(
     const processes = yield* ProcessesService
     const sandboxTarget = targetIn(yield* Sandboxes)
     return handlers
-      .handle("start", ({ params, payload }) =>
-        Effect.flatMap(sandboxTarget(params.id), (orgId) => processes.start(orgId, params.id, payload)))
-      .handle("list", ({ params }) =>
-        Effect.flatMap(sandboxTarget(params.id), (orgId) =>
-          Effect.map(processes.list(orgId, params.id), (rows) => ({ processes: rows }))))
+      .handle(
+        "start",
+        ({ params, payload }) =>
+          Effect.flatMap(sandboxTarget(params.id), (orgId) => processes.start(orgId, params.id, payload))
+      )
+      .handle(
+        "list",
+        ({ params }) =>
+          Effect.flatMap(
+            sandboxTarget(params.id),
+            (orgId) => Effect.map(processes.list(orgId, params.id), (rows) => ({ processes: rows }))
+          )
+      )
       .handle("get", ({ params }) =>
         Effect.gen(function*() {
           const orgId = yield* sandboxTarget(params.id)

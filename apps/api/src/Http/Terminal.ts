@@ -139,7 +139,9 @@ const relay = (client: Socket.Socket, host: Socket.Socket, stillValid: Effect.Ef
           // The host went without an exit: the terminal is gone.
           Effect.catch(() => Effect.succeed(undefined))
         )
-        if (chunks === undefined) return yield* toClient.write(new Socket.CloseEvent(1011, "the terminal's host went away"))
+        if (chunks === undefined) {
+          return yield* toClient.write(new Socket.CloseEvent(1011, "the terminal's host went away"))
+        }
         for (const chunk of chunks) {
           for (const frame of decoder.push(typeof chunk === "string" ? Buffer.from(chunk) : chunk)) {
             if (frame.type === PtyFrames.DATA) yield* toClient.write(frame.bytes)

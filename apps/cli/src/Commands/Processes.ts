@@ -80,7 +80,9 @@ const readEvents = (path: string, onEvent: (event: string, data: any) => void) =
       } catch {
         body = undefined
       }
-      return yield* new CliError({ message: `error ${body?.code ?? response.status}: ${body?.error ?? text.slice(0, 300)}` })
+      return yield* new CliError({
+        message: `error ${body?.code ?? response.status}: ${body?.error ?? text.slice(0, 300)}`
+      })
     }
     yield* Effect.tryPromise({
       try: async () => {
@@ -182,7 +184,9 @@ const terminal = Command.make(
             body = undefined
           }
           resume(Effect.fail(
-            new CliError({ message: `error ${body?.code ?? response.statusCode}: ${body?.error ?? text.slice(0, 300)}` })
+            new CliError({
+              message: `error ${body?.code ?? response.statusCode}: ${body?.error ?? text.slice(0, 300)}`
+            })
           ))
         })
       })

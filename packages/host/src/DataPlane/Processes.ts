@@ -21,6 +21,8 @@ import * as PtyFrames from "@svc/host-protocol/PtyFrames"
 import * as Sse from "@svc/host-protocol/Sse"
 import { Effect, Schema, Stream } from "effect"
 import { HttpApiBuilder, HttpApiError } from "effect/http-api"
+import type * as Socket from "effect/socket/Socket"
+import { type DataPlaneSettings, DEFAULT_EXEC_TIMEOUT_MS, viaDriver } from "../DataPlane.ts"
 import {
   DriverExecRequest,
   type ProcessEvent,
@@ -29,8 +31,6 @@ import {
   SandboxDriver,
   type SandboxDriverError
 } from "../Driver.ts"
-import type * as Socket from "effect/socket/Socket"
-import { DEFAULT_EXEC_TIMEOUT_MS, type DataPlaneSettings, viaDriver } from "../DataPlane.ts"
 
 const invalid = (error: string) => new AgentInvalid({ error })
 
@@ -168,33 +168,33 @@ export const ProcessHandlers = (settings: DataPlaneSettings) =>
 /** The terminal over the upgraded connection, until either side ends; errors just end it. */
 const relayPty = (socket: Socket.Socket, session: PtySession) =>
   Effect.gen(function*() {
-            const writer = yield* socket.writer
-            const reader = yield* socket.reader
-            // The terminal's bytes out, then its exit code: the last frame.
-            const out = Effect.gen(function*() {
-              yield* session.output.pipe(
-                Stream.runForEach((bytes) => writer.write(PtyFrames.encode({ type: PtyFrames.DATA, bytes })))
-              )
-              const code = yield* session.exit
-              yield* writer.write(PtyFrames.encode({ type: PtyFrames.EXIT, code }))
-            })
-            // Keys and resizes in; the connection ending ends the terminal (the scope hangs it up).
-            const decoder = new PtyFrames.Decoder()
-            const input = Effect.gen(function*() {
-              while (true) {
-                for (const chunk of yield* reader.pull) {
-                  const frames = yield* Effect.try({
-                    try: () => decoder.push(typeof chunk === "string" ? Buffer.from(chunk) : chunk),
-                    catch: () => invalid("bad terminal frame")
-                  })
-                  for (const frame of frames) {
-                    if (frame.type === PtyFrames.DATA) yield* session.write(frame.bytes)
-                    else if (frame.type === PtyFrames.RESIZE) yield* Effect.ignore(session.resize(frame.cols, frame.rows))
-                  }
-                }
-              }
-            })
-            yield* Effect.raceFirst(out, Effect.andThen(Effect.ignore(input), Effect.never))
+    const writer = yield* socket.writer
+    const reader = yield* socket.reader
+    // The terminal's bytes out, then its exit code: the last frame.
+    const out = Effect.gen(function*() {
+      yield* session.output.pipe(
+        Stream.runForEach((bytes) => writer.write(PtyFrames.encode({ type: PtyFrames.DATA, bytes })))
+      )
+      const code = yield* session.exit
+      yield* writer.write(PtyFrames.encode({ type: PtyFrames.EXIT, code }))
+    })
+    // Keys and resizes in; the connection ending ends the terminal (the scope hangs it up).
+    const decoder = new PtyFrames.Decoder()
+    const input = Effect.gen(function*() {
+      while (true) {
+        for (const chunk of yield* reader.pull) {
+          const frames = yield* Effect.try({
+            try: () => decoder.push(typeof chunk === "string" ? Buffer.from(chunk) : chunk),
+            catch: () => invalid("bad terminal frame")
+          })
+          for (const frame of frames) {
+            if (frame.type === PtyFrames.DATA) yield* session.write(frame.bytes)
+            else if (frame.type === PtyFrames.RESIZE) yield* Effect.ignore(session.resize(frame.cols, frame.rows))
+          }
+        }
+      }
+    })
+    yield* Effect.raceFirst(out, Effect.andThen(Effect.ignore(input), Effect.never))
   }).pipe(Effect.ignore)
 
 type ProcessError = AgentInvalid | AgentNotFound | AgentNotRunning | AgentConflict | AgentTooLarge | AgentFailed

@@ -278,7 +278,7 @@ export const makeProcesses = (host: DriverHost) => {
         const on = (stream: "stdout" | "stderr", readable: Readable) => {
           readable.on("data", (chunk: Buffer) => {
             waiting += chunk.length
-            if (waiting > STREAM_HIGH_WATER) for (const r of readables) r.pause()
+            if (waiting > STREAM_HIGH_WATER) { for (const r of readables) r.pause() }
             Queue.offerUnsafe(queue, { _tag: "Output", stream, bytes: new Uint8Array(chunk) })
           })
           readable.once("close", () => {
@@ -304,7 +304,7 @@ export const makeProcesses = (host: DriverHost) => {
         Effect.sync(() => {
           if (event._tag !== "Output") return
           waiting -= event.bytes.length
-          if (waiting <= STREAM_HIGH_WATER / 2) for (const r of readables) r.resume()
+          if (waiting <= STREAM_HIGH_WATER / 2) { for (const r of readables) r.resume() }
         })
       )
     )
@@ -375,7 +375,7 @@ export const makeProcesses = (host: DriverHost) => {
       const bytes = new Uint8Array(chunk)
       ;(stream === "stdout" ? out : err).push(++seq, bytes)
       // Followers come once its pid is known; what came before is in the rings.
-      if (target !== undefined) for (const listener of target.listeners) listener({ _tag: "Output", stream, bytes })
+      if (target !== undefined) { for (const listener of target.listeners) listener({ _tag: "Output", stream, bytes }) }
     }
     child.stdout!.on("data", onOutput("stdout"))
     child.stderr!.on("data", onOutput("stderr"))
