@@ -55,7 +55,14 @@ const tmuxServer = Effect.acquireRelease(
       )
     return { socket, run }
   }),
-  ({ socket }) => Effect.promise(() => promisify(execFile)(TMUX, ["-L", socket, "kill-server"]).catch(() => undefined))
+  ({ socket }) =>
+    Effect.promise(async () => {
+      await promisify(execFile)(TMUX, ["-L", socket, "kill-server"]).catch(() => undefined)
+      // tmux leaves its socket file behind.
+      Fs.rmSync(NodePath.join(process.env["TMUX_TMPDIR"] ?? "/tmp", `tmux-${process.getuid?.() ?? 0}`, socket), {
+        force: true
+      })
+    })
 )
 
 const until = <A, R>(observe: Effect.Effect<A, never, R>, check: (a: A) => boolean, what: string) =>
