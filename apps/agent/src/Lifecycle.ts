@@ -99,6 +99,8 @@ export const tenantMessage = (error: SandboxDriverError): string => {
       return "the host is out of capacity"
     case "SandboxFileError":
       return `a file operation failed (${error.reason.replaceAll("_", " ")})`
+    case "ProcessRefused":
+      return `a background process was refused (${error.reason.replaceAll("_", " ")})`
     case "DriverUnsupported":
       return `${error.operation} is not supported on this host`
     case "DriverFailure":

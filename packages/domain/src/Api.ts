@@ -9,10 +9,12 @@ import { EventsApi } from "./Api/Events.ts"
 import { Infrastructure } from "./Api/Infrastructure.ts"
 import { OrgApi } from "./Api/Org.ts"
 import { PreviewsApi } from "./Api/Previews.ts"
+import { ProcessesApi } from "./Api/Processes.ts"
 import { SandboxesApi } from "./Api/Sandboxes.ts"
 import { SecretsApi } from "./Api/Secrets.ts"
 import { SystemApi } from "./Api/System.ts"
 import { TemplatesApi } from "./Api/Templates.ts"
+import { TerminalApi } from "./Api/Terminal.ts"
 import { VolumesApi } from "./Api/Volumes.ts"
 import { WebhooksApi } from "./Api/Webhooks.ts"
 import { WorkersApi } from "./Api/Workers.ts"
@@ -31,6 +33,8 @@ export class Api extends HttpApi.make("svc")
   .add(SecretsApi)
   .add(TemplatesApi)
   .add(VolumesApi)
+  .add(ProcessesApi)
+  .add(TerminalApi)
   // Authentication and each endpoint's declared Access rule: keep this after the last .add
   // (it applies to the endpoints added before it; the authorization matrix test checks).
   .middleware(Authorization)

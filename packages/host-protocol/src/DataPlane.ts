@@ -12,6 +12,12 @@
  *   GET  {endpoint}/sandboxes/{id}/ports/{port}/tunnel   `Upgrade: svc-tunnel` → 101 once the agent
  *                                                    is connected to that exposed port, then raw
  *                                                    bytes both ways (preview tunnels)
+ *   POST {endpoint}/sandboxes/{id}/exec/stream     body `AgentExecRequest` → server-sent events
+ *                                                    (`AgentProcessEvent`) as the command runs
+ *   POST/GET {endpoint}/sandboxes/{id}/processes[/{pid}[/output|/stdin|/signal]]  background
+ *                                                    processes (`AgentProcess`, events as above)
+ *   GET  {endpoint}/sandboxes/{id}/pty?cols=&rows=  `Upgrade: svc-pty` → 101 once the terminal
+ *                                                    runs, then `PtyFrames` both ways
  *
  * `endpoint` and the bearer token are the agent's `HostRecord.endpoint` and `.token`, found only
  * in the `hosts` KV that platform processes read; the token is random per agent start. Files
@@ -153,6 +159,12 @@ export class AgentBadGateway extends AgentErrorClass<AgentBadGateway>()("AgentBa
   status: 502
 }) {}
 
+/** The state of a background process does not allow it (exited, or too many running) (409). */
+export class AgentConflict extends AgentErrorClass<AgentConflict>()("AgentConflict", {
+  reason: "conflict",
+  status: 409
+}) {}
+
 /** The host runs as many file transfers as it allows and none ended in time; retry (503). */
 export class AgentBusy extends AgentErrorClass<AgentBusy>()("AgentBusy", {
   reason: "busy",
@@ -169,6 +181,7 @@ export type AgentError =
   | AgentFailed
   | AgentBadGateway
   | AgentBusy
+  | AgentConflict
 
 /** Every request needs `Authorization: Bearer <HostRecord.token>`. */
 export class AgentAuthorization extends HttpApiMiddleware.Service<AgentAuthorization>()(
@@ -218,4 +231,107 @@ export class AgentSandboxesApi extends HttpApiGroup.make("sandboxes")
   .middleware(AgentAuthorization)
 {}
 
-export class AgentApi extends HttpApi.make("agent").add(AgentSandboxesApi) {}
+// ---------------------------------------------------------------------------------------------
+// Processes and the terminal
+
+/** The `Upgrade` protocol of a terminal (then `PtyFrames` both ways). */
+export const PTY_PROTOCOL = "svc-pty"
+
+/**
+ * One server-sent event of a streamed command: `stdout` and `stderr` carry
+ * `{"data": "<base64>"}`, the last one, `exit`, `{exit_code, duration_ms, reason?}`. The same
+ * events as the /v1 API's: the API passes them on.
+ */
+export const AgentProcessEvent = Schema.Struct({
+  id: Schema.optional(Schema.String),
+  event: Schema.Literals(["stdout", "stderr", "exit"]),
+  data: Schema.String
+})
+export type AgentProcessEvent = typeof AgentProcessEvent.Type
+
+const ProcessEvents = HttpApiSchema.StreamSse({ events: AgentProcessEvent })
+
+export const AgentProcessRequest = Schema.Struct({
+  cmd: Schema.Array(Schema.String),
+  cwd: Schema.optionalKey(Schema.String),
+  env: Schema.optionalKey(Schema.Record(Schema.String, Schema.String)),
+  stdin: Schema.optionalKey(Schema.Boolean)
+})
+export type AgentProcessRequest = typeof AgentProcessRequest.Type
+
+/** A background process as /v1 shows it. */
+export const AgentProcess = Schema.Struct({
+  pid: Schema.Int,
+  cmd: Schema.Array(Schema.String),
+  state: Schema.Literals(["running", "exited"]),
+  exit_code: Schema.NullOr(Schema.Int),
+  startedAt: Schema.String,
+  exitedAt: Schema.NullOr(Schema.String),
+  reason: Schema.NullOr(Schema.Literals(["exited", "killed", "sandbox_stopped"]))
+})
+export type AgentProcess = typeof AgentProcess.Type
+
+export const AgentProcessList = Schema.Struct({ processes: Schema.Array(AgentProcess) })
+
+export const AgentSignalRequest = Schema.Struct({ signal: Schema.Literals(["INT", "TERM", "KILL", "HUP"]) })
+
+const processParams = { id: Schema.String, pid: Schema.String }
+const processErrors = [AgentInvalid, AgentNotFound, AgentNotRunning, AgentConflict, AgentTooLarge, AgentFailed] as const
+
+export class AgentProcessesApi extends HttpApiGroup.make("processes")
+  .add(
+    HttpApiEndpoint.post("execStream", "/sandboxes/:id/exec/stream", {
+      params,
+      payload: AgentExecRequest,
+      success: ProcessEvents,
+      error: processErrors
+    }),
+    HttpApiEndpoint.post("start", "/sandboxes/:id/processes", {
+      params,
+      payload: AgentProcessRequest,
+      success: AgentProcess.pipe(HttpApiSchema.status(201)),
+      error: processErrors
+    }),
+    HttpApiEndpoint.get("list", "/sandboxes/:id/processes", {
+      params,
+      success: AgentProcessList,
+      error: processErrors
+    }),
+    HttpApiEndpoint.get("get", "/sandboxes/:id/processes/:pid", {
+      params: processParams,
+      success: AgentProcess,
+      error: processErrors
+    }),
+    HttpApiEndpoint.get("output", "/sandboxes/:id/processes/:pid/output", {
+      params: processParams,
+      query: Schema.Struct({ follow: Schema.optionalKey(Schema.Literals(["true", "false"])) }),
+      success: ProcessEvents,
+      error: processErrors
+    }),
+    HttpApiEndpoint.post("stdin", "/sandboxes/:id/processes/:pid/stdin", {
+      params: processParams,
+      query: Schema.Struct({ close: Schema.optionalKey(Schema.Literals(["true", "false"])) }),
+      payload: HttpApiSchema.StreamUint8Array({
+        contentType: "application/octet-stream",
+        maxBytes: MAX_EXEC_BODY_BYTES
+      }),
+      success: HttpApiSchema.NoContent,
+      error: processErrors
+    }),
+    HttpApiEndpoint.post("signal", "/sandboxes/:id/processes/:pid/signal", {
+      params: processParams,
+      payload: AgentSignalRequest,
+      success: HttpApiSchema.Accepted,
+      error: processErrors
+    }),
+    HttpApiEndpoint.get("pty", "/sandboxes/:id/pty", {
+      params,
+      query: Schema.Struct({ cols: Schema.String, rows: Schema.String }),
+      success: HttpApiSchema.Upgrade({ protocol: PTY_PROTOCOL }),
+      error: processErrors
+    })
+  )
+  .middleware(AgentAuthorization)
+{}
+
+export class AgentApi extends HttpApi.make("agent").add(AgentSandboxesApi).add(AgentProcessesApi) {}

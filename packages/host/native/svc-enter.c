@@ -3,7 +3,16 @@
  * the restrictions of the sandbox's own init (capability set, no_new_privs, seccomp filter).
  *
  *   svc-enter --pid PID --start-ticks N --caps HEX --seccomp FILE --env-fd FD --cwd DIR
- *             [--cgroup PROCS_FILE]... -- ARGV...
+ *             [--cgroup PROCS_FILE]... [--report-fd FD] [--pty COLS,ROWS --control-fd FD] -- ARGV...
+ *
+ * `--report-fd`: the command writes its pid (as the sandbox sees it) and a newline there just
+ * before it starts (background processes are named by it).
+ * `--pty`: the command runs on a new terminal of the sandbox's own devpts, as its controlling
+ * terminal; this process relays between the terminal and its own stdin/stdout (Node has no pty
+ * API) and sets the terminal's size from `COLS ROWS\n` lines on the control descriptor. Bytes
+ * are copied, never parsed.
+ * Either way, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to this process are
+ * passed on to the command (how the agent signals a background process).
  *
  * Why a native helper: entering is a sequence of steps that must happen in one single-threaded
  * process, in order, before the command runs (setns into a user namespace, dropping capabilities,
@@ -32,6 +41,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -110,6 +121,146 @@ static unsigned long long start_ticks(pid_t pid) {
   return strtoull(p + 1, NULL, 10);
 }
 
+/* The command, for the signal handlers of the waiting parent. */
+static volatile pid_t command_pid = 0;
+static int sigchld_pipe[2] = {-1, -1};
+
+static void forward_signal(int sig) {
+  if (command_pid > 0) kill(command_pid, sig);
+}
+
+static void on_sigchld(int sig) {
+  (void) sig;
+  int saved = errno;
+  if (sigchld_pipe[1] >= 0) (void) !write(sigchld_pipe[1], "x", 1);
+  errno = saved;
+}
+
+static void install(int sig, void (*handler)(int)) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = handler;
+  sigemptyset(&sa.sa_mask);
+  /* No SA_RESTART: waitpid and poll return EINTR and loop. */
+  sigaction(sig, &sa, NULL);
+}
+
+static int write_full(int fd, const char *buf, size_t len) {
+  while (len > 0) {
+    ssize_t n = write(fd, buf, len);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) {
+        struct pollfd p = {fd, POLLOUT, 0};
+        poll(&p, 1, -1);
+        continue;
+      }
+      return -1;
+    }
+    buf += n;
+    len -= (size_t) n;
+  }
+  return 0;
+}
+
+/* Copies what the master has now to fd 1; -1 once it has nothing more to give (EIO: no slave). */
+static int drain_master(int master) {
+  char buf[16384];
+  for (;;) {
+    ssize_t n = read(master, buf, sizeof buf);
+    if (n > 0) {
+      if (write_full(1, buf, (size_t) n) != 0) return -1;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) return 0;
+    return -1;
+  }
+}
+
+/*
+ * The terminal's relay, until the command has exited and its output is copied: stdin to the
+ * master, the master to stdout, `COLS ROWS` lines from the control descriptor to TIOCSWINSZ.
+ * Stdin ending (the agent closed the terminal) closes the master: the kernel hangs up the
+ * terminal's session.
+ */
+static int relay(int master, int control, pid_t child) {
+  int status = 0, exited = 0, in_open = 1;
+  char cbuf[256];
+  size_t clen = 0;
+  fcntl(master, F_SETFL, fcntl(master, F_GETFL) | O_NONBLOCK);
+  for (;;) {
+    if (!exited) {
+      pid_t w = waitpid(child, &status, WNOHANG);
+      if (w == child) exited = 1;
+    }
+    if (exited) {
+      /* What the command wrote before it ended is still in the master: copy it, then stop. */
+      if (master >= 0) drain_master(master);
+      return status;
+    }
+    struct pollfd fds[4];
+    int n = 0, i_in = -1, i_master = -1, i_control = -1, i_chld;
+    if (in_open) { i_in = n; fds[n++] = (struct pollfd){0, POLLIN, 0}; }
+    if (master >= 0) { i_master = n; fds[n++] = (struct pollfd){master, POLLIN, 0}; }
+    if (control >= 0) { i_control = n; fds[n++] = (struct pollfd){control, POLLIN, 0}; }
+    i_chld = n;
+    fds[n++] = (struct pollfd){sigchld_pipe[0], POLLIN, 0};
+    if (poll(fds, (nfds_t) n, -1) < 0) {
+      if (errno == EINTR) continue;
+      return status;
+    }
+    if (fds[i_chld].revents & POLLIN) {
+      char x[64];
+      (void) !read(sigchld_pipe[0], x, sizeof x);
+    }
+    if (i_master >= 0 && fds[i_master].revents) {
+      if (drain_master(master) != 0) {
+        /* No slave open any more: nothing more will come; wait for the command. */
+        close(master);
+        master = -1;
+      }
+    }
+    if (i_in >= 0 && fds[i_in].revents) {
+      char buf[16384];
+      ssize_t r = read(0, buf, sizeof buf);
+      if (r > 0) {
+        if (master >= 0) write_full(master, buf, (size_t) r);
+      } else if (r == 0 || (errno != EINTR && errno != EAGAIN)) {
+        in_open = 0;
+        if (master >= 0) {
+          close(master);
+          master = -1;
+        }
+        kill(child, SIGHUP);
+      }
+    }
+    if (i_control >= 0 && fds[i_control].revents) {
+      ssize_t r = read(control, cbuf + clen, sizeof cbuf - 1 - clen);
+      if (r <= 0 && !(r < 0 && errno == EINTR)) {
+        close(control);
+        control = -1;
+      } else if (r > 0) {
+        clen += (size_t) r;
+        char *nl;
+        while ((nl = memchr(cbuf, '\n', clen)) != NULL) {
+          *nl = 0;
+          unsigned cols = 0, rows = 0;
+          if (sscanf(cbuf, "%u %u", &cols, &rows) == 2 && cols > 0 && rows > 0 && cols <= 1000 && rows <= 1000 &&
+              master >= 0) {
+            struct winsize ws = {(unsigned short) rows, (unsigned short) cols, 0, 0};
+            ioctl(master, TIOCSWINSZ, &ws);
+          }
+          size_t used = (size_t) (nl - cbuf) + 1;
+          memmove(cbuf, nl + 1, clen - used);
+          clen -= used;
+        }
+        if (clen == sizeof cbuf - 1) clen = 0;
+      }
+    }
+  }
+}
+
 static void write_pid(const char *file) {
   if (cgroup_join(file) != 0) fail(125, file);
 }
@@ -156,7 +307,8 @@ int main(int argc, char **argv) {
   unsigned long long ticks = 0, caps = 0;
   const char *seccomp_file = NULL, *cwd = "/";
   const char *cgroups[MAX_CGROUPS];
-  int ncgroups = 0, env_fd = -1, i;
+  int ncgroups = 0, env_fd = -1, report_fd = -1, control_fd = -1, i;
+  unsigned pty_cols = 0, pty_rows = 0;
   for (i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--") == 0) { i++; break; }
@@ -168,6 +320,12 @@ int main(int argc, char **argv) {
     else if (strcmp(a, "--seccomp") == 0) seccomp_file = v;
     else if (strcmp(a, "--env-fd") == 0) env_fd = (int) strtol(v, NULL, 10);
     else if (strcmp(a, "--cwd") == 0) cwd = v;
+    else if (strcmp(a, "--report-fd") == 0) report_fd = (int) strtol(v, NULL, 10);
+    else if (strcmp(a, "--control-fd") == 0) control_fd = (int) strtol(v, NULL, 10);
+    else if (strcmp(a, "--pty") == 0) {
+      if (sscanf(v, "%u,%u", &pty_cols, &pty_rows) != 2 || pty_cols == 0 || pty_rows == 0 || pty_cols > 1000 ||
+          pty_rows > 1000) failx(125, "bad --pty size");
+    }
     else if (strcmp(a, "--cgroup") == 0) {
       if (ncgroups == MAX_CGROUPS) failx(125, "too many cgroups");
       cgroups[ncgroups++] = v;
@@ -223,16 +381,46 @@ int main(int argc, char **argv) {
   close(root_fd);
   close(pidfd);
 
+  /* The terminal comes from the sandbox's own devpts (its /dev/ptmx, now that its root is ours). */
+  int master = -1;
+  char slave_name[128];
+  if (pty_cols > 0) {
+    master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (master < 0) fail(125, "posix_openpt");
+    if (unlockpt(master) != 0) fail(125, "unlockpt");
+    if (ptsname_r(master, slave_name, sizeof slave_name) != 0) fail(125, "ptsname");
+    struct winsize ws = {(unsigned short) pty_rows, (unsigned short) pty_cols, 0, 0};
+    if (ioctl(master, TIOCSWINSZ, &ws) != 0) fail(125, "TIOCSWINSZ");
+    if (pipe2(sigchld_pipe, O_CLOEXEC | O_NONBLOCK) != 0) fail(125, "pipe");
+    install(SIGCHLD, on_sigchld);
+  }
+
   /* The pid namespace applies to children: the command runs in one, this process waits. */
   pid_t child = fork();
   if (child < 0) fail(125, "fork");
   if (child > 0) {
-    close(0);
-    close(1);
-    close(2);
-    int status;
-    while (waitpid(child, &status, 0) < 0) {
-      if (errno != EINTR) _exit(125);
+    command_pid = child;
+    static const int forwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+    for (size_t k = 0; k < sizeof forwarded / sizeof forwarded[0]; k++) install(forwarded[k], forward_signal);
+    if (report_fd >= 0) close(report_fd);
+    int status = 0;
+    if (master >= 0) {
+      /* A write to a relay that is gone must not kill this process before it reports. */
+      signal(SIGPIPE, SIG_IGN);
+      status = relay(master, control_fd, child);
+      close(0);
+      close(1);
+      close(2);
+      while (waitpid(child, &status, 0) < 0) {
+        if (errno != EINTR) break;
+      }
+    } else {
+      close(0);
+      close(1);
+      close(2);
+      while (waitpid(child, &status, 0) < 0) {
+        if (errno != EINTR) _exit(125);
+      }
     }
     if (WIFEXITED(status)) _exit(WEXITSTATUS(status));
     int sig = WTERMSIG(status);
@@ -244,6 +432,16 @@ int main(int argc, char **argv) {
 
   /* A session of its own: no controlling terminal of the agent to inject input into. */
   if (setsid() < 0) fail(125, "setsid");
+  if (master >= 0) {
+    /* The sandbox's terminal becomes this session's controlling terminal and its stdio. */
+    close(master);
+    int slave = open(slave_name, O_RDWR);
+    if (slave < 0) fail(125, "opening the terminal");
+    if (ioctl(slave, TIOCSCTTY, 0) != 0) fail(125, "TIOCSCTTY");
+    if (dup2(slave, 0) < 0 || dup2(slave, 1) < 0 || dup2(slave, 2) < 0) fail(125, "dup2");
+    if (slave > 2) close(slave);
+  }
+  if (control_fd >= 0) close(control_fd);
   if (setgroups(0, NULL) != 0) fail(125, "setgroups");
   if (setresgid(0, 0, 0) != 0) fail(125, "setresgid");
   if (setresuid(0, 0, 0) != 0) fail(125, "setresuid");
@@ -257,6 +455,11 @@ int main(int argc, char **argv) {
   if (chdir(cwd) != 0) {
     fprintf(stderr, "cannot cd to %s: %s\n", cwd, strerror(errno));
     _exit(126);
+  }
+  if (report_fd >= 0) {
+    char line[32];
+    int len = snprintf(line, sizeof line, "%d\n", (int) getpid());
+    (void) !write(report_fd, line, (size_t) len);
   }
   syscall(SYS_close_range, 3, ~0U, 0);
   execvp(command[0], command);

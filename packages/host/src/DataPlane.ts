@@ -25,6 +25,7 @@ import {
   AgentAuthorization,
   AgentBadGateway,
   AgentBusy,
+  AgentConflict,
   type AgentError,
   type AgentExecResult,
   AgentFailed,
@@ -65,6 +66,7 @@ import type * as Socket from "effect/socket/Socket"
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto"
 import * as Http from "node:http"
 import * as Net from "node:net"
+import { ProcessHandlers } from "./DataPlane/Processes.ts"
 import { DriverExecRequest, SandboxDriver, type SandboxDriverError } from "./Driver.ts"
 
 /** When the request names no timeout: an exec must not hold a connection for ever. */
@@ -90,7 +92,7 @@ const invalid = (error: string) => new AgentInvalid({ error })
 const failed = (error: string) => new AgentFailed({ error })
 
 /** What a driver refusal can become (a gateway error is the tunnel's own, 401 the middleware's). */
-type DriverAgentError = Exclude<AgentError, AgentBadGateway | AgentUnauthorized>
+type DriverAgentError = Exclude<AgentError, AgentBadGateway | AgentUnauthorized | AgentConflict>
 
 /** Driver refusals as data-plane errors. */
 export const fromDriverError = (error: SandboxDriverError): DriverAgentError => {
@@ -121,6 +123,9 @@ export const fromDriverError = (error: SandboxDriverError): DriverAgentError => 
       return failed("the sandbox exists already")
     case "TemplateNotFound":
       return failed(`template ${error.template} not found`)
+    case "ProcessRefused":
+      // The processes endpoints answer these themselves (`DataPlane/Processes.ts`: 404, 409).
+      return error.reason === "not_found" ? new AgentNotFound({ error: error.message }) : failed(error.message)
     case "SandboxCapacityExhausted":
     case "DriverUnsupported":
       return failed(error.message)
@@ -131,7 +136,7 @@ export const fromDriverError = (error: SandboxDriverError): DriverAgentError => 
 }
 
 /** A driver call whose refusals become data-plane errors (host failures are logged here). */
-const viaDriver = <A, E extends SandboxDriverError, R>(
+export const viaDriver = <A, E extends SandboxDriverError, R>(
   effect: Effect.Effect<A, E | DriverAgentError, R>
 ): Effect.Effect<A, DriverAgentError, R> =>
   effect.pipe(
@@ -201,7 +206,8 @@ const AGENT_ERRORS = [
   AgentRefused,
   AgentFailed,
   AgentBadGateway,
-  AgentBusy
+  AgentBusy,
+  AgentConflict
 ] as const
 
 const isAgentError = (u: unknown): u is AgentError => AGENT_ERRORS.some((E) => u instanceof E)
@@ -506,7 +512,11 @@ export class DataPlaneServer extends Context.Service<DataPlaneServer, {
           })
         )
         const routes = Layer.mergeAll(
-          HttpApiBuilder.layer(AgentApi).pipe(Layer.provide(handlers(settings)), Layer.provide(authorization)),
+          HttpApiBuilder.layer(AgentApi).pipe(
+            Layer.provide(handlers(settings)),
+            Layer.provide(ProcessHandlers(settings)),
+            Layer.provide(authorization)
+          ),
           makeMiddleware(authorized)
         )
         // The routes and their services first, the port after: nothing is accepted that

@@ -198,12 +198,56 @@ export class SandboxListing extends Schema.Class<SandboxListing>("@svc/host/Sand
 }) {}
 
 // ---------------------------------------------------------------------------------------------
-// Terminal (designed, not implemented yet)
+// Processes: streamed exec and background processes (`Driver/Processes.ts`)
+
+/** One event of a streamed command: a chunk of its output, or how it ended (the last event). */
+export type ProcessEvent =
+  | { readonly _tag: "Output"; readonly stream: "stdout" | "stderr"; readonly bytes: Uint8Array }
+  | {
+    readonly _tag: "Exit"
+    readonly exitCode: number
+    readonly durationMs: number
+    /** Why it ended (background processes): see `ProcessEndReason`. */
+    readonly reason?: ProcessEndReason
+  }
+
+/**
+ * `exited`: it ended on its own; `killed`: a signal ended it (its exit code is 128 + the
+ * signal); `sandbox_stopped`: its sandbox stopped (or was deleted) under it.
+ */
+export const ProcessEndReason = Schema.Literals(["exited", "killed", "sandbox_stopped"])
+export type ProcessEndReason = typeof ProcessEndReason.Type
+
+export const ProcessSignal = Schema.Literals(["INT", "TERM", "KILL", "HUP"])
+export type ProcessSignal = typeof ProcessSignal.Type
+
+export class ProcessRequest extends Schema.Class<ProcessRequest>("@svc/host/ProcessRequest")({
+  cmd: DriverExecRequest.fields.cmd,
+  cwd: Schema.optionalKey(SandboxPath),
+  env: Schema.optionalKey(Env),
+  /** Keep its stdin open for `processStdin`; otherwise it reads end of file at once. */
+  stdin: Schema.Boolean
+}) {}
+
+/** A background process: `pid` as the sandbox sees it. */
+export class ProcessInfo extends Schema.Class<ProcessInfo>("@svc/host/ProcessInfo")({
+  pid: Schema.Int,
+  cmd: Schema.Array(Schema.String),
+  state: Schema.Literals(["running", "exited"]),
+  exitCode: Schema.NullOr(Schema.Int),
+  /** ISO 8601. */
+  startedAt: Schema.String,
+  exitedAt: Schema.NullOr(Schema.String),
+  reason: Schema.NullOr(ProcessEndReason)
+}) {}
+
+// ---------------------------------------------------------------------------------------------
+// Terminal (`Driver/Pty.ts`)
 
 export class PtyRequest extends Schema.Class<PtyRequest>("@svc/host/PtyRequest")({
   cols: PositiveInt(1000),
   rows: PositiveInt(1000),
-  cmd: Schema.optionalKey(Schema.Array(Schema.String)),
+  cmd: Schema.optionalKey(DriverExecRequest.fields.cmd),
   env: Schema.optionalKey(Env)
 }) {}
 
@@ -265,6 +309,16 @@ export class SandboxFileError extends Schema.TaggedError<SandboxFileError>()("Sa
   errno: Schema.optionalKey(Schema.String)
 }) {}
 
+/**
+ * A background process refused: `not_found` (no such pid of this sandbox), `exited` (stdin or
+ * a signal for a process that has ended), `limit` (the sandbox runs as many as allowed).
+ */
+export class ProcessRefused extends Schema.TaggedError<ProcessRefused>()("ProcessRefused", {
+  sandboxId: Schema.String,
+  reason: Schema.Literals(["not_found", "exited", "limit"]),
+  message: Schema.String
+}) {}
+
 export class DriverUnsupported extends Schema.TaggedError<DriverUnsupported>()("DriverUnsupported", {
   operation: Schema.String,
   message: Schema.String
@@ -284,6 +338,7 @@ export type SandboxDriverError =
   | TemplateNotFound
   | SandboxCapacityExhausted
   | SandboxFileError
+  | ProcessRefused
   | DriverUnsupported
   | DriverFailure
 
@@ -389,6 +444,10 @@ export class SandboxDriver extends Context.Service<SandboxDriver, {
   readonly hostLimits: HostLimits
   /** Every sandbox this host has on disk with its run status. */
   readonly list: Effect.Effect<ReadonlyArray<SandboxListing>, DriverFailure>
+  /**
+   * A terminal in the running sandbox (its identity, filter and limits, on a terminal of its own
+   * devpts): lives as long as the scope, which hangs it up and ends its processes.
+   */
   pty(
     sandboxId: string,
     request: PtyRequest
@@ -411,6 +470,48 @@ export class SandboxDriver extends Context.Service<SandboxDriver, {
    * host file `file`: owners as inside, whiteouts kept. Its sha256 names the new layer.
    */
   exportLayer(sandboxId: string, file: string): Effect.Effect<void, Common | SandboxNotRunning>
+  /**
+   * Runs a command like `exec`, its output as it comes: `Output` events, then one `Exit`. The
+   * command lives as long as the scope (closed early, every process of it is killed). Outputs
+   * are not capped (they are not held).
+   */
+  execStream(
+    sandboxId: string,
+    request: DriverExecRequest
+  ): Effect.Effect<Stream.Stream<ProcessEvent>, Common | SandboxNotRunning, Scope.Scope>
+  /**
+   * Starts a background process: it outlives the call, its output is kept (the last 1 MiB of
+   * each stream), it ends with its sandbox (`sandbox_stopped`). Exited ones are kept for a while.
+   */
+  startProcess(
+    sandboxId: string,
+    request: ProcessRequest
+  ): Effect.Effect<ProcessInfo, Common | SandboxNotRunning | ProcessRefused>
+  /** The sandbox's background processes, newest first (running, and exited ones kept). */
+  processes(sandboxId: string): Effect.Effect<ReadonlyArray<ProcessInfo>, InvalidSandboxRequest>
+  process(sandboxId: string, pid: number): Effect.Effect<ProcessInfo, InvalidSandboxRequest | ProcessRefused>
+  /**
+   * Its output kept so far as events (stdout and stderr in the order they came, then `Exit` if it
+   * has ended); with `follow`, also what comes after, until it exits.
+   */
+  processOutput(
+    sandboxId: string,
+    pid: number,
+    follow: boolean
+  ): Effect.Effect<Stream.Stream<ProcessEvent>, InvalidSandboxRequest | ProcessRefused>
+  /** Writes to its stdin (opened with `stdin: true`); `close` ends it (end of file) after. */
+  processStdin<E, R>(
+    sandboxId: string,
+    pid: number,
+    body: Stream.Stream<Uint8Array, E, R>,
+    close: boolean
+  ): Effect.Effect<void, E | InvalidSandboxRequest | ProcessRefused, R>
+  /** INT, TERM, HUP go to the process; KILL ends it and every process it started. */
+  signalProcess(
+    sandboxId: string,
+    pid: number,
+    signal: ProcessSignal
+  ): Effect.Effect<void, InvalidSandboxRequest | ProcessRefused>
 }>()("@svc/host/Driver/SandboxDriver") {}
 
 /** Limits the file API enforces (the API's PUT body cap). */

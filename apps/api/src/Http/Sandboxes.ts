@@ -9,13 +9,16 @@
  * response is sent: a download keeps it while its bytes flow.
  */
 import { confinedSandbox, requireScope, sandboxPolicy } from "@svc/auth/Authorization"
+import type * as Rows from "@svc/db/Rows"
 import { Api } from "@svc/domain/Api"
 import { CurrentPrincipal } from "@svc/domain/Api/Auth"
 import { MAX_UPLOAD_BYTES } from "@svc/domain/Api/Sandboxes"
 import * as Errors from "@svc/domain/Errors"
 import type { OrgId } from "@svc/domain/Ids"
+import type { ExecResult } from "@svc/domain/Sandbox"
 import { Hosts } from "@svc/sandboxes/Hosts"
 import { Previews } from "@svc/sandboxes/Previews"
+import { type ProcessError, Processes, Sse } from "@svc/sandboxes/Processes"
 import { Sandboxes, toRecord } from "@svc/sandboxes/Sandboxes"
 import { Duration, Effect, Layer, Semaphore } from "effect"
 import { HttpServerResponse } from "effect/http"
@@ -24,6 +27,8 @@ import { ApiMaxTransfers } from "../Config.ts"
 import { PreviewProxyLayer } from "../Preview.ts"
 import { EventsGroup } from "./Events.ts"
 import { PreviewsGroup } from "./Previews.ts"
+import { ProcessesGroup, wantsEvents } from "./Processes.ts"
+import { TerminalGroup } from "./Terminal.ts"
 import { WorkersHandlers } from "./Workers.ts"
 
 /** How long a transfer beyond the bound waits for a slot. */
@@ -34,6 +39,7 @@ export const SandboxesGroup = HttpApiBuilder.group(
   "sandboxes",
   Effect.fn(function*(handlers) {
     const sandboxes = yield* Sandboxes
+    const processes = yield* Processes
     const transfers = yield* Semaphore.make(yield* ApiMaxTransfers)
 
     /** A transfer slot until the request's response is sent (its scope), or 503 after the wait. */
@@ -103,7 +109,18 @@ export const SandboxesGroup = HttpApiBuilder.group(
       )
       .handle(
         "exec",
-        ({ params, payload }) => Effect.flatMap(target(params.id), (orgId) => sandboxes.exec(orgId, params.id, payload))
+        ({ params, payload, request }) =>
+          Effect.flatMap(
+            target(params.id),
+            (orgId): Effect.Effect<
+              ExecResult | HttpServerResponse.HttpServerResponse,
+              ProcessError | Errors.PayloadTooLarge | Rows.QueryError
+            > =>
+              // `Accept: text/event-stream`: the output as it comes (docs/contract.md#sandbox-processes).
+              wantsEvents(request)
+                ? Effect.map(processes.execStream(orgId, params.id, payload), Sse.response)
+                : sandboxes.exec(orgId, params.id, payload)
+          )
       )
       .handle("stats", ({ params }) => Effect.flatMap(target(params.id), (orgId) => sandboxes.stats(orgId, params.id)))
       .handle("readFile", ({ params, query }) =>
@@ -131,7 +148,7 @@ export const SandboxesGroup = HttpApiBuilder.group(
 )
 
 /**
- * The sandboxes, exposed ports and workers routes with their services, and the preview proxy
+ * The sandboxes, processes, terminal, exposed ports and workers routes with their services, and the preview proxy
  * when the server has hooks for it; needs `SqlClient`, `Nats`, `SecretBox` and `ApiKeys`.
  */
 export const SandboxesHandlers = Layer.mergeAll(
@@ -139,9 +156,12 @@ export const SandboxesHandlers = Layer.mergeAll(
   PreviewsGroup,
   EventsGroup,
   WorkersHandlers,
-  PreviewProxyLayer
+  PreviewProxyLayer,
+  ProcessesGroup,
+  TerminalGroup
 ).pipe(
   Layer.provide(Previews.layer),
+  Layer.provide(Processes.layer),
   Layer.provideMerge(Sandboxes.layer),
   Layer.provide(Hosts.layer)
 )

@@ -1,5 +1,6 @@
 /**
- * `svc sandbox create|list|get|exec|delete|stats|expose|network|secrets bind`: a client of the /v1 API for users.
+ * `svc sandbox create|list|get|exec|delete|stats|expose|network|secrets bind` (and
+ * `spawn|ps|logs|kill|terminal`, `Processes.ts`): a client of the /v1 API for users.
  *
  * Credentials: `SVC_API_KEY` and `SVC_API_URL` (default http://127.0.0.1:8080), else
  * `.svc/dev-credentials.json` (`{base_url, api_key}`, written for the dev stack). API errors
@@ -16,6 +17,7 @@
 import { Console, Effect, Option } from "effect"
 import { Argument, Command, Flag } from "effect/cli"
 import { CliError, request } from "../Client.ts"
+import { processCommands } from "./Processes.ts"
 import { parseVolumeFlag } from "./Volumes.ts"
 
 const print = (value: unknown) => Console.log(JSON.stringify(value, null, 2))
@@ -232,5 +234,5 @@ const secrets = Command.make("secrets").pipe(
 
 export const sandbox = Command.make("sandbox").pipe(
   Command.withDescription("Create and use sandboxes through the API (SVC_API_KEY, SVC_API_URL)"),
-  Command.withSubcommands([create, list, get, exec, remove, stats, expose, network, secrets])
+  Command.withSubcommands([create, list, get, exec, remove, stats, expose, network, secrets, ...processCommands])
 )

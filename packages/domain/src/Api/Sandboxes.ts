@@ -32,6 +32,7 @@ import {
 } from "../Sandbox.ts"
 import { AbsolutePath } from "../Text.ts"
 import { Access } from "./Auth.ts"
+import { ProcessEvents } from "./Processes.ts"
 
 /** Uploads through PUT /v1/sandboxes/{id}/files are limited to this many bytes. */
 export const MAX_UPLOAD_BYTES = 100 * 1024 * 1024
@@ -153,11 +154,14 @@ export class SandboxesApi extends HttpApiGroup.make("sandboxes")
     HttpApiEndpoint.post("exec", "/v1/sandboxes/:id/exec", {
       params,
       payload: ExecBody,
-      success: ExecResult,
+      // `Accept: text/event-stream`: the output as it comes (docs/contract.md#sandbox-processes).
+      success: [ExecResult, ProcessEvents],
       error: [InvalidRequest, NotFound, Conflict, PayloadTooLarge, SandboxOutOfScope, Unavailable]
     }).annotateMerge(OpenApi.annotations({
       description: "Runs `cmd` in the sandbox and waits for it (at most `timeout_ms`). 409 unless it is running. " +
-        "Outputs are UTF-8 text, each capped at 1 MiB by the host: `truncated` is true when either was cut."
+        "Outputs are UTF-8 text, each capped at 1 MiB by the host: `truncated` is true when either was cut. " +
+        "With `Accept: text/event-stream`: server-sent events as the command runs, `stdout` and `stderr` " +
+        "(`{data: <base64>}`, not capped), then one `exit` (`{exit_code, duration_ms}`)."
     })),
     HttpApiEndpoint.get("stats", "/v1/sandboxes/:id/stats", {
       params,

@@ -7,11 +7,12 @@
  * This module composes the service from its parts, which share one `DriverHost` (`Host.ts`):
  * `Run.ts` (a run: start and end of the process tree), `Lifecycle.ts` (create, start, stop,
  * destroy, list), `Ended.ts` (a run that ended on its own, and why), `Adopt.ts` (a warm pool
- * entry becomes a sandbox), `Exec.ts` and `Files.ts`.
+ * entry becomes a sandbox), `Exec.ts`, `Files.ts`, `Processes.ts` (streamed exec, background
+ * processes) and `Pty.ts` (terminals).
  */
 import { SecretBox } from "@svc/crypto/SecretBox"
 import { Effect, Layer } from "effect"
-import { DriverUnsupported, SandboxDriver, SandboxStats } from "../Driver.ts"
+import { SandboxDriver, SandboxStats } from "../Driver.ts"
 import { makeAdopt } from "./Adopt.ts"
 import { DriverConfig } from "./Config.ts"
 import * as Disk from "./Disk.ts"
@@ -22,6 +23,8 @@ import { invalid, makeDriverHost, tryHost } from "./Host.ts"
 import { makeImages } from "./Images.ts"
 import { makeLifecycle } from "./Lifecycle.ts"
 import * as Network from "./Network.ts"
+import { makeProcesses } from "./Processes.ts"
+import { makePty } from "./Pty.ts"
 import { makeRuns } from "./Run.ts"
 
 export class BubblewrapDriver {
@@ -62,13 +65,10 @@ export class BubblewrapDriver {
         return { host: entry.record.internalIp, port }
       })
 
-      const pty = Effect.fn("SandboxDriver.pty")(function*(sandboxId: string, _request: unknown) {
-        yield* host.lookupRunning(sandboxId)
-        return yield* new DriverUnsupported({
-          operation: "pty",
-          message: "terminals are not implemented by the namespaces driver yet"
-        })
-      })
+      const processes = makeProcesses(host)
+      const pty = makePty(host, processes)
+      // The agent stopping ends the background processes it started (their pipes end here).
+      yield* Effect.addFinalizer(() => processes.shutdown)
 
       const images = makeImages(host)
 
@@ -92,8 +92,10 @@ export class BubblewrapDriver {
         create: (spec) => Effect.uninterruptible(lifecycle.create(spec)),
         adopt: (fromId, spec) => Effect.uninterruptible(adopt(fromId, spec)),
         start: (sandboxId) => Effect.uninterruptible(lifecycle.start(sandboxId)),
-        stop: (sandboxId) => Effect.uninterruptible(lifecycle.stop(sandboxId)),
-        destroy: (sandboxId) => Effect.uninterruptible(lifecycle.destroy(sandboxId)),
+        // Background processes of the sandbox end with it, and say so.
+        stop: (sandboxId) => Effect.uninterruptible(processes.aroundStop(sandboxId, lifecycle.stop(sandboxId), false)),
+        destroy: (sandboxId) =>
+          Effect.uninterruptible(processes.aroundStop(sandboxId, lifecycle.destroy(sandboxId), true)),
         exec,
         readFile: files.readFile,
         writeFile: files.writeFile,
@@ -105,6 +107,13 @@ export class BubblewrapDriver {
         portAddress,
         list: lifecycle.list,
         pty,
+        execStream: processes.execStream,
+        startProcess: processes.startProcess,
+        processes: processes.processes,
+        process: processes.process,
+        processOutput: processes.processOutput,
+        processStdin: processes.processStdin,
+        signalProcess: processes.signalProcess,
         ended: (sandboxId) => Effect.uninterruptible(ended(sandboxId)),
         ...images,
         volumeDevices,

@@ -18,6 +18,7 @@ import * as Errors from "@svc/domain/Errors"
 import {
   AgentApi,
   AgentBusy,
+  AgentConflict,
   type AgentExecRequest,
   type AgentExecResult,
   AgentInvalid,
@@ -64,9 +65,9 @@ const TRANSFER_TIMEOUT_MS = 600_000
 const STATS_TIMEOUT_MS = 10_000
 
 /** The host a call goes to (its `HostRecord`: endpoint and bearer token). */
-class AgentTarget extends Context.Service<AgentTarget, HostRecord>()("@svc/sandboxes/DataPlane/AgentTarget") {}
+export class AgentTarget extends Context.Service<AgentTarget, HostRecord>()("@svc/sandboxes/DataPlane/AgentTarget") {}
 
-const unreachable = (host: HostRecord, cause: unknown) =>
+export const unreachable = (host: HostRecord, cause: unknown) =>
   Effect.andThen(
     Effect.logWarning("data plane: host unreachable", { hostId: host.hostId, cause: String(cause) }),
     Effect.fail(new Errors.Unavailable({ error: "The sandbox's host cannot be reached; retry" }))
@@ -83,8 +84,9 @@ const hostFailed = (host: HostRecord, detail: Record<string, unknown>) =>
  * one; `unauthorized`, `failed`, an undeclared answer or an unreadable one are the host failing
  * the request; no answer at all is the host being unreachable.
  */
-const toApiError = (host: HostRecord, error: unknown): Effect.Effect<never, DataPlaneError> => {
+export const toApiError = (host: HostRecord, error: unknown): Effect.Effect<never, DataPlaneError> => {
   if (error instanceof AgentInvalid) return Effect.fail(new Errors.InvalidRequest({ error: error.error }))
+  if (error instanceof AgentConflict) return Effect.fail(new Errors.Conflict({ error: error.error }))
   if (error instanceof AgentNotFound) return Effect.fail(new Errors.NotFound({ error: error.error }))
   if (error instanceof AgentNotRunning) return Effect.fail(new Errors.Conflict({ error: error.error }))
   if (error instanceof AgentTooLarge) return Effect.fail(new Errors.PayloadTooLarge({ error: error.error }))
