@@ -26,6 +26,8 @@
  *   SVC_AGENT_MAX_TRANSFERS  file uploads and downloads streamed at once (default 32); more wait
  *   SVC_SANDBOX_BRIDGE / SVC_SANDBOX_SUBNET / SVC_SANDBOX_UID_BASE   the driver's machine-wide settings
  *   SVC_AGENT_ALLOW_NO_FIREWALL   1: start even when the sandbox firewall cannot be installed
+ *   SVC_IMAGE_CACHE_DIR   where the `debian` archive is built and cached (default `<dataDir>/cache`);
+ *                         agents of one machine may share one
  *   SVC_VERSION           reported in the host record (@svc/bus/Config)
  *   SVC_EGRESS_*          the sandboxes' egress proxy (@svc/egress/Config): on from the environment;
  *                         off for agents made in tests unless `egress` is given
@@ -259,6 +261,11 @@ export const Bridge = Env.text("SVC_SANDBOX_BRIDGE", DEFAULT_BRIDGE, "interface 
 export const Subnet = Env.text("SVC_SANDBOX_SUBNET", DEFAULT_SUBNET, "CIDR")
 export const UidBase = Env.integer("SVC_SANDBOX_UID_BASE", DEFAULT_UID_BASE, { min: 0 })
 export const AllowNoFirewall = Env.flag("SVC_AGENT_ALLOW_NO_FIREWALL")
+export const ImageCacheDir = optional(Config.String("SVC_IMAGE_CACHE_DIR"), {
+  name: "SVC_IMAGE_CACHE_DIR",
+  default: "`<agent data dir>/cache`",
+  format: "path"
+})
 
 /** Every variable the agent role reads: its own, the bus's and the keys. */
 export const settings: ReadonlyArray<Env.AnySetting> = [
@@ -285,7 +292,8 @@ export const settings: ReadonlyArray<Env.AnySetting> = [
   Bridge,
   Subnet,
   UidBase,
-  AllowNoFirewall
+  AllowNoFirewall,
+  ImageCacheDir
 ]
 
 export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("@svc/agent/AgentConfig") {
@@ -373,6 +381,7 @@ export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("
         subnet: Subnet,
         uidBase: UidBase,
         allowNoFirewall: AllowNoFirewall,
+        imageCacheDir: ImageCacheDir,
         egress: Egress.EgressConfig
       }).pipe(Effect.mapError((e) => new InvalidAgentConfig({ message: String(e) })))
       const hostId = Option.getOrElse(env.hostId, () => hostIdFromHostname(Os.hostname()))
@@ -400,6 +409,10 @@ export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("
         subnet: env.subnet,
         uidBase: env.uidBase,
         allowNoFirewall: env.allowNoFirewall,
+        ...Option.match(env.imageCacheDir, {
+          onNone: () => ({}),
+          onSome: (dir) => ({ imageCacheDir: NodePath.resolve(dir) })
+        }),
         egress: env.egress,
         capacity: { ...given("cpu", env.cpu), ...given("ramMb", env.ramMb), ...given("diskGb", env.diskGb) }
       })

@@ -55,7 +55,7 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 300_000 })("templates acro
       expect(appLayers.length).toBe(2)
       const tampered = yield* build({ name: "tampered", steps: [{ run: "echo two > /two" }] })
       expect((yield* settled(tampered)).state).toBe("ready")
-      const [tamperedLayer] = (yield* layersOn(env.dataDir)).filter((hex) => !appLayers.includes(hex))
+      const tamperedLayer = (yield* layersOn(env.dataDir)).find((hex) => !appLayers.includes(hex))
       expect(tamperedLayer).toMatch(/^[0-9a-f]{64}$/)
       // Someone with access to the store replaces that layer's bytes under its name.
       const store = yield* ensureObjectStore(IMAGES_OBJECT_STORE)

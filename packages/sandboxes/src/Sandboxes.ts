@@ -229,7 +229,8 @@ export class Sandboxes extends Context.Service<Sandboxes, {
             region: request.region,
             cpu: request.cpu,
             ramMb: request.ram_mb,
-            diskGb: request.disk_gb
+            diskGb: request.disk_gb,
+            ...(template.image !== undefined ? { image: { root: template.root, layers: template.image.layers } } : {})
           }, now)
           const host = placement._tag === "Placed" ? placement.host : null
           if (placement._tag === "Unplaceable") {
