@@ -116,4 +116,35 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 900_000 })("templates on d
 
       yield* api("DELETE", `/v1/sandboxes/${sandbox}`)
     }))
+
+  it.effect("a sandbox of the debian root itself: its template record, python3 inside, a snapshot of it", () =>
+    Effect.gen(function*() {
+      const root = yield* api("GET", "/v1/templates/debian")
+      expect(root.status, root.text).toBe(200)
+      expect(root.json).toMatchObject({ name: "debian", state: "ready", base: "debian" })
+      const created = yield* api("POST", "/v1/sandboxes", { template: "debian", ram_mb: 256 })
+      expect(created.status, created.text).toBe(201)
+      expect(created.json.templateId).toBe(root.json.id)
+      const sandbox = created.json.id as string
+      const running = yield* eventually(
+        api("GET", `/v1/sandboxes/${sandbox}`),
+        (r) => r.json?.state === "running" || r.json?.state === "error",
+        Duration.minutes(3)
+      )
+      expect(running.json.state, running.text).toBe("running")
+      const seen = yield* sh(sandbox, "python3 -c 'print(6 * 7)' && echo kept > /root/note")
+      expect(seen.stdout).toBe("42\n")
+      const snap = yield* api("POST", `/v1/sandboxes/${sandbox}/snapshot`, { name: "deb-snap" })
+      expect(snap.status, snap.text).toBe(202)
+      const ready = yield* eventually(
+        api("GET", `/v1/templates/${snap.json.id}`),
+        (r) => r.json?.state !== "building",
+        Duration.minutes(3)
+      )
+      expect(ready.json).toMatchObject({ state: "ready", base: "debian" })
+      const copy = yield* api("POST", "/v1/sandboxes", { template: "deb-snap", ram_mb: 256 })
+      yield* eventually(api("GET", `/v1/sandboxes/${copy.json.id}`), (r) => r.json?.state === "running")
+      expect((yield* sh(copy.json.id, "cat /root/note; cat /etc/debian_version")).stdout).toMatch(/^kept\n\d+/)
+      for (const id of [sandbox, copy.json.id]) yield* api("DELETE", `/v1/sandboxes/${id}`)
+    }))
 })

@@ -20,7 +20,7 @@ import { ensureObjectStore, type ObjectStore } from "@svc/bus/Objects"
 import { ensureBucket } from "@svc/bus/Topology"
 import * as Rows from "@svc/db/Rows"
 import * as Errors from "@svc/domain/Errors"
-import { BASE_TEMPLATE_ID, makeTemplateId, type OrgId } from "@svc/domain/Ids"
+import { BASE_TEMPLATE_ID, DEBIAN_TEMPLATE_ID, makeTemplateId, type OrgId } from "@svc/domain/Ids"
 import { type ListQuery, pageInfo } from "@svc/domain/Pagination"
 import { type CreateTemplateRequest, Template, type TemplatePage, type TemplateStep } from "@svc/domain/Template"
 import * as Outbox from "@svc/events/Outbox"
@@ -88,6 +88,12 @@ const BASE_RECORD = (): Template =>
     createdAt: new Date(0).toISOString(),
     builtAt: new Date(0).toISOString()
   })
+
+const DEBIAN_RECORD = (): Template =>
+  new Template({ ...BASE_RECORD(), id: DEBIAN_TEMPLATE_ID, name: "debian", base: "debian" })
+
+/** What a template's `base` shows for its parent: the roots by name, any other by id. */
+const baseName = (id: string) => id === BASE_TEMPLATE_ID ? "base" : id === DEBIAN_TEMPLATE_ID ? "debian" : id
 
 const toRecord = (row: Row) =>
   new Template({
@@ -186,9 +192,9 @@ export class Templates extends Context.Service<Templates, {
       if (ref === "base" || ref === BASE_TEMPLATE_ID) {
         return { id: BASE_TEMPLATE_ID, root: "base" as const, env: {}, image: undefined }
       }
-      if (ref === "debian") {
+      if (ref === "debian" || ref === DEBIAN_TEMPLATE_ID) {
         return {
-          id: "debian",
+          id: DEBIAN_TEMPLATE_ID,
           root: "debian" as const,
           env: {},
           image: { layers: [], startCmd: null, readyCmd: null }
@@ -266,12 +272,12 @@ export class Templates extends Context.Service<Templates, {
       const base = request.base ?? "base"
       const parent = yield* resolve(orgId, base)
       if (parent === undefined) return yield* invalid("base", `no ready template ${JSON.stringify(base)}`)
-      const parentRow = parent.id.startsWith("tpl_") && parent.id !== BASE_TEMPLATE_ID
+      const parentRow = parent.id !== BASE_TEMPLATE_ID && parent.id !== DEBIAN_TEMPLATE_ID
         ? yield* find(orgId, parent.id)
         : undefined
       return yield* insertBuild(orgId, {
         name: request.name,
-        base: parent.id === BASE_TEMPLATE_ID ? "base" : parent.id,
+        base: baseName(parent.id),
         parent,
         steps: request.steps ?? [],
         // A template built on another keeps its commands unless it sets its own.
@@ -296,10 +302,12 @@ export class Templates extends Context.Service<Templates, {
       const parent = (yield* resolve(orgId, sandbox.templateId)) ??
         // Its template was deleted since: its image is gone with it.
         (yield* new Errors.Conflict({ error: "The sandbox's template no longer exists" }))
-      const parentRow = sandbox.templateId.startsWith("tpl_") ? yield* find(orgId, sandbox.templateId) : undefined
+      const parentRow = sandbox.templateId !== BASE_TEMPLATE_ID && sandbox.templateId !== DEBIAN_TEMPLATE_ID
+        ? yield* find(orgId, sandbox.templateId)
+        : undefined
       return yield* insertBuild(orgId, {
         name,
-        base: sandbox.templateId === BASE_TEMPLATE_ID ? "base" : sandbox.templateId,
+        base: baseName(sandbox.templateId),
         parent,
         steps: [],
         startCmd: parentRow?.start_cmd ?? null,
@@ -321,6 +329,7 @@ export class Templates extends Context.Service<Templates, {
 
     const get = Effect.fn("Templates.get")(function*(orgId: OrgId, id: string) {
       if (id === BASE_TEMPLATE_ID || id === "base") return BASE_RECORD()
+      if (id === DEBIAN_TEMPLATE_ID || id === "debian") return DEBIAN_RECORD()
       const row = yield* find(orgId, id)
       if (row === undefined) return yield* notFound()
       return toRecord(row)
