@@ -28,6 +28,8 @@
  *   SVC_AGENT_MAX_TRANSFERS  file uploads and downloads streamed at once (default 32); more wait
  *   SVC_SANDBOX_BRIDGE / SVC_SANDBOX_SUBNET / SVC_SANDBOX_UID_BASE   the driver's machine-wide settings
  *   SVC_AGENT_ALLOW_NO_FIREWALL   1: start even when the sandbox firewall cannot be installed
+ *   SVC_IMAGE_CACHE_DIR   where the `debian` archive is built and cached (default `<dataDir>/cache`);
+ *                         agents of one machine may share one
  *   SVC_VERSION           reported in the host record (@svc/bus/Config)
  *   SVC_EGRESS_*          the sandboxes' egress proxy (@svc/egress/Config): on from the environment;
  *                         off for agents made in tests unless `egress` is given
@@ -272,6 +274,11 @@ export const SharedVolumesDir = optional(Config.String("SVC_SHARED_VOLUMES_DIR")
   default: "`<SVC_DATA_DIR>/shared-volumes` (one folder for every agent of a machine)",
   format: "path"
 })
+export const ImageCacheDir = optional(Config.String("SVC_IMAGE_CACHE_DIR"), {
+  name: "SVC_IMAGE_CACHE_DIR",
+  default: "`<agent data dir>/cache`",
+  format: "path"
+})
 
 /** Every variable the agent role reads: its own, the bus's and the keys. */
 export const settings: ReadonlyArray<Env.AnySetting> = [
@@ -299,7 +306,8 @@ export const settings: ReadonlyArray<Env.AnySetting> = [
   Subnet,
   UidBase,
   AllowNoFirewall,
-  SharedVolumesDir
+  SharedVolumesDir,
+  ImageCacheDir
 ]
 
 export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("@svc/agent/AgentConfig") {
@@ -389,6 +397,7 @@ export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("
         uidBase: UidBase,
         allowNoFirewall: AllowNoFirewall,
         sharedVolumesDir: SharedVolumesDir,
+        imageCacheDir: ImageCacheDir,
         egress: Egress.EgressConfig
       }).pipe(Effect.mapError((e) => new InvalidAgentConfig({ message: String(e) })))
       const hostId = Option.getOrElse(env.hostId, () => hostIdFromHostname(Os.hostname()))
@@ -417,6 +426,10 @@ export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("
         uidBase: env.uidBase,
         allowNoFirewall: env.allowNoFirewall,
         sharedVolumesDir: Option.getOrElse(env.sharedVolumesDir, () => NodePath.join(env.dataRoot, "shared-volumes")),
+        ...Option.match(env.imageCacheDir, {
+          onNone: () => ({}),
+          onSome: (dir) => ({ imageCacheDir: NodePath.resolve(dir) })
+        }),
         egress: env.egress,
         capacity: { ...given("cpu", env.cpu), ...given("ramMb", env.ramMb), ...given("diskGb", env.diskGb) }
       })

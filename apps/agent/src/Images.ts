@@ -8,6 +8,11 @@
  * A build's progress and end go to the `builds` KV entry of its template (the log flushed about
  * every half second, its last 256 KiB); the control plane applies the end. A build past its
  * `timeoutMs` is cut here too (its sandbox destroyed) and ends `failed`.
+ *
+ * The store decides which layers live (the control plane removes those no template refers to):
+ * a layer removed from it is removed here too, as the store's watch reports it, and at start
+ * every extracted layer the store no longer has goes. No live sandbox stacks such a layer (a
+ * template is not deleted while a sandbox uses it).
  */
 import { type BusError, Nats } from "@svc/bus/Nats"
 import { ensureObjectStore, type ObjectStore } from "@svc/bus/Objects"
@@ -21,8 +26,8 @@ import {
   LAYER_CACHE_BUCKET_SPEC
 } from "@svc/host-protocol/Images"
 import { DriverExecRequest, SandboxDriver, type SandboxDriverError, SandboxSpec } from "@svc/host/Driver"
-import { digestFile } from "@svc/host/Layers"
-import { Context, Duration, Effect, Fiber, Layer, Schedule, Schema, Semaphore } from "effect"
+import { digestFile, LAYER_HEX } from "@svc/host/Layers"
+import { Context, Duration, Effect, Fiber, Layer, Schedule, Schema, Semaphore, Stream } from "effect"
 import { createHash, randomBytes } from "node:crypto"
 import * as FsSync from "node:fs"
 import * as Fs from "node:fs/promises"
@@ -218,7 +223,14 @@ export class Images extends Context.Service<Images, {
               const key = createHash("sha256").update(JSON.stringify([command.root, layers, env, step])).digest("hex")
               const cached = yield* Effect.tryPromise(() => layerCache.get(key)).pipe(Effect.orElseSucceed(() => null))
               const cachedHex = cached?.operation === "PUT" ? cached.string() : ""
-              if (/^[0-9a-f]{64}$/.test(cachedHex)) {
+              // Taken only while the store has it: a layer collected meanwhile is made again.
+              const stored = LAYER_HEX.test(cachedHex) &&
+                (yield* openStore.pipe(
+                  Effect.flatMap((objects) => Effect.tryPromise(() => objects.info(cachedHex))),
+                  Effect.map((info) => info !== null),
+                  Effect.orElseSucceed(() => false)
+                ))
+              if (stored) {
                 const pulled = yield* Effect.result(ensureLayers([cachedHex]))
                 if (pulled._tag === "Success") {
                   layers.push(cachedHex)
@@ -306,6 +318,37 @@ export class Images extends Context.Service<Images, {
             Effect.ignore
           )
         }).pipe(Effect.withSpan("Images.build", { attributes: { templateId: command.sandboxId } }))
+
+      /** Removes an extracted layer the store no longer has (one pull or removal at a time). */
+      const drop = (hex: string) =>
+        pulling.withPermit(
+          driver.removeLayer(hex).pipe(
+            Effect.tap(() => Effect.logInfo("agent: image layer removed", { layer: hex.slice(0, 12) })),
+            Effect.catch((e) => Effect.logWarning("agent: removing a layer failed", { error: describeDriverError(e) }))
+          )
+        )
+      const collect = Effect.gen(function*() {
+        const objects = yield* openStore
+        const watcher = yield* Effect.tryPromise(() => objects.watch({ includeHistory: false }))
+        yield* Effect.addFinalizer(() => Effect.sync(() => watcher.stop()))
+        // What went while this agent was down.
+        const local = yield* driver.layers.pipe(Effect.orElseSucceed(() => [] as ReadonlyArray<string>))
+        for (const hex of local) {
+          const info = yield* Effect.tryPromise(() => objects.info(hex))
+          if (info === null) yield* drop(hex)
+        }
+        yield* Stream.fromAsyncIterable(watcher, (e) => new ImageError({ message: String(e) })).pipe(
+          Stream.filter((info) => info.deleted && LAYER_HEX.test(info.name)),
+          Stream.runForEach((info) => drop(info.name))
+        )
+      }).pipe(Effect.scoped)
+      yield* Effect.forkScoped(
+        collect.pipe(
+          Effect.catchCause((cause) => Effect.logWarning("agent: image layer collection stopped", { cause })),
+          Effect.andThen(Effect.sleep(Duration.seconds(10))),
+          Effect.forever
+        )
+      )
 
       return Images.of({ ensureLayers, build })
     })

@@ -1,6 +1,7 @@
 /**
  * The host's record in the `hosts` KV bucket: capacity (cpu overcommitted), region, datacenter,
- * version, which sandbox limits hold here, and the data plane's endpoint and token, written at start and refreshed every `heartbeatMs`. When the agent
+ * version, which sandbox limits hold here, the image layers and roots it holds, and the data plane's
+ * endpoint and token, written at start and refreshed every `heartbeatMs`. When the agent
  * stops the refreshing stops and the record ages; deciding that the host is down is the control
  * plane's (`HOST_DOWN_AFTER_MS`). The record is not deleted on a graceful stop: the sandboxes
  * keep running and a restarted agent overwrites it.
@@ -24,12 +25,15 @@ export class HostRegistry extends Context.Service<HostRegistry, {
     Effect.gen(function*() {
       const config = yield* AgentConfig
       const dataPlane = yield* DataPlane
-      const { hostLimits } = yield* SandboxDriver
+      const driver = yield* SandboxDriver
       const kv = yield* ensureBucket(HOSTS_BUCKET_SPEC)
       const startedAt = Date.now()
       let current: HostRecord | undefined
 
       const beat = Effect.gen(function*() {
+        // What images it holds, for placement; a listing that fails leaves them out this time.
+        const layers = yield* driver.layers.pipe(Effect.orElseSucceed(() => undefined))
+        const roots = yield* driver.roots.pipe(Effect.orElseSucceed(() => undefined))
         const record: HostRecord = {
           hostId: config.hostId,
           region: config.region,
@@ -40,8 +44,10 @@ export class HostRegistry extends Context.Service<HostRegistry, {
           token: dataPlane.token,
           heartbeatAt: Date.now(),
           startedAt,
-          limits: hostLimits,
-          cpuOvercommit: config.cpuOvercommit
+          limits: driver.hostLimits,
+          cpuOvercommit: config.cpuOvercommit,
+          ...(layers !== undefined ? { layers } : {}),
+          ...(roots !== undefined ? { roots } : {})
         }
         yield* Effect.tryPromise(() => kv.put(config.hostId, encoder.encode(encodeRecord(record))))
         current = record

@@ -469,7 +469,10 @@ layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("host agent", 
           token: agent.dataPlane.token,
           heartbeatAt: 0,
           startedAt: 0,
-          limits: { cgroup: "v1", memory: "enforced", cpu: "enforced", pids: "enforced", disk: "enforced" }
+          limits: { cgroup: "v1", memory: "enforced", cpu: "enforced", pids: "enforced", disk: "enforced" },
+          // No image held yet: no layer pulled, no debian root made.
+          layers: [],
+          roots: []
         }
       )
       const later = yield* eventually(

@@ -50,6 +50,7 @@ describe("AgentConfig", () => {
       assert.strictEqual(config.poolSize, 4)
       assert.strictEqual(config.allowNoFirewall, false)
       assert.strictEqual(config.maxTransfers, 32)
+      assert.strictEqual(config.imageCacheDir, undefined)
     }))
 
   it.effect("reads every variable", () =>
@@ -71,6 +72,7 @@ describe("AgentConfig", () => {
         SVC_HOST_CPU_OVERCOMMIT: "1.5",
         SVC_AGENT_ALLOW_UNLIMITED: "1",
         SVC_AGENT_MAX_TRANSFERS: "12",
+        SVC_IMAGE_CACHE_DIR: "/var/cache/svc/images",
         SVC_EGRESS_DEFAULT: "deny",
         SVC_EGRESS_ALLOWED_SUBNETS: "198.51.100.0/24, 2001:db8::/32",
         SVC_EGRESS_HOSTS_FILE: "/etc/svc/egress-hosts",
@@ -98,6 +100,7 @@ describe("AgentConfig", () => {
           poolSize: 3,
           allowNoFirewall: true,
           maxTransfers: 12,
+          imageCacheDir: "/var/cache/svc/images",
           egress: {
             defaultAction: "deny",
             allowedSubnets: [

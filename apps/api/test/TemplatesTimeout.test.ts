@@ -23,7 +23,7 @@ const EnvLayer = Layer.effect(
   Effect.gen(function*() {
     const base = yield* serveApi.pipe(
       Effect.provide(ConfigProvider.layerAdd(
-        ConfigProvider.fromUnknown({ SVC_TEMPLATE_BUILD_TIMEOUT: "2 seconds" }),
+        ConfigProvider.fromUnknown({ SVC_TEMPLATE_BUILD_TIMEOUT: "2s" }),
         { asPrimary: true }
       ))
     )

@@ -89,3 +89,36 @@ export const reportCliError = <A, E, R>(effect: Effect.Effect<A, E | CliError, R
       process.stderr.write(e.message + "\n")
       process.exitCode = 1
     }))
+
+/**
+ * A GET whose body is text (a build log), copied to `out` as it arrives (a followed log until
+ * the server ends it). A non-2xx answer is a `CliError` like `request`'s.
+ */
+export const streamTo = (path: string, out: NodeJS.WritableStream) =>
+  Effect.gen(function*() {
+    const creds = yield* credentials
+    const response = yield* Effect.tryPromise({
+      try: () =>
+        fetch(creds.baseUrl.replace(/\/+$/, "") + path, { headers: { authorization: `Bearer ${creds.apiKey}` } }),
+      catch: (cause) => new CliError({ message: `cannot reach ${creds.baseUrl}: ${String(cause)}` })
+    })
+    if (!response.ok) {
+      const text = yield* Effect.promise(() => response.text())
+      const json = yield* Effect.sync(() => {
+        try {
+          return JSON.parse(text)
+        } catch {
+          return undefined
+        }
+      })
+      return yield* new CliError({
+        message: `error ${json?.code ?? response.status}: ${json?.error ?? text.slice(0, 300)}`
+      })
+    }
+    yield* Effect.tryPromise({
+      try: async () => {
+        for await (const chunk of response.body ?? []) out.write(chunk)
+      },
+      catch: (cause) => new CliError({ message: `the answer was cut: ${String(cause)}` })
+    })
+  })

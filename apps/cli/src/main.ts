@@ -12,12 +12,13 @@ import { org } from "./Commands/Orgs.ts"
 import { roles } from "./Commands/Roles.ts"
 import { sandbox } from "./Commands/Sandboxes.ts"
 import { secret } from "./Commands/Secrets.ts"
+import { template } from "./Commands/Templates.ts"
 import { volume } from "./Commands/Volumes.ts"
 import { webhook } from "./Commands/Webhooks.ts"
 
 const svc = Command.make("svc").pipe(
   Command.withDescription("The sandbox platform"),
-  Command.withSubcommands([dev, ...roles, org, key, sandbox, secret, volume, webhook, events])
+  Command.withSubcommands([dev, ...roles, org, key, sandbox, secret, volume, webhook, template, events])
 )
 
 svc.pipe(

@@ -6,7 +6,8 @@
  *   `image`, is the sha256 of `{root, layers}`: the same digest, the same file system.
  * - **Layers** live in the JetStream object store `images` (object `<hex>`), which every host
  *   reaches: a host pulls a layer the first time it needs one and verifies its digest before
- *   using it. A layer no template refers to any more is removed from it (`Templates.gc`).
+ *   using it. A layer no template refers to any more is removed from it (`Templates.collect`), and each
+ *   host removes its copy when the store's watch reports it gone.
  * - **Builds** are `build` commands on the AGENT stream (`agent.<hostId>.build`, through the
  *   outbox, in the transaction that inserts the template). The agent writes the build's progress
  *   and end to the `builds` KV bucket (key: the template id); the control plane applies the end to

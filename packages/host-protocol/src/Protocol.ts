@@ -92,7 +92,13 @@ export const HostRecord = Schema.Struct({
    */
   limits: Schema.optionalKey(HostLimits),
   /** `capacity.cpu` is the host's cores times this: cpu is a cap per sandbox, not a reservation. */
-  cpuOvercommit: Schema.optionalKey(Schema.Number)
+  cpuOvercommit: Schema.optionalKey(Schema.Number),
+  /**
+   * The image layers extracted on this host (`Images.ts`) and the roots made here besides `base`:
+   * the scheduler prefers a host that holds a template's image already.
+   */
+  layers: Schema.optionalKey(Schema.Array(Schema.String)),
+  roots: Schema.optionalKey(Schema.Array(Schema.String))
 })
 export type HostRecord = typeof HostRecord.Type
 

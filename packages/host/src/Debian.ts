@@ -169,3 +169,16 @@ export const ensureDebianRoot = async (
     await Fs.rm(temp, { recursive: true, force: true }).catch(() => undefined)
   }
 }
+
+/** Whether a debian root was extracted under `templatesDir` (any recipe or options). */
+export const hasDebianRoot = async (templatesDir: string): Promise<boolean> => {
+  const names = await Fs.readdir(templatesDir).catch(() => [] as Array<string>)
+  for (const name of names) {
+    if (
+      name.startsWith(`${DEBIAN_ROOT}-`) && (await exists(NodePath.join(templatesDir, name, "etc", "debian_version")))
+    ) {
+      return true
+    }
+  }
+  return false
+}

@@ -465,6 +465,8 @@ export class SandboxDriver extends Context.Service<SandboxDriver, {
   removeLayer(digest: string): Effect.Effect<void, InvalidSandboxRequest | DriverFailure>
   /** The layers extracted on this host. */
   readonly layers: Effect.Effect<ReadonlyArray<string>, DriverFailure>
+  /** The roots made on this host besides `base` (`debian` once its root is extracted here). */
+  readonly roots: Effect.Effect<ReadonlyArray<ImageRoot>, DriverFailure>
   /**
    * Writes a tar of a running sandbox's writable layer (what it changed over its image) to the
    * host file `file`: owners as inside, whiteouts kept. Its sha256 names the new layer.

@@ -237,7 +237,8 @@ export class Sandboxes extends Context.Service<Sandboxes, {
             cpu: request.cpu,
             ramMb: request.ram_mb,
             diskGb: request.disk_gb + volumes.unpinnedGb,
-            hostId: volumes.pinnedHost
+            hostId: volumes.pinnedHost,
+            ...(template.image !== undefined ? { image: { root: template.root, layers: template.image.layers } } : {})
           }, now)
           const host = placement._tag === "Placed" ? placement.host : null
           if (host !== null) yield* VolumeRefs.pin(volumes.unpinned, host.hostId)

@@ -8,7 +8,9 @@
  * while memory and disk are offered as they are. Every sandbox not deleted holds its disk; only
  * those that may run processes hold cpu and memory (a stopped or failed one does not, so a
  * start later may oversubscribe a host that filled up meanwhile: its cgroups still cap it). Among those that fit, the
- * one with the most free memory wins (spreading load), then the most free cpu, then the id.
+ * one that holds most of the sandbox's image wins (a template's root and layers, as its host record
+ * lists them: no pull, no extraction), then the one with the most free memory (spreading load),
+ * then the most free cpu, then the id.
  *
  * `place` runs inside the create transaction under one advisory lock, and the new row (with its
  * `host_id`) is inserted before the commit: two creates never both take the last room on a host.
@@ -29,6 +31,8 @@ export interface PlacementRequest {
   readonly diskGb: number
   /** Only this host (where the sandbox's local volumes live); null or absent: any. */
   readonly hostId?: string | null
+  /** A template's image: the host holding most of it is preferred. */
+  readonly image?: { readonly root: string; readonly layers: ReadonlyArray<string> }
 }
 
 export interface Usage {
@@ -50,6 +54,14 @@ const NONE: Usage = { cpu: 0, ramMb: 0, diskGb: 0 }
 
 const describe = (r: { readonly cpu: number; readonly ramMb: number; readonly diskGb: number }) =>
   `cpu ${r.cpu}, ram_mb ${r.ramMb}, disk_gb ${r.diskGb}`
+
+/** What of `image` a host lacks: its layers missing there, and the root when not `base` and missing. */
+export const missingOf = (host: HostRecord, image: PlacementRequest["image"]): number => {
+  if (image === undefined) return 0
+  const held = new Set(host.layers ?? [])
+  const root = image.root === "base" || (host.roots ?? []).includes(image.root) ? 0 : 1
+  return root + image.layers.filter((layer) => !held.has(layer)).length
+}
 
 /** The pure choice. `usage` is per host id (hosts missing from it hold nothing). */
 export const choose = (
@@ -97,7 +109,9 @@ export const choose = (
       })`
     }
   }
+  const missing = new Map(fits.map((f) => [f.host.hostId, missingOf(f.host, request.image)]))
   fits.sort((a, b) =>
+    missing.get(a.host.hostId)! - missing.get(b.host.hostId)! ||
     b.ramMb - a.ramMb || b.cpu - a.cpu || (a.host.hostId < b.host.hostId ? -1 : a.host.hostId > b.host.hostId ? 1 : 0)
   )
   return { _tag: "Placed", host: fits[0]!.host }

@@ -8,12 +8,19 @@
  * run about every second by each API process, applies it to the row once (the update is guarded
  * by `state = 'building'`) with `template.state_updated` in the same transaction; it also fails a
  * build whose host is down, and one past its deadline (`SVC_TEMPLATE_BUILD_TIMEOUT`).
+ *
+ * Image collection (`collect`, on the same loop after a template is deleted or a build ends, and
+ * every ten minutes): a layer of the `images` store that no live template lists, older than
+ * `SVC_IMAGE_GC_GRACE`, is removed from the store with its layer-cache entries (the cache first,
+ * so that no new build takes it); each host then removes its extracted copy (apps/agent Images).
+ * Skipped while any build runs: a running build may have taken such a layer from the cache.
  */
 import { Nats } from "@svc/bus/Nats"
+import { ensureObjectStore, type ObjectStore } from "@svc/bus/Objects"
 import { ensureBucket } from "@svc/bus/Topology"
 import * as Rows from "@svc/db/Rows"
 import * as Errors from "@svc/domain/Errors"
-import { BASE_TEMPLATE_ID, makeTemplateId, type OrgId } from "@svc/domain/Ids"
+import { BASE_TEMPLATE_ID, DEBIAN_TEMPLATE_ID, makeTemplateId, type OrgId } from "@svc/domain/Ids"
 import { type ListQuery, pageInfo } from "@svc/domain/Pagination"
 import { type CreateTemplateRequest, Template, type TemplatePage, type TemplateStep } from "@svc/domain/Template"
 import * as Outbox from "@svc/events/Outbox"
@@ -24,21 +31,17 @@ import {
   BuildStatus,
   imageDigestInput,
   type ImageRootName,
+  IMAGES_OBJECT_STORE,
+  LAYER_CACHE_BUCKET_SPEC,
   type SandboxImage
 } from "@svc/host-protocol/Images"
 import { agentSubject } from "@svc/host-protocol/Protocol"
-import { Config, Context, Duration, Effect, Layer, Option, Schema, Stream } from "effect"
+import { Context, Duration, Effect, Layer, Option, Schema, Stream } from "effect"
 import { SqlClient } from "effect/sql"
 import { createHash } from "node:crypto"
+import { ImageGcGrace, TemplateBuildTimeout } from "./Config.ts"
 import { Hosts } from "./Hosts.ts"
 import * as Scheduler from "./Scheduler.ts"
-
-export const DEFAULT_BUILD_TIMEOUT = Duration.minutes(20)
-
-/** `SVC_TEMPLATE_BUILD_TIMEOUT`: how long a build may take (default `20m`). */
-export const TemplateBuildTimeout = Config.Duration("SVC_TEMPLATE_BUILD_TIMEOUT").pipe(
-  Config.withDefault(DEFAULT_BUILD_TIMEOUT)
-)
 
 const Row = Schema.Struct({
   id: Schema.String,
@@ -66,6 +69,11 @@ const COLUMNS = `id, org_id, name, base, root, layers, env, start_cmd, ready_cmd
 const rows = Rows.decoder("Templates", Row)
 const counted = Rows.decoder("Templates.count", Schema.Struct({ n: Schema.Int }))
 const used = Rows.decoder("Templates.inUse", Schema.Struct({ id: Schema.String }))
+const layerRows = Rows.decoder("Templates.layers", Schema.Struct({ layer: Schema.String }))
+const LAYER_HEX = /^[0-9a-f]{64}$/
+
+/** Collection runs at least this often (more often when a template goes or a build ends). */
+const COLLECT_EVERY_MS = 10 * 60_000
 
 const BASE_RECORD = (): Template =>
   new Template({
@@ -80,6 +88,12 @@ const BASE_RECORD = (): Template =>
     createdAt: new Date(0).toISOString(),
     builtAt: new Date(0).toISOString()
   })
+
+const DEBIAN_RECORD = (): Template =>
+  new Template({ ...BASE_RECORD(), id: DEBIAN_TEMPLATE_ID, name: "debian", base: "debian" })
+
+/** What a template's `base` shows for its parent: the roots by name, any other by id. */
+const baseName = (id: string) => id === BASE_TEMPLATE_ID ? "base" : id === DEBIAN_TEMPLATE_ID ? "debian" : id
 
 const toRecord = (row: Row) =>
   new Template({
@@ -143,13 +157,31 @@ export class Templates extends Context.Service<Templates, {
   readonly resolve: (orgId: OrgId, ref: string) => Effect.Effect<ResolvedTemplate | undefined, Rows.QueryError>
   /** Applies the ends of builds (see the module's comment); run by `layer` every second. */
   readonly settle: Effect.Effect<void, Rows.QueryError>
+  /**
+   * Removes the image layers no template refers to when due (see the module's comment); run by
+   * `layer` after `settle`. The layers removed.
+   */
+  readonly collect: Effect.Effect<ReadonlyArray<string>, Rows.QueryError>
 }>()("@svc/sandboxes/Templates") {
   static readonly make = Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const hosts = yield* Hosts
     const nats = yield* Nats
     const timeout = yield* TemplateBuildTimeout
+    const grace = yield* ImageGcGrace
     const builds = yield* ensureBucket(BUILDS_BUCKET_SPEC).pipe(Effect.orDie)
+    const layerCache = yield* ensureBucket(LAYER_CACHE_BUCKET_SPEC).pipe(Effect.orDie)
+    // Opened on first use, like the agents do.
+    let store: ObjectStore | undefined
+    const openStore = Effect.suspend(() =>
+      store !== undefined ? Effect.succeed(store) : ensureObjectStore(IMAGES_OBJECT_STORE).pipe(
+        Effect.tap((opened) => Effect.sync(() => (store = opened))),
+        Effect.provideService(Nats, nats)
+      )
+    )
+    // Due at start (what a previous process left), after a delete or a build's end, and by time.
+    let collectDue = true
+    let collectedAt = 0
 
     const find = (orgId: string, ref: string) =>
       rows(sql`SELECT ${sql.literal(COLUMNS)} FROM templates
@@ -160,9 +192,9 @@ export class Templates extends Context.Service<Templates, {
       if (ref === "base" || ref === BASE_TEMPLATE_ID) {
         return { id: BASE_TEMPLATE_ID, root: "base" as const, env: {}, image: undefined }
       }
-      if (ref === "debian") {
+      if (ref === "debian" || ref === DEBIAN_TEMPLATE_ID) {
         return {
-          id: "debian",
+          id: DEBIAN_TEMPLATE_ID,
           root: "debian" as const,
           env: {},
           image: { layers: [], startCmd: null, readyCmd: null }
@@ -240,12 +272,12 @@ export class Templates extends Context.Service<Templates, {
       const base = request.base ?? "base"
       const parent = yield* resolve(orgId, base)
       if (parent === undefined) return yield* invalid("base", `no ready template ${JSON.stringify(base)}`)
-      const parentRow = parent.id.startsWith("tpl_") && parent.id !== BASE_TEMPLATE_ID
+      const parentRow = parent.id !== BASE_TEMPLATE_ID && parent.id !== DEBIAN_TEMPLATE_ID
         ? yield* find(orgId, parent.id)
         : undefined
       return yield* insertBuild(orgId, {
         name: request.name,
-        base: parent.id === BASE_TEMPLATE_ID ? "base" : parent.id,
+        base: baseName(parent.id),
         parent,
         steps: request.steps ?? [],
         // A template built on another keeps its commands unless it sets its own.
@@ -270,10 +302,12 @@ export class Templates extends Context.Service<Templates, {
       const parent = (yield* resolve(orgId, sandbox.templateId)) ??
         // Its template was deleted since: its image is gone with it.
         (yield* new Errors.Conflict({ error: "The sandbox's template no longer exists" }))
-      const parentRow = sandbox.templateId.startsWith("tpl_") ? yield* find(orgId, sandbox.templateId) : undefined
+      const parentRow = sandbox.templateId !== BASE_TEMPLATE_ID && sandbox.templateId !== DEBIAN_TEMPLATE_ID
+        ? yield* find(orgId, sandbox.templateId)
+        : undefined
       return yield* insertBuild(orgId, {
         name,
-        base: sandbox.templateId === BASE_TEMPLATE_ID ? "base" : sandbox.templateId,
+        base: baseName(sandbox.templateId),
         parent,
         steps: [],
         startCmd: parentRow?.start_cmd ?? null,
@@ -295,6 +329,7 @@ export class Templates extends Context.Service<Templates, {
 
     const get = Effect.fn("Templates.get")(function*(orgId: OrgId, id: string) {
       if (id === BASE_TEMPLATE_ID || id === "base") return BASE_RECORD()
+      if (id === DEBIAN_TEMPLATE_ID || id === "debian") return DEBIAN_RECORD()
       const row = yield* find(orgId, id)
       if (row === undefined) return yield* notFound()
       return toRecord(row)
@@ -343,6 +378,7 @@ export class Templates extends Context.Service<Templates, {
         return yield* new Errors.Conflict({ error: `Template ${row.name} is used by sandbox ${inUse[0]!.id}` })
       }
       yield* sql`UPDATE templates SET deleted_at = now() WHERE id = ${row.id}`
+      collectDue = true
       return toRecord(row)
     })
 
@@ -364,6 +400,7 @@ export class Templates extends Context.Service<Templates, {
             error_message = ${end.errorMessage}, build_log = ${end.log}, built_at = now()
           WHERE id = ${row.id} AND state = 'building' RETURNING id`)
         if (updated.length === 0) return
+        collectDue = true
         yield* Outbox.appendEvent({
           event: "template.state_updated",
           orgId: row.org_id,
@@ -397,6 +434,48 @@ export class Templates extends Context.Service<Templates, {
       if (building.length > 0) yield* wakeIfPresent
     }).pipe(Effect.provideService(Nats, nats), Effect.withSpan("Templates.settle"))
 
+    const collect = Effect.gen(function*() {
+      if (!collectDue && Date.now() - collectedAt < COLLECT_EVERY_MS) return []
+      const building = yield* used(sql`SELECT id FROM templates WHERE state = 'building' LIMIT 1`)
+      if (building.length > 0) return []
+      collectDue = false
+      collectedAt = Date.now()
+      const referenced = yield* layerRows(sql`SELECT DISTINCT jsonb_array_elements_text(layers) AS layer
+        FROM templates WHERE deleted_at IS NULL`)
+      const keep = new Set(referenced.map((r) => r.layer))
+      const cutoff = Date.now() - Duration.toMillis(grace)
+      const removed = yield* Effect.gen(function*() {
+        const objects = yield* openStore
+        const listed = yield* Effect.tryPromise(() => objects.list())
+        const doomed = listed
+          .filter((o) => !o.deleted && LAYER_HEX.test(o.name) && !keep.has(o.name) && Date.parse(o.mtime) <= cutoff)
+          .map((o) => o.name)
+        if (doomed.length === 0) return []
+        const gone = new Set(doomed)
+        yield* Effect.tryPromise(async () => {
+          const keys: Array<string> = []
+          for await (const key of await layerCache.keys()) keys.push(key)
+          for (const key of keys) {
+            const entry = await layerCache.get(key)
+            if (entry?.operation === "PUT" && gone.has(entry.string())) await layerCache.delete(key)
+          }
+          for (const name of doomed) await objects.delete(name)
+        })
+        return doomed
+      }).pipe(
+        Effect.catch((e) =>
+          Effect.as(
+            Effect.logWarning("templates: collecting image layers failed", { error: String(e) }).pipe(
+              Effect.andThen(Effect.sync(() => (collectDue = true)))
+            ),
+            [] as ReadonlyArray<string>
+          )
+        )
+      )
+      if (removed.length > 0) yield* Effect.logInfo("templates: image layers collected", { layers: removed.length })
+      return removed
+    }).pipe(Effect.withSpan("Templates.collect"))
+
     const withSql = <A, E>(effect: Effect.Effect<A, E, SqlClient.SqlClient>) =>
       Effect.provideService(effect, SqlClient.SqlClient, sql)
     return Templates.of({
@@ -407,7 +486,8 @@ export class Templates extends Context.Service<Templates, {
       logs,
       remove,
       resolve,
-      settle: withSql(settle)
+      settle: withSql(settle),
+      collect
     })
   })
 
@@ -421,6 +501,7 @@ export class Templates extends Context.Service<Templates, {
           Effect.andThen(
             Effect.sleep(Duration.seconds(1)),
             templates.settle.pipe(
+              Effect.andThen(templates.collect),
               Effect.catchCause((cause) => Effect.logWarning("templates: settling builds failed", { cause }))
             )
           )

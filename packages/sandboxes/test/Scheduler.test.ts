@@ -48,6 +48,25 @@ describe("Scheduler.choose", () => {
     expect(picked(choose(hosts, new Map(), { ...ask, region: "us" }, NOW))).toBe("h1")
   })
 
+  it("prefers the host holding most of the image (its root and layers), among those with room", () => {
+    const [l1, l2, l3] = ["1", "2", "3"].map((c) => c.repeat(64))
+    const roomy = { cpu: 8, ramMb: 8192, diskGb: 10 }
+    const hosts = [
+      host("empty", { capacity: { cpu: 64, ramMb: 65_536, diskGb: 100 } }),
+      host("some", { capacity: roomy, layers: [l1!], roots: ["debian"] }),
+      host("all", { capacity: roomy, layers: [l1!, l2!, l3!] }),
+      host("full", { capacity: { cpu: 1, ramMb: 256, diskGb: 1 }, layers: [l1!, l2!], roots: ["debian"] })
+    ]
+    const image = (root: string, layers: ReadonlyArray<string>) => ({ ...ask, image: { root, layers } })
+    // `all` lacks only the debian root, `some` two layers; `full` has it all but no room.
+    expect(picked(choose(hosts, new Map(), image("debian", [l1!, l2!]), NOW))).toBe("all")
+    expect(picked(choose(hosts, new Map(), image("base", [l1!, l2!]), NOW))).toBe("all")
+    expect(picked(choose(hosts, new Map(), image("debian", []), NOW))).toBe("some")
+    // Nobody holds it: the most free memory, as without an image.
+    expect(picked(choose(hosts, new Map(), image("base", ["4".repeat(64)]), NOW))).toBe("empty")
+    expect(picked(choose(hosts, new Map(), ask, NOW))).toBe("empty")
+  })
+
   it("prefers the most free memory, then cpu, then the id; any region when none is asked", () => {
     const hosts = [
       host("b", { region: "us", capacity: { cpu: 8, ramMb: 8192, diskGb: 10 } }),

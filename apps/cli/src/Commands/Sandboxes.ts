@@ -1,5 +1,5 @@
 /**
- * `svc sandbox create|list|get|exec|delete|stats|expose|network|secrets bind` (and
+ * `svc sandbox create|list|get|exec|delete|stats|expose|network|secrets bind|snapshot` (and
  * `spawn|ps|logs|kill|terminal`, `Processes.ts`): a client of the /v1 API for users.
  *
  * Credentials: `SVC_API_KEY` and `SVC_API_URL` (default http://127.0.0.1:8080), else
@@ -13,11 +13,13 @@
  *   svc sandbox create --allow pypi.org --allow '*.pythonhosted.org' --secret sec_...
  *   svc sandbox network sbx_... --allow example.com --deny 203.0.113.0/24
  *   svc sandbox secrets bind sbx_... sec_...
+ *   svc sandbox snapshot sbx_... --name my-env --wait
  */
 import { Console, Effect, Option } from "effect"
 import { Argument, Command, Flag } from "effect/cli"
 import { CliError, request } from "../Client.ts"
 import { processCommands } from "./Processes.ts"
+import { followBuild } from "./Templates.ts"
 import { parseVolumeFlag } from "./Volumes.ts"
 
 const print = (value: unknown) => Console.log(JSON.stringify(value, null, 2))
@@ -227,6 +229,27 @@ const bind = Command.make(
   })
 ).pipe(Command.withDescription("Bind a secret to a sandbox (needs secrets:use)"))
 
+const snapshot = Command.make(
+  "snapshot",
+  {
+    sandboxId,
+    name: Flag.String("name").pipe(Flag.withDescription("The new template's name")),
+    wait: Flag.Boolean("wait").pipe(
+      Flag.withDescription("Print the build's log until it ends; exit 1 if it failed"),
+      Flag.withDefault(false)
+    ),
+    json
+  },
+  Effect.fn(function*(o) {
+    const made = yield* request("POST", `/v1/sandboxes/${o.sandboxId}/snapshot`, { name: o.name })
+    if (o.wait) return yield* followBuild(made.id, o)
+    if (o.json) return yield* print(made)
+    yield* Console.log(`${made.id}  ${made.name}  ${made.state}`)
+  })
+).pipe(
+  Command.withDescription("Capture a running sandbox's files as a template (svc sandbox create --template <name>)")
+)
+
 const secrets = Command.make("secrets").pipe(
   Command.withDescription("The secrets bound to a sandbox"),
   Command.withSubcommands([bind])
@@ -234,5 +257,17 @@ const secrets = Command.make("secrets").pipe(
 
 export const sandbox = Command.make("sandbox").pipe(
   Command.withDescription("Create and use sandboxes through the API (SVC_API_KEY, SVC_API_URL)"),
-  Command.withSubcommands([create, list, get, exec, remove, stats, expose, network, secrets, ...processCommands])
+  Command.withSubcommands([
+    create,
+    list,
+    get,
+    exec,
+    remove,
+    stats,
+    expose,
+    network,
+    secrets,
+    snapshot,
+    ...processCommands
+  ])
 )

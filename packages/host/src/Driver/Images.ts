@@ -50,6 +50,11 @@ export const makeImages = (host: DriverHost) => {
 
   const layers = tryHost("layer", () => Layers.listLayers(config.dataDir))
 
+  const roots = tryHost(
+    "debian",
+    async (): Promise<ReadonlyArray<ImageRoot>> => (await Debian.hasDebianRoot(templatesDir)) ? ["debian"] : []
+  )
+
   const exportLayer = Effect.fn("SandboxDriver.exportLayer")(function*(sandboxId: string, file: string) {
     const entry = yield* host.lookupRunning(sandboxId)
     const monitor = entry.run.monitorPid
@@ -74,6 +79,7 @@ export const makeImages = (host: DriverHost) => {
     importLayer,
     removeLayer,
     layers,
+    roots,
     exportLayer
   }
 }

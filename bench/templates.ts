@@ -1,0 +1,243 @@
+/**
+ * Templates through the whole platform: build times and create → running of template sandboxes.
+ *   node bench/templates.ts        (BENCH_STARTS=10)
+ *
+ * Starts a throwaway NATS and Postgres, the API and the runtime role in this process and a host
+ * agent as a child process (warm pool off: every start is a cold boot, so `base` and `debian`
+ * compare like with like; the `debian` archive from the repository's image cache,
+ * `.svc/cache/images`, built there once when absent), then measures:
+ *   - build time (POST /v1/templates → `ready`, read every 50 ms; and the agent's own figure, the
+ *     log's `ready in`: the API applies a build's end on a 1 s loop) of one three-step template
+ *     (`file`, `env`, `run`) on `base` and on `debian`: first (on `debian` the first build also
+ *     extracts the debian root on this fresh host), first again (new step contents, the root
+ *     there), and cached (the same steps again: every step from the layer cache);
+ *   - create → running (POST /v1/sandboxes → state `running`, read every 10 ms), BENCH_STARTS in
+ *     a row each, for `base`, `debian` and the three-step template on `debian`.
+ * Deletes everything it made before it exits.
+ */
+import { startNats, startPostgres } from "@svc/local-servers/Servers"
+import * as TestDatabase from "@svc/testing/TestDatabase"
+import { serve } from "@svc/testing/TestHttp"
+import * as TestNats from "@svc/testing/TestNats"
+import { useTestEncryptionKeys } from "@svc/testing/TestSecrets"
+import { Context, Effect, Layer } from "effect"
+import { HttpRouter } from "effect/http"
+import { execFileSync, spawn } from "node:child_process"
+import { randomBytes } from "node:crypto"
+import * as Fs from "node:fs/promises"
+import * as Os from "node:os"
+import { fileURLToPath } from "node:url"
+import * as Server from "../apps/api/src/Server.ts"
+import * as Runtime from "../apps/runtime/src/Runtime.ts"
+import { ApiKeys } from "../packages/auth/src/ApiKeys.ts"
+import { operatorContext } from "../packages/auth/src/Audit.ts"
+import * as AuthLayer from "../packages/auth/src/AuthLayer.ts"
+import { Orgs } from "../packages/auth/src/Orgs.ts"
+import { SecretBox } from "../packages/crypto/src/SecretBox.ts"
+import { makeHostId } from "../packages/domain/src/Ids.ts"
+import { SandboxDriver } from "../packages/host/src/Driver.ts"
+import { BubblewrapDriver } from "../packages/host/src/Driver/Bubblewrap.ts"
+import { CONTROLLERS } from "../packages/host/src/Driver/Cgroups.ts"
+import { DriverConfig } from "../packages/host/src/Driver/Config.ts"
+import { TEST_IMAGE_CACHE_DIR } from "../packages/testing/src/ImageCache.ts"
+
+const STARTS = Number(process.env["BENCH_STARTS"] ?? 10)
+const AGENT_MAIN = fileURLToPath(new URL("../apps/agent/src/main.ts", import.meta.url))
+
+const quantile = (values: ReadonlyArray<number>, q: number) => {
+  const sorted = [...values].sort((a, b) => a - b)
+  return sorted[Math.min(sorted.length - 1, Math.ceil(q * sorted.length) - 1)] ?? 0
+}
+const ms = (n: number) => n.toFixed(0).padStart(9)
+
+/** Destroys what a host's driver has on disk, removes its folder and cgroup parents. */
+const cleanHost = (hostId: string, dataDir: string) =>
+  Effect.gen(function*() {
+    yield* Effect.scoped(Effect.gen(function*() {
+      const context = yield* Layer.build(
+        BubblewrapDriver.layer.pipe(
+          Layer.provide(Layer.succeed(DriverConfig, DriverConfig.make({ dataDir, hostId }))),
+          Layer.provide(SecretBox.layer)
+        )
+      )
+      const driver = Context.get(context, SandboxDriver)
+      const rows = yield* driver.list
+      yield* Effect.forEach(rows, (row) => Effect.ignore(driver.destroy(row.sandboxId)), { concurrency: 4 })
+    })).pipe(Effect.ignore)
+    yield* Effect.promise(async () => {
+      await Fs.rm(dataDir, { recursive: true, force: true })
+      for (const c of CONTROLLERS) await Fs.rmdir(`/sys/fs/cgroup/${c}/svc-sandboxes/${hostId}`).catch(() => undefined)
+    })
+  })
+
+const platform = Effect.gen(function*() {
+  const server = yield* TestNats.TestNatsServer
+  const base = yield* serve(HttpRouter.serve(Server.Routes, { disableLogger: true, disableListenLog: true }))
+  const org = yield* (yield* Orgs).create("bench", operatorContext)
+  const key = (yield* (yield* ApiKeys).mint({ orgId: org.id, userId: null, name: "bench" }, operatorContext)).token
+
+  const hostId = makeHostId()
+  const dataDir = yield* Effect.acquireRelease(
+    Effect.promise(() => Fs.mkdtemp("/tmp/svc-bench-templates-")),
+    (dir) => cleanHost(hostId, dir)
+  )
+  yield* Effect.acquireRelease(
+    Effect.callback<{ kill: () => void }>((resume) => {
+      const child = spawn(process.execPath, [AGENT_MAIN], {
+        env: {
+          ...process.env,
+          NATS_URL: server.url,
+          SVC_NATS_PREFIX: server.prefix,
+          SVC_HOST_ID: hostId,
+          SVC_REGION: "local",
+          SVC_HOST_CPU: "100000",
+          SVC_HOST_RAM_MB: "100000000",
+          SVC_HOST_DISK_GB: "1000000",
+          SVC_AGENT_DATA_DIR: dataDir,
+          SVC_AGENT_POOL_SIZE: "0",
+          SVC_IMAGE_CACHE_DIR: TEST_IMAGE_CACHE_DIR
+        },
+        stdio: ["ignore", "pipe", "inherit"]
+      })
+      let out = ""
+      child.stdout!.on("data", (chunk: Buffer) => {
+        out += chunk.toString()
+        if (out.includes("agent_ready")) resume(Effect.succeed({ kill: () => child.kill("SIGTERM") }))
+      })
+      child.on("exit", (code) => resume(Effect.die(new Error(`agent exited (${code})`))))
+    }),
+    (a) => Effect.sync(() => a.kill())
+  )
+
+  const call = (method: string, path: string, body?: unknown) =>
+    Effect.promise(async () => {
+      const response = await fetch(`${base}${path}`, {
+        method,
+        headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+        ...(body !== undefined ? { body: JSON.stringify(body) } : {})
+      })
+      return { status: response.status, json: await response.json() as any }
+    })
+
+  const templates: Array<string> = []
+  const sandboxes: Array<string> = []
+  yield* Effect.addFinalizer(() =>
+    Effect.gen(function*() {
+      for (const id of sandboxes) yield* call("DELETE", `/v1/sandboxes/${id}`)
+      const deadline = Date.now() + 60_000
+      for (const id of sandboxes) {
+        while (Date.now() < deadline && (yield* call("GET", `/v1/sandboxes/${id}`)).json.state !== "deleted") {
+          yield* Effect.sleep("200 millis")
+        }
+      }
+      for (const id of templates) yield* call("DELETE", `/v1/templates/${id}`)
+    }).pipe(Effect.ignore)
+  )
+
+  /** POST → ready, in ms; the steps with `nonce` in them (new contents: no cache hit). */
+  const build = (name: string, root: string, nonce: string) =>
+    Effect.gen(function*() {
+      const t0 = performance.now()
+      const made = yield* call("POST", "/v1/templates", {
+        name,
+        base: root,
+        steps: [
+          { file: { path: "/srv/app/config", content: `nonce=${nonce}\n` } },
+          { env: { APP_NONCE: nonce } },
+          { run: "mkdir -p /srv/app/data && echo \"$APP_NONCE\" > /srv/app/data/built && ls / > /srv/app/data/ls" }
+        ]
+      })
+      if (made.status !== 202) throw new Error(`build: ${made.status} ${JSON.stringify(made.json)}`)
+      templates.push(made.json.id)
+      for (;;) {
+        const got = yield* call("GET", `/v1/templates/${made.json.id}`)
+        if (got.json.state === "ready") {
+          const total = performance.now() - t0
+          // The agent's own figure (its log's last line): the API applies a build's end on a 1 s loop.
+          const log = yield* Effect.promise(() =>
+            fetch(`${base}/v1/templates/${made.json.id}/logs`, { headers: { authorization: `Bearer ${key}` } })
+              .then((r) => r.text())
+          )
+          const onHost = Number(/ready in ([\d.]+) s/.exec(log)?.[1] ?? Number.NaN) * 1000
+          return { id: made.json.id as string, ms: total, onHost }
+        }
+        if (got.json.state === "failed") throw new Error(`build failed: ${got.json.errorMessage}`)
+        yield* Effect.sleep("50 millis")
+      }
+    })
+
+  const start = (template: string) =>
+    Effect.gen(function*() {
+      const t0 = performance.now()
+      const made = yield* call("POST", "/v1/sandboxes", { template, ram_mb: 128 })
+      if (made.status !== 201) throw new Error(`create: ${made.status} ${JSON.stringify(made.json)}`)
+      sandboxes.push(made.json.id)
+      for (;;) {
+        const got = yield* call("GET", `/v1/sandboxes/${made.json.id}`)
+        if (got.json.state === "running") return performance.now() - t0
+        if (got.json.state === "error") throw new Error(`sandbox: ${got.json.errorMessage}`)
+        yield* Effect.sleep("10 millis")
+      }
+    })
+
+  const tag = randomBytes(4).toString("hex")
+  const builds: Array<readonly [string, number, number]> = []
+  for (const root of ["base", "debian"]) {
+    const first = yield* build(`${root}-first-${tag}`, root, `${tag}-1`)
+    builds.push([
+      `${root}: first${root === "debian" ? " (the debian root extracted too)" : ""}`,
+      first.ms,
+      first.onHost
+    ])
+    const again = yield* build(`${root}-again-${tag}`, root, `${tag}-2`)
+    builds.push([`${root}: first again (new step contents)`, again.ms, again.onHost])
+    const cached = yield* build(`${root}-cached-${tag}`, root, `${tag}-1`)
+    builds.push([`${root}: cached (every step from the layer cache)`, cached.ms, cached.onHost])
+  }
+  const app = templates[3]!
+
+  // One of each first (JIT, a first boot of each image), then in a row.
+  for (const template of ["base", "debian", app]) yield* start(template)
+  const starts: Record<string, Array<number>> = { base: [], debian: [], "three steps on debian": [] }
+  for (let i = 0; i < STARTS; i++) {
+    starts["base"]!.push(yield* start("base"))
+    starts["debian"]!.push(yield* start("debian"))
+    starts["three steps on debian"]!.push(yield* start(app))
+  }
+  return { builds, starts }
+})
+
+process.env.SVC_RATE_LIMIT_PER_SECOND = "100000"
+process.env.SVC_RATE_LIMIT_BURST = "100000"
+process.env.SVC_ORG_MAX_SANDBOXES = "100000"
+process.env.SVC_ORG_MAX_RUNNING_SANDBOXES = "100000"
+const [natsServer, pg] = await Promise.all([startNats(), startPostgres()])
+process.env.SVC_TEST_NATS_URL = natsServer.url
+process.env.SVC_TEST_DATABASE_URL = pg.url
+useTestEncryptionKeys()
+try {
+  const result = await Effect.runPromise(
+    Effect.scoped(platform).pipe(
+      Effect.provide(
+        Layer.mergeAll(
+          Runtime.make({ heartbeat: false }),
+          AuthLayer.layerWith({})
+        ).pipe(Layer.provideMerge(Layer.mergeAll(TestNats.layer, TestDatabase.layer, SecretBox.layer)))
+      )
+    )
+  )
+  const commit = execFileSync("git", ["rev-parse", "--short", "HEAD"], { encoding: "utf8" }).trim()
+  console.log(`\ntemplates (${Os.cpus().length} cores, kernel ${Os.release()}, commit ${commit})`)
+  console.log(
+    `\nbuild of a three-step template (file, env, run)${"".padStart(16)}${"API ms".padStart(9)}${"host ms".padStart(9)}`
+  )
+  for (const [name, value, onHost] of result.builds) console.log(`  ${name.padEnd(62)}${ms(value)}${ms(onHost)}`)
+  console.log(`\ncreate → running, ${STARTS} in a row each (cold boots)${"p50 ms".padStart(17)}${"max ms".padStart(9)}`)
+  for (const [name, values] of Object.entries(result.starts)) {
+    console.log(`  ${name.padEnd(62)}${ms(quantile(values, 0.5))}${ms(Math.max(...values))}`)
+  }
+  const ratio = quantile(result.starts["debian"]!, 0.5) / quantile(result.starts["base"]!, 0.5)
+  console.log(`  ${"debian / base (p50)".padEnd(62)}${ratio.toFixed(2).padStart(9)}`)
+} finally {
+  await Promise.all([natsServer.stop(), pg.close()])
+}
