@@ -73,6 +73,7 @@ describe("AgentConfig", () => {
         SVC_AGENT_ALLOW_UNLIMITED: "1",
         SVC_AGENT_MAX_TRANSFERS: "12",
         SVC_IMAGE_CACHE_DIR: "/var/cache/svc/images",
+        SVC_SHARED_VOLUMES_DIR: "/var/lib/svc/shared-volumes",
         SVC_EGRESS_DEFAULT: "deny",
         SVC_EGRESS_ALLOWED_SUBNETS: "198.51.100.0/24, 2001:db8::/32",
         SVC_EGRESS_HOSTS_FILE: "/etc/svc/egress-hosts",
@@ -101,6 +102,7 @@ describe("AgentConfig", () => {
           allowNoFirewall: true,
           maxTransfers: 12,
           imageCacheDir: "/var/cache/svc/images",
+          sharedVolumesDir: "/var/lib/svc/shared-volumes",
           egress: {
             defaultAction: "deny",
             allowedSubnets: [

@@ -391,6 +391,11 @@ const send = (base: string, method: string, path: string, headers: Record<string
       // and nothing is created by the matrix.
       ...(hasBody ? { body: "[]" } : {})
     })
+    // A stream (GET /v1/events) answers at once and never ends: its status is the answer.
+    if ((res.headers.get("content-type") ?? "").startsWith("text/event-stream")) {
+      await res.body?.cancel()
+      return { status: res.status, body: null, wwwAuthenticate: res.headers.get("www-authenticate") }
+    }
     const text = await res.text()
     let body: Answer["body"] = null
     try {

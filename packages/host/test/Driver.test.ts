@@ -118,10 +118,13 @@ layer(TestDriver.layer(), { excludeTestServices: true })("SandboxDriver (bubblew
         yield* tag(driver.writeFile(id, "/tmp/x", new Uint8Array(1), 0o17777)),
         "InvalidSandboxRequest"
       )
-      assert.strictEqual(
-        yield* tag(driver.pty(id, { cols: 80, rows: 24 } as never).pipe(Effect.scoped)),
-        "DriverUnsupported"
-      )
+      for (const size of [{ cols: 0, rows: 24 }, { cols: 80, rows: 100_000 }, { cols: "80", rows: 24 }]) {
+        assert.strictEqual(
+          yield* tag(driver.pty(id, size as never).pipe(Effect.scoped)),
+          "InvalidSandboxRequest",
+          JSON.stringify(size)
+        )
+      }
       // The sandbox still works after all that.
       assert.strictEqual((yield* driver.exec(id, exec(["true"]))).exitCode, 0)
     }))
