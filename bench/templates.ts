@@ -11,6 +11,7 @@
  *     (`file`, `env`, `run`) on `base` and on `debian`: first (on `debian` the first build also
  *     extracts the debian root on this fresh host), first again (new step contents, the root
  *     there), and cached (the same steps again: every step from the layer cache);
+ *   - the first start of the template on a second host that never pulled it, and the next one;
  *   - create → running (POST /v1/sandboxes → state `running`, read every 10 ms), BENCH_STARTS in
  *     a row each, for `base`, `debian` and the three-step template on `debian`.
  * Deletes everything it made before it exits.
@@ -76,38 +77,43 @@ const platform = Effect.gen(function*() {
   const org = yield* (yield* Orgs).create("bench", operatorContext)
   const key = (yield* (yield* ApiKeys).mint({ orgId: org.id, userId: null, name: "bench" }, operatorContext)).token
 
-  const hostId = makeHostId()
-  const dataDir = yield* Effect.acquireRelease(
-    Effect.promise(() => Fs.mkdtemp("/tmp/svc-bench-templates-")),
-    (dir) => cleanHost(hostId, dir)
-  )
-  yield* Effect.acquireRelease(
-    Effect.callback<{ kill: () => void }>((resume) => {
-      const child = spawn(process.execPath, [AGENT_MAIN], {
-        env: {
-          ...process.env,
-          NATS_URL: server.url,
-          SVC_NATS_PREFIX: server.prefix,
-          SVC_HOST_ID: hostId,
-          SVC_REGION: "local",
-          SVC_HOST_CPU: "100000",
-          SVC_HOST_RAM_MB: "100000000",
-          SVC_HOST_DISK_GB: "1000000",
-          SVC_AGENT_DATA_DIR: dataDir,
-          SVC_AGENT_POOL_SIZE: "0",
-          SVC_IMAGE_CACHE_DIR: TEST_IMAGE_CACHE_DIR
-        },
-        stdio: ["ignore", "pipe", "inherit"]
-      })
-      let out = ""
-      child.stdout!.on("data", (chunk: Buffer) => {
-        out += chunk.toString()
-        if (out.includes("agent_ready")) resume(Effect.succeed({ kill: () => child.kill("SIGTERM") }))
-      })
-      child.on("exit", (code) => resume(Effect.die(new Error(`agent exited (${code})`))))
-    }),
-    (a) => Effect.sync(() => a.kill())
-  )
+  /** An agent of `region` as a child process, with a data folder of its own; cleaned up at the end. */
+  const startAgent = (region: string) =>
+    Effect.gen(function*() {
+      const hostId = makeHostId()
+      const dataDir = yield* Effect.acquireRelease(
+        Effect.promise(() => Fs.mkdtemp("/tmp/svc-bench-templates-")),
+        (dir) => cleanHost(hostId, dir)
+      )
+      yield* Effect.acquireRelease(
+        Effect.callback<{ kill: () => void }>((resume) => {
+          const child = spawn(process.execPath, [AGENT_MAIN], {
+            env: {
+              ...process.env,
+              NATS_URL: server.url,
+              SVC_NATS_PREFIX: server.prefix,
+              SVC_HOST_ID: hostId,
+              SVC_REGION: region,
+              SVC_HOST_CPU: "100000",
+              SVC_HOST_RAM_MB: "100000000",
+              SVC_HOST_DISK_GB: "1000000",
+              SVC_AGENT_DATA_DIR: dataDir,
+              SVC_AGENT_POOL_SIZE: "0",
+              SVC_IMAGE_CACHE_DIR: TEST_IMAGE_CACHE_DIR
+            },
+            stdio: ["ignore", "pipe", "inherit"]
+          })
+          let out = ""
+          child.stdout!.on("data", (chunk: Buffer) => {
+            out += chunk.toString()
+            if (out.includes("agent_ready")) resume(Effect.succeed({ kill: () => child.kill("SIGTERM") }))
+          })
+          child.on("exit", (code) => resume(Effect.die(new Error(`agent exited (${code})`))))
+        }),
+        (a) => Effect.sync(() => a.kill())
+      )
+    })
+  yield* startAgent("local")
 
   const call = (method: string, path: string, body?: unknown) =>
     Effect.promise(async () => {
@@ -166,10 +172,10 @@ const platform = Effect.gen(function*() {
       }
     })
 
-  const start = (template: string) =>
+  const start = (template: string, region = "local") =>
     Effect.gen(function*() {
       const t0 = performance.now()
-      const made = yield* call("POST", "/v1/sandboxes", { template, ram_mb: 128 })
+      const made = yield* call("POST", "/v1/sandboxes", { template, ram_mb: 128, region })
       if (made.status !== 201) throw new Error(`create: ${made.status} ${JSON.stringify(made.json)}`)
       sandboxes.push(made.json.id)
       for (;;) {
@@ -204,7 +210,12 @@ const platform = Effect.gen(function*() {
     starts["debian"]!.push(yield* start("debian"))
     starts["three steps on debian"]!.push(yield* start(app))
   }
-  return { builds, starts }
+  // A host that has never pulled the image: its first start pulls and checks the template's
+  // layers from the store (and extracts the debian root its own); then a start with them there.
+  yield* startAgent("fresh")
+  const firstPull = yield* start(app, "fresh")
+  const afterPull = yield* start(app, "fresh")
+  return { builds, starts, firstPull, afterPull }
 })
 
 process.env.SVC_RATE_LIMIT_PER_SECOND = "100000"
@@ -238,6 +249,9 @@ try {
   }
   const ratio = quantile(result.starts["debian"]!, 0.5) / quantile(result.starts["base"]!, 0.5)
   console.log(`  ${"debian / base (p50)".padEnd(62)}${ratio.toFixed(2).padStart(9)}`)
+  console.log(`\nthe three-step template on a host that never had it${"ms".padStart(19)}`)
+  console.log(`  ${"first start (pulls the layers, extracts the debian root)".padEnd(62)}${ms(result.firstPull)}`)
+  console.log(`  ${"the next start there".padEnd(62)}${ms(result.afterPull)}`)
 } finally {
   await Promise.all([natsServer.stop(), pg.close()])
 }
