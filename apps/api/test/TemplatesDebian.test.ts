@@ -70,6 +70,8 @@ const sh = (id: string, script: string) =>
     return r.json as { exit_code: number; stdout: string; stderr: string }
   })
 
+// Each test may build the debian root on a machine that never did (mmdebstrap, ~1 min, more on a
+// loaded machine) and run apt against Debian's archive: minutes, not the default 60 s.
 layer(EnvLayer, { excludeTestServices: true, timeout: 900_000 })("templates on debian", (it) => {
   it.effect("a debian template: apt-get installs a package from Debian's archive through egress; its sandbox has it and runs python3", () =>
     Effect.gen(function*() {
@@ -115,7 +117,7 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 900_000 })("templates on d
       expect(apt.stdout).toMatch(/^tree:\n\s+Installed: \S+/)
 
       yield* api("DELETE", `/v1/sandboxes/${sandbox}`)
-    }))
+    }), 600_000)
 
   it.effect("a sandbox of the debian root itself: its template record, python3 inside, a snapshot of it", () =>
     Effect.gen(function*() {
@@ -146,5 +148,5 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 900_000 })("templates on d
       yield* eventually(api("GET", `/v1/sandboxes/${copy.json.id}`), (r) => r.json?.state === "running")
       expect((yield* sh(copy.json.id, "cat /root/note; cat /etc/debian_version")).stdout).toMatch(/^kept\n\d+/)
       for (const id of [sandbox, copy.json.id]) yield* api("DELETE", `/v1/sandboxes/${id}`)
-    }))
+    }), 600_000)
 })
