@@ -21,6 +21,8 @@ export interface StreamSpec {
 
 export interface BucketSpec {
   readonly name: string
+  /** Default: the process's `SVC_NATS_REPLICAS`. */
+  readonly replicas?: number
   readonly history?: number
   readonly ttlMs?: number
 }
@@ -43,7 +45,7 @@ export const ensureStream = Effect.fn("Topology.ensureStream")(function*(spec: S
     max_age: nanos(maxAgeMs),
     // The server refuses a duplicate window longer than the retention.
     duplicate_window: nanos(Math.min(spec.duplicateWindowMs ?? 2 * 60_000, maxAgeMs)),
-    num_replicas: spec.replicas ?? 1
+    num_replicas: spec.replicas ?? nats.replicas
   }
   yield* Effect.tryPromise({
     try: async () => {
@@ -87,14 +89,36 @@ export const ensureConsumer = Effect.fn("Topology.ensureConsumer")(function*(
   return { stream: streamName, consumer: full.durable_name }
 })
 
+/**
+ * The stream `stream` with `replicas` copies: the KV and object store clients create their
+ * streams only when absent, so a platform moved from one node to a cluster (SVC_NATS_REPLICAS
+ * 1 → 3) is re-replicated here.
+ */
+export const ensureReplicas = Effect.fn("Topology.ensureReplicas")(function*(stream: string, replicas: number) {
+  const nats = yield* Nats
+  yield* Effect.tryPromise({
+    try: async () => {
+      const info = await nats.jsm.streams.info(stream)
+      if (info.config.num_replicas !== replicas) {
+        await nats.jsm.streams.update(stream, { ...info.config, num_replicas: replicas })
+      }
+    },
+    catch: (cause) => new BusError({ operation: `ensureReplicas ${stream}`, message: String(cause) })
+  })
+})
+
 export const ensureBucket = Effect.fn("Topology.ensureBucket")(function*(spec: BucketSpec) {
   const nats = yield* Nats
-  return yield* Effect.tryPromise({
+  const replicas = spec.replicas ?? nats.replicas
+  const kv = yield* Effect.tryPromise({
     try: () =>
       nats.kvm.create(nats.name(spec.name), {
         history: spec.history ?? 1,
+        replicas,
         ...(spec.ttlMs !== undefined ? { ttl: spec.ttlMs } : {})
       }),
     catch: (cause) => new BusError({ operation: `ensureBucket ${spec.name}`, message: String(cause) })
   })
+  yield* ensureReplicas(`KV_${nats.name(spec.name)}`, replicas)
+  return kv
 })
