@@ -204,7 +204,8 @@ export const runFaults = (options: {
     const kills = Effect.gen(function*() {
       const order = ["agent", "runtime", "dispatcher", "api"] as const
       let round = 0
-      while (Date.now() + options.everyMs < options.untilMs) {
+      // Every role once, even past `untilMs` (a restart takes seconds); then random ones while time remains.
+      while (round < order.length || Date.now() + options.everyMs < options.untilMs) {
         yield* Effect.sleep(Duration.millis(options.everyMs))
         const candidates = round < order.length
           ? options.topology.roles.filter((r) => r.role === order[round])
