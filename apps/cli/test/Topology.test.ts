@@ -69,7 +69,15 @@ layer(TestDatabase.layerWithUrl, { excludeTestServices: true })("the platform sc
         const start = Date.now()
         const until = start + 30_000
         const [faults] = yield* Effect.all([
-          runFaults({ topology, startMs: start, untilMs: until, everyMs: 5_000, natsDownAtMs: 4_000, natsDownForMs: 12_000, log }),
+          runFaults({
+            topology,
+            startMs: start,
+            untilMs: until,
+            everyMs: 5_000,
+            natsDownAtMs: 4_000,
+            natsDownForMs: 12_000,
+            log
+          }),
           Effect.promise(() => runLoad({ client, token, untilMs: until, workers: 2, stats, log }))
         ], { concurrency: "unbounded" })
         const outcome = yield* check({

@@ -3,7 +3,7 @@
  * and the version each process reports in its worker heartbeat (and an agent in its host record).
  */
 import * as Env from "@svc/config/Env"
-import { Config, Option, Redacted } from "effect"
+import { Config, Option, type Redacted } from "effect"
 
 export const DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
 

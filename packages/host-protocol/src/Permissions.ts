@@ -117,9 +117,7 @@ export const authorizationBlock = (users: ReadonlyArray<NatsUserSpec>): string =
     ...users.map((u) =>
       `    { user: ${JSON.stringify(u.user)}, password: ${
         "variable" in u.password ? `$${u.password.variable}` : JSON.stringify(u.password.value)
-      }\n      permissions: {\n      ${
-        renderPermissions(u.permissions)
-      }\n      } }`
+      }\n      permissions: {\n      ${renderPermissions(u.permissions)}\n      } }`
     ),
     "  ]",
     "}"

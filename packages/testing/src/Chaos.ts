@@ -7,10 +7,10 @@
  * carry an `Idempotency-Key`, so a retried create is one sandbox. Every answer's status is
  * counted; a 5xx other than 503 is a wrong answer.
  */
-import { ensureDevOrg } from "@svc/auth/DevOrg"
 import * as AuthLayer from "@svc/auth/AuthLayer"
+import { ensureDevOrg } from "@svc/auth/DevOrg"
 import * as Database from "@svc/db/Database"
-import { Duration, Effect, Random } from "effect"
+import { Duration, Effect, Layer, Random } from "effect"
 import { SqlClient } from "effect/sql"
 import { randomUUID } from "node:crypto"
 import type { Topology } from "./Topology.ts"
@@ -95,8 +95,7 @@ export type Client = ReturnType<typeof makeClient>
 /** A dev org on the topology's database and its key (the operator's `svc org`). */
 export const makeOrg = (databaseUrl: string) =>
   ensureDevOrg(null).pipe(
-    Effect.provide(AuthLayer.operatorLayer),
-    Effect.provide(Database.layerFromUrl(databaseUrl)),
+    Effect.provide(AuthLayer.operatorLayer.pipe(Layer.provideMerge(Database.layerFromUrl(databaseUrl)))),
     Effect.orDie
   )
 
@@ -222,7 +221,9 @@ export const runFaults = (options: {
 
 /** What `check` needs of a webhook receiver: the requests it got. */
 export interface Receiver {
-  readonly received: ReadonlyArray<{ readonly headers: Readonly<Record<string, string | ReadonlyArray<string> | undefined>> }>
+  readonly received: ReadonlyArray<
+    { readonly headers: Readonly<Record<string, string | ReadonlyArray<string> | undefined>> }
+  >
 }
 
 export interface Outcome {

@@ -161,9 +161,11 @@ export const startTopology = (options: TopologyOptions) =>
 
     // The api first (it migrates the database), then the others side by side.
     const roles: Array<ManagedRole> = []
-    roles.push(...(yield* Effect.forEach(Array.from({ length: counts.api }, (_, i) => i), (i) => manage("api", i), {
-      concurrency: "unbounded"
-    })))
+    roles.push(
+      ...(yield* Effect.forEach(Array.from({ length: counts.api }, (_, i) => i), (i) => manage("api", i), {
+        concurrency: "unbounded"
+      }))
+    )
     for (const role of ["runtime", "dispatcher", "agent"] as const) {
       roles.push(
         ...(yield* Effect.forEach(Array.from({ length: counts[role] }, (_, i) => i), (i) => manage(role, i), {
