@@ -9,8 +9,8 @@
 import { jetstream, type JetStreamClient, type JetStreamManager, jetstreamManager } from "@nats-io/jetstream"
 import { Kvm } from "@nats-io/kv"
 import { connect, createInbox, headers, type MsgHdrs, type NatsConnection } from "@nats-io/transport-node"
-import { Context, Duration, Effect, Layer, Schedule, Schema } from "effect"
-import { NatsPrefix, NatsUrl } from "./Config.ts"
+import { Context, Duration, Effect, Layer, Redacted, Schedule, Schema } from "effect"
+import { NatsPrefix, NatsReplicas, type NatsSecurity, NatsSecurityConfig, NatsUrl } from "./Config.ts"
 
 export class BusError extends Schema.TaggedError<BusError>()("BusError", {
   operation: Schema.String,
@@ -27,6 +27,8 @@ export interface NatsService {
   readonly subject: (...tokens: ReadonlyArray<string>) => string
   /** A stream, consumer or bucket name under the prefix. */
   readonly name: (base: string) => string
+  /** How many replicas streams and buckets get when their declaration names none (`SVC_NATS_REPLICAS`). */
+  readonly replicas: number
   /**
    * A JetStream publish, resolved with the stream's acknowledgement (or failed: no stream for
    * the subject, an error from the stream, no answer within `timeoutMs`, default 5 s). With
@@ -134,9 +136,20 @@ const makeAckedPublisher = (connection: NatsConnection) => {
   return { publish, close }
 }
 
+export interface NatsOptions {
+  /** One URL, or a comma-separated list of a cluster's nodes. */
+  readonly url: string
+  readonly prefix?: string
+  readonly name?: string
+  /** Replicas of streams and buckets declared without a number (default 1). */
+  readonly replicas?: number
+  readonly security?: NatsSecurity
+}
+
 export class Nats extends Context.Service<Nats, NatsService>()("@svc/bus/Nats") {
-  static readonly make = (options: { readonly url: string; readonly prefix?: string; readonly name?: string }) =>
+  static readonly make = (options: NatsOptions) =>
     Effect.gen(function*() {
+      const security = options.security ?? {}
       const connection = yield* Effect.acquireRelease(
         Effect.tryPromise({
           try: () =>
@@ -151,7 +164,10 @@ export class Nats extends Context.Service<Nats, NatsService>()("@svc/bus/Nats") 
               // The client would otherwise build an Error (a stack capture) for every request
               // and publish it makes, in case it fails: measurable on the delivery hot path.
               noAsyncTraces: true,
-              timeout: 5_000
+              timeout: 5_000,
+              ...(security.user !== undefined ? { user: security.user } : {}),
+              ...(security.password !== undefined ? { pass: Redacted.value(security.password) } : {}),
+              ...(security.tls !== undefined ? { tls: security.tls } : {})
             }),
           catch: (cause) => new BusError({ operation: "connect", message: String(cause) })
         }),
@@ -177,22 +193,24 @@ export class Nats extends Context.Service<Nats, NatsService>()("@svc/bus/Nats") 
         prefix,
         subject: (...tokens) => (prefix ? [prefix, ...tokens] : tokens).join("."),
         name: (base) => (prefix ? `${prefix}_${base}` : base),
+        replicas: options.replicas ?? 1,
         publishAcked: acked.publish
       })
     })
 
-  /** From `NATS_URL` and `SVC_NATS_PREFIX`. */
+  /** From `NATS_URL`, `SVC_NATS_PREFIX`, `SVC_NATS_REPLICAS`, `NATS_USER`/`NATS_PASSWORD` and `NATS_TLS_*`. */
   static readonly layer = Layer.effect(
     Nats,
     Effect.gen(function*() {
       const url = yield* NatsUrl
       const prefix = yield* NatsPrefix
-      return yield* Nats.make({ url, prefix })
+      const replicas = yield* NatsReplicas
+      const security = yield* NatsSecurityConfig
+      return yield* Nats.make({ url, prefix, replicas, security })
     })
   )
 
-  static readonly layerFrom = (options: { readonly url: string; readonly prefix?: string; readonly name?: string }) =>
-    Layer.effect(Nats, Nats.make(options))
+  static readonly layerFrom = (options: NatsOptions) => Layer.effect(Nats, Nats.make(options))
 }
 
 /** Whether the bus answers a round trip within a deadline. */

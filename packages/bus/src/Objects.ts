@@ -6,14 +6,17 @@
 import { type ObjectStore, Objm } from "@nats-io/obj"
 import { Effect } from "effect"
 import { BusError, Nats } from "./Nats.ts"
+import { ensureReplicas } from "./Topology.ts"
 
 export type { ObjectStore }
 
 /** Opens (creating when absent) the object store `base` under the prefix. */
 export const ensureObjectStore = Effect.fn("Objects.ensure")(function*(base: string) {
   const nats = yield* Nats
-  return yield* Effect.tryPromise({
-    try: () => new Objm(nats.js).create(nats.name(base)),
+  const store = yield* Effect.tryPromise({
+    try: () => new Objm(nats.js).create(nats.name(base), { replicas: nats.replicas }),
     catch: (cause) => new BusError({ operation: `ensureObjectStore ${base}`, message: String(cause) })
   })
+  yield* ensureReplicas(`OBJ_${nats.name(base)}`, nats.replicas)
+  return store
 })

@@ -4,7 +4,7 @@
  * `ensure` makes the server match: created when absent, updated when the declaration changed.
  */
 import { type ConsumerConfig, DiscardPolicy, RetentionPolicy, StorageType, type StreamConfig } from "@nats-io/jetstream"
-import { Effect } from "effect"
+import { Duration, Effect, Schedule } from "effect"
 import { BusError, Nats } from "./Nats.ts"
 
 export interface StreamSpec {
@@ -21,11 +21,28 @@ export interface StreamSpec {
 
 export interface BucketSpec {
   readonly name: string
+  /** Default: the process's `SVC_NATS_REPLICAS`. */
+  readonly replicas?: number
   readonly history?: number
   readonly ttlMs?: number
 }
 
 const nanos = (ms: number) => ms * 1_000_000
+
+/**
+ * What a cluster answers while it cannot yet (a fresh cluster electing its meta leader, a node
+ * lost and its streams' leaders moving) or two processes declaring the same thing at once: the
+ * declaration is tried again for a minute rather than failing the process's start.
+ */
+const TRANSIENT =
+  /timeout|no responders|jetstream (is )?not enabled|temporarily unavailable|insufficient resources|no suitable peers|leader|offline|already in use|503|connection/i
+
+const retryTransient = <A>(effect: Effect.Effect<A, BusError>) =>
+  Effect.retry(effect, {
+    schedule: Schedule.spaced(Duration.millis(500)),
+    times: 120,
+    while: (e) => TRANSIENT.test(e.message)
+  })
 
 export const ensureStream = Effect.fn("Topology.ensureStream")(function*(spec: StreamSpec) {
   const nats = yield* Nats
@@ -43,9 +60,9 @@ export const ensureStream = Effect.fn("Topology.ensureStream")(function*(spec: S
     max_age: nanos(maxAgeMs),
     // The server refuses a duplicate window longer than the retention.
     duplicate_window: nanos(Math.min(spec.duplicateWindowMs ?? 2 * 60_000, maxAgeMs)),
-    num_replicas: spec.replicas ?? 1
+    num_replicas: spec.replicas ?? nats.replicas
   }
-  yield* Effect.tryPromise({
+  yield* retryTransient(Effect.tryPromise({
     try: async () => {
       try {
         await nats.jsm.streams.info(config.name)
@@ -56,7 +73,7 @@ export const ensureStream = Effect.fn("Topology.ensureStream")(function*(spec: S
       }
     },
     catch: (cause) => new BusError({ operation: `ensureStream ${config.name}`, message: String(cause) })
-  })
+  }))
   return config.name
 })
 
@@ -72,7 +89,7 @@ export const ensureConsumer = Effect.fn("Topology.ensureConsumer")(function*(
     durable_name: nats.name(config.durable_name),
     ...(config.filter_subject !== undefined ? { filter_subject: nats.subject(config.filter_subject) } : {})
   }
-  yield* Effect.tryPromise({
+  yield* retryTransient(Effect.tryPromise({
     try: async () => {
       try {
         await nats.jsm.consumers.info(streamName, full.durable_name)
@@ -83,18 +100,40 @@ export const ensureConsumer = Effect.fn("Topology.ensureConsumer")(function*(
       }
     },
     catch: (cause) => new BusError({ operation: `ensureConsumer ${full.durable_name}`, message: String(cause) })
-  })
+  }))
   return { stream: streamName, consumer: full.durable_name }
+})
+
+/**
+ * The stream `stream` with `replicas` copies: the KV and object store clients create their
+ * streams only when absent, so a platform moved from one node to a cluster (SVC_NATS_REPLICAS
+ * 1 → 3) is re-replicated here.
+ */
+export const ensureReplicas = Effect.fn("Topology.ensureReplicas")(function*(stream: string, replicas: number) {
+  const nats = yield* Nats
+  yield* retryTransient(Effect.tryPromise({
+    try: async () => {
+      const info = await nats.jsm.streams.info(stream)
+      if (info.config.num_replicas !== replicas) {
+        await nats.jsm.streams.update(stream, { ...info.config, num_replicas: replicas })
+      }
+    },
+    catch: (cause) => new BusError({ operation: `ensureReplicas ${stream}`, message: String(cause) })
+  }))
 })
 
 export const ensureBucket = Effect.fn("Topology.ensureBucket")(function*(spec: BucketSpec) {
   const nats = yield* Nats
-  return yield* Effect.tryPromise({
+  const replicas = spec.replicas ?? nats.replicas
+  const kv = yield* retryTransient(Effect.tryPromise({
     try: () =>
       nats.kvm.create(nats.name(spec.name), {
         history: spec.history ?? 1,
+        replicas,
         ...(spec.ttlMs !== undefined ? { ttl: spec.ttlMs } : {})
       }),
     catch: (cause) => new BusError({ operation: `ensureBucket ${spec.name}`, message: String(cause) })
-  })
+  }))
+  yield* ensureReplicas(`KV_${nats.name(spec.name)}`, replicas)
+  return kv
 })

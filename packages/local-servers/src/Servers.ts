@@ -240,19 +240,26 @@ export interface NatsCluster {
   readonly nodes: ReadonlyArray<NatsServer>
   /** Kills one node (SIGKILL: a crash, not a shutdown). */
   kill(index: number): Promise<void>
+  /** Starts a node killed or stopped before, on its port and with its store (it rejoins the cluster). */
+  start(index: number): Promise<void>
   stop(): Promise<void>
 }
 
 /**
  * A 3-node JetStream cluster on loopback, shaped like infra/nats/cluster-*.conf but on free
- * ports and temp folders, for tests of node loss.
+ * ports and temp folders, for tests of node loss. `authorization` is a nats-server
+ * `authorization { ... }` block every node gets (clients then need a user).
  */
-export const startNatsCluster = async (size = 3): Promise<NatsCluster> => {
+export const startNatsCluster = async (
+  size = 3,
+  options: { readonly authorization?: string } = {}
+): Promise<NatsCluster> => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "svc-nats-cluster-"))
   const clientPorts = await Promise.all(Array.from({ length: size }, freePort))
   const routePorts = await Promise.all(Array.from({ length: size }, freePort))
   const routes = routePorts.map((p) => `nats-route://127.0.0.1:${p}`).join("\n    ")
-  const nodes = await Promise.all(clientPorts.map(async (port, i) => {
+  const children: Array<ChildProcess> = []
+  const configs = clientPorts.map((port, i) => {
     const nodeDir = path.join(dir, `n${i + 1}`)
     fs.mkdirSync(nodeDir, { recursive: true })
     const config = path.join(nodeDir, "nats.conf")
@@ -268,21 +275,30 @@ cluster {
     ${routes}
   ]
 }
+${options.authorization ?? ""}
 `
     )
+    return { config, nodeDir, port }
+  })
+  const startNode = async (i: number) => {
+    const { config, nodeDir, port } = configs[i]!
     const child = spawnGuarded(natsBin(), ["-c", config], { logFile: path.join(nodeDir, "nats.log") })
+    children[i] = child
     await waitForPort(port, 20_000, child)
-    return {
-      child,
-      server: { url: `nats://127.0.0.1:${port}`, port, dir: nodeDir, stop: () => stopChild(child, "SIGTERM") }
-    }
-  }))
+  }
+  await Promise.all(configs.map((_, i) => startNode(i)))
   return {
-    urls: nodes.map((n) => n.server.url),
-    nodes: nodes.map((n) => n.server),
-    kill: (index) => stopChild(nodes[index]!.child, "SIGKILL"),
+    urls: configs.map((c) => `nats://127.0.0.1:${c.port}`),
+    nodes: configs.map((c, i) => ({
+      url: `nats://127.0.0.1:${c.port}`,
+      port: c.port,
+      dir: c.nodeDir,
+      stop: () => stopChild(children[i]!, "SIGTERM")
+    })),
+    kill: (index) => stopChild(children[index]!, "SIGKILL"),
+    start: (index) => startNode(index),
     stop: async () => {
-      await Promise.all(nodes.map((n) => stopChild(n.child, "SIGTERM")))
+      await Promise.all(children.map((child) => stopChild(child, "SIGTERM")))
       fs.rmSync(dir, { recursive: true, force: true })
     }
   }

@@ -1,0 +1,92 @@
+/**
+ * `npm run chaos`: the platform scaled out on this machine (`@svc/testing/Topology`: a 3-node NATS
+ * cluster with a user per role and per host, 2 processes of each role, one Postgres), a sustained
+ * mix of work for CHAOS_DURATION (default 60s: sandbox creates, execs and deletes from
+ * CHAOS_WORKERS loops, default 3; webhook events to a receiver; key revocations) while a random
+ * role process is killed -9 every CHAOS_KILL_EVERY (default 8s; each is started again, and each
+ * role dies at least once) and one NATS node is down from a sixth of the run for a third of it.
+ *
+ * Prints what was sent, delivered, lost and duplicated (by `x-svc-delivery-id`), sandboxes left in
+ * a transitional state, transitions committed twice, revocations not audited or not refused, and
+ * the answers by status; exits 1 unless nothing was lost and no answer was a 5xx other than 503.
+ * Bounded: one run, then everything it started is stopped.
+ */
+import { check, makeClient, makeOrg, makeStats, runFaults, runLoad } from "@svc/testing/Chaos"
+import * as TestDatabase from "@svc/testing/TestDatabase"
+import { startTopology } from "@svc/testing/Topology"
+import { Duration, Effect, Result } from "effect"
+import { parseDuration } from "../packages/config/src/Env.ts"
+import { receiver } from "../packages/webhooks/test/Receiver.ts"
+
+const ms = (name: string, fallback: string) =>
+  Duration.toMillis(Result.getOrThrow(parseDuration(process.env[name] ?? fallback)))
+const DURATION_MS = ms("CHAOS_DURATION", "60s")
+const KILL_EVERY_MS = ms("CHAOS_KILL_EVERY", "8s")
+const WORKERS = Number(process.env.CHAOS_WORKERS ?? 3)
+
+const log = (line: string) => process.stdout.write(`[${new Date().toISOString().slice(11, 19)}] ${line}\n`)
+
+const main = Effect.gen(function*() {
+  const databaseUrl = yield* TestDatabase.freshDatabase
+  const topology = yield* startTopology({ databaseUrl, env: { SVC_WEBHOOK_ALLOWED_SUBNETS: "127.0.0.0/8" }, log })
+  const org = yield* makeOrg(databaseUrl)
+  const stats = makeStats()
+  const client = makeClient(topology.apiUrls, stats)
+  const rx = yield* receiver()
+  const hook = yield* Effect.promise(() =>
+    client("POST", "/v1/webhooks", { token: org.api_key, body: { url: rx.url, events: ["*"] } })
+  )
+  if (hook.status !== 201) return yield* Effect.die(new Error(`webhook: ${hook.status}`))
+  log(`load for ${DURATION_MS / 1000} s: ${WORKERS} sandbox loops and key revocations`)
+  const start = Date.now()
+  const until = start + DURATION_MS
+  const [faults] = yield* Effect.all([
+    runFaults({
+      topology,
+      startMs: start,
+      untilMs: until,
+      everyMs: KILL_EVERY_MS,
+      natsDownAtMs: DURATION_MS / 6,
+      natsDownForMs: DURATION_MS / 3,
+      log
+    }),
+    Effect.promise(() => runLoad({ client, token: org.api_key, untilMs: until, workers: WORKERS, stats, log }))
+  ], { concurrency: "unbounded" })
+  log("load over; waiting for deliveries and sandboxes to settle")
+  const outcome = yield* check({
+    databaseUrl,
+    orgId: org.org_id,
+    webhookId: hook.json.id,
+    receiver: rx,
+    stats,
+    settleMs: 120_000
+  })
+  const lines = [
+    `faults        ${faults.killed.length} processes killed -9 (${faults.killed.join(", ")}); NATS node ${
+      faults.natsStops.join(", ")
+    } down ${DURATION_MS / 3000} s`,
+    `work          ${stats.created} sandboxes created, ${stats.execs} execs, ${stats.deleted} deleted, ${stats.keysRevoked} keys revoked`,
+    `answers       ${JSON.stringify(stats.statuses)}`,
+    `webhooks      sent ${outcome.sent}, delivered ${outcome.delivered}, lost ${outcome.lost.length}, duplicated ${outcome.duplicated}`,
+    `sandboxes     ${outcome.stuck.length} left in a transitional state${
+      outcome.stuck.length ? `: ${outcome.stuck.join(", ")}` : ""
+    }`,
+    `transitions   ${outcome.repeatedTransitions.length} committed twice${
+      outcome.repeatedTransitions.length ? `: ${outcome.repeatedTransitions.join(", ")}` : ""
+    }`,
+    `keys          ${outcome.auditMissing} revocations not audited, ${stats.revokedAccepted} revoked keys still accepted`,
+    `wrong answers ${stats.wrong.length}${stats.wrong.length ? `:\n  ${stats.wrong.slice(0, 10).join("\n  ")}` : ""}`
+  ]
+  process.stdout.write("\n" + lines.join("\n") + "\n")
+  const ok = outcome.lost.length === 0 && stats.wrong.length === 0 && outcome.stuck.length === 0 &&
+    outcome.repeatedTransitions.length === 0 && outcome.auditMissing === 0 && stats.revokedAccepted === 0
+  if (!ok) process.exitCode = 1
+})
+
+Effect.runPromise(Effect.scoped(main)).then(
+  () => process.exit(),
+  (error) => {
+    console.error(error)
+    process.exit(1)
+  }
+)

@@ -1,0 +1,119 @@
+/**
+ * NATS authentication per role, against a real nats-server given `authorizationBlock`: the
+ * agent of h1, with its own credentials, does what an agent does (declares the AGENT stream and
+ * its buckets, its own command consumer, writes its own host record, reports to a sandbox's
+ * mailbox) and cannot act as h2 (write h2's record, create or pull h2's command consumer) or
+ * destroy anything (delete or purge a stream). A wrong password does not connect.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import { AckPolicy } from "@nats-io/jetstream"
+import { Nats } from "@svc/bus/Nats"
+import { ensureBucket, ensureConsumer, ensureStream } from "@svc/bus/Topology"
+import { agentUser, authorizationBlock, platformUsers } from "@svc/host-protocol/Permissions"
+import { AGENT_STREAM_SPEC, agentConsumer, HOSTS_BUCKET_SPEC } from "@svc/host-protocol/Protocol"
+import { startNats } from "@svc/local-servers/Servers"
+import { Effect, Exit, Layer, Redacted } from "effect"
+import * as Fs from "node:fs"
+import * as Os from "node:os"
+import * as Path from "node:path"
+
+const PREFIX = "perm"
+const passwordOf = (user: string) => `pw-${user}-secret`
+
+const server = Effect.acquireRelease(
+  Effect.promise(async () => {
+    const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "svc-nats-perm-"))
+    const config = Path.join(dir, "auth.conf")
+    const users = platformUsers({
+      prefix: PREFIX,
+      hostIds: ["h1", "h2"],
+      password: (user) => ({ value: passwordOf(user) })
+    })
+    Fs.writeFileSync(config, authorizationBlock(users) + "\n")
+    const nats = await startNats({ config })
+    return { ...nats, cleanUp: () => Fs.rmSync(dir, { recursive: true, force: true }) }
+  }),
+  (s) => Effect.promise(() => s.stop().then(s.cleanUp))
+)
+
+const as = (url: string, user: string, password = passwordOf(user)) =>
+  Layer.effect(
+    Nats,
+    Nats.make({ url, prefix: PREFIX, name: user, security: { user, password: Redacted.make(password) } })
+  )
+
+const tryPromise = <A>(f: () => Promise<A>) => Effect.exit(Effect.tryPromise(f))
+
+describe("NATS permissions", () => {
+  it.live(
+    "an agent's credentials act as its own host only; the control plane's act anywhere; a wrong password is refused",
+    () =>
+      Effect.gen(function*() {
+        const nats = yield* server
+        const encoder = new TextEncoder()
+
+        // The control plane declares the stream and bucket first (as the api and runtime do).
+        yield* Effect.gen(function*() {
+          yield* ensureStream(AGENT_STREAM_SPEC)
+          yield* ensureBucket(HOSTS_BUCKET_SPEC)
+          // h2's consumer exists, with a command waiting: h1 still may not pull it.
+          yield* ensureConsumer(AGENT_STREAM_SPEC.name, {
+            durable_name: agentConsumer("h2"),
+            filter_subject: "agent.h2.>",
+            ack_policy: AckPolicy.Explicit
+          })
+          const bus = yield* Nats
+          yield* Effect.promise(() => bus.js.publish(bus.subject("agent", "h2", "create"), encoder.encode("{}")))
+        }).pipe(Effect.provide(as(nats.url, "runtime")))
+
+        // The agent of h1: everything an agent does at start succeeds.
+        yield* Effect.gen(function*() {
+          const bus = yield* Nats
+          yield* ensureStream(AGENT_STREAM_SPEC)
+          const hosts = yield* ensureBucket(HOSTS_BUCKET_SPEC)
+          yield* ensureConsumer(AGENT_STREAM_SPEC.name, {
+            durable_name: agentConsumer("h1"),
+            filter_subject: "agent.h1.>",
+            ack_policy: AckPolicy.Explicit
+          })
+          expect(Exit.isSuccess(yield* tryPromise(() => hosts.put("h1", encoder.encode("{}"))))).toBe(true)
+          // A report to a sandbox's mailbox (subject only: no actor stream in this test).
+          bus.connection.publish(bus.subject("actor", "sandbox", "3", "sbx_1"), encoder.encode("{}"))
+
+          // As h2: refused.
+          const forged = yield* tryPromise(() => hosts.put("h2", encoder.encode("{}")))
+          expect(Exit.isFailure(forged)).toBe(true)
+          expect(String(Exit.isFailure(forged) ? forged.cause : "")).toMatch(/permission/i)
+          const stolen = yield* Effect.exit(ensureConsumer(AGENT_STREAM_SPEC.name, {
+            durable_name: agentConsumer("h2"),
+            filter_subject: "agent.h2.>",
+            ack_policy: AckPolicy.Explicit
+          }))
+          expect(Exit.isFailure(stolen)).toBe(true)
+          const pulled = yield* tryPromise(async () => {
+            const consumer = await bus.js.consumers.get(bus.name("AGENT"), bus.name(agentConsumer("h2")))
+            return consumer.next({ expires: 1_000 })
+          })
+          expect(Exit.isSuccess(pulled) ? pulled.value : "refused").toBe("refused")
+          // Nothing destroyed.
+          const deleted = yield* tryPromise(() => bus.jsm.streams.delete(bus.name("AGENT")))
+          expect(Exit.isFailure(deleted)).toBe(true)
+          const purged = yield* tryPromise(() => bus.jsm.streams.purge(`KV_${bus.name("hosts")}`))
+          expect(Exit.isFailure(purged)).toBe(true)
+        }).pipe(Effect.provide(as(nats.url, agentUser("h1"))))
+
+        // The control plane sees h1's record and no h2 record; it may write anywhere.
+        yield* Effect.gen(function*() {
+          const hosts = yield* ensureBucket(HOSTS_BUCKET_SPEC)
+          expect((yield* Effect.promise(() => hosts.get("h1")))?.operation).toBe("PUT")
+          expect(yield* Effect.promise(() => hosts.get("h2"))).toBe(null)
+          yield* Effect.promise(() => hosts.put("h2", encoder.encode("{}")))
+        }).pipe(Effect.provide(as(nats.url, "runtime")))
+
+        // A wrong password: no connection.
+        const wrong = yield* Effect.exit(Effect.scoped(Layer.build(as(nats.url, agentUser("h1"), "nope"))))
+        expect(Exit.isFailure(wrong)).toBe(true)
+      }).pipe(Effect.scoped),
+    60_000
+  )
+})

@@ -1,0 +1,186 @@
+/**
+ * The platform as an operator scales it, on one machine: a 3-node JetStream cluster on loopback
+ * (every stream and bucket with 3 replicas), NATS users per role (`@svc/host-protocol/Permissions`:
+ * each agent its own), N processes of each role started from `apps/<role>/src/main.ts`, one
+ * Postgres. Each role process can be killed -9 and started again (what systemd's
+ * `Restart=always` does), and each NATS node stopped and started again.
+ *
+ * Used by `apps/cli/test/Topology.test.ts` and `bench/chaos.ts` (`npm run chaos`).
+ */
+import { agentUser, authorizationBlock, platformUsers } from "@svc/host-protocol/Permissions"
+import { type NatsCluster, startNatsCluster } from "@svc/local-servers/Servers"
+import { Duration, Effect, Scope } from "effect"
+import { randomBytes } from "node:crypto"
+import * as Net from "node:net"
+import { fileURLToPath } from "node:url"
+import { makeHost, type TestHost } from "./TestHost.ts"
+import { type RoleProcess, spawnRole } from "./TestProcess.ts"
+
+export type RoleName = "api" | "runtime" | "dispatcher" | "agent"
+
+export interface ManagedRole {
+  readonly role: RoleName
+  readonly index: number
+  /** `api-1`, `agent-2`, ... */
+  readonly name: string
+  /** The process running now. */
+  readonly current: () => RoleProcess<unknown>
+  /** kill -9, then started again with the same settings; completes once it is ready again. */
+  readonly crashAndRestart: Effect.Effect<void>
+  /** Starts of this role process after the first. */
+  readonly restarts: () => number
+}
+
+export interface Topology {
+  readonly cluster: NatsCluster
+  /** Every node, comma-separated: what each role's NATS_URL is. */
+  readonly natsUrl: string
+  readonly databaseUrl: string
+  /** The API processes' base URLs. */
+  readonly apiUrls: ReadonlyArray<string>
+  readonly roles: ReadonlyArray<ManagedRole>
+  readonly hosts: ReadonlyArray<TestHost>
+  /** A user and password of each NATS user (`api`, `runtime`, `dispatcher`, `agent-<hostId>`). */
+  readonly passwords: Readonly<Record<string, string>>
+}
+
+export interface TopologyOptions {
+  readonly databaseUrl: string
+  /** Processes of each role (default 2 each). */
+  readonly counts?: Partial<Record<RoleName, number>>
+  /** Extra environment for every role (e.g. SVC_WEBHOOK_ALLOWED_SUBNETS). */
+  readonly env?: Record<string, string>
+  readonly log?: (line: string) => void
+}
+
+const mainOf = (role: RoleName) => fileURLToPath(new URL(`../../../apps/${role}/src/main.ts`, import.meta.url))
+
+const freePort = Effect.promise(() =>
+  new Promise<number>((resolve, reject) => {
+    const server = Net.createServer()
+    server.once("error", reject)
+    server.listen(0, "127.0.0.1", () => {
+      const port = (server.address() as Net.AddressInfo).port
+      server.close(() => resolve(port))
+    })
+  })
+)
+
+const readyLine = (role: RoleName) => (stdout: string) => {
+  if (role === "runtime") return stdout.includes("runtime ready") ? true : undefined
+  return stdout.includes(`"event":"${role}_ready"`) ? true : undefined
+}
+
+/** Starts the cluster, then every role process; all of it ends with the scope. */
+export const startTopology = (options: TopologyOptions) =>
+  Effect.gen(function*() {
+    const scope = yield* Scope.Scope
+    const counts = { api: 2, runtime: 2, dispatcher: 2, agent: 2, ...options.counts }
+    const hosts: Array<TestHost> = []
+    for (let i = 0; i < counts.agent; i++) hosts.push(yield* makeHost("svc-topology-"))
+    const hostIds = hosts.map((h) => h.hostId)
+    const passwords: Record<string, string> = {}
+    const users = platformUsers({
+      prefix: "",
+      hostIds,
+      password: (user) => {
+        passwords[user] = randomBytes(18).toString("base64url")
+        return { value: passwords[user] }
+      }
+    })
+    const cluster = yield* Effect.acquireRelease(
+      Effect.promise(() => startNatsCluster(3, { authorization: authorizationBlock(users) })),
+      (c) => Effect.promise(c.stop)
+    )
+    const natsUrl = cluster.urls.join(",")
+    const common = (user: string) => ({
+      NATS_URL: natsUrl,
+      SVC_NATS_REPLICAS: "3",
+      NATS_USER: user,
+      NATS_PASSWORD: passwords[user]!,
+      ...options.env
+    })
+    const apiPorts: Array<number> = []
+    for (let i = 0; i < counts.api; i++) apiPorts.push(yield* freePort)
+
+    const envOf = (role: RoleName, index: number): Record<string, string> => {
+      switch (role) {
+        case "api":
+          return {
+            ...common("api"),
+            DATABASE_URL: options.databaseUrl,
+            SVC_HOST: "127.0.0.1",
+            SVC_PORT: String(apiPorts[index])
+          }
+        case "runtime":
+        case "dispatcher":
+          return { ...common(role), DATABASE_URL: options.databaseUrl }
+        case "agent": {
+          const host = hosts[index]!
+          return {
+            ...common(agentUser(host.hostId)),
+            SVC_HOST_ID: host.hostId,
+            SVC_AGENT_DATA_DIR: host.dataDir,
+            SVC_AGENT_POOL_SIZE: "1",
+            SVC_HOST_CPU: "16",
+            SVC_HOST_RAM_MB: "16384",
+            SVC_HOST_DISK_GB: "100"
+          }
+        }
+      }
+    }
+
+    const manage = (role: RoleName, index: number) =>
+      Effect.gen(function*() {
+        const name = `${role}-${index + 1}`
+        const start = spawnRole({
+          main: mainOf(role),
+          env: envOf(role, index),
+          ready: readyLine(role),
+          timeout: Duration.seconds(120)
+        }).pipe(Effect.provideService(Scope.Scope, scope))
+        let current = yield* start
+        let restarts = 0
+        const crashAndRestart = Effect.gen(function*() {
+          current.process.kill("SIGKILL")
+          yield* Effect.promise(() => current.exited)
+          options.log?.(`killed -9 ${name}`)
+          current = yield* start
+          restarts++
+          options.log?.(`${name} is back`)
+        })
+        return {
+          role,
+          index,
+          name,
+          current: () => current,
+          crashAndRestart,
+          restarts: () => restarts
+        } satisfies ManagedRole
+      })
+
+    // The api first (it migrates the database), then the others side by side.
+    const roles: Array<ManagedRole> = []
+    roles.push(
+      ...(yield* Effect.forEach(Array.from({ length: counts.api }, (_, i) => i), (i) => manage("api", i), {
+        concurrency: "unbounded"
+      }))
+    )
+    for (const role of ["runtime", "dispatcher", "agent"] as const) {
+      roles.push(
+        ...(yield* Effect.forEach(Array.from({ length: counts[role] }, (_, i) => i), (i) => manage(role, i), {
+          concurrency: "unbounded"
+        }))
+      )
+    }
+    options.log?.(`topology up: ${roles.map((r) => r.name).join(", ")} on ${natsUrl}`)
+    return {
+      cluster,
+      natsUrl,
+      databaseUrl: options.databaseUrl,
+      apiUrls: apiPorts.map((p) => `http://127.0.0.1:${p}`),
+      roles,
+      hosts,
+      passwords
+    } satisfies Topology
+  })
