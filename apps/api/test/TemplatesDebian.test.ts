@@ -73,80 +73,88 @@ const sh = (id: string, script: string) =>
 // Each test may build the debian root on a machine that never did (mmdebstrap, ~1 min, more on a
 // loaded machine) and run apt against Debian's archive: minutes, not the default 60 s.
 layer(EnvLayer, { excludeTestServices: true, timeout: 900_000 })("templates on debian", (it) => {
-  it.effect("a debian template: apt-get installs a package from Debian's archive through egress; its sandbox has it and runs python3", () =>
-    Effect.gen(function*() {
-      const made = yield* api("POST", "/v1/templates", {
-        name: "deb-tools",
-        base: "debian",
-        steps: [
-          { run: "apt-get update && apt-get install -y --no-install-recommends tree && rm -rf /var/lib/apt/lists/*" },
-          { file: { path: "/opt/hello.py", content: "import sys\nprint('python', sys.version_info[0])\n" } }
-        ]
-      })
-      expect(made.status, made.text).toBe(202)
-      const id = made.json.id as string
-      const ready = yield* eventually(
-        api("GET", `/v1/templates/${id}`),
-        (r) => r.json?.state !== "building",
-        Duration.minutes(10)
-      )
-      const log = (yield* api("GET", `/v1/templates/${id}/logs`)).text
-      expect(ready.json, log).toMatchObject({ state: "ready", base: "debian", errorMessage: null })
-      // apt fetched from the real archive (its lines name the mirror) and unpacked the package.
-      expect(log).toMatch(/Get:\d+ http:\/\/deb\.debian\.org\/debian bookworm/)
-      expect(log).toMatch(/Setting up tree/)
+  it.effect(
+    "a debian template: apt-get installs a package from Debian's archive through egress; its sandbox has it and runs python3",
+    () =>
+      Effect.gen(function*() {
+        const made = yield* api("POST", "/v1/templates", {
+          name: "deb-tools",
+          base: "debian",
+          steps: [
+            { run: "apt-get update && apt-get install -y --no-install-recommends tree && rm -rf /var/lib/apt/lists/*" },
+            { file: { path: "/opt/hello.py", content: "import sys\nprint('python', sys.version_info[0])\n" } }
+          ]
+        })
+        expect(made.status, made.text).toBe(202)
+        const id = made.json.id as string
+        const ready = yield* eventually(
+          api("GET", `/v1/templates/${id}`),
+          (r) => r.json?.state !== "building",
+          Duration.minutes(10)
+        )
+        const log = (yield* api("GET", `/v1/templates/${id}/logs`)).text
+        expect(ready.json, log).toMatchObject({ state: "ready", base: "debian", errorMessage: null })
+        // apt fetched from the real archive (its lines name the mirror) and unpacked the package.
+        expect(log).toMatch(/Get:\d+ http:\/\/deb\.debian\.org\/debian bookworm/)
+        expect(log).toMatch(/Setting up tree/)
 
-      const created = yield* api("POST", "/v1/sandboxes", { template: "deb-tools", ram_mb: 256 })
-      expect(created.status, created.text).toBe(201)
-      const sandbox = created.json.id as string
-      const running = yield* eventually(
-        api("GET", `/v1/sandboxes/${sandbox}`),
-        (r) => r.json?.state === "running" || r.json?.state === "error",
-        Duration.minutes(3)
-      )
-      expect(running.json.state, running.text).toBe("running")
-      const seen = yield* sh(
-        sandbox,
-        "python3 /opt/hello.py; tree --version | cut -d' ' -f1; . /etc/os-release; echo $ID; id -u"
-      )
-      expect(seen.exit_code, seen.stderr).toBe(0)
-      expect(seen.stdout).toBe("python 3\ntree\ndebian\n0\n")
-      // apt works in the template's sandboxes too (the same egress path), not only in builds.
-      const apt = yield* sh(sandbox, "apt-get update >/dev/null 2>&1 && apt-cache policy tree | head -2")
-      expect(apt.exit_code, apt.stderr).toBe(0)
-      expect(apt.stdout).toMatch(/^tree:\n\s+Installed: \S+/)
+        const created = yield* api("POST", "/v1/sandboxes", { template: "deb-tools", ram_mb: 256 })
+        expect(created.status, created.text).toBe(201)
+        const sandbox = created.json.id as string
+        const running = yield* eventually(
+          api("GET", `/v1/sandboxes/${sandbox}`),
+          (r) => r.json?.state === "running" || r.json?.state === "error",
+          Duration.minutes(3)
+        )
+        expect(running.json.state, running.text).toBe("running")
+        const seen = yield* sh(
+          sandbox,
+          "python3 /opt/hello.py; tree --version | cut -d' ' -f1; . /etc/os-release; echo $ID; id -u"
+        )
+        expect(seen.exit_code, seen.stderr).toBe(0)
+        expect(seen.stdout).toBe("python 3\ntree\ndebian\n0\n")
+        // apt works in the template's sandboxes too (the same egress path), not only in builds.
+        const apt = yield* sh(sandbox, "apt-get update >/dev/null 2>&1 && apt-cache policy tree | head -2")
+        expect(apt.exit_code, apt.stderr).toBe(0)
+        expect(apt.stdout).toMatch(/^tree:\n\s+Installed: \S+/)
 
-      yield* api("DELETE", `/v1/sandboxes/${sandbox}`)
-    }), 600_000)
+        yield* api("DELETE", `/v1/sandboxes/${sandbox}`)
+      }),
+    600_000
+  )
 
-  it.effect("a sandbox of the debian root itself: its template record, python3 inside, a snapshot of it", () =>
-    Effect.gen(function*() {
-      const root = yield* api("GET", "/v1/templates/debian")
-      expect(root.status, root.text).toBe(200)
-      expect(root.json).toMatchObject({ name: "debian", state: "ready", base: "debian" })
-      const created = yield* api("POST", "/v1/sandboxes", { template: "debian", ram_mb: 256 })
-      expect(created.status, created.text).toBe(201)
-      expect(created.json.templateId).toBe(root.json.id)
-      const sandbox = created.json.id as string
-      const running = yield* eventually(
-        api("GET", `/v1/sandboxes/${sandbox}`),
-        (r) => r.json?.state === "running" || r.json?.state === "error",
-        Duration.minutes(3)
-      )
-      expect(running.json.state, running.text).toBe("running")
-      const seen = yield* sh(sandbox, "python3 -c 'print(6 * 7)' && echo kept > /root/note")
-      expect(seen.stdout).toBe("42\n")
-      const snap = yield* api("POST", `/v1/sandboxes/${sandbox}/snapshot`, { name: "deb-snap" })
-      expect(snap.status, snap.text).toBe(202)
-      const ready = yield* eventually(
-        api("GET", `/v1/templates/${snap.json.id}`),
-        (r) => r.json?.state !== "building",
-        Duration.minutes(3)
-      )
-      expect(ready.json).toMatchObject({ state: "ready", base: "debian" })
-      const copy = yield* api("POST", "/v1/sandboxes", { template: "deb-snap", ram_mb: 256 })
-      yield* eventually(api("GET", `/v1/sandboxes/${copy.json.id}`), (r) => r.json?.state === "running")
-      expect((yield* sh(copy.json.id, "cat /root/note; cat /etc/debian_version")).stdout).toMatch(/^kept\n\d+/)
-      for (const id of [sandbox, copy.json.id]) yield* api("DELETE", `/v1/sandboxes/${id}`)
-    }), 600_000)
+  it.effect(
+    "a sandbox of the debian root itself: its template record, python3 inside, a snapshot of it",
+    () =>
+      Effect.gen(function*() {
+        const root = yield* api("GET", "/v1/templates/debian")
+        expect(root.status, root.text).toBe(200)
+        expect(root.json).toMatchObject({ name: "debian", state: "ready", base: "debian" })
+        const created = yield* api("POST", "/v1/sandboxes", { template: "debian", ram_mb: 256 })
+        expect(created.status, created.text).toBe(201)
+        expect(created.json.templateId).toBe(root.json.id)
+        const sandbox = created.json.id as string
+        const running = yield* eventually(
+          api("GET", `/v1/sandboxes/${sandbox}`),
+          (r) => r.json?.state === "running" || r.json?.state === "error",
+          Duration.minutes(3)
+        )
+        expect(running.json.state, running.text).toBe("running")
+        const seen = yield* sh(sandbox, "python3 -c 'print(6 * 7)' && echo kept > /root/note")
+        expect(seen.stdout).toBe("42\n")
+        const snap = yield* api("POST", `/v1/sandboxes/${sandbox}/snapshot`, { name: "deb-snap" })
+        expect(snap.status, snap.text).toBe(202)
+        const ready = yield* eventually(
+          api("GET", `/v1/templates/${snap.json.id}`),
+          (r) => r.json?.state !== "building",
+          Duration.minutes(3)
+        )
+        expect(ready.json).toMatchObject({ state: "ready", base: "debian" })
+        const copy = yield* api("POST", "/v1/sandboxes", { template: "deb-snap", ram_mb: 256 })
+        yield* eventually(api("GET", `/v1/sandboxes/${copy.json.id}`), (r) => r.json?.state === "running")
+        expect((yield* sh(copy.json.id, "cat /root/note; cat /etc/debian_version")).stdout).toMatch(/^kept\n\d+/)
+        for (const id of [sandbox, copy.json.id]) yield* api("DELETE", `/v1/sandboxes/${id}`)
+      }),
+    600_000
+  )
 })
