@@ -26,6 +26,7 @@ import type { Duplex } from "node:stream"
 import { ApiHost, ApiPort } from "./Config.ts"
 import { HealthMonitor } from "./Health.ts"
 import { IdentityHandlers } from "./Http/Auth.ts"
+import { BillingHandlers } from "./Http/Billing.ts"
 import { AuthorizationLayer } from "./Http/Authorization.ts"
 import { InfrastructureMiddleware } from "./Http/Infrastructure.ts"
 import { ApiMiddleware, errorForStatus } from "./Http/Middleware.ts"
@@ -45,7 +46,8 @@ export const Handlers = Layer.mergeAll(
   SecretsHandlers,
   // The snapshot route reads the sandbox through the Sandboxes service SandboxesHandlers builds.
   TemplatesHandlers.pipe(Layer.provide(SandboxesHandlers)),
-  VolumesHandlers
+  VolumesHandlers,
+  BillingHandlers
 ).pipe(
   Layer.provide(HealthMonitor.layer),
   Layer.provideMerge(AuthorizationLayer),

@@ -8,6 +8,7 @@
  * `TRANSFER_WAIT` for a slot, then is 503 `unavailable` (retry). A slot is held until the
  * response is sent: a download keeps it while its bytes flow.
  */
+import { Billing } from "@svc/billing/Billing"
 import { confinedSandbox, requireScope, sandboxPolicy } from "@svc/auth/Authorization"
 import type * as Rows from "@svc/db/Rows"
 import { Api } from "@svc/domain/Api"
@@ -163,5 +164,7 @@ export const SandboxesHandlers = Layer.mergeAll(
   Layer.provide(Previews.layer),
   Layer.provide(Processes.layer),
   Layer.provideMerge(Sandboxes.layer),
+  // A blocked org's creates and starts are 402 (docs/contract.md#billing).
+  Layer.provide(Billing.gate),
   Layer.provide(Hosts.layer)
 )
