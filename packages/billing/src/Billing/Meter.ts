@@ -97,7 +97,6 @@ export class Meter extends Context.Service<Meter, {
         total += n
         if (n < batch) break
       }
-      yield* Store.dropFinishedRuns()
       return total
     })
 

@@ -127,7 +127,7 @@ export const lockDueRuns = Effect.fnUntraced(function*(now: number, batch: numbe
   }))
 })
 
-/** Moves the runs' watermarks; a run metered to its end is removed. */
+/** Moves the runs' watermarks. */
 export const advanceRuns = Effect.fnUntraced(function*(runs: ReadonlyArray<{ id: bigint; until: number }>) {
   if (runs.length === 0) return
   const sql = yield* SqlClient.SqlClient
@@ -136,14 +136,6 @@ export const advanceRuns = Effect.fnUntraced(function*(runs: ReadonlyArray<{ id:
   yield* sql`
     UPDATE billing_runs r SET metered_until = u.until
     FROM unnest(${ids}::bigint[], ${untils}::timestamptz[]) AS u(id, until) WHERE r.id = u.id`
-  yield* sql`
-    DELETE FROM billing_runs WHERE id = ANY(${ids}::bigint[]) AND ended_at IS NOT NULL AND metered_until >= ended_at`
-})
-
-/** Removes runs that ended where they were already metered (their end committed after a meter passed it). */
-export const dropFinishedRuns = Effect.fnUntraced(function*() {
-  const sql = yield* SqlClient.SqlClient
-  yield* sql`DELETE FROM billing_runs WHERE ended_at IS NOT NULL AND metered_until >= ended_at`
 })
 
 /** Running sandboxes of orgs at or over their hard limit in the period starting at `periodStart`. */

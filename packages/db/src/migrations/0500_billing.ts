@@ -14,7 +14,8 @@ import { SqlClient } from "effect/sql"
  *   `metered_until`. Kept by a trigger on `sandboxes`, in the statement that changes the state,
  *   so every writer (the actor, the API's synchronous commands) records it and none can skip it:
  *   entering `running` opens a run at `started_at`; leaving it closes the run at the
- *   transition's time (`state_since`). The meter deletes a run once metered to its end.
+ *   transition's time (`state_since`). Runs stay as the record of what was charged: the period's
+ *   spend is the sum of `metered_until - started_at` of its runs at their prices.
  *   Sandboxes running when this migration runs are metered from now on, not from their start.
  */
 export default Effect.gen(function*() {
@@ -50,7 +51,9 @@ export default Effect.gen(function*() {
     )
   `
   yield* sql`CREATE INDEX billing_runs_open ON billing_runs (sandbox_id) WHERE ended_at IS NULL`
-  yield* sql`CREATE INDEX billing_runs_due ON billing_runs (metered_until)`
+  yield* sql`
+    CREATE INDEX billing_runs_due ON billing_runs (metered_until) WHERE ended_at IS NULL OR metered_until < ended_at
+  `
   yield* sql`
     CREATE FUNCTION billing_track_runs() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
