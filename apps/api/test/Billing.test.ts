@@ -33,10 +33,24 @@ import { FanOut } from "@svc/webhooks/Delivery/FanOut"
 import { WebhookAddressGuard } from "@svc/webhooks/Subscriptions/AddressGuard"
 import { Clock, ConfigProvider, Context, Duration, Effect, Fiber, Layer } from "effect"
 import { HttpRouter } from "effect/http"
+import { execFile } from "node:child_process"
 import { createHmac } from "node:crypto"
+import * as NodePath from "node:path"
 import { receiver } from "../../../packages/webhooks/test/Receiver.ts"
 import * as Server from "../src/Server.ts"
 import { call, eventually, Identity, makeHost, startAgent } from "./Sandboxes.support.ts"
+
+const CLI = NodePath.resolve(import.meta.dirname, "../../cli/src/main.ts")
+
+/** `svc <args>` as a user runs it, against `base` with `token`. */
+const svc = (base: string, token: string, args: ReadonlyArray<string>) =>
+  Effect.promise(() =>
+    new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
+      execFile(process.execPath, [CLI, ...args], {
+        env: { ...process.env, SVC_API_URL: base, SVC_API_KEY: token }
+      }, (error, stdout, stderr) => resolve({ code: error ? (error.code as number) ?? 1 : 0, stdout, stderr }))
+    })
+  )
 
 const PRICES = { cpuMicrosPerSecond: 1000, ramGibMicrosPerSecond: 333 }
 
@@ -417,4 +431,30 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("billing", (it)
       yield* o.api("DELETE", `/v1/sandboxes/${admitted.json.id}`)
       yield* waitState(o.api, id, "deleted")
     }).pipe(Effect.scoped))
+
+  it.effect("svc usage and svc usage limits", () =>
+    Effect.gen(function*() {
+      const env = yield* Env
+      const o = yield* org("billing-cli")
+      const shown = yield* svc(env.base, o.token, ["usage"])
+      expect(shown.code, shown.stderr).toBe(0)
+      expect(shown.stdout).toContain("spend       0.000000 (0 micros)")
+      expect(shown.stdout).toContain("hard limit  none")
+      expect(shown.stdout).toContain("blocked     no")
+      const set = yield* svc(env.base, o.token, ["usage", "limits", "--hard", "12345678", "--alert", "1000000"])
+      expect(set.code, set.stderr).toBe(0)
+      expect(set.stdout).toContain("hard limit  12.345678 (12345678 micros)")
+      expect(set.stdout).toContain("alert       1.000000 (1000000 micros)")
+      const removed = yield* svc(env.base, o.token, ["usage", "limits", "--alert", "none", "--json"])
+      expect(JSON.parse(removed.stdout)).toMatchObject({ hard_limit_micros: 12_345_678, alert_micros: null })
+      const bad = yield* svc(env.base, o.token, ["usage", "limits", "--hard", "-5"])
+      expect(bad.code).toBe(1)
+      expect(bad.stderr).toContain("--hard")
+      // A scoped key: the API's refusal, as the CLI prints it.
+      const scoped = yield* (yield* Identity).key(o.id, ["sandboxes:read"])
+      const refused = yield* svc(env.base, scoped, ["usage"])
+      expect(refused.code).toBe(1)
+      expect(refused.stderr).toContain("full_access_required")
+      expect((yield* o.api("GET", "/v1/billing/usage")).json).toMatchObject({ hard_limit_micros: 12_345_678 })
+    }))
 })
