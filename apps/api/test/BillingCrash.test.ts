@@ -169,7 +169,9 @@ layer(Platform, { excludeTestServices: true })("the meter across kill -9", (it) 
         expect(alerts.length).toBe(1)
         expect(alerts[0].data.alert_micros).toBe(ALERT)
         expect(alerts[0].data.spend_micros).toBeGreaterThanOrEqual(ALERT)
-        const limits = usage.filter((e) => e.event === "org.usage_limit_reached").sort((a, b) => a.data.pct - b.data.pct)
+        const limits = usage.filter((e) => e.event === "org.usage_limit_reached").sort((a, b) =>
+          a.data.pct - b.data.pct
+        )
         expect(limits.map((e) => e.data.pct)).toEqual([50, 80, 90, 100])
         for (const e of limits) {
           expect(e.data.limit_micros).toBe(LIMIT)

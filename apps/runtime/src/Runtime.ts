@@ -11,8 +11,8 @@
  * apps/runtime/src/main.ts`, `svc runtime` and `svc dev` run. `make` is the same role with
  * options, on connections given by the caller (tests).
  */
-import { Meter, type MeterOptions } from "@svc/billing/Billing/Meter"
 import { ActorRuntime, type ActorRuntimeOptions as ActorOptions } from "@svc/actors/Runtime"
+import { Meter, type MeterOptions } from "@svc/billing/Billing/Meter"
 import { Nats } from "@svc/bus/Nats"
 import { type HeartbeatOptions, WorkerHeartbeat } from "@svc/bus/Workers"
 import * as Database from "@svc/db/Database"

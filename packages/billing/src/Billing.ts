@@ -26,7 +26,8 @@ import { toMicros } from "./Billing/Pricing.ts"
 import * as Store from "./Billing/Store.ts"
 import { isBlocked } from "./Billing/Thresholds.ts"
 
-const shown = (micros: bigint): number => Number(micros > BigInt(Number.MAX_SAFE_INTEGER) ? Number.MAX_SAFE_INTEGER : micros)
+const shown = (micros: bigint): number =>
+  Number(micros > BigInt(Number.MAX_SAFE_INTEGER) ? Number.MAX_SAFE_INTEGER : micros)
 const shownOrNull = (micros: bigint | null) => (micros === null ? null : shown(micros))
 
 const usageOf = (periodStart: number, spendUnits: bigint, limits: Store.Limits): Usage => {
@@ -120,7 +121,9 @@ export class Billing extends Context.Service<Billing, {
         if (!isBlocked(spend, limits.hardLimitMicros)) return
         return yield* new Errors.UsageLimitReached({
           error: `The org has reached its hard usage limit for this period (spend ${spend} of ${limits
-            .hardLimitMicros!} micros, until ${new Date(period.end).toISOString()}); raise it with PUT /v1/billing/limits`
+            .hardLimitMicros!} micros, until ${
+            new Date(period.end).toISOString()
+          }); raise it with PUT /v1/billing/limits`
         })
       })
     })

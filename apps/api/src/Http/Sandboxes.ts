@@ -8,8 +8,8 @@
  * `TRANSFER_WAIT` for a slot, then is 503 `unavailable` (retry). A slot is held until the
  * response is sent: a download keeps it while its bytes flow.
  */
-import { Billing } from "@svc/billing/Billing"
 import { confinedSandbox, requireScope, sandboxPolicy } from "@svc/auth/Authorization"
+import { Billing } from "@svc/billing/Billing"
 import type * as Rows from "@svc/db/Rows"
 import { Api } from "@svc/domain/Api"
 import { CurrentPrincipal } from "@svc/domain/Api/Auth"

@@ -48,7 +48,11 @@ const limitFlag = (name: string, what: string) =>
 
 const limits = Command.make(
   "limits",
-  { hard: limitFlag("hard", "The hard limit (at it the org is blocked)"), alert: limitFlag("alert", "The alert value"), json },
+  {
+    hard: limitFlag("hard", "The hard limit (at it the org is blocked)"),
+    alert: limitFlag("alert", "The alert value"),
+    json
+  },
   Effect.fn(function*(o) {
     const body: Record<string, number | null> = {}
     if (Option.isSome(o.hard)) body["hard_limit_micros"] = yield* parseLimit("hard", o.hard.value)

@@ -16,8 +16,8 @@ import {
   PayloadTooLarge,
   QuotaExceeded,
   SandboxOutOfScope,
-  UsageLimitReached,
-  Unavailable
+  Unavailable,
+  UsageLimitReached
 } from "../Errors.ts"
 import { SandboxId } from "../Ids.ts"
 import {
