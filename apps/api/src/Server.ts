@@ -27,6 +27,7 @@ import { ApiHost, ApiPort } from "./Config.ts"
 import { HealthMonitor } from "./Health.ts"
 import { IdentityHandlers } from "./Http/Auth.ts"
 import { AuthorizationLayer } from "./Http/Authorization.ts"
+import { BillingHandlers } from "./Http/Billing.ts"
 import { InfrastructureMiddleware } from "./Http/Infrastructure.ts"
 import { ApiMiddleware, errorForStatus } from "./Http/Middleware.ts"
 import { SandboxesHandlers } from "./Http/Sandboxes.ts"
@@ -45,7 +46,8 @@ export const Handlers = Layer.mergeAll(
   SecretsHandlers,
   // The snapshot route reads the sandbox through the Sandboxes service SandboxesHandlers builds.
   TemplatesHandlers.pipe(Layer.provide(SandboxesHandlers)),
-  VolumesHandlers
+  VolumesHandlers,
+  BillingHandlers
 ).pipe(
   Layer.provide(HealthMonitor.layer),
   Layer.provideMerge(AuthorizationLayer),

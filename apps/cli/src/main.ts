@@ -13,12 +13,13 @@ import { roles } from "./Commands/Roles.ts"
 import { sandbox } from "./Commands/Sandboxes.ts"
 import { secret } from "./Commands/Secrets.ts"
 import { template } from "./Commands/Templates.ts"
+import { usage } from "./Commands/Usage.ts"
 import { volume } from "./Commands/Volumes.ts"
 import { webhook } from "./Commands/Webhooks.ts"
 
 const svc = Command.make("svc").pipe(
   Command.withDescription("The sandbox platform"),
-  Command.withSubcommands([dev, ...roles, org, key, sandbox, secret, volume, webhook, template, events])
+  Command.withSubcommands([dev, ...roles, org, key, sandbox, secret, volume, webhook, template, events, usage])
 )
 
 svc.pipe(

@@ -1,9 +1,10 @@
 /**
  * The runtime role's settings: how soon a message held by a dead runtime process comes back.
  * `settings` lists every variable the role reads, its own and its packages' (the supervisor's
- * pace and patience are the sandboxes package's).
+ * pace and patience are the sandboxes package's, the meter's pace and prices the billing package's).
  */
 import { DEFAULT_ACK_WAIT } from "@svc/actors/Actors"
+import * as Billing from "@svc/billing/Config"
 import * as Bus from "@svc/bus/Config"
 import * as Env from "@svc/config/Env"
 import * as Db from "@svc/db/Config"
@@ -21,5 +22,6 @@ export const settings: ReadonlyArray<Env.AnySetting> = [
   ...Bus.settings,
   ...Db.settings,
   ActorAckWait,
-  ...Sandboxes.supervisorSettings
+  ...Sandboxes.supervisorSettings,
+  ...Billing.settings
 ]

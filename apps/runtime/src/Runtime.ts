@@ -1,9 +1,10 @@
 /**
  * The runtime role: hosts the sandbox actor (its 16 mailbox partitions), the outbox relay, the
- * sandbox supervisor (hosts down, transitions that take too long, `timeout_s` lifetimes) and
- * this process's worker heartbeat. Run as many runtime processes as wanted: they share the
- * partitions (one message per partition in flight across all of them), the relay batches
- * (one relay publishes at a time) and the supervisor's messages (deduplicated by id).
+ * sandbox supervisor (hosts down, transitions that take too long, `timeout_s` lifetimes), the
+ * usage meter (@svc/billing) and this process's worker heartbeat. Run as many runtime processes
+ * as wanted: they share the partitions (one message per partition in flight across all of
+ * them), the relay batches (one relay publishes at a time), the supervisor's messages
+ * (deduplicated by id) and the meter's runs (each charged by one of them, once).
  *
  * `layer` is the whole role, configured from the environment with its Postgres (DATABASE_URL,
  * migrated) and NATS (NATS_URL, SVC_NATS_PREFIX) connections: what `node
@@ -11,6 +12,7 @@
  * options, on connections given by the caller (tests).
  */
 import { ActorRuntime, type ActorRuntimeOptions as ActorOptions } from "@svc/actors/Runtime"
+import { Meter, type MeterOptions } from "@svc/billing/Billing/Meter"
 import { Nats } from "@svc/bus/Nats"
 import { type HeartbeatOptions, WorkerHeartbeat } from "@svc/bus/Workers"
 import * as Database from "@svc/db/Database"
@@ -26,6 +28,8 @@ export interface RuntimeOptions {
   readonly actors?: ActorOptions
   readonly relay?: RelayOptions
   readonly supervisor?: SupervisorOptions
+  /** `false`: no usage meter (tests that run meters of their own, on a clock of theirs). */
+  readonly meter?: MeterOptions | false
   /** `false`: no worker heartbeat (tests that count workers). */
   readonly heartbeat?: HeartbeatOptions | false
 }
@@ -42,6 +46,7 @@ export const make = (options: RuntimeOptions = {}) =>
     ActorRuntime.layer([SandboxActor], options.actors),
     options.relay === undefined ? OutboxRelay.layer : OutboxRelay.layerWith(options.relay),
     SandboxSupervisor.layer(options.supervisor),
+    options.meter === false ? Layer.empty : Meter.layer(options.meter),
     options.heartbeat === false ? Layer.empty : WorkerHeartbeat.layer("runtime", options.heartbeat)
   ).pipe(
     Layer.provide(Hosts.layer),
@@ -50,7 +55,8 @@ export const make = (options: RuntimeOptions = {}) =>
 
 /**
  * The runtime role configured from the environment (`Config.ts`): `SVC_ACTOR_ACK_WAIT`; the
- * supervisor reads `SVC_SUPERVISOR_INTERVAL` and `SVC_SANDBOX_TRANSITION_TIMEOUT` itself.
+ * supervisor reads `SVC_SUPERVISOR_INTERVAL` and `SVC_SANDBOX_TRANSITION_TIMEOUT` itself, the
+ * meter `SVC_METER_INTERVAL` and the prices.
  * With its connections.
  */
 export const layer = Layer.unwrap(Effect.map(ActorAckWait, (ackWait) => make({ actors: { ackWait } }))).pipe(

@@ -5,6 +5,7 @@
 import { HttpApi, OpenApi } from "effect/http-api"
 import { AuditApi } from "./Api/Audit.ts"
 import { Access, ApiKeysApi, AuthApi, Authorization } from "./Api/Auth.ts"
+import { BillingApi } from "./Api/Billing.ts"
 import { EventsApi } from "./Api/Events.ts"
 import { Infrastructure } from "./Api/Infrastructure.ts"
 import { OrgApi } from "./Api/Org.ts"
@@ -35,6 +36,7 @@ export class Api extends HttpApi.make("svc")
   .add(VolumesApi)
   .add(ProcessesApi)
   .add(TerminalApi)
+  .add(BillingApi)
   // Authentication and each endpoint's declared Access rule: keep this after the last .add
   // (it applies to the endpoints added before it; the authorization matrix test checks).
   .middleware(Authorization)

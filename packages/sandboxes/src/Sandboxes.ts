@@ -28,6 +28,9 @@
  * - `name` defaults to the id.
  * - Org quotas (`Sandboxes/Quota.ts`): a create or a start past `SVC_ORG_MAX_SANDBOXES` or
  *   `SVC_ORG_MAX_RUNNING_SANDBOXES` is 429 `quota_exceeded`, checked under the org's row lock.
+ * - Usage (`Sandboxes/UsageGate.ts`, docs/contract.md#billing): an org blocked at its hard usage
+ *   limit cannot create or start a sandbox (402 `usage_limit_reached`); asked under the org's row
+ *   lock, before the quotas.
  * - A sandbox no host could take ends in `error` with a message that names what it asked for,
  *   never other hosts' ids or free capacity (those go to the log).
  */
@@ -69,6 +72,7 @@ import * as Quota from "./Sandboxes/Quota.ts"
 import { toRecord } from "./Sandboxes/Record.ts"
 import { liveSecrets } from "./Sandboxes/SecretRefs.ts"
 import { COLUMNS, SandboxRow, store, toStored } from "./Sandboxes/Store.ts"
+import { UsageGate } from "./Sandboxes/UsageGate.ts"
 import * as VolumeRefs from "./Sandboxes/VolumeRefs.ts"
 import * as Scheduler from "./Scheduler.ts"
 import { Templates } from "./Templates.ts"
@@ -121,7 +125,12 @@ export class Sandboxes extends Context.Service<Sandboxes, {
     idempotencyKey?: string
   ) => Effect.Effect<
     Outcome<Sandbox>,
-    Errors.InvalidRequest | Errors.Conflict | Errors.IdempotencyKeyReused | Errors.QuotaExceeded | Rows.QueryError
+    | Errors.InvalidRequest
+    | Errors.Conflict
+    | Errors.IdempotencyKeyReused
+    | Errors.QuotaExceeded
+    | Errors.UsageLimitReached
+    | Rows.QueryError
   >
   /** The org's sandbox (its state, for policy checks), or `not_found`. */
   readonly get: (orgId: OrgId, id: string) => Effect.Effect<SandboxActorState, Errors.NotFound | Rows.QueryError>
@@ -133,7 +142,10 @@ export class Sandboxes extends Context.Service<Sandboxes, {
   readonly start: (
     orgId: OrgId,
     id: string
-  ) => Effect.Effect<Sandbox, Errors.NotFound | Errors.Conflict | Errors.QuotaExceeded | Rows.QueryError>
+  ) => Effect.Effect<
+    Sandbox,
+    Errors.NotFound | Errors.Conflict | Errors.QuotaExceeded | Errors.UsageLimitReached | Rows.QueryError
+  >
   readonly stop: (
     orgId: OrgId,
     id: string
@@ -180,6 +192,7 @@ export class Sandboxes extends Context.Service<Sandboxes, {
     const box = yield* SecretBox
     const quotas = yield* QuotasConfig
     const templates = yield* Templates
+    const usage = yield* UsageGate
 
     const findSandbox = Rows.findOneOption("Sandboxes.get", {
       Request: Schema.Struct({ orgId: Schema.String, id: Schema.String }),
@@ -212,10 +225,12 @@ export class Sandboxes extends Context.Service<Sandboxes, {
         // Runs once per Idempotency-Key, in the transaction that holds the key.
         const insert = Effect.gen(function*(): Effect.fn.Return<
           SandboxActorState,
-          Errors.InvalidRequest | Errors.Conflict | Errors.QuotaExceeded | Rows.QueryError,
+          Errors.InvalidRequest | Errors.Conflict | Errors.QuotaExceeded | Errors.UsageLimitReached | Rows.QueryError,
           SqlClient.SqlClient
         > {
           // Holds the org's row to the commit: concurrent creates count one after the other.
+          yield* Quota.lockOrg(orgId)
+          yield* usage.admit(orgId)
           yield* Quota.check(orgId, quotas, "create")
           if (request.parent_id !== null) {
             const parents = yield* parentRows(sql`
@@ -386,6 +401,7 @@ export class Sandboxes extends Context.Service<Sandboxes, {
           Effect.gen(function*() {
             const why = commandRefusal(s, "Start")
             if (why !== null) return yield* new Errors.Conflict({ error: `This sandbox is ${s.state}: ${why}` })
+            yield* usage.admit(orgId)
             yield* Quota.check(orgId, quotas, "start")
             return { _tag: "Start" as const }
           }))
@@ -518,7 +534,10 @@ export class Sandboxes extends Context.Service<Sandboxes, {
     })
   })
 
-  /** Needs `SqlClient`, `Hosts` and `SecretBox` (the Idempotency-Key entries and the env are sealed). */
+  /**
+   * Needs `SqlClient`, `Hosts`, `SecretBox` (the Idempotency-Key entries and the env are sealed)
+   * and `UsageGate`.
+   */
   static readonly layer = Layer.effect(Sandboxes, Sandboxes.make).pipe(
     Layer.provide(Layer.mergeAll(Idempotency.layer, DataPlaneClient.layer, Templates.layer))
   )

@@ -9,6 +9,7 @@
  * response is sent: a download keeps it while its bytes flow.
  */
 import { confinedSandbox, requireScope, sandboxPolicy } from "@svc/auth/Authorization"
+import { Billing } from "@svc/billing/Billing"
 import type * as Rows from "@svc/db/Rows"
 import { Api } from "@svc/domain/Api"
 import { CurrentPrincipal } from "@svc/domain/Api/Auth"
@@ -163,5 +164,7 @@ export const SandboxesHandlers = Layer.mergeAll(
   Layer.provide(Previews.layer),
   Layer.provide(Processes.layer),
   Layer.provideMerge(Sandboxes.layer),
+  // A blocked org's creates and starts are 402 (docs/contract.md#billing).
+  Layer.provide(Billing.gate),
   Layer.provide(Hosts.layer)
 )

@@ -5,7 +5,8 @@
  * Actions: `apikey.created`, `apikey.revoked` (docs/contract.md#key-states), and `org.created`,
  * `org.updated`, `auth.signed_up`, `auth.signed_in`, `auth.sign_in_failed` (a known email with a
  * wrong password), `auth.signed_out`, and `secret.created`, `secret.rotated`, `secret.updated`,
- * `secret.deleted` (the target is the secret's id; an entry never holds a value).
+ * `secret.deleted` (the target is the secret's id; an entry never holds a value), and
+ * `billing.limits_updated` (the target is the org's id).
  */
 import { Schema } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "effect/http-api"
@@ -26,7 +27,8 @@ export const AUDIT_ACTIONS = [
   "secret.created",
   "secret.rotated",
   "secret.updated",
-  "secret.deleted"
+  "secret.deleted",
+  "billing.limits_updated"
 ] as const
 export const AuditAction = Schema.Literals(AUDIT_ACTIONS)
 export type AuditAction = typeof AuditAction.Type

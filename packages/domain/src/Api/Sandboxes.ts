@@ -16,7 +16,8 @@ import {
   PayloadTooLarge,
   QuotaExceeded,
   SandboxOutOfScope,
-  Unavailable
+  Unavailable,
+  UsageLimitReached
 } from "../Errors.ts"
 import { SandboxId } from "../Ids.ts"
 import {
@@ -80,6 +81,7 @@ export class SandboxesApi extends HttpApiGroup.make("sandboxes")
         InsufficientScope,
         SandboxOutOfScope,
         QuotaExceeded,
+        UsageLimitReached,
         Unavailable
       ]
     }).annotateMerge(OpenApi.annotations({
@@ -91,7 +93,8 @@ export class SandboxesApi extends HttpApiGroup.make("sandboxes")
         "when the org has as many sandboxes as `SVC_ORG_MAX_SANDBOXES` allows, or runs as many as " +
         "`SVC_ORG_MAX_RUNNING_SANDBOXES` allows. `network: {allow_out, deny_out}`: its egress policy (see PUT " +
         ".../network). `secrets: [secret_id]` binds secrets of the org (needs `secrets:use` too; an id that is not " +
-        "a secret of the org is 400 naming the entry)."
+        "a secret of the org is 400 naming the entry). 402 `usage_limit_reached` while the org is blocked at its " +
+        "hard usage limit (GET /v1/billing/usage)."
     })),
     HttpApiEndpoint.get("list", "/v1/sandboxes", {
       query: ListSandboxesQuery,
@@ -124,10 +127,11 @@ export class SandboxesApi extends HttpApiGroup.make("sandboxes")
     HttpApiEndpoint.post("start", "/v1/sandboxes/:id/start", {
       params,
       success: Sandbox.pipe(HttpApiSchema.status(202)),
-      error: [NotFound, Conflict, SandboxOutOfScope, QuotaExceeded, Unavailable]
+      error: [NotFound, Conflict, SandboxOutOfScope, QuotaExceeded, UsageLimitReached, Unavailable]
     }).annotateMerge(OpenApi.annotations({
       description: "A stopped sandbox: 202 `starting`; any other state: 409. 429 `quota_exceeded` when the org " +
-        "runs as many sandboxes as `SVC_ORG_MAX_RUNNING_SANDBOXES` allows."
+        "runs as many sandboxes as `SVC_ORG_MAX_RUNNING_SANDBOXES` allows. 402 `usage_limit_reached` while the " +
+        "org is blocked at its hard usage limit."
     })),
     HttpApiEndpoint.put("network", "/v1/sandboxes/:id/network", {
       params,
