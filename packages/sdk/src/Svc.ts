@@ -220,12 +220,13 @@ const sleep = (ms: number, signal?: AbortSignal) =>
 const poll = async <A>(
   read: () => Promise<A>,
   done: (a: A) => boolean,
-  options: { readonly timeoutMs: number; readonly what: string }
+  options: { readonly timeoutMs: number; readonly what: string; readonly onProgress?: ((a: A) => void) | undefined }
 ): Promise<A> => {
   const deadline = Date.now() + options.timeoutMs
   let delay = 100
   for (;;) {
     const value = await read()
+    options.onProgress?.(value)
     if (done(value)) return value
     if (Date.now() + delay > deadline) {
       throw new SvcError({
@@ -244,11 +245,13 @@ export interface ListOptions {
   readonly offset?: number | undefined
 }
 
-export interface WaitOptions {
+export interface WaitOptions<R> {
   /** Default true: resolve once it got there. `false`: resolve with the API's first answer. */
   readonly wait?: boolean | undefined
   /** How long to wait (default 300000 ms); then a SvcError `timeout`. */
   readonly timeoutMs?: number | undefined
+  /** Called with the record each time it is read while waiting (to show progress). */
+  readonly onProgress?: ((record: R) => void) | undefined
 }
 
 const DEFAULT_WAIT_MS = 300_000
@@ -332,12 +335,13 @@ export class Sandbox {
    */
   async waitFor(
     states: SandboxState | ReadonlyArray<SandboxState>,
-    options: { readonly timeoutMs?: number | undefined } = {}
+    options: Omit<WaitOptions<T.SandboxRecord>, "wait"> = {}
   ): Promise<this> {
     const wanted: ReadonlyArray<string> = typeof states === "string" ? [states] : states
     await poll(() => this.refresh(), (s) => wanted.includes(s.state) || s.state === "error" || s.state === "deleted", {
       timeoutMs: options.timeoutMs ?? DEFAULT_WAIT_MS,
-      what: `sandbox ${this.id} is not ${wanted.join(" or ")}`
+      what: `sandbox ${this.id} is not ${wanted.join(" or ")}`,
+      onProgress: (s) => options.onProgress?.(s.record)
     })
     if (!wanted.includes(this.state)) {
       throw new SvcError({
@@ -431,22 +435,20 @@ export class Sandbox {
   }
 
   /** Deletes it and its children; `{ wait: true }` resolves once it is `deleted`. */
-  async delete(
-    options: { readonly wait?: boolean | undefined; readonly timeoutMs?: number | undefined } = {}
-  ): Promise<this> {
+  async delete(options: WaitOptions<T.SandboxRecord> = {}): Promise<this> {
     this.#update(await this.#http.json("DELETE", this.#path()))
     if (options.wait === true && this.state !== "deleted") await this.waitFor("deleted", options)
     return this
   }
 
   /** Stops it (a running sandbox); resolves once `stopped` unless `{ wait: false }`. */
-  async stop(options: WaitOptions = {}): Promise<this> {
+  async stop(options: WaitOptions<T.SandboxRecord> = {}): Promise<this> {
     this.#update(await this.#http.json("POST", this.#path("/stop")))
     return options.wait === false ? this : this.waitFor("stopped", options)
   }
 
   /** Starts it again (a stopped sandbox); resolves once `running` unless `{ wait: false }`. */
-  async start(options: WaitOptions = {}): Promise<this> {
+  async start(options: WaitOptions<T.SandboxRecord> = {}): Promise<this> {
     this.#update(await this.#http.json("POST", this.#path("/start")))
     return options.wait === false ? this : this.waitFor("running", options)
   }
@@ -472,7 +474,7 @@ export class Sandbox {
   }
 
   /** Captures its files as a template named `name`; resolves once built unless `{ wait: false }`. */
-  async snapshot(name: string, options: WaitOptions = {}): Promise<T.Template> {
+  async snapshot(name: string, options: WaitOptions<T.Template> = {}): Promise<T.Template> {
     const template: T.Template = await this.#http.json("POST", this.#path("/snapshot"), { json: { name } })
     return options.wait === false ? template : this.#sandboxes.templates.waitFor(template.id, options)
   }
@@ -510,7 +512,7 @@ class Sandboxes {
    */
   async create(
     params: T.CreateSandboxParams = {},
-    options: WaitOptions & { readonly idempotencyKey?: string | undefined } = {}
+    options: WaitOptions<T.SandboxRecord> & { readonly idempotencyKey?: string | undefined } = {}
   ): Promise<Sandbox> {
     const sandbox = this.#wrap(
       await this.#http.json("POST", "/v1/sandboxes", {
@@ -552,7 +554,7 @@ class Templates {
    * Builds a template from steps; resolves once `ready` (a SvcError `template_failed` if the
    * build fails) unless `{ wait: false }` (then `building` at once).
    */
-  async create(params: T.CreateTemplateParams, options: WaitOptions = {}): Promise<T.Template> {
+  async create(params: T.CreateTemplateParams, options: WaitOptions<T.Template> = {}): Promise<T.Template> {
     const template: T.Template = await this.#http.json("POST", "/v1/templates", { json: params })
     return options.wait === false ? template : this.waitFor(template.id, options)
   }
@@ -582,10 +584,17 @@ class Templates {
     if (rest !== "") yield rest
   }
   /** Resolves once the build ended `ready`; `failed` is a SvcError `template_failed`. */
-  async waitFor(idOrName: string, options: { timeoutMs?: number | undefined } = {}): Promise<T.Template> {
+  async waitFor(
+    idOrName: string,
+    options: {
+      readonly timeoutMs?: number | undefined
+      readonly onProgress?: ((template: T.Template) => void) | undefined
+    } = {}
+  ): Promise<T.Template> {
     const template = await poll(() => this.get(idOrName), (t) => t.state !== "building", {
       timeoutMs: options.timeoutMs ?? DEFAULT_WAIT_MS,
-      what: `template ${idOrName} is still building`
+      what: `template ${idOrName} is still building`,
+      onProgress: options.onProgress
     })
     if (template.state === "failed") {
       throw new SvcError({
