@@ -18,6 +18,17 @@ import { HttpApiClient } from "effect/http-api"
 
 export { Api }
 export * as Errors from "@svc/domain/Errors"
+// The request bodies are the server's schema classes: a payload is an instance
+// (`new ExecBody({ cmd, timeout_ms })`), every field given (the server's defaults apply to JSON only).
+export { CreateApiKeyRequest } from "@svc/domain/Api/Auth"
+export { UpdateOrgRequest } from "@svc/domain/Api/Org"
+export { PreviewTokenRequest } from "@svc/domain/Api/Previews"
+export { SignalBody, StartProcessBody } from "@svc/domain/Api/Processes"
+export { BindSecretBody, CreateSandboxBody, ExecBody, NetworkPolicyBody } from "@svc/domain/Api/Sandboxes"
+export { CreateSecretBody, PatchSecretBody, RotateSecretBody } from "@svc/domain/Api/Secrets"
+export { CreateTemplateBody, SnapshotBody } from "@svc/domain/Api/Templates"
+export { CreateVolumeBody } from "@svc/domain/Api/Volumes"
+export { CreateWebhookBody, PatchWebhookBody } from "@svc/domain/Api/Webhooks"
 
 /** Where the API is when neither the options nor `SVC_API_URL` say. */
 export const DEFAULT_BASE_URL = "http://127.0.0.1:8080"
