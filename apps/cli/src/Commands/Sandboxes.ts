@@ -2,9 +2,11 @@
  * `svc sandbox create|list|get|exec|delete|stats|expose|network|secrets bind|snapshot` (and
  * `spawn|ps|logs|kill|terminal`, `Processes.ts`): a client of the /v1 API for users.
  *
- * Credentials: `SVC_API_KEY` and `SVC_API_URL` (default http://127.0.0.1:8080), else
- * `.svc/dev-credentials.json` (`{base_url, api_key}`, written for the dev stack). API errors
- * print `error <code>: <message>` and exit 1; `exec` exits with the command's exit code.
+ * Built on the SDK's `Svc` (`@svc/sdk`). Credentials: `SVC_API_KEY` and `SVC_API_URL` (default
+ * http://127.0.0.1:8080), else `.svc/dev-credentials.json` (`{base_url, api_key}`, written for
+ * the dev stack). API errors print `error <code>: <message>` and exit 1; `exec` exits with the
+ * command's exit code. `create`, `get` and `delete` print the JSON record (`--json` is accepted
+ * everywhere for scripts); waits show each state on stderr.
  *
  *   svc sandbox create --name web --cpu 2 --ram-mb 1024 --env PORT=8080 --wait
  *   svc sandbox list --state running,stopped
@@ -15,9 +17,10 @@
  *   svc sandbox secrets bind sbx_... sec_...
  *   svc sandbox snapshot sbx_... --name my-env --wait
  */
+import type { CreateSandboxParams, SandboxState } from "@svc/sdk"
 import { Console, Effect, Option } from "effect"
 import { Argument, Command, Flag } from "effect/cli"
-import { CliError, request } from "../Client.ts"
+import { call, progress } from "../Client.ts"
 import { processCommands } from "./Processes.ts"
 import { followBuild } from "./Templates.ts"
 import { parseVolumeFlag } from "./Volumes.ts"
@@ -40,15 +43,6 @@ const denyFlag = Flag.String("deny").pipe(
   Flag.withDescription("Egress denied to this CIDR, address or domain; repeatable; wins over --allow"),
   Flag.atLeast(0)
 )
-
-const waitFor = (id: string, until: ReadonlyArray<string>) =>
-  Effect.gen(function*() {
-    for (;;) {
-      const record = yield* request("GET", `/v1/sandboxes/${id}`)
-      if (until.includes(record.state) || record.state === "error") return record
-      yield* Effect.sleep("200 millis")
-    }
-  })
 
 const create = Command.make(
   "create",
@@ -78,12 +72,13 @@ const create = Command.make(
       Flag.atLeast(0)
     ),
     wait: Flag.Boolean("wait").pipe(
-      Flag.withDescription("Wait until it is running (or in error)"),
+      Flag.withDescription("Wait until it is running (exit 1 if it ends in error)"),
       Flag.withDefault(false)
-    )
+    ),
+    json
   },
   Effect.fn(function*(o) {
-    const created = yield* request("POST", "/v1/sandboxes", {
+    const params: CreateSandboxParams = {
       ...optionalField("name", o.name),
       ...optionalField("template", o.template),
       ...optionalField("region", o.region),
@@ -98,14 +93,13 @@ const create = Command.make(
       ...(o.secret.length > 0 ? { secrets: o.secret } : {}),
       ...(o.volume.length > 0 ? { volumes: o.volume.map(parseVolumeFlag) } : {}),
       ...(o.allow.length > 0 || o.deny.length > 0 ? { network: { allow_out: o.allow, deny_out: o.deny } } : {})
-    })
-    const record = o.wait ? yield* waitFor(created.id, ["running"]) : created
-    yield* print(record)
-    if (record.state === "error") {
-      return yield* new CliError({ message: `sandbox ${record.id} failed: ${record.errorMessage}` })
     }
+    const sandbox = yield* call((svc) =>
+      svc.sandboxes.create(params, { wait: o.wait, onProgress: progress("waiting for running") })
+    )
+    yield* print(sandbox.record)
   })
-).pipe(Command.withDescription("Create a sandbox (201: pending; --wait for running)"))
+).pipe(Command.withDescription("Create a sandbox (201: pending; --wait for running, its states on stderr)"))
 
 const list = Command.make(
   "list",
@@ -117,15 +111,16 @@ const list = Command.make(
     json
   },
   Effect.fn(function*(o) {
-    const query = new URLSearchParams()
-    if (Option.isSome(o.state)) query.set("state", o.state.value)
-    if (Option.isSome(o.limit)) query.set("limit", String(o.limit.value))
-    if (Option.isSome(o.offset)) query.set("offset", String(o.offset.value))
-    if (o.all) query.set("paginated", "false")
-    const q = query.toString()
-    const page = yield* request("GET", `/v1/sandboxes${q ? `?${q}` : ""}`)
-    if (o.json) return yield* print(page)
-    for (const r of page.rows) {
+    const page = yield* call((svc) =>
+      svc.sandboxes.list({
+        state: Option.getOrUndefined(o.state)?.split(",") as Array<SandboxState> | undefined,
+        limit: Option.getOrUndefined(o.limit),
+        offset: Option.getOrUndefined(o.offset),
+        ...(o.all ? { paginated: false } : {})
+      })
+    )
+    if (o.json) return yield* print({ ...page, rows: page.rows.map((r) => r.record) })
+    for (const { record: r } of page.rows) {
       yield* Console.log([r.id, r.state.padEnd(8), r.region, r.internalIp ?? "-", r.name].join("  "))
     }
     yield* Console.log(`${page.rows.length} of ${page.total}${page.has_more ? " (more: --offset / --all)" : ""}`)
@@ -134,8 +129,8 @@ const list = Command.make(
 
 const get = Command.make(
   "get",
-  { sandboxId },
-  ({ sandboxId }) => Effect.flatMap(request("GET", `/v1/sandboxes/${sandboxId}`), print)
+  { sandboxId, json },
+  ({ sandboxId }) => Effect.flatMap(call((svc) => svc.sandboxes.get(sandboxId)), (s) => print(s.record))
 )
   .pipe(Command.withDescription("Show one sandbox's record"))
 
@@ -152,31 +147,44 @@ const exec = Command.make(
     json
   },
   Effect.fn(function*(o) {
-    const result = yield* request("POST", `/v1/sandboxes/${o.sandboxId}/exec`, {
-      cmd: o.cmd,
-      ...optionalField("cwd", o.cwd),
-      ...optionalField("timeout_ms", o.timeoutMs)
-    })
-    if (o.json) return yield* print(result)
-    process.stdout.write(result.stdout)
-    process.stderr.write(result.stderr)
+    const options = { cwd: Option.getOrUndefined(o.cwd), timeoutMs: Option.getOrUndefined(o.timeoutMs) }
+    if (o.json) {
+      const result = yield* call(async (svc) => (await svc.sandboxes.get(o.sandboxId)).exec(o.cmd, options))
+      yield* print(result)
+      process.exitCode = result.exit_code
+      return
+    }
+    // The output as the command writes it (streamed exec), not once it ended.
+    const result = yield* call(async (svc) =>
+      (await svc.sandboxes.get(o.sandboxId)).exec(o.cmd, {
+        ...options,
+        onStdout: (text) => process.stdout.write(text),
+        onStderr: (text) => process.stderr.write(text)
+      })
+    )
     process.exitCode = result.exit_code
   })
 ).pipe(Command.withDescription("Run a command in a running sandbox; exits with its exit code"))
 
 const remove = Command.make(
   "delete",
-  { sandboxId, wait: Flag.Boolean("wait").pipe(Flag.withDefault(false)) },
+  {
+    sandboxId,
+    wait: Flag.Boolean("wait").pipe(Flag.withDescription("Wait until it is deleted"), Flag.withDefault(false)),
+    json
+  },
   Effect.fn(function*(o) {
-    const record = yield* request("DELETE", `/v1/sandboxes/${o.sandboxId}`)
-    yield* print(o.wait ? yield* waitFor(record.id, ["deleted"]) : record)
+    const sandbox = yield* call(async (svc) =>
+      (await svc.sandboxes.get(o.sandboxId)).delete({ wait: o.wait, onProgress: progress("waiting for deleted") })
+    )
+    yield* print(sandbox.record)
   })
 ).pipe(Command.withDescription("Delete a sandbox and its children"))
 
 const stats = Command.make(
   "stats",
-  { sandboxId },
-  ({ sandboxId }) => Effect.flatMap(request("GET", `/v1/sandboxes/${sandboxId}/stats`), print)
+  { sandboxId, json },
+  ({ sandboxId }) => Effect.flatMap(call(async (svc) => (await svc.sandboxes.get(sandboxId)).stats()), print)
 ).pipe(Command.withDescription("A running sandbox's usage: CPU, memory, processes, network bytes in and out"))
 
 const expose = Command.make(
@@ -191,10 +199,8 @@ const expose = Command.make(
     json
   },
   Effect.fn(function*(o) {
-    const minted = yield* request(
-      "POST",
-      `/v1/sandboxes/${o.sandboxId}/ports/${o.port}/token`,
-      optionalField("ttl_s", o.ttlS)
+    const minted = yield* call(async (svc) =>
+      (await svc.sandboxes.get(o.sandboxId)).exposePort(o.port, optionalField("ttl_s", o.ttlS))
     )
     if (o.json) return yield* print(minted)
     yield* Console.log(`${minted.url}\nx-svc-preview-token: ${minted.token}\nexpires ${minted.expiresAt}`)
@@ -205,10 +211,9 @@ const network = Command.make(
   "network",
   { sandboxId, allow: allowFlag, deny: denyFlag, json },
   Effect.fn(function*(o) {
-    const record = yield* request("PUT", `/v1/sandboxes/${o.sandboxId}/network`, {
-      allow_out: o.allow,
-      deny_out: o.deny
-    })
+    const { record } = yield* call(async (svc) =>
+      (await svc.sandboxes.get(o.sandboxId)).setNetwork({ allow_out: o.allow, deny_out: o.deny })
+    )
     if (o.json) return yield* print(record)
     const rules = (list: ReadonlyArray<string>) => (list.length === 0 ? "-" : list.join(","))
     yield* Console.log(
@@ -221,10 +226,12 @@ const bind = Command.make(
   "bind",
   {
     sandboxId,
-    secretId: Argument.String("secret-id").pipe(Argument.withDescription("The secret's id (sec_...)"))
+    secretId: Argument.String("secret-id").pipe(Argument.withDescription("The secret's id (sec_...)")),
+    json
   },
   Effect.fn(function*(o) {
-    yield* request("POST", `/v1/sandboxes/${o.sandboxId}/secrets`, { secret_id: o.secretId })
+    yield* call(async (svc) => (await svc.sandboxes.get(o.sandboxId)).bindSecret(o.secretId))
+    if (o.json) return yield* print({ sandbox_id: o.sandboxId, secret_id: o.secretId, bound: true })
     yield* Console.log(`${o.secretId} bound to ${o.sandboxId}`)
   })
 ).pipe(Command.withDescription("Bind a secret to a sandbox (needs secrets:use)"))
@@ -241,7 +248,7 @@ const snapshot = Command.make(
     json
   },
   Effect.fn(function*(o) {
-    const made = yield* request("POST", `/v1/sandboxes/${o.sandboxId}/snapshot`, { name: o.name })
+    const made = yield* call(async (svc) => (await svc.sandboxes.get(o.sandboxId)).snapshot(o.name, { wait: false }))
     if (o.wait) return yield* followBuild(made.id, o)
     if (o.json) return yield* print(made)
     yield* Console.log(`${made.id}  ${made.name}  ${made.state}`)

@@ -1,7 +1,7 @@
 /**
  * `svc secret create|list|get|rotate|update|delete`: a client of the /v1 secret routes.
  *
- * Credentials as for `svc sandbox` (`SVC_API_KEY`, `SVC_API_URL`, or the dev stack's file). A
+ * Built on the SDK's `Svc`; credentials as for `svc sandbox` (`SVC_API_KEY`, `SVC_API_URL`, or the dev stack's file). A
  * value is never an argument (it would show in the process list and the shell's history): it is
  * read from standard input (one trailing newline dropped) or from `--value-file`. Nothing prints
  * a value: the API never returns one. API errors print `error <code>: <message>` and exit 1.
@@ -11,10 +11,11 @@
  *   svc secret rotate sec_... --value-file ./new-key
  *   svc secret update sec_... --host api.openai.com --host '*.openai.com'
  */
+import type { Secret } from "@svc/sdk"
 import { Console, Effect, Option } from "effect"
 import { Argument, Command, Flag } from "effect/cli"
 import * as Fs from "node:fs"
-import { CliError, request } from "../Client.ts"
+import { call, CliError } from "../Client.ts"
 
 const print = (value: unknown) => Console.log(JSON.stringify(value, null, 2))
 const json = Flag.Boolean("json").pipe(Flag.withDescription("Print the API's JSON"), Flag.withDefault(false))
@@ -43,10 +44,10 @@ const readValue = (file: Option.Option<string>) =>
     catch: (e) => new CliError({ message: `cannot read the value: ${String(e)}` })
   })
 
-const line = (s: any) =>
+const line = (s: Secret) =>
   [s.id, s.name, `${s.header_name}: ${s.header_format}`, s.allowed_hosts.join(","), s.rotatedAt ?? "-"].join("  ")
 
-const show = (o: { readonly json: boolean }) => (secret: any) => o.json ? print(secret) : Console.log(line(secret))
+const show = (o: { readonly json: boolean }) => (secret: Secret) => o.json ? print(secret) : Console.log(line(secret))
 
 const optionalField = <A>(name: string, value: Option.Option<A>) => Option.isSome(value) ? { [name]: value.value } : {}
 
@@ -56,13 +57,15 @@ const create = Command.make(
   Effect.fn(function*(o) {
     if (o.hosts.length === 0) return yield* new CliError({ message: "at least one --host" })
     const value = yield* readValue(o.valueFile)
-    const created = yield* request("POST", "/v1/secrets", {
-      name: o.name,
-      value,
-      allowed_hosts: o.hosts,
-      ...optionalField("header_name", o.headerName),
-      ...optionalField("header_format", o.headerFormat)
-    })
+    const created = yield* call((svc) =>
+      svc.secrets.create({
+        name: o.name,
+        value,
+        allowed_hosts: o.hosts,
+        ...optionalField("header_name", o.headerName),
+        ...optionalField("header_format", o.headerFormat)
+      })
+    )
     yield* show(o)(created)
   })
 ).pipe(Command.withDescription("Create a secret; its value from standard input or --value-file"))
@@ -71,11 +74,9 @@ const list = Command.make(
   "list",
   { limit: Flag.Int("limit").pipe(Flag.optional), offset: Flag.Int("offset").pipe(Flag.optional), json },
   Effect.fn(function*(o) {
-    const query = new URLSearchParams()
-    if (Option.isSome(o.limit)) query.set("limit", String(o.limit.value))
-    if (Option.isSome(o.offset)) query.set("offset", String(o.offset.value))
-    const q = query.toString()
-    const page = yield* request("GET", `/v1/secrets${q ? `?${q}` : ""}`)
+    const page = yield* call((svc) =>
+      svc.secrets.list({ limit: Option.getOrUndefined(o.limit), offset: Option.getOrUndefined(o.offset) })
+    )
     if (o.json) return yield* print(page)
     for (const s of page.secrets) yield* Console.log(line(s))
     yield* Console.log(`${page.secrets.length} of ${page.total}`)
@@ -85,7 +86,7 @@ const list = Command.make(
 const get = Command.make(
   "get",
   { secretId, json },
-  (o) => Effect.flatMap(request("GET", `/v1/secrets/${o.secretId}`), show(o))
+  (o) => Effect.flatMap(call((svc) => svc.secrets.get(o.secretId)), show(o))
 ).pipe(Command.withDescription("Show one secret's metadata"))
 
 const rotate = Command.make(
@@ -93,7 +94,7 @@ const rotate = Command.make(
   { secretId, valueFile, json },
   Effect.fn(function*(o) {
     const value = yield* readValue(o.valueFile)
-    yield* show(o)(yield* request("PUT", `/v1/secrets/${o.secretId}/value`, { value }))
+    yield* show(o)(yield* call((svc) => svc.secrets.rotate(o.secretId, value)))
   })
 ).pipe(Command.withDescription("Replace a secret's value (standard input or --value-file)"))
 
@@ -109,7 +110,7 @@ const update = Command.make(
     if (Object.keys(patch).length === 0) {
       return yield* new CliError({ message: "nothing to change: --host, --header or --format" })
     }
-    yield* show(o)(yield* request("PATCH", `/v1/secrets/${o.secretId}`, patch))
+    yield* show(o)(yield* call((svc) => svc.secrets.update(o.secretId, patch)))
   })
 ).pipe(Command.withDescription("Change where (--host) or how (--header, --format) the proxy writes a secret"))
 
@@ -117,7 +118,7 @@ const remove = Command.make(
   "delete",
   { secretId, json },
   Effect.fn(function*(o) {
-    const deleted = yield* request("DELETE", `/v1/secrets/${o.secretId}`)
+    const deleted = yield* call((svc) => svc.secrets.delete(o.secretId))
     if (o.json) return yield* print(deleted)
     yield* Console.log(`${deleted.id} deleted`)
   })

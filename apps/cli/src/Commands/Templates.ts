@@ -1,7 +1,7 @@
 /**
  * `svc template create|list|get|logs|delete`: a client of the /v1 template routes.
  *
- * Credentials as for `svc sandbox`. `create` reads the template from a JSON file (the body of
+ * Built on the SDK's `Svc`; credentials as for `svc sandbox`. `create` reads the template from a JSON file (the body of
  * `POST /v1/templates`: `{name, base, steps, start_cmd, ready_cmd}`; `--name` and `--base`
  * override it); with `--wait` it prints the build's log as it runs and exits 1 when the build
  * fails. API errors print `error <code>: <message>` and exit 1.
@@ -10,10 +10,11 @@
  *   svc template logs tpl_... --follow
  *   svc sandbox create --template app --wait
  */
+import type { CreateTemplateParams, Template } from "@svc/sdk"
 import { Console, Effect, Option } from "effect"
 import { Argument, Command, Flag } from "effect/cli"
 import * as Fs from "node:fs"
-import { CliError, request, streamTo } from "../Client.ts"
+import { call, CliError } from "../Client.ts"
 
 const print = (value: unknown) => Console.log(JSON.stringify(value, null, 2))
 const json = Flag.Boolean("json").pipe(Flag.withDescription("Print the API's JSON"), Flag.withDefault(false))
@@ -23,10 +24,10 @@ const wait = Flag.Boolean("wait").pipe(
   Flag.withDefault(false)
 )
 
-const line = (t: any) =>
+const line = (t: Template) =>
   [t.id, t.name, t.state, `base=${t.base}`, t.state === "failed" ? t.errorMessage : t.image ?? "-"].join("  ")
 
-const show = (o: { readonly json: boolean }) => (template: any) =>
+const show = (o: { readonly json: boolean }) => (template: Template) =>
   o.json ? print(template) : Console.log(line(template))
 
 /** The template file: a JSON object (the API checks its fields). */
@@ -46,12 +47,14 @@ const readFile = (file: string) =>
  */
 export const followBuild = (id: string, o: { readonly json: boolean }) =>
   Effect.gen(function*() {
-    yield* streamTo(`/v1/templates/${encodeURIComponent(id)}/logs?follow=true`, process.stderr)
+    yield* call(async (svc) => {
+      for await (const text of svc.templates.followLogs(id)) process.stderr.write(text)
+    })
     // The log ends as the row leaves `building`; read it until it says so.
-    let record = yield* request("GET", `/v1/templates/${encodeURIComponent(id)}`)
+    let record = yield* call((svc) => svc.templates.get(id))
     while (record.state === "building") {
       yield* Effect.sleep("500 millis")
-      record = yield* request("GET", `/v1/templates/${encodeURIComponent(id)}`)
+      record = yield* call((svc) => svc.templates.get(id))
     }
     yield* show(o)(record)
     if (record.state === "failed") return yield* new CliError({ message: `build failed: ${record.errorMessage}` })
@@ -78,7 +81,7 @@ const create = Command.make(
       ...(Option.isSome(o.name) ? { name: o.name.value } : {}),
       ...(Option.isSome(o.base) ? { base: o.base.value } : {})
     }
-    const created = yield* request("POST", "/v1/templates", body)
+    const created = yield* call((svc) => svc.templates.create(body as CreateTemplateParams, { wait: false }))
     if (!o.wait) return yield* show(o)(created)
     yield* followBuild(created.id, o)
   })
@@ -88,11 +91,9 @@ const list = Command.make(
   "list",
   { limit: Flag.Int("limit").pipe(Flag.optional), offset: Flag.Int("offset").pipe(Flag.optional), json },
   Effect.fn(function*(o) {
-    const query = new URLSearchParams()
-    if (Option.isSome(o.limit)) query.set("limit", String(o.limit.value))
-    if (Option.isSome(o.offset)) query.set("offset", String(o.offset.value))
-    const q = query.toString()
-    const page = yield* request("GET", `/v1/templates${q ? `?${q}` : ""}`)
+    const page = yield* call((svc) =>
+      svc.templates.list({ limit: Option.getOrUndefined(o.limit), offset: Option.getOrUndefined(o.offset) })
+    )
     if (o.json) return yield* print(page)
     for (const t of page.rows) yield* Console.log(line(t))
     yield* Console.log(`${page.rows.length} of ${page.total}`)
@@ -102,7 +103,7 @@ const list = Command.make(
 const get = Command.make(
   "get",
   { templateId, json },
-  (o) => Effect.flatMap(request("GET", `/v1/templates/${encodeURIComponent(o.templateId)}`), show(o))
+  (o) => Effect.flatMap(call((svc) => svc.templates.get(o.templateId)), show(o))
 ).pipe(Command.withDescription("Show one template"))
 
 const logs = Command.make(
@@ -115,17 +116,17 @@ const logs = Command.make(
     )
   },
   (o) =>
-    streamTo(
-      `/v1/templates/${encodeURIComponent(o.templateId)}/logs${o.follow ? "?follow=true" : ""}`,
-      process.stdout
-    )
+    call(async (svc) => {
+      if (!o.follow) return void process.stdout.write(await svc.templates.logs(o.templateId))
+      for await (const text of svc.templates.followLogs(o.templateId)) process.stdout.write(text)
+    })
 ).pipe(Command.withDescription("Print a template's build log"))
 
 const remove = Command.make(
   "delete",
   { templateId, json },
   Effect.fn(function*(o) {
-    const deleted = yield* request("DELETE", `/v1/templates/${encodeURIComponent(o.templateId)}`)
+    const deleted = yield* call((svc) => svc.templates.delete(o.templateId))
     if (o.json) return yield* print(deleted)
     yield* Console.log(`${deleted.id} deleted`)
   })

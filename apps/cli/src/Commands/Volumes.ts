@@ -1,6 +1,6 @@
 /**
  * `svc volume create|list|get|delete`: a client of the /v1 volume routes
- * (docs/contract.md#volumes). Credentials as for `svc sandbox`. API errors print
+ * (docs/contract.md#volumes), built on the SDK's `Svc`. Credentials as for `svc sandbox`. API errors print
  * `error <code>: <message>` and exit 1.
  *
  *   svc volume create --size 10                       # a local volume named after its id
@@ -8,15 +8,16 @@
  *   svc volume list
  *   svc sandbox create --volume vol_...:/data          # see `svc sandbox create --help`
  */
+import type { CreateSandboxParams, Volume } from "@svc/sdk"
 import { Console, Effect, Option } from "effect"
 import { Argument, Command, Flag } from "effect/cli"
-import { request } from "../Client.ts"
+import { call } from "../Client.ts"
 
 /**
  * `svc sandbox create --volume`: `VOLUME_ID:MOUNT_PATH[:SUBPATH][:ro|rw]` as a `volumes` entry
  * (a mount path or subpath holding `:` needs the API itself).
  */
-export const parseVolumeFlag = (text: string): Record<string, string> => {
+export const parseVolumeFlag = (text: string): NonNullable<CreateSandboxParams["volumes"]>[number] => {
   const [volume_id = "", mount_path = "", ...rest] = text.split(":")
   const last = rest.at(-1)
   const mode = last === "ro" || last === "rw" ? last : undefined
@@ -33,18 +34,18 @@ const print = (value: unknown) => Console.log(JSON.stringify(value, null, 2))
 const json = Flag.Boolean("json").pipe(Flag.withDescription("Print the API's JSON"), Flag.withDefault(false))
 const volumeId = Argument.String("volume-id").pipe(Argument.withDescription("The volume's id (vol_...)"))
 
-const line = (v: any) =>
+const line = (v: Volume) =>
   [
     v.id,
     v.name,
     v.type,
     `${v.size_gb} GiB`,
     v.state,
-    v.attachments.length > 0 ? v.attachments.map((a: any) => `${a.sandbox_id}:${a.mount_path}`).join(",") : "-",
+    v.attachments.length > 0 ? v.attachments.map((a) => `${a.sandbox_id}:${a.mount_path}`).join(",") : "-",
     v.host_id ?? "-"
   ].join("  ")
 
-const show = (o: { readonly json: boolean }) => (volume: any) => o.json ? print(volume) : Console.log(line(volume))
+const show = (o: { readonly json: boolean }) => (volume: Volume) => o.json ? print(volume) : Console.log(line(volume))
 
 const create = Command.make(
   "create",
@@ -62,11 +63,11 @@ const create = Command.make(
     json
   },
   Effect.fn(function*(o) {
-    const created = yield* request(
-      "POST",
-      "/v1/volumes",
-      { size_gb: o.size, type: o.type, ...(Option.isSome(o.name) ? { name: o.name.value } : {}) },
-      Option.isSome(o.key) ? { "idempotency-key": o.key.value } : undefined
+    const created = yield* call((svc) =>
+      svc.volumes.create(
+        { size_gb: o.size, type: o.type, ...(Option.isSome(o.name) ? { name: o.name.value } : {}) },
+        { idempotencyKey: Option.getOrUndefined(o.key) }
+      )
     )
     yield* show(o)(created)
   })
@@ -76,11 +77,9 @@ const list = Command.make(
   "list",
   { limit: Flag.Int("limit").pipe(Flag.optional), offset: Flag.Int("offset").pipe(Flag.optional), json },
   Effect.fn(function*(o) {
-    const query = new URLSearchParams()
-    if (Option.isSome(o.limit)) query.set("limit", String(o.limit.value))
-    if (Option.isSome(o.offset)) query.set("offset", String(o.offset.value))
-    const q = query.toString()
-    const page = yield* request("GET", `/v1/volumes${q ? `?${q}` : ""}`)
+    const page = yield* call((svc) =>
+      svc.volumes.list({ limit: Option.getOrUndefined(o.limit), offset: Option.getOrUndefined(o.offset) })
+    )
     if (o.json) return yield* print(page)
     for (const v of page.volumes) yield* Console.log(line(v))
     yield* Console.log(`${page.volumes.length} of ${page.total}`)
@@ -90,14 +89,14 @@ const list = Command.make(
 const get = Command.make(
   "get",
   { volumeId, json: Flag.Boolean("json").pipe(Flag.withDefault(true), Flag.withDescription("Print the JSON record")) },
-  (o) => Effect.flatMap(request("GET", `/v1/volumes/${o.volumeId}`), show(o))
+  (o) => Effect.flatMap(call((svc) => svc.volumes.get(o.volumeId)), show(o))
 ).pipe(Command.withDescription("Show one volume (its attachments included)"))
 
 const remove = Command.make(
   "delete",
   { volumeId, json },
   Effect.fn(function*(o) {
-    const deleted = yield* request("DELETE", `/v1/volumes/${o.volumeId}`)
+    const deleted = yield* call((svc) => svc.volumes.delete(o.volumeId))
     if (o.json) return yield* print(deleted)
     yield* Console.log(`${deleted.id} deleted`)
   })

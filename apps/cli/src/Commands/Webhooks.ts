@@ -1,7 +1,7 @@
 /**
  * `svc webhook create|list|test|deliveries|retry|delete`: a client of the /v1 webhook routes.
  *
- * Credentials: `SVC_API_KEY` and `SVC_API_URL` (default http://127.0.0.1:8080), else
+ * Built on the SDK's `Svc`. Credentials: `SVC_API_KEY` and `SVC_API_URL` (default http://127.0.0.1:8080), else
  * `.svc/dev-credentials.json` (`{base_url, api_key}`, written for the dev stack). Webhook routes
  * are account-level: the key must be a `*` key. API errors print `error <code>: <message>` and
  * exit 1.
@@ -11,22 +11,15 @@
  *   svc webhook deliveries wh_... --status dead_letter
  *   svc webhook retry wh_... whd_...
  */
+import type { DeliveryAttempt } from "@svc/sdk"
 import { Console, Effect, Option } from "effect"
 import { Argument, Command, Flag } from "effect/cli"
-import { CliError, request } from "../Client.ts"
+import { call, CliError } from "../Client.ts"
 
 const print = (value: unknown) => Console.log(JSON.stringify(value, null, 2))
 const json = Flag.Boolean("json").pipe(Flag.withDescription("Print the API's JSON"), Flag.withDefault(false))
 const webhookId = Argument.String("webhook-id").pipe(Argument.withDescription("The webhook's id (wh_...)"))
-const pageQuery = (limit: Option.Option<number>, offset: Option.Option<number>, extra: Record<string, string> = {}) => {
-  const query = new URLSearchParams(extra)
-  if (Option.isSome(limit)) query.set("limit", String(limit.value))
-  if (Option.isSome(offset)) query.set("offset", String(offset.value))
-  const q = query.toString()
-  return q ? `?${q}` : ""
-}
-
-const attemptLine = (row: any) =>
+const attemptLine = (row: DeliveryAttempt) =>
   [
     row.createdAt,
     row.delivery_id,
@@ -55,12 +48,14 @@ const create = Command.make(
     json
   },
   Effect.fn(function*(o) {
-    const created = yield* request("POST", "/v1/webhooks", {
-      url: o.url,
-      ...(Option.isSome(o.events) ? { events: o.events.value.split(",").map((e) => e.trim()) } : {}),
-      ...(Option.isSome(o.secret) ? { secret: o.secret.value } : {}),
-      ...(o.disabled ? { enabled: false } : {})
-    })
+    const created = yield* call((svc) =>
+      svc.webhooks.create({
+        url: o.url,
+        ...(Option.isSome(o.events) ? { events: o.events.value.split(",").map((e) => e.trim()) } : {}),
+        ...(Option.isSome(o.secret) ? { secret: o.secret.value } : {}),
+        ...(o.disabled ? { enabled: false } : {})
+      })
+    )
     if (o.json) return yield* print(created)
     yield* Console.log(`${created.id}  ${created.url}  events=${created.events.join(",")}  enabled=${created.enabled}`)
     yield* Console.log(`signing secret (shown only now): ${created.secret_returned_once}`)
@@ -71,7 +66,9 @@ const list = Command.make(
   "list",
   { limit: Flag.Int("limit").pipe(Flag.optional), offset: Flag.Int("offset").pipe(Flag.optional), json },
   Effect.fn(function*(o) {
-    const page = yield* request("GET", `/v1/webhooks${pageQuery(o.limit, o.offset)}`)
+    const page = yield* call((svc) =>
+      svc.webhooks.list({ limit: Option.getOrUndefined(o.limit), offset: Option.getOrUndefined(o.offset) })
+    )
     if (o.json) return yield* print(page)
     for (const w of page.webhooks) {
       yield* Console.log([w.id, w.enabled ? "enabled " : "paused  ", w.events.join(","), w.url].join("  "))
@@ -87,17 +84,19 @@ const test = Command.make(
     wait: Flag.Boolean("wait").pipe(
       Flag.withDescription("Wait for the first attempt's outcome"),
       Flag.withDefault(false)
-    )
+    ),
+    json
   },
   Effect.fn(function*(o) {
-    const { delivery_id } = yield* request("POST", `/v1/webhooks/${o.webhookId}/test`)
-    yield* Console.log(`ping queued: delivery ${delivery_id}`)
+    const { delivery_id } = yield* call((svc) => svc.webhooks.test(o.webhookId))
+    if (!o.wait && o.json) return yield* print({ delivery_id })
+    ;(o.json ? process.stderr : process.stdout).write(`ping queued: delivery ${delivery_id}\n`)
     if (!o.wait) return
     for (let i = 0; i < 150; i++) {
-      const page = yield* request("GET", `/v1/webhooks/${o.webhookId}/deliveries?limit=50`)
-      const row = page.deliveries.find((d: any) => d.delivery_id === delivery_id && d.status !== "pending")
+      const page = yield* call((svc) => svc.webhooks.deliveries(o.webhookId, { limit: 50 }))
+      const row = page.deliveries.find((d) => d.delivery_id === delivery_id && d.status !== "pending")
       if (row !== undefined) {
-        yield* Console.log(attemptLine(row))
+        yield* o.json ? print(row) : Console.log(attemptLine(row))
         if (row.status !== "succeeded") {
           return yield* new CliError({ message: `ping not delivered: ${row.error ?? row.status}` })
         }
@@ -119,8 +118,13 @@ const deliveries = Command.make(
     json
   },
   Effect.fn(function*(o) {
-    const extra: Record<string, string> = Option.isSome(o.status) ? { status: o.status.value } : {}
-    const page = yield* request("GET", `/v1/webhooks/${o.webhookId}/deliveries${pageQuery(o.limit, o.offset, extra)}`)
+    const page = yield* call((svc) =>
+      svc.webhooks.deliveries(o.webhookId, {
+        status: Option.getOrUndefined(o.status),
+        limit: Option.getOrUndefined(o.limit),
+        offset: Option.getOrUndefined(o.offset)
+      })
+    )
     if (o.json) return yield* print(page)
     for (const row of page.deliveries) yield* Console.log(attemptLine(row))
     yield* Console.log(`${page.deliveries.length} of ${page.total} attempts`)
@@ -131,19 +135,22 @@ const retry = Command.make(
   "retry",
   {
     webhookId,
-    deliveryId: Argument.String("delivery-id").pipe(Argument.withDescription("The delivery's id (whd_...)"))
+    deliveryId: Argument.String("delivery-id").pipe(Argument.withDescription("The delivery's id (whd_...)")),
+    json
   },
   Effect.fn(function*(o) {
-    const result = yield* request("POST", `/v1/webhooks/${o.webhookId}/deliveries/${o.deliveryId}/retry`)
+    const result = yield* call((svc) => svc.webhooks.retry(o.webhookId, o.deliveryId))
+    if (o.json) return yield* print(result)
     yield* Console.log(`${result.delivery_id} ${result.status}`)
   })
 ).pipe(Command.withDescription("Retry a failed or dead_letter delivery (its attempt counter restarts)"))
 
 const remove = Command.make(
   "delete",
-  { webhookId },
+  { webhookId, json },
   Effect.fn(function*(o) {
-    yield* request("DELETE", `/v1/webhooks/${o.webhookId}`)
+    yield* call((svc) => svc.webhooks.delete(o.webhookId))
+    if (o.json) return yield* print({ id: o.webhookId, deleted: true })
     yield* Console.log(`${o.webhookId} deleted`)
   })
 ).pipe(Command.withDescription("Delete a webhook"))

@@ -1,0 +1,61 @@
+/**
+ * The JSON of the API's records and request bodies, as plain types: the encoded side of the
+ * server's own schemas (`@svc/domain`), so they follow the server when it changes. Timestamps
+ * are ISO 8601 strings; ids are strings.
+ */
+import type { AuditEntry as AuditEntrySchema } from "@svc/domain/Api/Audit"
+import type {
+  ApiKeyRow,
+  CreateApiKeyRequest,
+  CreatedApiKey as CreatedApiKeySchema,
+  OrgRecord,
+  WhoAmI as WhoAmISchema
+} from "@svc/domain/Api/Auth"
+import type { PreviewToken as PreviewTokenSchema } from "@svc/domain/Api/Previews"
+import type { FileEntry as FileEntrySchema, FileListing as FileListingSchema } from "@svc/domain/Api/Sandboxes"
+import type {
+  CreateSandboxRequest,
+  Sandbox as SandboxSchema,
+  SandboxStats as SandboxStatsSchema
+} from "@svc/domain/Sandbox"
+import type { CreateSecretRequest, PatchSecretRequest, Secret as SecretSchema } from "@svc/domain/Secret"
+import type { CreateTemplateRequest, Template as TemplateSchema } from "@svc/domain/Template"
+import type { CreateVolumeRequest, Volume as VolumeSchema } from "@svc/domain/Volume"
+import type {
+  CreatedWebhook as CreatedWebhookSchema,
+  CreateWebhookRequest,
+  DeliveryAttempt as DeliveryAttemptSchema,
+  PatchWebhookRequest,
+  Webhook as WebhookSchema
+} from "@svc/domain/Webhook"
+
+export type SandboxRecord = typeof SandboxSchema.Encoded
+export type CreateSandboxParams = typeof CreateSandboxRequest.Encoded
+export type SandboxStats = typeof SandboxStatsSchema.Encoded
+export type FileEntry = typeof FileEntrySchema.Encoded
+export type FileListing = typeof FileListingSchema.Encoded
+export type PreviewToken = typeof PreviewTokenSchema.Encoded
+
+export type Template = typeof TemplateSchema.Encoded
+export type CreateTemplateParams = typeof CreateTemplateRequest.Encoded
+
+export type Volume = typeof VolumeSchema.Encoded
+export type CreateVolumeParams = typeof CreateVolumeRequest.Encoded
+
+export type Secret = typeof SecretSchema.Encoded
+export type CreateSecretParams = typeof CreateSecretRequest.Encoded
+export type UpdateSecretParams = typeof PatchSecretRequest.Encoded
+
+export type Webhook = typeof WebhookSchema.Encoded
+export type CreatedWebhook = typeof CreatedWebhookSchema.Encoded
+export type CreateWebhookParams = typeof CreateWebhookRequest.Encoded
+export type UpdateWebhookParams = typeof PatchWebhookRequest.Encoded
+export type DeliveryAttempt = typeof DeliveryAttemptSchema.Encoded
+
+export type ApiKey = typeof ApiKeyRow.Encoded
+export type CreatedApiKey = typeof CreatedApiKeySchema.Encoded
+export type CreateKeyParams = typeof CreateApiKeyRequest.Encoded
+
+export type Org = typeof OrgRecord.Encoded
+export type WhoAmI = typeof WhoAmISchema.Encoded
+export type AuditEntry = typeof AuditEntrySchema.Encoded
