@@ -50,44 +50,48 @@ const json = (run: Run) => {
 }
 
 layer(EnvLayer, { excludeTestServices: true, timeout: 300_000 })("svc, the installed command", (it) => {
-  it.effect("sandbox create --wait --json, list, get, exec (exit code kept), delete --wait: JSON on stdout, progress on stderr", () =>
-    Effect.gen(function*() {
-      expect(Fs.existsSync(BIN)).toBe(true)
-      const created = yield* svc([
-        "sandbox",
-        "create",
-        "--name",
-        "cli-json",
-        "--env",
-        "GREETING=hi",
-        "--wait",
-        "--json"
-      ])
-      const sandbox = json(created)
-      expect(sandbox).toMatchObject({ name: "cli-json", state: "running" })
-      // Each state the wait saw, once, on stderr.
-      expect(created.stderr).toMatch(/waiting for running: running \(\d+\.\d s\)/)
+  it.effect(
+    "sandbox create --wait --json, list, get, exec (exit code kept), delete --wait: JSON on stdout, progress on stderr",
+    () =>
+      Effect.gen(function*() {
+        expect(Fs.existsSync(BIN)).toBe(true)
+        const created = yield* svc([
+          "sandbox",
+          "create",
+          "--name",
+          "cli-json",
+          "--env",
+          "GREETING=hi",
+          "--wait",
+          "--json"
+        ])
+        const sandbox = json(created)
+        expect(sandbox).toMatchObject({ name: "cli-json", state: "running" })
+        // Each state the wait saw, once, on stderr.
+        expect(created.stderr).toMatch(/waiting for running: running \(\d+\.\d s\)/)
 
-      const listed = json(yield* svc(["sandbox", "list", "--json"]))
-      expect(listed.rows.map((r: { id: string }) => r.id)).toContain(sandbox.id)
-      expect(listed.total).toBeGreaterThanOrEqual(1)
-      expect(json(yield* svc(["sandbox", "get", sandbox.id, "--json"]))).toMatchObject({
-        id: sandbox.id,
-        state: "running"
-      })
+        const listed = json(yield* svc(["sandbox", "list", "--json"]))
+        expect(listed.rows.map((r: { id: string }) => r.id)).toContain(sandbox.id)
+        expect(listed.total).toBeGreaterThanOrEqual(1)
+        expect(json(yield* svc(["sandbox", "get", sandbox.id, "--json"]))).toMatchObject({
+          id: sandbox.id,
+          state: "running"
+        })
 
-      const ran = yield* svc(["sandbox", "exec", sandbox.id, "--json", "--", "sh", "-c", "echo $GREETING; exit 5"])
-      // The command's exit code is the CLI's, with --json too.
-      expect(ran.code).toBe(5)
-      expect(JSON.parse(ran.stdout)).toMatchObject({ exit_code: 5, stdout: "hi\n", stderr: "" })
-      // Without --json: the output as it is written.
-      const plain = yield* svc(["sandbox", "exec", sandbox.id, "--", "sh", "-c", "echo out; echo err >&2"])
-      expect(plain).toMatchObject({ code: 0, stdout: "out\n", stderr: "err\n" })
+        const ran = yield* svc(["sandbox", "exec", sandbox.id, "--json", "--", "sh", "-c", "echo $GREETING; exit 5"])
+        // The command's exit code is the CLI's, with --json too.
+        expect(ran.code).toBe(5)
+        expect(JSON.parse(ran.stdout)).toMatchObject({ exit_code: 5, stdout: "hi\n", stderr: "" })
+        // Without --json: the output as it is written.
+        const plain = yield* svc(["sandbox", "exec", sandbox.id, "--", "sh", "-c", "echo out; echo err >&2"])
+        expect(plain).toMatchObject({ code: 0, stdout: "out\n", stderr: "err\n" })
 
-      const deleted = yield* svc(["sandbox", "delete", sandbox.id, "--wait", "--json"])
-      expect(json(deleted)).toMatchObject({ id: sandbox.id, state: "deleted" })
-      expect(deleted.stderr).toMatch(/waiting for deleted: deleted/)
-    }))
+        const deleted = yield* svc(["sandbox", "delete", sandbox.id, "--wait", "--json"])
+        expect(json(deleted)).toMatchObject({ id: sandbox.id, state: "deleted" })
+        expect(deleted.stderr).toMatch(/waiting for deleted: deleted/)
+      }),
+    180_000
+  )
 
   it.effect("volume, secret, template and webhook commands with --json", () =>
     Effect.gen(function*() {
@@ -113,7 +117,7 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 300_000 })("svc, the insta
       expect(json(yield* svc(["template", "get", "base", "--json"]))).toMatchObject({ name: "base", state: "ready" })
       const webhooks = json(yield* svc(["webhook", "list", "--json"]))
       expect(webhooks).toMatchObject({ webhooks: [], total: 0 })
-    }))
+    }), 180_000)
 
   it.effect("errors: the API's code and message, each invalid field, a hint; exit 1", () =>
     Effect.gen(function*() {
@@ -137,5 +141,5 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 300_000 })("svc, the insta
       expect(down.stdout).toBe("")
       expect(down.stderr).toMatch(/^error network_error: cannot reach http:\/\/127\.0\.0\.1:9/)
       expect(down.stderr).toContain("hint: is the API running at http://127.0.0.1:9?")
-    }))
+    }), 180_000)
 })

@@ -102,60 +102,64 @@ console.log(JSON.stringify(out))
 `
 
 layer(EnvLayer, { excludeTestServices: true, timeout: 400_000 })("the packed SDK in a plain Node project", (it) => {
-  it.effect("create, exec (whole and streamed), files, list, get, SvcError, delete, the events iterator", () =>
-    Effect.gen(function*() {
-      const env = yield* Env
-      const project = yield* installPacked
-      // Installed as a package, not linked to the workspace: no TypeScript sources, one dependency.
-      const installed = Path.join(project, "node_modules/@svc/sdk")
-      expect(Fs.lstatSync(installed).isSymbolicLink()).toBe(false)
-      expect(Fs.existsSync(Path.join(installed, "index.d.ts"))).toBe(true)
-      expect(Fs.readdirSync(installed).some((f) => f.endsWith(".ts") && !f.endsWith(".d.ts"))).toBe(false)
-      expect(Fs.existsSync(Path.join(project, "node_modules/effect/package.json"))).toBe(true)
-      expect(Object.keys(JSON.parse(Fs.readFileSync(Path.join(installed, "package.json"), "utf8")).dependencies))
-        .toEqual(["effect"])
+  it.effect(
+    "create, exec (whole and streamed), files, list, get, SvcError, delete, the events iterator",
+    () =>
+      Effect.gen(function*() {
+        const env = yield* Env
+        const project = yield* installPacked
+        // Installed as a package, not linked to the workspace: no TypeScript sources, one dependency.
+        const installed = Path.join(project, "node_modules/@svc/sdk")
+        expect(Fs.lstatSync(installed).isSymbolicLink()).toBe(false)
+        expect(Fs.existsSync(Path.join(installed, "index.d.ts"))).toBe(true)
+        expect(Fs.readdirSync(installed).some((f) => f.endsWith(".ts") && !f.endsWith(".d.ts"))).toBe(false)
+        expect(Fs.existsSync(Path.join(project, "node_modules/effect/package.json"))).toBe(true)
+        expect(Object.keys(JSON.parse(Fs.readFileSync(Path.join(installed, "package.json"), "utf8")).dependencies))
+          .toEqual(["effect"])
 
-      Fs.writeFileSync(Path.join(project, "main.mjs"), PROGRAM)
-      const { stdout } = yield* Effect.promise(() =>
-        run(process.execPath, ["main.mjs"], {
-          cwd: project,
-          env: { PATH: process.env["PATH"] ?? "/usr/bin:/bin", SVC_API_URL: env.base, SVC_API_KEY: env.org.token },
-          timeout: 240_000
-        })
-      )
-      const out = JSON.parse(stdout)
+        Fs.writeFileSync(Path.join(project, "main.mjs"), PROGRAM)
+        const { stdout } = yield* Effect.promise(() =>
+          run(process.execPath, ["main.mjs"], {
+            cwd: project,
+            env: { PATH: process.env["PATH"] ?? "/usr/bin:/bin", SVC_API_URL: env.base, SVC_API_KEY: env.org.token },
+            timeout: 240_000
+          })
+        )
+        const out = JSON.parse(stdout)
 
-      expect(out.created.id).toMatch(/^sbx_/)
-      expect(out.created.state).toBe("running")
-      expect(out.exec).toMatchObject({ exit_code: 3, stdout: "hello\n", stderr: "oops\n", truncated: false })
-      expect(out.exec.duration_ms).toBeGreaterThanOrEqual(0)
-      expect(out.streamed).toMatchObject({ exit_code: 0, stdout: "one\ntwo\n", stderr: "" })
-      expect(out.pieces).toBe("one\ntwo\n")
-      expect(out.read).toBe("written by the sdk")
-      expect(out.bytes).toEqual([0, 1, 2, 255])
-      expect(out.listing).toEqual(expect.arrayContaining(["note.txt:file", "bytes.bin:file"]))
-      expect(out.listed).toContain(out.created.id)
-      expect(out.got).toBe("running")
+        expect(out.created.id).toMatch(/^sbx_/)
+        expect(out.created.state).toBe("running")
+        expect(out.exec).toMatchObject({ exit_code: 3, stdout: "hello\n", stderr: "oops\n", truncated: false })
+        expect(out.exec.duration_ms).toBeGreaterThanOrEqual(0)
+        expect(out.streamed).toMatchObject({ exit_code: 0, stdout: "one\ntwo\n", stderr: "" })
+        expect(out.pieces).toBe("one\ntwo\n")
+        expect(out.read).toBe("written by the sdk")
+        expect(out.bytes).toEqual([0, 1, 2, 255])
+        expect(out.listing).toEqual(expect.arrayContaining(["note.txt:file", "bytes.bin:file"]))
+        expect(out.listed).toContain(out.created.id)
+        expect(out.got).toBe("running")
 
-      expect(out.notFound).toMatchObject({ isSvcError: true, status: 404, code: "not_found" })
-      expect(out.invalid).toMatchObject({ isSvcError: true, status: 400, code: "invalid_request" })
-      // Every invalid field at once, in the error's details.
-      expect(out.invalid.details.issues.map((i: { path: string }) => i.path)).toEqual(
-        expect.arrayContaining(["cpu", "ram_mb"])
-      )
-      expect(out.unauthenticated).toMatchObject({ isSvcError: true, status: 401, code: "unauthenticated" })
-      expect(out.badFilter).toMatchObject({ isSvcError: true, status: 400, code: "invalid_event_filter" })
+        expect(out.notFound).toMatchObject({ isSvcError: true, status: 404, code: "not_found" })
+        expect(out.invalid).toMatchObject({ isSvcError: true, status: 400, code: "invalid_request" })
+        // Every invalid field at once, in the error's details.
+        expect(out.invalid.details.issues.map((i: { path: string }) => i.path)).toEqual(
+          expect.arrayContaining(["cpu", "ram_mb"])
+        )
+        expect(out.unauthenticated).toMatchObject({ isSvcError: true, status: 401, code: "unauthenticated" })
+        expect(out.badFilter).toMatchObject({ isSvcError: true, status: 400, code: "invalid_event_filter" })
 
-      expect(out.deleted).toBe("deleted")
-      expect(out.events).toEqual([
-        "sandbox.state_updated:starting",
-        "sandbox.created",
-        "sandbox.state_updated:running",
-        "sandbox.state_updated:deleting",
-        "sandbox.state_updated:deleted",
-        "sandbox.deleted"
-      ])
-      expect(out.resumed).toEqual(out.ids.slice(1))
-      expect(out.verify).toBe("function")
-    }))
+        expect(out.deleted).toBe("deleted")
+        expect(out.events).toEqual([
+          "sandbox.state_updated:starting",
+          "sandbox.created",
+          "sandbox.state_updated:running",
+          "sandbox.state_updated:deleting",
+          "sandbox.state_updated:deleted",
+          "sandbox.deleted"
+        ])
+        expect(out.resumed).toEqual(out.ids.slice(1))
+        expect(out.verify).toBe("function")
+      }),
+    300_000
+  )
 })
