@@ -3,8 +3,9 @@ import { defineConfig } from "vitest/config"
 export default defineConfig({
   test: {
     include: ["packages/*/test/**/*.test.ts", "apps/*/test/**/*.test.ts", "test/**/*.test.ts"],
-    // Real NATS, Postgres and sandboxes: generous limits, files in parallel on 2 cores.
-    testTimeout: 60_000,
+    // Real NATS, Postgres and sandboxes, CLI processes started one after another: generous
+    // limits (a limit only bounds a hang; nothing here asserts speed), files in parallel on 2 cores.
+    testTimeout: 180_000,
     hookTimeout: 120_000,
     pool: "forks",
     maxWorkers: 2,

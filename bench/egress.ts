@@ -20,7 +20,7 @@ import * as TestNats from "@svc/testing/TestNats"
 import { testSecretBox, useTestEncryptionKeys } from "@svc/testing/TestSecrets"
 import { Effect, Layer } from "effect"
 import { execFileSync } from "node:child_process"
-import { API, FAKE_ADDRESS, OTHER, World } from "../apps/agent/test/fixtures/egress-world.ts"
+import { API, OTHER, World } from "../apps/agent/test/fixtures/egress-world.ts"
 import { Reports } from "../apps/agent/test/fixtures/support.ts"
 import { ensureBucket } from "../packages/bus/src/Topology.ts"
 import {
@@ -66,15 +66,18 @@ const sampleOf = (text: string): Sample => {
 const curlScript = (url: string, options: string) =>
   `curl -s ${options} -w '%{time_total}\\n' ${Array(REQUESTS).fill(`-o /dev/null ${url}`).join(" ")}`
 
-const cases = [
-  { label: "HTTP", url: `http://${OTHER}/bench`, resolve: `${OTHER}:80:${FAKE_ADDRESS}` },
-  { label: "HTTPS tunnelled", url: `https://${OTHER}/bench`, resolve: `${OTHER}:443:${FAKE_ADDRESS}` },
-  { label: "HTTPS with injection", url: `https://${API}/bench`, resolve: `${API}:443:${FAKE_ADDRESS}` }
-] as const
+/** The three paths, the host's curl resolving the names to the fake host's address. */
+const casesFor = (address: string) =>
+  [
+    { label: "HTTP", url: `http://${OTHER}/bench`, resolve: `${OTHER}:80:${address}` },
+    { label: "HTTPS tunnelled", url: `https://${OTHER}/bench`, resolve: `${OTHER}:443:${address}` },
+    { label: "HTTPS with injection", url: `https://${API}/bench`, resolve: `${API}:443:${address}` }
+  ] as const
 
 await Effect.runPromise(
   Effect.gen(function*() {
-    const { agent, sandboxId, dir } = yield* World
+    const { address, agent, dir, sandboxId } = yield* World
+    const cases = casesFor(address)
     const kv = yield* ensureBucket(EGRESS_BUCKET_SPEC)
     const sealedValue = yield* testSecretBox().seal("bench-value", secretValueAad(SECRET_ID))
     const org = "org_00000000000000000000000000"

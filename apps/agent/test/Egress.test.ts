@@ -1,6 +1,6 @@
 /**
  * Egress through the host (@svc/egress) from real sandboxes, with curl inside: a fake public
- * host in a network namespace of this test (HTTP, HTTPS and a UDP port on 198.51.100.10, a
+ * host in a network namespace of this test (HTTP, HTTPS and a UDP port on 198.51.100.x, a
  * documentation range allowed by SVC_EGRESS_ALLOWED_SUBNETS, its names in the hosts file, its CA
  * in the upstream CA file), policies and secrets written into the real `egress` KV bucket as the
  * control plane writes them.
@@ -19,7 +19,7 @@ import { testSecretBox } from "@svc/testing/TestSecrets"
 import { Effect, Layer, Logger } from "effect"
 import { randomBytes } from "node:crypto"
 import * as Os from "node:os"
-import { API, FAKE_ADDRESS, host, OTHER, World } from "./fixtures/egress-world.ts"
+import { API, FAKE_RANGE, host, OTHER, World } from "./fixtures/egress-world.ts"
 import { eventually, testLayer } from "./fixtures/support.ts"
 
 const utf8 = (bytes: Uint8Array) => Buffer.from(bytes).toString("utf8")
@@ -107,6 +107,7 @@ const setSecret = (value: string, allowedHosts: ReadonlyArray<string> = [API]) =
 layer(fileLayer, { excludeTestServices: true, timeout: 240_000 })("egress through the host", (it) => {
   it.effect("a sandbox fetches from a public host over HTTP and HTTPS with curl inside; the hosts-file name resolves", () =>
     Effect.gen(function*() {
+      const { address: FAKE_ADDRESS } = yield* World
       const resolved = yield* inside(`nslookup ${API} 2>&1 || true`)
       assert.include(utf8(resolved.stdout), FAKE_ADDRESS)
       const plain = yield* curl(`http://${API}/hello?x=1`)
@@ -129,6 +130,7 @@ layer(fileLayer, { excludeTestServices: true, timeout: 240_000 })("egress throug
 
   it.effect("deny_out refuses the host at once with a reason; a live policy change applies to the next connection", () =>
     Effect.gen(function*() {
+      const { address: FAKE_ADDRESS } = yield* World
       yield* setPolicy({ allow_out: [], deny_out: [API] })
       const refused = yield* eventually(curl(`http://${API}/denied`), (r) => r.body.includes("egress refused"))
       assert.include(refused.body, `deny_out rule "${API}"`)
@@ -142,9 +144,9 @@ layer(fileLayer, { excludeTestServices: true, timeout: 240_000 })("egress throug
       const other = yield* curl(`http://${OTHER}/fine`)
       assert.strictEqual(other.echo?.path, "/fine")
       // ...but a CIDR rule matches the address, whatever the name.
-      yield* setPolicy({ allow_out: [], deny_out: ["198.51.100.0/24"] })
+      yield* setPolicy({ allow_out: [], deny_out: [FAKE_RANGE] })
       const byCidr = yield* eventually(curl(`http://${OTHER}/x`), (r) => r.body.includes("egress refused"))
-      assert.include(byCidr.body, `deny_out rule "198.51.100.0/24"`)
+      assert.include(byCidr.body, `deny_out rule "${FAKE_RANGE}"`)
       // allow_out: only what it names.
       yield* setPolicy({ allow_out: [`*.egress-fake.test`], deny_out: [OTHER] })
       const allowed = yield* eventually(curl(`http://${API}/allowed`), (r) => r.echo !== undefined)
@@ -165,6 +167,7 @@ layer(fileLayer, { excludeTestServices: true, timeout: 240_000 })("egress throug
 
   it.effect("the host's own services, private ranges and the metadata address stay unreachable; other UDP is dropped", () =>
     Effect.gen(function*() {
+      const { address: FAKE_ADDRESS } = yield* World
       const { agent, gateway, natsPort } = yield* World
       const dataPlane = new URL(agent.dataPlane.endpoint)
       const hostAddress = Object.values(Os.networkInterfaces())

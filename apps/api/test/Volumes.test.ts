@@ -316,5 +316,5 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("volumes API", 
       yield* waitState(record.id, "deleted")
       const deleted = yield* run(["volume", "delete", volume.id])
       expect(deleted.stdout, deleted.stderr).toContain(`${volume.id} deleted`)
-    }))
+    }), 180_000)
 })

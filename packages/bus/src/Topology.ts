@@ -37,11 +37,12 @@ const nanos = (ms: number) => ms * 1_000_000
 const TRANSIENT =
   /timeout|no responders|jetstream (is )?not enabled|temporarily unavailable|insufficient resources|no suitable peers|leader|offline|already in use|503|connection/i
 
-const retryTransient = <A>(effect: Effect.Effect<A, BusError>) =>
+const retryTransient = <A>(nats: Nats["Service"], effect: Effect.Effect<A, BusError>) =>
   Effect.retry(effect, {
     schedule: Schedule.spaced(Duration.millis(500)),
     times: 120,
-    while: (e) => TRANSIENT.test(e.message)
+    // A connection this process closed never comes back: that is not a cluster catching up.
+    while: (e) => !nats.connection.isClosed() && TRANSIENT.test(e.message)
   })
 
 export const ensureStream = Effect.fn("Topology.ensureStream")(function*(spec: StreamSpec) {
@@ -62,18 +63,21 @@ export const ensureStream = Effect.fn("Topology.ensureStream")(function*(spec: S
     duplicate_window: nanos(Math.min(spec.duplicateWindowMs ?? 2 * 60_000, maxAgeMs)),
     num_replicas: spec.replicas ?? nats.replicas
   }
-  yield* retryTransient(Effect.tryPromise({
-    try: async () => {
-      try {
-        await nats.jsm.streams.info(config.name)
-        await nats.jsm.streams.update(config.name, config)
-      } catch (e) {
-        if (!String(e).includes("not found")) throw e
-        await nats.jsm.streams.add(config)
-      }
-    },
-    catch: (cause) => new BusError({ operation: `ensureStream ${config.name}`, message: String(cause) })
-  }))
+  yield* retryTransient(
+    nats,
+    Effect.tryPromise({
+      try: async () => {
+        try {
+          await nats.jsm.streams.info(config.name)
+          await nats.jsm.streams.update(config.name, config)
+        } catch (e) {
+          if (!String(e).includes("not found")) throw e
+          await nats.jsm.streams.add(config)
+        }
+      },
+      catch: (cause) => new BusError({ operation: `ensureStream ${config.name}`, message: String(cause) })
+    })
+  )
   return config.name
 })
 
@@ -89,18 +93,21 @@ export const ensureConsumer = Effect.fn("Topology.ensureConsumer")(function*(
     durable_name: nats.name(config.durable_name),
     ...(config.filter_subject !== undefined ? { filter_subject: nats.subject(config.filter_subject) } : {})
   }
-  yield* retryTransient(Effect.tryPromise({
-    try: async () => {
-      try {
-        await nats.jsm.consumers.info(streamName, full.durable_name)
-        await nats.jsm.consumers.update(streamName, full.durable_name, full)
-      } catch (e) {
-        if (!String(e).includes("not found")) throw e
-        await nats.jsm.consumers.add(streamName, full)
-      }
-    },
-    catch: (cause) => new BusError({ operation: `ensureConsumer ${full.durable_name}`, message: String(cause) })
-  }))
+  yield* retryTransient(
+    nats,
+    Effect.tryPromise({
+      try: async () => {
+        try {
+          await nats.jsm.consumers.info(streamName, full.durable_name)
+          await nats.jsm.consumers.update(streamName, full.durable_name, full)
+        } catch (e) {
+          if (!String(e).includes("not found")) throw e
+          await nats.jsm.consumers.add(streamName, full)
+        }
+      },
+      catch: (cause) => new BusError({ operation: `ensureConsumer ${full.durable_name}`, message: String(cause) })
+    })
+  )
   return { stream: streamName, consumer: full.durable_name }
 })
 
@@ -111,29 +118,35 @@ export const ensureConsumer = Effect.fn("Topology.ensureConsumer")(function*(
  */
 export const ensureReplicas = Effect.fn("Topology.ensureReplicas")(function*(stream: string, replicas: number) {
   const nats = yield* Nats
-  yield* retryTransient(Effect.tryPromise({
-    try: async () => {
-      const info = await nats.jsm.streams.info(stream)
-      if (info.config.num_replicas !== replicas) {
-        await nats.jsm.streams.update(stream, { ...info.config, num_replicas: replicas })
-      }
-    },
-    catch: (cause) => new BusError({ operation: `ensureReplicas ${stream}`, message: String(cause) })
-  }))
+  yield* retryTransient(
+    nats,
+    Effect.tryPromise({
+      try: async () => {
+        const info = await nats.jsm.streams.info(stream)
+        if (info.config.num_replicas !== replicas) {
+          await nats.jsm.streams.update(stream, { ...info.config, num_replicas: replicas })
+        }
+      },
+      catch: (cause) => new BusError({ operation: `ensureReplicas ${stream}`, message: String(cause) })
+    })
+  )
 })
 
 export const ensureBucket = Effect.fn("Topology.ensureBucket")(function*(spec: BucketSpec) {
   const nats = yield* Nats
   const replicas = spec.replicas ?? nats.replicas
-  const kv = yield* retryTransient(Effect.tryPromise({
-    try: () =>
-      nats.kvm.create(nats.name(spec.name), {
-        history: spec.history ?? 1,
-        replicas,
-        ...(spec.ttlMs !== undefined ? { ttl: spec.ttlMs } : {})
-      }),
-    catch: (cause) => new BusError({ operation: `ensureBucket ${spec.name}`, message: String(cause) })
-  }))
+  const kv = yield* retryTransient(
+    nats,
+    Effect.tryPromise({
+      try: () =>
+        nats.kvm.create(nats.name(spec.name), {
+          history: spec.history ?? 1,
+          replicas,
+          ...(spec.ttlMs !== undefined ? { ttl: spec.ttlMs } : {})
+        }),
+      catch: (cause) => new BusError({ operation: `ensureBucket ${spec.name}`, message: String(cause) })
+    })
+  )
   yield* ensureReplicas(`KV_${nats.name(spec.name)}`, replicas)
   return kv
 })

@@ -312,7 +312,8 @@ layer(OwnBridge.layer, { excludeTestServices: true })("firewall alone, on a brid
         const tag = randomBytes(3).toString("hex")
         const ns = `svcfw-out-${tag}`
         const veth = `svcfo${tag}`
-        const k = randomBytes(1)[0]! & 63
+        // The lower half of the range: the egress tests' fake hosts take /30s of the upper half.
+        const k = randomBytes(1)[0]! & 31
         const publicIp = `198.51.100.${4 * k + 2}`
         const privateIp = `172.31.${k}.2`
         yield* Effect.acquireRelease(
