@@ -6,6 +6,7 @@
  */
 import * as Env from "@svc/config/Env"
 import * as Db from "@svc/db/Config"
+import * as SdkConfig from "@svc/sdk/Config"
 import { Config } from "effect"
 import * as NodePath from "node:path"
 
@@ -33,16 +34,17 @@ export const DevPostgresPort = Env.describe(Config.Port("SVC_DEV_PG_PORT").pipe(
 })
 
 /** The API's base URL when `SVC_API_KEY` is set without it. */
-export const DEFAULT_API_URL = "http://127.0.0.1:8080"
+export const DEFAULT_API_URL = SdkConfig.DEFAULT_BASE_URL
 
-export const ApiUrl = Env.describe(Config.option(Config.String("SVC_API_URL")), {
-  name: "SVC_API_URL",
+// The SDK's own settings, described for the README's table here.
+export const ApiUrl = Env.describe(SdkConfig.ApiUrl, {
+  name: SdkConfig.API_URL_VARIABLE,
   default: "`.svc/dev-credentials.json`'s, else `http://127.0.0.1:8080`",
   format: "URL"
 })
 
-export const ApiKey = Env.describe(Config.option(Config.Redacted("SVC_API_KEY")), {
-  name: "SVC_API_KEY",
+export const ApiKey = Env.describe(SdkConfig.ApiKey, {
+  name: SdkConfig.API_KEY_VARIABLE,
   default: "`.svc/dev-credentials.json`'s",
   format: "API key"
 })

@@ -12,9 +12,10 @@
  *   program.pipe(Effect.provide(SvcClient.layer({ baseUrl, apiKey })))
  */
 import { Api } from "@svc/domain/Api"
-import { Config, Context, Effect, Layer, type Option, Redacted } from "effect"
+import { Config, Context, Effect, Layer, Option, Redacted } from "effect"
 import { FetchHttpClient, HttpClient, HttpClientRequest } from "effect/http"
 import { HttpApiClient } from "effect/http-api"
+import * as SdkConfig from "./Config.ts"
 
 export { Api }
 export * as Errors from "@svc/domain/Errors"
@@ -30,8 +31,7 @@ export { CreateTemplateBody, SnapshotBody } from "@svc/domain/Api/Templates"
 export { CreateVolumeBody } from "@svc/domain/Api/Volumes"
 export { CreateWebhookBody, PatchWebhookBody } from "@svc/domain/Api/Webhooks"
 
-/** Where the API is when neither the options nor `SVC_API_URL` say. */
-export const DEFAULT_BASE_URL = "http://127.0.0.1:8080"
+export { DEFAULT_BASE_URL } from "./Config.ts"
 
 export interface SvcClientOptions {
   /** The API's address, e.g. `http://127.0.0.1:8080` (no `/v1`). */
@@ -55,8 +55,8 @@ const make = (options: SvcClientOptions) =>
 
 /** `SVC_API_URL` (default http://127.0.0.1:8080) and `SVC_API_KEY`. */
 export const SvcClientConfig: Config.Config<SvcClientOptions> = Config.all({
-  baseUrl: Config.String("SVC_API_URL").pipe(Config.withDefault(DEFAULT_BASE_URL)),
-  apiKey: Config.Redacted("SVC_API_KEY")
+  baseUrl: SdkConfig.ApiUrl.pipe(Config.map(Option.getOrElse(() => SdkConfig.DEFAULT_BASE_URL))),
+  apiKey: SdkConfig.RequiredApiKey
 })
 
 export class SvcClient extends Context.Service<SvcClient, SvcApiClient>()("@svc/sdk/SvcClient") {
@@ -79,5 +79,5 @@ export class SvcClient extends Context.Service<SvcClient, SvcApiClient>()("@svc/
 }
 
 /** The key of `SVC_API_KEY`, if set: for callers that fall back to something else. */
-export const apiKeyFromEnv: Effect.Effect<Option.Option<Redacted.Redacted<string>>, Config.ConfigError> = Config
-  .option(Config.Redacted("SVC_API_KEY"))
+export const apiKeyFromEnv: Effect.Effect<Option.Option<Redacted.Redacted<string>>, Config.ConfigError> =
+  SdkConfig.ApiKey

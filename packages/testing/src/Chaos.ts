@@ -236,7 +236,7 @@ export interface Outcome {
   readonly duplicated: number
   /** Sandboxes left in pending, starting, stopping or deleting. */
   readonly stuck: ReadonlyArray<string>
-  /** The same (sandbox, state) event committed twice: a transition applied twice. */
+  /** The same state committed twice in a row for a sandbox, or `created` twice: a transition applied twice. */
   readonly repeatedTransitions: ReadonlyArray<string>
   /** Key creations and revocations with no audit entry. */
   readonly auditMissing: number
@@ -283,14 +283,25 @@ export const check = (options: {
       yield* Effect.sleep(Duration.seconds(1))
       state = yield* read
     }
+    // A transition applied twice commits the same state twice in a row for one sandbox (or a
+    // second `sandbox.created`). The same state again after another one is the sandbox really
+    // going there again (a host killed under it: running → error → running), not a repeat.
     const transitions = new Map<string, number>()
+    const lastState = new Map<string, string>()
     for (const e of state.events) {
       const payload = JSON.parse(e.payload)
       const envelope = typeof payload === "string" ? JSON.parse(payload) : payload
       const data = envelope.data ?? envelope.payload?.data ?? {}
-      if (envelope.event !== "sandbox.state_updated" && envelope.event !== "sandbox.created") continue
-      const key = `${envelope.event} ${data.sandbox_id} ${data.state ?? ""}`
-      transitions.set(key, (transitions.get(key) ?? 0) + 1)
+      if (envelope.event === "sandbox.created") {
+        const key = `sandbox.created ${data.sandbox_id}`
+        transitions.set(key, (transitions.get(key) ?? 0) + 1)
+      } else if (envelope.event === "sandbox.state_updated") {
+        if (lastState.get(data.sandbox_id) === data.state) {
+          const key = `sandbox.state_updated ${data.sandbox_id} ${data.state} in a row`
+          transitions.set(key, (transitions.get(key) ?? 1) + 1)
+        }
+        lastState.set(data.sandbox_id, data.state)
+      }
     }
     const audit = yield* sql<{ action: string; n: number }>`
       SELECT action, count(*)::int AS n FROM audit_log WHERE org_id = ${options.orgId} GROUP BY action`.pipe(
