@@ -106,7 +106,10 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 240_000 })("svc sandbox (p
       expect(first).toContain("30 100")
 
       // Raw mode: a Ctrl-C goes to the sandbox's shell, not to the CLI (which keeps running).
-      yield* tmux.run("send-keys", "-t", "t", "sleep 1000", "Enter")
+      // (The Ctrl-C goes once the command runs: sent while the shell still reads its line, it
+      // could land before the sleep and leave the next line typed into the sleep.)
+      yield* tmux.run("send-keys", "-t", "t", "echo sleeping-$((3+4)); sleep 1000", "Enter")
+      yield* until(screen, (text) => text.includes("sleeping-7"), "the sleep to start")
       yield* tmux.run("send-keys", "-t", "t", "C-c")
       yield* tmux.run("send-keys", "-t", "t", "echo after-ctrl-c-$((1+2))", "Enter")
       yield* until(screen, (text) => text.includes("after-ctrl-c-3"), "the shell after Ctrl-C")
