@@ -18,7 +18,7 @@ import * as TestDatabase from "@svc/testing/TestDatabase"
 import { serve } from "@svc/testing/TestHttp"
 import * as TestNats from "@svc/testing/TestNats"
 import { useTestEncryptionKeys } from "@svc/testing/TestSecrets"
-import { Context, Effect, Layer } from "effect"
+import { Effect, Layer } from "effect"
 import { HttpRouter } from "effect/http"
 import { spawn } from "node:child_process"
 import * as Fs from "node:fs/promises"
@@ -35,40 +35,14 @@ import { Nats } from "../packages/bus/src/Nats.ts"
 import { SecretBox } from "../packages/crypto/src/SecretBox.ts"
 import { makeHostId } from "../packages/domain/src/Ids.ts"
 import * as Events from "../packages/events/src/Streams.ts"
-import { SandboxDriver } from "../packages/host/src/Driver.ts"
-import { BubblewrapDriver } from "../packages/host/src/Driver/Bubblewrap.ts"
-import { CONTROLLERS } from "../packages/host/src/Driver/Cgroups.ts"
-import { DriverConfig } from "../packages/host/src/Driver/Config.ts"
+import { cleanHost } from "./lib/Hosts.ts"
+import { quantile } from "./lib/Stats.ts"
 
 const EXECS = Number(process.env["BENCH_EXECS"] ?? 100)
 const KEYS = Number(process.env["BENCH_KEYS"] ?? 300)
 const AGENT_MAIN = fileURLToPath(new URL("../apps/agent/src/main.ts", import.meta.url))
 
-const quantile = (values: ReadonlyArray<number>, q: number) => {
-  const sorted = [...values].sort((a, b) => a - b)
-  return sorted[Math.min(sorted.length - 1, Math.ceil(q * sorted.length) - 1)] ?? 0
-}
 const ms = (n: number) => n.toFixed(1).padStart(9)
-
-/** Destroys what a host's driver has on disk, removes its folder and cgroup parents. */
-const cleanHost = (hostId: string, dataDir: string) =>
-  Effect.gen(function*() {
-    yield* Effect.scoped(Effect.gen(function*() {
-      const context = yield* Layer.build(
-        BubblewrapDriver.layer.pipe(
-          Layer.provide(Layer.succeed(DriverConfig, DriverConfig.make({ dataDir, hostId }))),
-          Layer.provide(SecretBox.layer)
-        )
-      )
-      const driver = Context.get(context, SandboxDriver)
-      const rows = yield* driver.list
-      yield* Effect.forEach(rows, (row) => Effect.ignore(driver.destroy(row.sandboxId)), { concurrency: 4 })
-    })).pipe(Effect.ignore)
-    yield* Effect.promise(async () => {
-      await Fs.rm(dataDir, { recursive: true, force: true })
-      for (const c of CONTROLLERS) await Fs.rmdir(`/sys/fs/cgroup/${c}/svc-sandboxes/${hostId}`).catch(() => undefined)
-    })
-  })
 
 const platform = Effect.gen(function*() {
   const nats = yield* Nats

@@ -39,8 +39,10 @@ import { makeHostId } from "../packages/domain/src/Ids.ts"
 import * as Events from "../packages/events/src/Streams.ts"
 import { DriverExecRequest, SandboxDriver, SandboxSpec } from "../packages/host/src/Driver.ts"
 import { BubblewrapDriver } from "../packages/host/src/Driver/Bubblewrap.ts"
-import { CONTROLLERS, groupPath } from "../packages/host/src/Driver/Cgroups.ts"
+import { groupPath } from "../packages/host/src/Driver/Cgroups.ts"
 import { DriverConfig } from "../packages/host/src/Driver/Config.ts"
+import { cleanHost } from "./lib/Hosts.ts"
+import { quantile } from "./lib/Stats.ts"
 
 const N = Number(process.env["BENCH_SANDBOXES"] ?? 200)
 const BURST = Number(process.env["BENCH_BURST"] ?? 200)
@@ -48,10 +50,6 @@ const CONCURRENCY = Number(process.env["BENCH_CONCURRENCY"] ?? 16)
 const BARE = 50
 const AGENT_MAIN = fileURLToPath(new URL("../apps/agent/src/main.ts", import.meta.url))
 
-const quantile = (values: ReadonlyArray<number>, q: number) => {
-  const sorted = [...values].sort((a, b) => a - b)
-  return sorted[Math.min(sorted.length - 1, Math.ceil(q * sorted.length) - 1)] ?? 0
-}
 const ms = (n: number) => n.toFixed(1).padStart(9)
 const mib = (bytes: number) => (bytes / 1024 / 1024).toFixed(2).padStart(9)
 
@@ -66,26 +64,6 @@ const readKb = async (file: string, key: string): Promise<number> => {
 /** Whether a process lives in the host's pid namespace (the outer bubblewrap) or the sandbox's. */
 const hostPidNs = await Fs.readlink("/proc/self/ns/pid")
 const onHostSide = (pid: number) => Fs.readlink(`/proc/${pid}/ns/pid`).then((ns) => ns === hostPidNs, () => false)
-
-/** Destroys what a host's driver has on disk, removes its folder and cgroup parents. */
-const cleanHost = (hostId: string, dataDir: string) =>
-  Effect.gen(function*() {
-    yield* Effect.scoped(Effect.gen(function*() {
-      const context = yield* Layer.build(
-        BubblewrapDriver.layer.pipe(
-          Layer.provide(Layer.succeed(DriverConfig, DriverConfig.make({ dataDir, hostId }))),
-          Layer.provide(SecretBox.layer)
-        )
-      )
-      const driver = Context.get(context, SandboxDriver)
-      const rows = yield* driver.list
-      yield* Effect.forEach(rows, (row) => Effect.ignore(driver.destroy(row.sandboxId)), { concurrency: 4 })
-    })).pipe(Effect.ignore)
-    yield* Effect.promise(async () => {
-      await Fs.rm(dataDir, { recursive: true, force: true })
-      for (const c of CONTROLLERS) await Fs.rmdir(`/sys/fs/cgroup/${c}/svc-sandboxes/${hostId}`).catch(() => undefined)
-    })
-  })
 
 // ---------------------------------------------------------------------------------------------
 // The floor: the bare driver

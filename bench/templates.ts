@@ -21,7 +21,7 @@ import * as TestDatabase from "@svc/testing/TestDatabase"
 import { serve } from "@svc/testing/TestHttp"
 import * as TestNats from "@svc/testing/TestNats"
 import { useTestEncryptionKeys } from "@svc/testing/TestSecrets"
-import { Context, Effect, Layer } from "effect"
+import { Effect, Layer } from "effect"
 import { HttpRouter } from "effect/http"
 import { execFileSync, spawn } from "node:child_process"
 import { randomBytes } from "node:crypto"
@@ -36,40 +36,14 @@ import * as AuthLayer from "../packages/auth/src/AuthLayer.ts"
 import { Orgs } from "../packages/auth/src/Orgs.ts"
 import { SecretBox } from "../packages/crypto/src/SecretBox.ts"
 import { makeHostId } from "../packages/domain/src/Ids.ts"
-import { SandboxDriver } from "../packages/host/src/Driver.ts"
-import { BubblewrapDriver } from "../packages/host/src/Driver/Bubblewrap.ts"
-import { CONTROLLERS } from "../packages/host/src/Driver/Cgroups.ts"
-import { DriverConfig } from "../packages/host/src/Driver/Config.ts"
 import { TEST_IMAGE_CACHE_DIR } from "../packages/testing/src/ImageCache.ts"
+import { cleanHost } from "./lib/Hosts.ts"
+import { quantile } from "./lib/Stats.ts"
 
 const STARTS = Number(process.env["BENCH_STARTS"] ?? 10)
 const AGENT_MAIN = fileURLToPath(new URL("../apps/agent/src/main.ts", import.meta.url))
 
-const quantile = (values: ReadonlyArray<number>, q: number) => {
-  const sorted = [...values].sort((a, b) => a - b)
-  return sorted[Math.min(sorted.length - 1, Math.ceil(q * sorted.length) - 1)] ?? 0
-}
 const ms = (n: number) => n.toFixed(0).padStart(9)
-
-/** Destroys what a host's driver has on disk, removes its folder and cgroup parents. */
-const cleanHost = (hostId: string, dataDir: string) =>
-  Effect.gen(function*() {
-    yield* Effect.scoped(Effect.gen(function*() {
-      const context = yield* Layer.build(
-        BubblewrapDriver.layer.pipe(
-          Layer.provide(Layer.succeed(DriverConfig, DriverConfig.make({ dataDir, hostId }))),
-          Layer.provide(SecretBox.layer)
-        )
-      )
-      const driver = Context.get(context, SandboxDriver)
-      const rows = yield* driver.list
-      yield* Effect.forEach(rows, (row) => Effect.ignore(driver.destroy(row.sandboxId)), { concurrency: 4 })
-    })).pipe(Effect.ignore)
-    yield* Effect.promise(async () => {
-      await Fs.rm(dataDir, { recursive: true, force: true })
-      for (const c of CONTROLLERS) await Fs.rmdir(`/sys/fs/cgroup/${c}/svc-sandboxes/${hostId}`).catch(() => undefined)
-    })
-  })
 
 const platform = Effect.gen(function*() {
   const server = yield* TestNats.TestNatsServer

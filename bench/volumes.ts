@@ -35,14 +35,11 @@ import { SecretBox } from "../packages/crypto/src/SecretBox.ts"
 import { makeHostId } from "../packages/domain/src/Ids.ts"
 import * as Events from "../packages/events/src/Streams.ts"
 import { CONTROLLERS } from "../packages/host/src/Driver/Cgroups.ts"
+import { quantile } from "./lib/Stats.ts"
 
 const N = Number(process.env["BENCH_SANDBOXES"] ?? 30)
 const AGENT_MAIN = fileURLToPath(new URL("../apps/agent/src/main.ts", import.meta.url))
 
-const quantile = (values: ReadonlyArray<number>, q: number) => {
-  const sorted = [...values].sort((a, b) => a - b)
-  return sorted[Math.min(sorted.length - 1, Math.ceil(q * sorted.length) - 1)] ?? 0
-}
 const ms = (n: number) => n.toFixed(1).padStart(9)
 
 const platform = Effect.gen(function*() {
