@@ -29,7 +29,8 @@ import {
   secretEgressKey,
   secretValueAad
 } from "../packages/host-protocol/src/Egress.ts"
-import { fmt, median } from "./lib/load.ts"
+import { fmt } from "./lib/Measure.ts"
+import { median } from "./lib/Stats.ts"
 
 const REQUESTS = Number(process.env.BENCH_REQUESTS ?? 300)
 const RUNS = Number(process.env.BENCH_RUNS ?? 3)

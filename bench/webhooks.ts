@@ -43,7 +43,8 @@ import { FanOut } from "../packages/webhooks/src/Delivery/FanOut.ts"
 import { DEFAULT_RETRY_SCHEDULE } from "../packages/webhooks/src/Delivery/RetrySchedule.ts"
 import { WebhookAddressGuard, WebhookResolver } from "../packages/webhooks/src/Subscriptions/AddressGuard.ts"
 import { Webhooks } from "../packages/webhooks/src/Subscriptions/Webhooks.ts"
-import { fmt, median, treeCpuByName, treeCpuMs } from "./lib/load.ts"
+import { fmt, treeCpuByName, treeCpuMs } from "./lib/Measure.ts"
+import { median } from "./lib/Stats.ts"
 
 const RUNS = Number(process.env.BENCH_RUNS ?? 3)
 const SECONDS = Duration.toSeconds(Result.getOrThrow(parseDuration(process.env.BENCH_DURATION ?? "6s")))

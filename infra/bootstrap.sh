@@ -41,6 +41,8 @@ command -v mmdebstrap >/dev/null 2>&1 || missing+=(mmdebstrap)
 # The driver builds its native entry helper (packages/sandboxes/native) with the C compiler.
 command -v cc >/dev/null 2>&1 || missing+=(gcc)
 [ -f /usr/include/linux/seccomp.h ] && [ -f /usr/include/stdio.h ] || missing+=(libc6-dev)
+# The benchmarks' HTTP load generator (bench/lib/Wrk.ts): native, so it outruns the servers measured.
+command -v wrk >/dev/null 2>&1 || missing+=(wrk)
 if [ ${#missing[@]} -gt 0 ]; then
   log "installing Debian packages: ${missing[*]}"
   as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2

@@ -1,0 +1,58 @@
+/** Helpers shared by the benchmarks: number formatting, CPU time of a process tree. */
+import * as fs from "node:fs"
+
+export const fmt = (n: number, digits = 0) =>
+  n.toLocaleString("en-US", { maximumFractionDigits: digits, minimumFractionDigits: digits })
+
+/**
+ * CPU time (user + system, ms) used so far by a process and all its descendants, from /proc:
+ * a figure that other work on the machine barely moves, unlike latency. Linux only; clock ticks
+ * (10 ms), so compare over runs of seconds.
+ */
+export const treeCpuMs = (rootPid: number = process.pid): number =>
+  Object.values(treeCpuByName(rootPid)).reduce((a, b) => a + b, 0)
+
+/** `treeCpuMs` by process: the command name, with the node scripts' first argument. */
+export const treeCpuByName = (rootPid: number = process.pid): Record<string, number> => {
+  const ticks = 100
+  const children = new Map<number, Array<number>>()
+  const cpu = new Map<number, number>()
+  const names = new Map<number, string>()
+  for (const entry of fs.readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue
+    let stat: string
+    try {
+      stat = fs.readFileSync(`/proc/${entry}/stat`, "utf8")
+    } catch {
+      continue
+    }
+    // Fields after the command name (which may hold spaces): state is field 3.
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
+    const pid = Number(entry)
+    const ppid = Number(fields[1])
+    cpu.set(pid, ((Number(fields[11]) + Number(fields[12])) * 1000) / ticks)
+    names.set(pid, nameOf(pid, stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")"))))
+    children.set(ppid, [...(children.get(ppid) ?? []), pid])
+  }
+  const byName: Record<string, number> = {}
+  const walk = (pid: number) => {
+    const name = names.get(pid) ?? "?"
+    byName[name] = (byName[name] ?? 0) + (cpu.get(pid) ?? 0)
+    for (const child of children.get(pid) ?? []) walk(child)
+  }
+  walk(rootPid)
+  return byName
+}
+
+const nameOf = (pid: number, comm: string) => {
+  if (comm !== "MainThread" && !comm.startsWith("node")) return comm
+  try {
+    const args = fs.readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0")
+    return `node ${
+      args.slice(1).find((a) => a.startsWith("--") && !a.startsWith("--cpu")) ??
+        args.slice(1, 2).join(" ").split("/").at(-1)
+    }`
+  } catch {
+    return comm
+  }
+}
