@@ -20,7 +20,6 @@ import { Api } from "@svc/domain/Api"
 import { Deferred, Duration, Effect, Layer } from "effect"
 import { HttpRouter, HttpServer, HttpServerResponse } from "effect/http"
 import { HttpApiBuilder, HttpApiScalar } from "effect/http-api"
-import { randomBytes } from "node:crypto"
 import { createServer, type IncomingMessage, type Server, type ServerResponse, STATUS_CODES } from "node:http"
 import type { Duplex } from "node:stream"
 import { ApiHost, ApiPort } from "./Config.ts"
@@ -29,7 +28,7 @@ import { IdentityHandlers } from "./Http/Auth.ts"
 import { AuthorizationLayer } from "./Http/Authorization.ts"
 import { BillingHandlers } from "./Http/Billing.ts"
 import { InfrastructureMiddleware } from "./Http/Infrastructure.ts"
-import { ApiMiddleware, errorForStatus } from "./Http/Middleware.ts"
+import { ApiMiddleware, errorForStatus, newRequestId } from "./Http/Middleware.ts"
 import { SandboxesHandlers } from "./Http/Sandboxes.ts"
 import { SecretsHandlers } from "./Http/Secrets.ts"
 import { SystemHandlers } from "./Http/System.ts"
@@ -60,8 +59,6 @@ export const Routes = Layer.mergeAll(
   ApiMiddleware
 )
 
-const requestId = () => `req_${randomBytes(8).toString("hex")}`
-
 /**
  * Node answers requests it cannot parse (a malformed request line or header, headers over its
  * limit, a request that never finished arriving) itself, before any route: with the contract's
@@ -79,7 +76,7 @@ const onClientError = (error: Error & { readonly code?: string }, socket: Duplex
   const body = JSON.stringify(errorForStatus(status))
   socket.end(
     `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\ncontent-type: application/json; charset=utf-8\r\n` +
-      `content-length: ${Buffer.byteLength(body)}\r\nx-request-id: ${requestId()}\r\n` +
+      `content-length: ${Buffer.byteLength(body)}\r\nx-request-id: ${newRequestId()}\r\n` +
       `connection: close\r\n\r\n${body}`
   )
 }
@@ -98,7 +95,7 @@ const gate = (server: Server) => (_request: IncomingMessage, response: ServerRes
   response.writeHead(503, {
     "content-type": "application/json; charset=utf-8",
     "content-length": Buffer.byteLength(body),
-    "x-request-id": requestId(),
+    "x-request-id": newRequestId(),
     connection: "close"
   }).end(body)
 }
@@ -130,7 +127,7 @@ export const makeNodeServer = (hooks?: NodeHooks["Service"]) => {
 export const GRACEFUL_SHUTDOWN = Duration.seconds(20)
 
 const unavailable = Effect.sync(() =>
-  HttpServerResponse.jsonUnsafe(errorForStatus(503), { status: 503, headers: { "x-request-id": requestId() } })
+  HttpServerResponse.jsonUnsafe(errorForStatus(503), { status: 503, headers: { "x-request-id": newRequestId() } })
 )
 
 /**
