@@ -82,7 +82,7 @@ const world = (replicas: number) => {
         return send({ _tag: "Launched", opId: op.opId, sandboxId: op.sandboxId, pid: "7" })
       case "RemoveReplica":
         removed.push(op.sandboxId)
-        return send({ _tag: "Removed", opId: op.opId, sandboxId: op.sandboxId })
+        return send({ _tag: "Removed", opId: op.opId, sandboxId: op.sandboxId, deleted: true })
       case "Observe":
         return send({
           _tag: "Observed",
@@ -178,12 +178,19 @@ describe("app controller", () => {
     expect(removes.map((r) => (r as { sandboxId: string }).sandboxId)).toEqual(["sbx_slow"])
     // The other create in flight comes back surplus and goes too.
     w.send({ _tag: "ReplicaCreated", opId: c2!.opId, sandboxId: "sbx_late" })
-    expect(w.take("RemoveReplica").map((r) => (r as { sandboxId: string }).sandboxId)).toEqual(["sbx_late"])
+    const late = w.take("RemoveReplica")
+    expect(late.map((r) => (r as { sandboxId: string }).sandboxId)).toEqual(["sbx_late"])
     expect(view(w.state).sandboxIds).toEqual(["sbx_1"])
     // Removal in flight: not settled yet.
     expect(view(w.state).state).toBe("deploying")
-    w.send({ _tag: "Removed", opId: "x", sandboxId: "sbx_slow" })
-    w.send({ _tag: "Removed", opId: "y", sandboxId: "sbx_late" })
+    // An outcome of another operation is not this one's.
+    w.send({ _tag: "Removed", opId: "other", sandboxId: "sbx_slow", deleted: true })
+    expect(w.state.members.map((m) => m.sandboxId)).toContain("sbx_slow")
+    // Taken but not through yet (its host is slow): kept until its sandbox is seen deleted.
+    w.send({ _tag: "Removed", opId: removes[0]!.opId, sandboxId: "sbx_slow", deleted: false })
+    expect(view(w.state).state).toBe("deploying")
+    w.send({ _tag: "SandboxChanged", sandboxId: "sbx_slow", state: "deleted" })
+    w.send({ _tag: "Removed", opId: late[0]!.opId, sandboxId: "sbx_late", deleted: true })
     expect(view(w.state)).toMatchObject({ state: "running", readyReplicas: 1 })
 
     w.send({ _tag: "Update", replicas: 3 })
@@ -369,16 +376,25 @@ describe("app controller", () => {
     w.send({ _tag: "ReplicaCreated", opId: a!.opId, sandboxId: "sbx_a" })
     w.send({ _tag: "Delete" })
     expect(view(w.state)).toMatchObject({ state: "deleting", sandboxIds: [] })
-    expect(w.take("RemoveReplica").map((r) => (r as { sandboxId: string }).sandboxId)).toEqual(["sbx_a"])
+    const [ra] = w.take("RemoveReplica")
+    expect(ra).toMatchObject({ sandboxId: "sbx_a" })
     w.send({ _tag: "ReplicaCreated", opId: b!.opId, sandboxId: "sbx_b" })
-    expect(w.take("RemoveReplica").map((r) => (r as { sandboxId: string }).sandboxId)).toEqual(["sbx_b"])
+    const [rb] = w.take("RemoveReplica")
+    expect(rb).toMatchObject({ sandboxId: "sbx_b" })
     // Neither an update nor a tick brings anything back.
     w.send({ _tag: "Update", replicas: 5 })
     w.send({ _tag: "Tick" })
     expect(w.take("CreateReplica")).toEqual([])
-    w.send({ _tag: "Removed", opId: "r1", sandboxId: "sbx_a" })
+    w.send({ _tag: "Removed", opId: ra!.opId, sandboxId: "sbx_a", deleted: true })
     expect(w.state.phase).toBe("deleting")
-    w.send({ _tag: "Removed", opId: "r2", sandboxId: "sbx_b" })
+    // A delete its host did not carry out (the sandbox went to error): asked again, then seen through.
+    w.send({ _tag: "Removed", opId: rb!.opId, sandboxId: "sbx_b", deleted: false })
+    expect(w.take("RemoveReplica")).toEqual([])
+    w.send({ _tag: "SandboxChanged", sandboxId: "sbx_b", state: "error" })
+    const [again] = w.take("RemoveReplica")
+    expect(again).toMatchObject({ sandboxId: "sbx_b" })
+    expect(w.state.phase).toBe("deleting")
+    w.send({ _tag: "Removed", opId: again!.opId, sandboxId: "sbx_b", deleted: true })
     expect(w.state.phase).toBe("deleted")
     expect(view(w.state).state).toBe("deleted")
     // Messages after the end change nothing.

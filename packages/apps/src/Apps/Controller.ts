@@ -16,7 +16,8 @@
  * 3. Replicas of the current revision beyond `replicas` are deleted (not ready ones first, the
  *    newest first); missing ones are created, unless a backoff runs (`retryAt`).
  * 4. Deleting: every replica is deleted; once none is left and no create is in flight, the app
- *    is `deleted`.
+ *    is `deleted`. A replica being deleted is kept until its sandbox is seen deleted; a delete
+ *    that did not go through (the sandbox went to `error` instead) is asked again.
  *
  * Backoff: a refused create (the org blocked at its usage limit, a quota), a `cmd` that could not
  * be started and a replica that failed young each add one to `failures`; no replica is created
@@ -223,7 +224,11 @@ const observe = (step: Step, now: number) => {
   const s = step.state
   if (s.phase === "deleted") return
   if (s.observing !== null && now - s.observing.since < OBSERVE_TIMEOUT_MS) return
-  const replicas = s.members.filter(live).map((m) => ({ sandboxId: m.sandboxId, pid: m.pid }))
+  // Also the replicas whose delete was taken but not seen through.
+  const replicas = s.members.filter((m) => live(m) || m.op === null).map((m) => ({
+    sandboxId: m.sandboxId,
+    pid: live(m) ? m.pid : null
+  }))
   if (replicas.length === 0) {
     step.state = { ...s, observing: null }
     return
@@ -238,9 +243,19 @@ const observe = (step: Step, now: number) => {
 
 const find = (s: State, sandboxId: string) => s.members.find((m) => m.sandboxId === sandboxId)
 
+/**
+ * A replica being deleted: gone once its sandbox is deleted; its delete asked again when the
+ * sandbox is neither deleted nor being deleted (the delete failed: its host timed out).
+ */
+const onRemovingState = (step: Step, m: Replica, state: SandboxState | "missing", now: number) => {
+  if (state === "missing" || state === "deleted") return setMember(step, m.sandboxId, null)
+  if (state !== "deleting" && m.op === null) remove(step, m, now)
+}
+
 const applyObserved = (step: Step, r: ObservedReplica, now: number) => {
   const m = find(step.state, r.sandboxId)
-  if (m === undefined || m.phase === "removing") return
+  if (m === undefined) return
+  if (m.phase === "removing") return onRemovingState(step, m, r.sandbox, now)
   if (r.sandbox !== "running") return onSandboxState(step, m, r.sandbox, now)
   // Only what was checked of the pid it still has: a relaunch since makes the answer stale.
   if (r.process === "exited" && m.phase === "ready" && r.pid !== null && r.pid === m.pid) {
@@ -280,7 +295,8 @@ const receive = (step: Step, message: AppMessage, now: number) => {
     }
     case "SandboxChanged": {
       const m = find(s, message.sandboxId)
-      if (m === undefined || m.phase === "removing") return
+      if (m === undefined) return
+      if (m.phase === "removing") return onRemovingState(step, m, message.state, now)
       return onSandboxState(step, m, message.state, now)
     }
     case "Observed": {
@@ -333,7 +349,10 @@ const receive = (step: Step, message: AppMessage, now: number) => {
       return fail(step, m, now, `its cmd could not be started: ${message.reason}`, false)
     }
     case "Removed": {
-      if (find(s, message.sandboxId) !== undefined) setMember(step, message.sandboxId, null)
+      const m = find(s, message.sandboxId)
+      if (m === undefined || m.phase !== "removing" || m.op !== message.opId) return
+      // Being deleted: its `deleted` event (or an observation) ends it.
+      setMember(step, m.sandboxId, message.deleted ? null : { op: null, since: now })
       return
     }
   }

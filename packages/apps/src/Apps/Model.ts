@@ -12,7 +12,8 @@ import { Schema } from "effect"
  * - `launching`: it runs, and the app's `cmd` is being started in it (`launchOp`);
  * - `ready`: the `cmd` runs (`pid`, as the sandbox sees it);
  * - `removing`: it is being deleted (failed, surplus, or of an older revision): it counts for
- *   nothing any more.
+ *   nothing any more, and is kept until its sandbox is seen deleted (a delete that did not go
+ *   through, e.g. its host did not answer, is asked again).
  */
 export const ReplicaPhase = Schema.Literals(["starting", "launching", "ready", "removing"])
 export type ReplicaPhase = typeof ReplicaPhase.Type
@@ -102,7 +103,8 @@ export const AppMessage = Schema.Union([
   Schema.TaggedStruct("CreateRefused", { opId: Schema.String, reason: Schema.String, blocked: Schema.Boolean }),
   Schema.TaggedStruct("Launched", { opId: Schema.String, sandboxId: Schema.String, pid: Schema.String }),
   Schema.TaggedStruct("LaunchFailed", { opId: Schema.String, sandboxId: Schema.String, reason: Schema.String }),
-  Schema.TaggedStruct("Removed", { opId: Schema.String, sandboxId: Schema.String })
+  /** The delete was taken; `deleted`: the sandbox is gone already (else it is being deleted). */
+  Schema.TaggedStruct("Removed", { opId: Schema.String, sandboxId: Schema.String, deleted: Schema.Boolean })
 ])
 export type AppMessage = typeof AppMessage.Type
 

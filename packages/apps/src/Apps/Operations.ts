@@ -12,7 +12,8 @@
  *   the controller backs off.
  * - `LaunchCmd`: starts the app's `cmd` as a background process of the sandbox, unless one with
  *   that argv runs already (a repeat).
- * - `RemoveReplica`: `Sandboxes.remove` (a deleted or missing sandbox is removed already).
+ * - `RemoveReplica`: `Sandboxes.remove` (a deleted or missing sandbox is removed already); the
+ *   outcome says whether it is deleted or being deleted.
  * - `Observe`: reads each replica's sandbox state, and for a running one with a pid whether its
  *   `cmd` still runs.
  *
@@ -149,9 +150,9 @@ export const runExecutor = Effect.gen(function*() {
 
   const removeReplica = (op: Extract<AppOperation, { _tag: "RemoveReplica" }>) =>
     sandboxes.remove(op.orgId as OrgId, op.sandboxId).pipe(
-      Effect.asVoid,
-      Effect.catchTag("NotFound", () => Effect.void),
-      Effect.as<AppMessage>({ _tag: "Removed", opId: op.opId, sandboxId: op.sandboxId })
+      Effect.map((record) => record.state === "deleted"),
+      Effect.catchTag("NotFound", () => Effect.succeed(true)),
+      Effect.map((deleted): AppMessage => ({ _tag: "Removed", opId: op.opId, sandboxId: op.sandboxId, deleted }))
     )
 
   const observeOne = (orgId: OrgId, replica: { readonly sandboxId: string; readonly pid: string | null }) =>
