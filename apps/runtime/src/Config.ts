@@ -25,6 +25,11 @@ export const settings: ReadonlyArray<Env.AnySetting> = [
   ...Db.settings,
   ActorAckWait,
   ...Sandboxes.supervisorSettings,
+  // The app controller makes replicas through the sandboxes' own create: their quotas and templates.
+  Sandboxes.OrgMaxSandboxes,
+  Sandboxes.OrgMaxRunningSandboxes,
+  Sandboxes.TemplateBuildTimeout,
+  Sandboxes.ImageGcGrace,
   ...Billing.settings,
   ...Apps.settings,
   ...Crypto.settings
