@@ -209,7 +209,7 @@ export const runExecutor = Effect.gen(function*() {
       )
     )
 
-  yield* Effect.gen(function*() {
+  return yield* Effect.gen(function*() {
     const consumer = yield* Effect.tryPromise({
       try: () => nats.js.consumers.get(stream, nats.name(APP_OPS_CONSUMER)),
       catch: (cause) => new BusError({ operation: `consumer ${APP_OPS_CONSUMER}`, message: String(cause) })

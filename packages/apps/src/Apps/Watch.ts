@@ -61,7 +61,7 @@ export const runEventWatch = Effect.gen(function*() {
       )
     )
 
-  yield* Effect.gen(function*() {
+  return yield* Effect.gen(function*() {
     const consumer = yield* Effect.tryPromise({
       try: () => nats.js.consumers.get(stream, nats.name(APP_EVENTS_CONSUMER)),
       catch: (cause) => new BusError({ operation: `consumer ${APP_EVENTS_CONSUMER}`, message: String(cause) })
