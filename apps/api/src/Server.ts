@@ -24,6 +24,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse, S
 import type { Duplex } from "node:stream"
 import { ApiHost, ApiPort } from "./Config.ts"
 import { HealthMonitor } from "./Health.ts"
+import { AppsHandlers } from "./Http/Apps.ts"
 import { IdentityHandlers } from "./Http/Auth.ts"
 import { AuthorizationLayer } from "./Http/Authorization.ts"
 import { BillingHandlers } from "./Http/Billing.ts"
@@ -46,7 +47,8 @@ export const Handlers = Layer.mergeAll(
   // The snapshot route reads the sandbox through the Sandboxes service SandboxesHandlers builds.
   TemplatesHandlers.pipe(Layer.provide(SandboxesHandlers)),
   VolumesHandlers,
-  BillingHandlers
+  BillingHandlers,
+  AppsHandlers
 ).pipe(
   Layer.provide(HealthMonitor.layer),
   Layer.provideMerge(AuthorizationLayer),

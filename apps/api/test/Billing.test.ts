@@ -13,9 +13,11 @@
  *   next period and a raised limit unblock, and the raised limit re-arms the thresholds above
  *   the spend.
  *
- * The API's clock is the real one (the period of "now"); one API runs ahead of it, in the next
- * period. The meters' times stay within minutes of the real time (a run ending near a month's
- * end is handled by `expected`, which cuts at the period).
+ * The platform's wall clock (the API's and the runtime's: the period of "now", the sandboxes'
+ * start times) is `platform`: the real one, moved back when the run starts near a month's end so
+ * that every test's timeline, which runs minutes ahead of it, stays inside one period whatever
+ * the date. One API runs ahead of it, in the next period. The meters' times stay within minutes
+ * of the platform's (the first test's hour ahead is cut at the period by `expected`).
  */
 import { expect, layer } from "@effect/vitest"
 import { Meter } from "@svc/billing/Billing/Meter"
@@ -62,6 +64,19 @@ const SETTINGS = {
 }
 const settings = ConfigProvider.layerAdd(ConfigProvider.fromUnknown(SETTINGS), { asPrimary: true })
 
+/**
+ * How far the meters may run ahead of the platform's clock in this file (the threshold test's
+ * 4 minutes, with room for a slow run): when the run starts closer than this to a month's end,
+ * the platform's clock goes back by twice as much, inside the same month.
+ */
+const MONTH_END_MARGIN_MS = 60 * 60_000
+const platform = makeOffsetClock()
+{
+  const now = Date.now()
+  if (periodOf(now).end - now < MONTH_END_MARGIN_MS) platform.advance(-2 * MONTH_END_MARGIN_MS)
+}
+const platformNow = () => platform.clock.currentTimeMillisUnsafe()
+
 /** A wall clock the test sets; sleeping stays real. */
 const settableClock = () => {
   const real = Clock.Clock.defaultValue()
@@ -85,19 +100,21 @@ class Env extends Context.Service<Env, {
   readonly ahead: ReturnType<typeof makeOffsetClock>
 }>()("test/Billing/Env") {}
 
-const api = (clock?: Clock.Clock) =>
+const api = (clock: Clock.Clock) =>
   serve(
     HttpRouter.serve(Server.Routes, { disableLogger: true, disableListenLog: true }).pipe(
       Layer.provide(settings),
-      Layer.provide(clock === undefined ? Layer.empty : Layer.succeed(Clock.Clock, clock))
+      Layer.provide(Layer.succeed(Clock.Clock, clock))
     )
   )
 
 const EnvLayer = Layer.effect(
   Env,
   Effect.gen(function*() {
-    const base = yield* api()
+    const base = yield* api(platform.clock)
+    // The platform's clock, moved further by the tests.
     const ahead = makeOffsetClock()
+    ahead.advance(platformNow() - Date.now())
     const later = yield* api(ahead.clock)
     const host = yield* makeHost
     yield* startAgent(host, { region: "local" })
@@ -105,7 +122,9 @@ const EnvLayer = Layer.effect(
   })
 ).pipe(
   Layer.provideMerge(Layer.mergeAll(
-    Runtime.make({ meter: false, supervisor: { intervalMs: 200 } }),
+    Runtime.make({ meter: false, supervisor: { intervalMs: 200 } }).pipe(
+      Layer.provide(Layer.succeed(Clock.Clock, platform.clock))
+    ),
     Identity.layer,
     // The dispatcher role's parts: events to deliveries, deliveries to the receiver.
     Layer.mergeAll(FanOut.layer, WebhookDispatcher.layer).pipe(
@@ -182,7 +201,7 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("billing", (it)
         return r.json
       })
 
-      const now = periodOf(Date.now())
+      const now = periodOf(platformNow())
       expect(yield* usage).toEqual({
         period_start: new Date(now.start).toISOString(),
         period_end: new Date(now.end).toISOString(),
@@ -232,7 +251,7 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("billing", (it)
       // Past the month's end: the current period gets what ran before it, the next what ran after.
       yield* sampleAt(Math.max(metered, now.end) + 5_003)
       expect(yield* spendNow).toBe(expected(runs, metered, now.start))
-      const shift = now.end + 60_000 - Date.now()
+      const shift = now.end + 60_000 - platformNow()
       env.ahead.advance(shift)
       const next = yield* o.later("GET", "/v1/billing/usage")
       expect(next.json).toEqual({
@@ -394,8 +413,8 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("billing", (it)
       expect(states.slice(-2)).toEqual(["stopping", "stopped"])
 
       // The next period: not blocked, nothing spent yet; a create is admitted again.
-      const now = periodOf(Date.now())
-      const shift = now.end + 60_000 - Date.now()
+      const now = periodOf(platformNow())
+      const shift = now.end + 60_000 - platformNow()
       env.ahead.advance(shift)
       expect((yield* o.later("GET", "/v1/billing/usage")).json).toMatchObject({ spend_micros: 0, blocked: false })
       const admitted = yield* o.later("POST", "/v1/sandboxes", { region: "nowhere" })

@@ -5,6 +5,7 @@ import * as NodeServices from "@effect/platform-node/NodeServices"
 import { Effect } from "effect"
 import { Command } from "effect/cli"
 import { reportCliError } from "./Client.ts"
+import { app } from "./Commands/Apps.ts"
 import { dev } from "./Commands/Dev.ts"
 import { events } from "./Commands/Events.ts"
 import { key } from "./Commands/Keys.ts"
@@ -19,7 +20,7 @@ import { webhook } from "./Commands/Webhooks.ts"
 
 const svc = Command.make("svc").pipe(
   Command.withDescription("The sandbox platform"),
-  Command.withSubcommands([dev, ...roles, org, key, sandbox, secret, volume, webhook, template, events, usage])
+  Command.withSubcommands([dev, ...roles, org, key, sandbox, secret, volume, webhook, template, app, events, usage])
 )
 
 svc.pipe(

@@ -4,9 +4,11 @@
  * pace and patience are the sandboxes package's, the meter's pace and prices the billing package's).
  */
 import { DEFAULT_ACK_WAIT } from "@svc/actors/Actors"
+import * as Apps from "@svc/apps/Config"
 import * as Billing from "@svc/billing/Config"
 import * as Bus from "@svc/bus/Config"
 import * as Env from "@svc/config/Env"
+import * as Crypto from "@svc/crypto/Config"
 import * as Db from "@svc/db/Config"
 import * as Sandboxes from "@svc/sandboxes/Config"
 import { Duration } from "effect"
@@ -23,5 +25,12 @@ export const settings: ReadonlyArray<Env.AnySetting> = [
   ...Db.settings,
   ActorAckWait,
   ...Sandboxes.supervisorSettings,
-  ...Billing.settings
+  // The app controller makes replicas through the sandboxes' own create: their quotas and templates.
+  Sandboxes.OrgMaxSandboxes,
+  Sandboxes.OrgMaxRunningSandboxes,
+  Sandboxes.TemplateBuildTimeout,
+  Sandboxes.ImageGcGrace,
+  ...Billing.settings,
+  ...Apps.settings,
+  ...Crypto.settings
 ]

@@ -1,7 +1,8 @@
 /**
  * The runtime role: hosts the sandbox actor (its 16 mailbox partitions), the outbox relay, the
  * sandbox supervisor (hosts down, transitions that take too long, `timeout_s` lifetimes), the
- * usage meter (@svc/billing) and this process's worker heartbeat. Run as many runtime processes
+ * usage meter (@svc/billing), the app controllers (@svc/apps: their actors, the executor of
+ * their operations, the watch of their replicas) and this process's worker heartbeat. Run as many runtime processes
  * as wanted: they share the partitions (one message per partition in flight across all of
  * them), the relay batches (one relay publishes at a time), the supervisor's messages
  * (deduplicated by id) and the meter's runs (each charged by one of them, once).
@@ -12,14 +13,21 @@
  * options, on connections given by the caller (tests).
  */
 import { ActorRuntime, type ActorRuntimeOptions as ActorOptions } from "@svc/actors/Runtime"
+import { AppActor } from "@svc/apps/AppActor"
+import * as AppController from "@svc/apps/AppController"
+import { ensureOperationsStream } from "@svc/apps/Apps/Operations"
+import { Billing } from "@svc/billing/Billing"
 import { Meter, type MeterOptions } from "@svc/billing/Billing/Meter"
 import { Nats } from "@svc/bus/Nats"
 import { type HeartbeatOptions, WorkerHeartbeat } from "@svc/bus/Workers"
+import { SecretBox } from "@svc/crypto/SecretBox"
 import * as Database from "@svc/db/Database"
 import { OutboxRelay, type RelayOptions } from "@svc/events/Relay"
 import * as Events from "@svc/events/Streams"
 import { ensureAgentStream, Hosts } from "@svc/sandboxes/Hosts"
+import { Processes } from "@svc/sandboxes/Processes"
 import { SandboxActor } from "@svc/sandboxes/SandboxActor"
+import { Sandboxes } from "@svc/sandboxes/Sandboxes"
 import { SandboxSupervisor, type SupervisorOptions } from "@svc/sandboxes/Sandboxes/Supervisor"
 import { Effect, Layer } from "effect"
 import { ActorAckWait } from "./Config.ts"
@@ -32,22 +40,39 @@ export interface RuntimeOptions {
   readonly meter?: MeterOptions | false
   /** `false`: no worker heartbeat (tests that count workers). */
   readonly heartbeat?: HeartbeatOptions | false
+  /** The app controller's executor, event watch and reconcile round; `false`: none. */
+  readonly apps?: AppController.AppControllerOptions | false
 }
+
+/**
+ * The app controller with the services its replicas are made through: sandboxes as the API
+ * makes them (a blocked org's creates refused), processes, and the key that opens apps' env
+ * (`SVC_ENCRYPTION_KEYS`).
+ */
+const appController = (options: AppController.AppControllerOptions) =>
+  AppController.layer(options).pipe(
+    Layer.provide(Processes.layer),
+    Layer.provideMerge(Sandboxes.layer),
+    Layer.provide(Billing.gate),
+    Layer.provide(SecretBox.layer)
+  )
 
 /** The streams the runtime publishes to, before anything publishes. */
 export const Topology = Layer.effectDiscard(Effect.gen(function*() {
   yield* Events.ensure()
   yield* ensureAgentStream()
+  yield* ensureOperationsStream()
 }))
 
 /** The role on connections of the caller's: needs `SqlClient` + `PgClient` (migrated) and `Nats`. */
 export const make = (options: RuntimeOptions = {}) =>
   Layer.mergeAll(
-    ActorRuntime.layer([SandboxActor], options.actors),
+    ActorRuntime.layer([SandboxActor, AppActor], options.actors),
     options.relay === undefined ? OutboxRelay.layer : OutboxRelay.layerWith(options.relay),
     SandboxSupervisor.layer(options.supervisor),
     options.meter === false ? Layer.empty : Meter.layer(options.meter),
-    options.heartbeat === false ? Layer.empty : WorkerHeartbeat.layer("runtime", options.heartbeat)
+    options.heartbeat === false ? Layer.empty : WorkerHeartbeat.layer("runtime", options.heartbeat),
+    options.apps === false ? Layer.empty : appController(options.apps ?? {})
   ).pipe(
     Layer.provide(Hosts.layer),
     Layer.provide(Topology)

@@ -3,6 +3,7 @@
  * from it, and /v1/openapi.json and /docs are generated from it.
  */
 import { HttpApi, OpenApi } from "effect/http-api"
+import { AppsApi } from "./Api/Apps.ts"
 import { AuditApi } from "./Api/Audit.ts"
 import { Access, ApiKeysApi, AuthApi, Authorization } from "./Api/Auth.ts"
 import { BillingApi } from "./Api/Billing.ts"
@@ -37,6 +38,7 @@ export class Api extends HttpApi.make("svc")
   .add(ProcessesApi)
   .add(TerminalApi)
   .add(BillingApi)
+  .add(AppsApi)
   // Authentication and each endpoint's declared Access rule: keep this after the last .add
   // (it applies to the endpoints added before it; the authorization matrix test checks).
   .middleware(Authorization)

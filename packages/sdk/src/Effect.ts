@@ -21,6 +21,7 @@ export { Api }
 export * as Errors from "@svc/domain/Errors"
 // The request bodies are the server's schema classes: a payload is an instance
 // (`new ExecBody({ cmd, timeout_ms })`), every field given (the server's defaults apply to JSON only).
+export { CreateAppBody, UpdateAppBody } from "@svc/domain/Api/Apps"
 export { CreateApiKeyRequest } from "@svc/domain/Api/Auth"
 export { UpdateOrgRequest } from "@svc/domain/Api/Org"
 export { PreviewTokenRequest } from "@svc/domain/Api/Previews"

@@ -634,6 +634,55 @@ class Volumes {
   }
 }
 
+/** Long-running deployments: `replicas` sandboxes of a template running a command (docs/contract.md#apps). */
+class Apps {
+  readonly #http: Http
+  constructor(http: Http) {
+    this.#http = http
+  }
+  /** Answers at once (`deploying`); `waitUntilRunning` waits for the replicas. */
+  create(params: T.CreateAppParams, options: { readonly idempotencyKey?: string | undefined } = {}): Promise<T.App> {
+    return this.#http.json("POST", "/v1/apps", {
+      json: params,
+      headers: { "idempotency-key": options.idempotencyKey }
+    })
+  }
+  list(options: ListOptions = {}): Promise<Page<"apps", T.App>> {
+    return this.#http.json("GET", "/v1/apps", { query: { ...options } })
+  }
+  get(appId: string): Promise<T.App> {
+    return this.#http.json("GET", `/v1/apps/${id(appId)}`)
+  }
+  /** Replaces what it names; a new `cmd` or `env` rolls the replicas over one at a time. */
+  update(appId: string, patch: T.UpdateAppParams): Promise<T.App> {
+    return this.#http.json("PATCH", `/v1/apps/${id(appId)}`, { json: patch })
+  }
+  scale(appId: string, replicas: number): Promise<T.App> {
+    return this.update(appId, { replicas })
+  }
+  /** The app and its sandboxes go (`deleting`, then not found). */
+  delete(appId: string): Promise<T.App> {
+    return this.#http.json("DELETE", `/v1/apps/${id(appId)}`)
+  }
+  /** Polls until every replica is ready (`running`); rejects after `timeoutMs` (default 120 s). */
+  async waitUntilRunning(appId: string, options: { readonly timeoutMs?: number } = {}): Promise<T.App> {
+    const deadline = Date.now() + (options.timeoutMs ?? 120_000)
+    for (;;) {
+      const app = await this.get(appId)
+      if (app.state === "running") return app
+      if (Date.now() > deadline) {
+        throw new SvcError({
+          status: 0,
+          code: "timeout",
+          message: `app ${app.name} is ${app.state}: ${app.reason ?? "no reason given"}`,
+          details: { app }
+        })
+      }
+      await new Promise((resolve) => setTimeout(resolve, 500))
+    }
+  }
+}
+
 class Secrets {
   readonly #http: Http
   constructor(http: Http) {
@@ -849,6 +898,7 @@ export class Svc {
   readonly sandboxes: Sandboxes
   readonly templates: Templates
   readonly volumes: Volumes
+  readonly apps: Apps
   readonly secrets: Secrets
   readonly webhooks: Webhooks
   readonly keys: Keys
@@ -858,6 +908,7 @@ export class Svc {
     this.templates = new Templates(this.#http)
     this.sandboxes = new Sandboxes(this.#http, this.templates)
     this.volumes = new Volumes(this.#http)
+    this.apps = new Apps(this.#http)
     this.secrets = new Secrets(this.#http)
     this.webhooks = new Webhooks(this.#http)
     this.keys = new Keys(this.#http)

@@ -13,6 +13,7 @@ import type {
 } from "@svc/domain/Api/Auth"
 import type { PreviewToken as PreviewTokenSchema } from "@svc/domain/Api/Previews"
 import type { FileEntry as FileEntrySchema, FileListing as FileListingSchema } from "@svc/domain/Api/Sandboxes"
+import type { App as AppSchema, CreateAppRequest, UpdateAppRequest } from "@svc/domain/App"
 import type {
   CreateSandboxRequest,
   Sandbox as SandboxSchema,
@@ -41,6 +42,10 @@ export type CreateTemplateParams = typeof CreateTemplateRequest.Encoded
 
 export type Volume = typeof VolumeSchema.Encoded
 export type CreateVolumeParams = typeof CreateVolumeRequest.Encoded
+
+export type App = typeof AppSchema.Encoded
+export type CreateAppParams = typeof CreateAppRequest.Encoded
+export type UpdateAppParams = typeof UpdateAppRequest.Encoded
 
 export type Secret = typeof SecretSchema.Encoded
 export type CreateSecretParams = typeof CreateSecretRequest.Encoded

@@ -6,7 +6,8 @@
  * `org.updated`, `auth.signed_up`, `auth.signed_in`, `auth.sign_in_failed` (a known email with a
  * wrong password), `auth.signed_out`, and `secret.created`, `secret.rotated`, `secret.updated`,
  * `secret.deleted` (the target is the secret's id; an entry never holds a value), and
- * `billing.limits_updated` (the target is the org's id).
+ * `billing.limits_updated` (the target is the org's id), and `app.created`, `app.updated`,
+ * `app.deleted` (the target is the app's id).
  */
 import { Schema } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "effect/http-api"
@@ -28,7 +29,10 @@ export const AUDIT_ACTIONS = [
   "secret.rotated",
   "secret.updated",
   "secret.deleted",
-  "billing.limits_updated"
+  "billing.limits_updated",
+  "app.created",
+  "app.updated",
+  "app.deleted"
 ] as const
 export const AuditAction = Schema.Literals(AUDIT_ACTIONS)
 export type AuditAction = typeof AuditAction.Type
