@@ -6,8 +6,10 @@
  *     authenticated `GET /v1/auth/me` (a real key, verified through the credential cache),
  *   - `svc dev` (every role in one process, the agent and its warm pool included):
  *     `GET /v1/auth/me`.
- * Also the framework's floor: Effect's HttpRouter with nothing of ours (bench/lib/effect-server.ts)
- * against the same baseline, so that the gap splits into the framework's and ours.
+ * Also the framework's floors: Effect's HttpRouter, and an HttpApi of one endpoint, with nothing of
+ * ours (bench/lib/effect-server.ts), against the same baseline, so that the gap splits into the
+ * framework's and ours. Each figure comes with the server's CPU time per request, which the
+ * machine's other work barely moves.
  * Baseline and subject alternate run by run; medians of BENCH_RUNS (3) runs of BENCH_DURATION
  * (3s). Target: authenticated GET >= 0.5 of raw.
  * BENCH_CPU_PROF=<dir>: the API role runs under `node --cpu-prof` and writes its profile there on
@@ -23,6 +25,7 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { parseDuration } from "../packages/config/src/Env.ts"
 import { startEffectServer, startRawServer } from "./lib/Baselines.ts"
+import { treeCpuMs } from "./lib/Measure.ts"
 import { record } from "./lib/Report.ts"
 import { median } from "./lib/Stats.ts"
 import { wrk, type WrkResult } from "./lib/Wrk.ts"
@@ -57,7 +60,7 @@ const start = async (args: ReadonlyArray<string>, env: Record<string, string>, p
   })
   children.push(child)
   await waitForPort(port, 120_000, child)
-  return `http://127.0.0.1:${port}`
+  return { url: `http://127.0.0.1:${port}`, pid: child.pid! }
 }
 
 /** Signs up and mints a `*` key with the session, as a user would. */
@@ -80,19 +83,32 @@ const mintKey = async (base: string): Promise<string> => {
 }
 
 /** Alternates baseline and subject runs so that drift hits both alike; records the medians. */
-const compare = async (
-  figure: string,
-  rawUrl: string,
-  subject: Parameters<typeof wrk>[0],
-  target: number | undefined = 0.5
-) => {
-  const base: Array<WrkResult> = []
-  const subj: Array<WrkResult> = []
-  await wrk({ url: rawUrl, durationMs: 1000, connections: CONNECTIONS }) // warm-up: JIT, sockets
-  await wrk({ ...subject, durationMs: 1000 })
+interface Server {
+  readonly url: string
+  readonly pid: number
+  readonly headers?: Record<string, string>
+}
+
+/** One wrk run, with the server's CPU time per request (a figure the machine's other work barely moves). */
+const run = async (server: Server, durationMs: number) => {
+  const before = treeCpuMs(server.pid)
+  const result = await wrk({
+    url: server.url,
+    durationMs,
+    connections: CONNECTIONS,
+    ...(server.headers ? { headers: server.headers } : {})
+  })
+  return { ...result, cpuUs: ((treeCpuMs(server.pid) - before) * 1000) / Math.max(1, result.requests) }
+}
+
+const compare = async (figure: string, raw: Server, subject: Server, target: number | undefined = 0.5) => {
+  const base: Array<WrkResult & { cpuUs: number }> = []
+  const subj: Array<WrkResult & { cpuUs: number }> = []
+  await run(raw, 1000) // warm-up: JIT, sockets
+  await run(subject, 1000)
   for (let i = 0; i < RUNS; i++) {
-    base.push(await wrk({ url: rawUrl, durationMs: DURATION_MS, connections: CONNECTIONS }))
-    subj.push(await wrk({ ...subject, durationMs: DURATION_MS }))
+    base.push(await run(raw, DURATION_MS))
+    subj.push(await run(subject, DURATION_MS))
   }
   const failed = subj.reduce((n, r) => n + r.failed, 0)
   if (failed > 0) throw new Error(`${figure}: ${failed} responses were not 2xx`)
@@ -109,6 +125,18 @@ const compare = async (
     ...(target === undefined ? {} : { target: `ratio >= ${target}`, met: s / b >= target }),
     runs: RUNS
   })
+  const cpu = median(subj.map((r) => r.cpuUs))
+  const rawCpu = median(base.map((r) => r.cpuUs))
+  record({
+    bench: "api",
+    figure: `${figure}: server CPU per request`,
+    value: cpu,
+    unit: "µs",
+    baseline: rawCpu,
+    baselineName: "raw node:http",
+    ratio: cpu / rawCpu,
+    runs: RUNS
+  })
   console.log(
     `    p50 ${median(subj.map((r) => r.p50)).toFixed(2)} ms, p99 ${median(subj.map((r) => r.p99)).toFixed(2)} ms;` +
       ` raw p50 ${median(base.map((r) => r.p50)).toFixed(2)} ms`
@@ -117,39 +145,38 @@ const compare = async (
 
 try {
   const raw = await startRawServer("raw")
+  const apiPort = await freePort()
   const profile = process.env.BENCH_CPU_PROF ? ["--cpu-prof", `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : []
-  const api = await start(
-    [...profile, new URL("../apps/api/src/main.ts", import.meta.url).pathname],
-    {},
-    await freePort()
-  )
-  const token = await mintKey(api)
+  const api = await start([...profile, new URL("../apps/api/src/main.ts", import.meta.url).pathname], {}, apiPort)
+  const token = await mintKey(api.url)
   const auth = { authorization: `Bearer ${token}` }
   console.log(`wrk -t1 -c${CONNECTIONS}, ${DURATION_MS} ms per run, each server in its own process`)
-  const effect = await startEffectServer()
-  await compare(
-    "Effect HttpRouter alone (the framework's floor)",
-    raw.url,
-    { url: effect.url, durationMs: 0 },
-    undefined
-  )
-  await effect.stop()
-  await compare("API role alone: GET /v1/health", raw.url, { url: `${api}/v1/health`, durationMs: 0 })
-  await compare("API role alone: authenticated GET /v1/auth/me", raw.url, {
-    url: `${api}/v1/auth/me`,
-    headers: auth,
-    durationMs: 0
+  for (const floor of ["router", "api"] as const) {
+    const effect = await startEffectServer(floor)
+    await compare(
+      floor === "router" ? "Effect HttpRouter alone (a floor)" : "Effect HttpApi of one endpoint (a floor)",
+      raw,
+      effect,
+      undefined
+    )
+    await effect.stop()
+  }
+  await compare("API role alone: GET /v1/health", raw, { url: `${api.url}/v1/health`, pid: api.pid })
+  await compare("API role alone: authenticated GET /v1/auth/me", raw, {
+    url: `${api.url}/v1/auth/me`,
+    pid: api.pid,
+    headers: auth
   })
   const dev = await start(
     [new URL("../apps/cli/src/main.ts", import.meta.url).pathname, "dev"],
     { SVC_STATE_DIR: stateDir, SVC_DATA_DIR: path.join(stateDir, "agent") },
     await freePort()
   )
-  const devKey = await mintKey(dev)
-  await compare("svc dev: authenticated GET /v1/auth/me", raw.url, {
-    url: `${dev}/v1/auth/me`,
-    headers: { authorization: `Bearer ${devKey}` },
-    durationMs: 0
+  const devKey = await mintKey(dev.url)
+  await compare("svc dev: authenticated GET /v1/auth/me", raw, {
+    url: `${dev.url}/v1/auth/me`,
+    pid: dev.pid,
+    headers: { authorization: `Bearer ${devKey}` }
   })
   await raw.stop()
 } finally {

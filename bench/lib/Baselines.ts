@@ -12,8 +12,12 @@ export interface Started {
 
 export const startRawServer = (mode: "raw" | "sink" = "raw"): Promise<Started> => startServer(["./raw-server.ts", mode])
 
-/** Effect's HttpRouter with nothing of ours: the framework's floor (bench/lib/effect-server.ts). */
-export const startEffectServer = (): Promise<Started> => startServer(["./effect-server.ts"])
+/**
+ * Effect with nothing of ours: the framework's floors (bench/lib/effect-server.ts), its HttpRouter
+ * (`router`) or an HttpApi of one endpoint (`api`).
+ */
+export const startEffectServer = (floor: "router" | "api"): Promise<Started> =>
+  startServer(["./effect-server.ts", floor])
 
 const startServer = ([script, ...args]: ReadonlyArray<string>): Promise<Started> =>
   new Promise((resolve, reject) => {
