@@ -9,6 +9,7 @@ import * as Bus from "@svc/bus/Config"
 import * as Env from "@svc/config/Env"
 import * as Db from "@svc/db/Config"
 import * as Sandboxes from "@svc/sandboxes/Config"
+import * as Telemetry from "@svc/telemetry/Config"
 import { Duration } from "effect"
 
 /** The actors' mailbox ack wait: a message held by a runtime process that died is redelivered after it. */
@@ -23,5 +24,6 @@ export const settings: ReadonlyArray<Env.AnySetting> = [
   ...Db.settings,
   ActorAckWait,
   ...Sandboxes.supervisorSettings,
-  ...Billing.settings
+  ...Billing.settings,
+  ...Telemetry.settings
 ]
