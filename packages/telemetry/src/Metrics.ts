@@ -88,10 +88,10 @@ export const serve = (options: { readonly host: string; readonly port: number })
  * The listener of `SVC_METRICS_PORT` (none when unset). One value for every role: `svc dev`
  * (the four roles in one process) builds it once and serves all of their metrics.
  */
-export const layer: Layer.Layer<never> = Layer.effectDiscard(Effect.gen(function*() {
-  const port = yield* Effect.orDie(MetricsPort)
+export const layer = Layer.effectDiscard(Effect.gen(function*() {
+  const port = yield* MetricsPort
+  const host = yield* MetricsHost
   if (Option.isNone(port)) return
-  const host = yield* Effect.orDie(MetricsHost)
   const served = yield* serve({ host, port: port.value })
   yield* Effect.logInfo("metrics: serving", { url: served.url })
 }))

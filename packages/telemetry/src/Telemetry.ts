@@ -28,11 +28,12 @@ export const serviceName = (role: RoleService) => Effect.map(ServiceName, Option
 /** The OTLP trace exporter, or nothing when no endpoint is set. */
 export const tracerLayer = (role: RoleService) =>
   Layer.unwrap(Effect.gen(function*() {
+    // Every setting read, used or not: a bad value stops the role whatever the others say.
     const endpoint = yield* OtlpEndpoint
-    // The tracer is an output of its layer (a reference in the context, not in the type).
-    if (Option.isNone(endpoint)) return Layer.empty as Layer.Layer<OtlpExporter.Flusher>
     const protocol = yield* OtlpProtocol
     const name = yield* serviceName(role)
+    // The tracer is an output of its layer (a reference in the context, not in the type).
+    if (Option.isNone(endpoint)) return Layer.empty as Layer.Layer<OtlpExporter.Flusher>
     return OtlpTracer.layer({
       url: `${endpoint.value.replace(/\/+$/, "")}/v1/traces`,
       resource: {
@@ -49,7 +50,8 @@ export const tracerLayer = (role: RoleService) =>
 export const loggerLayer = (role: RoleService) =>
   Layer.unwrap(Effect.gen(function*() {
     const format = yield* LogFormat
-    return format === "json" ? jsonLayer(yield* serviceName(role)) : Layer.empty
+    const name = yield* serviceName(role)
+    return format === "json" ? jsonLayer(name) : Layer.empty
   }))
 
 /** Traces, logs and the `/metrics` listener of a role. */
