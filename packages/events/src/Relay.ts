@@ -217,8 +217,10 @@ export class OutboxRelay extends Context.Service<OutboxRelay, {
       }
     })
 
-    yield* Effect.forkScoped(relayLoop)
-    yield* Effect.forkScoped(listenLoop)
+    // Untraced: a poll every second would be an endless trace of statements. The messages carry
+    // their writers' trace (the rows' `trace`), not the relay's.
+    yield* Effect.forkScoped(Effect.withTracerEnabled(relayLoop, false))
+    yield* Effect.forkScoped(Effect.withTracerEnabled(listenLoop, false))
     yield* Effect.forkScoped(pruneLoop)
 
     const pending = countRows(sql`SELECT count(*)::int AS n FROM outbox WHERE sent_at IS NULL`).pipe(

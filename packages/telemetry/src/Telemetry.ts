@@ -54,6 +54,9 @@ export const loggerLayer = (role: RoleService) =>
     return format === "json" ? jsonLayer(name) : Layer.empty
   }))
 
-/** Traces, logs and the `/metrics` listener of a role. */
-export const layer = (role: RoleService) =>
-  Layer.mergeAll(tracerLayer(role), loggerLayer(role), Metrics.layer.pipe(Layer.provide(loggerLayer(role))))
+/**
+ * Traces, logs and the `/metrics` listener of a role. The listener is the one value
+ * `Metrics.layer`, so that the roles of one process (`svc dev`) share it (a layer is built once
+ * per value).
+ */
+export const layer = (role: RoleService) => Layer.mergeAll(tracerLayer(role), loggerLayer(role), Metrics.layer)

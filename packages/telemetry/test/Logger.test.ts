@@ -58,7 +58,7 @@ describe("JSON logs", () => {
           yield* Effect.logInfo(`calling with ${key}`, { authorization: `Bearer ${bearer}`, token: "t0k3n-value" })
           yield* Effect.logInfo("webhook", { nested: { secret: "plain-secret-value", url: `https://x/?s=${secret}` } })
           yield* Effect.logInfo(`preview ${preview}`).pipe(Effect.annotateLogs({ password: "hunter2-hunter2" }))
-          yield* Effect.fail(new Error(`refused ${key}`))
+          return yield* Effect.fail(new Error(`refused ${key}`))
         }).pipe(Effect.tapCause((cause) => Effect.logError("failed", cause)))
       )
       const text = lines.map((l) => JSON.stringify(l)).join("\n")
