@@ -56,7 +56,8 @@ export const loggerLayer = (role: RoleService) =>
 
 /**
  * Traces, logs and the `/metrics` listener of a role. The listener is the one value
- * `Metrics.layer`, so that the roles of one process (`svc dev`) share it (a layer is built once
- * per value).
+ * `Metrics.layer` (given the role's logger), built once per process: the roles of `svc dev`
+ * share it.
  */
-export const layer = (role: RoleService) => Layer.mergeAll(tracerLayer(role), loggerLayer(role), Metrics.layer)
+export const layer = (role: RoleService) =>
+  Layer.mergeAll(tracerLayer(role), loggerLayer(role), Metrics.layer.pipe(Layer.provide(loggerLayer(role))))
