@@ -17,7 +17,7 @@ export const OtlpProtocol = Env.describe(
   Config.Literals(["http/protobuf", "http/json"], "OTEL_EXPORTER_OTLP_PROTOCOL").pipe(
     Config.withDefault("http/protobuf" as const)
   ),
-  { name: "OTEL_EXPORTER_OTLP_PROTOCOL", default: "`http/protobuf`", format: "`http/protobuf` or `http/json`" }
+  { name: "OTEL_EXPORTER_OTLP_PROTOCOL", default: "`http/protobuf`", format: "protocol" }
 )
 
 /** The service name on every span (and JSON log line); unset: the role's (`svc-api`, ...). */
