@@ -17,15 +17,18 @@
  * create's env comes sealed and the driver keeps it sealed on disk); what `node
  * apps/agent/src/main.ts`, `svc agent` and `svc dev` run. The agent holds no database connection.
  */
+import { updateConsumerDepth } from "@svc/bus/Metrics"
 import { Nats } from "@svc/bus/Nats"
 import { WorkerHeartbeat } from "@svc/bus/Workers"
 import { SecretBox } from "@svc/crypto/SecretBox"
 import { Egress, ensureEgressCa } from "@svc/egress/Egress"
-import type { HostLimits } from "@svc/host-protocol/Protocol"
+import { AGENT_STREAM, agentConsumer, type HostLimits } from "@svc/host-protocol/Protocol"
 import { SandboxDriver } from "@svc/host/Driver"
 import { BubblewrapDriver } from "@svc/host/Driver/Bubblewrap"
 import { DriverConfig } from "@svc/host/Driver/Config"
 import { parseSubnet } from "@svc/host/Driver/Network"
+import * as Metrics from "@svc/telemetry/Metrics"
+import * as Telemetry from "@svc/telemetry/Telemetry"
 import { Effect, Layer, Schema } from "effect"
 import * as Os from "node:os"
 import * as NodePath from "node:path"
@@ -187,6 +190,14 @@ const StopSandboxesOnStop = Layer.effectDiscard(
   })
 )
 
+/** `/metrics`: this host's command consumer's depth, read at each scrape (the only consumer it may read). */
+const CommandQueueDepth = Layer.unwrap(
+  Effect.map(
+    AgentConfig,
+    (config) => Metrics.collector("queues", updateConsumerDepth(AGENT_STREAM, agentConsumer(config.hostId)))
+  )
+)
+
 interface RoleOptions {
   readonly dataPlane?: DataPlaneOptions
   /** Stop this host's sandboxes once the agent has stopped (`svc dev`); by default they keep running. */
@@ -212,8 +223,14 @@ export class AgentRole {
   }
 
   /** The whole role configured from the environment (see `Config.ts`), with its NATS connection and keys. */
-  static readonly fromEnv = (options: { readonly stopSandboxesOnStop?: boolean } = {}) =>
-    role(AgentConfig.fromEnv, options).pipe(Layer.provide(Layer.mergeAll(Nats.layer, SecretBox.layer)))
+  static readonly fromEnv = (options: { readonly stopSandboxesOnStop?: boolean } = {}) => {
+    const agent = role(AgentConfig.fromEnv, options)
+    return Layer.merge(agent, CommandQueueDepth.pipe(Layer.provide(agent))).pipe(
+      Layer.provide(Layer.mergeAll(Nats.layer, SecretBox.layer)),
+      // Traces, logs and /metrics of the role (svc-agent), for everything above.
+      Layer.provide(Telemetry.layer("svc-agent"))
+    )
+  }
 
   /** The role as an operator runs it: its sandboxes outlive it. */
   static readonly layer = AgentRole.fromEnv()

@@ -20,8 +20,9 @@ import { AckPolicy, DeliverPolicy, type JsMsg } from "@nats-io/jetstream"
 import { ENTITY_ID } from "@svc/bus/Mailbox"
 import { BusError, Nats } from "@svc/bus/Nats"
 import { ensureConsumer, ensureStream } from "@svc/bus/Topology"
+import * as Trace from "@svc/bus/Trace"
 import { AGENT_STREAM_SPEC, AgentCommand, agentConsumer } from "@svc/host-protocol/Protocol"
-import { Context, Deferred, Duration, Effect, FiberSet, Layer, Schedule, Schema, Semaphore } from "effect"
+import { Context, Deferred, Duration, Effect, FiberSet, Layer, Metric, Schedule, Schema, Semaphore } from "effect"
 import { AgentConfig } from "./Config.ts"
 import { Images } from "./Images.ts"
 import { Lifecycle } from "./Lifecycle.ts"
@@ -47,6 +48,12 @@ export const retryForever = <A, E, R>(label: string, effect: Effect.Effect<A, E,
     Effect.orDie
   )
 
+/** Commands this agent settled, by command and outcome (Prometheus: `svc_agent_commands_total`). */
+export const AgentCommands = Metric.counter("svc_agent_commands_total", {
+  description: "Agent commands settled by this host's agent, by command and outcome (acked, terminated)",
+  incremental: true
+})
+
 interface Job {
   readonly msg: JsMsg
   readonly command: AgentCommand
@@ -70,6 +77,7 @@ export class CommandConsumer extends Context.Service<CommandConsumer, {
       const reporter = yield* Reporter
       const images = yield* Images
       const hostId = config.hostId
+      const context = yield* Effect.context<never>()
       const startedAt = Date.now()
       const ready = yield* Deferred.make<void>()
       const semaphore = yield* Semaphore.make(config.concurrency)
@@ -84,6 +92,12 @@ export class CommandConsumer extends Context.Service<CommandConsumer, {
       const settle = (job: Job, how: "ack" | "nak" | "term") => {
         clearInterval(job.keepAlive)
         held.delete(job.msg.seq)
+        if (how !== "nak") {
+          Metric.withAttributes(AgentCommands, {
+            command: job.command._tag,
+            outcome: how === "ack" ? "acked" : "terminated"
+          }).updateUnsafe(1, context)
+        }
         try {
           if (how === "ack") job.msg.ack()
           else if (how === "nak") job.msg.nak()
@@ -120,7 +134,8 @@ export class CommandConsumer extends Context.Service<CommandConsumer, {
           applied++
         }).pipe(
           Effect.onInterrupt(() => Effect.sync(() => settle(job, "nak"))),
-          Effect.withSpan("Agent.command", {
+          // The trace of whoever sent the command (its `traceparent` header), when spans are exported.
+          Trace.continueMessage("Agent.command", job.msg.headers, {
             attributes: { command: job.command._tag, sandboxId: job.command.sandboxId }
           })
         )

@@ -43,6 +43,7 @@ import * as Egress from "@svc/egress/Config"
 import { type Capacity, HOST_HEARTBEAT_MS } from "@svc/host-protocol/Protocol"
 import { DEFAULT_BRIDGE, DEFAULT_SUBNET, DEFAULT_UID_BASE, UidBase as UidBaseSchema } from "@svc/host/Driver/Config"
 import { imagesAllocatedBytes } from "@svc/host/Driver/Disk"
+import * as Telemetry from "@svc/telemetry/Config"
 import { Config, Context, Duration, Effect, Layer, Option, Schema } from "effect"
 import { createHash } from "node:crypto"
 import * as FsSync from "node:fs"
@@ -307,7 +308,8 @@ export const settings: ReadonlyArray<Env.AnySetting> = [
   UidBase,
   AllowNoFirewall,
   SharedVolumesDir,
-  ImageCacheDir
+  ImageCacheDir,
+  ...Telemetry.settings
 ]
 
 export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("@svc/agent/AgentConfig") {

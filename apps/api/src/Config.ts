@@ -9,6 +9,7 @@ import * as Crypto from "@svc/crypto/Config"
 import * as Db from "@svc/db/Config"
 import * as Sandboxes from "@svc/sandboxes/Config"
 import * as Secrets from "@svc/secrets/Config"
+import * as Telemetry from "@svc/telemetry/Config"
 import * as Volumes from "@svc/volumes/Config"
 import * as Webhooks from "@svc/webhooks/Config"
 import { Config } from "effect"
@@ -36,5 +37,6 @@ export const settings: ReadonlyArray<Env.AnySetting> = [
   ...Sandboxes.quotaSettings,
   Webhooks.AllowedSubnets,
   ...Secrets.settings,
-  ...Volumes.settings
+  ...Volumes.settings,
+  ...Telemetry.settings
 ]

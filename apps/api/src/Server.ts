@@ -17,8 +17,9 @@ import { WorkerHeartbeat } from "@svc/bus/Workers"
 import { SecretBox } from "@svc/crypto/SecretBox"
 import * as Database from "@svc/db/Database"
 import { Api } from "@svc/domain/Api"
+import * as Telemetry from "@svc/telemetry/Telemetry"
 import { Deferred, Duration, Effect, Layer } from "effect"
-import { HttpRouter, HttpServer, HttpServerResponse } from "effect/http"
+import { HttpMiddleware, HttpRouter, HttpServer, HttpServerResponse } from "effect/http"
 import { HttpApiBuilder, HttpApiScalar } from "effect/http-api"
 import { createServer, type IncomingMessage, type Server, type ServerResponse, STATUS_CODES } from "node:http"
 import type { Duplex } from "node:stream"
@@ -29,6 +30,7 @@ import { IdentityHandlers } from "./Http/Auth.ts"
 import { AuthorizationLayer } from "./Http/Authorization.ts"
 import { BillingHandlers } from "./Http/Billing.ts"
 import { InfrastructureMiddleware } from "./Http/Infrastructure.ts"
+import { spanName } from "./Http/Metrics.ts"
 import { ApiMiddleware, errorForStatus, newRequestId } from "./Http/Middleware.ts"
 import { SandboxesHandlers } from "./Http/Sandboxes.ts"
 import { SecretsHandlers } from "./Http/Secrets.ts"
@@ -150,6 +152,8 @@ export const serveInOrder = <E, R>(
       const deadline = yield* Deferred.make<void>()
       const served = HttpServer.serve(Effect.raceFirst(app, Effect.andThen(Deferred.await(deadline), unavailable)))
         .pipe(
+          // Request spans named by route template (`POST /v1/sandboxes/:id/exec`), not by method alone.
+          Layer.provide(Layer.succeed(HttpMiddleware.SpanNameGenerator, spanName)),
           Layer.provide(NodeHttpServer.layerServer(() => makeNodeServer(hooks), {
             port: options.port,
             host: options.host,
@@ -183,5 +187,7 @@ export const httpLayer = Layer.unwrap(
 /** The whole API role, configured from the environment. */
 export const layer = Layer.mergeAll(httpLayer, WorkerHeartbeat.layer("api")).pipe(
   Layer.provide(SecretBox.layer),
-  Layer.provide(Layer.mergeAll(Database.layer, Nats.layer))
+  Layer.provide(Layer.mergeAll(Database.layer, Nats.layer)),
+  // Traces, logs and /metrics of the role (svc-api), for everything above.
+  Layer.provide(Telemetry.layer("svc-api"))
 )

@@ -146,7 +146,7 @@ describe("configuration", () => {
         /\bConfig\.(String|NonEmptyString|Number|Finite|Int|Literal|Literals|Boolean|Duration|Port|Redacted|URL|Schema|schema|Array|Record)\(/
       if (!isConfigModule) expect(reads.test(text), `${relative} reads a variable outside a Config.ts`).toBe(false)
       if (isConfigModule) {
-        for (const [, name] of text.matchAll(/"((?:SVC|NATS|DATABASE)_[A-Z0-9_]+)"/g)) {
+        for (const [, name] of text.matchAll(/"((?:SVC|NATS|DATABASE|OTEL)_[A-Z0-9_]+)"/g)) {
           const other = definedIn.get(name!)
           expect(other === undefined || other === relative, `${name} is read in ${other} and ${relative}`).toBe(true)
           definedIn.set(name!, relative)

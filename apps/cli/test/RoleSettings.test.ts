@@ -36,7 +36,7 @@ const readsOf = <A, E>(role: Layer.Layer<A, E, never>, env: Record<string, strin
       return base.load(path)
     })
     yield* Effect.scoped(Layer.build(role.pipe(Layer.provide(ConfigProvider.layer(provider)))))
-    return [...asked].filter((name) => /^(SVC|NATS|DATABASE)_/.test(name)).sort()
+    return [...asked].filter((name) => /^(SVC|NATS|DATABASE|OTEL)_/.test(name)).sort()
   })
 
 describe("what each role reads", () => {

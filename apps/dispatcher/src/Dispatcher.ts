@@ -10,13 +10,18 @@
  * shared, and each process pulls from every webhook's consumer with its own per-webhook
  * concurrency.
  */
+import { updateQueueDepths } from "@svc/bus/Metrics"
 import { Nats } from "@svc/bus/Nats"
 import { WorkerHeartbeat } from "@svc/bus/Workers"
 import { SecretBox } from "@svc/crypto/SecretBox"
 import * as Database from "@svc/db/Database"
+import * as Streams from "@svc/events/Streams"
+import * as Metrics from "@svc/telemetry/Metrics"
+import * as Telemetry from "@svc/telemetry/Telemetry"
 import { WebhookSender } from "@svc/webhooks/Delivery/Attempt"
 import { WebhookDispatcher } from "@svc/webhooks/Delivery/Dispatcher"
 import { FanOut } from "@svc/webhooks/Delivery/FanOut"
+import { DELIVERY_STREAM } from "@svc/webhooks/Delivery/Jobs"
 import { WebhookAddressGuard } from "@svc/webhooks/Subscriptions/AddressGuard"
 import { Layer } from "effect"
 
@@ -27,7 +32,15 @@ export const delivery = WebhookDispatcher.layer.pipe(
 )
 
 /** The whole role, configured from the environment. */
-export const layer = Layer.mergeAll(FanOut.layer, delivery, WorkerHeartbeat.layer("dispatcher")).pipe(
+export const layer = Layer.mergeAll(
+  FanOut.layer,
+  delivery,
+  WorkerHeartbeat.layer("dispatcher"),
+  // Queue depths at each scrape: the events the fan-out has yet to read, each webhook's jobs.
+  Metrics.collector("queues", updateQueueDepths([Streams.EVENTS.name, DELIVERY_STREAM.name]))
+).pipe(
   Layer.provide(SecretBox.layer),
-  Layer.provide(Layer.mergeAll(Database.layer, Nats.layer))
+  Layer.provide(Layer.mergeAll(Database.layer, Nats.layer)),
+  // Traces, logs and /metrics of the role (svc-dispatcher), for everything above.
+  Layer.provide(Telemetry.layer("svc-dispatcher"))
 )

@@ -11,6 +11,7 @@ import * as Env from "@svc/config/Env"
 import * as Crypto from "@svc/crypto/Config"
 import * as Db from "@svc/db/Config"
 import * as Sandboxes from "@svc/sandboxes/Config"
+import * as Telemetry from "@svc/telemetry/Config"
 import { Duration } from "effect"
 
 /** The actors' mailbox ack wait: a message held by a runtime process that died is redelivered after it. */
@@ -32,5 +33,6 @@ export const settings: ReadonlyArray<Env.AnySetting> = [
   Sandboxes.ImageGcGrace,
   ...Billing.settings,
   ...Apps.settings,
-  ...Crypto.settings
+  ...Crypto.settings,
+  ...Telemetry.settings
 ]

@@ -29,8 +29,10 @@ import { Processes } from "@svc/sandboxes/Processes"
 import { SandboxActor } from "@svc/sandboxes/SandboxActor"
 import { Sandboxes } from "@svc/sandboxes/Sandboxes"
 import { SandboxSupervisor, type SupervisorOptions } from "@svc/sandboxes/Sandboxes/Supervisor"
+import * as Telemetry from "@svc/telemetry/Telemetry"
 import { Effect, Layer } from "effect"
 import { ActorAckWait } from "./Config.ts"
+import * as RuntimeMetrics from "./Metrics.ts"
 
 export interface RuntimeOptions {
   readonly actors?: ActorOptions
@@ -82,8 +84,13 @@ export const make = (options: RuntimeOptions = {}) =>
  * The runtime role configured from the environment (`Config.ts`): `SVC_ACTOR_ACK_WAIT`; the
  * supervisor reads `SVC_SUPERVISOR_INTERVAL` and `SVC_SANDBOX_TRANSITION_TIMEOUT` itself, the
  * meter `SVC_METER_INTERVAL` and the prices.
- * With its connections.
+ * With its connections, its telemetry (@svc/telemetry) and its metrics' collectors (Metrics.ts).
  */
-export const layer = Layer.unwrap(Effect.map(ActorAckWait, (ackWait) => make({ actors: { ackWait } }))).pipe(
-  Layer.provide(Layer.mergeAll(Database.layer, Nats.layer))
+export const layer = Layer.unwrap(Effect.map(ActorAckWait, (ackWait) => {
+  const role = make({ actors: { ackWait } })
+  return Layer.merge(role, RuntimeMetrics.layer.pipe(Layer.provide(role)))
+})).pipe(
+  Layer.provide(Layer.mergeAll(Database.layer, Nats.layer)),
+  // Traces, logs and /metrics of the role (svc-runtime), for everything above.
+  Layer.provide(Telemetry.layer("svc-runtime"))
 )

@@ -17,8 +17,9 @@
  */
 import type { JsMsg } from "@nats-io/jetstream"
 import { BusError, Nats } from "@svc/bus/Nats"
+import * as Trace from "@svc/bus/Trace"
 import * as Outbox from "@svc/events/Outbox"
-import { Clock, Context, Duration, Effect, Layer, Option, Schedule, Schema } from "effect"
+import { Clock, Context, Duration, Effect, Layer, Metric, Option, Schedule, Schema } from "effect"
 import { SqlClient, type SqlError } from "effect/sql"
 import { type ActorEffect, type AnyActor, consumerName, ENTITY_ID, partitionOf, streamName } from "./Actor.ts"
 import { DEFAULT_ACK_WAIT, ensure, type MailboxOptions, toOutbox } from "./Actors.ts"
@@ -65,6 +66,24 @@ export interface RuntimeStats {
   readonly duplicate: number
   readonly terminated: number
   readonly retry: number
+}
+
+/** Messages settled, by actor type and outcome (Prometheus: `svc_actor_messages_total`). */
+export const ActorMessages = Metric.counter("svc_actor_messages_total", {
+  description: "Actor mailbox messages settled by the actor runtime, by actor type and outcome",
+  incremental: true
+})
+
+const byOutcome = new Map<string, Metric.Counter<number>>()
+/** The counter of one type and outcome, made once (a message then costs one update). */
+const handled = (type: string, outcome: MessageOutcome): Metric.Counter<number> => {
+  const key = `${type}:${outcome}`
+  let counter = byOutcome.get(key)
+  if (counter === undefined) {
+    counter = Metric.withAttributes(ActorMessages, { type, outcome })
+    byOutcome.set(key, counter)
+  }
+  return counter
 }
 
 class Stale extends Schema.TaggedError<Stale>()("Stale", {}) {}
@@ -176,6 +195,7 @@ export class ActorRuntime extends Context.Service<ActorRuntime, {
         const settle = (outcome: MessageOutcome) =>
           Effect.gen(function*() {
             stats[outcome]++
+            yield* Metric.update(handled(actor.type, outcome), 1)
             try {
               if (outcome === "applied" || outcome === "duplicate") msg.ack()
               else if (outcome === "terminated") msg.term()
@@ -208,6 +228,7 @@ export class ActorRuntime extends Context.Service<ActorRuntime, {
 
         inFlight.add(msg)
         const outcome = yield* work.pipe(
+          // The sender's trace goes on here (its `traceparent` header); nothing without an exporter.
           Effect.catchTags({
             Poison: (e) =>
               Effect.as(
@@ -226,6 +247,10 @@ export class ActorRuntime extends Context.Service<ActorRuntime, {
               "retry" as const
             )
           ),
+          // The sender's trace goes on here (its `traceparent` header); nothing without an exporter.
+          Trace.continueMessage(`ActorRuntime.handle ${actor.type}`, msg.headers, {
+            attributes: { "actor.type": actor.type, "actor.id": id, "actor.partition": partition }
+          }),
           Effect.ensuring(Effect.sync(() => inFlight.delete(msg))),
           // Shut down mid-message: give it back at once (if the connection still allows).
           Effect.onInterrupt(() =>

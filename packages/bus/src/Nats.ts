@@ -11,6 +11,7 @@ import { Kvm } from "@nats-io/kv"
 import { connect, createInbox, headers, type MsgHdrs, type NatsConnection } from "@nats-io/transport-node"
 import { Context, Duration, Effect, Layer, Redacted, Schedule, Schema } from "effect"
 import { NatsPrefix, NatsReplicas, type NatsSecurity, NatsSecurityConfig, NatsUrl } from "./Config.ts"
+import { currentUnsafe, TRACEPARENT } from "./Trace.ts"
 
 export class BusError extends Schema.TaggedError<BusError>()("BusError", {
   operation: Schema.String,
@@ -47,6 +48,11 @@ export interface PublishOptions {
   readonly timeoutMs?: number
   /** Further headers (e.g. `KV-Operation: DEL` for a KV delete). */
   readonly headers?: Readonly<Record<string, string>>
+  /**
+   * The `traceparent` header (Trace.ts): by default the current span's when spans are exported;
+   * a string sends that one (the outbox relay sends the writer's), `null` none.
+   */
+  readonly traceparent?: string | null
 }
 
 export interface PubAck {
@@ -109,15 +115,27 @@ const makeAckedPublisher = (connection: NatsConnection) => {
     data: Uint8Array,
     options?: PublishOptions
   ) =>
+    Effect.withFiber((fiber) => {
+      // The sender's span, for the consumer to continue (nothing without an exporter).
+      const traceparent = options?.traceparent === undefined ? currentUnsafe(fiber) : options.traceparent
+      return publishWith(subject, data, options, traceparent ?? undefined)
+    })
+  const publishWith = (
+    subject: string,
+    data: Uint8Array,
+    options: PublishOptions | undefined,
+    traceparent: string | undefined
+  ) =>
     Effect.callback<PubAck, BusError>((resume) => {
       const token = (next++).toString(36)
       pending.set(token, { resume, deadline: Date.now() + (options?.timeoutMs ?? 5_000), subject })
       try {
         let hdrs: MsgHdrs | undefined
-        if (options?.msgId !== undefined || options?.headers !== undefined) {
+        if (options?.msgId !== undefined || options?.headers !== undefined || traceparent !== undefined) {
           hdrs = headers()
-          if (options.msgId !== undefined) hdrs.set("Nats-Msg-Id", options.msgId)
-          for (const [name, value] of Object.entries(options.headers ?? {})) hdrs.set(name, value)
+          if (options?.msgId !== undefined) hdrs.set("Nats-Msg-Id", options.msgId)
+          for (const [name, value] of Object.entries(options?.headers ?? {})) hdrs.set(name, value)
+          if (traceparent !== undefined) hdrs.set(TRACEPARENT, traceparent)
         }
         connection.publish(subject, data, { reply: `${inbox}.${token}`, ...(hdrs ? { headers: hdrs } : {}) })
       } catch (cause) {

@@ -7,8 +7,11 @@
  * Call `append` / `appendEvent` inside the caller's `sql.withTransaction(...)`: they run on the
  * ambient transaction's connection. Subjects are stored without the process's NATS prefix; the
  * relay adds it when publishing. Each row's id (time-sortable, `obx_<ulid>`) becomes the
- * message's `Nats-Msg-Id`, so a republished row is dropped by the stream as a duplicate.
+ * message's `Nats-Msg-Id`, so a republished row is dropped by the stream as a duplicate. The
+ * writer's span (its `traceparent`, when spans are exported) is stored with the row and sent as
+ * the message's header, so the consumer continues the writer's trace.
  */
+import * as Trace from "@svc/bus/Trace"
 import { makeBody } from "@svc/domain/Ids"
 import { Clock, Effect, Schema } from "effect"
 import { SqlClient } from "effect/sql"
@@ -113,11 +116,13 @@ export const appendAll = Effect.fn("Outbox.appendAll")(function*(messages: Reado
     kvs.push(m.kv ?? "")
     ids.push(makeOutboxId(now))
   }
+  // The writer's span, which the relay sends along (Trace.ts): NULL without an exporter.
+  const trace = (yield* Trace.current) ?? null
   // One statement: the rows in the given order (seq follows ordinality) and the wake-up of the
   // relays, which Postgres delivers only if and when the transaction commits.
   yield* sql`
-    INSERT INTO outbox (id, subject, payload, kv)
-    SELECT r.id, r.subject, r.payload::json, NULLIF(r.kv, '')
+    INSERT INTO outbox (id, subject, payload, kv, trace)
+    SELECT r.id, r.subject, r.payload::json, NULLIF(r.kv, ''), ${trace}::text
     FROM unnest(${ids}::text[], ${subjects}::text[], ${payloads}::text[], ${kvs}::text[])
            WITH ORDINALITY AS r(id, subject, payload, kv, n),
          (SELECT pg_notify(${NOTIFY_CHANNEL}, '')) AS wake

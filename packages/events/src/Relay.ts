@@ -26,6 +26,8 @@
  * - KV operations (`Outbox.kvPut` / `kvDelete`) are rows like the others, in the same order: a
  *   publish to the bucket's `$KV.<bucket>.<key>` subject (a delete with `KV-Operation: DEL`).
  *   The bucket must exist (its owner ensures it at start); until it does, the batch is retried.
+ * - Trace context: a row's `trace` (the writer's `traceparent`) is sent as the message's header;
+ *   the relay adds no span of its own to the chain.
  * - Publishes within a batch are sequential: a failed publish stops the batch, so the stream
  *   never holds a later row before an earlier one.
  */
@@ -66,7 +68,9 @@ const OutboxBatchRow = Schema.Struct({
   subject: Schema.String,
   payload: Schema.String,
   /** NULL: a message; `put` / `del`: a KV operation on `<bucket>.<key>` (Outbox.kvPut). */
-  kv: Schema.NullOr(Schema.Literals(["put", "del"]))
+  kv: Schema.NullOr(Schema.Literals(["put", "del"])),
+  /** The writer's `traceparent` (NULL: none), sent as the message's header. */
+  trace: Schema.NullOr(Schema.String)
 })
 const outboxRows = Rows.decoder("OutboxRelay.batch", OutboxBatchRow)
 const countRows = Rows.decoder("OutboxRelay.pending", Schema.Struct({ n: Schema.Int }))
@@ -94,7 +98,9 @@ export class OutboxRelay extends Context.Service<OutboxRelay, {
       if (row.kv === null) {
         return nats.publishAcked(nats.subject(row.subject), encoder.encode(row.payload), {
           msgId: row.id,
-          timeoutMs: publishTimeout
+          timeoutMs: publishTimeout,
+          // The writer's trace, never the relay's own span.
+          traceparent: row.trace
         })
       }
       // A KV operation: a publish to the bucket's own subject (`$KV.<bucket>.<key>`, the bucket
@@ -105,6 +111,7 @@ export class OutboxRelay extends Context.Service<OutboxRelay, {
       return nats.publishAcked(subject, row.kv === "del" ? new Uint8Array(0) : encoder.encode(row.payload), {
         msgId: row.id,
         timeoutMs: publishTimeout,
+        traceparent: null,
         ...(row.kv === "del" ? { headers: { "KV-Operation": "DEL" } } : {})
       })
     }
@@ -140,7 +147,7 @@ export class OutboxRelay extends Context.Service<OutboxRelay, {
       for (;;) {
         const rows = yield* onLeaderConnection(outboxRows(sql`
           WITH sent AS (UPDATE outbox SET sent_at = now() WHERE id = ANY(${sent}::text[]))
-          SELECT id, subject, payload::text AS payload, kv FROM outbox
+          SELECT id, subject, payload::text AS payload, kv, trace FROM outbox
           WHERE sent_at IS NULL AND NOT (id = ANY(${sent}::text[]))
           ORDER BY seq LIMIT ${batchSize}`))
         sent = []
@@ -210,8 +217,10 @@ export class OutboxRelay extends Context.Service<OutboxRelay, {
       }
     })
 
-    yield* Effect.forkScoped(relayLoop)
-    yield* Effect.forkScoped(listenLoop)
+    // Untraced: a poll every second would be an endless trace of statements. The messages carry
+    // their writers' trace (the rows' `trace`), not the relay's.
+    yield* Effect.forkScoped(Effect.withTracerEnabled(relayLoop, false))
+    yield* Effect.forkScoped(Effect.withTracerEnabled(listenLoop, false))
     yield* Effect.forkScoped(pruneLoop)
 
     const pending = countRows(sql`SELECT count(*)::int AS n FROM outbox WHERE sent_at IS NULL`).pipe(

@@ -13,15 +13,18 @@
  * - `{error, code}` on every refusal: an error response that is not JSON (the framework's 415
  *   for a content type a route does not take, its empty 413, ...) is replaced by the contract's
  *   body for its status, and a 429 carries `Retry-After` from its `retry_after_s`;
- * - the 1 MiB body limit (routes that take uploads raise it for themselves).
+ * - the 1 MiB body limit (routes that take uploads raise it for themselves);
+ * - the request metrics (Metrics.ts) and the request id on the request's span.
  */
 import { clientAddress, NO_PROXIES, trustedProxies } from "@svc/auth/ClientAddress"
 import { TrustedProxies } from "@svc/auth/Config"
 import * as Errors from "@svc/domain/Errors"
+import { AccessLog } from "@svc/telemetry/Logger"
 import { ByteSize, Cause, Effect, Option, Schema, type Types } from "effect"
 import { HttpIncomingMessage, HttpRouter, HttpServerError, HttpServerRequest, HttpServerResponse } from "effect/http"
 import { HttpApiError } from "effect/http-api"
 import { randomBytes } from "node:crypto"
+import * as Metrics from "./Metrics.ts"
 
 export const MAX_BODY_BYTES = 1024 * 1024
 
@@ -171,6 +174,7 @@ export const ApiMiddleware = HttpRouter.middleware<{ handles: unknown }>()(
       HttpServerRequest.HttpServerRequest
     > =>
       Effect.gen(function*() {
+        const started = performance.now()
         const request = yield* HttpServerRequest.HttpServerRequest
         const incoming = request.headers["x-request-id"]
         const requestId = incoming !== undefined && REQUEST_ID.test(incoming) ? incoming : newRequestId()
@@ -186,8 +190,25 @@ export const ApiMiddleware = HttpRouter.middleware<{ handles: unknown }>()(
             Effect.provideService(HttpIncomingMessage.MaxBodySize, ByteSize.bytes(MAX_BODY_BYTES)),
             Effect.catchCause(renderCause)
           )
+        // The request id on every log line and on the request's span (logs and traces meet on it).
+        yield* Effect.annotateCurrentSpan("svc.request_id", requestId)
         const response = yield* answered.pipe(Effect.annotateLogs({ requestId }))
-        return HttpServerResponse.setHeader(contractShape(response), "x-request-id", requestId)
+        const shaped = contractShape(response)
+        const route = Metrics.routeOf(request.method, request.url)
+        const seconds = (performance.now() - started) / 1000
+        yield* Metrics.observe(request.method, route, shaped.status, seconds)
+        if (yield* AccessLog) {
+          yield* Effect.logInfo("request").pipe(
+            Effect.annotateLogs({
+              requestId,
+              method: request.method,
+              route,
+              status: shaped.status,
+              duration_ms: Math.round(seconds * 1000)
+            })
+          )
+        }
+        return HttpServerResponse.setHeader(shaped, "x-request-id", requestId)
       })
   }),
   { global: true }

@@ -32,6 +32,7 @@
 import * as PgClient from "@effect/sql-pg/PgClient"
 import type { ConsumerInfo, JsMsg } from "@nats-io/jetstream"
 import { BusError, Nats } from "@svc/bus/Nats"
+import * as Trace from "@svc/bus/Trace"
 import { SecretBox } from "@svc/crypto/SecretBox"
 import * as Rows from "@svc/db/Rows"
 import {
@@ -42,6 +43,7 @@ import {
   FiberMap,
   FiberSet,
   Layer,
+  Metric,
   Queue,
   Schedule,
   Schema,
@@ -64,6 +66,20 @@ import {
 } from "./Jobs.ts"
 import { deliveryHeaders } from "./Signature.ts"
 import * as Store from "./Store.ts"
+
+/**
+ * Delivery attempts made, by the status they left (`succeeded`, `failed`: another attempt
+ * follows, `dead_letter`). Prometheus: `svc_webhook_deliveries_total`.
+ */
+export const WebhookDeliveries = Metric.counter("svc_webhook_deliveries_total", {
+  description: "Webhook delivery attempts made by this dispatcher, by the status they left",
+  incremental: true
+})
+const deliveriesByStatus = {
+  succeeded: Metric.withAttributes(WebhookDeliveries, { status: "succeeded" }),
+  failed: Metric.withAttributes(WebhookDeliveries, { status: "failed" }),
+  dead_letter: Metric.withAttributes(WebhookDeliveries, { status: "dead_letter" })
+} as const
 
 interface LiveWebhook {
   readonly url: string
@@ -257,11 +273,13 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
             timeoutMs: settings.attemptTimeoutMs
           })).pipe(Effect.ensuring(Effect.sync(slot.called)))
         }
-        const settle = (attempt: number, outcome: "succeeded" | "failed") => {
-          const after = afterAttempt(settings.schedule, attempt, { outcome })
-          if (after._tag === "Failed") acks.nak(msg, after.delayMs)
-          else acks.ack(msg)
-        }
+        const settle = (attempt: number, outcome: "succeeded" | "failed") =>
+          Effect.suspend(() => {
+            const after = afterAttempt(settings.schedule, attempt, { outcome })
+            if (after._tag === "Failed") acks.nak(msg, after.delayMs)
+            else acks.ack(msg)
+            return Metric.update(deliveriesByStatus[deliveryStatusOf(after) as keyof typeof deliveriesByStatus], 1)
+          })
 
         const fast = firstAttemptFastPath({
           deliveryCount,
@@ -278,7 +296,7 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
             body: job.body
           })
           const recorded = yield* recordMade({ ...base, made: result })
-          if (recorded._tag === "Recorded") settle(recorded.attempt, result.outcome)
+          if (recorded._tag === "Recorded") yield* settle(recorded.attempt, result.outcome)
           else acks.ack(msg)
           return
         }
@@ -302,7 +320,7 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
           durationMs: result.durationMs,
           delayMs: outcome._tag === "Failed" ? outcome.delayMs : null
         })
-        settle(claimed.attempt, result.outcome)
+        yield* settle(claimed.attempt, result.outcome)
       }).pipe(
         // A job we could not finish (database unreachable) is left un-acked: it comes back after
         // ack_wait, to this or another dispatcher.
@@ -311,7 +329,11 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
             subject: msg.subject,
             cause: String(cause)
           })
-        )
+        ),
+        // The fan-out's trace (the job's `traceparent` header), when spans are exported.
+        Trace.continueMessage("WebhookDispatcher.deliver", msg.headers, {
+          attributes: { "webhook.id": webhookId }
+        })
       )
 
     // -- one webhook's pull loop -------------------------------------------------------------

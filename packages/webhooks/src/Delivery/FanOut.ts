@@ -15,6 +15,7 @@ import type { JsMsg } from "@nats-io/jetstream"
 import { AckPolicy, DeliverPolicy } from "@nats-io/jetstream"
 import { BusError, Nats } from "@svc/bus/Nats"
 import { ensureConsumer } from "@svc/bus/Topology"
+import * as Trace from "@svc/bus/Trace"
 import * as Rows from "@svc/db/Rows"
 import { EVENT_NAMES, type EventName } from "@svc/domain/Events"
 import { DeliveryId } from "@svc/domain/Ids"
@@ -113,7 +114,8 @@ export class FanOut extends Context.Service<FanOut, {
     const subjectPrefix = nats.subject("evt") + "."
     const counters = yield* Ref.make({ events: 0, deliveries: 0 })
 
-    const processBatch = Effect.fn("FanOut.processBatch")(function*(msgs: ReadonlyArray<JsMsg>) {
+    // A trace of its own: a batch holds events of many traces (each delivery span continues its event's).
+    const processBatch = Effect.fn("FanOut.processBatch", { root: true })(function*(msgs: ReadonlyArray<JsMsg>) {
       const events: Array<ParsedEvent> = []
       for (const msg of msgs) {
         const parsed = parseEventMessage(subjectPrefix, msg)
@@ -158,7 +160,13 @@ export class FanOut extends Context.Service<FanOut, {
           event: event.event,
           body: event.body,
           webhook_version: Number(row.webhook_version)
-        })
+        }).pipe(
+          // Continues the event's trace (its `traceparent` header) when spans are exported; the
+          // job carries this span on to the dispatcher.
+          Trace.continueMessage("WebhookFanOut.deliver", event.msg.headers, {
+            attributes: { "webhook.id": row.webhook_id, "delivery.id": row.id, event: event.event }
+          })
+        )
       }, {
         concurrency: 64,
         discard: true
