@@ -1,0 +1,92 @@
+/**
+ * The API's resident memory under a sustained load (issue 17: it must stay flat): the API role
+ * alone (`node apps/api/src/main.ts`) under `wrk -t1 -c32` for BENCH_WINDOWS (6) windows of
+ * BENCH_WINDOW (10s) each, half authenticated `GET /v1/auth/me`, half `GET /v1/sandboxes` (a
+ * database read each), its RSS read from /proc after every window. Reports the RSS after the first
+ * window (warm) and after the last; target: the last within 10 % of the first.
+ *   npm run bench memory     (or: node bench/memory.ts)
+ */
+import { freePort, startNats, startPostgres, waitForPort } from "@svc/local-servers/Servers"
+import { useTestEncryptionKeys } from "@svc/testing/TestSecrets"
+import { Duration, Result } from "effect"
+import { spawn } from "node:child_process"
+import * as fs from "node:fs"
+import { parseDuration } from "../packages/config/src/Env.ts"
+import { fmt } from "./lib/Measure.ts"
+import { record } from "./lib/Report.ts"
+import { wrk } from "./lib/Wrk.ts"
+
+const WINDOWS = Number(process.env.BENCH_WINDOWS ?? 6)
+/** BENCH_WINDOW: one window's length, a duration in the platform's format. */
+const WINDOW_MS = Duration.toMillis(Result.getOrThrow(parseDuration(process.env.BENCH_WINDOW ?? "10s")))
+
+const rssMiB = (pid: number) => {
+  const line = fs.readFileSync(`/proc/${pid}/status`, "utf8").split("\n").find((l) => l.startsWith("VmRSS:"))!
+  return Number(line.split(/\s+/)[1]) / 1024
+}
+
+const [nats, pg] = await Promise.all([startNats(), startPostgres()])
+useTestEncryptionKeys()
+const port = await freePort()
+const api = spawn(process.execPath, [new URL("../apps/api/src/main.ts", import.meta.url).pathname], {
+  env: {
+    ...process.env,
+    SVC_RATE_LIMIT_PER_SECOND: "100000000",
+    SVC_RATE_LIMIT_BURST: "100000000",
+    DATABASE_URL: pg.url,
+    NATS_URL: nats.url,
+    SVC_PORT: String(port),
+    SVC_HOST: "127.0.0.1"
+  },
+  stdio: ["ignore", "ignore", "inherit"]
+})
+try {
+  await waitForPort(port, 120_000, api)
+  const base = `http://127.0.0.1:${port}`
+  const email = `bench-${Date.now()}@example.com`
+  const up = await fetch(`${base}/v1/auth/sign-up`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ email, password: "a benchmark password", org_name: "bench" })
+  })
+  if (up.status !== 201) throw new Error(`sign-up answered ${up.status}`)
+  const cookie = up.headers.get("set-cookie")!.split(";")[0]!
+  const minted = await fetch(`${base}/v1/auth/api-keys`, {
+    method: "POST",
+    headers: { "content-type": "application/json", cookie, origin: base },
+    body: JSON.stringify({ name: "bench" })
+  })
+  const { token } = (await minted.json()) as { token: string }
+  const headers = { authorization: `Bearer ${token}` }
+  const samples: Array<number> = []
+  let requests = 0
+  for (let i = 0; i < WINDOWS; i++) {
+    const half = WINDOW_MS / 2
+    const runs = await Promise.all([
+      wrk({ url: `${base}/v1/auth/me`, headers, durationMs: half, connections: 16 }),
+      wrk({ url: `${base}/v1/sandboxes`, headers, durationMs: half, connections: 16 })
+    ])
+    const failed = runs.reduce((n, r) => n + r.failed, 0)
+    if (failed > 0) throw new Error(`${failed} responses were not 2xx`)
+    requests += runs.reduce((n, r) => n + r.requests, 0)
+    samples.push(rssMiB(api.pid!))
+    console.log(`  window ${i + 1}: RSS ${fmt(samples.at(-1)!, 1)} MiB after ${fmt(requests)} requests`)
+  }
+  const first = samples[0]!
+  const last = samples.at(-1)!
+  record({
+    bench: "memory",
+    figure: `API RSS after ${fmt(requests)} requests (${WINDOWS} windows)`,
+    value: last,
+    unit: "MiB",
+    baseline: first,
+    baselineName: "after the first window",
+    ratio: last / first,
+    target: "ratio <= 1.1",
+    met: last / first <= 1.1
+  })
+} finally {
+  api.kill("SIGTERM")
+  await new Promise((r) => (api.exitCode !== null ? r(null) : api.once("exit", r)))
+  await Promise.all([nats.stop(), pg.close()])
+}
