@@ -5,7 +5,7 @@
  * `?token=`, the one place the API accepts it in a URL (browsers cannot set a WebSocket's
  * headers; the API's logs redact it).
  */
-import { Http, SvcError, type WebSocketLike } from "./Http.ts"
+import { Http, segment, SvcError, type WebSocketLike } from "./Http.ts"
 
 export interface TerminalOptions {
   /** Its size (default 80 x 24). */
@@ -89,9 +89,38 @@ export class Terminal {
 }
 
 /**
+ * Why a terminal's WebSocket did not open, as the API would have answered the handshake: a
+ * WebSocket that fails to open says nothing of why. The same request over plain HTTP gets the
+ * credential's and the query's refusals (401, 403, 400); past those (the API then asks for the
+ * upgrade), the sandbox's record tells a missing sandbox (404) from one that is not running
+ * (409 `conflict`, the API's answer to a terminal on it).
+ */
+const whyNotOpened = async (http: Http, sandboxId: string, query: Record<string, string | number>) => {
+  try {
+    const response = await http.request("GET", "/terminal", { query })
+    await response.body?.cancel()
+  } catch (error) {
+    if (!(error instanceof SvcError) || error.status !== 400 || !/websocket/i.test(error.message)) return error
+  }
+  try {
+    const record = await http.json<{ readonly state: string }>("GET", `/v1/sandboxes/${segment(sandboxId)}`)
+    if (record.state !== "running") {
+      return new SvcError({
+        status: 409,
+        code: "conflict",
+        message: `sandbox ${sandboxId} is ${record.state}: a terminal needs it running`,
+        details: { state: record.state }
+      })
+    }
+  } catch (error) {
+    return error
+  }
+  return new SvcError({ status: 0, code: "network_error", message: "the terminal's WebSocket could not be opened" })
+}
+
+/**
  * Opens a terminal in a sandbox; resolves once open. A refusal (the sandbox is not running, the
- * key may not write it, it does not exist) is thrown as the API's SvcError: a WebSocket that
- * fails to open says nothing of why, so the same request is asked again over HTTP for its answer.
+ * key may not write it, it does not exist) is thrown as a SvcError (see `whyNotOpened`).
  */
 export const openTerminal = (http: Http, sandboxId: string, options: TerminalOptions = {}): Promise<Terminal> => {
   const query = { sandbox_id: sandboxId, cols: options.cols ?? 80, rows: options.rows ?? 24 }
@@ -106,16 +135,7 @@ export const openTerminal = (http: Http, sandboxId: string, options: TerminalOpt
       resolve(terminal)
     })
     socket.addEventListener("error", () => {
-      if (opened) return
-      http.request("GET", "/terminal", { query }).then(
-        async (response) => {
-          await response.body?.cancel()
-          reject(
-            new SvcError({ status: 0, code: "network_error", message: "the terminal's WebSocket could not be opened" })
-          )
-        },
-        reject
-      )
+      if (!opened) whyNotOpened(http, sandboxId, query).then(reject, reject)
     })
   })
 }
