@@ -3,7 +3,7 @@
  * (spend and limits), `svc.workers` (the platform's worker processes). Account-level routes
  * (org, audit, billing) need a full-access key.
  */
-import { Http, type ListOptions, type Page } from "./Http.ts"
+import type { Http, ListOptions, Page } from "./Http.ts"
 import type * as T from "./Types.ts"
 
 export class OrgResource {

@@ -1,6 +1,6 @@
 /** `svc.apps`: long-running deployments, `replicas` sandboxes of a template running a command (docs/contract.md#apps). */
 import { waitThrough } from "./Events.ts"
-import { Http, idempotency, type ListOptions, type Page, segment, SvcError } from "./Http.ts"
+import { type Http, idempotency, type ListOptions, type Page, segment, SvcError } from "./Http.ts"
 import type * as T from "./Types.ts"
 
 export class Apps {

@@ -3,7 +3,7 @@
  * way the resources wait for a state: woken by the entity's events as they arrive rather than
  * by polling, with polling as the fallback when the stream cannot be had.
  */
-import { chunks, Http, sleep, SvcError, timeoutError } from "./Http.ts"
+import { chunks, type Http, sleep, SvcError, timeoutError } from "./Http.ts"
 import { sseMessages } from "./Sse.ts"
 
 /** One event of the org (`GET /v1/events`): the webhook envelope and the stream's `id`. */

@@ -1,5 +1,5 @@
 /** `svc.keys`: the API keys of the org (a full-access key or a session manages them). */
-import { Http, type ListOptions, type Page, segment } from "./Http.ts"
+import { type Http, type ListOptions, type Page, segment } from "./Http.ts"
 import type * as T from "./Types.ts"
 
 export class Keys {

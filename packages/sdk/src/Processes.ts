@@ -4,7 +4,7 @@
  * or followed as an async iterator, their stdin, signals. Also the parser of the output events
  * that streamed exec shares.
  */
-import { chunks, fromBase64, Http, type RequestBody, segment, SvcError, timeoutError } from "./Http.ts"
+import { chunks, fromBase64, type Http, type RequestBody, segment, SvcError, timeoutError } from "./Http.ts"
 import { sseMessages } from "./Sse.ts"
 import type * as T from "./Types.ts"
 

@@ -6,7 +6,7 @@
 import { waitThrough } from "./Events.ts"
 import {
   DEFAULT_WAIT_MS,
-  Http,
+  type Http,
   idempotency,
   type ListOptions,
   type Page,

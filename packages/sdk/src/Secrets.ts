@@ -1,5 +1,5 @@
 /** `svc.secrets`: values sandboxes use through the egress proxy, never returned by the API. */
-import { Http, idempotency, type ListOptions, type Page, segment } from "./Http.ts"
+import { type Http, idempotency, type ListOptions, type Page, segment } from "./Http.ts"
 import type * as T from "./Types.ts"
 
 export class Secrets {

@@ -3,7 +3,7 @@ import { waitThrough } from "./Events.ts"
 import {
   chunks,
   DEFAULT_WAIT_MS,
-  Http,
+  type Http,
   type ListOptions,
   type Page,
   segment,

@@ -5,7 +5,7 @@
  * `?token=`, the one place the API accepts it in a URL (browsers cannot set a WebSocket's
  * headers; the API's logs redact it).
  */
-import { Http, segment, SvcError, type WebSocketLike } from "./Http.ts"
+import { type Http, segment, SvcError, type WebSocketLike } from "./Http.ts"
 
 export interface TerminalOptions {
   /** Its size (default 80 x 24). */

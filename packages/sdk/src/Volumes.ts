@@ -1,5 +1,5 @@
 /** `svc.volumes`: persistent disks that sandboxes mount. */
-import { Http, idempotency, type ListOptions, type Page, segment } from "./Http.ts"
+import { type Http, idempotency, type ListOptions, type Page, segment } from "./Http.ts"
 import type * as T from "./Types.ts"
 
 export class Volumes {

@@ -2,7 +2,7 @@
  * `svc.webhooks`: the org's webhook endpoints, their deliveries, tests and retries. (Verifying
  * a delivery on the receiving side is `Webhooks.ts`.)
  */
-import { Http, idempotency, type ListOptions, type Page, segment } from "./Http.ts"
+import { type Http, idempotency, type ListOptions, type Page, segment } from "./Http.ts"
 import type * as T from "./Types.ts"
 
 export class Webhooks {
