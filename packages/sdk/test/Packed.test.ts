@@ -277,6 +277,12 @@ out.terminalStopped = await failure(stopped.terminal())
 
 await sandbox.delete({ wait: true })
 out.deleted = sandbox.state
+
+// An app's wait: woken by its replicas' sandbox events.
+const app = await svc.apps.create({ name: "sdk-app", template: "base", cmd: ["sleep", "600"], replicas: 1 })
+const running = await svc.apps.waitUntilRunning(app.id)
+out.app = { state: running.state, ready: running.ready_replicas, sandboxes: running.sandbox_ids.length }
+await svc.apps.delete(app.id)
 console.log(JSON.stringify(out))
 `
 
@@ -319,6 +325,7 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 400_000 })("the packed SDK
 
         expect(out.polledStop).toBe("stopped")
         expect(out.deleted).toBe("deleted")
+        expect(out.app).toEqual({ state: "running", ready: 1, sandboxes: 1 })
       }),
     300_000
   )

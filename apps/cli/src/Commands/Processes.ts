@@ -24,7 +24,7 @@ const sandboxId = Argument.String("sandbox-id").pipe(Argument.withDescription("T
 const pid = Argument.Int("pid").pipe(Argument.withDescription("The process's pid, as `svc sandbox ps` shows it"))
 const json = Flag.Boolean("json").pipe(Flag.withDescription("Print the API's JSON"), Flag.withDefault(false))
 
-/** A sandbox's processes without reading its record first (the routes say whether it exists). */
+/** A sandbox's processes (its record read first: a missing sandbox is `not_found` at once). */
 const processesOf = (svc: Svc, id: string) => svc.sandboxes.get(id).then((s: Sandbox) => s.processes)
 
 const line = (p: Process["record"]) => {
