@@ -1,6 +1,5 @@
 /**
- * The CLI's client of the /v1 API: the SDK's `Svc` (`@svc/sdk`) for the user commands, and
- * `request` / `streamTo` for the few routes the SDK has no call for yet (processes).
+ * The CLI's client of the /v1 API: the SDK's `Svc` (`@svc/sdk`), for every user command.
  *
  * Credentials: `SVC_API_KEY` and `SVC_API_URL` (default http://127.0.0.1:8080), else
  * `<SVC_STATE_DIR>/dev-credentials.json` (`{base_url, api_key}`, written for the dev stack);
@@ -97,43 +96,6 @@ export const progress = (label: string) => {
   }
 }
 
-/** One API call; a non-2xx answer is a `CliError` with the API's code and message. */
-export const request = (method: string, path: string, body?: unknown, extraHeaders?: Record<string, string>) =>
-  Effect.gen(function*() {
-    const creds = yield* credentials
-    const url = creds.baseUrl.replace(/\/+$/, "") + path
-    const response = yield* Effect.tryPromise({
-      try: () =>
-        fetch(url, {
-          method,
-          headers: {
-            ...extraHeaders,
-            authorization: `Bearer ${creds.apiKey}`,
-            ...(body !== undefined ? { "content-type": "application/json" } : {})
-          },
-          ...(body !== undefined ? { body: JSON.stringify(body) } : {})
-        }),
-      catch: (cause) => new CliError({ message: `cannot reach ${creds.baseUrl}: ${String(cause)}` })
-    })
-    const text = yield* Effect.promise(() => response.text())
-    let json: any = undefined
-    try {
-      json = text.length > 0 ? JSON.parse(text) : undefined
-    } catch {
-      // Not JSON: reported below when it matters.
-    }
-    if (!response.ok) {
-      const issues = Array.isArray(json?.issues) && json.issues.length > 0
-        ? "\n" +
-          json.issues.map((i: { path: string; message: string }) => `  ${i.path || "(body)"}: ${i.message}`).join("\n")
-        : ""
-      return yield* new CliError({
-        message: `error ${json?.code ?? response.status}: ${json?.error ?? text.slice(0, 300)}${issues}`
-      })
-    }
-    return json
-  })
-
 /** A `CliError` is the user's answer, not a crash: its message on stderr, exit status 1. */
 export const reportCliError = <A, E, R>(effect: Effect.Effect<A, E | CliError, R>) =>
   Effect.catchIf(effect, (e): e is CliError => e instanceof CliError, (e) =>
@@ -141,36 +103,3 @@ export const reportCliError = <A, E, R>(effect: Effect.Effect<A, E | CliError, R
       process.stderr.write(e.message + "\n")
       process.exitCode = 1
     }))
-
-/**
- * A GET whose body is text (a build log), copied to `out` as it arrives (a followed log until
- * the server ends it). A non-2xx answer is a `CliError` like `request`'s.
- */
-export const streamTo = (path: string, out: NodeJS.WritableStream) =>
-  Effect.gen(function*() {
-    const creds = yield* credentials
-    const response = yield* Effect.tryPromise({
-      try: () =>
-        fetch(creds.baseUrl.replace(/\/+$/, "") + path, { headers: { authorization: `Bearer ${creds.apiKey}` } }),
-      catch: (cause) => new CliError({ message: `cannot reach ${creds.baseUrl}: ${String(cause)}` })
-    })
-    if (!response.ok) {
-      const text = yield* Effect.promise(() => response.text())
-      const json = yield* Effect.sync(() => {
-        try {
-          return JSON.parse(text)
-        } catch {
-          return undefined
-        }
-      })
-      return yield* new CliError({
-        message: `error ${json?.code ?? response.status}: ${json?.error ?? text.slice(0, 300)}`
-      })
-    }
-    yield* Effect.tryPromise({
-      try: async () => {
-        for await (const chunk of response.body ?? []) out.write(chunk)
-      },
-      catch: (cause) => new CliError({ message: `the answer was cut: ${String(cause)}` })
-    })
-  })

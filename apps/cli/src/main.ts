@@ -5,6 +5,7 @@ import * as NodeServices from "@effect/platform-node/NodeServices"
 import { Effect } from "effect"
 import { Command } from "effect/cli"
 import { reportCliError } from "./Client.ts"
+import { audit, health, whoami, workers } from "./Commands/Account.ts"
 import { app } from "./Commands/Apps.ts"
 import { dev } from "./Commands/Dev.ts"
 import { events } from "./Commands/Events.ts"
@@ -20,7 +21,24 @@ import { webhook } from "./Commands/Webhooks.ts"
 
 const svc = Command.make("svc").pipe(
   Command.withDescription("The sandbox platform"),
-  Command.withSubcommands([dev, ...roles, org, key, sandbox, secret, volume, webhook, template, app, events, usage])
+  Command.withSubcommands([
+    dev,
+    ...roles,
+    whoami,
+    org,
+    key,
+    sandbox,
+    secret,
+    volume,
+    webhook,
+    template,
+    app,
+    events,
+    usage,
+    audit,
+    workers,
+    health
+  ])
 )
 
 svc.pipe(

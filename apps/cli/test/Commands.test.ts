@@ -142,4 +142,208 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 300_000 })("svc, the insta
       expect(down.stderr).toMatch(/^error network_error: cannot reach http:\/\/127\.0\.0\.1:9/)
       expect(down.stderr).toContain("hint: is the API running at http://127.0.0.1:9?")
     }), 180_000)
+
+  it.effect(
+    "whoami, key mint/list/revoke, org get/rename, audit: the account over the API with --json",
+    () =>
+      Effect.gen(function*() {
+        const env = yield* Env
+        const me = json(yield* svc(["whoami", "--json"]))
+        expect(me).toMatchObject({
+          org: { id: env.org.id },
+          user: null,
+          credential: { type: "api_key", scopes: ["*"] }
+        })
+
+        // Minted over the API: the token on stdout once, with a warning on stderr; then it works.
+        const minting = yield* svc(["key", "mint", "--name", "cli-minted", "--scope", "sandboxes:read", "--json"])
+        const minted = json(minting)
+        expect(minted).toMatchObject({ name: "cli-minted", scopes: ["sandboxes:read"], revokedAt: null })
+        expect(minted.token).toMatch(/^svc_live_/)
+        expect(minting.stderr).toContain("shown only now")
+        const asMinted = json(yield* svc(["whoami", "--json"], { env: { SVC_API_KEY: minted.token } }))
+        expect(asMinted.credential).toMatchObject({ id: minted.id, scopes: ["sandboxes:read"] })
+
+        // Listed without any token; the prefix tells it.
+        const listed = yield* svc(["key", "list", "--json"])
+        const row = json(listed).keys.find((k: { id: string }) => k.id === minted.id)
+        expect(row).toMatchObject({ name: "cli-minted", prefix: minted.prefix, revokedAt: null })
+        expect(listed.stdout).not.toContain(minted.token)
+        expect(listed.stdout).not.toContain(env.org.token)
+
+        // A scoped key may not manage keys, the org or the audit log: the API's refusal, exit 1.
+        const scoped = yield* svc(["key", "mint", "--name", "nope", "--json"], { env: { SVC_API_KEY: minted.token } })
+        expect(scoped.code).toBe(1)
+        expect(scoped.stdout).toBe("")
+        expect(scoped.stderr).toMatch(/^error full_access_required: /)
+        expect(scoped.stderr).toContain("hint: this needs a full-access")
+        const scopedAudit = yield* svc(["audit", "--json"], { env: { SVC_API_KEY: minted.token } })
+        expect(scopedAudit.code).toBe(1)
+        expect(scopedAudit.stderr).toMatch(/^error full_access_required: /)
+
+        const revoked = json(yield* svc(["key", "revoke", minted.id, "--json"]))
+        expect(revoked).toMatchObject({ id: minted.id })
+        expect(revoked.revokedAt).not.toBeNull()
+        const afterRevoke = yield* svc(["whoami"], { env: { SVC_API_KEY: minted.token } })
+        expect(afterRevoke.code).toBe(1)
+        expect(afterRevoke.stderr).toMatch(/^error unauthenticated: /)
+        const badExpiry = yield* svc(["key", "mint", "--name", "past", "--expires-at", "2001-01-01T00:00:00.000Z"])
+        expect(badExpiry.code).toBe(1)
+        expect(badExpiry.stderr).toMatch(/^error invalid_request: /)
+
+        expect(json(yield* svc(["org", "get", "--json"]))).toMatchObject({ id: env.org.id })
+        expect(json(yield* svc(["org", "rename", "renamed-by-cli", "--json"]))).toMatchObject({
+          id: env.org.id,
+          name: "renamed-by-cli"
+        })
+        expect(json(yield* svc(["org", "get", "--json"])).name).toBe("renamed-by-cli")
+        const emptyName = yield* svc(["org", "rename", ""])
+        expect(emptyName.code).toBe(1)
+        expect(emptyName.stderr).toMatch(/^error invalid_request: /)
+
+        // The audit log holds what was just done, newest first; --action filters on one.
+        const audit = json(yield* svc(["audit", "--json"]))
+        const actions = audit.entries.map((e: { action: string }) => e.action)
+        expect(actions).toEqual(expect.arrayContaining(["apikey.created", "apikey.revoked", "org.updated"]))
+        const created = json(yield* svc(["audit", "--action", "apikey.created", "--limit", "1", "--json"]))
+        expect(created).toMatchObject({ limit: 1, has_more: expect.any(Boolean) })
+        expect(created.entries).toHaveLength(1)
+        expect(created.entries[0]).toMatchObject({ action: "apikey.created", target_id: minted.id })
+        const unknown = yield* svc(["audit", "--action", "no.such_action"])
+        expect(unknown.code).toBe(1)
+        expect(unknown.stderr).toMatch(/^error invalid_request: /)
+      }),
+    180_000
+  )
+
+  it.effect(
+    "processes on the SDK: spawn, ps, logs --follow, stdin, kill, wait; stop/start; files; --json",
+    () =>
+      Effect.gen(function*() {
+        const sandbox = json(yield* svc(["sandbox", "create", "--name", "cli-processes", "--wait", "--json"]))
+
+        const spawned = json(
+          yield* svc(["sandbox", "spawn", sandbox.id, "--json", "--", "sh", "-c", "echo up; exec sleep 300"])
+        )
+        expect(spawned).toMatchObject({
+          state: "running",
+          exit_code: null,
+          cmd: ["sh", "-c", "echo up; exec sleep 300"]
+        })
+        const ps = json(yield* svc(["sandbox", "ps", sandbox.id, "--json"]))
+        expect(ps.processes.map((p: { pid: number; state: string }) => `${p.pid}:${p.state}`)).toContain(
+          `${spawned.pid}:running`
+        )
+        expect(json(yield* svc(["sandbox", "ps", sandbox.id, String(spawned.pid), "--json"]))).toMatchObject({
+          pid: spawned.pid,
+          state: "running"
+        })
+        const kill = json(
+          yield* svc(["sandbox", "kill", sandbox.id, String(spawned.pid), "--signal", "KILL", "--json"])
+        )
+        expect(kill).toEqual({ pid: spawned.pid, signal: "KILL", sent: true })
+        // wait exits with the process's exit code (128 + 9), its record on stdout.
+        const waited = yield* svc(["sandbox", "wait", sandbox.id, String(spawned.pid), "--json"])
+        expect(waited.code).toBe(137)
+        expect(JSON.parse(waited.stdout)).toMatchObject({ pid: spawned.pid, state: "exited", reason: "killed" })
+        const logs = yield* svc(["sandbox", "logs", sandbox.id, String(spawned.pid), "--follow"])
+        expect(logs).toMatchObject({ code: 0, stdout: "up\n" })
+        expect(logs.stderr).toContain("[exited 137: killed]")
+        const again = yield* svc(["sandbox", "kill", sandbox.id, String(spawned.pid)])
+        expect(again.code).toBe(1)
+        expect(again.stderr).toMatch(/^error conflict: /)
+
+        // stdin: a process started with --stdin reads what `svc sandbox stdin` sends, to its end.
+        const cat = json(yield* svc(["sandbox", "spawn", sandbox.id, "--stdin", "--json", "--", "wc", "-c"]))
+        const fed = json(
+          yield* svc(["sandbox", "stdin", sandbox.id, String(cat.pid), "--close", "--json"], {
+            input: "twelve bytes"
+          })
+        )
+        expect(fed).toEqual({ pid: cat.pid, bytes: 12, closed: true })
+        expect((yield* svc(["sandbox", "wait", sandbox.id, String(cat.pid)])).code).toBe(0)
+        expect((yield* svc(["sandbox", "logs", sandbox.id, String(cat.pid)])).stdout.trim()).toBe("12")
+
+        // Files: written from stdin, read back byte for byte, listed.
+        const written = json(
+          yield* svc(["sandbox", "files", "write", sandbox.id, "/tmp/cli.txt", "--json"], {
+            input: "from the cli\n"
+          })
+        )
+        expect(written).toEqual({ path: "/tmp/cli.txt", bytes: 13 })
+        expect(yield* svc(["sandbox", "files", "read", sandbox.id, "/tmp/cli.txt"])).toMatchObject({
+          code: 0,
+          stdout: "from the cli\n"
+        })
+        const listing = json(yield* svc(["sandbox", "files", "ls", sandbox.id, "/tmp", "--json"]))
+        expect(listing.entries).toEqual(
+          expect.arrayContaining([expect.objectContaining({ name: "cli.txt", type: "file", size: 13 })])
+        )
+        const folder = yield* svc(["sandbox", "files", "read", sandbox.id, "/tmp"])
+        expect(folder.code).toBe(1)
+        expect(folder.stderr).toMatch(/^error not_a_file: /)
+
+        // stop and start wait for their states (progress on stderr); a stopped sandbox runs nothing.
+        const stopped = yield* svc(["sandbox", "stop", sandbox.id, "--json"])
+        expect(json(stopped)).toMatchObject({ id: sandbox.id, state: "stopped" })
+        expect(stopped.stderr).toMatch(/waiting for stopped: stopped/)
+        const refused = yield* svc(["sandbox", "spawn", sandbox.id, "--", "true"])
+        expect(refused.code).toBe(1)
+        expect(refused.stderr).toMatch(/^error conflict: /)
+        const stopAgain = yield* svc(["sandbox", "stop", sandbox.id])
+        expect(stopAgain.code).toBe(1)
+        expect(stopAgain.stderr).toMatch(/^error conflict: /)
+        expect(json(yield* svc(["sandbox", "start", sandbox.id, "--json"]))).toMatchObject({ state: "running" })
+        expect(json(yield* svc(["sandbox", "delete", sandbox.id, "--wait", "--json"])).state).toBe("deleted")
+      }),
+    240_000
+  )
+
+  it.effect(
+    "webhook get/update, usage, workers, health with --json; refusals with the API's code",
+    () =>
+      Effect.gen(function*() {
+        const loopback = yield* svc(["webhook", "create", "--url", "http://127.0.0.1:1/hook", "--json"])
+        expect(loopback.code).toBe(1)
+        expect(loopback.stderr).toMatch(/^error invalid_webhook_url: /)
+        const missing = "wh_" + "0".repeat(26)
+        const got = yield* svc(["webhook", "get", missing, "--json"])
+        expect(got.code).toBe(1)
+        expect(got.stderr).toMatch(/^error (not_found|invalid_request): /)
+        const updated = yield* svc(["webhook", "update", missing, "--disable", "--json"])
+        expect(updated.code).toBe(1)
+        expect(updated.stderr).toMatch(/^error (not_found|invalid_request): /)
+        const both = yield* svc(["webhook", "update", missing, "--enable", "--disable"])
+        expect(both).toMatchObject({ code: 1, stdout: "" })
+        expect(both.stderr).toContain("--enable or --disable, not both")
+
+        const usage = json(yield* svc(["usage", "--json"]))
+        expect(usage).toMatchObject({ blocked: false, spend_micros: expect.any(Number) })
+        const limited = json(yield* svc(["usage", "limits", "--alert", "5000000", "--json"]))
+        expect(limited.alert_micros).toBe(5_000_000)
+        expect(json(yield* svc(["usage", "limits", "--alert", "none", "--json"])).alert_micros).toBeNull()
+
+        expect(json(yield* svc(["workers", "--json"]))).toMatchObject({ workers: expect.any(Array) })
+        expect(json(yield* svc(["health", "--json"]))).toEqual({ status: "ok", postgres: "up", nats: "up" })
+      }),
+    120_000
+  )
+
+  it.effect(
+    "--completions bash|zsh|fish: scripts of the whole command tree, new commands included",
+    () =>
+      Effect.gen(function*() {
+        const bash = yield* svc(["--completions", "bash"])
+        expect(bash.code).toBe(0)
+        for (const name of ["whoami", "audit", "mint", "revoke", "rename", "spawn", "terminal", "files"]) {
+          expect(bash.stdout).toContain(name)
+        }
+        for (const shell of ["zsh", "fish"]) {
+          const script = yield* svc(["--completions", shell])
+          expect(script.code).toBe(0)
+          expect(script.stdout).toContain("whoami")
+        }
+      }),
+    60_000
+  )
 })

@@ -12,8 +12,11 @@ import type {
   WhoAmI as WhoAmISchema
 } from "@svc/domain/Api/Auth"
 import type { PreviewToken as PreviewTokenSchema } from "@svc/domain/Api/Previews"
+import type { SandboxProcess as SandboxProcessSchema } from "@svc/domain/Api/Processes"
 import type { FileEntry as FileEntrySchema, FileListing as FileListingSchema } from "@svc/domain/Api/Sandboxes"
+import type { Worker as WorkerSchema } from "@svc/domain/Api/Workers"
 import type { App as AppSchema, CreateAppRequest, UpdateAppRequest } from "@svc/domain/App"
+import type { LimitsRequest, Usage as UsageSchema } from "@svc/domain/Billing"
 import type {
   CreateSandboxRequest,
   Sandbox as SandboxSchema,
@@ -36,6 +39,8 @@ export type SandboxStats = typeof SandboxStatsSchema.Encoded
 export type FileEntry = typeof FileEntrySchema.Encoded
 export type FileListing = typeof FileListingSchema.Encoded
 export type PreviewToken = typeof PreviewTokenSchema.Encoded
+/** A background process of a sandbox (`pid`, `cmd`, `state`, `exit_code`, `reason`...). */
+export type SandboxProcess = typeof SandboxProcessSchema.Encoded
 
 export type Template = typeof TemplateSchema.Encoded
 export type CreateTemplateParams = typeof CreateTemplateRequest.Encoded
@@ -64,3 +69,7 @@ export type CreateKeyParams = typeof CreateApiKeyRequest.Encoded
 export type Org = typeof OrgRecord.Encoded
 export type WhoAmI = typeof WhoAmISchema.Encoded
 export type AuditEntry = typeof AuditEntrySchema.Encoded
+
+export type Usage = typeof UsageSchema.Encoded
+export type UsageLimitsParams = typeof LimitsRequest.Encoded
+export type Worker = typeof WorkerSchema.Encoded

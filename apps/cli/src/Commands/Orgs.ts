@@ -1,6 +1,10 @@
 /**
- * `svc org create <name>`: an operator creates an org and gets its bootstrap key (full access,
- * userless: a service key), shown once. Against DATABASE_URL; no API process needed.
+ * The org.
+ *
+ * For users, over the API (a full-access key): `svc org get`, `svc org rename <name>`.
+ *
+ * For operators, against DATABASE_URL (no API process needed): `svc org create <name>` creates
+ * an org and prints its bootstrap key (full access, userless: a service key), shown once.
  */
 import { ApiKeys } from "@svc/auth/ApiKeys"
 import { operatorContext } from "@svc/auth/Audit"
@@ -11,6 +15,7 @@ import { Name } from "@svc/domain/Text"
 import { Console, Effect, Layer } from "effect"
 import { Argument, Command, Flag } from "effect/cli"
 import { SqlClient } from "effect/sql"
+import { call } from "../Client.ts"
 
 /** The identity services on DATABASE_URL, for operator commands. */
 export const OperatorServices = AuthLayer.operatorLayer.pipe(Layer.provideMerge(Database.layer))
@@ -46,9 +51,37 @@ export const orgCreate = Command.make(
       yield* Console.error("The key has full access and is shown only now: store it safely.")
     }
   }, Effect.provide(OperatorServices))
-).pipe(Command.withDescription("Create an org and print its bootstrap full-access service key"))
+).pipe(
+  Command.withDescription("Operator: create an org against DATABASE_URL; prints its bootstrap full-access key")
+)
+
+const print = (value: unknown) => Console.log(JSON.stringify(value, null, 2))
+const json = Flag.Boolean("json").pipe(Flag.withDescription("Print the API's JSON"), Flag.withDefault(false))
+
+const orgGet = Command.make(
+  "get",
+  { json },
+  Effect.fn(function*(o) {
+    const record = yield* call((svc) => svc.org.get())
+    if (o.json) return yield* print(record)
+    yield* Console.log(`${record.id}  ${record.name}  created ${record.createdAt}`)
+  })
+).pipe(Command.withDescription("Show the key's org"))
+
+const orgRename = Command.make(
+  "rename",
+  {
+    name: Argument.String("name").pipe(Argument.withDescription("The org's new name (1 to 120 characters)")),
+    json
+  },
+  Effect.fn(function*(o) {
+    const record = yield* call((svc) => svc.org.update({ name: o.name }))
+    if (o.json) return yield* print(record)
+    yield* Console.log(`${record.id}  ${record.name}`)
+  })
+).pipe(Command.withDescription("Rename the key's org"))
 
 export const org = Command.make("org").pipe(
-  Command.withDescription("Operator commands for orgs"),
-  Command.withSubcommands([orgCreate])
+  Command.withDescription("The org: get, rename (over the API); create (operator, DATABASE_URL)"),
+  Command.withSubcommands([orgGet, orgRename, orgCreate])
 )

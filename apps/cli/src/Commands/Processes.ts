@@ -1,27 +1,36 @@
 /**
- * `svc sandbox spawn|ps|logs|kill|terminal`: a sandbox's background processes and its terminal
- * (docs/contract.md#sandbox-processes, #terminal).
+ * `svc sandbox spawn|ps|logs|kill|wait|stdin|terminal`: a sandbox's background processes and
+ * its terminal (docs/contract.md#sandbox-processes, #terminal), through the SDK's
+ * `sandbox.processes` and `sandbox.terminal()`.
  *
  *   svc sandbox spawn sbx_... -- python3 -m http.server 8000
- *   svc sandbox ps sbx_...
+ *   svc sandbox ps sbx_...            # or one: svc sandbox ps sbx_... 42
  *   svc sandbox logs sbx_... 42 --follow
  *   svc sandbox kill sbx_... 42 --signal INT
+ *   svc sandbox wait sbx_... 42       # exits with its exit code
+ *   echo data | svc sandbox stdin sbx_... 42 --close
  *   svc sandbox terminal sbx_...
  *
  * `terminal` puts the user's terminal in raw mode, sends every key as it is, follows the window's
- * size (SIGWINCH) and exits with the shell's exit code. The key goes in the Authorization
- * header (the API also takes `?token=` there, for browsers; a URL ends up in logs).
+ * size (SIGWINCH) and exits with the shell's exit code.
  */
-import { WebSocket } from "@effect/platform-node/NodeWS"
+import type { Process, Sandbox, Svc, Terminal } from "@svc/sdk"
 import { Console, Effect, Option } from "effect"
 import { Argument, Command, Flag } from "effect/cli"
-import type * as Http from "node:http"
-import { CliError, credentials, request } from "../Client.ts"
+import { call, client, cliErrorOf } from "../Client.ts"
 
 const print = (value: unknown) => Console.log(JSON.stringify(value, null, 2))
 const sandboxId = Argument.String("sandbox-id").pipe(Argument.withDescription("The sandbox's id (sbx_...)"))
 const pid = Argument.Int("pid").pipe(Argument.withDescription("The process's pid, as `svc sandbox ps` shows it"))
 const json = Flag.Boolean("json").pipe(Flag.withDescription("Print the API's JSON"), Flag.withDefault(false))
+
+/** A sandbox's processes (its record read first: a missing sandbox is `not_found` at once). */
+const processesOf = (svc: Svc, id: string) => svc.sandboxes.get(id).then((s: Sandbox) => s.processes)
+
+const line = (p: Process["record"]) => {
+  const status = p.state === "running" ? "running" : `exited ${p.exit_code} (${p.reason})`
+  return [String(p.pid).padStart(6), status.padEnd(28), p.cmd.join(" ")].join("  ")
+}
 
 const spawn = Command.make(
   "spawn",
@@ -33,80 +42,43 @@ const spawn = Command.make(
     ),
     cwd: Flag.String("cwd").pipe(Flag.optional),
     env: Flag.KeyValuePair("env").pipe(Flag.withDescription("KEY=VALUE, repeatable"), Flag.optional),
-    stdin: Flag.Boolean("stdin").pipe(Flag.withDescription("Keep its stdin open"), Flag.withDefault(false)),
+    stdin: Flag.Boolean("stdin").pipe(
+      Flag.withDescription("Keep its stdin open (svc sandbox stdin)"),
+      Flag.withDefault(false)
+    ),
     json
   },
   Effect.fn(function*(o) {
-    const started = yield* request("POST", `/v1/sandboxes/${o.sandboxId}/processes`, {
-      cmd: o.cmd,
-      ...(Option.isSome(o.cwd) ? { cwd: o.cwd.value } : {}),
-      ...(Option.isSome(o.env) ? { env: o.env.value } : {}),
-      ...(o.stdin ? { stdin: true } : {})
-    })
-    if (o.json) return yield* print(started)
+    const started = yield* call(async (svc) =>
+      (await processesOf(svc, o.sandboxId)).start(o.cmd, {
+        cwd: Option.getOrUndefined(o.cwd),
+        env: Option.getOrUndefined(o.env),
+        ...(o.stdin ? { stdin: true } : {})
+      })
+    )
+    if (o.json) return yield* print(started.record)
     yield* Console.log(String(started.pid))
   })
 ).pipe(Command.withDescription("Start a background process in a running sandbox; prints its pid"))
 
 const ps = Command.make(
   "ps",
-  { sandboxId, json },
+  {
+    sandboxId,
+    pid: Argument.Int("pid").pipe(Argument.withDescription("Only this process"), Argument.optional),
+    json
+  },
   Effect.fn(function*(o) {
-    const list = yield* request("GET", `/v1/sandboxes/${o.sandboxId}/processes`)
-    if (o.json) return yield* print(list)
-    for (const p of list.processes) {
-      const status = p.state === "running" ? "running" : `exited ${p.exit_code} (${p.reason})`
-      yield* Console.log([String(p.pid).padStart(6), status.padEnd(28), p.cmd.join(" ")].join("  "))
+    const only = o.pid
+    if (Option.isSome(only)) {
+      const one = yield* call(async (svc) => (await processesOf(svc, o.sandboxId)).get(only.value))
+      return yield* o.json ? print(one.record) : Console.log(line(one.record))
     }
+    const list = yield* call(async (svc) => (await processesOf(svc, o.sandboxId)).list())
+    if (o.json) return yield* print({ processes: list.map((p) => p.record) })
+    for (const p of list) yield* Console.log(line(p.record))
   })
-).pipe(Command.withDescription("List a sandbox's background processes (running, and exited ones kept)"))
-
-/** Server-sent events of `path` as they come, to `onEvent`. */
-const readEvents = (path: string, onEvent: (event: string, data: any) => void) =>
-  Effect.gen(function*() {
-    const creds = yield* credentials
-    const response = yield* Effect.tryPromise({
-      try: () =>
-        fetch(creds.baseUrl.replace(/\/+$/, "") + path, {
-          headers: { authorization: `Bearer ${creds.apiKey}`, accept: "text/event-stream" }
-        }),
-      catch: (cause) => new CliError({ message: `cannot reach ${creds.baseUrl}: ${String(cause)}` })
-    })
-    if (!response.ok) {
-      const text = yield* Effect.promise(() => response.text())
-      let body: any
-      try {
-        body = JSON.parse(text)
-      } catch {
-        body = undefined
-      }
-      return yield* new CliError({
-        message: `error ${body?.code ?? response.status}: ${body?.error ?? text.slice(0, 300)}`
-      })
-    }
-    yield* Effect.tryPromise({
-      try: async () => {
-        const decoder = new TextDecoder()
-        let buffer = ""
-        for await (const chunk of response.body as unknown as AsyncIterable<Uint8Array>) {
-          buffer += decoder.decode(chunk, { stream: true })
-          let at: number
-          while ((at = buffer.indexOf("\n\n")) >= 0) {
-            const block = buffer.slice(0, at)
-            buffer = buffer.slice(at + 2)
-            let event = "message"
-            let data = ""
-            for (const line of block.split("\n")) {
-              if (line.startsWith("event:")) event = line.slice(6).trim()
-              else if (line.startsWith("data:")) data += line.slice(5).trim()
-            }
-            if (data !== "") onEvent(event, JSON.parse(data))
-          }
-        }
-      },
-      catch: (cause) => new CliError({ message: `the stream was cut: ${String(cause)}` })
-    })
-  })
+).pipe(Command.withDescription("List a sandbox's background processes (running, and exited ones kept), or one"))
 
 const logs = Command.make(
   "logs",
@@ -120,15 +92,22 @@ const logs = Command.make(
     )
   },
   Effect.fn(function*(o) {
-    yield* readEvents(
-      `/v1/sandboxes/${o.sandboxId}/processes/${o.pid}/output${o.follow ? "?follow=true" : ""}`,
-      (event, data) => {
-        if (event === "stdout") process.stdout.write(Buffer.from(data.data, "base64"))
-        else if (event === "stderr") process.stderr.write(Buffer.from(data.data, "base64"))
-        else if (event === "exit") process.stderr.write(`[exited ${data.exit_code}: ${data.reason ?? "exited"}]\n`)
-        else if (event === "error") process.stderr.write(`[${data.code}: ${data.error}]\n`)
-      }
-    )
+    const svc = yield* client
+    // Each chunk is written before the next is read: a slow terminal slows the stream, no more.
+    yield* Effect.tryPromise({
+      try: async (signal) => {
+        const processes = await processesOf(svc, o.sandboxId)
+        for await (const chunk of processes.output(o.pid, { follow: o.follow, signal })) {
+          if (chunk.type === "exit") {
+            process.stderr.write(`[exited ${chunk.exit_code}: ${chunk.reason ?? "exited"}]\n`)
+          } else {
+            const out = chunk.type === "stdout" ? process.stdout : process.stderr
+            if (!out.write(chunk.data)) await new Promise((resolve) => out.once("drain", resolve))
+          }
+        }
+      },
+      catch: (e) => cliErrorOf(e, svc.baseUrl)
+    })
   })
 ).pipe(Command.withDescription("Print a background process's output (the last 1 MiB of each stream kept)"))
 
@@ -140,13 +119,50 @@ const kill = Command.make(
     signal: Flag.Literals("signal", ["INT", "TERM", "KILL", "HUP"]).pipe(
       Flag.withAlias("s"),
       Flag.withDefault("TERM" as const)
-    )
+    ),
+    json
   },
   Effect.fn(function*(o) {
-    yield* request("POST", `/v1/sandboxes/${o.sandboxId}/processes/${o.pid}/signal`, { signal: o.signal })
+    yield* call(async (svc) => (await processesOf(svc, o.sandboxId)).kill(o.pid, o.signal))
+    if (o.json) return yield* print({ pid: o.pid, signal: o.signal, sent: true })
     yield* Console.log(`SIG${o.signal} sent to ${o.pid}`)
   })
 ).pipe(Command.withDescription("Send a signal to a background process (default TERM; KILL ends what it started too)"))
+
+const wait = Command.make(
+  "wait",
+  { sandboxId, pid, json },
+  Effect.fn(function*(o) {
+    const exited = yield* call(async (svc) => (await processesOf(svc, o.sandboxId)).wait(o.pid))
+    if (o.json) yield* print(exited.record)
+    else yield* Console.log(line(exited.record))
+    process.exitCode = exited.exitCode ?? 1
+  })
+).pipe(Command.withDescription("Wait until a background process exits; exits with its exit code"))
+
+const stdin = Command.make(
+  "stdin",
+  {
+    sandboxId,
+    pid,
+    close: Flag.Boolean("close").pipe(
+      Flag.withDescription("End its stdin afterwards (end of file)"),
+      Flag.withDefault(false)
+    ),
+    json
+  },
+  Effect.fn(function*(o) {
+    const data = yield* Effect.promise(async () => {
+      const parts: Array<Buffer> = []
+      for await (const part of process.stdin) parts.push(part as Buffer)
+      return new Uint8Array(Buffer.concat(parts))
+    })
+    yield* call(async (svc) => (await processesOf(svc, o.sandboxId)).writeStdin(o.pid, data, { close: o.close }))
+    if (o.json) return yield* print({ pid: o.pid, bytes: data.length, closed: o.close })
+  })
+).pipe(
+  Command.withDescription("Send this command's stdin to a background process started with --stdin (1 MiB at most)")
+)
 
 /** The user's terminal size, or 80x24 when it is not a terminal. */
 const size = () => ({ cols: process.stdout.columns || 80, rows: process.stdout.rows || 24 })
@@ -155,75 +171,44 @@ const terminal = Command.make(
   "terminal",
   { sandboxId },
   Effect.fn(function*(o) {
-    const creds = yield* credentials
-    const { cols, rows } = size()
-    const url = `${creds.baseUrl.replace(/\/+$/, "").replace(/^http/, "ws")}/terminal?sandbox_id=${
-      encodeURIComponent(o.sandboxId)
-    }&cols=${cols}&rows=${rows}`
-    const code = yield* Effect.callback<number, CliError>((resume) => {
-      const ws = new WebSocket(url, { headers: { authorization: `Bearer ${creds.apiKey}` } })
+    const svc = yield* client
+    const opened = yield* call(async (svc) => (await svc.sandboxes.get(o.sandboxId)).terminal(size()))
+    const code = yield* Effect.callback<number, ReturnType<typeof cliErrorOf>>((resume) => {
+      const t: Terminal = opened
       const stdin = process.stdin
-      let exitCode: number | undefined
-      let raw = false
-      const onKeys = (chunk: Buffer) => ws.send(chunk, { binary: true })
-      const onResize = () => ws.send(JSON.stringify({ type: "resize", ...size() }))
+      const onKeys = (chunk: Buffer) => t.write(new Uint8Array(chunk))
+      const onResize = () => {
+        const { cols, rows } = size()
+        t.resize(cols, rows)
+      }
+      if (stdin.isTTY) stdin.setRawMode(true)
+      t.onData((bytes) => process.stdout.write(bytes))
+      stdin.on("data", onKeys)
+      stdin.resume()
+      process.on("SIGWINCH", onResize)
       const restore = () => {
         stdin.off("data", onKeys)
         process.off("SIGWINCH", onResize)
-        if (raw && stdin.isTTY) stdin.setRawMode(false)
+        if (stdin.isTTY) stdin.setRawMode(false)
         stdin.pause()
       }
-      ws.on("unexpected-response", (_request: Http.ClientRequest, response: Http.IncomingMessage) => {
-        let text = ""
-        response.on("data", (c: Buffer) => (text += c.toString("utf8")))
-        response.on("end", () => {
-          let body: any
-          try {
-            body = JSON.parse(text)
-          } catch {
-            body = undefined
-          }
-          resume(Effect.fail(
-            new CliError({
-              message: `error ${body?.code ?? response.statusCode}: ${body?.error ?? text.slice(0, 300)}`
-            })
-          ))
-        })
-      })
-      ws.on("error", (e: Error) => {
-        restore()
-        resume(Effect.fail(new CliError({ message: `cannot reach ${creds.baseUrl}: ${e.message}` })))
-      })
-      ws.on("open", () => {
-        if (stdin.isTTY) {
-          stdin.setRawMode(true)
-          raw = true
+      t.exited.then(
+        (exitCode) => {
+          restore()
+          resume(Effect.succeed(exitCode))
+        },
+        (e) => {
+          restore()
+          resume(Effect.fail(cliErrorOf(e, svc.baseUrl)))
         }
-        stdin.on("data", onKeys)
-        stdin.resume()
-        process.on("SIGWINCH", onResize)
-      })
-      ws.on("message", (data: Buffer, isBinary: boolean) => {
-        if (isBinary) return void process.stdout.write(data)
-        try {
-          const message = JSON.parse(data.toString("utf8")) as { type?: string; code?: number }
-          if (message.type === "exit" && typeof message.code === "number") exitCode = message.code
-        } catch {
-          // Not ours to show.
-        }
-      })
-      ws.on("close", (closeCode: number, reason: Buffer) => {
-        restore()
-        if (exitCode !== undefined) return resume(Effect.succeed(exitCode))
-        resume(Effect.fail(new CliError({ message: `the terminal closed (${closeCode} ${reason.toString()})` })))
-      })
+      )
       return Effect.sync(() => {
         restore()
-        ws.terminate()
+        t.close()
       })
     })
     process.exitCode = code
   })
 ).pipe(Command.withDescription("An interactive shell in a running sandbox; exits with the shell's exit code"))
 
-export const processCommands = [spawn, ps, logs, kill, terminal] as const
+export const processCommands = [spawn, ps, logs, kill, wait, stdin, terminal] as const

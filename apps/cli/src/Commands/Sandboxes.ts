@@ -1,6 +1,7 @@
 /**
- * `svc sandbox create|list|get|exec|delete|stats|expose|network|secrets bind|snapshot` (and
- * `spawn|ps|logs|kill|terminal`, `Processes.ts`): a client of the /v1 API for users.
+ * `svc sandbox create|list|get|exec|stop|start|delete|files read|write|ls|stats|expose|network|
+ * secrets bind|snapshot` (and `spawn|ps|logs|kill|wait|stdin|terminal`, `Processes.ts`): a
+ * client of the /v1 API for users.
  *
  * Built on the SDK's `Svc` (`@svc/sdk`). Credentials: `SVC_API_KEY` and `SVC_API_URL` (default
  * http://127.0.0.1:8080), else `.svc/dev-credentials.json` (`{base_url, api_key}`, written for
@@ -16,11 +17,14 @@
  *   svc sandbox network sbx_... --allow example.com --deny 203.0.113.0/24
  *   svc sandbox secrets bind sbx_... sec_...
  *   svc sandbox snapshot sbx_... --name my-env --wait
+ *   svc sandbox stop sbx_... ; svc sandbox start sbx_...      # each waits for its state
+ *   echo hi | svc sandbox files write sbx_... /root/hi.txt ; svc sandbox files read sbx_... /root/hi.txt
  */
 import type { CreateSandboxParams, SandboxState } from "@svc/sdk"
 import { Console, Effect, Option } from "effect"
 import { Argument, Command, Flag } from "effect/cli"
-import { call, progress } from "../Client.ts"
+import * as Fs from "node:fs"
+import { call, CliError, progress } from "../Client.ts"
 import { processCommands } from "./Processes.ts"
 import { followBuild } from "./Templates.ts"
 import { parseVolumeFlag } from "./Volumes.ts"
@@ -181,6 +185,86 @@ const remove = Command.make(
   })
 ).pipe(Command.withDescription("Delete a sandbox and its children"))
 
+const lifecycle = (name: "stop" | "start", wanted: string) =>
+  Command.make(
+    name,
+    {
+      sandboxId,
+      wait: Flag.Boolean("wait").pipe(
+        Flag.withDescription(`Wait until it is ${wanted} (default; --no-wait answers at once)`),
+        Flag.withDefault(true)
+      ),
+      json
+    },
+    Effect.fn(function*(o) {
+      const sandbox = yield* call(async (svc) =>
+        (await svc.sandboxes.get(o.sandboxId))[name]({ wait: o.wait, onProgress: progress(`waiting for ${wanted}`) })
+      )
+      if (o.json) return yield* print(sandbox.record)
+      yield* Console.log(`${sandbox.id}  ${sandbox.state}`)
+    })
+  )
+
+const stop = lifecycle("stop", "stopped").pipe(
+  Command.withDescription("Stop a running sandbox (its files are kept; `start` runs it again)")
+)
+const start = lifecycle("start", "running").pipe(Command.withDescription("Start a stopped sandbox again"))
+
+const pathArg = Argument.String("path").pipe(Argument.withDescription("An absolute path inside the sandbox"))
+
+const filesRead = Command.make(
+  "read",
+  { sandboxId, path: pathArg },
+  Effect.fn(function*(o) {
+    const bytes = yield* call(async (svc) => (await svc.sandboxes.get(o.sandboxId)).files.read(o.path))
+    yield* Effect.promise(() => new Promise<void>((resolve) => process.stdout.write(bytes, () => resolve())))
+  })
+).pipe(Command.withDescription("Print a file's bytes as they are (to stdout)"))
+
+const filesWrite = Command.make(
+  "write",
+  {
+    sandboxId,
+    path: pathArg,
+    from: Flag.String("from").pipe(
+      Flag.withDescription("Upload this local file (default: this command's stdin)"),
+      Flag.optional
+    ),
+    json
+  },
+  Effect.fn(function*(o) {
+    const data = yield* Effect.tryPromise({
+      try: async () => {
+        if (Option.isSome(o.from)) return new Uint8Array(await Fs.promises.readFile(o.from.value))
+        const parts: Array<Buffer> = []
+        for await (const part of process.stdin) parts.push(part as Buffer)
+        return new Uint8Array(Buffer.concat(parts))
+      },
+      catch: (e) => new CliError({ message: `error: cannot read ${Option.getOrElse(o.from, () => "stdin")}: ${e}` })
+    })
+    yield* call(async (svc) => (await svc.sandboxes.get(o.sandboxId)).files.write(o.path, data))
+    if (o.json) return yield* print({ path: o.path, bytes: data.length })
+    yield* Console.error(`${data.length} bytes written to ${o.path}`)
+  })
+).pipe(Command.withDescription("Write a file from stdin or --from (replaced once every byte arrived; 100 MiB at most)"))
+
+const filesList = Command.make(
+  "ls",
+  { sandboxId, path: pathArg, json },
+  Effect.fn(function*(o) {
+    const entries = yield* call(async (svc) => (await svc.sandboxes.get(o.sandboxId)).files.list(o.path))
+    if (o.json) return yield* print({ entries })
+    for (const e of entries) {
+      yield* Console.log([e.type.padEnd(7), String(e.size).padStart(10), e.mtime, e.name].join("  "))
+    }
+  })
+).pipe(Command.withDescription("List a folder's entries"))
+
+const files = Command.make("files").pipe(
+  Command.withDescription("A sandbox's files: read, write, ls"),
+  Command.withSubcommands([filesRead, filesWrite, filesList])
+)
+
 const stats = Command.make(
   "stats",
   { sandboxId, json },
@@ -269,7 +353,10 @@ export const sandbox = Command.make("sandbox").pipe(
     list,
     get,
     exec,
+    stop,
+    start,
     remove,
+    files,
     stats,
     expose,
     network,

@@ -10,9 +10,10 @@
  * Amounts are integer micros (a millionth of the currency unit); the summary also shows them
  * in units (`12.345678`).
  */
+import type { Usage } from "@svc/sdk"
 import { Console, Effect, Option } from "effect"
 import { Command, Flag } from "effect/cli"
-import { CliError, request } from "../Client.ts"
+import { call, CliError } from "../Client.ts"
 
 const print = (value: unknown) => Console.log(JSON.stringify(value, null, 2))
 const json = Flag.Boolean("json").pipe(Flag.withDescription("Print the API's JSON"), Flag.withDefault(false))
@@ -25,7 +26,7 @@ export const formatMicros = (micros: number): string => {
 
 const amount = (micros: number | null) => (micros === null ? "none" : `${formatMicros(micros)} (${micros} micros)`)
 
-const summary = (u: any) =>
+const summary = (u: Usage) =>
   [
     `period      ${u.period_start} .. ${u.period_end}`,
     `spend       ${amount(u.spend_micros)}`,
@@ -34,7 +35,7 @@ const summary = (u: any) =>
     `blocked     ${u.blocked ? "yes: creating or starting sandboxes is refused (402)" : "no"}`
   ].join("\n")
 
-const show = (o: { readonly json: boolean }) => (usage: any) => (o.json ? print(usage) : Console.log(summary(usage)))
+const show = (o: { readonly json: boolean }) => (usage: Usage) => (o.json ? print(usage) : Console.log(summary(usage)))
 
 /** A flag's value: micros (digits) or `none` (null: removed). */
 export const parseLimit = (flag: string, text: string): Effect.Effect<number | null, CliError> => {
@@ -54,10 +55,10 @@ const limits = Command.make(
     json
   },
   Effect.fn(function*(o) {
-    const body: Record<string, number | null> = {}
-    if (Option.isSome(o.hard)) body["hard_limit_micros"] = yield* parseLimit("hard", o.hard.value)
-    if (Option.isSome(o.alert)) body["alert_micros"] = yield* parseLimit("alert", o.alert.value)
-    yield* show(o)(yield* request("PUT", "/v1/billing/limits", body))
+    const body: { hard_limit_micros?: number | null; alert_micros?: number | null } = {}
+    if (Option.isSome(o.hard)) body.hard_limit_micros = yield* parseLimit("hard", o.hard.value)
+    if (Option.isSome(o.alert)) body.alert_micros = yield* parseLimit("alert", o.alert.value)
+    yield* show(o)(yield* call((svc) => svc.billing.setLimits(body)))
   })
 ).pipe(Command.withDescription("Set the hard limit and the alert value (an omitted one is kept)"))
 
@@ -65,7 +66,7 @@ export const usage = Command.make(
   "usage",
   { json },
   Effect.fn(function*(o) {
-    yield* show(o)(yield* request("GET", "/v1/billing/usage"))
+    yield* show(o)(yield* call((svc) => svc.billing.usage()))
   })
 ).pipe(
   Command.withDescription("This month's metered spend, the limits, and whether the org is blocked"),

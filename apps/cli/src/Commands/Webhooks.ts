@@ -1,5 +1,5 @@
 /**
- * `svc webhook create|list|test|deliveries|retry|delete`: a client of the /v1 webhook routes.
+ * `svc webhook create|list|get|update|test|deliveries|retry|delete`: a client of the /v1 webhook routes.
  *
  * Built on the SDK's `Svc`. Credentials: `SVC_API_KEY` and `SVC_API_URL` (default http://127.0.0.1:8080), else
  * `.svc/dev-credentials.json` (`{base_url, api_key}`, written for the dev stack). Webhook routes
@@ -10,8 +10,9 @@
  *   svc webhook test wh_... --wait
  *   svc webhook deliveries wh_... --status dead_letter
  *   svc webhook retry wh_... whd_...
+ *   svc webhook update wh_... --disable ; svc webhook update wh_... --events '*' --enable
  */
-import type { DeliveryAttempt } from "@svc/sdk"
+import type { DeliveryAttempt, Webhook } from "@svc/sdk"
 import { Console, Effect, Option } from "effect"
 import { Argument, Command, Flag } from "effect/cli"
 import { call, CliError } from "../Client.ts"
@@ -70,12 +71,46 @@ const list = Command.make(
       svc.webhooks.list({ limit: Option.getOrUndefined(o.limit), offset: Option.getOrUndefined(o.offset) })
     )
     if (o.json) return yield* print(page)
-    for (const w of page.webhooks) {
-      yield* Console.log([w.id, w.enabled ? "enabled " : "paused  ", w.events.join(","), w.url].join("  "))
-    }
+    for (const w of page.webhooks) yield* Console.log(webhookLine(w))
     yield* Console.log(`${page.webhooks.length} of ${page.total}`)
   })
 ).pipe(Command.withDescription("List the org's webhooks"))
+
+const webhookLine = (w: Webhook) => [w.id, w.enabled ? "enabled " : "paused  ", w.events.join(","), w.url].join("  ")
+
+const get = Command.make(
+  "get",
+  { webhookId, json },
+  Effect.fn(function*(o) {
+    const w = yield* call((svc) => svc.webhooks.get(o.webhookId))
+    yield* o.json ? print(w) : Console.log(webhookLine(w))
+  })
+).pipe(Command.withDescription("Show one webhook (never its secret)"))
+
+const update = Command.make(
+  "update",
+  {
+    webhookId,
+    url: Flag.String("url").pipe(Flag.withDescription("A new http(s) URL"), Flag.optional),
+    events: Flag.String("events").pipe(
+      Flag.withDescription("Comma-separated exact event names, or *"),
+      Flag.optional
+    ),
+    enable: Flag.Boolean("enable").pipe(Flag.withDescription("Deliver again"), Flag.withDefault(false)),
+    disable: Flag.Boolean("disable").pipe(Flag.withDescription("Pause deliveries"), Flag.withDefault(false)),
+    json
+  },
+  Effect.fn(function*(o) {
+    if (o.enable && o.disable) return yield* new CliError({ message: "error: --enable or --disable, not both" })
+    const patch = {
+      ...(Option.isSome(o.url) ? { url: o.url.value } : {}),
+      ...(Option.isSome(o.events) ? { events: o.events.value.split(",").map((e) => e.trim()) } : {}),
+      ...(o.enable ? { enabled: true } : o.disable ? { enabled: false } : {})
+    }
+    const w = yield* call((svc) => svc.webhooks.update(o.webhookId, patch))
+    yield* o.json ? print(w) : Console.log(webhookLine(w))
+  })
+).pipe(Command.withDescription("Change a webhook's URL, events, or pause/resume it"))
 
 const test = Command.make(
   "test",
@@ -157,5 +192,5 @@ const remove = Command.make(
 
 export const webhook = Command.make("webhook").pipe(
   Command.withDescription("Webhooks: subscriptions, test pings, deliveries"),
-  Command.withSubcommands([create, list, test, deliveries, retry, remove])
+  Command.withSubcommands([create, list, get, update, test, deliveries, retry, remove])
 )
