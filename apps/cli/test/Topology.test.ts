@@ -9,21 +9,40 @@
  *   delivered (by `x-svc-delivery-id`), no sandbox is left in a transitional state, no transition
  *   is committed twice, every revocation is audited and refused, and no answer is a 5xx other
  *   than 503.
- * - Permissions: the agent of one host, with its own credentials, cannot write the other host's
- *   record in the `hosts` bucket.
+ * - Permissions: every role runs under its own NATS user, and no node logged a permissions
+ *   violation during all of the above (each user is allowed what its role does). The agent of one
+ *   host, with its own credentials, cannot write the other host's record in the `hosts` bucket,
+ *   nor report on the other host's subject (NATS refuses); a report on its own subject whose body
+ *   names the other host is ignored by the sandbox actor.
  */
 import { expect, layer } from "@effect/vitest"
+import * as Mailbox from "@svc/bus/Mailbox"
 import { Nats } from "@svc/bus/Nats"
 import { ensureBucket } from "@svc/bus/Topology"
+import * as Database from "@svc/db/Database"
 import { agentUser } from "@svc/host-protocol/Permissions"
-import { HOSTS_BUCKET_SPEC } from "@svc/host-protocol/Protocol"
+import { AgentReport, HOSTS_BUCKET_SPEC, reportSender, SANDBOX_MAILBOX } from "@svc/host-protocol/Protocol"
 import { check, makeClient, makeOrg, makeStats, runFaults, runLoad } from "@svc/testing/Chaos"
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import { startTopology } from "@svc/testing/Topology"
 import { Duration, Effect, Exit, Layer, Redacted } from "effect"
+import { SqlClient } from "effect/sql"
+import * as Fs from "node:fs"
+import * as Path from "node:path"
 import { receiver } from "../../../packages/webhooks/test/Receiver.ts"
 
 const log = (line: string) => process.stderr.write(`[topology] ${line}\n`)
+
+/** The permission violations the NATS nodes logged so far, as `<user> <what>`. */
+const violations = (dirs: ReadonlyArray<string>) =>
+  dirs.flatMap((dir) => {
+    const file = Path.join(dir, "nats.log")
+    const text = Fs.existsSync(file) ? Fs.readFileSync(file, "utf8") : ""
+    return text.split("\n").filter((l) => /violation/i.test(l)).map((l) => {
+      const user = /User "([^"]+)"/.exec(l)?.[1] ?? "?"
+      return `${user} ${l.slice(l.search(/\w+ Violation/i))}`
+    })
+  })
 
 layer(TestDatabase.layerWithUrl, { excludeTestServices: true })("the platform scaled out", (it) => {
   it.effect(
@@ -102,23 +121,73 @@ layer(TestDatabase.layerWithUrl, { excludeTestServices: true })("the platform sc
         expect(stats.wrong).toEqual([])
         expect(stats.revokedAccepted).toBe(0)
 
-        // Permissions: agent 1's credentials cannot write agent 2's host record.
-        const [h1, h2] = topology.hosts
-        const user = agentUser(h1!.hostId)
-        const forged = yield* Effect.gen(function*() {
-          const hosts = yield* ensureBucket(HOSTS_BUCKET_SPEC)
-          return yield* Effect.exit(Effect.tryPromise(() => hosts.put(h2!.hostId, new TextEncoder().encode("{}"))))
-        }).pipe(
-          Effect.provide(Layer.effect(
+        // Every role did all of that under its own user: nothing was refused.
+        const nodeDirs = topology.cluster.nodes.map((n) => n.dir)
+        expect(violations(nodeDirs)).toEqual([])
+
+        const asAgent = (hostId: string) => {
+          const user = agentUser(hostId)
+          return Layer.effect(
             Nats,
             Nats.make({
               url: topology.natsUrl,
               replicas: 3,
               security: { user, password: Redacted.make(topology.passwords[user]!) }
             })
-          ))
-        )
+          )
+        }
+        // Permissions: agent 1's credentials cannot write agent 2's host record.
+        const [h1, h2] = topology.hosts
+        const forged = yield* Effect.gen(function*() {
+          const hosts = yield* ensureBucket(HOSTS_BUCKET_SPEC)
+          return yield* Effect.exit(Effect.tryPromise(() => hosts.put(h2!.hostId, new TextEncoder().encode("{}"))))
+        }).pipe(Effect.provide(asAgent(h1!.hostId)))
         expect(Exit.isFailure(forged)).toBe(true)
+
+        // Reports: a running sandbox's host is A; the agent of the other host, B, reports it gone.
+        const sandboxOf = (id: string) =>
+          Effect.gen(function*() {
+            const sql = yield* SqlClient.SqlClient
+            const [row] = yield* sql<{ host_id: string; state: string }>`
+              SELECT host_id, state FROM sandboxes WHERE id = ${id}`
+            return row!
+          }).pipe(Effect.provide(Database.layerFromUrl(databaseUrl)), Effect.orDie)
+        const fresh = yield* Effect.promise(() => client("POST", "/v1/sandboxes", { token, body: { name: "perm" } }))
+        expect(fresh.status).toBe(201)
+        const lastId = fresh.json.id as string
+        for (let i = 0; i < 240 && (yield* sandboxOf(lastId)).state !== "running"; i++) {
+          yield* Effect.sleep(Duration.millis(250))
+        }
+        const placed = yield* sandboxOf(lastId)
+        expect(placed.state).toBe("running")
+        const a = placed.host_id
+        const b = topology.hosts.map((h) => h.hostId).find((h) => h !== a)!
+        const gone = (msgID: string, sender: string) =>
+          Mailbox.send(SANDBOX_MAILBOX, AgentReport, lastId, {
+            _tag: "AgentReport",
+            sandboxId: lastId,
+            hostId: a,
+            status: "destroyed",
+            at: Date.now() + 3_600_000
+          }, { msgID, sender: reportSender(sender) })
+        // On A's subject with B's credentials: NATS refuses it.
+        const asA = yield* Effect.exit(gone("forged-as-a", a)).pipe(Effect.provide(asAgent(b)))
+        expect(Exit.isFailure(asA)).toBe(true)
+        expect(String(Exit.isFailure(asA) ? asA.cause : "")).toMatch(/permission/i)
+        // On B's own subject, the body naming A: delivered, applied as B's, so ignored.
+        yield* gone("forged-body", b).pipe(Effect.provide(asAgent(b)), Effect.orDie)
+        const applied = Effect.gen(function*() {
+          const sql = yield* SqlClient.SqlClient
+          return yield* sql`SELECT 1 FROM actor_inbox WHERE type = 'sandbox' AND entity_id = ${lastId}
+            AND msg_id = 'forged-body'`
+        }).pipe(Effect.provide(Database.layerFromUrl(databaseUrl)), Effect.orDie)
+        for (let i = 0; i < 240 && (yield* applied).length === 0; i++) yield* Effect.sleep(Duration.millis(250))
+        expect((yield* applied).length).toBe(1)
+        expect(yield* sandboxOf(lastId)).toEqual({ host_id: a, state: "running" })
+        // The refusals above are the only violations the nodes logged, each by the agent that tried.
+        const refused = violations(nodeDirs)
+        expect(refused.length).toBeGreaterThan(0)
+        expect(new Set(refused.map((v) => v.split(" ")[0]))).toEqual(new Set([agentUser(h1!.hostId), agentUser(b)]))
       }).pipe(Effect.scoped),
     300_000
   )
