@@ -10,7 +10,7 @@
  * - runtime: the outbox relay publishes events (`evt.>`), actor messages (`actor.>`), agent
  *   commands (`agent.>`), delivery jobs (`whd.>`) and KV operations (egress); it declares EVENTS,
  *   AGENT and the actors' streams and pulls the actors' mailbox consumers; reads hosts.
- * - dispatcher: pulls the fan-out's consumer on EVENTS and the webhooks' consumers on
+ * - dispatcher: declares EVENTS, pulls the fan-out's consumer on it and the webhooks' consumers on
  *   WEBHOOK_DELIVERY (creating and deleting them, reading and deleting a lost job), publishes
  *   delivery jobs (`whd.>`), listens to that stream's max-deliveries advisories.
  * - agents: one user per host, confined to what that host needs. It may write only its own host
@@ -62,7 +62,14 @@ const AGENT_KV_BUCKETS = ["hosts", "egress", "volumes", "builds", "layers", WORK
 const AGENT_OBJECT_STORES = ["images"] as const
 
 /** What every client does: account info, stream lookups, its inboxes, flow control. */
-const BASE_PUBLISH = ["$JS.API.INFO", "$JS.API.STREAM.INFO.*", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST", "$JS.FC.>", "_INBOX.>"]
+const BASE_PUBLISH = [
+  "$JS.API.INFO",
+  "$JS.API.STREAM.INFO.*",
+  "$JS.API.STREAM.NAMES",
+  "$JS.API.STREAM.LIST",
+  "$JS.FC.>",
+  "_INBOX.>"
+]
 
 /** Declaring a stream (`ensureStream`: create, or update its settings and replicas). */
 const declare = (stream: string) => [`$JS.API.STREAM.CREATE.${stream}`, `$JS.API.STREAM.UPDATE.${stream}`]
@@ -105,7 +112,9 @@ const objectStore = (name: (s: string) => string, o: string) => [
 export type ControlPlaneRole = "api" | "runtime" | "dispatcher"
 
 /** What a control-plane role may do (see the module's comment). */
-export const controlPlanePermissions = (options: { readonly prefix: string; readonly role: ControlPlaneRole }): Permissions => {
+export const controlPlanePermissions = (
+  options: { readonly prefix: string; readonly role: ControlPlaneRole }
+): Permissions => {
   const { name, subject } = naming(options.prefix)
   const events = name(EVENTS_STREAM)
   const delivery = name(DELIVERY_STREAM)
@@ -145,6 +154,7 @@ export const controlPlanePermissions = (options: { readonly prefix: string; read
         publish: {
           allow: [
             ...BASE_PUBLISH,
+            ...declare(events),
             ...consume(events),
             ...declare(delivery),
             ...consume(delivery),

@@ -40,8 +40,7 @@ export const reportSender = (hostId: string): Sender => ({ kind: REPORT_SENDER_K
 export const reportSubject = (sandboxId: string, hostId: string) =>
   mailboxTokens(SANDBOX_MAILBOX, sandboxId, reportSender(hostId)).join(".")
 /** Every report subject of one host: what its agent's NATS user may publish to the sandbox actors. */
-export const hostReportSubjects = (hostId: string) =>
-  `actor.${SANDBOX_ACTOR_TYPE}.*.*.${REPORT_SENDER_KIND}.${hostId}`
+export const hostReportSubjects = (hostId: string) => `actor.${SANDBOX_ACTOR_TYPE}.*.*.${REPORT_SENDER_KIND}.${hostId}`
 
 /** The stream and subjects of agent commands (relative to the NATS prefix). */
 export const AGENT_STREAM = "AGENT"
