@@ -3,7 +3,8 @@
  * applies each message exactly once:
  *
  *   decode → load state + version → transition (pure) → ONE transaction {
- *     record the message id in actor_inbox (a repeat is a no-op: ack and move on),
+ *     record the message id in actor_inbox with the version it produces (a repeat is a no-op:
+ *     ack and move on; the rows are each entity's transition log),
  *     compare-and-set the state on its version (a stale version reloads and retries),
  *     append the effects to the outbox
  *   } → ack.
@@ -155,8 +156,11 @@ export class ActorRuntime extends Context.Service<ActorRuntime, {
             const state = result.state === undefined ? prev?.state : result.state
             const outbox = yield* outboxOf(result.effects, now)
             const outcome = yield* sql.withTransaction(Effect.gen(function*() {
+              // The version this transition stores (the store counts from 1): the entity's transition log.
+              const version = state === undefined ? null : (prev?.version ?? 0) + 1
               const fresh = yield* sql`
-              INSERT INTO actor_inbox (type, entity_id, msg_id) VALUES (${actor.type}, ${info.id}, ${info.msgId})
+              INSERT INTO actor_inbox (type, entity_id, msg_id, version)
+              VALUES (${actor.type}, ${info.id}, ${info.msgId}, ${version})
               ON CONFLICT DO NOTHING RETURNING 1 AS fresh`
               if (fresh.length === 0) return "duplicate" as const
               if (state !== undefined && !(yield* store.save(info.id, state, prev?.version))) return yield* new Stale()

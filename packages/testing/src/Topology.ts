@@ -38,6 +38,8 @@ export interface ManagedRole {
   readonly crashAndRestart: Effect.Effect<void>
   /** Starts of this role process after the first. */
   readonly restarts: () => number
+  /** How long each restart took, kill to ready (ms). */
+  readonly restartMs: () => ReadonlyArray<number>
 }
 
 export interface Topology {
@@ -168,13 +170,16 @@ export const startTopology = (options: TopologyOptions) =>
         }).pipe(Effect.provideService(Scope.Scope, scope))
         let current = yield* start
         let restarts = 0
+        const restartMs: Array<number> = []
         const crashAndRestart = Effect.gen(function*() {
+          const killedAt = performance.now()
           current.process.kill("SIGKILL")
           yield* Effect.promise(() => current.exited)
           options.log?.(`killed -9 ${name}`)
           current = yield* start
           restarts++
-          options.log?.(`${name} is back`)
+          restartMs.push(performance.now() - killedAt)
+          options.log?.(`${name} is back after ${Math.round(restartMs.at(-1)!)} ms`)
         })
         return {
           role,
@@ -182,7 +187,8 @@ export const startTopology = (options: TopologyOptions) =>
           name,
           current: () => current,
           crashAndRestart,
-          restarts: () => restarts
+          restarts: () => restarts,
+          restartMs: () => restartMs
         } satisfies ManagedRole
       })
 
