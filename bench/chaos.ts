@@ -80,10 +80,9 @@ const main = Effect.gen(function*() {
     `sandboxes     ${outcome.stuck.length} left in a transitional state${
       outcome.stuck.length ? `: ${outcome.stuck.join(", ")}` : ""
     }`,
-    `transitions   ${outcome.repeatedTransitions.length} committed twice${
+    `transitions   ${outcome.repeatedTransitions.length} applied twice or outside the log (${outcome.transitionsChecked.versions} versions of ${outcome.transitionsChecked.sandboxes} sandboxes checked in the actors' log, and the events)${
       outcome.repeatedTransitions.length ? `: ${outcome.repeatedTransitions.join(", ")}` : ""
     }`,
-    `transitions   ${outcome.transitionsChecked.versions} versions of ${outcome.transitionsChecked.sandboxes} sandboxes checked in the actors' log`,
     `audit         ${outcome.auditChecked} entries expected (${stats.keyIds.length} keys created, ${stats.revokedKeyIds.length} revoked), ${outcome.auditMissing.length} missing${
       outcome.auditMissing.length ? `: ${outcome.auditMissing.slice(0, 10).join(", ")}` : ""
     }`,

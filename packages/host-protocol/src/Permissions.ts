@@ -14,7 +14,8 @@
  *   WEBHOOK_DELIVERY (creating and deleting them, reading and deleting a lost job), publishes
  *   delivery jobs (`whd.>`), listens to that stream's max-deliveries advisories.
  * - agents: one user per host, confined to what that host needs. It may write only its own host
- *   record (`$KV.<hosts>.<hostId>`), create and pull only its own command consumer on the AGENT
+ *   record (`$KV.<hosts>.<hostId>`) and read none (the records hold each host's data-plane
+ *   token), create and pull only its own command consumer on the AGENT
  *   stream (`agent_<hostId>`, filtered to `agent.<hostId>.>`) and ack only that consumer's
  *   messages, and send reports only on its own host's subjects
  *   (`actor.sandbox.<partition>.<sandboxId>.host.<hostId>`: the sandbox actor believes the
@@ -176,7 +177,10 @@ export const agentPermissions = (options: { readonly prefix: string; readonly ho
   const { name, subject } = naming(options.prefix)
   const agentStream = name(AGENT_STREAM)
   const ownConsumer = name(agentConsumer(options.hostId))
-  const kvStreams = AGENT_KV_BUCKETS.map((b) => `KV_${name(b)}`)
+  // Every bucket but hosts is read whole; of hosts, which holds each host's data-plane token, the
+  // agent only declares the bucket and writes its own record: it reads no other host's.
+  const readable = AGENT_KV_BUCKETS.filter((b) => b !== HOSTS_BUCKET)
+  const kvStreams = readable.map((b) => `KV_${name(b)}`)
   const objectStreams = AGENT_OBJECT_STORES.map((b) => `OBJ_${name(b)}`)
   const otherStreams = [...kvStreams, ...objectStreams]
   const perStream = (stream: string) => [...declare(stream), ...read(stream), ...consume(stream)]
@@ -185,6 +189,7 @@ export const agentPermissions = (options: { readonly prefix: string; readonly ho
       allow: [
         ...BASE_PUBLISH,
         ...otherStreams.flatMap(perStream),
+        ...declare(`KV_${name(HOSTS_BUCKET)}`),
         // Its own command consumer only: created filtered to its own subjects, pulled, acked.
         ...declare(agentStream),
         `$JS.API.CONSUMER.CREATE.${agentStream}.${ownConsumer}.${subject(`agent.${options.hostId}.>`)}`,
@@ -201,7 +206,14 @@ export const agentPermissions = (options: { readonly prefix: string; readonly ho
         subject(hostReportSubjects(options.hostId))
       ]
     },
-    subscribe: { allow: ["_INBOX.>", "$KV.>", "$O.>", subject("agent.>")] }
+    subscribe: {
+      allow: [
+        "_INBOX.>",
+        ...readable.map((b) => `$KV.${name(b)}.>`),
+        ...AGENT_OBJECT_STORES.map((b) => `$O.${name(b)}.>`),
+        subject(`agent.${options.hostId}.>`)
+      ]
+    }
   }
 }
 

@@ -115,6 +115,13 @@ describe("NATS permissions", () => {
           refusedByPermissions(yield* publish(["actor", "sandbox", "3", "sbx_1"]))
           refusedByPermissions(yield* publish(["agent", "h2", "create"]))
 
+          // Another host's record is not readable (it holds that host's data-plane token), by a
+          // get or by listening to the bucket's subjects.
+          refusedByPermissions(yield* tryPromise(() => hosts.get("h2")))
+          const listened = bus.connection.subscribe(`$KV.${bus.name("hosts")}.>`)
+          const closed = yield* Effect.promise(() => listened.closed.then((e) => e ?? "open", (e) => e))
+          expect(String(closed)).toMatch(/permission/i)
+
           // As h2: refused.
           const forged = yield* tryPromise(() => hosts.put("h2", encoder.encode("{}")))
           expect(Exit.isFailure(forged)).toBe(true)
