@@ -20,7 +20,7 @@ import { startTopology } from "@svc/testing/Topology"
 import { Duration, Effect, Result } from "effect"
 import { parseDuration } from "../packages/config/src/Env.ts"
 import { receiver } from "../packages/webhooks/test/Receiver.ts"
-import { median } from "./lib/load.ts"
+import { median } from "./lib/Stats.ts"
 
 const ms = (name: string, fallback: string) =>
   Duration.toMillis(Result.getOrThrow(parseDuration(process.env[name] ?? fallback)))

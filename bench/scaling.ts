@@ -33,7 +33,9 @@ import * as Database from "../packages/db/src/Database.ts"
 import * as Outbox from "../packages/events/src/Outbox.ts"
 import { SandboxActor } from "../packages/sandboxes/src/SandboxActor.ts"
 import { startReceiver } from "../packages/webhooks/test/Receiver.ts"
-import { fmt, median, treeCpuByName, treeCpuMs } from "./lib/load.ts"
+import { fmt, treeCpuByName, treeCpuMs } from "./lib/Measure.ts"
+import { record } from "./lib/Report.ts"
+import { median } from "./lib/Stats.ts"
 
 const RUNS = Number(process.env.BENCH_RUNS ?? 5)
 const ACTOR_MESSAGES = Number(process.env.BENCH_ACTOR_MESSAGES ?? 2000)
@@ -312,6 +314,17 @@ const main = Effect.gen(function*() {
     const loadAfter = os.loadavg()[0]!
     const m1 = median(one.map((s) => s.perSecond))
     const m2 = median(two.map((s) => s.perSecond))
+    // No target: on one machine the ratio says what a second process costs, not what it gives.
+    record({
+      bench: "scaling",
+      figure: `${scenario.name}, 2 ${scenario.role} processes`,
+      value: m2,
+      unit: scenario.unit,
+      baseline: m1,
+      baselineName: `1 ${scenario.role}`,
+      ratio: m2 / m1,
+      runs: RUNS
+    })
     lines.push(
       `${scenario.name}: 1 ${scenario.role} ${fmt(m1)}, 2 ${scenario.role}s ${fmt(m2)} ${scenario.unit}, ratio ${
         fmt(m2 / m1, 2)

@@ -9,7 +9,9 @@
  *   event or job itself: those go through the outbox.
  * - runtime: the outbox relay publishes events (`evt.>`), actor messages (`actor.>`), agent
  *   commands (`agent.>`), delivery jobs (`whd.>`) and KV operations (egress); it declares EVENTS,
- *   AGENT and the actors' streams and pulls the actors' mailbox consumers; reads hosts.
+ *   AGENT and the actors' streams (`ACTOR_TYPES`) and pulls the actors' mailbox consumers; the
+ *   app controllers' operations (`appop.>` on APP_OPS) and their events consumer; the buckets
+ *   and object store the sandbox creates of the app controllers need.
  * - dispatcher: declares EVENTS, pulls the fan-out's consumer on it and the webhooks' consumers on
  *   WEBHOOK_DELIVERY (creating and deleting them, reading and deleting a lost job), publishes
  *   delivery jobs (`whd.>`), listens to that stream's max-deliveries advisories.
@@ -55,7 +57,12 @@ const naming = (prefix: string) => ({
 const EVENTS_STREAM = "EVENTS"
 const DELIVERY_STREAM = "WEBHOOK_DELIVERY"
 /** The actor types the runtime hosts: each has the stream `ACTOR_<TYPE>` and subjects `actor.<type>.>`. */
-export const ACTOR_TYPES = ["sandbox"] as const
+export const ACTOR_TYPES = ["sandbox", "app"] as const
+// The app controllers' operations (@svc/apps/Apps/Operations: stream APP_OPS, subjects `appop.>`).
+const APP_OPS_STREAM = "APP_OPS"
+const APP_OPS_SUBJECTS = "appop.>"
+/** The buckets and object store behind sandbox creates (hosts, egress, volumes, templates' builds and layers, images). */
+const SANDBOX_BUCKETS = ["hosts", "egress", "volumes", "builds", "layers"] as const
 const WORKERS = "workers"
 
 /** Buckets an agent reads or writes besides hosts, and its object stores. */
@@ -128,7 +135,7 @@ export const controlPlanePermissions = (
             subject("auth.>"),
             ...consume(events),
             ...declare(delivery),
-            ...["hosts", "egress", "volumes", "builds", "layers", WORKERS].flatMap((b) => bucket(name, b)),
+            ...[...SANDBOX_BUCKETS, WORKERS].flatMap((b) => bucket(name, b)),
             ...objectStore(name, "images")
           ]
         },
@@ -141,10 +148,16 @@ export const controlPlanePermissions = (
           allow: [
             ...BASE_PUBLISH,
             ...declare(events),
+            // The app controller watches events with a consumer of its own.
+            ...consume(events),
             ...declare(name(AGENT_STREAM)),
             ...actorStreams.flatMap((s) => [...declare(s), ...consume(s)]),
-            ...["hosts", "egress", WORKERS].flatMap((b) => bucket(name, b)),
-            ...["evt.>", "actor.>", "agent.>", "whd.>"].map(subject)
+            ...declare(name(APP_OPS_STREAM)),
+            ...consume(name(APP_OPS_STREAM)),
+            // The app controller creates sandboxes as the API does.
+            ...[...SANDBOX_BUCKETS, WORKERS].flatMap((b) => bucket(name, b)),
+            ...objectStore(name, "images"),
+            ...["evt.>", "actor.>", "agent.>", "whd.>", APP_OPS_SUBJECTS].map(subject)
           ]
         },
         subscribe: { allow: ["_INBOX.>"] }
