@@ -51,12 +51,16 @@ const ENV = {
   SVC_RATE_LIMIT_BURST: "100000"
 }
 
-/** Busy CPU ms of the whole machine (every core, every process: ours and the other tenants'). */
-const machineBusyMs = () => {
+/** CPU ms of the whole machine so far, every core: busy (ours and the other tenants') and in all. */
+const machineMs = () => {
   const [, ...fields] = fs.readFileSync("/proc/stat", "utf8").split("\n")[0]!.trim().split(/\s+/)
-  const [user, nice, system, , , irq, softirq, steal] = fields.map(Number)
-  return (user! + nice! + system! + irq! + softirq! + steal!) * 10
+  const [user, nice, system, idle, iowait, irq, softirq, steal] = fields.map(Number)
+  const busy = user! + nice! + system! + irq! + softirq! + steal!
+  return { busy: busy * 10, total: (busy + idle! + iowait!) * 10 }
 }
+
+/** The machine's elapsed CPU time over all cores: the denominator of every share (per core: / cores). */
+const TOTAL = "machine, all cores"
 
 const OURS = "ours, all processes"
 const OTHERS = "other tenants"
@@ -70,7 +74,9 @@ const cpuNow = (topology: Topology): Record<string, number> => {
   out["postgres"] = tree["postgres"] ?? 0
   out["bench (load, receiver)"] = treeCpuMs(process.pid) - Object.values(out).reduce((a, b) => a + b, 0)
   out[OURS] = treeCpuMs(process.pid)
-  out[OTHERS] = machineBusyMs() - out[OURS]
+  const machine = machineMs()
+  out[OTHERS] = machine.busy - out[OURS]
+  out[TOTAL] = machine.total
   return out
 }
 
@@ -284,7 +290,11 @@ const measure = (scenario: Scenario, count: number) =>
       const wallMs = performance.now() - start
       const cpuAfter = cpuNow(topology)
       const cpu: Record<string, number> = {}
-      for (const [name, ms] of Object.entries(cpuAfter)) cpu[name] = (100 * (ms - (cpuBefore[name] ?? 0))) / wallMs
+      // Shares of one core over the interval between the two readings (as the kernel counted it).
+      const perCoreMs = (cpuAfter[TOTAL]! - cpuBefore[TOTAL]!) / os.cpus().length
+      for (const [name, ms] of Object.entries(cpuAfter)) {
+        if (name !== TOTAL) cpu[name] = (100 * (ms - (cpuBefore[name] ?? 0))) / perCoreMs
+      }
       samples.push({ perSecond: (done * 1000) / wallMs, wallMs, cpu })
       log(`${scenario.name}, ${count} ${scenario.role}: run ${r + 1} ${fmt((done * 1000) / wallMs)} ${scenario.unit}`)
       if (cleanup) yield* cleanup
