@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
 # Checks every file of infra/deploy with the tool that reads it: nats-server -t for the cluster
-# configuration (with the example env file's variables), systemd-analyze verify for the units.
+# configuration (with the example env file's variables; its users generated from Permissions.ts),
+# systemd-analyze verify for the units.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 set -a; source env/nats.env; set +a
+# The users and permissions are what @svc/host-protocol/Permissions says (for the example hosts).
+if ! diff -u nats/authorization.conf <(node nats-authorization.ts host-1 host-2 host-3); then
+  echo "nats/authorization.conf differs from Permissions.ts: node infra/deploy/nats-authorization.ts host-1 host-2 host-3 > infra/deploy/nats/authorization.conf" >&2
+  exit 1
+fi
 nats-server -t -c nats/cluster.conf
 if command -v systemd-analyze >/dev/null; then
   # verify wants the units' binaries; it checks syntax, directives and that ExecStart exists.

@@ -1,7 +1,9 @@
 /**
- * Reports to the control plane: each `AgentReport` goes to its sandbox actor's mailbox
- * (`actor.sandbox.<partition>.<sandboxId>`) with a msgID, so that a report sent twice (a
- * command redelivered after the agent died between publishing and acking) is applied once.
+ * Reports to the control plane: each `AgentReport` goes to its sandbox actor's mailbox on the
+ * subject that names this host as the sender (`actor.sandbox.<partition>.<sandboxId>.host.<hostId>`,
+ * the only mailbox subjects this host's NATS user may publish) with a msgID, so that a report
+ * sent twice (a command redelivered after the agent died between publishing and acking) is
+ * applied once.
  *
  * msgIDs:
  *   `report:<hostId>:<command msg id>` for the answer to a command (the command's own
@@ -10,7 +12,7 @@
  */
 import * as Mailbox from "@svc/bus/Mailbox"
 import type { BusError, Nats } from "@svc/bus/Nats"
-import { AgentReport, SANDBOX_MAILBOX } from "@svc/host-protocol/Protocol"
+import { AgentReport, reportSender, SANDBOX_MAILBOX } from "@svc/host-protocol/Protocol"
 import { Context, Effect, Layer } from "effect"
 
 export class Reporter extends Context.Service<Reporter, {
@@ -23,7 +25,10 @@ export class Reporter extends Context.Service<Reporter, {
     Effect.gen(function*() {
       const context = yield* Effect.context<Nats>()
       const report = Effect.fn("Reporter.report")(function*(report: AgentReport, msgID: string) {
-        yield* Mailbox.send(SANDBOX_MAILBOX, AgentReport, report.sandboxId, report, { msgID }).pipe(
+        yield* Mailbox.send(SANDBOX_MAILBOX, AgentReport, report.sandboxId, report, {
+          msgID,
+          sender: reportSender(report.hostId)
+        }).pipe(
           Effect.provideContext(context)
         )
       })

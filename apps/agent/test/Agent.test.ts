@@ -112,9 +112,9 @@ layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("host agent", 
         report.internalIp
       ]])
 
-      // Sent to the sandbox actor: its mailbox subject and a msgID derived from the command's.
+      // Sent to the sandbox actor: its mailbox subject naming this host, and a msgID derived from the command's.
       const received = (yield* reports.all).find((r) => r.report.sandboxId === sandboxId)!
-      assert.match(received.subject, new RegExp(`\\.actor\\.sandbox\\.\\d+\\.${sandboxId}$`))
+      assert.match(received.subject, new RegExp(`\\.actor\\.sandbox\\.\\d+\\.${sandboxId}\\.host\\.${host.hostId}$`))
       assert.match(received.msgId ?? "", new RegExp(`^report:${host.hostId}:cmd-`))
 
       // A repeated create (another delivery of the same intent) reports the same sandbox again.

@@ -6,6 +6,7 @@
  * so an event or a command to another actor is published if and only if the state change
  * committed, even when the process dies right after the commit.
  */
+import type { Sender } from "@svc/bus/Mailbox"
 import type { DomainEvent } from "@svc/events/Outbox"
 import type { Effect, Option, Schema } from "effect"
 import type { SqlClient, SqlError } from "effect/sql"
@@ -13,8 +14,14 @@ import type { CorruptState } from "./Errors.ts"
 
 /** What a transition knows besides the state and the message; time is an input, not a read. */
 export interface TransitionContext {
-  /** The entity id (the last token of the mailbox subject). */
+  /** The entity id (the mailbox subject's token after the partition). */
   readonly id: string
+  /**
+   * Who sent the message, when its subject names a sender (`actor.<type>.<p>.<id>.<kind>.<senderId>`):
+   * NATS permissions decide who may publish on such a subject, so this is trustworthy where the
+   * body's own claims are not. Absent for the control plane's messages.
+   */
+  readonly sender?: Sender
   /** Time the runtime started applying the message (ms since the epoch). */
   readonly now: number
   /** The message's id: its `Nats-Msg-Id`, or `seq:<stream sequence>` when it was sent without one. */
@@ -148,4 +155,13 @@ export const kvDelete = (bucket: string, key: string): KvOperation => ({ _tag: "
 // ---------------------------------------------------------------------------------------------
 // Addressing (shared with processes that only send: see @svc/bus/Mailbox)
 
-export { consumerName, ENTITY_ID, fnv1a, mailboxTokens, partitionOf, streamName } from "@svc/bus/Mailbox"
+export {
+  consumerName,
+  ENTITY_ID,
+  fnv1a,
+  mailboxTokens,
+  parseMailboxRest,
+  partitionOf,
+  type Sender,
+  streamName
+} from "@svc/bus/Mailbox"

@@ -11,6 +11,7 @@ import * as Mailbox from "@svc/bus/Mailbox"
 import { ensureConsumer, ensureStream } from "@svc/bus/Topology"
 import * as Outbox from "@svc/events/Outbox"
 import { Duration, Effect, Option, type Schema } from "effect"
+import { SqlClient } from "effect/sql"
 import {
   type Actor,
   type ActorEffect,
@@ -99,6 +100,21 @@ export const sendViaOutbox = Effect.fn("Actors.sendViaOutbox")(function*<M exten
     Outbox.append({ subject, payload }),
     (e) => new InvalidActorMessage({ type: actor.type, id, message: e.message })
   )
+})
+
+/**
+ * Records, in the ambient transaction, that `version` of an entity was stored by something other
+ * than a mailbox message (the API creating a sandbox, or applying a command under the row lock),
+ * so that the inbox stays the entity's complete transition log. `msgId` must be unique per entity.
+ */
+export const recordTransition = Effect.fn("Actors.recordTransition")(function*(
+  actor: AnyActor,
+  id: string,
+  msgId: string,
+  version: number
+) {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`INSERT INTO actor_inbox (type, entity_id, msg_id, version) VALUES (${actor.type}, ${id}, ${msgId}, ${version})`
 })
 
 /** An entity's current state and version, if it exists. */

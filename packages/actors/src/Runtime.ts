@@ -3,7 +3,8 @@
  * applies each message exactly once:
  *
  *   decode → load state + version → transition (pure) → ONE transaction {
- *     record the message id in actor_inbox (a repeat is a no-op: ack and move on),
+ *     record the message id in actor_inbox with the version it produces (a repeat is a no-op:
+ *     ack and move on; the rows are each entity's transition log),
  *     compare-and-set the state on its version (a stale version reloads and retries),
  *     append the effects to the outbox
  *   } → ack.
@@ -21,7 +22,15 @@ import * as Trace from "@svc/bus/Trace"
 import * as Outbox from "@svc/events/Outbox"
 import { Clock, Context, Duration, Effect, Layer, Metric, Option, Schedule, Schema } from "effect"
 import { SqlClient, type SqlError } from "effect/sql"
-import { type ActorEffect, type AnyActor, consumerName, ENTITY_ID, partitionOf, streamName } from "./Actor.ts"
+import {
+  type ActorEffect,
+  type AnyActor,
+  consumerName,
+  parseMailboxRest,
+  partitionOf,
+  type Sender,
+  streamName
+} from "./Actor.ts"
 import { DEFAULT_ACK_WAIT, ensure, type MailboxOptions, toOutbox } from "./Actors.ts"
 import type { CorruptState } from "./Errors.ts"
 import { storeOf } from "./Store.ts"
@@ -31,6 +40,8 @@ export interface MessageInfo {
   readonly type: string
   readonly partition: number
   readonly id: string
+  /** The sender its subject names, if any (`Mailbox.ts`). */
+  readonly sender?: Sender
   readonly msgId: string
   readonly streamSeq: number
   readonly deliveries: number
@@ -131,7 +142,12 @@ export class ActorRuntime extends Context.Service<ActorRuntime, {
             const now = yield* Clock.currentTimeMillis
             let result
             try {
-              result = actor.transition(prev?.state, message, { id: info.id, now, msgId: info.msgId })
+              result = actor.transition(prev?.state, message, {
+                id: info.id,
+                now,
+                msgId: info.msgId,
+                ...(info.sender ? { sender: info.sender } : {})
+              })
             } catch (cause) {
               return yield* new Poison({ reason: `transition threw: ${String(cause)}` })
             }
@@ -140,8 +156,11 @@ export class ActorRuntime extends Context.Service<ActorRuntime, {
             const state = result.state === undefined ? prev?.state : result.state
             const outbox = yield* outboxOf(result.effects, now)
             const outcome = yield* sql.withTransaction(Effect.gen(function*() {
+              // The version this transition stores (the store counts from 1): the entity's transition log.
+              const version = state === undefined ? null : (prev?.version ?? 0) + 1
               const fresh = yield* sql`
-              INSERT INTO actor_inbox (type, entity_id, msg_id) VALUES (${actor.type}, ${info.id}, ${info.msgId})
+              INSERT INTO actor_inbox (type, entity_id, msg_id, version)
+              VALUES (${actor.type}, ${info.id}, ${info.msgId}, ${version})
               ON CONFLICT DO NOTHING RETURNING 1 AS fresh`
               if (fresh.length === 0) return "duplicate" as const
               if (state !== undefined && !(yield* store.save(info.id, state, prev?.version))) return yield* new Stale()
@@ -183,11 +202,13 @@ export class ActorRuntime extends Context.Service<ActorRuntime, {
     const handle = (actor: AnyActor, partition: number, msg: JsMsg) =>
       Effect.gen(function*() {
         const base = nats.subject("actor", actor.type, String(partition)) + "."
-        const id = msg.subject.startsWith(base) ? msg.subject.slice(base.length) : ""
+        const address = msg.subject.startsWith(base) ? parseMailboxRest(msg.subject.slice(base.length)) : undefined
+        const id = address?.id ?? ""
         const info: MessageInfo = {
           type: actor.type,
           partition,
           id,
+          ...(address?.sender ? { sender: address.sender } : {}),
           msgId: msg.headers?.get("Nats-Msg-Id") || `seq:${msg.seq}`,
           streamSeq: msg.seq,
           deliveries: msg.info.deliveryCount
@@ -207,7 +228,7 @@ export class ActorRuntime extends Context.Service<ActorRuntime, {
           })
 
         const work = Effect.gen(function*() {
-          if (!ENTITY_ID.test(id) || partitionOf(actor, id) !== partition) {
+          if (address === undefined || partitionOf(actor, id) !== partition) {
             return yield* new Poison({ reason: `not a mailbox subject of partition ${partition}: ${msg.subject}` })
           }
           let json: unknown

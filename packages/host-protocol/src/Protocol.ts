@@ -7,7 +7,10 @@
  * idempotent on the agent (a redelivered `create` of an existing sandbox reports its state).
  *
  * Agent → control, durable: every state change of a sandbox is an `AgentReport` sent to the
- * sandbox actor's mailbox (`Actors.send(SandboxActor, sandboxId, report, { msgID })`).
+ * sandbox actor's mailbox on the subject naming its host (`reportSubject`:
+ * `actor.sandbox.<partition>.<sandboxId>.host.<hostId>`). Each agent's NATS user may publish only
+ * its own host's report subjects (`Permissions.ts`), and the sandbox actor takes the host from
+ * the subject, never from the report's `hostId`.
  *
  * Hosts: each agent keeps a `HostRecord` under its host id in the `hosts` KV bucket,
  * refreshed every `HOST_HEARTBEAT_MS`; a host whose record is older than `HOST_DOWN_AFTER_MS`
@@ -17,7 +20,7 @@
  * HTTP (`HostRecord.endpoint`, bearer `HostRecord.token`): its routes, schemas and errors are
  * declared in `DataPlane.ts`.
  */
-import type { MailboxAddress } from "@svc/bus/Mailbox"
+import { type MailboxAddress, mailboxTokens, type Sender } from "@svc/bus/Mailbox"
 import type { BucketSpec, StreamSpec } from "@svc/bus/Topology"
 import { Schema } from "effect"
 import { BuildCommand, SandboxImage } from "./Images.ts"
@@ -30,6 +33,14 @@ export const SANDBOX_ACTOR_TYPE = "sandbox"
 export const SANDBOX_ACTOR_PARTITIONS = 16
 /** Where an agent's reports go: the sandbox actors' mailboxes (`actor.sandbox.<partition>.<id>`). */
 export const SANDBOX_MAILBOX: MailboxAddress = { type: SANDBOX_ACTOR_TYPE, partitions: SANDBOX_ACTOR_PARTITIONS }
+/** The sender a host's reports name in their subject (`Mailbox.ts`): `.host.<hostId>`. */
+export const REPORT_SENDER_KIND = "host"
+export const reportSender = (hostId: string): Sender => ({ kind: REPORT_SENDER_KIND, id: hostId })
+/** A report's subject (relative to the NATS prefix): `actor.sandbox.<partition>.<sandboxId>.host.<hostId>`. */
+export const reportSubject = (sandboxId: string, hostId: string) =>
+  mailboxTokens(SANDBOX_MAILBOX, sandboxId, reportSender(hostId)).join(".")
+/** Every report subject of one host: what its agent's NATS user may publish to the sandbox actors. */
+export const hostReportSubjects = (hostId: string) => `actor.${SANDBOX_ACTOR_TYPE}.*.*.${REPORT_SENDER_KIND}.${hostId}`
 
 /** The stream and subjects of agent commands (relative to the NATS prefix). */
 export const AGENT_STREAM = "AGENT"
@@ -145,6 +156,7 @@ export type AgentCommand = typeof AgentCommand.Type
  */
 export const AgentReport = Schema.TaggedStruct("AgentReport", {
   sandboxId: Schema.String,
+  /** The reporting host, for logs: the sandbox actor believes the subject's host (`reportSubject`), not this. */
   hostId: Schema.String,
   status: Schema.Literals(["running", "stopped", "destroyed", "failed", "exited"]),
   internalIp: Schema.optionalKey(Schema.NullOr(Schema.String)),

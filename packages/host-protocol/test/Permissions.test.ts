@@ -2,15 +2,24 @@
  * NATS authentication per role, against a real nats-server given `authorizationBlock`: the
  * agent of h1, with its own credentials, does what an agent does (declares the AGENT stream and
  * its buckets, its own command consumer, writes its own host record, reports to a sandbox's
- * mailbox) and cannot act as h2 (write h2's record, create or pull h2's command consumer) or
- * destroy anything (delete or purge a stream). A wrong password does not connect.
+ * mailbox on its own host's subject) and cannot act as h2 (write h2's record, create or pull
+ * h2's command consumer, report on h2's subject or on a subject naming no host) or destroy
+ * anything (delete or purge a stream). The control-plane users are confined to their roles: the
+ * dispatcher cannot publish an agent command, an actor message or an event; the api cannot
+ * publish a command or a report. A wrong password does not connect.
  */
 import { describe, expect, it } from "@effect/vitest"
 import { AckPolicy } from "@nats-io/jetstream"
 import { Nats } from "@svc/bus/Nats"
 import { ensureBucket, ensureConsumer, ensureStream } from "@svc/bus/Topology"
 import { agentUser, authorizationBlock, platformUsers } from "@svc/host-protocol/Permissions"
-import { AGENT_STREAM_SPEC, agentConsumer, HOSTS_BUCKET_SPEC } from "@svc/host-protocol/Protocol"
+import {
+  AGENT_STREAM_SPEC,
+  agentConsumer,
+  HOSTS_BUCKET_SPEC,
+  reportSubject,
+  SANDBOX_ACTOR_TYPE
+} from "@svc/host-protocol/Protocol"
 import { startNats } from "@svc/local-servers/Servers"
 import { Effect, Exit, Layer, Redacted } from "effect"
 import * as Fs from "node:fs"
@@ -44,9 +53,29 @@ const as = (url: string, user: string, password = passwordOf(user)) =>
 
 const tryPromise = <A>(f: () => Promise<A>) => Effect.exit(Effect.tryPromise(f))
 
+/** The sandbox actors' mailboxes, as `Actors.ensure` declares them. */
+const SANDBOX_MAILBOX_STREAM = {
+  name: `ACTOR_${SANDBOX_ACTOR_TYPE.toUpperCase()}`,
+  subjects: [`actor.${SANDBOX_ACTOR_TYPE}.>`],
+  retention: "workqueue" as const
+}
+
+/** A JetStream publish as the connected user: the stream's ack, or NATS's refusal. */
+const publish = (subject: ReadonlyArray<string> | string) =>
+  Effect.gen(function*() {
+    const bus = yield* Nats
+    const full = typeof subject === "string" ? bus.subject(subject) : bus.subject(...subject)
+    return yield* tryPromise(() => bus.js.publish(full, new TextEncoder().encode("{}")))
+  })
+
+const refusedByPermissions = (exit: Exit.Exit<unknown, unknown>) => {
+  expect(Exit.isFailure(exit)).toBe(true)
+  expect(String(Exit.isFailure(exit) ? exit.cause : "")).toMatch(/permission/i)
+}
+
 describe("NATS permissions", () => {
   it.live(
-    "an agent's credentials act as its own host only; the control plane's act anywhere; a wrong password is refused",
+    "an agent's credentials act as its own host only; each control-plane user only as its role; a wrong password is refused",
     () =>
       Effect.gen(function*() {
         const nats = yield* server
@@ -56,15 +85,16 @@ describe("NATS permissions", () => {
         yield* Effect.gen(function*() {
           yield* ensureStream(AGENT_STREAM_SPEC)
           yield* ensureBucket(HOSTS_BUCKET_SPEC)
-          // h2's consumer exists, with a command waiting: h1 still may not pull it.
-          yield* ensureConsumer(AGENT_STREAM_SPEC.name, {
-            durable_name: agentConsumer("h2"),
-            filter_subject: "agent.h2.>",
-            ack_policy: AckPolicy.Explicit
-          })
+          yield* ensureStream(SANDBOX_MAILBOX_STREAM)
           const bus = yield* Nats
           yield* Effect.promise(() => bus.js.publish(bus.subject("agent", "h2", "create"), encoder.encode("{}")))
         }).pipe(Effect.provide(as(nats.url, "runtime")))
+        // h2's consumer exists (its agent made it), with a command waiting: h1 still may not pull it.
+        yield* ensureConsumer(AGENT_STREAM_SPEC.name, {
+          durable_name: agentConsumer("h2"),
+          filter_subject: "agent.h2.>",
+          ack_policy: AckPolicy.Explicit
+        }).pipe(Effect.provide(as(nats.url, agentUser("h2"))))
 
         // The agent of h1: everything an agent does at start succeeds.
         yield* Effect.gen(function*() {
@@ -77,8 +107,20 @@ describe("NATS permissions", () => {
             ack_policy: AckPolicy.Explicit
           })
           expect(Exit.isSuccess(yield* tryPromise(() => hosts.put("h1", encoder.encode("{}"))))).toBe(true)
-          // A report to a sandbox's mailbox (subject only: no actor stream in this test).
-          bus.connection.publish(bus.subject("actor", "sandbox", "3", "sbx_1"), encoder.encode("{}"))
+          // A report to a sandbox's mailbox on its own host's subject: stored.
+          const own = yield* publish(reportSubject("sbx_1", "h1"))
+          expect(Exit.isSuccess(own)).toBe(true)
+          // As h2, or on a subject naming no host (where the control plane talks): refused by NATS.
+          refusedByPermissions(yield* publish(reportSubject("sbx_1", "h2")))
+          refusedByPermissions(yield* publish(["actor", "sandbox", "3", "sbx_1"]))
+          refusedByPermissions(yield* publish(["agent", "h2", "create"]))
+
+          // Another host's record is not readable (it holds that host's data-plane token), by a
+          // get or by listening to the bucket's subjects.
+          refusedByPermissions(yield* tryPromise(() => hosts.get("h2")))
+          const listened = bus.connection.subscribe(`$KV.${bus.name("hosts")}.>`)
+          const closed = yield* Effect.promise(() => listened.closed.then((e) => e ?? "open", (e) => e))
+          expect(String(closed)).toMatch(/permission/i)
 
           // As h2: refused.
           const forged = yield* tryPromise(() => hosts.put("h2", encoder.encode("{}")))
@@ -108,6 +150,32 @@ describe("NATS permissions", () => {
           expect((yield* Effect.promise(() => hosts.get("h1")))?.operation).toBe("PUT")
           expect(yield* Effect.promise(() => hosts.get("h2"))).toBe(null)
           yield* Effect.promise(() => hosts.put("h2", encoder.encode("{}")))
+        }).pipe(Effect.provide(as(nats.url, "runtime")))
+
+        // The dispatcher publishes delivery jobs only: no agent command, actor message or event.
+        yield* Effect.gen(function*() {
+          refusedByPermissions(yield* publish(["agent", "h1", "create"]))
+          refusedByPermissions(yield* publish(reportSubject("sbx_1", "h1")))
+          refusedByPermissions(yield* publish(["actor", "sandbox", "3", "sbx_1"]))
+          refusedByPermissions(yield* publish(["evt", "org_1", "sandbox.created"]))
+          const bus = yield* Nats
+          expect(Exit.isFailure(yield* tryPromise(() => bus.jsm.streams.delete(bus.name("AGENT"))))).toBe(true)
+        }).pipe(Effect.provide(as(nats.url, "dispatcher")))
+        // The api sends through the outbox: no command or report of its own.
+        yield* Effect.gen(function*() {
+          refusedByPermissions(yield* publish(["agent", "h1", "create"]))
+          refusedByPermissions(yield* publish(["actor", "sandbox", "3", "sbx_1"]))
+        }).pipe(Effect.provide(as(nats.url, "api")))
+        // The runtime's relay publishes commands and actor messages; only h1's agent pulled h1's.
+        yield* Effect.gen(function*() {
+          expect(Exit.isSuccess(yield* publish(["agent", "h1", "create"]))).toBe(true)
+          expect(Exit.isSuccess(yield* publish(["actor", "sandbox", "3", "sbx_1"]))).toBe(true)
+          const bus = yield* Nats
+          const info = yield* Effect.promise(() => bus.jsm.streams.info(bus.name("AGENT")))
+          // h2's command and the runtime's: none from the dispatcher, the api or the agent of h1.
+          expect(info.state.messages).toBe(2)
+          const mailbox = yield* Effect.promise(() => bus.jsm.streams.info(bus.name(SANDBOX_MAILBOX_STREAM.name)))
+          expect(mailbox.state.messages).toBe(2)
         }).pipe(Effect.provide(as(nats.url, "runtime")))
 
         // A wrong password: no connection.

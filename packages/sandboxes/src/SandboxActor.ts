@@ -33,7 +33,10 @@
  * egress settings and put the sandbox's `egress` KV entry; the deletion deletes it.
  *
  * Reports: only from the sandbox's own host, and never older than the newest one applied
- * (`at`, host time): a stale or repeated report changes nothing. Each state change emits one
+ * (`at`, host time): a stale or repeated report changes nothing. The host is the one the
+ * mailbox subject names (`actor.sandbox.<p>.<id>.host.<hostId>`, which only that host's NATS
+ * user may publish), never the report's own `hostId`: a report on a subject naming no host is
+ * ignored too. Each state change emits one
  * `sandbox.state_updated`; the deletion emits `sandbox.deleted`.
  *
  * `error` keeps the record as the host last said, with `errorMessage`. A later report from the
@@ -165,8 +168,11 @@ const onDelete = (s: State, m: typeof Delete.Type, ctx: Ctx): Actor.Transition<S
 // ---------------------------------------------------------------------------------------------
 // Reports
 
+/** The host that sent a report: the one its subject names (see the module's comment). */
+export const reportingHost = (ctx: Ctx): string | undefined => ctx.sender?.kind === "host" ? ctx.sender.id : undefined
+
 const onReport = (s: State, r: AgentReport, ctx: Ctx): Actor.Transition<State> => {
-  if (r.hostId !== s.hostId) return unchanged(s)
+  if (s.hostId === null || reportingHost(ctx) !== s.hostId) return unchanged(s)
   if (s.lastReportAt !== null && r.at < s.lastReportAt) return unchanged(s)
   const seen: Partial<State> = { lastReportAt: r.at }
   const ip: Partial<State> = r.internalIp !== undefined ? { internalIp: r.internalIp } : {}

@@ -307,6 +307,7 @@ export class Sandboxes extends Context.Service<Sandboxes, {
           }
           const inserted = yield* corrupt(store.save(id, state, undefined))
           if (!inserted) return yield* Effect.die(new Error(`sandbox id ${id} taken`))
+          yield* Actors.recordTransition(SandboxActor, id, "api:create", 1)
           // Before the host hears of it: its proxy knows the policy by the first connection.
           yield* Outbox.append(egressMessage(state)).pipe(Effect.catchTag("InvalidOutboxMessage", Effect.die))
           yield* Actors.sendViaOutbox(SandboxActor, id, {

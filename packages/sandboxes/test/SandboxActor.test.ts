@@ -16,7 +16,8 @@ import {
 
 const H = "host_a"
 const NOW = Date.UTC(2026, 10, 22, 1, 2, 3, 456)
-const ctx = { id: "sbx_1", now: NOW, msgId: "m1" }
+/** Every message as if on the sandbox's host's subject (the control plane's messages ignore the sender). */
+const ctx: Actor.TransitionContext = { id: "sbx_1", now: NOW, msgId: "m1", sender: { kind: "host", id: H } }
 
 const STATES = ["pending", "starting", "running", "stopping", "stopped", "deleting", "deleted", "error"] as const
 type Name = (typeof STATES)[number]
@@ -96,10 +97,15 @@ const report = (
 })
 
 /** Every state not named in `row` must stay as it is, with no effect. */
-const check = (message: SandboxMessage, row: Row, patch: (n: Name) => Partial<SandboxActorState> = () => ({})) => {
+const check = (
+  message: SandboxMessage,
+  row: Row,
+  patch: (n: Name) => Partial<SandboxActorState> = () => ({}),
+  context: Actor.TransitionContext = ctx
+) => {
   for (const name of STATES) {
     const before = at(name, patch(name))
-    const result = transition(before, message, ctx)
+    const result = transition(before, message, context)
     const expected = row[name]
     const got = [result.state?.state, describeEffects(result.effects)]
     if (expected === undefined) {
@@ -343,10 +349,19 @@ describe("SandboxActor transition", () => {
   })
 
   it("stale, repeated-in-the-past and foreign reports change nothing in any state", () => {
+    const { sender: _, ...noSender } = ctx
     for (const status of ["running", "stopped", "destroyed", "failed", "exited"] as const) {
       check(report(status, { at: 999 }), {})
-      check(report(status, { hostId: "host_b" }), {})
+      check(report(status, { hostId: "host_b" }), {}, undefined, { ...ctx, sender: { kind: "host", id: "host_b" } })
+      // Another host's subject, the body claiming the sandbox's host: the subject decides.
+      check(report(status), {}, undefined, { ...ctx, sender: { kind: "host", id: "host_b" } })
+      // No host on the subject (only the control plane can publish there): not a host's report.
+      check(report(status), {}, undefined, noSender)
+      check(report(status), {}, undefined, { ...ctx, sender: { kind: "api", id: H } })
     }
+    // The sandbox's host's subject with a body naming another host: the subject decides.
+    const t = transition(at("starting"), report("running", { hostId: "host_b" }), ctx)
+    expect(t.state?.state).toBe("running")
   })
 
   it("HostDown: its sandboxes → error (deleting → deleted); another host's: nothing", () => {

@@ -24,6 +24,9 @@ export interface Stats {
   deleted: number
   execs: number
   keysRevoked: number
+  /** Ids of the keys the load created and of those it revoked (each must have its audit entry). */
+  readonly keyIds: Array<string>
+  readonly revokedKeyIds: Array<string>
   /** Revoked keys still accepted after the revocation settled (wrong answers). */
   revokedAccepted: number
 }
@@ -35,6 +38,8 @@ export const makeStats = (): Stats => ({
   deleted: 0,
   execs: 0,
   keysRevoked: 0,
+  keyIds: [],
+  revokedKeyIds: [],
   revokedAccepted: 0
 })
 
@@ -148,10 +153,12 @@ export const runLoad = async (options: {
         continue
       }
       const secret = key.json.token as string
+      stats.keyIds.push(key.json.id)
       await client("GET", "/v1/sandboxes", { token: secret })
       const revoked = await client("DELETE", `/v1/auth/api-keys/${key.json.id}`, { token })
       if (revoked.status !== 200) continue
       stats.keysRevoked++
+      stats.revokedKeyIds.push(key.json.id)
       // Refused by every API process once the revocation settled (at most the key cache's TTL).
       await sleep(1_000)
       for (let i = 0; i < options.workers + 2; i++) {
@@ -172,12 +179,16 @@ export const runLoad = async (options: {
 export interface Faults {
   readonly killed: Array<string>
   readonly natsStops: Array<string>
+  /** How long each restart took, kill to ready (ms), by role. */
+  readonly restartMs: Record<string, Array<number>>
 }
 
 /**
- * Until `untilMs`: every `everyMs`, one random role process killed -9 and started again (the
- * first pass takes each role in turn, so every role dies at least once); and at `natsDownAtMs`
- * one NATS node stopped (SIGKILL) for `natsDownForMs`.
+ * Until `untilMs`: each role has a loop of its own that kills -9 one of its processes (at random)
+ * every `everyMs` or so (±50%) and starts it again, so kills of different roles overlap while
+ * one role's processes die one at a time (another of that role is up meanwhile); each role dies
+ * at least once, the first kills spread over the first `everyMs`. And at `natsDownAtMs` one NATS
+ * node stopped (SIGKILL) for `natsDownForMs`.
  */
 export const runFaults = (options: {
   readonly topology: Topology
@@ -189,7 +200,7 @@ export const runFaults = (options: {
   readonly log?: (line: string) => void
 }) =>
   Effect.gen(function*() {
-    const faults: Faults = { killed: [], natsStops: [] }
+    const faults: Faults = { killed: [], natsStops: [], restartMs: {} }
     const nats = Effect.gen(function*() {
       yield* Effect.sleep(Duration.millis(Math.max(0, options.startMs + options.natsDownAtMs - Date.now())))
       const node = yield* Random.nextIntBetween(0, 2, { halfOpen: false })
@@ -200,22 +211,23 @@ export const runFaults = (options: {
       yield* Effect.promise(() => options.topology.cluster.start(node))
       options.log?.(`NATS node n${node + 1} back`)
     })
-    const kills = Effect.gen(function*() {
-      const order = ["agent", "runtime", "dispatcher", "api"] as const
-      let round = 0
-      // Every role once, even past `untilMs` (a restart takes seconds); then random ones while time remains.
-      while (round < order.length || Date.now() + options.everyMs < options.untilMs) {
-        yield* Effect.sleep(Duration.millis(options.everyMs))
-        const candidates = round < order.length
-          ? options.topology.roles.filter((r) => r.role === order[round])
-          : options.topology.roles
-        const victim = candidates[yield* Random.nextIntBetween(0, candidates.length - 1, { halfOpen: false })]!
-        round++
-        faults.killed.push(victim.name)
-        yield* victim.crashAndRestart
-      }
-    })
-    yield* Effect.all([nats, kills], { concurrency: "unbounded", discard: true })
+    const roles = [...new Set(options.topology.roles.map((r) => r.role))]
+    const killLoop = (role: string, index: number) =>
+      Effect.gen(function*() {
+        const processes = options.topology.roles.filter((r) => r.role === role)
+        yield* Effect.sleep(Duration.millis(((index + 1) * options.everyMs) / (roles.length + 1)))
+        // At least once, even past `untilMs`; then while time remains.
+        do {
+          const victim = processes[yield* Random.nextIntBetween(0, processes.length - 1, { halfOpen: false })]!
+          faults.killed.push(victim.name)
+          yield* victim.crashAndRestart
+          ;(faults.restartMs[role] ??= []).push(victim.restartMs().at(-1)!)
+          const pause = options.everyMs * (0.5 + (yield* Random.next))
+          if (Date.now() + pause >= options.untilMs) break
+          yield* Effect.sleep(Duration.millis(pause))
+        } while (Date.now() < options.untilMs)
+      })
+    yield* Effect.all([nats, ...roles.map(killLoop)], { concurrency: "unbounded", discard: true })
     return faults
   })
 
@@ -236,10 +248,19 @@ export interface Outcome {
   readonly duplicated: number
   /** Sandboxes left in pending, starting, stopping or deleting. */
   readonly stuck: ReadonlyArray<string>
-  /** The same state committed twice in a row for a sandbox, or `created` twice: a transition applied twice. */
+  /**
+   * From the sandbox actors' own transition log (`actor_inbox`, each row the version its message
+   * stored): sandboxes whose stored versions were not each produced by exactly one message
+   * (a version with no message, or with two, is a transition applied outside the dedupe or twice);
+   * and, from the events, the same state committed twice in a row or `created` twice.
+   */
   readonly repeatedTransitions: ReadonlyArray<string>
-  /** Key creations and revocations with no audit entry. */
-  readonly auditMissing: number
+  /** Sandboxes whose transitions the check read from the log (all of the org's). */
+  readonly transitionsChecked: { readonly sandboxes: number; readonly versions: number }
+  /** Audited actions of the load (each key created, each key revoked) with no audit entry, by `<action> <key id>`. */
+  readonly auditMissing: ReadonlyArray<string>
+  /** Audit entries the check looked for. */
+  readonly auditChecked: number
 }
 
 /**
@@ -303,11 +324,26 @@ export const check = (options: {
         lastState.set(data.sandbox_id, data.state)
       }
     }
-    const audit = yield* sql<{ action: string; n: number }>`
-      SELECT action, count(*)::int AS n FROM audit_log WHERE org_id = ${options.orgId} GROUP BY action`.pipe(
-      Effect.orElseSucceed(() => [])
-    )
-    const revokedAudited = audit.filter((a) => a.action.includes("revoke")).reduce((n, a) => n + a.n, 0)
+    // Every version each sandbox stored, 1 up to its current one, produced by exactly one message.
+    const log = yield* sql<{ id: string; version: number; logged: number; distinct: number; last: number | null }>`
+      SELECT s.id, s.version::int AS version, count(i.version)::int AS logged,
+        count(DISTINCT i.version)::int AS distinct, max(i.version)::int AS last
+      FROM sandboxes s
+      LEFT JOIN actor_inbox i ON i.type = 'sandbox' AND i.entity_id = s.id AND i.version IS NOT NULL
+      WHERE s.org_id = ${options.orgId}
+      GROUP BY s.id, s.version`.pipe(Effect.orDie)
+    const notOnce = log.filter((r) => r.logged !== r.version || r.distinct !== r.version || r.last !== r.version)
+      .map((r) =>
+        `${r.id}: versions 1..${r.version} stored, the log has ${r.logged} messages for ${r.distinct} versions (last ${r.last})`
+      )
+    const audited = yield* sql<{ action: string; target_id: string }>`
+      SELECT action, target_id FROM audit_log
+      WHERE org_id = ${options.orgId} AND action IN ('apikey.created', 'apikey.revoked')`.pipe(Effect.orDie)
+    const entries = new Set(audited.map((a) => `${a.action} ${a.target_id}`))
+    const expectedAudit = [
+      ...options.stats.keyIds.map((id) => `apikey.created ${id}`),
+      ...options.stats.revokedKeyIds.map((id) => `apikey.revoked ${id}`)
+    ]
     let duplicated = 0
     for (const n of state.received.values()) duplicated += n - 1
     return {
@@ -316,7 +352,9 @@ export const check = (options: {
       lost: state.lost,
       duplicated,
       stuck: state.stuck.map((s) => `${s.id} ${s.state}`),
-      repeatedTransitions: [...transitions].filter(([, n]) => n > 1).map(([k, n]) => `${k} ×${n}`),
-      auditMissing: Math.max(0, options.stats.keysRevoked - revokedAudited)
+      repeatedTransitions: [...notOnce, ...[...transitions].filter(([, n]) => n > 1).map(([k, n]) => `${k} ×${n}`)],
+      transitionsChecked: { sandboxes: log.length, versions: log.reduce((n, r) => n + r.version, 0) },
+      auditMissing: expectedAudit.filter((e) => !entries.has(e)),
+      auditChecked: expectedAudit.length
     } satisfies Outcome
   }).pipe(Effect.provide(Database.layerFromUrl(options.databaseUrl)))

@@ -5,16 +5,25 @@
  * Postgres. Each role process can be killed -9 and started again (what systemd's
  * `Restart=always` does), and each NATS node stopped and started again.
  *
- * Used by `apps/cli/test/Topology.test.ts` and `bench/chaos.ts` (`npm run chaos`).
+ * With `tls`, clients reach NATS only over TLS with a client certificate (a throwaway CA from
+ * `Tls.ts`): every role gets NATS_TLS_CA, NATS_TLS_CERT and NATS_TLS_KEY.
+ *
+ * Used by `apps/cli/test/Topology.test.ts`, `bench/chaos.ts` (`npm run chaos`) and
+ * `bench/scaling.ts` (`npm run bench scaling`).
  */
+import type { NatsSecurity } from "@svc/bus/Config"
 import { agentUser, authorizationBlock, platformUsers } from "@svc/host-protocol/Permissions"
 import { type NatsCluster, startNatsCluster } from "@svc/local-servers/Servers"
-import { Duration, Effect, Scope } from "effect"
+import { Duration, Effect, Redacted, Scope } from "effect"
 import { randomBytes } from "node:crypto"
+import * as Fs from "node:fs"
 import * as Net from "node:net"
+import * as Os from "node:os"
+import * as Path from "node:path"
 import { fileURLToPath } from "node:url"
 import { makeHost, type TestHost } from "./TestHost.ts"
 import { type RoleProcess, spawnRole } from "./TestProcess.ts"
+import { makeTestCertificates, type TestCertificates } from "./Tls.ts"
 
 export type RoleName = "api" | "runtime" | "dispatcher" | "agent"
 
@@ -29,6 +38,8 @@ export interface ManagedRole {
   readonly crashAndRestart: Effect.Effect<void>
   /** Starts of this role process after the first. */
   readonly restarts: () => number
+  /** How long each restart took, kill to ready (ms). */
+  readonly restartMs: () => ReadonlyArray<number>
 }
 
 export interface Topology {
@@ -42,6 +53,10 @@ export interface Topology {
   readonly hosts: ReadonlyArray<TestHost>
   /** A user and password of each NATS user (`api`, `runtime`, `dispatcher`, `agent-<hostId>`). */
   readonly passwords: Readonly<Record<string, string>>
+  /** The certificates, with `tls`. */
+  readonly tls: TestCertificates | undefined
+  /** How to connect as one of the users (`Nats.make`'s `security`), over TLS with `tls`. */
+  readonly security: (user: string) => NatsSecurity
 }
 
 export interface TopologyOptions {
@@ -51,6 +66,8 @@ export interface TopologyOptions {
   /** Extra environment for every role (e.g. SVC_WEBHOOK_ALLOWED_SUBNETS). */
   readonly env?: Record<string, string>
   readonly log?: (line: string) => void
+  /** NATS clients over TLS only, with client certificates (default false). */
+  readonly tls?: boolean
 }
 
 const mainOf = (role: RoleName) => fileURLToPath(new URL(`../../../apps/${role}/src/main.ts`, import.meta.url))
@@ -88,8 +105,19 @@ export const startTopology = (options: TopologyOptions) =>
         return { value: passwords[user] }
       }
     })
+    const tls = options.tls
+      ? yield* Effect.acquireRelease(
+        Effect.sync(() => makeTestCertificates(Fs.mkdtempSync(Path.join(Os.tmpdir(), "svc-topology-tls-")))),
+        (c) => Effect.sync(() => Fs.rmSync(Path.dirname(c.caFile), { recursive: true, force: true }))
+      )
+      : undefined
     const cluster = yield* Effect.acquireRelease(
-      Effect.promise(() => startNatsCluster(3, { authorization: authorizationBlock(users) })),
+      Effect.promise(() =>
+        startNatsCluster(3, {
+          authorization: authorizationBlock(users),
+          ...(tls ? { tls: { certFile: tls.serverCertFile, keyFile: tls.serverKeyFile, caFile: tls.caFile } } : {})
+        })
+      ),
       (c) => Effect.promise(c.stop)
     )
     const natsUrl = cluster.urls.join(",")
@@ -98,6 +126,7 @@ export const startTopology = (options: TopologyOptions) =>
       SVC_NATS_REPLICAS: "3",
       NATS_USER: user,
       NATS_PASSWORD: passwords[user]!,
+      ...(tls ? { NATS_TLS_CA: tls.caFile, NATS_TLS_CERT: tls.clientCertFile, NATS_TLS_KEY: tls.clientKeyFile } : {}),
       ...options.env
     })
     const apiPorts: Array<number> = []
@@ -141,13 +170,16 @@ export const startTopology = (options: TopologyOptions) =>
         }).pipe(Effect.provideService(Scope.Scope, scope))
         let current = yield* start
         let restarts = 0
+        const restartMs: Array<number> = []
         const crashAndRestart = Effect.gen(function*() {
+          const killedAt = performance.now()
           current.process.kill("SIGKILL")
           yield* Effect.promise(() => current.exited)
           options.log?.(`killed -9 ${name}`)
           current = yield* start
           restarts++
-          options.log?.(`${name} is back`)
+          restartMs.push(performance.now() - killedAt)
+          options.log?.(`${name} is back after ${Math.round(restartMs.at(-1)!)} ms`)
         })
         return {
           role,
@@ -155,7 +187,8 @@ export const startTopology = (options: TopologyOptions) =>
           name,
           current: () => current,
           crashAndRestart,
-          restarts: () => restarts
+          restarts: () => restarts,
+          restartMs: () => restartMs
         } satisfies ManagedRole
       })
 
@@ -181,6 +214,12 @@ export const startTopology = (options: TopologyOptions) =>
       apiUrls: apiPorts.map((p) => `http://127.0.0.1:${p}`),
       roles,
       hosts,
-      passwords
+      passwords,
+      tls,
+      security: (user) => ({
+        user,
+        password: Redacted.make(passwords[user]!),
+        ...(tls ? { tls: { caFile: tls.caFile, certFile: tls.clientCertFile, keyFile: tls.clientKeyFile } } : {})
+      })
     } satisfies Topology
   })

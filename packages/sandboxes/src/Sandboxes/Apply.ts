@@ -11,7 +11,8 @@ import * as Errors from "@svc/domain/Errors"
 import * as Outbox from "@svc/events/Outbox"
 import { Clock, Effect } from "effect"
 import { SqlClient } from "effect/sql"
-import { transition } from "../SandboxActor.ts"
+import { randomUUID } from "node:crypto"
+import { SandboxActor, transition } from "../SandboxActor.ts"
 import type { SandboxActorState, SandboxMessage } from "./Model.ts"
 import { COLUMNS, SandboxRow, store, toStored } from "./Store.ts"
 
@@ -42,6 +43,9 @@ export const applyNow = <E, R>(
       if (!saved) {
         // Impossible under the row lock; a defect if it happens.
         return yield* Effect.die(new Error(`sandbox ${id}: version moved under the row lock`))
+      }
+      if (next !== stored.state) {
+        yield* Actors.recordTransition(SandboxActor, id, `api:${now}:${randomUUID()}`, stored.version + 1)
       }
       const messages = yield* Actors.toOutbox(result.effects, now).pipe(Effect.orDie)
       yield* Outbox.appendAll(messages).pipe(Effect.catchTag("InvalidOutboxMessage", Effect.die))

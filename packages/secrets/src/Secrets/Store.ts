@@ -139,10 +139,17 @@ export const removeEverywhere = (orgId: string, id: string) =>
     )
     if (Option.isNone(deleted)) return { deleted, sandboxes: [] as ReadonlyArray<BoundSandbox> }
     yield* lockBound
-    // `version` moves: an actor transition that loaded the row before retries on top of this.
+    // `version` moves: an actor transition that loaded the row before retries on top of this;
+    // the sandbox actor's transition log (`actor_inbox`) records the new version.
     const sandboxes = yield* boundRows(sql`
-      UPDATE sandboxes SET secret_ids = array_remove(secret_ids, ${id}), version = version + 1
-      WHERE org_id = ${orgId} AND secret_ids @> ARRAY[${id}]::text[]
-      RETURNING id, state, org_id, network, secret_ids`)
+      WITH bumped AS (
+        UPDATE sandboxes SET secret_ids = array_remove(secret_ids, ${id}), version = version + 1
+        WHERE org_id = ${orgId} AND secret_ids @> ARRAY[${id}]::text[]
+        RETURNING id, state, org_id, network, secret_ids, version
+      ), logged AS (
+        INSERT INTO actor_inbox (type, entity_id, msg_id, version)
+        SELECT 'sandbox', id, ${`secret-deleted:${id}`}, version FROM bumped
+      )
+      SELECT id, state, org_id, network, secret_ids FROM bumped`)
     return { deleted, sandboxes }
   })
