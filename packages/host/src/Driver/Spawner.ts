@@ -144,21 +144,62 @@ export class Spawned extends EventEmitter {
     }
   }
 
+  /**
+   * `exit`, `close` and a lost spawner's `error` are kept: a listener added after they fired
+   * still gets them (on the next tick). The start resolves a promise, so the caller's listeners
+   * come a few microtasks after its start answer, and its end may be in the same read.
+   */
+  override on(event: string | symbol, listener: (...args: Array<any>) => void): this {
+    super.on(event, listener)
+    this.#replay(event, listener)
+    return this
+  }
+  override once(event: string | symbol, listener: (...args: Array<any>) => void): this {
+    const sticky = this.#sticky(event)
+    if (sticky !== undefined) {
+      process.nextTick(() => listener(...sticky))
+      return this
+    }
+    return super.once(event, listener)
+  }
+  override addListener(event: string | symbol, listener: (...args: Array<any>) => void): this {
+    return this.on(event, listener)
+  }
+
+  #lost: Error | undefined
+  #closed = false
+
+  #sticky(event: string | symbol): ReadonlyArray<unknown> | undefined {
+    if (event === "exit" && this.ended) return [this.exitCode, this.signalCode]
+    if (event === "close" && this.#closed) return [this.exitCode, this.signalCode]
+    if (event === "error" && this.#lost !== undefined) return [this.#lost]
+    return undefined
+  }
+
+  #replay(event: string | symbol, listener: (...args: Array<any>) => void): void {
+    const sticky = this.#sticky(event)
+    if (sticky !== undefined) process.nextTick(() => listener(...sticky))
+  }
+
   /** @internal */
   exited(code: number | null, signal: NodeJS.Signals | null, error?: Error): void {
     if (this.ended) return
     this.ended = true
     this.exitCode = code
     this.signalCode = signal
-    if (error !== undefined && this.listenerCount("error") > 0) this.emit("error", error)
-    this.emit("exit", code, signal)
+    if (error !== undefined) {
+      this.#lost = error
+      if (this.listenerCount("error") > 0) super.emit("error", error)
+    }
+    super.emit("exit", code, signal)
     this.#maybeClose()
   }
 
   #maybeClose(): void {
     if (this.ended && this.#open === 0) {
       this.#open = -1
-      this.emit("close", this.exitCode, this.signalCode)
+      this.#closed = true
+      super.emit("close", this.exitCode, this.signalCode)
     }
   }
 }
