@@ -331,8 +331,7 @@ export const spawnStreaming = (
       }
       return {
         child,
-        timer: () =>
-          timer,
+        timer: () => timer,
         process: {
           stdin: child.stdin!,
           stdout: child.stdout!,

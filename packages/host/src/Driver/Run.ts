@@ -254,8 +254,7 @@ export const makeRuns = (host: DriverHost): Runs => {
           check()
         })
         spawned.on("error", (e) => fail(e.message))
-        spawned.on("exit", (code, signal) =>
-          fail(`bubblewrap exited (${code ?? signal}) before the sandbox was ready`))
+        spawned.on("exit", (code, signal) => fail(`bubblewrap exited (${code ?? signal}) before the sandbox was ready`))
       }, (e) => fail(`svc-start could not be started: ${errorMessage(e)}`))
     })
 
