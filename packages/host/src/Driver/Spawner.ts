@@ -403,12 +403,16 @@ class Client {
 // ---------------------------------------------------------------------------------------------
 // One spawner per agent process: every driver of the process (tests start several) shares it.
 
-let binary: string | undefined
-let users = 0
+/** The binaries of the drivers using the spawner (one each; the same program, in each one's data dir). */
+const binaries: Array<string> = []
+/** The last one released: a command still ending after its driver stopped (an interrupted create's teardown) gets a spawner too. */
+let lastBinary: string | undefined
 let client: Client | undefined
 let starts = 0
 
 const current = (): Client => {
+  // The latest driver's copy: an earlier driver's data dir may be gone with it.
+  const binary = binaries.at(-1) ?? lastBinary
   if (binary === undefined) throw new Error("no process spawner: the driver has not started")
   if (client === undefined || client.dead) {
     client = new Client(binary)
@@ -426,16 +430,17 @@ export const spawn = (file: string, args: ReadonlyArray<string>, options: SpawnO
   }
 }
 
-/** A driver starts using the spawner built at `path`; `release` when it stops. */
+/** A driver starts using the spawner built at `path`; `release` when it stops (the last one ends it). */
 export const use = (path: string): { readonly release: () => void } => {
-  binary = path
-  users++
+  binaries.push(path)
   let released = false
   return {
     release: () => {
       if (released) return
       released = true
-      if (--users === 0 && client !== undefined) {
+      binaries.splice(binaries.lastIndexOf(path), 1)
+      lastBinary = path
+      if (binaries.length === 0 && client !== undefined) {
         client.stop()
         client = undefined
       }
