@@ -170,8 +170,8 @@ export const run = (
     spawnTree(file, args, options, stdinSpec).then(({ child: spawned, kill }) => {
       child = spawned
       killAll = kill
-      // Interrupted or timed out while it started.
-      if (finished || timedOut) return kill()
+      // Interrupted while it started.
+      if (finished) return kill()
       spawned.stdout!.on("data", (chunk: Buffer) => out.push(chunk))
       spawned.stderr!.on("data", (chunk: Buffer) => err.push(chunk))
       // The spawner died: its end is unknown, and it was killed (with what it started).
@@ -206,6 +206,8 @@ export const run = (
         spawned.stdin.on("error", () => undefined)
         spawned.stdin.end(options.stdin)
       }
+      // Timed out while it started: it ends now, and its end is collected as usual.
+      if (timedOut) kill()
     }, (e) => finish(Effect.fail(startFailure(operation, file, e))))
   })
 
