@@ -12,7 +12,14 @@
  *     running event, in creates per second;
  *   - memory per idle sandbox with BENCH_SANDBOXES running: its own processes (inside, and the
  *     host-side bubblewrap), and what the host pays beyond them (the agent process's growth,
- *     the cgroup's kernel charge beyond the processes).
+ *     the cgroup's kernel charge beyond the processes);
+ *   - over the burst, per create: the agent process's CPU time (utime + stime) and its process
+ *     spawner's (`svc-spawner`, where the tree has one): figures other load on the machine
+ *     barely moves, unlike the creates per second;
+ *   - with BENCH_STRACE=1, the processes started per create in the burst, counted by `strace -f`
+ *     on the agent (and its spawner): forks of the agent itself, all process starts (fork, vfork,
+ *     clone without CLONE_THREAD), execs. strace slows what it traces: the timings of such a run
+ *     are not comparable.
  * Deletes everything it made (and the host's folders and cgroups) before it exits.
  */
 import { startNats, startPostgres } from "@svc/local-servers/Servers"
@@ -24,6 +31,7 @@ import { Context, Effect, Layer } from "effect"
 import { HttpRouter } from "effect/http"
 import { SqlClient } from "effect/sql"
 import { spawn } from "node:child_process"
+import * as FsSync from "node:fs"
 import * as Fs from "node:fs/promises"
 import * as Os from "node:os"
 import { fileURLToPath } from "node:url"
@@ -45,6 +53,7 @@ import { cleanHost } from "./lib/Hosts.ts"
 import { quantile } from "./lib/Stats.ts"
 
 const N = Number(process.env["BENCH_SANDBOXES"] ?? 200)
+const STRACE = process.env["BENCH_STRACE"] === "1"
 const BURST = Number(process.env["BENCH_BURST"] ?? 200)
 const CONCURRENCY = Number(process.env["BENCH_CONCURRENCY"] ?? 16)
 const BARE = 50
@@ -64,6 +73,78 @@ const readKb = async (file: string, key: string): Promise<number> => {
 /** Whether a process lives in the host's pid namespace (the outer bubblewrap) or the sandbox's. */
 const hostPidNs = await Fs.readlink("/proc/self/ns/pid")
 const onHostSide = (pid: number) => Fs.readlink(`/proc/${pid}/ns/pid`).then((ns) => ns === hostPidNs, () => false)
+
+/** CPU time (user + system) of a process so far, in ms (clock ticks of 10 ms). */
+const cpuMs = (pid: number): number => {
+  try {
+    const stat = FsSync.readFileSync(`/proc/${pid}/stat`, "utf8")
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
+    return (Number(fields[11]) + Number(fields[12])) * 10
+  } catch {
+    return 0
+  }
+}
+/** The agent's process spawner (a child of the agent named svc-spawner-*), if its tree has one. */
+const spawnerOf = (agentPid: number): number | undefined => {
+  const children = FsSync.readdirSync(`/proc/${agentPid}/task`).flatMap((tid) =>
+    FsSync.readFileSync(`/proc/${agentPid}/task/${tid}/children`, "utf8").trim().split(" ").filter(Boolean).map(Number)
+  )
+  return children.find((pid) => {
+    try {
+      return FsSync.readFileSync(`/proc/${pid}/comm`, "utf8").startsWith("svc-spawner")
+    } catch {
+      return false
+    }
+  })
+}
+
+/** `strace -f` on the agent (and its spawner) until `stop`: new processes and execs, by whom. */
+const traceStarts = (agentPid: number) => {
+  const out = `/tmp/svc-bench-strace-${process.pid}.txt`
+  const agentTids = new Set(FsSync.readdirSync(`/proc/${agentPid}/task`).map(Number))
+  const spawner = spawnerOf(agentPid)
+  const child = spawn("strace", [
+    "-f",
+    "-qq",
+    "-e",
+    "trace=execve,clone,clone3,fork,vfork",
+    "-e",
+    "signal=none",
+    "-o",
+    out,
+    "-p",
+    String(agentPid),
+    ...(spawner !== undefined ? ["-p", String(spawner)] : [])
+  ], { stdio: "ignore" })
+  return {
+    stop: () =>
+      new Promise<{ agentForks: number; starts: number; execs: number }>((resolve) => {
+        child.once("exit", () => {
+          const lines = FsSync.readFileSync(out, "utf8").split("\n")
+          FsSync.rmSync(out, { force: true })
+          let agentForks = 0
+          let starts = 0
+          let execs = 0
+          for (const line of lines) {
+            const match = /^(\d+)\s+(execve|clone3?|v?fork)\((.*)$/.exec(line)
+            if (match === null) continue
+            const [, tid, call, rest] = match
+            if (call === "execve") {
+              if (!/= -\d+ E/.test(rest!)) execs++
+              continue
+            }
+            if (/CLONE_THREAD/.test(rest!) || /= -\d+ E/.test(rest!)) continue
+            starts++
+            if (agentTids.has(Number(tid))) agentForks++
+          }
+          resolve({ agentForks, starts, execs })
+        })
+        child.kill("SIGINT")
+      }),
+    // strace is attached once it has written its first line or after a moment.
+    ready: new Promise<void>((resolve) => setTimeout(resolve, 1000))
+  }
+}
 
 // ---------------------------------------------------------------------------------------------
 // The floor: the bare driver
@@ -295,6 +376,10 @@ const platform = Effect.gen(function*() {
   }
 
   // Throughput: a burst from several clients.
+  const spawnerPid = spawnerOf(agent.pid)
+  const trace = STRACE ? traceStarts(agent.pid) : undefined
+  if (trace !== undefined) yield* Effect.promise(() => trace.ready)
+  const cpuBefore = { agent: cpuMs(agent.pid), spawner: spawnerPid !== undefined ? cpuMs(spawnerPid) : 0 }
   const burstStart = performance.now()
   const burst = yield* Effect.forEach(
     Array.from({ length: BURST }, (_, i) => i),
@@ -303,6 +388,11 @@ const platform = Effect.gen(function*() {
   )
   const burstEnd = Math.max(...burst.map((b) => runningAt.get(b.id)!))
   const burstLatencies = burst.map((b) => b.latency)
+  const cpuPerCreate = {
+    agent: (cpuMs(agent.pid) - cpuBefore.agent) / BURST,
+    spawner: spawnerPid !== undefined ? (cpuMs(spawnerPid) - cpuBefore.spawner) / BURST : undefined
+  }
+  const traced = trace !== undefined ? yield* Effect.promise(() => trace.stop()) : undefined
 
   return {
     breakdown,
@@ -313,6 +403,8 @@ const platform = Effect.gen(function*() {
     chargePerSandbox: charge / N,
     creates: BURST / ((burstEnd - burstStart) / 1000),
     burstLatencies,
+    cpuPerCreate,
+    traced,
     // Latencies by how the host made the sandbox (warm pool entry or cold start).
     byVia: (runs: ReadonlyArray<{ id: string; latency: number }>) => {
       const groups: Record<string, Array<number>> = {}
@@ -370,6 +462,20 @@ try {
   console.log(
     `${"creates per second, sustained (burst)".padEnd(46)}${result.creates.toFixed(1).padStart(9)}  target ≥ 20`
   )
+  console.log(
+    `${"agent CPU per create in the burst (ms)".padEnd(46)}${result.cpuPerCreate.agent.toFixed(2).padStart(9)}${
+      result.cpuPerCreate.spawner !== undefined
+        ? `  + its spawner ${result.cpuPerCreate.spawner.toFixed(2)}`
+        : "  (no spawner)"
+    }`
+  )
+  if (result.traced !== undefined) {
+    const per = (n: number) => (n / BURST).toFixed(2).padStart(9)
+    console.log(`processes started per create in the burst (strace -f)`)
+    console.log(`${"  forks of the agent process".padEnd(46)}${per(result.traced.agentForks)}`)
+    console.log(`${"  process starts (fork, vfork, clone)".padEnd(46)}${per(result.traced.starts)}`)
+    console.log(`${"  execs".padEnd(46)}${per(result.traced.execs)}`)
+  }
   console.log(`\nidle memory per sandbox (${N} running)${"MiB".padStart(21)}`)
   console.log(`${"  its processes inside (RSS / PSS)".padEnd(46)}${mib(result.inside.rss)}${mib(result.inside.pss)}`)
   console.log(

@@ -25,7 +25,7 @@ import {
   tableName
 } from "../src/Driver/Firewall.ts"
 import { parseSubnet, sandboxScript } from "../src/Driver/Network.ts"
-import { makeTestDriver, sh, spec, TestDriver, text, uniqueId, withSandbox } from "./fixtures/support.ts"
+import { makeTestDriver, sh, spec, TestDriver, text, uniqueId, withSandbox, withSpawner } from "./fixtures/support.ts"
 
 const NFT = ["/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft"].find((path) => FsSync.existsSync(path)) ?? "/usr/sbin/nft"
 
@@ -480,6 +480,8 @@ describe("firewall failures", () => {
 
   it.live("the driver cannot start without nft, or when nft fails, unless the operator allows it", () =>
     Effect.gen(function*() {
+      // Run on its own, as the driver's start runs it: through the spawner.
+      yield* withSpawner
       const missing = yield* Effect.exit(installFirewall({ nft: undefined, settings, allowNoFirewall: false }))
       assert.isTrue(Exit.isFailure(missing))
       const missingError = Exit.isFailure(missing) ? String(missing.cause) : ""
@@ -496,7 +498,7 @@ describe("firewall failures", () => {
       const allowedFailing = yield* installFirewall({ nft: "/bin/false", settings, allowNoFirewall: true })
       assert.strictEqual(allowedFailing._tag, "Skipped")
       assert.notInclude(yield* nftTables, `table inet ${tableName(settings.bridge)}`)
-    }))
+    }).pipe(Effect.scoped))
 })
 
 /** The bridge's IPv6 link-local once duplicate address detection is over. */

@@ -76,10 +76,12 @@ export interface ConfinementFiles {
   readonly start: string
   /** The `svc-enter` binary. */
   readonly enter: string
+  /** The `svc-spawner` binary: starts the driver's commands without forking the agent (`Spawner.ts`). */
+  readonly spawner: string
 }
 
 /**
- * Writes the filter and builds `svc-start` and `svc-enter` under `dir` (root-only), when missing
+ * Writes the filter and builds `svc-start`, `svc-enter` and `svc-spawner` under `dir` (root-only), when missing
  * or out of date. Files are written beside their final name and renamed: concurrent agents see
  * whole files.
  */
@@ -95,5 +97,6 @@ export const prepare = async (dir: string): Promise<ConfinementFiles> => {
   }
   const start = await Native.build(dir, "svc-start")
   const enter = await Native.build(dir, "svc-enter")
-  return { seccomp, start, enter }
+  const spawner = await Native.build(dir, "svc-spawner")
+  return { seccomp, start, enter, spawner }
 }

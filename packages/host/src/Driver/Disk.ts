@@ -17,12 +17,10 @@
  * limit).
  */
 import { Effect, Queue, type Scope } from "effect"
-import { spawn } from "node:child_process"
 import { randomBytes } from "node:crypto"
 import * as FsSync from "node:fs"
 import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
-import * as Readline from "node:readline"
 import { DriverFailure } from "../Driver.ts"
 import * as Native from "./Native.ts"
 import { decode, run, runChecked } from "./Process.ts"
@@ -195,51 +193,6 @@ export const probe = (dataDir: string, bin: { readonly unshare: string; readonly
 /** Size of the images kept formatted ahead of creates: the platform's default `disk_gb`. */
 export const STOCK_GB = 1
 
-/**
- * A shell kept beside the driver that formats the stock's images, one per line of stdin, and
- * answers each with mkfs's exit status: the refill forks mkfs from there and not from the
- * driver's process, where every process start blocks the event loop for 1 to 2 ms, in the middle
- * of whatever create is in progress (measured: the stock's gain was lost to it). At the lowest
- * CPU priority (nice 19), behind the creates it makes room for.
- */
-const FORMATTER_SCRIPT = `while read -r file; do "$@" "$file" >/dev/null 2>&1; echo $?; done`
-
-const makeFormatter = (sh: string, command: ReadonlyArray<string>, env: Env) =>
-  Effect.acquireRelease(
-    Effect.sync(() => {
-      const child = spawn(sh, ["-c", FORMATTER_SCRIPT, "formatter", ...command], {
-        env,
-        stdio: ["pipe", "pipe", "ignore"],
-        detached: true
-      })
-      const answers: Array<(code: number) => void> = []
-      child.on("error", () => undefined)
-      child.stdin!.on("error", () => undefined)
-      child.on("exit", () => {
-        for (const answer of answers.splice(0)) answer(-1)
-      })
-      Readline.createInterface({ input: child.stdout! }).on("line", (line) => answers.shift()?.(Number(line)))
-      // It must not keep the driver's process alive.
-      child.unref()
-      for (const stream of [child.stdin, child.stdout] as Array<unknown>) (stream as { unref?: () => void }).unref?.()
-      return { child, answers }
-    }),
-    ({ child }) =>
-      Effect.sync(() => {
-        try {
-          if (child.pid !== undefined) process.kill(-child.pid, "SIGKILL")
-        } catch {
-          // Gone.
-        }
-      })
-  ).pipe(Effect.map(({ child, answers }) => (file: string) =>
-    Effect.callback<number>((resume) => {
-      if (child.exitCode !== null || child.signalCode !== null) return resume(Effect.succeed(-1))
-      answers.push((code) => resume(Effect.succeed(code)))
-      child.stdin!.write(`${file}\n`)
-    })
-  ))
-
 export interface DiskStock {
   /** Moves a formatted blank image of `diskGb` GiB to `target` if one is ready; false if not. */
   readonly take: (target: string, diskGb: number) => Effect.Effect<boolean>
@@ -248,7 +201,7 @@ export interface DiskStock {
 /**
  * Up to `count` blank images of `STOCK_GB` made ahead of creates in `<dataDir>/disk-stock/`: a
  * create of that size renames one into its folder instead of formatting (bench/driver.ts: a
- * create costs 1.8 ms more than without disk images with the stock, 11 ms without it). Refilled one image at a time, in the background (the formatter above), after each
+ * create costs 1.8 ms more than without disk images with the stock, 11 ms without it). Refilled one image at a time, in the background (mkfs at nice 19), after each
  * take; an image there is complete (formatted under a `.tmp` name, then renamed), and leftovers
  * of a cut format are removed at start.
  */
@@ -256,7 +209,6 @@ export const makeStock = (
   support: DiskSupport,
   dataDir: string,
   count: number,
-  sh: string,
   env: Env
 ): Effect.Effect<DiskStock, DriverFailure, Scope.Scope> =>
   Effect.gen(function*() {
@@ -275,13 +227,14 @@ export const makeStock = (
       return kept
     })
     const taken = yield* Queue.unbounded<void>()
-    const formatImage = yield* makeFormatter(sh, [
-      ...(NICE !== undefined ? [NICE, "-n", "19"] : []),
-      mkfs,
-      ...MKFS_OPTIONS,
-      "-d",
-      skeleton
-    ], env)
+    // At the lowest CPU priority (nice 19), behind the creates it makes room for. Started by the
+    // driver's spawner like every command: no fork of the agent in the middle of a create.
+    const command = [...(NICE !== undefined ? [NICE, "-n", "19"] : []), mkfs, ...MKFS_OPTIONS, "-d", skeleton]
+    const formatImage = (file: string) =>
+      run("stock", command[0]!, [...command.slice(1), file], { env, timeoutMs: 120_000, maxOutputBytes: 4096 }).pipe(
+        Effect.map((result) => result.exitCode),
+        Effect.orElseSucceed(() => -1)
+      )
     const refill = Effect.gen(function*() {
       while (ready.length < count) {
         const image = NodePath.join(dir, `blank-${STOCK_GB}g-${support.uid}-${randomBytes(6).toString("hex")}.img`)

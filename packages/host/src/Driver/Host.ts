@@ -27,6 +27,7 @@ import { installFirewall } from "./Firewall.ts"
 import * as Network from "./Network.ts"
 import { decode, run, runChecked } from "./Process.ts"
 import * as Seccomp from "./Seccomp.ts"
+import * as Spawner from "./Spawner.ts"
 import {
   isAlive,
   readRunRecord,
@@ -179,6 +180,11 @@ export const makeDriverHost = (
       })
     }
     const confinement = yield* tryHost("init", () => Confinement.prepare(NodePath.join(config.dataDir, "host")))
+    // From here on every host command is started by the spawner, not by a fork of this process.
+    yield* Effect.acquireRelease(
+      Effect.sync(() => Spawner.use(confinement.spawner)),
+      (use) => Effect.sync(use.release)
+    )
     // bubblewrap runs as the sandboxes' uid and must walk to each sandbox's root and the helper:
     // both live under a folder of runDir named after the data dir (which may sit in a 0700 home;
     // its own folders stay private to root).
@@ -225,7 +231,7 @@ export const makeDriverHost = (
         ...(config.egress !== undefined ? { nameserver: subnet.gateway } : {})
       }))
     const disk = yield* Disk.probe(config.dataDir, bin, HOST_ENV, config.uidBase)
-    const diskStock = yield* Disk.makeStock(disk, config.dataDir, config.diskStock, bin.sh, HOST_ENV)
+    const diskStock = yield* Disk.makeStock(disk, config.dataDir, config.diskStock, HOST_ENV)
     const volumes = Volumes.makeVolumes(config, disk, bin.sh, HOST_ENV)
 
     // The bridge is shared by every agent on the machine: create it if absent, never touch others.

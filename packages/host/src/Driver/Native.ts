@@ -1,5 +1,6 @@
 /**
- * The driver's native steps (`native/*.c`: `svc-start`, `svc-enter`, `svc-disk-mount`), built
+ * The driver's native steps (`native/*.c`: `svc-start`, `svc-enter`, `svc-disk-mount`,
+ * `svc-spawner`), built
  * with the host's C compiler into the data dir's root-only `host/` folder when missing or out of
  * date. A binary is named by the hash of its source and of the headers beside it, written under
  * a temporary name and renamed: concurrent agents see whole files, and an edited source gets a
@@ -13,7 +14,7 @@ import * as NodePath from "node:path"
 import { fileURLToPath } from "node:url"
 import { promisify } from "node:util"
 
-export type NativeStep = "svc-start" | "svc-enter" | "svc-disk-mount"
+export type NativeStep = "svc-start" | "svc-enter" | "svc-disk-mount" | "svc-spawner"
 
 const NATIVE_DIR = fileURLToPath(new URL("../../native/", import.meta.url))
 

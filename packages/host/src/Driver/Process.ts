@@ -4,9 +4,9 @@
  * `spawnStreaming` is the same for transfers: stdin and stdout stay streams, never buffers.
  */
 import { Effect, type Scope, Stream } from "effect"
-import { spawn } from "node:child_process"
 import type { Readable, Writable } from "node:stream"
 import { DriverFailure } from "../Driver.ts"
+import * as Spawner from "./Spawner.ts"
 
 export interface CommandOptions {
   /** The complete environment of the child (nothing is inherited). */
@@ -22,6 +22,8 @@ export interface CommandOptions {
    * namespaces driver kills its per-exec cgroup). Called on timeout and on interruption.
    */
   readonly killTree?: (pid: number) => void
+  /** Runs in the network namespace of this process (`ip` inside a sandbox, without `nsenter`). */
+  readonly netnsPid?: number
 }
 
 export interface RunResult {
@@ -86,38 +88,34 @@ class Collector {
   }
 }
 
+/** stdin this small goes to the spawner with the request (a pipe holding it): no pipe for the agent to open. */
+const INLINE_STDIN_BYTES = 64 * 1024
+
 /**
- * Starts `file args` detached in its own process group (so a timeout can signal the group, not
- * just the first process), with `fd3` given on descriptor 3 when set; `kill` ends the group and
- * whatever left it (`killTree`).
+ * Starts `file args` through the spawner (`Spawner.ts`: no fork of the agent) in a session and
+ * process group of its own (so a timeout can signal the group, not just the first process),
+ * with `fd3` on descriptor 3 when set; `kill` ends the group and whatever left it (`killTree`).
  */
 const spawnTree = (
   file: string,
   args: ReadonlyArray<string>,
-  options: Pick<CommandOptions, "env" | "fd3" | "killTree">,
-  stdin: "pipe" | "ignore"
-) => {
-  const child = spawn(file, args as Array<string>, {
+  options: Pick<CommandOptions, "env" | "fd3" | "killTree" | "netnsPid">,
+  stdin: Spawner.StdioSpec
+): Promise<{ readonly child: Spawner.Spawned; readonly kill: () => void }> =>
+  Spawner.spawn(file, args, {
     env: options.env ?? {},
-    stdio: [stdin, "pipe", "pipe", ...(options.fd3 === undefined ? [] : ["pipe" as const])],
-    detached: true
-  })
-  if (options.fd3 !== undefined) {
-    const fd3 = child.stdio[3] as NodeJS.WritableStream
-    fd3.on("error", () => undefined)
-    fd3.end(options.fd3)
-  }
-  const kill = () => {
-    if (child.pid === undefined) return
-    try {
-      process.kill(-child.pid, "SIGKILL")
-    } catch {
-      // Already gone.
+    stdio: [stdin, "out", "out", ...(options.fd3 === undefined ? [] : [{ data: options.fd3 }])],
+    ...(options.netnsPid !== undefined ? { netnsPid: options.netnsPid } : {})
+  }).then((child) => ({
+    child,
+    kill: () => {
+      child.killGroup("SIGKILL")
+      options.killTree?.(child.pid)
     }
-    options.killTree?.(child.pid)
-  }
-  return { child, kill }
-}
+  }))
+
+const startFailure = (operation: string, file: string, e: unknown) =>
+  new DriverFailure({ operation, message: `${file}: ${e instanceof Error ? e.message : String(e)}` })
 
 /** Runs `file args` detached in its own process group and collects its result. */
 export const run = (
@@ -135,8 +133,8 @@ export const run = (
     let finished = false
     let timer: NodeJS.Timeout | undefined
     let drain: NodeJS.Timeout | undefined
-
-    const { child, kill: killAll } = spawnTree(file, args, options, options.stdin === undefined ? "ignore" : "pipe")
+    let child: Spawner.Spawned | undefined
+    let killAll: (() => void) | undefined
 
     const finish = (result: Effect.Effect<RunResult, DriverFailure>) => {
       if (finished) return
@@ -144,55 +142,73 @@ export const run = (
       if (timer !== undefined) clearTimeout(timer)
       if (drain !== undefined) clearTimeout(drain)
       signal.removeEventListener("abort", onAbort)
-      child.stdout?.destroy()
-      child.stderr?.destroy()
-      child.stdin?.destroy()
+      child?.stdout?.destroy()
+      child?.stderr?.destroy()
+      child?.stdin?.destroy()
       resume(result)
     }
 
     const onAbort = () => {
-      killAll()
+      killAll?.()
       finish(Effect.fail(new DriverFailure({ operation, message: "interrupted" })))
     }
     signal.addEventListener("abort", onAbort)
 
-    child.stdout!.on("data", (chunk: Buffer) => out.push(chunk))
-    child.stderr!.on("data", (chunk: Buffer) => err.push(chunk))
-    child.on("error", (e) => finish(Effect.fail(new DriverFailure({ operation, message: `${file}: ${e.message}` }))))
-
-    let exitCode: number | undefined
-    const complete = () =>
-      finish(Effect.succeed({
-        exitCode: exitCode ?? 255,
-        stdout: out.bytes(),
-        stderr: err.bytes(),
-        stdoutTruncated: out.truncated,
-        stderrTruncated: err.truncated,
-        timedOut,
-        durationMs: performance.now() - started
-      }))
-
-    child.on("exit", (code, sig) => {
-      exitCode = code ?? (sig !== null ? 128 + (signalNumbers[sig] ?? 0) : 255)
-      // Background processes may hold the pipes open forever: read what is buffered, then stop.
-      drain = setTimeout(complete, DRAIN_MS)
-    })
-    child.on("close", () => {
-      if (exitCode !== undefined) complete()
-    })
-
     if (options.timeoutMs !== undefined) {
       timer = setTimeout(() => {
         timedOut = true
-        killAll()
+        killAll?.()
       }, options.timeoutMs)
     }
 
-    if (options.stdin !== undefined && child.stdin) {
-      // The child may exit without reading: a broken pipe is not our failure.
-      child.stdin.on("error", () => undefined)
-      child.stdin.end(options.stdin)
-    }
+    const inline = options.stdin !== undefined && options.stdin.length <= INLINE_STDIN_BYTES
+    const stdinSpec: Spawner.StdioSpec = options.stdin === undefined
+      ? "ignore"
+      : inline
+      ? { data: options.stdin }
+      : "in"
+    spawnTree(file, args, options, stdinSpec).then(({ child: spawned, kill }) => {
+      child = spawned
+      killAll = kill
+      // Interrupted while it started.
+      if (finished) return kill()
+      spawned.stdout!.on("data", (chunk: Buffer) => out.push(chunk))
+      spawned.stderr!.on("data", (chunk: Buffer) => err.push(chunk))
+      // The spawner died: its end is unknown, and it was killed (with what it started).
+      spawned.on("error", (e) => {
+        kill()
+        finish(Effect.fail(startFailure(operation, file, e)))
+      })
+
+      let exitCode: number | undefined
+      const complete = () =>
+        finish(Effect.succeed({
+          exitCode: exitCode ?? 255,
+          stdout: out.bytes(),
+          stderr: err.bytes(),
+          stdoutTruncated: out.truncated,
+          stderrTruncated: err.truncated,
+          timedOut,
+          durationMs: performance.now() - started
+        }))
+
+      spawned.on("exit", (code, sig) => {
+        exitCode = code ?? (sig !== null ? 128 + (signalNumbers[sig] ?? 0) : 255)
+        // Background processes may hold the pipes open: read what is buffered, then stop.
+        drain = setTimeout(complete, DRAIN_MS)
+      })
+      spawned.on("close", () => {
+        if (exitCode !== undefined) complete()
+      })
+
+      if (options.stdin !== undefined && !inline && spawned.stdin) {
+        // The child may exit without reading: a broken pipe is not our failure.
+        spawned.stdin.on("error", () => undefined)
+        spawned.stdin.end(options.stdin)
+      }
+      // Timed out while it started: it ends now, and its end is collected as usual.
+      if (timedOut) kill()
+    }, (e) => finish(Effect.fail(startFailure(operation, file, e))))
   })
 
 export const decode = (bytes: Uint8Array): string => Buffer.from(bytes).toString("utf8")
@@ -269,19 +285,24 @@ export const spawnStreaming = (
   options: StreamingOptions = {}
 ): Effect.Effect<StreamingProcess, DriverFailure, Scope.Scope> =>
   Effect.acquireRelease(
-    Effect.sync(() => {
+    Effect.tryPromise({
+      try: () => spawnTree(file, args, options, "in"),
+      catch: (e) => startFailure(operation, file, e)
+    }).pipe(Effect.map(({ child, kill }) => {
       const started = performance.now()
       const err = new Collector(options.maxStderrBytes ?? 64 * 1024)
       let timedOut = false
       let timer: NodeJS.Timeout | undefined
-      const { child, kill } = spawnTree(file, args, options, "pipe")
       // The child may stop reading (it failed, or had all it wanted): its exit code says why.
       child.stdin!.on("error", () => undefined)
       child.stdout!.on("error", () => undefined)
       child.stderr!.on("data", (chunk: Buffer) => err.push(chunk))
       const exited = new Promise<Effect.Effect<ProcessExit, DriverFailure>>((resolve) => {
-        child.once("error", (e) =>
-          resolve(Effect.fail(new DriverFailure({ operation, message: `${file}: ${e.message}` }))))
+        // The spawner died: its end is unknown, and it was killed (with what it started).
+        child.once("error", (e) => {
+          kill()
+          resolve(Effect.fail(startFailure(operation, file, e)))
+        })
         child.once("exit", (code, sig) => {
           if (timer !== undefined) {
             clearTimeout(timer)
@@ -312,8 +333,7 @@ export const spawnStreaming = (
       }
       return {
         child,
-        timer: () =>
-          timer,
+        timer: () => timer,
         process: {
           stdin: child.stdin!,
           stdout: child.stdout!,
@@ -321,7 +341,7 @@ export const spawnStreaming = (
           kill
         } satisfies StreamingProcess
       }
-    }),
+    })),
     ({ child, process: run, timer }) =>
       Effect.gen(function*() {
         if (child.exitCode === null && child.signalCode === null) {

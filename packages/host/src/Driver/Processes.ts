@@ -11,10 +11,10 @@
  * agent stopping ends them (their pipes would have no reader).
  */
 import { Effect, Queue, Stream } from "effect"
-import { type ChildProcess, spawn } from "node:child_process"
 import type { Readable, Writable } from "node:stream"
 import {
   DriverExecRequest,
+  DriverFailure,
   type ProcessEndReason,
   type ProcessEvent,
   ProcessInfo,
@@ -24,7 +24,17 @@ import {
 } from "../Driver.ts"
 import type * as Cgroups from "./Cgroups.ts"
 import { insideCommand, NOT_RUNNING_EXIT } from "./Exec.ts"
-import { checkId, decodeInput, type DriverHost, invalid, type RunningSandbox, SANDBOX_PATH, tryHost } from "./Host.ts"
+import {
+  checkId,
+  decodeInput,
+  type DriverHost,
+  errorMessage,
+  invalid,
+  type RunningSandbox,
+  SANDBOX_PATH,
+  tryHost
+} from "./Host.ts"
+import { spawn, type Spawned } from "./Spawner.ts"
 import type { SandboxRecord } from "./State.ts"
 
 /** Output kept per stream of a background process. */
@@ -84,7 +94,7 @@ interface Entry {
   readonly pid: number
   readonly cmd: ReadonlyArray<string>
   readonly startedAt: Date
-  readonly child: ChildProcess
+  readonly child: Spawned
   readonly group: Cgroups.ExecGroup
   readonly stdin: Writable | undefined
   readonly out: Ring
@@ -164,8 +174,9 @@ export const makeProcesses = (host: DriverHost) => {
   })
 
   /**
-   * `svc-enter` for argv with `extra` options, started detached (its own process group), with
-   * the environment on fd 3 and one more socket on fd 4 when asked (`--report-fd`/`--control-fd`).
+   * `svc-enter` for argv with `extra` options, started by the spawner in a process group of its
+   * own, with the environment on fd 3 and one more pipe on fd 4 when asked
+   * (`--report-fd`/`--control-fd`).
    */
   const spawnEntered = (
     entry: RunningSandbox,
@@ -176,34 +187,37 @@ export const makeProcesses = (host: DriverHost) => {
       readonly cwd: string
       readonly stdin: boolean
       readonly extra: ReadonlyArray<string>
-      readonly fd4: boolean
+      /** One more pipe on fd 4: "out" for `--report-fd`, "in" for `--control-fd`. */
+      readonly fd4?: "in" | "out"
     }
   ) => {
     const command = insideCommand(host, entry, group, argv, options)
     const at = command.args.indexOf("--")
     const args = [...command.args.slice(0, at), ...options.extra, ...command.args.slice(at)]
-    const child = spawn(command.file, args, {
-      env: command.env,
-      stdio: [options.stdin ? "pipe" : "ignore", "pipe", "pipe", "pipe", ...(options.fd4 ? ["pipe" as const] : [])],
-      detached: true
-    })
-    const fd3 = child.stdio[3] as Writable
-    fd3.on("error", () => undefined)
-    fd3.end(command.fd3)
-    child.stdin?.on("error", () => undefined)
-    child.stdout!.on("error", () => undefined)
-    child.stderr!.on("error", () => undefined)
-    const kill = () => {
-      if (child.pid !== undefined) {
-        try {
-          process.kill(-child.pid, "SIGKILL")
-        } catch {
-          // Already gone.
-        }
+    return Effect.tryPromise({
+      try: () =>
+        spawn(command.file, args, {
+          env: command.env,
+          // The environment waits in a pipe on fd 3 (never on a command line).
+          stdio: [
+            options.stdin ? "in" : "ignore",
+            "out",
+            "out",
+            { data: command.fd3 },
+            ...(options.fd4 === undefined ? [] : [options.fd4])
+          ]
+        }),
+      catch: (e) => new DriverFailure({ operation: "exec", message: `svc-enter: ${errorMessage(e)}` })
+    }).pipe(Effect.map((child) => {
+      child.stdin?.on("error", () => undefined)
+      child.stdout!.on("error", () => undefined)
+      child.stderr!.on("error", () => undefined)
+      const kill = () => {
+        child.killGroup("SIGKILL")
+        group.kill()
       }
-      group.kill()
-    }
-    return { child, kill, fd4: options.fd4 ? (child.stdio[4] as unknown as Readable & Writable) : undefined }
+      return { child, kill, fd4: options.fd4 === undefined ? undefined : (child.stdio[4] as Readable & Writable) }
+    }))
   }
 
   /** A pids group of the command's own, made now (removed once its processes have ended). */
@@ -229,15 +243,12 @@ export const makeProcesses = (host: DriverHost) => {
     )
     const started = performance.now()
     const { child, kill } = yield* Effect.acquireRelease(
-      Effect.sync(() =>
-        spawnEntered(entry, group, request.cmd, {
-          env: sandboxEnv(entry.record, request.env),
-          cwd: request.cwd ?? "/",
-          stdin: request.stdin !== undefined,
-          extra: [],
-          fd4: false
-        })
-      ),
+      spawnEntered(entry, group, request.cmd, {
+        env: sandboxEnv(entry.record, request.env),
+        cwd: request.cwd ?? "/",
+        stdin: request.stdin !== undefined,
+        extra: []
+      }),
       ({ child, kill }) =>
         Effect.sync(() => {
           // Closed before the command ended (the reader went away): it ends with it.
@@ -288,13 +299,18 @@ export const makeProcesses = (host: DriverHost) => {
         }
         on("stdout", child.stdout!)
         on("stderr", child.stderr!)
+        let lost = false
         child.once("exit", (code, signal) => {
+          if (lost) return
           exit = { code, signal }
           if (open === 0) return finish()
           // Background processes of the command may hold the pipes open: read what is there, then end.
           drain = setTimeout(finish, DRAIN_MS)
         })
+        // The spawner died under it: it was killed, and so is what it started.
         child.once("error", () => {
+          lost = true
+          kill()
           exit = { code: 255, signal: null }
           finish()
         })
@@ -359,13 +375,13 @@ export const makeProcesses = (host: DriverHost) => {
       })
     }
     const group = yield* newGroup(running, "p")
-    const { child, fd4, kill } = spawnEntered(running, group, request.cmd, {
+    const { child, fd4, kill } = yield* spawnEntered(running, group, request.cmd, {
       env: sandboxEnv(running.record, request.env),
       cwd: request.cwd ?? "/",
       stdin: request.stdin,
       extra: ["--report-fd", "4"],
-      fd4: true
-    })
+      fd4: "out"
+    }).pipe(Effect.tapError(() => tryHost("exec", () => group.remove()).pipe(Effect.ignore)))
     // Everything it writes is kept from the start, before its pid is known.
     const out = new Ring()
     const err = new Ring()
@@ -380,7 +396,11 @@ export const makeProcesses = (host: DriverHost) => {
     child.stdout!.on("data", onOutput("stdout"))
     child.stderr!.on("data", onOutput("stderr"))
     const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
-      child.once("error", () => resolve({ code: 255, signal: null }))
+      // The spawner died under it: it was killed, and so is what it started.
+      child.once("error", () => {
+        kill()
+        resolve({ code: 255, signal: null })
+      })
       child.once("exit", (code, signal) => {
         const done = () => resolve({ code, signal })
         let open = 2
@@ -575,11 +595,7 @@ export const makeProcesses = (host: DriverHost) => {
     const all = [...bySandbox.values()].flatMap((m) => [...m.values()]).filter((e) => e.exitedAt === null)
     for (const e of all) {
       e.group.kill()
-      try {
-        if (e.child.pid !== undefined) process.kill(-e.child.pid, "SIGKILL")
-      } catch {
-        // Already gone.
-      }
+      e.child.killGroup("SIGKILL")
     }
     yield* awaitEnded(all)
   })

@@ -27,15 +27,13 @@ export const makePty = (host: DriverHost, processes: Processes) =>
     const entry = yield* host.lookupRunning(sandboxId)
     const group = yield* processes.newGroup(entry, "t")
     const { child, fd4 } = yield* Effect.acquireRelease(
-      Effect.sync(() =>
-        processes.spawnEntered(entry, group, request.cmd ?? DEFAULT_SHELL, {
-          env: processes.sandboxEnv(entry.record, { TERM: "xterm-256color", ...request.env }),
-          cwd: "/root",
-          stdin: true,
-          extra: ["--pty", `${request.cols},${request.rows}`, "--control-fd", "4"],
-          fd4: true
-        })
-      ),
+      processes.spawnEntered(entry, group, request.cmd ?? DEFAULT_SHELL, {
+        env: processes.sandboxEnv(entry.record, { TERM: "xterm-256color", ...request.env }),
+        cwd: "/root",
+        stdin: true,
+        extra: ["--pty", `${request.cols},${request.rows}`, "--control-fd", "4"],
+        fd4: "in"
+      }).pipe(Effect.tapError(() => Effect.promise(() => group.remove().catch(() => undefined)))),
       ({ child, kill }) =>
         Effect.sync(() => {
           if (child.exitCode === null && child.signalCode === null) {
@@ -58,7 +56,12 @@ export const makePty = (host: DriverHost, processes: Processes) =>
       if (stderr.length < 16) stderr.push(chunk)
     })
     const exited = new Promise<number>((resolve) => {
-      child.once("error", () => resolve(255))
+      // The spawner died under it: it was killed, and so is what it started.
+      child.once("error", () => {
+        child.killGroup("SIGKILL")
+        group.kill()
+        resolve(255)
+      })
       child.once("exit", (code, signal) => {
         // The relay has copied everything before it exits: stdout ends right after.
         const done = () => resolve(code ?? (signal === "SIGKILL" ? 137 : signal === "SIGHUP" ? 129 : 128))

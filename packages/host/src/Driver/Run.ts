@@ -5,7 +5,6 @@
  * end one.
  */
 import { Effect } from "effect"
-import { spawn } from "node:child_process"
 import * as FsSync from "node:fs"
 import * as Fs from "node:fs/promises"
 import { DriverFailure, SandboxInfo } from "../Driver.ts"
@@ -15,6 +14,7 @@ import * as Disk from "./Disk.ts"
 import { type DriverHost, errorMessage, HELPER, HELPER_DIR, HOST_ENV, SANDBOX_PATH, tryHost } from "./Host.ts"
 import * as Network from "./Network.ts"
 import { decode, run, runChecked } from "./Process.ts"
+import * as Spawner from "./Spawner.ts"
 import {
   isAlive,
   isInitAlive,
@@ -26,15 +26,6 @@ import {
   writeRunRecord,
   writeSandboxRecord
 } from "./State.ts"
-
-/**
- * Attaches a sandbox's veth: `ip -batch` on the host's end (`Network.hostScript`), then inside
- * the sandbox's net namespace (`Network.sandboxScript`, through `nsenter`). Both from one shell,
- * not two spawns from the agent: a spawn from the agent's process forks all of its memory (CPU
- * and a blocked event loop in proportion to its size, about 3.7 ms per 100 MB measured here),
- * a fork from `sh` almost nothing. Arguments: <ip> <nsenter> <pid> <host script> <sandbox script>.
- */
-const ATTACH_SCRIPT = `printf '%s' "$4" | "$1" -batch - && printf '%s' "$5" | "$2" -t "$3" -n "$1" -batch -`
 
 /** The sandbox's init command (pid 2; bubblewrap is pid 1 and reaps orphans). */
 const INIT_SCRIPT = `echo ready >&4; exec 3>&- 4>&- 8>&-; exec ${HELPER} sleep inf`
@@ -141,22 +132,50 @@ export const makeRuns = (host: DriverHost): Runs => {
         "--json-status-fd",
         "8"
       ]
-      let logFd: number
-      let statusFd: number
-      try {
-        logFd = FsSync.openSync(paths.log, "a", 0o600)
-        // A fresh file per run: an exit status in it is this run's.
-        statusFd = FsSync.openSync(paths.status, "w", 0o600)
-      } catch (e) {
-        resume(Effect.fail(new DriverFailure({ operation: "start", message: errorMessage(e) })))
-        return
-      }
       // svc-start (native/svc-start.c), as host root: a private mount namespace, the cgroups, the
       // disk image and the overlay (seen by this sandbox only), the filter on fd 6, then it execs
       // bubblewrap as the sandboxes' unprivileged uid: nothing of the sandbox runs as host root,
       // and the agent maps its user namespace (below). bubblewrap, unprivileged, must be able to
-      // walk to the root's mount point: the sandbox's folder is 0711.
-      const child = spawn(
+      // walk to the root's mount point: the sandbox's folder is 0711. Started by the spawner (no
+      // fork of the agent), and it outlives it: the sandbox must outlive its agent.
+      let child: Spawner.Spawned | undefined
+      let info = ""
+      let pid: number | undefined
+      let ready = false
+      let done = false
+      const finish = (
+        result: Effect.Effect<{ readonly pid: number; readonly monitorPid: number | undefined }, DriverFailure>
+      ) => {
+        if (done) return
+        done = true
+        clearTimeout(timer)
+        for (const i of [3, 4, 7]) child?.stdio[i]?.destroy()
+        // The sandbox outlives this process: do not keep the event loop for it.
+        child?.unref()
+        resume(result)
+      }
+      const fail = (why: string) => {
+        // Once started, the monitor's later end (or the spawner's) is the sandbox's business, not this start's.
+        if (done) return
+        const log = (() => {
+          try {
+            return FsSync.readFileSync(paths.log, "utf8").slice(-2000)
+          } catch {
+            return ""
+          }
+        })()
+        if (pid !== undefined) {
+          try {
+            process.kill(pid, "SIGKILL")
+          } catch {
+            // Gone.
+          }
+        }
+        child?.killGroup("SIGKILL")
+        finish(Effect.fail(new DriverFailure({ operation: "start", message: `${why}: ${log.trim()}` })))
+      }
+      const timer = setTimeout(() => fail("the sandbox did not become ready within 20 s"), 20_000)
+      Spawner.spawn(
         host.confinement.start,
         [
           ...procsFiles.flatMap((file) => ["--cgroup", file]),
@@ -186,88 +205,57 @@ export const makeRuns = (host: DriverHost): Runs => {
           INIT_SCRIPT
         ],
         {
-          detached: true,
-          stdio: ["ignore", logFd, logFd, "pipe", "pipe", "pipe", "ignore", "pipe", statusFd],
-          env: HOST_ENV
+          env: HOST_ENV,
+          outlive: true,
+          stdio: [
+            "ignore",
+            { append: paths.log },
+            { sameAs: 1 },
+            "out", // 3: bubblewrap's info (the child's pid)
+            "out", // 4: the init's "ready"
+            { data: Buffer.from(bwrapArgs.map((arg) => arg + "\0").join("")) }, // 5: bubblewrap's options
+            "ignore", // 6: svc-start opens the filter there
+            "in", // 7: the user namespace's go-ahead
+            // 8: a fresh file per run: an exit status in it is this run's.
+            { truncate: paths.status }
+          ]
         }
-      )
-      FsSync.closeSync(logFd)
-      FsSync.closeSync(statusFd)
-      const argsPipe = (child.stdio as ReadonlyArray<unknown>)[5] as NodeJS.WritableStream
-      argsPipe.on("error", () => undefined)
-      argsPipe.end(bwrapArgs.map((arg) => arg + "\0").join(""))
-      let info = ""
-      let pid: number | undefined
-      let ready = false
-      let done = false
-      const infoPipe = child.stdio[3] as NodeJS.ReadableStream
-      const readyPipe = child.stdio[4] as NodeJS.ReadableStream
-      const userNsPipe = (child.stdio as ReadonlyArray<unknown>)[7] as NodeJS.WritableStream
-      userNsPipe.on("error", () => undefined)
-      const finish = (
-        result: Effect.Effect<{ readonly pid: number; readonly monitorPid: number | undefined }, DriverFailure>
-      ) => {
-        if (done) return
-        done = true
-        clearTimeout(timer)
-        ;(infoPipe as unknown as { destroy(): void }).destroy()
-        ;(readyPipe as unknown as { destroy(): void }).destroy()
-        ;(userNsPipe as unknown as { destroy(): void }).destroy()
-        // The sandbox outlives this process: do not keep the event loop for it.
-        child.unref()
-        resume(result)
-      }
-      const fail = (why: string) => {
-        const log = (() => {
-          try {
-            return FsSync.readFileSync(paths.log, "utf8").slice(-2000)
-          } catch {
-            return ""
-          }
-        })()
-        if (pid !== undefined) {
-          try {
-            process.kill(pid, "SIGKILL")
-          } catch {
-            // Gone.
-          }
+      ).then((spawned) => {
+        child = spawned
+        if (done) return spawned.killGroup("SIGKILL")
+        const infoPipe = spawned.stdio[3]!
+        const readyPipe = spawned.stdio[4]!
+        const userNsPipe = spawned.stdio[7]!
+        userNsPipe.on("error", () => undefined)
+        const check = () => {
+          // svc-start execs: the spawned process is the host-side bubblewrap.
+          if (ready && pid !== undefined) finish(Effect.succeed({ pid, monitorPid: spawned.pid }))
         }
-        try {
-          if (child.pid !== undefined) process.kill(-child.pid, "SIGKILL")
-        } catch {
-          // Gone.
-        }
-        finish(Effect.fail(new DriverFailure({ operation: "start", message: `${why}: ${log.trim()}` })))
-      }
-      const check = () => {
-        // svc-start execs: the spawned process is the host-side bubblewrap.
-        if (ready && pid !== undefined) finish(Effect.succeed({ pid, monitorPid: child.pid }))
-      }
-      infoPipe.on("data", (chunk: Buffer) => {
-        info += chunk.toString("utf8")
-        const match = /"child-pid":\s*(\d+)/.exec(info)
-        if (match && pid === undefined) {
-          pid = Number(match[1])
-          // The sandbox's user namespace exists and waits: map its ids, then let it go on.
-          try {
-            const map = Confinement.uidMap(config.uidBase)
-            FsSync.writeFileSync(`/proc/${pid}/uid_map`, map)
-            FsSync.writeFileSync(`/proc/${pid}/gid_map`, map)
-          } catch (e) {
-            fail(`mapping the sandbox's user namespace: ${errorMessage(e)}`)
-            return
+        infoPipe.on("data", (chunk: Buffer) => {
+          info += chunk.toString("utf8")
+          const match = /"child-pid":\s*(\d+)/.exec(info)
+          if (match && pid === undefined) {
+            pid = Number(match[1])
+            // The sandbox's user namespace exists and waits: map its ids, then let it go on.
+            try {
+              const map = Confinement.uidMap(config.uidBase)
+              FsSync.writeFileSync(`/proc/${pid}/uid_map`, map)
+              FsSync.writeFileSync(`/proc/${pid}/gid_map`, map)
+            } catch (e) {
+              fail(`mapping the sandbox's user namespace: ${errorMessage(e)}`)
+              return
+            }
+            userNsPipe.write("1")
+            check()
           }
-          userNsPipe.write("1")
+        })
+        readyPipe.on("data", () => {
+          ready = true
           check()
-        }
-      })
-      readyPipe.on("data", () => {
-        ready = true
-        check()
-      })
-      child.on("error", (e) => fail(e.message))
-      child.on("exit", (code, signal) => fail(`bubblewrap exited (${code ?? signal}) before the sandbox was ready`))
-      const timer = setTimeout(() => fail("the sandbox did not become ready within 20 s"), 20_000)
+        })
+        spawned.on("error", (e) => fail(e.message))
+        spawned.on("exit", (code, signal) => fail(`bubblewrap exited (${code ?? signal}) before the sandbox was ready`))
+      }, (e) => fail(`svc-start could not be started: ${errorMessage(e)}`))
     })
 
   /** Makes the veth pair and configures the sandbox end. */
@@ -277,17 +265,18 @@ export const makeRuns = (host: DriverHost): Runs => {
       if (yield* tryHost("network", () => Network.interfaceExists(veth))) {
         yield* run("network", bin.ip, ["link", "del", veth], { env: HOST_ENV, timeoutMs: 10_000 })
       }
-      // One process from the agent for both ends (see ATTACH_SCRIPT).
-      yield* runChecked("network", bin.sh, [
-        "-c",
-        ATTACH_SCRIPT,
-        "attach",
-        bin.ip,
-        bin.nsenter,
-        String(pid),
-        Network.hostScript(config.bridge, internalIp, pid),
-        Network.sandboxScript(internalIp, subnet, config.egress !== undefined)
-      ], { env: HOST_ENV })
+      // Two `ip -batch` processes started by the spawner (no fork of the agent, no shell): the
+      // host's end, then the sandbox's end from inside its net namespace (the spawner joins it
+      // before the exec: no `nsenter`). Each script reaches `ip` as a pipe holding it.
+      yield* runChecked("network", bin.ip, ["-batch", "-"], {
+        env: HOST_ENV,
+        stdin: Buffer.from(Network.hostScript(config.bridge, internalIp, pid))
+      })
+      yield* runChecked("network", bin.ip, ["-batch", "-"], {
+        env: HOST_ENV,
+        netnsPid: pid,
+        stdin: Buffer.from(Network.sandboxScript(internalIp, subnet, config.egress !== undefined))
+      })
     })
 
   const detachNetwork = (internalIp: string) =>

@@ -1,0 +1,222 @@
+/**
+ * The spawner (`src/Driver/Spawner.ts`, `native/svc-spawner.c`): every host command of the driver
+ * is started by it, never by a fork of the agent; bytes, exit codes and signals pass as before;
+ * its death fails the commands in flight (no hang) and the next command starts a new one; and
+ * nothing but the agent can ask it for anything.
+ */
+import { assert, layer } from "@effect/vitest"
+import { Effect, Exit, Fiber, Stream } from "effect"
+import { spawnSync } from "node:child_process"
+import * as FsSync from "node:fs"
+import * as Spawner from "../src/Driver/Spawner.ts"
+import { exec, processExists, sh, spec, TestDriver, text, uniqueId, withSandbox } from "./fixtures/support.ts"
+
+const ppidOf = (pid: number): number | undefined => {
+  try {
+    const stat = FsSync.readFileSync(`/proc/${pid}/stat`, "utf8")
+    return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1])
+  } catch {
+    return undefined
+  }
+}
+
+/** Host processes whose command line includes `needle`. */
+const hostProcesses = (needle: string) =>
+  FsSync.readdirSync("/proc").filter((name) => /^\d+$/.test(name)).map(Number).filter((pid) => {
+    try {
+      return FsSync.readFileSync(`/proc/${pid}/cmdline`, "utf8").includes(needle)
+    } catch {
+      return false
+    }
+  })
+
+/** Who holds the pipe `pipe:[inode]`: [pid, fd] of every process with a descriptor of it. */
+const holdersOf = (link: string) => {
+  const found: Array<[number, number]> = []
+  for (const name of FsSync.readdirSync("/proc")) {
+    if (!/^\d+$/.test(name)) continue
+    let fds: Array<string> = []
+    try {
+      fds = FsSync.readdirSync(`/proc/${name}/fd`)
+    } catch {
+      continue
+    }
+    for (const fd of fds) {
+      try {
+        if (FsSync.readlinkSync(`/proc/${name}/fd/${fd}`) === link) found.push([Number(name), Number(fd)])
+      } catch {
+        // Closed meanwhile.
+      }
+    }
+  }
+  return found
+}
+
+const runningSpawner = () => {
+  const { pid } = Spawner.status()
+  assert.isDefined(pid, "a spawner runs once the driver has started")
+  return pid!
+}
+
+/** Polls until `check` holds (generous deadline: a loaded machine). */
+const eventually = (check: () => boolean, what: string) =>
+  Effect.gen(function*() {
+    const deadline = Date.now() + 30_000
+    while (!check()) {
+      if (Date.now() > deadline) return yield* Effect.die(new Error(`never happened: ${what}`))
+      yield* Effect.sleep(50)
+    }
+  })
+
+layer(TestDriver.layer(), { excludeTestServices: true, timeout: 180_000 })(
+  "SandboxDriver spawner (bubblewrap)",
+  (it) => {
+    it.effect("commands start from the spawner, not the agent; bytes, backpressure and exit codes pass through", () =>
+      Effect.gen(function*() {
+        const { driver } = yield* TestDriver
+        const id = uniqueId("spawn")
+        const info = yield* withSandbox(driver, spec(id))
+        const spawner = runningSpawner()
+
+        // The sandbox's host-side bubblewrap (svc-start exec'd into it) is the spawner's child.
+        const monitor = ppidOf(info.pid!)
+        assert.isDefined(monitor)
+        assert.strictEqual(ppidOf(monitor!), spawner)
+
+        // A background process: its host-side svc-enter is the spawner's child, not the agent's.
+        const cat = yield* driver.startProcess(id, { cmd: ["sh", "-c", "echo up; cat; exit 5"], stdin: true })
+        const enters = hostProcesses("--report-fd").filter((pid) => ppidOf(pid) === spawner)
+        assert.isAtLeast(enters.length, 1, "svc-enter of the background process runs under the spawner")
+        const agentChildren = FsSync.readdirSync("/proc").filter((name) => /^\d+$/.test(name)).map(Number).filter((
+          pid
+        ) => ppidOf(pid) === process.pid)
+        assert.deepStrictEqual(agentChildren, [spawner], "the agent's only child is the spawner")
+
+        // stdin streamed in (8 MiB, far past every pipe's buffer: backpressure), stdout streamed out.
+        const follower = yield* driver.processOutput(id, cat.pid, true).pipe(
+          Effect.flatMap((s) =>
+            Stream.runFold(s, () => ({ bytes: 0, exit: -1 }), (acc, event) =>
+              event._tag === "Output"
+                ? { ...acc, bytes: acc.bytes + (event.stream === "stdout" ? event.bytes.length : 0) }
+                : event._tag === "Exit"
+                ? { ...acc, exit: event.exitCode ?? -1 }
+                : acc)
+          ),
+          Effect.forkScoped
+        )
+        const chunk = new Uint8Array(64 * 1024).fill(120)
+        yield* driver.processStdin(id, cat.pid, Stream.range(1, 128).pipe(Stream.map(() => chunk)), true)
+        const followed = yield* Fiber.join(follower)
+        assert.deepStrictEqual(followed, { bytes: 3 + 128 * 64 * 1024, exit: 5 })
+
+        // Buffered exec: stdin past the inline size (a pipe the agent writes), output, exit codes, a signal.
+        const big = yield* driver.exec(id, exec(["wc", "-c"], { stdin: new Uint8Array(3 * 1024 * 1024).fill(65) }))
+        assert.strictEqual(text(big.stdout).trim(), String(3 * 1024 * 1024))
+        assert.strictEqual((yield* driver.exec(id, sh("exit 42"))).exitCode, 42)
+        assert.strictEqual((yield* driver.exec(id, sh("kill -9 $$"))).exitCode, 137)
+        const timed = yield* driver.exec(id, sh("sleep 30", { timeoutMs: 300 }))
+        assert.isTrue(timed.timedOut)
+
+        // A streamed exec: output, then its exit code.
+        const events = yield* Stream.runCollect(yield* driver.execStream(id, sh("echo one; echo two >&2; exit 3")))
+        const out = events.filter((e) => e._tag === "Output").map((e) => (e._tag === "Output" ? text(e.bytes) : ""))
+        assert.sameMembers(out, ["one\n", "two\n"])
+        assert.deepInclude(events.at(-1), { _tag: "Exit", exitCode: 3 })
+        assert.strictEqual(Spawner.status().pid, spawner, "the same spawner served every command")
+      }).pipe(Effect.scoped))
+
+    it.effect("killed -9: commands in flight fail at once with a clear error, the sandbox lives, a new spawner serves", () =>
+      Effect.gen(function*() {
+        const { driver } = yield* TestDriver
+        const id = uniqueId("respawn")
+        const info = yield* withSandbox(driver, spec(id))
+        const before = Spawner.status()
+        const spawner = runningSpawner()
+
+        const marker = `sleep ${1000 + Math.floor(Math.random() * 1000)}`
+        const running = yield* driver.exec(id, sh(`${marker}; echo never`, { timeoutMs: 600_000 })).pipe(
+          Effect.forkScoped
+        )
+        const background = yield* driver.startProcess(id, { cmd: ["sh", "-c", `${marker}`], stdin: false })
+        // Both have started inside.
+        yield* eventually(
+          () => hostProcesses(marker).length >= 2,
+          "both commands run"
+        )
+
+        process.kill(spawner, "SIGKILL")
+
+        const failed = yield* Fiber.await(running)
+        assert.isTrue(Exit.isFailure(failed), "the exec in flight fails")
+        if (Exit.isFailure(failed)) {
+          const error = String(JSON.stringify(failed.cause))
+          assert.include(error, "spawner", error)
+        }
+        // The background process ends too, and says so.
+        yield* eventually(() => {
+          const state = Effect.runSync(driver.process(id, background.pid).pipe(Effect.map((p) => p.state)))
+          return state === "exited"
+        }, "the background process is seen ended")
+        // Nothing of them is left inside.
+        yield* eventually(() => hostProcesses(marker).length === 0, "the killed commands are gone")
+
+        // The sandbox outlived the spawner; the next command starts a new spawner.
+        assert.isTrue(processExists(info.pid!))
+        const again = yield* driver.exec(id, sh("echo again"))
+        assert.strictEqual(text(again.stdout), "again\n")
+        const after = Spawner.status()
+        assert.notStrictEqual(after.pid, spawner)
+        assert.strictEqual(after.starts, before.starts + 1)
+        // And creating another sandbox works through it.
+        const other = uniqueId("respawn2")
+        yield* withSandbox(driver, spec(other))
+        assert.strictEqual(text((yield* driver.exec(other, sh("echo ok"))).stdout), "ok\n")
+      }).pipe(Effect.scoped))
+
+    it.effect("no other process can reach it: its requests come on a socketpair only the agent holds", () =>
+      Effect.gen(function*() {
+        const { driver, config } = yield* TestDriver
+        const id = uniqueId("reach")
+        yield* withSandbox(driver, spec(id))
+        const spawner = runningSpawner()
+
+        // Its descriptors: pipes, /dev/null, a signalfd and unnamed sockets (the socketpairs it
+        // was started with): nothing with a name to connect to, nothing listening.
+        const links = FsSync.readdirSync(`/proc/${spawner}/fd`).map((fd) =>
+          FsSync.readlinkSync(`/proc/${spawner}/fd/${fd}`)
+        )
+        const sockets = links.flatMap((link) => /^socket:\[(\d+)\]$/.exec(link)?.[1] ?? [])
+        // `ss -xpn`: local name and inode, peer inode, holders.
+        const unix = spawnSync("ss", ["-xapn"], { encoding: "utf8" }).stdout.split("\n").slice(1).map((line) =>
+          line.trim().split(/\s+/)
+        ).filter((cols) => cols.length >= 8)
+        for (const inode of sockets) {
+          const row = unix.find((cols) => cols[5] === inode)
+          assert.isDefined(row, `socket ${inode} listed`)
+          assert.strictEqual(row![4], "*", `socket ${inode} has no name: ${row!.join(" ")}`)
+          assert.notStrictEqual(row![1], "LISTEN")
+        }
+        // Its requests (fd 0): the other end is held by this process alone.
+        const requests = /^socket:\[(\d+)\]$/.exec(FsSync.readlinkSync(`/proc/${spawner}/fd/0`))?.[1]
+        assert.isDefined(requests)
+        const peer = unix.find((cols) => cols[5] === requests)![7]!
+        const holders = holdersOf(`socket:[${peer}]`).map(([pid]) => pid)
+        assert.deepStrictEqual([...new Set(holders)], [process.pid])
+
+        // The pipes it hands over are opened through /proc/<spawner>/fd: root's alone, not an
+        // unprivileged user's nor the sandboxes' uid's.
+        for (const uid of [65534, config.uidBase]) {
+          const tried = spawnSync("/bin/sh", ["-c", `ls /proc/${spawner}/fd && echo listed`], {
+            uid,
+            gid: uid,
+            encoding: "utf8"
+          })
+          assert.notInclude(tried.stdout, "listed", `uid ${uid} reached the spawner's descriptors`)
+          assert.include(tried.stderr, "Permission denied")
+        }
+        // It still serves, unharmed.
+        assert.strictEqual(Spawner.status().pid, spawner)
+        assert.strictEqual(text((yield* driver.exec(id, sh("echo fine"))).stdout), "fine\n")
+      }).pipe(Effect.scoped))
+  }
+)
