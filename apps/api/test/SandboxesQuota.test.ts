@@ -20,7 +20,8 @@ const apiWith = (settings: Record<string, string>) =>
   serve(
     HttpRouter.serve(Server.Routes, { disableLogger: true, disableListenLog: true }).pipe(
       Layer.provide(ConfigProvider.layerAdd(ConfigProvider.fromUnknown(settings), { asPrimary: true }))
-    )
+    ),
+    { fresh: true }
   )
 
 const expectQuota = (res: Answer, quota: string, limit: number) => {

@@ -7,10 +7,10 @@ import { SecretBox } from "@svc/crypto/SecretBox"
 import * as Runtime from "@svc/runtime/Runtime"
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import * as TestNats from "@svc/testing/TestNats"
-import { ConfigProvider, Context, Duration, Effect, Layer } from "effect"
+import { Context, Duration, Effect, Layer } from "effect"
 import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
-import { call, EventLog, eventually, Identity, makeHost, serveApi, startAgent } from "./Sandboxes.support.ts"
+import { call, EventLog, eventually, Identity, makeHost, serveApiWith, startAgent } from "./Sandboxes.support.ts"
 
 class Env extends Context.Service<Env, {
   readonly base: string
@@ -21,12 +21,7 @@ class Env extends Context.Service<Env, {
 const EnvLayer = Layer.effect(
   Env,
   Effect.gen(function*() {
-    const base = yield* serveApi.pipe(
-      Effect.provide(ConfigProvider.layerAdd(
-        ConfigProvider.fromUnknown({ SVC_TEMPLATE_BUILD_TIMEOUT: "2s" }),
-        { asPrimary: true }
-      ))
-    )
+    const base = yield* serveApiWith({ SVC_TEMPLATE_BUILD_TIMEOUT: "2s" })
     const host = yield* makeHost
     yield* startAgent(host, { region: "local" })
     const identity = yield* Identity

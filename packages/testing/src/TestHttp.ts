@@ -10,15 +10,22 @@ import { createServer } from "node:http"
 
 /**
  * Builds `app` on a free port; yields the base URL (`http://127.0.0.1:<port>`). `server` makes
- * the Node server (an app's own, with its listeners), a plain one by default.
+ * the Node server (an app's own, with its listeners), a plain one by default. `fresh` builds the
+ * app's own layers anew instead of sharing those the test's environment already built (layers
+ * are memoized across one program's builds): an API with settings of its own (quotas, time
+ * limits) beside a runtime of the default ones, as two processes would be.
  */
-export const serve = <E, R>(app: Layer.Layer<never, E, R>, options: { readonly server?: () => Http.Server } = {}) =>
+export const serve = <E, R>(
+  app: Layer.Layer<never, E, R>,
+  options: { readonly server?: () => Http.Server; readonly fresh?: boolean } = {}
+) =>
   Effect.gen(function*() {
-    const context = yield* Layer.build(
-      Layer.merge(app, HttpServer.layerServices).pipe(
-        Layer.provideMerge(NodeHttpServer.layer(options.server ?? createServer, { port: 0, host: "127.0.0.1" }))
-      )
+    const served = Layer.merge(app, HttpServer.layerServices).pipe(
+      Layer.provideMerge(NodeHttpServer.layer(options.server ?? createServer, { port: 0, host: "127.0.0.1" }))
     )
+    const context = options.fresh
+      ? yield* Layer.buildWithMemoMap(served, Layer.makeMemoMapUnsafe(), yield* Effect.scope)
+      : yield* Layer.build(served)
     const address = Context.get(context, HttpServer.HttpServer).address as { readonly port: number }
     return `http://127.0.0.1:${address.port}`
   })
