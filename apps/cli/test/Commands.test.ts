@@ -90,7 +90,7 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 300_000 })("svc, the insta
         expect(json(deleted)).toMatchObject({ id: sandbox.id, state: "deleted" })
         expect(deleted.stderr).toMatch(/waiting for deleted: deleted/)
       }),
-    180_000
+    300_000
   )
 
   it.effect("volume, secret, template and webhook commands with --json", () =>
@@ -117,7 +117,7 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 300_000 })("svc, the insta
       expect(json(yield* svc(["template", "get", "base", "--json"]))).toMatchObject({ name: "base", state: "ready" })
       const webhooks = json(yield* svc(["webhook", "list", "--json"]))
       expect(webhooks).toMatchObject({ webhooks: [], total: 0 })
-    }), 180_000)
+    }), 300_000)
 
   it.effect("errors: the API's code and message, each invalid field, a hint; exit 1", () =>
     Effect.gen(function*() {
@@ -141,7 +141,7 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 300_000 })("svc, the insta
       expect(down.stdout).toBe("")
       expect(down.stderr).toMatch(/^error network_error: cannot reach http:\/\/127\.0\.0\.1:9/)
       expect(down.stderr).toContain("hint: is the API running at http://127.0.0.1:9?")
-    }), 180_000)
+    }), 300_000)
 
   it.effect(
     "whoami, key mint/list/revoke, org get/rename, audit: the account over the API with --json",
@@ -213,7 +213,7 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 300_000 })("svc, the insta
         expect(unknown.code).toBe(1)
         expect(unknown.stderr).toMatch(/^error invalid_request: /)
       }),
-    180_000
+    300_000
   )
 
   it.effect(
