@@ -327,7 +327,7 @@ export class Webhooks extends Context.Service<Webhooks, {
       // committed together, or nothing when the webhook is not live.
       const queued = yield* sql`
         WITH hook AS (
-          SELECT id FROM webhooks WHERE id = ${id} AND org_id = ${orgId} AND deleted_at IS NULL FOR UPDATE
+          SELECT id FROM webhooks WHERE id = ${id} AND org_id = ${orgId} AND deleted_at IS NULL FOR SHARE
         ), delivery AS (
           INSERT INTO webhook_deliveries (id, webhook_id, org_id, event, event_msg_id, body, status)
           SELECT ${deliveryId}, hook.id, ${orgId}, 'ping', ${`ping:${deliveryId}`}, ${body}, 'pending' FROM hook
