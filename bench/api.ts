@@ -12,18 +12,19 @@
  * machine's other work barely moves.
  * Baseline and subject alternate run by run; medians of BENCH_RUNS (3) runs of BENCH_DURATION
  * (3s). Target: authenticated GET >= 0.5 of raw.
+ * BENCH_API_ROOT=<checkout>: the API role of another checkout (before/after figures).
  * BENCH_CPU_PROF=<dir>: the API role runs under `node --cpu-prof` and writes its profile there on
  * exit (open it in Chrome's DevTools), to see where a request's time goes.
  *   npm run bench api     (or: node bench/api.ts)
  */
-import { freePort, startNats, startPostgres, waitForPort } from "@svc/local-servers/Servers"
+import { startNats, startPostgres } from "@svc/local-servers/Servers"
 import { useTestEncryptionKeys } from "@svc/testing/TestSecrets"
 import { Duration, Result } from "effect"
-import { type ChildProcess, spawn } from "node:child_process"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { parseDuration } from "../packages/config/src/Env.ts"
+import { apiMain, cliMain, mintKey, type Role, startRole, stopRoles } from "./lib/ApiRole.ts"
 import { startEffectServer, startRawServer } from "./lib/Baselines.ts"
 import { treeCpuMs } from "./lib/Measure.ts"
 import { record } from "./lib/Report.ts"
@@ -34,52 +35,15 @@ const CONNECTIONS = 32
 /** BENCH_DURATION: run length, a duration in the platform's format (`3s`, `500ms`). */
 const DURATION_MS = Duration.toMillis(Result.getOrThrow(parseDuration(process.env.BENCH_DURATION ?? "3s")))
 const RUNS = Number(process.env.BENCH_RUNS ?? 3)
-/** The throughput of the server, not of the per-key rate limit: raised for this run. */
-const NO_RATE_LIMIT = {
-  SVC_RATE_LIMIT_PER_SECOND: "100000000",
-  SVC_RATE_LIMIT_BURST: "100000000"
-}
-
 const [nats, pg] = await Promise.all([startNats(), startPostgres()])
 useTestEncryptionKeys()
-const children: Array<ChildProcess> = []
+const children: Array<Role> = []
 const stateDir = fs.mkdtempSync(path.join(os.tmpdir(), "svc-bench-api-"))
 
-const start = async (args: ReadonlyArray<string>, env: Record<string, string>, port: number) => {
-  const child = spawn(process.execPath, args, {
-    env: {
-      ...process.env,
-      ...NO_RATE_LIMIT,
-      DATABASE_URL: pg.url,
-      NATS_URL: nats.url,
-      SVC_PORT: String(port),
-      SVC_HOST: "127.0.0.1",
-      ...env
-    },
-    stdio: ["ignore", "ignore", "inherit"]
-  })
-  children.push(child)
-  await waitForPort(port, 120_000, child)
-  return { url: `http://127.0.0.1:${port}`, pid: child.pid! }
-}
-
-/** Signs up and mints a `*` key with the session, as a user would. */
-const mintKey = async (base: string): Promise<string> => {
-  const email = `bench-${Date.now()}-${Math.random().toString(36).slice(2)}@example.com`
-  const up = await fetch(`${base}/v1/auth/sign-up`, {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: JSON.stringify({ email, password: "a benchmark password", org_name: "bench" })
-  })
-  if (up.status !== 201) throw new Error(`sign-up answered ${up.status}`)
-  const cookie = up.headers.get("set-cookie")!.split(";")[0]!
-  const key = await fetch(`${base}/v1/auth/api-keys`, {
-    method: "POST",
-    headers: { "content-type": "application/json", cookie, origin: base },
-    body: JSON.stringify({ name: "bench" })
-  })
-  if (key.status !== 201) throw new Error(`mint answered ${key.status}`)
-  return ((await key.json()) as { token: string }).token
+const start = async (args: ReadonlyArray<string>, env: Record<string, string>) => {
+  const role = await startRole(args, { DATABASE_URL: pg.url, NATS_URL: nats.url, ...env })
+  children.push(role)
+  return role
 }
 
 /** Alternates baseline and subject runs so that drift hits both alike; records the medians. */
@@ -101,7 +65,7 @@ const run = async (server: Server, durationMs: number) => {
   return { ...result, cpuUs: ((treeCpuMs(server.pid) - before) * 1000) / Math.max(1, result.requests) }
 }
 
-const compare = async (figure: string, raw: Server, subject: Server, target: number | undefined = 0.5) => {
+const compare = async (figure: string, raw: Server, subject: Server, target: number | null = 0.5) => {
   const base: Array<WrkResult & { cpuUs: number }> = []
   const subj: Array<WrkResult & { cpuUs: number }> = []
   await run(raw, 1000) // warm-up: JIT, sockets
@@ -122,7 +86,7 @@ const compare = async (figure: string, raw: Server, subject: Server, target: num
     baseline: b,
     baselineName: "raw node:http",
     ratio: s / b,
-    ...(target === undefined ? {} : { target: `ratio >= ${target}`, met: s / b >= target }),
+    ...(target === null ? {} : { target: `ratio >= ${target}`, met: s / b >= target }),
     runs: RUNS
   })
   const cpu = median(subj.map((r) => r.cpuUs))
@@ -145,9 +109,8 @@ const compare = async (figure: string, raw: Server, subject: Server, target: num
 
 try {
   const raw = await startRawServer("raw")
-  const apiPort = await freePort()
   const profile = process.env.BENCH_CPU_PROF ? ["--cpu-prof", `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : []
-  const api = await start([...profile, new URL("../apps/api/src/main.ts", import.meta.url).pathname], {}, apiPort)
+  const api = await start([...profile, apiMain()], {})
   const token = await mintKey(api.url)
   const auth = { authorization: `Bearer ${token}` }
   console.log(`wrk -t1 -c${CONNECTIONS}, ${DURATION_MS} ms per run, each server in its own process`)
@@ -157,7 +120,7 @@ try {
       floor === "router" ? "Effect HttpRouter alone (a floor)" : "Effect HttpApi of one endpoint (a floor)",
       raw,
       effect,
-      undefined
+      null
     )
     await effect.stop()
   }
@@ -168,9 +131,8 @@ try {
     headers: auth
   })
   const dev = await start(
-    [new URL("../apps/cli/src/main.ts", import.meta.url).pathname, "dev"],
-    { SVC_STATE_DIR: stateDir, SVC_DATA_DIR: path.join(stateDir, "agent") },
-    await freePort()
+    [cliMain(), "dev"],
+    { SVC_STATE_DIR: stateDir, SVC_DATA_DIR: path.join(stateDir, "agent") }
   )
   const devKey = await mintKey(dev.url)
   await compare("svc dev: authenticated GET /v1/auth/me", raw, {
@@ -180,8 +142,7 @@ try {
   })
   await raw.stop()
 } finally {
-  for (const child of children) child.kill("SIGTERM")
-  await Promise.all(children.map((c) => new Promise((r) => (c.exitCode !== null ? r(null) : c.once("exit", r)))))
+  await stopRoles(children)
   await Promise.all([nats.stop(), pg.close()])
   fs.rmSync(stateDir, { recursive: true, force: true })
 }

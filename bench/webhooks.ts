@@ -2,22 +2,30 @@
  * Webhook delivery, measured (issue 5), in three processes: this one runs the webhook roles
  * (fan-out and one dispatcher), a producer process stands for the API and runtime roles (commits
  * events through the outbox, one transaction each, and runs the outbox relay), and a receiver
- * process answers the deliveries. The raw baseline posts from this process to the same receiver.
+ * process answers the deliveries.
  *
  * 1. Throughput: events published to EVENTS (by the producer process) for one webhook →
- *    deliveries/s at the receiver, against a raw keep-alive POST loop from this process to the
- *    same receiver: one at a time (the target's baseline) and with as many requests in flight as
- *    the dispatcher allows one webhook. Target: at least 0.5 of raw.
+ *    deliveries/s at the receiver, against the raw sink below (and, as an aside, a keep-alive POST
+ *    loop from this process to the receiver, one at a time). Target: at least 0.5 of raw.
  * 2. Latency: events committed through the outbox at a steady 500/s, each in its own
  *    transaction; committed → delivered p50 and p99. Targets < 10 ms and < 50 ms.
  * 3. Head-of-line: a healthy webhook's p99 at a steady rate, alone and while another webhook of
  *    the same org times out on every delivery (5 s deadline). Target: within 1.5 times.
+ * 4. Through the API (issue 17): `wrk -c16` posting test pings (`POST /v1/webhooks/{id}/test`) to
+ *    the API role (`node apps/api/src/main.ts`, its own process; the producer process relays its
+ *    outbox), each ping delivered to the receiver: pings accepted/s and delivered/s end to end,
+ *    and the API's CPU time per ping. Target: ≥ 0.5 of raw.
+ * The raw baseline of 1 and 4 is `wrk -c16` posting to a raw node:http sink in a process of its
+ * own (bench/lib/Baselines.ts): the same concurrency as the platform's (16 calls in flight per
+ * webhook), from a load generator that outruns the sink. Rows are recorded (bench/lib/Report.ts).
  *
  *   node bench/webhooks.ts     (BENCH_RUNS=3 BENCH_DURATION=6s BENCH_EVENTS=8000 by default;
  *                               BENCH_ONLY=latency|throughput for one part, BENCH_DIAG=1 for table
  *                               scans and attempt durations, BENCH_CPU=1 for CPU ms per delivery
  *                               by process and the fan-out's pace, BENCH_CONCURRENCY and
- *                               BENCH_FANOUT_BATCH to try other settings)
+ *                               BENCH_FANOUT_BATCH to try other settings, BENCH_ONLY=api for part 4,
+ *                               BENCH_API_ROOT=<checkout> for another checkout's API role,
+ *                               BENCH_CPU_PROF=<dir> to profile the API role)
  */
 import { startNats, startPostgres } from "@svc/local-servers/Servers"
 import * as TestDatabase from "@svc/testing/TestDatabase"
@@ -43,8 +51,12 @@ import { FanOut } from "../packages/webhooks/src/Delivery/FanOut.ts"
 import { DEFAULT_RETRY_SCHEDULE } from "../packages/webhooks/src/Delivery/RetrySchedule.ts"
 import { WebhookAddressGuard, WebhookResolver } from "../packages/webhooks/src/Subscriptions/AddressGuard.ts"
 import { Webhooks } from "../packages/webhooks/src/Subscriptions/Webhooks.ts"
+import { apiMain, mintKey, type Role, startRole, stopRoles } from "./lib/ApiRole.ts"
+import { type Started, startRawServer } from "./lib/Baselines.ts"
 import { fmt, treeCpuByName, treeCpuMs } from "./lib/Measure.ts"
+import { record } from "./lib/Report.ts"
 import { median } from "./lib/Stats.ts"
+import { wrk } from "./lib/Wrk.ts"
 
 const RUNS = Number(process.env.BENCH_RUNS ?? 3)
 const SECONDS = Duration.toSeconds(Result.getOrThrow(parseDuration(process.env.BENCH_DURATION ?? "6s")))
@@ -242,6 +254,17 @@ async function rawPosts(port: number, total: number, inFlight: number, body: str
   return total / (elapsed / 1000)
 }
 
+/** The raw baseline at the platform's concurrency: `wrk` posting `body` to a raw sink. */
+const rawWrk = async (sink: Started, inFlight: number, body: string): Promise<number> =>
+  (await wrk({
+    url: `${sink.url}/fast/raw`,
+    method: "POST",
+    body,
+    headers: { "content-type": "application/json" },
+    connections: inFlight,
+    durationMs: SECONDS * 1000
+  })).rps
+
 const percentile = (values: ReadonlyArray<number>, p: number) => {
   const sorted = [...values].sort((a, b) => a - b)
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? Number.NaN
@@ -391,6 +414,109 @@ async function main() {
     }
   }
 
+  // ------------------------------------------------------------------------------------------
+  // 4. Test pings through the API role: accepted by the API, then delivered by the dispatcher.
+  const sink = await startRawServer("sink")
+  const roles: Array<Role> = []
+  const profile = process.env.BENCH_CPU_PROF ? ["--cpu-prof", `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : []
+  const api = await startRole([...profile, apiMain()], {
+    DATABASE_URL: databaseUrl,
+    NATS_URL: natsInfo.url,
+    SVC_NATS_PREFIX: natsInfo.prefix,
+    SVC_WEBHOOK_ALLOWED_SUBNETS: "127.0.0.0/8"
+  })
+  roles.push(api)
+  const apiKey = await mintKey(api.url)
+  const apiHeaders = { authorization: `Bearer ${apiKey}`, "content-type": "application/json" }
+  const hookRes = await fetch(`${api.url}/v1/webhooks`, {
+    method: "POST",
+    headers: apiHeaders,
+    body: JSON.stringify({ url: `http://127.0.0.1:${receiverProcess.port}/fast/api`, events: ["*"] })
+  })
+  if (hookRes.status !== 201) throw new Error(`creating the webhook answered ${hookRes.status}`)
+  const apiHook = ((await hookRes.json()) as { id: string }).id
+  await run(Effect.gen(function*() {
+    const dispatcher = yield* WebhookDispatcher
+    while (!(yield* dispatcher.stats).webhooks.includes(apiHook)) yield* Effect.sleep(10)
+  }))
+  const pings = async (durationMs: number) => {
+    await receiverProcess.reset()
+    const cpu0 = treeCpuMs(api.pid)
+    const all0 = treeCpuByName()
+    const started = now()
+    const result = await wrk({
+      url: `${api.url}/v1/webhooks/${apiHook}/test`,
+      method: "POST",
+      headers: apiHeaders,
+      connections: settings.concurrency,
+      durationMs
+    })
+    if (result.failed > 0) throw new Error(`${result.failed} test pings were not accepted`)
+    const apiCpuUs = ((treeCpuMs(api.pid) - cpu0) * 1000) / result.requests
+    let count = 0
+    for (let tries = 0; tries < 2400 && count < result.requests; tries++) {
+      count = (await receiverProcess.stats()).count
+      if (count < result.requests) await sleep(25)
+    }
+    if (count < result.requests) throw new Error(`${result.requests - count} test pings were never delivered`)
+    const all = treeCpuByName()
+    const byProcess = Object.fromEntries(
+      Object.entries(all).map(([k, v]) => [k, ((v - (all0[k] ?? 0)) * 1000) / result.requests])
+    )
+    if (process.env.BENCH_CPU) {
+      console.log(
+        Object.entries(byProcess).filter(([, v]) => v >= 1).map(([k, v]) => `${k} ${fmt(v)}`).join(", ") +
+          " (cpu µs per ping, wrk's included)"
+      )
+    }
+    const allCpuUs = Object.values(byProcess).reduce((a, b) => a + b, 0)
+    return { accepted: result.rps, delivered: count / ((now() - started) / 1000), apiCpuUs, allCpuUs }
+  }
+  const throughApi = async () => {
+    await pings(1000) // warm-up: JIT, caches, connections
+    const raw: Array<number> = []
+    const runs: Array<Awaited<ReturnType<typeof pings>>> = []
+    for (let i = 0; i < RUNS; i++) {
+      raw.push(await rawWrk(sink, settings.concurrency, body))
+      runs.push(await pings(SECONDS * 1000))
+    }
+    const base = median(raw)
+    const accepted = median(runs.map((r) => r.accepted))
+    const delivered = median(runs.map((r) => r.delivered))
+    const rows = [
+      ["test pings accepted by the API (wrk -c16)", accepted],
+      ["test pings delivered end to end", delivered]
+    ] as const
+    for (const [figure, value] of rows) {
+      record({
+        bench: "webhooks",
+        figure,
+        value,
+        unit: "req/s",
+        baseline: base,
+        baselineName: `raw POST sink, wrk -c${settings.concurrency}`,
+        ratio: value / base,
+        target: "ratio >= 0.5",
+        met: value / base >= 0.5,
+        runs: RUNS
+      })
+    }
+    record({
+      bench: "webhooks",
+      figure: "API CPU per test ping",
+      value: median(runs.map((r) => r.apiCpuUs)),
+      unit: "µs",
+      runs: RUNS
+    })
+    record({
+      bench: "webhooks",
+      figure: "CPU per test ping, every process (API, Postgres, relay, NATS, dispatcher, receiver, wrk)",
+      value: median(runs.map((r) => r.allCpuUs)),
+      unit: "µs",
+      runs: RUNS
+    })
+  }
+
   const body = JSON.stringify({
     event: "org.usage_alert",
     org_id: makeOrgId(),
@@ -412,6 +538,8 @@ async function main() {
         }))
       )
     }
+    await stopRoles(roles)
+    await sink.stop()
     producer.child.kill("SIGKILL")
     receiverProcess.child.kill("SIGKILL")
     await runtime.dispose()
@@ -425,6 +553,10 @@ async function main() {
     const sql = yield* SqlClient.SqlClient
     yield* sql`ANALYZE webhooks, webhook_deliveries, webhook_attempts`
   }))
+  if (process.env.BENCH_ONLY === "api") {
+    await throughApi()
+    return finish()
+  }
   // BENCH_ONLY=latency: a quick look at one part while working on it.
   if (process.env.BENCH_ONLY === "latency" || process.env.BENCH_ONLY === "throughput") {
     for (let i = 0; i < RUNS; i++) {
@@ -449,14 +581,14 @@ async function main() {
   const raw1: Array<number> = []
   const platform: Array<number> = []
   for (let i = 0; i < RUNS; i++) {
-    raw.push(await rawPosts(receiverProcess.port, THROUGHPUT_EVENTS, settings.concurrency, body))
+    raw.push(await rawWrk(sink, settings.concurrency, body))
     raw1.push(await rawPosts(receiverProcess.port, THROUGHPUT_EVENTS, 1, body))
     platform.push(await throughput())
   }
   console.log(
     `Webhook throughput: ${THROUGHPUT_EVENTS} events for one webhook, median of ${RUNS} runs (${os.cpus().length} cores)`
   )
-  console.log(`  raw POST loop, ${settings.concurrency} in flight    ${fmt(median(raw))} req/s`)
+  console.log(`  raw POST sink, wrk -c${settings.concurrency}    ${fmt(median(raw))} req/s`)
   console.log(`  raw POST loop, one at a time  ${fmt(median(raw1))} req/s`)
   console.log(
     `  platform (EVENTS → fan-out → dispatcher, ${settings.concurrency} in flight per webhook)  ${
@@ -466,8 +598,23 @@ async function main() {
   console.log(
     `  ratio ${fmt(median(platform) / median(raw1), 2)} of the one-at-a-time loop, ${
       fmt(median(platform) / median(raw), 2)
-    } of the ${settings.concurrency}-in-flight loop  (target >= 0.5)`
+    } of the ${settings.concurrency}-in-flight raw sink  (target >= 0.5)`
   )
+  record({
+    bench: "webhooks",
+    figure: `deliveries of one webhook, ${settings.concurrency} in flight (EVENTS → delivered)`,
+    value: median(platform),
+    unit: "req/s",
+    baseline: median(raw),
+    baselineName: `raw POST sink, wrk -c${settings.concurrency}`,
+    ratio: median(platform) / median(raw),
+    target: "ratio >= 0.5",
+    met: median(platform) / median(raw) >= 0.5,
+    runs: RUNS
+  })
+
+  progress("through the API")
+  await throughApi()
 
   progress("latency and head-of-line")
   const alone: Array<Awaited<ReturnType<typeof steady>>> = []
@@ -491,10 +638,40 @@ async function main() {
       fmt(med(alone, "p99"), 2)
     } ms (target < 50)   webhook process event loop ${fmt(100 * med(alone, "elu"))}% busy`
   )
+  record({
+    bench: "webhooks",
+    figure: `committed → delivered p50 at ${RATE}/s`,
+    value: med(alone, "p50"),
+    unit: "ms",
+    target: "< 10 ms",
+    met: med(alone, "p50") < 10,
+    runs: RUNS
+  })
+  record({
+    bench: "webhooks",
+    figure: `committed → delivered p99 at ${RATE}/s`,
+    value: med(alone, "p99"),
+    unit: "ms",
+    target: "< 50 ms",
+    met: med(alone, "p99") < 50,
+    runs: RUNS
+  })
   console.log(`Head-of-line: that webhook while another webhook of the org times out on every delivery (5 s deadline)`)
   console.log(`  alone      p50 ${fmt(med(alone, "p50"), 2)} ms  p99 ${fmt(med(alone, "p99"), 2)} ms`)
   console.log(`  with slow  p50 ${fmt(med(withSlow, "p50"), 2)} ms  p99 ${fmt(med(withSlow, "p99"), 2)} ms`)
   console.log(`  p99 ratio ${fmt(med(withSlow, "p99") / med(alone, "p99"), 2)}  (target <= 1.5)`)
+  record({
+    bench: "webhooks",
+    figure: "head-of-line: p99 with a timing-out webhook",
+    value: med(withSlow, "p99"),
+    unit: "ms",
+    baseline: med(alone, "p99"),
+    baselineName: "alone",
+    ratio: med(withSlow, "p99") / med(alone, "p99"),
+    target: "ratio <= 1.5",
+    met: med(withSlow, "p99") / med(alone, "p99") <= 1.5,
+    runs: RUNS
+  })
   const lost = [...alone, ...withSlow].filter((r) => r.delivered < r.total)
   if (lost.length > 0) console.log(`  WARNING: ${lost.length} runs did not see every delivery: ${JSON.stringify(lost)}`)
 

@@ -18,8 +18,8 @@ import { SecretBox } from "@svc/crypto/SecretBox"
 import * as Database from "@svc/db/Database"
 import { Api } from "@svc/domain/Api"
 import * as Telemetry from "@svc/telemetry/Telemetry"
-import { Deferred, Duration, Effect, Layer } from "effect"
-import { HttpMiddleware, HttpRouter, HttpServer, HttpServerResponse } from "effect/http"
+import { Context, Duration, Effect, Layer } from "effect"
+import { HttpMiddleware, HttpRouter, HttpServer } from "effect/http"
 import { HttpApiBuilder, HttpApiScalar } from "effect/http-api"
 import { createServer, type IncomingMessage, type Server, type ServerResponse, STATUS_CODES } from "node:http"
 import type { Duplex } from "node:stream"
@@ -85,16 +85,12 @@ const onClientError = (error: Error & { readonly code?: string }, socket: Duplex
   )
 }
 
-/**
- * Runs before the app's handler on every request. Once a stop has begun (the server no longer
- * listens), each answer closes its connection: a keep-alive client then opens a new one, which
- * is refused at once, instead of holding the stop open until its idle timeout. When the app's
- * handler is not attached (the stop removed it after its grace), the request is answered 503
- * `unavailable` here: a request is never left without an answer.
- */
-const gate = (server: Server) => (_request: IncomingMessage, response: ServerResponse) => {
-  if (!server.listening) response.setHeader("connection", "close")
-  if (server.listenerCount("request") > 1) return
+/** The response a connection is answering now: what a stop's deadline ends with 503 (`serveInOrder`). */
+const ANSWERING = Symbol("svc.answering")
+type Tracked = Duplex & { [ANSWERING]?: ServerResponse }
+
+/** The contract's 503 `unavailable`, on a connection that then closes. */
+const answerUnavailable = (response: ServerResponse) => {
   const body = JSON.stringify(errorForStatus(503))
   response.writeHead(503, {
     "content-type": "application/json; charset=utf-8",
@@ -104,24 +100,62 @@ const gate = (server: Server) => (_request: IncomingMessage, response: ServerRes
   }).end(body)
 }
 
+/** The connections of each server made here, for the stop's deadline. */
+const connections = new WeakMap<Server, Set<Tracked>>()
+
 /**
  * The Node HTTP server the API runs on. With `hooks`, a preview request (a `Host` of the
  * preview domain, `Preview.ts`) is answered by the preview proxy and never reaches the app.
+ *
+ * Every request passes here before the app's handler: once a stop has begun (the server no
+ * longer listens), each answer closes its connection, so that a keep-alive client opens a new
+ * one, which is refused at once, instead of holding the stop open until its idle timeout. When
+ * the app's handler is not attached (the stop removed it after its grace), the request is
+ * answered 503 `unavailable` here: a request is never left without an answer. All of it is one
+ * `emit` override with no listener and no allocation of its own per request (bench/api.ts).
  */
 export const makeNodeServer = (hooks?: NodeHooks["Service"]) => {
   const server = createServer()
-  if (hooks !== undefined) {
-    const emit = server.emit.bind(server)
-    server.emit = ((event: string, ...args: Array<any>) => {
-      const preview = hooks.preview
-      if (preview !== undefined && server.listening) {
-        if (event === "request" && preview.request(args[0], args[1])) return true
-        if (event === "upgrade" && preview.upgrade(args[0], args[1], args[2])) return true
+  const open = new Set<Tracked>()
+  connections.set(server, open)
+  const emit: (this: Server, ...args: Array<any>) => boolean = server.emit
+  server.emit = function(this: Server, event: string, a?: any, b?: any, c?: any) {
+    if (event === "request") {
+      const request = a as IncomingMessage
+      const response = b as ServerResponse
+      if (server.listening) {
+        if (hooks?.preview !== undefined && hooks.preview.request(request, response)) return true
+      } else {
+        response.setHeader("connection", "close")
       }
-      return emit(event, ...args)
-    }) as typeof server.emit
+      if (server.listenerCount("request") === 0) {
+        answerUnavailable(response)
+        return true
+      }
+      ;(request.socket as Tracked)[ANSWERING] = response
+      return emit.call(this, event, request, response)
+    }
+    if (event === "upgrade" && server.listening && hooks?.preview !== undefined && hooks.preview.upgrade(a, b, c)) {
+      return true
+    }
+    // oxlint-disable-next-line prefer-rest-params -- every other event as it came, without copying its arguments
+    return emit.apply(this, arguments as any)
+  } as typeof server.emit
+  return server.on("clientError", onClientError).on("connection", (socket: Tracked) => {
+    open.add(socket)
+    socket.once("close", () => open.delete(socket))
+  })
+}
+
+/** Ends with 503 `unavailable` what `server`'s connections are still answering (`makeNodeServer`). */
+const endInFlight = (server: Server) => {
+  for (const socket of connections.get(server) ?? []) {
+    const response = socket[ANSWERING]
+    if (response === undefined || response.writableEnded) continue
+    // A response already started (a stream) cannot become a 503: its connection is cut instead.
+    if (response.headersSent) response.destroy()
+    else answerUnavailable(response)
   }
-  return server.on("clientError", onClientError).on("request", gate(server))
 }
 
 /**
@@ -130,15 +164,22 @@ export const makeNodeServer = (hooks?: NodeHooks["Service"]) => {
  */
 export const GRACEFUL_SHUTDOWN = Duration.seconds(20)
 
-const unavailable = Effect.sync(() =>
-  HttpServerResponse.jsonUnsafe(errorForStatus(503), { status: 503, headers: { "x-request-id": newRequestId() } })
-)
+/**
+ * The context each request starts from (the server's handler takes it when it is attached),
+ * keeping up to 32 additions as overlays before copying its map of services: a request adds
+ * about ten (the server's, the router's, the middlewares'), and past `Context`'s default of 8
+ * each addition copied every service (about 5 % of an authenticated GET, bench/api.ts).
+ */
+const deeper = <R>(context: Context.Context<R>): Context.Context<R> =>
+  Context.makeUnsafe(context.mapUnsafe, { maxDepth: 32 })
 
 /**
  * `routes` served on a given address, in order. The routes are built first and the port opened
  * after (`HttpRouter.serve` opens it first and attaches the handler once every route's services
  * are up: a request that came in between was never answered). A stop closes the port, lets
- * requests in flight finish for `gracefulShutdown` and answers those still running 503.
+ * requests in flight finish for `gracefulShutdown` and answers those still running 503 (on the
+ * Node server, not by racing every request against the deadline: that forked two fibers per
+ * request; their handlers are interrupted when the server's own limit, 5 s later, ends).
  */
 export const serveInOrder = <E, R>(
   routes: Layer.Layer<never, E, R>,
@@ -149,22 +190,24 @@ export const serveInOrder = <E, R>(
     Effect.gen(function*() {
       const hooks: NodeHooks["Service"] = { preview: undefined }
       const app = yield* HttpRouter.toHttpEffect(Layer.provide(routes, Layer.succeed(NodeHooks, hooks)))
-      const deadline = yield* Deferred.make<void>()
-      const served = HttpServer.serve(Effect.raceFirst(app, Effect.andThen(Deferred.await(deadline), unavailable)))
-        .pipe(
-          // Request spans named by route template (`POST /v1/sandboxes/:id/exec`), not by method alone.
-          Layer.provide(Layer.succeed(HttpMiddleware.SpanNameGenerator, spanName)),
-          Layer.provide(NodeHttpServer.layerServer(() => makeNodeServer(hooks), {
-            port: options.port,
-            host: options.host,
-            // The server's own limit comes after ours, which has answered what was left by then.
-            gracefulShutdownTimeout: Duration.sum(grace, Duration.seconds(5))
-          }))
-        )
+      let server: Server | undefined
+      const serve = Effect.flatMap(Effect.service(HttpServer.HttpServer), (server) => server.serve(app))
+      const served = Layer.effectDiscard(
+        Effect.updateContext(serve, (context: Context.Context<Effect.Services<typeof serve>>) => deeper(context))
+      ).pipe(
+        // Request spans named by route template (`POST /v1/sandboxes/:id/exec`), not by method alone.
+        Layer.provide(Layer.succeed(HttpMiddleware.SpanNameGenerator, spanName)),
+        Layer.provide(NodeHttpServer.layerServer(() => (server = makeNodeServer(hooks)), {
+          port: options.port,
+          host: options.host,
+          // The server's own limit comes after ours, which has answered what was left by then.
+          gracefulShutdownTimeout: Duration.sum(grace, Duration.seconds(5))
+        }))
+      )
       // Built after the server, so released before it: the countdown starts as the stop begins.
       const countdown = Layer.effectDiscard(Effect.addFinalizer(() =>
         Effect.sync(() => {
-          setTimeout(() => Deferred.doneUnsafe(deadline, Effect.void), Duration.toMillis(grace)).unref()
+          setTimeout(() => server && endInFlight(server), Duration.toMillis(grace)).unref()
         })
       ))
       return Layer.provide(countdown, served)

@@ -6,11 +6,11 @@ import { describe, expect, it } from "@effect/vitest"
 import { Nats } from "@svc/bus/Nats"
 import { SecretBox } from "@svc/crypto/SecretBox"
 import * as Database from "@svc/db/Database"
-import { startPostgres } from "@svc/local-servers/Servers"
+import { freePort, startPostgres } from "@svc/local-servers/Servers"
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import { serve } from "@svc/testing/TestHttp"
 import * as TestNats from "@svc/testing/TestNats"
-import { Effect, Exit, Layer, Schema, Scope } from "effect"
+import { Deferred, Duration, Effect, Exit, Fiber, Layer, Schema, Scope } from "effect"
 import { HttpRouter } from "effect/http"
 import { HttpApi, HttpApiBuilder, HttpApiEndpoint, HttpApiGroup } from "effect/http-api"
 import { ApiMiddleware } from "../src/Http/Middleware.ts"
@@ -76,9 +76,12 @@ describe("API foundation", () => {
         success: Schema.Struct({ name: Schema.String, count: Schema.Int })
       }),
       HttpApiEndpoint.get("slow", "/v1/slow", { success: Schema.Struct({ done: Schema.Boolean }) }),
-      HttpApiEndpoint.get("boom", "/v1/boom", { success: Schema.Struct({}) })
+      HttpApiEndpoint.get("boom", "/v1/boom", { success: Schema.Struct({}) }),
+      HttpApiEndpoint.get("stuck", "/v1/stuck", { success: Schema.Struct({}) })
     ) {}
     class EchoApi extends HttpApi.make("echo").add(EchoGroup).annotate(HttpApi.ParseOptions, { errors: "all" }) {}
+    /** Completed by each request to /v1/stuck, which then never answers by itself. */
+    let stuckArrived = Deferred.makeUnsafe<void>()
     const echoHandlers = HttpApiBuilder.group(
       EchoApi,
       "echo",
@@ -86,11 +89,10 @@ describe("API foundation", () => {
         h.handle("echo", ({ payload }) => Effect.succeed(payload))
           .handle("slow", () => Effect.as(Effect.sleep(400), { done: true }))
           .handle("boom", () => Effect.die(new Error("secret internal detail")))
+          .handle("stuck", () => Effect.andThen(Deferred.succeed(stuckArrived, undefined), Effect.never))
     )
-    const echoLayer = HttpRouter.serve(
-      Layer.mergeAll(HttpApiBuilder.layer(EchoApi).pipe(Layer.provide(echoHandlers)), ApiMiddleware),
-      { disableLogger: true, disableListenLog: true }
-    )
+    const echoRoutes = Layer.mergeAll(HttpApiBuilder.layer(EchoApi).pipe(Layer.provide(echoHandlers)), ApiMiddleware)
+    const echoLayer = HttpRouter.serve(echoRoutes, { disableLogger: true, disableListenLog: true })
 
     const post = (base: string, body: string | Uint8Array, contentType = "application/json") =>
       fetch(`${base}/v1/echo`, { method: "POST", body, headers: { "content-type": contentType } })
@@ -156,6 +158,39 @@ describe("API foundation", () => {
         const result = yield* Effect.promise(() => inFlight)
         expect(result).toEqual({ status: 200, body: { done: true } })
         const after = yield* Effect.promise(() => fetch(`${base}/v1/slow`).then(() => "answered", () => "refused"))
+        expect(after).toBe("refused")
+      }))
+    it.live("a request still running when a stop's grace ends is answered 503 unavailable, and its connection closes", () =>
+      Effect.gen(function*() {
+        stuckArrived = Deferred.makeUnsafe<void>()
+        const port = yield* Effect.promise(() => freePort())
+        const scope = yield* Scope.make()
+        yield* Scope.provide(
+          Layer.build(
+            Server.serveInOrder(echoRoutes, { port, host: "127.0.0.1", gracefulShutdown: Duration.millis(300) })
+          ),
+          scope
+        )
+        const inFlight = fetch(`http://127.0.0.1:${port}/v1/stuck`).then(async (r) => ({
+          status: r.status,
+          connection: r.headers.get("connection"),
+          requestId: r.headers.get("x-request-id"),
+          body: await r.json()
+        }))
+        yield* Deferred.await(stuckArrived)
+        const stopped = yield* Effect.forkChild(Scope.close(scope, Exit.void))
+        const result = yield* Effect.promise(() => inFlight)
+        expect(result).toEqual({
+          status: 503,
+          connection: "close",
+          requestId: expect.stringMatching(/^req_/),
+          body: { error: expect.any(String), code: "unavailable" }
+        })
+        // The stop ends (its handler interrupted with the server's own limit), and the port is closed.
+        yield* Fiber.join(stopped)
+        const after = yield* Effect.promise(() =>
+          fetch(`http://127.0.0.1:${port}/v1/stuck`).then(() => "answered", () => "refused")
+        )
         expect(after).toBe("refused")
       }))
   })

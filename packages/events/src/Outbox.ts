@@ -131,6 +131,46 @@ export const appendAll = Effect.fn("Outbox.appendAll")(function*(messages: Reado
   return ids.map((id, i) => ({ id, subject: subjects[i]! })) as ReadonlyArray<OutboxRow>
 })
 
+/** A message checked and given its row id, ready to be inserted by `insertFrom`. */
+export interface PreparedMessage {
+  readonly id: string
+  readonly subject: string
+  readonly payload: string
+  readonly kv: string | null
+}
+
+/** Checks a message (subject, JSON payload) and gives it its row id, as `appendAll` does. */
+export const prepare = (message: OutboxMessage): Effect.Effect<PreparedMessage, InvalidOutboxMessage> =>
+  Effect.flatMap(subjectOf(message.subject), (subject) => {
+    if (message.kv !== undefined && !subject.includes(".")) {
+      return Effect.fail(new InvalidOutboxMessage({ subject, message: "a KV operation's subject is <bucket>.<key>" }))
+    }
+    return Effect.flatMap(
+      Clock.currentTimeMillis,
+      (now) =>
+        Effect.map(jsonText(subject, message.payload), (payload) => ({
+          id: makeOutboxId(now),
+          subject,
+          payload,
+          kv: message.kv ?? null
+        }))
+    )
+  })
+
+/**
+ * The INSERT of a prepared message as one step of a larger statement: for a data-modifying CTE
+ * (`WITH changed AS (UPDATE ... RETURNING ...), queued AS (${insertFrom(sql, row, "changed")})`),
+ * the row inserted once per row of the CTE `from` (none when the change did not happen). A
+ * statement commits all of its steps or none, as a transaction would, in one round trip instead of
+ * a transaction's four or more: the outbox's guarantee (the message exactly when the state
+ * changed) in one statement. Returns the row's `id`. Wakes the relays like `appendAll`.
+ */
+export const insertFrom = (sql: SqlClient.SqlClient, row: PreparedMessage, from: string) =>
+  sql`INSERT INTO outbox (id, subject, payload, kv)
+    SELECT ${row.id}, ${row.subject}, ${row.payload}::json, ${row.kv}::text
+    FROM ${sql(from)}, (SELECT pg_notify(${NOTIFY_CHANNEL}, '')) AS wake
+    RETURNING id`
+
 /** Appends one message; see `appendAll`. */
 export const append = Effect.fn("Outbox.append")(function*(message: OutboxMessage) {
   const rows = yield* appendAll([message])

@@ -92,6 +92,36 @@ describe("Outbox (in Postgres)", () => {
         ])
       }))
 
+    it.effect("insertFrom: in one statement, the row exactly when the change happened; prepare refuses what appendAll refuses", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const count = Effect.map(sql<{ n: number }>`SELECT count(*)::int AS n FROM outbox`, (rows) => rows[0]!.n)
+        const before = yield* count
+        // A change that matched nothing: no row.
+        const none = yield* Outbox.prepare({ subject: ["x", "never"], payload: { n: 0 } })
+        const nothing = yield* sql`
+          WITH changed AS (SELECT 1 AS one WHERE false), queued AS (${Outbox.insertFrom(sql, none, "changed")})
+          SELECT id FROM queued`
+        expect(nothing).toEqual([])
+        expect(yield* count).toBe(before)
+        // A change that happened: its row, with the message as prepared.
+        const one = yield* Outbox.prepare({ subject: ["x", "once"], payload: { n: 1, s: "two" } })
+        const queued = yield* sql<{ id: string }>`
+          WITH changed AS (SELECT 1 AS one), queued AS (${Outbox.insertFrom(sql, one, "changed")})
+          SELECT id FROM queued`
+        expect(queued.map((r) => r.id)).toEqual([one.id])
+        const stored = yield* sql<{ subject: string; payload: string; kv: string | null }>`
+          SELECT subject, payload::text AS payload, kv FROM outbox WHERE id = ${one.id}`
+        expect(stored.map((r) => [r.subject, JSON.parse(r.payload), r.kv])).toEqual([[
+          "x.once",
+          { n: 1, s: "two" },
+          null
+        ]])
+        for (const bad of [{ subject: "evt.>", payload: 1 }, { subject: "ok.one", payload: 10n }]) {
+          expect((yield* Effect.flip(Outbox.prepare(bad)))._tag).toBe("InvalidOutboxMessage")
+        }
+      }))
+
     it.effect("refuses an invalid message without writing any of the batch", () =>
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient

@@ -20,7 +20,7 @@ import { clientAddress, NO_PROXIES, trustedProxies } from "@svc/auth/ClientAddre
 import { TrustedProxies } from "@svc/auth/Config"
 import * as Errors from "@svc/domain/Errors"
 import { AccessLog } from "@svc/telemetry/Logger"
-import { ByteSize, Cause, Effect, Option, Schema, type Types } from "effect"
+import { ByteSize, Cause, Context, Effect, Option, References, Schema, type Types } from "effect"
 import { HttpIncomingMessage, HttpRouter, HttpServerError, HttpServerRequest, HttpServerResponse } from "effect/http"
 import { HttpApiError } from "effect/http-api"
 import { randomBytes } from "node:crypto"
@@ -157,6 +157,7 @@ const contractShape = (response: HttpServerResponse.HttpServerResponse): HttpSer
 }
 
 const TOKEN_IN_QUERY = new Errors.TokenInQueryNotAllowed()
+const BODY_LIMIT = ByteSize.bytes(MAX_BODY_BYTES)
 
 export const ApiMiddleware = HttpRouter.middleware<{ handles: unknown }>()(
   Effect.gen(function*() {
@@ -164,8 +165,43 @@ export const ApiMiddleware = HttpRouter.middleware<{ handles: unknown }>()(
       Effect.orDie(TrustedProxies),
       (entries) => entries.length === 0 ? NO_PROXIES : trustedProxies(entries)
     )
+    const accessLog = yield* AccessLog
+    /**
+     * The answer as sent: counted and timed (`/metrics`), the request id on the request's span
+     * (logs and traces meet on it) and in its header, one `request` log line when the access log
+     * is on (`SVC_LOG_FORMAT=json`).
+     */
+    const answer = (
+      request: HttpServerRequest.HttpServerRequest,
+      requestId: string,
+      started: number,
+      response: HttpServerResponse.HttpServerResponse
+    ) => {
+      const route = Metrics.routeOf(request.method, request.url)
+      const seconds = (performance.now() - started) / 1000
+      const observed = Effect.andThen(
+        Effect.annotateCurrentSpan("svc.request_id", requestId),
+        Metrics.observe(request.method, route, response.status, seconds)
+      )
+      const logged = accessLog
+        ? Effect.andThen(
+          observed,
+          Effect.logInfo("request").pipe(Effect.annotateLogs({
+            requestId,
+            method: request.method,
+            route,
+            status: response.status,
+            duration_ms: Math.round(seconds * 1000)
+          }))
+        )
+        : observed
+      return Effect.as(logged, HttpServerResponse.setHeader(response, "x-request-id", requestId))
+    }
     // Every failure is rendered here; the declared `unhandled` error only satisfies the router's
     // check that a global middleware passes on what it does not handle.
+    // Every request passes here: no generator, and one context update for what it provides (the
+    // request when its client address changed, the body limit, the request id in the logs'
+    // annotations) rather than one per service (bench/api.ts).
     return (
       httpEffect: Effect.Effect<HttpServerResponse.HttpServerResponse, unknown, HttpServerRequest.HttpServerRequest>
     ): Effect.Effect<
@@ -173,42 +209,33 @@ export const ApiMiddleware = HttpRouter.middleware<{ handles: unknown }>()(
       Types.unhandled,
       HttpServerRequest.HttpServerRequest
     > =>
-      Effect.gen(function*() {
+      Effect.flatMap(Effect.service(HttpServerRequest.HttpServerRequest), (request) => {
         const started = performance.now()
-        const request = yield* HttpServerRequest.HttpServerRequest
         const incoming = request.headers["x-request-id"]
         const requestId = incoming !== undefined && REQUEST_ID.test(incoming) ? incoming : newRequestId()
+        const url = request.url
+        if (url.includes("?") && queryToken(url) !== undefined && pathOf(url) !== TERMINAL_PATH) {
+          return answer(request, requestId, started, json(TOKEN_IN_QUERY, { "www-authenticate": "Bearer" }))
+        }
         const peer = Option.getOrUndefined(request.remoteAddress)
         const client = clientAddress(peer, request.headers["x-forwarded-for"], proxies)
         const seen = client === undefined || client === peer
-          ? request
+          ? undefined
           : request.modify({ remoteAddress: Option.some(client) })
-        const answered = queryToken(request.url) !== undefined && pathOf(request.url) !== TERMINAL_PATH
-          ? Effect.succeed(json(TOKEN_IN_QUERY, { "www-authenticate": "Bearer" }))
-          : httpEffect.pipe(
-            Effect.provideService(HttpServerRequest.HttpServerRequest, seen),
-            Effect.provideService(HttpIncomingMessage.MaxBodySize, ByteSize.bytes(MAX_BODY_BYTES)),
-            Effect.catchCause(renderCause)
-          )
-        // The request id on every log line and on the request's span (logs and traces meet on it).
-        yield* Effect.annotateCurrentSpan("svc.request_id", requestId)
-        const response = yield* answered.pipe(Effect.annotateLogs({ requestId }))
-        const shaped = contractShape(response)
-        const route = Metrics.routeOf(request.method, request.url)
-        const seconds = (performance.now() - started) / 1000
-        yield* Metrics.observe(request.method, route, shaped.status, seconds)
-        if (yield* AccessLog) {
-          yield* Effect.logInfo("request").pipe(
-            Effect.annotateLogs({
-              requestId,
-              method: request.method,
-              route,
-              status: shaped.status,
-              duration_ms: Math.round(seconds * 1000)
-            })
-          )
-        }
-        return HttpServerResponse.setHeader(shaped, "x-request-id", requestId)
+        return Effect.flatMap(
+          Effect.updateContext(Effect.catchCause(httpEffect, renderCause), (context) => {
+            const annotations = Context.get(context, References.CurrentLogAnnotations)
+            const withRequest = seen === undefined
+              ? context
+              : Context.add(context, HttpServerRequest.HttpServerRequest, seen)
+            return Context.add(
+              Context.add(withRequest, HttpIncomingMessage.MaxBodySize, BODY_LIMIT),
+              References.CurrentLogAnnotations,
+              { ...annotations, requestId }
+            )
+          }),
+          (response) => answer(request, requestId, started, contractShape(response))
+        )
       })
   }),
   { global: true }
