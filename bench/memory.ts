@@ -6,12 +6,12 @@
  * window (warm) and after the last; target: the last within 10 % of the first.
  *   npm run bench memory     (or: node bench/memory.ts)
  */
-import { freePort, startNats, startPostgres, waitForPort } from "@svc/local-servers/Servers"
+import { startNats, startPostgres } from "@svc/local-servers/Servers"
 import { useTestEncryptionKeys } from "@svc/testing/TestSecrets"
 import { Duration, Result } from "effect"
-import { spawn } from "node:child_process"
 import * as fs from "node:fs"
 import { parseDuration } from "../packages/config/src/Env.ts"
+import { apiMain, mintKey, type Role, startRole, stopRoles } from "./lib/ApiRole.ts"
 import { fmt } from "./lib/Measure.ts"
 import { record } from "./lib/Report.ts"
 import { wrk } from "./lib/Wrk.ts"
@@ -27,36 +27,12 @@ const rssMiB = (pid: number) => {
 
 const [nats, pg] = await Promise.all([startNats(), startPostgres()])
 useTestEncryptionKeys()
-const port = await freePort()
-const api = spawn(process.execPath, [new URL("../apps/api/src/main.ts", import.meta.url).pathname], {
-  env: {
-    ...process.env,
-    SVC_RATE_LIMIT_PER_SECOND: "100000000",
-    SVC_RATE_LIMIT_BURST: "100000000",
-    DATABASE_URL: pg.url,
-    NATS_URL: nats.url,
-    SVC_PORT: String(port),
-    SVC_HOST: "127.0.0.1"
-  },
-  stdio: ["ignore", "ignore", "inherit"]
-})
+const roles: Array<Role> = []
 try {
-  await waitForPort(port, 120_000, api)
-  const base = `http://127.0.0.1:${port}`
-  const email = `bench-${Date.now()}@example.com`
-  const up = await fetch(`${base}/v1/auth/sign-up`, {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: JSON.stringify({ email, password: "a benchmark password", org_name: "bench" })
-  })
-  if (up.status !== 201) throw new Error(`sign-up answered ${up.status}`)
-  const cookie = up.headers.get("set-cookie")!.split(";")[0]!
-  const minted = await fetch(`${base}/v1/auth/api-keys`, {
-    method: "POST",
-    headers: { "content-type": "application/json", cookie, origin: base },
-    body: JSON.stringify({ name: "bench" })
-  })
-  const { token } = (await minted.json()) as { token: string }
+  const api = await startRole([apiMain()], { DATABASE_URL: pg.url, NATS_URL: nats.url })
+  roles.push(api)
+  const base = api.url
+  const token = await mintKey(base)
   const headers = { authorization: `Bearer ${token}` }
   const samples: Array<number> = []
   let requests = 0
@@ -69,7 +45,7 @@ try {
     const failed = runs.reduce((n, r) => n + r.failed, 0)
     if (failed > 0) throw new Error(`${failed} responses were not 2xx`)
     requests += runs.reduce((n, r) => n + r.requests, 0)
-    samples.push(rssMiB(api.pid!))
+    samples.push(rssMiB(api.pid))
     console.log(`  window ${i + 1}: RSS ${fmt(samples.at(-1)!, 1)} MiB after ${fmt(requests)} requests`)
   }
   const first = samples[0]!
@@ -86,7 +62,6 @@ try {
     met: last / first <= 1.1
   })
 } finally {
-  api.kill("SIGTERM")
-  await new Promise((r) => (api.exitCode !== null ? r(null) : api.once("exit", r)))
+  await stopRoles(roles)
   await Promise.all([nats.stop(), pg.close()])
 }
