@@ -6,6 +6,7 @@
  */
 import { FitAddon } from "@xterm/addon-fit"
 import { Terminal as XTerm } from "@xterm/xterm"
+// oxlint-disable-next-line import/no-unassigned-import -- the terminal's stylesheet, bundled into this chunk's CSS
 import "@xterm/xterm/css/xterm.css"
 import { useEffect, useRef, useState } from "preact/hooks"
 

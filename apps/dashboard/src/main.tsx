@@ -1,6 +1,5 @@
-/** The dashboard's entry: the app into `#app`. */
+/** The dashboard's entry: the app into `#app` (its stylesheet is linked from index.html). */
 import { render } from "preact"
 import { App } from "./App.tsx"
-import "./style.css"
 
 render(<App />, document.getElementById("app")!)

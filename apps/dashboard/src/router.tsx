@@ -10,14 +10,21 @@ const listeners = new Set<(path: string) => void>()
 
 const current = () => window.location.pathname
 
+let navigated = false
+
+/** Whether the app has moved from the page it was loaded at. */
+export const hasNavigated = () => navigated
+
 export const navigate = (to: string, options: { readonly replace?: boolean } = {}) => {
   if (to === current()) return
+  navigated = true
   if (options.replace === true) window.history.replaceState(null, "", to)
   else window.history.pushState(null, "", to)
   for (const listener of listeners) listener(current())
 }
 
 window.addEventListener("popstate", () => {
+  navigated = true
   for (const listener of listeners) listener(current())
 })
 

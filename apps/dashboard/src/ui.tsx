@@ -6,6 +6,7 @@
 import type { ComponentChildren } from "preact"
 import { useCallback, useEffect, useId, useRef, useState } from "preact/hooks"
 import { describeError } from "./api.ts"
+import { hasNavigated } from "./router.tsx"
 
 /**
  * A page's title: focused when the page opens, so keyboard and screen-reader users land on it,
@@ -14,7 +15,8 @@ import { describeError } from "./api.ts"
 export const PageTitle = (props: { readonly children: ComponentChildren }) => {
   const ref = useRef<HTMLHeadingElement>(null)
   useEffect(() => {
-    ref.current?.focus()
+    // Not on the first load: the document's start (the skip link) is where keyboard users begin.
+    if (hasNavigated()) ref.current?.focus()
   }, [])
   useEffect(() => {
     document.title = `${ref.current?.textContent ?? ""} · svc dashboard`
@@ -136,9 +138,11 @@ export const Table = (props: {
   readonly children: ComponentChildren
   readonly empty?: boolean
   readonly emptyText?: string
+  /** Its rows are still being loaded. */
+  readonly loading?: boolean
 }) => (
   <div class="table-wrap">
-    <table>
+    <table aria-busy={props.loading === true ? "true" : "false"}>
       <caption>{props.caption}</caption>
       <thead>
         <tr>{props.columns.map((c) => <th scope="col" key={c}>{c}</th>)}</tr>
@@ -180,7 +184,8 @@ export const Pager = (
 }
 
 /** A resource loaded on mount (and on `deps`), reloadable. */
-export const useResource = <A>(load: () => Promise<A>, deps: ReadonlyArray<unknown> = []) => {
+// Function declarations: a generic arrow in .tsx needs `<A,>`, which the formatter removes.
+export function useResource<A>(load: () => Promise<A>, deps: ReadonlyArray<unknown> = []) {
   const [data, setData] = useState<A | undefined>(undefined)
   const [error, setError] = useState<unknown>(undefined)
   const latest = useRef(load)
@@ -203,7 +208,7 @@ export const useResource = <A>(load: () => Promise<A>, deps: ReadonlyArray<unkno
 export const useAction = () => {
   const [pending, setPending] = useState(false)
   const [error, setError] = useState<unknown>(undefined)
-  const run = useCallback(async <A>(action: () => Promise<A>): Promise<A | undefined> => {
+  const run = useCallback(async function<A>(action: () => Promise<A>): Promise<A | undefined> {
     setPending(true)
     setError(undefined)
     try {

@@ -49,6 +49,7 @@ export const Audit = () => {
         caption="Audit entries"
         columns={["When", "Action", "Actor", "Target", "Address", "User agent"]}
         empty={log.data !== undefined && rows.length === 0}
+        loading={log.data === undefined && log.error === undefined}
         emptyText="No entries."
       >
         {rows.map((e) => (

@@ -81,6 +81,7 @@ export const Keys = () => {
         caption="API keys"
         columns={["Name", "Prefix", "Scopes", "Created", "Last used", "Expires", "Status"]}
         empty={keys.data !== undefined && rows.length === 0}
+        loading={keys.data === undefined && keys.error === undefined}
       >
         {rows.map((k) => (
           <tr key={k.id}>

@@ -83,13 +83,15 @@ export const SandboxActions = (props: {
   )
 }
 
-const CreateSandbox = (props: { readonly onCreated: (record: SandboxRecord) => void }) => {
+const CreateSandbox = (props: {
+  readonly templates: TemplatePage | undefined
+  readonly onCreated: (record: SandboxRecord) => void
+}) => {
   const [name, setName] = useState("")
   const [template, setTemplate] = useState("base")
   const [cpu, setCpu] = useState("1")
   const [ramMb, setRamMb] = useState("512")
   const [env, setEnv] = useState("")
-  const templates = useResource(() => get<TemplatePage>("/v1/templates?limit=500"))
   const action = useAction()
   const [created, setCreated] = useState<string | undefined>(undefined)
   const submit = () =>
@@ -109,7 +111,7 @@ const CreateSandbox = (props: { readonly onCreated: (record: SandboxRecord) => v
       setName("")
       props.onCreated(record)
     })
-  const ready = (templates.data?.rows ?? []).filter((t) => t.state === "ready")
+  const ready = (props.templates?.rows ?? []).filter((t) => t.state === "ready")
   const options: Array<readonly [string, string]> = ready.some((t) => t.name === "base")
     ? ready.map((t) => [t.name, t.name])
     : [["base", "base"], ...ready.map((t) => [t.name, t.name] as const)]
@@ -136,6 +138,8 @@ export const Sandboxes = () => {
     () => get<SandboxPage>(`/v1/sandboxes${query({ state: LISTED, limit: PAGE, offset })}`),
     [offset]
   )
+  const templates = useResource(() => get<TemplatePage>("/v1/templates?limit=500"))
+  const templateName = (id: string) => templates.data?.rows.find((t) => t.id === id)?.name ?? id
   // Creations and deletions change the page: refetch, at most one at a time.
   const refetching = useRef<Promise<void> | undefined>(undefined)
   const refetch = () => {
@@ -153,12 +157,13 @@ export const Sandboxes = () => {
   return (
     <section>
       <PageTitle>Sandboxes</PageTitle>
-      <CreateSandbox onCreated={refetch} />
+      <CreateSandbox templates={templates.data} onCreated={refetch} />
       <ErrorMessage error={list.error} />
       <Table
         caption="Sandboxes"
         columns={["Name", "State", "Template", "CPU / memory", "Created", "Actions"]}
         empty={list.data !== undefined && rows.length === 0}
+        loading={list.data === undefined && list.error === undefined}
         emptyText="No sandboxes yet. Create one above."
       >
         {rows.map((s) => (
@@ -170,7 +175,7 @@ export const Sandboxes = () => {
             <td>
               <StateBadge state={s.state} />
             </td>
-            <td class="mono">{s.templateId}</td>
+            <td class="mono">{templateName(s.templateId)}</td>
             <td>{s.cpu} CPU / {s.ramMb} MB</td>
             <td>
               <When at={s.createdAt} />

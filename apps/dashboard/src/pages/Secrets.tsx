@@ -138,6 +138,7 @@ export const Secrets = () => {
         caption="Secrets"
         columns={["Name", "Allowed hosts", "Header", "Created", "Rotated", "Actions"]}
         empty={list.data !== undefined && rows.length === 0}
+        loading={list.data === undefined && list.error === undefined}
       >
         {rows.map((s) => <Row key={s.id} secret={s} onChanged={list.reload} />)}
       </Table>

@@ -138,6 +138,7 @@ export const Templates = () => {
         caption="Templates"
         columns={["Name", "State", "Base", "Image", "Built", "Actions"]}
         empty={list.data !== undefined && rows.length === 0}
+        loading={list.data === undefined && list.error === undefined}
       >
         {rows.map((t) => <Row key={t.id} template={t} onChanged={list.reload} />)}
       </Table>

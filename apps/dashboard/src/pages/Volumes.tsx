@@ -93,6 +93,7 @@ export const Volumes = () => {
         caption="Volumes"
         columns={["Name", "Type", "Size", "State", "Attached to", "Created", "Actions"]}
         empty={list.data !== undefined && rows.length === 0}
+        loading={list.data === undefined && list.error === undefined}
       >
         {rows.map((v) => <Row key={v.id} volume={v} onChanged={list.reload} />)}
       </Table>

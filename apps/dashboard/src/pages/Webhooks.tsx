@@ -165,6 +165,7 @@ export const Webhooks = () => {
         caption="Webhooks"
         columns={["Endpoint", "Events", "Status", "Created", "Actions"]}
         empty={hooks.data !== undefined && rows.length === 0}
+        loading={hooks.data === undefined && hooks.error === undefined}
       >
         {rows.map((hook) => <WebhookRow key={hook.id} hook={hook} onChanged={hooks.reload} />)}
       </Table>
@@ -234,6 +235,7 @@ export const Webhook = (props: { readonly id: string }) => {
         caption="Delivery attempts"
         columns={["When", "Event", "Attempt", "Status", "Response", "Duration", "Next attempt", "Actions"]}
         empty={deliveries.data !== undefined && rows.length === 0}
+        loading={deliveries.data === undefined && deliveries.error === undefined}
         emptyText="No deliveries yet."
       >
         {rows.map((d) => (
