@@ -10,111 +10,38 @@
  */
 import { expect, layer } from "@effect/vitest"
 import { Duration, Effect } from "effect"
-import * as Fs from "node:fs"
-import * as Os from "node:os"
-import * as Path from "node:path"
-import { chromium, type Page } from "playwright-core"
 import { call } from "../../api/test/Sandboxes.support.ts"
 import { Env, EnvLayer } from "../../api/test/SandboxesEnv.support.ts"
-import { ensureBuilt } from "../scripts/build.ts"
-
-const ARTIFACTS = Path.resolve(import.meta.dirname, "../../../.svc/artifacts/dashboard")
-
-/** Chromium as root, headless, quiet on a machine without a network (no background fetches). */
-const CHROMIUM_ARGS = [
-  "--headless",
-  "--no-sandbox",
-  "--disable-gpu",
-  "--disable-quic",
-  "--no-first-run",
-  "--disable-background-networking",
-  "--disable-component-update",
-  "--disable-sync"
-]
-
-/** Waits are generous: a loaded 2-core machine starts sandboxes and renders slowly. */
-const WAIT_MS = 90_000
-const SANDBOX_WAIT_MS = 180_000
-
-const promise = <A>(f: () => Promise<A>) => Effect.promise(f)
-
-/** A fresh profile and browser for the scope. */
-const browser = Effect.acquireRelease(
-  promise(async () => {
-    const userDataDir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "svc-chromium-"))
-    const context = await chromium.launchPersistentContext(userDataDir, {
-      executablePath: "/usr/bin/chromium",
-      headless: true,
-      args: CHROMIUM_ARGS,
-      viewport: { width: 1280, height: 900 }
-    })
-    context.setDefaultTimeout(WAIT_MS)
-    context.setDefaultNavigationTimeout(WAIT_MS)
-    return { context, userDataDir }
-  }),
-  ({ context, userDataDir }) =>
-    promise(async () => {
-      await context.close().catch(() => undefined)
-      Fs.rmSync(userDataDir, { recursive: true, force: true })
-    })
-)
-
-const screenshot = (page: Page, name: string) =>
-  promise(() => page.screenshot({ path: Path.join(ARTIFACTS, `${name}.png`), fullPage: true }))
-
-const heading = (page: Page, name: string) =>
-  promise(() => page.getByRole("heading", { level: 1, name, exact: true }).waitFor())
-
-const navigateTo = (page: Page, section: string) =>
-  Effect.andThen(
-    promise(() => page.getByRole("navigation", { name: "Sections" }).getByRole("link", { name: section }).click()),
-    heading(page, section)
-  )
-
-/** Inputs without a label and buttons without a name on the current page (none expected). */
-const unlabelled = (page: Page) =>
-  promise(() =>
-    page.evaluate(`[
-      ...[...document.querySelectorAll("input, select, textarea")]
-        .filter((e) => !e.closest(".xterm") && e.labels.length === 0 && !e.getAttribute("aria-label"))
-        .map((e) => e.outerHTML),
-      ...[...document.querySelectorAll("button, a")]
-        .filter((e) => (e.getAttribute("aria-label") ?? e.textContent ?? "").trim() === "")
-        .map((e) => e.outerHTML)
-    ]`) as Promise<Array<string>>
-  )
-
-/** The row of the table that holds `text`. */
-const row = (page: Page, text: string) => page.getByRole("row").filter({ hasText: text })
-
-/** Accepts the next confirm() (deleting, revoking). */
-const acceptNextDialog = (page: Page) => page.once("dialog", (dialog) => void dialog.accept())
+import {
+  acceptNextDialog,
+  click,
+  fill,
+  heading,
+  navigateTo,
+  openBrowser,
+  promise,
+  row,
+  SANDBOX_WAIT_MS,
+  screenshot,
+  unlabelled
+} from "./Browser.support.ts"
 
 layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("the dashboard in chromium", (it) => {
   it.effect(
     "sign up, mint a key, a sandbox running live, exec, terminal, revoke, audit, every page, sign out and in",
     () =>
       Effect.gen(function*() {
-        yield* promise(() => ensureBuilt({ quiet: true }))
-        Fs.mkdirSync(ARTIFACTS, { recursive: true })
         const env = yield* Env
         const base = env.base
-        const { context } = yield* browser
-        const page = context.pages()[0] ?? (yield* promise(() => context.newPage()))
-        const pageErrors: Array<string> = []
-        const policyViolations: Array<string> = []
-        page.on("pageerror", (error) => pageErrors.push(error.message))
-        page.on("console", (message) => {
-          if (message.text().includes("Content Security Policy")) policyViolations.push(message.text())
-        })
+        const { context, page, pageErrors, policyViolations } = yield* openBrowser
 
         // Signed out: the sign-in page, which refuses a wrong password in words.
         yield* promise(() => page.goto(`${base}/`))
         yield* heading(page, "Sign in")
         expect(new URL(page.url()).pathname).toBe("/sign-in")
-        yield* promise(() => page.getByLabel("Email", { exact: true }).fill("nobody@example.com"))
-        yield* promise(() => page.getByLabel("Password", { exact: true }).fill("not-the-password"))
-        yield* promise(() => page.getByRole("button", { name: "Sign in" }).click())
+        yield* fill(page, "Email", "nobody@example.com")
+        yield* fill(page, "Password", "not-the-password")
+        yield* click(page, "Sign in")
         const refused = page.getByRole("alert")
         yield* promise(() => refused.waitFor())
         expect(yield* promise(() => refused.textContent())).toContain("(unauthenticated)")
@@ -125,10 +52,10 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("the dashboard 
         const password = "correct horse battery staple"
         yield* promise(() => page.getByRole("link", { name: "Create an account" }).click())
         yield* heading(page, "Create an account")
-        yield* promise(() => page.getByLabel("Email", { exact: true }).fill(email))
-        yield* promise(() => page.getByLabel("Password", { exact: true }).fill(password))
-        yield* promise(() => page.getByLabel("Organization name", { exact: true }).fill("Dashboard E2E"))
-        yield* promise(() => page.getByRole("button", { name: "Create account" }).click())
+        yield* fill(page, "Email", email)
+        yield* fill(page, "Password", password)
+        yield* fill(page, "Organization name", "Dashboard E2E")
+        yield* click(page, "Create account")
         yield* heading(page, "Sandboxes")
         const cookies = yield* promise(() => context.cookies(base))
         const session = cookies.find((c) => c.name === "client.session_token")
@@ -140,8 +67,8 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("the dashboard 
 
         // Mint a key: its token shown once, and it works.
         yield* navigateTo(page, "API keys")
-        yield* promise(() => page.getByLabel("Key name", { exact: true }).fill("ci-key"))
-        yield* promise(() => page.getByRole("button", { name: "Mint key" }).click())
+        yield* fill(page, "Key name", "ci-key")
+        yield* click(page, "Mint key")
         const tokenBox = page.getByRole("textbox", { name: "Token of ci-key" })
         yield* promise(() => tokenBox.waitFor())
         const token = yield* promise(() => tokenBox.inputValue())
@@ -151,7 +78,7 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("the dashboard 
         expect(me.status, me.text).toBe(200)
         expect(me.json.org.name).toBe("Dashboard E2E")
         expect(me.json.user.email).toBe(email)
-        yield* promise(() => page.getByRole("button", { name: "Done, hide it" }).click())
+        yield* click(page, "Done, hide it")
         yield* promise(() => tokenBox.waitFor({ state: "detached" }))
         expect(yield* promise(() => page.content())).not.toContain(token)
         yield* promise(() => page.reload())
@@ -164,8 +91,8 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("the dashboard 
         yield* navigateTo(page, "Sandboxes")
         yield* promise(() => page.getByRole("status", { name: "Live updates: Live" }).waitFor())
         yield* promise(() => page.evaluate("window.__sameDocument = true"))
-        yield* promise(() => page.getByLabel("Name", { exact: true }).fill("e2e-demo"))
-        yield* promise(() => page.getByRole("button", { name: "Create sandbox" }).click())
+        yield* fill(page, "Name", "e2e-demo")
+        yield* click(page, "Create sandbox")
         const sandboxRow = row(page, "e2e-demo")
         yield* promise(() => sandboxRow.waitFor())
         const sandboxId = yield* promise(() => sandboxRow.getAttribute("data-sandbox-id"))
@@ -192,7 +119,7 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("the dashboard 
         yield* screenshot(page, "05-exec")
 
         // The terminal: a shell over the WebSocket, on the session cookie.
-        yield* promise(() => page.getByRole("button", { name: "Open a terminal" }).click())
+        yield* click(page, "Open a terminal")
         yield* promise(() => page.getByRole("status").filter({ hasText: "Connected" }).waitFor())
         yield* promise(() => page.locator(".xterm-helper-textarea").focus())
         yield* promise(() => page.keyboard.type("echo term-$((2+3))"))
@@ -207,9 +134,9 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("the dashboard 
         yield* promise(() => page.getByRole("button", { name: "Open a terminal" }).waitFor())
 
         // Stop and start from its page, the state following live.
-        yield* promise(() => page.getByRole("button", { name: "Stop e2e-demo" }).click())
+        yield* click(page, "Stop e2e-demo")
         yield* promise(() => page.getByRole("status", { name: "State: stopped" }).waitFor({ timeout: SANDBOX_WAIT_MS }))
-        yield* promise(() => page.getByRole("button", { name: "Start e2e-demo" }).click())
+        yield* click(page, "Start e2e-demo")
         yield* promise(() => page.getByRole("status", { name: "State: running" }).waitFor({ timeout: SANDBOX_WAIT_MS }))
         yield* screenshot(page, "07-restarted")
 
@@ -270,7 +197,7 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("the dashboard 
         yield* promise(() => row(page, "e2e-demo").waitFor({ state: "detached", timeout: SANDBOX_WAIT_MS }))
 
         // Sign out (the session ends on the server too), then in again.
-        yield* promise(() => page.getByRole("button", { name: "Sign out" }).click())
+        yield* click(page, "Sign out")
         yield* heading(page, "Sign in")
         const after = yield* promise(() => context.cookies(base))
         expect(after.find((c) => c.name === "client.session_token")).toBeUndefined()
@@ -278,9 +205,9 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("the dashboard 
           headers: { cookie: `client.session_token=${session!.value}` }
         })
         expect(stale.status).toBe(401)
-        yield* promise(() => page.getByLabel("Email", { exact: true }).fill(email))
-        yield* promise(() => page.getByLabel("Password", { exact: true }).fill(password))
-        yield* promise(() => page.getByRole("button", { name: "Sign in" }).click())
+        yield* fill(page, "Email", email)
+        yield* fill(page, "Password", password)
+        yield* click(page, "Sign in")
         yield* heading(page, "Sandboxes")
         yield* screenshot(page, "11-signed-in-again")
 

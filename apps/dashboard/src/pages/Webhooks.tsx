@@ -3,7 +3,7 @@
  * delete, send a test ping) and one webhook's deliveries, each attempt with its status,
  * response and error, retried by hand when it failed or was dead-lettered.
  */
-import { useState } from "preact/hooks"
+import { useEffect, useState } from "preact/hooks"
 import { del, get, patch, post, query } from "../api.ts"
 import { Link } from "../router.tsx"
 import {
@@ -174,6 +174,7 @@ export const Webhooks = () => {
 }
 
 const RETRYABLE = new Set(["failed", "dead_letter"])
+const REFRESH_MS = 3_000
 
 const Retry = (props: { readonly hookId: string; readonly deliveryId: string; readonly onRetried: () => void }) => {
   const action = useAction()
@@ -203,6 +204,15 @@ export const Webhook = (props: { readonly id: string }) => {
     () => get<DeliveryList>(`/v1/webhooks/${props.id}/deliveries${query({ status, limit: 50, offset })}`),
     [props.id, status, offset]
   )
+  const [follow, setFollow] = useState(true)
+  // Deliveries have no event of their own: the page asks again every few seconds while shown.
+  useEffect(() => {
+    if (!follow) return
+    const timer = setInterval(() => {
+      if (document.visibilityState === "visible") void deliveries.reload()
+    }, REFRESH_MS)
+    return () => clearInterval(timer)
+  }, [follow])
   const rows = deliveries.data?.deliveries ?? []
   return (
     <section>
@@ -229,6 +239,7 @@ export const Webhook = (props: { readonly id: string }) => {
           ]}
         />
         <button type="button" onClick={deliveries.reload}>Refresh</button>
+        <Checkbox label="Refresh every few seconds" checked={follow} onChecked={setFollow} />
       </div>
       <ErrorMessage error={deliveries.error} />
       <Table
