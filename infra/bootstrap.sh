@@ -78,6 +78,6 @@ export PATH="$ROOT/node_modules/.bin:$PATH"
 
 # The dashboard the API serves at / (apps/dashboard/dist): built when its sources, settings or
 # dependencies changed (the script keeps its own stamp, a hash of them, in dist/).
-(cd "$ROOT" && flock /tmp/svc-dashboard-build.lock node apps/dashboard/scripts/build.ts --quiet >&2)
+(cd "$ROOT" && node apps/dashboard/scripts/build.ts --quiet >&2)
 eval "$_svc_saved_opts"
 unset _svc_saved_opts

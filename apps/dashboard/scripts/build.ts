@@ -7,9 +7,9 @@
  *
  * infra/bootstrap.sh runs it (so `npm start`, `npm test` and CI serve a current build); it costs
  * a hash of the sources when nothing changed. The stamp is a hash of the sources, the build
- * settings and the installed versions of the dashboard's dependencies. A build goes to a folder
- * of its own, renamed into place when complete, so a server (or a second build) never sees half
- * of one.
+ * settings and the installed versions of the dashboard's dependencies. Builds of a checkout take
+ * turns (`dist.lock`), and a build goes to a folder of its own, renamed into place when complete,
+ * so a server never sees half of one.
  */
 import { createHash } from "node:crypto"
 import * as Fs from "node:fs"
@@ -91,11 +91,49 @@ export const build = async (options: { readonly quiet?: boolean } = {}): Promise
   }
 }
 
+const alive = (pid: number) => {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch (error) {
+    return (error as { code?: string }).code === "EPERM"
+  }
+}
+
+/**
+ * `f` while holding `dist.lock` (builds of one checkout one at a time: two test files may ask for
+ * a build at once). A lock whose process is gone is taken over.
+ */
+const withLock = async <A>(f: () => Promise<A>): Promise<A> => {
+  const lock = `${DIST}.lock`
+  while (true) {
+    try {
+      Fs.writeFileSync(lock, String(process.pid), { flag: "wx" })
+      break
+    } catch (error) {
+      if ((error as { code?: string }).code !== "EEXIST") throw error
+      const holder = Number(Fs.readFileSync(lock, "utf8").trim())
+      // Just created, not written yet (0): its holder is alive.
+      if (holder > 0 && !alive(holder)) Fs.rmSync(lock, { force: true })
+      else await new Promise((resolve) => setTimeout(resolve, 200))
+    }
+  }
+  try {
+    return await f()
+  } finally {
+    Fs.rmSync(lock, { force: true })
+  }
+}
+
 /** Builds when the sources changed (or `force`); true when it built. */
 export const ensureBuilt = async (options: { readonly force?: boolean; readonly quiet?: boolean } = {}) => {
   if (options.force !== true && isFresh()) return false
-  await build(options)
-  return true
+  return withLock(async () => {
+    // Another process may have built it while this one waited.
+    if (options.force !== true && isFresh()) return false
+    await build(options)
+    return true
+  })
 }
 
 export interface Weight {

@@ -3,7 +3,7 @@
  * sign-up pages until then, and once signed in the navigation, the live-events indicator and
  * the page of the current path.
  */
-import { useCallback, useEffect, useState } from "preact/hooks"
+import { useCallback, useEffect, useRef, useState } from "preact/hooks"
 import { ApiError, call, onSignedOut } from "./api.ts"
 import { connect, disconnect, useConnection } from "./events.ts"
 import { Audit } from "./pages/Audit.tsx"
@@ -112,13 +112,17 @@ export const App = () => {
     else disconnect()
   }, [signedIn])
 
-  // Signed out: only the sign-in and sign-up pages; signed in: never those.
+  // Signed out: only the sign-in and sign-up pages; signed in: never those, and back to the page
+  // that sent to sign-in.
+  const returnTo = useRef("/sandboxes")
   useEffect(() => {
     if (session._tag === "SignedOut" && path !== "/sign-in" && path !== "/sign-up") {
+      returnTo.current = path === "/" ? "/sandboxes" : path
       navigate("/sign-in", { replace: true })
     }
     if (session._tag === "SignedIn" && (path === "/sign-in" || path === "/sign-up")) {
-      navigate("/sandboxes", { replace: true })
+      navigate(returnTo.current, { replace: true })
+      returnTo.current = "/sandboxes"
     }
   }, [session._tag, path])
 

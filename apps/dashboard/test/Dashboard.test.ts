@@ -205,10 +205,14 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("the dashboard 
           headers: { cookie: `client.session_token=${session!.value}` }
         })
         expect(stale.status).toBe(401)
+        // A page opened signed out asks to sign in first, then shows that page.
+        yield* promise(() => page.goto(`${base}/audit`))
+        yield* heading(page, "Sign in")
         yield* fill(page, "Email", email)
         yield* fill(page, "Password", password)
         yield* click(page, "Sign in")
-        yield* heading(page, "Sandboxes")
+        yield* heading(page, "Audit log")
+        yield* promise(() => page.getByRole("rowheader", { name: "auth.signed_out", exact: true }).first().waitFor())
         yield* screenshot(page, "11-signed-in-again")
 
         expect(pageErrors).toEqual([])

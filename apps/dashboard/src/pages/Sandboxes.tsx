@@ -140,10 +140,23 @@ export const Sandboxes = () => {
   )
   const templates = useResource(() => get<TemplatePage>("/v1/templates?limit=500"))
   const templateName = (id: string) => templates.data?.rows.find((t) => t.id === id)?.name ?? id
-  // Creations and deletions change the page: refetch, at most one at a time.
-  const refetching = useRef<Promise<void> | undefined>(undefined)
+  // Creations and deletions change the page: refetch, one at a time, and once more after one
+  // in flight when something happened meanwhile (its answer may predate it).
+  const refetching = useRef(false)
+  const again = useRef(false)
   const refetch = () => {
-    refetching.current ??= list.reload().finally(() => (refetching.current = undefined))
+    if (refetching.current) {
+      again.current = true
+      return
+    }
+    refetching.current = true
+    void list.reload().finally(() => {
+      refetching.current = false
+      if (again.current) {
+        again.current = false
+        refetch()
+      }
+    })
   }
   useEvents("sandbox.", (envelope) => {
     if (
