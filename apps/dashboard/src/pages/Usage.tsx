@@ -11,6 +11,7 @@ import type { Usage as UsageRecord } from "../wire.ts"
 /** "12.5" dollars → 12500000 micros; "" → null (no limit). */
 export const toMicros = (text: string): number | null => {
   if (text.trim() === "") return null
+  if (!/^\d+(\.\d{1,6})?$/.test(text.trim())) throw new Error(`${text} is not an amount in dollars (like 12.50)`)
   const [whole = "0", fraction = ""] = text.trim().split(".")
   return Number(whole) * 1_000_000 + Number(fraction.padEnd(6, "0").slice(0, 6))
 }
