@@ -54,8 +54,9 @@ export const call = async <A>(method: string, path: string, options: CallOptions
   let response: Response
   try {
     response = await fetch(path, { method, headers, body: body ?? null, credentials: "same-origin" })
-  } catch {
-    throw new ApiError(0, { error: "The API cannot be reached; check that it runs", code: "network" })
+  } catch (error) {
+    const why = error instanceof Error ? ` (${error.message})` : ""
+    throw new ApiError(0, { error: `The API cannot be reached${why}; check that it runs`, code: "network" })
   }
   const text = await response.text()
   const type = response.headers.get("content-type") ?? ""

@@ -59,11 +59,17 @@ export const openBrowser = Effect.gen(function*() {
   const page = context.pages()[0] ?? (yield* promise(() => context.newPage()))
   const pageErrors: Array<string> = []
   const policyViolations: Array<string> = []
+  /** Requests the browser could not complete (a diagnosis when a step fails; some are expected). */
+  const requestFailures: Array<string> = []
+  page.on(
+    "requestfailed",
+    (request) => requestFailures.push(`${request.method()} ${request.url()}: ${request.failure()?.errorText}`)
+  )
   page.on("pageerror", (error) => pageErrors.push(error.message))
   page.on("console", (message) => {
     if (message.text().includes("Content Security Policy")) policyViolations.push(message.text())
   })
-  return { context, page, pageErrors, policyViolations }
+  return { context, page, pageErrors, policyViolations, requestFailures }
 })
 
 export const screenshot = (page: Page, name: string) =>

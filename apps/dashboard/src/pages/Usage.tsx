@@ -2,7 +2,7 @@
  * Usage and limits (billing): this month's spend, the hard limit (blocks creating and starting
  * sandboxes once reached) and the alert value, in dollars here and in micros on the wire.
  */
-import { useEffect, useState } from "preact/hooks"
+import { useState } from "preact/hooks"
 import { get, put } from "../api.ts"
 import { useEvents } from "../events.ts"
 import { dollars, ErrorMessage, Field, Form, PageTitle, Status, useAction, useResource, When } from "../ui.tsx"
@@ -19,22 +19,16 @@ export const toMicros = (text: string): number | null => {
 const fromMicros = (micros: number | null) =>
   micros === null ? "" : (micros / 1_000_000).toFixed(6).replace(/\.?0+$/, "")
 
-export const Usage = () => {
-  const usage = useResource(() => get<UsageRecord>("/v1/billing/usage"))
-  const [hard, setHard] = useState("")
-  const [alert, setAlert] = useState("")
+/** Shown once the limits are known: what is typed is never overwritten by a late answer. */
+const LimitsForm = (props: { readonly usage: UsageRecord; readonly onSaved: (usage: UsageRecord) => void }) => {
+  const [hard, setHard] = useState(fromMicros(props.usage.hard_limit_micros))
+  const [alert, setAlert] = useState(fromMicros(props.usage.alert_micros))
   const [saved, setSaved] = useState(false)
-  useEffect(() => {
-    if (usage.data === undefined) return
-    setHard(fromMicros(usage.data.hard_limit_micros))
-    setAlert(fromMicros(usage.data.alert_micros))
-  }, [usage.data?.hard_limit_micros, usage.data?.alert_micros])
-  useEvents("org.", () => void usage.reload())
   const action = useAction()
   const save = () =>
     action.run(async () => {
       setSaved(false)
-      usage.setData(
+      props.onSaved(
         await put<UsageRecord>("/v1/billing/limits", {
           hard_limit_micros: toMicros(hard),
           alert_micros: toMicros(alert)
@@ -42,27 +36,8 @@ export const Usage = () => {
       )
       setSaved(true)
     })
-  const u = usage.data
   return (
-    <section>
-      <PageTitle>Usage</PageTitle>
-      <ErrorMessage error={usage.error} />
-      {u === undefined ? null : (
-        <dl class="facts">
-          <dt>This period</dt>
-          <dd>
-            <When at={u.period_start} /> to <When at={u.period_end} />
-          </dd>
-          <dt>Spend</dt>
-          <dd data-testid="spend">{dollars(u.spend_micros)}</dd>
-          <dt>Hard limit</dt>
-          <dd>{dollars(u.hard_limit_micros)}</dd>
-          <dt>Alert at</dt>
-          <dd>{dollars(u.alert_micros)}</dd>
-          <dt>Blocked</dt>
-          <dd>{u.blocked ? "yes: sandboxes cannot be created or started" : "no"}</dd>
-        </dl>
-      )}
+    <>
       <Form label="Limits" onSubmit={save} class="form inline">
         <Field
           label="Hard limit (USD)"
@@ -84,6 +59,37 @@ export const Usage = () => {
       </Form>
       <ErrorMessage error={action.error} />
       {saved ? <Status>Limits saved.</Status> : null}
+    </>
+  )
+}
+
+export const Usage = () => {
+  const usage = useResource(() => get<UsageRecord>("/v1/billing/usage"))
+  useEvents("org.", () => void usage.reload())
+  const u = usage.data
+  return (
+    <section>
+      <PageTitle>Usage</PageTitle>
+      <ErrorMessage error={usage.error} />
+      {u === undefined ? null : (
+        <>
+          <dl class="facts">
+            <dt>This period</dt>
+            <dd>
+              <When at={u.period_start} /> to <When at={u.period_end} />
+            </dd>
+            <dt>Spend</dt>
+            <dd data-testid="spend">{dollars(u.spend_micros)}</dd>
+            <dt>Hard limit</dt>
+            <dd>{dollars(u.hard_limit_micros)}</dd>
+            <dt>Alert at</dt>
+            <dd>{dollars(u.alert_micros)}</dd>
+            <dt>Blocked</dt>
+            <dd>{u.blocked ? "yes: sandboxes cannot be created or started" : "no"}</dd>
+          </dl>
+          <LimitsForm usage={u} onSaved={usage.setData} />
+        </>
+      )}
     </section>
   )
 }
