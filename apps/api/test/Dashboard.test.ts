@@ -18,6 +18,7 @@ import * as Path from "node:path"
 import { gunzipSync } from "node:zlib"
 import { CONTENT_SECURITY_POLICY, IMMUTABLE, REVALIDATE, targetOf } from "../src/Http/Dashboard.ts"
 import * as Server from "../src/Server.ts"
+import { serveApi } from "./Sandboxes.support.ts"
 
 const INDEX = "<!doctype html><html><head><title>dashboard</title></head><body><div id=app></div></body></html>"
 const SCRIPT = `console.log(${JSON.stringify("x".repeat(2000))})`
@@ -38,14 +39,15 @@ const makeDist = (withIndex = true) =>
     (dir) => Effect.sync(() => Fs.rmSync(dir, { recursive: true, force: true }))
   )
 
+const settings = (dir: string) =>
+  ConfigProvider.layerAdd(ConfigProvider.fromUnknown({ SVC_DASHBOARD_DIR: dir }), { asPrimary: true })
+
 const serveWith = (dir: string) =>
   serve(
     HttpRouter.serve(Server.Routes, { disableLogger: true, disableListenLog: true }).pipe(
       Layer.provide(SecretBox.layer),
       Layer.provide(Layer.mergeAll(TestDatabase.layer, TestNats.layer)),
-      Layer.provide(
-        ConfigProvider.layerAdd(ConfigProvider.fromUnknown({ SVC_DASHBOARD_DIR: dir }), { asPrimary: true })
-      )
+      Layer.provide(settings(dir))
     )
   )
 
@@ -212,6 +214,22 @@ describe("the dashboard's files", () => {
       const token = yield* raw(base, "/?token=svc_live_x")
       expect(token.status).toBe(401)
       expect(JSON.parse(token.body.toString()).code).toBe("token_in_query_not_allowed")
+    }).pipe(Effect.scoped))
+
+  it.live("a preview host's request goes to the preview proxy, never to the dashboard", () =>
+    Effect.gen(function*() {
+      const dir = yield* makeDist()
+      // The API's own Node server, with the preview hook in front of the app.
+      const base = yield* serveApi.pipe(
+        Effect.provide(Layer.mergeAll(TestDatabase.layer, TestNats.layer, SecretBox.layer, settings(dir)))
+      )
+      expect((yield* raw(base, "/sandboxes")).body.toString()).toBe(INDEX)
+      for (const path of ["/", "/sandboxes", "/assets/index-abc123.js"]) {
+        const res = yield* raw(base, path, { host: "8080-sbx_01kab3n4sgz0d5qpxg3m9kaxyz.preview.localhost" })
+        expect(res.status, path).toBeGreaterThanOrEqual(400)
+        expect(res.body.toString(), path).not.toBe(INDEX)
+        expect(res.body.toString(), path).not.toBe(SCRIPT)
+      }
     }).pipe(Effect.scoped))
 
   it.live("without a build: 503 unavailable saying how to build it, and the API still serves", () =>
