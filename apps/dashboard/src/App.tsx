@@ -6,6 +6,7 @@
 import { useCallback, useEffect, useRef, useState } from "preact/hooks"
 import { ApiError, call, onSignedOut } from "./api.ts"
 import { connect, disconnect, useConnection } from "./events.ts"
+import { Apps } from "./pages/Apps.tsx"
 import { Audit } from "./pages/Audit.tsx"
 import { SignIn, SignUp } from "./pages/Auth.tsx"
 import { Keys } from "./pages/Keys.tsx"
@@ -23,6 +24,7 @@ import type { WhoAmI } from "./wire.ts"
 
 const SECTIONS: ReadonlyArray<readonly [href: string, label: string]> = [
   ["/sandboxes", "Sandboxes"],
+  ["/apps", "Apps"],
   ["/templates", "Templates"],
   ["/volumes", "Volumes"],
   ["/secrets", "Secrets"],
@@ -47,6 +49,8 @@ const Page = (props: { readonly path: string; readonly me: WhoAmI; readonly onOr
     case "/":
     case "/sandboxes":
       return <Sandboxes />
+    case "/apps":
+      return <Apps />
     case "/templates":
       return <Templates />
     case "/volumes":

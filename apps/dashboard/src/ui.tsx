@@ -46,15 +46,17 @@ export const Field = (
     readonly value: string
     readonly onValue: (value: string) => void
     readonly hint?: string
+    /** The label is for assistive technology only (a control whose row says what it is). */
+    readonly hideLabel?: boolean
   }
 ) => {
-  const { label, value, onValue, hint, ...rest } = props
+  const { label, value, onValue, hint, hideLabel, ...rest } = props
   // Preact types <input> as a union by `type`; these attributes fit every member used here.
   const attributes: Record<string, unknown> = rest
   const id = useId()
   return (
     <div class="field">
-      <label for={id}>{label}</label>
+      <label for={id} class={hideLabel === true ? "visually-hidden" : undefined}>{label}</label>
       <input
         id={id}
         value={value}

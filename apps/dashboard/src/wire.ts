@@ -11,6 +11,7 @@ import type {
   OrgRecord as OrgRecordSchema,
   WhoAmI as WhoAmISchema
 } from "@svc/domain/Api/Auth"
+import type { App as AppSchema, AppList as AppListSchema } from "@svc/domain/App"
 import type { Usage as UsageSchema } from "@svc/domain/Billing"
 import type { Sandbox as SandboxSchema, SandboxPage as SandboxPageSchema } from "@svc/domain/Sandbox"
 import type { Secret as SecretSchema, SecretList as SecretListSchema } from "@svc/domain/Secret"
@@ -26,6 +27,8 @@ import type {
 export type { AuditAction } from "@svc/domain/Api/Audit"
 export type { EventName } from "@svc/domain/Events"
 
+export type App = typeof AppSchema.Encoded
+export type AppList = typeof AppListSchema.Encoded
 export type WhoAmI = typeof WhoAmISchema.Encoded
 export type OrgRecord = typeof OrgRecordSchema.Encoded
 export type ApiKeyRow = typeof ApiKeyRowSchema.Encoded

@@ -46,7 +46,7 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("the dashboard'
     () =>
       Effect.gen(function*() {
         const { base } = yield* Env
-        const { page, pageErrors, policyViolations, requestFailures } = yield* openBrowser
+        const { page, pageErrors, policyViolations, requestFailures } = yield* openBrowser("account")
         yield* signUp(page, base, {
           email: `account-${Date.now()}@example.com`,
           password: "a long enough password",

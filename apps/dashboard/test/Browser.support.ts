@@ -3,7 +3,7 @@
  * fresh profile for the scope, screenshots under .svc/artifacts/dashboard/, and the steps a user
  * takes, found the way assistive technology finds them (roles and labels).
  */
-import { Effect } from "effect"
+import { Effect, Exit } from "effect"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
@@ -32,45 +32,50 @@ export const promise = <A>(f: () => Promise<A>) => Effect.promise(f)
 
 /**
  * The current build (made if the sources changed) and a browser with a fresh profile for the
- * scope; its page, with the page errors and Content-Security-Policy violations it reports.
+ * scope; its page, with the page errors and Content-Security-Policy violations it reports. When
+ * the scope ends in a failure, the page as it was is kept as `<name>-failure.png`.
  */
-export const openBrowser = Effect.gen(function*() {
-  yield* promise(() => ensureBuilt({ quiet: true }))
-  Fs.mkdirSync(ARTIFACTS, { recursive: true })
-  const { context } = yield* Effect.acquireRelease(
-    promise(async () => {
-      const userDataDir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "svc-chromium-"))
-      const context = await chromium.launchPersistentContext(userDataDir, {
-        executablePath: "/usr/bin/chromium",
-        headless: true,
-        args: CHROMIUM_ARGS,
-        viewport: { width: 1280, height: 900 }
-      })
-      context.setDefaultTimeout(WAIT_MS)
-      context.setDefaultNavigationTimeout(WAIT_MS)
-      return { context, userDataDir }
-    }),
-    ({ context, userDataDir }) =>
+export const openBrowser = (name: string) =>
+  Effect.gen(function*() {
+    yield* promise(() => ensureBuilt({ quiet: true }))
+    Fs.mkdirSync(ARTIFACTS, { recursive: true })
+    const { context } = yield* Effect.acquireRelease(
       promise(async () => {
-        await context.close().catch(() => undefined)
-        Fs.rmSync(userDataDir, { recursive: true, force: true })
-      })
-  )
-  const page = context.pages()[0] ?? (yield* promise(() => context.newPage()))
-  const pageErrors: Array<string> = []
-  const policyViolations: Array<string> = []
-  /** Requests the browser could not complete (a diagnosis when a step fails; some are expected). */
-  const requestFailures: Array<string> = []
-  page.on(
-    "requestfailed",
-    (request) => requestFailures.push(`${request.method()} ${request.url()}: ${request.failure()?.errorText}`)
-  )
-  page.on("pageerror", (error) => pageErrors.push(error.message))
-  page.on("console", (message) => {
-    if (message.text().includes("Content Security Policy")) policyViolations.push(message.text())
+        const userDataDir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "svc-chromium-"))
+        const context = await chromium.launchPersistentContext(userDataDir, {
+          executablePath: "/usr/bin/chromium",
+          headless: true,
+          args: CHROMIUM_ARGS,
+          viewport: { width: 1280, height: 900 }
+        })
+        context.setDefaultTimeout(WAIT_MS)
+        context.setDefaultNavigationTimeout(WAIT_MS)
+        return { context, userDataDir }
+      }),
+      ({ context, userDataDir }) =>
+        promise(async () => {
+          await context.close().catch(() => undefined)
+          Fs.rmSync(userDataDir, { recursive: true, force: true })
+        })
+    )
+    const page = context.pages()[0] ?? (yield* promise(() => context.newPage()))
+    const pageErrors: Array<string> = []
+    const policyViolations: Array<string> = []
+    /** Requests the browser could not complete (a diagnosis when a step fails; some are expected). */
+    const requestFailures: Array<string> = []
+    page.on(
+      "requestfailed",
+      (request) => requestFailures.push(`${request.method()} ${request.url()}: ${request.failure()?.errorText}`)
+    )
+    page.on("pageerror", (error) => pageErrors.push(error.message))
+    page.on("console", (message) => {
+      if (message.text().includes("Content Security Policy")) policyViolations.push(message.text())
+    })
+    yield* Effect.addFinalizer((exit) =>
+      Exit.isFailure(exit) ? Effect.ignore(screenshot(page, `${name}-failure`)) : Effect.void
+    )
+    return { context, page, pageErrors, policyViolations, requestFailures }
   })
-  return { context, page, pageErrors, policyViolations, requestFailures }
-})
 
 export const screenshot = (page: Page, name: string) =>
   promise(() => page.screenshot({ path: Path.join(ARTIFACTS, `${name}.png`), fullPage: true }))

@@ -33,7 +33,7 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("the dashboard 
       Effect.gen(function*() {
         const env = yield* Env
         const base = env.base
-        const { context, page, pageErrors, policyViolations } = yield* openBrowser
+        const { context, page, pageErrors, policyViolations } = yield* openBrowser("dashboard")
 
         // Signed out: the sign-in page, which refuses a wrong password in words.
         yield* promise(() => page.goto(`${base}/`))
@@ -140,6 +140,23 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("the dashboard 
         yield* promise(() => page.getByRole("status", { name: "State: running" }).waitFor({ timeout: SANDBOX_WAIT_MS }))
         yield* screenshot(page, "07-restarted")
 
+        // An app: deployed, its replica ready (live), scaled to none, deleted.
+        yield* navigateTo(page, "Apps")
+        yield* promise(() => page.getByText("Deploy an app").click())
+        yield* fill(page, "App name", "e2e-web")
+        yield* fill(page, "Command", "sleep 100000")
+        yield* click(page, "Deploy app")
+        const appRow = row(page, "e2e-web")
+        yield* promise(() => appRow.getByText("1 of 1 ready").waitFor({ timeout: SANDBOX_WAIT_MS }))
+        yield* promise(() => appRow.getByRole("link", { name: /^sbx_/ }).waitFor())
+        yield* screenshot(page, "075-app-ready")
+        yield* fill(page, "Replicas of e2e-web", "0")
+        yield* click(page, "Scale")
+        yield* promise(() => appRow.getByText("0 of 0 ready").waitFor({ timeout: SANDBOX_WAIT_MS }))
+        acceptNextDialog(page)
+        yield* click(page, "Delete e2e-web")
+        yield* promise(() => appRow.waitFor({ state: "detached", timeout: SANDBOX_WAIT_MS }))
+
         // Revoke the key: refused from then on.
         yield* navigateTo(page, "API keys")
         acceptNextDialog(page)
@@ -153,7 +170,7 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("the dashboard 
         // The audit log has it all, and filters by action.
         yield* navigateTo(page, "Audit log")
         const entries = page.getByRole("table", { name: "Audit entries" })
-        for (const action of ["auth.signed_up", "apikey.created", "apikey.revoked"]) {
+        for (const action of ["auth.signed_up", "apikey.created", "apikey.revoked", "app.created", "app.deleted"]) {
           yield* promise(() => entries.getByRole("rowheader", { name: action, exact: true }).first().waitFor())
         }
         yield* screenshot(page, "09-audit")
@@ -166,6 +183,7 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("the dashboard 
         for (
           const section of [
             "Sandboxes",
+            "Apps",
             "Templates",
             "Volumes",
             "Secrets",

@@ -71,7 +71,7 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("the dashboard'
     () =>
       Effect.gen(function*() {
         const { base } = yield* Env
-        const { page, pageErrors, policyViolations } = yield* openBrowser
+        const { page, pageErrors, policyViolations } = yield* openBrowser("webhooks")
         const rx = yield* receiver(() => ({ status: 500 }))
         yield* signUp(page, base, {
           email: `hooks-${Date.now()}@example.com`,
@@ -134,9 +134,11 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("the dashboard'
         yield* promise(() => page.getByRole("button", { name: `Retry ${deliveryId}` }).waitFor({ state: "detached" }))
         yield* screenshot(page, "22-delivery-retried")
 
-        // Filtered by status.
+        // The failed attempt is now marked retried; filtered by status, only the success is left.
+        const retried = attempts.locator(".badge", { hasText: "retried" })
+        yield* promise(() => retried.waitFor())
         yield* promise(() => page.getByLabel("Status", { exact: true }).selectOption("succeeded"))
-        yield* promise(() => failed.waitFor({ state: "detached" }))
+        yield* promise(() => retried.waitFor({ state: "detached" }))
         const statuses = yield* promise(() => attempts.locator(".badge").allTextContents())
         expect(statuses).toEqual(["succeeded"])
 

@@ -18,7 +18,10 @@ const ACTIONS = {
   "secret.rotated": true,
   "secret.updated": true,
   "secret.deleted": true,
-  "billing.limits_updated": true
+  "billing.limits_updated": true,
+  "app.created": true,
+  "app.updated": true,
+  "app.deleted": true
 } satisfies Record<AuditAction, true>
 
 export const Audit = () => {
