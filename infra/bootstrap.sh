@@ -5,7 +5,8 @@
 #   - nats-server, postgresql, bubblewrap, iproute2, nftables, e2fsprogs, mount, gcc + libc6-dev,
 #     openssl, curl + ca-certificates (the base template's HTTP client)
 #     from Debian's packages when absent
-#   - the workspace's packages (pnpm install)
+#   - chromium (the dashboard's browser tests drive it with playwright-core)
+#   - the workspace's packages (pnpm install), then the dashboard's build when its sources changed
 # When sourced, the caller's shell options are restored at the end (set -e must not leak).
 _svc_saved_opts="$(set +o)"
 set -euo pipefail
@@ -43,6 +44,8 @@ command -v cc >/dev/null 2>&1 || missing+=(gcc)
 [ -f /usr/include/linux/seccomp.h ] && [ -f /usr/include/stdio.h ] || missing+=(libc6-dev)
 # The benchmarks' HTTP load generator (bench/lib/Wrk.ts): native, so it outruns the servers measured.
 command -v wrk >/dev/null 2>&1 || missing+=(wrk)
+# The dashboard's end-to-end tests drive Debian's chromium (Playwright's own download is not used).
+[ -x /usr/bin/chromium ] || missing+=(chromium)
 if [ ${#missing[@]} -gt 0 ]; then
   log "installing Debian packages: ${missing[*]}"
   as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
@@ -72,5 +75,9 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$sum" ]; then
   echo "$sum" > "$stamp"
 fi
 export PATH="$ROOT/node_modules/.bin:$PATH"
+
+# The dashboard the API serves at / (apps/dashboard/dist): built when its sources, settings or
+# dependencies changed (the script keeps its own stamp, a hash of them, in dist/).
+(cd "$ROOT" && node apps/dashboard/scripts/build.ts --quiet >&2)
 eval "$_svc_saved_opts"
 unset _svc_saved_opts

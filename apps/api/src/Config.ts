@@ -13,6 +13,7 @@ import * as Telemetry from "@svc/telemetry/Config"
 import * as Volumes from "@svc/volumes/Config"
 import * as Webhooks from "@svc/webhooks/Config"
 import { Config } from "effect"
+import * as NodePath from "node:path"
 
 export const ApiPort = Env.describe(Config.Port("SVC_PORT").pipe(Config.withDefault(8080)), {
   name: "SVC_PORT",
@@ -26,6 +27,14 @@ export const ApiHost = Env.text("SVC_HOST", "127.0.0.1", "address")
 /** File uploads and downloads one API process streams at once. */
 export const ApiMaxTransfers = Env.integer("SVC_API_MAX_TRANSFERS", 64, { min: 1 })
 
+/** The dashboard's built files (apps/dashboard, `npm start` and `npm test` build them), served at `/`. */
+export const DashboardDir = Env.describe(
+  Config.String("SVC_DASHBOARD_DIR").pipe(
+    Config.withDefault(NodePath.resolve(import.meta.dirname, "../../dashboard/dist"))
+  ),
+  { name: "SVC_DASHBOARD_DIR", default: "`apps/dashboard/dist` of the checkout", format: "path" }
+)
+
 export const settings: ReadonlyArray<Env.AnySetting> = [
   ...Bus.settings,
   ...Db.settings,
@@ -33,6 +42,7 @@ export const settings: ReadonlyArray<Env.AnySetting> = [
   ApiPort,
   ApiHost,
   ApiMaxTransfers,
+  DashboardDir,
   ...Auth.settings,
   ...Sandboxes.quotaSettings,
   Webhooks.AllowedSubnets,

@@ -1,6 +1,6 @@
 /**
- * The API role: the HttpApi implementation, /v1/openapi.json, /docs and the shared middleware on
- * a Node HTTP server, this process's worker heartbeat, the keys that seal secrets at rest
+ * The API role: the HttpApi implementation, /v1/openapi.json, /docs, the dashboard at / and the
+ * shared middleware on a Node HTTP server, this process's worker heartbeat, the keys that seal secrets at rest
  * (SVC_ENCRYPTION_KEYS), and its Postgres (DATABASE_URL, migrated) and NATS (NATS_URL,
  * SVC_NATS_PREFIX) connections. `layer` is the whole role: what `node apps/api/src/main.ts`,
  * `svc api` and `svc dev` run. Its own settings: SVC_HOST and SVC_PORT here, the others where
@@ -29,6 +29,7 @@ import { AppsHandlers } from "./Http/Apps.ts"
 import { IdentityHandlers } from "./Http/Auth.ts"
 import { AuthorizationLayer } from "./Http/Authorization.ts"
 import { BillingHandlers } from "./Http/Billing.ts"
+import { DashboardRoutes } from "./Http/Dashboard.ts"
 import { InfrastructureMiddleware } from "./Http/Infrastructure.ts"
 import { spanName } from "./Http/Metrics.ts"
 import { ApiMiddleware, errorForStatus, newRequestId } from "./Http/Middleware.ts"
@@ -60,6 +61,7 @@ export const Handlers = Layer.mergeAll(
 export const Routes = Layer.mergeAll(
   HttpApiBuilder.layer(Api, { openapiPath: "/v1/openapi.json" }).pipe(Layer.provide(Handlers)),
   HttpApiScalar.layer(Api, { path: "/docs" }),
+  DashboardRoutes,
   ApiMiddleware
 )
 

@@ -155,7 +155,7 @@ export const dev = Command.make(
         Layer.provideMerge(Layer.mergeAll(Database.layer, Nats.layer)),
         Layer.tap((context) =>
           Effect.andThen(
-            Console.log(`api       ${baseUrl} (docs at ${baseUrl}/docs)`),
+            Console.log(`api       ${baseUrl} (the dashboard at ${baseUrl}/, docs at ${baseUrl}/docs)`),
             devCredentials(stateDir, baseUrl).pipe(Effect.provide(context))
           )
         )
