@@ -3,6 +3,7 @@
 # bench.sh so that they run with the pinned Node first on PATH.
 #   - Node 24 and pnpm from the npm registry into .svc/tools (never touches the system Node)
 #   - nats-server, postgresql, bubblewrap, iproute2, nftables, e2fsprogs, mount, gcc + libc6-dev,
+#     mmdebstrap, wrk (the benchmarks' load generator),
 #     openssl, curl + ca-certificates (the base template's HTTP client)
 #     from Debian's packages when absent
 #   - chromium (the dashboard's browser tests drive it with playwright-core)
