@@ -16,7 +16,7 @@ import { type HostRecord, HOSTS_BUCKET_SPEC } from "@svc/host-protocol/Protocol"
 import { eventually as waitUntil } from "@svc/testing/Eventually"
 import { cleanUpHost, makeHost as makeTestHost, type TestHost } from "@svc/testing/TestHost"
 import { type Answer, call, serve } from "@svc/testing/TestHttp"
-import { ConfigProvider, Context, Duration, Effect, Fiber, Layer, Schedule } from "effect"
+import { Context, Duration, Effect, Fiber, Layer, Schedule } from "effect"
 import { HttpRouter } from "effect/http"
 import { startAgent as startAgentFixture } from "../../agent/test/fixtures/support.ts"
 import { NodeHooks } from "../src/Preview.ts"
@@ -174,15 +174,6 @@ export class Identity extends Context.Service<Identity, {
  * server with its preview proxy (exposed ports); yields its base URL.
  */
 export const serveApi = Effect.suspend(() => serveApiOf({}))
-
-/**
- * An API of its own with these settings (over the environment's), its layers built anew: the
- * runtime beside it keeps its defaults, as a separate process would.
- */
-export const serveApiWith = (settings: Record<string, string>) =>
-  serveApiOf({ fresh: true }).pipe(
-    Effect.provide(ConfigProvider.layerAdd(ConfigProvider.fromUnknown(settings), { asPrimary: true }))
-  )
 
 const serveApiOf = (options: { readonly fresh?: boolean }) =>
   Effect.suspend(() => {

@@ -13,10 +13,10 @@ import { HostRecord, HOSTS_BUCKET_SPEC } from "@svc/host-protocol/Protocol"
 import * as Runtime from "@svc/runtime/Runtime"
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import * as TestNats from "@svc/testing/TestNats"
-import { Context, Duration, Effect, Layer, Schema } from "effect"
+import { ConfigProvider, Context, Duration, Effect, Layer, Schema } from "effect"
 import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
-import { call, EventLog, eventually, Identity, makeHost, serveApiWith, startAgent } from "./Sandboxes.support.ts"
+import { call, EventLog, eventually, Identity, makeHost, serveApi, startAgent } from "./Sandboxes.support.ts"
 
 class Env extends Context.Service<Env, {
   readonly base: string
@@ -28,7 +28,7 @@ class Env extends Context.Service<Env, {
 const EnvLayer = Layer.effect(
   Env,
   Effect.gen(function*() {
-    const base = yield* serveApiWith({ SVC_IMAGE_GC_GRACE: "0s" })
+    const base = yield* serveApi
     const host = yield* makeHost
     yield* startAgent(host, { region: "local" })
     const identity = yield* Identity
@@ -37,7 +37,9 @@ const EnvLayer = Layer.effect(
   })
 ).pipe(
   Layer.provideMerge(Layer.mergeAll(Runtime.make({ supervisor: { intervalMs: 200 } }), Identity.layer, EventLog.layer)),
-  Layer.provideMerge(Layer.mergeAll(TestDatabase.layerWithUrl, TestNats.layer, SecretBox.layer))
+  Layer.provideMerge(Layer.mergeAll(TestDatabase.layerWithUrl, TestNats.layer, SecretBox.layer)),
+  // The platform's setting, for the API and the runtime alike (both run the templates' loops).
+  Layer.provide(ConfigProvider.layerAdd(ConfigProvider.fromUnknown({ SVC_IMAGE_GC_GRACE: "0s" }), { asPrimary: true }))
 )
 
 const api = (method: string, path: string, body?: unknown) =>

@@ -7,10 +7,10 @@ import { SecretBox } from "@svc/crypto/SecretBox"
 import * as Runtime from "@svc/runtime/Runtime"
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import * as TestNats from "@svc/testing/TestNats"
-import { Context, Duration, Effect, Layer } from "effect"
+import { ConfigProvider, Context, Duration, Effect, Layer } from "effect"
 import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
-import { call, EventLog, eventually, Identity, makeHost, serveApiWith, startAgent } from "./Sandboxes.support.ts"
+import { call, EventLog, eventually, Identity, makeHost, serveApi, startAgent } from "./Sandboxes.support.ts"
 
 class Env extends Context.Service<Env, {
   readonly base: string
@@ -21,7 +21,7 @@ class Env extends Context.Service<Env, {
 const EnvLayer = Layer.effect(
   Env,
   Effect.gen(function*() {
-    const base = yield* serveApiWith({ SVC_TEMPLATE_BUILD_TIMEOUT: "2s" })
+    const base = yield* serveApi
     const host = yield* makeHost
     yield* startAgent(host, { region: "local" })
     const identity = yield* Identity
@@ -30,7 +30,11 @@ const EnvLayer = Layer.effect(
   })
 ).pipe(
   Layer.provideMerge(Layer.mergeAll(Runtime.make({ supervisor: { intervalMs: 200 } }), Identity.layer, EventLog.layer)),
-  Layer.provideMerge(Layer.mergeAll(TestDatabase.layerWithUrl, TestNats.layer, SecretBox.layer))
+  Layer.provideMerge(Layer.mergeAll(TestDatabase.layerWithUrl, TestNats.layer, SecretBox.layer)),
+  // The platform's setting, for the API and the runtime alike (both run the templates' loops).
+  Layer.provide(
+    ConfigProvider.layerAdd(ConfigProvider.fromUnknown({ SVC_TEMPLATE_BUILD_TIMEOUT: "2s" }), { asPrimary: true })
+  )
 )
 
 layer(EnvLayer, { excludeTestServices: true, timeout: 120_000 })("templates: build time limit", (it) => {
