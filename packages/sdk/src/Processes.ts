@@ -25,7 +25,7 @@ export type OutputChunk =
   }
 
 /**
- * The output events of a response (server-sent `stdout`/`stderr`/`exit`, api.md "Processes"),
+ * The output events of a response (server-sent `stdout`/`stderr`/`exit`, docs/contract.md#sandbox-processes),
  * read as they are asked for: a slow consumer slows the stream (nothing is buffered ahead). An
  * `error` event (the sandbox's host stopped answering) is thrown as a SvcError.
  */

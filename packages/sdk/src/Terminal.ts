@@ -1,5 +1,5 @@
 /**
- * `sandbox.terminal()`: a PTY in a sandbox over the `/terminal` WebSocket (api.md "Terminal"):
+ * `sandbox.terminal()`: a PTY in a sandbox over the `/terminal` WebSocket (docs/contract.md#terminal):
  * binary frames are the terminal's bytes both ways; text frames are JSON control messages,
  * `{type: "resize", cols, rows}` out and `{type: "exit", code}` in. The key travels in
  * `?token=`, the one place the API accepts it in a URL (browsers cannot set a WebSocket's
