@@ -16,7 +16,7 @@
  *   elsewhere is 409; the sandbox goes to the host of its local volumes (a local volume that has
  *   none yet is pinned to the host placement picks, which must have room for it too); each
  *   attachment gets an `attachment_id`, and the host is sent what to mount.
- * - Egress (docs/contract.md#network-policy): `network` and the bound secrets are part of the
+ * - Egress (docs/contract.md#snapshots-network-policy-and-exposed-ports): `network` and the bound secrets are part of the
  *   row; each change (create, `setNetwork`, `bindSecret`) puts the sandbox's `egress` KV entry
  *   through the outbox in its own transaction, and the deletion removes it
  *   (`Sandboxes/Egress.ts`). Both refuse a deleting or deleted sandbox (409); a binding beyond

@@ -1,5 +1,5 @@
 /**
- * A sandbox's background processes (`sandbox.processes`, api.md "Processes"): commands that
+ * A sandbox's background processes (`sandbox.processes`, docs/contract.md#sandbox-processes): commands that
  * outlive the request that started them, their kept output (the last 1 MiB of each stream) read
  * or followed as an async iterator, their stdin, signals. Also the parser of the output events
  * that streamed exec shares.
