@@ -1,5 +1,5 @@
 /**
- * A sandbox's egress settings through the real API (docs/contract.md#network-policy): `network`
+ * A sandbox's egress settings through the real API (docs/contract.md#snapshots-network-policy-and-exposed-ports): `network`
  * and `secrets` at create, PUT .../network, POST .../secrets, shown on the record, and the
  * `egress` KV entry `sandbox.<id>` the hosts' proxies read, after every change: read back from
  * NATS. A deleted secret leaves every sandbox it was bound to; a deleted sandbox's entry goes.

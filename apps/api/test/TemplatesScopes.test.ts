@@ -1,10 +1,10 @@
 /**
- * Templates scopes route by route over the real API (docs/contract.md#templates, spec.md 5.5):
- * what `templates:read`, `templates:write`, `templates`, `*`, `sandboxes:write`, a `sandbox:<id>`
- * key alone and one with `templates:read` added may do with each template route and with
- * `POST /v1/sandboxes/{id}/snapshot` (a sandbox's route: `sandboxes:write`, the single-sandbox
- * policy). Each call that changes something gets a template or name of its own: every cell is
- * independent.
+ * Templates scopes route by route over the real API (docs/contract.md#templates,
+ * docs/contract.md#single-sandbox-scope): what `templates:read`, `templates:write`, `templates`,
+ * `*`, `sandboxes:write`, a `sandbox:<id>` key alone and one with `templates:read` added may do
+ * with each template route and with `POST /v1/sandboxes/{id}/snapshot` (a sandbox's route:
+ * `sandboxes:write`, the single-sandbox policy). Each call that changes something gets a template
+ * or name of its own: every cell is independent.
  */
 import { expect, layer } from "@effect/vitest"
 import { Duration, Effect } from "effect"

@@ -6,7 +6,7 @@
  */
 import { useEffect, useRef, useState } from "preact/hooks"
 
-/** The envelope of spec.md 2.7, as `data` of each server-sent event. */
+/** The envelope of docs/contract.md#envelope, as `data` of each server-sent event. */
 export interface Envelope {
   readonly event: string
   readonly org_id: string

@@ -113,7 +113,7 @@ export const Sandbox = Schema.Struct({
   volume_attachments: Schema.Array(VolumeAttachment),
   metadata: Schema.Record(Schema.String, Schema.Json),
   errorMessage: Schema.NullOr(Schema.String),
-  /** The egress policy (docs/contract.md#network-policy): `{allow_out, deny_out}`. */
+  /** The egress policy (docs/contract.md#snapshots-network-policy-and-exposed-ports): `{allow_out, deny_out}`. */
   network: NetworkPolicy,
   /** The ids of the secrets bound to it, in binding order (never their values). */
   secrets: Schema.Array(SecretId),
