@@ -20,31 +20,15 @@ import * as TestDatabase from "@svc/testing/TestDatabase"
 import { makeHost } from "@svc/testing/TestHost"
 import { call } from "@svc/testing/TestHttp"
 import * as TestNats from "@svc/testing/TestNats"
-import { type RoleProcess, spawnRole } from "@svc/testing/TestProcess"
+import { appMain, freePort, readyEvent, type RoleProcess, spawnRole } from "@svc/testing/TestProcess"
 import { Duration, Effect, Fiber, Layer } from "effect"
 import { createHmac } from "node:crypto"
 import * as FsSync from "node:fs"
 import * as Http from "node:http"
-import * as Net from "node:net"
 import * as Os from "node:os"
 import * as NodePath from "node:path"
-import { fileURLToPath } from "node:url"
 import { receiver } from "../../../packages/webhooks/test/Receiver.ts"
 import { processesOfHost } from "../../agent/test/fixtures/support.ts"
-
-const mainOf = (role: string) => fileURLToPath(new URL(`../../${role}/src/main.ts`, import.meta.url))
-
-/** A free TCP port on loopback (for the API, which takes SVC_PORT). */
-const freePort = Effect.promise(() =>
-  new Promise<number>((resolve, reject) => {
-    const server = Net.createServer()
-    server.once("error", reject)
-    server.listen(0, "127.0.0.1", () => {
-      const port = (server.address() as Net.AddressInfo).port
-      server.close(() => resolve(port))
-    })
-  })
-)
 
 /** What a poll got: a status code, or how the connection failed; `timeout` is the failure. */
 type Outcome = number | string
@@ -129,8 +113,6 @@ const stopGracefully = (child: RoleProcess<unknown>, within: Duration.Input, sig
     return code
   })
 
-const ready = (event: string) => (stdout: string) => (stdout.includes(`"event":"${event}"`) ? true : undefined)
-
 const testLayer = Layer.mergeAll(TestDatabase.layerWithUrl, TestNats.layer)
 
 layer(testLayer, { excludeTestServices: true })("the roles as separate processes", (it) => {
@@ -156,20 +138,20 @@ layer(testLayer, { excludeTestServices: true })("the roles as separate processes
         const starting = poll(`${base}/v1/health`)
         const [api, runtime, dispatcher, agent] = yield* Effect.all([
           spawnRole({
-            main: mainOf("api"),
+            main: appMain("api"),
             env: { ...common, SVC_HOST: "127.0.0.1", SVC_PORT: String(port) },
-            ready: ready("api_ready"),
+            ready: readyEvent("api_ready"),
             timeout
           }),
           spawnRole({
-            main: mainOf("runtime"),
+            main: appMain("runtime"),
             env: common,
             ready: (s) => (s.includes("runtime ready") ? true : undefined),
             timeout
           }),
-          spawnRole({ main: mainOf("dispatcher"), env: common, ready: ready("dispatcher_ready"), timeout }),
+          spawnRole({ main: appMain("dispatcher"), env: common, ready: readyEvent("dispatcher_ready"), timeout }),
           spawnRole({
-            main: mainOf("agent"),
+            main: appMain("agent"),
             env: {
               NATS_URL: nats.url,
               SVC_NATS_PREFIX: nats.prefix,
@@ -181,7 +163,7 @@ layer(testLayer, { excludeTestServices: true })("the roles as separate processes
               SVC_HOST_RAM_MB: "16384",
               SVC_HOST_DISK_GB: "100"
             },
-            ready: ready("agent_ready"),
+            ready: readyEvent("agent_ready"),
             timeout
           })
         ], { concurrency: "unbounded" })
@@ -290,7 +272,7 @@ layer(testLayer, { excludeTestServices: true })("the roles as separate processes
 
         const starting = poll(`${base}/v1/health`)
         const dev = yield* spawnRole({
-          main: mainOf("cli"),
+          main: appMain("cli"),
           args: ["dev"],
           env: {
             // Given these, svc dev starts no NATS or Postgres of its own.

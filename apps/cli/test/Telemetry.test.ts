@@ -21,28 +21,12 @@ import * as TestDatabase from "@svc/testing/TestDatabase"
 import { makeHost } from "@svc/testing/TestHost"
 import { call } from "@svc/testing/TestHttp"
 import * as TestNats from "@svc/testing/TestNats"
-import { type RoleProcess, spawnRole } from "@svc/testing/TestProcess"
+import { appMain, freePort, readyEvent, type RoleProcess, spawnRole } from "@svc/testing/TestProcess"
 import { Duration, Effect, Layer } from "effect"
 import { randomBytes } from "node:crypto"
 import * as Http from "node:http"
-import * as Net from "node:net"
-import { fileURLToPath } from "node:url"
+import type * as Net from "node:net"
 import { receiver } from "../../../packages/webhooks/test/Receiver.ts"
-
-const mainOf = (role: string) => fileURLToPath(new URL(`../../${role}/src/main.ts`, import.meta.url))
-
-const freePort = Effect.promise(() =>
-  new Promise<number>((resolve, reject) => {
-    const server = Net.createServer()
-    server.once("error", reject)
-    server.listen(0, "127.0.0.1", () => {
-      const port = (server.address() as Net.AddressInfo).port
-      server.close(() => resolve(port))
-    })
-  })
-)
-
-const ready = (event: string) => (stdout: string) => (stdout.includes(`"event":"${event}"`) ? true : undefined)
 
 interface ExportedSpan {
   readonly service: string
@@ -168,26 +152,26 @@ layer(testLayer, { excludeTestServices: true })("telemetry across the role proce
         }
         const timeout = Duration.seconds(120)
         const api = yield* spawnRole({
-          main: mainOf("api"),
+          main: appMain("api"),
           env: { ...common, SVC_HOST: "127.0.0.1", SVC_PORT: String(port), SVC_METRICS_PORT: String(metricsPorts.api) },
-          ready: ready("api_ready"),
+          ready: readyEvent("api_ready"),
           timeout
         })
         const [runtime, dispatcher, agent] = yield* Effect.all([
           spawnRole({
-            main: mainOf("runtime"),
+            main: appMain("runtime"),
             env: { ...common, SVC_METRICS_PORT: String(metricsPorts.runtime) },
             ready: (s) => (s.includes("runtime ready") ? true : undefined),
             timeout
           }),
           spawnRole({
-            main: mainOf("dispatcher"),
+            main: appMain("dispatcher"),
             env: { ...common, SVC_METRICS_PORT: String(metricsPorts.dispatcher) },
-            ready: ready("dispatcher_ready"),
+            ready: readyEvent("dispatcher_ready"),
             timeout
           }),
           spawnRole({
-            main: mainOf("agent"),
+            main: appMain("agent"),
             env: {
               NATS_URL: nats.url,
               SVC_NATS_PREFIX: nats.prefix,
@@ -200,7 +184,7 @@ layer(testLayer, { excludeTestServices: true })("telemetry across the role proce
               SVC_METRICS_PORT: String(metricsPorts.agent),
               ...telemetry
             },
-            ready: ready("agent_ready"),
+            ready: readyEvent("agent_ready"),
             timeout
           })
         ], { concurrency: "unbounded" })

@@ -3,9 +3,22 @@
  * kill it -9. It dies with the test process even when the runner itself is killed (setpriv
  * pdeathsig), and with the scope otherwise.
  */
+import { freePort as freePortPromise } from "@svc/local-servers/Servers"
 import { Duration, Effect } from "effect"
 import { type ChildProcess, spawn } from "node:child_process"
+import { fileURLToPath } from "node:url"
 import { testEncryptionKeys } from "./TestSecrets.ts"
+
+/** The entry point of an app of the repository: `apps/<name>/src/main.ts`. */
+export const appMain = (name: string): string =>
+  fileURLToPath(new URL(`../../../apps/${name}/src/main.ts`, import.meta.url))
+
+/** `ready` for `spawnRole`: the JSON line `{"event":"<event>",...}` a role prints once it serves. */
+export const readyEvent = (event: string) => (stdout: string): true | undefined =>
+  stdout.includes(`"event":"${event}"`) ? true : undefined
+
+/** A free TCP port on loopback. */
+export const freePort: Effect.Effect<number> = Effect.promise(freePortPromise)
 
 export interface RoleProcess<A> {
   readonly process: ChildProcess

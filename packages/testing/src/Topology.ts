@@ -17,12 +17,10 @@ import { type NatsCluster, startNatsCluster } from "@svc/local-servers/Servers"
 import { Duration, Effect, Redacted, Scope } from "effect"
 import { randomBytes } from "node:crypto"
 import * as Fs from "node:fs"
-import * as Net from "node:net"
 import * as Os from "node:os"
 import * as Path from "node:path"
-import { fileURLToPath } from "node:url"
 import { makeHost, type TestHost } from "./TestHost.ts"
-import { type RoleProcess, spawnRole } from "./TestProcess.ts"
+import { appMain, freePort, readyEvent, type RoleProcess, spawnRole } from "./TestProcess.ts"
 import { makeTestCertificates, type TestCertificates } from "./Tls.ts"
 
 export type RoleName = "api" | "runtime" | "dispatcher" | "agent"
@@ -70,22 +68,9 @@ export interface TopologyOptions {
   readonly tls?: boolean
 }
 
-const mainOf = (role: RoleName) => fileURLToPath(new URL(`../../../apps/${role}/src/main.ts`, import.meta.url))
-
-const freePort = Effect.promise(() =>
-  new Promise<number>((resolve, reject) => {
-    const server = Net.createServer()
-    server.once("error", reject)
-    server.listen(0, "127.0.0.1", () => {
-      const port = (server.address() as Net.AddressInfo).port
-      server.close(() => resolve(port))
-    })
-  })
-)
-
 const readyLine = (role: RoleName) => (stdout: string) => {
   if (role === "runtime") return stdout.includes("runtime ready") ? true : undefined
-  return stdout.includes(`"event":"${role}_ready"`) ? true : undefined
+  return readyEvent(`${role}_ready`)(stdout)
 }
 
 /** Starts the cluster, then every role process; all of it ends with the scope. */
@@ -163,7 +148,7 @@ export const startTopology = (options: TopologyOptions) =>
       Effect.gen(function*() {
         const name = `${role}-${index + 1}`
         const start = spawnRole({
-          main: mainOf(role),
+          main: appMain(role),
           env: envOf(role, index),
           ready: readyLine(role),
           timeout: Duration.seconds(120)
