@@ -17,6 +17,7 @@
  * partition waits, in order, until it can go on.
  */
 import type { JsMsg } from "@nats-io/jetstream"
+import { consumeScoped } from "@svc/bus/Consume"
 import { BusError, Nats } from "@svc/bus/Nats"
 import * as Trace from "@svc/bus/Trace"
 import * as Outbox from "@svc/events/Outbox"
@@ -293,19 +294,7 @@ export class ActorRuntime extends Context.Service<ActorRuntime, {
           try: () => nats.js.consumers.get(stream, durable),
           catch: (cause) => new BusError({ operation: `consumer ${durable}`, message: String(cause) })
         })
-        const messages = yield* Effect.acquireRelease(
-          Effect.tryPromise({
-            try: () => consumer.consume({ max_messages: options.pullBatch ?? 16 }),
-            catch: (cause) => new BusError({ operation: `consume ${durable}`, message: String(cause) })
-          }),
-          // close() can wait for ever on a connection that is gone: bound it.
-          (m) =>
-            nats.connection.isClosed()
-              ? Effect.void
-              : Effect.ignore(
-                Effect.timeout(Effect.promise(() => m.close().catch(() => undefined)), Duration.seconds(2))
-              )
-        )
+        const messages = yield* consumeScoped(consumer, `consume ${durable}`, { max_messages: options.pullBatch ?? 16 })
         const iterator = messages[Symbol.asyncIterator]()
         for (;;) {
           const next = yield* Effect.tryPromise({

@@ -6,6 +6,7 @@
  * stream keeps 7 days) and sees nothing twice.
  */
 import { DeliverPolicy } from "@nats-io/jetstream"
+import { consumeScoped } from "@svc/bus/Consume"
 import { BusError, Nats } from "@svc/bus/Nats"
 import type { EventName } from "@svc/domain/Events"
 import { Effect, Option, Schema, Stream } from "effect"
@@ -46,13 +47,7 @@ export const follow = Effect.fn("Realtime.follow")(function*(orgId: string, afte
       }),
     catch: (cause) => new BusError({ operation: "events: follow", message: String(cause) })
   })
-  const messages = yield* Effect.acquireRelease(
-    Effect.tryPromise({
-      try: () => consumer.consume(),
-      catch: (cause) => new BusError({ operation: "events: consume", message: String(cause) })
-    }),
-    (messages) => Effect.promise(() => messages.close().then(() => undefined, () => undefined))
-  )
+  const messages = yield* consumeScoped(consumer, "events: consume")
   return Stream.fromAsyncIterable(
     messages,
     (cause) => new BusError({ operation: "events: read", message: String(cause) })

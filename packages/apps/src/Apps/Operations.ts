@@ -21,6 +21,7 @@
  */
 import { AckPolicy, DeliverPolicy, type JsMsg } from "@nats-io/jetstream"
 import * as Actors from "@svc/actors/Actors"
+import { consumeScoped } from "@svc/bus/Consume"
 import { BusError, Nats } from "@svc/bus/Nats"
 import { ensureConsumer, ensureStream } from "@svc/bus/Topology"
 import { SecretBox } from "@svc/crypto/SecretBox"
@@ -214,13 +215,7 @@ export const runExecutor = Effect.gen(function*() {
       try: () => nats.js.consumers.get(stream, nats.name(APP_OPS_CONSUMER)),
       catch: (cause) => new BusError({ operation: `consumer ${APP_OPS_CONSUMER}`, message: String(cause) })
     })
-    const messages = yield* Effect.acquireRelease(
-      Effect.tryPromise({
-        try: () => consumer.consume({ max_messages: CONCURRENCY * 2 }),
-        catch: (cause) => new BusError({ operation: `consume ${APP_OPS_CONSUMER}`, message: String(cause) })
-      }),
-      (messages) => Effect.promise(() => messages.close().then(() => undefined, () => undefined))
-    )
+    const messages = yield* consumeScoped(consumer, `consume ${APP_OPS_CONSUMER}`, { max_messages: CONCURRENCY * 2 })
     yield* Stream.fromAsyncIterable(
       messages,
       (cause) => new BusError({ operation: "consume app operations", message: String(cause) })

@@ -9,6 +9,7 @@
  */
 import { AckPolicy, DeliverPolicy, type JsMsg } from "@nats-io/jetstream"
 import * as Actors from "@svc/actors/Actors"
+import { consumeScoped } from "@svc/bus/Consume"
 import { BusError, Nats } from "@svc/bus/Nats"
 import { ensureConsumer } from "@svc/bus/Topology"
 import { SandboxState } from "@svc/domain/Sandbox"
@@ -66,13 +67,7 @@ export const runEventWatch = Effect.gen(function*() {
       try: () => nats.js.consumers.get(stream, nats.name(APP_EVENTS_CONSUMER)),
       catch: (cause) => new BusError({ operation: `consumer ${APP_EVENTS_CONSUMER}`, message: String(cause) })
     })
-    const messages = yield* Effect.acquireRelease(
-      Effect.tryPromise({
-        try: () => consumer.consume({ max_messages: 64 }),
-        catch: (cause) => new BusError({ operation: `consume ${APP_EVENTS_CONSUMER}`, message: String(cause) })
-      }),
-      (messages) => Effect.promise(() => messages.close().then(() => undefined, () => undefined))
-    )
+    const messages = yield* consumeScoped(consumer, `consume ${APP_EVENTS_CONSUMER}`, { max_messages: 64 })
     yield* Stream.fromAsyncIterable(
       messages,
       (cause) => new BusError({ operation: "consume sandbox events", message: String(cause) })

@@ -13,6 +13,7 @@
  */
 import type { JsMsg } from "@nats-io/jetstream"
 import { AckPolicy, DeliverPolicy } from "@nats-io/jetstream"
+import { consumeScoped } from "@svc/bus/Consume"
 import { BusError, Nats } from "@svc/bus/Nats"
 import { ensureConsumer } from "@svc/bus/Topology"
 import * as Trace from "@svc/bus/Trace"
@@ -180,13 +181,7 @@ export class FanOut extends Context.Service<FanOut, {
         try: () => nats.js.consumers.get(eventsStream, consumerName),
         catch: (cause) => new BusError({ operation: `consumer ${consumerName}`, message: String(cause) })
       })
-      const messages = yield* Effect.acquireRelease(
-        Effect.tryPromise({
-          try: () => consumer.consume({ max_messages: batchSize * 2 }),
-          catch: (cause) => new BusError({ operation: `consume ${consumerName}`, message: String(cause) })
-        }),
-        (messages) => Effect.promise(() => messages.close().then(() => undefined, () => undefined))
-      )
+      const messages = yield* consumeScoped(consumer, `consume ${consumerName}`, { max_messages: batchSize * 2 })
       const inbox = yield* Queue.bounded<JsMsg, Cause.Done>(batchSize * 2)
       yield* Effect.forkScoped(
         Stream.fromAsyncIterable(
