@@ -1,26 +1,35 @@
 /**
- * Sandbox create → running through the whole platform, against the bare driver in the same run.
- *   node bench/sandboxes.ts        (BENCH_SANDBOXES=200, BENCH_BURST=200, BENCH_CONCURRENCY=16)
+ * Sandbox create → running through the whole platform, against bare bubblewrap in the same run.
+ *   node bench/sandboxes.ts        (BENCH_SANDBOXES=200, BENCH_BURST=200, BENCH_CONCURRENCY=16,
+ *                                   BENCH_CONCURRENT_ROUNDS=10)
  *
- * Starts a throwaway NATS and Postgres, the API and the runtime role in this process and a host
- * agent as a child process (so its memory can be read alone), then measures:
- *   - bare driver: one bubblewrap start of the `base` root file system → first successful exec,
- *     50 in a row (bench/driver.ts's measurement): the floor;
+ * Starts a throwaway NATS and Postgres (with commit timestamps), the API and the runtime role in
+ * this process and a host agent as a child process (so its memory can be read alone), then
+ * measures:
+ *   - the floor: a bare `bwrap` start of the same `base` root file system until its shell runs,
+ *     then one `nsenter` exec of echo (nothing of ours), 50 in a row; and our driver alone
+ *     (start → first successful exec through the driver, bench/driver.ts's measurement);
  *   - latency: POST /v1/sandboxes answered → its `sandbox.state_updated` running event read back
- *     from the EVENTS stream, BENCH_SANDBOXES sandboxes one after the other, p50 and p99;
+ *     from the EVENTS stream, BENCH_SANDBOXES sandboxes one after the other, p50 and p99, by how
+ *     the host made them (pool restore or cold boot), and where the time goes: each outbox row's
+ *     writing transaction's commit time (Postgres's `pg_xact_commit_timestamp`, through a column
+ *     this run adds to its own database), when its message reached the bus (a subscription of this
+ *     process), the agent's report time; so each relay hop is commit → on the bus;
+ *   - 8 clients at once, each creating BENCH_CONCURRENT_ROUNDS sandboxes one after another;
  *   - throughput: BENCH_BURST creates from BENCH_CONCURRENCY clients at once, first POST → last
- *     running event, in creates per second;
+ *     running event, in creates per second, with the same breakdown;
+ *   - over the burst, CPU per create: the whole machine (/proc/stat), this process (API +
+ *     runtime), the agent, its spawner with the processes it started and reaped, Postgres, NATS;
+ *     figures other load on the machine barely moves, unlike the creates per second;
  *   - memory per idle sandbox with BENCH_SANDBOXES running: its own processes (inside, and the
  *     host-side bubblewrap), and what the host pays beyond them (the agent process's growth,
  *     the cgroup's kernel charge beyond the processes);
- *   - over the burst, per create: the agent process's CPU time (utime + stime) and its process
- *     spawner's (`svc-spawner`, where the tree has one): figures other load on the machine
- *     barely moves, unlike the creates per second;
  *   - with BENCH_STRACE=1, the processes started per create in the burst, counted by `strace -f`
  *     on the agent (and its spawner): forks of the agent itself, all process starts (fork, vfork,
  *     clone without CLONE_THREAD), execs. strace slows what it traces: the timings of such a run
  *     are not comparable.
- * Deletes everything it made (and the host's folders and cgroups) before it exits.
+ * Ends with its rows for `npm run bench`'s table (bench/lib/Report.ts). Deletes everything it
+ * made (and the host's folders and cgroups) before it exits.
  */
 import { startNats, startPostgres } from "@svc/local-servers/Servers"
 import * as TestDatabase from "@svc/testing/TestDatabase"
@@ -34,6 +43,7 @@ import { spawn } from "node:child_process"
 import * as FsSync from "node:fs"
 import * as Fs from "node:fs/promises"
 import * as Os from "node:os"
+import * as NodePath from "node:path"
 import { fileURLToPath } from "node:url"
 import * as Server from "../apps/api/src/Server.ts"
 import * as Runtime from "../apps/runtime/src/Runtime.ts"
@@ -50,6 +60,8 @@ import { BubblewrapDriver } from "../packages/host/src/Driver/Bubblewrap.ts"
 import { groupPath } from "../packages/host/src/Driver/Cgroups.ts"
 import { DriverConfig } from "../packages/host/src/Driver/Config.ts"
 import { cleanHost } from "./lib/Hosts.ts"
+import { cpuWithReapedMs, findProcess, machineBusyMs, treeCpuMs } from "./lib/Measure.ts"
+import { record } from "./lib/Report.ts"
 import { quantile } from "./lib/Stats.ts"
 
 const N = Number(process.env["BENCH_SANDBOXES"] ?? 200)
@@ -57,6 +69,8 @@ const STRACE = process.env["BENCH_STRACE"] === "1"
 const BURST = Number(process.env["BENCH_BURST"] ?? 200)
 const CONCURRENCY = Number(process.env["BENCH_CONCURRENCY"] ?? 16)
 const BARE = 50
+const CONCURRENT = 8
+const CONCURRENT_ROUNDS = Number(process.env["BENCH_CONCURRENT_ROUNDS"] ?? 10)
 const AGENT_MAIN = fileURLToPath(new URL("../apps/agent/src/main.ts", import.meta.url))
 
 const ms = (n: number) => n.toFixed(1).padStart(9)
@@ -147,6 +161,69 @@ const traceStarts = (agentPid: number) => {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The floor: bubblewrap itself
+
+/**
+ * One bare `bwrap` start of the same root file system (every namespace, /proc, /dev, a tmpfs)
+ * until its shell runs, then one `nsenter` exec of `echo` in all its namespaces: what any
+ * bubblewrap-based platform pays before a user's first command, with nothing of ours.
+ */
+const bareBubblewrapOnce = (root: string) =>
+  new Promise<number>((resolve, reject) => {
+    const t0 = performance.now()
+    const sandbox = spawn("bwrap", [
+      "--unshare-all",
+      "--die-with-parent",
+      "--ro-bind",
+      root,
+      "/",
+      "--proc",
+      "/proc",
+      "--dev",
+      "/dev",
+      "--tmpfs",
+      "/tmp",
+      "--info-fd",
+      "3",
+      "--",
+      "/bin/sh",
+      "-c",
+      "echo up; exec sleep 1000"
+    ], { stdio: ["ignore", "pipe", "inherit", "pipe"] })
+    let info = ""
+    let up = false
+    const fail = (e: Error) => {
+      sandbox.kill("SIGKILL")
+      reject(e)
+    }
+    const maybeExec = () => {
+      const pid = /"child-pid":\s*(\d+)/.exec(info)?.[1]
+      if (!up || pid === undefined) return
+      up = false
+      const exec = spawn("nsenter", ["-t", pid, "-a", "--", "/bin/echo", "ready"], {
+        stdio: ["ignore", "pipe", "inherit"]
+      })
+      let out = ""
+      exec.stdout.on("data", (chunk: Buffer) => (out += chunk.toString()))
+      exec.on("error", fail)
+      exec.on("exit", (code) => {
+        const elapsed = performance.now() - t0
+        sandbox.kill("SIGKILL")
+        if (code === 0 && out.trim() === "ready") resolve(elapsed)
+        else reject(new Error(`bare exec: exit ${code}, ${JSON.stringify(out)}`))
+      })
+    }
+    ;(sandbox.stdio[3] as NodeJS.ReadableStream).on("data", (chunk: Buffer) => {
+      info += chunk.toString()
+      maybeExec()
+    })
+    sandbox.stdout!.on("data", (chunk: Buffer) => {
+      if (chunk.toString().includes("up")) up = true
+      maybeExec()
+    })
+    sandbox.on("error", fail)
+  })
+
 // The floor: the bare driver
 
 const bareDriver = Effect.scoped(Effect.gen(function*() {
@@ -177,7 +254,12 @@ const bareDriver = Effect.scoped(Effect.gen(function*() {
     if (result.exitCode !== 0) throw new Error("first exec failed")
   }
   for (let i = 0; i < BARE; i++) yield* Effect.ignore(driver.destroy(`bare-${i}`))
-  return times
+  // Bubblewrap alone on the driver's own copy of the `base` root file system.
+  const root = NodePath.join(dataDir, "templates", "base")
+  yield* Effect.promise(() => bareBubblewrapOnce(root))
+  const bwrapTimes: Array<number> = []
+  for (let i = 0; i < BARE; i++) bwrapTimes.push(yield* Effect.promise(() => bareBubblewrapOnce(root)))
+  return { driver: times, bubblewrap: bwrapTimes }
 }))
 
 // ---------------------------------------------------------------------------------------------
@@ -189,6 +271,23 @@ const platform = Effect.gen(function*() {
   const base = yield* serve(HttpRouter.serve(Server.Routes, { disableLogger: true, disableListenLog: true }))
   const org = yield* (yield* Orgs).create("bench", operatorContext)
   const key = (yield* (yield* ApiKeys).mint({ orgId: org.id, userId: null, name: "bench" }, operatorContext)).token
+
+  // Each outbox row remembers its writing transaction, whose commit time Postgres keeps
+  // (track_commit_timestamp): a column of this run's throwaway database only.
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`ALTER TABLE outbox ADD COLUMN bench_xid xid8 DEFAULT pg_current_xact_id()`
+  // When each outbox message reached the bus (its Nats-Msg-Id is the row's id), wall-clock ms.
+  const epochOf = (t: number) => performance.timeOrigin + t
+  const busAt = new Map<string, number>()
+  const onBus = nats.connection.subscribe(nats.subject(">"), {
+    callback: (error, msg) => {
+      const id = error ? undefined : msg.headers?.get("Nats-Msg-Id")
+      if (id && !busAt.has(id)) busAt.set(id, epochOf(performance.now()))
+    }
+  })
+  yield* Effect.addFinalizer(() => Effect.sync(() => onBus.unsubscribe()))
+  // When each create's POST was sent, by sandbox id (wall-clock ms).
+  const postedAt = new Map<string, number>()
 
   // Running events, by sandbox id, as they reach the EVENTS stream.
   const runningAt = new Map<string, number>()
@@ -252,6 +351,7 @@ const platform = Effect.gen(function*() {
 
   const post = (body: object) =>
     Effect.promise(async () => {
+      const sent = epochOf(performance.now())
       const response = await fetch(`${base}/v1/sandboxes`, {
         method: "POST",
         headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
@@ -259,6 +359,7 @@ const platform = Effect.gen(function*() {
       })
       const json = await response.json() as { id: string }
       if (response.status !== 201) throw new Error(`create: ${response.status} ${JSON.stringify(json)}`)
+      postedAt.set(json.id, sent)
       return { id: json.id, at: performance.now() }
     })
   const running = (id: string) =>
@@ -317,42 +418,61 @@ const platform = Effect.gen(function*() {
     ids.push(r.id)
   }
 
-  // Where the time goes: the outbox rows of each hop (created = the writing transaction's start,
-  // sent = the relay's batch start), the agent's report time, and when this process saw it.
-  const sql = yield* SqlClient.SqlClient
-  const stagesAll = yield* sql<
-    {
-      id: string
-      api: Date
-      create_sent: Date
-      applied: Date
-      command_sent: Date
-      reported: string
-      running: Date
-      event_sent: Date
-    }
-  >`
-    SELECT s.id,
-      a.created_at AS api, a.sent_at AS create_sent, c.created_at AS applied, c.sent_at AS command_sent,
-      s.last_report_at::text AS reported, e.created_at AS running, e.sent_at AS event_sent
-    FROM sandboxes s
-    JOIN outbox a ON a.subject LIKE 'actor.sandbox.%.' || s.id
-    JOIN outbox c ON c.subject LIKE 'agent.%.create' AND c.payload->>'sandboxId' = s.id
-    JOIN outbox e ON e.subject LIKE 'evt.%.sandbox.state_updated' AND e.payload->'data'->>'sandbox_id' = s.id
-      AND e.payload->'data'->>'state' = 'running'
-    WHERE s.id = ANY(${ids}::text[])`
-  // The last rows may not be marked sent yet (the relay commits after it published).
-  const stages = stagesAll.filter((r) => r.create_sent !== null && r.command_sent !== null && r.event_sent !== null)
-  const seenEpoch = (id: string) => runningAt.get(id)! - performance.now() + Date.now()
-  const breakdown = {
-    "API transaction → relay picks the Create": stages.map((r) => r.create_sent.getTime() - r.api.getTime()),
-    "→ runtime applies Create (mailbox)": stages.map((r) => r.applied.getTime() - r.create_sent.getTime()),
-    "→ relay picks the agent command": stages.map((r) => r.command_sent.getTime() - r.applied.getTime()),
-    "→ agent: create, exec check, report": stages.map((r) => Number(r.reported) - r.command_sent.getTime()),
-    "→ runtime applies the report": stages.map((r) => r.running.getTime() - Number(r.reported)),
-    "→ relay picks the event": stages.map((r) => r.event_sent.getTime() - r.running.getTime()),
-    "→ event read back here": stages.map((r) => seenEpoch(r.id) - r.event_sent.getTime())
-  }
+  // Where the time goes, per sandbox: the commit time of each outbox row's writing transaction
+  // (Postgres's commit timestamps), when its message reached the bus (this process's
+  // subscription), the agent's report time, when the running event was read back here.
+  const breakdownOf = (sandboxIds: ReadonlyArray<string>) =>
+    Effect.gen(function*() {
+      const rows = yield* sql<
+        {
+          id: string
+          api_commit: number
+          create_msg: string
+          command_commit: number
+          command_msg: string
+          reported: string
+          event_commit: number
+          event_msg: string
+        }
+      >`
+        SELECT s.id,
+          extract(epoch FROM pg_xact_commit_timestamp(a.bench_xid::text::xid)) * 1000 AS api_commit, a.id AS create_msg,
+          extract(epoch FROM pg_xact_commit_timestamp(c.bench_xid::text::xid)) * 1000 AS command_commit, c.id AS command_msg,
+          s.last_report_at::text AS reported,
+          extract(epoch FROM pg_xact_commit_timestamp(e.bench_xid::text::xid)) * 1000 AS event_commit, e.id AS event_msg
+        FROM sandboxes s
+        JOIN outbox a ON a.subject LIKE 'actor.sandbox.%.' || s.id
+        JOIN outbox c ON c.subject LIKE 'agent.%.create' AND c.payload->>'sandboxId' = s.id
+        JOIN outbox e ON e.subject LIKE 'evt.%.sandbox.state_updated' AND e.payload->'data'->>'sandbox_id' = s.id
+          AND e.payload->'data'->>'state' = 'running'
+        WHERE s.id = ANY(${sandboxIds}::text[])`
+      const complete = rows.filter((r) =>
+        busAt.has(r.create_msg) && busAt.has(r.command_msg) && busAt.has(r.event_msg) && postedAt.has(r.id)
+      )
+      const stage = (f: (r: typeof rows[number]) => number) => complete.map((r) => f(r))
+      return {
+        "POST sent → API transaction committed": stage((r) => Number(r.api_commit) - postedAt.get(r.id)!),
+        "→ Create on the bus (relay hop 1)": stage((r) => busAt.get(r.create_msg)! - Number(r.api_commit)),
+        "→ runtime committed the agent command": stage((r) => Number(r.command_commit) - busAt.get(r.create_msg)!),
+        "→ command on the bus (relay hop 2)": stage((r) => busAt.get(r.command_msg)! - Number(r.command_commit)),
+        "→ agent: create, exec check, report": stage((r) => Number(r.reported) - busAt.get(r.command_msg)!),
+        "→ runtime committed the running event": stage((r) => Number(r.event_commit) - Number(r.reported)),
+        "→ event on the bus (relay hop 3)": stage((r) => busAt.get(r.event_msg)! - Number(r.event_commit)),
+        "→ event read back here": stage((r) => epochOf(runningAt.get(r.id)!) - busAt.get(r.event_msg)!)
+      }
+    })
+  const breakdown = yield* breakdownOf(ids)
+
+  // Several clients at once, each creating one sandbox after another.
+  const concurrent = yield* Effect.forEach(
+    Array.from({ length: CONCURRENT }, (_, client) => client),
+    (client) =>
+      Effect.forEach(
+        Array.from({ length: CONCURRENT_ROUNDS }, (_, i) => i),
+        (i) => createRunning(`concurrent-${client}-${i}`)
+      ),
+    { concurrency: CONCURRENT }
+  ).pipe(Effect.map((perClient) => perClient.flat()))
 
   // Idle memory with N (+5) sandboxes running.
   yield* Effect.sleep("1 second")
@@ -379,7 +499,19 @@ const platform = Effect.gen(function*() {
   const spawnerPid = spawnerOf(agent.pid)
   const trace = STRACE ? traceStarts(agent.pid) : undefined
   if (trace !== undefined) yield* Effect.promise(() => trace.ready)
-  const cpuBefore = { agent: cpuMs(agent.pid), spawner: spawnerPid !== undefined ? cpuMs(spawnerPid) : 0 }
+  const postgresPid = findProcess((cmd) => cmd.includes(`-D ${pg.dir}`))
+  const natsPid = findProcess((cmd) => cmd.includes(`-sd ${natsServer.dir}`))
+  const burstCpu = () => ({
+    machine: machineBusyMs(),
+    self: (process.cpuUsage().user + process.cpuUsage().system) / 1000,
+    agent: cpuMs(agent.pid),
+    spawner: spawnerPid !== undefined ? cpuWithReapedMs(spawnerPid) : 0,
+    postgres: postgresPid !== undefined
+      ? treeCpuMs(postgresPid) + cpuWithReapedMs(postgresPid) - cpuMs(postgresPid)
+      : 0,
+    nats: natsPid !== undefined ? cpuMs(natsPid) : 0
+  })
+  const cpuBefore = burstCpu()
   const burstStart = performance.now()
   const burst = yield* Effect.forEach(
     Array.from({ length: BURST }, (_, i) => i),
@@ -388,14 +520,23 @@ const platform = Effect.gen(function*() {
   )
   const burstEnd = Math.max(...burst.map((b) => runningAt.get(b.id)!))
   const burstLatencies = burst.map((b) => b.latency)
+  const cpuAfter = burstCpu()
+  const perCreate = (key: keyof typeof cpuAfter) => (cpuAfter[key] - cpuBefore[key]) / BURST
   const cpuPerCreate = {
-    agent: (cpuMs(agent.pid) - cpuBefore.agent) / BURST,
-    spawner: spawnerPid !== undefined ? (cpuMs(spawnerPid) - cpuBefore.spawner) / BURST : undefined
+    machine: perCreate("machine"),
+    self: perCreate("self"),
+    agent: perCreate("agent"),
+    spawner: spawnerPid !== undefined ? perCreate("spawner") : undefined,
+    postgres: perCreate("postgres"),
+    nats: perCreate("nats")
   }
+  const burstBreakdown = yield* breakdownOf(burst.map((b) => b.id))
   const traced = trace !== undefined ? yield* Effect.promise(() => trace.stop()) : undefined
 
   return {
     breakdown,
+    burstBreakdown,
+    concurrent,
     latencies,
     agentPerSandbox: (agentRssAfter - agentRssBefore) / N,
     inside: { rss: inside.rss / N, pss: inside.pss / N },
@@ -412,6 +553,7 @@ const platform = Effect.gen(function*() {
       return groups
     },
     latencyRuns: ids.map((id, i) => ({ id, latency: latencies[i]! })),
+    concurrentRuns: concurrent,
     burstRuns: burst
   }
 })
@@ -422,12 +564,12 @@ process.env.SVC_RATE_LIMIT_BURST = "100000"
 // One org holds hundreds of sandboxes at once (BENCH_SANDBOXES running, then a BENCH_BURST).
 process.env.SVC_ORG_MAX_SANDBOXES = "100000"
 process.env.SVC_ORG_MAX_RUNNING_SANDBOXES = "100000"
-const [natsServer, pg] = await Promise.all([startNats(), startPostgres()])
+const [natsServer, pg] = await Promise.all([startNats(), startPostgres({ settings: { track_commit_timestamp: "on" } })])
 process.env.SVC_TEST_NATS_URL = natsServer.url
 process.env.SVC_TEST_DATABASE_URL = pg.url
 useTestEncryptionKeys()
 try {
-  const bare = await Effect.runPromise(bareDriver)
+  const floors = await Effect.runPromise(bareDriver)
   const result = await Effect.runPromise(
     Effect.scoped(platform).pipe(
       Effect.provide(
@@ -438,36 +580,50 @@ try {
       )
     )
   )
+  const p50 = (values: ReadonlyArray<number>) => quantile(values, 0.5)
   const row = (name: string, values: ReadonlyArray<number>, target = "") =>
     console.log(
-      `${name.padEnd(46)}${ms(quantile(values, 0.5))}${ms(quantile(values, 0.99))}${ms(Math.max(...values))}  ${target}`
+      `${name.padEnd(46)}${ms(p50(values))}${ms(quantile(values, 0.99))}${ms(Math.max(...values))}  ${target}`
     )
+  const sequentialVia = result.byVia(result.latencyRuns)
+  const concurrentVia = result.byVia(result.concurrentRuns)
+  const burstVia = result.byVia(result.burstRuns)
+  const concurrentLatencies = result.concurrent.map((r) => r.latency)
+
   console.log(`\nsandboxes, create → running (${Os.cpus().length} cores, kernel ${Os.release()})`)
   console.log(`${"".padEnd(46)}${"p50 ms".padStart(9)}${"p99 ms".padStart(9)}${"max ms".padStart(9)}`)
-  row(`bare driver: start → first exec (${BARE} in a row)`, bare)
+  row(`floor: bare bwrap start → one exec (${BARE})`, floors.bubblewrap)
+  row(`our driver alone: start → first exec (${BARE})`, floors.driver)
   row(`platform: POST → running event (${N} in a row)`, result.latencies, "target p50 < 50, p99 < 200")
-  for (const [via, values] of Object.entries(result.byVia(result.latencyRuns))) {
-    row(`  via ${via}: ${values.length}`, values)
-  }
-  console.log(
-    `${"platform overhead over the bare driver (p50)".padEnd(46)}${
-      ms(quantile(result.latencies, 0.5) - quantile(bare, 0.5))
-    }`
+  for (const [via, values] of Object.entries(sequentialVia)) row(`  via ${via}: ${values.length}`, values)
+  console.log("  where the time goes (one after the other):")
+  for (const [stage, values] of Object.entries(result.breakdown)) row(`    ${stage}`, values)
+  row(
+    `${CONCURRENT} clients at once, ${CONCURRENT_ROUNDS} creates each`,
+    concurrentLatencies,
+    "target p50 < 150"
   )
-  for (const [stage, values] of Object.entries(result.breakdown)) row(`  ${stage}`, values)
+  for (const [via, values] of Object.entries(concurrentVia)) row(`  via ${via}: ${values.length}`, values)
   row(`burst: ${BURST} creates, ${CONCURRENCY} clients at once`, result.burstLatencies)
-  for (const [via, values] of Object.entries(result.byVia(result.burstRuns))) {
-    row(`  via ${via}: ${values.length}`, values)
-  }
+  for (const [via, values] of Object.entries(burstVia)) row(`  via ${via}: ${values.length}`, values)
+  console.log("  where the time goes (burst):")
+  for (const [stage, values] of Object.entries(result.burstBreakdown)) row(`    ${stage}`, values)
   console.log(
-    `${"creates per second, sustained (burst)".padEnd(46)}${result.creates.toFixed(1).padStart(9)}  target ≥ 20`
+    `${"creates per second, sustained (burst)".padEnd(46)}${result.creates.toFixed(1).padStart(9)}  target ≥ 50`
   )
+  const cpu = result.cpuPerCreate
+  console.log(`CPU per create in the burst (ms; 2 cores at 50/s allow ${(Os.cpus().length * 1000 / 50).toFixed(0)})`)
+  console.log(`${"  the whole machine (every process, kernel)".padEnd(46)}${cpu.machine.toFixed(2).padStart(9)}`)
+  console.log(`${"  API + runtime (this process)".padEnd(46)}${cpu.self.toFixed(2).padStart(9)}`)
+  console.log(`${"  agent".padEnd(46)}${cpu.agent.toFixed(2).padStart(9)}`)
+  if (cpu.spawner !== undefined) {
+    console.log(`${"  its spawner, with what it started and reaped".padEnd(46)}${cpu.spawner.toFixed(2).padStart(9)}`)
+  }
+  console.log(`${"  Postgres (every backend)".padEnd(46)}${cpu.postgres.toFixed(2).padStart(9)}`)
+  console.log(`${"  NATS".padEnd(46)}${cpu.nats.toFixed(2).padStart(9)}`)
+  const named = cpu.self + cpu.agent + (cpu.spawner ?? 0) + cpu.postgres + cpu.nats
   console.log(
-    `${"agent CPU per create in the burst (ms)".padEnd(46)}${result.cpuPerCreate.agent.toFixed(2).padStart(9)}${
-      result.cpuPerCreate.spawner !== undefined
-        ? `  + its spawner ${result.cpuPerCreate.spawner.toFixed(2)}`
-        : "  (no spawner)"
-    }`
+    `${"  the rest (sandboxes' own processes, kernel)".padEnd(46)}${(cpu.machine - named).toFixed(2).padStart(9)}`
   )
   if (result.traced !== undefined) {
     const per = (n: number) => (n / BURST).toFixed(2).padStart(9)
@@ -483,6 +639,83 @@ try {
   )
   console.log(`${"  beyond them: agent process growth".padEnd(46)}${mib(result.agentPerSandbox)}  target < 5`)
   console.log(`${"  cgroup charge (its processes + kernel)".padEnd(46)}${mib(result.chargePerSandbox)}`)
+
+  // The run's figures against their floors and targets (bench/lib/Report.ts).
+  console.log("")
+  const floor = p50(floors.bubblewrap)
+  const bench = "sandboxes"
+  const cold = [...(sequentialVia["cold-boot"] ?? [])]
+  const restored = [...(sequentialVia["restore"] ?? [])]
+  if (cold.length > 0) {
+    const v = p50(cold)
+    record({
+      bench,
+      figure: "cold boot, POST → running p50",
+      value: v,
+      unit: "ms",
+      baseline: floor,
+      baselineName: "bare bwrap + exec",
+      ratio: v / floor,
+      target: "≤ 3× the floor",
+      met: v <= 3 * floor
+    })
+  }
+  if (restored.length > 0) {
+    const v = p50(restored)
+    record({
+      bench,
+      figure: "from the pool, POST → running p50",
+      value: v,
+      unit: "ms",
+      baseline: floor,
+      baselineName: "bare bwrap + exec",
+      ratio: v / floor,
+      target: "< 15 ms",
+      met: v < 15
+    })
+  }
+  const c = p50(concurrentLatencies)
+  record({
+    bench,
+    figure: `${CONCURRENT} concurrent creates p50`,
+    value: c,
+    unit: "ms",
+    baseline: floor,
+    baselineName: "bare bwrap + exec",
+    ratio: c / floor,
+    target: "< 150 ms",
+    met: c < 150
+  })
+  record({
+    bench,
+    figure: "creates/s sustained (burst)",
+    value: result.creates,
+    unit: "/s",
+    target: "≥ 50",
+    met: result.creates >= 50
+  })
+  for (const hop of [1, 2, 3]) {
+    const entry = Object.entries(result.breakdown).find(([stage]) => stage.includes(`relay hop ${hop}`))
+    if (entry !== undefined) {
+      const v = p50(entry[1])
+      record({
+        bench,
+        figure: `relay hop ${hop}, commit → on the bus p50`,
+        value: v,
+        unit: "ms",
+        target: "≤ 1 ms",
+        met: v <= 1
+      })
+    }
+  }
+  record({
+    bench,
+    figure: "machine CPU per create (burst)",
+    value: cpu.machine,
+    unit: "ms",
+    target: `≤ ${(Os.cpus().length * 1000 / 50).toFixed(0)} ms for 50/s`,
+    met: cpu.machine <= Os.cpus().length * 1000 / 50
+  })
 } finally {
   await Promise.all([natsServer.stop(), pg.close()])
 }

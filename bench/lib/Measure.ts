@@ -56,3 +56,43 @@ const nameOf = (pid: number, comm: string) => {
     return comm
   }
 }
+
+const statFields = (pid: number): ReadonlyArray<string> | undefined => {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8")
+    return stat.slice(stat.lastIndexOf(")") + 2).split(" ")
+  } catch {
+    return undefined
+  }
+}
+
+/**
+ * CPU time (ms) of a process and of its children it has already reaped (cutime + cstime): what
+ * short-lived helpers it started (a spawner's `ip`, `mkfs`, bubblewrap) cost, once they ended.
+ */
+export const cpuWithReapedMs = (pid: number): number => {
+  const fields = statFields(pid)
+  if (fields === undefined) return 0
+  return ((Number(fields[11]) + Number(fields[12]) + Number(fields[13]) + Number(fields[14])) * 1000) / 100
+}
+
+/** The first process whose command line (arguments joined by spaces) `matches`. */
+export const findProcess = (matches: (cmdline: string) => boolean): number | undefined => {
+  for (const entry of fs.readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue
+    try {
+      if (matches(fs.readFileSync(`/proc/${entry}/cmdline`, "utf8").split("\0").join(" "))) return Number(entry)
+    } catch {
+      // gone
+    }
+  }
+  return undefined
+}
+
+/** CPU time (ms) the whole machine has spent busy (every state but idle and iowait), all cores. */
+export const machineBusyMs = (): number => {
+  const cpu = fs.readFileSync("/proc/stat", "utf8").split("\n")[0]!.trim().split(/\s+/).slice(1).map(Number)
+  // user nice system idle iowait irq softirq steal (guest time is already in user)
+  const busy = cpu[0]! + cpu[1]! + cpu[2]! + cpu[5]! + cpu[6]! + cpu[7]!
+  return (busy * 1000) / 100
+}

@@ -144,7 +144,12 @@ export interface PostgresServer {
  * `postgres` binary on a free port with its socket in the same folder.
  */
 export const startPostgres = async (
-  options: { dir?: string | undefined; port?: number | undefined } = {}
+  options: {
+    dir?: string | undefined
+    port?: number | undefined
+    /** More server settings (`-c name=value`), e.g. `track_commit_timestamp: "on"` for a benchmark. */
+    settings?: Readonly<Record<string, string>> | undefined
+  } = {}
 ): Promise<PostgresServer> => {
   const temp = options.dir === undefined
   const dir = options.dir ?? fs.mkdtempSync(path.join(os.tmpdir(), "svc-pg-"))
@@ -192,7 +197,8 @@ export const startPostgres = async (
         "-c",
         "full_page_writes=off",
         "-c",
-        "max_connections=300"
+        "max_connections=300",
+        ...Object.entries(options.settings ?? {}).flatMap(([name, value]) => ["-c", `${name}=${value}`])
       ],
       { user, logFile: path.join(dir, "postgres.log") }
     )
