@@ -15,7 +15,9 @@
  *     the cgroup's kernel charge beyond the processes);
  *   - over the burst, per create: the agent process's CPU time (utime + stime) and its process
  *     spawner's (`svc-spawner`, where the tree has one): figures other load on the machine
- *     barely moves, unlike the creates per second;
+ *     barely moves, unlike the creates per second; and the CPU time of the commands the spawner
+ *     started and reaped within the burst (`ip`, `nsenter`, `svc-enter`, `mkfs`..., not the
+ *     sandboxes' bubblewrap, which runs on);
  *   - with BENCH_STRACE=1, the processes started per create in the burst, counted by `strace -f`
  *     on the agent (and its spawner): forks of the agent itself, all process starts (fork, vfork,
  *     clone without CLONE_THREAD), execs. strace slows what it traces: the timings of such a run
@@ -80,6 +82,16 @@ const cpuMs = (pid: number): number => {
     const stat = FsSync.readFileSync(`/proc/${pid}/stat`, "utf8")
     const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
     return (Number(fields[11]) + Number(fields[12])) * 10
+  } catch {
+    return 0
+  }
+}
+/** CPU time (user + system) of the children a process has waited for so far, in ms. */
+const childrenCpuMs = (pid: number): number => {
+  try {
+    const stat = FsSync.readFileSync(`/proc/${pid}/stat`, "utf8")
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
+    return (Number(fields[13]) + Number(fields[14])) * 10
   } catch {
     return 0
   }
@@ -379,7 +391,11 @@ const platform = Effect.gen(function*() {
   const spawnerPid = spawnerOf(agent.pid)
   const trace = STRACE ? traceStarts(agent.pid) : undefined
   if (trace !== undefined) yield* Effect.promise(() => trace.ready)
-  const cpuBefore = { agent: cpuMs(agent.pid), spawner: spawnerPid !== undefined ? cpuMs(spawnerPid) : 0 }
+  const cpuBefore = {
+    agent: cpuMs(agent.pid),
+    spawner: spawnerPid !== undefined ? cpuMs(spawnerPid) : 0,
+    commands: spawnerPid !== undefined ? childrenCpuMs(spawnerPid) : 0
+  }
   const burstStart = performance.now()
   const burst = yield* Effect.forEach(
     Array.from({ length: BURST }, (_, i) => i),
@@ -390,7 +406,8 @@ const platform = Effect.gen(function*() {
   const burstLatencies = burst.map((b) => b.latency)
   const cpuPerCreate = {
     agent: (cpuMs(agent.pid) - cpuBefore.agent) / BURST,
-    spawner: spawnerPid !== undefined ? (cpuMs(spawnerPid) - cpuBefore.spawner) / BURST : undefined
+    spawner: spawnerPid !== undefined ? (cpuMs(spawnerPid) - cpuBefore.spawner) / BURST : undefined,
+    commands: spawnerPid !== undefined ? (childrenCpuMs(spawnerPid) - cpuBefore.commands) / BURST : undefined
   }
   const traced = trace !== undefined ? yield* Effect.promise(() => trace.stop()) : undefined
 
@@ -469,6 +486,11 @@ try {
         : "  (no spawner)"
     }`
   )
+  if (result.cpuPerCreate.commands !== undefined) {
+    console.log(
+      `${"  the commands it started and reaped (ms)".padEnd(46)}${result.cpuPerCreate.commands.toFixed(2).padStart(9)}`
+    )
+  }
   if (result.traced !== undefined) {
     const per = (n: number) => (n / BURST).toFixed(2).padStart(9)
     console.log(`processes started per create in the burst (strace -f)`)
