@@ -19,7 +19,8 @@
  *   - throughput: BENCH_BURST creates from BENCH_CONCURRENCY clients at once, first POST → last
  *     running event, in creates per second, with the same breakdown;
  *   - over the burst, CPU per create: the whole machine (/proc/stat), this process (API +
- *     runtime), the agent, its spawner with the processes it started and reaped, Postgres, NATS;
+ *     runtime), the agent, its spawner, the commands it started and reaped (`svc-enter`, `mkfs`...,
+ *     not the sandboxes' bubblewrap, which runs on), Postgres, NATS;
  *     figures other load on the machine barely moves, unlike the creates per second;
  *   - memory per idle sandbox with BENCH_SANDBOXES running: its own processes (inside, and the
  *     host-side bubblewrap), and what the host pays beyond them (the agent process's growth,
@@ -60,7 +61,7 @@ import { BubblewrapDriver } from "../packages/host/src/Driver/Bubblewrap.ts"
 import { groupPath } from "../packages/host/src/Driver/Cgroups.ts"
 import { DriverConfig } from "../packages/host/src/Driver/Config.ts"
 import { cleanHost } from "./lib/Hosts.ts"
-import { cpuWithReapedMs, findProcess, machineBusyMs, treeCpuMs } from "./lib/Measure.ts"
+import { findProcess, machineBusyMs, treeCpuMs } from "./lib/Measure.ts"
 import { record } from "./lib/Report.ts"
 import { quantile } from "./lib/Stats.ts"
 
@@ -94,6 +95,16 @@ const cpuMs = (pid: number): number => {
     const stat = FsSync.readFileSync(`/proc/${pid}/stat`, "utf8")
     const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
     return (Number(fields[11]) + Number(fields[12])) * 10
+  } catch {
+    return 0
+  }
+}
+/** CPU time (user + system) of the children a process has waited for so far, in ms. */
+const childrenCpuMs = (pid: number): number => {
+  try {
+    const stat = FsSync.readFileSync(`/proc/${pid}/stat`, "utf8")
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
+    return (Number(fields[13]) + Number(fields[14])) * 10
   } catch {
     return 0
   }
@@ -505,10 +516,11 @@ const platform = Effect.gen(function*() {
     machine: machineBusyMs(),
     self: (process.cpuUsage().user + process.cpuUsage().system) / 1000,
     agent: cpuMs(agent.pid),
-    spawner: spawnerPid !== undefined ? cpuWithReapedMs(spawnerPid) : 0,
-    postgres: postgresPid !== undefined
-      ? treeCpuMs(postgresPid) + cpuWithReapedMs(postgresPid) - cpuMs(postgresPid)
-      : 0,
+    spawner: spawnerPid !== undefined ? cpuMs(spawnerPid) : 0,
+    // What the spawner started and reaped within the burst (`svc-enter`, `mkfs`..., not the
+    // sandboxes' bubblewrap, which runs on).
+    commands: spawnerPid !== undefined ? childrenCpuMs(spawnerPid) : 0,
+    postgres: postgresPid !== undefined ? treeCpuMs(postgresPid) + childrenCpuMs(postgresPid) : 0,
     nats: natsPid !== undefined ? cpuMs(natsPid) : 0
   })
   const cpuBefore = burstCpu()
@@ -527,6 +539,7 @@ const platform = Effect.gen(function*() {
     self: perCreate("self"),
     agent: perCreate("agent"),
     spawner: spawnerPid !== undefined ? perCreate("spawner") : undefined,
+    commands: spawnerPid !== undefined ? perCreate("commands") : undefined,
     postgres: perCreate("postgres"),
     nats: perCreate("nats")
   }
@@ -617,11 +630,12 @@ try {
   console.log(`${"  API + runtime (this process)".padEnd(46)}${cpu.self.toFixed(2).padStart(9)}`)
   console.log(`${"  agent".padEnd(46)}${cpu.agent.toFixed(2).padStart(9)}`)
   if (cpu.spawner !== undefined) {
-    console.log(`${"  its spawner, with what it started and reaped".padEnd(46)}${cpu.spawner.toFixed(2).padStart(9)}`)
+    console.log(`${"  its spawner".padEnd(46)}${cpu.spawner.toFixed(2).padStart(9)}`)
+    console.log(`${"  the commands it started and reaped".padEnd(46)}${(cpu.commands ?? 0).toFixed(2).padStart(9)}`)
   }
   console.log(`${"  Postgres (every backend)".padEnd(46)}${cpu.postgres.toFixed(2).padStart(9)}`)
   console.log(`${"  NATS".padEnd(46)}${cpu.nats.toFixed(2).padStart(9)}`)
-  const named = cpu.self + cpu.agent + (cpu.spawner ?? 0) + cpu.postgres + cpu.nats
+  const named = cpu.self + cpu.agent + (cpu.spawner ?? 0) + (cpu.commands ?? 0) + cpu.postgres + cpu.nats
   console.log(
     `${"  the rest (sandboxes' own processes, kernel)".padEnd(46)}${(cpu.machine - named).toFixed(2).padStart(9)}`
   )

@@ -57,25 +57,6 @@ const nameOf = (pid: number, comm: string) => {
   }
 }
 
-const statFields = (pid: number): ReadonlyArray<string> | undefined => {
-  try {
-    const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8")
-    return stat.slice(stat.lastIndexOf(")") + 2).split(" ")
-  } catch {
-    return undefined
-  }
-}
-
-/**
- * CPU time (ms) of a process and of its children it has already reaped (cutime + cstime): what
- * short-lived helpers it started (a spawner's `ip`, `mkfs`, bubblewrap) cost, once they ended.
- */
-export const cpuWithReapedMs = (pid: number): number => {
-  const fields = statFields(pid)
-  if (fields === undefined) return 0
-  return ((Number(fields[11]) + Number(fields[12]) + Number(fields[13]) + Number(fields[14])) * 1000) / 100
-}
-
 /** The first process whose command line (arguments joined by spaces) `matches`. */
 export const findProcess = (matches: (cmdline: string) => boolean): number | undefined => {
   for (const entry of fs.readdirSync("/proc")) {

@@ -29,6 +29,7 @@
  */
 #define _GNU_SOURCE
 #include "cgroup-join.h"
+#include "start-ticks.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -95,30 +96,6 @@ static ssize_t read_all(int fd, char *buf, size_t max) {
     }
     got += (size_t) n;
   }
-}
-
-/* Field 22 of /proc/PID/stat: the start time in clock ticks (the command may contain spaces). */
-static unsigned long long start_ticks(pid_t pid) {
-  char path[64], buf[4096];
-  snprintf(path, sizeof path, "/proc/%d/stat", (int) pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  ssize_t n = read_all(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n <= 0) return 0;
-  buf[n] = 0;
-  char *p = strrchr(buf, ')');
-  if (p == NULL) return 0;
-  p++;
-  /* After ')': field 3 (state) onwards; field 22 is the 20th token from here. */
-  for (int field = 3; field < 22; field++) {
-    p = strchr(p + 1, ' ');
-    if (p == NULL) return 0;
-  }
-  /* A zombie has no namespaces left to join. */
-  char *state = strrchr(buf, ')') + 2;
-  if (*state == 'Z' || *state == 'X') return 0;
-  return strtoull(p + 1, NULL, 10);
 }
 
 /* The command, for the signal handlers of the waiting parent. */

@@ -1,8 +1,9 @@
 /**
  * The spawner (`src/Driver/Spawner.ts`, `native/svc-spawner.c`): every host command of the driver
  * is started by it, never by a fork of the agent; bytes, exit codes and signals pass as before;
- * its death fails the commands in flight (no hang) and the next command starts a new one; and
- * nothing but the agent can ask it for anything.
+ * its death fails the commands in flight (no hang) and the next command starts a new one;
+ * nothing but the agent can ask it for anything; and what it does itself in a sandbox's
+ * namespaces (its veth, an adopted sandbox's hostname) is for that sandbox's init only.
  */
 import { assert, layer } from "@effect/vitest"
 import { Effect, Exit, Fiber, Stream } from "effect"
@@ -50,6 +51,12 @@ const holdersOf = (link: string) => {
     }
   }
   return found
+}
+
+/** Field 22 of /proc/<pid>/stat: the start time the driver names a sandbox's init by. */
+const startTicksOf = (pid: number): number => {
+  const stat = FsSync.readFileSync(`/proc/${pid}/stat`, "utf8")
+  return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19])
 }
 
 const runningSpawner = () => {
@@ -171,6 +178,45 @@ layer(TestDriver.layer(), { excludeTestServices: true, timeout: 180_000 })(
         const other = uniqueId("respawn2")
         yield* withSandbox(driver, spec(other))
         assert.strictEqual(text((yield* driver.exec(other, sh("echo ok"))).stdout), "ok\n")
+      }).pipe(Effect.scoped))
+
+    it.effect("its veth and adopt requests act on the sandbox's init only: another start time is refused, nothing changes", () =>
+      Effect.gen(function*() {
+        const { driver, config } = yield* TestDriver
+        const id = uniqueId("init")
+        const info = yield* withSandbox(driver, spec(id))
+        const pid = info.pid!
+        // The pid of a process that ended and a new one that took its number: the start time differs.
+        const stale = startTicksOf(pid) + 1
+        const outcome = (promise: Promise<void>) =>
+          Effect.promise(() => promise.then(() => "done", (e: Error) => e.message))
+
+        const adopted = yield* outcome(
+          Spawner.adoptInside({ pid, startTicks: stale, hostname: "intruder", shmBytes: 1024 * 1024 })
+        )
+        assert.include(adopted, "No such process")
+        const hostEnd = `svt${uniqueId("").slice(-8)}`.slice(0, 15)
+        const attached = yield* outcome(Spawner.veth({
+          pid,
+          startTicks: stale,
+          bridge: config.bridge,
+          hostEnd,
+          mac: "02:53:0a:d5:ff:fe",
+          ip: "10.213.255.254",
+          prefix: 16,
+          gateway: undefined
+        }))
+        assert.include(attached, "No such process")
+        assert.isFalse(FsSync.existsSync(`/sys/class/net/${hostEnd}`))
+        assert.strictEqual(text((yield* driver.exec(id, sh("hostname"))).stdout), `${id}\n`)
+
+        // The right start time: the same request is done (hostname and /dev/shm, as adopt sets them).
+        const done = yield* outcome(
+          Spawner.adoptInside({ pid, startTicks: startTicksOf(pid), hostname: "renamed", shmBytes: 3 * 1024 * 1024 })
+        )
+        assert.strictEqual(done, "done")
+        const after = yield* driver.exec(id, sh("hostname; grep ' /dev/shm ' /proc/self/mountinfo"))
+        assert.match(text(after.stdout), /^renamed\n.* \/dev\/shm rw,nosuid,nodev,relatime - tmpfs tmpfs rw,size=3072k/)
       }).pipe(Effect.scoped))
 
     it.effect("no other process can reach it: its requests come on a socketpair only the agent holds", () =>

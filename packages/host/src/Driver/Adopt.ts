@@ -1,21 +1,21 @@
 /**
  * `adopt`: a running sandbox made ahead of need (a host agent's warm pool entry) becomes the
  * sandbox a create asked for: no bubblewrap start and no veth on the create's path, only
- * renames, cgroup writes and a hostname.
+ * renames, cgroup writes, a hostname and /dev/shm's size (the spawner's; no program started).
  */
 import { Effect } from "effect"
 import * as Fs from "node:fs/promises"
 import { DriverFailure, SandboxAlreadyExists, SandboxSpec } from "../Driver.ts"
 import * as Disk from "./Disk.ts"
-import { checkId, decodeInput, type DriverHost, HELPER, HOST_ENV, invalid, tryHost } from "./Host.ts"
+import { checkId, decodeInput, type DriverHost, invalid, spawnerTask, tryHost } from "./Host.ts"
 import type { DriverLifecycle } from "./Lifecycle.ts"
 import * as Network from "./Network.ts"
-import { runChecked } from "./Process.ts"
 import { infoOf } from "./Run.ts"
+import * as Spawner from "./Spawner.ts"
 import { RunRecord, sandboxPaths, SandboxRecord, writeRunRecord, writeSandboxRecord } from "./State.ts"
 
 export const makeAdopt = (host: DriverHost, lifecycle: Pick<DriverLifecycle, "destroyInternal">) => {
-  const { config, bin, cgroups } = host
+  const { config, cgroups } = host
 
   /**
    * Renames a running sandbox and applies the spec's settings. The order keeps a crash at any
@@ -89,25 +89,16 @@ export const makeAdopt = (host: DriverHost, lifecycle: Pick<DriverLifecycle, "de
                 pidsMax: config.pidsMax,
                 diskGb: spec.diskGb
               }))
-            // The sandbox's namespaces belong to its user namespace; host root may join them. The
-            // hostname, and /dev/shm sized for the new memory limit (mount reads /proc/mounts: the pid
-            // namespace too); only the helper busybox runs in there (the tenant cannot replace it).
-            yield* runChecked("adopt", bin.nsenter, [
-              "-t",
-              String(entry.run.pid),
-              "-u",
-              "-m",
-              "-p",
-              "-r",
-              "--",
-              HELPER,
-              "sh",
-              "-c",
-              `${HELPER} hostname "$1" && ${HELPER} mount -o remount,nosuid,nodev,size=$2 /dev/shm`,
-              "sh",
-              spec.sandboxId,
-              String(Disk.shmBytes(spec.ramMb))
-            ], { env: HOST_ENV })
+            // The hostname, and /dev/shm sized for the new memory limit: done by a child of the
+            // spawner in the init's UTS and mount namespaces and root (host root may join them),
+            // no program started there, nothing of the sandbox's run or trusted.
+            yield* spawnerTask("adopt", (signal) =>
+              Spawner.adoptInside({
+                pid: entry.run.pid,
+                startTicks: entry.run.startTicks,
+                hostname: spec.sandboxId,
+                shmBytes: Disk.shmBytes(spec.ramMb)
+              }, signal))
             const runRecord = new RunRecord({
               ...entry.run,
               limits: { ...prepared.limits, disk: entry.run.limits.disk }

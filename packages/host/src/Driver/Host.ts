@@ -59,6 +59,22 @@ export const errorMessage = (e: unknown) => (e instanceof Error ? e.message : St
 export const tryHost = <A>(operation: string, f: () => Promise<A>): Effect.Effect<A, DriverFailure> =>
   Effect.tryPromise({ try: f, catch: (e) => new DriverFailure({ operation, message: errorMessage(e) }) })
 
+/**
+ * A spawner request that starts no program (`Spawner.veth`, `Spawner.adoptInside`) as a driver
+ * step: interrupted or past `timeoutMs`, the spawner's child doing it is killed.
+ */
+export const spawnerTask = (
+  operation: string,
+  f: (signal: AbortSignal) => Promise<void>,
+  timeoutMs = 30_000
+): Effect.Effect<void, DriverFailure> =>
+  Effect.tryPromise({ try: f, catch: (e) => new DriverFailure({ operation, message: errorMessage(e) }) }).pipe(
+    Effect.timeoutOrElse({
+      duration: timeoutMs,
+      orElse: () => Effect.fail(new DriverFailure({ operation, message: `no answer within ${timeoutMs / 1000} s` }))
+    })
+  )
+
 export const invalid = (message: string) => new InvalidSandboxRequest({ message })
 
 /** Every caller input goes through its schema: a refusal is the caller's fault, never a host failure. */
@@ -88,7 +104,6 @@ export interface DriverHost {
   readonly bin: {
     readonly bwrap: string
     readonly unshare: string
-    readonly nsenter: string
     readonly ip: string
     readonly sh: string
   }
@@ -137,7 +152,6 @@ export const makeDriverHost = (
     const found = {
       bwrap: findBinary("bwrap"),
       unshare: findBinary("unshare"),
-      nsenter: findBinary("nsenter"),
       ip: findBinary("ip"),
       sh: findBinary("sh")
     }
@@ -149,7 +163,6 @@ export const makeDriverHost = (
     const bin = {
       bwrap: found.bwrap!,
       unshare: found.unshare!,
-      nsenter: found.nsenter!,
       ip: found.ip!,
       sh: found.sh!
     }

@@ -178,11 +178,6 @@ export const release = async (leaseDir: string, ip: string, owner: LeaseOwner): 
 export const interfaceExists = (name: string) => exists(`/sys/class/net/${name}`)
 
 /**
- * The `ip -batch` script that makes the pair with its inner end born inside the sandbox's net
- * namespace as eth0 (measured: moving an existing interface into a namespace costs ~40 ms,
- * creating it there ~5 ms).
- */
-/**
  * The sandbox's MAC, derived from its address (locally administered, `02:53:` + the IPv4 bytes).
  * A random one broke the host's reach: the host's neighbour entry of an address stays
  * REACHABLE for a while after its sandbox goes, and a new sandbox on the same address would
@@ -191,31 +186,23 @@ export const interfaceExists = (name: string) => exists(`/sys/class/net/${name}`
 export const macOf = (ip: string): string =>
   ["02", "53", ...ip.split(".").map((part) => Number(part).toString(16).padStart(2, "0"))].join(":")
 
-export const hostScript = (bridge: string, ip: string, pid: number): string => {
-  const { host } = vethNames(ip)
-  return [
-    `link add ${host} master ${bridge} type veth peer name eth0 address ${macOf(ip)} netns ${pid}`,
-    // Isolated bridge ports talk only to the bridge itself (the host), never to each other.
-    `link set dev ${host} type bridge_slave isolated on`,
-    `link set ${host} up`,
-    // And whatever the host remembers of this address (a sandbox made before MACs were derived).
-    `neigh replace ${ip} lladdr ${macOf(ip)} dev ${bridge} nud stale`
-  ].join("\n") + "\n"
-}
-
-/**
- * The `ip -batch` script run inside the sandbox's net namespace. A default route to the gateway
- * only with egress (`defaultRoute`): the firewall then redirects every TCP connection and DNS
- * query to the host's egress proxy, and drops the rest; without egress there is no route out.
- * No IPv6 on eth0: without a generated address (set before the link comes up) the sandbox has
- * no IPv6 source on the bridge, so the host's link-local addresses are out of reach even before
- * the firewall (which drops them too).
+/*
+ * The veth pair is made by the spawner (`Spawner.veth`, rtnetlink from `native/svc-spawner.c`),
+ * in this order, what two `ip -batch` scripts did before:
+ *   host:   link add sv<hex> master <bridge> type veth peer name eth0 address <macOf(ip)>
+ *             netns <the init's>  (the inner end born in the sandbox's namespace: moving an
+ *             existing interface into a namespace cost ~40 ms, creating it there ~5 ms)
+ *           link set dev sv<hex> type bridge_slave isolated on  (isolated bridge ports talk only
+ *             to the bridge itself, the host, never to each other)
+ *           link set sv<hex> up
+ *           neigh replace <ip> lladdr <macOf(ip)> dev <bridge> nud stale  (whatever the host
+ *             remembers of this address: a sandbox made before MACs were derived)
+ *   inside: link set eth0 addrgenmode none  (no IPv6 on eth0: without a generated address, set
+ *             before the link comes up, the sandbox has no IPv6 source on the bridge, so the
+ *             host's link-local addresses are out of reach even before the firewall, which
+ *             drops them too)
+ *           addr add <ip>/<prefix> dev eth0; link set eth0 up; link set lo up
+ *           route add default via <gateway> dev eth0  (only with egress: the firewall then
+ *             redirects every TCP connection and DNS query to the host's egress proxy and drops
+ *             the rest; without egress there is no route out)
  */
-export const sandboxScript = (ip: string, subnet: SandboxSubnet, defaultRoute = false): string =>
-  [
-    `link set eth0 addrgenmode none`,
-    `addr add ${ip}/${subnet.prefix} dev eth0`,
-    `link set eth0 up`,
-    `link set lo up`,
-    ...(defaultRoute ? [`route add default via ${subnet.gateway} dev eth0`] : [])
-  ].join("\n") + "\n"

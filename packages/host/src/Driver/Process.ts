@@ -22,8 +22,6 @@ export interface CommandOptions {
    * namespaces driver kills its per-exec cgroup). Called on timeout and on interruption.
    */
   readonly killTree?: (pid: number) => void
-  /** Runs in the network namespace of this process (`ip` inside a sandbox, without `nsenter`). */
-  readonly netnsPid?: number
 }
 
 export interface RunResult {
@@ -99,13 +97,12 @@ const INLINE_STDIN_BYTES = 64 * 1024
 const spawnTree = (
   file: string,
   args: ReadonlyArray<string>,
-  options: Pick<CommandOptions, "env" | "fd3" | "killTree" | "netnsPid">,
+  options: Pick<CommandOptions, "env" | "fd3" | "killTree">,
   stdin: Spawner.StdioSpec
 ): Promise<{ readonly child: Spawner.Spawned; readonly kill: () => void }> =>
   Spawner.spawn(file, args, {
     env: options.env ?? {},
-    stdio: [stdin, "out", "out", ...(options.fd3 === undefined ? [] : [{ data: options.fd3 }])],
-    ...(options.netnsPid !== undefined ? { netnsPid: options.netnsPid } : {})
+    stdio: [stdin, "out", "out", ...(options.fd3 === undefined ? [] : [{ data: options.fd3 }])]
   }).then((child) => ({
     child,
     kill: () => {

@@ -11,9 +11,18 @@ import { DriverFailure, SandboxInfo } from "../Driver.ts"
 import { shiftOwnership } from "../Rootfs.ts"
 import * as Confinement from "./Confinement.ts"
 import * as Disk from "./Disk.ts"
-import { type DriverHost, errorMessage, HELPER, HELPER_DIR, HOST_ENV, SANDBOX_PATH, tryHost } from "./Host.ts"
+import {
+  type DriverHost,
+  errorMessage,
+  HELPER,
+  HELPER_DIR,
+  HOST_ENV,
+  SANDBOX_PATH,
+  spawnerTask,
+  tryHost
+} from "./Host.ts"
 import * as Network from "./Network.ts"
-import { decode, run, runChecked } from "./Process.ts"
+import { decode, run } from "./Process.ts"
 import * as Spawner from "./Spawner.ts"
 import {
   isAlive,
@@ -259,24 +268,25 @@ export const makeRuns = (host: DriverHost): Runs => {
     })
 
   /** Makes the veth pair and configures the sandbox end. */
-  const attachNetwork = (pid: number, internalIp: string) =>
+  const attachNetwork = (runRecord: RunRecord, internalIp: string) =>
     Effect.gen(function*() {
       const { host: veth } = Network.vethNames(internalIp)
       if (yield* tryHost("network", () => Network.interfaceExists(veth))) {
         yield* run("network", bin.ip, ["link", "del", veth], { env: HOST_ENV, timeoutMs: 10_000 })
       }
-      // Two `ip -batch` processes started by the spawner (no fork of the agent, no shell): the
-      // host's end, then the sandbox's end from inside its net namespace (the spawner joins it
-      // before the exec: no `nsenter`). Each script reaches `ip` as a pipe holding it.
-      yield* runChecked("network", bin.ip, ["-batch", "-"], {
-        env: HOST_ENV,
-        stdin: Buffer.from(Network.hostScript(config.bridge, internalIp, pid))
-      })
-      yield* runChecked("network", bin.ip, ["-batch", "-"], {
-        env: HOST_ENV,
-        netnsPid: pid,
-        stdin: Buffer.from(Network.sandboxScript(internalIp, subnet, config.egress !== undefined))
-      })
+      // rtnetlink requests made by the spawner (no `ip`, no fork of the agent): the host's end,
+      // then the sandbox's from inside its net namespace, which a child of the spawner joins.
+      yield* spawnerTask("network", (signal) =>
+        Spawner.veth({
+          pid: runRecord.pid,
+          startTicks: runRecord.startTicks,
+          bridge: config.bridge,
+          hostEnd: veth,
+          mac: Network.macOf(internalIp),
+          ip: internalIp,
+          prefix: subnet.prefix,
+          gateway: config.egress !== undefined ? subnet.gateway : undefined
+        }, signal))
     })
 
   const detachNetwork = (internalIp: string) =>
@@ -371,7 +381,7 @@ export const makeRuns = (host: DriverHost): Runs => {
       })
       // Written before the network so that a failure below still finds the process to kill.
       yield* tryHost("start", () => writeRunRecord(paths, runRecord))
-      yield* attachNetwork(pid, record.internalIp).pipe(
+      yield* attachNetwork(runRecord, record.internalIp).pipe(
         Effect.tapError(() => teardownRun(record, paths, runRecord).pipe(Effect.ignore))
       )
       host.running.set(record.sandboxId, { record, run: runRecord })

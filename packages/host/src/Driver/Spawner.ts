@@ -15,6 +15,11 @@
  * anything. Secrets stay where they were: an environment travels in a request and into a pipe
  * the command reads (`{ data }`), never on a command line.
  *
+ * Two requests start no program at all: a sandbox's veth pair (`veth`, rtnetlink from the
+ * spawner, where two `ip -batch` runs were) and an adopted sandbox's hostname and /dev/shm
+ * (`adoptInside`, where `nsenter` and a busybox shell were). The spawner does each in a forked
+ * child that never execs (the child may join the sandbox's namespaces; the spawner never does).
+ *
  * If the spawner dies, the commands it started and still tracked are killed by the kernel
  * (PR_SET_PDEATHSIG), except those that must outlive it (a sandbox's bubblewrap), and each
  * `Spawned` of it emits `error` (`SpawnerLost`) then `exit`; the next spawn starts a new one.
@@ -50,8 +55,6 @@ export interface SpawnOptions {
   readonly stdio: ReadonlyArray<StdioSpec>
   /** Keeps running if the spawner dies (a sandbox's host-side bubblewrap); otherwise killed. */
   readonly outlive?: boolean
-  /** Starts in this process's network namespace (`ip` inside a sandbox without `nsenter`). */
-  readonly netnsPid?: number
 }
 
 /** The spawner ended while this command ran: how it ended is unknown, and it was killed. */
@@ -70,6 +73,30 @@ export class SpawnFailed extends Error {
     this.name = "SpawnFailed"
     this.errno = errno
   }
+}
+
+/** A sandbox's veth pair (`veth`): what `Network.ts`'s two `ip -batch` scripts set up. */
+export interface VethRequest {
+  /** The sandbox's init and its start time (`run.json`): its network namespace gets the inner end. */
+  readonly pid: number
+  readonly startTicks: number
+  readonly bridge: string
+  /** The host end's name (`sv<ip in hex>`). */
+  readonly hostEnd: string
+  /** The inner end's (eth0's) MAC. */
+  readonly mac: string
+  readonly ip: string
+  readonly prefix: number
+  /** A default route via this gateway (with egress only). */
+  readonly gateway: string | undefined
+}
+
+/** An adopted sandbox's new hostname and /dev/shm size (`adoptInside`). */
+export interface AdoptRequest {
+  readonly pid: number
+  readonly startTicks: number
+  readonly hostname: string
+  readonly shmBytes: number
 }
 
 const signalNames = new Map<number, NodeJS.Signals>(
@@ -210,6 +237,11 @@ interface Pending {
   readonly stdio: ReadonlyArray<StdioSpec>
 }
 
+interface PendingTask {
+  readonly resolve: () => void
+  readonly reject: (error: Error) => void
+}
+
 const u32 = (n: number) => {
   const b = Buffer.alloc(4)
   b.writeUInt32LE(n >>> 0)
@@ -227,6 +259,7 @@ class Client {
   dead = false
   #nextId = 1
   readonly #pending = new Map<number, Pending>()
+  readonly #tasks = new Map<number, PendingTask>()
   readonly #children = new Map<number, Spawned>()
   #buffer = ""
 
@@ -252,7 +285,8 @@ class Client {
   /** The agent's event loop waits for the spawner only while a start or a referenced command is pending. */
   updateRef(): void {
     if (this.dead) return
-    const busy = this.#pending.size > 0 || [...this.#children.values()].some((c) => c.referenced)
+    const busy = this.#pending.size > 0 || this.#tasks.size > 0 ||
+      [...this.#children.values()].some((c) => c.referenced)
     const handles = [this.child, this.child.stdout, this.child.stdin] as Array<unknown>
     for (const handle of handles) {
       const h = handle as { ref?: () => void; unref?: () => void }
@@ -275,7 +309,6 @@ class Client {
       Buffer.from("S"),
       u32(id),
       u32(options.outlive === true ? 1 : 0),
-      u32(options.netnsPid ?? 0),
       ...field(file),
       u32(argv.length),
       ...argv.flatMap(field),
@@ -296,6 +329,32 @@ class Client {
       this.#pending.set(id, { resolve, reject, stdio: options.stdio })
       this.updateRef()
       this.#send(parts)
+    })
+  }
+
+  /**
+   * A request that starts no program ('N', 'A'): done (`D`) or failed (`E`). Aborted: the
+   * spawner's child doing it is killed (the caller undoes what it may have done).
+   */
+  task(kind: "N" | "A", fields: ReadonlyArray<Buffer>, signal: AbortSignal | undefined): Promise<void> {
+    if (this.dead) return Promise.reject(new SpawnerLost())
+    const id = this.#nextId++
+    return new Promise<void>((resolve, reject) => {
+      const onAbort = () => {
+        if (!this.#tasks.delete(id)) return
+        this.#send([Buffer.from("K"), u32(id), u32(9), u32(0)])
+        this.updateRef()
+        reject(signal?.reason instanceof Error ? signal.reason : new Error("aborted"))
+      }
+      const settle = () => signal?.removeEventListener("abort", onAbort)
+      this.#tasks.set(id, {
+        resolve: () => (settle(), resolve()),
+        reject: (e) => (settle(), reject(e))
+      })
+      this.updateRef()
+      this.#send([Buffer.from(kind), u32(id), ...fields])
+      if (signal?.aborted === true) onAbort()
+      else signal?.addEventListener("abort", onAbort, { once: true })
     })
   }
 
@@ -372,10 +431,18 @@ class Client {
       }
       this.updateRef()
     } else if (kind === "E") {
-      const pending = this.#pending.get(id)
+      const failed = new SpawnFailed(Number(rest[0]), rest.slice(1).join(" "))
+      const pending = this.#pending.get(id) ?? this.#tasks.get(id)
       if (pending === undefined) return
       this.#pending.delete(id)
-      pending.reject(new SpawnFailed(Number(rest[0]), rest.slice(1).join(" ")))
+      this.#tasks.delete(id)
+      pending.reject(failed)
+      this.updateRef()
+    } else if (kind === "D") {
+      const task = this.#tasks.get(id)
+      if (task === undefined) return
+      this.#tasks.delete(id)
+      task.resolve()
       this.updateRef()
     } else if (kind === "X") {
       const spawned = this.#children.get(id)
@@ -390,8 +457,9 @@ class Client {
   #lost(): void {
     if (this.dead) return
     this.dead = true
-    for (const pending of this.#pending.values()) pending.reject(new SpawnerLost())
+    for (const pending of [...this.#pending.values(), ...this.#tasks.values()]) pending.reject(new SpawnerLost())
     this.#pending.clear()
+    this.#tasks.clear()
     const children = [...this.#children.values()]
     this.#children.clear()
     for (const child of children) child.exited(null, "SIGKILL", new SpawnerLost())
@@ -429,6 +497,40 @@ export const spawn = (file: string, args: ReadonlyArray<string>, options: SpawnO
     return Promise.reject(e)
   }
 }
+
+const task = (kind: "N" | "A", fields: ReadonlyArray<Buffer>, signal?: AbortSignal): Promise<void> => {
+  try {
+    return current().task(kind, fields, signal)
+  } catch (e) {
+    return Promise.reject(e)
+  }
+}
+
+/**
+ * Makes a sandbox's veth pair and sets both ends up by rtnetlink, from the spawner: no `ip`
+ * started. Fails (`SpawnFailed`, the step and the kernel's reason) when a step fails, with what
+ * the steps before it made left in place (the run's teardown removes the pair).
+ */
+export const veth = (request: VethRequest, signal?: AbortSignal): Promise<void> =>
+  task("N", [
+    u32(request.pid),
+    ...field(String(request.startTicks)),
+    ...field(request.bridge),
+    ...field(request.hostEnd),
+    ...field(request.mac),
+    ...field(request.ip),
+    u32(request.prefix),
+    ...field(request.gateway ?? "")
+  ], signal)
+
+/** Sets an adopted sandbox's hostname and /dev/shm's size from the spawner: no program started. */
+export const adoptInside = (request: AdoptRequest, signal?: AbortSignal): Promise<void> =>
+  task("A", [
+    u32(request.pid),
+    ...field(String(request.startTicks)),
+    ...field(request.hostname),
+    ...field(String(request.shmBytes))
+  ], signal)
 
 /** A driver starts using the spawner built at `path`; `release` when it stops (the last one ends it). */
 export const use = (path: string): { readonly release: () => void } => {
