@@ -115,12 +115,11 @@ export class Billing extends Context.Service<Billing, {
       admit: Effect.fnUntraced(function*(orgId: string) {
         const now = yield* Clock.currentTimeMillis
         const period = periodOf(now)
-        const row = yield* Store.readPeriod(orgId, period.start)
-        const limits = yield* Store.readLimits(orgId)
-        const spend = toMicros(row.spendUnits)
-        if (!isBlocked(spend, limits.hardLimitMicros)) return
+        const gate = yield* Store.readGate(orgId, period.start)
+        const spend = toMicros(gate.spendUnits)
+        if (!isBlocked(spend, gate.hardLimitMicros)) return
         return yield* new Errors.UsageLimitReached({
-          error: `The org has reached its hard usage limit for this period (spend ${spend} of ${limits
+          error: `The org has reached its hard usage limit for this period (spend ${spend} of ${gate
             .hardLimitMicros!} micros, until ${
             new Date(period.end).toISOString()
           }); raise it with PUT /v1/billing/limits`

@@ -35,6 +35,7 @@
  *   never other hosts' ids or free capacity (those go to the log).
  */
 import * as Actors from "@svc/actors/Actors"
+import { commit } from "@svc/actors/Commit"
 import { sealEnv } from "@svc/crypto/SealedEnv"
 import { SecretBox } from "@svc/crypto/SecretBox"
 import { Idempotency, type Outcome } from "@svc/db/Idempotency"
@@ -305,12 +306,8 @@ export class Sandboxes extends Context.Service<Sandboxes, {
             lastReportAt: null,
             createdEmitted: false
           }
-          const inserted = yield* corrupt(store.save(id, state, undefined))
-          if (!inserted) return yield* Effect.die(new Error(`sandbox id ${id} taken`))
-          yield* Actors.recordTransition(SandboxActor, id, "api:create", 1)
           // Before the host hears of it: its proxy knows the policy by the first connection.
-          yield* Outbox.append(egressMessage(state)).pipe(Effect.catchTag("InvalidOutboxMessage", Effect.die))
-          yield* Actors.sendViaOutbox(SandboxActor, id, {
+          const create = yield* Actors.outboxMessage(SandboxActor, id, {
             _tag: "Create",
             // Sealed before it reaches the outbox: the env may hold credentials. The template's
             // env first, the request's over it.
@@ -319,6 +316,15 @@ export class Sandboxes extends Context.Service<Sandboxes, {
             unplaceable: placement._tag === "Unplaceable" ? placement.reason : null,
             ...(volumes.mounts.length > 0 ? { volumes: volumes.mounts } : {})
           }).pipe(Effect.catchTag("InvalidActorMessage", Effect.die))
+          const messages = yield* Outbox.prepareAll([egressMessage(state), create]).pipe(
+            Effect.catchTag("InvalidOutboxMessage", Effect.die)
+          )
+          // The row, its first transition in the inbox (version 1, so that the inbox stays the
+          // entity's complete log) and both messages: one statement (Commit.ts), not four.
+          const written = yield* corrupt(
+            commit(SandboxActor, store, { id, msgId: "api:create", state, expected: undefined, messages })
+          )
+          if (written !== "applied") return yield* Effect.die(new Error(`sandbox id ${id} taken`))
           return state
         })
         const outcome = yield* idempotency.run({

@@ -19,6 +19,10 @@ const limitRows = Rows.decoder(
   "BillingStore.limits",
   Schema.Struct({ hard_limit_micros: Schema.NullOr(Rows.Int8), alert_micros: Schema.NullOr(Rows.Int8) })
 )
+const gateRows = Rows.decoder(
+  "BillingStore.gate",
+  Schema.Struct({ spend_units: Schema.NullOr(Units), hard_limit_micros: Schema.NullOr(Rows.Int8) })
+)
 const runRows = Rows.decoder(
   "BillingStore.dueRuns",
   Schema.Struct({
@@ -77,6 +81,23 @@ export const readPeriod = Effect.fnUntraced(function*(orgId: string, periodStart
     SELECT spend_units::text AS spend_units, pcts_sent, alert_sent FROM billing_periods
     WHERE org_id = ${orgId} AND period_start = ${new Date(periodStart)}`)
   return rows.length === 0 ? { spendUnits: 0n, sent: { pcts: [], alert: false } } : toPeriod(rows[0]!)
+})
+
+/**
+ * What the usage gate asks, in one statement: the period's spend (0 without a row) and the hard
+ * limit (null without one). `readPeriod` and `readLimits` read the same, in two round trips.
+ */
+export const readGate = Effect.fnUntraced(function*(orgId: string, periodStart: number) {
+  const sql = yield* SqlClient.SqlClient
+  const rows = yield* gateRows(sql`
+    SELECT (SELECT spend_units::text FROM billing_periods
+            WHERE org_id = ${orgId} AND period_start = ${new Date(periodStart)}) AS spend_units,
+           (SELECT hard_limit_micros FROM billing_limits WHERE org_id = ${orgId}) AS hard_limit_micros`)
+  const row = rows[0]
+  return {
+    spendUnits: BigInt(row?.spend_units ?? "0"),
+    hardLimitMicros: row?.hard_limit_micros ?? null
+  }
 })
 
 export const savePeriod = Effect.fnUntraced(function*(orgId: string, periodStart: number, row: PeriodRow) {

@@ -33,13 +33,12 @@ export const lockOrg = Effect.fnUntraced(function*(orgId: string) {
 })
 
 /**
- * Locks the org's row until the transaction ends and refuses the change when it would take the
- * org past a quota: a create (one more sandbox, one more running) or a start (one more running).
- * Must run inside the transaction that then writes the sandbox.
+ * Refuses the change when it would take the org past a quota: a create (one more sandbox, one
+ * more running) or a start (one more running). Must run inside the transaction that then writes
+ * the sandbox, after its `lockOrg` (one round trip each; taking the lock again here cost one more).
  */
 export const check = Effect.fnUntraced(function*(orgId: string, quotas: Quotas, change: "create" | "start") {
   const sql = yield* SqlClient.SqlClient
-  yield* lockOrg(orgId)
   const rows = yield* counts(sql`
     SELECT count(*)::int AS total,
            count(*) FILTER (WHERE state = ANY(${[...RUNNING_STATES]}::text[]))::int AS running
