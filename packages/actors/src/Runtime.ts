@@ -24,6 +24,7 @@ import { consumeScoped } from "@svc/bus/Consume"
 import { BusError, Nats } from "@svc/bus/Nats"
 import * as Trace from "@svc/bus/Trace"
 import * as Outbox from "@svc/events/Outbox"
+import { OutboxRelay } from "@svc/events/Relay"
 import { Clock, Context, Duration, Effect, Layer, Metric, Option, Schedule, Schema } from "effect"
 import { SqlClient, type SqlError } from "effect/sql"
 import {
@@ -118,6 +119,8 @@ export class ActorRuntime extends Context.Service<ActorRuntime, {
   ) {
     const nats = yield* Nats
     const sql = yield* SqlClient.SqlClient
+    const relay = yield* Effect.serviceOption(OutboxRelay)
+    const wakeRelay = Option.isSome(relay) ? relay.value.wake : Effect.void
     const hooks = options.hooks ?? {}
     const retryDelayMs = Duration.toMillis(Duration.fromInputUnsafe(options.retryDelay ?? Duration.seconds(1)))
     const ackWaitMs = Duration.toMillis(Duration.fromInputUnsafe(options.ackWait ?? DEFAULT_ACK_WAIT))
@@ -275,6 +278,9 @@ export class ActorRuntime extends Context.Service<ActorRuntime, {
             Effect.mapError((e) => new Poison({ reason: `message refused: ${e.message}` }))
           )
           const outcome = yield* apply(actor, info, message)
+          // The relay of this process (if any) publishes the effects now, without waiting for
+          // Postgres' notification (the commit's pg_notify stays for relays elsewhere).
+          if (outcome === "applied") yield* wakeRelay
           if (outcome === "applied" && hooks.afterCommit) yield* hooks.afterCommit(info)
           return outcome
         })
@@ -365,7 +371,10 @@ export class ActorRuntime extends Context.Service<ActorRuntime, {
     })
   })
 
-  /** Runs the given actor types; needs `Nats` and `SqlClient` (and the relay elsewhere). */
+  /**
+   * Runs the given actor types; needs `Nats` and `SqlClient` (and the relay elsewhere). Given an
+   * `OutboxRelay`, wakes it after each commit.
+   */
   static readonly layer = (actors: ReadonlyArray<AnyActor>, options?: ActorRuntimeOptions) =>
     Layer.effect(ActorRuntime, ActorRuntime.make(actors, options))
 }

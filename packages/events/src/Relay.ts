@@ -19,7 +19,9 @@
  *   them with the same msgID and the stream drops the duplicates (within its duplicate window,
  *   10 min for EVENTS).
  * - Latency: `Outbox.append` issues `pg_notify` in the writing transaction; the relay LISTENs and
- *   wakes at commit. A poll (`pollInterval`) covers notifications missed while reconnecting.
+ *   wakes at commit. Writers in the relay's own process also call `wake` after their commit (the
+ *   API's services, the actor runtime), which is often sooner. A poll (`pollInterval`) covers
+ *   notifications missed while reconnecting.
  * - Failures: a publish that fails (NATS down) leaves the batch unsent and is retried with capped
  *   exponential backoff; a statement that fails (Postgres down) ends the leadership, and the
  *   relay starts over after a backoff. The fiber never ends on its own.
@@ -145,6 +147,10 @@ export class OutboxRelay extends Context.Service<OutboxRelay, {
       let sent: ReadonlyArray<string> = []
       let failures = 0
       for (;;) {
+        // A wake-up offered before this statement starts is answered by it (its commit is in the
+        // statement's snapshot): drop it, or it would cost another statement that finds nothing
+        // (a commit wakes the relay twice in a process that runs it: pg_notify and `wake`).
+        yield* Queue.clear(wakeups)
         const rows = yield* onLeaderConnection(outboxRows(sql`
           WITH sent AS (UPDATE outbox SET sent_at = now() WHERE id = ANY(${sent}::text[]))
           SELECT id, subject, payload::text AS payload, kv, trace FROM outbox
