@@ -232,7 +232,9 @@ export class Sandboxes extends Context.Service<Sandboxes, {
           // Holds the org's row to the commit: concurrent creates count one after the other.
           yield* Quota.lockOrg(orgId)
           yield* usage.admit(orgId)
-          yield* Quota.check(orgId, quotas, "create")
+          // The placement lock comes with the count (held to the commit like the org's): `place`
+          // below then reads the hosts' usage without a statement of its own for the lock.
+          yield* Quota.check(orgId, quotas, "create", Scheduler.placementLock(sql))
           if (request.parent_id !== null) {
             const parents = yield* parentRows(sql`
             SELECT state FROM sandboxes WHERE id = ${request.parent_id} AND org_id = ${orgId} FOR SHARE`)
@@ -248,14 +250,19 @@ export class Sandboxes extends Context.Service<Sandboxes, {
           if (unknown !== -1) return yield* invalid(`secrets.${unknown}`, "no such secret in this org")
           // Held FOR UPDATE to the commit: a volume's delete, or another create, waits for this one.
           const volumes = yield* VolumeRefs.plan(orgId, request.volumes)
-          const placement = yield* Scheduler.place(live, {
-            region: request.region,
-            cpu: request.cpu,
-            ramMb: request.ram_mb,
-            diskGb: request.disk_gb + volumes.unpinnedGb,
-            hostId: volumes.pinnedHost,
-            ...(template.image !== undefined ? { image: { root: template.root, layers: template.image.layers } } : {})
-          }, now)
+          const placement = yield* Scheduler.place(
+            live,
+            {
+              region: request.region,
+              cpu: request.cpu,
+              ramMb: request.ram_mb,
+              diskGb: request.disk_gb + volumes.unpinnedGb,
+              hostId: volumes.pinnedHost,
+              ...(template.image !== undefined ? { image: { root: template.root, layers: template.image.layers } } : {})
+            },
+            now,
+            { locked: true }
+          )
           const host = placement._tag === "Placed" ? placement.host : null
           if (host !== null) yield* VolumeRefs.pin(volumes.unpinned, host.hostId)
           if (placement._tag === "Unplaceable") {

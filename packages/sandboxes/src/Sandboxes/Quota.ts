@@ -14,7 +14,7 @@
 import * as Rows from "@svc/db/Rows"
 import * as Errors from "@svc/domain/Errors"
 import { Effect, Schema } from "effect"
-import { SqlClient } from "effect/sql"
+import { SqlClient, type Statement } from "effect/sql"
 
 export interface Quotas {
   readonly maxSandboxes: number
@@ -37,11 +37,18 @@ export const lockOrg = Effect.fnUntraced(function*(orgId: string) {
  * more running) or a start (one more running). Must run inside the transaction that then writes
  * the sandbox, after its `lockOrg` (one round trip each; taking the lock again here cost one more).
  */
-export const check = Effect.fnUntraced(function*(orgId: string, quotas: Quotas, change: "create" | "start") {
+export const check = Effect.fnUntraced(function*(
+  orgId: string,
+  quotas: Quotas,
+  change: "create" | "start",
+  /** An expression evaluated once by the same statement (a lock the caller takes next anyway). */
+  alongside?: Statement.Fragment
+) {
   const sql = yield* SqlClient.SqlClient
   const rows = yield* counts(sql`
     SELECT count(*)::int AS total,
            count(*) FILTER (WHERE state = ANY(${[...RUNNING_STATES]}::text[]))::int AS running
+           ${alongside === undefined ? sql`` : sql`, ${alongside} AS alongside`}
     FROM sandboxes WHERE org_id = ${orgId} AND state NOT IN ('deleting', 'deleted')`)
   const { total, running } = rows[0] ?? { total: 0, running: 0 }
   if (change === "create" && total >= quotas.maxSandboxes) {
