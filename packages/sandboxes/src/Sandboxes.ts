@@ -231,10 +231,15 @@ export class Sandboxes extends Context.Service<Sandboxes, {
         > {
           // Holds the org's row to the commit: concurrent creates count one after the other.
           yield* Quota.lockOrg(orgId)
-          yield* usage.admit(orgId)
-          // The placement lock comes with the count (held to the commit like the org's): `place`
-          // below then reads the hosts' usage without a statement of its own for the lock.
-          yield* Quota.check(orgId, quotas, "create", Scheduler.placementLock(sql))
+          // One statement after the lock: the quota's counts, the usage gate's question and the
+          // placement lock (held to the commit like the org's: `place` below then reads the
+          // hosts' usage without a statement of its own for the lock). The gate answers first.
+          const counted = yield* Quota.count(
+            orgId,
+            sql`, ${Scheduler.placementLock(sql)} AS placement_lock ${usage.columns(sql, orgId, now)}`
+          )
+          yield* usage.decide(counted.row, now)
+          yield* Quota.judge(counted, quotas, "create")
           if (request.parent_id !== null) {
             const parents = yield* parentRows(sql`
             SELECT state FROM sandboxes WHERE id = ${request.parent_id} AND org_id = ${orgId} FOR SHARE`)

@@ -21,7 +21,7 @@ const limitRows = Rows.decoder(
 )
 const gateRows = Rows.decoder(
   "BillingStore.gate",
-  Schema.Struct({ spend_units: Schema.NullOr(Units), hard_limit_micros: Schema.NullOr(Rows.Int8) })
+  Schema.Struct({ gate_spend_units: Schema.NullOr(Units), gate_hard_limit_micros: Schema.NullOr(Rows.Int8) })
 )
 const runRows = Rows.decoder(
   "BillingStore.dueRuns",
@@ -84,20 +84,27 @@ export const readPeriod = Effect.fnUntraced(function*(orgId: string, periodStart
 })
 
 /**
- * What the usage gate asks, in one statement: the period's spend (0 without a row) and the hard
- * limit (null without one). `readPeriod` and `readLimits` read the same, in two round trips.
+ * What the usage gate asks, as items of a SELECT list (`, … AS gate_spend_units, … AS
+ * gate_hard_limit_micros`): the period's spend (null without a row) and the hard limit (null
+ * without one). `readPeriod` and `readLimits` read the same, in two round trips.
  */
+export const gateColumns = (sql: SqlClient.SqlClient, orgId: string, periodStart: number) =>
+  sql`, (SELECT spend_units::text FROM billing_periods
+         WHERE org_id = ${orgId} AND period_start = ${new Date(periodStart)}) AS gate_spend_units,
+        (SELECT hard_limit_micros FROM billing_limits WHERE org_id = ${orgId}) AS gate_hard_limit_micros`
+
+/** The gate's columns of a row: the spend (0 without a period row) and the hard limit. */
+export const fromGateRow = (row: unknown) =>
+  Effect.map(gateRows(Effect.succeed([row])), ([r]) => ({
+    spendUnits: BigInt(r?.gate_spend_units ?? "0"),
+    hardLimitMicros: r?.gate_hard_limit_micros ?? null
+  }))
+
+/** The gate's question on its own (one statement). */
 export const readGate = Effect.fnUntraced(function*(orgId: string, periodStart: number) {
   const sql = yield* SqlClient.SqlClient
-  const rows = yield* gateRows(sql`
-    SELECT (SELECT spend_units::text FROM billing_periods
-            WHERE org_id = ${orgId} AND period_start = ${new Date(periodStart)}) AS spend_units,
-           (SELECT hard_limit_micros FROM billing_limits WHERE org_id = ${orgId}) AS hard_limit_micros`)
-  const row = rows[0]
-  return {
-    spendUnits: BigInt(row?.spend_units ?? "0"),
-    hardLimitMicros: row?.hard_limit_micros ?? null
-  }
+  const [row] = yield* sql`SELECT 1 AS one ${gateColumns(sql, orgId, periodStart)}`
+  return yield* fromGateRow(row)
 })
 
 export const savePeriod = Effect.fnUntraced(function*(orgId: string, periodStart: number, row: PeriodRow) {
