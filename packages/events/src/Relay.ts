@@ -12,10 +12,8 @@
  *   order holds (SKIP LOCKED would let two relays publish disjoint batches concurrently and
  *   interleave them). If the leader's connection dies, Postgres drops the lock and another leads.
  * - One statement per batch: it marks the batch published before as sent and reads the next, so
- *   a batch costs one round trip to Postgres. After a batch that was not full the relay waits for
- *   the next wake-up (or the poll) before that statement: published rows stay unsent (and count
- *   in `pending`) up to `pollInterval` longer, which costs nothing but a republish, dropped as a
- *   duplicate, should the leader die meanwhile. No transaction is held while publishing.
+ *   a batch costs one round trip to Postgres (two when it is the last: the mark finds nothing
+ *   new). No transaction is held while publishing.
  * - Exactly once in the stream: rows are marked sent only after their publishes were
  *   acknowledged. A leader that dies in between leaves them unsent; the next leader republishes
  *   them with the same msgID and the stream drops the duplicates (within its duplicate window,
@@ -147,15 +145,6 @@ export class OutboxRelay extends Context.Service<OutboxRelay, {
         onLeaderConnection(sql`SELECT pg_advisory_unlock(${RELAY_LOCK_KEY})`).pipe(Effect.ignore)
       )
       let sent: ReadonlyArray<string> = []
-      // Stopped while a published batch waits for its mark: mark it now (runs before the unlock
-      // above), so that a restart later than the streams' duplicate window does not publish it again.
-      yield* Effect.addFinalizer(() =>
-        sent.length === 0
-          ? Effect.void
-          : onLeaderConnection(sql`UPDATE outbox SET sent_at = now() WHERE id = ANY(${sent}::text[])`).pipe(
-            Effect.ignore
-          )
-      )
       let failures = 0
       for (;;) {
         // A wake-up offered before this statement starts is answered by it (its commit is in the
@@ -187,9 +176,6 @@ export class OutboxRelay extends Context.Service<OutboxRelay, {
         failures = 0
         if (options.afterPublish) yield* options.afterPublish(rows.map(({ id, subject }) => ({ id, subject })))
         sent = rows.map((r) => r.id)
-        // A batch that was not full left nothing behind it: its mark waits for the statement the
-        // next wake-up (or the poll) runs anyway, instead of costing one of its own.
-        if (rows.length < batchSize) yield* waitForWork
       }
     }))
 
