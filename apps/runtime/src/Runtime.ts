@@ -67,10 +67,12 @@ export const Topology = Layer.effectDiscard(Effect.gen(function*() {
 }))
 
 /** The role on connections of the caller's: needs `SqlClient` + `PgClient` (migrated) and `Nats`. */
-export const make = (options: RuntimeOptions = {}) =>
-  Layer.mergeAll(
-    ActorRuntime.layer([SandboxActor, AppActor], options.actors),
-    options.relay === undefined ? OutboxRelay.layer : OutboxRelay.layerWith(options.relay),
+export const make = (options: RuntimeOptions = {}) => {
+  const relay = options.relay === undefined ? OutboxRelay.layer : OutboxRelay.layerWith(options.relay)
+  return Layer.mergeAll(
+    // The actors wake the relay of this process after each commit (one relay: the layer is shared).
+    ActorRuntime.layer([SandboxActor, AppActor], options.actors).pipe(Layer.provide(relay)),
+    relay,
     SandboxSupervisor.layer(options.supervisor),
     options.meter === false ? Layer.empty : Meter.layer(options.meter),
     options.heartbeat === false ? Layer.empty : WorkerHeartbeat.layer("runtime", options.heartbeat),
@@ -79,6 +81,7 @@ export const make = (options: RuntimeOptions = {}) =>
     Layer.provide(Hosts.layer),
     Layer.provide(Topology)
   )
+}
 
 /**
  * The runtime role configured from the environment (`Config.ts`): `SVC_ACTOR_ACK_WAIT`; the

@@ -9,7 +9,7 @@
 import type { Sender } from "@svc/bus/Mailbox"
 import type { DomainEvent } from "@svc/events/Outbox"
 import type { Effect, Option, Schema } from "effect"
-import type { SqlClient, SqlError } from "effect/sql"
+import type { SqlClient, SqlError, Statement } from "effect/sql"
 import type { CorruptState } from "./Errors.ts"
 
 /** What a transition knows besides the state and the message; time is an input, not a read. */
@@ -107,6 +107,19 @@ export interface ActorStore<S> {
     state: S,
     expected: number | undefined
   ) => Effect.Effect<boolean, SqlError.SqlError | CorruptState, SqlClient.SqlClient>
+  /**
+   * The same compare-and-set as one step of a larger statement (a data-modifying CTE): an INSERT
+   * or UPDATE that writes only where `guard` (a SQL condition) holds too, `RETURNING version`.
+   * With it the runtime applies a message in one statement (`Commit.ts`) instead of a
+   * transaction of four; without it, in the transaction.
+   */
+  readonly saveStep?: (
+    sql: SqlClient.SqlClient,
+    id: string,
+    state: S,
+    expected: number | undefined,
+    guard: Statement.Fragment
+  ) => Effect.Effect<Statement.Statement<unknown>, CorruptState>
 }
 
 // The variance of a definition does not matter where any actor is accepted.

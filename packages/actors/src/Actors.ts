@@ -84,6 +84,18 @@ export const send = <M extends Schema.Top>(
   options?: { readonly msgID?: string }
 ) => Mailbox.send(actor, actor.message, id, message, options)
 
+/** A message to an entity's mailbox as an outbox message (for `Outbox.appendAll` or `Commit.ts`). */
+export const outboxMessage = <M extends Schema.Top>(
+  actor: Actor<any, M>,
+  id: string,
+  message: M["Type"]
+): Effect.Effect<Outbox.OutboxMessage, InvalidActorMessage> =>
+  Effect.gen(function*() {
+    const subject = yield* mailbox(actor, id)
+    const payload = yield* encodeMessage(actor, id, message)
+    return { subject, payload }
+  })
+
 /**
  * Writes the message to the outbox in the ambient transaction: it is sent if and only if the
  * transaction commits (msgID = the outbox row id). Use it where a Postgres change and a command
@@ -94,10 +106,9 @@ export const sendViaOutbox = Effect.fn("Actors.sendViaOutbox")(function*<M exten
   id: string,
   message: M["Type"]
 ) {
-  const subject = yield* mailbox(actor, id)
-  const payload = yield* encodeMessage(actor, id, message)
+  const outbox = yield* outboxMessage(actor, id, message)
   return yield* Effect.mapError(
-    Outbox.append({ subject, payload }),
+    Outbox.append(outbox),
     (e) => new InvalidActorMessage({ type: actor.type, id, message: e.message })
   )
 })

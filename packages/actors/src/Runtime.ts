@@ -2,12 +2,15 @@
  * The actor runtime: pulls every partition's mailbox consumer of the given actor types and
  * applies each message exactly once:
  *
- *   decode → load state + version → transition (pure) → ONE transaction {
+ *   decode → load state + version → transition (pure) → ONE statement (Commit.ts) {
  *     record the message id in actor_inbox with the version it produces (a repeat is a no-op:
  *     ack and move on; the rows are each entity's transition log),
  *     compare-and-set the state on its version (a stale version reloads and retries),
  *     append the effects to the outbox
  *   } → ack.
+ *
+ * Two round trips per message (load, the statement); a store without `saveStep` does the writes
+ * as a transaction (five).
  *
  * Several runtime processes pulling the same durable consumers share the partitions; the
  * consumers' `max_ack_pending: 1` keeps one message per partition in flight cluster-wide.
@@ -21,10 +24,12 @@ import { consumeScoped } from "@svc/bus/Consume"
 import { BusError, Nats } from "@svc/bus/Nats"
 import * as Trace from "@svc/bus/Trace"
 import * as Outbox from "@svc/events/Outbox"
+import { OutboxRelay } from "@svc/events/Relay"
 import { Clock, Context, Duration, Effect, Layer, Metric, Option, Schedule, Schema } from "effect"
 import { SqlClient, type SqlError } from "effect/sql"
 import {
   type ActorEffect,
+  type ActorStore,
   type AnyActor,
   consumerName,
   parseMailboxRest,
@@ -33,6 +38,7 @@ import {
   streamName
 } from "./Actor.ts"
 import { DEFAULT_ACK_WAIT, ensure, type MailboxOptions, toOutbox } from "./Actors.ts"
+import { commit } from "./Commit.ts"
 import type { CorruptState } from "./Errors.ts"
 import { storeOf } from "./Store.ts"
 
@@ -113,6 +119,8 @@ export class ActorRuntime extends Context.Service<ActorRuntime, {
   ) {
     const nats = yield* Nats
     const sql = yield* SqlClient.SqlClient
+    const relay = yield* Effect.serviceOption(OutboxRelay)
+    const wakeRelay = Option.isSome(relay) ? relay.value.wake : Effect.void
     const hooks = options.hooks ?? {}
     const retryDelayMs = Duration.toMillis(Duration.fromInputUnsafe(options.retryDelay ?? Duration.seconds(1)))
     const ackWaitMs = Duration.toMillis(Duration.fromInputUnsafe(options.ackWait ?? DEFAULT_ACK_WAIT))
@@ -128,6 +136,28 @@ export class ActorRuntime extends Context.Service<ActorRuntime, {
     /** Effects → outbox messages; an effect that cannot be written poisons the message. */
     const outboxOf = (effects: ReadonlyArray<ActorEffect>, now: number) =>
       toOutbox(effects, now).pipe(Effect.mapError((e) => new Poison({ reason: `effect refused: ${e.message}` })))
+
+    /**
+     * The transition's writes in one statement (Commit.ts): one round trip instead of four. With
+     * a `beforeCommit` hook (tests), in a transaction that the hook holds open before COMMIT.
+     */
+    const commitOne = (
+      actor: AnyActor,
+      store: ActorStore<unknown>,
+      info: MessageInfo,
+      state: unknown,
+      expected: number | undefined,
+      outbox: ReadonlyArray<Outbox.OutboxMessage>
+    ) =>
+      Effect.gen(function*() {
+        const messages = yield* Outbox.prepareAll(outbox).pipe(
+          Effect.mapError((e) => new Poison({ reason: `effect: ${e.message}` }))
+        )
+        const write = commit(actor, store, { id: info.id, msgId: info.msgId, state, expected, messages })
+        if (hooks.beforeCommit === undefined) return yield* write
+        const beforeCommit = hooks.beforeCommit
+        return yield* sql.withTransaction(Effect.tap(write, (o) => o === "applied" ? beforeCommit(info) : Effect.void))
+      })
 
     const apply = (actor: AnyActor, info: MessageInfo, message: unknown) =>
       Effect.gen(
@@ -156,26 +186,30 @@ export class ActorRuntime extends Context.Service<ActorRuntime, {
             // computed from this version).
             const state = result.state === undefined ? prev?.state : result.state
             const outbox = yield* outboxOf(result.effects, now)
-            const outcome = yield* sql.withTransaction(Effect.gen(function*() {
-              // The version this transition stores (the store counts from 1): the entity's transition log.
-              const version = state === undefined ? null : (prev?.version ?? 0) + 1
-              const fresh = yield* sql`
+            const outcome = state === undefined || store.saveStep !== undefined
+              ? yield* commitOne(actor, store, info, state, prev?.version, outbox)
+              : yield* sql.withTransaction(Effect.gen(function*() {
+                // The version this transition stores (the store counts from 1): the entity's transition log.
+                const version = state === undefined ? null : (prev?.version ?? 0) + 1
+                const fresh = yield* sql`
               INSERT INTO actor_inbox (type, entity_id, msg_id, version)
               VALUES (${actor.type}, ${info.id}, ${info.msgId}, ${version})
               ON CONFLICT DO NOTHING RETURNING 1 AS fresh`
-              if (fresh.length === 0) return "duplicate" as const
-              if (state !== undefined && !(yield* store.save(info.id, state, prev?.version))) return yield* new Stale()
-              yield* Outbox.appendAll(outbox).pipe(
-                Effect.mapError((e) =>
-                  e._tag === "InvalidOutboxMessage" ? new Poison({ reason: `effect: ${e.message}` }) : e
+                if (fresh.length === 0) return "duplicate" as const
+                if (state !== undefined && !(yield* store.save(info.id, state, prev?.version))) {
+                  return yield* new Stale()
+                }
+                yield* Outbox.appendAll(outbox).pipe(
+                  Effect.mapError((e) =>
+                    e._tag === "InvalidOutboxMessage" ? new Poison({ reason: `effect: ${e.message}` }) : e
+                  )
                 )
+                if (hooks.beforeCommit) yield* hooks.beforeCommit(info)
+                return "applied" as const
+              })).pipe(
+                Effect.map((o) => o as "applied" | "duplicate" | "stale"),
+                Effect.catchTag("Stale", () => Effect.succeed("stale" as const))
               )
-              if (hooks.beforeCommit) yield* hooks.beforeCommit(info)
-              return "applied" as const
-            })).pipe(
-              Effect.map((o) => o as "applied" | "duplicate" | "stale"),
-              Effect.catchTag("Stale", () => Effect.succeed("stale" as const))
-            )
             if (outcome !== "stale") return outcome
             if (attempt >= maxStale) {
               return yield* Effect.fail(new BusError({ operation: "apply", message: "state kept changing underneath" }))
@@ -244,6 +278,9 @@ export class ActorRuntime extends Context.Service<ActorRuntime, {
             Effect.mapError((e) => new Poison({ reason: `message refused: ${e.message}` }))
           )
           const outcome = yield* apply(actor, info, message)
+          // The relay of this process (if any) publishes the effects now, without waiting for
+          // Postgres' notification (the commit's pg_notify stays for relays elsewhere).
+          if (outcome === "applied") yield* wakeRelay
           if (outcome === "applied" && hooks.afterCommit) yield* hooks.afterCommit(info)
           return outcome
         })
@@ -334,7 +371,10 @@ export class ActorRuntime extends Context.Service<ActorRuntime, {
     })
   })
 
-  /** Runs the given actor types; needs `Nats` and `SqlClient` (and the relay elsewhere). */
+  /**
+   * Runs the given actor types; needs `Nats` and `SqlClient` (and the relay elsewhere). Given an
+   * `OutboxRelay`, wakes it after each commit.
+   */
   static readonly layer = (actors: ReadonlyArray<AnyActor>, options?: ActorRuntimeOptions) =>
     Layer.effect(ActorRuntime, ActorRuntime.make(actors, options))
 }

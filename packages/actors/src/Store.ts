@@ -6,7 +6,7 @@
  */
 import * as Rows from "@svc/db/Rows"
 import { Effect, Option, Schema } from "effect"
-import { SqlClient } from "effect/sql"
+import { SqlClient, type Statement } from "effect/sql"
 import type { Actor, ActorStore, AnyActor, Stored } from "./Actor.ts"
 import { CorruptState } from "./Errors.ts"
 
@@ -17,6 +17,27 @@ export const jsonStore = <S extends Schema.Top>(actor: Actor<S, any>): ActorStor
   const decode = Schema.decodeUnknownEffect(Schema.fromJsonString(actor.state as any))
   const encode = Schema.encodeUnknownEffect(Schema.fromJsonString(actor.state as any))
   const type = actor.type
+  const saveStep = (
+    sql: SqlClient.SqlClient,
+    id: string,
+    state: S["Type"],
+    expected: number | undefined,
+    guard: Statement.Fragment
+  ) =>
+    Effect.map(
+      Effect.mapError(
+        encode(state) as Effect.Effect<string, Schema.SchemaError>,
+        (e) => new CorruptState({ type, id, message: `new state: ${e.message}` })
+      ),
+      (json) =>
+        expected === undefined
+          ? sql`
+            INSERT INTO actor_state (type, id, version, state) SELECT ${type}, ${id}, 1, ${json}::jsonb WHERE ${guard}
+            ON CONFLICT (type, id) DO NOTHING RETURNING version`
+          : sql`
+            UPDATE actor_state SET version = version + 1, state = ${json}::jsonb, updated_at = now()
+            WHERE type = ${type} AND id = ${id} AND version = ${expected} AND ${guard} RETURNING version`
+    )
   return {
     load: Effect.fnUntraced(function*(id: string) {
       const sql = yield* SqlClient.SqlClient
@@ -31,21 +52,13 @@ export const jsonStore = <S extends Schema.Top>(actor: Actor<S, any>): ActorStor
       )
       return Option.some({ version: Number(rows[0]!.version), state })
     }),
-    save: Effect.fnUntraced(function*(id: string, state: S["Type"], expected: number | undefined) {
-      const sql = yield* SqlClient.SqlClient
-      const json = yield* Effect.mapError(
-        encode(state) as Effect.Effect<string, Schema.SchemaError>,
-        (e) => new CorruptState({ type, id, message: `new state: ${e.message}` })
-      )
-      const rows = expected === undefined
-        ? yield* sql`
-            INSERT INTO actor_state (type, id, version, state) VALUES (${type}, ${id}, 1, ${json}::jsonb)
-            ON CONFLICT (type, id) DO NOTHING RETURNING version`
-        : yield* sql`
-            UPDATE actor_state SET version = version + 1, state = ${json}::jsonb, updated_at = now()
-            WHERE type = ${type} AND id = ${id} AND version = ${expected} RETURNING version`
-      return rows.length === 1
-    })
+    save: (id: string, state: S["Type"], expected: number | undefined) =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const rows = yield* yield* saveStep(sql, id, state, expected, sql`TRUE`)
+        return rows.length === 1
+      }),
+    saveStep
   }
 }
 

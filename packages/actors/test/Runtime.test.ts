@@ -206,6 +206,39 @@ describe("ActorRuntime", () => {
         expect(final?.state.seen).toEqual(["one", "other", "two"])
         expect(final?.version).toBe(3)
       })))
+
+    it.effect("in one statement (a store with saveStep): a stale version writes nothing, reloads, applies once", () =>
+      Effect.scoped(Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const base = jsonStore(Counter)
+        let interfered = false
+        const store: Actor.ActorStore<typeof CounterState.Type> = {
+          ...base,
+          load: (id) =>
+            Effect.tap(base.load(id), (loaded) =>
+              Option.isSome(loaded) && !interfered
+                ? Effect.andThen(
+                  Effect.sync(() => {
+                    interfered = true
+                  }),
+                  sql`UPDATE actor_state SET version = version + 1, state = jsonb_set(state, '{seen}', state->'seen' || '"other"')
+                      WHERE type = 'counter' AND id = ${id}`
+                )
+                : Effect.void)
+        }
+        yield* startRuntime([makeCounter(Counter.partitions, store)])
+        yield* add("s-2", "one", { msgID: "s-2-one" })
+        yield* eventually(seenOf("s-2"), (s) => s.length >= 1)
+        yield* add("s-2", "two", { msgID: "s-2-two" })
+        const final = yield* eventually(stateOf("s-2"), (s) => (s?.state.seen.length ?? 0) >= 3)
+        expect(final?.state.seen).toEqual(["one", "other", "two"])
+        expect(final?.version).toBe(3)
+        // The inbox is the entity's log: each message once, with the version it stored.
+        const inbox = yield* sql<{ msg_id: string; version: string }>`
+          SELECT msg_id, version::text AS version FROM actor_inbox WHERE type = 'counter' AND entity_id = 's-2'
+          ORDER BY version`
+        expect(inbox.map((r) => [r.msg_id, r.version])).toEqual([["s-2-one", "1"], ["s-2-two", "3"]])
+      })))
   })
 
   layer(env, { excludeTestServices: true })((it) => {

@@ -43,6 +43,20 @@ const usageOf = (periodStart: number, spendUnits: bigint, limits: Store.Limits):
   }
 }
 
+/** The gate's answer from the period's spend and the hard limit. */
+const judgeGate = (gate: { readonly spendUnits: bigint; readonly hardLimitMicros: bigint | null }, now: number) => {
+  const spend = toMicros(gate.spendUnits)
+  if (!isBlocked(spend, gate.hardLimitMicros)) return Effect.void
+  return Effect.fail(
+    new Errors.UsageLimitReached({
+      error: `The org has reached its hard usage limit for this period (spend ${spend} of ${gate
+        .hardLimitMicros!} micros, until ${
+        new Date(periodOf(now).end).toISOString()
+      }); raise it with PUT /v1/billing/limits`
+    })
+  )
+}
+
 export class Billing extends Context.Service<Billing, {
   readonly usage: (orgId: OrgId) => Effect.Effect<Usage, Rows.QueryError>
   readonly setLimits: (
@@ -114,18 +128,10 @@ export class Billing extends Context.Service<Billing, {
     UsageGate.of({
       admit: Effect.fnUntraced(function*(orgId: string) {
         const now = yield* Clock.currentTimeMillis
-        const period = periodOf(now)
-        const row = yield* Store.readPeriod(orgId, period.start)
-        const limits = yield* Store.readLimits(orgId)
-        const spend = toMicros(row.spendUnits)
-        if (!isBlocked(spend, limits.hardLimitMicros)) return
-        return yield* new Errors.UsageLimitReached({
-          error: `The org has reached its hard usage limit for this period (spend ${spend} of ${limits
-            .hardLimitMicros!} micros, until ${
-            new Date(period.end).toISOString()
-          }); raise it with PUT /v1/billing/limits`
-        })
-      })
+        return yield* judgeGate(yield* Store.readGate(orgId, periodOf(now).start), now)
+      }),
+      columns: (sql, orgId, now) => Store.gateColumns(sql, orgId, periodOf(now).start),
+      decide: (row, now) => Effect.flatMap(Store.fromGateRow(row), (gate) => judgeGate(gate, now))
     })
   )
 }

@@ -171,6 +171,33 @@ export const insertFrom = (sql: SqlClient.SqlClient, row: PreparedMessage, from:
     FROM ${sql(from)}, (SELECT pg_notify(${NOTIFY_CHANNEL}, '')) AS wake
     RETURNING id`
 
+/**
+ * Checks messages and gives them their row ids, as `appendAll` does, for `insertAllFrom`.
+ */
+export const prepareAll = (
+  messages: ReadonlyArray<OutboxMessage>
+): Effect.Effect<ReadonlyArray<PreparedMessage>, InvalidOutboxMessage> => Effect.forEach(messages, prepare)
+
+/**
+ * `insertFrom` for several rows, in the given order (`seq` follows it, as in `appendAll`), with
+ * the writer's `traceparent` (`Trace.current`, null without an exporter): the rows are inserted
+ * when the CTE `from` has a row (once, whatever its row count), none otherwise. Wakes the relays.
+ */
+export const insertAllFrom = (
+  sql: SqlClient.SqlClient,
+  rows: ReadonlyArray<PreparedMessage>,
+  from: string,
+  trace: string | null
+) =>
+  sql`INSERT INTO outbox (id, subject, payload, kv, trace)
+    SELECT r.id, r.subject, r.payload::json, NULLIF(r.kv, ''), ${trace}::text
+    FROM unnest(${rows.map((r) => r.id)}::text[], ${rows.map((r) => r.subject)}::text[],
+                ${rows.map((r) => r.payload)}::text[], ${rows.map((r) => r.kv ?? "")}::text[])
+           WITH ORDINALITY AS r(id, subject, payload, kv, n),
+         (SELECT pg_notify(${NOTIFY_CHANNEL}, '')) AS wake
+    WHERE EXISTS (SELECT 1 FROM ${sql(from)})
+    ORDER BY r.n`
+
 /** Appends one message; see `appendAll`. */
 export const append = Effect.fn("Outbox.append")(function*(message: OutboxMessage) {
   const rows = yield* appendAll([message])

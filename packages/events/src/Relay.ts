@@ -19,7 +19,9 @@
  *   them with the same msgID and the stream drops the duplicates (within its duplicate window,
  *   10 min for EVENTS).
  * - Latency: `Outbox.append` issues `pg_notify` in the writing transaction; the relay LISTENs and
- *   wakes at commit. A poll (`pollInterval`) covers notifications missed while reconnecting.
+ *   wakes at commit. Writers in the relay's own process also call `wake` after their commit (the
+ *   API's services, the actor runtime), which is often sooner. A poll (`pollInterval`) covers
+ *   notifications missed while reconnecting.
  * - Failures: a publish that fails (NATS down) leaves the batch unsent and is retried with capped
  *   exponential backoff; a statement that fails (Postgres down) ends the leadership, and the
  *   relay starts over after a backoff. The fiber never ends on its own.
@@ -76,7 +78,10 @@ const outboxRows = Rows.decoder("OutboxRelay.batch", OutboxBatchRow)
 const countRows = Rows.decoder("OutboxRelay.pending", Schema.Struct({ n: Schema.Int }))
 
 export class OutboxRelay extends Context.Service<OutboxRelay, {
-  /** Asks the relay to look for rows now (in-process writers may call it after commit). */
+  /**
+   * Asks the relay to look for rows now (in-process writers may call it after commit), and
+   * yields so that it starts before the caller goes on.
+   */
   readonly wake: Effect.Effect<void>
   /** Number of rows not yet sent. */
   readonly pending: Effect.Effect<number, BusError>
@@ -92,7 +97,9 @@ export class OutboxRelay extends Context.Service<OutboxRelay, {
     const maxBackoffMs = Duration.toMillis(Duration.fromInputUnsafe(options.maxBackoff ?? Duration.seconds(5)))
 
     const wakeups = yield* Queue.sliding<void>(1)
-    const wake = Effect.asVoid(Queue.offer(wakeups, undefined))
+    // Then yields: the relay's fiber sends its statement before the caller carries on (the
+    // caller's own work, e.g. an HTTP response, came first and held the hop ~0.5 ms).
+    const wake = Effect.andThen(Queue.offer(wakeups, undefined), Effect.yieldNow)
 
     const publishRow = (row: typeof OutboxBatchRow.Type) => {
       if (row.kv === null) {
@@ -145,6 +152,10 @@ export class OutboxRelay extends Context.Service<OutboxRelay, {
       let sent: ReadonlyArray<string> = []
       let failures = 0
       for (;;) {
+        // A wake-up offered before this statement starts is answered by it (its commit is in the
+        // statement's snapshot): drop it, or it would cost another statement that finds nothing
+        // (a commit wakes the relay twice in a process that runs it: pg_notify and `wake`).
+        yield* Queue.clear(wakeups)
         const rows = yield* onLeaderConnection(outboxRows(sql`
           WITH sent AS (UPDATE outbox SET sent_at = now() WHERE id = ANY(${sent}::text[]))
           SELECT id, subject, payload::text AS payload, kv, trace FROM outbox

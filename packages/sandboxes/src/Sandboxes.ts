@@ -35,6 +35,7 @@
  *   never other hosts' ids or free capacity (those go to the log).
  */
 import * as Actors from "@svc/actors/Actors"
+import { commit } from "@svc/actors/Commit"
 import { sealEnv } from "@svc/crypto/SealedEnv"
 import { SecretBox } from "@svc/crypto/SecretBox"
 import { Idempotency, type Outcome } from "@svc/db/Idempotency"
@@ -230,8 +231,15 @@ export class Sandboxes extends Context.Service<Sandboxes, {
         > {
           // Holds the org's row to the commit: concurrent creates count one after the other.
           yield* Quota.lockOrg(orgId)
-          yield* usage.admit(orgId)
-          yield* Quota.check(orgId, quotas, "create")
+          // One statement after the lock: the quota's counts, the usage gate's question and the
+          // placement lock (held to the commit like the org's: `place` below then reads the
+          // hosts' usage without a statement of its own for the lock). The gate answers first.
+          const counted = yield* Quota.count(
+            orgId,
+            sql`, ${Scheduler.placementLock(sql)} AS placement_lock ${usage.columns(sql, orgId, now)}`
+          )
+          yield* usage.decide(counted.row, now)
+          yield* Quota.judge(counted, quotas, "create")
           if (request.parent_id !== null) {
             const parents = yield* parentRows(sql`
             SELECT state FROM sandboxes WHERE id = ${request.parent_id} AND org_id = ${orgId} FOR SHARE`)
@@ -247,14 +255,19 @@ export class Sandboxes extends Context.Service<Sandboxes, {
           if (unknown !== -1) return yield* invalid(`secrets.${unknown}`, "no such secret in this org")
           // Held FOR UPDATE to the commit: a volume's delete, or another create, waits for this one.
           const volumes = yield* VolumeRefs.plan(orgId, request.volumes)
-          const placement = yield* Scheduler.place(live, {
-            region: request.region,
-            cpu: request.cpu,
-            ramMb: request.ram_mb,
-            diskGb: request.disk_gb + volumes.unpinnedGb,
-            hostId: volumes.pinnedHost,
-            ...(template.image !== undefined ? { image: { root: template.root, layers: template.image.layers } } : {})
-          }, now)
+          const placement = yield* Scheduler.place(
+            live,
+            {
+              region: request.region,
+              cpu: request.cpu,
+              ramMb: request.ram_mb,
+              diskGb: request.disk_gb + volumes.unpinnedGb,
+              hostId: volumes.pinnedHost,
+              ...(template.image !== undefined ? { image: { root: template.root, layers: template.image.layers } } : {})
+            },
+            now,
+            { locked: true }
+          )
           const host = placement._tag === "Placed" ? placement.host : null
           if (host !== null) yield* VolumeRefs.pin(volumes.unpinned, host.hostId)
           if (placement._tag === "Unplaceable") {
@@ -305,12 +318,8 @@ export class Sandboxes extends Context.Service<Sandboxes, {
             lastReportAt: null,
             createdEmitted: false
           }
-          const inserted = yield* corrupt(store.save(id, state, undefined))
-          if (!inserted) return yield* Effect.die(new Error(`sandbox id ${id} taken`))
-          yield* Actors.recordTransition(SandboxActor, id, "api:create", 1)
           // Before the host hears of it: its proxy knows the policy by the first connection.
-          yield* Outbox.append(egressMessage(state)).pipe(Effect.catchTag("InvalidOutboxMessage", Effect.die))
-          yield* Actors.sendViaOutbox(SandboxActor, id, {
+          const create = yield* Actors.outboxMessage(SandboxActor, id, {
             _tag: "Create",
             // Sealed before it reaches the outbox: the env may hold credentials. The template's
             // env first, the request's over it.
@@ -319,6 +328,15 @@ export class Sandboxes extends Context.Service<Sandboxes, {
             unplaceable: placement._tag === "Unplaceable" ? placement.reason : null,
             ...(volumes.mounts.length > 0 ? { volumes: volumes.mounts } : {})
           }).pipe(Effect.catchTag("InvalidActorMessage", Effect.die))
+          const messages = yield* Outbox.prepareAll([egressMessage(state), create]).pipe(
+            Effect.catchTag("InvalidOutboxMessage", Effect.die)
+          )
+          // The row, its first transition in the inbox (version 1, so that the inbox stays the
+          // entity's complete log) and both messages: one statement (Commit.ts), not four.
+          const written = yield* corrupt(
+            commit(SandboxActor, store, { id, msgId: "api:create", state, expected: undefined, messages })
+          )
+          if (written !== "applied") return yield* Effect.die(new Error(`sandbox id ${id} taken`))
           return state
         })
         const outcome = yield* idempotency.run({

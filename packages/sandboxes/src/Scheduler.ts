@@ -127,13 +127,22 @@ const usageRows = Rows.decoder(
 const PLACEMENT_LOCK_KEY = 0x5356_5ced
 
 /**
+ * The placement lock as an expression, for a caller that takes it in a statement of its own
+ * (the create's quota count) and then calls `place` with `locked`: one round trip less. The
+ * usage must be read by a later statement (a statement's snapshot is taken before its locks).
+ */
+export const placementLock = (sql: SqlClient.SqlClient) => sql`pg_advisory_xact_lock(${PLACEMENT_LOCK_KEY})`
+
+/**
  * Places within the caller's transaction: takes the placement lock (held to the commit, so the
- * caller must insert the sandbox row in the same transaction), reads the hosts' usage, chooses.
+ * caller must insert the sandbox row in the same transaction) unless `locked` says the caller
+ * took it (`placementLock`), reads the hosts' usage, chooses.
  */
 export const place = Effect.fn("Scheduler.place")(function*(
   hosts: ReadonlyArray<HostRecord>,
   request: PlacementRequest,
-  now: number
+  now: number,
+  options: { readonly locked?: boolean } = {}
 ) {
   const sql = yield* SqlClient.SqlClient
   const candidates = hosts.filter((h) =>
@@ -141,7 +150,7 @@ export const place = Effect.fn("Scheduler.place")(function*(
     (request.hostId == null || h.hostId === request.hostId)
   )
   if (candidates.length === 0) return choose(hosts, new Map(), request, now)
-  yield* sql`SELECT pg_advisory_xact_lock(${PLACEMENT_LOCK_KEY})`
+  if (options.locked !== true) yield* sql`SELECT ${placementLock(sql)}`
   const ids = candidates.map((h) => h.hostId)
   // Local volumes hold their size on their host as sandbox disks do (their images are sparse too).
   const rows = yield* usageRows(sql`

@@ -19,6 +19,10 @@ const limitRows = Rows.decoder(
   "BillingStore.limits",
   Schema.Struct({ hard_limit_micros: Schema.NullOr(Rows.Int8), alert_micros: Schema.NullOr(Rows.Int8) })
 )
+const gateRows = Rows.decoder(
+  "BillingStore.gate",
+  Schema.Struct({ gate_spend_units: Schema.NullOr(Units), gate_hard_limit_micros: Schema.NullOr(Rows.Int8) })
+)
 const runRows = Rows.decoder(
   "BillingStore.dueRuns",
   Schema.Struct({
@@ -77,6 +81,30 @@ export const readPeriod = Effect.fnUntraced(function*(orgId: string, periodStart
     SELECT spend_units::text AS spend_units, pcts_sent, alert_sent FROM billing_periods
     WHERE org_id = ${orgId} AND period_start = ${new Date(periodStart)}`)
   return rows.length === 0 ? { spendUnits: 0n, sent: { pcts: [], alert: false } } : toPeriod(rows[0]!)
+})
+
+/**
+ * What the usage gate asks, as items of a SELECT list (`, … AS gate_spend_units, … AS
+ * gate_hard_limit_micros`): the period's spend (null without a row) and the hard limit (null
+ * without one). `readPeriod` and `readLimits` read the same, in two round trips.
+ */
+export const gateColumns = (sql: SqlClient.SqlClient, orgId: string, periodStart: number) =>
+  sql`, (SELECT spend_units::text FROM billing_periods
+         WHERE org_id = ${orgId} AND period_start = ${new Date(periodStart)}) AS gate_spend_units,
+        (SELECT hard_limit_micros FROM billing_limits WHERE org_id = ${orgId}) AS gate_hard_limit_micros`
+
+/** The gate's columns of a row: the spend (0 without a period row) and the hard limit. */
+export const fromGateRow = (row: unknown) =>
+  Effect.map(gateRows(Effect.succeed([row])), ([r]) => ({
+    spendUnits: BigInt(r?.gate_spend_units ?? "0"),
+    hardLimitMicros: r?.gate_hard_limit_micros ?? null
+  }))
+
+/** The gate's question on its own (one statement). */
+export const readGate = Effect.fnUntraced(function*(orgId: string, periodStart: number) {
+  const sql = yield* SqlClient.SqlClient
+  const [row] = yield* sql`SELECT 1 AS one ${gateColumns(sql, orgId, periodStart)}`
+  return yield* fromGateRow(row)
 })
 
 export const savePeriod = Effect.fnUntraced(function*(orgId: string, periodStart: number, row: PeriodRow) {

@@ -14,7 +14,7 @@
 import * as Rows from "@svc/db/Rows"
 import * as Errors from "@svc/domain/Errors"
 import { Effect, Schema } from "effect"
-import { SqlClient } from "effect/sql"
+import { SqlClient, type Statement } from "effect/sql"
 
 export interface Quotas {
   readonly maxSandboxes: number
@@ -33,33 +33,56 @@ export const lockOrg = Effect.fnUntraced(function*(orgId: string) {
 })
 
 /**
- * Locks the org's row until the transaction ends and refuses the change when it would take the
- * org past a quota: a create (one more sandbox, one more running) or a start (one more running).
- * Must run inside the transaction that then writes the sandbox.
+ * The org's counts, with `alongside` (`, <expression> AS <name>` items) evaluated by the same
+ * statement: the whole row is returned. Runs after `lockOrg`, in its transaction.
  */
-export const check = Effect.fnUntraced(function*(orgId: string, quotas: Quotas, change: "create" | "start") {
+export const count = Effect.fnUntraced(function*(orgId: string, alongside?: Statement.Fragment) {
   const sql = yield* SqlClient.SqlClient
-  yield* lockOrg(orgId)
-  const rows = yield* counts(sql`
+  const rows = yield* sql<{ readonly [column: string]: unknown }>`
     SELECT count(*)::int AS total,
            count(*) FILTER (WHERE state = ANY(${[...RUNNING_STATES]}::text[]))::int AS running
-    FROM sandboxes WHERE org_id = ${orgId} AND state NOT IN ('deleting', 'deleted')`)
-  const { total, running } = rows[0] ?? { total: 0, running: 0 }
-  if (change === "create" && total >= quotas.maxSandboxes) {
-    return yield* new Errors.QuotaExceeded({
-      error:
-        `The org has reached its quota of ${quotas.maxSandboxes} sandboxes (SVC_ORG_MAX_SANDBOXES); delete one first`,
-      quota: "sandboxes",
-      limit: quotas.maxSandboxes
-    })
-  }
-  if (running >= quotas.maxRunning) {
-    return yield* new Errors.QuotaExceeded({
-      error:
-        `The org has reached its quota of ${quotas.maxRunning} running sandboxes (SVC_ORG_MAX_RUNNING_SANDBOXES); ` +
-        "stop or delete one first",
-      quota: "running_sandboxes",
-      limit: quotas.maxRunning
-    })
-  }
+           ${alongside ?? sql``}
+    FROM sandboxes WHERE org_id = ${orgId} AND state NOT IN ('deleting', 'deleted')`
+  const [counted] = yield* counts(Effect.succeed(rows))
+  return { total: counted?.total ?? 0, running: counted?.running ?? 0, row: rows[0] ?? {} }
 })
+
+/**
+ * Refuses the change when it would take the org past a quota: a create (one more sandbox, one
+ * more running) or a start (one more running).
+ */
+export const judge = (
+  counted: { readonly total: number; readonly running: number },
+  quotas: Quotas,
+  change: "create" | "start"
+): Effect.Effect<void, Errors.QuotaExceeded> => {
+  if (change === "create" && counted.total >= quotas.maxSandboxes) {
+    return Effect.fail(
+      new Errors.QuotaExceeded({
+        error:
+          `The org has reached its quota of ${quotas.maxSandboxes} sandboxes (SVC_ORG_MAX_SANDBOXES); delete one first`,
+        quota: "sandboxes",
+        limit: quotas.maxSandboxes
+      })
+    )
+  }
+  if (counted.running >= quotas.maxRunning) {
+    return Effect.fail(
+      new Errors.QuotaExceeded({
+        error:
+          `The org has reached its quota of ${quotas.maxRunning} running sandboxes (SVC_ORG_MAX_RUNNING_SANDBOXES); ` +
+          "stop or delete one first",
+        quota: "running_sandboxes",
+        limit: quotas.maxRunning
+      })
+    )
+  }
+  return Effect.void
+}
+
+/**
+ * `count` then `judge`. Must run inside the transaction that then writes the sandbox, after its
+ * `lockOrg` (one round trip each; taking the lock again here cost one more).
+ */
+export const check = (orgId: string, quotas: Quotas, change: "create" | "start") =>
+  Effect.flatMap(count(orgId), (counted) => judge(counted, quotas, change))

@@ -7,7 +7,7 @@ import type { ActorStore, Stored } from "@svc/actors/Actor"
 import { CorruptState } from "@svc/actors/Errors"
 import * as Rows from "@svc/db/Rows"
 import { Effect, Option, Schema } from "effect"
-import { SqlClient } from "effect/sql"
+import { SqlClient, type Statement } from "effect/sql"
 import { SandboxActorState } from "./Model.ts"
 
 /** The columns in `SELECT` order (kept in one place for the API's list queries). */
@@ -105,6 +105,53 @@ const loaded = Rows.decoder("SandboxStore.load", SandboxRow)
 
 const date = (n: number | null) => (n === null ? null : new Date(n))
 
+/** The compare-and-set (`ActorStore.saveStep`): writes only where `guard` holds too. */
+const saveStep = (
+  sql: SqlClient.SqlClient,
+  id: string,
+  s: SandboxActorState,
+  expected: number | undefined,
+  guard: Statement.Fragment
+): Effect.Effect<Statement.Statement<unknown>, CorruptState> => {
+  if (s.id !== id) {
+    return Effect.fail(new CorruptState({ type: "sandbox", id, message: `state of ${s.id} saved under ${id}` }))
+  }
+  const ports = JSON.stringify(s.exposedPorts)
+  const volumes = JSON.stringify(s.volumeAttachments)
+  const metadata = JSON.stringify(s.metadata)
+  const network = JSON.stringify(s.network)
+  const secretIds = [...s.secretIds]
+  const statement = expected === undefined
+    ? sql`
+          INSERT INTO sandboxes (id, org_id, name, template_id, template_name, host_id, parent_id, state, type, region,
+            datacenter, agent_ready, runtime_ready, runtime_reason, cpu, ram_mb, disk_gb, vsock_cid, internal_ip,
+            exposed_ports, volume_attachments, metadata, error_message, network, secret_ids, timeout_s, created_at,
+            started_at, stopped_at, deleted_at, state_since, last_report_at, created_emitted, version)
+          SELECT ${s.id}, ${s.orgId}, ${s.name}, ${s.templateId}, ${s.templateName}, ${s.hostId}, ${s.parentId},
+            ${s.state}, ${s.type}, ${s.region}, ${s.datacenter}, ${s.agentReady}, ${s.runtimeReady}, ${s.runtimeReason},
+            ${s.cpu}, ${s.ramMb}, ${s.diskGb}, ${s.vsockCid}, ${s.internalIp}, ${ports}::jsonb, ${volumes}::jsonb,
+            ${metadata}::jsonb, ${s.errorMessage}, ${network}::jsonb, ${secretIds}::text[], ${s.timeoutS}, ${new Date(
+      s.createdAt
+    )}, ${date(s.startedAt)},
+            ${date(s.stoppedAt)}, ${date(s.deletedAt)}, ${new Date(
+      s.stateSince
+    )}, ${s.lastReportAt}, ${s.createdEmitted}, 1
+          WHERE ${guard}
+          ON CONFLICT (id) DO NOTHING RETURNING version`
+    : sql`
+          UPDATE sandboxes SET
+            name = ${s.name}, host_id = ${s.hostId}, state = ${s.state}, region = ${s.region}, datacenter = ${s.datacenter},
+            agent_ready = ${s.agentReady}, runtime_ready = ${s.runtimeReady}, runtime_reason = ${s.runtimeReason},
+            vsock_cid = ${s.vsockCid}, internal_ip = ${s.internalIp}, exposed_ports = ${ports}::jsonb,
+            volume_attachments = ${volumes}::jsonb, metadata = ${metadata}::jsonb, error_message = ${s.errorMessage},
+            network = ${network}::jsonb, secret_ids = ${secretIds}::text[],
+            started_at = ${date(s.startedAt)}, stopped_at = ${date(s.stoppedAt)}, deleted_at = ${date(s.deletedAt)},
+            state_since = ${new Date(s.stateSince)}, last_report_at = ${s.lastReportAt},
+            created_emitted = ${s.createdEmitted}, version = version + 1
+          WHERE id = ${id} AND version = ${expected} AND ${guard} RETURNING version`
+  return Effect.succeed(statement)
+}
+
 export const store: ActorStore<SandboxActorState> = {
   load: Effect.fnUntraced(function*(id: string) {
     const sql = yield* SqlClient.SqlClient
@@ -118,43 +165,11 @@ export const store: ActorStore<SandboxActorState> = {
     if (rows.length === 0) return Option.none<Stored<SandboxActorState>>()
     return Option.some(toStored(rows[0]!))
   }),
-  save: Effect.fnUntraced(function*(id: string, s: SandboxActorState, expected: number | undefined) {
-    const sql = yield* SqlClient.SqlClient
-    if (s.id !== id) {
-      return yield* new CorruptState({ type: "sandbox", id, message: `state of ${s.id} saved under ${id}` })
-    }
-    const ports = JSON.stringify(s.exposedPorts)
-    const volumes = JSON.stringify(s.volumeAttachments)
-    const metadata = JSON.stringify(s.metadata)
-    const network = JSON.stringify(s.network)
-    const secretIds = [...s.secretIds]
-    const rows = expected === undefined
-      ? yield* sql`
-          INSERT INTO sandboxes (id, org_id, name, template_id, template_name, host_id, parent_id, state, type, region,
-            datacenter, agent_ready, runtime_ready, runtime_reason, cpu, ram_mb, disk_gb, vsock_cid, internal_ip,
-            exposed_ports, volume_attachments, metadata, error_message, network, secret_ids, timeout_s, created_at,
-            started_at, stopped_at, deleted_at, state_since, last_report_at, created_emitted, version)
-          VALUES (${s.id}, ${s.orgId}, ${s.name}, ${s.templateId}, ${s.templateName}, ${s.hostId}, ${s.parentId},
-            ${s.state}, ${s.type}, ${s.region}, ${s.datacenter}, ${s.agentReady}, ${s.runtimeReady}, ${s.runtimeReason},
-            ${s.cpu}, ${s.ramMb}, ${s.diskGb}, ${s.vsockCid}, ${s.internalIp}, ${ports}::jsonb, ${volumes}::jsonb,
-            ${metadata}::jsonb, ${s.errorMessage}, ${network}::jsonb, ${secretIds}::text[], ${s.timeoutS}, ${new Date(
-        s.createdAt
-      )}, ${date(s.startedAt)},
-            ${date(s.stoppedAt)}, ${date(s.deletedAt)}, ${new Date(
-        s.stateSince
-      )}, ${s.lastReportAt}, ${s.createdEmitted}, 1)
-          ON CONFLICT (id) DO NOTHING RETURNING version`
-      : yield* sql`
-          UPDATE sandboxes SET
-            name = ${s.name}, host_id = ${s.hostId}, state = ${s.state}, region = ${s.region}, datacenter = ${s.datacenter},
-            agent_ready = ${s.agentReady}, runtime_ready = ${s.runtimeReady}, runtime_reason = ${s.runtimeReason},
-            vsock_cid = ${s.vsockCid}, internal_ip = ${s.internalIp}, exposed_ports = ${ports}::jsonb,
-            volume_attachments = ${volumes}::jsonb, metadata = ${metadata}::jsonb, error_message = ${s.errorMessage},
-            network = ${network}::jsonb, secret_ids = ${secretIds}::text[],
-            started_at = ${date(s.startedAt)}, stopped_at = ${date(s.stoppedAt)}, deleted_at = ${date(s.deletedAt)},
-            state_since = ${new Date(s.stateSince)}, last_report_at = ${s.lastReportAt},
-            created_emitted = ${s.createdEmitted}, version = version + 1
-          WHERE id = ${id} AND version = ${expected} RETURNING version`
-    return rows.length === 1
-  })
+  save: (id: string, s: SandboxActorState, expected: number | undefined) =>
+    Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const rows = yield* yield* saveStep(sql, id, s, expected, sql`TRUE`)
+      return rows.length === 1
+    }),
+  saveStep
 }
