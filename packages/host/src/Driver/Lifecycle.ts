@@ -88,8 +88,12 @@ export const makeLifecycle = (host: DriverHost, runs: Runs) => {
         }
         const lower = [...layers].reverse().map((digest) => Layers.layerDir(config.dataDir, digest)).concat(root)
           .join(":")
-        // A folder without a record is a create that died halfway: start clean.
-        yield* destroyInternal(spec.sandboxId)
+        // A folder without a record is a create that died halfway: start clean. Without a folder
+        // there is nothing of the id to clean (cgroups, record and run come after it, and
+        // `destroy` removes it last): the teardown's ~30 file calls are skipped.
+        if (yield* tryHost("create", () => Fs.lstat(paths.dir).then(() => true, () => false))) {
+          yield* destroyInternal(spec.sandboxId)
+        }
         const internalIp = yield* tryHost(
           "create",
           () => Network.lease(config.leaseDir, subnet, host.owner(spec.sandboxId))
@@ -120,7 +124,7 @@ export const makeLifecycle = (host: DriverHost, runs: Runs) => {
           Effect.andThen(writeSandboxRecord(paths, record, host.secrets, "create"))
         )
         return yield* made.pipe(
-          Effect.flatMap(() => startRun(record, paths)),
+          Effect.flatMap(() => startRun(record, paths, { fresh: true })),
           Effect.tapError(() => destroyInternal(spec.sandboxId).pipe(Effect.ignore))
         )
       })
