@@ -4,7 +4,7 @@
  * renames, cgroup writes, a hostname and /dev/shm's size (the spawner's; no program started).
  */
 import { Effect } from "effect"
-import * as Fs from "node:fs/promises"
+import * as FsSync from "node:fs"
 import { DriverFailure, SandboxAlreadyExists, SandboxSpec } from "../Driver.ts"
 import * as Disk from "./Disk.ts"
 import { checkId, decodeInput, type DriverHost, invalid, spawnerTask, tryHost } from "./Host.ts"
@@ -37,7 +37,7 @@ export const makeAdopt = (host: DriverHost, lifecycle: Pick<DriverLifecycle, "de
         spec.sandboxId,
         Effect.gen(function*() {
           const target = sandboxPaths(config.dataDir, spec.sandboxId)
-          if ((yield* tryHost("adopt", () => Fs.lstat(target.dir).then(() => true, () => false)))) {
+          if (FsSync.lstatSync(target.dir, { throwIfNoEntry: false }) !== undefined) {
             return yield* new SandboxAlreadyExists({ sandboxId: spec.sandboxId })
           }
           const entry = yield* host.lookupRunning(from)
@@ -53,12 +53,14 @@ export const makeAdopt = (host: DriverHost, lifecycle: Pick<DriverLifecycle, "de
           }
           const source = sandboxPaths(config.dataDir, from)
           host.running.delete(from)
-          yield* tryHost("adopt", () => Fs.rename(source.dir, target.dir))
+          // Renames within one folder: metadata only, made synchronously (no thread-pool hop).
+          yield* tryHost("adopt", async () => FsSync.renameSync(source.dir, target.dir))
           // The mount point's folder follows (its mount lives in the sandbox's namespace only).
-          yield* tryHost(
-            "adopt",
-            () => Fs.rename(host.mountPoint(from), host.mountPoint(spec.sandboxId)).catch(() => undefined)
-          )
+          try {
+            FsSync.renameSync(host.mountPoint(from), host.mountPoint(spec.sandboxId))
+          } catch {
+            // Not there (never made, or removed): bubblewrap's next start makes it.
+          }
           return yield* Effect.gen(function*() {
             yield* tryHost("adopt", () => cgroups.rename(from, spec.sandboxId))
             const record = new SandboxRecord({

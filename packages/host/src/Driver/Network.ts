@@ -6,6 +6,7 @@
  * so several agent processes on one machine never hand out the same address.
  */
 import { randomBytes } from "node:crypto"
+import * as FsSync from "node:fs"
 import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
 
@@ -56,9 +57,10 @@ interface LeaseOwner {
 
 const ownerText = (owner: LeaseOwner) => JSON.stringify({ dataDir: owner.dataDir, sandboxId: owner.sandboxId }) + "\n"
 
+/** A lease file's owner, read synchronously (a few bytes in the page cache: no thread-pool hop). */
 const readOwner = async (file: string): Promise<LeaseOwner | undefined> => {
   try {
-    const parsed = JSON.parse(await Fs.readFile(file, "utf8")) as unknown
+    const parsed = JSON.parse(FsSync.readFileSync(file, "utf8")) as unknown
     if (
       typeof parsed === "object" && parsed !== null &&
       typeof (parsed as LeaseOwner).dataDir === "string" && typeof (parsed as LeaseOwner).sandboxId === "string"
@@ -161,8 +163,9 @@ export const transfer = async (leaseDir: string, ip: string, from: LeaseOwner, t
     return current !== undefined && current.dataDir === to.dataDir && current.sandboxId === to.sandboxId
   }
   const temp = `${file}.transfer-${randomBytes(6).toString("hex")}`
-  await Fs.writeFile(temp, ownerText(to))
-  await Fs.rename(temp, file)
+  // On an adopt's path: written synchronously, as the driver's records (State.ts).
+  FsSync.writeFileSync(temp, ownerText(to))
+  FsSync.renameSync(temp, file)
   return true
 }
 

@@ -100,11 +100,16 @@ export const sandboxPaths = (dataDir: string, sandboxId: string): SandboxPaths =
   }
 }
 
-/** Writes via a temporary file and rename, so a crash never leaves half a record. */
+/**
+ * Writes via a temporary file and rename, so a crash never leaves half a record. Synchronous: a
+ * record is under a kilobyte into the page cache and a rename, never an fsync, so neither waits
+ * on the disk; through the thread pool the same took four hops (open, write, close, rename), a
+ * millisecond or more of a create's or an adopt's time on a busy host.
+ */
 const writeAtomic = async (file: string, text: string) => {
   const temp = `${file}.tmp-${process.pid}`
-  await Fs.writeFile(temp, text, { mode: 0o600 })
-  await Fs.rename(temp, file)
+  FsSync.writeFileSync(temp, text, { mode: 0o600 })
+  FsSync.renameSync(temp, file)
 }
 
 /** Seals the record's env and writes `sandbox.json`. */
@@ -126,10 +131,11 @@ export const writeSandboxRecord = (
 export const writeRunRecord = (paths: SandboxPaths, record: RunRecord) =>
   writeAtomic(paths.run, Schema.encodeSync(RunRecordJson)(record))
 
+/** Reads a record synchronously (a small file in the page cache, as `writeAtomic` writes them). */
 const readDecoded = async <A>(file: string, decode: (text: string) => A): Promise<A | undefined> => {
   let text: string
   try {
-    text = await Fs.readFile(file, "utf8")
+    text = FsSync.readFileSync(file, "utf8")
   } catch {
     return undefined
   }
