@@ -73,34 +73,40 @@ export const makeAdopt = (host: DriverHost, lifecycle: Pick<DriverLifecycle, "de
               exposedPorts: spec.exposedPorts,
               createdAt: new Date().toISOString()
             })
-            yield* writeSandboxRecord(target, record, host.secrets, "adopt")
-            const handed = yield* tryHost(
-              "adopt",
-              () => Network.transfer(config.leaseDir, record.internalIp, host.owner(from), host.owner(spec.sandboxId))
-            )
-            if (!handed) {
-              return yield* new DriverFailure({
-                operation: "adopt",
-                message: `the address ${record.internalIp} was taken meanwhile`
-              })
-            }
-            const prepared = yield* tryHost("adopt", () =>
-              cgroups.prepare(spec.sandboxId, {
-                ramMb: spec.ramMb,
-                cpu: spec.cpu,
-                pidsMax: config.pidsMax,
-                diskGb: spec.diskGb
-              }))
             // The hostname, and /dev/shm sized for the new memory limit: done by a child of the
             // spawner in the init's UTS and mount namespaces and root (host root may join them),
-            // no program started there, nothing of the sandbox's run or trusted.
-            yield* spawnerTask("adopt", (signal) =>
+            // no program started there, nothing of the sandbox's run or trusted. Asked first and
+            // awaited beside the record, lease and cgroup steps (this process's work meanwhile):
+            // none depends on another, and a failure of either ends the other and undoes all.
+            const inside = spawnerTask("adopt", (signal) =>
               Spawner.adoptInside({
                 pid: entry.run.pid,
                 startTicks: entry.run.startTicks,
                 hostname: spec.sandboxId,
                 shmBytes: Disk.shmBytes(spec.ramMb)
               }, signal))
+            const settle = Effect.gen(function*() {
+              yield* writeSandboxRecord(target, record, host.secrets, "adopt")
+              const handed = yield* tryHost(
+                "adopt",
+                () => Network.transfer(config.leaseDir, record.internalIp, host.owner(from), host.owner(spec.sandboxId))
+              )
+              if (!handed) {
+                return yield* new DriverFailure({
+                  operation: "adopt",
+                  message: `the address ${record.internalIp} was taken meanwhile`
+                })
+              }
+              const prepared = yield* tryHost("adopt", () =>
+                cgroups.prepare(spec.sandboxId, {
+                  ramMb: spec.ramMb,
+                  cpu: spec.cpu,
+                  pidsMax: config.pidsMax,
+                  diskGb: spec.diskGb
+                }))
+              return prepared
+            })
+            const [, prepared] = yield* Effect.all([inside, settle], { concurrency: 2 })
             const runRecord = new RunRecord({
               ...entry.run,
               limits: { ...prepared.limits, disk: entry.run.limits.disk }

@@ -4,6 +4,7 @@
  * which reads the disk only, so that a restarted agent finds what an earlier process made.
  */
 import { Effect, Schema } from "effect"
+import * as FsSync from "node:fs"
 import * as Fs from "node:fs/promises"
 import {
   type DriverFailure,
@@ -91,7 +92,7 @@ export const makeLifecycle = (host: DriverHost, runs: Runs) => {
         // A folder without a record is a create that died halfway: start clean. Without a folder
         // there is nothing of the id to clean (cgroups, record and run come after it, and
         // `destroy` removes it last): the teardown's ~30 file calls are skipped.
-        if (yield* tryHost("create", () => Fs.lstat(paths.dir).then(() => true, () => false))) {
+        if (FsSync.lstatSync(paths.dir, { throwIfNoEntry: false }) !== undefined) {
           yield* destroyInternal(spec.sandboxId)
         }
         const internalIp = yield* tryHost(
