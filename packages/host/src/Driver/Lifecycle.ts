@@ -117,7 +117,7 @@ export const makeLifecycle = (host: DriverHost, runs: Runs) => {
           ...(spec.volumes !== undefined && spec.volumes.length > 0 ? { volumes: spec.volumes } : {})
         })
         const made = tryHost("create", async () => {
-          await Fs.mkdir(paths.dir, { recursive: true, mode: 0o700 })
+          FsSync.mkdirSync(paths.dir, { recursive: true, mode: 0o700 })
         }).pipe(
           // The writable layer: a disk image of diskGb (or folders where the host has no loop devices).
           Effect.andThen(Disk.makeLayer(host.disk, host.diskStock, paths, spec.diskGb, HOST_ENV)),

@@ -71,7 +71,9 @@ const readOwner = async (file: string): Promise<LeaseOwner | undefined> => {
   }
 }
 
-const exists = (path: string) => Fs.lstat(path).then(() => true, () => false)
+// Leases are a few bytes each in one folder: read and claimed synchronously (no thread-pool hop
+// per call on a create's path); each call stays the same atomic step for the other agents.
+const exists = async (path: string) => FsSync.lstatSync(path, { throwIfNoEntry: false }) !== undefined
 
 /** A lease whose owner's data dir no longer holds that sandbox: left by a removed agent or test. */
 const isStale = async (owner: LeaseOwner | undefined): Promise<boolean> =>
@@ -79,7 +81,7 @@ const isStale = async (owner: LeaseOwner | undefined): Promise<boolean> =>
 
 const tryClaim = async (leaseDir: string, ip: string, owner: LeaseOwner): Promise<boolean> => {
   try {
-    await Fs.writeFile(NodePath.join(leaseDir, ip), ownerText(owner), { flag: "wx" })
+    FsSync.writeFileSync(NodePath.join(leaseDir, ip), ownerText(owner), { flag: "wx" })
     return true
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code === "EEXIST") return false
@@ -117,11 +119,16 @@ export const lease = async (
   owner: LeaseOwner,
   preferred?: string
 ): Promise<string | undefined> => {
-  await Fs.mkdir(leaseDir, { recursive: true })
+  FsSync.mkdirSync(leaseDir, { recursive: true })
   const attempt = async (ip: string): Promise<boolean> => {
     if (await tryClaim(leaseDir, ip, owner)) return true
     const file = NodePath.join(leaseDir, ip)
-    const text = await Fs.readFile(file, "utf8").catch(() => undefined)
+    let text: string | undefined
+    try {
+      text = FsSync.readFileSync(file, "utf8")
+    } catch {
+      text = undefined
+    }
     if (text === undefined) return tryClaim(leaseDir, ip, owner)
     if (text === ownerText(owner)) return true
     let parsed: LeaseOwner | undefined
@@ -137,7 +144,7 @@ export const lease = async (
     const n = ipToInt(preferred)
     if (n >= subnet.first && n <= subnet.last && (await attempt(preferred))) return preferred
   }
-  const taken = new Set(await Fs.readdir(leaseDir))
+  const taken = new Set(FsSync.readdirSync(leaseDir))
   for (let n = subnet.first; n <= subnet.last; n++) {
     const ip = intToIp(n)
     if (taken.has(ip)) continue
