@@ -25,6 +25,8 @@
  *   - memory per idle sandbox with BENCH_SANDBOXES running: its own processes (inside, and the
  *     host-side bubblewrap), and what the host pays beyond them (the agent process's growth,
  *     the cgroup's kernel charge beyond the processes);
+ *   - with BENCH_AGENT_CPU_PROF=<dir>, the agent runs with `--cpu-prof` and leaves its profile
+ *     (the whole run, not only the burst) in that folder when it stops;
  *   - with BENCH_STRACE=1, the processes started per create in the burst, counted by `strace -f`
  *     on the agent (and its spawner): forks of the agent itself, all process starts (fork, vfork,
  *     clone without CLONE_THREAD), execs. strace slows what it traces: the timings of such a run
@@ -335,7 +337,10 @@ const platform = Effect.gen(function*() {
   )
   const agent = yield* Effect.acquireRelease(
     Effect.callback<{ pid: number; kill: () => void }>((resume) => {
-      const child = spawn(process.execPath, [AGENT_MAIN], {
+      // BENCH_AGENT_CPU_PROF=<dir>: the agent writes a V8 CPU profile there when it stops.
+      const profDir = process.env["BENCH_AGENT_CPU_PROF"]
+      const profile = profDir !== undefined && profDir !== "" ? ["--cpu-prof", "--cpu-prof-dir", profDir] : []
+      const child = spawn(process.execPath, [...profile, AGENT_MAIN], {
         env: {
           ...process.env,
           NATS_URL: server.url,
@@ -467,6 +472,10 @@ const platform = Effect.gen(function*() {
         "→ runtime committed the agent command": stage((r) => Number(r.command_commit) - busAt.get(r.create_msg)!),
         "→ command on the bus (relay hop 2)": stage((r) => busAt.get(r.command_msg)! - Number(r.command_commit)),
         "→ agent: create, exec check, report": stage((r) => Number(r.reported) - busAt.get(r.command_msg)!),
+        // The same stage of the sandboxes served from the warm pool alone (no exec check there).
+        "    of those, from the pool": complete.filter((r) => viaOf.get(r.id) === "restore").map((r) =>
+          Number(r.reported) - busAt.get(r.command_msg)!
+        ),
         "→ runtime committed the running event": stage((r) => Number(r.event_commit) - Number(r.reported)),
         "→ event on the bus (relay hop 3)": stage((r) => busAt.get(r.event_msg)! - Number(r.event_commit)),
         "→ event read back here": stage((r) => epochOf(runningAt.get(r.id)!) - busAt.get(r.event_msg)!)
@@ -610,7 +619,7 @@ try {
   row(`platform: POST → running event (${N} in a row)`, result.latencies, "target p50 < 50, p99 < 200")
   for (const [via, values] of Object.entries(sequentialVia)) row(`  via ${via}: ${values.length}`, values)
   console.log("  where the time goes (one after the other):")
-  for (const [stage, values] of Object.entries(result.breakdown)) row(`    ${stage}`, values)
+  for (const [stage, values] of Object.entries(result.breakdown)) if (values.length > 0) row(`    ${stage}`, values)
   row(
     `${CONCURRENT} clients at once, ${CONCURRENT_ROUNDS} creates each`,
     concurrentLatencies,
@@ -620,7 +629,9 @@ try {
   row(`burst: ${BURST} creates, ${CONCURRENCY} clients at once`, result.burstLatencies)
   for (const [via, values] of Object.entries(burstVia)) row(`  via ${via}: ${values.length}`, values)
   console.log("  where the time goes (burst):")
-  for (const [stage, values] of Object.entries(result.burstBreakdown)) row(`    ${stage}`, values)
+  for (const [stage, values] of Object.entries(result.burstBreakdown)) {
+    if (values.length > 0) row(`    ${stage}`, values)
+  }
   console.log(
     `${"creates per second, sustained (burst)".padEnd(46)}${result.creates.toFixed(1).padStart(9)}  target ≥ 50`
   )

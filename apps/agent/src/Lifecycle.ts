@@ -27,6 +27,7 @@ import {
 import { BASE_TEMPLATE } from "@svc/host/Rootfs"
 import { Clock, Context, Duration, Effect, FiberSet, Layer, Option, Queue, Schedule, Schema, Semaphore } from "effect"
 import { randomBytes } from "node:crypto"
+import * as FsSync from "node:fs"
 import * as Fs from "node:fs/promises"
 import * as Os from "node:os"
 import * as NodePath from "node:path"
@@ -65,13 +66,17 @@ const makeRuntimes = (dataDir: string) => {
         await Fs.mkdir(dir, { recursive: true, mode: 0o700 })
         await Fs.writeFile(file(sandboxId), Schema.encodeSync(RuntimeJson)(runtime), { mode: 0o600 })
       }),
+    // Read at every cold boot, absent for most: synchronously, as the journal (a small file, no thread-pool hop).
     load: (sandboxId: string) =>
-      Effect.promise(() =>
-        Fs.readFile(file(sandboxId), "utf8").then(
-          (text) => Schema.decodeUnknownSync(RuntimeJson)(text),
-          () => undefined
-        )
-      ),
+      Effect.sync(() => {
+        let text: string
+        try {
+          text = FsSync.readFileSync(file(sandboxId), "utf8")
+        } catch {
+          return undefined
+        }
+        return Schema.decodeUnknownSync(RuntimeJson)(text)
+      }),
     remove: (sandboxId: string) => Effect.promise(() => Fs.rm(file(sandboxId), { force: true }))
   }
 }

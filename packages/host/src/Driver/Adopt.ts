@@ -4,7 +4,7 @@
  * renames, cgroup writes, a hostname and /dev/shm's size (the spawner's; no program started).
  */
 import { Effect } from "effect"
-import * as Fs from "node:fs/promises"
+import * as FsSync from "node:fs"
 import { DriverFailure, SandboxAlreadyExists, SandboxSpec } from "../Driver.ts"
 import * as Disk from "./Disk.ts"
 import { checkId, decodeInput, type DriverHost, invalid, spawnerTask, tryHost } from "./Host.ts"
@@ -37,7 +37,7 @@ export const makeAdopt = (host: DriverHost, lifecycle: Pick<DriverLifecycle, "de
         spec.sandboxId,
         Effect.gen(function*() {
           const target = sandboxPaths(config.dataDir, spec.sandboxId)
-          if ((yield* tryHost("adopt", () => Fs.lstat(target.dir).then(() => true, () => false)))) {
+          if (FsSync.lstatSync(target.dir, { throwIfNoEntry: false }) !== undefined) {
             return yield* new SandboxAlreadyExists({ sandboxId: spec.sandboxId })
           }
           const entry = yield* host.lookupRunning(from)
@@ -53,12 +53,14 @@ export const makeAdopt = (host: DriverHost, lifecycle: Pick<DriverLifecycle, "de
           }
           const source = sandboxPaths(config.dataDir, from)
           host.running.delete(from)
-          yield* tryHost("adopt", () => Fs.rename(source.dir, target.dir))
+          // Renames within one folder: metadata only, made synchronously (no thread-pool hop).
+          yield* tryHost("adopt", async () => FsSync.renameSync(source.dir, target.dir))
           // The mount point's folder follows (its mount lives in the sandbox's namespace only).
-          yield* tryHost(
-            "adopt",
-            () => Fs.rename(host.mountPoint(from), host.mountPoint(spec.sandboxId)).catch(() => undefined)
-          )
+          try {
+            FsSync.renameSync(host.mountPoint(from), host.mountPoint(spec.sandboxId))
+          } catch {
+            // Not there (never made, or removed): bubblewrap's next start makes it.
+          }
           return yield* Effect.gen(function*() {
             yield* tryHost("adopt", () => cgroups.rename(from, spec.sandboxId))
             const record = new SandboxRecord({
@@ -71,34 +73,40 @@ export const makeAdopt = (host: DriverHost, lifecycle: Pick<DriverLifecycle, "de
               exposedPorts: spec.exposedPorts,
               createdAt: new Date().toISOString()
             })
-            yield* writeSandboxRecord(target, record, host.secrets, "adopt")
-            const handed = yield* tryHost(
-              "adopt",
-              () => Network.transfer(config.leaseDir, record.internalIp, host.owner(from), host.owner(spec.sandboxId))
-            )
-            if (!handed) {
-              return yield* new DriverFailure({
-                operation: "adopt",
-                message: `the address ${record.internalIp} was taken meanwhile`
-              })
-            }
-            const prepared = yield* tryHost("adopt", () =>
-              cgroups.prepare(spec.sandboxId, {
-                ramMb: spec.ramMb,
-                cpu: spec.cpu,
-                pidsMax: config.pidsMax,
-                diskGb: spec.diskGb
-              }))
             // The hostname, and /dev/shm sized for the new memory limit: done by a child of the
             // spawner in the init's UTS and mount namespaces and root (host root may join them),
-            // no program started there, nothing of the sandbox's run or trusted.
-            yield* spawnerTask("adopt", (signal) =>
+            // no program started there, nothing of the sandbox's run or trusted. Asked first and
+            // awaited beside the record, lease and cgroup steps (this process's work meanwhile):
+            // none depends on another, and a failure of either ends the other and undoes all.
+            const inside = spawnerTask("adopt", (signal) =>
               Spawner.adoptInside({
                 pid: entry.run.pid,
                 startTicks: entry.run.startTicks,
                 hostname: spec.sandboxId,
                 shmBytes: Disk.shmBytes(spec.ramMb)
               }, signal))
+            const settle = Effect.gen(function*() {
+              yield* writeSandboxRecord(target, record, host.secrets, "adopt")
+              const handed = yield* tryHost(
+                "adopt",
+                () => Network.transfer(config.leaseDir, record.internalIp, host.owner(from), host.owner(spec.sandboxId))
+              )
+              if (!handed) {
+                return yield* new DriverFailure({
+                  operation: "adopt",
+                  message: `the address ${record.internalIp} was taken meanwhile`
+                })
+              }
+              const prepared = yield* tryHost("adopt", () =>
+                cgroups.prepare(spec.sandboxId, {
+                  ramMb: spec.ramMb,
+                  cpu: spec.cpu,
+                  pidsMax: config.pidsMax,
+                  diskGb: spec.diskGb
+                }))
+              return prepared
+            })
+            const [, prepared] = yield* Effect.all([inside, settle], { concurrency: 2 })
             const runRecord = new RunRecord({
               ...entry.run,
               limits: { ...prepared.limits, disk: entry.run.limits.disk }

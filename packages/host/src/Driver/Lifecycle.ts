@@ -4,6 +4,7 @@
  * which reads the disk only, so that a restarted agent finds what an earlier process made.
  */
 import { Effect, Schema } from "effect"
+import * as FsSync from "node:fs"
 import * as Fs from "node:fs/promises"
 import {
   type DriverFailure,
@@ -88,8 +89,12 @@ export const makeLifecycle = (host: DriverHost, runs: Runs) => {
         }
         const lower = [...layers].reverse().map((digest) => Layers.layerDir(config.dataDir, digest)).concat(root)
           .join(":")
-        // A folder without a record is a create that died halfway: start clean.
-        yield* destroyInternal(spec.sandboxId)
+        // A folder without a record is a create that died halfway: start clean. Without a folder
+        // there is nothing of the id to clean (cgroups, record and run come after it, and
+        // `destroy` removes it last): the teardown's ~30 file calls are skipped.
+        if (FsSync.lstatSync(paths.dir, { throwIfNoEntry: false }) !== undefined) {
+          yield* destroyInternal(spec.sandboxId)
+        }
         const internalIp = yield* tryHost(
           "create",
           () => Network.lease(config.leaseDir, subnet, host.owner(spec.sandboxId))
@@ -112,7 +117,7 @@ export const makeLifecycle = (host: DriverHost, runs: Runs) => {
           ...(spec.volumes !== undefined && spec.volumes.length > 0 ? { volumes: spec.volumes } : {})
         })
         const made = tryHost("create", async () => {
-          await Fs.mkdir(paths.dir, { recursive: true, mode: 0o700 })
+          FsSync.mkdirSync(paths.dir, { recursive: true, mode: 0o700 })
         }).pipe(
           // The writable layer: a disk image of diskGb (or folders where the host has no loop devices).
           Effect.andThen(Disk.makeLayer(host.disk, host.diskStock, paths, spec.diskGb, HOST_ENV)),
@@ -120,7 +125,7 @@ export const makeLifecycle = (host: DriverHost, runs: Runs) => {
           Effect.andThen(writeSandboxRecord(paths, record, host.secrets, "create"))
         )
         return yield* made.pipe(
-          Effect.flatMap(() => startRun(record, paths)),
+          Effect.flatMap(() => startRun(record, paths, { fresh: true })),
           Effect.tapError(() => destroyInternal(spec.sandboxId).pipe(Effect.ignore))
         )
       })

@@ -6,6 +6,7 @@
  * so several agent processes on one machine never hand out the same address.
  */
 import { randomBytes } from "node:crypto"
+import * as FsSync from "node:fs"
 import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
 
@@ -56,9 +57,10 @@ interface LeaseOwner {
 
 const ownerText = (owner: LeaseOwner) => JSON.stringify({ dataDir: owner.dataDir, sandboxId: owner.sandboxId }) + "\n"
 
+/** A lease file's owner, read synchronously (a few bytes in the page cache: no thread-pool hop). */
 const readOwner = async (file: string): Promise<LeaseOwner | undefined> => {
   try {
-    const parsed = JSON.parse(await Fs.readFile(file, "utf8")) as unknown
+    const parsed = JSON.parse(FsSync.readFileSync(file, "utf8")) as unknown
     if (
       typeof parsed === "object" && parsed !== null &&
       typeof (parsed as LeaseOwner).dataDir === "string" && typeof (parsed as LeaseOwner).sandboxId === "string"
@@ -69,7 +71,9 @@ const readOwner = async (file: string): Promise<LeaseOwner | undefined> => {
   }
 }
 
-const exists = (path: string) => Fs.lstat(path).then(() => true, () => false)
+// Leases are a few bytes each in one folder: read and claimed synchronously (no thread-pool hop
+// per call on a create's path); each call stays the same atomic step for the other agents.
+const exists = async (path: string) => FsSync.lstatSync(path, { throwIfNoEntry: false }) !== undefined
 
 /** A lease whose owner's data dir no longer holds that sandbox: left by a removed agent or test. */
 const isStale = async (owner: LeaseOwner | undefined): Promise<boolean> =>
@@ -77,7 +81,7 @@ const isStale = async (owner: LeaseOwner | undefined): Promise<boolean> =>
 
 const tryClaim = async (leaseDir: string, ip: string, owner: LeaseOwner): Promise<boolean> => {
   try {
-    await Fs.writeFile(NodePath.join(leaseDir, ip), ownerText(owner), { flag: "wx" })
+    FsSync.writeFileSync(NodePath.join(leaseDir, ip), ownerText(owner), { flag: "wx" })
     return true
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code === "EEXIST") return false
@@ -115,11 +119,16 @@ export const lease = async (
   owner: LeaseOwner,
   preferred?: string
 ): Promise<string | undefined> => {
-  await Fs.mkdir(leaseDir, { recursive: true })
+  FsSync.mkdirSync(leaseDir, { recursive: true })
   const attempt = async (ip: string): Promise<boolean> => {
     if (await tryClaim(leaseDir, ip, owner)) return true
     const file = NodePath.join(leaseDir, ip)
-    const text = await Fs.readFile(file, "utf8").catch(() => undefined)
+    let text: string | undefined
+    try {
+      text = FsSync.readFileSync(file, "utf8")
+    } catch {
+      text = undefined
+    }
     if (text === undefined) return tryClaim(leaseDir, ip, owner)
     if (text === ownerText(owner)) return true
     let parsed: LeaseOwner | undefined
@@ -135,7 +144,7 @@ export const lease = async (
     const n = ipToInt(preferred)
     if (n >= subnet.first && n <= subnet.last && (await attempt(preferred))) return preferred
   }
-  const taken = new Set(await Fs.readdir(leaseDir))
+  const taken = new Set(FsSync.readdirSync(leaseDir))
   for (let n = subnet.first; n <= subnet.last; n++) {
     const ip = intToIp(n)
     if (taken.has(ip)) continue
@@ -161,8 +170,9 @@ export const transfer = async (leaseDir: string, ip: string, from: LeaseOwner, t
     return current !== undefined && current.dataDir === to.dataDir && current.sandboxId === to.sandboxId
   }
   const temp = `${file}.transfer-${randomBytes(6).toString("hex")}`
-  await Fs.writeFile(temp, ownerText(to))
-  await Fs.rename(temp, file)
+  // On an adopt's path: written synchronously, as the driver's records (State.ts).
+  FsSync.writeFileSync(temp, ownerText(to))
+  FsSync.renameSync(temp, file)
   return true
 }
 

@@ -52,8 +52,16 @@ export const infoOf = (record: SandboxRecord, runRecord: RunRecord) =>
   })
 
 export interface Runs {
-  /** Starts a sandbox from its saved file system; a running one is left as it is. */
-  startRun(record: SandboxRecord, paths: SandboxPaths): Effect.Effect<SandboxInfo, DriverFailure>
+  /**
+   * Starts a sandbox from its saved file system; a running one is left as it is. `fresh`: its
+   * folder was made just now by a create (after the clean-up of anything of its id), so there
+   * is no earlier run to look for or clear.
+   */
+  startRun(
+    record: SandboxRecord,
+    paths: SandboxPaths,
+    options?: { readonly fresh: boolean }
+  ): Effect.Effect<SandboxInfo, DriverFailure>
   /** Ends every process of a run and removes what belongs to it; the file system stays. */
   teardownRun(
     record: SandboxRecord,
@@ -325,27 +333,35 @@ export const makeRuns = (host: DriverHost): Runs => {
       })
     })
 
-  const startRun = (initial: SandboxRecord, paths: SandboxPaths) =>
+  const startRun = (initial: SandboxRecord, paths: SandboxPaths, options?: { readonly fresh: boolean }) =>
     Effect.gen(function*() {
       let record = initial
-      const existing = yield* tryHost("start", () => readRunRecord(paths))
-      if (existing !== undefined && (yield* tryHost("start", () => isAlive(existing)))) return infoOf(record, existing)
-      // Leftovers of a run that ended without stop (crash, reboot): clear them first.
-      yield* teardownRun(record, paths, existing)
+      if (options?.fresh !== true) {
+        const existing = yield* tryHost("start", () => readRunRecord(paths))
+        if (existing !== undefined && (yield* tryHost("start", () => isAlive(existing)))) {
+          return infoOf(record, existing)
+        }
+        // Leftovers of a run that ended without stop (crash, reboot): clear them first.
+        yield* teardownRun(record, paths, existing)
+      }
 
       // The lease normally persists; after a reboot (/run is empty) take the same address back.
-      const leased = yield* tryHost("start", () =>
-        Network.lease(config.leaseDir, subnet, host.owner(record.sandboxId), record.internalIp))
-      if (leased === undefined) {
-        return yield* new DriverFailure({ operation: "start", message: "no free internal address" })
-      }
-      if (leased !== record.internalIp) {
-        record = new SandboxRecord({ ...record, internalIp: leased })
-        yield* writeSandboxRecord(paths, record, host.secrets, "start")
+      // (A fresh create took it a moment ago, under the same lock.)
+      if (options?.fresh !== true) {
+        const leased = yield* tryHost(
+          "start",
+          () => Network.lease(config.leaseDir, subnet, host.owner(record.sandboxId), record.internalIp)
+        )
+        if (leased === undefined) {
+          return yield* new DriverFailure({ operation: "start", message: "no free internal address" })
+        }
+        if (leased !== record.internalIp) {
+          record = new SandboxRecord({ ...record, internalIp: leased })
+          yield* writeSandboxRecord(paths, record, host.secrets, "start")
+        }
       }
 
-      const disk = yield* tryHost("start", () =>
-        Disk.layoutOf(paths))
+      const disk = yield* tryHost("start", () => Disk.layoutOf(paths))
       // The writable layer belongs to the sandbox's root (a sandbox made before user namespaces
       // were mapped has a root-owned one: shifted once). A disk image is formatted with it so
       // (`Disk.ts`).

@@ -100,11 +100,16 @@ export const sandboxPaths = (dataDir: string, sandboxId: string): SandboxPaths =
   }
 }
 
-/** Writes via a temporary file and rename, so a crash never leaves half a record. */
+/**
+ * Writes via a temporary file and rename, so a crash never leaves half a record. Synchronous: a
+ * record is under a kilobyte into the page cache and a rename, never an fsync, so neither waits
+ * on the disk; through the thread pool the same took four hops (open, write, close, rename), a
+ * millisecond or more of a create's or an adopt's time on a busy host.
+ */
 const writeAtomic = async (file: string, text: string) => {
   const temp = `${file}.tmp-${process.pid}`
-  await Fs.writeFile(temp, text, { mode: 0o600 })
-  await Fs.rename(temp, file)
+  FsSync.writeFileSync(temp, text, { mode: 0o600 })
+  FsSync.renameSync(temp, file)
 }
 
 /** Seals the record's env and writes `sandbox.json`. */
@@ -126,10 +131,11 @@ export const writeSandboxRecord = (
 export const writeRunRecord = (paths: SandboxPaths, record: RunRecord) =>
   writeAtomic(paths.run, Schema.encodeSync(RunRecordJson)(record))
 
+/** Reads a record synchronously (a small file in the page cache, as `writeAtomic` writes them). */
 const readDecoded = async <A>(file: string, decode: (text: string) => A): Promise<A | undefined> => {
   let text: string
   try {
-    text = await Fs.readFile(file, "utf8")
+    text = FsSync.readFileSync(file, "utf8")
   } catch {
     return undefined
   }
@@ -203,22 +209,31 @@ export const readExitCode = async (paths: SandboxPaths): Promise<number | undefi
   return match ? Number(match[1]) : undefined
 }
 
-/** State letter and start time of a process, or undefined when there is no such process. */
-export const procStat = async (pid: number): Promise<{ state: string; startTicks: number } | undefined> => {
+/**
+ * State letter and start time of a process, or undefined when there is no such process. /proc
+ * is read synchronously: it never waits on a disk, and a read costs a few microseconds, less
+ * than the thread pool's hop (a create and an exec each check two processes).
+ */
+export const procStatSync = (pid: number): { state: string; startTicks: number } | undefined => {
+  let text: string
   try {
-    const text = await Fs.readFile(`/proc/${pid}/stat`, "utf8")
-    // The command name (field 2) may contain spaces and parentheses: split after the last ')'.
-    const fields = text.slice(text.lastIndexOf(")") + 2).split(" ")
-    return { state: fields[0]!, startTicks: Number(fields[19]) }
+    text = FsSync.readFileSync(`/proc/${pid}/stat`, "utf8")
   } catch {
     return undefined
   }
+  // The command name (field 2) may contain spaces and parentheses: split after the last ')'.
+  const fields = text.slice(text.lastIndexOf(")") + 2).split(" ")
+  return { state: fields[0]!, startTicks: Number(fields[19]) }
 }
 
-export const sameProcess = async (pid: number, startTicks: number): Promise<boolean> => {
-  const stat = await procStat(pid)
+export const procStat = async (pid: number) => procStatSync(pid)
+
+const sameProcessSync = (pid: number, startTicks: number): boolean => {
+  const stat = procStatSync(pid)
   return stat !== undefined && stat.startTicks === startTicks && stat.state !== "Z" && stat.state !== "X"
 }
+
+export const sameProcess = async (pid: number, startTicks: number): Promise<boolean> => sameProcessSync(pid, startTicks)
 
 /**
  * True when the recorded run still runs: its pid 1 (same pid, same start time, not a zombie)
@@ -226,28 +241,11 @@ export const sameProcess = async (pid: number, startTicks: number): Promise<bool
  * init ends, also when pid 1 lingers for processes left inside; a sandbox without it is not
  * watched any more and counts as ended.
  */
-export const isAlive = async (run: RunRecord): Promise<boolean> =>
-  (await sameProcess(run.pid, run.startTicks)) &&
-  (run.monitorPid === undefined || (await sameProcess(run.monitorPid, run.monitorStartTicks ?? -1)))
-
-const sameProcessSync = (pid: number, startTicks: number): boolean => {
-  let text: string
-  try {
-    text = FsSync.readFileSync(`/proc/${pid}/stat`, "utf8")
-  } catch {
-    return false
-  }
-  const fields = text.slice(text.lastIndexOf(")") + 2).split(" ")
-  return Number(fields[19]) === startTicks && fields[0] !== "Z" && fields[0] !== "X"
-}
-
-/**
- * `isAlive` without the thread pool: /proc reads never wait on a disk, and done synchronously
- * they cost a few microseconds, which is what a poll of hundreds of sandboxes wants.
- */
 export const isAliveSync = (run: RunRecord): boolean =>
   sameProcessSync(run.pid, run.startTicks) &&
   (run.monitorPid === undefined || sameProcessSync(run.monitorPid, run.monitorStartTicks ?? -1))
+
+export const isAlive = async (run: RunRecord): Promise<boolean> => isAliveSync(run)
 
 /** True when the run's pid 1 still runs (whatever became of the host-side bubblewrap). */
 export const isInitAlive = (run: RunRecord): Promise<boolean> => sameProcess(run.pid, run.startTicks)
