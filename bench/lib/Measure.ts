@@ -70,10 +70,13 @@ export const findProcess = (matches: (cmdline: string) => boolean): number | und
   return undefined
 }
 
-/** CPU time (ms) the whole machine has spent busy (every state but idle and iowait), all cores. */
+/**
+ * CPU time (ms) the whole machine has spent busy, all cores: user, nice, system, irq and softirq
+ * (not idle, iowait, nor steal: time the hypervisor gave to someone else is not ours).
+ */
 export const machineBusyMs = (): number => {
   const cpu = fs.readFileSync("/proc/stat", "utf8").split("\n")[0]!.trim().split(/\s+/).slice(1).map(Number)
   // user nice system idle iowait irq softirq steal (guest time is already in user)
-  const busy = cpu[0]! + cpu[1]! + cpu[2]! + cpu[5]! + cpu[6]! + cpu[7]!
+  const busy = cpu[0]! + cpu[1]! + cpu[2]! + cpu[5]! + cpu[6]!
   return (busy * 1000) / 100
 }
