@@ -22,10 +22,11 @@ const ppidOf = (pid: number): number | undefined => {
 }
 
 /** Host processes whose command line includes `needle`. */
+/** Processes whose command line (arguments joined by spaces) includes `needle`. */
 const hostProcesses = (needle: string) =>
   FsSync.readdirSync("/proc").filter((name) => /^\d+$/.test(name)).map(Number).filter((pid) => {
     try {
-      return FsSync.readFileSync(`/proc/${pid}/cmdline`, "utf8").includes(needle)
+      return FsSync.readFileSync(`/proc/${pid}/cmdline`, "utf8").replaceAll("\0", " ").includes(needle)
     } catch {
       return false
     }
@@ -145,11 +146,17 @@ layer(TestDriver.layer(), { excludeTestServices: true, timeout: 180_000 })(
           Effect.forkScoped
         )
         const background = yield* driver.startProcess(id, { cmd: ["sh", "-c", `${marker}`], stdin: false })
-        // Both have started inside.
-        yield* eventually(
-          () => hostProcesses(marker).length >= 2,
-          "both commands run"
-        )
+        // Both have started inside (their own `sh -c`, not only the svc-enter that names them).
+        const inside = () =>
+          hostProcesses(marker).filter((pid) => {
+            try {
+              return !FsSync.readFileSync(`/proc/${pid}/cmdline`, "utf8").includes("svc-enter")
+            } catch {
+              return false
+            }
+          })
+        // The exec's shell and its sleep, and the background command's sleep (its shell execs it).
+        yield* eventually(() => inside().length >= 3, "both commands run")
 
         process.kill(spawner, "SIGKILL")
 

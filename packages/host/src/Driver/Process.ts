@@ -21,7 +21,7 @@ export interface CommandOptions {
    * Ends every process the run started, including those that left its process group (the
    * namespaces driver kills its per-exec cgroup). Called on timeout and on interruption.
    */
-  readonly killTree?: (pid: number) => void
+  readonly killTree?: () => void
 }
 
 export interface RunResult {
@@ -103,13 +103,21 @@ const spawnTree = (
   Spawner.spawn(file, args, {
     env: options.env ?? {},
     stdio: [stdin, "out", "out", ...(options.fd3 === undefined ? [] : [{ data: options.fd3 }])]
-  }).then((child) => ({
-    child,
-    kill: () => {
-      child.killGroup("SIGKILL")
-      options.killTree?.(child.pid)
+  }).then(
+    (child) => ({
+      child,
+      kill: () => {
+        child.killGroup("SIGKILL")
+        options.killTree?.()
+      }
+    }),
+    (e) => {
+      // A spawner that died after forking the command never answered: what it started may run
+      // on (svc-enter's command inside a sandbox outlives it), so its tree is killed now.
+      options.killTree?.()
+      throw e
     }
-  }))
+  )
 
 const startFailure = (operation: string, file: string, e: unknown) =>
   new DriverFailure({ operation, message: `${file}: ${e instanceof Error ? e.message : String(e)}` })
@@ -245,7 +253,7 @@ export interface StreamingOptions {
   /** Cap of the stderr kept (the rest is read and dropped). */
   readonly maxStderrBytes?: number
   /** As `CommandOptions.killTree`: called on timeout, on `kill` and when the scope closes early. */
-  readonly killTree?: (pid: number) => void
+  readonly killTree?: () => void
 }
 
 export interface ProcessExit {

@@ -207,7 +207,11 @@ export const makeProcesses = (host: DriverHost) => {
             ...(options.fd4 === undefined ? [] : [options.fd4])
           ]
         }),
-      catch: (e) => new DriverFailure({ operation: "exec", message: `svc-enter: ${errorMessage(e)}` })
+      catch: (e) => {
+        // A spawner that died after forking svc-enter never answered: its command may run on.
+        group.kill()
+        return new DriverFailure({ operation: "exec", message: `svc-enter: ${errorMessage(e)}` })
+      }
     }).pipe(Effect.map((child) => {
       child.stdin?.on("error", () => undefined)
       child.stdout!.on("error", () => undefined)

@@ -425,7 +425,12 @@ class Client {
       if (failure !== undefined) {
         this.kill(id, pid, 9, true)
         for (const socket of stdio) socket?.destroy()
-        pending.reject(new SpawnFailed(0, `opening the command's pipes: ${failure.message}`))
+        // Its descriptors are gone with it when the spawner died between its answer and here.
+        pending.reject(
+          (failure as NodeJS.ErrnoException).code === "ENOENT"
+            ? new SpawnerLost()
+            : new SpawnFailed(0, `opening the command's pipes: ${failure.message}`)
+        )
       } else {
         pending.resolve(spawned)
       }
