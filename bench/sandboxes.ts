@@ -63,7 +63,7 @@ import { BubblewrapDriver } from "../packages/host/src/Driver/Bubblewrap.ts"
 import { groupPath } from "../packages/host/src/Driver/Cgroups.ts"
 import { DriverConfig } from "../packages/host/src/Driver/Config.ts"
 import { cleanHost } from "./lib/Hosts.ts"
-import { findProcess, machineBusyMs, treeCpuMs } from "./lib/Measure.ts"
+import { findProcess, machineBusyMs, processCpuMs, treeCpuMs } from "./lib/Measure.ts"
 import { record } from "./lib/Report.ts"
 import { quantile } from "./lib/Stats.ts"
 
@@ -91,26 +91,6 @@ const readKb = async (file: string, key: string): Promise<number> => {
 const hostPidNs = await Fs.readlink("/proc/self/ns/pid")
 const onHostSide = (pid: number) => Fs.readlink(`/proc/${pid}/ns/pid`).then((ns) => ns === hostPidNs, () => false)
 
-/** CPU time (user + system) of a process so far, in ms (clock ticks of 10 ms). */
-const cpuMs = (pid: number): number => {
-  try {
-    const stat = FsSync.readFileSync(`/proc/${pid}/stat`, "utf8")
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
-    return (Number(fields[11]) + Number(fields[12])) * 10
-  } catch {
-    return 0
-  }
-}
-/** CPU time (user + system) of the children a process has waited for so far, in ms. */
-const childrenCpuMs = (pid: number): number => {
-  try {
-    const stat = FsSync.readFileSync(`/proc/${pid}/stat`, "utf8")
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
-    return (Number(fields[13]) + Number(fields[14])) * 10
-  } catch {
-    return 0
-  }
-}
 /** The agent's process spawner (a child of the agent named svc-spawner-*), if its tree has one. */
 const spawnerOf = (agentPid: number): number | undefined => {
   const children = FsSync.readdirSync(`/proc/${agentPid}/task`).flatMap((tid) =>
@@ -524,13 +504,13 @@ const platform = Effect.gen(function*() {
   const burstCpu = () => ({
     machine: machineBusyMs(),
     self: (process.cpuUsage().user + process.cpuUsage().system) / 1000,
-    agent: cpuMs(agent.pid),
-    spawner: spawnerPid !== undefined ? cpuMs(spawnerPid) : 0,
+    agent: processCpuMs(agent.pid).own,
+    spawner: spawnerPid !== undefined ? processCpuMs(spawnerPid).own : 0,
     // What the spawner started and reaped within the burst (`svc-enter`, `mkfs`..., not the
     // sandboxes' bubblewrap, which runs on).
-    commands: spawnerPid !== undefined ? childrenCpuMs(spawnerPid) : 0,
-    postgres: postgresPid !== undefined ? treeCpuMs(postgresPid) + childrenCpuMs(postgresPid) : 0,
-    nats: natsPid !== undefined ? cpuMs(natsPid) : 0
+    commands: spawnerPid !== undefined ? processCpuMs(spawnerPid).reaped : 0,
+    postgres: postgresPid !== undefined ? treeCpuMs(postgresPid) + processCpuMs(postgresPid).reaped : 0,
+    nats: natsPid !== undefined ? processCpuMs(natsPid).own : 0
   })
   const cpuBefore = burstCpu()
   const burstStart = performance.now()

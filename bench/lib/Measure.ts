@@ -57,6 +57,21 @@ const nameOf = (pid: number, comm: string) => {
   }
 }
 
+/**
+ * CPU time (ms) of one process so far: its own (user + system), and that of the children it has
+ * waited for (what short-lived helpers it started cost, once they ended). Zero once it is gone.
+ */
+export const processCpuMs = (pid: number): { readonly own: number; readonly reaped: number } => {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8")
+    // Fields after the command name (which may hold spaces): utime, stime, cutime, cstime are 14-17.
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ").map(Number)
+    return { own: (fields[11]! + fields[12]!) * 10, reaped: (fields[13]! + fields[14]!) * 10 }
+  } catch {
+    return { own: 0, reaped: 0 }
+  }
+}
+
 /** The first process whose command line (arguments joined by spaces) `matches`. */
 export const findProcess = (matches: (cmdline: string) => boolean): number | undefined => {
   for (const entry of fs.readdirSync("/proc")) {

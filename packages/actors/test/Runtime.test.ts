@@ -49,6 +49,24 @@ const startRuntime = (actors: ReadonlyArray<Actor.AnyActor>, options: ActorRunti
 const crash = (instance: Instance) =>
   Effect.andThen(Effect.promise(() => instance.nats.connection.close()), Scope.close(instance.scope, Exit.void))
 
+/** `base.load`, after which another writer moves the entity (once): the runtime's version is stale. */
+const interferingOnce = (base: Actor.ActorStore<typeof CounterState.Type>) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    let interfered = false
+    return (id: string) =>
+      Effect.tap(base.load(id), (loaded) =>
+        Option.isSome(loaded) && !interfered
+          ? Effect.andThen(
+            Effect.sync(() => {
+              interfered = true
+            }),
+            sql`UPDATE actor_state SET version = version + 1, state = jsonb_set(state, '{seen}', state->'seen' || '"other"')
+                WHERE type = 'counter' AND id = ${id}`
+          )
+          : Effect.void)
+  })
+
 const env = OutboxRelay.layerWith({ pollInterval: Duration.millis(200) }).pipe(
   Layer.provideMerge(Layer.mergeAll(TestNats.layer, TestDatabase.layerWithUrl))
 )
@@ -180,22 +198,10 @@ describe("ActorRuntime", () => {
 
     it.effect("a stale version (another writer) reloads and applies on top of it", () =>
       Effect.scoped(Effect.gen(function*() {
-        const sql = yield* SqlClient.SqlClient
         const base = jsonStore(Counter)
-        let interfered = false
-        // Another writer moves the entity right after the runtime loaded it, once.
+        // Without `saveStep`: the transaction path.
         const store: Actor.ActorStore<typeof CounterState.Type> = {
-          load: (id) =>
-            Effect.tap(base.load(id), (loaded) =>
-              Option.isSome(loaded) && !interfered
-                ? Effect.andThen(
-                  Effect.sync(() => {
-                    interfered = true
-                  }),
-                  sql`UPDATE actor_state SET version = version + 1, state = jsonb_set(state, '{seen}', state->'seen' || '"other"')
-                      WHERE type = 'counter' AND id = ${id}`
-                )
-                : Effect.void),
+          load: yield* interferingOnce(base),
           save: base.save
         }
         yield* startRuntime([makeCounter(Counter.partitions, store)])
@@ -211,21 +217,7 @@ describe("ActorRuntime", () => {
       Effect.scoped(Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
         const base = jsonStore(Counter)
-        let interfered = false
-        const store: Actor.ActorStore<typeof CounterState.Type> = {
-          ...base,
-          load: (id) =>
-            Effect.tap(base.load(id), (loaded) =>
-              Option.isSome(loaded) && !interfered
-                ? Effect.andThen(
-                  Effect.sync(() => {
-                    interfered = true
-                  }),
-                  sql`UPDATE actor_state SET version = version + 1, state = jsonb_set(state, '{seen}', state->'seen' || '"other"')
-                      WHERE type = 'counter' AND id = ${id}`
-                )
-                : Effect.void)
-        }
+        const store: Actor.ActorStore<typeof CounterState.Type> = { ...base, load: yield* interferingOnce(base) }
         yield* startRuntime([makeCounter(Counter.partitions, store)])
         yield* add("s-2", "one", { msgID: "s-2-one" })
         yield* eventually(seenOf("s-2"), (s) => s.length >= 1)

@@ -6,6 +6,15 @@ import { ensureConsumer, ensureStream } from "@svc/bus/Topology"
 import * as TestNats from "@svc/testing/TestNats"
 import { Duration, Effect, Option } from "effect"
 
+/** A stream taking `<subject>.>` and a durable consumer of it named `subject`. */
+const durableOn = (name: string, subject: string) =>
+  Effect.gen(function*() {
+    const nats = yield* Nats
+    const stream = yield* ensureStream({ name, subjects: [`${subject}.>`] })
+    yield* ensureConsumer(name, { durable_name: subject, ack_policy: AckPolicy.Explicit })
+    return yield* Effect.promise(() => nats.js.consumers.get(stream, nats.name(subject)))
+  })
+
 describe("consumeScoped", () => {
   layer(TestNats.layer, { excludeTestServices: true })((it) => {
     // A role stopped right after it started: nothing has read the messages yet. nats.js's own
@@ -13,9 +22,7 @@ describe("consumeScoped", () => {
     it.effect("a scope closed before anything read its messages closes at once", () =>
       Effect.gen(function*() {
         const nats = yield* Nats
-        const stream = yield* ensureStream({ name: "UNREAD", subjects: ["unread.>"] })
-        yield* ensureConsumer("UNREAD", { durable_name: "unread", ack_policy: AckPolicy.Explicit })
-        const consumer = yield* Effect.promise(() => nats.js.consumers.get(stream, nats.name("unread")))
+        const consumer = yield* durableOn("UNREAD", "unread")
         const closed = yield* Effect.scoped(consumeScoped(consumer, "consume unread")).pipe(
           Effect.timeoutOption(Duration.seconds(5))
         )
@@ -29,9 +36,7 @@ describe("consumeScoped", () => {
     it.effect("a reader gets the messages, and its scope's end stops it", () =>
       Effect.gen(function*() {
         const nats = yield* Nats
-        const stream = yield* ensureStream({ name: "READ", subjects: ["read.>"] })
-        yield* ensureConsumer("READ", { durable_name: "read", ack_policy: AckPolicy.Explicit })
-        const consumer = yield* Effect.promise(() => nats.js.consumers.get(stream, nats.name("read")))
+        const consumer = yield* durableOn("READ", "read")
         yield* Effect.promise(() => nats.js.publish(nats.subject("read", "a"), "one"))
         const got = yield* Effect.scoped(Effect.gen(function*() {
           const messages = yield* consumeScoped(consumer, "consume read")

@@ -97,14 +97,13 @@ export const makeAdopt = (host: DriverHost, lifecycle: Pick<DriverLifecycle, "de
                   message: `the address ${record.internalIp} was taken meanwhile`
                 })
               }
-              const prepared = yield* tryHost("adopt", () =>
+              return yield* tryHost("adopt", () =>
                 cgroups.prepare(spec.sandboxId, {
                   ramMb: spec.ramMb,
                   cpu: spec.cpu,
                   pidsMax: config.pidsMax,
                   diskGb: spec.diskGb
                 }))
-              return prepared
             })
             const [, prepared] = yield* Effect.all([inside, settle], { concurrency: 2 })
             const runRecord = new RunRecord({
