@@ -8,7 +8,7 @@
  * definition itself (and the few routes outside it), so a new endpoint is counted under its own.
  */
 import { Api } from "@svc/domain/Api"
-import { Effect, Metric } from "effect"
+import { type Context, Effect, Metric } from "effect"
 import type { HttpServerRequest } from "effect/http"
 import { HttpApi } from "effect/http-api"
 
@@ -61,12 +61,70 @@ const templates: ReadonlyArray<Template> = (() => {
   return all.sort((a, b) => b.literals - a.literals)
 })()
 
+/**
+ * The templates without parameters, by their path (and that path with a trailing slash): most
+ * requests a client repeats (`/v1/health`, `/v1/auth/me`, `/v1/sandboxes`) are found here without
+ * trying each template's pattern in turn. A template of the path's own method found here is the
+ * one the loop below would find first: no other template has more literal segments that match.
+ */
+const literal = (() => {
+  const byPath = new Map<string, Array<Template>>()
+  for (const template of templates) {
+    if (template.literals !== template.path.split("/").filter((s) => s.length > 0).length) continue
+    for (const path of [template.path, template.path === "/" ? "/" : `${template.path}/`]) {
+      const list = byPath.get(path) ?? []
+      if (!list.includes(template)) list.push(template)
+      byPath.set(path, list)
+    }
+  }
+  return byPath
+})()
+
+/** A path's first two segments (`/v1/sandboxes`), when both are there. */
+const headOf = (path: string): string | undefined => {
+  const second = path.indexOf("/", 1)
+  if (second === -1 || second === path.length - 1) return undefined
+  const third = path.indexOf("/", second + 1)
+  return third === -1 ? path : path.slice(0, third)
+}
+
+/** The head of a template whose first two segments are both literal. */
+const literalHead = (template: Template): string | undefined => {
+  const head = headOf(template.path)
+  return head === undefined || head.includes(":") || head.includes("*") ? undefined : head
+}
+
+/**
+ * The templates a path can match, in the order of `templates`: those of its head (its first two
+ * segments) and those whose head is not literal. A template of another literal head cannot match.
+ */
+const candidates = (() => {
+  const anyHead = templates.filter((t) => literalHead(t) === undefined)
+  const byHead = new Map<string, ReadonlyArray<Template>>()
+  for (const template of templates) {
+    const head = literalHead(template)
+    if (head !== undefined && !byHead.has(head)) {
+      byHead.set(head, templates.filter((t) => literalHead(t) === head || literalHead(t) === undefined))
+    }
+  }
+  return (path: string): ReadonlyArray<Template> => {
+    const head = headOf(path)
+    return (head === undefined ? undefined : byHead.get(head)) ?? anyHead
+  }
+})()
+
 /** The route template of a request path (no query), or `unmatched`. */
 export const routeOf = (method: string, url: string): string => {
   const q = url.indexOf("?")
   const path = q === -1 ? url : url.slice(0, q)
+  const exact = literal.get(path)
+  if (exact !== undefined) {
+    for (const template of exact) {
+      if (template.method === method || (method === "HEAD" && template.method === "GET")) return template.path
+    }
+  }
   let samePath: string | undefined
-  for (const template of templates) {
+  for (const template of candidates(path)) {
     if (!template.pattern.test(path)) continue
     if (template.method === method || (method === "HEAD" && template.method === "GET")) return template.path
     samePath ??= template.path
@@ -82,8 +140,8 @@ export const spanName = (request: HttpServerRequest.HttpServerRequest): string =
 const requests = new Map<string, Metric.Counter<number>>()
 const durations = new Map<string, Metric.Histogram<number>>()
 
-/** Counts one answered request and its time (each label set is made once). */
-export const observe = (method: string, route: string, status: number, seconds: number): Effect.Effect<void> => {
+/** The counter and histogram of a label set (each made once). */
+const seriesOf = (method: string, route: string, status: number) => {
   const countKey = `${method} ${route} ${status}`
   let count = requests.get(countKey)
   if (count === undefined) {
@@ -96,5 +154,27 @@ export const observe = (method: string, route: string, status: number, seconds: 
     duration = Metric.withAttributes(HttpRequestDuration, { method, route })
     durations.set(durationKey, duration)
   }
+  return { count, duration }
+}
+
+/** Counts one answered request and its time. */
+export const observe = (method: string, route: string, status: number, seconds: number): Effect.Effect<void> => {
+  const { count, duration } = seriesOf(method, route, status)
   return Effect.andThen(Metric.update(count, 1), Metric.update(duration, seconds))
+}
+
+/**
+ * `observe` without an effect, in a given context (its metric registry and attributes): the
+ * API's middleware calls it once per request.
+ */
+export const observeUnsafe = (
+  context: Context.Context<never>,
+  method: string,
+  route: string,
+  status: number,
+  seconds: number
+): void => {
+  const { count, duration } = seriesOf(method, route, status)
+  count.updateUnsafe(1, context)
+  duration.updateUnsafe(seconds, context)
 }

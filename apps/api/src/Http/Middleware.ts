@@ -20,7 +20,7 @@ import { clientAddress, NO_PROXIES, trustedProxies } from "@svc/auth/ClientAddre
 import { TrustedProxies } from "@svc/auth/Config"
 import * as Errors from "@svc/domain/Errors"
 import { AccessLog } from "@svc/telemetry/Logger"
-import { ByteSize, Cause, Context, Effect, Option, References, Schema, type Types } from "effect"
+import { ByteSize, Cause, Context, Effect, Option, References, Schema, Tracer, type Types } from "effect"
 import { HttpIncomingMessage, HttpRouter, HttpServerError, HttpServerRequest, HttpServerResponse } from "effect/http"
 import { HttpApiError } from "effect/http-api"
 import { randomBytes } from "node:crypto"
@@ -169,39 +169,39 @@ export const ApiMiddleware = HttpRouter.middleware<{ handles: unknown }>()(
     /**
      * The answer as sent: counted and timed (`/metrics`), the request id on the request's span
      * (logs and traces meet on it) and in its header, one `request` log line when the access log
-     * is on (`SVC_LOG_FORMAT=json`).
+     * is on (`SVC_LOG_FORMAT=json`). All of it synchronous but the log line: this runs once per
+     * request (bench/api.ts).
      */
     const answer = (
+      context: Context.Context<never>,
       request: HttpServerRequest.HttpServerRequest,
       requestId: string,
       started: number,
       response: HttpServerResponse.HttpServerResponse
-    ) => {
+    ): Effect.Effect<HttpServerResponse.HttpServerResponse> => {
       const route = Metrics.routeOf(request.method, request.url)
       const seconds = (performance.now() - started) / 1000
-      const observed = Effect.andThen(
-        Effect.annotateCurrentSpan("svc.request_id", requestId),
-        Metrics.observe(request.method, route, response.status, seconds)
+      Metrics.observeUnsafe(context, request.method, route, response.status, seconds)
+      const span = Context.getOrUndefined(context, Tracer.ParentSpan)
+      if (span !== undefined && span._tag === "Span") span.attribute("svc.request_id", requestId)
+      const answered = HttpServerResponse.setHeader(response, "x-request-id", requestId)
+      if (!accessLog) return Effect.succeed(answered)
+      return Effect.as(
+        Effect.logInfo("request").pipe(Effect.annotateLogs({
+          requestId,
+          method: request.method,
+          route,
+          status: response.status,
+          duration_ms: Math.round(seconds * 1000)
+        })),
+        answered
       )
-      const logged = accessLog
-        ? Effect.andThen(
-          observed,
-          Effect.logInfo("request").pipe(Effect.annotateLogs({
-            requestId,
-            method: request.method,
-            route,
-            status: response.status,
-            duration_ms: Math.round(seconds * 1000)
-          }))
-        )
-        : observed
-      return Effect.as(logged, HttpServerResponse.setHeader(response, "x-request-id", requestId))
     }
     // Every failure is rendered here; the declared `unhandled` error only satisfies the router's
     // check that a global middleware passes on what it does not handle.
-    // Every request passes here: no generator, and one context update for what it provides (the
+    // Every request passes here: no generator, one context update for what it provides (the
     // request when its client address changed, the body limit, the request id in the logs'
-    // annotations) rather than one per service (bench/api.ts).
+    // annotations) and one continuation for the answer, success or failure (bench/api.ts).
     return (
       httpEffect: Effect.Effect<HttpServerResponse.HttpServerResponse, unknown, HttpServerRequest.HttpServerRequest>
     ): Effect.Effect<
@@ -209,32 +209,38 @@ export const ApiMiddleware = HttpRouter.middleware<{ handles: unknown }>()(
       Types.unhandled,
       HttpServerRequest.HttpServerRequest
     > =>
-      Effect.flatMap(Effect.service(HttpServerRequest.HttpServerRequest), (request) => {
+      Effect.withFiber((fiber) => {
+        const context = fiber.context
+        const request = Context.getUnsafe(context, HttpServerRequest.HttpServerRequest)
         const started = performance.now()
         const incoming = request.headers["x-request-id"]
         const requestId = incoming !== undefined && REQUEST_ID.test(incoming) ? incoming : newRequestId()
         const url = request.url
         if (url.includes("?") && queryToken(url) !== undefined && pathOf(url) !== TERMINAL_PATH) {
-          return answer(request, requestId, started, json(TOKEN_IN_QUERY, { "www-authenticate": "Bearer" }))
+          return answer(context, request, requestId, started, json(TOKEN_IN_QUERY, { "www-authenticate": "Bearer" }))
         }
         const peer = Option.getOrUndefined(request.remoteAddress)
         const client = clientAddress(peer, request.headers["x-forwarded-for"], proxies)
-        const seen = client === undefined || client === peer
-          ? undefined
-          : request.modify({ remoteAddress: Option.some(client) })
-        return Effect.flatMap(
-          Effect.updateContext(Effect.catchCause(httpEffect, renderCause), (context) => {
-            const annotations = Context.get(context, References.CurrentLogAnnotations)
-            const withRequest = seen === undefined
-              ? context
-              : Context.add(context, HttpServerRequest.HttpServerRequest, seen)
-            return Context.add(
-              Context.add(withRequest, HttpIncomingMessage.MaxBodySize, BODY_LIMIT),
-              References.CurrentLogAnnotations,
-              { ...annotations, requestId }
-            )
+        const withRequest = client === undefined || client === peer
+          ? context
+          : Context.add(
+            context,
+            HttpServerRequest.HttpServerRequest,
+            request.modify({ remoteAddress: Option.some(client) })
+          )
+        const annotations = Context.get(context, References.CurrentLogAnnotations)
+        const respond = (response: HttpServerResponse.HttpServerResponse) =>
+          answer(context, request, requestId, started, contractShape(response))
+        return Effect.provideContext(
+          Effect.matchCauseEffect(httpEffect, {
+            onFailure: (cause) => Effect.flatMap(renderCause(cause), respond),
+            onSuccess: respond
           }),
-          (response) => answer(request, requestId, started, contractShape(response))
+          Context.add(
+            Context.add(withRequest, HttpIncomingMessage.MaxBodySize, BODY_LIMIT),
+            References.CurrentLogAnnotations,
+            { ...annotations, requestId }
+          )
         )
       })
   }),
