@@ -20,17 +20,29 @@
 import { startNats, startPostgres } from "@svc/local-servers/Servers"
 import { useTestEncryptionKeys } from "@svc/testing/TestSecrets"
 import { Duration, Result } from "effect"
+import { execFile } from "node:child_process"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
+import { promisify } from "node:util"
 import { parseDuration } from "../packages/config/src/Env.ts"
-import { apiMain, cliMain, mintKey, type Role, startRole, stopRoles } from "./lib/ApiRole.ts"
+import {
+  apiInProcess,
+  apiMain,
+  cliMain,
+  mintKey,
+  NO_RATE_LIMIT,
+  type Role,
+  startRole,
+  stopRoles
+} from "./lib/ApiRole.ts"
 import { startEffectServer, startRawServer } from "./lib/Baselines.ts"
 import { treeCpuMs } from "./lib/Measure.ts"
 import { record } from "./lib/Report.ts"
 import { median } from "./lib/Stats.ts"
 import { wrk, type WrkResult } from "./lib/Wrk.ts"
 
+const run$ = promisify(execFile)
 const CONNECTIONS = 32
 /** BENCH_DURATION: run length, a duration in the platform's format (`3s`, `500ms`). */
 const DURATION_MS = Duration.toMillis(Result.getOrThrow(parseDuration(process.env.BENCH_DURATION ?? "3s")))
@@ -107,6 +119,34 @@ const compare = async (figure: string, raw: Server, subject: Server, target: num
   )
 }
 
+/**
+ * The same routes without sockets (bench/lib/api-inprocess.ts, a process of its own): the CPU of
+ * the API's JavaScript per request against the HttpApi floor's, which Node's HTTP and the
+ * kernel's writes do not blur.
+ */
+const inProcess = async () => {
+  const script = apiInProcess()
+  if (script === undefined) return console.log("  in-process: this checkout has no bench/lib/api-inprocess.ts")
+  const { stdout } = await run$(process.execPath, [script], {
+    env: { ...process.env, ...NO_RATE_LIMIT, DATABASE_URL: pg.url, NATS_URL: nats.url },
+    maxBuffer: 1 << 20
+  })
+  const [floor, ...routes] = JSON.parse(stdout) as Array<{ name: string; median: number; runs: Array<number> }>
+  console.log(`in-process, no sockets (32 in flight, CPU µs per request, median of ${floor!.runs.length}):`)
+  for (const route of routes) {
+    record({
+      bench: "api",
+      figure: `in-process: ${route.name}`,
+      value: route.median,
+      unit: "µs",
+      baseline: floor!.median,
+      baselineName: "HttpApi of one endpoint",
+      ratio: route.median / floor!.median,
+      runs: route.runs.length
+    })
+  }
+}
+
 try {
   const raw = await startRawServer("raw")
   const profile = process.env.BENCH_CPU_PROF ? ["--cpu-prof", `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : []
@@ -141,6 +181,7 @@ try {
     headers: { authorization: `Bearer ${devKey}` }
   })
   await raw.stop()
+  await inProcess()
 } finally {
   await stopRoles(children)
   await Promise.all([nats.stop(), pg.close()])

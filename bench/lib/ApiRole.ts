@@ -5,6 +5,7 @@
  */
 import { freePort, waitForPort } from "@svc/local-servers/Servers"
 import { type ChildProcess, spawn } from "node:child_process"
+import * as fs from "node:fs"
 import * as path from "node:path"
 
 /**
@@ -15,6 +16,15 @@ export const apiMain = (): string => path.join(apiRoot(), "apps/api/src/main.ts"
 
 /** `svc`'s entry point, of the same checkout as `apiMain` (for `svc dev`). */
 export const cliMain = (): string => path.join(apiRoot(), "apps/cli/src/main.ts")
+
+/**
+ * The in-process measure of the API's routes (api-inprocess.ts) of the same checkout, if it has
+ * one (checkouts before it do not).
+ */
+export const apiInProcess = (): string | undefined => {
+  const script = path.join(apiRoot(), "bench/lib/api-inprocess.ts")
+  return fs.existsSync(script) ? script : undefined
+}
 
 const apiRoot = () => process.env.BENCH_API_ROOT ?? new URL("../..", import.meta.url).pathname
 

@@ -9,21 +9,10 @@
  */
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
-import { Effect, Layer, Schema } from "effect"
+import { Effect, Layer } from "effect"
 import { HttpRouter, HttpServer, HttpServerResponse } from "effect/http"
-import { HttpApi, HttpApiBuilder, HttpApiEndpoint, HttpApiGroup } from "effect/http-api"
 import * as http from "node:http"
-
-const Hello = HttpApi.make("floor").add(
-  HttpApiGroup.make("hello").add(
-    HttpApiEndpoint.get("hello", "/", { success: Schema.Struct({ status: Schema.String }) })
-  )
-)
-const HelloHandlers = HttpApiBuilder.group(
-  Hello,
-  "hello",
-  (handlers) => handlers.handle("hello", () => Effect.succeed({ status: "ok" }))
-)
+import { HelloApi } from "./Floors.ts"
 
 const announce = Effect.gen(function*() {
   const server = yield* HttpServer.HttpServer
@@ -39,7 +28,7 @@ const serve = <E, R>(routes: Layer.Layer<never, E, R>) =>
 NodeRuntime.runMain(
   Layer.launch(
     process.argv[2] === "api"
-      ? serve(HttpApiBuilder.layer(Hello).pipe(Layer.provide(HelloHandlers)))
+      ? serve(HelloApi)
       : serve(HttpRouter.add("GET", "/", HttpServerResponse.json({ status: "ok" })))
   )
 )
