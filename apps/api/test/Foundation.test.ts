@@ -46,6 +46,11 @@ describe("API foundation", () => {
       const doc = yield* Effect.promise(() => fetch(`${base}/v1/openapi.json`).then((r) => r.json() as Promise<any>))
       expect(doc.openapi).toMatch(/^3\.1/)
       expect(Object.keys(doc.paths)).toContain("/v1/health")
+      // The bearer scheme, declared on every operation (a client's generator asks for the key).
+      expect(doc.components.securitySchemes.bearer).toMatchObject({ type: "http", scheme: "Bearer" })
+      const operations = Object.values<Record<string, { security?: unknown }>>(doc.paths).flatMap(Object.values)
+      expect(operations.length).toBeGreaterThan(50)
+      expect(operations.filter((op) => JSON.stringify(op.security) !== JSON.stringify([{ bearer: [] }]))).toEqual([])
       const docs = yield* Effect.promise(() => fetch(`${base}/docs`))
       expect(docs.status).toBe(200)
       expect(docs.headers.get("content-type")).toContain("text/html")

@@ -5,7 +5,7 @@
 import { HttpApi, OpenApi } from "effect/http-api"
 import { AppsApi } from "./Api/Apps.ts"
 import { AuditApi } from "./Api/Audit.ts"
-import { Access, ApiKeysApi, AuthApi, Authorization } from "./Api/Auth.ts"
+import { Access, ApiKeysApi, AuthApi, Authorization, declareBearer } from "./Api/Auth.ts"
 import { BillingApi } from "./Api/Billing.ts"
 import { EventsApi } from "./Api/Events.ts"
 import { Infrastructure } from "./Api/Infrastructure.ts"
@@ -50,6 +50,8 @@ export class Api extends HttpApi.make("svc")
   .annotate(HttpApi.SuccessParseOptions, {})
   .annotateMerge(OpenApi.annotations({
     title: "Sandbox platform API",
-    version: "1"
+    version: "1",
+    // Every endpoint takes the bearer credential (Authorization's own check, not its `security`).
+    transform: declareBearer
   }))
 {}

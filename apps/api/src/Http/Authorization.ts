@@ -166,8 +166,8 @@ export const AuthorizationMiddleware = Layer.effect(
         })
         : httpEffect
 
-    return Authorization.of({
-      bearer: (httpEffect, { endpoint, group }) =>
+    return Authorization.of(
+      (httpEffect, { endpoint, group }) =>
         Effect.flatMap(Effect.service(HttpServerRequest.HttpServerRequest), (request) => {
           const url = request.url
           const isTerminal = pathOf(url) === TERMINAL_PATH
@@ -233,7 +233,7 @@ export const AuthorizationMiddleware = Layer.effect(
             return Effect.fail(result.failure)
           })
         })
-    })
+    )
   })
 )
 
