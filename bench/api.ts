@@ -12,6 +12,10 @@
  * machine's other work barely moves.
  * Baseline and subject alternate run by run; medians of BENCH_RUNS (3) runs of BENCH_DURATION
  * (3s). Target: authenticated GET >= 0.5 of raw.
+ * Then the same routes without sockets (bench/lib/api-inprocess.ts, a process of its own): the
+ * CPU of the API's JavaScript per request against the HttpApi floor's. Over a socket a slower
+ * server also pays more per request in the kernel (bench/README.md), so a change to the routes
+ * shows at its own size only here.
  * BENCH_API_ROOT=<checkout>: the API role of another checkout (before/after figures).
  * BENCH_CPU_PROF=<dir>: the API role runs under `node --cpu-prof` and writes its profile there on
  * exit (open it in Chrome's DevTools), to see where a request's time goes.
