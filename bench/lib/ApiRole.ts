@@ -65,17 +65,23 @@ export const stopRoles = (roles: ReadonlyArray<{ readonly child: ChildProcess }>
     })
   ))
 
-/** Signs up and mints a `*` key with the session, as a user would. */
-export const mintKey = async (base: string): Promise<string> => {
+/**
+ * Signs up and mints a `*` key with the session, as a user would; `send` is how a request reaches
+ * the API (`fetch` over a socket, or a handler in-process).
+ */
+export const mintKey = async (
+  base: string,
+  send: (url: string, init: RequestInit) => Promise<Response> = fetch
+): Promise<string> => {
   const email = `bench-${Date.now()}-${Math.random().toString(36).slice(2)}@example.com`
-  const up = await fetch(`${base}/v1/auth/sign-up`, {
+  const up = await send(`${base}/v1/auth/sign-up`, {
     method: "POST",
     headers: { "content-type": "application/json" },
     body: JSON.stringify({ email, password: "a benchmark password", org_name: "bench" })
   })
   if (up.status !== 201) throw new Error(`sign-up answered ${up.status}`)
   const cookie = up.headers.get("set-cookie")!.split(";")[0]!
-  const key = await fetch(`${base}/v1/auth/api-keys`, {
+  const key = await send(`${base}/v1/auth/api-keys`, {
     method: "POST",
     headers: { "content-type": "application/json", cookie, origin: base },
     body: JSON.stringify({ name: "bench" })
