@@ -122,6 +122,9 @@ const BEARER_SCHEME = {
   scheme: "Bearer"
 } as const
 
+/** The keys of an OpenAPI path item that are operations (the others: parameters, summary, ...). */
+const OPERATIONS = new Set(["get", "put", "post", "delete", "options", "head", "patch", "trace"])
+
 /**
  * Declares the bearer scheme in the OpenAPI document, on every operation (`OpenApi.Transform` of
  * `Api`). Not declared as the middleware's `security`: `HttpApiBuilder` would then decode the
@@ -133,8 +136,10 @@ export const declareBearer = (spec: Record<string, any>): Record<string, any> =>
     ...spec.components,
     securitySchemes: { ...spec.components?.securitySchemes, bearer: BEARER_SCHEME }
   }
-  for (const operations of Object.values<Record<string, { security?: unknown }>>(spec.paths ?? {})) {
-    for (const operation of Object.values(operations)) operation.security = [{ bearer: [] }]
+  for (const item of Object.values<Record<string, { security?: unknown }>>(spec.paths ?? {})) {
+    for (const [method, operation] of Object.entries(item)) {
+      if (OPERATIONS.has(method)) operation.security = [{ bearer: [] }]
+    }
   }
   return spec
 }
