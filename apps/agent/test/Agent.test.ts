@@ -537,7 +537,13 @@ layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("host agent", 
       const before = (yield* reports.all).length
 
       const third = yield* startAgent(host)
-      const after = (yield* reports.all).slice(before).map((r) => r.report)
+      // The reconcile's reports (the two kept and the vanished one) reach the test's consumer after
+      // the agent is up, not necessarily before (CI saw the third one missing).
+      const reconciled = yield* eventually(
+        Effect.map(reports.all, (all) => all.slice(before)),
+        (since) => since.length >= 3
+      )
+      const after = reconciled.map((r) => r.report)
       const byId = new Map(after.map((r) => [r.sandboxId, r]))
       assert.strictEqual(byId.get(keptRunning)?.status, "running")
       assert.strictEqual(byId.get(keptRunning)?.internalIp, report.internalIp)
@@ -546,7 +552,7 @@ layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("host agent", 
       assert.strictEqual(byId.get(vanished)?.status, "destroyed")
       assert.isFalse(byId.has(halfMade))
       assert.isFalse(byId.has(orphan))
-      assert.match((yield* reports.all).slice(before)[0]!.msgId ?? "", new RegExp(`^reconcile:${host.hostId}:\\d+:`))
+      assert.match(reconciled[0]!.msgId ?? "", new RegExp(`^reconcile:${host.hostId}:\\d+:`))
       assert.sameMembers((yield* third.driver.list).map((r) => r.sandboxId), [keptRunning, keptStopped])
       assert.sameDeepMembers((yield* journal.list).map((e) => [e.sandboxId, e.pending]), [[keptRunning, null], [
         keptStopped,
