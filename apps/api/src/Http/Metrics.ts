@@ -8,7 +8,7 @@
  * definition itself (and the few routes outside it), so a new endpoint is counted under its own.
  */
 import { Api } from "@svc/domain/Api"
-import { type Context, Effect, Metric } from "effect"
+import { type Context, Metric } from "effect"
 import type { HttpServerRequest } from "effect/http"
 import { HttpApi } from "effect/http-api"
 
@@ -157,15 +157,9 @@ const seriesOf = (method: string, route: string, status: number) => {
   return { count, duration }
 }
 
-/** Counts one answered request and its time. */
-export const observe = (method: string, route: string, status: number, seconds: number): Effect.Effect<void> => {
-  const { count, duration } = seriesOf(method, route, status)
-  return Effect.andThen(Metric.update(count, 1), Metric.update(duration, seconds))
-}
-
 /**
- * `observe` without an effect, in a given context (its metric registry and attributes): the
- * API's middleware calls it once per request.
+ * Counts one answered request and its time, in a given context (its metric registry and
+ * attributes): the API's middleware calls it once per request, so without an effect.
  */
 export const observeUnsafe = (
   context: Context.Context<never>,
