@@ -80,7 +80,7 @@ describe("AgentConfig", () => {
         SVC_EGRESS_UPSTREAM_CA_FILE: "/etc/svc/upstream-ca.pem",
         SVC_EGRESS_PORT: "16001",
         SVC_EGRESS_DNS_PORT: "16053",
-        SVC_EGRESS_MAX_CONNECTIONS_PER_SANDBOX: "64",
+        SVC_EGRESS_MAX_SANDBOX_CONNECTIONS: "64",
         SVC_EGRESS_MAX_CONNECTIONS: "1000",
         SVC_EGRESS_IDLE_TIMEOUT: "90s"
       })
@@ -153,7 +153,7 @@ describe("AgentConfig", () => {
           { SVC_HOST_CPU_OVERCOMMIT: "many" },
           { SVC_AGENT_ALLOW_UNLIMITED: "yes" },
           { SVC_AGENT_MAX_TRANSFERS: "0" },
-          { SVC_EGRESS_MAX_CONNECTIONS_PER_SANDBOX: "0" },
+          { SVC_EGRESS_MAX_SANDBOX_CONNECTIONS: "0" },
           { SVC_EGRESS_MAX_CONNECTIONS: "many" },
           { SVC_EGRESS_IDLE_TIMEOUT: "500ms" }
         ]

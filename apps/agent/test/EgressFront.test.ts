@@ -9,6 +9,7 @@
 import { assert, layer } from "@effect/vitest"
 import { ensureBucket } from "@svc/bus/Topology"
 import { makeSandboxId } from "@svc/domain/Ids"
+import { DEFAULT_MAX_CONNECTIONS_PER_SANDBOX } from "@svc/egress/Config"
 import { EGRESS_BUCKET_SPEC, type SandboxEgress, sandboxEgressKey } from "@svc/host-protocol/Egress"
 import { Context, Effect, Layer, Logger } from "effect"
 import { execFileSync } from "node:child_process"
@@ -26,8 +27,9 @@ import {
   testLayer
 } from "./fixtures/support.ts"
 
-const PER_SANDBOX = 40
-const TOTAL = 60
+/** The default per-sandbox cap; a machine-wide cap that two sandboxes reach together. */
+const PER_SANDBOX = DEFAULT_MAX_CONNECTIONS_PER_SANDBOX
+const TOTAL = PER_SANDBOX + 128
 const IDLE_SECONDS = 4
 const ORG = "org_00000000000000000000000000"
 
@@ -51,7 +53,6 @@ class Front extends Context.Service<Front, {
       const { address, agentOptions, dir } = yield* fakePublicHost
       const egress = {
         ...agentOptions.egress,
-        maxConnectionsPerSandbox: PER_SANDBOX,
         maxConnections: TOTAL,
         idleTimeoutSeconds: IDLE_SECONDS
       }
@@ -152,7 +153,7 @@ layer(fileLayer, { excludeTestServices: true, timeout: 240_000 })("the egress fr
     Effect.gen(function*() {
       const { a, b } = yield* Front
       const before = yield* frontCounts
-      // Sandbox A: 50 connections, half a request each: the first 40 are held, the last 10 reset.
+      // Sandbox A: 10 connections past its cap, half a request each: the first 256 are held, the last 10 reset.
       yield* hold(a, "a", PER_SANDBOX + 10)
       const heldA = yield* eventually(status(a, "a"), (s) => s.opened === PER_SANDBOX + 10 && s.closed >= 10)
       assert.strictEqual(heldA.closed, 10, JSON.stringify(heldA))
@@ -174,10 +175,10 @@ layer(fileLayer, { excludeTestServices: true, timeout: 240_000 })("the egress fr
         (lines) => lines.some((line) => line.includes(a) && line.includes(`${PER_SANDBOX} per sandbox`))
       )
       assert.isAtMost(tooMany.filter((line) => line.includes(a)).length, 2, tooMany.join("\n"))
-      // The machine-wide cap: B gets the 20 left of 60 (once its curl's connection is gone), the other 10 are reset.
+      // The machine-wide cap: B gets the 128 left (once its curl's connection is gone), the other 10 are reset.
       yield* eventually(frontCounts, (c) => c.fds === before.fds + 2 * PER_SANDBOX)
-      yield* hold(b, "b", 30)
-      const heldB = yield* eventually(status(b, "b"), (s) => s.opened === 30 && s.closed >= 10)
+      yield* hold(b, "b", TOTAL - PER_SANDBOX + 10)
+      const heldB = yield* eventually(status(b, "b"), (s) => s.opened === TOTAL - PER_SANDBOX + 10 && s.closed >= 10)
       assert.strictEqual(heldB.closed, 10, JSON.stringify(heldB))
       assert.strictEqual(heldB.firstClosed, TOTAL - PER_SANDBOX, JSON.stringify(heldB))
       const full = yield* frontCounts

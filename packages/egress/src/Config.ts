@@ -9,7 +9,7 @@
  * | `SVC_EGRESS_UPSTREAM_CA_FILE` | empty | PEM CAs the proxy trusts upstream besides the system's (where it writes a secret into HTTPS) |
  * | `SVC_EGRESS_PORT` | `15001` | the egress front's TCP port on the bridge's gateway (machine-wide, like the bridge) |
  * | `SVC_EGRESS_DNS_PORT` | `15053` | the sandboxes' resolver's UDP port on the gateway (machine-wide) |
- * | `SVC_EGRESS_MAX_CONNECTIONS_PER_SANDBOX` | `256` | open connections per sandbox (source address) through the front; past it a new one is reset at once |
+ * | `SVC_EGRESS_MAX_SANDBOX_CONNECTIONS` | `256` | open connections per sandbox (source address) through the front; past it a new one is reset at once |
  * | `SVC_EGRESS_MAX_CONNECTIONS` | `4096` | open connections through the front in all (lowered to what its fd limit allows, 2 fds each) |
  * | `SVC_EGRESS_IDLE_TIMEOUT` | `10m` | a relayed connection with no byte either way for this long is closed |
  */
@@ -43,7 +43,7 @@ export const DEFAULT_MAX_CONNECTIONS_PER_SANDBOX = 256
 export const DEFAULT_MAX_CONNECTIONS = 4096
 export const DEFAULT_IDLE_TIMEOUT_SECONDS = 600
 export const EgressMaxConnectionsPerSandbox = Env.integer(
-  "SVC_EGRESS_MAX_CONNECTIONS_PER_SANDBOX",
+  "SVC_EGRESS_MAX_SANDBOX_CONNECTIONS",
   DEFAULT_MAX_CONNECTIONS_PER_SANDBOX,
   { min: 1, max: 1_048_576 }
 )
