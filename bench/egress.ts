@@ -8,6 +8,9 @@
  *   HTTPS tunnelled       SNI read, then bytes relayed untouched
  *   HTTPS with injection  TLS terminated with the platform's CA, header written, TLS upstream
  *
+ * Then the native front's cost per held connection: fds, threads and RSS of the front with
+ * `HELD` half-sent requests held from the sandbox (fixtures/egress-holder.c).
+ *
  * Each measurement is one curl process fetching `BENCH_REQUESTS` (300) URLs in a row over one
  * kept-alive connection; latency is curl's `time_total` per request, requests per second
  * over their sum. `BENCH_RUNS` (3) rounds,
@@ -20,6 +23,8 @@ import * as TestNats from "@svc/testing/TestNats"
 import { testSecretBox, useTestEncryptionKeys } from "@svc/testing/TestSecrets"
 import { Effect, Layer } from "effect"
 import { execFileSync } from "node:child_process"
+import * as FsSync from "node:fs"
+import { fileURLToPath } from "node:url"
 import { API, OTHER, World } from "../apps/agent/test/fixtures/egress-world.ts"
 import { Reports } from "../apps/agent/test/fixtures/support.ts"
 import { ensureBucket } from "../packages/bus/src/Topology.ts"
@@ -35,6 +40,8 @@ import { median } from "./lib/Stats.ts"
 const REQUESTS = Number(process.env.BENCH_REQUESTS ?? 300)
 const RUNS = Number(process.env.BENCH_RUNS ?? 3)
 const SECRET_ID = "sec_bench"
+/** Connections held (half-sent requests) to measure the front's cost per connection: below the per-sandbox cap. */
+const HELD = 200
 
 useTestEncryptionKeys()
 const natsServer = await startNats()
@@ -148,6 +155,53 @@ await Effect.runPromise(
         } | ${fmt(m(sandbox, "p50") - m(host, "p50"), 2)} |`
       )
     }
+
+    // The front's cost per held connection (issue 25): N half-sent requests held from the sandbox.
+    const front = FsSync.readdirSync("/proc").find((pid) => {
+      try {
+        const args = FsSync.readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0")
+        return /\/svc-egress-front(-[0-9a-f]+)?$/.test(args[0] ?? "") &&
+          args[2] === String(agent.config.egress?.tcpPort)
+      } catch {
+        return false
+      }
+    })
+    const counts = () => {
+      const status = FsSync.readFileSync(`/proc/${front}/status`, "utf8")
+      return {
+        fds: FsSync.readdirSync(`/proc/${front}/fd`).length,
+        threads: Number(/Threads:\s+(\d+)/.exec(status)?.[1]),
+        rssKb: Number(/VmRSS:\s+(\d+)/.exec(status)?.[1])
+      }
+    }
+    const holder = `${dir}/egress-holder`
+    execFileSync("cc", [
+      "-O2",
+      "-static",
+      "-o",
+      holder,
+      fileURLToPath(new URL("../apps/agent/test/fixtures/egress-holder.c", import.meta.url))
+    ])
+    yield* agent.driver.writeFile(sandboxId, "/root/holder", FsSync.readFileSync(holder), 0o755)
+    const before = counts()
+    yield* agent.driver.exec(sandboxId, {
+      cmd: [
+        "sh",
+        "-c",
+        `/root/holder ${address} 80 ${HELD} ${OTHER} /tmp/held /tmp/trickle </dev/null >/dev/null 2>&1 &`
+      ],
+      timeoutMs: 10_000
+    })
+    let held = before
+    for (let i = 0; i < 500 && held.fds < before.fds + 2 * HELD; i++) {
+      yield* Effect.sleep("20 millis")
+      held = counts()
+    }
+    console.log(
+      `Front with ${HELD} held connections: ${held.threads} thread(s), ${(held.fds - before.fds) / HELD} fds and ${
+        fmt(((held.rssKb - before.rssKb) * 1024) / HELD)
+      } bytes of RSS per connection`
+    )
   }).pipe(
     Effect.provide(World.layer.pipe(Layer.provideMerge(Reports.layer), Layer.provideMerge(TestNats.layer))),
     Effect.scoped

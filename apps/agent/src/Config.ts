@@ -184,7 +184,10 @@ const SettingsSchema = Schema.Struct({
     hostsFile: Schema.String,
     upstreamCaFile: Schema.String,
     tcpPort: Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 65_535 })),
-    dnsPort: Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 65_535 }))
+    dnsPort: Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 65_535 })),
+    maxConnectionsPerSandbox: Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 1_048_576 })),
+    maxConnections: Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 1_048_576 })),
+    idleTimeoutSeconds: Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 604_800 }))
   }))
 })
 
@@ -359,7 +362,11 @@ export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("
             hostsFile: options.egress.hostsFile ?? "",
             upstreamCaFile: options.egress.upstreamCaFile ?? "",
             tcpPort: options.egress.tcpPort ?? Egress.DEFAULT_EGRESS_PORT,
-            dnsPort: options.egress.dnsPort ?? Egress.DEFAULT_EGRESS_DNS_PORT
+            dnsPort: options.egress.dnsPort ?? Egress.DEFAULT_EGRESS_DNS_PORT,
+            maxConnectionsPerSandbox: options.egress.maxConnectionsPerSandbox ??
+              Egress.DEFAULT_MAX_CONNECTIONS_PER_SANDBOX,
+            maxConnections: options.egress.maxConnections ?? Egress.DEFAULT_MAX_CONNECTIONS,
+            idleTimeoutSeconds: options.egress.idleTimeoutSeconds ?? Egress.DEFAULT_IDLE_TIMEOUT_SECONDS
           }
         }
         : {})

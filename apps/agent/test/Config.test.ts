@@ -79,7 +79,10 @@ describe("AgentConfig", () => {
         SVC_EGRESS_HOSTS_FILE: "/etc/svc/egress-hosts",
         SVC_EGRESS_UPSTREAM_CA_FILE: "/etc/svc/upstream-ca.pem",
         SVC_EGRESS_PORT: "16001",
-        SVC_EGRESS_DNS_PORT: "16053"
+        SVC_EGRESS_DNS_PORT: "16053",
+        SVC_EGRESS_MAX_SANDBOX_CONNECTIONS: "64",
+        SVC_EGRESS_MAX_CONNECTIONS: "1000",
+        SVC_EGRESS_IDLE_TIMEOUT: "90s"
       })
       assert.deepStrictEqual(
         { ...config },
@@ -112,7 +115,10 @@ describe("AgentConfig", () => {
             hostsFile: "/etc/svc/egress-hosts",
             upstreamCaFile: "/etc/svc/upstream-ca.pem",
             tcpPort: 16001,
-            dnsPort: 16053
+            dnsPort: 16053,
+            maxConnectionsPerSandbox: 64,
+            maxConnections: 1000,
+            idleTimeoutSeconds: 90
           },
           bridge: "svcbr0",
           subnet: "10.213.0.0/16",
@@ -146,7 +152,10 @@ describe("AgentConfig", () => {
           { SVC_HOST_CPU_OVERCOMMIT: "65" },
           { SVC_HOST_CPU_OVERCOMMIT: "many" },
           { SVC_AGENT_ALLOW_UNLIMITED: "yes" },
-          { SVC_AGENT_MAX_TRANSFERS: "0" }
+          { SVC_AGENT_MAX_TRANSFERS: "0" },
+          { SVC_EGRESS_MAX_SANDBOX_CONNECTIONS: "0" },
+          { SVC_EGRESS_MAX_CONNECTIONS: "many" },
+          { SVC_EGRESS_IDLE_TIMEOUT: "500ms" }
         ]
       ) {
         const exit = yield* Effect.exit(fromEnv(env))

@@ -9,10 +9,13 @@
  * | `SVC_EGRESS_UPSTREAM_CA_FILE` | empty | PEM CAs the proxy trusts upstream besides the system's (where it writes a secret into HTTPS) |
  * | `SVC_EGRESS_PORT` | `15001` | the egress front's TCP port on the bridge's gateway (machine-wide, like the bridge) |
  * | `SVC_EGRESS_DNS_PORT` | `15053` | the sandboxes' resolver's UDP port on the gateway (machine-wide) |
+ * | `SVC_EGRESS_MAX_SANDBOX_CONNECTIONS` | `256` | open connections per sandbox (source address) through the front; past it a new one is reset at once |
+ * | `SVC_EGRESS_MAX_CONNECTIONS` | `4096` | open connections through the front in all (lowered to what its fd limit allows, 2 fds each) |
+ * | `SVC_EGRESS_IDLE_TIMEOUT` | `10m` | a relayed connection with no byte either way for this long is closed |
  */
 import * as Env from "@svc/config/Env"
 import { type Subnet, SubnetsFromString } from "@svc/domain/Address"
-import { Config } from "effect"
+import { Config, Duration } from "effect"
 
 export type DefaultAction = "allow" | "deny"
 
@@ -36,6 +39,27 @@ export const DEFAULT_EGRESS_DNS_PORT = 15053
 export const EgressPort = Env.integer("SVC_EGRESS_PORT", DEFAULT_EGRESS_PORT, { min: 1, max: 65_535 })
 export const EgressDnsPort = Env.integer("SVC_EGRESS_DNS_PORT", DEFAULT_EGRESS_DNS_PORT, { min: 1, max: 65_535 })
 
+export const DEFAULT_MAX_CONNECTIONS_PER_SANDBOX = 256
+export const DEFAULT_MAX_CONNECTIONS = 4096
+export const DEFAULT_IDLE_TIMEOUT_SECONDS = 600
+export const EgressMaxConnectionsPerSandbox = Env.integer(
+  "SVC_EGRESS_MAX_SANDBOX_CONNECTIONS",
+  DEFAULT_MAX_CONNECTIONS_PER_SANDBOX,
+  { min: 1, max: 1_048_576 }
+)
+export const EgressMaxConnections = Env.integer("SVC_EGRESS_MAX_CONNECTIONS", DEFAULT_MAX_CONNECTIONS, {
+  min: 1,
+  max: 1_048_576
+})
+export const EgressIdleTimeout = Env.duration(
+  "SVC_EGRESS_IDLE_TIMEOUT",
+  Duration.seconds(DEFAULT_IDLE_TIMEOUT_SECONDS),
+  {
+    min: Duration.seconds(1),
+    max: Duration.days(7)
+  }
+)
+
 /** What the proxy needs from its operator (the agent adds the bridge, the leases and its data dir). */
 export interface EgressSettings {
   readonly defaultAction: DefaultAction
@@ -46,6 +70,10 @@ export interface EgressSettings {
   readonly upstreamCaFile: string
   readonly tcpPort: number
   readonly dnsPort: number
+  /** The front's bounds (native/svc-egress-front.c): per source address, in all, idle seconds. */
+  readonly maxConnectionsPerSandbox: number
+  readonly maxConnections: number
+  readonly idleTimeoutSeconds: number
 }
 
 export const EgressConfig: Config.Config<EgressSettings> = Config.all({
@@ -54,7 +82,10 @@ export const EgressConfig: Config.Config<EgressSettings> = Config.all({
   hostsFile: EgressHostsFile,
   upstreamCaFile: EgressUpstreamCaFile,
   tcpPort: EgressPort,
-  dnsPort: EgressDnsPort
+  dnsPort: EgressDnsPort,
+  maxConnectionsPerSandbox: EgressMaxConnectionsPerSandbox,
+  maxConnections: EgressMaxConnections,
+  idleTimeoutSeconds: EgressIdleTimeout.pipe(Config.map((d) => Math.ceil(Duration.toSeconds(d))))
 })
 
 export const settings: ReadonlyArray<Env.AnySetting> = [
@@ -63,5 +94,8 @@ export const settings: ReadonlyArray<Env.AnySetting> = [
   EgressHostsFile,
   EgressUpstreamCaFile,
   EgressPort,
-  EgressDnsPort
+  EgressDnsPort,
+  EgressMaxConnectionsPerSandbox,
+  EgressMaxConnections,
+  EgressIdleTimeout
 ]

@@ -20,6 +20,7 @@ import { Context, Duration, Effect, Layer, Schema } from "effect"
 import { spawn } from "node:child_process"
 import type * as Dgram from "node:dgram"
 import * as FsSync from "node:fs"
+import * as FsPromises from "node:fs/promises"
 import * as NodePath from "node:path"
 import { fileURLToPath } from "node:url"
 import { type Ca, ensureCa } from "./Ca.ts"
@@ -48,6 +49,8 @@ export interface EgressOptions extends EgressSettings {
 
 const NATIVE_DIR = fileURLToPath(new URL("../native/", import.meta.url))
 const RETRY_MS = 2_000
+/** How long the front keeps a connection the proxy has not accepted yet (its accept queue full). */
+const HANDOFF_SECONDS = 10
 
 /** The CA of a data dir, made on first use; what the driver's `trustedCaPem` takes. */
 export const ensureEgressCa = (dir: string): Effect.Effect<Ca, EgressFailure> =>
@@ -110,15 +113,42 @@ export class Egress extends Context.Service<Egress, {
       catch: fail("front build")
     })
     const state = { front: false, dns: false }
+    // The front's refusals past its caps, already rate-limited per source by the front; named by the lease.
+    const refusal = (source: string, cap: string, limit: number, refused: number) =>
+      FsPromises.readFile(NodePath.join(options.leaseDir, source), "utf8").then(
+        (text) => (JSON.parse(text) as { sandboxId?: unknown }).sandboxId,
+        () => undefined
+      ).catch(() => undefined).then((sandboxId) =>
+        Effect.runForkWith(context)(Effect.logWarning("egress: too many connections", {
+          sandboxId: typeof sandboxId === "string" ? sandboxId : "unknown",
+          source,
+          limit: cap === "total" ? `${limit} on the host` : `${limit} per sandbox`,
+          refused
+        }))
+      )
 
     // The front: started, watched, started again when it ends; waits while another agent holds the port.
     const runFront = Effect.callback<number>((resume) => {
-      const child = spawn(front, [options.gateway, String(options.tcpPort), socketPath], {
-        stdio: ["pipe", "pipe", "pipe"]
-      })
+      const child = spawn(front, [
+        options.gateway,
+        String(options.tcpPort),
+        socketPath,
+        String(options.maxConnectionsPerSandbox),
+        String(options.maxConnections),
+        String(options.idleTimeoutSeconds),
+        String(HANDOFF_SECONDS)
+      ], { stdio: ["pipe", "pipe", "pipe"] })
       let stderr = ""
+      let pending = ""
       child.stdout.on("data", (chunk: Buffer) => {
-        if (chunk.toString().includes("ready")) state.front = true
+        const lines = (pending + chunk.toString()).split("\n")
+        pending = lines.pop()!.slice(-200)
+        for (const line of lines) {
+          if (line.startsWith("ready")) state.front = true
+          // `refused <source> <per-source|total> <cap> <count>`: the front rate-limits these per source.
+          const refused = /^refused (\S+) (\S+) (\d+) (\d+)$/.exec(line)
+          if (refused !== null) void refusal(refused[1]!, refused[2]!, Number(refused[3]), Number(refused[4]))
+        }
       })
       child.stderr.on("data", (chunk: Buffer) => (stderr = (stderr + chunk.toString()).slice(-2000)))
       child.on("error", () => resume(Effect.succeed(-1)))
