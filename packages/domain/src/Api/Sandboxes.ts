@@ -28,10 +28,10 @@ import {
   ListSandboxesQuery,
   NetworkPolicyRequest,
   Sandbox,
+  SandboxFilePath,
   SandboxPage,
   SandboxStats
 } from "../Sandbox.ts"
-import { AbsolutePath } from "../Text.ts"
 import { Access } from "./Auth.ts"
 import { ProcessEvents } from "./Processes.ts"
 
@@ -62,7 +62,7 @@ export type FileEntry = typeof FileEntry.Type
 export const FileListing = Schema.Struct({ entries: Schema.Array(FileEntry) })
 export type FileListing = typeof FileListing.Type
 
-export const FilesQuery = Schema.Struct({ path: AbsolutePath })
+export const FilesQuery = Schema.Struct({ path: SandboxFilePath })
 
 export const IdempotencyKey = Schema.String.check(Schema.isMinLength(8), Schema.isMaxLength(255))
 
@@ -184,8 +184,9 @@ export class SandboxesApi extends HttpApiGroup.make("sandboxes")
     }).annotateMerge(OpenApi.annotations({
       description:
         "A file's bytes (`application/octet-stream`, streamed), or for a folder `{entries: [{name, type, size, mtime}]}`. " +
-        "Paths resolve inside the sandbox's root only. A file over 100 MiB is 413; a read the sandbox's kernel " +
-        "refuses is 422 `file_refused` with `errno`. Transfers beyond the API's or the host's bound wait, then 503."
+        "Paths resolve inside the sandbox's root only; paths under /proc and /sys are 400 (links to them included). " +
+        "A file over 100 MiB is 413; a read the sandbox's kernel refuses is 422 `file_refused` with `errno`. " +
+        "Transfers beyond the API's or the host's bound wait, then 503."
     })),
     HttpApiEndpoint.put("writeFile", "/v1/sandboxes/:id/files", {
       params,
@@ -194,9 +195,9 @@ export class SandboxesApi extends HttpApiGroup.make("sandboxes")
       error: [InvalidRequest, NotFound, Conflict, PayloadTooLarge, FileRefused, SandboxOutOfScope, Unavailable]
     }).annotateMerge(OpenApi.annotations({
       description: "The request body (any content type, raw bytes, up to 100 MiB, streamed) becomes the file at " +
-        "`path`, replacing it once every byte arrived (a cut upload leaves the old file). A device or /proc file is " +
-        "written in place. A write the sandbox's kernel refuses (a full disk, a read-only file system, /dev/full) " +
-        "is 422 `file_refused` with `errno` (`ENOSPC`, `EROFS`, `EIO`, `EACCES`, `EPERM`...). 204."
+        "`path`, replacing it once every byte arrived (a cut upload leaves the old file). A device is written in " +
+        "place; paths under /proc and /sys are 400. A write the sandbox's kernel refuses (a full disk, a read-only " +
+        "file system, /dev/full) is 422 `file_refused` with `errno` (`ENOSPC`, `EROFS`, `EIO`, `EACCES`, `EPERM`...). 204."
     }))
   )
   .annotateMerge(Access.resource("sandboxes"))
