@@ -160,6 +160,13 @@ export class SandboxOutOfScope extends ApiErrorClass<SandboxOutOfScope>()("Sandb
   message: "This key is confined to one sandbox and its direct children"
 }) {}
 
+/** A `sandbox:<id>` key asking for more egress than its sandbox has (docs/contract.md#single-sandbox-scope). */
+export class NetworkPolicyOutOfScope extends ApiErrorClass<NetworkPolicyOutOfScope>()("NetworkPolicyOutOfScope", {
+  code: "network_policy_out_of_scope",
+  status: 403,
+  message: "This key is confined to a sandbox whose network policy is its ceiling: a policy may only narrow it"
+}) {}
+
 export class SecretManagerNotAllowed extends ApiErrorClass<SecretManagerNotAllowed>()("SecretManagerNotAllowed", {
   code: "secret_manager_not_allowed",
   status: 403,
@@ -273,6 +280,7 @@ export const API_ERRORS = [
   CsrfRejected,
   InsufficientScope,
   SandboxOutOfScope,
+  NetworkPolicyOutOfScope,
   SecretManagerNotAllowed,
   NotFound,
   Conflict,
