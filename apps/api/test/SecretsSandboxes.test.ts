@@ -154,7 +154,7 @@ layer(StackLayer, { timeout: 120_000, excludeTestServices: true })("Sandbox egre
         request(base, token, "PUT", `/v1/sandboxes/${id}/network`, body)
       const refused = (res: { status: number; body: any; text: string }, mentions: string) => {
         expect(res.status, res.text).toBe(403)
-        expect(res.body.code).toBe("network_policy_out_of_scope")
+        expect(res.body.code).toBe("egress_beyond_ceiling")
         expect(res.body.error).toContain(mentions)
       }
 

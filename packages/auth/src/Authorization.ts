@@ -8,9 +8,9 @@
  */
 import { type AccessRule, CurrentPrincipal, type Principal, type ScopeRequirement } from "@svc/domain/Api/Auth"
 import {
+  EgressBeyondCeiling,
   FullAccessRequired,
   InsufficientScope,
-  NetworkPolicyOutOfScope,
   SandboxOutOfScope,
   SecretManagerNotAllowed
 } from "@svc/domain/Errors"
@@ -137,7 +137,7 @@ export const confinedSandbox = Effect.map(Effect.service(CurrentPrincipal), (p) 
 
 /**
  * The egress ceiling of docs/contract.md#single-sandbox-scope for the current caller: the policy
- * to store, or 403 `network_policy_out_of_scope` naming what goes beyond the ceiling. `ceiling`
+ * to store, or 403 `egress_beyond_ceiling` naming what goes beyond the ceiling. `ceiling`
  * is read only for a confined caller (the policy of its sandbox); unconfined callers get the
  * requested policy as it is. `kind`: a PUT of the policy, or the policy of a child created.
  */
@@ -148,7 +148,7 @@ export const egressPolicy = <E, R>(
 ) =>
   Effect.flatMap(
     Effect.service(CurrentPrincipal),
-    (principal): Effect.Effect<NetworkPolicy, E | NetworkPolicyOutOfScope, R> => {
+    (principal): Effect.Effect<NetworkPolicy, E | EgressBeyondCeiling, R> => {
       const confined = Scopes.sandboxScopeOf(principal.grant)
       if (confined === null) return Effect.succeed(requested)
       return Effect.flatMap(ceiling(confined), (limit) => {
@@ -157,7 +157,7 @@ export const egressPolicy = <E, R>(
           : Scopes.egressOfChild(principal.grant, requested, limit)
         return access._tag === "Allowed"
           ? Effect.succeed(access.policy)
-          : Effect.fail(new NetworkPolicyOutOfScope({ error: access.reason }))
+          : Effect.fail(new EgressBeyondCeiling({ error: access.reason }))
       })
     }
   )

@@ -160,9 +160,9 @@ export class SandboxOutOfScope extends ApiErrorClass<SandboxOutOfScope>()("Sandb
   message: "This key is confined to one sandbox and its direct children"
 }) {}
 
-/** A `sandbox:<id>` key asking for more egress than its sandbox has (docs/contract.md#single-sandbox-scope). */
-export class NetworkPolicyOutOfScope extends ApiErrorClass<NetworkPolicyOutOfScope>()("NetworkPolicyOutOfScope", {
-  code: "network_policy_out_of_scope",
+/** A `sandbox:<id>` key asking for more egress than its sandbox has (docs/contract.md#snapshots-network-policy-and-exposed-ports). */
+export class EgressBeyondCeiling extends ApiErrorClass<EgressBeyondCeiling>()("EgressBeyondCeiling", {
+  code: "egress_beyond_ceiling",
   status: 403,
   message: "This key is confined to a sandbox whose network policy is its ceiling: a policy may only narrow it"
 }) {}
@@ -280,7 +280,7 @@ export const API_ERRORS = [
   CsrfRejected,
   InsufficientScope,
   SandboxOutOfScope,
-  NetworkPolicyOutOfScope,
+  EgressBeyondCeiling,
   SecretManagerNotAllowed,
   NotFound,
   Conflict,

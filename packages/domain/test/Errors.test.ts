@@ -28,7 +28,7 @@ const table: ReadonlyArray<readonly [number, string, E.ApiError, Record<string, 
   }],
   [403, "sandbox_out_of_scope", new E.SandboxOutOfScope(), {}],
   // Added to docs/contract.md#errors: a sandbox:<id> key asking for more egress than its sandbox has.
-  [403, "network_policy_out_of_scope", new E.NetworkPolicyOutOfScope(), {}],
+  [403, "egress_beyond_ceiling", new E.EgressBeyondCeiling(), {}],
   [403, "secret_manager_not_allowed", new E.SecretManagerNotAllowed(), {}],
   [404, "not_found", new E.NotFound(), {}],
   [409, "conflict", new E.Conflict(), {}],

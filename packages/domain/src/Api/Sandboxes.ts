@@ -8,11 +8,11 @@ import { Schema } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/http-api"
 import {
   Conflict,
+  EgressBeyondCeiling,
   FileRefused,
   IdempotencyKeyReused,
   InsufficientScope,
   InvalidRequest,
-  NetworkPolicyOutOfScope,
   NotFound,
   PayloadTooLarge,
   QuotaExceeded,
@@ -81,7 +81,7 @@ export class SandboxesApi extends HttpApiGroup.make("sandboxes")
         IdempotencyKeyReused,
         InsufficientScope,
         SandboxOutOfScope,
-        NetworkPolicyOutOfScope,
+        EgressBeyondCeiling,
         QuotaExceeded,
         UsageLimitReached,
         Unavailable
@@ -95,7 +95,7 @@ export class SandboxesApi extends HttpApiGroup.make("sandboxes")
         "when the org has as many sandboxes as `SVC_ORG_MAX_SANDBOXES` allows, or runs as many as " +
         "`SVC_ORG_MAX_RUNNING_SANDBOXES` allows. `network: {allow_out, deny_out}`: its egress policy (see PUT " +
         ".../network); with a `sandbox:<id>` key the child starts from its parent's policy, `deny_out` adds to it " +
-        "and `allow_out` may only narrow it (403 `network_policy_out_of_scope`). `secrets: [secret_id]` binds " +
+        "and `allow_out` may only narrow it (403 `egress_beyond_ceiling`). `secrets: [secret_id]` binds " +
         "secrets of the org (needs `secrets:use` too; an id that is not " +
         "a secret of the org is 400 naming the entry). 402 `usage_limit_reached` while the org is blocked at its " +
         "hard usage limit (GET /v1/billing/usage)."
@@ -141,14 +141,14 @@ export class SandboxesApi extends HttpApiGroup.make("sandboxes")
       params,
       payload: NetworkPolicyBody,
       success: Sandbox,
-      error: [InvalidRequest, NotFound, Conflict, SandboxOutOfScope, NetworkPolicyOutOfScope, Unavailable]
+      error: [InvalidRequest, NotFound, Conflict, SandboxOutOfScope, EgressBeyondCeiling, Unavailable]
     }).annotateMerge(OpenApi.annotations({
       description: "Replaces the sandbox's egress policy (an omitted list is empty): rules are CIDRs " +
         "(`203.0.113.0/24`), addresses or domains (`example.com`, `*.example.com`), at most 100 per list. " +
         "`deny_out` wins; with no `allow_out` every public address is allowed. A running sandbox's next " +
         "connection follows it. 200 with the record; 409 for a deleting or deleted sandbox. With a `sandbox:<id>` " +
         "key the policy of the key's sandbox is a ceiling: every `deny_out` rule of it kept, `allow_out` within " +
-        "its own (403 `network_policy_out_of_scope` otherwise)."
+        "its own (403 `egress_beyond_ceiling` otherwise)."
     })),
     HttpApiEndpoint.post("bindSecret", "/v1/sandboxes/:id/secrets", {
       params,
