@@ -47,8 +47,8 @@ const REFUSED_EXIT = 9
  * component at a time, each link's own target walked in turn (never `readlink -f`, which would
  * follow /proc's magic links out again), refused as soon as the walk stands in /proc or /sys,
  * then the file system of the deepest existing folder of the result (a proc or sysfs elsewhere).
- * Sets `r`: the path with every link resolved. Links swapped after this check are the sandbox's
- * own doing: the operations below then use `r` where they can.
+ * Sets `r`: the path with every link resolved (a trailing slash kept). Links swapped after this
+ * check are the sandbox's own doing: the operations below then use `r` where they can.
  */
 const GUARD = `
 r=
@@ -70,6 +70,7 @@ while [ -n "$rest" ]; do
   case "$r" in /proc|/proc/*|/sys|/sys/*) exit 10;; esac
 done
 r=\${r:-/}
+case "$1" in */) r=\${r%/}/;; esac
 a=$r
 while [ ! -e "$a" ]; do a=\${a%/*}; [ -z "$a" ] && a=/; done
 case "$("$B" stat -f -c %T -- "$a")" in proc|sysfs) exit 10;; esac
@@ -77,7 +78,7 @@ case "$("$B" stat -f -c %T -- "$a")" in proc|sysfs) exit 10;; esac
 
 /**
  * Prints the file's size and a newline, then its bytes: exactly that many (a file that grows
- * meanwhile is cut there), or for files that report no size (/proc) up to one byte more than
+ * meanwhile is cut there), or for files that report no size up to one byte more than
  * allowed, whose arrival tells a file over the limit apart.
  */
 const READ_SCRIPT = `
@@ -95,9 +96,9 @@ if [ "$s" -gt 0 ]; then n=$s; else n=$(($2 + 1)); fi
 `
 
 /**
- * Receives an upload on stdin. A device or fifo is written in place (and announced with a lone
- * NUL); /proc and /sys are refused (GUARD). Anything else goes to `$2`, a fresh name in the folder of
- * the resolved target, announced as "<target>\\0<temp>\\0" before the first byte is read; the
+ * Receives an upload on stdin. /proc and /sys are refused (GUARD). A device or fifo is written
+ * in place (and announced with a lone NUL). Anything else goes to `$2`, a fresh name in the
+ * folder of the resolved target, announced as "<target>\\0<temp>\\0" before the first byte is read; the
  * commit script renames it over the target once the driver saw every byte through.
  */
 const RECEIVE_SCRIPT = `
