@@ -8,13 +8,16 @@
  *
  * Let in: the preview token in `x-svc-preview-token` (for this sandbox and port, unexpired), or
  * a key in `Authorization` that may write this sandbox (`sandboxes:write`, the single-sandbox
- * policy). Neither header reaches the sandbox's server when it was the credential. Refusals are
+ * policy). The platform's own credentials never reach the sandbox's server, whichever let the
+ * request in (`platformCredential`): the preview token header, an `Authorization` bearer of the
+ * platform's token form (`svc_...`: keys, preview tokens), and the dashboard's session cookie
+ * (the request's other cookies are kept: they are the app's). Refusals are
  * the contract's errors: 401 without a credential that lets in, 403 for a key without the scope
  * or outside its sandbox, 404 for another org's sandbox or a port it does not expose, 409 when
  * it is not running, 502 when nothing answers on the port.
  */
 import { ApiKeys } from "@svc/auth/ApiKeys"
-import type { Principal } from "@svc/domain/Api/Auth"
+import { type Principal, SESSION_COOKIE } from "@svc/domain/Api/Auth"
 import * as Errors from "@svc/domain/Errors"
 import type { OrgId } from "@svc/domain/Ids"
 import * as Scopes from "@svc/domain/Scopes"
@@ -57,8 +60,43 @@ interface Admitted {
   readonly credential: string
 }
 
-/** `rawHeaders` without the connection's own, the credential, and those `Connection` names. */
-const forwardHeaders = (raw: ReadonlyArray<string>, drop: ReadonlySet<string>, keepUpgrade: boolean) => {
+/** A bearer of the platform's token form (`svc_live_` keys, `svc_pv_` preview tokens...). */
+const PLATFORM_BEARER = /^[ \t]*Bearer[ \t]+svc_/i
+
+/**
+ * A request header without the platform's credentials in it: undefined to drop it whole, else
+ * the value to forward. A `Cookie` loses the session cookie (any case, as a browser or a
+ * client could send it) and keeps the rest; `Authorization` goes when it carries a platform
+ * bearer; the preview token header always goes.
+ */
+export const platformCredential = (name: string, value: string): string | undefined => {
+  switch (name) {
+    case PREVIEW_TOKEN_HEADER:
+      return undefined
+    case "authorization":
+      return PLATFORM_BEARER.test(value) ? undefined : value
+    case "cookie": {
+      const kept = value.split(";").filter((pair) => {
+        const cookieName = pair.split("=", 1)[0]!.trim().toLowerCase()
+        return cookieName !== SESSION_COOKIE && cookieName !== ""
+      })
+      return kept.length === 0 ? undefined : kept.map((pair) => pair.trim()).join("; ")
+    }
+    default:
+      return value
+  }
+}
+
+/**
+ * `rawHeaders` without the connection's own, the credential, those `Connection` names, and the
+ * platform's credentials (`platformCredential`).
+ */
+const forwardHeaders = (
+  raw: ReadonlyArray<string>,
+  drop: ReadonlySet<string>,
+  keepUpgrade: boolean,
+  scrub: (name: string, value: string) => string | undefined = (_, value) => value
+) => {
   const named = new Set<string>()
   for (let i = 0; i < raw.length; i += 2) {
     if (raw[i]!.toLowerCase() === "connection") {
@@ -75,7 +113,8 @@ const forwardHeaders = (raw: ReadonlyArray<string>, drop: ReadonlySet<string>, k
       continue
     }
     if (HOP_BY_HOP.has(name) || named.has(name)) continue
-    out.push([raw[i]!, raw[i + 1]!])
+    const value = scrub(name, raw[i + 1]!)
+    if (value !== undefined) out.push([raw[i]!, value])
   }
   return out
 }
@@ -167,7 +206,12 @@ export const PreviewProxyLayer = Layer.effectDiscard(Effect.gen(function*() {
     tunnel: Net.Socket
   ) => {
     const headers = [
-      ...forwardHeaders(request.rawHeaders, new Set([admitted.credential, "x-forwarded-for"]), false),
+      ...forwardHeaders(
+        request.rawHeaders,
+        new Set([admitted.credential, "x-forwarded-for"]),
+        false,
+        platformCredential
+      ),
       ...forwarded(request)
     ]
     const upstream = Http.request({
@@ -203,7 +247,12 @@ export const PreviewProxyLayer = Layer.effectDiscard(Effect.gen(function*() {
     tunnel: Net.Socket
   ) => {
     const headers = [
-      ...forwardHeaders(request.rawHeaders, new Set([admitted.credential, "x-forwarded-for"]), true),
+      ...forwardHeaders(
+        request.rawHeaders,
+        new Set([admitted.credential, "x-forwarded-for"]),
+        true,
+        platformCredential
+      ),
       ...forwarded(request)
     ]
     let text = `${request.method} ${request.url} HTTP/1.1\r\n`

@@ -3,7 +3,9 @@
  * servers (busybox `nc` with shell scripts) record what reached them: a preview token or a key
  * allowed on the sandbox lets a request in, HTTP and an upgraded connection (bytes both ways),
  * neither credential reaches the sandbox's server, and every other request is refused with the
- * contract's error.
+ * contract's error. A visitor admitted by a preview token who also carries the platform's
+ * credentials (a key in `Authorization`, the dashboard's session cookie) hands none of them to
+ * the sandbox's server, HTTP or upgrade (issue 25, item 8); the app's own headers and cookies pass.
  */
 import { expect, layer } from "@effect/vitest"
 import { Effect, Schedule } from "effect"
@@ -125,6 +127,21 @@ const exec = (id: string, script: string) =>
     return r.json
   })
 
+/** The recording servers on 8080 (HTTP) and 9000 (upgrade, then echo). */
+const startServers = (id: string) =>
+  Effect.gen(function*() {
+    for (const [path, text] of [["/srv/http.sh", HTTP_SERVER], ["/srv/echo.sh", ECHO_SERVER]] as const) {
+      const put = yield* api("PUT", `/v1/sandboxes/${id}/files?path=${path}`, { raw: text })
+      expect(put.status, put.text).toBe(204)
+    }
+    yield* exec(
+      id,
+      "chmod +x /srv/http.sh /srv/echo.sh; " +
+        "setsid nc -ll -p 8080 -e /srv/http.sh 8080 </dev/null >/dev/null 2>&1 & " +
+        "setsid nc -ll -p 9000 -e /srv/echo.sh </dev/null >/dev/null 2>&1 &"
+    )
+  })
+
 const retried = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
   Effect.retry(effect, { times: 50, schedule: Schedule.spaced("200 millis") })
 
@@ -135,16 +152,7 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("exposed ports 
       const identity = yield* Identity
       const s = yield* create({ region: "local", ram_mb: 128, exposed_ports: [8080, 9000, 9100] })
       yield* waitState(s.id, "running")
-      for (const [path, text] of [["/srv/http.sh", HTTP_SERVER], ["/srv/echo.sh", ECHO_SERVER]] as const) {
-        const put = yield* api("PUT", `/v1/sandboxes/${s.id}/files?path=${path}`, { raw: text })
-        expect(put.status, put.text).toBe(204)
-      }
-      yield* exec(
-        s.id,
-        "chmod +x /srv/http.sh /srv/echo.sh; " +
-          "setsid nc -ll -p 8080 -e /srv/http.sh 8080 </dev/null >/dev/null 2>&1 & " +
-          "setsid nc -ll -p 9000 -e /srv/echo.sh </dev/null >/dev/null 2>&1 &"
-      )
+      yield* startServers(s.id)
       const apiPort = new URL(env.base).port
       const host = (port: number, id = s.id) => `${port}-${id}.preview.localhost:${apiPort}`
 
@@ -325,5 +333,72 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("exposed ports 
       expect(deleted.status).toBe(404)
       expect(deleted.json.code).toBe("not_found")
       expectError(yield* api("POST", `/v1/sandboxes/${s.id}/ports/8080/token`, { body: {} }), 404, "not_found")
+    }))
+  it.effect("a visitor let in by a preview token hands the sandbox none of the platform's credentials (key, session cookie, token), HTTP and upgrade", () =>
+    Effect.gen(function*() {
+      const env = yield* Env
+      const s = yield* create({ region: "local", ram_mb: 128, exposed_ports: [8080, 9000] })
+      yield* waitState(s.id, "running")
+      yield* startServers(s.id)
+      const host = (port: number) => `${port}-${s.id}.preview.localhost:${new URL(env.base).port}`
+      const token: string = (yield* api("POST", `/v1/sandboxes/${s.id}/ports/8080/token`, { body: {} })).json.token
+      const wsToken: string = (yield* api("POST", `/v1/sandboxes/${s.id}/ports/9000/token`, { body: {} })).json.token
+      // What a browser signed in to the dashboard sends along (the same site's cookies), and a
+      // client that sends its key everywhere.
+      const session = "sess_" + "a".repeat(40)
+      const visitor = (previewToken: string, authorization: string) => ({
+        "x-svc-preview-token": previewToken,
+        authorization,
+        cookie:
+          `theme=dark; client.session_token=${session}; app_session=kept-by-the-app; CLIENT.SESSION_TOKEN=${session}`
+      })
+      const secrets = [env.org.token, token, wsToken, session]
+      const leaked = (head: string) => secrets.filter((secret) => head.includes(secret))
+
+      const first = yield* retried(
+        Effect.filterOrFail(
+          preview(host(8080), "/with-key", { headers: visitor(token, `Bearer ${env.org.token}`) }),
+          (r) => r.status === 200
+        )
+      )
+      expect(first.body).toBe("got nothing")
+      const head = yield* readFile(s.id, "/tmp/head.8080")
+      expect(head).toContain("GET /with-key HTTP/1.1")
+      expect(leaked(head)).toEqual([])
+      expect(head.toLowerCase()).not.toContain("authorization")
+      expect(head.toLowerCase()).not.toContain("x-svc-preview-token")
+      expect(head.toLowerCase()).not.toContain("client.session_token")
+      // The app's own cookies pass, in their order.
+      expect(head).toMatch(/^cookie: theme=dark; app_session=kept-by-the-app$/im)
+
+      // Another platform token in Authorization (a second preview token) goes too; the app's own
+      // Authorization (not the platform's form) passes.
+      expect((yield* preview(host(8080), "/pv", { headers: visitor(token, `Bearer ${token}`) })).status).toBe(200)
+      const pvHead = yield* readFile(s.id, "/tmp/head.8080")
+      expect(pvHead).toContain("GET /pv HTTP/1.1")
+      expect(leaked(pvHead)).toEqual([])
+      expect(pvHead.toLowerCase()).not.toContain("authorization")
+      expect((yield* preview(host(8080), "/app", { headers: visitor(token, "Bearer app-jwt.payload.sig") })).status)
+        .toBe(200)
+      const appHead = yield* readFile(s.id, "/tmp/head.8080")
+      expect(appHead).toContain("GET /app HTTP/1.1")
+      expect(appHead).toMatch(/^authorization: Bearer app-jwt\.payload\.sig$/im)
+      expect(leaked(appHead)).toEqual([])
+
+      // The upgrade: the same.
+      const upgraded = yield* retried(
+        Effect.filterOrFail(
+          upgrade(host(9000), visitor(wsToken, `Bearer ${env.org.token}`)),
+          (r) => r.status === 101
+        )
+      )
+      upgraded.socket!.destroy()
+      const upgradeHead = yield* readFile(s.id, "/tmp/head.upgrade")
+      expect(upgradeHead).toContain("GET /ws HTTP/1.1")
+      expect(leaked(upgradeHead)).toEqual([])
+      expect(upgradeHead.toLowerCase()).not.toContain("authorization")
+      expect(upgradeHead.toLowerCase()).not.toContain("client.session_token")
+      expect(upgradeHead).toMatch(/^cookie: theme=dark; app_session=kept-by-the-app$/im)
+      yield* api("DELETE", `/v1/sandboxes/${s.id}`)
     }))
 })

@@ -2,11 +2,13 @@
  * The file API and exec results at their edges, through the public API against a real agent
  * and real sandboxes: writes and reads the sandbox's own kernel refuses are 422 `file_refused`
  * with the errno (never a 503 "retry"), an upload cut short or refused leaves the old file and
- * nothing else behind, and exec outputs past the host's cap say `truncated`.
+ * nothing else behind, exec outputs past the host's cap say `truncated`, and no files route
+ * reaches /proc or /sys, however the path is spelt or linked (issue 25, item 7).
  */
 import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import * as Http from "node:http"
+import { Identity } from "./Sandboxes.support.ts"
 import { api, create, Env, EnvLayer, expectError, waitState } from "./SandboxesEnv.support.ts"
 
 const exec = (id: string, script: string) =>
@@ -22,7 +24,7 @@ const put = (id: string, path: string, body: string | Uint8Array) =>
   })
 
 layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("sandbox files and exec at their edges", (it) => {
-  it.effect("a write or read the sandbox's kernel refuses is 422 file_refused naming the errno; a file over 100 MiB is 413; the sandbox is unharmed", () =>
+  it.effect("a write the sandbox's kernel refuses is 422 file_refused naming the errno; a file over 100 MiB is 413; the sandbox is unharmed", () =>
     Effect.gen(function*() {
       const s = yield* create({ region: "local", ram_mb: 128 })
       yield* waitState(s.id, "running")
@@ -30,15 +32,9 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("sandbox files 
       const refusals: ReadonlyArray<readonly [string, string, string]> = [
         // [method, path, errno]
         ["PUT", "/dev/full", "ENOSPC"],
-        ["PUT", "/proc/self/mem", "EIO"],
         // The busybox the platform binds into every sandbox sits on a read-only mount.
         ["PUT", "/dev/.svc/planted", "EROFS"],
-        ["PUT", "/dev/.svc/deeper/planted", "EROFS"],
-        // A user namespace's map is written once; another write is not permitted.
-        ["PUT", "/proc/self/uid_map", "EPERM"],
-        // A read-only file the sandbox's root does not own (the host's, seen as nobody).
-        ["PUT", "/proc/version", "EACCES"],
-        ["GET", "/proc/self/mem", "EIO"]
+        ["PUT", "/dev/.svc/deeper/planted", "EROFS"]
       ]
       for (const [method, path, errno] of refusals) {
         const res = method === "PUT"
@@ -150,6 +146,69 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("sandbox files 
       expect((yield* put(s.id, "/srv/link", "the new content")).status).toBe(204)
       expect((yield* api("GET", `/v1/sandboxes/${s.id}/files?path=/srv/data/kept.txt`)).text).toBe("the new content")
       expect((yield* exec(s.id, "ls -A /srv/data; stat -c %F /srv/link")).stdout).toBe("kept.txt\nsymbolic link\n")
+      yield* api("DELETE", `/v1/sandboxes/${s.id}`)
+    }))
+
+  it.effect("a read-only key reads no process's environ: /proc and /sys are 400 on every files route, however spelt, and through links made inside", () =>
+    Effect.gen(function*() {
+      const env = yield* Env
+      const identity = yield* Identity
+      const readOnly = yield* identity.key(env.org.id, ["sandboxes:read"])
+      const s = yield* create({ region: "local", ram_mb: 128 })
+      yield* waitState(s.id, "running")
+      // A process of the sandbox holding a credential in its environment, as an injected key would.
+      const secret = `svc_live_${Math.random().toString(36).slice(2)}${Math.random().toString(36).slice(2)}`
+      const started = yield* api("POST", `/v1/sandboxes/${s.id}/exec`, {
+        body: { cmd: ["sh", "-c", "sleep 600 >/dev/null 2>&1 & echo $!"], env: { SVC_API_KEY: secret } }
+      })
+      expect(started.status, started.text).toBe(200)
+      const pid = started.json.stdout.trim() as string
+      expect(pid).toMatch(/^\d+$/)
+      // The links a tenant (or anything running inside) can make.
+      yield* exec(
+        s.id,
+        `ln -s /proc /tmp/p; ln -s ../proc /tmp/rel; ln -s /proc/${pid}/environ /tmp/e; mkdir -p /tmp/d; ` +
+          "ln -s ../../proc /tmp/d/up; ln -s /tmp/p /tmp/chain; ln -s / /tmp/root"
+      )
+      const read = (path: string, token = readOnly) =>
+        api("GET", `/v1/sandboxes/${s.id}/files?path=${encodeURIComponent(path)}`, { token })
+      const paths = [
+        `/proc/${pid}/environ`,
+        `//proc/${pid}/environ`,
+        `/./proc/${pid}/environ`,
+        `/proc/./${pid}/environ`,
+        `/x/../proc/${pid}/environ`,
+        "/proc",
+        "/proc/",
+        "//proc//",
+        "/sys",
+        "/sys/kernel",
+        `/tmp/p/${pid}/environ`,
+        `/tmp/rel/${pid}/environ`,
+        "/tmp/e",
+        `/tmp/d/up/${pid}/environ`,
+        `/tmp/chain/${pid}/environ`,
+        `/tmp/root/proc/${pid}/environ`,
+        "/tmp/p",
+        "/tmp/p/",
+        `/tmp/p/${pid}/root/etc/passwd`
+      ]
+      const seen: Array<string> = []
+      for (const path of paths) {
+        const res = yield* read(path)
+        expect(res.text, path).not.toContain(secret)
+        seen.push(`${path}: ${res.status} ${res.json?.code}`)
+      }
+      expect(seen).toEqual(paths.map((path) => `${path}: 400 invalid_request`))
+      // A full key is refused the same way; writes too, the link's target untouched.
+      expectError(yield* read(`/tmp/p/${pid}/environ`, env.org.token), 400, "invalid_request")
+      expectError(yield* put(s.id, `/proc/${pid}/oom_score_adj`, "1000"), 400, "invalid_request")
+      expectError(yield* put(s.id, `/tmp/p/${pid}/oom_score_adj`, "1000"), 400, "invalid_request")
+      expectError(yield* put(s.id, "/tmp/chain/sys/kernel/hostname", "x"), 400, "invalid_request")
+      expect((yield* exec(s.id, `cat /proc/${pid}/oom_score_adj`)).stdout).toBe("0\n")
+      // Files next to the links are still the sandbox's to read and write.
+      expect((yield* put(s.id, "/tmp/root/srv/kept.txt", "kept")).status).toBe(204)
+      expect((yield* read("/srv/kept.txt")).text).toBe("kept")
       yield* api("DELETE", `/v1/sandboxes/${s.id}`)
     }))
 

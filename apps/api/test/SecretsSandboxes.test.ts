@@ -3,6 +3,8 @@
  * and `secrets` at create, PUT .../network, POST .../secrets, shown on the record, and the
  * `egress` KV entry `sandbox.<id>` the hosts' proxies read, after every change: read back from
  * NATS. A deleted secret leaves every sandbox it was bound to; a deleted sandbox's entry goes.
+ * The key injected into a sandbox (`sandbox:<id>`) cannot lift its sandbox's policy nor give a
+ * child more (issue 25, item 13): the sandbox's policy is its ceiling.
  * No host runs here: the sandboxes stay `pending` (no runtime), which every route accepts.
  */
 import { expect, layer } from "@effect/vitest"
@@ -138,6 +140,89 @@ layer(StackLayer, { timeout: 120_000, excludeTestServices: true })("Sandbox egre
         .toBe(409)
       // Nothing put the entry back.
       expect(yield* (yield* Stack).egress(`sandbox.${id}`)).toBeNull()
+    }))
+
+  it.effect("a sandbox:<id> key: its sandbox's policy is a ceiling it cannot lift, its children start from it and only narrow it", () =>
+    Effect.gen(function*() {
+      const { a, base, key } = yield* Stack
+      const star = (yield* key(a, ["*"])).token
+      const ceiling = { allow_out: ["*.example.com", "203.0.113.0/24"], deny_out: ["evil.example.com"] }
+      const parent = (yield* request(base, star, "POST", "/v1/sandboxes", { network: ceiling })).body.id as string
+      // The key a caller mints and injects into the sandbox, in the hands of what runs there.
+      const injected = (yield* key(a, [`sandbox:${parent}`])).token
+      const put = (id: string, body: unknown, token = injected) =>
+        request(base, token, "PUT", `/v1/sandboxes/${id}/network`, body)
+      const refused = (res: { status: number; body: any; text: string }, mentions: string) => {
+        expect(res.status, res.text).toBe(403)
+        expect(res.body.code).toBe("egress_beyond_ceiling")
+        expect(res.body.error).toContain(mentions)
+      }
+
+      // Lifting its own sandbox's policy, whole or in part: 403, nothing changed.
+      refused(yield* put(parent, { allow_out: [] }), "deny_out must keep \"evil.example.com\"")
+      refused(yield* put(parent, { allow_out: [], deny_out: ceiling.deny_out }), "allow_out cannot be empty")
+      refused(yield* put(parent, {}), "evil.example.com")
+      refused(yield* put(parent, { allow_out: ceiling.allow_out }), "deny_out must keep")
+      refused(yield* put(parent, { ...ceiling, allow_out: ["*.example.com", "0.0.0.0/0"] }), "0.0.0.0/0")
+      refused(yield* put(parent, { ...ceiling, allow_out: ["example.com"] }), "example.com")
+      refused(yield* put(parent, { ...ceiling, allow_out: ["*.com"] }), "*.com")
+      refused(yield* put(parent, { ...ceiling, allow_out: ["203.0.112.0/23"] }), "203.0.112.0/23")
+      expect((yield* request(base, star, "GET", `/v1/sandboxes/${parent}`)).body.network).toEqual(ceiling)
+      yield* egressUntil(`sandbox.${parent}`, entryIs({ policy: ceiling, secretIds: [] }))
+
+      // Children: without a policy, the parent's; asking for open egress gets the parent's too;
+      // deny rules add, allow rules narrow; anything wider is 403 and creates nothing.
+      const child = (network?: unknown) =>
+        request(base, injected, "POST", "/v1/sandboxes", network === undefined ? {} : { network })
+      const plain = yield* child()
+      expect(plain.status, plain.text).toBe(201)
+      expect(plain.body.parentId).toBe(parent)
+      expect(plain.body.network).toEqual(ceiling)
+      yield* egressUntil(`sandbox.${plain.body.id}`, entryIs({ policy: ceiling, secretIds: [] }))
+      const open = yield* child({ allow_out: [], deny_out: [] })
+      expect(open.body.network).toEqual(ceiling)
+      const added = yield* child({ deny_out: ["x.example.com", "evil.example.com"] })
+      expect(added.body.network).toEqual({
+        allow_out: ceiling.allow_out,
+        deny_out: ["evil.example.com", "x.example.com"]
+      })
+      const narrowed = yield* child({ allow_out: ["api.example.com", "*.cdn.example.com", "203.0.113.8/29"] })
+      expect(narrowed.status, narrowed.text).toBe(201)
+      expect(narrowed.body.network).toEqual({
+        allow_out: ["api.example.com", "*.cdn.example.com", "203.0.113.8/29"],
+        deny_out: ["evil.example.com"]
+      })
+      const before = (yield* request(base, star, "GET", "/v1/sandboxes?limit=500")).body.total as number
+      refused(yield* child({ allow_out: ["pypi.org"] }), "pypi.org")
+      refused(yield* child({ allow_out: ["api.example.com", "198.51.100.0/24"] }), "198.51.100.0/24")
+      expect((yield* request(base, star, "GET", "/v1/sandboxes?limit=500")).body.total).toBe(before)
+
+      // A child's policy is held to the same ceiling: lifted 403, narrowed 200.
+      const childId = plain.body.id as string
+      refused(yield* put(childId, { allow_out: [], deny_out: ceiling.deny_out }), "allow_out cannot be empty")
+      const narrowedChild = yield* put(childId, { allow_out: ["api.example.com"], deny_out: ["evil.example.com"] })
+      expect(narrowedChild.status, narrowedChild.text).toBe(200)
+      yield* egressUntil(
+        `sandbox.${childId}`,
+        entryIs({ policy: { allow_out: ["api.example.com"], deny_out: ["evil.example.com"] }, secretIds: [] })
+      )
+
+      // Its own sandbox: narrowed, and the narrower policy is the ceiling from then on.
+      const narrower = { allow_out: ["api.example.com"], deny_out: ["evil.example.com", "x.example.com"] }
+      expect((yield* put(parent, narrower)).status).toBe(200)
+      refused(yield* put(parent, ceiling), "deny_out must keep \"x.example.com\"")
+      refused(yield* put(parent, { ...narrower, allow_out: ceiling.allow_out }), "\"*.example.com\" is not within")
+      expect((yield* child()).body.network).toEqual(narrower)
+
+      // An open sandbox's key: deny rules are still kept, anything else goes.
+      const openParent = (yield* request(base, star, "POST", "/v1/sandboxes", { network: { deny_out: ["1.2.3.4"] } }))
+        .body.id as string
+      const openKey = (yield* key(a, [`sandbox:${openParent}`])).token
+      refused(yield* put(openParent, {}, openKey), "1.2.3.4")
+      expect((yield* put(openParent, { allow_out: ["pypi.org"], deny_out: ["1.2.3.4"] }, openKey)).status).toBe(200)
+
+      // Unconfined keys are held to their scopes only.
+      expect((yield* put(parent, {}, star)).status).toBe(200)
     }))
 
   it.effect("POST secrets binds once, in order; a deleted secret leaves every sandbox (record and KV)", () =>

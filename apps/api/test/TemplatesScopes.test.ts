@@ -1,10 +1,11 @@
 /**
  * Templates scopes route by route over the real API (docs/contract.md#templates,
  * docs/contract.md#single-sandbox-scope): what `templates:read`, `templates:write`, `templates`,
- * `*`, `sandboxes:write`, a `sandbox:<id>` key alone and one with `templates:read` added may do
- * with each template route and with `POST /v1/sandboxes/{id}/snapshot` (a sandbox's route:
- * `sandboxes:write`, the single-sandbox policy). Each call that changes something gets a template
- * or name of its own: every cell is independent.
+ * `*`, `sandboxes:write`, a `sandbox:<id>` key alone and one with `templates:read` or
+ * `templates:write` added may do with each template route and with
+ * `POST /v1/sandboxes/{id}/snapshot` (it makes an org template: `sandboxes:write` and
+ * `templates:write`, then the single-sandbox policy). Each call that changes something gets a
+ * template or name of its own: every cell is independent.
  */
 import { expect, layer } from "@effect/vitest"
 import { Duration, Effect } from "effect"
@@ -87,22 +88,32 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 300_000 })("templates scop
         ],
         [["templates:write"], row("ok", "ok", "403 insufficient_scope sandboxes:write")],
         [["templates"], row("ok", "ok", "403 insufficient_scope sandboxes:write")],
+        // A snapshot makes an org template: sandboxes:write alone does not (issue 25, item 6).
         [
           ["sandboxes:write"],
-          row("403 insufficient_scope templates:read", "403 insufficient_scope templates:write", "ok")
+          row(
+            "403 insufficient_scope templates:read",
+            "403 insufficient_scope templates:write",
+            "403 insufficient_scope templates:write"
+          )
         ],
+        [["sandboxes:write", "templates:write"], row("ok", "ok", "ok")],
+        // The key injected into a sandbox is refused as on /v1/templates, its own sandbox included.
         [
           [`sandbox:${mine.id}`],
           row(
             "403 insufficient_scope templates:read",
             "403 insufficient_scope templates:write",
-            "ok",
-            "403 sandbox_out_of_scope"
+            "403 insufficient_scope templates:write"
           )
         ],
         [
           [`sandbox:${mine.id}`, "templates:read"],
-          row("ok", "403 insufficient_scope templates:write", "ok", "403 sandbox_out_of_scope")
+          row("ok", "403 insufficient_scope templates:write", "403 insufficient_scope templates:write")
+        ],
+        [
+          [`sandbox:${mine.id}`, "templates:write"],
+          row("ok", "ok", "ok", "403 sandbox_out_of_scope")
         ]
       ]
       const seen: Array<string> = []

@@ -7,8 +7,15 @@
  * request; handlers never repeat what their rule declares.
  */
 import { type AccessRule, CurrentPrincipal, type Principal, type ScopeRequirement } from "@svc/domain/Api/Auth"
-import { FullAccessRequired, InsufficientScope, SandboxOutOfScope, SecretManagerNotAllowed } from "@svc/domain/Errors"
+import {
+  EgressBeyondCeiling,
+  FullAccessRequired,
+  InsufficientScope,
+  SandboxOutOfScope,
+  SecretManagerNotAllowed
+} from "@svc/domain/Errors"
 import type { SandboxId } from "@svc/domain/Ids"
+import type { NetworkPolicy } from "@svc/domain/Network"
 import * as Scopes from "@svc/domain/Scopes"
 import { Effect } from "effect"
 
@@ -127,3 +134,30 @@ export const sandboxPolicy = (target: Scopes.SandboxTarget) =>
  * direct children, docs/contract.md#listing-sandboxes), or null.
  */
 export const confinedSandbox = Effect.map(Effect.service(CurrentPrincipal), (p) => Scopes.sandboxScopeOf(p.grant))
+
+/**
+ * The egress ceiling of docs/contract.md#single-sandbox-scope for the current caller: the policy
+ * to store, or 403 `egress_beyond_ceiling` naming what goes beyond the ceiling. `ceiling`
+ * is read only for a confined caller (the policy of its sandbox); unconfined callers get the
+ * requested policy as it is. `kind`: a PUT of the policy, or the policy of a child created.
+ */
+export const egressPolicy = <E, R>(
+  kind: "update" | "child",
+  requested: NetworkPolicy,
+  ceiling: (sandboxId: SandboxId) => Effect.Effect<NetworkPolicy, E, R>
+) =>
+  Effect.flatMap(
+    Effect.service(CurrentPrincipal),
+    (principal): Effect.Effect<NetworkPolicy, E | EgressBeyondCeiling, R> => {
+      const confined = Scopes.sandboxScopeOf(principal.grant)
+      if (confined === null) return Effect.succeed(requested)
+      return Effect.flatMap(ceiling(confined), (limit) => {
+        const access = kind === "update"
+          ? Scopes.egressUpdate(principal.grant, requested, limit)
+          : Scopes.egressOfChild(principal.grant, requested, limit)
+        return access._tag === "Allowed"
+          ? Effect.succeed(access.policy)
+          : Effect.fail(new EgressBeyondCeiling({ error: access.reason }))
+      })
+    }
+  )

@@ -160,6 +160,13 @@ export class SandboxOutOfScope extends ApiErrorClass<SandboxOutOfScope>()("Sandb
   message: "This key is confined to one sandbox and its direct children"
 }) {}
 
+/** A `sandbox:<id>` key asking for more egress than its sandbox has (docs/contract.md#snapshots-network-policy-and-exposed-ports). */
+export class EgressBeyondCeiling extends ApiErrorClass<EgressBeyondCeiling>()("EgressBeyondCeiling", {
+  code: "egress_beyond_ceiling",
+  status: 403,
+  message: "This key is confined to a sandbox whose network policy is its ceiling: a policy may only narrow it"
+}) {}
+
 export class SecretManagerNotAllowed extends ApiErrorClass<SecretManagerNotAllowed>()("SecretManagerNotAllowed", {
   code: "secret_manager_not_allowed",
   status: 403,
@@ -273,6 +280,7 @@ export const API_ERRORS = [
   CsrfRejected,
   InsufficientScope,
   SandboxOutOfScope,
+  EgressBeyondCeiling,
   SecretManagerNotAllowed,
   NotFound,
   Conflict,

@@ -161,6 +161,25 @@ export const SandboxVolumeRequest = Schema.Struct({
 })
 export type SandboxVolumeRequest = typeof SandboxVolumeRequest.Type
 
+/**
+ * Whether a path names /proc, /sys or something under them once `.` segments, repeated and
+ * trailing slashes are dropped (`..` is refused by `AbsolutePath` before this). Their files
+ * hold every process's environ (the injected key among them): exec reads them, the files
+ * routes never do. Links inside the sandbox are checked where the path is resolved (the host's
+ * file scripts, `packages/host/src/Driver/Files.ts`).
+ */
+export const isKernelInterfacePath = (path: string): boolean => {
+  const first = path.split("/").find((segment) => segment !== "" && segment !== ".")
+  return first === "proc" || first === "sys"
+}
+
+/** The `path` of every files route: absolute, and never under /proc or /sys (400). */
+export const SandboxFilePath = AbsolutePath.check(
+  Schema.makeFilter((p: string) => !isKernelInterfacePath(p) || "paths under /proc and /sys are refused", {
+    expected: "a path outside /proc and /sys"
+  })
+)
+
 export const Port = intBetween(1, 65_535)
 
 /**

@@ -27,6 +27,8 @@ const table: ReadonlyArray<readonly [number, string, E.ApiError, Record<string, 
     required_scope: "sandboxes:write"
   }],
   [403, "sandbox_out_of_scope", new E.SandboxOutOfScope(), {}],
+  // Added to docs/contract.md#errors: a sandbox:<id> key asking for more egress than its sandbox has.
+  [403, "egress_beyond_ceiling", new E.EgressBeyondCeiling(), {}],
   [403, "secret_manager_not_allowed", new E.SecretManagerNotAllowed(), {}],
   [404, "not_found", new E.NotFound(), {}],
   [409, "conflict", new E.Conflict(), {}],

@@ -306,3 +306,19 @@ describe("Exec", () => {
     expect(Schema.encodeSync(S.ExecResult)(r)).toEqual(r)
   })
 })
+
+describe("SandboxFilePath (every files route's path)", () => {
+  it("refuses /proc and /sys however spelt; keeps names that only start like them", () => {
+    const query = Schema.Struct({ path: S.SandboxFilePath })
+    for (
+      const path of ["/proc", "/proc/", "//proc", "/./proc/1/environ", "/.//proc//self/environ", "/sys", "/sys/kernel"]
+    ) {
+      expect(refusedAt(query, { path }), path).toEqual(["path"])
+    }
+    // `..` is refused before (AbsolutePath), so `/x/../proc` never names anything.
+    expect(refusedAt(query, { path: "/x/../proc/1/environ" })).toEqual(["path"])
+    for (const path of ["/", "/processes", "/system/x", "/srv/proc", "/tmp/sys", "/PROC/1"]) {
+      expect(ok(query, { path }), path).toEqual({ path })
+    }
+  })
+})

@@ -196,3 +196,70 @@ describe("Scopes.sandboxAccess (the single-sandbox scope)", () => {
     }
   })
 })
+
+describe("Scopes egress ceiling (a sandbox key's network policy)", () => {
+  const confined = grant([`sandbox:${sbx}`])
+  const ceiling = { allow_out: ["*.example.com", "203.0.113.0/24", "2001:db8::/32"], deny_out: ["evil.example.com"] }
+
+  it("covers a rule by the same rule, a name under a *. rule, a CIDR inside a CIDR of its family", () => {
+    const covered: ReadonlyArray<readonly [string, string, boolean]> = [
+      ["*.example.com", "*.example.com", true],
+      ["*.example.com", "api.example.com", true],
+      ["*.example.com", "a.b.example.com", true],
+      ["*.example.com", "*.api.example.com", true],
+      ["*.example.com", "example.com", false],
+      ["*.example.com", "*.com", false],
+      ["*.example.com", "badexample.com", false],
+      ["api.example.com", "x.api.example.com", false],
+      ["203.0.113.0/24", "203.0.113.8/29", true],
+      ["203.0.113.0/24", "203.0.113.9", true],
+      ["203.0.113.0/24", "203.0.112.0/23", false],
+      ["203.0.113.0/24", "203.0.114.1", false],
+      ["2001:db8::/32", "2001:db8:1::/48", true],
+      ["2001:db8::/32", "2001:db9::/48", false],
+      ["203.0.113.0/24", "2001:db8::/48", false],
+      ["*.example.com", "203.0.113.1", false],
+      ["203.0.113.0/24", "api.example.com", false]
+    ]
+    expect(covered.map(([outer, inner]) => [outer, inner, Scopes.ruleCovers(outer, inner)])).toEqual(covered)
+  })
+
+  it("a confined key may only narrow: every deny kept, allow within the ceiling's when it has one", () => {
+    const update = (allow_out: Array<string>, deny_out: Array<string>) =>
+      Scopes.egressUpdate(confined, { allow_out, deny_out }, ceiling)._tag
+    expect(update(["api.example.com"], ["evil.example.com", "more.example.com"])).toBe("Allowed")
+    expect(update(ceiling.allow_out, ceiling.deny_out)).toBe("Allowed")
+    expect(update([], ceiling.deny_out)).toBe("Denied")
+    expect(update(["api.example.com"], [])).toBe("Denied")
+    expect(update(["api.example.com", "pypi.org"], ceiling.deny_out)).toBe("Denied")
+    // An open ceiling (no allow_out) keeps only its deny rules.
+    const open = { allow_out: [], deny_out: ["1.2.3.4"] }
+    expect(Scopes.egressUpdate(confined, { allow_out: [], deny_out: ["1.2.3.4"] }, open)._tag).toBe("Allowed")
+    expect(Scopes.egressUpdate(confined, { allow_out: ["pypi.org"], deny_out: [] }, open)._tag).toBe("Denied")
+    // Unconfined grants are held to their scopes only.
+    expect(Scopes.egressUpdate(grant(["*"]), { allow_out: [], deny_out: [] }, ceiling)._tag).toBe("Allowed")
+  })
+
+  it("a confined key's child starts from the ceiling: deny rules add, allow rules narrow", () => {
+    const child = (allow_out: Array<string>, deny_out: Array<string>) =>
+      Scopes.egressOfChild(confined, { allow_out, deny_out }, ceiling)
+    expect(child([], [])).toEqual({ _tag: "Allowed", policy: ceiling })
+    expect(child([], ["x.example.com", "evil.example.com"])).toEqual({
+      _tag: "Allowed",
+      policy: { allow_out: ceiling.allow_out, deny_out: ["evil.example.com", "x.example.com"] }
+    })
+    expect(child(["api.example.com"], [])).toEqual({
+      _tag: "Allowed",
+      policy: { allow_out: ["api.example.com"], deny_out: ["evil.example.com"] }
+    })
+    expect(child(["0.0.0.0/0"], [])._tag).toBe("Denied")
+    const full = { allow_out: [], deny_out: Array.from({ length: 100 }, (_, i) => `h${i}.example.com`) }
+    expect(Scopes.egressOfChild(confined, { allow_out: [], deny_out: ["one.more.example.com"] }, full)._tag).toBe(
+      "Denied"
+    )
+    expect(Scopes.egressOfChild(grant(["*"]), { allow_out: [], deny_out: [] }, ceiling)).toEqual({
+      _tag: "Allowed",
+      policy: { allow_out: [], deny_out: [] }
+    })
+  })
+})

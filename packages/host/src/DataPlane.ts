@@ -116,6 +116,8 @@ export const fromDriverError = (error: SandboxDriverError): DriverAgentError => 
           })
         case "failed":
           return failed(`${error.path}: ${error.message}`)
+        case "kernel_interface":
+          return invalid(`${error.path}: paths under /proc and /sys are refused (exec reads them)`)
         default:
           return invalid(`${error.path}: ${error.reason.replaceAll("_", " ")}`)
       }

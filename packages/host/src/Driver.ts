@@ -295,6 +295,8 @@ export const FileErrorReason = Schema.Literals([
   "not_directory",
   "not_regular_file",
   "too_large",
+  /** Under /proc or /sys, however the path got there (links included): refused by every file operation. */
+  "kernel_interface",
   /** The sandbox's kernel refused the operation (`errno` names why: ENOSPC, EIO, EROFS...). */
   "refused",
   "failed"

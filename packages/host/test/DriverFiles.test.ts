@@ -120,25 +120,37 @@ layer(TestDriver.layer(), { excludeTestServices: true })("SandboxDriver file API
       assert.strictEqual(text((yield* driver.exec(id, exec(["ls", "-A", "/srv"]))).stdout), "big.bin\n")
       assert.strictEqual((yield* readBack("/srv/big.bin")).sha1, sha1)
 
-      // A kernel file without a size is read to its end.
-      const status = yield* Effect.scoped(Effect.gen(function*() {
-        const content = yield* driver.readFileStream(id, "/proc/self/status")
-        return {
-          size: content.size,
-          text: text(new Uint8Array(Buffer.concat(yield* Stream.runCollect(content.stream))))
-        }
-      }))
-      assert.strictEqual(status.size, null)
-      assert.match(status.text, /^Name:\s+\S+/)
-
       const refusal = <A>(effect: Effect.Effect<A, { _tag: string }>) =>
         Effect.flip(effect).pipe(
           Effect.map((e) => [(e as { reason?: string }).reason ?? e._tag, (e as { errno?: string }).errno])
         )
       const bytes = new TextEncoder().encode("x")
       assert.deepStrictEqual(yield* refusal(driver.writeFile(id, "/dev/full", bytes)), ["refused", "ENOSPC"])
-      assert.deepStrictEqual(yield* refusal(driver.writeFile(id, "/proc/self/mem", bytes)), ["refused", "EIO"])
       assert.deepStrictEqual(yield* refusal(driver.writeFile(id, "/dev/.svc/x", bytes)), ["refused", "EROFS"])
-      assert.deepStrictEqual(yield* refusal(driver.readFile(id, "/proc/self/mem")), ["refused", "EIO"])
+      // /proc and /sys: refused by every operation, however the path reaches them (links made
+      // inside included), before anything is read or written.
+      yield* driver.exec(
+        id,
+        sh(
+          "ln -s /proc /root/p; ln -s ../proc /root/rel; ln -s /root/p /root/chain; ln -s loop2 /root/loop1; ln -s loop1 /root/loop2"
+        )
+      )
+      for (
+        const path of [
+          "/proc/self/environ",
+          "//proc/1/environ",
+          "/sys",
+          "/root/p/1/environ",
+          "/root/rel/self/status",
+          "/root/chain/sys/kernel/hostname",
+          "/root/p/1/root/etc/passwd"
+        ]
+      ) {
+        assert.deepStrictEqual(yield* refusal(driver.readFile(id, path)), ["kernel_interface", undefined], path)
+        assert.deepStrictEqual(yield* refusal(driver.stat(id, path)), ["kernel_interface", undefined], path)
+        assert.deepStrictEqual(yield* refusal(driver.writeFile(id, path, bytes)), ["kernel_interface", undefined], path)
+      }
+      assert.deepStrictEqual(yield* refusal(driver.listDir(id, "/root/p")), ["kernel_interface", undefined])
+      assert.deepStrictEqual(yield* refusal(driver.readFile(id, "/root/loop1")), ["refused", "ELOOP"])
     }))
 })

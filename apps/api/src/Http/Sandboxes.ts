@@ -8,14 +8,14 @@
  * `TRANSFER_WAIT` for a slot, then is 503 `unavailable` (retry). A slot is held until the
  * response is sent: a download keeps it while its bytes flow.
  */
-import { confinedSandbox, requireScope, sandboxPolicy } from "@svc/auth/Authorization"
+import { confinedSandbox, egressPolicy, requireScope, sandboxPolicy } from "@svc/auth/Authorization"
 import { Billing } from "@svc/billing/Billing"
 import type * as Rows from "@svc/db/Rows"
 import { Api } from "@svc/domain/Api"
 import { CurrentPrincipal } from "@svc/domain/Api/Auth"
 import { MAX_UPLOAD_BYTES } from "@svc/domain/Api/Sandboxes"
 import * as Errors from "@svc/domain/Errors"
-import type { OrgId } from "@svc/domain/Ids"
+import type { OrgId, SandboxId } from "@svc/domain/Ids"
 import type { ExecResult } from "@svc/domain/Sandbox"
 import { Hosts } from "@svc/sandboxes/Hosts"
 import { Previews } from "@svc/sandboxes/Previews"
@@ -62,6 +62,23 @@ export const SandboxesGroup = HttpApiBuilder.group(
         return principal.orgId as OrgId
       })
 
+    /**
+     * The egress policy of the sandbox a `sandbox:<id>` key is confined to (its ceiling). A key
+     * minted for a sandbox that does not exist has nothing to create under: 400 on `parent_id`,
+     * as the create itself would answer.
+     */
+    const ceilingOf = (orgId: OrgId, id: SandboxId) =>
+      sandboxes.get(orgId, id).pipe(
+        Effect.map((sandbox) => sandbox.network),
+        Effect.catchTag("NotFound", () =>
+          Effect.fail(
+            new Errors.InvalidRequest({
+              error: "parent_id: no such sandbox in this org",
+              issues: [{ path: "parent_id", message: "no such sandbox in this org" }]
+            })
+          ))
+      )
+
     return handlers
       .handle("create", ({ payload, headers }) =>
         Effect.gen(function*() {
@@ -73,9 +90,11 @@ export const SandboxesGroup = HttpApiBuilder.group(
           else if (payload.volumes.length > 0) yield* requireScope("volumes", "read")
           const permission = yield* sandboxPolicy({ create: { parentId: payload.parent_id } })
           const parentId = permission._tag === "CreateAs" ? permission.parentId : payload.parent_id
+          // A confined key's child starts from its parent's egress and may only narrow it.
+          const network = yield* egressPolicy("child", payload.network, (id) => ceilingOf(principal.orgId, id))
           const result = yield* sandboxes.create(
             principal.orgId,
-            { ...payload, parent_id: parentId },
+            { ...payload, parent_id: parentId, network },
             headers["idempotency-key"]
           )
           // A replay answers 200 with the first response, as it was.
@@ -98,11 +117,12 @@ export const SandboxesGroup = HttpApiBuilder.group(
       )
       .handle("stop", ({ params }) => Effect.flatMap(target(params.id), (orgId) => sandboxes.stop(orgId, params.id)))
       .handle("start", ({ params }) => Effect.flatMap(target(params.id), (orgId) => sandboxes.start(orgId, params.id)))
-      .handle(
-        "network",
-        ({ params, payload }) =>
-          Effect.flatMap(target(params.id), (orgId) => sandboxes.setNetwork(orgId, params.id, payload))
-      )
+      .handle("network", ({ params, payload }) =>
+        Effect.gen(function*() {
+          const orgId = yield* target(params.id)
+          const network = yield* egressPolicy("update", payload, (id) => ceilingOf(orgId, id))
+          return yield* sandboxes.setNetwork(orgId, params.id, network)
+        }))
       .handle(
         "bindSecret",
         ({ params, payload }) =>

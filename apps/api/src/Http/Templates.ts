@@ -1,7 +1,8 @@
 /**
  * Handlers of the `templates` group (docs/contract.md#templates). The middleware checked
  * `templates:read` or `templates:write` (and refused a `sandbox:<id>` key without them); the
- * snapshot route is a sandbox's: `sandboxes:write` and the single-sandbox policy.
+ * snapshot route is a sandbox's that makes a template: `sandboxes:write` and `templates:write`
+ * (both checked by the middleware), then the single-sandbox policy.
  */
 import { sandboxPolicy } from "@svc/auth/Authorization"
 import { Api } from "@svc/domain/Api"

@@ -8,6 +8,7 @@ import { Schema } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/http-api"
 import {
   Conflict,
+  EgressBeyondCeiling,
   FileRefused,
   IdempotencyKeyReused,
   InsufficientScope,
@@ -28,10 +29,10 @@ import {
   ListSandboxesQuery,
   NetworkPolicyRequest,
   Sandbox,
+  SandboxFilePath,
   SandboxPage,
   SandboxStats
 } from "../Sandbox.ts"
-import { AbsolutePath } from "../Text.ts"
 import { Access } from "./Auth.ts"
 import { ProcessEvents } from "./Processes.ts"
 
@@ -62,7 +63,7 @@ export type FileEntry = typeof FileEntry.Type
 export const FileListing = Schema.Struct({ entries: Schema.Array(FileEntry) })
 export type FileListing = typeof FileListing.Type
 
-export const FilesQuery = Schema.Struct({ path: AbsolutePath })
+export const FilesQuery = Schema.Struct({ path: SandboxFilePath })
 
 export const IdempotencyKey = Schema.String.check(Schema.isMinLength(8), Schema.isMaxLength(255))
 
@@ -80,6 +81,7 @@ export class SandboxesApi extends HttpApiGroup.make("sandboxes")
         IdempotencyKeyReused,
         InsufficientScope,
         SandboxOutOfScope,
+        EgressBeyondCeiling,
         QuotaExceeded,
         UsageLimitReached,
         Unavailable
@@ -92,7 +94,9 @@ export class SandboxesApi extends HttpApiGroup.make("sandboxes")
         "24 h answer 200 with the first response; another body is 422 `idempotency_key_reused`. 429 `quota_exceeded` " +
         "when the org has as many sandboxes as `SVC_ORG_MAX_SANDBOXES` allows, or runs as many as " +
         "`SVC_ORG_MAX_RUNNING_SANDBOXES` allows. `network: {allow_out, deny_out}`: its egress policy (see PUT " +
-        ".../network). `secrets: [secret_id]` binds secrets of the org (needs `secrets:use` too; an id that is not " +
+        ".../network); with a `sandbox:<id>` key the child starts from its parent's policy, `deny_out` adds to it " +
+        "and `allow_out` may only narrow it (403 `egress_beyond_ceiling`). `secrets: [secret_id]` binds " +
+        "secrets of the org (needs `secrets:use` too; an id that is not " +
         "a secret of the org is 400 naming the entry). 402 `usage_limit_reached` while the org is blocked at its " +
         "hard usage limit (GET /v1/billing/usage)."
     })),
@@ -137,12 +141,14 @@ export class SandboxesApi extends HttpApiGroup.make("sandboxes")
       params,
       payload: NetworkPolicyBody,
       success: Sandbox,
-      error: [InvalidRequest, NotFound, Conflict, SandboxOutOfScope, Unavailable]
+      error: [InvalidRequest, NotFound, Conflict, SandboxOutOfScope, EgressBeyondCeiling, Unavailable]
     }).annotateMerge(OpenApi.annotations({
       description: "Replaces the sandbox's egress policy (an omitted list is empty): rules are CIDRs " +
         "(`203.0.113.0/24`), addresses or domains (`example.com`, `*.example.com`), at most 100 per list. " +
         "`deny_out` wins; with no `allow_out` every public address is allowed. A running sandbox's next " +
-        "connection follows it. 200 with the record; 409 for a deleting or deleted sandbox."
+        "connection follows it. 200 with the record; 409 for a deleting or deleted sandbox. With a `sandbox:<id>` " +
+        "key the policy of the key's sandbox is a ceiling: every `deny_out` rule of it kept, `allow_out` within " +
+        "its own (403 `egress_beyond_ceiling` otherwise)."
     })),
     HttpApiEndpoint.post("bindSecret", "/v1/sandboxes/:id/secrets", {
       params,
@@ -184,8 +190,9 @@ export class SandboxesApi extends HttpApiGroup.make("sandboxes")
     }).annotateMerge(OpenApi.annotations({
       description:
         "A file's bytes (`application/octet-stream`, streamed), or for a folder `{entries: [{name, type, size, mtime}]}`. " +
-        "Paths resolve inside the sandbox's root only. A file over 100 MiB is 413; a read the sandbox's kernel " +
-        "refuses is 422 `file_refused` with `errno`. Transfers beyond the API's or the host's bound wait, then 503."
+        "Paths resolve inside the sandbox's root only; paths under /proc and /sys are 400 (links to them included). " +
+        "A file over 100 MiB is 413; a read the sandbox's kernel refuses is 422 `file_refused` with `errno`. " +
+        "Transfers beyond the API's or the host's bound wait, then 503."
     })),
     HttpApiEndpoint.put("writeFile", "/v1/sandboxes/:id/files", {
       params,
@@ -194,9 +201,9 @@ export class SandboxesApi extends HttpApiGroup.make("sandboxes")
       error: [InvalidRequest, NotFound, Conflict, PayloadTooLarge, FileRefused, SandboxOutOfScope, Unavailable]
     }).annotateMerge(OpenApi.annotations({
       description: "The request body (any content type, raw bytes, up to 100 MiB, streamed) becomes the file at " +
-        "`path`, replacing it once every byte arrived (a cut upload leaves the old file). A device or /proc file is " +
-        "written in place. A write the sandbox's kernel refuses (a full disk, a read-only file system, /dev/full) " +
-        "is 422 `file_refused` with `errno` (`ENOSPC`, `EROFS`, `EIO`, `EACCES`, `EPERM`...). 204."
+        "`path`, replacing it once every byte arrived (a cut upload leaves the old file). A device is written in " +
+        "place; paths under /proc and /sys are 400. A write the sandbox's kernel refuses (a full disk, a read-only " +
+        "file system, /dev/full) is 422 `file_refused` with `errno` (`ENOSPC`, `EROFS`, `EIO`, `EACCES`, `EPERM`...). 204."
     }))
   )
   .annotateMerge(Access.resource("sandboxes"))

@@ -1,7 +1,8 @@
 /**
  * The template routes (docs/contract.md#templates) and a sandbox's snapshot. `templates:read`
  * reads, `templates:write` creates and deletes; a `sandbox:<id>` key is refused (403) unless the
- * templates scopes were added to it. The snapshot route is a sandbox's (`sandboxes:write`).
+ * templates scopes were added to it. The snapshot route is a sandbox's that makes an org template:
+ * `sandboxes:write` and `templates:write` (a `sandbox:<id>` key needs `templates:write` added).
  */
 import { Schema } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/http-api"
@@ -48,9 +49,9 @@ export class TemplatesApi extends HttpApiGroup.make("templates")
       payload: SnapshotBody,
       success: Template.pipe(HttpApiSchema.status(202)),
       error: [InvalidRequest, NotFound, Conflict, SandboxOutOfScope, Unavailable]
-    }).annotateMerge(Access.resource("sandboxes")).annotateMerge(OpenApi.annotations({
+    }).annotateMerge(Access.resource("sandboxes", { also: ["templates:write"] })).annotateMerge(OpenApi.annotations({
       description: "Captures a running sandbox's file system as a template: 202 `building`, then `ready` like " +
-        "any template. A sandbox that is not running is 409."
+        "any template. Needs `sandboxes:write` and `templates:write`. A sandbox that is not running is 409."
     }))
   )
   .annotateMerge(Access.resource("templates"))

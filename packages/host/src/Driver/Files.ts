@@ -33,19 +33,58 @@ const FILE_EXIT: Record<number, SandboxFileError["reason"]> = {
   4: "is_directory",
   5: "not_regular_file",
   6: "too_large",
-  7: "not_directory"
+  7: "not_directory",
+  10: "kernel_interface"
 }
 /** The file operation itself failed inside: the kernel's message on stderr names why. */
 const REFUSED_EXIT = 9
 
 /**
+ * Refuses (exit 10) a path that reaches /proc or /sys (docs/security.md#sandbox-identity): their
+ * files hold what a read-only key must not read (every process's environ, the injected key).
+ * The API refuses the path's text; this is the walk the kernel would do, done here so that links
+ * made inside the sandbox (`ln -s /proc /tmp/p`, `/tmp/q -> ../proc`) cannot dodge it: one
+ * component at a time, each link's own target walked in turn (never `readlink -f`, which would
+ * follow /proc's magic links out again), refused as soon as the walk stands in /proc or /sys,
+ * then the file system of the deepest existing folder of the result (a proc or sysfs elsewhere).
+ * Sets `r`: the path with every link resolved (a trailing slash kept). Links swapped after this
+ * check are the sandbox's own doing: the operations below then use `r` where they can.
+ */
+const GUARD = `
+r=
+n=0
+rest=$1
+while [ -n "$rest" ]; do
+  c=\${rest%%/*}
+  case "$rest" in */*) rest=\${rest#*/};; *) rest=;; esac
+  case "$c" in ''|.) continue;; ..) r=\${r%/*}; continue;; esac
+  if [ -L "$r/$c" ]; then
+    n=$((n+1))
+    [ $n -gt 40 ] && { echo 'Too many levels of symbolic links' >&2; exit ${REFUSED_EXIT}; }
+    t=$("$B" readlink -- "$r/$c") || exit 3
+    case "$t" in /*) r=;; esac
+    rest=$t/$rest
+    continue
+  fi
+  r=$r/$c
+  case "$r" in /proc|/proc/*|/sys|/sys/*) exit 10;; esac
+done
+r=\${r:-/}
+case "$1" in */) r=\${r%/}/;; esac
+a=$r
+while [ ! -e "$a" ]; do a=\${a%/*}; [ -z "$a" ] && a=/; done
+case "$("$B" stat -f -c %T -- "$a")" in proc|sysfs) exit 10;; esac
+`
+
+/**
  * Prints the file's size and a newline, then its bytes: exactly that many (a file that grows
- * meanwhile is cut there), or for files that report no size (/proc) up to one byte more than
+ * meanwhile is cut there), or for files that report no size up to one byte more than
  * allowed, whose arrival tells a file over the limit apart.
  */
 const READ_SCRIPT = `
 B=${HELPER}
-p=$1
+${GUARD}
+p=$r
 [ -e "$p" ] || exit 3
 [ -d "$p" ] && exit 4
 [ -f "$p" ] || exit 5
@@ -57,15 +96,16 @@ if [ "$s" -gt 0 ]; then n=$s; else n=$(($2 + 1)); fi
 `
 
 /**
- * Receives an upload on stdin. A device, fifo or kernel interface (/proc) is written in place
- * (and announced with a lone NUL). Anything else goes to `$2`, a fresh name in the folder of
- * the resolved target, announced as "<target>\\0<temp>\\0" before the first byte is read; the
+ * Receives an upload on stdin. /proc and /sys are refused (GUARD). A device or fifo is written
+ * in place (and announced with a lone NUL). Anything else goes to `$2`, a fresh name in the
+ * folder of the resolved target, announced as "<target>\\0<temp>\\0" before the first byte is read; the
  * commit script renames it over the target once the driver saw every byte through.
  */
 const RECEIVE_SCRIPT = `
 B=${HELPER}
 p=$1
 case "$p" in */) exit 4;; esac
+${GUARD}
 d=\${p%/*}
 [ -z "$d" ] && d=/
 [ -d "$p" ] && exit 4
@@ -73,7 +113,7 @@ if [ ! -d "$d" ]; then
   [ -e "$d" ] && exit 7
   "$B" mkdir -p -- "$d" || exit 8
 fi
-if [ -e "$p" ] && { [ ! -f "$p" ] || [ "$("$B" stat -f -c %T -- "$p")" = proc ]; }; then
+if [ -e "$p" ] && [ ! -f "$p" ]; then
   printf '\\0'
   "$B" cat > "$p" || exit ${REFUSED_EXIT}
   exit 0
@@ -99,6 +139,7 @@ B=${HELPER}
 
 const STAT_SCRIPT = `
 B=${HELPER}
+${GUARD}
 p=$1
 [ -e "$p" ] || [ -L "$p" ] || exit 3
 "$B" stat -c '%f %s %Y' -- "$p"
@@ -107,7 +148,8 @@ p=$1
 /** One record per entry: "<hex mode> <size> <mtime> <name>\\0" (names may hold newlines). */
 const LIST_SCRIPT = `
 B=${HELPER}
-p=$1
+${GUARD}
+p=$r
 [ -d "$p" ] || { [ -e "$p" ] && exit 7; exit 3; }
 cd -- "$p" || exit 1
 n=0
@@ -377,7 +419,7 @@ export const makeFiles = (host: DriverHost, exec: Pick<Exec, "runInside" | "spaw
         committed = true
         return
       }
-      // In place (a device, a fifo, /proc): what arrived is written, the mode is left alone.
+      // In place (a device, a fifo): what arrived is written, the mode is left alone.
       const result = yield* pump(body, proc.stdin, max)
       if (result.overLimit) return yield* fileError("too_large", `at most ${max} bytes`)
       proc.stdin.end()
