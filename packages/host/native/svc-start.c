@@ -14,7 +14,8 @@
  *   2. into each of the sandbox's cgroups (`cgroup-join.h`; everything after is charged to it);
  *   3. the disk image through a loop device at DIR (`loop-mount.h`; autoclear: detached with
  *      the namespace), when the sandbox has one;
- *   4. the overlay (lower: the template, upper and work: on the image) at --root;
+ *   4. the overlay (lower: the template, upper and work: on the image) at --root, its layers
+ *      given as /proc/self/fd/N (the sandbox's mountinfo shows no host path);
  *   4b. the volumes (`volume-mount.h`): a local volume's image loop-mounted at MOUNT (`image`),
  *      a shared volume's file system already mounted at SOURCE by the agent (`dir`); SUBPATH
  *      of it bound at TARGET in the root, read-only for `ro`; then every other shared volume's
@@ -125,11 +126,22 @@ int main(int argc, char **argv) {
 
   if (image != NULL && loop_mount("svc-start", image, image_mount) != 0) exit(122);
 
-  /* overlayfs parses its options at ',' and ':': the driver refuses a data dir with either. */
+  /* The layers are named by descriptors (/proc/self/fd/N): the options the kernel shows in the
+   * sandbox's /proc/self/mountinfo are the strings given here, which then name no host path
+   * (data dir, sandbox id). overlayfs parses its options at ',' and ':': the driver refuses a
+   * data dir with either. */
+  int layers[3];
+  const char *layer_paths[3] = {lower, upper, work};
+  for (int l = 0; l < 3; l++) {
+    layers[l] = open(layer_paths[l], O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (layers[l] < 0) fail(124, "open", layer_paths[l]);
+  }
   static char options[4096];
-  int len = snprintf(options, sizeof options, "lowerdir=%s,upperdir=%s,workdir=%s", lower, upper, work);
+  int len = snprintf(options, sizeof options, "lowerdir=/proc/self/fd/%d,upperdir=/proc/self/fd/%d,workdir=/proc/self/fd/%d",
+                     layers[0], layers[1], layers[2]);
   if (len < 0 || (size_t) len >= sizeof options) failx(124, "overlay options too long");
   if (mount("overlay", root, "overlay", 0, options) != 0) fail(124, "mounting the overlay on", root);
+  for (int l = 0; l < 3; l++) close(layers[l]);
 
   for (int n = 0; n < nvolumes; n++) {
     const struct volume *v = &volumes[n];

@@ -11,7 +11,17 @@ import * as FsSync from "node:fs"
 import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
 import { capabilityHex, ID_COUNT } from "../src/Driver/Confinement.ts"
-import { exec, makeTestDriver, sh, spec, TestDriver, text, uniqueId, withSandbox } from "./fixtures/support.ts"
+import {
+  exec,
+  makeTestDriver,
+  sh,
+  spec,
+  staticProbe,
+  TestDriver,
+  text,
+  uniqueId,
+  withSandbox
+} from "./fixtures/support.ts"
 
 const statusField = (pid: number | string, field: string) => {
   try {
@@ -80,7 +90,7 @@ layer(TestDriver.layer(), { excludeTestServices: true })("a sandbox's identity a
       yield* Effect.sleep("300 millis")
       const namespace = pidNamespace(info.pid!)
       const inside = hostPids().filter((pid) => pidNamespace(pid) === namespace)
-      assert.isAtLeast(inside.length, 3) // bwrap (pid 1), the init, the sleep
+      assert.isAtLeast(inside.length, 2) // the init (pid 1), the sleep
       for (const pid of inside) {
         const uids = statusField(pid, "Uid")
         if (uids === undefined) continue // ended meanwhile
@@ -89,6 +99,54 @@ layer(TestDriver.layer(), { excludeTestServices: true })("a sandbox's identity a
       const outerBwrap = Number(statusField(info.pid!, "PPid"))
       assert.strictEqual(Number(statusField(outerBwrap, "Uid")!.split(/\s+/)[0]), config.uidBase)
       yield* Fiber.join(running)
+    }))
+
+  it.effect("root inside cannot make its init write into a host file: ptrace, /proc/1/mem, its descriptors are refused", () =>
+    Effect.gen(function*() {
+      const { driver, dataDir, config } = yield* TestDriver
+      const id = uniqueId("init")
+      const info = yield* withSandbox(driver, spec(id))
+      yield* driver.writeFile(id, "/root/attack", yield* staticProbe("init-attack"), 0o755)
+      const log = NodePath.join(dataDir, "sandboxes", id, "bwrap.log")
+      const before = FsSync.statSync(log).size
+
+      const result = yield* driver.exec(id, exec(["/root/attack"]))
+      const out = text(result.stdout)
+      assert.strictEqual(result.exitCode, 0, `${out} ${text(result.stderr)}`)
+      const outcome = (name: string) => new RegExp(`^${name} (\\S+)`, "m").exec(out)?.[1]
+      // The kernel's ptrace check refuses them all: the init is not dumpable and no one inside
+      // holds CAP_SYS_PTRACE. (Before: both succeeded, and the injected write and fallocate
+      // grew the host file.)
+      assert.strictEqual(outcome("ptrace-seize"), "EPERM", out)
+      assert.strictEqual(outcome("ptrace-attach"), "EPERM", out)
+      assert.notMatch(out, /^inject/m)
+      assert.strictEqual(outcome("proc-mem"), "EACCES", out)
+      assert.strictEqual(outcome("reopen-fd1"), "EACCES", out)
+      // The seccomp filter's refusals, as before.
+      assert.strictEqual(outcome("pidfd-getfd"), "EPERM", out)
+      assert.strictEqual(outcome("process-vm-writev"), "EPERM", out)
+      // Its descriptors cannot even be named from inside.
+      const links = /^links(.*)$/m.exec(out)?.[1]?.trim().split(" ").filter((link) => link !== "") ?? []
+      assert.isAbove(links.length, 0, out)
+      for (const link of links) assert.match(link, /^\d+=EACCES$/, out)
+      assert.notInclude(out, dataDir)
+
+      // The host file did not grow (the agent wrote it once, at the start), and nothing in the
+      // sandbox holds a host file: the init's stdio is /dev/null, the start's pipe is closed.
+      assert.strictEqual(FsSync.statSync(log).size, before)
+      const namespace = pidNamespace(info.pid!)
+      const held = hostPids().filter((pid) => pidNamespace(pid) === namespace).flatMap((pid) => {
+        try {
+          return FsSync.readdirSync(`/proc/${pid}/fd`).map((fd) => FsSync.readlinkSync(`/proc/${pid}/fd/${fd}`))
+        } catch {
+          return []
+        }
+      })
+      assert.includeMembers(held, ["/dev/null"])
+      for (const target of held) {
+        assert.isFalse(target.startsWith(dataDir) || target.startsWith(config.runDir), target)
+        assert.match(target, /^(\/dev\/null|pipe:|socket:|anon_inode:)/, target)
+      }
     }))
 
   it.effect("host settings cannot be written: core_pattern written back with its own value, pid_max, /proc/sys/net", () =>
@@ -137,12 +195,12 @@ layer(TestDriver.layer(), { excludeTestServices: true })("a sandbox's identity a
       const id = uniqueId("seccomp")
       yield* withSandbox(driver, spec(id))
       const status = text(
-        (yield* driver.exec(id, sh("grep -E '^(Seccomp|NoNewPrivs):' /proc/self/status /proc/2/status"))).stdout
+        (yield* driver.exec(id, sh("grep -E '^(Seccomp|NoNewPrivs):' /proc/self/status /proc/1/status"))).stdout
       )
       // The exec and the sandbox's init alike.
       assert.match(status, /\/proc\/self\/status:Seccomp:\s+2/)
       assert.match(status, /\/proc\/self\/status:NoNewPrivs:\s+1/)
-      assert.match(status, /\/proc\/2\/status:Seccomp:\s+2/)
+      assert.match(status, /\/proc\/1\/status:Seccomp:\s+2/)
       for (
         const probe of [
           "unshare -U -r true",
@@ -173,7 +231,7 @@ layer(TestDriver.layer(), { excludeTestServices: true })("a sandbox's identity a
       yield* withSandbox(driver, spec(id))
       const status = text((yield* driver.exec(id, sh("grep -E '^Cap(Eff|Prm|Bnd):' /proc/self/status"))).stdout)
       for (const line of status.trim().split("\n")) assert.strictEqual(line.split(/\s+/)[1], capabilityHex(), line)
-      const init = text((yield* driver.exec(id, sh("grep -E '^CapBnd:' /proc/2/status"))).stdout)
+      const init = text((yield* driver.exec(id, sh("grep -E '^CapBnd:' /proc/1/status"))).stdout)
       assert.strictEqual(init.trim().split(/\s+/)[1], capabilityHex())
       // What the set allows: owners, modes, low ports.
       const allowed = yield* driver.exec(

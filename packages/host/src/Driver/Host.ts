@@ -47,6 +47,8 @@ import * as Volumes from "./Volumes.ts"
  */
 export const HELPER_DIR = "/dev/.svc"
 export const HELPER = `${HELPER_DIR}/busybox`
+/** A sandbox's pid 1 (`native/svc-init.c`), beside the helper. */
+export const INIT = `${HELPER_DIR}/svc-init`
 
 /** Host commands run with this environment only: nothing of the caller's leaks in. */
 export const HOST_ENV = { PATH: "/usr/sbin:/usr/bin:/sbin:/bin" }
@@ -236,6 +238,14 @@ export const makeDriverHost = (
         await Fs.copyFile(config.busybox, temp)
         await Fs.chmod(temp, 0o755)
         await Fs.rename(temp, target)
+      }
+      const init = NodePath.join(helperDir, NodePath.basename(INIT))
+      const built = await Fs.readFile(confinement.init)
+      if (!built.equals(await Fs.readFile(init).catch(() => Buffer.alloc(0)))) {
+        const temp = `${init}.tmp-${process.pid}`
+        await Fs.writeFile(temp, built, { mode: 0o755 })
+        await Fs.chmod(temp, 0o755)
+        await Fs.rename(temp, init)
       }
     })
     const baseDir = yield* tryHost("init", () =>
