@@ -224,6 +224,31 @@ layer(TestDriver.layer(), { excludeTestServices: true })("a sandbox's identity a
       assert.strictEqual(text(ordinary.stdout), "Hi\nserved\n", text(ordinary.stderr))
     }))
 
+  it.effect("AF_VSOCK, and the calls Docker's profile refuses, are refused inside; unknown calls answer ENOSYS", () =>
+    Effect.gen(function*() {
+      const { driver } = yield* TestDriver
+      const id = uniqueId("vsock")
+      yield* withSandbox(driver, spec(id))
+      yield* driver.writeFile(id, "/root/probe", yield* staticProbe("seccomp-probe"), 0o755)
+      const result = yield* driver.exec(id, exec(["/root/probe"]))
+      const out = text(result.stdout)
+      assert.strictEqual(result.exitCode, 0, `${out} ${text(result.stderr)}`)
+      const outcome = (name: string) => new RegExp(`^${name} (\\S+)$`, "m").exec(out)?.[1]
+      // The hypervisor's vsock is out of reach (before: a stream socket was made).
+      assert.strictEqual(outcome("vsock-stream"), "EAFNOSUPPORT", out)
+      assert.strictEqual(outcome("vsock-dgram"), "EAFNOSUPPORT", out)
+      for (
+        const call of ["sethostname", "migrate_pages", "process_madvise", "statmount", "listmount", "open_tree_attr"]
+      ) {
+        assert.strictEqual(outcome(call), "EPERM", `${call}: ${out}`)
+      }
+      assert.strictEqual(outcome("unknown-500"), "ENOSYS", out)
+      // Ordinary sockets and calls still work.
+      assert.strictEqual(outcome("inet"), "ok", out)
+      assert.strictEqual(outcome("unix"), "ok", out)
+      assert.strictEqual(outcome("getpid"), "ok", out)
+    }))
+
   it.effect("root inside keeps only the sandbox capability set", () =>
     Effect.gen(function*() {
       const { driver } = yield* TestDriver
