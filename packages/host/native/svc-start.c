@@ -4,7 +4,7 @@
  * bubblewrap it records as the run's monitor).
  *
  *   svc-start [--cgroup PROCS_FILE]... [--image FILE --image-mount DIR] --lower DIR --upper DIR
- *             --work DIR --root DIR --seccomp FILE --uid UID
+ *             --work DIR --root DIR --seccomp FILE --uid UID [--nofile N]
  *             [--volume image|dir SOURCE MOUNT SUBPATH TARGET rw|ro]... [--shared-volumes DIR]
  *             -- BWRAP ARGS...
  *
@@ -21,6 +21,8 @@
  *      of it bound at TARGET in the root, read-only for `ro`; then every other shared volume's
  *      mount (under --shared-volumes) detached from this namespace;
  *   5. the seccomp filter opened on fd 6, where bubblewrap's `--seccomp 6` reads it;
+ *   5b. RLIMIT_NOFILE N, soft and hard (--nofile): set as root, it can never be raised from
+ *      inside (raising a hard limit takes CAP_SYS_RESOURCE in the host's user namespace);
  *   6. no supplementary groups, gid and uid the sandboxes' unprivileged host uid (real,
  *      effective and saved: the kernel clears every capability): nothing of the sandbox ever
  *      runs as host root;
@@ -40,6 +42,7 @@
 #include "volume-mount.h"
 
 #include <grp.h>
+#include <sys/resource.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <sys/types.h>
@@ -67,7 +70,7 @@ int main(int argc, char **argv) {
   const char *cgroups[MAX_CGROUPS];
   int ncgroups = 0, i;
   const char *image = NULL, *image_mount = NULL, *lower = NULL, *upper = NULL, *work = NULL, *root = NULL;
-  const char *seccomp = NULL, *uid_text = NULL, *shared_volumes = NULL;
+  const char *seccomp = NULL, *uid_text = NULL, *shared_volumes = NULL, *nofile_text = NULL;
   struct volume volumes[MAX_VOLUMES];
   int nvolumes = 0;
   for (i = 1; i < argc; i++) {
@@ -104,6 +107,7 @@ int main(int argc, char **argv) {
     else if (strcmp(a, "--seccomp") == 0) seccomp = v;
     else if (strcmp(a, "--uid") == 0) uid_text = v;
     else if (strcmp(a, "--shared-volumes") == 0) shared_volumes = v;
+    else if (strcmp(a, "--nofile") == 0) nofile_text = v;
     else failx(120, "unknown option");
   }
   if (lower == NULL || upper == NULL || work == NULL || root == NULL || seccomp == NULL || uid_text == NULL || i >= argc ||
@@ -159,6 +163,13 @@ int main(int argc, char **argv) {
   if (filter != 6) {
     if (dup2(filter, 6) != 6) fail(123, "dup2", seccomp);
     close(filter);
+  }
+
+  if (nofile_text != NULL) {
+    unsigned long nofile = strtoul(nofile_text, &end, 10);
+    if (*end != 0 || nofile < 64) failx(120, "bad --nofile");
+    struct rlimit limit = {nofile, nofile};
+    if (setrlimit(RLIMIT_NOFILE, &limit) != 0) fail(120, "setrlimit", "RLIMIT_NOFILE");
   }
 
   if (setgroups(0, NULL) != 0) fail(121, "setgroups", NULL);

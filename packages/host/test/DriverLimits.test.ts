@@ -21,6 +21,7 @@ import {
   processExists,
   sh,
   spec,
+  staticProbe,
   TestDriver,
   text,
   uniqueId,
@@ -187,6 +188,42 @@ layer(TestDriver.layer(), { excludeTestServices: true, timeout: 120_000 })(
         const second = yield* makeTestDriver({ dataDir: first.dataDir, hostId: first.hostId })
         const exit = yield* waitEnded(second.driver, id)
         assert.strictEqual(exit.reason, "killed by signal 9")
+      }))
+
+    it.effect("descriptors: each process inside stops at nofile, root cannot raise it; all sandboxes together stay below fs.file-max", () =>
+      Effect.gen(function*() {
+        const { driver, config } = yield* makeTestDriver({ driverConfig: { nofile: 512 } })
+        const id = uniqueId("nofile")
+        yield* withSandbox(driver, spec(id, { ramMb: 1024 }))
+        yield* driver.writeFile(id, "/root/flood", yield* staticProbe("fd-flood"), 0o755)
+        const result = yield* driver.exec(id, exec(["/root/flood"], { timeoutMs: 30_000 }))
+        const out = text(result.stdout)
+        assert.strictEqual(result.exitCode, 0, `${out} ${text(result.stderr)}`)
+        // Before: 20000 (the agent's own limit), and root could raise it up to fs.nr_open.
+        assert.match(out, /^limit 512 512$/m)
+        assert.match(out, /^raise EPERM$/m)
+        const opened = [...out.matchAll(/^opened (\d+) (\S+)$/gm)]
+        assert.strictEqual(opened.length, 4, out)
+        for (const [, count, errno] of opened) {
+          // 3 of stdio, plus the pipe ends each holds.
+          assert.isAtLeast(Number(count), 512 - 12, out)
+          assert.isAtMost(Number(count), 512 - 3, out)
+          assert.strictEqual(errno, "EMFILE", out)
+        }
+        // An exec gets the init's limit too (svc-enter sets it before the command runs).
+        const shell = yield* driver.exec(id, sh("ulimit -n; ulimit -Hn; cat /proc/1/limits | grep 'open files'"))
+        assert.match(text(shell.stdout), /^512\n512\nMax open files\s+512\s+512\s+files/, text(shell.stdout))
+
+        // The machine-wide bounds: the sandboxes' processes together below pid_max, and their
+        // descriptors (processes × nofile) below fs.file-max with the host's own share left.
+        const readInt = (file: string) => Number(FsSync.readFileSync(file, "utf8").trim())
+        const cap = Cgroups.sandboxesPidsCap(
+          readInt("/proc/sys/kernel/pid_max"),
+          readInt("/proc/sys/kernel/threads-max")
+        )
+        assert.isBelow(cap, readInt("/proc/sys/kernel/pid_max"))
+        assert.strictEqual(readInt("/sys/fs/cgroup/pids/svc-sandboxes/pids.max"), cap)
+        assert.isAbove(readInt("/proc/sys/fs/file-max"), cap * config.nofile)
       }))
 
     it.effect("pids: a fork loop stops at pids.max, the sandbox lives on", () =>

@@ -39,7 +39,7 @@ export interface InsideCommand {
 export const NOT_RUNNING_EXIT = 124
 
 export const insideCommand = (
-  host: Pick<DriverHost, "confinement">,
+  host: Pick<DriverHost, "confinement" | "config">,
   entry: RunningSandbox,
   group: Pick<Cgroups.ExecGroup, "procsFiles">,
   argv: ReadonlyArray<string>,
@@ -60,6 +60,9 @@ export const insideCommand = (
     "3",
     "--cwd",
     options.cwd,
+    // The init's own descriptor limit (svc-start), set before the command can change it.
+    "--nofile",
+    String(host.config.nofile),
     ...group.procsFiles.flatMap((file) => ["--cgroup", file]),
     "--",
     ...argv

@@ -218,6 +218,8 @@ export const makeRuns = (host: DriverHost): Runs => {
           host.confinement.seccomp,
           "--uid",
           String(config.uidBase),
+          "--nofile",
+          String(config.nofile),
           // The volumes, bound into the root before bubblewrap binds it (`Volumes.ts`).
           ...host.volumes.startArgs(record.volumes ?? []),
           // bwrap reads its options from fd 5: host paths stay out of pid 1's cmdline inside.
