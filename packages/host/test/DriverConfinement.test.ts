@@ -149,6 +149,29 @@ layer(TestDriver.layer(), { excludeTestServices: true })("a sandbox's identity a
       }
     }))
 
+  it.effect("what /proc shows inside names neither the state folder nor the host id: mountinfo, pid 1's descriptors, cgroups", () =>
+    Effect.gen(function*() {
+      const { driver, dataDir, hostId } = yield* TestDriver
+      const id = uniqueId("masked")
+      yield* withSandbox(driver, spec(id))
+      const seen = yield* driver.exec(
+        id,
+        sh(
+          "cat /proc/self/mountinfo /proc/1/mountinfo /proc/self/mounts /proc/self/cgroup /proc/1/cgroup; " +
+            "tr '\\0' ' ' < /proc/1/cmdline; ls -l /proc/1/fd /proc/1/exe /proc/1/cwd 2>&1; cat /proc/1/environ 2>&1"
+        )
+      )
+      const out = text(seen.stdout)
+      // Before: the overlay's options named the data dir and the sandbox's folder
+      // (lowerdir=<data>/templates/base,upperdir=<data>/sandboxes/<id>/...), and pid 1's
+      // stdout and stderr were <data>/sandboxes/<id>/bwrap.log.
+      assert.match(out, /overlay rw,.*lowerdir=\/proc\/self\/fd\/\d+,upperdir=\/proc\/self\/fd\/\d+,workdir=/)
+      assert.notInclude(out, dataDir)
+      assert.notInclude(out, hostId)
+      assert.notInclude(out, "bwrap.log")
+      assert.match(out, /\/proc\/1\/fd\/0: cannot read link: Permission denied|Permission denied/)
+    }))
+
   it.effect("host settings cannot be written: core_pattern written back with its own value, pid_max, /proc/sys/net", () =>
     Effect.gen(function*() {
       const { driver } = yield* TestDriver
