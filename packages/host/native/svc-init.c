@@ -14,8 +14,10 @@
  *   2. its stdio on /dev/null and every other descriptor closed: it holds nothing of the host
  *      (the start's output pipe, bubblewrap's options, the filter);
  *   3. "ready" on fd 4 (written before the close), then reaps whatever is reparented to it, for
- *      ever. Signals from inside the sandbox to its pid 1 are dropped by the kernel (no handler
- *      is installed); SIGKILL from the host ends the sandbox.
+ *      ever. SIGTERM, SIGUSR1 and SIGUSR2 (busybox's reboot, halt and poweroff) end it, with
+ *      128 + the signal: root inside may stop its own sandbox, as in a VM. Other signals from
+ *      inside are dropped by the kernel (no handler: SIGKILL cannot be sent to it from inside);
+ *      SIGKILL from the host ends the sandbox.
  *
  * Exit codes: 1 a step failed (there is no one to tell: the start times out or sees the exit).
  */
@@ -28,11 +30,24 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+static void nothing(int signal) {
+  (void) signal;
+}
+
 int main(void) {
   if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) return 1;
+  /* Blocked and taken by sigwaitinfo below; the stop signals need a handler, or the kernel drops
+   * them for a namespace's init before they are queued. */
   sigset_t children;
   sigemptyset(&children);
   sigaddset(&children, SIGCHLD);
+  static const int stops[] = {SIGTERM, SIGUSR1, SIGUSR2};
+  struct sigaction action = {0};
+  action.sa_handler = nothing;
+  for (unsigned s = 0; s < sizeof stops / sizeof stops[0]; s++) {
+    sigaddset(&children, stops[s]);
+    if (sigaction(stops[s], &action, NULL) != 0) return 1;
+  }
   if (sigprocmask(SIG_BLOCK, &children, NULL) != 0) return 1;
   int null = open("/dev/null", O_RDWR | O_CLOEXEC);
   if (null < 0) return 1;
@@ -46,7 +61,9 @@ int main(void) {
   }
   for (;;) {
     siginfo_t info;
-    if (sigwaitinfo(&children, &info) < 0 && errno != EINTR) pause();
+    int got = sigwaitinfo(&children, &info);
+    if (got < 0 && errno != EINTR) pause();
+    if (got > 0 && got != SIGCHLD) return 128 + got;
     while (waitpid(-1, NULL, WNOHANG) > 0) {
     }
   }

@@ -152,6 +152,20 @@ layer(TestDriver.layer(), { excludeTestServices: true, timeout: 120_000 })(
         assert.isUndefined(yield* driver.ended(id))
       }))
 
+    it.effect("root inside stops its own sandbox with poweroff (SIGUSR2 to pid 1), never with kill -9 1", () =>
+      Effect.gen(function*() {
+        const { driver } = yield* TestDriver
+        const id = uniqueId("poweroff")
+        yield* withSandbox(driver, spec(id))
+        yield* driver.exec(id, exec(["kill", "-9", "1"]))
+        assert.strictEqual((yield* driver.exec(id, exec(["true"]))).exitCode, 0)
+        yield* driver.exec(id, exec(["poweroff"])).pipe(Effect.result)
+        const exit = yield* waitEnded(driver, id)
+        assert.strictEqual(exit.reason, "killed by signal 12")
+        yield* driver.start(id)
+        assert.strictEqual((yield* driver.exec(id, exec(["true"]))).exitCode, 0)
+      }))
+
     it.effect("an init OOM-killed (an allocation past ram_mb): out of memory at its ram_mb", () =>
       Effect.gen(function*() {
         const { driver, hostId } = yield* TestDriver
