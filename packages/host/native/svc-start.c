@@ -49,6 +49,7 @@
 
 #define MAX_CGROUPS 16
 #define MAX_VOLUMES 16
+#define MAX_LAYERS 128
 
 struct volume {
   int image;
@@ -134,18 +135,31 @@ int main(int argc, char **argv) {
    * sandbox's /proc/self/mountinfo are the strings given here, which then name no host path
    * (data dir, sandbox id). overlayfs parses its options at ',' and ':': the driver refuses a
    * data dir with either. */
-  int layers[3];
-  const char *layer_paths[3] = {lower, upper, work};
-  for (int l = 0; l < 3; l++) {
-    layers[l] = open(layer_paths[l], O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (layers[l] < 0) fail(124, "open", layer_paths[l]);
-  }
+  /* --lower may stack several layers, top first, separated by ':' (imported images). */
   static char options[4096];
-  int len = snprintf(options, sizeof options, "lowerdir=/proc/self/fd/%d,upperdir=/proc/self/fd/%d,workdir=/proc/self/fd/%d",
-                     layers[0], layers[1], layers[2]);
-  if (len < 0 || (size_t) len >= sizeof options) failx(124, "overlay options too long");
+  int layers[MAX_LAYERS + 2], nlayers = 0;
+  size_t len = (size_t) snprintf(options, sizeof options, "lowerdir=");
+  char *lowers = strdup(lower), *next = NULL;
+  if (lowers == NULL) fail(124, "strdup", NULL);
+  for (char *layer = strtok_r(lowers, ":", &next); layer != NULL; layer = strtok_r(NULL, ":", &next)) {
+    if (nlayers == MAX_LAYERS) failx(124, "too many lower layers");
+    if ((layers[nlayers] = open(layer, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) fail(124, "open", layer);
+    len += (size_t) snprintf(options + len, sizeof options - len, "%s/proc/self/fd/%d", nlayers ? ":" : "", layers[nlayers]);
+    nlayers++;
+    if (len >= sizeof options) failx(124, "overlay options too long");
+  }
+  free(lowers);
+  if (nlayers == 0) failx(124, "no lower layer");
+  const char *rw[2] = {upper, work};
+  for (int l = 0; l < 2; l++) {
+    if ((layers[nlayers] = open(rw[l], O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) fail(124, "open", rw[l]);
+    len += (size_t) snprintf(options + len, sizeof options - len, ",%s=/proc/self/fd/%d", l ? "workdir" : "upperdir",
+                             layers[nlayers]);
+    nlayers++;
+    if (len >= sizeof options) failx(124, "overlay options too long");
+  }
   if (mount("overlay", root, "overlay", 0, options) != 0) fail(124, "mounting the overlay on", root);
-  for (int l = 0; l < 3; l++) close(layers[l]);
+  for (int l = 0; l < nlayers; l++) close(layers[l]);
 
   for (int n = 0; n < nvolumes; n++) {
     const struct volume *v = &volumes[n];
