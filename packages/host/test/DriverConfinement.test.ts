@@ -149,6 +149,23 @@ layer(TestDriver.layer(), { excludeTestServices: true })("a sandbox's identity a
       }
     }))
 
+  it.effect("a start that fails still says why: the start's output, read by the agent, in the error and in bwrap.log", () =>
+    Effect.gen(function*() {
+      const { driver, dataDir } = yield* TestDriver
+      const id = uniqueId("fails")
+      yield* withSandbox(driver, spec(id))
+      yield* driver.stop(id)
+      const base = NodePath.join(dataDir, "templates", "base")
+      yield* Effect.acquireRelease(
+        Effect.sync(() => FsSync.renameSync(base, `${base}.away`)),
+        () => Effect.sync(() => FsSync.renameSync(`${base}.away`, base))
+      )
+      const failed = yield* Effect.flip(driver.start(id))
+      const said = `svc-start: open ${base}: No such file or directory`
+      assert.include(String(failed), said)
+      assert.include(FsSync.readFileSync(NodePath.join(dataDir, "sandboxes", id, "bwrap.log"), "utf8"), said)
+    }))
+
   it.effect("what /proc shows inside names neither the state folder nor the host id: mountinfo, pid 1's descriptors, cgroups", () =>
     Effect.gen(function*() {
       const { driver, dataDir, hostId } = yield* TestDriver

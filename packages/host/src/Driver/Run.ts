@@ -291,6 +291,7 @@ export const makeRuns = (host: DriverHost): Runs => {
         })
         spawned.on("error", (e) => fail(e.message))
         spawned.on("exit", (code, signal) => {
+          if (done) return
           const why = `bubblewrap exited (${code ?? signal}) before the sandbox was ready`
           // Its last words may still be in the pipe: read them first (briefly: a process left
           // inside may hold the pipe open).
