@@ -186,6 +186,9 @@ layer(TestDriver.layer(), { excludeTestServices: true })("a sandbox's identity a
       assert.notInclude(out, dataDir)
       assert.notInclude(out, hostId)
       assert.notInclude(out, "bwrap.log")
+      // The exec's own pids group is named without the agent's host pid.
+      assert.match(out, /^\d+:pids:\/x\d+-[0-9a-f]{12}$/m)
+      assert.notMatch(out, new RegExp(`pids:/x${process.pid}-`))
       assert.match(out, /\/proc\/1\/fd\/0: cannot read link: Permission denied|Permission denied/)
     }))
 

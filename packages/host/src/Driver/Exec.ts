@@ -86,7 +86,8 @@ export const makeExec = (host: DriverHost) => {
         () =>
           cgroups.execGroup(
             entry.record.sandboxId,
-            `x${process.pid}-${++execCounter}-${randomBytes(3).toString("hex")}`
+            // No host pid in it: the sandbox sees the name in /proc/self/cgroup.
+            `x${++execCounter}-${randomBytes(6).toString("hex")}`
           )
       ),
       (group) => tryHost("exec", () => group.remove()).pipe(Effect.ignore)
