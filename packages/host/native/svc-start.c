@@ -4,7 +4,7 @@
  * bubblewrap it records as the run's monitor).
  *
  *   svc-start [--cgroup PROCS_FILE]... [--image FILE --image-mount DIR] --lower DIR --upper DIR
- *             --work DIR --root DIR --seccomp FILE --uid UID
+ *             --work DIR --root DIR --seccomp FILE --uid UID [--nofile N]
  *             [--volume image|dir SOURCE MOUNT SUBPATH TARGET rw|ro]... [--shared-volumes DIR]
  *             -- BWRAP ARGS...
  *
@@ -14,12 +14,15 @@
  *   2. into each of the sandbox's cgroups (`cgroup-join.h`; everything after is charged to it);
  *   3. the disk image through a loop device at DIR (`loop-mount.h`; autoclear: detached with
  *      the namespace), when the sandbox has one;
- *   4. the overlay (lower: the template, upper and work: on the image) at --root;
+ *   4. the overlay (lower: the template, upper and work: on the image) at --root, its layers
+ *      given as /proc/self/fd/N (the sandbox's mountinfo shows no host path);
  *   4b. the volumes (`volume-mount.h`): a local volume's image loop-mounted at MOUNT (`image`),
  *      a shared volume's file system already mounted at SOURCE by the agent (`dir`); SUBPATH
  *      of it bound at TARGET in the root, read-only for `ro`; then every other shared volume's
  *      mount (under --shared-volumes) detached from this namespace;
  *   5. the seccomp filter opened on fd 6, where bubblewrap's `--seccomp 6` reads it;
+ *   5b. RLIMIT_NOFILE N, soft and hard (--nofile): set as root, it can never be raised from
+ *      inside (raising a hard limit takes CAP_SYS_RESOURCE in the host's user namespace);
  *   6. no supplementary groups, gid and uid the sandboxes' unprivileged host uid (real,
  *      effective and saved: the kernel clears every capability): nothing of the sandbox ever
  *      runs as host root;
@@ -39,12 +42,14 @@
 #include "volume-mount.h"
 
 #include <grp.h>
+#include <sys/resource.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <sys/types.h>
 
 #define MAX_CGROUPS 16
 #define MAX_VOLUMES 16
+#define MAX_LAYERS 128
 
 struct volume {
   int image;
@@ -66,7 +71,7 @@ int main(int argc, char **argv) {
   const char *cgroups[MAX_CGROUPS];
   int ncgroups = 0, i;
   const char *image = NULL, *image_mount = NULL, *lower = NULL, *upper = NULL, *work = NULL, *root = NULL;
-  const char *seccomp = NULL, *uid_text = NULL, *shared_volumes = NULL;
+  const char *seccomp = NULL, *uid_text = NULL, *shared_volumes = NULL, *nofile_text = NULL;
   struct volume volumes[MAX_VOLUMES];
   int nvolumes = 0;
   for (i = 1; i < argc; i++) {
@@ -103,6 +108,7 @@ int main(int argc, char **argv) {
     else if (strcmp(a, "--seccomp") == 0) seccomp = v;
     else if (strcmp(a, "--uid") == 0) uid_text = v;
     else if (strcmp(a, "--shared-volumes") == 0) shared_volumes = v;
+    else if (strcmp(a, "--nofile") == 0) nofile_text = v;
     else failx(120, "unknown option");
   }
   if (lower == NULL || upper == NULL || work == NULL || root == NULL || seccomp == NULL || uid_text == NULL || i >= argc ||
@@ -125,11 +131,35 @@ int main(int argc, char **argv) {
 
   if (image != NULL && loop_mount("svc-start", image, image_mount) != 0) exit(122);
 
-  /* overlayfs parses its options at ',' and ':': the driver refuses a data dir with either. */
+  /* The layers are named by descriptors (/proc/self/fd/N): the options the kernel shows in the
+   * sandbox's /proc/self/mountinfo are the strings given here, which then name no host path
+   * (data dir, sandbox id). overlayfs parses its options at ',' and ':': the driver refuses a
+   * data dir with either. */
+  /* --lower may stack several layers, top first, separated by ':' (imported images). */
   static char options[4096];
-  int len = snprintf(options, sizeof options, "lowerdir=%s,upperdir=%s,workdir=%s", lower, upper, work);
-  if (len < 0 || (size_t) len >= sizeof options) failx(124, "overlay options too long");
+  int layers[MAX_LAYERS + 2], nlayers = 0;
+  size_t len = (size_t) snprintf(options, sizeof options, "lowerdir=");
+  char *lowers = strdup(lower), *next = NULL;
+  if (lowers == NULL) fail(124, "strdup", NULL);
+  for (char *layer = strtok_r(lowers, ":", &next); layer != NULL; layer = strtok_r(NULL, ":", &next)) {
+    if (nlayers == MAX_LAYERS) failx(124, "too many lower layers");
+    if ((layers[nlayers] = open(layer, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) fail(124, "open", layer);
+    len += (size_t) snprintf(options + len, sizeof options - len, "%s/proc/self/fd/%d", nlayers ? ":" : "", layers[nlayers]);
+    nlayers++;
+    if (len >= sizeof options) failx(124, "overlay options too long");
+  }
+  free(lowers);
+  if (nlayers == 0) failx(124, "no lower layer");
+  const char *rw[2] = {upper, work};
+  for (int l = 0; l < 2; l++) {
+    if ((layers[nlayers] = open(rw[l], O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) fail(124, "open", rw[l]);
+    len += (size_t) snprintf(options + len, sizeof options - len, ",%s=/proc/self/fd/%d", l ? "workdir" : "upperdir",
+                             layers[nlayers]);
+    nlayers++;
+    if (len >= sizeof options) failx(124, "overlay options too long");
+  }
   if (mount("overlay", root, "overlay", 0, options) != 0) fail(124, "mounting the overlay on", root);
+  for (int l = 0; l < nlayers; l++) close(layers[l]);
 
   for (int n = 0; n < nvolumes; n++) {
     const struct volume *v = &volumes[n];
@@ -147,6 +177,13 @@ int main(int argc, char **argv) {
   if (filter != 6) {
     if (dup2(filter, 6) != 6) fail(123, "dup2", seccomp);
     close(filter);
+  }
+
+  if (nofile_text != NULL) {
+    unsigned long nofile = strtoul(nofile_text, &end, 10);
+    if (*end != 0 || nofile < 64) failx(120, "bad --nofile");
+    struct rlimit limit = {nofile, nofile};
+    if (setrlimit(RLIMIT_NOFILE, &limit) != 0) fail(120, "setrlimit", "RLIMIT_NOFILE");
   }
 
   if (setgroups(0, NULL) != 0) fail(121, "setgroups", NULL);

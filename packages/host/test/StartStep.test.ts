@@ -149,6 +149,7 @@ describe("svc-start", () => {
     const cases: ReadonlyArray<readonly [string, ReadonlyArray<string>, number, string]> = [
       ["usage", [...options({ "--uid": "0" }), ...program], 120, "svc-start: bad --uid"],
       ["usage", options(), 120, "svc-start: usage"],
+      ["usage", [...options({ "--nofile": "3" }), ...program], 120, "svc-start: bad --nofile"],
       [
         "cgroup",
         [...options({}, [`${missing}/cgroup.procs`]), ...program],
@@ -165,7 +166,8 @@ describe("svc-start", () => {
         "overlay",
         [...options({ "--lower": missing }), ...program],
         124,
-        `svc-start: mounting the overlay on ${root}: No such file or directory`
+        // The layers are opened first (the overlay is given them as /proc/self/fd/N).
+        `svc-start: open ${missing}: No such file or directory`
       ],
       [
         "seccomp",

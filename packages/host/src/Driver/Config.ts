@@ -32,6 +32,17 @@ export class DriverConfig extends Context.Service<DriverConfig, {
   readonly cgroupRoot: string
   /** Most processes one sandbox may have (pids controller). */
   readonly pidsMax: number
+  /**
+   * Most open descriptors of each process of a sandbox (RLIMIT_NOFILE, soft and hard: root inside
+   * cannot raise it). docs/security.md "Resource limits" gives the arithmetic.
+   */
+  readonly nofile: number
+  /**
+   * Most processes of all sandboxes of the machine together (`pids.max` of the machine-wide
+   * `svc-sandboxes` cgroup). Unset: the host's pid_max (or threads-max, the lower) less a
+   * quarter of it, at least 4096, for the host's own (`Cgroups.sandboxesPidsCap`).
+   */
+  readonly sandboxesPidsMax?: number
   /** A static busybox from the host, bind-mounted read-only into every sandbox as its helper. */
   readonly busybox: string
   /**
@@ -81,6 +92,7 @@ export class DriverConfig extends Context.Service<DriverConfig, {
       runDir: options.runDir ?? "/run/svc-sandboxes",
       cgroupRoot: options.cgroupRoot ?? "/sys/fs/cgroup",
       pidsMax: options.pidsMax ?? 1024,
+      nofile: options.nofile ?? 4096,
       busybox: options.busybox ?? "/bin/busybox",
       uidBase: options.uidBase ?? DEFAULT_UID_BASE,
       allowNoFirewall: options.allowNoFirewall ?? false,
@@ -88,7 +100,8 @@ export class DriverConfig extends Context.Service<DriverConfig, {
       sharedVolumesDir: options.sharedVolumesDir ?? `${options.dataDir.replace(/\/+$/, "")}/shared-volumes`,
       ...(options.egress !== undefined ? { egress: options.egress } : {}),
       ...(options.trustedCaPem !== undefined ? { trustedCaPem: options.trustedCaPem } : {}),
-      ...(options.imageCacheDir !== undefined ? { imageCacheDir: options.imageCacheDir } : {})
+      ...(options.imageCacheDir !== undefined ? { imageCacheDir: options.imageCacheDir } : {}),
+      ...(options.sandboxesPidsMax !== undefined ? { sandboxesPidsMax: options.sandboxesPidsMax } : {})
     }
     return Schema.decodeSync(ConfigSchema)(config)
   }
@@ -123,6 +136,8 @@ const ConfigSchema = Schema.Struct({
   runDir: AbsolutePath,
   cgroupRoot: AbsolutePath,
   pidsMax: Schema.Int.check(Schema.isGreaterThanOrEqualTo(16)),
+  nofile: Schema.Int.check(Schema.isBetween({ minimum: 64, maximum: 1_048_576 })),
+  sandboxesPidsMax: Schema.optionalKey(Schema.Int.check(Schema.isGreaterThanOrEqualTo(16))),
   busybox: AbsolutePath,
   uidBase: UidBase,
   allowNoFirewall: Schema.Boolean,

@@ -78,10 +78,15 @@ export interface ConfinementFiles {
   readonly enter: string
   /** The `svc-spawner` binary: starts the driver's commands without forking the agent (`Spawner.ts`). */
   readonly spawner: string
+  /**
+   * The `svc-init` binary (static): a sandbox's pid 1, not dumpable, so that root inside cannot
+   * ptrace it or reach its descriptors; copied into the helper folder (`Host.ts`).
+   */
+  readonly init: string
 }
 
 /**
- * Writes the filter and builds `svc-start`, `svc-enter` and `svc-spawner` under `dir` (root-only), when missing
+ * Writes the filter and builds `svc-start`, `svc-enter`, `svc-spawner` and `svc-init` under `dir` (root-only), when missing
  * or out of date. Files are written beside their final name and renamed: concurrent agents see
  * whole files.
  */
@@ -98,5 +103,6 @@ export const prepare = async (dir: string): Promise<ConfinementFiles> => {
   const start = await Native.build(dir, "svc-start")
   const enter = await Native.build(dir, "svc-enter")
   const spawner = await Native.build(dir, "svc-spawner")
-  return { seccomp, start, enter, spawner }
+  const init = await Native.build(dir, "svc-init", undefined, ["-static"])
+  return { seccomp, start, enter, spawner, init }
 }

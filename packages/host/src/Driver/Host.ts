@@ -47,6 +47,8 @@ import * as Volumes from "./Volumes.ts"
  */
 export const HELPER_DIR = "/dev/.svc"
 export const HELPER = `${HELPER_DIR}/busybox`
+/** A sandbox's pid 1 (`native/svc-init.c`), beside the helper. */
+export const INIT = `${HELPER_DIR}/svc-init`
 
 /** Host commands run with this environment only: nothing of the caller's leaks in. */
 export const HOST_ENV = { PATH: "/usr/sbin:/usr/bin:/sbin:/bin" }
@@ -143,6 +145,25 @@ export interface DriverHost {
   ): Effect.Effect<RunningSandbox, InvalidSandboxRequest | SandboxNotFound | SandboxNotRunning | DriverFailure>
 }
 
+const readInt = async (file: string) => Number((await Fs.readFile(file, "utf8")).trim())
+
+/**
+ * The machine-wide bounds of all sandboxes together (docs/security.md "Resource limits"): their
+ * processes (`pids.max` of the `svc-sandboxes` group, below the host's pid_max), and so their
+ * open files, each process holding at most `nofile`: fs.file-max is raised (never lowered) to
+ * that many plus the kernel's own default for the host (a tenth of its memory in KiB), so that
+ * sandboxes together cannot take the files the host's processes and other tenants need.
+ */
+const limitHost = async (config: DriverConfig["Service"], cgroups: Cgroups.Cgroups) => {
+  const pidsMax = config.sandboxesPidsMax ??
+    Cgroups.sandboxesPidsCap(await readInt("/proc/sys/kernel/pid_max"), await readInt("/proc/sys/kernel/threads-max"))
+  const pids = await cgroups.limitSandboxes(pidsMax)
+  const memKb = Number(/^MemTotal:\s+(\d+) kB$/m.exec(await Fs.readFile("/proc/meminfo", "utf8"))?.[1] ?? 0)
+  const files = pidsMax * config.nofile + Math.floor(memKb / 10)
+  if ((await readInt("/proc/sys/fs/file-max")) < files) await Fs.writeFile("/proc/sys/fs/file-max", String(files))
+  return { pidsMax, pids, files }
+}
+
 /** Finds the host programs, prepares the data dir, the helper, the base template, the bridge and its firewall. */
 export const makeDriverHost = (
   config: DriverConfig["Service"],
@@ -192,6 +213,7 @@ export const makeDriverHost = (
           `the sandboxes' uid range ${config.uidBase}+${Confinement.ID_COUNT} is in use (${conflict}): set SVC_SANDBOX_UID_BASE`
       })
     }
+    yield* tryHost("init", () => limitHost(config, cgroups))
     const confinement = yield* tryHost("init", () => Confinement.prepare(NodePath.join(config.dataDir, "host")))
     // From here on every host command is started by the spawner, not by a fork of this process.
     yield* Effect.acquireRelease(
@@ -236,6 +258,14 @@ export const makeDriverHost = (
         await Fs.copyFile(config.busybox, temp)
         await Fs.chmod(temp, 0o755)
         await Fs.rename(temp, target)
+      }
+      const init = NodePath.join(helperDir, NodePath.basename(INIT))
+      const built = await Fs.readFile(confinement.init)
+      if (!built.equals(await Fs.readFile(init).catch(() => Buffer.alloc(0)))) {
+        const temp = `${init}.tmp-${process.pid}`
+        await Fs.writeFile(temp, built, { mode: 0o755 })
+        await Fs.chmod(temp, 0o755)
+        await Fs.rename(temp, init)
       }
     })
     const baseDir = yield* tryHost("init", () =>

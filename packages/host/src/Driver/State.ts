@@ -8,7 +8,7 @@
  *   upper/ work/  the overlay's writable layer and its scratch folder (the saved file system)
  * (The overlay's mount point is `<runDir>/hosts/<data dir digest>/roots/<id>`, see Host.ts: mounted
  * only inside the sandbox's private mount namespace, where unprivileged bubblewrap can walk to it.)
- *   bwrap.log     bubblewrap's and the init's own output
+ *   bwrap.log     the start's output (svc-start, bubblewrap; its last 16 KiB), written by the agent
  *   status.json   bubblewrap's `--json-status-fd` output for the current run: the init's
  *                 `exit-code` once it ended (written by the host-side bubblewrap, never from inside)
  *   ended.json    how the last run ended when it ended on its own (`SandboxExit`; until the next
