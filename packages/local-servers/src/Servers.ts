@@ -137,6 +137,8 @@ export const startNats = async (
   const port = options.port ?? (await freePort())
   const args = ["-a", "127.0.0.1", "-p", String(port), "-js", "-sd", path.join(dir, "jetstream")]
   if (options.authorization !== undefined) {
+    // Its store holds what the users may read only by their permissions (the hosts' tokens).
+    fs.chmodSync(dir, 0o700)
     const config = path.join(dir, "nats.conf")
     writePrivate(config, options.authorization + "\n")
     args.unshift("-c", config)

@@ -1,9 +1,34 @@
-/** The throwaway servers of the harness leave nothing behind: not when stopped, not when their owner dies. */
+/**
+ * The throwaway servers of the harness leave nothing behind: not when stopped, not when their
+ * owner dies. A Postgres given a password (svc dev's) lets no one in without it, also when its
+ * cluster was made open (trust) by an older svc dev.
+ */
 import { describe, expect, it } from "@effect/vitest"
-import { spawn } from "node:child_process"
+import { spawn, spawnSync } from "node:child_process"
 import * as fs from "node:fs"
 import * as net from "node:net"
+import * as os from "node:os"
+import * as path from "node:path"
 import { startNats, startPostgres } from "../src/Servers.ts"
+
+/** `psql -c 'select 1'` as the unprivileged user nobody, without a password. */
+const psqlAsNobody = (host: string, port: number) =>
+  spawnSync("setpriv", [
+    "--reuid=65534",
+    "--regid=65534",
+    "--clear-groups",
+    "--",
+    "psql",
+    "-h",
+    host,
+    "-p",
+    String(port),
+    "-U",
+    "postgres",
+    "-w",
+    "-Atc",
+    "select 1"
+  ], { cwd: "/", encoding: "utf8", env: { PATH: process.env["PATH"] ?? "/usr/bin:/bin" } })
 
 const listening = (port: number) =>
   new Promise<boolean>((resolve) => {
@@ -58,5 +83,35 @@ describe("local servers", () => {
     expect(await listening(ports.pg)).toBe(true)
     child.kill("SIGKILL")
     expect(await eventually(async () => !(await listening(ports.nats)) && !(await listening(ports.pg)))).toBe(true)
+  })
+
+  it("with a password, a cluster made open by an older svc dev asks it of every connection", async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), "svc-pg-password-"))
+    fs.chmodSync(dir, 0o755)
+    try {
+      const open = await startPostgres({ dir })
+      // What the older svc dev left: anyone in, over TCP and the socket.
+      expect(psqlAsNobody("127.0.0.1", open.port).stdout).toBe("1\n")
+      expect(psqlAsNobody(dir, open.port).stdout).toBe("1\n")
+      await open.stop()
+
+      const closed = await startPostgres({ dir, password: "a-password-of-svc-dev's" })
+      try {
+        const tcp = psqlAsNobody("127.0.0.1", closed.port)
+        expect(tcp.status).not.toBe(0)
+        expect(tcp.stderr).toContain("no password supplied")
+        const socket = psqlAsNobody(dir, closed.port)
+        expect(socket.status).not.toBe(0)
+        expect(socket.stderr).toContain("Permission denied")
+        expect(fs.statSync(dir).mode & 0o777).toBe(0o700)
+        // Its URL carries the password (quoted), and opens it.
+        const res = spawnSync("psql", [closed.url, "-w", "-Atc", "select current_user"], { encoding: "utf8" })
+        expect(res.stdout, res.stderr).toBe("postgres\n")
+      } finally {
+        await closed.stop()
+      }
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true })
+    }
   })
 })

@@ -1,0 +1,188 @@
+/**
+ * `svc dev` with its own NATS and Postgres (what `npm start` runs), attacked by another user of
+ * the machine (`nobody`, through `setpriv`), in a state folder created 0755 as `mkdir -p .svc`
+ * leaves it:
+ * - NATS: a client without a user is refused (`Authorization Violation`) before it may subscribe
+ *   to anything (the `hosts` bucket holds every agent's data-plane token: exec as root in any
+ *   sandbox);
+ * - Postgres: no connection without the password, over 127.0.0.1 or the socket;
+ * - the state folder: not listed, none of its files read (the dev key, the passwords, NATS's
+ *   configuration and store), every file svc dev wrote there 0600.
+ * And the platform still works, each role on its own NATS user with a deployment's permissions:
+ * a sandbox runs a command with its env, every role's heartbeat is listed, the NATS server logged
+ * no permission violation, the password in `database-url` opens Postgres.
+ */
+import { expect, it } from "@effect/vitest"
+import { makeHostId } from "@svc/domain/Ids"
+import { eventually } from "@svc/testing/Eventually"
+import { cleanUpHost } from "@svc/testing/TestHost"
+import { call } from "@svc/testing/TestHttp"
+import { appMain, freePort, spawnRole } from "@svc/testing/TestProcess"
+import { Duration, Effect } from "effect"
+import { spawnSync } from "node:child_process"
+import * as Fs from "node:fs"
+import * as Os from "node:os"
+import * as Path from "node:path"
+
+/** `cmd args` as the unprivileged user nobody, from a folder anyone may enter. */
+const asNobody = (cmd: string, args: ReadonlyArray<string>) =>
+  spawnSync("setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", "--", cmd, ...args], {
+    cwd: "/",
+    encoding: "utf8",
+    env: { PATH: process.env["PATH"] ?? "/usr/bin:/bin" },
+    timeout: 30_000
+  })
+
+/**
+ * What a NATS server answers nobody, who connects without a user, pings, subscribes to every
+ * subject and to the `hosts` bucket's records, and pings again (raw protocol over bash's /dev/tcp).
+ */
+const natsAsNobody = (port: number) =>
+  asNobody("bash", [
+    "-c",
+    `exec 3<>/dev/tcp/127.0.0.1/${port}
+printf 'CONNECT {"verbose":true}\\r\\nPING\\r\\nSUB > 1\\r\\nSUB $KV.hosts.> 2\\r\\nPING\\r\\n' >&3
+timeout 3 cat <&3`
+  ])
+
+it.live(
+  "npm start's stack: another local user gets nothing from its NATS, its Postgres or its state folder; every role works on its own NATS user",
+  () =>
+    Effect.gen(function*() {
+      const stateDir = yield* Effect.acquireRelease(
+        Effect.sync(() => {
+          const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "svc-devstack-"))
+          // As `mkdir -p .svc` leaves it: svc dev must close it.
+          Fs.chmodSync(dir, 0o755)
+          return dir
+        }),
+        (dir) => Effect.sync(() => Fs.rmSync(dir, { recursive: true, force: true }))
+      )
+      const hostId = makeHostId()
+      // The agent's data under the state folder, as with npm start; ended before the folder goes.
+      yield* Effect.addFinalizer(() => cleanUpHost({ hostId, dataDir: Path.join(stateDir, "data", "hosts", hostId) }))
+      const [apiPort, natsPort, pgPort] = yield* Effect.all([freePort, freePort, freePort])
+      const base = `http://127.0.0.1:${apiPort}`
+      const dev = yield* spawnRole({
+        main: appMain("cli"),
+        args: ["dev"],
+        env: {
+          // No NATS_URL, no DATABASE_URL: svc dev starts its own, as npm start does.
+          SVC_STATE_DIR: stateDir,
+          SVC_PORT: String(apiPort),
+          SVC_DEV_NATS_PORT: String(natsPort),
+          SVC_DEV_PG_PORT: String(pgPort),
+          SVC_HOST_ID: hostId,
+          SVC_AGENT_POOL_SIZE: "0",
+          SVC_HOST_CPU: "16",
+          SVC_HOST_RAM_MB: "16384",
+          SVC_HOST_DISK_GB: "100"
+        },
+        ready: (stdout) => (stdout.includes("api key") ? true : undefined),
+        timeout: Duration.seconds(120)
+      })
+      yield* Effect.addFinalizer(() =>
+        Effect.promise(async () => {
+          dev.process.kill("SIGINT")
+          await dev.exited
+        })
+      )
+      // The ports it chose (its preferred ones, unless taken meanwhile).
+      const printed = dev.output()
+      const natsUrl = /nats +(nats:\/\/\S+)/.exec(printed)?.[1]
+      const pgAddress = /postgres +\S*?127\.0\.0\.1:(\d+)/.exec(printed)?.[1]
+      expect(natsUrl, printed).toBeDefined()
+      expect(pgAddress, printed).toBeDefined()
+      const usedNatsPort = Number(new URL(natsUrl!).port)
+
+      // NATS: nobody is refused before any subscription.
+      const nats = natsAsNobody(usedNatsPort)
+      expect(nats.stdout, nats.stderr).toContain("INFO")
+      expect(nats.stdout).toContain("Authorization Violation")
+      expect(nats.stdout).not.toContain("PONG")
+      expect(nats.stdout).not.toContain("+OK")
+
+      // Postgres: no password, no connection, over TCP or the socket.
+      const overTcp = asNobody("psql", [
+        "-h",
+        "127.0.0.1",
+        "-p",
+        pgAddress!,
+        "-U",
+        "postgres",
+        "-w",
+        "-Atc",
+        "select 1"
+      ])
+      expect(overTcp.status, overTcp.stdout).not.toBe(0)
+      expect(overTcp.stderr).toMatch(/password/)
+      const pgDir = Path.join(stateDir, "data", "postgres")
+      const overSocket = asNobody("psql", ["-h", pgDir, "-p", pgAddress!, "-U", "postgres", "-w", "-Atc", "select 1"])
+      expect(overSocket.status, overSocket.stdout).not.toBe(0)
+      expect(overSocket.stdout).toBe("")
+
+      // The state folder: closed, and every file svc dev wrote in it its own alone.
+      const written = Fs.readdirSync(stateDir).filter((name) => Fs.statSync(Path.join(stateDir, name)).isFile())
+      expect(written).toEqual(
+        expect.arrayContaining(["database-url", "dev-credentials.json", "nats-credentials.json", "secret-managers"])
+      )
+      expect(Fs.statSync(stateDir).mode & 0o007).toBe(0)
+      expect(Fs.statSync(Path.join(stateDir, "data")).mode & 0o007).toBe(0)
+      for (const name of written) {
+        expect([name, (Fs.statSync(Path.join(stateDir, name)).mode & 0o777).toString(8)]).toEqual([name, "600"])
+      }
+      const listed = asNobody("ls", [stateDir, Path.join(stateDir, "data")])
+      expect(listed.status).not.toBe(0)
+      expect(listed.stdout).toBe("")
+      expect(listed.stderr).toContain("Permission denied")
+      const targets = [
+        ...written.map((name) => Path.join(stateDir, name)),
+        Path.join(stateDir, "data", "nats", "nats.conf"),
+        Path.join(stateDir, "data", "nats", "nats.log"),
+        Path.join(pgDir, "postgres.log")
+      ]
+      for (const file of targets) {
+        const read = asNobody("cat", [file])
+        expect([file, read.status, read.stdout]).toEqual([file, 1, ""])
+        expect(read.stderr).toContain("Permission denied")
+      }
+
+      // Every role works on its own user: a sandbox runs a command with its env.
+      const token = JSON.parse(Fs.readFileSync(Path.join(stateDir, "dev-credentials.json"), "utf8")).api_key as string
+      const api = (method: string, path: string, body?: unknown) =>
+        call(base, method, path, { token, ...(body !== undefined ? { body } : {}) })
+      const created = yield* api("POST", "/v1/sandboxes", { name: "devstack", env: { GREETING: "hi" } })
+      expect(created.status, created.text).toBe(201)
+      const sandboxId = created.json.id as string
+      yield* eventually(
+        api("GET", `/v1/sandboxes/${sandboxId}`),
+        (r) => r.json?.state === "running",
+        Duration.seconds(90),
+        Duration.millis(200)
+      )
+      const exec = yield* api("POST", `/v1/sandboxes/${sandboxId}/exec`, { cmd: ["sh", "-c", "echo $GREETING"] })
+      expect(exec.status, exec.text).toBe(200)
+      expect(exec.json.stdout).toBe("hi\n")
+      yield* eventually(
+        api("GET", "/v1/workers"),
+        (r) =>
+          ["api", "runtime", "dispatcher", "agent"].every((role) =>
+            r.json?.workers?.some((w: { script_name: string }) => w.script_name === role)
+          ),
+        Duration.seconds(30),
+        Duration.millis(200)
+      )
+      const users = JSON.parse(Fs.readFileSync(Path.join(stateDir, "nats-credentials.json"), "utf8")).users
+      expect(Object.keys(users).sort()).toEqual(["agent-" + hostId, "api", "dispatcher", "runtime"].sort())
+      const natsLog = Fs.readFileSync(Path.join(stateDir, "data", "nats", "nats.log"), "utf8")
+      // Each role within its user's permissions (a role on another's user would break them).
+      expect(natsLog.split("\n").filter((l) => /permissions violation/i.test(l))).toEqual([])
+      const withPassword = spawnSync(
+        "psql",
+        [Fs.readFileSync(Path.join(stateDir, "database-url"), "utf8").trim(), "-w", "-Atc", "select current_user"],
+        { encoding: "utf8" }
+      )
+      expect(withPassword.stdout.trim(), withPassword.stderr).toBe("postgres")
+    }).pipe(Effect.scoped),
+  300_000
+)
