@@ -10,7 +10,8 @@
  *   configuration and store), every file svc dev wrote there 0600.
  * And the platform still works, each role on its own NATS user with a deployment's permissions:
  * a sandbox runs a command with its env, every role's heartbeat is listed, the NATS server logged
- * no permission violation, the password in `database-url` opens Postgres.
+ * no permission violation, the agent's own user may not read the `hosts` bucket, the password in
+ * `database-url` opens Postgres.
  */
 import { expect, it } from "@effect/vitest"
 import { makeHostId } from "@svc/domain/Ids"
@@ -24,6 +25,31 @@ import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
 
+/**
+ * The raw protocol's exchange with a NATS server on loopback (bash's /dev/tcp), as `run` runs
+ * bash: the server's answer, once it has one. A server refusing a CONNECT closes the connection
+ * at once, at times with a reset that drops its answer (`-ERR`) before the client reads it: that
+ * exchange (no answer at all) is tried again.
+ */
+const natsExchange = (
+  run: (cmd: string, args: ReadonlyArray<string>) => ReturnType<typeof spawnSync>,
+  port: number,
+  lines: ReadonlyArray<string>
+) => {
+  let answer = ""
+  for (let attempt = 0; attempt < 10 && !/\r\n(-ERR|PONG)/.test(answer); attempt++) {
+    answer = run("bash", [
+      "-c",
+      `exec 3<>/dev/tcp/127.0.0.1/${port}
+printf '%s' "$1" >&3
+timeout 3 cat <&3`,
+      "nats",
+      lines.map((line) => `${line}\r\n`).join("")
+    ]).stdout.toString()
+  }
+  return answer
+}
+
 /** `cmd args` as the unprivileged user nobody, from a folder anyone may enter. */
 const asNobody = (cmd: string, args: ReadonlyArray<string>) =>
   spawnSync("setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", "--", cmd, ...args], {
@@ -33,17 +59,8 @@ const asNobody = (cmd: string, args: ReadonlyArray<string>) =>
     timeout: 30_000
   })
 
-/**
- * What a NATS server answers nobody, who connects without a user, pings, subscribes to every
- * subject and to the `hosts` bucket's records, and pings again (raw protocol over bash's /dev/tcp).
- */
-const natsAsNobody = (port: number) =>
-  asNobody("bash", [
-    "-c",
-    `exec 3<>/dev/tcp/127.0.0.1/${port}
-printf 'CONNECT {"verbose":true}\\r\\nPING\\r\\nSUB > 1\\r\\nSUB $KV.hosts.> 2\\r\\nPING\\r\\n' >&3
-timeout 3 cat <&3`
-  ])
+/** What nobody sends: no user, then a subscription to every subject and to the `hosts` bucket's records. */
+const NOBODY_LINES = ["CONNECT {\"verbose\":true}", "PING", "SUB > 1", "SUB $KV.hosts.> 2", "PING"]
 
 it.live(
   "npm start's stack: another local user gets nothing from its NATS, its Postgres or its state folder; every role works on its own NATS user",
@@ -96,11 +113,11 @@ it.live(
       const usedNatsPort = Number(new URL(natsUrl!).port)
 
       // NATS: nobody is refused before any subscription.
-      const nats = natsAsNobody(usedNatsPort)
-      expect(nats.stdout, nats.stderr).toContain("INFO")
-      expect(nats.stdout).toContain("Authorization Violation")
-      expect(nats.stdout).not.toContain("PONG")
-      expect(nats.stdout).not.toContain("+OK")
+      const nats = natsExchange(asNobody, usedNatsPort, NOBODY_LINES)
+      expect(nats).toContain("INFO")
+      expect(nats).toContain("Authorization Violation")
+      expect(nats).not.toContain("PONG")
+      expect(nats).not.toContain("+OK")
 
       // Postgres: no password, no connection, over TCP or the socket.
       const overTcp = asNobody("psql", [
@@ -177,6 +194,20 @@ it.live(
       const natsLog = Fs.readFileSync(Path.join(stateDir, "data", "nats", "nats.log"), "utf8")
       // Each role within its user's permissions (a role on another's user would break them).
       expect(natsLog.split("\n").filter((l) => /permissions violation/i.test(l))).toEqual([])
+      // The hosts' records (their data-plane tokens) are for api and runtime: not even the agent
+      // reads them with its own user.
+      const asAgent = natsExchange(
+        (cmd, args) => spawnSync(cmd, args, { encoding: "utf8", timeout: 30_000 }),
+        usedNatsPort,
+        [
+          "CONNECT " + JSON.stringify({ verbose: true, user: `agent-${hostId}`, pass: users[`agent-${hostId}`] }),
+          "PING",
+          "SUB $KV.hosts.> 1",
+          "PING"
+        ]
+      )
+      expect(asAgent).toContain("PONG")
+      expect(asAgent).toContain(`Permissions Violation for Subscription to "$KV.hosts.>"`)
       const withPassword = spawnSync(
         "psql",
         [Fs.readFileSync(Path.join(stateDir, "database-url"), "utf8").trim(), "-w", "-Atc", "select current_user"],

@@ -70,6 +70,14 @@ export const natsBin = (): string => {
 
 const isRoot = () => process.getuid?.() === 0
 
+const logTail = (file: string) => {
+  try {
+    return fs.readFileSync(file, "utf8").slice(-1000)
+  } catch {
+    return "(no log)"
+  }
+}
+
 /** Writes a file only its owner reads (0600, also when it existed with a wider mode). */
 export const writePrivate = (file: string, content: string): void => {
   fs.writeFileSync(file, content, { mode: 0o600 })
@@ -120,8 +128,8 @@ export interface NatsServer {
  * A single-node nats-server with JetStream and its store in a temp folder (or `dir`). With
  * `authorization` (a nats-server `authorization { ... }` block, see @svc/host-protocol/Permissions)
  * clients need a user: the block goes into `<dir>/nats.conf` (mode 0600), and the passwords it
- * names as `$VARIABLE`s come from `env`, the server's environment (readable by its own user only),
- * never from a file or the command line.
+ * names as `$VARIABLE`s come from `passwords` (variable → password) through the server's
+ * environment (readable by its own user only), never from a file or the command line.
  */
 export const startNats = async (
   options: {
@@ -129,7 +137,7 @@ export const startNats = async (
     port?: number | undefined
     config?: string | undefined
     authorization?: string | undefined
-    env?: Readonly<Record<string, string>> | undefined
+    passwords?: Readonly<Record<string, string>> | undefined
   } = {}
 ): Promise<NatsServer> => {
   const dir = options.dir ?? fs.mkdtempSync(path.join(os.tmpdir(), "svc-nats-"))
@@ -143,8 +151,16 @@ export const startNats = async (
     writePrivate(config, options.authorization + "\n")
     args.unshift("-c", config)
   } else if (options.config) args.unshift("-c", options.config)
-  const child = spawnGuarded(natsBin(), args, { logFile: path.join(dir, "nats.log"), env: options.env })
-  await waitForPort(port, 20_000, child)
+  // nats-server parses a variable's value as configuration (`2026-11-27x` would be a bad date,
+  // `1234` a number): quoted, each is a string.
+  const env = Object.fromEntries(
+    Object.entries(options.passwords ?? {}).map(([variable, password]) => [variable, JSON.stringify(password)])
+  )
+  const child = spawnGuarded(natsBin(), args, { logFile: path.join(dir, "nats.log"), env })
+  await waitForPort(port, 20_000, child).catch((e: Error) => {
+    // Why it ended is in its log (a port taken meanwhile, a configuration it refused).
+    throw new Error(`${e.message}: ${logTail(path.join(dir, "nats.log"))}`)
+  })
   return {
     url: `nats://127.0.0.1:${port}`,
     port,

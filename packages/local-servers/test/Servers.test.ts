@@ -11,6 +11,20 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { startNats, startPostgres } from "../src/Servers.ts"
 
+/** What a NATS server answers one CONNECT (raw protocol), then a PING. */
+const natsAnswer = (port: number, connect: Record<string, unknown>) =>
+  new Promise<string>((resolve) => {
+    const socket = net.connect(port, "127.0.0.1")
+    let answer = ""
+    socket.on("data", (chunk) => {
+      answer += chunk.toString("latin1")
+      if (/\r\n(-ERR|PONG)/.test(answer)) socket.destroy()
+    })
+    socket.write(`CONNECT ${JSON.stringify({ verbose: false, ...connect })}\r\nPING\r\n`)
+    socket.on("close", () => resolve(answer))
+    socket.on("error", () => resolve(answer))
+  })
+
 /** `psql -c 'select 1'` as the unprivileged user nobody, without a password. */
 const psqlAsNobody = (host: string, port: number) =>
   spawnSync("setpriv", [
@@ -112,6 +126,25 @@ describe("local servers", () => {
       }
     } finally {
       fs.rmSync(dir, { recursive: true, force: true })
+    }
+  })
+
+  it("with an authorization block, a user needs its password, whatever its characters", async () => {
+    // Passwords nats-server would read as a date, a number and a boolean, were they not quoted.
+    const passwords = { P_DATE: "2026-11-27x", P_NUMBER: "1234", P_BOOLEAN: "true" }
+    const users = Object.keys(passwords).map((variable) =>
+      `{ user: ${JSON.stringify(variable.toLowerCase())}, password: $${variable} }`
+    )
+    const nats = await startNats({ authorization: `authorization { users: [ ${users.join(", ")} ] }`, passwords })
+    try {
+      expect(fs.statSync(path.join(nats.dir, "nats.conf")).mode & 0o777).toBe(0o600)
+      for (const [variable, password] of Object.entries(passwords)) {
+        expect(await natsAnswer(nats.port, { user: variable.toLowerCase(), pass: password })).toContain("PONG")
+      }
+      expect(await natsAnswer(nats.port, {})).toContain("Authorization Violation")
+      expect(await natsAnswer(nats.port, { user: "p_number", pass: "1235" })).toContain("Authorization Violation")
+    } finally {
+      await nats.stop()
     }
   })
 })

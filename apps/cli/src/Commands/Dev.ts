@@ -103,7 +103,7 @@ const localServers = (stateDir: string) =>
             dir: path.join(stateDir, "data", "nats"),
             port: await choosePort(preferred),
             authorization: authorizationBlock(platformUsers({ prefix, hostIds: [hostId] })),
-            env: passwords
+            passwords
           })
         ),
         (nats) => Effect.promise(nats.stop)
