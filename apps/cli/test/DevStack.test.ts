@@ -11,7 +11,7 @@
  * And the platform still works, each role on its own NATS user with a deployment's permissions:
  * a sandbox runs a command with its env, every role's heartbeat is listed, the NATS server logged
  * no permission violation, the agent's own user may not read the `hosts` bucket, the password in
- * `database-url` opens Postgres.
+ * `database-url` opens Postgres; Ctrl-C stops it all, the sandbox too.
  */
 import { expect, it } from "@effect/vitest"
 import { makeHostId } from "@svc/domain/Ids"
@@ -24,6 +24,7 @@ import { spawnSync } from "node:child_process"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
+import { processesOfHost } from "../../agent/test/fixtures/support.ts"
 
 /**
  * The raw protocol's exchange with a NATS server on loopback (bash's /dev/tcp), as `run` runs
@@ -214,6 +215,19 @@ it.live(
         { encoding: "utf8" }
       )
       expect(withPassword.stdout.trim(), withPassword.stderr).toBe("postgres")
+
+      // Ctrl-C: every role, built apart, stops on its own, and the sandbox with them.
+      expect(processesOfHost(hostId).length).toBeGreaterThan(0)
+      dev.process.kill("SIGINT")
+      yield* Effect.promise(() => dev.exited).pipe(
+        Effect.timeoutOrElse({
+          duration: Duration.seconds(60),
+          orElse: () => Effect.die(new Error(`no exit after SIGINT: ${dev.output().slice(-3000)}`))
+        })
+      )
+      // Its own exit (130, as an interrupted program), not a signal's.
+      expect(dev.process.signalCode, dev.output().slice(-3000)).toBe(null)
+      expect(processesOfHost(hostId)).toEqual([])
     }).pipe(Effect.scoped),
   300_000
 )
