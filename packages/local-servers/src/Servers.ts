@@ -252,7 +252,7 @@ export const startPostgres = async (
     const res = runAs(
       user,
       postgresBin("postgres"),
-      ["--single", "-D", data, "postgres"],
+      ["--single", "-D", data, "-c", "password_encryption=scram-sha-256", "postgres"],
       `ALTER ROLE postgres PASSWORD '${password.replaceAll("'", "''")}';\n`
     )
     if (res.status !== 0) throw new Error(`setting the postgres password failed: ${res.stderr || res.stdout}`)
