@@ -140,6 +140,10 @@ const EgressFromAgent = Layer.unwrap(
       dir: egressDir(config.dataDir),
       gateway: subnet.gateway,
       leaseDir: driverConfig.leaseDir,
+      bridge: driverConfig.bridge,
+      subnet: config.subnet,
+      runDir: driverConfig.runDir,
+      hostId: config.hostId,
       platform: [
         { address: config.subnet.split("/")[0]!, prefix: subnet.prefix, family: "ipv4" },
         ...hostAddresses

@@ -11,8 +11,13 @@
  *
  * The ports are machine-wide: when another agent on the same bridge holds them already, this one
  * waits and tries again every few seconds (its sandboxes are served by that agent's proxy, which
- * finds every sandbox through the machine-wide leases and the shared KV bucket).
+ * finds every sandbox through the machine-wide leases and the shared KV bucket). That holds only
+ * among the agents of one platform: before anything else, the agent records its platform for
+ * its bridge (`Owner.ts`) and refuses to start beside another platform's agent on that bridge,
+ * or on another bridge with its subnet or ports.
  */
+import { Nats } from "@svc/bus/Nats"
+import { ensureBucket } from "@svc/bus/Topology"
 import { SecretBox } from "@svc/crypto/SecretBox"
 import type { Subnet } from "@svc/domain/Address"
 import * as Native from "@svc/host/Driver/Native"
@@ -24,11 +29,13 @@ import * as NodePath from "node:path"
 import { fileURLToPath } from "node:url"
 import { type Ca, ensureCa } from "./Ca.ts"
 import type { EgressSettings } from "./Config.ts"
-import { startUdpResolver } from "./Dns.ts"
+import { ResolvedNames, startUdpResolver } from "./Dns.ts"
 import { hostsFileReader } from "./HostsFile.ts"
+import { claimBridge } from "./Owner.ts"
 import { addressRules } from "./Policy.ts"
 import { type EgressLog, startProxy } from "./Proxy.ts"
 import { EgressStore } from "./Store.ts"
+import { EGRESS_BUCKET_SPEC } from "@svc/host-protocol/Egress"
 
 export class EgressFailure extends Schema.TaggedError<EgressFailure>()("EgressFailure", {
   operation: Schema.String,
@@ -44,6 +51,12 @@ export interface EgressOptions extends EgressSettings {
   readonly leaseDir: string
   /** Never reachable from a sandbox, whatever the operator allows (the bridge's subnet, the host's addresses). */
   readonly platform: ReadonlyArray<Subnet>
+  /** The bridge and its subnet (as configured), for the record of which platform serves them. */
+  readonly bridge: string
+  readonly subnet: string
+  /** Machine-wide folder (the driver's `runDir`) where each bridge's agents are recorded. */
+  readonly runDir: string
+  readonly hostId: string
 }
 
 const NATIVE_DIR = fileURLToPath(new URL("../native/", import.meta.url))
@@ -73,6 +86,30 @@ export class Egress extends Context.Service<Egress, {
     const fail = (operation: string) => (e: unknown) =>
       new EgressFailure({ operation, message: e instanceof Error ? e.message : String(e) })
 
+    // Which platform this agent is: its `egress` bucket, named and dated by the NATS that holds it.
+    const nats = yield* Nats
+    const kv = yield* ensureBucket(EGRESS_BUCKET_SPEC).pipe(Effect.mapError(fail("platform")))
+    const bucket = yield* Effect.tryPromise({ try: () => kv.status(), catch: fail("platform") })
+    const claim = yield* Effect.acquireRelease(
+      Effect.try({
+        try: () =>
+          claimBridge(options.runDir, {
+            platform: `${bucket.streamInfo.config.name}@${bucket.streamInfo.created}`,
+            describe: `NATS ${nats.connection.getServer()}, bucket ${bucket.bucket}`,
+            bridge: options.bridge,
+            subnet: options.subnet,
+            tcpPort: options.tcpPort,
+            dnsPort: options.dnsPort,
+            hostId: options.hostId
+          }),
+        catch: fail("bridge")
+      }),
+      (c) => Effect.sync(() => c.release())
+    )
+    if (claim.refused !== undefined) {
+      return yield* new EgressFailure({ operation: "bridge", message: `egress: ${claim.refused}` })
+    }
+
     const ca = yield* ensureEgressCa(options.dir)
     const upstreamCas = options.upstreamCaFile === ""
       ? []
@@ -83,6 +120,7 @@ export class Egress extends Context.Service<Egress, {
         })
       ]
     const hosts = hostsFileReader(options.hostsFile)
+    const resolved = new ResolvedNames()
     const socketPath = NodePath.join(options.dir, "proxy.sock")
     const proxy = yield* Effect.acquireRelease(
       Effect.tryPromise({
@@ -95,8 +133,12 @@ export class Egress extends Context.Service<Egress, {
             hosts,
             upstreamCas,
             ca,
-            policyOf: store.sandbox,
+            policyOf: (sandboxId) => {
+              const known = store.sandbox(sandboxId)
+              return known !== undefined ? Promise.resolve(known) : Effect.runPromise(store.lookup(sandboxId))
+            },
             secretsOf: store.secretsOf,
+            resolved,
             open: (sealed, aad) => Effect.runPromise(box.open(sealed, aad)),
             log
           }),
@@ -141,7 +183,7 @@ export class Egress extends Context.Service<Egress, {
     // The resolver: bound when the port is free, tried again while another agent holds it.
     let dns: Dgram.Socket | undefined
     const bindDns = Effect.promise(() =>
-      startUdpResolver(options.gateway, options.dnsPort, hosts).then(
+      startUdpResolver(options.gateway, options.dnsPort, hosts, resolved).then(
         (socket) => {
           dns = socket
           state.dns = true
@@ -164,7 +206,7 @@ export class Egress extends Context.Service<Egress, {
     return Egress.of({ serving: Effect.sync(() => ({ ...state })) })
   })
 
-  /** Needs `Nats` and `SecretBox`. */
+  /** Needs `Nats` and `SecretBox`; fails (`EgressFailure`, operation `bridge`) beside another platform. */
   static readonly layer = (options: EgressOptions) =>
     Layer.effect(Egress, Egress.make(options)).pipe(Layer.provide(EgressStore.layer))
 }
