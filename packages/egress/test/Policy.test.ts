@@ -1,5 +1,5 @@
 import { describe, expect, it } from "@effect/vitest"
-import { OPEN_POLICY } from "@svc/domain/Network"
+import { type NetworkPolicy, OPEN_POLICY } from "@svc/domain/Network"
 import { Duplex } from "node:stream"
 import * as Tls from "node:tls"
 import { answerAddresses, answerFromHosts, parseQuery, ResolvedNames } from "../src/Dns.ts"
@@ -65,11 +65,11 @@ describe("domain rules against connections without a name (issue 25, item 16)", 
     named,
     namesOf: (a) => resolved.namesOf(a)
   })
-  const denyEvil = { allow_out: [], deny_out: ["evil.example"] }
-  const denyWild = { allow_out: [], deny_out: ["*.evil.example"] }
-  const allowCidr = { allow_out: ["*.good.example", "203.0.113.0/26"], deny_out: ["evil.example"] }
+  const denyEvil: NetworkPolicy = { allow_out: [], deny_out: ["evil.example"] }
+  const denyWild: NetworkPolicy = { allow_out: [], deny_out: ["*.evil.example"] }
+  const allowCidr: NetworkPolicy = { allow_out: ["*.good.example", "203.0.113.0/26"], deny_out: ["evil.example"] }
   // [what the attacker does, policy, destination, verdict or reason fragment]
-  const table: ReadonlyArray<readonly [string, typeof denyEvil, Destination, string]> = [
+  const table: ReadonlyArray<readonly [string, NetworkPolicy, Destination, string]> = [
     ["Host: the denied name", denyEvil, at("evil.example", "203.0.113.66"), `deny_out rule "evil.example"`],
     [
       "IP literal of the denied name (Host: 203.0.113.66)",
