@@ -84,7 +84,8 @@ export class Images extends Context.Service<Images, {
             )
           )
         ).pipe(Effect.mapError((e) => fail(`the build sandbox's egress entry: ${String(e)}`)))
-      const deleteBuildEgress = (id: string) => Effect.ignore(Effect.tryPromise(() => egress.delete(sandboxEgressKey(id))))
+      const deleteBuildEgress = (id: string) =>
+        Effect.ignore(Effect.tryPromise(() => egress.delete(sandboxEgressKey(id))))
       // One pull of a layer at a time per host: two creates of one image share it.
       const pulling = yield* Semaphore.make(1)
 

@@ -6,7 +6,10 @@
  * control plane writes them.
  */
 import { assert, layer } from "@effect/vitest"
+import { Nats } from "@svc/bus/Nats"
 import { ensureBucket } from "@svc/bus/Topology"
+import { SecretBox } from "@svc/crypto/SecretBox"
+import { makeSandboxId } from "@svc/domain/Ids"
 import {
   EGRESS_BUCKET_SPEC,
   type EgressSecret,
@@ -15,16 +18,13 @@ import {
   secretEgressKey,
   secretValueAad
 } from "@svc/host-protocol/Egress"
-import { testSecretBox } from "@svc/testing/TestSecrets"
-import { Nats } from "@svc/bus/Nats"
-import { SecretBox } from "@svc/crypto/SecretBox"
-import { makeSandboxId } from "@svc/domain/Ids"
 import * as TestNats from "@svc/testing/TestNats"
+import { testSecretBox } from "@svc/testing/TestSecrets"
 import { Duration, Effect, Exit, Layer, Logger, Scope } from "effect"
 import { randomBytes } from "node:crypto"
 import * as Os from "node:os"
-import { API, FAKE_RANGE, host, OTHER, World } from "./fixtures/egress-world.ts"
 import { AgentRole } from "../src/Agent.ts"
+import { API, FAKE_RANGE, host, OTHER, World } from "./fixtures/egress-world.ts"
 import { createCommand, eventually, makeHost, publishCommand, Reports, testLayer } from "./fixtures/support.ts"
 
 const utf8 = (bytes: Uint8Array) => Buffer.from(bytes).toString("utf8")
@@ -156,8 +156,9 @@ layer(fileLayer, { excludeTestServices: true, timeout: 240_000 })("egress throug
       yield* setPolicy({ allow_out: [`*.egress-fake.test`], deny_out: [OTHER] })
       const allowed = yield* eventually(curl(`http://${API}/allowed`), (r) => r.echo !== undefined)
       assert.strictEqual(allowed.echo?.path, "/allowed")
-      const notListed = yield* curl(`http://${FAKE_ADDRESS}/by-address`)
-      assert.include(notListed.body, "no allow_out rule matches")
+      // The address literal: it is an address of the denied name (deny wins), and not listed anyway.
+      const literal = yield* curl(`http://${FAKE_ADDRESS}/by-address`)
+      assert.include(literal.body, `deny_out rule "${OTHER}" (${FAKE_ADDRESS} is an address of ${OTHER})`)
       const denyWins = yield* curl(`http://${OTHER}/x`)
       assert.include(denyWins.body, `deny_out rule "${OTHER}"`)
       // Back to open.
@@ -298,7 +299,9 @@ layer(fileLayer, { excludeTestServices: true, timeout: 240_000 })("egress throug
           const other = yield* makeHost
           const scope = yield* Scope.make()
           const layer = AgentRole.layerWith({ hostId: other.hostId, dataDir: other.dataDir, ...options }).pipe(
-            Layer.provideMerge(Layer.effect(Nats, Nats.make({ url: server.url, prefix, name: `agent-${other.hostId}` }))),
+            Layer.provideMerge(
+              Layer.effect(Nats, Nats.make({ url: server.url, prefix, name: `agent-${other.hostId}` }))
+            ),
             Layer.provide(SecretBox.layer)
           )
           const built = yield* Effect.result(Layer.buildWithScope(layer, scope))
@@ -322,7 +325,8 @@ layer(fileLayer, { excludeTestServices: true, timeout: 240_000 })("egress throug
       const raw = (target: string) =>
         Effect.map(
           inside(
-            `printf 'GET ${target} HTTP/1.1\\r\\nHost: ${API}\\r\\nConnection: close\\r\\n\\r\\n' | nc -w 5 ${API} 80`
+            // busybox nc drops the connection at its input's end: the input stays open a while.
+            `(printf 'GET ${target} HTTP/1.1\\r\\nHost: ${API}\\r\\nConnection: close\\r\\n\\r\\n'; sleep 3) | nc ${API} 80`
           ),
           (r) => utf8(r.stdout)
         )
@@ -334,9 +338,8 @@ layer(fileLayer, { excludeTestServices: true, timeout: 240_000 })("egress throug
       assert.match(otherPort, /^HTTP\/1\.1 400/, otherPort)
       const same = yield* raw(`http://${API}/same?x=1`)
       assert.match(same, /^HTTP\/1\.1 200/, same)
-      const echo = JSON.parse(same.slice(same.indexOf("\r\n\r\n") + 4)) as Echo
-      assert.strictEqual(echo.path, "/same?x=1")
-      assert.deepStrictEqual(headerValues(echo, "authorization"), [`Bearer ${CANARY}`])
+      assert.include(same, `"path":"/same?x=1"`)
+      assert.include(same, `"Bearer ${CANARY}"`)
     }))
 
   it.effect("a secret goes only where an entry names the scheme and port: HTTPS on 443 by default, plain HTTP only by http://, another port only by host:port", () =>
@@ -373,8 +376,11 @@ layer(fileLayer, { excludeTestServices: true, timeout: 240_000 })("egress throug
       const literal = yield* curl(`http://${address}/literal`)
       assert.include(literal.body, `deny_out rule "${API}"`, literal.body)
       assert.include(literal.body, `is an address of ${API}`)
+      // A wildcard rule: no resolved name to compare, so what names no host is refused.
+      yield* setPolicy({ allow_out: [], deny_out: [`*.never.${API}`] })
+      yield* eventually(curl(`http://${address}/literal`), (r) => r.echo !== undefined)
       // HTTP/1.0 with no Host at all.
-      const noHost = yield* inside(`printf 'GET /nohost HTTP/1.0\\r\\n\\r\\n' | nc -w 5 ${address} 80`)
+      const noHost = yield* inside(`(printf 'GET /nohost HTTP/1.0\\r\\n\\r\\n'; sleep 3) | nc ${address} 80`)
       assert.include(utf8(noHost.stdout), "names no host", utf8(noHost.stdout))
       assert.notInclude(utf8(noHost.stdout), `"path"`)
       // TLS to the address: curl sends no SNI for an IP literal; refused before any certificate.
@@ -397,16 +403,13 @@ layer(fileLayer, { excludeTestServices: true, timeout: 240_000 })("egress throug
       )
       assert.include(utf8(flood.stdout), "done")
       const ofSandbox = () => logLines.slice(before).filter((l) => l.includes(sandboxId) && l.includes("refused"))
-      // The summary line comes at the interval's end, with the count.
-      const summary = yield* eventually(
-        Effect.sync(() => ofSandbox().find((l) => l.includes("(repeated)"))),
-        (line) => line !== undefined,
-        Duration.seconds(30)
-      )
-      const count = Number(/"count":(\d+)/.exec(summary ?? "")?.[1] ?? 0)
-      assert.isAbove(count, 20, summary)
-      // 200 refusals: a handful of lines, not 200.
-      assert.isBelow(ofSandbox().length, 10, ofSandbox().join("\n"))
+      // Every refusal is accounted for: a line of its own, or counted in a summary line at an
+      // interval's end.
+      const accounted = () => ofSandbox().reduce((sum, line) => sum + Number(/"count":(\d+)/.exec(line)?.[1] ?? 1), 0)
+      yield* eventually(Effect.sync(accounted), (n) => n >= 200, Duration.seconds(30))
+      assert.isTrue(ofSandbox().some((line) => line.includes("(repeated)")))
+      // 200 refusals: a line per 10 s interval at most, not 200.
+      assert.isBelow(ofSandbox().length, 20, ofSandbox().join("\n"))
       yield* setPolicy({ allow_out: [], deny_out: [] })
     }))
 

@@ -11,7 +11,8 @@
  *   (HTTPS on that port) or `http://host[:port]` (plain HTTP, port 80 by default: the value then
  *   crosses the network in clear, so only where the entry says so). A host is a domain name
  *   (at least two labels: `*.com` would send the value to every .com host), a wildcard
- *   (subdomains at any depth, not the name itself) or an IP address (`[v6]` with a port).
+ *   (subdomains at any depth, not the name itself) or a public IP address (`[v6]` with a
+ *   port).
  *   Stored lowercased, the default port and `https://` left out, duplicates removed.
  * - `header_name`: an HTTP token (RFC 9110) of at most 128 characters, not a header the proxy
  *   owns (hop-by-hop ones, `Host`, `Content-Length`); default `Authorization`.
@@ -20,6 +21,7 @@
  */
 import { Effect, Result, Schema, SchemaIssue, SchemaTransformation } from "effect"
 import * as net from "node:net"
+import { classifyAddress } from "./Address.ts"
 import { SecretId } from "./Ids.ts"
 import { domainMatches, parseRule } from "./Network.ts"
 import { Page } from "./Pagination.ts"
@@ -141,8 +143,14 @@ export const parseSecretDestination = (input: string): Result.Result<SecretDesti
   }
   if (!(port >= 1 && port <= 65_535)) return Result.fail(`"${input}": the port must be 1 to 65535`)
   if (host.includes("%")) return Result.fail(`"${input}": zone ids are not allowed`)
-  if (net.isIP(host) !== 0) return Result.succeed({ scheme, host, port })
-  if (/[/:@?#\[\]]/.test(host)) return Result.fail(`"${input}": ${FORMS}`)
+  if (net.isIP(host) !== 0) {
+    // A secret goes to public addresses only (the proxy reaches no other for a sandbox anyway).
+    const verdict = classifyAddress(host)
+    return verdict._tag === "NonPublic"
+      ? Result.fail(`"${input}": ${host} is not a public address (${verdict.range})`)
+      : Result.succeed({ scheme, host, port })
+  }
+  if (/[/:@?#[\]]/.test(host)) return Result.fail(`"${input}": ${FORMS}`)
   const parsed = parseRule(host)
   if (Result.isFailure(parsed)) return Result.fail(parsed.failure)
   const rule = parsed.success

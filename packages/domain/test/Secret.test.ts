@@ -31,9 +31,9 @@ describe("CreateSecretRequest", () => {
       ["http://api.example.com", "http://api.example.com", { scheme: "http", host: "api.example.com", port: 80 }],
       ["http://api.example.com:80/", "http://api.example.com", { scheme: "http", host: "api.example.com", port: 80 }],
       ["HTTP://*.x.org:8080", "http://*.x.org:8080", { scheme: "http", host: "*.x.org", port: 8080 }],
-      ["203.0.113.7", "203.0.113.7", { scheme: "https", host: "203.0.113.7", port: 443 }],
-      ["[2001:db8::1]:8443", "[2001:db8::1]:8443", { scheme: "https", host: "2001:db8::1", port: 8443 }],
-      ["http://[2001:db8::1]", "http://[2001:db8::1]", { scheme: "http", host: "2001:db8::1", port: 80 }]
+      ["93.184.216.34", "93.184.216.34", { scheme: "https", host: "93.184.216.34", port: 443 }],
+      ["[2606:4700::1111]:8443", "[2606:4700::1111]:8443", { scheme: "https", host: "2606:4700::1111", port: 8443 }],
+      ["http://[2606:4700::1111]", "http://[2606:4700::1111]", { scheme: "http", host: "2606:4700::1111", port: 80 }]
     ]
     for (const [input, stored, parsed] of table) {
       expect(ok(S.CreateSecretRequest, { ...base, allowed_hosts: [input] }).allowed_hosts, input).toEqual([stored])
@@ -55,9 +55,9 @@ describe("CreateSecretRequest", () => {
       ["*.example.com", "https", "a.b.example.com", 443, true],
       ["*.example.com", "https", "example.com", 443, false],
       ["api.example.com", "https", "api.example.com.evil.test", 443, false],
-      ["203.0.113.7", "https", "203.0.113.7", 443, true],
-      ["203.0.113.7", "https", "203.0.113.8", 443, false],
-      ["[2001:db8::1]", "https", "2001:db8:0::1", 443, true]
+      ["93.184.216.34", "https", "93.184.216.34", 443, true],
+      ["93.184.216.34", "https", "93.184.216.35", 443, false],
+      ["[2606:4700::1111]", "https", "2606:4700:0::1111", 443, true]
     ]
     for (const [text, scheme, host, port, expected] of rows) {
       expect(S.secretDestinationMatches(entry(text), { scheme, host, port }), `${text} ${scheme}://${host}:${port}`)
@@ -67,7 +67,19 @@ describe("CreateSecretRequest", () => {
 
   it("refuses empty or bad hosts: single labels, *.tld, wildcards inside, paths, other schemes, bad ports", () => {
     expect(refusedAt(S.CreateSecretRequest, { ...base, allowed_hosts: [] })).toEqual(["allowed_hosts"])
-    const bad = ["localhost", "*.com", "a.*.b", "a.com/path", "ftp://a.com", "a.com:0", "a.com:99999", "u@a.com"]
+    const bad = [
+      "localhost",
+      "*.com",
+      "a.*.b",
+      "a.com/path",
+      "ftp://a.com",
+      "a.com:0",
+      "a.com:99999",
+      "u@a.com",
+      "169.254.169.254",
+      "10.0.0.1",
+      "[fd00:ec2::254]"
+    ]
     expect(refusedAt(S.CreateSecretRequest, { ...base, allowed_hosts: bad }))
       .toEqual(bad.map((_, i) => `allowed_hosts.${i}`))
     expect(refusedAt(S.CreateSecretRequest, { ...base, allowed_hosts: Array.from({ length: 101 }, () => "a.com") }))

@@ -20,6 +20,7 @@ import { Nats } from "@svc/bus/Nats"
 import { ensureBucket } from "@svc/bus/Topology"
 import { SecretBox } from "@svc/crypto/SecretBox"
 import type { Subnet } from "@svc/domain/Address"
+import { EGRESS_BUCKET_SPEC } from "@svc/host-protocol/Egress"
 import * as Native from "@svc/host/Driver/Native"
 import { Context, Duration, Effect, Layer, Schema } from "effect"
 import { spawn } from "node:child_process"
@@ -35,7 +36,6 @@ import { claimBridge } from "./Owner.ts"
 import { addressRules } from "./Policy.ts"
 import { type EgressLog, startProxy } from "./Proxy.ts"
 import { EgressStore } from "./Store.ts"
-import { EGRESS_BUCKET_SPEC } from "@svc/host-protocol/Egress"
 
 export class EgressFailure extends Schema.TaggedError<EgressFailure>()("EgressFailure", {
   operation: Schema.String,

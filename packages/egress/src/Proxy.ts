@@ -303,7 +303,9 @@ export const startProxy = async (options: ProxyOptions): Promise<EgressProxy> =>
     const named = parseHostHeader(absolute.host)
     const port = absolute.port === "" ? (tls ? 443 : 80) : Number(absolute.port)
     const sameHost = named !== undefined && (header === undefined || header.host === named.host)
-    if (!sameHost || port !== connection.header.destinationPort || absolute.username !== "" || absolute.password !== "") {
+    if (
+      !sameHost || port !== connection.header.destinationPort || absolute.username !== "" || absolute.password !== ""
+    ) {
       return {
         _tag: "Refused",
         status: 400,

@@ -79,7 +79,12 @@ describe("domain rules against connections without a name (issue 25, item 16)", 
     ],
     ["IP literal of another name", denyEvil, at(undefined, "203.0.113.67", true), "Allow"],
     ["another name on the denied name's address", denyEvil, at("cdn.example", "203.0.113.66"), "Allow"],
-    ["HTTP/1.0 without Host, TLS without SNI, raw TCP", denyEvil, at(undefined, "203.0.113.67", false), "names no host"],
+    [
+      "HTTP/1.0 without Host, TLS without SNI, raw TCP",
+      denyEvil,
+      at(undefined, "203.0.113.67", false),
+      "names no host"
+    ],
     ["no name, a wildcard deny rule", denyWild, at(undefined, "203.0.113.99", false), "names no host"],
     ["no name, no domain rules at all", OPEN_POLICY, at(undefined, "203.0.113.66", false), "Allow"],
     ["no name, an allow_out CIDR covers it", allowCidr, at(undefined, "203.0.113.1", false), "Allow"],
