@@ -184,7 +184,8 @@ const SettingsSchema = Schema.Struct({
     hostsFile: Schema.String,
     upstreamCaFile: Schema.String,
     tcpPort: Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 65_535 })),
-    dnsPort: Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 65_535 }))
+    dnsPort: Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 65_535 })),
+    idleTimeoutS: Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 86_400 }))
   }))
 })
 
@@ -359,7 +360,8 @@ export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("
             hostsFile: options.egress.hostsFile ?? "",
             upstreamCaFile: options.egress.upstreamCaFile ?? "",
             tcpPort: options.egress.tcpPort ?? Egress.DEFAULT_EGRESS_PORT,
-            dnsPort: options.egress.dnsPort ?? Egress.DEFAULT_EGRESS_DNS_PORT
+            dnsPort: options.egress.dnsPort ?? Egress.DEFAULT_EGRESS_DNS_PORT,
+            idleTimeoutS: options.egress.idleTimeoutS ?? Egress.DEFAULT_EGRESS_IDLE_TIMEOUT_S
           }
         }
         : {})

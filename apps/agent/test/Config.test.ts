@@ -112,7 +112,8 @@ describe("AgentConfig", () => {
             hostsFile: "/etc/svc/egress-hosts",
             upstreamCaFile: "/etc/svc/upstream-ca.pem",
             tcpPort: 16001,
-            dnsPort: 16053
+            dnsPort: 16053,
+            idleTimeoutS: 300
           },
           bridge: "svcbr0",
           subnet: "10.213.0.0/16",

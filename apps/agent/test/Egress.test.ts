@@ -413,6 +413,25 @@ layer(fileLayer, { excludeTestServices: true, timeout: 240_000 })("egress throug
       yield* setPolicy({ allow_out: [], deny_out: [] })
     }))
 
+  it.effect("attack: a tunnelled connection that carries nothing is closed once idle (SVC_EGRESS_IDLE_TIMEOUT_S, 12 s here)", () =>
+    Effect.gen(function*() {
+      yield* setPolicy({ allow_out: [], deny_out: [] })
+      const { agent, sandboxId } = yield* World
+      // Raw TCP (no byte sent: tunnelled after the sniff) to the fake host, whose server would
+      // hold it far longer; nc ends when the proxy closes, long before its input ends (40 s).
+      const held = yield* agent.driver.exec(sandboxId, {
+        cmd: [
+          "sh",
+          "-c",
+          `start=$(date +%s); (sleep 40) | (nc ${API} 80; echo "closed after $(( $(date +%s) - start )) s")`
+        ],
+        timeoutMs: 60_000
+      })
+      const seconds = Number(/closed after (\d+) s/.exec(utf8(held.stdout))?.[1] ?? -1)
+      assert.isAtLeast(seconds, 0, utf8(held.stdout))
+      assert.isBelow(seconds, 40, utf8(held.stdout))
+    }))
+
   it.effect("attack: a connection that never completes its request head is answered 408 and closed", () =>
     Effect.gen(function*() {
       yield* setPolicy({ allow_out: [], deny_out: [] })

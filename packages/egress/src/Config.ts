@@ -9,6 +9,7 @@
  * | `SVC_EGRESS_UPSTREAM_CA_FILE` | empty | PEM CAs the proxy trusts upstream besides the system's (where it writes a secret into HTTPS) |
  * | `SVC_EGRESS_PORT` | `15001` | the egress front's TCP port on the bridge's gateway (machine-wide, like the bridge) |
  * | `SVC_EGRESS_DNS_PORT` | `15053` | the sandboxes' resolver's UDP port on the gateway (machine-wide) |
+ * | `SVC_EGRESS_IDLE_TIMEOUT_S` | `300` | a sandbox's connection through the proxy with no byte either way for this long is closed |
  */
 import * as Env from "@svc/config/Env"
 import { type Subnet, SubnetsFromString } from "@svc/domain/Address"
@@ -35,6 +36,11 @@ export const DEFAULT_EGRESS_PORT = 15001
 export const DEFAULT_EGRESS_DNS_PORT = 15053
 export const EgressPort = Env.integer("SVC_EGRESS_PORT", DEFAULT_EGRESS_PORT, { min: 1, max: 65_535 })
 export const EgressDnsPort = Env.integer("SVC_EGRESS_DNS_PORT", DEFAULT_EGRESS_DNS_PORT, { min: 1, max: 65_535 })
+export const DEFAULT_EGRESS_IDLE_TIMEOUT_S = 300
+export const EgressIdleTimeout = Env.integer("SVC_EGRESS_IDLE_TIMEOUT_S", DEFAULT_EGRESS_IDLE_TIMEOUT_S, {
+  min: 1,
+  max: 86_400
+})
 
 /** What the proxy needs from its operator (the agent adds the bridge, the leases and its data dir). */
 export interface EgressSettings {
@@ -46,6 +52,8 @@ export interface EgressSettings {
   readonly upstreamCaFile: string
   readonly tcpPort: number
   readonly dnsPort: number
+  /** Seconds a connection may carry no byte in either direction before the proxy closes it. */
+  readonly idleTimeoutS: number
 }
 
 export const EgressConfig: Config.Config<EgressSettings> = Config.all({
@@ -54,7 +62,8 @@ export const EgressConfig: Config.Config<EgressSettings> = Config.all({
   hostsFile: EgressHostsFile,
   upstreamCaFile: EgressUpstreamCaFile,
   tcpPort: EgressPort,
-  dnsPort: EgressDnsPort
+  dnsPort: EgressDnsPort,
+  idleTimeoutS: EgressIdleTimeout
 })
 
 export const settings: ReadonlyArray<Env.AnySetting> = [
@@ -63,5 +72,6 @@ export const settings: ReadonlyArray<Env.AnySetting> = [
   EgressHostsFile,
   EgressUpstreamCaFile,
   EgressPort,
-  EgressDnsPort
+  EgressDnsPort,
+  EgressIdleTimeout
 ]

@@ -139,6 +139,7 @@ export class Egress extends Context.Service<Egress, {
             },
             secretsOf: store.secretsOf,
             resolved,
+            idleTimeoutMs: options.idleTimeoutS * 1000,
             open: (sealed, aad) => Effect.runPromise(box.open(sealed, aad)),
             log
           }),
