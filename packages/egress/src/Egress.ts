@@ -12,9 +12,9 @@
  * The ports are machine-wide: when another agent on the same bridge holds them already, this one
  * waits and tries again every few seconds (its sandboxes are served by that agent's proxy, which
  * finds every sandbox through the machine-wide leases and the shared KV bucket). That holds only
- * among the agents of one platform: before anything else, the agent records its platform for
- * its bridge (`Owner.ts`) and refuses to start beside another platform's agent on that bridge,
- * or on another bridge with its subnet or ports.
+ * among the agents of one platform: before its driver touches the bridge, the agent records its
+ * platform for its bridge (`claimEgressBridge`, `Owner.ts`) and refuses to start beside another
+ * platform's agent on that bridge, or on another bridge with its subnet or ports.
  */
 import { Nats } from "@svc/bus/Nats"
 import { ensureBucket } from "@svc/bus/Topology"
@@ -51,11 +51,17 @@ export interface EgressOptions extends EgressSettings {
   readonly leaseDir: string
   /** Never reachable from a sandbox, whatever the operator allows (the bridge's subnet, the host's addresses). */
   readonly platform: ReadonlyArray<Subnet>
-  /** The bridge and its subnet (as configured), for the record of which platform serves them. */
-  readonly bridge: string
-  readonly subnet: string
+}
+
+/** What an agent with egress claims on its machine. */
+export interface BridgeClaim {
   /** Machine-wide folder (the driver's `runDir`) where each bridge's agents are recorded. */
   readonly runDir: string
+  readonly bridge: string
+  /** The bridge's subnet as configured (`10.213.0.0/16`). */
+  readonly subnet: string
+  readonly tcpPort: number
+  readonly dnsPort: number
   readonly hostId: string
 }
 
@@ -68,6 +74,39 @@ export const ensureEgressCa = (dir: string): Effect.Effect<Ca, EgressFailure> =>
     try: () => ensureCa(dir),
     catch: (e) => new EgressFailure({ operation: "ca", message: e instanceof Error ? e.message : String(e) })
   })
+
+/**
+ * Records this agent's platform (its `egress` bucket, named and dated by the NATS that holds it)
+ * for its bridge, for the scope's life; fails, saying why and what to change, beside another
+ * platform's live agent on the bridge or another bridge's with the same subnet or ports. Run
+ * before the driver installs the bridge's firewall, so that a refused agent changes nothing.
+ */
+export const claimEgressBridge = Effect.fn("Egress.claimBridge")(function*(claim: BridgeClaim) {
+  const fail = (operation: string) => (e: unknown) =>
+    new EgressFailure({ operation, message: e instanceof Error ? e.message : String(e) })
+  const nats = yield* Nats
+  const kv = yield* ensureBucket(EGRESS_BUCKET_SPEC).pipe(Effect.mapError(fail("platform")))
+  const bucket = yield* Effect.tryPromise({ try: () => kv.status(), catch: fail("platform") })
+  const held = yield* Effect.acquireRelease(
+    Effect.try({
+      try: () =>
+        claimBridge(claim.runDir, {
+          platform: `${bucket.streamInfo.config.name}@${bucket.streamInfo.created}`,
+          describe: `NATS ${nats.connection.getServer()}, bucket ${bucket.bucket}`,
+          bridge: claim.bridge,
+          subnet: claim.subnet,
+          tcpPort: claim.tcpPort,
+          dnsPort: claim.dnsPort,
+          hostId: claim.hostId
+        }),
+      catch: fail("bridge")
+    }),
+    (c) => Effect.sync(() => c.release())
+  )
+  if (held.refused !== undefined) {
+    return yield* new EgressFailure({ operation: "bridge", message: `egress: ${held.refused}` })
+  }
+})
 
 /** Whether this agent's front and resolver hold the ports (false: another agent's do, or none yet). */
 export class Egress extends Context.Service<Egress, {
@@ -85,30 +124,6 @@ export class Egress extends Context.Service<Egress, {
     }
     const fail = (operation: string) => (e: unknown) =>
       new EgressFailure({ operation, message: e instanceof Error ? e.message : String(e) })
-
-    // Which platform this agent is: its `egress` bucket, named and dated by the NATS that holds it.
-    const nats = yield* Nats
-    const kv = yield* ensureBucket(EGRESS_BUCKET_SPEC).pipe(Effect.mapError(fail("platform")))
-    const bucket = yield* Effect.tryPromise({ try: () => kv.status(), catch: fail("platform") })
-    const claim = yield* Effect.acquireRelease(
-      Effect.try({
-        try: () =>
-          claimBridge(options.runDir, {
-            platform: `${bucket.streamInfo.config.name}@${bucket.streamInfo.created}`,
-            describe: `NATS ${nats.connection.getServer()}, bucket ${bucket.bucket}`,
-            bridge: options.bridge,
-            subnet: options.subnet,
-            tcpPort: options.tcpPort,
-            dnsPort: options.dnsPort,
-            hostId: options.hostId
-          }),
-        catch: fail("bridge")
-      }),
-      (c) => Effect.sync(() => c.release())
-    )
-    if (claim.refused !== undefined) {
-      return yield* new EgressFailure({ operation: "bridge", message: `egress: ${claim.refused}` })
-    }
 
     const ca = yield* ensureEgressCa(options.dir)
     const upstreamCas = options.upstreamCaFile === ""
@@ -207,7 +222,7 @@ export class Egress extends Context.Service<Egress, {
     return Egress.of({ serving: Effect.sync(() => ({ ...state })) })
   })
 
-  /** Needs `Nats` and `SecretBox`; fails (`EgressFailure`, operation `bridge`) beside another platform. */
+  /** Needs `Nats` and `SecretBox`. */
   static readonly layer = (options: EgressOptions) =>
     Layer.effect(Egress, Egress.make(options)).pipe(Layer.provide(EgressStore.layer))
 }
