@@ -21,7 +21,7 @@ import { updateConsumerDepth } from "@svc/bus/Metrics"
 import { Nats } from "@svc/bus/Nats"
 import { WorkerHeartbeat } from "@svc/bus/Workers"
 import { SecretBox } from "@svc/crypto/SecretBox"
-import { Egress, ensureEgressCa } from "@svc/egress/Egress"
+import { claimEgressBridge, Egress, ensureEgressCa } from "@svc/egress/Egress"
 import { AGENT_STREAM, agentConsumer, type HostLimits } from "@svc/host-protocol/Protocol"
 import { SandboxDriver } from "@svc/host/Driver"
 import { BubblewrapDriver } from "@svc/host/Driver/Bubblewrap"
@@ -148,6 +148,32 @@ const EgressFromAgent = Layer.unwrap(
   })
 )
 
+/**
+ * With egress, this agent's platform recorded for its bridge before the driver installs the
+ * bridge's firewall: beside another platform's agent (on the bridge, or on another bridge with
+ * the same subnet or ports) the agent does not start, and says why (@svc/egress/Owner).
+ */
+const EgressBridgeFromAgent = Layer.effectDiscard(
+  Effect.gen(function*() {
+    const config = yield* AgentConfig
+    if (config.egress === undefined) return
+    const driverConfig = DriverConfig.make({
+      dataDir: config.dataDir,
+      hostId: config.hostId,
+      bridge: config.bridge,
+      subnet: config.subnet
+    })
+    yield* claimEgressBridge({
+      runDir: driverConfig.runDir,
+      bridge: driverConfig.bridge,
+      subnet: config.subnet,
+      tcpPort: config.egress.tcpPort,
+      dnsPort: config.egress.dnsPort,
+      hostId: config.hostId
+    })
+  })
+)
+
 /** Everything after the configuration and the driver. */
 const services = (options: { readonly dataPlane?: DataPlaneOptions }) => {
   const core = Layer.mergeAll(Journal.layer, Reporter.layer, Images.layer)
@@ -206,9 +232,9 @@ interface RoleOptions {
 
 const role = <E>(config: Layer.Layer<AgentConfig, E>, options: RoleOptions) => {
   // Built before the agent's services, so released after them.
-  const driver = options.stopSandboxesOnStop === true
+  const driver = (options.stopSandboxesOnStop === true
     ? StopSandboxesOnStop.pipe(Layer.provideMerge(DriverFromAgent))
-    : DriverFromAgent
+    : DriverFromAgent).pipe(Layer.provide(EgressBridgeFromAgent))
   return services(options.dataPlane !== undefined ? { dataPlane: options.dataPlane } : {}).pipe(
     Layer.provideMerge(driver),
     Layer.provideMerge(config)
