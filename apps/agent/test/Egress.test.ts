@@ -423,7 +423,9 @@ layer(fileLayer, { excludeTestServices: true, timeout: 240_000 })("egress throug
         cmd: [
           "sh",
           "-c",
-          `start=$(date +%s); (sleep 40) | (nc ${API} 80; echo "closed after $(( $(date +%s) - start )) s")`
+          // The writer's sleep is killed once nc ends, so the test waits for the proxy, not for 40 s.
+          `start=$(date +%s); { sleep 40 & echo $! > /tmp/writer; wait; } | ` +
+          `(nc ${API} 80; echo "closed after $(( $(date +%s) - start )) s"; kill $(cat /tmp/writer))`
         ],
         timeoutMs: 60_000
       })
@@ -436,7 +438,8 @@ layer(fileLayer, { excludeTestServices: true, timeout: 240_000 })("egress throug
     Effect.gen(function*() {
       yield* setPolicy({ allow_out: [], deny_out: [] })
       const held = yield* inside(
-        `(printf 'GET /slow HTTP/1.1\\r\\nHost: ${API}\\r\\n'; sleep 20) | nc ${API} 80; echo " exit=$?"`
+        `{ printf 'GET /slow HTTP/1.1\\r\\nHost: ${API}\\r\\n'; sleep 20 & echo $! > /tmp/writer; wait; } | ` +
+          `(nc ${API} 80; echo " exit=$?"; kill $(cat /tmp/writer))`
       )
       assert.match(utf8(held.stdout), /^HTTP\/1\.1 408/, utf8(held.stdout))
     }))
