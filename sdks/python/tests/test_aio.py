@@ -6,13 +6,54 @@ loop kept free while a call waits (a ticker task keeps running during a 1 s comm
 from __future__ import annotations
 
 import asyncio
+import inspect
 import unittest
-from typing import List
+from typing import List, Set, Tuple, cast
 
 from support import client, unique
 
-from svc import AsyncSvc, SvcError
-from svc.aio import AsyncProcess, AsyncSandbox
+from svc import AsyncSvc, Process, Sandbox, Svc, SvcError
+from svc.aio import AsyncProcess, AsyncSandbox, AsyncSandboxes, _Creating
+from svc.types import ProcessRecord, SandboxRecord
+
+
+def public(obj: object) -> Set[str]:
+    return {name for name in dir(obj) if not name.startswith("_")}
+
+
+class Surface(unittest.TestCase):
+    """AsyncSvc has every method of Svc, resource by resource and object by object, as coroutines."""
+
+    def test_the_same_methods(self) -> None:
+        svc = Svc("http://127.0.0.1:1", "svc_live_x")
+        asynchronous = AsyncSvc("http://127.0.0.1:1", "svc_live_x")
+        self.addCleanup(asynchronous._executor.shutdown)
+        record = cast(SandboxRecord, {"id": "sbx_1", "name": "n", "state": "running"})
+        sandbox = Sandbox(svc._http, svc.templates, record)
+        process = Process(sandbox.processes, cast(ProcessRecord, {"pid": 1, "state": "running", "exit_code": None}))
+        async_sandbox = AsyncSandbox(asynchronous._run, sandbox)
+        pairs: List[Tuple[object, object]] = [
+            (svc, asynchronous),
+            (sandbox, async_sandbox),
+            (sandbox.files, async_sandbox.files),
+            (sandbox.processes, async_sandbox.processes),
+            (process, AsyncProcess(asynchronous._run, process)),
+        ]
+        for name in ("sandboxes", "templates", "volumes", "apps", "secrets", "webhooks", "keys", "org", "audit", "billing", "workers"):
+            pairs.append((getattr(svc, name), getattr(asynchronous, name)))
+        iterators = {"events", "exec_stream", "output", "follow_logs"}
+        for sync, other in pairs:
+            missing = public(sync) - public(other) - {"close"}
+            self.assertEqual(missing, set(), f"{type(other).__name__} lacks {missing}")
+            for name in public(sync):
+                value = getattr(other, name, None)
+                if not callable(value) or name in iterators or name in ("verify_webhook", "close", "aclose"):
+                    continue
+                if isinstance(other, AsyncSandboxes) and name == "create":
+                    # Awaitable, or an async context manager that deletes the sandbox at the end.
+                    self.assertTrue(hasattr(_Creating, "__await__") and hasattr(_Creating, "__aenter__"))
+                    continue
+                self.assertTrue(inspect.iscoroutinefunction(value), f"{type(other).__name__}.{name} is not a coroutine function")
 
 
 class Async(unittest.IsolatedAsyncioTestCase):
@@ -65,7 +106,7 @@ class Async(unittest.IsolatedAsyncioTestCase):
                     terminal.write("exit 3\n")
                     self.assertEqual(await terminal.wait(60), 3)
 
-                self.assertIn(sbx.id, [s.id for s in await svc.sandboxes.list(limit=500)])
+                self.assertIn(sbx.id, [s.id for s in (await svc.sandboxes.list(limit=500))["rows"]])
                 self.assertEqual((await svc.sandboxes.get(sbx.id)).id, sbx.id)
                 self.assertGreaterEqual((await sbx.stats())["pids"], 1)
                 sandbox_id = sbx.id

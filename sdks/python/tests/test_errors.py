@@ -6,6 +6,7 @@ timeouts, kept-alive connections, and the key never shown.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -182,6 +183,26 @@ class Transport(unittest.TestCase):
                 self.assertEqual(len(long_wait.requests), 1)
             finally:
                 long_wait.close()
+        finally:
+            stand_in.close()
+
+    def test_events_reconnect_after_the_last_event_seen(self) -> None:
+        def events(method: str, path: str) -> tuple[int, list[tuple[str, str]], bytes]:
+            n = len(stand_in.requests)
+            envelope = json.dumps({"event": "sandbox.created", "org_id": "org_1", "ts": "t", "data": {"n": n}})
+            # Each answer ends after one event: the stream was cut, as a proxy's idle timeout cuts it.
+            return 200, [("Content-Type", "text/event-stream")], f": keep-alive\n\nid: {n}\ndata: {envelope}\n\n".encode()
+
+        stand_in = StandIn(events)
+        try:
+            with stand_in.client().events(["sandbox.created"]) as stream:
+                first, second, third = next(stream), next(stream), next(stream)
+            self.assertEqual([first.id, second.id, third.id], ["1", "2", "3"])
+            self.assertEqual(third.data, {"n": 3})
+            self.assertEqual(stream.last_event_id, "3")
+            self.assertEqual([p for _, p, _ in stand_in.requests][0], "/v1/events?events=sandbox.created")
+            self.assertNotIn("last-event-id", stand_in.headers[0])
+            self.assertEqual([h["last-event-id"] for h in stand_in.headers[1:3]], ["1", "2"])
         finally:
             stand_in.close()
 

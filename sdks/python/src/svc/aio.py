@@ -30,6 +30,7 @@ from typing import (
     Sequence,
     Type,
     Tuple,
+    TypedDict,
     TypeVar,
     cast,
     Union,
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
 
     P = ParamSpec("P")
 
-__all__ = ["AsyncIter", "AsyncProcess", "AsyncSandbox", "AsyncSvc", "AsyncTerminal"]
+__all__ = ["AsyncIter", "AsyncProcess", "AsyncSandbox", "AsyncSandboxPage", "AsyncSvc", "AsyncTerminal"]
 
 R = TypeVar("R")
 T = TypeVar("T")
@@ -343,6 +344,14 @@ class _Creating:
             await self._sandbox.__aexit__(kind, error, trace)
 
 
+class AsyncSandboxPage(TypedDict):
+    rows: List[AsyncSandbox]
+    total: int
+    offset: int
+    limit: int
+    has_more: bool
+
+
 class AsyncSandboxes:
     """`svc.sandboxes` of an `AsyncSvc`."""
 
@@ -364,10 +373,16 @@ class AsyncSandboxes:
         offset: Optional[int] = None,
         state: Optional[Union[str, Sequence[str]]] = None,
         paginated: Optional[bool] = None,
-    ) -> List[AsyncSandbox]:
-        """The page's sandboxes (newest first)."""
+    ) -> AsyncSandboxPage:
+        """Newest first (see `Svc.sandboxes.list`)."""
         page = await self._run(self._sync.list)(limit=limit, offset=offset, state=state, paginated=paginated)
-        return [AsyncSandbox(self._run, s) for s in page["rows"]]
+        return {
+            "rows": [AsyncSandbox(self._run, s) for s in page["rows"]],
+            "total": page["total"],
+            "offset": page["offset"],
+            "limit": page["limit"],
+            "has_more": page["has_more"],
+        }
 
 
 class _AsyncTemplates:
@@ -479,7 +494,9 @@ class AsyncSvc:
         return verify_webhook(secret, raw_body, signature)
 
     async def aclose(self) -> None:
+        """Ends the worker threads and closes their connections."""
         self._executor.shutdown(wait=False)
+        self.sync.close()
 
     async def __aenter__(self) -> AsyncSvc:
         return self
