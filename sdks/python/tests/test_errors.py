@@ -106,6 +106,7 @@ class ApiRefusals(unittest.TestCase):
                 lambda: svc.billing.set_limits(hard_limit=1),
                 lambda: svc.events([1]),  # type: ignore[list-item]
                 lambda: svc.sandboxes.create(metadata={"x": float("nan")}),
+                lambda: Svc(stand_in.url, "svc_live_x", timeout=0),
             ]
             for call in sandbox_calls:
                 with self.assertRaises(SvcError) as caught:

@@ -136,6 +136,12 @@ class Sandboxes(unittest.TestCase):
             screen = b"".join(terminal.output).decode("utf-8", "replace")
         self.assertIn("hi from the terminal", screen)
         self.assertIn("40 120", screen)
+        # Its bytes as an iterator, until the shell's end.
+        with self.sbx.terminal() as terminal:
+            terminal.write("echo iterated; exit 0\n")
+            seen = b"".join(terminal)
+        self.assertIn(b"iterated", seen)
+        self.assertEqual(terminal.exit_code, 0)
 
     def test_stats_network_port_secret(self) -> None:
         stats = self.sbx.stats()

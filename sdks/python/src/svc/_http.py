@@ -218,6 +218,9 @@ class Http:
         if parts.scheme not in ("http", "https") or not parts.hostname:
             invalid("api_url", f"must be an http:// or https:// URL, not {url!r}")
         check_int(max_retries, "max_retries", low=0)
+        for name, value in (("timeout", timeout), ("max_retry_wait", max_retry_wait)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                invalid(name, "must be a positive number of seconds")
         self.api_url = url.rstrip("/")
         self.scheme = parts.scheme
         self.host = parts.hostname

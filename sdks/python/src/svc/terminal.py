@@ -169,8 +169,9 @@ class Terminal:
     def wait(self, timeout: Optional[float] = 300.0) -> int:
         """
         Reads on until the shell ends; its exit code. The output read meanwhile is appended to
-        `output` (use `read` to see it as it comes). A SvcError `terminal_closed` if
-        the connection closed before the shell exited.
+        `output` (use `read` to see it as it comes). `timeout`: the longest silence waited
+        through (a SvcError `timeout`). A SvcError `terminal_closed` if the connection closed
+        before the shell exited.
         """
         for data in self._drain(timeout):
             self.output.append(data)
