@@ -86,6 +86,16 @@ class ApiRefusals(unittest.TestCase):
             self.svc.events(["sandbox.*"])
         self.assertEqual((caught.exception.status, caught.exception.code), (400, "invalid_event_filter"))
 
+    def test_non_json_answer_of_the_real_server(self) -> None:
+        # A base URL that misses the API (a path of the server's dashboard): its HTML page, 200.
+        wrong = Svc(os.environ["SVC_API_URL"] + "/not-the-api")
+        self.addCleanup(wrong.close)
+        with self.assertRaises(SvcError) as caught:
+            wrong.org.get()
+        self.assertEqual((caught.exception.status, caught.exception.code), (200, "unexpected_response"))
+        self.assertIn("text/html", caught.exception.message)
+        self.assertEqual(caught.exception.details["content_type"].split(";")[0], "text/html")
+
     def test_refused_before_sending(self) -> None:
         # A client pointed at a stand-in: nothing of these reaches it.
         stand_in = StandIn(lambda method, path: json_reply(200, b"{}"))
