@@ -53,19 +53,22 @@ class Templates:
         *,
         base: Optional[str] = None,
         steps: Optional[Sequence[Mapping[str, Any]]] = None,
-        start_cmd: Optional[Sequence[str]] = None,
-        ready_cmd: Optional[Sequence[str]] = None,
+        start_cmd: Optional[str] = None,
+        ready_cmd: Optional[str] = None,
         wait: bool = True,
         timeout: float = DEFAULT_WAIT,
         **params: Any,
     ) -> Template:
         """
-        Builds a template from steps (`[{"run": "..."}, {"file": {...}}, {"env": {...}}]`); returns
+        Builds a template from steps (`[{"run": "..."}, {"file": {...}}, {"env": {...}}]`);
+        `start_cmd` and `ready_cmd` are shell lines. Returns
         once `ready` (a SvcError `template_failed` if the build fails) unless `wait=False`. The
         other fields of the API's body (`image`, `dockerfile`, `pool_size`...) pass through `**params`.
         """
         check_str(name, "name")
         check_str(base, "base", required=False)
+        check_str(start_cmd, "start_cmd", required=False)
+        check_str(ready_cmd, "ready_cmd", required=False)
         if steps is not None and (isinstance(steps, (str, bytes)) or not all(isinstance(s, Mapping) for s in steps)):
             invalid("steps", "must be a list of step objects")
         body = drop_none({"name": name, "base": base, "steps": steps, "start_cmd": start_cmd, "ready_cmd": ready_cmd, **params})

@@ -27,12 +27,14 @@ class SandboxRecord(TypedDict):
     state: str
     type: str
     region: str
+    datacenter: Optional[str]
     agent_ready: bool
     runtime_ready: bool
     runtime_reason: Optional[str]
     cpu: int
     ramMb: int
     diskGb: int
+    vsockCid: Optional[int]
     internalIp: Optional[str]
     exposedPorts: List[int]
     volume_attachments: List[Dict[str, Any]]
@@ -96,6 +98,8 @@ class Template(TypedDict):
     state: str
     image: Optional[str]
     base: Optional[str]
+    start_cmd: Optional[str]
+    ready_cmd: Optional[str]
     errorMessage: Optional[str]
     createdAt: str
     builtAt: Optional[str]
@@ -110,8 +114,14 @@ class Volume(TypedDict):
     size_gb: int
     state: str
     mount_path: Optional[str]
+    host_id: Optional[str]
+    attachment_id: Optional[str]
     attached_to: Optional[str]
+    device_path: Optional[str]
+    attachments: List[Dict[str, Any]]
+    auto_attach: Dict[str, Any]
     createdAt: str
+    deletedAt: Optional[str]
 
 
 class App(TypedDict):
@@ -121,6 +131,8 @@ class App(TypedDict):
     cmd: List[str]
     replicas: int
     ready_replicas: int
+    exposed_ports: List[int]
+    revision: int
     #: deploying, running, degraded, deleting
     state: str
     #: Why it is not running, else None.
