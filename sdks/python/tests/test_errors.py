@@ -6,6 +6,7 @@ timeouts, kept-alive connections, and the key never shown.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import threading
@@ -254,6 +255,12 @@ class Transport(unittest.TestCase):
             self.assertEqual(len(stand_in.requests), 11)
             self.assertEqual(stand_in.connections(), 3)
             self.assertEqual(stand_in.headers[0]["authorization"], "Bearer svc_live_secret_value")
+            # The finished threads' connections were closed and went with them; `close()` closes the one left.
+            del threads, t
+            gc.collect()
+            self.assertEqual(len(svc._http._connections), 1)
+            svc.close()
+            self.assertEqual(sum(1 for c in svc._http._connections if c.sock is not None), 0)
         finally:
             stand_in.close()
 

@@ -21,6 +21,7 @@ import ssl
 import threading
 import time
 import urllib.parse
+import weakref
 from dataclasses import dataclass, field
 from typing import IO, Any, Dict, Iterator, List, Mapping, NoReturn, Optional, Tuple, Union
 
@@ -232,8 +233,9 @@ class Http:
         self.ssl_context = ssl_context
         self.__key = key
         self._local = threading.local()
-        # Every thread's kept-alive connection, so that `close()` ends them all.
-        self._connections: List[http.client.HTTPConnection] = []
+        # Every live thread's kept-alive connection, so that `close()` ends them all (weakly: a
+        # finished thread's connection goes with its thread-local storage).
+        self._connections: "weakref.WeakSet[http.client.HTTPConnection]" = weakref.WeakSet()
         self._connections_lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -262,7 +264,9 @@ class Http:
             conn = self.new_connection(timeout)
             self._local.connection = conn
             with self._connections_lock:
-                self._connections.append(conn)
+                self._connections.add(conn)
+            # Closed when its thread is gone (rather than left to the garbage collector).
+            weakref.finalize(threading.current_thread(), conn.close)
         reused = conn.sock is not None
         conn.timeout = timeout
         if conn.sock is not None:
@@ -272,7 +276,7 @@ class Http:
     def close(self) -> None:
         """Closes the kept-alive connections of every thread (a later call opens another)."""
         with self._connections_lock:
-            for conn in self._connections:
+            for conn in list(self._connections):
                 conn.close()
 
     # -----------------------------------------------------------------------------------------
