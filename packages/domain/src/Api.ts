@@ -47,6 +47,10 @@ export class Api extends HttpApi.make("svc")
   .middleware(Infrastructure)
   // Report every invalid field of a request at once, not only the first.
   .annotate(HttpApi.ParseOptions, { errors: "all" })
+  // A body field the contract does not know is 400 `invalid_request` naming it, never ignored: a
+  // client's typo or a feature the server lacks (a template's `image`) must not become a
+  // different action. Bodies only: headers and query strings carry transport extras.
+  .annotate(HttpApi.PayloadParseOptions, { errors: "all", onExcessProperty: "error" })
   .annotate(HttpApi.SuccessParseOptions, {})
   .annotateMerge(OpenApi.annotations({
     title: "Sandbox platform API",
