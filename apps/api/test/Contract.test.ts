@@ -8,6 +8,7 @@
  */
 import { expect, layer } from "@effect/vitest"
 import { SecretBox } from "@svc/crypto/SecretBox"
+import { makeSandboxId } from "@svc/domain/Ids"
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import { type Answer, call, serve } from "@svc/testing/TestHttp"
 import * as TestNats from "@svc/testing/TestNats"
@@ -20,6 +21,8 @@ class Env extends Context.Service<Env, {
   /** A `*` key and a session cookie of one org. */
   readonly token: string
   readonly cookie: string
+  /** The same API with tight, slowly refilling buckets: 3 requests per credential, 2 failures per address. */
+  readonly tight: string
 }>()("test/Contract/Env") {}
 
 const EnvLayer = Layer.effect(
@@ -44,7 +47,23 @@ const EnvLayer = Layer.effect(
       body: { name: "k" },
       headers: { cookie, origin: base }
     })
-    return Env.of({ base, token: key.json.token, cookie })
+    // Refills of one token per 1,000 s: nothing refills while the test runs, the counts are exact.
+    const tight = yield* serve(
+      HttpRouter.serve(Server.Routes, { disableLogger: true, disableListenLog: true }).pipe(
+        Layer.provide(ConfigProvider.layerAdd(
+          ConfigProvider.fromUnknown({
+            SVC_RATE_LIMIT_BURST: "3",
+            SVC_RATE_LIMIT_PER_SECOND: "0.001",
+            SVC_FAILED_AUTH_RATE_BURST: "2",
+            SVC_FAILED_AUTH_RATE_PER_MINUTE: "0.06"
+          }),
+          { asPrimary: true }
+        )),
+        Layer.provide(Layer.succeedContext(platform))
+      ),
+      { server: Server.makeNodeServer, fresh: true }
+    )
+    return Env.of({ base, token: key.json.token, cookie, tight })
   })
 )
 
@@ -101,5 +120,70 @@ layer(EnvLayer, { timeout: "60 seconds" })("the contract as an attack surface", 
       // The same bodies without the unknown field are taken (the refusal was the field's).
       const renamed = yield* call(base, "PATCH", "/v1/org", { token, body: { name: "Renamed" } })
       expect(renamed.status, renamed.text).toBe(200)
+    }))
+
+  it.effect("every answer carries RateLimit-Limit, -Remaining and -Reset of its bucket; a 429 its Retry-After", () =>
+    Effect.gen(function*() {
+      const { tight, token } = yield* Env
+      /**
+       * The answer's status and its three fields as numbers, the reset in tokens to refill (1,000 s
+       * each: a slow run's seconds between requests do not change it).
+       */
+      const limits = (res: Answer) => ({
+        status: res.status,
+        limit: Number(res.headers.get("ratelimit-limit")),
+        remaining: Number(res.headers.get("ratelimit-remaining")),
+        reset: Math.ceil(Number(res.headers.get("ratelimit-reset") ?? Number.NaN) / 1000)
+      })
+      const retryAfter = (res: Answer) => Math.ceil(Number(res.headers.get("retry-after") ?? Number.NaN) / 1000)
+      // The credential's bucket: 3 at most, one token back per 1,000 s.
+      expect(limits(yield* call(tight, "GET", "/v1/org", { token }))).toEqual({
+        status: 200,
+        limit: 3,
+        remaining: 2,
+        reset: 1
+      })
+      expect(limits(yield* call(tight, "GET", `/v1/sandboxes/${makeSandboxId()}`, { token }))).toEqual({
+        status: 404,
+        limit: 3,
+        remaining: 1,
+        reset: 2
+      })
+      expect(limits(yield* call(tight, "GET", "/v1/org", { token }))).toEqual({
+        status: 200,
+        limit: 3,
+        remaining: 0,
+        reset: 3
+      })
+      const limited = yield* call(tight, "GET", "/v1/org", { token })
+      expect(limits(limited), limited.text).toEqual({ status: 429, limit: 3, remaining: 0, reset: 3 })
+      expect(limited.json.code).toBe("rate_limited")
+      expect(retryAfter(limited)).toBe(1)
+      // No credential, an unknown route, a public one: the address's failed-credential bucket
+      // (2 at most, one back per 1,000 s), which each failed credential takes from.
+      expect(limits(yield* call(tight, "GET", "/v1/no-such-route"))).toEqual({
+        status: 404,
+        limit: 2,
+        remaining: 2,
+        reset: 0
+      })
+      expect(limits(yield* call(tight, "GET", "/v1/org", { token: "svc_live_not_a_key" }))).toEqual({
+        status: 401,
+        limit: 2,
+        remaining: 1,
+        reset: 1
+      })
+      expect(limits(yield* call(tight, "GET", "/v1/org", { token: "svc_live_not_a_key_either" }))).toEqual({
+        status: 401,
+        limit: 2,
+        remaining: 0,
+        reset: 2
+      })
+      const blocked = yield* call(tight, "GET", "/v1/org", { token: "svc_live_a_third_one" })
+      expect(limits(blocked), blocked.text).toEqual({ status: 429, limit: 2, remaining: 0, reset: 2 })
+      expect(retryAfter(blocked)).toBe(1)
+      expect(limits(yield* call(tight, "GET", "/v1/health"))).toMatchObject({ status: 200, limit: 2, remaining: 0 })
+      // Answers of the global middleware itself: `?token=` refused before any route.
+      expect(limits(yield* call(tight, "GET", "/v1/org?token=x"))).toMatchObject({ status: 401, limit: 2 })
     }))
 })
