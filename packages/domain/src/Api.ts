@@ -9,6 +9,7 @@ import { Access, ApiKeysApi, AuthApi, Authorization, declareBearer } from "./Api
 import { BillingApi } from "./Api/Billing.ts"
 import { EventsApi } from "./Api/Events.ts"
 import { Infrastructure } from "./Api/Infrastructure.ts"
+import { declareLimits } from "./Api/Limits.ts"
 import { OrgApi } from "./Api/Org.ts"
 import { PreviewsApi } from "./Api/Previews.ts"
 import { ProcessesApi } from "./Api/Processes.ts"
@@ -55,7 +56,8 @@ export class Api extends HttpApi.make("svc")
   .annotateMerge(OpenApi.annotations({
     title: "Sandbox platform API",
     version: "1",
-    // Every endpoint takes the bearer credential (Authorization's own check, not its `security`).
-    transform: declareBearer
+    // Every endpoint takes the bearer credential (Authorization's own check, not its `security`);
+    // the limits every answer shares (the global middleware's and Node's) are declared on each.
+    transform: (spec) => declareLimits(declareBearer(spec))
   }))
 {}
