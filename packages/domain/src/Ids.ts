@@ -40,6 +40,7 @@ export type IdPrefix = (typeof ID_PREFIXES)[IdKind]
 /** The unbranded string schema of one id kind (prefix and body checked). */
 export const idString = (prefix: IdPrefix) =>
   Schema.String.check(
+    Schema.isMaxLength(prefix.length + 1 + TIME_LEN + RANDOM_LEN),
     Schema.isPattern(new RegExp(`^${prefix}_${BODY_PATTERN}$`), {
       expected: `an id of the form ${prefix}_<26 lowercase Crockford base32 characters>`
     })

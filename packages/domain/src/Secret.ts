@@ -17,9 +17,9 @@
  */
 import { Effect, Result, Schema, SchemaIssue, SchemaTransformation } from "effect"
 import { SecretId } from "./Ids.ts"
-import { parseRule } from "./Network.ts"
+import { MAX_RULE_LENGTH, parseRule } from "./Network.ts"
 import { Page } from "./Pagination.ts"
-import { Name } from "./Text.ts"
+import { Bounded, MAX_RECORD_NAME, Name } from "./Text.ts"
 import { NullableTimestamp, Timestamp } from "./Time.ts"
 
 export const MAX_SECRET_VALUE_BYTES = 64 * 1024
@@ -33,10 +33,10 @@ export const VALUE_PLACEHOLDER = "{value}"
 /** A secret as the API shows it: never its value. */
 export const Secret = Schema.Struct({
   id: SecretId,
-  name: Schema.String,
-  allowed_hosts: Schema.Array(Schema.String),
-  header_name: Schema.String,
-  header_format: Schema.String,
+  name: Bounded(MAX_RECORD_NAME),
+  allowed_hosts: Schema.Array(Bounded(MAX_RULE_LENGTH)).check(Schema.isMaxLength(MAX_ALLOWED_HOSTS)),
+  header_name: Bounded(MAX_HEADER_NAME),
+  header_format: Bounded(MAX_HEADER_FORMAT),
   createdAt: Timestamp,
   /** When the value was last replaced; null until then. */
   rotatedAt: NullableTimestamp
@@ -57,6 +57,8 @@ const hasControl = (s: string): boolean => {
 
 /** The value: checked without ever being quoted in an issue. */
 export const SecretValue = Schema.String.check(
+  // UTF-16 units never outnumber UTF-8 bytes: the byte bound below is the tighter one.
+  Schema.isMaxLength(MAX_SECRET_VALUE_BYTES),
   Schema.makeFilter((v: string) => {
     if (v.length === 0) return "must not be empty"
     if (Buffer.byteLength(v, "utf8") > MAX_SECRET_VALUE_BYTES) return `at most ${MAX_SECRET_VALUE_BYTES} bytes`
@@ -83,6 +85,7 @@ export const RESERVED_HEADERS: ReadonlySet<string> = new Set([
 ])
 
 export const HeaderName = Schema.String.check(
+  Schema.isMaxLength(MAX_HEADER_NAME),
   Schema.makeFilter((h: string) => {
     if (h.length === 0 || h.length > MAX_HEADER_NAME) return `1 to ${MAX_HEADER_NAME} characters`
     if (!TOKEN.test(h)) return "an HTTP header name (letters, digits and !#$%&'*+.^_`|~-)"
@@ -92,6 +95,7 @@ export const HeaderName = Schema.String.check(
 )
 
 export const HeaderFormat = Schema.String.check(
+  Schema.isMaxLength(MAX_HEADER_FORMAT),
   Schema.makeFilter((f: string) => {
     if (f.length > MAX_HEADER_FORMAT) return `at most ${MAX_HEADER_FORMAT} characters`
     if (!f.includes(VALUE_PLACEHOLDER)) return `must contain ${VALUE_PLACEHOLDER}`
@@ -112,7 +116,7 @@ export const parseAllowedHost = (input: string): Result.Result<string, string> =
   return Result.succeed(rule.wildcard ? `*.${rule.name}` : rule.name)
 }
 
-const AllowedHost = Schema.String.pipe(
+const AllowedHost = Schema.String.check(Schema.isMaxLength(MAX_RULE_LENGTH)).pipe(
   Schema.decodeTo(
     Schema.String,
     SchemaTransformation.transformEffect({
@@ -128,6 +132,7 @@ const AllowedHost = Schema.String.pipe(
 
 /** 1 to 100 hosts, duplicates (after normalising) removed, order kept. */
 export const AllowedHosts = Schema.Array(AllowedHost).check(
+  Schema.isMaxLength(MAX_ALLOWED_HOSTS),
   Schema.makeFilter((hosts: ReadonlyArray<string>) =>
     hosts.length === 0
       ? "at least one host"

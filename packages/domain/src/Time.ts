@@ -25,6 +25,8 @@ const isValidIso = (s: string): boolean => {
 }
 
 const IsoString = Schema.String.check(
+  // The longest form: nine digits of fraction and an offset.
+  Schema.isMaxLength(35),
   Schema.makeFilter((s: string) => isValidIso(s) || "an ISO 8601 timestamp", {
     expected: "an ISO 8601 timestamp such as 2026-11-22T01:02:03.456Z"
   })
