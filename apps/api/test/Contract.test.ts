@@ -122,6 +122,30 @@ layer(EnvLayer, { timeout: "60 seconds" })("the contract as an attack surface", 
       expect(renamed.status, renamed.text).toBe(200)
     }))
 
+  it.effect("a string or an array over the document's bound is 400 invalid_request naming it, before any work", () =>
+    Effect.gen(function*() {
+      const { base, cookie, token } = yield* Env
+      // Bounds the document declares (maxLength, maxItems) and decoding enforces.
+      expectNamed(
+        yield* call(base, "POST", "/v1/webhooks", { token, body: { url: `https://example.com/${"a".repeat(3000)}` } }),
+        "url"
+      )
+      expectNamed(
+        yield* call(base, "POST", "/v1/auth/api-keys", {
+          body: { name: "many", scopes: Array.from({ length: 300 }, () => "sandboxes:read") },
+          headers: { cookie, origin: base }
+        }),
+        "scopes"
+      )
+      expectNamed(
+        yield* call(base, "POST", "/v1/sandboxes", { token, body: { env: { A: "x".repeat(40 * 1024) } } }),
+        "env.A"
+      )
+      // A query parameter.
+      expectNamed(yield* call(base, "GET", `/v1/templates?limit=${"9".repeat(400)}`, { token }), "limit")
+      expect((yield* call(base, "GET", "/v1/webhooks", { token })).json.webhooks).toEqual([])
+    }))
+
   it.effect("every answer carries RateLimit-Limit, -Remaining and -Reset of its bucket; a 429 its Retry-After", () =>
     Effect.gen(function*() {
       const { tight, token } = yield* Env

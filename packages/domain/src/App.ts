@@ -28,7 +28,7 @@ import { Effect, Schema } from "effect"
 import { AppId, SandboxId } from "./Ids.ts"
 import { Page } from "./Pagination.ts"
 import { ExecRequest, MAX_EXPOSED_PORTS, Port } from "./Sandbox.ts"
-import { Bounded, EnvVars, MAX_RECORD_NAME, Truncated } from "./Text.ts"
+import { Bounded, enforcedMax, EnvVars, MAX_RECORD_NAME, Truncated } from "./Text.ts"
 import { Timestamp } from "./Time.ts"
 
 export const MAX_APP_REPLICAS = 100
@@ -38,7 +38,7 @@ export const AppState = Schema.Literals(APP_STATES)
 export type AppState = typeof AppState.Type
 
 export const AppName = Schema.String.check(
-  Schema.isMaxLength(63),
+  enforcedMax(63),
   Schema.isPattern(/^[a-z0-9][a-z0-9-]{0,62}$/, {
     expected: "1 to 63 of a-z, 0-9 and -, starting with a letter or digit"
   })
@@ -81,7 +81,7 @@ export const CreateAppRequest = Schema.Struct({
   name: AppName,
   /** A template id or name. */
   template: Schema.String.check(
-    Schema.isMaxLength(120),
+    enforcedMax(120),
     Schema.isPattern(/^[A-Za-z0-9][A-Za-z0-9_.-]{0,119}$/, {
       expected: "a template id or name"
     })

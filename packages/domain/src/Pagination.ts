@@ -6,6 +6,7 @@
  * digits: "1.5", "-1", "+1", "1e3", " 1", "" and anything past the maximum are refused.
  */
 import { Effect, Schema, SchemaTransformation } from "effect"
+import { enforcedMax } from "./Text.ts"
 
 export const LIMIT_DEFAULT = 50
 export const LIMIT_MAX = 500
@@ -15,7 +16,7 @@ export const OFFSET_MAX = 2_147_483_647
 /** A non-negative integer written as decimal digits in a query string, within bounds. */
 export const IntFromQuery = (minimum: number, maximum: number) =>
   Schema.String.check(
-    Schema.isMaxLength(10),
+    enforcedMax(10),
     Schema.isPattern(/^\d{1,10}$/, { expected: "a whole number written in digits" })
   ).pipe(
     Schema.decodeTo(

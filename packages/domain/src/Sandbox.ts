@@ -13,6 +13,7 @@ import { ListQuery, Page } from "./Pagination.ts"
 import {
   AbsolutePath,
   Bounded,
+  enforcedMax,
   EnvVars,
   jsonBytes,
   MAX_ERROR_TEXT,
@@ -202,7 +203,7 @@ export const CreateSandboxRequest = Schema.Struct({
   metadata: Metadata.pipe(withDefault({})),
   type: SandboxType.pipe(withDefault("persistent")),
   /** null: any region. */
-  region: Schema.NullOr(Schema.String.check(Schema.isMaxLength(64), Schema.isPattern(/^[A-Za-z0-9._-]{1,64}$/)))
+  region: Schema.NullOr(Schema.String.check(enforcedMax(64), Schema.isPattern(/^[A-Za-z0-9._-]{1,64}$/)))
     .pipe(withDefault(null)),
   volumes: Schema.Array(SandboxVolumeRequest).check(
     Schema.isMaxLength(MAX_VOLUMES),
@@ -228,7 +229,7 @@ export const EXEC_MAX_ARG_LENGTH = 128 * 1024
 export const ExecRequest = Schema.Struct({
   /** argv: at least one element, the first non-empty; no NUL anywhere. */
   cmd: Schema.Array(Bounded(EXEC_MAX_ARG_LENGTH)).check(
-    Schema.isMaxLength(EXEC_MAX_ARGS),
+    enforcedMax(EXEC_MAX_ARGS),
     Schema.makeFilter((cmd: ReadonlyArray<string>) => {
       if (cmd.length === 0) return "at least the program to run"
       if (cmd.length > EXEC_MAX_ARGS) return `at most ${EXEC_MAX_ARGS} arguments`

@@ -19,7 +19,7 @@ import { Effect, Result, Schema, SchemaIssue, SchemaTransformation } from "effec
 import { SecretId } from "./Ids.ts"
 import { MAX_RULE_LENGTH, parseRule } from "./Network.ts"
 import { Page } from "./Pagination.ts"
-import { Bounded, MAX_RECORD_NAME, Name } from "./Text.ts"
+import { Bounded, enforcedMax, MAX_RECORD_NAME, Name } from "./Text.ts"
 import { NullableTimestamp, Timestamp } from "./Time.ts"
 
 export const MAX_SECRET_VALUE_BYTES = 64 * 1024
@@ -57,8 +57,8 @@ const hasControl = (s: string): boolean => {
 
 /** The value: checked without ever being quoted in an issue. */
 export const SecretValue = Schema.String.check(
-  // UTF-16 units never outnumber UTF-8 bytes: the byte bound below is the tighter one.
-  Schema.isMaxLength(MAX_SECRET_VALUE_BYTES),
+  // UTF-16 units never outnumber UTF-8 bytes: the byte bound below enforces it.
+  enforcedMax(MAX_SECRET_VALUE_BYTES),
   Schema.makeFilter((v: string) => {
     if (v.length === 0) return "must not be empty"
     if (Buffer.byteLength(v, "utf8") > MAX_SECRET_VALUE_BYTES) return `at most ${MAX_SECRET_VALUE_BYTES} bytes`
@@ -85,7 +85,7 @@ export const RESERVED_HEADERS: ReadonlySet<string> = new Set([
 ])
 
 export const HeaderName = Schema.String.check(
-  Schema.isMaxLength(MAX_HEADER_NAME),
+  enforcedMax(MAX_HEADER_NAME),
   Schema.makeFilter((h: string) => {
     if (h.length === 0 || h.length > MAX_HEADER_NAME) return `1 to ${MAX_HEADER_NAME} characters`
     if (!TOKEN.test(h)) return "an HTTP header name (letters, digits and !#$%&'*+.^_`|~-)"
@@ -95,7 +95,7 @@ export const HeaderName = Schema.String.check(
 )
 
 export const HeaderFormat = Schema.String.check(
-  Schema.isMaxLength(MAX_HEADER_FORMAT),
+  enforcedMax(MAX_HEADER_FORMAT),
   Schema.makeFilter((f: string) => {
     if (f.length > MAX_HEADER_FORMAT) return `at most ${MAX_HEADER_FORMAT} characters`
     if (!f.includes(VALUE_PLACEHOLDER)) return `must contain ${VALUE_PLACEHOLDER}`
@@ -132,7 +132,7 @@ const AllowedHost = Schema.String.check(Schema.isMaxLength(MAX_RULE_LENGTH)).pip
 
 /** 1 to 100 hosts, duplicates (after normalising) removed, order kept. */
 export const AllowedHosts = Schema.Array(AllowedHost).check(
-  Schema.isMaxLength(MAX_ALLOWED_HOSTS),
+  enforcedMax(MAX_ALLOWED_HOSTS),
   Schema.makeFilter((hosts: ReadonlyArray<string>) =>
     hosts.length === 0
       ? "at least one host"

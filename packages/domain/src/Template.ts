@@ -4,7 +4,7 @@
  */
 import { Schema } from "effect"
 import { Page } from "./Pagination.ts"
-import { Bounded, IdText, MAX_ERROR_TEXT, TimestampText, Truncated } from "./Text.ts"
+import { Bounded, enforcedMax, IdText, MAX_ERROR_TEXT, TimestampText, Truncated } from "./Text.ts"
 
 export const MAX_STEPS = 20
 const Text = (max: number) => Schema.String.check(Schema.isMinLength(1), Schema.isMaxLength(max))
@@ -16,7 +16,7 @@ const EnvName = Schema.String.check(
 )
 
 export const TemplateName = Schema.String.check(
-  Schema.isMaxLength(63),
+  enforcedMax(63),
   Schema.isPattern(/^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/, {
     message: "1 to 63 of [A-Za-z0-9_.-], starting with a letter or digit"
   })
@@ -27,7 +27,7 @@ export const TemplateStep = Schema.Union([
   Schema.Struct({
     file: Schema.Struct({
       path: Schema.String.check(
-        Schema.isMaxLength(4096),
+        enforcedMax(4096),
         Schema.isPattern(/^\/[^\0]{0,4095}$/, { message: "an absolute path" })
       ),
       content: NoNul(256 * 1024),
@@ -47,7 +47,7 @@ export const CreateTemplateRequest = Schema.Struct({
   base: Schema.optionalKey(Text(64)),
   steps: Schema.optionalKey(
     Schema.Array(TemplateStep).check(
-      Schema.isMaxLength(MAX_STEPS),
+      enforcedMax(MAX_STEPS),
       Schema.makeFilter((steps) => steps.length <= MAX_STEPS || `at most ${MAX_STEPS} steps`)
     )
   ),

@@ -2,6 +2,16 @@
 import { Schema, SchemaTransformation } from "effect"
 
 /**
+ * The bound the other checks of a schema already enforce, stated for the OpenAPI document
+ * (`maxLength`, or `maxItems` on an array) without a second issue for the same fault.
+ */
+export const enforcedMax = (max: number) =>
+  Schema.makeFilter(() => true, {
+    toJsonSchema: ({ type }) =>
+      type === "string" ? [{ maxLength: max }, true] : type === "array" ? { maxItems: max } : [{}, true]
+  })
+
+/**
  * A string of at most `max` UTF-16 units: `maxLength` in the OpenAPI document, refused by
  * decoding past it (the OWASP ruleset wants a bound on every string, `.spectral.yaml`).
  */
@@ -143,8 +153,8 @@ export type EnvVars = typeof EnvVars.Type
 
 /** An absolute path inside a sandbox: starts with `/`, no `..` segment, no NUL, at most 4096 bytes. */
 export const AbsolutePath = Schema.String.check(
-  // UTF-16 units never outnumber UTF-8 bytes: the byte bound below is the tighter one.
-  Schema.isMaxLength(4096),
+  // UTF-16 units never outnumber UTF-8 bytes: the byte bound below enforces it.
+  enforcedMax(4096),
   Schema.makeFilter((p: string) => {
     if (!p.startsWith("/")) return "an absolute path (starting with /)"
     if (p.includes("\u0000")) return "no NUL characters"
@@ -156,7 +166,7 @@ export const AbsolutePath = Schema.String.check(
 
 /** A relative path (empty allowed): no leading `/`, no `..` segment, no NUL. */
 export const RelativePath = Schema.String.check(
-  Schema.isMaxLength(4096),
+  enforcedMax(4096),
   Schema.makeFilter((p: string) => {
     if (p.startsWith("/")) return "a relative path (no leading /)"
     if (p.includes("\u0000")) return "no NUL characters"

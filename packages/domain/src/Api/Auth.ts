@@ -32,7 +32,7 @@ import {
 import { ApiKeyId, OrgId, UserId } from "../Ids.ts"
 import { ListQuery, Page } from "../Pagination.ts"
 import { type Action, type Grant, MAX_TOKEN_LENGTH, MAX_TOKENS, type Resource } from "../Scopes.ts"
-import { Bounded, codePoints, IdText, MAX_RECORD_NAME, Name, withoutNul } from "../Text.ts"
+import { Bounded, codePoints, enforcedMax, IdText, MAX_RECORD_NAME, Name, withoutNul } from "../Text.ts"
 import { NullableTimestamp, Timestamp } from "../Time.ts"
 import { InfrastructureFailureSchema } from "./Infrastructure.ts"
 
@@ -246,8 +246,8 @@ export const Email = Schema.String.check(Schema.isMaxLength(1024)).pipe(
 
 /** 8 to 256 characters; the message never repeats the value. */
 export const Password = Schema.String.check(
-  // Code points below; never more UTF-16 units than twice as many.
-  Schema.isMaxLength(2 * MAX_PASSWORD_LENGTH),
+  // JSON Schema counts code points, as the check below does.
+  enforcedMax(MAX_PASSWORD_LENGTH),
   Schema.makeFilter((s: string) => {
     const n = codePoints(s)
     if (s.includes("\u0000")) return `a password without NUL characters`

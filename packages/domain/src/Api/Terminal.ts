@@ -8,11 +8,11 @@ import { Schema } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/http-api"
 import { Conflict, CsrfRejected, InvalidRequest, NotFound, SandboxOutOfScope, Unavailable } from "../Errors.ts"
 import { SandboxId } from "../Ids.ts"
-import { Bounded } from "../Text.ts"
+import { Bounded, enforcedMax } from "../Text.ts"
 import { Access } from "./Auth.ts"
 
 const Size = Schema.String.check(
-  Schema.isMaxLength(4),
+  enforcedMax(4),
   Schema.isPattern(/^[1-9]\d{0,3}$/, { message: "an integer from 1 to 1000" }),
   Schema.makeFilter((s: string) => Number(s) <= 1000 || "an integer from 1 to 1000")
 )
