@@ -8,11 +8,13 @@ import { describe, expect, it } from "@effect/vitest"
 import { Api } from "@svc/domain/Api"
 import { OpenApi } from "effect/http-api"
 import { execFile } from "node:child_process"
-import { mkdirSync, writeFileSync } from "node:fs"
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs"
 import { join, resolve } from "node:path"
 
 const ROOT = resolve(import.meta.dirname, "../../..")
-const SPECTRAL = join(ROOT, "node_modules/.bin/spectral")
+const SPECTRAL = join(ROOT, "node_modules", ".bin", "spectral")
+/** The ruleset `.spectral.yaml` extends, as installed (devDependencies of the root). */
+const RULESET = join(ROOT, "node_modules/@stoplight/spectral-owasp-ruleset/package.json")
 
 interface Finding {
   readonly code: string
@@ -47,6 +49,9 @@ const errorsOf = (findings: ReadonlyArray<Finding>) =>
 
 describe("the OpenAPI document under the OWASP API Security ruleset", () => {
   it("has no error", async () => {
+    // The ruleset is there to extend: without it Spectral would not run the OWASP rules at all.
+    expect(JSON.parse(readFileSync(RULESET, "utf8")).name).toBe("@stoplight/spectral-owasp-ruleset")
+    expect(readFileSync(join(ROOT, ".spectral.yaml"), "utf8")).toContain("- \"@stoplight/spectral-owasp-ruleset\"")
     const findings = await lint(OpenApi.fromApi(Api), "openapi.json")
     expect(errorsOf(findings)).toEqual([])
   }, 120_000)
