@@ -33,8 +33,9 @@ const HEADERS = {
     schema: COUNT
   },
   "Retry-After": {
-    description: "Seconds until the bucket admits a request again (also `retry_after_s` of the body).",
-    required: true,
+    description: "With `rate_limited`: seconds until the bucket admits a request again (also `retry_after_s` of " +
+      "the body). A `quota_exceeded` 429 has none: it lasts until the org stops or deletes a sandbox.",
+    required: false,
     schema: COUNT
   }
 } as const
