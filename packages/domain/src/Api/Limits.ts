@@ -8,6 +8,7 @@
  * - every integer is a JavaScript safe integer: `format: int64` (or `int32` when its bounds fit).
  * The OWASP API Security ruleset checks the result (`.spectral.yaml`, apps/api/test/OpenApi.test.ts).
  */
+import { MAX_ERROR_MESSAGE } from "../Errors.ts"
 
 /** The keys of an OpenAPI path item that are operations (the others: parameters, summary, ...). */
 const OPERATIONS = new Set(["get", "put", "post", "delete", "options", "head", "patch", "trace"])
@@ -51,16 +52,23 @@ const RATE_HEADERS = {
 const errorSchema = (code: string) => ({
   type: "object",
   properties: {
-    error: { type: "string", maxLength: 1024, description: "A message for people" },
+    error: { type: "string", maxLength: MAX_ERROR_MESSAGE, description: "A message for people" },
     code: { type: "string", enum: [code] }
   },
   required: ["error", "code"],
   additionalProperties: false
 })
 
+/** The error schemas of the shared answers, by code, as the document names them. */
+const COMPONENT_OF = {
+  payload_too_large: "PayloadTooLargeEncoded",
+  unsupported_media_type: "UnsupportedMediaTypeEncoded",
+  internal: "InternalEncoded"
+} as const
+
 const json = (schema: unknown) => ({ "application/json": { schema } })
 
-const SHARED_RESPONSES: Record<string, { readonly description: string; readonly code: string }> = {
+const SHARED_RESPONSES: Record<string, { readonly description: string; readonly code: keyof typeof COMPONENT_OF }> = {
   "413": {
     description: "The body is over the route's limit: 1 MiB, 100 MiB for file uploads (`payload_too_large`)",
     code: "payload_too_large"
@@ -92,20 +100,10 @@ const formatIntegers = (node: unknown): void => {
 
 export const declareLimits = (spec: Record<string, any>): Record<string, any> => {
   const schemas: Record<string, unknown> = { ...spec.components?.schemas }
-  schemas["UnsupportedMediaTypeEncoded"] ??= errorSchema("unsupported_media_type")
-  schemas["PayloadTooLargeEncoded"] ??= errorSchema("payload_too_large")
-  schemas["InternalEncoded"] ??= errorSchema("internal")
+  // The endpoints' own error lists declare some of these already (the same shape).
+  for (const [code, component] of Object.entries(COMPONENT_OF)) schemas[component] ??= errorSchema(code)
   spec.components = { ...spec.components, schemas, headers: { ...spec.components?.headers, ...HEADERS } }
-  const errorContent = (code: string) =>
-    json({
-      $ref: `#/components/schemas/${
-        code === "payload_too_large"
-          ? "PayloadTooLargeEncoded"
-          : code === "unsupported_media_type"
-          ? "UnsupportedMediaTypeEncoded"
-          : "InternalEncoded"
-      }`
-    })
+  const errorContent = (code: keyof typeof COMPONENT_OF) => json({ $ref: `#/components/schemas/${COMPONENT_OF[code]}` })
   for (const item of Object.values<Record<string, any>>(spec.paths ?? {})) {
     for (const [method, operation] of Object.entries(item)) {
       if (!OPERATIONS.has(method)) continue
