@@ -23,9 +23,9 @@ import { Effect, Result, Schema, SchemaIssue, SchemaTransformation } from "effec
 import * as net from "node:net"
 import { classifyAddress } from "./Address.ts"
 import { SecretId } from "./Ids.ts"
-import { domainMatches, parseRule } from "./Network.ts"
+import { domainMatches, MAX_RULE_LENGTH, parseRule } from "./Network.ts"
 import { Page } from "./Pagination.ts"
-import { Name } from "./Text.ts"
+import { Bounded, enforcedMax, MAX_RECORD_NAME, Name } from "./Text.ts"
 import { NullableTimestamp, Timestamp } from "./Time.ts"
 
 export const MAX_SECRET_VALUE_BYTES = 64 * 1024
@@ -39,10 +39,10 @@ export const VALUE_PLACEHOLDER = "{value}"
 /** A secret as the API shows it: never its value. */
 export const Secret = Schema.Struct({
   id: SecretId,
-  name: Schema.String,
-  allowed_hosts: Schema.Array(Schema.String),
-  header_name: Schema.String,
-  header_format: Schema.String,
+  name: Bounded(MAX_RECORD_NAME),
+  allowed_hosts: Schema.Array(Bounded(MAX_RULE_LENGTH)).check(Schema.isMaxLength(MAX_ALLOWED_HOSTS)),
+  header_name: Bounded(MAX_HEADER_NAME),
+  header_format: Bounded(MAX_HEADER_FORMAT),
   createdAt: Timestamp,
   /** When the value was last replaced; null until then. */
   rotatedAt: NullableTimestamp
@@ -63,6 +63,8 @@ const hasControl = (s: string): boolean => {
 
 /** The value: checked without ever being quoted in an issue. */
 export const SecretValue = Schema.String.check(
+  // UTF-16 units never outnumber UTF-8 bytes: the byte bound below enforces it.
+  enforcedMax(MAX_SECRET_VALUE_BYTES),
   Schema.makeFilter((v: string) => {
     if (v.length === 0) return "must not be empty"
     if (Buffer.byteLength(v, "utf8") > MAX_SECRET_VALUE_BYTES) return `at most ${MAX_SECRET_VALUE_BYTES} bytes`
@@ -89,6 +91,7 @@ export const RESERVED_HEADERS: ReadonlySet<string> = new Set([
 ])
 
 export const HeaderName = Schema.String.check(
+  enforcedMax(MAX_HEADER_NAME),
   Schema.makeFilter((h: string) => {
     if (h.length === 0 || h.length > MAX_HEADER_NAME) return `1 to ${MAX_HEADER_NAME} characters`
     if (!TOKEN.test(h)) return "an HTTP header name (letters, digits and !#$%&'*+.^_`|~-)"
@@ -98,6 +101,7 @@ export const HeaderName = Schema.String.check(
 )
 
 export const HeaderFormat = Schema.String.check(
+  enforcedMax(MAX_HEADER_FORMAT),
   Schema.makeFilter((f: string) => {
     if (f.length > MAX_HEADER_FORMAT) return `at most ${MAX_HEADER_FORMAT} characters`
     if (!f.includes(VALUE_PLACEHOLDER)) return `must contain ${VALUE_PLACEHOLDER}`
@@ -190,7 +194,7 @@ export const secretDestinationMatches = (
   return net.isIP(request.host) === 0 && domainMatches(entry.host, request.host)
 }
 
-const AllowedHost = Schema.String.pipe(
+const AllowedHost = Schema.String.check(Schema.isMaxLength(MAX_RULE_LENGTH)).pipe(
   Schema.decodeTo(
     Schema.String,
     SchemaTransformation.transformEffect({
@@ -206,6 +210,7 @@ const AllowedHost = Schema.String.pipe(
 
 /** 1 to 100 hosts, duplicates (after normalising) removed, order kept. */
 export const AllowedHosts = Schema.Array(AllowedHost).check(
+  enforcedMax(MAX_ALLOWED_HOSTS),
   Schema.makeFilter((hosts: ReadonlyArray<string>) =>
     hosts.length === 0
       ? "at least one host"

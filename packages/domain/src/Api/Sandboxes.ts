@@ -33,6 +33,7 @@ import {
   SandboxPage,
   SandboxStats
 } from "../Sandbox.ts"
+import { Bounded, TimestampText } from "../Text.ts"
 import { Access } from "./Auth.ts"
 import { ProcessEvents } from "./Processes.ts"
 
@@ -52,15 +53,19 @@ export class BindSecretBody extends Schema.Class<BindSecretBody>("BindSecretRequ
 export class ExecBody extends Schema.Class<ExecBody>("ExecRequest")(ExecRequest.fields) {}
 
 export const FileEntry = Schema.Struct({
-  name: Schema.String,
+  /** One file name: at most 255 bytes (NAME_MAX). */
+  name: Bounded(255),
   type: Schema.Literals(["file", "dir", "symlink", "other"]),
   size: Schema.Int,
-  mtime: Schema.String
+  mtime: TimestampText
 })
 export type FileEntry = typeof FileEntry.Type
 
+/** The most entries a folder's listing carries (the listing itself has no cap yet: a larger folder fails). */
+export const MAX_LISTING = 100_000
+
 /** GET .../files on a folder. */
-export const FileListing = Schema.Struct({ entries: Schema.Array(FileEntry) })
+export const FileListing = Schema.Struct({ entries: Schema.Array(FileEntry).check(Schema.isMaxLength(MAX_LISTING)) })
 export type FileListing = typeof FileListing.Type
 
 export const FilesQuery = Schema.Struct({ path: SandboxFilePath })
