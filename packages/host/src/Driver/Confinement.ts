@@ -71,17 +71,21 @@ export const capabilityHex = (): string => capabilityMask().toString(16).padStar
  * `/etc/subgid`), inside them would share its files with every sandbox's root, or its
  * processes and limits with one sandbox.
  */
-export const rangeConflict = async (uidBase: number, slots = 0): Promise<string | undefined> => {
+export const rangeConflict = async (
+  uidBase: number,
+  slots = 0,
+  files: { readonly passwd?: string; readonly group?: string; readonly subuid?: string; readonly subgid?: string } = {}
+): Promise<string | undefined> => {
   const end = slotUid(uidBase, slots)
   const inRange = (id: number, count = 1) => id < end && id + count > uidBase
-  for (const file of ["/etc/passwd", "/etc/group"]) {
+  for (const file of [files.passwd ?? "/etc/passwd", files.group ?? "/etc/group"]) {
     const text = await Fs.readFile(file, "utf8").catch(() => "")
     for (const line of text.split("\n")) {
       const [name, , id] = line.split(":")
       if (name && id !== undefined && inRange(Number(id))) return `${file}: ${name} has id ${id}`
     }
   }
-  for (const file of ["/etc/subuid", "/etc/subgid"]) {
+  for (const file of [files.subuid ?? "/etc/subuid", files.subgid ?? "/etc/subgid"]) {
     const text = await Fs.readFile(file, "utf8").catch(() => "")
     for (const line of text.split("\n")) {
       const [name, start, count] = line.split(":")
