@@ -12,7 +12,17 @@ import * as FsSync from "node:fs"
 import * as NodePath from "node:path"
 import { ID_COUNT, slotUid } from "../src/Driver/Confinement.ts"
 import { digestFile } from "../src/Layers.ts"
-import { exec, sh, spec, staticProbe, TestDriver, text, uniqueId, withSandbox } from "./fixtures/support.ts"
+import {
+  exec,
+  makeTestDriver,
+  sh,
+  spec,
+  staticProbe,
+  TestDriver,
+  text,
+  uniqueId,
+  withSandbox
+} from "./fixtures/support.ts"
 
 /** The host uid that root inside is: the first extent of its uid map. */
 const hostRoot = (uidMap: string) => Number(uidMap.trim().split(/\s+/)[1])
@@ -20,6 +30,23 @@ const hostRoot = (uidMap: string) => Number(uidMap.trim().split(/\s+/)[1])
 const volumeId = () => {
   const alphabet = "0123456789abcdefghjkmnpqrstvwxyz"
   return `vol_0${Array.from(randomBytes(25), (b) => alphabet[b % 32]).join("")}`
+}
+
+/** The slot leases of the machine that name a sandbox of `dataDir`: slot → sandbox id. */
+const leasesOf = (slotDir: string, dataDir: string) => {
+  const found: Record<string, string> = {}
+  for (const name of FsSync.readdirSync(slotDir)) {
+    try {
+      const owner = JSON.parse(FsSync.readFileSync(NodePath.join(slotDir, name), "utf8")) as {
+        dataDir: string
+        sandboxId: string
+      }
+      if (owner.dataDir === dataDir) found[name] = owner.sandboxId
+    } catch {
+      // Released meanwhile (another agent's).
+    }
+  }
+  return found
 }
 
 /** The parent of a sandbox's init: its host-side bubblewrap, in the mount namespace that holds its disk. */
@@ -126,6 +153,67 @@ layer(TestDriver.layer(), { excludeTestServices: true })("a uid range per sandbo
           sh("stat -c '%u:%g' /srv/app/f /srv/app; echo more >> /srv/app/f && stat -c '%u:%g' /srv/app/f")
         )
         assert.strictEqual(text(seen.stdout), "1000:1000\n1000:1000\n1000:1000\n", text(seen.stderr))
+      }).pipe(Effect.scoped),
+    120_000
+  )
+
+  it.effect(
+    "slots are leased machine-wide: two agents never share one; adopt hands it over, destroy gives it back",
+    () =>
+      Effect.gen(function*() {
+        const { driver, config, dataDir } = yield* TestDriver
+        // Another agent of the machine (its own data dir and host id, the same slot folder).
+        const other = yield* makeTestDriver()
+        assert.strictEqual(other.config.slotDir, config.slotDir)
+        const a = uniqueId("slot")
+        const b = uniqueId("slot")
+        yield* withSandbox(driver, spec(a))
+        yield* withSandbox(other.driver, spec(b))
+        const mine = leasesOf(config.slotDir, dataDir)
+        const theirs = leasesOf(config.slotDir, other.dataDir)
+        const slotA = Object.keys(mine).find((slot) => mine[slot] === a)!
+        const slotB = Object.keys(theirs).find((slot) => theirs[slot] === b)!
+        assert.isDefined(slotA)
+        assert.isDefined(slotB)
+        assert.notStrictEqual(slotA, slotB)
+        const uidA = hostRoot(text((yield* driver.exec(a, sh("cat /proc/self/uid_map"))).stdout))
+        assert.strictEqual(uidA, slotUid(config.uidBase, Number(slotA)))
+
+        // Adopted under a new id, it keeps running as the same range, now leased to the new id.
+        const adopted = uniqueId("slot")
+        yield* driver.adopt(a, spec(adopted))
+        yield* Effect.addFinalizer(() => driver.destroy(adopted).pipe(Effect.ignore))
+        assert.strictEqual(leasesOf(config.slotDir, dataDir)[slotA], adopted)
+        assert.strictEqual(hostRoot(text((yield* driver.exec(adopted, sh("cat /proc/self/uid_map"))).stdout)), uidA)
+        yield* driver.destroy(adopted)
+        assert.isUndefined(leasesOf(config.slotDir, dataDir)[slotA])
+        assert.strictEqual(leasesOf(config.slotDir, other.dataDir)[slotB], b)
+      }).pipe(Effect.scoped),
+    120_000
+  )
+
+  it.effect(
+    "a sandbox recorded before uid ranges (no slot, files as the files' range) gets one at its next start",
+    () =>
+      Effect.gen(function*() {
+        const { driver, config, dataDir } = yield* TestDriver
+        const id = uniqueId("old")
+        yield* withSandbox(driver, spec(id))
+        yield* driver.exec(id, sh("echo kept > /root/kept && chown 1000:1000 /root/kept"))
+        yield* driver.stop(id)
+        // As an older driver left it: no `uidSlot`, no lease.
+        const file = NodePath.join(dataDir, "sandboxes", id, "sandbox.json")
+        const { uidSlot, ...older } = JSON.parse(FsSync.readFileSync(file, "utf8")) as { uidSlot: number }
+        FsSync.writeFileSync(file, JSON.stringify(older))
+        FsSync.rmSync(NodePath.join(config.slotDir, String(uidSlot)))
+        yield* driver.start(id)
+        const seen = yield* driver.exec(id, sh("stat -c '%u:%g' /root/kept; cat /proc/self/uid_map"))
+        const [owner, map] = text(seen.stdout).split("\n")
+        assert.strictEqual(owner, "1000:1000")
+        const slot = (JSON.parse(FsSync.readFileSync(file, "utf8")) as { uidSlot?: number }).uidSlot
+        assert.isDefined(slot)
+        assert.strictEqual(hostRoot(map!), slotUid(config.uidBase, slot!))
+        assert.strictEqual(leasesOf(config.slotDir, dataDir)[String(slot)], id)
       }).pipe(Effect.scoped),
     120_000
   )
