@@ -133,6 +133,9 @@ const AbsolutePath = Schema.String.check(Schema.isPattern(/^\/[^\0]*$/, { messag
 /** Above the system and login ranges and the usual /etc/subuid blocks, below 2^31. */
 export const UidBase = Schema.Int.check(Schema.isBetween({ minimum: 65536, maximum: 2 ** 31 - 65536 }))
 
+/** At most the ranges of 65536 between the highest base and the top of the uid space (`Confinement.slotsOverflow`). */
+export const UidSlots = Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 32_767 }))
+
 const ConfigSchema = Schema.Struct({
   dataDir: AbsolutePath,
   hostId: Name,
@@ -153,7 +156,7 @@ const ConfigSchema = Schema.Struct({
   sandboxesPidsMax: Schema.optionalKey(Schema.Int.check(Schema.isGreaterThanOrEqualTo(16))),
   busybox: AbsolutePath,
   uidBase: UidBase,
-  uidSlots: Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 32_767 })),
+  uidSlots: UidSlots,
   slotDir: AbsolutePath,
   allowNoFirewall: Schema.Boolean,
   diskStock: Schema.Int.check(Schema.isBetween({ minimum: 0, maximum: 64 })),
