@@ -20,8 +20,8 @@
  *      the sandbox (--uid+n) sees and writes them as its own;
  *   4b. the volumes (`volume-mount.h`): a local volume's image loop-mounted at MOUNT (`image`),
  *      a shared volume's file system already mounted at SOURCE by the agent (`dir`); SUBPATH
- *      of it bound at TARGET in the root, read-only for `ro`, idmapped like the layers; then every other shared volume's
- *      mount (under --shared-volumes) detached from this namespace;
+ *      of it bound at TARGET in the root, read-only for `ro`, idmapped like the layers; then
+ *      every other shared volume's mount (under --shared-volumes) detached from this namespace;
  *   5. the seccomp filter opened on fd 6, where bubblewrap's `--seccomp 6` reads it;
  *   5b. RLIMIT_NOFILE N, soft and hard (--nofile): set as root, it can never be raised from
  *      inside (raising a hard limit takes CAP_SYS_RESOURCE in the host's user namespace);
