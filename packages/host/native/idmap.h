@@ -29,32 +29,30 @@
 
 /* A user namespace (its descriptor) mapping on-disk `file_uid`+n to `uid`+n, and 0 to 0; -1 on failure. */
 static int idmap_userns(unsigned long file_uid, unsigned long uid) {
-  int go[2];
-  if (pipe2(go, O_CLOEXEC) != 0) return -1;
+  /* ready: the child has its namespace; go: the parent has mapped and opened it. */
+  int ready[2], go[2];
+  if (pipe2(ready, O_CLOEXEC) != 0) return -1;
+  if (pipe2(go, O_CLOEXEC) != 0) {
+    close(ready[0]);
+    close(ready[1]);
+    return -1;
+  }
   pid_t child = fork();
   if (child < 0) return -1;
   if (child == 0) {
-    /* Only a holder of the namespace: it waits for the parent to have mapped and opened it. */
-    char byte;
+    /* Only a holder of the namespace, for as long as the parent needs it. */
+    char byte = 1;
+    close(ready[0]);
     close(go[1]);
-    if (unshare(CLONE_NEWUSER) != 0) _exit(1);
+    if (unshare(CLONE_NEWUSER) != 0 || write(ready[1], &byte, 1) != 1) _exit(1);
     _exit(read(go[0], &byte, 1) < 0 ? 1 : 0);
   }
+  close(ready[1]);
   close(go[0]);
-  char path[64], map[96];
+  char path[64], map[96], byte;
   int len = snprintf(map, sizeof map, "0 0 1\n%lu %lu 65536\n", file_uid, uid), ns = -1;
-  /* The child's unshare may not have happened yet: its ns link still names ours until it has. */
-  char own[64] = "", theirs[64] = "";
-  if (readlink("/proc/self/ns/user", own, sizeof own - 1) < 0) goto out;
-  snprintf(path, sizeof path, "/proc/%d/ns/user", (int) child);
-  for (int i = 0; i < 2000; i++) {
-    memset(theirs, 0, sizeof theirs);
-    if (readlink(path, theirs, sizeof theirs - 1) < 0) goto out;
-    if (strcmp(own, theirs) != 0) break;
-    usleep(1000);
-  }
-  if (strcmp(own, theirs) == 0) {
-    errno = ETIMEDOUT;
+  if (read(ready[0], &byte, 1) != 1) {
+    errno = ECHILD;
     goto out;
   }
   for (int m = 0; m < 2; m++) {
@@ -69,6 +67,7 @@ static int idmap_userns(unsigned long file_uid, unsigned long uid) {
   ns = open(path, O_RDONLY | O_CLOEXEC);
 out:;
   int saved = errno;
+  close(ready[0]);
   close(go[1]);
   waitpid(child, NULL, 0);
   errno = saved;
