@@ -65,6 +65,7 @@ export const DriverConfigFromAgent = Layer.effect(
           bridge: config.bridge,
           subnet: config.subnet,
           uidBase: config.uidBase,
+          uidSlots: config.uidSlots,
           allowNoFirewall: config.allowNoFirewall,
           sharedVolumesDir: config.sharedVolumesDir,
           ...(config.egress !== undefined && ca !== undefined

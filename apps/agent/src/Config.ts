@@ -26,7 +26,8 @@
  *   SVC_AGENT_CONCURRENCY    commands applied at once (one sandbox's commands stay in order)
  *   SVC_AGENT_POOL_SIZE      pre-started `base` sandboxes kept ready (default 4; 0 turns the pool off)
  *   SVC_AGENT_MAX_TRANSFERS  file uploads and downloads streamed at once (default 32); more wait
- *   SVC_SANDBOX_BRIDGE / SVC_SANDBOX_SUBNET / SVC_SANDBOX_UID_BASE   the driver's machine-wide settings
+ *   SVC_SANDBOX_BRIDGE / SVC_SANDBOX_SUBNET / SVC_SANDBOX_UID_BASE / SVC_SANDBOX_UID_SLOTS
+ *                         the driver's machine-wide settings
  *   SVC_AGENT_ALLOW_NO_FIREWALL   1: start even when the sandbox firewall cannot be installed
  *   SVC_IMAGE_CACHE_DIR   where the `debian` archive is built and cached (default `<dataDir>/cache`);
  *                         agents of one machine may share one
@@ -41,7 +42,14 @@ import { SubnetSchema } from "@svc/domain/Address"
 import { HostId } from "@svc/domain/Ids"
 import * as Egress from "@svc/egress/Config"
 import { type Capacity, HOST_HEARTBEAT_MS } from "@svc/host-protocol/Protocol"
-import { DEFAULT_BRIDGE, DEFAULT_SUBNET, DEFAULT_UID_BASE, UidBase as UidBaseSchema } from "@svc/host/Driver/Config"
+import {
+  DEFAULT_BRIDGE,
+  DEFAULT_SUBNET,
+  DEFAULT_UID_BASE,
+  DEFAULT_UID_SLOTS,
+  UidBase as UidBaseSchema,
+  UidSlots as UidSlotsSchema
+} from "@svc/host/Driver/Config"
 import { imagesAllocatedBytes } from "@svc/host/Driver/Disk"
 import * as Telemetry from "@svc/telemetry/Config"
 import { Config, Context, Duration, Effect, Layer, Option, Schema } from "effect"
@@ -78,8 +86,12 @@ export interface AgentSettings {
   /** The host bridge and the sandboxes' addresses (machine-wide: every agent of a machine shares them). */
   readonly bridge: string
   readonly subnet: string
-  /** Host uid/gid of root inside every sandbox (the driver's `uidBase`). */
+  /**
+   * Host uid/gid that owns root's files of every sandbox (the driver's `uidBase`); each running
+   * sandbox is one of `uidSlots` ranges of 65536 above it.
+   */
   readonly uidBase: number
+  readonly uidSlots: number
   /** Start even when the sandbox firewall (nftables) cannot be installed. */
   readonly allowNoFirewall: boolean
   /** The cgroup file system the driver uses (default `/sys/fs/cgroup`). */
@@ -174,6 +186,7 @@ const SettingsSchema = Schema.Struct({
   bridge: Schema.String,
   subnet: Schema.String,
   uidBase: UidBaseSchema,
+  uidSlots: UidSlotsSchema,
   allowNoFirewall: Schema.Boolean,
   cgroupRoot: Schema.optionalKey(Schema.String.check(Schema.isPattern(/^\/[^\0]*$/, { message: "absolute path" }))),
   imageCacheDir: Schema.optionalKey(Schema.String.check(Schema.isPattern(/^\/[^\0]*$/, { message: "absolute path" }))),
@@ -272,6 +285,7 @@ export const MaxTransfers = Env.integer("SVC_AGENT_MAX_TRANSFERS", DEFAULT_MAX_T
 export const Bridge = Env.text("SVC_SANDBOX_BRIDGE", DEFAULT_BRIDGE, "interface name")
 export const Subnet = Env.text("SVC_SANDBOX_SUBNET", DEFAULT_SUBNET, "CIDR")
 export const UidBase = Env.integer("SVC_SANDBOX_UID_BASE", DEFAULT_UID_BASE, { min: 0 })
+export const UidSlots = Env.integer("SVC_SANDBOX_UID_SLOTS", DEFAULT_UID_SLOTS, { min: 1 })
 export const AllowNoFirewall = Env.flag("SVC_AGENT_ALLOW_NO_FIREWALL")
 export const SharedVolumesDir = optional(Config.String("SVC_SHARED_VOLUMES_DIR"), {
   name: "SVC_SHARED_VOLUMES_DIR",
@@ -309,6 +323,7 @@ export const settings: ReadonlyArray<Env.AnySetting> = [
   Bridge,
   Subnet,
   UidBase,
+  UidSlots,
   AllowNoFirewall,
   SharedVolumesDir,
   ImageCacheDir,
@@ -350,6 +365,7 @@ export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("
       bridge: options.bridge ?? DEFAULT_BRIDGE,
       subnet: options.subnet ?? DEFAULT_SUBNET,
       uidBase: options.uidBase ?? DEFAULT_UID_BASE,
+      uidSlots: options.uidSlots ?? DEFAULT_UID_SLOTS,
       allowNoFirewall: options.allowNoFirewall ?? false,
       sharedVolumesDir: NodePath.resolve(options.sharedVolumesDir ?? NodePath.join(dataDir, "shared-volumes")),
       ...(options.cgroupRoot !== undefined ? { cgroupRoot: options.cgroupRoot } : {}),
@@ -404,6 +420,7 @@ export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("
         bridge: Bridge,
         subnet: Subnet,
         uidBase: UidBase,
+        uidSlots: UidSlots,
         allowNoFirewall: AllowNoFirewall,
         sharedVolumesDir: SharedVolumesDir,
         imageCacheDir: ImageCacheDir,
@@ -433,6 +450,7 @@ export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("
         bridge: env.bridge,
         subnet: env.subnet,
         uidBase: env.uidBase,
+        uidSlots: env.uidSlots,
         allowNoFirewall: env.allowNoFirewall,
         sharedVolumesDir: Option.getOrElse(env.sharedVolumesDir, () => NodePath.join(env.dataRoot, "shared-volumes")),
         ...Option.match(env.imageCacheDir, {

@@ -58,15 +58,10 @@ layer(TestDriver.layer(), { excludeTestServices: true })("a sandbox's identity a
 
       const maps = text((yield* driver.exec(id, sh("cat /proc/self/uid_map /proc/self/gid_map; id -u"))).stdout)
       const fields = maps.trim().split(/\s+/)
-      assert.deepStrictEqual(fields, [
-        "0",
-        String(config.uidBase),
-        String(ID_COUNT),
-        "0",
-        String(config.uidBase),
-        String(ID_COUNT),
-        "0"
-      ])
+      // Its own range (`DriverUidRanges.test.ts`), above the range its files are stored as.
+      const uid = Number(fields[1])
+      assert.isAbove(uid, config.uidBase)
+      assert.deepStrictEqual(fields, ["0", String(uid), String(ID_COUNT), "0", String(uid), String(ID_COUNT), "0"])
 
       // A setuid-root binary made inside is owned by the sandbox's uid on the host: it grants nothing there.
       const made = yield* driver.exec(
@@ -76,12 +71,12 @@ layer(TestDriver.layer(), { excludeTestServices: true })("a sandbox's identity a
       assert.strictEqual(made.exitCode, 0, text(made.stderr))
       yield* driver.writeFile(id, "/root/api.txt", new TextEncoder().encode("via the file API"))
       // Its files are on its disk image, mounted in its own namespace only: the host sees them
-      // through its root.
+      // through its root as its range (stored as the files' range: `DriverUidRanges.test.ts`).
       const upper = `/proc/${info.pid}/root/root`
       for (const name of ["suid", "plain", "api.txt"]) {
         const st = FsSync.statSync(NodePath.join(upper, name))
-        assert.strictEqual(st.uid, config.uidBase, name)
-        assert.strictEqual(st.gid, config.uidBase, name)
+        assert.strictEqual(st.uid, uid, name)
+        assert.strictEqual(st.gid, uid, name)
       }
       assert.strictEqual(FsSync.statSync(NodePath.join(upper, "suid")).mode & 0o4000, 0o4000)
 
@@ -94,10 +89,10 @@ layer(TestDriver.layer(), { excludeTestServices: true })("a sandbox's identity a
       for (const pid of inside) {
         const uids = statusField(pid, "Uid")
         if (uids === undefined) continue // ended meanwhile
-        for (const uid of uids.split(/\s+/)) assert.strictEqual(Number(uid), config.uidBase, `pid ${pid}: ${uids}`)
+        for (const each of uids.split(/\s+/)) assert.strictEqual(Number(each), uid, `pid ${pid}: ${uids}`)
       }
       const outerBwrap = Number(statusField(info.pid!, "PPid"))
-      assert.strictEqual(Number(statusField(outerBwrap, "Uid")!.split(/\s+/)[0]), config.uidBase)
+      assert.strictEqual(Number(statusField(outerBwrap, "Uid")!.split(/\s+/)[0]), uid)
       yield* Fiber.join(running)
     }))
 

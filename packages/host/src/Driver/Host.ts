@@ -133,6 +133,13 @@ export interface DriverHost {
   withLock<A, E>(sandboxId: string, effect: Effect.Effect<A, E>): Effect.Effect<A, E>
   /** The lease owner of a sandbox of this agent (leases are shared machine-wide). */
   owner(sandboxId: string): { readonly dataDir: string; readonly sandboxId: string }
+  /**
+   * Leases a uid range's slot for the sandbox machine-wide: `preferred` if it is free or already
+   * its own, else the first free one; undefined when every slot is taken.
+   */
+  leaseSlot(sandboxId: string, preferred: number | undefined): Promise<number | undefined>
+  /** Gives the slot back if (and only if) it is still the sandbox's. */
+  releaseSlot(sandboxId: string, slot: number | undefined): Promise<void>
   /** The lower folder of a template's overlay. */
   templateDir(template: string): Effect.Effect<string, TemplateNotFound | DriverFailure>
   /** The record with its env opened. */
@@ -205,12 +212,17 @@ export const makeDriverHost = (
     const sandboxesDir = NodePath.join(config.dataDir, "sandboxes")
 
     yield* tryHost("init", () => Fs.mkdir(sandboxesDir, { recursive: true }))
-    const conflict = yield* tryHost("init", () => Confinement.rangeConflict(config.uidBase))
+    const overflow = Confinement.slotsOverflow(config.uidBase, config.uidSlots)
+    if (overflow !== undefined) {
+      return yield* new DriverFailure({ operation: "init", message: `${overflow}: set SVC_SANDBOX_UID_BASE lower` })
+    }
+    const conflict = yield* tryHost("init", () => Confinement.rangeConflict(config.uidBase, config.uidSlots))
     if (conflict !== undefined) {
       return yield* new DriverFailure({
         operation: "init",
-        message:
-          `the sandboxes' uid range ${config.uidBase}+${Confinement.ID_COUNT} is in use (${conflict}): set SVC_SANDBOX_UID_BASE`
+        message: `the sandboxes' uid range ${config.uidBase}+${
+          Confinement.slotUid(config.uidBase, config.uidSlots) - config.uidBase
+        } is in use (${conflict}): set SVC_SANDBOX_UID_BASE`
       })
     }
     yield* tryHost("init", () => limitHost(config, cgroups))
@@ -238,7 +250,7 @@ export const makeDriverHost = (
       if ((mode & 0o001) === 0) {
         return yield* new DriverFailure({
           operation: "init",
-          message: `${dir} must be traversable by other users (o+x): sandboxes run as uid ${config.uidBase}`
+          message: `${dir} must be traversable by other users (o+x): sandboxes run as uids above ${config.uidBase}`
         })
       }
       if (dir === NodePath.dirname(dir)) break
@@ -350,6 +362,13 @@ export const makeDriverHost = (
         return entry
       })
 
+    // Slots are named by their number; a name that is not one is no slot.
+    const slotNames = {
+      first: 0,
+      last: config.uidSlots - 1,
+      nameOf: String,
+      indexOf: (name: string) => /^\d+$/.test(name) ? Number(name) : -1
+    }
     return {
       config,
       secrets,
@@ -366,6 +385,13 @@ export const makeDriverHost = (
       running,
       withLock,
       owner: (sandboxId: string) => ({ dataDir: config.dataDir, sandboxId }),
+      leaseSlot: (sandboxId: string, preferred: number | undefined) =>
+        Network.leaseName(config.slotDir, slotNames, { dataDir: config.dataDir, sandboxId }, preferred?.toString())
+          .then((name) => name === undefined ? undefined : Number(name)),
+      releaseSlot: (sandboxId: string, slot: number | undefined) =>
+        slot === undefined
+          ? Promise.resolve()
+          : Network.release(config.slotDir, String(slot), { dataDir: config.dataDir, sandboxId }),
       templateDir,
       loadRecord,
       lookupRunning

@@ -87,7 +87,8 @@ export const makeRuns = (host: DriverHost): Runs => {
     record: SandboxRecord,
     paths: SandboxPaths,
     procsFiles: ReadonlyArray<string>,
-    disk: Disk.Layout
+    disk: Disk.Layout,
+    uid: number
   ) =>
     Effect.callback<{ readonly pid: number; readonly monitorPid: number | undefined }, DriverFailure>((resume) => {
       // The init needs no user variables: execs get them (so they never sit in pid 1's cmdline).
@@ -123,7 +124,8 @@ export const makeRuns = (host: DriverHost): Runs => {
         HELPER_DIR,
         "--remount-ro",
         "/dev",
-        // uid 0 inside is config.uidBase on the host: the agent writes the map while bwrap waits on fd 7.
+        // uid 0 inside is the sandbox's own range (`uid`) on the host: the agent writes the map
+        // while bwrap waits on fd 7.
         "--unshare-user",
         "--uid",
         "0",
@@ -158,8 +160,9 @@ export const makeRuns = (host: DriverHost): Runs => {
         "8"
       ]
       // svc-start (native/svc-start.c), as host root: a private mount namespace, the cgroups, the
-      // disk image and the overlay (seen by this sandbox only), the filter on fd 6, then it execs
-      // bubblewrap as the sandboxes' unprivileged uid: nothing of the sandbox runs as host root,
+      // disk image and the overlay (seen by this sandbox only, its layers idmapped from the files'
+      // range to the sandbox's), the filter on fd 6, then it execs bubblewrap as the sandbox's
+      // unprivileged uid: nothing of the sandbox runs as host root,
       // and the agent maps its user namespace (below). bubblewrap, unprivileged, must be able to
       // walk to the root's mount point: the sandbox's folder is 0711. Started by the spawner (no
       // fork of the agent), and it outlives it: the sandbox must outlive its agent.
@@ -217,6 +220,8 @@ export const makeRuns = (host: DriverHost): Runs => {
           "--seccomp",
           host.confinement.seccomp,
           "--uid",
+          String(uid),
+          "--file-uid",
           String(config.uidBase),
           "--nofile",
           String(config.nofile),
@@ -274,7 +279,7 @@ export const makeRuns = (host: DriverHost): Runs => {
             pid = Number(match[1])
             // The sandbox's user namespace exists and waits: map its ids, then let it go on.
             try {
-              const map = Confinement.uidMap(config.uidBase)
+              const map = Confinement.uidMap(uid)
               FsSync.writeFileSync(`/proc/${pid}/uid_map`, map)
               FsSync.writeFileSync(`/proc/${pid}/gid_map`, map)
             } catch (e) {
@@ -391,6 +396,22 @@ export const makeRuns = (host: DriverHost): Runs => {
         }
       }
 
+      // Its own uid range while it runs (a create leased it a moment ago).
+      if (options?.fresh !== true || record.uidSlot === undefined) {
+        const slot = yield* tryHost("start", () => host.leaseSlot(record.sandboxId, record.uidSlot))
+        if (slot === undefined) {
+          return yield* new DriverFailure({
+            operation: "start",
+            message: `no free uid range: all ${config.uidSlots} of this machine are leased`
+          })
+        }
+        if (slot !== record.uidSlot) {
+          record = new SandboxRecord({ ...record, uidSlot: slot })
+          yield* writeSandboxRecord(paths, record, host.secrets, "start")
+        }
+      }
+      const uid = Confinement.slotUid(config.uidBase, record.uidSlot!)
+
       const disk = yield* tryHost("start", () => Disk.layoutOf(paths))
       // The writable layer belongs to the sandbox's root (a sandbox made before user namespaces
       // were mapped has a root-owned one: shifted once). A disk image is formatted with it so
@@ -414,7 +435,7 @@ export const makeRuns = (host: DriverHost): Runs => {
           pidsMax: config.pidsMax,
           diskGb: record.diskGb
         }))
-      const { pid, monitorPid } = yield* spawnSandbox(record, paths, prepared.procsFiles, disk)
+      const { pid, monitorPid } = yield* spawnSandbox(record, paths, prepared.procsFiles, disk, uid)
       const started = yield* tryHost("start", () => procStat(pid))
       const monitor = monitorPid === undefined ? undefined : yield* tryHost("start", () => procStat(monitorPid))
       const runRecord = new RunRecord({

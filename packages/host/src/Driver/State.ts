@@ -41,7 +41,12 @@ const recordFields = {
   internalIp: Schema.String,
   createdAt: Schema.String,
   /** Mounted at each start (`Volumes.ts`); absent in records of sandboxes without volumes. */
-  volumes: Schema.optionalKey(Schema.Array(VolumeMount))
+  volumes: Schema.optionalKey(Schema.Array(VolumeMount)),
+  /**
+   * Its uid range's slot (`Confinement.slotUid`), leased machine-wide until it is destroyed;
+   * absent in records made before sandboxes had ranges of their own (leased at their next start).
+   */
+  uidSlot: Schema.optionalKey(Schema.Int)
 }
 
 /** A sandbox's record in memory: `env` in the clear, never written as such. */
