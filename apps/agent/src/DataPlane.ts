@@ -7,7 +7,7 @@ import { DataPlaneServer, type DataPlaneSettings } from "@svc/host/DataPlane"
 import { Context, Effect, Layer } from "effect"
 import { AgentConfig } from "./Config.ts"
 
-/** Overrides for tests: `maxTransfers` defaults to `AgentConfig.maxTransfers`. */
+/** Overrides for tests: `maxTransfers` and the others default to `AgentConfig`'s. */
 export type DataPlaneOptions = Partial<Omit<DataPlaneSettings, "port" | "listenHost">>
 
 export class DataPlane extends Context.Service<DataPlane, {
@@ -23,6 +23,8 @@ export class DataPlane extends Context.Service<DataPlane, {
         port: config.port,
         listenHost: config.listenHost,
         maxTransfers: options.maxTransfers ?? config.maxTransfers,
+        maxTransfersPerOrg: options.maxTransfersPerOrg ?? config.maxTransfersPerOrg,
+        transferIdleMs: options.transferIdleMs ?? config.transferIdleMs,
         ...(options.transferWaitMs !== undefined ? { transferWaitMs: options.transferWaitMs } : {}),
         ...(options.defaultExecTimeoutMs !== undefined ? { defaultExecTimeoutMs: options.defaultExecTimeoutMs } : {})
       })
