@@ -39,6 +39,18 @@ export const TransferIdleTimeout = Env.duration("SVC_TRANSFER_IDLE_TIMEOUT", Dur
   max: Duration.hours(1)
 })
 
+/**
+ * Preview requests and WebSockets one sandbox has open at once through one API process (each
+ * holds two descriptors here and a tunnel on its host); one more is 429 `rate_limited`.
+ */
+export const PreviewMaxConnectionsPerSandbox = Env.integer("SVC_PREVIEW_MAX_CONNECTIONS_PER_SANDBOX", 256, { min: 1 })
+
+/** A preview request or WebSocket whose tunnel moves no byte either way for this long is ended. */
+export const PreviewIdleTimeout = Env.duration("SVC_PREVIEW_IDLE_TIMEOUT", Duration.minutes(2), {
+  min: Duration.millis(100),
+  max: Duration.hours(24)
+})
+
 /** The dashboard's built files (apps/dashboard, `npm start` and `npm test` build them), served at `/`. */
 export const DashboardDir = Env.describe(
   Config.String("SVC_DASHBOARD_DIR").pipe(
@@ -56,6 +68,8 @@ export const settings: ReadonlyArray<Env.AnySetting> = [
   ApiMaxTransfers,
   ApiMaxTransfersPerOrg,
   TransferIdleTimeout,
+  PreviewMaxConnectionsPerSandbox,
+  PreviewIdleTimeout,
   DashboardDir,
   ...Auth.settings,
   ...Sandboxes.quotaSettings,

@@ -14,31 +14,14 @@ import { SecretBox } from "@svc/crypto/SecretBox"
 import * as Runtime from "@svc/runtime/Runtime"
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import * as TestNats from "@svc/testing/TestNats"
-import { spawnRole } from "@svc/testing/TestProcess"
 import { Context, Effect, Layer } from "effect"
 import * as Http from "node:http"
-import * as Net from "node:net"
-import { fileURLToPath } from "node:url"
-import { call, eventually, Identity, makeHost } from "./Sandboxes.support.ts"
-
-const AGENT_MAIN = fileURLToPath(new URL("../../agent/src/main.ts", import.meta.url))
-const API_MAIN = fileURLToPath(new URL("../src/main.ts", import.meta.url))
+import { spawnPlatform } from "./Roles.support.ts"
+import { call, eventually, Identity } from "./Sandboxes.support.ts"
 
 const SLOTS = 4
 const PER_ORG = 2
 const IDLE = "2s"
-
-/** A free TCP port on loopback (for the API child, which takes SVC_PORT). */
-const freePort = Effect.promise(() =>
-  new Promise<number>((resolve, reject) => {
-    const server = Net.createServer()
-    server.once("error", reject)
-    server.listen(0, "127.0.0.1", () => {
-      const port = (server.address() as Net.AddressInfo).port
-      server.close(() => resolve(port))
-    })
-  })
-)
 
 class Env extends Context.Service<Env, {
   readonly base: string
@@ -49,51 +32,21 @@ class Env extends Context.Service<Env, {
 const EnvLayer = Layer.effect(
   Env,
   Effect.gen(function*() {
-    const nats = yield* TestNats.TestNatsServer
-    const databaseUrl = yield* TestDatabase.TestDatabaseUrl
-    const host = yield* makeHost
-    yield* spawnRole({
-      main: AGENT_MAIN,
-      env: {
-        NATS_URL: nats.url,
-        SVC_NATS_PREFIX: nats.prefix,
-        SVC_HOST_ID: host.hostId,
-        SVC_AGENT_DATA_DIR: host.dataDir,
-        SVC_AGENT_POOL_SIZE: "0",
-        SVC_REGION: "local",
-        SVC_HOST_CPU: "64",
-        SVC_HOST_RAM_MB: "65536",
-        SVC_HOST_DISK_GB: "500",
+    const { base } = yield* spawnPlatform({
+      agent: {
         SVC_AGENT_MAX_TRANSFERS: String(SLOTS),
         SVC_AGENT_MAX_TRANSFERS_PER_ORG: String(PER_ORG),
         SVC_TRANSFER_IDLE_TIMEOUT: IDLE
       },
-      ready: (stdout) => {
-        const line = /\{"event":"agent_ready"[^\n]*\}/.exec(stdout)
-        return line ? (JSON.parse(line[0]).pid as number) : undefined
-      }
-    })
-    const port = yield* freePort
-    yield* spawnRole({
-      main: API_MAIN,
-      env: {
-        DATABASE_URL: databaseUrl,
-        NATS_URL: nats.url,
-        SVC_NATS_PREFIX: nats.prefix,
-        SVC_HOST: "127.0.0.1",
-        SVC_PORT: String(port),
+      api: {
         SVC_API_MAX_TRANSFERS: String(SLOTS),
         SVC_API_MAX_TRANSFERS_PER_ORG: String(PER_ORG),
         SVC_TRANSFER_IDLE_TIMEOUT: IDLE
-      },
-      ready: (stdout) => {
-        const line = /\{"event":"api_ready"[^\n]*\}/.exec(stdout)
-        return line ? (JSON.parse(line[0]).pid as number) : undefined
       }
     })
     const identity = yield* Identity
     return {
-      base: `http://127.0.0.1:${port}`,
+      base,
       a: (yield* identity.org("transfers-a")).token,
       b: (yield* identity.org("transfers-b")).token
     }
