@@ -34,7 +34,7 @@ export const ApiMaxTransfers = Env.integer("SVC_API_MAX_TRANSFERS", 64, { min: 1
 export const ApiMaxTransfersPerOrg = Env.integer("SVC_API_MAX_TRANSFERS_PER_ORG", 16, { min: 1 })
 
 /** A file transfer that moves no byte for this long is ended (its connection closed, its slot freed). */
-export const TransferIdleTimeout = Env.duration("SVC_TRANSFER_IDLE_TIMEOUT", Duration.seconds(60), {
+export const TransferIdleTimeout = Env.duration("SVC_API_TRANSFER_IDLE_TIMEOUT", Duration.seconds(60), {
   min: Duration.millis(100),
   max: Duration.hours(1)
 })

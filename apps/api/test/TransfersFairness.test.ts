@@ -36,12 +36,12 @@ const EnvLayer = Layer.effect(
       agent: {
         SVC_AGENT_MAX_TRANSFERS: String(SLOTS),
         SVC_AGENT_MAX_TRANSFERS_PER_ORG: String(PER_ORG),
-        SVC_TRANSFER_IDLE_TIMEOUT: IDLE
+        SVC_AGENT_TRANSFER_IDLE_TIMEOUT: IDLE
       },
       api: {
         SVC_API_MAX_TRANSFERS: String(SLOTS),
         SVC_API_MAX_TRANSFERS_PER_ORG: String(PER_ORG),
-        SVC_TRANSFER_IDLE_TIMEOUT: IDLE
+        SVC_API_TRANSFER_IDLE_TIMEOUT: IDLE
       }
     })
     const identity = yield* Identity

@@ -9,7 +9,7 @@
  * response is sent: a download keeps it while its bytes flow. One org holds at most
  * `SVC_API_MAX_TRANSFERS_PER_ORG` of them (default 16); one more is 429 `rate_limited` at once,
  * so that an org's transfers never wait behind another org's. A transfer that moves no byte for
- * `SVC_TRANSFER_IDLE_TIMEOUT` (a client that stalls, a sandbox that reads or writes nothing, as a
+ * `SVC_API_TRANSFER_IDLE_TIMEOUT` (a client that stalls, a sandbox that reads or writes nothing, as a
  * FIFO) has its connection closed and its slot freed.
  */
 import * as NodeHttpServerRequest from "@effect/platform-node/NodeHttpServerRequest"

@@ -197,7 +197,7 @@ export class SandboxesApi extends HttpApiGroup.make("sandboxes")
         "Paths resolve inside the sandbox's root only. A file over 100 MiB is 413; a read the sandbox's kernel " +
         "refuses is 422 `file_refused` with `errno`. Transfers beyond the API's or the host's bound wait, then 503; " +
         "beyond the org's own share they are 429 `rate_limited` at once. A transfer that moves no byte for " +
-        "`SVC_TRANSFER_IDLE_TIMEOUT` (60 s) has its connection closed."
+        "`SVC_API_TRANSFER_IDLE_TIMEOUT` (60 s) has its connection closed."
     })),
     HttpApiEndpoint.put("writeFile", "/v1/sandboxes/:id/files", {
       params,
@@ -219,7 +219,7 @@ export class SandboxesApi extends HttpApiGroup.make("sandboxes")
         "written in place. A write the sandbox's kernel refuses (a full disk, a read-only file system, /dev/full) " +
         "is 422 `file_refused` with `errno` (`ENOSPC`, `EROFS`, `EIO`, `EACCES`, `EPERM`...). 204. Bounded as a " +
         "download: 503 beyond the API's or the host's transfers, 429 `rate_limited` beyond the org's share, the " +
-        "connection closed after `SVC_TRANSFER_IDLE_TIMEOUT` (60 s) without a byte."
+        "connection closed after `SVC_API_TRANSFER_IDLE_TIMEOUT` (60 s) without a byte."
     }))
   )
   .annotateMerge(Access.resource("sandboxes"))

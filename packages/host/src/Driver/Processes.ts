@@ -432,7 +432,7 @@ export const makeProcesses = (host: DriverHost) => {
   const dropOutput = (sandboxId: string) => {
     const output = bySandbox.get(sandboxId)
     if (output === undefined) return
-    for (const e of [...output.entries.values()]) forgetEntry(output, e)
+    for (const e of output.entries.values()) forgetEntry(output, e)
     for (const ring of starting.get(output) ?? []) ring.clear()
     output.dropped = true
     bySandbox.delete(sandboxId)
