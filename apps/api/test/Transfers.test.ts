@@ -113,7 +113,8 @@ const EnvLayer = Layer.effect(
             SVC_HOST: "127.0.0.1",
             SVC_PORT: String(port),
             SVC_API_MAX_TRANSFERS: String(maxTransfers),
-            SVC_API_MAX_TRANSFERS_PER_ORG: String(maxTransfers),
+            // The test's one org may take every slot (its transfers wait for the process's).
+            SVC_API_MAX_TRANSFERS_PER_ORG: String(UPLOADS + DOWNLOADS),
             // The test's own polling and 100 requests at once under one key.
             SVC_RATE_LIMIT_PER_SECOND: "1000",
             SVC_RATE_LIMIT_BURST: "1000"
