@@ -27,7 +27,7 @@
  *   SVC_AGENT_POOL_SIZE      pre-started `base` sandboxes kept ready (default 4; 0 turns the pool off)
  *   SVC_AGENT_MAX_TRANSFERS  file uploads and downloads streamed at once (default 32); more wait
  *   SVC_AGENT_MAX_TRANSFERS_PER_ORG  of those, what one org holds (default 8); more are 429 at once
- *   SVC_AGENT_TRANSFER_IDLE_TIMEOUT  a transfer moving no byte this long is cut (default 60s)
+ *   SVC_AGENT_TRANSFER_IDLE_TIMEOUT  a transfer moving no byte this long is cut (default 2m)
  *   SVC_SANDBOX_BRIDGE / SVC_SANDBOX_SUBNET / SVC_SANDBOX_UID_BASE   the driver's machine-wide settings
  *   SVC_AGENT_ALLOW_NO_FIREWALL   1: start even when the sandbox firewall cannot be installed
  *   SVC_IMAGE_CACHE_DIR   where the `debian` archive is built and cached (default `<dataDir>/cache`);
@@ -220,8 +220,11 @@ export const DEFAULT_MAX_TRANSFERS = 32
  * never holds them all and another org's transfer never waits behind its.
  */
 export const DEFAULT_MAX_TRANSFERS_PER_ORG = 8
-/** `SVC_AGENT_TRANSFER_IDLE_TIMEOUT` when unset. */
-export const DEFAULT_TRANSFER_IDLE_MS = 60_000
+/**
+ * `SVC_AGENT_TRANSFER_IDLE_TIMEOUT` when unset: beyond the API's own (1 min), so the API, which
+ * can still answer its client, normally ends an idle transfer first; this is the host's backstop.
+ */
+export const DEFAULT_TRANSFER_IDLE_MS = 120_000
 
 // ---------------------------------------------------------------------------------------------
 // The settings (bounds beyond a number's sign are checked by SettingsSchema, for given options too)

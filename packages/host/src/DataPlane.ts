@@ -79,7 +79,7 @@ export const DEFAULT_EXEC_TIMEOUT_MS = 300_000
 /** How long a transfer beyond the host's bound waits for a slot before it is refused. */
 export const DEFAULT_TRANSFER_WAIT_MS = 30_000
 /** How long a transfer may move no byte before its connection is closed. */
-export const DEFAULT_TRANSFER_IDLE_MS = 60_000
+export const DEFAULT_TRANSFER_IDLE_MS = 120_000
 /** How long a preview tunnel waits for the sandbox's port to accept. */
 const TUNNEL_CONNECT_TIMEOUT_MS = 5_000
 /** A stop lets requests in progress run this long, then cuts their connections (their work ends). */
