@@ -43,7 +43,7 @@ export const TransferIdleTimeout = Env.duration("SVC_API_TRANSFER_IDLE_TIMEOUT",
  * Preview requests and WebSockets one sandbox has open at once through one API process (each
  * holds two descriptors here and a tunnel on its host); one more is 429 `rate_limited`.
  */
-export const PreviewMaxConnectionsPerSandbox = Env.integer("SVC_PREVIEW_MAX_CONNECTIONS_PER_SANDBOX", 256, { min: 1 })
+export const PreviewConnectionsPerSandbox = Env.integer("SVC_PREVIEW_CONNECTIONS_PER_SANDBOX", 256, { min: 1 })
 
 /** A preview request or WebSocket whose tunnel moves no byte either way for this long is ended. */
 export const PreviewIdleTimeout = Env.duration("SVC_PREVIEW_IDLE_TIMEOUT", Duration.minutes(2), {
@@ -68,7 +68,7 @@ export const settings: ReadonlyArray<Env.AnySetting> = [
   ApiMaxTransfers,
   ApiMaxTransfersPerOrg,
   TransferIdleTimeout,
-  PreviewMaxConnectionsPerSandbox,
+  PreviewConnectionsPerSandbox,
   PreviewIdleTimeout,
   DashboardDir,
   ...Auth.settings,

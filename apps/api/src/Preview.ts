@@ -13,7 +13,7 @@
  * or outside its sandbox, 404 for another org's sandbox or a port it does not expose, 409 when
  * it is not running, 502 when nothing answers on the port.
  *
- * Bounded per sandbox: at most `SVC_PREVIEW_MAX_CONNECTIONS_PER_SANDBOX` admitted requests and
+ * Bounded per sandbox: at most `SVC_PREVIEW_CONNECTIONS_PER_SANDBOX` admitted requests and
  * WebSockets at once (one more is 429 `rate_limited` with `Retry-After`), and one whose tunnel
  * moves no byte for `SVC_PREVIEW_IDLE_TIMEOUT` is ended (502 if nothing was answered yet). The
  * Node server's own `headersTimeout` ends a request whose headers do not arrive in time.
@@ -28,7 +28,7 @@ import { Cause, Context, Duration, Effect, FiberSet, Layer, Option } from "effec
 import * as Http from "node:http"
 import type * as Net from "node:net"
 import type { Duplex } from "node:stream"
-import { PreviewIdleTimeout, PreviewMaxConnectionsPerSandbox } from "./Config.ts"
+import { PreviewConnectionsPerSandbox, PreviewIdleTimeout } from "./Config.ts"
 
 /** What the Node server answers before the app (filled once the routes are built). */
 export interface PreviewHandlers {
@@ -122,7 +122,7 @@ export const PreviewProxyLayer = Layer.effectDiscard(Effect.gen(function*() {
   const previews = yield* Previews
   const keys = yield* ApiKeys
   const run = yield* FiberSet.makeRuntime<never, void, never>()
-  const maxPerSandbox = yield* PreviewMaxConnectionsPerSandbox
+  const maxPerSandbox = yield* PreviewConnectionsPerSandbox
   const idleMs = Duration.toMillis(yield* PreviewIdleTimeout)
   /** Admitted requests and WebSockets open now, per sandbox (none: no entry). */
   const held = new Map<string, number>()

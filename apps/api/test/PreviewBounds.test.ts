@@ -30,7 +30,7 @@ const EnvLayer = Layer.effect(
   Effect.gen(function*() {
     const { apiPid, base, servicePorts } = yield* spawnPlatform({
       api: {
-        SVC_PREVIEW_MAX_CONNECTIONS_PER_SANDBOX: String(CAP),
+        SVC_PREVIEW_CONNECTIONS_PER_SANDBOX: String(CAP),
         SVC_PREVIEW_IDLE_TIMEOUT: "2s",
         // The test's own requests, all under one key.
         SVC_RATE_LIMIT_PER_SECOND: "1000",
@@ -107,7 +107,7 @@ const previewRequest = (base: string, host: string, token: string) => {
 
 layer(EnvLayer, { excludeTestServices: true, timeout: 240_000 })("held preview requests", (it) => {
   it.effect(
-    "past SVC_PREVIEW_MAX_CONNECTIONS_PER_SANDBOX a sandbox's preview requests are 429; held ones end after the idle timeout; the API's descriptors stay bounded and come back",
+    "past SVC_PREVIEW_CONNECTIONS_PER_SANDBOX a sandbox's preview requests are 429; held ones end after the idle timeout; the API's descriptors stay bounded and come back",
     () =>
       Effect.gen(function*() {
         const env = yield* Env
