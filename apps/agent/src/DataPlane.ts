@@ -26,6 +26,7 @@ export class DataPlane extends Context.Service<DataPlane, {
         maxTransfersPerOrg: options.maxTransfersPerOrg ?? config.maxTransfersPerOrg,
         transferIdleMs: options.transferIdleMs ?? config.transferIdleMs,
         ...(options.transferWaitMs !== undefined ? { transferWaitMs: options.transferWaitMs } : {}),
+        ...(options.maxTunnelsPerSandbox !== undefined ? { maxTunnelsPerSandbox: options.maxTunnelsPerSandbox } : {}),
         ...(options.defaultExecTimeoutMs !== undefined ? { defaultExecTimeoutMs: options.defaultExecTimeoutMs } : {})
       })
       const host = config.advertiseHost.includes(":") ? `[${config.advertiseHost}]` : config.advertiseHost

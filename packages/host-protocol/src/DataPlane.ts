@@ -254,7 +254,8 @@ export class AgentSandboxesApi extends HttpApiGroup.make("sandboxes")
     HttpApiEndpoint.get("tunnel", "/sandboxes/:id/ports/:port/tunnel", {
       params: { id: Schema.String, port: Schema.String },
       success: HttpApiSchema.Upgrade({ protocol: TUNNEL_PROTOCOL }),
-      error: [AgentInvalid, AgentNotFound, AgentNotRunning, AgentFailed, AgentBadGateway]
+      // 503 `busy`: the sandbox has as many tunnels open on this host as it may.
+      error: [AgentInvalid, AgentNotFound, AgentNotRunning, AgentFailed, AgentBadGateway, AgentBusy]
     })
   )
   .middleware(AgentAuthorization)

@@ -16,6 +16,8 @@
  *   at once, so that an org's transfers never wait behind another org's. A transfer that moves
  *   no byte for `transferIdleMs` (a FIFO nobody writes or reads, a client that stalls) has its
  *   connection closed: its slot is freed and its processes in the sandbox end.
+ * - A sandbox has at most `maxTunnelsPerSandbox` preview tunnels open at once (whatever number
+ *   of API processes opened them); one more is 503 `busy`.
  * - Paths are checked by the driver, which resolves them inside the sandbox (links and `..`
  *   never leave its root).
  * - Whatever answers (a route, the router, the framework), an error has the definition's body
@@ -80,6 +82,8 @@ export const DEFAULT_EXEC_TIMEOUT_MS = 300_000
 export const DEFAULT_TRANSFER_WAIT_MS = 30_000
 /** How long a transfer may move no byte before its connection is closed. */
 export const DEFAULT_TRANSFER_IDLE_MS = 120_000
+/** Preview tunnels one sandbox has open at once on this host, from every API process together. */
+export const DEFAULT_MAX_TUNNELS_PER_SANDBOX = 1024
 /** How long a preview tunnel waits for the sandbox's port to accept. */
 const TUNNEL_CONNECT_TIMEOUT_MS = 5_000
 /** A stop lets requests in progress run this long, then cuts their connections (their work ends). */
@@ -98,6 +102,8 @@ export interface DataPlaneSettings {
   readonly maxTransfersPerOrg: number
   readonly transferWaitMs?: number
   readonly transferIdleMs?: number
+  /** Preview tunnels open at once per sandbox (each holds two descriptors here); more are 503 `busy`. */
+  readonly maxTunnelsPerSandbox?: number
   readonly defaultExecTimeoutMs?: number
 }
 
@@ -420,6 +426,28 @@ const handlers = (settings: DataPlaneSettings) =>
       const held = new Map<string, number>()
       const transferWaitMs = settings.transferWaitMs ?? DEFAULT_TRANSFER_WAIT_MS
       const transferIdleMs = settings.transferIdleMs ?? DEFAULT_TRANSFER_IDLE_MS
+      const maxTunnels = settings.maxTunnelsPerSandbox ?? DEFAULT_MAX_TUNNELS_PER_SANDBOX
+      /** Tunnels each sandbox has open now (none: no entry). */
+      const tunnels = new Map<string, number>()
+
+      /** One of the sandbox's tunnels until the tunnel's scope closes, or 503 `busy`. */
+      const tunnelSlot = (sandboxId: string) =>
+        Effect.acquireRelease(
+          Effect.suspend(() => {
+            const n = tunnels.get(sandboxId) ?? 0
+            if (n >= maxTunnels) {
+              return Effect.fail(new AgentBusy({ error: `the sandbox has ${maxTunnels} tunnels open on this host` }))
+            }
+            tunnels.set(sandboxId, n + 1)
+            return Effect.void
+          }),
+          () =>
+            Effect.sync(() => {
+              const n = (tunnels.get(sandboxId) ?? 1) - 1
+              if (n === 0) tunnels.delete(sandboxId)
+              else tunnels.set(sandboxId, n)
+            })
+        )
       const defaultTimeout = settings.defaultExecTimeoutMs ?? DEFAULT_EXEC_TIMEOUT_MS
       const decodeDriverExec = Schema.decodeUnknownEffect(DriverExecRequest)
 
@@ -545,6 +573,7 @@ const handlers = (settings: DataPlaneSettings) =>
             const address = yield* viaDriver(driver.portAddress(params.id, Number(params.port))).pipe(
               Effect.mapError(tunnelError)
             )
+            yield* tunnelSlot(params.id)
             // Connected first, 101 after: a client never gets a tunnel to nothing.
             const upstream = yield* connectPort(address.host, address.port)
             const client = yield* upgrade()
