@@ -27,9 +27,10 @@ import { SandboxDriver } from "@svc/host/Driver"
 import { BubblewrapDriver } from "@svc/host/Driver/Bubblewrap"
 import { DriverConfig } from "@svc/host/Driver/Config"
 import { parseSubnet } from "@svc/host/Driver/Network"
+import { outputBytesKept } from "@svc/host/Driver/Processes"
 import * as Metrics from "@svc/telemetry/Metrics"
 import * as Telemetry from "@svc/telemetry/Telemetry"
-import { Effect, Layer, Schema } from "effect"
+import { Effect, Layer, Metric, Schema } from "effect"
 import * as Os from "node:os"
 import * as NodePath from "node:path"
 import { CommandConsumer } from "./Commands.ts"
@@ -225,6 +226,17 @@ const CommandQueueDepth = Layer.unwrap(
   )
 )
 
+/** What the agent keeps of its sandboxes' background-process output (at most 16 MiB per sandbox). */
+export const ProcessOutputBytes = Metric.gauge("svc_agent_process_output_bytes", {
+  description: "Bytes of background-process output this agent keeps, all its sandboxes together"
+})
+
+/** `/metrics`: the output kept, read at each scrape. */
+const ProcessOutputKept = Metrics.collector(
+  "process output",
+  Effect.suspend(() => Metric.update(ProcessOutputBytes, outputBytesKept()))
+)
+
 interface RoleOptions {
   readonly dataPlane?: DataPlaneOptions
   /** Stop this host's sandboxes once the agent has stopped (`svc dev`); by default they keep running. */
@@ -252,7 +264,7 @@ export class AgentRole {
   /** The whole role configured from the environment (see `Config.ts`), with its NATS connection and keys. */
   static readonly fromEnv = (options: { readonly stopSandboxesOnStop?: boolean } = {}) => {
     const agent = role(AgentConfig.fromEnv, options)
-    return Layer.merge(agent, CommandQueueDepth.pipe(Layer.provide(agent))).pipe(
+    return Layer.mergeAll(agent, CommandQueueDepth.pipe(Layer.provide(agent)), ProcessOutputKept).pipe(
       Layer.provide(Layer.mergeAll(Nats.layer, SecretBox.layer)),
       // Traces, logs and /metrics of the role (svc-agent), for everything above.
       Layer.provide(Telemetry.layer("svc-agent"))

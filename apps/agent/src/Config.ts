@@ -26,6 +26,8 @@
  *   SVC_AGENT_CONCURRENCY    commands applied at once (one sandbox's commands stay in order)
  *   SVC_AGENT_POOL_SIZE      pre-started `base` sandboxes kept ready (default 4; 0 turns the pool off)
  *   SVC_AGENT_MAX_TRANSFERS  file uploads and downloads streamed at once (default 32); more wait
+ *   SVC_AGENT_MAX_TRANSFERS_PER_ORG  of those, what one org holds (default 8); more are 429 at once
+ *   SVC_AGENT_TRANSFER_IDLE_TIMEOUT  a transfer moving no byte this long is cut (default 2m)
  *   SVC_SANDBOX_BRIDGE / SVC_SANDBOX_SUBNET / SVC_SANDBOX_UID_BASE / SVC_SANDBOX_UID_SLOTS
  *                         the driver's machine-wide settings
  *   SVC_AGENT_ALLOW_NO_FIREWALL   1: start even when the sandbox firewall cannot be installed
@@ -83,6 +85,10 @@ export interface AgentSettings {
   readonly poolSize: number
   /** File transfers (uploads, downloads) streamed at once; more wait for a slot. */
   readonly maxTransfers: number
+  /** Of those, what one org holds at once; more are refused (429) without waiting. */
+  readonly maxTransfersPerOrg: number
+  /** A transfer that moves no byte this long has its connection closed. */
+  readonly transferIdleMs: number
   /** The host bridge and the sandboxes' addresses (machine-wide: every agent of a machine shares them). */
   readonly bridge: string
   readonly subnet: string
@@ -183,6 +189,8 @@ const SettingsSchema = Schema.Struct({
   concurrency: Schema.Int.check(Schema.isGreaterThanOrEqualTo(1), Schema.isLessThanOrEqualTo(256)),
   poolSize: Schema.Int.check(Schema.isGreaterThanOrEqualTo(0), Schema.isLessThanOrEqualTo(64)),
   maxTransfers: Schema.Int.check(Schema.isGreaterThanOrEqualTo(1), Schema.isLessThanOrEqualTo(4096)),
+  maxTransfersPerOrg: Schema.Int.check(Schema.isGreaterThanOrEqualTo(1), Schema.isLessThanOrEqualTo(4096)),
+  transferIdleMs: Schema.Int.check(Schema.isGreaterThanOrEqualTo(100), Schema.isLessThanOrEqualTo(3_600_000)),
   bridge: Schema.String,
   subnet: Schema.String,
   uidBase: UidBaseSchema,
@@ -223,6 +231,16 @@ export const EXIT_CHECK_MS = 500
  * in the agent and one writer or reader process chain in the sandbox.
  */
 export const DEFAULT_MAX_TRANSFERS = 32
+/**
+ * `SVC_AGENT_MAX_TRANSFERS_PER_ORG` when unset: a quarter of the host's slots, so that one org
+ * never holds them all and another org's transfer never waits behind its.
+ */
+export const DEFAULT_MAX_TRANSFERS_PER_ORG = 8
+/**
+ * `SVC_AGENT_TRANSFER_IDLE_TIMEOUT` when unset: beyond the API's own (1 min), so the API, which
+ * can still answer its client, normally ends an idle transfer first; this is the host's backstop.
+ */
+export const DEFAULT_TRANSFER_IDLE_MS = 120_000
 
 // ---------------------------------------------------------------------------------------------
 // The settings (bounds beyond a number's sign are checked by SettingsSchema, for given options too)
@@ -282,6 +300,17 @@ export const Heartbeat = Env.duration("SVC_AGENT_HEARTBEAT", Duration.millis(HOS
 export const Concurrency = Env.integer("SVC_AGENT_CONCURRENCY", DEFAULT_CONCURRENCY, { min: 0 })
 export const PoolSize = Env.integer("SVC_AGENT_POOL_SIZE", DEFAULT_POOL_SIZE, { min: 0 })
 export const MaxTransfers = Env.integer("SVC_AGENT_MAX_TRANSFERS", DEFAULT_MAX_TRANSFERS, { min: 0 })
+export const MaxTransfersPerOrg = Env.integer("SVC_AGENT_MAX_TRANSFERS_PER_ORG", DEFAULT_MAX_TRANSFERS_PER_ORG, {
+  min: 1
+})
+export const TransferIdleTimeout = Env.duration(
+  "SVC_AGENT_TRANSFER_IDLE_TIMEOUT",
+  Duration.millis(DEFAULT_TRANSFER_IDLE_MS),
+  {
+    min: Duration.millis(100),
+    max: Duration.hours(1)
+  }
+)
 export const Bridge = Env.text("SVC_SANDBOX_BRIDGE", DEFAULT_BRIDGE, "interface name")
 export const Subnet = Env.text("SVC_SANDBOX_SUBNET", DEFAULT_SUBNET, "CIDR")
 export const UidBase = Env.integer("SVC_SANDBOX_UID_BASE", DEFAULT_UID_BASE, { min: 0 })
@@ -320,6 +349,8 @@ export const settings: ReadonlyArray<Env.AnySetting> = [
   Concurrency,
   PoolSize,
   MaxTransfers,
+  MaxTransfersPerOrg,
+  TransferIdleTimeout,
   Bridge,
   Subnet,
   UidBase,
@@ -362,6 +393,8 @@ export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("
       // default (`fromEnv`) is DEFAULT_POOL_SIZE.
       poolSize: options.poolSize ?? 0,
       maxTransfers: options.maxTransfers ?? DEFAULT_MAX_TRANSFERS,
+      maxTransfersPerOrg: options.maxTransfersPerOrg ?? DEFAULT_MAX_TRANSFERS_PER_ORG,
+      transferIdleMs: options.transferIdleMs ?? DEFAULT_TRANSFER_IDLE_MS,
       bridge: options.bridge ?? DEFAULT_BRIDGE,
       subnet: options.subnet ?? DEFAULT_SUBNET,
       uidBase: options.uidBase ?? DEFAULT_UID_BASE,
@@ -417,6 +450,8 @@ export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("
         concurrency: Concurrency,
         poolSize: PoolSize,
         maxTransfers: MaxTransfers,
+        maxTransfersPerOrg: MaxTransfersPerOrg,
+        transferIdle: TransferIdleTimeout,
         bridge: Bridge,
         subnet: Subnet,
         uidBase: UidBase,
@@ -447,6 +482,8 @@ export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("
         allowUnlimited: env.allowUnlimited,
         poolSize: env.poolSize,
         maxTransfers: env.maxTransfers,
+        maxTransfersPerOrg: env.maxTransfersPerOrg,
+        transferIdleMs: Duration.toMillis(env.transferIdle),
         bridge: env.bridge,
         subnet: env.subnet,
         uidBase: env.uidBase,

@@ -16,6 +16,7 @@ import {
   NotFound,
   PayloadTooLarge,
   QuotaExceeded,
+  RateLimited,
   SandboxOutOfScope,
   Unavailable,
   UsageLimitReached
@@ -191,24 +192,46 @@ export class SandboxesApi extends HttpApiGroup.make("sandboxes")
       params,
       query: FilesQuery,
       success: [HttpApiSchema.StreamUint8Array({ contentType: "application/octet-stream" }), FileListing],
-      error: [InvalidRequest, NotFound, Conflict, PayloadTooLarge, FileRefused, SandboxOutOfScope, Unavailable]
+      error: [
+        InvalidRequest,
+        NotFound,
+        Conflict,
+        PayloadTooLarge,
+        FileRefused,
+        SandboxOutOfScope,
+        RateLimited,
+        Unavailable
+      ]
     }).annotateMerge(OpenApi.annotations({
       description:
         "A file's bytes (`application/octet-stream`, streamed), or for a folder `{entries: [{name, type, size, mtime}]}`. " +
         "Paths resolve inside the sandbox's root only; paths under /proc and /sys are 400 (links to them included). " +
         "A file over 100 MiB is 413; a read the sandbox's kernel refuses is 422 `file_refused` with `errno`. " +
-        "Transfers beyond the API's or the host's bound wait, then 503."
+        "Transfers beyond the API's or the host's bound wait, then 503; beyond the org's own share they are 429 " +
+        "`rate_limited` at once. A transfer that moves no byte for `SVC_API_TRANSFER_IDLE_TIMEOUT` (60 s) has its " +
+        "connection closed."
     })),
     HttpApiEndpoint.put("writeFile", "/v1/sandboxes/:id/files", {
       params,
       query: FilesQuery,
       success: HttpApiSchema.NoContent,
-      error: [InvalidRequest, NotFound, Conflict, PayloadTooLarge, FileRefused, SandboxOutOfScope, Unavailable]
+      error: [
+        InvalidRequest,
+        NotFound,
+        Conflict,
+        PayloadTooLarge,
+        FileRefused,
+        SandboxOutOfScope,
+        RateLimited,
+        Unavailable
+      ]
     }).annotateMerge(OpenApi.annotations({
       description: "The request body (any content type, raw bytes, up to 100 MiB, streamed) becomes the file at " +
         "`path`, replacing it once every byte arrived (a cut upload leaves the old file). A device is written in " +
         "place; paths under /proc and /sys are 400. A write the sandbox's kernel refuses (a full disk, a read-only " +
-        "file system, /dev/full) is 422 `file_refused` with `errno` (`ENOSPC`, `EROFS`, `EIO`, `EACCES`, `EPERM`...). 204."
+        "file system, /dev/full) is 422 `file_refused` with `errno` (`ENOSPC`, `EROFS`, `EIO`, `EACCES`, `EPERM`...). " +
+        "204. Bounded as a download: 503 beyond the API's or the host's transfers, 429 `rate_limited` beyond the " +
+        "org's share, the connection closed after `SVC_API_TRANSFER_IDLE_TIMEOUT` (60 s) without a byte."
     }))
   )
   .annotateMerge(Access.resource("sandboxes"))
