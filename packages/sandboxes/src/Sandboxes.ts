@@ -59,14 +59,15 @@ import {
 import { VOLUME_DRIVER } from "@svc/domain/Volume"
 import * as Outbox from "@svc/events/Outbox"
 import { wakeIfPresent } from "@svc/events/Relay"
+import * as AgentClient from "@svc/hosts/AgentClient"
+import { Hosts } from "@svc/hosts/Hosts"
+import * as Scheduler from "@svc/hosts/Scheduler"
+import { Templates } from "@svc/templates/Templates"
 import { Clock, Context, Effect, Layer, Option, Schema, type Stream } from "effect"
 import { SqlClient } from "effect/sql"
 import { QuotasConfig } from "./Config.ts"
-import { Hosts } from "./Hosts.ts"
 import { commandRefusal, SandboxActor } from "./SandboxActor.ts"
 import { applyNow } from "./Sandboxes/Apply.ts"
-import { DataPlaneClient } from "./Sandboxes/DataPlane.ts"
-import type * as DataPlane from "./Sandboxes/DataPlane.ts"
 import { egressMessage } from "./Sandboxes/Egress.ts"
 import { SandboxActorState } from "./Sandboxes/Model.ts"
 import * as Quota from "./Sandboxes/Quota.ts"
@@ -75,8 +76,6 @@ import { liveSecrets } from "./Sandboxes/SecretRefs.ts"
 import { COLUMNS, SandboxRow, store, toStored } from "./Sandboxes/Store.ts"
 import { UsageGate } from "./Sandboxes/UsageGate.ts"
 import * as VolumeRefs from "./Sandboxes/VolumeRefs.ts"
-import * as Scheduler from "./Scheduler.ts"
-import { Templates } from "./Templates.ts"
 
 export { toRecord } from "./Sandboxes/Record.ts"
 
@@ -169,26 +168,26 @@ export class Sandboxes extends Context.Service<Sandboxes, {
     orgId: OrgId,
     id: string,
     request: ExecRequest
-  ) => Effect.Effect<ExecResult, DataPlane.ExecError | Rows.QueryError>
+  ) => Effect.Effect<ExecResult, AgentClient.ExecError | Rows.QueryError>
   readonly readFile: (
     orgId: OrgId,
     id: string,
     path: string
-  ) => Effect.Effect<DataPlane.FileContent, DataPlane.DataPlaneError | Rows.QueryError>
+  ) => Effect.Effect<AgentClient.FileContent, AgentClient.DataPlaneError | Rows.QueryError>
   /** A running sandbox's usage, read from its host now. */
-  readonly stats: (orgId: OrgId, id: string) => Effect.Effect<SandboxStats, DataPlane.StatsError | Rows.QueryError>
+  readonly stats: (orgId: OrgId, id: string) => Effect.Effect<SandboxStats, AgentClient.StatsError | Rows.QueryError>
   readonly writeFile: <E>(
     orgId: OrgId,
     id: string,
     path: string,
     body: Stream.Stream<Uint8Array, E>,
     maxBytes: number
-  ) => Effect.Effect<void, DataPlane.DataPlaneError | Rows.QueryError>
+  ) => Effect.Effect<void, AgentClient.DataPlaneError | Rows.QueryError>
 }>()("@svc/sandboxes/Sandboxes") {
   static readonly make = Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const hosts = yield* Hosts
-    const dataPlane = yield* DataPlaneClient
+    const dataPlane = yield* AgentClient.AgentClient
     const idempotency = yield* Idempotency
     const box = yield* SecretBox
     const quotas = yield* QuotasConfig
@@ -558,6 +557,6 @@ export class Sandboxes extends Context.Service<Sandboxes, {
    * and `UsageGate`.
    */
   static readonly layer = Layer.effect(Sandboxes, Sandboxes.make).pipe(
-    Layer.provide(Layer.mergeAll(Idempotency.layer, DataPlaneClient.layer, Templates.layer))
+    Layer.provide(Layer.mergeAll(Idempotency.layer, AgentClient.AgentClient.layer, Templates.layer))
   )
 }
