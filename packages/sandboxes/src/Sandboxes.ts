@@ -40,6 +40,7 @@ import { sealEnv } from "@svc/crypto/SealedEnv"
 import { SecretBox } from "@svc/crypto/SecretBox"
 import { Idempotency, type Outcome } from "@svc/db/Idempotency"
 import * as Rows from "@svc/db/Rows"
+import * as Confinement from "@svc/domain/Confinement"
 import * as Errors from "@svc/domain/Errors"
 import { makeAttachmentId, makeId, type OrgId, type VolumeId } from "@svc/domain/Ids"
 import { pageInfo } from "@svc/domain/Pagination"
@@ -356,7 +357,7 @@ export class Sandboxes extends Context.Service<Sandboxes, {
       function*(orgId: OrgId, query: ListSandboxesQuery, confinedTo: string | null) {
         const conditions = [sql`org_id = ${orgId}`]
         if (query.state !== undefined) conditions.push(sql`state = ANY(${[...query.state]}::text[])`)
-        if (confinedTo !== null) conditions.push(sql`(id = ${confinedTo} OR parent_id = ${confinedTo})`)
+        if (confinedTo !== null) conditions.push(Confinement.sqlCondition(sql, confinedTo))
         const where = sql.and(conditions)
         const [count] = yield* counted(sql`SELECT count(*)::int AS n FROM sandboxes WHERE ${where}`)
         const total = count?.n ?? 0
