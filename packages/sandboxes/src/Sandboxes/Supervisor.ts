@@ -48,7 +48,7 @@ const expired = Rows.decoder(
 export class SandboxSupervisor extends Context.Service<SandboxSupervisor, {
   /** One sweep now (what the loop runs); the number of messages sent. */
   readonly sweep: Effect.Effect<number>
-}>()("@svc/sandboxes/SandboxSupervisor") {
+}>()("@svc/sandboxes/Sandboxes/Supervisor") {
   static readonly make = Effect.fn("SandboxSupervisor.make")(function*(options: SupervisorOptions = {}) {
     const sql = yield* SqlClient.SqlClient
     const hosts = yield* Hosts
