@@ -54,7 +54,7 @@ const sourceFiles = (dir: string): Array<string> =>
   )
 
 const CONTROL_PLANE =
-  /^(effect\/sql|effect\/unstable\/sql|@effect\/sql-pg|@svc\/(db|actors|events|sandboxes|auth|webhooks)\/)/
+  /^(effect\/sql|effect\/unstable\/sql|@effect\/sql-pg|@svc\/(db|actors|events|hosts|templates|sandboxes|auth|webhooks)\/)/
 
 describe("layout", () => {
   it("the host agent loads no SQL, no actor runtime and no control-plane package", () => {
@@ -113,5 +113,30 @@ describe("layout", () => {
       }
     }
     expect(offending).toEqual([])
+  })
+
+  it("the packages' dependencies have no cycle (hosts below templates below sandboxes)", () => {
+    const deps = new Map(
+      [...workspace].map(([name, dir]) => [
+        name,
+        Object.keys(JSON.parse(Fs.readFileSync(Path.join(dir, "package.json"), "utf8")).dependencies ?? {})
+          .filter((d) => workspace.has(d))
+      ])
+    )
+    const cycles: Array<string> = []
+    const state = new Map<string, "visiting" | "done">()
+    const visit = (name: string, path: ReadonlyArray<string>) => {
+      if (state.get(name) === "done") return
+      if (state.get(name) === "visiting") return void cycles.push([...path, name].join(" -> "))
+      state.set(name, "visiting")
+      for (const next of deps.get(name) ?? []) visit(next, [...path, name])
+      state.set(name, "done")
+    }
+    for (const name of deps.keys()) visit(name, [])
+    expect(cycles).toEqual([])
+    expect(deps.get("@svc/templates")).toContain("@svc/hosts")
+    expect(deps.get("@svc/sandboxes")).toEqual(expect.arrayContaining(["@svc/hosts", "@svc/templates"]))
+    expect(deps.get("@svc/hosts")).not.toContain("@svc/sandboxes")
+    expect(deps.get("@svc/templates")).not.toContain("@svc/sandboxes")
   })
 })

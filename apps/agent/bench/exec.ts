@@ -12,7 +12,7 @@ import { makeHostId, makeSandboxId } from "@svc/domain/Ids"
 import type { HostRecord } from "@svc/host-protocol/Protocol"
 import { DriverExecRequest, SandboxDriver, SandboxSpec } from "@svc/host/Driver"
 import { BubblewrapDriver } from "@svc/host/Driver/Bubblewrap"
-import { DataPlaneClient } from "@svc/sandboxes/Sandboxes/DataPlane"
+import { AgentClient } from "@svc/hosts/AgentClient"
 import { cleanUpHost } from "@svc/testing/TestHost"
 import { useTestEncryptionKeys } from "@svc/testing/TestSecrets"
 import { Context, Effect, Layer } from "effect"
@@ -50,12 +50,12 @@ const program = Effect.gen(function*() {
       Layer.provideMerge(BubblewrapDriver.layer.pipe(Layer.provide(DriverConfigFromAgent))),
       Layer.provideMerge(AgentConfig.layer({ hostId: host.hostId, dataDir: host.dataDir, poolSize: 0 })),
       Layer.provide(SecretBox.layer),
-      Layer.merge(DataPlaneClient.layer)
+      Layer.merge(AgentClient.layer)
     )
   )
   const driver = Context.get(context, SandboxDriver)
   const dataPlane = Context.get(context, DataPlane)
-  const client = Context.get(context, DataPlaneClient)
+  const client = Context.get(context, AgentClient)
   const record: HostRecord = {
     hostId: host.hostId,
     region: "local",

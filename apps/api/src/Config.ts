@@ -10,6 +10,7 @@ import * as Db from "@svc/db/Config"
 import * as Sandboxes from "@svc/sandboxes/Config"
 import * as Secrets from "@svc/secrets/Config"
 import * as Telemetry from "@svc/telemetry/Config"
+import * as Templates from "@svc/templates/Config"
 import * as Volumes from "@svc/volumes/Config"
 import * as Webhooks from "@svc/webhooks/Config"
 import { Config, Duration } from "effect"
@@ -73,6 +74,7 @@ export const settings: ReadonlyArray<Env.AnySetting> = [
   DashboardDir,
   ...Auth.settings,
   ...Sandboxes.quotaSettings,
+  ...Templates.templateSettings,
   Webhooks.AllowedSubnets,
   ...Secrets.settings,
   ...Volumes.settings,

@@ -23,6 +23,7 @@
  */
 import { ApiKeys } from "@svc/auth/ApiKeys"
 import { type Principal, SESSION_COOKIE } from "@svc/domain/Api/Auth"
+import * as Confinement from "@svc/domain/Confinement"
 import * as Errors from "@svc/domain/Errors"
 import type { OrgId } from "@svc/domain/Ids"
 import * as Scopes from "@svc/domain/Scopes"
@@ -217,7 +218,7 @@ export const PreviewProxyLayer = Layer.effectDiscard(Effect.gen(function*() {
       })
     }
     const sandbox = yield* previews.sandbox(orgId, target.sandboxId)
-    if (Scopes.sandboxAccess(grant, { id: sandbox.id, parentId: sandbox.parentId })._tag === "Denied") {
+    if (Confinement.sandboxAccess(grant, { id: sandbox.id, parentId: sandbox.parentId })._tag === "Denied") {
       return yield* new Errors.SandboxOutOfScope()
     }
     return { orgId, credential: "authorization" } satisfies Admitted

@@ -12,6 +12,7 @@ import * as Crypto from "@svc/crypto/Config"
 import * as Db from "@svc/db/Config"
 import * as Sandboxes from "@svc/sandboxes/Config"
 import * as Telemetry from "@svc/telemetry/Config"
+import * as Templates from "@svc/templates/Config"
 import { Duration } from "effect"
 
 /** The actors' mailbox ack wait: a message held by a runtime process that died is redelivered after it. */
@@ -29,8 +30,8 @@ export const settings: ReadonlyArray<Env.AnySetting> = [
   // The app controller makes replicas through the sandboxes' own create: their quotas and templates.
   Sandboxes.OrgMaxSandboxes,
   Sandboxes.OrgMaxRunningSandboxes,
-  Sandboxes.TemplateBuildTimeout,
-  Sandboxes.ImageGcGrace,
+  Templates.TemplateBuildTimeout,
+  Templates.ImageGcGrace,
   ...Billing.settings,
   ...Apps.settings,
   ...Crypto.settings,

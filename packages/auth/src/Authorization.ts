@@ -7,6 +7,7 @@
  * request; handlers never repeat what their rule declares.
  */
 import { type AccessRule, CurrentPrincipal, type Principal, type ScopeRequirement } from "@svc/domain/Api/Auth"
+import * as Confinement from "@svc/domain/Confinement"
 import {
   EgressBeyondCeiling,
   FullAccessRequired,
@@ -100,14 +101,14 @@ export const requireFullAccess = Effect.flatMap(
   (principal) => principal.grant.full ? Effect.void : Effect.fail(new FullAccessRequired())
 )
 
-/** What the sandbox routes do after `sandboxAccess`. */
+/** What the sandbox routes do after `Confinement.sandboxAccess`. */
 export type SandboxPermission =
   | { readonly _tag: "Allowed" }
   /** Create the new sandbox as a child of this one (the key's sandbox). */
   | { readonly _tag: "CreateAs"; readonly parentId: SandboxId }
 
 /**
- * The single-sandbox policy of docs/contract.md#single-sandbox-scope for the current caller. Call
+ * The single-sandbox policy of docs/contract.md#single-sandbox-scope (@svc/domain/Confinement) for the current caller. Call
  * it after loading the target sandbox of the caller's org (a sandbox of another org is 404 before
  * this):
  * - `{ id, parentId }` of an existing sandbox: its own sandbox and direct children are allowed;
@@ -116,9 +117,9 @@ export type SandboxPermission =
  * Refusals are 403 `sandbox_out_of_scope`. Unconfined credentials are always `Allowed` here
  * (their scopes were checked by the middleware).
  */
-export const sandboxPolicy = (target: Scopes.SandboxTarget) =>
+export const sandboxPolicy = (target: Confinement.SandboxTarget) =>
   Effect.flatMap(Effect.service(CurrentPrincipal), (principal): Effect.Effect<SandboxPermission, SandboxOutOfScope> => {
-    const access = Scopes.sandboxAccess(principal.grant, target)
+    const access = Confinement.sandboxAccess(principal.grant, target)
     switch (access._tag) {
       case "Allowed":
         return Effect.succeed({ _tag: "Allowed" })
@@ -153,8 +154,8 @@ export const egressPolicy = <E, R>(
       if (confined === null) return Effect.succeed(requested)
       return Effect.flatMap(ceiling(confined), (limit) => {
         const access = kind === "update"
-          ? Scopes.egressUpdate(principal.grant, requested, limit)
-          : Scopes.egressOfChild(principal.grant, requested, limit)
+          ? Confinement.egressUpdate(principal.grant, requested, limit)
+          : Confinement.egressOfChild(principal.grant, requested, limit)
         return access._tag === "Allowed"
           ? Effect.succeed(access.policy)
           : Effect.fail(new EgressBeyondCeiling({ error: access.reason }))

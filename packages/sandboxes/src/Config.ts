@@ -1,7 +1,8 @@
 /**
  * Settings of the sandboxes' control plane: the per-org quotas the api checks at create and
- * start (Sandboxes/Quota.ts), the templates' build time limit and image collection (Templates.ts), and the supervisor's pace and patience, read by the runtime role
- * (Sandboxes/Supervisor.ts).
+ * start (Sandboxes/Quota.ts), the preview domain (Previews.ts), and the supervisor's pace and
+ * patience, read by the runtime role (Sandboxes/Supervisor.ts). Templates' settings are
+ * @svc/templates/Config's.
  */
 import * as Env from "@svc/config/Env"
 import { Config, Duration, Effect, Schema, SchemaIssue } from "effect"
@@ -54,28 +55,11 @@ export const PreviewDomain = Env.describe(
   { name: "SVC_PREVIEW_DOMAIN", default: "`preview.localhost`", format: "a domain name" }
 )
 
-/** How long a template build may take (Templates.ts): past it, the build is `failed`. */
-export const TemplateBuildTimeout = Env.duration("SVC_TEMPLATE_BUILD_TIMEOUT", Duration.minutes(20), {
-  min: Duration.seconds(1),
-  max: Duration.days(1)
-})
-
-/**
- * How old an image layer no template refers to must be before it is removed from the image store
- * (and so from every host): a failed build's layers stay that long in its layer cache for a retry.
- */
-export const ImageGcGrace = Env.duration("SVC_IMAGE_GC_GRACE", Duration.hours(1), {
-  min: Duration.zero,
-  max: Duration.days(365)
-})
-
 /** What the api reads. */
 export const quotaSettings: ReadonlyArray<Env.AnySetting> = [
   OrgMaxSandboxes,
   OrgMaxRunningSandboxes,
-  PreviewDomain,
-  TemplateBuildTimeout,
-  ImageGcGrace
+  PreviewDomain
 ]
 
 /** What the runtime reads. */

@@ -1,7 +1,7 @@
 /**
  * Exposed ports (docs/contract.md#exposed-ports): a request to
  * `{port}-{sandbox_id}.{SVC_PREVIEW_DOMAIN}` on an API process reaches that port of the sandbox,
- * wherever its host is, through a tunnel the sandbox's agent opens (`Previews/Tunnel.ts`).
+ * wherever its host is, through a tunnel the sandbox's agent opens (`tunnel` below: an upgrade, `@svc/hosts/Upgrade`).
  *
  * Preview tokens are stateless, so that any API process checks any token: `svc_pv_` and the
  * SecretBox seal of `{orgId, sandboxId, port, expiresAt}` (AAD `preview-token`). Only the
@@ -14,11 +14,23 @@ import { SecretBox } from "@svc/crypto/SecretBox"
 import type * as Rows from "@svc/db/Rows"
 import * as Errors from "@svc/domain/Errors"
 import type { OrgId } from "@svc/domain/Ids"
+import {
+  AgentApi,
+  AgentBadGateway,
+  AgentFailed,
+  AgentInvalid,
+  AgentNotFound,
+  AgentNotRunning,
+  AgentUnauthorized,
+  TUNNEL_PROTOCOL
+} from "@svc/host-protocol/DataPlane"
+import type { HostRecord } from "@svc/host-protocol/Protocol"
+import { Hosts } from "@svc/hosts/Hosts"
+import * as Upgrade from "@svc/hosts/Upgrade"
 import { Context, Effect, Layer, Option, Schema } from "effect"
+import { HttpApiClient } from "effect/http-api"
 import type * as Net from "node:net"
 import { PreviewDomain } from "./Config.ts"
-import { Hosts } from "./Hosts.ts"
-import * as Tunnel from "./Previews/Tunnel.ts"
 import { Sandboxes } from "./Sandboxes.ts"
 import type { SandboxActorState } from "./Sandboxes/Model.ts"
 
@@ -152,7 +164,7 @@ export class Previews extends Context.Service<Previews, {
       if (Option.isNone(host)) {
         return yield* new Errors.Unavailable({ error: "The sandbox's host is not known right now; retry" })
       }
-      return yield* Tunnel.open(host.value, s.id, target.port)
+      return yield* tunnel(host.value, s.id, target.port)
     })
 
     return Previews.of({
@@ -167,3 +179,46 @@ export class Previews extends Context.Service<Previews, {
   /** Needs `Sandboxes`, `Hosts` and `SecretBox`. */
   static readonly layer = Layer.effect(Previews, Previews.make)
 }
+
+/** How long the agent gets to connect to the port and answer. */
+const TUNNEL_OPEN_TIMEOUT_MS = 10_000
+
+const decodeAgentError = Schema.decodeUnknownOption(
+  Schema.fromJsonString(
+    Schema.Union([AgentInvalid, AgentUnauthorized, AgentNotFound, AgentNotRunning, AgentFailed, AgentBadGateway])
+  )
+)
+
+const urls = HttpApiClient.urlBuilder(AgentApi)
+
+type TunnelError = Errors.NotFound | Errors.Conflict | Errors.BadGateway | Errors.Unavailable
+
+const tunnelRefusal = (status: number, body: string): TunnelError => {
+  const error = decodeAgentError(body)
+  const reason = Option.isSome(error) ? error.value.reason : undefined
+  switch (reason) {
+    case "not_found":
+      return new Errors.NotFound({ error: "No such sandbox on its host" })
+    case "not_running":
+      return new Errors.Conflict({ error: "This sandbox is not running" })
+    case "invalid":
+      return new Errors.NotFound({ error: "This port is not one of the sandbox's exposed ports" })
+    default:
+      return status === 502
+        ? new Errors.BadGateway()
+        : new Errors.Unavailable({ error: "The sandbox's host could not open the port; retry" })
+  }
+}
+
+/**
+ * A byte tunnel to one exposed port of the sandbox (`GET {endpoint}/sandboxes/{id}/ports/{port}/tunnel`,
+ * `Upgrade: svc-tunnel`): the agent connects to the port first and answers 101 only once it is
+ * connected. The socket is the caller's to end.
+ */
+const tunnel = (host: HostRecord, sandboxId: string, port: number) =>
+  Upgrade.open(host, {
+    path: urls.sandboxes.tunnel({ params: { id: sandboxId, port: String(port) } }),
+    protocol: TUNNEL_PROTOCOL,
+    timeoutMs: TUNNEL_OPEN_TIMEOUT_MS,
+    refused: (status, body) => Effect.fail(tunnelRefusal(status, body))
+  })

@@ -7,10 +7,9 @@
  *   a host that stops answering midway ends the stream with an `error` event.
  * - A stopped sandbox's processes can still be listed and read (they say `sandbox_stopped`);
  *   starting one, stdin, signals and terminals need it running (409).
- * - A terminal is an upgraded connection to the host (`svc-pty`, `PtyFrames`), opened with a raw
- *   `node:http` request like a preview tunnel: the caller relays it to its WebSocket.
+ * - A terminal is an upgraded connection to the host (`svc-pty`, `PtyFrames`), opened like a preview
+ *   tunnel (`@svc/hosts/Upgrade`): the caller relays it to its WebSocket.
  */
-import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
 import type * as Rows from "@svc/db/Rows"
 import type { ProcessEvent, SandboxProcess } from "@svc/domain/Api/Processes"
 import * as Errors from "@svc/domain/Errors"
@@ -27,14 +26,13 @@ import {
   PTY_PROTOCOL
 } from "@svc/host-protocol/DataPlane"
 import type { HostRecord } from "@svc/host-protocol/Protocol"
+import { AgentClient, AgentTarget, type DataPlaneError, toApiError, unreachable } from "@svc/hosts/AgentClient"
+import { Hosts } from "@svc/hosts/Hosts"
+import * as Upgrade from "@svc/hosts/Upgrade"
 import { Context, Effect, Layer, Option, Schema, Stream } from "effect"
-import { HttpClient, HttpClientRequest, HttpIncomingMessage } from "effect/http"
 import { HttpApiClient } from "effect/http-api"
-import * as Http from "node:http"
 import type * as Net from "node:net"
-import { Hosts } from "./Hosts.ts"
 import { Sandboxes } from "./Sandboxes.ts"
-import { AgentTarget, type DataPlaneError, toApiError, unreachable } from "./Sandboxes/DataPlane.ts"
 
 /** The frames a terminal's connection to its host carries, for the API's relay. */
 export * as PtyFrames from "@svc/host-protocol/PtyFrames"
@@ -45,8 +43,6 @@ export type ProcessError = Exclude<DataPlaneError, Errors.FileRefused> | Rows.Qu
 
 /** How long an exec stream may run beyond its own timeout (the host's share). */
 const EXEC_MARGIN_MS = 15_000
-/** How long a call that is not a stream may take. */
-const CALL_TIMEOUT_MS = 60_000
 /** How long the host gets to start a terminal and answer. */
 const PTY_OPEN_TIMEOUT_MS = 10_000
 
@@ -100,18 +96,8 @@ export class Processes extends Context.Service<Processes, {
   static readonly make = Effect.gen(function*() {
     const sandboxes = yield* Sandboxes
     const hosts = yield* Hosts
-    const http = yield* HttpClient.HttpClient
-    const client = yield* HttpApiClient.makeWith(AgentApi, {
-      httpClient: http.pipe(
-        HttpClient.mapRequestEffect((request) =>
-          Effect.map(Effect.service(AgentTarget), (host) =>
-            request.pipe(
-              HttpClientRequest.prependUrl(host.endpoint.replace(/\/+$/, "")),
-              HttpClientRequest.bearerToken(host.token)
-            ))
-        )
-      )
-    })
+    const agent = yield* AgentClient
+    const client = agent.api
     const urls = HttpApiClient.urlBuilder(AgentApi)
 
     const hostOf = (hostId: string) =>
@@ -138,19 +124,7 @@ export class Processes extends Context.Service<Processes, {
         return yield* hostOf(s.hostId)
       })
 
-    /** A data-plane call to `host`: the agent's refusals as the API's, a silent host 503. */
-    const call = <A, E>(host: HostRecord, effect: Effect.Effect<A, E, AgentTarget>, timeoutMs = CALL_TIMEOUT_MS) =>
-      effect.pipe(
-        Effect.provideService(AgentTarget, host),
-        Effect.provideService(HttpIncomingMessage.MaxBodySize, undefined),
-        Effect.timeoutOrElse({ duration: timeoutMs, orElse: () => unreachable(host, "call timed out") }),
-        Effect.catch((error) => toApiError(host, error)),
-        Effect.catchTag(
-          "FileRefused",
-          (e) => unreachable(host, `a process call answered as a file refusal: ${e.error}`)
-        )
-      )
-
+    const call = agent.call
     /** Events from the host as they come; a cut connection ends them with an `error` event. */
     const passOn = (host: HostRecord, events: Stream.Stream<ProcessEvent, unknown>) =>
       events.pipe(
@@ -293,9 +267,7 @@ export class Processes extends Context.Service<Processes, {
   })
 
   /** Needs `Sandboxes` and `Hosts`. */
-  static readonly layer = Layer.effect(Processes, Processes.make).pipe(
-    Layer.provide(NodeHttpClient.layerNodeHttpOptions({ keepAlive: true }))
-  )
+  static readonly layer = Layer.effect(Processes, Processes.make).pipe(Layer.provide(AgentClient.layer))
 }
 
 const decodeAgentError = Schema.decodeUnknownOption(
@@ -316,41 +288,10 @@ const ptyRefusal = (host: HostRecord, body: string): Effect.Effect<never, Proces
 
 /** The upgraded connection of a new terminal on `host`, or the host's refusal. */
 const openPty = (host: HostRecord, path: string) =>
-  Effect.callback<Net.Socket, ProcessError>((resume, signal) => {
-    const url = new URL(host.endpoint)
-    const request = Http.request({
-      host: url.hostname.replace(/^\[|\]$/g, ""),
-      port: Number(url.port || 80),
-      method: "GET",
-      path,
-      agent: false,
-      timeout: PTY_OPEN_TIMEOUT_MS,
-      headers: { connection: "Upgrade", upgrade: PTY_PROTOCOL, authorization: `Bearer ${host.token}` }
-    })
-    let settled = false
-    const settle = (result: Effect.Effect<Net.Socket, ProcessError>) => {
-      if (settled) return
-      settled = true
-      resume(result)
-    }
-    request.on("upgrade", (_response, socket, head) => {
-      if (settled) return socket.destroy()
-      socket.setTimeout(0)
-      socket.setNoDelay(true)
-      if (head.length > 0) socket.unshift(head)
-      settle(Effect.succeed(socket))
-    })
-    request.on("response", (response) => {
-      let body = ""
-      response.setEncoding("utf8")
-      response.on("data", (chunk: string) => {
-        if (body.length < 4096) body += chunk
-      })
-      response.on("end", () => settle(ptyRefusal(host, body)))
-      response.on("error", (cause) => settle(unreachable(host, cause)))
-    })
-    request.on("timeout", () => request.destroy(new Error("the host did not answer in time")))
-    request.on("error", (cause) => settle(unreachable(host, cause)))
-    signal.addEventListener("abort", () => request.destroy())
-    request.end()
+  Upgrade.open(host, {
+    path,
+    protocol: PTY_PROTOCOL,
+    timeoutMs: PTY_OPEN_TIMEOUT_MS,
+    noDelay: true,
+    refused: (_status, body) => ptyRefusal(host, body)
   })

@@ -40,6 +40,7 @@ import { sealEnv } from "@svc/crypto/SealedEnv"
 import { SecretBox } from "@svc/crypto/SecretBox"
 import { Idempotency, type Outcome } from "@svc/db/Idempotency"
 import * as Rows from "@svc/db/Rows"
+import * as Confinement from "@svc/domain/Confinement"
 import * as Errors from "@svc/domain/Errors"
 import { makeAttachmentId, makeId, type OrgId, type VolumeId } from "@svc/domain/Ids"
 import { pageInfo } from "@svc/domain/Pagination"
@@ -59,14 +60,15 @@ import {
 import { VOLUME_DRIVER } from "@svc/domain/Volume"
 import * as Outbox from "@svc/events/Outbox"
 import { wakeIfPresent } from "@svc/events/Relay"
+import * as AgentClient from "@svc/hosts/AgentClient"
+import { Hosts } from "@svc/hosts/Hosts"
+import * as Scheduler from "@svc/hosts/Scheduler"
+import { Templates } from "@svc/templates/Templates"
 import { Clock, Context, Effect, Layer, Option, Schema, type Stream } from "effect"
 import { SqlClient } from "effect/sql"
 import { QuotasConfig } from "./Config.ts"
-import { Hosts } from "./Hosts.ts"
 import { commandRefusal, SandboxActor } from "./SandboxActor.ts"
 import { applyNow } from "./Sandboxes/Apply.ts"
-import { DataPlaneClient } from "./Sandboxes/DataPlane.ts"
-import type * as DataPlane from "./Sandboxes/DataPlane.ts"
 import { egressMessage } from "./Sandboxes/Egress.ts"
 import { SandboxActorState } from "./Sandboxes/Model.ts"
 import * as Quota from "./Sandboxes/Quota.ts"
@@ -75,8 +77,6 @@ import { liveSecrets } from "./Sandboxes/SecretRefs.ts"
 import { COLUMNS, SandboxRow, store, toStored } from "./Sandboxes/Store.ts"
 import { UsageGate } from "./Sandboxes/UsageGate.ts"
 import * as VolumeRefs from "./Sandboxes/VolumeRefs.ts"
-import * as Scheduler from "./Scheduler.ts"
-import { Templates } from "./Templates.ts"
 
 export { toRecord } from "./Sandboxes/Record.ts"
 
@@ -169,26 +169,26 @@ export class Sandboxes extends Context.Service<Sandboxes, {
     orgId: OrgId,
     id: string,
     request: ExecRequest
-  ) => Effect.Effect<ExecResult, DataPlane.ExecError | Rows.QueryError>
+  ) => Effect.Effect<ExecResult, AgentClient.ExecError | Rows.QueryError>
   readonly readFile: (
     orgId: OrgId,
     id: string,
     path: string
-  ) => Effect.Effect<DataPlane.FileContent, DataPlane.DataPlaneError | Rows.QueryError>
+  ) => Effect.Effect<AgentClient.FileContent, AgentClient.DataPlaneError | Rows.QueryError>
   /** A running sandbox's usage, read from its host now. */
-  readonly stats: (orgId: OrgId, id: string) => Effect.Effect<SandboxStats, DataPlane.StatsError | Rows.QueryError>
+  readonly stats: (orgId: OrgId, id: string) => Effect.Effect<SandboxStats, AgentClient.StatsError | Rows.QueryError>
   readonly writeFile: <E>(
     orgId: OrgId,
     id: string,
     path: string,
     body: Stream.Stream<Uint8Array, E>,
     maxBytes: number
-  ) => Effect.Effect<void, DataPlane.DataPlaneError | Rows.QueryError>
+  ) => Effect.Effect<void, AgentClient.DataPlaneError | Rows.QueryError>
 }>()("@svc/sandboxes/Sandboxes") {
   static readonly make = Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const hosts = yield* Hosts
-    const dataPlane = yield* DataPlaneClient
+    const dataPlane = yield* AgentClient.AgentClient
     const idempotency = yield* Idempotency
     const box = yield* SecretBox
     const quotas = yield* QuotasConfig
@@ -357,7 +357,7 @@ export class Sandboxes extends Context.Service<Sandboxes, {
       function*(orgId: OrgId, query: ListSandboxesQuery, confinedTo: string | null) {
         const conditions = [sql`org_id = ${orgId}`]
         if (query.state !== undefined) conditions.push(sql`state = ANY(${[...query.state]}::text[])`)
-        if (confinedTo !== null) conditions.push(sql`(id = ${confinedTo} OR parent_id = ${confinedTo})`)
+        if (confinedTo !== null) conditions.push(Confinement.sqlCondition(sql, confinedTo))
         const where = sql.and(conditions)
         const [count] = yield* counted(sql`SELECT count(*)::int AS n FROM sandboxes WHERE ${where}`)
         const total = count?.n ?? 0
@@ -558,6 +558,6 @@ export class Sandboxes extends Context.Service<Sandboxes, {
    * and `UsageGate`.
    */
   static readonly layer = Layer.effect(Sandboxes, Sandboxes.make).pipe(
-    Layer.provide(Layer.mergeAll(Idempotency.layer, DataPlaneClient.layer, Templates.layer))
+    Layer.provide(Layer.mergeAll(Idempotency.layer, AgentClient.AgentClient.layer, Templates.layer))
   )
 }

@@ -2,12 +2,13 @@
  * Handler of GET /v1/events (docs/contract.md#realtime-events): the org's events from the
  * `EVENTS` stream as server-sent events, each sent only when the credential can read what it is
  * about: `sandboxes:read` the sandbox events (a `sandbox:<id>` key those of its sandbox and its
- * direct children, a sandbox's parent looked up once per connection), `templates:read` the
+ * direct children, `Confinement.eventVisible`, a sandbox's parent looked up once per connection), `templates:read` the
  * template events, full access (`*`, sessions) every event. The consumer lives as long as the
  * response (the request's scope).
  */
 import { Api } from "@svc/domain/Api"
 import { CurrentPrincipal } from "@svc/domain/Api/Auth"
+import * as Confinement from "@svc/domain/Confinement"
 import * as Errors from "@svc/domain/Errors"
 import { matchesFilter, parseEventFilter } from "@svc/domain/Events"
 import * as Scopes from "@svc/domain/Scopes"
@@ -62,12 +63,7 @@ export const EventsGroup = HttpApiBuilder.group(
           if (grant.full) return Effect.succeed(true)
           if (event.name.startsWith("sandbox.")) {
             if (!Scopes.allows(grant, "sandboxes", "read")) return Effect.succeed(false)
-            const confined = grant.sandboxId
-            if (confined === null) return Effect.succeed(true)
-            const sandboxId = event.data["sandbox_id"]
-            if (typeof sandboxId !== "string") return Effect.succeed(false)
-            if (sandboxId === confined) return Effect.succeed(true)
-            return Effect.map(parentOf(sandboxId), (parent) => parent === confined)
+            return Confinement.eventVisible(grant.sandboxId, event.data, parentOf)
           }
           if (event.name.startsWith("template.")) return Effect.succeed(Scopes.allows(grant, "templates", "read"))
           return Effect.succeed(false)

@@ -2,7 +2,7 @@ import { Effect } from "effect"
 import { SqlClient } from "effect/sql"
 
 /**
- * Templates (packages/sandboxes/src/Templates.ts): one row per template of an org, its build's
+ * Templates (packages/templates/src/Store.ts): one row per template of an org, its build's
  * state and, once ready, its image (`root` and `layers`, see @svc/host-protocol/Images). Names
  * are unique among the org's live templates; a deleted one keeps its row (`deleted_at`).
  * `deadline_at` is when a build still `building` is failed by the control plane.

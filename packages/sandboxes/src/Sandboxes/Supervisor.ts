@@ -15,10 +15,10 @@ import { Nats } from "@svc/bus/Nats"
 import * as Rows from "@svc/db/Rows"
 import { SandboxState } from "@svc/domain/Sandbox"
 import { HOST_DOWN_AFTER_MS } from "@svc/host-protocol/Protocol"
+import { Hosts, isLive } from "@svc/hosts/Hosts"
 import { Clock, Context, Duration, Effect, Layer, Schedule, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import { SupervisorInterval, TransitionTimeout } from "../Config.ts"
-import { Hosts, isLive } from "../Hosts.ts"
 import { SandboxActor } from "../SandboxActor.ts"
 import type { SandboxMessage } from "./Model.ts"
 
@@ -48,7 +48,7 @@ const expired = Rows.decoder(
 export class SandboxSupervisor extends Context.Service<SandboxSupervisor, {
   /** One sweep now (what the loop runs); the number of messages sent. */
   readonly sweep: Effect.Effect<number>
-}>()("@svc/sandboxes/SandboxSupervisor") {
+}>()("@svc/sandboxes/Sandboxes/Supervisor") {
   static readonly make = Effect.fn("SandboxSupervisor.make")(function*(options: SupervisorOptions = {}) {
     const sql = yield* SqlClient.SqlClient
     const hosts = yield* Hosts

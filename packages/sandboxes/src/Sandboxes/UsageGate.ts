@@ -24,7 +24,7 @@ export class UsageGate extends Context.Service<UsageGate, {
     row: { readonly [column: string]: unknown },
     now: number
   ) => Effect.Effect<void, Errors.UsageLimitReached | Rows.QueryError>
-}>()("@svc/sandboxes/UsageGate") {
+}>()("@svc/sandboxes/Sandboxes/UsageGate") {
   /** Admits everything (a deployment without usage limits). */
   static readonly unlimited = Layer.succeed(
     UsageGate,

@@ -2,115 +2,37 @@
  * Templates as the API sees them (docs/contract.md#templates): create (the `building` row and
  * the host's `build` command through the outbox, in one transaction), snapshot (the same, its
  * build reading a running sandbox's writable layer), list, get, logs, delete (409 while a live
- * sandbox uses it), and what a sandbox create needs of a template (`resolve`).
- *
- * A build's end comes from its host's `builds` KV entry (@svc/host-protocol/Images): `settle`,
- * run about every second by each API process, applies it to the row once (the update is guarded
- * by `state = 'building'`) with `template.state_updated` in the same transaction; it also fails a
- * build whose host is down, and one past its deadline (`SVC_TEMPLATE_BUILD_TIMEOUT`).
- *
- * Image collection (`collect`, on the same loop after a template is deleted or a build ends, and
- * every ten minutes): a layer of the `images` store that no live template lists, older than
- * `SVC_IMAGE_GC_GRACE`, is removed from the store with its layer-cache entries (the cache first,
- * so that no new build takes it); each host then removes its extracted copy (apps/agent Images).
- * Skipped while any build runs: a running build may have taken such a layer from the cache.
+ * sandbox uses it), and what a sandbox create needs of a template (`resolve`). The layer also
+ * runs, every second, the settling of builds (`Settle.ts`) and then image collection
+ * (`Collect.ts`); the rows are `Store.ts`'s, the settings `Config.ts`'s.
  */
-import { Nats } from "@svc/bus/Nats"
-import { ensureObjectStore, type ObjectStore } from "@svc/bus/Objects"
-import { ensureBucket } from "@svc/bus/Topology"
-import * as Rows from "@svc/db/Rows"
+import type * as Rows from "@svc/db/Rows"
 import * as Errors from "@svc/domain/Errors"
 import { BASE_TEMPLATE_ID, DEBIAN_TEMPLATE_ID, makeTemplateId, type OrgId } from "@svc/domain/Ids"
 import { type ListQuery, pageInfo } from "@svc/domain/Pagination"
-import { type CreateTemplateRequest, Template, type TemplatePage, type TemplateStep } from "@svc/domain/Template"
+import type { CreateTemplateRequest, Template, TemplatePage, TemplateStep } from "@svc/domain/Template"
 import * as Outbox from "@svc/events/Outbox"
 import { wakeIfPresent } from "@svc/events/Relay"
-import {
-  type BuildCommand,
-  BUILDS_BUCKET_SPEC,
-  BuildStatus,
-  imageDigestInput,
-  type ImageRootName,
-  IMAGES_OBJECT_STORE,
-  LAYER_CACHE_BUCKET_SPEC,
-  type SandboxImage
-} from "@svc/host-protocol/Images"
+import type { BuildCommand, ImageRootName, SandboxImage } from "@svc/host-protocol/Images"
 import { agentSubject } from "@svc/host-protocol/Protocol"
-import { Context, Duration, Effect, Layer, Option, Schema, Stream } from "effect"
+import { Hosts } from "@svc/hosts/Hosts"
+import * as Scheduler from "@svc/hosts/Scheduler"
+import { Context, Duration, Effect, Layer, Stream } from "effect"
 import { SqlClient } from "effect/sql"
-import { createHash } from "node:crypto"
-import { ImageGcGrace, TemplateBuildTimeout } from "./Config.ts"
-import { Hosts } from "./Hosts.ts"
-import * as Scheduler from "./Scheduler.ts"
-
-const Row = Schema.Struct({
-  id: Schema.String,
-  org_id: Schema.String,
-  name: Schema.String,
-  base: Schema.String,
-  root: Schema.Literals(["base", "debian"]),
-  layers: Schema.Array(Schema.String),
-  env: Schema.Record(Schema.String, Schema.String),
-  start_cmd: Schema.NullOr(Schema.String),
-  ready_cmd: Schema.NullOr(Schema.String),
-  state: Schema.Literals(["building", "ready", "failed"]),
-  image: Schema.NullOr(Schema.String),
-  error_message: Schema.NullOr(Schema.String),
-  build_log: Schema.NullOr(Schema.String),
-  host_id: Schema.NullOr(Schema.String),
-  deadline_at: Schema.Date,
-  created_at: Schema.Date,
-  built_at: Schema.NullOr(Schema.Date)
-})
-type Row = typeof Row.Type
-const COLUMNS = `id, org_id, name, base, root, layers, env, start_cmd, ready_cmd, state, image, error_message,
-  build_log, host_id, deadline_at, created_at, built_at`
-
-const rows = Rows.decoder("Templates", Row)
-const counted = Rows.decoder("Templates.count", Schema.Struct({ n: Schema.Int }))
-const used = Rows.decoder("Templates.inUse", Schema.Struct({ id: Schema.String }))
-const layerRows = Rows.decoder("Templates.layers", Schema.Struct({ layer: Schema.String }))
-const LAYER_HEX = /^[0-9a-f]{64}$/
-
-/** Collection runs at least this often (more often when a template goes or a build ends). */
-const COLLECT_EVERY_MS = 10 * 60_000
-
-const BASE_RECORD = (): Template =>
-  new Template({
-    id: BASE_TEMPLATE_ID,
-    name: "base",
-    state: "ready",
-    image: null,
-    base: "base",
-    errorMessage: null,
-    start_cmd: null,
-    ready_cmd: null,
-    createdAt: new Date(0).toISOString(),
-    builtAt: new Date(0).toISOString()
-  })
-
-const DEBIAN_RECORD = (): Template =>
-  new Template({ ...BASE_RECORD(), id: DEBIAN_TEMPLATE_ID, name: "debian", base: "debian" })
-
-/** What a template's `base` shows for its parent: the roots by name, any other by id. */
-const baseName = (id: string) => id === BASE_TEMPLATE_ID ? "base" : id === DEBIAN_TEMPLATE_ID ? "debian" : id
-
-const toRecord = (row: Row) =>
-  new Template({
-    id: row.id,
-    name: row.name,
-    state: row.state,
-    image: row.image,
-    base: row.base,
-    errorMessage: row.error_message,
-    start_cmd: row.start_cmd,
-    ready_cmd: row.ready_cmd,
-    createdAt: row.created_at.toISOString(),
-    builtAt: row.built_at?.toISOString() ?? null
-  })
-
-export const imageDigest = (root: ImageRootName, layers: ReadonlyArray<string>) =>
-  `sha256:${createHash("sha256").update(imageDigestInput(root, layers)).digest("hex")}`
+import * as Collect from "./Collect.ts"
+import { TemplateBuildTimeout } from "./Config.ts"
+import * as Settle from "./Settle.ts"
+import {
+  BASE_RECORD,
+  baseName,
+  COLUMNS,
+  counted,
+  DEBIAN_RECORD,
+  find as findRow,
+  rows,
+  toRecord,
+  used
+} from "./Store.ts"
 
 const invalid = (path: string, message: string) =>
   new Errors.InvalidRequest({ error: `Invalid request body: ${path} ${message}`, issues: [{ path, message }] })
@@ -123,9 +45,6 @@ export interface ResolvedTemplate {
   readonly env: Readonly<Record<string, string>>
   readonly image: SandboxImage | undefined
 }
-
-const decodeStatus = Schema.decodeUnknownOption(Schema.fromJsonString(BuildStatus))
-const textDecoder = new TextDecoder()
 
 export class Templates extends Context.Service<Templates, {
   readonly create: (
@@ -162,31 +81,15 @@ export class Templates extends Context.Service<Templates, {
    * `layer` after `settle`. The layers removed.
    */
   readonly collect: Effect.Effect<ReadonlyArray<string>, Rows.QueryError>
-}>()("@svc/sandboxes/Templates") {
+}>()("@svc/templates/Templates") {
   static readonly make = Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const hosts = yield* Hosts
-    const nats = yield* Nats
     const timeout = yield* TemplateBuildTimeout
-    const grace = yield* ImageGcGrace
-    const builds = yield* ensureBucket(BUILDS_BUCKET_SPEC).pipe(Effect.orDie)
-    const layerCache = yield* ensureBucket(LAYER_CACHE_BUCKET_SPEC).pipe(Effect.orDie)
-    // Opened on first use, like the agents do.
-    let store: ObjectStore | undefined
-    const openStore = Effect.suspend(() =>
-      store !== undefined ? Effect.succeed(store) : ensureObjectStore(IMAGES_OBJECT_STORE).pipe(
-        Effect.tap((opened) => Effect.sync(() => (store = opened))),
-        Effect.provideService(Nats, nats)
-      )
-    )
-    // Due at start (what a previous process left), after a delete or a build's end, and by time.
-    let collectDue = true
-    let collectedAt = 0
+    const collector = yield* Collect.make
+    const settler = yield* Settle.make(collector.due)
 
-    const find = (orgId: string, ref: string) =>
-      rows(sql`SELECT ${sql.literal(COLUMNS)} FROM templates
-        WHERE org_id = ${orgId} AND deleted_at IS NULL AND (id = ${ref} OR name = ${ref})
-        ORDER BY (id = ${ref}) DESC LIMIT 1`).pipe(Effect.map((r) => r[0]))
+    const find = (orgId: string, ref: string) => findRow(sql, orgId, ref)
 
     const resolve = Effect.fn("Templates.resolve")(function*(orgId: OrgId, ref: string) {
       if (ref === "base" || ref === BASE_TEMPLATE_ID) {
@@ -335,16 +238,7 @@ export class Templates extends Context.Service<Templates, {
       return toRecord(row)
     })
 
-    const logText = (row: Row) =>
-      Effect.gen(function*() {
-        if (row.build_log !== null) return row.build_log
-        const entry = yield* Effect.tryPromise(() => builds.get(row.id)).pipe(Effect.orElseSucceed(() => null))
-        if (entry === null || entry.operation !== "PUT") return ""
-        return Option.match(decodeStatus(textDecoder.decode(entry.value)), {
-          onNone: () => "",
-          onSome: (s) => s.log
-        })
-      })
+    const logText = settler.log
 
     const logs = Effect.fn("Templates.logs")(function*(orgId: OrgId, id: string, follow: boolean) {
       const first = yield* find(orgId, id)
@@ -378,103 +272,9 @@ export class Templates extends Context.Service<Templates, {
         return yield* new Errors.Conflict({ error: `Template ${row.name} is used by sandbox ${inUse[0]!.id}` })
       }
       yield* sql`UPDATE templates SET deleted_at = now() WHERE id = ${row.id}`
-      collectDue = true
+      collector.due()
       return toRecord(row)
     })
-
-    /** Ends a build: the row and its event in one transaction, once. */
-    const finish = (
-      row: Row,
-      end: {
-        readonly state: "ready" | "failed"
-        readonly layers: ReadonlyArray<string>
-        readonly env: Readonly<Record<string, string>>
-        readonly errorMessage: string | null
-        readonly log: string
-      }
-    ) =>
-      sql.withTransaction(Effect.gen(function*() {
-        const image = end.state === "ready" ? imageDigest(row.root, end.layers) : null
-        const updated = yield* used(sql`UPDATE templates SET state = ${end.state}, image = ${image},
-            layers = ${JSON.stringify(end.layers)}::jsonb, env = ${JSON.stringify(end.env)}::jsonb,
-            error_message = ${end.errorMessage}, build_log = ${end.log}, built_at = now()
-          WHERE id = ${row.id} AND state = 'building' RETURNING id`)
-        if (updated.length === 0) return
-        collectDue = true
-        yield* Outbox.appendEvent({
-          event: "template.state_updated",
-          orgId: row.org_id,
-          data: { template_id: row.id, state: end.state, image }
-        }).pipe(Effect.catchTag("InvalidOutboxMessage", Effect.die))
-      }))
-
-    const settle = Effect.gen(function*() {
-      const building = yield* rows(sql`SELECT ${sql.literal(COLUMNS)} FROM templates WHERE state = 'building'`)
-      for (const row of building) {
-        const entry = yield* Effect.tryPromise(() => builds.get(row.id)).pipe(Effect.orElseSucceed(() => null))
-        const status = entry === null || entry.operation !== "PUT"
-          ? Option.none()
-          : decodeStatus(textDecoder.decode(entry.value))
-        if (Option.isSome(status) && status.value.state !== "building") {
-          yield* finish(row, { ...status.value, state: status.value.state })
-          continue
-        }
-        const log = Option.isSome(status) ? status.value.log : ""
-        const base = { layers: row.layers, env: row.env, log }
-        if (Date.now() > row.deadline_at.getTime()) {
-          yield* finish(row, {
-            ...base,
-            state: "failed",
-            errorMessage: `the build ran past its time limit (${Math.round(Duration.toSeconds(timeout))} s)`
-          })
-        } else if (row.host_id !== null && !(yield* hosts.isLive(row.host_id))) {
-          yield* finish(row, { ...base, state: "failed", errorMessage: "the build's host went down" })
-        }
-      }
-      if (building.length > 0) yield* wakeIfPresent
-    }).pipe(Effect.provideService(Nats, nats), Effect.withSpan("Templates.settle"))
-
-    const collect = Effect.gen(function*() {
-      if (!collectDue && Date.now() - collectedAt < COLLECT_EVERY_MS) return []
-      const building = yield* used(sql`SELECT id FROM templates WHERE state = 'building' LIMIT 1`)
-      if (building.length > 0) return []
-      collectDue = false
-      collectedAt = Date.now()
-      const referenced = yield* layerRows(sql`SELECT DISTINCT jsonb_array_elements_text(layers) AS layer
-        FROM templates WHERE deleted_at IS NULL`)
-      const keep = new Set(referenced.map((r) => r.layer))
-      const cutoff = Date.now() - Duration.toMillis(grace)
-      const removed = yield* Effect.gen(function*() {
-        const objects = yield* openStore
-        const listed = yield* Effect.tryPromise(() => objects.list())
-        const doomed = listed
-          .filter((o) => !o.deleted && LAYER_HEX.test(o.name) && !keep.has(o.name) && Date.parse(o.mtime) <= cutoff)
-          .map((o) => o.name)
-        if (doomed.length === 0) return []
-        const gone = new Set(doomed)
-        yield* Effect.tryPromise(async () => {
-          const keys: Array<string> = []
-          for await (const key of await layerCache.keys()) keys.push(key)
-          for (const key of keys) {
-            const entry = await layerCache.get(key)
-            if (entry?.operation === "PUT" && gone.has(entry.string())) await layerCache.delete(key)
-          }
-          for (const name of doomed) await objects.delete(name)
-        })
-        return doomed
-      }).pipe(
-        Effect.catch((e) =>
-          Effect.as(
-            Effect.logWarning("templates: collecting image layers failed", { error: String(e) }).pipe(
-              Effect.andThen(Effect.sync(() => (collectDue = true)))
-            ),
-            [] as ReadonlyArray<string>
-          )
-        )
-      )
-      if (removed.length > 0) yield* Effect.logInfo("templates: image layers collected", { layers: removed.length })
-      return removed
-    }).pipe(Effect.withSpan("Templates.collect"))
 
     const withSql = <A, E>(effect: Effect.Effect<A, E, SqlClient.SqlClient>) =>
       Effect.provideService(effect, SqlClient.SqlClient, sql)
@@ -486,8 +286,8 @@ export class Templates extends Context.Service<Templates, {
       logs,
       remove,
       resolve,
-      settle: withSql(settle),
-      collect
+      settle: settler.settle,
+      collect: collector.collect
     })
   })
 

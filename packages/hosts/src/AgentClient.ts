@@ -1,7 +1,7 @@
 /**
- * The control plane's side of the agents' data plane: a client derived from its definition
+ * The control plane's one client of the agents' data plane, derived from its definition
  * (`@svc/host-protocol/DataPlane`), so a route, schema or error changed there fails to typecheck
- * here. Exec and files go from the API process straight to the sandbox's host over HTTP, with
+ * here. Exec, files and processes go from the API process straight to the sandbox's host over HTTP, with
  * the host's endpoint and bearer token from the `hosts` KV. The agent's errors become the API's;
  * anything else it answers, or a host that cannot be reached, is 503 `unavailable` (the details
  * go to the log only).
@@ -57,6 +57,8 @@ export type FileContent =
   }
   | { readonly _tag: "Listing"; readonly listing: FileListing }
 
+/** How long a call that is not a stream or a transfer may take. */
+const CALL_TIMEOUT_MS = 60_000
 /** How long an exec may wait beyond its own timeout (the host's share). */
 const EXEC_MARGIN_MS = 15_000
 /** When a request names no timeout (the API always names one). */
@@ -67,7 +69,10 @@ const TRANSFER_TIMEOUT_MS = 600_000
 const STATS_TIMEOUT_MS = 10_000
 
 /** The host a call goes to (its `HostRecord`: endpoint and bearer token). */
-export class AgentTarget extends Context.Service<AgentTarget, HostRecord>()("@svc/sandboxes/DataPlane/AgentTarget") {}
+export class AgentTarget extends Context.Service<AgentTarget, HostRecord>()("@svc/hosts/AgentClient/AgentTarget") {}
+
+/** The client derived from the data plane's declaration; each call names its host (`AgentTarget`). */
+export type AgentApiClient = HttpApiClient.ForApi<typeof AgentApi, never, AgentTarget>
 
 export const unreachable = (host: HostRecord, cause: unknown) =>
   Effect.andThen(
@@ -129,7 +134,18 @@ export const toApiError = (host: HostRecord, error: unknown): Effect.Effect<neve
   return hostFailed(host, { reason: body.reason, error: body.error })
 }
 
-export class DataPlaneClient extends Context.Service<DataPlaneClient, {
+export class AgentClient extends Context.Service<AgentClient, {
+  /** The derived client, for the calls that have no method here (processes); run through `call`. */
+  readonly api: AgentApiClient
+  /**
+   * A call of `api` to `host` with no answer size limit: the agent's refusals as the API's
+   * errors, a silent host (past `timeoutMs`, 60 s by default) 503.
+   */
+  call<A, E>(
+    host: HostRecord,
+    effect: Effect.Effect<A, E, AgentTarget>,
+    timeoutMs?: number
+  ): Effect.Effect<A, ExecError>
   /** Runs a command; waits up to its own timeout plus a margin for the host. */
   exec(host: HostRecord, sandboxId: string, body: AgentExecRequest): Effect.Effect<AgentExecResult, ExecError>
   /** A file's bytes (streamed from the host) or a folder's listing; `org` takes its share of the host's slots. */
@@ -148,7 +164,7 @@ export class DataPlaneClient extends Context.Service<DataPlaneClient, {
     maxBytes: number,
     org?: string
   ): Effect.Effect<void, DataPlaneError>
-}>()("@svc/sandboxes/DataPlaneClient") {
+}>()("@svc/hosts/AgentClient") {
   static readonly make = Effect.gen(function*() {
     const http = yield* HttpClient.HttpClient
     // Each call names its host: the base URL and the bearer token come from its record.
@@ -164,7 +180,19 @@ export class DataPlaneClient extends Context.Service<DataPlaneClient, {
       )
     })
 
-    const exec = Effect.fn("DataPlane.exec")(function*(host: HostRecord, sandboxId: string, body: AgentExecRequest) {
+    const call = <A, E>(host: HostRecord, effect: Effect.Effect<A, E, AgentTarget>, timeoutMs = CALL_TIMEOUT_MS) =>
+      effect.pipe(
+        Effect.provideService(AgentTarget, host),
+        Effect.provideService(HttpIncomingMessage.MaxBodySize, undefined),
+        Effect.timeoutOrElse({ duration: timeoutMs, orElse: () => unreachable(host, "call timed out") }),
+        Effect.catch((error) => toApiError(host, error)),
+        Effect.catchTags({
+          FileRefused: (e) => unreachable(host, `a call answered as a file refusal: ${e.error}`),
+          RateLimited: (e) => unreachable(host, `a call answered as rate limited: ${e.error}`)
+        })
+      )
+
+    const exec = Effect.fn("AgentClient.exec")(function*(host: HostRecord, sandboxId: string, body: AgentExecRequest) {
       return yield* client.sandboxes.exec({ params: { id: sandboxId }, payload: body }).pipe(
         Effect.provideService(AgentTarget, host),
         // The caller's request limit (the API's 1 MiB) is not the answer's: two capped outputs
@@ -182,7 +210,7 @@ export class DataPlaneClient extends Context.Service<DataPlaneClient, {
       )
     })
 
-    const stats = Effect.fn("DataPlane.stats")(function*(host: HostRecord, sandboxId: string) {
+    const stats = Effect.fn("AgentClient.stats")(function*(host: HostRecord, sandboxId: string) {
       return yield* client.sandboxes.stats({ params: { id: sandboxId } }).pipe(
         Effect.provideService(AgentTarget, host),
         Effect.timeoutOrElse({ duration: STATS_TIMEOUT_MS, orElse: () => unreachable(host, "stats timed out") }),
@@ -197,7 +225,7 @@ export class DataPlaneClient extends Context.Service<DataPlaneClient, {
       )
     })
 
-    const readFile = Effect.fn("DataPlane.readFile")(
+    const readFile = Effect.fn("AgentClient.readFile")(
       function*(host: HostRecord, sandboxId: string, path: string, org?: string) {
         const [content, response] = yield* client.sandboxes.readFile({
           params: { id: sandboxId },
@@ -261,12 +289,12 @@ export class DataPlaneClient extends Context.Service<DataPlaneClient, {
             return toApiError(host, error)
           })
         )
-      }).pipe(Effect.withSpan("DataPlane.writeFile"))
+      }).pipe(Effect.withSpan("AgentClient.writeFile"))
 
-    return DataPlaneClient.of({ exec, readFile, stats, writeFile })
+    return AgentClient.of({ api: client, call, exec, readFile, stats, writeFile })
   })
 
-  static readonly layer = Layer.effect(DataPlaneClient, DataPlaneClient.make).pipe(
+  static readonly layer = Layer.effect(AgentClient, AgentClient.make).pipe(
     Layer.provide(NodeHttpClient.layerNodeHttpOptions({ keepAlive: true }))
   )
 }

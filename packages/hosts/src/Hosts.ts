@@ -47,7 +47,7 @@ export class Hosts extends Context.Service<Hosts, {
   readonly synced: Effect.Effect<boolean>
   /** Reads the whole bucket now (a host that just registered may not have reached the watch yet). */
   readonly refresh: Effect.Effect<void>
-}>()("@svc/sandboxes/Hosts") {
+}>()("@svc/hosts/Hosts") {
   static readonly make = Effect.gen(function*() {
     const kv = yield* ensureBucket(HOSTS_BUCKET_SPEC)
     // The hosts' other bucket: the sandboxes' egress entries, which the outbox relay puts into

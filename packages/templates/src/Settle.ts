@@ -1,0 +1,106 @@
+/**
+ * Build settling: a build's end comes from its host's `builds` KV entry
+ * (@svc/host-protocol/Images). `settle`, run about every second by each API process
+ * (`Templates.layer`), applies it to the row once (the update is guarded by `state = 'building'`)
+ * with `template.state_updated` in the same transaction; it also fails a build whose host is
+ * down, and one past its deadline (`SVC_TEMPLATE_BUILD_TIMEOUT`). `log` reads a build's log: the
+ * row's once it ended, the host's entry while it runs.
+ */
+import { Nats } from "@svc/bus/Nats"
+import { ensureBucket } from "@svc/bus/Topology"
+import * as Outbox from "@svc/events/Outbox"
+import { wakeIfPresent } from "@svc/events/Relay"
+import { BUILDS_BUCKET_SPEC, BuildStatus, imageDigestInput, type ImageRootName } from "@svc/host-protocol/Images"
+import { Hosts } from "@svc/hosts/Hosts"
+import { Duration, Effect, Option, Schema } from "effect"
+import { SqlClient } from "effect/sql"
+import { createHash } from "node:crypto"
+import { TemplateBuildTimeout } from "./Config.ts"
+import { COLUMNS, type Row, rows, used } from "./Store.ts"
+
+export const imageDigest = (root: ImageRootName, layers: ReadonlyArray<string>) =>
+  `sha256:${createHash("sha256").update(imageDigestInput(root, layers)).digest("hex")}`
+
+const decodeStatus = Schema.decodeUnknownOption(Schema.fromJsonString(BuildStatus))
+const textDecoder = new TextDecoder()
+
+/** The settling of builds; `ended` runs once for each build it ends (image collection is then due). */
+export const make = (ended: () => void) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const hosts = yield* Hosts
+    const nats = yield* Nats
+    const timeout = yield* TemplateBuildTimeout
+    const builds = yield* ensureBucket(BUILDS_BUCKET_SPEC).pipe(Effect.orDie)
+
+    const status = (id: string) =>
+      Effect.tryPromise(() => builds.get(id)).pipe(
+        Effect.orElseSucceed(() => null),
+        Effect.map((entry) =>
+          entry === null || entry.operation !== "PUT"
+            ? Option.none()
+            : decodeStatus(textDecoder.decode(entry.value))
+        )
+      )
+
+    /** The build's log so far (the row's once it ended). */
+    const log = (row: Row) =>
+      row.build_log !== null
+        ? Effect.succeed(row.build_log)
+        : Effect.map(status(row.id), Option.match({ onNone: () => "", onSome: (s) => s.log }))
+
+    /** Ends a build: the row and its event in one transaction, once. */
+    const finish = (
+      row: Row,
+      end: {
+        readonly state: "ready" | "failed"
+        readonly layers: ReadonlyArray<string>
+        readonly env: Readonly<Record<string, string>>
+        readonly errorMessage: string | null
+        readonly log: string
+      }
+    ) =>
+      sql.withTransaction(Effect.gen(function*() {
+        const image = end.state === "ready" ? imageDigest(row.root, end.layers) : null
+        const updated = yield* used(sql`UPDATE templates SET state = ${end.state}, image = ${image},
+            layers = ${JSON.stringify(end.layers)}::jsonb, env = ${JSON.stringify(end.env)}::jsonb,
+            error_message = ${end.errorMessage}, build_log = ${end.log}, built_at = now()
+          WHERE id = ${row.id} AND state = 'building' RETURNING id`)
+        if (updated.length === 0) return
+        ended()
+        yield* Outbox.appendEvent({
+          event: "template.state_updated",
+          orgId: row.org_id,
+          data: { template_id: row.id, state: end.state, image }
+        }).pipe(Effect.catchTag("InvalidOutboxMessage", Effect.die))
+      }))
+
+    const settle = Effect.gen(function*() {
+      const building = yield* rows(sql`SELECT ${sql.literal(COLUMNS)} FROM templates WHERE state = 'building'`)
+      for (const row of building) {
+        const current = yield* status(row.id)
+        if (Option.isSome(current) && current.value.state !== "building") {
+          yield* finish(row, { ...current.value, state: current.value.state })
+          continue
+        }
+        const log = Option.isSome(current) ? current.value.log : ""
+        const base = { layers: row.layers, env: row.env, log }
+        if (Date.now() > row.deadline_at.getTime()) {
+          yield* finish(row, {
+            ...base,
+            state: "failed",
+            errorMessage: `the build ran past its time limit (${Math.round(Duration.toSeconds(timeout))} s)`
+          })
+        } else if (row.host_id !== null && !(yield* hosts.isLive(row.host_id))) {
+          yield* finish(row, { ...base, state: "failed", errorMessage: "the build's host went down" })
+        }
+      }
+      if (building.length > 0) yield* wakeIfPresent
+    }).pipe(
+      Effect.provideService(Nats, nats),
+      Effect.provideService(SqlClient.SqlClient, sql),
+      Effect.withSpan("Templates.settle")
+    )
+
+    return { settle, log }
+  })
