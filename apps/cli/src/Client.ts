@@ -11,7 +11,7 @@ import { Svc, SvcError } from "@svc/sdk"
 import { Config, Effect, Option, Redacted, Schema } from "effect"
 import * as Fs from "node:fs"
 import * as Path from "node:path"
-import { ApiKey, ApiUrl, DEFAULT_API_URL, StateDir } from "./Config.ts"
+import { ApiKey, ApiUrl, DEFAULT_API_URL, StateDir } from "./Client/Config.ts"
 
 export class CliError extends Schema.TaggedError<CliError>()("CliError", { message: Schema.String }) {}
 

@@ -1,0 +1,60 @@
+/**
+ * Builds the installable `svc` into apps/cli/dist: `npm pack ./dist` (what `npm run cli:pack`
+ * does) gives a tarball that `npm install -g` installs on any machine with Node 22+, offline: it
+ * has no dependency.
+ *
+ * `src/Client/main.ts` (the user's commands, no operator command, no server package) bundled by
+ * rolldown into one ES module, `cli.mjs`, with the SDK, the domain schemas it imports and the
+ * parts of `effect` they use: one file to read and compile instead of the ~900 modules of the
+ * workspace's sources, which is what keeps `svc --help` near a bare `node -e 0` (bench/cli.ts).
+ * The `bin` is `svc.mjs`, which turns on V8's compile cache (Node 22.1+) before loading it.
+ */
+import * as Fs from "node:fs"
+import * as Path from "node:path"
+import { fileURLToPath } from "node:url"
+import { build } from "rolldown"
+
+const root = Path.resolve(Path.dirname(fileURLToPath(import.meta.url)), "..")
+const dist = Path.join(root, "dist")
+const sdk = JSON.parse(Fs.readFileSync(Path.join(root, "../../packages/sdk/package.json"), "utf8"))
+
+Fs.rmSync(dist, { recursive: true, force: true })
+await build({
+  input: Path.join(root, "src/Client/main.ts"),
+  platform: "node",
+  // Comments and logs of the bundler are not the user's business; a warning is still printed.
+  logLevel: "warn",
+  output: { file: Path.join(dist, "cli.mjs"), format: "esm", minify: true }
+})
+
+// Written as is: the bundle's own shebang line is dropped, this file is the command.
+Fs.writeFileSync(
+  Path.join(dist, "svc.mjs"),
+  `#!/usr/bin/env node
+// svc: V8's compile cache (Node 22.1+, in the system's temporary folder) makes every start after
+// the first skip compiling the bundle.
+import module from "node:module"
+module.enableCompileCache?.()
+await import("./cli.mjs")
+`,
+  { mode: 0o755 }
+)
+
+Fs.writeFileSync(
+  Path.join(dist, "package.json"),
+  JSON.stringify(
+    {
+      name: "@svc/cli",
+      version: sdk.version,
+      description: "svc: the sandbox platform's command line, a client of its /v1 API (SVC_API_URL, SVC_API_KEY)",
+      type: "module",
+      engines: { node: ">=22" },
+      bin: { svc: "./svc.mjs" },
+      files: ["svc.mjs", "cli.mjs", "README.md"]
+    },
+    null,
+    2
+  ) + "\n"
+)
+Fs.copyFileSync(Path.join(root, "README.md"), Path.join(dist, "README.md"))
+process.stdout.write(`built ${dist}\n`)
