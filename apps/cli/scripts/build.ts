@@ -5,9 +5,10 @@
  *
  * `src/Client/main.ts` (the user's commands, no operator command, no server package) bundled by
  * rolldown into one ES module, `cli.mjs`, with the SDK, the domain schemas it imports and the
- * parts of `effect` they use: one file to read and compile instead of the ~900 modules of the
- * workspace's sources, which is what keeps `svc --help` near a bare `node -e 0` (bench/cli.ts).
- * The `bin` is `svc.mjs`, which turns on V8's compile cache (Node 22.1+) before loading it.
+ * parts of `effect` they use: one file to read and compile instead of the ~350 modules the
+ * workspace's sources load (TypeScript, and `effect`'s barrels whole), which is what keeps
+ * `svc --help` near a bare `node -e 0` (bench/cli.ts). The `bin` is `svc.mjs`, which turns on
+ * V8's compile cache (Node 22.1+) before loading it.
  */
 import * as Fs from "node:fs"
 import * as Path from "node:path"
@@ -18,14 +19,25 @@ const root = Path.resolve(Path.dirname(fileURLToPath(import.meta.url)), "..")
 const dist = Path.join(root, "dist")
 const sdk = JSON.parse(Fs.readFileSync(Path.join(root, "../../packages/sdk/package.json"), "utf8"))
 
+/** The workspace's folders the client is built from; a module of any other is the server's. */
+const CLIENT = ["apps/cli/src", "packages/sdk/src", "packages/domain/src", "packages/config/src"]
+
 Fs.rmSync(dist, { recursive: true, force: true })
-await build({
+const bundled = await build({
   input: Path.join(root, "src/Client/main.ts"),
   platform: "node",
   // Comments and logs of the bundler are not the user's business; a warning is still printed.
   logLevel: "warn",
   output: { file: Path.join(dist, "cli.mjs"), format: "esm", minify: true }
 })
+const workspace = Path.resolve(root, "../..")
+for (const id of bundled.output[0].moduleIds) {
+  const file = Path.relative(workspace, id)
+  if (file.startsWith("..") || file.startsWith("node_modules/") || !Path.isAbsolute(id)) continue
+  if (!CLIENT.some((folder) => file.startsWith(folder + "/"))) {
+    throw new Error(`the client's bundle holds ${file}: a user command imports the server`)
+  }
+}
 
 // Written as is: the bundle's own shebang line is dropped, this file is the command.
 Fs.writeFileSync(
