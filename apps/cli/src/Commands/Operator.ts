@@ -14,6 +14,7 @@ import { Timestamp } from "@svc/domain/Time"
 import { Effect, Layer } from "effect"
 import { Argument, Command, Flag } from "effect/cli"
 import { VERSION } from "../Cli.ts"
+import type * as Platform from "../Platform.ts"
 
 const dev = Command.make(
   "dev",
@@ -26,9 +27,7 @@ const dev = Command.make(
     )
 ).pipe(Command.withDescription("Run NATS, Postgres and every role of the platform on this machine"))
 
-type Platform = typeof import("../Platform.ts")
-
-const role = <A, E>(name: string, description: string, layerOf: (platform: Platform) => Layer.Layer<A, E>) =>
+const role = <A, E>(name: string, description: string, layerOf: (platform: typeof Platform) => Layer.Layer<A, E>) =>
   Command.make(
     name,
     {},
