@@ -22,51 +22,62 @@ const sdk = JSON.parse(Fs.readFileSync(Path.join(root, "../../packages/sdk/packa
 /** The workspace's folders the client is built from; a module of any other is the server's. */
 const CLIENT = ["apps/cli/src", "packages/sdk/src", "packages/domain/src", "packages/config/src"]
 
-Fs.rmSync(dist, { recursive: true, force: true })
-const bundled = await build({
-  input: Path.join(root, "src/Client/main.ts"),
-  platform: "node",
-  // Comments and logs of the bundler are not the user's business; a warning is still printed.
-  logLevel: "warn",
-  output: { file: Path.join(dist, "cli.mjs"), format: "esm", minify: true }
-})
-const workspace = Path.resolve(root, "../..")
-for (const id of bundled.output[0].moduleIds) {
-  const file = Path.relative(workspace, id)
-  if (file.startsWith("..") || file.startsWith("node_modules/") || !Path.isAbsolute(id)) continue
-  if (!CLIENT.some((folder) => file.startsWith(folder + "/"))) {
-    throw new Error(`the client's bundle holds ${file}: a user command imports the server`)
-  }
+/** `input` and what it imports (the workspace's and `effect`'s), as one minified ES module `file`. */
+export const bundle = async (input: string, file: string): Promise<ReadonlyArray<string>> => {
+  const bundled = await build({
+    input,
+    platform: "node",
+    // Comments and logs of the bundler are not the user's business; a warning is still printed.
+    logLevel: "warn",
+    output: { file, format: "esm", minify: true }
+  })
+  return bundled.output[0].moduleIds
 }
 
-// Written as is: the bundle's own shebang line is dropped, this file is the command.
-Fs.writeFileSync(
-  Path.join(dist, "svc.mjs"),
-  `#!/usr/bin/env node
+/** The package around the bundle: the command, its manifest (no dependency), the README. */
+const writePackage = () => {
+  // The command: the compile cache on, then the bundle.
+  Fs.writeFileSync(
+    Path.join(dist, "svc.mjs"),
+    `#!/usr/bin/env node
 // svc: V8's compile cache (Node 22.1+, in the system's temporary folder) makes every start after
 // the first skip compiling the bundle.
 import module from "node:module"
 module.enableCompileCache?.()
 await import("./cli.mjs")
 `,
-  { mode: 0o755 }
-)
+    { mode: 0o755 }
+  )
 
-Fs.writeFileSync(
-  Path.join(dist, "package.json"),
-  JSON.stringify(
-    {
-      name: "@svc/cli",
-      version: sdk.version,
-      description: "svc: the sandbox platform's command line, a client of its /v1 API (SVC_API_URL, SVC_API_KEY)",
-      type: "module",
-      engines: { node: ">=22" },
-      bin: { svc: "./svc.mjs" },
-      files: ["svc.mjs", "cli.mjs", "README.md"]
-    },
-    null,
-    2
-  ) + "\n"
-)
-Fs.copyFileSync(Path.join(root, "README.md"), Path.join(dist, "README.md"))
-process.stdout.write(`built ${dist}\n`)
+  Fs.writeFileSync(
+    Path.join(dist, "package.json"),
+    JSON.stringify(
+      {
+        name: "@svc/cli",
+        version: sdk.version,
+        description: "svc: the sandbox platform's command line, a client of its /v1 API (SVC_API_URL, SVC_API_KEY)",
+        type: "module",
+        engines: { node: ">=22" },
+        bin: { svc: "./svc.mjs" },
+        files: ["svc.mjs", "cli.mjs", "README.md"]
+      },
+      null,
+      2
+    ) + "\n"
+  )
+  Fs.copyFileSync(Path.join(root, "README.md"), Path.join(dist, "README.md"))
+}
+
+if (import.meta.main) {
+  Fs.rmSync(dist, { recursive: true, force: true })
+  const workspace = Path.resolve(root, "../..")
+  for (const id of await bundle(Path.join(root, "src/Client/main.ts"), Path.join(dist, "cli.mjs"))) {
+    const file = Path.relative(workspace, id)
+    if (file.startsWith("..") || file.startsWith("node_modules/") || !Path.isAbsolute(id)) continue
+    if (!CLIENT.some((folder) => file.startsWith(folder + "/"))) {
+      throw new Error(`the client's bundle holds ${file}: a user command imports the server`)
+    }
+  }
+  writePackage()
+  process.stdout.write(`built ${dist}\n`)
+}
