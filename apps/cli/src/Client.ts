@@ -38,7 +38,8 @@ export const credentials = Effect.gen(function*() {
     try: () => Fs.readFileSync(file, "utf8"),
     catch: () =>
       new CliError({
-        message: `No credentials: set SVC_API_KEY (and SVC_API_URL), or run \`svc dev\` (writes ${file})`
+        message:
+          `No credentials: set SVC_API_KEY (and SVC_API_URL), or, in the repository, run \`svc dev\` (writes ${file})`
       })
   })
   const dev = yield* Schema.decodeUnknownEffect(Schema.fromJsonString(DevCredentials))(text).pipe(

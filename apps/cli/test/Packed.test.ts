@@ -50,10 +50,10 @@ interface Run {
   readonly stderr: string
 }
 
-/** The installed `svc args...`, from the user's folder, with the stack's URL and key. */
-const svc = (args: ReadonlyArray<string>) =>
+/** The installed `svc args...`, from the user's folder, with the stack's URL and key (or `env`). */
+const svc = (args: ReadonlyArray<string>, env?: Record<string, string>) =>
   Effect.gen(function*() {
-    const env = yield* Env
+    const stack = yield* Env
     const { home, prefix } = yield* installPacked
     return yield* Effect.promise(() =>
       new Promise<Run>((resolve) => {
@@ -62,7 +62,7 @@ const svc = (args: ReadonlyArray<string>) =>
           args,
           {
             cwd: home,
-            env: { PATH, HOME: home, SVC_API_URL: env.base, SVC_API_KEY: env.org.token },
+            env: env ?? { PATH, HOME: home, SVC_API_URL: stack.base, SVC_API_KEY: stack.org.token },
             timeout: 120_000
           },
           (error, stdout, stderr) =>
@@ -108,6 +108,10 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 300_000 })("the packed svc
         expect(key.stdout).toMatch(/\n {2}mint /)
         expect(key.stdout).not.toMatch(/\n {2}create /)
         expect((yield* svc(["--version"])).stdout).toContain(manifest.version)
+        // Without a key (and no dev stack's credentials in the folder): what to set, exit 1.
+        const bare = yield* svc(["whoami"], { PATH, HOME: (yield* installPacked).home })
+        expect(bare).toMatchObject({ code: 1, stdout: "" })
+        expect(bare.stderr).toMatch(/^No credentials: set SVC_API_KEY/)
       }),
     300_000
   )
