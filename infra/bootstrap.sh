@@ -3,7 +3,7 @@
 # bench.sh so that they run with the pinned Node first on PATH.
 #   - Node 24 and pnpm from the npm registry into .svc/tools (never touches the system Node)
 #   - nats-server, postgresql, bubblewrap, iproute2, nftables, e2fsprogs, mount, gcc + libc6-dev,
-#     mmdebstrap, wrk (the benchmarks' load generator),
+#     mmdebstrap, wrk (the benchmarks' load generator), python3 + python3-venv + mypy (the Python SDK),
 #     openssl, curl + ca-certificates (the base template's HTTP client)
 #     from Debian's packages when absent
 #   - chromium (the dashboard's browser tests drive it with playwright-core)
@@ -45,6 +45,11 @@ command -v cc >/dev/null 2>&1 || missing+=(gcc)
 [ -f /usr/include/linux/seccomp.h ] && [ -f /usr/include/stdio.h ] || missing+=(libc6-dev)
 # The benchmarks' HTTP load generator (bench/lib/Wrk.ts): native, so it outruns the servers measured.
 command -v wrk >/dev/null 2>&1 || missing+=(wrk)
+# The Python SDK (sdks/python): its tests run on python3, install it into a fresh virtual
+# environment (venv with pip: python3-venv) and type-check it (mypy --strict).
+command -v python3 >/dev/null 2>&1 || missing+=(python3)
+python3 -c "import ensurepip, venv" >/dev/null 2>&1 || missing+=(python3-venv)
+command -v mypy >/dev/null 2>&1 || missing+=(mypy)
 # The dashboard's end-to-end tests drive Debian's chromium (Playwright's own download is not used).
 [ -x /usr/bin/chromium ] || missing+=(chromium)
 if [ ${#missing[@]} -gt 0 ]; then

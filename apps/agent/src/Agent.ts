@@ -21,15 +21,16 @@ import { updateConsumerDepth } from "@svc/bus/Metrics"
 import { Nats } from "@svc/bus/Nats"
 import { WorkerHeartbeat } from "@svc/bus/Workers"
 import { SecretBox } from "@svc/crypto/SecretBox"
-import { Egress, ensureEgressCa } from "@svc/egress/Egress"
+import { claimEgressBridge, Egress, ensureEgressCa } from "@svc/egress/Egress"
 import { AGENT_STREAM, agentConsumer, type HostLimits } from "@svc/host-protocol/Protocol"
 import { SandboxDriver } from "@svc/host/Driver"
 import { BubblewrapDriver } from "@svc/host/Driver/Bubblewrap"
 import { DriverConfig } from "@svc/host/Driver/Config"
 import { parseSubnet } from "@svc/host/Driver/Network"
+import { outputBytesKept } from "@svc/host/Driver/Processes"
 import * as Metrics from "@svc/telemetry/Metrics"
 import * as Telemetry from "@svc/telemetry/Telemetry"
-import { Effect, Layer, Schema } from "effect"
+import { Effect, Layer, Metric, Schema } from "effect"
 import * as Os from "node:os"
 import * as NodePath from "node:path"
 import { CommandConsumer } from "./Commands.ts"
@@ -65,6 +66,7 @@ export const DriverConfigFromAgent = Layer.effect(
           bridge: config.bridge,
           subnet: config.subnet,
           uidBase: config.uidBase,
+          uidSlots: config.uidSlots,
           allowNoFirewall: config.allowNoFirewall,
           sharedVolumesDir: config.sharedVolumesDir,
           ...(config.egress !== undefined && ca !== undefined
@@ -148,6 +150,32 @@ const EgressFromAgent = Layer.unwrap(
   })
 )
 
+/**
+ * With egress, this agent's platform recorded for its bridge before the driver installs the
+ * bridge's firewall: beside another platform's agent (on the bridge, or on another bridge with
+ * the same subnet or ports) the agent does not start, and says why (@svc/egress/Owner).
+ */
+const EgressBridgeFromAgent = Layer.effectDiscard(
+  Effect.gen(function*() {
+    const config = yield* AgentConfig
+    if (config.egress === undefined) return
+    const driverConfig = DriverConfig.make({
+      dataDir: config.dataDir,
+      hostId: config.hostId,
+      bridge: config.bridge,
+      subnet: config.subnet
+    })
+    yield* claimEgressBridge({
+      runDir: driverConfig.runDir,
+      bridge: driverConfig.bridge,
+      subnet: config.subnet,
+      tcpPort: config.egress.tcpPort,
+      dnsPort: config.egress.dnsPort,
+      hostId: config.hostId
+    })
+  })
+)
+
 /** Everything after the configuration and the driver. */
 const services = (options: { readonly dataPlane?: DataPlaneOptions }) => {
   const core = Layer.mergeAll(Journal.layer, Reporter.layer, Images.layer)
@@ -198,6 +226,17 @@ const CommandQueueDepth = Layer.unwrap(
   )
 )
 
+/** What the agent keeps of its sandboxes' background-process output (at most 16 MiB per sandbox). */
+export const ProcessOutputBytes = Metric.gauge("svc_agent_process_output_bytes", {
+  description: "Bytes of background-process output this agent keeps, all its sandboxes together"
+})
+
+/** `/metrics`: the output kept, read at each scrape. */
+const ProcessOutputKept = Metrics.collector(
+  "process output",
+  Effect.suspend(() => Metric.update(ProcessOutputBytes, outputBytesKept()))
+)
+
 interface RoleOptions {
   readonly dataPlane?: DataPlaneOptions
   /** Stop this host's sandboxes once the agent has stopped (`svc dev`); by default they keep running. */
@@ -206,9 +245,9 @@ interface RoleOptions {
 
 const role = <E>(config: Layer.Layer<AgentConfig, E>, options: RoleOptions) => {
   // Built before the agent's services, so released after them.
-  const driver = options.stopSandboxesOnStop === true
+  const driver = (options.stopSandboxesOnStop === true
     ? StopSandboxesOnStop.pipe(Layer.provideMerge(DriverFromAgent))
-    : DriverFromAgent
+    : DriverFromAgent).pipe(Layer.provide(EgressBridgeFromAgent))
   return services(options.dataPlane !== undefined ? { dataPlane: options.dataPlane } : {}).pipe(
     Layer.provideMerge(driver),
     Layer.provideMerge(config)
@@ -225,7 +264,7 @@ export class AgentRole {
   /** The whole role configured from the environment (see `Config.ts`), with its NATS connection and keys. */
   static readonly fromEnv = (options: { readonly stopSandboxesOnStop?: boolean } = {}) => {
     const agent = role(AgentConfig.fromEnv, options)
-    return Layer.merge(agent, CommandQueueDepth.pipe(Layer.provide(agent))).pipe(
+    return Layer.mergeAll(agent, CommandQueueDepth.pipe(Layer.provide(agent)), ProcessOutputKept).pipe(
       Layer.provide(Layer.mergeAll(Nats.layer, SecretBox.layer)),
       // Traces, logs and /metrics of the role (svc-agent), for everything above.
       Layer.provide(Telemetry.layer("svc-agent"))

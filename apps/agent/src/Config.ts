@@ -26,7 +26,10 @@
  *   SVC_AGENT_CONCURRENCY    commands applied at once (one sandbox's commands stay in order)
  *   SVC_AGENT_POOL_SIZE      pre-started `base` sandboxes kept ready (default 4; 0 turns the pool off)
  *   SVC_AGENT_MAX_TRANSFERS  file uploads and downloads streamed at once (default 32); more wait
- *   SVC_SANDBOX_BRIDGE / SVC_SANDBOX_SUBNET / SVC_SANDBOX_UID_BASE   the driver's machine-wide settings
+ *   SVC_AGENT_MAX_TRANSFERS_PER_ORG  of those, what one org holds (default 8); more are 429 at once
+ *   SVC_AGENT_TRANSFER_IDLE_TIMEOUT  a transfer moving no byte this long is cut (default 2m)
+ *   SVC_SANDBOX_BRIDGE / SVC_SANDBOX_SUBNET / SVC_SANDBOX_UID_BASE / SVC_SANDBOX_UID_SLOTS
+ *                         the driver's machine-wide settings
  *   SVC_AGENT_ALLOW_NO_FIREWALL   1: start even when the sandbox firewall cannot be installed
  *   SVC_IMAGE_CACHE_DIR   where the `debian` archive is built and cached (default `<dataDir>/cache`);
  *                         agents of one machine may share one
@@ -41,7 +44,14 @@ import { SubnetSchema } from "@svc/domain/Address"
 import { HostId } from "@svc/domain/Ids"
 import * as Egress from "@svc/egress/Config"
 import { type Capacity, HOST_HEARTBEAT_MS } from "@svc/host-protocol/Protocol"
-import { DEFAULT_BRIDGE, DEFAULT_SUBNET, DEFAULT_UID_BASE, UidBase as UidBaseSchema } from "@svc/host/Driver/Config"
+import {
+  DEFAULT_BRIDGE,
+  DEFAULT_SUBNET,
+  DEFAULT_UID_BASE,
+  DEFAULT_UID_SLOTS,
+  UidBase as UidBaseSchema,
+  UidSlots as UidSlotsSchema
+} from "@svc/host/Driver/Config"
 import { imagesAllocatedBytes } from "@svc/host/Driver/Disk"
 import * as Telemetry from "@svc/telemetry/Config"
 import { Config, Context, Duration, Effect, Layer, Option, Schema } from "effect"
@@ -75,11 +85,19 @@ export interface AgentSettings {
   readonly poolSize: number
   /** File transfers (uploads, downloads) streamed at once; more wait for a slot. */
   readonly maxTransfers: number
+  /** Of those, what one org holds at once; more are refused (429) without waiting. */
+  readonly maxTransfersPerOrg: number
+  /** A transfer that moves no byte this long has its connection closed. */
+  readonly transferIdleMs: number
   /** The host bridge and the sandboxes' addresses (machine-wide: every agent of a machine shares them). */
   readonly bridge: string
   readonly subnet: string
-  /** Host uid/gid of root inside every sandbox (the driver's `uidBase`). */
+  /**
+   * Host uid/gid that owns root's files of every sandbox (the driver's `uidBase`); each running
+   * sandbox is one of `uidSlots` ranges of 65536 above it.
+   */
   readonly uidBase: number
+  readonly uidSlots: number
   /** Start even when the sandbox firewall (nftables) cannot be installed. */
   readonly allowNoFirewall: boolean
   /** The cgroup file system the driver uses (default `/sys/fs/cgroup`). */
@@ -171,9 +189,12 @@ const SettingsSchema = Schema.Struct({
   concurrency: Schema.Int.check(Schema.isGreaterThanOrEqualTo(1), Schema.isLessThanOrEqualTo(256)),
   poolSize: Schema.Int.check(Schema.isGreaterThanOrEqualTo(0), Schema.isLessThanOrEqualTo(64)),
   maxTransfers: Schema.Int.check(Schema.isGreaterThanOrEqualTo(1), Schema.isLessThanOrEqualTo(4096)),
+  maxTransfersPerOrg: Schema.Int.check(Schema.isGreaterThanOrEqualTo(1), Schema.isLessThanOrEqualTo(4096)),
+  transferIdleMs: Schema.Int.check(Schema.isGreaterThanOrEqualTo(100), Schema.isLessThanOrEqualTo(3_600_000)),
   bridge: Schema.String,
   subnet: Schema.String,
   uidBase: UidBaseSchema,
+  uidSlots: UidSlotsSchema,
   allowNoFirewall: Schema.Boolean,
   cgroupRoot: Schema.optionalKey(Schema.String.check(Schema.isPattern(/^\/[^\0]*$/, { message: "absolute path" }))),
   imageCacheDir: Schema.optionalKey(Schema.String.check(Schema.isPattern(/^\/[^\0]*$/, { message: "absolute path" }))),
@@ -210,6 +231,16 @@ export const EXIT_CHECK_MS = 500
  * in the agent and one writer or reader process chain in the sandbox.
  */
 export const DEFAULT_MAX_TRANSFERS = 32
+/**
+ * `SVC_AGENT_MAX_TRANSFERS_PER_ORG` when unset: a quarter of the host's slots, so that one org
+ * never holds them all and another org's transfer never waits behind its.
+ */
+export const DEFAULT_MAX_TRANSFERS_PER_ORG = 8
+/**
+ * `SVC_AGENT_TRANSFER_IDLE_TIMEOUT` when unset: beyond the API's own (1 min), so the API, which
+ * can still answer its client, normally ends an idle transfer first; this is the host's backstop.
+ */
+export const DEFAULT_TRANSFER_IDLE_MS = 120_000
 
 // ---------------------------------------------------------------------------------------------
 // The settings (bounds beyond a number's sign are checked by SettingsSchema, for given options too)
@@ -269,9 +300,21 @@ export const Heartbeat = Env.duration("SVC_AGENT_HEARTBEAT", Duration.millis(HOS
 export const Concurrency = Env.integer("SVC_AGENT_CONCURRENCY", DEFAULT_CONCURRENCY, { min: 0 })
 export const PoolSize = Env.integer("SVC_AGENT_POOL_SIZE", DEFAULT_POOL_SIZE, { min: 0 })
 export const MaxTransfers = Env.integer("SVC_AGENT_MAX_TRANSFERS", DEFAULT_MAX_TRANSFERS, { min: 0 })
+export const MaxTransfersPerOrg = Env.integer("SVC_AGENT_MAX_TRANSFERS_PER_ORG", DEFAULT_MAX_TRANSFERS_PER_ORG, {
+  min: 1
+})
+export const TransferIdleTimeout = Env.duration(
+  "SVC_AGENT_TRANSFER_IDLE_TIMEOUT",
+  Duration.millis(DEFAULT_TRANSFER_IDLE_MS),
+  {
+    min: Duration.millis(100),
+    max: Duration.hours(1)
+  }
+)
 export const Bridge = Env.text("SVC_SANDBOX_BRIDGE", DEFAULT_BRIDGE, "interface name")
 export const Subnet = Env.text("SVC_SANDBOX_SUBNET", DEFAULT_SUBNET, "CIDR")
 export const UidBase = Env.integer("SVC_SANDBOX_UID_BASE", DEFAULT_UID_BASE, { min: 0 })
+export const UidSlots = Env.integer("SVC_SANDBOX_UID_SLOTS", DEFAULT_UID_SLOTS, { min: 1 })
 export const AllowNoFirewall = Env.flag("SVC_AGENT_ALLOW_NO_FIREWALL")
 export const SharedVolumesDir = optional(Config.String("SVC_SHARED_VOLUMES_DIR"), {
   name: "SVC_SHARED_VOLUMES_DIR",
@@ -306,9 +349,12 @@ export const settings: ReadonlyArray<Env.AnySetting> = [
   Concurrency,
   PoolSize,
   MaxTransfers,
+  MaxTransfersPerOrg,
+  TransferIdleTimeout,
   Bridge,
   Subnet,
   UidBase,
+  UidSlots,
   AllowNoFirewall,
   SharedVolumesDir,
   ImageCacheDir,
@@ -347,9 +393,12 @@ export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("
       // default (`fromEnv`) is DEFAULT_POOL_SIZE.
       poolSize: options.poolSize ?? 0,
       maxTransfers: options.maxTransfers ?? DEFAULT_MAX_TRANSFERS,
+      maxTransfersPerOrg: options.maxTransfersPerOrg ?? DEFAULT_MAX_TRANSFERS_PER_ORG,
+      transferIdleMs: options.transferIdleMs ?? DEFAULT_TRANSFER_IDLE_MS,
       bridge: options.bridge ?? DEFAULT_BRIDGE,
       subnet: options.subnet ?? DEFAULT_SUBNET,
       uidBase: options.uidBase ?? DEFAULT_UID_BASE,
+      uidSlots: options.uidSlots ?? DEFAULT_UID_SLOTS,
       allowNoFirewall: options.allowNoFirewall ?? false,
       sharedVolumesDir: NodePath.resolve(options.sharedVolumesDir ?? NodePath.join(dataDir, "shared-volumes")),
       ...(options.cgroupRoot !== undefined ? { cgroupRoot: options.cgroupRoot } : {}),
@@ -401,9 +450,12 @@ export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("
         concurrency: Concurrency,
         poolSize: PoolSize,
         maxTransfers: MaxTransfers,
+        maxTransfersPerOrg: MaxTransfersPerOrg,
+        transferIdle: TransferIdleTimeout,
         bridge: Bridge,
         subnet: Subnet,
         uidBase: UidBase,
+        uidSlots: UidSlots,
         allowNoFirewall: AllowNoFirewall,
         sharedVolumesDir: SharedVolumesDir,
         imageCacheDir: ImageCacheDir,
@@ -430,9 +482,12 @@ export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("
         allowUnlimited: env.allowUnlimited,
         poolSize: env.poolSize,
         maxTransfers: env.maxTransfers,
+        maxTransfersPerOrg: env.maxTransfersPerOrg,
+        transferIdleMs: Duration.toMillis(env.transferIdle),
         bridge: env.bridge,
         subnet: env.subnet,
         uidBase: env.uidBase,
+        uidSlots: env.uidSlots,
         allowNoFirewall: env.allowNoFirewall,
         sharedVolumesDir: Option.getOrElse(env.sharedVolumesDir, () => NodePath.join(env.dataRoot, "shared-volumes")),
         ...Option.match(env.imageCacheDir, {

@@ -7,7 +7,7 @@ import { DataPlaneServer, type DataPlaneSettings } from "@svc/host/DataPlane"
 import { Context, Effect, Layer } from "effect"
 import { AgentConfig } from "./Config.ts"
 
-/** Overrides for tests: `maxTransfers` defaults to `AgentConfig.maxTransfers`. */
+/** Overrides for tests: `maxTransfers` and the others default to `AgentConfig`'s. */
 export type DataPlaneOptions = Partial<Omit<DataPlaneSettings, "port" | "listenHost">>
 
 export class DataPlane extends Context.Service<DataPlane, {
@@ -23,7 +23,10 @@ export class DataPlane extends Context.Service<DataPlane, {
         port: config.port,
         listenHost: config.listenHost,
         maxTransfers: options.maxTransfers ?? config.maxTransfers,
+        maxTransfersPerOrg: options.maxTransfersPerOrg ?? config.maxTransfersPerOrg,
+        transferIdleMs: options.transferIdleMs ?? config.transferIdleMs,
         ...(options.transferWaitMs !== undefined ? { transferWaitMs: options.transferWaitMs } : {}),
+        ...(options.maxTunnelsPerSandbox !== undefined ? { maxTunnelsPerSandbox: options.maxTunnelsPerSandbox } : {}),
         ...(options.defaultExecTimeoutMs !== undefined ? { defaultExecTimeoutMs: options.defaultExecTimeoutMs } : {})
       })
       const host = config.advertiseHost.includes(":") ? `[${config.advertiseHost}]` : config.advertiseHost

@@ -17,6 +17,8 @@
 import { type BusError, Nats } from "@svc/bus/Nats"
 import { ensureObjectStore, type ObjectStore } from "@svc/bus/Objects"
 import { ensureBucket } from "@svc/bus/Topology"
+import { OPEN_POLICY } from "@svc/domain/Network"
+import { EGRESS_BUCKET_SPEC, type SandboxEgress, sandboxEgressKey } from "@svc/host-protocol/Egress"
 import {
   type BuildCommand,
   BUILDS_BUCKET_SPEC,
@@ -70,6 +72,20 @@ export class Images extends Context.Service<Images, {
       )
       const builds = yield* ensureBucket(BUILDS_BUCKET_SPEC).pipe(Effect.provideService(Nats, nats))
       const layerCache = yield* ensureBucket(LAYER_CACHE_BUCKET_SPEC).pipe(Effect.provideService(Nats, nats))
+      // A build sandbox's egress entry: the proxy refuses a sandbox it has no entry for, and
+      // builds reach the network as the operator's default allows (apt, pip), with no secret.
+      const egress = yield* ensureBucket(EGRESS_BUCKET_SPEC).pipe(Effect.provideService(Nats, nats))
+      const putBuildEgress = (id: string, orgId: string) =>
+        Effect.tryPromise(() =>
+          egress.put(
+            sandboxEgressKey(id),
+            encoder.encode(
+              JSON.stringify({ sandboxId: id, orgId, policy: OPEN_POLICY, secretIds: [] } satisfies SandboxEgress)
+            )
+          )
+        ).pipe(Effect.mapError((e) => fail(`the build sandbox's egress entry: ${String(e)}`)))
+      const deleteBuildEgress = (id: string) =>
+        Effect.ignore(Effect.tryPromise(() => egress.delete(sandboxEgressKey(id))))
       // One pull of a layer at a time per host: two creates of one image share it.
       const pulling = yield* Semaphore.make(1)
 
@@ -174,6 +190,9 @@ export class Images extends Context.Service<Images, {
               Effect.gen(function*() {
                 const id = `build-${randomBytes(8).toString("hex")}`
                 buildSandboxes.push(id)
+                yield* putBuildEgress(id, command.orgId).pipe(
+                  Effect.mapError((e) => new StepFailed({ message: e.message }))
+                )
                 yield* driver.create(
                   new SandboxSpec({
                     sandboxId: id,
@@ -297,7 +316,11 @@ export class Images extends Context.Service<Images, {
             }),
             Effect.result
           )
-          yield* Effect.forEach(buildSandboxes, (id) => Effect.ignore(driver.destroy(id)), { discard: true })
+          yield* Effect.forEach(
+            buildSandboxes,
+            (id) => Effect.andThen(Effect.ignore(driver.destroy(id)), deleteBuildEgress(id)),
+            { discard: true }
+          )
           if (ended._tag === "Success") {
             status.state = "ready"
             write(`ready in ${((Date.now() - started) / 1000).toFixed(1)} s`)

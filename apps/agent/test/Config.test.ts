@@ -74,6 +74,7 @@ describe("AgentConfig", () => {
         SVC_AGENT_MAX_TRANSFERS: "12",
         SVC_IMAGE_CACHE_DIR: "/var/cache/svc/images",
         SVC_SHARED_VOLUMES_DIR: "/var/lib/svc/shared-volumes",
+        SVC_SANDBOX_UID_SLOTS: "512",
         SVC_EGRESS_DEFAULT: "deny",
         SVC_EGRESS_ALLOWED_SUBNETS: "198.51.100.0/24, 2001:db8::/32",
         SVC_EGRESS_HOSTS_FILE: "/etc/svc/egress-hosts",
@@ -122,7 +123,8 @@ describe("AgentConfig", () => {
           },
           bridge: "svcbr0",
           subnet: "10.213.0.0/16",
-          uidBase: 0x7fff0000
+          uidBase: 0x7fff0000,
+          uidSlots: 512
         }
       )
     }))
@@ -143,6 +145,8 @@ describe("AgentConfig", () => {
           { SVC_AGENT_HEARTBEAT: "500" },
           { SVC_AGENT_HEARTBEAT_MS: "500" },
           { SVC_SANDBOX_UID_BASE: "1000" },
+          { SVC_SANDBOX_UID_SLOTS: "0" },
+          { SVC_SANDBOX_UID_SLOTS: "40000" },
           { SVC_AGENT_CONCURRENCY: "0" },
           { SVC_AGENT_POOL_SIZE: "-1" },
           { SVC_AGENT_POOL_SIZE: "65" },

@@ -1,7 +1,9 @@
 /**
  * The data plane's bound on file transfers (`maxTransfers`), with a real agent and sandbox: a
  * transfer beyond the bound waits for a slot, and is refused with 503 `busy` once the wait is
- * over; a client that goes away frees its slot and ends its processes in the sandbox.
+ * over; a client that goes away frees its slot and ends its processes in the sandbox. One org
+ * (`?org=`, as the API names it) past its share is 429 at once while another org's transfer is
+ * served, and a transfer that moves nothing for `transferIdleMs` is cut, its slot freed.
  */
 import { assert, layer } from "@effect/vitest"
 import { makeSandboxId } from "@svc/domain/Ids"
@@ -137,5 +139,45 @@ layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("agent file tr
       const put = yield* http(agent, `/sandboxes/${sandboxId}/files?path=/root/other`, { method: "PUT", body: "after" })
       assert.strictEqual(put.status, 204, put.text)
       assert.strictEqual((yield* http(agent, `/sandboxes/${sandboxId}/files?path=/root/other`)).text, "after")
+    }))
+
+  it.effect("an org past its share is 429 at once while another org's transfer is served; an idle transfer is cut and its slot freed", () =>
+    Effect.gen(function*() {
+      const host = yield* makeHost
+      const agent = yield* startAgent(host, {
+        dataPlane: { maxTransfers: 3, maxTransfersPerOrg: 2, transferWaitMs: 30_000, transferIdleMs: 1_000 }
+      })
+      const sandboxId = yield* createRunning(agent)
+      yield* http(agent, `/sandboxes/${sandboxId}/exec`, {
+        method: "POST",
+        body: JSON.stringify({ cmd: ["sh", "-c", `head -c ${BIG} /dev/zero > /root/big && echo b > /root/small`] })
+      })
+      const idle = processesOfHost(host.hostId).length
+      const files = (org: string, path: string) => `/sandboxes/${sandboxId}/files?path=${path}&org=${org}`
+
+      // Org A's two downloads, read by nobody, hold its share.
+      const held = [
+        yield* heldDownload(agent, files("org_a", "/root/big")),
+        yield* heldDownload(agent, files("org_a", "/root/big"))
+      ]
+      assert.deepStrictEqual(held.map((h) => h.status), [200, 200])
+      const third = yield* http(agent, files("org_a", "/root/small"))
+      assert.strictEqual(third.status, 429, third.text)
+      assert.strictEqual(third.json.reason, "rate_limited")
+      // Org B is served while A's are held (the host has a slot A cannot take): their readers
+      // still run in the sandbox after B's answer.
+      const other = yield* http(agent, files("org_b", "/root/small"))
+      assert.strictEqual(other.status, 200, other.text)
+      assert.strictEqual(other.text, "b\n")
+      assert.isAbove(processesOfHost(host.hostId).length, idle)
+
+      // Nothing moves on A's (their clients read nothing): the idle timeout cuts both, their
+      // readers in the sandbox end, and A's share is free again.
+      yield* eventually(Effect.sync(() => processesOfHost(host.hostId).length), (n) => n === idle)
+      const again = yield* Effect.all([1, 2].map(() => http(agent, files("org_a", "/root/small"))), {
+        concurrency: 2
+      })
+      assert.deepStrictEqual(again.map((r) => [r.status, r.text]), [[200, "b\n"], [200, "b\n"]])
+      for (const h of held) h.cut()
     }))
 })

@@ -12,7 +12,7 @@ import * as Secrets from "@svc/secrets/Config"
 import * as Telemetry from "@svc/telemetry/Config"
 import * as Volumes from "@svc/volumes/Config"
 import * as Webhooks from "@svc/webhooks/Config"
-import { Config } from "effect"
+import { Config, Duration } from "effect"
 import * as NodePath from "node:path"
 
 export const ApiPort = Env.describe(Config.Port("SVC_PORT").pipe(Config.withDefault(8080)), {
@@ -26,6 +26,30 @@ export const ApiHost = Env.text("SVC_HOST", "127.0.0.1", "address")
 
 /** File uploads and downloads one API process streams at once. */
 export const ApiMaxTransfers = Env.integer("SVC_API_MAX_TRANSFERS", 64, { min: 1 })
+
+/**
+ * Of those, what one org may hold at once (more is 429 `rate_limited`, never a wait): below
+ * `SVC_API_MAX_TRANSFERS`, one org can never take every slot and make another org's transfer wait.
+ */
+export const ApiMaxTransfersPerOrg = Env.integer("SVC_API_MAX_TRANSFERS_PER_ORG", 16, { min: 1 })
+
+/** A file transfer that moves no byte for this long is ended (its connection closed, its slot freed). */
+export const TransferIdleTimeout = Env.duration("SVC_API_TRANSFER_IDLE_TIMEOUT", Duration.seconds(60), {
+  min: Duration.millis(100),
+  max: Duration.hours(1)
+})
+
+/**
+ * Preview requests and WebSockets one sandbox has open at once through one API process (each
+ * holds two descriptors here and a tunnel on its host); one more is 429 `rate_limited`.
+ */
+export const PreviewConnectionsPerSandbox = Env.integer("SVC_PREVIEW_CONNECTIONS_PER_SANDBOX", 256, { min: 1 })
+
+/** A preview request or WebSocket whose tunnel moves no byte either way for this long is ended. */
+export const PreviewIdleTimeout = Env.duration("SVC_PREVIEW_IDLE_TIMEOUT", Duration.minutes(2), {
+  min: Duration.millis(100),
+  max: Duration.hours(24)
+})
 
 /** The dashboard's built files (apps/dashboard, `npm start` and `npm test` build them), served at `/`. */
 export const DashboardDir = Env.describe(
@@ -42,6 +66,10 @@ export const settings: ReadonlyArray<Env.AnySetting> = [
   ApiPort,
   ApiHost,
   ApiMaxTransfers,
+  ApiMaxTransfersPerOrg,
+  TransferIdleTimeout,
+  PreviewConnectionsPerSandbox,
+  PreviewIdleTimeout,
   DashboardDir,
   ...Auth.settings,
   ...Sandboxes.quotaSettings,

@@ -15,6 +15,11 @@
  * the contract's errors: 401 without a credential that lets in, 403 for a key without the scope
  * or outside its sandbox, 404 for another org's sandbox or a port it does not expose, 409 when
  * it is not running, 502 when nothing answers on the port.
+ *
+ * Bounded per sandbox: at most `SVC_PREVIEW_CONNECTIONS_PER_SANDBOX` admitted requests and
+ * WebSockets at once (one more is 429 `rate_limited` with `Retry-After`), and one whose tunnel
+ * moves no byte for `SVC_PREVIEW_IDLE_TIMEOUT` is ended (502 if nothing was answered yet). The
+ * Node server's own `headersTimeout` ends a request whose headers do not arrive in time.
  */
 import { ApiKeys } from "@svc/auth/ApiKeys"
 import { type Principal, SESSION_COOKIE } from "@svc/domain/Api/Auth"
@@ -22,10 +27,11 @@ import * as Errors from "@svc/domain/Errors"
 import type { OrgId } from "@svc/domain/Ids"
 import * as Scopes from "@svc/domain/Scopes"
 import { parsePreviewHost, PREVIEW_TOKEN_HEADER, Previews, type PreviewTarget } from "@svc/sandboxes/Previews"
-import { Cause, Context, Effect, FiberSet, Layer, Option } from "effect"
+import { Cause, Context, Duration, Effect, FiberSet, Layer, Option } from "effect"
 import * as Http from "node:http"
 import type * as Net from "node:net"
 import type { Duplex } from "node:stream"
+import { PreviewConnectionsPerSandbox, PreviewIdleTimeout } from "./Config.ts"
 
 /** What the Node server answers before the app (filled once the routes are built). */
 export interface PreviewHandlers {
@@ -127,6 +133,7 @@ const errorResponse = (error: unknown) => {
     "content-length": String(Buffer.byteLength(text))
   }
   if (status === 401) headers["www-authenticate"] = "Bearer"
+  if (error instanceof Errors.RateLimited) headers["retry-after"] = String(error.retry_after_s)
   return { status, headers, text }
 }
 
@@ -154,6 +161,36 @@ export const PreviewProxyLayer = Layer.effectDiscard(Effect.gen(function*() {
   const previews = yield* Previews
   const keys = yield* ApiKeys
   const run = yield* FiberSet.makeRuntime<never, void, never>()
+  const maxPerSandbox = yield* PreviewConnectionsPerSandbox
+  const idleMs = Duration.toMillis(yield* PreviewIdleTimeout)
+  /** Admitted requests and WebSockets open now, per sandbox (none: no entry). */
+  const held = new Map<string, number>()
+
+  /** One of the sandbox's connections, or 429 past its bound; the release runs once. */
+  const charge = (sandboxId: string) =>
+    Effect.suspend(() => {
+      const n = held.get(sandboxId) ?? 0
+      if (n >= maxPerSandbox) {
+        return Effect.fail(
+          new Errors.RateLimited({
+            error: `The sandbox has ${maxPerSandbox} preview requests open, as many as it may; retry`,
+            retry_after_s: 1
+          })
+        )
+      }
+      held.set(sandboxId, n + 1)
+      let released = false
+      return Effect.succeed(() => {
+        if (released) return
+        released = true
+        const left = (held.get(sandboxId) ?? 1) - 1
+        if (left === 0) held.delete(sandboxId)
+        else held.set(sandboxId, left)
+      })
+    })
+
+  /** A tunnel that moves no byte either way for the idle timeout is ended (and its request with it). */
+  const idleEnds = (tunnel: Net.Socket) => tunnel.setTimeout(idleMs, () => tunnel.destroy())
 
   const principalOf = (token: string) => {
     const cached = keys.cached(token, Date.now())
@@ -186,11 +223,16 @@ export const PreviewProxyLayer = Layer.effectDiscard(Effect.gen(function*() {
     return { orgId, credential: "authorization" } satisfies Admitted
   })
 
-  /** The tunnel to the target for an admitted request. */
+  /** The tunnel to the target for an admitted request, charged to its sandbox until `release`. */
   const open = (request: Http.IncomingMessage, target: PreviewTarget) =>
     Effect.flatMap(
       admit(request, target),
-      (admitted) => Effect.map(previews.connect(admitted.orgId, target), (tunnel) => ({ admitted, tunnel }))
+      (admitted) =>
+        Effect.flatMap(charge(target.sandboxId), (release) =>
+          previews.connect(admitted.orgId, target).pipe(
+            Effect.map((tunnel) => ({ admitted, tunnel, release })),
+            Effect.onExit((exit) => Effect.sync(() => exit._tag === "Failure" && release()))
+          ))
     )
 
   const forwarded = (request: Http.IncomingMessage): Array<[string, string]> => [
@@ -203,8 +245,11 @@ export const PreviewProxyLayer = Layer.effectDiscard(Effect.gen(function*() {
     request: Http.IncomingMessage,
     response: Http.ServerResponse,
     admitted: Admitted,
-    tunnel: Net.Socket
+    tunnel: Net.Socket,
+    release: () => void
   ) => {
+    idleEnds(tunnel)
+    response.once("close", release)
     const headers = [
       ...forwardHeaders(
         request.rawHeaders,
@@ -244,8 +289,11 @@ export const PreviewProxyLayer = Layer.effectDiscard(Effect.gen(function*() {
     socket: Duplex,
     head: Buffer,
     admitted: Admitted,
-    tunnel: Net.Socket
+    tunnel: Net.Socket,
+    release: () => void
   ) => {
+    idleEnds(tunnel)
+    socket.once("close", release)
     const headers = [
       ...forwardHeaders(
         request.rawHeaders,
@@ -275,10 +323,10 @@ export const PreviewProxyLayer = Layer.effectDiscard(Effect.gen(function*() {
     open(request, target).pipe(
       Effect.matchCauseEffect({
         onFailure: (cause) => Effect.sync(() => answerRefusal(response, errorOf(cause))),
-        onSuccess: ({ admitted, tunnel }) =>
+        onSuccess: ({ admitted, release, tunnel }) =>
           Effect.sync(() => {
-            if (response.destroyed) return void tunnel.destroy()
-            proxyRequest(request, response, admitted, tunnel)
+            if (response.destroyed) return void (tunnel.destroy(), release())
+            proxyRequest(request, response, admitted, tunnel, release)
           })
       })
     )
@@ -287,10 +335,10 @@ export const PreviewProxyLayer = Layer.effectDiscard(Effect.gen(function*() {
     open(request, target).pipe(
       Effect.matchCauseEffect({
         onFailure: (cause) => Effect.sync(() => refuseUpgrade(socket, errorOf(cause))),
-        onSuccess: ({ admitted, tunnel }) =>
+        onSuccess: ({ admitted, release, tunnel }) =>
           Effect.sync(() => {
-            if (socket.destroyed) return void tunnel.destroy()
-            proxyUpgrade(request, socket, head, admitted, tunnel)
+            if (socket.destroyed) return void (tunnel.destroy(), release())
+            proxyUpgrade(request, socket, head, admitted, tunnel, release)
           })
       })
     )

@@ -84,8 +84,16 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 240_000 })("egress through
       const me = yield* api("GET", "/v1/auth/me")
       FsSync.writeFileSync(env.managersFile, me.json.credential.id)
 
-      const secret = yield* api("POST", "/v1/secrets", { name: "fake-api", value: CANARY, allowed_hosts: [API] })
+      // The contract's entry forms: a bad one is 400; HTTPS by the bare name, plain HTTP only by `http://`.
+      const bad = yield* api("POST", "/v1/secrets", { name: "bad", value: CANARY, allowed_hosts: [`ftp://${API}`] })
+      expect(bad.status, bad.text).toBe(400)
+      const secret = yield* api("POST", "/v1/secrets", {
+        name: "fake-api",
+        value: CANARY,
+        allowed_hosts: [API, `HTTP://${API}:80`]
+      })
       expect(secret.status, secret.text).toBe(201)
+      expect(secret.json.allowed_hosts).toEqual([API, `http://${API}`])
       const created = yield* api("POST", "/v1/sandboxes", {
         region: "local",
         ram_mb: 128,
@@ -110,6 +118,25 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 240_000 })("egress through
       const other = yield* sh(id, `curl -sS http://${OTHER}/`)
       expect(other.exit_code, other.stderr).toBe(0)
       expect(received(other.stdout, "authorization")).toEqual([])
+      // An absolute-form target naming that other host under the allowed Host: refused, no header sent.
+      const stolen = yield* sh(
+        id,
+        `(printf 'GET http://${OTHER}/ HTTP/1.1\\r\\nHost: ${API}\\r\\nConnection: close\\r\\n\\r\\n'; sleep 3) | nc ${API} 80`
+      )
+      expect(stolen.stdout).toMatch(/^HTTP\/1\.1 400/)
+      expect(stolen.stdout).not.toContain(CANARY)
+      // The `http://` entry removed: plain HTTP gets no header any more, HTTPS still does.
+      const httpsOnly = yield* api("PATCH", `/v1/secrets/${secret.json.id}`, { allowed_hosts: [API] })
+      expect(httpsOnly.status, httpsOnly.text).toBe(200)
+      yield* eventually(
+        sh(id, `curl -sS http://${API}/`),
+        (r) => r.exit_code === 0 && received(r.stdout, "authorization").length === 0,
+        Duration.seconds(20)
+      )
+      const stillHttps = yield* sh(id, `curl -sS https://${API}/`)
+      expect(received(stillHttps.stdout, "authorization")).toEqual([`Bearer ${CANARY}`])
+      expect((yield* api("PATCH", `/v1/secrets/${secret.json.id}`, { allowed_hosts: [API, `http://${API}`] })).status)
+        .toBe(200)
 
       // The value is nowhere the sandbox can read: env, files, processes.
       // (The pattern is put together in the shell: the script's own text must not hold it.)

@@ -6,13 +6,14 @@ import { describe, expect, it } from "@effect/vitest"
 import { Nats } from "@svc/bus/Nats"
 import { SecretBox } from "@svc/crypto/SecretBox"
 import * as Database from "@svc/db/Database"
+import { Api } from "@svc/domain/Api"
 import { freePort, startPostgres } from "@svc/local-servers/Servers"
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import { serve } from "@svc/testing/TestHttp"
 import * as TestNats from "@svc/testing/TestNats"
 import { Deferred, Duration, Effect, Exit, Fiber, Layer, Schema, Scope } from "effect"
 import { HttpRouter } from "effect/http"
-import { HttpApi, HttpApiBuilder, HttpApiEndpoint, HttpApiGroup } from "effect/http-api"
+import { HttpApi, HttpApiBuilder, HttpApiEndpoint, HttpApiGroup, OpenApi } from "effect/http-api"
 import { ApiMiddleware } from "../src/Http/Middleware.ts"
 import * as Server from "../src/Server.ts"
 
@@ -51,6 +52,8 @@ describe("API foundation", () => {
       const operations = Object.values<Record<string, { security?: unknown }>>(doc.paths).flatMap(Object.values)
       expect(operations.length).toBeGreaterThan(50)
       expect(operations.filter((op) => JSON.stringify(op.security) !== JSON.stringify([{ bearer: [] }]))).toEqual([])
+      // The document OpenApi.test.ts checks against the OWASP ruleset is the one served.
+      expect(doc).toEqual(JSON.parse(JSON.stringify(OpenApi.fromApi(Api))))
       const docs = yield* Effect.promise(() => fetch(`${base}/docs`))
       expect(docs.status).toBe(200)
       expect(docs.headers.get("content-type")).toContain("text/html")

@@ -67,7 +67,7 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("sandboxes API:
       yield* exec(created.id, [
         "sh",
         "-c",
-        "echo 1000 > /proc/2/oom_score_adj && for i in 1 2 3 4 5 6 7 8; do dd if=/dev/zero bs=16M count=1 2>/dev/null | sleep 30 & done; wait"
+        "echo 1000 > /proc/1/oom_score_adj && for i in 1 2 3 4 5 6 7 8; do dd if=/dev/zero bs=16M count=1 2>/dev/null | sleep 30 & done; wait"
       ])
       const failed = yield* waitState(created.id, "error", NOTICED_WITHIN)
       expect(failed.errorMessage).toBe("out of memory at ram_mb 64")

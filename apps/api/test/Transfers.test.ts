@@ -91,7 +91,9 @@ const EnvLayer = Layer.effect(
         SVC_HOST_RAM_MB: "65536",
         SVC_HOST_DISK_GB: "500",
         // Every transfer of the test in flight at once, on this host and in the API process.
-        SVC_AGENT_MAX_TRANSFERS: String(UPLOADS + DOWNLOADS)
+        SVC_AGENT_MAX_TRANSFERS: String(UPLOADS + DOWNLOADS),
+        // All of them from the test's one org.
+        SVC_AGENT_MAX_TRANSFERS_PER_ORG: String(UPLOADS + DOWNLOADS)
       },
       ready: (stdout) => {
         const line = /\{"event":"agent_ready"[^\n]*\}/.exec(stdout)
@@ -111,6 +113,8 @@ const EnvLayer = Layer.effect(
             SVC_HOST: "127.0.0.1",
             SVC_PORT: String(port),
             SVC_API_MAX_TRANSFERS: String(maxTransfers),
+            // The test's one org may take every slot (its transfers wait for the process's).
+            SVC_API_MAX_TRANSFERS_PER_ORG: String(UPLOADS + DOWNLOADS),
             // The test's own polling and 100 requests at once under one key.
             SVC_RATE_LIMIT_PER_SECOND: "1000",
             SVC_RATE_LIMIT_BURST: "1000"

@@ -12,8 +12,17 @@
  *   left is refused before its next credential is looked up (`ClientAddress.rateKey` names the
  *   address; IPv6 by /64).
  * A refusal is 429 `rate_limited` with `Retry-After`.
+ *
+ * Every answer reports the bucket that last decided its request in the IETF draft's fields
+ * (draft-ietf-httpapi-ratelimit-headers): `RateLimit-Limit` (the burst), `RateLimit-Remaining`
+ * (whole tokens left) and `RateLimit-Reset` (seconds until the bucket is full again). The limiter
+ * notes that bucket against the request's fiber as it takes from it (`quotaOf` reads it back, the
+ * global middleware sets the headers): no request-scoped service to thread through the
+ * Authorization middleware and the sign-in handlers. An answer no bucket decided (a public route,
+ * no credential at all) reports its client address's failed-credential bucket, the limit an
+ * unauthenticated client meets (`addressQuota`).
  */
-import { Clock, Context, Effect, Layer, Schedule } from "effect"
+import { Clock, Context, Effect, Fiber, Layer, Schedule } from "effect"
 import { AuthConfig } from "./Config.ts"
 
 export interface Bucket {
@@ -56,6 +65,24 @@ export const waitFor = (bucket: Bucket | undefined, nowMs: number, config: Bucke
   return tokens >= 1 ? undefined : retryAfter(tokens, config)
 }
 
+/** What an answer reports of a bucket (`RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset`). */
+export interface Quota {
+  readonly limit: number
+  readonly remaining: number
+  readonly resetS: number
+}
+
+/** The bucket's quota at `nowMs` (pure, takes nothing). */
+export const quota = (bucket: Bucket | undefined, nowMs: number, config: BucketConfig): Quota => {
+  const capacity = Math.max(1, config.burst)
+  const { tokens } = refill(bucket, nowMs, config)
+  return {
+    limit: capacity,
+    remaining: Math.floor(tokens),
+    resetS: Math.max(0, Math.ceil((capacity - tokens) / config.perSecond))
+  }
+}
+
 export type Admission = { readonly allowed: true } | { readonly allowed: false; readonly retryAfterS: number }
 
 const ALLOWED: Admission = { allowed: true }
@@ -63,8 +90,19 @@ const ALLOWED: Admission = { allowed: true }
 /** Most buckets a set keeps: past it the oldest is forgotten (it then starts full again). */
 const MAX_BUCKETS = 100_000
 
+/**
+ * The quota of the bucket each fiber (each request) last took from or looked at. A fiber is one
+ * request's; its entry goes with it (weak), or when the middleware reads it.
+ */
+type Notes = WeakMap<Fiber.Fiber<unknown, unknown>, Quota>
+
+const note = (notes: Notes, bucket: Bucket | undefined, nowMs: number, config: BucketConfig) => {
+  const fiber = Fiber.getCurrent()
+  if (fiber !== undefined) notes.set(fiber, quota(bucket, nowMs, config))
+}
+
 /** Buckets by key with one configuration; full ones are forgotten every minute. */
-const bucketSet = (config: BucketConfig) => {
+const bucketSet = (config: BucketConfig, notes: Notes) => {
   const buckets = new Map<string, Bucket>()
   const fullAfterMs = (Math.max(1, config.burst) / config.perSecond) * 1000
   const put = (key: string, bucket: Bucket) => {
@@ -80,9 +118,15 @@ const bucketSet = (config: BucketConfig) => {
     take: (key: string, nowMs: number): Admission => {
       const result = take(buckets.get(key), nowMs, config)
       put(key, result.bucket)
+      note(notes, result.bucket, nowMs, config)
       return result.allowed ? ALLOWED : { allowed: false, retryAfterS: result.retryAfterS }
     },
-    waitFor: (key: string, nowMs: number): number | undefined => waitFor(buckets.get(key), nowMs, config),
+    waitFor: (key: string, nowMs: number): number | undefined => {
+      const bucket = buckets.get(key)
+      note(notes, bucket, nowMs, config)
+      return waitFor(bucket, nowMs, config)
+    },
+    quota: (key: string, nowMs: number): Quota => quota(buckets.get(key), nowMs, config),
     sweep: (nowMs: number) => {
       for (const [key, b] of buckets) if (nowMs - b.updatedMs > fullAfterMs) buckets.delete(key)
     }
@@ -98,14 +142,22 @@ export class RateLimiter extends Context.Service<RateLimiter, {
   readonly failuresBlock: (addressKey: string, nowMs: number) => number | undefined
   /** Counts a failed credential of the address. */
   readonly failed: (addressKey: string, nowMs: number) => void
+  /** The quota of the bucket the current fiber (request) last took from or looked at, forgotten as it is read. */
+  readonly quotaOf: (fiber: Fiber.Fiber<unknown, unknown>) => Quota | undefined
+  /** The address's failed-credential quota (takes nothing): what an answer no bucket decided reports. */
+  readonly addressQuota: (addressKey: string, nowMs: number) => Quota
 }>()("@svc/auth/RateLimiter") {
   static readonly layer = Layer.effect(
     RateLimiter,
     Effect.gen(function*() {
       const config = yield* AuthConfig
-      const credentials = bucketSet({ perSecond: config.rateLimitPerSecond, burst: config.rateLimitBurst })
-      const signIns = bucketSet({ perSecond: config.signInRatePerMinute / 60, burst: config.signInRateBurst })
-      const failures = bucketSet({ perSecond: config.failedAuthRatePerMinute / 60, burst: config.failedAuthRateBurst })
+      const notes: Notes = new WeakMap()
+      const credentials = bucketSet({ perSecond: config.rateLimitPerSecond, burst: config.rateLimitBurst }, notes)
+      const signIns = bucketSet({ perSecond: config.signInRatePerMinute / 60, burst: config.signInRateBurst }, notes)
+      const failures = bucketSet(
+        { perSecond: config.failedAuthRatePerMinute / 60, burst: config.failedAuthRateBurst },
+        notes
+      )
 
       // A bucket that has refilled completely is the same as no bucket: forget it.
       yield* Effect.map(Clock.currentTimeMillis, (now) => {
@@ -116,7 +168,13 @@ export class RateLimiter extends Context.Service<RateLimiter, {
         take: credentials.take,
         signIn: signIns.take,
         failuresBlock: failures.waitFor,
-        failed: (addressKey, nowMs) => void failures.take(addressKey, nowMs)
+        failed: (addressKey, nowMs) => void failures.take(addressKey, nowMs),
+        quotaOf: (fiber) => {
+          const noted = notes.get(fiber)
+          if (noted !== undefined) notes.delete(fiber)
+          return noted
+        },
+        addressQuota: failures.quota
       })
     })
   )

@@ -9,6 +9,7 @@ import { Access, ApiKeysApi, AuthApi, Authorization, declareBearer } from "./Api
 import { BillingApi } from "./Api/Billing.ts"
 import { EventsApi } from "./Api/Events.ts"
 import { Infrastructure } from "./Api/Infrastructure.ts"
+import { declareLimits } from "./Api/Limits.ts"
 import { OrgApi } from "./Api/Org.ts"
 import { PreviewsApi } from "./Api/Previews.ts"
 import { ProcessesApi } from "./Api/Processes.ts"
@@ -47,11 +48,16 @@ export class Api extends HttpApi.make("svc")
   .middleware(Infrastructure)
   // Report every invalid field of a request at once, not only the first.
   .annotate(HttpApi.ParseOptions, { errors: "all" })
+  // A body field the contract does not know is 400 `invalid_request` naming it, never ignored: a
+  // client's typo or a feature the server lacks (a template's `image`) must not become a
+  // different action. Bodies only: headers and query strings carry transport extras.
+  .annotate(HttpApi.PayloadParseOptions, { errors: "all", onExcessProperty: "error" })
   .annotate(HttpApi.SuccessParseOptions, {})
   .annotateMerge(OpenApi.annotations({
     title: "Sandbox platform API",
     version: "1",
-    // Every endpoint takes the bearer credential (Authorization's own check, not its `security`).
-    transform: declareBearer
+    // Every endpoint takes the bearer credential (Authorization's own check, not its `security`);
+    // the limits every answer shares (the global middleware's and Node's) are declared on each.
+    transform: (spec) => declareLimits(declareBearer(spec))
   }))
 {}

@@ -28,7 +28,7 @@ import { Effect, Schema } from "effect"
 import { AppId, SandboxId } from "./Ids.ts"
 import { Page } from "./Pagination.ts"
 import { ExecRequest, MAX_EXPOSED_PORTS, Port } from "./Sandbox.ts"
-import { EnvVars } from "./Text.ts"
+import { Bounded, enforcedMax, EnvVars, MAX_RECORD_NAME, Truncated } from "./Text.ts"
 import { Timestamp } from "./Time.ts"
 
 export const MAX_APP_REPLICAS = 100
@@ -38,6 +38,7 @@ export const AppState = Schema.Literals(APP_STATES)
 export type AppState = typeof AppState.Type
 
 export const AppName = Schema.String.check(
+  enforcedMax(63),
   Schema.isPattern(/^[a-z0-9][a-z0-9-]{0,62}$/, {
     expected: "1 to 63 of a-z, 0-9 and -, starting with a letter or digit"
   })
@@ -57,16 +58,16 @@ const ExposedPorts = Schema.Array(Port).check(
 
 export const App = Schema.Struct({
   id: AppId,
-  name: Schema.String,
-  template: Schema.String,
-  cmd: Schema.Array(Schema.String),
+  name: Bounded(63),
+  template: Bounded(MAX_RECORD_NAME),
+  cmd: AppCmd,
   replicas: Schema.Int,
   ready_replicas: Schema.Int,
   state: AppState,
-  sandbox_ids: Schema.Array(SandboxId),
-  exposed_ports: Schema.Array(Schema.Int),
+  sandbox_ids: Schema.Array(SandboxId).check(Schema.isMaxLength(MAX_APP_REPLICAS)),
+  exposed_ports: Schema.Array(Schema.Int).check(Schema.isMaxLength(MAX_EXPOSED_PORTS)),
   revision: Schema.Int,
-  reason: Schema.NullOr(Schema.String),
+  reason: Schema.NullOr(Truncated(1024)),
   createdAt: Timestamp,
   updatedAt: Timestamp
 })
@@ -79,9 +80,12 @@ export type AppList = typeof AppList.Type
 export const CreateAppRequest = Schema.Struct({
   name: AppName,
   /** A template id or name. */
-  template: Schema.String.check(Schema.isPattern(/^[A-Za-z0-9][A-Za-z0-9_.-]{0,119}$/, {
-    expected: "a template id or name"
-  })),
+  template: Schema.String.check(
+    enforcedMax(120),
+    Schema.isPattern(/^[A-Za-z0-9][A-Za-z0-9_.-]{0,119}$/, {
+      expected: "a template id or name"
+    })
+  ),
   cmd: AppCmd,
   replicas: Replicas.pipe(Schema.withDecodingDefaultKey(Effect.succeed(1))),
   env: EnvVars.pipe(Schema.withDecodingDefaultKey(Effect.succeed({}))),

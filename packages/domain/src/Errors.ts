@@ -11,10 +11,16 @@
  * `error` always defaults to a human message, detail fields are required where they exist.
  */
 import { type Cause, Effect, Schema, SchemaIssue } from "effect"
+import { Truncated } from "./Text.ts"
+
+/** The longest `error` message an answer carries (longer ones are cut). */
+export const MAX_ERROR_MESSAGE = 2048
+/** The most `issues` an `invalid_request` lists (the first ones). */
+export const MAX_ISSUES = 100
 
 /** The `error` field: a message for people, with a per-class default. */
 const message = (defaultMessage: string) =>
-  Schema.String.pipe(Schema.withConstructorDefault(Effect.succeed(defaultMessage)))
+  Truncated(MAX_ERROR_MESSAGE).pipe(Schema.withConstructorDefault(Effect.succeed(defaultMessage)))
 
 /**
  * Builds the base class of one API error. `Tag` is the class name (used by `catchTag`),
@@ -58,8 +64,8 @@ const ApiErrorClass =
 
 /** One validation problem: `path` is dot-joined (`volumes.0.mount_path`, `""` for the root). */
 export const ValidationIssue = Schema.Struct({
-  path: Schema.String,
-  message: Schema.String
+  path: Truncated(1024),
+  message: Truncated(1024)
 })
 export type ValidationIssue = typeof ValidationIssue.Type
 
@@ -69,7 +75,11 @@ export class InvalidRequest extends ApiErrorClass<InvalidRequest>()("InvalidRequ
   code: "invalid_request",
   status: 400,
   message: "The request is invalid",
-  fields: { issues: Schema.Array(ValidationIssue).pipe(Schema.withConstructorDefault(Effect.succeed([]))) }
+  fields: {
+    issues: Schema.Array(ValidationIssue).check(Schema.isMaxLength(MAX_ISSUES)).pipe(
+      Schema.withConstructorDefault(Effect.succeed([]))
+    )
+  }
 }) {}
 
 export class InvalidScope extends ApiErrorClass<InvalidScope>()("InvalidScope", {
@@ -151,7 +161,7 @@ export class InsufficientScope extends ApiErrorClass<InsufficientScope>()("Insuf
   code: "insufficient_scope",
   status: 403,
   message: "The key lacks the scope this request needs",
-  fields: { required_scope: Schema.String }
+  fields: { required_scope: Truncated(128) }
 }) {}
 
 export class SandboxOutOfScope extends ApiErrorClass<SandboxOutOfScope>()("SandboxOutOfScope", {
@@ -214,7 +224,7 @@ export class FileRefused extends ApiErrorClass<FileRefused>()("FileRefused", {
   code: "file_refused",
   status: 422,
   message: "The sandbox's kernel refused the file operation",
-  fields: { errno: Schema.String }
+  fields: { errno: Truncated(64) }
 }) {}
 
 /** `retry_after_s` is in the body too; the server also sends it as the `Retry-After` header. */
@@ -233,7 +243,7 @@ export class QuotaExceeded extends ApiErrorClass<QuotaExceeded>()("QuotaExceeded
   code: "quota_exceeded",
   status: 429,
   message: "An org quota is reached",
-  fields: { quota: Schema.String, limit: Schema.Int.check(Schema.isGreaterThanOrEqualTo(0)) }
+  fields: { quota: Truncated(128), limit: Schema.Int.check(Schema.isGreaterThanOrEqualTo(0)) }
 }) {}
 
 /** Added to docs/contract.md#errors: a body in a content type the route does not take (415). */
@@ -326,7 +336,7 @@ const standardIssues = SchemaIssue.makeFormatterStandardSchemaV1()
 
 /** Flattens a schema failure into `issues: [{path, message}]` for `invalid_request`. */
 export const issuesOf = (issue: SchemaIssue.Issue): Array<ValidationIssue> =>
-  standardIssues(issue).issues.map((i) => ({
+  standardIssues(issue).issues.slice(0, MAX_ISSUES).map((i) => ({
     path: (i.path ?? []).map((p) => String(typeof p === "object" && p !== null ? p.key : p)).join("."),
     message: i.message
   }))

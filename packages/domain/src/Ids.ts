@@ -7,6 +7,7 @@
  */
 import { Clock, Effect, Schema } from "effect"
 import { randomBytes } from "node:crypto"
+import { enforcedMax } from "./Text.ts"
 
 /** Crockford base32, lowercase (no i, l, o, u). */
 const ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
@@ -40,6 +41,8 @@ export type IdPrefix = (typeof ID_PREFIXES)[IdKind]
 /** The unbranded string schema of one id kind (prefix and body checked). */
 export const idString = (prefix: IdPrefix) =>
   Schema.String.check(
+    // The pattern enforces it.
+    enforcedMax(prefix.length + 1 + TIME_LEN + RANDOM_LEN),
     Schema.isPattern(new RegExp(`^${prefix}_${BODY_PATTERN}$`), {
       expected: `an id of the form ${prefix}_<26 lowercase Crockford base32 characters>`
     })

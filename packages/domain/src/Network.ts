@@ -53,7 +53,10 @@ export const parseRule = (input: string): Result.Result<ParsedRule, string> => {
 }
 
 /** A rule as stored and shown: trimmed, lowercase, checked. */
-export const Rule = Schema.String.pipe(
+/** The longest rule: `*.` and a domain name of 253 characters and its final dot (a CIDR is shorter). */
+export const MAX_RULE_LENGTH = 256
+
+export const Rule = Schema.String.check(Schema.isMaxLength(MAX_RULE_LENGTH)).pipe(
   Schema.decodeTo(
     Schema.String,
     SchemaTransformation.transformEffect({

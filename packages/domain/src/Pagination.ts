@@ -6,6 +6,7 @@
  * digits: "1.5", "-1", "+1", "1e3", " 1", "" and anything past the maximum are refused.
  */
 import { Effect, Schema, SchemaTransformation } from "effect"
+import { enforcedMax } from "./Text.ts"
 
 export const LIMIT_DEFAULT = 50
 export const LIMIT_MAX = 500
@@ -15,6 +16,7 @@ export const OFFSET_MAX = 2_147_483_647
 /** A non-negative integer written as decimal digits in a query string, within bounds. */
 export const IntFromQuery = (minimum: number, maximum: number) =>
   Schema.String.check(
+    enforcedMax(10),
     Schema.isPattern(/^\d{1,10}$/, { expected: "a whole number written in digits" })
   ).pipe(
     Schema.decodeTo(
@@ -38,10 +40,15 @@ export const PageInfo = Schema.Struct({
 })
 export type PageInfo = typeof PageInfo.Type
 
-/** The response schema of a list: `Page("keys", ApiKeyRow)` is `{keys: [...], total, offset, limit, has_more}`. */
-export const Page = <const K extends string, S extends Schema.Top>(key: K, item: S) =>
+/**
+ * The response schema of a list: `Page("keys", ApiKeyRow)` is `{keys: [...], total, offset, limit, has_more}`,
+ * at most `max` rows (`?limit`'s maximum; a list that is not paged by `?limit` names its own).
+ */
+export const Page = <const K extends string, S extends Schema.Top>(key: K, item: S, max: number = LIMIT_MAX) =>
   Schema.Struct({
-    ...({ [key]: Schema.Array(item) } as { readonly [P in K]: Schema.$Array<S> }),
+    ...({ [key]: Schema.Array(item).check(Schema.isMaxLength(max)) } as {
+      readonly [P in K]: Schema.$Array<S>
+    }),
     ...PageInfo.fields
   })
 

@@ -10,7 +10,19 @@ import { Effect, Schema, SchemaTransformation } from "effect"
 import { AttachmentId, HostId, OrgId, SandboxId, SecretId, TemplateId, VolumeId } from "./Ids.ts"
 import { NetworkPolicy, Rules } from "./Network.ts"
 import { ListQuery, Page } from "./Pagination.ts"
-import { AbsolutePath, EnvVars, jsonBytes, MAX_JSON_DEPTH, Name, RelativePath } from "./Text.ts"
+import {
+  AbsolutePath,
+  Bounded,
+  enforcedMax,
+  EnvVars,
+  jsonBytes,
+  MAX_ERROR_TEXT,
+  MAX_JSON_DEPTH,
+  MAX_RECORD_NAME,
+  Name,
+  RelativePath,
+  Truncated
+} from "./Text.ts"
 import { NullableTimestamp, Timestamp } from "./Time.ts"
 
 export const SANDBOX_STATES = [
@@ -40,13 +52,13 @@ export type VolumeMode = typeof VolumeMode.Type
  */
 export const VolumeAttachment = Schema.Struct({
   volume_id: VolumeId,
-  type: Schema.String,
-  driver: Schema.String,
-  mount_path: Schema.String,
-  subpath: Schema.String,
+  type: Bounded(32),
+  driver: Bounded(64),
+  mount_path: Bounded(4096),
+  subpath: Bounded(4096),
   mode: VolumeMode,
   attachment_id: AttachmentId,
-  device_path: Schema.NullOr(Schema.String)
+  device_path: Schema.NullOr(Bounded(256))
 })
 export type VolumeAttachment = typeof VolumeAttachment.Type
 
@@ -88,42 +100,6 @@ export const Metadata = Schema.Record(Schema.String, Schema.Json).check(
 )
 export type Metadata = typeof Metadata.Type
 
-/** A sandbox as returned by the API. */
-export const Sandbox = Schema.Struct({
-  id: SandboxId,
-  name: Schema.String,
-  orgId: OrgId,
-  templateId: TemplateId,
-  /** null until placed on a host. */
-  hostId: Schema.NullOr(HostId),
-  parentId: Schema.NullOr(SandboxId),
-  state: SandboxState,
-  type: SandboxType,
-  region: Schema.String,
-  datacenter: Schema.NullOr(Schema.String),
-  agent_ready: Schema.Boolean,
-  runtime_ready: Schema.Boolean,
-  runtime_reason: Schema.NullOr(Schema.String),
-  cpu: Schema.Int,
-  ramMb: Schema.Int,
-  diskGb: Schema.Int,
-  vsockCid: Schema.NullOr(Schema.Int),
-  internalIp: Schema.NullOr(Schema.String),
-  exposedPorts: Schema.Array(Schema.Int),
-  volume_attachments: Schema.Array(VolumeAttachment),
-  metadata: Schema.Record(Schema.String, Schema.Json),
-  errorMessage: Schema.NullOr(Schema.String),
-  /** The egress policy (docs/contract.md#snapshots-network-policy-and-exposed-ports): `{allow_out, deny_out}`. */
-  network: NetworkPolicy,
-  /** The ids of the secrets bound to it, in binding order (never their values). */
-  secrets: Schema.Array(SecretId),
-  createdAt: Timestamp,
-  startedAt: NullableTimestamp,
-  stoppedAt: NullableTimestamp,
-  deletedAt: NullableTimestamp
-})
-export type Sandbox = typeof Sandbox.Type
-
 // Limits of a create request. Bounds of docs/contract.md#creating-a-sandbox, chosen to be generous
 // but finite.
 export const CPU_MIN = 1
@@ -136,6 +112,42 @@ export const MAX_EXPOSED_PORTS = 16
 export const MAX_VOLUMES = 16
 export const MAX_SECRETS = 32
 export const TIMEOUT_S_MAX = 30 * 24 * 3600
+
+/** A sandbox as returned by the API. */
+export const Sandbox = Schema.Struct({
+  id: SandboxId,
+  name: Bounded(MAX_RECORD_NAME),
+  orgId: OrgId,
+  templateId: TemplateId,
+  /** null until placed on a host. */
+  hostId: Schema.NullOr(HostId),
+  parentId: Schema.NullOr(SandboxId),
+  state: SandboxState,
+  type: SandboxType,
+  region: Bounded(128),
+  datacenter: Schema.NullOr(Bounded(128)),
+  agent_ready: Schema.Boolean,
+  runtime_ready: Schema.Boolean,
+  runtime_reason: Schema.NullOr(Truncated(1024)),
+  cpu: Schema.Int,
+  ramMb: Schema.Int,
+  diskGb: Schema.Int,
+  vsockCid: Schema.NullOr(Schema.Int),
+  internalIp: Schema.NullOr(Bounded(64)),
+  exposedPorts: Schema.Array(Schema.Int).check(Schema.isMaxLength(MAX_EXPOSED_PORTS)),
+  volume_attachments: Schema.Array(VolumeAttachment).check(Schema.isMaxLength(MAX_VOLUMES)),
+  metadata: Schema.Record(Schema.String, Schema.Json),
+  errorMessage: Schema.NullOr(Truncated(MAX_ERROR_TEXT)),
+  /** The egress policy (docs/contract.md#snapshots-network-policy-and-exposed-ports): `{allow_out, deny_out}`. */
+  network: NetworkPolicy,
+  /** The ids of the secrets bound to it, in binding order (never their values). */
+  secrets: Schema.Array(SecretId).check(Schema.isMaxLength(MAX_SECRETS)),
+  createdAt: Timestamp,
+  startedAt: NullableTimestamp,
+  stoppedAt: NullableTimestamp,
+  deletedAt: NullableTimestamp
+})
+export type Sandbox = typeof Sandbox.Type
 
 const intBetween = (min: number, max: number) => Schema.Int.check(Schema.isBetween({ minimum: min, maximum: max }))
 const withDefault = <S extends Schema.Top>(value: S["Encoded"]) => (schema: S) =>
@@ -210,7 +222,8 @@ export const CreateSandboxRequest = Schema.Struct({
   metadata: Metadata.pipe(withDefault({})),
   type: SandboxType.pipe(withDefault("persistent")),
   /** null: any region. */
-  region: Schema.NullOr(Schema.String.check(Schema.isPattern(/^[A-Za-z0-9._-]{1,64}$/))).pipe(withDefault(null)),
+  region: Schema.NullOr(Schema.String.check(enforcedMax(64), Schema.isPattern(/^[A-Za-z0-9._-]{1,64}$/)))
+    .pipe(withDefault(null)),
   volumes: Schema.Array(SandboxVolumeRequest).check(
     Schema.isMaxLength(MAX_VOLUMES),
     uniqueBy<SandboxVolumeRequest>("mount_path", (v) => v.mount_path.replace(/\/+$/, ""))
@@ -228,11 +241,14 @@ export type CreateSandboxRequest = typeof CreateSandboxRequest.Type
 export const EXEC_TIMEOUT_MS_MAX = 600_000
 export const EXEC_TIMEOUT_MS_DEFAULT = 60_000
 export const EXEC_MAX_ARGS = 4096
+/** Linux's own limit on one argument (MAX_ARG_STRLEN, 128 KiB). */
+export const EXEC_MAX_ARG_LENGTH = 128 * 1024
 
 /** Body of POST /v1/sandboxes/{id}/exec. */
 export const ExecRequest = Schema.Struct({
   /** argv: at least one element, the first non-empty; no NUL anywhere. */
-  cmd: Schema.Array(Schema.String).check(
+  cmd: Schema.Array(Bounded(EXEC_MAX_ARG_LENGTH)).check(
+    enforcedMax(EXEC_MAX_ARGS),
     Schema.makeFilter((cmd: ReadonlyArray<string>) => {
       if (cmd.length === 0) return "at least the program to run"
       if (cmd.length > EXEC_MAX_ARGS) return `at most ${EXEC_MAX_ARGS} arguments`
@@ -243,15 +259,19 @@ export const ExecRequest = Schema.Struct({
   ),
   cwd: Schema.optionalKey(AbsolutePath),
   env: Schema.optionalKey(EnvVars),
-  stdin: Schema.optionalKey(Schema.String),
+  /** Within the 1 MiB body limit. */
+  stdin: Schema.optionalKey(Bounded(1024 * 1024)),
   timeout_ms: intBetween(1, EXEC_TIMEOUT_MS_MAX).pipe(withDefault(EXEC_TIMEOUT_MS_DEFAULT))
 })
 export type ExecRequest = typeof ExecRequest.Type
 
+/** What the host keeps of each of an exec's stdout and stderr (bytes; never fewer UTF-16 units). */
+export const EXEC_OUTPUT_MAX = 1024 * 1024
+
 export const ExecResult = Schema.Struct({
   exit_code: Schema.Int,
-  stdout: Schema.String,
-  stderr: Schema.String,
+  stdout: Truncated(EXEC_OUTPUT_MAX),
+  stderr: Truncated(EXEC_OUTPUT_MAX),
   duration_ms: Schema.Int.check(Schema.isGreaterThanOrEqualTo(0)),
   /** stdout or stderr was longer than the host keeps (1 MiB each) and was cut there. */
   truncated: Schema.Boolean
@@ -284,7 +304,7 @@ export const UNPAGINATED_CAP = 10_000
 export const UNPAGINATED_MAX_BYTES = 8 * 1024 * 1024
 
 /** `state`: one state or a comma-separated list of them (duplicates removed). */
-export const StateFilter = Schema.String.pipe(
+export const StateFilter = Schema.String.check(Schema.isMaxLength(256)).pipe(
   Schema.decodeTo(
     Schema.Array(SandboxState).check(Schema.isMinLength(1)),
     // Each piece is then checked against SandboxState by the target schema.
@@ -310,5 +330,5 @@ export const ListSandboxesQuery = Schema.Struct({
 export type ListSandboxesQuery = typeof ListSandboxesQuery.Type
 
 /** Response of GET /v1/sandboxes. */
-export const SandboxPage = Page("rows", Sandbox)
+export const SandboxPage = Page("rows", Sandbox, UNPAGINATED_CAP)
 export type SandboxPage = typeof SandboxPage.Type

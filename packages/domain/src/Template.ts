@@ -4,14 +4,19 @@
  */
 import { Schema } from "effect"
 import { Page } from "./Pagination.ts"
+import { Bounded, enforcedMax, IdText, MAX_ERROR_TEXT, TimestampText, Truncated } from "./Text.ts"
 
 export const MAX_STEPS = 20
 const Text = (max: number) => Schema.String.check(Schema.isMinLength(1), Schema.isMaxLength(max))
 const NoNul = (max: number) =>
   Schema.String.check(Schema.isMaxLength(max), Schema.isPattern(/^[^\0]*$/, { message: "no NUL" }))
-const EnvName = Schema.String.check(Schema.isPattern(/^[A-Za-z_][A-Za-z0-9_]*$/, { message: "env name" }))
+const EnvName = Schema.String.check(
+  Schema.isMaxLength(256),
+  Schema.isPattern(/^[A-Za-z_][A-Za-z0-9_]*$/, { message: "env name" })
+)
 
 export const TemplateName = Schema.String.check(
+  enforcedMax(63),
   Schema.isPattern(/^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/, {
     message: "1 to 63 of [A-Za-z0-9_.-], starting with a letter or digit"
   })
@@ -21,7 +26,10 @@ export const TemplateStep = Schema.Union([
   Schema.Struct({ run: Text(16_384).check(Schema.isPattern(/^[^\0]*$/, { message: "no NUL" })) }),
   Schema.Struct({
     file: Schema.Struct({
-      path: Schema.String.check(Schema.isPattern(/^\/[^\0]{0,4095}$/, { message: "an absolute path" })),
+      path: Schema.String.check(
+        enforcedMax(4096),
+        Schema.isPattern(/^\/[^\0]{0,4095}$/, { message: "an absolute path" })
+      ),
       content: NoNul(256 * 1024),
       mode: Schema.optionalKey(Schema.Int.check(Schema.isBetween({ minimum: 0, maximum: 0o7777 })))
     })
@@ -39,6 +47,7 @@ export const CreateTemplateRequest = Schema.Struct({
   base: Schema.optionalKey(Text(64)),
   steps: Schema.optionalKey(
     Schema.Array(TemplateStep).check(
+      enforcedMax(MAX_STEPS),
       Schema.makeFilter((steps) => steps.length <= MAX_STEPS || `at most ${MAX_STEPS} steps`)
     )
   ),
@@ -52,18 +61,18 @@ export const SnapshotRequest = Schema.Struct({ name: TemplateName })
 export const TemplateState = Schema.Literals(["building", "ready", "failed"])
 
 export class Template extends Schema.Class<Template>("Template")({
-  id: Schema.String,
-  name: Schema.String,
+  id: IdText,
+  name: Bounded(63),
   state: TemplateState,
   /** `sha256:<hex>` of the built root file system; null until ready. */
-  image: Schema.NullOr(Schema.String),
+  image: Schema.NullOr(Bounded(128)),
   /** What it was built on: `base`, `debian`, or a template's id. */
-  base: Schema.String,
-  errorMessage: Schema.NullOr(Schema.String),
-  start_cmd: Schema.NullOr(Schema.String),
-  ready_cmd: Schema.NullOr(Schema.String),
-  createdAt: Schema.String,
-  builtAt: Schema.NullOr(Schema.String)
+  base: Bounded(64),
+  errorMessage: Schema.NullOr(Truncated(MAX_ERROR_TEXT)),
+  start_cmd: Schema.NullOr(Bounded(16_384)),
+  ready_cmd: Schema.NullOr(Bounded(16_384)),
+  createdAt: TimestampText,
+  builtAt: Schema.NullOr(TimestampText)
 }) {}
 
 export const TemplatePage = Page("rows", Template)

@@ -1,5 +1,53 @@
 /** Reusable string and map rules for request bodies. */
-import { Schema } from "effect"
+import { Schema, SchemaTransformation } from "effect"
+
+/**
+ * The bound the other checks of a schema already enforce, stated for the OpenAPI document
+ * (`maxLength`, or `maxItems` on an array) without a second issue for the same fault.
+ */
+export const enforcedMax = (max: number) =>
+  Schema.makeFilter(() => true, {
+    toJsonSchema: ({ type }) =>
+      type === "string" ? [{ maxLength: max }, true] : type === "array" ? { maxItems: max } : [{}, true]
+  })
+
+/**
+ * A string of at most `max` UTF-16 units: `maxLength` in the OpenAPI document, refused by
+ * decoding past it (the OWASP ruleset wants a bound on every string, `.spectral.yaml`).
+ */
+export const Bounded = (max: number) => Schema.String.check(Schema.isMaxLength(max))
+
+/**
+ * Text the server writes itself (messages, reasons): decoding refuses more than `max` UTF-16
+ * units, encoding cuts it to `max`, so an answer never carries more than the document says and
+ * an over-long message is never a failure of its own.
+ */
+export const Truncated = (max: number) =>
+  Bounded(max).pipe(
+    Schema.decodeTo(
+      Schema.String,
+      SchemaTransformation.transform({
+        decode: (s: string) => s,
+        encode: (s: string) => (s.length > max ? s.slice(0, max) : s)
+      })
+    )
+  )
+
+/**
+ * Names as records show them: a `Name(120)` is at most 240 UTF-16 units; names the platform
+ * makes (an app's replicas) add a suffix.
+ */
+export const MAX_RECORD_NAME = 512
+
+/** Failure messages of records (a build's, a sandbox's), cut there. */
+export const MAX_ERROR_TEXT = 4096
+
+/** Ids in paths and records (ours are at most 31 characters; a template's may be its name). */
+export const MAX_ID_LENGTH = 128
+export const IdText = Bounded(MAX_ID_LENGTH)
+
+/** A timestamp as the server writes it (`2026-11-22T01:02:03.456Z`; 35 fits any ISO 8601 form). */
+export const TimestampText = Bounded(35)
 
 /** Unicode code points, not UTF-16 units: "1 to 120 characters" means what people see. */
 export const codePoints = (s: string): number => {
@@ -20,7 +68,11 @@ export const Name = (max = 120) =>
       if (!PRINTABLE.test(s)) return "printable characters only"
       if (s.trim().length === 0) return "not blank"
       return true
-    }, { expected: `a name of 1 to ${max} printable characters` })
+    }, {
+      expected: `a name of 1 to ${max} printable characters`,
+      // JSON Schema counts characters (code points) as this check does.
+      toJsonSchema: ({ type }) => type === "string" ? [{ maxLength: max }, true] : [{}, true]
+    })
   )
 
 /** Byte length of a value's JSON serialization. */
@@ -73,7 +125,11 @@ export const MAX_ENV_TOTAL_BYTES = 256 * 1024
  * Environment variables: at most 128, keys `^[A-Za-z_][A-Za-z0-9_]*$` (at most 256), values
  * without NUL (they become C strings) of at most 32 KiB, 256 KiB in all.
  */
-export const EnvVars = Schema.Record(Schema.String, Schema.String).check(
+export const EnvVars = Schema.Record(
+  Schema.String.check(Schema.isMaxLength(MAX_ENV_KEY_LENGTH)),
+  // UTF-16 units never outnumber UTF-8 bytes: the byte bound below is the tighter one.
+  Schema.String.check(Schema.isMaxLength(MAX_ENV_VALUE_BYTES))
+).check(
   Schema.makeFilter((env: Readonly<Record<string, string>>) => {
     const keys = Object.keys(env)
     if (keys.length > MAX_ENV_VARS) return `at most ${MAX_ENV_VARS} variables`
@@ -97,6 +153,8 @@ export type EnvVars = typeof EnvVars.Type
 
 /** An absolute path inside a sandbox: starts with `/`, no `..` segment, no NUL, at most 4096 bytes. */
 export const AbsolutePath = Schema.String.check(
+  // UTF-16 units never outnumber UTF-8 bytes: the byte bound below enforces it.
+  enforcedMax(4096),
   Schema.makeFilter((p: string) => {
     if (!p.startsWith("/")) return "an absolute path (starting with /)"
     if (p.includes("\u0000")) return "no NUL characters"
@@ -108,6 +166,7 @@ export const AbsolutePath = Schema.String.check(
 
 /** A relative path (empty allowed): no leading `/`, no `..` segment, no NUL. */
 export const RelativePath = Schema.String.check(
+  enforcedMax(4096),
   Schema.makeFilter((p: string) => {
     if (p.startsWith("/")) return "a relative path (no leading /)"
     if (p.includes("\u0000")) return "no NUL characters"

@@ -7,6 +7,7 @@
  * Database rows arrive as `Date`: decode them with `Schema.DateTimeUtcFromDate`.
  */
 import { DateTime, Schema, SchemaTransformation } from "effect"
+import { enforcedMax } from "./Text.ts"
 
 const ISO_8601 =
   /^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])T([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,9})?(Z|[+-]([01]\d|2[0-3]):[0-5]\d)$/
@@ -25,6 +26,8 @@ const isValidIso = (s: string): boolean => {
 }
 
 const IsoString = Schema.String.check(
+  // The longest form: nine digits of fraction and an offset.
+  enforcedMax(35),
   Schema.makeFilter((s: string) => isValidIso(s) || "an ISO 8601 timestamp", {
     expected: "an ISO 8601 timestamp such as 2026-11-22T01:02:03.456Z"
   })

@@ -17,7 +17,7 @@ import { Effect, Schema } from "effect"
 import { AttachmentId, HostId, SandboxId, VolumeId } from "./Ids.ts"
 import { Page } from "./Pagination.ts"
 import { VolumeMode } from "./Sandbox.ts"
-import { Name } from "./Text.ts"
+import { Bounded, MAX_RECORD_NAME, Name } from "./Text.ts"
 import { NullableTimestamp, Timestamp } from "./Time.ts"
 
 export const VolumeType = Schema.Literals(["local", "shared"])
@@ -43,28 +43,29 @@ export const VolumeAttachmentRef = Schema.Struct({
   attachment_id: AttachmentId,
   sandbox_id: SandboxId,
   host_id: Schema.NullOr(HostId),
-  mount_path: Schema.String,
-  subpath: Schema.String,
+  mount_path: Bounded(4096),
+  subpath: Bounded(4096),
   mode: VolumeMode,
-  device_path: Schema.NullOr(Schema.String)
+  device_path: Schema.NullOr(Bounded(256))
 })
 export type VolumeAttachmentRef = typeof VolumeAttachmentRef.Type
 
 export const Volume = Schema.Struct({
   id: VolumeId,
-  name: Schema.String,
+  name: Bounded(MAX_RECORD_NAME),
   type: VolumeType,
-  driver: Schema.String,
+  driver: Bounded(64),
   size_gb: Schema.Int,
   state: VolumeState,
-  mount_path: Schema.NullOr(Schema.String),
+  mount_path: Schema.NullOr(Bounded(4096)),
   /** A local volume's host (null until it is first attached); null for a shared volume. */
   host_id: Schema.NullOr(HostId),
   attachment_id: Schema.NullOr(AttachmentId),
   attached_to: Schema.NullOr(SandboxId),
-  device_path: Schema.NullOr(Schema.String),
+  device_path: Schema.NullOr(Bounded(256)),
   auto_attach: Schema.Record(Schema.String, Schema.Json),
-  attachments: Schema.Array(VolumeAttachmentRef),
+  // One per sandbox it is attached to: far fewer than an org's sandboxes can be.
+  attachments: Schema.Array(VolumeAttachmentRef).check(Schema.isMaxLength(10_000)),
   createdAt: Timestamp,
   deletedAt: NullableTimestamp
 })

@@ -8,10 +8,10 @@
  */
 import { Effect, Result, Schema } from "effect"
 import { InvalidWebhookUrl } from "./Errors.ts"
-import { EventFilterEntry, EventName } from "./Events.ts"
+import { EventFilterEntry, EventName, MAX_FILTER_ENTRIES } from "./Events.ts"
 import { AttemptId, DeliveryId, WebhookId } from "./Ids.ts"
 import { ListQuery, Page } from "./Pagination.ts"
-import { withoutNul } from "./Text.ts"
+import { Bounded, Truncated, withoutNul } from "./Text.ts"
 import { NullableTimestamp, Timestamp } from "./Time.ts"
 
 export const MAX_WEBHOOKS_PER_ORG = 20
@@ -24,8 +24,8 @@ export const MAX_ATTEMPTS = 6
 
 export const Webhook = Schema.Struct({
   id: WebhookId,
-  url: Schema.String,
-  events: Schema.Array(EventFilterEntry),
+  url: Bounded(MAX_WEBHOOK_URL_LENGTH),
+  events: Schema.Array(EventFilterEntry).check(Schema.isMaxLength(MAX_FILTER_ENTRIES)),
   enabled: Schema.Boolean,
   createdAt: Timestamp,
   updatedAt: Timestamp
@@ -35,7 +35,7 @@ export type Webhook = typeof Webhook.Type
 /** 201 response of POST /v1/webhooks: the record plus the signing secret, shown this once. */
 export const CreatedWebhook = Schema.Struct({
   ...Webhook.fields,
-  secret_returned_once: Schema.String
+  secret_returned_once: Bounded(SECRET_MAX)
 })
 export type CreatedWebhook = typeof CreatedWebhook.Type
 
@@ -49,10 +49,16 @@ export const WebhookSecret = Schema.String.check(
   Schema.isMaxLength(SECRET_MAX)
 )
 
+/**
+ * `events` of a create or patch as decoding bounds it; the filter's own check (`parseFilter`)
+ * then refuses past `MAX_FILTER_ENTRIES` names with `invalid_event_filter`.
+ */
+const EventsInput = Schema.Array(Bounded(128)).check(Schema.isMaxLength(256))
+
 /** Body of POST /v1/webhooks. */
 export const CreateWebhookRequest = Schema.Struct({
-  url: Schema.String.check(withoutNul),
-  events: Schema.Array(Schema.String).pipe(Schema.withDecodingDefaultKey(Effect.succeed(["*"]))),
+  url: Bounded(MAX_WEBHOOK_URL_LENGTH).check(withoutNul),
+  events: EventsInput.pipe(Schema.withDecodingDefaultKey(Effect.succeed(["*"]))),
   /** Omitted: the platform generates one. */
   secret: Schema.optionalKey(WebhookSecret),
   enabled: Schema.Boolean.pipe(Schema.withDecodingDefaultKey(Effect.succeed(true)))
@@ -61,8 +67,8 @@ export type CreateWebhookRequest = typeof CreateWebhookRequest.Type
 
 /** Body of PATCH /v1/webhooks/{id}: only the fields present change. */
 export const PatchWebhookRequest = Schema.Struct({
-  url: Schema.optionalKey(Schema.String.check(withoutNul)),
-  events: Schema.optionalKey(Schema.Array(Schema.String)),
+  url: Schema.optionalKey(Bounded(MAX_WEBHOOK_URL_LENGTH).check(withoutNul)),
+  events: Schema.optionalKey(EventsInput),
   enabled: Schema.optionalKey(Schema.Boolean)
 })
 export type PatchWebhookRequest = typeof PatchWebhookRequest.Type
@@ -116,7 +122,7 @@ export const DeliveryAttempt = Schema.Struct({
   status: AttemptStatus,
   /** null when no response arrived (timeout, connection error) or not yet attempted. */
   response_code: Schema.NullOr(Schema.Int),
-  error: Schema.NullOr(Schema.String),
+  error: Schema.NullOr(Truncated(1024)),
   duration_ms: Schema.NullOr(Schema.Int.check(Schema.isGreaterThanOrEqualTo(0))),
   createdAt: Timestamp,
   next_attempt_at: NullableTimestamp

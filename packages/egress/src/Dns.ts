@@ -3,7 +3,9 @@
  * TCP 53 arrives through the proxy. A name in `SVC_EGRESS_HOSTS_FILE` is answered from the file
  * (A and AAAA); any other query is passed as it is to the host's own name servers and their
  * answer returned. The proxy never trusts these answers: it resolves names again itself and
- * checks the address it connects to.
+ * checks the address it connects to. It does remember them (`ResolvedNames`): a sandbox that
+ * connects to an address by itself is refused by a `deny_out` domain rule whose name this
+ * resolver (or the proxy) answered with that address.
  */
 import * as Dgram from "node:dgram"
 import * as Dns from "node:dns"
@@ -95,6 +97,85 @@ const ipv6Bytes = (address: string): Buffer => {
   return out
 }
 
+/** Skips a (possibly compressed) name; the offset past it, or undefined when malformed. */
+const skipName = (view: Buffer, start: number): number | undefined => {
+  let offset = start
+  for (let hops = 0; hops < 128; hops++) {
+    if (offset >= view.length) return undefined
+    const length = view[offset]!
+    if (length === 0) return offset + 1
+    if ((length & 0xc0) === 0xc0) return offset + 2 <= view.length ? offset + 2 : undefined
+    if (length > 63) return undefined
+    offset += 1 + length
+  }
+  return undefined
+}
+
+/**
+ * Pure: the question's name of an answer and every A/AAAA address in its answer section (a
+ * CNAME chain's final addresses included: what the resolver gave for that name).
+ */
+export const answerAddresses = (
+  message: Uint8Array
+): { readonly name: string; readonly addresses: ReadonlyArray<string> } | undefined => {
+  if (message.length < 12) return undefined
+  const view = Buffer.from(message.buffer, message.byteOffset, message.byteLength)
+  if ((view.readUInt16BE(2) & 0x8000) === 0 || view.readUInt16BE(4) !== 1) return undefined
+  const question = parseQuery(Buffer.concat([view.subarray(0, 2), Buffer.from([0, 0]), view.subarray(4)]))
+  if (question === undefined) return undefined
+  const addresses: Array<string> = []
+  let offset: number | undefined = question.end
+  for (let i = 0; i < view.readUInt16BE(6); i++) {
+    offset = skipName(view, offset)
+    if (offset === undefined || offset + 10 > view.length) break
+    const type = view.readUInt16BE(offset)
+    const length = view.readUInt16BE(offset + 8)
+    const data = view.subarray(offset + 10, offset + 10 + length)
+    if (data.length !== length) break
+    if (type === TYPE_A && length === 4) addresses.push([...data].join("."))
+    if (type === TYPE_AAAA && length === 16) {
+      addresses.push(new net.SocketAddress({ address: ipv6Text(data), family: "ipv6" }).address)
+    }
+    offset += 10 + length
+  }
+  return { name: question.name, addresses }
+}
+
+const ipv6Text = (bytes: Buffer): string => {
+  const groups: Array<string> = []
+  for (let i = 0; i < 16; i += 2) groups.push(bytes.readUInt16BE(i).toString(16))
+  return groups.join(":")
+}
+
+/** How long an answer is remembered: longer than clients cache it (they often ignore TTLs). */
+const REMEMBER_MS = 60 * 60 * 1000
+const MAX_REMEMBERED = 50_000
+
+/**
+ * Which names the platform's resolvers answered with an address, recently: bounded (the oldest
+ * address forgotten first) and shared by the resolver and the proxy of one agent.
+ */
+export class ResolvedNames {
+  private readonly byAddress = new Map<string, Map<string, number>>()
+
+  record(name: string, addresses: ReadonlyArray<string>, now = Date.now()): void {
+    for (const address of addresses) {
+      const names = this.byAddress.get(address) ?? new Map<string, number>()
+      this.byAddress.delete(address) // re-inserted last: Map order is the eviction order
+      names.set(name, now + REMEMBER_MS)
+      if (names.size > 64) names.delete(names.keys().next().value!)
+      this.byAddress.set(address, names)
+    }
+    while (this.byAddress.size > MAX_REMEMBERED) this.byAddress.delete(this.byAddress.keys().next().value!)
+  }
+
+  namesOf(address: string, now = Date.now()): ReadonlyArray<string> {
+    const names = this.byAddress.get(address)
+    if (names === undefined) return []
+    return [...names].flatMap(([name, until]) => (until > now ? [name] : []))
+  }
+}
+
 /** SERVFAIL for a query the resolver could not answer. */
 const failure = (query: Uint8Array): Buffer | undefined => {
   const question = parseQuery(query)
@@ -126,23 +207,31 @@ const forward = (query: Uint8Array): Promise<Buffer | undefined> =>
     socket.send(query, port, address)
   })
 
-/** One query → its answer (undefined: not a query, dropped). */
-export const resolveQuery = async (query: Uint8Array, hosts: () => HostsTable): Promise<Buffer | undefined> => {
+/** One query → its answer (undefined: not a query, dropped); the answer's addresses remembered. */
+export const resolveQuery = async (
+  query: Uint8Array,
+  hosts: () => HostsTable,
+  resolved?: ResolvedNames
+): Promise<Buffer | undefined> => {
   if (parseQuery(query) === undefined) return undefined
-  return answerFromHosts(query, hosts()) ?? forward(query)
+  const answer = answerFromHosts(query, hosts()) ?? await forward(query)
+  const given = answer === undefined ? undefined : answerAddresses(answer)
+  if (given !== undefined && given.addresses.length > 0) resolved?.record(given.name, given.addresses)
+  return answer
 }
 
 /** The UDP resolver on `address:port`; resolves once bound. */
 export const startUdpResolver = (
   address: string,
   port: number,
-  hosts: () => HostsTable
+  hosts: () => HostsTable,
+  resolved?: ResolvedNames
 ): Promise<Dgram.Socket> =>
   new Promise((resolve, reject) => {
     const socket = Dgram.createSocket({ type: "udp4", reuseAddr: false })
     socket.once("error", reject)
     socket.on("message", (query, from) => {
-      void resolveQuery(query, hosts).then((answer) => {
+      void resolveQuery(query, hosts, resolved).then((answer) => {
         if (answer !== undefined) socket.send(answer, from.port, from.address)
       }, () => undefined)
     })
@@ -154,7 +243,12 @@ export const startUdpResolver = (
   })
 
 /** DNS over TCP (RFC 1035 4.2.2: each message behind its 2-byte length) on one connection. */
-export const serveTcpDns = (socket: net.Socket, hosts: () => HostsTable, initial: Buffer): void => {
+export const serveTcpDns = (
+  socket: net.Socket,
+  hosts: () => HostsTable,
+  initial: Buffer,
+  resolved?: ResolvedNames
+): void => {
   let pending = initial
   const drain = () => {
     while (pending.length >= 2) {
@@ -162,7 +256,7 @@ export const serveTcpDns = (socket: net.Socket, hosts: () => HostsTable, initial
       if (pending.length < 2 + length) return
       const query = pending.subarray(2, 2 + length)
       pending = pending.subarray(2 + length)
-      void resolveQuery(query, hosts).then((answer) => {
+      void resolveQuery(query, hosts, resolved).then((answer) => {
         if (answer === undefined || socket.destroyed) return
         const prefix = Buffer.alloc(2)
         prefix.writeUInt16BE(answer.length)

@@ -11,10 +11,16 @@
  *
  * The ports are machine-wide: when another agent on the same bridge holds them already, this one
  * waits and tries again every few seconds (its sandboxes are served by that agent's proxy, which
- * finds every sandbox through the machine-wide leases and the shared KV bucket).
+ * finds every sandbox through the machine-wide leases and the shared KV bucket). That holds only
+ * among the agents of one platform: before its driver touches the bridge, the agent records its
+ * platform for its bridge (`claimEgressBridge`, `Owner.ts`) and refuses to start beside another
+ * platform's agent on that bridge, or on another bridge with its subnet or ports.
  */
+import { Nats } from "@svc/bus/Nats"
+import { ensureBucket } from "@svc/bus/Topology"
 import { SecretBox } from "@svc/crypto/SecretBox"
 import type { Subnet } from "@svc/domain/Address"
+import { EGRESS_BUCKET_SPEC } from "@svc/host-protocol/Egress"
 import * as Native from "@svc/host/Driver/Native"
 import { Context, Duration, Effect, Layer, Schema } from "effect"
 import { spawn } from "node:child_process"
@@ -25,8 +31,9 @@ import * as NodePath from "node:path"
 import { fileURLToPath } from "node:url"
 import { type Ca, ensureCa } from "./Ca.ts"
 import type { EgressSettings } from "./Config.ts"
-import { startUdpResolver } from "./Dns.ts"
+import { ResolvedNames, startUdpResolver } from "./Dns.ts"
 import { hostsFileReader } from "./HostsFile.ts"
+import { claimBridge } from "./Owner.ts"
 import { addressRules } from "./Policy.ts"
 import { type EgressLog, startProxy } from "./Proxy.ts"
 import { EgressStore } from "./Store.ts"
@@ -47,6 +54,18 @@ export interface EgressOptions extends EgressSettings {
   readonly platform: ReadonlyArray<Subnet>
 }
 
+/** What an agent with egress claims on its machine. */
+export interface BridgeClaim {
+  /** Machine-wide folder (the driver's `runDir`) where each bridge's agents are recorded. */
+  readonly runDir: string
+  readonly bridge: string
+  /** The bridge's subnet as configured (`10.213.0.0/16`). */
+  readonly subnet: string
+  readonly tcpPort: number
+  readonly dnsPort: number
+  readonly hostId: string
+}
+
 const NATIVE_DIR = fileURLToPath(new URL("../native/", import.meta.url))
 const RETRY_MS = 2_000
 /** How long the front keeps a connection the proxy has not accepted yet (its accept queue full). */
@@ -58,6 +77,39 @@ export const ensureEgressCa = (dir: string): Effect.Effect<Ca, EgressFailure> =>
     try: () => ensureCa(dir),
     catch: (e) => new EgressFailure({ operation: "ca", message: e instanceof Error ? e.message : String(e) })
   })
+
+/**
+ * Records this agent's platform (its `egress` bucket, named and dated by the NATS that holds it)
+ * for its bridge, for the scope's life; fails, saying why and what to change, beside another
+ * platform's live agent on the bridge or another bridge's with the same subnet or ports. Run
+ * before the driver installs the bridge's firewall, so that a refused agent changes nothing.
+ */
+export const claimEgressBridge = Effect.fn("Egress.claimBridge")(function*(claim: BridgeClaim) {
+  const fail = (operation: string) => (e: unknown) =>
+    new EgressFailure({ operation, message: e instanceof Error ? e.message : String(e) })
+  const nats = yield* Nats
+  const kv = yield* ensureBucket(EGRESS_BUCKET_SPEC).pipe(Effect.mapError(fail("platform")))
+  const bucket = yield* Effect.tryPromise({ try: () => kv.status(), catch: fail("platform") })
+  const held = yield* Effect.acquireRelease(
+    Effect.try({
+      try: () =>
+        claimBridge(claim.runDir, {
+          platform: `${bucket.streamInfo.config.name}@${bucket.streamInfo.created}`,
+          describe: `NATS ${nats.connection.getServer()}, bucket ${bucket.bucket}`,
+          bridge: claim.bridge,
+          subnet: claim.subnet,
+          tcpPort: claim.tcpPort,
+          dnsPort: claim.dnsPort,
+          hostId: claim.hostId
+        }),
+      catch: fail("bridge")
+    }),
+    (c) => Effect.sync(() => c.release())
+  )
+  if (held.refused !== undefined) {
+    return yield* new EgressFailure({ operation: "bridge", message: `egress: ${held.refused}` })
+  }
+})
 
 /** Whether this agent's front and resolver hold the ports (false: another agent's do, or none yet). */
 export class Egress extends Context.Service<Egress, {
@@ -86,6 +138,7 @@ export class Egress extends Context.Service<Egress, {
         })
       ]
     const hosts = hostsFileReader(options.hostsFile)
+    const resolved = new ResolvedNames()
     const socketPath = NodePath.join(options.dir, "proxy.sock")
     const proxy = yield* Effect.acquireRelease(
       Effect.tryPromise({
@@ -98,8 +151,13 @@ export class Egress extends Context.Service<Egress, {
             hosts,
             upstreamCas,
             ca,
-            policyOf: store.sandbox,
+            policyOf: (sandboxId) => {
+              const known = store.sandbox(sandboxId)
+              return known !== undefined ? Promise.resolve(known) : Effect.runPromise(store.lookup(sandboxId))
+            },
             secretsOf: store.secretsOf,
+            resolved,
+            idleTimeoutMs: options.idleTimeoutSeconds * 1000,
             open: (sealed, aad) => Effect.runPromise(box.open(sealed, aad)),
             log
           }),
@@ -171,7 +229,7 @@ export class Egress extends Context.Service<Egress, {
     // The resolver: bound when the port is free, tried again while another agent holds it.
     let dns: Dgram.Socket | undefined
     const bindDns = Effect.promise(() =>
-      startUdpResolver(options.gateway, options.dnsPort, hosts).then(
+      startUdpResolver(options.gateway, options.dnsPort, hosts, resolved).then(
         (socket) => {
           dns = socket
           state.dns = true

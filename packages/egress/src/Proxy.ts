@@ -15,12 +15,27 @@
  *   - anything else (or a client that waits for the server to speak): tunnelled to the original
  *     address if the policy allows it.
  *
- * A refusal is fast and says why: HTTP 403 with a text body naming the reason, a TLS
- * `access_denied` alert, a closed connection otherwise; each is logged with the sandbox id, the
- * destination and the reason, never a secret.
+ * A connection from an address no sandbox of this platform holds, or from a sandbox the
+ * platform's bucket has no entry for, is refused: the proxy never guesses a policy.
+ *
+ * HTTP is routed, checked and given secrets by one authority: an absolute-form request target
+ * (`GET http://other.example/ HTTP/1.1`) is rewritten to origin form when it names the Host
+ * header's host and the connection's port, and refused otherwise. A secret is written only where
+ * one of its `allowed_hosts` entries names the scheme (HTTPS unless `http://`), the host and the
+ * port (443 or 80 unless given).
+ *
+ * Bounds: a request head must be complete within `headerTimeoutMs` of the connection (or of the
+ * previous response, on a kept-alive one), else 408 and closed; any connection idle (no byte
+ * either way) for `idleTimeoutMs` is closed. A refusal is fast and says why: HTTP 403 with a
+ * text body naming the reason, a TLS `access_denied` alert, a closed connection otherwise; the
+ * first refusal of a sandbox is logged with the destination and the reason, then one line per
+ * sandbox and interval with the count (a sandbox that retries in a loop does not flood the log);
+ * never a secret.
  */
-import { domainMatches, OPEN_POLICY } from "@svc/domain/Network"
+import { parseRule } from "@svc/domain/Network"
+import { parseSecretDestination, secretDestinationMatches } from "@svc/domain/Secret"
 import { type EgressSecret, type SandboxEgress, secretValueAad } from "@svc/host-protocol/Egress"
+import { Result } from "effect"
 import * as Dns from "node:dns"
 import * as Fs from "node:fs/promises"
 import * as Http from "node:http"
@@ -30,7 +45,7 @@ import * as NodePath from "node:path"
 import * as Tls from "node:tls"
 import type { Ca } from "./Ca.ts"
 import type { DefaultAction } from "./Config.ts"
-import { serveTcpDns } from "./Dns.ts"
+import { type ResolvedNames, serveTcpDns } from "./Dns.ts"
 import type { HostsTable } from "./HostsFile.ts"
 import { type AddressRules, checkAddress, checkPolicy } from "./Policy.ts"
 import { looksLikeHttp, parseClientHello, parseHostHeader, parseProxyHeader, type ProxyHeader } from "./Sniff.ts"
@@ -41,6 +56,8 @@ export interface EgressLog {
   readonly sandboxId?: string
   readonly destination?: string
   readonly reason?: string
+  /** Refusals of this sandbox (or source) since the last line about it. */
+  readonly count?: number
 }
 
 export interface ProxyOptions {
@@ -52,8 +69,17 @@ export interface ProxyOptions {
   /** PEM CAs trusted upstream besides the system's. */
   readonly upstreamCas: ReadonlyArray<string>
   readonly ca: Ca
-  readonly policyOf: (sandboxId: string) => SandboxEgress | undefined
+  /** The sandbox's entry; undefined when the platform has none (the connection is refused). */
+  readonly policyOf: (sandboxId: string) => Promise<SandboxEgress | undefined>
   readonly secretsOf: (sandboxId: string) => ReadonlyArray<EgressSecret>
+  /** What the platform's resolvers answered (shared with the sandboxes' resolver). */
+  readonly resolved: ResolvedNames
+  /** How long refusals of one sandbox are counted before the next line about them. Default 10 s. */
+  readonly logIntervalMs?: number
+  /** How long a request head may take to arrive. Default 10 s. */
+  readonly headerTimeoutMs?: number
+  /** How long a connection may carry no byte in either direction. Default 5 min. */
+  readonly idleTimeoutMs?: number
   /** Opens a sealed value (SecretBox); rejects when it does not open. */
   readonly open: (sealed: string, aad: string) => Promise<string>
   readonly log: (entry: EgressLog) => void
@@ -71,6 +97,14 @@ const FIRST_BYTES_MS = 300
 const MAX_SNIFF = 16_384 + 5
 const CONNECT_TIMEOUT_MS = 10_000
 const NAME_CACHE_MS = 5_000
+const LOG_INTERVAL_MS = 10_000
+const HEADER_TIMEOUT_MS = 10_000
+const IDLE_TIMEOUT_MS = 5 * 60_000
+/** Exact `deny_out` names resolved for a connection that carries no name: at most this many, this long. */
+const DENIED_NAMES_RESOLVED = 20
+const DENIED_NAMES_WAIT_MS = 2_000
+const NO_POLICY = "the platform has no egress policy for this sandbox"
+const REQUEST_TIMEOUT = "HTTP/1.1 408 Request Timeout\r\nconnection: close\r\ncontent-length: 0\r\n\r\n"
 const HOP_BY_HOP = new Set([
   "connection",
   "keep-alive",
@@ -99,6 +133,8 @@ export const startProxy = async (options: ProxyOptions): Promise<EgressProxy> =>
   const upstreamCa = [...Tls.rootCertificates, ...options.upstreamCas]
   const httpAgent = new Http.Agent({ keepAlive: true, maxFreeSockets: 64 })
   const httpsAgent = new Https.Agent({ keepAlive: true, maxFreeSockets: 64, ca: upstreamCa })
+  const headerTimeoutMs = options.headerTimeoutMs ?? HEADER_TIMEOUT_MS
+  const idleTimeoutMs = options.idleTimeoutMs ?? IDLE_TIMEOUT_MS
 
   const sandboxOf = async (address: string): Promise<string | undefined> => {
     if (net.isIPv4(address) === false) return undefined
@@ -115,13 +151,20 @@ export const startProxy = async (options: ProxyOptions): Promise<EgressProxy> =>
   /** The hosts file first, then the system's resolver; every address of the answer. */
   const resolve = async (name: string): Promise<ReadonlyArray<string>> => {
     const fromFile = options.hosts().get(name)
-    if (fromFile !== undefined) return fromFile.map((entry) => entry.address)
+    if (fromFile !== undefined) {
+      const addresses = fromFile.map((entry) => entry.address)
+      options.resolved.record(name, addresses)
+      return addresses
+    }
     const cached = names.get(name)
     if (cached !== undefined && cached.until > Date.now()) return cached.addresses
     const entries = await Dns.promises.lookup(name, { all: true, order: "verbatim" }).catch(() => [])
     const addresses = entries.map((entry) => entry.address)
     if (names.size > 10_000) names.clear()
-    if (addresses.length > 0) names.set(name, { until: Date.now() + NAME_CACHE_MS, addresses })
+    if (addresses.length > 0) {
+      names.set(name, { until: Date.now() + NAME_CACHE_MS, addresses })
+      options.resolved.record(name, addresses)
+    }
     return addresses
   }
 
@@ -131,7 +174,9 @@ export const startProxy = async (options: ProxyOptions): Promise<EgressProxy> =>
    * then the first one the sandbox's policy allows.
    */
   const target = async (sandboxId: string, name: string | undefined, fallback: string): Promise<Target> => {
-    const policy = options.policyOf(sandboxId)?.policy ?? OPEN_POLICY
+    const entry = await options.policyOf(sandboxId)
+    if (entry === undefined) return { _tag: "Deny", reason: NO_POLICY }
+    const policy = entry.policy
     const addresses = name === undefined ? [fallback] : net.isIP(name) !== 0 ? [name] : await resolve(name)
     if (addresses.length === 0) return { _tag: "Deny", reason: `${name} does not resolve` }
     for (const address of addresses) {
@@ -139,17 +184,70 @@ export const startProxy = async (options: ProxyOptions): Promise<EgressProxy> =>
       if (verdict._tag === "Deny") return verdict
     }
     const domain = name !== undefined && net.isIP(name) === 0 ? name : undefined
+    if (domain === undefined) await resolveDenied(policy.deny_out)
     let first: Target | undefined
     for (const address of addresses) {
-      const verdict = checkPolicy(policy, options.defaultAction, domain, address)
+      const verdict = checkPolicy(policy, options.defaultAction, {
+        name: domain,
+        address,
+        named: name !== undefined,
+        namesOf: (a) => options.resolved.namesOf(a)
+      })
       if (verdict._tag === "Allow") return { _tag: "Allow", address }
       first ??= verdict
     }
     return first!
   }
 
+  /**
+   * A connection by address alone (an IP literal, or no name at all): the exact names of the
+   * `deny_out` domain rules are resolved first, so that their addresses are known to the check
+   * even when the sandbox found them elsewhere (its own DNS over HTTPS, a hard-coded address).
+   */
+  const resolveDenied = async (denyOut: ReadonlyArray<string>) => {
+    const exact = denyOut.flatMap((text) =>
+      Result.match(parseRule(text), {
+        onSuccess: (rule) => (rule._tag === "Domain" && !rule.wildcard ? [rule.name] : []),
+        onFailure: () => []
+      })
+    ).slice(0, DENIED_NAMES_RESOLVED)
+    if (exact.length === 0) return
+    let timer: NodeJS.Timeout | undefined
+    await Promise.race([
+      Promise.all(exact.map(resolve)),
+      new Promise<void>((done) => (timer = setTimeout(done, DENIED_NAMES_WAIT_MS)))
+    ])
+    clearTimeout(timer)
+  }
+
+  // Refusals, counted per sandbox (or source address): the first is logged as it happens, the
+  // rest as one line per interval with their count and the last destination and reason.
+  const refusals = new Map<string, { count: number; last: EgressLog }>()
+  const refusedBy = (key: string, entry: EgressLog) => {
+    const seen = refusals.get(key)
+    if (seen !== undefined) {
+      seen.count++
+      seen.last = entry
+      return
+    }
+    if (refusals.size >= 10_000) return // a flood of sources: counted again after the next interval
+    refusals.set(key, { count: 0, last: entry })
+    options.log(entry)
+  }
+  const flushRefusals = setInterval(() => {
+    for (const [key, seen] of refusals) {
+      if (seen.count === 0) {
+        refusals.delete(key)
+        continue
+      }
+      options.log({ ...seen.last, message: `${seen.last.message} (repeated)`, count: seen.count })
+      seen.count = 0
+    }
+  }, options.logIntervalMs ?? LOG_INTERVAL_MS)
+  flushRefusals.unref()
+
   const refused = (connection: Connection, destination: string, reason: string) =>
-    options.log({
+    refusedBy(connection.sandboxId, {
       level: "warning",
       message: "egress: connection refused",
       sandboxId: connection.sandboxId,
@@ -160,8 +258,63 @@ export const startProxy = async (options: ProxyOptions): Promise<EgressProxy> =>
   // ---------------------------------------------------------------------------------------
   // HTTP (plain, or inside TLS terminated here)
 
-  const secretsFor = (sandboxId: string, host: string) =>
-    options.secretsOf(sandboxId).filter((secret) => secret.allowedHosts.some((pattern) => domainMatches(pattern, host)))
+  /** The bound secrets one of whose `allowed_hosts` entries names this scheme, host and port. */
+  const secretsFor = (
+    sandboxId: string,
+    request: { readonly scheme: "https" | "http"; readonly host: string; readonly port: number }
+  ) =>
+    options.secretsOf(sandboxId).filter((secret) =>
+      secret.allowedHosts.some((text) => {
+        const entry = parseSecretDestination(text)
+        return Result.isSuccess(entry) && secretDestinationMatches(entry.success, request)
+      })
+    )
+
+  /**
+   * The one authority a request is routed, checked and given secrets by, and its target in
+   * origin form: an absolute-form target must name the Host header's host (or stands for it when
+   * there is none) and the connection's port; anything else is refused.
+   */
+  const routeOf = (
+    req: Http.IncomingMessage,
+    connection: Connection
+  ):
+    | { readonly _tag: "Route"; readonly path: string; readonly host: ReturnType<typeof parseHostHeader> }
+    | { readonly _tag: "Refused"; readonly status: number; readonly text: string } =>
+  {
+    const header = parseHostHeader(req.headers.host)
+    if (header === undefined && req.headers.host !== undefined) {
+      return { _tag: "Refused", status: 400, text: "egress: bad Host header\n" }
+    }
+    const url = req.url ?? "/"
+    if (url.startsWith("/") || (url === "*" && req.method === "OPTIONS")) {
+      return { _tag: "Route", path: url, host: header }
+    }
+    const tls = connection.terminated !== undefined
+    let absolute: URL | undefined
+    try {
+      absolute = /^[a-z][a-z0-9+.-]*:\/\//i.test(url) ? new URL(url) : undefined
+    } catch {
+      absolute = undefined
+    }
+    if (absolute === undefined || absolute.protocol !== (tls ? "https:" : "http:")) {
+      return { _tag: "Refused", status: 400, text: "egress: the request target must be a path (origin form)\n" }
+    }
+    const named = parseHostHeader(absolute.host)
+    const port = absolute.port === "" ? (tls ? 443 : 80) : Number(absolute.port)
+    const sameHost = named !== undefined && (header === undefined || header.host === named.host)
+    if (
+      !sameHost || port !== connection.header.destinationPort || absolute.username !== "" || absolute.password !== ""
+    ) {
+      return {
+        _tag: "Refused",
+        status: 400,
+        text: "egress: an absolute request target must name the Host header's host and this connection's port\n"
+      }
+    }
+    if (header === undefined) req.headers.host = absolute.host
+    return { _tag: "Route", path: `${absolute.pathname}${absolute.search}`, host: named }
+  }
 
   const answer = (res: Http.ServerResponse, status: number, text: string) => {
     if (res.headersSent) return void res.destroy()
@@ -208,13 +361,14 @@ export const startProxy = async (options: ProxyOptions): Promise<EgressProxy> =>
 
   const handleRequest = async (connection: Connection, req: Http.IncomingMessage, res: Http.ServerResponse) => {
     const port = connection.header.destinationPort
-    const host = parseHostHeader(req.headers.host)
     const tls = connection.terminated !== undefined
-    if (host === undefined && req.headers.host !== undefined) return answer(res, 400, "egress: bad Host header\n")
+    if (req.method === "CONNECT") return answer(res, 405, "egress: no proxy needed; connect directly\n")
+    const route = routeOf(req, connection)
+    if (route._tag === "Refused") return answer(res, route.status, route.text)
+    const host = route.host
     if (tls && host?.host !== connection.terminated) {
       return answer(res, 421, `egress: Host does not match the TLS server name ${connection.terminated}\n`)
     }
-    if (req.method === "CONNECT") return answer(res, 405, "egress: no proxy needed; connect directly\n")
     const name = host?.host
     const destination = `${name ?? connection.header.destination}:${port}`
     const checked = await target(connection.sandboxId, name, connection.header.destination)
@@ -222,7 +376,9 @@ export const startProxy = async (options: ProxyOptions): Promise<EgressProxy> =>
       refused(connection, destination, checked.reason)
       return answer(res, 403, `egress refused by the platform: ${checked.reason} (${destination})\n`)
     }
-    const secrets = name !== undefined && host?.literal !== true ? secretsFor(connection.sandboxId, name) : []
+    const secrets = name !== undefined
+      ? secretsFor(connection.sandboxId, { scheme: tls ? "https" : "http", host: name, port })
+      : []
     let headers: Http.OutgoingHttpHeaders
     try {
       headers = await upstreamHeaders(req, secrets)
@@ -241,7 +397,7 @@ export const startProxy = async (options: ProxyOptions): Promise<EgressProxy> =>
         port,
         servername: name!,
         method: req.method,
-        path: req.url,
+        path: route.path,
         headers,
         setHost: false,
         agent: httpsAgent,
@@ -251,7 +407,7 @@ export const startProxy = async (options: ProxyOptions): Promise<EgressProxy> =>
         host: checked.address,
         port,
         method: req.method,
-        path: req.url,
+        path: route.path,
         headers,
         setHost: false,
         agent: httpAgent,
@@ -277,19 +433,52 @@ export const startProxy = async (options: ProxyOptions): Promise<EgressProxy> =>
     req.pipe(request)
   }
 
+  // The head timer: armed when an HTTP connection starts and when a response ends (the next
+  // head of a kept-alive connection), cleared when a head is complete. Node's own headersTimeout
+  // needs a listening server, and this one is only handed connections.
+  const heads = new WeakMap<net.Socket, NodeJS.Timeout>()
+  const awaitHead = (socket: net.Socket) => {
+    clearTimeout(heads.get(socket))
+    if (socket.destroyed) return
+    const timer = setTimeout(() => {
+      if (!socket.destroyed) socket.end(REQUEST_TIMEOUT, () => socket.destroy())
+    }, headerTimeoutMs)
+    heads.set(socket, timer)
+    socket.once("close", () => clearTimeout(timer))
+  }
+  const headArrived = (socket: net.Socket) => clearTimeout(heads.get(socket))
+
   const httpServer = Http.createServer(
-    { keepAliveTimeout: 60_000, headersTimeout: 60_000, requestTimeout: 0 },
-    onRequest
+    { keepAliveTimeout: headerTimeoutMs, headersTimeout: headerTimeoutMs, requestTimeout: 0 },
+    (req, res) => {
+      const socket = req.socket as net.Socket
+      headArrived(socket)
+      res.once("close", () => awaitHead(socket))
+      onRequest(req, res)
+    }
   )
+  // Idle connections: Node arms the socket timeout with this and emits `timeout` here.
+  httpServer.setTimeout(idleTimeoutMs, (socket: net.Socket) => socket.destroy())
   httpServer.on("clientError", (_error, socket) => socket.destroy())
   // WebSocket and other upgrades: checked like a request, then the bytes go through as they are.
   httpServer.on("upgrade", (req: Http.IncomingMessage, socket: net.Socket, head: Buffer) => {
+    headArrived(socket)
     const connection = connections.get(socket)
     if (connection === undefined) return void socket.destroy()
     void (async () => {
-      const host = parseHostHeader(req.headers.host)
+      const route = routeOf(req, connection)
+      if (route._tag === "Refused") {
+        return void socket.end(
+          `HTTP/1.1 ${route.status} Bad Request\r\ncontent-type: text/plain\r\ncontent-length: ${
+            Buffer.byteLength(route.text)
+          }\r\nconnection: close\r\n\r\n${route.text}`
+        )
+      }
+      const host = route.host
       const name = host?.host
       const port = connection.header.destinationPort
+      const tls = connection.terminated !== undefined
+      if (tls && name !== connection.terminated) return void socket.destroy()
       const destination = `${name ?? connection.header.destination}:${port}`
       const checked = await target(connection.sandboxId, name, connection.header.destination)
       if (checked._tag === "Deny") {
@@ -301,7 +490,9 @@ export const startProxy = async (options: ProxyOptions): Promise<EgressProxy> =>
           }\r\nconnection: close\r\n\r\n${text}`
         )
       }
-      const secrets = name !== undefined && host?.literal !== true ? secretsFor(connection.sandboxId, name) : []
+      const secrets = name !== undefined
+        ? secretsFor(connection.sandboxId, { scheme: tls ? "https" : "http", host: name, port })
+        : []
       const headers = await upstreamHeaders(req, secrets)
       headers.connection = "Upgrade"
       if (req.headers.upgrade !== undefined) headers.upgrade = req.headers.upgrade
@@ -310,7 +501,11 @@ export const startProxy = async (options: ProxyOptions): Promise<EgressProxy> =>
         : net.connect({ host: checked.address, port })
       upstream.on("error", () => socket.destroy())
       socket.on("error", () => upstream.destroy())
-      const lines = [`${req.method} ${req.url} HTTP/1.1`]
+      upstream.setTimeout(idleTimeoutMs, () => upstream.destroy())
+      socket.setTimeout(idleTimeoutMs, () => socket.destroy())
+      upstream.on("close", () => socket.destroy())
+      socket.on("close", () => upstream.destroy())
+      const lines = [`${req.method} ${route.path} HTTP/1.1`]
       for (const [key, value] of Object.entries(headers)) {
         for (const one of Array.isArray(value) ? value : [value]) lines.push(`${key}: ${String(one)}`)
       }
@@ -342,8 +537,10 @@ export const startProxy = async (options: ProxyOptions): Promise<EgressProxy> =>
     }
     const upstream = net.connect({ host: checked.address, port, timeout: CONNECT_TIMEOUT_MS })
     upstream.setNoDelay(true)
-    upstream.once("connect", () => upstream.setTimeout(0))
+    // Connected: from then on the bound is idleness, on either side.
+    upstream.once("connect", () => upstream.setTimeout(idleTimeoutMs))
     upstream.on("timeout", () => upstream.destroy())
+    socket.setTimeout(idleTimeoutMs, () => socket.destroy())
     upstream.on("error", () => socket.destroy())
     socket.on("error", () => upstream.destroy())
     socket.on("close", () => upstream.destroy())
@@ -383,7 +580,7 @@ export const startProxy = async (options: ProxyOptions): Promise<EgressProxy> =>
     if (header === undefined || header instanceof Error) return void socket.destroy()
     const sandboxId = await sandboxOf(header.source)
     if (sandboxId === undefined) {
-      options.log({
+      refusedBy(`source ${header.source}`, {
         level: "warning",
         message: "egress: connection from an address no sandbox holds",
         destination: `${header.destination}:${header.destinationPort}`,
@@ -392,7 +589,12 @@ export const startProxy = async (options: ProxyOptions): Promise<EgressProxy> =>
       return void socket.destroy()
     }
     const connection: Connection = { sandboxId, header }
-    if (header.destinationPort === 53) return serveTcpDns(socket, options.hosts, header.rest)
+    // A sandbox of another platform on this bridge, or one whose entry is gone: never a guess.
+    if (await options.policyOf(sandboxId) === undefined) {
+      refused(connection, `${header.destination}:${header.destinationPort}`, NO_POLICY)
+      return void socket.destroy()
+    }
+    if (header.destinationPort === 53) return serveTcpDns(socket, options.hosts, header.rest, options.resolved)
     const initial = await readFirst(
       socket,
       header.rest,
@@ -403,7 +605,8 @@ export const startProxy = async (options: ProxyOptions): Promise<EgressProxy> =>
     const hello = parseClientHello(initial)
     if (hello._tag === "Hello") {
       const name = hello.serverName
-      const binds = name !== undefined && secretsFor(sandboxId, name).length > 0
+      const binds = name !== undefined &&
+        secretsFor(sandboxId, { scheme: "https", host: name, port: header.destinationPort }).length > 0
       if (!binds) return tunnel(socket, connection, name, initial, true)
       // A bound secret's host: checked before any certificate is shown.
       const checked = await target(sandboxId, name, header.destination)
@@ -415,13 +618,16 @@ export const startProxy = async (options: ProxyOptions): Promise<EgressProxy> =>
       socket.unshift(initial)
       const tls = new Tls.TLSSocket(socket, { isServer: true, secureContext, ALPNProtocols: ["http/1.1"] })
       tls.on("error", () => socket.destroy())
+      tls.on("close", () => socket.destroy())
       connections.set(tls, { ...connection, terminated: name })
+      awaitHead(tls) // the handshake included
       httpServer.emit("connection", tls)
       return
     }
     if (looksLikeHttp(initial) === true) {
       socket.unshift(initial)
       connections.set(socket, connection)
+      awaitHead(socket)
       httpServer.emit("connection", socket)
       socket.resume()
       return
@@ -448,6 +654,7 @@ export const startProxy = async (options: ProxyOptions): Promise<EgressProxy> =>
     server,
     close: () =>
       new Promise<void>((resolve) => {
+        clearInterval(flushRefusals)
         httpAgent.destroy()
         httpsAgent.destroy()
         httpServer.closeAllConnections()

@@ -25,8 +25,15 @@ interface Known<A> {
 }
 
 export class EgressStore extends Context.Service<EgressStore, {
-  /** The sandbox's entry; undefined when there is none (the default policy applies). */
+  /** The sandbox's entry as the watch has it; undefined when there is none (yet). */
   readonly sandbox: (sandboxId: string) => SandboxEgressType | undefined
+  /**
+   * The sandbox's entry, read from the bucket itself when the watch has none: a sandbox that
+   * connects at once after its create may be ahead of the watch. Undefined: there is no entry
+   * (the proxy refuses; a miss is remembered for a second so that a flood of connections from an
+   * unknown sandbox is not a flood of reads).
+   */
+  readonly lookup: (sandboxId: string) => Effect.Effect<SandboxEgressType | undefined>
   /** The bound secrets of a sandbox that exist, in binding order. */
   readonly secretsOf: (sandboxId: string) => ReadonlyArray<EgressSecretType>
 }>()("@svc/egress/EgressStore") {
@@ -86,8 +93,29 @@ export class EgressStore extends Context.Service<EgressStore, {
     yield* Effect.forkScoped(mirror)
     yield* Effect.timeoutOption(Deferred.await(ready), Duration.seconds(5))
 
+    const misses = new Map<string, number>()
+    const lookup = (sandboxId: string): Effect.Effect<SandboxEgressType | undefined> => {
+      const known = sandboxes.get(sandboxId)
+      if (known !== undefined) return Effect.succeed(known.value ?? undefined)
+      if ((misses.get(sandboxId) ?? 0) > Date.now()) return Effect.succeed(undefined)
+      return Effect.tryPromise(() => kv.get(`sandbox.${sandboxId}`)).pipe(
+        Effect.timeout(Duration.seconds(2)),
+        Effect.map((entry) => {
+          if (entry !== null) apply(entry.key, entry.revision, entry.operation, entry.value)
+          const value = sandboxes.get(sandboxId)?.value ?? undefined
+          if (value === undefined) {
+            if (misses.size > 10_000) misses.clear()
+            misses.set(sandboxId, Date.now() + 1_000)
+          }
+          return value
+        }),
+        Effect.orElseSucceed(() => undefined)
+      )
+    }
+
     return EgressStore.of({
       sandbox: (sandboxId) => sandboxes.get(sandboxId)?.value ?? undefined,
+      lookup,
       secretsOf: (sandboxId) => {
         const entry = sandboxes.get(sandboxId)?.value
         if (entry === undefined || entry === null) return []

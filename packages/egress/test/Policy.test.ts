@@ -1,10 +1,11 @@
 import { describe, expect, it } from "@effect/vitest"
-import { OPEN_POLICY } from "@svc/domain/Network"
+import { type NetworkPolicy, OPEN_POLICY } from "@svc/domain/Network"
 import { Duplex } from "node:stream"
 import * as Tls from "node:tls"
-import { answerFromHosts, parseQuery } from "../src/Dns.ts"
+import { answerAddresses, answerFromHosts, parseQuery, ResolvedNames } from "../src/Dns.ts"
 import { parseHosts } from "../src/HostsFile.ts"
-import { addressRules, decide } from "../src/Policy.ts"
+import { conflict, type OwnerRecord } from "../src/Owner.ts"
+import { addressRules, byAddress, checkPolicy, decide, type Destination } from "../src/Policy.ts"
 import { parseClientHello, parseHostHeader, parseProxyHeader } from "../src/Sniff.ts"
 
 const rules = addressRules(
@@ -25,31 +26,89 @@ describe("decide", () => {
         "::ffff:10.0.0.1"
       ]
     ) {
-      expect(decide(rules, OPEN_POLICY, "allow", undefined, address)._tag).toBe("Deny")
+      expect(decide(rules, OPEN_POLICY, "allow", byAddress(undefined, address))._tag).toBe("Deny")
     }
-    expect(decide(rules, OPEN_POLICY, "allow", undefined, "198.51.100.7")._tag).toBe("Allow")
-    expect(decide(rules, OPEN_POLICY, "allow", undefined, "10.1.2.3")._tag).toBe("Allow")
+    expect(decide(rules, OPEN_POLICY, "allow", byAddress(undefined, "198.51.100.7"))._tag).toBe("Allow")
+    expect(decide(rules, OPEN_POLICY, "allow", byAddress(undefined, "10.1.2.3"))._tag).toBe("Allow")
     // The sandboxes' subnet lies inside an allowed 10/8, and stays refused.
-    expect(decide(rules, OPEN_POLICY, "allow", undefined, "10.213.0.1")).toMatchObject({
+    expect(decide(rules, OPEN_POLICY, "allow", byAddress(undefined, "10.213.0.1"))).toMatchObject({
       _tag: "Deny",
       reason: "10.213.0.1 is an address of the platform"
     })
-    expect(decide(rules, OPEN_POLICY, "allow", undefined, "2606:4700::1111")._tag).toBe("Allow")
+    expect(decide(rules, OPEN_POLICY, "allow", byAddress(undefined, "2606:4700::1111"))._tag).toBe("Allow")
   })
 
   it("deny wins, domains match names, CIDRs match addresses, an allow list is exclusive, the default applies to an empty one", () => {
     const policy = { allow_out: ["*.example.com", "1.1.1.0/24"], deny_out: ["bad.example.com", "1.1.1.1"] }
-    expect(decide(rules, policy, "allow", "api.example.com", "93.184.216.34")._tag).toBe("Allow")
-    expect(decide(rules, policy, "allow", "bad.example.com", "93.184.216.34")).toMatchObject({
+    expect(decide(rules, policy, "allow", byAddress("api.example.com", "93.184.216.34"))._tag).toBe("Allow")
+    expect(decide(rules, policy, "allow", byAddress("bad.example.com", "93.184.216.34"))).toMatchObject({
       reason: `deny_out rule "bad.example.com"`
     })
-    expect(decide(rules, policy, "allow", "example.com", "93.184.216.34")).toMatchObject({
+    expect(decide(rules, policy, "allow", byAddress("example.com", "93.184.216.34"))).toMatchObject({
       reason: "no allow_out rule matches"
     })
-    expect(decide(rules, policy, "allow", undefined, "1.1.1.2")._tag).toBe("Allow")
-    expect(decide(rules, policy, "allow", "api.example.com", "1.1.1.1")._tag).toBe("Deny")
-    expect(decide(rules, OPEN_POLICY, "deny", "example.com", "93.184.216.34")._tag).toBe("Deny")
-    expect(decide(rules, OPEN_POLICY, "allow", "example.com", "93.184.216.34")._tag).toBe("Allow")
+    expect(decide(rules, policy, "allow", byAddress(undefined, "1.1.1.2"))._tag).toBe("Allow")
+    expect(decide(rules, policy, "allow", byAddress("api.example.com", "1.1.1.1"))._tag).toBe("Deny")
+    expect(decide(rules, OPEN_POLICY, "deny", byAddress("example.com", "93.184.216.34"))._tag).toBe("Deny")
+    expect(decide(rules, OPEN_POLICY, "allow", byAddress("example.com", "93.184.216.34"))._tag).toBe("Allow")
+  })
+})
+
+describe("domain rules against connections without a name (issue 25, item 16)", () => {
+  // The platform's resolver answered evil.example with 203.0.113.66, cdn.example with .67.
+  const resolved = new ResolvedNames()
+  resolved.record("evil.example", ["203.0.113.66"])
+  resolved.record("cdn.example", ["203.0.113.67"])
+  const at = (name: string | undefined, address: string, named = name !== undefined): Destination => ({
+    name,
+    address,
+    named,
+    namesOf: (a) => resolved.namesOf(a)
+  })
+  const denyEvil: NetworkPolicy = { allow_out: [], deny_out: ["evil.example"] }
+  const denyWild: NetworkPolicy = { allow_out: [], deny_out: ["*.evil.example"] }
+  const allowCidr: NetworkPolicy = { allow_out: ["*.good.example", "203.0.113.0/26"], deny_out: ["evil.example"] }
+  // [what the attacker does, policy, destination, verdict or reason fragment]
+  const table: ReadonlyArray<readonly [string, NetworkPolicy, Destination, string]> = [
+    ["Host: the denied name", denyEvil, at("evil.example", "203.0.113.66"), `deny_out rule "evil.example"`],
+    [
+      "IP literal of the denied name (Host: 203.0.113.66)",
+      denyEvil,
+      at(undefined, "203.0.113.66", true),
+      `deny_out rule "evil.example" (203.0.113.66 is an address of evil.example)`
+    ],
+    ["IP literal of another name", denyEvil, at(undefined, "203.0.113.67", true), "Allow"],
+    ["another name on the denied name's address", denyEvil, at("cdn.example", "203.0.113.66"), "Allow"],
+    [
+      "HTTP/1.0 without Host, TLS without SNI, raw TCP",
+      denyEvil,
+      at(undefined, "203.0.113.67", false),
+      "names no host"
+    ],
+    ["no name, a wildcard deny rule", denyWild, at(undefined, "203.0.113.99", false), "names no host"],
+    ["no name, no domain rules at all", OPEN_POLICY, at(undefined, "203.0.113.66", false), "Allow"],
+    ["no name, an allow_out CIDR covers it", allowCidr, at(undefined, "203.0.113.1", false), "Allow"],
+    ["no name, outside the allow_out CIDR", allowCidr, at(undefined, "203.0.113.99", false), "names no host"],
+    [
+      "no name, inside the CIDR but the denied name's address",
+      allowCidr,
+      at(undefined, "203.0.113.66", false),
+      "is an address of evil.example"
+    ]
+  ]
+  it.each(table)("%s", (_attack, policy, destination, expected) => {
+    const verdict = checkPolicy(policy, "allow", destination)
+    if (expected === "Allow") expect(verdict).toEqual({ _tag: "Allow" })
+    else expect(verdict._tag === "Deny" ? verdict.reason : "Allow").toContain(expected)
+  })
+
+  it("remembers answers per address, bounded and for a while", () => {
+    const memory = new ResolvedNames()
+    memory.record("a.example", ["192.0.2.1", "2001:db8::1"], 0)
+    memory.record("b.example", ["192.0.2.1"], 0)
+    expect(memory.namesOf("192.0.2.1", 1)).toEqual(["a.example", "b.example"])
+    expect(memory.namesOf("2001:db8::1", 1)).toEqual(["a.example"])
+    expect(memory.namesOf("192.0.2.1", 2 * 60 * 60 * 1000)).toEqual([])
   })
 })
 
@@ -106,5 +165,46 @@ describe("hosts file and DNS answers", () => {
     const aaaa = answerFromHosts(query("fake.test", 28), hosts)!
     expect(aaaa.subarray(aaaa.length - 16).toString("hex")).toBe("20010db8000000000000000000000005")
     expect(answerFromHosts(query("x.test", 1), hosts)).toBeUndefined()
+    // What the resolver remembers of an answer: the question's name and every address.
+    expect(answerAddresses(a)).toEqual({ name: "fake.test", addresses: ["198.51.100.10"] })
+    expect(answerAddresses(aaaa)).toEqual({ name: "fake.test", addresses: ["2001:db8::5"] })
+    expect(answerAddresses(query("fake.test", 1))).toBeUndefined()
+  })
+})
+
+describe("who may serve a bridge (issue 25, item 2)", () => {
+  const mine: OwnerRecord = {
+    platform: "egress@2026-11-27T20:00:00Z",
+    describe: "NATS 127.0.0.1:4222, bucket egress",
+    bridge: "svcbr0",
+    subnet: "10.213.0.0/16",
+    tcpPort: 15001,
+    dnsPort: 15053,
+    hostId: "host-a",
+    pid: 10,
+    started: "1"
+  }
+  const table: ReadonlyArray<readonly [string, Partial<OwnerRecord>, string | undefined]> = [
+    ["an agent of the same platform on the bridge", { hostId: "host-b", pid: 11 }, undefined],
+    ["another platform on the bridge", { platform: "other_egress@2026-11-27T21:00:00Z" }, "another platform"],
+    ["the same platform, another subnet on the bridge", { subnet: "10.214.0.0/16" }, "the agents of a bridge"],
+    ["another bridge with the same subnet", { bridge: "svcbr1", platform: "x@1" }, "the subnet 10.213.0.0/16"],
+    [
+      "another bridge with the same port",
+      { bridge: "svcbr1", platform: "x@1", subnet: "10.99.0.0/16", dnsPort: 16053 },
+      "egress ports"
+    ],
+    ["another bridge, its own subnet and ports", {
+      bridge: "svcbr1",
+      platform: "x@1",
+      subnet: "10.99.0.0/16",
+      tcpPort: 16001,
+      dnsPort: 16053
+    }, undefined]
+  ]
+  it.each(table)("%s", (_case, other, expected) => {
+    const why = conflict(mine, { ...mine, ...other })
+    if (expected === undefined) expect(why).toBeUndefined()
+    else expect(why).toContain(expected)
   })
 })

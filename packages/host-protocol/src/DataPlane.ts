@@ -171,6 +171,15 @@ export class AgentBusy extends AgentErrorClass<AgentBusy>()("AgentBusy", {
   status: 503
 }) {}
 
+/**
+ * The org runs as many file transfers on this host as one org may (`org` of the files routes);
+ * retry (429). Never a wait: an org's transfers do not queue behind another org's.
+ */
+export class AgentRateLimited extends AgentErrorClass<AgentRateLimited>()("AgentRateLimited", {
+  reason: "rate_limited",
+  status: 429
+}) {}
+
 export type AgentError =
   | AgentInvalid
   | AgentUnauthorized
@@ -181,6 +190,7 @@ export type AgentError =
   | AgentFailed
   | AgentBadGateway
   | AgentBusy
+  | AgentRateLimited
   | AgentConflict
 
 /** Every request needs `Authorization: Bearer <HostRecord.token>`. */
@@ -193,7 +203,8 @@ export class AgentAuthorization extends HttpApiMiddleware.Service<AgentAuthoriza
 export const TUNNEL_PROTOCOL = "svc-tunnel"
 
 const params = { id: Schema.String }
-const FilesQuery = Schema.Struct({ path: Schema.String })
+/** `org`: the sandbox's org, whose share of the host's transfer slots the transfer takes. */
+const FilesQuery = Schema.Struct({ path: Schema.String, org: Schema.optionalKey(Schema.String) })
 
 export class AgentSandboxesApi extends HttpApiGroup.make("sandboxes")
   .add(
@@ -207,14 +218,32 @@ export class AgentSandboxesApi extends HttpApiGroup.make("sandboxes")
       params,
       query: FilesQuery,
       success: [HttpApiSchema.StreamUint8Array({ contentType: "application/octet-stream" }), AgentFileListing],
-      error: [AgentInvalid, AgentNotFound, AgentNotRunning, AgentTooLarge, AgentRefused, AgentFailed, AgentBusy]
+      error: [
+        AgentInvalid,
+        AgentNotFound,
+        AgentNotRunning,
+        AgentTooLarge,
+        AgentRefused,
+        AgentFailed,
+        AgentBusy,
+        AgentRateLimited
+      ]
     }),
     HttpApiEndpoint.put("writeFile", "/sandboxes/:id/files", {
       params,
       query: FilesQuery,
       payload: HttpApiSchema.StreamUint8Array({ contentType: "application/octet-stream", maxBytes: MAX_UPLOAD_BYTES }),
       success: HttpApiSchema.NoContent,
-      error: [AgentInvalid, AgentNotFound, AgentNotRunning, AgentTooLarge, AgentRefused, AgentFailed, AgentBusy]
+      error: [
+        AgentInvalid,
+        AgentNotFound,
+        AgentNotRunning,
+        AgentTooLarge,
+        AgentRefused,
+        AgentFailed,
+        AgentBusy,
+        AgentRateLimited
+      ]
     }),
     HttpApiEndpoint.get("stats", "/sandboxes/:id/stats", {
       params,
@@ -225,7 +254,8 @@ export class AgentSandboxesApi extends HttpApiGroup.make("sandboxes")
     HttpApiEndpoint.get("tunnel", "/sandboxes/:id/ports/:port/tunnel", {
       params: { id: Schema.String, port: Schema.String },
       success: HttpApiSchema.Upgrade({ protocol: TUNNEL_PROTOCOL }),
-      error: [AgentInvalid, AgentNotFound, AgentNotRunning, AgentFailed, AgentBadGateway]
+      // 503 `busy`: the sandbox has as many tunnels open on this host as it may.
+      error: [AgentInvalid, AgentNotFound, AgentNotRunning, AgentFailed, AgentBadGateway, AgentBusy]
     })
   )
   .middleware(AgentAuthorization)

@@ -3,7 +3,11 @@
  * the restrictions of the sandbox's own init (capability set, no_new_privs, seccomp filter).
  *
  *   svc-enter --pid PID --start-ticks N --caps HEX --seccomp FILE --env-fd FD --cwd DIR
- *             [--cgroup PROCS_FILE]... [--report-fd FD] [--pty COLS,ROWS --control-fd FD] -- ARGV...
+ *             [--cgroup PROCS_FILE]... [--report-fd FD] [--pty COLS,ROWS --control-fd FD]
+ *             [--nofile N] -- ARGV...
+ *
+ * `--nofile`: RLIMIT_NOFILE (soft and hard) of the command, the sandbox init's own (svc-start):
+ * set while this process is still host root, so the command cannot raise it.
  *
  * `--report-fd`: the command writes its pid (as the sandbox sees it) and a newline there just
  * before it starts (background processes are named by it).
@@ -45,6 +49,7 @@
 #include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
@@ -286,6 +291,7 @@ int main(int argc, char **argv) {
   const char *cgroups[MAX_CGROUPS];
   int ncgroups = 0, env_fd = -1, report_fd = -1, control_fd = -1, i;
   unsigned pty_cols = 0, pty_rows = 0;
+  unsigned long nofile = 0;
   for (i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--") == 0) { i++; break; }
@@ -299,6 +305,11 @@ int main(int argc, char **argv) {
     else if (strcmp(a, "--cwd") == 0) cwd = v;
     else if (strcmp(a, "--report-fd") == 0) report_fd = (int) strtol(v, NULL, 10);
     else if (strcmp(a, "--control-fd") == 0) control_fd = (int) strtol(v, NULL, 10);
+    else if (strcmp(a, "--nofile") == 0) {
+      char *end;
+      nofile = strtoul(v, &end, 10);
+      if (*end != 0 || nofile < 64) failx(125, "bad --nofile");
+    }
     else if (strcmp(a, "--pty") == 0) {
       if (sscanf(v, "%u,%u", &pty_cols, &pty_rows) != 2 || pty_cols == 0 || pty_rows == 0 || pty_cols > 1000 ||
           pty_rows > 1000) failx(125, "bad --pty size");
@@ -315,6 +326,11 @@ int main(int argc, char **argv) {
   if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) fail(125, "PR_SET_DUMPABLE");
 
   for (int c = 0; c < ncgroups; c++) write_pid(cgroups[c]);
+
+  if (nofile != 0) {
+    struct rlimit limit = {nofile, nofile};
+    if (setrlimit(RLIMIT_NOFILE, &limit) != 0) fail(125, "setrlimit RLIMIT_NOFILE");
+  }
 
   /* Everything read from the host is read before entering. */
   static char filter_bytes[MAX_FILTER_BYTES];

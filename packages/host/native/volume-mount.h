@@ -8,8 +8,10 @@
  * `target` inside the root, both opened one component at a time with openat2
  * RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH: the tenant owns both trees (another sandbox may be
  * changing a shared one right now), so no symbolic link, `..` or magic link is ever followed,
- * and nothing outside them is reached. Missing folders are made, owned by the sandbox's root.
- * The bind is made from the two descriptors (open_tree, mount_setattr, move_mount): no path
+ * and nothing outside them is reached. Missing folders are made, owned by the sandbox's root
+ * (on the volume: the files' canonical owner; in the root, seen through the idmapped layers:
+ * the sandbox's own uid). The bind is made from the two descriptors (open_tree, mount_setattr,
+ * move_mount), idmapped like the layers when `userns` is given (`idmap.h`): no path
  * is resolved again between the check and the mount. `ro` is a read-only mount, which
  * bubblewrap's user namespace then locks (the sandbox has no CAP_SYS_ADMIN either).
  *
@@ -89,10 +91,10 @@ static int open_beneath(int base, const char *path, unsigned long uid) {
  * sandbox) of the root at `root`; read-only when `ro`. 0, or -1 with the reason on stderr.
  */
 static int volume_bind(const char *source, const char *subpath, const char *root, const char *target, int ro,
-                       unsigned long uid) {
+                       unsigned long file_uid, unsigned long uid, int userns) {
   int base = open(source, O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (base < 0) return volume_fail("open", source);
-  int from = open_beneath(base, subpath, uid);
+  int from = open_beneath(base, subpath, file_uid);
   close(base);
   if (from < 0) return volume_fail("subpath", subpath);
   int root_fd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -115,6 +117,10 @@ static int volume_bind(const char *source, const char *subpath, const char *root
   struct mount_attr attr;
   memset(&attr, 0, sizeof attr);
   attr.attr_set = MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID | (ro ? MOUNT_ATTR_RDONLY : 0);
+  if (userns >= 0) {
+    attr.attr_set |= MOUNT_ATTR_IDMAP;
+    attr.userns_fd = (unsigned long long) userns;
+  }
   if (syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &attr, sizeof attr) != 0) {
     volume_fail("mount_setattr", target);
   } else if (syscall(SYS_move_mount, tree, "", to, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) != 0) {

@@ -11,7 +11,13 @@
  *   cap is refused before reading.
  * - Files stream both ways between the socket and the processes in the sandbox: no file is
  *   ever held whole. At most `maxTransfers` run at once; one more waits up to
- *   `transferWaitMs` for a slot, then is refused with 503 `busy` (retry).
+ *   `transferWaitMs` for a slot, then is refused with 503 `busy` (retry). One org (the `org`
+ *   the API names) holds at most `maxTransfersPerOrg` of them; one more is 429 `rate_limited`
+ *   at once, so that an org's transfers never wait behind another org's. A transfer that moves
+ *   no byte for `transferIdleMs` (a FIFO nobody writes or reads, a client that stalls) has its
+ *   connection closed: its slot is freed and its processes in the sandbox end.
+ * - A sandbox has at most `maxTunnelsPerSandbox` preview tunnels open at once (whatever number
+ *   of API processes opened them); one more is 503 `busy`.
  * - Paths are checked by the driver, which resolves them inside the sandbox (links and `..`
  *   never leave its root).
  * - Whatever answers (a route, the router, the framework), an error has the definition's body
@@ -32,6 +38,7 @@ import {
   AgentInvalid,
   AgentNotFound,
   AgentNotRunning,
+  AgentRateLimited,
   AgentRefused,
   type AgentSandboxStats,
   AgentTooLarge,
@@ -73,6 +80,10 @@ import { DriverExecRequest, SandboxDriver, type SandboxDriverError } from "./Dri
 export const DEFAULT_EXEC_TIMEOUT_MS = 300_000
 /** How long a transfer beyond the host's bound waits for a slot before it is refused. */
 export const DEFAULT_TRANSFER_WAIT_MS = 30_000
+/** How long a transfer may move no byte before its connection is closed. */
+export const DEFAULT_TRANSFER_IDLE_MS = 120_000
+/** Preview tunnels one sandbox has open at once on this host, from every API process together. */
+export const DEFAULT_MAX_TUNNELS_PER_SANDBOX = 1024
 /** How long a preview tunnel waits for the sandbox's port to accept. */
 const TUNNEL_CONNECT_TIMEOUT_MS = 5_000
 /** A stop lets requests in progress run this long, then cuts their connections (their work ends). */
@@ -84,7 +95,15 @@ export interface DataPlaneSettings {
   readonly listenHost: string
   /** File transfers streamed at once. */
   readonly maxTransfers: number
+  /**
+   * Of those, what one org holds at once; more are 429 at once. Below `maxTransfers`, one org
+   * never holds every slot (at or above it, nothing stops one org from doing so).
+   */
+  readonly maxTransfersPerOrg: number
   readonly transferWaitMs?: number
+  readonly transferIdleMs?: number
+  /** Preview tunnels open at once per sandbox (each holds two descriptors here); more are 503 `busy`. */
+  readonly maxTunnelsPerSandbox?: number
   readonly defaultExecTimeoutMs?: number
 }
 
@@ -153,8 +172,12 @@ export const viaDriver = <A, E extends SandboxDriverError, R>(
   )
 
 /** An exec touches no file: a file refusal or a busy host cannot answer it (the driver failed). */
-const execError = (error: DriverAgentError): Exclude<DriverAgentError, AgentRefused | AgentBusy> =>
-  error instanceof AgentRefused || error instanceof AgentBusy ? failed(error.error) : error
+const execError = (
+  error: DriverAgentError
+): Exclude<DriverAgentError, AgentRefused | AgentBusy | AgentRateLimited> =>
+  error instanceof AgentRefused || error instanceof AgentBusy || error instanceof AgentRateLimited
+    ? failed(error.error)
+    : error
 
 /** Stats read cgroups and a link, no file: what else the driver says is the host failing. */
 const statsError = (error: DriverAgentError): AgentInvalid | AgentNotFound | AgentNotRunning | AgentFailed =>
@@ -209,10 +232,37 @@ const AGENT_ERRORS = [
   AgentFailed,
   AgentBadGateway,
   AgentBusy,
+  AgentRateLimited,
   AgentConflict
 ] as const
 
 const isAgentError = (u: unknown): u is AgentError => AGENT_ERRORS.some((E) => u instanceof E)
+
+/**
+ * Closes the request's connection once it moved no byte either way for `idleMs` (checked every
+ * quarter of it), until the request's scope closes (its response sent). The socket's counters
+ * see what the kernel took or gave: a stalled client and a sandbox that takes or gives nothing
+ * look the same. The closed connection interrupts the request's work (its slot is freed, its
+ * processes in the sandbox end).
+ */
+const closeWhenIdle = (request: HttpServerRequest.HttpServerRequest, idleMs: number) =>
+  Effect.gen(function*() {
+    const socket = NodeHttpServerRequest.toIncomingMessage(request).socket
+    const step = Math.max(10, Math.floor(idleMs / 4))
+    const moved = () => socket.bytesRead + socket.bytesWritten
+    yield* Effect.forkScoped(Effect.gen(function*() {
+      let last = moved()
+      let quiet = 0
+      while (quiet < idleMs) {
+        yield* Effect.sleep(step)
+        const now = moved()
+        quiet = now === last ? quiet + step : 0
+        last = now
+      }
+      yield* Effect.logInfo("agent: file transfer idle, connection closed", { url: request.url, idleMs })
+      socket.destroy()
+    }))
+  })
 
 /** The definition's error body, for answers given outside an endpoint. */
 const errorResponse = (error: AgentError) =>
@@ -373,17 +423,75 @@ const handlers = (settings: DataPlaneSettings) =>
     Effect.fn(function*(handlers) {
       const driver = yield* SandboxDriver
       const transfers = yield* Semaphore.make(settings.maxTransfers)
+      const perOrg = settings.maxTransfersPerOrg
+      /** Transfers each org holds now (an org holding none has no entry). */
+      const held = new Map<string, number>()
       const transferWaitMs = settings.transferWaitMs ?? DEFAULT_TRANSFER_WAIT_MS
+      const transferIdleMs = settings.transferIdleMs ?? DEFAULT_TRANSFER_IDLE_MS
+      const maxTunnels = settings.maxTunnelsPerSandbox ?? DEFAULT_MAX_TUNNELS_PER_SANDBOX
+      /** Tunnels each sandbox has open now (none: no entry). */
+      const tunnels = new Map<string, number>()
+
+      /** One of the sandbox's tunnels until the tunnel's scope closes, or 503 `busy`. */
+      const tunnelSlot = (sandboxId: string) =>
+        Effect.acquireRelease(
+          Effect.suspend(() => {
+            const n = tunnels.get(sandboxId) ?? 0
+            if (n >= maxTunnels) {
+              return Effect.fail(new AgentBusy({ error: `the sandbox has ${maxTunnels} tunnels open on this host` }))
+            }
+            tunnels.set(sandboxId, n + 1)
+            return Effect.void
+          }),
+          () =>
+            Effect.sync(() => {
+              const n = (tunnels.get(sandboxId) ?? 1) - 1
+              if (n === 0) tunnels.delete(sandboxId)
+              else tunnels.set(sandboxId, n)
+            })
+        )
       const defaultTimeout = settings.defaultExecTimeoutMs ?? DEFAULT_EXEC_TIMEOUT_MS
       const decodeDriverExec = Schema.decodeUnknownEffect(DriverExecRequest)
 
-      /** A transfer slot until the response is sent (the request's scope), or 503 `busy` after the wait. */
-      const transferSlot: Effect.Effect<void, AgentBusy, Scope.Scope> = Effect.gen(function*() {
-        const slot = yield* transfers.takeScoped(1).pipe(Effect.timeoutOption(transferWaitMs))
-        if (slot._tag === "None") {
-          return yield* new AgentBusy({ error: "the host runs as many file transfers as it allows; retry" })
-        }
-      })
+      /** One of the org's own slots until the response is sent, or 429 at once when it holds them all. */
+      const orgSlot = (org: string) =>
+        Effect.acquireRelease(
+          Effect.suspend(() => {
+            const n = held.get(org) ?? 0
+            if (n >= perOrg) {
+              return Effect.fail(
+                new AgentRateLimited({ error: `the org runs ${perOrg} file transfers on this host, as many as it may` })
+              )
+            }
+            held.set(org, n + 1)
+            return Effect.void
+          }),
+          () =>
+            Effect.sync(() => {
+              const n = (held.get(org) ?? 1) - 1
+              if (n === 0) held.delete(org)
+              else held.set(org, n)
+            })
+        )
+
+      /**
+       * The org's slot (a request naming no org counts as its sandbox's), then one of the
+       * host's until the response is sent (the request's scope), or 503 `busy` after the wait;
+       * then the connection closes once the transfer idles.
+       */
+      const transferSlot = (
+        request: HttpServerRequest.HttpServerRequest,
+        sandboxId: string,
+        org: string | undefined
+      ): Effect.Effect<void, AgentBusy | AgentRateLimited, Scope.Scope> =>
+        Effect.gen(function*() {
+          yield* orgSlot(org !== undefined ? `org:${org}` : `sandbox:${sandboxId}`)
+          const slot = yield* transfers.takeScoped(1).pipe(Effect.timeoutOption(transferWaitMs))
+          if (slot._tag === "None") {
+            return yield* new AgentBusy({ error: "the host runs as many file transfers as it allows; retry" })
+          }
+          yield* closeWhenIdle(request, transferIdleMs)
+        })
 
       return handlers
         .handle("exec", ({ params, payload }) =>
@@ -415,9 +523,9 @@ const handlers = (settings: DataPlaneSettings) =>
               net_bytes_out: stats.netBytesOut ?? null
             })
           ))
-        .handle("readFile", ({ params, query }) =>
+        .handle("readFile", ({ params, query, request }) =>
           Effect.gen(function*() {
-            yield* transferSlot
+            yield* transferSlot(request, params.id, query.org)
             const file = yield* viaDriver(
               driver.readFileStream(params.id, query.path).pipe(
                 Effect.catchTag("SandboxFileError", (e) =>
@@ -442,7 +550,7 @@ const handlers = (settings: DataPlaneSettings) =>
           }))
         .handle("writeFile", ({ params, payload, query, request }) =>
           Effect.gen(function*() {
-            yield* transferSlot
+            yield* transferSlot(request, params.id, query.org)
             const source = NodeHttpServerRequest.toIncomingMessage(request)
             const body = payload.pipe(
               Stream.mapError((e) =>
@@ -467,6 +575,7 @@ const handlers = (settings: DataPlaneSettings) =>
             const address = yield* viaDriver(driver.portAddress(params.id, Number(params.port))).pipe(
               Effect.mapError(tunnelError)
             )
+            yield* tunnelSlot(params.id)
             // Connected first, 101 after: a client never gets a tunnel to nothing.
             const upstream = yield* connectPort(address.host, address.port)
             const client = yield* upgrade()

@@ -11,7 +11,17 @@ import * as FsSync from "node:fs"
 import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
 import { capabilityHex, ID_COUNT } from "../src/Driver/Confinement.ts"
-import { exec, makeTestDriver, sh, spec, TestDriver, text, uniqueId, withSandbox } from "./fixtures/support.ts"
+import {
+  exec,
+  makeTestDriver,
+  sh,
+  spec,
+  staticProbe,
+  TestDriver,
+  text,
+  uniqueId,
+  withSandbox
+} from "./fixtures/support.ts"
 
 const statusField = (pid: number | string, field: string) => {
   try {
@@ -48,15 +58,10 @@ layer(TestDriver.layer(), { excludeTestServices: true })("a sandbox's identity a
 
       const maps = text((yield* driver.exec(id, sh("cat /proc/self/uid_map /proc/self/gid_map; id -u"))).stdout)
       const fields = maps.trim().split(/\s+/)
-      assert.deepStrictEqual(fields, [
-        "0",
-        String(config.uidBase),
-        String(ID_COUNT),
-        "0",
-        String(config.uidBase),
-        String(ID_COUNT),
-        "0"
-      ])
+      // Its own range (`DriverUidRanges.test.ts`), above the range its files are stored as.
+      const uid = Number(fields[1])
+      assert.isAbove(uid, config.uidBase)
+      assert.deepStrictEqual(fields, ["0", String(uid), String(ID_COUNT), "0", String(uid), String(ID_COUNT), "0"])
 
       // A setuid-root binary made inside is owned by the sandbox's uid on the host: it grants nothing there.
       const made = yield* driver.exec(
@@ -66,12 +71,12 @@ layer(TestDriver.layer(), { excludeTestServices: true })("a sandbox's identity a
       assert.strictEqual(made.exitCode, 0, text(made.stderr))
       yield* driver.writeFile(id, "/root/api.txt", new TextEncoder().encode("via the file API"))
       // Its files are on its disk image, mounted in its own namespace only: the host sees them
-      // through its root.
+      // through its root as its range (stored as the files' range: `DriverUidRanges.test.ts`).
       const upper = `/proc/${info.pid}/root/root`
       for (const name of ["suid", "plain", "api.txt"]) {
         const st = FsSync.statSync(NodePath.join(upper, name))
-        assert.strictEqual(st.uid, config.uidBase, name)
-        assert.strictEqual(st.gid, config.uidBase, name)
+        assert.strictEqual(st.uid, uid, name)
+        assert.strictEqual(st.gid, uid, name)
       }
       assert.strictEqual(FsSync.statSync(NodePath.join(upper, "suid")).mode & 0o4000, 0o4000)
 
@@ -80,15 +85,106 @@ layer(TestDriver.layer(), { excludeTestServices: true })("a sandbox's identity a
       yield* Effect.sleep("300 millis")
       const namespace = pidNamespace(info.pid!)
       const inside = hostPids().filter((pid) => pidNamespace(pid) === namespace)
-      assert.isAtLeast(inside.length, 3) // bwrap (pid 1), the init, the sleep
+      assert.isAtLeast(inside.length, 2) // the init (pid 1), the sleep
       for (const pid of inside) {
         const uids = statusField(pid, "Uid")
         if (uids === undefined) continue // ended meanwhile
-        for (const uid of uids.split(/\s+/)) assert.strictEqual(Number(uid), config.uidBase, `pid ${pid}: ${uids}`)
+        for (const each of uids.split(/\s+/)) assert.strictEqual(Number(each), uid, `pid ${pid}: ${uids}`)
       }
       const outerBwrap = Number(statusField(info.pid!, "PPid"))
-      assert.strictEqual(Number(statusField(outerBwrap, "Uid")!.split(/\s+/)[0]), config.uidBase)
+      assert.strictEqual(Number(statusField(outerBwrap, "Uid")!.split(/\s+/)[0]), uid)
       yield* Fiber.join(running)
+    }))
+
+  it.effect("root inside cannot make its init write into a host file: ptrace, /proc/1/mem, its descriptors are refused", () =>
+    Effect.gen(function*() {
+      const { driver, dataDir, config } = yield* TestDriver
+      const id = uniqueId("init")
+      const info = yield* withSandbox(driver, spec(id))
+      yield* driver.writeFile(id, "/root/attack", yield* staticProbe("init-attack"), 0o755)
+      const log = NodePath.join(dataDir, "sandboxes", id, "bwrap.log")
+      const before = FsSync.statSync(log).size
+
+      const result = yield* driver.exec(id, exec(["/root/attack"]))
+      const out = text(result.stdout)
+      assert.strictEqual(result.exitCode, 0, `${out} ${text(result.stderr)}`)
+      const outcome = (name: string) => new RegExp(`^${name} (\\S+)`, "m").exec(out)?.[1]
+      // The kernel's ptrace check refuses them all: the init is not dumpable and no one inside
+      // holds CAP_SYS_PTRACE. (Before: both succeeded, and the injected write and fallocate
+      // grew the host file.)
+      assert.strictEqual(outcome("ptrace-seize"), "EPERM", out)
+      assert.strictEqual(outcome("ptrace-attach"), "EPERM", out)
+      assert.notMatch(out, /^inject/m)
+      assert.strictEqual(outcome("proc-mem"), "EACCES", out)
+      assert.strictEqual(outcome("reopen-fd1"), "EACCES", out)
+      // The seccomp filter's refusals, as before.
+      assert.strictEqual(outcome("pidfd-getfd"), "EPERM", out)
+      assert.strictEqual(outcome("process-vm-writev"), "EPERM", out)
+      // Its descriptors cannot even be named from inside.
+      const links = /^links(.*)$/m.exec(out)?.[1]?.trim().split(" ").filter((link) => link !== "") ?? []
+      assert.isAbove(links.length, 0, out)
+      for (const link of links) assert.match(link, /^\d+=EACCES$/, out)
+      assert.notInclude(out, dataDir)
+
+      // The host file did not grow (the agent wrote it once, at the start), and nothing in the
+      // sandbox holds a host file: the init's stdio is /dev/null, the start's pipe is closed.
+      assert.strictEqual(FsSync.statSync(log).size, before)
+      const namespace = pidNamespace(info.pid!)
+      const held = hostPids().filter((pid) => pidNamespace(pid) === namespace).flatMap((pid) => {
+        try {
+          return FsSync.readdirSync(`/proc/${pid}/fd`).map((fd) => FsSync.readlinkSync(`/proc/${pid}/fd/${fd}`))
+        } catch {
+          return []
+        }
+      })
+      assert.includeMembers(held, ["/dev/null"])
+      for (const target of held) {
+        assert.isFalse(target.startsWith(dataDir) || target.startsWith(config.runDir), target)
+        assert.match(target, /^(\/dev\/null|pipe:|socket:|anon_inode:)/, target)
+      }
+    }))
+
+  it.effect("a start that fails still says why: the start's output, read by the agent, in the error and in bwrap.log", () =>
+    Effect.gen(function*() {
+      const { driver, dataDir } = yield* TestDriver
+      const id = uniqueId("fails")
+      yield* withSandbox(driver, spec(id))
+      yield* driver.stop(id)
+      const base = NodePath.join(dataDir, "templates", "base")
+      yield* Effect.acquireRelease(
+        Effect.sync(() => FsSync.renameSync(base, `${base}.away`)),
+        () => Effect.sync(() => FsSync.renameSync(`${base}.away`, base))
+      )
+      const failed = yield* Effect.flip(driver.start(id))
+      const said = `svc-start: open ${base}: No such file or directory`
+      assert.include(String(failed), said)
+      assert.include(FsSync.readFileSync(NodePath.join(dataDir, "sandboxes", id, "bwrap.log"), "utf8"), said)
+    }))
+
+  it.effect("what /proc shows inside names neither the state folder nor the host id: mountinfo, pid 1's descriptors, cgroups", () =>
+    Effect.gen(function*() {
+      const { driver, dataDir, hostId } = yield* TestDriver
+      const id = uniqueId("masked")
+      yield* withSandbox(driver, spec(id))
+      const seen = yield* driver.exec(
+        id,
+        sh(
+          "cat /proc/self/mountinfo /proc/1/mountinfo /proc/self/mounts /proc/self/cgroup /proc/1/cgroup; " +
+            "tr '\\0' ' ' < /proc/1/cmdline; ls -l /proc/1/fd /proc/1/exe /proc/1/cwd 2>&1; cat /proc/1/environ 2>&1"
+        )
+      )
+      const out = text(seen.stdout)
+      // Before: the overlay's options named the data dir and the sandbox's folder
+      // (lowerdir=<data>/templates/base,upperdir=<data>/sandboxes/<id>/...), and pid 1's
+      // stdout and stderr were <data>/sandboxes/<id>/bwrap.log.
+      assert.match(out, /overlay rw,.*lowerdir=\/proc\/self\/fd\/\d+,upperdir=\/proc\/self\/fd\/\d+,workdir=/)
+      assert.notInclude(out, dataDir)
+      assert.notInclude(out, hostId)
+      assert.notInclude(out, "bwrap.log")
+      // The exec's own pids group is named without the agent's host pid.
+      assert.match(out, /^\d+:pids:\/x\d+-[0-9a-f]{12}$/m)
+      assert.notMatch(out, new RegExp(`pids:/x${process.pid}-`))
+      assert.match(out, /\/proc\/1\/fd\/0: cannot read link: Permission denied|Permission denied/)
     }))
 
   it.effect("host settings cannot be written: core_pattern written back with its own value, pid_max, /proc/sys/net", () =>
@@ -137,12 +233,12 @@ layer(TestDriver.layer(), { excludeTestServices: true })("a sandbox's identity a
       const id = uniqueId("seccomp")
       yield* withSandbox(driver, spec(id))
       const status = text(
-        (yield* driver.exec(id, sh("grep -E '^(Seccomp|NoNewPrivs):' /proc/self/status /proc/2/status"))).stdout
+        (yield* driver.exec(id, sh("grep -E '^(Seccomp|NoNewPrivs):' /proc/self/status /proc/1/status"))).stdout
       )
       // The exec and the sandbox's init alike.
       assert.match(status, /\/proc\/self\/status:Seccomp:\s+2/)
       assert.match(status, /\/proc\/self\/status:NoNewPrivs:\s+1/)
-      assert.match(status, /\/proc\/2\/status:Seccomp:\s+2/)
+      assert.match(status, /\/proc\/1\/status:Seccomp:\s+2/)
       for (
         const probe of [
           "unshare -U -r true",
@@ -166,6 +262,31 @@ layer(TestDriver.layer(), { excludeTestServices: true })("a sandbox's identity a
       assert.strictEqual(text(ordinary.stdout), "Hi\nserved\n", text(ordinary.stderr))
     }))
 
+  it.effect("AF_VSOCK, and the calls Docker's profile refuses, are refused inside; unknown calls answer ENOSYS", () =>
+    Effect.gen(function*() {
+      const { driver } = yield* TestDriver
+      const id = uniqueId("vsock")
+      yield* withSandbox(driver, spec(id))
+      yield* driver.writeFile(id, "/root/probe", yield* staticProbe("seccomp-probe"), 0o755)
+      const result = yield* driver.exec(id, exec(["/root/probe"]))
+      const out = text(result.stdout)
+      assert.strictEqual(result.exitCode, 0, `${out} ${text(result.stderr)}`)
+      const outcome = (name: string) => new RegExp(`^${name} (\\S+)$`, "m").exec(out)?.[1]
+      // The hypervisor's vsock is out of reach (before: a stream socket was made).
+      assert.strictEqual(outcome("vsock-stream"), "EAFNOSUPPORT", out)
+      assert.strictEqual(outcome("vsock-dgram"), "EAFNOSUPPORT", out)
+      for (
+        const call of ["sethostname", "migrate_pages", "process_madvise", "statmount", "listmount", "open_tree_attr"]
+      ) {
+        assert.strictEqual(outcome(call), "EPERM", `${call}: ${out}`)
+      }
+      assert.strictEqual(outcome("unknown-500"), "ENOSYS", out)
+      // Ordinary sockets and calls still work.
+      assert.strictEqual(outcome("inet"), "ok", out)
+      assert.strictEqual(outcome("unix"), "ok", out)
+      assert.strictEqual(outcome("getpid"), "ok", out)
+    }))
+
   it.effect("root inside keeps only the sandbox capability set", () =>
     Effect.gen(function*() {
       const { driver } = yield* TestDriver
@@ -173,7 +294,7 @@ layer(TestDriver.layer(), { excludeTestServices: true })("a sandbox's identity a
       yield* withSandbox(driver, spec(id))
       const status = text((yield* driver.exec(id, sh("grep -E '^Cap(Eff|Prm|Bnd):' /proc/self/status"))).stdout)
       for (const line of status.trim().split("\n")) assert.strictEqual(line.split(/\s+/)[1], capabilityHex(), line)
-      const init = text((yield* driver.exec(id, sh("grep -E '^CapBnd:' /proc/2/status"))).stdout)
+      const init = text((yield* driver.exec(id, sh("grep -E '^CapBnd:' /proc/1/status"))).stdout)
       assert.strictEqual(init.trim().split(/\s+/)[1], capabilityHex())
       // What the set allows: owners, modes, low ports.
       const allowed = yield* driver.exec(

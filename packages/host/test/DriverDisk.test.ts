@@ -79,8 +79,13 @@ layer(TestDriver.layer(), { excludeTestServices: true })("SandboxDriver disk (bu
         assert.strictEqual(first, "still here")
         // The image's upper/ (the sandbox's /) belongs to the sandbox's root.
         assert.strictEqual(text((yield* driver.exec(id, sh("stat -c '%u %a' /"))).stdout), "0 755\n")
-        // On the image, what the sandbox's root writes belongs to its unprivileged host uid.
-        assert.strictEqual(FsSync.statSync(`/proc/${info.pid}/root/root/after`).uid, config.uidBase)
+        // On the image, what the sandbox's root writes belongs to the unprivileged files' range
+        // (the host sees it through the sandbox's root as the sandbox's own range).
+        const monitor = Number(/^PPid:\s*(\d+)$/m.exec(FsSync.readFileSync(`/proc/${info.pid}/status`, "utf8"))![1])
+        const onImage = `/proc/${monitor}/root${
+          NodePath.join(dataDir, "sandboxes", id, "disk", "upper", "root", "after")
+        }`
+        assert.strictEqual(FsSync.statSync(onImage).uid, config.uidBase)
         // `df` inside sees the sandbox's own disk (the overlay reports its upper file system).
         const totalKb = Number(df!.trim().split(/\s+/)[1])
         assert.isAbove(totalKb, 0.9 * 1024 * 1024)

@@ -21,6 +21,7 @@ import {
   processExists,
   sh,
   spec,
+  staticProbe,
   TestDriver,
   text,
   uniqueId,
@@ -151,6 +152,20 @@ layer(TestDriver.layer(), { excludeTestServices: true, timeout: 120_000 })(
         assert.isUndefined(yield* driver.ended(id))
       }))
 
+    it.effect("root inside stops its own sandbox with poweroff (SIGUSR2 to pid 1), never with kill -9 1", () =>
+      Effect.gen(function*() {
+        const { driver } = yield* TestDriver
+        const id = uniqueId("poweroff")
+        yield* withSandbox(driver, spec(id))
+        yield* driver.exec(id, exec(["kill", "-9", "1"]))
+        assert.strictEqual((yield* driver.exec(id, exec(["true"]))).exitCode, 0)
+        yield* driver.exec(id, exec(["poweroff"])).pipe(Effect.result)
+        const exit = yield* waitEnded(driver, id)
+        assert.strictEqual(exit.reason, "killed by signal 12")
+        yield* driver.start(id)
+        assert.strictEqual((yield* driver.exec(id, exec(["true"]))).exitCode, 0)
+      }))
+
     it.effect("an init OOM-killed (an allocation past ram_mb): out of memory at its ram_mb", () =>
       Effect.gen(function*() {
         const { driver, hostId } = yield* TestDriver
@@ -163,7 +178,7 @@ layer(TestDriver.layer(), { excludeTestServices: true, timeout: 120_000 })(
         const fill = yield* driver.exec(
           id,
           sh(
-            "echo 1000 > /proc/2/oom_score_adj && for i in 1 2 3 4 5 6 7 8; do dd if=/dev/zero bs=16M count=1 2>/dev/null | sleep 30 & done; wait",
+            "echo 1000 > /proc/1/oom_score_adj && for i in 1 2 3 4 5 6 7 8; do dd if=/dev/zero bs=16M count=1 2>/dev/null | sleep 30 & done; wait",
             { timeoutMs: 30_000 }
           )
         ).pipe(Effect.result)
@@ -189,6 +204,42 @@ layer(TestDriver.layer(), { excludeTestServices: true, timeout: 120_000 })(
         assert.strictEqual(exit.reason, "killed by signal 9")
       }))
 
+    it.effect("descriptors: each process inside stops at nofile, root cannot raise it; all sandboxes together stay below fs.file-max", () =>
+      Effect.gen(function*() {
+        const { driver, config } = yield* makeTestDriver({ driverConfig: { nofile: 512 } })
+        const id = uniqueId("nofile")
+        yield* withSandbox(driver, spec(id, { ramMb: 1024 }))
+        yield* driver.writeFile(id, "/root/flood", yield* staticProbe("fd-flood"), 0o755)
+        const result = yield* driver.exec(id, exec(["/root/flood"], { timeoutMs: 30_000 }))
+        const out = text(result.stdout)
+        assert.strictEqual(result.exitCode, 0, `${out} ${text(result.stderr)}`)
+        // Before: 20000 (the agent's own limit), and root could raise it up to fs.nr_open.
+        assert.match(out, /^limit 512 512$/m)
+        assert.match(out, /^raise EPERM$/m)
+        const opened = [...out.matchAll(/^opened (\d+) (\S+)$/gm)]
+        assert.strictEqual(opened.length, 4, out)
+        for (const [, count, errno] of opened) {
+          // 3 of stdio, plus the pipe ends each holds.
+          assert.isAtLeast(Number(count), 512 - 12, out)
+          assert.isAtMost(Number(count), 512 - 3, out)
+          assert.strictEqual(errno, "EMFILE", out)
+        }
+        // An exec gets the init's limit too (svc-enter sets it before the command runs).
+        const shell = yield* driver.exec(id, sh("ulimit -n; ulimit -Hn; cat /proc/1/limits | grep 'open files'"))
+        assert.match(text(shell.stdout), /^512\n512\nMax open files\s+512\s+512\s+files/, text(shell.stdout))
+
+        // The machine-wide bounds: the sandboxes' processes together below pid_max, and their
+        // descriptors (processes × nofile) below fs.file-max with the host's own share left.
+        const readInt = (file: string) => Number(FsSync.readFileSync(file, "utf8").trim())
+        const cap = Cgroups.sandboxesPidsCap(
+          readInt("/proc/sys/kernel/pid_max"),
+          readInt("/proc/sys/kernel/threads-max")
+        )
+        assert.isBelow(cap, readInt("/proc/sys/kernel/pid_max"))
+        assert.strictEqual(readInt("/sys/fs/cgroup/pids/svc-sandboxes/pids.max"), cap)
+        assert.isAbove(readInt("/proc/sys/fs/file-max"), cap * config.nofile)
+      }))
+
     it.effect("pids: a fork loop stops at pids.max, the sandbox lives on", () =>
       Effect.gen(function*() {
         const { driver, hostId } = yield* makeTestDriver({ pidsMax: 64 })
@@ -205,8 +256,8 @@ layer(TestDriver.layer(), { excludeTestServices: true, timeout: 120_000 })(
           sh("i=0; while [ $i -lt 300 ]; do sleep 5 & i=$((i+1)); echo $i; done", { timeoutMs: 30_000 })
         )
         const started = Number(text(bomb.stdout).trim().split("\n").at(-1))
-        // The group also holds the host-side bubblewrap, pid 1, the init, the exec's entry process and the shell.
-        assert.isAtMost(started, 64 - 5, text(bomb.stdout))
+        // The group also holds the host-side bubblewrap, the init (pid 1), the exec's entry process and the shell.
+        assert.isAtMost(started, 64 - 4, text(bomb.stdout))
         assert.isAbove(started, 40, text(bomb.stdout))
         assert.match(text(bomb.stderr), /can't fork/)
         assert.isAtMost((yield* driver.stats(id)).pids, 64)

@@ -1,6 +1,16 @@
 /** The seccomp program as the kernel reads it: checked instruction by instruction (the pure half). */
 import { assert, describe, it } from "vitest"
-import { compile, deniedCalls, EPERM, NAMESPACE_FLAGS, program } from "../src/Driver/Seccomp.ts"
+import {
+  AF_VSOCK,
+  compile,
+  deniedCalls,
+  EAFNOSUPPORT,
+  ENOSYS,
+  EPERM,
+  FIRST_UNKNOWN,
+  NAMESPACE_FLAGS,
+  program
+} from "../src/Driver/Seccomp.ts"
 
 const RET_KILL_PROCESS = 0x80000000
 const RET_ALLOW = 0x7fff0000
@@ -36,6 +46,21 @@ describe("Seccomp", () => {
     const clone = ins.findIndex((i) => i.code === 0x15 && i.k === 56)
     assert.deepStrictEqual(ins[clone + 2], { code: 0x45, jt: 0, jf: 1, k: NAMESPACE_FLAGS })
     assert.strictEqual(ins[clone + 3]!.k, eperm)
+  })
+
+  it("refuses socket(AF_VSOCK) with EAFNOSUPPORT, calls past the known ones with ENOSYS", () => {
+    const socket = ins.findIndex((i) => i.code === 0x15 && i.k === 41)
+    assert.deepStrictEqual(ins[socket + 1], { code: 0x20, jt: 0, jf: 0, k: 16 })
+    assert.deepStrictEqual(ins[socket + 2], { code: 0x15, jt: 0, jf: 1, k: AF_VSOCK })
+    assert.strictEqual(ins[socket + 3]!.k, 0x00050000 | EAFNOSUPPORT)
+    assert.strictEqual(ins[socket + 4]!.k, RET_ALLOW)
+    const unknown = ins.findIndex((i) => i.code === 0x35 && i.k === FIRST_UNKNOWN)
+    assert.strictEqual(ins[unknown + 1]!.k, 0x00050000 | ENOSYS)
+    for (
+      const call of ["sethostname", "process_madvise", "migrate_pages", "statmount", "listmount", "open_tree_attr"]
+    ) {
+      assert.include(deniedCalls(), call)
+    }
   })
 
   it("compiles to 8 bytes per instruction, little-endian", () => {

@@ -142,6 +142,35 @@ describe("svc-start", () => {
     }
   })
 
+  it("with --file-uid, the program (--uid) sees the layers' files as its own through idmapped mounts; what it writes is stored as --file-uid", async () => {
+    const { root, disk } = paths()
+    const own = UID + 65536
+    const report = [
+      "echo ids=$(id -u):$(id -g)",
+      `stat -c root=%u:%g ${root}`,
+      `cat ${root}/from-lower && stat -c lower=%u ${root}/from-lower`,
+      `echo written > ${root}/mapped && stat -c seen=%u:%g ${root}/mapped`,
+      // The image as mounted (no idmap): the stored owner.
+      `stat -c stored=%u:%g ${disk}/upper/mapped`
+    ].join("; ")
+    const ran = await runStart(binary, [
+      ...options({ "--uid": String(own), "--file-uid": String(UID) }),
+      "--",
+      "/bin/sh",
+      "-c",
+      report
+    ])
+    assert.strictEqual(ran.code, 0, ran.stderr)
+    const lines = ran.stdout.split("\n")
+    assert.include(lines, `ids=${own}:${own}`)
+    assert.include(lines, `root=${own}:${own}`)
+    // The host's root stays itself (the lower folder here is root's): read as before.
+    assert.include(lines, "lower")
+    assert.include(lines, "lower=0")
+    assert.include(lines, `seen=${own}:${own}`)
+    assert.include(lines, `stored=${UID}:${UID}`)
+  })
+
   it("fails each step with its own exit code and says what failed", async () => {
     const { lower, image, root } = paths()
     const missing = NodePath.join(dir, "missing")
@@ -149,6 +178,8 @@ describe("svc-start", () => {
     const cases: ReadonlyArray<readonly [string, ReadonlyArray<string>, number, string]> = [
       ["usage", [...options({ "--uid": "0" }), ...program], 120, "svc-start: bad --uid"],
       ["usage", options(), 120, "svc-start: usage"],
+      ["usage", [...options({ "--nofile": "3" }), ...program], 120, "svc-start: bad --nofile"],
+      ["usage", [...options({ "--file-uid": "0" }), ...program], 120, "svc-start: bad --file-uid"],
       [
         "cgroup",
         [...options({}, [`${missing}/cgroup.procs`]), ...program],
@@ -165,7 +196,8 @@ describe("svc-start", () => {
         "overlay",
         [...options({ "--lower": missing }), ...program],
         124,
-        `svc-start: mounting the overlay on ${root}: No such file or directory`
+        // The layers are opened first (the overlay is given them as /proc/self/fd/N).
+        `svc-start: open ${missing}: No such file or directory`
       ],
       [
         "seccomp",

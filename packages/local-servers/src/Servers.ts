@@ -70,20 +70,38 @@ export const natsBin = (): string => {
 
 const isRoot = () => process.getuid?.() === 0
 
+const logTail = (file: string) => {
+  try {
+    return fs.readFileSync(file, "utf8").slice(-1000)
+  } catch {
+    return "(no log)"
+  }
+}
+
+/** Writes a file only its owner reads (0600, also when it existed with a wider mode). */
+export const writePrivate = (file: string, content: string): void => {
+  fs.writeFileSync(file, content, { mode: 0o600 })
+  fs.chmodSync(file, 0o600)
+}
+
 /** Postgres refuses to run as root: run it as the `postgres` user the Debian package creates. */
-const postgresUser = (): string | undefined => (isRoot() ? "postgres" : undefined)
+export const postgresUser = (): string | undefined => (isRoot() ? "postgres" : undefined)
 
 const spawnGuarded = (
   cmd: string,
   args: ReadonlyArray<string>,
-  options: { user?: string | undefined; logFile: string }
+  options: { user?: string | undefined; logFile: string; env?: Readonly<Record<string, string>> | undefined }
 ) => {
   const privArgs = ["--pdeathsig", "SIGKILL"]
   if (options.user) privArgs.push("--reuid", options.user, "--regid", options.user, "--init-groups")
   const log = fs.openSync(options.logFile, "a")
   // Its own process group: a Ctrl-C in the terminal reaches only our process, which then stops
   // the platform first and the servers last (pdeathsig still covers our own death).
-  const child = spawn("setpriv", [...privArgs, "--", cmd, ...args], { stdio: ["ignore", log, log], detached: true })
+  const child = spawn("setpriv", [...privArgs, "--", cmd, ...args], {
+    stdio: ["ignore", log, log],
+    detached: true,
+    ...(options.env ? { env: { ...process.env, ...options.env } } : {})
+  })
   fs.closeSync(log)
   return child
 }
@@ -106,17 +124,43 @@ export interface NatsServer {
   stop(): Promise<void>
 }
 
-/** A single-node nats-server with JetStream and its store in a temp folder (or `dir`). */
+/**
+ * A single-node nats-server with JetStream and its store in a temp folder (or `dir`). With
+ * `authorization` (a nats-server `authorization { ... }` block, see @svc/host-protocol/Permissions)
+ * clients need a user: the block goes into `<dir>/nats.conf` (mode 0600), and the passwords it
+ * names as `$VARIABLE`s come from `passwords` (variable → password) through the server's
+ * environment (readable by its own user only), never from a file or the command line.
+ */
 export const startNats = async (
-  options: { dir?: string | undefined; port?: number | undefined; config?: string | undefined } = {}
+  options: {
+    dir?: string | undefined
+    port?: number | undefined
+    config?: string | undefined
+    authorization?: string | undefined
+    passwords?: Readonly<Record<string, string>> | undefined
+  } = {}
 ): Promise<NatsServer> => {
   const dir = options.dir ?? fs.mkdtempSync(path.join(os.tmpdir(), "svc-nats-"))
   fs.mkdirSync(dir, { recursive: true })
   const port = options.port ?? (await freePort())
   const args = ["-a", "127.0.0.1", "-p", String(port), "-js", "-sd", path.join(dir, "jetstream")]
-  if (options.config) args.unshift("-c", options.config)
-  const child = spawnGuarded(natsBin(), args, { logFile: path.join(dir, "nats.log") })
-  await waitForPort(port, 20_000, child)
+  if (options.authorization !== undefined) {
+    // Its store holds what the users may read only by their permissions (the hosts' tokens).
+    fs.chmodSync(dir, 0o700)
+    const config = path.join(dir, "nats.conf")
+    writePrivate(config, options.authorization + "\n")
+    args.unshift("-c", config)
+  } else if (options.config) args.unshift("-c", options.config)
+  // nats-server parses a variable's value as configuration (`2026-11-27x` would be a bad date,
+  // `1234` a number): quoted, each is a string.
+  const env = Object.fromEntries(
+    Object.entries(options.passwords ?? {}).map(([variable, password]) => [variable, JSON.stringify(password)])
+  )
+  const child = spawnGuarded(natsBin(), args, { logFile: path.join(dir, "nats.log"), env })
+  await waitForPort(port, 20_000, child).catch((e: Error) => {
+    // Why it ended is in its log (a port taken meanwhile, a configuration it refused).
+    throw new Error(`${e.message}: ${logTail(path.join(dir, "nats.log"))}`)
+  })
   return {
     url: `nats://127.0.0.1:${port}`,
     port,
@@ -139,9 +183,34 @@ export interface PostgresServer {
   close(): Promise<void>
 }
 
+/** Runs `cmd` as `user` (setpriv) or as ourselves; `input` goes to its stdin. */
+const runAs = (user: string | undefined, cmd: string, args: ReadonlyArray<string>, input?: string) =>
+  user
+    ? spawnSync("setpriv", ["--reuid", user, "--regid", user, "--init-groups", "--", cmd, ...args], {
+      encoding: "utf8",
+      ...(input !== undefined ? { input } : {})
+    })
+    : spawnSync(cmd, args, { encoding: "utf8", ...(input !== undefined ? { input } : {}) })
+
 /**
- * A Postgres cluster of our own: `initdb` into a folder (trust auth on loopback only), then the
- * `postgres` binary on a free port with its socket in the same folder.
+ * With a password, every connection needs it (scram-sha-256), over TCP and over the socket alike:
+ * nothing is trusted. Rewritten at each start, so that a cluster made with `trust` (by an older
+ * `svc dev`) is closed too.
+ */
+const PASSWORD_HBA = `# Written by @svc/local-servers at each start: the password for everyone, trust for no one.
+local all all scram-sha-256
+host all all 127.0.0.1/32 scram-sha-256
+host all all ::1/128 scram-sha-256
+`
+
+/**
+ * A Postgres cluster of our own: `initdb` into a folder, then the `postgres` binary on a free port
+ * with its socket in the same folder.
+ *
+ * Without `password` (the tests' throwaway servers) it trusts every connection on loopback and the
+ * socket. With one (`svc dev`) the superuser `postgres` has that password (set again at each start,
+ * in single-user mode, before the server listens), `pg_hba.conf` asks it of every connection, and
+ * the folder (socket, log, data) is mode 0700: only the server's own user reaches the socket.
  */
 export const startPostgres = async (
   options: {
@@ -149,32 +218,44 @@ export const startPostgres = async (
     port?: number | undefined
     /** More server settings (`-c name=value`), e.g. `track_commit_timestamp: "on"` for a benchmark. */
     settings?: Readonly<Record<string, string>> | undefined
+    /** The superuser's password; every connection must give it (see above). */
+    password?: string | undefined
   } = {}
 ): Promise<PostgresServer> => {
   const temp = options.dir === undefined
   const dir = options.dir ?? fs.mkdtempSync(path.join(os.tmpdir(), "svc-pg-"))
   const data = path.join(dir, "data")
   const user = postgresUser()
+  const password = options.password
   fs.mkdirSync(dir, { recursive: true })
-  if (user) {
-    fs.chmodSync(dir, 0o755)
-    spawnSync("chown", ["-R", `${user}:${user}`, dir])
-  }
+  fs.chmodSync(dir, password !== undefined ? 0o700 : 0o755)
+  if (user) spawnSync("chown", ["-R", `${user}:${user}`, dir])
   if (!fs.existsSync(path.join(data, "PG_VERSION"))) {
-    const initArgs = ["-D", data, "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8", "--locale=C"]
-    const res = user
-      ? spawnSync("setpriv", [
-        "--reuid",
-        user,
-        "--regid",
-        user,
-        "--init-groups",
-        "--",
-        postgresBin("initdb"),
-        ...initArgs
-      ], { encoding: "utf8" })
-      : spawnSync(postgresBin("initdb"), initArgs, { encoding: "utf8" })
+    const initArgs = ["-D", data, "-U", "postgres", "--no-sync", "-E", "UTF8", "--locale=C"]
+    // initdb reads the password from a file: one of the server's user's own, removed at once.
+    const pwfile = path.join(dir, "initdb-password")
+    if (password !== undefined) {
+      writePrivate(pwfile, password + "\n")
+      if (user) spawnSync("chown", [`${user}:${user}`, pwfile])
+      initArgs.push("-A", "scram-sha-256", `--pwfile=${pwfile}`)
+    } else initArgs.push("-A", "trust")
+    const res = runAs(user, postgresBin("initdb"), initArgs)
+    fs.rmSync(pwfile, { force: true })
     if (res.status !== 0) throw new Error(`initdb failed: ${res.stderr || res.stdout}`)
+  }
+  if (password !== undefined) {
+    const hba = path.join(data, "pg_hba.conf")
+    writePrivate(hba, PASSWORD_HBA)
+    if (user) spawnSync("chown", [`${user}:${user}`, hba])
+    // On stdin, never on a command line (which every local user sees in ps). The alphabet of
+    // the password is the caller's: quotes are doubled for the SQL literal.
+    const res = runAs(
+      user,
+      postgresBin("postgres"),
+      ["--single", "-D", data, "-c", "password_encryption=scram-sha-256", "postgres"],
+      `ALTER ROLE postgres PASSWORD '${password.replaceAll("'", "''")}';\n`
+    )
+    if (res.status !== 0) throw new Error(`setting the postgres password failed: ${res.stderr || res.stdout}`)
   }
   const port = options.port ?? (await freePort())
   let child: ChildProcess | undefined
@@ -190,6 +271,9 @@ export const startPostgres = async (
         dir,
         "-c",
         "listen_addresses=127.0.0.1",
+        ...(password !== undefined
+          ? ["-c", "unix_socket_permissions=0700", "-c", "password_encryption=scram-sha-256"]
+          : []),
         "-c",
         "fsync=off",
         "-c",
@@ -214,9 +298,10 @@ export const startPostgres = async (
         "postgres",
         "-d",
         "postgres",
+        "-w",
         "-Atc",
         "select 1"
-      ], { encoding: "utf8" })
+      ], { encoding: "utf8", env: { ...process.env, ...(password !== undefined ? { PGPASSWORD: password } : {}) } })
       if (res.status === 0) return
       await new Promise((r) => setTimeout(r, 50))
     }
@@ -227,8 +312,9 @@ export const startPostgres = async (
     child = undefined
   }
   await start()
+  const credentials = password !== undefined ? `postgres:${encodeURIComponent(password)}` : "postgres"
   return {
-    url: `postgres://postgres@127.0.0.1:${port}/postgres`,
+    url: `postgres://${credentials}@127.0.0.1:${port}/postgres`,
     port,
     dir,
     stop,

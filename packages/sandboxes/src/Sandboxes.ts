@@ -517,7 +517,7 @@ export class Sandboxes extends Context.Service<Sandboxes, {
 
     const readFile = Effect.fn("Sandboxes.readFile")(function*(orgId: OrgId, id: string, path: string) {
       const host = yield* running(orgId, id)
-      return yield* dataPlane.readFile(host, id, path)
+      return yield* dataPlane.readFile(host, id, path, orgId)
     })
 
     const writeFile = <E>(
@@ -529,7 +529,7 @@ export class Sandboxes extends Context.Service<Sandboxes, {
     ) =>
       Effect.gen(function*() {
         const host = yield* running(orgId, id)
-        return yield* dataPlane.writeFile(host, id, path, body, maxBytes)
+        return yield* dataPlane.writeFile(host, id, path, body, maxBytes, orgId)
       }).pipe(Effect.withSpan("Sandboxes.writeFile"))
 
     // The service's own connection pool, so callers need not provide one.

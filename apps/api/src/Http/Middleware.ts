@@ -13,14 +13,31 @@
  * - `{error, code}` on every refusal: an error response that is not JSON (the framework's 415
  *   for a content type a route does not take, its empty 413, ...) is replaced by the contract's
  *   body for its status, and a 429 carries `Retry-After` from its `retry_after_s`;
+ * - `RateLimit-Limit`, `RateLimit-Remaining` and `RateLimit-Reset` (the IETF draft's fields): the
+ *   token bucket that decided the request (its credential's, its address's sign-in or failed
+ *   credentials'), else its address's failed-credential bucket (`@svc/auth/RateLimit`);
  * - the 1 MiB body limit (routes that take uploads raise it for themselves);
  * - the request metrics (Metrics.ts) and the request id on the request's span.
  */
-import { clientAddress, NO_PROXIES, trustedProxies } from "@svc/auth/ClientAddress"
-import { TrustedProxies } from "@svc/auth/Config"
+import { clientAddress, NO_PROXIES, rateKey, trustedProxies } from "@svc/auth/ClientAddress"
+import { AuthConfig, TrustedProxies } from "@svc/auth/Config"
+import { RateLimiter } from "@svc/auth/RateLimit"
 import * as Errors from "@svc/domain/Errors"
 import { AccessLog } from "@svc/telemetry/Logger"
-import { ByteSize, Cause, Context, Effect, Option, References, Schema, Tracer, type Types } from "effect"
+import {
+  ByteSize,
+  Cause,
+  Clock,
+  Context,
+  Effect,
+  type Fiber,
+  Layer,
+  Option,
+  References,
+  Schema,
+  Tracer,
+  type Types
+} from "effect"
 import { HttpIncomingMessage, HttpRouter, HttpServerError, HttpServerRequest, HttpServerResponse } from "effect/http"
 import { HttpApiError } from "effect/http-api"
 import { randomBytes } from "node:crypto"
@@ -166,6 +183,8 @@ export const ApiMiddleware = HttpRouter.middleware<{ handles: unknown }>()(
       (entries) => entries.length === 0 ? NO_PROXIES : trustedProxies(entries)
     )
     const accessLog = yield* AccessLog
+    const limiter = yield* RateLimiter
+    const clock = yield* Clock.Clock
     /**
      * The answer as sent: counted and timed (`/metrics`), the request id on the request's span
      * (logs and traces meet on it) and in its header, one `request` log line when the access log
@@ -173,18 +192,26 @@ export const ApiMiddleware = HttpRouter.middleware<{ handles: unknown }>()(
      * request (bench/api.ts).
      */
     const answer = (
-      context: Context.Context<never>,
+      fiber: Fiber.Fiber<unknown, unknown>,
       request: HttpServerRequest.HttpServerRequest,
+      client: string | undefined,
       requestId: string,
       started: number,
       response: HttpServerResponse.HttpServerResponse
     ): Effect.Effect<HttpServerResponse.HttpServerResponse> => {
+      const context = fiber.context
       const route = Metrics.routeOf(request.method, request.url)
       const seconds = (performance.now() - started) / 1000
       Metrics.observeUnsafe(context, request.method, route, response.status, seconds)
       const span = Context.getOrUndefined(context, Tracer.ParentSpan)
       if (span !== undefined && span._tag === "Span") span.attribute("svc.request_id", requestId)
-      const answered = HttpServerResponse.setHeader(response, "x-request-id", requestId)
+      const quota = limiter.quotaOf(fiber) ?? limiter.addressQuota(rateKey(client), clock.currentTimeMillisUnsafe())
+      const answered = HttpServerResponse.setHeaders(response, {
+        "x-request-id": requestId,
+        "ratelimit-limit": String(quota.limit),
+        "ratelimit-remaining": String(quota.remaining),
+        "ratelimit-reset": String(quota.resetS)
+      })
       if (!accessLog) return Effect.succeed(answered)
       return Effect.as(
         Effect.logInfo("request").pipe(Effect.annotateLogs({
@@ -216,11 +243,12 @@ export const ApiMiddleware = HttpRouter.middleware<{ handles: unknown }>()(
         const incoming = request.headers["x-request-id"]
         const requestId = incoming !== undefined && REQUEST_ID.test(incoming) ? incoming : newRequestId()
         const url = request.url
-        if (url.includes("?") && queryToken(url) !== undefined && pathOf(url) !== TERMINAL_PATH) {
-          return answer(context, request, requestId, started, json(TOKEN_IN_QUERY, { "www-authenticate": "Bearer" }))
-        }
         const peer = Option.getOrUndefined(request.remoteAddress)
         const client = clientAddress(peer, request.headers["x-forwarded-for"], proxies)
+        if (url.includes("?") && queryToken(url) !== undefined && pathOf(url) !== TERMINAL_PATH) {
+          const refused = json(TOKEN_IN_QUERY, { "www-authenticate": "Bearer" })
+          return answer(fiber, request, client, requestId, started, refused)
+        }
         const withRequest = client === undefined || client === peer
           ? context
           : Context.add(
@@ -230,7 +258,7 @@ export const ApiMiddleware = HttpRouter.middleware<{ handles: unknown }>()(
           )
         const annotations = Context.get(context, References.CurrentLogAnnotations)
         const respond = (response: HttpServerResponse.HttpServerResponse) =>
-          answer(context, request, requestId, started, contractShape(response))
+          answer(fiber, request, client, requestId, started, contractShape(response))
         return Effect.provideContext(
           Effect.matchCauseEffect(httpEffect, {
             onFailure: (cause) => Effect.flatMap(renderCause(cause), respond),
@@ -245,4 +273,8 @@ export const ApiMiddleware = HttpRouter.middleware<{ handles: unknown }>()(
       })
   }),
   { global: true }
+).pipe(
+  // The limiter the Authorization middleware takes from (layers are shared within a build): its
+  // buckets are what the `RateLimit-*` fields report.
+  Layer.provide(RateLimiter.layer.pipe(Layer.provide(AuthConfig.layer)))
 )

@@ -6,8 +6,13 @@
  * File transfers stream between the client and the sandbox's host (nothing is held whole); an
  * API process runs at most `SVC_API_MAX_TRANSFERS` at once (default 64). One more waits up to
  * `TRANSFER_WAIT` for a slot, then is 503 `unavailable` (retry). A slot is held until the
- * response is sent: a download keeps it while its bytes flow.
+ * response is sent: a download keeps it while its bytes flow. One org holds at most
+ * `SVC_API_MAX_TRANSFERS_PER_ORG` of them (default 16); one more is 429 `rate_limited` at once,
+ * so that an org's transfers never wait behind another org's. A transfer that moves no byte for
+ * `SVC_API_TRANSFER_IDLE_TIMEOUT` (a client that stalls, a sandbox that reads or writes nothing, as a
+ * FIFO) has its connection closed and its slot freed.
  */
+import * as NodeHttpServerRequest from "@effect/platform-node/NodeHttpServerRequest"
 import { confinedSandbox, egressPolicy, requireScope, sandboxPolicy } from "@svc/auth/Authorization"
 import { Billing } from "@svc/billing/Billing"
 import type * as Rows from "@svc/db/Rows"
@@ -22,9 +27,9 @@ import { Previews } from "@svc/sandboxes/Previews"
 import { type ProcessError, Processes, Sse } from "@svc/sandboxes/Processes"
 import { Sandboxes, toRecord } from "@svc/sandboxes/Sandboxes"
 import { Duration, Effect, Layer, Semaphore } from "effect"
-import { HttpServerResponse } from "effect/http"
+import { type HttpServerRequest, HttpServerResponse } from "effect/http"
 import { HttpApiBuilder } from "effect/http-api"
-import { ApiMaxTransfers } from "../Config.ts"
+import { ApiMaxTransfers, ApiMaxTransfersPerOrg, TransferIdleTimeout } from "../Config.ts"
 import { PreviewProxyLayer } from "../Preview.ts"
 import { EventsGroup } from "./Events.ts"
 import { PreviewsGroup } from "./Previews.ts"
@@ -35,6 +40,33 @@ import { WorkersHandlers } from "./Workers.ts"
 /** How long a transfer beyond the bound waits for a slot. */
 export const TRANSFER_WAIT = Duration.seconds(30)
 
+/**
+ * Closes the request's connection once it moved no byte either way for `idle` (checked every
+ * quarter of it), until the request's scope closes (its response sent). The socket's counters
+ * see what the kernel took or gave, so a client that stalls and a sandbox that takes or gives
+ * nothing (its bytes back up to this socket) look the same. The closed connection interrupts
+ * the request's work, which frees its slot and cuts its request to the host.
+ */
+export const closeWhenIdle = (request: HttpServerRequest.HttpServerRequest, idle: Duration.Duration) =>
+  Effect.gen(function*() {
+    const socket = NodeHttpServerRequest.toIncomingMessage(request).socket
+    const idleMs = Duration.toMillis(idle)
+    const step = Math.max(10, Math.floor(idleMs / 4))
+    const moved = () => socket.bytesRead + socket.bytesWritten
+    yield* Effect.forkScoped(Effect.gen(function*() {
+      let last = moved()
+      let quiet = 0
+      while (quiet < idleMs) {
+        yield* Effect.sleep(step)
+        const now = moved()
+        quiet = now === last ? quiet + step : 0
+        last = now
+      }
+      yield* Effect.logInfo("api: file transfer idle, connection closed", { url: request.url, idleMs })
+      socket.destroy()
+    }))
+  })
+
 export const SandboxesGroup = HttpApiBuilder.group(
   Api,
   "sandboxes",
@@ -42,16 +74,51 @@ export const SandboxesGroup = HttpApiBuilder.group(
     const sandboxes = yield* Sandboxes
     const processes = yield* Processes
     const transfers = yield* Semaphore.make(yield* ApiMaxTransfers)
+    const perOrg = yield* ApiMaxTransfersPerOrg
+    const idle = yield* TransferIdleTimeout
+    /** Transfers each org holds now (an org holding none has no entry). */
+    const held = new Map<OrgId, number>()
 
-    /** A transfer slot until the request's response is sent (its scope), or 503 after the wait. */
-    const transferSlot = Effect.gen(function*() {
-      const slot = yield* transfers.takeScoped(1).pipe(Effect.timeoutOption(TRANSFER_WAIT))
-      if (slot._tag === "None") {
-        return yield* new Errors.Unavailable({
-          error: "This API process runs as many file transfers as it allows; retry"
-        })
-      }
-    })
+    /** One of the org's own slots until the response is sent, or 429 at once when it holds them all. */
+    const orgSlot = (orgId: OrgId) =>
+      Effect.acquireRelease(
+        Effect.suspend(() => {
+          const n = held.get(orgId) ?? 0
+          if (n >= perOrg) {
+            return Effect.fail(
+              new Errors.RateLimited({
+                error:
+                  `This org runs ${perOrg} file transfers at once through this API process, as many as it may; retry`,
+                retry_after_s: 1
+              })
+            )
+          }
+          held.set(orgId, n + 1)
+          return Effect.void
+        }),
+        () =>
+          Effect.sync(() => {
+            const n = (held.get(orgId) ?? 1) - 1
+            if (n === 0) held.delete(orgId)
+            else held.set(orgId, n)
+          })
+      )
+
+    /**
+     * The org's slot, then one of the process's (until the request's response is sent, its
+     * scope), or 503 after the wait; the connection closes once the transfer idles.
+     */
+    const transferSlot = (orgId: OrgId, request: HttpServerRequest.HttpServerRequest) =>
+      Effect.gen(function*() {
+        yield* orgSlot(orgId)
+        const slot = yield* transfers.takeScoped(1).pipe(Effect.timeoutOption(TRANSFER_WAIT))
+        if (slot._tag === "None") {
+          return yield* new Errors.Unavailable({
+            error: "This API process runs as many file transfers as it allows; retry"
+          })
+        }
+        yield* closeWhenIdle(request, idle)
+      })
 
     /** The caller's org and the sandbox, once the policy allows it. */
     const target = (id: string) =>
@@ -144,10 +211,10 @@ export const SandboxesGroup = HttpApiBuilder.group(
           )
       )
       .handle("stats", ({ params }) => Effect.flatMap(target(params.id), (orgId) => sandboxes.stats(orgId, params.id)))
-      .handle("readFile", ({ params, query }) =>
+      .handle("readFile", ({ params, query, request }) =>
         Effect.gen(function*() {
           const orgId = yield* target(params.id)
-          yield* transferSlot
+          yield* transferSlot(orgId, request)
           const content = yield* sandboxes.readFile(orgId, params.id, query.path)
           if (content._tag === "Listing") return content.listing
           return HttpServerResponse.stream(content.stream, {
@@ -162,7 +229,7 @@ export const SandboxesGroup = HttpApiBuilder.group(
           if (declared !== undefined && Number(declared) > MAX_UPLOAD_BYTES) {
             return yield* new Errors.PayloadTooLarge({ error: `Uploads are limited to ${MAX_UPLOAD_BYTES} bytes` })
           }
-          yield* transferSlot
+          yield* transferSlot(orgId, request)
           yield* sandboxes.writeFile(orgId, params.id, query.path, request.stream, MAX_UPLOAD_BYTES)
         }))
   })

@@ -13,6 +13,7 @@ import { Schema } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "effect/http-api"
 import { AuditId } from "../Ids.ts"
 import { ListQuery, Page } from "../Pagination.ts"
+import { MAX_ID_LENGTH, Truncated } from "../Text.ts"
 import { Timestamp } from "../Time.ts"
 import { Access } from "./Auth.ts"
 
@@ -43,16 +44,16 @@ export type AuditAction = typeof AuditAction.Type
  */
 export const AuditActorType = Schema.Literals(["user", "api_key", "operator", "anonymous"])
 export type AuditActorType = typeof AuditActorType.Type
-export const AuditActor = Schema.Struct({ type: AuditActorType, id: Schema.NullOr(Schema.String) })
+export const AuditActor = Schema.Struct({ type: AuditActorType, id: Schema.NullOr(Truncated(MAX_ID_LENGTH)) })
 export type AuditActor = typeof AuditActor.Type
 
 export const AuditEntry = Schema.Struct({
   id: AuditId,
   action: AuditAction,
   actor: AuditActor,
-  target_id: Schema.NullOr(Schema.String),
-  ip: Schema.NullOr(Schema.String),
-  user_agent: Schema.NullOr(Schema.String),
+  target_id: Schema.NullOr(Truncated(MAX_ID_LENGTH)),
+  ip: Schema.NullOr(Truncated(64)),
+  user_agent: Schema.NullOr(Truncated(1024)),
   createdAt: Timestamp
 })
 export type AuditEntry = typeof AuditEntry.Type

@@ -31,8 +31,8 @@ import {
 } from "../Errors.ts"
 import { ApiKeyId, OrgId, UserId } from "../Ids.ts"
 import { ListQuery, Page } from "../Pagination.ts"
-import type { Action, Grant, Resource } from "../Scopes.ts"
-import { codePoints, Name, withoutNul } from "../Text.ts"
+import { type Action, type Grant, MAX_TOKEN_LENGTH, MAX_TOKENS, type Resource } from "../Scopes.ts"
+import { Bounded, codePoints, enforcedMax, IdText, MAX_RECORD_NAME, Name, withoutNul } from "../Text.ts"
 import { NullableTimestamp, Timestamp } from "../Time.ts"
 import { InfrastructureFailureSchema } from "./Infrastructure.ts"
 
@@ -175,31 +175,36 @@ export const SESSION_COOKIE = "client.session_token"
 // ---------------------------------------------------------------------------------------------
 // Records
 
+export const MAX_EMAIL_LENGTH = 254
+
+/** A credential's scopes as stored: valid ones (`Scopes.ts`), so at most 64 of 200 characters each. */
+const GrantedScopes = Schema.Array(Bounded(MAX_TOKEN_LENGTH)).check(Schema.isMaxLength(MAX_TOKENS))
+
 /** The who-am-I body of GET /v1/me and GET /v1/auth/me. */
 export const WhoAmI = Schema.Struct({
-  org: Schema.Struct({ id: OrgId, name: Schema.String }),
-  user: Schema.NullOr(Schema.Struct({ id: UserId, email: Schema.String })),
+  org: Schema.Struct({ id: OrgId, name: Bounded(MAX_RECORD_NAME) }),
+  user: Schema.NullOr(Schema.Struct({ id: UserId, email: Bounded(MAX_EMAIL_LENGTH) })),
   credential: Schema.Struct({
     type: CredentialType,
-    id: Schema.String,
-    scopes: Schema.Array(Schema.String),
+    id: IdText,
+    scopes: GrantedScopes,
     expiresAt: NullableTimestamp
   })
 })
 export type WhoAmI = typeof WhoAmI.Type
 
-export const User = Schema.Struct({ id: UserId, email: Schema.String, createdAt: Timestamp })
+export const User = Schema.Struct({ id: UserId, email: Bounded(MAX_EMAIL_LENGTH), createdAt: Timestamp })
 export type User = typeof User.Type
 
-export const OrgRecord = Schema.Struct({ id: OrgId, name: Schema.String, createdAt: Timestamp })
+export const OrgRecord = Schema.Struct({ id: OrgId, name: Bounded(MAX_RECORD_NAME), createdAt: Timestamp })
 export type OrgRecord = typeof OrgRecord.Type
 
 /** A row of the key list: exactly the fields of docs/contract.md#api-keys. */
 export const ApiKeyRow = Schema.Struct({
   id: ApiKeyId,
-  prefix: Schema.String,
-  name: Schema.String,
-  scopes: Schema.Array(Schema.String),
+  prefix: Bounded(64),
+  name: Bounded(MAX_RECORD_NAME),
+  scopes: GrantedScopes,
   createdAt: Timestamp,
   lastUsedAt: NullableTimestamp,
   expiresAt: NullableTimestamp,
@@ -208,7 +213,7 @@ export const ApiKeyRow = Schema.Struct({
 export type ApiKeyRow = typeof ApiKeyRow.Type
 
 /** The mint response: the row plus the secret, shown this once. */
-export const CreatedApiKey = Schema.Struct({ ...ApiKeyRow.fields, token: Schema.String })
+export const CreatedApiKey = Schema.Struct({ ...ApiKeyRow.fields, token: Bounded(256) })
 export type CreatedApiKey = typeof CreatedApiKey.Type
 
 export const ApiKeyPage = Page("keys", ApiKeyRow)
@@ -217,7 +222,6 @@ export type ApiKeyPage = typeof ApiKeyPage.Type
 // ---------------------------------------------------------------------------------------------
 // Requests
 
-export const MAX_EMAIL_LENGTH = 254
 export const MIN_PASSWORD_LENGTH = 8
 export const MAX_PASSWORD_LENGTH = 256
 
@@ -227,7 +231,7 @@ export const normalizeEmail = (email: string): string => email.trim().toLowerCas
 const EMAIL = /^[^\s@]+@[^\s@.][^\s@]*\.[^\s@]+$/
 
 /** An email address, normalised on decoding. */
-export const Email = Schema.String.pipe(
+export const Email = Schema.String.check(Schema.isMaxLength(1024)).pipe(
   Schema.decodeTo(
     Schema.String.check(
       Schema.makeFilter((s: string) =>
@@ -242,6 +246,8 @@ export const Email = Schema.String.pipe(
 
 /** 8 to 256 characters; the message never repeats the value. */
 export const Password = Schema.String.check(
+  // JSON Schema counts code points, as the check below does.
+  enforcedMax(MAX_PASSWORD_LENGTH),
   Schema.makeFilter((s: string) => {
     const n = codePoints(s)
     if (s.includes("\u0000")) return `a password without NUL characters`
@@ -265,7 +271,7 @@ export class SignInRequest extends Schema.Class<SignInRequest>("SignInRequest")(
 export class CreateApiKeyRequest extends Schema.Class<CreateApiKeyRequest>("CreateApiKeyRequest")({
   name: Name(120),
   /** Checked by the scope grammar (400 `invalid_scope`); default `["*"]`. */
-  scopes: Schema.optional(Schema.Array(Schema.String)),
+  scopes: Schema.optional(Schema.Array(Bounded(1024)).check(Schema.isMaxLength(256))),
   /** Must be in the future; omitted or null: never expires. */
   expires_at: Schema.optional(Schema.NullOr(Timestamp))
 }) {}

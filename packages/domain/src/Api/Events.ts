@@ -7,6 +7,7 @@
 import { Schema } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/http-api"
 import { InvalidEventFilter, InvalidRequest, Unavailable } from "../Errors.ts"
+import { Bounded } from "../Text.ts"
 import { Access } from "./Auth.ts"
 
 export const EventsQuery = Schema.Struct({
@@ -18,7 +19,7 @@ export class EventsApi extends HttpApiGroup.make("events")
   .add(
     HttpApiEndpoint.get("stream", "/v1/events", {
       query: EventsQuery,
-      headers: { "last-event-id": Schema.optionalKey(Schema.String) },
+      headers: { "last-event-id": Schema.optionalKey(Bounded(256)) },
       success: HttpApiSchema.StreamUint8Array({ contentType: "text/event-stream" }),
       error: [InvalidRequest, InvalidEventFilter, Unavailable]
     }).annotateMerge(OpenApi.annotations({

@@ -7,6 +7,7 @@ import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/ht
 import { InvalidRequest, NotFound, SandboxOutOfScope, Unavailable } from "../Errors.ts"
 import { SandboxId } from "../Ids.ts"
 import { IntFromQuery } from "../Pagination.ts"
+import { Bounded, TimestampText } from "../Text.ts"
 import { Access } from "./Auth.ts"
 
 export const PREVIEW_TTL_S_MIN = 60
@@ -22,10 +23,10 @@ export class PreviewTokenRequest extends Schema.Class<PreviewTokenRequest>("Prev
 
 export class PreviewToken extends Schema.Class<PreviewToken>("PreviewToken")({
   /** The preview's address: `{scheme}://{port}-{sandbox_id}.{SVC_PREVIEW_DOMAIN}[:{port}]/`. */
-  url: Schema.String,
+  url: Bounded(2048),
   /** Sent in `x-svc-preview-token`; shown once, kept nowhere. */
-  token: Schema.String,
-  expiresAt: Schema.String
+  token: Bounded(1024),
+  expiresAt: TimestampText
 }) {}
 
 export class PreviewsApi extends HttpApiGroup.make("previews")

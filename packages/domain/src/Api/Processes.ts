@@ -8,6 +8,7 @@ import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/ht
 import { Conflict, InvalidRequest, NotFound, PayloadTooLarge, SandboxOutOfScope, Unavailable } from "../Errors.ts"
 import { SandboxId } from "../Ids.ts"
 import { ExecRequest } from "../Sandbox.ts"
+import { Bounded, TimestampText } from "../Text.ts"
 import { Access } from "./Auth.ts"
 
 /** Bytes one POST .../stdin may carry. */
@@ -21,9 +22,10 @@ export const PROCESS_OUTPUT_KEPT_BYTES = 1024 * 1024
  * host stopped answering midway (the stream ends there).
  */
 export const ProcessEvent = Schema.Struct({
-  id: Schema.optional(Schema.String),
+  id: Schema.optional(Bounded(64)),
   event: Schema.Literals(["stdout", "stderr", "exit", "error"]),
-  data: Schema.String
+  /** A chunk of output, base64: what one read of a pipe gives, far below this. */
+  data: Bounded(8 * 1024 * 1024)
 })
 export type ProcessEvent = typeof ProcessEvent.Type
 
@@ -43,16 +45,21 @@ export class StartProcessBody extends Schema.Class<StartProcessBody>("StartProce
  */
 export const SandboxProcess = Schema.Struct({
   pid: Schema.Int,
-  cmd: Schema.Array(Schema.String),
+  cmd: ExecRequest.fields.cmd,
   state: Schema.Literals(["running", "exited"]),
   exit_code: Schema.NullOr(Schema.Int),
-  startedAt: Schema.String,
-  exitedAt: Schema.NullOr(Schema.String),
+  startedAt: TimestampText,
+  exitedAt: Schema.NullOr(TimestampText),
   reason: Schema.NullOr(Schema.Literals(["exited", "killed", "sandbox_stopped"]))
 }).annotate({ identifier: "SandboxProcess" })
 export type SandboxProcess = typeof SandboxProcess.Type
 
-export const ProcessList = Schema.Struct({ processes: Schema.Array(SandboxProcess) })
+/** A sandbox's processes as its agent keeps them: far fewer than this. */
+export const MAX_PROCESS_LIST = 10_000
+
+export const ProcessList = Schema.Struct({
+  processes: Schema.Array(SandboxProcess).check(Schema.isMaxLength(MAX_PROCESS_LIST))
+})
 
 export class SignalBody extends Schema.Class<SignalBody>("SignalRequest")({
   signal: Schema.Literals(["INT", "TERM", "KILL", "HUP"])
@@ -61,7 +68,7 @@ export class SignalBody extends Schema.Class<SignalBody>("SignalRequest")({
 const Flag = Schema.Literals(["true", "false"])
 
 const params = { id: SandboxId }
-const processParams = { id: SandboxId, pid: Schema.String }
+const processParams = { id: SandboxId, pid: Bounded(64) }
 const errors = [InvalidRequest, NotFound, Conflict, PayloadTooLarge, SandboxOutOfScope, Unavailable] as const
 
 export class ProcessesApi extends HttpApiGroup.make("processes")

@@ -16,6 +16,7 @@ import {
   NotFound,
   PayloadTooLarge,
   QuotaExceeded,
+  RateLimited,
   SandboxOutOfScope,
   Unavailable,
   UsageLimitReached
@@ -33,6 +34,7 @@ import {
   SandboxPage,
   SandboxStats
 } from "../Sandbox.ts"
+import { Bounded, TimestampText } from "../Text.ts"
 import { Access } from "./Auth.ts"
 import { ProcessEvents } from "./Processes.ts"
 
@@ -52,15 +54,19 @@ export class BindSecretBody extends Schema.Class<BindSecretBody>("BindSecretRequ
 export class ExecBody extends Schema.Class<ExecBody>("ExecRequest")(ExecRequest.fields) {}
 
 export const FileEntry = Schema.Struct({
-  name: Schema.String,
+  /** One file name: at most 255 bytes (NAME_MAX). */
+  name: Bounded(255),
   type: Schema.Literals(["file", "dir", "symlink", "other"]),
   size: Schema.Int,
-  mtime: Schema.String
+  mtime: TimestampText
 })
 export type FileEntry = typeof FileEntry.Type
 
+/** The most entries a folder's listing carries (the listing itself has no cap yet: a larger folder fails). */
+export const MAX_LISTING = 100_000
+
 /** GET .../files on a folder. */
-export const FileListing = Schema.Struct({ entries: Schema.Array(FileEntry) })
+export const FileListing = Schema.Struct({ entries: Schema.Array(FileEntry).check(Schema.isMaxLength(MAX_LISTING)) })
 export type FileListing = typeof FileListing.Type
 
 export const FilesQuery = Schema.Struct({ path: SandboxFilePath })
@@ -186,24 +192,46 @@ export class SandboxesApi extends HttpApiGroup.make("sandboxes")
       params,
       query: FilesQuery,
       success: [HttpApiSchema.StreamUint8Array({ contentType: "application/octet-stream" }), FileListing],
-      error: [InvalidRequest, NotFound, Conflict, PayloadTooLarge, FileRefused, SandboxOutOfScope, Unavailable]
+      error: [
+        InvalidRequest,
+        NotFound,
+        Conflict,
+        PayloadTooLarge,
+        FileRefused,
+        SandboxOutOfScope,
+        RateLimited,
+        Unavailable
+      ]
     }).annotateMerge(OpenApi.annotations({
       description:
         "A file's bytes (`application/octet-stream`, streamed), or for a folder `{entries: [{name, type, size, mtime}]}`. " +
         "Paths resolve inside the sandbox's root only; paths under /proc and /sys are 400 (links to them included). " +
         "A file over 100 MiB is 413; a read the sandbox's kernel refuses is 422 `file_refused` with `errno`. " +
-        "Transfers beyond the API's or the host's bound wait, then 503."
+        "Transfers beyond the API's or the host's bound wait, then 503; beyond the org's own share they are 429 " +
+        "`rate_limited` at once. A transfer that moves no byte for `SVC_API_TRANSFER_IDLE_TIMEOUT` (60 s) has its " +
+        "connection closed."
     })),
     HttpApiEndpoint.put("writeFile", "/v1/sandboxes/:id/files", {
       params,
       query: FilesQuery,
       success: HttpApiSchema.NoContent,
-      error: [InvalidRequest, NotFound, Conflict, PayloadTooLarge, FileRefused, SandboxOutOfScope, Unavailable]
+      error: [
+        InvalidRequest,
+        NotFound,
+        Conflict,
+        PayloadTooLarge,
+        FileRefused,
+        SandboxOutOfScope,
+        RateLimited,
+        Unavailable
+      ]
     }).annotateMerge(OpenApi.annotations({
       description: "The request body (any content type, raw bytes, up to 100 MiB, streamed) becomes the file at " +
         "`path`, replacing it once every byte arrived (a cut upload leaves the old file). A device is written in " +
         "place; paths under /proc and /sys are 400. A write the sandbox's kernel refuses (a full disk, a read-only " +
-        "file system, /dev/full) is 422 `file_refused` with `errno` (`ENOSPC`, `EROFS`, `EIO`, `EACCES`, `EPERM`...). 204."
+        "file system, /dev/full) is 422 `file_refused` with `errno` (`ENOSPC`, `EROFS`, `EIO`, `EACCES`, `EPERM`...). " +
+        "204. Bounded as a download: 503 beyond the API's or the host's transfers, 429 `rate_limited` beyond the " +
+        "org's share, the connection closed after `SVC_API_TRANSFER_IDLE_TIMEOUT` (60 s) without a byte."
     }))
   )
   .annotateMerge(Access.resource("sandboxes"))

@@ -45,8 +45,9 @@ export class SecretsApi extends HttpApiGroup.make("secrets")
     }).annotateMerge(OpenApi.annotations({
       description: "Stores `value` sealed; 201 with the metadata, never the value. The egress proxy writes " +
         "`header_name: header_format` (`{value}` replaced by the value; default `Authorization: Bearer {value}`) " +
-        "onto the requests of sandboxes the secret is bound to, to `allowed_hosts` only (`api.example.com`, " +
-        "`*.example.com`). Names are unique in the org (409). `Idempotency-Key`: the same key and body within " +
+        "onto the requests of sandboxes the secret is bound to, to `allowed_hosts` only: `host` or `*.domain` " +
+        "(HTTPS on port 443), `host:port` (HTTPS on that port), `http://host[:port]` (plain HTTP, port 80 by " +
+        "default; the value then crosses the network in clear). Names are unique in the org (409). `Idempotency-Key`: the same key and body within " +
         "24 h answer 200 with the first response; another body is 422 `idempotency_key_reused`."
     })),
     HttpApiEndpoint.get("list", "/v1/secrets", {

@@ -9,6 +9,7 @@ import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/ht
 import { Conflict, InvalidRequest, NotFound, SandboxOutOfScope, Unavailable } from "../Errors.ts"
 import { ListQuery } from "../Pagination.ts"
 import { CreateTemplateRequest, SnapshotRequest, Template, TemplatePage } from "../Template.ts"
+import { IdText } from "../Text.ts"
 import { Access } from "./Auth.ts"
 
 export class CreateTemplateBody
@@ -16,7 +17,7 @@ export class CreateTemplateBody
 {}
 export class SnapshotBody extends Schema.Class<SnapshotBody>("SnapshotRequest")(SnapshotRequest.fields) {}
 
-const params = { id: Schema.String }
+const params = { id: IdText }
 const LogsQuery = Schema.Struct({ follow: Schema.optionalKey(Schema.Literals(["true", "false"])) })
 
 export class TemplatesApi extends HttpApiGroup.make("templates")

@@ -8,9 +8,11 @@ import { Schema } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/http-api"
 import { Conflict, CsrfRejected, InvalidRequest, NotFound, SandboxOutOfScope, Unavailable } from "../Errors.ts"
 import { SandboxId } from "../Ids.ts"
+import { Bounded, enforcedMax } from "../Text.ts"
 import { Access } from "./Auth.ts"
 
 const Size = Schema.String.check(
+  enforcedMax(4),
   Schema.isPattern(/^[1-9]\d{0,3}$/, { message: "an integer from 1 to 1000" }),
   Schema.makeFilter((s: string) => Number(s) <= 1000 || "an integer from 1 to 1000")
 )
@@ -20,7 +22,7 @@ export const TerminalQuery = Schema.Struct({
   cols: Schema.optionalKey(Size),
   rows: Schema.optionalKey(Size),
   /** The key; the Authorization middleware reads it (here only). */
-  token: Schema.optionalKey(Schema.String)
+  token: Schema.optionalKey(Bounded(256))
 })
 
 export class TerminalApi extends HttpApiGroup.make("terminal")

@@ -9,19 +9,20 @@
 import { Schema } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "effect/http-api"
 import { Unavailable } from "../Errors.ts"
+import { Bounded } from "../Text.ts"
 import { Access } from "./Auth.ts"
 
 export const Worker = Schema.Struct({
-  name: Schema.String,
-  script_name: Schema.String,
-  version: Schema.String,
+  name: Bounded(256),
+  script_name: Bounded(256),
+  version: Bounded(256),
   /** The NATS subject prefix the process consumes. */
-  prefix: Schema.String,
+  prefix: Bounded(256),
   cells: Schema.Null
 })
 export type Worker = typeof Worker.Type
 
-export const WorkerList = Schema.Struct({ workers: Schema.Array(Worker) })
+export const WorkerList = Schema.Struct({ workers: Schema.Array(Worker).check(Schema.isMaxLength(10_000)) })
 export type WorkerList = typeof WorkerList.Type
 
 export class WorkersApi extends HttpApiGroup.make("workers")

@@ -97,6 +97,24 @@ export const makeAdopt = (host: DriverHost, lifecycle: Pick<DriverLifecycle, "de
                   message: `the address ${record.internalIp} was taken meanwhile`
                 })
               }
+              // Its uid range goes with it: the running processes are that range.
+              if (
+                record.uidSlot !== undefined && !(yield* tryHost(
+                  "adopt",
+                  () =>
+                    Network.transfer(
+                      config.slotDir,
+                      String(record.uidSlot),
+                      host.owner(from),
+                      host.owner(spec.sandboxId)
+                    )
+                ))
+              ) {
+                return yield* new DriverFailure({
+                  operation: "adopt",
+                  message: `the uid range ${record.uidSlot} was taken meanwhile`
+                })
+              }
               return yield* tryHost("adopt", () =>
                 cgroups.prepare(spec.sandboxId, {
                   ramMb: spec.ramMb,

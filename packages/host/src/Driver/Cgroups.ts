@@ -93,6 +93,22 @@ export interface Cgroups {
   oomKills(sandboxId: string): Promise<number | undefined>
   /** This host's parent groups, once it has no sandbox left (clean-up of tests and benchmarks). */
   removeHost(): Promise<void>
+  /**
+   * Caps the processes of all sandboxes of the machine together: `pids.max` of the machine-wide
+   * `svc-sandboxes` group (every agent of the machine computes the same figure from the host's
+   * limits, `sandboxesPidsCap`). `applied`, or why not.
+   */
+  limitSandboxes(pidsMax: number): Promise<string>
+}
+
+/**
+ * The processes all sandboxes of a machine may have together: the host's pid_max (or
+ * threads-max, if lower: pids counts threads) less a quarter of it, at least 4096, kept for the
+ * host's own processes (agents, API, databases, sshd). 32768 → 24576.
+ */
+export const sandboxesPidsCap = (pidMax: number, threadsMax: number): number => {
+  const ceiling = Math.min(pidMax, threadsMax)
+  return Math.max(16, ceiling - Math.max(4096, Math.floor(ceiling / 4)))
 }
 
 export interface CgroupSettings {
@@ -374,7 +390,18 @@ const makeV1 = (settings: CgroupSettings, version: CgroupVersion): Cgroups => {
     }
   }
 
-  return { version, probe, prepare, execGroup, rename, removeAll, usage, oomKills, removeHost }
+  const limitSandboxes = async (pidsMax: number) => {
+    try {
+      const dir = NodePath.join(settings.root, "pids", PARENT)
+      FsSync.mkdirSync(dir, { recursive: true })
+      await writePids(dir, pidsMax)
+      return "applied"
+    } catch (e) {
+      return unavailable(e)
+    }
+  }
+
+  return { version, probe, prepare, execGroup, rename, removeAll, usage, oomKills, removeHost, limitSandboxes }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -553,5 +580,27 @@ const makeV2 = (settings: CgroupSettings): Cgroups => {
     await Fs.rmdir(hostDir).catch(() => undefined)
   }
 
-  return { version: "v2", probe, prepare, execGroup, rename, removeAll, usage, oomKills, removeHost }
+  const limitSandboxes = async (pidsMax: number) => {
+    const missing = (await enable()).get("pids")
+    if (missing !== undefined) return missing
+    try {
+      await writePids(parent, pidsMax)
+      return "applied"
+    } catch (e) {
+      return unavailable(e)
+    }
+  }
+
+  return {
+    version: "v2",
+    probe,
+    prepare,
+    execGroup,
+    rename,
+    removeAll,
+    usage,
+    oomKills,
+    removeHost,
+    limitSandboxes
+  }
 }

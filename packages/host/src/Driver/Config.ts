@@ -32,13 +32,32 @@ export class DriverConfig extends Context.Service<DriverConfig, {
   readonly cgroupRoot: string
   /** Most processes one sandbox may have (pids controller). */
   readonly pidsMax: number
+  /**
+   * Most open descriptors of each process of a sandbox (RLIMIT_NOFILE, soft and hard: root inside
+   * cannot raise it). docs/security.md "Resource limits" gives the arithmetic.
+   */
+  readonly nofile: number
+  /**
+   * Most processes of all sandboxes of the machine together (`pids.max` of the machine-wide
+   * `svc-sandboxes` cgroup). Unset: the host's pid_max (or threads-max, the lower) less a
+   * quarter of it, at least 4096, for the host's own (`Cgroups.sandboxesPidsCap`).
+   */
+  readonly sandboxesPidsMax?: number
   /** A static busybox from the host, bind-mounted read-only into every sandbox as its helper. */
   readonly busybox: string
   /**
-   * First host uid (and gid) of the sandboxes' range: uid 0..65535 inside is this..+65535 on the
-   * host. Must not overlap any host user or subordinate range (`/etc/subuid`).
+   * First host uid (and gid) of the range that owns the sandboxes' files: uid 0..65535 inside is
+   * this..+65535 on disk. The running sandboxes are `uidSlots` ranges of 65536 above it, one
+   * each (`Confinement.slotUid`). None may overlap a host user or subordinate range (`/etc/subuid`).
    */
   readonly uidBase: number
+  /** How many sandboxes may run at once on this machine, each as a uid range of its own (default 4096). */
+  readonly uidSlots: number
+  /**
+   * Machine-wide folder of uid range leases (one file per slot), shared by every agent with this
+   * `uidBase`: `<runDir>/uid-slots-<uidBase>` unless given.
+   */
+  readonly slotDir: string
   /**
    * Start even when the sandbox firewall cannot be installed (no `nft`, or it fails): sandboxes
    * then reach this host's services. Off by default (`SVC_AGENT_ALLOW_NO_FIREWALL=1` in the agent).
@@ -81,14 +100,21 @@ export class DriverConfig extends Context.Service<DriverConfig, {
       runDir: options.runDir ?? "/run/svc-sandboxes",
       cgroupRoot: options.cgroupRoot ?? "/sys/fs/cgroup",
       pidsMax: options.pidsMax ?? 1024,
+      nofile: options.nofile ?? 4096,
       busybox: options.busybox ?? "/bin/busybox",
       uidBase: options.uidBase ?? DEFAULT_UID_BASE,
+      uidSlots: options.uidSlots ?? DEFAULT_UID_SLOTS,
+      slotDir: options.slotDir ??
+        `${(options.runDir ?? "/run/svc-sandboxes").replace(/\/+$/, "")}/uid-slots-${
+          options.uidBase ?? DEFAULT_UID_BASE
+        }`,
       allowNoFirewall: options.allowNoFirewall ?? false,
       diskStock: options.diskStock ?? 4,
       sharedVolumesDir: options.sharedVolumesDir ?? `${options.dataDir.replace(/\/+$/, "")}/shared-volumes`,
       ...(options.egress !== undefined ? { egress: options.egress } : {}),
       ...(options.trustedCaPem !== undefined ? { trustedCaPem: options.trustedCaPem } : {}),
-      ...(options.imageCacheDir !== undefined ? { imageCacheDir: options.imageCacheDir } : {})
+      ...(options.imageCacheDir !== undefined ? { imageCacheDir: options.imageCacheDir } : {}),
+      ...(options.sandboxesPidsMax !== undefined ? { sandboxesPidsMax: options.sandboxesPidsMax } : {})
     }
     return Schema.decodeSync(ConfigSchema)(config)
   }
@@ -107,6 +133,9 @@ const AbsolutePath = Schema.String.check(Schema.isPattern(/^\/[^\0]*$/, { messag
 /** Above the system and login ranges and the usual /etc/subuid blocks, below 2^31. */
 export const UidBase = Schema.Int.check(Schema.isBetween({ minimum: 65536, maximum: 2 ** 31 - 65536 }))
 
+/** At most the ranges of 65536 between the highest base and the top of the uid space (`Confinement.slotsOverflow`). */
+export const UidSlots = Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 32_767 }))
+
 const ConfigSchema = Schema.Struct({
   dataDir: AbsolutePath,
   hostId: Name,
@@ -123,8 +152,12 @@ const ConfigSchema = Schema.Struct({
   runDir: AbsolutePath,
   cgroupRoot: AbsolutePath,
   pidsMax: Schema.Int.check(Schema.isGreaterThanOrEqualTo(16)),
+  nofile: Schema.Int.check(Schema.isBetween({ minimum: 64, maximum: 1_048_576 })),
+  sandboxesPidsMax: Schema.optionalKey(Schema.Int.check(Schema.isGreaterThanOrEqualTo(16))),
   busybox: AbsolutePath,
   uidBase: UidBase,
+  uidSlots: UidSlots,
+  slotDir: AbsolutePath,
   allowNoFirewall: Schema.Boolean,
   diskStock: Schema.Int.check(Schema.isBetween({ minimum: 0, maximum: 64 })),
   sharedVolumesDir: AbsolutePath,
@@ -137,6 +170,9 @@ const ConfigSchema = Schema.Struct({
 
 /** 0x7FFF0000: far from login users (1000+), subuid blocks (100000 + 65536·n) and systemd-nspawn's ranges. */
 export const DEFAULT_UID_BASE = 0x7fff0000
+
+/** 4096 ranges of 65536 above the files' range: 0x80000000..0x8FFFFFFF with the default base. */
+export const DEFAULT_UID_SLOTS = 4096
 
 export const DEFAULT_BRIDGE = "svcbr0"
 export const DEFAULT_SUBNET = "10.213.0.0/16"

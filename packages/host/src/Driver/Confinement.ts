@@ -11,10 +11,32 @@ import * as NodePath from "node:path"
 import * as Native from "./Native.ts"
 import * as Seccomp from "./Seccomp.ts"
 
-/** Uids and gids 0..65535 inside map to `uidBase`..`uidBase + 65535` on the host. */
+/** A sandbox's ids: 0..65535 inside. */
 export const ID_COUNT = 65536
 
-export const uidMap = (uidBase: number) => `0 ${uidBase} ${ID_COUNT}\n`
+/**
+ * Files on disk (templates, layers, disks, volumes) are owned by the canonical range: uid n
+ * inside is `uidBase + n` there, whichever sandbox wrote it. Each running sandbox is a range of
+ * its own, its slot's (`slotUid`): the per-user limits of the kernel (inotify instances and
+ * watches, RLIMIT_NPROC, pipe buffers, message queues, keys) count per host uid, and two
+ * sandboxes never share one. svc-start shows each sandbox its files through idmapped mounts
+ * (`native/idmap.h`): canonical `uidBase + n` on disk is `slotUid + n` to the sandbox.
+ */
+export const slotUid = (uidBase: number, slot: number) => uidBase + ID_COUNT * (slot + 1)
+
+/** The highest id a slot may reach: uid 2^32-1 is the kernel's "no id", and 2^32-2 is reserved with it. */
+const TOP_ID = 0xffff_0000
+
+/** Why `slots` ranges above `uidBase` do not fit in the host's uid space, if they do not. */
+export const slotsOverflow = (uidBase: number, slots: number): string | undefined =>
+  slotUid(uidBase, slots) > TOP_ID
+    ? `${slots} uid ranges of ${ID_COUNT} above ${uidBase} pass ${TOP_ID}: at most ${
+      Math.floor((TOP_ID - uidBase) / ID_COUNT) - 1
+    }`
+    : undefined
+
+/** The uid (and gid) map of a sandbox's user namespace: 0..65535 inside are `uid`..`uid + 65535`. */
+export const uidMap = (uid: number) => `0 ${uid} ${ID_COUNT}\n`
 
 /**
  * The capabilities root inside keeps: Docker's default set without NET_RAW (no raw frames or
@@ -44,20 +66,26 @@ export const capabilityMask = (): bigint => CAPABILITIES.reduce((mask, [, bit]) 
 export const capabilityHex = (): string => capabilityMask().toString(16).padStart(16, "0")
 
 /**
- * Why `uidBase` cannot be used on this host, if it cannot: a login or system user, or a
- * subordinate range handed to someone (`/etc/subuid`, `/etc/subgid`), inside the sandboxes'
- * range would share its files and processes with every sandbox's root.
+ * Why `uidBase` and the `slots` ranges above it cannot be used on this host, if they cannot: a
+ * login or system user, or a subordinate range handed to someone (`/etc/subuid`,
+ * `/etc/subgid`), inside them would share its files with every sandbox's root, or its
+ * processes and limits with one sandbox.
  */
-export const rangeConflict = async (uidBase: number): Promise<string | undefined> => {
-  const inRange = (id: number, count = 1) => id < uidBase + ID_COUNT && id + count > uidBase
-  for (const file of ["/etc/passwd", "/etc/group"]) {
+export const rangeConflict = async (
+  uidBase: number,
+  slots = 0,
+  files: { readonly passwd?: string; readonly group?: string; readonly subuid?: string; readonly subgid?: string } = {}
+): Promise<string | undefined> => {
+  const end = slotUid(uidBase, slots)
+  const inRange = (id: number, count = 1) => id < end && id + count > uidBase
+  for (const file of [files.passwd ?? "/etc/passwd", files.group ?? "/etc/group"]) {
     const text = await Fs.readFile(file, "utf8").catch(() => "")
     for (const line of text.split("\n")) {
       const [name, , id] = line.split(":")
       if (name && id !== undefined && inRange(Number(id))) return `${file}: ${name} has id ${id}`
     }
   }
-  for (const file of ["/etc/subuid", "/etc/subgid"]) {
+  for (const file of [files.subuid ?? "/etc/subuid", files.subgid ?? "/etc/subgid"]) {
     const text = await Fs.readFile(file, "utf8").catch(() => "")
     for (const line of text.split("\n")) {
       const [name, start, count] = line.split(":")
@@ -78,10 +106,15 @@ export interface ConfinementFiles {
   readonly enter: string
   /** The `svc-spawner` binary: starts the driver's commands without forking the agent (`Spawner.ts`). */
   readonly spawner: string
+  /**
+   * The `svc-init` binary (static): a sandbox's pid 1, not dumpable, so that root inside cannot
+   * ptrace it or reach its descriptors; copied into the helper folder (`Host.ts`).
+   */
+  readonly init: string
 }
 
 /**
- * Writes the filter and builds `svc-start`, `svc-enter` and `svc-spawner` under `dir` (root-only), when missing
+ * Writes the filter and builds `svc-start`, `svc-enter`, `svc-spawner` and `svc-init` under `dir` (root-only), when missing
  * or out of date. Files are written beside their final name and renamed: concurrent agents see
  * whole files.
  */
@@ -98,5 +131,6 @@ export const prepare = async (dir: string): Promise<ConfinementFiles> => {
   const start = await Native.build(dir, "svc-start")
   const enter = await Native.build(dir, "svc-enter")
   const spawner = await Native.build(dir, "svc-spawner")
-  return { seccomp, start, enter, spawner }
+  const init = await Native.build(dir, "svc-init", undefined, ["-static"])
+  return { seccomp, start, enter, spawner, init }
 }

@@ -39,7 +39,7 @@ export interface InsideCommand {
 export const NOT_RUNNING_EXIT = 124
 
 export const insideCommand = (
-  host: Pick<DriverHost, "confinement">,
+  host: Pick<DriverHost, "confinement" | "config">,
   entry: RunningSandbox,
   group: Pick<Cgroups.ExecGroup, "procsFiles">,
   argv: ReadonlyArray<string>,
@@ -60,6 +60,9 @@ export const insideCommand = (
     "3",
     "--cwd",
     options.cwd,
+    // The init's own descriptor limit (svc-start), set before the command can change it.
+    "--nofile",
+    String(host.config.nofile),
     ...group.procsFiles.flatMap((file) => ["--cgroup", file]),
     "--",
     ...argv
@@ -83,7 +86,8 @@ export const makeExec = (host: DriverHost) => {
         () =>
           cgroups.execGroup(
             entry.record.sandboxId,
-            `x${process.pid}-${++execCounter}-${randomBytes(3).toString("hex")}`
+            // No host pid in it: the sandbox sees the name in /proc/self/cgroup.
+            `x${++execCounter}-${randomBytes(6).toString("hex")}`
           )
       ),
       (group) => tryHost("exec", () => group.remove()).pipe(Effect.ignore)

@@ -47,6 +47,8 @@ import * as Volumes from "./Volumes.ts"
  */
 export const HELPER_DIR = "/dev/.svc"
 export const HELPER = `${HELPER_DIR}/busybox`
+/** A sandbox's pid 1 (`native/svc-init.c`), beside the helper. */
+export const INIT = `${HELPER_DIR}/svc-init`
 
 /** Host commands run with this environment only: nothing of the caller's leaks in. */
 export const HOST_ENV = { PATH: "/usr/sbin:/usr/bin:/sbin:/bin" }
@@ -131,6 +133,13 @@ export interface DriverHost {
   withLock<A, E>(sandboxId: string, effect: Effect.Effect<A, E>): Effect.Effect<A, E>
   /** The lease owner of a sandbox of this agent (leases are shared machine-wide). */
   owner(sandboxId: string): { readonly dataDir: string; readonly sandboxId: string }
+  /**
+   * Leases a uid range's slot for the sandbox machine-wide: `preferred` if it is free or already
+   * its own, else the first free one; undefined when every slot is taken.
+   */
+  leaseSlot(sandboxId: string, preferred: number | undefined): Promise<number | undefined>
+  /** Gives the slot back if (and only if) it is still the sandbox's. */
+  releaseSlot(sandboxId: string, slot: number | undefined): Promise<void>
   /** The lower folder of a template's overlay. */
   templateDir(template: string): Effect.Effect<string, TemplateNotFound | DriverFailure>
   /** The record with its env opened. */
@@ -141,6 +150,25 @@ export interface DriverHost {
   lookupRunning(
     sandboxId: unknown
   ): Effect.Effect<RunningSandbox, InvalidSandboxRequest | SandboxNotFound | SandboxNotRunning | DriverFailure>
+}
+
+const readInt = async (file: string) => Number((await Fs.readFile(file, "utf8")).trim())
+
+/**
+ * The machine-wide bounds of all sandboxes together (docs/security.md "Resource limits"): their
+ * processes (`pids.max` of the `svc-sandboxes` group, below the host's pid_max), and so their
+ * open files, each process holding at most `nofile`: fs.file-max is raised (never lowered) to
+ * that many plus the kernel's own default for the host (a tenth of its memory in KiB), so that
+ * sandboxes together cannot take the files the host's processes and other tenants need.
+ */
+const limitHost = async (config: DriverConfig["Service"], cgroups: Cgroups.Cgroups) => {
+  const pidsMax = config.sandboxesPidsMax ??
+    Cgroups.sandboxesPidsCap(await readInt("/proc/sys/kernel/pid_max"), await readInt("/proc/sys/kernel/threads-max"))
+  const pids = await cgroups.limitSandboxes(pidsMax)
+  const memKb = Number(/^MemTotal:\s+(\d+) kB$/m.exec(await Fs.readFile("/proc/meminfo", "utf8"))?.[1] ?? 0)
+  const files = pidsMax * config.nofile + Math.floor(memKb / 10)
+  if ((await readInt("/proc/sys/fs/file-max")) < files) await Fs.writeFile("/proc/sys/fs/file-max", String(files))
+  return { pidsMax, pids, files }
 }
 
 /** Finds the host programs, prepares the data dir, the helper, the base template, the bridge and its firewall. */
@@ -184,14 +212,20 @@ export const makeDriverHost = (
     const sandboxesDir = NodePath.join(config.dataDir, "sandboxes")
 
     yield* tryHost("init", () => Fs.mkdir(sandboxesDir, { recursive: true }))
-    const conflict = yield* tryHost("init", () => Confinement.rangeConflict(config.uidBase))
+    const overflow = Confinement.slotsOverflow(config.uidBase, config.uidSlots)
+    if (overflow !== undefined) {
+      return yield* new DriverFailure({ operation: "init", message: `${overflow}: set SVC_SANDBOX_UID_BASE lower` })
+    }
+    const conflict = yield* tryHost("init", () => Confinement.rangeConflict(config.uidBase, config.uidSlots))
     if (conflict !== undefined) {
       return yield* new DriverFailure({
         operation: "init",
-        message:
-          `the sandboxes' uid range ${config.uidBase}+${Confinement.ID_COUNT} is in use (${conflict}): set SVC_SANDBOX_UID_BASE`
+        message: `the sandboxes' uid range ${config.uidBase}+${
+          Confinement.slotUid(config.uidBase, config.uidSlots) - config.uidBase
+        } is in use (${conflict}): set SVC_SANDBOX_UID_BASE`
       })
     }
+    yield* tryHost("init", () => limitHost(config, cgroups))
     const confinement = yield* tryHost("init", () => Confinement.prepare(NodePath.join(config.dataDir, "host")))
     // From here on every host command is started by the spawner, not by a fork of this process.
     yield* Effect.acquireRelease(
@@ -216,7 +250,7 @@ export const makeDriverHost = (
       if ((mode & 0o001) === 0) {
         return yield* new DriverFailure({
           operation: "init",
-          message: `${dir} must be traversable by other users (o+x): sandboxes run as uid ${config.uidBase}`
+          message: `${dir} must be traversable by other users (o+x): sandboxes run as uids above ${config.uidBase}`
         })
       }
       if (dir === NodePath.dirname(dir)) break
@@ -236,6 +270,14 @@ export const makeDriverHost = (
         await Fs.copyFile(config.busybox, temp)
         await Fs.chmod(temp, 0o755)
         await Fs.rename(temp, target)
+      }
+      const init = NodePath.join(helperDir, NodePath.basename(INIT))
+      const built = await Fs.readFile(confinement.init)
+      if (!built.equals(await Fs.readFile(init).catch(() => Buffer.alloc(0)))) {
+        const temp = `${init}.tmp-${process.pid}`
+        await Fs.writeFile(temp, built, { mode: 0o755 })
+        await Fs.chmod(temp, 0o755)
+        await Fs.rename(temp, init)
       }
     })
     const baseDir = yield* tryHost("init", () =>
@@ -320,6 +362,13 @@ export const makeDriverHost = (
         return entry
       })
 
+    // Slots are named by their number; a name that is not one is no slot.
+    const slotNames = {
+      first: 0,
+      last: config.uidSlots - 1,
+      nameOf: String,
+      indexOf: (name: string) => /^\d+$/.test(name) ? Number(name) : -1
+    }
     return {
       config,
       secrets,
@@ -336,6 +385,13 @@ export const makeDriverHost = (
       running,
       withLock,
       owner: (sandboxId: string) => ({ dataDir: config.dataDir, sandboxId }),
+      leaseSlot: (sandboxId: string, preferred: number | undefined) =>
+        Network.leaseName(config.slotDir, slotNames, { dataDir: config.dataDir, sandboxId }, preferred?.toString())
+          .then((name) => name === undefined ? undefined : Number(name)),
+      releaseSlot: (sandboxId: string, slot: number | undefined) =>
+        slot === undefined
+          ? Promise.resolve()
+          : Network.release(config.slotDir, String(slot), { dataDir: config.dataDir, sandboxId }),
       templateDir,
       loadRecord,
       lookupRunning

@@ -54,15 +54,17 @@ export const makeLifecycle = (host: DriverHost, runs: Runs) => {
         const runRecord = yield* tryHost("destroy", () => readRunRecord(paths))
         yield* teardownRun(record, paths, runRecord)
         yield* tryHost("destroy", () => Network.release(config.leaseDir, record.internalIp, host.owner(sandboxId)))
+        yield* tryHost("destroy", () => host.releaseSlot(sandboxId, record.uidSlot))
         if (record.sandboxId !== sandboxId) {
           // Half adopted (see `adopt`): the folder has the new name, the record the old one.
           yield* tryHost("destroy", () => cgroups.removeAll(sandboxId))
           yield* tryHost("destroy", () =>
             Network.release(config.leaseDir, record.internalIp, host.owner(record.sandboxId)))
+          yield* tryHost("destroy", () =>
+            host.releaseSlot(record.sandboxId, record.uidSlot))
         }
       } else {
-        yield* tryHost("destroy", () =>
-          cgroups.removeAll(sandboxId))
+        yield* tryHost("destroy", () => cgroups.removeAll(sandboxId))
       }
       // The kernel let go of the disk image's loop device with the sandbox's processes; make sure.
       yield* Disk.awaitDetached(paths)
@@ -102,6 +104,13 @@ export const makeLifecycle = (host: DriverHost, runs: Runs) => {
         if (internalIp === undefined) {
           return yield* new SandboxCapacityExhausted({ message: `no free address in ${config.subnet}` })
         }
+        const uidSlot = yield* tryHost("create", () => host.leaseSlot(spec.sandboxId, undefined))
+        if (uidSlot === undefined) {
+          yield* tryHost("create", () => Network.release(config.leaseDir, internalIp, host.owner(spec.sandboxId)))
+          return yield* new SandboxCapacityExhausted({
+            message: `no free uid range: all ${config.uidSlots} of this machine are leased`
+          })
+        }
         const record = new SandboxRecord({
           sandboxId: spec.sandboxId,
           hostId: config.hostId,
@@ -113,6 +122,7 @@ export const makeLifecycle = (host: DriverHost, runs: Runs) => {
           diskGb: spec.diskGb,
           exposedPorts: spec.exposedPorts,
           internalIp,
+          uidSlot,
           createdAt: new Date().toISOString(),
           ...(spec.volumes !== undefined && spec.volumes.length > 0 ? { volumes: spec.volumes } : {})
         })

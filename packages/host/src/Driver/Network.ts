@@ -50,7 +50,7 @@ export const linkBytes = async (ip: string): Promise<{ readonly rx: number; read
   }
 }
 
-interface LeaseOwner {
+export interface LeaseOwner {
   readonly dataDir: string
   readonly sandboxId: string
 }
@@ -113,23 +113,45 @@ const reclaim = async (leaseDir: string, ip: string, stale: string, owner: Lease
 }
 
 /** Leases `preferred` if it is free or already ours, else the first free address of the subnet. */
-export const lease = async (
+export const lease = (
   leaseDir: string,
   subnet: SandboxSubnet,
   owner: LeaseOwner,
   preferred?: string
+): Promise<string | undefined> =>
+  leaseName(
+    leaseDir,
+    { first: subnet.first, last: subnet.last, nameOf: intToIp, indexOf: ipToInt },
+    owner,
+    preferred
+  )
+
+/**
+ * Leases `preferred` if it is free or already ours, else the first free name of `names`
+ * (`nameOf(first..last)`): the machine's addresses, or its sandboxes' uid ranges (`Confinement.ts`).
+ */
+export const leaseName = async (
+  leaseDir: string,
+  names: {
+    readonly first: number
+    readonly last: number
+    readonly nameOf: (n: number) => string
+    readonly indexOf: (name: string) => number
+  },
+  owner: LeaseOwner,
+  preferred?: string
 ): Promise<string | undefined> => {
   FsSync.mkdirSync(leaseDir, { recursive: true })
-  const attempt = async (ip: string): Promise<boolean> => {
-    if (await tryClaim(leaseDir, ip, owner)) return true
-    const file = NodePath.join(leaseDir, ip)
+  const attempt = async (name: string): Promise<boolean> => {
+    if (await tryClaim(leaseDir, name, owner)) return true
+    const file = NodePath.join(leaseDir, name)
     let text: string | undefined
     try {
       text = FsSync.readFileSync(file, "utf8")
     } catch {
       text = undefined
     }
-    if (text === undefined) return tryClaim(leaseDir, ip, owner)
+    if (text === undefined) return tryClaim(leaseDir, name, owner)
     if (text === ownerText(owner)) return true
     let parsed: LeaseOwner | undefined
     try {
@@ -137,23 +159,23 @@ export const lease = async (
     } catch {
       parsed = undefined
     }
-    if (await isStale(parsed)) return reclaim(leaseDir, ip, text, owner)
+    if (await isStale(parsed)) return reclaim(leaseDir, name, text, owner)
     return false
   }
   if (preferred !== undefined) {
-    const n = ipToInt(preferred)
-    if (n >= subnet.first && n <= subnet.last && (await attempt(preferred))) return preferred
+    const n = names.indexOf(preferred)
+    if (n >= names.first && n <= names.last && (await attempt(preferred))) return preferred
   }
   const taken = new Set(FsSync.readdirSync(leaseDir))
-  for (let n = subnet.first; n <= subnet.last; n++) {
-    const ip = intToIp(n)
-    if (taken.has(ip)) continue
-    if (await attempt(ip)) return ip
+  for (let n = names.first; n <= names.last; n++) {
+    const name = names.nameOf(n)
+    if (taken.has(name)) continue
+    if (await attempt(name)) return name
   }
   // Everything looked taken: look for stale leases among them.
-  for (let n = subnet.first; n <= subnet.last; n++) {
-    const ip = intToIp(n)
-    if (taken.has(ip) && (await attempt(ip))) return ip
+  for (let n = names.first; n <= names.last; n++) {
+    const name = names.nameOf(n)
+    if (taken.has(name) && (await attempt(name))) return name
   }
   return undefined
 }

@@ -5,7 +5,9 @@
  * timeout, an interruption or a KILL ends whole.
  *
  * Background processes belong to this agent process: their pipes end here. Their output is kept
- * in memory (the last `KEEP_BYTES` of each stream), they are named by their pid as the sandbox
+ * in memory (the last `KEEP_BYTES` of each stream, at most `KEEP_BYTES_PER_SANDBOX` for all of a
+ * sandbox's processes together: past it the exited ones go first, the oldest first, then the
+ * running ones that kept the most lose their oldest bytes), they are named by their pid as the sandbox
  * sees it (`svc-enter --report-fd`), signals go through `svc-enter`, which passes them on. A
  * stop or a delete of the sandbox marks them first, so their end says `sandbox_stopped`; the
  * agent stopping ends them (their pipes would have no reader).
@@ -37,12 +39,17 @@ import {
 import { spawn, type Spawned } from "./Spawner.ts"
 import type { SandboxRecord } from "./State.ts"
 
-/** Output kept per stream of a background process. */
+/** Output kept per stream of a background process (the contract's "last 1 MiB of each stream"). */
 export const KEEP_BYTES = 1024 * 1024
+/**
+ * Output kept for all of a sandbox's background processes together: what one sandbox makes the
+ * agent hold (64 running processes could otherwise keep 128 MiB, and exited ones as much again).
+ */
+export const KEEP_BYTES_PER_SANDBOX = 16 * 1024 * 1024
 /** Background processes running at once in one sandbox. */
 export const MAX_RUNNING = 64
 /** Exited background processes kept per sandbox (the oldest go first) and for how long. */
-const MAX_EXITED = 100
+export const MAX_EXITED = 16
 const KEEP_EXITED_MS = 15 * 60_000
 /** Output still in the pipes after the process ended is read for this long (leftover children may hold them). */
 const DRAIN_MS = 30
@@ -69,26 +76,102 @@ const signalNumbers: Record<string, number> = {
 const exitCodeOf = (code: number | null, signal: NodeJS.Signals | null) =>
   code ?? (signal !== null ? 128 + (signalNumbers[signal] ?? 0) : 255)
 
-/** The last `cap` bytes of a stream, as numbered chunks (numbers order both streams together). */
+/**
+ * What the agent keeps for one sandbox's background processes, and the bytes of output that
+ * is, all its streams together (`dropped` once the sandbox is deleted: nothing more is kept).
+ */
+interface SandboxOutput {
+  readonly entries: Map<number, Entry>
+  bytes: number
+  dropped: boolean
+}
+
+/** Output bytes kept per sandbox, for every driver of this process (read by `outputBytesKept`). */
+const kept = new Map<string, SandboxOutput>()
+
+/**
+ * The bytes of background-process output this process keeps for a sandbox (all of them without
+ * an id): at most `KEEP_BYTES_PER_SANDBOX` each, and none once the sandbox is deleted.
+ */
+export const outputBytesKept = (sandboxId?: string): number =>
+  sandboxId !== undefined
+    ? (kept.get(sandboxId)?.bytes ?? 0)
+    : [...kept.values()].reduce((sum, output) => sum + output.bytes, 0)
+
+/** The last `KEEP_BYTES` of a stream, as numbered chunks (numbers order both streams together). */
 class Ring {
   readonly chunks: Array<{ seq: number; bytes: Uint8Array }> = []
   size = 0
+  readonly output: SandboxOutput
+  constructor(output: SandboxOutput) {
+    this.output = output
+  }
   push(seq: number, bytes: Uint8Array) {
+    if (this.output.dropped) return
     this.chunks.push({ seq, bytes })
     this.size += bytes.length
-    while (this.size > KEEP_BYTES) {
+    this.output.bytes += bytes.length
+    if (this.size > KEEP_BYTES) this.trim(this.size - KEEP_BYTES)
+    if (this.output.bytes > KEEP_BYTES_PER_SANDBOX) evictOver(this.output)
+  }
+  /** Drops the oldest `n` bytes. */
+  trim(n: number) {
+    const target = Math.max(0, this.size - n)
+    while (this.size > target) {
       const first = this.chunks[0]!
-      const over = this.size - KEEP_BYTES
+      const over = this.size - target
       if (first.bytes.length <= over) {
         this.chunks.shift()
         this.size -= first.bytes.length
+        this.output.bytes -= first.bytes.length
       } else {
-        first.bytes = first.bytes.subarray(over)
+        // A copy: a view would keep the whole chunk it came from.
+        first.bytes = first.bytes.slice(over)
         this.size -= over
+        this.output.bytes -= over
       }
     }
   }
+  clear() {
+    this.trim(this.size)
+  }
 }
+
+/** An entry goes, with the output it kept. */
+const forgetEntry = (output: SandboxOutput, e: Entry) => {
+  output.entries.delete(e.pid)
+  e.out.clear()
+  e.err.clear()
+}
+
+/**
+ * A sandbox over `KEEP_BYTES_PER_SANDBOX`: exited processes go, the oldest first; then the
+ * streams that kept the most lose their oldest bytes, until it is within.
+ */
+const evictOver = (output: SandboxOutput) => {
+  const exited = [...output.entries.values()].filter((e) => e.exitedAt !== null)
+  exited.sort((a, b) => a.exitedAt!.getTime() - b.exitedAt!.getTime())
+  for (const e of exited) {
+    if (output.bytes <= KEEP_BYTES_PER_SANDBOX) return
+    forgetEntry(output, e)
+  }
+  // Rings of running processes, and of one not yet in the map (its pid is not known yet).
+  while (output.bytes > KEEP_BYTES_PER_SANDBOX) {
+    let largest: Ring | undefined
+    for (const ring of rings(output)) if (largest === undefined || ring.size > largest.size) largest = ring
+    if (largest === undefined || largest.size === 0) return
+    largest.trim(Math.min(largest.size, output.bytes - KEEP_BYTES_PER_SANDBOX))
+  }
+}
+
+/** Every ring that keeps bytes of the sandbox (starting processes' included). */
+const rings = (output: SandboxOutput): Array<Ring> => [
+  ...[...output.entries.values()].flatMap((e) => [e.out, e.err]),
+  ...(starting.get(output) ?? [])
+]
+
+/** Rings of processes whose pid is not known yet (not in the map). */
+const starting = new WeakMap<SandboxOutput, Set<Ring>>()
 
 interface Entry {
   readonly pid: number
@@ -127,7 +210,7 @@ const exitEvent = (e: Entry): ProcessEvent => ({
 })
 
 /** What a process has written so far, both streams in the order they came. */
-const kept = (e: Entry): Array<ProcessEvent> => {
+const keptEvents = (e: Entry): Array<ProcessEvent> => {
   const all = [
     ...e.out.chunks.map((c) => ({ ...c, stream: "stdout" as const })),
     ...e.err.chunks.map((c) => ({ ...c, stream: "stderr" as const }))
@@ -162,7 +245,8 @@ const firstLine = (readable: Readable, timeoutMs: number) =>
   })
 
 export const makeProcesses = (host: DriverHost) => {
-  const bySandbox = new Map<string, Map<number, Entry>>()
+  /** This driver's sandboxes (their outputs are in `kept` too, for `outputBytesKept`). */
+  const bySandbox = new Map<string, SandboxOutput>()
 
   /** The environment every command starts from (as exec's). */
   const sandboxEnv = (record: SandboxRecord, extra: Record<string, string> = {}) => ({
@@ -334,22 +418,34 @@ export const makeProcesses = (host: DriverHost) => {
   // -------------------------------------------------------------------------------------------
   // Background processes
 
-  const entriesOf = (sandboxId: string) => {
-    let entries = bySandbox.get(sandboxId)
-    if (entries === undefined) {
-      entries = new Map()
-      bySandbox.set(sandboxId, entries)
+  const outputOf = (sandboxId: string) => {
+    let output = bySandbox.get(sandboxId)
+    if (output === undefined) {
+      output = { entries: new Map(), bytes: 0, dropped: false }
+      bySandbox.set(sandboxId, output)
+      kept.set(sandboxId, output)
     }
-    return entries
+    return output
+  }
+
+  /** The sandbox is deleted: everything kept for it goes (and nothing more is kept). */
+  const dropOutput = (sandboxId: string) => {
+    const output = bySandbox.get(sandboxId)
+    if (output === undefined) return
+    for (const e of output.entries.values()) forgetEntry(output, e)
+    for (const ring of starting.get(output) ?? []) ring.clear()
+    output.dropped = true
+    bySandbox.delete(sandboxId)
+    if (kept.get(sandboxId) === output) kept.delete(sandboxId)
   }
 
   /** Exited ones past their time, and past the count, go. */
-  const prune = (entries: Map<number, Entry>) => {
+  const prune = (output: SandboxOutput) => {
     const now = Date.now()
-    const exited = [...entries.values()].filter((e) => e.exitedAt !== null)
+    const exited = [...output.entries.values()].filter((e) => e.exitedAt !== null)
     exited.sort((a, b) => a.exitedAt!.getTime() - b.exitedAt!.getTime())
     exited.forEach((e, i) => {
-      if (now - e.exitedAt!.getTime() > KEEP_EXITED_MS || exited.length - i > MAX_EXITED) entries.delete(e.pid)
+      if (now - e.exitedAt!.getTime() > KEEP_EXITED_MS || exited.length - i > MAX_EXITED) forgetEntry(output, e)
     })
   }
 
@@ -360,7 +456,7 @@ export const makeProcesses = (host: DriverHost) => {
     Effect.gen(function*() {
       const id = yield* checkId(sandboxId)
       if (!Number.isSafeInteger(pid) || pid < 1) return yield* notFound(id, pid)
-      const entry = bySandbox.get(id)?.get(pid)
+      const entry = bySandbox.get(id)?.entries.get(pid)
       if (entry === undefined) return yield* notFound(id, pid)
       return entry
     })
@@ -369,8 +465,9 @@ export const makeProcesses = (host: DriverHost) => {
     const request = yield* decodeInput(ProcessRequest, input)
     const running = yield* host.lookupRunning(sandboxId)
     const id = running.record.sandboxId
-    const entries = entriesOf(id)
-    prune(entries)
+    const output = outputOf(id)
+    const entries = output.entries
+    prune(output)
     if ([...entries.values()].filter((e) => e.exitedAt === null).length >= MAX_RUNNING) {
       return yield* new ProcessRefused({
         sandboxId: id,
@@ -387,8 +484,15 @@ export const makeProcesses = (host: DriverHost) => {
       fd4: "out"
     }).pipe(Effect.tapError(() => tryHost("exec", () => group.remove()).pipe(Effect.ignore)))
     // Everything it writes is kept from the start, before its pid is known.
-    const out = new Ring()
-    const err = new Ring()
+    const out = new Ring(output)
+    const err = new Ring(output)
+    const unnamed = starting.get(output) ?? new Set<Ring>()
+    starting.set(output, unnamed)
+    unnamed.add(out).add(err)
+    const named = () => {
+      unnamed.delete(out)
+      unnamed.delete(err)
+    }
     let target: Entry | undefined
     let seq = 0
     const onOutput = (stream: "stdout" | "stderr") => (chunk: Buffer) => {
@@ -419,7 +523,9 @@ export const makeProcesses = (host: DriverHost) => {
       })
     })
 
-    const reported = yield* Effect.promise(() => firstLine(fd4!, START_TIMEOUT_MS))
+    const reported = yield* Effect.promise(() => firstLine(fd4!, START_TIMEOUT_MS)).pipe(
+      Effect.onInterrupt(() => Effect.sync(() => (named(), out.clear(), err.clear())))
+    )
     fd4!.destroy()
     const pid = reported === undefined ? NaN : Number(reported.trim())
     if (!Number.isSafeInteger(pid) || pid < 1) {
@@ -430,6 +536,9 @@ export const makeProcesses = (host: DriverHost) => {
       const exitCode = exitCodeOf(code, signal)
       if (exitCode === NOT_RUNNING_EXIT) yield* host.lookupRunning(id)
       const message = Buffer.concat(err.chunks.map((c) => c.bytes)).toString("utf8").trim()
+      named()
+      out.clear()
+      err.clear()
       return yield* invalid(message.length > 0 ? message.slice(0, 500) : `the process could not start (${exitCode})`)
     }
 
@@ -449,8 +558,14 @@ export const makeProcesses = (host: DriverHost) => {
       listeners: new Set(),
       exited: exited.then(() => undefined)
     }
-    // A pid the sandbox reused: the old record goes.
-    entries.set(pid, entry)
+    // A pid the sandbox reused: the old record goes. A sandbox deleted meanwhile keeps nothing.
+    const reused = entries.get(pid)
+    if (reused !== undefined) forgetEntry(output, reused)
+    named()
+    if (output.dropped) {
+      out.clear()
+      err.clear()
+    } else entries.set(pid, entry)
     target = entry
     void exited.then(async ({ code, signal }) => {
       entry.exitCode = exitCodeOf(code, signal)
@@ -469,10 +584,10 @@ export const makeProcesses = (host: DriverHost) => {
 
   const processes = Effect.fn("SandboxDriver.processes")(function*(sandboxId: string) {
     const id = yield* checkId(sandboxId)
-    const entries = bySandbox.get(id)
-    if (entries === undefined) return []
-    prune(entries)
-    return [...entries.values()]
+    const output = bySandbox.get(id)
+    if (output === undefined) return []
+    prune(output)
+    return [...output.entries.values()]
       .sort((a, b) => b.startedAt.getTime() - a.startedAt.getTime() || b.pid - a.pid)
       .map(infoOf)
   })
@@ -489,7 +604,7 @@ export const makeProcesses = (host: DriverHost) => {
       return Stream.callback<ProcessEvent>((queue) =>
         Effect.acquireRelease(
           Effect.sync(() => {
-            for (const event of kept(entry)) Queue.offerUnsafe(queue, event)
+            for (const event of keptEvents(entry)) Queue.offerUnsafe(queue, event)
             if (entry.exitedAt !== null) {
               Queue.offerUnsafe(queue, exitEvent(entry))
               Queue.endUnsafe(queue)
@@ -567,9 +682,9 @@ export const makeProcesses = (host: DriverHost) => {
   /** Before a stop or a delete: the processes' ends will say so. Then waits for them to end. */
   const sandboxStopping = (sandboxId: string) =>
     Effect.sync(() => {
-      const entries = bySandbox.get(sandboxId)
-      if (entries === undefined) return []
-      const running = [...entries.values()].filter((e) => e.exitedAt === null)
+      const output = bySandbox.get(sandboxId)
+      if (output === undefined) return []
+      const running = [...output.entries.values()].filter((e) => e.exitedAt === null)
       for (const e of running) e.stopping = true
       return running
     })
@@ -590,13 +705,13 @@ export const makeProcesses = (host: DriverHost) => {
       // Anything of it still running was outside its cgroups: it ends now.
       yield* awaitEnded(running)
       for (const e of running) if (e.exitedAt === null) e.group.kill()
-      if (forget) bySandbox.delete(sandboxId)
+      if (forget) dropOutput(sandboxId)
       return result
     })
 
   /** The agent stops: every background process ends (its output would have no reader). */
   const shutdown = Effect.gen(function*() {
-    const all = [...bySandbox.values()].flatMap((m) => [...m.values()]).filter((e) => e.exitedAt === null)
+    const all = [...bySandbox.values()].flatMap((o) => [...o.entries.values()]).filter((e) => e.exitedAt === null)
     for (const e of all) {
       e.group.kill()
       e.child.killGroup("SIGKILL")

@@ -14,9 +14,9 @@ import * as Disk from "./Disk.ts"
 import {
   type DriverHost,
   errorMessage,
-  HELPER,
   HELPER_DIR,
   HOST_ENV,
+  INIT,
   SANDBOX_PATH,
   spawnerTask,
   tryHost
@@ -36,8 +36,13 @@ import {
   writeSandboxRecord
 } from "./State.ts"
 
-/** The sandbox's init command (pid 2; bubblewrap is pid 1 and reaps orphans). */
-const INIT_SCRIPT = `echo ready >&4; exec 3>&- 4>&- 8>&-; exec ${HELPER} sleep inf`
+/**
+ * What the agent keeps of a start's output (svc-start's and bubblewrap's, on one pipe): the
+ * last 16 KiB, for the failure message and `bwrap.log`. Nothing of a sandbox is ever a host
+ * file open for writing: once the sandbox is ready the agent closes the pipe, and a later write
+ * by bubblewrap (or by anything inside made to write there) fails with EPIPE.
+ */
+const START_OUTPUT_BYTES = 16 * 1024
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
@@ -82,7 +87,8 @@ export const makeRuns = (host: DriverHost): Runs => {
     record: SandboxRecord,
     paths: SandboxPaths,
     procsFiles: ReadonlyArray<string>,
-    disk: Disk.Layout
+    disk: Disk.Layout,
+    uid: number
   ) =>
     Effect.callback<{ readonly pid: number; readonly monitorPid: number | undefined }, DriverFailure>((resume) => {
       // The init needs no user variables: execs get them (so they never sit in pid 1's cmdline).
@@ -118,7 +124,8 @@ export const makeRuns = (host: DriverHost): Runs => {
         HELPER_DIR,
         "--remount-ro",
         "/dev",
-        // uid 0 inside is config.uidBase on the host: the agent writes the map while bwrap waits on fd 7.
+        // uid 0 inside is the sandbox's own range (`uid`) on the host: the agent writes the map
+        // while bwrap waits on fd 7.
         "--unshare-user",
         "--uid",
         "0",
@@ -127,6 +134,9 @@ export const makeRuns = (host: DriverHost): Runs => {
         "--userns-block-fd",
         "7",
         "--unshare-pid",
+        // pid 1 is svc-init (not dumpable: root inside cannot ptrace it), not bubblewrap's reaper,
+        // which makes itself dumpable.
+        "--as-pid-1",
         "--unshare-ipc",
         "--unshare-uts",
         "--unshare-net",
@@ -150,12 +160,14 @@ export const makeRuns = (host: DriverHost): Runs => {
         "8"
       ]
       // svc-start (native/svc-start.c), as host root: a private mount namespace, the cgroups, the
-      // disk image and the overlay (seen by this sandbox only), the filter on fd 6, then it execs
-      // bubblewrap as the sandboxes' unprivileged uid: nothing of the sandbox runs as host root,
+      // disk image and the overlay (seen by this sandbox only, its layers idmapped from the files'
+      // range to the sandbox's), the filter on fd 6, then it execs bubblewrap as the sandbox's
+      // unprivileged uid: nothing of the sandbox runs as host root,
       // and the agent maps its user namespace (below). bubblewrap, unprivileged, must be able to
       // walk to the root's mount point: the sandbox's folder is 0711. Started by the spawner (no
       // fork of the agent), and it outlives it: the sandbox must outlive its agent.
       let child: Spawner.Spawned | undefined
+      let output = Buffer.alloc(0)
       let info = ""
       let pid: number | undefined
       let ready = false
@@ -166,7 +178,13 @@ export const makeRuns = (host: DriverHost): Runs => {
         if (done) return
         done = true
         clearTimeout(timer)
-        for (const i of [3, 4, 7]) child?.stdio[i]?.destroy()
+        for (const i of [1, 3, 4, 7]) child?.stdio[i]?.destroy()
+        // Written by the agent, once, from what it kept: never a file the sandbox holds open.
+        try {
+          FsSync.writeFileSync(paths.log, output, { mode: 0o600 })
+        } catch {
+          // Diagnostics only.
+        }
         // The sandbox outlives this process: do not keep the event loop for it.
         child?.unref()
         resume(result)
@@ -174,13 +192,7 @@ export const makeRuns = (host: DriverHost): Runs => {
       const fail = (why: string) => {
         // Once started, the monitor's later end (or the spawner's) is the sandbox's business, not this start's.
         if (done) return
-        const log = (() => {
-          try {
-            return FsSync.readFileSync(paths.log, "utf8").slice(-2000)
-          } catch {
-            return ""
-          }
-        })()
+        const log = output.toString("utf8").slice(-2000)
         if (pid !== undefined) {
           try {
             process.kill(pid, "SIGKILL")
@@ -208,7 +220,11 @@ export const makeRuns = (host: DriverHost): Runs => {
           "--seccomp",
           host.confinement.seccomp,
           "--uid",
+          String(uid),
+          "--file-uid",
           String(config.uidBase),
+          "--nofile",
+          String(config.nofile),
           // The volumes, bound into the root before bubblewrap binds it (`Volumes.ts`).
           ...host.volumes.startArgs(record.volumes ?? []),
           // bwrap reads its options from fd 5: host paths stay out of pid 1's cmdline inside.
@@ -216,17 +232,15 @@ export const makeRuns = (host: DriverHost): Runs => {
           bin.bwrap,
           "--args",
           "5",
-          HELPER,
-          "sh",
-          "-c",
-          INIT_SCRIPT
+          // The sandbox's pid 1 (no reaper of bubblewrap's: `--as-pid-1` in its options).
+          INIT
         ],
         {
           env: HOST_ENV,
           outlive: true,
           stdio: [
             "ignore",
-            { append: paths.log },
+            "out", // 1 and 2: the start's output (START_OUTPUT_BYTES kept)
             { sameAs: 1 },
             "out", // 3: bubblewrap's info (the child's pid)
             "out", // 4: the init's "ready"
@@ -240,6 +254,16 @@ export const makeRuns = (host: DriverHost): Runs => {
       ).then((spawned) => {
         child = spawned
         if (done) return spawned.killGroup("SIGKILL")
+        const outputPipe = spawned.stdio[1]!
+        let outputEnded = false
+        outputPipe.on("data", (chunk: Buffer) => {
+          output = Buffer.concat([output, chunk])
+          if (output.length > START_OUTPUT_BYTES) output = output.subarray(output.length - START_OUTPUT_BYTES)
+        })
+        outputPipe.on("error", () => undefined)
+        outputPipe.on("close", () => {
+          outputEnded = true
+        })
         const infoPipe = spawned.stdio[3]!
         const readyPipe = spawned.stdio[4]!
         const userNsPipe = spawned.stdio[7]!
@@ -255,7 +279,7 @@ export const makeRuns = (host: DriverHost): Runs => {
             pid = Number(match[1])
             // The sandbox's user namespace exists and waits: map its ids, then let it go on.
             try {
-              const map = Confinement.uidMap(config.uidBase)
+              const map = Confinement.uidMap(uid)
               FsSync.writeFileSync(`/proc/${pid}/uid_map`, map)
               FsSync.writeFileSync(`/proc/${pid}/gid_map`, map)
             } catch (e) {
@@ -271,7 +295,18 @@ export const makeRuns = (host: DriverHost): Runs => {
           check()
         })
         spawned.on("error", (e) => fail(e.message))
-        spawned.on("exit", (code, signal) => fail(`bubblewrap exited (${code ?? signal}) before the sandbox was ready`))
+        spawned.on("exit", (code, signal) => {
+          if (done) return
+          const why = `bubblewrap exited (${code ?? signal}) before the sandbox was ready`
+          // Its last words may still be in the pipe: read them first (briefly: a process left
+          // inside may hold the pipe open).
+          if (outputEnded) return fail(why)
+          const late = setTimeout(() => fail(why), 500)
+          outputPipe.once("close", () => {
+            clearTimeout(late)
+            fail(why)
+          })
+        })
       }, (e) => fail(`svc-start could not be started: ${errorMessage(e)}`))
     })
 
@@ -361,6 +396,22 @@ export const makeRuns = (host: DriverHost): Runs => {
         }
       }
 
+      // Its own uid range while it runs (a create leased it a moment ago).
+      if (options?.fresh !== true || record.uidSlot === undefined) {
+        const slot = yield* tryHost("start", () => host.leaseSlot(record.sandboxId, record.uidSlot))
+        if (slot === undefined) {
+          return yield* new DriverFailure({
+            operation: "start",
+            message: `no free uid range: all ${config.uidSlots} of this machine are leased`
+          })
+        }
+        if (slot !== record.uidSlot) {
+          record = new SandboxRecord({ ...record, uidSlot: slot })
+          yield* writeSandboxRecord(paths, record, host.secrets, "start")
+        }
+      }
+      const uid = Confinement.slotUid(config.uidBase, record.uidSlot!)
+
       const disk = yield* tryHost("start", () => Disk.layoutOf(paths))
       // The writable layer belongs to the sandbox's root (a sandbox made before user namespaces
       // were mapped has a root-owned one: shifted once). A disk image is formatted with it so
@@ -384,7 +435,7 @@ export const makeRuns = (host: DriverHost): Runs => {
           pidsMax: config.pidsMax,
           diskGb: record.diskGb
         }))
-      const { pid, monitorPid } = yield* spawnSandbox(record, paths, prepared.procsFiles, disk)
+      const { pid, monitorPid } = yield* spawnSandbox(record, paths, prepared.procsFiles, disk, uid)
       const started = yield* tryHost("start", () => procStat(pid))
       const monitor = monitorPid === undefined ? undefined : yield* tryHost("start", () => procStat(monitorPid))
       const runRecord = new RunRecord({

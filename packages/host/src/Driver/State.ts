@@ -8,7 +8,7 @@
  *   upper/ work/  the overlay's writable layer and its scratch folder (the saved file system)
  * (The overlay's mount point is `<runDir>/hosts/<data dir digest>/roots/<id>`, see Host.ts: mounted
  * only inside the sandbox's private mount namespace, where unprivileged bubblewrap can walk to it.)
- *   bwrap.log     bubblewrap's and the init's own output
+ *   bwrap.log     the start's output (svc-start, bubblewrap; its last 16 KiB), written by the agent
  *   status.json   bubblewrap's `--json-status-fd` output for the current run: the init's
  *                 `exit-code` once it ended (written by the host-side bubblewrap, never from inside)
  *   ended.json    how the last run ended when it ended on its own (`SandboxExit`; until the next
@@ -41,7 +41,12 @@ const recordFields = {
   internalIp: Schema.String,
   createdAt: Schema.String,
   /** Mounted at each start (`Volumes.ts`); absent in records of sandboxes without volumes. */
-  volumes: Schema.optionalKey(Schema.Array(VolumeMount))
+  volumes: Schema.optionalKey(Schema.Array(VolumeMount)),
+  /**
+   * Its uid range's slot (`Confinement.slotUid`), leased machine-wide until it is destroyed;
+   * absent in records made before sandboxes had ranges of their own (leased at their next start).
+   */
+  uidSlot: Schema.optionalKey(Schema.Int)
 }
 
 /** A sandbox's record in memory: `env` in the clear, never written as such. */

@@ -24,6 +24,7 @@ import {
   AgentInvalid,
   AgentNotFound,
   AgentNotRunning,
+  AgentRateLimited,
   AgentRefused,
   type AgentSandboxStats,
   AgentTooLarge
@@ -39,10 +40,11 @@ export type DataPlaneError =
   | Errors.Conflict
   | Errors.PayloadTooLarge
   | Errors.FileRefused
+  | Errors.RateLimited
   | Errors.Unavailable
 
-/** An exec touches no file of the file API: the host never answers `refused` to it. */
-export type ExecError = Exclude<DataPlaneError, Errors.FileRefused>
+/** An exec touches no file of the file API: the host never answers `refused` or `rate_limited` to it. */
+export type ExecError = Exclude<DataPlaneError, Errors.FileRefused | Errors.RateLimited>
 
 /** Stats read a running sandbox's usage: it is there or not, running or not, or the host fails. */
 export type StatsError = Errors.NotFound | Errors.Conflict | Errors.Unavailable
@@ -100,6 +102,14 @@ export const toApiError = (host: HostRecord, error: unknown): Effect.Effect<neve
       })
     )
   }
+  if (error instanceof AgentRateLimited) {
+    return Effect.fail(
+      new Errors.RateLimited({
+        error: "The org runs as many file transfers on the sandbox's host as one org may; retry",
+        retry_after_s: 1
+      })
+    )
+  }
   if (error instanceof AgentBusy) {
     return Effect.fail(
       new Errors.Unavailable({ error: "The sandbox's host runs as many file transfers as it allows; retry" })
@@ -122,8 +132,8 @@ export const toApiError = (host: HostRecord, error: unknown): Effect.Effect<neve
 export class DataPlaneClient extends Context.Service<DataPlaneClient, {
   /** Runs a command; waits up to its own timeout plus a margin for the host. */
   exec(host: HostRecord, sandboxId: string, body: AgentExecRequest): Effect.Effect<AgentExecResult, ExecError>
-  /** A file's bytes (streamed from the host) or a folder's listing. */
-  readFile(host: HostRecord, sandboxId: string, path: string): Effect.Effect<FileContent, DataPlaneError>
+  /** A file's bytes (streamed from the host) or a folder's listing; `org` takes its share of the host's slots. */
+  readFile(host: HostRecord, sandboxId: string, path: string, org?: string): Effect.Effect<FileContent, DataPlaneError>
   /** The running sandbox's usage now (cgroups, network link). */
   stats(host: HostRecord, sandboxId: string): Effect.Effect<AgentSandboxStats, StatsError>
   /**
@@ -135,7 +145,8 @@ export class DataPlaneClient extends Context.Service<DataPlaneClient, {
     sandboxId: string,
     path: string,
     body: Stream.Stream<Uint8Array, E>,
-    maxBytes: number
+    maxBytes: number,
+    org?: string
   ): Effect.Effect<void, DataPlaneError>
 }>()("@svc/sandboxes/DataPlaneClient") {
   static readonly make = Effect.gen(function*() {
@@ -164,7 +175,10 @@ export class DataPlaneClient extends Context.Service<DataPlaneClient, {
           orElse: () => unreachable(host, "exec timed out")
         }),
         Effect.catch((error) => toApiError(host, error)),
-        Effect.catchTag("FileRefused", (e) => unreachable(host, `an exec answered as a file refusal: ${e.error}`))
+        Effect.catchTags({
+          FileRefused: (e) => unreachable(host, `an exec answered as a file refusal: ${e.error}`),
+          RateLimited: (e) => unreachable(host, `an exec answered as rate limited: ${e.error}`)
+        })
       )
     })
 
@@ -176,45 +190,49 @@ export class DataPlaneClient extends Context.Service<DataPlaneClient, {
         // The API checked the id and there is no body: anything but these is the host failing.
         Effect.catchTags({
           FileRefused: (e) => unreachable(host, `stats answered as a file refusal: ${e.error}`),
+          RateLimited: (e) => unreachable(host, `stats answered as rate limited: ${e.error}`),
           InvalidRequest: (e) => unreachable(host, `stats refused as invalid: ${e.error}`),
           PayloadTooLarge: (e) => unreachable(host, `stats refused as too large: ${e.error}`)
         })
       )
     })
 
-    const readFile = Effect.fn("DataPlane.readFile")(function*(host: HostRecord, sandboxId: string, path: string) {
-      const [content, response] = yield* client.sandboxes.readFile({
-        params: { id: sandboxId },
-        query: { path },
-        responseMode: "decoded-and-response"
-      }).pipe(
-        Effect.provideService(AgentTarget, host),
-        Effect.provideService(HttpIncomingMessage.MaxBodySize, undefined),
-        Effect.timeoutOrElse({ duration: TRANSFER_TIMEOUT_MS, orElse: () => unreachable(host, "read timed out") }),
-        Effect.catch((error) => toApiError(host, error))
-      )
-      if (!Stream.isStream(content)) {
-        return { _tag: "Listing", listing: content } satisfies FileContent as FileContent
+    const readFile = Effect.fn("DataPlane.readFile")(
+      function*(host: HostRecord, sandboxId: string, path: string, org?: string) {
+        const [content, response] = yield* client.sandboxes.readFile({
+          params: { id: sandboxId },
+          query: { path, ...(org !== undefined ? { org } : {}) },
+          responseMode: "decoded-and-response"
+        }).pipe(
+          Effect.provideService(AgentTarget, host),
+          Effect.provideService(HttpIncomingMessage.MaxBodySize, undefined),
+          Effect.timeoutOrElse({ duration: TRANSFER_TIMEOUT_MS, orElse: () => unreachable(host, "read timed out") }),
+          Effect.catch((error) => toApiError(host, error))
+        )
+        if (!Stream.isStream(content)) {
+          return { _tag: "Listing", listing: content } satisfies FileContent as FileContent
+        }
+        const stopped = new Errors.Unavailable({ error: "The sandbox's host stopped sending the file" })
+        const stream = content.pipe(
+          Stream.mapError(() => stopped),
+          Stream.interruptWhen(Effect.andThen(Effect.sleep(TRANSFER_TIMEOUT_MS), Effect.fail(stopped)))
+        )
+        const length = response.headers["content-length"]
+        return {
+          _tag: "Bytes",
+          size: length === undefined ? null : Number(length),
+          stream
+        } satisfies FileContent as FileContent
       }
-      const stopped = new Errors.Unavailable({ error: "The sandbox's host stopped sending the file" })
-      const stream = content.pipe(
-        Stream.mapError(() => stopped),
-        Stream.interruptWhen(Effect.andThen(Effect.sleep(TRANSFER_TIMEOUT_MS), Effect.fail(stopped)))
-      )
-      const length = response.headers["content-length"]
-      return {
-        _tag: "Bytes",
-        size: length === undefined ? null : Number(length),
-        stream
-      } satisfies FileContent as FileContent
-    })
+    )
 
     const writeFile = <E>(
       host: HostRecord,
       sandboxId: string,
       path: string,
       body: Stream.Stream<Uint8Array, E>,
-      maxBytes: number
+      maxBytes: number,
+      org?: string
     ) =>
       Effect.suspend(() => {
         const tooLarge = new Errors.PayloadTooLarge({ error: `Uploads are limited to ${maxBytes} bytes` })
@@ -228,7 +246,8 @@ export class DataPlaneClient extends Context.Service<DataPlaneClient, {
             return total > maxBytes ? Effect.fail(tooLarge) : Effect.succeed(chunks)
           })
         )
-        return client.sandboxes.writeFile({ params: { id: sandboxId }, query: { path }, payload }).pipe(
+        const query = { path, ...(org !== undefined ? { org } : {}) }
+        return client.sandboxes.writeFile({ params: { id: sandboxId }, query, payload }).pipe(
           Effect.provideService(AgentTarget, host),
           Effect.timeoutOrElse({ duration: TRANSFER_TIMEOUT_MS, orElse: () => unreachable(host, "upload timed out") }),
           Effect.catch((error) => {

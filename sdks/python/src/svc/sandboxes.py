@@ -1,0 +1,419 @@
+"""
+`svc.sandboxes` and the `Sandbox` object: create (returning once running), get, list; a
+sandbox's commands (exec, whole or streamed), files, processes, terminal, lifecycle and settings.
+"""
+
+from __future__ import annotations
+
+import codecs
+import time
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Callable, Dict, Generator, List, Mapping, Optional, Sequence, Type, TypedDict, TypeVar, Union
+
+from ._http import (
+    Body,
+    Http,
+    SvcError,
+    check_int,
+    check_mapping,
+    check_str,
+    check_str_list,
+    check_str_map,
+    drop_none,
+    invalid,
+    segment,
+)
+from .processes import OutputChunk, Processes, command, output_of
+from .types import ExecResult, FileEntry, PreviewToken, SandboxRecord, SandboxStats, Template
+
+if TYPE_CHECKING:
+    from .resources import Templates
+    from .terminal import Terminal
+
+__all__ = ["Files", "Sandbox", "SandboxPage", "Sandboxes"]
+
+#: How long a wait lasts by default (s).
+DEFAULT_WAIT = 300.0
+
+STATES = ("pending", "starting", "running", "stopping", "stopped", "deleting", "deleted", "error")
+
+
+A = TypeVar("A")
+
+
+def poll(read: Callable[[], A], done: Callable[[A], bool], timeout: float, what: str) -> A:
+    """Reads until `done` says so; the delay grows from 50 ms to 1 s."""
+    deadline = time.monotonic() + timeout
+    delay = 0.05
+    while True:
+        value = read()
+        if done(value):
+            return value
+        if time.monotonic() + delay > deadline:
+            raise SvcError(0, "timeout", f"{what} after {timeout:g} s")
+        time.sleep(delay)
+        delay = min(delay * 2, 1.0)
+
+
+class Files:
+    """`sbx.files`: the sandbox's files (paths are absolute, inside the sandbox)."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self._sandbox = sandbox
+
+    def write(self, path: str, data: Body) -> None:
+        """Writes a file (replacing it once every byte arrived); `data` is bytes, text (UTF-8) or a binary file object."""
+        check_str(path, "path", absolute=True)
+        self._sandbox._http.request(
+            "PUT",
+            self._sandbox._path("/files"),
+            query={"path": path},
+            body=data,
+            headers={"Content-Type": "application/octet-stream"},
+            timeout=max(self._sandbox._http.timeout, 600.0),
+        )
+
+    def read(self, path: str) -> bytes:
+        """A file's bytes. A folder is a SvcError `not_a_file` (see `list`)."""
+        check_str(path, "path", absolute=True)
+        answer = self._sandbox._http.request("GET", self._sandbox._path("/files"), query={"path": path})
+        if answer.headers.get("content-type", "").startswith("application/json"):
+            raise SvcError(0, "not_a_file", f"{path} is a folder: use files.list")
+        return answer.body
+
+    def read_text(self, path: str) -> str:
+        """A file's text (UTF-8)."""
+        return self.read(path).decode("utf-8")
+
+    def list(self, path: str) -> List[FileEntry]:
+        """A folder's entries. A file is a SvcError `not_a_folder`."""
+        check_str(path, "path", absolute=True)
+        answer = self._sandbox._http.request("GET", self._sandbox._path("/files"), query={"path": path})
+        if not answer.headers.get("content-type", "").startswith("application/json"):
+            raise SvcError(0, "not_a_folder", f"{path} is a file: use files.read")
+        entries: List[FileEntry] = answer.json()["entries"]
+        return entries
+
+
+class Sandbox:
+    """
+    A sandbox: its record as of the last answer, and what can be done with it. As a context
+    manager (`with svc.sandboxes.create() as sbx:`) it is deleted at the end of the block.
+    """
+
+    def __init__(self, http: Http, templates: Templates, record: SandboxRecord) -> None:
+        self._http = http
+        self._templates = templates
+        self.record = record
+        #: Its background processes.
+        self.processes = Processes(http, record["id"])
+        #: Its files.
+        self.files = Files(self)
+
+    def __repr__(self) -> str:
+        return f"Sandbox(id={self.id!r}, name={self.name!r}, state={self.state!r})"
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(
+        self, kind: Optional[Type[BaseException]], error: Optional[BaseException], trace: Optional[TracebackType]
+    ) -> None:
+        try:
+            self.delete()
+        except SvcError as failure:
+            if failure.status != 404:
+                raise
+
+    @property
+    def id(self) -> str:
+        return self.record["id"]
+
+    @property
+    def name(self) -> str:
+        return self.record["name"]
+
+    @property
+    def state(self) -> str:
+        """As of the last answer: `refresh()` asks again."""
+        return self.record["state"]
+
+    def _path(self, suffix: str = "") -> str:
+        return f"/v1/sandboxes/{segment(self.id)}{suffix}"
+
+    def refresh(self) -> Sandbox:
+        """Reads the record again."""
+        self.record = self._http.json("GET", self._path())
+        return self
+
+    def wait_for(self, states: Union[str, Sequence[str]], timeout: float = DEFAULT_WAIT) -> Sandbox:
+        """
+        Returns once the sandbox is in one of `states`; an `error` state (or `deleted`, unless
+        waited for) is raised as a SvcError `sandbox_error`. It polls the record (50 ms growing to 1 s).
+        """
+        wanted = [states] if isinstance(states, str) else list(states)
+        for state in wanted:
+            if state not in STATES:
+                invalid("states", f"{state!r} is not a sandbox state")
+        def settled(sandbox: Sandbox) -> bool:
+            return sandbox.state in wanted or sandbox.state in ("error", "deleted")
+
+        poll(
+            self.refresh,
+            settled,
+            timeout,
+            f"sandbox {self.id} is not {' or '.join(wanted)}",
+        )
+        if self.state not in wanted:
+            message = f"sandbox {self.id} is {self.state}"
+            if self.record.get("errorMessage"):
+                message += f": {self.record['errorMessage']}"
+            raise SvcError(0, "sandbox_error", message, {"sandbox": self.record})
+        return self
+
+    @staticmethod
+    def _exec_body(
+        cmd: Union[str, Sequence[str]],
+        cwd: Optional[str],
+        env: Optional[Mapping[str, str]],
+        stdin: Optional[str],
+        timeout_ms: Optional[int],
+    ) -> Dict[str, Any]:
+        check_str(cwd, "cwd", required=False, absolute=True)
+        check_str_map(env, "env")
+        if stdin is not None and not isinstance(stdin, str):
+            invalid("stdin", "must be a string")
+        check_int(timeout_ms, "timeout_ms", required=False, low=1)
+        return drop_none({"cmd": command(cmd), "cwd": cwd, "env": env, "stdin": stdin, "timeout_ms": timeout_ms})
+
+    def exec(
+        self,
+        cmd: Union[str, Sequence[str]],
+        *,
+        cwd: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        stdin: Optional[str] = None,
+        timeout_ms: Optional[int] = None,
+        on_stdout: Optional[Callable[[str], None]] = None,
+        on_stderr: Optional[Callable[[str], None]] = None,
+    ) -> ExecResult:
+        """
+        Runs a command and waits for it. `cmd` is argv (`["ls", "-la"]`) or a shell line
+        (`"ls -la | wc -l"`, run as `sh -c`). A non-zero exit is a result, not an error.
+        `timeout_ms`: at most this long (default 60000, up to 600000), then it is killed.
+        `on_stdout` / `on_stderr`: called with each piece of output as it is written (streamed).
+        """
+        body = self._exec_body(cmd, cwd, env, stdin, timeout_ms)
+        wait = max(self._http.timeout, (timeout_ms or 60_000) / 1000 + 30)
+        if on_stdout is None and on_stderr is None:
+            result: ExecResult = self._http.json("POST", self._path("/exec"), json=body, timeout=wait)
+            return result
+        decoders = {name: codecs.getincrementaldecoder("utf-8")("replace") for name in ("stdout", "stderr")}
+        out = {"stdout": "", "stderr": ""}
+        for chunk in self._exec_stream(body, wait):
+            if chunk.type == "exit":
+                return {
+                    "exit_code": chunk.exit_code or 0,
+                    "duration_ms": chunk.duration_ms or 0,
+                    "stdout": out["stdout"] + decoders["stdout"].decode(b"", final=True),
+                    "stderr": out["stderr"] + decoders["stderr"].decode(b"", final=True),
+                    "truncated": False,
+                }
+            text = decoders[chunk.type].decode(chunk.data)
+            out[chunk.type] += text
+            callback = on_stdout if chunk.type == "stdout" else on_stderr
+            if callback is not None and text:
+                callback(text)
+        raise SvcError(0, "network_error", "the command's stream ended before its exit")
+
+    def exec_stream(
+        self,
+        cmd: Union[str, Sequence[str]],
+        *,
+        cwd: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        stdin: Optional[str] = None,
+        timeout_ms: Optional[int] = None,
+    ) -> Generator[OutputChunk, None, None]:
+        """
+        Runs a command and yields its output as it is written (`stdout`/`stderr` chunks of bytes),
+        then its `exit`: an iterator read only as fast as it is consumed. Closing it early
+        (`.close()`, or leaving the loop and dropping it) closes the stream (the command runs on
+        to its end or its `timeout_ms`).
+        """
+        body = self._exec_body(cmd, cwd, env, stdin, timeout_ms)
+        return self._exec_stream(body, max(self._http.timeout, (timeout_ms or 60_000) / 1000 + 30))
+
+    def _exec_stream(self, body: Dict[str, Any], timeout: float) -> Generator[OutputChunk, None, None]:
+        stream = self._http.stream(
+            "POST", self._path("/exec"), json=body, headers={"Accept": "text/event-stream"}, timeout=timeout
+        )
+        return output_of(stream)
+
+    def terminal(self, cols: int = 80, rows: int = 24, timeout: Optional[float] = None) -> Terminal:
+        """
+        An interactive terminal (a PTY running a shell) in the running sandbox, over the /terminal
+        WebSocket: `write`, `resize`, `read`, `close`, `wait` (the shell's exit code).
+        """
+        from .terminal import open_terminal
+
+        return open_terminal(self._http, self.id, cols, rows, timeout)
+
+    def delete(self, wait: bool = False, timeout: float = DEFAULT_WAIT) -> Sandbox:
+        """Deletes it and its children; `wait=True` returns once it is `deleted`."""
+        self.record = self._http.json("DELETE", self._path())
+        if wait and self.state != "deleted":
+            self.wait_for("deleted", timeout)
+        return self
+
+    def stop(self, wait: bool = True, timeout: float = DEFAULT_WAIT) -> Sandbox:
+        """Stops it (a running sandbox); returns once `stopped` unless `wait=False`."""
+        self.record = self._http.json("POST", self._path("/stop"))
+        return self.wait_for("stopped", timeout) if wait else self
+
+    def start(self, wait: bool = True, timeout: float = DEFAULT_WAIT) -> Sandbox:
+        """Starts it again (a stopped sandbox); returns once `running` unless `wait=False`."""
+        self.record = self._http.json("POST", self._path("/start"))
+        return self.wait_for("running", timeout) if wait else self
+
+    def stats(self) -> SandboxStats:
+        """Its usage now: CPU, memory, processes, network bytes (a running sandbox)."""
+        stats: SandboxStats = self._http.json("GET", self._path("/stats"))
+        return stats
+
+    def set_network(self, allow_out: Optional[Sequence[str]] = None, deny_out: Optional[Sequence[str]] = None) -> Sandbox:
+        """Replaces its egress policy."""
+        check_str_list(allow_out, "allow_out", required=False)
+        check_str_list(deny_out, "deny_out", required=False)
+        body = drop_none({"allow_out": allow_out, "deny_out": deny_out})
+        self.record = self._http.json("PUT", self._path("/network"), json=body)
+        return self
+
+    def bind_secret(self, secret_id: str) -> None:
+        """Binds a secret of the org (the key needs `secrets:use`)."""
+        check_str(secret_id, "secret_id")
+        self._http.request("POST", self._path("/secrets"), json={"secret_id": secret_id})
+
+    def expose_port(self, port: int, ttl_s: Optional[int] = None) -> PreviewToken:
+        """A preview URL and token for one of its exposed ports."""
+        check_int(port, "port", low=1)
+        check_int(ttl_s, "ttl_s", required=False, low=1)
+        token: PreviewToken = self._http.json("POST", self._path(f"/ports/{port}/token"), json=drop_none({"ttl_s": ttl_s}))
+        return token
+
+    def snapshot(self, name: str, wait: bool = True, timeout: float = DEFAULT_WAIT) -> Template:
+        """Captures its files as a template named `name`; returns once built unless `wait=False`."""
+        check_str(name, "name")
+        template: Template = self._http.json("POST", self._path("/snapshot"), json={"name": name})
+        return self._templates.wait_for(template["id"], timeout) if wait else template
+
+
+class SandboxPage(TypedDict):
+    rows: List[Sandbox]
+    total: int
+    offset: int
+    limit: int
+    has_more: bool
+
+
+class Sandboxes:
+    """`svc.sandboxes`."""
+
+    def __init__(self, http: Http, templates: Templates) -> None:
+        self._http = http
+        self._templates = templates
+
+    def _wrap(self, record: SandboxRecord) -> Sandbox:
+        return Sandbox(self._http, self._templates, record)
+
+    def create(
+        self,
+        name: Optional[str] = None,
+        *,
+        template: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        cpu: Optional[int] = None,
+        ram_mb: Optional[int] = None,
+        disk_gb: Optional[int] = None,
+        metadata: Optional[Mapping[str, Any]] = None,
+        timeout_s: Optional[int] = None,
+        exposed_ports: Optional[Sequence[int]] = None,
+        secrets: Optional[Sequence[str]] = None,
+        network: Optional[Mapping[str, Sequence[str]]] = None,
+        volumes: Optional[Sequence[Mapping[str, Any]]] = None,
+        wait: bool = True,
+        timeout: float = DEFAULT_WAIT,
+        idempotency_key: Optional[str] = None,
+        **params: Any,
+    ) -> Sandbox:
+        """
+        Creates a sandbox and returns it once it is running (a SvcError `sandbox_error` if it ends
+        in `error`); `wait=False` returns the `pending` record at once. The other fields of the
+        API's body (`parent_id`, `region`, `type`...) pass through `**params`.
+        `idempotency_key`: the same key and body again answer the same sandbox.
+        """
+        check_str(name, "name", required=False)
+        check_str(template, "template", required=False)
+        check_str_map(env, "env")
+        for field, value in (("cpu", cpu), ("ram_mb", ram_mb), ("disk_gb", disk_gb), ("timeout_s", timeout_s)):
+            check_int(value, field, required=False, low=1)
+        check_mapping(metadata, "metadata")
+        check_mapping(network, "network")
+        check_str_list(secrets, "secrets", required=False)
+        if exposed_ports is not None:
+            for i, port in enumerate(exposed_ports):
+                check_int(port, f"exposed_ports.{i}", low=1)
+        check_str(idempotency_key, "idempotency_key", required=False)
+        body = drop_none(
+            {
+                "name": name,
+                "template": template,
+                "env": env,
+                "cpu": cpu,
+                "ram_mb": ram_mb,
+                "disk_gb": disk_gb,
+                "metadata": metadata,
+                "timeout_s": timeout_s,
+                "exposed_ports": exposed_ports,
+                "secrets": secrets,
+                "network": network,
+                "volumes": volumes,
+                **params,
+            }
+        )
+        record = self._http.json("POST", "/v1/sandboxes", json=body, headers={"Idempotency-Key": idempotency_key})
+        sandbox = self._wrap(record)
+        return sandbox.wait_for("running", timeout) if wait else sandbox
+
+    def get(self, sandbox_id: str) -> Sandbox:
+        check_str(sandbox_id, "sandbox_id")
+        return self._wrap(self._http.json("GET", f"/v1/sandboxes/{segment(sandbox_id)}"))
+
+    def list(
+        self,
+        *,
+        limit: Optional[int] = None,
+        offset: Optional[int] = None,
+        state: Optional[Union[str, Sequence[str]]] = None,
+        paginated: Optional[bool] = None,
+    ) -> SandboxPage:
+        """Newest first. `state`: one state or several; `paginated=False`: every row (up to 10,000) at once."""
+        check_int(limit, "limit", required=False, low=1)
+        check_int(offset, "offset", required=False, low=0)
+        page = self._http.json(
+            "GET",
+            "/v1/sandboxes",
+            query={
+                "limit": limit,
+                "offset": offset,
+                "state": state if state is None or isinstance(state, str) else ",".join(state),
+                "paginated": paginated,
+            },
+        )
+        return {
+            "rows": [self._wrap(record) for record in page["rows"]],
+            "total": page["total"],
+            "offset": page["offset"],
+            "limit": page["limit"],
+            "has_more": page["has_more"],
+        }

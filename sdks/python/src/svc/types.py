@@ -1,0 +1,274 @@
+"""
+The JSON of the API's records, as TypedDicts (the contract, /v1: docs/api.md): what the calls
+return, exactly as the API sent it. Timestamps are ISO 8601 strings; ids are strings. Fields the
+API may add later are kept in the dicts too.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, TypedDict
+
+__all__ = [
+    "ApiKey", "App", "AppPage", "AuditEntry", "AuditPage", "CreatedApiKey", "CreatedWebhook",
+    "DeliveryAttempt", "DeliveryPage", "ExecResult", "FileEntry", "KeyPage", "Org", "PreviewToken",
+    "ProcessRecord", "SandboxRecord", "SandboxStats", "Secret", "SecretPage", "Template",
+    "TemplatePage", "Usage", "Volume", "VolumePage", "Webhook", "WebhookPage", "WhoAmI", "Worker",
+]
+
+
+class SandboxRecord(TypedDict):
+    id: str
+    name: str
+    orgId: str
+    templateId: str
+    hostId: Optional[str]
+    parentId: Optional[str]
+    #: pending, starting, running, stopping, stopped, deleting, deleted, error
+    state: str
+    type: str
+    region: str
+    datacenter: Optional[str]
+    agent_ready: bool
+    runtime_ready: bool
+    runtime_reason: Optional[str]
+    cpu: int
+    ramMb: int
+    diskGb: int
+    vsockCid: Optional[int]
+    internalIp: Optional[str]
+    exposedPorts: List[int]
+    volume_attachments: List[Dict[str, Any]]
+    metadata: Dict[str, Any]
+    errorMessage: Optional[str]
+    network: Dict[str, List[str]]
+    secrets: List[str]
+    createdAt: str
+    startedAt: Optional[str]
+    stoppedAt: Optional[str]
+    deletedAt: Optional[str]
+
+
+class ExecResult(TypedDict):
+    exit_code: int
+    stdout: str
+    stderr: str
+    duration_ms: int
+    #: The host kept at most 1 MiB of each output and cut it there (never when streamed).
+    truncated: bool
+
+
+class FileEntry(TypedDict):
+    name: str
+    #: file, dir, symlink, other
+    type: str
+    size: int
+    mtime: str
+
+
+class ProcessRecord(TypedDict):
+    pid: int
+    cmd: List[str]
+    #: running, exited
+    state: str
+    exit_code: Optional[int]
+    startedAt: str
+    exitedAt: Optional[str]
+    #: exited, killed, sandbox_stopped (None while running)
+    reason: Optional[str]
+
+
+class SandboxStats(TypedDict):
+    cpu_usage_ns: Optional[int]
+    memory_bytes: int
+    pids: int
+    net_bytes_in: Optional[int]
+    net_bytes_out: Optional[int]
+
+
+class PreviewToken(TypedDict):
+    url: str
+    token: str
+    expiresAt: str
+
+
+class Template(TypedDict):
+    id: str
+    name: str
+    #: building, ready, failed
+    state: str
+    image: Optional[str]
+    base: Optional[str]
+    start_cmd: Optional[str]
+    ready_cmd: Optional[str]
+    errorMessage: Optional[str]
+    createdAt: str
+    builtAt: Optional[str]
+
+
+class Volume(TypedDict):
+    id: str
+    name: str
+    #: local, shared
+    type: str
+    driver: str
+    size_gb: int
+    state: str
+    mount_path: Optional[str]
+    host_id: Optional[str]
+    attachment_id: Optional[str]
+    attached_to: Optional[str]
+    device_path: Optional[str]
+    attachments: List[Dict[str, Any]]
+    auto_attach: Dict[str, Any]
+    createdAt: str
+    deletedAt: Optional[str]
+
+
+class App(TypedDict):
+    id: str
+    name: str
+    template: str
+    cmd: List[str]
+    replicas: int
+    ready_replicas: int
+    exposed_ports: List[int]
+    revision: int
+    #: deploying, running, degraded, deleting
+    state: str
+    #: Why it is not running, else None.
+    reason: Optional[str]
+    sandbox_ids: List[str]
+    createdAt: str
+    updatedAt: str
+
+
+class Secret(TypedDict):
+    id: str
+    name: str
+    allowed_hosts: List[str]
+    header_name: str
+    header_format: str
+    createdAt: str
+    rotatedAt: Optional[str]
+
+
+class Webhook(TypedDict):
+    id: str
+    url: str
+    events: List[str]
+    enabled: bool
+    createdAt: str
+    updatedAt: str
+
+
+class CreatedWebhook(Webhook):
+    #: The signing secret, shown this once (`verify_webhook`).
+    secret_returned_once: str
+
+
+class DeliveryAttempt(TypedDict):
+    id: str
+    delivery_id: str
+    event: str
+    attempt: int
+    #: pending, succeeded, failed, dead_letter, retried
+    status: str
+    response_code: Optional[int]
+    error: Optional[str]
+    duration_ms: Optional[int]
+    createdAt: str
+    next_attempt_at: Optional[str]
+
+
+class ApiKey(TypedDict):
+    id: str
+    prefix: str
+    name: str
+    scopes: List[str]
+    createdAt: str
+    lastUsedAt: Optional[str]
+    expiresAt: Optional[str]
+    revokedAt: Optional[str]
+
+
+class CreatedApiKey(ApiKey):
+    #: The key itself, shown this once.
+    token: str
+
+
+class Org(TypedDict):
+    id: str
+    name: str
+    createdAt: str
+
+
+class WhoAmI(TypedDict):
+    org: Dict[str, Any]
+    user: Optional[Dict[str, Any]]
+    credential: Dict[str, Any]
+
+
+class AuditEntry(TypedDict):
+    id: str
+    action: str
+    actor: Dict[str, Any]
+    target_id: Optional[str]
+    ip: Optional[str]
+    user_agent: Optional[str]
+    createdAt: str
+
+
+class Usage(TypedDict):
+    period_start: str
+    period_end: str
+    spend_micros: int
+    hard_limit_micros: Optional[int]
+    alert_micros: Optional[int]
+    blocked: bool
+
+
+class Worker(TypedDict):
+    name: str
+    script_name: str
+    version: str
+    prefix: str
+    cells: Optional[Any]
+
+
+class _Page(TypedDict):
+    total: int
+    offset: int
+    limit: int
+    has_more: bool
+
+
+class TemplatePage(_Page):
+    rows: List[Template]
+
+
+class VolumePage(_Page):
+    volumes: List[Volume]
+
+
+class AppPage(_Page):
+    apps: List[App]
+
+
+class SecretPage(_Page):
+    secrets: List[Secret]
+
+
+class WebhookPage(_Page):
+    webhooks: List[Webhook]
+
+
+class DeliveryPage(_Page):
+    deliveries: List[DeliveryAttempt]
+
+
+class KeyPage(_Page):
+    keys: List[ApiKey]
+
+
+class AuditPage(_Page):
+    entries: List[AuditEntry]
