@@ -11,7 +11,7 @@ import { Svc, SvcError } from "@svc/sdk"
 import { Config, Effect, Option, Redacted, Schema } from "effect"
 import * as Fs from "node:fs"
 import * as Path from "node:path"
-import { ApiKey, ApiUrl, DEFAULT_API_URL, StateDir } from "./Config.ts"
+import { ApiKey, ApiUrl, DEFAULT_API_URL, StateDir } from "./Client/Config.ts"
 
 export class CliError extends Schema.TaggedError<CliError>()("CliError", { message: Schema.String }) {}
 
@@ -38,7 +38,8 @@ export const credentials = Effect.gen(function*() {
     try: () => Fs.readFileSync(file, "utf8"),
     catch: () =>
       new CliError({
-        message: `No credentials: set SVC_API_KEY (and SVC_API_URL), or run \`svc dev\` (writes ${file})`
+        message:
+          `No credentials: set SVC_API_KEY (and SVC_API_URL), or, in the repository, run \`svc dev\` (writes ${file})`
       })
   })
   const dev = yield* Schema.decodeUnknownEffect(Schema.fromJsonString(DevCredentials))(text).pipe(

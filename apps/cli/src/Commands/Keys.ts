@@ -7,21 +7,14 @@
  *   svc key mint --name ci --scope sandboxes:write --expires-at 2027-01-01T00:00:00.000Z
  *   svc key revoke key_...
  *
- * For operators, against DATABASE_URL (no API process needed): `svc key create --org <id>
- * --name <n> [--scope <s>]... [--expires-at <ISO>]` mints a userless service key for an org
- * (scopes default to `*`). Either way the token is shown once.
+ * The repository's `svc` adds the operator's `svc key create --org <id> --name <n> [--scope
+ * <s>]... [--expires-at <ISO>]` (`Operator.ts`): a userless service key for an org, against
+ * DATABASE_URL (scopes default to `*`). Either way the token is shown once.
  */
-import { ApiKeys } from "@svc/auth/ApiKeys"
-import { operatorContext } from "@svc/auth/Audit"
-import { Orgs } from "@svc/auth/Orgs"
-import { OrgId } from "@svc/domain/Ids"
-import { Name } from "@svc/domain/Text"
-import { Timestamp } from "@svc/domain/Time"
 import type { ApiKey } from "@svc/sdk"
 import { Console, Effect, Option } from "effect"
 import { Argument, Command, Flag } from "effect/cli"
 import { call } from "../Client.ts"
-import { OperatorServices } from "./Orgs.ts"
 
 const print = (value: unknown) => Console.log(JSON.stringify(value, null, 2))
 const json = Flag.Boolean("json").pipe(Flag.withDescription("Print the API's JSON"), Flag.withDefault(false))
@@ -95,47 +88,13 @@ const keyRevoke = Command.make(
   })
 ).pipe(Command.withDescription("Revoke an API key: it is refused from now on (again: the same answer)"))
 
-export const keyCreate = Command.make(
-  "create",
-  {
-    org: Flag.String("org").pipe(Flag.withDescription("The org id (org_...)"), Flag.withSchema(OrgId)),
-    name: Flag.String("name").pipe(
-      Flag.withDescription("The key's name (1 to 120 characters)"),
-      Flag.withSchema(Name(120))
+/** `svc key`, with the operator's subcommands where the tree has them. */
+export const key = <const Operator extends ReadonlyArray<Command.Command.Any>>(operator: Operator) =>
+  Command.make("key").pipe(
+    Command.withDescription(
+      operator.length === 0
+        ? "API keys: list, mint, revoke (over the API)"
+        : "API keys: list, mint, revoke (over the API); create (operator, DATABASE_URL)"
     ),
-    scopes: scopeFlag,
-    expiresAt: Flag.String("expires-at").pipe(
-      Flag.withDescription("ISO 8601 expiry, in the future (default: never)"),
-      Flag.withSchema(Timestamp),
-      Flag.optional
-    ),
-    json: Flag.Boolean("json").pipe(Flag.withDescription("Print {key_id, api_key} as JSON"), Flag.withDefault(false))
-  },
-  Effect.fn(function*({ org, name, scopes, expiresAt, json }) {
-    const orgs = yield* Orgs
-    const keys = yield* ApiKeys
-    yield* orgs.get(org)
-    const key = yield* keys.mint({
-      orgId: org,
-      userId: null,
-      name,
-      scopes: scopes.length === 0 ? undefined : scopes,
-      expiresAt: Option.getOrNull(expiresAt)
-    }, operatorContext)
-    if (json) {
-      yield* Console.log(JSON.stringify({ key_id: key.id, api_key: key.token, scopes: key.scopes }))
-    } else {
-      yield* Console.log(`key_id   ${key.id}`)
-      yield* Console.log(`scopes   ${key.scopes.join(" ")}`)
-      yield* Console.log(`api_key  ${key.token}`)
-      yield* Console.error("The key is shown only now: store it safely.")
-    }
-  }, Effect.provide(OperatorServices))
-).pipe(
-  Command.withDescription("Operator: mint a userless service key for an org against DATABASE_URL; prints its token")
-)
-
-export const key = Command.make("key").pipe(
-  Command.withDescription("API keys: list, mint, revoke (over the API); create (operator, DATABASE_URL)"),
-  Command.withSubcommands([keyList, keyMint, keyRevoke, keyCreate])
-)
+    Command.withSubcommands([keyList, keyMint, keyRevoke, ...operator])
+  )
