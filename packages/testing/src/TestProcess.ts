@@ -7,6 +7,7 @@ import { freePort as freePortPromise } from "@svc/local-servers/Servers"
 import { Duration, Effect } from "effect"
 import { type ChildProcess, spawn } from "node:child_process"
 import { fileURLToPath } from "node:url"
+import { testBridgeEnv } from "./TestBridge.ts"
 import { testEncryptionKeys } from "./TestSecrets.ts"
 
 /** The entry point of an app of the repository: `apps/<name>/src/main.ts`. */
@@ -31,9 +32,9 @@ export interface RoleProcess<A> {
 }
 
 /**
- * Starts `node <main> <args>` with `env` (PATH and the run's SVC_ENCRYPTION_KEYS are passed on, `env`
- * may override them) and waits until `ready` recognises a line of its stdout; dies when the
- * process exits first or after `timeout`.
+ * Starts `node <main> <args>` with `env` (PATH, the run's SVC_ENCRYPTION_KEYS and the test file's
+ * own sandbox bridge (./TestBridge.ts) are passed on, `env` may override them) and waits until
+ * `ready` recognises a line of its stdout; dies when the process exits first or after `timeout`.
  */
 export const spawnRole = <A>(options: {
   readonly main: string
@@ -43,12 +44,14 @@ export const spawnRole = <A>(options: {
   readonly timeout?: Duration.Input
 }) =>
   Effect.gen(function*() {
+    const bridge = yield* Effect.promise(testBridgeEnv)
     const child = yield* Effect.acquireRelease(
       Effect.sync(() =>
         spawn("setpriv", ["--pdeathsig", "SIGKILL", "--", process.execPath, options.main, ...(options.args ?? [])], {
           env: {
             PATH: process.env["PATH"] ?? "/usr/bin:/bin",
             SVC_ENCRYPTION_KEYS: testEncryptionKeys(),
+            ...bridge,
             ...options.env
           },
           stdio: ["ignore", "pipe", "pipe"]
