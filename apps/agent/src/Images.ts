@@ -37,7 +37,7 @@ import * as NodePath from "node:path"
 import { Readable } from "node:stream"
 import { pipeline } from "node:stream/promises"
 import { AgentConfig } from "./Config.ts"
-import { describeDriverError } from "./Lifecycle.ts"
+import { describeDriverError } from "./LocalSandboxes/DriverErrors.ts"
 
 const MAX_LOG = 256 * 1024
 const encodeStatus = Schema.encodeSync(Schema.fromJsonString(BuildStatusSchema))
