@@ -1,8 +1,12 @@
 /**
- * Applies control-plane commands to this host's sandboxes through the driver and says what
- * happened as an `AgentReport`; at start-up, reconciles the journal with the disk; and checks
- * the sandboxes it reported running for an init that died (`checkExits`, polled by
+ * This host's sandboxes: applies control-plane commands to them through the driver and says
+ * what happened as an `AgentReport`; at start-up, reconciles the journal with the disk; and
+ * checks the sandboxes it reported running for an init that died (`checkExits`, polled by
  * `Watcher.ts`), which it reports `exited` with the reason.
+ *
+ * This file is the I/O: what a command does is decided by `LocalSandboxes/Decision.ts` (pure,
+ * its table there) and carried out here; the warm pool, the readiness checks and the exit checks
+ * are `LocalSandboxes/Pool.ts`, `Readiness.ts` and `Exits.ts`, reconcile's plan `Reconcile.ts`.
  *
  * One sandbox's command and its exit check never run at once (a lock per sandbox), and each
  * report's `at` is taken under that lock: the actor, which keeps only the newest report, ends
