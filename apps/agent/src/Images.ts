@@ -1,9 +1,9 @@
 /**
- * Images on this host (`@svc/host-protocol/Images`): layers pulled from the `images` object
- * store the first time a sandbox needs them (verified by digest by the driver's import), layers
- * made here pushed to it, and template builds (`build` commands): each step runs in a build
- * sandbox of the image so far, with the network, and its writable layer becomes the step's layer
- * unless the layer cache has it already.
+ * Templates' images on this host, the agent's side (`@svc/host-protocol/Images`): layers pulled
+ * from the `images` object store the first time a sandbox needs them (verified by digest by the
+ * driver's import), layers made here pushed to it, and template builds (`build` commands): each
+ * step runs in a build sandbox of the image so far, with the network, and its writable layer
+ * becomes the step's layer unless the layer cache has it already.
  *
  * A build's progress and end go to the `builds` KV entry of its template (the log flushed about
  * every half second, its last 256 KiB); the control plane applies the end. A build past its

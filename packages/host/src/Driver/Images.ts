@@ -1,6 +1,6 @@
 /**
- * Images on this host (`Layers.ts`, `Debian.ts`): the roots layers stack on, the extracted
- * layers, and a running sandbox's writable layer exported as a new one.
+ * The driver's image files on this host (`Layers.ts`, `Debian.ts`): the roots layers stack on,
+ * the extracted layers, and a running sandbox's writable layer exported as a new one.
  *
  * The writable layer lives on the sandbox's disk image, mounted only in the private mount
  * namespace `svc-start` made for it; the host-side bubblewrap (the run's monitor) lives in that
