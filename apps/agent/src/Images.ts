@@ -28,7 +28,7 @@ import {
   LAYER_CACHE_BUCKET_SPEC
 } from "@svc/host-protocol/Images"
 import { DriverExecRequest, SandboxDriver, type SandboxDriverError, SandboxSpec } from "@svc/host/Driver"
-import { digestFile, LAYER_HEX } from "@svc/host/Layers"
+import { digestFile, LAYER_HEX } from "@svc/host/ImageLayers"
 import { Context, Duration, Effect, Fiber, Layer, Schedule, Schema, Semaphore, Stream } from "effect"
 import { createHash, randomBytes } from "node:crypto"
 import * as FsSync from "node:fs"
