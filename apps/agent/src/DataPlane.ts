@@ -1,9 +1,9 @@
 /**
- * The agent's data plane: the server of `@svc/host/DataPlane` (exec and files of this host's
+ * The agent's data plane: the server of `@svc/host/DataPlaneServer` (exec and files of this host's
  * sandboxes, for the API processes only) on the agent's configured address, and the endpoint
  * and token the host record publishes.
  */
-import { DataPlaneServer, type DataPlaneSettings } from "@svc/host/DataPlane"
+import { DataPlaneServer, type DataPlaneSettings } from "@svc/host/DataPlaneServer"
 import { Context, Effect, Layer } from "effect"
 import { AgentConfig } from "./Config.ts"
 
