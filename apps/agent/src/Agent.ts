@@ -34,7 +34,7 @@ import * as Os from "node:os"
 import * as NodePath from "node:path"
 import { CommandConsumer } from "./Commands.ts"
 import { AgentConfig, type AgentOptions, InvalidAgentConfig } from "./Config.ts"
-import { DataPlane, type DataPlaneOptions } from "./DataPlane.ts"
+import { DataPlaneEndpoint, type DataPlaneOptions } from "./DataPlaneEndpoint.ts"
 import { Images } from "./Images.ts"
 import { Journal } from "./Journal.ts"
 import { Lifecycle } from "./Lifecycle.ts"
@@ -178,7 +178,7 @@ const EgressBridgeFromAgent = Layer.effectDiscard(
 const services = (options: { readonly dataPlane?: DataPlaneOptions }) => {
   const core = Layer.mergeAll(Journal.layer, Reporter.layer, Images.layer)
   const lifecycle = Lifecycle.layer.pipe(Layer.provideMerge(core))
-  const dataPlane = DataPlane.layerWith(options.dataPlane ?? {})
+  const dataPlane = DataPlaneEndpoint.layerWith(options.dataPlane ?? {})
   const workers = Layer.unwrap(
     Effect.gen(function*() {
       const config = yield* AgentConfig
@@ -265,7 +265,7 @@ export class AgentRole {
 export type AgentServices =
   | AgentConfig
   | SandboxDriver
-  | DataPlane
+  | DataPlaneEndpoint
   | HostRegistry
   | CommandConsumer
   | ExitWatcher

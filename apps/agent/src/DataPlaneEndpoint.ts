@@ -10,12 +10,12 @@ import { AgentConfig } from "./Config.ts"
 /** Overrides for tests: `maxTransfers` defaults to `AgentConfig.maxTransfers`. */
 export type DataPlaneOptions = Partial<Omit<DataPlaneSettings, "port" | "listenHost">>
 
-export class DataPlane extends Context.Service<DataPlane, {
+export class DataPlaneEndpoint extends Context.Service<DataPlaneEndpoint, {
   /** Base URL for other processes, e.g. `http://127.0.0.1:43127`. */
   readonly endpoint: string
   readonly token: string
   readonly port: number
-}>()("@svc/agent/DataPlane") {
+}>()("@svc/agent/DataPlaneEndpoint") {
   static readonly layerWith = (options: DataPlaneOptions = {}) =>
     Layer.unwrap(Effect.gen(function*() {
       const config = yield* AgentConfig
@@ -28,13 +28,13 @@ export class DataPlane extends Context.Service<DataPlane, {
       })
       const host = config.advertiseHost.includes(":") ? `[${config.advertiseHost}]` : config.advertiseHost
       return Layer.effect(
-        DataPlane,
+        DataPlaneEndpoint,
         Effect.gen(function*() {
           const { port, token } = yield* DataPlaneServer
-          return DataPlane.of({ endpoint: `http://${host}:${port}`, token, port })
+          return DataPlaneEndpoint.of({ endpoint: `http://${host}:${port}`, token, port })
         })
       ).pipe(Layer.provide(server))
     }))
 
-  static readonly layer = DataPlane.layerWith()
+  static readonly layer = DataPlaneEndpoint.layerWith()
 }
