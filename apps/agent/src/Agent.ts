@@ -37,7 +37,7 @@ import { AgentConfig, type AgentOptions, InvalidAgentConfig } from "./Config.ts"
 import { DataPlaneEndpoint, type DataPlaneOptions } from "./DataPlaneEndpoint.ts"
 import { Images } from "./Images.ts"
 import { Journal } from "./Journal.ts"
-import { Lifecycle } from "./Lifecycle.ts"
+import { LocalSandboxes } from "./LocalSandboxes.ts"
 import { HostRegistry } from "./Registry.ts"
 import { Reporter } from "./Reporter.ts"
 import { VolumeReaper } from "./Volumes.ts"
@@ -177,7 +177,7 @@ const EgressBridgeFromAgent = Layer.effectDiscard(
 /** Everything after the configuration and the driver. */
 const services = (options: { readonly dataPlane?: DataPlaneOptions }) => {
   const core = Layer.mergeAll(Journal.layer, Reporter.layer, Images.layer)
-  const lifecycle = Lifecycle.layer.pipe(Layer.provideMerge(core))
+  const lifecycle = LocalSandboxes.layer.pipe(Layer.provideMerge(core))
   const dataPlane = DataPlaneEndpoint.layerWith(options.dataPlane ?? {})
   const workers = Layer.unwrap(
     Effect.gen(function*() {

@@ -25,7 +25,7 @@ import { AGENT_STREAM_SPEC, AgentCommand, agentConsumer } from "@svc/host-protoc
 import { Context, Deferred, Duration, Effect, FiberSet, Layer, Metric, Schedule, Schema, Semaphore } from "effect"
 import { AgentConfig } from "./Config.ts"
 import { Images } from "./Images.ts"
-import { Lifecycle } from "./Lifecycle.ts"
+import { LocalSandboxes } from "./LocalSandboxes.ts"
 import { commandMsgId, reconcileMsgId, Reporter } from "./Reporter.ts"
 
 /**
@@ -73,7 +73,7 @@ export class CommandConsumer extends Context.Service<CommandConsumer, {
     Effect.gen(function*() {
       const config = yield* AgentConfig
       const nats = yield* Nats
-      const lifecycle = yield* Lifecycle
+      const lifecycle = yield* LocalSandboxes
       const reporter = yield* Reporter
       const images = yield* Images
       const hostId = config.hostId

@@ -71,7 +71,7 @@ export const makeExits = (options: {
     )
   ).pipe(
     Effect.map((reports) => reports.filter((r): r is AgentReport => r !== undefined)),
-    Effect.withSpan("Lifecycle.checkExits")
+    Effect.withSpan("LocalSandboxes.checkExits")
   )
 
   return {

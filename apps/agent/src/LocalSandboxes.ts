@@ -48,7 +48,7 @@ export { poolMakers, type PoolStatus } from "./LocalSandboxes/Pool.ts"
 
 const isSandboxId = Schema.is(DriverSandboxId)
 
-export class Lifecycle extends Context.Service<Lifecycle, {
+export class LocalSandboxes extends Context.Service<LocalSandboxes, {
   apply(command: AgentCommand): Effect.Effect<AgentReport, JournalError>
   /**
    * Undoes unfinished operations, destroys orphans, and returns one report per settled sandbox
@@ -62,9 +62,9 @@ export class Lifecycle extends Context.Service<Lifecycle, {
    * next check): one whose init died is ended by the driver and reported `exited` with why.
    */
   readonly checkExits: Effect.Effect<ReadonlyArray<AgentReport>>
-}>()("@svc/agent/Lifecycle") {
+}>()("@svc/agent/LocalSandboxes") {
   static readonly layer = Layer.effect(
-    Lifecycle,
+    LocalSandboxes,
     Effect.gen(function*() {
       const config = yield* AgentConfig
       const driver = yield* SandboxDriver
@@ -316,7 +316,7 @@ export class Lifecycle extends Context.Service<Lifecycle, {
             if (next === undefined) return yield* Effect.die(new Error(`${command._tag}: a decision without an end`))
             observation = next
           }
-        }).pipe(Effect.withSpan(`Lifecycle.${command._tag}`))
+        }).pipe(Effect.withSpan(`LocalSandboxes.${command._tag}`))
 
       const apply = (command: AgentCommand): Effect.Effect<AgentReport, JournalError> => {
         // The journal names files after the id: refuse what the driver's grammar refuses.
@@ -414,9 +414,9 @@ export class Lifecycle extends Context.Service<Lifecycle, {
         }
         yield* pool.fill
         return reports
-      }).pipe(Effect.withSpan("Lifecycle.reconcile"))
+      }).pipe(Effect.withSpan("LocalSandboxes.reconcile"))
 
-      return Lifecycle.of({ apply, reconcile, pool: pool.status, checkExits: exits.checkExits })
+      return LocalSandboxes.of({ apply, reconcile, pool: pool.status, checkExits: exits.checkExits })
     })
   )
 }
