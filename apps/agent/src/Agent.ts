@@ -35,11 +35,11 @@ import * as NodePath from "node:path"
 import { CommandConsumer } from "./Commands.ts"
 import { AgentConfig, type AgentOptions, InvalidAgentConfig } from "./Config.ts"
 import { DataPlaneEndpoint, type DataPlaneOptions } from "./DataPlaneEndpoint.ts"
-import { Images } from "./Images.ts"
 import { Journal } from "./Journal.ts"
 import { LocalSandboxes } from "./LocalSandboxes.ts"
 import { HostRegistry } from "./Registry.ts"
 import { Reporter } from "./Reporter.ts"
+import { TemplateImages } from "./TemplateImages.ts"
 import { VolumeReaper } from "./Volumes.ts"
 import { ExitWatcher } from "./Watcher.ts"
 
@@ -176,7 +176,7 @@ const EgressBridgeFromAgent = Layer.effectDiscard(
 
 /** Everything after the configuration and the driver. */
 const services = (options: { readonly dataPlane?: DataPlaneOptions }) => {
-  const core = Layer.mergeAll(Journal.layer, Reporter.layer, Images.layer)
+  const core = Layer.mergeAll(Journal.layer, Reporter.layer, TemplateImages.layer)
   const lifecycle = LocalSandboxes.layer.pipe(Layer.provideMerge(core))
   const dataPlane = DataPlaneEndpoint.layerWith(options.dataPlane ?? {})
   const workers = Layer.unwrap(

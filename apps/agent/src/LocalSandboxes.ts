@@ -31,7 +31,6 @@ import { Clock, Context, Effect, Layer, Schema, Semaphore } from "effect"
 import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
 import { AgentConfig } from "./Config.ts"
-import { Images } from "./Images.ts"
 import { Journal, JournalEntry, type JournalError, type PendingOp } from "./Journal.ts"
 import { type Action, decide, missingLimits, type Observation, type SandboxState } from "./LocalSandboxes/Decision.ts"
 import { describeDriverError, tenantMessage } from "./LocalSandboxes/DriverErrors.ts"
@@ -42,6 +41,7 @@ import { reportOf } from "./LocalSandboxes/Report.ts"
 import { makeRuntimes } from "./LocalSandboxes/Runtimes.ts"
 import { plan } from "./Reconcile.ts"
 import { Reporter } from "./Reporter.ts"
+import { TemplateImages } from "./TemplateImages.ts"
 
 export { describeDriverError, tenantMessage } from "./LocalSandboxes/DriverErrors.ts"
 export { poolMakers, type PoolStatus } from "./LocalSandboxes/Pool.ts"
@@ -70,7 +70,7 @@ export class LocalSandboxes extends Context.Service<LocalSandboxes, {
       const driver = yield* SandboxDriver
       const journal = yield* Journal
       const box = yield* SecretBox
-      const images = yield* Images
+      const images = yield* TemplateImages
       const reporter = yield* Reporter
       const hostId = config.hostId
       const runtimes = makeRuntimes(config.dataDir)

@@ -36,7 +36,7 @@
  *   destroy | received             | any      | mark destroy, destroy
  *   destroy | destroyed            | any      | forget, forget the runtime, report destroyed
  *   destroy | refused              | any      | fail by it (the entry keeps `pending: destroy`)
- *   build   | received             | any      | fail (builds are `Images`')
+ *   build   | received             | any      | fail (builds are `TemplateImages`')
  *
  * A mark is written before each driver step that changes the disk, and settled after it: a crash
  * in between leaves `pending`, which reconcile undoes (`Reconcile.ts`).
@@ -225,7 +225,7 @@ export const decide = (
       }
       break
     case "build":
-      // Builds are run by `Images` (Commands.ts routes them): never here.
+      // Builds are run by `TemplateImages` (Commands.ts routes them): never here.
       if (observation._tag === "Received") return [fail("a build is not a sandbox command")]
       break
   }

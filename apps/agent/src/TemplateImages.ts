@@ -48,14 +48,14 @@ export class ImageError extends Schema.TaggedError<ImageError>()("ImageError", {
 /** A build step failed: its words are the template's `errorMessage`. */
 class StepFailed extends Schema.TaggedError<StepFailed>()("StepFailed", { message: Schema.String }) {}
 
-export class Images extends Context.Service<Images, {
+export class TemplateImages extends Context.Service<TemplateImages, {
   /** Each layer extracted on this host, pulled from the store when absent. */
   ensureLayers(layers: ReadonlyArray<string>): Effect.Effect<void, ImageError>
   /** Runs a build command to its end (never fails: the end is in the `builds` entry). */
   build(command: BuildCommand): Effect.Effect<void>
-}>()("@svc/agent/Images") {
+}>()("@svc/agent/TemplateImages") {
   static readonly layer = Layer.effect(
-    Images,
+    TemplateImages,
     Effect.gen(function*() {
       const config = yield* AgentConfig
       const driver = yield* SandboxDriver
@@ -340,7 +340,7 @@ export class Images extends Context.Service<Images, {
             Effect.retry({ times: 20, schedule: Schedule.spaced(Duration.millis(500)) }),
             Effect.ignore
           )
-        }).pipe(Effect.withSpan("Images.build", { attributes: { templateId: command.sandboxId } }))
+        }).pipe(Effect.withSpan("TemplateImages.build", { attributes: { templateId: command.sandboxId } }))
 
       /** Removes an extracted layer the store no longer has (one pull or removal at a time). */
       const drop = (hex: string) =>
@@ -373,7 +373,7 @@ export class Images extends Context.Service<Images, {
         )
       )
 
-      return Images.of({ ensureLayers, build })
+      return TemplateImages.of({ ensureLayers, build })
     })
   )
 }
