@@ -20,7 +20,7 @@ import { execSync } from "node:child_process"
 import * as Fs from "node:fs/promises"
 import { DriverConfigFromAgent } from "../src/Agent.ts"
 import { AgentConfig } from "../src/Config.ts"
-import { DataPlane } from "../src/DataPlane.ts"
+import { DataPlaneEndpoint } from "../src/DataPlaneEndpoint.ts"
 
 const RUNS = Number(process.env["BENCH_RUNS"] ?? 5)
 const EXECS = Number(process.env["BENCH_EXECS"] ?? 60)
@@ -46,7 +46,7 @@ const program = Effect.gen(function*() {
     cleanUpHost
   )
   const context = yield* Layer.build(
-    DataPlane.layer.pipe(
+    DataPlaneEndpoint.layer.pipe(
       Layer.provideMerge(BubblewrapDriver.layer.pipe(Layer.provide(DriverConfigFromAgent))),
       Layer.provideMerge(AgentConfig.layer({ hostId: host.hostId, dataDir: host.dataDir, poolSize: 0 })),
       Layer.provide(SecretBox.layer),
@@ -54,7 +54,7 @@ const program = Effect.gen(function*() {
     )
   )
   const driver = Context.get(context, SandboxDriver)
-  const dataPlane = Context.get(context, DataPlane)
+  const dataPlane = Context.get(context, DataPlaneEndpoint)
   const client = Context.get(context, AgentClient)
   const record: HostRecord = {
     hostId: host.hostId,

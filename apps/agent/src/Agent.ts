@@ -35,12 +35,12 @@ import * as Os from "node:os"
 import * as NodePath from "node:path"
 import { CommandConsumer } from "./Commands.ts"
 import { AgentConfig, type AgentOptions, InvalidAgentConfig } from "./Config.ts"
-import { DataPlane, type DataPlaneOptions } from "./DataPlane.ts"
-import { Images } from "./Images.ts"
+import { DataPlaneEndpoint, type DataPlaneOptions } from "./DataPlaneEndpoint.ts"
 import { Journal } from "./Journal.ts"
-import { Lifecycle } from "./Lifecycle.ts"
+import { LocalSandboxes } from "./LocalSandboxes.ts"
 import { HostRegistry } from "./Registry.ts"
 import { Reporter } from "./Reporter.ts"
+import { TemplateImages } from "./TemplateImages.ts"
 import { VolumeReaper } from "./Volumes.ts"
 import { ExitWatcher } from "./Watcher.ts"
 
@@ -178,9 +178,9 @@ const EgressBridgeFromAgent = Layer.effectDiscard(
 
 /** Everything after the configuration and the driver. */
 const services = (options: { readonly dataPlane?: DataPlaneOptions }) => {
-  const core = Layer.mergeAll(Journal.layer, Reporter.layer, Images.layer)
-  const lifecycle = Lifecycle.layer.pipe(Layer.provideMerge(core))
-  const dataPlane = DataPlane.layerWith(options.dataPlane ?? {})
+  const core = Layer.mergeAll(Journal.layer, Reporter.layer, TemplateImages.layer)
+  const lifecycle = LocalSandboxes.layer.pipe(Layer.provideMerge(core))
+  const dataPlane = DataPlaneEndpoint.layerWith(options.dataPlane ?? {})
   const workers = Layer.unwrap(
     Effect.gen(function*() {
       const config = yield* AgentConfig
@@ -278,7 +278,7 @@ export class AgentRole {
 export type AgentServices =
   | AgentConfig
   | SandboxDriver
-  | DataPlane
+  | DataPlaneEndpoint
   | HostRegistry
   | CommandConsumer
   | ExitWatcher

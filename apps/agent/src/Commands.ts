@@ -24,9 +24,9 @@ import * as Trace from "@svc/bus/Trace"
 import { AGENT_STREAM_SPEC, AgentCommand, agentConsumer } from "@svc/host-protocol/Protocol"
 import { Context, Deferred, Duration, Effect, FiberSet, Layer, Metric, Schedule, Schema, Semaphore } from "effect"
 import { AgentConfig } from "./Config.ts"
-import { Images } from "./Images.ts"
-import { Lifecycle } from "./Lifecycle.ts"
+import { LocalSandboxes } from "./LocalSandboxes.ts"
 import { commandMsgId, reconcileMsgId, Reporter } from "./Reporter.ts"
+import { TemplateImages } from "./TemplateImages.ts"
 
 /**
  * Short, because it is also how long commands delivered to an agent that was killed wait
@@ -73,9 +73,9 @@ export class CommandConsumer extends Context.Service<CommandConsumer, {
     Effect.gen(function*() {
       const config = yield* AgentConfig
       const nats = yield* Nats
-      const lifecycle = yield* Lifecycle
+      const lifecycle = yield* LocalSandboxes
       const reporter = yield* Reporter
-      const images = yield* Images
+      const images = yield* TemplateImages
       const hostId = config.hostId
       const context = yield* Effect.context<never>()
       const startedAt = Date.now()

@@ -11,7 +11,7 @@ import { HostRecord, HOSTS_BUCKET_SPEC } from "@svc/host-protocol/Protocol"
 import { SandboxDriver } from "@svc/host/Driver"
 import { Context, Duration, Effect, Layer, Schema } from "effect"
 import { AgentConfig } from "./Config.ts"
-import { DataPlane } from "./DataPlane.ts"
+import { DataPlaneEndpoint } from "./DataPlaneEndpoint.ts"
 
 const encodeRecord = Schema.encodeSync(Schema.fromJsonString(HostRecord))
 const encoder = new TextEncoder()
@@ -24,7 +24,7 @@ export class HostRegistry extends Context.Service<HostRegistry, {
     HostRegistry,
     Effect.gen(function*() {
       const config = yield* AgentConfig
-      const dataPlane = yield* DataPlane
+      const dataPlane = yield* DataPlaneEndpoint
       const driver = yield* SandboxDriver
       const kv = yield* ensureBucket(HOSTS_BUCKET_SPEC)
       const startedAt = Date.now()

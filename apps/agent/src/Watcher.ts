@@ -1,6 +1,6 @@
 /**
  * Notices sandboxes whose init died (out of memory, killed, crashed) within about a second:
- * every `exitCheckMs` (500 ms) `Lifecycle.checkExits` looks at each sandbox reported running
+ * every `exitCheckMs` (500 ms) `LocalSandboxes.checkExits` looks at each sandbox reported running
  * (two /proc reads each, so hundreds cost little), and each `exited` report it returns is sent
  * to the sandbox's actor, which moves the sandbox to `error` with the reason.
  *
@@ -10,7 +10,7 @@
 import { Context, Duration, Effect, Layer, Schedule } from "effect"
 import { retryForever } from "./Commands.ts"
 import { AgentConfig } from "./Config.ts"
-import { Lifecycle } from "./Lifecycle.ts"
+import { LocalSandboxes } from "./LocalSandboxes.ts"
 import { Reporter } from "./Reporter.ts"
 
 export const exitMsgId = (hostId: string, sandboxId: string, at: number) => `exited:${hostId}:${sandboxId}:${at}`
@@ -23,7 +23,7 @@ export class ExitWatcher extends Context.Service<ExitWatcher, {
     ExitWatcher,
     Effect.gen(function*() {
       const config = yield* AgentConfig
-      const lifecycle = yield* Lifecycle
+      const lifecycle = yield* LocalSandboxes
       const reporter = yield* Reporter
       let reported = 0
       const check = Effect.gen(function*() {

@@ -13,13 +13,13 @@ import { Effect, Layer } from "effect"
 import { AgentRole } from "./Agent.ts"
 import { CommandConsumer } from "./Commands.ts"
 import { AgentConfig } from "./Config.ts"
-import { DataPlane } from "./DataPlane.ts"
+import { DataPlaneEndpoint } from "./DataPlaneEndpoint.ts"
 
 const announce = Layer.effectDiscard(
   Effect.gen(function*() {
     const consumer = yield* CommandConsumer
     const config = yield* AgentConfig
-    const dataPlane = yield* DataPlane
+    const dataPlane = yield* DataPlaneEndpoint
     const { hostLimits } = yield* SandboxDriver
     yield* Effect.forkScoped(
       Effect.andThen(

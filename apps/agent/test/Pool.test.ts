@@ -5,7 +5,7 @@ import { DriverExecRequest } from "@svc/host/Driver"
 import { Effect, Fiber } from "effect"
 import * as FsSync from "node:fs"
 import * as NodePath from "node:path"
-import { poolMakers } from "../src/Lifecycle.ts"
+import { poolMakers } from "../src/LocalSandboxes.ts"
 import {
   createCommand,
   eventually,

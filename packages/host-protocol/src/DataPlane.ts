@@ -1,7 +1,7 @@
 /**
  * The data plane, declared once: exec and files of a sandbox go from an API process straight to
  * the agent of the sandbox's host over HTTP, not over NATS (outputs and uploads of up to 100 MiB
- * exceed NATS payloads). The agent serves this definition (`@svc/host/DataPlane`) and the API
+ * exceed NATS payloads). The agent serves this definition (`@svc/host/DataPlaneServer`) and the API
  * calls it through a client derived from it (`@svc/hosts/AgentClient`): a change of
  * a route, a schema or an error here fails to typecheck on whichever side no longer matches.
  *

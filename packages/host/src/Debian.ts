@@ -19,7 +19,7 @@ import { execFile } from "node:child_process"
 import { createHash } from "node:crypto"
 import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
-import { digestFile } from "./Layers.ts"
+import { digestFile } from "./ImageLayers.ts"
 import { shiftOwnership } from "./Rootfs.ts"
 
 export const DEBIAN_ROOT = "debian"

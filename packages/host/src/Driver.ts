@@ -39,7 +39,7 @@ export type Env = typeof Env.Type
 
 const PositiveInt = (max: number) => Schema.Int.check(Schema.isGreaterThanOrEqualTo(1), Schema.isLessThanOrEqualTo(max))
 
-/** A layer's name: the sha256 of its tar, hex (`Layers.ts`). */
+/** A layer's name: the sha256 of its tar, hex (`ImageLayers.ts`). */
 export const LayerDigest = Schema.String.check(Schema.isPattern(/^[0-9a-f]{64}$/, { message: "layer: 64 hex digits" }))
 
 /** Most layers one image stacks (overlayfs takes its lower folders in one mount option of 4 KiB). */

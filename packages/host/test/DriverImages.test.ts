@@ -8,7 +8,7 @@ import { TEST_IMAGE_CACHE_DIR } from "@svc/testing/ImageCache"
 import { Effect } from "effect"
 import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
-import { digestFile } from "../src/Layers.ts"
+import { digestFile } from "../src/ImageLayers.ts"
 import { makeTestDriver, sh, spec, text, uniqueId, withSandbox } from "./fixtures/support.ts"
 
 describe("SandboxDriver images (bubblewrap)", () => {

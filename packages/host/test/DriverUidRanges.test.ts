@@ -11,7 +11,7 @@ import { randomBytes } from "node:crypto"
 import * as FsSync from "node:fs"
 import * as NodePath from "node:path"
 import { ID_COUNT, slotUid } from "../src/Driver/Confinement.ts"
-import { digestFile } from "../src/Layers.ts"
+import { digestFile } from "../src/ImageLayers.ts"
 import {
   exec,
   makeTestDriver,

@@ -1,6 +1,6 @@
 /**
- * Images on this host (`Layers.ts`, `Debian.ts`): the roots layers stack on, the extracted
- * layers, and a running sandbox's writable layer exported as a new one.
+ * The driver's image files on this host (`ImageLayers.ts`, `Debian.ts`): the roots layers stack on,
+ * the extracted layers, and a running sandbox's writable layer exported as a new one.
  *
  * The writable layer lives on the sandbox's disk image, mounted only in the private mount
  * namespace `svc-start` made for it; the host-side bubblewrap (the run's monitor) lives in that
@@ -11,7 +11,7 @@ import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
 import * as Debian from "../Debian.ts"
 import { DriverFailure, type ImageRoot, LayerDigest } from "../Driver.ts"
-import * as Layers from "../Layers.ts"
+import * as Layers from "../ImageLayers.ts"
 import { BASE_TEMPLATE } from "../Rootfs.ts"
 import * as Disk from "./Disk.ts"
 import { decodeInput, type DriverHost, tryHost } from "./Host.ts"

@@ -15,7 +15,7 @@ import {
   SandboxSpec,
   TemplateNotFound
 } from "../Driver.ts"
-import * as Layers from "../Layers.ts"
+import * as Layers from "../ImageLayers.ts"
 import * as Disk from "./Disk.ts"
 import { checkId, decodeInput, type DriverHost, HOST_ENV, tryHost } from "./Host.ts"
 import * as Network from "./Network.ts"

@@ -22,7 +22,7 @@ import * as Sse from "@svc/host-protocol/Sse"
 import { Effect, Schema, Stream } from "effect"
 import { HttpApiBuilder, HttpApiError } from "effect/http-api"
 import type * as Socket from "effect/socket/Socket"
-import { type DataPlaneSettings, DEFAULT_EXEC_TIMEOUT_MS, viaDriver } from "../DataPlane.ts"
+import { type DataPlaneSettings, DEFAULT_EXEC_TIMEOUT_MS, viaDriver } from "../DataPlaneServer.ts"
 import {
   DriverExecRequest,
   type ProcessEvent,

@@ -1,21 +1,21 @@
 /**
- * The agent's data plane: the server of `@svc/host/DataPlane` (exec and files of this host's
+ * The agent's data plane: the server of `@svc/host/DataPlaneServer` (exec and files of this host's
  * sandboxes, for the API processes only) on the agent's configured address, and the endpoint
  * and token the host record publishes.
  */
-import { DataPlaneServer, type DataPlaneSettings } from "@svc/host/DataPlane"
+import { DataPlaneServer, type DataPlaneSettings } from "@svc/host/DataPlaneServer"
 import { Context, Effect, Layer } from "effect"
 import { AgentConfig } from "./Config.ts"
 
 /** Overrides for tests: `maxTransfers` and the others default to `AgentConfig`'s. */
 export type DataPlaneOptions = Partial<Omit<DataPlaneSettings, "port" | "listenHost">>
 
-export class DataPlane extends Context.Service<DataPlane, {
+export class DataPlaneEndpoint extends Context.Service<DataPlaneEndpoint, {
   /** Base URL for other processes, e.g. `http://127.0.0.1:43127`. */
   readonly endpoint: string
   readonly token: string
   readonly port: number
-}>()("@svc/agent/DataPlane") {
+}>()("@svc/agent/DataPlaneEndpoint") {
   static readonly layerWith = (options: DataPlaneOptions = {}) =>
     Layer.unwrap(Effect.gen(function*() {
       const config = yield* AgentConfig
@@ -31,13 +31,13 @@ export class DataPlane extends Context.Service<DataPlane, {
       })
       const host = config.advertiseHost.includes(":") ? `[${config.advertiseHost}]` : config.advertiseHost
       return Layer.effect(
-        DataPlane,
+        DataPlaneEndpoint,
         Effect.gen(function*() {
           const { port, token } = yield* DataPlaneServer
-          return DataPlane.of({ endpoint: `http://${host}:${port}`, token, port })
+          return DataPlaneEndpoint.of({ endpoint: `http://${host}:${port}`, token, port })
         })
       ).pipe(Layer.provide(server))
     }))
 
-  static readonly layer = DataPlane.layerWith()
+  static readonly layer = DataPlaneEndpoint.layerWith()
 }

@@ -73,7 +73,7 @@ import type * as Socket from "effect/socket/Socket"
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto"
 import * as Http from "node:http"
 import * as Net from "node:net"
-import { ProcessHandlers } from "./DataPlane/Processes.ts"
+import { ProcessHandlers } from "./DataPlaneServer/Processes.ts"
 import { DriverExecRequest, SandboxDriver, type SandboxDriverError } from "./Driver.ts"
 
 /** When the request names no timeout: an exec must not hold a connection for ever. */
@@ -145,7 +145,7 @@ export const fromDriverError = (error: SandboxDriverError): DriverAgentError => 
     case "TemplateNotFound":
       return failed(`template ${error.template} not found`)
     case "ProcessRefused":
-      // The processes endpoints answer these themselves (`DataPlane/Processes.ts`: 404, 409).
+      // The processes endpoints answer these themselves (`DataPlaneServer/Processes.ts`: 404, 409).
       return error.reason === "not_found" ? new AgentNotFound({ error: error.message }) : failed(error.message)
     case "SandboxCapacityExhausted":
     case "DriverUnsupported":

@@ -1,9 +1,9 @@
 /**
- * Images on this host (`@svc/host-protocol/Images`): layers pulled from the `images` object
- * store the first time a sandbox needs them (verified by digest by the driver's import), layers
- * made here pushed to it, and template builds (`build` commands): each step runs in a build
- * sandbox of the image so far, with the network, and its writable layer becomes the step's layer
- * unless the layer cache has it already.
+ * Templates' images on this host, the agent's side (`@svc/host-protocol/Images`): layers pulled
+ * from the `images` object store the first time a sandbox needs them (verified by digest by the
+ * driver's import), layers made here pushed to it, and template builds (`build` commands): each
+ * step runs in a build sandbox of the image so far, with the network, and its writable layer
+ * becomes the step's layer unless the layer cache has it already.
  *
  * A build's progress and end go to the `builds` KV entry of its template (the log flushed about
  * every half second, its last 256 KiB); the control plane applies the end. A build past its
@@ -28,7 +28,7 @@ import {
   LAYER_CACHE_BUCKET_SPEC
 } from "@svc/host-protocol/Images"
 import { DriverExecRequest, SandboxDriver, type SandboxDriverError, SandboxSpec } from "@svc/host/Driver"
-import { digestFile, LAYER_HEX } from "@svc/host/Layers"
+import { digestFile, LAYER_HEX } from "@svc/host/ImageLayers"
 import { Context, Duration, Effect, Fiber, Layer, Schedule, Schema, Semaphore, Stream } from "effect"
 import { createHash, randomBytes } from "node:crypto"
 import * as FsSync from "node:fs"
@@ -37,7 +37,7 @@ import * as NodePath from "node:path"
 import { Readable } from "node:stream"
 import { pipeline } from "node:stream/promises"
 import { AgentConfig } from "./Config.ts"
-import { describeDriverError } from "./Lifecycle.ts"
+import { describeDriverError } from "./LocalSandboxes/DriverErrors.ts"
 
 const MAX_LOG = 256 * 1024
 const encodeStatus = Schema.encodeSync(Schema.fromJsonString(BuildStatusSchema))
@@ -48,14 +48,14 @@ export class ImageError extends Schema.TaggedError<ImageError>()("ImageError", {
 /** A build step failed: its words are the template's `errorMessage`. */
 class StepFailed extends Schema.TaggedError<StepFailed>()("StepFailed", { message: Schema.String }) {}
 
-export class Images extends Context.Service<Images, {
+export class TemplateImages extends Context.Service<TemplateImages, {
   /** Each layer extracted on this host, pulled from the store when absent. */
   ensureLayers(layers: ReadonlyArray<string>): Effect.Effect<void, ImageError>
   /** Runs a build command to its end (never fails: the end is in the `builds` entry). */
   build(command: BuildCommand): Effect.Effect<void>
-}>()("@svc/agent/Images") {
+}>()("@svc/agent/TemplateImages") {
   static readonly layer = Layer.effect(
-    Images,
+    TemplateImages,
     Effect.gen(function*() {
       const config = yield* AgentConfig
       const driver = yield* SandboxDriver
@@ -340,7 +340,7 @@ export class Images extends Context.Service<Images, {
             Effect.retry({ times: 20, schedule: Schedule.spaced(Duration.millis(500)) }),
             Effect.ignore
           )
-        }).pipe(Effect.withSpan("Images.build", { attributes: { templateId: command.sandboxId } }))
+        }).pipe(Effect.withSpan("TemplateImages.build", { attributes: { templateId: command.sandboxId } }))
 
       /** Removes an extracted layer the store no longer has (one pull or removal at a time). */
       const drop = (hex: string) =>
@@ -373,7 +373,7 @@ export class Images extends Context.Service<Images, {
         )
       )
 
-      return Images.of({ ensureLayers, build })
+      return TemplateImages.of({ ensureLayers, build })
     })
   )
 }
