@@ -72,6 +72,8 @@ describe("AgentConfig", () => {
         SVC_HOST_CPU_OVERCOMMIT: "1.5",
         SVC_AGENT_ALLOW_UNLIMITED: "1",
         SVC_AGENT_MAX_TRANSFERS: "12",
+        SVC_AGENT_MAX_TRANSFERS_PER_ORG: "4",
+        SVC_AGENT_TRANSFER_IDLE_TIMEOUT: "45s",
         SVC_IMAGE_CACHE_DIR: "/var/cache/svc/images",
         SVC_SHARED_VOLUMES_DIR: "/var/lib/svc/shared-volumes",
         SVC_SANDBOX_UID_SLOTS: "512",
@@ -105,6 +107,8 @@ describe("AgentConfig", () => {
           poolSize: 3,
           allowNoFirewall: true,
           maxTransfers: 12,
+          maxTransfersPerOrg: 4,
+          transferIdleMs: 45_000,
           imageCacheDir: "/var/cache/svc/images",
           sharedVolumesDir: "/var/lib/svc/shared-volumes",
           egress: {
