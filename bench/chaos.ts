@@ -1,5 +1,5 @@
 /**
- * `npm run chaos`: the platform scaled out on this machine (`@svc/testing/Topology`: a 3-node NATS
+ * `npm run chaos`: the platform scaled out on this machine (`@svc/testing/TestCluster`: a 3-node NATS
  * cluster with a user per role and per host, 2 processes of each role, one Postgres), a sustained
  * mix of work for CHAOS_DURATION (default 60s: sandbox creates, execs and deletes from
  * CHAOS_WORKERS loops, default 3; webhook events to a receiver; key creations and revocations)
@@ -15,8 +15,8 @@
  * Bounded: one run, then everything it started is stopped.
  */
 import { check, makeClient, makeOrg, makeStats, runFaults, runLoad } from "@svc/testing/Chaos"
+import { startTopology } from "@svc/testing/TestCluster"
 import * as TestDatabase from "@svc/testing/TestDatabase"
-import { startTopology } from "@svc/testing/Topology"
 import { Duration, Effect, Result } from "effect"
 import { parseDuration } from "../packages/config/src/Env.ts"
 import { receiver } from "../packages/webhooks/test/Receiver.ts"

@@ -1,6 +1,6 @@
 /**
  * Scaling out by process count (issue 16, item 4), on the topology the tests start
- * (`@svc/testing/Topology`: a 3-node NATS cluster with 3 replicas, users per role, one Postgres):
+ * (`@svc/testing/TestCluster`: a 3-node NATS cluster with 3 replicas, users per role, one Postgres):
  *
  *   1. actor throughput with 1 and 2 runtime processes: BENCH_ACTOR_MESSAGES (2000) `SetNetwork`
  *      messages to 16 sandboxes' actors (each a full transition: state saved, an egress KV put
@@ -21,8 +21,8 @@
  *   npm run bench scaling      (or: node bench/scaling.ts; BENCH_ONLY=actors|deliveries|creates)
  */
 import { makeOrg } from "@svc/testing/Chaos"
+import { type RoleName, startTopology, type Topology } from "@svc/testing/TestCluster"
 import * as TestDatabase from "@svc/testing/TestDatabase"
-import { type RoleName, startTopology, type Topology } from "@svc/testing/Topology"
 import { Duration, Effect, Layer, type Scope } from "effect"
 import { SqlClient } from "effect/sql"
 import * as fs from "node:fs"

@@ -4,7 +4,7 @@
  * the `apps` scopes first.
  *
  * The API applies its changes to the app's controller itself, with the same pure transition the
- * actor runs (`Apps/Controller.ts`), under the app's row lock, with the operations it causes
+ * actor runs (`Apps/Reconcile.ts`), under the app's row lock, with the operations it causes
  * written to the outbox and the audit entry in the same transaction: the answer shows what the
  * change did (`deploying`, `deleting`), and the change and the actor's own messages apply one at
  * a time, in one order.
@@ -35,9 +35,9 @@ import { wakeIfPresent } from "@svc/events/Relay"
 import { UsageGate } from "@svc/sandboxes/Sandboxes/UsageGate"
 import { Clock, Context, Effect, Layer, Option, Schema } from "effect"
 import { SqlClient } from "effect/sql"
-import * as Controller from "./Apps/Controller.ts"
 import type { AppControllerState, AppMessage } from "./Apps/Model.ts"
 import { envAad } from "./Apps/Operations.ts"
+import * as Controller from "./Apps/Reconcile.ts"
 import * as Store from "./Apps/Store.ts"
 
 const notFound = () => new Errors.NotFound({ error: "App not found" })

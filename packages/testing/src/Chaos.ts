@@ -1,6 +1,6 @@
 /**
  * A sustained mix of work against a `Topology`, faults injected while it runs, and the checks
- * afterwards: what `npm run chaos` prints and `apps/cli/test/Topology.test.ts` asserts.
+ * afterwards: what `npm run chaos` prints and `apps/cli/test/Cluster.test.ts` asserts.
  *
  * Clients behave as a client behind a load balancer does: a request that finds no API process
  * (connection refused or reset) goes to the next one, a 503 is retried after a pause; creates
@@ -13,7 +13,7 @@ import * as Database from "@svc/db/Database"
 import { Duration, Effect, Layer, Random } from "effect"
 import { SqlClient } from "effect/sql"
 import { randomUUID } from "node:crypto"
-import type { Topology } from "./Topology.ts"
+import type { Topology } from "./TestCluster.ts"
 
 export interface Stats {
   /** Answers by status (`refused`: no API process took the connection, retried elsewhere). */

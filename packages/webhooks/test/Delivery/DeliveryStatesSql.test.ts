@@ -14,7 +14,7 @@ import {
   LOST_ATTEMPT_ERROR,
   NOT_ATTEMPTED_DELETED,
   NOT_ATTEMPTED_PAUSED
-} from "@svc/webhooks/Delivery/Dispatch"
+} from "@svc/webhooks/Delivery/DeliveryStates"
 import * as Store from "@svc/webhooks/Delivery/Store"
 import { Effect } from "effect"
 import { SqlClient } from "effect/sql"

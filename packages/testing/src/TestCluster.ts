@@ -8,7 +8,7 @@
  * With `tls`, clients reach NATS only over TLS with a client certificate (a throwaway CA from
  * `Tls.ts`): every role gets NATS_TLS_CA, NATS_TLS_CERT and NATS_TLS_KEY.
  *
- * Used by `apps/cli/test/Topology.test.ts`, `bench/chaos.ts` (`npm run chaos`) and
+ * Used by `apps/cli/test/Cluster.test.ts`, `bench/chaos.ts` (`npm run chaos`) and
  * `bench/scaling.ts` (`npm run bench scaling`).
  */
 import type { NatsSecurity } from "@svc/bus/Config"

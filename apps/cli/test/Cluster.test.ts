@@ -1,5 +1,5 @@
 /**
- * The platform scaled out on one machine (`@svc/testing/Topology`): a 3-node NATS cluster with a
+ * The platform scaled out on one machine (`@svc/testing/TestCluster`): a 3-node NATS cluster with a
  * user per role and per host, clients over TLS only (a throwaway CA; every process presents a
  * client certificate), 2 api, 2 runtime, 2 dispatcher and 2 agent processes, one Postgres.
  *
@@ -27,8 +27,8 @@ import * as Database from "@svc/db/Database"
 import { agentUser } from "@svc/host-protocol/Permissions"
 import { AgentReport, HOSTS_BUCKET_SPEC, reportSender, SANDBOX_MAILBOX } from "@svc/host-protocol/Protocol"
 import { check, makeClient, makeOrg, makeStats, runFaults, runLoad } from "@svc/testing/Chaos"
+import { startTopology } from "@svc/testing/TestCluster"
 import * as TestDatabase from "@svc/testing/TestDatabase"
-import { startTopology } from "@svc/testing/Topology"
 import { Duration, Effect, Exit, Layer } from "effect"
 import { SqlClient } from "effect/sql"
 import * as Fs from "node:fs"

@@ -18,7 +18,7 @@
  *   the call, then the result is written. Then ack (success, dead letter) or nak with the
  *   ladder's wait. While a job is held the dispatcher tells the server it is still working, so
  *   ack_wait never expires under a live one.
- * - Attempts are numbered by the rows, never by JetStream's delivery count (Dispatch.ts says
+ * - Attempts are numbered by the rows, never by JetStream's delivery count (DeliveryStates.ts says
  *   why); a first call cut short by a crash leaves no row, a claimed one a `pending` row that the
  *   next claim closes as lost.
  * - Claims and results of concurrent jobs (all webhooks of the process) are batched: one
@@ -54,7 +54,7 @@ import { SqlClient } from "effect/sql"
 import { DispatchConfig, type DispatchSettings } from "../Config.ts"
 import { WebhookSender } from "./Attempt.ts"
 import { makeBatcher } from "./Batcher.ts"
-import { afterAttempt, decideLostJob, deliveryStatusOf, firstAttemptFastPath } from "./Dispatch.ts"
+import { afterAttempt, decideLostJob, deliveryStatusOf, firstAttemptFastPath } from "./DeliveryStates.ts"
 import {
   consumerMatches,
   DeliveryJob,
