@@ -26,7 +26,7 @@ export interface DeliveryData {
   readonly body: string
 }
 
-// The statuses the tables' CHECK constraints allow (Dispatch's `DeliveryStatus`, `AttemptStatus`).
+// The statuses the tables' CHECK constraints allow (DeliveryStates's `DeliveryStatus`, `AttemptStatus`).
 const DELIVERY_STATUSES = ["pending", "succeeded", "failed", "dead_letter"] as const
 const RowDeliveryStatus = Schema.Literals(DELIVERY_STATUSES)
 const RowAttemptStatus = Schema.Literals([...DELIVERY_STATUSES, "retried"])
@@ -95,7 +95,7 @@ export interface ClaimInput {
   readonly deliveryId: string
   readonly webhookId: string
   readonly round: number
-  /** The job message's stream sequence (Dispatch.ClaimJob). */
+  /** The job message's stream sequence (DeliveryStates.ClaimJob). */
   readonly jobSeq: number
   /** The call already made on the fast path, to record as the attempt. */
   readonly made?: {
@@ -134,7 +134,7 @@ const claimedRows = Rows.decoder(
 )
 
 /**
- * Claims attempts in ONE statement, applying `Dispatch.decideClaim`'s rules under each
+ * Claims attempts in ONE statement, applying `DeliveryStates.decideClaim`'s rules under each
  * delivery's row lock (DeliveryStatesSql.test.ts checks the two agree case by case):
  * - skip an unknown delivery, one of another webhook, an older round, a finished delivery, or a
  *   second copy of the round's job (another stream sequence);

@@ -11,10 +11,10 @@
  *   (times HELD_PER_SLOT) fetched and waiting for a slot; a job past its call (recording, acking)
  *   no longer counts, so the statements never hold the endpoint's slots, and a slow endpoint
  *   occupies only its own.
- * - A first attempt (the job carries the event and body; Dispatch.firstAttemptFastPath) is made
+ * - A first attempt (the job carries the event and body; DeliveryStates.firstAttemptFastPath) is made
  *   at once: POST, then one statement numbers the attempt and writes its row with the result.
  *   Any other job is claimed first (DeliveryStore.claimAttempts: the rules of
- *   Dispatch.decideClaim under the delivery's row lock), which writes its row `pending` before
+ *   DeliveryStates.decideClaim under the delivery's row lock), which writes its row `pending` before
  *   the call, then the result is written. Then ack (success, dead letter) or nak with the
  *   ladder's wait. While a job is held the dispatcher tells the server it is still working, so
  *   ack_wait never expires under a live one.
@@ -165,7 +165,7 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
   readonly discover: Effect.Effect<void>
   readonly stats: Effect.Effect<DispatcherStats>
   readonly settings: DispatchSettings
-}>()("@svc/webhooks/Dispatcher/WebhookDispatcher") {
+}>()("@svc/webhooks/Delivery/WebhookDispatcher") {
   static readonly make = Effect.fn("WebhookDispatcher.make")(function*(settings: DispatchSettings) {
     const nats = yield* Nats
     const sql = yield* SqlClient.SqlClient

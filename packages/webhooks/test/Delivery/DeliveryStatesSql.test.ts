@@ -1,6 +1,6 @@
 /**
  * The dispatcher claims attempts in one SQL statement (DeliveryStore.claimAttempts); the rules
- * are those of the pure Dispatch.decideClaim. This test puts every combination of states in a
+ * are those of the pure DeliveryStates.decideClaim. This test puts every combination of states in a
  * real database and checks that the statement does what decideClaim says, case by case.
  */
 import { assert, describe, expect, layer } from "@effect/vitest"
