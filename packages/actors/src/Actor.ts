@@ -29,7 +29,7 @@ export interface TransitionContext {
   readonly msgId: string
 }
 
-/** A domain event `evt.<orgId>.<event>` with the spec envelope (ts = context.now). */
+/** A domain event `evt.<orgId>.<event>` with the envelope of docs/contract.md#envelope (ts = context.now). */
 export interface EmitEvent {
   readonly _tag: "Event"
   readonly event: DomainEvent

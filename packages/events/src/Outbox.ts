@@ -206,9 +206,9 @@ export const append = Effect.fn("Outbox.append")(function*(message: OutboxMessag
 })
 
 // ---------------------------------------------------------------------------------------------
-// Domain events: the envelope of spec 2.7 on subject `evt.<orgId>.<event>`.
+// Domain events: the envelope of docs/contract.md#envelope on subject `evt.<orgId>.<event>`.
 
-/** The event envelope (spec 2.7): `ts` is ISO 8601 UTC with milliseconds. */
+/** The event envelope (docs/contract.md#envelope): `ts` is ISO 8601 UTC with milliseconds. */
 export const Envelope = Schema.Struct({
   event: Schema.String,
   org_id: Schema.String,
