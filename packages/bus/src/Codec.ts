@@ -31,13 +31,21 @@ export interface JsonCodec<T, E> {
   readonly encodeValue: (value: T) => Effect.Effect<E, Schema.SchemaError>
 }
 
+// One codec per schema: a mailbox send asks for it per message.
+const codecs = new WeakMap<JsonSchema, JsonCodec<unknown, unknown>>()
+
 export const jsonCodec = <S extends JsonSchema>(schema: S): JsonCodec<S["Type"], S["Encoded"]> => {
-  const json = Schema.fromJsonString(schema)
-  return {
-    encode: Schema.encodeEffect(json),
-    decode: Schema.decodeUnknownEffect(json),
-    encodeValue: Schema.encodeEffect(schema)
+  let codec = codecs.get(schema)
+  if (codec === undefined) {
+    const json = Schema.fromJsonString(schema)
+    codec = {
+      encode: Schema.encodeEffect(json),
+      decode: Schema.decodeUnknownEffect(json),
+      encodeValue: Schema.encodeEffect(schema)
+    }
+    codecs.set(schema, codec)
   }
+  return codec
 }
 
 export const encodeJson = <S extends JsonSchema>(schema: S) => {
