@@ -1,5 +1,5 @@
 /**
- * `npm run chaos`: the platform scaled out on this machine (`@svc/testing/Topology`: a 3-node NATS
+ * `npm run chaos`: the platform scaled out on this machine (`@svc/testing/TestCluster`: a 3-node NATS
  * cluster with a user per role and per host, 2 processes of each role, one Postgres), a sustained
  * mix of work for CHAOS_DURATION (default 60s: sandbox creates, execs and deletes from
  * CHAOS_WORKERS loops, default 3; webhook events to a receiver; key creations and revocations)
@@ -15,8 +15,8 @@
  * Bounded: one run, then everything it started is stopped.
  */
 import { check, makeClient, makeOrg, makeStats, runFaults, runLoad } from "@svc/testing/Chaos"
+import { startTestCluster } from "@svc/testing/TestCluster"
 import * as TestDatabase from "@svc/testing/TestDatabase"
-import { startTopology } from "@svc/testing/Topology"
 import { Duration, Effect, Result } from "effect"
 import { parseDuration } from "../packages/config/src/Env.ts"
 import { receiver } from "../packages/webhooks/test/Receiver.ts"
@@ -32,10 +32,10 @@ const log = (line: string) => process.stdout.write(`[${new Date().toISOString().
 
 const main = Effect.gen(function*() {
   const databaseUrl = yield* TestDatabase.freshDatabase
-  const topology = yield* startTopology({ databaseUrl, env: { SVC_WEBHOOK_ALLOWED_SUBNETS: "127.0.0.0/8" }, log })
+  const testCluster = yield* startTestCluster({ databaseUrl, env: { SVC_WEBHOOK_ALLOWED_SUBNETS: "127.0.0.0/8" }, log })
   const org = yield* makeOrg(databaseUrl)
   const stats = makeStats()
-  const client = makeClient(topology.apiUrls, stats)
+  const client = makeClient(testCluster.apiUrls, stats)
   const rx = yield* receiver()
   const hook = yield* Effect.promise(() =>
     client("POST", "/v1/webhooks", { token: org.api_key, body: { url: rx.url, events: ["*"] } })
@@ -46,7 +46,7 @@ const main = Effect.gen(function*() {
   const until = start + DURATION_MS
   const [faults] = yield* Effect.all([
     runFaults({
-      topology,
+      testCluster,
       startMs: start,
       untilMs: until,
       everyMs: KILL_EVERY_MS,

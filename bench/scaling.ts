@@ -1,6 +1,6 @@
 /**
- * Scaling out by process count (issue 16, item 4), on the topology the tests start
- * (`@svc/testing/Topology`: a 3-node NATS cluster with 3 replicas, users per role, one Postgres):
+ * Scaling out by process count (issue 16, item 4), on the test cluster the tests start
+ * (`@svc/testing/TestCluster`: a 3-node NATS cluster with 3 replicas, users per role, one Postgres):
  *
  *   1. actor throughput with 1 and 2 runtime processes: BENCH_ACTOR_MESSAGES (2000) `SetNetwork`
  *      messages to 16 sandboxes' actors (each a full transition: state saved, an egress KV put
@@ -13,7 +13,7 @@
  *      creates/s until every one is running (then they are deleted, unmeasured).
  *
  * The other roles run one process each. Each figure is the median of BENCH_RUNS (5) runs on one
- * topology per count, and the ratio is 2 processes over 1. Beside each: the CPU each process used
+ * test cluster per count, and the ratio is 2 processes over 1. Beside each: the CPU each process used
  * during the runs (percent of one core, `/proc/<pid>/stat` of the process and its children) and
  * the machine's busy CPU outside our processes (other tenants, from `/proc/stat`) and the load
  * average, because on a 2-core machine the second process competes for the same cores.
@@ -21,8 +21,8 @@
  *   npm run bench scaling      (or: node bench/scaling.ts; BENCH_ONLY=actors|deliveries|creates)
  */
 import { makeOrg } from "@svc/testing/Chaos"
+import { type RoleName, startTestCluster, type TestCluster } from "@svc/testing/TestCluster"
 import * as TestDatabase from "@svc/testing/TestDatabase"
-import { type RoleName, startTopology, type Topology } from "@svc/testing/Topology"
 import { Duration, Effect, Layer, type Scope } from "effect"
 import { SqlClient } from "effect/sql"
 import * as fs from "node:fs"
@@ -66,10 +66,10 @@ const OURS = "ours, all processes"
 const OTHERS = "other tenants"
 
 /** CPU ms so far: each role process (with its children), the NATS nodes, Postgres, this process. */
-const cpuNow = (topology: Topology): Record<string, number> => {
+const cpuNow = (testCluster: TestCluster): Record<string, number> => {
   const tree = treeCpuByName(process.pid)
   const out: Record<string, number> = {}
-  for (const role of topology.roles) out[role.name] = treeCpuMs(role.current().process.pid!)
+  for (const role of testCluster.roles) out[role.name] = treeCpuMs(role.current().process.pid!)
   out["nats (3 nodes)"] = tree["nats-server"] ?? 0
   out["postgres"] = tree["postgres"] ?? 0
   out["bench (load, receiver)"] = treeCpuMs(process.pid) - Object.values(out).reduce((a, b) => a + b, 0)
@@ -107,10 +107,10 @@ const until = (done: Effect.Effect<boolean>) =>
 
 type Client = (method: string, path: string, body?: unknown) => Promise<{ status: number; json: any }>
 
-const clientOf = (topology: Topology, token: string): Client => {
+const clientOf = (testCluster: TestCluster, token: string): Client => {
   let next = 0
   return async (method, path, body) => {
-    const base = topology.apiUrls[next++ % topology.apiUrls.length]!
+    const base = testCluster.apiUrls[next++ % testCluster.apiUrls.length]!
     const response = await fetch(base + path, {
       method,
       headers: {
@@ -155,9 +155,9 @@ interface Scenario {
   readonly name: string
   readonly unit: string
   readonly role: RoleName
-  /** Once per topology; returns one run. */
+  /** Once per test cluster; returns one run. */
   readonly prepare: (
-    topology: Topology,
+    testCluster: TestCluster,
     databaseUrl: string,
     client: Client,
     orgId: string
@@ -170,17 +170,17 @@ interface Done {
   readonly cleanup?: Effect.Effect<void>
 }
 
-const asRuntime = (topology: Topology) =>
-  Layer.effect(Nats, Nats.make({ url: topology.natsUrl, replicas: 3, security: topology.security("runtime") }))
+const asRuntime = (testCluster: TestCluster) =>
+  Layer.effect(Nats, Nats.make({ url: testCluster.natsUrl, replicas: 3, security: testCluster.security("runtime") }))
 
 const actors: Scenario = {
   name: "actor transitions/s",
   unit: "transitions/s",
   role: "runtime",
-  prepare: (topology, databaseUrl, client) =>
+  prepare: (testCluster, databaseUrl, client) =>
     Effect.gen(function*() {
       const ids = yield* createSandboxes(client, databaseUrl, 16, "actors")
-      const nats = yield* Layer.build(asRuntime(topology)).pipe(Effect.orDie)
+      const nats = yield* Layer.build(asRuntime(testCluster)).pipe(Effect.orDie)
       return (run) =>
         Effect.gen(function*() {
           const prefix = `bench-${run}-`
@@ -223,7 +223,7 @@ const deliveries: Scenario = {
   name: "webhook deliveries/s",
   unit: "deliveries/s",
   role: "dispatcher",
-  prepare: (topology, _databaseUrl, client, orgId) =>
+  prepare: (testCluster, _databaseUrl, client, orgId) =>
     Effect.gen(function*() {
       const receiver = yield* Effect.acquireRelease(
         Effect.promise(() => startReceiver()),
@@ -231,7 +231,7 @@ const deliveries: Scenario = {
       )
       const hook = yield* Effect.promise(() => client("POST", "/v1/webhooks", { url: receiver.url, events: ["*"] }))
       if (hook.status !== 201) return yield* Effect.die(new Error(`webhook: ${hook.status}`))
-      const nats = yield* Layer.build(asRuntime(topology)).pipe(Effect.orDie)
+      const nats = yield* Layer.build(asRuntime(testCluster)).pipe(Effect.orDie)
       const encoder = new TextEncoder()
       return (run) =>
         Effect.gen(function*() {
@@ -264,7 +264,7 @@ const creates: Scenario = {
   name: "sandbox creates/s (to running)",
   unit: "creates/s",
   role: "agent",
-  prepare: (_topology, databaseUrl, client) =>
+  prepare: (_testCluster, databaseUrl, client) =>
     Effect.succeed((run) =>
       Effect.gen(function*() {
         const ids = yield* createSandboxes(client, databaseUrl, CREATES, `creates-${run}`)
@@ -273,22 +273,22 @@ const creates: Scenario = {
     )
 }
 
-/** One topology with `count` processes of the scenario's role (one of each other role); RUNS runs. */
+/** One test cluster with `count` processes of the scenario's role (one of each other role); RUNS runs. */
 const measure = (scenario: Scenario, count: number) =>
   Effect.scoped(Effect.gen(function*() {
     const databaseUrl = yield* TestDatabase.freshDatabase
     const counts = { api: 1, runtime: 1, dispatcher: 1, agent: 1, [scenario.role]: count }
-    const topology = yield* startTopology({ databaseUrl, counts, env: ENV, log })
+    const testCluster = yield* startTestCluster({ databaseUrl, counts, env: ENV, log })
     const org = yield* makeOrg(databaseUrl)
-    const client = clientOf(topology, org.api_key)
-    const run = yield* scenario.prepare(topology, databaseUrl, client, org.org_id)
+    const client = clientOf(testCluster, org.api_key)
+    const run = yield* scenario.prepare(testCluster, databaseUrl, client, org.org_id)
     const samples: Array<Sample> = []
     for (let r = 0; r < RUNS; r++) {
-      const cpuBefore = cpuNow(topology)
+      const cpuBefore = cpuNow(testCluster)
       const start = performance.now()
       const { cleanup, done } = yield* run(r)
       const wallMs = performance.now() - start
-      const cpuAfter = cpuNow(topology)
+      const cpuAfter = cpuNow(testCluster)
       const cpu: Record<string, number> = {}
       // Shares of one core over the interval between the two readings (as the kernel counted it).
       const perCoreMs = (cpuAfter[TOTAL]! - cpuBefore[TOTAL]!) / os.cpus().length

@@ -21,7 +21,7 @@ import * as Os from "node:os"
 import * as Path from "node:path"
 import { Env, EnvLayer } from "../apps/api/test/SandboxesEnv.support.ts"
 import { WebhookSender } from "../packages/webhooks/src/Delivery/Attempt.ts"
-import { WebhookDispatcher } from "../packages/webhooks/src/Delivery/Dispatcher.ts"
+import { WebhookDispatcher } from "../packages/webhooks/src/Delivery/WebhookDispatcher.ts"
 import { WebhookAddressGuard } from "../packages/webhooks/src/Subscriptions/AddressGuard.ts"
 
 // The webhook test's receiver listens on loopback; the platform refuses such targets otherwise.

@@ -77,7 +77,7 @@ layer(EnvLayer, { timeout: "60 seconds" })("the contract as an attack surface", 
   it.effect("a body field the contract does not know is 400 invalid_request naming it, on every kind of route", () =>
     Effect.gen(function*() {
       const { base, cookie, token } = yield* Env
-      // The fields of api.md the server does not implement yet: refused, not a different action.
+      // The fields of docs/contract.md the server does not implement yet: refused, not a different action.
       expectNamed(
         yield* call(base, "POST", "/v1/templates", { token, body: { name: "t1", image: "alpine:3" } }),
         "image"

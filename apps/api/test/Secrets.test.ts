@@ -1,5 +1,5 @@
 /**
- * Org secrets through the real API (docs/contract.md#secrets, spec 5.4): what each route answers
+ * Org secrets through the real API (docs/contract.md#secrets, #secrets-scopes): what each route answers
  * to each scope, the service-key rule and its setting re-read while the API runs, validation,
  * other orgs, and that a value never comes back: not in a response, not in a log line, not in
  * the clear in the `egress` KV bucket, where it is sealed for the hosts' proxies.

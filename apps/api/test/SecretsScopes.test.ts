@@ -1,11 +1,11 @@
 /**
- * Spec 5.4 route by route over the real API: what `secrets:read`, `secrets:write`, `secrets:use`,
+ * docs/contract.md#secrets-scopes route by route over the real API: what `secrets:read`, `secrets:write`, `secrets:use`,
  * `secrets`, `secrets:*`, `*` and a `sandbox:<id>` key may do with secrets and with bindings; and
  * the service-key rule: a userless key manages secrets only when its id is listed in
  * `SVC_SECRET_MANAGER_API_KEY_IDS` (or the file of `SVC_SECRET_MANAGER_API_KEY_IDS_FILE`, re-read
  * at every check: a listed key is rotated with no restart) and it holds write and use.
  *
- * The expectations are written from the spec, one row per scope set: each route is called with a
+ * The expectations are written from the contract, one row per scope set: each route is called with a
  * fresh secret where it changes one, so every cell is independent.
  */
 import { expect, layer } from "@effect/vitest"

@@ -1,5 +1,5 @@
 /**
- * The volume routes through the public API (docs/contract.md#volumes, spec 2.3, 4.6, 7, 8): the
+ * The volume routes through the public API (docs/contract.md#volumes, #errors, #limits): the
  * record, `Idempotency-Key`, the capacity error body byte for byte, name rules, list and get
  * confined to the org, the scopes (a `sandbox:<id>` key is 403), and the org quota. The
  * sandboxes that use volumes are in VolumesSandboxes.test.ts.
@@ -95,7 +95,7 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("volumes API", 
       expectError(short, 400, "invalid_request")
     }))
 
-  it.effect("size_gb above SVC_VOLUME_MAX_GIB: exactly the error body of spec 4.6", () =>
+  it.effect("size_gb above SVC_VOLUME_MAX_GIB: exactly the error body of docs/contract.md#volumes", () =>
     Effect.gen(function*() {
       const res = yield* api("POST", "/v1/volumes", { body: { name: "huge", size_gb: 1025 } })
       expect(res.status).toBe(400)
@@ -206,7 +206,7 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("volumes API", 
       const readOnlyKey = yield* identity.key(env.org.id, ["sandboxes:write", "volumes:read"])
       expectError(yield* api("POST", "/v1/sandboxes", { token: readOnlyKey, body: rw }), 403, "insufficient_scope")
 
-      // A key confined to one sandbox: volumes are out of its reach (spec 5.5), its sandbox is not.
+      // A key confined to one sandbox: volumes are out of its reach (docs/contract.md#single-sandbox-scope), its sandbox is not.
       const sandbox = yield* runningSandbox({ region: env.a.region })
       const confined = yield* identity.key(env.org.id, [`sandbox:${sandbox.id}`])
       expect((yield* api("GET", `/v1/sandboxes/${sandbox.id}`, { token: confined })).status).toBe(200)

@@ -7,13 +7,14 @@
 import { expect, layer } from "@effect/vitest"
 import { SecretBox } from "@svc/crypto/SecretBox"
 import { OutboxRelay } from "@svc/events/Relay"
+import { eventually } from "@svc/testing/Eventually"
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import { serve } from "@svc/testing/TestHttp"
 import * as TestNats from "@svc/testing/TestNats"
 import { WebhookSender } from "@svc/webhooks/Delivery/Attempt"
-import { WebhookDispatcher } from "@svc/webhooks/Delivery/Dispatcher"
+import { WebhookDispatcher } from "@svc/webhooks/Delivery/WebhookDispatcher"
 import { WebhookAddressGuard } from "@svc/webhooks/Subscriptions/AddressGuard"
-import { ConfigProvider, Context, Duration, Effect, Layer, Schedule } from "effect"
+import { ConfigProvider, Context, Duration, Effect, Layer } from "effect"
 import { HttpRouter } from "effect/http"
 import * as crypto from "node:crypto"
 import { receiver } from "../../../packages/webhooks/test/Receiver.ts"
@@ -114,14 +115,6 @@ const EnvLayer = Layer.effect(
     })
   })
 )
-
-const eventually = <A>(effect: Effect.Effect<A>, done: (a: A) => boolean) =>
-  effect.pipe(
-    Effect.filterOrFail(done, () => new Error("not yet")),
-    Effect.retry(Schedule.spaced(Duration.millis(50))),
-    Effect.timeout(Duration.seconds(15)),
-    Effect.orDie
-  )
 
 const RECORD_KEYS = ["createdAt", "enabled", "events", "id", "updatedAt", "url"]
 

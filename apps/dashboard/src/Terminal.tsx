@@ -1,14 +1,30 @@
 /**
  * A shell in the sandbox: xterm.js on the /terminal WebSocket (docs/contract.md "Terminal").
  * The session cookie and the page's Origin authenticate it (no key in the URL). Binary frames
- * carry the terminal's bytes both ways; `{type: "resize"}` follows the element's size;
- * `{type: "exit", code}` ends it. Its own chunk: loaded only when a terminal opens.
+ * carry the terminal's bytes both ways; `TerminalResize` follows the element's size;
+ * `TerminalExit` ends it (the API's schemas, @svc/domain/Api/Terminal). Types only here, as in
+ * wire.ts: the schemas would bring effect into this chunk; the server checks what it receives.
+ * Its own chunk: loaded only when a terminal opens.
  */
 import { FitAddon } from "@xterm/addon-fit"
 import { Terminal as XTerm } from "@xterm/xterm"
 // oxlint-disable-next-line import/no-unassigned-import -- the terminal's stylesheet, bundled into this chunk's CSS
 import "@xterm/xterm/css/xterm.css"
+import type { TerminalExit, TerminalResize } from "@svc/domain/Api/Terminal"
 import { useEffect, useRef, useState } from "preact/hooks"
+
+/** The exit message, or undefined for any other text (ignored, as the server ignores unknown ones). */
+const exitOf = (text: string): TerminalExit | undefined => {
+  try {
+    const message: unknown = JSON.parse(text)
+    return typeof message === "object" && message !== null && "type" in message && message.type === "exit" &&
+        "code" in message && Number.isInteger(message.code)
+      ? { type: "exit", code: message.code as number }
+      : undefined
+  } catch {
+    return undefined
+  }
+}
 
 const Terminal = (props: { readonly sandboxId: string; readonly onClose: () => void }) => {
   const element = useRef<HTMLDivElement>(null)
@@ -42,8 +58,8 @@ const Terminal = (props: { readonly sandboxId: string; readonly onClose: () => v
     }
     ws.onmessage = (message) => {
       if (typeof message.data === "string") {
-        const control = JSON.parse(message.data) as { type?: string; code?: number }
-        if (control.type === "exit") setStatus(`The shell exited with code ${control.code}`)
+        const exit = exitOf(message.data)
+        if (exit !== undefined) setStatus(`The shell exited with code ${exit.code}`)
       } else term.write(new Uint8Array(message.data as ArrayBuffer))
     }
     ws.onclose = (event) =>
@@ -58,7 +74,9 @@ const Terminal = (props: { readonly sandboxId: string; readonly onClose: () => v
       if (ws.readyState === WebSocket.OPEN) ws.send(encoder.encode(data))
     })
     const resize = term.onResize(({ cols, rows }) => {
-      if (ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify({ type: "resize", cols, rows }))
+      if (ws.readyState === WebSocket.OPEN) {
+        ws.send(JSON.stringify({ type: "resize", cols, rows } satisfies TerminalResize))
+      }
     })
     const observer = new ResizeObserver(() => fit.fit())
     observer.observe(element.current!)

@@ -1,6 +1,6 @@
 /**
  * The dispatcher role: the webhook fan-out (events to deliveries and their jobs), the delivery
- * workers (@svc/webhooks/Delivery/Dispatcher), this process's worker heartbeat, the keys that
+ * workers (@svc/webhooks/Delivery/WebhookDispatcher), this process's worker heartbeat, the keys that
  * open the webhooks' sealed signing secrets (SVC_ENCRYPTION_KEYS, required), and its Postgres
  * (DATABASE_URL, migrated) and NATS (NATS_URL, SVC_NATS_PREFIX) connections. Its settings: the
  * SVC_WEBHOOK_* variables (Delivery/Config.ts) and SVC_WEBHOOK_ALLOWED_SUBNETS.
@@ -19,9 +19,9 @@ import * as Streams from "@svc/events/Streams"
 import * as Metrics from "@svc/telemetry/Metrics"
 import * as Telemetry from "@svc/telemetry/Telemetry"
 import { WebhookSender } from "@svc/webhooks/Delivery/Attempt"
-import { WebhookDispatcher } from "@svc/webhooks/Delivery/Dispatcher"
 import { FanOut } from "@svc/webhooks/Delivery/FanOut"
 import { DELIVERY_STREAM } from "@svc/webhooks/Delivery/Jobs"
+import { WebhookDispatcher } from "@svc/webhooks/Delivery/WebhookDispatcher"
 import { WebhookAddressGuard } from "@svc/webhooks/Subscriptions/AddressGuard"
 import { Layer } from "effect"
 

@@ -6,9 +6,10 @@
  * so an event or a command to another actor is published if and only if the state change
  * committed, even when the process dies right after the commit.
  */
+import type { JsonSchema } from "@svc/bus/Codec"
 import type { Sender } from "@svc/bus/Mailbox"
 import type { DomainEvent } from "@svc/events/Outbox"
-import type { Effect, Option, Schema } from "effect"
+import type { Effect, Option } from "effect"
 import type { SqlClient, SqlError, Statement } from "effect/sql"
 import type { CorruptState } from "./Errors.ts"
 
@@ -28,7 +29,7 @@ export interface TransitionContext {
   readonly msgId: string
 }
 
-/** A domain event `evt.<orgId>.<event>` with the spec envelope (ts = context.now). */
+/** A domain event `evt.<orgId>.<event>` with the envelope of docs/contract.md#envelope (ts = context.now). */
 export interface EmitEvent {
   readonly _tag: "Event"
   readonly event: DomainEvent
@@ -70,7 +71,7 @@ export interface Transition<S> {
   readonly effects: ReadonlyArray<ActorEffect>
 }
 
-export interface Actor<S extends Schema.Top, M extends Schema.Top> {
+export interface Actor<S extends JsonSchema, M extends JsonSchema> {
   /** Lowercase name: `[a-z][a-z0-9_]*`, at most 32 characters. A mailbox subject token. */
   readonly type: string
   /** Partition count P, fixed for the life of the type (changing it re-routes entities). */
@@ -129,7 +130,7 @@ const TYPE = /^[a-z][a-z0-9_]{0,31}$/
 export const MAX_PARTITIONS = 1024
 
 /** Defines an actor type; an invalid definition is a programming error and throws at once. */
-export const make = <S extends Schema.Top, M extends Schema.Top>(definition: Actor<S, M>): Actor<S, M> => {
+export const make = <S extends JsonSchema, M extends JsonSchema>(definition: Actor<S, M>): Actor<S, M> => {
   if (!TYPE.test(definition.type)) throw new Error(`actor type must match ${TYPE}: ${JSON.stringify(definition.type)}`)
   if (!Number.isInteger(definition.partitions) || definition.partitions < 1 || definition.partitions > MAX_PARTITIONS) {
     throw new Error(`actor ${definition.type}: partitions must be an integer in 1..${MAX_PARTITIONS}`)
@@ -148,7 +149,7 @@ export const none = (...effects: ReadonlyArray<ActorEffect>): Transition<never> 
 
 export const emit = (event: DomainEvent): EmitEvent => ({ _tag: "Event", event })
 
-export const send = <M extends Schema.Top>(actor: Actor<any, M>, id: string, message: M["Type"]): SendMessage => ({
+export const send = <M extends JsonSchema>(actor: Actor<any, M>, id: string, message: M["Type"]): SendMessage => ({
   _tag: "Send",
   actor,
   id,

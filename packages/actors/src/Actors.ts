@@ -7,10 +7,11 @@
  * `max_ack_pending: 1`: at most one message per partition in flight cluster-wide.
  */
 import { AckPolicy, DeliverPolicy } from "@nats-io/jetstream"
+import type { JsonSchema } from "@svc/bus/Codec"
 import * as Mailbox from "@svc/bus/Mailbox"
 import { ensureConsumer, ensureStream } from "@svc/bus/Topology"
 import * as Outbox from "@svc/events/Outbox"
-import { Duration, Effect, Option, type Schema } from "effect"
+import { Duration, Effect, Option } from "effect"
 import { SqlClient } from "effect/sql"
 import {
   type Actor,
@@ -63,7 +64,7 @@ export const ensure = Effect.fn("Actors.ensure")(function*(actor: AnyActor, opti
   return full
 })
 
-const encodeMessage = <M extends Schema.Top>(actor: Actor<any, M>, id: string, message: M["Type"]) =>
+const encodeMessage = <M extends JsonSchema>(actor: Actor<any, M>, id: string, message: M["Type"]) =>
   Mailbox.encode(actor, actor.message, id, message)
 
 /** The mailbox subject of an entity (relative to the NATS prefix), checking the id. */
@@ -77,7 +78,7 @@ export const partition = (actor: AnyActor, id: string) => partitionOf(actor, id)
  * send is idempotent within the duplicate window (and beyond it the runtime's inbox drops a
  * repeated msgID for the same entity).
  */
-export const send = <M extends Schema.Top>(
+export const send = <M extends JsonSchema>(
   actor: Actor<any, M>,
   id: string,
   message: M["Type"],
@@ -85,7 +86,7 @@ export const send = <M extends Schema.Top>(
 ) => Mailbox.send(actor, actor.message, id, message, options)
 
 /** A message to an entity's mailbox as an outbox message (for `Outbox.appendAll` or `Commit.ts`). */
-export const outboxMessage = <M extends Schema.Top>(
+export const outboxMessage = <M extends JsonSchema>(
   actor: Actor<any, M>,
   id: string,
   message: M["Type"]
@@ -101,7 +102,7 @@ export const outboxMessage = <M extends Schema.Top>(
  * transaction commits (msgID = the outbox row id). Use it where a Postgres change and a command
  * must go together (e.g. create a resource row and tell its actor).
  */
-export const sendViaOutbox = Effect.fn("Actors.sendViaOutbox")(function*<M extends Schema.Top>(
+export const sendViaOutbox = Effect.fn("Actors.sendViaOutbox")(function*<M extends JsonSchema>(
   actor: Actor<any, M>,
   id: string,
   message: M["Type"]
@@ -129,7 +130,7 @@ export const recordTransition = Effect.fn("Actors.recordTransition")(function*(
 })
 
 /** An entity's current state and version, if it exists. */
-export const get = Effect.fn("Actors.get")(function*<S extends Schema.Top>(actor: Actor<S, any>, id: string) {
+export const get = Effect.fn("Actors.get")(function*<S extends JsonSchema>(actor: Actor<S, any>, id: string) {
   if (!ENTITY_ID.test(id)) return Option.none<Stored<S["Type"]>>()
   return yield* storeOf(actor).load(id)
 })

@@ -4,6 +4,7 @@
  * state must also be queried as a resource (a sandbox row) can bring its own `ActorStore`
  * over its own table with a `version` column instead.
  */
+import { jsonCodec, type JsonSchema } from "@svc/bus/Codec"
 import * as Rows from "@svc/db/Rows"
 import { Effect, Option, Schema } from "effect"
 import { SqlClient, type Statement } from "effect/sql"
@@ -13,9 +14,8 @@ import { CorruptState } from "./Errors.ts"
 /** A row of `actor_state`, the state as JSON text (decoded with the actor's schema). */
 const stateRows = Rows.decoder("ActorStore.load", Schema.Struct({ version: Rows.Int8, state: Schema.String }))
 
-export const jsonStore = <S extends Schema.Top>(actor: Actor<S, any>): ActorStore<S["Type"]> => {
-  const decode = Schema.decodeUnknownEffect(Schema.fromJsonString(actor.state as any))
-  const encode = Schema.encodeUnknownEffect(Schema.fromJsonString(actor.state as any))
+export const jsonStore = <S extends JsonSchema>(actor: Actor<S, any>): ActorStore<S["Type"]> => {
+  const { decode, encode } = jsonCodec(actor.state)
   const type = actor.type
   const saveStep = (
     sql: SqlClient.SqlClient,
@@ -26,7 +26,7 @@ export const jsonStore = <S extends Schema.Top>(actor: Actor<S, any>): ActorStor
   ) =>
     Effect.map(
       Effect.mapError(
-        encode(state) as Effect.Effect<string, Schema.SchemaError>,
+        encode(state),
         (e) => new CorruptState({ type, id, message: `new state: ${e.message}` })
       ),
       (json) =>
@@ -47,7 +47,7 @@ export const jsonStore = <S extends Schema.Top>(actor: Actor<S, any>): ActorStor
       )
       if (rows.length === 0) return Option.none<Stored<S["Type"]>>()
       const state = yield* Effect.mapError(
-        decode(rows[0]!.state) as Effect.Effect<S["Type"], Schema.SchemaError>,
+        decode(rows[0]!.state),
         (e) => new CorruptState({ type, id, message: e.message })
       )
       return Option.some({ version: Number(rows[0]!.version), state })
@@ -65,7 +65,7 @@ export const jsonStore = <S extends Schema.Top>(actor: Actor<S, any>): ActorStor
 const defaults = new WeakMap<AnyActor, ActorStore<unknown>>()
 
 /** The actor's own store, or the generic table. */
-export const storeOf = <S extends Schema.Top>(actor: Actor<S, any>): ActorStore<S["Type"]> => {
+export const storeOf = <S extends JsonSchema>(actor: Actor<S, any>): ActorStore<S["Type"]> => {
   if (actor.store) return actor.store
   let store = defaults.get(actor)
   if (!store) {

@@ -4,7 +4,7 @@
  * the `apps` scopes first.
  *
  * The API applies its changes to the app's controller itself, with the same pure transition the
- * actor runs (`Apps/Controller.ts`), under the app's row lock, with the operations it causes
+ * actor runs (`Apps/Reconcile.ts`), under the app's row lock, with the operations it causes
  * written to the outbox and the audit entry in the same transaction: the answer shows what the
  * change did (`deploying`, `deleting`), and the change and the actor's own messages apply one at
  * a time, in one order.
@@ -35,9 +35,9 @@ import { wakeIfPresent } from "@svc/events/Relay"
 import { UsageGate } from "@svc/sandboxes/Sandboxes/UsageGate"
 import { Clock, Context, Effect, Layer, Option, Schema } from "effect"
 import { SqlClient } from "effect/sql"
-import * as Controller from "./Apps/Controller.ts"
 import type { AppControllerState, AppMessage } from "./Apps/Model.ts"
 import { envAad } from "./Apps/Operations.ts"
+import * as Reconcile from "./Apps/Reconcile.ts"
 import * as Store from "./Apps/Store.ts"
 
 const notFound = () => new Errors.NotFound({ error: "App not found" })
@@ -125,8 +125,8 @@ export class Apps extends Context.Service<Apps, {
             yield* sql`SELECT 1 FROM orgs WHERE id = ${orgId} FOR NO KEY UPDATE`
             yield* usage.admit(orgId)
             const now = yield* Clock.currentTimeMillis
-            const first = Controller.start(
-              Controller.initial({
+            const first = Reconcile.start(
+              Reconcile.initial({
                 id,
                 orgId,
                 name: input.name,
@@ -183,7 +183,7 @@ export class Apps extends Context.Service<Apps, {
           const message = yield* withSql(decide(state))
           if (message === null) return state
           const now = yield* Clock.currentTimeMillis
-          const result = Controller.transition(state, message, { id, now, msgId: `api:${now}` })
+          const result = Reconcile.transition(state, message, { id, now, msgId: `api:${now}` })
           const after = result.state ?? state
           const saved = yield* withSql(Store.store.save(id, after, version)).pipe(
             Effect.catchTag("CorruptState", Effect.die)

@@ -77,7 +77,7 @@ export const requireScope = <R extends Scopes.Resource>(resource: R, action: Sco
       ))
 
 /**
- * Whether the caller may create, update, rotate or delete org secrets (spec 5.4): a user (a
+ * Whether the caller may create, update, rotate or delete org secrets (docs/contract.md#secrets-scopes): a user (a
  * session or a user's key, whose scopes the route checks) always; a userless service key only
  * when its exact id is `listed` (`SVC_SECRET_MANAGER_API_KEY_IDS`) and it holds both
  * `secrets:write` and `secrets:use` (`*`, `secrets` and `secrets:*` hold both), whatever else

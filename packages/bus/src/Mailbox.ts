@@ -12,6 +12,7 @@
  * from the subject and never from the body.
  */
 import { Effect, Schema } from "effect"
+import { jsonCodec, type JsonSchema } from "./Codec.ts"
 import { Nats } from "./Nats.ts"
 
 /** A mailbox family: an actor type's name and its fixed partition count. */
@@ -91,9 +92,9 @@ export const subjectOf = (address: MailboxAddress, id: string, sender?: Sender) 
   Effect.as(checkId(address, id, sender), mailboxTokens(address, id, sender).join("."))
 
 /** Encodes a message with its Schema; a body the Schema refuses is `InvalidActorMessage`. */
-export const encode = <M extends Schema.Top>(address: MailboxAddress, schema: M, id: string, message: M["Type"]) =>
+export const encode = <M extends JsonSchema>(address: MailboxAddress, schema: M, id: string, message: M["Type"]) =>
   Effect.mapError(
-    Schema.encodeUnknownEffect(schema as any)(message) as Effect.Effect<unknown, Schema.SchemaError>,
+    jsonCodec(schema).encodeValue(message),
     (e) => new InvalidActorMessage({ type: address.type, id, message: e.message })
   )
 
@@ -102,7 +103,7 @@ export const encode = <M extends Schema.Top>(address: MailboxAddress, schema: M,
  * send is idempotent within the duplicate window (and beyond it the runtime's inbox drops a
  * repeated msgID for the same entity). With `sender` the subject names it (see the module's comment).
  */
-export const send = Effect.fn("Mailbox.send")(function*<M extends Schema.Top>(
+export const send = Effect.fn("Mailbox.send")(function*<M extends JsonSchema>(
   address: MailboxAddress,
   schema: M,
   id: string,

@@ -252,7 +252,7 @@ export type PatchSecretRequest = typeof PatchSecretRequest.Type
 
 /**
  * Whether a patch changes where or under which header the value goes: `allowed_hosts` or
- * `header_name` (spec 5.4: such an edit needs `secrets:use` besides `secrets:write`).
+ * `header_name` (docs/contract.md#secrets-scopes: such an edit needs `secrets:use` besides `secrets:write`).
  */
 export const patchNeedsUse = (patch: PatchSecretRequest): boolean =>
   patch.allowed_hosts !== undefined || patch.header_name !== undefined

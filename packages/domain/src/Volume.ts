@@ -1,5 +1,5 @@
 /**
- * Volumes (docs/contract.md#volumes, spec 2.3 and 4.6): the record, the create body, the list.
+ * Volumes (docs/contract.md#volumes): the record, the create body, the list.
  *
  * Rules of the create body (decisions of docs/contract.md#volumes):
  * - `size_gb`: a whole number of GiB, at least 1. Above `SVC_VOLUME_MAX_GIB` is the
@@ -9,7 +9,7 @@
  *   `shared` volume. A `local` volume without one is named after its id (`derivedVolumeName`),
  *   a form a caller cannot pick.
  *
- * The record keeps the names of spec 2.3. `state`, `attached_to`, `attachment_id`,
+ * The record keeps the names of docs/contract.md#volumes. `state`, `attached_to`, `attachment_id`,
  * `mount_path` and `device_path` describe the oldest live attachment; `attachments` (added by
  * this contract) lists every one, for a shared volume attached to several sandboxes.
  */

@@ -11,6 +11,7 @@
  * writer's span (its `traceparent`, when spans are exported) is stored with the row and sent as
  * the message's header, so the consumer continues the writer's trace.
  */
+import { jsonCodec, type JsonSchema } from "@svc/bus/Codec"
 import * as Trace from "@svc/bus/Trace"
 import { makeBody } from "@svc/domain/Ids"
 import { Clock, Effect, Schema } from "effect"
@@ -205,9 +206,9 @@ export const append = Effect.fn("Outbox.append")(function*(message: OutboxMessag
 })
 
 // ---------------------------------------------------------------------------------------------
-// Domain events: the envelope of spec 2.7 on subject `evt.<orgId>.<event>`.
+// Domain events: the envelope of docs/contract.md#envelope on subject `evt.<orgId>.<event>`.
 
-/** The event envelope (spec 2.7): `ts` is ISO 8601 UTC with milliseconds. */
+/** The event envelope (docs/contract.md#envelope): `ts` is ISO 8601 UTC with milliseconds. */
 export const Envelope = Schema.Struct({
   event: Schema.String,
   org_id: Schema.String,
@@ -278,17 +279,12 @@ export const appendEvent = Effect.fn("Outbox.appendEvent")(function*(event: Doma
  *   const SandboxDeleted = Outbox.defineEvent("sandbox.deleted", Schema.Struct({ sandbox_id: ..., host_id: ... }))
  *   yield* SandboxDeleted.append(orgId, { sandbox_id, host_id })
  */
-export const defineEvent = <
-  S extends Schema.Top & { readonly DecodingServices: never; readonly EncodingServices: never }
->(
-  event: string,
-  data: S
-) => {
-  const encode = Schema.encodeUnknownEffect(data as any)
+export const defineEvent = <S extends JsonSchema>(event: string, data: S) => {
+  const encode = jsonCodec(data).encodeValue
   const toDomainEvent = (orgId: string, value: S["Type"]) =>
     Effect.map(
       Effect.mapError(
-        encode(value) as Effect.Effect<unknown, Schema.SchemaError>,
+        encode(value),
         (e) => new InvalidOutboxMessage({ subject: `evt.${orgId}.${event}`, message: e.message })
       ),
       (encoded): DomainEvent => ({ event, orgId, data: encoded as DomainEvent["data"] })

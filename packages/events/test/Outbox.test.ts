@@ -7,7 +7,7 @@ import { SqlClient } from "effect/sql"
 const ORG = "org_0000000000aaaaaaaaaaaaaaaa"
 
 describe("Outbox (pure parts)", () => {
-  it.effect("builds the spec 2.7 envelope with an ISO 8601 UTC millisecond timestamp", () =>
+  it.effect("builds the envelope of docs/contract.md#envelope with an ISO 8601 UTC millisecond timestamp", () =>
     Effect.gen(function*() {
       const env = yield* Outbox.makeEnvelope(
         { event: "sandbox.deleted", orgId: ORG, data: { sandbox_id: "sbx_1" } },

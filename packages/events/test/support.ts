@@ -27,5 +27,3 @@ export const readStream = (stream: string) =>
     }
     return out
   })
-
-export { eventually } from "@svc/testing/Eventually"

@@ -5,7 +5,8 @@
  * memory, still there after the delete). `outputBytesKept` counts the bytes the driver keeps.
  */
 import { assert, layer } from "@effect/vitest"
-import { Effect, Schedule, Stream } from "effect"
+import { eventually } from "@svc/testing/Eventually"
+import { Effect, Stream } from "effect"
 import type { ProcessEvent } from "../src/Driver.ts"
 import { KEEP_BYTES, KEEP_BYTES_PER_SANDBOX, MAX_EXITED, outputBytesKept } from "../src/Driver/Processes.ts"
 import { sh, spec, TestDriver, text, uniqueId } from "./fixtures/support.ts"
@@ -22,13 +23,6 @@ const noisy = (
     then === "exit" ? "exit 0" : "touch /tmp/done.$$; sleep 1000"
   }`
 ]
-
-const eventually = <A, E, R>(observe: Effect.Effect<A, E, R>, done: (a: A) => boolean) =>
-  observe.pipe(
-    Effect.repeat({ until: done, schedule: Schedule.spaced("200 millis") }),
-    Effect.timeout("60 seconds"),
-    Effect.orDie
-  )
 
 const bytesOf = (events: ReadonlyArray<ProcessEvent>, stream: "stdout" | "stderr") =>
   events.reduce((n, e) => n + (e._tag === "Output" && e.stream === stream ? e.bytes.length : 0), 0)
@@ -65,7 +59,9 @@ layer(TestDriver.layer(), { excludeTestServices: true, timeout: 300_000 })("back
         // by the agent); the bound holds all along, this is where it is full.
         yield* eventually(
           Effect.map(driver.exec(id, sh("ls /tmp | grep -c '^done\\.' || true")), (r) => text(r.stdout).trim()),
-          (n) => n === "20"
+          (n) => n === "20",
+          "60 seconds",
+          "200 millis"
         )
         const last = running[running.length - 1]!
         const held = outputBytesKept(id)

@@ -6,6 +6,7 @@
  * namespaces (its veth, an adopted sandbox's hostname) is for that sandbox's init only.
  */
 import { assert, layer } from "@effect/vitest"
+import { eventually } from "@svc/testing/Eventually"
 import { Effect, Exit, Fiber, Stream } from "effect"
 import { spawnSync } from "node:child_process"
 import * as FsSync from "node:fs"
@@ -65,16 +66,6 @@ const runningSpawner = () => {
   assert.isDefined(pid, "a spawner runs once the driver has started")
   return pid!
 }
-
-/** Polls until `check` holds (generous deadline: a loaded machine). */
-const eventually = (check: () => boolean, what: string) =>
-  Effect.gen(function*() {
-    const deadline = Date.now() + 30_000
-    while (!check()) {
-      if (Date.now() > deadline) return yield* Effect.die(new Error(`never happened: ${what}`))
-      yield* Effect.sleep(50)
-    }
-  })
 
 layer(TestDriver.layer(), { excludeTestServices: true, timeout: 180_000 })(
   "SandboxDriver spawner (bubblewrap)",
@@ -156,7 +147,7 @@ layer(TestDriver.layer(), { excludeTestServices: true, timeout: 180_000 })(
             }
           })
         // The exec's shell and its sleep, and the background command's sleep (its shell execs it).
-        yield* eventually(() => inside().length >= 3, "both commands run")
+        yield* eventually(Effect.sync(() => inside().length), (running) => running >= 3)
 
         process.kill(spawner, "SIGKILL")
 
@@ -167,12 +158,9 @@ layer(TestDriver.layer(), { excludeTestServices: true, timeout: 180_000 })(
           assert.include(error, "spawner", error)
         }
         // The background process ends too, and says so.
-        yield* eventually(() => {
-          const state = Effect.runSync(driver.process(id, background.pid).pipe(Effect.map((p) => p.state)))
-          return state === "exited"
-        }, "the background process is seen ended")
+        yield* eventually(Effect.map(driver.process(id, background.pid), (p) => p.state), (state) => state === "exited")
         // Nothing of them is left inside.
-        yield* eventually(() => hostProcesses(marker).length === 0, "the killed commands are gone")
+        yield* eventually(Effect.sync(() => hostProcesses(marker).length), (left) => left === 0)
 
         // The sandbox outlived the spawner; the next command starts a new spawner.
         assert.isTrue(processExists(info.pid!))

@@ -1,10 +1,12 @@
 /**
  * `sandbox.terminal()`: a PTY in a sandbox over the `/terminal` WebSocket (docs/contract.md#terminal):
  * binary frames are the terminal's bytes both ways; text frames are JSON control messages,
- * `{type: "resize", cols, rows}` out and `{type: "exit", code}` in. The key travels in
+ * `TerminalResize` out and `TerminalExit` in (the API's schemas, @svc/domain/Api/Terminal). The key travels in
  * `?token=`, the one place the API accepts it in a URL (browsers cannot set a WebSocket's
  * headers; the API's logs redact it).
  */
+import { TerminalExitJson, TerminalResizeJson } from "@svc/domain/Api/Terminal"
+import { Option, Schema } from "effect"
 import { type Http, segment, SvcError, type WebSocketLike } from "./Http.ts"
 
 export interface TerminalOptions {
@@ -14,6 +16,8 @@ export interface TerminalOptions {
 }
 
 const encoder = new TextEncoder()
+const decodeExit = Schema.decodeUnknownOption(TerminalExitJson)
+const encodeResize = Schema.encodeOption(TerminalResizeJson)
 
 /** An open terminal. `exited` resolves with the shell's exit code. */
 export class Terminal {
@@ -31,12 +35,9 @@ export class Terminal {
     this.exited = new Promise<number>((resolve, reject) => {
       socket.addEventListener("message", (event: { data: unknown }) => {
         if (typeof event.data === "string") {
-          try {
-            const message = JSON.parse(event.data) as { type?: unknown; code?: unknown }
-            if (message.type === "exit" && typeof message.code === "number") exitCode = message.code
-          } catch {
-            // Not a control message of this contract: ignored, as the server ignores unknown ones.
-          }
+          // Any other text is not a control message of this contract: ignored, as the server ignores unknown ones.
+          const exit = decodeExit(event.data)
+          if (Option.isSome(exit)) exitCode = exit.value.code
           return
         }
         const bytes = event.data instanceof ArrayBuffer
@@ -68,9 +69,10 @@ export class Terminal {
     this.#socket.send(typeof data === "string" ? encoder.encode(data) : data)
   }
 
-  /** Tells the PTY its new size. */
+  /** Tells the PTY its new size (1 to 1000 each; the server would ignore any other). */
   resize(cols: number, rows: number): void {
-    this.#socket.send(JSON.stringify({ type: "resize", cols, rows }))
+    const message = encodeResize({ type: "resize", cols, rows })
+    if (Option.isSome(message)) this.#socket.send(message.value)
   }
 
   /** Calls `listener` with the terminal's bytes as they come; returns the unsubscribe. */

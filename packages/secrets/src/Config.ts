@@ -1,5 +1,5 @@
 /**
- * Settings of org secrets: which userless service keys may manage them (spec 5.4). Read at
+ * Settings of org secrets: which userless service keys may manage them (docs/contract.md#secrets-scopes). Read at
  * every check, never kept from the start (`Secrets/Managers.ts`):
  *
  * | variable | default | meaning |

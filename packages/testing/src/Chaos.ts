@@ -1,6 +1,6 @@
 /**
- * A sustained mix of work against a `Topology`, faults injected while it runs, and the checks
- * afterwards: what `npm run chaos` prints and `apps/cli/test/Topology.test.ts` asserts.
+ * A sustained mix of work against a `TestCluster`, faults injected while it runs, and the checks
+ * afterwards: what `npm run chaos` prints and `apps/cli/test/Cluster.test.ts` asserts.
  *
  * Clients behave as a client behind a load balancer does: a request that finds no API process
  * (connection refused or reset) goes to the next one, a 503 is retried after a pause; creates
@@ -13,7 +13,7 @@ import * as Database from "@svc/db/Database"
 import { Duration, Effect, Layer, Random } from "effect"
 import { SqlClient } from "effect/sql"
 import { randomUUID } from "node:crypto"
-import type { Topology } from "./Topology.ts"
+import type { TestCluster } from "./TestCluster.ts"
 
 export interface Stats {
   /** Answers by status (`refused`: no API process took the connection, retried elsewhere). */
@@ -97,7 +97,7 @@ export const makeClient = (apiUrls: ReadonlyArray<string>, stats: Stats) => {
 
 export type Client = ReturnType<typeof makeClient>
 
-/** A dev org on the topology's database and its key (the operator's `svc org`). */
+/** A dev org on the test cluster's database and its key (the operator's `svc org`). */
 export const makeOrg = (databaseUrl: string) =>
   ensureDevOrg(null).pipe(
     Effect.provide(AuthLayer.operatorLayer.pipe(Layer.provideMerge(Database.layerFromUrl(databaseUrl)))),
@@ -191,7 +191,7 @@ export interface Faults {
  * node stopped (SIGKILL) for `natsDownForMs`.
  */
 export const runFaults = (options: {
-  readonly topology: Topology
+  readonly testCluster: TestCluster
   readonly startMs: number
   readonly untilMs: number
   readonly everyMs: number
@@ -204,17 +204,17 @@ export const runFaults = (options: {
     const nats = Effect.gen(function*() {
       yield* Effect.sleep(Duration.millis(Math.max(0, options.startMs + options.natsDownAtMs - Date.now())))
       const node = yield* Random.nextIntBetween(0, 2, { halfOpen: false })
-      yield* Effect.promise(() => options.topology.cluster.kill(node))
+      yield* Effect.promise(() => options.testCluster.cluster.kill(node))
       faults.natsStops.push(`n${node + 1}`)
       options.log?.(`NATS node n${node + 1} stopped`)
       yield* Effect.sleep(Duration.millis(options.natsDownForMs))
-      yield* Effect.promise(() => options.topology.cluster.start(node))
+      yield* Effect.promise(() => options.testCluster.cluster.start(node))
       options.log?.(`NATS node n${node + 1} back`)
     })
-    const roles = [...new Set(options.topology.roles.map((r) => r.role))]
+    const roles = [...new Set(options.testCluster.roles.map((r) => r.role))]
     const killLoop = (role: string, index: number) =>
       Effect.gen(function*() {
-        const processes = options.topology.roles.filter((r) => r.role === role)
+        const processes = options.testCluster.roles.filter((r) => r.role === role)
         yield* Effect.sleep(Duration.millis(((index + 1) * options.everyMs) / (roles.length + 1)))
         // At least once, even past `untilMs`; then while time remains.
         do {

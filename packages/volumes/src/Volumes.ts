@@ -4,7 +4,7 @@
  * check the `volumes` scopes first.
  *
  * - Create checks, in order: `name` present for a `shared` volume (400 naming `name`), `size_gb`
- *   within `SVC_VOLUME_MAX_GIB` (400 `volume_capacity_above_max`, the exact body of spec 4.6),
+ *   within `SVC_VOLUME_MAX_GIB` (400 `volume_capacity_above_max`, the exact body of docs/contract.md#volumes),
  *   then in one transaction the org's quota (`SVC_ORG_MAX_VOLUMES`, under the org's row lock,
  *   as the sandbox quotas take it), the name's uniqueness (409) and the insert with its `volumes`
  *   KV entry. `Idempotency-Key` through @svc/db/Idempotency (operation `volumes.create`).

@@ -10,11 +10,11 @@ import * as TestDatabase from "@svc/testing/TestDatabase"
 import * as TestNats from "@svc/testing/TestNats"
 import { testEncryptionKeys } from "@svc/testing/TestSecrets"
 import { WebhookSender } from "@svc/webhooks/Delivery/Attempt"
-import { WebhookDispatcher } from "@svc/webhooks/Delivery/Dispatcher"
 import { FanOut } from "@svc/webhooks/Delivery/FanOut"
+import { WebhookDispatcher } from "@svc/webhooks/Delivery/WebhookDispatcher"
 import { WebhookAddressGuard } from "@svc/webhooks/Subscriptions/AddressGuard"
 import { Webhooks } from "@svc/webhooks/Subscriptions/Webhooks"
-import { ConfigProvider, Duration, Effect, Layer, Schedule } from "effect"
+import { ConfigProvider, Duration, Effect, Layer } from "effect"
 import { SqlClient } from "effect/sql"
 
 /** Short everything, so the ladder runs in seconds. ack_wait stays well above the ladder's waits. */
@@ -43,15 +43,6 @@ export const webhookStack = (env: Record<string, string> = TEST_ENV) => {
     Layer.provide(ConfigProvider.layer(ConfigProvider.fromEnv({ env })))
   )
 }
-
-/** Runs `effect` every 50 ms until `done` holds for its result (fails after `timeoutMs`). */
-export const eventually = <A, E, R>(effect: Effect.Effect<A, E, R>, done: (a: A) => boolean, timeoutMs = 15_000) =>
-  effect.pipe(
-    Effect.filterOrFail(done, (a) => new Error(`condition not reached; last value: ${JSON.stringify(a)}`)),
-    Effect.retry(Schedule.spaced(Duration.millis(50))),
-    Effect.timeout(Duration.millis(timeoutMs)),
-    Effect.orDie
-  )
 
 export interface AttemptRowView {
   readonly round: number

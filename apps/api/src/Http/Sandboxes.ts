@@ -150,7 +150,7 @@ export const SandboxesGroup = HttpApiBuilder.group(
       .handle("create", ({ payload, headers }) =>
         Effect.gen(function*() {
           const principal = yield* CurrentPrincipal
-          // Binding secrets at create is a use of them (spec 5.4).
+          // Binding secrets at create is a use of them (docs/contract.md#secrets-scopes).
           if (payload.secrets.length > 0) yield* requireScope("secrets", "use")
           // Attaching a volume uses it: `ro` mounts need volumes:read, `rw` ones volumes:write.
           if (payload.volumes.some((v) => v.mode === "rw")) yield* requireScope("volumes", "write")

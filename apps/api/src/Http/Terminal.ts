@@ -9,10 +9,10 @@
  * WebSocket is Effect's own upgrade of the request (`request.upgrade`, `ws` underneath), which
  * keeps this inside the API's middleware (request id, error bodies) rather than beside it.
  *
- * Once open: binary frames are terminal bytes both ways; text frames are JSON control messages,
- * `{type: "resize", cols, rows}` from the client (others are ignored) and `{type: "exit", code}`
- * from the server, last. The credential is checked again every `RECHECK_MS`: revoked or expired,
- * the terminal closes (close code 4401). A session cookie needs an `Origin` of this server (a
+ * Once open: binary frames are terminal bytes both ways; text frames are JSON control messages
+ * (`TerminalResize` from the client, others ignored; `TerminalExit` from the server, last, both
+ * in @svc/domain/Api/Terminal). The credential is checked again every `RECHECK_MS`: revoked or
+ * expired, the terminal closes (close code 4401). A session cookie needs an `Origin` of this server (a
  * page of another origin, a sandbox's preview included, cannot open a terminal with it).
  */
 import * as NodeSocket from "@effect/platform-node/NodeSocket"
@@ -21,10 +21,11 @@ import { sandboxPolicy } from "@svc/auth/Authorization"
 import { Sessions } from "@svc/auth/Sessions"
 import { Api } from "@svc/domain/Api"
 import { CsrfRejected, CurrentPrincipal, type Principal, SESSION_COOKIE } from "@svc/domain/Api/Auth"
+import { TerminalExitJson, TerminalResizeJson } from "@svc/domain/Api/Terminal"
 import * as Errors from "@svc/domain/Errors"
 import { Processes, PtyFrames } from "@svc/sandboxes/Processes"
 import { Sandboxes } from "@svc/sandboxes/Sandboxes"
-import { Effect, Result, Schedule } from "effect"
+import { Effect, Option, Result, Schedule, Schema } from "effect"
 import type { HttpServerRequest } from "effect/http"
 import { HttpApiBuilder } from "effect/http-api"
 import * as Socket from "effect/socket/Socket"
@@ -44,17 +45,9 @@ const isWebSocketUpgrade = (request: HttpServerRequest.HttpServerRequest) =>
   request.headers["upgrade"]?.toLowerCase() === "websocket" &&
   /(?:^|,)\s*upgrade\s*(?:,|$)/i.test(request.headers["connection"] ?? "")
 
-const ResizeMessage = (text: string): { readonly cols: number; readonly rows: number } | undefined => {
-  try {
-    const message = JSON.parse(text) as { type?: unknown; cols?: unknown; rows?: unknown }
-    const valid = (n: unknown): n is number => typeof n === "number" && Number.isInteger(n) && n >= 1 && n <= 1000
-    return message?.type === "resize" && valid(message.cols) && valid(message.rows)
-      ? { cols: message.cols, rows: message.rows }
-      : undefined
-  } catch {
-    return undefined
-  }
-}
+/** A client's text frame: a resize, or nothing (any other message is ignored). */
+const decodeResize = Schema.decodeUnknownOption(TerminalResizeJson)
+const encodeExit = Schema.encodeSync(TerminalExitJson)
 
 export const TerminalGroup = HttpApiBuilder.group(
   Api,
@@ -123,8 +116,11 @@ const relay = (client: Socket.Socket, host: Socket.Socket, stillValid: Effect.Ef
       while (true) {
         for (const message of yield* fromClient.pull) {
           if (typeof message === "string") {
-            const resize = ResizeMessage(message)
-            if (resize !== undefined) yield* toHost.write(PtyFrames.encode({ type: PtyFrames.RESIZE, ...resize }))
+            const resize = decodeResize(message)
+            if (Option.isSome(resize)) {
+              const { cols, rows } = resize.value
+              yield* toHost.write(PtyFrames.encode({ type: PtyFrames.RESIZE, cols, rows }))
+            }
           } else {
             yield* toHost.write(PtyFrames.encode({ type: PtyFrames.DATA, bytes: message }))
           }
@@ -146,7 +142,7 @@ const relay = (client: Socket.Socket, host: Socket.Socket, stillValid: Effect.Ef
           for (const frame of decoder.push(typeof chunk === "string" ? Buffer.from(chunk) : chunk)) {
             if (frame.type === PtyFrames.DATA) yield* toClient.write(frame.bytes)
             else if (frame.type === PtyFrames.EXIT) {
-              yield* toClient.write(JSON.stringify({ type: "exit", code: frame.code }))
+              yield* toClient.write(encodeExit({ type: "exit", code: frame.code }))
               return yield* toClient.write(new Socket.CloseEvent(1000, "exited"))
             }
           }

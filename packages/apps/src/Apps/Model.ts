@@ -1,6 +1,6 @@
 /**
  * The app controller's state, its messages and the operations it asks for: Schemas without
- * services, shared by the pure transition (`Controller.ts`), its store (the `apps` row) and the
+ * services, shared by the pure transition (`Reconcile.ts`), its store (the `apps` row) and the
  * I/O around it (`Operations.ts`, `Watch.ts`).
  */
 import { SandboxState } from "@svc/domain/Sandbox"

@@ -11,8 +11,8 @@ import type { App } from "@svc/domain/App"
 import type { AppId, SandboxId } from "@svc/domain/Ids"
 import { DateTime, Effect, Option, Schema } from "effect"
 import { SqlClient } from "effect/sql"
-import { view } from "./Controller.ts"
 import { AppControllerState } from "./Model.ts"
+import { view } from "./Reconcile.ts"
 
 export const APP_ACTOR_TYPE = "app"
 

@@ -1,5 +1,5 @@
 /**
- * The secret routes (docs/contract.md#secrets, spec 5.4). `secrets:read` lists and reads
+ * The secret routes (docs/contract.md#secrets, #secrets-scopes). `secrets:read` lists and reads
  * metadata; `secrets:write` creates, rotates and deletes (it implies read, not use); a PATCH of
  * `allowed_hosts` or `header_name` needs `secrets:use` too (checked by the handler: it depends on
  * the body). A userless service key manages secrets only when listed in

@@ -3,6 +3,10 @@
  * upgrades to a WebSocket carrying a terminal in the sandbox. The only route that takes its key
  * in `?token=` (browsers cannot set headers on a WebSocket); the key is checked as a header key
  * is, and needs `sandboxes:write` on the sandbox. Refusals come before the upgrade, as JSON.
+ *
+ * Once open, binary frames are the terminal's bytes both ways and text frames are the JSON
+ * control messages below: the API, the SDK and the dashboard read and write them through these
+ * schemas (the API ↔ agent side is the binary `@svc/host-protocol/PtyFrames`).
  */
 import { Schema } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/http-api"
@@ -16,6 +20,21 @@ const Size = Schema.String.check(
   Schema.isPattern(/^[1-9]\d{0,3}$/, { message: "an integer from 1 to 1000" }),
   Schema.makeFilter((s: string) => Number(s) <= 1000 || "an integer from 1 to 1000")
 )
+
+/** A terminal dimension: an integer from 1 to 1000. */
+const Dimension = Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 1000 }))
+
+/** Client → server: the terminal's new size. Any other text frame is ignored. */
+export const TerminalResize = Schema.Struct({ type: Schema.Literal("resize"), cols: Dimension, rows: Dimension })
+export type TerminalResize = typeof TerminalResize.Type
+
+/** Server → client: the shell's exit code, the last message before the close. */
+export const TerminalExit = Schema.Struct({ type: Schema.Literal("exit"), code: Schema.Int })
+export type TerminalExit = typeof TerminalExit.Type
+
+/** A text frame as JSON, each way. */
+export const TerminalResizeJson = Schema.fromJsonString(TerminalResize)
+export const TerminalExitJson = Schema.fromJsonString(TerminalExit)
 
 export const TerminalQuery = Schema.Struct({
   sandbox_id: SandboxId,

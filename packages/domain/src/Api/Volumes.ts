@@ -1,5 +1,5 @@
 /**
- * The volume routes (docs/contract.md#volumes, spec 2.3 and 4.6). `volumes:read` lists and
+ * The volume routes (docs/contract.md#volumes). `volumes:read` lists and
  * reads, `volumes:write` creates and deletes; a `sandbox:<id>` key is 403 here unless it holds
  * volume scopes too. Another org's volume is 404.
  */

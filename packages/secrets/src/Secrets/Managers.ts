@@ -1,5 +1,5 @@
 /**
- * Which userless service keys may manage org secrets (spec 5.4): the ids of
+ * Which userless service keys may manage org secrets (docs/contract.md#secrets-scopes): the ids of
  * `SVC_SECRET_MANAGER_API_KEY_IDS` and of the file `SVC_SECRET_MANAGER_API_KEY_IDS_FILE` names,
  * read again at every check (an operator rotating a listed key adds the replacement's id, moves
  * to it, then removes the old id, with no restart). The decision itself is

@@ -151,7 +151,7 @@ export class FanOut extends Context.Service<FanOut, {
         SELECT ins.*, ${webhookVersionSql(sql, "w.updated_at")} AS webhook_version
         FROM ins JOIN webhooks w ON w.id = ins.webhook_id`)
       // The job carries the event and its exact bytes, and the version of the webhook it was
-      // matched against: the first attempt needs no read (Dispatch.firstAttemptFastPath).
+      // matched against: the first attempt needs no read (DeliveryStates.firstAttemptFastPath).
       const byMsgId = new Map(unique.map((e) => [e.msgId, e]))
       yield* Effect.forEach(rows, (row) => {
         const event = byMsgId.get(row.event_msg_id)!

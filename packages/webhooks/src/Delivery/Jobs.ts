@@ -11,7 +11,7 @@
  *
  * The ladder rides on JetStream redelivery with `nak(delay)` and no `backoff` (the two must not
  * be mixed on 2.9): a failed attempt naks with the schedule's wait before the next (attempts are
- * numbered by the database, Dispatch.decideClaim), and `max_deliver` 6 stops a job no dispatcher
+ * numbered by the database, DeliveryStates.decideClaim), and `max_deliver` 6 stops a job no dispatcher
  * lived to finish. `ack_wait` is separate from the ladder: it is how long a job held by a
  * dispatcher that died stays invisible.
  */
@@ -36,7 +36,7 @@ export const DELIVERY_STREAM: StreamSpec = {
 /**
  * A job: deliver `delivery_id` (its `round`-th manual retry generation). The fan-out's jobs also
  * carry the event name and the exact body, so that a first attempt needs no read before its
- * call (Dispatch.firstAttemptFastPath), and the version of the webhook the event was matched
+ * call (DeliveryStates.firstAttemptFastPath), and the version of the webhook the event was matched
  * against; jobs written by the API (test, retry) carry ids only and the dispatcher reads the
  * rest with its claim.
  */
@@ -48,7 +48,7 @@ export const DeliveryJob = Schema.Struct({
   /**
    * The webhook's version when the fan-out matched the event to it: its `updated_at` in
    * microseconds (every create, update and delete sets it). A dispatcher whose copy of the
-   * webhook is older does not use it (Dispatch.firstAttemptFastPath).
+   * webhook is older does not use it (DeliveryStates.firstAttemptFastPath).
    */
   webhook_version: Schema.optionalKey(Schema.Int)
 })

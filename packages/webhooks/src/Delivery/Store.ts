@@ -2,15 +2,20 @@
  * The dispatcher's reads and writes of deliveries and attempt rows. Each write is ONE statement
  * guarded by the delivery's round and status under its row lock, so a manual retry, a second
  * copy of a job or a late result can never move a delivery twice; the decisions themselves are
- * Dispatch.ts's.
+ * DeliveryStates.ts's.
  */
 import * as Rows from "@svc/db/Rows"
 import { makeId } from "@svc/domain/Ids"
 import type { DeliveryStatus } from "@svc/domain/Webhook"
 import { Effect, Schema } from "effect"
 import { SqlClient } from "effect/sql"
-import type { ClaimState } from "./Dispatch.ts"
-import { LOST_ATTEMPT_ERROR, NOT_ATTEMPTED_DELETED, NOT_ATTEMPTED_LOST, NOT_ATTEMPTED_PAUSED } from "./Dispatch.ts"
+import type { ClaimState } from "./DeliveryStates.ts"
+import {
+  LOST_ATTEMPT_ERROR,
+  NOT_ATTEMPTED_DELETED,
+  NOT_ATTEMPTED_LOST,
+  NOT_ATTEMPTED_PAUSED
+} from "./DeliveryStates.ts"
 import { MAX_ATTEMPTS } from "./RetrySchedule.ts"
 
 export interface DeliveryData {
@@ -21,7 +26,7 @@ export interface DeliveryData {
   readonly body: string
 }
 
-// The statuses the tables' CHECK constraints allow (Dispatch's `DeliveryStatus`, `AttemptStatus`).
+// The statuses the tables' CHECK constraints allow (DeliveryStates's `DeliveryStatus`, `AttemptStatus`).
 const DELIVERY_STATUSES = ["pending", "succeeded", "failed", "dead_letter"] as const
 const RowDeliveryStatus = Schema.Literals(DELIVERY_STATUSES)
 const RowAttemptStatus = Schema.Literals([...DELIVERY_STATUSES, "retried"])
@@ -90,7 +95,7 @@ export interface ClaimInput {
   readonly deliveryId: string
   readonly webhookId: string
   readonly round: number
-  /** The job message's stream sequence (Dispatch.ClaimJob). */
+  /** The job message's stream sequence (DeliveryStates.ClaimJob). */
   readonly jobSeq: number
   /** The call already made on the fast path, to record as the attempt. */
   readonly made?: {
@@ -129,8 +134,8 @@ const claimedRows = Rows.decoder(
 )
 
 /**
- * Claims attempts in ONE statement, applying `Dispatch.decideClaim`'s rules under each
- * delivery's row lock (DispatchSql.test.ts checks the two agree case by case):
+ * Claims attempts in ONE statement, applying `DeliveryStates.decideClaim`'s rules under each
+ * delivery's row lock (DeliveryStatesSql.test.ts checks the two agree case by case):
  * - skip an unknown delivery, one of another webhook, an older round, a finished delivery, or a
  *   second copy of the round's job (another stream sequence);
  * - number the attempt: one more than the round's highest row;

@@ -7,6 +7,7 @@ import { describe, expect, it } from "@effect/vitest"
 import type * as Actor from "@svc/actors/Actor"
 import { Schema } from "effect"
 import { AppActor } from "../src/AppActor.ts"
+import { type AppControllerState, type AppMessage, AppOperation } from "../src/Apps/Model.ts"
 import {
   BACKOFF_MAX_MS,
   backoffMs,
@@ -16,8 +17,7 @@ import {
   start,
   transition,
   view
-} from "../src/Apps/Controller.ts"
-import { type AppControllerState, type AppMessage, AppOperation } from "../src/Apps/Model.ts"
+} from "../src/Apps/Reconcile.ts"
 
 const T0 = Date.UTC(2026, 10, 22, 1, 2, 3, 456)
 

@@ -1,6 +1,6 @@
 /**
  * The dispatcher claims attempts in one SQL statement (DeliveryStore.claimAttempts); the rules
- * are those of the pure Dispatch.decideClaim. This test puts every combination of states in a
+ * are those of the pure DeliveryStates.decideClaim. This test puts every combination of states in a
  * real database and checks that the statement does what decideClaim says, case by case.
  */
 import { assert, describe, expect, layer } from "@effect/vitest"
@@ -14,7 +14,7 @@ import {
   LOST_ATTEMPT_ERROR,
   NOT_ATTEMPTED_DELETED,
   NOT_ATTEMPTED_PAUSED
-} from "@svc/webhooks/Delivery/Dispatch"
+} from "@svc/webhooks/Delivery/DeliveryStates"
 import * as Store from "@svc/webhooks/Delivery/Store"
 import { Effect } from "effect"
 import { SqlClient } from "effect/sql"

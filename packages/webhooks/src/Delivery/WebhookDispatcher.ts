@@ -11,14 +11,14 @@
  *   (times HELD_PER_SLOT) fetched and waiting for a slot; a job past its call (recording, acking)
  *   no longer counts, so the statements never hold the endpoint's slots, and a slow endpoint
  *   occupies only its own.
- * - A first attempt (the job carries the event and body; Dispatch.firstAttemptFastPath) is made
+ * - A first attempt (the job carries the event and body; DeliveryStates.firstAttemptFastPath) is made
  *   at once: POST, then one statement numbers the attempt and writes its row with the result.
  *   Any other job is claimed first (DeliveryStore.claimAttempts: the rules of
- *   Dispatch.decideClaim under the delivery's row lock), which writes its row `pending` before
+ *   DeliveryStates.decideClaim under the delivery's row lock), which writes its row `pending` before
  *   the call, then the result is written. Then ack (success, dead letter) or nak with the
  *   ladder's wait. While a job is held the dispatcher tells the server it is still working, so
  *   ack_wait never expires under a live one.
- * - Attempts are numbered by the rows, never by JetStream's delivery count (Dispatch.ts says
+ * - Attempts are numbered by the rows, never by JetStream's delivery count (DeliveryStates.ts says
  *   why); a first call cut short by a crash leaves no row, a claimed one a `pending` row that the
  *   next claim closes as lost.
  * - Claims and results of concurrent jobs (all webhooks of the process) are batched: one
@@ -54,7 +54,7 @@ import { SqlClient } from "effect/sql"
 import { DispatchConfig, type DispatchSettings } from "../Config.ts"
 import { WebhookSender } from "./Attempt.ts"
 import { makeBatcher } from "./Batcher.ts"
-import { afterAttempt, decideLostJob, deliveryStatusOf, firstAttemptFastPath } from "./Dispatch.ts"
+import { afterAttempt, decideLostJob, deliveryStatusOf, firstAttemptFastPath } from "./DeliveryStates.ts"
 import {
   consumerMatches,
   DeliveryJob,
@@ -165,7 +165,7 @@ export class WebhookDispatcher extends Context.Service<WebhookDispatcher, {
   readonly discover: Effect.Effect<void>
   readonly stats: Effect.Effect<DispatcherStats>
   readonly settings: DispatchSettings
-}>()("@svc/webhooks/Dispatcher/WebhookDispatcher") {
+}>()("@svc/webhooks/Delivery/WebhookDispatcher") {
   static readonly make = Effect.fn("WebhookDispatcher.make")(function*(settings: DispatchSettings) {
     const nats = yield* Nats
     const sql = yield* SqlClient.SqlClient

@@ -40,7 +40,7 @@ class Stack extends Context.Service<Stack, {
   /** `local`: cold boots; `pooled`: a warm pool of one, creates adopt it. */
   readonly hosts: { readonly local: TestHost; readonly pooled: TestHost }
   readonly logs: ReadonlyArray<string>
-}>()("SandboxesSecrets.test/Stack") {}
+}>()("SandboxesEnvCanaries.test/Stack") {}
 
 const StackLayer = Layer.unwrap(Effect.gen(function*() {
   const logs: Array<string> = []

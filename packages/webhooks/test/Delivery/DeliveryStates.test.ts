@@ -1,5 +1,5 @@
 /**
- * The delivery state machine without I/O (Dispatch.ts), the nak delays of the default ladder,
+ * The delivery state machine without I/O (DeliveryStates.ts), the nak delays of the default ladder,
  * and the dispatcher's configuration parsing.
  */
 import { describe, expect, it } from "@effect/vitest"
@@ -11,7 +11,7 @@ import {
   decideClaim,
   decideLostJob,
   firstAttemptFastPath
-} from "@svc/webhooks/Delivery/Dispatch"
+} from "@svc/webhooks/Delivery/DeliveryStates"
 import { DEFAULT_RETRY_SCHEDULE } from "@svc/webhooks/Delivery/RetrySchedule"
 import { ConfigProvider, Effect, Exit } from "effect"
 

@@ -1,5 +1,5 @@
 /**
- * The platform scaled out on one machine (`@svc/testing/Topology`): a 3-node NATS cluster with a
+ * The platform scaled out on one machine (`@svc/testing/TestCluster`): a 3-node NATS cluster with a
  * user per role and per host, clients over TLS only (a throwaway CA; every process presents a
  * client certificate), 2 api, 2 runtime, 2 dispatcher and 2 agent processes, one Postgres.
  *
@@ -27,8 +27,8 @@ import * as Database from "@svc/db/Database"
 import { agentUser } from "@svc/host-protocol/Permissions"
 import { AgentReport, HOSTS_BUCKET_SPEC, reportSender, SANDBOX_MAILBOX } from "@svc/host-protocol/Protocol"
 import { check, makeClient, makeOrg, makeStats, runFaults, runLoad } from "@svc/testing/Chaos"
+import { startTestCluster } from "@svc/testing/TestCluster"
 import * as TestDatabase from "@svc/testing/TestDatabase"
-import { startTopology } from "@svc/testing/Topology"
 import { Duration, Effect, Exit, Layer } from "effect"
 import { SqlClient } from "effect/sql"
 import * as Fs from "node:fs"
@@ -36,7 +36,7 @@ import * as Net from "node:net"
 import * as Path from "node:path"
 import { receiver } from "../../../packages/webhooks/test/Receiver.ts"
 
-const log = (line: string) => process.stderr.write(`[topology] ${line}\n`)
+const log = (line: string) => process.stderr.write(`[cluster] ${line}\n`)
 
 /** What a NATS node answers a client that speaks plain text: its INFO, then a PONG only if it let it in. */
 const plainTextAnswer = (url: string) =>
@@ -75,14 +75,14 @@ layer(TestDatabase.layerWithUrl, { excludeTestServices: true })("the platform sc
     () =>
       Effect.gen(function*() {
         const databaseUrl = yield* TestDatabase.TestDatabaseUrl
-        const topology = yield* startTopology({
+        const testCluster = yield* startTestCluster({
           databaseUrl,
           env: { SVC_WEBHOOK_ALLOWED_SUBNETS: "127.0.0.0/8" },
           tls: true,
           log
         })
         // Plain text: each node announces that it requires TLS and closes on the first clear byte.
-        for (const url of topology.cluster.urls) {
+        for (const url of testCluster.cluster.urls) {
           const answer = yield* Effect.promise(() => plainTextAnswer(url))
           expect(answer).toMatch(/^INFO .*"tls_required":true/)
           expect(answer).not.toContain("PONG")
@@ -90,7 +90,7 @@ layer(TestDatabase.layerWithUrl, { excludeTestServices: true })("the platform sc
         const org = yield* makeOrg(databaseUrl)
         const token = org.api_key
         const stats = makeStats()
-        const client = makeClient(topology.apiUrls, stats)
+        const client = makeClient(testCluster.apiUrls, stats)
         const rx = yield* receiver()
         const hook = yield* Effect.promise(() =>
           client("POST", "/v1/webhooks", { token, body: { url: rx.url, events: ["*"] } })
@@ -98,7 +98,7 @@ layer(TestDatabase.layerWithUrl, { excludeTestServices: true })("the platform sc
         expect(hook.status).toBe(201)
 
         // End to end, once through each API process.
-        for (const api of topology.apiUrls) {
+        for (const api of testCluster.apiUrls) {
           const one = makeClient([api], stats)
           const created = yield* Effect.promise(() => one("POST", "/v1/sandboxes", { token, body: { name: "e2e" } }))
           expect(created.status).toBe(201)
@@ -121,7 +121,7 @@ layer(TestDatabase.layerWithUrl, { excludeTestServices: true })("the platform sc
         const until = start + 30_000
         const [faults] = yield* Effect.all([
           runFaults({
-            topology,
+            testCluster,
             startMs: start,
             untilMs: until,
             everyMs: 5_000,
@@ -160,16 +160,16 @@ layer(TestDatabase.layerWithUrl, { excludeTestServices: true })("the platform sc
         expect(stats.revokedAccepted).toBe(0)
 
         // Every role did all of that under its own user: nothing was refused.
-        const nodeDirs = topology.cluster.nodes.map((n) => n.dir)
+        const nodeDirs = testCluster.cluster.nodes.map((n) => n.dir)
         expect(violations(nodeDirs)).toEqual([])
 
         const asAgent = (hostId: string) =>
           Layer.effect(
             Nats,
-            Nats.make({ url: topology.natsUrl, replicas: 3, security: topology.security(agentUser(hostId)) })
+            Nats.make({ url: testCluster.natsUrl, replicas: 3, security: testCluster.security(agentUser(hostId)) })
           )
         // Permissions: agent 1's credentials cannot write agent 2's host record.
-        const [h1, h2] = topology.hosts
+        const [h1, h2] = testCluster.hosts
         const forged = yield* Effect.gen(function*() {
           const hosts = yield* ensureBucket(HOSTS_BUCKET_SPEC)
           return yield* Effect.exit(Effect.tryPromise(() => hosts.put(h2!.hostId, new TextEncoder().encode("{}"))))
@@ -193,7 +193,7 @@ layer(TestDatabase.layerWithUrl, { excludeTestServices: true })("the platform sc
         const placed = yield* sandboxOf(lastId)
         expect(placed.state).toBe("running")
         const a = placed.host_id
-        const b = topology.hosts.map((h) => h.hostId).find((h) => h !== a)!
+        const b = testCluster.hosts.map((h) => h.hostId).find((h) => h !== a)!
         const gone = (msgID: string, sender: string) =>
           Mailbox.send(SANDBOX_MAILBOX, AgentReport, lastId, {
             _tag: "AgentReport",

@@ -8,7 +8,7 @@
  * With `tls`, clients reach NATS only over TLS with a client certificate (a throwaway CA from
  * `Tls.ts`): every role gets NATS_TLS_CA, NATS_TLS_CERT and NATS_TLS_KEY.
  *
- * Used by `apps/cli/test/Topology.test.ts`, `bench/chaos.ts` (`npm run chaos`) and
+ * Used by `apps/cli/test/Cluster.test.ts`, `bench/chaos.ts` (`npm run chaos`) and
  * `bench/scaling.ts` (`npm run bench scaling`).
  */
 import type { NatsSecurity } from "@svc/bus/Config"
@@ -40,7 +40,7 @@ export interface ManagedRole {
   readonly restartMs: () => ReadonlyArray<number>
 }
 
-export interface Topology {
+export interface TestCluster {
   readonly cluster: NatsCluster
   /** Every node, comma-separated: what each role's NATS_URL is. */
   readonly natsUrl: string
@@ -57,7 +57,7 @@ export interface Topology {
   readonly security: (user: string) => NatsSecurity
 }
 
-export interface TopologyOptions {
+export interface TestClusterOptions {
   readonly databaseUrl: string
   /** Processes of each role (default 2 each). */
   readonly counts?: Partial<Record<RoleName, number>>
@@ -74,12 +74,12 @@ const readyLine = (role: RoleName) => (stdout: string) => {
 }
 
 /** Starts the cluster, then every role process; all of it ends with the scope. */
-export const startTopology = (options: TopologyOptions) =>
+export const startTestCluster = (options: TestClusterOptions) =>
   Effect.gen(function*() {
     const scope = yield* Scope.Scope
     const counts = { api: 2, runtime: 2, dispatcher: 2, agent: 2, ...options.counts }
     const hosts: Array<TestHost> = []
-    for (let i = 0; i < counts.agent; i++) hosts.push(yield* makeHost("svc-topology-"))
+    for (let i = 0; i < counts.agent; i++) hosts.push(yield* makeHost("svc-cluster-"))
     const hostIds = hosts.map((h) => h.hostId)
     const passwords: Record<string, string> = {}
     const users = platformUsers({
@@ -92,7 +92,7 @@ export const startTopology = (options: TopologyOptions) =>
     })
     const tls = options.tls
       ? yield* Effect.acquireRelease(
-        Effect.sync(() => makeTestCertificates(Fs.mkdtempSync(Path.join(Os.tmpdir(), "svc-topology-tls-")))),
+        Effect.sync(() => makeTestCertificates(Fs.mkdtempSync(Path.join(Os.tmpdir(), "svc-cluster-tls-")))),
         (c) => Effect.sync(() => Fs.rmSync(Path.dirname(c.caFile), { recursive: true, force: true }))
       )
       : undefined
@@ -191,7 +191,7 @@ export const startTopology = (options: TopologyOptions) =>
         }))
       )
     }
-    options.log?.(`topology up: ${roles.map((r) => r.name).join(", ")} on ${natsUrl}`)
+    options.log?.(`test cluster up: ${roles.map((r) => r.name).join(", ")} on ${natsUrl}`)
     return {
       cluster,
       natsUrl,
@@ -206,5 +206,5 @@ export const startTopology = (options: TopologyOptions) =>
         password: Redacted.make(passwords[user]!),
         ...(tls ? { tls: { caFile: tls.caFile, certFile: tls.clientCertFile, keyFile: tls.clientKeyFile } } : {})
       })
-    } satisfies Topology
+    } satisfies TestCluster
   })
