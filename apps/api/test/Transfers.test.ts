@@ -93,7 +93,10 @@ const EnvLayer = Layer.effect(
         // Every transfer of the test in flight at once, on this host and in the API process.
         SVC_AGENT_MAX_TRANSFERS: String(UPLOADS + DOWNLOADS),
         // All of them from the test's one org.
-        SVC_AGENT_MAX_TRANSFERS_PER_ORG: String(UPLOADS + DOWNLOADS)
+        SVC_AGENT_MAX_TRANSFERS_PER_ORG: String(UPLOADS + DOWNLOADS),
+        // 100 transfers at once on a busy 2-core machine can each wait minutes for a turn of
+        // the CPU: what this file measures is memory, not the idle bound (TransfersFairness's).
+        SVC_AGENT_TRANSFER_IDLE_TIMEOUT: "10m"
       },
       ready: (stdout) => {
         const line = /\{"event":"agent_ready"[^\n]*\}/.exec(stdout)
@@ -115,6 +118,7 @@ const EnvLayer = Layer.effect(
             SVC_API_MAX_TRANSFERS: String(maxTransfers),
             // The test's one org may take every slot (its transfers wait for the process's).
             SVC_API_MAX_TRANSFERS_PER_ORG: String(UPLOADS + DOWNLOADS),
+            SVC_API_TRANSFER_IDLE_TIMEOUT: "10m",
             // The test's own polling and 100 requests at once under one key.
             SVC_RATE_LIMIT_PER_SECOND: "1000",
             SVC_RATE_LIMIT_BURST: "1000"
