@@ -9,7 +9,7 @@ import { execFile } from "node:child_process"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
-import { Env, EnvLayer } from "../../api/test/SandboxesEnv.support.ts"
+import { Env, EnvLayer } from "../../api/test/support/SandboxesEnv.ts"
 
 const BIN = Path.resolve(import.meta.dirname, "../../../node_modules/.bin/svc")
 

@@ -13,7 +13,7 @@ import * as Os from "node:os"
 import * as Path from "node:path"
 import { promisify } from "node:util"
 import { afterAll } from "vitest"
-import { Env, EnvLayer } from "../../api/test/SandboxesEnv.support.ts"
+import { Env, EnvLayer } from "../../api/test/support/SandboxesEnv.ts"
 
 const run = promisify(execFile)
 const CLI = Path.resolve(import.meta.dirname, "..")

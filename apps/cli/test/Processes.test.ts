@@ -12,7 +12,7 @@ import * as Os from "node:os"
 import * as NodePath from "node:path"
 import { fileURLToPath } from "node:url"
 import { promisify } from "node:util"
-import { create, Env, EnvLayer, waitState } from "../../api/test/SandboxesEnv.support.ts"
+import { create, Env, EnvLayer, waitState } from "../../api/test/support/SandboxesEnv.ts"
 
 const MAIN = fileURLToPath(new URL("../src/main.ts", import.meta.url))
 const TMUX = "/usr/bin/tmux"

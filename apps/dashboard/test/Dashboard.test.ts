@@ -10,8 +10,8 @@
  */
 import { expect, layer } from "@effect/vitest"
 import { Duration, Effect } from "effect"
-import { call } from "../../api/test/Sandboxes.support.ts"
-import { Env, EnvLayer } from "../../api/test/SandboxesEnv.support.ts"
+import { call } from "../../api/test/support/Sandboxes.ts"
+import { Env, EnvLayer } from "../../api/test/support/SandboxesEnv.ts"
 import {
   acceptNextDialog,
   click,

@@ -6,7 +6,7 @@
 import { expect, layer } from "@effect/vitest"
 import { SandboxId } from "@svc/domain/Ids"
 import { DateTime, Effect } from "effect"
-import { Env, EnvLayer, waitState } from "../../../apps/api/test/SandboxesEnv.support.ts"
+import { Env, EnvLayer, waitState } from "../../../apps/api/test/support/SandboxesEnv.ts"
 import { CreateSandboxBody, ExecBody, SvcClient } from "../src/Effect.ts"
 
 const client = (apiKey?: string) =>
