@@ -5,9 +5,9 @@
  */
 import { expect, layer } from "@effect/vitest"
 import { Effect, Fiber } from "effect"
-import { openEvents, outputOf, type SseEvent } from "./EventStream.support.ts"
 import { Identity } from "../support/Sandboxes.ts"
 import { api, create, Env, EnvLayer, expectError, waitState } from "../support/SandboxesEnv.ts"
+import { openEvents, outputOf, type SseEvent } from "./EventStream.support.ts"
 
 const exec = (id: string, script: string) =>
   Effect.map(api("POST", `/v1/sandboxes/${id}/exec`, { body: { cmd: ["sh", "-c", script] } }), (res) => {

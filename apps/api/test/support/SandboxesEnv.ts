@@ -10,16 +10,7 @@ import * as Runtime from "@svc/runtime/Runtime"
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import * as TestNats from "@svc/testing/TestNats"
 import { Context, Duration, Effect, Layer } from "effect"
-import {
-  type Answer,
-  call,
-  EventLog,
-  eventually,
-  Identity,
-  makeHost,
-  serveApi,
-  startAgent
-} from "./Sandboxes.ts"
+import { type Answer, call, EventLog, eventually, Identity, makeHost, serveApi, startAgent } from "./Sandboxes.ts"
 
 export const TRANSITION_TIMEOUT_MS = 4_000
 
