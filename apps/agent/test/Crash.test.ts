@@ -10,6 +10,7 @@ import { SandboxDriver } from "@svc/host/Driver"
 import { BubblewrapDriver } from "@svc/host/Driver/Bubblewrap"
 import { DriverConfig } from "@svc/host/Driver/Config"
 import { vethNames } from "@svc/host/Driver/Network"
+import { processCgroupsOfHost, processesOfHost } from "@svc/testing/HostProcesses"
 import * as TestNats from "@svc/testing/TestNats"
 import { spawnRole } from "@svc/testing/TestProcess"
 import { Context, Effect, Layer } from "effect"
@@ -23,8 +24,6 @@ import {
   http,
   lifecycleCommand,
   makeHost,
-  processCgroupsOfHost,
-  processesOfHost,
   publishCommand,
   Reports,
   type TestHost,

@@ -2,6 +2,7 @@
 import { assert, layer } from "@effect/vitest"
 import { makeSandboxId } from "@svc/domain/Ids"
 import { DriverExecRequest } from "@svc/host/Driver"
+import { processesOfHost } from "@svc/testing/HostProcesses"
 import { Effect, Fiber } from "effect"
 import * as FsSync from "node:fs"
 import * as NodePath from "node:path"
@@ -12,7 +13,6 @@ import {
   http,
   lifecycleCommand,
   makeHost,
-  processesOfHost,
   publishCommand,
   Reports,
   startAgent,

@@ -7,6 +7,7 @@
  */
 import { assert, layer } from "@effect/vitest"
 import { makeSandboxId } from "@svc/domain/Ids"
+import { processesOfHost } from "@svc/testing/HostProcesses"
 import { Effect, Fiber } from "effect"
 import { createHash } from "node:crypto"
 import * as Http from "node:http"
@@ -15,7 +16,6 @@ import {
   eventually,
   http,
   makeHost,
-  processesOfHost,
   publishCommand,
   Reports,
   type RunningAgent,
