@@ -27,7 +27,7 @@ import { execFileSync } from "node:child_process"
 import * as FsSync from "node:fs"
 import { fileURLToPath } from "node:url"
 import { World } from "../apps/agent/test/fixtures/egress-world.ts"
-import { Reports } from "../apps/agent/test/fixtures/support.ts"
+import { Reports } from "../apps/agent/testing/Agent.ts"
 import { ensureBucket } from "../packages/bus/src/Topology.ts"
 import {
   EGRESS_BUCKET_SPEC,

@@ -14,12 +14,12 @@
  * About a minute on 2 cores, most of it the stack's start and the virtual environment's pip.
  */
 import { expect, layer } from "@effect/vitest"
+import { Env, EnvLayer } from "@svc/api/testing/SandboxesEnv"
 import { Effect, Layer } from "effect"
 import { execFile } from "node:child_process"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
-import { Env, EnvLayer } from "../apps/api/test/support/SandboxesEnv.ts"
 import { WebhookSender } from "../packages/webhooks/src/Delivery/Attempt.ts"
 import { WebhookDispatcher } from "../packages/webhooks/src/Delivery/WebhookDispatcher.ts"
 import { WebhookAddressGuard } from "../packages/webhooks/src/Subscriptions/AddressGuard.ts"

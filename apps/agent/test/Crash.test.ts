@@ -28,7 +28,7 @@ import {
   Reports,
   type TestHost,
   testLayer
-} from "./fixtures/support.ts"
+} from "../testing/Agent.ts"
 
 const MAIN = NodePath.resolve(NodePath.dirname(fileURLToPath(import.meta.url)), "../src/main.ts")
 

@@ -25,8 +25,8 @@ import { Duration, Effect, Exit, Layer, Logger, Scope } from "effect"
 import { randomBytes } from "node:crypto"
 import * as Os from "node:os"
 import { AgentRole } from "../src/Agent.ts"
+import { createCommand, eventually, makeHost, publishCommand, Reports, testLayer } from "../testing/Agent.ts"
 import { World } from "./fixtures/egress-world.ts"
-import { createCommand, eventually, makeHost, publishCommand, Reports, testLayer } from "./fixtures/support.ts"
 
 const utf8 = (bytes: Uint8Array) => Buffer.from(bytes).toString("utf8")
 

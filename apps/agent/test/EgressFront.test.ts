@@ -25,7 +25,7 @@ import {
   type RunningAgent,
   startAgent,
   testLayer
-} from "./fixtures/support.ts"
+} from "../testing/Agent.ts"
 
 /** The default per-sandbox cap; a machine-wide cap that two sandboxes reach together. */
 const PER_SANDBOX = DEFAULT_MAX_CONNECTIONS_PER_SANDBOX

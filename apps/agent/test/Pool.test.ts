@@ -17,7 +17,7 @@ import {
   Reports,
   startAgent,
   testLayer
-} from "./fixtures/support.ts"
+} from "../testing/Agent.ts"
 
 const poolEntries = (rows: ReadonlyArray<{ readonly sandboxId: string; readonly status: string }>) =>
   rows.filter((r) => r.sandboxId.startsWith("pool-") && r.status === "running").map((r) => r.sandboxId)

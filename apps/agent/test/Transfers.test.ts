@@ -21,7 +21,7 @@ import {
   type RunningAgent,
   startAgent,
   testLayer
-} from "./fixtures/support.ts"
+} from "../testing/Agent.ts"
 
 const BIG = 64 * 1024 * 1024
 

@@ -9,6 +9,7 @@
  * host, delete removing the sandboxes; and the refusals (400, 403, 404, 409, 402).
  */
 import { expect, layer } from "@effect/vitest"
+import { startAgent as startAgentFixture } from "@svc/agent/testing/Agent"
 import { SecretBox } from "@svc/crypto/SecretBox"
 import type { OrgId } from "@svc/domain/Ids"
 import * as Runtime from "@svc/runtime/Runtime"
@@ -18,8 +19,7 @@ import * as TestNats from "@svc/testing/TestNats"
 import { Context, Duration, Effect, Layer } from "effect"
 import { execFile } from "node:child_process"
 import * as NodePath from "node:path"
-import { startAgent as startAgentFixture } from "../../../agent/test/fixtures/support.ts"
-import { type Answer, call, eventually, Identity, makeHost, serveApi } from "../support/Sandboxes.ts"
+import { type Answer, call, eventually, Identity, makeHost, serveApi } from "../../testing/Sandboxes.ts"
 
 class Env extends Context.Service<Env, {
   readonly base: string

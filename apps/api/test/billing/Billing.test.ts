@@ -40,7 +40,7 @@ import { execFile } from "node:child_process"
 import { createHmac } from "node:crypto"
 import * as NodePath from "node:path"
 import * as Server from "../../src/Server.ts"
-import { call, eventually, Identity, makeHost, startAgent } from "../support/Sandboxes.ts"
+import { call, eventually, Identity, makeHost, startAgent } from "../../testing/Sandboxes.ts"
 
 const CLI = NodePath.resolve(import.meta.dirname, "../../../cli/src/main.ts")
 

@@ -24,7 +24,7 @@ import { HttpRouter } from "effect/http"
 import { SqlClient } from "effect/sql"
 import { fileURLToPath } from "node:url"
 import * as Server from "../../src/Server.ts"
-import { call, Identity, makeHost, startAgent } from "../support/Sandboxes.ts"
+import { call, Identity, makeHost, startAgent } from "../../testing/Sandboxes.ts"
 
 const CPU_PRICE = 10_000
 const LIMIT = 200_000

@@ -18,7 +18,7 @@ import * as Path from "node:path"
 import { gunzipSync } from "node:zlib"
 import { CONTENT_SECURITY_POLICY, IMMUTABLE, REVALIDATE, targetOf } from "../../src/Http/Dashboard.ts"
 import * as Server from "../../src/Server.ts"
-import { serveApi } from "../support/Sandboxes.ts"
+import { serveApi } from "../../testing/Sandboxes.ts"
 
 const INDEX = "<!doctype html><html><head><title>dashboard</title></head><body><div id=app></div></body></html>"
 const SCRIPT = `console.log(${JSON.stringify("x".repeat(2000))})`

@@ -6,6 +6,7 @@
  * checked with curl inside it, what the fake host received with its echo of the headers.
  */
 import { expect, layer } from "@effect/vitest"
+import { startAgent as startAgentFixture } from "@svc/agent/testing/Agent"
 import { SecretBox } from "@svc/crypto/SecretBox"
 import type { OrgId } from "@svc/domain/Ids"
 import * as Runtime from "@svc/runtime/Runtime"
@@ -14,8 +15,7 @@ import * as TestDatabase from "@svc/testing/TestDatabase"
 import * as TestNats from "@svc/testing/TestNats"
 import { ConfigProvider, Context, Duration, Effect, Layer } from "effect"
 import * as FsSync from "node:fs"
-import { startAgent as startAgentFixture } from "../../../agent/test/fixtures/support.ts"
-import { call, eventually, Identity, makeHost, serveApi } from "../support/Sandboxes.ts"
+import { call, eventually, Identity, makeHost, serveApi } from "../../testing/Sandboxes.ts"
 
 class Env extends Context.Service<Env, {
   readonly base: string

@@ -8,8 +8,8 @@ import { Duration, Effect } from "effect"
 import { spawn } from "node:child_process"
 import * as Http from "node:http"
 import * as NodePath from "node:path"
-import { eventually, Identity } from "../support/Sandboxes.ts"
-import { api, create, Env, EnvLayer, expectError, waitState } from "../support/SandboxesEnv.ts"
+import { eventually, Identity } from "../../testing/Sandboxes.ts"
+import { api, create, Env, EnvLayer, expectError, waitState } from "../../testing/SandboxesEnv.ts"
 
 const cliMain = NodePath.resolve(import.meta.dirname, "../../../cli/src/main.ts")
 

@@ -12,8 +12,8 @@ import * as TestNats from "@svc/testing/TestNats"
 import { Context, Effect, Layer } from "effect"
 import * as FsSync from "node:fs"
 import * as Http from "node:http"
+import { call, eventually, Identity } from "../../testing/Sandboxes.ts"
 import { spawnPlatform } from "../support/Roles.ts"
-import { call, eventually, Identity } from "../support/Sandboxes.ts"
 
 const CAP = 20
 const ATTEMPTS = 100

@@ -14,8 +14,8 @@ import * as Http from "node:http"
 import type * as Net from "node:net"
 import * as NodePath from "node:path"
 import { promisify } from "node:util"
-import { Identity } from "../support/Sandboxes.ts"
-import { api, create, Env, EnvLayer, expectError, waitState } from "../support/SandboxesEnv.ts"
+import { Identity } from "../../testing/Sandboxes.ts"
+import { api, create, Env, EnvLayer, expectError, waitState } from "../../testing/SandboxesEnv.ts"
 
 const execFileAsync = promisify(execFile)
 const cliMain = NodePath.resolve(import.meta.dirname, "../../../cli/src/main.ts")

@@ -5,8 +5,8 @@
  */
 import { expect, layer } from "@effect/vitest"
 import { Effect, Fiber } from "effect"
-import { Identity } from "../support/Sandboxes.ts"
-import { api, create, Env, EnvLayer, expectError, waitState } from "../support/SandboxesEnv.ts"
+import { Identity } from "../../testing/Sandboxes.ts"
+import { api, create, Env, EnvLayer, expectError, waitState } from "../../testing/SandboxesEnv.ts"
 import { openEvents, outputOf, type SseEvent } from "./EventStream.support.ts"
 
 const exec = (id: string, script: string) =>

@@ -13,7 +13,7 @@ import { kill, spawnRole } from "@svc/testing/TestProcess"
 import { Context, Duration, Effect, Layer, Scope } from "effect"
 import type { ChildProcess } from "node:child_process"
 import { fileURLToPath } from "node:url"
-import { call, EventLog, eventually, Identity, makeHost, serveApi, startAgent } from "../support/Sandboxes.ts"
+import { call, EventLog, eventually, Identity, makeHost, serveApi, startAgent } from "../../testing/Sandboxes.ts"
 
 const MAIN = fileURLToPath(new URL("../../../runtime/src/main.ts", import.meta.url))
 const COUNT = 16

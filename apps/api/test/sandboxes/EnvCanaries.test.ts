@@ -13,6 +13,7 @@
  * every process outside the sandbox (the exec's own process inside has it: that is the delivery).
  */
 import { expect, layer } from "@effect/vitest"
+import { startAgent as startAgentFixture } from "@svc/agent/testing/Agent"
 import { Nats } from "@svc/bus/Nats"
 import { SecretBox } from "@svc/crypto/SecretBox"
 import type { OrgId } from "@svc/domain/Ids"
@@ -27,9 +28,16 @@ import { randomBytes } from "node:crypto"
 import * as FsSync from "node:fs"
 import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
-import { startAgent as startAgentFixture } from "../../../agent/test/fixtures/support.ts"
 import * as Server from "../../src/Server.ts"
-import { type Answer, call, eventually, Identity, makeHost, startAgent, type TestHost } from "../support/Sandboxes.ts"
+import {
+  type Answer,
+  call,
+  eventually,
+  Identity,
+  makeHost,
+  startAgent,
+  type TestHost
+} from "../../testing/Sandboxes.ts"
 
 const TEST_STARTED = Date.now()
 

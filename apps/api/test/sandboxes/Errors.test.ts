@@ -9,7 +9,7 @@ import { Effect } from "effect"
 import * as FsSync from "node:fs"
 import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
-import { api, create, EnvLayer, waitState } from "../support/SandboxesEnv.ts"
+import { api, create, EnvLayer, waitState } from "../../testing/SandboxesEnv.ts"
 
 /** The sandbox's folder on the test host (under `/tmp/svc-sbx-api-test-*`). */
 const hostFolderOf = (sandboxId: string) =>

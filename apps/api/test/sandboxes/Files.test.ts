@@ -8,8 +8,8 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import * as Http from "node:http"
-import { Identity } from "../support/Sandboxes.ts"
-import { api, create, Env, EnvLayer, expectError, waitState } from "../support/SandboxesEnv.ts"
+import { Identity } from "../../testing/Sandboxes.ts"
+import { api, create, Env, EnvLayer, expectError, waitState } from "../../testing/SandboxesEnv.ts"
 
 const exec = (id: string, script: string) =>
   Effect.map(api("POST", `/v1/sandboxes/${id}/exec`, { body: { cmd: ["sh", "-c", script] } }), (res) => {

@@ -5,8 +5,8 @@
  */
 import { expect, layer } from "@effect/vitest"
 import { Duration, Effect } from "effect"
-import { fakeHost } from "../support/Sandboxes.ts"
-import { api, create, EnvLayer, eventsOf, TRANSITION_TIMEOUT_MS, waitState } from "../support/SandboxesEnv.ts"
+import { fakeHost } from "../../testing/Sandboxes.ts"
+import { api, create, EnvLayer, eventsOf, TRANSITION_TIMEOUT_MS, waitState } from "../../testing/SandboxesEnv.ts"
 
 layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("sandboxes API: placement and lost hosts", (it) => {
   it.effect("no live host in the region: the sandbox ends in error with the reason, never stuck pending", () =>

@@ -9,8 +9,8 @@ import { expect, layer } from "@effect/vitest"
 import { Duration, Effect } from "effect"
 import * as FsSync from "node:fs"
 import * as NodePath from "node:path"
-import { makeHost, startAgent } from "../support/Sandboxes.ts"
-import { api, create, Env, EnvLayer, eventsOf, expectError, waitState } from "../support/SandboxesEnv.ts"
+import { makeHost, startAgent } from "../../testing/Sandboxes.ts"
+import { api, create, Env, EnvLayer, eventsOf, expectError, waitState } from "../../testing/SandboxesEnv.ts"
 
 /** pid 1 of the sandbox as its host sees it (the driver's run record). */
 const initPid = (dataDir: string, id: string) =>

@@ -12,8 +12,8 @@ import { ConfigProvider, Effect, Layer } from "effect"
 import { HttpRouter } from "effect/http"
 import { SqlClient } from "effect/sql"
 import * as Server from "../../src/Server.ts"
-import { type Answer, call, fakeHost, Identity } from "../support/Sandboxes.ts"
-import { EnvLayer, waitState } from "../support/SandboxesEnv.ts"
+import { type Answer, call, fakeHost, Identity } from "../../testing/Sandboxes.ts"
+import { EnvLayer, waitState } from "../../testing/SandboxesEnv.ts"
 
 /** An API with these settings beside the file's platform (same database, bus and runtime). */
 const apiWith = (settings: Record<string, string>) =>

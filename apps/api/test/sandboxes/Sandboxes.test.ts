@@ -7,8 +7,8 @@ import { expect, layer } from "@effect/vitest"
 import { BASE_TEMPLATE_ID, makeSandboxId } from "@svc/domain/Ids"
 import { Duration, Effect } from "effect"
 import * as Http from "node:http"
-import { type Answer, call, eventually, Identity } from "../support/Sandboxes.ts"
-import { api, create, Env, EnvLayer, eventsOf, expectError, get, waitState } from "../support/SandboxesEnv.ts"
+import { type Answer, call, eventually, Identity } from "../../testing/Sandboxes.ts"
+import { api, create, Env, EnvLayer, eventsOf, expectError, get, waitState } from "../../testing/SandboxesEnv.ts"
 
 const RECORD_KEYS = [
   "agent_ready",

@@ -9,7 +9,7 @@ import { spawnRole } from "@svc/testing/TestProcess"
 import { Effect } from "effect"
 import * as Net from "node:net"
 import { fileURLToPath } from "node:url"
-import { makeHost } from "./Sandboxes.ts"
+import { makeHost } from "../../testing/Sandboxes.ts"
 
 const AGENT_MAIN = fileURLToPath(new URL("../../../agent/src/main.ts", import.meta.url))
 const API_MAIN = fileURLToPath(new URL("../../src/main.ts", import.meta.url))

@@ -10,7 +10,7 @@ import { execFile } from "node:child_process"
 import * as FsSync from "node:fs"
 import * as Os from "node:os"
 import * as NodePath from "node:path"
-import { Env, EnvLayer } from "../support/SandboxesEnv.ts"
+import { Env, EnvLayer } from "../../testing/SandboxesEnv.ts"
 
 const MAIN = NodePath.resolve(import.meta.dirname, "../../../cli/src/main.ts")
 

@@ -7,6 +7,7 @@
  * archive at a non-public address (a mirror of its network), that address is an allowed subnet.
  */
 import { expect, layer } from "@effect/vitest"
+import { startAgent as startAgentFixture } from "@svc/agent/testing/Agent"
 import { SecretBox } from "@svc/crypto/SecretBox"
 import type { OrgId } from "@svc/domain/Ids"
 import * as Runtime from "@svc/runtime/Runtime"
@@ -16,8 +17,7 @@ import * as TestDatabase from "@svc/testing/TestDatabase"
 import * as TestNats from "@svc/testing/TestNats"
 import { Context, Duration, Effect, Layer } from "effect"
 import * as Dns from "node:dns/promises"
-import { startAgent as startAgentFixture } from "../../../agent/test/fixtures/support.ts"
-import { call, EventLog, eventually, Identity, makeHost, serveApi } from "../support/Sandboxes.ts"
+import { call, EventLog, eventually, Identity, makeHost, serveApi } from "../../testing/Sandboxes.ts"
 
 class Env extends Context.Service<Env, {
   readonly base: string

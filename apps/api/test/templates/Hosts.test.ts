@@ -11,8 +11,8 @@ import { IMAGES_OBJECT_STORE } from "@svc/host-protocol/Images"
 import { Duration, Effect } from "effect"
 import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
-import { eventually, makeHost, startAgent } from "../support/Sandboxes.ts"
-import { api, Env, EnvLayer, waitState } from "../support/SandboxesEnv.ts"
+import { eventually, makeHost, startAgent } from "../../testing/Sandboxes.ts"
+import { api, Env, EnvLayer, waitState } from "../../testing/SandboxesEnv.ts"
 
 const build = (body: Record<string, unknown>) =>
   Effect.gen(function*() {

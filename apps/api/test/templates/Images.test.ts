@@ -16,7 +16,7 @@ import * as TestNats from "@svc/testing/TestNats"
 import { ConfigProvider, Context, Duration, Effect, Layer, Schema } from "effect"
 import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
-import { call, EventLog, eventually, Identity, makeHost, serveApi, startAgent } from "../support/Sandboxes.ts"
+import { call, EventLog, eventually, Identity, makeHost, serveApi, startAgent } from "../../testing/Sandboxes.ts"
 
 class Env extends Context.Service<Env, {
   readonly base: string

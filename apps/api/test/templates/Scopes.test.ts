@@ -10,8 +10,8 @@
 import { expect, layer } from "@effect/vitest"
 import { Duration, Effect } from "effect"
 import { randomBytes } from "node:crypto"
-import { eventually, Identity } from "../support/Sandboxes.ts"
-import { api, create, Env, EnvLayer, waitState } from "../support/SandboxesEnv.ts"
+import { eventually, Identity } from "../../testing/Sandboxes.ts"
+import { api, create, Env, EnvLayer, waitState } from "../../testing/SandboxesEnv.ts"
 
 type Route = "list" | "get" | "logs" | "create" | "delete" | "snapshot" | "snapshotOther"
 const ROUTES: ReadonlyArray<Route> = ["list", "get", "logs", "create", "delete", "snapshot", "snapshotOther"]

@@ -6,8 +6,8 @@
  */
 import { expect, layer } from "@effect/vitest"
 import { Duration, Effect } from "effect"
-import { EventLog, eventually } from "../support/Sandboxes.ts"
-import { api, create, Env, EnvLayer, expectError, waitState } from "../support/SandboxesEnv.ts"
+import { EventLog, eventually } from "../../testing/Sandboxes.ts"
+import { api, create, Env, EnvLayer, expectError, waitState } from "../../testing/SandboxesEnv.ts"
 
 const build = (body: Record<string, unknown>) =>
   Effect.gen(function*() {

@@ -8,8 +8,8 @@ import { WebSocket } from "@effect/platform-node/NodeWS"
 import { expect, layer } from "@effect/vitest"
 import { Duration, Effect } from "effect"
 import * as Http from "node:http"
-import { Identity } from "../support/Sandboxes.ts"
-import { api, create, Env, EnvLayer, waitState } from "../support/SandboxesEnv.ts"
+import { Identity } from "../../testing/Sandboxes.ts"
+import { api, create, Env, EnvLayer, waitState } from "../../testing/SandboxesEnv.ts"
 
 interface Terminal {
   /** Everything the terminal printed so far (binary frames). */

@@ -16,8 +16,8 @@ import * as TestDatabase from "@svc/testing/TestDatabase"
 import * as TestNats from "@svc/testing/TestNats"
 import { Context, Effect, Layer } from "effect"
 import * as Http from "node:http"
+import { call, eventually, Identity } from "../../testing/Sandboxes.ts"
 import { spawnPlatform } from "../support/Roles.ts"
-import { call, eventually, Identity } from "../support/Sandboxes.ts"
 
 const SLOTS = 4
 const PER_ORG = 2

@@ -20,7 +20,7 @@ import * as FsSync from "node:fs"
 import * as Http from "node:http"
 import * as Net from "node:net"
 import { fileURLToPath } from "node:url"
-import { call, eventually, Identity, makeHost } from "../support/Sandboxes.ts"
+import { call, eventually, Identity, makeHost } from "../../testing/Sandboxes.ts"
 
 const AGENT_MAIN = fileURLToPath(new URL("../../../agent/src/main.ts", import.meta.url))
 const API_MAIN = fileURLToPath(new URL("../../src/main.ts", import.meta.url))

@@ -6,6 +6,7 @@
  * the shared volumes' mounts are undone and the folder removed.
  */
 import { expect } from "@effect/vitest"
+import { startAgent as startAgentFixture } from "@svc/agent/testing/Agent"
 import { SecretBox } from "@svc/crypto/SecretBox"
 import type { OrgId } from "@svc/domain/Ids"
 import * as Runtime from "@svc/runtime/Runtime"
@@ -16,8 +17,7 @@ import { execFileSync } from "node:child_process"
 import * as FsSync from "node:fs"
 import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
-import { startAgent as startAgentFixture } from "../../../agent/test/fixtures/support.ts"
-import { type Answer, call, eventually, Identity, makeHost, serveApi } from "../support/Sandboxes.ts"
+import { type Answer, call, eventually, Identity, makeHost, serveApi } from "../../testing/Sandboxes.ts"
 
 export interface Host {
   readonly hostId: string

@@ -11,7 +11,7 @@ import { HttpRouter } from "effect/http"
 import { execFile } from "node:child_process"
 import * as NodePath from "node:path"
 import * as Server from "../../src/Server.ts"
-import { call } from "../support/Sandboxes.ts"
+import { call } from "../../testing/Sandboxes.ts"
 import {
   api,
   createVolume,

@@ -2,8 +2,11 @@
  * Test support for the sandbox control plane through the API: a real Postgres and NATS, the
  * API served over HTTP, orgs and keys, the EVENTS stream read back, real host agents (the
  * agent role with bubblewrap) and fake hosts (a `hosts` record nobody serves), and clean-up of
- * every sandbox, folder and cgroup the hosts made, also when a test fails.
+ * every sandbox, folder and cgroup the hosts made, also when a test fails. Exported, with
+ * SandboxesEnv.ts, as `@svc/api/testing/*`: the tests of the CLI, the SDKs and the dashboard run
+ * the platform with it.
  */
+import { startAgent as startAgentFixture } from "@svc/agent/testing/Agent"
 import { ApiKeys } from "@svc/auth/ApiKeys"
 import { operatorContext } from "@svc/auth/Audit"
 import * as AuthLayer from "@svc/auth/AuthLayer"
@@ -18,9 +21,8 @@ import { cleanUpHost, makeHost as makeTestHost, type TestHost } from "@svc/testi
 import { type Answer, call, serve } from "@svc/testing/TestHttp"
 import { Context, Duration, Effect, Fiber, Layer, Schedule } from "effect"
 import { HttpRouter } from "effect/http"
-import { startAgent as startAgentFixture } from "../../../agent/test/fixtures/support.ts"
-import { NodeHooks } from "../../src/Preview.ts"
-import * as Server from "../../src/Server.ts"
+import { NodeHooks } from "../src/Preview.ts"
+import * as Server from "../src/Server.ts"
 
 // ---------------------------------------------------------------------------------------------
 // HTTP
@@ -84,7 +86,7 @@ export { cleanUpHost }
 export const makeHost = makeTestHost("svc-sbx-api-test-")
 
 /**
- * A real agent on `host` (apps/agent's test fixture: a NATS connection of its own, as its own
+ * A real agent on `host` (@svc/agent/testing/Agent: a NATS connection of its own, as its own
  * process would have), consuming once this returns, in region `local` with room for every test
  * here unless told otherwise. `stop` ends it; the surrounding scope does too.
  */

@@ -22,7 +22,7 @@ export class Env extends Context.Service<Env, {
   readonly dataDir: string
   readonly org: { readonly id: OrgId; readonly token: string }
   readonly other: { readonly id: OrgId; readonly token: string }
-}>()("SandboxesEnv.support/Env") {}
+}>()("@svc/api/testing/SandboxesEnv/Env") {}
 
 export const EnvLayer = Layer.effect(
   Env,
