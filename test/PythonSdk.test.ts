@@ -1,7 +1,7 @@
 /**
  * The Python SDK (sdks/python, `import svc`) against one real stack: the API over HTTP, the
  * runtime, a real agent with real sandboxes, and the webhook dispatcher delivering to loopback
- * (SandboxesEnv.support.ts's platform plus the dispatcher). The key is a user's, minted the way
+ * (@svc/api/testing/SandboxesEnv's platform plus the dispatcher). The key is a user's, minted the way
  * a user gets one (sign-up, then a key made with the session), so secrets can be managed.
  *
  * 1. `python3 -m unittest discover sdks/python/tests` with SVC_API_URL and SVC_API_KEY: every

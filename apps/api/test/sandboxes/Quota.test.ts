@@ -1,6 +1,6 @@
 /**
  * Per-org quotas and the bound of `paginated=false`, through the public API on the platform of
- * SandboxesEnv.support (runtime, a real agent in region `local`): 429 `quota_exceeded` at create
+ * testing/SandboxesEnv.ts (runtime, a real agent in region `local`): 429 `quota_exceeded` at create
  * and at start, exactly the quota admitted when creates race, and an unpaginated list cut at
  * about 8 MiB with `has_more` (paging on from `offset + limit` reaches every row).
  * Each test serves an API of its own with the quotas it is about, beside the shared one.
