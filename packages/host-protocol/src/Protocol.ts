@@ -2,9 +2,10 @@
  * The wire between the control plane (sandbox actor, scheduler, API) and the host agents.
  *
  * Control → agent, durable: commands on the `AGENT` stream, subject `agent.<hostId>.<command>`
- * (`create`, `start`, `stop`, `destroy`), published through the outbox by the sandbox actor's
- * transitions, consumed by that host's agent with a durable consumer of its own. Commands are
- * idempotent on the agent (a redelivered `create` of an existing sandbox reports its state).
+ * (`create`, `start`, `stop`, `destroy`, published through the outbox by the sandbox actor's
+ * transitions; `build`, a template's image, `Images.ts`), consumed by that host's agent with a
+ * durable consumer of its own. Commands are idempotent on the agent (a redelivered `create` of an
+ * existing sandbox reports its state).
  *
  * Agent → control, durable: every state change of a sandbox is an `AgentReport` sent to the
  * sandbox actor's mailbox on the subject naming its host (`reportSubject`:
