@@ -17,9 +17,9 @@
 import { check, makeClient, makeOrg, makeStats, runFaults, runLoad } from "@svc/testing/Chaos"
 import { startTestCluster } from "@svc/testing/TestCluster"
 import * as TestDatabase from "@svc/testing/TestDatabase"
+import { receiver } from "@svc/testing/WebhookReceiver"
 import { Duration, Effect, Result } from "effect"
 import { parseDuration } from "../packages/config/src/Env.ts"
-import { receiver } from "../packages/webhooks/test/Receiver.ts"
 import { median } from "./lib/Stats.ts"
 
 const ms = (name: string, fallback: string) =>

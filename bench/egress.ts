@@ -2,7 +2,7 @@
  * The egress path's cost: requests per second and latency of the same requests made by curl
  * inside a sandbox (through the firewall redirect, the native front and the proxy) and by curl
  * on the host straight to the server (the baseline, its own process, in the same run), against
- * a fake public host in a network namespace (apps/agent/test/fixtures/egress-world.ts):
+ * a fake public host in a network namespace (packages/testing/src/FakePublicHost.ts):
  *
  *   HTTP                  plain HTTP, checked per request
  *   HTTPS tunnelled       SNI read, then bytes relayed untouched
@@ -19,14 +19,15 @@
  *   node bench/egress.ts
  */
 import { startNats } from "@svc/local-servers/Servers"
+import { API, OTHER } from "@svc/testing/FakePublicHost"
 import * as TestNats from "@svc/testing/TestNats"
 import { testSecretBox, useTestEncryptionKeys } from "@svc/testing/TestSecrets"
 import { Effect, Layer } from "effect"
 import { execFileSync } from "node:child_process"
 import * as FsSync from "node:fs"
 import { fileURLToPath } from "node:url"
-import { API, OTHER, World } from "../apps/agent/test/fixtures/egress-world.ts"
-import { Reports } from "../apps/agent/test/fixtures/support.ts"
+import { World } from "../apps/agent/test/fixtures/egress-world.ts"
+import { Reports } from "../apps/agent/testing/Agent.ts"
 import { ensureBucket } from "../packages/bus/src/Topology.ts"
 import {
   EGRESS_BUCKET_SPEC,

@@ -115,6 +115,40 @@ describe("layout", () => {
     expect(offending).toEqual([])
   })
 
+  it("no test imports another package's test folder (shared fixtures live in @svc/testing or an app's testing/)", () => {
+    const testFolders = [...[...workspace.values()].map((dir) => Path.join(dir, "test")), Path.join(root, "test")]
+    /** The test folder `file` is in, if any: a workspace's `test/`, or the root's. */
+    const testFolderOf = (file: string) => testFolders.find((folder) => file.startsWith(folder + Path.sep))
+    const scripts = (dir: string): Array<string> =>
+      Fs.existsSync(dir)
+        ? Fs.readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
+          e.isDirectory()
+            ? e.name === "node_modules" ? [] : scripts(Path.join(dir, e.name))
+            : /\.[cm]?[jt]s$/.test(e.name)
+            ? [Path.join(dir, e.name)]
+            : []
+        )
+        : []
+    const offending: Array<string> = []
+    const testing = [...workspace.values()].map((dir) => Path.join(dir, "testing"))
+    for (const file of [...testFolders, ...testing].flatMap(scripts)) {
+      const own = testFolderOf(file)
+      for (const m of Fs.readFileSync(file, "utf8").matchAll(IMPORT)) {
+        const specifier = (m[1] ?? m[2])!
+        if (!specifier.startsWith(".")) continue
+        const target = testFolderOf(Path.resolve(Path.dirname(file), specifier))
+        if (target !== undefined && target !== own) offending.push(`${Path.relative(root, file)} imports ${specifier}`)
+      }
+    }
+    expect(offending).toEqual([])
+  })
+
+  it("the API's tests are in folders named for what they test, none at the top of apps/api/test", () => {
+    const top = Fs.readdirSync(Path.join(root, "apps/api/test"), { withFileTypes: true })
+    expect(top.filter((e) => e.isFile()).map((e) => e.name)).toEqual([])
+    expect(top.map((e) => e.name)).toEqual(expect.arrayContaining(["sandboxes", "templates", "secrets", "volumes"]))
+  })
+
   it("the packages' dependencies have no cycle (hosts below templates below sandboxes)", () => {
     const deps = new Map(
       [...workspace].map(([name, dir]) => [

@@ -1,7 +1,7 @@
 /**
  * The Python SDK (sdks/python, `import svc`) against one real stack: the API over HTTP, the
  * runtime, a real agent with real sandboxes, and the webhook dispatcher delivering to loopback
- * (SandboxesEnv.support.ts's platform plus the dispatcher). The key is a user's, minted the way
+ * (@svc/api/testing/SandboxesEnv's platform plus the dispatcher). The key is a user's, minted the way
  * a user gets one (sign-up, then a key made with the session), so secrets can be managed.
  *
  * 1. `python3 -m unittest discover sdks/python/tests` with SVC_API_URL and SVC_API_KEY: every
@@ -14,12 +14,12 @@
  * About a minute on 2 cores, most of it the stack's start and the virtual environment's pip.
  */
 import { expect, layer } from "@effect/vitest"
+import { Env, EnvLayer } from "@svc/api/testing/SandboxesEnv"
 import { Effect, Layer } from "effect"
 import { execFile } from "node:child_process"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
-import { Env, EnvLayer } from "../apps/api/test/SandboxesEnv.support.ts"
 import { WebhookSender } from "../packages/webhooks/src/Delivery/Attempt.ts"
 import { WebhookDispatcher } from "../packages/webhooks/src/Delivery/WebhookDispatcher.ts"
 import { WebhookAddressGuard } from "../packages/webhooks/src/Subscriptions/AddressGuard.ts"

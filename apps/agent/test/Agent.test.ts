@@ -4,6 +4,7 @@ import { WORKERS_BUCKET } from "@svc/bus/Workers"
 import { makeSandboxId } from "@svc/domain/Ids"
 import { type AgentCommand, HostRecord, HOSTS_BUCKET_SPEC } from "@svc/host-protocol/Protocol"
 import { SandboxSpec } from "@svc/host/Driver"
+import { processesOfHost } from "@svc/testing/HostProcesses"
 import { Effect, Schema } from "effect"
 import { randomBytes } from "node:crypto"
 import * as FsSync from "node:fs"
@@ -16,14 +17,13 @@ import {
   http,
   lifecycleCommand,
   makeHost,
-  processesOfHost,
   publishCommand,
   publishRaw,
   Reports,
   type RunningAgent,
   startAgent,
   testLayer
-} from "./fixtures/support.ts"
+} from "../testing/Agent.ts"
 
 const decodeHostRecord = Schema.decodeUnknownSync(Schema.fromJsonString(HostRecord))
 

@@ -10,6 +10,7 @@ import { SandboxDriver } from "@svc/host/Driver"
 import { BubblewrapDriver } from "@svc/host/Driver/Bubblewrap"
 import { DriverConfig } from "@svc/host/Driver/Config"
 import { vethNames } from "@svc/host/Driver/Network"
+import { processCgroupsOfHost, processesOfHost } from "@svc/testing/HostProcesses"
 import * as TestNats from "@svc/testing/TestNats"
 import { spawnRole } from "@svc/testing/TestProcess"
 import { Context, Effect, Layer } from "effect"
@@ -23,13 +24,11 @@ import {
   http,
   lifecycleCommand,
   makeHost,
-  processCgroupsOfHost,
-  processesOfHost,
   publishCommand,
   Reports,
   type TestHost,
   testLayer
-} from "./fixtures/support.ts"
+} from "../testing/Agent.ts"
 
 const MAIN = NodePath.resolve(NodePath.dirname(fileURLToPath(import.meta.url)), "../src/main.ts")
 

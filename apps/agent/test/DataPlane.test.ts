@@ -20,7 +20,7 @@ import {
   type RunningAgent,
   startAgent,
   testLayer
-} from "./fixtures/support.ts"
+} from "../testing/Agent.ts"
 
 const createRunning = (agent: RunningAgent) =>
   Effect.gen(function*() {

@@ -18,14 +18,15 @@ import {
   secretEgressKey,
   secretValueAad
 } from "@svc/host-protocol/Egress"
+import { API, FAKE_RANGE, host, OTHER } from "@svc/testing/FakePublicHost"
 import * as TestNats from "@svc/testing/TestNats"
 import { testSecretBox } from "@svc/testing/TestSecrets"
 import { Duration, Effect, Exit, Layer, Logger, Scope } from "effect"
 import { randomBytes } from "node:crypto"
 import * as Os from "node:os"
 import { AgentRole } from "../src/Agent.ts"
-import { API, FAKE_RANGE, host, OTHER, World } from "./fixtures/egress-world.ts"
-import { createCommand, eventually, makeHost, publishCommand, Reports, testLayer } from "./fixtures/support.ts"
+import { createCommand, eventually, makeHost, publishCommand, Reports, testLayer } from "../testing/Agent.ts"
+import { World } from "./fixtures/egress-world.ts"
 
 const utf8 = (bytes: Uint8Array) => Buffer.from(bytes).toString("utf8")
 

@@ -11,11 +11,11 @@ import { ensureBucket } from "@svc/bus/Topology"
 import { makeSandboxId } from "@svc/domain/Ids"
 import { DEFAULT_MAX_CONNECTIONS_PER_SANDBOX } from "@svc/egress/Config"
 import { EGRESS_BUCKET_SPEC, type SandboxEgress, sandboxEgressKey } from "@svc/host-protocol/Egress"
+import { API, fakePublicHost } from "@svc/testing/FakePublicHost"
 import { Context, Effect, Layer, Logger } from "effect"
 import { execFileSync } from "node:child_process"
 import * as FsSync from "node:fs"
 import { fileURLToPath } from "node:url"
-import { API, fakePublicHost } from "./fixtures/egress-world.ts"
 import {
   createCommand,
   eventually,
@@ -25,7 +25,7 @@ import {
   type RunningAgent,
   startAgent,
   testLayer
-} from "./fixtures/support.ts"
+} from "../testing/Agent.ts"
 
 /** The default per-sandbox cap; a machine-wide cap that two sandboxes reach together. */
 const PER_SANDBOX = DEFAULT_MAX_CONNECTIONS_PER_SANDBOX

@@ -22,7 +22,7 @@ import {
   type RunningAgent,
   startAgent,
   testLayer
-} from "./fixtures/support.ts"
+} from "../testing/Agent.ts"
 
 const decodeHostRecord = Schema.decodeUnknownSync(Schema.fromJsonString(HostRecord))
 

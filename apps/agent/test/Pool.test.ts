@@ -2,6 +2,7 @@
 import { assert, layer } from "@effect/vitest"
 import { makeSandboxId } from "@svc/domain/Ids"
 import { DriverExecRequest } from "@svc/host/Driver"
+import { processesOfHost } from "@svc/testing/HostProcesses"
 import { Effect, Fiber } from "effect"
 import * as FsSync from "node:fs"
 import * as NodePath from "node:path"
@@ -12,12 +13,11 @@ import {
   http,
   lifecycleCommand,
   makeHost,
-  processesOfHost,
   publishCommand,
   Reports,
   startAgent,
   testLayer
-} from "./fixtures/support.ts"
+} from "../testing/Agent.ts"
 
 const poolEntries = (rows: ReadonlyArray<{ readonly sandboxId: string; readonly status: string }>) =>
   rows.filter((r) => r.sandboxId.startsWith("pool-") && r.status === "running").map((r) => r.sandboxId)

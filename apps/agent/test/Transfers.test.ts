@@ -7,6 +7,7 @@
  */
 import { assert, layer } from "@effect/vitest"
 import { makeSandboxId } from "@svc/domain/Ids"
+import { processesOfHost } from "@svc/testing/HostProcesses"
 import { Effect, Fiber } from "effect"
 import { createHash } from "node:crypto"
 import * as Http from "node:http"
@@ -15,13 +16,12 @@ import {
   eventually,
   http,
   makeHost,
-  processesOfHost,
   publishCommand,
   Reports,
   type RunningAgent,
   startAgent,
   testLayer
-} from "./fixtures/support.ts"
+} from "../testing/Agent.ts"
 
 const BIG = 64 * 1024 * 1024
 

@@ -19,7 +19,7 @@ import {
   type RunningAgent,
   startAgent,
   testLayer
-} from "./fixtures/support.ts"
+} from "../testing/Agent.ts"
 
 type Opened = { readonly _tag: "Tunnel"; readonly socket: Net.Socket } | {
   readonly _tag: "Refused"

@@ -29,12 +29,12 @@ import { AgentReport, HOSTS_BUCKET_SPEC, reportSender, SANDBOX_MAILBOX } from "@
 import { check, makeClient, makeOrg, makeStats, runFaults, runLoad } from "@svc/testing/Chaos"
 import { startTestCluster } from "@svc/testing/TestCluster"
 import * as TestDatabase from "@svc/testing/TestDatabase"
+import { receiver } from "@svc/testing/WebhookReceiver"
 import { Duration, Effect, Exit, Layer } from "effect"
 import { SqlClient } from "effect/sql"
 import * as Fs from "node:fs"
 import * as Net from "node:net"
 import * as Path from "node:path"
-import { receiver } from "../../../packages/webhooks/test/Receiver.ts"
 
 const log = (line: string) => process.stderr.write(`[cluster] ${line}\n`)
 

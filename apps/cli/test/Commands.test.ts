@@ -4,12 +4,12 @@
  * with `--json` for scripts, progress on stderr while waiting, and errors that say what to do.
  */
 import { expect, layer } from "@effect/vitest"
+import { Env, EnvLayer } from "@svc/api/testing/SandboxesEnv"
 import { Effect } from "effect"
 import { execFile } from "node:child_process"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
-import { Env, EnvLayer } from "../../api/test/SandboxesEnv.support.ts"
 
 const BIN = Path.resolve(import.meta.dirname, "../../../node_modules/.bin/svc")
 

@@ -16,6 +16,7 @@
 import { expect, it } from "@effect/vitest"
 import { makeHostId } from "@svc/domain/Ids"
 import { eventually } from "@svc/testing/Eventually"
+import { processesOfHost } from "@svc/testing/HostProcesses"
 import { cleanUpHost } from "@svc/testing/TestHost"
 import { call } from "@svc/testing/TestHttp"
 import { appMain, freePort, spawnRole } from "@svc/testing/TestProcess"
@@ -24,7 +25,6 @@ import { spawnSync } from "node:child_process"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
-import { processesOfHost } from "../../agent/test/fixtures/support.ts"
 
 /**
  * The raw protocol's exchange with a NATS server on loopback (bash's /dev/tcp), as `run` runs

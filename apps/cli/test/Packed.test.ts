@@ -6,6 +6,7 @@
  * API, the runtime, a real agent).
  */
 import { expect, layer } from "@effect/vitest"
+import { Env, EnvLayer } from "@svc/api/testing/SandboxesEnv"
 import { Effect } from "effect"
 import { execFile } from "node:child_process"
 import * as Fs from "node:fs"
@@ -13,7 +14,6 @@ import * as Os from "node:os"
 import * as Path from "node:path"
 import { promisify } from "node:util"
 import { afterAll } from "vitest"
-import { Env, EnvLayer } from "../../api/test/SandboxesEnv.support.ts"
 
 const run = promisify(execFile)
 const CLI = Path.resolve(import.meta.dirname, "..")

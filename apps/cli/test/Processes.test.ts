@@ -4,6 +4,7 @@
  * sent with `send-keys`, the screen read with `capture-pane`, the window resized (SIGWINCH).
  */
 import { expect, layer } from "@effect/vitest"
+import { create, Env, EnvLayer, waitState } from "@svc/api/testing/SandboxesEnv"
 import { Duration, Effect } from "effect"
 import { execFile } from "node:child_process"
 import { randomBytes } from "node:crypto"
@@ -12,7 +13,6 @@ import * as Os from "node:os"
 import * as NodePath from "node:path"
 import { fileURLToPath } from "node:url"
 import { promisify } from "node:util"
-import { create, Env, EnvLayer, waitState } from "../../api/test/SandboxesEnv.support.ts"
 
 const MAIN = fileURLToPath(new URL("../src/main.ts", import.meta.url))
 const TMUX = "/usr/bin/tmux"

@@ -22,11 +22,11 @@ import { makeHost } from "@svc/testing/TestHost"
 import { call } from "@svc/testing/TestHttp"
 import * as TestNats from "@svc/testing/TestNats"
 import { appMain, freePort, readyEvent, type RoleProcess, spawnRole } from "@svc/testing/TestProcess"
+import { receiver } from "@svc/testing/WebhookReceiver"
 import { Duration, Effect, Layer } from "effect"
 import { randomBytes } from "node:crypto"
 import * as Http from "node:http"
 import type * as Net from "node:net"
-import { receiver } from "../../../packages/webhooks/test/Receiver.ts"
 
 interface ExportedSpan {
   readonly service: string

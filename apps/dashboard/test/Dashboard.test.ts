@@ -9,9 +9,9 @@
  * sign out and in again. Screenshots of each step go to .svc/artifacts/dashboard/.
  */
 import { expect, layer } from "@effect/vitest"
+import { Env, EnvLayer } from "@svc/api/testing/SandboxesEnv"
+import { call } from "@svc/testing/TestHttp"
 import { Duration, Effect } from "effect"
-import { call } from "../../api/test/Sandboxes.support.ts"
-import { Env, EnvLayer } from "../../api/test/SandboxesEnv.support.ts"
 import {
   acceptNextDialog,
   click,

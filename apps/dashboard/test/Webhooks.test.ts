@@ -12,13 +12,13 @@ import { OutboxRelay } from "@svc/events/Relay"
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import { serve } from "@svc/testing/TestHttp"
 import * as TestNats from "@svc/testing/TestNats"
+import { receiver } from "@svc/testing/WebhookReceiver"
 import { WebhookSender } from "@svc/webhooks/Delivery/Attempt"
 import { WebhookDispatcher } from "@svc/webhooks/Delivery/WebhookDispatcher"
 import { WebhookAddressGuard } from "@svc/webhooks/Subscriptions/AddressGuard"
 import { ConfigProvider, Context, Duration, Effect, Layer } from "effect"
 import { HttpRouter } from "effect/http"
 import * as Crypto from "node:crypto"
-import { receiver } from "../../../packages/webhooks/test/Receiver.ts"
 import {
   acceptNextDialog,
   click,

@@ -17,6 +17,8 @@ import * as TestDatabase from "@svc/testing/TestDatabase"
 import * as TestNats from "@svc/testing/TestNats"
 import { spawnRole } from "@svc/testing/TestProcess"
 import { testEncryptionKeys } from "@svc/testing/TestSecrets"
+import { attemptRows, deliveriesOf, deliveryStatus } from "@svc/testing/WebhookDeliveries"
+import { receiver } from "@svc/testing/WebhookReceiver"
 import { LOST_ATTEMPT_ERROR } from "@svc/webhooks/Delivery/DeliveryStates"
 import { WebhookAddressGuard } from "@svc/webhooks/Subscriptions/AddressGuard"
 import { Webhooks } from "@svc/webhooks/Subscriptions/Webhooks"
@@ -24,8 +26,6 @@ import { ConfigProvider, Duration, Effect, Layer } from "effect"
 import { SqlClient } from "effect/sql"
 import * as NodePath from "node:path"
 import { fileURLToPath } from "node:url"
-import { attemptRows, deliveriesOf, deliveryStatus } from "../../../packages/webhooks/test/Harness.ts"
-import { receiver } from "../../../packages/webhooks/test/Receiver.ts"
 
 const MAIN = NodePath.resolve(NodePath.dirname(fileURLToPath(import.meta.url)), "../src/main.ts")
 

@@ -4,9 +4,9 @@
  * errors as their classes (caught by tag), a bad key included; payloads are the server's classes.
  */
 import { expect, layer } from "@effect/vitest"
+import { Env, EnvLayer, waitState } from "@svc/api/testing/SandboxesEnv"
 import { SandboxId } from "@svc/domain/Ids"
 import { DateTime, Effect } from "effect"
-import { Env, EnvLayer, waitState } from "../../../apps/api/test/SandboxesEnv.support.ts"
 import { CreateSandboxBody, ExecBody, SvcClient } from "../src/Effect.ts"
 
 const client = (apiKey?: string) =>

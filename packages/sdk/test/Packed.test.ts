@@ -5,6 +5,7 @@
  * `.mjs` file run by node against a real stack (the API, the runtime, a real agent).
  */
 import { expect, layer } from "@effect/vitest"
+import { Env, EnvLayer } from "@svc/api/testing/SandboxesEnv"
 import { Effect } from "effect"
 import { execFile } from "node:child_process"
 import * as Fs from "node:fs"
@@ -12,7 +13,6 @@ import * as Os from "node:os"
 import * as Path from "node:path"
 import { promisify } from "node:util"
 import { afterAll } from "vitest"
-import { Env, EnvLayer } from "../../../apps/api/test/SandboxesEnv.support.ts"
 
 const run = promisify(execFile)
 const SDK = Path.resolve(import.meta.dirname, "..")

@@ -8,6 +8,8 @@ import { Nats } from "@svc/bus/Nats"
 import { makeOrgId } from "@svc/domain/Ids"
 import * as Outbox from "@svc/events/Outbox"
 import { eventually } from "@svc/testing/Eventually"
+import { attemptRows, deliveriesOf, deliveryStatus } from "@svc/testing/WebhookDeliveries"
+import { type Received, receiver } from "@svc/testing/WebhookReceiver"
 import { FanOut } from "@svc/webhooks/Delivery/FanOut"
 import { WebhookDispatcher } from "@svc/webhooks/Delivery/WebhookDispatcher"
 import { Webhooks } from "@svc/webhooks/Subscriptions/Webhooks"
@@ -15,8 +17,7 @@ import { Context, Effect, Exit, Layer } from "effect"
 import { SqlClient } from "effect/sql"
 import * as crypto from "node:crypto"
 import * as net from "node:net"
-import { attemptRows, deliveriesOf, deliveryStatus, TEST_SCHEDULE, webhookStack } from "../Harness.ts"
-import { type Received, receiver } from "../Receiver.ts"
+import { TEST_SCHEDULE, webhookStack } from "../Harness.ts"
 
 /** The test's own HMAC check, independent of Signature.ts and the SDK. */
 const signatureOk = (secret: string, request: Received) => {
