@@ -283,6 +283,28 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 300_000 })("svc, the insta
         expect(folder.code).toBe(1)
         expect(folder.stderr).toMatch(/^error not_a_file: /)
 
+        // Files managed: stat, mkdir, mv, rm (a folder with entries needs -r: 409 without).
+        expect(json(yield* svc(["sandbox", "files", "stat", sandbox.id, "/tmp/cli.txt", "--json"]))).toMatchObject({
+          path: "/tmp/cli.txt",
+          type: "file",
+          size: 13,
+          mode: "0644"
+        })
+        const made = yield* svc(["sandbox", "files", "mkdir", sandbox.id, "/tmp/cli/d", "--mode", "0700"])
+        expect(made.code, made.stderr).toBe(0)
+        expect(made.stdout).toMatch(/^dir +0700  0:0 .* \/tmp\/cli\/d\n$/)
+        const mv = json(
+          yield* svc(["sandbox", "files", "mv", sandbox.id, "/tmp/cli.txt", "/tmp/cli/d/x.txt", "--json"])
+        )
+        expect(mv).toMatchObject({ path: "/tmp/cli/d/x.txt", size: 13 })
+        const notEmpty = yield* svc(["sandbox", "files", "rm", sandbox.id, "/tmp/cli"])
+        expect(notEmpty.code).toBe(1)
+        expect(notEmpty.stderr).toMatch(/^error conflict: /)
+        expect((yield* svc(["sandbox", "files", "rm", "-r", sandbox.id, "/tmp/cli"])).code).toBe(0)
+        const gone = yield* svc(["sandbox", "files", "stat", sandbox.id, "/tmp/cli"])
+        expect(gone.code).toBe(1)
+        expect(gone.stderr).toMatch(/^error not_found: /)
+
         // stop and start wait for their states (progress on stderr); a stopped sandbox runs nothing.
         const stopped = yield* svc(["sandbox", "stop", sandbox.id, "--json"])
         expect(json(stopped)).toMatchObject({ id: sandbox.id, state: "stopped" })

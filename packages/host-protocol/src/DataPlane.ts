@@ -18,6 +18,9 @@
  *                                                    processes (`AgentProcess`, events as above)
  *   GET  {endpoint}/sandboxes/{id}/pty?cols=&rows=  `Upgrade: svc-pty` → 101 once the terminal
  *                                                    runs, then `PtyFrames` both ways
+ *   GET  {endpoint}/sandboxes/{id}/files/stat?path=, POST .../files/mkdir|move|remove (JSON)
+ *                                                    an entry's stat, folders made, entries
+ *                                                    moved and removed (`AgentFilesApi`)
  *
  * `endpoint` and the bearer token are the agent's `HostRecord.endpoint` and `.token`, found only
  * in the `hosts` KV that platform processes read; the token is random per agent start. Files
@@ -364,4 +367,60 @@ export class AgentProcessesApi extends HttpApiGroup.make("processes")
   .middleware(AgentAuthorization)
 {}
 
-export class AgentApi extends HttpApi.make("agent").add(AgentSandboxesApi).add(AgentProcessesApi) {}
+// ---------------------------------------------------------------------------------------------
+// File management: stat, mkdir, move, remove (no transfer: no slot is taken)
+
+/** An entry as GET /v1/sandboxes/{id}/files/stat shows it (a final link not followed). */
+export const AgentFileInfo = Schema.Struct({
+  name: Schema.String,
+  path: Schema.String,
+  type: Schema.Literals(["file", "dir", "symlink", "other"]),
+  size: Schema.Int,
+  mode: Schema.String,
+  uid: Schema.Int,
+  gid: Schema.Int,
+  mtime: Schema.String,
+  target: Schema.NullOr(Schema.String)
+})
+export type AgentFileInfo = typeof AgentFileInfo.Type
+
+export const AgentMkdirRequest = Schema.Struct({ path: Schema.String, parents: Schema.Boolean, mode: Schema.Int })
+/** `created` false: `parents` found the folder there already. */
+export const AgentMkdirResult = Schema.Struct({ created: Schema.Boolean, info: AgentFileInfo })
+export const AgentMoveRequest = Schema.Struct({ from: Schema.String, to: Schema.String, overwrite: Schema.Boolean })
+export const AgentRemoveRequest = Schema.Struct({ path: Schema.String, recursive: Schema.Boolean })
+
+/** 409 `conflict`: the target is in the way (it exists, a folder is not empty). */
+const fileOpErrors = [AgentInvalid, AgentNotFound, AgentNotRunning, AgentConflict, AgentRefused, AgentFailed] as const
+
+export class AgentFilesApi extends HttpApiGroup.make("files")
+  .add(
+    HttpApiEndpoint.get("stat", "/sandboxes/:id/files/stat", {
+      params,
+      query: Schema.Struct({ path: Schema.String }),
+      success: AgentFileInfo,
+      error: fileOpErrors
+    }),
+    HttpApiEndpoint.post("mkdir", "/sandboxes/:id/files/mkdir", {
+      params,
+      payload: AgentMkdirRequest,
+      success: AgentMkdirResult,
+      error: fileOpErrors
+    }),
+    HttpApiEndpoint.post("move", "/sandboxes/:id/files/move", {
+      params,
+      payload: AgentMoveRequest,
+      success: AgentFileInfo,
+      error: fileOpErrors
+    }),
+    HttpApiEndpoint.post("remove", "/sandboxes/:id/files/remove", {
+      params,
+      payload: AgentRemoveRequest,
+      success: HttpApiSchema.NoContent,
+      error: fileOpErrors
+    })
+  )
+  .middleware(AgentAuthorization)
+{}
+
+export class AgentApi extends HttpApi.make("agent").add(AgentSandboxesApi).add(AgentProcessesApi).add(AgentFilesApi) {}

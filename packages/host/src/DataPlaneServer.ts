@@ -73,6 +73,7 @@ import type * as Socket from "effect/socket/Socket"
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto"
 import * as Http from "node:http"
 import * as Net from "node:net"
+import { FileHandlers } from "./DataPlaneServer/Files.ts"
 import { ProcessHandlers } from "./DataPlaneServer/Processes.ts"
 import { DriverExecRequest, SandboxDriver, type SandboxDriverError } from "./Driver.ts"
 
@@ -626,6 +627,7 @@ export class DataPlaneServer extends Context.Service<DataPlaneServer, {
           HttpApiBuilder.layer(AgentApi).pipe(
             Layer.provide(handlers(settings)),
             Layer.provide(ProcessHandlers(settings)),
+            Layer.provide(FileHandlers),
             Layer.provide(authorization)
           ),
           makeMiddleware(authorized)

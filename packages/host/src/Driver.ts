@@ -144,6 +144,21 @@ export class FileStat extends Schema.Class<FileStat>("@svc/host/FileStat")({
   mtime: Schema.String
 }) {}
 
+/** What `fileInfo` reports (GET /v1/sandboxes/{id}/files/stat): the entry itself, links not followed. */
+export class FileInfo extends Schema.Class<FileInfo>("@svc/host/FileInfo")({
+  name: Schema.String,
+  path: Schema.String,
+  type: EntryType,
+  size: Schema.Int,
+  /** The permission bits in octal, "0644". */
+  mode: Schema.String,
+  uid: Schema.Int,
+  gid: Schema.Int,
+  mtime: Schema.String,
+  /** A symlink's target as written, else null. */
+  target: Schema.NullOr(Schema.String)
+}) {}
+
 export class DirEntry extends Schema.Class<DirEntry>("@svc/host/DirEntry")({
   name: Schema.String,
   type: EntryType,
@@ -299,6 +314,10 @@ export const FileErrorReason = Schema.Literals([
   "kernel_interface",
   /** The sandbox's kernel refused the operation (`errno` names why: ENOSPC, EIO, EROFS...). */
   "refused",
+  /** mkdir, move or remove found the target in the way (it exists, or a folder is not empty). */
+  "conflict",
+  /** A move of a folder into itself, a removal of `/`. */
+  "invalid",
   "failed"
 ])
 
@@ -415,6 +434,30 @@ export class SandboxDriver extends Context.Service<SandboxDriver, {
   ): Effect.Effect<ReadonlyArray<DirEntry>, Common | SandboxNotRunning | SandboxFileError>
   /** Does not follow a final symlink (reports `symlink`). */
   stat(sandboxId: string, path: string): Effect.Effect<FileStat, Common | SandboxNotRunning | SandboxFileError>
+  /** The entry at `path` (a final symlink not followed), as GET .../files/stat shows it. */
+  fileInfo(sandboxId: string, path: string): Effect.Effect<FileInfo, Common | SandboxNotRunning | SandboxFileError>
+  /** Makes a folder; `created` false when `parents` found it there already (else `conflict`). */
+  makeDir(
+    sandboxId: string,
+    path: string,
+    options: { readonly parents: boolean; readonly mode: number }
+  ): Effect.Effect<
+    { readonly created: boolean; readonly info: FileInfo },
+    Common | SandboxNotRunning | SandboxFileError
+  >
+  /** Renames `from` to `to` (a link moved as a link); `to` in the way is `conflict` unless `overwrite`. */
+  move(
+    sandboxId: string,
+    from: string,
+    to: string,
+    options: { readonly overwrite: boolean }
+  ): Effect.Effect<FileInfo, Common | SandboxNotRunning | SandboxFileError>
+  /** Removes the entry (a link, not its target); a folder with entries needs `recursive` (else `conflict`). */
+  remove(
+    sandboxId: string,
+    path: string,
+    options: { readonly recursive: boolean }
+  ): Effect.Effect<void, Common | SandboxNotRunning | SandboxFileError>
   stats(sandboxId: string): Effect.Effect<SandboxStats, Common | SandboxNotRunning>
   /**
    * Where this host reaches `port` of a running sandbox, for the proxy of exposed ports: only a

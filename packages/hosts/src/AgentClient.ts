@@ -46,6 +46,9 @@ export type DataPlaneError =
 /** An exec touches no file of the file API: the host never answers `refused` or `rate_limited` to it. */
 export type ExecError = Exclude<DataPlaneError, Errors.FileRefused | Errors.RateLimited>
 
+/** File management (stat, mkdir, move, remove) moves no bytes: never 413 nor `rate_limited`. */
+export type FileOpError = Exclude<DataPlaneError, Errors.PayloadTooLarge | Errors.RateLimited>
+
 /** Stats read a running sandbox's usage: it is there or not, running or not, or the host fails. */
 export type StatsError = Errors.NotFound | Errors.Conflict | Errors.Unavailable
 
@@ -146,6 +149,14 @@ export class AgentClient extends Context.Service<AgentClient, {
     effect: Effect.Effect<A, E, AgentTarget>,
     timeoutMs?: number
   ): Effect.Effect<A, ExecError>
+  /**
+   * A file management call of `api.files` (stat, mkdir, move, remove) to `host`: as `call`, but
+   * the sandbox kernel's refusals stay 422 `file_refused` (no transfer: never `rate_limited`).
+   */
+  files<A, E>(
+    host: HostRecord,
+    effect: Effect.Effect<A, E, AgentTarget>
+  ): Effect.Effect<A, FileOpError>
   /** Runs a command; waits up to its own timeout plus a margin for the host. */
   exec(host: HostRecord, sandboxId: string, body: AgentExecRequest): Effect.Effect<AgentExecResult, ExecError>
   /** A file's bytes (streamed from the host) or a folder's listing; `org` takes its share of the host's slots. */
@@ -189,6 +200,17 @@ export class AgentClient extends Context.Service<AgentClient, {
         Effect.catchTags({
           FileRefused: (e) => unreachable(host, `a call answered as a file refusal: ${e.error}`),
           RateLimited: (e) => unreachable(host, `a call answered as rate limited: ${e.error}`)
+        })
+      )
+
+    const files = <A, E>(host: HostRecord, effect: Effect.Effect<A, E, AgentTarget>) =>
+      effect.pipe(
+        Effect.provideService(AgentTarget, host),
+        Effect.timeoutOrElse({ duration: CALL_TIMEOUT_MS, orElse: () => unreachable(host, "file call timed out") }),
+        Effect.catch((error) => toApiError(host, error)),
+        Effect.catchTags({
+          RateLimited: (e) => unreachable(host, `a file call answered as rate limited: ${e.error}`),
+          PayloadTooLarge: (e) => unreachable(host, `a file call answered as too large: ${e.error}`)
         })
       )
 
@@ -291,7 +313,7 @@ export class AgentClient extends Context.Service<AgentClient, {
         )
       }).pipe(Effect.withSpan("AgentClient.writeFile"))
 
-    return AgentClient.of({ api: client, call, exec, readFile, stats, writeFile })
+    return AgentClient.of({ api: client, call, files, exec, readFile, stats, writeFile })
   })
 
   static readonly layer = Layer.effect(AgentClient, AgentClient.make).pipe(

@@ -175,6 +175,15 @@ export class Sandboxes extends Context.Service<Sandboxes, {
     id: string,
     path: string
   ) => Effect.Effect<AgentClient.FileContent, AgentClient.DataPlaneError | Rows.QueryError>
+  /**
+   * A file management call (`api.files` of the data plane) on the running sandbox's host: `call`
+   * gets the host's client and the host (docs/contract.md#files).
+   */
+  readonly fileOp: <A, E>(
+    orgId: OrgId,
+    id: string,
+    call: (api: AgentClient.AgentApiClient["files"]) => Effect.Effect<A, E, AgentClient.AgentTarget>
+  ) => Effect.Effect<A, AgentClient.FileOpError | Rows.QueryError>
   /** A running sandbox's usage, read from its host now. */
   readonly stats: (orgId: OrgId, id: string) => Effect.Effect<SandboxStats, AgentClient.StatsError | Rows.QueryError>
   readonly writeFile: <E>(
@@ -520,6 +529,16 @@ export class Sandboxes extends Context.Service<Sandboxes, {
       return yield* dataPlane.readFile(host, id, path, orgId)
     })
 
+    const fileOp = <A, E>(
+      orgId: OrgId,
+      id: string,
+      call: (api: AgentClient.AgentApiClient["files"]) => Effect.Effect<A, E, AgentClient.AgentTarget>
+    ) =>
+      Effect.gen(function*() {
+        const host = yield* running(orgId, id)
+        return yield* dataPlane.files(host, call(dataPlane.api.files))
+      }).pipe(Effect.withSpan("Sandboxes.fileOp"))
+
     const writeFile = <E>(
       orgId: OrgId,
       id: string,
@@ -548,6 +567,7 @@ export class Sandboxes extends Context.Service<Sandboxes, {
       bindSecret: (orgId, id, secretId) => withSql(bindSecret(orgId, id, secretId)),
       exec,
       readFile,
+      fileOp,
       stats,
       writeFile
     })

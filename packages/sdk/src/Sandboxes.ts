@@ -217,6 +217,21 @@ export class Sandbox {
         throw new SvcError({ status: 0, code: "not_a_folder", message: `${path} is a file: use files.read` })
       }
       return ((await response.json()) as T.FileListing).entries
+    },
+    /** The entry at `path` (a final symlink not followed; `target` is its target). */
+    stat: (path: string): Promise<T.FileInfo> => this.#http.json("GET", this.#path("/files/stat"), { query: { path } }),
+    /** Makes a folder (with its parents unless `parents: false`); resolves to its stat. */
+    mkdir: (path: string, options: { readonly parents?: boolean; readonly mode?: string } = {}): Promise<T.FileInfo> =>
+      this.#http.json("POST", this.#path("/files/mkdir"), { json: { path, ...options } }),
+    /** Renames `from` to `to`; an existing `to` is a SvcError `conflict` unless `overwrite: true`. */
+    move: (from: string, to: string, options: { readonly overwrite?: boolean } = {}): Promise<T.FileInfo> =>
+      this.#http.json("POST", this.#path("/files/move"), { json: { from, to, ...options } }),
+    /** Removes the entry; a folder with entries needs `recursive: true` (else a SvcError `conflict`). */
+    remove: async (path: string, options: { readonly recursive?: boolean } = {}): Promise<void> => {
+      const response = await this.#http.request("DELETE", this.#path("/files"), {
+        query: { path, recursive: options.recursive === true ? "true" : "false" }
+      })
+      await response.body?.cancel()
     }
   }
 

@@ -13,7 +13,11 @@ import type {
 } from "@svc/domain/Api/Auth"
 import type { PreviewToken as PreviewTokenSchema } from "@svc/domain/Api/Previews"
 import type { SandboxProcess as SandboxProcessSchema } from "@svc/domain/Api/Processes"
-import type { FileEntry as FileEntrySchema, FileListing as FileListingSchema } from "@svc/domain/Api/Sandboxes"
+import type {
+  FileEntry as FileEntrySchema,
+  FileInfo as FileInfoSchema,
+  FileListing as FileListingSchema
+} from "@svc/domain/Api/Sandboxes"
 import type { Worker as WorkerSchema } from "@svc/domain/Api/Workers"
 import type { App as AppSchema, CreateAppRequest, UpdateAppRequest } from "@svc/domain/App"
 import type { LimitsRequest, Usage as UsageSchema } from "@svc/domain/Billing"
@@ -38,6 +42,7 @@ export type CreateSandboxParams = typeof CreateSandboxRequest.Encoded
 export type SandboxStats = typeof SandboxStatsSchema.Encoded
 export type FileEntry = typeof FileEntrySchema.Encoded
 export type FileListing = typeof FileListingSchema.Encoded
+export type FileInfo = typeof FileInfoSchema.Encoded
 export type PreviewToken = typeof PreviewTokenSchema.Encoded
 /** A background process of a sandbox (`pid`, `cmd`, `state`, `exit_code`, `reason`...). */
 export type SandboxProcess = typeof SandboxProcessSchema.Encoded

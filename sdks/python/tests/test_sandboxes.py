@@ -91,6 +91,33 @@ class Sandboxes(unittest.TestCase):
             self.sbx.files.read("tmp/note.txt")
         self.assertEqual((relative.exception.status, relative.exception.code), (0, "invalid_argument"))
 
+    def test_files_stat_mkdir_move_remove(self) -> None:
+        made = self.sbx.files.mkdir("/tmp/py/d", mode="0700")
+        self.assertEqual((made["path"], made["type"], made["mode"]), ("/tmp/py/d", "dir", "0700"))
+        self.assertEqual(self.sbx.files.mkdir("/tmp/py/d")["type"], "dir")
+        with self.assertRaises(SvcError) as exists:
+            self.sbx.files.mkdir("/tmp/py/d", parents=False)
+        self.assertEqual((exists.exception.status, exists.exception.code), (409, "conflict"))
+        self.sbx.files.write("/tmp/py/a.txt", "abcd")
+        info = self.sbx.files.stat("/tmp/py/a.txt")
+        self.assertEqual((info["name"], info["type"], info["size"], info["target"]), ("a.txt", "file", 4, None))
+        self.sbx.files.write("/tmp/py/b.txt", "b")
+        with self.assertRaises(SvcError) as taken:
+            self.sbx.files.move("/tmp/py/a.txt", "/tmp/py/b.txt")
+        self.assertEqual(taken.exception.code, "conflict")
+        moved = self.sbx.files.move("/tmp/py/a.txt", "/tmp/py/b.txt", overwrite=True)
+        self.assertEqual((moved["path"], moved["size"]), ("/tmp/py/b.txt", 4))
+        with self.assertRaises(SvcError) as not_empty:
+            self.sbx.files.remove("/tmp/py")
+        self.assertEqual((not_empty.exception.status, not_empty.exception.code), (409, "conflict"))
+        self.sbx.files.remove("/tmp/py", recursive=True)
+        with self.assertRaises(SvcError) as gone:
+            self.sbx.files.stat("/tmp/py")
+        self.assertEqual((gone.exception.status, gone.exception.code), (404, "not_found"))
+        with self.assertRaises(SvcError) as kernel:
+            self.sbx.files.stat("/proc/1/environ")
+        self.assertEqual((kernel.exception.status, kernel.exception.code), (400, "invalid_request"))
+
     def test_processes(self) -> None:
         sleeper = self.sbx.processes.start("echo started; echo warn >&2; exec sleep 300")
         self.assertIsInstance(sleeper, Process)

@@ -232,6 +232,47 @@ export const SandboxesGroup = HttpApiBuilder.group(
           yield* transferSlot(orgId, request)
           yield* sandboxes.writeFile(orgId, params.id, query.path, request.stream, MAX_UPLOAD_BYTES)
         }))
+      // File management (docs/contract.md#files): one short call to the host each, no transfer slot.
+      .handle("fileStat", ({ params, query }) =>
+        Effect.flatMap(
+          target(params.id),
+          (orgId) => sandboxes.fileOp(orgId, params.id, (api) => api.stat({ params: { id: params.id }, query }))
+        ))
+      .handle("mkdir", ({ params, payload }) =>
+        Effect.gen(function*() {
+          const orgId = yield* target(params.id)
+          const result = yield* sandboxes.fileOp(orgId, params.id, (api) =>
+            api.mkdir({
+              params: { id: params.id },
+              payload: {
+                path: payload.path,
+                parents: payload.parents ?? true,
+                mode: payload.mode !== undefined ? parseInt(payload.mode, 8) : 0o755
+              }
+            }))
+          // A folder `parents` found there already: 200, not 201.
+          return result.created ? result.info : HttpServerResponse.jsonUnsafe(result.info, { status: 200 })
+        }))
+      .handle(
+        "move",
+        ({ params, payload }) =>
+          Effect.flatMap(target(params.id), (orgId) =>
+            sandboxes.fileOp(orgId, params.id, (api) =>
+              api.move({
+                params: { id: params.id },
+                payload: { from: payload.from, to: payload.to, overwrite: payload.overwrite ?? false }
+              })))
+      )
+      .handle(
+        "removeFile",
+        ({ params, query }) =>
+          Effect.flatMap(target(params.id), (orgId) =>
+            sandboxes.fileOp(orgId, params.id, (api) =>
+              api.remove({
+                params: { id: params.id },
+                payload: { path: query.path, recursive: query.recursive === "true" }
+              })))
+      )
   })
 )
 

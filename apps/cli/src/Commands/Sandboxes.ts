@@ -1,5 +1,5 @@
 /**
- * `svc sandbox create|list|get|exec|stop|start|delete|files read|write|ls|stats|expose|network|
+ * `svc sandbox create|list|get|exec|stop|start|delete|files read|write|ls|stat|mkdir|mv|rm|stats|expose|network|
  * secrets bind|snapshot` (and `spawn|ps|logs|kill|wait|stdin|terminal`, `Processes.ts`): a
  * client of the /v1 API for users.
  *
@@ -19,6 +19,7 @@
  *   svc sandbox snapshot sbx_... --name my-env --wait
  *   svc sandbox stop sbx_... ; svc sandbox start sbx_...      # each waits for its state
  *   echo hi | svc sandbox files write sbx_... /root/hi.txt ; svc sandbox files read sbx_... /root/hi.txt
+ *   svc sandbox files mkdir sbx_... /srv/out ; svc sandbox files mv sbx_... /srv/a /srv/b ; svc sandbox files rm -r sbx_... /srv/out
  */
 import type { CreateSandboxParams, SandboxState } from "@svc/sdk"
 import { Console, Effect, Option } from "effect"
@@ -260,9 +261,94 @@ const filesList = Command.make(
   })
 ).pipe(Command.withDescription("List a folder's entries"))
 
+/** One line of a stat: type, mode, owner, size, mtime, path (and a link's target). */
+const statLine = (
+  info: {
+    type: string
+    mode: string
+    uid: number
+    gid: number
+    size: number
+    mtime: string
+    path: string
+    target: string | null
+  }
+) =>
+  [info.type.padEnd(7), info.mode, `${info.uid}:${info.gid}`, String(info.size).padStart(10), info.mtime, info.path]
+    .join("  ") + (info.target !== null ? ` -> ${info.target}` : "")
+
+const filesStat = Command.make(
+  "stat",
+  { sandboxId, path: pathArg, json },
+  Effect.fn(function*(o) {
+    const info = yield* call(async (svc) => (await svc.sandboxes.get(o.sandboxId)).files.stat(o.path))
+    yield* o.json ? print(info) : Console.log(statLine(info))
+  })
+).pipe(Command.withDescription("An entry's type, mode, owner, size and mtime (a symlink is not followed)"))
+
+const filesMkdir = Command.make(
+  "mkdir",
+  {
+    sandboxId,
+    path: pathArg,
+    noParents: Flag.Boolean("no-parents").pipe(
+      Flag.withDescription("Refuse (409) when the folder exists or a parent is missing"),
+      Flag.withDefault(false)
+    ),
+    mode: Flag.String("mode").pipe(Flag.withDescription("Its mode in octal (default 0755)"), Flag.optional),
+    json
+  },
+  Effect.fn(function*(o) {
+    const info = yield* call(async (svc) =>
+      (await svc.sandboxes.get(o.sandboxId)).files.mkdir(o.path, {
+        parents: !o.noParents,
+        ...optionalField("mode", o.mode)
+      })
+    )
+    yield* o.json ? print(info) : Console.log(statLine(info))
+  })
+).pipe(Command.withDescription("Make a folder (and its parents)"))
+
+const filesMove = Command.make(
+  "mv",
+  {
+    sandboxId,
+    from: Argument.String("from").pipe(Argument.withDescription("The entry to move (absolute)")),
+    to: Argument.String("to").pipe(Argument.withDescription("Its new path (absolute)")),
+    overwrite: Flag.Boolean("overwrite").pipe(
+      Flag.withDescription("Replace what is at `to` (else 409 when something is there)"),
+      Flag.withDefault(false)
+    ),
+    json
+  },
+  Effect.fn(function*(o) {
+    const info = yield* call(async (svc) =>
+      (await svc.sandboxes.get(o.sandboxId)).files.move(o.from, o.to, { overwrite: o.overwrite })
+    )
+    yield* o.json ? print(info) : Console.log(statLine(info))
+  })
+).pipe(Command.withDescription("Move or rename an entry"))
+
+const filesRemove = Command.make(
+  "rm",
+  {
+    sandboxId,
+    path: pathArg,
+    recursive: Flag.Boolean("recursive").pipe(
+      Flag.withAlias("r"),
+      Flag.withDescription("Remove a folder with everything in it (else 409 unless it is empty)"),
+      Flag.withDefault(false)
+    )
+  },
+  Effect.fn(function*(o) {
+    yield* call(async (svc) => (await svc.sandboxes.get(o.sandboxId)).files.remove(o.path, { recursive: o.recursive }))
+    yield* Console.error(`${o.path} removed`)
+  })
+).pipe(Command.withDescription("Remove an entry (a symlink, not its target)"))
+
 const files = Command.make("files").pipe(
-  Command.withDescription("A sandbox's files: read, write, ls"),
-  Command.withSubcommands([filesRead, filesWrite, filesList])
+  Command.withDescription("A sandbox's files: read, write, ls, stat, mkdir, mv, rm"),
+  Command.withSubcommands([filesRead, filesWrite, filesList, filesStat, filesMkdir, filesMove, filesRemove])
 )
 
 const stats = Command.make(

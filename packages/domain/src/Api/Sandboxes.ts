@@ -75,6 +75,92 @@ export const IdempotencyKey = Schema.String.check(Schema.isMinLength(8), Schema.
 
 const params = { id: SandboxId }
 
+// ---------------------------------------------------------------------------------------------
+// File management (docs/contract.md#files): stat, mkdir, move, remove
+
+/** GET .../files/stat: the entry itself (a final symlink not followed). */
+export const FileInfo = Schema.Struct({
+  name: Bounded(255),
+  path: Bounded(4096),
+  type: Schema.Literals(["file", "dir", "symlink", "other"]),
+  size: Schema.Int,
+  /** The permission bits in octal: "0644". */
+  mode: Bounded(5),
+  uid: Schema.Int,
+  gid: Schema.Int,
+  mtime: TimestampText,
+  /** A symlink's target as written; null for anything else. */
+  target: Schema.NullOr(Bounded(4096))
+})
+export type FileInfo = typeof FileInfo.Type
+
+/** Permission bits in octal, "755" or "0755". */
+export const OctalMode = Schema.String.check(
+  Schema.isMaxLength(5),
+  Schema.isPattern(/^0?[0-7]{3,4}$/, { expected: "an octal mode such as \"0755\"" })
+)
+
+export class MkdirBody extends Schema.Class<MkdirBody>("MkdirRequest")({
+  path: SandboxFilePath,
+  /** Make missing parents; an existing folder is then 200 (default true). */
+  parents: Schema.optionalKey(Schema.Boolean),
+  mode: Schema.optionalKey(OctalMode)
+}) {}
+
+export class MoveBody extends Schema.Class<MoveBody>("MoveRequest")({
+  from: SandboxFilePath,
+  to: SandboxFilePath,
+  overwrite: Schema.optionalKey(Schema.Boolean)
+}) {}
+
+export const RemoveQuery = Schema.Struct({
+  path: SandboxFilePath.check(
+    Schema.makeFilter((p: string) => !/^\/+$/.test(p) || "/ cannot be removed", { expected: "a path other than /" })
+  ),
+  recursive: Schema.optionalKey(Schema.Literals(["true", "false"]))
+})
+
+const fileOpErrors = [InvalidRequest, NotFound, Conflict, FileRefused, SandboxOutOfScope, Unavailable] as const
+
+const fileOpEndpoints = [
+  HttpApiEndpoint.get("fileStat", "/v1/sandboxes/:id/files/stat", {
+    params,
+    query: FilesQuery,
+    success: FileInfo,
+    error: fileOpErrors
+  }).annotateMerge(OpenApi.annotations({
+    description: "The entry at `path` without following a final symlink: `{name, path, type, size, mode, uid, " +
+      "gid, mtime, target}` (`target`: a symlink's, else null). 404 `not_found` if absent; /proc and /sys are 400."
+  })),
+  HttpApiEndpoint.post("mkdir", "/v1/sandboxes/:id/files/mkdir", {
+    params,
+    payload: MkdirBody,
+    success: FileInfo.pipe(HttpApiSchema.status(201)),
+    error: fileOpErrors
+  }).annotateMerge(OpenApi.annotations({
+    description: "Makes the folder (`parents` default true, `mode` default \"0755\"): 201 its stat. A folder " +
+      "already there with `parents`: 200; without `parents`, or anything else in the way: 409 `conflict`."
+  })),
+  HttpApiEndpoint.post("move", "/v1/sandboxes/:id/files/move", {
+    params,
+    payload: MoveBody,
+    success: FileInfo,
+    error: fileOpErrors
+  }).annotateMerge(OpenApi.annotations({
+    description: "Renames `from` to `to` (a symlink is moved as a link): 200 the stat of `to`. `to` existing " +
+      "without `overwrite`: 409 `conflict`; with it, `to` is replaced (a folder whole). A folder into itself: 400."
+  })),
+  HttpApiEndpoint.delete("removeFile", "/v1/sandboxes/:id/files", {
+    params,
+    query: RemoveQuery,
+    success: HttpApiSchema.NoContent,
+    error: fileOpErrors
+  }).annotateMerge(OpenApi.annotations({
+    description: "Removes the entry (a symlink, not its target): 204. A folder with entries needs " +
+      "`recursive=true` (else 409 `conflict`); `/` is 400."
+  }))
+] as const
+
 export class SandboxesApi extends HttpApiGroup.make("sandboxes")
   .add(
     HttpApiEndpoint.post("create", "/v1/sandboxes", {
@@ -234,6 +320,7 @@ export class SandboxesApi extends HttpApiGroup.make("sandboxes")
         "org's share, the connection closed after `SVC_API_TRANSFER_IDLE_TIMEOUT` (60 s) without a byte."
     }))
   )
+  .add(...fileOpEndpoints)
   .annotateMerge(Access.resource("sandboxes"))
   .annotateMerge(OpenApi.annotations({ title: "Sandboxes" }))
 {}

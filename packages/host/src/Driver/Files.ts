@@ -12,10 +12,12 @@
 import * as NodeStream from "@effect/platform-node/NodeStream"
 import { Effect, Stream } from "effect"
 import { randomBytes } from "node:crypto"
+import * as Posix from "node:path/posix"
 import {
   DirEntry,
   DriverFailure,
   type EntryType,
+  FileInfo,
   FileMode,
   FileStat,
   type FileStream,
@@ -34,7 +36,9 @@ const FILE_EXIT: Record<number, SandboxFileError["reason"]> = {
   5: "not_regular_file",
   6: "too_large",
   7: "not_directory",
-  10: "kernel_interface"
+  10: "kernel_interface",
+  11: "conflict",
+  12: "invalid"
 }
 /** The file operation itself failed inside: the kernel's message on stderr names why. */
 const REFUSED_EXIT = 9
@@ -163,6 +167,108 @@ for f in .* *; do
 done
 exit 0
 `
+
+// ---------------------------------------------------------------------------------------------
+// stat, mkdir, move, remove (GET .../files/stat, POST .../files/mkdir|move, DELETE .../files)
+
+/**
+ * GUARD as a function, then `at`: sets `p` to the path with its folder's links resolved and its
+ * own last name kept (the entry itself, a link not followed), after GUARD refused the whole path
+ * (a link into /proc included: every files route refuses it). Paths come normalized (no
+ * trailing slash, no `.`/`..`).
+ */
+const AT = `
+guard() {
+${GUARD}
+}
+at() {
+  guard "$1"
+  case "$1" in /) p=/; return;; esac
+  d=\${1%/*}
+  guard "\${d:-/}"
+  p=\${r%/}/\${1##*/}
+  case "$p" in /proc|/proc/*|/sys|/sys/*) exit 10;; esac
+}
+`
+
+/** "<hex mode> <size> <uid> <gid> <mtime>\n" then, for a link, its target. */
+const INFO_SCRIPT = `
+B=${HELPER}
+${AT}
+at "$1"
+[ -e "$p" ] || [ -L "$p" ] || exit 3
+"$B" stat -c '%f %s %u %g %Y' -- "$p" || exit ${REFUSED_EXIT}
+if [ -L "$p" ]; then "$B" readlink -- "$p" || exit ${REFUSED_EXIT}; fi
+exit 0
+`
+
+/** Args: path, parents (1/0), mode (octal). Prints "created" or "existed". */
+const MKDIR_SCRIPT = `
+B=${HELPER}
+${AT}
+at "$1"
+if [ -e "$p" ] || [ -L "$p" ]; then
+  [ "$2" = 1 ] && [ -d "$p" ] && { echo existed; exit 0; }
+  exit 11
+fi
+if [ "$2" = 1 ]; then
+  "$B" mkdir -p -- "$p" || exit 8
+else
+  d=\${p%/*}
+  [ -d "\${d:-/}" ] || { [ -e "\${d:-/}" ] && exit 7; exit 3; }
+  "$B" mkdir -- "$p" || exit ${REFUSED_EXIT}
+fi
+"$B" chmod "$3" -- "$p" || exit ${REFUSED_EXIT}
+echo created
+`
+
+/** Args: from, to, overwrite (1/0). A folder in the way is replaced whole with overwrite. */
+const MOVE_SCRIPT = `
+B=${HELPER}
+${AT}
+at "$1"
+s=$p
+at "$2"
+t=$p
+[ -e "$s" ] || [ -L "$s" ] || exit 3
+[ "$s" = / ] && exit 12
+d=\${t%/*}
+[ -d "\${d:-/}" ] || { [ -e "\${d:-/}" ] && exit 7; exit 3; }
+[ "$s" = "$t" ] && exit 0
+if [ -d "$s" ] && [ ! -L "$s" ]; then
+  case "$t/" in "$s"/*) echo 'a folder cannot move into itself' >&2; exit 12;; esac
+fi
+if [ -e "$t" ] || [ -L "$t" ]; then
+  [ "$3" = 1 ] || exit 11
+  "$B" rm -rf -- "$t" || exit ${REFUSED_EXIT}
+fi
+"$B" mv -f -- "$s" "$t" || exit ${REFUSED_EXIT}
+`
+
+/** Args: path, recursive (1/0). */
+const REMOVE_SCRIPT = `
+B=${HELPER}
+${AT}
+at "$1"
+[ "$p" = / ] && exit 12
+[ -e "$p" ] || [ -L "$p" ] || exit 3
+if [ -d "$p" ] && [ ! -L "$p" ]; then
+  if [ "$2" = 1 ]; then
+    "$B" rm -rf -- "$p" || exit ${REFUSED_EXIT}
+  else
+    [ -n "$("$B" ls -A -- "$p")" ] && exit 11
+    "$B" rmdir -- "$p" || exit ${REFUSED_EXIT}
+  fi
+else
+  "$B" rm -f -- "$p" || exit ${REFUSED_EXIT}
+fi
+`
+
+/** Lexically normal: no trailing slash, no `.` or `..` segment (the API refuses `..` already). */
+const normalize = (path: string) => {
+  const n = Posix.normalize(path)
+  return n.length > 1 && n.endsWith("/") ? n.slice(0, -1) : n
+}
 
 const FILE_OP_TIMEOUT_MS = 60_000
 /** A transfer's processes end after this long whatever happens (the API waits as long). */
@@ -465,5 +571,70 @@ export const makeFiles = (host: DriverHost, exec: Pick<Exec, "runInside" | "spaw
     return entries.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))
   })
 
-  return { readFile, readFileStream, writeFile, writeFileStream, stat, listDir }
+  // ---------------------------------------------------------------------------------------------
+  // stat, mkdir, move, remove
+
+  const fileInfo = Effect.fn("SandboxDriver.fileInfo")(function*(sandboxId: string, path: string) {
+    const checked = normalize(yield* checkPath(path))
+    const entry = yield* host.lookupRunning(sandboxId)
+    const { result, fileError } = yield* fileOp(entry, checked, INFO_SCRIPT, [], { maxOutputBytes: 16 * 1024 })
+    const out = decode(result.stdout)
+    const newline = out.indexOf("\n")
+    const match = /^([0-9a-f]+) (\d+) (\d+) (\d+) (-?\d+)$/.exec(out.slice(0, newline === -1 ? undefined : newline))
+    if (!match) return yield* fileError("failed", "unreadable stat output")
+    const raw = parseInt(match[1]!, 16)
+    const type = typeOfMode(raw)
+    return new FileInfo({
+      name: checked === "/" ? "/" : Posix.basename(checked),
+      path: checked,
+      type,
+      size: Number(match[2]),
+      mode: (raw & 0o7777).toString(8).padStart(4, "0"),
+      uid: Number(match[3]),
+      gid: Number(match[4]),
+      mtime: new Date(Number(match[5]) * 1000).toISOString(),
+      // readlink ends the target with a newline (a target may hold newlines of its own).
+      target: type === "symlink" && newline !== -1 ? out.slice(newline + 1).replace(/\n$/, "") : null
+    })
+  })
+
+  const makeDir = Effect.fn("SandboxDriver.makeDir")(function*(
+    sandboxId: string,
+    path: string,
+    options: { readonly parents: boolean; readonly mode: number }
+  ) {
+    const checked = normalize(yield* checkPath(path))
+    const mode = yield* decodeInput(FileMode, options.mode)
+    const entry = yield* host.lookupRunning(sandboxId)
+    const { result } = yield* fileOp(entry, checked, MKDIR_SCRIPT, [options.parents ? "1" : "0", mode.toString(8)], {
+      maxOutputBytes: 4096
+    })
+    const created = decode(result.stdout).trim() === "created"
+    return { created, info: yield* fileInfo(sandboxId, checked) }
+  })
+
+  const move = Effect.fn("SandboxDriver.move")(function*(
+    sandboxId: string,
+    from: string,
+    to: string,
+    options: { readonly overwrite: boolean }
+  ) {
+    const source = normalize(yield* checkPath(from))
+    const target = normalize(yield* checkPath(to))
+    const entry = yield* host.lookupRunning(sandboxId)
+    yield* fileOp(entry, source, MOVE_SCRIPT, [target, options.overwrite ? "1" : "0"], { maxOutputBytes: 4096 })
+    return yield* fileInfo(sandboxId, target)
+  })
+
+  const remove = Effect.fn("SandboxDriver.remove")(function*(
+    sandboxId: string,
+    path: string,
+    options: { readonly recursive: boolean }
+  ) {
+    const checked = normalize(yield* checkPath(path))
+    const entry = yield* host.lookupRunning(sandboxId)
+    yield* fileOp(entry, checked, REMOVE_SCRIPT, [options.recursive ? "1" : "0"], { maxOutputBytes: 4096 })
+  })
+
+  return { readFile, readFileStream, writeFile, writeFileStream, stat, listDir, fileInfo, makeDir, move, remove }
 }

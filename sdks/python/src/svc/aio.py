@@ -212,6 +212,10 @@ class AsyncFiles:
         self.read = run(files.read)
         self.read_text = run(files.read_text)
         self.list = run(files.list)
+        self.stat = run(files.stat)
+        self.mkdir = run(files.mkdir)
+        self.move = run(files.move)
+        self.remove = run(files.remove)
 
 
 class AsyncTerminal:

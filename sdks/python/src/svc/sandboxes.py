@@ -24,7 +24,7 @@ from ._http import (
     segment,
 )
 from .processes import OutputChunk, Processes, command, output_of
-from .types import ExecResult, FileEntry, PreviewToken, SandboxRecord, SandboxStats, Template
+from .types import ExecResult, FileEntry, FileInfo, PreviewToken, SandboxRecord, SandboxStats, Template
 
 if TYPE_CHECKING:
     from .resources import Templates
@@ -93,6 +93,41 @@ class Files:
             raise SvcError(0, "not_a_folder", f"{path} is a file: use files.read")
         entries: List[FileEntry] = answer.json()["entries"]
         return entries
+
+    def stat(self, path: str) -> FileInfo:
+        """The entry at `path` (a final symlink not followed: `target` is its target)."""
+        check_str(path, "path", absolute=True)
+        info: FileInfo = self._sandbox._http.json("GET", self._sandbox._path("/files/stat"), query={"path": path})
+        return info
+
+    def mkdir(self, path: str, *, parents: bool = True, mode: Optional[str] = None) -> FileInfo:
+        """Makes a folder (with its parents unless `parents=False`: then an existing one is a SvcError `conflict`)."""
+        check_str(path, "path", absolute=True)
+        check_str(mode, "mode", required=False)
+        if not isinstance(parents, bool):
+            invalid("parents", "must be a bool")
+        body = drop_none({"path": path, "parents": parents, "mode": mode})
+        info: FileInfo = self._sandbox._http.json("POST", self._sandbox._path("/files/mkdir"), json=body)
+        return info
+
+    def move(self, source: str, target: str, *, overwrite: bool = False) -> FileInfo:
+        """Renames `source` to `target`; an existing `target` is a SvcError `conflict` unless `overwrite=True`."""
+        check_str(source, "source", absolute=True)
+        check_str(target, "target", absolute=True)
+        if not isinstance(overwrite, bool):
+            invalid("overwrite", "must be a bool")
+        body = {"from": source, "to": target, "overwrite": overwrite}
+        info: FileInfo = self._sandbox._http.json("POST", self._sandbox._path("/files/move"), json=body)
+        return info
+
+    def remove(self, path: str, *, recursive: bool = False) -> None:
+        """Removes the entry (a symlink, not its target); a folder with entries needs `recursive=True` (else `conflict`)."""
+        check_str(path, "path", absolute=True)
+        if not isinstance(recursive, bool):
+            invalid("recursive", "must be a bool")
+        self._sandbox._http.request(
+            "DELETE", self._sandbox._path("/files"), query={"path": path, "recursive": "true" if recursive else "false"}
+        )
 
 
 class Sandbox:

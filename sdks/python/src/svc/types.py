@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional, TypedDict
 
 __all__ = [
     "ApiKey", "App", "AppPage", "AuditEntry", "AuditPage", "CreatedApiKey", "CreatedWebhook",
-    "DeliveryAttempt", "DeliveryPage", "ExecResult", "FileEntry", "KeyPage", "Org", "PreviewToken",
+    "DeliveryAttempt", "DeliveryPage", "ExecResult", "FileEntry", "FileInfo", "KeyPage", "Org", "PreviewToken",
     "ProcessRecord", "SandboxRecord", "SandboxStats", "Secret", "SecretPage", "Template",
     "TemplatePage", "Usage", "Volume", "VolumePage", "Webhook", "WebhookPage", "WhoAmI", "Worker",
 ]
@@ -63,6 +63,23 @@ class FileEntry(TypedDict):
     type: str
     size: int
     mtime: str
+
+
+class FileInfo(TypedDict):
+    """An entry as `files.stat` shows it (a final symlink not followed)."""
+
+    name: str
+    path: str
+    #: file, dir, symlink, other
+    type: str
+    size: int
+    #: The permission bits in octal: "0644".
+    mode: str
+    uid: int
+    gid: int
+    mtime: str
+    #: A symlink's target as written, else None.
+    target: Optional[str]
 
 
 class ProcessRecord(TypedDict):
