@@ -218,6 +218,32 @@ interface Pids {
   readonly nats: number | undefined
 }
 
+/** The pids below `pid` (children, theirs, ...), from /proc/<pid>/task/<tid>/children. */
+const descendants = (pid: number): Array<number> => {
+  let tasks: Array<string>
+  try {
+    tasks = FsSync.readdirSync(`/proc/${pid}/task`)
+  } catch {
+    return []
+  }
+  const children = tasks.flatMap((tid) => {
+    try {
+      return FsSync.readFileSync(`/proc/${pid}/task/${tid}/children`, "utf8").trim().split(" ").filter(Boolean)
+        .map(Number)
+    } catch {
+      return []
+    }
+  })
+  return children.flatMap((child) => [child, ...descendants(child)])
+}
+
+/** CPU ms of every process below `pid`, each with what it reaped (the commands that ended there). */
+const belowCpuMs = (pid: number) =>
+  descendants(pid).reduce((sum, child) => {
+    const cpu = processCpuMs(child)
+    return sum + cpu.own + cpu.reaped
+  }, 0)
+
 const cpuOf = (pids: Pids) => {
   const agentOwn = processCpuMs(pids.agent).own
   return {
@@ -225,8 +251,10 @@ const cpuOf = (pids: Pids) => {
     "API": processCpuMs(pids.api).own,
     "runtime": processCpuMs(pids.runtime).own,
     "agent (its own process)": agentOwn,
-    // Its spawner, the commands it ran and reaped, the sandboxes' processes still there.
-    "agent's children": treeCpuMs(pids.agent) - agentOwn + processCpuMs(pids.agent).reaped,
+    // Its spawner, the commands it ran and reaped (mkfs, mounts, svc-enter), the sandboxes'
+    // processes: the monitors still there and what they reaped; an ended sandbox's whole tree
+    // once its parent reaped it.
+    "agent's children and sandboxes": belowCpuMs(pids.agent) + processCpuMs(pids.agent).reaped,
     "Postgres (every backend)": pids.postgres !== undefined
       ? treeCpuMs(pids.postgres) + processCpuMs(pids.postgres).reaped
       : 0,
@@ -383,9 +411,11 @@ Effect.runPromise(Effect.scoped(main)).then(({ hostNode, parts, results }) => {
   }
   console.log(`  ${"the same `node -v` on the host".padEnd(50)}${ms(median(hostNode))}${ms(Math.max(...hostNode))}`)
   for (const [mode, r] of Object.entries(results)) {
-    if (mode === "sequential") continue
     console.log(`\nCPU per create, ${mode} (ms)`)
     for (const [name, v] of Object.entries(r.cpu)) console.log(`  ${name.padEnd(50)}${fmt(v, 1).padStart(8)}`)
+    const [machine, ...named] = Object.values(r.cpu)
+    const rest = machine! - named.reduce((a, b) => a + b, 0)
+    console.log(`  ${"the rest (kernel threads, other tenants)".padEnd(50)}${fmt(rest, 1).padStart(8)}`)
   }
   console.log("")
   for (const [mode, r] of Object.entries(results)) {
