@@ -361,6 +361,29 @@ const measure = async (svc: Svc, pids: Pids) => {
   }
   const hostNode = await hostNodeTimes(debs, 10)
 
+  // CPU of each process per SDK call, on one running sandbox (20 of each, one after another):
+  // what a TTI iteration's parts cost apart from the create itself.
+  const perCall: Record<string, Record<string, number>> = {}
+  {
+    const sandbox = await svc.sandboxes.create({ template: TEMPLATE, ram_mb: 256 }, { timeoutMs: 120_000 })
+    const calls: Record<string, () => Promise<unknown>> = {
+      "exec `true`": () => sandbox.exec(["true"]),
+      "exec `node -v`": () => sandbox.exec(["node", "-v"]),
+      "waitFor running (already running)": () => sandbox.waitFor("running"),
+      "GET the record": () => sandbox.refresh()
+    }
+    for (const [name, call] of Object.entries(calls)) {
+      await call()
+      const before = cpuOf(pids)
+      for (let i = 0; i < 20; i++) await call()
+      const after = cpuOf(pids)
+      perCall[name] = Object.fromEntries(
+        Object.entries(after).map(([k, v]) => [k, (v - before[k as keyof typeof before]) / 20])
+      )
+    }
+    await sandbox.delete()
+  }
+
   const results: Record<string, { iterations: ReadonlyArray<Iteration>; cpu: Record<string, number>; load: string }> =
     {}
   for (const mode of MODES) {
@@ -377,12 +400,12 @@ const measure = async (svc: Svc, pids: Pids) => {
     // Let the deletes finish before the next mode.
     await sleep(3000)
   }
-  return { parts, hostNode, results }
+  return { parts, hostNode, perCall, results }
 }
 
 const ms = (n: number) => fmt(n, 0).padStart(8)
 
-Effect.runPromise(Effect.scoped(main)).then(({ hostNode, parts, results }) => {
+Effect.runPromise(Effect.scoped(main)).then(({ hostNode, parts, perCall, results }) => {
   const commit = execFileSync("git", ["rev-parse", "--short", "HEAD"], { encoding: "utf8" }).trim()
   console.log(
     `\ntime to interactive, template ${TEMPLATE} (${Os.cpus().length} cores, commit ${commit}, ${
@@ -410,6 +433,11 @@ Effect.runPromise(Effect.scoped(main)).then(({ hostNode, parts, results }) => {
     console.log(`  ${name.padEnd(50)}${ms(median(values))}${ms(Math.max(...values))}`)
   }
   console.log(`  ${"the same `node -v` on the host".padEnd(50)}${ms(median(hostNode))}${ms(Math.max(...hostNode))}`)
+  const names = Object.keys(Object.values(perCall)[0]!).slice(1)
+  console.log(`\nCPU per SDK call on a running sandbox (ms, 20 each): ${names.join(" / ")}`)
+  for (const [call, cpu] of Object.entries(perCall)) {
+    console.log(`  ${call.padEnd(40)}${names.map((n) => fmt(cpu[n]!, 1).padStart(7)).join("")}`)
+  }
   for (const [mode, r] of Object.entries(results)) {
     console.log(`\nCPU per create, ${mode} (ms)`)
     for (const [name, v] of Object.entries(r.cpu)) console.log(`  ${name.padEnd(50)}${fmt(v, 1).padStart(8)}`)
