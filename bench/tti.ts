@@ -259,7 +259,10 @@ const cpuOf = (pids: Pids) => {
       ? treeCpuMs(pids.postgres) + processCpuMs(pids.postgres).reaped
       : 0,
     "NATS": pids.nats !== undefined ? processCpuMs(pids.nats).own : 0,
-    "bench (SDK clients)": (process.cpuUsage().user + process.cpuUsage().system) / 1000
+    "bench (SDK clients)": (process.cpuUsage().user + process.cpuUsage().system) / 1000,
+    // The kernel's own threads (kthreadd's children: loop devices, ext4's journal, the network
+    // namespaces' and cgroups' teardown, RCU), every one of them, ours or not.
+    "kernel threads (all)": treeCpuMs(2)
   }
 }
 
@@ -443,7 +446,7 @@ Effect.runPromise(Effect.scoped(main)).then(({ hostNode, parts, perCall, results
     for (const [name, v] of Object.entries(r.cpu)) console.log(`  ${name.padEnd(50)}${fmt(v, 1).padStart(8)}`)
     const [machine, ...named] = Object.values(r.cpu)
     const rest = machine! - named.reduce((a, b) => a + b, 0)
-    console.log(`  ${"the rest (kernel threads, other tenants)".padEnd(50)}${fmt(rest, 1).padStart(8)}`)
+    console.log(`  ${"the rest (other tenants, interrupts)".padEnd(50)}${fmt(rest, 1).padStart(8)}`)
   }
   console.log("")
   for (const [mode, r] of Object.entries(results)) {
