@@ -1,0 +1,123 @@
+/**
+ * Code contexts (docs/contract.md#code-contexts): stateful interpreters in a running sandbox, one
+ * interpreter process per context, whose variables and imports persist from one run to the next.
+ * The `sandboxes` scope (`read` for GET, `write` otherwise) and the single-sandbox policy, as
+ * every sandbox route.
+ */
+import { Schema } from "effect"
+import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/http-api"
+import { Conflict, InvalidRequest, NotFound, PayloadTooLarge, SandboxOutOfScope, Unavailable } from "../Errors.ts"
+import { SandboxId } from "../Ids.ts"
+import { EXEC_TIMEOUT_MS_DEFAULT, EXEC_TIMEOUT_MS_MAX, ExecRequest } from "../Sandbox.ts"
+import { Bounded, TimestampText } from "../Text.ts"
+import { Access } from "./Auth.ts"
+
+/** Contexts one sandbox may hold at once (dead ones count until deleted): past it, 409. */
+export const MAX_CONTEXTS_PER_SANDBOX = 16
+/** Bytes of code one run may carry (UTF-8): past it, 413. */
+export const MAX_CODE_BYTES = 1024 * 1024
+/** The longest run: the exec's ceiling less the margin the runner needs to answer. */
+export const CONTEXT_RUN_TIMEOUT_MS_MAX = EXEC_TIMEOUT_MS_MAX - 10_000
+
+export const ContextLanguage = Schema.Literals(["python", "javascript", "bash"])
+export type ContextLanguage = typeof ContextLanguage.Type
+
+export class CreateContextBody extends Schema.Class<CreateContextBody>("CreateContextRequest")({
+  language: ContextLanguage,
+  cwd: ExecRequest.fields.cwd,
+  env: ExecRequest.fields.env
+}) {}
+
+export const CodeContext = Schema.Struct({
+  id: Bounded(64),
+  language: ContextLanguage,
+  cwd: Bounded(4096),
+  state: Schema.Literals(["idle", "running", "dead"]),
+  createdAt: TimestampText
+}).annotate({ identifier: "CodeContext" })
+export type CodeContext = typeof CodeContext.Type
+
+export const ContextList = Schema.Struct({
+  contexts: Schema.Array(CodeContext).check(Schema.isMaxLength(MAX_CONTEXTS_PER_SANDBOX))
+})
+
+export class RunCodeBody extends Schema.Class<RunCodeBody>("RunCodeRequest")({
+  /** Checked in bytes by the handler (413); the 1 MiB body limit holds it in characters. */
+  code: Schema.String,
+  timeout_ms: Schema.optionalKey(
+    Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: CONTEXT_RUN_TIMEOUT_MS_MAX }))
+  )
+}) {}
+
+/** What a run shows: the last expression's value, a figure (`image/png`, base64), HTML, JSON. */
+export const RunResultItem = Schema.Struct({
+  type: Bounded(64),
+  data: Schema.String
+})
+
+export const RunError = Schema.Struct({
+  name: Bounded(256),
+  value: Schema.String,
+  traceback: Schema.Array(Schema.String)
+})
+
+export const RunResult = Schema.Struct({
+  execution_count: Schema.Int,
+  results: Schema.Array(RunResultItem),
+  stdout: Schema.String,
+  stderr: Schema.String,
+  error: Schema.NullOr(RunError),
+  duration_ms: Schema.Int.check(Schema.isGreaterThanOrEqualTo(0)),
+  /** stdout, stderr or the results were longer than a run keeps and were cut. */
+  truncated: Schema.Boolean
+}).annotate({ identifier: "RunResult" })
+export type RunResult = typeof RunResult.Type
+
+const params = { id: SandboxId }
+const contextParams = { id: SandboxId, ctx: Bounded(64) }
+const errors = [InvalidRequest, NotFound, Conflict, PayloadTooLarge, SandboxOutOfScope, Unavailable] as const
+
+export class ContextsApi extends HttpApiGroup.make("contexts")
+  .add(
+    HttpApiEndpoint.post("create", "/v1/sandboxes/:id/contexts", {
+      params,
+      payload: CreateContextBody,
+      success: CodeContext.pipe(HttpApiSchema.status(201)),
+      error: errors
+    }).annotateMerge(OpenApi.annotations({
+      description: "Starts an interpreter in the running sandbox (201, `state: idle`). 409 when the sandbox's " +
+        "image lacks the interpreter (named), when the sandbox is not running, or when it holds " +
+        `${MAX_CONTEXTS_PER_SANDBOX} contexts already (dead ones count until deleted).`
+    })),
+    HttpApiEndpoint.get("list", "/v1/sandboxes/:id/contexts", { params, success: ContextList, error: errors }),
+    HttpApiEndpoint.get("get", "/v1/sandboxes/:id/contexts/:ctx", {
+      params: contextParams,
+      success: CodeContext,
+      error: errors
+    }),
+    HttpApiEndpoint.post("run", "/v1/sandboxes/:id/contexts/:ctx/run", {
+      params: contextParams,
+      payload: RunCodeBody,
+      success: RunResult,
+      error: errors
+    }).annotateMerge(OpenApi.annotations({
+      description: "Runs code in the context (runs of one context are taken in order). A run that raises is " +
+        `still a 200 with \`error\`. \`timeout_ms\` defaults to ${EXEC_TIMEOUT_MS_DEFAULT}. 409 for a dead context; ` +
+        `413 for code over ${MAX_CODE_BYTES} bytes.`
+    })),
+    HttpApiEndpoint.post("interrupt", "/v1/sandboxes/:id/contexts/:ctx/interrupt", {
+      params: contextParams,
+      success: HttpApiSchema.Accepted,
+      error: errors
+    }).annotateMerge(OpenApi.annotations({
+      description: "202: the run in progress ends with a `KeyboardInterrupt` error. 409 for a dead context."
+    })),
+    HttpApiEndpoint.delete("remove", "/v1/sandboxes/:id/contexts/:ctx", {
+      params: contextParams,
+      success: HttpApiSchema.NoContent,
+      error: errors
+    })
+  )
+  .annotateMerge(Access.resource("sandboxes"))
+  .annotateMerge(OpenApi.annotations({ title: "Code contexts" }))
+{}
