@@ -184,7 +184,12 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 600_000 })("code contexts"
       const foreign = yield* api("POST", `/v1/sandboxes/${id}/contexts/${ctx}/run`, { code: "1" }, env.other.token)
       expect(foreign.status).toBe(404)
 
+      // Code over 1 MiB is refused whole; the context is untouched.
+      const huge = yield* api("POST", `/v1/sandboxes/${id}/contexts/${ctx}/run`, { code: "#".repeat(1024 * 1024 + 1) })
+      expect(huge.status, huge.text).toBe(413)
+
       yield* run(id, ctx, "x = 1")
+      expect((yield* run(id, ctx, "x")).execution_count).toBe(2)
       yield* run(id, ctx, "exit()")
       const dead = yield* api("GET", `/v1/sandboxes/${id}/contexts/${ctx}`)
       expect(dead.json.state).toBe("dead")

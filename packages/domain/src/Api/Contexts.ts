@@ -16,6 +16,8 @@ import { Access } from "./Auth.ts"
 export const MAX_CONTEXTS_PER_SANDBOX = 16
 /** Bytes of code one run may carry (UTF-8): past it, 413. */
 export const MAX_CODE_BYTES = 1024 * 1024
+/** What a run's answer carries at most, all of it (exec's output cap: the runner keeps far less). */
+export const RUN_OUTPUT_MAX = 1024 * 1024
 /** The longest run: the exec's ceiling less the margin the runner needs to answer. */
 export const CONTEXT_RUN_TIMEOUT_MS_MAX = EXEC_TIMEOUT_MS_MAX - 10_000
 
@@ -42,8 +44,8 @@ export const ContextList = Schema.Struct({
 })
 
 export class RunCodeBody extends Schema.Class<RunCodeBody>("RunCodeRequest")({
-  /** Checked in bytes by the handler (413); the 1 MiB body limit holds it in characters. */
-  code: Schema.String,
+  /** At most this many characters here; the handler checks its UTF-8 bytes (413). */
+  code: Bounded(MAX_CODE_BYTES),
   timeout_ms: Schema.optionalKey(
     Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: CONTEXT_RUN_TIMEOUT_MS_MAX }))
   )
@@ -52,20 +54,20 @@ export class RunCodeBody extends Schema.Class<RunCodeBody>("RunCodeRequest")({
 /** What a run shows: the last expression's value, a figure (`image/png`, base64), HTML, JSON. */
 export const RunResultItem = Schema.Struct({
   type: Bounded(64),
-  data: Schema.String
+  data: Bounded(RUN_OUTPUT_MAX)
 })
 
 export const RunError = Schema.Struct({
   name: Bounded(256),
-  value: Schema.String,
-  traceback: Schema.Array(Schema.String)
+  value: Bounded(RUN_OUTPUT_MAX),
+  traceback: Schema.Array(Bounded(RUN_OUTPUT_MAX)).check(Schema.isMaxLength(10_000))
 })
 
 export const RunResult = Schema.Struct({
   execution_count: Schema.Int,
-  results: Schema.Array(RunResultItem),
-  stdout: Schema.String,
-  stderr: Schema.String,
+  results: Schema.Array(RunResultItem).check(Schema.isMaxLength(1_000)),
+  stdout: Bounded(RUN_OUTPUT_MAX),
+  stderr: Bounded(RUN_OUTPUT_MAX),
   error: Schema.NullOr(RunError),
   duration_ms: Schema.Int.check(Schema.isGreaterThanOrEqualTo(0)),
   /** stdout, stderr or the results were longer than a run keeps and were cut. */
