@@ -13,6 +13,7 @@ import { TEST_IMAGE_CACHE_DIR } from "@svc/testing/ImageCache"
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import * as TestNats from "@svc/testing/TestNats"
 import { Context, Duration, Effect, Fiber, Layer } from "effect"
+import { Svc, SvcError } from "../../../../packages/sdk/src/Svc.ts"
 import { startAgent } from "../../../agent/test/fixtures/support.ts"
 import { call, EventLog, eventually, Identity, makeHost, serveApi } from "../Sandboxes.support.ts"
 
@@ -225,6 +226,32 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 600_000 })("code contexts"
       expect(made.json.code).toBe("conflict")
       expect(made.json.error).toContain("python3")
       expect((yield* api("GET", `/v1/sandboxes/${id}/contexts`)).json.contexts).toEqual([])
+      yield* api("DELETE", `/v1/sandboxes/${id}`)
+    }))
+
+  it.effect("the SDK: sandbox.contexts.create(), context.run(code), a dead context's run throws conflict", () =>
+    Effect.gen(function*() {
+      const env = yield* Effect.service(Env)
+      const id = yield* running("debian")
+      const svc = new Svc({ baseUrl: env.base, apiKey: env.org.token })
+      const outcome = yield* Effect.promise(async () => {
+        const sandbox = await svc.sandboxes.get(id)
+        const context = await sandbox.contexts.create({ language: "python" })
+        await context.run("import json\nrows = [1, 2, 3]")
+        const sum = await context.run("print(json.dumps(rows))\nsum(rows)")
+        const listed = await sandbox.contexts.list()
+        await context.run("raise SystemExit(3)")
+        await context.refresh()
+        const refused = await context.run("1").then(() => null, (e: unknown) => e)
+        await context.delete()
+        return { context, sum, listed, refused }
+      })
+      expect(outcome.sum.stdout).toBe("[1, 2, 3]\n")
+      expect(outcome.sum.results).toEqual([{ type: "text/plain", data: "6" }])
+      expect(outcome.listed.map((c) => c.id)).toEqual([outcome.context.id])
+      expect(outcome.context.state).toBe("dead")
+      expect(outcome.refused).toBeInstanceOf(SvcError)
+      expect((outcome.refused as SvcError).code).toBe("conflict")
       yield* api("DELETE", `/v1/sandboxes/${id}`)
     }))
 })
