@@ -16,14 +16,14 @@
  * `python` only for now: `javascript` and `bash` are refused with 409 naming that.
  */
 import type * as Rows from "@svc/db/Rows"
-import type { CodeContext, ContextLanguage, RunResult } from "@svc/domain/Api/Contexts"
+import type { CodeContext, ContextLanguage, RunEvent, RunResult } from "@svc/domain/Api/Contexts"
 import { MAX_CONTEXTS_PER_SANDBOX } from "@svc/domain/Api/Contexts"
 import * as Errors from "@svc/domain/Errors"
 import type { OrgId } from "@svc/domain/Ids"
 import { makeBody } from "@svc/domain/Ids"
 import { EXEC_TIMEOUT_MS_DEFAULT } from "@svc/domain/Sandbox"
 import type * as AgentClient from "@svc/hosts/AgentClient"
-import { Context, Effect, Layer, Schema, Semaphore } from "effect"
+import { Context, Effect, Layer, Schema, Semaphore, Stream } from "effect"
 import * as Fs from "node:fs"
 import { type ProcessError, Processes } from "./Processes.ts"
 import { Sandboxes } from "./Sandboxes.ts"
@@ -95,6 +95,14 @@ export class Contexts extends Context.Service<Contexts, {
     code: string,
     timeoutMs: number | undefined
   ) => Effect.Effect<RunResult, ContextError>
+  /** The run as events while it goes (`RunEvent`s: stdout, stderr, result, error, end). */
+  readonly runStream: (
+    orgId: OrgId,
+    id: string,
+    ctx: string,
+    code: string,
+    timeoutMs: number | undefined
+  ) => Effect.Effect<Stream.Stream<RunEvent>, ContextError>
   readonly interrupt: (orgId: OrgId, id: string, ctx: string) => Effect.Effect<void, ContextError>
   readonly remove: (orgId: OrgId, id: string, ctx: string) => Effect.Effect<void, ContextError>
 }>()("@svc/sandboxes/Contexts") {
@@ -229,6 +237,78 @@ export class Contexts extends Context.Service<Contexts, {
       }))
     })
 
+    const runStream = Effect.fn("Contexts.runStream")(function*(
+      orgId: OrgId,
+      id: string,
+      ctx: string,
+      code: string,
+      timeoutMs: number | undefined
+    ) {
+      const entry = yield* entryOf(id, ctx)
+      const limit = timeoutMs ?? EXEC_TIMEOUT_MS_DEFAULT
+      // The permit is held until the stream ends: runs of one context stay in order.
+      yield* entry.lock.take(1)
+      const release = Effect.suspend(() => {
+        entry.running = false
+        return Effect.asVoid(entry.lock.release(1))
+      })
+      const events = yield* Effect.gen(function*() {
+        if ((yield* refresh(orgId, id, entry)).dead) return yield* dead(ctx)
+        entry.running = true
+        return yield* processes.execStream(orgId, id, {
+          cmd: ["python3", KERNEL_PATH, "stream", entry.socket, String(limit)],
+          stdin: code,
+          timeout_ms: limit + RUN_MARGIN_MS
+        })
+      }).pipe(Effect.onError(() => release))
+      const decoder = new TextDecoder()
+      let pending = ""
+      let ended = false
+      // The runner's lines (JSON events) out of the exec's stdout chunks.
+      const convert = (event: { readonly event: string; readonly data: string }): Array<RunEvent> => {
+        try {
+          return converted(event)
+        } catch {
+          return [{
+            event: "error",
+            data: JSON.stringify({ error: "The context's runner answered out of form", code: "unavailable" })
+          }]
+        }
+      }
+      const converted = (event: { readonly event: string; readonly data: string }): Array<RunEvent> => {
+        if (event.event === "stdout") {
+          pending += decoder.decode(Buffer.from(JSON.parse(event.data).data, "base64"), { stream: true })
+          const lines = pending.split("\n")
+          pending = lines.pop()!
+          return lines.filter((line) => line.length > 0).map((line) => {
+            const { event: name, exited, ...rest } = JSON.parse(line)
+            if (name === "end") {
+              ended = true
+              if (exited === true) entry.dead = true
+            }
+            return { event: name, data: JSON.stringify(rest) }
+          })
+        }
+        if (event.event === "exit" && !ended) {
+          const { exit_code } = JSON.parse(event.data)
+          if (exit_code === 3 || exit_code === 4) entry.dead = true
+          return [{
+            event: "error",
+            data: JSON.stringify(
+              entry.dead
+                ? { error: `Context ${ctx} is dead (its interpreter ended)`, code: "conflict" }
+                : { error: "The context's runner did not answer", code: "unavailable" }
+            )
+          }]
+        }
+        return event.event === "error" ? [{ event: "error", data: event.data }] : []
+      }
+      return events.pipe(
+        Stream.flatMap((event) => Stream.fromIterable(convert(event))),
+        Stream.ensuring(release)
+      )
+    })
+
     const interrupt = Effect.fn("Contexts.interrupt")(function*(orgId: OrgId, id: string, ctx: string) {
       const entry = yield* refresh(orgId, id, yield* entryOf(id, ctx))
       if (entry.dead) return yield* dead(ctx)
@@ -247,7 +327,7 @@ export class Contexts extends Context.Service<Contexts, {
       }
     })
 
-    return Contexts.of({ create, list, get, run, interrupt, remove })
+    return Contexts.of({ create, list, get, run, runStream, interrupt, remove })
   })
 
   /** Needs `Sandboxes` and `Processes`. */

@@ -10,9 +10,11 @@ import { MAX_CODE_BYTES } from "@svc/domain/Api/Contexts"
 import * as Errors from "@svc/domain/Errors"
 import type { OrgId } from "@svc/domain/Ids"
 import { Contexts } from "@svc/sandboxes/Contexts"
+import { Sse } from "@svc/sandboxes/Processes"
 import { Sandboxes } from "@svc/sandboxes/Sandboxes"
 import { Effect, Layer } from "effect"
 import { HttpApiBuilder } from "effect/http-api"
+import { wantsEvents } from "./Processes.ts"
 
 /** The caller's org once the sandbox is the org's and the policy allows it. */
 const targetIn = (sandboxes: Sandboxes["Service"]) => (id: string) =>
@@ -44,13 +46,15 @@ const ContextsGroup = HttpApiBuilder.group(
         "get",
         ({ params }) => Effect.flatMap(target(params.id), (orgId) => contexts.get(orgId, params.id, params.ctx))
       )
-      .handle("run", ({ params, payload }) =>
+      .handle("run", ({ params, payload, request }) =>
         Effect.gen(function*() {
           const orgId = yield* target(params.id)
           if (Buffer.byteLength(payload.code, "utf8") > MAX_CODE_BYTES) {
             return yield* new Errors.PayloadTooLarge({ error: `Code is limited to ${MAX_CODE_BYTES} bytes` })
           }
-          return yield* contexts.run(orgId, params.id, params.ctx, payload.code, payload.timeout_ms)
+          return wantsEvents(request)
+            ? Sse.response(yield* contexts.runStream(orgId, params.id, params.ctx, payload.code, payload.timeout_ms))
+            : yield* contexts.run(orgId, params.id, params.ctx, payload.code, payload.timeout_ms)
         }))
       .handle(
         "interrupt",

@@ -15,6 +15,7 @@ import * as TestNats from "@svc/testing/TestNats"
 import { Context, Duration, Effect, Fiber, Layer } from "effect"
 import { Svc, SvcError } from "../../../../packages/sdk/src/Svc.ts"
 import { startAgent } from "../../../agent/test/fixtures/support.ts"
+import { openEvents } from "../Processes.support.ts"
 import { call, EventLog, eventually, Identity, makeHost, serveApi } from "../Sandboxes.support.ts"
 
 class Env extends Context.Service<Env, {
@@ -91,8 +92,9 @@ const pidsOf = (pattern: string) =>
 const plain = (r: Run) => r.results.filter((x) => x.type === "text/plain").map((x) => x.data)
 
 layer(EnvLayer, { excludeTestServices: true, timeout: 600_000 })("code contexts", (it) => {
-  it.effect("python: state and imports persist, output, errors with tracebacks, rich values, interrupt, timeout", () =>
+  it.effect("python: state and imports persist, output, errors with tracebacks, rich values, interrupt, timeout, streamed", () =>
     Effect.gen(function*() {
+      const env = yield* Effect.service(Env)
       const id = yield* running("debian")
       const made = yield* api("POST", `/v1/sandboxes/${id}/contexts`, { language: "python", cwd: "/tmp" })
       expect(made.status, made.text).toBe(201)
@@ -142,6 +144,32 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 600_000 })("code contexts"
       expect(interrupted.error?.name).toBe("KeyboardInterrupt")
       expect(plain(yield* run(id, ctx, "x + 41"))).toEqual(["42"])
 
+      // Streamed: the first output arrives while the run still goes, then the result, the end.
+      const stream = yield* openEvents(env.base, env.org.token, "POST", `/v1/sandboxes/${id}/contexts/${ctx}/run`, {
+        code:
+          "print('ready', flush=True)\nwhile not os.path.exists('/tmp/go'):\n  time.sleep(0.05)\nprint('done')\nx * 7"
+      })
+      expect(stream.status).toBe(200)
+      expect(stream.headers["content-type"]).toContain("text/event-stream")
+      const opening = yield* stream.next
+      expect(opening).toEqual({ event: "stdout", data: JSON.stringify({ text: "ready" }) })
+      const go = yield* api("POST", `/v1/sandboxes/${id}/exec`, { cmd: ["touch", "/tmp/go"] })
+      expect(go.status).toBe(200)
+      const rest = yield* stream.rest
+      const text = [opening!, ...rest].filter((e) => e.event === "stdout").map((e) => JSON.parse(e.data).text).join("")
+      expect(text).toBe("ready\ndone\n")
+      expect(rest.filter((e) => e.event === "result").map((e) => JSON.parse(e.data))).toEqual([
+        { type: "text/plain", data: "7" }
+      ])
+      expect(rest.at(-1)?.event).toBe("end")
+      expect(JSON.parse(rest.at(-1)!.data)).toMatchObject({ truncated: false })
+      const raised = yield* openEvents(env.base, env.org.token, "POST", `/v1/sandboxes/${id}/contexts/${ctx}/run`, {
+        code: "undefined_name"
+      })
+      const raisedEvents = yield* raised.rest
+      expect(raisedEvents.map((e) => e.event)).toEqual(["error", "end"])
+      expect(JSON.parse(raisedEvents[0]!.data)).toMatchObject({ name: "NameError" })
+
       // Matplotlib is not in the debian root: its import fails as any missing module does.
       const noPlot = yield* run(id, ctx, "import matplotlib")
       expect(noPlot.error?.name).toBe("ModuleNotFoundError")
@@ -162,7 +190,7 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 600_000 })("code contexts"
       })
       expect(left.json.stdout, left.text).toBe("")
       yield* api("DELETE", `/v1/sandboxes/${id}`)
-    }))
+    }).pipe(Effect.scoped))
 
   it.effect("a dead interpreter: exit() makes the context dead and its runs 409; scopes; another org", () =>
     Effect.gen(function*() {

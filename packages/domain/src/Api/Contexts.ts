@@ -75,6 +75,20 @@ export const RunResult = Schema.Struct({
 }).annotate({ identifier: "RunResult" })
 export type RunResult = typeof RunResult.Type
 
+/**
+ * One server-sent event of a streamed run (`Accept: text/event-stream`): `stdout` and `stderr`
+ * (`{text}`) as written, `result` (`{type, data}`), `error` (`{name, value, traceback}`, or
+ * `{error, code}` when the context is dead or its host stopped answering), then one `end`
+ * (`{execution_count, duration_ms, truncated}`).
+ */
+export const RunEvent = Schema.Struct({
+  event: Schema.Literals(["stdout", "stderr", "result", "error", "end"]),
+  data: Bounded(2 * RUN_OUTPUT_MAX)
+})
+export type RunEvent = typeof RunEvent.Type
+
+export const RunEvents = HttpApiSchema.StreamSse({ events: RunEvent })
+
 const params = { id: SandboxId }
 const contextParams = { id: SandboxId, ctx: Bounded(64) }
 const errors = [InvalidRequest, NotFound, Conflict, PayloadTooLarge, SandboxOutOfScope, Unavailable] as const
@@ -100,12 +114,14 @@ export class ContextsApi extends HttpApiGroup.make("contexts")
     HttpApiEndpoint.post("run", "/v1/sandboxes/:id/contexts/:ctx/run", {
       params: contextParams,
       payload: RunCodeBody,
-      success: RunResult,
+      // `Accept: text/event-stream`: the run's events as they come.
+      success: [RunResult, RunEvents],
       error: errors
     }).annotateMerge(OpenApi.annotations({
       description: "Runs code in the context (runs of one context are taken in order). A run that raises is " +
         `still a 200 with \`error\`. \`timeout_ms\` defaults to ${EXEC_TIMEOUT_MS_DEFAULT}. 409 for a dead context; ` +
-        `413 for code over ${MAX_CODE_BYTES} bytes.`
+        `413 for code over ${MAX_CODE_BYTES} bytes. With \`Accept: text/event-stream\`: events \`stdout\`, ` +
+        "`stderr`, `result`, `error`, then `end`."
     })),
     HttpApiEndpoint.post("interrupt", "/v1/sandboxes/:id/contexts/:ctx/interrupt", {
       params: contextParams,

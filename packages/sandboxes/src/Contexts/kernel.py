@@ -1,7 +1,9 @@
 # The platform's python code-context runner (docs/contract.md#code-contexts), standard library only.
 # `serve SOCK`: one interpreter whose namespace persists; each connection on the Unix socket SOCK
 # is one run (a JSON request read to its end, a JSON answer). `run SOCK TIMEOUT_MS`: the client
-# the API execs per run: the code on stdin, the answer on stdout.
+# the API execs per run: the code on stdin, the answer on stdout. `stream SOCK TIMEOUT_MS`: the
+# same, the answer as newline-delimited JSON events while the run goes (stdout, stderr as
+# written, then result, error, end).
 import ast, base64, builtins, io, json, linecache, os, signal, socket, sys, time, traceback
 
 KEEP = 256 * 1024  # characters kept of each of stdout and stderr per run
@@ -9,8 +11,9 @@ RESULTS = 400 * 1024  # characters of results (figures, values) kept per run
 
 
 class Capped(io.TextIOBase):
-    def __init__(self):
+    def __init__(self, name=None, emit=None):
         self.parts, self.size, self.cut = [], 0, False
+        self.name, self.emit = name, emit
 
     def writable(self):
         return True
@@ -22,6 +25,8 @@ class Capped(io.TextIOBase):
             s, self.cut = s[:max(room, 0)], True
         self.parts.append(s)
         self.size += len(s)
+        if self.emit is not None and s:
+            self.emit({"event": self.name, "text": s})
         return len(s)
 
     def text(self):
@@ -71,8 +76,22 @@ def serve(path):
                 data += chunk
             req = json.loads(data)
             count += 1
-            answer, leave = run_one(ns, count, req["code"], int(req["timeout_ms"]))
-            conn.sendall(json.dumps(answer).encode())
+            if req.get("stream"):
+                def emit(event, conn=conn):
+                    try:
+                        conn.sendall((json.dumps(event) + "\n").encode())
+                    except OSError:
+                        pass  # the client went away: the run goes on, its answer is lost
+                answer, leave = run_one(ns, count, req["code"], int(req["timeout_ms"]), emit)
+                for r in answer["results"]:
+                    emit(dict(event="result", **r))
+                if answer["error"] is not None:
+                    emit(dict(event="error", **answer["error"]))
+                emit({"event": "end", "execution_count": count, "duration_ms": answer["duration_ms"],
+                      "truncated": answer["truncated"], "exited": answer["exited"]})
+            else:
+                answer, leave = run_one(ns, count, req["code"], int(req["timeout_ms"]))
+                conn.sendall(json.dumps(answer).encode())
         except KeyboardInterrupt:
             continue
         except Exception:
@@ -83,8 +102,8 @@ def serve(path):
             os._exit(leave)
 
 
-def run_one(ns, count, code, timeout_ms):
-    out, err = Capped(), Capped()
+def run_one(ns, count, code, timeout_ms, emit=None):
+    out, err = Capped("stdout", emit), Capped("stderr", emit)
     results, error, leave = [], None, None
     name = "<cell-%d>" % count
     started = time.monotonic()
@@ -184,7 +203,7 @@ def figures():
     return items
 
 
-def client(path, timeout_ms):
+def client(path, timeout_ms, stream):
     code = sys.stdin.buffer.read().decode("utf-8", "replace")
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     # The interpreter may still be starting: its socket appears once it listens.
@@ -197,21 +216,22 @@ def client(path, timeout_ms):
             if time.monotonic() > deadline:
                 sys.exit(3)
             time.sleep(0.02)
-    conn.sendall(json.dumps({"code": code, "timeout_ms": timeout_ms}).encode())
+    conn.sendall(json.dumps({"code": code, "timeout_ms": timeout_ms, "stream": stream}).encode())
     conn.shutdown(socket.SHUT_WR)
-    data = b""
+    got = False
     while True:
         chunk = conn.recv(65536)
         if not chunk:
             break
-        data += chunk
-    if not data:
+        got = True
+        sys.stdout.buffer.write(chunk)
+        sys.stdout.buffer.flush()
+    if not got:
         sys.exit(4)  # the interpreter ended without answering
-    sys.stdout.buffer.write(data)
 
 
 if __name__ == "__main__":
     if sys.argv[1] == "serve":
         serve(sys.argv[2])
     else:
-        client(sys.argv[2], int(sys.argv[3]))
+        client(sys.argv[2], int(sys.argv[3]), sys.argv[1] == "stream")
