@@ -13,6 +13,9 @@ import { TEST_IMAGE_CACHE_DIR } from "@svc/testing/ImageCache"
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import * as TestNats from "@svc/testing/TestNats"
 import { Context, Duration, Effect, Fiber, Layer } from "effect"
+import { execFile } from "node:child_process"
+import * as Path from "node:path"
+import { fileURLToPath } from "node:url"
 import { Svc, SvcError } from "../../../../packages/sdk/src/Svc.ts"
 import { startAgent } from "../../../agent/test/fixtures/support.ts"
 import { openEvents } from "../Processes.support.ts"
@@ -280,6 +283,39 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 600_000 })("code contexts"
       expect(outcome.context.state).toBe("dead")
       expect(outcome.refused).toBeInstanceOf(SvcError)
       expect((outcome.refused as SvcError).code).toBe("conflict")
+      yield* api("DELETE", `/v1/sandboxes/${id}`)
+    }))
+
+  it.effect("the Python SDK: sbx.run_code keeps state between calls, sbx.contexts lists the context", () =>
+    Effect.gen(function*() {
+      const env = yield* Effect.service(Env)
+      const id = yield* running("debian")
+      const script = [
+        "import json, sys",
+        "from svc import Svc",
+        "sbx = Svc().sandboxes.get(sys.argv[1])",
+        "sbx.run_code('import math\\nr = 3')",
+        "a = sbx.run_code('print(r); math.floor(math.pi * r)')",
+        "b = sbx.run_code('undefined_name')",
+        "ctxs = sbx.contexts.list()",
+        "print(json.dumps({'a': a, 'b': b, 'n': len(ctxs), 'lang': ctxs[0].record['language']}))"
+      ].join("\n")
+      const sdk = Path.resolve(Path.dirname(fileURLToPath(import.meta.url)), "../../../../sdks/python/src")
+      const out = yield* Effect.callback<string>((resume) => {
+        execFile(
+          process.env["SVC_PYTHON"] ?? "python3",
+          ["-c", script, id],
+          { env: { ...process.env, PYTHONPATH: sdk, SVC_API_URL: env.base, SVC_API_KEY: env.org.token } },
+          (error, stdout, stderr) =>
+            resume(error ? Effect.die(new Error(`${error.message}\n${stderr}`)) : Effect.succeed(stdout))
+        )
+      })
+      const seen = JSON.parse(out)
+      expect(seen.a.stdout).toBe("3\n")
+      expect(seen.a.results).toEqual([{ type: "text/plain", data: "9" }])
+      expect(seen.b.error.name).toBe("NameError")
+      expect(seen.n).toBe(1)
+      expect(seen.lang).toBe("python")
       yield* api("DELETE", `/v1/sandboxes/${id}`)
     }))
 })
