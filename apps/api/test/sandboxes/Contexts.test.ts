@@ -58,9 +58,9 @@ const api = (method: string, path: string, body?: unknown, token?: string) =>
     (env) => call(env.base, method, path, { token: token ?? env.org.token, ...(body !== undefined ? { body } : {}) })
   )
 
-const running = (template: string) =>
+const running = (template: string, ram_mb = 256) =>
   Effect.gen(function*() {
-    const created = yield* api("POST", "/v1/sandboxes", { template, ram_mb: 256, region: "local" })
+    const created = yield* api("POST", "/v1/sandboxes", { template, ram_mb, region: "local" })
     expect(created.status, created.text).toBe(201)
     const id = created.json.id as string
     const ready = yield* eventually(
@@ -173,6 +173,13 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 600_000 })("code contexts"
       expect(raisedEvents.map((e) => e.event)).toEqual(["error", "end"])
       expect(JSON.parse(raisedEvents[0]!.data)).toMatchObject({ name: "NameError" })
 
+      // 100 MiB printed: the run keeps its share, says it cut, the context lives on.
+      const loud = yield* run(id, ctx, "for _ in range(100):\n  sys.stdout.write('x' * 1048576)\nlen('done')")
+      expect(loud.truncated).toBe(true)
+      expect(loud.stdout.length).toBe(256 * 1024)
+      expect(plain(loud)).toEqual(["4"])
+      expect(plain(yield* run(id, ctx, "x"))).toEqual(["1"])
+
       // Matplotlib is not in the debian root: its import fails as any missing module does.
       const noPlot = yield* run(id, ctx, "import matplotlib")
       expect(noPlot.error?.name).toBe("ModuleNotFoundError")
@@ -195,10 +202,10 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 600_000 })("code contexts"
       yield* api("DELETE", `/v1/sandboxes/${id}`)
     }).pipe(Effect.scoped))
 
-  it.effect("a dead interpreter: exit() makes the context dead and its runs 409; scopes; another org", () =>
+  it.effect("a dead interpreter: exit() makes the context dead and its runs 409; scopes; another org; 16 at most", () =>
     Effect.gen(function*() {
       const env = yield* Effect.service(Env)
-      const id = yield* running("debian")
+      const id = yield* running("debian", 1024)
       const made = yield* api("POST", `/v1/sandboxes/${id}/contexts`, { language: "python" })
       expect(made.status, made.text).toBe(201)
       const ctx = made.json.id as string
@@ -246,6 +253,17 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 600_000 })("code contexts"
       )
       expect(afterKill.json.state).toBe("dead")
       expect((yield* api("POST", `/v1/sandboxes/${id}/contexts/${other}/run`, { code: "1" })).status).toBe(409)
+
+      // At most 16 contexts in a sandbox, dead ones counted until deleted: the 17th is refused.
+      for (let i = 2; i < 16; i++) {
+        const more = yield* api("POST", `/v1/sandboxes/${id}/contexts`, { language: "python" })
+        expect(more.status, more.text).toBe(201)
+      }
+      const past = yield* api("POST", `/v1/sandboxes/${id}/contexts`, { language: "python" })
+      expect(past.status, past.text).toBe(409)
+      expect(past.json.error).toContain("16")
+      expect((yield* api("DELETE", `/v1/sandboxes/${id}/contexts/${other}`)).status).toBe(204)
+      expect((yield* api("POST", `/v1/sandboxes/${id}/contexts`, { language: "python" })).status).toBe(201)
       yield* api("DELETE", `/v1/sandboxes/${id}`)
     }))
 
