@@ -7,6 +7,7 @@ import { AppsApi } from "./Api/Apps.ts"
 import { AuditApi } from "./Api/Audit.ts"
 import { Access, ApiKeysApi, AuthApi, Authorization, declareBearer } from "./Api/Auth.ts"
 import { BillingApi } from "./Api/Billing.ts"
+import { ContextsApi } from "./Api/Contexts.ts"
 import { EventsApi } from "./Api/Events.ts"
 import { Infrastructure } from "./Api/Infrastructure.ts"
 import { declareLimits } from "./Api/Limits.ts"
@@ -38,6 +39,7 @@ export class Api extends HttpApi.make("svc")
   .add(VolumesApi)
   .add(ProcessesApi)
   .add(TerminalApi)
+  .add(ContextsApi)
   .add(BillingApi)
   .add(AppsApi)
   // Authentication and each endpoint's declared Access rule: keep this after the last .add

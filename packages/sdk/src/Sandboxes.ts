@@ -3,6 +3,7 @@
  * sandbox's commands (exec, whole or streamed), files, processes, terminal, lifecycle and
  * settings.
  */
+import { Contexts } from "./Contexts.ts"
 import { waitThrough } from "./Events.ts"
 import {
   DEFAULT_WAIT_MS,
@@ -54,12 +55,15 @@ export class Sandbox {
   #record: T.SandboxRecord
   /** Its background processes. */
   readonly processes: Processes
+  /** Its code contexts: stateful interpreters (`contexts.create()`, then `context.run(code)`). */
+  readonly contexts: Contexts
 
   constructor(http: Http, templates: Templates, record: T.SandboxRecord) {
     this.#http = http
     this.#templates = templates
     this.#record = record
     this.processes = new Processes(http, record.id)
+    this.contexts = new Contexts(http, record.id)
   }
 
   get id(): string {

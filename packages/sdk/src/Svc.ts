@@ -29,6 +29,7 @@ import { Volumes } from "./Volumes.ts"
 import { Webhooks } from "./WebhookEndpoints.ts"
 
 export type { AuditListOptions } from "./Account.ts"
+export { CodeContext, Contexts, type CreateContextOptions } from "./Contexts.ts"
 export { type EventsOptions, EventStream, type SvcEvent } from "./Events.ts"
 export {
   DEFAULT_BASE_URL,

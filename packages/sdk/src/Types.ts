@@ -11,6 +11,7 @@ import type {
   OrgRecord,
   WhoAmI as WhoAmISchema
 } from "@svc/domain/Api/Auth"
+import type { CodeContext as CodeContextSchema, RunResult as RunResultSchema } from "@svc/domain/Api/Contexts"
 import type { PreviewToken as PreviewTokenSchema } from "@svc/domain/Api/Previews"
 import type { SandboxProcess as SandboxProcessSchema } from "@svc/domain/Api/Processes"
 import type {
@@ -46,6 +47,10 @@ export type FileInfo = typeof FileInfoSchema.Encoded
 export type PreviewToken = typeof PreviewTokenSchema.Encoded
 /** A background process of a sandbox (`pid`, `cmd`, `state`, `exit_code`, `reason`...). */
 export type SandboxProcess = typeof SandboxProcessSchema.Encoded
+/** A code context (`id`, `language`, `cwd`, `state`: idle, running, dead). */
+export type CodeContextRecord = typeof CodeContextSchema.Encoded
+/** What a context's run gives: `results`, `stdout`, `stderr`, `error`, `execution_count`... */
+export type RunResult = typeof RunResultSchema.Encoded
 
 export type Template = typeof TemplateSchema.Encoded
 export type CreateTemplateParams = typeof CreateTemplateRequest.Encoded

@@ -31,6 +31,7 @@ import { type HttpServerRequest, HttpServerResponse } from "effect/http"
 import { HttpApiBuilder } from "effect/http-api"
 import { ApiMaxTransfers, ApiMaxTransfersPerOrg, TransferIdleTimeout } from "../Config.ts"
 import { PreviewProxyLayer } from "../Preview.ts"
+import { ContextsHandlers } from "./Contexts.ts"
 import { EventsGroup } from "./Events.ts"
 import { PreviewsGroup } from "./Previews.ts"
 import { ProcessesGroup, wantsEvents } from "./Processes.ts"
@@ -287,7 +288,8 @@ export const SandboxesHandlers = Layer.mergeAll(
   WorkersHandlers,
   PreviewProxyLayer,
   ProcessesGroup,
-  TerminalGroup
+  TerminalGroup,
+  ContextsHandlers
 ).pipe(
   Layer.provide(Previews.layer),
   Layer.provide(Processes.layer),

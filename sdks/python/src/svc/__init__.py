@@ -13,6 +13,7 @@
 from ._http import DEFAULT_API_URL, SvcError
 from .aio import AsyncSvc
 from .client import Svc
+from .contexts import CodeContext, Contexts
 from .events import EventStream, SvcEvent
 from .processes import OutputChunk, Process, ProcessLogs, Processes
 from .sandboxes import Files, Sandbox, SandboxPage, Sandboxes
@@ -29,6 +30,8 @@ from .webhooks import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "CodeContext",
+    "Contexts",
     "DEFAULT_API_URL",
     "AsyncSvc",
     "EventStream",

@@ -23,6 +23,7 @@ from ._http import (
     invalid,
     segment,
 )
+from .contexts import CodeContext, Contexts
 from .processes import OutputChunk, Processes, command, output_of
 from .types import ExecResult, FileEntry, FileInfo, PreviewToken, SandboxRecord, SandboxStats, Template
 
@@ -144,6 +145,20 @@ class Sandbox:
         self.processes = Processes(http, record["id"])
         #: Its files.
         self.files = Files(self)
+        #: Its code contexts: stateful interpreters (`contexts.create()`, then `context.run(code)`).
+        self.contexts = Contexts(http, record["id"])
+        self._default_contexts: Dict[str, CodeContext] = {}
+
+    def run_code(self, code: str, language: str = "python", timeout_ms: Optional[int] = None) -> Dict[str, Any]:
+        """
+        Runs code in this object's own context of `language` (created on first use, again if it
+        died), so state persists between calls: the run's answer (`results`, `stdout`, `stderr`,
+        `error`...).
+        """
+        context = self._default_contexts.get(language)
+        if context is None or context.refresh().state == "dead":
+            context = self._default_contexts[language] = self.contexts.create(language)
+        return context.run(code, timeout_ms)
 
     def __repr__(self) -> str:
         return f"Sandbox(id={self.id!r}, name={self.name!r}, state={self.state!r})"
