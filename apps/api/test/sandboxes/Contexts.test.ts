@@ -6,6 +6,8 @@
  * built only on a machine that never built it (about a minute).
  */
 import { expect, layer } from "@effect/vitest"
+import { startAgent } from "@svc/agent/testing/Agent"
+import { call, EventLog, eventually, Identity, makeHost, serveApi } from "@svc/api/testing/Sandboxes"
 import { SecretBox } from "@svc/crypto/SecretBox"
 import type { OrgId } from "@svc/domain/Ids"
 import * as Runtime from "@svc/runtime/Runtime"
@@ -17,9 +19,7 @@ import { execFile } from "node:child_process"
 import * as Path from "node:path"
 import { fileURLToPath } from "node:url"
 import { Svc, SvcError } from "../../../../packages/sdk/src/Svc.ts"
-import { startAgent } from "@svc/agent/testing/Agent"
 import { openEvents } from "../processes/EventStream.support.ts"
-import { call, EventLog, eventually, Identity, makeHost, serveApi } from "@svc/api/testing/Sandboxes"
 
 class Env extends Context.Service<Env, {
   readonly base: string

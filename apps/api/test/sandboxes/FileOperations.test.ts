@@ -7,10 +7,10 @@
  */
 import { expect, layer } from "@effect/vitest"
 // The SDK is not a dependency of the API: its source, as its own tests reach the API's harness.
-import { Effect } from "effect"
-import { Svc, SvcError } from "../../../../packages/sdk/src/index.ts"
 import { Identity } from "@svc/api/testing/Sandboxes"
 import { api, create, Env, EnvLayer, expectError, waitState } from "@svc/api/testing/SandboxesEnv"
+import { Effect } from "effect"
+import { Svc, SvcError } from "../../../../packages/sdk/src/index.ts"
 
 layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("sandbox file operations", (it) => {
   it.effect("stat, mkdir, move and remove: each success, each refusal, the scopes and the SDK, on one sandbox", () =>
