@@ -46,6 +46,7 @@ import {
   MAX_EXEC_BODY_BYTES,
   MAX_UPLOAD_BYTES
 } from "@svc/host-protocol/DataPlane"
+import * as TransferIdle from "@svc/host-protocol/TransferIdle"
 import {
   ByteSize,
   Cause,
@@ -239,31 +240,13 @@ const AGENT_ERRORS = [
 
 const isAgentError = (u: unknown): u is AgentError => AGENT_ERRORS.some((E) => u instanceof E)
 
-/**
- * Closes the request's connection once it moved no byte either way for `idleMs` (checked every
- * quarter of it), until the request's scope closes (its response sent). The socket's counters
- * see what the kernel took or gave: a stalled client and a sandbox that takes or gives nothing
- * look the same. The closed connection interrupts the request's work (its slot is freed, its
- * processes in the sandbox end).
- */
+/** A transfer's connection, closed once idle for `idleMs` (@svc/host-protocol/TransferIdle). */
 const closeWhenIdle = (request: HttpServerRequest.HttpServerRequest, idleMs: number) =>
-  Effect.gen(function*() {
-    const socket = NodeHttpServerRequest.toIncomingMessage(request).socket
-    const step = Math.max(10, Math.floor(idleMs / 4))
-    const moved = () => socket.bytesRead + socket.bytesWritten
-    yield* Effect.forkScoped(Effect.gen(function*() {
-      let last = moved()
-      let quiet = 0
-      while (quiet < idleMs) {
-        yield* Effect.sleep(step)
-        const now = moved()
-        quiet = now === last ? quiet + step : 0
-        last = now
-      }
-      yield* Effect.logInfo("agent: file transfer idle, connection closed", { url: request.url, idleMs })
-      socket.destroy()
-    }))
-  })
+  TransferIdle.closeWhenIdle(
+    NodeHttpServerRequest.toIncomingMessage(request).socket,
+    idleMs,
+    Effect.logInfo("agent: file transfer idle, connection closed", { url: request.url, idleMs })
+  )
 
 /** The definition's error body, for answers given outside an endpoint. */
 const errorResponse = (error: AgentError) =>

@@ -22,6 +22,7 @@ import { MAX_UPLOAD_BYTES } from "@svc/domain/Api/Sandboxes"
 import * as Errors from "@svc/domain/Errors"
 import type { OrgId, SandboxId } from "@svc/domain/Ids"
 import type { ExecResult } from "@svc/domain/Sandbox"
+import * as TransferIdle from "@svc/host-protocol/TransferIdle"
 import { Hosts } from "@svc/hosts/Hosts"
 import { Previews } from "@svc/sandboxes/Previews"
 import { type ProcessError, Processes, Sse } from "@svc/sandboxes/Processes"
@@ -41,32 +42,13 @@ import { WorkersHandlers } from "./Workers.ts"
 /** How long a transfer beyond the bound waits for a slot. */
 export const TRANSFER_WAIT = Duration.seconds(30)
 
-/**
- * Closes the request's connection once it moved no byte either way for `idle` (checked every
- * quarter of it), until the request's scope closes (its response sent). The socket's counters
- * see what the kernel took or gave, so a client that stalls and a sandbox that takes or gives
- * nothing (its bytes back up to this socket) look the same. The closed connection interrupts
- * the request's work, which frees its slot and cuts its request to the host.
- */
-export const closeWhenIdle = (request: HttpServerRequest.HttpServerRequest, idle: Duration.Duration) =>
-  Effect.gen(function*() {
-    const socket = NodeHttpServerRequest.toIncomingMessage(request).socket
-    const idleMs = Duration.toMillis(idle)
-    const step = Math.max(10, Math.floor(idleMs / 4))
-    const moved = () => socket.bytesRead + socket.bytesWritten
-    yield* Effect.forkScoped(Effect.gen(function*() {
-      let last = moved()
-      let quiet = 0
-      while (quiet < idleMs) {
-        yield* Effect.sleep(step)
-        const now = moved()
-        quiet = now === last ? quiet + step : 0
-        last = now
-      }
-      yield* Effect.logInfo("api: file transfer idle, connection closed", { url: request.url, idleMs })
-      socket.destroy()
-    }))
-  })
+/** A transfer's connection, closed once idle for `idle` (@svc/host-protocol/TransferIdle). */
+const closeWhenIdle = (request: HttpServerRequest.HttpServerRequest, idle: Duration.Duration) =>
+  TransferIdle.closeWhenIdle(
+    NodeHttpServerRequest.toIncomingMessage(request).socket,
+    Duration.toMillis(idle),
+    Effect.logInfo("api: file transfer idle, connection closed", { url: request.url, idleMs: Duration.toMillis(idle) })
+  )
 
 export const SandboxesGroup = HttpApiBuilder.group(
   Api,
