@@ -5,35 +5,18 @@
  */
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import * as TestNats from "@svc/testing/TestNats"
-import { spawnRole } from "@svc/testing/TestProcess"
+import { freePort, spawnRole } from "@svc/testing/TestProcess"
 import { Effect } from "effect"
-import * as Net from "node:net"
 import { fileURLToPath } from "node:url"
 import { makeHost } from "../../testing/Sandboxes.ts"
 
 const AGENT_MAIN = fileURLToPath(new URL("../../../agent/src/main.ts", import.meta.url))
 const API_MAIN = fileURLToPath(new URL("../../src/main.ts", import.meta.url))
 
-/** A free TCP port on loopback (for the API child, which takes SVC_PORT). */
-export const freePort = Effect.promise(() =>
-  new Promise<number>((resolve, reject) => {
-    const server = Net.createServer()
-    server.once("error", reject)
-    server.listen(0, "127.0.0.1", () => {
-      const port = (server.address() as Net.AddressInfo).port
-      server.close(() => resolve(port))
-    })
-  })
-)
-
-/** An agent and an API process; yields the API's base URL and both pids. */
-export const spawnPlatform = (env: {
-  readonly agent?: Record<string, string>
-  readonly api?: Record<string, string>
-}) =>
+/** A host agent process on the test's NATS, with `env` added; yields its pid. */
+export const spawnAgent = (env: Record<string, string> = {}) =>
   Effect.gen(function*() {
     const nats = yield* TestNats.TestNatsServer
-    const databaseUrl = yield* TestDatabase.TestDatabaseUrl
     const host = yield* makeHost
     const agent = yield* spawnRole({
       main: AGENT_MAIN,
@@ -47,13 +30,21 @@ export const spawnPlatform = (env: {
         SVC_HOST_CPU: "64",
         SVC_HOST_RAM_MB: "65536",
         SVC_HOST_DISK_GB: "500",
-        ...env.agent
+        ...env
       },
       ready: (stdout) => {
         const line = /\{"event":"agent_ready"[^\n]*\}/.exec(stdout)
         return line ? (JSON.parse(line[0]).pid as number) : undefined
       }
     })
+    return agent.ready
+  })
+
+/** An API process on the test's NATS and Postgres, with `env` added; yields its base URL and pid. */
+export const spawnApi = (env: Record<string, string> = {}) =>
+  Effect.gen(function*() {
+    const nats = yield* TestNats.TestNatsServer
+    const databaseUrl = yield* TestDatabase.TestDatabaseUrl
     const port = yield* freePort
     const api = yield* spawnRole({
       main: API_MAIN,
@@ -63,17 +54,30 @@ export const spawnPlatform = (env: {
         SVC_NATS_PREFIX: nats.prefix,
         SVC_HOST: "127.0.0.1",
         SVC_PORT: String(port),
-        ...env.api
+        ...env
       },
       ready: (stdout) => {
         const line = /\{"event":"api_ready"[^\n]*\}/.exec(stdout)
         return line ? (JSON.parse(line[0]).pid as number) : undefined
       }
     })
+    return { base: `http://127.0.0.1:${port}`, pid: api.ready }
+  })
+
+/** An agent and an API process; yields the API's base URL and both pids. */
+export const spawnPlatform = (env: {
+  readonly agent?: Record<string, string>
+  readonly api?: Record<string, string>
+}) =>
+  Effect.gen(function*() {
+    const nats = yield* TestNats.TestNatsServer
+    const databaseUrl = yield* TestDatabase.TestDatabaseUrl
+    const agentPid = yield* spawnAgent(env.agent)
+    const api = yield* spawnApi(env.api)
     return {
-      base: `http://127.0.0.1:${port}`,
-      apiPid: api.ready,
-      agentPid: agent.ready,
+      base: api.base,
+      apiPid: api.pid,
+      agentPid,
       /** The ports of NATS and Postgres (connections a role keeps in its pools). */
       servicePorts: [Number(new URL(nats.url).port), Number(new URL(databaseUrl).port)]
     }

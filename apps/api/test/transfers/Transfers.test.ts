@@ -13,35 +13,18 @@ import { SecretBox } from "@svc/crypto/SecretBox"
 import * as Runtime from "@svc/runtime/Runtime"
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import * as TestNats from "@svc/testing/TestNats"
-import { spawnRole } from "@svc/testing/TestProcess"
 import { Context, Effect, Fiber, Layer, Scope } from "effect"
 import { createHash } from "node:crypto"
 import * as FsSync from "node:fs"
 import * as Http from "node:http"
-import * as Net from "node:net"
-import { fileURLToPath } from "node:url"
-import { call, eventually, Identity, makeHost } from "../../testing/Sandboxes.ts"
-
-const AGENT_MAIN = fileURLToPath(new URL("../../../agent/src/main.ts", import.meta.url))
-const API_MAIN = fileURLToPath(new URL("../../src/main.ts", import.meta.url))
+import { call, eventually, Identity } from "../../testing/Sandboxes.ts"
+import * as Roles from "../support/Roles.ts"
 
 const MIB = 1024 * 1024
 const FILE_BYTES = 100 * MIB
 const UPLOADS = 50
 const DOWNLOADS = 50
 const BOUND_BYTES = 256 * MIB
-
-/** A free TCP port on loopback (for the API child, which takes SVC_PORT). */
-const freePort = Effect.promise(() =>
-  new Promise<number>((resolve, reject) => {
-    const server = Net.createServer()
-    server.once("error", reject)
-    server.listen(0, "127.0.0.1", () => {
-      const port = (server.address() as Net.AddressInfo).port
-      server.close(() => resolve(port))
-    })
-  })
-)
 
 interface Memory {
   readonly rss: number
@@ -75,68 +58,39 @@ class Env extends Context.Service<Env, {
 const EnvLayer = Layer.effect(
   Env,
   Effect.gen(function*() {
-    const nats = yield* TestNats.TestNatsServer
-    const databaseUrl = yield* TestDatabase.TestDatabaseUrl
-    const host = yield* makeHost
-    const agent = yield* spawnRole({
-      main: AGENT_MAIN,
-      env: {
-        NATS_URL: nats.url,
-        SVC_NATS_PREFIX: nats.prefix,
-        SVC_HOST_ID: host.hostId,
-        SVC_AGENT_DATA_DIR: host.dataDir,
-        SVC_AGENT_POOL_SIZE: "0",
-        SVC_REGION: "local",
-        SVC_HOST_CPU: "64",
-        SVC_HOST_RAM_MB: "65536",
-        SVC_HOST_DISK_GB: "500",
-        // Every transfer of the test in flight at once, on this host and in the API process.
-        SVC_AGENT_MAX_TRANSFERS: String(UPLOADS + DOWNLOADS),
-        // All of them from the test's one org.
-        SVC_AGENT_MAX_TRANSFERS_PER_ORG: String(UPLOADS + DOWNLOADS),
-        // 100 transfers at once on a busy 2-core machine can each wait minutes for a turn of
-        // the CPU: what this file measures is memory, not the idle bound (TransfersFairness's).
-        SVC_AGENT_TRANSFER_IDLE_TIMEOUT: "10m"
-      },
-      ready: (stdout) => {
-        const line = /\{"event":"agent_ready"[^\n]*\}/.exec(stdout)
-        return line ? (JSON.parse(line[0]).pid as number) : undefined
-      }
+    const agentPid = yield* Roles.spawnAgent({
+      // Every transfer of the test in flight at once, on this host and in the API process.
+      SVC_AGENT_MAX_TRANSFERS: String(UPLOADS + DOWNLOADS),
+      // All of them from the test's one org.
+      SVC_AGENT_MAX_TRANSFERS_PER_ORG: String(UPLOADS + DOWNLOADS),
+      // 100 transfers at once on a busy 2-core machine can each wait minutes for a turn of
+      // the CPU: what this file measures is memory, not the idle bound (transfers/Fairness's).
+      SVC_AGENT_TRANSFER_IDLE_TIMEOUT: "10m"
     })
     const scope = yield* Effect.scope
+    const nats = yield* TestNats.TestNatsServer
+    const databaseUrl = yield* TestDatabase.TestDatabaseUrl
     const spawnApi = (maxTransfers: number) =>
-      Effect.gen(function*() {
-        const port = yield* freePort
-        const api = yield* spawnRole({
-          main: API_MAIN,
-          env: {
-            DATABASE_URL: databaseUrl,
-            NATS_URL: nats.url,
-            SVC_NATS_PREFIX: nats.prefix,
-            SVC_HOST: "127.0.0.1",
-            SVC_PORT: String(port),
-            SVC_API_MAX_TRANSFERS: String(maxTransfers),
-            // The test's one org may take every slot (its transfers wait for the process's).
-            SVC_API_MAX_TRANSFERS_PER_ORG: String(UPLOADS + DOWNLOADS),
-            SVC_API_TRANSFER_IDLE_TIMEOUT: "10m",
-            // The test's own polling and 100 requests at once under one key.
-            SVC_RATE_LIMIT_PER_SECOND: "1000",
-            SVC_RATE_LIMIT_BURST: "1000"
-          },
-          ready: (stdout) => {
-            const line = /\{"event":"api_ready"[^\n]*\}/.exec(stdout)
-            return line ? (JSON.parse(line[0]).pid as number) : undefined
-          }
-        }).pipe(Effect.provideService(Scope.Scope, scope))
-        return { base: `http://127.0.0.1:${port}`, pid: api.ready }
-      })
+      Roles.spawnApi({
+        SVC_API_MAX_TRANSFERS: String(maxTransfers),
+        // The test's one org may take every slot (its transfers wait for the process's).
+        SVC_API_MAX_TRANSFERS_PER_ORG: String(UPLOADS + DOWNLOADS),
+        SVC_API_TRANSFER_IDLE_TIMEOUT: "10m",
+        // The test's own polling and 100 requests at once under one key.
+        SVC_RATE_LIMIT_PER_SECOND: "1000",
+        SVC_RATE_LIMIT_BURST: "1000"
+      }).pipe(
+        Effect.provideService(Scope.Scope, scope),
+        Effect.provideService(TestNats.TestNatsServer, nats),
+        Effect.provideService(TestDatabase.TestDatabaseUrl, databaseUrl)
+      )
     const api = yield* spawnApi(UPLOADS + DOWNLOADS)
     const org = yield* (yield* Identity).org("transfers")
     return {
       base: api.base,
       token: org.token,
       apiPid: api.pid,
-      agentPid: agent.ready,
+      agentPid,
       otherApi: (maxTransfers: number) => Effect.map(spawnApi(maxTransfers), (other) => other.base)
     }
   })
