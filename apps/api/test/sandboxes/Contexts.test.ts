@@ -48,7 +48,13 @@ const EnvLayer = Layer.effect(
     }
   })
 ).pipe(
-  Layer.provideMerge(Layer.mergeAll(Runtime.make({ supervisor: { intervalMs: 200 } }), Identity.layer, EventLog.layer)),
+  Layer.provideMerge(
+    Layer.mergeAll(
+      Runtime.make({ supervisor: { intervalMs: 200, transitionTimeoutMs: 540_000 } }),
+      Identity.layer,
+      EventLog.layer
+    )
+  ),
   Layer.provideMerge(Layer.mergeAll(TestDatabase.layerWithUrl, TestNats.layer, SecretBox.layer))
 )
 
@@ -63,10 +69,12 @@ const running = (template: string, ram_mb = 256) =>
     const created = yield* api("POST", "/v1/sandboxes", { template, ram_mb, region: "local" })
     expect(created.status, created.text).toBe(201)
     const id = created.json.id as string
+    // The first `debian` sandbox of a fresh clone builds the debian root (mmdebstrap from Debian's
+    // archive: a minute or more on two busy cores; the runtime below waits as long).
     const ready = yield* eventually(
       api("GET", `/v1/sandboxes/${id}`),
       (r) => r.json?.state === "running" || r.json?.state === "error",
-      Duration.minutes(3)
+      Duration.minutes(9)
     )
     expect(ready.json.state, ready.text).toBe("running")
     return id
@@ -95,112 +103,118 @@ const pidsOf = (pattern: string) =>
 const plain = (r: Run) => r.results.filter((x) => x.type === "text/plain").map((x) => x.data)
 
 layer(EnvLayer, { excludeTestServices: true, timeout: 600_000 })("code contexts", (it) => {
-  it.effect("python: state and imports persist, output, errors with tracebacks, rich values, interrupt, timeout, streamed", () =>
-    Effect.gen(function*() {
-      const env = yield* Effect.service(Env)
-      const id = yield* running("debian")
-      const made = yield* api("POST", `/v1/sandboxes/${id}/contexts`, { language: "python", cwd: "/tmp" })
-      expect(made.status, made.text).toBe(201)
-      expect(made.json).toMatchObject({ language: "python", cwd: "/tmp", state: "idle" })
-      expect(made.json.id).toMatch(/^ctx_/)
-      expect(typeof made.json.createdAt).toBe("string")
-      const ctx = made.json.id as string
+  it.effect(
+    "python: state and imports persist, output, errors with tracebacks, rich values, interrupt, timeout, streamed",
+    () =>
+      Effect.gen(function*() {
+        const env = yield* Effect.service(Env)
+        const id = yield* running("debian")
+        const made = yield* api("POST", `/v1/sandboxes/${id}/contexts`, { language: "python", cwd: "/tmp" })
+        expect(made.status, made.text).toBe(201)
+        expect(made.json).toMatchObject({ language: "python", cwd: "/tmp", state: "idle" })
+        expect(made.json.id).toMatch(/^ctx_/)
+        expect(typeof made.json.createdAt).toBe("string")
+        const ctx = made.json.id as string
 
-      const first = yield* run(id, ctx, "x = 1")
-      expect(first).toMatchObject({ execution_count: 1, results: [], stdout: "", error: null, truncated: false })
-      const second = yield* run(id, ctx, "x + 1")
-      expect(second.execution_count).toBe(2)
-      expect(plain(second)).toEqual(["2"])
-      // An import persists; print goes to stdout; the last value is shown as the REPL would (repr).
-      yield* run(id, ctx, "import os, sys")
-      const printed = yield* run(id, ctx, "print('hello', x)\nprint('warn', file=sys.stderr)\nos.getcwd()")
-      expect(printed.stdout).toBe("hello 1\n")
-      expect(printed.stderr).toBe("warn\n")
-      expect(plain(printed)).toEqual(["'/tmp'"])
+        const first = yield* run(id, ctx, "x = 1")
+        expect(first).toMatchObject({ execution_count: 1, results: [], stdout: "", error: null, truncated: false })
+        const second = yield* run(id, ctx, "x + 1")
+        expect(second.execution_count).toBe(2)
+        expect(plain(second)).toEqual(["2"])
+        // An import persists; print goes to stdout; the last value is shown as the REPL would (repr).
+        yield* run(id, ctx, "import os, sys")
+        const printed = yield* run(id, ctx, "print('hello', x)\nprint('warn', file=sys.stderr)\nos.getcwd()")
+        expect(printed.stdout).toBe("hello 1\n")
+        expect(printed.stderr).toBe("warn\n")
+        expect(plain(printed)).toEqual(["'/tmp'"])
 
-      // An exception is a 200 with the error and a traceback pointing at the cell's line.
-      const failed = yield* run(id, ctx, "y = 2\n1 / 0")
-      expect(failed.error).toMatchObject({ name: "ZeroDivisionError", value: "division by zero" })
-      expect(failed.error!.traceback.join("\n")).toContain("line 2")
-      expect(failed.error!.traceback.join("\n")).toContain("1 / 0")
-      expect(plain(yield* run(id, ctx, "y"))).toEqual(["2"])
+        // An exception is a 200 with the error and a traceback pointing at the cell's line.
+        const failed = yield* run(id, ctx, "y = 2\n1 / 0")
+        expect(failed.error).toMatchObject({ name: "ZeroDivisionError", value: "division by zero" })
+        expect(failed.error!.traceback.join("\n")).toContain("line 2")
+        expect(failed.error!.traceback.join("\n")).toContain("1 / 0")
+        expect(plain(yield* run(id, ctx, "y"))).toEqual(["2"])
 
-      // A value offering HTML shows it beside its text.
-      const rich = yield* run(
-        id,
-        ctx,
-        "class T:\n  def __repr__(self): return 'T()'\n  def _repr_html_(self): return '<b>t</b>'\nT()"
-      )
-      expect(rich.results).toEqual([{ type: "text/plain", data: "T()" }, { type: "text/html", data: "<b>t</b>" }])
+        // A value offering HTML shows it beside its text.
+        const rich = yield* run(
+          id,
+          ctx,
+          "class T:\n  def __repr__(self): return 'T()'\n  def _repr_html_(self): return '<b>t</b>'\nT()"
+        )
+        expect(rich.results).toEqual([{ type: "text/plain", data: "T()" }, { type: "text/html", data: "<b>t</b>" }])
 
-      // The run's own time limit ends it with an error; the context lives on.
-      const slow = yield* run(id, ctx, "import time\ntime.sleep(30)", { timeout_ms: 300 })
-      expect(slow.error?.name).toBe("TimeoutError")
-      expect(plain(yield* run(id, ctx, "x"))).toEqual(["1"])
+        // The run's own time limit ends it with an error; the context lives on.
+        const slow = yield* run(id, ctx, "import time\ntime.sleep(30)", { timeout_ms: 300 })
+        expect(slow.error?.name).toBe("TimeoutError")
+        expect(plain(yield* run(id, ctx, "x"))).toEqual(["1"])
 
-      // Interrupt: a run in progress ends with KeyboardInterrupt, the state survives.
-      const busy = yield* Effect.forkChild(run(id, ctx, "while True:\n  pass"))
-      yield* eventually(api("GET", `/v1/sandboxes/${id}/contexts/${ctx}`), (r) => r.json?.state === "running")
-      const stopped = yield* api("POST", `/v1/sandboxes/${id}/contexts/${ctx}/interrupt`)
-      expect(stopped.status, stopped.text).toBe(202)
-      const interrupted = yield* Fiber.join(busy)
-      expect(interrupted.error?.name).toBe("KeyboardInterrupt")
-      expect(plain(yield* run(id, ctx, "x + 41"))).toEqual(["42"])
+        // Interrupt: a run in progress ends with KeyboardInterrupt, the state survives.
+        const busy = yield* Effect.forkChild(run(id, ctx, "while True:\n  pass"))
+        yield* eventually(api("GET", `/v1/sandboxes/${id}/contexts/${ctx}`), (r) => r.json?.state === "running")
+        const stopped = yield* api("POST", `/v1/sandboxes/${id}/contexts/${ctx}/interrupt`)
+        expect(stopped.status, stopped.text).toBe(202)
+        const interrupted = yield* Fiber.join(busy)
+        expect(interrupted.error?.name).toBe("KeyboardInterrupt")
+        expect(plain(yield* run(id, ctx, "x + 41"))).toEqual(["42"])
 
-      // Streamed: the first output arrives while the run still goes, then the result, the end.
-      const stream = yield* openEvents(env.base, env.org.token, "POST", `/v1/sandboxes/${id}/contexts/${ctx}/run`, {
-        code:
-          "print('ready', flush=True)\nwhile not os.path.exists('/tmp/go'):\n  time.sleep(0.05)\nprint('done')\nx * 7"
-      })
-      expect(stream.status).toBe(200)
-      expect(stream.headers["content-type"]).toContain("text/event-stream")
-      const opening = yield* stream.next
-      expect(opening).toEqual({ event: "stdout", data: JSON.stringify({ text: "ready" }) })
-      const go = yield* api("POST", `/v1/sandboxes/${id}/exec`, { cmd: ["touch", "/tmp/go"] })
-      expect(go.status).toBe(200)
-      const rest = yield* stream.rest
-      const text = [opening!, ...rest].filter((e) => e.event === "stdout").map((e) => JSON.parse(e.data).text).join("")
-      expect(text).toBe("ready\ndone\n")
-      expect(rest.filter((e) => e.event === "result").map((e) => JSON.parse(e.data))).toEqual([
-        { type: "text/plain", data: "7" }
-      ])
-      expect(rest.at(-1)?.event).toBe("end")
-      expect(JSON.parse(rest.at(-1)!.data)).toMatchObject({ truncated: false })
-      const raised = yield* openEvents(env.base, env.org.token, "POST", `/v1/sandboxes/${id}/contexts/${ctx}/run`, {
-        code: "undefined_name"
-      })
-      const raisedEvents = yield* raised.rest
-      expect(raisedEvents.map((e) => e.event)).toEqual(["error", "end"])
-      expect(JSON.parse(raisedEvents[0]!.data)).toMatchObject({ name: "NameError" })
+        // Streamed: the first output arrives while the run still goes, then the result, the end.
+        const stream = yield* openEvents(env.base, env.org.token, "POST", `/v1/sandboxes/${id}/contexts/${ctx}/run`, {
+          code:
+            "print('ready', flush=True)\nwhile not os.path.exists('/tmp/go'):\n  time.sleep(0.05)\nprint('done')\nx * 7"
+        })
+        expect(stream.status).toBe(200)
+        expect(stream.headers["content-type"]).toContain("text/event-stream")
+        const opening = yield* stream.next
+        expect(opening).toEqual({ event: "stdout", data: JSON.stringify({ text: "ready" }) })
+        const go = yield* api("POST", `/v1/sandboxes/${id}/exec`, { cmd: ["touch", "/tmp/go"] })
+        expect(go.status).toBe(200)
+        const rest = yield* stream.rest
+        const text = [opening!, ...rest].filter((e) => e.event === "stdout").map((e) => JSON.parse(e.data).text).join(
+          ""
+        )
+        expect(text).toBe("ready\ndone\n")
+        expect(rest.filter((e) => e.event === "result").map((e) => JSON.parse(e.data))).toEqual([
+          { type: "text/plain", data: "7" }
+        ])
+        expect(rest.at(-1)?.event).toBe("end")
+        expect(JSON.parse(rest.at(-1)!.data)).toMatchObject({ truncated: false })
+        const raised = yield* openEvents(env.base, env.org.token, "POST", `/v1/sandboxes/${id}/contexts/${ctx}/run`, {
+          code: "undefined_name"
+        })
+        const raisedEvents = yield* raised.rest
+        expect(raisedEvents.map((e) => e.event)).toEqual(["error", "end"])
+        expect(JSON.parse(raisedEvents[0]!.data)).toMatchObject({ name: "NameError" })
 
-      // 100 MiB printed: the run keeps its share, says it cut, the context lives on.
-      const loud = yield* run(id, ctx, "for _ in range(100):\n  sys.stdout.write('x' * 1048576)\nlen('done')")
-      expect(loud.truncated).toBe(true)
-      expect(loud.stdout.length).toBe(256 * 1024)
-      expect(plain(loud)).toEqual(["4"])
-      expect(plain(yield* run(id, ctx, "x"))).toEqual(["1"])
+        // 100 MiB printed: the run keeps its share, says it cut, the context lives on.
+        const loud = yield* run(id, ctx, "for _ in range(100):\n  sys.stdout.write('x' * 1048576)\nlen('done')")
+        expect(loud.truncated).toBe(true)
+        expect(loud.stdout.length).toBe(256 * 1024)
+        expect(plain(loud)).toEqual(["4"])
+        expect(plain(yield* run(id, ctx, "x"))).toEqual(["1"])
 
-      // Matplotlib is not in the debian root: its import fails as any missing module does.
-      const noPlot = yield* run(id, ctx, "import matplotlib")
-      expect(noPlot.error?.name).toBe("ModuleNotFoundError")
+        // Matplotlib is not in the debian root: its import fails as any missing module does.
+        const noPlot = yield* run(id, ctx, "import matplotlib")
+        expect(noPlot.error?.name).toBe("ModuleNotFoundError")
 
-      const list = yield* api("GET", `/v1/sandboxes/${id}/contexts`)
-      expect(list.status).toBe(200)
-      expect(list.json.contexts).toEqual([expect.objectContaining({ id: ctx, state: "idle" })])
+        const list = yield* api("GET", `/v1/sandboxes/${id}/contexts`)
+        expect(list.status).toBe(200)
+        expect(list.json.contexts).toEqual([expect.objectContaining({ id: ctx, state: "idle" })])
 
-      const bad = yield* api("POST", `/v1/sandboxes/${id}/contexts`, { language: "cobol" })
-      expect(bad.status).toBe(400)
-      expect(bad.json.code).toBe("invalid_request")
-      const gone = yield* api("DELETE", `/v1/sandboxes/${id}/contexts/${ctx}`)
-      expect(gone.status).toBe(204)
-      expect((yield* api("GET", `/v1/sandboxes/${id}/contexts/${ctx}`)).status).toBe(404)
-      // Its interpreter ended with it.
-      const left = yield* api("POST", `/v1/sandboxes/${id}/exec`, {
-        cmd: ["sh", "-c", pidsOf(`[k]ernel.py serve .*${ctx}`)]
-      })
-      expect(left.json.stdout, left.text).toBe("")
-      yield* api("DELETE", `/v1/sandboxes/${id}`)
-    }).pipe(Effect.scoped))
+        const bad = yield* api("POST", `/v1/sandboxes/${id}/contexts`, { language: "cobol" })
+        expect(bad.status).toBe(400)
+        expect(bad.json.code).toBe("invalid_request")
+        const gone = yield* api("DELETE", `/v1/sandboxes/${id}/contexts/${ctx}`)
+        expect(gone.status).toBe(204)
+        expect((yield* api("GET", `/v1/sandboxes/${id}/contexts/${ctx}`)).status).toBe(404)
+        // Its interpreter ended with it.
+        const left = yield* api("POST", `/v1/sandboxes/${id}/exec`, {
+          cmd: ["sh", "-c", pidsOf(`[k]ernel.py serve .*${ctx}`)]
+        })
+        expect(left.json.stdout, left.text).toBe("")
+        yield* api("DELETE", `/v1/sandboxes/${id}`)
+      }).pipe(Effect.scoped),
+    720_000
+  ) // it may build the debian root first (see `running`)
 
   it.effect("a dead interpreter: exit() makes the context dead and its runs 409; scopes; another org; 16 at most", () =>
     Effect.gen(function*() {
