@@ -225,13 +225,14 @@ export class Contexts extends Context.Service<Contexts, {
         })
       }
       if ((yield* count(orgId, id)) >= MAX_CONTEXTS_PER_SANDBOX) return yield* tooMany()
-      // One exec: is python3 there, where would it start, and the runner put in place.
+      // One exec: is python3 there, where would it start, and the runner put in place (through a
+      // name of this shell's own: creates at the same time each rename a whole file).
       const placed = yield* sandboxes.exec(orgId, id, {
         cmd: [
           "sh",
           "-c",
-          `command -v python3 >/dev/null || exit 127; pwd; mkdir -p ${DIR} && cat > ${KERNEL_PATH}.new && ` +
-          `mv ${KERNEL_PATH}.new ${KERNEL_PATH}`
+          `command -v python3 >/dev/null || exit 127; pwd; mkdir -p ${DIR} && cat > ${KERNEL_PATH}.$$ && ` +
+          `mv ${KERNEL_PATH}.$$ ${KERNEL_PATH}`
         ],
         ...(request.cwd !== undefined ? { cwd: request.cwd } : {}),
         stdin: KERNEL,

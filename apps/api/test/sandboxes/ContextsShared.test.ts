@@ -107,8 +107,9 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 600_000 })("code contexts 
         { concurrency: "unbounded" }
       )
       const statuses = raced.map((r) => r.status)
-      expect(statuses.filter((s) => s === 201).length, JSON.stringify(statuses)).toBe(MAX_CONTEXTS_PER_SANDBOX)
-      expect(statuses.filter((s) => s === 409).length, JSON.stringify(statuses)).toBe(20 - MAX_CONTEXTS_PER_SANDBOX)
+      const why = JSON.stringify(raced.filter((r) => r.status !== 201).map((r) => r.text))
+      expect(statuses.filter((s) => s === 201).length, why).toBe(MAX_CONTEXTS_PER_SANDBOX)
+      expect(statuses.filter((s) => s === 409).length, why).toBe(20 - MAX_CONTEXTS_PER_SANDBOX)
       expect(yield* rowsOf(id)).toBe(MAX_CONTEXTS_PER_SANDBOX)
       const all = yield* api("one", "GET", `/v1/sandboxes/${id}/contexts`)
       expect(all.json.contexts.length).toBe(MAX_CONTEXTS_PER_SANDBOX)
