@@ -70,18 +70,23 @@ const rowsOf = (id: string) =>
     (sql) => sql<{ n: number }>`SELECT count(*)::int AS n FROM code_contexts WHERE sandbox_id = ${id}`
   ).pipe(Effect.map((rows) => rows[0]!.n))
 
+const running = Effect.gen(function*() {
+  const created = yield* api("one", "POST", "/v1/sandboxes", { template: "debian", ram_mb: 512, region: "local" })
+  expect(created.status, created.text).toBe(201)
+  const id = created.json.id as string
+  const ready = yield* eventually(
+    api("one", "GET", `/v1/sandboxes/${id}`),
+    (r) => r.json?.state === "running" || r.json?.state === "error",
+    Duration.minutes(3)
+  )
+  expect(ready.json.state, ready.text).toBe("running")
+  return id
+})
+
 layer(EnvLayer, { excludeTestServices: true, timeout: 600_000 })("code contexts across API processes", (it) => {
   it.effect("made through one API process, run, listed and deleted through another; 20 racing creates: 16; gone with the sandbox", () =>
     Effect.gen(function*() {
-      const created = yield* api("one", "POST", "/v1/sandboxes", { template: "debian", ram_mb: 512, region: "local" })
-      expect(created.status, created.text).toBe(201)
-      const id = created.json.id as string
-      const ready = yield* eventually(
-        api("one", "GET", `/v1/sandboxes/${id}`),
-        (r) => r.json?.state === "running" || r.json?.state === "error",
-        Duration.minutes(3)
-      )
-      expect(ready.json.state, ready.text).toBe("running")
+      const id = yield* running
 
       // Made through the first, its state kept whichever process takes the run.
       const made = yield* api("one", "POST", `/v1/sandboxes/${id}/contexts`, { language: "python" })
@@ -137,5 +142,25 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 600_000 })("code contexts 
       expect(yield* rowsOf(id)).toBe(0)
       const after = yield* api("two", "GET", `/v1/sandboxes/${id}/contexts`)
       expect(after.status === 404 ? [] : after.json.contexts, after.text).toEqual([])
+    }))
+
+  it.effect("a pid now another process's (its start time differs) is not taken for the interpreter: dead, and not signalled", () =>
+    Effect.gen(function*() {
+      const id = yield* running
+      const made = yield* api("two", "POST", `/v1/sandboxes/${id}/contexts`, { language: "python" })
+      expect(made.status, made.text).toBe(201)
+      const ctx = made.json.id as string
+      const other = yield* api("one", "POST", `/v1/sandboxes/${id}/processes`, { cmd: ["sleep", "600"] })
+      expect(other.status, other.text).toBe(201)
+      // As if the interpreter had ended and the sandbox given its pid to this process: the row's
+      // pid is the sleep's, its recorded start time still the interpreter's.
+      const sql = yield* Effect.service(SqlClient.SqlClient)
+      yield* sql`UPDATE code_contexts SET pid = ${other.json.pid as number} WHERE id = ${ctx}`
+      const got = yield* api("one", "GET", `/v1/sandboxes/${id}/contexts/${ctx}`)
+      expect(got.json, got.text).toMatchObject({ id: ctx, state: "dead" })
+      expect((yield* api("two", "POST", `/v1/sandboxes/${id}/contexts/${ctx}/interrupt`)).status).toBe(409)
+      expect((yield* api("two", "DELETE", `/v1/sandboxes/${id}/contexts/${ctx}`)).status).toBe(204)
+      const sleep = yield* api("one", "GET", `/v1/sandboxes/${id}/processes/${other.json.pid}`)
+      expect(sleep.json, sleep.text).toMatchObject({ state: "running" })
     }))
 })
