@@ -10,12 +10,16 @@
  *   hands the code to the interpreter over the Unix socket and prints its JSON answer, which the
  *   exec brings back (within exec's 1 MiB output; the runner keeps far less of each stream).
  * - Interrupt is SIGINT to the interpreter (a `KeyboardInterrupt` in the run); delete kills it.
- * - The records are this API process's memory (one API process serves a sandbox's contexts): a
- *   restarted API forgets them, their interpreters end with the sandbox.
+ * - The records are rows of `code_contexts` (packages/db/src/migrations/0630_code_contexts.ts),
+ *   so any API process serves any context and a restart forgets none; they go with their
+ *   sandbox's deletion. The 16 per sandbox are counted under the sandbox's row lock, in the
+ *   insert's transaction. The execution count is the interpreter's own (it answers it).
+ * - The interpreter is known by its pid and the agent's `startedAt` for it: a pid the sandbox
+ *   reused for another process does not pass for the interpreter (the context is dead).
  *
  * `python` only for now: `javascript` and `bash` are refused with 409 naming that.
  */
-import type * as Rows from "@svc/db/Rows"
+import * as Rows from "@svc/db/Rows"
 import type { CodeContext, ContextLanguage, RunEvent, RunResult } from "@svc/domain/Api/Contexts"
 import { MAX_CONTEXTS_PER_SANDBOX } from "@svc/domain/Api/Contexts"
 import * as Errors from "@svc/domain/Errors"
@@ -23,7 +27,8 @@ import type { OrgId } from "@svc/domain/Ids"
 import { makeBody } from "@svc/domain/Ids"
 import { EXEC_TIMEOUT_MS_DEFAULT } from "@svc/domain/Sandbox"
 import type * as AgentClient from "@svc/hosts/AgentClient"
-import { Context, Effect, Layer, Schema, Semaphore, Stream } from "effect"
+import { Context, Effect, Layer, Option, Schema, Semaphore, Stream } from "effect"
+import { SqlClient } from "effect/sql"
 import * as Fs from "node:fs"
 import { type ProcessError, Processes } from "./Processes.ts"
 import { Sandboxes } from "./Sandboxes.ts"
@@ -52,18 +57,44 @@ const Answer = Schema.Struct({
 })
 const decodeAnswer = Schema.decodeUnknownOption(Schema.fromJsonString(Answer))
 
+/** A `code_contexts` row. */
+const ContextRow = Schema.Struct({
+  id: Schema.String,
+  language: Schema.Literals(["python", "javascript", "bash"]),
+  cwd: Schema.String,
+  socket: Schema.String,
+  pid: Schema.Int,
+  pid_started_at: Schema.String,
+  running: Schema.Boolean,
+  dead: Schema.Boolean,
+  created_at: Rows.Timestamptz
+})
+type ContextRow = typeof ContextRow.Type
+const COLUMNS = "id, language, cwd, socket, pid, pid_started_at, running, dead, created_at"
+
 interface Entry {
   readonly id: string
   readonly language: ContextLanguage
   readonly cwd: string
   readonly createdAt: string
   readonly pid: string
+  readonly pidStartedAt: string
   readonly socket: string
-  /** One run at a time, in order. */
-  readonly lock: Semaphore.Semaphore
   running: boolean
   dead: boolean
 }
+
+const entryOfRow = (row: ContextRow): Entry => ({
+  id: row.id,
+  language: row.language,
+  cwd: row.cwd,
+  createdAt: row.created_at.toISOString(),
+  pid: String(row.pid),
+  pidStartedAt: row.pid_started_at,
+  socket: row.socket,
+  running: row.running,
+  dead: row.dead
+})
 
 const recordOf = (e: Entry): CodeContext => ({
   id: e.id,
@@ -72,6 +103,11 @@ const recordOf = (e: Entry): CodeContext => ({
   state: e.dead ? "dead" : e.running ? "running" : "idle",
   createdAt: e.createdAt
 })
+
+const tooMany = () =>
+  new Errors.Conflict({
+    error: `A sandbox holds at most ${MAX_CONTEXTS_PER_SANDBOX} contexts; delete one first`
+  })
 
 const missing = (what: string) =>
   new Errors.Conflict({ error: `This sandbox's image has no ${what}: a context needs it` })
@@ -109,26 +145,70 @@ export class Contexts extends Context.Service<Contexts, {
   static readonly make = Effect.gen(function*() {
     const sandboxes = yield* Sandboxes
     const processes = yield* Processes
-    /** Sandbox id → its contexts. */
-    const bySandbox = new Map<string, Map<string, Entry>>()
-
-    const entryOf = (id: string, ctx: string) => {
-      const entry = bySandbox.get(id)?.get(ctx)
-      return entry === undefined
-        ? Effect.fail(new Errors.NotFound({ error: `No context ${ctx.slice(0, 64)} in this sandbox` }))
-        : Effect.succeed(entry)
+    const sql = yield* SqlClient.SqlClient
+    /** One run at a time, in order, per context: this process's runs (the interpreter takes one at a time anyway). */
+    const locks = new Map<string, Semaphore.Semaphore>()
+    const lockOf = (ctx: string) => {
+      let lock = locks.get(ctx)
+      if (lock === undefined) locks.set(ctx, lock = Semaphore.makeUnsafe(1))
+      return lock
     }
 
-    /** Whether its interpreter still runs (the sandbox stopped, killed, exited: dead). */
+    const findOne = Rows.findOneOption("Contexts.get", {
+      Request: Schema.Struct({ orgId: Schema.String, id: Schema.String, ctx: Schema.String }),
+      Result: ContextRow,
+      execute: ({ ctx, id, orgId }) =>
+        sql`SELECT ${sql.literal(COLUMNS)} FROM code_contexts
+            WHERE id = ${ctx} AND sandbox_id = ${id} AND org_id = ${orgId}`
+    })
+    const findAll = Rows.findAll("Contexts.list", {
+      Request: Schema.Struct({ orgId: Schema.String, id: Schema.String }),
+      Result: ContextRow,
+      execute: ({ id, orgId }) =>
+        sql`SELECT ${sql.literal(COLUMNS)} FROM code_contexts
+            WHERE sandbox_id = ${id} AND org_id = ${orgId} ORDER BY created_at, id`
+    })
+    const counted = Rows.decoder("Contexts.count", Schema.Struct({ n: Schema.Int }))
+    const held = Rows.decoder("Contexts.hold", Schema.Struct({ state: Schema.String }))
+
+    const entryOf = (orgId: OrgId, id: string, ctx: string) =>
+      Effect.flatMap(findOne({ orgId, id, ctx }), (row) =>
+        Option.isNone(row)
+          ? Effect.fail(new Errors.NotFound({ error: `No context ${ctx.slice(0, 64)} in this sandbox` }))
+          : Effect.succeed(entryOfRow(row.value)))
+
+    const setRunning = (entry: Entry, running: boolean) =>
+      Effect.suspend(() => {
+        entry.running = running
+        return sql`UPDATE code_contexts SET running = ${running} WHERE id = ${entry.id}`
+      }).pipe(Effect.asVoid)
+    const setDead = (entry: Entry) =>
+      Effect.suspend(() => {
+        entry.dead = true
+        return sql`UPDATE code_contexts SET dead = true, running = false WHERE id = ${entry.id}`
+      }).pipe(Effect.asVoid)
+
+    /**
+     * Whether its interpreter still runs (the sandbox stopped, killed, exited, or its pid now
+     * another process's: dead).
+     */
     const refresh = (orgId: OrgId, id: string, entry: Entry) =>
       Effect.gen(function*() {
         if (entry.dead) return entry
         const process = yield* processes.get(orgId, id, entry.pid).pipe(
           Effect.catchTag("NotFound", () => Effect.succeed(undefined))
         )
-        if (process === undefined || process.state !== "running") entry.dead = true
+        if (process === undefined || process.state !== "running" || process.startedAt !== entry.pidStartedAt) {
+          yield* setDead(entry)
+        }
         return entry
       })
+
+    /** How many contexts the sandbox holds (a cheap early refusal; the insert counts again, locked). */
+    const count = (orgId: OrgId, id: string) =>
+      counted(sql`SELECT count(*)::int AS n FROM code_contexts WHERE sandbox_id = ${id} AND org_id = ${orgId}`).pipe(
+        Effect.map((rows) => rows[0]?.n ?? 0)
+      )
 
     const create = Effect.fn("Contexts.create")(function*(
       orgId: OrgId,
@@ -144,19 +224,15 @@ export class Contexts extends Context.Service<Contexts, {
           error: `${request.language} contexts are not available yet on this platform; python is`
         })
       }
-      const mine = bySandbox.get(id) ?? new Map<string, Entry>()
-      if (mine.size >= MAX_CONTEXTS_PER_SANDBOX) {
-        return yield* new Errors.Conflict({
-          error: `A sandbox holds at most ${MAX_CONTEXTS_PER_SANDBOX} contexts; delete one first`
-        })
-      }
-      // One exec: is python3 there, where would it start, and the runner put in place.
+      if ((yield* count(orgId, id)) >= MAX_CONTEXTS_PER_SANDBOX) return yield* tooMany()
+      // One exec: is python3 there, where would it start, and the runner put in place (through a
+      // name of this shell's own: creates at the same time each rename a whole file).
       const placed = yield* sandboxes.exec(orgId, id, {
         cmd: [
           "sh",
           "-c",
-          `command -v python3 >/dev/null || exit 127; pwd; mkdir -p ${DIR} && cat > ${KERNEL_PATH}.new && ` +
-          `mv ${KERNEL_PATH}.new ${KERNEL_PATH}`
+          `command -v python3 >/dev/null || exit 127; pwd; mkdir -p ${DIR} && cat > ${KERNEL_PATH}.$$ && ` +
+          `mv ${KERNEL_PATH}.$$ ${KERNEL_PATH}`
         ],
         ...(request.cwd !== undefined ? { cwd: request.cwd } : {}),
         stdin: KERNEL,
@@ -181,24 +257,42 @@ export class Contexts extends Context.Service<Contexts, {
         cwd: request.cwd ?? (placed.stdout.trim() || "/"),
         createdAt: new Date().toISOString(),
         pid: String(started.pid),
+        pidStartedAt: started.startedAt,
         socket,
-        lock: Semaphore.makeUnsafe(1),
         running: false,
         dead: false
       }
-      mine.set(ctx, entry)
-      bySandbox.set(id, mine)
+      // The sandbox's row held to the commit: creates through any API process count one after
+      // another, and a deletion (its transition updates that row) cannot slip between.
+      const inserted = yield* sql.withTransaction(Effect.gen(function*() {
+        const [sandbox] = yield* held(sql`
+          SELECT state FROM sandboxes WHERE id = ${id} AND org_id = ${orgId} FOR NO KEY UPDATE`)
+        if (sandbox === undefined || sandbox.state === "deleting" || sandbox.state === "deleted") return false
+        const [mine] = yield* counted(sql`
+          SELECT count(*)::int AS n FROM code_contexts WHERE sandbox_id = ${id} AND org_id = ${orgId}`)
+        if ((mine?.n ?? 0) >= MAX_CONTEXTS_PER_SANDBOX) return false
+        yield* sql`
+          INSERT INTO code_contexts (id, org_id, sandbox_id, language, cwd, socket, pid, pid_started_at, created_at)
+          VALUES (${ctx}, ${orgId}, ${id}, ${entry.language}, ${entry.cwd}, ${socket}, ${started.pid},
+                  ${entry.pidStartedAt}, ${new Date(entry.createdAt)})`
+        return true
+      }))
+      if (!inserted) {
+        // Refused (the limit reached meanwhile, or the sandbox going): its interpreter goes too.
+        yield* processes.signal(orgId, id, entry.pid, "KILL").pipe(Effect.ignore)
+        return yield* tooMany()
+      }
       return recordOf(entry)
     })
 
     const list = Effect.fn("Contexts.list")(function*(orgId: OrgId, id: string) {
       const out: Array<CodeContext> = []
-      for (const entry of bySandbox.get(id)?.values() ?? []) out.push(recordOf(yield* refresh(orgId, id, entry)))
+      for (const row of yield* findAll({ orgId, id })) out.push(recordOf(yield* refresh(orgId, id, entryOfRow(row))))
       return out
     })
 
     const get = Effect.fn("Contexts.get")(function*(orgId: OrgId, id: string, ctx: string) {
-      return recordOf(yield* refresh(orgId, id, yield* entryOf(id, ctx)))
+      return recordOf(yield* refresh(orgId, id, yield* entryOf(orgId, id, ctx)))
     })
 
     const dead = (ctx: string) =>
@@ -211,18 +305,20 @@ export class Contexts extends Context.Service<Contexts, {
       code: string,
       timeoutMs: number | undefined
     ) {
-      const entry = yield* entryOf(id, ctx)
+      const found = yield* entryOf(orgId, id, ctx)
       const limit = timeoutMs ?? EXEC_TIMEOUT_MS_DEFAULT
-      return yield* entry.lock.withPermits(1)(Effect.gen(function*() {
+      return yield* lockOf(ctx).withPermits(1)(Effect.gen(function*() {
+        // Read again under the permit: a run before it may have found the interpreter dead.
+        const entry = yield* entryOf(orgId, id, ctx).pipe(Effect.orElseSucceed(() => found))
         if ((yield* refresh(orgId, id, entry)).dead) return yield* dead(ctx)
-        entry.running = true
+        yield* setRunning(entry, true)
         const done = yield* sandboxes.exec(orgId, id, {
           cmd: ["python3", KERNEL_PATH, "run", entry.socket, String(limit)],
           stdin: code,
           timeout_ms: limit + RUN_MARGIN_MS
-        }).pipe(Effect.ensuring(Effect.sync(() => entry.running = false)))
+        }).pipe(Effect.ensuring(Effect.ignore(setRunning(entry, false))))
         if (done.exit_code === 3 || done.exit_code === 4) {
-          entry.dead = true
+          yield* setDead(entry)
           return yield* dead(ctx)
         }
         const answer = decodeAnswer(done.stdout)
@@ -232,7 +328,7 @@ export class Contexts extends Context.Service<Contexts, {
           })
         }
         const { exited, ...result } = answer.value
-        if (exited) entry.dead = true
+        if (exited) yield* setDead(entry)
         return { ...result, duration_ms: Math.max(0, result.duration_ms) }
       }))
     })
@@ -244,17 +340,24 @@ export class Contexts extends Context.Service<Contexts, {
       code: string,
       timeoutMs: number | undefined
     ) {
-      const entry = yield* entryOf(id, ctx)
+      const found = yield* entryOf(orgId, id, ctx)
       const limit = timeoutMs ?? EXEC_TIMEOUT_MS_DEFAULT
+      const lock = lockOf(ctx)
       // The permit is held until the stream ends: runs of one context stay in order.
-      yield* entry.lock.take(1)
-      const release = Effect.suspend(() => {
-        entry.running = false
-        return Effect.asVoid(entry.lock.release(1))
-      })
+      yield* lock.take(1)
+      // Read again under the permit: a run before it may have found the interpreter dead.
+      const entry = yield* entryOf(orgId, id, ctx).pipe(Effect.orElseSucceed(() => found))
+      let died = false
+      const release = Effect.suspend(() =>
+        (died ? setDead(entry) : setRunning(entry, false)).pipe(
+          Effect.ignore,
+          Effect.andThen(lock.release(1)),
+          Effect.asVoid
+        )
+      )
       const events = yield* Effect.gen(function*() {
         if ((yield* refresh(orgId, id, entry)).dead) return yield* dead(ctx)
-        entry.running = true
+        yield* setRunning(entry, true)
         return yield* processes.execStream(orgId, id, {
           cmd: ["python3", KERNEL_PATH, "stream", entry.socket, String(limit)],
           stdin: code,
@@ -284,18 +387,18 @@ export class Contexts extends Context.Service<Contexts, {
             const { event: name, exited, ...rest } = JSON.parse(line)
             if (name === "end") {
               ended = true
-              if (exited === true) entry.dead = true
+              if (exited === true) died = true
             }
             return { event: name, data: JSON.stringify(rest) }
           })
         }
         if (event.event === "exit" && !ended) {
           const { exit_code } = JSON.parse(event.data)
-          if (exit_code === 3 || exit_code === 4) entry.dead = true
+          if (exit_code === 3 || exit_code === 4) died = true
           return [{
             event: "error",
             data: JSON.stringify(
-              entry.dead
+              died
                 ? { error: `Context ${ctx} is dead (its interpreter ended)`, code: "conflict" }
                 : { error: "The context's runner did not answer", code: "unavailable" }
             )
@@ -310,16 +413,18 @@ export class Contexts extends Context.Service<Contexts, {
     })
 
     const interrupt = Effect.fn("Contexts.interrupt")(function*(orgId: OrgId, id: string, ctx: string) {
-      const entry = yield* refresh(orgId, id, yield* entryOf(id, ctx))
+      const entry = yield* refresh(orgId, id, yield* entryOf(orgId, id, ctx))
       if (entry.dead) return yield* dead(ctx)
       // Only while a run is under way: the runner keeps an early one for the run on its way to it.
       if (entry.running) yield* processes.signal(orgId, id, entry.pid, "INT")
     })
 
     const remove = Effect.fn("Contexts.remove")(function*(orgId: OrgId, id: string, ctx: string) {
-      const entry = yield* entryOf(id, ctx)
-      bySandbox.get(id)?.delete(ctx)
-      if (!entry.dead) {
+      const entry = yield* entryOf(orgId, id, ctx)
+      yield* sql`DELETE FROM code_contexts WHERE id = ${ctx} AND sandbox_id = ${id} AND org_id = ${orgId}`
+      locks.delete(ctx)
+      // Not its pid if the sandbox reused it: then the interpreter is gone already.
+      if (!(yield* refresh(orgId, id, entry)).dead) {
         // Its interpreter may have ended already, or its sandbox stopped: gone either way.
         yield* processes.signal(orgId, id, entry.pid, "KILL").pipe(
           Effect.catchTags({ Conflict: () => Effect.void, NotFound: () => Effect.void })
@@ -330,6 +435,6 @@ export class Contexts extends Context.Service<Contexts, {
     return Contexts.of({ create, list, get, run, runStream, interrupt, remove })
   })
 
-  /** Needs `Sandboxes` and `Processes`. */
+  /** Needs `Sandboxes`, `Processes` and `SqlClient`. */
   static readonly layer = Layer.effect(Contexts, Contexts.make)
 }
