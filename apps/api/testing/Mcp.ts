@@ -50,9 +50,9 @@ export const TOOLS = [
 
 /**
  * The scenario. `connect(key)` opens a client with that key (a process of `svc mcp`, or an HTTP
- * session); the clients are closed at the end.
+ * session); the clients are closed at the end. `revoked`: how a call with a revoked key fails.
  */
-export const scenario = (connect: (apiKey: string) => Promise<Client>) =>
+export const scenario = (connect: (apiKey: string) => Promise<Client>, revoked: "result" | "http_401") =>
   Effect.gen(function*() {
     const env = yield* Env
     const clients: Array<Client> = []
@@ -126,9 +126,17 @@ export const scenario = (connect: (apiKey: string) => Promise<Client>) =>
     ) {
       expect(refused(yield* call(reader, name, args)).code, name).toBe("insufficient_scope")
     }
-    // Revoked: the same session's next call is refused.
+    // Revoked: the same session's next call is refused (stdio: the API's 401 as a result; HTTP:
+    // the request itself is answered 401, which the client throws).
     yield* Effect.promise(() => admin.keys.revoke(minted.id))
-    expect(refused(yield* call(reader, "list_sandboxes", {})).code).toBe("unauthenticated")
+    if (revoked === "result") {
+      expect(refused(yield* call(reader, "list_sandboxes", {})).code).toBe("unauthenticated")
+    } else {
+      const thrown = yield* Effect.promise(() =>
+        reader.callTool({ name: "list_sandboxes", arguments: {} }).then(() => undefined, (e: unknown) => e)
+      )
+      expect(String(thrown)).toMatch(/"code":"unauthenticated"/)
+    }
 
     expect(ok(yield* call(client, "delete_sandbox", { sandbox_id: id })).state).toMatch(/^delet/)
   })

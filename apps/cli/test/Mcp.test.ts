@@ -31,7 +31,7 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 300_000 })("svc mcp (stdio
             })
           )
           return client
-        })
+        }, "result")
       }).pipe(Effect.scoped)
   )
 })
