@@ -16,7 +16,7 @@ import { makeServer } from "@svc/mcp"
 import { Clock, Effect, Layer, Option, Result } from "effect"
 import { HttpRouter, HttpServer, HttpServerRequest, HttpServerResponse } from "effect/http"
 import { AuthorizationLayer, BEARER, refuse, UNAUTHENTICATED } from "./Authorization.ts"
-import { renderCause } from "./Middleware.ts"
+import { errorForStatus, renderCause } from "./Middleware.ts"
 
 export const MCP_PATH = "/mcp"
 
@@ -77,4 +77,10 @@ export const McpRoutes = HttpRouter.use(Effect.fnUntraced(function*(router) {
     return HttpServerResponse.fromWeb(response)
   })
   yield* router.add("POST", MCP_PATH, handler)
+  // Stateless: no stream to open with GET, no session to end with DELETE (the transport's 405).
+  const notAllowed = Effect.succeed(
+    HttpServerResponse.jsonUnsafe(errorForStatus(405), { status: 405, headers: { allow: "POST" } })
+  )
+  yield* router.add("GET", MCP_PATH, notAllowed)
+  yield* router.add("DELETE", MCP_PATH, notAllowed)
 })).pipe(Layer.provide(AuthorizationLayer))

@@ -35,7 +35,7 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 300_000 })("POST /mcp (Str
       }).pipe(Effect.scoped)
   )
 
-  it.effect("no key, another scheme or an unknown key: 401 with the contract's body, before any MCP", () =>
+  it.effect("no key, another scheme or an unknown key: 401 with the contract's body, before any MCP; GET and DELETE 405", () =>
     Effect.gen(function*() {
       const env = yield* Env
       for (
@@ -69,5 +69,14 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 300_000 })("POST /mcp (Str
       )
       expect(ok.status).toBe(200)
       expect(yield* Effect.promise(() => ok.json())).toMatchObject({ id: 1, result: { serverInfo: { name: "svc" } } })
+      // Stateless: no GET stream, no session to DELETE.
+      for (const method of ["GET", "DELETE"]) {
+        const refused = yield* Effect.promise(() =>
+          fetch(new URL("/mcp", env.base), { method, headers: { authorization: `Bearer ${env.org.token}` } })
+        )
+        expect(refused.status, method).toBe(405)
+        expect(refused.headers.get("allow")).toBe("POST")
+        yield* Effect.promise(() => refused.arrayBuffer())
+      }
     }))
 })
