@@ -31,6 +31,7 @@ import { AuthorizationLayer } from "./Http/Authorization.ts"
 import { BillingHandlers } from "./Http/Billing.ts"
 import { DashboardRoutes } from "./Http/Dashboard.ts"
 import { InfrastructureMiddleware } from "./Http/Infrastructure.ts"
+import { McpRoutes } from "./Http/Mcp.ts"
 import { spanName } from "./Http/Metrics.ts"
 import { ApiMiddleware, errorForStatus, newRequestId } from "./Http/Middleware.ts"
 import { SandboxesHandlers } from "./Http/Sandboxes.ts"
@@ -62,6 +63,7 @@ export const Routes = Layer.mergeAll(
   HttpApiBuilder.layer(Api, { openapiPath: "/v1/openapi.json" }).pipe(Layer.provide(Handlers)),
   HttpApiScalar.layer(Api, { path: "/docs" }),
   DashboardRoutes,
+  McpRoutes,
   ApiMiddleware
 )
 

@@ -20,7 +20,7 @@ const dist = Path.join(root, "dist")
 const sdk = JSON.parse(Fs.readFileSync(Path.join(root, "../../packages/sdk/package.json"), "utf8"))
 
 /** The workspace's folders the client is built from; a module of any other is the server's. */
-const CLIENT = ["apps/cli/src", "packages/sdk/src", "packages/domain/src", "packages/config/src"]
+const CLIENT = ["apps/cli/src", "packages/sdk/src", "packages/domain/src", "packages/config/src", "packages/mcp/src"]
 
 /** `input` and what it imports (the workspace's and `effect`'s), as one minified ES module `file`. */
 export const bundle = async (input: string, file: string): Promise<ReadonlyArray<string>> => {
@@ -29,9 +29,17 @@ export const bundle = async (input: string, file: string): Promise<ReadonlyArray
     platform: "node",
     // Comments and logs of the bundler are not the user's business; a warning is still printed.
     logLevel: "warn",
-    output: { file, format: "esm", minify: true }
+    // One file, but for what is imported lazily (`svc mcp`'s MCP SDK): a chunk of its own beside
+    // it, which `svc --help` never reads.
+    output: {
+      dir: Path.dirname(file),
+      entryFileNames: Path.basename(file),
+      chunkFileNames: "chunks/[name]-[hash].mjs",
+      format: "esm",
+      minify: true
+    }
   })
-  return bundled.output[0].moduleIds
+  return bundled.output.flatMap((o) => (o.type === "chunk" ? o.moduleIds : []))
 }
 
 /** The package around the bundle: the command, its manifest (no dependency), the README. */
@@ -59,7 +67,7 @@ await import("./cli.mjs")
         type: "module",
         engines: { node: ">=22" },
         bin: { svc: "./svc.mjs" },
-        files: ["svc.mjs", "cli.mjs", "README.md"]
+        files: ["svc.mjs", "cli.mjs", "chunks", "README.md"]
       },
       null,
       2

@@ -15,6 +15,7 @@ import { audit, health, whoami, workers } from "./Commands/Account.ts"
 import { app } from "./Commands/Apps.ts"
 import { events } from "./Commands/Events.ts"
 import { key } from "./Commands/Keys.ts"
+import { mcp } from "./Commands/Mcp.ts"
 import { org } from "./Commands/Orgs.ts"
 import { sandbox } from "./Commands/Sandboxes.ts"
 import { secret } from "./Commands/Secrets.ts"
@@ -62,7 +63,8 @@ export const tree = <const Top extends Commands, const Org extends Commands, con
       usage,
       audit,
       workers,
-      health
+      health,
+      mcp
     ])
   )
 

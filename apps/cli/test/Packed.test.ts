@@ -6,6 +6,9 @@
  * API, the runtime, a real agent).
  */
 import { expect, layer } from "@effect/vitest"
+import { Client } from "@modelcontextprotocol/sdk/client/index.js"
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
+import { ok, TOOLS } from "@svc/api/testing/Mcp"
 import { Env, EnvLayer } from "@svc/api/testing/SandboxesEnv"
 import { Effect } from "effect"
 import { execFile } from "node:child_process"
@@ -85,12 +88,16 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 300_000 })("the packed svc
         const { prefix } = yield* installPacked
         const installed = Path.join(prefix, "lib/node_modules/@svc/cli")
         expect(Fs.lstatSync(installed).isSymbolicLink()).toBe(false)
-        expect(Fs.readdirSync(installed).sort()).toEqual(["README.md", "cli.mjs", "package.json", "svc.mjs"])
+        expect(Fs.readdirSync(installed).sort()).toEqual(["README.md", "chunks", "cli.mjs", "package.json", "svc.mjs"])
         const manifest = JSON.parse(Fs.readFileSync(Path.join(installed, "package.json"), "utf8"))
         expect(manifest.dependencies).toBeUndefined()
         expect(manifest.engines).toEqual({ node: ">=22" })
         // No workspace import is left for Node to resolve.
-        expect(Fs.readFileSync(Path.join(installed, "cli.mjs"), "utf8")).not.toMatch(/from\s*["']@svc\//)
+        for (const file of ["cli.mjs", ...Fs.readdirSync(Path.join(installed, "chunks")).map((f) => `chunks/${f}`)]) {
+          expect(Fs.readFileSync(Path.join(installed, file), "utf8")).not.toMatch(
+            /from\s*["'](@svc|@modelcontextprotocol)\//
+          )
+        }
 
         const help = yield* svc(["--help"])
         expect(help.code, help.stderr).toBe(0)
@@ -135,6 +142,35 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 300_000 })("the packed svc
         expect(missing.code).toBe(1)
         expect(missing.stderr).toMatch(/^error (not_found|invalid_request): /)
       }),
+    300_000
+  )
+
+  it.effect(
+    "svc mcp: the MCP tools over stdio from the installed bundle (its MCP SDK chunk), with the official client",
+    () =>
+      Effect.gen(function*() {
+        const env = yield* Env
+        const { home, prefix } = yield* installPacked
+        const client = new Client({ name: "svc-test", version: "0.0.0" })
+        yield* Effect.acquireRelease(
+          Effect.promise(() =>
+            client.connect(
+              new StdioClientTransport({
+                command: Path.join(prefix, "bin/svc"),
+                args: ["mcp"],
+                cwd: home,
+                env: { PATH, HOME: home, SVC_API_URL: env.base, SVC_API_KEY: env.org.token }
+              })
+            )
+          ),
+          () => Effect.promise(() => client.close())
+        )
+        const { tools } = yield* Effect.promise(() => client.listTools())
+        expect(tools.map((t) => t.name).sort()).toEqual(TOOLS)
+        const result = yield* Effect.promise(() => client.callTool({ name: "list_sandboxes", arguments: {} }))
+        const content = result.content as ReadonlyArray<{ text: string }>
+        expect(ok({ isError: result.isError === true, text: content[0]!.text })).toHaveProperty("rows")
+      }).pipe(Effect.scoped),
     300_000
   )
 })

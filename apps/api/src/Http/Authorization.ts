@@ -43,7 +43,7 @@ import { HttpServerRequest, HttpServerResponse } from "effect/http"
 import type { HttpApiEndpoint, HttpApiGroup } from "effect/http-api"
 import { pathOf, queryToken, renderCause, TERMINAL_PATH } from "./Middleware.ts"
 
-const BEARER = /^Bearer[ \t]+([^\s]+)[ \t]*$/i
+export const BEARER = /^Bearer[ \t]+([^\s]+)[ \t]*$/i
 
 const isSafe = (method: string) => method === "GET" || method === "HEAD" || method === "OPTIONS"
 
@@ -76,7 +76,7 @@ const NO_PRINCIPAL: Principal = new Proxy({} as Principal, {
   }
 })
 
-const UNAUTHENTICATED = new Errors.Unauthenticated()
+export const UNAUTHENTICATED = new Errors.Unauthenticated()
 const TOKEN_IN_QUERY = new Errors.TokenInQueryNotAllowed()
 const CSRF = new CsrfRejected()
 
