@@ -22,10 +22,12 @@ from typing import (
     AsyncIterator,
     Awaitable,
     Callable,
+    Dict,
     Generator,
     Generic,
     Iterator,
     List,
+    Mapping,
     Optional,
     Sequence,
     Type,
@@ -38,6 +40,7 @@ from typing import (
 
 from ._http import SvcError
 from .client import Svc
+from .contexts import CodeContext, Contexts
 from .events import EventStream, SvcEvent
 from .processes import Process, Processes
 from .resources import Apps, Audit, Billing, Keys, OrgResource, Secrets, Templates, Volumes, Webhooks, Workers
@@ -218,6 +221,58 @@ class AsyncFiles:
         self.remove = run(files.remove)
 
 
+class AsyncCodeContext:
+    """A code context (see `svc.CodeContext`): `run`, `interrupt`, `delete` and `refresh` are coroutines."""
+
+    def __init__(self, run: _Runner, context: CodeContext) -> None:
+        self._run = run
+        self._sync = context
+        self.run = run(context.run)
+        self.interrupt = run(context.interrupt)
+        self.delete = run(context.delete)
+
+    def __repr__(self) -> str:
+        return f"Async{self._sync!r}"
+
+    @property
+    def id(self) -> str:
+        return self._sync.id
+
+    @property
+    def state(self) -> str:
+        return self._sync.state
+
+    @property
+    def record(self) -> Dict[str, Any]:
+        return self._sync.record
+
+    async def refresh(self) -> AsyncCodeContext:
+        await self._run(self._sync.refresh)()
+        return self
+
+
+class AsyncContexts:
+    """`sbx.contexts` of an `AsyncSandbox`."""
+
+    def __init__(self, run: _Runner, contexts: Contexts) -> None:
+        self._run = run
+        self._sync = contexts
+        self.run = run(contexts.run)
+        self.interrupt = run(contexts.interrupt)
+        self.delete = run(contexts.delete)
+
+    async def create(
+        self, language: str = "python", cwd: Optional[str] = None, env: Optional[Mapping[str, str]] = None
+    ) -> AsyncCodeContext:
+        return AsyncCodeContext(self._run, await self._run(self._sync.create)(language, cwd, env))
+
+    async def list(self) -> List[AsyncCodeContext]:
+        return [AsyncCodeContext(self._run, c) for c in await self._run(self._sync.list)()]
+
+    async def get(self, context_id: str) -> AsyncCodeContext:
+        return AsyncCodeContext(self._run, await self._run(self._sync.get)(context_id))
+
+
 class AsyncTerminal:
     """A terminal (see `svc.Terminal`): `write`, `resize` and `close` are quick sends; `read` and `wait` wait in a thread."""
 
@@ -260,6 +315,8 @@ class AsyncSandbox:
         self.bind_secret = run(sandbox.bind_secret)
         self.expose_port = run(sandbox.expose_port)
         self.snapshot = run(sandbox.snapshot)
+        self.contexts = AsyncContexts(run, sandbox.contexts)
+        self.run_code = run(sandbox.run_code)
 
     def __repr__(self) -> str:
         return f"Async{self._sync!r}"
