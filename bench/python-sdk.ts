@@ -14,10 +14,11 @@ import { startNats, startPostgres } from "@svc/local-servers/Servers"
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import { serve } from "@svc/testing/TestHttp"
 import * as TestNats from "@svc/testing/TestNats"
+import { appMain, readyEvent, spawnRole } from "@svc/testing/TestProcess"
 import { useTestEncryptionKeys } from "@svc/testing/TestSecrets"
 import { Effect, Layer } from "effect"
 import { HttpRouter } from "effect/http"
-import { execFile, spawn } from "node:child_process"
+import { execFile } from "node:child_process"
 import * as Fs from "node:fs/promises"
 import * as Path from "node:path"
 import { fileURLToPath } from "node:url"
@@ -36,7 +37,6 @@ import { median } from "./lib/Stats.ts"
 const RUNS = Number(process.env["BENCH_RUNS"] ?? 5)
 const CALLS = Number(process.env["BENCH_CALLS"] ?? 40)
 const ROOT = Path.resolve(fileURLToPath(import.meta.url), "../..")
-const AGENT_MAIN = Path.join(ROOT, "apps/agent/src/main.ts")
 const PYTHON = process.env["SVC_PYTHON"] ?? "python3"
 
 // One key makes every call: the default rate limit (50/s per key) would turn the runs into 429s.
@@ -91,28 +91,17 @@ const platform = Effect.gen(function*() {
     Effect.promise(() => Fs.mkdtemp("/tmp/svc-bench-host-")),
     (dir) => cleanHost(hostId, dir)
   )
-  yield* Effect.acquireRelease(
-    Effect.callback<{ kill: () => void }>((resume) => {
-      const child = spawn(process.execPath, [AGENT_MAIN], {
-        env: {
-          ...process.env,
-          NATS_URL: server.url,
-          SVC_NATS_PREFIX: server.prefix,
-          SVC_HOST_ID: hostId,
-          SVC_REGION: "local",
-          SVC_AGENT_DATA_DIR: dataDir
-        },
-        stdio: ["ignore", "pipe", "inherit"]
-      })
-      let out = ""
-      child.stdout!.on("data", (chunk: Buffer) => {
-        out += chunk.toString()
-        if (out.includes("agent_ready")) resume(Effect.succeed({ kill: () => child.kill("SIGTERM") }))
-      })
-      child.on("exit", (code) => resume(Effect.die(new Error(`agent exited (${code})`))))
-    }),
-    (agent) => Effect.sync(() => agent.kill())
-  )
+  yield* spawnRole({
+    main: appMain("agent"),
+    env: {
+      NATS_URL: server.url,
+      SVC_NATS_PREFIX: server.prefix,
+      SVC_HOST_ID: hostId,
+      SVC_REGION: "local",
+      SVC_AGENT_DATA_DIR: dataDir
+    },
+    ready: readyEvent("agent_ready")
+  })
 
   const call = (method: string, path: string, body?: object) =>
     Effect.promise(async () => {
