@@ -11,6 +11,7 @@ import { ContextsApi } from "./Api/Contexts.ts"
 import { EventsApi } from "./Api/Events.ts"
 import { Infrastructure } from "./Api/Infrastructure.ts"
 import { declareLimits } from "./Api/Limits.ts"
+import { declareMcp } from "./Api/Mcp.ts"
 import { OrgApi } from "./Api/Org.ts"
 import { PreviewsApi } from "./Api/Previews.ts"
 import { ProcessesApi } from "./Api/Processes.ts"
@@ -59,7 +60,8 @@ export class Api extends HttpApi.make("svc")
     title: "Sandbox platform API",
     version: "1",
     // Every endpoint takes the bearer credential (Authorization's own check, not its `security`);
-    // the limits every answer shares (the global middleware's and Node's) are declared on each.
-    transform: (spec) => declareLimits(declareBearer(spec))
+    // the limits every answer shares (the global middleware's and Node's) are declared on each;
+    // POST /mcp, served outside the HttpApi, is added first so that both apply to it too.
+    transform: (spec) => declareLimits(declareBearer(declareMcp(spec)))
   }))
 {}

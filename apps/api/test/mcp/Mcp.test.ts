@@ -79,4 +79,28 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 300_000 })("POST /mcp (Str
         yield* Effect.promise(() => refused.arrayBuffer())
       }
     }))
+
+  it.effect("/v1/openapi.json describes POST /mcp with the tools the server lists, behind the bearer key", () =>
+    Effect.gen(function*() {
+      const env = yield* Env
+      const document = yield* Effect.promise(() => fetch(new URL("/v1/openapi.json", env.base)).then((r) => r.json()))
+      const operation = document.paths["/mcp"]?.post
+      expect(operation?.security).toEqual([{ bearer: [] }])
+      expect(Object.keys(operation?.responses ?? {})).toEqual(expect.arrayContaining(["200", "401", "429"]))
+      const listed = yield* Effect.promise(() =>
+        fetch(new URL("/mcp", env.base), {
+          method: "POST",
+          headers: {
+            "content-type": "application/json",
+            accept: "application/json, text/event-stream",
+            authorization: `Bearer ${env.org.token}`
+          },
+          body: JSON.stringify({ jsonrpc: "2.0", id: 2, method: "tools/list", params: {} })
+        }).then((r) => r.json())
+      )
+      const tools: Array<string> = listed.result.tools.map((tool: { name: string }) => tool.name)
+      expect(tools.length).toBeGreaterThan(0)
+      const documented = [...String(operation.description).matchAll(/`([a-z_]+)`/g)].map((m) => m[1])
+      expect(documented.sort()).toEqual([...tools].sort())
+    }))
 })
