@@ -83,7 +83,9 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 300_000 })("POST /mcp (Str
   it.effect("/v1/openapi.json describes POST /mcp with the tools the server lists, behind the bearer key", () =>
     Effect.gen(function*() {
       const env = yield* Env
-      const document = yield* Effect.promise(() => fetch(new URL("/v1/openapi.json", env.base)).then((r) => r.json()))
+      const document = yield* Effect.promise(() =>
+        fetch(new URL("/v1/openapi.json", env.base)).then((r) => r.json() as Promise<any>)
+      )
       const operation = document.paths["/mcp"]?.post
       expect(operation?.security).toEqual([{ bearer: [] }])
       expect(Object.keys(operation?.responses ?? {})).toEqual(expect.arrayContaining(["200", "401", "429"]))
@@ -96,7 +98,7 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 300_000 })("POST /mcp (Str
             authorization: `Bearer ${env.org.token}`
           },
           body: JSON.stringify({ jsonrpc: "2.0", id: 2, method: "tools/list", params: {} })
-        }).then((r) => r.json())
+        }).then((r) => r.json() as Promise<any>)
       )
       const tools: Array<string> = listed.result.tools.map((tool: { name: string }) => tool.name)
       expect(tools.length).toBeGreaterThan(0)
