@@ -11,7 +11,7 @@
  * ready (first create → first answer).
  *
  *   npm run bench tti          (or: node bench/tti.ts; BENCH_TTI_N=20, BENCH_TTI_MODES=sequential,staggered,burst,
- *                               BENCH_TTI_BREAKDOWN=5)
+ *                               BENCH_TTI_BREAKDOWN=5, BENCH_TTI_HOLD=<file>)
  *
  * Through our SDK (`svc.sandboxes.create()` resolving once running, `exec`, `delete`), against a
  * stack this run starts: a throwaway NATS and Postgres, and the API, runtime and agent roles each
@@ -65,6 +65,20 @@ const DEBS = [
   "node-undici",
   "node-xtend"
 ]
+
+/**
+ * BENCH_TTI_HOLD=<file>: once the template is built and warm, write `{api_url, api_key, template}`
+ * to <file> (0600) and wait until it is removed, then measure as usual: another harness (the
+ * public one, with a provider adapter over our SDK) can run against the same stack in the same
+ * window, for a comparison of the two methods' figures.
+ */
+const HOLD = process.env["BENCH_TTI_HOLD"]
+
+const holdFor = async (stack: { readonly api_url: string; readonly api_key: string }) => {
+  FsSync.writeFileSync(HOLD!, JSON.stringify({ ...stack, template: TEMPLATE }), { mode: 0o600 })
+  log(`holding: the stack is in ${HOLD}; remove it to go on`)
+  while (FsSync.existsSync(HOLD!)) await new Promise((resolve) => setTimeout(resolve, 500))
+}
 
 const log = (line: string) => process.stderr.write(`[${new Date().toISOString().slice(11, 19)}] ${line}\n`)
 
@@ -318,7 +332,8 @@ const main = Effect.gen(function*() {
     timeout: "600 seconds"
   })
   const base = `http://127.0.0.1:${port}`
-  const svc = new Svc({ baseUrl: base, apiKey: yield* Effect.promise(() => mintKey(base)) })
+  const apiKey = yield* Effect.promise(() => mintKey(base))
+  const svc = new Svc({ baseUrl: base, apiKey })
   const pids: Pids = {
     api: api.process.pid!,
     runtime: runtime.process.pid!,
@@ -326,14 +341,15 @@ const main = Effect.gen(function*() {
     postgres: findProcess((cmd) => cmd.includes(`-D ${pg.dir}`)),
     nats: findProcess((cmd) => cmd.includes(`-sd ${nats.dir}`))
   }
-  return yield* Effect.promise(() => measure(svc, pids))
+  return yield* Effect.promise(() => measure(svc, pids, { api_url: base, api_key: apiKey }))
 })
 
-const measure = async (svc: Svc, pids: Pids) => {
+const measure = async (svc: Svc, pids: Pids, stack: { readonly api_url: string; readonly api_key: string }) => {
   const debs = await ensureDebs()
   await buildTemplate(svc, debs)
   // Warm-up: the template's first boot on this host, JIT, connections.
   for (let i = 0; i < 3; i++) await iteration(svc, performance.now())
+  if (HOLD !== undefined) await holdFor(stack)
 
   // Where one create's time goes.
   const parts: Record<string, Array<number>> = {

@@ -60,6 +60,16 @@ const MMDEBSTRAP = ["/usr/bin/mmdebstrap", "/usr/sbin/mmdebstrap"]
 const exists = (path: string): Promise<boolean> => Fs.lstat(path).then(() => true, () => false)
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
+/** Whether a process of this pid exists (EPERM: it does, another user's). */
+const alive = (pid: number): boolean => {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === "EPERM"
+  }
+}
+
 /**
  * The archive of `recipe` in `cacheDir`, built when absent (about a minute, network to the
  * mirror needed). `log` gets mmdebstrap's output lines.
@@ -81,14 +91,25 @@ export const ensureDebianArchive = async (
     // One builder per cache folder (across processes): mkdir is atomic.
     const locked = await Fs.mkdir(lock).then(() => true, () => false)
     if (!locked) {
-      // A lock older than 20 min is a builder that died.
+      // A builder that died (killed with its test run) leaves its lock: its pid is gone, or, if
+      // it died before writing it, the lock is older than 20 min.
       const st = await Fs.stat(lock).catch(() => undefined)
-      if (st !== undefined && Date.now() - st.mtimeMs > 20 * 60_000) await Fs.rm(lock, { recursive: true, force: true })
-      await sleep(1000)
+      const owner = await Fs.readFile(NodePath.join(lock, "pid"), "utf8").then(Number, () => undefined)
+      const stale = (owner !== undefined && !alive(owner)) ||
+        (st !== undefined && Date.now() - st.mtimeMs > 20 * 60_000)
+      if (stale) await Fs.rm(lock, { recursive: true, force: true })
+      else await sleep(1000)
       continue
     }
+    await Fs.writeFile(NodePath.join(lock, "pid"), String(process.pid))
     try {
       const temp = `${file}.tmp-${process.pid}`
+      // A dead builder's half-written archive.
+      for (const name of await Fs.readdir(cacheDir)) {
+        if (name.startsWith(`${NodePath.basename(file)}.tmp-`)) {
+          await Fs.rm(NodePath.join(cacheDir, name), { force: true })
+        }
+      }
       log(`building the debian root (${recipe.suite}, ${recipe.packages.join(", ")}) with mmdebstrap`)
       const found = await Promise.all(MMDEBSTRAP.map(exists))
       const program = MMDEBSTRAP[found.indexOf(true)]
