@@ -82,6 +82,11 @@ export { toRecord } from "./Sandboxes/Record.ts"
 
 export const BASE_TEMPLATE_NAME = "base"
 export const ANY_REGION = "any"
+/**
+ * A create no host can take is refused (503 `no_capacity`) with this `Retry-After`: room frees as
+ * sandboxes stop or are deleted, and a host that just started heartbeats within 2 s.
+ */
+export const NO_CAPACITY_RETRY_AFTER_S = 1
 
 const invalid = (path: string, message: string) =>
   new Errors.InvalidRequest({ error: `Invalid request body: ${path} ${message}`, issues: [{ path, message }] })
@@ -131,6 +136,7 @@ export class Sandboxes extends Context.Service<Sandboxes, {
     | Errors.IdempotencyKeyReused
     | Errors.QuotaExceeded
     | Errors.UsageLimitReached
+    | Errors.NoCapacity
     | Rows.QueryError
   >
   /** The org's sandbox (its state, for policy checks), or `not_found`. */
@@ -235,7 +241,12 @@ export class Sandboxes extends Context.Service<Sandboxes, {
         // Runs once per Idempotency-Key, in the transaction that holds the key.
         const insert = Effect.gen(function*(): Effect.fn.Return<
           SandboxActorState,
-          Errors.InvalidRequest | Errors.Conflict | Errors.QuotaExceeded | Errors.UsageLimitReached | Rows.QueryError,
+          | Errors.InvalidRequest
+          | Errors.Conflict
+          | Errors.QuotaExceeded
+          | Errors.UsageLimitReached
+          | Errors.NoCapacity
+          | Rows.QueryError,
           SqlClient.SqlClient
         > {
           // Holds the org's row to the commit: concurrent creates count one after the other.
@@ -277,24 +288,27 @@ export class Sandboxes extends Context.Service<Sandboxes, {
             now,
             { locked: true }
           )
-          const host = placement._tag === "Placed" ? placement.host : null
-          if (host !== null) yield* VolumeRefs.pin(volumes.unpinned, host.hostId)
           if (placement._tag === "Unplaceable") {
-            // The tenant sees `reason`; which hosts were full and by how much is for operators.
-            yield* Effect.logWarning("sandbox unplaceable", { sandboxId: id, orgId, detail: placement.detail })
+            // Refused before anything is written (the transaction rolls back): never accepted and
+            // then turned into `error`. The tenant sees `reason`; which hosts were full and by
+            // how much is for operators.
+            yield* Effect.logWarning("sandbox unplaceable", { orgId, detail: placement.detail })
+            return yield* new Errors.NoCapacity({ error: placement.reason, retry_after_s: NO_CAPACITY_RETRY_AFTER_S })
           }
+          const host = placement.host
+          yield* VolumeRefs.pin(volumes.unpinned, host.hostId)
           const state: SandboxActorState = {
             id,
             orgId,
             name: request.name ?? id,
             templateId: template.id,
             templateName: template.root,
-            hostId: host?.hostId ?? null,
+            hostId: host.hostId,
             parentId: request.parent_id,
             state: "pending",
             type: request.type,
-            region: host?.region ?? request.region ?? ANY_REGION,
-            datacenter: host?.datacenter ?? null,
+            region: host.region,
+            datacenter: host.datacenter,
             agentReady: false,
             runtimeReady: false,
             runtimeReason: null,
@@ -334,7 +348,7 @@ export class Sandboxes extends Context.Service<Sandboxes, {
             // env first, the request's over it.
             sealedEnv: yield* sealEnv(box, "transit", id, { ...template.env, ...request.env }),
             ...(template.image !== undefined ? { image: template.image } : {}),
-            unplaceable: placement._tag === "Unplaceable" ? placement.reason : null,
+            unplaceable: null,
             ...(volumes.mounts.length > 0 ? { volumes: volumes.mounts } : {})
           }).pipe(Effect.catchTag("InvalidActorMessage", Effect.die))
           const messages = yield* Outbox.prepareAll([egressMessage(state), create]).pipe(
