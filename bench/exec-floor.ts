@@ -247,7 +247,7 @@ const rows: Array<[string, string, string]> = [
   ["enter-bare", "nsenter", "svc-enter without seccomp or cgroups, against nsenter"],
   ["enter+seccomp", "enter-bare", "the seccomp filter"],
   ["enter+cgroups", "enter+seccomp", "the cgroup joins and the exec's pids group"],
-  ["driver.exec", "enter+cgroups", "the driver's own work (decode, lookup, its exec group)"],
+  ["driver.exec", "enter+cgroups", "the driver's own work (decode, lookup, scope)"],
   ["driver.exec", "nsenter", "an exec against a bare nsenter exec"],
   ["driver.exec", "bwrap+all", "an exec against a bare bwrap with a sandbox's namespaces"],
   ["loop inside", "loop bwrap", `${LOOKUPS} failed lookups: the overlay root against the plain folder`]
