@@ -163,6 +163,9 @@ const retryAfterMs = (response: Response): number | undefined => {
   return Number.isNaN(at) ? undefined : Math.max(0, at - Date.now())
 }
 
+/** Read through a call: the flow analysis would take it for the value read before an await. */
+const isAborted = (signal: AbortSignal | undefined): boolean => signal?.aborted === true
+
 /** One configured connection to the API; the resources share it. */
 export class Http {
   readonly baseUrl: string
@@ -241,15 +244,13 @@ export class Http {
       // A refusal that did nothing and says when to come back (429 `rate_limited`, 503
       // `no_capacity`): sent again after that wait, a few times.
       const wait = retryAfterMs(response)
-      if (
-        (response.status === 429 || response.status === 503) && wait !== undefined && replayable &&
-        attempt < this.#maxRetries && wait <= this.#maxRetryWaitMs && options.signal?.aborted !== true
-      ) {
-        await response.body?.cancel().catch(() => undefined)
-        await sleep(wait, options.signal)
-        if (options.signal?.aborted !== true) continue
-      }
-      throw await errorOf(response)
+      const error = await errorOf(response)
+      const retry = (response.status === 429 || response.status === 503) && wait !== undefined && replayable &&
+        attempt < this.#maxRetries && wait <= this.#maxRetryWaitMs
+      if (!retry || options.signal?.aborted === true) throw error
+      await sleep(wait, options.signal)
+      // Aborted while it waited: the refusal is the answer.
+      if (isAborted(options.signal)) throw error
     }
   }
 
