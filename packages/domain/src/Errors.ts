@@ -269,9 +269,9 @@ export class Unavailable extends ApiErrorClass<Unavailable>()("Unavailable", {
 }) {}
 
 /**
- * Added to docs/contract.md#errors: a create no live host can take now (none has room for what it
- * asks, or none is live in its region). Refused at once, nothing created; `retry_after_s` is in
- * the body too and the server sends it as `Retry-After`.
+ * Added to docs/contract.md#errors: a create no live host has room for now (or no host is live at
+ * all). Refused at once, nothing created; `retry_after_s` is in the body too and the server sends
+ * it as `Retry-After`.
  */
 export class NoCapacity extends ApiErrorClass<NoCapacity>()("NoCapacity", {
   code: "no_capacity",

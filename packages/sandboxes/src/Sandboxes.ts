@@ -288,27 +288,32 @@ export class Sandboxes extends Context.Service<Sandboxes, {
             now,
             { locked: true }
           )
+          const refused = placement._tag === "Unplaceable" &&
+            (placement.kind === "no_room" || placement.kind === "no_host")
           if (placement._tag === "Unplaceable") {
-            // Refused before anything is written (the transaction rolls back): never accepted and
-            // then turned into `error`. The tenant sees `reason`; which hosts were full and by
-            // how much is for operators.
+            // The tenant sees `reason`; which hosts were full and by how much is for operators.
             yield* Effect.logWarning("sandbox unplaceable", { orgId, detail: placement.detail })
+          }
+          if (refused) {
+            // The platform's capacity: refused before anything is written (the transaction rolls
+            // back), never accepted and then turned into `error`. A region with no live host, or
+            // local volumes whose host is down, is the request's: created, then `error` naming it.
             return yield* new Errors.NoCapacity({ error: placement.reason, retry_after_s: NO_CAPACITY_RETRY_AFTER_S })
           }
-          const host = placement.host
-          yield* VolumeRefs.pin(volumes.unpinned, host.hostId)
+          const host = placement._tag === "Placed" ? placement.host : null
+          if (host !== null) yield* VolumeRefs.pin(volumes.unpinned, host.hostId)
           const state: SandboxActorState = {
             id,
             orgId,
             name: request.name ?? id,
             templateId: template.id,
             templateName: template.root,
-            hostId: host.hostId,
+            hostId: host?.hostId ?? null,
             parentId: request.parent_id,
             state: "pending",
             type: request.type,
-            region: host.region,
-            datacenter: host.datacenter,
+            region: host?.region ?? request.region ?? ANY_REGION,
+            datacenter: host?.datacenter ?? null,
             agentReady: false,
             runtimeReady: false,
             runtimeReason: null,
@@ -348,7 +353,7 @@ export class Sandboxes extends Context.Service<Sandboxes, {
             // env first, the request's over it.
             sealedEnv: yield* sealEnv(box, "transit", id, { ...template.env, ...request.env }),
             ...(template.image !== undefined ? { image: template.image } : {}),
-            unplaceable: null,
+            unplaceable: placement._tag === "Unplaceable" ? placement.reason : null,
             ...(volumes.mounts.length > 0 ? { volumes: volumes.mounts } : {})
           }).pipe(Effect.catchTag("InvalidActorMessage", Effect.die))
           const messages = yield* Outbox.prepareAll([egressMessage(state), create]).pipe(

@@ -1,6 +1,7 @@
 /**
- * Placement and lost hosts through the public API: no live host in the region, a full host, a
- * burst beyond the room (each refused at once with 503 `no_capacity`, nothing created), a
+ * Placement and lost hosts through the public API: no live host in the region (created, then
+ * error naming the live regions), a full host and a burst beyond the room (refused at once with
+ * 503 `no_capacity`, nothing created), a
  * host that goes down or never answers. Fake hosts (a `hosts` record nobody serves) stand in;
  * the supervisor of the runtime role moves the sandboxes to `error` with the reason.
  */
@@ -10,16 +11,20 @@ import { fakeHost } from "../../testing/Sandboxes.ts"
 import { api, create, EnvLayer, eventsOf, TRANSITION_TIMEOUT_MS, waitState } from "../../testing/SandboxesEnv.ts"
 
 layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("sandboxes API: placement and lost hosts", (it) => {
-  it.effect("no live host in the region: refused at once with 503 no_capacity and Retry-After, nothing created", () =>
+  it.effect("no live host in the region: the sandbox ends in error with the reason, never stuck pending", () =>
     Effect.gen(function*() {
-      const before = yield* api("GET", "/v1/sandboxes?paginated=false")
-      const refused = yield* api("POST", "/v1/sandboxes", { body: { region: "mars" } })
-      expect(refused.status, refused.text).toBe(503)
-      expect(refused.json).toMatchObject({ code: "no_capacity", retry_after_s: 1 })
-      expect(refused.json.error).toMatch(/^no live host in region mars \(live regions: .*local.*\)$/)
-      expect(refused.headers.get("retry-after")).toBe("1")
-      const after = yield* api("GET", "/v1/sandboxes?paginated=false")
-      expect(after.json.rows.length).toBe(before.json.rows.length)
+      const created = yield* create({ region: "mars" })
+      expect(created).toMatchObject({ state: "pending", hostId: null, region: "mars", datacenter: null })
+      const failed = yield* waitState(created.id, "error")
+      expect(failed.errorMessage).toMatch(/^no live host in region mars \(live regions: .*local.*\)$/)
+      const { labels, events } = yield* eventsOf(created.id, "sandbox.state_updated:error")
+      expect(labels).toEqual(["sandbox.state_updated:error"])
+      expect(events[0]!.data).toEqual({ sandbox_id: created.id, state: "error", internal_ip: null })
+      // Deleting one that never reached a host: deleted at once.
+      const gone = yield* api("DELETE", `/v1/sandboxes/${created.id}`)
+      expect(gone.json.state).toBe("deleted")
+      const after = yield* eventsOf(created.id, "sandbox.deleted")
+      expect(after.events.at(-1)!.data).toEqual({ sandbox_id: created.id, host_id: null })
     }))
 
   it.effect("a full host: the next sandbox that does not fit is refused naming what it asked for, not the host", () =>
