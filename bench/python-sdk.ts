@@ -40,8 +40,11 @@ const ROOT = Path.resolve(fileURLToPath(import.meta.url), "../..")
 const PYTHON = process.env["SVC_PYTHON"] ?? "python3"
 
 // One key makes every call: the default rate limit (50/s per key) would turn the runs into 429s.
-process.env["SVC_RATE_LIMIT_PER_SECOND"] = "100000"
-process.env["SVC_RATE_LIMIT_BURST"] = "100000"
+// The API runs in this process on `AuthLayer.layerWith`, whose settings are the defaults plus
+// these (it reads no environment): the variables alone left the key at 50/s.
+const UNLIMITED = { rateLimitPerSecond: 100_000, rateLimitBurst: 100_000 }
+process.env["SVC_RATE_LIMIT_PER_SECOND"] = String(UNLIMITED.rateLimitPerSecond)
+process.env["SVC_RATE_LIMIT_BURST"] = String(UNLIMITED.rateLimitBurst)
 
 /** The measuring program: call by call, the SDK then the bare client; JSON of each run's medians (ms). */
 const PROGRAM = `
@@ -170,7 +173,7 @@ try {
   const result = await Effect.runPromise(
     Effect.scoped(platform).pipe(
       Effect.provide(
-        Layer.mergeAll(Runtime.make({ heartbeat: false }), AuthLayer.layerWith({})).pipe(
+        Layer.mergeAll(Runtime.make({ heartbeat: false }), AuthLayer.layerWith(UNLIMITED)).pipe(
           Layer.provideMerge(Layer.mergeAll(TestNats.layer, TestDatabase.layer, SecretBox.layer))
         )
       )

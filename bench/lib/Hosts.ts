@@ -1,4 +1,5 @@
 /** What the benchmarks share about hosts: removing everything an agent left behind. */
+import { removeLeftovers } from "@svc/testing/TestHost"
 import { Context, Effect, Layer } from "effect"
 import * as Fs from "node:fs/promises"
 import { SecretBox } from "../../packages/crypto/src/SecretBox.ts"
@@ -21,6 +22,8 @@ export const cleanHost = (hostId: string, dataDir: string) =>
       yield* Effect.forEach(rows, (row) => Effect.ignore(driver.destroy(row.sandboxId)), { concurrency: 4 })
     })).pipe(Effect.ignore)
     yield* Effect.promise(async () => {
+      // What the driver's list missed (a pool entry being made when the agent was killed).
+      await removeLeftovers(hostId)
       await Fs.rm(dataDir, { recursive: true, force: true })
       for (const c of CONTROLLERS) await Fs.rmdir(`/sys/fs/cgroup/${c}/svc-sandboxes/${hostId}`).catch(() => undefined)
     })

@@ -268,6 +268,18 @@ export class Unavailable extends ApiErrorClass<Unavailable>()("Unavailable", {
   message: "A dependency is unavailable; retry"
 }) {}
 
+/**
+ * Added to docs/contract.md#errors: a create no live host has room for now (or no host is live at
+ * all). Refused at once, nothing created; `retry_after_s` is in the body too and the server sends
+ * it as `Retry-After`.
+ */
+export class NoCapacity extends ApiErrorClass<NoCapacity>()("NoCapacity", {
+  code: "no_capacity",
+  status: 503,
+  message: "No host has room for this sandbox now; retry",
+  fields: { retry_after_s: Schema.Int.check(Schema.isGreaterThanOrEqualTo(0)) }
+}) {}
+
 /** Never carries internals: the request id is in the `x-request-id` header. */
 export class Internal extends ApiErrorClass<Internal>()("Internal", {
   code: "internal",
@@ -303,6 +315,7 @@ export const API_ERRORS = [
   QuotaExceeded,
   BadGateway,
   Unavailable,
+  NoCapacity,
   Internal
 ] as const
 

@@ -43,11 +43,13 @@ const table: ReadonlyArray<readonly [number, string, E.ApiError, Record<string, 
   [429, "quota_exceeded", new E.QuotaExceeded({ quota: "sandboxes", limit: 100 }), { quota: "sandboxes", limit: 100 }],
   [502, "bad_gateway", new E.BadGateway(), {}],
   [503, "unavailable", new E.Unavailable(), {}],
+  // Added to docs/contract.md#errors: a create no live host can take now.
+  [503, "no_capacity", new E.NoCapacity({ retry_after_s: 1 }), { retry_after_s: 1 }],
   [500, "internal", new E.Internal(), {}]
 ]
 
 describe("Errors", () => {
-  it("covers every row of the contract's error table (and csrf_rejected, unsupported_media_type) once", () => {
+  it("covers every row of the contract's error table (and csrf_rejected, unsupported_media_type, no_capacity) once", () => {
     expect(table.length).toBe(E.API_ERRORS.length)
     expect(new Set(table.map(([, code]) => code)).size).toBe(table.length)
   })

@@ -48,7 +48,18 @@ export interface Usage {
  */
 export type Placement =
   | { readonly _tag: "Placed"; readonly host: HostRecord }
-  | { readonly _tag: "Unplaceable"; readonly reason: string; readonly detail: string }
+  | {
+    readonly _tag: "Unplaceable"
+    readonly reason: string
+    readonly detail: string
+    /**
+     * Why: `no_room` (live hosts, none with room), `no_host` (no live host at all, any region
+     * asked), `no_host_in_region` (none live in the region asked for), `pinned_host_down` (the
+     * host of its local volumes is not live). The first two are the platform's capacity, which
+     * frees or returns: the API refuses those creates at once (503 `no_capacity`).
+     */
+    readonly kind: "no_room" | "no_host" | "no_host_in_region" | "pinned_host_down"
+  }
 
 const NONE: Usage = { cpu: 0, ramMb: 0, diskGb: 0 }
 
@@ -78,14 +89,19 @@ export const choose = (
     // The tenant's own volume's host: naming it tells nothing about other tenants.
     const where = request.region === null ? "" : ` in region ${request.region}`
     const reason = `the host of its local volumes (${pinned}) is not live${where}`
-    return { _tag: "Unplaceable", reason, detail: reason }
+    return { _tag: "Unplaceable", reason, detail: reason, kind: "pinned_host_down" }
   }
   if (inRegion.length === 0) {
     const where = request.region === null ? "" : ` in region ${request.region}`
     const regions = [...new Set(live.map((h) => h.region))].sort()
     const others = request.region !== null && regions.length > 0 ? ` (live regions: ${regions.join(", ")})` : ""
     const reason = `no live host${where}${others}`
-    return { _tag: "Unplaceable", reason, detail: reason }
+    return {
+      _tag: "Unplaceable",
+      reason,
+      detail: reason,
+      kind: request.region === null ? "no_host" : "no_host_in_region"
+    }
   }
   const free = inRegion.map((host) => {
     const used = usage.get(host.hostId) ?? NONE
@@ -104,6 +120,7 @@ export const choose = (
     return {
       _tag: "Unplaceable",
       reason,
+      kind: "no_room",
       detail: `${reason} (most free: ${best.host.hostId} with ${
         describe({ cpu: Math.max(0, best.cpu), ramMb: Math.max(0, best.ramMb), diskGb: Math.max(0, best.diskGb) })
       })`

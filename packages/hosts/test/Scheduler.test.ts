@@ -95,6 +95,7 @@ describe("Scheduler.choose", () => {
     // The reason is the tenant's errorMessage: what it asked for, no host ids or capacities.
     expect(refused).toEqual({
       _tag: "Unplaceable",
+      kind: "no_room",
       reason: "no live host has room for cpu 1, ram_mb 513, disk_gb 1",
       detail:
         "no live host has room for cpu 1, ram_mb 513, disk_gb 1 (most free: h2 with cpu 0, ram_mb 1024, disk_gb 5)"
@@ -105,6 +106,16 @@ describe("Scheduler.choose", () => {
     expect(picked(choose(hosts, usage, { region: "local", cpu: 1, ramMb: 512, diskGb: 2 }, NOW))).toMatch(
       /^no live host in region local has room for cpu 1, ram_mb 512, disk_gb 2/
     )
+  })
+
+  it("why it is unplaceable: the platform's capacity (no room, no live host at all) apart from the request's region or volumes' host", () => {
+    const kind = (p: ReturnType<typeof choose>) => (p._tag === "Unplaceable" ? p.kind : "placed")
+    const request = { region: null, cpu: 1, ramMb: 512, diskGb: 1 }
+    const full = new Map<string, Usage>([["h1", { cpu: 64, ramMb: 0, diskGb: 0 }]])
+    expect(kind(choose([host("h1")], full, request, NOW))).toBe("no_room")
+    expect(kind(choose([], new Map(), request, NOW))).toBe("no_host")
+    expect(kind(choose([host("h1")], new Map(), { ...request, region: "mars" }, NOW))).toBe("no_host_in_region")
+    expect(kind(choose([host("h1")], new Map(), { ...request, hostId: "h9" }, NOW))).toBe("pinned_host_down")
   })
 })
 

@@ -82,6 +82,11 @@ export { toRecord } from "./Sandboxes/Record.ts"
 
 export const BASE_TEMPLATE_NAME = "base"
 export const ANY_REGION = "any"
+/**
+ * A create no host can take is refused (503 `no_capacity`) with this `Retry-After`: room frees as
+ * sandboxes stop or are deleted, and a host that just started heartbeats within 2 s.
+ */
+export const NO_CAPACITY_RETRY_AFTER_S = 1
 
 const invalid = (path: string, message: string) =>
   new Errors.InvalidRequest({ error: `Invalid request body: ${path} ${message}`, issues: [{ path, message }] })
@@ -131,6 +136,7 @@ export class Sandboxes extends Context.Service<Sandboxes, {
     | Errors.IdempotencyKeyReused
     | Errors.QuotaExceeded
     | Errors.UsageLimitReached
+    | Errors.NoCapacity
     | Rows.QueryError
   >
   /** The org's sandbox (its state, for policy checks), or `not_found`. */
@@ -235,7 +241,12 @@ export class Sandboxes extends Context.Service<Sandboxes, {
         // Runs once per Idempotency-Key, in the transaction that holds the key.
         const insert = Effect.gen(function*(): Effect.fn.Return<
           SandboxActorState,
-          Errors.InvalidRequest | Errors.Conflict | Errors.QuotaExceeded | Errors.UsageLimitReached | Rows.QueryError,
+          | Errors.InvalidRequest
+          | Errors.Conflict
+          | Errors.QuotaExceeded
+          | Errors.UsageLimitReached
+          | Errors.NoCapacity
+          | Rows.QueryError,
           SqlClient.SqlClient
         > {
           // Holds the org's row to the commit: concurrent creates count one after the other.
@@ -277,12 +288,20 @@ export class Sandboxes extends Context.Service<Sandboxes, {
             now,
             { locked: true }
           )
-          const host = placement._tag === "Placed" ? placement.host : null
-          if (host !== null) yield* VolumeRefs.pin(volumes.unpinned, host.hostId)
+          const refused = placement._tag === "Unplaceable" &&
+            (placement.kind === "no_room" || placement.kind === "no_host")
           if (placement._tag === "Unplaceable") {
             // The tenant sees `reason`; which hosts were full and by how much is for operators.
-            yield* Effect.logWarning("sandbox unplaceable", { sandboxId: id, orgId, detail: placement.detail })
+            yield* Effect.logWarning("sandbox unplaceable", { orgId, detail: placement.detail })
           }
+          if (refused) {
+            // The platform's capacity: refused before anything is written (the transaction rolls
+            // back), never accepted and then turned into `error`. A region with no live host, or
+            // local volumes whose host is down, is the request's: created, then `error` naming it.
+            return yield* new Errors.NoCapacity({ error: placement.reason, retry_after_s: NO_CAPACITY_RETRY_AFTER_S })
+          }
+          const host = placement._tag === "Placed" ? placement.host : null
+          if (host !== null) yield* VolumeRefs.pin(volumes.unpinned, host.hostId)
           const state: SandboxActorState = {
             id,
             orgId,

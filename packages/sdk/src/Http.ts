@@ -97,6 +97,14 @@ export interface SvcOptions {
   readonly fetch?: typeof globalThis.fetch | undefined
   /** Another WebSocket class, for the terminal (default: the global `WebSocket` of Node 22+). */
   readonly WebSocket?: WebSocketConstructor | undefined
+  /**
+   * How many times a refusal that says when to come back (429 `rate_limited`, 503 `no_capacity`:
+   * an answer with `Retry-After`) is sent again after that wait (default 2); a body that is a
+   * stream is never sent twice.
+   */
+  readonly maxRetries?: number | undefined
+  /** The longest `Retry-After` waited for, in ms (default 60000); a longer one is answered as it is. */
+  readonly maxRetryWaitMs?: number | undefined
 }
 
 export type RequestBody = NonNullable<RequestInit["body"]>
@@ -145,12 +153,27 @@ const queryString = (query: Query | undefined): string => {
   return q === "" ? "" : `?${q}`
 }
 
+/** An answer's `Retry-After` (seconds or an HTTP date) in ms; undefined when it has none. */
+const retryAfterMs = (response: Response): number | undefined => {
+  const value = response.headers.get("retry-after")
+  if (value === null) return undefined
+  const seconds = Number(value)
+  if (value.trim() !== "" && Number.isFinite(seconds)) return Math.max(0, seconds * 1000)
+  const at = Date.parse(value)
+  return Number.isNaN(at) ? undefined : Math.max(0, at - Date.now())
+}
+
+/** Read through a call: the flow analysis would take it for the value read before an await. */
+const isAborted = (signal: AbortSignal | undefined): boolean => signal?.aborted === true
+
 /** One configured connection to the API; the resources share it. */
 export class Http {
   readonly baseUrl: string
   readonly #apiKey: string
   readonly #fetch: typeof globalThis.fetch
   readonly #WebSocket: WebSocketConstructor | undefined
+  readonly #maxRetries: number
+  readonly #maxRetryWaitMs: number
 
   constructor(options: SvcOptions) {
     this.baseUrl = (options.baseUrl ?? env("SVC_API_URL") ?? DEFAULT_BASE_URL).replace(/\/+$/, "")
@@ -165,6 +188,8 @@ export class Http {
     this.#apiKey = apiKey
     this.#fetch = options.fetch ?? globalThis.fetch
     this.#WebSocket = options.WebSocket ?? (globalThis as { WebSocket?: WebSocketConstructor }).WebSocket
+    this.#maxRetries = options.maxRetries ?? 2
+    this.#maxRetryWaitMs = options.maxRetryWaitMs ?? 60_000
   }
 
   url(path: string, query?: Query): string {
@@ -196,25 +221,37 @@ export class Http {
       headers["content-type"] = "application/json"
       body = JSON.stringify(options.json)
     }
-    let response: Response
-    try {
-      response = await this.#fetch(this.url(path, options.query), {
-        method,
-        headers,
-        ...(body !== undefined ? { body } : {}),
-        ...(options.signal !== undefined ? { signal: options.signal } : {})
-      })
-    } catch (cause) {
-      if (options.signal?.aborted) throw cause
-      throw new SvcError({
-        status: 0,
-        code: "network_error",
-        message: `cannot reach ${this.baseUrl}: ${cause instanceof Error ? cause.message : String(cause)}`,
-        cause
-      })
+    const replayable = body === undefined || typeof body === "string" || body instanceof Uint8Array
+    for (let attempt = 0;; attempt++) {
+      let response: Response
+      try {
+        response = await this.#fetch(this.url(path, options.query), {
+          method,
+          headers,
+          ...(body !== undefined ? { body } : {}),
+          ...(options.signal !== undefined ? { signal: options.signal } : {})
+        })
+      } catch (cause) {
+        if (options.signal?.aborted) throw cause
+        throw new SvcError({
+          status: 0,
+          code: "network_error",
+          message: `cannot reach ${this.baseUrl}: ${cause instanceof Error ? cause.message : String(cause)}`,
+          cause
+        })
+      }
+      if (response.ok) return response
+      // A refusal that did nothing and says when to come back (429 `rate_limited`, 503
+      // `no_capacity`): sent again after that wait, a few times.
+      const wait = retryAfterMs(response)
+      const error = await errorOf(response)
+      const retry = (response.status === 429 || response.status === 503) && wait !== undefined && replayable &&
+        attempt < this.#maxRetries && wait <= this.#maxRetryWaitMs
+      if (!retry || options.signal?.aborted === true) throw error
+      await sleep(wait, options.signal)
+      // Aborted while it waited: the refusal is the answer.
+      if (isAborted(options.signal)) throw error
     }
-    if (!response.ok) throw await errorOf(response)
-    return response
   }
 
   async json<A>(method: string, path: string, options?: RequestOptions): Promise<A> {

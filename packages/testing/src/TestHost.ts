@@ -39,10 +39,38 @@ export const cleanUpHost = (host: TestHost) =>
       ).pipe(Effect.ignore)
     }
     yield* Effect.promise(async () => {
+      await removeLeftovers(host.hostId)
       await Fs.rm(host.dataDir, { recursive: true, force: true })
       await Cgroups.make({ root: "/sys/fs/cgroup", hostId: host.hostId }).removeHost()
     })
   })
+
+/**
+ * Kills whatever still runs in the host's sandbox cgroups and removes the groups. The driver's
+ * list misses a sandbox whose records were not written when its agent was killed (a warm pool
+ * entry being made, a create in flight): its bubblewrap and its init (which outlives a killed
+ * bubblewrap: it is pid 1 of its own namespace) ran on after the test. Every process of a
+ * sandbox is in its groups, so this finds them all.
+ */
+export const removeLeftovers = async (hostId: string): Promise<void> => {
+  const root = "/sys/fs/cgroup"
+  const cgroups = Cgroups.make({ root, hostId })
+  const parents = [
+    ...Cgroups.CONTROLLERS.map((c) => NodePath.join(root, c, "svc-sandboxes", hostId)),
+    NodePath.join(root, "svc-sandboxes", hostId)
+  ]
+  const names = new Set<string>()
+  for (const parent of parents) {
+    try {
+      for (const entry of FsSync.readdirSync(parent, { withFileTypes: true })) {
+        if (entry.isDirectory()) names.add(entry.name)
+      }
+    } catch {
+      // No such parent (the other cgroup version, or nothing was made).
+    }
+  }
+  for (const name of names) await cgroups.removeAll(name).catch(() => undefined)
+}
 
 /** A fresh host id and data dir (`/tmp/<prefix>...`), cleaned up when the scope closes. */
 export const makeHost = (prefix: string) =>

@@ -178,6 +178,20 @@ class Transport(unittest.TestCase):
         finally:
             stand_in.close()
 
+    def test_a_create_refused_for_capacity_is_sent_again_after_retry_after(self) -> None:
+        record = b'{"id":"sbx_1","name":"n","state":"pending"}'
+        answers = [
+            json_reply(503, b'{"error":"no live host has room","code":"no_capacity","retry_after_s":0}', [("Retry-After", "0")]),
+            json_reply(201, record),
+        ]
+        stand_in = StandIn(lambda method, path: answers.pop(0))
+        try:
+            created = stand_in.client().sandboxes.create("n", wait=False)
+            self.assertEqual(created.id, "sbx_1")
+            self.assertEqual([(m, p) for m, p, _ in stand_in.requests], [("POST", "/v1/sandboxes")] * 2)
+        finally:
+            stand_in.close()
+
     def test_retries_are_bounded_then_the_error_is_raised(self) -> None:
         stand_in = StandIn(lambda m, p: json_reply(429, b'{"error":"slow down","code":"rate_limited"}', [("Retry-After", "0")]))
         try:

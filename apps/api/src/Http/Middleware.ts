@@ -12,7 +12,7 @@
  *   details only in the log, correlated by the request id);
  * - `{error, code}` on every refusal: an error response that is not JSON (the framework's 415
  *   for a content type a route does not take, its empty 413, ...) is replaced by the contract's
- *   body for its status, and a 429 carries `Retry-After` from its `retry_after_s`;
+ *   body for its status, and a 429 (and a 503 `no_capacity`) carries `Retry-After` from its `retry_after_s`;
  * - `RateLimit-Limit`, `RateLimit-Remaining` and `RateLimit-Reset` (the IETF draft's fields): the
  *   token bucket that decided the request (its credential's, its address's sign-in or failed
  *   credentials'), else its address's failed-credential bucket (`@svc/auth/RateLimit`);
@@ -149,7 +149,7 @@ const contentTypeOf = (response: HttpServerResponse.HttpServerResponse): string 
   (response.headers["content-type"] ?? ("contentType" in response.body ? response.body.contentType : undefined) ?? "")
     .toLowerCase()
 
-/** Error responses in the contract's shape, 429s with their `Retry-After`. */
+/** Error responses in the contract's shape, 429s (and 503 `no_capacity`) with their `Retry-After`. */
 const contractShape = (response: HttpServerResponse.HttpServerResponse): HttpServerResponse.HttpServerResponse => {
   if (response.status < 400) return response
   if (!contentTypeOf(response).includes("json")) {
@@ -160,7 +160,10 @@ const contractShape = (response: HttpServerResponse.HttpServerResponse): HttpSer
     if (response.status === 401) headers["www-authenticate"] ??= "Bearer"
     return HttpServerResponse.jsonUnsafe(errorForStatus(response.status), { status: response.status, headers })
   }
-  if (response.status === 429 && response.headers["retry-after"] === undefined && response.body._tag === "Uint8Array") {
+  if (
+    (response.status === 429 || response.status === 503) && response.headers["retry-after"] === undefined &&
+    response.body._tag === "Uint8Array"
+  ) {
     try {
       const body = JSON.parse(decoder.decode(response.body.body)) as { readonly retry_after_s?: unknown }
       if (typeof body.retry_after_s === "number") {

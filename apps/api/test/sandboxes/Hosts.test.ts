@@ -1,5 +1,7 @@
 /**
- * Placement and lost hosts through the public API: no live host in the region, a full host, a
+ * Placement and lost hosts through the public API: no live host in the region (created, then
+ * error naming the live regions), a full host and a burst beyond the room (refused at once with
+ * 503 `no_capacity`, nothing created), a
  * host that goes down or never answers. Fake hosts (a `hosts` record nobody serves) stand in;
  * the supervisor of the runtime role moves the sandboxes to `error` with the reason.
  */
@@ -25,18 +27,49 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("sandboxes API:
       expect(after.events.at(-1)!.data).toEqual({ sandbox_id: created.id, host_id: null })
     }))
 
-  it.effect("a full host: the next sandbox that does not fit ends in error naming what it asked for, not the host", () =>
+  it.effect("a full host: the next sandbox that does not fit is refused naming what it asked for, not the host", () =>
     Effect.gen(function*() {
       const region = `full${Date.now().toString(36)}`
       const host = yield* fakeHost({ region, capacity: { cpu: 2, ramMb: 1024, diskGb: 10 } })
       const first = yield* create({ region, cpu: 2, ram_mb: 512 })
       expect(first.hostId).toBe(host.hostId)
-      const second = yield* create({ region, cpu: 1, ram_mb: 256 })
-      expect(second.hostId).toBe(null)
-      const failed = yield* waitState(second.id, "error")
+      const second = yield* api("POST", "/v1/sandboxes", { body: { region, cpu: 1, ram_mb: 256 } })
+      expect(second.status, second.text).toBe(503)
       // Which host came closest and what it has free is other tenants' business: the log's only.
-      expect(failed.errorMessage).toBe(`no live host in region ${region} has room for cpu 1, ram_mb 256, disk_gb 1`)
-      expect(JSON.stringify(failed)).not.toContain(host.hostId)
+      expect(second.json).toEqual({
+        code: "no_capacity",
+        error: `no live host in region ${region} has room for cpu 1, ram_mb 256, disk_gb 1`,
+        retry_after_s: 1
+      })
+      expect(second.text).not.toContain(host.hostId)
+    }))
+
+  it.effect("a burst beyond the hosts' room: each create is placed (201 on the host) or refused (503), never over-admitted", () =>
+    Effect.gen(function*() {
+      const region = `burst${Date.now().toString(36)}`
+      // Disk is the bound: every sandbox not deleted holds its disk, so one that ends in error
+      // meanwhile (the fake host never starts them) frees no room during the burst.
+      const host = yield* fakeHost({ region, capacity: { cpu: 64, ramMb: 64 * 1024, diskGb: 4 } })
+      const answers = yield* Effect.forEach(
+        Array.from({ length: 12 }),
+        () => api("POST", "/v1/sandboxes", { body: { region, cpu: 1, ram_mb: 256, disk_gb: 1 } }),
+        { concurrency: "unbounded" }
+      )
+      const placed = answers.filter((a) => a.status === 201)
+      const refused = answers.filter((a) => a.status === 503)
+      expect(placed.length + refused.length, answers.map((a) => a.text).join("\n")).toBe(answers.length)
+      // Room for exactly four: the placements reserve it one at a time.
+      expect(placed.length).toBe(4)
+      for (const a of placed) expect(a.json).toMatchObject({ hostId: host.hostId })
+      for (const a of refused) {
+        expect(a.json).toMatchObject({ code: "no_capacity", retry_after_s: 1 })
+        expect(a.headers.get("retry-after")).toBe("1")
+      }
+      // Only the placed ones exist.
+      const listed = yield* api("GET", "/v1/sandboxes?paginated=false")
+      const rows = listed.json.rows as Array<{ id: string; region: string }>
+      const inRegion = rows.filter((s) => s.region === region)
+      expect(inRegion.map((s) => s.id).sort()).toEqual(placed.map((a) => a.json.id).sort())
     }))
 
   it.effect("a host that goes down: its sandboxes end in error; deleting one is immediate", () =>

@@ -85,19 +85,22 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("sandboxes API:
       const host = yield* makeHost
       yield* startAgent(host, { region, capacity: { cpu: 2, ramMb: 4096, diskGb: 100 } })
       // Memory is not overcommitted: a sandbox asking for more than the host has finds no room.
-      const tooBig = yield* create({ region, cpu: 1, ram_mb: 4097 })
-      expect(tooBig.hostId).toBe(null)
+      const tooBig = yield* api("POST", "/v1/sandboxes", { body: { region, cpu: 1, ram_mb: 4097 } })
+      expect(tooBig.status, tooBig.text).toBe(503)
+      expect(tooBig.json.code).toBe("no_capacity")
       const sandboxes = yield* Effect.forEach(Array.from({ length: 16 }), () => create({ region, cpu: 1, ram_mb: 128 }))
       for (const s of sandboxes) expect(s.hostId).toBe(host.hostId)
       yield* Effect.forEach(sandboxes, (s) => waitState(s.id, "running"), { concurrency: 4 })
       const busy = yield* exec(sandboxes[15]!.id, ["true"])
       expect(busy.json).toMatchObject({ exit_code: 0 })
       // The 17th cpu finds the offer used up.
-      const more = yield* create({ region, cpu: 1, ram_mb: 128 })
-      expect(more.hostId).toBe(null)
-      const failed = yield* waitState(more.id, "error")
+      const more = yield* api("POST", "/v1/sandboxes", { body: { region, cpu: 1, ram_mb: 128 } })
+      expect(more.status, more.text).toBe(503)
       // The tenant reads what it asked for, never the host or its free capacity.
-      expect(failed.errorMessage).toBe(`no live host in region ${region} has room for cpu 1, ram_mb 128, disk_gb 1`)
+      expect(more.json).toMatchObject({
+        code: "no_capacity",
+        error: `no live host in region ${region} has room for cpu 1, ram_mb 128, disk_gb 1`
+      })
       yield* Effect.forEach(sandboxes, (s) => api("DELETE", `/v1/sandboxes/${s.id}`), { concurrency: 4 })
       yield* Effect.forEach(sandboxes, (s) => waitState(s.id, "deleted"), { concurrency: 4 })
     }))

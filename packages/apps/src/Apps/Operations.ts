@@ -118,7 +118,9 @@ export const runExecutor = Effect.gen(function*() {
             refused(op.opId, e),
           InvalidRequest: (e) => refused(op.opId, e),
           Conflict: (e) => refused(op.opId, e),
-          IdempotencyKeyReused: (e) => refused(op.opId, e)
+          IdempotencyKeyReused: (e) => refused(op.opId, e),
+          // No host has room now: a setback, tried again like a replica that failed.
+          NoCapacity: (e) => refused(op.opId, e)
         })
       )
     })

@@ -13,6 +13,7 @@ import {
   IdempotencyKeyReused,
   InsufficientScope,
   InvalidRequest,
+  NoCapacity,
   NotFound,
   PayloadTooLarge,
   QuotaExceeded,
@@ -176,11 +177,15 @@ export class SandboxesApi extends HttpApiGroup.make("sandboxes")
         EgressBeyondCeiling,
         QuotaExceeded,
         UsageLimitReached,
-        Unavailable
+        Unavailable,
+        NoCapacity
       ]
     }).annotateMerge(OpenApi.annotations({
       description: "Creates a sandbox: 201 with the `pending` record. The platform places it on a live host of the " +
-        "region with room and starts it; it ends `running`, or `error` with `errorMessage`. `parent_id` must be a " +
+        "region with room before it answers and starts it; it ends `running`, or `error` with `errorMessage`. When " +
+        "no live host has room for it now (or none is live at all) it is refused at once: 503 `no_capacity` with " +
+        "`Retry-After`, nothing created; a region with no live host is created and ends `error` naming the live " +
+        "regions. `parent_id` must be a " +
         "sandbox of the org (400 otherwise, 409 while it is being deleted); with a `sandbox:<id>` key the new " +
         "sandbox is a child of that sandbox. `Idempotency-Key` (8 to 255 characters): the same key and body within " +
         "24 h answer 200 with the first response; another body is 422 `idempotency_key_reused`. 429 `quota_exceeded` " +

@@ -55,8 +55,49 @@ const signalNumbers: Record<string, number> = {
   SIGSYS: 31
 }
 
-/** Output still buffered in the pipes after the main process ended is read for this long. */
+/**
+ * How long a run waits for end of file on its output pipes once its main process ended and
+ * what it had written was read: only a process it left in the background (holding the pipes
+ * open) makes it wait, and not longer than this.
+ */
 const DRAIN_MS = 30
+
+/**
+ * Calls `f` once the event loop has polled for I/O after now. A command's end (the spawner's
+ * `X`, on the spawner's pipe) and its last output (on its own pipes) are ready together, but a
+ * pipe opened in this turn is only polled in the next one, and a busy turn can outlast any
+ * timer: a timer started at the end alone dropped output under load (exit 0, empty stdout).
+ * An immediate set in a check phase runs in the next turn's check phase, after its poll.
+ */
+const afterNextPoll = (f: () => void): { cancel: () => void } => {
+  let inner: NodeJS.Immediate | undefined
+  const outer = setImmediate(() => {
+    inner = setImmediate(f)
+  })
+  return {
+    cancel: () => {
+      clearImmediate(outer)
+      if (inner !== undefined) clearImmediate(inner)
+    }
+  }
+}
+
+/**
+ * The bound on waiting for end of file (which the caller listens for and which cancels this):
+ * `done` runs `DRAIN_MS` after the output already written was read.
+ */
+const drainThen = (done: () => void): { cancel: () => void } => {
+  let timer: NodeJS.Timeout | undefined
+  const poll = afterNextPoll(() => {
+    timer = setTimeout(done, DRAIN_MS)
+  })
+  return {
+    cancel: () => {
+      poll.cancel()
+      if (timer !== undefined) clearTimeout(timer)
+    }
+  }
+}
 
 class Collector {
   readonly chunks: Array<Buffer> = []
@@ -137,7 +178,7 @@ export const run = (
     let timedOut = false
     let finished = false
     let timer: NodeJS.Timeout | undefined
-    let drain: NodeJS.Timeout | undefined
+    let drain: { cancel: () => void } | undefined
     let child: Spawner.Spawned | undefined
     let killAll: (() => void) | undefined
 
@@ -145,7 +186,7 @@ export const run = (
       if (finished) return
       finished = true
       if (timer !== undefined) clearTimeout(timer)
-      if (drain !== undefined) clearTimeout(drain)
+      drain?.cancel()
       signal.removeEventListener("abort", onAbort)
       child?.stdout?.destroy()
       child?.stderr?.destroy()
@@ -199,8 +240,9 @@ export const run = (
 
       spawned.on("exit", (code, sig) => {
         exitCode = code ?? (sig !== null ? 128 + (signalNumbers[sig] ?? 0) : 255)
-        // Background processes may hold the pipes open: read what is buffered, then stop.
-        drain = setTimeout(complete, DRAIN_MS)
+        // End of file on both pipes (`close`) completes it; background processes may hold
+        // them open: then what was written before the end is read, and it stops there.
+        drain = drainThen(complete)
       })
       spawned.on("close", () => {
         if (exitCode !== undefined) complete()
@@ -323,9 +365,9 @@ export const spawnStreaming = (
           if (child.stderr!.readableEnded) {
             return done()
           }
-          const drain = setTimeout(done, DRAIN_MS)
+          const drain = drainThen(done)
           child.stderr!.once("end", () => {
-            clearTimeout(drain)
+            drain.cancel()
             done()
           })
         })
