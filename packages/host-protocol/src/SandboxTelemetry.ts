@@ -17,6 +17,8 @@ import { AckPolicy, DeliverPolicy } from "@nats-io/jetstream"
 import { consumeScoped } from "@svc/bus/Consume"
 import { BusError, Nats } from "@svc/bus/Nats"
 import { ensureStream, type StreamSpec } from "@svc/bus/Topology"
+// One sample is stored as the API shows it.
+import { MetricSample } from "@svc/domain/SandboxTelemetry"
 import { Effect, Option, Schema, Stream } from "effect"
 
 export const LOGS_STREAM = "SANDBOX_LOGS"
@@ -66,25 +68,6 @@ export const hostTelemetrySubjects = (hostId: string) => [`sbxmet.*.host.${hostI
 /** Every subject of one sandbox in each stream. */
 export const sandboxMetricsFilter = (sandboxId: string) => `sbxmet.${sandboxId}.>`
 export const sandboxLogsFilter = (sandboxId: string) => `sbxlog.${sandboxId}.>`
-
-const Count = Schema.Int.check(Schema.isGreaterThanOrEqualTo(0))
-
-/** One sample as stored and as `GET /v1/sandboxes/{id}/metrics` answers it. */
-export const MetricSample = Schema.Struct({
-  /** ISO 8601, the host's clock. */
-  ts: Schema.String,
-  /** CPU time used since the previous sample over the time between them, in percent of one core. */
-  cpu_pct: Schema.Number.check(Schema.isGreaterThanOrEqualTo(0)),
-  mem_bytes: Count,
-  mem_limit_bytes: Count,
-  disk_bytes: Count,
-  disk_limit_bytes: Count,
-  pids: Count,
-  /** Bytes received and sent over its network link since the run started. */
-  net_rx_bytes: Count,
-  net_tx_bytes: Count
-})
-export type MetricSample = typeof MetricSample.Type
 
 /** Who wrote a log line: the control plane (`lifecycle`), the host (`host`: how a run ended, drops), or the `start_cmd`. */
 export const LogSource = Schema.Literals(["lifecycle", "host", "start_cmd"])
@@ -164,7 +147,7 @@ const decoder = new TextDecoder()
 /** Publishes one sample (subject relative to the prefix). */
 export const publishSample = Effect.fn("SandboxTelemetry.publishSample")(function*(
   subject: string,
-  sample: MetricSample
+  sample: typeof MetricSample.Type
 ) {
   const nats = yield* Nats
   yield* nats.publishAcked(nats.subject(subject), encoder.encode(encodeSample(sample)), { traceparent: null })
@@ -253,7 +236,7 @@ export const readSamples = (sandboxId: string, options: ReadOptions) =>
     (messages) =>
       messages.pipe(
         Stream.map((m) => Option.getOrUndefined(decodeSample(m.text))),
-        Stream.filter((sample): sample is MetricSample => sample !== undefined)
+        Stream.filter((sample): sample is typeof MetricSample.Type => sample !== undefined)
       )
   )
 

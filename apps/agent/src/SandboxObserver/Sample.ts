@@ -2,7 +2,7 @@
  * A metric sample from the driver's reading of a sandbox (its cgroup, its disk image, its veth's
  * counters): pure, so the CPU percentage's arithmetic is tested without a sandbox.
  */
-import type { MetricSample } from "@svc/host-protocol/SandboxTelemetry"
+import type { MetricSample } from "@svc/domain/SandboxTelemetry"
 import type { SandboxStats } from "@svc/host/Driver"
 
 /** The CPU time a sandbox had used at a moment (host clock, ms). */
