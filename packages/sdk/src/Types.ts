@@ -14,6 +14,7 @@ import type {
 import type { CodeContext as CodeContextSchema, RunResult as RunResultSchema } from "@svc/domain/Api/Contexts"
 import type { PreviewToken as PreviewTokenSchema } from "@svc/domain/Api/Previews"
 import type { SandboxProcess as SandboxProcessSchema } from "@svc/domain/Api/Processes"
+import type { MetricSample as MetricSampleSchema } from "@svc/domain/SandboxTelemetry"
 import type {
   FileEntry as FileEntrySchema,
   FileInfo as FileInfoSchema,
@@ -41,6 +42,8 @@ import type {
 export type SandboxRecord = typeof SandboxSchema.Encoded
 export type CreateSandboxParams = typeof CreateSandboxRequest.Encoded
 export type SandboxStats = typeof SandboxStatsSchema.Encoded
+/** One sample of `sandbox.metrics()`. */
+export type MetricSample = typeof MetricSampleSchema.Encoded
 export type FileEntry = typeof FileEntrySchema.Encoded
 export type FileListing = typeof FileListingSchema.Encoded
 export type FileInfo = typeof FileInfoSchema.Encoded

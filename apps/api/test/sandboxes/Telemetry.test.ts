@@ -9,6 +9,7 @@ import { Nats } from "@svc/bus/Nats"
 import { makeSandboxId } from "@svc/domain/Ids"
 import { LOGS_STREAM, METRICS_STREAM } from "@svc/host-protocol/SandboxTelemetry"
 import { Duration, Effect } from "effect"
+import { Svc } from "../../../../packages/sdk/src/index.ts"
 import { eventually, Identity } from "../../testing/Sandboxes.ts"
 import { api, create, Env, expectError, makeEnvLayer, waitState } from "../../testing/SandboxesEnv.ts"
 import { openEvents, type SseEvent } from "../processes/EventStream.support.ts"
@@ -166,6 +167,25 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 300_000 })("sandbox logs a
       expect(seen.every((e) => e.event === "log")).toBe(true)
       yield* exec(s.id, "touch /tmp/more")
       while (!seen.some((e) => e.data.endsWith("start_cmd: more-output"))) seen.push((yield* follow.next)!)
+
+      // The SDK: the log as text, its lines followed, the samples.
+      const svc = new Svc({ baseUrl: env.base, apiKey: env.org.token })
+      const sandbox = yield* Effect.promise(() => svc.sandboxes.get(s.id))
+      expect(yield* Effect.promise(() => sandbox.logs())).toContain("start_cmd: more-output")
+      const abort = new AbortController()
+      const followed = yield* Effect.promise(async () => {
+        const got: Array<string> = []
+        for await (const line of sandbox.logs({ follow: true, signal: abort.signal })) {
+          got.push(line)
+          if (line.endsWith("start_cmd: more-output")) break
+        }
+        abort.abort()
+        return got
+      })
+      expect(followed.some((line) => line.endsWith("lifecycle: started"))).toBe(true)
+      const sdkSamples = yield* Effect.promise(() => sandbox.metrics({ since: "1h" }))
+      expect(sdkSamples.length).toBeGreaterThan(0)
+      expect(sdkSamples[0]!.mem_bytes).toBeGreaterThan(0)
 
       // since: only what came after.
       const started = lines.find((l) => l.endsWith("lifecycle: started"))!
