@@ -44,7 +44,12 @@ layer(makeEnvLayer({ metricsIntervalMs: 300 }), { excludeTestServices: true, tim
       Effect.gen(function*() {
         const s = yield* create({ region: "local" })
         yield* waitState(s.id, "running")
-        const logged = yield* eventually(svc("sandbox", "logs", s.id), (r) => r.stdout.includes("lifecycle: started"), Duration.seconds(30), Duration.millis(500))
+        const logged = yield* eventually(
+          svc("sandbox", "logs", s.id),
+          (r) => r.stdout.includes("lifecycle: started"),
+          Duration.seconds(30),
+          Duration.millis(500)
+        )
         expect(logged.code, logged.stderr).toBe(0)
         expect(logged.stdout).toMatch(/^\S+Z lifecycle: starting$/m)
 
@@ -78,7 +83,9 @@ layer(makeEnvLayer({ metricsIntervalMs: 300 }), { excludeTestServices: true, tim
         )
         expect(table.code, table.stderr).toBe(0)
         const [header, row] = table.stdout.split("\n")
-        expect(header).toMatch(/^TIME\s+CPU%\s+MEM MiB\s+MEM LIMIT\s+DISK MiB\s+DISK LIMIT\s+PIDS\s+NET RX KiB\s+NET TX KiB$/)
+        expect(header).toMatch(
+          /^TIME\s+CPU%\s+MEM MiB\s+MEM LIMIT\s+DISK MiB\s+DISK LIMIT\s+PIDS\s+NET RX KiB\s+NET TX KiB$/
+        )
         expect(row).toMatch(/^\S+Z\s+\d+\.\d\s+\d+\.\d\s+\d+\.\d\s+\d+\.\d\s+\d+\.\d\s+\d+\s+\d+\.\d\s+\d+\.\d$/)
         const asJson = yield* svc("sandbox", "metrics", s.id, "--json")
         expect(JSON.parse(asJson.stdout).samples.length).toBeGreaterThan(0)

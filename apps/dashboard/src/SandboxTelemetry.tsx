@@ -41,7 +41,8 @@ const Chart = (props: {
 }) => {
   const id = useId()
   const count = props.series[0]?.values.length ?? 0
-  const peak = Math.max(props.max ?? 0, ...props.series.flatMap((s) => s.values), 1e-9)
+  // A tenth of headroom: a flat series is drawn below the frame's top, not on it.
+  const peak = Math.max(props.max ?? 0, ...props.series.flatMap((s) => s.values).map((v) => v * 1.1), 1e-9)
   const x = (i: number) => (count <= 1 ? WIDTH : (i / (count - 1)) * WIDTH)
   const y = (v: number) => HEIGHT - 2 - (v / peak) * (HEIGHT - 4)
   const latest = props.series.map((s) => `${s.label} ${props.format(s.values.at(-1) ?? 0)}`).join(", ")

@@ -7,7 +7,17 @@
 import { expect, layer } from "@effect/vitest"
 import { Env, makeEnvLayer } from "@svc/api/testing/SandboxesEnv"
 import { Effect } from "effect"
-import { click, fill, heading, openBrowser, promise, row, SANDBOX_WAIT_MS, screenshot, signUp } from "./Browser.support.ts"
+import {
+  click,
+  fill,
+  heading,
+  openBrowser,
+  promise,
+  row,
+  SANDBOX_WAIT_MS,
+  screenshot,
+  signUp
+} from "./Browser.support.ts"
 
 layer(makeEnvLayer({ metricsIntervalMs: 300 }), { excludeTestServices: true, timeout: 240_000 })(
   "a sandbox's metrics and log in chromium",

@@ -147,7 +147,9 @@ export const runLifecycleLog = Effect.gen(function*() {
     ).pipe(Stream.mapEffect(handle), Stream.runDrain)
   }).pipe(
     Effect.scoped,
-    Effect.tapCause((cause) => Effect.logWarning("sandboxes: lifecycle log stopped, restarting", { cause: String(cause) })),
+    Effect.tapCause((cause) =>
+      Effect.logWarning("sandboxes: lifecycle log stopped, restarting", { cause: String(cause) })
+    ),
     Effect.retry(Schedule.min([Schedule.exponential(Duration.millis(200)), Schedule.spaced(Duration.seconds(5))])),
     Effect.ignore,
     Effect.forever

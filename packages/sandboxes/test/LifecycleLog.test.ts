@@ -17,7 +17,15 @@ describe("lifecycle lines", () => {
       {
         event: "sandbox.created",
         ts,
-        data: { sandbox_id: "sbx_1", host_id: "host_1", template: "tpl_1", cpu: 2, ram_mb: 512, disk_gb: 4, via: "restore" }
+        data: {
+          sandbox_id: "sbx_1",
+          host_id: "host_1",
+          template: "tpl_1",
+          cpu: 2,
+          ram_mb: 512,
+          disk_gb: 4,
+          via: "restore"
+        }
       },
       "created: host host_1, template tpl_1, 2 cpu, 512 MiB, 4 GiB (restore)"
     ],

@@ -17,13 +17,7 @@ import {
   type WaitOptions
 } from "./Http.ts"
 import { type OutputChunk, outputOf, Processes } from "./Processes.ts"
-import {
-  followLogs,
-  type LogsOptions,
-  logsText,
-  metricSamples,
-  type MetricsOptions
-} from "./SandboxTelemetry.ts"
+import { followLogs, type LogsOptions, logsText, metricSamples, type MetricsOptions } from "./SandboxTelemetry.ts"
 import type { Templates } from "./Templates.ts"
 import { openTerminal, type Terminal, type TerminalOptions } from "./Terminal.ts"
 import type * as T from "./Types.ts"
@@ -274,7 +268,9 @@ export class Sandbox {
   logs(options?: LogsOptions & { readonly follow?: false | undefined }): Promise<string>
   /** Its log's lines as they are written (those stored first), until `signal` aborts. */
   logs(options: LogsOptions & { readonly follow: true }): AsyncGenerator<string>
-  logs(options: LogsOptions & { readonly follow?: boolean | undefined } = {}): Promise<string> | AsyncGenerator<string> {
+  logs(
+    options: LogsOptions & { readonly follow?: boolean | undefined } = {}
+  ): Promise<string> | AsyncGenerator<string> {
     return options.follow === true
       ? followLogs(this.#http, this.#path("/logs"), options)
       : logsText(this.#http, this.#path("/logs"), options)

@@ -14,7 +14,6 @@ import type {
 import type { CodeContext as CodeContextSchema, RunResult as RunResultSchema } from "@svc/domain/Api/Contexts"
 import type { PreviewToken as PreviewTokenSchema } from "@svc/domain/Api/Previews"
 import type { SandboxProcess as SandboxProcessSchema } from "@svc/domain/Api/Processes"
-import type { MetricSample as MetricSampleSchema } from "@svc/domain/SandboxTelemetry"
 import type {
   FileEntry as FileEntrySchema,
   FileInfo as FileInfoSchema,
@@ -28,6 +27,7 @@ import type {
   Sandbox as SandboxSchema,
   SandboxStats as SandboxStatsSchema
 } from "@svc/domain/Sandbox"
+import type { MetricSample as MetricSampleSchema } from "@svc/domain/SandboxTelemetry"
 import type { CreateSecretRequest, PatchSecretRequest, Secret as SecretSchema } from "@svc/domain/Secret"
 import type { CreateTemplateRequest, Template as TemplateSchema } from "@svc/domain/Template"
 import type { CreateVolumeRequest, Volume as VolumeSchema } from "@svc/domain/Volume"

@@ -20,7 +20,8 @@ import { KEEP_ALIVE } from "./Events.ts"
 
 const encoder = new TextEncoder()
 
-const unavailable = () => new Errors.Unavailable({ error: "The sandbox's log and metrics cannot be read right now; retry" })
+const unavailable = () =>
+  new Errors.Unavailable({ error: "The sandbox's log and metrics cannot be read right now; retry" })
 
 const sinceOf = (text: string | undefined) =>
   Effect.gen(function*() {
@@ -71,7 +72,9 @@ export const SandboxTelemetryGroup = HttpApiBuilder.group(
             Stream.make(encoder.encode(": connected\n\n")),
             Stream.merge(
               lines.pipe(
-                Stream.map((line) => encoder.encode(`id: ${line.seq}\nevent: log\ndata: ${formatLine(line.entry)}\n\n`)),
+                Stream.map((line) =>
+                  encoder.encode(`id: ${line.seq}\nevent: log\ndata: ${formatLine(line.entry)}\n\n`)
+                ),
                 Stream.catchCause(() => Stream.empty)
               ),
               Stream.tick(KEEP_ALIVE).pipe(Stream.map(() => encoder.encode(": keep-alive\n\n"))),

@@ -16,7 +16,9 @@ const sandboxId = Argument.String("sandbox-id").pipe(Argument.withDescription("T
 const json = Flag.Boolean("json").pipe(Flag.withDescription("Print the API's JSON"), Flag.withDefault(false))
 
 export const sinceFlag = Flag.String("since").pipe(
-  Flag.withDescription("Only what came at or after this: an ISO 8601 time, or a duration back from now (30s, 15m, 2h, 1d)"),
+  Flag.withDescription(
+    "Only what came at or after this: an ISO 8601 time, or a duration back from now (30s, 15m, 2h, 1d)"
+  ),
   Flag.optional
 )
 
