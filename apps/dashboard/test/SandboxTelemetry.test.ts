@@ -45,10 +45,10 @@ layer(makeEnvLayer({ metricsIntervalMs: 300 }), { excludeTestServices: true, tim
         yield* promise(() => page.getByRole("heading", { name: "Metrics and log" }).waitFor())
         yield* promise(() =>
           page.waitForFunction(
-            () => {
+            `(() => {
               const figures = [...document.querySelectorAll("[data-testid=metric-chart]")]
               return figures.length === 5 && figures.every((f) => Number(f.getAttribute("data-points")) >= 2)
-            },
+            })()`,
             undefined,
             { timeout: 60_000 }
           )
