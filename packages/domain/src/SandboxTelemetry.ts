@@ -3,13 +3,14 @@
  * the sample's fields, and the `since` of `GET /v1/sandboxes/{id}/logs|metrics`.
  */
 import { Schema } from "effect"
+import { TimestampText } from "./Text.ts"
 
 const Count = Schema.Int.check(Schema.isGreaterThanOrEqualTo(0))
 
 /** One sample of a running sandbox (every 5 s, kept 24 h). */
 export const MetricSample = Schema.Struct({
   /** ISO 8601, the host's clock. */
-  ts: Schema.String,
+  ts: TimestampText,
   /** CPU time used since the previous sample over the time between them, in percent of one core (200: two cores busy). */
   cpu_pct: Schema.Number.check(Schema.isGreaterThanOrEqualTo(0)),
   /** Memory in use (without the inactive file cache). */
@@ -25,7 +26,15 @@ export const MetricSample = Schema.Struct({
 })
 export type MetricSample = typeof MetricSample.Type
 
-export const MetricSamples = Schema.Struct({ samples: Schema.Array(MetricSample) })
+/**
+ * The most samples one answer holds: two days at the default interval (a sandbox keeps 24 h per
+ * host it ran on; a longer history is not kept).
+ */
+export const MAX_METRIC_SAMPLES = 2 * 17_280 + 2_000
+
+export const MetricSamples = Schema.Struct({
+  samples: Schema.Array(MetricSample).check(Schema.isMaxLength(MAX_METRIC_SAMPLES))
+})
 export type MetricSamples = typeof MetricSamples.Type
 
 const RELATIVE = /^(\d{1,9})(s|m|h|d)$/

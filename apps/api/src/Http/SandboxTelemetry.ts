@@ -10,7 +10,7 @@ import { Nats } from "@svc/bus/Nats"
 import { Api } from "@svc/domain/Api"
 import { CurrentPrincipal } from "@svc/domain/Api/Auth"
 import * as Errors from "@svc/domain/Errors"
-import { parseSince } from "@svc/domain/SandboxTelemetry"
+import { MAX_METRIC_SAMPLES, parseSince } from "@svc/domain/SandboxTelemetry"
 import { formatLine, readLines, readSamples } from "@svc/host-protocol/SandboxTelemetry"
 import { Sandboxes } from "@svc/sandboxes/Sandboxes"
 import { Clock, Effect, Stream } from "effect"
@@ -91,12 +91,14 @@ export const SandboxTelemetryGroup = HttpApiBuilder.group(
           yield* target(params.id)
           const since = yield* sinceOf(query.since)
           const samples = yield* readSamples(params.id, { since, follow: false }).pipe(
+            // The newest are what an answer cut at its bound keeps.
             Effect.flatMap(Stream.runCollect),
+            Effect.map((all) => Array.from(all).slice(-MAX_METRIC_SAMPLES)),
             Effect.scoped,
             Effect.provideService(Nats, nats),
             Effect.mapError(unavailable)
           )
-          return { samples: Array.from(samples) }
+          return { samples }
         }))
   })
 )
