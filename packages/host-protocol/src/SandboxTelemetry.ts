@@ -209,6 +209,10 @@ const read = (stream: string, filter: string, options: ReadOptions) =>
             inactive_threshold: 60_000 * 1_000_000,
             ...(options.since === undefined
               ? { deliver_policy: DeliverPolicy.All }
+              : options.since.getTime() > Date.now()
+              // Nothing stored is that new; and the server takes a time past 2262 (int64
+              // nanoseconds) as one long ago.
+              ? { deliver_policy: DeliverPolicy.New }
               : { deliver_policy: DeliverPolicy.StartTime, opt_start_time: options.since.toISOString() })
           }),
         catch: (cause) => new BusError({ operation: `read ${stream}`, message: String(cause) })

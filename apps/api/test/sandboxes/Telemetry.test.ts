@@ -134,6 +134,7 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 300_000 })("sandbox logs a
       // A relative `since` and one in the future.
       expect((yield* samplesOf(s.id, "?since=1h")).length).toBeGreaterThan(0)
       expect(yield* samplesOf(s.id, `?since=${new Date(Date.now() + 3600_000).toISOString()}`)).toEqual([])
+      expect(yield* samplesOf(s.id, "?since=2999-01-01T00:00:00Z")).toEqual([])
       yield* api("POST", `/v1/sandboxes/${s.id}/processes/${busy.json.pid}/signal`, {
         body: { signal: "KILL" }
       })
