@@ -19,7 +19,7 @@ import { BusError, Nats } from "@svc/bus/Nats"
 import { ensureStream, type StreamSpec } from "@svc/bus/Topology"
 // One sample is stored as the API shows it.
 import { MetricSample } from "@svc/domain/SandboxTelemetry"
-import { Effect, Option, Schema, Stream } from "effect"
+import { Clock, Effect, Option, Schema, Stream } from "effect"
 
 export const LOGS_STREAM = "SANDBOX_LOGS"
 export const METRICS_STREAM = "SANDBOX_METRICS"
@@ -197,6 +197,7 @@ const read = (stream: string, filter: string, options: ReadOptions) =>
   Effect.gen(function*() {
     const nats = yield* Nats
     const streamName = nats.name(stream)
+    const now = yield* Clock.currentTimeMillis
     const info = yield* Effect.acquireRelease(
       Effect.tryPromise({
         try: () =>
@@ -209,7 +210,7 @@ const read = (stream: string, filter: string, options: ReadOptions) =>
             inactive_threshold: 60_000 * 1_000_000,
             ...(options.since === undefined
               ? { deliver_policy: DeliverPolicy.All }
-              : options.since.getTime() > Date.now()
+              : options.since.getTime() > now
               // Nothing stored is that new; and the server takes a time past 2262 (int64
               // nanoseconds) as one long ago.
               ? { deliver_policy: DeliverPolicy.New }
