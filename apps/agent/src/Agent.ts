@@ -6,7 +6,8 @@
  *   the memory, cpu, pids and disk limits, unless allowed) → journal, lifecycle, reporter →
  *   data plane (HTTP) → host record + heartbeat in `hosts`, worker heartbeat in `workers` →
  *   command consumer (ensures the AGENT stream and its consumer, reconciles, then consumes)
- *   beside the exit watcher (sandboxes whose init died, reported `exited`).
+ *   beside the exit watcher (sandboxes whose init died, reported `exited`) and the observer
+ *   (each running sandbox's metric samples and `start_cmd` output, `SandboxObserver.ts`).
  *
  * Stopping stops consuming and heartbeating and ends the warm pool; sandboxes keep running (they
  * are detached from the agent's process) and the next agent on this host id and data dir finds
@@ -40,6 +41,7 @@ import { Journal } from "./Journal.ts"
 import { LocalSandboxes } from "./LocalSandboxes.ts"
 import { HostRegistry } from "./Registry.ts"
 import { Reporter } from "./Reporter.ts"
+import { SandboxObserver } from "./SandboxObserver.ts"
 import { TemplateImages } from "./TemplateImages.ts"
 import { VolumeReaper } from "./Volumes.ts"
 import { ExitWatcher } from "./Watcher.ts"
@@ -188,7 +190,13 @@ const services = (options: { readonly dataPlane?: DataPlaneOptions }) => {
     })
   )
   const registered = Layer.mergeAll(HostRegistry.layer, workers).pipe(Layer.provideMerge(dataPlane))
-  return Layer.mergeAll(CommandConsumer.layer, ExitWatcher.layer, VolumeReaper.layer, EgressFromAgent).pipe(
+  return Layer.mergeAll(
+    CommandConsumer.layer,
+    ExitWatcher.layer,
+    VolumeReaper.layer,
+    EgressFromAgent,
+    SandboxObserver.layer
+  ).pipe(
     Layer.provideMerge(registered),
     Layer.provideMerge(lifecycle)
   )
@@ -283,3 +291,4 @@ export type AgentServices =
   | CommandConsumer
   | ExitWatcher
   | VolumeReaper
+  | SandboxObserver

@@ -44,6 +44,7 @@ import { SubnetSchema } from "@svc/domain/Address"
 import { HostId } from "@svc/domain/Ids"
 import * as Egress from "@svc/egress/Config"
 import { type Capacity, HOST_HEARTBEAT_MS } from "@svc/host-protocol/Protocol"
+import { METRICS_INTERVAL_MS } from "@svc/host-protocol/SandboxTelemetry"
 import {
   DEFAULT_BRIDGE,
   DEFAULT_SUBNET,
@@ -111,6 +112,8 @@ export interface AgentSettings {
   readonly sharedVolumesDir: string
   /** The sandboxes' way out through this host (@svc/egress); unset: sandboxes reach nothing outside. */
   readonly egress?: Egress.EgressSettings
+  /** Time between two metric samples (and reads of the `start_cmd` output) of each running sandbox. */
+  readonly metricsIntervalMs: number
 }
 
 /**
@@ -179,6 +182,7 @@ const SettingsSchema = Schema.Struct({
   cpuOvercommit: Schema.Number.check(Schema.isGreaterThanOrEqualTo(1), Schema.isLessThanOrEqualTo(64)),
   allowUnlimited: Schema.Boolean,
   exitCheckMs: Schema.Int.check(Schema.isGreaterThanOrEqualTo(50), Schema.isLessThanOrEqualTo(10_000)),
+  metricsIntervalMs: Schema.Int.check(Schema.isGreaterThanOrEqualTo(100), Schema.isLessThanOrEqualTo(3_600_000)),
   port: Schema.Int.check(Schema.isGreaterThanOrEqualTo(0), Schema.isLessThanOrEqualTo(65_535)),
   listenHost: Schema.String.check(Schema.isMinLength(1)),
   advertiseHost: Schema.String.check(Schema.isMinLength(1)),
@@ -321,6 +325,10 @@ export const SharedVolumesDir = optional(Config.String("SVC_SHARED_VOLUMES_DIR")
   default: "`<SVC_DATA_DIR>/shared-volumes` (one folder for every agent of a machine)",
   format: "path"
 })
+export const MetricsInterval = Env.duration("SVC_AGENT_METRICS_INTERVAL", Duration.millis(METRICS_INTERVAL_MS), {
+  min: Duration.millis(100),
+  max: Duration.hours(1)
+})
 export const ImageCacheDir = optional(Config.String("SVC_IMAGE_CACHE_DIR"), {
   name: "SVC_IMAGE_CACHE_DIR",
   default: "`<agent data dir>/cache`",
@@ -358,6 +366,7 @@ export const settings: ReadonlyArray<Env.AnySetting> = [
   AllowNoFirewall,
   SharedVolumesDir,
   ImageCacheDir,
+  MetricsInterval,
   ...Telemetry.settings
 ]
 
@@ -382,6 +391,7 @@ export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("
       cpuOvercommit,
       allowUnlimited: options.allowUnlimited ?? false,
       exitCheckMs: options.exitCheckMs ?? EXIT_CHECK_MS,
+      metricsIntervalMs: options.metricsIntervalMs ?? METRICS_INTERVAL_MS,
       port: options.port ?? 0,
       listenHost,
       advertiseHost: options.advertiseHost ??
@@ -459,7 +469,8 @@ export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("
         allowNoFirewall: AllowNoFirewall,
         sharedVolumesDir: SharedVolumesDir,
         imageCacheDir: ImageCacheDir,
-        egress: Egress.EgressConfig
+        egress: Egress.EgressConfig,
+        metricsInterval: MetricsInterval
       }).pipe(Effect.mapError((e) => new InvalidAgentConfig({ message: String(e) })))
       const hostId = Option.getOrElse(env.hostId, () => hostIdFromHostname(Os.hostname()))
       const given = <K extends string, V>(key: K, value: Option.Option<V>) =>
@@ -495,6 +506,7 @@ export class AgentConfig extends Context.Service<AgentConfig, AgentSettings>()("
           onSome: (dir) => ({ imageCacheDir: NodePath.resolve(dir) })
         }),
         egress: env.egress,
+        metricsIntervalMs: Duration.toMillis(env.metricsInterval),
         capacity: { ...given("cpu", env.cpu), ...given("ramMb", env.ramMb), ...given("diskGb", env.diskGb) }
       })
     })

@@ -62,6 +62,8 @@ export class LocalSandboxes extends Context.Service<LocalSandboxes, {
    * next check): one whose init died is ended by the driver and reported `exited` with why.
    */
   readonly checkExits: Effect.Effect<ReadonlyArray<AgentReport>>
+  /** The sandboxes last reported running (what `checkExits` watches), for their samples and logs. */
+  readonly running: Effect.Effect<ReadonlyArray<string>>
 }>()("@svc/agent/LocalSandboxes") {
   static readonly layer = Layer.effect(
     LocalSandboxes,
@@ -416,7 +418,13 @@ export class LocalSandboxes extends Context.Service<LocalSandboxes, {
         return reports
       }).pipe(Effect.withSpan("LocalSandboxes.reconcile"))
 
-      return LocalSandboxes.of({ apply, reconcile, pool: pool.status, checkExits: exits.checkExits })
+      return LocalSandboxes.of({
+        apply,
+        reconcile,
+        pool: pool.status,
+        checkExits: exits.checkExits,
+        running: exits.runningIds
+      })
     })
   )
 }

@@ -35,6 +35,7 @@ import { McpRoutes } from "./Http/Mcp.ts"
 import { spanName } from "./Http/Metrics.ts"
 import { ApiMiddleware, errorForStatus, newRequestId } from "./Http/Middleware.ts"
 import { SandboxesHandlers } from "./Http/Sandboxes.ts"
+import { SandboxTelemetryHandlers } from "./Http/SandboxTelemetry.ts"
 import { SecretsHandlers } from "./Http/Secrets.ts"
 import { SystemHandlers } from "./Http/System.ts"
 import { TemplatesHandlers } from "./Http/Templates.ts"
@@ -52,7 +53,9 @@ export const Handlers = Layer.mergeAll(
   TemplatesHandlers.pipe(Layer.provide(SandboxesHandlers)),
   VolumesHandlers,
   BillingHandlers,
-  AppsHandlers
+  AppsHandlers,
+  // The sandbox's log and metrics read the sandbox through the Sandboxes service as the snapshot route.
+  SandboxTelemetryHandlers.pipe(Layer.provide(SandboxesHandlers))
 ).pipe(
   Layer.provide(HealthMonitor.layer),
   Layer.provideMerge(AuthorizationLayer),

@@ -92,11 +92,17 @@ export const makeHost = makeTestHost("svc-sbx-api-test-")
  */
 export const startAgent = (
   host: TestHost,
-  options: { readonly region?: string; readonly capacity?: { cpu?: number; ramMb?: number; diskGb?: number } } = {}
+  options: {
+    readonly region?: string
+    readonly capacity?: { cpu?: number; ramMb?: number; diskGb?: number }
+    /** Time between two samples of each running sandbox (default 5 s). */
+    readonly metricsIntervalMs?: number
+  } = {}
 ) =>
   startAgentFixture(host, {
     region: options.region ?? "local",
-    capacity: { cpu: 64, ramMb: 64 * 1024, diskGb: 500, ...options.capacity }
+    capacity: { cpu: 64, ramMb: 64 * 1024, diskGb: 500, ...options.capacity },
+    ...(options.metricsIntervalMs !== undefined ? { metricsIntervalMs: options.metricsIntervalMs } : {})
   })
 
 /**

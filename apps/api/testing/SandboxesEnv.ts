@@ -24,31 +24,35 @@ export class Env extends Context.Service<Env, {
   readonly other: { readonly id: OrgId; readonly token: string }
 }>()("@svc/api/testing/SandboxesEnv/Env") {}
 
-export const EnvLayer = Layer.effect(
-  Env,
-  Effect.gen(function*() {
-    const base = yield* serveApi
-    const identity = yield* Identity
-    const host = yield* makeHost
-    yield* startAgent(host, { region: "local" })
-    const server = yield* TestNats.TestNatsServer
-    return {
-      base,
-      prefix: server.prefix,
-      hostId: host.hostId,
-      dataDir: host.dataDir,
-      org: yield* identity.org("sandboxes-a"),
-      other: yield* identity.org("sandboxes-b")
-    }
-  })
-).pipe(
-  Layer.provideMerge(Layer.mergeAll(
-    Runtime.make({ supervisor: { intervalMs: 200, transitionTimeoutMs: TRANSITION_TIMEOUT_MS } }),
-    Identity.layer,
-    EventLog.layer
-  )),
-  Layer.provideMerge(Layer.mergeAll(TestDatabase.layerWithUrl, TestNats.layer, SecretBox.layer))
-)
+/** The platform with its agent's settings: `metricsIntervalMs` (default 5 s) between two samples of a sandbox. */
+export const makeEnvLayer = (agent: { readonly metricsIntervalMs?: number } = {}) =>
+  Layer.effect(
+    Env,
+    Effect.gen(function*() {
+      const base = yield* serveApi
+      const identity = yield* Identity
+      const host = yield* makeHost
+      yield* startAgent(host, { region: "local", ...agent })
+      const server = yield* TestNats.TestNatsServer
+      return {
+        base,
+        prefix: server.prefix,
+        hostId: host.hostId,
+        dataDir: host.dataDir,
+        org: yield* identity.org("sandboxes-a"),
+        other: yield* identity.org("sandboxes-b")
+      }
+    })
+  ).pipe(
+    Layer.provideMerge(Layer.mergeAll(
+      Runtime.make({ supervisor: { intervalMs: 200, transitionTimeoutMs: TRANSITION_TIMEOUT_MS } }),
+      Identity.layer,
+      EventLog.layer
+    )),
+    Layer.provideMerge(Layer.mergeAll(TestDatabase.layerWithUrl, TestNats.layer, SecretBox.layer))
+  )
+
+export const EnvLayer = makeEnvLayer()
 
 export const api = (method: string, path: string, options: Parameters<typeof call>[3] = {}) =>
   Effect.flatMap(Effect.service(Env), (env) => call(env.base, method, path, { token: env.org.token, ...options }))

@@ -14,6 +14,7 @@ import type {
 import type { App as AppSchema, AppList as AppListSchema } from "@svc/domain/App"
 import type { Usage as UsageSchema } from "@svc/domain/Billing"
 import type { Sandbox as SandboxSchema, SandboxPage as SandboxPageSchema } from "@svc/domain/Sandbox"
+import type { MetricSample as MetricSampleSchema } from "@svc/domain/SandboxTelemetry"
 import type { Secret as SecretSchema, SecretList as SecretListSchema } from "@svc/domain/Secret"
 import type { Template as TemplateSchema, TemplatePage as TemplatePageSchema } from "@svc/domain/Template"
 import type { Volume as VolumeSchema, VolumeList as VolumeListSchema } from "@svc/domain/Volume"
@@ -38,6 +39,7 @@ export type AuditPage = typeof AuditPageSchema.Encoded
 export type Usage = typeof UsageSchema.Encoded
 export type Sandbox = typeof SandboxSchema.Encoded
 export type SandboxPage = typeof SandboxPageSchema.Encoded
+export type MetricSample = typeof MetricSampleSchema.Encoded
 export type Secret = typeof SecretSchema.Encoded
 export type SecretList = typeof SecretListSchema.Encoded
 export type Template = typeof TemplateSchema.Encoded

@@ -25,6 +25,7 @@ import * as Database from "@svc/db/Database"
 import { OutboxRelay, type RelayOptions } from "@svc/events/Relay"
 import * as Events from "@svc/events/Streams"
 import { ensureAgentStream, Hosts } from "@svc/hosts/Hosts"
+import { LifecycleLog } from "@svc/sandboxes/LifecycleLog"
 import { Processes } from "@svc/sandboxes/Processes"
 import { SandboxActor } from "@svc/sandboxes/SandboxActor"
 import { Sandboxes } from "@svc/sandboxes/Sandboxes"
@@ -44,6 +45,8 @@ export interface RuntimeOptions {
   readonly heartbeat?: HeartbeatOptions | false
   /** The app controller's executor, event watch and reconcile round; `false`: none. */
   readonly apps?: AppController.AppControllerOptions | false
+  /** `false`: no lifecycle lines in sandboxes' logs (nor purge of a deleted one's logs and metrics). */
+  readonly lifecycleLog?: false
 }
 
 /**
@@ -76,7 +79,8 @@ export const make = (options: RuntimeOptions = {}) => {
     SandboxSupervisor.layer(options.supervisor),
     options.meter === false ? Layer.empty : Meter.layer(options.meter),
     options.heartbeat === false ? Layer.empty : WorkerHeartbeat.layer("runtime", options.heartbeat),
-    options.apps === false ? Layer.empty : appController(options.apps ?? {})
+    options.apps === false ? Layer.empty : appController(options.apps ?? {}),
+    options.lifecycleLog === false ? Layer.empty : LifecycleLog
   ).pipe(
     Layer.provide(Hosts.layer),
     Layer.provide(Topology)

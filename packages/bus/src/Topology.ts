@@ -17,6 +17,12 @@ export interface StreamSpec {
   /** Window in which a repeated `Nats-Msg-Id` is dropped as a duplicate. */
   readonly duplicateWindowMs?: number
   readonly replicas?: number
+  /** Messages kept per subject (the oldest go first); unlimited when absent. */
+  readonly maxMsgsPerSubject?: number
+  /** Bytes the whole stream keeps (the oldest messages go first); unlimited when absent. */
+  readonly maxBytes?: number
+  /** The largest message the stream takes; the server's limit when absent. */
+  readonly maxMsgSize?: number
 }
 
 export interface BucketSpec {
@@ -61,7 +67,10 @@ export const ensureStream = Effect.fn("Topology.ensureStream")(function*(spec: S
     max_age: nanos(maxAgeMs),
     // The server refuses a duplicate window longer than the retention.
     duplicate_window: nanos(Math.min(spec.duplicateWindowMs ?? 2 * 60_000, maxAgeMs)),
-    num_replicas: spec.replicas ?? nats.replicas
+    num_replicas: spec.replicas ?? nats.replicas,
+    ...(spec.maxMsgsPerSubject !== undefined ? { max_msgs_per_subject: spec.maxMsgsPerSubject } : {}),
+    ...(spec.maxBytes !== undefined ? { max_bytes: spec.maxBytes } : {}),
+    ...(spec.maxMsgSize !== undefined ? { max_msg_size: spec.maxMsgSize } : {})
   }
   yield* retryTransient(
     nats,

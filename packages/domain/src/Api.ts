@@ -16,6 +16,7 @@ import { OrgApi } from "./Api/Org.ts"
 import { PreviewsApi } from "./Api/Previews.ts"
 import { ProcessesApi } from "./Api/Processes.ts"
 import { SandboxesApi } from "./Api/Sandboxes.ts"
+import { SandboxTelemetryApi } from "./Api/SandboxTelemetry.ts"
 import { SecretsApi } from "./Api/Secrets.ts"
 import { SystemApi } from "./Api/System.ts"
 import { TemplatesApi } from "./Api/Templates.ts"
@@ -43,6 +44,7 @@ export class Api extends HttpApi.make("svc")
   .add(ContextsApi)
   .add(BillingApi)
   .add(AppsApi)
+  .add(SandboxTelemetryApi)
   // Authentication and each endpoint's declared Access rule: keep this after the last .add
   // (it applies to the endpoints added before it; the authorization matrix test checks).
   .middleware(Authorization)

@@ -24,11 +24,17 @@
  *   subject's host, not the report's); it may not delete, purge or remove messages from any stream.
  * Every role writes its own worker heartbeat in the workers bucket.
  *
+ * Sandbox logs and metrics (SandboxTelemetry.ts): the api reads SANDBOX_LOGS and SANDBOX_METRICS
+ * (a consumer per request); the runtime writes lifecycle lines (`sbxlog.*.ctl`) and purges a
+ * deleted sandbox's subjects; an agent writes samples and lines only on subjects ending in its
+ * own host id (`sbxmet.*.host.<hostId>`, `sbxlog.*.host.<hostId>`) and reads neither stream.
+ *
  * Passwords are not in the block: each names an environment variable of the server
  * (`password: $SVC_NATS_PASSWORD_AGENT_H1`), which nats-server reads at start-up, so the
  * configuration file holds no secret.
  */
 import { AGENT_STREAM, agentConsumer, hostReportSubjects, HOSTS_BUCKET } from "./Protocol.ts"
+import { controlLogSubject, hostTelemetrySubjects, LOGS_STREAM, METRICS_STREAM } from "./SandboxTelemetry.ts"
 
 export interface Permissions {
   readonly publish: { readonly allow: ReadonlyArray<string>; readonly deny?: ReadonlyArray<string> }
@@ -117,6 +123,9 @@ const objectStore = (name: (s: string) => string, o: string) => [
   `$O.${name(o)}.>`
 ]
 
+/** The streams of sandbox logs and metrics (SandboxTelemetry.ts). */
+const telemetryStreams = (name: (s: string) => string) => [name(LOGS_STREAM), name(METRICS_STREAM)]
+
 export type ControlPlaneRole = "api" | "runtime" | "dispatcher"
 
 /** What a control-plane role may do (see the module's comment). */
@@ -136,7 +145,8 @@ export const controlPlanePermissions = (
             ...consume(events),
             ...declare(delivery),
             ...[...SANDBOX_BUCKETS, WORKERS].flatMap((b) => bucket(name, b)),
-            ...objectStore(name, "images")
+            ...objectStore(name, "images"),
+            ...telemetryStreams(name).flatMap((s) => [...declare(s), ...consume(s)])
           ]
         },
         subscribe: { allow: ["_INBOX.>", subject("auth.>")] }
@@ -157,7 +167,10 @@ export const controlPlanePermissions = (
             // The app controller creates sandboxes as the API does.
             ...[...SANDBOX_BUCKETS, WORKERS].flatMap((b) => bucket(name, b)),
             ...objectStore(name, "images"),
-            ...["evt.>", "actor.>", "agent.>", "whd.>", APP_OPS_SUBJECTS].map(subject)
+            ...["evt.>", "actor.>", "agent.>", "whd.>", APP_OPS_SUBJECTS].map(subject),
+            // Lifecycle lines, and a deleted sandbox's logs and metrics purged.
+            ...telemetryStreams(name).flatMap((s) => [...declare(s), `$JS.API.STREAM.PURGE.${s}`]),
+            subject(controlLogSubject("*"))
           ]
         },
         subscribe: { allow: ["_INBOX.>"] }
@@ -216,7 +229,10 @@ export const agentPermissions = (options: { readonly prefix: string; readonly ho
         ...AGENT_KV_BUCKETS.filter((b) => b !== HOSTS_BUCKET).map((b) => `$KV.${name(b)}.>`),
         ...AGENT_OBJECT_STORES.map((b) => `$O.${name(b)}.>`),
         // Reports, on its own host's subjects of the sandbox actors' mailboxes only.
-        subject(hostReportSubjects(options.hostId))
+        subject(hostReportSubjects(options.hostId)),
+        // Its sandboxes' samples and lines, on its own host's subjects only.
+        ...telemetryStreams(name).flatMap(declare),
+        ...hostTelemetrySubjects(options.hostId).map(subject)
       ]
     },
     subscribe: {

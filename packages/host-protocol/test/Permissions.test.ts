@@ -20,8 +20,19 @@ import {
   reportSubject,
   SANDBOX_ACTOR_TYPE
 } from "@svc/host-protocol/Protocol"
+import {
+  controlLogSubject,
+  ensureStreams,
+  hostLogSubject,
+  metricSubject,
+  publishLines,
+  publishSample,
+  purgeSandbox,
+  readLines,
+  readSamples
+} from "@svc/host-protocol/SandboxTelemetry"
 import { startNats } from "@svc/local-servers/Servers"
-import { Effect, Exit, Layer, Redacted } from "effect"
+import { Effect, Exit, Layer, Redacted, Stream } from "effect"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
@@ -181,6 +192,62 @@ describe("NATS permissions", () => {
         // A wrong password: no connection.
         const wrong = yield* Effect.exit(Effect.scoped(Layer.build(as(nats.url, agentUser("h1"), "nope"))))
         expect(Exit.isFailure(wrong)).toBe(true)
+      }).pipe(Effect.scoped),
+    60_000
+  )
+
+  it.live(
+    "sandbox logs and metrics: an agent writes on its own host's subjects only, the runtime writes lifecycle lines and purges, the api reads",
+    () =>
+      Effect.gen(function*() {
+        const nats = yield* server
+        const sample = {
+          ts: "2026-01-01T00:00:00.000Z",
+          cpu_pct: 1,
+          mem_bytes: 1,
+          mem_limit_bytes: 1,
+          disk_bytes: 1,
+          disk_limit_bytes: 1,
+          pids: 1,
+          net_rx_bytes: 0,
+          net_tx_bytes: 0
+        }
+        const line = { ts: sample.ts, source: "start_cmd" as const, text: "hello" }
+        const readAll = (id: string) =>
+          Effect.gen(function*() {
+            const samples = yield* Effect.flatMap(readSamples(id, { follow: false }), Stream.runCollect)
+            const lines = yield* Effect.flatMap(readLines(id, { follow: false }), Stream.runCollect)
+            return { samples: samples.length, lines: Array.from(lines).map((l) => l.entry.text) }
+          }).pipe(Effect.scoped)
+
+        yield* Effect.gen(function*() {
+          yield* ensureStreams()
+          expect(Exit.isSuccess(yield* Effect.exit(publishSample(metricSubject("sbx_1", "h1"), sample)))).toBe(true)
+          expect(Exit.isSuccess(yield* Effect.exit(publishLines(hostLogSubject("sbx_1", "h1"), [line])))).toBe(true)
+          refusedByPermissions(yield* publish(metricSubject("sbx_1", "h2")))
+          refusedByPermissions(yield* publish(hostLogSubject("sbx_1", "h2")))
+          refusedByPermissions(yield* publish(controlLogSubject("sbx_1")))
+          // Neither read nor purged by an agent.
+          expect(Exit.isFailure(yield* Effect.exit(readAll("sbx_1")))).toBe(true)
+          expect(Exit.isFailure(yield* Effect.exit(purgeSandbox("sbx_1")))).toBe(true)
+        }).pipe(Effect.provide(as(nats.url, agentUser("h1"))))
+
+        yield* Effect.gen(function*() {
+          refusedByPermissions(yield* publish(metricSubject("sbx_1", "h1")))
+          refusedByPermissions(yield* publish(controlLogSubject("sbx_1")))
+          expect(Exit.isFailure(yield* Effect.exit(purgeSandbox("sbx_1")))).toBe(true)
+        }).pipe(Effect.provide(as(nats.url, "api")))
+
+        yield* Effect.gen(function*() {
+          const started = { ...line, source: "lifecycle" as const, text: "started" }
+          expect(Exit.isSuccess(yield* Effect.exit(publishLines(controlLogSubject("sbx_1"), [started])))).toBe(true)
+        }).pipe(Effect.provide(as(nats.url, "runtime")))
+
+        const seen = yield* readAll("sbx_1").pipe(Effect.provide(as(nats.url, "api")))
+        expect(seen).toEqual({ samples: 1, lines: ["hello", "started"] })
+
+        yield* purgeSandbox("sbx_1").pipe(Effect.provide(as(nats.url, "runtime")))
+        expect(yield* readAll("sbx_1").pipe(Effect.provide(as(nats.url, "api")))).toEqual({ samples: 0, lines: [] })
       }).pipe(Effect.scoped),
     60_000
   )

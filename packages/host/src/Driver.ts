@@ -182,7 +182,16 @@ export class SandboxStats extends Schema.Class<SandboxStats>("@svc/host/SandboxS
    * own traffic, to the egress proxy and from the exposed ports' proxy alike.
    */
   netBytesOut: Schema.optionalKey(Schema.Int),
-  netBytesIn: Schema.optionalKey(Schema.Int)
+  netBytesIn: Schema.optionalKey(Schema.Int),
+  /** Its memory limit (`ramMb`), in bytes. */
+  memoryLimitBytes: Schema.optionalKey(Schema.Int),
+  /**
+   * What its disk holds on the host: the blocks its sparse disk image has allocated (blocks freed
+   * inside are not given back), absent for a sandbox without an image.
+   */
+  diskBytes: Schema.optionalKey(Schema.Int),
+  /** Its disk's size (`diskGb`), in bytes. */
+  diskLimitBytes: Schema.optionalKey(Schema.Int)
 }) {}
 
 /** How a run ended on its own (its init died) rather than by `stop`. */

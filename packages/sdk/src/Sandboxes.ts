@@ -17,6 +17,7 @@ import {
   type WaitOptions
 } from "./Http.ts"
 import { type OutputChunk, outputOf, Processes } from "./Processes.ts"
+import { followLogs, type LogsOptions, logsText, metricSamples, type MetricsOptions } from "./SandboxTelemetry.ts"
 import type { Templates } from "./Templates.ts"
 import { openTerminal, type Terminal, type TerminalOptions } from "./Terminal.ts"
 import type * as T from "./Types.ts"
@@ -261,6 +262,23 @@ export class Sandbox {
   /** Its usage now: CPU, memory, processes, network bytes (a running sandbox). */
   stats(): Promise<T.SandboxStats> {
     return this.#http.json("GET", this.#path("/stats"))
+  }
+
+  /** Its log so far (`<ts> <source>: <text>` lines): lifecycle, how runs ended, its template's `start_cmd` output. */
+  logs(options?: LogsOptions & { readonly follow?: false | undefined }): Promise<string>
+  /** Its log's lines as they are written (those stored first), until `signal` aborts. */
+  logs(options: LogsOptions & { readonly follow: true }): AsyncGenerator<string>
+  logs(
+    options: LogsOptions & { readonly follow?: boolean | undefined } = {}
+  ): Promise<string> | AsyncGenerator<string> {
+    return options.follow === true
+      ? followLogs(this.#http, this.#path("/logs"), options)
+      : logsText(this.#http, this.#path("/logs"), options)
+  }
+
+  /** Its samples (every 5 s while it runs, kept 24 h), oldest first. */
+  metrics(options: MetricsOptions = {}): Promise<ReadonlyArray<T.MetricSample>> {
+    return metricSamples(this.#http, this.#path("/metrics"), options)
   }
 
   /** Replaces its egress policy. */

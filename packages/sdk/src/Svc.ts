@@ -56,6 +56,7 @@ export {
   Sandbox,
   type SandboxState
 } from "./Sandboxes.ts"
+export type { LogsOptions, MetricsOptions } from "./SandboxTelemetry.ts"
 export { Terminal, type TerminalOptions } from "./Terminal.ts"
 export type * from "./Types.ts"
 

@@ -27,6 +27,7 @@ import type {
   Sandbox as SandboxSchema,
   SandboxStats as SandboxStatsSchema
 } from "@svc/domain/Sandbox"
+import type { MetricSample as MetricSampleSchema } from "@svc/domain/SandboxTelemetry"
 import type { CreateSecretRequest, PatchSecretRequest, Secret as SecretSchema } from "@svc/domain/Secret"
 import type { CreateTemplateRequest, Template as TemplateSchema } from "@svc/domain/Template"
 import type { CreateVolumeRequest, Volume as VolumeSchema } from "@svc/domain/Volume"
@@ -41,6 +42,8 @@ import type {
 export type SandboxRecord = typeof SandboxSchema.Encoded
 export type CreateSandboxParams = typeof CreateSandboxRequest.Encoded
 export type SandboxStats = typeof SandboxStatsSchema.Encoded
+/** One sample of `sandbox.metrics()`. */
+export type MetricSample = typeof MetricSampleSchema.Encoded
 export type FileEntry = typeof FileEntrySchema.Encoded
 export type FileListing = typeof FileListingSchema.Encoded
 export type FileInfo = typeof FileInfoSchema.Encoded

@@ -7,6 +7,7 @@ secrets, snapshot, stop and start, delete; the events iterator and its resumptio
 from __future__ import annotations
 
 import io
+import time
 import unittest
 from typing import List
 
@@ -169,6 +170,29 @@ class Sandboxes(unittest.TestCase):
             seen = b"".join(terminal)
         self.assertIn(b"iterated", seen)
         self.assertEqual(terminal.exit_code, 0)
+
+    def test_logs_and_metrics(self) -> None:
+        deadline = time.time() + 60
+        while "lifecycle: started" not in self.sbx.logs() and time.time() < deadline:
+            time.sleep(0.5)
+        self.assertRegex(self.sbx.logs(), r"(?m)^\S+Z lifecycle: started$")
+        self.assertIn("lifecycle: started", self.sbx.logs(since="1d"))
+        self.assertEqual(self.sbx.logs(since="2999-01-01T00:00:00Z"), "")
+        lines = self.sbx.follow_logs(timeout=30)
+        try:
+            self.assertRegex(next(line for line in lines if line.endswith("lifecycle: started")), r"Z lifecycle: started$")
+        finally:
+            lines.close()
+        samples = self.sbx.metrics()
+        while not samples and time.time() < deadline:
+            time.sleep(0.5)
+            samples = self.sbx.metrics(since="1h")
+        self.assertGreater(len(samples), 0)
+        self.assertGreater(samples[0]["mem_bytes"], 0)
+        self.assertGreaterEqual(samples[0]["pids"], 1)
+        with self.assertRaises(SvcError) as refused:
+            self.sbx.metrics(since="yesterday")
+        self.assertEqual(refused.exception.code, "invalid_request")
 
     def test_stats_network_port_secret(self) -> None:
         stats = self.sbx.stats()

@@ -27,6 +27,7 @@ ANSWERS: Dict[str, Tuple[str, str, str, Optional[str]]] = {
     "FileEntry": ("get", "/v1/sandboxes/{id}/files", "200", "entries"),
     "ProcessRecord": ("get", "/v1/sandboxes/{id}/processes/{pid}", "200", None),
     "SandboxStats": ("get", "/v1/sandboxes/{id}/stats", "200", None),
+    "MetricSample": ("get", "/v1/sandboxes/{id}/metrics", "200", "samples"),
     "PreviewToken": ("post", "/v1/sandboxes/{id}/ports/{port}/token", "201", None),
     "Template": ("get", "/v1/templates/{id}", "200", None),
     "Volume": ("get", "/v1/volumes/{id}", "200", None),

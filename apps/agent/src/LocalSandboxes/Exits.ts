@@ -76,6 +76,7 @@ export const makeExits = (options: {
 
   return {
     isRunning: (sandboxId: string) => running.has(sandboxId),
+    runningIds: Effect.sync(() => [...running]),
     track,
     checkExits
   }

@@ -5,7 +5,7 @@
  *
  *   svc sandbox spawn sbx_... -- python3 -m http.server 8000
  *   svc sandbox ps sbx_...            # or one: svc sandbox ps sbx_... 42
- *   svc sandbox logs sbx_... 42 --follow
+ *   svc sandbox logs sbx_... 42 --follow   # without a pid: the sandbox's own log (SandboxTelemetry.ts)
  *   svc sandbox kill sbx_... 42 --signal INT
  *   svc sandbox wait sbx_... 42       # exits with its exit code
  *   echo data | svc sandbox stdin sbx_... 42 --close
@@ -18,6 +18,7 @@ import type { Process, Sandbox, Svc, Terminal } from "@svc/sdk"
 import { Console, Effect, Option } from "effect"
 import { Argument, Command, Flag } from "effect/cli"
 import { call, client, cliErrorOf } from "../Client.ts"
+import { printSandboxLog, sinceFlag } from "./SandboxTelemetry.ts"
 
 const print = (value: unknown) => Console.log(JSON.stringify(value, null, 2))
 const sandboxId = Argument.String("sandbox-id").pipe(Argument.withDescription("The sandbox's id (sbx_...)"))
@@ -84,20 +85,26 @@ const logs = Command.make(
   "logs",
   {
     sandboxId,
-    pid,
+    pid: Argument.Int("pid").pipe(
+      Argument.withDescription("A background process's pid; without it, the sandbox's own log"),
+      Argument.optional
+    ),
     follow: Flag.Boolean("follow").pipe(
       Flag.withAlias("f"),
-      Flag.withDescription("Keep printing what it writes until it exits"),
+      Flag.withDescription("Keep printing what it writes (a process: until it exits)"),
       Flag.withDefault(false)
-    )
+    ),
+    since: sinceFlag
   },
   Effect.fn(function*(o) {
     const svc = yield* client
+    if (Option.isNone(o.pid)) return yield* printSandboxLog(svc, o.sandboxId, o)
+    const pid = o.pid.value
     // Each chunk is written before the next is read: a slow terminal slows the stream, no more.
     yield* Effect.tryPromise({
       try: async (signal) => {
         const processes = await processesOf(svc, o.sandboxId)
-        for await (const chunk of processes.output(o.pid, { follow: o.follow, signal })) {
+        for await (const chunk of processes.output(pid, { follow: o.follow, signal })) {
           if (chunk.type === "exit") {
             process.stderr.write(`[exited ${chunk.exit_code}: ${chunk.reason ?? "exited"}]\n`)
           } else {
@@ -109,7 +116,11 @@ const logs = Command.make(
       catch: (e) => cliErrorOf(e, svc.baseUrl)
     })
   })
-).pipe(Command.withDescription("Print a background process's output (the last 1 MiB of each stream kept)"))
+).pipe(
+  Command.withDescription(
+    "Print the sandbox's log (lifecycle, start_cmd output), or with a pid a background process's output (the last 1 MiB of each stream kept)"
+  )
+)
 
 const kill = Command.make(
   "kill",

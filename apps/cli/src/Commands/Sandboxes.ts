@@ -1,6 +1,7 @@
 /**
  * `svc sandbox create|list|get|exec|stop|start|delete|files read|write|ls|stat|mkdir|mv|rm|stats|expose|network|
- * secrets bind|snapshot` (and `spawn|ps|logs|kill|wait|stdin|terminal`, `Processes.ts`): a
+ * secrets bind|snapshot` (and `spawn|ps|logs|kill|wait|stdin|terminal`, `Processes.ts`; `logs` without a pid
+ * and `metrics`, `SandboxTelemetry.ts`): a
  * client of the /v1 API for users.
  *
  * Built on the SDK's `Svc` (`@svc/sdk`). Credentials: `SVC_API_KEY` and `SVC_API_URL` (default
@@ -27,6 +28,7 @@ import { Argument, Command, Flag } from "effect/cli"
 import * as Fs from "node:fs"
 import { call, CliError, progress } from "../Client.ts"
 import { processCommands } from "./Processes.ts"
+import { metrics } from "./SandboxTelemetry.ts"
 import { followBuild } from "./Templates.ts"
 import { parseVolumeFlag } from "./Volumes.ts"
 
@@ -448,6 +450,7 @@ export const sandbox = Command.make("sandbox").pipe(
     network,
     secrets,
     snapshot,
-    ...processCommands
+    ...processCommands,
+    metrics
   ])
 )

@@ -1,7 +1,8 @@
 /**
  * One sandbox: its record (state live from the event stream), stop/start/delete, the exec
  * console (a command's stdout, stderr and exit code, as they come) and the terminal (a shell
- * over the /terminal WebSocket, loaded on demand: xterm.js is a chunk of its own).
+ * over the /terminal WebSocket, loaded on demand: xterm.js is a chunk of its own), and its
+ * metrics charts and followed log (`SandboxTelemetry.tsx`, a chunk of its own).
  */
 import type { FunctionComponent } from "preact"
 import { useEffect, useId, useRef, useState } from "preact/hooks"
@@ -27,6 +28,19 @@ const LazyTerminal = (props: TerminalProps) => {
   }, [])
   if (error !== undefined) return <ErrorMessage error={error} />
   if (loaded === undefined) return <p role="status">Loading the terminal…</p>
+  const Loaded = loaded
+  return <Loaded {...props} />
+}
+
+/** The metrics and log panel (`SandboxTelemetry.tsx`), a chunk of its own fetched with the page. */
+const LazyTelemetry = (props: { readonly sandboxId: string }) => {
+  const [loaded, setLoaded] = useState<FunctionComponent<{ readonly sandboxId: string }> | undefined>(undefined)
+  const [error, setError] = useState<unknown>(undefined)
+  useEffect(() => {
+    import("../SandboxTelemetry.tsx").then((module) => setLoaded(() => module.default), setError)
+  }, [])
+  if (error !== undefined) return <ErrorMessage error={error} />
+  if (loaded === undefined) return <p role="status">Loading the metrics and log…</p>
   const Loaded = loaded
   return <Loaded {...props} />
 }
@@ -158,6 +172,7 @@ export const Sandbox = (props: { readonly id: string }) => {
             onDeleted={() => navigate("/sandboxes")}
           />
           <ExecConsole sandbox={record} />
+          <LazyTelemetry sandboxId={record.id} />
           <section aria-labelledby={`${id}-terminal`} class="panel">
             <h2 id={`${id}-terminal`}>Terminal</h2>
             {terminal

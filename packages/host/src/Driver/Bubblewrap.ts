@@ -26,6 +26,7 @@ import * as Network from "./Network.ts"
 import { makeProcesses } from "./Processes.ts"
 import { makePty } from "./Pty.ts"
 import { makeRuns } from "./Run.ts"
+import { sandboxPaths } from "./State.ts"
 
 export class BubblewrapDriver {
   /**
@@ -48,12 +49,16 @@ export class BubblewrapDriver {
         const entry = yield* host.lookupRunning(sandboxId)
         const read = yield* tryHost("stats", () => host.cgroups.usage(entry.record.sandboxId))
         const link = yield* tryHost("stats", () => Network.linkBytes(entry.record.internalIp))
+        const disk = yield* tryHost("stats", () => Disk.allocatedBytes(sandboxPaths(host.config.dataDir, sandboxId)))
         return new SandboxStats({
           memoryBytes: read.memoryBytes ?? 0,
           ...(read.cpuUsageNs !== undefined ? { cpuUsageNs: read.cpuUsageNs } : {}),
           pids: read.pids ?? 0,
           // The host side's receive is the sandbox's send.
-          ...(link !== undefined ? { netBytesOut: link.rx, netBytesIn: link.tx } : {})
+          ...(link !== undefined ? { netBytesOut: link.rx, netBytesIn: link.tx } : {}),
+          memoryLimitBytes: entry.record.ramMb * 1024 * 1024,
+          diskLimitBytes: entry.record.diskGb * 1024 * 1024 * 1024,
+          ...(disk !== undefined ? { diskBytes: disk } : {})
         })
       })
 

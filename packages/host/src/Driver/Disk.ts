@@ -355,6 +355,10 @@ export const imagesAllocatedBytes = (sandboxesDir: string): number => {
   return total
 }
 
+/** Bytes one sandbox's disk image holds on the host's file system; undefined without an image. */
+export const allocatedBytes = (paths: SandboxPaths): Promise<number | undefined> =>
+  Fs.stat(imagePath(paths)).then((stat) => stat.blocks * 512, () => undefined)
+
 /** The loop devices `image` is attached to right now (`/dev/loopN`). */
 export const devicesOf = (image: string): ReadonlyArray<string> => attachedDevices(image)
 

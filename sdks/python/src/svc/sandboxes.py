@@ -25,7 +25,8 @@ from ._http import (
 )
 from .contexts import CodeContext, Contexts
 from .processes import OutputChunk, Processes, command, output_of
-from .types import ExecResult, FileEntry, FileInfo, PreviewToken, SandboxRecord, SandboxStats, Template
+from .telemetry import Since, follow_logs, logs_text, metric_samples
+from .types import ExecResult, FileEntry, FileInfo, MetricSample, PreviewToken, SandboxRecord, SandboxStats, Template
 
 if TYPE_CHECKING:
     from .resources import Templates
@@ -330,6 +331,18 @@ class Sandbox:
         """Its usage now: CPU, memory, processes, network bytes (a running sandbox)."""
         stats: SandboxStats = self._http.json("GET", self._path("/stats"))
         return stats
+
+    def logs(self, since: Since = None) -> str:
+        """Its log so far (`<ts> <source>: <text>` lines): lifecycle, how runs ended, its template's `start_cmd` output."""
+        return logs_text(self._http, self._path("/logs"), since)
+
+    def follow_logs(self, since: Since = None, timeout: Optional[float] = None) -> Generator[str, None, None]:
+        """Its log's lines as they are written (those stored first); dropping the iterator closes the connection."""
+        return follow_logs(self._http, self._path("/logs"), since, timeout)
+
+    def metrics(self, since: Since = None) -> List[MetricSample]:
+        """Its samples (every 5 s while it runs, kept 24 h), oldest first."""
+        return metric_samples(self._http, self._path("/metrics"), since)
 
     def set_network(self, allow_out: Optional[Sequence[str]] = None, deny_out: Optional[Sequence[str]] = None) -> Sandbox:
         """Replaces its egress policy."""

@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Optional, TypedDict
 __all__ = [
     "ApiKey", "App", "AppPage", "AuditEntry", "AuditPage", "CreatedApiKey", "CreatedWebhook",
     "DeliveryAttempt", "DeliveryPage", "ExecResult", "FileEntry", "FileInfo", "KeyPage", "Org", "PreviewToken",
-    "ProcessRecord", "SandboxRecord", "SandboxStats", "Secret", "SecretPage", "Template",
+    "MetricSample", "ProcessRecord", "SandboxRecord", "SandboxStats", "Secret", "SecretPage", "Template",
     "TemplatePage", "Usage", "Volume", "VolumePage", "Webhook", "WebhookPage", "WhoAmI", "Worker",
 ]
 
@@ -92,6 +92,21 @@ class ProcessRecord(TypedDict):
     exitedAt: Optional[str]
     #: exited, killed, sandbox_stopped (None while running)
     reason: Optional[str]
+
+
+class MetricSample(TypedDict):
+    """One sample of `sandbox.metrics()` (every 5 s while it runs, kept 24 h)."""
+
+    ts: str
+    #: CPU time since the previous sample over the time between them, in percent of one core.
+    cpu_pct: float
+    mem_bytes: int
+    mem_limit_bytes: int
+    disk_bytes: int
+    disk_limit_bytes: int
+    pids: int
+    net_rx_bytes: int
+    net_tx_bytes: int
 
 
 class SandboxStats(TypedDict):
