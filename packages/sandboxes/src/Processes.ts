@@ -106,11 +106,11 @@ export class Processes extends Context.Service<Processes, {
           ? Effect.succeed(host.value)
           : Effect.fail(new Errors.Unavailable({ error: "The sandbox's host is not known right now; retry" })))
 
-    /** The running sandbox's host (409 otherwise). */
+    /** The running sandbox's host (a stopped one with `auto_resume` started first; 409 otherwise). */
     const running = (orgId: OrgId, id: string) =>
       Effect.gen(function*() {
-        const s = yield* sandboxes.get(orgId, id)
-        if (s.state !== "running" || s.hostId === null) {
+        const s = yield* sandboxes.ready(orgId, id)
+        if (s.hostId === null) {
           return yield* new Errors.Conflict({ error: `This sandbox is ${s.state}; it must be running` })
         }
         return yield* hostOf(s.hostId)

@@ -56,6 +56,14 @@ const at = (name: Name, patch: Partial<SandboxActorState> = {}): SandboxActorSta
   stateSince: NOW - 1_000,
   lastReportAt: 1_000,
   createdEmitted: name === "running" || name === "stopping" || name === "stopped",
+  idleTimeoutS: null,
+  onTimeout: "stop",
+  autoDeleteS: null,
+  autoResume: false,
+  timeoutFrom: name === "running" ? NOW - 5_000 : null,
+  lastActivityAt: name === "running" ? NOW - 5_000 : null,
+  busy: false,
+  stopReason: null,
   ...patch
 })
 
