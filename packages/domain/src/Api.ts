@@ -12,6 +12,7 @@ import { EventsApi } from "./Api/Events.ts"
 import { Infrastructure } from "./Api/Infrastructure.ts"
 import { declareLimits } from "./Api/Limits.ts"
 import { OrgApi } from "./Api/Org.ts"
+import { LifecycleApi } from "./Api/Lifecycle.ts"
 import { PreviewsApi } from "./Api/Previews.ts"
 import { ProcessesApi } from "./Api/Processes.ts"
 import { SandboxesApi } from "./Api/Sandboxes.ts"
@@ -42,6 +43,7 @@ export class Api extends HttpApi.make("svc")
   .add(ContextsApi)
   .add(BillingApi)
   .add(AppsApi)
+  .add(LifecycleApi)
   // Authentication and each endpoint's declared Access rule: keep this after the last .add
   // (it applies to the endpoints added before it; the authorization matrix test checks).
   .middleware(Authorization)

@@ -66,6 +66,8 @@ export class Processes extends Context.Service<Processes, {
       readonly cwd?: string | undefined
       readonly env?: Readonly<Record<string, string>> | undefined
       readonly stdin?: boolean | undefined
+      /** False: it does not keep the sandbox from being idle (a code context's interpreter). */
+      readonly keepsAwake?: boolean | undefined
     }
   ) => Effect.Effect<SandboxProcess, ProcessError>
   readonly list: (orgId: OrgId, id: string) => Effect.Effect<ReadonlyArray<SandboxProcess>, ProcessError>
@@ -175,6 +177,7 @@ export class Processes extends Context.Service<Processes, {
         readonly cwd?: string | undefined
         readonly env?: Readonly<Record<string, string>> | undefined
         readonly stdin?: boolean | undefined
+        readonly keepsAwake?: boolean | undefined
       }
     ) {
       const host = yield* running(orgId, id)
@@ -186,7 +189,8 @@ export class Processes extends Context.Service<Processes, {
             cmd: request.cmd,
             ...(request.cwd !== undefined ? { cwd: request.cwd } : {}),
             ...(request.env !== undefined ? { env: request.env } : {}),
-            ...(request.stdin !== undefined ? { stdin: request.stdin } : {})
+            ...(request.stdin !== undefined ? { stdin: request.stdin } : {}),
+            ...(request.keepsAwake !== undefined ? { keeps_awake: request.keepsAwake } : {})
           }
         })
       )
