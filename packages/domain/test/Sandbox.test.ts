@@ -140,7 +140,11 @@ describe("CreateSandboxRequest", () => {
       exposed_ports: [],
       secrets: [],
       network: { allow_out: [], deny_out: [] },
-      timeout_s: null
+      timeout_s: null,
+      idle_timeout_s: null,
+      on_timeout: "stop",
+      auto_delete_s: null,
+      auto_resume: false
     })
   })
 

@@ -325,7 +325,10 @@ export const transition = (s: State | undefined, m: Message, ctx: Ctx): Actor.Tr
     case "Create": {
       if (s.state !== "pending") return unchanged(s)
       if (s.hostId === null) {
-        return moveTo(s, "error", ctx, { errorMessage: m.unplaceable ?? "no host could take the sandbox" })
+        return moveTo(s, "error", ctx, {
+          stopReason: "error",
+          errorMessage: m.unplaceable ?? "no host could take the sandbox"
+        })
       }
       const cmd: AgentCommand = {
         _tag: "create",
