@@ -40,6 +40,7 @@ const onDownHosts = Rows.decoder(
   "SandboxSupervisor.hostsDown",
   Schema.Struct({ id: Schema.String, host_id: Schema.String })
 )
+const hostIds = Rows.decoder("SandboxSupervisor.hosts", Schema.Struct({ id: Schema.String }))
 const waiting = Rows.decoder(
   "SandboxSupervisor.timeouts",
   Schema.Struct({ id: Schema.String, state: SandboxState, state_since: Rows.Timestamptz })
@@ -93,9 +94,21 @@ export class SandboxSupervisor extends Context.Service<SandboxSupervisor, {
       const now = yield* Clock.currentTimeMillis
       const all = yield* hosts.all
       const live = all.filter((h) => isLive(h, now, downAfterMs)).map((h) => h.hostId)
+      // The hosts that hold sandboxes, one index probe per host (a loose scan of `sandboxes_host`,
+      // never a pass over every row); then the sandboxes of those that are down, if any.
+      const holding = yield* hostIds(sql`
+        WITH RECURSIVE h(id) AS (
+          (SELECT host_id FROM sandboxes WHERE host_id IS NOT NULL AND state <> 'deleted' ORDER BY host_id LIMIT 1)
+          UNION ALL
+          SELECT (SELECT host_id FROM sandboxes WHERE host_id > h.id AND state <> 'deleted' ORDER BY host_id LIMIT 1)
+          FROM h WHERE h.id IS NOT NULL
+        )
+        SELECT id FROM h WHERE id IS NOT NULL`)
+      const down = holding.map((h) => h.id).filter((id) => !live.includes(id))
+      if (down.length === 0) return 0
       const rows = yield* onDownHosts(sql`
         SELECT id, host_id FROM sandboxes
-        WHERE host_id IS NOT NULL AND state NOT IN ('deleted', 'error') AND NOT (host_id = ANY(${live}::text[]))
+        WHERE host_id = ANY(${down}::text[]) AND state NOT IN ('deleted', 'error')
         LIMIT ${batch}`)
       let sent = 0
       for (const row of rows) {
