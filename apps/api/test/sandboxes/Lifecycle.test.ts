@@ -20,7 +20,7 @@ const remove = (ids: ReadonlyArray<string>) =>
 const reasonOf = (id: string, state: string) =>
   Effect.map(
     eventsOf(id, `sandbox.state_updated:${state}`),
-    ({ events }) => events.filter((e) => e.event === "sandbox.state_updated" && e.data.state === state).at(-1)!.data.reason
+    ({ events }) => events.findLast((e) => e.event === "sandbox.state_updated" && e.data.state === state)!.data.reason
   )
 
 layer(EnvLayer, { excludeTestServices: true, timeout: 240_000 })("sandboxes API: lifecycle", (it) => {
