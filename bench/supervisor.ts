@@ -98,9 +98,9 @@ const explain = Effect.gen(function*() {
       SELECT id FROM h WHERE id IS NOT NULL`,
     timeouts: sql`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY ON)
       SELECT id, state, state_since FROM sandboxes
-      WHERE state IN ('pending', 'starting', 'stopping', 'deleting') AND state_since < ${
-      new Date(now.getTime() - 120_000)
-    } LIMIT 500`,
+      WHERE state IN ('pending', 'starting', 'stopping', 'deleting') AND state_since < ${new Date(
+      now.getTime() - 120_000
+    )} LIMIT 500`,
     lapses: sql`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY ON)
       SELECT id, state, on_timeout, timeout_s, timeout_from, idle_timeout_s, last_activity_at, busy,
         auto_delete_s, stopped_at

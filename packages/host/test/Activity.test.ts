@@ -26,9 +26,16 @@ describe("Activity", () => {
       ["busy ended", { lastMs: 900, reportedBusy: true, reportedLastMs: 100 }, false, { busy: false, idleMs: 100 }],
       ["a call since the last report", { lastMs: 900, reportedLastMs: 100 }, false, { busy: false, idleMs: 100 }],
       ["nothing since the last report", { lastMs: 900, reportedLastMs: 900 }, false, undefined],
-      ["busy, more calls: still just busy", { lastMs: 950, inFlight: 2, reportedBusy: true, reportedLastMs: 900 }, false, undefined]
+      [
+        "busy, more calls: still just busy",
+        { lastMs: 950, inFlight: 2, reportedBusy: true, reportedLastMs: 900 },
+        false,
+        undefined
+      ]
     ]
-    for (const [what, patch, awake, expected] of table) expect(report(entry(patch), awake, 1000), what).toEqual(expected)
+    for (const [what, patch, awake, expected] of table) {
+      expect(report(entry(patch), awake, 1000), what).toEqual(expected)
+    }
   })
 
   it("tracks calls on a monotonic clock, quiet processes aside, and forgets idle sandboxes", () => {

@@ -42,8 +42,8 @@ import { Idempotency, type Outcome } from "@svc/db/Idempotency"
 import * as Rows from "@svc/db/Rows"
 import * as Confinement from "@svc/domain/Confinement"
 import * as Errors from "@svc/domain/Errors"
-import type { SetTimeoutRequest } from "@svc/domain/Lifecycle"
 import { makeAttachmentId, makeId, type OrgId, type VolumeId } from "@svc/domain/Ids"
+import type { SetTimeoutRequest } from "@svc/domain/Lifecycle"
 import { pageInfo } from "@svc/domain/Pagination"
 import {
   type CreateSandboxRequest,

@@ -78,7 +78,10 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 240_000 })("sandboxes API:
       // Removed and set again: null, then a new end.
       const removed = yield* setTimeout(created.id, { timeout_s: null, idle_timeout_s: 600 })
       expect(removed.json).toMatchObject({ timeout_s: null, expiresAt: null, idle_timeout_s: 600 })
-      expect((yield* setTimeout(created.id, { timeout_s: 2 })).json).toMatchObject({ timeout_s: 2, idle_timeout_s: 600 })
+      expect((yield* setTimeout(created.id, { timeout_s: 2 })).json).toMatchObject({
+        timeout_s: 2,
+        idle_timeout_s: 600
+      })
       const stopped = yield* waitState(created.id, "stopped", Duration.seconds(20))
       expect(stopped).toMatchObject({ stop_reason: "timeout", expiresAt: null })
       expect(yield* reasonOf(created.id, "stopped")).toBe("timeout")

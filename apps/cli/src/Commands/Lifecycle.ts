@@ -37,7 +37,10 @@ export const timeout = Command.make(
     json: Flag.Boolean("json").pipe(Flag.withDescription("Print the API's JSON"), Flag.withDefault(false))
   },
   Effect.fn(function*(o) {
-    const settings = { ...(yield* parseLimit("timeout-s", o.timeoutS)), ...(yield* parseLimit("idle-timeout-s", o.idleTimeoutS)) }
+    const settings = {
+      ...(yield* parseLimit("timeout-s", o.timeoutS)),
+      ...(yield* parseLimit("idle-timeout-s", o.idleTimeoutS))
+    }
     const { record } = yield* call(async (svc) => (await svc.sandboxes.get(o.sandboxId)).setTimeout(settings))
     if (o.json) return yield* Console.log(JSON.stringify(record, null, 2))
     const show = (n: number | null) => (n === null ? "none" : `${n}s`)

@@ -45,7 +45,11 @@ describe("Lifecycle", () => {
         at: T + 60_000,
         seen: T
       }],
-      ["the earlier of the two: idle", { idleTimeoutS: 10, timeoutS: 60 }, { kind: "idle", at: T + 10_000 + G, seen: T }],
+      ["the earlier of the two: idle", { idleTimeoutS: 10, timeoutS: 60 }, {
+        kind: "idle",
+        at: T + 10_000 + G,
+        seen: T
+      }],
       ["the earlier of the two: timeout", { idleTimeoutS: 100, timeoutS: 60 }, {
         kind: "timeout",
         at: T + 60_000,
