@@ -34,6 +34,10 @@ export class ActivityReporter extends Context.Service<ActivityReporter, {
       const nats = yield* Nats
       const startedAt = Date.now()
       let n = 0
+      // What the previous agent reported is unknown: each running sandbox is reported afresh.
+      for (const row of yield* driver.list.pipe(Effect.orElseSucceed(() => []))) {
+        if (row.status === "running") activity.found(row.sandboxId)
+      }
 
       const send = (report: ActivityReport) =>
         retryForever(

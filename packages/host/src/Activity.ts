@@ -58,6 +58,12 @@ export class SandboxActivity extends Context.Service<SandboxActivity, {
   readonly ids: () => ReadonlyArray<string>
   /** The report due now for one of them (recorded as sent), given its awake processes. */
   readonly due: (sandboxId: string, awake: (quiet: ReadonlySet<number>) => boolean) => ActivityReportDue | undefined
+  /**
+   * A sandbox found running when the agent starts: what its actor last heard is unknown (a
+   * background process that kept it busy ended with the previous agent), so its next check
+   * reports it, as if activity had ended now (never earlier).
+   */
+  readonly found: (sandboxId: string) => void
   /** Forgets a sandbox that no longer runs here (its processes ended with it). */
   readonly forget: (sandboxId: string) => void
 }>()("@svc/host/Activity") {
@@ -90,6 +96,11 @@ export class SandboxActivity extends Context.Service<SandboxActivity, {
         entry(sandboxId).quiet.add(pid)
       },
       ids: () => [...entries.keys()],
+      found: (sandboxId) => {
+        const e = entry(sandboxId)
+        e.lastMs ??= now()
+        e.reportedBusy = true
+      },
       due: (sandboxId, awake) => {
         const e = entries.get(sandboxId)
         if (e === undefined) return undefined

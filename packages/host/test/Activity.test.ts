@@ -64,4 +64,14 @@ describe("Activity", () => {
     expect(activity.ids()).toEqual([])
     expect(activity.due("sbx_1", () => true)).toBe(undefined)
   })
+
+  it("a sandbox found running at the agent's start is reported at its next check, busy or not", () => {
+    let now = 1_000
+    const activity = SandboxActivity.make(() => now)
+    activity.found("sbx_2")
+    now = 1_500
+    // The previous agent may have reported it busy: it is told it no longer is.
+    expect(activity.due("sbx_2", () => false)).toEqual({ busy: false, idleMs: 500 })
+    expect(activity.due("sbx_2", () => false)).toBe(undefined)
+  })
 })

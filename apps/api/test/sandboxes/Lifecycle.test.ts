@@ -9,12 +9,31 @@
 import { expect, layer } from "@effect/vitest"
 import { IDLE_GRACE_MS } from "@svc/sandboxes/Sandboxes/Lifecycle"
 import { Duration, Effect } from "effect"
+import * as Http from "node:http"
 import { api, create, Env, EnvLayer, eventsOf, expectError, get, waitState } from "../../testing/SandboxesEnv.ts"
 
 const exec = (id: string, cmd: ReadonlyArray<string>) => api("POST", `/v1/sandboxes/${id}/exec`, { body: { cmd } })
 const setTimeout = (id: string, body: unknown) => api("PUT", `/v1/sandboxes/${id}/timeout`, { body })
 const remove = (ids: ReadonlyArray<string>) =>
   Effect.forEach(ids, (id) => api("DELETE", `/v1/sandboxes/${id}`), { concurrency: 4, discard: true })
+
+/** A request through the preview host (a key allowed on the sandbox in `Authorization`): its status. */
+const previewRequest = (base: string, host: string, token: string) =>
+  Effect.callback<number>((resume) => {
+    const url = new URL(base)
+    const request = Http.request({
+      host: url.hostname,
+      port: url.port,
+      path: "/",
+      agent: false,
+      headers: { host, authorization: `Bearer ${token}` }
+    }, (response) => {
+      response.resume()
+      response.on("end", () => resume(Effect.succeed(response.statusCode ?? 0)))
+    })
+    request.on("error", () => resume(Effect.succeed(0)))
+    request.end()
+  })
 
 /** The `reason` of the sandbox's last `sandbox.state_updated` to `state`. */
 const reasonOf = (id: string, state: string) =>
@@ -96,7 +115,7 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 240_000 })("sandboxes API:
 
   it.effect("auto_resume: 10 concurrent calls on a stopped sandbox share one start and are all served", () =>
     Effect.gen(function*() {
-      const created = yield* create({ region: "local", auto_resume: true })
+      const created = yield* create({ region: "local", auto_resume: true, exposed_ports: [8080] })
       yield* waitState(created.id, "running")
       yield* exec(created.id, ["sh", "-c", "echo kept > /root/kept"])
       expect((yield* api("POST", `/v1/sandboxes/${created.id}/stop`)).status).toBe(202)
@@ -132,6 +151,11 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 240_000 })("sandboxes API:
       yield* waitState(created.id, "stopped")
       expectError(yield* api("GET", `/v1/sandboxes/${created.id}/stats`), 409, "conflict")
       expect((yield* get(created.id)).json.state).toBe("stopped")
+      // A preview request starts it too (nothing listens on the port yet: the proxy's own answer).
+      const env = yield* Env
+      const viaPreview = yield* previewRequest(env.base, `8080-${created.id}.preview.localhost`, env.org.token)
+      expect(viaPreview, "a preview request on a stopped sandbox").not.toBe(409)
+      expect((yield* get(created.id)).json).toMatchObject({ state: "running", stop_reason: null })
       yield* remove([created.id])
     }))
 
