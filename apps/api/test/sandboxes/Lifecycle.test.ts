@@ -128,9 +128,10 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 240_000 })("sandboxes API:
         (i) => exec(created.id, ["sh", "-c", `cat /root/kept; echo ${i}`]),
         { concurrency: "unbounded" }
       )
+      const all = JSON.stringify(answers.map((a) => a.json))
       answers.forEach((a, i) => {
         expect(a.status, a.text).toBe(200)
-        expect(a.json).toMatchObject({ exit_code: 0, stdout: `kept\n${i}\n` })
+        expect(a.json, all).toMatchObject({ exit_code: 0, stdout: `kept\n${i}\n` })
       })
       expect((yield* get(created.id)).json).toMatchObject({ state: "running", stop_reason: null })
       const { labels } = yield* eventsOf(created.id, "sandbox.state_updated:running")
