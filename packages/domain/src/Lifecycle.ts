@@ -1,5 +1,5 @@
 /**
- * A sandbox's lifecycle settings (docs/contract.md#lifecycle-timeouts-idleness-resume-fork): its
+ * A sandbox's lifecycle settings (docs/contract.md#lifecycle-timeouts-idleness-resume): its
  * lifetime, its idleness, what either does, how long a stopped one is kept, whether a call
  * starts a stopped one, and why it last stopped.
  */

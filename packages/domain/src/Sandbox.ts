@@ -147,7 +147,7 @@ export const Sandbox = Schema.Struct({
   startedAt: NullableTimestamp,
   stoppedAt: NullableTimestamp,
   deletedAt: NullableTimestamp,
-  // Lifecycle (docs/contract.md#lifecycle-timeouts-idleness-resume-fork): the create's fields shown
+  // Lifecycle (docs/contract.md#lifecycle-timeouts-idleness-resume): the create's fields shown
   // back under their own names, and what the platform derives from them.
   timeout_s: Schema.NullOr(Schema.Int),
   idle_timeout_s: Schema.NullOr(Schema.Int),

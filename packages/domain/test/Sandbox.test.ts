@@ -84,7 +84,7 @@ describe("Sandbox record", () => {
       "startedAt",
       "stoppedAt",
       "deletedAt",
-      // Lifecycle (docs/contract.md#lifecycle-timeouts-idleness-resume-fork).
+      // Lifecycle (docs/contract.md#lifecycle-timeouts-idleness-resume).
       "timeout_s",
       "idle_timeout_s",
       "on_timeout",

@@ -1,5 +1,5 @@
 /**
- * What a host sees of its sandboxes' activity (docs/contract.md#lifecycle-timeouts-idleness-resume-fork),
+ * What a host sees of its sandboxes' activity (docs/contract.md#lifecycle-timeouts-idleness-resume),
  * kept by the agent for idleness: every data-plane call on a sandbox (exec, files, processes,
  * contexts, terminal, a preview's tunnel; not its stats) is activity, and the sandbox is `busy`
  * while one is in progress (a running exec, a transfer, an open terminal or tunnel) or while a

@@ -1,5 +1,5 @@
 /**
- * Handler of PUT /v1/sandboxes/{id}/timeout (docs/contract.md#lifecycle-timeouts-idleness-resume-fork).
+ * Handler of PUT /v1/sandboxes/{id}/timeout (docs/contract.md#lifecycle-timeouts-idleness-resume).
  * The middleware has checked `sandboxes:write`; the sandbox is the org's and within a
  * `sandbox:<id>` key's reach.
  */

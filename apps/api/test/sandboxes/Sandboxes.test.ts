@@ -39,7 +39,7 @@ const RECORD_KEYS = [
   "type",
   "volume_attachments",
   "vsockCid",
-  // Lifecycle (docs/contract.md#lifecycle-timeouts-idleness-resume-fork).
+  // Lifecycle (docs/contract.md#lifecycle-timeouts-idleness-resume).
   "timeout_s",
   "idle_timeout_s",
   "on_timeout",

@@ -1,5 +1,5 @@
 /**
- * A sandbox's lifecycle routes (docs/contract.md#lifecycle-timeouts-idleness-resume-fork): the
+ * A sandbox's lifecycle routes (docs/contract.md#lifecycle-timeouts-idleness-resume): the
  * `sandboxes` scope (`write`) and the single-sandbox policy, as every sandbox route.
  */
 import { Schema } from "effect"
