@@ -24,6 +24,7 @@ import { WorkerHeartbeat } from "@svc/bus/Workers"
 import { SecretBox } from "@svc/crypto/SecretBox"
 import { claimEgressBridge, Egress, ensureEgressCa } from "@svc/egress/Egress"
 import { AGENT_STREAM, agentConsumer, type HostLimits } from "@svc/host-protocol/Protocol"
+import { SandboxActivity } from "@svc/host/Activity"
 import { SandboxDriver } from "@svc/host/Driver"
 import { BubblewrapDriver } from "@svc/host/Driver/Bubblewrap"
 import { DriverConfig } from "@svc/host/Driver/Config"
@@ -34,6 +35,7 @@ import * as Telemetry from "@svc/telemetry/Telemetry"
 import { Effect, Layer, Metric, Schema } from "effect"
 import * as Os from "node:os"
 import * as NodePath from "node:path"
+import { ActivityReporter } from "./ActivityReporter.ts"
 import { CommandConsumer } from "./Commands.ts"
 import { AgentConfig, type AgentOptions, InvalidAgentConfig } from "./Config.ts"
 import { DataPlaneEndpoint, type DataPlaneOptions } from "./DataPlaneEndpoint.ts"
@@ -182,7 +184,7 @@ const EgressBridgeFromAgent = Layer.effectDiscard(
 const services = (options: { readonly dataPlane?: DataPlaneOptions }) => {
   const core = Layer.mergeAll(Journal.layer, Reporter.layer, TemplateImages.layer)
   const lifecycle = LocalSandboxes.layer.pipe(Layer.provideMerge(core))
-  const dataPlane = DataPlaneEndpoint.layerWith(options.dataPlane ?? {})
+  const dataPlane = DataPlaneEndpoint.layerWith(options.dataPlane ?? {}).pipe(Layer.provideMerge(SandboxActivity.layer))
   const workers = Layer.unwrap(
     Effect.gen(function*() {
       const config = yield* AgentConfig
@@ -195,7 +197,8 @@ const services = (options: { readonly dataPlane?: DataPlaneOptions }) => {
     ExitWatcher.layer,
     VolumeReaper.layer,
     EgressFromAgent,
-    SandboxObserver.layer
+    SandboxObserver.layer,
+    ActivityReporter.layer
   ).pipe(
     Layer.provideMerge(registered),
     Layer.provideMerge(lifecycle)

@@ -3,12 +3,13 @@
  * sandboxes, for the API processes only) on the agent's configured address, and the endpoint
  * and token the host record publishes.
  */
+import { SandboxActivity } from "@svc/host/Activity"
 import { DataPlaneServer, type DataPlaneSettings } from "@svc/host/DataPlaneServer"
 import { Context, Effect, Layer } from "effect"
 import { AgentConfig } from "./Config.ts"
 
 /** Overrides for tests: `maxTransfers` and the others default to `AgentConfig`'s. */
-export type DataPlaneOptions = Partial<Omit<DataPlaneSettings, "port" | "listenHost">>
+export type DataPlaneOptions = Partial<Omit<DataPlaneSettings, "port" | "listenHost" | "activity">>
 
 export class DataPlaneEndpoint extends Context.Service<DataPlaneEndpoint, {
   /** Base URL for other processes, e.g. `http://127.0.0.1:43127`. */
@@ -19,7 +20,10 @@ export class DataPlaneEndpoint extends Context.Service<DataPlaneEndpoint, {
   static readonly layerWith = (options: DataPlaneOptions = {}) =>
     Layer.unwrap(Effect.gen(function*() {
       const config = yield* AgentConfig
+      // The agent's reporter of idleness listens to every call (`ActivityReporter.ts`).
+      const activity = yield* Effect.serviceOption(SandboxActivity)
       const server = DataPlaneServer.layer({
+        ...(activity._tag === "Some" ? { activity: activity.value } : {}),
         port: config.port,
         listenHost: config.listenHost,
         maxTransfers: options.maxTransfers ?? config.maxTransfers,

@@ -233,19 +233,30 @@ describe("app controller", () => {
     })
     expect(view(w.state).readyReplicas).toBe(2)
 
-    // Its host died: the sandbox went to error.
+    // Its host died: the sandbox went to error, and the app says why in the sandbox's words.
     w.advance(STABLE_MS + 1)
-    w.send({ _tag: "SandboxChanged", sandboxId: "sbx_2", state: "error" })
+    w.send({ _tag: "SandboxChanged", sandboxId: "sbx_2", state: "error", reason: "host_lost" })
     expect(view(w.state).readyReplicas).toBe(1)
+    expect(view(w.state).reason).toBe("replica sbx_2 failed: its sandbox is error (host_lost)")
     w.settle()
     expect(w.removed).toEqual(["sbx_1", "sbx_2"])
     // Deleted under it: nothing to delete, replaced.
     w.advance(STABLE_MS + 1)
     w.send({ _tag: "SandboxChanged", sandboxId: "sbx_3", state: "deleted" })
+    expect(view(w.state).reason).toBe("replica sbx_3 failed: its sandbox was deleted")
     expect(w.take("RemoveReplica")).toEqual([])
     w.settle()
     expect(view(w.state)).toMatchObject({ state: "running", readyReplicas: 2 })
     expect(live(w.state).map((m) => m.sandboxId)).toEqual(["sbx_4", "sbx_5"])
+    // Found by an observation: stopped out of memory.
+    w.advance(STABLE_MS + 1)
+    w.send({
+      _tag: "Observed",
+      opId: "obs2",
+      replicas: [{ sandboxId: "sbx_4", sandbox: "error", pid: "7", process: "none", reason: "oom" }]
+    })
+    expect(view(w.state).reason).toBe("replica sbx_4 failed: its sandbox is error (oom)")
+    w.settle()
     // A late event about a replica gone changes nothing.
     w.send({ _tag: "SandboxChanged", sandboxId: "sbx_1", state: "running" })
     expect(w.pending).toEqual([])

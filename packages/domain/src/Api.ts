@@ -10,6 +10,7 @@ import { BillingApi } from "./Api/Billing.ts"
 import { ContextsApi } from "./Api/Contexts.ts"
 import { EventsApi } from "./Api/Events.ts"
 import { Infrastructure } from "./Api/Infrastructure.ts"
+import { LifecycleApi } from "./Api/Lifecycle.ts"
 import { declareLimits } from "./Api/Limits.ts"
 import { declareMcp } from "./Api/Mcp.ts"
 import { OrgApi } from "./Api/Org.ts"
@@ -45,6 +46,7 @@ export class Api extends HttpApi.make("svc")
   .add(BillingApi)
   .add(AppsApi)
   .add(SandboxTelemetryApi)
+  .add(LifecycleApi)
   // Authentication and each endpoint's declared Access rule: keep this after the last .add
   // (it applies to the endpoints added before it; the authorization matrix test checks).
   .middleware(Authorization)

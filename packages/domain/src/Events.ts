@@ -10,6 +10,7 @@
 import { Result, Schema } from "effect"
 import { InvalidEventFilter } from "./Errors.ts"
 import { HostId, OrgId, SandboxId, TemplateId, WebhookId } from "./Ids.ts"
+import { StopReason } from "./Lifecycle.ts"
 import { SandboxState } from "./Sandbox.ts"
 import { Timestamp } from "./Time.ts"
 
@@ -30,7 +31,9 @@ export const SandboxCreatedData = Schema.Struct({
 export const SandboxStateUpdatedData = Schema.Struct({
   sandbox_id: SandboxId,
   state: SandboxState,
-  internal_ip: Schema.NullOr(Schema.String)
+  internal_ip: Schema.NullOr(Schema.String),
+  /** Why it last stopped (the record's `stop_reason`); null while running. */
+  reason: Schema.optionalKey(Schema.NullOr(StopReason))
 })
 
 export const SandboxDeletedData = Schema.Struct({

@@ -8,6 +8,7 @@
  */
 import { Effect, Schema, SchemaTransformation } from "effect"
 import { AttachmentId, HostId, OrgId, SandboxId, SecretId, TemplateId, VolumeId } from "./Ids.ts"
+import { LifecycleSeconds, OnTimeout, StopReason } from "./Lifecycle.ts"
 import { NetworkPolicy, Rules } from "./Network.ts"
 import { ListQuery, Page } from "./Pagination.ts"
 import {
@@ -145,7 +146,20 @@ export const Sandbox = Schema.Struct({
   createdAt: Timestamp,
   startedAt: NullableTimestamp,
   stoppedAt: NullableTimestamp,
-  deletedAt: NullableTimestamp
+  deletedAt: NullableTimestamp,
+  // Lifecycle (docs/contract.md#lifecycle-timeouts-idleness-resume): the create's fields shown
+  // back under their own names, and what the platform derives from them.
+  timeout_s: Schema.NullOr(Schema.Int),
+  idle_timeout_s: Schema.NullOr(Schema.Int),
+  on_timeout: OnTimeout,
+  auto_delete_s: Schema.NullOr(Schema.Int),
+  auto_resume: Schema.Boolean,
+  /** When `timeout_s` stops it, while it runs; null without `timeout_s` or when not running. */
+  expiresAt: NullableTimestamp,
+  /** The last activity its host saw (or its start); null before it first ran. */
+  lastActivityAt: NullableTimestamp,
+  /** Why it last stopped; null while running (and before it first stopped). */
+  stop_reason: Schema.NullOr(StopReason)
 })
 export type Sandbox = typeof Sandbox.Type
 
@@ -234,7 +248,14 @@ export const CreateSandboxRequest = Schema.Struct({
     .pipe(withDefault([])),
   network: NetworkPolicyRequest.pipe(withDefault({})),
   /** Seconds until the platform stops it; null: no limit. */
-  timeout_s: Schema.NullOr(intBetween(1, TIMEOUT_S_MAX)).pipe(withDefault(null))
+  timeout_s: Schema.NullOr(intBetween(1, TIMEOUT_S_MAX)).pipe(withDefault(null)),
+  /** Seconds without activity until the platform stops it; null: never. */
+  idle_timeout_s: Schema.NullOr(LifecycleSeconds).pipe(withDefault(null)),
+  on_timeout: OnTimeout.pipe(withDefault("stop")),
+  /** Seconds a stopped sandbox is kept before it is deleted; null: for ever. */
+  auto_delete_s: Schema.NullOr(LifecycleSeconds).pipe(withDefault(null)),
+  /** A call on it when stopped starts it (instead of 409). */
+  auto_resume: Schema.Boolean.pipe(withDefault(false))
 })
 export type CreateSandboxRequest = typeof CreateSandboxRequest.Type
 

@@ -41,7 +41,15 @@ const record: S.Sandbox = {
   createdAt: DateTime.makeUnsafe(Date.UTC(2026, 10, 22, 1, 2, 3, 456)),
   startedAt: null,
   stoppedAt: null,
-  deletedAt: null
+  deletedAt: null,
+  timeout_s: 600,
+  idle_timeout_s: 60,
+  on_timeout: "stop",
+  auto_delete_s: null,
+  auto_resume: true,
+  expiresAt: null,
+  lastActivityAt: null,
+  stop_reason: null
 }
 
 describe("Sandbox record", () => {
@@ -75,7 +83,16 @@ describe("Sandbox record", () => {
       "createdAt",
       "startedAt",
       "stoppedAt",
-      "deletedAt"
+      "deletedAt",
+      // Lifecycle (docs/contract.md#lifecycle-timeouts-idleness-resume).
+      "timeout_s",
+      "idle_timeout_s",
+      "on_timeout",
+      "auto_delete_s",
+      "auto_resume",
+      "expiresAt",
+      "lastActivityAt",
+      "stop_reason"
     ])
     expect(json.createdAt).toBe("2026-11-22T01:02:03.456Z")
     expect(json.startedAt).toBeNull()
@@ -123,7 +140,11 @@ describe("CreateSandboxRequest", () => {
       exposed_ports: [],
       secrets: [],
       network: { allow_out: [], deny_out: [] },
-      timeout_s: null
+      timeout_s: null,
+      idle_timeout_s: null,
+      on_timeout: "stop",
+      auto_delete_s: null,
+      auto_resume: false
     })
   })
 

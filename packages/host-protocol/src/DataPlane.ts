@@ -288,7 +288,12 @@ export const AgentProcessRequest = Schema.Struct({
   cmd: Schema.Array(Schema.String),
   cwd: Schema.optionalKey(Schema.String),
   env: Schema.optionalKey(Schema.Record(Schema.String, Schema.String)),
-  stdin: Schema.optionalKey(Schema.Boolean)
+  stdin: Schema.optionalKey(Schema.Boolean),
+  /**
+   * Whether it keeps the sandbox from being idle while it runs (default true): false for a code
+   * context's interpreter, whose runs are the activity.
+   */
+  keeps_awake: Schema.optionalKey(Schema.Boolean)
 })
 export type AgentProcessRequest = typeof AgentProcessRequest.Type
 

@@ -170,6 +170,31 @@ export const AgentReport = Schema.TaggedStruct("AgentReport", {
   /** With `running`: the loop device each of its volumes is mounted from, by volume id. */
   volumeDevices: Schema.optionalKey(Schema.Record(Schema.String, Schema.String)),
   /** ms since the epoch, on the host. */
-  at: Schema.Number
+  at: Schema.Number,
+  /** With `exited`: the memory cgroup's OOM killer ended its init. */
+  outOfMemory: Schema.optionalKey(Schema.Boolean)
 })
 export type AgentReport = typeof AgentReport.Type
+
+/**
+ * How often at most an agent reports a sandbox's activity (and how late a report may be): the
+ * supervisor gives an idle sandbox this much more than its `idle_timeout_s`, twice, so that
+ * activity not reported yet never stops it early.
+ */
+export const ACTIVITY_REPORT_MS = 1_000
+
+/**
+ * What a host saw of a sandbox's activity (sent to its actor on the same subject as its
+ * `AgentReport`s, on a change only): `busy` while something runs in it (an exec, a background
+ * process started through the API, a terminal, a preview connection, a transfer), and how long
+ * ago its last activity ended, measured on the host's monotonic clock (`idleMs`; a jump of the
+ * wall clock changes nothing). The actor turns it into `lastActivityAt` with its own clock.
+ */
+export const ActivityReport = Schema.TaggedStruct("ActivityReport", {
+  sandboxId: Schema.String,
+  /** For logs: the actor believes the subject's host. */
+  hostId: Schema.String,
+  busy: Schema.Boolean,
+  idleMs: Schema.Number.check(Schema.isGreaterThanOrEqualTo(0))
+})
+export type ActivityReport = typeof ActivityReport.Type

@@ -74,6 +74,7 @@ import type * as Socket from "effect/socket/Socket"
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto"
 import * as Http from "node:http"
 import * as Net from "node:net"
+import type { SandboxActivity } from "./Activity.ts"
 import { FileHandlers } from "./DataPlaneServer/Files.ts"
 import { ProcessHandlers } from "./DataPlaneServer/Processes.ts"
 import { DriverExecRequest, SandboxDriver, type SandboxDriverError } from "./Driver.ts"
@@ -107,6 +108,8 @@ export interface DataPlaneSettings {
   /** Preview tunnels open at once per sandbox (each holds two descriptors here); more are 503 `busy`. */
   readonly maxTunnelsPerSandbox?: number
   readonly defaultExecTimeoutMs?: number
+  /** Told of every call on a sandbox (its idleness, `Activity.ts`); absent: nobody listens. */
+  readonly activity?: SandboxActivity["Service"]
 }
 
 const invalid = (error: string) => new AgentInvalid({ error })
@@ -570,6 +573,34 @@ const handlers = (settings: DataPlaneSettings) =>
     })
   )
 
+/**
+ * The sandbox an authorized request works in (`/sandboxes/{id}/...`), or undefined: its stats
+ * are not activity (reading about a sandbox is not using it).
+ */
+export const activitySandbox = (url: string | undefined): string | undefined => {
+  const match = url === undefined ? null : /^\/sandboxes\/([A-Za-z0-9_-]{1,128})(\/[^?]*)?(?:\?|$)/.exec(url)
+  if (match === null || match[2] === "/stats") return undefined
+  return match[1]
+}
+
+/**
+ * Every authorized call on a sandbox is activity, in progress until its response (or its
+ * upgraded connection: a terminal, a preview's tunnel) closes.
+ */
+const watchActivity = (
+  server: Http.Server,
+  activity: SandboxActivity["Service"],
+  authorized: (header: string | undefined) => boolean
+) => {
+  const track = (request: Http.IncomingMessage, closed: { once(event: "close", f: () => void): unknown }) => {
+    const id = activitySandbox(request.url)
+    if (id === undefined || !authorized(request.headers.authorization)) return
+    closed.once("close", activity.begin(id))
+  }
+  server.on("request", (request: Http.IncomingMessage, response: Http.ServerResponse) => track(request, response))
+  server.on("upgrade", (request: Http.IncomingMessage, socket: Net.Socket) => track(request, socket))
+}
+
 /** The bearer check: the token's digest against the request's, in constant time. */
 const checker = (token: string) => {
   const tokenDigest = digest(token)
@@ -619,6 +650,7 @@ export class DataPlaneServer extends Context.Service<DataPlaneServer, {
         // could not be answered.
         const app = yield* HttpRouter.toHttpEffect(routes)
         const server = Http.createServer({ keepAliveTimeout: 30_000 })
+        if (settings.activity !== undefined) watchActivity(server, settings.activity, authorized)
         const context = yield* Layer.build(
           HttpServer.serve(app).pipe(
             Layer.provideMerge(NodeHttpServer.layerServer(() => server, {

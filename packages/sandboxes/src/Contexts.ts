@@ -249,7 +249,9 @@ export class Contexts extends Context.Service<Contexts, {
       const started = yield* processes.start(orgId, id, {
         cmd: ["python3", KERNEL_PATH, "serve", socket],
         ...(request.cwd !== undefined ? { cwd: request.cwd } : {}),
-        ...(request.env !== undefined ? { env: request.env } : {})
+        ...(request.env !== undefined ? { env: request.env } : {}),
+        // Its runs are the activity, not the interpreter waiting for them.
+        keepsAwake: false
       })
       const entry: Entry = {
         id: ctx,

@@ -155,9 +155,10 @@ export class Previews extends Context.Service<Previews, {
       })
 
     const connect = Effect.fn("Previews.connect")(function*(orgId: OrgId, target: PreviewTarget) {
-      const s = yield* sandboxes.get(orgId, target.sandboxId)
-      yield* exposed(s, target.port)
-      if (s.state !== "running" || s.hostId === null) {
+      yield* exposed(yield* sandboxes.get(orgId, target.sandboxId), target.port)
+      // A preview request is a call on the sandbox: a stopped one with `auto_resume` starts.
+      const s = yield* sandboxes.ready(orgId, target.sandboxId)
+      if (s.hostId === null) {
         return yield* new Errors.Conflict({ error: `This sandbox is ${s.state}; it must be running` })
       }
       const host = yield* hosts.get(s.hostId)

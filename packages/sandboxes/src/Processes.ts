@@ -66,6 +66,8 @@ export class Processes extends Context.Service<Processes, {
       readonly cwd?: string | undefined
       readonly env?: Readonly<Record<string, string>> | undefined
       readonly stdin?: boolean | undefined
+      /** False: it does not keep the sandbox from being idle (a code context's interpreter). */
+      readonly keepsAwake?: boolean | undefined
     }
   ) => Effect.Effect<SandboxProcess, ProcessError>
   readonly list: (orgId: OrgId, id: string) => Effect.Effect<ReadonlyArray<SandboxProcess>, ProcessError>
@@ -106,11 +108,11 @@ export class Processes extends Context.Service<Processes, {
           ? Effect.succeed(host.value)
           : Effect.fail(new Errors.Unavailable({ error: "The sandbox's host is not known right now; retry" })))
 
-    /** The running sandbox's host (409 otherwise). */
+    /** The running sandbox's host (a stopped one with `auto_resume` started first; 409 otherwise). */
     const running = (orgId: OrgId, id: string) =>
       Effect.gen(function*() {
-        const s = yield* sandboxes.get(orgId, id)
-        if (s.state !== "running" || s.hostId === null) {
+        const s = yield* sandboxes.ready(orgId, id)
+        if (s.hostId === null) {
           return yield* new Errors.Conflict({ error: `This sandbox is ${s.state}; it must be running` })
         }
         return yield* hostOf(s.hostId)
@@ -175,6 +177,7 @@ export class Processes extends Context.Service<Processes, {
         readonly cwd?: string | undefined
         readonly env?: Readonly<Record<string, string>> | undefined
         readonly stdin?: boolean | undefined
+        readonly keepsAwake?: boolean | undefined
       }
     ) {
       const host = yield* running(orgId, id)
@@ -186,7 +189,8 @@ export class Processes extends Context.Service<Processes, {
             cmd: request.cmd,
             ...(request.cwd !== undefined ? { cwd: request.cwd } : {}),
             ...(request.env !== undefined ? { env: request.env } : {}),
-            ...(request.stdin !== undefined ? { stdin: request.stdin } : {})
+            ...(request.stdin !== undefined ? { stdin: request.stdin } : {}),
+            ...(request.keepsAwake !== undefined ? { keeps_awake: request.keepsAwake } : {})
           }
         })
       )

@@ -17,6 +17,10 @@
  *   report exit  | ·              | error⁸        | error⁸        | error⁸        | ·             | ·             | destroy⁵| (reason)⁸
  *   HostDown     | error          | error         | error         | error         | error         | deleted       | ·       | ·
  *   Timeout      | error          | error         | ·             | error         | ·             | error         | ·       | ·
+ *   Idle         | ·              | ·             | stopping⁹     | ·             | ·             | ·             | ·       | ·
+ *   AutoDelete   | ·              | ·             | ·             | ·             | deleting³     | ·             | ·       | ·
+ *   SetTimeout   | (fields)       | (fields)      | (fields)      | (fields)      | (fields)      | ·             | ·       | (fields)
+ *   activity     | ·              | ·             | (fields)      | ·             | ·             | ·             | ·       | ·
  *
  *   · nothing changes; ✗ refused (the API answers 409 `conflict`, see `commandRefusal`).
  *   ¹ publishes `agent.<hostId>.create`; error when the API found no host (`unplaceable`).
@@ -28,6 +32,13 @@
  *     from its file system (a sandbox whose init died comes back this way). ⁸ the sandbox's init
  *     died (out of memory, killed): `errorMessage` is the host's reason (`out of memory at
  *     ram_mb 256`); in error already (e.g. its host was down meanwhile) only the reason changes.
+ *   ⁹ as Expire: only what the supervisor saw (`timeoutFrom`, `lastActivityAt`), and with
+ *     `on_timeout: delete` deleting³ instead of stopping.
+ *
+ * `stopReason` (`Sandboxes/Lifecycle.ts`, the record's `stop_reason` and the events' `reason`) is
+ * set where a run ends: `user` (Stop, Delete), `usage_limit` (the meter's Stop), `timeout`
+ * (Expire), `idle` (Idle), `oom` (an exit report of an init the OOM killer ended), `host_lost`
+ * (HostDown), `error` (any other failure or exit); a new run clears it.
  *
  * SetNetwork and BindSecret (from the API, any state but deleting and deleted) change the
  * egress settings and put the sandbox's `egress` KV entry; the deletion deletes it.
@@ -44,6 +55,7 @@
  */
 import * as Actor from "@svc/actors/Actor"
 import type { SandboxCreatedData, SandboxDeletedData, SandboxStateUpdatedData } from "@svc/domain/Events"
+import type { StopReason } from "@svc/domain/Lifecycle"
 import type { SandboxState } from "@svc/domain/Sandbox"
 import {
   type AgentCommand,
@@ -75,7 +87,8 @@ const stateUpdated = (s: State): Actor.ActorEffect =>
     data: {
       sandbox_id: s.id,
       state: s.state,
-      internal_ip: s.internalIp
+      internal_ip: s.internalIp,
+      reason: s.stopReason
     } satisfies typeof SandboxStateUpdatedData.Encoded
   })
 
@@ -152,8 +165,15 @@ const deleteNow = (s: State, ctx: Ctx, effects: ReadonlyArray<Actor.ActorEffect>
 
 const destroy = (s: State): AgentCommand => ({ _tag: "destroy", sandboxId: s.id, orgId: s.orgId })
 
-const onDelete = (s: State, m: typeof Delete.Type, ctx: Ctx): Actor.Transition<State> => {
-  if (s.state === "deleting" || s.state === "deleted") return unchanged(s)
+const onDelete = (
+  s0: State,
+  m: Pick<typeof Delete.Type, "hostLive" | "children">,
+  ctx: Ctx,
+  reason: StopReason = "user"
+): Actor.Transition<State> => {
+  if (s0.state === "deleting" || s0.state === "deleted") return unchanged(s0)
+  // A running sandbox deleted stops for `reason`; a stopped one keeps why it stopped.
+  const s: State = s0.state === "stopped" || s0.state === "error" ? s0 : { ...s0, stopReason: reason }
   const children = m.children.map((c) =>
     Actor.send(SandboxActor, c.id, { _tag: "Delete", hostLive: c.hostLive, children: [] })
   )
@@ -164,6 +184,21 @@ const onDelete = (s: State, m: typeof Delete.Type, ctx: Ctx): Actor.Transition<S
   if (!m.hostLive) return deleteNow(s, ctx, [cmd, ...children])
   return moveTo(s, "deleting", ctx, { errorMessage: null }, [cmd, ...children])
 }
+
+// ---------------------------------------------------------------------------------------------
+// Stops for a reason
+
+const stopFor = (s: State, ctx: Ctx, reason: StopReason): Actor.Transition<State> =>
+  moveTo(s, "stopping", ctx, { stopReason: reason }, [command(s, { _tag: "stop", sandboxId: s.id, orgId: s.orgId })])
+
+/** `timeout_s` or `idle_timeout_s` ran out: what `on_timeout` says (stop, or delete with its children). */
+const lapse = (
+  s: State,
+  ctx: Ctx,
+  reason: "timeout" | "idle",
+  children: typeof Delete.Type["children"]
+): Actor.Transition<State> =>
+  s.onTimeout === "delete" ? onDelete(s, { hostLive: true, children }, ctx, reason) : stopFor(s, ctx, reason)
 
 // ---------------------------------------------------------------------------------------------
 // Reports
@@ -202,7 +237,16 @@ const onReport = (s: State, r: AgentReport, ctx: Ctx): Actor.Transition<State> =
         return Actor.next({ ...s, ...patch })
       }
       const first = s.createdEmitted ? [] : [created({ ...s, ...patch } as State, r.via ?? "cold-boot")]
-      return moveTo(s, "running", ctx, { ...patch, startedAt: ctx.now, stoppedAt: null }, first)
+      // A new run: its lifetime and idle clock start now.
+      return moveTo(s, "running", ctx, {
+        ...patch,
+        startedAt: ctx.now,
+        stoppedAt: null,
+        stopReason: null,
+        timeoutFrom: ctx.now,
+        lastActivityAt: ctx.now,
+        busy: false
+      }, first)
     }
     case "stopped": {
       if (s.state !== "running" && s.state !== "stopping" && s.state !== "error") return unchanged(s)
@@ -212,6 +256,9 @@ const onReport = (s: State, r: AgentReport, ctx: Ctx): Actor.Transition<State> =
         agentReady: false,
         stoppedAt: ctx.now,
         errorMessage: null,
+        // Asked to stop: why it was asked; in error: why it failed; running: nobody asked.
+        stopReason: s.state === "running" ? "error" : s.stopReason ?? (s.state === "stopping" ? "user" : "error"),
+        busy: false,
         ...withDevices(s, {})
       })
       if (s.type === "ephemeral") {
@@ -228,18 +275,28 @@ const onReport = (s: State, r: AgentReport, ctx: Ctx): Actor.Transition<State> =
       return moveTo(s, "error", ctx, {
         ...seen,
         agentReady: false,
+        stopReason: "error",
         errorMessage: `the sandbox no longer exists on host ${s.hostId}`
       })
     }
     case "exited": {
       // The host's truth: nothing runs. A stop in progress then reports `stopped`; a start
       // before this report was answered earlier (reports are ordered by `at`).
-      if (s.state === "error") return Actor.next({ ...s, ...seen, errorMessage: r.errorMessage ?? s.errorMessage })
+      if (s.state === "error") {
+        return Actor.next({
+          ...s,
+          ...seen,
+          errorMessage: r.errorMessage ?? s.errorMessage,
+          ...(r.outOfMemory === true ? { stopReason: "oom" as const } : {})
+        })
+      }
       if (s.state !== "running" && s.state !== "starting" && s.state !== "stopping") return unchanged(s)
       return moveTo(s, "error", ctx, {
         ...seen,
         ...ip,
         agentReady: false,
+        busy: false,
+        stopReason: r.outOfMemory === true ? "oom" : "error",
         errorMessage: r.errorMessage ?? "the sandbox's init ended",
         ...withDevices(s, {})
       })
@@ -250,6 +307,7 @@ const onReport = (s: State, r: AgentReport, ctx: Ctx): Actor.Transition<State> =
       return moveTo(s, "error", ctx, {
         ...seen,
         agentReady: false,
+        stopReason: "error",
         errorMessage: `host ${s.hostId} could not ${what} the sandbox: ${r.errorMessage ?? "no reason given"}`
       })
     }
@@ -267,7 +325,10 @@ export const transition = (s: State | undefined, m: Message, ctx: Ctx): Actor.Tr
     case "Create": {
       if (s.state !== "pending") return unchanged(s)
       if (s.hostId === null) {
-        return moveTo(s, "error", ctx, { errorMessage: m.unplaceable ?? "no host could take the sandbox" })
+        return moveTo(s, "error", ctx, {
+          stopReason: "error",
+          errorMessage: m.unplaceable ?? "no host could take the sandbox"
+        })
       }
       const cmd: AgentCommand = {
         _tag: "create",
@@ -293,10 +354,45 @@ export const transition = (s: State | undefined, m: Message, ctx: Ctx): Actor.Tr
       ])
     case "Stop":
       if (commandRefusal(s, "Stop") !== null) return unchanged(s)
-      return moveTo(s, "stopping", ctx, {}, [command(s, { _tag: "stop", sandboxId: s.id, orgId: s.orgId })])
+      return stopFor(s, ctx, m.reason ?? "user")
     case "Expire":
-      if (commandRefusal(s, "Expire") !== null || s.startedAt !== m.startedAt) return unchanged(s)
-      return moveTo(s, "stopping", ctx, {}, [command(s, { _tag: "stop", sandboxId: s.id, orgId: s.orgId })])
+      // Only the lifetime the supervisor saw: a keep-alive since then changes nothing.
+      if (commandRefusal(s, "Expire") !== null || s.timeoutS === null || s.timeoutFrom !== m.startedAt) {
+        return unchanged(s)
+      }
+      return lapse(s, ctx, "timeout", m.children ?? [])
+    case "Idle":
+      // Only the idleness the supervisor saw: activity reported since then changes nothing.
+      if (s.state !== "running" || s.idleTimeoutS === null || s.busy || s.lastActivityAt !== m.lastActivityAt) {
+        return unchanged(s)
+      }
+      return lapse(s, ctx, "idle", m.children)
+    case "AutoDelete":
+      if (s.state !== "stopped" || s.autoDeleteS === null || s.stoppedAt !== m.stoppedAt) return unchanged(s)
+      return onDelete(s, { hostLive: true, children: m.children }, ctx)
+    case "SetTimeout": {
+      // The API refuses these first (409); a late copy changes nothing.
+      if (s.state === "deleting" || s.state === "deleted") return unchanged(s)
+      const running = s.state === "running"
+      const patch: Partial<State> = {}
+      if (m.timeoutS !== undefined) {
+        Object.assign(patch, { timeoutS: m.timeoutS, timeoutFrom: running ? ctx.now : s.timeoutFrom })
+      }
+      if (m.idleTimeoutS !== undefined) {
+        Object.assign(patch, {
+          idleTimeoutS: m.idleTimeoutS,
+          lastActivityAt: running ? Math.max(s.lastActivityAt ?? 0, ctx.now) : s.lastActivityAt
+        })
+      }
+      return Actor.next({ ...s, ...patch })
+    }
+    case "ActivityReport": {
+      if (s.hostId === null || reportingHost(ctx) !== s.hostId || s.state !== "running") return unchanged(s)
+      // In the runtime's clock: a report applied late makes the activity later, never earlier.
+      const at = Math.max(s.lastActivityAt ?? 0, ctx.now - m.idleMs)
+      if (at === s.lastActivityAt && m.busy === s.busy) return unchanged(s)
+      return Actor.next({ ...s, lastActivityAt: at, busy: m.busy })
+    }
     case "Delete":
       return onDelete(s, m, ctx)
     case "SetNetwork": {
@@ -319,7 +415,12 @@ export const transition = (s: State | undefined, m: Message, ctx: Ctx): Actor.Tr
       const since = m.lastSeenAt === null
         ? "its record is gone"
         : `last heartbeat ${new Date(m.lastSeenAt).toISOString()}`
-      return moveTo(s, "error", ctx, { agentReady: false, errorMessage: `host ${m.hostId} is down (${since})` })
+      return moveTo(s, "error", ctx, {
+        agentReady: false,
+        busy: false,
+        stopReason: "host_lost",
+        errorMessage: `host ${m.hostId} is down (${since})`
+      })
     }
     case "Timeout": {
       // Only the wait the sweeper saw: a sandbox that moved on since changes nothing.
@@ -330,6 +431,7 @@ export const transition = (s: State | undefined, m: Message, ctx: Ctx): Actor.Tr
       const verb = s.state === "deleting" ? "delete" : s.state === "stopping" ? "stop" : "start"
       return moveTo(s, "error", ctx, {
         agentReady: false,
+        stopReason: "error",
         errorMessage: `the sandbox did not ${verb} within ${Math.round(m.afterMs / 1000)} s`
       })
     }

@@ -43,6 +43,7 @@ import * as Rows from "@svc/db/Rows"
 import * as Confinement from "@svc/domain/Confinement"
 import * as Errors from "@svc/domain/Errors"
 import { makeAttachmentId, makeId, type OrgId, type VolumeId } from "@svc/domain/Ids"
+import type { SetTimeoutRequest } from "@svc/domain/Lifecycle"
 import { pageInfo } from "@svc/domain/Pagination"
 import {
   type CreateSandboxRequest,
@@ -64,9 +65,9 @@ import * as AgentClient from "@svc/hosts/AgentClient"
 import { Hosts } from "@svc/hosts/Hosts"
 import * as Scheduler from "@svc/hosts/Scheduler"
 import { Templates } from "@svc/templates/Templates"
-import { Clock, Context, Effect, Layer, Option, Schema, type Stream } from "effect"
+import { Clock, Context, Duration, Effect, Layer, Option, Schema, type Stream } from "effect"
 import { SqlClient } from "effect/sql"
-import { QuotasConfig } from "./Config.ts"
+import { QuotasConfig, TransitionTimeout } from "./Config.ts"
 import { commandRefusal, SandboxActor } from "./SandboxActor.ts"
 import { applyNow } from "./Sandboxes/Apply.ts"
 import { egressMessage } from "./Sandboxes/Egress.ts"
@@ -79,6 +80,12 @@ import { UsageGate } from "./Sandboxes/UsageGate.ts"
 import * as VolumeRefs from "./Sandboxes/VolumeRefs.ts"
 
 export { toRecord } from "./Sandboxes/Record.ts"
+
+/** How often a call waiting for an auto-resumed sandbox looks at its row. */
+const RESUME_POLL_MS = 100
+
+/** Why a call inside a sandbox cannot be served now. */
+export type ReadyError = Errors.NotFound | Errors.Conflict | Errors.Unavailable | Rows.QueryError
 
 export const BASE_TEMPLATE_NAME = "base"
 export const ANY_REGION = "any"
@@ -199,6 +206,17 @@ export class Sandboxes extends Context.Service<Sandboxes, {
     body: Stream.Stream<Uint8Array, E>,
     maxBytes: number
   ) => Effect.Effect<void, AgentClient.DataPlaneError | Rows.QueryError>
+  /** PUT /v1/sandboxes/{id}/timeout: sets them, counting `timeout_s` again from now (a keep-alive). */
+  readonly setTimeout: (
+    orgId: OrgId,
+    id: string,
+    request: SetTimeoutRequest
+  ) => Effect.Effect<Sandbox, Errors.NotFound | Errors.Conflict | Rows.QueryError>
+  /**
+   * The sandbox, running, for a call that works inside it: a stopped one with `auto_resume` is
+   * started (or its start by another caller awaited) and returned once it runs; otherwise 409.
+   */
+  readonly ready: (orgId: OrgId, id: string) => Effect.Effect<SandboxActorState, ReadyError>
 }>()("@svc/sandboxes/Sandboxes") {
   static readonly make = Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -209,6 +227,7 @@ export class Sandboxes extends Context.Service<Sandboxes, {
     const quotas = yield* QuotasConfig
     const templates = yield* Templates
     const usage = yield* UsageGate
+    const resumeWaitMs = Duration.toMillis(yield* TransitionTimeout)
 
     const findSandbox = Rows.findOneOption("Sandboxes.get", {
       Request: Schema.Struct({ orgId: Schema.String, id: Schema.String }),
@@ -344,7 +363,15 @@ export class Sandboxes extends Context.Service<Sandboxes, {
             deletedAt: null,
             stateSince: now,
             lastReportAt: null,
-            createdEmitted: false
+            createdEmitted: false,
+            idleTimeoutS: request.idle_timeout_s,
+            onTimeout: request.on_timeout,
+            autoDeleteS: request.auto_delete_s,
+            autoResume: request.auto_resume,
+            timeoutFrom: null,
+            lastActivityAt: null,
+            busy: false,
+            stopReason: null
           }
           // Before the host hears of it: its proxy knows the policy by the first connection.
           const create = yield* Actors.outboxMessage(SandboxActor, id, {
@@ -508,13 +535,64 @@ export class Sandboxes extends Context.Service<Sandboxes, {
       yield* wakeIfPresent
     })
 
-    /** The sandbox's host record, when it is running (409 otherwise). */
-    const running = (orgId: string, id: string) =>
+    const setTimeout = Effect.fn("Sandboxes.setTimeout")(
+      function*(orgId: OrgId, id: string, request: SetTimeoutRequest) {
+        const next = yield* applyNow(orgId, id, (s) =>
+          Effect.as(notGone(s), {
+            _tag: "SetTimeout" as const,
+            ...(request.timeout_s !== undefined ? { timeoutS: request.timeout_s } : {}),
+            ...(request.idle_timeout_s !== undefined ? { idleTimeoutS: request.idle_timeout_s } : {})
+          }))
+        yield* wakeIfPresent
+        return toRecord(next)
+      }
+    )
+
+    const mustRun = (s: SandboxActorState) =>
+      new Errors.Conflict({ error: `This sandbox is ${s.state}; it must be running` })
+
+    /**
+     * Running, or started for the call (`auto_resume`). Concurrent callers share one start: the
+     * row lock lets one `Start` through, the others find it `starting` and wait with it (every
+     * caller polls the row until it runs, fails, or the transition timeout passes).
+     */
+    const ready = (orgId: OrgId, id: string): Effect.Effect<SandboxActorState, ReadyError> =>
       Effect.gen(function*() {
-        const s = yield* load(orgId, id)
-        if (s.state !== "running" || s.hostId === null) {
-          return yield* new Errors.Conflict({ error: `This sandbox is ${s.state}; it must be running` })
+        const first = yield* load(orgId, id)
+        if (first.state === "running" && first.hostId !== null) return first
+        if (!first.autoResume) return yield* mustRun(first)
+        if (first.state === "stopped") {
+          yield* startWithinQuota(orgId, first.id).pipe(
+            Effect.provideService(SqlClient.SqlClient, sql),
+            // Started by another caller in the meantime: wait for it like them.
+            Effect.catchTag("Conflict", () => Effect.void),
+            // The call's own answers are those of a stopped sandbox: 409, saying why it stays so.
+            Effect.catchTags({
+              QuotaExceeded: (e) => Effect.fail(new Errors.Conflict({ error: `This sandbox is stopped: ${e.error}` })),
+              UsageLimitReached: (e) =>
+                Effect.fail(new Errors.Conflict({ error: `This sandbox is stopped: ${e.error}` }))
+            })
+          )
+        } else if (first.state !== "starting" && first.state !== "pending") {
+          return yield* mustRun(first)
         }
+        const deadline = (yield* Clock.currentTimeMillis) + resumeWaitMs
+        while (true) {
+          const s = yield* load(orgId, id)
+          if (s.state === "running" && s.hostId !== null) return s
+          if (s.state !== "starting" && s.state !== "pending") return yield* mustRun(s)
+          if ((yield* Clock.currentTimeMillis) > deadline) {
+            return yield* new Errors.Unavailable({ error: "The sandbox did not start in time; retry" })
+          }
+          yield* Effect.sleep(RESUME_POLL_MS)
+        }
+      }).pipe(Effect.withSpan("Sandboxes.ready"))
+
+    /** The sandbox's host record, when it is running (or resumed; 409 otherwise). */
+    const running = (orgId: OrgId, id: string) =>
+      Effect.gen(function*() {
+        const s = yield* ready(orgId, id)
+        if (s.hostId === null) return yield* mustRun(s)
         const host = yield* hosts.get(s.hostId)
         if (Option.isNone(host)) {
           return yield* new Errors.Unavailable({ error: "The sandbox's host is not known right now; retry" })
@@ -539,6 +617,9 @@ export class Sandboxes extends Context.Service<Sandboxes, {
     })
 
     const stats = Effect.fn("Sandboxes.stats")(function*(orgId: OrgId, id: string) {
+      // Reading its usage is not a call that works inside it: no resume.
+      const s = yield* load(orgId, id)
+      if (s.state !== "running" || s.hostId === null) return yield* mustRun(s)
       const host = yield* running(orgId, id)
       return yield* dataPlane.stats(host, id)
     })
@@ -588,7 +669,9 @@ export class Sandboxes extends Context.Service<Sandboxes, {
       readFile,
       fileOp,
       stats,
-      writeFile
+      writeFile,
+      setTimeout: (orgId, id, request) => withSql(setTimeout(orgId, id, request)),
+      ready: (orgId, id) => withSql(ready(orgId, id))
     })
   })
 

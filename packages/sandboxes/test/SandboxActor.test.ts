@@ -56,6 +56,14 @@ const at = (name: Name, patch: Partial<SandboxActorState> = {}): SandboxActorSta
   stateSince: NOW - 1_000,
   lastReportAt: 1_000,
   createdEmitted: name === "running" || name === "stopping" || name === "stopped",
+  idleTimeoutS: null,
+  onTimeout: "stop",
+  autoDeleteS: null,
+  autoResume: false,
+  timeoutFrom: name === "running" ? NOW - 5_000 : null,
+  lastActivityAt: name === "running" ? NOW - 5_000 : null,
+  busy: false,
+  stopReason: null,
   ...patch
 })
 
@@ -185,8 +193,10 @@ describe("SandboxActor transition", () => {
   it("Expire: running → stopping only for the run it was computed on", () => {
     check({ _tag: "Expire", startedAt: NOW - 5_000 }, {
       running: ["stopping", [`publish:agent.${H}.stop`, su("stopping")]]
-    })
-    check({ _tag: "Expire", startedAt: NOW - 99_999 }, {})
+    }, () => ({ timeoutS: 5 }))
+    check({ _tag: "Expire", startedAt: NOW - 99_999 }, {}, () => ({ timeoutS: 5 }))
+    // Its timeout removed since (PUT .../timeout with null): nothing.
+    check({ _tag: "Expire", startedAt: NOW - 5_000 }, {})
   })
 
   it("Delete with a live host: deleting + destroy + each child told; pending is deleted at once", () => {
@@ -272,7 +282,7 @@ describe("SandboxActor transition", () => {
       {
         event: "sandbox.state_updated",
         orgId: "org_1",
-        data: { sandbox_id: "sbx_1", state: "running", internal_ip: "10.0.0.9" }
+        data: { sandbox_id: "sbx_1", state: "running", internal_ip: "10.0.0.9", reason: null }
       }
     ])
     // A restart of a sandbox that already ran: no second sandbox.created.
@@ -333,7 +343,8 @@ describe("SandboxActor transition", () => {
     expect((t.effects[0] as Actor.EmitEvent).event.data).toEqual({
       sandbox_id: "sbx_1",
       state: "error",
-      internal_ip: "10.0.0.5"
+      internal_ip: "10.0.0.5",
+      reason: "error"
     })
     const inError = transition(at("error"), report("exited"), ctx)
     expect(inError.state).toMatchObject({
@@ -415,5 +426,130 @@ describe("SandboxActor transition", () => {
           .toEqual([])
       }
     }
+  })
+
+  describe("lifecycle", () => {
+    const reasonOf = (t: Actor.Transition<SandboxActorState>) => t.state?.stopReason
+    const eventReason = (t: Actor.Transition<SandboxActorState>) =>
+      t.effects.flatMap((e) =>
+        e._tag === "Event" && e.event.event === "sandbox.state_updated" ? [(e.event.data as any).reason] : []
+      )
+
+    it("stop_reason, written out per cause, and carried as the events' `reason`", () => {
+      const table: ReadonlyArray<readonly [string, Name, SandboxMessage, Partial<SandboxActorState>, string | null]> = [
+        ["user stop", "running", { _tag: "Stop" }, {}, "user"],
+        ["usage meter", "running", { _tag: "Stop", reason: "usage_limit" }, {}, "usage_limit"],
+        ["timeout_s", "running", { _tag: "Expire", startedAt: NOW - 5_000 }, { timeoutS: 5 }, "timeout"],
+        ["idle", "running", { _tag: "Idle", lastActivityAt: NOW - 5_000, children: [] }, { idleTimeoutS: 3 }, "idle"],
+        ["oom", "running", report("exited", { outOfMemory: true }), {}, "oom"],
+        ["init killed", "running", report("exited", { errorMessage: "killed by signal 9" }), {}, "error"],
+        ["oom found in error", "error", report("exited", { outOfMemory: true }), { stopReason: "host_lost" }, "oom"],
+        ["host down", "running", { _tag: "HostDown", hostId: H, lastSeenAt: 1 }, {}, "host_lost"],
+        ["start failed", "starting", report("failed"), {}, "error"],
+        ["gone from its host", "running", report("destroyed"), {}, "error"],
+        ["stopped by nobody", "running", report("stopped"), {}, "error"],
+        ["stop done keeps why", "stopping", report("stopped"), { stopReason: "idle" }, "idle"],
+        ["user delete", "running", { _tag: "Delete", hostLive: true, children: [] }, {}, "user"],
+        ["delete keeps a stopped one's", "stopped", { _tag: "Delete", hostLive: true, children: [] }, {
+          stopReason: "timeout"
+        }, "timeout"],
+        ["running again clears it", "starting", report("running"), { stopReason: "oom" }, null]
+      ]
+      for (const [what, name, message, patch, reason] of table) {
+        const t = transition(at(name, patch), message, ctx)
+        expect(reasonOf(t), what).toBe(reason)
+        for (const r of eventReason(t)) expect(r, what).toBe(reason)
+      }
+    })
+
+    it("Idle: running → stopping only for the idleness the supervisor saw, never busy", () => {
+      const idle: SandboxMessage = { _tag: "Idle", lastActivityAt: NOW - 5_000, children: [] }
+      check(idle, { running: ["stopping", [`publish:agent.${H}.stop`, su("stopping")]] }, () => ({ idleTimeoutS: 3 }))
+      // Activity reported since, busy now, or no idle limit any more: nothing.
+      check(idle, {}, () => ({ idleTimeoutS: 3, lastActivityAt: NOW - 1_000 }))
+      check(idle, {}, () => ({ idleTimeoutS: 3, busy: true }))
+      check(idle, {})
+    })
+
+    it("on_timeout delete: Expire and Idle delete it and its children", () => {
+      const children = [{ id: "sbx_c", hostLive: true }]
+      const deleting = ["deleting", [`publish:agent.${H}.destroy`, "send:sbx_c:Delete", su("deleting")]] as const
+      check({ _tag: "Idle", lastActivityAt: NOW - 5_000, children }, { running: deleting }, () => ({
+        idleTimeoutS: 3,
+        onTimeout: "delete"
+      }))
+      check({ _tag: "Expire", startedAt: NOW - 5_000, children }, { running: deleting }, () => ({
+        timeoutS: 3,
+        onTimeout: "delete"
+      }))
+      const t = transition(
+        at("running", { timeoutS: 3, onTimeout: "delete" }),
+        { _tag: "Expire", startedAt: NOW - 5_000, children },
+        ctx
+      )
+      expect(t.state?.stopReason).toBe("timeout")
+    })
+
+    it("AutoDelete: a stopped sandbox, for the stop the supervisor saw", () => {
+      const m: SandboxMessage = { _tag: "AutoDelete", stoppedAt: NOW - 60_000, children: [] }
+      check(m, { stopped: ["deleting", [`publish:agent.${H}.destroy`, su("deleting")]] }, () => ({
+        autoDeleteS: 60,
+        stoppedAt: NOW - 60_000
+      }))
+      // Started and stopped again since, or no auto-delete any more: nothing.
+      check(m, {}, () => ({ autoDeleteS: 60, stoppedAt: NOW - 1_000 }))
+      check(m, {}, () => ({ stoppedAt: NOW - 60_000 }))
+    })
+
+    it("a new run starts its lifetime and idle clock; SetTimeout counts them again from now", () => {
+      const t = transition(at("starting", { busy: true }), report("running"), ctx)
+      expect(t.state).toMatchObject({ timeoutFrom: NOW, lastActivityAt: NOW, busy: false, stopReason: null })
+      const kept = transition(
+        at("running", { timeoutS: 10, idleTimeoutS: 5 }),
+        { _tag: "SetTimeout", timeoutS: 20 },
+        ctx
+      )
+      expect(kept.state).toMatchObject({ timeoutS: 20, timeoutFrom: NOW, idleTimeoutS: 5, lastActivityAt: NOW - 5_000 })
+      expect(kept.effects).toEqual([])
+      const idle = transition(at("running"), { _tag: "SetTimeout", idleTimeoutS: 30 }, ctx)
+      expect(idle.state).toMatchObject({ idleTimeoutS: 30, lastActivityAt: NOW, timeoutS: null })
+      const removed = transition(at("running", { timeoutS: 10 }), { _tag: "SetTimeout", timeoutS: null }, ctx)
+      expect(removed.state?.timeoutS).toBe(null)
+      // Stopped: kept for the next run, whose start sets the clocks.
+      const stopped = transition(at("stopped"), { _tag: "SetTimeout", timeoutS: 10 }, ctx)
+      expect(stopped.state).toMatchObject({ timeoutS: 10, timeoutFrom: null })
+      check({ _tag: "SetTimeout", timeoutS: 10 }, {
+        pending: ["pending", []],
+        starting: ["starting", []],
+        running: ["running", []],
+        stopping: ["stopping", []],
+        stopped: ["stopped", []],
+        error: ["error", []]
+      })
+    })
+
+    it("ActivityReport: only from its host, only while running, in the runtime's clock, never backwards", () => {
+      const activity = (idleMs: number, busy = false): SandboxMessage => ({
+        _tag: "ActivityReport",
+        sandboxId: "sbx_1",
+        hostId: H,
+        busy,
+        idleMs
+      })
+      const t = transition(at("running"), activity(1_000), ctx)
+      expect(t.state).toMatchObject({ lastActivityAt: NOW - 1_000, busy: false })
+      expect(t.effects).toEqual([])
+      expect(transition(at("running"), activity(0, true), ctx).state).toMatchObject({ busy: true, lastActivityAt: NOW })
+      // Older than what is known: the time stays.
+      expect(transition(at("running"), activity(60_000), ctx).state?.lastActivityAt).toBe(NOW - 5_000)
+      for (const name of STATES) {
+        if (name === "running") continue
+        expect(transition(at(name), activity(0, true), ctx).state, name).toEqual(at(name))
+      }
+      const { sender: _, ...noSender } = ctx
+      expect(transition(at("running"), activity(0, true), noSender).state).toEqual(at("running"))
+      const foreign = { ...ctx, sender: { kind: "host", id: "host_b" } }
+      expect(transition(at("running"), activity(0, true), foreign).state).toEqual(at("running"))
+    })
   })
 })

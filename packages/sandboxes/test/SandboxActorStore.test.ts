@@ -52,6 +52,14 @@ const state = (patch: Partial<SandboxActorState> = {}): SandboxActorState => ({
   stateSince: Date.UTC(2026, 10, 22, 1, 2, 4, 1),
   lastReportAt: 1_763_773_324_001,
   createdEmitted: true,
+  idleTimeoutS: 300,
+  onTimeout: "delete",
+  autoDeleteS: 86_400,
+  autoResume: true,
+  timeoutFrom: Date.UTC(2026, 10, 22, 1, 2, 5, 7),
+  lastActivityAt: Date.UTC(2026, 10, 22, 1, 2, 6, 9),
+  busy: true,
+  stopReason: "idle",
   ...patch
 })
 

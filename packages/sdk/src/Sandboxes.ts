@@ -301,6 +301,15 @@ export class Sandbox {
     const template: T.Template = await this.#http.json("POST", this.#path("/snapshot"), { json: { name } })
     return options.wait === false ? template : this.#templates.waitFor(template.id, options)
   }
+
+  /**
+   * A keep-alive: `timeout_s` counts again from now, `idle_timeout_s` replaces the idle limit;
+   * `null` removes either, a field left out is kept (PUT .../timeout). The record shows the new
+   * `expiresAt`.
+   */
+  async setTimeout(settings: { timeout_s?: number | null; idle_timeout_s?: number | null }): Promise<this> {
+    return this.#update(await this.#http.json("PUT", this.#path("/timeout"), { json: settings }))
+  }
 }
 
 export interface ListSandboxesOptions extends ListOptions {

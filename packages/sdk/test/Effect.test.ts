@@ -36,7 +36,11 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 240_000 })("SvcClient (Eff
           exposed_ports: [],
           secrets: [],
           network: { allow_out: [], deny_out: [] },
-          timeout_s: null
+          timeout_s: null,
+          idle_timeout_s: null,
+          on_timeout: "stop",
+          auto_delete_s: null,
+          auto_resume: false
         }),
         headers: {}
       })

@@ -212,6 +212,27 @@ class Sandboxes(unittest.TestCase):
 class Lifecycle(unittest.TestCase):
     """A sandbox of its own: events followed from before its creation, snapshot, stop, start, delete."""
 
+    def test_timeouts_keep_alive_and_stop_reason(self) -> None:
+        svc = client()
+        self.addCleanup(svc.close)
+        with svc.sandboxes.create(unique("py-timeout"), timeout_s=600, idle_timeout_s=300, auto_resume=True) as sbx:
+            record = sbx.record
+            self.assertEqual((record["timeout_s"], record["idle_timeout_s"], record["on_timeout"]), (600, 300, "stop"))
+            self.assertEqual((record["auto_resume"], record["stop_reason"]), (True, None))
+            self.assertIsNotNone(record["expiresAt"])
+            self.assertIs(sbx.set_timeout(timeout_s=900), sbx)
+            self.assertEqual((sbx.record["timeout_s"], sbx.record["idle_timeout_s"]), (900, 300))
+            sbx.set_timeout(idle_timeout_s=None)
+            self.assertEqual((sbx.record["timeout_s"], sbx.record["idle_timeout_s"]), (900, None))
+            with self.assertRaises(SvcError) as refused:
+                sbx.set_timeout(timeout_s=2_592_001)
+            self.assertEqual(refused.exception.code, "invalid_request")
+            sbx.stop()
+            self.assertEqual(sbx.record["stop_reason"], "user")
+            # auto_resume: a call on the stopped sandbox starts it.
+            self.assertEqual(sbx.exec("echo back")["stdout"], "back\n")
+            self.assertIsNone(sbx.refresh().record["stop_reason"])
+
     def test_events_stop_start_snapshot_delete(self) -> None:
         svc = client()
         self.addCleanup(svc.close)

@@ -55,7 +55,11 @@ export const makeExits = (options: {
       if (exit.success === undefined) return undefined
       running.delete(sandboxId)
       yield* Effect.logWarning("agent: a sandbox's init ended", { sandboxId, reason: exit.success.reason })
-      return yield* report(sandboxId, "exited", { errorMessage: exit.success.reason })
+      return yield* report(sandboxId, "exited", {
+        errorMessage: exit.success.reason,
+        // The init itself ended by the OOM killer: the sandbox's `stop_reason` is `oom`.
+        ...(exit.success.outOfMemory ? { outOfMemory: true } : {})
+      })
     })
 
   const checkExits = Effect.suspend(() =>

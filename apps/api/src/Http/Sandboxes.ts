@@ -34,6 +34,7 @@ import { ApiMaxTransfers, ApiMaxTransfersPerOrg, TransferIdleTimeout } from "../
 import { PreviewProxyLayer } from "../Preview.ts"
 import { ContextsHandlers } from "./Contexts.ts"
 import { EventsGroup } from "./Events.ts"
+import { LifecycleGroup } from "./Lifecycle.ts"
 import { PreviewsGroup } from "./Previews.ts"
 import { ProcessesGroup, wantsEvents } from "./Processes.ts"
 import { TerminalGroup } from "./Terminal.ts"
@@ -271,7 +272,8 @@ export const SandboxesHandlers = Layer.mergeAll(
   PreviewProxyLayer,
   ProcessesGroup,
   TerminalGroup,
-  ContextsHandlers
+  ContextsHandlers,
+  LifecycleGroup
 ).pipe(
   Layer.provide(Previews.layer),
   Layer.provide(Processes.layer),

@@ -19,7 +19,7 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("sandboxes API:
       expect(failed.errorMessage).toMatch(/^no live host in region mars \(live regions: .*local.*\)$/)
       const { labels, events } = yield* eventsOf(created.id, "sandbox.state_updated:error")
       expect(labels).toEqual(["sandbox.state_updated:error"])
-      expect(events[0]!.data).toEqual({ sandbox_id: created.id, state: "error", internal_ip: null })
+      expect(events[0]!.data).toEqual({ sandbox_id: created.id, state: "error", internal_ip: null, reason: "error" })
       // Deleting one that never reached a host: deleted at once.
       const gone = yield* api("DELETE", `/v1/sandboxes/${created.id}`)
       expect(gone.json.state).toBe("deleted")

@@ -37,7 +37,13 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("sandboxes API:
       const failed = yield* waitState(created.id, "error", NOTICED_WITHIN)
       expect(failed).toMatchObject({ state: "error", errorMessage: "killed by signal 9", agent_ready: false })
       const { events } = yield* eventsOf(created.id, "sandbox.state_updated:error")
-      expect(events.at(-1)!.data).toEqual({ sandbox_id: created.id, state: "error", internal_ip: running.internalIp })
+      expect(events.at(-1)!.data).toEqual({
+        sandbox_id: created.id,
+        state: "error",
+        internal_ip: running.internalIp,
+        reason: "error"
+      })
+      expect(failed.stop_reason).toBe("error")
       expectError(yield* exec(created.id, ["true"]), 409, "conflict")
 
       const starting = yield* api("POST", `/v1/sandboxes/${created.id}/start`)
@@ -71,10 +77,13 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("sandboxes API:
       ])
       const failed = yield* waitState(created.id, "error", NOTICED_WITHIN)
       expect(failed.errorMessage).toBe("out of memory at ram_mb 64")
-      yield* eventsOf(created.id, "sandbox.state_updated:error")
+      // The init was the OOM killer's victim: `oom`, on the record and in the event.
+      expect(failed.stop_reason).toBe("oom")
+      const { events } = yield* eventsOf(created.id, "sandbox.state_updated:error")
+      expect(events.at(-1)!.data.reason).toBe("oom")
 
       expect((yield* api("POST", `/v1/sandboxes/${created.id}/start`)).status).toBe(202)
-      yield* waitState(created.id, "running")
+      expect((yield* waitState(created.id, "running")).stop_reason).toBe(null)
       // A fresh run: /dev/shm is empty again.
       expect((yield* exec(created.id, ["ls", "/dev/shm"])).json).toMatchObject({ exit_code: 0, stdout: "" })
     }))

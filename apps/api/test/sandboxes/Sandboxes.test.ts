@@ -38,7 +38,16 @@ const RECORD_KEYS = [
   "templateId",
   "type",
   "volume_attachments",
-  "vsockCid"
+  "vsockCid",
+  // Lifecycle (docs/contract.md#lifecycle-timeouts-idleness-resume).
+  "timeout_s",
+  "idle_timeout_s",
+  "on_timeout",
+  "auto_delete_s",
+  "auto_resume",
+  "expiresAt",
+  "lastActivityAt",
+  "stop_reason"
 ].sort()
 const ISO_MS = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/
 
@@ -190,9 +199,11 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("sandboxes API"
         disk_gb: 1,
         via: "cold-boot"
       })
-      expect(events[0]!.data).toEqual({ sandbox_id: created.id, state: "starting", internal_ip: null })
-      expect(events[2]!.data).toEqual({ sandbox_id: created.id, state: "running", internal_ip: ip })
-      expect(events[6]!.data).toEqual({ sandbox_id: created.id, state: "running", internal_ip: ip })
+      expect(events[0]!.data).toEqual({ sandbox_id: created.id, state: "starting", internal_ip: null, reason: null })
+      expect(events[2]!.data).toEqual({ sandbox_id: created.id, state: "running", internal_ip: ip, reason: null })
+      // Why it stopped, until it runs again.
+      expect(events.slice(3, 6).map((e) => e.data.reason)).toEqual(["user", "user", "user"])
+      expect(events[6]!.data).toEqual({ sandbox_id: created.id, state: "running", internal_ip: ip, reason: null })
       expect(events[9]!.data).toEqual({ sandbox_id: created.id, host_id: env.hostId })
       const times = events.map((e) => Date.parse(e.ts))
       expect([...times].sort((a, b) => a - b)).toEqual(times)

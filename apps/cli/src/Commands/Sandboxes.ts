@@ -1,6 +1,6 @@
 /**
  * `svc sandbox create|list|get|exec|stop|start|delete|files read|write|ls|stat|mkdir|mv|rm|stats|expose|network|
- * secrets bind|snapshot` (and `spawn|ps|logs|kill|wait|stdin|terminal`, `Processes.ts`; `logs` without a pid
+ * secrets bind|snapshot|timeout` (and `spawn|ps|logs|kill|wait|stdin|terminal`, `Processes.ts`; `logs` without a pid
  * and `metrics`, `SandboxTelemetry.ts`): a
  * client of the /v1 API for users.
  *
@@ -19,6 +19,7 @@
  *   svc sandbox secrets bind sbx_... sec_...
  *   svc sandbox snapshot sbx_... --name my-env --wait
  *   svc sandbox stop sbx_... ; svc sandbox start sbx_...      # each waits for its state
+ *   svc sandbox create --idle-timeout-s 600 --auto-resume ; svc sandbox timeout sbx_... --timeout-s 3600
  *   echo hi | svc sandbox files write sbx_... /root/hi.txt ; svc sandbox files read sbx_... /root/hi.txt
  *   svc sandbox files mkdir sbx_... /srv/out ; svc sandbox files mv sbx_... /srv/a /srv/b ; svc sandbox files rm -r sbx_... /srv/out
  */
@@ -27,6 +28,7 @@ import { Console, Effect, Option } from "effect"
 import { Argument, Command, Flag } from "effect/cli"
 import * as Fs from "node:fs"
 import { call, CliError, progress } from "../Client.ts"
+import { timeout } from "./Lifecycle.ts"
 import { processCommands } from "./Processes.ts"
 import { metrics } from "./SandboxTelemetry.ts"
 import { followBuild } from "./Templates.ts"
@@ -67,6 +69,22 @@ const create = Command.make(
       Flag.withDescription("Stop it after this many seconds running"),
       Flag.optional
     ),
+    idleTimeoutS: Flag.Int("idle-timeout-s").pipe(
+      Flag.withDescription("Stop it after this many seconds without activity (calls, processes, terminals)"),
+      Flag.optional
+    ),
+    onTimeout: Flag.Literals("on-timeout", ["stop", "delete"]).pipe(
+      Flag.withDescription("What --timeout-s and --idle-timeout-s do (default stop)"),
+      Flag.optional
+    ),
+    autoDeleteS: Flag.Int("auto-delete-s").pipe(
+      Flag.withDescription("Delete it this many seconds after it stopped"),
+      Flag.optional
+    ),
+    autoResume: Flag.Boolean("auto-resume").pipe(
+      Flag.withDescription("A call on it while stopped starts it (instead of 409)"),
+      Flag.withDefault(false)
+    ),
     ports: Flag.Int("port").pipe(
       Flag.withDescription("A port to expose (exposed_ports), repeatable; `svc sandbox expose` opens it"),
       Flag.atLeast(0)
@@ -96,6 +114,10 @@ const create = Command.make(
       ...optionalField("env", o.env),
       ...optionalField("type", o.type),
       ...optionalField("timeout_s", o.timeoutS),
+      ...optionalField("idle_timeout_s", o.idleTimeoutS),
+      ...optionalField("on_timeout", o.onTimeout),
+      ...optionalField("auto_delete_s", o.autoDeleteS),
+      ...(o.autoResume ? { auto_resume: true } : {}),
       ...(o.ports.length > 0 ? { exposed_ports: o.ports } : {}),
       ...(o.secret.length > 0 ? { secrets: o.secret } : {}),
       ...(o.volume.length > 0 ? { volumes: o.volume.map(parseVolumeFlag) } : {}),
@@ -451,6 +473,7 @@ export const sandbox = Command.make("sandbox").pipe(
     secrets,
     snapshot,
     ...processCommands,
-    metrics
+    metrics,
+    timeout
   ])
 )

@@ -3,6 +3,7 @@
  * services, shared by the pure transition (`Reconcile.ts`), its store (the `apps` row) and the
  * I/O around it (`Operations.ts`, `Watch.ts`).
  */
+import { StopReason } from "@svc/domain/Lifecycle"
 import { SandboxState } from "@svc/domain/Sandbox"
 import { Schema } from "effect"
 
@@ -80,7 +81,9 @@ export const ObservedReplica = Schema.Struct({
   /** The pid that was checked (null when none was). */
   pid: Schema.NullOr(Schema.String),
   /** `unknown`: could not tell (the host did not answer); `none`: nothing was checked. */
-  process: Schema.Literals(["running", "exited", "unknown", "none"])
+  process: Schema.Literals(["running", "exited", "unknown", "none"]),
+  /** Why its sandbox last stopped (`stop_reason`), when it did. */
+  reason: Schema.optionalKey(Schema.NullOr(StopReason))
 })
 export type ObservedReplica = typeof ObservedReplica.Type
 
@@ -96,7 +99,12 @@ export const AppMessage = Schema.Union([
   /** The periodic reconcile: observe the replicas, create what is due. */
   Schema.TaggedStruct("Tick", {}),
   /** A replica's sandbox changed state (its `sandbox.state_updated` event). */
-  Schema.TaggedStruct("SandboxChanged", { sandboxId: Schema.String, state: SandboxState }),
+  Schema.TaggedStruct("SandboxChanged", {
+    sandboxId: Schema.String,
+    state: SandboxState,
+    /** The event's `reason`: why it stopped (`oom`, `idle`...). */
+    reason: Schema.optionalKey(Schema.NullOr(StopReason))
+  }),
   Schema.TaggedStruct("Observed", { opId: Schema.String, replicas: Schema.Array(ObservedReplica) }),
   Schema.TaggedStruct("ReplicaCreated", { opId: Schema.String, sandboxId: Schema.String }),
   /** The platform refused the sandbox; `blocked`: because the org is at its hard usage limit. */

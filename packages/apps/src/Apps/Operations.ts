@@ -160,12 +160,19 @@ export const runExecutor = Effect.gen(function*() {
 
   const observeOne = (orgId: OrgId, replica: { readonly sandboxId: string; readonly pid: string | null }) =>
     Effect.gen(function*() {
-      const sandbox = yield* sandboxes.get(orgId, replica.sandboxId).pipe(
-        Effect.map((s) => s.state),
-        Effect.catchTag("NotFound", () => Effect.succeed("missing" as const))
+      const found = yield* sandboxes.get(orgId, replica.sandboxId).pipe(
+        Effect.map((s) => ({ state: s.state, reason: s.stopReason })),
+        Effect.catchTag("NotFound", () => Effect.succeed({ state: "missing" as const, reason: null }))
       )
+      const sandbox = found.state
       if (sandbox !== "running" || replica.pid === null) {
-        return { sandboxId: replica.sandboxId, sandbox, pid: replica.pid, process: "none" } satisfies ObservedReplica
+        return {
+          sandboxId: replica.sandboxId,
+          sandbox,
+          pid: replica.pid,
+          process: "none",
+          reason: found.reason
+        } satisfies ObservedReplica
       }
       const process = yield* processes.get(orgId, replica.sandboxId, replica.pid).pipe(
         Effect.map((p) => (p.state === "running" ? "running" as const : "exited" as const)),

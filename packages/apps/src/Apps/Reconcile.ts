@@ -27,6 +27,7 @@
  */
 import * as Actor from "@svc/actors/Actor"
 import type { AppState } from "@svc/domain/App"
+import type { StopReason } from "@svc/domain/Lifecycle"
 import type { SandboxState } from "@svc/domain/Sandbox"
 import {
   type AppControllerState,
@@ -151,10 +152,20 @@ const fail = (step: Step, m: Replica, now: number, why: string, sandboxGone: boo
 
 const NOT_RUNNING: ReadonlySet<SandboxState> = new Set(["stopping", "stopped", "deleting", "deleted", "error"])
 
-/** What a sandbox state means for a replica that is not being removed. */
-const onSandboxState = (step: Step, m: Replica, state: SandboxState | "missing", now: number) => {
-  if (state === "missing" || state === "deleted") return fail(step, m, now, "its sandbox was deleted", true)
-  if (NOT_RUNNING.has(state)) return fail(step, m, now, `its sandbox is ${state}`, false)
+/**
+ * What a sandbox state means for a replica that is not being removed. Why it was replaced says
+ * why its sandbox stopped in the sandbox's own words (`stop_reason`: `oom`, `idle`, `host_lost`...).
+ */
+const onSandboxState = (
+  step: Step,
+  m: Replica,
+  state: SandboxState | "missing",
+  now: number,
+  reason: StopReason | null = null
+) => {
+  const because = reason === null ? "" : ` (${reason})`
+  if (state === "missing" || state === "deleted") return fail(step, m, now, `its sandbox was deleted${because}`, true)
+  if (NOT_RUNNING.has(state)) return fail(step, m, now, `its sandbox is ${state}${because}`, false)
   if (state === "running" && m.phase === "starting" && step.state.phase === "active") {
     // Old revisions are not started: rule 2 deletes them.
     if (m.revision === step.state.revision) launch(step, m, now)
@@ -256,7 +267,7 @@ const applyObserved = (step: Step, r: ObservedReplica, now: number) => {
   const m = find(step.state, r.sandboxId)
   if (m === undefined) return
   if (m.phase === "removing") return onRemovingState(step, m, r.sandbox, now)
-  if (r.sandbox !== "running") return onSandboxState(step, m, r.sandbox, now)
+  if (r.sandbox !== "running") return onSandboxState(step, m, r.sandbox, now, r.reason ?? null)
   // Only what was checked of the pid it still has: a relaunch since makes the answer stale.
   if (r.process === "exited" && m.phase === "ready" && r.pid !== null && r.pid === m.pid) {
     return fail(step, m, now, "its cmd exited", false)
@@ -297,7 +308,7 @@ const receive = (step: Step, message: AppMessage, now: number) => {
       const m = find(s, message.sandboxId)
       if (m === undefined) return
       if (m.phase === "removing") return onRemovingState(step, m, message.state, now)
-      return onSandboxState(step, m, message.state, now)
+      return onSandboxState(step, m, message.state, now, message.reason ?? null)
     }
     case "Observed": {
       if (s.observing?.opId === message.opId) step.state = { ...s, observing: null }

@@ -12,6 +12,7 @@ import * as Actors from "@svc/actors/Actors"
 import { consumeScoped } from "@svc/bus/Consume"
 import { BusError, Nats } from "@svc/bus/Nats"
 import { ensureConsumer } from "@svc/bus/Topology"
+import { StopReason } from "@svc/domain/Lifecycle"
 import { SandboxState } from "@svc/domain/Sandbox"
 import * as Events from "@svc/events/Streams"
 import { Clock, Duration, Effect, Option, Schedule, Schema, Stream } from "effect"
@@ -21,7 +22,11 @@ import * as Store from "./Store.ts"
 export const APP_EVENTS_CONSUMER = "app_controller_events"
 
 const SandboxEvent = Schema.fromJsonString(Schema.Struct({
-  data: Schema.Struct({ sandbox_id: Schema.String, state: SandboxState })
+  data: Schema.Struct({
+    sandbox_id: Schema.String,
+    state: SandboxState,
+    reason: Schema.optionalKey(Schema.NullOr(StopReason))
+  })
 }))
 const decodeEvent = Schema.decodeUnknownEffect(SandboxEvent)
 
@@ -46,11 +51,16 @@ export const runEventWatch = Effect.gen(function*() {
         msg.term()
         return
       }
-      const { sandbox_id: sandboxId, state } = event.value.data
+      const { reason, sandbox_id: sandboxId, state } = event.value.data
       const app = yield* Store.appOfSandbox(sandboxId)
       if (Option.isSome(app)) {
         const id = msg.headers?.get("Nats-Msg-Id") || `seq:${msg.seq}`
-        yield* Actors.send(AppActor, app.value, { _tag: "SandboxChanged", sandboxId, state }, { msgID: `evt:${id}` })
+        yield* Actors.send(
+          AppActor,
+          app.value,
+          { _tag: "SandboxChanged", sandboxId, state, ...(reason !== undefined ? { reason } : {}) },
+          { msgID: `evt:${id}` }
+        )
       }
       msg.ack()
     }).pipe(

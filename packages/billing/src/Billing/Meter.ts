@@ -105,7 +105,7 @@ export class Meter extends Context.Service<Meter, {
       const rows = yield* Store.blockedRunning(periodOf(now).start, 500)
       let sent = 0
       for (const row of rows) {
-        sent += yield* Actors.send(SandboxActor, row.id, { _tag: "Stop" }, {
+        sent += yield* Actors.send(SandboxActor, row.id, { _tag: "Stop", reason: "usage_limit" }, {
           msgID: `usage-stop:${row.id}:${row.startedAt}`
         }).pipe(
           Effect.as(1),

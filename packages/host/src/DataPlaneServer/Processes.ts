@@ -119,6 +119,7 @@ export const ProcessHandlers = (settings: DataPlaneSettings) =>
               ...(payload.env !== undefined ? { env: payload.env } : {}),
               stdin: payload.stdin ?? false
             }))
+            if (payload.keeps_awake === false) settings.activity?.quiet(params.id, info.pid)
             return toAgentProcess(info)
           }))
         .handle("list", ({ params }) =>

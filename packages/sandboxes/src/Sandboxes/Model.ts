@@ -8,10 +8,11 @@
  * and is never stored in the clear (it may carry credentials, e.g. an injected `sandbox:<id>` key;
  * see `SealedEnv.ts`).
  */
+import { OnTimeout, StopReason } from "@svc/domain/Lifecycle"
 import { NetworkPolicy } from "@svc/domain/Network"
 import { SandboxState, SandboxType, VolumeAttachment } from "@svc/domain/Sandbox"
 import { SandboxImage } from "@svc/host-protocol/Images"
-import { AgentReport } from "@svc/host-protocol/Protocol"
+import { ActivityReport, AgentReport } from "@svc/host-protocol/Protocol"
 import { VolumeMount } from "@svc/host-protocol/Volumes"
 import { Schema } from "effect"
 
@@ -62,7 +63,20 @@ export const SandboxActorState = Schema.Struct({
   /** Host time (`AgentReport.at`) of the newest report applied: older ones are stale. */
   lastReportAt: NullableMs,
   /** `sandbox.created` was emitted (the first time the host reported it running). */
-  createdEmitted: Schema.Boolean
+  createdEmitted: Schema.Boolean,
+  // Lifecycle (`Lifecycle.ts`).
+  idleTimeoutS: Schema.NullOr(Schema.Int),
+  onTimeout: OnTimeout,
+  autoDeleteS: Schema.NullOr(Schema.Int),
+  autoResume: Schema.Boolean,
+  /** Where `timeoutS` counts from: the start, or the last keep-alive (PUT .../timeout). */
+  timeoutFrom: NullableMs,
+  /** The last activity its host reported, in the runtime's clock (or its start). */
+  lastActivityAt: NullableMs,
+  /** Its host says something runs in it (an exec, a background process, a terminal): never idle. */
+  busy: Schema.Boolean,
+  /** Why it last stopped; null while running. */
+  stopReason: Schema.NullOr(StopReason)
 })
 export type SandboxActorState = typeof SandboxActorState.Type
 
@@ -83,15 +97,17 @@ export const Create = Schema.TaggedStruct("Create", {
   volumes: Schema.optionalKey(Schema.Array(VolumeMount))
 })
 export const Start = Schema.TaggedStruct("Start", {})
-export const Stop = Schema.TaggedStruct("Stop", {})
+/** `reason`: who stops it (absent: its user; the usage meter says `usage_limit`). */
+export const Stop = Schema.TaggedStruct("Stop", { reason: Schema.optionalKey(StopReason) })
 /**
  * Delete this sandbox; `children` are its descendants, each deleted by its own actor.
  * `hostLive: false` (host down, or never placed) ends in `deleted` at once: nobody would
  * confirm the destroy (the command is still published, durable, for when the host returns).
  */
+const Children = Schema.Array(Schema.Struct({ id: Schema.String, hostLive: Schema.Boolean }))
 export const Delete = Schema.TaggedStruct("Delete", {
   hostLive: Schema.Boolean,
-  children: Schema.Array(Schema.Struct({ id: Schema.String, hostLive: Schema.Boolean }))
+  children: Children
 })
 /** The host's record is older than `HOST_DOWN_AFTER_MS` (or gone): from the runtime's watcher. */
 export const HostDown = Schema.TaggedStruct("HostDown", {
@@ -105,8 +121,23 @@ export const Timeout = Schema.TaggedStruct("Timeout", {
   since: Ms,
   afterMs: Ms
 })
-/** A running sandbox reached its `timeout_s` lifetime (started at `startedAt`): stop it. */
-export const Expire = Schema.TaggedStruct("Expire", { startedAt: Ms })
+/**
+ * A running sandbox reached its `timeout_s` lifetime, counted from `startedAt` (its `timeoutFrom`
+ * as the supervisor saw it): stop it, or delete it (and `children`) with `on_timeout: delete`.
+ */
+export const Expire = Schema.TaggedStruct("Expire", { startedAt: Ms, children: Schema.optionalKey(Children) })
+/** A running sandbox was idle `idle_timeout_s` since `lastActivityAt` (as the supervisor saw it). */
+export const Idle = Schema.TaggedStruct("Idle", { lastActivityAt: Ms, children: Children })
+/** A sandbox stopped at `stoppedAt` was kept `auto_delete_s`: delete it and `children`. */
+export const AutoDelete = Schema.TaggedStruct("AutoDelete", { stoppedAt: Ms, children: Children })
+/**
+ * PUT /v1/sandboxes/{id}/timeout: a field absent is kept; `timeoutS` counts again from now
+ * (a keep-alive), as does the idle clock when `idleTimeoutS` is given.
+ */
+export const SetTimeout = Schema.TaggedStruct("SetTimeout", {
+  timeoutS: Schema.optionalKey(Schema.NullOr(Schema.Int)),
+  idleTimeoutS: Schema.optionalKey(Schema.NullOr(Schema.Int))
+})
 
 /** A new egress policy (PUT /v1/sandboxes/{id}/network): stored and published to the hosts. */
 export const SetNetwork = Schema.TaggedStruct("SetNetwork", { network: NetworkPolicy })
@@ -123,6 +154,10 @@ export const SandboxMessage = Schema.Union([
   Timeout,
   Expire,
   SetNetwork,
-  BindSecret
+  BindSecret,
+  Idle,
+  AutoDelete,
+  SetTimeout,
+  ActivityReport
 ])
 export type SandboxMessage = typeof SandboxMessage.Type

@@ -5,6 +5,7 @@
 import type { HostId, OrgId, SandboxId, SecretId, TemplateId } from "@svc/domain/Ids"
 import type { Sandbox } from "@svc/domain/Sandbox"
 import { DateTime } from "effect"
+import * as Lifecycle from "./Lifecycle.ts"
 import type { SandboxActorState } from "./Model.ts"
 
 const utc = (ms: number | null) => (ms === null ? null : DateTime.makeUnsafe(ms))
@@ -37,5 +38,13 @@ export const toRecord = (s: SandboxActorState): Sandbox => ({
   createdAt: DateTime.makeUnsafe(s.createdAt),
   startedAt: utc(s.startedAt),
   stoppedAt: utc(s.stoppedAt),
-  deletedAt: utc(s.deletedAt)
+  deletedAt: utc(s.deletedAt),
+  timeout_s: s.timeoutS,
+  idle_timeout_s: s.idleTimeoutS,
+  on_timeout: s.onTimeout,
+  auto_delete_s: s.autoDeleteS,
+  auto_resume: s.autoResume,
+  expiresAt: utc(Lifecycle.expiresAt(s)),
+  lastActivityAt: utc(s.lastActivityAt),
+  stop_reason: s.stopReason
 })

@@ -8,13 +8,15 @@ import { CorruptState } from "@svc/actors/Errors"
 import * as Rows from "@svc/db/Rows"
 import { Effect, Option, Schema } from "effect"
 import { SqlClient, type Statement } from "effect/sql"
+import * as Lifecycle from "./Lifecycle.ts"
 import { SandboxActorState } from "./Model.ts"
 
 /** The columns in `SELECT` order (kept in one place for the API's list queries). */
 export const COLUMNS = `id, org_id, name, template_id, template_name, host_id, parent_id, state, type, region,
   datacenter, agent_ready, runtime_ready, runtime_reason, cpu, ram_mb, disk_gb, vsock_cid, internal_ip,
   exposed_ports, volume_attachments, metadata, error_message, network, secret_ids, timeout_s, created_at, started_at,
-  stopped_at, deleted_at, state_since, last_report_at, created_emitted, version`
+  stopped_at, deleted_at, state_since, last_report_at, created_emitted, version,
+  idle_timeout_s, on_timeout, auto_delete_s, auto_resume, timeout_from, last_activity_at, busy, stop_reason`
 
 const field = SandboxActorState.fields
 
@@ -56,7 +58,15 @@ export const SandboxRow = Schema.Struct({
   state_since: Rows.Timestamptz,
   last_report_at: Schema.NullOr(Rows.Int8),
   created_emitted: field.createdEmitted,
-  version: Rows.Int8
+  version: Rows.Int8,
+  idle_timeout_s: field.idleTimeoutS,
+  on_timeout: field.onTimeout,
+  auto_delete_s: field.autoDeleteS,
+  auto_resume: field.autoResume,
+  timeout_from: Schema.NullOr(Rows.Timestamptz),
+  last_activity_at: Schema.NullOr(Rows.Timestamptz),
+  busy: field.busy,
+  stop_reason: field.stopReason
 })
 
 const ms = (d: Date | null) => (d === null ? null : d.getTime())
@@ -97,7 +107,15 @@ export const toStored = (row: typeof SandboxRow.Type): Stored<SandboxActorState>
     deletedAt: ms(row.deleted_at),
     stateSince: row.state_since.getTime(),
     lastReportAt: row.last_report_at === null ? null : Number(row.last_report_at),
-    createdEmitted: row.created_emitted
+    createdEmitted: row.created_emitted,
+    idleTimeoutS: row.idle_timeout_s,
+    onTimeout: row.on_timeout,
+    autoDeleteS: row.auto_delete_s,
+    autoResume: row.auto_resume,
+    timeoutFrom: ms(row.timeout_from),
+    lastActivityAt: ms(row.last_activity_at),
+    busy: row.busy,
+    stopReason: row.stop_reason
   }
 })
 
@@ -121,12 +139,15 @@ const saveStep = (
   const metadata = JSON.stringify(s.metadata)
   const network = JSON.stringify(s.network)
   const secretIds = [...s.secretIds]
+  const dueAt = date(Lifecycle.dueAt(s))
   const statement = expected === undefined
     ? sql`
           INSERT INTO sandboxes (id, org_id, name, template_id, template_name, host_id, parent_id, state, type, region,
             datacenter, agent_ready, runtime_ready, runtime_reason, cpu, ram_mb, disk_gb, vsock_cid, internal_ip,
             exposed_ports, volume_attachments, metadata, error_message, network, secret_ids, timeout_s, created_at,
-            started_at, stopped_at, deleted_at, state_since, last_report_at, created_emitted, version)
+            started_at, stopped_at, deleted_at, state_since, last_report_at, created_emitted, version,
+            idle_timeout_s, on_timeout, auto_delete_s, auto_resume, timeout_from, last_activity_at, busy, stop_reason,
+            due_at)
           SELECT ${s.id}, ${s.orgId}, ${s.name}, ${s.templateId}, ${s.templateName}, ${s.hostId}, ${s.parentId},
             ${s.state}, ${s.type}, ${s.region}, ${s.datacenter}, ${s.agentReady}, ${s.runtimeReady}, ${s.runtimeReason},
             ${s.cpu}, ${s.ramMb}, ${s.diskGb}, ${s.vsockCid}, ${s.internalIp}, ${ports}::jsonb, ${volumes}::jsonb,
@@ -135,7 +156,9 @@ const saveStep = (
     )}, ${date(s.startedAt)},
             ${date(s.stoppedAt)}, ${date(s.deletedAt)}, ${new Date(
       s.stateSince
-    )}, ${s.lastReportAt}, ${s.createdEmitted}, 1
+    )}, ${s.lastReportAt}, ${s.createdEmitted}, 1,
+            ${s.idleTimeoutS}, ${s.onTimeout}, ${s.autoDeleteS}, ${s.autoResume}, ${date(s.timeoutFrom)},
+            ${date(s.lastActivityAt)}, ${s.busy}, ${s.stopReason}, ${dueAt}
           WHERE ${guard}
           ON CONFLICT (id) DO NOTHING RETURNING version`
     : sql`
@@ -147,7 +170,11 @@ const saveStep = (
             network = ${network}::jsonb, secret_ids = ${secretIds}::text[],
             started_at = ${date(s.startedAt)}, stopped_at = ${date(s.stoppedAt)}, deleted_at = ${date(s.deletedAt)},
             state_since = ${new Date(s.stateSince)}, last_report_at = ${s.lastReportAt},
-            created_emitted = ${s.createdEmitted}, version = version + 1
+            created_emitted = ${s.createdEmitted}, version = version + 1,
+            timeout_s = ${s.timeoutS}, idle_timeout_s = ${s.idleTimeoutS}, on_timeout = ${s.onTimeout},
+            auto_delete_s = ${s.autoDeleteS}, auto_resume = ${s.autoResume}, timeout_from = ${date(s.timeoutFrom)},
+            last_activity_at = ${date(s.lastActivityAt)}, busy = ${s.busy}, stop_reason = ${s.stopReason},
+            due_at = ${dueAt}
           WHERE id = ${id} AND version = ${expected} AND ${guard} RETURNING version`
   return Effect.succeed(statement)
 }

@@ -4,7 +4,10 @@
  *   older than `HOST_DOWN_AFTER_MS` or gone;
  * - sends `Timeout` to each sandbox waiting in `pending`, `starting`, `stopping` or `deleting`
  *   for longer than the transition timeout (`SVC_SANDBOX_TRANSITION_TIMEOUT`, default 2m);
- * - sends `Expire` to each running sandbox past its `timeout_s`.
+ * - sends what each sandbox's lifecycle settings call for once due (`Lifecycle.ts`, through the
+ *   row's `due_at` and its index): `Expire` past `timeout_s`, `Idle` past `idle_timeout_s`,
+ *   `AutoDelete` for a stopped one past `auto_delete_s` (with its descendants, deleted with it,
+ *   as `on_timeout: delete` also does).
  *
  * Each message carries what was seen (the host's last heartbeat, the state and since when),
  * so a sandbox that moved on in the meantime ignores it, and a message id made of the same,
@@ -20,7 +23,8 @@ import { Clock, Context, Duration, Effect, Layer, Schedule, Schema } from "effec
 import { SqlClient } from "effect/sql"
 import { SupervisorInterval, TransitionTimeout } from "../Config.ts"
 import { SandboxActor } from "../SandboxActor.ts"
-import type { SandboxMessage } from "./Model.ts"
+import * as Lifecycle from "./Lifecycle.ts"
+import { SandboxActorState, type SandboxMessage } from "./Model.ts"
 
 export interface SupervisorOptions {
   /** Time between two sweeps (default: `SVC_SUPERVISOR_INTERVAL`, 1 s). */
@@ -36,14 +40,32 @@ const onDownHosts = Rows.decoder(
   "SandboxSupervisor.hostsDown",
   Schema.Struct({ id: Schema.String, host_id: Schema.String })
 )
+const hostIds = Rows.decoder("SandboxSupervisor.hosts", Schema.Struct({ id: Schema.String }))
 const waiting = Rows.decoder(
   "SandboxSupervisor.timeouts",
   Schema.Struct({ id: Schema.String, state: SandboxState, state_since: Rows.Timestamptz })
 )
-const expired = Rows.decoder(
-  "SandboxSupervisor.expiries",
-  Schema.Struct({ id: Schema.String, started_at: Rows.Timestamptz })
+const field = SandboxActorState.fields
+const dueRows = Rows.decoder(
+  "SandboxSupervisor.lapses",
+  Schema.Struct({
+    id: Schema.String,
+    state: field.state,
+    on_timeout: field.onTimeout,
+    timeout_s: field.timeoutS,
+    timeout_from: Schema.NullOr(Rows.Timestamptz),
+    idle_timeout_s: field.idleTimeoutS,
+    last_activity_at: Schema.NullOr(Rows.Timestamptz),
+    busy: field.busy,
+    auto_delete_s: field.autoDeleteS,
+    stopped_at: Schema.NullOr(Rows.Timestamptz)
+  })
 )
+const treeRows = Rows.decoder(
+  "SandboxSupervisor.descendants",
+  Schema.Struct({ id: Schema.String, host_id: Schema.NullOr(Schema.String) })
+)
+const ms = (d: Date | null) => (d === null ? null : d.getTime())
 
 export class SandboxSupervisor extends Context.Service<SandboxSupervisor, {
   /** One sweep now (what the loop runs); the number of messages sent. */
@@ -72,9 +94,21 @@ export class SandboxSupervisor extends Context.Service<SandboxSupervisor, {
       const now = yield* Clock.currentTimeMillis
       const all = yield* hosts.all
       const live = all.filter((h) => isLive(h, now, downAfterMs)).map((h) => h.hostId)
+      // The hosts that hold sandboxes, one index probe per host (a loose scan of `sandboxes_host`,
+      // never a pass over every row); then the sandboxes of those that are down, if any.
+      const holding = yield* hostIds(sql`
+        WITH RECURSIVE h(id) AS (
+          (SELECT host_id FROM sandboxes WHERE host_id IS NOT NULL AND state <> 'deleted' ORDER BY host_id LIMIT 1)
+          UNION ALL
+          SELECT (SELECT host_id FROM sandboxes WHERE host_id > h.id AND state <> 'deleted' ORDER BY host_id LIMIT 1)
+          FROM h WHERE h.id IS NOT NULL
+        )
+        SELECT id FROM h WHERE id IS NOT NULL`)
+      const down = holding.map((h) => h.id).filter((id) => !live.includes(id))
+      if (down.length === 0) return 0
       const rows = yield* onDownHosts(sql`
         SELECT id, host_id FROM sandboxes
-        WHERE host_id IS NOT NULL AND state NOT IN ('deleted', 'error') AND NOT (host_id = ANY(${live}::text[]))
+        WHERE host_id = ANY(${down}::text[]) AND state NOT IN ('deleted', 'error')
         LIMIT ${batch}`)
       let sent = 0
       for (const row of rows) {
@@ -106,24 +140,64 @@ export class SandboxSupervisor extends Context.Service<SandboxSupervisor, {
       return sent
     })
 
-    const expiries = Effect.gen(function*() {
+    /** Its descendants, deleted with it (as DELETE does), each with whether its host is live. */
+    const childrenOf = (id: string) =>
+      Effect.gen(function*() {
+        const rows = yield* treeRows(sql`
+          WITH RECURSIVE tree AS (
+            SELECT id FROM sandboxes WHERE parent_id = ${id}
+            UNION SELECT c.id FROM sandboxes c JOIN tree t ON c.parent_id = t.id
+          )
+          SELECT s.id, s.host_id FROM tree JOIN sandboxes s ON s.id = tree.id
+          WHERE s.state NOT IN ('deleting', 'deleted')`)
+        return yield* Effect.forEach(rows, (r) =>
+          Effect.map(
+            r.host_id === null ? Effect.succeed(false) : hosts.isLive(r.host_id),
+            (hostLive) => ({ id: r.id, hostLive })
+          ))
+      })
+
+    /** The rows whose `due_at` passed (the `sandboxes_due` index), each told what is due. */
+    const lapses = Effect.gen(function*() {
       const now = yield* Clock.currentTimeMillis
-      const rows = yield* expired(sql`
-        SELECT id, started_at FROM sandboxes
-        WHERE state = 'running' AND timeout_s IS NOT NULL
-          AND started_at + make_interval(secs => timeout_s) < ${new Date(now)}
-        LIMIT ${batch}`)
+      const rows = yield* dueRows(sql`
+        SELECT id, state, on_timeout, timeout_s, timeout_from, idle_timeout_s, last_activity_at, busy,
+          auto_delete_s, stopped_at
+        FROM sandboxes WHERE due_at <= ${new Date(now)} ORDER BY due_at LIMIT ${batch}`)
       let sent = 0
       for (const row of rows) {
-        const startedAt = row.started_at.getTime()
-        sent += yield* send(row.id, { _tag: "Expire", startedAt }, `expire:${row.id}:${startedAt}`)
+        const d = Lifecycle.due({
+          state: row.state,
+          timeoutS: row.timeout_s,
+          timeoutFrom: ms(row.timeout_from),
+          idleTimeoutS: row.idle_timeout_s,
+          lastActivityAt: ms(row.last_activity_at),
+          busy: row.busy,
+          autoDeleteS: row.auto_delete_s,
+          stoppedAt: ms(row.stopped_at)
+        }, now)
+        if (d === null) continue
+        const deletes = d.kind === "auto_delete" || row.on_timeout === "delete"
+        const children = deletes ? yield* childrenOf(row.id) : []
+        const msgID = `${d.kind}:${row.id}:${d.seen}`
+        switch (d.kind) {
+          case "timeout":
+            sent += yield* send(row.id, { _tag: "Expire", startedAt: d.seen, children }, msgID)
+            break
+          case "idle":
+            sent += yield* send(row.id, { _tag: "Idle", lastActivityAt: d.seen, children }, msgID)
+            break
+          case "auto_delete":
+            sent += yield* send(row.id, { _tag: "AutoDelete", stoppedAt: d.seen, children }, msgID)
+            break
+        }
       }
       return sent
     })
 
     const sweep = Effect.gen(function*() {
       let sent = 0
-      for (const part of [hostsDown, timeouts, expiries]) {
+      for (const part of [hostsDown, timeouts, lapses]) {
         sent += yield* part.pipe(
           Effect.catchCause((cause) =>
             Effect.as(Effect.logWarning("supervisor: sweep failed", { cause: String(cause) }), 0)

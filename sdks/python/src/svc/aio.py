@@ -44,7 +44,7 @@ from .contexts import CodeContext, Contexts
 from .events import EventStream, SvcEvent
 from .processes import Process, Processes
 from .resources import Apps, Audit, Billing, Keys, OrgResource, Secrets, Templates, Volumes, Webhooks, Workers
-from .sandboxes import DEFAULT_WAIT, Files, Sandbox, Sandboxes
+from .sandboxes import DEFAULT_WAIT, KEEP, Files, Sandbox, Sandboxes
 from .terminal import Terminal
 from .types import ProcessRecord, SandboxRecord, Usage, WhoAmI
 from .webhooks import Signature, verify_webhook
@@ -364,6 +364,10 @@ class AsyncSandbox:
         self, allow_out: Optional[Sequence[str]] = None, deny_out: Optional[Sequence[str]] = None
     ) -> AsyncSandbox:
         await self._run(self._sync.set_network)(allow_out, deny_out)
+        return self
+
+    async def set_timeout(self, timeout_s: Any = KEEP, idle_timeout_s: Any = KEEP) -> AsyncSandbox:
+        await self._run(self._sync.set_timeout)(timeout_s, idle_timeout_s)
         return self
 
     async def terminal(self, cols: int = 80, rows: int = 24, timeout: Optional[float] = None) -> AsyncTerminal:

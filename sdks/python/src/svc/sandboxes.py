@@ -37,6 +37,16 @@ __all__ = ["Files", "Sandbox", "SandboxPage", "Sandboxes"]
 #: How long a wait lasts by default (s).
 DEFAULT_WAIT = 300.0
 
+
+class _Keep:
+    """A setting left as it is (`set_timeout`): distinct from None, which removes it."""
+
+    def __repr__(self) -> str:
+        return "KEEP"
+
+
+KEEP: Any = _Keep()
+
 STATES = ("pending", "starting", "running", "stopping", "stopped", "deleting", "deleted", "error")
 
 
@@ -352,6 +362,20 @@ class Sandbox:
         self.record = self._http.json("PUT", self._path("/network"), json=body)
         return self
 
+    def set_timeout(self, timeout_s: Any = KEEP, idle_timeout_s: Any = KEEP) -> Sandbox:
+        """
+        A keep-alive: `timeout_s` counts again from now, `idle_timeout_s` replaces the idle limit;
+        `None` removes either, one left out is kept. The record shows the new `expiresAt`.
+        """
+        body = {}
+        for field, value in (("timeout_s", timeout_s), ("idle_timeout_s", idle_timeout_s)):
+            if value is KEEP:
+                continue
+            check_int(value, field, required=False, low=1)
+            body[field] = value
+        self.record = self._http.json("PUT", self._path("/timeout"), json=body)
+        return self
+
     def bind_secret(self, secret_id: str) -> None:
         """Binds a secret of the org (the key needs `secrets:use`)."""
         check_str(secret_id, "secret_id")
@@ -400,6 +424,10 @@ class Sandboxes:
         disk_gb: Optional[int] = None,
         metadata: Optional[Mapping[str, Any]] = None,
         timeout_s: Optional[int] = None,
+        idle_timeout_s: Optional[int] = None,
+        on_timeout: Optional[str] = None,
+        auto_delete_s: Optional[int] = None,
+        auto_resume: Optional[bool] = None,
         exposed_ports: Optional[Sequence[int]] = None,
         secrets: Optional[Sequence[str]] = None,
         network: Optional[Mapping[str, Sequence[str]]] = None,
@@ -418,8 +446,18 @@ class Sandboxes:
         check_str(name, "name", required=False)
         check_str(template, "template", required=False)
         check_str_map(env, "env")
-        for field, value in (("cpu", cpu), ("ram_mb", ram_mb), ("disk_gb", disk_gb), ("timeout_s", timeout_s)):
+        for field, value in (
+            ("cpu", cpu),
+            ("ram_mb", ram_mb),
+            ("disk_gb", disk_gb),
+            ("timeout_s", timeout_s),
+            ("idle_timeout_s", idle_timeout_s),
+            ("auto_delete_s", auto_delete_s),
+        ):
             check_int(value, field, required=False, low=1)
+        check_str(on_timeout, "on_timeout", required=False)
+        if auto_resume is not None and not isinstance(auto_resume, bool):
+            invalid("auto_resume", f"must be a bool, not {type(auto_resume).__name__}")
         check_mapping(metadata, "metadata")
         check_mapping(network, "network")
         check_str_list(secrets, "secrets", required=False)
@@ -437,6 +475,10 @@ class Sandboxes:
                 "disk_gb": disk_gb,
                 "metadata": metadata,
                 "timeout_s": timeout_s,
+                "idle_timeout_s": idle_timeout_s,
+                "on_timeout": on_timeout,
+                "auto_delete_s": auto_delete_s,
+                "auto_resume": auto_resume,
                 "exposed_ports": exposed_ports,
                 "secrets": secrets,
                 "network": network,

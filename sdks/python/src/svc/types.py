@@ -46,6 +46,16 @@ class SandboxRecord(TypedDict):
     startedAt: Optional[str]
     stoppedAt: Optional[str]
     deletedAt: Optional[str]
+    timeout_s: Optional[int]
+    idle_timeout_s: Optional[int]
+    #: stop, delete
+    on_timeout: str
+    auto_delete_s: Optional[int]
+    auto_resume: bool
+    expiresAt: Optional[str]
+    lastActivityAt: Optional[str]
+    #: user, timeout, idle, oom, host_lost, usage_limit, error; None while running
+    stop_reason: Optional[str]
 
 
 class ExecResult(TypedDict):
