@@ -41,6 +41,7 @@ import { LocalSandboxes } from "./LocalSandboxes.ts"
 import { HostRegistry } from "./Registry.ts"
 import { Reporter } from "./Reporter.ts"
 import { TemplateImages } from "./TemplateImages.ts"
+import { TemplatePools } from "./TemplatePools.ts"
 import { VolumeReaper } from "./Volumes.ts"
 import { ExitWatcher } from "./Watcher.ts"
 
@@ -188,7 +189,13 @@ const services = (options: { readonly dataPlane?: DataPlaneOptions }) => {
     })
   )
   const registered = Layer.mergeAll(HostRegistry.layer, workers).pipe(Layer.provideMerge(dataPlane))
-  return Layer.mergeAll(CommandConsumer.layer, ExitWatcher.layer, VolumeReaper.layer, EgressFromAgent).pipe(
+  return Layer.mergeAll(
+    CommandConsumer.layer,
+    ExitWatcher.layer,
+    VolumeReaper.layer,
+    EgressFromAgent,
+    TemplatePools.layer
+  ).pipe(
     Layer.provideMerge(registered),
     Layer.provideMerge(lifecycle)
   )
@@ -283,3 +290,4 @@ export type AgentServices =
   | CommandConsumer
   | ExitWatcher
   | VolumeReaper
+  | TemplatePools

@@ -34,6 +34,7 @@ import { InfrastructureMiddleware } from "./Http/Infrastructure.ts"
 import { McpRoutes } from "./Http/Mcp.ts"
 import { spanName } from "./Http/Metrics.ts"
 import { ApiMiddleware, errorForStatus, newRequestId } from "./Http/Middleware.ts"
+import { ForksHandlers } from "./Http/Forks.ts"
 import { SandboxesHandlers } from "./Http/Sandboxes.ts"
 import { SecretsHandlers } from "./Http/Secrets.ts"
 import { SystemHandlers } from "./Http/System.ts"
@@ -52,7 +53,9 @@ export const Handlers = Layer.mergeAll(
   TemplatesHandlers.pipe(Layer.provide(SandboxesHandlers)),
   VolumesHandlers,
   BillingHandlers,
-  AppsHandlers
+  AppsHandlers,
+  // The fork route reads the source through the Sandboxes service SandboxesHandlers builds.
+  ForksHandlers.pipe(Layer.provide(SandboxesHandlers))
 ).pipe(
   Layer.provide(HealthMonitor.layer),
   Layer.provideMerge(AuthorizationLayer),

@@ -92,11 +92,17 @@ export const makeHost = makeTestHost("svc-sbx-api-test-")
  */
 export const startAgent = (
   host: TestHost,
-  options: { readonly region?: string; readonly capacity?: { cpu?: number; ramMb?: number; diskGb?: number } } = {}
+  options: {
+    readonly region?: string
+    readonly capacity?: { cpu?: number; ramMb?: number; diskGb?: number }
+    /** The agent's `base` warm pool (none unless asked for). */
+    readonly poolSize?: number
+  } = {}
 ) =>
   startAgentFixture(host, {
     region: options.region ?? "local",
-    capacity: { cpu: 64, ramMb: 64 * 1024, diskGb: 500, ...options.capacity }
+    capacity: { cpu: 64, ramMb: 64 * 1024, diskGb: 500, ...options.capacity },
+    ...(options.poolSize !== undefined ? { poolSize: options.poolSize } : {})
   })
 
 /**

@@ -2,6 +2,7 @@
  * The one definition of the /v1 HTTP API: the server implements it, the SDK derives its client
  * from it, and /v1/openapi.json and /docs are generated from it.
  */
+import { ForksApi } from "./Api/Forks.ts"
 import { HttpApi, OpenApi } from "effect/http-api"
 import { AppsApi } from "./Api/Apps.ts"
 import { AuditApi } from "./Api/Audit.ts"
@@ -42,6 +43,7 @@ export class Api extends HttpApi.make("svc")
   .add(ContextsApi)
   .add(BillingApi)
   .add(AppsApi)
+  .add(ForksApi)
   // Authentication and each endpoint's declared Access rule: keep this after the last .add
   // (it applies to the endpoints added before it; the authorization matrix test checks).
   .middleware(Authorization)

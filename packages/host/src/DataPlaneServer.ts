@@ -187,6 +187,12 @@ const statsError = (error: DriverAgentError): AgentInvalid | AgentNotFound | Age
     ? error
     : failed("the host could not read the sandbox's usage")
 
+/** A fork's snapshot copies the writable layer on the host: what else the driver says is the host failing. */
+const forkError = (error: DriverAgentError): AgentInvalid | AgentNotFound | AgentNotRunning | AgentFailed =>
+  error instanceof AgentInvalid || error instanceof AgentNotFound || error instanceof AgentNotRunning
+    ? error
+    : failed("the host could not copy the sandbox's file system")
+
 /** A tunnel opens a port, no file: what else the driver says is the host failing. */
 const tunnelError = (error: DriverAgentError): AgentInvalid | AgentNotFound | AgentNotRunning | AgentFailed =>
   error instanceof AgentInvalid || error instanceof AgentNotFound || error instanceof AgentNotRunning
@@ -496,6 +502,8 @@ const handlers = (settings: DataPlaneSettings) =>
               truncated: result.stdoutTruncated || result.stderrTruncated
             } satisfies AgentExecResult
           }))
+        .handle("forkSnapshot", ({ params, payload }) =>
+          viaDriver(driver.snapshotLayer(params.id, payload.layer)).pipe(Effect.mapError(forkError)))
         .handle("stats", ({ params }) =>
           Effect.map(
             viaDriver(driver.stats(params.id)).pipe(Effect.mapError(statsError)),

@@ -20,6 +20,7 @@ import { makeEnded } from "./Ended.ts"
 import { makeExec } from "./Exec.ts"
 import { makeFiles } from "./Files.ts"
 import { invalid, makeDriverHost, tryHost } from "./Host.ts"
+import { makeForks } from "./Forks.ts"
 import { makeImages } from "./Images.ts"
 import { makeLifecycle } from "./Lifecycle.ts"
 import * as Network from "./Network.ts"
@@ -71,6 +72,7 @@ export class BubblewrapDriver {
       yield* Effect.addFinalizer(() => processes.shutdown)
 
       const images = makeImages(host)
+      const forks = makeForks(host)
 
       const volumeDevices = Effect.fn("SandboxDriver.volumeDevices")(function*(sandboxId: string) {
         const entry = yield* host.lookupRunning(sandboxId)
@@ -120,6 +122,8 @@ export class BubblewrapDriver {
         signalProcess: processes.signalProcess,
         ended: (sandboxId) => Effect.uninterruptible(ended(sandboxId)),
         ...images,
+        snapshotLayer: (sandboxId, digest) => Effect.uninterruptible(forks.snapshotLayer(sandboxId, digest)),
+        sweepForkLayers: (graceMs) => Effect.uninterruptible(forks.sweepForkLayers(graceMs)),
         volumeDevices,
         removeVolume: (volumeId, type) => Effect.uninterruptible(removeVolume(volumeId, type)),
         hostLimits
