@@ -476,7 +476,8 @@ export class LocalSandboxes extends Context.Service<LocalSandboxes, {
             readyCmd: entry.readyCmd
           }
           // Entries of another image or other commands are drained; a size change alone keeps them.
-          const version = JSON.stringify([entry.root, entry.layers, entry.sealedEnv, entry.startCmd, entry.readyCmd])
+          // (The env opened: each seal of the same env differs.)
+          const version = JSON.stringify([entry.root, entry.layers, env, entry.startCmd, entry.readyCmd])
           yield* pool.setTemplate(entry.templateId, { size: entry.size, version, image })
         }).pipe(Effect.withSpan("LocalSandboxes.setPool"))
 

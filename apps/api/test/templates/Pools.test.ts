@@ -120,16 +120,18 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 300_000 })("template warm 
 
   it.effect("pool_size: filled on the host, handed out ready, refilled, not counted or metered; PATCH 0 and delete drain", () =>
     Effect.gen(function*() {
+      const listed = Effect.map(api("GET", "/v1/sandboxes"), (r) => r.json.total as number)
+      const before = yield* listed
       const template = yield* built({
         name: "pooled",
-        start_cmd: "echo \"$(date +%s%N)\" > /tmp/booted; sleep inf",
+        start_cmd: "date +%s > /tmp/booted; sleep inf",
         ready_cmd: "test -f /tmp/booted",
         pool_size: 2
       })
       expect(template.pool_size).toBe(2)
       yield* eventually(pooledOnHost(template.id), (n) => n === 2, Duration.seconds(60))
       // Pool sandboxes are no org's: not listed, so not counted against any quota.
-      expect((yield* api("GET", "/v1/sandboxes")).json.total).toBe(0)
+      expect(yield* listed).toBe(before)
 
       const sandbox = yield* running({ template: "pooled" })
       // Handed out booted: ready at once (a cold boot reports `ready_cmd has not passed yet` first).
@@ -138,7 +140,7 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 300_000 })("template warm 
       expect(booted.stdout).toMatch(/^\d+\n$/)
       // Refilled in the background.
       yield* eventually(pooledOnHost(template.id), (n) => n === 2, Duration.seconds(60))
-      expect((yield* api("GET", "/v1/sandboxes")).json.total).toBe(1)
+      expect(yield* listed).toBe(before + 1)
       // Metered from its hand-out only: one billed run, the handed-out sandbox's.
       const sql = yield* SqlClient.SqlClient
       const runs = yield* sql<{ sandbox_id: string }>`SELECT r.sandbox_id FROM billing_runs r
@@ -151,7 +153,7 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 300_000 })("template warm 
         expect(res.status, res.text).toBe(400)
         expect(res.json.code).toBe("invalid_request")
       }
-      expect((yield* api("PATCH", "/v1/templates/tpl_00000000000000000000000000", { pool_size: 1 })).status).toBe(404)
+      expect((yield* api("PATCH", "/v1/templates/no-such-template", { pool_size: 1 })).status).toBe(404)
       expect((yield* api("PATCH", "/v1/templates/base", { pool_size: 1 })).status).toBe(409)
       const drained = yield* api("PATCH", `/v1/templates/${template.id}`, { pool_size: 0 })
       expect(drained.status, drained.text).toBe(200)
