@@ -147,11 +147,13 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 240_000 })("sandbox forks"
 
       // Past the running quota (20 by default; the source is one): 429, and no sandbox made.
       const before = (yield* api("GET", "/v1/sandboxes")).json.total
+      const snapshots = yield* snapshotsOnHost
       const over = yield* fork(source.id, { count: 20 })
       expect(over.status, over.text).toBe(429)
       expect(over.json.code).toBe("quota_exceeded")
       expect((yield* api("GET", "/v1/sandboxes")).json.total).toBe(before)
-      expect(yield* snapshotsOnHost).toEqual([])
+      // Refused before any copy was made.
+      expect(yield* snapshotsOnHost).toEqual(snapshots)
 
       yield* api("POST", `/v1/sandboxes/${source.id}/stop`)
       yield* waitState(source.id, "stopped")
