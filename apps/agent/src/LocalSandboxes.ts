@@ -142,7 +142,9 @@ export class LocalSandboxes extends Context.Service<LocalSandboxes, {
         Effect.tap((removed) =>
           removed.length > 0 ? Effect.logInfo("agent: fork snapshots released", { layers: removed }) : Effect.void
         ),
-        Effect.catch((e) => Effect.logWarning("agent: sweeping fork snapshots failed", { error: describeDriverError(e) }))
+        Effect.catch((e) =>
+          Effect.logWarning("agent: sweeping fork snapshots failed", { error: describeDriverError(e) })
+        )
       )
       yield* Effect.forkScoped(
         Effect.forever(Effect.andThen(Effect.sleep(Duration.millis(FORK_SWEEP_MS)), sweepForks))

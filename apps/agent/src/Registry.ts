@@ -11,8 +11,8 @@ import { HostRecord, HOSTS_BUCKET_SPEC } from "@svc/host-protocol/Protocol"
 import { SandboxDriver } from "@svc/host/Driver"
 import { Context, Duration, Effect, Layer, Schema } from "effect"
 import { AgentConfig } from "./Config.ts"
-import { LocalSandboxes } from "./LocalSandboxes.ts"
 import { DataPlaneEndpoint } from "./DataPlaneEndpoint.ts"
+import { LocalSandboxes } from "./LocalSandboxes.ts"
 
 const encodeRecord = Schema.encodeSync(Schema.fromJsonString(HostRecord))
 const encoder = new TextEncoder()

@@ -99,7 +99,10 @@ layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("template warm
       assert.strictEqual(running.runtimeReason, null)
       const rows = yield* agent.driver.list
       assert.strictEqual(before.filter((id) => rows.some((r) => r.sandboxId === id)).length, 1)
-      const out = yield* agent.driver.exec(sandboxId, new DriverExecRequest({ cmd: ["sh", "-c", "cat /tmp/s; hostname"] }))
+      const out = yield* agent.driver.exec(
+        sandboxId,
+        new DriverExecRequest({ cmd: ["sh", "-c", "cat /tmp/s; hostname"] })
+      )
       assert.strictEqual(Buffer.from(out.stdout).toString(), `from the template\n${sandboxId}\n`)
       // Refilled in the background.
       yield* eventually(agent.lifecycle.pool, (s) => s.templates[templateId]?.ready.length === 2)

@@ -2,7 +2,6 @@
  * The one definition of the /v1 HTTP API: the server implements it, the SDK derives its client
  * from it, and /v1/openapi.json and /docs are generated from it.
  */
-import { ForksApi } from "./Api/Forks.ts"
 import { HttpApi, OpenApi } from "effect/http-api"
 import { AppsApi } from "./Api/Apps.ts"
 import { AuditApi } from "./Api/Audit.ts"
@@ -10,6 +9,7 @@ import { Access, ApiKeysApi, AuthApi, Authorization, declareBearer } from "./Api
 import { BillingApi } from "./Api/Billing.ts"
 import { ContextsApi } from "./Api/Contexts.ts"
 import { EventsApi } from "./Api/Events.ts"
+import { ForksApi } from "./Api/Forks.ts"
 import { Infrastructure } from "./Api/Infrastructure.ts"
 import { declareLimits } from "./Api/Limits.ts"
 import { OrgApi } from "./Api/Org.ts"

@@ -528,7 +528,9 @@ const handlers = (settings: DataPlaneSettings) =>
                     : Effect.fail(e))
               )
             )
-            if ("entries" in file) return file
+            if ("entries" in file) {
+              return file
+            }
             // A failure midway cuts the connection (the client sees a short body, never an end).
             const stream = file.stream.pipe(
               Stream.tapError((error) =>
@@ -563,7 +565,9 @@ const handlers = (settings: DataPlaneSettings) =>
           }))
         .handle("tunnel", ({ params, upgrade }) =>
           Effect.gen(function*() {
-            if (!/^\d{1,5}$/.test(params.port)) return yield* invalid(`${params.port} is not a port`)
+            if (!/^\d{1,5}$/.test(params.port)) {
+              return yield* invalid(`${params.port} is not a port`)
+            }
             const address = yield* viaDriver(driver.portAddress(params.id, Number(params.port))).pipe(
               Effect.mapError(tunnelError)
             )

@@ -6,6 +6,7 @@
  * runs, every second, the settling of builds (`Settle.ts`) and then image collection
  * (`Collect.ts`); the rows are `Store.ts`'s, the settings `Config.ts`'s.
  */
+import { SecretBox } from "@svc/crypto/SecretBox"
 import type * as Rows from "@svc/db/Rows"
 import * as Errors from "@svc/domain/Errors"
 import { BASE_TEMPLATE_ID, DEBIAN_TEMPLATE_ID, makeTemplateId, type OrgId } from "@svc/domain/Ids"
@@ -23,7 +24,6 @@ import type { BuildCommand, ImageRootName, SandboxImage } from "@svc/host-protoc
 import { agentSubject } from "@svc/host-protocol/Protocol"
 import { Hosts } from "@svc/hosts/Hosts"
 import * as Scheduler from "@svc/hosts/Scheduler"
-import { SecretBox } from "@svc/crypto/SecretBox"
 import { Context, Duration, Effect, Layer, Stream } from "effect"
 import { SqlClient } from "effect/sql"
 import * as Collect from "./Collect.ts"

@@ -195,7 +195,9 @@ export const makePool = (options: PoolOptions) =>
           slot.making--
           if (made._tag === "Failure") return made
           // Drained meanwhile (removed, another version, made smaller): not kept.
-          if (slots.get(kind.key) !== slot || slot.kind.version !== kind.version || slot.ready.length >= slot.kind.size) {
+          if (
+            slots.get(kind.key) !== slot || slot.kind.version !== kind.version || slot.ready.length >= slot.kind.size
+          ) {
             yield* Effect.ignore(driver.destroy(id))
           } else slot.ready.push(id)
           return made
@@ -203,26 +205,27 @@ export const makePool = (options: PoolOptions) =>
       )
     const maker = (wanted: Queue.Queue<string>) =>
       Effect.forever(
-      Effect.gen(function*() {
-        const key = yield* Queue.take(wanted)
-        const slot = slots.get(key)
-        if (slot === undefined) return
-        slot.wanted = Math.max(0, slot.wanted - 1)
-        if (slot.ready.length + slot.making >= slot.kind.size) return
-        const made = yield* makeEntry(slot)
-        if (made._tag === "Failure") {
-          yield* Effect.logWarning("agent: could not make a warm pool entry", { pool: key, error: String(made.failure) })
-          yield* Effect.sleep(Duration.seconds(1))
-          // The slot is still empty: try again (if the pool still wants it).
-          if (slots.get(key) === slot) want(slot, 1)
-        }
-      })
-    )
+        Effect.gen(function*() {
+          const key = yield* Queue.take(wanted)
+          const slot = slots.get(key)
+          if (slot === undefined) return
+          slot.wanted = Math.max(0, slot.wanted - 1)
+          if (slot.ready.length + slot.making >= slot.kind.size) return
+          const made = yield* makeEntry(slot)
+          if (made._tag === "Failure") {
+            yield* Effect.logWarning("agent: could not make a warm pool entry", {
+              pool: key,
+              error: String(made.failure)
+            })
+            yield* Effect.sleep(Duration.seconds(1))
+            // The slot is still empty: try again (if the pool still wants it).
+            if (slots.get(key) === slot) want(slot, 1)
+          }
+        })
+      )
     // Registered first so it runs last: after the makers (and the entries they are making,
     // uninterruptibly) ended, every entry is in a slot.
-    yield* Effect.addFinalizer(() =>
-      destroyAll([...slots.values()].flatMap((slot) => slot.ready.splice(0)))
-    )
+    yield* Effect.addFinalizer(() => destroyAll([...slots.values()].flatMap((slot) => slot.ready.splice(0))))
     // One fiber for all makers: closing the scope interrupts them together, so none starts
     // another entry while the others are being stopped.
     const makers = [

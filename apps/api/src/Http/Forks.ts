@@ -4,10 +4,10 @@
  * key its own sandbox and its direct children, whose forks become children of its sandbox.
  */
 import { confinedSandbox, sandboxPolicy } from "@svc/auth/Authorization"
+import { Billing } from "@svc/billing/Billing"
 import { Api } from "@svc/domain/Api"
 import { CurrentPrincipal } from "@svc/domain/Api/Auth"
 import type { OrgId } from "@svc/domain/Ids"
-import { Billing } from "@svc/billing/Billing"
 import { Hosts } from "@svc/hosts/Hosts"
 import { Forks } from "@svc/sandboxes/Forks"
 import { Sandboxes } from "@svc/sandboxes/Sandboxes"

@@ -53,7 +53,10 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 240_000 })("sandbox forks"
         metadata: { role: "source" }
       })
       yield* waitState(source.id, "running")
-      yield* sh(source.id, "mkdir -p /work && echo one > /work/a && head -c 100000 /dev/urandom > /work/big && rm /etc/hostname")
+      yield* sh(
+        source.id,
+        "mkdir -p /work && echo one > /work/a && head -c 100000 /dev/urandom > /work/big && rm /etc/hostname"
+      )
       const sum = (yield* sh(source.id, "md5sum /work/big")).stdout
 
       const res = yield* fork(source.id, { count: 3, name: "explore", metadata: { role: "fork" } })
@@ -79,7 +82,10 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 240_000 })("sandbox forks"
 
       for (const f of forks) yield* waitState(f.id, "running")
       for (const f of forks) {
-        const seen = yield* sh(f.id, "cat /work/a; md5sum /work/big; test -e /etc/hostname || echo gone; echo $GREETING")
+        const seen = yield* sh(
+          f.id,
+          "cat /work/a; md5sum /work/big; test -e /etc/hostname || echo gone; echo $GREETING"
+        )
         expect(seen.stdout).toBe(`one\n${sum}gone\nhello from the source\n`)
       }
       // Each fork's writes are its own.

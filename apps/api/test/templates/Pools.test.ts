@@ -8,9 +8,9 @@
  */
 import { expect, layer } from "@effect/vitest"
 import { ensureBucket } from "@svc/bus/Topology"
-import * as Runtime from "@svc/runtime/Runtime"
-import { HostRecord, HOSTS_BUCKET_SPEC } from "@svc/host-protocol/Protocol"
 import { SecretBox } from "@svc/crypto/SecretBox"
+import { HostRecord, HOSTS_BUCKET_SPEC } from "@svc/host-protocol/Protocol"
+import * as Runtime from "@svc/runtime/Runtime"
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import * as TestNats from "@svc/testing/TestNats"
 import { Context, Duration, Effect, Layer, Schema } from "effect"

@@ -12,8 +12,8 @@
  * no sandbox record stacks any more (its `templateDir` names the layer's folder) are removed by
  * `sweepForkLayers`, after a grace for a fork request between its snapshot and its creates.
  */
-import { execFile } from "node:child_process"
 import { Effect } from "effect"
+import { execFile } from "node:child_process"
 import * as FsSync from "node:fs"
 import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
@@ -46,7 +46,10 @@ export const makeForks = (host: DriverHost) => {
         const entry = yield* host.lookupRunning(sandboxId)
         const monitor = entry.run.monitorPid
         if (monitor === undefined) {
-          return yield* new DriverFailure({ operation: "fork", message: "the run has no monitor to read its layer through" })
+          return yield* new DriverFailure({
+            operation: "fork",
+            message: "the run has no monitor to read its layer through"
+          })
         }
         const layout = yield* tryHost("fork", () => Disk.layoutOf(sandboxPaths(config.dataDir, entry.record.sandboxId)))
         const upper = NodePath.join(`/proc/${monitor}/root`, layout.upper)

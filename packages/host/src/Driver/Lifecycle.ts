@@ -95,7 +95,9 @@ export const makeLifecycle = (host: DriverHost, runs: Runs) => {
           }
           const below = source.record.templateDir.split(":")
           if (below.length > MAX_LAYERS) {
-            return yield* invalid(`create: a fork stacks at most ${MAX_LAYERS} layers; this one would stack ${below.length}`)
+            return yield* invalid(
+              `create: a fork stacks at most ${MAX_LAYERS} layers; this one would stack ${below.length}`
+            )
           }
           lower = [Layers.layerDir(config.dataDir, forkOf.layer), ...below].join(":")
           env = { ...source.record.env, ...spec.env }
