@@ -38,7 +38,7 @@ export type ForkRequest = typeof ForkRequest.Type
 
 export class ForkBody extends Schema.Class<ForkBody>("ForkRequest")(ForkRequest.fields) {}
 
-export const ForkResult = Schema.Struct({ sandboxes: Schema.Array(Sandbox) })
+export const ForkResult = Schema.Struct({ sandboxes: Schema.Array(Sandbox).check(Schema.isMaxLength(MAX_FORKS)) })
 export type ForkResult = typeof ForkResult.Type
 
 export class ForksApi extends HttpApiGroup.make("forks")
