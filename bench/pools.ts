@@ -10,7 +10,8 @@
  *   and the host's disk growth for the 10 forks (`du` of the agent's data dir, sparse disk images
  *   counted as allocated) against 10 × 200 MiB.
  *
- *   npm run bench pools       (or: node bench/pools.ts)
+ *   npm run bench pools       (or: node bench/pools.ts; BENCH_POOL_N=15, BENCH_POOL_SIZE=5,
+ *                              BENCH_FORK_RUNS=3, BENCH_POOL_BASE=debian|base)
  *
  * Against a stack this run starts: a throwaway NATS and Postgres, the API, runtime and agent roles
  * each a process of its own, quotas and the rate limit raised out of the way.
@@ -37,17 +38,25 @@ const FORK_RUNS = Number(process.env["BENCH_FORK_RUNS"] ?? 3)
 const FORKS = 10
 const WRITTEN_MIB = 200
 const TEMPLATE = "bench-pooled-web"
+/**
+ * The pooled template's base: `debian` (a python http.server as its start_cmd, ready once curl
+ * answers), or `base` (a file step, so that the `base` pool cannot serve it, and a shell loop as
+ * its start_cmd), for a machine where the debian root cannot be built (no network).
+ */
+const ROOT = process.env["BENCH_POOL_BASE"] === "base" ? "base" : "debian"
 
 const log = (line: string) => process.stderr.write(`[${new Date().toISOString().slice(11, 19)}] ${line}\n`)
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
-/** Template pool entries on the host: `pool-*` sandboxes not made of the `base` root. */
+/** Template pool entries on the host: `pool-*` sandboxes that stack a layer (the template's). */
 const templateEntries = (dataDir: string) => {
   const dir = NodePath.join(dataDir, "sandboxes")
   return FsSync.readdirSync(dir).filter((name) => {
     if (!name.startsWith("pool-")) return false
     try {
-      return JSON.parse(FsSync.readFileSync(NodePath.join(dir, name, "sandbox.json"), "utf8")).template !== "base"
+      return JSON.parse(FsSync.readFileSync(NodePath.join(dir, name, "sandbox.json"), "utf8")).templateDir.includes(
+        "/layers/"
+      )
     } catch {
       return false
     }
@@ -108,14 +117,26 @@ const main = Effect.gen(function*() {
 
 const measure = async (svc: Svc, dataDir: string) => {
   // The pooled template: debian, a web server as its start_cmd, ready once it answers.
-  log(`template ${TEMPLATE} (debian, start_cmd a python http.server, pool_size ${POOL_SIZE})`)
-  const template = await svc.templates.create({
-    name: TEMPLATE,
-    base: "debian",
-    start_cmd: "python3 -m http.server 8000 --directory /tmp",
-    ready_cmd: "curl -sf -o /dev/null http://127.0.0.1:8000/",
-    pool_size: POOL_SIZE
-  }, { timeoutMs: 900_000 })
+  log(`template ${TEMPLATE} (${ROOT} with a start_cmd, pool_size ${POOL_SIZE})`)
+  const template = await svc.templates.create(
+    ROOT === "debian"
+      ? {
+        name: TEMPLATE,
+        base: "debian",
+        start_cmd: "python3 -m http.server 8000 --directory /tmp",
+        ready_cmd: "curl -sf -o /dev/null http://127.0.0.1:8000/",
+        pool_size: POOL_SIZE
+      }
+      : {
+        name: TEMPLATE,
+        base: "base",
+        steps: [{ file: { path: "/srv/index.html", content: "<h1>pooled</h1>\n" } }],
+        start_cmd: "while true; do date > /tmp/alive; sleep 1; done",
+        ready_cmd: "test -f /tmp/alive",
+        pool_size: POOL_SIZE
+      },
+    { timeoutMs: 900_000 }
+  )
   const poolFull = async () => {
     while (templateEntries(dataDir) < POOL_SIZE) await sleep(100)
     // Made is not yet ready (booted): give the last one its boot.
@@ -194,7 +215,7 @@ Effect.runPromise(Effect.scoped(main)).then(({ createTimes, forkTimes, fromBase,
   )
   record({
     bench: "pools",
-    figure: `create → running p50, pooled debian template with a start_cmd (pool_size ${POOL_SIZE})`,
+    figure: `create → running p50, pooled ${ROOT} template with a start_cmd (pool_size ${POOL_SIZE})`,
     value: median(pooled),
     unit: "ms",
     baseline: median(fromBase),
