@@ -139,8 +139,8 @@ const measure = async (svc: Svc, dataDir: string) => {
   )
   const poolFull = async () => {
     while (templateEntries(dataDir) < POOL_SIZE) await sleep(100)
-    // Made is not yet ready (booted): give the last one its boot.
-    await sleep(1500)
+    // Made is not yet ready (booted): give the last one its boot (seconds on a loaded machine).
+    await sleep(3000)
   }
   await poolFull()
 
@@ -165,13 +165,20 @@ const measure = async (svc: Svc, dataDir: string) => {
     if (made.record.runtime_ready !== true) notReady++
     pooled.push(made.elapsed)
   }
-  log(`create → running: base p50 ${fmt(median(fromBase))} ms, pooled p50 ${fmt(median(pooled))} ms`)
+  log(
+    `create → running: base p50 ${fmt(median(fromBase))} ms, pooled p50 ${fmt(median(pooled))} ms (${
+      N - notReady
+    }/${N} runtime_ready at running, i.e. from the pool)`
+  )
 
   // Forks: a source that wrote 200 MiB; 10 forks against 10 creates, alternating.
   const source = await svc.sandboxes.create({ disk_gb: 1 }, { timeoutMs: 120_000 })
-  const wrote = await source.exec(`mkdir -p /data && head -c ${WRITTEN_MIB}M /dev/urandom > /data/blob && sync`, {
-    timeoutMs: 300_000
-  })
+  const wrote = await source.exec(
+    `mkdir -p /data && dd if=/dev/urandom of=/data/blob bs=1M count=${WRITTEN_MIB} && sync`,
+    {
+      timeoutMs: 300_000
+    }
+  )
   if (wrote.exit_code !== 0) throw new Error(`write: ${wrote.stderr}`)
   const forkTimes: Array<number> = []
   const createTimes: Array<number> = []
