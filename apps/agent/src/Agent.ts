@@ -45,6 +45,7 @@ import { HostRegistry } from "./Registry.ts"
 import { Reporter } from "./Reporter.ts"
 import { SandboxObserver } from "./SandboxObserver.ts"
 import { TemplateImages } from "./TemplateImages.ts"
+import { TemplatePools } from "./TemplatePools.ts"
 import { VolumeReaper } from "./Volumes.ts"
 import { ExitWatcher } from "./Watcher.ts"
 
@@ -198,7 +199,8 @@ const services = (options: { readonly dataPlane?: DataPlaneOptions }) => {
     VolumeReaper.layer,
     EgressFromAgent,
     SandboxObserver.layer,
-    ActivityReporter.layer
+    ActivityReporter.layer,
+    TemplatePools.layer
   ).pipe(
     Layer.provideMerge(registered),
     Layer.provideMerge(lifecycle)
@@ -295,3 +297,4 @@ export type AgentServices =
   | ExitWatcher
   | VolumeReaper
   | SandboxObserver
+  | TemplatePools

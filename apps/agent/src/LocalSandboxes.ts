@@ -18,6 +18,7 @@
  */
 import { openEnv } from "@svc/crypto/SealedEnv"
 import { SecretBox } from "@svc/crypto/SecretBox"
+import type { PoolEntry } from "@svc/host-protocol/Pools"
 import type { AgentCommand, AgentReport } from "@svc/host-protocol/Protocol"
 import {
   DriverFailure,
@@ -27,7 +28,7 @@ import {
   type SandboxInfo,
   SandboxSpec
 } from "@svc/host/Driver"
-import { Clock, Context, Effect, Layer, Schema, Semaphore } from "effect"
+import { Clock, Context, Duration, Effect, Layer, Schema, Semaphore } from "effect"
 import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
 import { AgentConfig } from "./Config.ts"
@@ -48,6 +49,13 @@ export { poolMakers, type PoolStatus } from "./LocalSandboxes/Pool.ts"
 
 const isSandboxId = Schema.is(DriverSandboxId)
 
+/**
+ * A fork snapshot no sandbox stacks is kept this long after it was made: the fork request that
+ * made it has its creates on the way (the API takes the snapshot before it inserts them).
+ */
+const FORK_LAYER_GRACE_MS = 20_000
+const FORK_SWEEP_MS = 10_000
+
 export class LocalSandboxes extends Context.Service<LocalSandboxes, {
   apply(command: AgentCommand): Effect.Effect<AgentReport, JournalError>
   /**
@@ -55,8 +63,16 @@ export class LocalSandboxes extends Context.Service<LocalSandboxes, {
    * (its real state) for the caller to publish. Run before commands are consumed.
    */
   readonly reconcile: Effect.Effect<ReadonlyArray<AgentReport>, JournalError | DriverFailure>
-  /** The warm pool (for tests and logs): driver ids of its ready entries, and how many are being made. */
+  /** The warm pools (for tests, logs and the host record): their ready entries, and how many are being made. */
   readonly pool: Effect.Effect<PoolStatus>
+  /**
+   * Keeps a template's warm pool as its `pools` KV entry says (`Pools.ts`): its image made ready
+   * on this host, then `size` entries booted; a changed image drains the old ones. An entry that
+   * cannot be prepared (a layer that cannot be pulled, an env that cannot be opened) fails.
+   */
+  setPool(entry: PoolEntry): Effect.Effect<void, string>
+  /** Drains and forgets a template's warm pool. */
+  dropPool(templateId: string): Effect.Effect<void>
   /**
    * Checks every sandbox reported running (a sandbox busy with a command is skipped until the
    * next check): one whose init died is ended by the driver and reported `exited` with why.
@@ -113,9 +129,28 @@ export class LocalSandboxes extends Context.Service<LocalSandboxes, {
           )
         })
 
-      const pool = yield* makePool({ size: config.poolSize, driver, probe: readiness.probe, limited })
+      const pool = yield* makePool({
+        size: config.poolSize,
+        driver,
+        probe: readiness.probe,
+        warm: readiness.warm,
+        limited
+      })
 
       const failed = (sandboxId: string, errorMessage: string) => report(sandboxId, "failed", { errorMessage })
+
+      /** Removes fork snapshots no sandbox stacks (after each destroy, and every `FORK_SWEEP_MS`). */
+      const sweepForks = driver.sweepForkLayers(FORK_LAYER_GRACE_MS).pipe(
+        Effect.tap((removed) =>
+          removed.length > 0 ? Effect.logInfo("agent: fork snapshots released", { layers: removed }) : Effect.void
+        ),
+        Effect.catch((e) =>
+          Effect.logWarning("agent: sweeping fork snapshots failed", { error: describeDriverError(e) })
+        )
+      )
+      yield* Effect.forkScoped(
+        Effect.forever(Effect.andThen(Effect.sleep(Duration.millis(FORK_SWEEP_MS)), sweepForks))
+      )
 
       const mark = (sandboxId: string, orgId: string, pending: PendingOp | null) =>
         Effect.flatMap(
@@ -161,9 +196,12 @@ export class LocalSandboxes extends Context.Service<LocalSandboxes, {
             template = prepared.success
             yield* runtimes.save(sandboxId, { startCmd: image.startCmd, readyCmd: image.readyCmd })
           }
+          const { forkOf, templateId: _templateId, ...driverResources } = resources
           return yield* Schema.decodeUnknownEffect(SandboxSpec)({
             sandboxId,
-            ...resources,
+            ...driverResources,
+            // A fork stacks its source's snapshot over the source's own folders, with its env (`Forks.ts`).
+            ...(forkOf !== undefined ? { forkOf: { sandboxId: forkOf.sandboxId, layer: forkOf.snapshot } } : {}),
             template,
             ...(image !== undefined && image.layers.length > 0 ? { layers: image.layers } : {}),
             env: env.success
@@ -226,11 +264,18 @@ export class LocalSandboxes extends Context.Service<LocalSandboxes, {
                   }
                 })
               case "Adopt":
-                return Effect.map(pool.adopt(specOf()), (adopted) => ({
-                  observed: adopted === undefined
-                    ? { _tag: "NotAdopted" }
-                    : { _tag: "Adopted", internalIp: adopted.internalIp }
-                }))
+                return Effect.map(
+                  command._tag === "create" ? pool.adopt(specOf(), command.resources.templateId) : Effect.undefined,
+                  (adopted): { readonly observed: Observation } => {
+                    if (adopted === undefined) return { observed: { _tag: "NotAdopted" } }
+                    // An entry answered its probe when it was made; a template pool's passed its ready_cmd too.
+                    agentReady = true
+                    if (adopted.booted) runtime = { runtimeReady: true, runtimeReason: null }
+                    return {
+                      observed: { _tag: "Adopted", internalIp: adopted.info.internalIp, booted: adopted.booted }
+                    }
+                  }
+                )
               case "Drive": {
                 const step = action.step
                 switch (step) {
@@ -268,7 +313,8 @@ export class LocalSandboxes extends Context.Service<LocalSandboxes, {
               case "Forget":
                 return Effect.as(journal.remove(sandboxId), undefined)
               case "ForgetRuntime":
-                return Effect.as(runtimes.remove(sandboxId), undefined)
+                // A fork's snapshot goes once no fork on this host stacks it.
+                return Effect.as(Effect.andThen(runtimes.remove(sandboxId), sweepForks), undefined)
               case "StopQuietly":
                 return Effect.as(Effect.ignore(driver.stop(sandboxId)), undefined)
               case "Probe":
@@ -418,12 +464,35 @@ export class LocalSandboxes extends Context.Service<LocalSandboxes, {
         return reports
       }).pipe(Effect.withSpan("LocalSandboxes.reconcile"))
 
+      const setPool = (entry: PoolEntry) =>
+        Effect.gen(function*() {
+          if (entry.size === 0) return yield* pool.removeTemplate(entry.templateId)
+          const env = yield* openEnv(box, "transit", entry.templateId, entry.sealedEnv).pipe(
+            Effect.mapError((e) => `the template's env: ${e.message}`)
+          )
+          const template = yield* driver.prepareRoot(entry.root).pipe(Effect.mapError(describeDriverError))
+          yield* images.ensureLayers(entry.layers).pipe(Effect.mapError((e) => e.message))
+          const image = {
+            template,
+            layers: entry.layers,
+            env,
+            startCmd: entry.startCmd,
+            readyCmd: entry.readyCmd
+          }
+          // Entries of another image or other commands are drained; a size change alone keeps them.
+          // (The env opened: each seal of the same env differs.)
+          const version = JSON.stringify([entry.root, entry.layers, env, entry.startCmd, entry.readyCmd])
+          yield* pool.setTemplate(entry.templateId, { size: entry.size, version, image })
+        }).pipe(Effect.withSpan("LocalSandboxes.setPool"))
+
       return LocalSandboxes.of({
         apply,
         reconcile,
         pool: pool.status,
         checkExits: exits.checkExits,
-        running: exits.runningIds
+        running: exits.runningIds,
+        setPool,
+        dropPool: pool.removeTemplate
       })
     })
   )

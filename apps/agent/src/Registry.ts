@@ -12,6 +12,7 @@ import { SandboxDriver } from "@svc/host/Driver"
 import { Context, Duration, Effect, Layer, Schema } from "effect"
 import { AgentConfig } from "./Config.ts"
 import { DataPlaneEndpoint } from "./DataPlaneEndpoint.ts"
+import { LocalSandboxes } from "./LocalSandboxes.ts"
 
 const encodeRecord = Schema.encodeSync(Schema.fromJsonString(HostRecord))
 const encoder = new TextEncoder()
@@ -26,6 +27,7 @@ export class HostRegistry extends Context.Service<HostRegistry, {
       const config = yield* AgentConfig
       const dataPlane = yield* DataPlaneEndpoint
       const driver = yield* SandboxDriver
+      const lifecycle = yield* LocalSandboxes
       const kv = yield* ensureBucket(HOSTS_BUCKET_SPEC)
       const startedAt = Date.now()
       let current: HostRecord | undefined
@@ -34,6 +36,10 @@ export class HostRegistry extends Context.Service<HostRegistry, {
         // What images it holds, for placement; a listing that fails leaves them out this time.
         const layers = yield* driver.layers.pipe(Effect.orElseSucceed(() => undefined))
         const roots = yield* driver.roots.pipe(Effect.orElseSucceed(() => undefined))
+        // Ready entries of the template pools here: the scheduler sends their creates to this host.
+        const pools = Object.fromEntries(
+          Object.entries((yield* lifecycle.pool).templates).map(([id, p]) => [id, p.ready.length])
+        )
         const record: HostRecord = {
           hostId: config.hostId,
           region: config.region,
@@ -47,7 +53,8 @@ export class HostRegistry extends Context.Service<HostRegistry, {
           limits: driver.hostLimits,
           cpuOvercommit: config.cpuOvercommit,
           ...(layers !== undefined ? { layers } : {}),
-          ...(roots !== undefined ? { roots } : {})
+          ...(roots !== undefined ? { roots } : {}),
+          ...(Object.keys(pools).length > 0 ? { pools } : {})
         }
         yield* Effect.tryPromise(() => kv.put(config.hostId, encoder.encode(encodeRecord(record))))
         current = record

@@ -30,6 +30,7 @@ import { IdentityHandlers } from "./Http/Auth.ts"
 import { AuthorizationLayer } from "./Http/Authorization.ts"
 import { BillingHandlers } from "./Http/Billing.ts"
 import { DashboardRoutes } from "./Http/Dashboard.ts"
+import { ForksHandlers } from "./Http/Forks.ts"
 import { InfrastructureMiddleware } from "./Http/Infrastructure.ts"
 import { McpRoutes } from "./Http/Mcp.ts"
 import { spanName } from "./Http/Metrics.ts"
@@ -55,7 +56,9 @@ export const Handlers = Layer.mergeAll(
   BillingHandlers,
   AppsHandlers,
   // The sandbox's log and metrics read the sandbox through the Sandboxes service as the snapshot route.
-  SandboxTelemetryHandlers.pipe(Layer.provide(SandboxesHandlers))
+  SandboxTelemetryHandlers.pipe(Layer.provide(SandboxesHandlers)),
+  // The fork route reads the source through the Sandboxes service SandboxesHandlers builds.
+  ForksHandlers.pipe(Layer.provide(SandboxesHandlers))
 ).pipe(
   Layer.provide(HealthMonitor.layer),
   Layer.provideMerge(AuthorizationLayer),

@@ -97,12 +97,15 @@ export const startAgent = (
     readonly capacity?: { cpu?: number; ramMb?: number; diskGb?: number }
     /** Time between two samples of each running sandbox (default 5 s). */
     readonly metricsIntervalMs?: number
+    /** The agent's `base` warm pool (none unless asked for). */
+    readonly poolSize?: number
   } = {}
 ) =>
   startAgentFixture(host, {
     region: options.region ?? "local",
     capacity: { cpu: 64, ramMb: 64 * 1024, diskGb: 500, ...options.capacity },
-    ...(options.metricsIntervalMs !== undefined ? { metricsIntervalMs: options.metricsIntervalMs } : {})
+    ...(options.metricsIntervalMs !== undefined ? { metricsIntervalMs: options.metricsIntervalMs } : {}),
+    ...(options.poolSize !== undefined ? { poolSize: options.poolSize } : {})
   })
 
 /**

@@ -9,6 +9,7 @@ import { Access, ApiKeysApi, AuthApi, Authorization, declareBearer } from "./Api
 import { BillingApi } from "./Api/Billing.ts"
 import { ContextsApi } from "./Api/Contexts.ts"
 import { EventsApi } from "./Api/Events.ts"
+import { ForksApi } from "./Api/Forks.ts"
 import { Infrastructure } from "./Api/Infrastructure.ts"
 import { LifecycleApi } from "./Api/Lifecycle.ts"
 import { declareLimits } from "./Api/Limits.ts"
@@ -47,6 +48,7 @@ export class Api extends HttpApi.make("svc")
   .add(AppsApi)
   .add(SandboxTelemetryApi)
   .add(LifecycleApi)
+  .add(ForksApi)
   // Authentication and each endpoint's declared Access rule: keep this after the last .add
   // (it applies to the endpoints added before it; the authorization matrix test checks).
   .middleware(Authorization)

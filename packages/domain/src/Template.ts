@@ -42,6 +42,10 @@ export const TemplateStep = Schema.Union([
 ])
 export type TemplateStep = typeof TemplateStep.Type
 
+/** Sandboxes of a template kept booted and handed out on create (docs/contract.md#templates). */
+export const MAX_POOL_SIZE = 50
+export const PoolSize = Schema.Int.check(Schema.isBetween({ minimum: 0, maximum: MAX_POOL_SIZE }))
+
 export const CreateTemplateRequest = Schema.Struct({
   name: TemplateName,
   base: Schema.optionalKey(Text(64)),
@@ -52,11 +56,16 @@ export const CreateTemplateRequest = Schema.Struct({
     )
   ),
   start_cmd: Schema.optionalKey(Schema.NullOr(Text(16_384))),
-  ready_cmd: Schema.optionalKey(Schema.NullOr(Text(16_384)))
+  ready_cmd: Schema.optionalKey(Schema.NullOr(Text(16_384))),
+  pool_size: Schema.optionalKey(PoolSize)
 })
 export type CreateTemplateRequest = typeof CreateTemplateRequest.Type
 
 export const SnapshotRequest = Schema.Struct({ name: TemplateName })
+
+/** PATCH /v1/templates/{id}. */
+export const UpdateTemplateRequest = Schema.Struct({ pool_size: PoolSize })
+export type UpdateTemplateRequest = typeof UpdateTemplateRequest.Type
 
 export const TemplateState = Schema.Literals(["building", "ready", "failed"])
 
@@ -72,7 +81,9 @@ export class Template extends Schema.Class<Template>("Template")({
   start_cmd: Schema.NullOr(Bounded(16_384)),
   ready_cmd: Schema.NullOr(Bounded(16_384)),
   createdAt: TimestampText,
-  builtAt: Schema.NullOr(TimestampText)
+  builtAt: Schema.NullOr(TimestampText),
+  /** Sandboxes kept booted for its creates (0: none); `base` and `debian` show 0 (the hosts' own pool serves `base`). */
+  pool_size: Schema.Int
 }) {}
 
 export const TemplatePage = Page("rows", Template)

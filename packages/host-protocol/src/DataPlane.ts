@@ -206,6 +206,9 @@ export class AgentAuthorization extends HttpApiMiddleware.Service<AgentAuthoriza
 export const TUNNEL_PROTOCOL = "svc-tunnel"
 
 const params = { id: Schema.String }
+export const AgentForkSnapshotRequest = Schema.Struct({
+  layer: Schema.String.check(Schema.isPattern(/^[0-9a-f]{64}$/, { message: "layer: 64 hex digits" }))
+})
 /** `org`: the sandbox's org, whose share of the host's transfer slots the transfer takes. */
 const FilesQuery = Schema.Struct({ path: Schema.String, org: Schema.optionalKey(Schema.String) })
 
@@ -259,6 +262,14 @@ export class AgentSandboxesApi extends HttpApiGroup.make("sandboxes")
       success: HttpApiSchema.Upgrade({ protocol: TUNNEL_PROTOCOL }),
       // 503 `busy`: the sandbox has as many tunnels open on this host as it may.
       error: [AgentInvalid, AgentNotFound, AgentNotRunning, AgentFailed, AgentBadGateway, AgentBusy]
+    }),
+    // A fork's snapshot (docs/architecture.md#forks): the running sandbox's writable layer copied
+    // into the layer `layer` on this host, once; its forks' creates then stack it.
+    HttpApiEndpoint.post("forkSnapshot", "/sandboxes/:id/fork-snapshot", {
+      params,
+      payload: AgentForkSnapshotRequest,
+      success: HttpApiSchema.NoContent,
+      error: [AgentInvalid, AgentNotFound, AgentNotRunning, AgentFailed]
     })
   )
   .middleware(AgentAuthorization)

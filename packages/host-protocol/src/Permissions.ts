@@ -68,11 +68,11 @@ export const ACTOR_TYPES = ["sandbox", "app"] as const
 const APP_OPS_STREAM = "APP_OPS"
 const APP_OPS_SUBJECTS = "appop.>"
 /** The buckets and object store behind sandbox creates (hosts, egress, volumes, templates' builds and layers, images). */
-const SANDBOX_BUCKETS = ["hosts", "egress", "volumes", "builds", "layers"] as const
+const SANDBOX_BUCKETS = ["hosts", "egress", "volumes", "builds", "layers", "pools"] as const
 const WORKERS = "workers"
 
 /** Buckets an agent reads or writes besides hosts, and its object stores. */
-const AGENT_KV_BUCKETS = ["hosts", "egress", "volumes", "builds", "layers", WORKERS] as const
+const AGENT_KV_BUCKETS = ["hosts", "egress", "volumes", "builds", "layers", "pools", WORKERS] as const
 const AGENT_OBJECT_STORES = ["images"] as const
 
 /** What every client does: account info, stream lookups, its inboxes, flow control. */

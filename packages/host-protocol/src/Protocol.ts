@@ -110,7 +110,9 @@ export const HostRecord = Schema.Struct({
    * the scheduler prefers a host that holds a template's image already.
    */
   layers: Schema.optionalKey(Schema.Array(Schema.String)),
-  roots: Schema.optionalKey(Schema.Array(Schema.String))
+  roots: Schema.optionalKey(Schema.Array(Schema.String)),
+  /** Ready warm pool sandboxes by template id (`Pools.ts`): the scheduler sends a template's creates there. */
+  pools: Schema.optionalKey(Schema.Record(Schema.String, Schema.Int))
 })
 export type HostRecord = typeof HostRecord.Type
 
@@ -128,7 +130,15 @@ export const SandboxResources = Schema.Struct({
   /** A template's image: its layers over the root `template` names, its start and ready commands (`Images.ts`). */
   image: Schema.optionalKey(SandboxImage),
   /** The sandbox's volumes (`Volumes.ts`); absent: none. */
-  volumes: Schema.optionalKey(Schema.Array(VolumeMount))
+  volumes: Schema.optionalKey(Schema.Array(VolumeMount)),
+  /** The template's id, for a template's sandbox: which warm pool may serve it (`Pools.ts`). */
+  templateId: Schema.optionalKey(Schema.String),
+  /**
+   * A fork: its file system starts as a copy of `sandboxId`'s writable layer (on this host), taken
+   * once per `snapshot` (one fork request) and shared by its forks as a lower layer; its env is
+   * the source's. `sealedEnv` is then ignored.
+   */
+  forkOf: Schema.optionalKey(Schema.Struct({ sandboxId: Schema.String, snapshot: Schema.String }))
 })
 export type SandboxResources = typeof SandboxResources.Type
 

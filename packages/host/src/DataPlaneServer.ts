@@ -190,6 +190,12 @@ const statsError = (error: DriverAgentError): AgentInvalid | AgentNotFound | Age
     ? error
     : failed("the host could not read the sandbox's usage")
 
+/** A fork's snapshot copies the writable layer on the host: what else the driver says is the host failing. */
+const forkError = (error: DriverAgentError): AgentInvalid | AgentNotFound | AgentNotRunning | AgentFailed =>
+  error instanceof AgentInvalid || error instanceof AgentNotFound || error instanceof AgentNotRunning
+    ? error
+    : failed("the host could not copy the sandbox's file system")
+
 /** A tunnel opens a port, no file: what else the driver says is the host failing. */
 const tunnelError = (error: DriverAgentError): AgentInvalid | AgentNotFound | AgentNotRunning | AgentFailed =>
   error instanceof AgentInvalid || error instanceof AgentNotFound || error instanceof AgentNotRunning
@@ -499,6 +505,8 @@ const handlers = (settings: DataPlaneSettings) =>
               truncated: result.stdoutTruncated || result.stderrTruncated
             } satisfies AgentExecResult
           }))
+        .handle("forkSnapshot", ({ params, payload }) =>
+          viaDriver(driver.snapshotLayer(params.id, payload.layer)).pipe(Effect.mapError(forkError)))
         .handle("stats", ({ params }) =>
           Effect.map(
             viaDriver(driver.stats(params.id)).pipe(Effect.mapError(statsError)),
@@ -523,7 +531,9 @@ const handlers = (settings: DataPlaneSettings) =>
                     : Effect.fail(e))
               )
             )
-            if ("entries" in file) return file
+            if ("entries" in file) {
+              return file
+            }
             // A failure midway cuts the connection (the client sees a short body, never an end).
             const stream = file.stream.pipe(
               Stream.tapError((error) =>
@@ -558,7 +568,9 @@ const handlers = (settings: DataPlaneSettings) =>
           }))
         .handle("tunnel", ({ params, upgrade }) =>
           Effect.gen(function*() {
-            if (!/^\d{1,5}$/.test(params.port)) return yield* invalid(`${params.port} is not a port`)
+            if (!/^\d{1,5}$/.test(params.port)) {
+              return yield* invalid(`${params.port} is not a port`)
+            }
             const address = yield* viaDriver(driver.portAddress(params.id, Number(params.port))).pipe(
               Effect.mapError(tunnelError)
             )

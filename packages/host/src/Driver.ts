@@ -74,7 +74,13 @@ export class SandboxSpec extends Schema.Class<SandboxSpec>("@svc/host/SandboxSpe
   /** Volumes mounted into the sandbox at each start (`Driver/Volumes.ts`); absent: none. */
   volumes: Schema.optionalKey(
     Schema.Array(VolumeMount).check(Schema.makeFilter((v) => v.length <= 16 || "at most 16 volumes"))
-  )
+  ),
+  /**
+   * A fork (`Driver/Forks.ts`): its lower folders are the layer `layer` (a copy of `sandboxId`'s
+   * writable layer, made by `snapshotLayer`) over that sandbox's own lower folders, and its env
+   * is that sandbox's with `env` over it; `template` and `layers` are then not used.
+   */
+  forkOf: Schema.optionalKey(Schema.Struct({ sandboxId: DriverSandboxId, layer: LayerDigest }))
 }) {}
 
 /** A path inside the sandbox: absolute, no NUL, bounded. `..` cannot leave the sandbox root. */
@@ -526,6 +532,15 @@ export class SandboxDriver extends Context.Service<SandboxDriver, {
    * host file `file`: owners as inside, whiteouts kept. Its sha256 names the new layer.
    */
   exportLayer(sandboxId: string, file: string): Effect.Effect<void, Common | SandboxNotRunning>
+  /**
+   * Copies a running sandbox's writable layer into the extracted layer `digest` (a name chosen
+   * by the caller, not a content digest), for forks to stack (`SandboxSpec.forkOf`). A layer of
+   * that name present already is kept (a repeated call). Fork layers no sandbox stacks are
+   * removed by `sweepForkLayers`.
+   */
+  snapshotLayer(sandboxId: string, digest: string): Effect.Effect<void, Common | SandboxNotRunning>
+  /** Removes the fork layers no sandbox on this host stacks, made more than `graceMs` ago; their names. */
+  sweepForkLayers(graceMs: number): Effect.Effect<ReadonlyArray<string>, DriverFailure>
   /**
    * Runs a command like `exec`, its output as it comes: `Output` events, then one `Exit`. The
    * command lives as long as the scope (closed early, every process of it is killed). Outputs

@@ -163,6 +163,8 @@ export class AgentClient extends Context.Service<AgentClient, {
   readFile(host: HostRecord, sandboxId: string, path: string, org?: string): Effect.Effect<FileContent, DataPlaneError>
   /** The running sandbox's usage now (cgroups, network link). */
   stats(host: HostRecord, sandboxId: string): Effect.Effect<AgentSandboxStats, StatsError>
+  /** A fork's snapshot: the running sandbox's writable layer copied into the layer `layer` on its host. */
+  forkSnapshot(host: HostRecord, sandboxId: string, layer: string): Effect.Effect<void, StatsError>
   /**
    * Writes `body` (at most `maxBytes`; more is 413 `payload_too_large`, the transfer cut short)
    * to the file at `path`, streaming it through with backpressure.
@@ -247,6 +249,23 @@ export class AgentClient extends Context.Service<AgentClient, {
       )
     })
 
+    const forkSnapshot = Effect.fn("AgentClient.forkSnapshot")(
+      function*(host: HostRecord, sandboxId: string, layer: string) {
+        return yield* client.sandboxes.forkSnapshot({ params: { id: sandboxId }, payload: { layer } }).pipe(
+          Effect.provideService(AgentTarget, host),
+          // A copy of up to the sandbox's disk: bounded by its size, not by a request's usual time.
+          Effect.timeoutOrElse({ duration: TRANSFER_TIMEOUT_MS, orElse: () => unreachable(host, "fork timed out") }),
+          Effect.catch((error) => toApiError(host, error)),
+          Effect.catchTags({
+            FileRefused: (e) => unreachable(host, `a fork answered as a file refusal: ${e.error}`),
+            RateLimited: (e) => unreachable(host, `a fork answered as rate limited: ${e.error}`),
+            InvalidRequest: (e) => unreachable(host, `a fork refused as invalid: ${e.error}`),
+            PayloadTooLarge: (e) => unreachable(host, `a fork refused as too large: ${e.error}`)
+          })
+        )
+      }
+    )
+
     const readFile = Effect.fn("AgentClient.readFile")(
       function*(host: HostRecord, sandboxId: string, path: string, org?: string) {
         const [content, response] = yield* client.sandboxes.readFile({
@@ -313,7 +332,7 @@ export class AgentClient extends Context.Service<AgentClient, {
         )
       }).pipe(Effect.withSpan("AgentClient.writeFile"))
 
-    return AgentClient.of({ api: client, call, files, exec, readFile, stats, writeFile })
+    return AgentClient.of({ api: client, call, files, exec, readFile, stats, writeFile, forkSnapshot })
   })
 
   static readonly layer = Layer.effect(AgentClient, AgentClient.make).pipe(

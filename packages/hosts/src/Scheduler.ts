@@ -3,7 +3,9 @@
  *
  * A host fits when it is live (fresh heartbeat), in the requested region (any region when none
  * is asked for), and its capacity minus what its sandboxes hold (from the `sandboxes` table)
- * covers the request's cpu, ram_mb and disk_gb. A host's `capacity.cpu` is already its cores times
+ * covers the request's cpu, ram_mb and disk_gb. A template's create goes first to a host whose
+ * record lists ready warm pool sandboxes of that template (docs/architecture.md#warm-pools): the
+ * count is up to 2 s old, so a burst larger than the pool cold-boots the rest there. A host's `capacity.cpu` is already its cores times
  * its agent's `SVC_HOST_CPU_OVERCOMMIT` (8): a sandbox's cpu is a cgroup cap, not a reserved core,
  * while memory and disk are offered as they are. Every sandbox not deleted holds its disk; only
  * those that may run processes hold cpu and memory (a stopped or failed one does not, so a
@@ -33,6 +35,8 @@ export interface PlacementRequest {
   readonly hostId?: string | null
   /** A template's image: the host holding most of it is preferred. */
   readonly image?: { readonly root: string; readonly layers: ReadonlyArray<string> }
+  /** The template's id: a host with ready pool sandboxes of it is preferred above all. */
+  readonly templateId?: string
 }
 
 export interface Usage {
@@ -127,7 +131,10 @@ export const choose = (
     }
   }
   const missing = new Map(fits.map((f) => [f.host.hostId, missingOf(f.host, request.image)]))
+  const pooled = (host: HostRecord) =>
+    request.templateId !== undefined && (host.pools?.[request.templateId] ?? 0) > 0 ? 0 : 1
   fits.sort((a, b) =>
+    pooled(a.host) - pooled(b.host) ||
     missing.get(a.host.hostId)! - missing.get(b.host.hostId)! ||
     b.ramMb - a.ramMb || b.cpu - a.cpu || (a.host.hostId < b.host.hostId ? -1 : a.host.hostId > b.host.hostId ? 1 : 0)
   )

@@ -342,7 +342,10 @@ export const transition = (s: State | undefined, m: Message, ctx: Ctx): Actor.Tr
           diskGb: s.diskGb,
           exposedPorts: s.exposedPorts,
           ...(m.image !== undefined ? { image: m.image } : {}),
-          ...(m.volumes !== undefined && m.volumes.length > 0 ? { volumes: m.volumes } : {})
+          ...(m.volumes !== undefined && m.volumes.length > 0 ? { volumes: m.volumes } : {}),
+          // Which warm pool may serve it (docs/architecture.md#warm-pools).
+          ...(m.image !== undefined ? { templateId: s.templateId } : {}),
+          ...(m.forkOf !== undefined ? { forkOf: m.forkOf } : {})
         }
       }
       return moveTo(s, "starting", ctx, {}, [command(s, cmd)])

@@ -302,7 +302,10 @@ export class Sandboxes extends Context.Service<Sandboxes, {
               ramMb: request.ram_mb,
               diskGb: request.disk_gb + volumes.unpinnedGb,
               hostId: volumes.pinnedHost,
-              ...(template.image !== undefined ? { image: { root: template.root, layers: template.image.layers } } : {})
+              ...(template.image !== undefined
+                ? { image: { root: template.root, layers: template.image.layers } }
+                : {}),
+              templateId: template.id
             },
             now,
             { locked: true }

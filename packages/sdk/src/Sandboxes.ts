@@ -296,6 +296,23 @@ export class Sandbox {
     return this.#http.json("POST", this.#path(`/ports/${port}/token`), { json: options })
   }
 
+  /**
+   * Forks it: `count` (1 to 20, default 1) new sandboxes whose files start as its own now, with
+   * its template, resources, env, network policy, secrets and ports; it keeps running. Resolves
+   * once every fork runs unless `{ wait: false }` (then `pending` at once).
+   */
+  async fork(
+    params: T.ForkParams = {},
+    options: WaitOptions<T.SandboxRecord> & { readonly idempotencyKey?: string | undefined } = {}
+  ): Promise<Array<Sandbox>> {
+    const answer: { sandboxes: Array<T.SandboxRecord> } = await this.#http.json("POST", this.#path("/fork"), {
+      json: params,
+      headers: idempotency(options)
+    })
+    const forks = answer.sandboxes.map((record) => new Sandbox(this.#http, this.#templates, record))
+    return options.wait === false ? forks : Promise.all(forks.map((f) => f.waitFor("running", options)))
+  }
+
   /** Captures its files as a template named `name`; resolves once built unless `{ wait: false }`. */
   async snapshot(name: string, options: WaitOptions<T.Template> = {}): Promise<T.Template> {
     const template: T.Template = await this.#http.json("POST", this.#path("/snapshot"), { json: { name } })

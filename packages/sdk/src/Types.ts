@@ -12,6 +12,7 @@ import type {
   WhoAmI as WhoAmISchema
 } from "@svc/domain/Api/Auth"
 import type { CodeContext as CodeContextSchema, RunResult as RunResultSchema } from "@svc/domain/Api/Contexts"
+import type { ForkRequest } from "@svc/domain/Api/Forks"
 import type { PreviewToken as PreviewTokenSchema } from "@svc/domain/Api/Previews"
 import type { SandboxProcess as SandboxProcessSchema } from "@svc/domain/Api/Processes"
 import type {
@@ -29,7 +30,7 @@ import type {
 } from "@svc/domain/Sandbox"
 import type { MetricSample as MetricSampleSchema } from "@svc/domain/SandboxTelemetry"
 import type { CreateSecretRequest, PatchSecretRequest, Secret as SecretSchema } from "@svc/domain/Secret"
-import type { CreateTemplateRequest, Template as TemplateSchema } from "@svc/domain/Template"
+import type { CreateTemplateRequest, Template as TemplateSchema, UpdateTemplateRequest } from "@svc/domain/Template"
 import type { CreateVolumeRequest, Volume as VolumeSchema } from "@svc/domain/Volume"
 import type {
   CreatedWebhook as CreatedWebhookSchema,
@@ -57,6 +58,8 @@ export type RunResult = typeof RunResultSchema.Encoded
 
 export type Template = typeof TemplateSchema.Encoded
 export type CreateTemplateParams = typeof CreateTemplateRequest.Encoded
+export type UpdateTemplateParams = typeof UpdateTemplateRequest.Encoded
+export type ForkParams = typeof ForkRequest.Encoded
 
 export type Volume = typeof VolumeSchema.Encoded
 export type CreateVolumeParams = typeof CreateVolumeRequest.Encoded

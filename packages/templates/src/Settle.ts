@@ -8,6 +8,7 @@
  */
 import { Nats } from "@svc/bus/Nats"
 import { ensureBucket } from "@svc/bus/Topology"
+import { SecretBox } from "@svc/crypto/SecretBox"
 import * as Outbox from "@svc/events/Outbox"
 import { wakeIfPresent } from "@svc/events/Relay"
 import { BUILDS_BUCKET_SPEC, BuildStatus, imageDigestInput, type ImageRootName } from "@svc/host-protocol/Images"
@@ -16,6 +17,7 @@ import { Duration, Effect, Option, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import { createHash } from "node:crypto"
 import { TemplateBuildTimeout } from "./Config.ts"
+import * as Pools from "./Pools.ts"
 import { COLUMNS, type Row, rows, used } from "./Store.ts"
 
 export const imageDigest = (root: ImageRootName, layers: ReadonlyArray<string>) =>
@@ -31,6 +33,7 @@ export const make = (ended: () => void) =>
     const hosts = yield* Hosts
     const nats = yield* Nats
     const timeout = yield* TemplateBuildTimeout
+    const box = yield* SecretBox
     const builds = yield* ensureBucket(BUILDS_BUCKET_SPEC).pipe(Effect.orDie)
 
     const status = (id: string) =>
@@ -68,6 +71,15 @@ export const make = (ended: () => void) =>
           WHERE id = ${row.id} AND state = 'building' RETURNING id`)
         if (updated.length === 0) return
         ended()
+        // A pool asked for at create starts once the image exists (`Pools.ts`).
+        if (end.state === "ready" && row.pool_size > 0) {
+          const ready = { ...row, state: "ready" as const, layers: end.layers, env: end.env }
+          const hostId = yield* Pools.chooseHost(ready, yield* hosts.live)
+          yield* sql`UPDATE templates SET pool_host_id = ${hostId} WHERE id = ${row.id}`
+          yield* Outbox.append(yield* Pools.poolMessage(box, ready, hostId)).pipe(
+            Effect.catchTag("InvalidOutboxMessage", Effect.die)
+          )
+        }
         yield* Outbox.appendEvent({
           event: "template.state_updated",
           orgId: row.org_id,

@@ -27,11 +27,13 @@ export const Row = Schema.Struct({
   host_id: Schema.NullOr(Schema.String),
   deadline_at: Schema.Date,
   created_at: Schema.Date,
-  built_at: Schema.NullOr(Schema.Date)
+  built_at: Schema.NullOr(Schema.Date),
+  pool_size: Schema.Int,
+  pool_host_id: Schema.NullOr(Schema.String)
 })
 export type Row = typeof Row.Type
 export const COLUMNS = `id, org_id, name, base, root, layers, env, start_cmd, ready_cmd, state, image, error_message,
-  build_log, host_id, deadline_at, created_at, built_at`
+  build_log, host_id, deadline_at, created_at, built_at, pool_size, pool_host_id`
 
 export const rows = Rows.decoder("Templates", Row)
 export const counted = Rows.decoder("Templates.count", Schema.Struct({ n: Schema.Int }))
@@ -49,7 +51,8 @@ export const BASE_RECORD = (): Template =>
     start_cmd: null,
     ready_cmd: null,
     createdAt: new Date(0).toISOString(),
-    builtAt: new Date(0).toISOString()
+    builtAt: new Date(0).toISOString(),
+    pool_size: 0
   })
 
 export const DEBIAN_RECORD = (): Template =>
@@ -69,7 +72,8 @@ export const toRecord = (row: Row) =>
     start_cmd: row.start_cmd,
     ready_cmd: row.ready_cmd,
     createdAt: row.created_at.toISOString(),
-    builtAt: row.built_at?.toISOString() ?? null
+    builtAt: row.built_at?.toISOString() ?? null,
+    pool_size: row.pool_size
   })
 
 /** The org's live template `ref` (its id, or else its name). */

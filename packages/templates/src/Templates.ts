@@ -6,11 +6,18 @@
  * runs, every second, the settling of builds (`Settle.ts`) and then image collection
  * (`Collect.ts`); the rows are `Store.ts`'s, the settings `Config.ts`'s.
  */
+import { SecretBox } from "@svc/crypto/SecretBox"
 import type * as Rows from "@svc/db/Rows"
 import * as Errors from "@svc/domain/Errors"
 import { BASE_TEMPLATE_ID, DEBIAN_TEMPLATE_ID, makeTemplateId, type OrgId } from "@svc/domain/Ids"
 import { type ListQuery, pageInfo } from "@svc/domain/Pagination"
-import type { CreateTemplateRequest, Template, TemplatePage, TemplateStep } from "@svc/domain/Template"
+import type {
+  CreateTemplateRequest,
+  Template,
+  TemplatePage,
+  TemplateStep,
+  UpdateTemplateRequest
+} from "@svc/domain/Template"
 import * as Outbox from "@svc/events/Outbox"
 import { wakeIfPresent } from "@svc/events/Relay"
 import type { BuildCommand, ImageRootName, SandboxImage } from "@svc/host-protocol/Images"
@@ -21,6 +28,7 @@ import { Context, Duration, Effect, Layer, Stream } from "effect"
 import { SqlClient } from "effect/sql"
 import * as Collect from "./Collect.ts"
 import { TemplateBuildTimeout } from "./Config.ts"
+import * as Pools from "./Pools.ts"
 import * as Settle from "./Settle.ts"
 import {
   BASE_RECORD,
@@ -72,6 +80,12 @@ export class Templates extends Context.Service<Templates, {
     orgId: OrgId,
     id: string
   ) => Effect.Effect<Template, Errors.NotFound | Errors.Conflict | Rows.QueryError>
+  /** PATCH: sets `pool_size`; the hosts grow or drain the pool (`Pools.ts`). `base` and `debian`: 409. */
+  readonly update: (
+    orgId: OrgId,
+    id: string,
+    request: UpdateTemplateRequest
+  ) => Effect.Effect<Template, Errors.NotFound | Errors.Conflict | Rows.QueryError>
   /** `base`, `debian`, or a ready template of the org by id or name; undefined when none. */
   readonly resolve: (orgId: OrgId, ref: string) => Effect.Effect<ResolvedTemplate | undefined, Rows.QueryError>
   /** Applies the ends of builds (see the module's comment); run by `layer` every second. */
@@ -86,6 +100,7 @@ export class Templates extends Context.Service<Templates, {
     const sql = yield* SqlClient.SqlClient
     const hosts = yield* Hosts
     const timeout = yield* TemplateBuildTimeout
+    const box = yield* SecretBox
     const collector = yield* Collect.make
     const settler = yield* Settle.make(collector.due)
 
@@ -124,6 +139,7 @@ export class Templates extends Context.Service<Templates, {
         readonly startCmd: string | null
         readonly readyCmd: string | null
         readonly snapshotOf?: { readonly id: string; readonly hostId: string }
+        readonly poolSize?: number
       }
     ) =>
       Effect.gen(function*() {
@@ -156,11 +172,12 @@ export class Templates extends Context.Service<Templates, {
             return yield* new Errors.Conflict({ error: `A template named ${fields.name} exists already` })
           }
           const inserted = yield* rows(sql`INSERT INTO templates
-            (id, org_id, name, base, root, layers, env, steps, start_cmd, ready_cmd, state, host_id, deadline_at, created_at)
+            (id, org_id, name, base, root, layers, env, steps, start_cmd, ready_cmd, state, host_id, deadline_at, created_at,
+              pool_size)
             VALUES (${id}, ${orgId}, ${fields.name}, ${fields.base}, ${fields.parent.root},
               ${JSON.stringify(command.layers)}::jsonb, ${JSON.stringify(command.env)}::jsonb,
               ${JSON.stringify(fields.steps)}::jsonb, ${fields.startCmd}, ${fields.readyCmd}, 'building', ${hostId},
-              ${new Date(now + Duration.toMillis(timeout))}, ${new Date(now)})
+              ${new Date(now + Duration.toMillis(timeout))}, ${new Date(now)}, ${fields.poolSize ?? 0})
             RETURNING ${sql.literal(COLUMNS)}`)
           yield* Outbox.append({ subject: agentSubject(hostId, "build"), payload: command }).pipe(
             Effect.catchTag("InvalidOutboxMessage", Effect.die)
@@ -185,7 +202,8 @@ export class Templates extends Context.Service<Templates, {
         steps: request.steps ?? [],
         // A template built on another keeps its commands unless it sets its own.
         startCmd: request.start_cmd !== undefined ? request.start_cmd : parentRow?.start_cmd ?? null,
-        readyCmd: request.ready_cmd !== undefined ? request.ready_cmd : parentRow?.ready_cmd ?? null
+        readyCmd: request.ready_cmd !== undefined ? request.ready_cmd : parentRow?.ready_cmd ?? null,
+        poolSize: request.pool_size ?? 0
       })
     })
 
@@ -271,8 +289,47 @@ export class Templates extends Context.Service<Templates, {
       if (inUse.length > 0) {
         return yield* new Errors.Conflict({ error: `Template ${row.name} is used by sandbox ${inUse[0]!.id}` })
       }
-      yield* sql`UPDATE templates SET deleted_at = now() WHERE id = ${row.id}`
+      yield* sql.withTransaction(Effect.gen(function*() {
+        yield* sql`UPDATE templates SET deleted_at = now() WHERE id = ${row.id}`
+        // Its warm pool is drained by its host.
+        if (row.pool_size > 0) {
+          yield* Outbox.append(yield* Pools.poolMessage(box, { ...row, pool_size: 0 }, null)).pipe(
+            Effect.catchTag("InvalidOutboxMessage", Effect.die)
+          )
+        }
+      }))
+      yield* wakeIfPresent
       collector.due()
+      return toRecord(row)
+    })
+
+    const update = Effect.fn("Templates.update")(function*(orgId: OrgId, id: string, request: UpdateTemplateRequest) {
+      if (id === BASE_TEMPLATE_ID || id === "base" || id === DEBIAN_TEMPLATE_ID || id === "debian") {
+        return yield* new Errors.Conflict({
+          error: "The built-in templates have no pool_size: each host's own pool serves base"
+        })
+      }
+      const first = yield* find(orgId, id)
+      if (first === undefined) return yield* notFound()
+      const live = yield* hosts.live
+      const row = yield* sql.withTransaction(Effect.gen(function*() {
+        // Under the row's lock: the hosts see the pool's changes in commit order.
+        const locked = yield* rows(sql`SELECT ${sql.literal(COLUMNS)} FROM templates
+          WHERE id = ${first.id} AND deleted_at IS NULL FOR UPDATE`)
+        if (locked.length === 0) return yield* notFound()
+        const current = locked[0]!
+        const next = { ...current, pool_size: request.pool_size }
+        const hostId = next.pool_size > 0 ? yield* Pools.chooseHost(next, live) : current.pool_host_id
+        const updated = yield* rows(sql`UPDATE templates SET pool_size = ${next.pool_size}, pool_host_id = ${hostId}
+          WHERE id = ${current.id} RETURNING ${sql.literal(COLUMNS)}`)
+        if (current.state === "ready" && (current.pool_size > 0 || next.pool_size > 0)) {
+          yield* Outbox.append(yield* Pools.poolMessage(box, updated[0]!, hostId)).pipe(
+            Effect.catchTag("InvalidOutboxMessage", Effect.die)
+          )
+        }
+        return updated[0]!
+      }))
+      yield* wakeIfPresent
       return toRecord(row)
     })
 
@@ -284,7 +341,8 @@ export class Templates extends Context.Service<Templates, {
       list,
       get,
       logs,
-      remove,
+      remove: (orgId, id) => withSql(remove(orgId, id)),
+      update: (orgId, id, request) => withSql(update(orgId, id, request)),
       resolve,
       settle: settler.settle,
       collect: collector.collect

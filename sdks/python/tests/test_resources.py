@@ -38,6 +38,12 @@ class Resources(unittest.TestCase):
         self.assertEqual((template["name"], template["state"]), (name, "ready"))
         self.assertEqual(self.svc.templates.get(name)["id"], template["id"])
         self.assertIn(template["id"], [t["id"] for t in self.svc.templates.list(limit=500)["rows"]])
+        self.assertEqual(template["pool_size"], 0)
+        self.assertEqual(self.svc.templates.update(name, pool_size=1)["pool_size"], 1)
+        self.assertEqual(self.svc.templates.update(template["id"], pool_size=0)["pool_size"], 0)
+        with self.assertRaises(SvcError) as too_big:
+            self.svc.templates.update(name, pool_size=51)
+        self.assertEqual((too_big.exception.status, too_big.exception.code), (400, "invalid_request"))
         self.assertIsInstance(self.svc.templates.logs(template["id"]), str)
         self.assertEqual("".join(self.svc.templates.follow_logs(template["id"])), self.svc.templates.logs(template["id"]))
         with self.svc.sandboxes.create(unique("py-from-tpl"), template=name) as sbx:

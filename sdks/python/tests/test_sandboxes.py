@@ -46,6 +46,24 @@ class Sandboxes(unittest.TestCase):
         self.assertIs(self.sbx.refresh(), self.sbx)
         self.assertIs(self.sbx.wait_for("running"), self.sbx)
 
+    def test_fork(self) -> None:
+        self.sbx.exec("echo forked > /tmp/fork-note")
+        forks = self.sbx.fork(2, name=unique("py-fork"))
+        try:
+            self.assertEqual(len(forks), 2)
+            for fork in forks:
+                self.assertIsInstance(fork, Sandbox)
+                self.assertEqual(fork.state, "running")
+                self.assertEqual(fork.exec("cat /tmp/fork-note")["stdout"], "forked\n")
+            forks[0].exec("echo mine > /tmp/fork-note")
+            self.assertEqual(forks[1].exec("cat /tmp/fork-note")["stdout"], "forked\n")
+            with self.assertRaises(SvcError) as refused:
+                self.sbx.fork(21)
+            self.assertEqual((refused.exception.status, refused.exception.code), (400, "invalid_request"))
+        finally:
+            for fork in forks:
+                fork.delete()
+
     def test_exec(self) -> None:
         result = self.sbx.exec(["sh", "-c", "echo hello; echo oops >&2; exit 3"])
         self.assertEqual((result["exit_code"], result["stdout"], result["stderr"]), (3, "hello\n", "oops\n"))

@@ -15,7 +15,8 @@
  *   create  | prepared             | settled  | list (a repeat: say how it is)
  *   create  | prepared             | other    | mark create, adopt (a warm pool entry)
  *   create  | listed, absent       | (repeat) | mark create, adopt
- *   create  | adopted              | any      | mark settled, report running (restore, ready)
+ *   create  | adopted (booted)     | any      | mark settled, report running (restore, ready, runtime)
+ *   create  | adopted (unbooted)   | any      | boot, mark settled, report running (restore, ready, runtime)
  *   create  | not adopted          | any      | create
  *   create  | created              | any      | probe, boot, mark settled, report running (cold-boot)
  *   create  | refused: exists      | any      | mark settled, list (on disk without a settled entry)
@@ -71,7 +72,12 @@ export type Observation =
   | { readonly _tag: "Prepared" }
   | { readonly _tag: "NotPrepared"; readonly message: string }
   | { readonly _tag: "Listed"; readonly reason: ListReason; readonly listing: Listing }
-  | { readonly _tag: "Adopted"; readonly internalIp: string }
+  /**
+   * A warm pool entry became the sandbox. `booted`: a template pool's entry, whose `start_cmd`
+   * ran and `ready_cmd` passed when it was made; otherwise (a `base` entry) the template's boot
+   * is still to run (a template without layers takes `base` entries too).
+   */
+  | { readonly _tag: "Adopted"; readonly internalIp: string; readonly booted: boolean }
   | { readonly _tag: "NotAdopted" }
   /** A create or start brought the sandbox up, with its limits. */
   | { readonly _tag: "Up"; readonly step: "create" | "start"; readonly internalIp: string }
@@ -162,12 +168,12 @@ export const decide = (
           break
         }
         case "Adopted":
-          return [mark(null), {
+          return [...(observation.booted ? [] : [{ _tag: "Boot" } as const]), mark(null), {
             _tag: "ReportRunning",
             internalIp: observation.internalIp,
             via: "restore",
             agentReady: true,
-            runtime: false,
+            runtime: true,
             volumes: false
           }]
         case "NotAdopted":

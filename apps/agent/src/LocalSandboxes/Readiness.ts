@@ -9,7 +9,7 @@ import { DriverExecRequest, type SandboxDriver } from "@svc/host/Driver"
 import { Duration, Effect, FiberSet, Schedule, type Semaphore } from "effect"
 import type { Reporter } from "../Reporter.ts"
 import type { MakeReport } from "./Report.ts"
-import type { Runtimes } from "./Runtimes.ts"
+import type { Runtime, Runtimes } from "./Runtimes.ts"
 
 /** How long a boot waits for a template's `ready_cmd` to pass before reporting it not ready. */
 const READY_WAIT_MS = 30_000
@@ -114,5 +114,33 @@ export const makeReadiness = Effect.fnUntraced(function*(options: {
       return { runtimeReady: false, runtimeReason: "ready_cmd has not passed yet" }
     })
 
-  return { probe, boot }
+  /**
+   * A template's boot in a warm pool entry (`Pool.ts`), before any create wants it: its
+   * `start_cmd` started as `boot` starts it, then its `ready_cmd` tried until it passes (true) or
+   * `READY_WAIT_MS` ran out (false: the entry is not kept). Nothing is reported: the entry is no
+   * platform sandbox yet.
+   */
+  const warm = (sandboxId: string, runtime: Runtime) =>
+    Effect.gen(function*() {
+      if (runtime.startCmd !== null) {
+        const started = yield* Effect.result(driver.exec(
+          sandboxId,
+          new DriverExecRequest({ cmd: ["/bin/sh", "-c", START_SCRIPT, "start", runtime.startCmd], timeoutMs: 10_000 })
+        ))
+        if (started._tag === "Failure" || started.success.exitCode !== 0) return false
+      }
+      if (runtime.readyCmd === null) return true
+      const deadline = Date.now() + READY_WAIT_MS
+      while (Date.now() < deadline) {
+        const checked = yield* Effect.result(driver.exec(
+          sandboxId,
+          new DriverExecRequest({ cmd: ["/bin/sh", "-c", runtime.readyCmd], timeoutMs: 5_000, maxOutputBytes: 4096 })
+        ))
+        if (checked._tag === "Success" && checked.success.exitCode === 0) return true
+        yield* Effect.sleep(Duration.millis(100))
+      }
+      return false
+    })
+
+  return { probe, boot, warm }
 })

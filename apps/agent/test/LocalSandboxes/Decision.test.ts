@@ -58,7 +58,8 @@ const OBSERVATIONS: Record<string, Observation> = {
     reason: { _tag: "Exists", error: exists },
     listing: { _tag: "Running", internalIp: "10.0.0.7" }
   },
-  adopted: { _tag: "Adopted", internalIp: "10.0.0.8" },
+  "adopted: booted": { _tag: "Adopted", internalIp: "10.0.0.8", booted: true },
+  "adopted: unbooted": { _tag: "Adopted", internalIp: "10.0.0.8", booted: false },
   "not adopted": { _tag: "NotAdopted" },
   "up: create": { _tag: "Up", step: "create", internalIp: "10.0.0.9" },
   "up: start": { _tag: "Up", step: "start", internalIp: "10.0.0.9" },
@@ -127,7 +128,9 @@ const TABLE: Record<AgentCommand["_tag"], Record<string, Expected>> = {
     "listed exists: absent": ["forget", "fail-by:SandboxAlreadyExists"],
     "listed exists: stopped": ["report:stopped"],
     "listed exists: running": ["probe", "running:cold-boot:10.0.0.7:probed+volumes"],
-    adopted: ["mark:settled", "running:restore:10.0.0.8:ready"],
+    "adopted: booted": ["mark:settled", "running:restore:10.0.0.8:ready+runtime"],
+    // A template without layers served from the `base` pool: its start_cmd and ready_cmd still run.
+    "adopted: unbooted": ["boot", "mark:settled", "running:restore:10.0.0.8:ready+runtime"],
     "not adopted": ["drive:create"],
     "up: create": ["probe", "boot", "mark:settled", "running:cold-boot:10.0.0.9:probed+runtime+volumes"],
     "create refused: exists": ["mark:settled", "list:exists:SandboxAlreadyExists"],

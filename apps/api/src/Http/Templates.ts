@@ -32,6 +32,10 @@ export const TemplatesGroup = HttpApiBuilder.group(
           return HttpServerResponse.stream(stream, { contentType: "text/plain; charset=utf-8" })
         }))
       .handle("delete", ({ params }) => Effect.flatMap(orgId, (org) => templates.remove(org, params.id)))
+      .handle(
+        "update",
+        ({ params, payload }) => Effect.flatMap(orgId, (org) => templates.update(org, params.id, payload))
+      )
       .handle("snapshot", ({ params, payload }) =>
         Effect.gen(function*() {
           const org = yield* orgId

@@ -18,6 +18,7 @@
  *   svc sandbox network sbx_... --allow example.com --deny 203.0.113.0/24
  *   svc sandbox secrets bind sbx_... sec_...
  *   svc sandbox snapshot sbx_... --name my-env --wait
+ *   svc sandbox fork sbx_... --count 3 --wait
  *   svc sandbox stop sbx_... ; svc sandbox start sbx_...      # each waits for its state
  *   svc sandbox create --idle-timeout-s 600 --auto-resume ; svc sandbox timeout sbx_... --timeout-s 3600
  *   echo hi | svc sandbox files write sbx_... /root/hi.txt ; svc sandbox files read sbx_... /root/hi.txt
@@ -451,6 +452,32 @@ const snapshot = Command.make(
   Command.withDescription("Capture a running sandbox's files as a template (svc sandbox create --template <name>)")
 )
 
+const fork = Command.make(
+  "fork",
+  {
+    sandboxId,
+    count: Flag.Int("count").pipe(Flag.withDescription("How many forks (1 to 20)"), Flag.withDefault(1)),
+    name: Flag.String("name").pipe(
+      Flag.withDescription("The forks' name (name-1, name-2... for several)"),
+      Flag.optional
+    ),
+    wait: Flag.Boolean("wait").pipe(Flag.withDescription("Wait until every fork runs"), Flag.withDefault(false)),
+    json
+  },
+  Effect.fn(function*(o) {
+    const forks = yield* call(async (svc) =>
+      (await svc.sandboxes.get(o.sandboxId)).fork(
+        { count: o.count, ...optionalField("name", o.name) },
+        { wait: o.wait }
+      )
+    )
+    if (o.json) return yield* print(forks.map((f) => f.record))
+    for (const f of forks) yield* Console.log(`${f.record.id}  ${f.record.name}  ${f.record.state}`)
+  })
+).pipe(
+  Command.withDescription("Fork a running sandbox: new sandboxes whose files start as its own now (it keeps running)")
+)
+
 const secrets = Command.make("secrets").pipe(
   Command.withDescription("The secrets bound to a sandbox"),
   Command.withSubcommands([bind])
@@ -472,6 +499,7 @@ export const sandbox = Command.make("sandbox").pipe(
     network,
     secrets,
     snapshot,
+    fork,
     ...processCommands,
     metrics,
     timeout

@@ -132,7 +132,23 @@ const remove = Command.make(
   })
 ).pipe(Command.withDescription("Delete a template (refused while a sandbox uses it)"))
 
+const pool = Command.make(
+  "pool",
+  {
+    templateId,
+    size: Argument.Int("size").pipe(
+      Argument.withDescription("Sandboxes kept booted and handed out on create (0 to 50; 0 drains the pool)")
+    ),
+    json
+  },
+  Effect.fn(function*(o) {
+    const updated = yield* call((svc) => svc.templates.update(o.templateId, { pool_size: o.size }))
+    if (o.json) return yield* print(updated)
+    yield* Console.log(`${updated.id}  ${updated.name}  pool_size=${updated.pool_size}`)
+  })
+).pipe(Command.withDescription("Set a template's warm pool size"))
+
 export const template = Command.make("template").pipe(
   Command.withDescription("Templates: images built from steps that sandboxes start from"),
-  Command.withSubcommands([create, list, get, logs, remove])
+  Command.withSubcommands([create, list, get, logs, remove, pool])
 )

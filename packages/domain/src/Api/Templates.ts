@@ -8,12 +8,15 @@ import { Schema } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/http-api"
 import { Conflict, InvalidRequest, NotFound, SandboxOutOfScope, Unavailable } from "../Errors.ts"
 import { ListQuery } from "../Pagination.ts"
-import { CreateTemplateRequest, SnapshotRequest, Template, TemplatePage } from "../Template.ts"
+import { CreateTemplateRequest, SnapshotRequest, Template, TemplatePage, UpdateTemplateRequest } from "../Template.ts"
 import { IdText } from "../Text.ts"
 import { Access } from "./Auth.ts"
 
 export class CreateTemplateBody
   extends Schema.Class<CreateTemplateBody>("CreateTemplateRequest")(CreateTemplateRequest.fields)
+{}
+export class UpdateTemplateBody
+  extends Schema.Class<UpdateTemplateBody>("UpdateTemplateRequest")(UpdateTemplateRequest.fields)
 {}
 export class SnapshotBody extends Schema.Class<SnapshotBody>("SnapshotRequest")(SnapshotRequest.fields) {}
 
@@ -39,6 +42,15 @@ export class TemplatesApi extends HttpApiGroup.make("templates")
       error: [NotFound, Unavailable]
     }).annotateMerge(OpenApi.annotations({
       description: "The build log (`text/plain`); with `follow=true` the answer stays open until the build ends."
+    })),
+    HttpApiEndpoint.patch("update", "/v1/templates/:id", {
+      params,
+      payload: UpdateTemplateBody,
+      success: Template,
+      error: [InvalidRequest, NotFound, Conflict]
+    }).annotateMerge(OpenApi.annotations({
+      description: "Sets `pool_size` (0 to 50): that many sandboxes of the template kept booted and handed out " +
+        "on create. A change of size drains or grows the pool in the background. `base` and `debian` are 409."
     })),
     HttpApiEndpoint.delete("delete", "/v1/templates/:id", {
       params,

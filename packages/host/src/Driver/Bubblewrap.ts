@@ -19,6 +19,7 @@ import * as Disk from "./Disk.ts"
 import { makeEnded } from "./Ended.ts"
 import { makeExec } from "./Exec.ts"
 import { makeFiles } from "./Files.ts"
+import { makeForks } from "./Forks.ts"
 import { invalid, makeDriverHost, tryHost } from "./Host.ts"
 import { makeImages } from "./Images.ts"
 import { makeLifecycle } from "./Lifecycle.ts"
@@ -76,6 +77,7 @@ export class BubblewrapDriver {
       yield* Effect.addFinalizer(() => processes.shutdown)
 
       const images = makeImages(host)
+      const forks = makeForks(host)
 
       const volumeDevices = Effect.fn("SandboxDriver.volumeDevices")(function*(sandboxId: string) {
         const entry = yield* host.lookupRunning(sandboxId)
@@ -125,6 +127,8 @@ export class BubblewrapDriver {
         signalProcess: processes.signalProcess,
         ended: (sandboxId) => Effect.uninterruptible(ended(sandboxId)),
         ...images,
+        snapshotLayer: (sandboxId, digest) => Effect.uninterruptible(forks.snapshotLayer(sandboxId, digest)),
+        sweepForkLayers: (graceMs) => Effect.uninterruptible(forks.sweepForkLayers(graceMs)),
         volumeDevices,
         removeVolume: (volumeId, type) => Effect.uninterruptible(removeVolume(volumeId, type)),
         hostLimits

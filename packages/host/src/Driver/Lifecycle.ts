@@ -9,6 +9,7 @@ import * as Fs from "node:fs/promises"
 import {
   type DriverFailure,
   DriverSandboxId,
+  MAX_LAYERS,
   SandboxAlreadyExists,
   SandboxCapacityExhausted,
   SandboxListing,
@@ -17,7 +18,7 @@ import {
 } from "../Driver.ts"
 import * as Layers from "../ImageLayers.ts"
 import * as Disk from "./Disk.ts"
-import { checkId, decodeInput, type DriverHost, HOST_ENV, tryHost } from "./Host.ts"
+import { checkId, decodeInput, type DriverHost, HOST_ENV, invalid, tryHost } from "./Host.ts"
 import * as Network from "./Network.ts"
 import type { Runs } from "./Run.ts"
 import { isAlive, readRunRecord, readStoredRecord, sandboxPaths, SandboxRecord, writeSandboxRecord } from "./State.ts"
@@ -81,16 +82,37 @@ export const makeLifecycle = (host: DriverHost, runs: Runs) => {
         if ((yield* tryHost("create", () => readStoredRecord(paths))) !== undefined) {
           return yield* new SandboxAlreadyExists({ sandboxId: spec.sandboxId })
         }
-        const root = yield* host.templateDir(spec.template)
-        // The image's layers over its root, top first (overlayfs' order of lower folders).
-        const layers = spec.layers ?? []
-        for (const digest of layers) {
-          if (!(yield* tryHost("create", () => Layers.hasLayer(config.dataDir, digest)))) {
-            return yield* new TemplateNotFound({ template: `layer ${digest.slice(0, 12)}` })
+        let env = spec.env
+        let lower: string
+        if (spec.forkOf !== undefined) {
+          // A fork (`Forks.ts`): the source's snapshot over the source's own lower folders, its env.
+          const forkOf = spec.forkOf
+          const source = yield* host.loadRecord(forkOf.sandboxId).pipe(
+            Effect.catchTag("SandboxNotFound", () => new TemplateNotFound({ template: `fork of ${forkOf.sandboxId}` }))
+          )
+          if (!(yield* tryHost("create", () => Layers.hasLayer(config.dataDir, forkOf.layer)))) {
+            return yield* new TemplateNotFound({ template: `layer ${forkOf.layer.slice(0, 12)}` })
           }
+          const below = source.record.templateDir.split(":")
+          if (below.length > MAX_LAYERS) {
+            return yield* invalid(
+              `create: a fork stacks at most ${MAX_LAYERS} layers; this one would stack ${below.length}`
+            )
+          }
+          lower = [Layers.layerDir(config.dataDir, forkOf.layer), ...below].join(":")
+          env = { ...source.record.env, ...spec.env }
+        } else {
+          const root = yield* host.templateDir(spec.template)
+          // The image's layers over its root, top first (overlayfs' order of lower folders).
+          const layers = spec.layers ?? []
+          for (const digest of layers) {
+            if (!(yield* tryHost("create", () => Layers.hasLayer(config.dataDir, digest)))) {
+              return yield* new TemplateNotFound({ template: `layer ${digest.slice(0, 12)}` })
+            }
+          }
+          lower = [...layers].reverse().map((digest) => Layers.layerDir(config.dataDir, digest)).concat(root)
+            .join(":")
         }
-        const lower = [...layers].reverse().map((digest) => Layers.layerDir(config.dataDir, digest)).concat(root)
-          .join(":")
         // A folder without a record is a create that died halfway: start clean. Without a folder
         // there is nothing of the id to clean (cgroups, record and run come after it, and
         // `destroy` removes it last): the teardown's ~30 file calls are skipped.
@@ -116,7 +138,7 @@ export const makeLifecycle = (host: DriverHost, runs: Runs) => {
           hostId: config.hostId,
           template: spec.template,
           templateDir: lower,
-          env: spec.env,
+          env,
           cpu: spec.cpu,
           ramMb: spec.ramMb,
           diskGb: spec.diskGb,

@@ -94,7 +94,9 @@ export const Create = Schema.TaggedStruct("Create", {
   /** A template's image (its layers, start and ready commands); absent for `base`. */
   image: Schema.optionalKey(SandboxImage),
   /** The volumes its host mounts (checked and locked by the API); absent: none. */
-  volumes: Schema.optionalKey(Schema.Array(VolumeMount))
+  volumes: Schema.optionalKey(Schema.Array(VolumeMount)),
+  /** A fork (`Forks.ts`): the source on the same host and the fork request's snapshot id. */
+  forkOf: Schema.optionalKey(Schema.Struct({ sandboxId: Schema.String, snapshot: Schema.String }))
 })
 export const Start = Schema.TaggedStruct("Start", {})
 /** `reason`: who stops it (absent: its user; the usage meter says `usage_limit`). */

@@ -370,6 +370,10 @@ class AsyncSandbox:
         await self._run(self._sync.set_timeout)(timeout_s, idle_timeout_s)
         return self
 
+    async def fork(self, count: int = 1, **options: Any) -> List[AsyncSandbox]:
+        """See `Sandbox.fork`."""
+        return [AsyncSandbox(self._run, f) for f in await self._run(self._sync.fork)(count, **options)]
+
     async def terminal(self, cols: int = 80, rows: int = 24, timeout: Optional[float] = None) -> AsyncTerminal:
         return AsyncTerminal(self._run, await self._run(self._sync.terminal)(cols, rows, timeout))
 
@@ -457,6 +461,7 @@ class _AsyncTemplates:
     def __init__(self, run: _Runner, t: Templates) -> None:
         self.create, self.list, self.get, self.delete = run(t.create), run(t.list), run(t.get), run(t.delete)
         self.logs, self.wait_for, self.follow_logs = run(t.logs), run(t.wait_for), run.iterator(t.follow_logs)
+        self.update = run(t.update)
 
 
 class _AsyncVolumes:

@@ -145,6 +145,8 @@ class Template(TypedDict):
     errorMessage: Optional[str]
     createdAt: str
     builtAt: Optional[str]
+    #: sandboxes kept booted and handed out on create (0: none)
+    pool_size: int
 
 
 class Volume(TypedDict):

@@ -1,0 +1,271 @@
+/**
+ * Warm pools per template and forks (issue 29, docs/architecture.md#warm-pools and #forks):
+ *
+ * - create → running (the SDK's create, resolving once running) from a pooled `debian`-based
+ *   template with a `start_cmd` (a python http.server, `ready_cmd` a curl of it; `pool_size`
+ *   BENCH_POOL_SIZE) against a create from `base` (served by the agent's own pool), alternating,
+ *   BENCH_POOL_N of each one after another, each deleted after: p50 ratio, target ≤ 1.2×;
+ * - fork of 10 from a sandbox that wrote 200 MiB, wall time until all 10 run, against 10 creates
+ *   from `base` at once in the same run (BENCH_FORK_RUNS alternating runs, medians): target ≤ 2×;
+ *   and the host's disk growth for the 10 forks (`du` of the agent's data dir, sparse disk images
+ *   counted as allocated) against 10 × 200 MiB.
+ *
+ *   npm run bench pools       (or: node bench/pools.ts; BENCH_POOL_N=15, BENCH_POOL_SIZE=5,
+ *                              BENCH_FORK_RUNS=3, BENCH_POOL_BASE=debian|base)
+ *
+ * Against a stack this run starts: a throwaway NATS and Postgres, the API, runtime and agent roles
+ * each a process of its own, quotas and the rate limit raised out of the way.
+ */
+import { freePort, startNats, startPostgres } from "@svc/local-servers/Servers"
+import { TEST_IMAGE_CACHE_DIR } from "@svc/testing/ImageCache"
+import { appMain, readyEvent, spawnRole } from "@svc/testing/TestProcess"
+import { Effect } from "effect"
+import { execFileSync } from "node:child_process"
+import * as FsSync from "node:fs"
+import * as Fs from "node:fs/promises"
+import * as NodePath from "node:path"
+import { makeHostId } from "../packages/domain/src/Ids.ts"
+import { Svc } from "../packages/sdk/src/index.ts"
+import { mintKey } from "./lib/ApiRole.ts"
+import { cleanHost } from "./lib/Hosts.ts"
+import { fmt } from "./lib/Measure.ts"
+import { record } from "./lib/Report.ts"
+import { median } from "./lib/Stats.ts"
+
+const N = Number(process.env["BENCH_POOL_N"] ?? 15)
+const POOL_SIZE = Number(process.env["BENCH_POOL_SIZE"] ?? 5)
+const FORK_RUNS = Number(process.env["BENCH_FORK_RUNS"] ?? 3)
+const FORKS = 10
+const WRITTEN_MIB = 200
+const TEMPLATE = "bench-pooled-web"
+/**
+ * The pooled template's base: `debian` (a python http.server as its start_cmd, ready once curl
+ * answers), or `base` (a file step, so that the `base` pool cannot serve it, and a shell loop as
+ * its start_cmd), for a machine where the debian root cannot be built (no network).
+ */
+const ROOT = process.env["BENCH_POOL_BASE"] === "base" ? "base" : "debian"
+
+const log = (line: string) => process.stderr.write(`[${new Date().toISOString().slice(11, 19)}] ${line}\n`)
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+
+/** Template pool entries on the host: `pool-*` sandboxes that stack a layer (the template's). */
+const templateEntries = (dataDir: string) => {
+  const dir = NodePath.join(dataDir, "sandboxes")
+  return FsSync.readdirSync(dir).filter((name) => {
+    if (!name.startsWith("pool-")) return false
+    try {
+      return JSON.parse(FsSync.readFileSync(NodePath.join(dir, name, "sandbox.json"), "utf8")).templateDir.includes(
+        "/layers/"
+      )
+    } catch {
+      return false
+    }
+  }).length
+}
+
+/** KiB the agent's data dir takes on disk (allocated blocks: sparse images count what they hold). */
+const diskKb = (dataDir: string) => Number(execFileSync("du", ["-sk", dataDir], { encoding: "utf8" }).split(/\s/)[0])
+
+const main = Effect.gen(function*() {
+  const [nats, pg] = yield* Effect.acquireRelease(
+    Effect.promise(() => Promise.all([startNats(), startPostgres()])),
+    ([n, p]) => Effect.promise(() => Promise.all([n.stop(), p.close()]))
+  )
+  const common = {
+    NATS_URL: nats.url,
+    SVC_RATE_LIMIT_PER_SECOND: "100000000",
+    SVC_RATE_LIMIT_BURST: "100000000",
+    SVC_ORG_MAX_SANDBOXES: "100000",
+    SVC_ORG_MAX_RUNNING_SANDBOXES: "100000"
+  }
+  const port = yield* Effect.promise(freePort)
+  yield* spawnRole({
+    main: appMain("api"),
+    env: { ...common, DATABASE_URL: pg.url, SVC_HOST: "127.0.0.1", SVC_PORT: String(port) },
+    ready: readyEvent("api_ready"),
+    timeout: "120 seconds"
+  })
+  yield* spawnRole({
+    main: appMain("runtime"),
+    env: { ...common, DATABASE_URL: pg.url },
+    ready: (out) => out.includes("runtime ready") ? true : undefined,
+    timeout: "120 seconds"
+  })
+  const hostId = makeHostId()
+  const dataDir = yield* Effect.acquireRelease(
+    Effect.promise(() => Fs.mkdtemp("/tmp/svc-bench-pools-")),
+    (dir) => cleanHost(hostId, dir)
+  )
+  yield* spawnRole({
+    main: appMain("agent"),
+    env: {
+      ...common,
+      SVC_HOST_ID: hostId,
+      SVC_AGENT_DATA_DIR: dataDir,
+      SVC_HOST_CPU: "100000",
+      SVC_HOST_RAM_MB: "100000000",
+      SVC_HOST_DISK_GB: "1000000",
+      SVC_IMAGE_CACHE_DIR: TEST_IMAGE_CACHE_DIR
+    },
+    ready: readyEvent("agent_ready"),
+    timeout: "600 seconds"
+  })
+  const base = `http://127.0.0.1:${port}`
+  const svc = new Svc({ baseUrl: base, apiKey: yield* Effect.promise(() => mintKey(base)) })
+  return yield* Effect.promise(() => measure(svc, dataDir))
+})
+
+const measure = async (svc: Svc, dataDir: string) => {
+  // The pooled template: debian, a web server as its start_cmd, ready once it answers.
+  log(`template ${TEMPLATE} (${ROOT} with a start_cmd, pool_size ${POOL_SIZE})`)
+  const template = await svc.templates.create(
+    ROOT === "debian"
+      ? {
+        name: TEMPLATE,
+        base: "debian",
+        start_cmd: "python3 -m http.server 8000 --directory /tmp",
+        ready_cmd: "curl -sf -o /dev/null http://127.0.0.1:8000/",
+        pool_size: POOL_SIZE
+      }
+      : {
+        name: TEMPLATE,
+        base: "base",
+        steps: [{ file: { path: "/srv/index.html", content: "<h1>pooled</h1>\n" } }],
+        start_cmd: "while true; do date > /tmp/alive; sleep 1; done",
+        ready_cmd: "test -f /tmp/alive",
+        pool_size: POOL_SIZE
+      },
+    { timeoutMs: 900_000 }
+  )
+  const poolFull = async () => {
+    while (templateEntries(dataDir) < POOL_SIZE) await sleep(100)
+    // Made is not yet ready (booted): give the last one its boot (seconds on a loaded machine).
+    await sleep(3000)
+  }
+  await poolFull()
+
+  const createRunning = async (params: Record<string, unknown>) => {
+    const t0 = performance.now()
+    const sandbox = await svc.sandboxes.create(params, { timeoutMs: 120_000 })
+    const elapsed = performance.now() - t0
+    const record = sandbox.record
+    await sandbox.delete()
+    return { elapsed, record }
+  }
+  // Warm-up of both paths.
+  await createRunning({})
+  await createRunning({ template: TEMPLATE })
+  const pooled: Array<number> = []
+  const fromBase: Array<number> = []
+  let notReady = 0
+  for (let i = 0; i < N; i++) {
+    await poolFull()
+    fromBase.push((await createRunning({})).elapsed)
+    const made = await createRunning({ template: TEMPLATE })
+    if (made.record.runtime_ready !== true) notReady++
+    pooled.push(made.elapsed)
+  }
+  log(
+    `create → running: base p50 ${fmt(median(fromBase))} ms, pooled p50 ${fmt(median(pooled))} ms (${
+      N - notReady
+    }/${N} runtime_ready at running, i.e. from the pool)`
+  )
+
+  // Forks: a source that wrote 200 MiB; 10 forks against 10 creates, alternating.
+  const source = await svc.sandboxes.create({ disk_gb: 1 }, { timeoutMs: 120_000 })
+  const wrote = await source.exec(
+    `mkdir -p /data && dd if=/dev/urandom of=/data/blob bs=1M count=${WRITTEN_MIB} && sync`,
+    {
+      timeoutMs: 300_000
+    }
+  )
+  if (wrote.exit_code !== 0) throw new Error(`write: ${wrote.stderr}`)
+  const forkTimes: Array<number> = []
+  const createTimes: Array<number> = []
+  const growth: Array<number> = []
+  for (let run = 0; run < FORK_RUNS; run++) {
+    {
+      const t0 = performance.now()
+      const made = await Promise.all(
+        Array.from({ length: FORKS }, () => svc.sandboxes.create({}, { timeoutMs: 120_000 }))
+      )
+      createTimes.push(performance.now() - t0)
+      await Promise.all(made.map((s) => s.delete({ wait: true })))
+    }
+    {
+      const before = diskKb(dataDir)
+      const t0 = performance.now()
+      const forks = await source.fork({ count: FORKS }, { timeoutMs: 120_000 })
+      forkTimes.push(performance.now() - t0)
+      growth.push((diskKb(dataDir) - before) / 1024)
+      const check = await forks[FORKS - 1]!.exec("stat -c %s /data/blob")
+      if (check.stdout.trim() !== String(WRITTEN_MIB * 1024 * 1024)) throw new Error(`fork: ${check.stdout}`)
+      await Promise.all(forks.map((s) => s.delete({ wait: true })))
+    }
+    log(
+      `run ${run + 1}: 10 creates ${fmt(createTimes.at(-1)!)} ms, fork of 10 ${fmt(forkTimes.at(-1)!)} ms, disk +${
+        fmt(growth.at(-1)!)
+      } MiB`
+    )
+  }
+  await source.delete()
+  await svc.templates.update(template.id, { pool_size: 0 })
+  return { pooled, fromBase, notReady, forkTimes, createTimes, growth }
+}
+
+Effect.runPromise(Effect.scoped(main)).then(({ createTimes, forkTimes, fromBase, growth, notReady, pooled }) => {
+  const ratio = median(pooled) / median(fromBase)
+  console.log(
+    `\ncreate → running, ${N} of each, alternating (ms): base p50 ${fmt(median(fromBase))}, pooled ${
+      fmt(median(pooled))
+    } (${fmt(ratio, 2)}×; ${N - notReady}/${N} runtime_ready at running)`
+  )
+  record({
+    bench: "pools",
+    figure: `create → running p50, pooled ${ROOT} template with a start_cmd (pool_size ${POOL_SIZE})`,
+    value: median(pooled),
+    unit: "ms",
+    baseline: median(fromBase),
+    baselineName: "create from base, same run",
+    ratio,
+    target: "≤ 1.2×",
+    met: ratio <= 1.2,
+    runs: N
+  })
+  const forkRatio = median(forkTimes) / median(createTimes)
+  console.log(
+    `fork of ${FORKS} from a sandbox with ${WRITTEN_MIB} MiB written, until all run (ms): ${
+      forkTimes.map((t) => fmt(t)).join(", ")
+    }; ${FORKS} creates: ${createTimes.map((t) => fmt(t)).join(", ")}; disk growth (MiB): ${
+      growth.map((g) => fmt(g)).join(", ")
+    }`
+  )
+  record({
+    bench: "pools",
+    figure: `fork of ${FORKS} (source wrote ${WRITTEN_MIB} MiB), wall until running`,
+    value: median(forkTimes),
+    unit: "ms",
+    baseline: median(createTimes),
+    baselineName: `${FORKS} creates from base at once`,
+    ratio: forkRatio,
+    target: "≤ 2×",
+    met: forkRatio <= 2,
+    runs: FORK_RUNS
+  })
+  record({
+    bench: "pools",
+    figure: `host disk growth for ${FORKS} forks of ${WRITTEN_MIB} MiB written`,
+    value: median(growth),
+    unit: "MiB",
+    baseline: FORKS * WRITTEN_MIB,
+    baselineName: `${FORKS} × ${WRITTEN_MIB} MiB (a copy per fork)`,
+    ratio: median(growth) / (FORKS * WRITTEN_MIB),
+    target: "far below 10 × 200 MiB (≤ 0.25×)",
+    met: median(growth) <= 0.25 * FORKS * WRITTEN_MIB,
+    runs: FORK_RUNS
+  })
+  process.exit()
+}, (error) => {
+  console.error(error)
+  process.exit(1)
+})
