@@ -268,6 +268,13 @@ export class Unavailable extends ApiErrorClass<Unavailable>()("Unavailable", {
   message: "A dependency is unavailable; retry"
 }) {}
 
+/** A file or archive upload that does not fit the sandbox's `disk_gb`: nothing of it is kept. */
+export class InsufficientStorage extends ApiErrorClass<InsufficientStorage>()("InsufficientStorage", {
+  code: "insufficient_storage",
+  status: 507,
+  message: "The upload does not fit the sandbox's disk"
+}) {}
+
 /** Never carries internals: the request id is in the `x-request-id` header. */
 export class Internal extends ApiErrorClass<Internal>()("Internal", {
   code: "internal",
@@ -303,6 +310,7 @@ export const API_ERRORS = [
   QuotaExceeded,
   BadGateway,
   Unavailable,
+  InsufficientStorage,
   Internal
 ] as const
 

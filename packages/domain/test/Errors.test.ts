@@ -43,6 +43,7 @@ const table: ReadonlyArray<readonly [number, string, E.ApiError, Record<string, 
   [429, "quota_exceeded", new E.QuotaExceeded({ quota: "sandboxes", limit: 100 }), { quota: "sandboxes", limit: 100 }],
   [502, "bad_gateway", new E.BadGateway(), {}],
   [503, "unavailable", new E.Unavailable(), {}],
+  [507, "insufficient_storage", new E.InsufficientStorage(), {}],
   [500, "internal", new E.Internal(), {}]
 ]
 

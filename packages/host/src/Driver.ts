@@ -426,7 +426,7 @@ export class SandboxDriver extends Context.Service<SandboxDriver, {
     sandboxId: string,
     path: string,
     body: Stream.Stream<Uint8Array, E, R>,
-    options?: { readonly mode?: number; readonly maxBytes?: number }
+    options?: { readonly mode?: number; readonly maxBytes?: number; readonly parents?: boolean }
   ): Effect.Effect<void, E | Common | SandboxNotRunning | SandboxFileError, R>
   listDir(
     sandboxId: string,
@@ -458,6 +458,27 @@ export class SandboxDriver extends Context.Service<SandboxDriver, {
     path: string,
     options: { readonly recursive: boolean }
   ): Effect.Effect<void, Common | SandboxNotRunning | SandboxFileError>
+  /**
+   * The folder at `path` as a tar (`tar.gz`: gzipped inside the sandbox) stream, `/proc` and
+   * `/sys` left out; a missing path or a file fails before any byte.
+   */
+  readArchive(
+    sandboxId: string,
+    path: string,
+    format: "tar" | "tar.gz"
+  ): Effect.Effect<FileStream, Common | SandboxNotRunning | SandboxFileError, Scope.Scope>
+  /**
+   * Extracts the tar (or tar.gz) `body` under `path`, made with its parents: every entry, or
+   * (refused, cut, a full disk) nothing. An entry that would land outside `path` (`..`, an
+   * absolute name, through a symlink, a hard link out) or a device node is `invalid` before
+   * anything is written.
+   */
+  writeArchive<E, R>(
+    sandboxId: string,
+    path: string,
+    body: Stream.Stream<Uint8Array, E, R>,
+    format: "tar" | "tar.gz"
+  ): Effect.Effect<{ readonly entries: number }, E | Common | SandboxNotRunning | SandboxFileError, R>
   stats(sandboxId: string): Effect.Effect<SandboxStats, Common | SandboxNotRunning>
   /**
    * Where this host reaches `port` of a running sandbox, for the proxy of exposed ports: only a

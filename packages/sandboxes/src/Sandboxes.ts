@@ -191,7 +191,23 @@ export class Sandboxes extends Context.Service<Sandboxes, {
     id: string,
     path: string,
     body: Stream.Stream<Uint8Array, E>,
-    maxBytes: number
+    maxBytes: number,
+    options?: AgentClient.WriteOptions
+  ) => Effect.Effect<void, AgentClient.DataPlaneError | Rows.QueryError>
+  /** The folder as a tar (or tar.gz) stream from the running sandbox's host (docs/contract.md#files). */
+  readonly readArchive: (
+    orgId: OrgId,
+    id: string,
+    path: string,
+    format: "tar" | "tar.gz"
+  ) => Effect.Effect<Stream.Stream<Uint8Array, Errors.Unavailable>, AgentClient.DataPlaneError | Rows.QueryError>
+  /** A tar (or tar.gz) body extracted under `path` in the running sandbox, all or nothing. */
+  readonly writeArchive: <E>(
+    orgId: OrgId,
+    id: string,
+    path: string,
+    body: Stream.Stream<Uint8Array, E>,
+    format: "tar" | "tar.gz"
   ) => Effect.Effect<void, AgentClient.DataPlaneError | Rows.QueryError>
 }>()("@svc/sandboxes/Sandboxes") {
   static readonly make = Effect.gen(function*() {
@@ -544,12 +560,32 @@ export class Sandboxes extends Context.Service<Sandboxes, {
       id: string,
       path: string,
       body: Stream.Stream<Uint8Array, E>,
-      maxBytes: number
+      maxBytes: number,
+      options?: AgentClient.WriteOptions
     ) =>
       Effect.gen(function*() {
         const host = yield* running(orgId, id)
-        return yield* dataPlane.writeFile(host, id, path, body, maxBytes, orgId)
+        return yield* dataPlane.writeFile(host, id, path, body, maxBytes, orgId, options)
       }).pipe(Effect.withSpan("Sandboxes.writeFile"))
+
+    const readArchive = Effect.fn("Sandboxes.readArchive")(
+      function*(orgId: OrgId, id: string, path: string, format: "tar" | "tar.gz") {
+        const host = yield* running(orgId, id)
+        return yield* dataPlane.readArchive(host, id, path, format, orgId)
+      }
+    )
+
+    const writeArchive = <E>(
+      orgId: OrgId,
+      id: string,
+      path: string,
+      body: Stream.Stream<Uint8Array, E>,
+      format: "tar" | "tar.gz"
+    ) =>
+      Effect.gen(function*() {
+        const host = yield* running(orgId, id)
+        return yield* dataPlane.writeArchive(host, id, path, body, format, orgId)
+      }).pipe(Effect.withSpan("Sandboxes.writeArchive"))
 
     // The service's own connection pool, so callers need not provide one.
     const withSql = <A, E>(effect: Effect.Effect<A, E, SqlClient.SqlClient>) =>
@@ -569,7 +605,9 @@ export class Sandboxes extends Context.Service<Sandboxes, {
       readFile,
       fileOp,
       stats,
-      writeFile
+      writeFile,
+      readArchive,
+      writeArchive
     })
   })
 

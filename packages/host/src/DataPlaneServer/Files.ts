@@ -27,7 +27,7 @@ const viaDriverF = <A, R>(effect: Effect.Effect<A, SandboxDriverError, R>): Effe
       ? Effect.fail(new AgentConflict({ error: `${error.path}: something is in the way` }))
       : viaDriver(Effect.fail(error)).pipe(
         Effect.mapError((e): FileOpError =>
-          e._tag === "AgentTooLarge" || e._tag === "AgentBusy" || e._tag === "AgentRateLimited"
+          e._tag === "AgentTooLarge" || e._tag === "AgentInsufficientStorage" || e._tag === "AgentBusy" || e._tag === "AgentRateLimited"
             ? new AgentFailed({ error: e.error })
             : e
         )

@@ -18,6 +18,7 @@ import { DriverConfig } from "./Config.ts"
 import * as Disk from "./Disk.ts"
 import { makeEnded } from "./Ended.ts"
 import { makeExec } from "./Exec.ts"
+import { makeArchives } from "./Archives.ts"
 import { makeFiles } from "./Files.ts"
 import { invalid, makeDriverHost, tryHost } from "./Host.ts"
 import { makeImages } from "./Images.ts"
@@ -43,6 +44,7 @@ export class BubblewrapDriver {
       const { adopt } = makeAdopt(host, lifecycle)
       const { exec, runInside, spawnInside } = makeExec(host)
       const files = makeFiles(host, { runInside, spawnInside })
+      const archives = makeArchives(host, { runInside, spawnInside })
 
       const stats = Effect.fn("SandboxDriver.stats")(function*(sandboxId: string) {
         const entry = yield* host.lookupRunning(sandboxId)
@@ -107,6 +109,8 @@ export class BubblewrapDriver {
         makeDir: files.makeDir,
         move: files.move,
         remove: files.remove,
+        readArchive: archives.readArchive,
+        writeArchive: archives.writeArchive,
         stats,
         portAddress,
         list: lifecycle.list,
