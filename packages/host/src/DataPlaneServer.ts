@@ -131,11 +131,10 @@ export const fromDriverError = (error: SandboxDriverError): DriverAgentError => 
           return new AgentNotFound({ error: `${error.path}: no such file or folder` })
         case "too_large":
           return new AgentTooLarge({ error: `${error.path}: ${error.message}` })
+        case "no_space":
+          // What the upload wrote is gone already (507).
+          return new AgentInsufficientStorage({ error: `${error.path}: the sandbox's disk is full` })
         case "refused":
-          // The sandbox's disk is full: what the upload wrote is gone already (507).
-          if (error.errno === "ENOSPC" || error.errno === "EDQUOT") {
-            return new AgentInsufficientStorage({ error: `${error.path}: the sandbox's disk is full` })
-          }
           return new AgentRefused({
             error: `${error.path}: ${error.message}`,
             ...(error.errno !== undefined ? { errno: error.errno } : {})

@@ -314,6 +314,8 @@ export const FileErrorReason = Schema.Literals([
   "kernel_interface",
   /** The sandbox's kernel refused the operation (`errno` names why: ENOSPC, EIO, EROFS...). */
   "refused",
+  /** An upload (a file, an archive) found the sandbox's disk full (ENOSPC, EDQUOT); none of it is kept. */
+  "no_space",
   /** mkdir, move or remove found the target in the way (it exists, or a folder is not empty). */
   "conflict",
   /** A move of a folder into itself, a removal of `/`. */

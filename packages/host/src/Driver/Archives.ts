@@ -111,16 +111,17 @@ p=$r
 [ -d "$p" ] || exit ${NOT_DIRECTORY}
 cd -- "$p" || exit ${REFUSED}
 printf '\\n'
+z=$2
 if [ "$("$B" pwd)" = / ]; then
-  set -- 
+  set --
   for f in .* *; do
     case "$f" in .|..|proc|sys) continue;; esac
     [ -e "$f" ] || [ -L "$f" ] || continue
     set -- "$@" "./$f"
   done
-  exec "$B" tar c"$2"f - "$@"
+  exec "$B" tar c"$z"f - "$@"
 fi
-exec "$B" tar c"$2"f - .
+exec "$B" tar c"$z"f - .
 `
 
 /** What the extracting tar or a script said, as the refusal it stands for. */
@@ -140,6 +141,9 @@ const refusalOf = (sandboxId: string, path: string, exit: Pick<ProcessExit, "exi
       return error("invalid", "an entry of the archive would go through a symlink of the target's folder")
   }
   const kernel = errnoOf(stderr)
+  if (kernel?.errno === "ENOSPC" || kernel?.errno === "EDQUOT") {
+    return error("no_space", "the sandbox's disk is full", kernel.errno)
+  }
   if (kernel !== undefined) return error("refused", kernel.message, kernel.errno)
   // tar itself refused the stream the check let through.
   return error("invalid", stderr.split("\n").pop()?.slice(0, 300) || `the archive could not be extracted`)

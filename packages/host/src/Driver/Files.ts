@@ -516,7 +516,13 @@ export const makeFiles = (host: DriverHost, exec: Pick<Exec, "runInside" | "spaw
         if (result.overLimit) return yield* fileError("too_large", `at most ${max} bytes`)
         proc.stdin.end()
         const exit = yield* proc.exit
-        if (exit.exitCode !== 0 || exit.timedOut) return yield* fromExit(exit)
+        if (exit.exitCode !== 0 || exit.timedOut) {
+          const refusal = fromExit(exit)
+          // A full disk: the temp file goes (the finalizer), nothing is left under the name.
+          return yield* (refusal.reason === "refused" && (refusal.errno === "ENOSPC" || refusal.errno === "EDQUOT")
+            ? fileError("no_space", "the sandbox's disk is full", refusal.errno)
+            : refusal)
+        }
         if (result.readerGone) return yield* fileError("failed", "the writer stopped reading")
         const commit = yield* exec.runInside(entry, [
           HELPER,
