@@ -429,8 +429,26 @@ export const AgentRemoveRequest = Schema.Struct({ path: Schema.String, recursive
 /** 409 `conflict`: the target is in the way (it exists, a folder is not empty). */
 const fileOpErrors = [AgentInvalid, AgentNotFound, AgentNotRunning, AgentConflict, AgentRefused, AgentFailed] as const
 
+/**
+ * One change under a watched folder: `event` its type (`create`, `modify`, `delete`, `move`,
+ * then at most one `overflow`, the last), `data` `{"type", "path", "is_dir", "from"?}` as JSON.
+ */
+export const AgentWatchEvent = Schema.Struct({
+  id: Schema.optional(Schema.String),
+  event: Schema.Literals(["create", "modify", "delete", "move", "overflow"]),
+  data: Schema.String
+})
+export type AgentWatchEvent = typeof AgentWatchEvent.Type
+
 export class AgentFilesApi extends HttpApiGroup.make("files")
   .add(
+    // 503 `busy`: the sandbox has as many watchers on this host as it may.
+    HttpApiEndpoint.get("watch", "/sandboxes/:id/files/watch", {
+      params,
+      query: Schema.Struct({ path: Schema.String, recursive: Schema.optionalKey(Schema.Literals(["true", "false"])) }),
+      success: HttpApiSchema.StreamSse({ events: AgentWatchEvent }),
+      error: [...fileOpErrors, AgentBusy]
+    }),
     HttpApiEndpoint.get("stat", "/sandboxes/:id/files/stat", {
       params,
       query: Schema.Struct({ path: Schema.String }),

@@ -481,6 +481,16 @@ export class SandboxDriver extends Context.Service<SandboxDriver, {
     body: Stream.Stream<Uint8Array, E, R>,
     format: "tar" | "tar.gz"
   ): Effect.Effect<{ readonly entries: number }, E | Common | SandboxNotRunning | SandboxFileError, R>
+  /**
+   * The changes under `path` (`recursive`: in every folder below it) from once the watch is in
+   * place, by a watcher inside the sandbox: at most `MAX_QUEUED` events wait for the reader, past
+   * that a last `overflow` and the end. Ends when the folder goes or the sandbox stops.
+   */
+  watch(
+    sandboxId: string,
+    path: string,
+    options: { readonly recursive: boolean }
+  ): Effect.Effect<Stream.Stream<FileWatchEvent>, Common | SandboxNotRunning | SandboxFileError, Scope.Scope>
   stats(sandboxId: string): Effect.Effect<SandboxStats, Common | SandboxNotRunning>
   /**
    * Where this host reaches `port` of a running sandbox, for the proxy of exposed ports: only a
@@ -585,5 +595,14 @@ export class SandboxDriver extends Context.Service<SandboxDriver, {
 }>()("@svc/host/Driver/SandboxDriver") {}
 
 /** Limits the file API enforces (the API's PUT body cap). */
+/** One change a watch reports (`Driver/Watches.ts`). */
+export interface FileWatchEvent {
+  readonly type: "create" | "modify" | "delete" | "move" | "overflow"
+  readonly path: string
+  readonly isDir: boolean
+  /** A move's old path; null otherwise. */
+  readonly from: string | null
+}
+
 export const MAX_FILE_BYTES = 100 * 1024 * 1024
 export const DEFAULT_MAX_OUTPUT_BYTES = 1024 * 1024

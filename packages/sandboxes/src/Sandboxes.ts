@@ -64,7 +64,7 @@ import * as AgentClient from "@svc/hosts/AgentClient"
 import { Hosts } from "@svc/hosts/Hosts"
 import * as Scheduler from "@svc/hosts/Scheduler"
 import { Templates } from "@svc/templates/Templates"
-import { Clock, Context, Effect, Layer, Option, Schema, type Stream } from "effect"
+import { Clock, Context, Effect, Layer, Option, Schema, Stream } from "effect"
 import { SqlClient } from "effect/sql"
 import { QuotasConfig } from "./Config.ts"
 import { commandRefusal, SandboxActor } from "./SandboxActor.ts"
@@ -201,6 +201,19 @@ export class Sandboxes extends Context.Service<Sandboxes, {
     path: string,
     format: "tar" | "tar.gz"
   ) => Effect.Effect<Stream.Stream<Uint8Array, Errors.Unavailable>, AgentClient.DataPlaneError | Rows.QueryError>
+  /**
+   * The changes under `path` in the running sandbox, as server-sent events (`create`, `modify`,
+   * `delete`, `move`, a last `overflow`); the stream ends when the host's watcher does.
+   */
+  readonly watch: (
+    orgId: OrgId,
+    id: string,
+    path: string,
+    recursive: boolean
+  ) => Effect.Effect<
+    Stream.Stream<{ readonly event: string; readonly data: string }>,
+    AgentClient.FileOpError | Rows.QueryError
+  >
   /** A tar (or tar.gz) body extracted under `path` in the running sandbox, all or nothing. */
   readonly writeArchive: <E>(
     orgId: OrgId,
@@ -575,6 +588,24 @@ export class Sandboxes extends Context.Service<Sandboxes, {
       }
     )
 
+    const watch = Effect.fn("Sandboxes.watch")(function*(orgId: OrgId, id: string, path: string, recursive: boolean) {
+      const host = yield* running(orgId, id)
+      const events = yield* dataPlane.files(
+        host,
+        dataPlane.api.files.watch({ params: { id }, query: { path, recursive: recursive ? "true" : "false" } })
+      )
+      return events.pipe(
+        Stream.provideService(AgentClient.AgentTarget, host),
+        Stream.map((e) => ({ event: e.event, data: e.data })),
+        // The host went away: the stream ends, as when the sandbox stops.
+        Stream.catchCause((cause) =>
+          Stream.fromEffectDrain(
+            Effect.logWarning("data plane: a watch stream was cut", { hostId: host.hostId, cause: String(cause) })
+          )
+        )
+      )
+    })
+
     const writeArchive = <E>(
       orgId: OrgId,
       id: string,
@@ -607,7 +638,8 @@ export class Sandboxes extends Context.Service<Sandboxes, {
       stats,
       writeFile,
       readArchive,
-      writeArchive
+      writeArchive,
+      watch
     })
   })
 

@@ -234,6 +234,11 @@ export const SandboxesGroup = HttpApiBuilder.group(
             contentType: format === "tar.gz" ? "application/gzip" : "application/x-tar"
           })
         }))
+      .handle("fileWatch", ({ params, query }) =>
+        Effect.gen(function*() {
+          const orgId = yield* target(params.id)
+          return Sse.response(yield* sandboxes.watch(orgId, params.id, query.path, query.recursive !== "false"))
+        }))
       .handle("writeArchive", ({ params, query, request }) =>
         Effect.gen(function*() {
           const orgId = yield* target(params.id)

@@ -155,7 +155,32 @@ const transferErrors = [
   Unavailable
 ] as const
 
+/** One change under a watched folder; `data` is `{"type", "path", "is_dir", "from"?}` as JSON. */
+export const FileWatchEvent = Schema.Struct({
+  id: Schema.optional(Bounded(64)),
+  event: Schema.Literals(["create", "modify", "delete", "move", "overflow"]),
+  data: Bounded(16 * 1024)
+})
+
+export const WatchQuery = Schema.Struct({
+  path: SandboxFilePath,
+  recursive: Schema.optionalKey(Schema.Literals(["true", "false"]))
+})
+
 const archiveEndpoints = [
+  HttpApiEndpoint.get("fileWatch", "/v1/sandboxes/:id/files/watch", {
+    params,
+    query: WatchQuery,
+    success: HttpApiSchema.StreamSse({ events: FileWatchEvent }),
+    error: fileOpErrors
+  }).annotateMerge(OpenApi.annotations({
+    description: "Server-sent events of the changes under `path` (`recursive` default true) from once the watch " +
+      "is in place: `create`, `modify`, `delete`, `move` (`from`: the old path), each `{type, path, is_dir}`; " +
+      "coalesced (a modify right after a change of the same path is left out). A watcher inside the sandbox " +
+      "(its own inotify instance) does the watching. A client that falls 1,024 events behind gets a last " +
+      "`overflow` and the stream ends; it also ends when `path` goes or the sandbox stops. At most 16 watchers " +
+      "per sandbox (503 past that)."
+  })),
   HttpApiEndpoint.get("readArchive", "/v1/sandboxes/:id/files/archive", {
     params,
     query: ArchiveQuery,

@@ -25,6 +25,7 @@ import { makeImages } from "./Images.ts"
 import { makeLifecycle } from "./Lifecycle.ts"
 import * as Network from "./Network.ts"
 import { makeProcesses } from "./Processes.ts"
+import { makeWatches } from "./Watches.ts"
 import { makePty } from "./Pty.ts"
 import { makeRuns } from "./Run.ts"
 
@@ -45,6 +46,7 @@ export class BubblewrapDriver {
       const { exec, runInside, spawnInside } = makeExec(host)
       const files = makeFiles(host, { runInside, spawnInside })
       const archives = makeArchives(host, { runInside, spawnInside })
+      const watches = makeWatches(host, { spawnInside })
 
       const stats = Effect.fn("SandboxDriver.stats")(function*(sandboxId: string) {
         const entry = yield* host.lookupRunning(sandboxId)
@@ -111,6 +113,7 @@ export class BubblewrapDriver {
         remove: files.remove,
         readArchive: archives.readArchive,
         writeArchive: archives.writeArchive,
+        watch: watches.watch,
         stats,
         portAddress,
         list: lifecycle.list,
