@@ -11,7 +11,8 @@
  * Writes one record per event to stdout: "<type> <is_dir> <path>\0<from>\0", type one of
  * create, modify, delete, move (`from`: the old path of a move inside the watched tree, else
  * empty). A move out of the tree is a delete, a move into it a create (its folders then
- * watched). Coalesced: a modify of the path the previous record named is dropped. Ends (exit 0)
+ * watched). Coalesced: within one burst (one read of the kernel's queue), a modify of the path
+ * the previous record named is dropped. Ends (exit 0)
  * when PATH itself goes; on the kernel's queue overflowing, writes "overflow 0 \0\0" and exits 3.
  * Exit codes: 2 PATH is missing or not watchable, 1 anything else.
  */
@@ -164,5 +165,7 @@ int main(int argc, char **argv) {
       pending[0] = 0;
     }
     if (fflush(stdout) != 0) return 1;
+    /* Coalescing stays within one burst (one read): a later write is news again. */
+    last[0] = 0;
   }
 }
