@@ -9,8 +9,13 @@
 import { expect, layer } from "@effect/vitest"
 import { tar, type TarEntry, untar } from "@svc/testing/Tar"
 import { Effect } from "effect"
+import * as Fs from "node:fs"
+import * as Os from "node:os"
+import * as NodePath from "node:path"
 import * as Zlib from "node:zlib"
-import { api, create, EnvLayer, expectError, waitState } from "../../testing/SandboxesEnv.ts"
+// The SDK is not a dependency of the API: its source, as its own tests reach the API's harness.
+import { Svc } from "../../../../packages/sdk/src/index.ts"
+import { api, create, Env, EnvLayer, expectError, waitState } from "../../testing/SandboxesEnv.ts"
 
 const exec = (id: string, script: string) =>
   Effect.map(api("POST", `/v1/sandboxes/${id}/exec`, { body: { cmd: ["sh", "-c", script] } }), (res) => {
@@ -37,7 +42,7 @@ const tree: ReadonlyArray<TarEntry> = [
 layer(EnvLayer, { excludeTestServices: true, timeout: 240_000 })("sandbox folders as tar streams", (it) => {
   it.effect("a tar and a tar.gz go up (a new folder, a merge) and come down; PUT /files takes mode and parents", () =>
     Effect.gen(function*() {
-      const s = yield* create({ region: "local", ram_mb: 128 })
+      const s = yield* create({ region: "local", ram_mb: 256 })
       yield* waitState(s.id, "running")
 
       // A new folder, made with its parents: every entry, links as links.
@@ -101,6 +106,45 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 240_000 })("sandbox folder
       expect((yield* exec(s.id, "ls -d /srv/none 2>&1; true")).stdout).toContain("No such file")
       expectError(yield* file("/srv/m/g", "&mode=999"), 400, "invalid_request")
       expect((yield* file("/srv/m/deep/er/g", "&parents=true")).status).toBe(204)
+
+      // The SDK: a local folder up (streamed as a tar), down into another, watched.
+      const env = yield* Env
+      const sandbox = yield* Effect.promise(() => new Svc({ baseUrl: env.base, apiKey: env.org.token }).sandboxes.get(s.id))
+      const local = Fs.mkdtempSync(NodePath.join(Os.tmpdir(), "svc-upload-"))
+      const back = Fs.mkdtempSync(NodePath.join(Os.tmpdir(), "svc-download-"))
+      try {
+        Fs.mkdirSync(NodePath.join(local, "src", "deep"), { recursive: true })
+        Fs.writeFileSync(NodePath.join(local, "src", "deep", "main.ts"), "export {}\n")
+        Fs.writeFileSync(NodePath.join(local, `${"n".repeat(150)}.txt`), "a long name\n")
+        Fs.writeFileSync(NodePath.join(local, "data.bin"), Buffer.alloc(300_000, 3))
+        Fs.symlinkSync("src/deep/main.ts", NodePath.join(local, "main"))
+        yield* Effect.promise(() => sandbox.files.upload(local, "/srv/sdk"))
+        expect((yield* exec(s.id, "cat /srv/sdk/src/deep/main.ts && readlink /srv/sdk/main && stat -c %s /srv/sdk/data.bin")).stdout)
+          .toBe("export {}\nsrc/deep/main.ts\n300000\n")
+        const count = yield* Effect.promise(() => sandbox.files.download("/srv/sdk", back))
+        expect(count).toBeGreaterThanOrEqual(6)
+        expect(Fs.readFileSync(NodePath.join(back, "src", "deep", "main.ts"), "utf8")).toBe("export {}\n")
+        expect(Fs.readFileSync(NodePath.join(back, `${"n".repeat(150)}.txt`), "utf8")).toBe("a long name\n")
+        expect(Fs.statSync(NodePath.join(back, "data.bin")).size).toBe(300_000)
+        expect(Fs.readlinkSync(NodePath.join(back, "main"))).toBe("src/deep/main.ts")
+        const stream = yield* Effect.promise(() => sandbox.files.download("/srv/sdk"))
+        expect(untar(new Uint8Array(yield* Effect.promise(() => new Response(stream).arrayBuffer()))).length)
+          .toBe(count)
+        const seen = yield* Effect.promise(async () => {
+          const controller = new AbortController()
+          const iterator = sandbox.files.watch("/srv/sdk", { signal: controller.signal })[Symbol.asyncIterator]()
+          const first = iterator.next()
+          await new Promise((r) => setTimeout(r, 1500))
+          await sandbox.exec(["touch", "/srv/sdk/new.txt"])
+          const event = await first
+          controller.abort()
+          return event.value
+        })
+        expect(seen).toEqual({ type: "create", path: "/srv/sdk/new.txt", is_dir: false })
+      } finally {
+        Fs.rmSync(local, { recursive: true, force: true })
+        Fs.rmSync(back, { recursive: true, force: true })
+      }
       yield* api("DELETE", `/v1/sandboxes/${s.id}`)
     }))
 
