@@ -312,7 +312,9 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 300_000 })("svc, the insta
         Fs.writeFileSync(Path.join(local, "src", "a.txt"), "pushed\n")
         const pushed = yield* svc(["sandbox", "files", "push", sandbox.id, local, "/tmp/pushed"])
         expect(pushed.code, pushed.stderr).toBe(0)
-        expect(json(yield* svc(["sandbox", "files", "stat", sandbox.id, "/tmp/pushed/src/a.txt", "--json"])).size).toBe(7)
+        expect(json(yield* svc(["sandbox", "files", "stat", sandbox.id, "/tmp/pushed/src/a.txt", "--json"])).size).toBe(
+          7
+        )
         const pulled = yield* svc(["sandbox", "files", "pull", sandbox.id, "/tmp/pushed", back])
         expect(pulled.code, pulled.stderr).toBe(0)
         expect(Fs.readFileSync(Path.join(back, "src", "a.txt"), "utf8")).toBe("pushed\n")

@@ -190,12 +190,10 @@ export class AgentRateLimited extends AgentErrorClass<AgentRateLimited>()("Agent
 }) {}
 
 /** The sandbox's disk is full (`ENOSPC`, `EDQUOT`): nothing of the upload is kept (507). */
-export class AgentInsufficientStorage
-  extends AgentErrorClass<AgentInsufficientStorage>()("AgentInsufficientStorage", {
-    reason: "insufficient_storage",
-    status: 507
-  })
-{}
+export class AgentInsufficientStorage extends AgentErrorClass<AgentInsufficientStorage>()("AgentInsufficientStorage", {
+  reason: "insufficient_storage",
+  status: 507
+}) {}
 
 export type AgentError =
   | AgentInsufficientStorage

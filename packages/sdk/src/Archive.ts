@@ -20,7 +20,8 @@ const header = (name: string, type: string, size: number, mode: number, mtime: n
     parts.push(header("././@LongLink", "L", body.length, 0, 0), pad(body))
   }
   const block = new Uint8Array(BLOCK)
-  const put = (text: string, offset: number, length: number) => block.set(encoder.encode(text).subarray(0, length), offset)
+  const put = (text: string, offset: number, length: number) =>
+    block.set(encoder.encode(text).subarray(0, length), offset)
   put(name, 0, 100)
   put(octal(mode & 0o7777, 8), 100, 8)
   put(octal(0, 8), 108, 8)

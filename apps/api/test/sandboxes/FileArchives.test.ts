@@ -109,7 +109,9 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 240_000 })("sandbox folder
 
       // The SDK: a local folder up (streamed as a tar), down into another, watched.
       const env = yield* Env
-      const sandbox = yield* Effect.promise(() => new Svc({ baseUrl: env.base, apiKey: env.org.token }).sandboxes.get(s.id))
+      const sandbox = yield* Effect.promise(() =>
+        new Svc({ baseUrl: env.base, apiKey: env.org.token }).sandboxes.get(s.id)
+      )
       const local = Fs.mkdtempSync(NodePath.join(Os.tmpdir(), "svc-upload-"))
       const back = Fs.mkdtempSync(NodePath.join(Os.tmpdir(), "svc-download-"))
       try {
@@ -119,7 +121,10 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 240_000 })("sandbox folder
         Fs.writeFileSync(NodePath.join(local, "data.bin"), Buffer.alloc(300_000, 3))
         Fs.symlinkSync("src/deep/main.ts", NodePath.join(local, "main"))
         yield* Effect.promise(() => sandbox.files.upload(local, "/srv/sdk"))
-        expect((yield* exec(s.id, "cat /srv/sdk/src/deep/main.ts && readlink /srv/sdk/main && stat -c %s /srv/sdk/data.bin")).stdout)
+        expect(
+          (yield* exec(s.id, "cat /srv/sdk/src/deep/main.ts && readlink /srv/sdk/main && stat -c %s /srv/sdk/data.bin"))
+            .stdout
+        )
           .toBe("export {}\nsrc/deep/main.ts\n300000\n")
         const count = yield* Effect.promise(() => sandbox.files.download("/srv/sdk", back))
         expect(count).toBeGreaterThanOrEqual(6)
@@ -203,7 +208,11 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 240_000 })("sandbox folder
         (yield* exec(s.id, "ls -A /srv /srv/ex; ls /etc/evil /evil /srv/evil 2>&1 | grep -c 'No such'")).stdout
       ).toBe("/srv:\nex\n\n/srv/ex:\nkept\nout\n3\n")
 
-      expectError(yield* putArchive(s.id, "/srv/t", tar([{ name: "f", data: "x" }]), "text/plain"), 415, "unsupported_media_type")
+      expectError(
+        yield* putArchive(s.id, "/srv/t", tar([{ name: "f", data: "x" }]), "text/plain"),
+        415,
+        "unsupported_media_type"
+      )
       expectError(yield* putArchive(s.id, "/proc/x", tar([{ name: "f", data: "x" }])), 400, "invalid_request")
       expectError(yield* putArchive(s.id, "/srv/ex/kept", tar([{ name: "f", data: "x" }])), 400, "invalid_request")
 

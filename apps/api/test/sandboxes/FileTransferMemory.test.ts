@@ -23,14 +23,17 @@ const MAX_GROWTH = 96 * MiB
 /** A tar of `FILES` files of `FILE_BYTES`, generated as it is read: never held. */
 const generatedTar = () => {
   const chunk = Buffer.alloc(MiB, 0x61)
-  return Readable.from((function*() {
-    yield tarHeader({ name: "data/", type: "5" }, 0)
-    for (let i = 0; i < FILES; i++) {
-      yield tarHeader({ name: `data/part-${i}.bin` }, FILE_BYTES)
-      for (let sent = 0; sent < FILE_BYTES; sent += MiB) yield chunk
-    }
-    yield Buffer.alloc(1024)
-  })(), { objectMode: false })
+  return Readable.from(
+    (function*() {
+      yield tarHeader({ name: "data/", type: "5" }, 0)
+      for (let i = 0; i < FILES; i++) {
+        yield tarHeader({ name: `data/part-${i}.bin` }, FILE_BYTES)
+        for (let sent = 0; sent < FILE_BYTES; sent += MiB) yield chunk
+      }
+      yield Buffer.alloc(1024)
+    })(),
+    { objectMode: false }
+  )
 }
 
 /** The largest RSS seen while `work` runs. */

@@ -358,7 +358,9 @@ const filesPush = Command.make(
     yield* call(async (svc) => (await svc.sandboxes.get(o.sandboxId)).files.upload(o.local, o.remote))
     yield* Console.error(`${o.local} -> ${o.remote}`)
   })
-).pipe(Command.withDescription("Upload a local folder into the sandbox (streamed as a tar; merged into a folder there)"))
+).pipe(
+  Command.withDescription("Upload a local folder into the sandbox (streamed as a tar; merged into a folder there)")
+)
 
 const filesPull = Command.make(
   "pull",

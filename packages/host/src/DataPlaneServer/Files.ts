@@ -38,7 +38,8 @@ const viaDriverF = <A, R>(effect: Effect.Effect<A, SandboxDriverError, R>): Effe
       ? Effect.fail(new AgentConflict({ error: `${error.path}: something is in the way` }))
       : viaDriver(Effect.fail(error)).pipe(
         Effect.mapError((e): FileOpError =>
-          e._tag === "AgentTooLarge" || e._tag === "AgentInsufficientStorage" || e._tag === "AgentBusy" || e._tag === "AgentRateLimited"
+          e._tag === "AgentTooLarge" || e._tag === "AgentInsufficientStorage" || e._tag === "AgentBusy" ||
+            e._tag === "AgentRateLimited"
             ? new AgentFailed({ error: e.error })
             : e
         )
@@ -86,7 +87,9 @@ export const FileHandlers = HttpApiBuilder.group(
       .handle("watch", ({ params, query }) =>
         Effect.gen(function*() {
           yield* watcherSlot(params.id)
-          const events = yield* viaDriverF(driver.watch(params.id, query.path, { recursive: query.recursive !== "false" }))
+          const events = yield* viaDriverF(
+            driver.watch(params.id, query.path, { recursive: query.recursive !== "false" })
+          )
           return Sse.response(Stream.map(events, toWatchEvent))
         }))
       .handle("stat", ({ params, query }) => Effect.map(viaDriverF(driver.fileInfo(params.id, query.path)), toWire))

@@ -220,9 +220,14 @@ export class TarCheck {
     }
     const magic = Buffer.from(block.subarray(257, 263)).toString("latin1")
     const prefix = magic === "ustar\0" ? cString(block, 345, 155) : ""
-    const rawName = this.paxPath ?? this.longName ?? (prefix !== "" ? `${prefix}/${cString(block, 0, 100)}` : cString(block, 0, 100))
+    const rawName = this.paxPath ?? this.longName ??
+      (prefix !== "" ? `${prefix}/${cString(block, 0, 100)}` : cString(block, 0, 100))
     const rawLink = this.paxLink ?? this.longLink ?? cString(block, 157, 100)
-    this.paxPath = this.paxLink = this.longName = this.longLink = undefined
+    this.paxPath =
+      this.paxLink =
+      this.longName =
+      this.longLink =
+        undefined
     const named = normalName(rawName)
     if ("refusal" in named) return named.refusal
     const name = named.name
