@@ -4,8 +4,38 @@
  * across chunks is checked the same).
  */
 import { describe, expect, it } from "@effect/vitest"
-import { tar, tarHeader } from "@svc/testing/Tar"
 import { TarCheck } from "../src/Driver/TarCheck.ts"
+
+// A ustar writer of its own (@svc/testing depends on this package): name, type, data, link.
+interface Entry {
+  readonly name: string
+  readonly type?: string
+  readonly data?: string | Uint8Array
+  readonly link?: string
+}
+const octal = (value: number, length: number) => value.toString(8).padStart(length - 1, "0") + "\0"
+const tarHeader = (entry: Entry, size: number) => {
+  const block = Buffer.alloc(512)
+  block.write(entry.name, 0, 100, "utf8")
+  block.write(octal(0o644, 8), 100, "latin1")
+  block.write(octal(size, 12), 124, "latin1")
+  block.write("        ", 148, "latin1")
+  block.write(entry.type ?? "0", 156, "latin1")
+  block.write(entry.link ?? "", 157, 100, "utf8")
+  block.write("ustar\0", 257, "latin1")
+  let sum = 0
+  for (const byte of block) sum += byte
+  block.write(octal(sum, 7), 148, "latin1")
+  return block
+}
+const tar = (entries: ReadonlyArray<Entry>) =>
+  Buffer.concat([
+    ...entries.flatMap((e) => {
+      const data = Buffer.from(e.data ?? "")
+      return [tarHeader(e, data.length), data, Buffer.alloc((512 - (data.length % 512)) % 512)]
+    }),
+    Buffer.alloc(1024)
+  ])
 
 const verdict = (bytes: Uint8Array, chunk = bytes.length || 1) => {
   const check = new TarCheck()
@@ -16,7 +46,7 @@ const verdict = (bytes: Uint8Array, chunk = bytes.length || 1) => {
   return check.end() ?? "ok"
 }
 
-const pax = (records: Record<string, string>, entry: Parameters<typeof tar>[0][number]) => {
+const pax = (records: Record<string, string>, entry: Entry) => {
   const body = Object.entries(records).map(([k, v]) => {
     const line = ` ${k}=${v}\n`
     let n = line.length + 2
@@ -25,7 +55,7 @@ const pax = (records: Record<string, string>, entry: Parameters<typeof tar>[0][n
   }).join("")
   const data = Buffer.from(body)
   return Buffer.concat([
-    tarHeader({ name: "PaxHeader", type: "x" as never }, data.length),
+    tarHeader({ name: "PaxHeader", type: "x" }, data.length),
     data,
     Buffer.alloc((512 - (data.length % 512)) % 512),
     tar([entry]).subarray(0, -1024),
