@@ -64,21 +64,29 @@ const pax = (records: Record<string, string>, entry: Entry) => {
 }
 
 const table: ReadonlyArray<readonly [string, Uint8Array, RegExp | "ok"]> = [
-  ["files, folders, links, fifos", tar([
-    { name: "./", type: "5" },
-    { name: "a/", type: "5" },
-    { name: "a/f", data: "x" },
-    { name: "l", type: "2", link: "/etc" },
-    { name: "h", type: "1", link: "a/f" },
-    { name: "p", type: "6" }
-  ]), "ok"],
+  [
+    "files, folders, links, fifos",
+    tar([
+      { name: "./", type: "5" },
+      { name: "a/", type: "5" },
+      { name: "a/f", data: "x" },
+      { name: "l", type: "2", link: "/etc" },
+      { name: "h", type: "1", link: "a/f" },
+      { name: "p", type: "6" }
+    ]),
+    "ok"
+  ],
   ["an empty archive (end blocks only)", Buffer.alloc(1024), "ok"],
   ["..", tar([{ name: "../x", data: "x" }]), /climbs out/],
   ["inner ..", tar([{ name: "a/../../x" }]), /climbs out/],
   ["an absolute name", tar([{ name: "/etc/x" }]), /absolute/],
   ["through an archive link", tar([{ name: "l", type: "2", link: "/" }, { name: "l/x" }]), /through a symlink/],
   ["a hard link out", tar([{ name: "h", type: "1", link: "../x" }]), /climbs out/],
-  ["a hard link through a link", tar([{ name: "l", type: "2", link: "/" }, { name: "h", type: "1", link: "l/x" }]), /outside/],
+  [
+    "a hard link through a link",
+    tar([{ name: "l", type: "2", link: "/" }, { name: "h", type: "1", link: "l/x" }]),
+    /outside/
+  ],
   ["a char device", tar([{ name: "c", type: "3" }]), /device/],
   ["a block device", tar([{ name: "b", type: "4" }]), /device/],
   ["a file at the target itself", tar([{ name: "./", data: "x" }]), /not a folder/],

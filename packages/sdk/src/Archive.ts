@@ -6,6 +6,8 @@
  * it made) whatever the server sent.
  */
 
+import type { FileHandle } from "node:fs/promises"
+
 const BLOCK = 512
 
 const octal = (value: number, length: number) => value.toString(8).padStart(length - 1, "0") + "\0"
@@ -132,7 +134,7 @@ export const untarInto = async (chunks: AsyncIterable<Uint8Array>, root: string)
   await fs.mkdir(root, { recursive: true })
   const links = new Set<string>()
   let pending = new Uint8Array(0)
-  let file: { handle: import("node:fs/promises").FileHandle; left: number; pad: number } | undefined
+  let file: { handle: FileHandle; left: number; pad: number } | undefined
   let longName: string | undefined
   let meta: { left: number; pad: number; data: Array<Uint8Array> } | undefined
   let skip = 0
