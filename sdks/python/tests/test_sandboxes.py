@@ -14,6 +14,7 @@ from typing import List
 from support import client, unique
 
 from svc import OutputChunk, Process, Sandbox, Svc, SvcError
+from svc.types import FileWatchEvent
 
 
 class Sandboxes(unittest.TestCase):
@@ -128,18 +129,18 @@ class Sandboxes(unittest.TestCase):
 
         with tempfile.TemporaryDirectory() as local, tempfile.TemporaryDirectory() as back:
             os.makedirs(os.path.join(local, "src", "deep"))
-            with open(os.path.join(local, "src", "deep", "main.py"), "w") as f:
-                f.write("print('hi')\n")
-            with open(os.path.join(local, "data.bin"), "wb") as f:
-                f.write(b"\x03" * 300_000)
+            with open(os.path.join(local, "src", "deep", "main.py"), "w") as text:
+                text.write("print('hi')\n")
+            with open(os.path.join(local, "data.bin"), "wb") as binary:
+                binary.write(b"\x03" * 300_000)
             os.symlink("src/deep/main.py", os.path.join(local, "main"))
             self.sbx.files.upload(local, "/tmp/pyup")
             self.assertEqual(self.sbx.files.read_text("/tmp/pyup/src/deep/main.py"), "print('hi')\n")
             self.assertEqual(self.sbx.files.stat("/tmp/pyup/main")["target"], "src/deep/main.py")
             count = self.sbx.files.download("/tmp/pyup", back)
             self.assertGreaterEqual(count, 5)
-            with open(os.path.join(back, "data.bin"), "rb") as f:
-                self.assertEqual(len(f.read()), 300_000)
+            with open(os.path.join(back, "data.bin"), "rb") as copy:
+                self.assertEqual(len(copy.read()), 300_000)
             self.assertEqual(os.readlink(os.path.join(back, "main")), "src/deep/main.py")
         # A hostile tar: 400, nothing written.
         hostile = io.BytesIO()
@@ -152,7 +153,7 @@ class Sandboxes(unittest.TestCase):
         self.assertEqual((refused.exception.status, refused.exception.code), (400, "invalid_request"))
         # watch: an event for a file made after the watch began.
         events = self.sbx.files.watch("/tmp/pyup")
-        first: list = []
+        first: List[FileWatchEvent] = []
         def read() -> None:
             for event in events:
                 first.append(event)

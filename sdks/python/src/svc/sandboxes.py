@@ -145,13 +145,13 @@ class Files:
         check_str(remote_path, "remote_path", absolute=True)
         headers = {"Content-Type": "application/gzip" if gzip else "application/x-tar"}
         timeout = max(self._sandbox._http.timeout, 3600.0)
-        if hasattr(source, "read"):
+        if not isinstance(source, (str, os.PathLike)):
             self._sandbox._http.request(
                 "PUT", self._sandbox._path("/files/archive"), query={"path": remote_path}, body=source,
                 headers=headers, timeout=timeout,
             )
             return
-        folder = os.fspath(source)  # type: ignore[arg-type]
+        folder = os.fspath(source)
         if not os.path.isdir(folder):
             invalid("source", f"{folder} is not a folder")
         read_end, write_end = os.pipe()
@@ -211,7 +211,7 @@ class Files:
             stream.close()
         return count
 
-    def watch(self, path: str, *, recursive: bool = True) -> Iterator[FileWatchEvent]:
+    def watch(self, path: str, *, recursive: bool = True) -> Generator[FileWatchEvent, None, None]:
         """
         The changes under `path` as they happen (`{type, path, is_dir, from?}`), until the watch
         ends (`overflow` last when this reader fell behind, or the sandbox stopped). Leaving the
