@@ -41,7 +41,7 @@ class Surface(unittest.TestCase):
         ]
         for name in ("sandboxes", "templates", "volumes", "apps", "secrets", "webhooks", "keys", "org", "audit", "billing", "workers"):
             pairs.append((getattr(svc, name), getattr(asynchronous, name)))
-        iterators = {"events", "exec_stream", "output", "follow_logs"}
+        iterators = {"events", "exec_stream", "output", "follow_logs", "watch"}
         for sync, other in pairs:
             missing = public(sync) - public(other) - {"close"}
             self.assertEqual(missing, set(), f"{type(other).__name__} lacks {missing}")
@@ -101,7 +101,8 @@ class Async(unittest.IsolatedAsyncioTestCase):
                     with open(f"{local}/a.txt", "w") as f:
                         f.write("async folder")
                     await sbx.files.upload(local, "/tmp/aup")
-                    self.assertEqual(await sbx.files.download("/tmp/aup", back), 1)
+                    # The folder itself ("./") and its file.
+                    self.assertEqual(await sbx.files.download("/tmp/aup", back), 2)
                     with open(f"{back}/a.txt") as f:
                         self.assertEqual(f.read(), "async folder")
 
