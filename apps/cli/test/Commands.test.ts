@@ -305,6 +305,25 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 300_000 })("svc, the insta
         expect(gone.code).toBe(1)
         expect(gone.stderr).toMatch(/^error not_found: /)
 
+        // A local folder pushed and pulled back (streamed as a tar both ways).
+        const local = Fs.mkdtempSync(Path.join(Os.tmpdir(), "svc-cli-push-"))
+        const back = Path.join(Os.tmpdir(), `svc-cli-pull-${process.pid}`)
+        Fs.mkdirSync(Path.join(local, "src"))
+        Fs.writeFileSync(Path.join(local, "src", "a.txt"), "pushed\n")
+        const pushed = yield* svc(["sandbox", "files", "push", sandbox.id, local, "/tmp/pushed"])
+        expect(pushed.code, pushed.stderr).toBe(0)
+        expect(json(yield* svc(["sandbox", "files", "stat", sandbox.id, "/tmp/pushed/src/a.txt", "--json"])).size).toBe(
+          7
+        )
+        const pulled = yield* svc(["sandbox", "files", "pull", sandbox.id, "/tmp/pushed", back])
+        expect(pulled.code, pulled.stderr).toBe(0)
+        expect(Fs.readFileSync(Path.join(back, "src", "a.txt"), "utf8")).toBe("pushed\n")
+        Fs.rmSync(local, { recursive: true, force: true })
+        Fs.rmSync(back, { recursive: true, force: true })
+        const missing = yield* svc(["sandbox", "files", "watch", sandbox.id, "/tmp/none"])
+        expect(missing.code).toBe(1)
+        expect(missing.stderr).toMatch(/^error not_found: /)
+
         // stop and start wait for their states (progress on stderr); a stopped sandbox runs nothing.
         const stopped = yield* svc(["sandbox", "stop", sandbox.id, "--json"])
         expect(json(stopped)).toMatchObject({ id: sandbox.id, state: "stopped" })

@@ -280,6 +280,13 @@ export class NoCapacity extends ApiErrorClass<NoCapacity>()("NoCapacity", {
   fields: { retry_after_s: Schema.Int.check(Schema.isGreaterThanOrEqualTo(0)) }
 }) {}
 
+/** A file or archive upload that does not fit the sandbox's `disk_gb`: nothing of it is kept. */
+export class InsufficientStorage extends ApiErrorClass<InsufficientStorage>()("InsufficientStorage", {
+  code: "insufficient_storage",
+  status: 507,
+  message: "The upload does not fit the sandbox's disk"
+}) {}
+
 /** Never carries internals: the request id is in the `x-request-id` header. */
 export class Internal extends ApiErrorClass<Internal>()("Internal", {
   code: "internal",
@@ -316,6 +323,7 @@ export const API_ERRORS = [
   BadGateway,
   Unavailable,
   NoCapacity,
+  InsufficientStorage,
   Internal
 ] as const
 

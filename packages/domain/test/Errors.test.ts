@@ -45,6 +45,7 @@ const table: ReadonlyArray<readonly [number, string, E.ApiError, Record<string, 
   [503, "unavailable", new E.Unavailable(), {}],
   // Added to docs/contract.md#errors: a create no live host can take now.
   [503, "no_capacity", new E.NoCapacity({ retry_after_s: 1 }), { retry_after_s: 1 }],
+  [507, "insufficient_storage", new E.InsufficientStorage(), {}],
   [500, "internal", new E.Internal(), {}]
 ]
 

@@ -8,7 +8,10 @@
  *   POST {endpoint}/sandboxes/{id}/exec            body `AgentExecRequest` (JSON) → `AgentExecResult`
  *   GET  {endpoint}/sandboxes/{id}/files?path=     → bytes (`application/octet-stream`) or,
  *                                                    for a folder, `{entries: [...]}` (JSON)
- *   PUT  {endpoint}/sandboxes/{id}/files?path=     raw bytes → 204
+ *   PUT  {endpoint}/sandboxes/{id}/files?path=&mode=&parents=   raw bytes → 204
+ *   GET  {endpoint}/sandboxes/{id}/files/archive?path=&format=tar|tar.gz   → the folder as a tar
+ *   PUT  {endpoint}/sandboxes/{id}/files/archive?path=&format=   a tar (or tar.gz) → 204
+ *   GET  {endpoint}/sandboxes/{id}/files/watch?path=&recursive=   → server-sent events
  *   GET  {endpoint}/sandboxes/{id}/ports/{port}/tunnel   `Upgrade: svc-tunnel` → 101 once the agent
  *                                                    is connected to that exposed port, then raw
  *                                                    bytes both ways (preview tunnels)
@@ -41,8 +44,11 @@ import {
 
 /** An exec body above this is 413 `too_large` (a declared `Content-Length` before reading). */
 export const MAX_EXEC_BODY_BYTES = 1024 * 1024
-/** An upload above this is 413 `too_large` (a declared `Content-Length` before reading). */
-export const MAX_UPLOAD_BYTES = 100 * 1024 * 1024
+/**
+ * The host's own bound of one upload's body (a file or an archive): none that a disk could
+ * reach. Uploads stream to the sandbox's disk, which bounds them (507 `insufficient_storage`).
+ */
+export const MAX_UPLOAD_BYTES = Number.MAX_SAFE_INTEGER
 
 export const AgentExecRequest = Schema.Struct({
   cmd: Schema.Array(Schema.String),
@@ -183,7 +189,14 @@ export class AgentRateLimited extends AgentErrorClass<AgentRateLimited>()("Agent
   status: 429
 }) {}
 
+/** The sandbox's disk is full (`ENOSPC`, `EDQUOT`): nothing of the upload is kept (507). */
+export class AgentInsufficientStorage extends AgentErrorClass<AgentInsufficientStorage>()("AgentInsufficientStorage", {
+  reason: "insufficient_storage",
+  status: 507
+}) {}
+
 export type AgentError =
+  | AgentInsufficientStorage
   | AgentInvalid
   | AgentUnauthorized
   | AgentNotFound
@@ -211,6 +224,31 @@ export const AgentForkSnapshotRequest = Schema.Struct({
 })
 /** `org`: the sandbox's org, whose share of the host's transfer slots the transfer takes. */
 const FilesQuery = Schema.Struct({ path: Schema.String, org: Schema.optionalKey(Schema.String) })
+/** An upload's: `mode` in octal (default 0644), `parents` "false" to refuse a missing folder (404). */
+const WriteFileQuery = Schema.Struct({
+  path: Schema.String,
+  org: Schema.optionalKey(Schema.String),
+  mode: Schema.optionalKey(Schema.String),
+  parents: Schema.optionalKey(Schema.Literals(["true", "false"]))
+})
+/** An archive's format: `tar` or `tar.gz` (gzip). */
+const ArchiveQuery = Schema.Struct({
+  path: Schema.String,
+  org: Schema.optionalKey(Schema.String),
+  format: Schema.Literals(["tar", "tar.gz"])
+})
+/** The errors of a transfer. */
+const transferErrors = [
+  AgentInvalid,
+  AgentNotFound,
+  AgentNotRunning,
+  AgentTooLarge,
+  AgentRefused,
+  AgentInsufficientStorage,
+  AgentFailed,
+  AgentBusy,
+  AgentRateLimited
+] as const
 
 export class AgentSandboxesApi extends HttpApiGroup.make("sandboxes")
   .add(
@@ -224,32 +262,28 @@ export class AgentSandboxesApi extends HttpApiGroup.make("sandboxes")
       params,
       query: FilesQuery,
       success: [HttpApiSchema.StreamUint8Array({ contentType: "application/octet-stream" }), AgentFileListing],
-      error: [
-        AgentInvalid,
-        AgentNotFound,
-        AgentNotRunning,
-        AgentTooLarge,
-        AgentRefused,
-        AgentFailed,
-        AgentBusy,
-        AgentRateLimited
-      ]
+      error: transferErrors
     }),
     HttpApiEndpoint.put("writeFile", "/sandboxes/:id/files", {
       params,
-      query: FilesQuery,
+      query: WriteFileQuery,
       payload: HttpApiSchema.StreamUint8Array({ contentType: "application/octet-stream", maxBytes: MAX_UPLOAD_BYTES }),
       success: HttpApiSchema.NoContent,
-      error: [
-        AgentInvalid,
-        AgentNotFound,
-        AgentNotRunning,
-        AgentTooLarge,
-        AgentRefused,
-        AgentFailed,
-        AgentBusy,
-        AgentRateLimited
-      ]
+      error: transferErrors
+    }),
+    // A folder as a tar stream, both ways (the archive's entries checked on the way in).
+    HttpApiEndpoint.get("readArchive", "/sandboxes/:id/files/archive", {
+      params,
+      query: ArchiveQuery,
+      success: HttpApiSchema.StreamUint8Array({ contentType: "application/x-tar" }),
+      error: transferErrors
+    }),
+    HttpApiEndpoint.put("writeArchive", "/sandboxes/:id/files/archive", {
+      params,
+      query: ArchiveQuery,
+      payload: HttpApiSchema.StreamUint8Array({ contentType: "application/octet-stream", maxBytes: MAX_UPLOAD_BYTES }),
+      success: HttpApiSchema.NoContent,
+      error: transferErrors
     }),
     HttpApiEndpoint.get("stats", "/sandboxes/:id/stats", {
       params,
@@ -409,8 +443,26 @@ export const AgentRemoveRequest = Schema.Struct({ path: Schema.String, recursive
 /** 409 `conflict`: the target is in the way (it exists, a folder is not empty). */
 const fileOpErrors = [AgentInvalid, AgentNotFound, AgentNotRunning, AgentConflict, AgentRefused, AgentFailed] as const
 
+/**
+ * One change under a watched folder: `event` its type (`create`, `modify`, `delete`, `move`,
+ * then at most one `overflow`, the last), `data` `{"type", "path", "is_dir", "from"?}` as JSON.
+ */
+export const AgentWatchEvent = Schema.Struct({
+  id: Schema.optional(Schema.String),
+  event: Schema.Literals(["create", "modify", "delete", "move", "overflow"]),
+  data: Schema.String
+})
+export type AgentWatchEvent = typeof AgentWatchEvent.Type
+
 export class AgentFilesApi extends HttpApiGroup.make("files")
   .add(
+    // 503 `busy`: the sandbox has as many watchers on this host as it may.
+    HttpApiEndpoint.get("watch", "/sandboxes/:id/files/watch", {
+      params,
+      query: Schema.Struct({ path: Schema.String, recursive: Schema.optionalKey(Schema.Literals(["true", "false"])) }),
+      success: HttpApiSchema.StreamSse({ events: AgentWatchEvent }),
+      error: [...fileOpErrors, AgentBusy]
+    }),
     HttpApiEndpoint.get("stat", "/sandboxes/:id/files/stat", {
       params,
       query: Schema.Struct({ path: Schema.String }),

@@ -35,6 +35,7 @@ import {
   type AgentError,
   type AgentExecResult,
   AgentFailed,
+  AgentInsufficientStorage,
   AgentInvalid,
   AgentNotFound,
   AgentNotRunning,
@@ -133,6 +134,9 @@ export const fromDriverError = (error: SandboxDriverError): DriverAgentError => 
           return new AgentNotFound({ error: `${error.path}: no such file or folder` })
         case "too_large":
           return new AgentTooLarge({ error: `${error.path}: ${error.message}` })
+        case "no_space":
+          // What the upload wrote is gone already (507).
+          return new AgentInsufficientStorage({ error: `${error.path}: the sandbox's disk is full` })
         case "refused":
           return new AgentRefused({
             error: `${error.path}: ${error.message}`,
@@ -179,8 +183,9 @@ export const viaDriver = <A, E extends SandboxDriverError, R>(
 /** An exec touches no file: a file refusal or a busy host cannot answer it (the driver failed). */
 const execError = (
   error: DriverAgentError
-): Exclude<DriverAgentError, AgentRefused | AgentBusy | AgentRateLimited> =>
-  error instanceof AgentRefused || error instanceof AgentBusy || error instanceof AgentRateLimited
+): Exclude<DriverAgentError, AgentRefused | AgentBusy | AgentRateLimited | AgentInsufficientStorage> =>
+  error instanceof AgentRefused || error instanceof AgentBusy || error instanceof AgentRateLimited ||
+    error instanceof AgentInsufficientStorage
     ? failed(error.error)
     : error
 
@@ -234,6 +239,7 @@ const pump = (from: Socket.Socket, to: Socket.Socket) =>
   })
 
 const AGENT_ERRORS = [
+  AgentInsufficientStorage,
   AgentInvalid,
   AgentUnauthorized,
   AgentNotFound,
@@ -274,7 +280,7 @@ const unauthorized = new AgentUnauthorized({ error: "missing or wrong bearer tok
 const digest = (text: string) => createHash("sha256").update(text, "utf8").digest()
 
 /** The routes of the definition, for the answers the router gives (405 against 404). */
-const ROUTE = /^\/sandboxes\/([^/]+)\/(exec|files)$/
+const ROUTE = /^\/sandboxes\/([^/]+)\/(exec|files|files\/archive)$/
 
 const decodable = (segment: string) => {
   try {
@@ -384,7 +390,7 @@ const makeMiddleware = (authorized: (header: string | undefined) => boolean) =>
             ? undefined
             : request.method === "POST" && route[2] === "exec"
             ? "application/json"
-            : request.method === "PUT" && route[2] === "files"
+            : request.method === "PUT" && (route[2] === "files" || route[2] === "files/archive")
             ? "application/octet-stream"
             : undefined
           if (
@@ -407,6 +413,25 @@ const makeMiddleware = (authorized: (header: string | undefined) => boolean) =>
     ),
     { global: true }
   )
+
+/** An upload's body: unreadable or cut short (the client went away) is `invalid`, never an upload. */
+const uploadBody = <E>(request: HttpServerRequest.HttpServerRequest, payload: Stream.Stream<Uint8Array, E>) => {
+  const source = NodeHttpServerRequest.toIncomingMessage(request)
+  return payload.pipe(
+    Stream.mapError((e) =>
+      HttpApiError.HttpApiPayloadTooLarge.is(e)
+        ? tooLarge(MAX_UPLOAD_BYTES)
+        : invalid("the request body could not be read")
+    ),
+    Stream.concat(Stream.fromEffectDrain(
+      Effect.suspend(() =>
+        "complete" in source && !source.complete
+          ? Effect.fail(invalid("the request body was cut short"))
+          : Effect.void
+      )
+    ))
+  )
+}
 
 /** The endpoints over the driver. */
 const handlers = (settings: DataPlaneSettings) =>
@@ -522,7 +547,7 @@ const handlers = (settings: DataPlaneSettings) =>
           Effect.gen(function*() {
             yield* transferSlot(request, params.id, query.org)
             const file = yield* viaDriver(
-              driver.readFileStream(params.id, query.path).pipe(
+              driver.readFileStream(params.id, query.path, { maxBytes: MAX_UPLOAD_BYTES }).pipe(
                 Effect.catchTag("SandboxFileError", (e) =>
                   e.reason === "is_directory"
                     ? Effect.map(driver.listDir(params.id, query.path), (entries) => ({
@@ -548,23 +573,33 @@ const handlers = (settings: DataPlaneSettings) =>
         .handle("writeFile", ({ params, payload, query, request }) =>
           Effect.gen(function*() {
             yield* transferSlot(request, params.id, query.org)
-            const source = NodeHttpServerRequest.toIncomingMessage(request)
-            const body = payload.pipe(
-              Stream.mapError((e) =>
-                HttpApiError.HttpApiPayloadTooLarge.is(e)
-                  ? tooLarge(MAX_UPLOAD_BYTES)
-                  : invalid("the request body could not be read")
-              ),
-              // A body that ends without all its bytes (the client went away) is not an upload.
-              Stream.concat(Stream.fromEffectDrain(
-                Effect.suspend(() =>
-                  "complete" in source && !source.complete
-                    ? Effect.fail(invalid("the request body was cut short"))
-                    : Effect.void
-                )
-              ))
+            if (query.mode !== undefined && !/^0?[0-7]{3,4}$/.test(query.mode)) {
+              return yield* invalid(`mode ${query.mode} is not an octal mode such as 0644`)
+            }
+            yield* viaDriver(driver.writeFileStream(params.id, query.path, uploadBody(request, payload), {
+              maxBytes: MAX_UPLOAD_BYTES,
+              mode: query.mode !== undefined ? parseInt(query.mode, 8) : 0o644,
+              parents: query.parents !== "false"
+            }))
+          }))
+        .handle("readArchive", ({ params, query, request }) =>
+          Effect.gen(function*() {
+            yield* transferSlot(request, params.id, query.org)
+            const archive = yield* viaDriver(driver.readArchive(params.id, query.path, query.format))
+            // A failure midway cuts the connection (the client sees a short body, never an end).
+            const stream = archive.stream.pipe(
+              Stream.tapError((error) =>
+                Effect.logWarning("agent: archive stream cut", { error: error._tag, message: error.message })
+              )
             )
-            yield* viaDriver(driver.writeFileStream(params.id, query.path, body, { maxBytes: MAX_UPLOAD_BYTES }))
+            return HttpServerResponse.stream(stream, {
+              contentType: query.format === "tar.gz" ? "application/gzip" : "application/x-tar"
+            })
+          }))
+        .handle("writeArchive", ({ params, payload, query, request }) =>
+          Effect.gen(function*() {
+            yield* transferSlot(request, params.id, query.org)
+            yield* viaDriver(driver.writeArchive(params.id, query.path, uploadBody(request, payload), query.format))
           }))
         .handle("tunnel", ({ params, upgrade }) =>
           Effect.gen(function*() {

@@ -329,6 +329,8 @@ export const FileErrorReason = Schema.Literals([
   "kernel_interface",
   /** The sandbox's kernel refused the operation (`errno` names why: ENOSPC, EIO, EROFS...). */
   "refused",
+  /** An upload (a file, an archive) found the sandbox's disk full (ENOSPC, EDQUOT); none of it is kept. */
+  "no_space",
   /** mkdir, move or remove found the target in the way (it exists, or a folder is not empty). */
   "conflict",
   /** A move of a folder into itself, a removal of `/`. */
@@ -441,7 +443,7 @@ export class SandboxDriver extends Context.Service<SandboxDriver, {
     sandboxId: string,
     path: string,
     body: Stream.Stream<Uint8Array, E, R>,
-    options?: { readonly mode?: number; readonly maxBytes?: number }
+    options?: { readonly mode?: number; readonly maxBytes?: number; readonly parents?: boolean }
   ): Effect.Effect<void, E | Common | SandboxNotRunning | SandboxFileError, R>
   listDir(
     sandboxId: string,
@@ -473,6 +475,37 @@ export class SandboxDriver extends Context.Service<SandboxDriver, {
     path: string,
     options: { readonly recursive: boolean }
   ): Effect.Effect<void, Common | SandboxNotRunning | SandboxFileError>
+  /**
+   * The folder at `path` as a tar (`tar.gz`: gzipped inside the sandbox) stream, `/proc` and
+   * `/sys` left out; a missing path or a file fails before any byte.
+   */
+  readArchive(
+    sandboxId: string,
+    path: string,
+    format: "tar" | "tar.gz"
+  ): Effect.Effect<FileStream, Common | SandboxNotRunning | SandboxFileError, Scope.Scope>
+  /**
+   * Extracts the tar (or tar.gz) `body` under `path`, made with its parents: every entry, or
+   * (refused, cut, a full disk) nothing. An entry that would land outside `path` (`..`, an
+   * absolute name, through a symlink, a hard link out) or a device node is `invalid` before
+   * anything is written.
+   */
+  writeArchive<E, R>(
+    sandboxId: string,
+    path: string,
+    body: Stream.Stream<Uint8Array, E, R>,
+    format: "tar" | "tar.gz"
+  ): Effect.Effect<{ readonly entries: number }, E | Common | SandboxNotRunning | SandboxFileError, R>
+  /**
+   * The changes under `path` (`recursive`: in every folder below it) from once the watch is in
+   * place, by a watcher inside the sandbox: at most `MAX_QUEUED` events wait for the reader, past
+   * that a last `overflow` and the end. Ends when the folder goes or the sandbox stops.
+   */
+  watch(
+    sandboxId: string,
+    path: string,
+    options: { readonly recursive: boolean }
+  ): Effect.Effect<Stream.Stream<FileWatchEvent>, Common | SandboxNotRunning | SandboxFileError, Scope.Scope>
   stats(sandboxId: string): Effect.Effect<SandboxStats, Common | SandboxNotRunning>
   /**
    * Where this host reaches `port` of a running sandbox, for the proxy of exposed ports: only a
@@ -586,5 +619,14 @@ export class SandboxDriver extends Context.Service<SandboxDriver, {
 }>()("@svc/host/Driver/SandboxDriver") {}
 
 /** Limits the file API enforces (the API's PUT body cap). */
+/** One change a watch reports (`Driver/Watches.ts`). */
+export interface FileWatchEvent {
+  readonly type: "create" | "modify" | "delete" | "move" | "overflow"
+  readonly path: string
+  readonly isDir: boolean
+  /** A move's old path; null otherwise. */
+  readonly from: string | null
+}
+
 export const MAX_FILE_BYTES = 100 * 1024 * 1024
 export const DEFAULT_MAX_OUTPUT_BYTES = 1024 * 1024

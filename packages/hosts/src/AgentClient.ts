@@ -21,6 +21,7 @@ import {
   AgentConflict,
   type AgentExecRequest,
   type AgentExecResult,
+  AgentInsufficientStorage,
   AgentInvalid,
   AgentNotFound,
   AgentNotRunning,
@@ -40,14 +41,18 @@ export type DataPlaneError =
   | Errors.Conflict
   | Errors.PayloadTooLarge
   | Errors.FileRefused
+  | Errors.InsufficientStorage
   | Errors.RateLimited
   | Errors.Unavailable
 
 /** An exec touches no file of the file API: the host never answers `refused` or `rate_limited` to it. */
-export type ExecError = Exclude<DataPlaneError, Errors.FileRefused | Errors.RateLimited>
+export type ExecError = Exclude<DataPlaneError, Errors.FileRefused | Errors.RateLimited | Errors.InsufficientStorage>
 
 /** File management (stat, mkdir, move, remove) moves no bytes: never 413 nor `rate_limited`. */
-export type FileOpError = Exclude<DataPlaneError, Errors.PayloadTooLarge | Errors.RateLimited>
+export type FileOpError = Exclude<
+  DataPlaneError,
+  Errors.PayloadTooLarge | Errors.RateLimited | Errors.InsufficientStorage
+>
 
 /** Stats read a running sandbox's usage: it is there or not, running or not, or the host fails. */
 export type StatsError = Errors.NotFound | Errors.Conflict | Errors.Unavailable
@@ -60,6 +65,12 @@ export type FileContent =
   }
   | { readonly _tag: "Listing"; readonly listing: FileListing }
 
+/** An upload's file: its mode in octal ("0644") and whether missing folders are made. */
+export interface WriteOptions {
+  readonly mode?: string
+  readonly parents?: "true" | "false"
+}
+
 /** How long a call that is not a stream or a transfer may take. */
 const CALL_TIMEOUT_MS = 60_000
 /** How long an exec may wait beyond its own timeout (the host's share). */
@@ -68,6 +79,8 @@ const EXEC_MARGIN_MS = 15_000
 const EXEC_DEFAULT_TIMEOUT_MS = 60_000
 /** How long a transfer may take, start to end (as the host's own transfer timeout). */
 const TRANSFER_TIMEOUT_MS = 600_000
+/** How long an archive may take, start to end (as the host's own); the idle bound ends a stalled one. */
+const ARCHIVE_TIMEOUT_MS = 3_600_000
 /** Reading usage is a few file reads on the host. */
 const STATS_TIMEOUT_MS = 10_000
 
@@ -100,6 +113,11 @@ export const toApiError = (host: HostRecord, error: unknown): Effect.Effect<neve
   if (error instanceof AgentNotFound) return Effect.fail(new Errors.NotFound({ error: error.error }))
   if (error instanceof AgentNotRunning) return Effect.fail(new Errors.Conflict({ error: error.error }))
   if (error instanceof AgentTooLarge) return Effect.fail(new Errors.PayloadTooLarge({ error: error.error }))
+  if (error instanceof AgentInsufficientStorage) {
+    return Effect.fail(
+      new Errors.InsufficientStorage({ error: `The upload does not fit the sandbox's disk: ${error.error}` })
+    )
+  }
   if (error instanceof AgentRefused) {
     return Effect.fail(
       new Errors.FileRefused({
@@ -175,6 +193,24 @@ export class AgentClient extends Context.Service<AgentClient, {
     path: string,
     body: Stream.Stream<Uint8Array, E>,
     maxBytes: number,
+    org?: string,
+    options?: WriteOptions
+  ): Effect.Effect<void, DataPlaneError>
+  /** A folder as a tar (or tar.gz) stream from the host; refusals before the first byte. */
+  readArchive(
+    host: HostRecord,
+    sandboxId: string,
+    path: string,
+    format: "tar" | "tar.gz",
+    org?: string
+  ): Effect.Effect<Stream.Stream<Uint8Array, Errors.Unavailable>, DataPlaneError>
+  /** Streams a tar (or tar.gz) `body` to the host, extracted under `path` (all or nothing). */
+  writeArchive<E>(
+    host: HostRecord,
+    sandboxId: string,
+    path: string,
+    body: Stream.Stream<Uint8Array, E>,
+    format: "tar" | "tar.gz",
     org?: string
   ): Effect.Effect<void, DataPlaneError>
 }>()("@svc/hosts/AgentClient") {
@@ -201,7 +237,8 @@ export class AgentClient extends Context.Service<AgentClient, {
         Effect.catch((error) => toApiError(host, error)),
         Effect.catchTags({
           FileRefused: (e) => unreachable(host, `a call answered as a file refusal: ${e.error}`),
-          RateLimited: (e) => unreachable(host, `a call answered as rate limited: ${e.error}`)
+          RateLimited: (e) => unreachable(host, `a call answered as rate limited: ${e.error}`),
+          InsufficientStorage: (e) => unreachable(host, `a call answered as a full disk: ${e.error}`)
         })
       )
 
@@ -212,7 +249,8 @@ export class AgentClient extends Context.Service<AgentClient, {
         Effect.catch((error) => toApiError(host, error)),
         Effect.catchTags({
           RateLimited: (e) => unreachable(host, `a file call answered as rate limited: ${e.error}`),
-          PayloadTooLarge: (e) => unreachable(host, `a file call answered as too large: ${e.error}`)
+          PayloadTooLarge: (e) => unreachable(host, `a file call answered as too large: ${e.error}`),
+          InsufficientStorage: (e) => unreachable(host, `a file call answered as a full disk: ${e.error}`)
         })
       )
 
@@ -229,7 +267,8 @@ export class AgentClient extends Context.Service<AgentClient, {
         Effect.catch((error) => toApiError(host, error)),
         Effect.catchTags({
           FileRefused: (e) => unreachable(host, `an exec answered as a file refusal: ${e.error}`),
-          RateLimited: (e) => unreachable(host, `an exec answered as rate limited: ${e.error}`)
+          RateLimited: (e) => unreachable(host, `an exec answered as rate limited: ${e.error}`),
+          InsufficientStorage: (e) => unreachable(host, `an exec answered as a full disk: ${e.error}`)
         })
       )
     })
@@ -243,6 +282,7 @@ export class AgentClient extends Context.Service<AgentClient, {
         Effect.catchTags({
           FileRefused: (e) => unreachable(host, `stats answered as a file refusal: ${e.error}`),
           RateLimited: (e) => unreachable(host, `stats answered as rate limited: ${e.error}`),
+          InsufficientStorage: (e) => unreachable(host, `stats answered as a full disk: ${e.error}`),
           InvalidRequest: (e) => unreachable(host, `stats refused as invalid: ${e.error}`),
           PayloadTooLarge: (e) => unreachable(host, `stats refused as too large: ${e.error}`)
         })
@@ -260,7 +300,10 @@ export class AgentClient extends Context.Service<AgentClient, {
             FileRefused: (e) => unreachable(host, `a fork answered as a file refusal: ${e.error}`),
             RateLimited: (e) => unreachable(host, `a fork answered as rate limited: ${e.error}`),
             InvalidRequest: (e) => unreachable(host, `a fork refused as invalid: ${e.error}`),
-            PayloadTooLarge: (e) => unreachable(host, `a fork refused as too large: ${e.error}`)
+            PayloadTooLarge: (e) => unreachable(host, `a fork refused as too large: ${e.error}`),
+            // The host's disk has no room for the copy: nothing forked; a later try may find room.
+            InsufficientStorage: () =>
+              Effect.fail(new Errors.Unavailable({ error: "The sandbox's host has no disk room for the fork now; retry" }))
           })
         )
       }
@@ -301,7 +344,8 @@ export class AgentClient extends Context.Service<AgentClient, {
       path: string,
       body: Stream.Stream<Uint8Array, E>,
       maxBytes: number,
-      org?: string
+      org?: string,
+      options: WriteOptions = {}
     ) =>
       Effect.suspend(() => {
         const tooLarge = new Errors.PayloadTooLarge({ error: `Uploads are limited to ${maxBytes} bytes` })
@@ -315,7 +359,7 @@ export class AgentClient extends Context.Service<AgentClient, {
             return total > maxBytes ? Effect.fail(tooLarge) : Effect.succeed(chunks)
           })
         )
-        const query = { path, ...(org !== undefined ? { org } : {}) }
+        const query = { path, ...(org !== undefined ? { org } : {}), ...options }
         return client.sandboxes.writeFile({ params: { id: sandboxId }, query, payload }).pipe(
           Effect.provideService(AgentTarget, host),
           Effect.timeoutOrElse({ duration: TRANSFER_TIMEOUT_MS, orElse: () => unreachable(host, "upload timed out") }),
@@ -332,7 +376,64 @@ export class AgentClient extends Context.Service<AgentClient, {
         )
       }).pipe(Effect.withSpan("AgentClient.writeFile"))
 
-    return AgentClient.of({ api: client, call, files, exec, readFile, stats, writeFile, forkSnapshot })
+    const readArchive = Effect.fn("AgentClient.readArchive")(
+      function*(host: HostRecord, sandboxId: string, path: string, format: "tar" | "tar.gz", org?: string) {
+        const content = yield* client.sandboxes.readArchive({
+          params: { id: sandboxId },
+          query: { path, format, ...(org !== undefined ? { org } : {}) }
+        }).pipe(
+          Effect.provideService(AgentTarget, host),
+          Effect.provideService(HttpIncomingMessage.MaxBodySize, undefined),
+          Effect.timeoutOrElse({ duration: CALL_TIMEOUT_MS, orElse: () => unreachable(host, "archive timed out") }),
+          Effect.catch((error) => toApiError(host, error))
+        )
+        const stopped = new Errors.Unavailable({ error: "The sandbox's host stopped sending the archive" })
+        return content.pipe(
+          Stream.mapError(() => stopped),
+          Stream.interruptWhen(Effect.andThen(Effect.sleep(ARCHIVE_TIMEOUT_MS), Effect.fail(stopped)))
+        )
+      }
+    )
+
+    const writeArchive = <E>(
+      host: HostRecord,
+      sandboxId: string,
+      path: string,
+      body: Stream.Stream<Uint8Array, E>,
+      format: "tar" | "tar.gz",
+      org?: string
+    ) =>
+      Effect.suspend(() => {
+        const payload = body.pipe(
+          Stream.mapError(() => new Errors.InvalidRequest({ error: "The request body could not be read" }))
+        )
+        const query = { path, format, ...(org !== undefined ? { org } : {}) }
+        return client.sandboxes.writeArchive({ params: { id: sandboxId }, query, payload }).pipe(
+          Effect.provideService(AgentTarget, host),
+          Effect.timeoutOrElse({ duration: ARCHIVE_TIMEOUT_MS, orElse: () => unreachable(host, "upload timed out") }),
+          Effect.catch((error) => {
+            // The client's body failed: its own error, not the host's.
+            if (HttpClientError.isHttpClientError(error) && error.reason._tag === "EncodeError") {
+              const cause = error.reason.cause
+              if (cause instanceof Errors.InvalidRequest) return Effect.fail(cause)
+            }
+            return toApiError(host, error)
+          })
+        )
+      }).pipe(Effect.withSpan("AgentClient.writeArchive"))
+
+    return AgentClient.of({
+      api: client,
+      call,
+      files,
+      exec,
+      readFile,
+      stats,
+      writeFile,
+      forkSnapshot,
+      readArchive,
+      writeArchive
+    })
   })
 
   static readonly layer = Layer.effect(AgentClient, AgentClient.make).pipe(

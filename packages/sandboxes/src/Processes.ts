@@ -39,7 +39,7 @@ export * as PtyFrames from "@svc/host-protocol/PtyFrames"
 /** Event-stream answers (opened at once, kept alive), for the API's routes. */
 export * as Sse from "@svc/host-protocol/Sse"
 
-export type ProcessError = Exclude<DataPlaneError, Errors.FileRefused> | Rows.QueryError
+export type ProcessError = Exclude<DataPlaneError, Errors.FileRefused | Errors.InsufficientStorage> | Rows.QueryError
 
 /** How long an exec stream may run beyond its own timeout (the host's share). */
 const EXEC_MARGIN_MS = 15_000
@@ -285,7 +285,8 @@ const ptyRefusal = (host: HostRecord, body: string): Effect.Effect<never, Proces
   const error = decodeAgentError(body)
   return Option.isSome(error)
     ? toApiError(host, error.value).pipe(
-      Effect.catchTag("FileRefused", () => unreachable(host, "a pty refusal as a file refusal"))
+      Effect.catchTag("FileRefused", () => unreachable(host, "a pty refusal as a file refusal")),
+      Effect.catchTag("InsufficientStorage", () => unreachable(host, "a pty refusal as a full disk"))
     )
     : unreachable(host, "an undecodable pty refusal")
 }

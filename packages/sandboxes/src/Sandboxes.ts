@@ -65,7 +65,7 @@ import * as AgentClient from "@svc/hosts/AgentClient"
 import { Hosts } from "@svc/hosts/Hosts"
 import * as Scheduler from "@svc/hosts/Scheduler"
 import { Templates } from "@svc/templates/Templates"
-import { Clock, Context, Duration, Effect, Layer, Option, Schema, type Stream } from "effect"
+import { Clock, Context, Duration, Effect, Layer, Option, Schema, Stream } from "effect"
 import { SqlClient } from "effect/sql"
 import { QuotasConfig, TransitionTimeout } from "./Config.ts"
 import { commandRefusal, SandboxActor } from "./SandboxActor.ts"
@@ -204,7 +204,36 @@ export class Sandboxes extends Context.Service<Sandboxes, {
     id: string,
     path: string,
     body: Stream.Stream<Uint8Array, E>,
-    maxBytes: number
+    maxBytes: number,
+    options?: AgentClient.WriteOptions
+  ) => Effect.Effect<void, AgentClient.DataPlaneError | Rows.QueryError>
+  /** The folder as a tar (or tar.gz) stream from the running sandbox's host (docs/contract.md#files). */
+  readonly readArchive: (
+    orgId: OrgId,
+    id: string,
+    path: string,
+    format: "tar" | "tar.gz"
+  ) => Effect.Effect<Stream.Stream<Uint8Array, Errors.Unavailable>, AgentClient.DataPlaneError | Rows.QueryError>
+  /**
+   * The changes under `path` in the running sandbox, as server-sent events (`create`, `modify`,
+   * `delete`, `move`, a last `overflow`); the stream ends when the host's watcher does.
+   */
+  readonly watch: (
+    orgId: OrgId,
+    id: string,
+    path: string,
+    recursive: boolean
+  ) => Effect.Effect<
+    Stream.Stream<{ readonly event: string; readonly data: string }>,
+    AgentClient.FileOpError | Rows.QueryError
+  >
+  /** A tar (or tar.gz) body extracted under `path` in the running sandbox, all or nothing. */
+  readonly writeArchive: <E>(
+    orgId: OrgId,
+    id: string,
+    path: string,
+    body: Stream.Stream<Uint8Array, E>,
+    format: "tar" | "tar.gz"
   ) => Effect.Effect<void, AgentClient.DataPlaneError | Rows.QueryError>
   /** PUT /v1/sandboxes/{id}/timeout: sets them, counting `timeout_s` again from now (a keep-alive). */
   readonly setTimeout: (
@@ -647,12 +676,50 @@ export class Sandboxes extends Context.Service<Sandboxes, {
       id: string,
       path: string,
       body: Stream.Stream<Uint8Array, E>,
-      maxBytes: number
+      maxBytes: number,
+      options?: AgentClient.WriteOptions
     ) =>
       Effect.gen(function*() {
         const host = yield* running(orgId, id)
-        return yield* dataPlane.writeFile(host, id, path, body, maxBytes, orgId)
+        return yield* dataPlane.writeFile(host, id, path, body, maxBytes, orgId, options)
       }).pipe(Effect.withSpan("Sandboxes.writeFile"))
+
+    const readArchive = Effect.fn("Sandboxes.readArchive")(
+      function*(orgId: OrgId, id: string, path: string, format: "tar" | "tar.gz") {
+        const host = yield* running(orgId, id)
+        return yield* dataPlane.readArchive(host, id, path, format, orgId)
+      }
+    )
+
+    const watch = Effect.fn("Sandboxes.watch")(function*(orgId: OrgId, id: string, path: string, recursive: boolean) {
+      const host = yield* running(orgId, id)
+      const events = yield* dataPlane.files(
+        host,
+        dataPlane.api.files.watch({ params: { id }, query: { path, recursive: recursive ? "true" : "false" } })
+      )
+      return events.pipe(
+        Stream.provideService(AgentClient.AgentTarget, host),
+        Stream.map((e) => ({ event: e.event, data: e.data })),
+        // The host went away: the stream ends, as when the sandbox stops.
+        Stream.catchCause((cause) =>
+          Stream.fromEffectDrain(
+            Effect.logWarning("data plane: a watch stream was cut", { hostId: host.hostId, cause: String(cause) })
+          )
+        )
+      )
+    })
+
+    const writeArchive = <E>(
+      orgId: OrgId,
+      id: string,
+      path: string,
+      body: Stream.Stream<Uint8Array, E>,
+      format: "tar" | "tar.gz"
+    ) =>
+      Effect.gen(function*() {
+        const host = yield* running(orgId, id)
+        return yield* dataPlane.writeArchive(host, id, path, body, format, orgId)
+      }).pipe(Effect.withSpan("Sandboxes.writeArchive"))
 
     // The service's own connection pool, so callers need not provide one.
     const withSql = <A, E>(effect: Effect.Effect<A, E, SqlClient.SqlClient>) =>
@@ -674,7 +741,10 @@ export class Sandboxes extends Context.Service<Sandboxes, {
       stats,
       writeFile,
       setTimeout: (orgId, id, request) => withSql(setTimeout(orgId, id, request)),
-      ready: (orgId, id) => withSql(ready(orgId, id))
+      ready: (orgId, id) => withSql(ready(orgId, id)),
+      readArchive,
+      writeArchive,
+      watch
     })
   })
 

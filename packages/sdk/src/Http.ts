@@ -229,6 +229,10 @@ export class Http {
           method,
           headers,
           ...(body !== undefined ? { body } : {}),
+          // A streamed body (an upload read as it is sent) needs half duplex in fetch.
+          ...(typeof ReadableStream !== "undefined" && body instanceof ReadableStream
+            ? ({ duplex: "half" } as RequestInit)
+            : {}),
           ...(options.signal !== undefined ? { signal: options.signal } : {})
         })
       } catch (cause) {

@@ -3,9 +3,11 @@
  * sandbox's commands (exec, whole or streamed), files, processes, terminal, lifecycle and
  * settings.
  */
+import { tarFolder, untarInto } from "./Archive.ts"
 import { Contexts } from "./Contexts.ts"
 import { waitThrough } from "./Events.ts"
 import {
+  chunks,
   DEFAULT_WAIT_MS,
   type Http,
   idempotency,
@@ -18,6 +20,7 @@ import {
 } from "./Http.ts"
 import { type OutputChunk, outputOf, Processes } from "./Processes.ts"
 import { followLogs, type LogsOptions, logsText, metricSamples, type MetricsOptions } from "./SandboxTelemetry.ts"
+import { SseParser } from "./Sse.ts"
 import type { Templates } from "./Templates.ts"
 import { openTerminal, type Terminal, type TerminalOptions } from "./Terminal.ts"
 import type * as T from "./Types.ts"
@@ -195,7 +198,7 @@ export class Sandbox {
 
   /** The sandbox's files (paths are absolute, inside the sandbox). */
   readonly files = {
-    /** Writes a file (replacing it once every byte arrived); up to 100 MiB. */
+    /** Writes a file (replacing it once every byte arrived), streamed: the sandbox's disk bounds it. */
     write: async (path: string, data: string | Uint8Array | ArrayBuffer | Blob): Promise<void> => {
       await this.#http.request("PUT", this.#path("/files"), {
         query: { path },
@@ -237,6 +240,69 @@ export class Sandbox {
         query: { path, recursive: options.recursive === true ? "true" : "false" }
       })
       await response.body?.cancel()
+    },
+    /**
+     * Uploads a local folder (a path: Node only) or a tar stream (`.tar`, or `.tar.gz` with
+     * `{ gzip: true }`) to `remotePath`, extracted there (made with its parents; merged into an
+     * existing folder). Streamed: nothing is held whole. Hostile entries are a SvcError `invalid_request`.
+     */
+    upload: async (
+      source: string | ReadableStream<Uint8Array> | Uint8Array,
+      remotePath: string,
+      options: { readonly gzip?: boolean } = {}
+    ): Promise<void> => {
+      const body = typeof source === "string" ? await tarFolder(source) : source
+      const response = await this.#http.request("PUT", this.#path("/files/archive"), {
+        query: { path: remotePath },
+        body: body as RequestBody,
+        headers: { "content-type": options.gzip === true ? "application/gzip" : "application/x-tar" }
+      })
+      await response.body?.cancel()
+    },
+    /**
+     * Downloads the folder at `remotePath`: extracted into the local folder `localPath` (Node
+     * only; resolves to the number of entries), or without it the tar stream itself
+     * (`{ gzip: true }`: a tar.gz).
+     */
+    download: (async (remotePath: string, localPath?: string, options: { readonly gzip?: boolean } = {}) => {
+      const response = await this.#http.request("GET", this.#path("/files/archive"), {
+        query: { path: remotePath, format: options.gzip === true && localPath === undefined ? "tar.gz" : "tar" }
+      })
+      if (localPath === undefined) return response.body ?? new ReadableStream<Uint8Array>()
+      return untarInto(chunks(response), localPath)
+    }) as {
+      (remotePath: string, localPath: string): Promise<number>
+      (remotePath: string, localPath?: undefined, options?: { readonly gzip?: boolean }): Promise<
+        ReadableStream<Uint8Array>
+      >
+    },
+    /**
+     * The changes under `path` (in every folder below it unless `recursive: false`) as they
+     * happen; ends with the watch (`overflow` last when this reader fell behind, or the sandbox
+     * stopped). Leaving the loop, or `signal`, closes it.
+     */
+    watch: (
+      path: string,
+      options: { readonly recursive?: boolean; readonly signal?: AbortSignal } = {}
+    ): AsyncIterable<T.FileWatchEvent> => {
+      const http = this.#http
+      const url = this.#path("/files/watch")
+      return {
+        async *[Symbol.asyncIterator]() {
+          const response = await http.request("GET", url, {
+            query: { path, recursive: options.recursive === false ? "false" : "true" },
+            headers: { accept: "text/event-stream" },
+            signal: options.signal
+          })
+          const parser = new SseParser()
+          const decoder = new TextDecoder()
+          for await (const chunk of chunks(response)) {
+            for (const message of parser.push(decoder.decode(chunk, { stream: true }))) {
+              yield JSON.parse(message.data) as T.FileWatchEvent
+            }
+          }
+        }
+      }
     }
   }
 

@@ -48,6 +48,14 @@ export type MetricSample = typeof MetricSampleSchema.Encoded
 export type FileEntry = typeof FileEntrySchema.Encoded
 export type FileListing = typeof FileListingSchema.Encoded
 export type FileInfo = typeof FileInfoSchema.Encoded
+
+/** One change of `sandbox.files.watch` (`from`: a move's old path). */
+export interface FileWatchEvent {
+  readonly type: "create" | "modify" | "delete" | "move" | "overflow"
+  readonly path: string
+  readonly is_dir: boolean
+  readonly from?: string
+}
 export type PreviewToken = typeof PreviewTokenSchema.Encoded
 /** A background process of a sandbox (`pid`, `cmd`, `state`, `exit_code`, `reason`...). */
 export type SandboxProcess = typeof SandboxProcessSchema.Encoded

@@ -41,7 +41,7 @@ class Surface(unittest.TestCase):
         ]
         for name in ("sandboxes", "templates", "volumes", "apps", "secrets", "webhooks", "keys", "org", "audit", "billing", "workers"):
             pairs.append((getattr(svc, name), getattr(asynchronous, name)))
-        iterators = {"events", "exec_stream", "output", "follow_logs"}
+        iterators = {"events", "exec_stream", "output", "follow_logs", "watch"}
         for sync, other in pairs:
             missing = public(sync) - public(other) - {"close"}
             self.assertEqual(missing, set(), f"{type(other).__name__} lacks {missing}")
@@ -93,6 +93,28 @@ class Async(unittest.IsolatedAsyncioTestCase):
                 await sbx.files.write("/tmp/async.txt", "from asyncio")
                 self.assertEqual(await sbx.files.read_text("/tmp/async.txt"), "from asyncio")
                 self.assertIn("async.txt", [e["name"] for e in await sbx.files.list("/tmp")])
+
+                # Folders up and down, and a watch, as coroutines and an async iterator.
+                import tempfile
+
+                with tempfile.TemporaryDirectory() as local, tempfile.TemporaryDirectory() as back:
+                    with open(f"{local}/a.txt", "w") as f:
+                        f.write("async folder")
+                    await sbx.files.upload(local, "/tmp/aup")
+                    # The folder itself ("./") and its file.
+                    self.assertEqual(await sbx.files.download("/tmp/aup", back), 2)
+                    with open(f"{back}/a.txt") as f:
+                        self.assertEqual(f.read(), "async folder")
+
+                async def first_change() -> str:
+                    async for event in sbx.files.watch("/tmp/aup"):
+                        return event["path"]
+                    return ""
+
+                watching = asyncio.ensure_future(first_change())
+                await asyncio.sleep(1.5)
+                await sbx.exec(["touch", "/tmp/aup/b.txt"])
+                self.assertEqual(await asyncio.wait_for(watching, 30), "/tmp/aup/b.txt")
 
                 process = await sbx.processes.start("echo bg; exit 5")
                 self.assertIsInstance(process, AsyncProcess)

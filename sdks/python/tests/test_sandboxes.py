@@ -14,6 +14,7 @@ from typing import List
 from support import client, unique
 
 from svc import OutputChunk, Process, Sandbox, Svc, SvcError
+from svc.types import FileWatchEvent
 
 
 class Sandboxes(unittest.TestCase):
@@ -136,6 +137,56 @@ class Sandboxes(unittest.TestCase):
         with self.assertRaises(SvcError) as kernel:
             self.sbx.files.stat("/proc/1/environ")
         self.assertEqual((kernel.exception.status, kernel.exception.code), (400, "invalid_request"))
+
+    def test_files_upload_download_watch(self) -> None:
+        import io
+        import os
+        import tarfile
+        import tempfile
+        import threading
+
+        with tempfile.TemporaryDirectory() as local, tempfile.TemporaryDirectory() as back:
+            os.makedirs(os.path.join(local, "src", "deep"))
+            with open(os.path.join(local, "src", "deep", "main.py"), "w") as text:
+                text.write("print('hi')\n")
+            with open(os.path.join(local, "data.bin"), "wb") as binary:
+                binary.write(b"\x03" * 300_000)
+            os.symlink("src/deep/main.py", os.path.join(local, "main"))
+            self.sbx.files.upload(local, "/tmp/pyup")
+            self.assertEqual(self.sbx.files.read_text("/tmp/pyup/src/deep/main.py"), "print('hi')\n")
+            self.assertEqual(self.sbx.files.stat("/tmp/pyup/main")["target"], "src/deep/main.py")
+            count = self.sbx.files.download("/tmp/pyup", back)
+            self.assertGreaterEqual(count, 5)
+            with open(os.path.join(back, "data.bin"), "rb") as copy:
+                self.assertEqual(len(copy.read()), 300_000)
+            self.assertEqual(os.readlink(os.path.join(back, "main")), "src/deep/main.py")
+        # A hostile tar: 400, nothing written.
+        hostile = io.BytesIO()
+        with tarfile.open(fileobj=hostile, mode="w") as archive:
+            info = tarfile.TarInfo("../evil")
+            archive.addfile(info, io.BytesIO(b""))
+        hostile.seek(0)
+        with self.assertRaises(SvcError) as refused:
+            self.sbx.files.upload(hostile, "/tmp/pyhostile")
+        self.assertEqual((refused.exception.status, refused.exception.code), (400, "invalid_request"))
+        # watch: an event for a file made after the watch began.
+        events = self.sbx.files.watch("/tmp/pyup")
+        first: List[FileWatchEvent] = []
+        def read() -> None:
+            for event in events:
+                first.append(event)
+                if event["path"] == "/tmp/pyup/new.txt":
+                    return
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        time.sleep(1.5)
+        self.sbx.files.write("/tmp/pyup/new.txt", "x")
+        reader.join(30)
+        events.close()
+        # A write lands under a temp name and is renamed: the file appears by a move.
+        self.assertEqual(first[-1]["path"], "/tmp/pyup/new.txt")
+        self.assertIn(first[-1]["type"], ("create", "move"))
 
     def test_processes(self) -> None:
         sleeper = self.sbx.processes.start("echo started; echo warn >&2; exec sleep 300")

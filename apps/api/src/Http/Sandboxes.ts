@@ -18,7 +18,6 @@ import { Billing } from "@svc/billing/Billing"
 import type * as Rows from "@svc/db/Rows"
 import { Api } from "@svc/domain/Api"
 import { CurrentPrincipal } from "@svc/domain/Api/Auth"
-import { MAX_UPLOAD_BYTES } from "@svc/domain/Api/Sandboxes"
 import * as Errors from "@svc/domain/Errors"
 import type { OrgId, SandboxId } from "@svc/domain/Ids"
 import type { ExecResult } from "@svc/domain/Sandbox"
@@ -50,6 +49,16 @@ const closeWhenIdle = (request: HttpServerRequest.HttpServerRequest, idle: Durat
     Duration.toMillis(idle),
     Effect.logInfo("api: file transfer idle, connection closed", { url: request.url, idleMs: Duration.toMillis(idle) })
   )
+
+/** An archive upload's format by its `Content-Type` (no type, or raw bytes: a tar). */
+const archiveFormatOf = (header: string | undefined): "tar" | "tar.gz" | undefined => {
+  const type = (header ?? "").split(";")[0]!.trim().toLowerCase()
+  if (type === "application/gzip" || type === "application/x-gzip" || type === "application/x-tar+gzip") {
+    return "tar.gz"
+  }
+  if (type === "" || type === "application/x-tar" || type === "application/octet-stream") return "tar"
+  return undefined
+}
 
 export const SandboxesGroup = HttpApiBuilder.group(
   Api,
@@ -209,12 +218,39 @@ export const SandboxesGroup = HttpApiBuilder.group(
       .handle("writeFile", ({ params, query, request }) =>
         Effect.gen(function*() {
           const orgId = yield* target(params.id)
-          const declared = request.headers["content-length"]
-          if (declared !== undefined && Number(declared) > MAX_UPLOAD_BYTES) {
-            return yield* new Errors.PayloadTooLarge({ error: `Uploads are limited to ${MAX_UPLOAD_BYTES} bytes` })
+          yield* transferSlot(orgId, request)
+          // Streamed to the sandbox's disk: `disk_gb` is the only bound (507 past it).
+          yield* sandboxes.writeFile(orgId, params.id, query.path, request.stream, Number.MAX_SAFE_INTEGER, {
+            ...(query.mode !== undefined ? { mode: query.mode } : {}),
+            ...(query.parents !== undefined ? { parents: query.parents } : {})
+          })
+        }))
+      .handle("readArchive", ({ params, query, request }) =>
+        Effect.gen(function*() {
+          const orgId = yield* target(params.id)
+          yield* transferSlot(orgId, request)
+          const format = query.format ?? "tar"
+          const stream = yield* sandboxes.readArchive(orgId, params.id, query.path, format)
+          return HttpServerResponse.stream(stream, {
+            contentType: format === "tar.gz" ? "application/gzip" : "application/x-tar"
+          })
+        }))
+      .handle("fileWatch", ({ params, query }) =>
+        Effect.gen(function*() {
+          const orgId = yield* target(params.id)
+          return Sse.response(yield* sandboxes.watch(orgId, params.id, query.path, query.recursive !== "false"))
+        }))
+      .handle("writeArchive", ({ params, query, request }) =>
+        Effect.gen(function*() {
+          const orgId = yield* target(params.id)
+          const format = archiveFormatOf(request.headers["content-type"])
+          if (format === undefined) {
+            return yield* new Errors.UnsupportedMediaType({
+              error: "Send the archive as application/x-tar or application/gzip (a tar.gz)"
+            })
           }
           yield* transferSlot(orgId, request)
-          yield* sandboxes.writeFile(orgId, params.id, query.path, request.stream, MAX_UPLOAD_BYTES)
+          yield* sandboxes.writeArchive(orgId, params.id, query.path, request.stream, format)
         }))
       // File management (docs/contract.md#files): one short call to the host each, no transfer slot.
       .handle("fileStat", ({ params, query }) =>

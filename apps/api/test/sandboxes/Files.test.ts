@@ -24,7 +24,7 @@ const put = (id: string, path: string, body: string | Uint8Array) =>
   })
 
 layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("sandbox files and exec at their edges", (it) => {
-  it.effect("a write the sandbox's kernel refuses is 422 file_refused naming the errno; a file over 100 MiB is 413; the sandbox is unharmed", () =>
+  it.effect("a write the sandbox's kernel refuses is 422 file_refused naming the errno; a file over 100 MiB streams; the sandbox is unharmed", () =>
     Effect.gen(function*() {
       const s = yield* create({ region: "local", ram_mb: 128 })
       yield* waitState(s.id, "running")
@@ -45,17 +45,18 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("sandbox files 
         expect(res.json.error).toContain(errno)
       }
 
-      // A file over 100 MiB is 413 before a byte of it is sent; one at the limit is sent whole.
-      yield* exec(s.id, "truncate -s 104857601 /srv/over.bin && truncate -s 104857600 /srv/limit.bin")
-      expectError(yield* api("GET", `/v1/sandboxes/${s.id}/files?path=/srv/over.bin`), 413, "payload_too_large")
-      const limit = yield* api("GET", `/v1/sandboxes/${s.id}/files?path=/srv/limit.bin`)
-      expect(limit.status).toBe(200)
-      expect(limit.headers.get("content-length")).toBe("104857600")
-      expect(limit.bytes.length).toBe(104857600)
+      // Downloads stream with no bound of their own: a file past the old 100 MiB cap is sent whole.
+      yield* exec(s.id, "truncate -s 104857601 /srv/over.bin")
+      const over = yield* api("GET", `/v1/sandboxes/${s.id}/files?path=/srv/over.bin`)
+      expect(over.status).toBe(200)
+      expect(over.headers.get("content-length")).toBe("104857601")
+      expect(over.bytes.length).toBe(104857601)
 
       // Nothing was planted; /dev/full and /dev/null are still the devices they were, modes untouched.
       const check = yield* exec(s.id, "ls -a /dev/.svc; stat -c '%F %a' /dev/full /dev/null")
-      expect(check.stdout).toBe(".\n..\nbusybox\nsvc-init\ncharacter special file 666\ncharacter special file 666\n")
+      expect(check.stdout).toBe(
+        ".\n..\nbusybox\nsvc-init\nsvc-watch\ncharacter special file 666\ncharacter special file 666\n"
+      )
       // A device written in place keeps its mode.
       expect((yield* put(s.id, "/dev/null", "discarded")).status).toBe(204)
       expect((yield* exec(s.id, "stat -c '%F %a' /dev/null")).stdout).toBe("character special file 666\n")
@@ -102,13 +103,14 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("sandbox files 
       expectError(yield* put(s.id, "/srv/data/", eightMiB), 400, "invalid_request")
       expect((yield* exec(s.id, "ls -A /srv/data")).stdout).toBe("kept.txt\n")
 
-      // A body without a declared length that runs past 100 MiB: 413 once it does, nothing kept.
-      const overLimit = yield* Effect.callback<{ status: number; body: string }>((resume) => {
+      // A body without a declared length that runs past the old 100 MiB cap: streamed to the
+      // sandbox's disk whole (its disk is the only bound).
+      const pastOldCap = yield* Effect.callback<{ status: number; body: string }>((resume) => {
         const req = Http.request({
           host: url.hostname,
           port: Number(url.port),
           method: "PUT",
-          path: `/v1/sandboxes/${s.id}/files?path=/srv/data/kept.txt`,
+          path: `/v1/sandboxes/${s.id}/files?path=/srv/big.bin`,
           headers: { authorization: `Bearer ${env.org.token}`, "transfer-encoding": "chunked" }
         }, (res) => {
           let body = ""
@@ -127,17 +129,8 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("sandbox files 
         }
         write()
       })
-      expect(overLimit.status, overLimit.body).toBe(413)
-      expect(JSON.parse(overLimit.body).code).toBe("payload_too_large")
-      yield* Effect.gen(function*() {
-        for (
-          let attempt = 0;
-          attempt < 50 && (yield* exec(s.id, "ls -A /srv/data")).stdout !== "kept.txt\n";
-          attempt++
-        ) {
-          yield* Effect.sleep("100 millis")
-        }
-      })
+      expect(pastOldCap.status, pastOldCap.body).toBe(204)
+      expect((yield* exec(s.id, "stat -c %s /srv/big.bin && rm /srv/big.bin")).stdout).toBe(`${101 * 1024 * 1024}\n`)
       expect((yield* exec(s.id, "ls -A /srv/data")).stdout).toBe("kept.txt\n")
       expect((yield* api("GET", `/v1/sandboxes/${s.id}/files?path=/srv/data/kept.txt`)).text).toBe("the old content")
 

@@ -1,5 +1,5 @@
 /**
- * `svc sandbox create|list|get|exec|stop|start|delete|files read|write|ls|stat|mkdir|mv|rm|stats|expose|network|
+ * `svc sandbox create|list|get|exec|stop|start|delete|files read|write|ls|stat|mkdir|mv|rm|push|pull|watch|stats|expose|network|
  * secrets bind|snapshot|timeout` (and `spawn|ps|logs|kill|wait|stdin|terminal`, `Processes.ts`; `logs` without a pid
  * and `metrics`, `SandboxTelemetry.ts`): a
  * client of the /v1 API for users.
@@ -23,6 +23,7 @@
  *   svc sandbox create --idle-timeout-s 600 --auto-resume ; svc sandbox timeout sbx_... --timeout-s 3600
  *   echo hi | svc sandbox files write sbx_... /root/hi.txt ; svc sandbox files read sbx_... /root/hi.txt
  *   svc sandbox files mkdir sbx_... /srv/out ; svc sandbox files mv sbx_... /srv/a /srv/b ; svc sandbox files rm -r sbx_... /srv/out
+ *   svc sandbox files push sbx_... ./src /srv/app ; svc sandbox files pull sbx_... /srv/app/dist ./dist ; svc sandbox files watch sbx_... /srv/app
  */
 import type { CreateSandboxParams, SandboxState } from "@svc/sdk"
 import { Console, Effect, Option } from "effect"
@@ -371,9 +372,74 @@ const filesRemove = Command.make(
   })
 ).pipe(Command.withDescription("Remove an entry (a symlink, not its target)"))
 
+const filesPush = Command.make(
+  "push",
+  {
+    sandboxId,
+    local: Argument.String("local-folder").pipe(Argument.withDescription("A folder on this machine")),
+    remote: Argument.String("remote").pipe(Argument.withDescription("Where it lands in the sandbox (absolute)"))
+  },
+  Effect.fn(function*(o) {
+    yield* call(async (svc) => (await svc.sandboxes.get(o.sandboxId)).files.upload(o.local, o.remote))
+    yield* Console.error(`${o.local} -> ${o.remote}`)
+  })
+).pipe(
+  Command.withDescription("Upload a local folder into the sandbox (streamed as a tar; merged into a folder there)")
+)
+
+const filesPull = Command.make(
+  "pull",
+  {
+    sandboxId,
+    remote: Argument.String("remote").pipe(Argument.withDescription("A folder in the sandbox (absolute)")),
+    local: Argument.String("local-folder").pipe(Argument.withDescription("Where it lands on this machine"))
+  },
+  Effect.fn(function*(o) {
+    const count = yield* call(async (svc) => (await svc.sandboxes.get(o.sandboxId)).files.download(o.remote, o.local))
+    yield* Console.error(`${o.remote} -> ${o.local} (${count} entries)`)
+  })
+).pipe(Command.withDescription("Download a folder of the sandbox to a local folder (streamed as a tar)"))
+
+const filesWatch = Command.make(
+  "watch",
+  {
+    sandboxId,
+    path: pathArg,
+    noRecursive: Flag.Boolean("no-recursive").pipe(
+      Flag.withDescription("Only the folder itself, not the folders below it"),
+      Flag.withDefault(false)
+    ),
+    json
+  },
+  Effect.fn(function*(o) {
+    yield* call(async (svc) => {
+      const sandbox = await svc.sandboxes.get(o.sandboxId)
+      for await (const event of sandbox.files.watch(o.path, { recursive: !o.noRecursive })) {
+        const line = o.json
+          ? JSON.stringify(event)
+          : `${event.type.padEnd(8)} ${event.path}${event.is_dir ? "/" : ""}${
+            event.from !== undefined ? ` (from ${event.from})` : ""
+          }`
+        process.stdout.write(`${line}\n`)
+      }
+    })
+  })
+).pipe(Command.withDescription("Print the changes under a folder as they happen, until the sandbox stops or Ctrl-C"))
+
 const files = Command.make("files").pipe(
-  Command.withDescription("A sandbox's files: read, write, ls, stat, mkdir, mv, rm"),
-  Command.withSubcommands([filesRead, filesWrite, filesList, filesStat, filesMkdir, filesMove, filesRemove])
+  Command.withDescription("A sandbox's files: read, write, ls, stat, mkdir, mv, rm, push, pull, watch"),
+  Command.withSubcommands([
+    filesRead,
+    filesWrite,
+    filesList,
+    filesStat,
+    filesMkdir,
+    filesMove,
+    filesRemove,
+    filesPush,
+    filesPull,
+    filesWatch
+  ])
 )
 
 const stats = Command.make(

@@ -12,6 +12,7 @@ import {
   FileRefused,
   IdempotencyKeyReused,
   InsufficientScope,
+  InsufficientStorage,
   InvalidRequest,
   NoCapacity,
   NotFound,
@@ -20,6 +21,7 @@ import {
   RateLimited,
   SandboxOutOfScope,
   Unavailable,
+  UnsupportedMediaType,
   UsageLimitReached
 } from "../Errors.ts"
 import { SandboxId } from "../Ids.ts"
@@ -39,7 +41,10 @@ import { Bounded, TimestampText } from "../Text.ts"
 import { Access } from "./Auth.ts"
 import { ProcessEvents } from "./Processes.ts"
 
-/** Uploads through PUT /v1/sandboxes/{id}/files are limited to this many bytes. */
+/**
+ * What GET /v1/sandboxes/{id}/files reads of a file held whole by a caller that asks for a
+ * bound (uploads and downloads stream: the sandbox's disk is their only bound).
+ */
 export const MAX_UPLOAD_BYTES = 100 * 1024 * 1024
 
 export class CreateSandboxBody
@@ -122,6 +127,85 @@ export const RemoveQuery = Schema.Struct({
 })
 
 const fileOpErrors = [InvalidRequest, NotFound, Conflict, FileRefused, SandboxOutOfScope, Unavailable] as const
+
+// ---------------------------------------------------------------------------------------------
+// Uploads and archives (docs/contract.md#files): streamed, bounded by the sandbox's disk only
+
+/** PUT .../files: `mode` (octal, default "0644"), `parents` (default true; false: a missing folder is 404). */
+export const WriteFileQuery = Schema.Struct({
+  path: SandboxFilePath,
+  mode: Schema.optionalKey(OctalMode),
+  parents: Schema.optionalKey(Schema.Literals(["true", "false"]))
+})
+
+export const ArchiveQuery = Schema.Struct({
+  path: SandboxFilePath,
+  /** GET only: `tar` (default) or `tar.gz`. */
+  format: Schema.optionalKey(Schema.Literals(["tar", "tar.gz"]))
+})
+
+const transferErrors = [
+  InvalidRequest,
+  NotFound,
+  Conflict,
+  PayloadTooLarge,
+  FileRefused,
+  InsufficientStorage,
+  SandboxOutOfScope,
+  RateLimited,
+  Unavailable
+] as const
+
+/** One change under a watched folder; `data` is `{"type", "path", "is_dir", "from"?}` as JSON. */
+export const FileWatchEvent = Schema.Struct({
+  id: Schema.optional(Bounded(64)),
+  event: Schema.Literals(["create", "modify", "delete", "move", "overflow"]),
+  data: Bounded(16 * 1024)
+})
+
+export const WatchQuery = Schema.Struct({
+  path: SandboxFilePath,
+  recursive: Schema.optionalKey(Schema.Literals(["true", "false"]))
+})
+
+const archiveEndpoints = [
+  HttpApiEndpoint.get("fileWatch", "/v1/sandboxes/:id/files/watch", {
+    params,
+    query: WatchQuery,
+    success: HttpApiSchema.StreamSse({ events: FileWatchEvent }),
+    error: fileOpErrors
+  }).annotateMerge(OpenApi.annotations({
+    description: "Server-sent events of the changes under `path` (`recursive` default true) from once the watch " +
+      "is in place: `create`, `modify`, `delete`, `move` (`from`: the old path), each `{type, path, is_dir}`; " +
+      "coalesced (a modify right after a change of the same path is left out). A watcher inside the sandbox " +
+      "(its own inotify instance) does the watching. A client that falls 1,024 events behind gets a last " +
+      "`overflow` and the stream ends; it also ends when `path` goes or the sandbox stops. At most 16 watchers " +
+      "per sandbox (503 past that)."
+  })),
+  HttpApiEndpoint.get("readArchive", "/v1/sandboxes/:id/files/archive", {
+    params,
+    query: ArchiveQuery,
+    success: HttpApiSchema.StreamUint8Array({ contentType: "application/x-tar" }),
+    error: transferErrors
+  }).annotateMerge(OpenApi.annotations({
+    description: "The folder at `path` as a tar (`format=tar`, `application/x-tar`, the default) or tar.gz " +
+      "(`format=tar.gz`, `application/gzip`), streamed: links are stored as links, `/proc` and `/sys` are left " +
+      "out of `/`. 404 if absent, 400 for a file. Bounded as every transfer (503, 429 `rate_limited`, idle close)."
+  })),
+  HttpApiEndpoint.put("writeArchive", "/v1/sandboxes/:id/files/archive", {
+    params,
+    query: ArchiveQuery,
+    success: HttpApiSchema.NoContent,
+    error: [...transferErrors, UnsupportedMediaType]
+  }).annotateMerge(OpenApi.annotations({
+    description: "Extracts the body, a tar (`Content-Type: application/x-tar`, or `application/octet-stream`) or " +
+      "tar.gz (`application/gzip`, `application/x-gzip`), under `path` (made with its parents; entries merge " +
+      "into an existing folder, replacing files): 204 once every entry is written. An entry that would land " +
+      "outside `path` (`..`, an absolute name, through a symlink of the archive or of the folder, a hard link " +
+      "out), a device node, a stream that is not a tar or a cut one (gzip included): 400, nothing written. A " +
+      "full disk: 507 `insufficient_storage`, nothing written. Other content types: 415."
+  }))
+] as const
 
 const fileOpEndpoints = [
   HttpApiEndpoint.get("fileStat", "/v1/sandboxes/:id/files/stat", {
@@ -283,49 +367,34 @@ export class SandboxesApi extends HttpApiGroup.make("sandboxes")
       params,
       query: FilesQuery,
       success: [HttpApiSchema.StreamUint8Array({ contentType: "application/octet-stream" }), FileListing],
-      error: [
-        InvalidRequest,
-        NotFound,
-        Conflict,
-        PayloadTooLarge,
-        FileRefused,
-        SandboxOutOfScope,
-        RateLimited,
-        Unavailable
-      ]
+      error: transferErrors
     }).annotateMerge(OpenApi.annotations({
       description:
         "A file's bytes (`application/octet-stream`, streamed), or for a folder `{entries: [{name, type, size, mtime}]}`. " +
         "Paths resolve inside the sandbox's root only; paths under /proc and /sys are 400 (links to them included). " +
-        "A file over 100 MiB is 413; a read the sandbox's kernel refuses is 422 `file_refused` with `errno`. " +
+        "Files of any size stream (the sandbox's disk bounds them); a read the sandbox's kernel refuses is 422 `file_refused` with `errno`. " +
         "Transfers beyond the API's or the host's bound wait, then 503; beyond the org's own share they are 429 " +
         "`rate_limited` at once. A transfer that moves no byte for `SVC_API_TRANSFER_IDLE_TIMEOUT` (60 s) has its " +
         "connection closed."
     })),
     HttpApiEndpoint.put("writeFile", "/v1/sandboxes/:id/files", {
       params,
-      query: FilesQuery,
+      query: WriteFileQuery,
       success: HttpApiSchema.NoContent,
-      error: [
-        InvalidRequest,
-        NotFound,
-        Conflict,
-        PayloadTooLarge,
-        FileRefused,
-        SandboxOutOfScope,
-        RateLimited,
-        Unavailable
-      ]
+      error: transferErrors
     }).annotateMerge(OpenApi.annotations({
-      description: "The request body (any content type, raw bytes, up to 100 MiB, streamed) becomes the file at " +
-        "`path`, replacing it once every byte arrived (a cut upload leaves the old file). A device is written in " +
-        "place; paths under /proc and /sys are 400. A write the sandbox's kernel refuses (a full disk, a read-only " +
-        "file system, /dev/full) is 422 `file_refused` with `errno` (`ENOSPC`, `EROFS`, `EIO`, `EACCES`, `EPERM`...). " +
+      description: "The request body (any content type, raw bytes, streamed to the sandbox's disk: its `disk_gb` " +
+        "is the only bound) becomes the file at `path` with `mode` (default 0644), replacing it once every byte " +
+        "arrived (a cut upload leaves the old file). Missing folders are made unless `parents=false` (then 404). " +
+        "A full disk is 507 `insufficient_storage`, nothing of the upload left. A device is written in " +
+        "place; paths under /proc and /sys are 400. A write the sandbox's kernel refuses otherwise (a read-only " +
+        "file system, /dev/full) is 422 `file_refused` with `errno` (`EROFS`, `EIO`, `EACCES`, `EPERM`...). " +
         "204. Bounded as a download: 503 beyond the API's or the host's transfers, 429 `rate_limited` beyond the " +
         "org's share, the connection closed after `SVC_API_TRANSFER_IDLE_TIMEOUT` (60 s) without a byte."
     }))
   )
   .add(...fileOpEndpoints)
+  .add(...archiveEndpoints)
   .annotateMerge(Access.resource("sandboxes"))
   .annotateMerge(OpenApi.annotations({ title: "Sandboxes" }))
 {}

@@ -14,6 +14,7 @@ import { SecretBox } from "@svc/crypto/SecretBox"
 import { Effect, Layer } from "effect"
 import { SandboxDriver, SandboxStats } from "../Driver.ts"
 import { makeAdopt } from "./Adopt.ts"
+import { makeArchives } from "./Archives.ts"
 import { DriverConfig } from "./Config.ts"
 import * as Disk from "./Disk.ts"
 import { makeEnded } from "./Ended.ts"
@@ -28,6 +29,7 @@ import { makeProcesses } from "./Processes.ts"
 import { makePty } from "./Pty.ts"
 import { makeRuns } from "./Run.ts"
 import { sandboxPaths } from "./State.ts"
+import { makeWatches } from "./Watches.ts"
 
 export class BubblewrapDriver {
   /**
@@ -45,6 +47,8 @@ export class BubblewrapDriver {
       const { adopt } = makeAdopt(host, lifecycle)
       const { exec, runInside, spawnInside } = makeExec(host)
       const files = makeFiles(host, { runInside, spawnInside })
+      const archives = makeArchives(host, { runInside, spawnInside })
+      const watches = makeWatches(host, { spawnInside })
 
       const stats = Effect.fn("SandboxDriver.stats")(function*(sandboxId: string) {
         const entry = yield* host.lookupRunning(sandboxId)
@@ -114,6 +118,9 @@ export class BubblewrapDriver {
         makeDir: files.makeDir,
         move: files.move,
         remove: files.remove,
+        readArchive: archives.readArchive,
+        writeArchive: archives.writeArchive,
+        watch: watches.watch,
         stats,
         portAddress,
         list: lifecycle.list,

@@ -111,6 +111,8 @@ export interface ConfinementFiles {
    * ptrace it or reach its descriptors; copied into the helper folder (`Host.ts`).
    */
   readonly init: string
+  /** The `svc-watch` binary (static): a folder's watcher run inside the sandbox; copied beside `init`. */
+  readonly watch: string
 }
 
 /**
@@ -132,5 +134,6 @@ export const prepare = async (dir: string): Promise<ConfinementFiles> => {
   const enter = await Native.build(dir, "svc-enter")
   const spawner = await Native.build(dir, "svc-spawner")
   const init = await Native.build(dir, "svc-init", undefined, ["-static"])
-  return { seccomp, start, enter, spawner, init }
+  const watch = await Native.build(dir, "svc-watch", undefined, ["-static"])
+  return { seccomp, start, enter, spawner, init, watch }
 }

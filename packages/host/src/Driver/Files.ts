@@ -80,6 +80,9 @@ while [ ! -e "$a" ]; do a=\${a%/*}; [ -z "$a" ] && a=/; done
 case "$("$B" stat -f -c %T -- "$a")" in proc|sysfs) exit 10;; esac
 `
 
+/** GUARD for the scripts of other modules (`Archives.ts`, `Watches.ts`): sets `r` from `$1`. */
+export const GUARD_SCRIPT = GUARD
+
 /**
  * Prints the file's size and a newline, then its bytes: exactly that many (a file that grows
  * meanwhile is cut there), or for files that report no size up to one byte more than
@@ -100,7 +103,8 @@ if [ "$s" -gt 0 ]; then n=$s; else n=$(($2 + 1)); fi
 `
 
 /**
- * Receives an upload on stdin. /proc and /sys are refused (GUARD). A device or fifo is written
+ * Receives an upload on stdin (args: path, temp name, parents 1/0: make missing folders, else
+ * exit 3). /proc and /sys are refused (GUARD). A device or fifo is written
  * in place (and announced with a lone NUL). Anything else goes to `$2`, a fresh name in the
  * folder of the resolved target, announced as "<target>\\0<temp>\\0" before the first byte is read; the
  * commit script renames it over the target once the driver saw every byte through.
@@ -115,6 +119,7 @@ d=\${p%/*}
 [ -d "$p" ] && exit 4
 if [ ! -d "$d" ]; then
   [ -e "$d" ] && exit 7
+  [ "$3" = 1 ] || exit 3
   "$B" mkdir -p -- "$d" || exit 8
 fi
 if [ -e "$p" ] && [ ! -f "$p" ]; then
@@ -342,8 +347,8 @@ const parseStatLine = (line: string): { type: EntryType; size: number; mtime: st
 
 const checkPath = (path: unknown) => decodeInput(SandboxPath, path)
 
-const clampMax = (maxBytes: number | undefined) =>
-  Math.min(Math.max(0, Math.floor(maxBytes ?? MAX_FILE_BYTES)), MAX_FILE_BYTES)
+/** A stream's own bound: 100 MiB unless the caller names another (the data plane: none). */
+const clampMax = (maxBytes: number | undefined) => Math.max(0, Math.floor(maxBytes ?? MAX_FILE_BYTES))
 
 export const makeFiles = (host: DriverHost, exec: Pick<Exec, "runInside" | "spawnInside">) => {
   const errorsFor = (entry: RunningSandbox, path: string) => {
@@ -458,7 +463,10 @@ export const makeFiles = (host: DriverHost, exec: Pick<Exec, "runInside" | "spaw
 
   const readFile = (sandboxId: string, path: string, options?: { readonly maxBytes?: number }) =>
     Effect.scoped(Effect.gen(function*() {
-      const content = yield* readFileStream(sandboxId, path, options)
+      // Held whole: never past 100 MiB, whatever the caller asks.
+      const content = yield* readFileStream(sandboxId, path, {
+        maxBytes: Math.min(options?.maxBytes ?? MAX_FILE_BYTES, MAX_FILE_BYTES)
+      })
       const chunks = yield* Stream.runCollect(content.stream)
       return new Uint8Array(Buffer.concat(chunks))
     })).pipe(Effect.withSpan("SandboxDriver.readFile"))
@@ -467,7 +475,7 @@ export const makeFiles = (host: DriverHost, exec: Pick<Exec, "runInside" | "spaw
     sandboxId: string,
     path: string,
     body: Stream.Stream<Uint8Array, E, R>,
-    options?: { readonly mode?: number; readonly maxBytes?: number }
+    options?: { readonly mode?: number; readonly maxBytes?: number; readonly parents?: boolean }
   ) =>
     Effect.scoped(Effect.gen(function*() {
       const checked = yield* checkPath(path)
@@ -475,7 +483,11 @@ export const makeFiles = (host: DriverHost, exec: Pick<Exec, "runInside" | "spaw
       const max = clampMax(options?.maxBytes)
       const entry = yield* host.lookupRunning(sandboxId)
       const { fileError, fromExit } = errorsFor(entry, checked)
-      const proc = yield* spawnScript(entry, RECEIVE_SCRIPT, [checked, `.svc-upload-${randomBytes(8).toString("hex")}`])
+      const proc = yield* spawnScript(entry, RECEIVE_SCRIPT, [
+        checked,
+        `.svc-upload-${randomBytes(8).toString("hex")}`,
+        options?.parents === false ? "0" : "1"
+      ])
       const refusal = Effect.flatMap(
         proc.exit,
         (exit) => Effect.fail(exit.exitCode !== 0 ? fromExit(exit) : fileError("failed", "no answer"))
@@ -504,7 +516,13 @@ export const makeFiles = (host: DriverHost, exec: Pick<Exec, "runInside" | "spaw
         if (result.overLimit) return yield* fileError("too_large", `at most ${max} bytes`)
         proc.stdin.end()
         const exit = yield* proc.exit
-        if (exit.exitCode !== 0 || exit.timedOut) return yield* fromExit(exit)
+        if (exit.exitCode !== 0 || exit.timedOut) {
+          const refusal = fromExit(exit)
+          // A full disk: the temp file goes (the finalizer), nothing is left under the name.
+          return yield* (refusal.reason === "refused" && (refusal.errno === "ENOSPC" || refusal.errno === "EDQUOT")
+            ? fileError("no_space", "the sandbox's disk is full", refusal.errno)
+            : refusal)
+        }
         if (result.readerGone) return yield* fileError("failed", "the writer stopped reading")
         const commit = yield* exec.runInside(entry, [
           HELPER,

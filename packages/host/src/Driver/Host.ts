@@ -271,13 +271,16 @@ export const makeDriverHost = (
         await Fs.chmod(temp, 0o755)
         await Fs.rename(temp, target)
       }
-      const init = NodePath.join(helperDir, NodePath.basename(INIT))
-      const built = await Fs.readFile(confinement.init)
-      if (!built.equals(await Fs.readFile(init).catch(() => Buffer.alloc(0)))) {
-        const temp = `${init}.tmp-${process.pid}`
-        await Fs.writeFile(temp, built, { mode: 0o755 })
-        await Fs.chmod(temp, 0o755)
-        await Fs.rename(temp, init)
+      // svc-init and svc-watch beside busybox (whole files: written aside, renamed).
+      for (const [name, source] of [[NodePath.basename(INIT), confinement.init], ["svc-watch", confinement.watch]]) {
+        const target = NodePath.join(helperDir, name!)
+        const built = await Fs.readFile(source!)
+        if (!built.equals(await Fs.readFile(target).catch(() => Buffer.alloc(0)))) {
+          const temp = `${target}.tmp-${process.pid}`
+          await Fs.writeFile(temp, built, { mode: 0o755 })
+          await Fs.chmod(temp, 0o755)
+          await Fs.rename(temp, target)
+        }
       }
     })
     const baseDir = yield* tryHost("init", () =>

@@ -46,7 +46,7 @@ from .processes import Process, Processes
 from .resources import Apps, Audit, Billing, Keys, OrgResource, Secrets, Templates, Volumes, Webhooks, Workers
 from .sandboxes import DEFAULT_WAIT, KEEP, Files, Sandbox, Sandboxes
 from .terminal import Terminal
-from .types import ProcessRecord, SandboxRecord, Usage, WhoAmI
+from .types import FileWatchEvent, ProcessRecord, SandboxRecord, Usage, WhoAmI
 from .webhooks import Signature, verify_webhook
 
 if TYPE_CHECKING:
@@ -219,6 +219,24 @@ class AsyncFiles:
         self.mkdir = run(files.mkdir)
         self.move = run(files.move)
         self.remove = run(files.remove)
+        self.upload = run(files.upload)
+        self.download = run(files.download)
+        self._files = files
+        self._run = run
+
+    async def watch(self, path: str, *, recursive: bool = True) -> AsyncIterator[FileWatchEvent]:
+        """`files.watch` as an async iterator: each event is read in a worker thread."""
+        events = self._files.watch(path, recursive=recursive)
+        done = object()
+        step = self._run(lambda: next(events, done))
+        try:
+            while True:
+                event = await step()
+                if event is done:
+                    return
+                yield event  # type: ignore[misc]
+        finally:
+            events.close()
 
 
 class AsyncCodeContext:

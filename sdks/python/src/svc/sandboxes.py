@@ -6,10 +6,14 @@ sandbox's commands (exec, whole or streamed), files, processes, terminal, lifecy
 from __future__ import annotations
 
 import codecs
+import os
+import tarfile
+import threading
 import time
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Callable, Dict, Generator, List, Mapping, Optional, Sequence, Type, TypedDict, TypeVar, Union
+from typing import IO, TYPE_CHECKING, Any, Callable, Dict, Generator, Iterator, List, Mapping, Optional, Sequence, Type, TypedDict, TypeVar, Union
 
+from ._sse import sse_messages
 from ._http import (
     Body,
     Http,
@@ -26,11 +30,23 @@ from ._http import (
 from .contexts import CodeContext, Contexts
 from .processes import OutputChunk, Processes, command, output_of
 from .telemetry import Since, follow_logs, logs_text, metric_samples
-from .types import ExecResult, FileEntry, FileInfo, MetricSample, PreviewToken, SandboxRecord, SandboxStats, Template
+from .types import (
+    ExecResult,
+    FileEntry,
+    FileInfo,
+    FileWatchEvent,
+    MetricSample,
+    PreviewToken,
+    SandboxRecord,
+    SandboxStats,
+    Template,
+)
 
 if TYPE_CHECKING:
     from .resources import Templates
     from .terminal import Terminal
+
+from json import loads as jsonlib_loads
 
 __all__ = ["Files", "Sandbox", "SandboxPage", "Sandboxes"]
 
@@ -140,6 +156,100 @@ class Files:
         self._sandbox._http.request(
             "DELETE", self._sandbox._path("/files"), query={"path": path, "recursive": "true" if recursive else "false"}
         )
+
+    def upload(self, source: Union[str, "os.PathLike[str]", IO[bytes]], remote_path: str, *, gzip: bool = False) -> None:
+        """
+        Uploads a local folder (a path), or a tar (`gzip=True`: a tar.gz) read from a binary file
+        object, to `remote_path`, extracted there (made with its parents; merged into an existing
+        folder). Streamed: the folder is written as a tar while it is sent, never held whole.
+        """
+        check_str(remote_path, "remote_path", absolute=True)
+        headers = {"Content-Type": "application/gzip" if gzip else "application/x-tar"}
+        timeout = max(self._sandbox._http.timeout, 3600.0)
+        if not isinstance(source, (str, os.PathLike)):
+            self._sandbox._http.request(
+                "PUT", self._sandbox._path("/files/archive"), query={"path": remote_path}, body=source,
+                headers=headers, timeout=timeout,
+            )
+            return
+        folder = os.fspath(source)
+        if not os.path.isdir(folder):
+            invalid("source", f"{folder} is not a folder")
+        read_end, write_end = os.pipe()
+        failure: List[BaseException] = []
+
+        def write() -> None:
+            try:
+                with os.fdopen(write_end, "wb") as out, tarfile.open(fileobj=out, mode="w|") as archive:
+                    for name in sorted(os.listdir(folder)):
+                        archive.add(os.path.join(folder, name), arcname=name)
+            except BaseException as error:  # noqa: BLE001 - raised below, in the caller's thread
+                failure.append(error)
+
+        writer = threading.Thread(target=write, daemon=True)
+        writer.start()
+        try:
+            with os.fdopen(read_end, "rb") as body:
+                self._sandbox._http.request(
+                    "PUT", self._sandbox._path("/files/archive"), query={"path": remote_path}, body=body,
+                    headers={**headers, "Content-Type": "application/x-tar"}, timeout=timeout,
+                )
+        finally:
+            writer.join()
+        if failure and not isinstance(failure[0], BrokenPipeError):
+            raise failure[0]
+
+    def download(self, remote_path: str, local_path: str) -> int:
+        """
+        Downloads the folder at `remote_path` into the local folder `local_path` (made), extracted
+        as it arrives; names that would land outside it are refused (SvcError `invalid_archive`).
+        Returns the number of entries.
+        """
+        check_str(remote_path, "remote_path", absolute=True)
+        os.makedirs(local_path, exist_ok=True)
+        root = os.path.realpath(local_path)
+        stream = self._sandbox._http.stream(
+            "GET", self._sandbox._path("/files/archive"), query={"path": remote_path, "format": "tar"},
+            timeout=max(self._sandbox._http.timeout, 3600.0),
+        )
+        count = 0
+        try:
+            with tarfile.open(fileobj=stream.response, mode="r|") as archive:
+                for member in archive:
+                    target = os.path.realpath(os.path.join(root, member.name))
+                    if member.name.startswith("/") or (target != root and not target.startswith(root + os.sep)):
+                        raise SvcError(0, "invalid_archive", f"the archive names {member.name!r}, outside the folder")
+                    if not (member.isfile() or member.isdir() or member.issym()):
+                        continue
+                    if member.issym():
+                        if os.path.lexists(target):
+                            os.remove(target)
+                        os.symlink(member.linkname, target)
+                    else:
+                        archive.extract(member, root, set_attrs=False)
+                    count += 1
+        finally:
+            stream.close()
+        return count
+
+    def watch(self, path: str, *, recursive: bool = True) -> Generator[FileWatchEvent, None, None]:
+        """
+        The changes under `path` as they happen (`{type, path, is_dir, from?}`), until the watch
+        ends (`overflow` last when this reader fell behind, or the sandbox stopped). Leaving the
+        loop closes it.
+        """
+        check_str(path, "path", absolute=True)
+        stream = self._sandbox._http.stream(
+            "GET", self._sandbox._path("/files/watch"),
+            query={"path": path, "recursive": "true" if recursive else "false"},
+            headers={"Accept": "text/event-stream"}, timeout=None,
+        )
+        try:
+            for message in sse_messages(stream.chunks()):
+                event: FileWatchEvent = jsonlib_loads(message.data)
+                yield event
+        finally:
+            stream.close()
 
 
 class Sandbox:

@@ -316,3 +316,12 @@ class KeyPage(_Page):
 
 class AuditPage(_Page):
     entries: List[AuditEntry]
+
+
+class FileWatchEvent(TypedDict, total=False):
+    """One change of `files.watch`: `type` create, modify, delete, move (`from`: its old path) or overflow (the last)."""
+
+    type: str
+    path: str
+    is_dir: bool
+    # `from` is a keyword in Python: read it as event["from"].
