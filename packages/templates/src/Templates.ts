@@ -8,7 +8,7 @@
  */
 import type * as Rows from "@svc/db/Rows"
 import * as Errors from "@svc/domain/Errors"
-import { BASE_TEMPLATE_ID, DEBIAN_TEMPLATE_ID, makeTemplateId, type OrgId } from "@svc/domain/Ids"
+import { BASE_TEMPLATE_ID, CODE_TEMPLATE_ID, DEBIAN_TEMPLATE_ID, makeTemplateId, type OrgId } from "@svc/domain/Ids"
 import { type ListQuery, pageInfo } from "@svc/domain/Pagination"
 import type { CreateTemplateRequest, Template, TemplatePage, TemplateStep } from "@svc/domain/Template"
 import * as Outbox from "@svc/events/Outbox"
@@ -27,7 +27,9 @@ import {
   baseName,
   COLUMNS,
   counted,
+  CODE_RECORD,
   DEBIAN_RECORD,
+  isBuiltIn,
   find as findRow,
   rows,
   toRecord,
@@ -72,7 +74,7 @@ export class Templates extends Context.Service<Templates, {
     orgId: OrgId,
     id: string
   ) => Effect.Effect<Template, Errors.NotFound | Errors.Conflict | Rows.QueryError>
-  /** `base`, `debian`, or a ready template of the org by id or name; undefined when none. */
+  /** `base`, `debian`, `code`, or a ready template of the org by id or name; undefined when none. */
   readonly resolve: (orgId: OrgId, ref: string) => Effect.Effect<ResolvedTemplate | undefined, Rows.QueryError>
   /** Applies the ends of builds (see the module's comment); run by `layer` every second. */
   readonly settle: Effect.Effect<void, Rows.QueryError>
@@ -99,6 +101,14 @@ export class Templates extends Context.Service<Templates, {
         return {
           id: DEBIAN_TEMPLATE_ID,
           root: "debian" as const,
+          env: {},
+          image: { layers: [], startCmd: null, readyCmd: null }
+        }
+      }
+      if (ref === "code" || ref === CODE_TEMPLATE_ID) {
+        return {
+          id: CODE_TEMPLATE_ID,
+          root: "code" as const,
           env: {},
           image: { layers: [], startCmd: null, readyCmd: null }
         }
@@ -152,7 +162,7 @@ export class Templates extends Context.Service<Templates, {
         const row = yield* sql.withTransaction(Effect.gen(function*() {
           const taken = yield* used(sql`SELECT id FROM templates
             WHERE org_id = ${orgId} AND name = ${fields.name} AND deleted_at IS NULL FOR UPDATE`)
-          if (taken.length > 0 || fields.name === "base" || fields.name === "debian") {
+          if (taken.length > 0 || fields.name === "base" || fields.name === "debian" || fields.name === "code") {
             return yield* new Errors.Conflict({ error: `A template named ${fields.name} exists already` })
           }
           const inserted = yield* rows(sql`INSERT INTO templates
@@ -175,7 +185,7 @@ export class Templates extends Context.Service<Templates, {
       const base = request.base ?? "base"
       const parent = yield* resolve(orgId, base)
       if (parent === undefined) return yield* invalid("base", `no ready template ${JSON.stringify(base)}`)
-      const parentRow = parent.id !== BASE_TEMPLATE_ID && parent.id !== DEBIAN_TEMPLATE_ID
+      const parentRow = !isBuiltIn(parent.id)
         ? yield* find(orgId, parent.id)
         : undefined
       return yield* insertBuild(orgId, {
@@ -205,7 +215,7 @@ export class Templates extends Context.Service<Templates, {
       const parent = (yield* resolve(orgId, sandbox.templateId)) ??
         // Its template was deleted since: its image is gone with it.
         (yield* new Errors.Conflict({ error: "The sandbox's template no longer exists" }))
-      const parentRow = sandbox.templateId !== BASE_TEMPLATE_ID && sandbox.templateId !== DEBIAN_TEMPLATE_ID
+      const parentRow = !isBuiltIn(sandbox.templateId)
         ? yield* find(orgId, sandbox.templateId)
         : undefined
       return yield* insertBuild(orgId, {
@@ -233,6 +243,7 @@ export class Templates extends Context.Service<Templates, {
     const get = Effect.fn("Templates.get")(function*(orgId: OrgId, id: string) {
       if (id === BASE_TEMPLATE_ID || id === "base") return BASE_RECORD()
       if (id === DEBIAN_TEMPLATE_ID || id === "debian") return DEBIAN_RECORD()
+      if (id === CODE_TEMPLATE_ID || id === "code") return CODE_RECORD()
       const row = yield* find(orgId, id)
       if (row === undefined) return yield* notFound()
       return toRecord(row)
