@@ -26,6 +26,7 @@ import { Console, Effect, Option } from "effect"
 import { Argument, Command, Flag } from "effect/cli"
 import * as Fs from "node:fs"
 import { call, CliError, progress } from "../Client.ts"
+import { contextCommands } from "./Contexts.ts"
 import { processCommands } from "./Processes.ts"
 import { followBuild } from "./Templates.ts"
 import { parseVolumeFlag } from "./Volumes.ts"
@@ -448,6 +449,7 @@ export const sandbox = Command.make("sandbox").pipe(
     network,
     secrets,
     snapshot,
-    ...processCommands
+    ...processCommands,
+    ...contextCommands
   ])
 )
