@@ -122,7 +122,12 @@ const platform = Effect.gen(function*() {
     yield* run
     yield* exec
   }
-  const out = { runP50: [] as Array<number>, runP99: [] as Array<number>, execP50: [] as Array<number>, execP99: [] as Array<number> }
+  const out = {
+    runP50: [] as Array<number>,
+    runP99: [] as Array<number>,
+    execP50: [] as Array<number>,
+    execP99: [] as Array<number>
+  }
   for (let r = 0; r < RUNS; r++) {
     const runs: Array<number> = []
     const execs: Array<number> = []

@@ -379,7 +379,13 @@ export class Contexts extends Context.Service<Contexts, {
         if ((yield* refresh(orgId, id, entry)).dead) return yield* dead(ctx)
         yield* setRunning(entry, true)
         return yield* processes.execStream(orgId, id, {
-          cmd: [RUNNERS[entry.language].interpreter, RUNNERS[entry.language].file, "stream", entry.socket, String(limit)],
+          cmd: [
+            RUNNERS[entry.language].interpreter,
+            RUNNERS[entry.language].file,
+            "stream",
+            entry.socket,
+            String(limit)
+          ],
           stdin: code,
           timeout_ms: limit + RUN_MARGIN_MS
         })

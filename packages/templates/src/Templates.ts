@@ -25,12 +25,12 @@ import * as Settle from "./Settle.ts"
 import {
   BASE_RECORD,
   baseName,
+  CODE_RECORD,
   COLUMNS,
   counted,
-  CODE_RECORD,
   DEBIAN_RECORD,
-  isBuiltIn,
   find as findRow,
+  isBuiltIn,
   rows,
   toRecord,
   used

@@ -118,7 +118,11 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 600_000 })("code contexts:
         const id = yield* running("debian")
         const ctx = yield* context(id, "bash", { cwd: "/tmp", env: { GREETING: "hi" } })
 
-        const first = yield* run(id, ctx, "mkdir -p work && cd work\nCOUNT=41\nf() { echo \"f:$1\"; }\necho \"$GREETING\"")
+        const first = yield* run(
+          id,
+          ctx,
+          "mkdir -p work && cd work\nCOUNT=41\nf() { echo \"f:$1\"; }\necho \"$GREETING\""
+        )
         expect(first).toMatchObject({ execution_count: 1, stdout: "hi\n", stderr: "", error: null, results: [] })
         const second = yield* run(id, ctx, "pwd; echo $((COUNT + 1)); f x; echo oops >&2")
         expect(second).toMatchObject({ stdout: "/tmp/work\n42\nf:x\n", stderr: "oops\n", error: null })
@@ -213,11 +217,19 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 600_000 })("code contexts:
           results: [],
           error: null
         })
-        const shown = yield* run(id, js, "console.log('sum', rows.reduce((a, b) => a + b)); console.error('warn')\n({ rows, nested: { deep: [1, { x: 'y' }] } })")
+        const shown = yield* run(
+          id,
+          js,
+          "console.log('sum', rows.reduce((a, b) => a + b)); console.error('warn')\n({ rows, nested: { deep: [1, { x: 'y' }] } })"
+        )
         expect(shown.stdout).toBe("sum 6\n")
         expect(shown.stderr).toBe("warn\n")
         expect(plain(shown)).toEqual(["{ rows: [ 1, 2, 3 ], nested: { deep: [ 1, [Object] ] } }"])
-        const awaited = yield* run(id, js, "const later = await new Promise((r) => setTimeout(() => r(rows.length * 14), 50))\nlater")
+        const awaited = yield* run(
+          id,
+          js,
+          "const later = await new Promise((r) => setTimeout(() => r(rows.length * 14), 50))\nlater"
+        )
         expect(plain(awaited)).toEqual(["42"])
         expect(plain(yield* run(id, js, "new Map([['a', later]])"))).toEqual(["Map(1) { 'a' => 42 }"])
         expect(plain(yield* run(id, js, "process.cwd()"))).toEqual(["'/tmp'"])

@@ -71,7 +71,9 @@ const run = Command.make(
         ? await sandbox.contexts.get(o.context.value)
         : await sandbox.contexts.create({ language: o.language })
       if (Option.isNone(o.context)) {
-        process.stderr.write(`context ${context.id} (${context.record.language}): --context ${context.id} runs in it again\n`)
+        process.stderr.write(
+          `context ${context.id} (${context.record.language}): --context ${context.id} runs in it again\n`
+        )
       }
       const result: RunResult = await context.run(code, { timeoutMs: Option.getOrUndefined(o.timeoutMs) })
       return { contextId: context.id, result }
@@ -91,7 +93,10 @@ const run = Command.make(
         const bytes = bytesOf(item.type, item.data)
         if (Option.isSome(o.outDir)) {
           const dir = o.outDir.value
-          const path = NodePath.join(dir, `${contextId}-${result.execution_count}-${n}.${EXTENSIONS[item.type] ?? "bin"}`)
+          const path = NodePath.join(
+            dir,
+            `${contextId}-${result.execution_count}-${n}.${EXTENSIONS[item.type] ?? "bin"}`
+          )
           yield* Effect.try({
             try: () => {
               Fs.mkdirSync(dir, { recursive: true })
