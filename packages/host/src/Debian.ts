@@ -69,6 +69,12 @@ const run = (file: string, args: ReadonlyArray<string>, timeoutMs: number) =>
     })
   })
 
+/**
+ * How long mmdebstrap may take: `code` (190 MiB of packages) took over 15 min on a busy machine
+ * of two cores shared with seven other builds and test runs.
+ */
+const BUILD_TIMEOUT_MS = 30 * 60_000
+
 const MMDEBSTRAP = ["/usr/bin/mmdebstrap", "/usr/sbin/mmdebstrap"]
 
 const exists = (path: string): Promise<boolean> => Fs.lstat(path).then(() => true, () => false)
@@ -95,9 +101,11 @@ export const ensureDebianArchive = async (
     // One builder per cache folder (across processes): mkdir is atomic.
     const locked = await Fs.mkdir(lock).then(() => true, () => false)
     if (!locked) {
-      // A lock older than 20 min is a builder that died.
+      // A lock older than a build may take is a builder that died.
       const st = await Fs.stat(lock).catch(() => undefined)
-      if (st !== undefined && Date.now() - st.mtimeMs > 20 * 60_000) await Fs.rm(lock, { recursive: true, force: true })
+      if (st !== undefined && Date.now() - st.mtimeMs > BUILD_TIMEOUT_MS + 5 * 60_000) {
+        await Fs.rm(lock, { recursive: true, force: true })
+      }
       await sleep(1000)
       continue
     }
@@ -119,7 +127,7 @@ export const ensureDebianArchive = async (
         recipe.suite,
         temp,
         recipe.mirror
-      ], 15 * 60_000)
+      ], BUILD_TIMEOUT_MS)
       for (const line of output.split("\n").filter((l) => l.startsWith("I: success") || l.startsWith("W:"))) log(line)
       const digest = await digestFile(temp)
       await Fs.rename(temp, file)
