@@ -95,10 +95,17 @@ const context = (id: string, language: string, extra: Record<string, unknown> = 
     return r.json.id as string
   })
 
-/** Interrupts the run `busy` once the context shows it running; its answer. */
-const interrupted = (id: string, ctx: string, busy: Fiber.Fiber<Run, unknown>) =>
+/**
+ * Interrupts the run `busy` once it is under way in the interpreter (it created the file `marker`:
+ * an interrupt that comes before ends the run as it starts, with no output); its answer.
+ */
+const interrupted = (id: string, ctx: string, busy: Fiber.Fiber<Run, unknown>, marker: string) =>
   Effect.gen(function*() {
     yield* eventually(api("GET", `/v1/sandboxes/${id}/contexts/${ctx}`), (r) => r.json?.state === "running")
+    yield* eventually(
+      api("POST", `/v1/sandboxes/${id}/exec`, { cmd: ["test", "-e", marker] }),
+      (r) => r.json?.exit_code === 0
+    )
     const stopped = yield* api("POST", `/v1/sandboxes/${id}/contexts/${ctx}/interrupt`)
     expect(stopped.status, stopped.text).toBe(202)
     return yield* Fiber.join(busy)
@@ -138,8 +145,10 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 600_000 })("code contexts:
         expect((yield* run(id, ctx, "echo $COUNT")).stdout).toBe("41\n")
 
         // Interrupt ends the command in the foreground and the rest of the run, not the shell.
-        const busy = yield* Effect.forkChild(run(id, ctx, "echo started; sleep 60; echo not-reached"))
-        const stopped = yield* interrupted(id, ctx, busy)
+        const busy = yield* Effect.forkChild(
+          run(id, ctx, "echo started; touch /tmp/started; sleep 60; echo not-reached")
+        )
+        const stopped = yield* interrupted(id, ctx, busy, "/tmp/started")
         expect(stopped.error).toMatchObject({ name: "Interrupted" })
         expect(stopped.stdout).toBe("started\n")
         // The run's own time limit, the same way.
@@ -220,7 +229,7 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 600_000 })("code contexts:
         const shown = yield* run(
           id,
           js,
-          "console.log('sum', rows.reduce((a, b) => a + b)); console.error('warn')\n({ rows, nested: { deep: [1, { x: 'y' }] } })"
+          "console.log('sum', rows.reduce((a, b) => a + b)); console.error('warn');\n({ rows, nested: { deep: [1, { x: 'y' }] } })"
         )
         expect(shown.stdout).toBe("sum 6\n")
         expect(shown.stderr).toBe("warn\n")
@@ -245,9 +254,21 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 600_000 })("code contexts:
         expect(plain(yield* run(id, js, "later"))).toEqual(["42"])
 
         // Interrupt: a synchronous loop and an await both end with an `Interrupted` error.
-        const spin = yield* interrupted(id, js, yield* Effect.forkChild(run(id, js, "for (;;) {}")))
+        const spin = yield* interrupted(
+          id,
+          js,
+          yield* Effect.forkChild(run(id, js, "require('fs').writeFileSync('/tmp/spin', '')\nfor (;;) {}")),
+          "/tmp/spin"
+        )
         expect(spin.error?.name).toBe("Interrupted")
-        const wait = yield* interrupted(id, js, yield* Effect.forkChild(run(id, js, "await new Promise(() => {})")))
+        const wait = yield* interrupted(
+          id,
+          js,
+          yield* Effect.forkChild(
+            run(id, js, "require('fs').writeFileSync('/tmp/wait', '')\nawait new Promise(() => {})")
+          ),
+          "/tmp/wait"
+        )
         expect(wait.error?.name).toBe("Interrupted")
         const slow = yield* run(id, js, "for (;;) {}", { timeout_ms: 500 })
         expect(slow.error?.name).toBe("TimeoutError")
