@@ -17,7 +17,7 @@ import { serve } from "@svc/testing/TestHttp"
 import * as TestNats from "@svc/testing/TestNats"
 import { appMain, readyEvent, spawnRole } from "@svc/testing/TestProcess"
 import { useTestEncryptionKeys } from "@svc/testing/TestSecrets"
-import { Effect, Layer } from "effect"
+import { Duration, Effect, Layer } from "effect"
 import { HttpRouter } from "effect/http"
 import * as Fs from "node:fs/promises"
 import * as Server from "../apps/api/src/Server.ts"
@@ -64,7 +64,9 @@ const platform = Effect.gen(function*() {
       SVC_AGENT_DATA_DIR: dataDir,
       SVC_IMAGE_CACHE_DIR: TEST_IMAGE_CACHE_DIR
     },
-    ready: readyEvent("agent_ready")
+    ready: readyEvent("agent_ready"),
+    // A busy machine (other sessions' builds and tests) may take longer than the default minute.
+    timeout: Duration.minutes(5)
   })
 
   const call = (method: string, path: string, body?: object) =>
