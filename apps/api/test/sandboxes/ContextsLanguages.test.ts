@@ -6,9 +6,12 @@
  * image lacks refused with 409 naming the interpreter.
  *
  * Cost: the `code` root (debian with numpy, pandas, matplotlib and nodejs) comes from the run's
- * image cache (`@svc/testing/ImageCache`) like debian's: extracted here in seconds once built,
- * built by mmdebstrap only on a machine that never built it (about 3 minutes, 190 MiB from
- * Debian's archive), then shared by every later test file and run.
+ * image cache (`@svc/testing/ImageCache`) like debian's: extracted in seconds once built, built
+ * by mmdebstrap only on a machine that never built it, then shared by every later test file and
+ * run. That first build was not timed to its end: on the machine this was written on (load 30 to
+ * 40 from other sessions), debian's own took 13.5 min and code's ran past 15; the test waits 9
+ * min for its sandbox, so a first run there may need the archive built beforehand (the bash and
+ * busybox tests need only debian's and base).
  */
 import { expect, layer } from "@effect/vitest"
 import { startAgent } from "@svc/agent/testing/Agent"
