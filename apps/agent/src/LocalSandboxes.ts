@@ -179,7 +179,9 @@ export class LocalSandboxes extends Context.Service<LocalSandboxes, {
           if (image !== undefined) {
             const prepared = yield* Effect.result(
               Effect.gen(function*() {
-                const root = yield* driver.prepareRoot(resources.template === "debian" ? "debian" : "base").pipe(
+                const root = yield* driver.prepareRoot(
+                  resources.template === "debian" || resources.template === "code" ? resources.template : "base"
+                ).pipe(
                   Effect.mapError((e) => describeDriverError(e))
                 )
                 yield* images.ensureLayers(image.layers).pipe(Effect.mapError((e) => e.message))

@@ -28,7 +28,7 @@ import { Idempotency, type Outcome } from "@svc/db/Idempotency"
 import * as Rows from "@svc/db/Rows"
 import { App, type AppList, type CreateAppRequest, type UpdateAppRequest } from "@svc/domain/App"
 import * as Errors from "@svc/domain/Errors"
-import { BASE_TEMPLATE_ID, DEBIAN_TEMPLATE_ID, makeId, type OrgId } from "@svc/domain/Ids"
+import { BASE_TEMPLATE_ID, CODE_TEMPLATE_ID, DEBIAN_TEMPLATE_ID, makeId, type OrgId } from "@svc/domain/Ids"
 import { type ListQuery, pageInfo } from "@svc/domain/Pagination"
 import * as Outbox from "@svc/events/Outbox"
 import { wakeIfPresent } from "@svc/events/Relay"
@@ -93,7 +93,10 @@ export class Apps extends Context.Service<Apps, {
 
     const templateExists = (orgId: OrgId, ref: string) =>
       Effect.gen(function*() {
-        if (ref === "base" || ref === "debian" || ref === BASE_TEMPLATE_ID || ref === DEBIAN_TEMPLATE_ID) return true
+        if (
+          ref === "base" || ref === "debian" || ref === "code" || ref === BASE_TEMPLATE_ID ||
+          ref === DEBIAN_TEMPLATE_ID || ref === CODE_TEMPLATE_ID
+        ) return true
         const rows = yield* readyTemplates(sql`SELECT id FROM templates WHERE org_id = ${orgId}
           AND deleted_at IS NULL AND state = 'ready' AND (id = ${ref} OR name = ${ref}) LIMIT 1`)
         return rows.length > 0

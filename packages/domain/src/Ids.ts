@@ -170,6 +170,9 @@ export const BASE_TEMPLATE_ID = "tpl_00000000000000000000000000" as TemplateId
 /** The platform-built `debian` root as a template (a sandbox's `templateId` when created from it). */
 export const DEBIAN_TEMPLATE_ID = "tpl_0000000000000000000000debn" as TemplateId
 
+/** The platform-built `code` root (debian with python's data stack and node) as a template. */
+export const CODE_TEMPLATE_ID = "tpl_00000000000000000000000cde" as TemplateId
+
 const ANY_ID = new RegExp(`^([a-z]+)_(${BODY_PATTERN})$`)
 
 /** The creation time (ms) encoded in an id of any kind, or null when it is not a well-formed id. */

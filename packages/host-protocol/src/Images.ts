@@ -25,7 +25,7 @@ export const LAYER_CACHE_BUCKET = "layers"
 export const LAYER_CACHE_BUCKET_SPEC: BucketSpec = { name: LAYER_CACHE_BUCKET, history: 1 }
 
 export const LayerHex = Schema.String.check(Schema.isPattern(/^[0-9a-f]{64}$/, { message: "layer: 64 hex digits" }))
-export const ImageRootName = Schema.Literals(["base", "debian"])
+export const ImageRootName = Schema.Literals(["base", "debian", "code"])
 export type ImageRootName = typeof ImageRootName.Type
 
 export const BuildStep = Schema.Union([

@@ -12,6 +12,10 @@
  *   gets too, see `Rootfs.ts`); `key` digests the archive's content digest and those settings,
  *   so the root is named by what it holds.
  *
+ * The `code` root is the same recipe with Debian's python3-numpy, python3-pandas,
+ * python3-matplotlib and nodejs (their recommended packages left out), named `code-<key>`: built
+ * and cached the same way, the first time a `code` sandbox or template needs it.
+ *
  * apt inside a sandbox fetches as root (`APT::Sandbox::User`): the sandbox's root is already an
  * unprivileged host uid, and a second drop to `_apt` buys nothing there.
  */
@@ -23,12 +27,15 @@ import { digestFile } from "./ImageLayers.ts"
 import { shiftOwnership } from "./Rootfs.ts"
 
 export const DEBIAN_ROOT = "debian"
+export const CODE_ROOT = "code"
 
 export interface DebianRecipe {
   readonly suite: string
   readonly variant: string
   readonly packages: ReadonlyArray<string>
   readonly mirror: string
+  /** Leave out what the packages only recommend (absent: apt's default, recommends installed). */
+  readonly noRecommends?: true
 }
 
 export const DEFAULT_RECIPE: DebianRecipe = {
@@ -36,6 +43,13 @@ export const DEFAULT_RECIPE: DebianRecipe = {
   variant: "minbase",
   packages: ["ca-certificates", "curl", "python3"],
   mirror: "http://deb.debian.org/debian"
+}
+
+/** The `code` root: debian with python's data stack and node, for code contexts. */
+export const CODE_RECIPE: DebianRecipe = {
+  ...DEFAULT_RECIPE,
+  packages: [...DEFAULT_RECIPE.packages, "python3-numpy", "python3-pandas", "python3-matplotlib", "nodejs"],
+  noRecommends: true
 }
 
 const HOOK_VERSION = "1"
@@ -54,6 +68,12 @@ const run = (file: string, args: ReadonlyArray<string>, timeoutMs: number) =>
       else resolve(String(out) + String(err))
     })
   })
+
+/**
+ * How long mmdebstrap may take: `code` (190 MiB of packages) took over 15 min on a busy machine
+ * of two cores shared with seven other builds and test runs.
+ */
+const BUILD_TIMEOUT_MS = 30 * 60_000
 
 const MMDEBSTRAP = ["/usr/bin/mmdebstrap", "/usr/sbin/mmdebstrap"]
 
@@ -92,11 +112,11 @@ export const ensureDebianArchive = async (
     const locked = await Fs.mkdir(lock).then(() => true, () => false)
     if (!locked) {
       // A builder that died (killed with its test run) leaves its lock: its pid is gone, or, if
-      // it died before writing it, the lock is older than 20 min.
+      // it died before writing it, the lock is older than a build may take.
       const st = await Fs.stat(lock).catch(() => undefined)
       const owner = await Fs.readFile(NodePath.join(lock, "pid"), "utf8").then(Number, () => undefined)
       const stale = (owner !== undefined && !alive(owner)) ||
-        (st !== undefined && Date.now() - st.mtimeMs > 20 * 60_000)
+        (st !== undefined && Date.now() - st.mtimeMs > BUILD_TIMEOUT_MS + 5 * 60_000)
       if (stale) await Fs.rm(lock, { recursive: true, force: true })
       else await sleep(1000)
       continue
@@ -118,6 +138,7 @@ export const ensureDebianArchive = async (
         "--mode=root",
         `--variant=${recipe.variant}`,
         `--include=${recipe.packages.join(",")}`,
+        ...(recipe.noRecommends === true ? ["--aptopt=APT::Install-Recommends \"false\""] : []),
         "--format=tar",
         `--customize-hook=printf '%s' '${APT_CONF}' > "$1/etc/apt/apt.conf.d/99svc"`,
         // Nothing of the build host's resolver stays in the archive.
@@ -125,7 +146,7 @@ export const ensureDebianArchive = async (
         recipe.suite,
         temp,
         recipe.mirror
-      ], 15 * 60_000)
+      ], BUILD_TIMEOUT_MS)
       for (const line of output.split("\n").filter((l) => l.startsWith("I: success") || l.startsWith("W:"))) log(line)
       const digest = await digestFile(temp)
       await Fs.rename(temp, file)
@@ -150,12 +171,13 @@ export const ensureDebianRoot = async (
   templatesDir: string,
   archive: { readonly file: string; readonly digest: string },
   uidBase: number,
-  options: DebianRootOptions = {}
+  options: DebianRootOptions = {},
+  rootName: string = DEBIAN_ROOT
 ): Promise<string> => {
   const key = createHash("sha256")
     .update(JSON.stringify([archive.digest, options.trustedCaPem ?? "", options.nameserver ?? ""]))
     .digest("hex").slice(0, 24)
-  const name = `${DEBIAN_ROOT}-${key}`
+  const name = `${rootName}-${key}`
   const target = NodePath.join(templatesDir, name)
   if (await exists(NodePath.join(target, "etc", "debian_version"))) return name
   await Fs.mkdir(templatesDir, { recursive: true })
@@ -179,7 +201,7 @@ export const ensureDebianRoot = async (
       await Fs.mkdir(NodePath.join(temp, "usr/local/share/ca-certificates"), { recursive: true })
       await Fs.writeFile(NodePath.join(temp, "usr/local/share/ca-certificates/svc-egress.crt"), options.trustedCaPem)
     }
-    await Fs.writeFile(NodePath.join(temp, "etc/svc-template"), `${DEBIAN_ROOT}\n`, { mode: 0o644 })
+    await Fs.writeFile(NodePath.join(temp, "etc/svc-template"), `${rootName}\n`, { mode: 0o644 })
     await Fs.chmod(temp, 0o755)
     await shiftOwnership(temp, uidBase)
     await Fs.rename(temp, target).catch(async (e) => {
@@ -191,12 +213,12 @@ export const ensureDebianRoot = async (
   }
 }
 
-/** Whether a debian root was extracted under `templatesDir` (any recipe or options). */
-export const hasDebianRoot = async (templatesDir: string): Promise<boolean> => {
+/** Whether a debian (or `code`) root was extracted under `templatesDir` (any recipe or options). */
+export const hasDebianRoot = async (templatesDir: string, rootName: string = DEBIAN_ROOT): Promise<boolean> => {
   const names = await Fs.readdir(templatesDir).catch(() => [] as Array<string>)
   for (const name of names) {
     if (
-      name.startsWith(`${DEBIAN_ROOT}-`) && (await exists(NodePath.join(templatesDir, name, "etc", "debian_version")))
+      name.startsWith(`${rootName}-`) && (await exists(NodePath.join(templatesDir, name, "etc", "debian_version")))
     ) {
       return true
     }

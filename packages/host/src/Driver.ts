@@ -45,8 +45,8 @@ export const LayerDigest = Schema.String.check(Schema.isPattern(/^[0-9a-f]{64}$/
 /** Most layers one image stacks (overlayfs takes its lower folders in one mount option of 4 KiB). */
 export const MAX_LAYERS = 24
 
-/** The roots an image stacks its layers on: the built-in `base` and the platform-built `debian`. */
-export const ImageRoot = Schema.Literals(["base", "debian"])
+/** The roots an image stacks its layers on: the built-in `base`, the platform-built `debian` and `code`. */
+export const ImageRoot = Schema.Literals(["base", "debian", "code"])
 export type ImageRoot = typeof ImageRoot.Type
 
 /** What `create` needs. `template` is a template name known to the driver (`base` is built in). */

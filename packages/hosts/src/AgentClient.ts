@@ -303,7 +303,9 @@ export class AgentClient extends Context.Service<AgentClient, {
             PayloadTooLarge: (e) => unreachable(host, `a fork refused as too large: ${e.error}`),
             // The host's disk has no room for the copy: nothing forked; a later try may find room.
             InsufficientStorage: () =>
-              Effect.fail(new Errors.Unavailable({ error: "The sandbox's host has no disk room for the fork now; retry" }))
+              Effect.fail(
+                new Errors.Unavailable({ error: "The sandbox's host has no disk room for the fork now; retry" })
+              )
           })
         )
       }

@@ -3,9 +3,10 @@
  * sandbox's exec and background processes, so an interpreter is the sandbox's own process,
  * charged and bounded as any other:
  *
- * - Create writes the runner (`Contexts/kernel.py`, standard library only) into the sandbox's
- *   `/tmp/.svc-contexts` and starts `python3 kernel.py serve <socket>` as a background process.
- *   Its namespace lives as long as that process.
+ * - Create writes the language's runner into the sandbox's `/tmp/.svc-contexts` and starts it as a
+ *   background process: `Contexts/kernel.py` (standard library only) for python (`serve`) and bash
+ *   (`serve-bash`: one `bash` it feeds, so bash contexts need python3 too), `Contexts/kernel.cjs`
+ *   (node's own modules, a node REPL server) for javascript. Its state lives as long as that process.
  * - A run execs the same script as a client (`run <socket> <timeout_ms>`, the code on stdin): it
  *   hands the code to the interpreter over the Unix socket and prints its JSON answer, which the
  *   exec brings back (within exec's 1 MiB output; the runner keeps far less of each stream).
@@ -17,7 +18,7 @@
  * - The interpreter is known by its pid and the agent's `startedAt` for it: a pid the sandbox
  *   reused for another process does not pass for the interpreter (the context is dead).
  *
- * `python` only for now: `javascript` and `bash` are refused with 409 naming that.
+ * An image without what the language needs (`python3`; `node`; `bash` and `python3`): 409 naming it.
  */
 import * as Rows from "@svc/db/Rows"
 import type { CodeContext, ContextLanguage, RunEvent, RunResult } from "@svc/domain/Api/Contexts"
@@ -35,10 +36,30 @@ import { Sandboxes } from "./Sandboxes.ts"
 
 export type ContextError = ProcessError | AgentClient.ExecError | Rows.QueryError
 
-/** The runner, shipped into each sandbox that gets a context. */
-const KERNEL = Fs.readFileSync(new URL("./Contexts/kernel.py", import.meta.url), "utf8")
+/** The runners, shipped into each sandbox that gets a context. */
+const KERNEL_PY = Fs.readFileSync(new URL("./Contexts/kernel.py", import.meta.url), "utf8")
+const KERNEL_JS = Fs.readFileSync(new URL("./Contexts/kernel.cjs", import.meta.url), "utf8")
 const DIR = "/tmp/.svc-contexts"
-const KERNEL_PATH = `${DIR}/kernel.py`
+
+/** What a language's context needs in the image, its runner, and how it is served and called. */
+interface Runner {
+  readonly needs: ReadonlyArray<string>
+  readonly file: string
+  readonly source: string
+  readonly interpreter: string
+  readonly serve: string
+}
+const RUNNERS: Record<ContextLanguage, Runner> = {
+  python: { needs: ["python3"], file: `${DIR}/kernel.py`, source: KERNEL_PY, interpreter: "python3", serve: "serve" },
+  javascript: { needs: ["node"], file: `${DIR}/kernel.cjs`, source: KERNEL_JS, interpreter: "node", serve: "serve" },
+  bash: {
+    needs: ["bash", "python3"],
+    file: `${DIR}/kernel.py`,
+    source: KERNEL_PY,
+    interpreter: "python3",
+    serve: "serve-bash"
+  }
+}
 /** What the exec of a run may take beyond the run's own limit (starting the client, answering). */
 const RUN_MARGIN_MS = 10_000
 
@@ -109,8 +130,8 @@ const tooMany = () =>
     error: `A sandbox holds at most ${MAX_CONTEXTS_PER_SANDBOX} contexts; delete one first`
   })
 
-const missing = (what: string) =>
-  new Errors.Conflict({ error: `This sandbox's image has no ${what}: a context needs it` })
+const missing = (what: string, language: ContextLanguage) =>
+  new Errors.Conflict({ error: `This sandbox's image has no ${what}: a ${language} context needs it` })
 
 export class Contexts extends Context.Service<Contexts, {
   readonly create: (
@@ -219,26 +240,25 @@ export class Contexts extends Context.Service<Contexts, {
         readonly env?: Readonly<Record<string, string>> | undefined
       }
     ) {
-      if (request.language !== "python") {
-        return yield* new Errors.Conflict({
-          error: `${request.language} contexts are not available yet on this platform; python is`
-        })
-      }
       if ((yield* count(orgId, id)) >= MAX_CONTEXTS_PER_SANDBOX) return yield* tooMany()
-      // One exec: is python3 there, where would it start, and the runner put in place (through a
-      // name of this shell's own: creates at the same time each rename a whole file).
+      const runner = RUNNERS[request.language]
+      // One exec: is what it needs there (the first missing one named), where would it start, and
+      // the runner put in place (through a name of this shell's own: creates at the same time each
+      // rename a whole file).
       const placed = yield* sandboxes.exec(orgId, id, {
         cmd: [
           "sh",
           "-c",
-          `command -v python3 >/dev/null || exit 127; pwd; mkdir -p ${DIR} && cat > ${KERNEL_PATH}.$$ && ` +
-          `mv ${KERNEL_PATH}.$$ ${KERNEL_PATH}`
+          `for p in ${runner.needs.join(" ")}; do command -v "$p" >/dev/null || { echo "$p"; exit 127; }; done; ` +
+          `pwd; mkdir -p ${DIR} && cat > ${runner.file}.$$ && mv ${runner.file}.$$ ${runner.file}`
         ],
         ...(request.cwd !== undefined ? { cwd: request.cwd } : {}),
-        stdin: KERNEL,
+        stdin: runner.source,
         timeout_ms: 30_000
       })
-      if (placed.exit_code === 127) return yield* missing("python3")
+      if (placed.exit_code === 127) {
+        return yield* missing(placed.stdout.trim().slice(0, 64) || runner.needs.join(", "), request.language)
+      }
       if (placed.exit_code !== 0) {
         return yield* new Errors.Conflict({
           error: `The context could not be prepared in the sandbox: ${placed.stderr.slice(0, 300)}`
@@ -247,7 +267,7 @@ export class Contexts extends Context.Service<Contexts, {
       const ctx = `ctx_${makeBody(Date.now())}`
       const socket = `${DIR}/${ctx}.sock`
       const started = yield* processes.start(orgId, id, {
-        cmd: ["python3", KERNEL_PATH, "serve", socket],
+        cmd: [runner.interpreter, runner.file, runner.serve, socket],
         ...(request.cwd !== undefined ? { cwd: request.cwd } : {}),
         ...(request.env !== undefined ? { env: request.env } : {}),
         // Its runs are the activity, not the interpreter waiting for them.
@@ -315,7 +335,7 @@ export class Contexts extends Context.Service<Contexts, {
         if ((yield* refresh(orgId, id, entry)).dead) return yield* dead(ctx)
         yield* setRunning(entry, true)
         const done = yield* sandboxes.exec(orgId, id, {
-          cmd: ["python3", KERNEL_PATH, "run", entry.socket, String(limit)],
+          cmd: [RUNNERS[entry.language].interpreter, RUNNERS[entry.language].file, "run", entry.socket, String(limit)],
           stdin: code,
           timeout_ms: limit + RUN_MARGIN_MS
         }).pipe(Effect.ensuring(Effect.ignore(setRunning(entry, false))))
@@ -361,7 +381,13 @@ export class Contexts extends Context.Service<Contexts, {
         if ((yield* refresh(orgId, id, entry)).dead) return yield* dead(ctx)
         yield* setRunning(entry, true)
         return yield* processes.execStream(orgId, id, {
-          cmd: ["python3", KERNEL_PATH, "stream", entry.socket, String(limit)],
+          cmd: [
+            RUNNERS[entry.language].interpreter,
+            RUNNERS[entry.language].file,
+            "stream",
+            entry.socket,
+            String(limit)
+          ],
           stdin: code,
           timeout_ms: limit + RUN_MARGIN_MS
         })

@@ -6,7 +6,7 @@ import { type Http, segment } from "./Http.ts"
 import type * as T from "./Types.ts"
 
 export interface CreateContextOptions {
-  /** `python` (default); `javascript` and `bash` are refused (409) until the platform has them. */
+  /** `python` (default), `javascript` or `bash`; an image without the interpreter is 409 `conflict`. */
   readonly language?: T.CodeContextRecord["language"] | undefined
   readonly cwd?: string | undefined
   readonly env?: Readonly<Record<string, string>> | undefined
@@ -47,7 +47,7 @@ export class CodeContext {
   run(code: string, options: { readonly timeoutMs?: number | undefined } = {}): Promise<T.RunResult> {
     return this.#contexts.run(this.id, code, options)
   }
-  /** Ends the run in progress with a `KeyboardInterrupt` error. */
+  /** Ends the run in progress: a `KeyboardInterrupt` error in python, `Interrupted` in javascript and bash. */
   interrupt(): Promise<void> {
     return this.#contexts.interrupt(this.id)
   }

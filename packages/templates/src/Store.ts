@@ -2,10 +2,10 @@
  * The `templates` table (migration 0460): a row per template of an org, its build's state and,
  * once built, its image (root, layers, env, commands); `deleted_at` once deleted (its layers are
  * then collected, `Collect.ts`). The rows as the API shows them (`toRecord`), and the two roots
- * (`base`, `debian`) that have no row.
+ * (`base`, `debian`, `code`) that have no row.
  */
 import * as Rows from "@svc/db/Rows"
-import { BASE_TEMPLATE_ID, DEBIAN_TEMPLATE_ID } from "@svc/domain/Ids"
+import { BASE_TEMPLATE_ID, CODE_TEMPLATE_ID, DEBIAN_TEMPLATE_ID } from "@svc/domain/Ids"
 import { Template } from "@svc/domain/Template"
 import { Effect, Schema } from "effect"
 import type { SqlClient } from "effect/sql"
@@ -15,7 +15,7 @@ export const Row = Schema.Struct({
   org_id: Schema.String,
   name: Schema.String,
   base: Schema.String,
-  root: Schema.Literals(["base", "debian"]),
+  root: Schema.Literals(["base", "debian", "code"]),
   layers: Schema.Array(Schema.String),
   env: Schema.Record(Schema.String, Schema.String),
   start_cmd: Schema.NullOr(Schema.String),
@@ -58,8 +58,15 @@ export const BASE_RECORD = (): Template =>
 export const DEBIAN_RECORD = (): Template =>
   new Template({ ...BASE_RECORD(), id: DEBIAN_TEMPLATE_ID, name: "debian", base: "debian" })
 
+export const CODE_RECORD = (): Template =>
+  new Template({ ...BASE_RECORD(), id: CODE_TEMPLATE_ID, name: "code", base: "code" })
+
+/** The built-in roots' templates (no row): their ids. */
+export const isBuiltIn = (id: string) => id === BASE_TEMPLATE_ID || id === DEBIAN_TEMPLATE_ID || id === CODE_TEMPLATE_ID
+
 /** What a template's `base` shows for its parent: the roots by name, any other by id. */
-export const baseName = (id: string) => id === BASE_TEMPLATE_ID ? "base" : id === DEBIAN_TEMPLATE_ID ? "debian" : id
+export const baseName = (id: string) =>
+  id === BASE_TEMPLATE_ID ? "base" : id === DEBIAN_TEMPLATE_ID ? "debian" : id === CODE_TEMPLATE_ID ? "code" : id
 
 export const toRecord = (row: Row) =>
   new Template({

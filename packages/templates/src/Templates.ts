@@ -9,7 +9,7 @@
 import { SecretBox } from "@svc/crypto/SecretBox"
 import type * as Rows from "@svc/db/Rows"
 import * as Errors from "@svc/domain/Errors"
-import { BASE_TEMPLATE_ID, DEBIAN_TEMPLATE_ID, makeTemplateId, type OrgId } from "@svc/domain/Ids"
+import { BASE_TEMPLATE_ID, CODE_TEMPLATE_ID, DEBIAN_TEMPLATE_ID, makeTemplateId, type OrgId } from "@svc/domain/Ids"
 import { type ListQuery, pageInfo } from "@svc/domain/Pagination"
 import type {
   CreateTemplateRequest,
@@ -33,10 +33,12 @@ import * as Settle from "./Settle.ts"
 import {
   BASE_RECORD,
   baseName,
+  CODE_RECORD,
   COLUMNS,
   counted,
   DEBIAN_RECORD,
   find as findRow,
+  isBuiltIn,
   rows,
   toRecord,
   used
@@ -80,13 +82,13 @@ export class Templates extends Context.Service<Templates, {
     orgId: OrgId,
     id: string
   ) => Effect.Effect<Template, Errors.NotFound | Errors.Conflict | Rows.QueryError>
-  /** PATCH: sets `pool_size`; the hosts grow or drain the pool (`Pools.ts`). `base` and `debian`: 409. */
+  /** PATCH: sets `pool_size`; the hosts grow or drain the pool (`Pools.ts`). `base`, `debian` and `code`: 409. */
   readonly update: (
     orgId: OrgId,
     id: string,
     request: UpdateTemplateRequest
   ) => Effect.Effect<Template, Errors.NotFound | Errors.Conflict | Rows.QueryError>
-  /** `base`, `debian`, or a ready template of the org by id or name; undefined when none. */
+  /** `base`, `debian`, `code`, or a ready template of the org by id or name; undefined when none. */
   readonly resolve: (orgId: OrgId, ref: string) => Effect.Effect<ResolvedTemplate | undefined, Rows.QueryError>
   /** Applies the ends of builds (see the module's comment); run by `layer` every second. */
   readonly settle: Effect.Effect<void, Rows.QueryError>
@@ -114,6 +116,14 @@ export class Templates extends Context.Service<Templates, {
         return {
           id: DEBIAN_TEMPLATE_ID,
           root: "debian" as const,
+          env: {},
+          image: { layers: [], startCmd: null, readyCmd: null }
+        }
+      }
+      if (ref === "code" || ref === CODE_TEMPLATE_ID) {
+        return {
+          id: CODE_TEMPLATE_ID,
+          root: "code" as const,
           env: {},
           image: { layers: [], startCmd: null, readyCmd: null }
         }
@@ -168,7 +178,7 @@ export class Templates extends Context.Service<Templates, {
         const row = yield* sql.withTransaction(Effect.gen(function*() {
           const taken = yield* used(sql`SELECT id FROM templates
             WHERE org_id = ${orgId} AND name = ${fields.name} AND deleted_at IS NULL FOR UPDATE`)
-          if (taken.length > 0 || fields.name === "base" || fields.name === "debian") {
+          if (taken.length > 0 || fields.name === "base" || fields.name === "debian" || fields.name === "code") {
             return yield* new Errors.Conflict({ error: `A template named ${fields.name} exists already` })
           }
           const inserted = yield* rows(sql`INSERT INTO templates
@@ -192,7 +202,7 @@ export class Templates extends Context.Service<Templates, {
       const base = request.base ?? "base"
       const parent = yield* resolve(orgId, base)
       if (parent === undefined) return yield* invalid("base", `no ready template ${JSON.stringify(base)}`)
-      const parentRow = parent.id !== BASE_TEMPLATE_ID && parent.id !== DEBIAN_TEMPLATE_ID
+      const parentRow = !isBuiltIn(parent.id)
         ? yield* find(orgId, parent.id)
         : undefined
       return yield* insertBuild(orgId, {
@@ -223,7 +233,7 @@ export class Templates extends Context.Service<Templates, {
       const parent = (yield* resolve(orgId, sandbox.templateId)) ??
         // Its template was deleted since: its image is gone with it.
         (yield* new Errors.Conflict({ error: "The sandbox's template no longer exists" }))
-      const parentRow = sandbox.templateId !== BASE_TEMPLATE_ID && sandbox.templateId !== DEBIAN_TEMPLATE_ID
+      const parentRow = !isBuiltIn(sandbox.templateId)
         ? yield* find(orgId, sandbox.templateId)
         : undefined
       return yield* insertBuild(orgId, {
@@ -251,6 +261,7 @@ export class Templates extends Context.Service<Templates, {
     const get = Effect.fn("Templates.get")(function*(orgId: OrgId, id: string) {
       if (id === BASE_TEMPLATE_ID || id === "base") return BASE_RECORD()
       if (id === DEBIAN_TEMPLATE_ID || id === "debian") return DEBIAN_RECORD()
+      if (id === CODE_TEMPLATE_ID || id === "code") return CODE_RECORD()
       const row = yield* find(orgId, id)
       if (row === undefined) return yield* notFound()
       return toRecord(row)
@@ -304,7 +315,10 @@ export class Templates extends Context.Service<Templates, {
     })
 
     const update = Effect.fn("Templates.update")(function*(orgId: OrgId, id: string, request: UpdateTemplateRequest) {
-      if (id === BASE_TEMPLATE_ID || id === "base" || id === DEBIAN_TEMPLATE_ID || id === "debian") {
+      if (
+        id === BASE_TEMPLATE_ID || id === "base" || id === DEBIAN_TEMPLATE_ID || id === "debian" ||
+        id === CODE_TEMPLATE_ID || id === "code"
+      ) {
         return yield* new Errors.Conflict({
           error: "The built-in templates have no pool_size: each host's own pool serves base"
         })

@@ -30,6 +30,7 @@ import { Console, Effect, Option } from "effect"
 import { Argument, Command, Flag } from "effect/cli"
 import * as Fs from "node:fs"
 import { call, CliError, progress } from "../Client.ts"
+import { contextCommands } from "./Contexts.ts"
 import { timeout } from "./Lifecycle.ts"
 import { processCommands } from "./Processes.ts"
 import { metrics } from "./SandboxTelemetry.ts"
@@ -567,6 +568,7 @@ export const sandbox = Command.make("sandbox").pipe(
     snapshot,
     fork,
     ...processCommands,
+    ...contextCommands,
     metrics,
     timeout
   ])

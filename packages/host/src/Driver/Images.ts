@@ -26,12 +26,15 @@ export const makeImages = (host: DriverHost) => {
   const prepareRoot = Effect.fn("SandboxDriver.prepareRoot")(
     function*(root: ImageRoot, log: (line: string) => void = () => undefined) {
       if (root === BASE_TEMPLATE) return BASE_TEMPLATE
-      return yield* tryHost("debian", async () => {
-        const archive = await Debian.ensureDebianArchive(cacheDir, Debian.DEFAULT_RECIPE, log)
+      const [recipe, name] = root === "code"
+        ? [Debian.CODE_RECIPE, Debian.CODE_ROOT]
+        : [Debian.DEFAULT_RECIPE, Debian.DEBIAN_ROOT]
+      return yield* tryHost(root, async () => {
+        const archive = await Debian.ensureDebianArchive(cacheDir, recipe, log)
         return Debian.ensureDebianRoot(templatesDir, archive, config.uidBase, {
           ...(config.trustedCaPem !== undefined ? { trustedCaPem: config.trustedCaPem } : {}),
           ...(config.egress !== undefined ? { nameserver: host.subnet.gateway } : {})
-        })
+        }, name)
       })
     }
   )
@@ -52,7 +55,10 @@ export const makeImages = (host: DriverHost) => {
 
   const roots = tryHost(
     "debian",
-    async (): Promise<ReadonlyArray<ImageRoot>> => (await Debian.hasDebianRoot(templatesDir)) ? ["debian"] : []
+    async (): Promise<ReadonlyArray<ImageRoot>> => [
+      ...((await Debian.hasDebianRoot(templatesDir)) ? ["debian" as const] : []),
+      ...((await Debian.hasDebianRoot(templatesDir, Debian.CODE_ROOT)) ? ["code" as const] : [])
+    ]
   )
 
   const exportLayer = Effect.fn("SandboxDriver.exportLayer")(function*(sandboxId: string, file: string) {

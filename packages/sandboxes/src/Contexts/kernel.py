@@ -44,16 +44,27 @@ def on_interrupt(_sig, _frame):
     state["pending"] = True
 
 
+def interrupt_shell(shell):
+    def on_interrupt_shell(_sig, _frame):
+        if state["in_run"]:
+            state["interrupted"] = True
+            shell.signal(signal.SIGINT)
+        else:
+            state["pending"] = True
+    return on_interrupt_shell
+
+
 def on_alarm(_sig, _frame):
     raise TimeoutError("the run exceeded its time limit")
 
 
-def serve(path):
+def serve(path, shell=None):
     os.environ["MPLBACKEND"] = "Agg"
     ns = {"__name__": "__main__", "__builtins__": builtins}
     count = 0
     signal.signal(signal.SIGALRM, on_alarm)
-    signal.signal(signal.SIGINT, on_interrupt)
+    signal.signal(signal.SIGINT, on_interrupt if shell is None else interrupt_shell(shell))
+    runner = run_one if shell is None else (lambda _ns, *args: run_bash(shell, *args))
     try:
         os.unlink(path)
     except FileNotFoundError:
@@ -82,7 +93,7 @@ def serve(path):
                         conn.sendall((json.dumps(event) + "\n").encode())
                     except OSError:
                         pass  # the client went away: the run goes on, its answer is lost
-                answer, leave = run_one(ns, count, req["code"], int(req["timeout_ms"]), emit)
+                answer, leave = runner(ns, count, req["code"], int(req["timeout_ms"]), emit)
                 for r in answer["results"]:
                     emit(dict(event="result", **r))
                 if answer["error"] is not None:
@@ -90,7 +101,7 @@ def serve(path):
                 emit({"event": "end", "execution_count": count, "duration_ms": answer["duration_ms"],
                       "truncated": answer["truncated"], "exited": answer["exited"]})
             else:
-                answer, leave = run_one(ns, count, req["code"], int(req["timeout_ms"]))
+                answer, leave = runner(ns, count, req["code"], int(req["timeout_ms"]))
                 conn.sendall(json.dumps(answer).encode())
         except KeyboardInterrupt:
             continue
@@ -230,8 +241,153 @@ def client(path, timeout_ms, stream):
         sys.exit(4)  # the interpreter ended without answering
 
 
+class Bash:
+    """One `bash` whose cwd, variables and functions persist from run to run: each run's code is
+    sourced from a file, its stdout and stderr through two FIFOs the runner reads, its status
+    answered on bash's own stdout after a marker only the runner knows."""
+
+    def __init__(self, path):
+        import secrets, subprocess
+        self.dir = path + ".d"
+        os.makedirs(self.dir, mode=0o700, exist_ok=True)
+        self.marker = ("__svc_done_%s " % secrets.token_hex(16)).encode()
+        self.fifos = {}
+        for name in ("stdout", "stderr"):
+            fifo = os.path.join(self.dir, name)
+            try:
+                os.unlink(fifo)
+            except FileNotFoundError:
+                pass
+            os.mkfifo(fifo, 0o600)
+            # Our own writer keeps a read from finding an end of file between bash's writes.
+            self.fifos[name] = (os.open(fifo, os.O_RDONLY | os.O_NONBLOCK), os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        # Its own session: an interrupt reaches bash and whatever it runs in the foreground.
+        self.proc = subprocess.Popen(["bash", "--noprofile", "--norc"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, start_new_session=True,
+                                     # A SIGINT ignored where the runner started would stay ignored.
+                                     preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        os.set_blocking(self.proc.stdout.fileno(), False)
+        # An interrupt ends the sourced code (not bash): its status is 130.
+        self.send(b"trap 'return 130 2>/dev/null' INT\n")
+
+    def send(self, line):
+        self.proc.stdin.write(line)
+        self.proc.stdin.flush()
+
+    def signal(self, sig):
+        try:
+            os.killpg(self.proc.pid, sig)
+        except OSError:
+            pass
+
+    def drain(self, name):
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(self.fifos[name][0], 65536)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def run_bash(shell, count, code, timeout_ms, emit=None):
+    import codecs, select
+    out, err = Capped("stdout", emit), Capped("stderr", emit)
+    decoders = {"stdout": codecs.getincrementaldecoder("utf-8")("replace"),
+                "stderr": codecs.getincrementaldecoder("utf-8")("replace")}
+    streams = {"stdout": out, "stderr": err}
+    started = time.monotonic()
+    deadline = started + timeout_ms / 1000.0
+    # What background jobs wrote since the last run is not this run's.
+    shell.drain("stdout")
+    shell.drain("stderr")
+    path = os.path.join(shell.dir, "code")
+    with open(path, "wb") as f:
+        f.write(code.encode("utf-8", "replace"))
+    status, error, leave, timed_out, killed_at = None, None, None, False, None
+    state["in_run"] = True
+    try:
+        if state["pending"]:
+            # Interrupted on its way here: it does not start.
+            state["pending"] = False
+            state["interrupted"] = True
+            status = 130
+        else:
+            shell.send((". %s >%s 2>%s </dev/null; printf '%s%%d\\n' \"$?\"\n"
+                        % (path, os.path.join(shell.dir, "stdout"), os.path.join(shell.dir, "stderr"),
+                           shell.marker.decode())).encode())
+        answer = b""
+        fds = {shell.fifos["stdout"][0]: "stdout", shell.fifos["stderr"][0]: "stderr"}
+        status_fd = shell.proc.stdout.fileno()
+        while status is None:
+            now = time.monotonic()
+            if not timed_out and now >= deadline:
+                timed_out, killed_at = True, now
+                shell.signal(signal.SIGINT)
+            if killed_at is not None and now >= killed_at + 2:
+                # It did not stop at the interrupt: the shell goes with it (the context is dead).
+                shell.signal(signal.SIGKILL)
+                killed_at = float("inf")
+            wait = max(0.0, min(deadline - now if not timed_out else 0.5, 0.5))
+            try:
+                ready, _, _ = select.select(list(fds) + [status_fd], [], [], wait)
+            except InterruptedError:
+                continue
+            for fd in ready:
+                if fd == status_fd:
+                    try:
+                        chunk = os.read(status_fd, 65536)
+                    except BlockingIOError:
+                        continue
+                    if not chunk:
+                        leave = shell.proc.wait()
+                        status = leave if leave >= 0 else 128 - leave
+                        break
+                    answer += chunk
+                    at = answer.find(shell.marker)
+                    if at >= 0 and answer.endswith(b"\n"):
+                        status = int(answer[at + len(shell.marker):].split(b"\n")[0] or b"0")
+                else:
+                    name = fds[fd]
+                    text = decoders[name].decode(shell.drain(name))
+                    if text:
+                        streams[name].write(text)
+        # What the code wrote before it ended is in the FIFOs already.
+        for name in ("stdout", "stderr"):
+            text = decoders[name].decode(shell.drain(name), final=True)
+            if text:
+                streams[name].write(text)
+    finally:
+        state["in_run"] = False
+        state["pending"] = False
+    if timed_out:
+        error = {"name": "TimeoutError", "value": "the run exceeded its time limit", "traceback": []}
+    elif state.pop("interrupted", False):
+        error = {"name": "Interrupted", "value": "the run was interrupted", "traceback": []}
+    elif leave is not None:
+        error = {"name": "ExitCode", "value": str(status), "traceback": []}
+    elif status != 0:
+        error = {"name": "ExitCode", "value": str(status), "traceback": []}
+    state.pop("interrupted", None)
+    return {
+        "execution_count": count,
+        "results": [],
+        "stdout": out.text(),
+        "stderr": err.text(),
+        "error": error,
+        "duration_ms": int((time.monotonic() - started) * 1000),
+        "truncated": out.cut or err.cut,
+        "exited": leave is not None,
+    }, (0 if leave is not None else None)
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "serve":
         serve(sys.argv[2])
+    elif sys.argv[1] == "serve-bash":
+        serve(sys.argv[2], Bash(sys.argv[2]))
     else:
         client(sys.argv[2], int(sys.argv[3]), sys.argv[1] == "stream")

@@ -45,7 +45,7 @@ class CodeContext:
         return self._contexts.run(self.id, code, timeout_ms)
 
     def interrupt(self) -> None:
-        """Ends the run in progress with a `KeyboardInterrupt` error."""
+        """Ends the run in progress: a `KeyboardInterrupt` error in python, `Interrupted` in javascript and bash."""
         self._contexts.interrupt(self.id)
 
     def delete(self) -> None:
