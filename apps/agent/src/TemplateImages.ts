@@ -37,6 +37,7 @@ import * as NodePath from "node:path"
 import { Readable } from "node:stream"
 import { pipeline } from "node:stream/promises"
 import { AgentConfig } from "./Config.ts"
+import * as ImagePulls from "./ImagePulls.ts"
 import { describeDriverError } from "./LocalSandboxes/DriverErrors.ts"
 
 const MAX_LOG = 256 * 1024
@@ -133,6 +134,34 @@ export class TemplateImages extends Context.Service<TemplateImages, {
           return hex
         })
 
+      /** Pushes a layer file already named by its digest (a pulled image's) and extracts it here. */
+      const publishAs = (file: string, hex: string) =>
+        Effect.gen(function*() {
+          const objects = yield* openStore.pipe(Effect.mapError(busError))
+          const push = Effect.tryPromise({
+            try: async () => {
+              if ((await objects.info(hex)) !== null) return
+              const source = Readable.toWeb(FsSync.createReadStream(file)) as unknown as ReadableStream<Uint8Array>
+              await objects.put({ name: hex }, source)
+            },
+            catch: (e) => fail(`pushing the layer: ${e instanceof Error ? e.message : String(e)}`)
+          })
+          // The store's copy and this host's extracted one at once: both read the same file.
+          yield* Effect.all([push, driver.importLayer(hex, file).pipe(Effect.mapError((e) => fail(describeDriverError(e))))], {
+            concurrency: 2,
+            discard: true
+          })
+        })
+
+      const pulls = yield* Effect.orDie(ImagePulls.make({
+        dataDir: config.dataDir,
+        scratch,
+        layerCache,
+        openStore,
+        ensureLayers,
+        publishAs
+      }))
+
       const build = (command: BuildCommand) =>
         Effect.gen(function*() {
           const started = Date.now()
@@ -184,6 +213,14 @@ export class TemplateImages extends Context.Service<TemplateImages, {
             const layers = [...command.layers]
             // Grows with `env` steps; each step's sandbox takes it as it is then.
             const env: Record<string, string> = { ...command.env }
+            if (command.image !== undefined) {
+              const pulled = yield* pulls.pull(command.image, write).pipe(
+                Effect.mapError((e) => new StepFailed({ message: e.message }))
+              )
+              layers.push(...pulled.layers)
+              Object.assign(env, pulled.env)
+              status.image = pulled.image
+            }
 
             /** A sandbox of the image so far, for one step (or a snapshot's export). */
             const withBuildSandbox = <A, E>(use: (id: string) => Effect.Effect<A, E>) =>

@@ -13,7 +13,13 @@
  *   and end to the `builds` KV bucket (key: the template id); the control plane applies the end to
  *   the template's row once (and fails a build whose host went down or that ran past its time).
  * - The **layer cache** (`layers` KV): key = digest of (root, layers below, env, step), value =
- *   the layer that step made. A step already built on the same base is not run again.
+ *   the layer that step made. A step already built on the same base is not run again. An OCI
+ *   image's layer is cached the same way under `oci.<version>.<blob hex>`: the layer its blob
+ *   became, so an image sharing a base with one pulled before takes the base from the store.
+ * - A build from an **OCI image** (`image` in the command) pulls it on the host first
+ *   (`@svc/host/Oci`): its layers become the bottom of the stack (over the `base` root, which
+ *   gives the mount points, the resolver and the CA bundle), and how to run it (`BuildImage`)
+ *   comes back in the build's status.
  */
 import type { BucketSpec } from "@svc/bus/Topology"
 import { Schema } from "effect"
@@ -37,6 +43,32 @@ export const BuildStep = Schema.Union([
 ])
 export type BuildStep = typeof BuildStep.Type
 
+/** The key of an OCI layer blob (`sha256:<hex>`) in the layer cache. */
+export const ociLayerCacheKey = (digest: string) => `oci.v1.${digest.replace(/^sha256:/, "")}`
+
+/** An OCI image to pull as a build's base; the credential sealed as its secret's value is. */
+export const BuildImageSource = Schema.Struct({
+  ref: Schema.String,
+  secret: Schema.optionalKey(Schema.Struct({
+    id: Schema.String,
+    /** `SecretBox.seal(value, secretValueAad(id))`, as the secret row holds it. */
+    sealedValue: Schema.String,
+    allowedHosts: Schema.Array(Schema.String)
+  }))
+})
+export type BuildImageSource = typeof BuildImageSource.Type
+
+/** How a sandbox of a pulled image runs (the image's config), and what was pulled. */
+export const BuildImage = Schema.Struct({
+  digest: Schema.String,
+  workdir: Schema.NullOr(Schema.String),
+  /** Numeric `uid:gid`, null for root. */
+  user: Schema.NullOr(Schema.String),
+  startCmd: Schema.NullOr(Schema.String),
+  exposedPorts: Schema.Array(Schema.Int)
+})
+export type BuildImage = typeof BuildImage.Type
+
 /** A build on one host; `sandboxId` is the template id (the agent's queue key). */
 export const BuildCommand = Schema.TaggedStruct("build", {
   sandboxId: Schema.String,
@@ -49,7 +81,9 @@ export const BuildCommand = Schema.TaggedStruct("build", {
   steps: Schema.Array(BuildStep),
   timeoutMs: Schema.Int,
   /** A snapshot: this running sandbox's writable layer over `layers` instead of steps. */
-  snapshotOf: Schema.optionalKey(Schema.String)
+  snapshotOf: Schema.optionalKey(Schema.String),
+  /** An OCI image pulled first: its layers go over `layers` (then the steps run). */
+  image: Schema.optionalKey(BuildImageSource)
 })
 export type BuildCommand = typeof BuildCommand.Type
 
@@ -66,7 +100,9 @@ export const BuildStatus = Schema.Struct({
   /** Steps run, and taken from the layer cache. */
   stepsRun: Schema.Int,
   stepsCached: Schema.Int,
-  updatedAt: Schema.Number
+  updatedAt: Schema.Number,
+  /** The pulled image, when the build had one. */
+  image: Schema.optionalKey(BuildImage)
 })
 export type BuildStatus = typeof BuildStatus.Type
 
@@ -77,6 +113,10 @@ export const imageDigestInput = (root: ImageRootName, layers: ReadonlyArray<stri
 export const SandboxImage = Schema.Struct({
   layers: Schema.Array(LayerHex),
   startCmd: Schema.NullOr(Schema.String),
-  readyCmd: Schema.NullOr(Schema.String)
+  readyCmd: Schema.NullOr(Schema.String),
+  /** The default cwd of execs (an image's `WorkingDir`). */
+  workdir: Schema.optionalKey(Schema.NullOr(Schema.String)),
+  /** The user execs run as by default, numeric `uid:gid` (an image's `User`). */
+  user: Schema.optionalKey(Schema.NullOr(Schema.String))
 })
 export type SandboxImage = typeof SandboxImage.Type

@@ -8,16 +8,19 @@
  */
 import type * as Rows from "@svc/db/Rows"
 import * as Errors from "@svc/domain/Errors"
+import { formatImageReference, type ImageReference, parseImageReference } from "@svc/domain/ImageReference"
 import { BASE_TEMPLATE_ID, DEBIAN_TEMPLATE_ID, makeTemplateId, type OrgId } from "@svc/domain/Ids"
 import { type ListQuery, pageInfo } from "@svc/domain/Pagination"
 import type { CreateTemplateRequest, Template, TemplatePage, TemplateStep } from "@svc/domain/Template"
 import * as Outbox from "@svc/events/Outbox"
 import { wakeIfPresent } from "@svc/events/Relay"
-import type { BuildCommand, ImageRootName, SandboxImage } from "@svc/host-protocol/Images"
+import { parseSecretDestination, secretDestinationMatches } from "@svc/domain/Secret"
+import type { BuildCommand, BuildImageSource, ImageRootName, SandboxImage } from "@svc/host-protocol/Images"
 import { agentSubject } from "@svc/host-protocol/Protocol"
 import { Hosts } from "@svc/hosts/Hosts"
 import * as Scheduler from "@svc/hosts/Scheduler"
-import { Context, Duration, Effect, Layer, Stream } from "effect"
+import * as SecretsStore from "@svc/secrets/Secrets/Store"
+import { Context, Duration, Effect, Layer, Option, Result, Stream } from "effect"
 import { SqlClient } from "effect/sql"
 import * as Collect from "./Collect.ts"
 import { TemplateBuildTimeout } from "./Config.ts"
@@ -44,6 +47,8 @@ export interface ResolvedTemplate {
   readonly root: ImageRootName
   readonly env: Readonly<Record<string, string>>
   readonly image: SandboxImage | undefined
+  /** The default exposed ports of its sandboxes (an image's `ExposedPorts`). */
+  readonly exposedPorts: ReadonlyArray<number>
 }
 
 export class Templates extends Context.Service<Templates, {
@@ -93,14 +98,15 @@ export class Templates extends Context.Service<Templates, {
 
     const resolve = Effect.fn("Templates.resolve")(function*(orgId: OrgId, ref: string) {
       if (ref === "base" || ref === BASE_TEMPLATE_ID) {
-        return { id: BASE_TEMPLATE_ID, root: "base" as const, env: {}, image: undefined }
+        return { id: BASE_TEMPLATE_ID, root: "base" as const, env: {}, image: undefined, exposedPorts: [] }
       }
       if (ref === "debian" || ref === DEBIAN_TEMPLATE_ID) {
         return {
           id: DEBIAN_TEMPLATE_ID,
           root: "debian" as const,
           env: {},
-          image: { layers: [], startCmd: null, readyCmd: null }
+          image: { layers: [], startCmd: null, readyCmd: null },
+          exposedPorts: []
         }
       }
       const row = yield* find(orgId, ref)
@@ -109,7 +115,14 @@ export class Templates extends Context.Service<Templates, {
         id: row.id,
         root: row.root,
         env: row.env,
-        image: { layers: row.layers, startCmd: row.start_cmd, readyCmd: row.ready_cmd }
+        image: {
+          layers: row.layers,
+          startCmd: row.start_cmd,
+          readyCmd: row.ready_cmd,
+          ...(row.workdir !== null ? { workdir: row.workdir } : {}),
+          ...(row.run_as !== null ? { user: row.run_as } : {})
+        },
+        exposedPorts: row.exposed_ports
       } satisfies ResolvedTemplate
     })
 
@@ -124,6 +137,8 @@ export class Templates extends Context.Service<Templates, {
         readonly startCmd: string | null
         readonly readyCmd: string | null
         readonly snapshotOf?: { readonly id: string; readonly hostId: string }
+        /** An OCI image pulled as the base (its reference as the record shows it). */
+        readonly image?: { readonly source: BuildImageSource; readonly ref: string }
       }
     ) =>
       Effect.gen(function*() {
@@ -147,8 +162,13 @@ export class Templates extends Context.Service<Templates, {
           env: { ...fields.parent.env },
           steps: fields.steps,
           timeoutMs: Duration.toMillis(timeout),
-          ...(fields.snapshotOf !== undefined ? { snapshotOf: fields.snapshotOf.id } : {})
+          ...(fields.snapshotOf !== undefined ? { snapshotOf: fields.snapshotOf.id } : {}),
+          ...(fields.image !== undefined ? { image: fields.image.source } : {})
         }
+        // A template on another runs as it does (its cwd, user and ports) until a pull says otherwise.
+        const parentImage = fields.parent.image
+        const workdir = parentImage?.workdir ?? null
+        const runAs = parentImage?.user ?? null
         const row = yield* sql.withTransaction(Effect.gen(function*() {
           const taken = yield* used(sql`SELECT id FROM templates
             WHERE org_id = ${orgId} AND name = ${fields.name} AND deleted_at IS NULL FOR UPDATE`)
@@ -156,11 +176,13 @@ export class Templates extends Context.Service<Templates, {
             return yield* new Errors.Conflict({ error: `A template named ${fields.name} exists already` })
           }
           const inserted = yield* rows(sql`INSERT INTO templates
-            (id, org_id, name, base, root, layers, env, steps, start_cmd, ready_cmd, state, host_id, deadline_at, created_at)
+            (id, org_id, name, base, root, layers, env, steps, start_cmd, ready_cmd, state, host_id, deadline_at, created_at,
+              image_ref, workdir, run_as, exposed_ports)
             VALUES (${id}, ${orgId}, ${fields.name}, ${fields.base}, ${fields.parent.root},
               ${JSON.stringify(command.layers)}::jsonb, ${JSON.stringify(command.env)}::jsonb,
               ${JSON.stringify(fields.steps)}::jsonb, ${fields.startCmd}, ${fields.readyCmd}, 'building', ${hostId},
-              ${new Date(now + Duration.toMillis(timeout))}, ${new Date(now)})
+              ${new Date(now + Duration.toMillis(timeout))}, ${new Date(now)},
+              ${fields.image?.ref ?? null}, ${workdir}, ${runAs}, ${JSON.stringify(fields.parent.exposedPorts)}::jsonb)
             RETURNING ${sql.literal(COLUMNS)}`)
           yield* Outbox.append({ subject: agentSubject(hostId, "build"), payload: command }).pipe(
             Effect.catchTag("InvalidOutboxMessage", Effect.die)
@@ -171,7 +193,68 @@ export class Templates extends Context.Service<Templates, {
         return toRecord(row)
       })
 
+    /** The registry secret as the build carries it: only for a registry its `allowed_hosts` names. */
+    const registrySecret = Effect.fn("Templates.registrySecret")(function*(
+      orgId: OrgId,
+      ref: string,
+      image: ImageReference
+    ) {
+      const found = yield* SecretsStore.findSealed(orgId, ref)
+      if (Option.isNone(found)) return yield* invalid("registry_secret", `no secret ${JSON.stringify(ref)} in this org`)
+      const secret = found.value
+      const names = secret.allowed_hosts.some((text) => {
+        const entry = parseSecretDestination(text)
+        return Result.isSuccess(entry) &&
+          secretDestinationMatches(entry.success, { scheme: "https", host: image.hostname, port: image.port })
+      })
+      if (!names) {
+        return yield* invalid(
+          "registry_secret",
+          `the secret's allowed_hosts does not name the registry ${image.registry}; it is sent nowhere else`
+        )
+      }
+      return { id: secret.id, sealedValue: secret.sealed_value, allowedHosts: secret.allowed_hosts }
+    })
+
+    /** A build whose base is the OCI image `text` (its own steps and commands over it). */
+    const createFromImage = Effect.fn("Templates.createFromImage")(function*(
+      orgId: OrgId,
+      request: CreateTemplateRequest,
+      text: string,
+      steps: ReadonlyArray<TemplateStep>,
+      path: string
+    ) {
+      const parsed = parseImageReference(text)
+      if (Result.isFailure(parsed)) return yield* invalid(path, parsed.failure)
+      const secret = request.registry_secret !== undefined
+        ? yield* registrySecret(orgId, request.registry_secret, parsed.success)
+        : undefined
+      const parent = (yield* resolve(orgId, "base"))!
+      return yield* insertBuild(orgId, {
+        name: request.name,
+        base: "base",
+        parent,
+        steps,
+        startCmd: request.start_cmd ?? null,
+        readyCmd: request.ready_cmd ?? null,
+        image: {
+          ref: formatImageReference(parsed.success),
+          source: { ref: text, ...(secret !== undefined ? { secret } : {}) }
+        }
+      })
+    })
+
     const create = Effect.fn("Templates.create")(function*(orgId: OrgId, request: CreateTemplateRequest) {
+      const sources = (["base", "image", "dockerfile"] as const).filter((key) => request[key] !== undefined)
+      if (sources.length > 1) {
+        return yield* invalid(sources[1]!, `at most one of base, image, dockerfile (${sources.join(" and ")} given)`)
+      }
+      if (request.registry_secret !== undefined && request.image === undefined && request.dockerfile === undefined) {
+        return yield* invalid("registry_secret", "only with image or dockerfile")
+      }
+      if (request.image !== undefined) {
+        return yield* createFromImage(orgId, request, request.image, request.steps ?? [], "image")
+      }
       const base = request.base ?? "base"
       const parent = yield* resolve(orgId, base)
       if (parent === undefined) return yield* invalid("base", `no ready template ${JSON.stringify(base)}`)
