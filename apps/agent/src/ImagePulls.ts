@@ -9,6 +9,7 @@
  */
 import type { ObjectStore } from "@svc/bus/Objects"
 import { SecretBox } from "@svc/crypto/SecretBox"
+import { hostsFileReader } from "@svc/egress/HostsFile"
 import { allowedRules } from "@svc/domain/Address"
 import { parseSecretDestination, secretDestinationMatches } from "@svc/domain/Secret"
 import { secretValueAad } from "@svc/host-protocol/Egress"
@@ -70,6 +71,8 @@ export const make = (deps: ImagePullDeps) =>
     const box = yield* SecretBox
     const allowed = allowedRules(yield* OciConfig.RegistryAllowedSubnets)
     const caFile = yield* OciConfig.RegistryCaFile
+    const hostsFile = yield* OciConfig.RegistryHostsFile
+    const hosts = hostsFileReader(hostsFile)
     const imageMax = (yield* OciConfig.ImageMaxMb) * MIB
     const layerMax = (yield* OciConfig.ImageLayerMaxMb) * MIB
     const stallMs = Duration.toMillis(yield* OciConfig.ImagePullStallTimeout)
@@ -111,6 +114,7 @@ export const make = (deps: ImagePullDeps) =>
         .map((r) => r.success)
       const session = openRegistry(ref, {
         allowed,
+        hosts: hosts(),
         extraCa,
         stallMs,
         credential: value === undefined ? undefined : credentialOf(value),

@@ -1,14 +1,14 @@
 /**
- * One OCI layer blob pulled into a platform layer file: the bytes as they arrive are hashed
- * (checked against the descriptor's digest at the end: a tampered layer fails), decompressed
- * (gzip, zstd or none), counted against the bounds (a decompression bomb stops at the bound, not
- * when the disk fills) and rewritten by `LayerConvert.ts` into `file`, whose sha256 names the
- * platform layer. One pass; nothing held whole.
+ * One OCI layer blob pulled into a platform layer file: the blob downloaded (bounded) and checked
+ * against the descriptor's digest (a tampered layer fails before anything of it is read), then
+ * decompressed (gzip, zstd or none), counted against the bounds (a decompression bomb stops at the
+ * bound, not when the disk fills) and rewritten by `LayerConvert.ts` into `file`, whose sha256
+ * names the platform layer. Streamed: nothing held whole.
  */
 import { createHash } from "node:crypto"
 import * as FsSync from "node:fs"
 import * as Fs from "node:fs/promises"
-import { Readable, Transform } from "node:stream"
+import type { Transform } from "node:stream"
 import * as Zlib from "node:zlib"
 import { convertLayer, type ConvertedLayer, LayerRefused } from "./LayerConvert.ts"
 import { type Descriptor, PullError, type RegistrySession } from "./Registry.ts"
@@ -62,61 +62,76 @@ export const pullLayer = async (
     )
   }
   const decompress = decompressor(layer.mediaType)
-  const answer = await session.blob(layer.digest)
-  const compressedHash = createHash("sha256")
-  let compressed = 0
-  const source = Readable.from((async function*() {
-    for await (const chunk of answer.body) {
-      compressed += chunk.length
-      if (compressed > bounds.layerMaxBytes) {
-        throw new PullError(`layer ${layer.digest.slice(0, 19)} is larger than ${mib(bounds.layerMaxBytes)} (${bounds.layerSetting})`)
-      }
-      compressedHash.update(chunk)
-      yield chunk
-    }
-  })(), { objectMode: false })
-  let bytes = 0
-  const limit = Math.min(bounds.layerMaxBytes, bounds.imageBytesLeft)
-  const counted = (async function*() {
-    const stream = decompress === undefined ? source : source.pipe(decompress)
-    source.on("error", (e) => stream.destroy(e))
-    for await (const chunk of stream) {
-      bytes += (chunk as Buffer).length
-      if (bytes > limit) {
-        source.destroy()
-        throw new PullError(
-          bytes > bounds.layerMaxBytes
-            ? `layer ${layer.digest.slice(0, 19)} unpacks to more than ${mib(bounds.layerMaxBytes)} (${bounds.layerSetting})`
-            : `the image unpacks to more than its limit (${bounds.imageSetting})`
-        )
-      }
-      yield chunk as Buffer
-    }
-  })()
-  const out = FsSync.createWriteStream(file, { mode: 0o600 })
-  const outHash = createHash("sha256")
-  const write = (chunk: Buffer) => {
-    outHash.update(chunk)
-    if (!out.write(chunk)) return new Promise<void>((resolve) => out.once("drain", resolve))
-  }
+  // The blob is downloaded and checked against its digest before a byte of it is unpacked: a
+  // tampered layer fails as such, and nothing unverified reaches the tar reader.
+  const blobFile = `${file}.blob`
   try {
-    const converted = await convertLayer(counted, write).catch((e) => {
-      if (e instanceof LayerRefused) throw new PullError(`layer ${layer.digest.slice(0, 19)}: ${e.message}`)
-      if (e instanceof PullError) throw e
-      throw new PullError(`layer ${layer.digest.slice(0, 19)}: ${e instanceof Error ? e.message : String(e)}`)
-    })
-    // The rest of the blob (tar's trailing zeros, or more) still counts towards its digest.
-    for await (const _ of counted) { /* drained */ }
-    await new Promise<void>((resolve, reject) => out.end((e?: Error | null) => (e ? reject(e) : resolve())))
-    const actual = `sha256:${compressedHash.digest("hex")}`
-    if (actual !== layer.digest) {
+    const answer = await session.blob(layer.digest)
+    const compressedHash = createHash("sha256")
+    let compressed = 0
+    const blobOut = FsSync.createWriteStream(blobFile, { mode: 0o600 })
+    try {
+      for await (const chunk of answer.body) {
+        compressed += chunk.length
+        if (compressed > bounds.layerMaxBytes) {
+          answer.close()
+          throw new PullError(
+            `layer ${layer.digest.slice(0, 19)} is larger than ${mib(bounds.layerMaxBytes)} (${bounds.layerSetting})`
+          )
+        }
+        compressedHash.update(chunk)
+        if (!blobOut.write(chunk)) await new Promise<void>((resolve) => blobOut.once("drain", resolve))
+      }
+    } finally {
+      await new Promise<void>((resolve) => blobOut.end(() => resolve()))
+    }
+    if (`sha256:${compressedHash.digest("hex")}` !== layer.digest) {
       throw new PullError(`layer ${layer.digest.slice(0, 19)} does not match its digest: tampered with or corrupted`)
     }
-    return { ...converted, hex: outHash.digest("hex"), bytes }
-  } catch (e) {
-    answer.close()
-    out.destroy()
-    await Fs.rm(file, { force: true })
-    throw e
+    let bytes = 0
+    const limit = Math.min(bounds.layerMaxBytes, bounds.imageBytesLeft)
+    const source = FsSync.createReadStream(blobFile, { highWaterMark: 1024 * 1024 })
+    const stream = decompress === undefined ? source : source.pipe(decompress)
+    source.on("error", (e) => stream.destroy(e))
+    const counted = (async function*() {
+      for await (const chunk of stream) {
+        bytes += (chunk as Buffer).length
+        if (bytes > limit) {
+          stream.destroy()
+          throw new PullError(
+            bytes > bounds.layerMaxBytes
+              ? `layer ${layer.digest.slice(0, 19)} unpacks to more than ${
+                mib(bounds.layerMaxBytes)
+              } (${bounds.layerSetting})`
+              : `the image unpacks to more than its limit (${bounds.imageSetting})`
+          )
+        }
+        yield chunk as Buffer
+      }
+    })()
+    const out = FsSync.createWriteStream(file, { mode: 0o600 })
+    const outHash = createHash("sha256")
+    const write = (chunk: Buffer) => {
+      outHash.update(chunk)
+      if (!out.write(chunk)) return new Promise<void>((resolve) => out.once("drain", resolve))
+    }
+    try {
+      const converted = await convertLayer(counted, write).catch((e) => {
+        if (e instanceof LayerRefused) throw new PullError(`layer ${layer.digest.slice(0, 19)}: ${e.message}`)
+        if (e instanceof PullError) throw e
+        throw new PullError(`layer ${layer.digest.slice(0, 19)}: ${e instanceof Error ? e.message : String(e)}`)
+      })
+      // The rest (tar's trailing zeros) is read too: the bound counts every byte.
+      for await (const _ of counted) { /* drained */ }
+      await new Promise<void>((resolve, reject) => out.end((e?: Error | null) => (e ? reject(e) : resolve())))
+      return { ...converted, hex: outHash.digest("hex"), bytes }
+    } catch (e) {
+      stream.destroy()
+      out.destroy()
+      await Fs.rm(file, { force: true })
+      throw e
+    }
+  } finally {
+    await Fs.rm(blobFile, { force: true })
   }
 }

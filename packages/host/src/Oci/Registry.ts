@@ -36,6 +36,8 @@ export const credentialOf = (value: string): Credential => {
 
 export interface RegistryOptions {
   readonly allowed: FamilyRules
+  /** Names answered before DNS (their addresses are checked all the same). */
+  readonly hosts: RegistryHosts
   readonly extraCa: ReadonlyArray<string>
   readonly stallMs: number
   readonly credential: Credential | undefined
@@ -71,11 +73,17 @@ const DIGEST = /^sha256:[0-9a-f]{64}$/
 
 const describeClass = (verdict: AddressClass) => verdict._tag === "NonPublic" ? ` (${verdict.range})` : ""
 
-/** Resolves `hostname` and checks every address; the checked ones. */
-const checkedAddresses = async (hostname: string, allowed: FamilyRules) => {
+/** Names answered before DNS (`SVC_REGISTRY_HOSTS_FILE`), as @svc/egress/HostsFile parses them. */
+export type RegistryHosts = ReadonlyMap<string, ReadonlyArray<{ readonly address: string; readonly family: 4 | 6 }>>
+
+/** Resolves `hostname` (the hosts table first) and checks every address; the checked ones. */
+const checkedAddresses = async (hostname: string, allowed: FamilyRules, hosts: RegistryHosts) => {
   const literal = net.isIP(hostname) !== 0
+  const listed = hosts.get(hostname.toLowerCase())
   const resolved = literal
     ? [{ address: hostname, family: net.isIPv6(hostname) ? 6 : 4 }]
+    : listed !== undefined && listed.length > 0
+    ? listed
     : await dns.promises.lookup(hostname, { all: true, order: "verbatim" }).catch(() => {
       throw new PullError(`the registry host ${hostname} does not resolve`)
     })
@@ -110,7 +118,7 @@ export const openRegistry = (ref: ImageReference, options: RegistryOptions) => {
     if (url.protocol !== "https:") throw new PullError(`the registry sent a non-HTTPS address (${url.protocol})`)
     const hostname = url.hostname.startsWith("[") ? url.hostname.slice(1, -1) : url.hostname
     const port = url.port === "" ? 443 : Number(url.port)
-    const addresses = await checkedAddresses(hostname, options.allowed)
+    const addresses = await checkedAddresses(hostname, options.allowed, options.hosts)
     const first = addresses[0]!
     return new Promise<Answer>((resolve, reject) => {
       const req = Https.request({
@@ -189,7 +197,7 @@ export const openRegistry = (ref: ImageReference, options: RegistryOptions) => {
     return Buffer.concat(parts)
   }
 
-  const base = new URL(`https://${ref.registry.includes(":") && !ref.registry.startsWith("[") ? ref.registry : ref.registry}/`)
+  const base = new URL(`https://${ref.registry}/`)
   const registryHost = { hostname: ref.hostname, port: ref.port }
   const credentialFor = (hostname: string, port: number) =>
     options.credential !== undefined && options.mayAuthenticate(hostname, port) ? options.credential : undefined
