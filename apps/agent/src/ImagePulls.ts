@@ -35,6 +35,9 @@ export interface PulledImage {
   readonly layers: ReadonlyArray<string>
   readonly env: Readonly<Record<string, string>>
   readonly image: BuildImage
+  /** The image's own, for a Dockerfile's CMD or ENTRYPOINT to replace one of. */
+  readonly entrypoint: ReadonlyArray<string> | null
+  readonly cmd: ReadonlyArray<string> | null
 }
 
 /** What of the layer cache (a KV bucket) pulls use. */
@@ -202,7 +205,9 @@ export const make = (deps: ImagePullDeps) =>
           user: run.success.user,
           startCmd: run.success.startCmd,
           exposedPorts: run.success.exposedPorts
-        }
+        },
+        entrypoint: config.success.config?.Entrypoint ?? null,
+        cmd: config.success.config?.Cmd ?? null
       } satisfies PulledImage
     })
 

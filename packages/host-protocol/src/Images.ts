@@ -35,11 +35,32 @@ export const ImageRootName = Schema.Literals(["base", "debian"])
 export type ImageRootName = typeof ImageRootName.Type
 
 export const BuildStep = Schema.Union([
-  Schema.Struct({ run: Schema.String }),
+  Schema.Struct({
+    run: Schema.String,
+    /** The command as argv (a Dockerfile's RUN through its SHELL); absent: `/bin/sh -c run`. */
+    argv: Schema.optionalKey(Schema.Array(Schema.String)),
+    /** Env for this command only (a Dockerfile's build args). */
+    args: Schema.optionalKey(Schema.Record(Schema.String, Schema.String))
+  }),
   Schema.Struct({
     file: Schema.Struct({ path: Schema.String, content: Schema.String, mode: Schema.optionalKey(Schema.Int) })
   }),
-  Schema.Struct({ env: Schema.Record(Schema.String, Schema.String) })
+  Schema.Struct({ env: Schema.Record(Schema.String, Schema.String) }),
+  // A Dockerfile's: files of the build's context (`contextObject` in the image store).
+  Schema.Struct({
+    copy: Schema.Struct({
+      sources: Schema.Array(Schema.String),
+      dest: Schema.String,
+      chown: Schema.optionalKey(Schema.String)
+    })
+  }),
+  // A Dockerfile's settings for the steps after them and for the image's sandboxes: no layer.
+  Schema.Struct({ workdir: Schema.String }),
+  Schema.Struct({ user: Schema.String }),
+  Schema.Struct({ cmd: Schema.Array(Schema.String) }),
+  Schema.Struct({ entrypoint: Schema.Array(Schema.String) }),
+  Schema.Struct({ expose: Schema.Array(Schema.Int) }),
+  Schema.Struct({ shell: Schema.Array(Schema.String) })
 ])
 export type BuildStep = typeof BuildStep.Type
 
@@ -60,7 +81,8 @@ export type BuildImageSource = typeof BuildImageSource.Type
 
 /** How a sandbox of a pulled image runs (the image's config), and what was pulled. */
 export const BuildImage = Schema.Struct({
-  digest: Schema.String,
+  /** The manifest digest pulled; null when nothing was (a Dockerfile FROM a template). */
+  digest: Schema.NullOr(Schema.String),
   workdir: Schema.NullOr(Schema.String),
   /** Numeric `uid:gid`, null for root. */
   user: Schema.NullOr(Schema.String),
@@ -83,7 +105,11 @@ export const BuildCommand = Schema.TaggedStruct("build", {
   /** A snapshot: this running sandbox's writable layer over `layers` instead of steps. */
   snapshotOf: Schema.optionalKey(Schema.String),
   /** An OCI image pulled first: its layers go over `layers` (then the steps run). */
-  image: Schema.optionalKey(BuildImageSource)
+  image: Schema.optionalKey(BuildImageSource),
+  /** A Dockerfile's context: the sha256 (hex) of its tar.gz, an object of the image store. */
+  contextObject: Schema.optionalKey(LayerHex),
+  /** How the base runs (a template's cwd and user), for a Dockerfile's steps to start from. */
+  runAs: Schema.optionalKey(Schema.Struct({ workdir: Schema.NullOr(Schema.String), user: Schema.NullOr(Schema.String) }))
 })
 export type BuildCommand = typeof BuildCommand.Type
 

@@ -11,11 +11,20 @@ import * as Errors from "@svc/domain/Errors"
 import { formatImageReference, type ImageReference, parseImageReference } from "@svc/domain/ImageReference"
 import { BASE_TEMPLATE_ID, DEBIAN_TEMPLATE_ID, makeTemplateId, type OrgId } from "@svc/domain/Ids"
 import { type ListQuery, pageInfo } from "@svc/domain/Pagination"
-import type { CreateTemplateRequest, Template, TemplatePage, TemplateStep } from "@svc/domain/Template"
+import type { CreateTemplateRequest, Template, TemplatePage } from "@svc/domain/Template"
 import * as Outbox from "@svc/events/Outbox"
 import { wakeIfPresent } from "@svc/events/Relay"
 import { parseSecretDestination, secretDestinationMatches } from "@svc/domain/Secret"
-import type { BuildCommand, BuildImageSource, ImageRootName, SandboxImage } from "@svc/host-protocol/Images"
+import { Nats } from "@svc/bus/Nats"
+import { ensureObjectStore, type ObjectStore } from "@svc/bus/Objects"
+import {
+  type BuildCommand,
+  type BuildImageSource,
+  type BuildStep,
+  IMAGES_OBJECT_STORE,
+  type ImageRootName,
+  type SandboxImage
+} from "@svc/host-protocol/Images"
 import { agentSubject } from "@svc/host-protocol/Protocol"
 import { Hosts } from "@svc/hosts/Hosts"
 import * as Scheduler from "@svc/hosts/Scheduler"
@@ -23,6 +32,8 @@ import * as SecretsStore from "@svc/secrets/Secrets/Store"
 import { Context, Duration, Effect, Layer, Option, Result, Stream } from "effect"
 import { SqlClient } from "effect/sql"
 import * as Collect from "./Collect.ts"
+import { checkContext } from "./Context.ts"
+import { parseDockerfile } from "./Dockerfile.ts"
 import { TemplateBuildTimeout } from "./Config.ts"
 import * as Settle from "./Settle.ts"
 import {
@@ -95,6 +106,15 @@ export class Templates extends Context.Service<Templates, {
     const settler = yield* Settle.make(collector.due)
 
     const find = (orgId: string, ref: string) => findRow(sql, orgId, ref)
+    const nats = yield* Nats
+    // The image store, opened on first use (a Dockerfile's context goes there).
+    let store: ObjectStore | undefined
+    const openStore = Effect.suspend(() =>
+      store !== undefined ? Effect.succeed(store) : ensureObjectStore(IMAGES_OBJECT_STORE).pipe(
+        Effect.tap((opened) => Effect.sync(() => (store = opened))),
+        Effect.provideService(Nats, nats)
+      )
+    )
 
     const resolve = Effect.fn("Templates.resolve")(function*(orgId: OrgId, ref: string) {
       if (ref === "base" || ref === BASE_TEMPLATE_ID) {
@@ -133,12 +153,14 @@ export class Templates extends Context.Service<Templates, {
         readonly name: string
         readonly base: string
         readonly parent: ResolvedTemplate
-        readonly steps: ReadonlyArray<TemplateStep>
+        readonly steps: ReadonlyArray<BuildStep>
         readonly startCmd: string | null
         readonly readyCmd: string | null
         readonly snapshotOf?: { readonly id: string; readonly hostId: string }
         /** An OCI image pulled as the base (its reference as the record shows it). */
         readonly image?: { readonly source: BuildImageSource; readonly ref: string }
+        /** A Dockerfile's context in the image store (its sha256, hex). */
+        readonly contextObject?: string
       }
     ) =>
       Effect.gen(function*() {
@@ -163,7 +185,9 @@ export class Templates extends Context.Service<Templates, {
           steps: fields.steps,
           timeoutMs: Duration.toMillis(timeout),
           ...(fields.snapshotOf !== undefined ? { snapshotOf: fields.snapshotOf.id } : {}),
-          ...(fields.image !== undefined ? { image: fields.image.source } : {})
+          ...(fields.image !== undefined ? { image: fields.image.source } : {}),
+          ...(fields.contextObject !== undefined ? { contextObject: fields.contextObject } : {}),
+          runAs: { workdir: fields.parent.image?.workdir ?? null, user: fields.parent.image?.user ?? null }
         }
         // A template on another runs as it does (its cwd, user and ports) until a pull says otherwise.
         const parentImage = fields.parent.image
@@ -221,8 +245,9 @@ export class Templates extends Context.Service<Templates, {
       orgId: OrgId,
       request: CreateTemplateRequest,
       text: string,
-      steps: ReadonlyArray<TemplateStep>,
-      path: string
+      steps: ReadonlyArray<BuildStep>,
+      path: string,
+      extra: { readonly contextObject?: string; readonly startCmd?: string | null; readonly readyCmd?: string | null } = {}
     ) {
       const parsed = parseImageReference(text)
       if (Result.isFailure(parsed)) return yield* invalid(path, parsed.failure)
@@ -235,12 +260,76 @@ export class Templates extends Context.Service<Templates, {
         base: "base",
         parent,
         steps,
-        startCmd: request.start_cmd ?? null,
-        readyCmd: request.ready_cmd ?? null,
+        startCmd: request.start_cmd ?? extra.startCmd ?? null,
+        readyCmd: request.ready_cmd ?? extra.readyCmd ?? null,
+        ...(extra.contextObject !== undefined ? { contextObject: extra.contextObject } : {}),
         image: {
           ref: formatImageReference(parsed.success),
           source: { ref: text, ...(secret !== undefined ? { secret } : {}) }
         }
+      })
+    })
+
+    /** A build from a Dockerfile: its FROM as the base (an image, or a template), its lines as steps. */
+    const createFromDockerfile = Effect.fn("Templates.createFromDockerfile")(function*(
+      orgId: OrgId,
+      request: CreateTemplateRequest,
+      text: string
+    ) {
+      const parsed = parseDockerfile(text, request.build_args ?? {})
+      if (parsed._tag === "Issues") {
+        const first = parsed.issues[0]!
+        return yield* new Errors.InvalidRequest({
+          error: `Invalid Dockerfile: ${first.path} ${first.message}`,
+          issues: parsed.issues.slice(0, 50)
+        })
+      }
+      const { from, steps: lines, readyCmd, usesContext } = parsed.value
+      const steps: ReadonlyArray<BuildStep> = [...lines, ...(request.steps ?? [])]
+      let contextObject: string | undefined
+      if (usesContext) {
+        if (request.context === undefined) return yield* invalid("context", "the Dockerfile copies files: give its context")
+        const checked = checkContext(request.context)
+        if (checked._tag === "Refused") return yield* invalid("context", checked.message)
+        const objects = yield* openStore.pipe(
+          Effect.mapError(() => new Errors.Unavailable({ error: "The image store is unreachable; retry" }))
+        )
+        yield* Effect.tryPromise(async () => {
+          if ((await objects.info(checked.hex)) === null) await objects.putBlob({ name: checked.hex }, checked.bytes)
+        }).pipe(Effect.mapError(() => new Errors.Unavailable({ error: "The image store is unreachable; retry" })))
+        contextObject = checked.hex
+      }
+      // A CMD or ENTRYPOINT in the Dockerfile decides the start command (on the host, with the image's).
+      const setsStart = lines.some((step) => "cmd" in step || "entrypoint" in step)
+      const parent = yield* resolve(orgId, from)
+      if (parent === undefined) {
+        if (Result.isFailure(parseImageReference(from))) {
+          return yield* new Errors.InvalidRequest({
+            error: `Invalid Dockerfile: FROM ${from} is no image, base, debian or ready template`,
+            issues: [{ path: "dockerfile:FROM", message: `no image, base, debian or ready template ${JSON.stringify(from)}` }]
+          })
+        }
+        return yield* createFromImage(orgId, request, from, steps, "dockerfile", {
+          ...(contextObject !== undefined ? { contextObject } : {}),
+          ...(readyCmd !== undefined ? { readyCmd } : {})
+        })
+      }
+      if (request.registry_secret !== undefined) return yield* invalid("registry_secret", "the Dockerfile's FROM is no image")
+      const parentRow = parent.id !== BASE_TEMPLATE_ID && parent.id !== DEBIAN_TEMPLATE_ID
+        ? yield* find(orgId, parent.id)
+        : undefined
+      return yield* insertBuild(orgId, {
+        name: request.name,
+        base: baseName(parent.id),
+        parent,
+        steps,
+        startCmd: request.start_cmd !== undefined ? request.start_cmd : setsStart ? null : parentRow?.start_cmd ?? null,
+        readyCmd: request.ready_cmd !== undefined
+          ? request.ready_cmd
+          : readyCmd !== undefined
+          ? readyCmd
+          : parentRow?.ready_cmd ?? null,
+        ...(contextObject !== undefined ? { contextObject } : {})
       })
     })
 
@@ -254,6 +343,10 @@ export class Templates extends Context.Service<Templates, {
       }
       if (request.image !== undefined) {
         return yield* createFromImage(orgId, request, request.image, request.steps ?? [], "image")
+      }
+      if (request.dockerfile !== undefined) return yield* createFromDockerfile(orgId, request, request.dockerfile)
+      if (request.context !== undefined || request.build_args !== undefined) {
+        return yield* invalid(request.context !== undefined ? "context" : "build_args", "only with dockerfile")
       }
       const base = request.base ?? "base"
       const parent = yield* resolve(orgId, base)
