@@ -9,6 +9,7 @@
  * naming its line (`dockerfile:<line>`). Pure.
  */
 import type { TemplateStep } from "@svc/domain/Template"
+import { posix } from "node:path"
 
 export interface DockerfileIssue {
   readonly path: string
@@ -96,14 +97,12 @@ const jsonArray = (text: string): ReadonlyArray<string> | undefined => {
   }
 }
 
-/** Whitespace-separated words, with double or single quotes grouping. */
-const words = (text: string): Array<string> => {
-  const out: Array<string> = []
-  for (const m of text.matchAll(/"((?:[^"\\]|\\.)*)"|'([^']*)'|(\S+)/g)) {
-    out.push(m[1] !== undefined ? m[1].replace(/\\(.)/g, "$1") : m[2] ?? m[3]!)
-  }
-  return out
-}
+/** Whitespace-separated words; double or single quotes group (inside a word too: `B="two words"`). */
+const words = (text: string): Array<string> =>
+  [...text.matchAll(/(?:"(?:[^"\\]|\\.)*"|'[^']*'|[^\s"'])+/g)].map((m) =>
+    m[0].replace(/"((?:[^"\\]|\\.)*)"|'([^']*)'/g, (_all, dq: string | undefined, sq: string | undefined) =>
+      dq !== undefined ? dq.replace(/\\(.)/g, "$1") : sq ?? "")
+  )
 
 /** `ENV a=b c="d e"` or the legacy `ENV a b c`. */
 const envPairs = (text: string): Record<string, string> | undefined => {
@@ -240,7 +239,8 @@ export const parseDockerfile = (
           issue(line, "--chown takes a numeric uid[:gid]")
           break
         }
-        if (!dest.startsWith("/")) dest = `${workdir.replace(/\/$/, "")}/${dest}`
+        // posix.join keeps a trailing slash: a destination folder stays one.
+        if (!dest.startsWith("/")) dest = posix.join(workdir, dest)
         usesContext = true
         steps.push({ copy: { sources, dest, ...(chown !== undefined ? { chown } : {}) } })
         break
@@ -265,7 +265,7 @@ export const parseDockerfile = (
           issue(line, "WORKDIR names no folder")
           break
         }
-        workdir = path.startsWith("/") ? path : `${workdir.replace(/\/$/, "")}/${path}`
+        workdir = posix.resolve(workdir, path)
         steps.push({ workdir })
         break
       }
