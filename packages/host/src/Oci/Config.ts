@@ -8,7 +8,7 @@
  * | `SVC_REGISTRY_HOSTS_FILE` | empty | a hosts-format file whose names pulls resolve from first (a split horizon; the tests' registry) |
  * | `SVC_IMAGE_MAX_MB` | `8192` | the uncompressed size an image may have |
  * | `SVC_IMAGE_LAYER_MAX_MB` | `4096` | the size one layer may have, compressed or not |
- * | `SVC_IMAGE_PULL_STALL_TIMEOUT` | `60s` | a registry request that moves no byte this long fails the pull |
+ * | `SVC_IMAGE_PULL_STALL_TIMEOUT` | `1m` | a registry request that moves no byte this long fails the pull |
  */
 import * as Env from "@svc/config/Env"
 import { SubnetsFromString, type Subnet } from "@svc/domain/Address"
