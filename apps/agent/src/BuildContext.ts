@@ -79,7 +79,7 @@ export const packCopy = async (
     }
   }
   const entries: Array<string> = []
-  for (const top of [...new Set(tops)]) entries.push(...await walk(stage, NodePath.join(stage, top)))
+  for (const top of new Set(tops)) entries.push(...await walk(stage, NodePath.join(stage, top)))
   const list = `${file}.list`
   await Fs.writeFile(list, entries.join("\n") + "\n", { mode: 0o600 })
   try {

@@ -9,9 +9,10 @@
  */
 import type { ObjectStore } from "@svc/bus/Objects"
 import { SecretBox } from "@svc/crypto/SecretBox"
-import { hostsFileReader } from "@svc/egress/HostsFile"
 import { allowedRules } from "@svc/domain/Address"
+import { parseImageReference } from "@svc/domain/ImageReference"
 import { parseSecretDestination, secretDestinationMatches } from "@svc/domain/Secret"
+import { hostsFileReader } from "@svc/egress/HostsFile"
 import { secretValueAad } from "@svc/host-protocol/Egress"
 import { type BuildImage, type BuildImageSource, ociLayerCacheKey } from "@svc/host-protocol/Images"
 import { MAX_LAYERS } from "@svc/host/Driver"
@@ -19,14 +20,18 @@ import { LAYER_HEX, layerDir } from "@svc/host/ImageLayers"
 import * as OciConfig from "@svc/host/Oci/Config"
 import { ImageConfigBlob, runConfigOf } from "@svc/host/Oci/ImageConfig"
 import { pullLayer } from "@svc/host/Oci/Pull"
-import { parseImageReference } from "@svc/domain/ImageReference"
-import { credentialOf, PullError, openRegistry } from "@svc/host/Oci/Registry"
+import { credentialOf, openRegistry, PullError } from "@svc/host/Oci/Registry"
 import { Duration, Effect, Result, Schema } from "effect"
 import { randomBytes } from "node:crypto"
 import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
 
 const MIB = 1024 * 1024
+
+/** A pull failed; `message` is the build's `errorMessage` (never a credential). */
+export class ImagePullFailed extends Schema.TaggedError<ImagePullFailed>()("ImagePullFailed", {
+  message: Schema.String
+}) {}
 const LAYER_CONCURRENCY = 3
 const decodeConfig = Schema.decodeUnknownResult(Schema.fromJsonString(ImageConfigBlob))
 
@@ -104,12 +109,14 @@ export const make = (deps: ImagePullDeps) =>
 
     const pull = Effect.fn("ImagePulls.pull")(function*(source: BuildImageSource, log: (line: string) => void) {
       const parsed = parseImageReference(source.ref)
-      if (Result.isFailure(parsed)) return yield* Effect.fail(new PullError(`image: ${parsed.failure}`))
+      if (Result.isFailure(parsed)) {
+        return yield* Effect.fail(new ImagePullFailed({ message: `image: ${parsed.failure}` }))
+      }
       const ref = parsed.success
       const value = source.secret === undefined
         ? undefined
         : yield* box.open(source.secret.sealedValue, secretValueAad(source.secret.id)).pipe(
-          Effect.mapError(() => new PullError("the registry secret does not open on this host"))
+          Effect.mapError(() => new ImagePullFailed({ message: "the registry secret does not open on this host" }))
         )
       const destinations = (source.secret?.allowedHosts ?? [])
         .map(parseSecretDestination)
@@ -127,28 +134,34 @@ export const make = (deps: ImagePullDeps) =>
       const attempt = <A>(what: () => Promise<A>) =>
         Effect.tryPromise({
           try: what,
-          catch: (e) => e instanceof PullError ? e : new PullError(e instanceof Error ? e.message : String(e))
+          catch: (e) => new ImagePullFailed({ message: e instanceof Error ? e.message : String(e) })
         })
       log(`pulling ${ref.registry}/${ref.repository}:${ref.reference} for linux/amd64`)
       const manifest = yield* attempt(() => session.manifest())
       const configBytes = yield* attempt(() => session.blobBytes(manifest.config.digest, 4 * MIB, "the image config"))
       const config = decodeConfig(configBytes.toString("utf8"))
-      if (Result.isFailure(config)) return yield* Effect.fail(new PullError("the image config is malformed"))
+      if (Result.isFailure(config)) {
+        return yield* Effect.fail(new ImagePullFailed({ message: "the image config is malformed" }))
+      }
       const { architecture, os } = config.success
       if ((architecture !== undefined && architecture !== "amd64") || (os !== undefined && os !== "linux")) {
         return yield* Effect.fail(
-          new PullError(`the image is for ${os ?? "?"}/${architecture ?? "?"}, not linux/amd64`)
+          new ImagePullFailed({ message: `the image is for ${os ?? "?"}/${architecture ?? "?"}, not linux/amd64` })
         )
       }
       if (manifest.layers.length > MAX_LAYERS - 4) {
         return yield* Effect.fail(
-          new PullError(`the image has ${manifest.layers.length} layers; at most ${MAX_LAYERS - 4} are supported`)
+          new ImagePullFailed({
+            message: `the image has ${manifest.layers.length} layers; at most ${MAX_LAYERS - 4} are supported`
+          })
         )
       }
       const total = manifest.layers.reduce((sum, l) => sum + l.size, 0)
       if (total > imageMax) {
         return yield* Effect.fail(
-          new PullError(`the image is ${Math.round(total / MIB)} MiB compressed, above the limit (SVC_IMAGE_MAX_MB)`)
+          new ImagePullFailed({
+            message: `the image is ${Math.round(total / MIB)} MiB compressed, above the limit (SVC_IMAGE_MAX_MB)`
+          })
         )
       }
       log(`manifest ${manifest.digest}: ${manifest.layers.length} layers, ${Math.round(total / MIB)} MiB`)
@@ -173,9 +186,8 @@ export const make = (deps: ImagePullDeps) =>
             })
             spent += pulled.bytes
             try {
-              await Effect.runPromise(
-                deps.publishAs(file, pulled.hex).pipe(Effect.mapError((e) => new PullError(e.message)))
-              )
+              const published = await Effect.runPromise(Effect.result(deps.publishAs(file, pulled.hex)))
+              if (published._tag === "Failure") throw new PullError(published.failure.message)
             } finally {
               await Fs.rm(file, { force: true })
             }
@@ -195,7 +207,7 @@ export const make = (deps: ImagePullDeps) =>
         group: await topmost(deps.dataDir, layers, "etc/group")
       }))
       const run = runConfigOf(config.success, accounts)
-      if (Result.isFailure(run)) return yield* Effect.fail(new PullError(run.failure))
+      if (Result.isFailure(run)) return yield* Effect.fail(new ImagePullFailed({ message: run.failure }))
       return {
         layers,
         env: run.success.env,

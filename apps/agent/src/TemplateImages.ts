@@ -38,8 +38,8 @@ import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
 import { Readable } from "node:stream"
 import { pipeline } from "node:stream/promises"
-import { AgentConfig } from "./Config.ts"
 import * as BuildContext from "./BuildContext.ts"
+import { AgentConfig } from "./Config.ts"
 import * as ImagePulls from "./ImagePulls.ts"
 import { describeDriverError } from "./LocalSandboxes/DriverErrors.ts"
 
@@ -150,7 +150,10 @@ export class TemplateImages extends Context.Service<TemplateImages, {
             catch: (e) => fail(`pushing the layer: ${e instanceof Error ? e.message : String(e)}`)
           })
           // The store's copy and this host's extracted one at once: both read the same file.
-          yield* Effect.all([push, driver.importLayer(hex, file).pipe(Effect.mapError((e) => fail(describeDriverError(e))))], {
+          yield* Effect.all([
+            push,
+            driver.importLayer(hex, file).pipe(Effect.mapError((e) => fail(describeDriverError(e))))
+          ], {
             concurrency: 2,
             discard: true
           })
@@ -256,17 +259,23 @@ export class TemplateImages extends Context.Service<TemplateImages, {
                 try: async () => {
                   const result = await objects.get(hex)
                   if (result === null) throw new Error("the build's context is not in the image store")
-                  await pipeline(Readable.fromWeb(result.data as never), FsSync.createWriteStream(file, { mode: 0o600 }))
+                  await pipeline(
+                    Readable.fromWeb(result.data as never),
+                    FsSync.createWriteStream(file, { mode: 0o600 })
+                  )
                   if (!(await result.error.then(() => true))) throw new Error("the context's download failed")
                   if ((await digestFile(file)) !== hex) throw new Error("the context does not match its digest")
                   await BuildContext.extractContext(file, dir)
                 },
-                catch: (e) => new StepFailed({ message: `the build's context: ${e instanceof Error ? e.message : String(e)}` })
+                catch: (e) =>
+                  new StepFailed({ message: `the build's context: ${e instanceof Error ? e.message : String(e)}` })
               }).pipe(Effect.ensuring(Effect.promise(() => Fs.rm(file, { force: true }))))
               contextDir = dir
               return dir
             })
-            cleanups.push(() => Fs.rm(NodePath.join(scratch, `context-${command.sandboxId}`), { recursive: true, force: true }))
+            cleanups.push(() =>
+              Fs.rm(NodePath.join(scratch, `context-${command.sandboxId}`), { recursive: true, force: true })
+            )
 
             /** A sandbox of the image so far, for one step (or a snapshot's export). */
             const withBuildSandbox = <A, E>(use: (id: string) => Effect.Effect<A, E>) =>
@@ -457,7 +466,13 @@ export class TemplateImages extends Context.Service<TemplateImages, {
                       step.file.mode ?? 0o644
                     ).pipe(Effect.mapError(driverFailure(`${label} (file ${step.file.path})`)))
                   } else if ("workdir" in step) {
-                    yield* asRoot(id, `${label} (WORKDIR ${step.workdir})`, [HELPER_BUSYBOX, "mkdir", "-p", "--", step.workdir])
+                    yield* asRoot(id, `${label} (WORKDIR ${step.workdir})`, [
+                      HELPER_BUSYBOX,
+                      "mkdir",
+                      "-p",
+                      "--",
+                      step.workdir
+                    ])
                   } else {
                     // COPY: a tar of what it copies, unpacked at / inside, then removed.
                     const context = yield* contextOf
@@ -465,13 +480,16 @@ export class TemplateImages extends Context.Service<TemplateImages, {
                     const file = NodePath.join(scratch, `copy-${id}.tar`)
                     const packed = yield* Effect.tryPromise({
                       try: () => BuildContext.packCopy(context, step.copy, stage, file),
-                      catch: (e) => new StepFailed({ message: `${label} (COPY): ${e instanceof Error ? e.message : String(e)}` })
+                      catch: (e) =>
+                        new StepFailed({ message: `${label} (COPY): ${e instanceof Error ? e.message : String(e)}` })
                     }).pipe(Effect.ensuring(Effect.promise(() => Fs.rm(stage, { recursive: true, force: true }))))
                     const bytes = yield* Effect.promise(() => Fs.readFile(file)).pipe(
                       Effect.ensuring(Effect.promise(() => Fs.rm(file, { force: true })))
                     )
                     const inside = `/tmp/.svc-copy-${id}.tar`
-                    yield* driver.writeFile(id, inside, bytes, 0o600).pipe(Effect.mapError(driverFailure(`${label} (COPY)`)))
+                    yield* driver.writeFile(id, inside, bytes, 0o600).pipe(
+                      Effect.mapError(driverFailure(`${label} (COPY)`))
+                    )
                     yield* asRoot(id, `${label} (COPY)`, [
                       HELPER_BUSYBOX,
                       "sh",

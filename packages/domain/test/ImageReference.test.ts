@@ -12,8 +12,24 @@ describe("image references", () => {
     ["ghcr.io/org/tool:v2", "ghcr.io", 443, "org/tool", "v2", undefined, "v2"],
     ["registry.example.com:5000/a/b/c:x_y.z", "registry.example.com", 5000, "a/b/c", "x_y.z", undefined, "x_y.z"],
     ["localhost:5000/app", "localhost", 5000, "app", undefined, undefined, "latest"],
-    [`r.io/app@sha256:${"a".repeat(64)}`, "r.io", 443, "app", undefined, `sha256:${"a".repeat(64)}`, `sha256:${"a".repeat(64)}`],
-    [`r.io/app:1@sha256:${"b".repeat(64)}`, "r.io", 443, "app", "1", `sha256:${"b".repeat(64)}`, `sha256:${"b".repeat(64)}`]
+    [
+      `r.io/app@sha256:${"a".repeat(64)}`,
+      "r.io",
+      443,
+      "app",
+      undefined,
+      `sha256:${"a".repeat(64)}`,
+      `sha256:${"a".repeat(64)}`
+    ],
+    [
+      `r.io/app:1@sha256:${"b".repeat(64)}`,
+      "r.io",
+      443,
+      "app",
+      "1",
+      `sha256:${"b".repeat(64)}`,
+      `sha256:${"b".repeat(64)}`
+    ]
   ])("%s", (input, hostname, port, repository, tag, digest, reference) => {
     expect(ok(input)).toMatchObject({ hostname, port, repository, tag, digest, reference })
   })

@@ -109,7 +109,9 @@ export const BuildCommand = Schema.TaggedStruct("build", {
   /** A Dockerfile's context: the sha256 (hex) of its tar.gz, an object of the image store. */
   contextObject: Schema.optionalKey(LayerHex),
   /** How the base runs (a template's cwd and user), for a Dockerfile's steps to start from. */
-  runAs: Schema.optionalKey(Schema.Struct({ workdir: Schema.NullOr(Schema.String), user: Schema.NullOr(Schema.String) }))
+  runAs: Schema.optionalKey(
+    Schema.Struct({ workdir: Schema.NullOr(Schema.String), user: Schema.NullOr(Schema.String) })
+  )
 })
 export type BuildCommand = typeof BuildCommand.Type
 

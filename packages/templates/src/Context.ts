@@ -66,10 +66,12 @@ export const checkContext = (
     if (name.startsWith("/") || name.split("/").includes("..")) {
       return { _tag: "Refused", message: `the context's entry ${JSON.stringify(name.slice(0, 200))} leaves it` }
     }
-    if ((type === "1") && (() => {
-      const link = field(157, 100)
-      return link.startsWith("/") || link.split("/").includes("..")
-    })()) {
+    if (
+      (type === "1") && (() => {
+        const link = field(157, 100)
+        return link.startsWith("/") || link.split("/").includes("..")
+      })()
+    ) {
       return { _tag: "Refused", message: `the context's hard link ${JSON.stringify(name.slice(0, 200))} leaves it` }
     }
   }

@@ -65,26 +65,33 @@ const logicalLines = (text: string): Array<Line> => {
     }
     current.text += line
     const match = /^\s*(\S+)\s*([\s\S]*)$/.exec(current.text)
-    if (match !== null) out.push({ number: current.number, instruction: match[1]!.toUpperCase(), rest: match[2]!.trim() })
+    if (match !== null) {
+      out.push({ number: current.number, instruction: match[1]!.toUpperCase(), rest: match[2]!.trim() })
+    }
     current = undefined
   }
   if (current !== undefined && current.text.trim() !== "") {
     const match = /^\s*(\S+)\s*([\s\S]*)$/.exec(current.text)
-    if (match !== null) out.push({ number: current.number, instruction: match[1]!.toUpperCase(), rest: match[2]!.trim() })
+    if (match !== null) {
+      out.push({ number: current.number, instruction: match[1]!.toUpperCase(), rest: match[2]!.trim() })
+    }
   }
   return out
 }
 
 /** `$NAME`, `${NAME}`, `${NAME:-default}`, `${NAME:+alt}`; `\$` stays a dollar. */
 export const substitute = (text: string, vars: Readonly<Record<string, string>>): string =>
-  text.replace(/\\\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::([-+])([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)/g, (all, braced, op, word, bare) => {
-    if (all === "\\$") return "$"
-    const name = (braced ?? bare) as string
-    const value = vars[name]
-    if (op === "-") return value !== undefined && value !== "" ? value : (word as string)
-    if (op === "+") return value !== undefined && value !== "" ? (word as string) : ""
-    return value ?? ""
-  })
+  text.replace(
+    /\\\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::([-+])([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)/g,
+    (all, braced, op, word, bare) => {
+      if (all === "\\$") return "$"
+      const name = (braced ?? bare) as string
+      const value = vars[name]
+      if (op === "-") return value !== undefined && value !== "" ? value : (word as string)
+      if (op === "+") return value !== undefined && value !== "" ? (word as string) : ""
+      return value ?? ""
+    }
+  )
 
 /** A JSON array of strings (exec form), or undefined when the text is not one. */
 const jsonArray = (text: string): ReadonlyArray<string> | undefined => {
@@ -100,8 +107,10 @@ const jsonArray = (text: string): ReadonlyArray<string> | undefined => {
 /** Whitespace-separated words; double or single quotes group (inside a word too: `B="two words"`). */
 const words = (text: string): Array<string> =>
   [...text.matchAll(/(?:"(?:[^"\\]|\\.)*"|'[^']*'|[^\s"'])+/g)].map((m) =>
-    m[0].replace(/"((?:[^"\\]|\\.)*)"|'([^']*)'/g, (_all, dq: string | undefined, sq: string | undefined) =>
-      dq !== undefined ? dq.replace(/\\(.)/g, "$1") : sq ?? "")
+    m[0].replace(
+      /"((?:[^"\\]|\\.)*)"|'([^']*)'/g,
+      (_all, dq: string | undefined, sq: string | undefined) => dq !== undefined ? dq.replace(/\\(.)/g, "$1") : sq ?? ""
+    )
   )
 
 /** `ENV a=b c="d e"` or the legacy `ENV a b c`. */
@@ -187,7 +196,7 @@ export const parseDockerfile = (
         if (line.rest === "") issue(line, "ARG names nothing")
         break
       case "RUN": {
-        if (/^--/.test(line.rest)) {
+        if (line.rest.startsWith("--")) {
           issue(line, "RUN options (--mount, --network) are not supported")
           break
         }

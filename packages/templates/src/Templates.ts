@@ -6,23 +6,23 @@
  * runs, every second, the settling of builds (`Settle.ts`) and then image collection
  * (`Collect.ts`); the rows are `Store.ts`'s, the settings `Config.ts`'s.
  */
+import { Nats } from "@svc/bus/Nats"
+import { ensureObjectStore, type ObjectStore } from "@svc/bus/Objects"
 import type * as Rows from "@svc/db/Rows"
 import * as Errors from "@svc/domain/Errors"
-import { formatImageReference, type ImageReference, parseImageReference } from "@svc/domain/ImageReference"
 import { BASE_TEMPLATE_ID, DEBIAN_TEMPLATE_ID, makeTemplateId, type OrgId } from "@svc/domain/Ids"
+import { formatImageReference, type ImageReference, parseImageReference } from "@svc/domain/ImageReference"
 import { type ListQuery, pageInfo } from "@svc/domain/Pagination"
+import { parseSecretDestination, secretDestinationMatches } from "@svc/domain/Secret"
 import type { CreateTemplateRequest, Template, TemplatePage } from "@svc/domain/Template"
 import * as Outbox from "@svc/events/Outbox"
 import { wakeIfPresent } from "@svc/events/Relay"
-import { parseSecretDestination, secretDestinationMatches } from "@svc/domain/Secret"
-import { Nats } from "@svc/bus/Nats"
-import { ensureObjectStore, type ObjectStore } from "@svc/bus/Objects"
 import {
   type BuildCommand,
   type BuildImageSource,
   type BuildStep,
-  IMAGES_OBJECT_STORE,
   type ImageRootName,
+  IMAGES_OBJECT_STORE,
   type SandboxImage
 } from "@svc/host-protocol/Images"
 import { agentSubject } from "@svc/host-protocol/Protocol"
@@ -32,9 +32,9 @@ import * as SecretsStore from "@svc/secrets/Secrets/Store"
 import { Context, Duration, Effect, Layer, Option, Result, Stream } from "effect"
 import { SqlClient } from "effect/sql"
 import * as Collect from "./Collect.ts"
+import { TemplateBuildTimeout } from "./Config.ts"
 import { checkContext } from "./Context.ts"
 import { parseDockerfile } from "./Dockerfile.ts"
-import { TemplateBuildTimeout } from "./Config.ts"
 import * as Settle from "./Settle.ts"
 import {
   BASE_RECORD,
@@ -247,7 +247,8 @@ export class Templates extends Context.Service<Templates, {
       text: string,
       steps: ReadonlyArray<BuildStep>,
       path: string,
-      extra: { readonly contextObject?: string; readonly startCmd?: string | null; readonly readyCmd?: string | null } = {}
+      extra: { readonly contextObject?: string; readonly startCmd?: string | null; readonly readyCmd?: string | null } =
+        {}
     ) {
       const parsed = parseImageReference(text)
       if (Result.isFailure(parsed)) return yield* invalid(path, parsed.failure)
@@ -288,7 +289,9 @@ export class Templates extends Context.Service<Templates, {
       const steps: ReadonlyArray<BuildStep> = [...lines, ...(request.steps ?? [])]
       let contextObject: string | undefined
       if (usesContext) {
-        if (request.context === undefined) return yield* invalid("context", "the Dockerfile copies files: give its context")
+        if (request.context === undefined) {
+          return yield* invalid("context", "the Dockerfile copies files: give its context")
+        }
         const checked = checkContext(request.context)
         if (checked._tag === "Refused") return yield* invalid("context", checked.message)
         const objects = yield* openStore.pipe(
@@ -306,7 +309,10 @@ export class Templates extends Context.Service<Templates, {
         if (Result.isFailure(parseImageReference(from))) {
           return yield* new Errors.InvalidRequest({
             error: `Invalid Dockerfile: FROM ${from} is no image, base, debian or ready template`,
-            issues: [{ path: "dockerfile:FROM", message: `no image, base, debian or ready template ${JSON.stringify(from)}` }]
+            issues: [{
+              path: "dockerfile:FROM",
+              message: `no image, base, debian or ready template ${JSON.stringify(from)}`
+            }]
           })
         }
         return yield* createFromImage(orgId, request, from, steps, "dockerfile", {
@@ -314,7 +320,9 @@ export class Templates extends Context.Service<Templates, {
           ...(readyCmd !== undefined ? { readyCmd } : {})
         })
       }
-      if (request.registry_secret !== undefined) return yield* invalid("registry_secret", "the Dockerfile's FROM is no image")
+      if (request.registry_secret !== undefined) {
+        return yield* invalid("registry_secret", "the Dockerfile's FROM is no image")
+      }
       const parentRow = parent.id !== BASE_TEMPLATE_ID && parent.id !== DEBIAN_TEMPLATE_ID
         ? yield* find(orgId, parent.id)
         : undefined

@@ -49,7 +49,11 @@ describe("Dockerfile", () => {
       { workdir: "/srv/app" },
       { copy: { sources: ["a.txt", "b/"], dest: "/srv/app/dest/", chown: "1000:1000" } },
       { copy: { sources: ["c.txt"], dest: "/c.txt" } },
-      { run: "echo $V    && true", argv: ["/bin/sh", "-c", "echo $V    && true"], args: { BASE: "team/app:1", V: "7" } },
+      {
+        run: "echo $V    && true",
+        argv: ["/bin/sh", "-c", "echo $V    && true"],
+        args: { BASE: "team/app:1", V: "7" }
+      },
       { run: "/bin/echo exec form", argv: ["/bin/echo", "exec form"], args: { BASE: "team/app:1", V: "7" } },
       { shell: ["/bin/bash", "-c"] },
       { run: "echo in bash", argv: ["/bin/bash", "-c", "echo in bash"], args: { BASE: "team/app:1", V: "7" } },

@@ -243,7 +243,11 @@ layer(TestLayer, { excludeTestServices: true, timeout: 300_000 })("templates fro
 
       // A secret is sent only where its allowed_hosts say: not to this registry.
       const elsewhere = yield* api("POST", "/v1/secrets", {
-        body: { name: "registry-elsewhere", value: `${AUTH.user}:${AUTH.password}`, allowed_hosts: ["registry.example.com"] }
+        body: {
+          name: "registry-elsewhere",
+          value: `${AUTH.user}:${AUTH.password}`,
+          allowed_hosts: ["registry.example.com"]
+        }
       })
       expect(elsewhere.status, elsewhere.text).toBe(201)
       const res = yield* api("POST", "/v1/templates", {
@@ -303,11 +307,13 @@ layer(TestLayer, { excludeTestServices: true, timeout: 300_000 })("templates fro
         /^the registry host 10\.20\.30\.40 is not a public address/
       )
 
-      for (const body of [
-        { name: "bad-ref", image: "Not A Reference" },
-        { name: "two-bases", image: `${open.host}/team/plain:1.0`, base: "base" },
-        { name: "secret-alone", registry_secret: "registry-cred" }
-      ]) {
+      for (
+        const body of [
+          { name: "bad-ref", image: "Not A Reference" },
+          { name: "two-bases", image: `${open.host}/team/plain:1.0`, base: "base" },
+          { name: "secret-alone", registry_secret: "registry-cred" }
+        ]
+      ) {
         expectError(yield* api("POST", "/v1/templates", { body }), 400, "invalid_request")
       }
     }))
@@ -364,7 +370,11 @@ layer(TestLayer, { excludeTestServices: true, timeout: 300_000 })("templates fro
       const running = yield* waitState(sandbox.id, "running")
       expect(running.exposed_ports ?? running.exposedPorts).toEqual([9090])
       const seen = yield* exec(sandbox.id, {
-        cmd: ["sh", "-c", "pwd; id -u; cat version.txt; sh main.sh; cat lib/x.txt; stat -c %u /srv/notes/notes.txt; echo $APP_HOME $FROM_IMAGE ${VERSION:-unset}"]
+        cmd: [
+          "sh",
+          "-c",
+          "pwd; id -u; cat version.txt; sh main.sh; cat lib/x.txt; stat -c %u /srv/notes/notes.txt; echo $APP_HOME $FROM_IMAGE ${VERSION:-unset}"
+        ]
       })
       expect(seen.stdout).toBe("/srv/app\n1000\nversion 1.2.3\nmain\nx\n1000\n/srv/app yes unset\n")
       const healthy = yield* eventually(

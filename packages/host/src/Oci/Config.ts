@@ -11,7 +11,7 @@
  * | `SVC_IMAGE_PULL_STALL_TIMEOUT` | `1m` | a registry request that moves no byte this long fails the pull |
  */
 import * as Env from "@svc/config/Env"
-import { SubnetsFromString, type Subnet } from "@svc/domain/Address"
+import { type Subnet, SubnetsFromString } from "@svc/domain/Address"
 import { Config, Duration } from "effect"
 
 export const RegistryAllowedSubnets: Env.Setting<ReadonlyArray<Subnet>> = Env.describe(

@@ -72,7 +72,9 @@ export const resolveUser = (
     if (entry !== undefined) gid = Number(entry[3])
   } else {
     const entry = lookup(passwd, userPart)
-    if (entry === undefined) return Result.fail(`the image's user ${JSON.stringify(userPart)} is not in its /etc/passwd`)
+    if (entry === undefined) {
+      return Result.fail(`the image's user ${JSON.stringify(userPart)} is not in its /etc/passwd`)
+    }
     uid = Number(entry[2])
     gid = Number(entry[3])
   }

@@ -338,7 +338,17 @@ export const convertLayer = async (
       const hidden = parent === "" ? base.slice(4) : `${parent}/${base.slice(4)}`
       if (hidden === "etc/passwd") passwd = null
       if (hidden === "etc/group") group = null
-      await emit({ ...entry, name: hidden, type: "3", mode: 0, uid: 0, gid: 0, size: 0, linkname: "", xattrs: new Map() })
+      await emit({
+        ...entry,
+        name: hidden,
+        type: "3",
+        mode: 0,
+        uid: 0,
+        gid: 0,
+        size: 0,
+        linkname: "",
+        xattrs: new Map()
+      })
       continue
     }
     const top = name.split("/")[0]!
@@ -354,9 +364,12 @@ export const convertLayer = async (
       if (body !== undefined) {
         if (name === "etc/passwd") passwd = body.toString("utf8")
         else group = body.toString("utf8")
-        await emit(entry, (async function*() {
-          yield body
-        })())
+        await emit(
+          entry,
+          (async function*() {
+            yield body
+          })()
+        )
         continue
       }
       throw new LayerRefused(`${name} is larger than ${MAX_ACCOUNT_FILE} bytes`)

@@ -10,7 +10,7 @@ import * as FsSync from "node:fs"
 import * as Fs from "node:fs/promises"
 import type { Transform } from "node:stream"
 import * as Zlib from "node:zlib"
-import { convertLayer, type ConvertedLayer, LayerRefused } from "./LayerConvert.ts"
+import { type ConvertedLayer, convertLayer, LayerRefused } from "./LayerConvert.ts"
 import { type Descriptor, PullError, type RegistrySession } from "./Registry.ts"
 
 export interface LayerBounds {

@@ -14,11 +14,11 @@
  * - **Stalls**: a request with no byte for `stallMs` is cut.
  */
 import { type AddressClass, classifyAddress, type FamilyRules } from "@svc/domain/Address"
+import type { ImageReference } from "@svc/domain/ImageReference"
 import * as dns from "node:dns"
 import * as Https from "node:https"
 import * as net from "node:net"
 import * as Tls from "node:tls"
-import type { ImageReference } from "@svc/domain/ImageReference"
 
 export class PullError extends Error {}
 
@@ -145,7 +145,8 @@ export const openRegistry = (ref: ImageReference, options: RegistryOptions) => {
       const stall = () => {
         if (timer !== undefined) clearTimeout(timer)
         timer = setTimeout(
-          () => req.destroy(new PullError(`the pull stalled: no byte from ${hostname} for ${options.stallMs / 1000} s`)),
+          () =>
+            req.destroy(new PullError(`the pull stalled: no byte from ${hostname} for ${options.stallMs / 1000} s`)),
           options.stallMs
         )
       }
@@ -355,7 +356,9 @@ export const openRegistry = (ref: ImageReference, options: RegistryOptions) => {
   const blobBytes = async (digest: string, max: number, what: string): Promise<Buffer> => {
     const bytes = await readAll(await blob(digest), max, what)
     const actual = `sha256:${(await import("node:crypto")).createHash("sha256").update(bytes).digest("hex")}`
-    if (actual !== digest) throw new PullError(`${what} does not match its digest ${digest.slice(0, 19)}: tampered with`)
+    if (actual !== digest) {
+      throw new PullError(`${what} does not match its digest ${digest.slice(0, 19)}: tampered with`)
+    }
     return bytes
   }
 

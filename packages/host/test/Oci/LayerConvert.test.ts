@@ -79,7 +79,16 @@ describe("OCI layer conversion", () => {
 
     // GNU tar extracts it: the whiteout a 0:0 character device, the mark on the folder.
     const into = temp()
-    execFileSync("tar", ["-x", "--numeric-owner", "--xattrs", "--xattrs-include=trusted.overlay.opaque", "-C", into, "-f", "-"], {
+    execFileSync("tar", [
+      "-x",
+      "--numeric-owner",
+      "--xattrs",
+      "--xattrs-include=trusted.overlay.opaque",
+      "-C",
+      into,
+      "-f",
+      "-"
+    ], {
       input: out
     })
     const st = Fs.lstatSync(Path.join(into, "data", "gone"))
