@@ -1,119 +1,33 @@
 /**
- * Templates from OCI images through the API, against a real registry (`docker-registry` on
- * loopback, TLS from a throwaway CA, one registry open and one behind htpasswd basic auth),
- * images made and pushed by the test: a plain image run as a sandbox; one with several layers
- * (whiteouts, an opaque folder) run the way its config says (User, WorkingDir, Entrypoint + Cmd,
- * ExposedPorts); a second image sharing a base layer takes it from the layer cache; a private
- * image with the right secret, without one, with a refused password, and with a secret that
- * does not name the registry (400); a wrong platform, a missing tag, a tampered layer, and a
- * registry at a non-public address the operator did not allow. A Dockerfile FROM an image with
- * COPY from its context, ARG from build_args, WORKDIR, USER, CMD, EXPOSE and HEALTHCHECK, built
- * twice (the second time from the layer cache) and once with a line changed (rebuilt from it);
- * Dockerfile refusals name their line.
+ * Templates from OCI images through the API, against real registries (apps/api/testing/Registries:
+ * `docker-registry` on loopback, TLS from a throwaway CA, one open and one behind htpasswd basic
+ * auth), images made and pushed by the test: a plain image run as a sandbox; one with several
+ * layers (whiteouts, an opaque folder) run the way its config says (User, WorkingDir, Entrypoint +
+ * Cmd, ExposedPorts); a second image sharing a base layer takes it from the layer cache; a private
+ * image with the right secret, without one, with a refused password, with a secret that does not
+ * name the registry (400) and without `secrets:use` (403); a wrong platform, a missing tag, a
+ * tampered layer, and a registry at a non-public address the operator did not allow.
  */
 import { expect, layer } from "@effect/vitest"
-import { startTestRegistry, type TestRegistry, writeOciLayout } from "@svc/testing/TestRegistry"
-import { Context, Duration, Effect, Layer } from "effect"
-import { execFileSync } from "node:child_process"
+import { writeOciLayout } from "@svc/testing/TestRegistry"
+import { Duration, Effect } from "effect"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
-import { eventually } from "../../testing/Sandboxes.ts"
-import { api, create, EnvLayer, expectError, waitState } from "../../testing/SandboxesEnv.ts"
-
-const AUTH = { user: "puller", password: "s3cret-registry-pass" }
-
-class Registries extends Context.Service<Registries, {
-  readonly open: TestRegistry
-  readonly private: TestRegistry
-  readonly managersFile: string
-}>()("test/TemplatesImages/Registries") {}
-
-// The registries first: the agent reads their CA and the loopback allowance when it starts.
-const RegistriesLayer = Layer.effect(
+import {
+  AUTH,
+  BASE_LAYER,
+  build,
+  exec,
+  logOf,
+  push,
   Registries,
-  Effect.gen(function*() {
-    const open = yield* startTestRegistry({ name: "open.registry.test" })
-    // Named like any registry: a secret's allowed_hosts names domains (never loopback).
-    const closed = yield* startTestRegistry({ auth: AUTH, name: "private.registry.test" })
-    const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "svc-registry-cas-"))
-    yield* Effect.addFinalizer(() => Effect.sync(() => Fs.rmSync(dir, { recursive: true, force: true })))
-    const hostsFile = Path.join(dir, "hosts")
-    Fs.writeFileSync(hostsFile, "127.0.0.1 open.registry.test private.registry.test\n")
-    process.env["SVC_REGISTRY_HOSTS_FILE"] = hostsFile
-    // The test's key manages the org's secrets once its id is written here.
-    const managersFile = Path.join(dir, "secret-managers")
-    Fs.writeFileSync(managersFile, "")
-    process.env["SVC_SECRET_MANAGER_API_KEY_IDS_FILE"] = managersFile
-    const caFile = Path.join(dir, "cas.pem")
-    Fs.writeFileSync(
-      caFile,
-      Fs.readFileSync(open.certificates.caFile, "utf8") + Fs.readFileSync(closed.certificates.caFile, "utf8")
-    )
-    process.env["SVC_REGISTRY_CA_FILE"] = caFile
-    process.env["SVC_REGISTRY_ALLOWED_SUBNETS"] = "127.0.0.0/8,::1/128"
-    return { open, private: closed, managersFile }
-  })
-)
-
-const TestLayer = EnvLayer.pipe(Layer.provideMerge(RegistriesLayer))
-
-/** Builds `image` as an OCI layout and pushes it as `repository:tag`; its manifest digest. */
-const push = (registry: TestRegistry, repository: string, tag: string, image: Parameters<typeof writeOciLayout>[2]) =>
-  Effect.gen(function*() {
-    const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "svc-oci-"))
-    try {
-      const digest = writeOciLayout(dir, tag, image)
-      yield* registry.push(dir, tag, `${repository}:${tag}`)
-      return digest
-    } finally {
-      Fs.rmSync(dir, { recursive: true, force: true })
-    }
-  })
-
-const build = (body: Record<string, unknown>) =>
-  Effect.gen(function*() {
-    const res = yield* api("POST", "/v1/templates", { body })
-    expect(res.status, res.text).toBe(202)
-    expect(res.json).toMatchObject({ name: body["name"], state: "building", image: null })
-    return res.json as { id: string }
-  })
-
-const settled = (id: string) =>
-  Effect.map(
-    eventually(api("GET", `/v1/templates/${id}`), (r) => r.json?.state !== "building", Duration.seconds(120)),
-    (r) => r.json as Record<string, any>
-  )
-
-const logOf = (id: string) => Effect.map(api("GET", `/v1/templates/${id}/logs`), (r) => r.text)
-
-const exec = (id: string, body: Record<string, unknown>) =>
-  Effect.map(api("POST", `/v1/sandboxes/${id}/exec`, { body }), (r) => {
-    expect(r.status, r.text).toBe(200)
-    return r.json as { exit_code: number; stdout: string; stderr: string }
-  })
-
-const removeSandbox = (id: string) =>
-  Effect.gen(function*() {
-    yield* api("DELETE", `/v1/sandboxes/${id}`)
-    yield* waitState(id, "deleted")
-  })
-
-const PASSWD = "root:x:0:0:root:/root:/bin/sh\napp:x:1000:1001:app:/home/app:/bin/sh\n"
-const GROUP = "root:x:0:\napp:x:1001:\n"
-
-const BASE_LAYER = {
-  files: {
-    "etc/passwd": PASSWD,
-    "etc/group": GROUP,
-    "usr/share/base/marker": "the shared base\n",
-    "data/a": "a\n",
-    "data/b": "b\n",
-    "opt/old/x": "old\n",
-    "dev/": null,
-    "etc/hosts": "10.9.9.9 not-from-the-image\n"
-  }
-}
+  removeSandbox,
+  settled,
+  TestLayer
+} from "../../testing/Registries.ts"
+import { eventually, Identity } from "../../testing/Sandboxes.ts"
+import { api, create, Env, expectError, waitState } from "../../testing/SandboxesEnv.ts"
 
 layer(TestLayer, { excludeTestServices: true, timeout: 300_000 })("templates from OCI images", (it) => {
   it.effect("a plain image: pulled, its digest recorded, its files in a sandbox", () =>
@@ -255,6 +169,14 @@ layer(TestLayer, { excludeTestServices: true, timeout: 300_000 })("templates fro
       })
       expectError(res, 400, "invalid_request")
       expect(res.json.issues[0].path).toBe("registry_secret")
+      // Using a secret is `secrets:use`.
+      const env = yield* Env
+      const limited = yield* (yield* Identity).key(env.org.id, ["templates:write", "templates:read"])
+      const unscoped = yield* api("POST", "/v1/templates", {
+        body: { name: "private-scope", image: ref, registry_secret: "registry-cred" },
+        token: limited
+      })
+      expectError(unscoped, 403, "insufficient_scope")
       expectError(
         yield* api("POST", "/v1/templates", { body: { name: "private-none", image: ref, registry_secret: "nope" } }),
         400,
@@ -316,105 +238,5 @@ layer(TestLayer, { excludeTestServices: true, timeout: 300_000 })("templates fro
       ) {
         expectError(yield* api("POST", "/v1/templates", { body }), 400, "invalid_request")
       }
-    }))
-
-  it.effect("a Dockerfile FROM an image: COPY from the context, ARG, WORKDIR, USER, CMD, EXPOSE, HEALTHCHECK; cached on a second build", () =>
-    Effect.gen(function*() {
-      const { open } = yield* Registries
-      yield* push(open, "team/df-base", "1", {
-        layers: [BASE_LAYER],
-        config: { User: "app", WorkingDir: "/", Env: ["FROM_IMAGE=yes"] }
-      })
-      const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "svc-context-"))
-      Fs.mkdirSync(Path.join(dir, "app", "lib"), { recursive: true })
-      Fs.writeFileSync(Path.join(dir, "app", "main.sh"), "echo main\n", { mode: 0o755 })
-      Fs.writeFileSync(Path.join(dir, "app", "lib", "x.txt"), "x\n")
-      Fs.writeFileSync(Path.join(dir, "notes.txt"), "notes\n")
-      const context = execFileSync("tar", ["-czf", "-", "-C", dir, "."]).toString("base64")
-      const escaping = execFileSync("tar", ["-czPf", "-", "--transform", "s,^\\./,../,", "-C", dir, "./notes.txt"])
-        .toString("base64")
-      Fs.rmSync(dir, { recursive: true, force: true })
-      const dockerfile = (run: string) =>
-        [
-          "# a comment",
-          `FROM ${open.host}/team/df-base:1`,
-          "ARG VERSION=0.0",
-          "ENV APP_HOME=/srv/app",
-          "USER root",
-          "WORKDIR $APP_HOME",
-          "COPY app/ ./",
-          "COPY --chown=1000:1001 notes.txt /srv/notes/",
-          `RUN ${run} \\`,
-          "  && chown -R 1000:1001 .",
-          "USER app",
-          "EXPOSE 9090",
-          "LABEL team=platform",
-          "CMD [\"sh\", \"-c\", \"echo up > /tmp/up; sleep 600\"]",
-          "HEALTHCHECK --interval=5s CMD test -f /tmp/up"
-        ].join("\n")
-      const body = (name: string, run: string) => ({
-        name,
-        dockerfile: dockerfile(run),
-        context,
-        build_args: { VERSION: "1.2.3" }
-      })
-      const made = yield* build(body("df", "echo \"version $VERSION\" > version.txt"))
-      const ready = yield* settled(made.id)
-      expect(ready, JSON.stringify(ready)).toMatchObject({
-        state: "ready",
-        image_ref: `${open.host}/team/df-base:1`,
-        ready_cmd: "test -f /tmp/up",
-        start_cmd: "sh -c 'echo up > /tmp/up; sleep 600'"
-      })
-      const sandbox = yield* create({ template: "df" })
-      const running = yield* waitState(sandbox.id, "running")
-      expect(running.exposed_ports ?? running.exposedPorts).toEqual([9090])
-      const seen = yield* exec(sandbox.id, {
-        cmd: [
-          "sh",
-          "-c",
-          "pwd; id -u; cat version.txt; sh main.sh; cat lib/x.txt; stat -c %u /srv/notes/notes.txt; echo $APP_HOME $FROM_IMAGE ${VERSION:-unset}"
-        ]
-      })
-      expect(seen.stdout).toBe("/srv/app\n1000\nversion 1.2.3\nmain\nx\n1000\n/srv/app yes unset\n")
-      const healthy = yield* eventually(
-        api("GET", `/v1/sandboxes/${sandbox.id}`),
-        (r) => r.json?.runtime_ready === true,
-        Duration.seconds(40)
-      )
-      expect(healthy.json.runtime_reason).toBe(null)
-      yield* removeSandbox(sandbox.id)
-
-      // The same Dockerfile again: every step from the layer cache.
-      const again = yield* build(body("df-again", "echo \"version $VERSION\" > version.txt"))
-      expect((yield* settled(again.id)).state).toBe("ready")
-      const log = yield* logOf(again.id)
-      expect(log).toMatch(/step 3\/\d+ cached/)
-      expect(log).not.toMatch(/ run: /)
-      // The RUN line changed: the steps before it cached, it runs again.
-      const changed = yield* build(body("df-changed", "echo \"release $VERSION\" > version.txt"))
-      expect((yield* settled(changed.id)).state).toBe("ready")
-      const changedLog = yield* logOf(changed.id)
-      expect(changedLog).toMatch(/step 5\/9 cached: sha256/)
-      expect(changedLog).toMatch(/step 6\/9 run: echo "release \$VERSION"/)
-
-      // Refusals name the line; a context entry leaving it is refused.
-      const volume = yield* api("POST", "/v1/templates", {
-        body: { name: "df-volume", dockerfile: "FROM base\nRUN true\nVOLUME /data\nFROM debian\n" }
-      })
-      expectError(volume, 400, "invalid_request")
-      expect(volume.json.issues).toEqual([
-        { path: "dockerfile:3", message: "VOLUME is not supported (a sandbox's volumes are attached at create)" },
-        { path: "dockerfile:4", message: "a second FROM: only single-stage Dockerfiles are supported" }
-      ])
-      const escape = yield* api("POST", "/v1/templates", {
-        body: { name: "df-escape", dockerfile: "FROM base\nCOPY notes.txt /\n", context: escaping }
-      })
-      expectError(escape, 400, "invalid_request")
-      expect(escape.json.issues[0].path).toBe("context")
-      const noContext = yield* api("POST", "/v1/templates", {
-        body: { name: "df-nocontext", dockerfile: "FROM base\nCOPY notes.txt /\n" }
-      })
-      expectError(noContext, 400, "invalid_request")
     }))
 })
