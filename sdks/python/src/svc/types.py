@@ -120,6 +120,10 @@ class Template(TypedDict):
     errorMessage: Optional[str]
     createdAt: str
     builtAt: Optional[str]
+    #: the OCI image reference it was made from (`image`, a Dockerfile's FROM), in full
+    image_ref: Optional[str]
+    #: the manifest digest pulled for it, once ready
+    image_digest: Optional[str]
 
 
 class Volume(TypedDict):
