@@ -4,7 +4,8 @@
 #   - Node 24 and pnpm from the npm registry into .svc/tools (never touches the system Node)
 #   - nats-server, postgresql, bubblewrap, iproute2, nftables, e2fsprogs, mount, gcc + libc6-dev,
 #     mmdebstrap, wrk (the benchmarks' load generator), python3 + python3-venv + mypy (the Python SDK),
-#     openssl, curl + ca-certificates (the base template's HTTP client)
+#     openssl, curl + ca-certificates (the base template's HTTP client), skopeo + umoci +
+#     docker-registry + apache2-utils (OCI image templates' tests and bench)
 #     from Debian's packages when absent
 #   - chromium (the dashboard's browser tests drive it with playwright-core)
 #   - the workspace's packages (pnpm install), then the dashboard's build when its sources changed
@@ -50,6 +51,13 @@ command -v wrk >/dev/null 2>&1 || missing+=(wrk)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
 python3 -c "import ensurepip, venv" >/dev/null 2>&1 || missing+=(python3-venv)
 command -v mypy >/dev/null 2>&1 || missing+=(mypy)
+# Templates from OCI images: the tests run the CNCF distribution registry (docker-registry) on
+# loopback with htpasswd auth (apache2-utils), push images built with umoci and skopeo; the bench
+# measures a pull by hand with them (packages/testing/src/TestRegistry.ts, bench/images.ts).
+command -v skopeo >/dev/null 2>&1 || missing+=(skopeo)
+command -v umoci >/dev/null 2>&1 || missing+=(umoci)
+[ -x /usr/bin/docker-registry ] || missing+=(docker-registry)
+command -v htpasswd >/dev/null 2>&1 || missing+=(apache2-utils)
 # The dashboard's end-to-end tests drive Debian's chromium (Playwright's own download is not used).
 [ -x /usr/bin/chromium ] || missing+=(chromium)
 if [ ${#missing[@]} -gt 0 ]; then

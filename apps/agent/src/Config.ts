@@ -33,6 +33,7 @@
  *   SVC_AGENT_ALLOW_NO_FIREWALL   1: start even when the sandbox firewall cannot be installed
  *   SVC_IMAGE_CACHE_DIR   where the `debian` archive is built and cached (default `<dataDir>/cache`);
  *                         agents of one machine may share one
+ *   SVC_REGISTRY_* / SVC_IMAGE_*_MB / SVC_IMAGE_PULL_STALL_TIMEOUT  pulls of OCI images (@svc/host/Oci/Config)
  *   SVC_VERSION           reported in the host record (@svc/bus/Config)
  *   SVC_EGRESS_*          the sandboxes' egress proxy (@svc/egress/Config): on from the environment;
  *                         off for agents made in tests unless `egress` is given
@@ -54,6 +55,7 @@ import {
   UidSlots as UidSlotsSchema
 } from "@svc/host/Driver/Config"
 import { imagesAllocatedBytes } from "@svc/host/Driver/Disk"
+import * as Oci from "@svc/host/Oci/Config"
 import * as Telemetry from "@svc/telemetry/Config"
 import { Config, Context, Duration, Effect, Layer, Option, Schema } from "effect"
 import { createHash } from "node:crypto"
@@ -367,6 +369,7 @@ export const settings: ReadonlyArray<Env.AnySetting> = [
   SharedVolumesDir,
   ImageCacheDir,
   MetricsInterval,
+  ...Oci.settings,
   ...Telemetry.settings
 ]
 

@@ -206,6 +206,8 @@ export class LocalSandboxes extends Context.Service<LocalSandboxes, {
             ...(forkOf !== undefined ? { forkOf: { sandboxId: forkOf.sandboxId, layer: forkOf.snapshot } } : {}),
             template,
             ...(image !== undefined && image.layers.length > 0 ? { layers: image.layers } : {}),
+            ...(image?.workdir != null ? { workdir: image.workdir } : {}),
+            ...(image?.user != null ? { user: image.user } : {}),
             env: env.success
           }).pipe(Effect.mapError((e) => `invalid sandbox spec: ${e.message}`))
         })

@@ -27,8 +27,10 @@ import {
   IMAGES_OBJECT_STORE,
   LAYER_CACHE_BUCKET_SPEC
 } from "@svc/host-protocol/Images"
-import { DriverExecRequest, SandboxDriver, type SandboxDriverError, SandboxSpec } from "@svc/host/Driver"
+import { DriverExecRequest, MAX_LAYERS, SandboxDriver, type SandboxDriverError, SandboxSpec } from "@svc/host/Driver"
+import { HELPER as HELPER_BUSYBOX } from "@svc/host/Driver/Host"
 import { digestFile, LAYER_HEX } from "@svc/host/ImageLayers"
+import { shellQuote } from "@svc/host/Oci/ImageConfig"
 import { Context, Duration, Effect, Fiber, Layer, Schedule, Schema, Semaphore, Stream } from "effect"
 import { createHash, randomBytes } from "node:crypto"
 import * as FsSync from "node:fs"
@@ -36,7 +38,9 @@ import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
 import { Readable } from "node:stream"
 import { pipeline } from "node:stream/promises"
+import * as BuildContext from "./BuildContext.ts"
 import { AgentConfig } from "./Config.ts"
+import * as ImagePulls from "./ImagePulls.ts"
 import { describeDriverError } from "./LocalSandboxes/DriverErrors.ts"
 
 const MAX_LOG = 256 * 1024
@@ -133,6 +137,37 @@ export class TemplateImages extends Context.Service<TemplateImages, {
           return hex
         })
 
+      /** Pushes a layer file already named by its digest (a pulled image's) and extracts it here. */
+      const publishAs = (file: string, hex: string) =>
+        Effect.gen(function*() {
+          const objects = yield* openStore.pipe(Effect.mapError(busError))
+          const push = Effect.tryPromise({
+            try: async () => {
+              if ((await objects.info(hex)) !== null) return
+              const source = Readable.toWeb(FsSync.createReadStream(file)) as unknown as ReadableStream<Uint8Array>
+              await objects.put({ name: hex }, source)
+            },
+            catch: (e) => fail(`pushing the layer: ${e instanceof Error ? e.message : String(e)}`)
+          })
+          // The store's copy and this host's extracted one at once: both read the same file.
+          yield* Effect.all([
+            push,
+            driver.importLayer(hex, file).pipe(Effect.mapError((e) => fail(describeDriverError(e))))
+          ], {
+            concurrency: 2,
+            discard: true
+          })
+        })
+
+      const pulls = yield* Effect.orDie(ImagePulls.make({
+        dataDir: config.dataDir,
+        scratch,
+        layerCache,
+        openStore,
+        ensureLayers,
+        publishAs
+      }))
+
       const build = (command: BuildCommand) =>
         Effect.gen(function*() {
           const started = Date.now()
@@ -174,6 +209,7 @@ export class TemplateImages extends Context.Service<TemplateImages, {
             return new StepFailed({ message: `${what} failed on the host` })
           }
           const buildSandboxes: Array<string> = []
+          const cleanups: Array<() => Promise<unknown>> = []
 
           const steps = Effect.gen(function*() {
             write(`build of ${command.sandboxId} on ${config.hostId}`)
@@ -184,6 +220,62 @@ export class TemplateImages extends Context.Service<TemplateImages, {
             const layers = [...command.layers]
             // Grows with `env` steps; each step's sandbox takes it as it is then.
             const env: Record<string, string> = { ...command.env }
+            // How the image runs so far: the base template's, then the pulled image's, then the
+            // Dockerfile's settings as its steps come.
+            const run = {
+              digest: null as string | null,
+              workdir: command.runAs?.workdir ?? null,
+              user: command.runAs?.user ?? null,
+              entrypoint: null as ReadonlyArray<string> | null,
+              cmd: null as ReadonlyArray<string> | null,
+              startCmd: null as string | null,
+              exposedPorts: [] as Array<number>,
+              configured: command.image !== undefined
+            }
+            if (command.image !== undefined) {
+              const pulled = yield* pulls.pull(command.image, write).pipe(
+                Effect.mapError((e) => new StepFailed({ message: e.message }))
+              )
+              layers.push(...pulled.layers)
+              Object.assign(env, pulled.env)
+              run.digest = pulled.image.digest
+              run.workdir = pulled.image.workdir
+              run.user = pulled.image.user
+              run.entrypoint = pulled.entrypoint
+              run.cmd = pulled.cmd
+              run.startCmd = pulled.image.startCmd
+              run.exposedPorts.push(...pulled.image.exposedPorts)
+            }
+            // The context, fetched and extracted at the first COPY.
+            let contextDir: string | undefined
+            const contextOf = Effect.gen(function*() {
+              if (contextDir !== undefined) return contextDir
+              const hex = command.contextObject
+              if (hex === undefined) return yield* new StepFailed({ message: "COPY without a context" })
+              const objects = yield* openStore.pipe(Effect.mapError((e) => new StepFailed({ message: e.message })))
+              const file = NodePath.join(scratch, `context-${command.sandboxId}.tar.gz`)
+              const dir = NodePath.join(scratch, `context-${command.sandboxId}`)
+              yield* Effect.tryPromise({
+                try: async () => {
+                  const result = await objects.get(hex)
+                  if (result === null) throw new Error("the build's context is not in the image store")
+                  await pipeline(
+                    Readable.fromWeb(result.data as never),
+                    FsSync.createWriteStream(file, { mode: 0o600 })
+                  )
+                  if (!(await result.error.then(() => true))) throw new Error("the context's download failed")
+                  if ((await digestFile(file)) !== hex) throw new Error("the context does not match its digest")
+                  await BuildContext.extractContext(file, dir)
+                },
+                catch: (e) =>
+                  new StepFailed({ message: `the build's context: ${e instanceof Error ? e.message : String(e)}` })
+              }).pipe(Effect.ensuring(Effect.promise(() => Fs.rm(file, { force: true }))))
+              contextDir = dir
+              return dir
+            })
+            cleanups.push(() =>
+              Fs.rm(NodePath.join(scratch, `context-${command.sandboxId}`), { recursive: true, force: true })
+            )
 
             /** A sandbox of the image so far, for one step (or a snapshot's export). */
             const withBuildSandbox = <A, E>(use: (id: string) => Effect.Effect<A, E>) =>
@@ -232,6 +324,21 @@ export class TemplateImages extends Context.Service<TemplateImages, {
               write(`layer sha256:${hex}`)
             }
 
+            /** Runs `argv` as root in a build sandbox; fails the step unless it exits 0. */
+            const asRoot = (id: string, label: string, argv: ReadonlyArray<string>) =>
+              driver.exec(id, new DriverExecRequest({ cmd: argv, env, cwd: "/", user: "0:0", timeoutMs: 60_000 })).pipe(
+                Effect.mapError(driverFailure(label)),
+                Effect.flatMap((result) =>
+                  result.exitCode === 0
+                    ? Effect.succeed(Buffer.from(result.stdout).toString("utf8"))
+                    : Effect.fail(
+                      new StepFailed({
+                        message: `${label} failed: ${Buffer.from(result.stderr).toString("utf8").trim().slice(0, 300)}`
+                      })
+                    )
+                )
+              )
+
             for (const [index, step] of command.steps.entries()) {
               const label = `step ${index + 1}/${command.steps.length}`
               if ("env" in step) {
@@ -239,7 +346,65 @@ export class TemplateImages extends Context.Service<TemplateImages, {
                 write(`${label} env ${Object.keys(step.env).join(" ")}`)
                 continue
               }
-              const key = createHash("sha256").update(JSON.stringify([command.root, layers, env, step])).digest("hex")
+              if ("cmd" in step || "entrypoint" in step || "expose" in step || "shell" in step) {
+                run.configured = true
+                if ("cmd" in step) run.cmd = step.cmd
+                if ("entrypoint" in step) {
+                  // Docker: a new ENTRYPOINT drops the base's CMD (a CMD after it sets one again).
+                  run.entrypoint = step.entrypoint
+                  run.cmd = null
+                }
+                if ("expose" in step) run.exposedPorts.push(...step.expose)
+                const argv = [...(run.entrypoint ?? []), ...(run.cmd ?? [])]
+                run.startCmd = argv.length > 0 ? argv.map(shellQuote).join(" ") : null
+                write(`${label} ${Object.keys(step)[0]} ${JSON.stringify(Object.values(step)[0])}`)
+                continue
+              }
+              if ("user" in step) {
+                run.configured = true
+                const [name = "", group] = step.user.split(":")
+                if (/^\d+$/.test(name) && (group === undefined || /^\d+$/.test(group))) {
+                  run.user = `${name}:${group ?? name}`
+                } else {
+                  // A name: looked up in the image so far, by the helper's `id` inside a sandbox of it.
+                  const ids = yield* withBuildSandbox((id) =>
+                    asRoot(id, `${label} (USER ${step.user})`, [
+                      HELPER_BUSYBOX,
+                      "sh",
+                      "-c",
+                      `B=${HELPER_BUSYBOX}; u=$($B id -u "$1") || exit 1; ` +
+                      `if [ -n "$2" ]; then case "$2" in *[!0-9]*) g=$($B awk -F: -v n="$2" '$1==n{print $3}' /etc/group);; *) g=$2;; esac; else g=$($B id -g "$1"); fi; ` +
+                      `[ -n "$g" ] || { echo "no group $2" >&2; exit 1; }; echo "$u:$g"`,
+                      "user",
+                      name,
+                      group ?? ""
+                    ])
+                  )
+                  run.user = ids.trim()
+                }
+                if (!/^\d{1,5}:\d{1,5}$/.test(run.user) || run.user.split(":").some((n) => Number(n) > 65535)) {
+                  return yield* new StepFailed({ message: `${label}: USER ${step.user} is outside 0..65535` })
+                }
+                if (run.user === "0:0") run.user = null
+                write(`${label} user ${step.user} (${run.user ?? "0:0"})`)
+                continue
+              }
+              if ("workdir" in step) {
+                run.configured = true
+                run.workdir = step.workdir
+              }
+              const key = createHash("sha256").update(
+                // A COPY's layer is its context's too.
+                JSON.stringify([
+                  command.root,
+                  layers,
+                  env,
+                  step,
+                  run.workdir,
+                  run.user,
+                  "copy" in step ? command.contextObject : null
+                ])
+              ).digest("hex")
               const cached = yield* Effect.tryPromise(() => layerCache.get(key)).pipe(Effect.orElseSucceed(() => null))
               const cachedHex = cached?.operation === "PUT" ? cached.string() : ""
               // Taken only while the store has it: a layer collected meanwhile is made again.
@@ -258,7 +423,15 @@ export class TemplateImages extends Context.Service<TemplateImages, {
                   continue
                 }
               }
-              write("run" in step ? `${label} run: ${step.run}` : `${label} file: ${step.file.path}`)
+              write(
+                "run" in step
+                  ? `${label} run: ${step.run}`
+                  : "file" in step
+                  ? `${label} file: ${step.file.path}`
+                  : "copy" in step
+                  ? `${label} copy: ${step.copy.sources.join(" ")} ${step.copy.dest}`
+                  : `${label} workdir: ${step.workdir}`
+              )
               const hex = yield* withBuildSandbox((id) =>
                 Effect.gen(function*() {
                   if ("run" in step) {
@@ -266,9 +439,10 @@ export class TemplateImages extends Context.Service<TemplateImages, {
                     const result = yield* driver.exec(
                       id,
                       new DriverExecRequest({
-                        cmd: ["/bin/sh", "-c", step.run],
-                        env,
-                        cwd: "/",
+                        cmd: step.argv ?? ["/bin/sh", "-c", step.run],
+                        env: { ...env, ...step.args },
+                        cwd: run.workdir ?? "/",
+                        ...(run.user !== null ? { user: run.user } : {}),
                         timeoutMs: remaining,
                         maxOutputBytes: MAX_LOG
                       })
@@ -284,13 +458,47 @@ export class TemplateImages extends Context.Service<TemplateImages, {
                           : `${label} (run) exited with code ${result.exitCode}`
                       })
                     }
-                  } else {
+                  } else if ("file" in step) {
                     yield* driver.writeFile(
                       id,
                       step.file.path,
                       encoder.encode(step.file.content),
                       step.file.mode ?? 0o644
                     ).pipe(Effect.mapError(driverFailure(`${label} (file ${step.file.path})`)))
+                  } else if ("workdir" in step) {
+                    yield* asRoot(id, `${label} (WORKDIR ${step.workdir})`, [
+                      HELPER_BUSYBOX,
+                      "mkdir",
+                      "-p",
+                      "--",
+                      step.workdir
+                    ])
+                  } else {
+                    // COPY: a tar of what it copies, unpacked at / inside, then removed.
+                    const context = yield* contextOf
+                    const stage = NodePath.join(scratch, `stage-${id}`)
+                    const file = NodePath.join(scratch, `copy-${id}.tar`)
+                    const packed = yield* Effect.tryPromise({
+                      try: () => BuildContext.packCopy(context, step.copy, stage, file),
+                      catch: (e) =>
+                        new StepFailed({ message: `${label} (COPY): ${e instanceof Error ? e.message : String(e)}` })
+                    }).pipe(Effect.ensuring(Effect.promise(() => Fs.rm(stage, { recursive: true, force: true }))))
+                    const bytes = yield* Effect.promise(() => Fs.readFile(file)).pipe(
+                      Effect.ensuring(Effect.promise(() => Fs.rm(file, { force: true })))
+                    )
+                    const inside = `/tmp/.svc-copy-${id}.tar`
+                    yield* driver.writeFile(id, inside, bytes, 0o600).pipe(
+                      Effect.mapError(driverFailure(`${label} (COPY)`))
+                    )
+                    yield* asRoot(id, `${label} (COPY)`, [
+                      HELPER_BUSYBOX,
+                      "sh",
+                      "-c",
+                      `B=${HELPER_BUSYBOX}; f=$1; shift; $B mkdir -p -- "$@" && $B tar -xf "$f" -C / && $B rm -f -- "$f"`,
+                      "copy",
+                      inside,
+                      ...packed.parents
+                    ])
                   }
                   return yield* commit(id)
                 })
@@ -299,6 +507,20 @@ export class TemplateImages extends Context.Service<TemplateImages, {
               layers.push(hex)
               status.stepsRun++
               write(`${label} done: sha256:${hex}`)
+            }
+            if (layers.length > MAX_LAYERS) {
+              return yield* new StepFailed({
+                message: `the image has ${layers.length} layers; a sandbox stacks at most ${MAX_LAYERS}`
+              })
+            }
+            if (run.configured) {
+              status.image = {
+                digest: run.digest,
+                workdir: run.workdir,
+                user: run.user,
+                startCmd: run.startCmd,
+                exposedPorts: [...new Set(run.exposedPorts)].slice(0, 64)
+              }
             }
             status.layers = layers
             status.env = env
@@ -321,6 +543,9 @@ export class TemplateImages extends Context.Service<TemplateImages, {
             (id) => Effect.andThen(Effect.ignore(driver.destroy(id)), deleteBuildEgress(id)),
             { discard: true }
           )
+          yield* Effect.forEach(cleanups, (clean) => Effect.promise(() => clean().catch(() => undefined)), {
+            discard: true
+          })
           if (ended._tag === "Success") {
             status.state = "ready"
             write(`ready in ${((Date.now() - started) / 1000).toFixed(1)} s`)

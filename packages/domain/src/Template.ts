@@ -45,10 +45,31 @@ export type TemplateStep = typeof TemplateStep.Type
 /** Sandboxes of a template kept booted and handed out on create (docs/contract.md#templates). */
 export const MAX_POOL_SIZE = 50
 export const PoolSize = Schema.Int.check(Schema.isBetween({ minimum: 0, maximum: MAX_POOL_SIZE }))
+/** A Dockerfile's `context`: base64 of a tar.gz of at most 50 MiB. */
+export const MAX_CONTEXT_BYTES = 50 * 1024 * 1024
+export const MAX_DOCKERFILE_BYTES = 256 * 1024
 
 export const CreateTemplateRequest = Schema.Struct({
   name: TemplateName,
   base: Schema.optionalKey(Text(64)),
+  /** An OCI image reference (`registry/repo:tag`, `...@sha256:<hex>`). */
+  image: Schema.optionalKey(Text(512)),
+  /** An org secret (id or name) whose value is the registry's credential. */
+  registry_secret: Schema.optionalKey(Text(64)),
+  /** A single-stage Dockerfile's text. */
+  dockerfile: Schema.optionalKey(Text(MAX_DOCKERFILE_BYTES).check(Schema.isPattern(/^[^\0]*$/, { message: "no NUL" }))),
+  /** base64 of a tar.gz, the Dockerfile's COPY/ADD source. */
+  context: Schema.optionalKey(
+    Schema.String.check(
+      Schema.isMaxLength(Math.ceil(MAX_CONTEXT_BYTES / 3) * 4 + 4),
+      Schema.isPattern(/^[A-Za-z0-9+/\s]*={0,2}\s*$/, { message: "base64" })
+    )
+  ),
+  build_args: Schema.optionalKey(
+    Schema.Record(EnvName, NoNul(32_768)).check(
+      Schema.makeFilter((args) => Object.keys(args).length <= 128 || "at most 128 build args")
+    )
+  ),
   steps: Schema.optionalKey(
     Schema.Array(TemplateStep).check(
       enforcedMax(MAX_STEPS),
@@ -83,7 +104,11 @@ export class Template extends Schema.Class<Template>("Template")({
   createdAt: TimestampText,
   builtAt: Schema.NullOr(TimestampText),
   /** Sandboxes kept booted for its creates (0: none); `base` and `debian` show 0 (the hosts' own pool serves `base`). */
-  pool_size: Schema.Int
+  pool_size: Schema.Int,
+  /** The OCI image reference it was made from (`image`, or a Dockerfile's `FROM`), or null. */
+  image_ref: Schema.NullOr(Bounded(512)),
+  /** The manifest digest pulled for `image_ref` (`sha256:<hex>`), once pulled. */
+  image_digest: Schema.NullOr(Bounded(128))
 }) {}
 
 export const TemplatePage = Page("rows", Template)

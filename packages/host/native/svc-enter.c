@@ -292,6 +292,7 @@ int main(int argc, char **argv) {
   int ncgroups = 0, env_fd = -1, report_fd = -1, control_fd = -1, i;
   unsigned pty_cols = 0, pty_rows = 0;
   unsigned long nofile = 0;
+  unsigned run_uid = 0, run_gid = 0;
   for (i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--") == 0) { i++; break; }
@@ -303,6 +304,12 @@ int main(int argc, char **argv) {
     else if (strcmp(a, "--seccomp") == 0) seccomp_file = v;
     else if (strcmp(a, "--env-fd") == 0) env_fd = (int) strtol(v, NULL, 10);
     else if (strcmp(a, "--cwd") == 0) cwd = v;
+    else if (strcmp(a, "--user") == 0) {
+      /* A user inside the sandbox (an image's USER), numeric: uid:gid, both within 0..65535. */
+      char tail;
+      if (sscanf(v, "%u:%u%c", &run_uid, &run_gid, &tail) != 2 || run_uid > 65535 || run_gid > 65535)
+        failx(125, "bad --user");
+    }
     else if (strcmp(a, "--report-fd") == 0) report_fd = (int) strtol(v, NULL, 10);
     else if (strcmp(a, "--control-fd") == 0) control_fd = (int) strtol(v, NULL, 10);
     else if (strcmp(a, "--nofile") == 0) {
@@ -436,9 +443,15 @@ int main(int argc, char **argv) {
   }
   if (control_fd >= 0) close(control_fd);
   if (setgroups(0, NULL) != 0) fail(125, "setgroups");
-  if (setresgid(0, 0, 0) != 0) fail(125, "setresgid");
-  if (setresuid(0, 0, 0) != 0) fail(125, "setresuid");
-  drop_capabilities(caps);
+  if (setresgid(run_gid, run_gid, run_gid) != 0) fail(125, "setresgid");
+  if (run_uid == 0) {
+    if (setresuid(0, 0, 0) != 0) fail(125, "setresuid");
+    drop_capabilities(caps);
+  } else {
+    /* Bounded first, while it may; leaving uid 0 then clears every capability it still held. */
+    drop_capabilities(caps);
+    if (setresuid(run_uid, run_uid, run_uid) != 0) fail(125, "setresuid");
+  }
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail(125, "PR_SET_NO_NEW_PRIVS");
   struct sock_fprog prog = {(unsigned short) (flen / sizeof(struct sock_filter)), (struct sock_filter *) filter_bytes};
   if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) != 0) fail(125, "seccomp");

@@ -50,6 +50,12 @@ export const ImageRoot = Schema.Literals(["base", "debian", "code"])
 export type ImageRoot = typeof ImageRoot.Type
 
 /** What `create` needs. `template` is a template name known to the driver (`base` is built in). */
+/** A user inside a sandbox, numeric `uid:gid` (each 0..65535). */
+export const SandboxUser = Schema.String.check(
+  Schema.isPattern(/^\d{1,5}:\d{1,5}$/, { message: "user: uid:gid, numeric" }),
+  Schema.makeFilter((text) => text.split(":").every((n) => Number(n) <= 65_535) || "user: each id 0 to 65535")
+)
+
 export class SandboxSpec extends Schema.Class<SandboxSpec>("@svc/host/SandboxSpec")({
   sandboxId: DriverSandboxId,
   template: Schema.String.check(
@@ -80,7 +86,11 @@ export class SandboxSpec extends Schema.Class<SandboxSpec>("@svc/host/SandboxSpe
    * writable layer, made by `snapshotLayer`) over that sandbox's own lower folders, and its env
    * is that sandbox's with `env` over it; `template` and `layers` are then not used.
    */
-  forkOf: Schema.optionalKey(Schema.Struct({ sandboxId: DriverSandboxId, layer: LayerDigest }))
+  forkOf: Schema.optionalKey(Schema.Struct({ sandboxId: DriverSandboxId, layer: LayerDigest })),
+  /** The cwd of an exec that names none (an image's `WorkingDir`); absent: `/`. */
+  workdir: Schema.optionalKey(Schema.suspend(() => SandboxPath)),
+  /** The user an exec runs as when it names none (an image's `User`); absent: root. */
+  user: Schema.optionalKey(SandboxUser)
 }) {}
 
 /** A path inside the sandbox: absolute, no NUL, bounded. `..` cannot leave the sandbox root. */
@@ -97,6 +107,8 @@ export class DriverExecRequest extends Schema.Class<DriverExecRequest>("@svc/hos
       )
     ),
   cwd: Schema.optionalKey(SandboxPath),
+  /** `uid:gid` inside the sandbox; absent: the sandbox's default user (root unless its image says). */
+  user: Schema.optionalKey(SandboxUser),
   env: Schema.optionalKey(Env),
   stdin: Schema.optionalKey(Schema.Union([Schema.String, Schema.Uint8Array])),
   timeoutMs: Schema.optionalKey(PositiveInt(24 * 3600 * 1000)),
@@ -254,6 +266,7 @@ export type ProcessSignal = typeof ProcessSignal.Type
 export class ProcessRequest extends Schema.Class<ProcessRequest>("@svc/host/ProcessRequest")({
   cmd: DriverExecRequest.fields.cmd,
   cwd: Schema.optionalKey(SandboxPath),
+  user: Schema.optionalKey(SandboxUser),
   env: Schema.optionalKey(Env),
   /** Keep its stdin open for `processStdin`; otherwise it reads end of file at once. */
   stdin: Schema.Boolean

@@ -373,7 +373,8 @@ export class Sandboxes extends Context.Service<Sandboxes, {
             diskGb: request.disk_gb,
             vsockCid: null,
             internalIp: null,
-            exposedPorts: request.exposed_ports,
+            // An image template's `ExposedPorts` when the create names none.
+            exposedPorts: request.exposed_ports.length > 0 ? request.exposed_ports : [...template.exposedPorts],
             volumeAttachments: volumes.mounts.map((v) => ({
               volume_id: v.volumeId as VolumeId,
               type: v.type,

@@ -11,7 +11,13 @@ import { ensureBucket } from "@svc/bus/Topology"
 import { SecretBox } from "@svc/crypto/SecretBox"
 import * as Outbox from "@svc/events/Outbox"
 import { wakeIfPresent } from "@svc/events/Relay"
-import { BUILDS_BUCKET_SPEC, BuildStatus, imageDigestInput, type ImageRootName } from "@svc/host-protocol/Images"
+import {
+  type BuildImage,
+  BUILDS_BUCKET_SPEC,
+  BuildStatus,
+  imageDigestInput,
+  type ImageRootName
+} from "@svc/host-protocol/Images"
 import { Hosts } from "@svc/hosts/Hosts"
 import { Duration, Effect, Option, Schema } from "effect"
 import { SqlClient } from "effect/sql"
@@ -61,6 +67,7 @@ export const make = (ended: () => void) =>
         readonly env: Readonly<Record<string, string>>
         readonly errorMessage: string | null
         readonly log: string
+        readonly image?: BuildImage | undefined
       }
     ) =>
       sql.withTransaction(Effect.gen(function*() {
@@ -70,6 +77,14 @@ export const make = (ended: () => void) =>
             error_message = ${end.errorMessage}, build_log = ${end.log}, built_at = now()
           WHERE id = ${row.id} AND state = 'building' RETURNING id`)
         if (updated.length === 0) return
+        const pulled = end.image
+        if (end.state === "ready" && pulled !== undefined) {
+          // How the image runs; its Entrypoint + Cmd only where the template gave no start_cmd.
+          yield* sql`UPDATE templates SET image_digest = ${pulled.digest}, workdir = ${pulled.workdir},
+              run_as = ${pulled.user}, exposed_ports = ${JSON.stringify(pulled.exposedPorts)}::jsonb,
+              start_cmd = COALESCE(start_cmd, ${pulled.startCmd})
+            WHERE id = ${row.id}`
+        }
         ended()
         // A pool asked for at create starts once the image exists (`Pools.ts`).
         if (end.state === "ready" && row.pool_size > 0) {

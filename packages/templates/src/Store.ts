@@ -1,6 +1,7 @@
 /**
- * The `templates` table (migration 0460): a row per template of an org, its build's state and,
- * once built, its image (root, layers, env, commands); `deleted_at` once deleted (its layers are
+ * The `templates` table (migrations 0460, 0730): a row per template of an org, its build's state and,
+ * once built, its image (root, layers, env, commands; for one from an OCI image, its reference and
+ * digest, default cwd, user and exposed ports); `deleted_at` once deleted (its layers are
  * then collected, `Collect.ts`). The rows as the API shows them (`toRecord`), and the two roots
  * (`base`, `debian`, `code`) that have no row.
  */
@@ -29,11 +30,17 @@ export const Row = Schema.Struct({
   created_at: Schema.Date,
   built_at: Schema.NullOr(Schema.Date),
   pool_size: Schema.Int,
-  pool_host_id: Schema.NullOr(Schema.String)
+  pool_host_id: Schema.NullOr(Schema.String),
+  image_ref: Schema.NullOr(Schema.String),
+  image_digest: Schema.NullOr(Schema.String),
+  workdir: Schema.NullOr(Schema.String),
+  run_as: Schema.NullOr(Schema.String),
+  exposed_ports: Schema.Array(Schema.Int)
 })
 export type Row = typeof Row.Type
 export const COLUMNS = `id, org_id, name, base, root, layers, env, start_cmd, ready_cmd, state, image, error_message,
-  build_log, host_id, deadline_at, created_at, built_at, pool_size, pool_host_id`
+  build_log, host_id, deadline_at, created_at, built_at, pool_size, pool_host_id, image_ref, image_digest, workdir, run_as,
+  exposed_ports`
 
 export const rows = Rows.decoder("Templates", Row)
 export const counted = Rows.decoder("Templates.count", Schema.Struct({ n: Schema.Int }))
@@ -52,7 +59,9 @@ export const BASE_RECORD = (): Template =>
     ready_cmd: null,
     createdAt: new Date(0).toISOString(),
     builtAt: new Date(0).toISOString(),
-    pool_size: 0
+    pool_size: 0,
+    image_ref: null,
+    image_digest: null
   })
 
 export const DEBIAN_RECORD = (): Template =>
@@ -80,7 +89,9 @@ export const toRecord = (row: Row) =>
     ready_cmd: row.ready_cmd,
     createdAt: row.created_at.toISOString(),
     builtAt: row.built_at?.toISOString() ?? null,
-    pool_size: row.pool_size
+    pool_size: row.pool_size,
+    image_ref: row.image_ref,
+    image_digest: row.image_digest
   })
 
 /** The org's live template `ref` (its id, or else its name). */

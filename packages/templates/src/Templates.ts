@@ -6,28 +6,36 @@
  * runs, every second, the settling of builds (`Settle.ts`) and then image collection
  * (`Collect.ts`); the rows are `Store.ts`'s, the settings `Config.ts`'s.
  */
+import { Nats } from "@svc/bus/Nats"
+import { ensureObjectStore, type ObjectStore } from "@svc/bus/Objects"
 import { SecretBox } from "@svc/crypto/SecretBox"
 import type * as Rows from "@svc/db/Rows"
 import * as Errors from "@svc/domain/Errors"
 import { BASE_TEMPLATE_ID, CODE_TEMPLATE_ID, DEBIAN_TEMPLATE_ID, makeTemplateId, type OrgId } from "@svc/domain/Ids"
+import { formatImageReference, type ImageReference, parseImageReference } from "@svc/domain/ImageReference"
 import { type ListQuery, pageInfo } from "@svc/domain/Pagination"
-import type {
-  CreateTemplateRequest,
-  Template,
-  TemplatePage,
-  TemplateStep,
-  UpdateTemplateRequest
-} from "@svc/domain/Template"
+import { parseSecretDestination, secretDestinationMatches } from "@svc/domain/Secret"
+import type { CreateTemplateRequest, Template, TemplatePage, UpdateTemplateRequest } from "@svc/domain/Template"
 import * as Outbox from "@svc/events/Outbox"
 import { wakeIfPresent } from "@svc/events/Relay"
-import type { BuildCommand, ImageRootName, SandboxImage } from "@svc/host-protocol/Images"
+import {
+  type BuildCommand,
+  type BuildImageSource,
+  type BuildStep,
+  type ImageRootName,
+  IMAGES_OBJECT_STORE,
+  type SandboxImage
+} from "@svc/host-protocol/Images"
 import { agentSubject } from "@svc/host-protocol/Protocol"
 import { Hosts } from "@svc/hosts/Hosts"
 import * as Scheduler from "@svc/hosts/Scheduler"
-import { Context, Duration, Effect, Layer, Stream } from "effect"
+import * as SecretsStore from "@svc/secrets/Secrets/Store"
+import { Context, Duration, Effect, Layer, Option, Result, Stream } from "effect"
 import { SqlClient } from "effect/sql"
 import * as Collect from "./Collect.ts"
 import { TemplateBuildTimeout } from "./Config.ts"
+import { checkContext } from "./Context.ts"
+import { parseDockerfile } from "./Dockerfile.ts"
 import * as Pools from "./Pools.ts"
 import * as Settle from "./Settle.ts"
 import {
@@ -54,6 +62,8 @@ export interface ResolvedTemplate {
   readonly root: ImageRootName
   readonly env: Readonly<Record<string, string>>
   readonly image: SandboxImage | undefined
+  /** The default exposed ports of its sandboxes (an image's `ExposedPorts`). */
+  readonly exposedPorts: ReadonlyArray<number>
 }
 
 export class Templates extends Context.Service<Templates, {
@@ -107,17 +117,27 @@ export class Templates extends Context.Service<Templates, {
     const settler = yield* Settle.make(collector.due)
 
     const find = (orgId: string, ref: string) => findRow(sql, orgId, ref)
+    const nats = yield* Nats
+    // The image store, opened on first use (a Dockerfile's context goes there).
+    let store: ObjectStore | undefined
+    const openStore = Effect.suspend(() =>
+      store !== undefined ? Effect.succeed(store) : ensureObjectStore(IMAGES_OBJECT_STORE).pipe(
+        Effect.tap((opened) => Effect.sync(() => (store = opened))),
+        Effect.provideService(Nats, nats)
+      )
+    )
 
     const resolve = Effect.fn("Templates.resolve")(function*(orgId: OrgId, ref: string) {
       if (ref === "base" || ref === BASE_TEMPLATE_ID) {
-        return { id: BASE_TEMPLATE_ID, root: "base" as const, env: {}, image: undefined }
+        return { id: BASE_TEMPLATE_ID, root: "base" as const, env: {}, image: undefined, exposedPorts: [] }
       }
       if (ref === "debian" || ref === DEBIAN_TEMPLATE_ID) {
         return {
           id: DEBIAN_TEMPLATE_ID,
           root: "debian" as const,
           env: {},
-          image: { layers: [], startCmd: null, readyCmd: null }
+          image: { layers: [], startCmd: null, readyCmd: null },
+          exposedPorts: []
         }
       }
       if (ref === "code" || ref === CODE_TEMPLATE_ID) {
@@ -125,7 +145,8 @@ export class Templates extends Context.Service<Templates, {
           id: CODE_TEMPLATE_ID,
           root: "code" as const,
           env: {},
-          image: { layers: [], startCmd: null, readyCmd: null }
+          image: { layers: [], startCmd: null, readyCmd: null },
+          exposedPorts: []
         }
       }
       const row = yield* find(orgId, ref)
@@ -134,7 +155,14 @@ export class Templates extends Context.Service<Templates, {
         id: row.id,
         root: row.root,
         env: row.env,
-        image: { layers: row.layers, startCmd: row.start_cmd, readyCmd: row.ready_cmd }
+        image: {
+          layers: row.layers,
+          startCmd: row.start_cmd,
+          readyCmd: row.ready_cmd,
+          ...(row.workdir !== null ? { workdir: row.workdir } : {}),
+          ...(row.run_as !== null ? { user: row.run_as } : {})
+        },
+        exposedPorts: row.exposed_ports
       } satisfies ResolvedTemplate
     })
 
@@ -145,11 +173,15 @@ export class Templates extends Context.Service<Templates, {
         readonly name: string
         readonly base: string
         readonly parent: ResolvedTemplate
-        readonly steps: ReadonlyArray<TemplateStep>
+        readonly steps: ReadonlyArray<BuildStep>
         readonly startCmd: string | null
         readonly readyCmd: string | null
         readonly snapshotOf?: { readonly id: string; readonly hostId: string }
         readonly poolSize?: number
+        /** An OCI image pulled as the base (its reference as the record shows it). */
+        readonly image?: { readonly source: BuildImageSource; readonly ref: string }
+        /** A Dockerfile's context in the image store (its sha256, hex). */
+        readonly contextObject?: string
       }
     ) =>
       Effect.gen(function*() {
@@ -173,8 +205,15 @@ export class Templates extends Context.Service<Templates, {
           env: { ...fields.parent.env },
           steps: fields.steps,
           timeoutMs: Duration.toMillis(timeout),
-          ...(fields.snapshotOf !== undefined ? { snapshotOf: fields.snapshotOf.id } : {})
+          ...(fields.snapshotOf !== undefined ? { snapshotOf: fields.snapshotOf.id } : {}),
+          ...(fields.image !== undefined ? { image: fields.image.source } : {}),
+          ...(fields.contextObject !== undefined ? { contextObject: fields.contextObject } : {}),
+          runAs: { workdir: fields.parent.image?.workdir ?? null, user: fields.parent.image?.user ?? null }
         }
+        // A template on another runs as it does (its cwd, user and ports) until a pull says otherwise.
+        const parentImage = fields.parent.image
+        const workdir = parentImage?.workdir ?? null
+        const runAs = parentImage?.user ?? null
         const row = yield* sql.withTransaction(Effect.gen(function*() {
           const taken = yield* used(sql`SELECT id FROM templates
             WHERE org_id = ${orgId} AND name = ${fields.name} AND deleted_at IS NULL FOR UPDATE`)
@@ -183,11 +222,12 @@ export class Templates extends Context.Service<Templates, {
           }
           const inserted = yield* rows(sql`INSERT INTO templates
             (id, org_id, name, base, root, layers, env, steps, start_cmd, ready_cmd, state, host_id, deadline_at, created_at,
-              pool_size)
+              pool_size, image_ref, workdir, run_as, exposed_ports)
             VALUES (${id}, ${orgId}, ${fields.name}, ${fields.base}, ${fields.parent.root},
               ${JSON.stringify(command.layers)}::jsonb, ${JSON.stringify(command.env)}::jsonb,
               ${JSON.stringify(fields.steps)}::jsonb, ${fields.startCmd}, ${fields.readyCmd}, 'building', ${hostId},
-              ${new Date(now + Duration.toMillis(timeout))}, ${new Date(now)}, ${fields.poolSize ?? 0})
+              ${new Date(now + Duration.toMillis(timeout))}, ${new Date(now)}, ${fields.poolSize ?? 0},
+              ${fields.image?.ref ?? null}, ${workdir}, ${runAs}, ${JSON.stringify(fields.parent.exposedPorts)}::jsonb)
             RETURNING ${sql.literal(COLUMNS)}`)
           yield* Outbox.append({ subject: agentSubject(hostId, "build"), payload: command }).pipe(
             Effect.catchTag("InvalidOutboxMessage", Effect.die)
@@ -198,7 +238,145 @@ export class Templates extends Context.Service<Templates, {
         return toRecord(row)
       })
 
+    /** The registry secret as the build carries it: only for a registry its `allowed_hosts` names. */
+    const registrySecret = Effect.fn("Templates.registrySecret")(function*(
+      orgId: OrgId,
+      ref: string,
+      image: ImageReference
+    ) {
+      const found = yield* SecretsStore.findSealed(orgId, ref)
+      if (Option.isNone(found)) return yield* invalid("registry_secret", `no secret ${JSON.stringify(ref)} in this org`)
+      const secret = found.value
+      const names = secret.allowed_hosts.some((text) => {
+        const entry = parseSecretDestination(text)
+        return Result.isSuccess(entry) &&
+          secretDestinationMatches(entry.success, { scheme: "https", host: image.hostname, port: image.port })
+      })
+      if (!names) {
+        return yield* invalid(
+          "registry_secret",
+          `the secret's allowed_hosts does not name the registry ${image.registry}; it is sent nowhere else`
+        )
+      }
+      return { id: secret.id, sealedValue: secret.sealed_value, allowedHosts: secret.allowed_hosts }
+    })
+
+    /** A build whose base is the OCI image `text` (its own steps and commands over it). */
+    const createFromImage = Effect.fn("Templates.createFromImage")(function*(
+      orgId: OrgId,
+      request: CreateTemplateRequest,
+      text: string,
+      steps: ReadonlyArray<BuildStep>,
+      path: string,
+      extra: { readonly contextObject?: string; readonly startCmd?: string | null; readonly readyCmd?: string | null } =
+        {}
+    ) {
+      const parsed = parseImageReference(text)
+      if (Result.isFailure(parsed)) return yield* invalid(path, parsed.failure)
+      const secret = request.registry_secret !== undefined
+        ? yield* registrySecret(orgId, request.registry_secret, parsed.success)
+        : undefined
+      const parent = (yield* resolve(orgId, "base"))!
+      return yield* insertBuild(orgId, {
+        name: request.name,
+        base: "base",
+        parent,
+        steps,
+        startCmd: request.start_cmd ?? extra.startCmd ?? null,
+        readyCmd: request.ready_cmd ?? extra.readyCmd ?? null,
+        ...(extra.contextObject !== undefined ? { contextObject: extra.contextObject } : {}),
+        image: {
+          ref: formatImageReference(parsed.success),
+          source: { ref: text, ...(secret !== undefined ? { secret } : {}) }
+        }
+      })
+    })
+
+    /** A build from a Dockerfile: its FROM as the base (an image, or a template), its lines as steps. */
+    const createFromDockerfile = Effect.fn("Templates.createFromDockerfile")(function*(
+      orgId: OrgId,
+      request: CreateTemplateRequest,
+      text: string
+    ) {
+      const parsed = parseDockerfile(text, request.build_args ?? {})
+      if (parsed._tag === "Issues") {
+        const first = parsed.issues[0]!
+        return yield* new Errors.InvalidRequest({
+          error: `Invalid Dockerfile: ${first.path} ${first.message}`,
+          issues: parsed.issues.slice(0, 50)
+        })
+      }
+      const { from, steps: lines, readyCmd, usesContext } = parsed.value
+      const steps: ReadonlyArray<BuildStep> = [...lines, ...(request.steps ?? [])]
+      let contextObject: string | undefined
+      if (usesContext) {
+        if (request.context === undefined) {
+          return yield* invalid("context", "the Dockerfile copies files: give its context")
+        }
+        const checked = checkContext(request.context)
+        if (checked._tag === "Refused") return yield* invalid("context", checked.message)
+        const objects = yield* openStore.pipe(
+          Effect.mapError(() => new Errors.Unavailable({ error: "The image store is unreachable; retry" }))
+        )
+        yield* Effect.tryPromise(async () => {
+          if ((await objects.info(checked.hex)) === null) await objects.putBlob({ name: checked.hex }, checked.bytes)
+        }).pipe(Effect.mapError(() => new Errors.Unavailable({ error: "The image store is unreachable; retry" })))
+        contextObject = checked.hex
+      }
+      // A CMD or ENTRYPOINT in the Dockerfile decides the start command (on the host, with the image's).
+      const setsStart = lines.some((step) => "cmd" in step || "entrypoint" in step)
+      const parent = yield* resolve(orgId, from)
+      if (parent === undefined) {
+        if (Result.isFailure(parseImageReference(from))) {
+          return yield* new Errors.InvalidRequest({
+            error: `Invalid Dockerfile: FROM ${from} is no image, base, debian or ready template`,
+            issues: [{
+              path: "dockerfile:FROM",
+              message: `no image, base, debian or ready template ${JSON.stringify(from)}`
+            }]
+          })
+        }
+        return yield* createFromImage(orgId, request, from, steps, "dockerfile", {
+          ...(contextObject !== undefined ? { contextObject } : {}),
+          ...(readyCmd !== undefined ? { readyCmd } : {})
+        })
+      }
+      if (request.registry_secret !== undefined) {
+        return yield* invalid("registry_secret", "the Dockerfile's FROM is no image")
+      }
+      const parentRow = parent.id !== BASE_TEMPLATE_ID && parent.id !== DEBIAN_TEMPLATE_ID
+        ? yield* find(orgId, parent.id)
+        : undefined
+      return yield* insertBuild(orgId, {
+        name: request.name,
+        base: baseName(parent.id),
+        parent,
+        steps,
+        startCmd: request.start_cmd !== undefined ? request.start_cmd : setsStart ? null : parentRow?.start_cmd ?? null,
+        readyCmd: request.ready_cmd !== undefined
+          ? request.ready_cmd
+          : readyCmd !== undefined
+          ? readyCmd
+          : parentRow?.ready_cmd ?? null,
+        ...(contextObject !== undefined ? { contextObject } : {})
+      })
+    })
+
     const create = Effect.fn("Templates.create")(function*(orgId: OrgId, request: CreateTemplateRequest) {
+      const sources = (["base", "image", "dockerfile"] as const).filter((key) => request[key] !== undefined)
+      if (sources.length > 1) {
+        return yield* invalid(sources[1]!, `at most one of base, image, dockerfile (${sources.join(" and ")} given)`)
+      }
+      if (request.registry_secret !== undefined && request.image === undefined && request.dockerfile === undefined) {
+        return yield* invalid("registry_secret", "only with image or dockerfile")
+      }
+      if (request.image !== undefined) {
+        return yield* createFromImage(orgId, request, request.image, request.steps ?? [], "image")
+      }
+      if (request.dockerfile !== undefined) return yield* createFromDockerfile(orgId, request, request.dockerfile)
+      if (request.context !== undefined || request.build_args !== undefined) {
+        return yield* invalid(request.context !== undefined ? "context" : "build_args", "only with dockerfile")
+      }
       const base = request.base ?? "base"
       const parent = yield* resolve(orgId, base)
       if (parent === undefined) return yield* invalid("base", `no ready template ${JSON.stringify(base)}`)

@@ -18,8 +18,11 @@ export interface TestCertificates {
 const openssl = (args: ReadonlyArray<string>, cwd: string) =>
   execFileSync("openssl", args, { cwd, stdio: ["ignore", "pipe", "pipe"] })
 
-/** Makes a CA and a server and a client certificate under `dir` (valid for a day). */
-export const makeTestCertificates = (dir: string): TestCertificates => {
+/**
+ * Makes a CA and a server and a client certificate under `dir` (valid for a day); the server's
+ * names 127.0.0.1, localhost and `serverNames`.
+ */
+export const makeTestCertificates = (dir: string, serverNames: ReadonlyArray<string> = []): TestCertificates => {
   Fs.mkdirSync(dir, { recursive: true })
   const key = (name: string) => openssl(["ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", name], dir)
   key("ca.key")
@@ -46,7 +49,8 @@ export const makeTestCertificates = (dir: string): TestCertificates => {
       `${name}.pem`
     ], dir)
   }
-  signed("server", "/CN=127.0.0.1", "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n")
+  const names = ["IP:127.0.0.1", "DNS:localhost", ...serverNames.map((name) => `DNS:${name}`)].join(",")
+  signed("server", "/CN=127.0.0.1", `subjectAltName=${names}\nextendedKeyUsage=serverAuth\n`)
   signed("client", "/CN=svc test client", "extendedKeyUsage=clientAuth\n")
   return {
     caFile: Path.join(dir, "ca.pem"),

@@ -15,7 +15,9 @@ import type { Runtime, Runtimes } from "./Runtimes.ts"
 const READY_WAIT_MS = 30_000
 
 /** Starts `$1` detached from the exec (its own session, output to a log), so it outlives it. */
-const START_SCRIPT = `mkdir -p /var/log; setsid /bin/sh -c "$1" </dev/null >>/var/log/svc-start.log 2>&1 & echo started`
+// An image's non-root user may not write /var/log: its start log is then in /tmp.
+const START_SCRIPT = `mkdir -p /var/log 2>/dev/null; log=/var/log/svc-start.log; [ -w /var/log ] || ` +
+  `log=/tmp/svc-start.log; setsid /bin/sh -c "$1" </dev/null >>"$log" 2>&1 & echo started`
 
 const tail = (text: string) => {
   const line = text.trim().split("\n").at(-1)?.slice(0, 200) ?? ""

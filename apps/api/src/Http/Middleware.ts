@@ -178,6 +178,11 @@ const contractShape = (response: HttpServerResponse.HttpServerResponse): HttpSer
 
 const TOKEN_IN_QUERY = new Errors.TokenInQueryNotAllowed()
 const BODY_LIMIT = ByteSize.bytes(MAX_BODY_BYTES)
+/** A template's body may carry a Dockerfile's context: base64 of up to 50 MiB, and the rest. */
+export const MAX_TEMPLATE_BODY_BYTES = Math.ceil((50 * 1024 * 1024) / 3) * 4 + 1024 * 1024
+const TEMPLATE_BODY_LIMIT = ByteSize.bytes(MAX_TEMPLATE_BODY_BYTES)
+const bodyLimitOf = (request: HttpServerRequest.HttpServerRequest) =>
+  request.method === "POST" && request.url.split("?")[0] === "/v1/templates" ? TEMPLATE_BODY_LIMIT : BODY_LIMIT
 
 export const ApiMiddleware = HttpRouter.middleware<{ handles: unknown }>()(
   Effect.gen(function*() {
@@ -268,7 +273,7 @@ export const ApiMiddleware = HttpRouter.middleware<{ handles: unknown }>()(
             onSuccess: respond
           }),
           Context.add(
-            Context.add(withRequest, HttpIncomingMessage.MaxBodySize, BODY_LIMIT),
+            Context.add(withRequest, HttpIncomingMessage.MaxBodySize, bodyLimitOf(request)),
             References.CurrentLogAnnotations,
             { ...annotations, requestId }
           )

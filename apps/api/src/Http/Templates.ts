@@ -1,10 +1,11 @@
 /**
  * Handlers of the `templates` group (docs/contract.md#templates). The middleware checked
  * `templates:read` or `templates:write` (and refused a `sandbox:<id>` key without them); the
+ * create with a `registry_secret` also needs `secrets:use`; the
  * snapshot route is a sandbox's that makes a template: `sandboxes:write` and `templates:write`
  * (both checked by the middleware), then the single-sandbox policy.
  */
-import { sandboxPolicy } from "@svc/auth/Authorization"
+import { requireScope, sandboxPolicy } from "@svc/auth/Authorization"
 import { Api } from "@svc/domain/Api"
 import { CurrentPrincipal } from "@svc/domain/Api/Auth"
 import type { OrgId } from "@svc/domain/Ids"
@@ -23,7 +24,12 @@ export const TemplatesGroup = HttpApiBuilder.group(
     const sandboxes = yield* Sandboxes
     const orgId = Effect.map(Effect.service(CurrentPrincipal), (p) => p.orgId as OrgId)
     return handlers
-      .handle("create", ({ payload }) => Effect.flatMap(orgId, (org) => templates.create(org, payload)))
+      .handle("create", ({ payload }) =>
+        Effect.gen(function*() {
+          // A registry secret is used (sent to its registry): `secrets:use`, as binding one is.
+          if (payload.registry_secret !== undefined) yield* requireScope("secrets", "use")
+          return yield* templates.create(yield* orgId, payload)
+        }))
       .handle("list", ({ query }) => Effect.flatMap(orgId, (org) => templates.list(org, query)))
       .handle("get", ({ params }) => Effect.flatMap(orgId, (org) => templates.get(org, params.id)))
       .handle("logs", ({ params, query }) =>

@@ -78,14 +78,6 @@ layer(EnvLayer, { timeout: "60 seconds" })("the contract as an attack surface", 
     Effect.gen(function*() {
       const { base, cookie, token } = yield* Env
       // The fields of docs/contract.md the server does not implement yet: refused, not a different action.
-      expectNamed(
-        yield* call(base, "POST", "/v1/templates", { token, body: { name: "t1", image: "alpine:3" } }),
-        "image"
-      )
-      expectNamed(
-        yield* call(base, "POST", "/v1/templates", { token, body: { name: "t2", dockerfile: "FROM alpine" } }),
-        "dockerfile"
-      )
       // A near miss of a lifecycle field (`idle_timeout_s`) is not taken for it.
       expectNamed(yield* call(base, "POST", "/v1/sandboxes", { token, body: { idle_timeout: 60 } }), "idle_timeout")
       // A misspelt field, nested ones, a public route, a session's route, a PATCH.

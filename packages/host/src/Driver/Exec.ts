@@ -17,7 +17,7 @@ import { type CommandOptions, run, spawnStreaming, type StreamingOptions, type S
 import type { SandboxRecord } from "./State.ts"
 
 export type InsideOptions =
-  & { readonly env: Record<string, string>; readonly cwd: string }
+  & { readonly env: Record<string, string>; readonly cwd: string; readonly user?: string | undefined }
   & Pick<CommandOptions, "stdin" | "timeoutMs" | "maxOutputBytes">
 
 /** A host command line: program, arguments, its complete environment, the bytes it reads on fd 3. */
@@ -43,7 +43,7 @@ export const insideCommand = (
   entry: RunningSandbox,
   group: Pick<Cgroups.ExecGroup, "procsFiles">,
   argv: ReadonlyArray<string>,
-  options: { readonly env: Record<string, string>; readonly cwd: string }
+  options: { readonly env: Record<string, string>; readonly cwd: string; readonly user?: string | undefined }
 ): InsideCommand => ({
   file: host.confinement.enter,
   args: [
@@ -60,6 +60,8 @@ export const insideCommand = (
     "3",
     "--cwd",
     options.cwd,
+    // Numeric uid:gid inside (an image's USER); absent: the sandbox's root.
+    ...(options.user !== undefined && options.user !== "0:0" ? ["--user", options.user] : []),
     // The init's own descriptor limit (svc-start), set before the command can change it.
     "--nofile",
     String(host.config.nofile),
@@ -116,7 +118,7 @@ export const makeExec = (host: DriverHost) => {
     entry: RunningSandbox,
     argv: ReadonlyArray<string>,
     options:
-      & { readonly env: Record<string, string>; readonly cwd: string }
+      & { readonly env: Record<string, string>; readonly cwd: string; readonly user?: string | undefined }
       & Pick<StreamingOptions, "timeoutMs" | "maxStderrBytes">
   ): Effect.Effect<StreamingProcess, DriverFailure, Scope.Scope> =>
     Effect.gen(function*() {
@@ -145,7 +147,8 @@ export const makeExec = (host: DriverHost) => {
     const entry = yield* host.lookupRunning(sandboxId)
     const result = yield* runInside(entry, request.cmd, {
       env: sandboxEnv(entry.record, request.env),
-      cwd: request.cwd ?? "/",
+      cwd: request.cwd ?? entry.record.workdir ?? "/",
+      user: request.user ?? entry.record.user,
       ...(request.stdin !== undefined
         ? { stdin: typeof request.stdin === "string" ? Buffer.from(request.stdin, "utf8") : request.stdin }
         : {}),

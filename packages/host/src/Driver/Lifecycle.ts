@@ -146,7 +146,9 @@ export const makeLifecycle = (host: DriverHost, runs: Runs) => {
           internalIp,
           uidSlot,
           createdAt: new Date().toISOString(),
-          ...(spec.volumes !== undefined && spec.volumes.length > 0 ? { volumes: spec.volumes } : {})
+          ...(spec.volumes !== undefined && spec.volumes.length > 0 ? { volumes: spec.volumes } : {}),
+          ...(spec.workdir !== undefined ? { workdir: spec.workdir } : {}),
+          ...(spec.user !== undefined ? { user: spec.user } : {})
         })
         const made = tryHost("create", async () => {
           FsSync.mkdirSync(paths.dir, { recursive: true, mode: 0o700 })

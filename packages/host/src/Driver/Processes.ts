@@ -269,6 +269,7 @@ export const makeProcesses = (host: DriverHost) => {
     options: {
       readonly env: Record<string, string>
       readonly cwd: string
+      readonly user?: string | undefined
       readonly stdin: boolean
       readonly extra: ReadonlyArray<string>
       /** One more pipe on fd 4: "out" for `--report-fd`, "in" for `--control-fd`. */
@@ -333,7 +334,8 @@ export const makeProcesses = (host: DriverHost) => {
     const { child, kill } = yield* Effect.acquireRelease(
       spawnEntered(entry, group, request.cmd, {
         env: sandboxEnv(entry.record, request.env),
-        cwd: request.cwd ?? "/",
+        cwd: request.cwd ?? entry.record.workdir ?? "/",
+        user: request.user ?? entry.record.user,
         stdin: request.stdin !== undefined,
         extra: []
       }),
@@ -478,7 +480,8 @@ export const makeProcesses = (host: DriverHost) => {
     const group = yield* newGroup(running, "p")
     const { child, fd4, kill } = yield* spawnEntered(running, group, request.cmd, {
       env: sandboxEnv(running.record, request.env),
-      cwd: request.cwd ?? "/",
+      cwd: request.cwd ?? running.record.workdir ?? "/",
+      user: request.user ?? running.record.user,
       stdin: request.stdin,
       extra: ["--report-fd", "4"],
       fd4: "out"

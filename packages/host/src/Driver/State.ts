@@ -46,7 +46,10 @@ const recordFields = {
    * Its uid range's slot (`Confinement.slotUid`), leased machine-wide until it is destroyed;
    * absent in records made before sandboxes had ranges of their own (leased at their next start).
    */
-  uidSlot: Schema.optionalKey(Schema.Int)
+  uidSlot: Schema.optionalKey(Schema.Int),
+  /** An exec's cwd and user when it names none (an image's `WorkingDir` and `User`). */
+  workdir: Schema.optionalKey(Schema.String),
+  user: Schema.optionalKey(Schema.String)
 }
 
 /** A sandbox's record in memory: `env` in the clear, never written as such. */

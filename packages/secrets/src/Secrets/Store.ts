@@ -153,3 +153,16 @@ export const removeEverywhere = (orgId: string, id: string) =>
       SELECT id, state, org_id, network, secret_ids FROM bumped`)
     return { deleted, sandboxes }
   })
+
+/**
+ * The org's live secret `ref` (its id, or else its name) with its sealed value: what a template
+ * build from a private image carries to its host (still sealed; the host opens it).
+ */
+export const findSealed = (orgId: string, ref: string) =>
+  Effect.flatMap(SqlClient.SqlClient, (sql) =>
+    Effect.map(
+      sealedRows(sql`SELECT ${sql.literal(META)}, sealed_value FROM secrets
+        WHERE org_id = ${orgId} AND deleted_at IS NULL AND (id = ${ref} OR name = ${ref})
+        ORDER BY (id = ${ref}) DESC LIMIT 1`),
+      first
+    ))

@@ -147,6 +147,10 @@ class Template(TypedDict):
     builtAt: Optional[str]
     #: sandboxes kept booted and handed out on create (0: none)
     pool_size: int
+    #: the OCI image reference it was made from (`image`, a Dockerfile's FROM), in full
+    image_ref: Optional[str]
+    #: the manifest digest pulled for it, once ready
+    image_digest: Optional[str]
 
 
 class Volume(TypedDict):
