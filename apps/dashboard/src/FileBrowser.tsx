@@ -176,7 +176,10 @@ export const FileBrowser = (props: { readonly sandboxId: string; readonly runnin
             <button type="button" disabled={folder === "/"} onClick={() => open(parentOf(folder))}>
               Up to the parent folder
             </button>
-            <a href={archiveUrl(sandboxId, folder)} download={`${nameOf(folder) === "/" ? "root" : nameOf(folder)}.tar.gz`}>
+            <a
+              href={archiveUrl(sandboxId, folder)}
+              download={`${nameOf(folder) === "/" ? "root" : nameOf(folder)}.tar.gz`}
+            >
               Download this folder (tar.gz)
             </a>
           </Form>
@@ -199,7 +202,12 @@ export const FileBrowser = (props: { readonly sandboxId: string; readonly runnin
                   <th scope="row" class="mono">
                     {entry.type === "dir"
                       ? (
-                        <button type="button" class="link" onClick={() => open(path)} aria-label={`Open folder ${path}`}>
+                        <button
+                          type="button"
+                          class="link"
+                          onClick={() => open(path)}
+                          aria-label={`Open folder ${path}`}
+                        >
                           {entry.name}/
                         </button>
                       )

@@ -16,8 +16,8 @@ import {
   deleteContext,
   getContext,
   interrupt,
-  LANGUAGES,
   type Language,
+  LANGUAGES,
   type Output,
   type RunEnd,
   runStreaming
@@ -68,7 +68,12 @@ const OutputView = (props: { readonly output: Output; readonly label: string }) 
     case "result":
       if (output.type === "image/png" && BASE64.test(output.data)) {
         return (
-          <img class="out figure" src={`data:image/png;base64,${output.data}`} alt={props.label} data-kind="image/png" />
+          <img
+            class="out figure"
+            src={`data:image/png;base64,${output.data}`}
+            alt={props.label}
+            data-kind="image/png"
+          />
         )
       }
       if (output.type === "text/html") {
@@ -166,8 +171,8 @@ export const Notebook = (props: { readonly sandboxId: string; readonly running: 
       const end = await runStreaming(sandboxId, ctx.id, cell.code, (outputs) => update(key, (c) => ({ ...c, outputs })))
       update(key, (c) => ({ ...c, end }))
     } catch (error) {
-      if (ctx === undefined) setContextError(error)
-      else update(key, (c) => ({ ...c, error }))
+      // Said under the cell it stopped: no interpreter (409 naming what is missing), a dead one.
+      update(key, (c) => ({ ...c, error }))
     } finally {
       setBusy(undefined)
       setInterrupting(false)
@@ -235,11 +240,15 @@ export const Notebook = (props: { readonly sandboxId: string; readonly running: 
             : dead
             ? (
               <p role="alert" class="error">
-                The context {context.id} is dead: its interpreter ended, and its variables with it. Restart it to
-                run again.
+                The context {context.id}{" "}
+                is dead: its interpreter ended, and its variables with it. Restart it to run again.
               </p>
             )
-            : <Status>Context <span class="mono">{context.id}</span> ({context.language}): {context.state}</Status>}
+            : (
+              <Status>
+                Context <span class="mono">{context.id}</span> ({context.language}): {context.state}
+              </Status>
+            )}
           <ErrorMessage error={contextError} />
           <ol class="cells">
             {cells.map((cell, index) => {
@@ -250,7 +259,7 @@ export const Notebook = (props: { readonly sandboxId: string; readonly running: 
                   <div class="field">
                     <label for={`${id}-cell-${cell.key}`}>
                       Cell {n}
-                      {cell.end ? <span class="muted"> [{cell.end.execution_count}]</span> : null}
+                      {cell.end ? <span class="muted">[{cell.end.execution_count}]</span> : null}
                     </label>
                     <textarea
                       id={`${id}-cell-${cell.key}`}

@@ -24,8 +24,7 @@ export interface RunEnd {
 
 const base = (sandboxId: string) => `/v1/sandboxes/${encodeURIComponent(sandboxId)}/contexts`
 
-export const createContext = (sandboxId: string, language: Language) =>
-  post<CodeContext>(base(sandboxId), { language })
+export const createContext = (sandboxId: string, language: Language) => post<CodeContext>(base(sandboxId), { language })
 
 export const getContext = (sandboxId: string, ctx: string) =>
   get<CodeContext>(`${base(sandboxId)}/${encodeURIComponent(ctx)}`)
@@ -57,7 +56,12 @@ export const appendEvent = (outputs: ReadonlyArray<Output>, event: string, data:
         value: String(data.value ?? ""),
         traceback: Array.isArray(data.traceback) ? data.traceback.map(String) : []
       }]
-      : [...outputs, { kind: "error", name: String(data.code ?? "error"), value: String(data.error ?? ""), traceback: [] }]
+      : [...outputs, {
+        kind: "error",
+        name: String(data.code ?? "error"),
+        value: String(data.error ?? ""),
+        traceback: []
+      }]
   }
   return outputs
 }

@@ -9,7 +9,8 @@ import type { FileInfo, FileListing } from "./wire.ts"
 const base = (sandboxId: string) => `/v1/sandboxes/${encodeURIComponent(sandboxId)}/files`
 
 /** `name` inside the folder `folder` ("/" joins without a doubled slash). */
-export const joinPath = (folder: string, name: string) => folder.endsWith("/") ? `${folder}${name}` : `${folder}/${name}`
+export const joinPath = (folder: string, name: string) =>
+  folder.endsWith("/") ? `${folder}${name}` : `${folder}/${name}`
 
 /** The folder that holds `path` ("/" for "/" itself). */
 export const parentOf = (path: string) => {
@@ -27,8 +28,7 @@ export const crumbsOf = (path: string): ReadonlyArray<readonly [name: string, pa
   return [["/", "/"], ...names.map((name, i) => [name, `/${names.slice(0, i + 1).join("/")}`] as const)]
 }
 
-export const listFolder = (sandboxId: string, path: string) =>
-  get<FileListing>(`${base(sandboxId)}${query({ path })}`)
+export const listFolder = (sandboxId: string, path: string) => get<FileListing>(`${base(sandboxId)}${query({ path })}`)
 
 export const stat = (sandboxId: string, path: string) => get<FileInfo>(`${base(sandboxId)}/stat${query({ path })}`)
 

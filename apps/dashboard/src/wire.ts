@@ -11,14 +11,14 @@ import type {
   OrgRecord as OrgRecordSchema,
   WhoAmI as WhoAmISchema
 } from "@svc/domain/Api/Auth"
-import type { App as AppSchema, AppList as AppListSchema } from "@svc/domain/App"
-import type { Usage as UsageSchema } from "@svc/domain/Billing"
 import type { CodeContext as CodeContextSchema, RunResult as RunResultSchema } from "@svc/domain/Api/Contexts"
 import type {
   FileEntry as FileEntrySchema,
   FileInfo as FileInfoSchema,
   FileListing as FileListingSchema
 } from "@svc/domain/Api/Sandboxes"
+import type { App as AppSchema, AppList as AppListSchema } from "@svc/domain/App"
+import type { Usage as UsageSchema } from "@svc/domain/Billing"
 import type { Sandbox as SandboxSchema, SandboxPage as SandboxPageSchema } from "@svc/domain/Sandbox"
 import type { Secret as SecretSchema, SecretList as SecretListSchema } from "@svc/domain/Secret"
 import type { Template as TemplateSchema, TemplatePage as TemplatePageSchema } from "@svc/domain/Template"
