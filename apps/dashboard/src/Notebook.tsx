@@ -166,10 +166,12 @@ export const Notebook = (props: { readonly sandboxId: string; readonly running: 
     setBusy(key)
     update(key, (c) => ({ ...c, outputs: [], end: undefined, error: undefined }))
     let ctx = contextRef.current
+    let ran = false
     try {
       if (ctx === undefined) ctx = await start(language)
       const end = await runStreaming(sandboxId, ctx.id, cell.code, (outputs) => update(key, (c) => ({ ...c, outputs })))
       update(key, (c) => ({ ...c, end }))
+      ran = true
     } catch (error) {
       // Said under the cell it stopped: no interpreter (409 naming what is missing), a dead one.
       update(key, (c) => ({ ...c, error }))
@@ -178,6 +180,7 @@ export const Notebook = (props: { readonly sandboxId: string; readonly running: 
       setInterrupting(false)
       if (ctx !== undefined) await refresh(ctx)
     }
+    if (!ran) return
     // Like a notebook: running the last cell opens a new one below it.
     setCells((all) => {
       if (all.at(-1)?.key !== key) return all
@@ -312,7 +315,9 @@ export const Notebook = (props: { readonly sandboxId: string; readonly running: 
                     ))}
                     <ErrorMessage error={cell.error} />
                     {running ? <Status>Running…</Status> : null}
-                    {cell.end
+                    {cell.end === null
+                      ? <p class="muted">Ended early, without its result.</p>
+                      : cell.end !== undefined
                       ? (
                         <p class="muted">
                           Ran in {cell.end.duration_ms} ms{cell.end.truncated === true ? "; output cut (too long)" : ""}

@@ -119,7 +119,9 @@ const runCell = (page: Page, n: number, code: string) =>
     yield* promise(() => cellCode(page, n).fill(code))
     yield* click(page, `Run cell ${n}`)
     // The run ended: the cell's line says how long it took (or an error says why it did not run).
-    yield* promise(() => cellOutput(page, n).getByText(/^Ran in \d+ ms|\(\w+\)$/).waitFor({ timeout: SANDBOX_WAIT_MS }))
+    yield* promise(() =>
+      cellOutput(page, n).getByText(/^Ran in \d+ ms|^Ended early|\(\w+\)$/).waitFor({ timeout: SANDBOX_WAIT_MS })
+    )
     return cellOutput(page, n)
   })
 
