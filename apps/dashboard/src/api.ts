@@ -85,7 +85,9 @@ export const query = (params: Record<string, string | number | undefined>) => {
   const entries = Object.entries(params).filter((entry): entry is [string, string | number] =>
     entry[1] !== undefined && entry[1] !== ""
   )
-  return entries.length === 0 ? "" : `?${new URLSearchParams(entries.map(([k, v]) => [k, String(v)]))}`
+  return entries.length === 0
+    ? ""
+    : `?${new URLSearchParams(entries.map(([k, v]): [string, string] => [k, String(v)]))}`
 }
 
 /** A message for people: the API's own words, with the invalid fields it named. */

@@ -27,7 +27,7 @@ import { Context, Duration, Effect, Layer } from "effect"
 import * as Dns from "node:dns/promises"
 import * as Fs from "node:fs"
 import * as Path from "node:path"
-import type { Page } from "playwright-core"
+import type { Locator, Page } from "playwright-core"
 import {
   acceptNextDialog,
   ARTIFACTS,
@@ -124,6 +124,27 @@ const runCell = (page: Page, n: number, code: string) =>
     )
     return cellOutput(page, n)
   })
+
+/** The element's image once the browser decoded it (the page's element: DOM types are not this project's). */
+const decodedImage = (image: Locator) =>
+  promise(() =>
+    image.evaluate(async (img: any) => {
+      await img.decode()
+      return { src: img.src.slice(0, 22), width: img.naturalWidth, height: img.naturalHeight, alt: img.alt }
+    }) as Promise<{ src: string; width: number; height: number; alt: string }>
+  )
+
+/** A value that draws itself as a PNG (120 x 80, a gradient), made with the standard library only. */
+const DRAWN_PNG = `import struct, zlib
+class Drawn:
+    def _repr_png_(self):
+        w, h = 120, 80
+        rows = b"".join(b"\\x00" + b"".join(bytes((x * 2, y * 3, 160)) for x in range(w)) for y in range(h))
+        def chunk(kind, data):
+            return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        header = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)
+        return b"\\x89PNG\\r\\n\\x1a\\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+Drawn()`
 
 const PLOTS_STEP = "apt-get update && apt-get install -y --no-install-recommends python3-matplotlib " +
   "&& rm -rf /var/lib/apt/lists/*"
@@ -249,19 +270,8 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 900_000 })("the sandbox as
         expect(yield* unlabelled(page)).toEqual([])
         yield* screenshot(page, "workspace-03-files")
 
-        // ---- The notebook, in a sandbox of the matplotlib template (built meanwhile).
-        const templateId = template.json.id as string
-        const deadline = Date.now() + 12 * 60_000
-        let state = "building"
-        while (state === "building" && Date.now() < deadline) {
-          yield* Effect.sleep(Duration.seconds(2))
-          state = (yield* apiInPage(page, "GET", `/v1/templates/${templateId}`)).json.state
-        }
-        const log = yield* promise(() =>
-          page.evaluate(async (id) => (await fetch(`/v1/templates/${id}/logs`)).text(), templateId)
-        )
-        expect(state, log.slice(-4000)).toBe("ready")
-        const plotsId = yield* openNewSandbox(page, "ws-plots", "plots")
+        // ---- The notebook, in a debian sandbox (python3).
+        const notebookId = yield* openNewSandbox(page, "ws-notebook", "debian")
         yield* promise(() =>
           page.getByRole("status").filter({ hasText: "the first run starts a python interpreter" }).waitFor()
         )
@@ -286,28 +296,16 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 900_000 })("the sandbox as
         expect(error).toMatch(/^ZeroDivisionError: division by zero\n/)
         expect(error).toMatch(/line 6, in f/)
 
-        // A chart: matplotlib's figure as a PNG image, decoded by the browser.
-        const chart = yield* runCell(
-          page,
-          4,
-          "import matplotlib.pyplot as plt\nplt.plot([1, 4, 2, 8], marker='o')\nplt.title('workspace e2e')"
-        )
-        const image = chart.locator("img[data-kind='image/png']")
-        yield* promise(() => image.waitFor())
-        const decoded = yield* promise(() =>
-          // The page's element (DOM types are not this project's: its lib is Node's).
-          image.evaluate(async (img: any) => {
-            await img.decode()
-            return { src: img.src.slice(0, 22), width: img.naturalWidth, height: img.naturalHeight, alt: img.alt }
-          })
-        )
-        expect(decoded.src).toBe("data:image/png;base64,")
-        expect(decoded.width).toBeGreaterThan(100)
-        expect(decoded.height).toBeGreaterThan(100)
-        expect(decoded.alt).toMatch(/^Result \d+ of cell 4 \(image\/png\)$/)
-        const chartFile = Path.join(ARTIFACTS, "workspace-chart.png")
-        yield* promise(() => image.screenshot({ path: chartFile }))
-        expect(Fs.readFileSync(chartFile).subarray(0, 8)).toEqual(Buffer.from([137, 80, 78, 71, 13, 10, 26, 10]))
+        // An image a value draws (`_repr_png_`, a PNG made here without any library), decoded.
+        const drawn = yield* runCell(page, 4, DRAWN_PNG)
+        const drawnImage = drawn.locator("img[data-kind='image/png']")
+        yield* promise(() => drawnImage.waitFor())
+        expect(yield* decodedImage(drawnImage)).toMatchObject({
+          src: "data:image/png;base64,",
+          width: 120,
+          height: 80,
+          alt: "Result 2 of cell 4 (image/png)"
+        })
         yield* screenshot(page, "workspace-04-notebook")
 
         // Output as it comes: the first line shows while the run goes on; then interrupted.
@@ -342,13 +340,44 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 900_000 })("the sandbox as
         )
         expect(yield* unlabelled(page)).toEqual([])
 
-        for (const id of [filesId, plotsId]) {
+        // ---- A matplotlib chart, in a sandbox of the template built meanwhile.
+        const templateId = template.json.id as string
+        const deadline = Date.now() + 20 * 60_000
+        let state = "building"
+        while (state === "building" && Date.now() < deadline) {
+          yield* Effect.sleep(Duration.seconds(2))
+          state = (yield* apiInPage(page, "GET", `/v1/templates/${templateId}`)).json.state
+        }
+        const log = yield* promise(() =>
+          page.evaluate(async (id) => (await fetch(`/v1/templates/${id}/logs`)).text(), templateId)
+        )
+        expect(state, log.slice(-4000)).toBe("ready")
+        const plotsId = yield* openNewSandbox(page, "ws-plots", "plots")
+        // A chart: matplotlib's figure as a PNG image, decoded by the browser.
+        const chart = yield* runCell(
+          page,
+          1,
+          "import matplotlib.pyplot as plt\nplt.plot([1, 4, 2, 8], marker='o')\nplt.title('workspace e2e')"
+        )
+        const image = chart.locator("img[data-kind='image/png']")
+        yield* promise(() => image.waitFor())
+        const decoded = yield* decodedImage(image)
+        expect(decoded.src).toBe("data:image/png;base64,")
+        expect(decoded.width).toBeGreaterThan(100)
+        expect(decoded.height).toBeGreaterThan(100)
+        expect(decoded.alt).toMatch(/^Result \d+ of cell 1 \(image\/png\)$/)
+        const chartFile = Path.join(ARTIFACTS, "workspace-chart.png")
+        yield* promise(() => image.screenshot({ path: chartFile }))
+        expect(Fs.readFileSync(chartFile).subarray(0, 8)).toEqual(Buffer.from([137, 80, 78, 71, 13, 10, 26, 10]))
+        yield* screenshot(page, "workspace-06-chart")
+
+        for (const id of [filesId, notebookId, plotsId]) {
           expect((yield* apiInPage(page, "DELETE", `/v1/sandboxes/${id}`)).status).toBe(202)
         }
         expect(pageErrors).toEqual([])
         expect(policyViolations).toEqual([])
       }).pipe(Effect.scoped),
-    Duration.toMillis(Duration.minutes(15))
+    Duration.toMillis(Duration.minutes(25))
   )
 
   it.effect(
@@ -388,7 +417,7 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 900_000 })("the sandbox as
         // A text value that looks like markup is text.
         const text = yield* runCell(page, 2, `"<img src=x onerror='window.top.__pwned = 2'>"`)
         expect(yield* promise(() => text.getByLabel("Result 1 of cell 2 (text/plain)").textContent())).toBe(
-          `'<img src=x onerror=\\'window.top.__pwned = 2\\'>'`
+          `"<img src=x onerror='window.top.__pwned = 2'>"`
         )
         yield* Effect.sleep(Duration.millis(500))
         expect(yield* promise(() => page.evaluate("window.__pwned"))).toBeUndefined()
@@ -396,7 +425,7 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 900_000 })("the sandbox as
         expect(yield* promise(() => page.locator("#inside, main img[src='x']").count())).toBe(0)
         const sandboxes = yield* apiInPage(page, "GET", "/v1/sandboxes")
         expect(sandboxes.json.rows.map((s: { name: string }) => s.name)).toEqual(["ws-html"])
-        yield* screenshot(page, "workspace-06-html")
+        yield* screenshot(page, "workspace-07-html")
         expect((yield* apiInPage(page, "DELETE", `/v1/sandboxes/${id}`)).status).toBe(202)
         expect(pageErrors).toEqual([])
         expect(policyViolations).toEqual([])
