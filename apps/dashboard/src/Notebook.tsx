@@ -150,10 +150,16 @@ export const Notebook = (props: { readonly sandboxId: string; readonly running: 
     return made
   }
 
+  /** The context's state after a run: the API marks it idle just after the run's end, so a `running` is asked again. */
   const refresh = async (ctx: CodeContext) => {
     try {
-      const now = await getContext(sandboxId, ctx.id)
-      if (contextRef.current?.id === now.id) setContext(now)
+      for (let attempt = 0; attempt < 10; attempt++) {
+        const now = await getContext(sandboxId, ctx.id)
+        if (contextRef.current?.id !== now.id) return
+        setContext(now)
+        if (now.state !== "running") return
+        await new Promise((resolve) => setTimeout(resolve, 300))
+      }
     } catch {
       // Deleted meanwhile (restarted): nothing to show.
     }
