@@ -13,7 +13,7 @@ import { BUDGET_BYTES, ensureBuilt, isFresh, measure, PACKAGE } from "../scripts
 
 const root = Path.resolve(PACKAGE, "../..")
 
-it("the first load is under 200 KB of JavaScript gzipped, without the terminal", async () => {
+it("the first load is under 200 KB of JavaScript gzipped, without the terminal or the notebook", async () => {
   await ensureBuilt({ quiet: true })
   expect(isFresh()).toBe(true)
   const weight = measure()
