@@ -325,7 +325,9 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 900_000 })("the sandbox as
         expect(yield* promise(() => still.getByLabel("Result 1 of cell 6 (text/plain)").textContent())).toBe("21")
 
         // The interpreter ends: the context is dead; a restart is a new, empty one.
-        const before = yield* promise(() => page.getByText(/Context ctx_\w+/).textContent())
+        const before = yield* promise(() =>
+          page.getByRole("status").filter({ hasText: /Context ctx_\w+/ }).textContent()
+        )
         yield* runCell(page, 7, "import os\nos._exit(1)")
         const dead = page.getByRole("region", { name: "Notebook" }).getByRole("alert").filter({ hasText: "is dead" })
         yield* promise(() => dead.waitFor())
@@ -333,7 +335,8 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 900_000 })("the sandbox as
         yield* screenshot(page, "workspace-05-dead")
         yield* click(page, "Restart the context")
         yield* promise(() => page.getByRole("status").filter({ hasText: /Context ctx_\w+ \(python\): idle/ }).waitFor())
-        expect(yield* promise(() => page.getByText(/Context ctx_\w+/).textContent())).not.toBe(before)
+        expect(yield* promise(() => page.getByRole("status").filter({ hasText: /Context ctx_\w+/ }).textContent())).not
+          .toBe(before)
         const fresh = yield* runCell(page, 8, "x")
         expect(yield* promise(() => fresh.getByRole("group", { name: "Error of cell 8" }).textContent())).toMatch(
           /^NameError: name 'x' is not defined/
