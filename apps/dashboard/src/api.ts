@@ -41,13 +41,16 @@ export interface CallOptions {
   readonly headers?: Record<string, string>
   /** A 401 is an answer to show, not the end of the session (sign-in). */
   readonly expectUnauthenticated?: boolean
+  /** Bytes sent as they are (a file upload: the browser streams a `Blob`), instead of `body`'s JSON. */
+  readonly raw?: Blob
 }
 
 /** One call; resolves to the JSON body (undefined for 204), throws `ApiError`. */
 export const call = async <A>(method: string, path: string, options: CallOptions = {}): Promise<A> => {
   const headers: Record<string, string> = { accept: "application/json", ...options.headers }
-  let body: string | undefined
-  if (options.body !== undefined) {
+  let body: string | Blob | undefined = options.raw
+  if (options.raw !== undefined) headers["content-type"] = "application/octet-stream"
+  else if (options.body !== undefined) {
     headers["content-type"] = "application/json"
     body = JSON.stringify(options.body)
   }
@@ -82,7 +85,9 @@ export const query = (params: Record<string, string | number | undefined>) => {
   const entries = Object.entries(params).filter((entry): entry is [string, string | number] =>
     entry[1] !== undefined && entry[1] !== ""
   )
-  return entries.length === 0 ? "" : `?${new URLSearchParams(entries.map(([k, v]) => [k, String(v)]))}`
+  return entries.length === 0
+    ? ""
+    : `?${new URLSearchParams(entries.map(([k, v]): [string, string] => [k, String(v)]))}`
 }
 
 /** A message for people: the API's own words, with the invalid fields it named. */

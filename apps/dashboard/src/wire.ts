@@ -11,6 +11,12 @@ import type {
   OrgRecord as OrgRecordSchema,
   WhoAmI as WhoAmISchema
 } from "@svc/domain/Api/Auth"
+import type { CodeContext as CodeContextSchema, RunResult as RunResultSchema } from "@svc/domain/Api/Contexts"
+import type {
+  FileEntry as FileEntrySchema,
+  FileInfo as FileInfoSchema,
+  FileListing as FileListingSchema
+} from "@svc/domain/Api/Sandboxes"
 import type { App as AppSchema, AppList as AppListSchema } from "@svc/domain/App"
 import type { Usage as UsageSchema } from "@svc/domain/Billing"
 import type { Sandbox as SandboxSchema, SandboxPage as SandboxPageSchema } from "@svc/domain/Sandbox"
@@ -50,3 +56,11 @@ export type Webhook = typeof WebhookSchema.Encoded
 export type WebhookList = typeof WebhookListSchema.Encoded
 export type CreatedWebhook = typeof CreatedWebhookSchema.Encoded
 export type DeliveryList = typeof DeliveryListSchema.Encoded
+
+// The sandbox as a workspace: its files and code contexts.
+
+export type FileEntry = typeof FileEntrySchema.Encoded
+export type FileListing = typeof FileListingSchema.Encoded
+export type FileInfo = typeof FileInfoSchema.Encoded
+export type CodeContext = typeof CodeContextSchema.Encoded
+export type RunResult = typeof RunResultSchema.Encoded

@@ -1,7 +1,8 @@
 /**
  * The dashboard's build: the first load stays under its budget of JavaScript (gzipped), the
- * terminal (xterm.js) is not part of it, a build is redone only when its inputs change, the
- * weight is measured over what the page really loads, and the browser code typechecks.
+ * terminal (xterm.js) and the notebook are not part of it, a build is redone only when its inputs
+ * change, the weight is measured over what the page really loads, and the browser code
+ * typechecks.
  */
 import { expect, it } from "@effect/vitest"
 import { spawnSync } from "node:child_process"
@@ -12,7 +13,7 @@ import { BUDGET_BYTES, ensureBuilt, isFresh, measure, PACKAGE } from "../scripts
 
 const root = Path.resolve(PACKAGE, "../..")
 
-it("the first load is under 200 KB of JavaScript gzipped, without the terminal", async () => {
+it("the first load is under 200 KB of JavaScript gzipped, without the terminal or the notebook", async () => {
   await ensureBuilt({ quiet: true })
   expect(isFresh()).toBe(true)
   const weight = measure()
@@ -20,8 +21,9 @@ it("the first load is under 200 KB of JavaScript gzipped, without the terminal",
   expect(BUDGET_BYTES).toBe(200 * 1024)
   expect(weight.firstLoadGzip).toBeGreaterThan(0)
   expect(weight.firstLoadGzip, JSON.stringify(weight.firstLoad)).toBeLessThan(BUDGET_BYTES)
-  // xterm.js is a chunk of its own, fetched when a terminal opens.
+  // xterm.js is a chunk of its own, fetched when a terminal opens; the notebook too.
   expect(weight.firstLoad.map((f) => f.file).join(" ")).not.toMatch(/Terminal/)
+  expect(weight.firstLoad.map((f) => f.file).join(" ")).not.toMatch(/Notebook/)
   expect(weight.totalGzip).toBeGreaterThan(weight.firstLoadGzip)
   // Built again only when something changed.
   expect(await ensureBuilt({ quiet: true })).toBe(false)

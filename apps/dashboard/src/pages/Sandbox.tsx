@@ -1,14 +1,16 @@
 /**
  * One sandbox: its record (state live from the event stream), stop/start/delete, the exec
- * console (a command's stdout, stderr and exit code, as they come) and the terminal (a shell
- * over the /terminal WebSocket, loaded on demand: xterm.js is a chunk of its own), and its
- * metrics charts and followed log (`SandboxTelemetry.tsx`, a chunk of its own).
+ * console (a command's stdout, stderr and exit code, as they come), its files, a notebook on a
+ * code context (a chunk of its own, loaded when the panel shows), the terminal (a shell over
+ * the /terminal WebSocket, loaded on demand: xterm.js is a chunk of its own), and its metrics
+ * charts and followed log (`SandboxTelemetry.tsx`, a chunk of its own).
  */
 import type { FunctionComponent } from "preact"
 import { useEffect, useId, useRef, useState } from "preact/hooks"
 import { ApiError, get } from "../api.ts"
 import { useConnection, useEvents } from "../events.ts"
 import { type ExecResult, execStreaming } from "../exec.ts"
+import { FileBrowser } from "../FileBrowser.tsx"
 import { Link, navigate } from "../router.tsx"
 import { ErrorMessage, Field, Form, PageTitle, StateBadge, Status, useAction, useResource, When } from "../ui.tsx"
 import type { Sandbox as SandboxRecord } from "../wire.ts"
@@ -41,6 +43,24 @@ const LazyTelemetry = (props: { readonly sandboxId: string }) => {
   }, [])
   if (error !== undefined) return <ErrorMessage error={error} />
   if (loaded === undefined) return <p role="status">Loading the metrics and log…</p>
+  const Loaded = loaded
+  return <Loaded {...props} />
+}
+
+interface NotebookProps {
+  readonly sandboxId: string
+  readonly running: boolean
+}
+
+/** The notebook's chunk, fetched the first time its panel shows. */
+const LazyNotebook = (props: NotebookProps) => {
+  const [loaded, setLoaded] = useState<FunctionComponent<NotebookProps> | undefined>(undefined)
+  const [error, setError] = useState<unknown>(undefined)
+  useEffect(() => {
+    import("../Notebook.tsx").then((module) => setLoaded(() => module.default), setError)
+  }, [])
+  if (error !== undefined) return <ErrorMessage error={error} />
+  if (loaded === undefined) return <p role="status">Loading the notebook…</p>
   const Loaded = loaded
   return <Loaded {...props} />
 }
@@ -172,6 +192,8 @@ export const Sandbox = (props: { readonly id: string }) => {
             onDeleted={() => navigate("/sandboxes")}
           />
           <ExecConsole sandbox={record} />
+          <FileBrowser sandboxId={record.id} running={record.state === "running"} />
+          <LazyNotebook sandboxId={record.id} running={record.state === "running"} />
           <LazyTelemetry sandboxId={record.id} />
           <section aria-labelledby={`${id}-terminal`} class="panel">
             <h2 id={`${id}-terminal`}>Terminal</h2>

@@ -112,9 +112,12 @@ const CreateSandbox = (props: {
       props.onCreated(record)
     })
   const ready = (props.templates?.rows ?? []).filter((t) => t.state === "ready")
-  const options: Array<readonly [string, string]> = ready.some((t) => t.name === "base")
-    ? ready.map((t) => [t.name, t.name])
-    : [["base", "base"], ...ready.map((t) => [t.name, t.name] as const)]
+  // The built-in roots first (the org's list does not carry them), then the org's templates.
+  const builtIn = ["base", "debian", "code"].filter((name) => !ready.some((t) => t.name === name))
+  const options: Array<readonly [string, string]> = [
+    ...builtIn.map((name) => [name, name] as const),
+    ...ready.map((t) => [t.name, t.name] as const)
+  ]
   return (
     <details class="panel" open>
       <summary>New sandbox</summary>
