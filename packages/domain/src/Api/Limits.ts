@@ -70,7 +70,8 @@ const json = (schema: unknown) => ({ "application/json": { schema } })
 
 const SHARED_RESPONSES: Record<string, { readonly description: string; readonly code: keyof typeof COMPONENT_OF }> = {
   "413": {
-    description: "The body is over the route's limit: 1 MiB, 100 MiB for file uploads (`payload_too_large`)",
+    description:
+      "The body is over the route's limit: 1 MiB; a template's 68 MiB (a 50 MiB context as base64); file uploads none but the sandbox's disk (`payload_too_large`)",
     code: "payload_too_large"
   },
   "415": {

@@ -41,12 +41,6 @@ import { Bounded, TimestampText } from "../Text.ts"
 import { Access } from "./Auth.ts"
 import { ProcessEvents } from "./Processes.ts"
 
-/**
- * What GET /v1/sandboxes/{id}/files reads of a file held whole by a caller that asks for a
- * bound (uploads and downloads stream: the sandbox's disk is their only bound).
- */
-export const MAX_UPLOAD_BYTES = 100 * 1024 * 1024
-
 export class CreateSandboxBody
   extends Schema.Class<CreateSandboxBody>("CreateSandboxRequest")(CreateSandboxRequest.fields)
 {}
