@@ -240,7 +240,8 @@ const post = (base: string, token: string, path: string, body: unknown) =>
   })
 const FIXTURES: Partial<Record<IdKind, Fixture>> = {
   apiKey: (base, token) => post(base, token, "/v1/auth/api-keys", { name: "fixture" }).then(created("key")),
-  sandbox: (base, token) => post(base, token, "/v1/sandboxes", { name: "fixture" }).then(created("sandbox")),
+  sandbox: (base, token) =>
+    post(base, token, "/v1/sandboxes", { name: "fixture", region: "nowhere" }).then(created("sandbox")),
   webhook: (base, token) =>
     post(base, token, "/v1/webhooks", { url: "http://127.0.0.1:9/fixture" }).then(created("webhook"))
 }
