@@ -256,7 +256,7 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 900_000 })("the sandbox as
         // The notebook in a sandbox without python3: the API's 409 naming what is missing.
         yield* runCell(page, 1, "1 + 1")
         expect(yield* promise(() => cellOutput(page, 1).getByRole("alert").textContent())).toBe(
-          "This sandbox's image has no python3: a context needs it (conflict)"
+          "This sandbox's image has no python3: a python context needs it (conflict)"
         )
         expect(yield* unlabelled(page)).toEqual([])
         yield* screenshot(page, "workspace-03-files")

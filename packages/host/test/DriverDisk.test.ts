@@ -61,12 +61,13 @@ layer(TestDriver.layer(), { excludeTestServices: true })("SandboxDriver disk (bu
         const freeAfter = yield* hostFree(dataDir)
         assert.isBelow(freeBefore - freeAfter, 1.5 * GIB)
 
-        // The file API on a full disk: the sandbox's kernel refused it, and says so (not a host failure).
+        // The file API on a full disk: the sandbox's kernel refused it with ENOSPC, and says so (no_space,
+        // the API's 507; not a host failure).
         const refused = yield* Effect.flip(
           driver.writeFile(id, "/root/more", new Uint8Array(8 * 1024 * 1024).fill(120))
         )
         assert.strictEqual(refused._tag, "SandboxFileError")
-        assert.strictEqual((refused as { reason?: string }).reason, "refused")
+        assert.strictEqual((refused as { reason?: string }).reason, "no_space")
         assert.strictEqual((refused as { errno?: string }).errno, "ENOSPC")
 
         // Full, the sandbox still runs commands; freed, it writes again.

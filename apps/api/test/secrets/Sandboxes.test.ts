@@ -35,6 +35,9 @@ const newSecret = (token: string) =>
     return { id: res.body.id as string, value }
   })
 
+/** No agent serves this stack: its sandboxes ask for a region none serves (created, then error). */
+const NOWHERE = "nowhere"
+
 layer(StackLayer, { timeout: 120_000, excludeTestServices: true })("Sandbox egress", (it) => {
   it.effect("network and secrets at create: on the record and in the sandbox's KV entry", () =>
     Effect.gen(function*() {
@@ -43,6 +46,7 @@ layer(StackLayer, { timeout: 120_000, excludeTestServices: true })("Sandbox egre
       const s1 = yield* newSecret(star)
       const s2 = yield* newSecret(star)
       const created = yield* request(base, star, "POST", "/v1/sandboxes", {
+        region: NOWHERE,
         secrets: [s2.id, s1.id],
         network: { allow_out: ["PyPI.org", "*.pythonhosted.org", "203.0.113.0/24"], deny_out: ["198.51.100.7"] }
       })
@@ -70,7 +74,7 @@ layer(StackLayer, { timeout: 120_000, excludeTestServices: true })("Sandbox egre
       expect(logs.join("\n").includes(s1.value)).toBe(false)
 
       // Without either: an open policy and no secrets, published all the same.
-      const plain = yield* request(base, star, "POST", "/v1/sandboxes", {})
+      const plain = yield* request(base, star, "POST", "/v1/sandboxes", { region: NOWHERE })
       expect(plain.body.network).toEqual({ allow_out: [], deny_out: [] })
       expect(plain.body.secrets).toEqual([])
       yield* egressUntil(
@@ -83,7 +87,10 @@ layer(StackLayer, { timeout: 120_000, excludeTestServices: true })("Sandbox egre
     Effect.gen(function*() {
       const { a, base, key } = yield* Stack
       const star = (yield* key(a, ["*"])).token
-      const id = (yield* request(base, star, "POST", "/v1/sandboxes", { network: { deny_out: ["10.9.0.0/16"] } })).body
+      const id = (yield* request(base, star, "POST", "/v1/sandboxes", {
+        region: NOWHERE,
+        network: { deny_out: ["10.9.0.0/16"] }
+      })).body
         .id as string
       const put = yield* request(base, star, "PUT", `/v1/sandboxes/${id}/network`, {
         allow_out: ["example.com", "2001:db8::/32"]
@@ -111,7 +118,10 @@ layer(StackLayer, { timeout: 120_000, excludeTestServices: true })("Sandbox egre
         "allow_out.2",
         "deny_out.0"
       ])
-      const badCreate = yield* request(base, star, "POST", "/v1/sandboxes", { network: { allow_out: ["a.*.com"] } })
+      const badCreate = yield* request(base, star, "POST", "/v1/sandboxes", {
+        region: NOWHERE,
+        network: { allow_out: ["a.*.com"] }
+      })
       expect(badCreate.status).toBe(400)
       expect(badCreate.body.issues.map((i: { path: string }) => i.path)).toEqual(["network.allow_out.0"])
       const tooMany = yield* request(base, star, "PUT", `/v1/sandboxes/${id}/network`, {
@@ -122,7 +132,7 @@ layer(StackLayer, { timeout: 120_000, excludeTestServices: true })("Sandbox egre
       // Another org's sandbox: 404; a sandbox key on another sandbox: 403.
       const other = (yield* key((yield* Stack).b, ["*"])).token
       expect((yield* request(base, other, "PUT", `/v1/sandboxes/${id}/network`, {})).status).toBe(404)
-      const sibling = (yield* request(base, star, "POST", "/v1/sandboxes", {})).body.id as string
+      const sibling = (yield* request(base, star, "POST", "/v1/sandboxes", { region: NOWHERE })).body.id as string
       const confined = (yield* key(a, [`sandbox:${sibling}`])).token
       const outOfScope = yield* request(base, confined, "PUT", `/v1/sandboxes/${id}/network`, {})
       expect(outOfScope.status).toBe(403)
@@ -147,7 +157,8 @@ layer(StackLayer, { timeout: 120_000, excludeTestServices: true })("Sandbox egre
       const { a, base, key } = yield* Stack
       const star = (yield* key(a, ["*"])).token
       const ceiling = { allow_out: ["*.example.com", "203.0.113.0/24"], deny_out: ["evil.example.com"] }
-      const parent = (yield* request(base, star, "POST", "/v1/sandboxes", { network: ceiling })).body.id as string
+      const parent = (yield* request(base, star, "POST", "/v1/sandboxes", { region: NOWHERE, network: ceiling })).body
+        .id as string
       // The key a caller mints and injects into the sandbox, in the hands of what runs there.
       const injected = (yield* key(a, [`sandbox:${parent}`])).token
       const put = (id: string, body: unknown, token = injected) =>
@@ -173,7 +184,13 @@ layer(StackLayer, { timeout: 120_000, excludeTestServices: true })("Sandbox egre
       // Children: without a policy, the parent's; asking for open egress gets the parent's too;
       // deny rules add, allow rules narrow; anything wider is 403 and creates nothing.
       const child = (network?: unknown) =>
-        request(base, injected, "POST", "/v1/sandboxes", network === undefined ? {} : { network })
+        request(
+          base,
+          injected,
+          "POST",
+          "/v1/sandboxes",
+          network === undefined ? { region: NOWHERE } : { region: NOWHERE, network }
+        )
       const plain = yield* child()
       expect(plain.status, plain.text).toBe(201)
       expect(plain.body.parentId).toBe(parent)
@@ -215,8 +232,9 @@ layer(StackLayer, { timeout: 120_000, excludeTestServices: true })("Sandbox egre
       expect((yield* child()).body.network).toEqual(narrower)
 
       // An open sandbox's key: deny rules are still kept, anything else goes.
-      const openParent = (yield* request(base, star, "POST", "/v1/sandboxes", { network: { deny_out: ["1.2.3.4"] } }))
-        .body.id as string
+      const openParent =
+        (yield* request(base, star, "POST", "/v1/sandboxes", { region: NOWHERE, network: { deny_out: ["1.2.3.4"] } }))
+          .body.id as string
       const openKey = (yield* key(a, [`sandbox:${openParent}`])).token
       refused(yield* put(openParent, {}, openKey), "1.2.3.4")
       expect((yield* put(openParent, { allow_out: ["pypi.org"], deny_out: ["1.2.3.4"] }, openKey)).status).toBe(200)
@@ -231,9 +249,13 @@ layer(StackLayer, { timeout: 120_000, excludeTestServices: true })("Sandbox egre
       const star = (yield* key(a, ["*"])).token
       const s1 = yield* newSecret(star)
       const s2 = yield* newSecret(star)
-      const one = (yield* request(base, star, "POST", "/v1/sandboxes", { network: { deny_out: ["example.net"] } }))
+      const one = (yield* request(base, star, "POST", "/v1/sandboxes", {
+        region: NOWHERE,
+        network: { deny_out: ["example.net"] }
+      }))
         .body.id as string
-      const two = (yield* request(base, star, "POST", "/v1/sandboxes", { secrets: [s1.id] })).body.id as string
+      const two = (yield* request(base, star, "POST", "/v1/sandboxes", { region: NOWHERE, secrets: [s1.id] })).body
+        .id as string
       for (const secretId of [s1.id, s2.id, s1.id]) {
         const bound = yield* request(base, star, "POST", `/v1/sandboxes/${one}/secrets`, { secret_id: secretId })
         expect(bound.status).toBe(204)
@@ -262,7 +284,7 @@ layer(StackLayer, { timeout: 120_000, excludeTestServices: true })("Sandbox egre
       expect(gone.status).toBe(400)
 
       // 32 secrets at most.
-      const full = (yield* request(base, star, "POST", "/v1/sandboxes", {})).body.id as string
+      const full = (yield* request(base, star, "POST", "/v1/sandboxes", { region: NOWHERE })).body.id as string
       for (let i = 0; i < 32; i++) {
         const s = yield* newSecret(star)
         expect((yield* request(base, star, "POST", `/v1/sandboxes/${full}/secrets`, { secret_id: s.id })).status)
