@@ -102,11 +102,14 @@ const ALL = every("ok")
 /** A userless key not allowed to manage secrets: reads pass, every change is refused. */
 const NOT_A_MANAGER: Record<Route, Expect> = { ...every("403 secret_manager_not_allowed"), list: "ok", get: "ok" }
 
+/** No agent serves this stack: its sandboxes ask for a region none serves (created, then error). */
+const NOWHERE = "nowhere"
+
 layer(StackLayer, { timeout: 180_000, excludeTestServices: true })("Secrets scopes", (it) => {
   it.effect("user keys: read, write, use, write+use, secrets, secrets:*, *, sandbox:<id>, route by route", () =>
     Effect.gen(function*() {
       const { a, base, key } = yield* Stack
-      const sandbox = yield* request(base, (yield* key(a, ["*"])).token, "POST", "/v1/sandboxes", {})
+      const sandbox = yield* request(base, (yield* key(a, ["*"])).token, "POST", "/v1/sandboxes", { region: NOWHERE })
       const rows: ReadonlyArray<readonly [ReadonlyArray<string>, Record<Route, Expect>]> = [
         [["secrets:read"], READ],
         [["secrets:write"], WRITE],
@@ -137,15 +140,15 @@ layer(StackLayer, { timeout: 180_000, excludeTestServices: true })("Secrets scop
       const { a, base, key } = yield* Stack
       const owner = (yield* key(a, ["*"])).token
       const secret = (yield* request(base, owner, "POST", "/v1/secrets", body())).body.id as string
-      const parent = (yield* request(base, owner, "POST", "/v1/sandboxes", {})).body.id as string
-      const other = (yield* request(base, owner, "POST", "/v1/sandboxes", {})).body.id as string
+      const parent = (yield* request(base, owner, "POST", "/v1/sandboxes", { region: NOWHERE })).body.id as string
+      const other = (yield* request(base, owner, "POST", "/v1/sandboxes", { region: NOWHERE })).body.id as string
       const bind = (token: string, sandboxId: string) =>
         Effect.map(
           request(base, token, "POST", `/v1/sandboxes/${sandboxId}/secrets`, { secret_id: secret }),
           outcome
         )
       const createWith = (token: string) =>
-        Effect.map(request(base, token, "POST", "/v1/sandboxes", { secrets: [secret] }), outcome)
+        Effect.map(request(base, token, "POST", "/v1/sandboxes", { region: NOWHERE, secrets: [secret] }), outcome)
       const cases: ReadonlyArray<readonly [ReadonlyArray<string>, Expect, Expect]> = [
         // scopes, bind to `parent`, create with the secret
         [["secrets:use"], "403 insufficient_scope sandboxes:write", "403 insufficient_scope sandboxes:write"],

@@ -43,6 +43,9 @@ const openEntry = (text: string | null) =>
     return { entry, value: yield* Effect.orDie(box.open(entry.sealedValue, secretValueAad(entry.secretId))) }
   })
 
+/** No agent serves this stack: its sandboxes ask for a region none serves (created, then error). */
+const NOWHERE = "nowhere"
+
 layer(StackLayer, { timeout: 120_000, excludeTestServices: true })("Secrets", (it) => {
   it.effect("create, get, list, rotate, patch, delete: metadata only, the KV entry sealed and current", () =>
     Effect.gen(function*() {
@@ -208,10 +211,10 @@ layer(StackLayer, { timeout: 120_000, excludeTestServices: true })("Secrets", (i
       const list = yield* request(base, theirs, "GET", "/v1/secrets?limit=500")
       expect(list.body.secrets.some((s: { id: string }) => s.id === mine.id)).toBe(false)
       // Binding it to org B's sandbox, at create or later: 400 naming the entry.
-      const created = yield* request(base, theirs, "POST", "/v1/sandboxes", { secrets: [mine.id] })
+      const created = yield* request(base, theirs, "POST", "/v1/sandboxes", { region: NOWHERE, secrets: [mine.id] })
       expect(created.status).toBe(400)
       expect(created.body.issues).toEqual([{ path: "secrets.0", message: "no such secret in this org" }])
-      const sandbox = yield* request(base, theirs, "POST", "/v1/sandboxes", {})
+      const sandbox = yield* request(base, theirs, "POST", "/v1/sandboxes", { region: NOWHERE })
       const bound = yield* request(base, theirs, "POST", `/v1/sandboxes/${sandbox.body.id}/secrets`, {
         secret_id: mine.id
       })
