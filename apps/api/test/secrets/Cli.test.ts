@@ -65,14 +65,23 @@ layer(StackLayer, { timeout: 120_000, excludeTestServices: true })("svc secret, 
       expect(refused.code).toBe(1)
       expect(refused.stderr).toContain("invalid_request")
 
-      const sandbox = yield* svc(base, token, ["sandbox", "create", "--allow", "pypi.org", "--secret", secret.id])
+      const sandbox = yield* svc(base, token, [
+        "sandbox",
+        "create",
+        "--region",
+        "nowhere",
+        "--allow",
+        "pypi.org",
+        "--secret",
+        secret.id
+      ])
       expect(sandbox.code, sandbox.stderr).toBe(0)
       const record = JSON.parse(sandbox.stdout)
       expect(record.network).toEqual({ allow_out: ["pypi.org"], deny_out: [] })
       expect(record.secrets).toEqual([secret.id])
       const network = yield* svc(base, token, ["sandbox", "network", record.id, "--deny", "203.0.113.0/24"])
       expect(network.stdout).toContain("deny_out=203.0.113.0/24")
-      const other = (yield* request(base, token, "POST", "/v1/sandboxes", {})).body.id as string
+      const other = (yield* request(base, token, "POST", "/v1/sandboxes", { region: "nowhere" })).body.id as string
       const bound = yield* svc(base, token, ["sandbox", "secrets", "bind", other, secret.id])
       expect(bound.code, bound.stderr).toBe(0)
       expect((yield* request(base, token, "GET", `/v1/sandboxes/${other}`)).body.secrets).toEqual([secret.id])

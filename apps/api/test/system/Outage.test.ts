@@ -77,7 +77,7 @@ describe("a dependency down under a request", () => {
         type Request = readonly [string, string, string, { readonly body?: unknown; readonly token?: string }]
         const requests: ReadonlyArray<Request> = [
           ["sandboxes: list", "GET", "/v1/sandboxes", { token: key }],
-          ["sandboxes: create", "POST", "/v1/sandboxes", { token: key, body: {} }],
+          ["sandboxes: create", "POST", "/v1/sandboxes", { token: key, body: { region: "nowhere" } }],
           ["sandboxes: get", "GET", "/v1/sandboxes/sbx_00000000000000000000000000", { token: key }],
           ["webhooks: list", "GET", "/v1/webhooks", { token: key }],
           ["webhooks: create", "POST", "/v1/webhooks", { token: key, body: { url: "http://127.0.0.1:9/hook" } }],
