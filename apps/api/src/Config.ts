@@ -74,6 +74,8 @@ export const settings: ReadonlyArray<Env.AnySetting> = [
   DashboardDir,
   ...Auth.settings,
   ...Sandboxes.quotaSettings,
+  // How long a call that resumes a stopped sandbox (`auto_resume`) waits for it to run.
+  Sandboxes.TransitionTimeout,
   ...Templates.templateSettings,
   Webhooks.AllowedSubnets,
   ...Secrets.settings,
