@@ -20,12 +20,10 @@ import { EventLog, Identity, makeHost, serveApi } from "@svc/api/testing/Sandbox
 import { SecretBox } from "@svc/crypto/SecretBox"
 import { CODE_RECIPE, ensureDebianArchive } from "@svc/host/Debian"
 import * as Runtime from "@svc/runtime/Runtime"
-import { fakePublicHost } from "@svc/testing/FakePublicHost"
 import { TEST_IMAGE_CACHE_DIR } from "@svc/testing/ImageCache"
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import * as TestNats from "@svc/testing/TestNats"
 import { Context, Duration, Effect, Layer } from "effect"
-import * as Dns from "node:dns/promises"
 import * as Fs from "node:fs"
 import * as Path from "node:path"
 import type { Locator, Page } from "playwright-core"
@@ -50,25 +48,13 @@ class Env extends Context.Service<Env, { readonly base: string }>()("test/dashbo
 const EnvLayer = Layer.effect(
   Env,
   Effect.gen(function*() {
-    // Template builds reach Debian's archive through the egress proxy (see Debian.test.ts).
-    const fake = yield* fakePublicHost
-    const mirror = yield* Effect.promise(() => Dns.lookup("deb.debian.org", { family: 4 }))
     yield* Effect.promise(() => ensureDebianArchive(TEST_IMAGE_CACHE_DIR, CODE_RECIPE))
     const base = yield* serveApi
     const host = yield* makeHost
     yield* startAgent(host, {
       region: "local",
       capacity: { cpu: 64, ramMb: 64 * 1024, diskGb: 500 },
-      imageCacheDir: TEST_IMAGE_CACHE_DIR,
-      ...fake.agentOptions,
-      egress: {
-        ...fake.agentOptions.egress,
-        defaultAction: "allow",
-        allowedSubnets: [
-          ...fake.agentOptions.egress.allowedSubnets,
-          { address: mirror.address, prefix: 32, family: "ipv4" as const }
-        ]
-      }
+      imageCacheDir: TEST_IMAGE_CACHE_DIR
     })
     return { base }
   })
