@@ -9,6 +9,7 @@
 import { freePort } from "@svc/local-servers/Servers"
 import { execFileSync } from "node:child_process"
 import * as Fs from "node:fs"
+import * as NodePath from "node:path"
 
 const SLOTS_DIR = "/run/svc-sandboxes/test-bridges"
 
@@ -23,6 +24,9 @@ const alive = (pid: number): boolean => {
 
 /** Takes a free slot 0..255: a file created exclusively, or one whose process is gone. */
 const claimSlot = (): number => {
+  // The hosts' run folder must stay walkable (o+x) by the sandboxes' uids: a recursive mkdir
+  // would give it the slots folder's 0700 on a machine where it does not exist yet.
+  Fs.mkdirSync(NodePath.dirname(SLOTS_DIR), { recursive: true, mode: 0o711 })
   Fs.mkdirSync(SLOTS_DIR, { recursive: true, mode: 0o700 })
   for (let slot = 0; slot < 256; slot++) {
     const file = `${SLOTS_DIR}/${slot}`
