@@ -1,4 +1,5 @@
 import { defineConfig } from "vitest/config"
+import Sequencer from "./packages/testing/src/Sequencer.ts"
 
 export default defineConfig({
   test: {
@@ -10,6 +11,8 @@ export default defineConfig({
     pool: "forks",
     maxWorkers: 2,
     globalSetup: ["packages/testing/src/GlobalSetup.ts"],
+    // Files that need a built image root last, the roots built meanwhile (Sequencer.ts).
+    sequence: { sequencer: Sequencer },
     reporters: ["default"]
   }
 })
