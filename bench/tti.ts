@@ -81,6 +81,16 @@ const DEBS = [
  */
 const HOLD = process.env["BENCH_TTI_HOLD"]
 
+/**
+ * BENCH_TTI_CPU_PROF=<dir>: the API, runtime and agent roles run with `--cpu-prof` into <dir>
+ * (the whole run, template build included) and are stopped with SIGTERM at the end, so that
+ * Node writes the profiles.
+ */
+const CPU_PROF = process.env["BENCH_TTI_CPU_PROF"]
+const profEnv: Record<string, string> = CPU_PROF !== undefined
+  ? { NODE_OPTIONS: `--cpu-prof --cpu-prof-dir=${CPU_PROF}` }
+  : {}
+
 const holdFor = async (stack: { readonly api_url: string; readonly api_key: string }) => {
   FsSync.writeFileSync(HOLD!, JSON.stringify({ ...stack, template: TEMPLATE }), { mode: 0o600 })
   log(`holding: the stack is in ${HOLD}; remove it to go on`)
@@ -190,7 +200,7 @@ const perfRecord = async (mode: string) => {
         stdio: ["ignore", "pipe", "ignore"]
       }).split("\n").filter((l) => /^\s+\d/.test(l))
     log(`perf ${mode}: by command\n${report("comm").slice(0, 25).join("\n")}`)
-    log(`perf ${mode}: kernel functions\n${report("sym", ["--kernel"]).slice(0, 40).join("\n")}`)
+    log(`perf ${mode}: kernel functions\n${report("sym", ["--dsos", "[kernel.kallsyms]"]).slice(0, 40).join("\n")}`)
     return file
   }
 }
@@ -241,7 +251,7 @@ const buildTemplate = async (svc: Svc, debs: ReadonlyArray<string>) => {
     })
     if (installed.exit_code !== 0) throw new Error(`dpkg -i: ${installed.stdout}\n${installed.stderr}`)
     await sandbox.snapshot(TEMPLATE, { timeoutMs: 600_000 })
-    log(`template ${TEMPLATE} (node ${installed.stdout.trim()}) ready in ${fmt((performance.now() - t0) / 1000, 1)} s`)
+    log(`template ${TEMPLATE} (node ${installed.stdout.trim().split("\n").at(-1)}) ready in ${fmt((performance.now() - t0) / 1000, 1)} s`)
   } finally {
     await sandbox.delete().catch(() => undefined)
   }
@@ -413,6 +423,7 @@ const main = Effect.gen(function*() {
     Object.entries(process.env).filter((e): e is [string, string] => e[0].startsWith("SVC_") && e[1] !== undefined)
   )
   const common = {
+    ...profEnv,
     NATS_URL: nats.url,
     SVC_RATE_LIMIT_PER_SECOND: "100000000",
     SVC_RATE_LIMIT_BURST: "100000000",
@@ -464,7 +475,23 @@ const main = Effect.gen(function*() {
     postgres: findProcess((cmd) => cmd.includes(`-D ${pg.dir}`)),
     nats: findProcess((cmd) => cmd.includes(`-sd ${nats.dir}`))
   }
-  return yield* Effect.promise(() => measure(svc, pids, dataDir, { api_url: base, api_key: apiKey }))
+  const measured = yield* Effect.promise(() => measure(svc, pids, dataDir, { api_url: base, api_key: apiKey }))
+  if (CPU_PROF !== undefined) {
+    // A role ended by SIGTERM exits by itself, and Node writes its profile on the way out.
+    yield* Effect.promise(() =>
+      Promise.all([agent, runtime, api].map((role) =>
+        new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, 20_000)
+          role.process.once("exit", () => {
+            clearTimeout(timer)
+            resolve()
+          })
+          role.process.kill("SIGTERM")
+        })
+      ))
+    )
+  }
+  return measured
 })
 
 /** The template's pool entries on the agent's disk (`pool-*` sandboxes not of the `base` root). */
