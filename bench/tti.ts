@@ -11,7 +11,8 @@
  * ready (first create → first answer).
  *
  *   npm run bench tti          (or: node bench/tti.ts; BENCH_TTI_N=20, BENCH_TTI_MODES=sequential,staggered,burst,
- *                               BENCH_TTI_BREAKDOWN=5, BENCH_TTI_HOLD=<file>)
+ *                               BENCH_TTI_BREAKDOWN=5, BENCH_TTI_HOLD=<file>, BENCH_TTI_PERF=<dir>,
+ *                               BENCH_TTI_CPU_PROF=<dir>)
  *
  * Through our SDK (`svc.sandboxes.create()` resolving once running, `exec`, `delete`), against a
  * stack this run starts: a throwaway NATS and Postgres, and the API, runtime and agent roles each
@@ -31,8 +32,9 @@
  *
  * Also: where the time of one create goes (BENCH_TTI_BREAKDOWN creates, one after another: POST
  * answered, → running, the first exec of `true`, `node -v` inside against the same binary on
- * the host), and the CPU each process used per create in the staggered and burst modes
- * (/proc/<pid>/stat before and after).
+ * the host), and the CPU each process used per create in each mode (/proc/<pid>/stat before
+ * and after), then the same by cgroup: the run's own group (every process of the stack, whoever
+ * reaped it) and the sandboxes' groups, beside the machine's kernel time by kind.
  */
 import { freePort, startNats, startPostgres } from "@svc/local-servers/Servers"
 import { TEST_IMAGE_CACHE_DIR } from "@svc/testing/ImageCache"
@@ -251,7 +253,11 @@ const buildTemplate = async (svc: Svc, debs: ReadonlyArray<string>) => {
     })
     if (installed.exit_code !== 0) throw new Error(`dpkg -i: ${installed.stdout}\n${installed.stderr}`)
     await sandbox.snapshot(TEMPLATE, { timeoutMs: 600_000 })
-    log(`template ${TEMPLATE} (node ${installed.stdout.trim().split("\n").at(-1)}) ready in ${fmt((performance.now() - t0) / 1000, 1)} s`)
+    log(
+      `template ${TEMPLATE} (node ${installed.stdout.trim().split("\n").at(-1)}) ready in ${
+        fmt((performance.now() - t0) / 1000, 1)
+      } s`
+    )
   } finally {
     await sandbox.delete().catch(() => undefined)
   }

@@ -259,7 +259,10 @@ export const waitThrough = async <A>(http: Http, options: WaitThroughOptions<A>)
         // The timer goes with the race: a pending one would keep a finished program alive.
         const idle = new AbortController()
         const woken = await Promise.race([
-          next.then((r) => (r === "broken" ? r : r.done === true ? "ended" as const : r.value), () => "broken" as const),
+          next.then(
+            (r) => (r === "broken" ? r : r.done === true ? "ended" as const : r.value),
+            () => "broken" as const
+          ),
           sleep(Math.min(left, options.idleReadMs ?? 5000), idle.signal).then(() => "idle" as const)
         ])
         idle.abort()

@@ -50,7 +50,12 @@ const standIn = async (options: { readonly refuseEvents?: boolean } = {}) => {
     /** Sets a sandbox's state and tells every open stream, as the platform's event would. */
     set: (id: string, state: string) => {
       states.set(id, state)
-      const envelope = { event: "sandbox.state_updated", org_id: "org_1", ts: new Date().toISOString(), data: { sandbox_id: id, state } }
+      const envelope = {
+        event: "sandbox.state_updated",
+        org_id: "org_1",
+        ts: new Date().toISOString(),
+        data: { sandbox_id: id, state }
+      }
       for (const stream of streams) {
         stream.write(`id: ${++seq}\nevent: sandbox.state_updated\ndata: ${JSON.stringify(envelope)}\n\n`)
       }
