@@ -11,7 +11,8 @@
  * ready (first create → first answer).
  *
  *   npm run bench tti          (or: node bench/tti.ts; BENCH_TTI_N=20, BENCH_TTI_MODES=sequential,staggered,burst,
- *                               BENCH_TTI_BREAKDOWN=5, BENCH_TTI_HOLD=<file>)
+ *                               BENCH_TTI_BREAKDOWN=5, BENCH_TTI_HOLD=<file>, BENCH_TTI_PERF=<dir>,
+ *                               BENCH_TTI_CPU_PROF=<dir>)
  *
  * Through our SDK (`svc.sandboxes.create()` resolving once running, `exec`, `delete`), against a
  * stack this run starts: a throwaway NATS and Postgres, and the API, runtime and agent roles each
@@ -32,8 +33,9 @@
  *
  * Also: where the time of one create goes (BENCH_TTI_BREAKDOWN creates, one after another: POST
  * answered, → running, the first exec of `true`, `node -v` inside against the same binary on
- * the host), and the CPU each process used per create in the staggered and burst modes
- * (/proc/<pid>/stat before and after).
+ * the host), and the CPU each process used per create in each mode (/proc/<pid>/stat before
+ * and after), then the same by cgroup: the run's own group (every process of the stack, whoever
+ * reaped it) and the sandboxes' groups, beside the machine's kernel time by kind.
  */
 import { freePort, startNats, startPostgres } from "@svc/local-servers/Servers"
 import { TEST_IMAGE_CACHE_DIR } from "@svc/testing/ImageCache"
@@ -81,6 +83,16 @@ const DEBS = [
  * window, for a comparison of the two methods' figures.
  */
 const HOLD = process.env["BENCH_TTI_HOLD"]
+
+/**
+ * BENCH_TTI_CPU_PROF=<dir>: the API, runtime and agent roles run with `--cpu-prof` into <dir>
+ * (the whole run, template build included) and are stopped with SIGTERM at the end, so that
+ * Node writes the profiles.
+ */
+const CPU_PROF = process.env["BENCH_TTI_CPU_PROF"]
+const profEnv: Record<string, string> = CPU_PROF !== undefined
+  ? { NODE_OPTIONS: `--cpu-prof --cpu-prof-dir=${CPU_PROF}` }
+  : {}
 
 const holdFor = async (stack: { readonly api_url: string; readonly api_key: string }) => {
   FsSync.writeFileSync(HOLD!, JSON.stringify({ ...stack, template: TEMPLATE }), { mode: 0o600 })
@@ -157,6 +169,45 @@ const iteration = async (svc: Svc, origin: number): Promise<Iteration> => {
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
+/**
+ * BENCH_TTI_PERF=<dir>: `perf record` of the whole machine (software clock, 499 Hz, call graphs)
+ * during each measured mode, into <dir>/<mode>.data, and its summary printed: the share of the
+ * samples by command and the kernel's top functions. The machine's other tenants are in it too
+ * (by command name they mostly stand apart). Needs `perf` (Debian's linux-perf) and root.
+ */
+const PERF = process.env["BENCH_TTI_PERF"]
+
+const perfRecord = async (mode: string) => {
+  if (PERF === undefined) return async () => undefined
+  FsSync.mkdirSync(PERF, { recursive: true })
+  const file = NodePath.join(PERF, `${mode.replace(/ /g, "-")}.data`)
+  const { spawn } = await import("node:child_process")
+  const child = spawn("perf", ["record", "-q", "-a", "-g", "-e", "cpu-clock", "-F", "499", "-o", file], {
+    stdio: ["ignore", "ignore", "inherit"]
+  })
+  // Not the run's: its own CPU (the samples' writing) stays out of the run's cgroup.
+  try {
+    FsSync.writeFileSync(NodePath.join(NodePath.dirname(benchGroup), "cgroup.procs"), String(child.pid))
+  } catch {
+    // No group of the run's own.
+  }
+  await sleep(500)
+  return async () => {
+    const ended = new Promise((resolve) => child.once("exit", resolve))
+    child.kill("SIGINT")
+    await ended
+    const report = (sort: string, extra: ReadonlyArray<string> = []) =>
+      execFileSync("perf", ["report", "-i", file, "--stdio", "--no-children", "-g", "none", "--sort", sort, ...extra], {
+        encoding: "utf8",
+        maxBuffer: 64 * 1024 * 1024,
+        stdio: ["ignore", "pipe", "ignore"]
+      }).split("\n").filter((l) => /^\s+\d/.test(l))
+    log(`perf ${mode}: by command\n${report("comm").slice(0, 25).join("\n")}`)
+    log(`perf ${mode}: kernel functions\n${report("sym", ["--dsos", "[kernel.kallsyms]"]).slice(0, 40).join("\n")}`)
+    return file
+  }
+}
+
 const runMode = async (svc: Svc, mode: string, count: number = N): Promise<ReadonlyArray<Iteration>> => {
   const origin = performance.now()
   if (mode === "sequential") {
@@ -205,7 +256,11 @@ const buildTemplate = async (svc: Svc, debs: ReadonlyArray<string>) => {
     })
     if (installed.exit_code !== 0) throw new Error(`dpkg -i: ${installed.stdout}\n${installed.stderr}`)
     await sandbox.snapshot(TEMPLATE, { timeoutMs: 600_000 })
-    log(`template ${TEMPLATE} (node ${installed.stdout.trim()}) ready in ${fmt((performance.now() - t0) / 1000, 1)} s`)
+    log(
+      `template ${TEMPLATE} (node ${installed.stdout.trim().split("\n").at(-1)}) ready in ${
+        fmt((performance.now() - t0) / 1000, 1)
+      } s`
+    )
   } finally {
     await sandbox.delete().catch(() => undefined)
   }
@@ -268,8 +323,74 @@ const belowCpuMs = (pid: number) =>
     return sum + cpu.own + cpu.reaped
   }, 0)
 
+/**
+ * The run's own cpuacct group (cgroup v1; on v2 the same through `cpu.stat`): this process moves
+ * itself there before it starts anything, so that every process of the stack (the roles, NATS,
+ * Postgres, the spawner, mkfs, svc-enter, the commands they ran, short-lived or not, reaped by
+ * whoever) is counted, and nothing of another tenant's. The sandboxes move themselves into their
+ * own groups (`svc-sandboxes/<hostId>/<sandbox>`), counted apart: their parent's usage keeps that
+ * of the groups already removed (cpuacct charges up the hierarchy as the time is used).
+ */
+const CGROUP_ROOT = "/sys/fs/cgroup"
+const cgroupV2 = FsSync.existsSync(NodePath.join(CGROUP_ROOT, "cgroup.controllers"))
+const benchGroup = cgroupV2
+  ? NodePath.join(CGROUP_ROOT, `svc-bench-tti-${process.pid}`)
+  : NodePath.join(CGROUP_ROOT, "cpuacct", `svc-bench-tti-${process.pid}`)
+
+const joinBenchGroup = () => {
+  try {
+    FsSync.mkdirSync(benchGroup)
+    FsSync.writeFileSync(NodePath.join(benchGroup, "cgroup.procs"), String(process.pid))
+    return true
+  } catch (e) {
+    log(`no cgroup of the run's own (${e instanceof Error ? e.message : e}): its CPU rows read 0`)
+    return false
+  }
+}
+
+const leaveBenchGroup = () => {
+  try {
+    const parent = NodePath.dirname(benchGroup)
+    FsSync.writeFileSync(NodePath.join(parent, "cgroup.procs"), String(process.pid))
+    FsSync.rmdirSync(benchGroup)
+  } catch {
+    // Still holding a process (a sandbox's monitor left behind): the group stays, harmless.
+  }
+}
+
+/** {user, system} ms of a cgroup, hierarchically (cpuacct.usage_user/_sys on v1, cpu.stat on v2). */
+const groupCpuMs = (dir: string): { readonly user: number; readonly system: number } => {
+  try {
+    if (cgroupV2) {
+      const stat = FsSync.readFileSync(NodePath.join(dir, "cpu.stat"), "utf8")
+      const key = (k: string) => Number(new RegExp(`^${k} (\\d+)$`, "m").exec(stat)?.[1] ?? 0)
+      return { user: key("user_usec") / 1000, system: key("system_usec") / 1000 }
+    }
+    const read = (f: string) => Number(FsSync.readFileSync(NodePath.join(dir, f), "utf8")) / 1e6
+    return { user: read("cpuacct.usage_user"), system: read("cpuacct.usage_sys") }
+  } catch {
+    return { user: 0, system: 0 }
+  }
+}
+
+const sandboxesGroup = (hostId: string) =>
+  cgroupV2
+    ? NodePath.join(CGROUP_ROOT, "svc-sandboxes", hostId)
+    : NodePath.join(CGROUP_ROOT, "cpuacct", "svc-sandboxes", hostId)
+
+/** The machine's busy time by kind (ms, all cores, /proc/stat): user (with nice), system, irq + softirq. */
+const machineKinds = () => {
+  const cpu = FsSync.readFileSync("/proc/stat", "utf8").split("\n")[0]!.trim().split(/\s+/).slice(1).map(Number)
+  return { user: (cpu[0]! + cpu[1]!) * 10, system: cpu[2]! * 10, irq: (cpu[5]! + cpu[6]!) * 10 }
+}
+
+let hostIdOfRun = ""
+
 const cpuOf = (pids: Pids) => {
   const agentOwn = processCpuMs(pids.agent).own
+  const bench = groupCpuMs(benchGroup)
+  const sandboxes = groupCpuMs(sandboxesGroup(hostIdOfRun))
+  const kinds = machineKinds()
   return {
     "machine (all cores, every process)": machineBusyMs(),
     "API": processCpuMs(pids.api).own,
@@ -286,13 +407,23 @@ const cpuOf = (pids: Pids) => {
     "bench (SDK clients)": (process.cpuUsage().user + process.cpuUsage().system) / 1000,
     // The kernel's own threads (kthreadd's children: loop devices, ext4's journal, the network
     // namespaces' and cgroups' teardown, RCU), every one of them, ours or not.
-    "kernel threads (all)": treeCpuMs(2)
+    "kernel threads (all)": treeCpuMs(2),
+    // BENCH_TTI_BREAKDOWN's rows: the run's processes by cgroup, whoever reaped them, and the
+    // machine's kernel time by kind (not a share of the rows above: a second view of the same time).
+    "= the run's cgroup, user (every process but the sandboxes)": bench.user,
+    "= the run's cgroup, system": bench.system,
+    "= the sandboxes' cgroups, user": sandboxes.user,
+    "= the sandboxes' cgroups, system": sandboxes.system,
+    "= machine: user": kinds.user,
+    "= machine: system": kinds.system,
+    "= machine: irq and softirq (loopback TCP's receive side among them)": kinds.irq
   }
 }
 
 // ---------------------------------------------------------------------------------------------
 
 const main = Effect.gen(function*() {
+  yield* Effect.acquireRelease(Effect.sync(joinBenchGroup), () => Effect.sync(leaveBenchGroup))
   const [nats, pg] = yield* Effect.acquireRelease(
     Effect.promise(() => Promise.all([startNats(), startPostgres()])),
     ([n, p]) => Effect.promise(() => Promise.all([n.stop(), p.close()]))
@@ -301,6 +432,7 @@ const main = Effect.gen(function*() {
     Object.entries(process.env).filter((e): e is [string, string] => e[0].startsWith("SVC_") && e[1] !== undefined)
   )
   const common = {
+    ...profEnv,
     NATS_URL: nats.url,
     SVC_RATE_LIMIT_PER_SECOND: "100000000",
     SVC_RATE_LIMIT_BURST: "100000000",
@@ -322,6 +454,7 @@ const main = Effect.gen(function*() {
     timeout: "120 seconds"
   })
   const hostId = makeHostId()
+  hostIdOfRun = hostId
   const dataDir = yield* Effect.acquireRelease(
     Effect.promise(() => Fs.mkdtemp("/tmp/svc-bench-tti-")),
     (dir) => cleanHost(hostId, dir)
@@ -351,7 +484,23 @@ const main = Effect.gen(function*() {
     postgres: findProcess((cmd) => cmd.includes(`-D ${pg.dir}`)),
     nats: findProcess((cmd) => cmd.includes(`-sd ${nats.dir}`))
   }
-  return yield* Effect.promise(() => measure(svc, pids, dataDir, { api_url: base, api_key: apiKey }))
+  const measured = yield* Effect.promise(() => measure(svc, pids, dataDir, { api_url: base, api_key: apiKey }))
+  if (CPU_PROF !== undefined) {
+    // A role ended by SIGTERM exits by itself, and Node writes its profile on the way out.
+    yield* Effect.promise(() =>
+      Promise.all([agent, runtime, api].map((role) =>
+        new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, 20_000)
+          role.process.once("exit", () => {
+            clearTimeout(timer)
+            resolve()
+          })
+          role.process.kill("SIGTERM")
+        })
+      ))
+    )
+  }
+  return measured
 })
 
 /** The template's pool entries on the agent's disk (`pool-*` sandboxes not of the `base` root). */
@@ -437,8 +586,10 @@ const measure = async (
     const loadBefore = Os.loadavg()[0]!
     const before = cpuOf(pids)
     log(`${mode}: ${N} sandboxes`)
+    const stopPerf = await perfRecord(mode)
     const iterations = await runMode(svc, mode)
     const after = cpuOf(pids)
+    await stopPerf()
     const cpu: Record<string, number> = {}
     for (const [name, v] of Object.entries(after)) cpu[name] = (v - before[name as keyof typeof before]) / N
     results[mode] = { iterations, cpu, load: `${fmt(loadBefore, 1)} → ${fmt(Os.loadavg()[0]!, 1)}` }
@@ -501,17 +652,39 @@ Effect.runPromise(Effect.scoped(main)).then(({ hostNode, parts, perCall, results
     console.log(`  ${name.padEnd(50)}${ms(median(values))}${ms(Math.max(...values))}`)
   }
   console.log(`  ${"the same `node -v` on the host".padEnd(50)}${ms(median(hostNode))}${ms(Math.max(...hostNode))}`)
-  const names = Object.keys(Object.values(perCall)[0]!).slice(1)
+  const names = Object.keys(Object.values(perCall)[0]!).slice(1).filter((n) => !n.startsWith("="))
   console.log(`\nCPU per SDK call on a running sandbox (ms, 20 each): ${names.join(" / ")}`)
   for (const [call, cpu] of Object.entries(perCall)) {
     console.log(`  ${call.padEnd(40)}${names.map((n) => fmt(cpu[n]!, 1).padStart(7)).join("")}`)
   }
   for (const [mode, r] of Object.entries(results)) {
     console.log(`\nCPU per create, ${mode} (ms)`)
-    for (const [name, v] of Object.entries(r.cpu)) console.log(`  ${name.padEnd(50)}${fmt(v, 1).padStart(8)}`)
-    const [machine, ...named] = Object.values(r.cpu)
+    const rows = Object.entries(r.cpu)
+    for (const [name, v] of rows) {
+      if (!name.startsWith("=")) console.log(`  ${name.padEnd(50)}${fmt(v, 1).padStart(8)}`)
+    }
+    const [machine, ...named] = rows.filter(([name]) => !name.startsWith("=")).map(([, v]) => v)
     const rest = machine! - named.reduce((a, b) => a + b, 0)
     console.log(`  ${"the rest (other tenants, interrupts)".padEnd(50)}${fmt(rest, 1).padStart(8)}`)
+    // By cgroup: every process of the run whoever reaped it, the sandboxes apart, and the machine's
+    // kernel time by kind; what none of those holds is other tenants' work (or kernel threads).
+    console.log(`  by cgroup and kind (BENCH_TTI_BREAKDOWN):`)
+    for (const [name, v] of rows) {
+      if (name.startsWith("=")) console.log(`  ${name.slice(2).padEnd(68)}${fmt(v, 1).padStart(8)}`)
+    }
+    const c = r.cpu
+    const ours = c["= the run's cgroup, user (every process but the sandboxes)"]! + c["= the run's cgroup, system"]! +
+      c["= the sandboxes' cgroups, user"]! + c["= the sandboxes' cgroups, system"]!
+    console.log(`  ${"ours by cgroup, all (run + sandboxes)".padEnd(68)}${fmt(ours, 1).padStart(8)}`)
+    console.log(
+      `  ${"machine − ours − irq/softirq − kernel threads (other tenants)".padEnd(68)}${
+        fmt(
+          machine! - ours - c["= machine: irq and softirq (loopback TCP's receive side among them)"]! -
+            c["kernel threads (all)"]!,
+          1
+        ).padStart(8)
+      }`
+    )
   }
   console.log("")
   for (const [mode, r] of Object.entries(results)) {

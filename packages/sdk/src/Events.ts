@@ -132,11 +132,111 @@ export interface WaitThroughOptions<A> {
   readonly idleReadMs?: number | undefined
 }
 
+/** One waiter's view of a shared stream: the events that arrived since it joined, in order. */
+interface Follower {
+  readonly queue: Array<SvcEvent>
+  wake: ((result: IteratorResult<SvcEvent> | "broken") => void) | undefined
+  ended: IteratorResult<SvcEvent> | "broken" | undefined
+}
+
+/**
+ * One `GET /v1/events` per client and filter, shared by every wait in progress on it: each wait
+ * of its own opened a stream (a JetStream consumer on the server, ~10 ms of the API's CPU to
+ * open) that carried every event of the org, so N creates waiting at once cost N streams and N²
+ * events (bench/README.md, bench/tti.ts). Opened by the first waiter, closed when the last one
+ * leaves; a waiter that joins an open stream misses nothing (it reads its record after joining).
+ */
+class SharedStream {
+  readonly #stream: EventStream
+  readonly #followers = new Set<Follower>()
+  readonly #onEmpty: () => void
+  readonly connected: Promise<boolean>
+
+  constructor(http: Http, events: ReadonlyArray<string>, onEmpty: () => void) {
+    this.#stream = new EventStream(http, { events })
+    this.#onEmpty = onEmpty
+    this.connected = this.#stream.connected.then(() => true, () => false)
+    void this.#pump()
+  }
+
+  async #pump(): Promise<void> {
+    let end: IteratorResult<SvcEvent> | "broken"
+    try {
+      for (;;) {
+        const result = await this.#stream.next()
+        if (result.done === true) {
+          end = result
+          break
+        }
+        for (const follower of this.#followers) {
+          if (follower.wake !== undefined) {
+            const wake = follower.wake
+            follower.wake = undefined
+            wake(result)
+          } else follower.queue.push(result.value)
+        }
+      }
+    } catch {
+      end = "broken"
+    }
+    // Ended (closed, or refused): its followers poll from now on; a later waiter opens another.
+    this.#onEmpty()
+    for (const follower of this.#followers) {
+      follower.ended = end
+      const wake = follower.wake
+      follower.wake = undefined
+      wake?.(end)
+    }
+  }
+
+  follow(): { readonly next: () => Promise<IteratorResult<SvcEvent> | "broken">; readonly leave: () => void } {
+    const follower: Follower = { queue: [], wake: undefined, ended: undefined }
+    this.#followers.add(follower)
+    return {
+      next: () => {
+        const queued = follower.queue.shift()
+        if (queued !== undefined) return Promise.resolve({ done: false, value: queued })
+        if (follower.ended !== undefined) return Promise.resolve(follower.ended)
+        return new Promise((resolve) => (follower.wake = resolve))
+      },
+      leave: () => {
+        this.#followers.delete(follower)
+        if (this.#followers.size === 0) {
+          this.#onEmpty()
+          this.#stream.close()
+        }
+      }
+    }
+  }
+}
+
+/** The shared streams of each client (its `Http`), by filter. */
+const shared = new WeakMap<Http, Map<string, SharedStream>>()
+
+const followShared = (http: Http, events: ReadonlyArray<string>) => {
+  let streams = shared.get(http)
+  if (streams === undefined) {
+    streams = new Map()
+    shared.set(http, streams)
+  }
+  const key = events.join(",")
+  let stream = streams.get(key)
+  if (stream === undefined) {
+    const made: SharedStream = new SharedStream(http, events, () => {
+      if (streams.get(key) === made) streams.delete(key)
+    })
+    streams.set(key, made)
+    stream = made
+  }
+  return { connected: stream.connected, ...stream.follow() }
+}
+
 /**
  * Waits until `read()` answers a record that is `done`, reading it again each time an event
  * concerning it arrives: the stream is followed first, then the record read, so a change between
- * the two is not missed. When the stream cannot be had (the key may not read events, an old
- * server) or breaks, it polls instead (100 ms growing to 1 s).
+ * the two is not missed. The stream is shared with the client's other waits in progress
+ * (`SharedStream`). When the stream cannot be had (the key may not read events, an old server)
+ * or breaks, it polls instead (100 ms growing to 1 s).
  */
 export const waitThrough = async <A>(http: Http, options: WaitThroughOptions<A>): Promise<A> => {
   const deadline = Date.now() + options.timeoutMs
@@ -144,12 +244,12 @@ export const waitThrough = async <A>(http: Http, options: WaitThroughOptions<A>)
     options.onProgress?.(value)
     return options.done(value)
   }
-  const stream = new EventStream(http, { events: options.events })
-  let following = await stream.connected.then(() => true, () => false)
+  const stream = followShared(http, options.events)
+  let following = await stream.connected
   try {
     let value = await options.read()
     if (check(value)) return value
-    let next: Promise<IteratorResult<SvcEvent>> | undefined
+    let next: Promise<IteratorResult<SvcEvent> | "broken"> | undefined
     let delay = 100
     for (;;) {
       const left = deadline - Date.now()
@@ -159,7 +259,10 @@ export const waitThrough = async <A>(http: Http, options: WaitThroughOptions<A>)
         // The timer goes with the race: a pending one would keep a finished program alive.
         const idle = new AbortController()
         const woken = await Promise.race([
-          next.then((r) => (r.done === true ? "ended" as const : r.value), () => "broken" as const),
+          next.then(
+            (r) => (r === "broken" ? r : r.done === true ? "ended" as const : r.value),
+            () => "broken" as const
+          ),
           sleep(Math.min(left, options.idleReadMs ?? 5000), idle.signal).then(() => "idle" as const)
         ])
         idle.abort()
@@ -176,6 +279,6 @@ export const waitThrough = async <A>(http: Http, options: WaitThroughOptions<A>)
       if (check(value)) return value
     }
   } finally {
-    stream.close()
+    stream.leave()
   }
 }

@@ -302,11 +302,14 @@ const attachedDevices = (image: string): Array<string> => {
   }
   for (const name of names) {
     if (!name.startsWith("loop")) continue
+    // A device not attached has no `loop/` folder: asked without a throw (a read that failed
+    // made an Error with its stack, ~150 per destroy on a host with that many devices).
+    if (!FsSync.existsSync(`/sys/block/${name}/loop`)) continue
     let backing: string
     try {
       backing = FsSync.readFileSync(`/sys/block/${name}/loop/backing_file`, "utf8").trim()
     } catch {
-      // Not attached.
+      // Detached meanwhile.
       continue
     }
     if (backing === image || backing === `${image} (deleted)`) found.push(`/dev/${name}`)

@@ -7,6 +7,7 @@
  * namespace, so the layer is read through `/proc/<monitor>/root`, never mounted again.
  */
 import { Effect, Schema } from "effect"
+import * as FsSync from "node:fs"
 import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
 import * as Debian from "../Debian.ts"
@@ -23,19 +24,32 @@ export const makeImages = (host: DriverHost) => {
   const cacheDir = config.imageCacheDir ?? NodePath.join(config.dataDir, "cache")
   const digest = (value: string) => decodeInput(LayerDigest, value)
 
+  /**
+   * Each root's folder name once made by this process: every create of an image template asks
+   * (bench/tti.ts), and the answer is the same while the folder is there (one `stat` instead of
+   * the archive's digest read, the root's key hashed and its marker looked up, per create).
+   */
+  const preparedRoots = new Map<ImageRoot, string>()
+
   const prepareRoot = Effect.fn("SandboxDriver.prepareRoot")(
     function*(root: ImageRoot, log: (line: string) => void = () => undefined) {
       if (root === BASE_TEMPLATE) return BASE_TEMPLATE
+      const known = preparedRoots.get(root)
+      if (known !== undefined && FsSync.existsSync(NodePath.join(templatesDir, known, "etc", "debian_version"))) {
+        return known
+      }
       const [recipe, name] = root === "code"
         ? [Debian.CODE_RECIPE, Debian.CODE_ROOT]
         : [Debian.DEFAULT_RECIPE, Debian.DEBIAN_ROOT]
-      return yield* tryHost(root, async () => {
+      const made = yield* tryHost(root, async () => {
         const archive = await Debian.ensureDebianArchive(cacheDir, recipe, log)
         return Debian.ensureDebianRoot(templatesDir, archive, config.uidBase, {
           ...(config.trustedCaPem !== undefined ? { trustedCaPem: config.trustedCaPem } : {}),
           ...(config.egress !== undefined ? { nameserver: host.subnet.gateway } : {})
         }, name)
       })
+      preparedRoots.set(root, made)
+      return made
     }
   )
 
