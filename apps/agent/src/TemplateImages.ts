@@ -44,6 +44,12 @@ import * as ImagePulls from "./ImagePulls.ts"
 import { describeDriverError } from "./LocalSandboxes/DriverErrors.ts"
 
 const MAX_LOG = 256 * 1024
+/**
+ * Chunks of a layer in the store: each is one JetStream publish awaiting its ack, so the library's
+ * 128 KiB made a layer's upload a chain of round trips (bench/images.ts); 512 KiB stays under
+ * NATS's default max_payload (1 MiB). Readers take whatever size the chunks are.
+ */
+const STORE_CHUNK_BYTES = 512 * 1024
 const encodeStatus = Schema.encodeSync(Schema.fromJsonString(BuildStatusSchema))
 const encoder = new TextEncoder()
 
@@ -129,7 +135,7 @@ export class TemplateImages extends Context.Service<TemplateImages, {
             try: async () => {
               if ((await objects.info(hex)) !== null) return
               const source = Readable.toWeb(FsSync.createReadStream(file)) as unknown as ReadableStream<Uint8Array>
-              await objects.put({ name: hex }, source)
+              await objects.put({ name: hex, options: { max_chunk_size: STORE_CHUNK_BYTES } }, source)
             },
             catch: (e) => fail(`pushing the layer: ${e instanceof Error ? e.message : String(e)}`)
           })
@@ -145,7 +151,7 @@ export class TemplateImages extends Context.Service<TemplateImages, {
             try: async () => {
               if ((await objects.info(hex)) !== null) return
               const source = Readable.toWeb(FsSync.createReadStream(file)) as unknown as ReadableStream<Uint8Array>
-              await objects.put({ name: hex }, source)
+              await objects.put({ name: hex, options: { max_chunk_size: STORE_CHUNK_BYTES } }, source)
             },
             catch: (e) => fail(`pushing the layer: ${e instanceof Error ? e.message : String(e)}`)
           })
