@@ -113,7 +113,9 @@ const create = Command.make(
     yield* followBuild(created.id, o)
   })
 ).pipe(
-  Command.withDescription("Build a template from a JSON file of steps or from an image (asynchronous; --wait follows it)")
+  Command.withDescription(
+    "Build a template from a JSON file of steps or from an image (asynchronous; --wait follows it)"
+  )
 )
 
 /** `K=V` build args; a bad one is an error naming it. */
@@ -171,7 +173,9 @@ const build = Command.make(
     )
     yield* followBuild(created.id, o)
   })
-).pipe(Command.withDescription("Build a template from a folder's Dockerfile, the folder as its context; follows the log"))
+).pipe(
+  Command.withDescription("Build a template from a folder's Dockerfile, the folder as its context; follows the log")
+)
 
 const list = Command.make(
   "list",
@@ -235,6 +239,8 @@ const pool = Command.make(
 ).pipe(Command.withDescription("Set a template's warm pool size"))
 
 export const template = Command.make("template").pipe(
-  Command.withDescription("Templates: root file systems (from steps, an image or a Dockerfile) that sandboxes start from"),
+  Command.withDescription(
+    "Templates: root file systems (from steps, an image or a Dockerfile) that sandboxes start from"
+  ),
   Command.withSubcommands([create, build, list, get, logs, remove, pool])
 )
