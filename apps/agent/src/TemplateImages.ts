@@ -139,7 +139,10 @@ export class TemplateImages extends Context.Service<TemplateImages, {
             },
             catch: (e) => fail(`pushing the layer: ${e instanceof Error ? e.message : String(e)}`)
           })
-          yield* driver.importLayer(hex, file).pipe(Effect.mapError((e) => fail(describeDriverError(e))))
+          // Hashed just above from the file this agent wrote: not hashed again.
+          yield* driver.importLayer(hex, file, { digestChecked: true }).pipe(
+            Effect.mapError((e) => fail(describeDriverError(e)))
+          )
           return hex
         })
 
@@ -155,10 +158,13 @@ export class TemplateImages extends Context.Service<TemplateImages, {
             },
             catch: (e) => fail(`pushing the layer: ${e instanceof Error ? e.message : String(e)}`)
           })
-          // The store's copy and this host's extracted one at once: both read the same file.
+          // The store's copy and this host's extracted one at once: both read the same file, named
+          // by the digest the pull computed over the bytes as it wrote them (not hashed again).
           yield* Effect.all([
             push,
-            driver.importLayer(hex, file).pipe(Effect.mapError((e) => fail(describeDriverError(e))))
+            driver.importLayer(hex, file, { digestChecked: true }).pipe(
+              Effect.mapError((e) => fail(describeDriverError(e)))
+            )
           ], {
             concurrency: 2,
             discard: true
