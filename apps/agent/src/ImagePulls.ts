@@ -165,7 +165,7 @@ export const make = (deps: ImagePullDeps) =>
         )
       }
       log(`manifest ${manifest.digest}: ${manifest.layers.length} layers, ${Math.round(total / MIB)} MiB`)
-      let spent = 0
+      const budget = { maxBytes: imageMax, spent: 0 }
       const layers = yield* Effect.forEach(manifest.layers, (layer, index) =>
         Effect.gen(function*() {
           const label = `layer ${index + 1}/${manifest.layers.length} ${layer.digest.slice(0, 19)}`
@@ -180,11 +180,10 @@ export const make = (deps: ImagePullDeps) =>
             const file = NodePath.join(deps.scratch, `oci-${randomBytes(8).toString("hex")}.tar`)
             const pulled = await pullLayer(session, layer, file, {
               layerMaxBytes: layerMax,
-              imageBytesLeft: imageMax - spent,
+              image: budget,
               layerSetting: "SVC_IMAGE_LAYER_MAX_MB",
               imageSetting: "SVC_IMAGE_MAX_MB"
             })
-            spent += pulled.bytes
             try {
               const published = await Effect.runPromise(Effect.result(deps.publishAs(file, pulled.hex)))
               if (published._tag === "Failure") throw new PullError(published.failure.message)

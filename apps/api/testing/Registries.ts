@@ -32,7 +32,11 @@ export const RegistriesLayer = Layer.effect(
     const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "svc-registry-cas-"))
     yield* Effect.addFinalizer(() => Effect.sync(() => Fs.rmSync(dir, { recursive: true, force: true })))
     const hostsFile = Path.join(dir, "hosts")
-    Fs.writeFileSync(hostsFile, "127.0.0.1 open.registry.test private.registry.test\n")
+    // internal.registry.test: a name resolving to an address the operator did not allow.
+    Fs.writeFileSync(
+      hostsFile,
+      "127.0.0.1 open.registry.test private.registry.test\n10.20.30.40 internal.registry.test\n"
+    )
     process.env["SVC_REGISTRY_HOSTS_FILE"] = hostsFile
     // The test's key manages the org's secrets once its id is written here.
     const managersFile = Path.join(dir, "secret-managers")

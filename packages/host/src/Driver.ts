@@ -565,8 +565,16 @@ export class SandboxDriver extends Context.Service<SandboxDriver, {
   prepareRoot(root: ImageRoot, log?: (line: string) => void): Effect.Effect<string, DriverFailure>
   /** Whether the layer is extracted on this host. */
   hasLayer(digest: string): Effect.Effect<boolean, InvalidSandboxRequest | DriverFailure>
-  /** Extracts a layer tar (verified against `digest` first) for sandboxes to stack. */
-  importLayer(digest: string, file: string): Effect.Effect<void, InvalidSandboxRequest | DriverFailure>
+  /**
+   * Extracts a layer tar (verified against `digest` first) for sandboxes to stack. With
+   * `digestChecked` the caller computed `digest` over the file's bytes as it wrote them (a build's
+   * own layer, a pulled image's converted one): not hashed a second time.
+   */
+  importLayer(
+    digest: string,
+    file: string,
+    options?: { readonly digestChecked?: boolean }
+  ): Effect.Effect<void, InvalidSandboxRequest | DriverFailure>
   /** Removes an extracted layer (sandboxes made from it keep their mount until they stop). */
   removeLayer(digest: string): Effect.Effect<void, InvalidSandboxRequest | DriverFailure>
   /** The layers extracted on this host. */

@@ -112,6 +112,27 @@ export const tarFolder = async (root: string): Promise<ReadableStream<Uint8Array
   })
 }
 
+/** `bytes` as base64, a slice at a time (no whole-array spread, no `Buffer`: browsers too). */
+export const toBase64 = (bytes: Uint8Array): string => {
+  let out = ""
+  for (let at = 0; at < bytes.length; at += 0x6000) {
+    out += btoa(String.fromCharCode(...bytes.subarray(at, at + 0x6000)))
+  }
+  return out
+}
+
+/** The local folder `root` as a gzipped tar (a Dockerfile's `context`), its bytes. */
+export const tarGzFolder = async (root: string): Promise<Uint8Array> => {
+  const st = await (await import("node:fs/promises")).stat(root).catch(() => undefined)
+  if (st === undefined || !st.isDirectory()) throw new Error(`context: ${root} is not a folder`)
+  const gzipped = (await tarFolder(root)).pipeThrough(
+    new CompressionStream("gzip") as unknown as ReadableWritablePair<Uint8Array, Uint8Array>
+  )
+  const parts: Array<Uint8Array> = []
+  for await (const chunk of gzipped as unknown as AsyncIterable<Uint8Array>) parts.push(chunk)
+  return concat(parts)
+}
+
 const field = (block: Uint8Array, offset: number, length: number) => {
   const raw = block.subarray(offset, offset + length)
   const end = raw.indexOf(0)

@@ -57,6 +57,7 @@ export {
   type SandboxState
 } from "./Sandboxes.ts"
 export type { LogsOptions, MetricsOptions } from "./SandboxTelemetry.ts"
+export type { CreateTemplateInput } from "./Templates.ts"
 export { Terminal, type TerminalOptions } from "./Terminal.ts"
 export type * from "./Types.ts"
 

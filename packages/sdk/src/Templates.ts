@@ -1,4 +1,5 @@
 /** `svc.templates`: root file systems built from steps, their build logs, waiting for a build. */
+import { tarGzFolder, toBase64 } from "./Archive.ts"
 import { waitThrough } from "./Events.ts"
 import {
   chunks,
@@ -12,6 +13,18 @@ import {
 } from "./Http.ts"
 import type * as T from "./Types.ts"
 
+/**
+ * What `create` takes: the API's body, but `context` as a local folder's path (packed by the SDK
+ * as a tar.gz, Node only) or the tar.gz's bytes; the SDK sends it base64 as the API wants.
+ */
+export type CreateTemplateInput = Omit<T.CreateTemplateParams, "context"> & {
+  readonly context?: string | Uint8Array | undefined
+}
+
+/** A Dockerfile's context as the API takes it: base64 of a tar.gz. */
+const encodeContext = async (context: string | Uint8Array): Promise<string> =>
+  toBase64(typeof context === "string" ? await tarGzFolder(context) : context)
+
 export class Templates {
   readonly #http: Http
   constructor(http: Http) {
@@ -19,11 +32,17 @@ export class Templates {
   }
 
   /**
-   * Builds a template from steps; resolves once `ready` (a SvcError `template_failed` if the
-   * build fails) unless `{ wait: false }` (then `building` at once).
+   * Builds a template from steps on `base`, from an OCI `image` (with `registry_secret` for a
+   * private registry) or from a `dockerfile` with its `context` (a local folder, packed here) and
+   * `build_args`; resolves once `ready` (a SvcError `template_failed` if the build fails) unless
+   * `{ wait: false }` (then `building` at once).
    */
-  async create(params: T.CreateTemplateParams, options: WaitOptions<T.Template> = {}): Promise<T.Template> {
-    const template: T.Template = await this.#http.json("POST", "/v1/templates", { json: params })
+  async create(params: CreateTemplateInput, options: WaitOptions<T.Template> = {}): Promise<T.Template> {
+    const { context, ...rest } = params
+    const body: T.CreateTemplateParams = context === undefined
+      ? rest
+      : { ...rest, context: await encodeContext(context) }
+    const template: T.Template = await this.#http.json("POST", "/v1/templates", { json: body })
     return options.wait === false ? template : this.waitFor(template.id, options)
   }
   list(options: ListOptions = {}): Promise<Page<"rows", T.Template>> {

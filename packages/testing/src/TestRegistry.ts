@@ -32,11 +32,19 @@ export interface TestRegistry {
 }
 
 /** A layer: files (path → content, or a folder when the content is null) and their modes. */
-export interface LayerSpec {
-  readonly files: Readonly<Record<string, string | null>>
+export type LayerSpec = FilesLayer | RawLayer
+
+export interface FilesLayer {
+  readonly files: Readonly<Record<string, string | Uint8Array | null>>
   readonly modes?: Readonly<Record<string, number>>
   /** Owners (`uid:gid`) of some paths; the rest are 0:0. */
   readonly owners?: Readonly<Record<string, string>>
+}
+
+/** A layer given as its gzip blob (what no `tar` writes: a decompression bomb), and its tar's sha256. */
+export interface RawLayer {
+  readonly gzip: Buffer
+  readonly diffId: string
 }
 
 export interface ImageSpec {
@@ -66,6 +74,11 @@ export const writeOciLayout = (dir: string, tag: string, image: ImageSpec): stri
   const layers: Array<{ mediaType: string; digest: string; size: number }> = []
   const diffIds: Array<string> = []
   for (const layer of image.layers) {
+    if ("gzip" in layer) {
+      diffIds.push(layer.diffId)
+      layers.push({ mediaType: "application/vnd.oci.image.layer.v1.tar+gzip", ...put(layer.gzip) })
+      continue
+    }
     const root = Fs.mkdtempSync(Path.join(Os.tmpdir(), "svc-oci-layer-"))
     try {
       for (const [path, content] of Object.entries(layer.files)) {

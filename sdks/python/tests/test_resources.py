@@ -6,10 +6,15 @@ audit, billing and usage, workers, whoami, health.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import http.server
+import io
 import json
+import os
+import tarfile
+import tempfile
 import threading
 import time
 import unittest
@@ -18,6 +23,7 @@ from typing import Any, Dict, List
 from support import client, unique
 
 from svc import Svc, SvcError, check_webhook_signature, verify_webhook
+from svc.resources import pack_context
 from svc.types import DeliveryAttempt
 
 
@@ -67,6 +73,38 @@ class Resources(unittest.TestCase):
         with self.assertRaises(SvcError) as gone:
             self.svc.templates.get(template["id"])
         self.assertEqual(gone.exception.status, 404)
+
+    def test_templates_from_dockerfile_and_image(self) -> None:
+        with tempfile.TemporaryDirectory() as folder:
+            os.makedirs(os.path.join(folder, "app", "lib"))
+            with open(os.path.join(folder, "app", "run.sh"), "w") as f:
+                f.write("echo ran\n")
+            os.chmod(os.path.join(folder, "app", "run.sh"), 0o755)
+            with open(os.path.join(folder, "app", "lib", "data.txt"), "w") as f:
+                f.write("nested\n")
+            os.symlink("lib/data.txt", os.path.join(folder, "app", "link"))
+            # What is sent: a tar.gz of the folder, names relative to it, owned by root.
+            with tarfile.open(fileobj=io.BytesIO(base64.b64decode(pack_context(folder))), mode="r:gz") as packed:
+                members = {m.name: m for m in packed.getmembers()}
+            self.assertEqual(sorted(members), ["app", "app/lib", "app/lib/data.txt", "app/link", "app/run.sh"])
+            self.assertEqual((members["app/run.sh"].mode & 0o777, members["app/run.sh"].uid), (0o755, 0))
+            self.assertEqual(members["app/link"].linkname, "lib/data.txt")
+
+            name = unique("py-dockerfile")
+            dockerfile = "FROM base\nARG WHO=nobody\nCOPY app/ /srv/app/\nRUN echo \"for $WHO\" > /srv/who\n"
+            template = self.svc.templates.create(name, dockerfile=dockerfile, context=folder, build_args={"WHO": "python"})
+            self.assertEqual(template["state"], "ready")
+            with self.svc.sandboxes.create(unique("py-from-dockerfile"), template=name) as sbx:
+                seen = sbx.exec(["sh", "-c", "cat /srv/who; /srv/app/run.sh; cat /srv/app/lib/data.txt; readlink /srv/app/link"])
+                self.assertEqual(seen["stdout"], "for python\nran\nnested\nlib/data.txt\n")
+            with self.assertRaises(SvcError) as missing:
+                self.svc.templates.create(unique("py-nocontext"), dockerfile=dockerfile, context=os.path.join(folder, "gone"))
+            self.assertEqual((missing.exception.status, missing.exception.code), (0, "invalid_argument"))
+        # An image reference is sent as such: this one's registry is not public, so the build says so.
+        with self.assertRaises(SvcError) as refused:
+            self.svc.templates.create(unique("py-image"), image="10.20.30.40:5000/team/app:1", timeout=120)
+        self.assertEqual(refused.exception.code, "template_failed")
+        self.assertIn("the registry host 10.20.30.40 is not a public address", refused.exception.message)
 
     def test_volumes(self) -> None:
         key = unique("py-idem-volume")

@@ -1,6 +1,7 @@
 /**
  * Templates: the org's templates with their build state (live from `template.state_updated`),
- * build one from shell steps, read a build's log, delete one.
+ * build one from shell steps on a base or from an OCI image reference (with a registry secret for
+ * a private registry), read a build's log, delete one.
  */
 import { useState } from "preact/hooks"
 import { del, get, post } from "../api.ts"
@@ -10,6 +11,7 @@ import {
   Field,
   Form,
   PageTitle,
+  Select,
   StateBadge,
   Status,
   Table,
@@ -22,7 +24,10 @@ import type { Template, TemplatePage } from "../wire.ts"
 
 const CreateTemplate = (props: { readonly onCreated: () => void }) => {
   const [name, setName] = useState("")
+  const [from, setFrom] = useState<"base" | "image">("base")
   const [base, setBase] = useState("base")
+  const [image, setImage] = useState("")
+  const [registrySecret, setRegistrySecret] = useState("")
   const [steps, setSteps] = useState("")
   const [startCmd, setStartCmd] = useState("")
   const [readyCmd, setReadyCmd] = useState("")
@@ -33,7 +38,9 @@ const CreateTemplate = (props: { readonly onCreated: () => void }) => {
       const runs = steps.split("\n").map((line) => line.trim()).filter(Boolean).map((run) => ({ run }))
       const record = await post<Template>("/v1/templates", {
         name,
-        base,
+        ...(from === "image"
+          ? { image: image.trim(), ...(registrySecret === "" ? {} : { registry_secret: registrySecret }) }
+          : { base }),
         ...(runs.length === 0 ? {} : { steps: runs }),
         ...(startCmd === "" ? {} : { start_cmd: startCmd }),
         ...(readyCmd === "" ? {} : { ready_cmd: readyCmd })
@@ -47,7 +54,39 @@ const CreateTemplate = (props: { readonly onCreated: () => void }) => {
       <summary>Build a template</summary>
       <Form label="Build a template" onSubmit={submit}>
         <Field label="Template name" required value={name} onValue={setName} />
-        <Field label="Base" required value={base} onValue={setBase} hint="base, debian, or a ready template's name." />
+        <Select
+          label="Start from"
+          value={from}
+          onValue={(value) => setFrom(value === "image" ? "image" : "base")}
+          options={[["base", "A base or template"], ["image", "An OCI image"]]}
+        />
+        {from === "base"
+          ? (
+            <Field
+              label="Base"
+              required
+              value={base}
+              onValue={setBase}
+              hint="base, debian, or a ready template's name."
+            />
+          )
+          : (
+            <>
+              <Field
+                label="Image"
+                required
+                value={image}
+                onValue={setImage}
+                hint="A reference pulled for linux/amd64: registry.example.com/team/app:1.2 or …@sha256:…"
+              />
+              <Field
+                label="Registry secret"
+                value={registrySecret}
+                onValue={setRegistrySecret}
+                hint="Optional: a secret (user:password or a token) whose allowed hosts name the registry."
+              />
+            </>
+          )}
         <TextArea label="Steps" rows={4} value={steps} onValue={setSteps} hint="One shell command per line." />
         <Field label="Start command" value={startCmd} onValue={setStartCmd} hint="Optional: runs at boot." />
         <Field label="Ready command" value={readyCmd} onValue={setReadyCmd} hint="Optional: passes once ready." />
@@ -93,7 +132,7 @@ const Row = (props: { readonly template: Template; readonly onChanged: () => voi
           <StateBadge state={t.state} />
           {t.errorMessage === null ? null : <div class="error">{t.errorMessage}</div>}
         </td>
-        <td class="mono">{t.base}</td>
+        <td class="mono ellipsis" title={t.image_ref ?? undefined}>{t.image_ref ?? t.base}</td>
         <td class="mono ellipsis" title={t.image ?? undefined}>{t.image ?? "—"}</td>
         <td>
           <When at={t.builtAt} />
@@ -136,7 +175,7 @@ export const Templates = () => {
       <ErrorMessage error={list.error} />
       <Table
         caption="Templates"
-        columns={["Name", "State", "Base", "Image", "Built", "Actions"]}
+        columns={["Name", "State", "From", "Image", "Built", "Actions"]}
         empty={list.data !== undefined && rows.length === 0}
         loading={list.data === undefined && list.error === undefined}
       >

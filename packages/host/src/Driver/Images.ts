@@ -56,10 +56,10 @@ export const makeImages = (host: DriverHost) => {
   const hasLayer = (value: string) =>
     Effect.flatMap(digest(value), (hex) => tryHost("layer", () => Layers.hasLayer(config.dataDir, hex)))
 
-  const importLayer = (value: string, file: string) =>
+  const importLayer = (value: string, file: string, options?: { readonly digestChecked?: boolean }) =>
     Effect.flatMap(digest(value), (hex) =>
       tryHost("layer", async () => {
-        await Layers.importLayer(config.dataDir, hex, file, config.uidBase)
+        await Layers.importLayer(config.dataDir, hex, file, config.uidBase, options?.digestChecked === true)
       }))
 
   const removeLayer = (value: string) =>

@@ -16,11 +16,19 @@ import { type Descriptor, PullError, type RegistrySession } from "./Registry.ts"
 export interface LayerBounds {
   /** Compressed and uncompressed bytes one layer may have. */
   readonly layerMaxBytes: number
-  /** Uncompressed bytes the whole image may still take (what the layers before took is spent). */
-  readonly imageBytesLeft: number
+  /**
+   * The whole image's uncompressed bytes, shared by its layers' pulls (they run concurrently:
+   * each chunk is counted as it is unpacked, so their sum cannot pass the bound between them).
+   */
+  readonly image: ImageBudget
   /** `SVC_IMAGE_LAYER_MAX_BYTES` / `SVC_IMAGE_MAX_BYTES` as the messages name them. */
   readonly layerSetting: string
   readonly imageSetting: string
+}
+
+export interface ImageBudget {
+  readonly maxBytes: number
+  spent: number
 }
 
 export interface PulledLayer extends ConvertedLayer {
@@ -89,14 +97,14 @@ export const pullLayer = async (
       throw new PullError(`layer ${layer.digest.slice(0, 19)} does not match its digest: tampered with or corrupted`)
     }
     let bytes = 0
-    const limit = Math.min(bounds.layerMaxBytes, bounds.imageBytesLeft)
     const source = FsSync.createReadStream(blobFile, { highWaterMark: 1024 * 1024 })
     const stream = decompress === undefined ? source : source.pipe(decompress)
     source.on("error", (e) => stream.destroy(e))
     const counted = (async function*() {
       for await (const chunk of stream) {
         bytes += (chunk as Buffer).length
-        if (bytes > limit) {
+        bounds.image.spent += (chunk as Buffer).length
+        if (bytes > bounds.layerMaxBytes || bounds.image.spent > bounds.image.maxBytes) {
           stream.destroy()
           throw new PullError(
             bytes > bounds.layerMaxBytes

@@ -142,13 +142,14 @@ export const openRegistry = (ref: ImageReference, options: RegistryOptions) => {
         ...(options.signal !== undefined ? { signal: options.signal } : {})
       })
       let timer: NodeJS.Timeout | undefined
+      // Once cut, a body being read ends with this, not with the socket's "aborted".
+      let stalled: PullError | undefined
       const stall = () => {
         if (timer !== undefined) clearTimeout(timer)
-        timer = setTimeout(
-          () =>
-            req.destroy(new PullError(`the pull stalled: no byte from ${hostname} for ${options.stallMs / 1000} s`)),
-          options.stallMs
-        )
+        timer = setTimeout(() => {
+          stalled = new PullError(`the pull stalled: no byte from ${hostname} for ${options.stallMs / 1000} s`)
+          req.destroy(stalled)
+        }, options.stallMs)
       }
       stall()
       req.on("error", (e) => {
@@ -165,7 +166,13 @@ export const openRegistry = (ref: ImageReference, options: RegistryOptions) => {
               stall()
               yield chunk as Buffer
             }
+            if (stalled !== undefined) throw stalled
             if (!res.complete) throw new PullError(`the registry ${hostname} closed the download early`)
+          } catch (e) {
+            if (stalled !== undefined) throw stalled
+            throw e instanceof PullError
+              ? e
+              : new PullError(`the download from ${hostname} failed: ${e instanceof Error ? e.message : String(e)}`)
           } finally {
             if (timer !== undefined) clearTimeout(timer)
           }

@@ -6,7 +6,11 @@ endpoints; verifying a delivery is `svc.verify_webhook`), `keys`, `org`, `audit`
 
 from __future__ import annotations
 
-from typing import Any, Dict, Generator, Iterator, List, Mapping, Optional, Sequence
+import base64
+import io
+import os
+import tarfile
+from typing import Any, Dict, Generator, Iterator, List, Mapping, Optional, Sequence, Union
 
 from ._http import Http, SvcError, check_int, check_str, check_str_list, check_str_map, drop_none, invalid, segment
 from .sandboxes import DEFAULT_WAIT, poll
@@ -41,6 +45,32 @@ def _page_query(limit: Optional[int], offset: Optional[int]) -> Dict[str, Any]:
     return {"limit": limit, "offset": offset}
 
 
+def pack_context(context: Union[str, "os.PathLike[str]", bytes]) -> str:
+    """
+    A Dockerfile's `context` as the API takes it (base64 of a tar.gz): a local folder packed
+    (its files, folders and symlinks, names relative to it), or a tar.gz's bytes as they are.
+    """
+    if isinstance(context, (bytes, bytearray)):
+        return base64.b64encode(bytes(context)).decode("ascii")
+    if not isinstance(context, (str, os.PathLike)):
+        invalid("context", "must be a folder's path or a tar.gz's bytes")
+    root = os.fspath(context)
+    if not os.path.isdir(root):
+        invalid("context", f"{root} is not a folder")
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:gz", format=tarfile.PAX_FORMAT) as archive:
+        for name in sorted(os.listdir(root)):
+            # Owners are the sandbox's business (COPY --chown), not this machine's.
+            archive.add(os.path.join(root, name), arcname=name, filter=_anonymous)
+    return base64.b64encode(out.getvalue()).decode("ascii")
+
+
+def _anonymous(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info
+
+
 class Templates:
     """`svc.templates`: root file systems built from steps, their build logs, waiting for a build."""
 
@@ -55,23 +85,49 @@ class Templates:
         steps: Optional[Sequence[Mapping[str, Any]]] = None,
         start_cmd: Optional[str] = None,
         ready_cmd: Optional[str] = None,
+        image: Optional[str] = None,
+        registry_secret: Optional[str] = None,
+        dockerfile: Optional[str] = None,
+        context: Optional[Union[str, "os.PathLike[str]", bytes]] = None,
+        build_args: Optional[Mapping[str, str]] = None,
         wait: bool = True,
         timeout: float = DEFAULT_WAIT,
         **params: Any,
     ) -> Template:
         """
-        Builds a template from steps (`[{"run": "..."}, {"file": {...}}, {"env": {...}}]`);
-        `start_cmd` and `ready_cmd` are shell lines. Returns
-        once `ready` (a SvcError `template_failed` if the build fails) unless `wait=False`. The
-        other fields of the API's body (`image`, `dockerfile`, `pool_size`...) pass through `**params`.
+        Builds a template from steps (`[{"run": "..."}, {"file": {...}}, {"env": {...}}]`) on
+        `base`, from an OCI `image` (`registry_secret`: the secret holding a private registry's
+        credential), or from a `dockerfile` whose `context` is a local folder (packed here as a
+        tar.gz) or a tar.gz's bytes, with `build_args`; `start_cmd` and `ready_cmd` are shell
+        lines. Returns once `ready` (a SvcError `template_failed` if the build fails) unless
+        `wait=False`. The other fields of the API's body (`pool_size`...) pass through `**params`.
         """
         check_str(name, "name")
         check_str(base, "base", required=False)
         check_str(start_cmd, "start_cmd", required=False)
         check_str(ready_cmd, "ready_cmd", required=False)
+        check_str(image, "image", required=False)
+        check_str(registry_secret, "registry_secret", required=False)
+        check_str(dockerfile, "dockerfile", required=False)
+        if build_args is not None:
+            check_str_map(build_args, "build_args")
         if steps is not None and (isinstance(steps, (str, bytes)) or not all(isinstance(s, Mapping) for s in steps)):
             invalid("steps", "must be a list of step objects")
-        body = drop_none({"name": name, "base": base, "steps": steps, "start_cmd": start_cmd, "ready_cmd": ready_cmd, **params})
+        body = drop_none(
+            {
+                "name": name,
+                "base": base,
+                "steps": steps,
+                "start_cmd": start_cmd,
+                "ready_cmd": ready_cmd,
+                "image": image,
+                "registry_secret": registry_secret,
+                "dockerfile": dockerfile,
+                "context": None if context is None else pack_context(context),
+                "build_args": None if build_args is None else dict(build_args),
+                **params,
+            }
+        )
         template: Template = self._http.json("POST", "/v1/templates", json=body)
         return self.wait_for(template["id"], timeout) if wait else template
 
