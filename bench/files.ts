@@ -39,6 +39,10 @@ const SMALL_FILES = Number(process.env["BENCH_SMALL_FILES"] ?? 10_000)
 const SMALL_BYTES = 1024
 const FLAT_GIB = Number(process.env["BENCH_FLAT_GIB"] ?? 2)
 const FLAT_PART_MIB = 256
+/** The sandbox's memory: its page cache (the file's pages, read or written) is charged to it. */
+const RAM_MB = Number(process.env["BENCH_RAM_MB"] ?? 256)
+/** A folder: the API and agent run with `--cpu-prof` into it, and are stopped (SIGTERM) to write their profiles. */
+const CPU_PROF = process.env["BENCH_CPU_PROF"]
 
 const MiB = 1024 * 1024
 const log = (line: string) => process.stderr.write(`[${new Date().toISOString().slice(11, 19)}] ${line}\n`)
@@ -195,6 +199,13 @@ const sampled = async <A>(pids: Record<string, number>, work: () => Promise<A>) 
   }
 }
 
+/** CPU seconds (user + system) a process has used so far. */
+const cpuOf = (pid: number): number => {
+  const stat = FsSync.readFileSync(`/proc/${pid}/stat`, "utf8")
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
+  return (Number(fields[11]) + Number(fields[12])) / 100
+}
+
 // ---------------------------------------------------------------------------------------------
 
 const timed = async <A>(work: () => Promise<A>) => {
@@ -213,10 +224,12 @@ const main = Effect.gen(function*() {
     SVC_RATE_LIMIT_PER_SECOND: "100000000",
     SVC_RATE_LIMIT_BURST: "100000000"
   }
+  const profiled = (role: string) =>
+    CPU_PROF !== undefined ? { NODE_OPTIONS: `--cpu-prof --cpu-prof-dir=${NodePath.join(CPU_PROF, role)}` } : {}
   const port = yield* Effect.promise(freePort)
   const api = yield* spawnRole({
     main: appMain("api"),
-    env: { ...common, DATABASE_URL: pg.url, SVC_HOST: "127.0.0.1", SVC_PORT: String(port) },
+    env: { ...common, ...profiled("api"), DATABASE_URL: pg.url, SVC_HOST: "127.0.0.1", SVC_PORT: String(port) },
     ready: readyEvent("api_ready"),
     timeout: "120 seconds"
   })
@@ -235,6 +248,7 @@ const main = Effect.gen(function*() {
     main: appMain("agent"),
     env: {
       ...common,
+      ...profiled("agent"),
       SVC_HOST_ID: hostId,
       SVC_REGION: "local",
       SVC_AGENT_DATA_DIR: dataDir,
@@ -250,14 +264,16 @@ const main = Effect.gen(function*() {
   )
   const base = new URL(`http://127.0.0.1:${port}`)
   const token = yield* Effect.promise(() => mintKey(base.origin))
-  const disk = Math.ceil((FILE_MIB * MiB + SMALL_FILES * 4096 + FLAT_GIB * 1024 * MiB) / (1024 * MiB)) + 2
+  const diskGb = Math.ceil((FILE_MIB * MiB + SMALL_FILES * 4096 + FLAT_GIB * 1024 * MiB) / (1024 * MiB)) + 2
   const created = yield* Effect.promise(() =>
-    json(base, token, "POST", "/v1/sandboxes", { template: "base", region: "local", ram_mb: 256, disk_gb: disk })
+    json(base, token, "POST", "/v1/sandboxes", { template: "base", region: "local", ram_mb: RAM_MB, disk_gb: diskGb })
   )
   if (created.status !== 201) throw new Error(`create: ${created.status} ${JSON.stringify(created.json)}`)
   const id = created.json.id as string
   yield* Effect.addFinalizer(() =>
     Effect.promise(async () => {
+      // With BENCH_CPU_PROF the roles are stopped already: the host's clean-up removes the sandbox.
+      if (CPU_PROF !== undefined) return
       await json(base, token, "DELETE", `/v1/sandboxes/${id}`)
       for (let i = 0; i < 300; i++) {
         if ((await json(base, token, "GET", `/v1/sandboxes/${id}`)).json?.state === "deleted") return
@@ -284,11 +300,42 @@ const main = Effect.gen(function*() {
       if (r.status !== status) throw new Error(`${what}: ${r.status} ${r.text.slice(0, 300)}`)
     }
     const smallMiB = (SMALL_FILES * (512 + SMALL_BYTES)) / MiB
+    const way = (mib: number) => ({
+      api: [] as Array<number>,
+      base: [] as Array<number>,
+      cpuApi: [] as Array<number>,
+      cpuAgent: [] as Array<number>,
+      mib
+    })
     const ways = {
-      "file up": { api: [] as Array<number>, base: [] as Array<number>, mib: FILE_MIB },
-      "file down": { api: [] as Array<number>, base: [] as Array<number>, mib: FILE_MIB },
-      "folder up": { api: [] as Array<number>, base: [] as Array<number>, mib: smallMiB },
-      "folder down": { api: [] as Array<number>, base: [] as Array<number>, mib: smallMiB }
+      "file up": way(FILE_MIB),
+      "file down": way(FILE_MIB),
+      "folder up": way(smallMiB),
+      "folder down": way(smallMiB)
+    }
+    const roles = { api: api.process.pid!, agent: agent.process.pid! }
+    /** The sandbox's own disk and memory, no transfer: `dd` inside it through one exec, timed by the exec. */
+    const disk = { write: [] as Array<number>, read: [] as Array<number> }
+    const dd = async (args: string) => {
+      const done = await timed(() =>
+        json(base, token, "POST", `/v1/sandboxes/${id}/exec`, {
+          cmd: ["sh", "-c", `dd ${args} bs=1048576 2>/dev/null`],
+          timeout_ms: 600_000
+        })
+      )
+      if (done.result.status !== 200 || done.result.json?.exit_code !== 0) {
+        throw new Error(`dd ${args}: ${done.result.status} ${JSON.stringify(done.result.json)}`)
+      }
+      return done.seconds
+    }
+    /** A transfer through the API: its time, and the CPU time the API and agent processes took for it. */
+    const through = async <A>(into: ReturnType<typeof way>, work: () => Promise<A>) => {
+      const cpu = { api: cpuOf(roles.api), agent: cpuOf(roles.agent) }
+      const done = await timed(work)
+      into.api.push(done.seconds)
+      into.cpuApi.push(cpuOf(roles.api) - cpu.api)
+      into.cpuAgent.push(cpuOf(roles.agent) - cpu.agent)
+      return done
     }
     for (let r = 0; r < RUNS; r++) {
       log(`run ${r + 1}/${RUNS}`)
@@ -296,19 +343,19 @@ const main = Effect.gen(function*() {
       ways["file up"].base.push(
         (await timed(() => bwrapTar(root, work, inside, ["x", "-C", inside], fileTar("big.bin", FILE_MIB)))).seconds
       )
-      const up = await timed(() =>
+      const up = await through(ways["file up"], () =>
         request(base, token, "PUT", `${files}?path=/srv/big.bin&parents=true`, fileBytes(FILE_MIB))
       )
       ok("file up", up.result, 204)
-      ways["file up"].api.push(up.seconds)
 
       const baseDown = await timed(() => bwrapTar(root, work, inside, ["c", "-C", inside, "big.bin"]))
       if (baseDown.result < FILE_MIB * MiB) throw new Error(`baseline file down: ${baseDown.result} bytes`)
       ways["file down"].base.push(baseDown.seconds)
-      const down = await timed(() => request(base, token, "GET", `${files}?path=/srv/big.bin`))
+      disk.write.push(await dd(`if=/dev/zero of=/srv/dd.bin count=${FILE_MIB}`))
+      disk.read.push(await dd(`if=/srv/big.bin of=/dev/null`))
+      const down = await through(ways["file down"], () => request(base, token, "GET", `${files}?path=/srv/big.bin`))
       ok("file down", down.result, 200)
       if (down.result.bytes !== FILE_MIB * MiB) throw new Error(`file down: ${down.result.bytes} bytes`)
-      ways["file down"].api.push(down.seconds)
 
       await Fs.rm(NodePath.join(work, "small"), { recursive: true, force: true })
       ways["folder up"].base.push(
@@ -316,7 +363,7 @@ const main = Effect.gen(function*() {
           bwrapTar(root, work, inside, ["x", "-C", inside], folderTar("small", SMALL_FILES, SMALL_BYTES))
         )).seconds
       )
-      const folderUp = await timed(() =>
+      const folderUp = await through(ways["folder up"], () =>
         request(
           base,
           token,
@@ -327,19 +374,24 @@ const main = Effect.gen(function*() {
         )
       )
       ok("folder up", folderUp.result, 204)
-      ways["folder up"].api.push(folderUp.seconds)
 
       ways["folder down"].base.push(
         (await timed(() => bwrapTar(root, work, inside, ["c", "-C", `${inside}/small`, "."]))).seconds
       )
-      const folderDown = await timed(() => request(base, token, "GET", `${files}/archive?path=/srv/small`))
+      const folderDown = await through(
+        ways["folder down"],
+        () => request(base, token, "GET", `${files}/archive?path=/srv/small`)
+      )
       ok("folder down", folderDown.result, 200)
       if (folderDown.result.bytes < SMALL_FILES * SMALL_BYTES) {
         throw new Error(`folder down: ${folderDown.result.bytes} bytes`)
       }
-      ways["folder down"].api.push(folderDown.seconds)
       for (const [name, way] of Object.entries(ways)) {
-        log(`  ${name}: api ${way.api.at(-1)!.toFixed(2)} s, baseline ${way.base.at(-1)!.toFixed(2)} s`)
+        log(
+          `  ${name}: api ${way.api.at(-1)!.toFixed(2)} s (CPU: api ${way.cpuApi.at(-1)!.toFixed(2)} s, agent ${
+            way.cpuAgent.at(-1)!.toFixed(2)
+          } s), baseline ${way.base.at(-1)!.toFixed(2)} s`
+        )
       }
     }
     await Fs.rm(NodePath.join(work, "big.bin"), { force: true })
@@ -348,7 +400,7 @@ const main = Effect.gen(function*() {
     let flatSeconds: { up: number; down: number } | undefined
     if (FLAT_GIB > 0) {
       const parts = (FLAT_GIB * 1024) / FLAT_PART_MIB
-      const pids = { api: api.process.pid!, agent: agent.process.pid! }
+      const pids = roles
       log(`flat memory: ${FLAT_GIB} GiB up and down`)
       // Past the first transfers' allocations: the start is the processes' settled size.
       await sleep(1000)
@@ -378,11 +430,18 @@ const main = Effect.gen(function*() {
         flat[`${name} down`] = { start: down.start[name]!, peak: down.peak[name]! }
       }
     }
-    return { ways, flat, flatSeconds }
+    if (CPU_PROF !== undefined) {
+      for (const role of [api, agent]) {
+        role.process.kill("SIGTERM")
+        await role.exited
+      }
+      log(`profiles written under ${CPU_PROF}`)
+    }
+    return { ways, flat, flatSeconds, disk }
   })
 })
 
-const { flat, flatSeconds, ways } = await Effect.runPromise(Effect.scoped(main))
+const { disk, flat, flatSeconds, ways } = await Effect.runPromise(Effect.scoped(main))
 console.log(
   `\nfiles through the API against tar into bwrap (${RUNS} runs; ${FILE_MIB} MiB file, ${SMALL_FILES} files of ${SMALL_BYTES} B)`
 )
@@ -392,6 +451,8 @@ for (const [name, way] of Object.entries(ways)) {
   console.log(
     `  ${name.padEnd(12)} api MiB/s: ${api.map((v) => v.toFixed(1)).join(", ")}; baseline: ${
       baseline.map((v) => v.toFixed(1)).join(", ")
+    }; CPU s per GiB: api ${median(way.cpuApi.map((c) => (c * 1024) / way.mib)).toFixed(2)}, agent ${
+      median(way.cpuAgent.map((c) => (c * 1024) / way.mib)).toFixed(2)
     }`
   )
   const value = median(api)
@@ -409,6 +470,11 @@ for (const [name, way] of Object.entries(ways)) {
     runs: RUNS
   })
 }
+console.log(
+  `  inside the sandbox (dd of ${FILE_MIB} MiB through one exec, ram_mb ${RAM_MB}): write ${
+    disk.write.map((s) => (FILE_MIB / s).toFixed(1)).join(", ")
+  } MiB/s, read ${disk.read.map((s) => (FILE_MIB / s).toFixed(1)).join(", ")} MiB/s`
+)
 if (flat !== undefined && flatSeconds !== undefined) {
   console.log(
     `\n${FLAT_GIB} GiB folder: up ${flatSeconds.up.toFixed(1)} s, down ${flatSeconds.down.toFixed(1)} s; VmRSS start → peak:`
