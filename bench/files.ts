@@ -5,7 +5,8 @@
  * Starts a throwaway NATS and Postgres and the API, runtime and agent roles as processes of their
  * own, creates one `base` sandbox, then per run, each way timed end to end by the client:
  *   1 GiB file     up: `PUT /files?path=` (the bytes streamed as generated); down: `GET /files?path=`
- *   10,000 files   up: `PUT /files/archive` (a tar of 1 KiB files, generated); down: `GET /files/archive`
+ *   10,000 files   up: `PUT /files/archive` (a tar of 1 KiB files, generated, into no folder: the
+ *                  previous run's is deleted first, as the baseline's is); down: `GET /files/archive`
  * and, interleaved with them so that the machine's load falls on both alike, the baseline: the
  * same tar piped into `bwrap` of the base root (read-only, the namespaces a sandbox has, a host
  * folder bound writable where the files go) running the root's busybox `tar x` (up) or `tar c`
@@ -170,8 +171,10 @@ const bwrapTar = (root: string, work: string, mount: string, args: ReadonlyArray
     child.stdout!.on("data", (c: Buffer) => (bytes += c.length))
     child.stderr!.on("data", (c: Buffer) => (stderr += c.toString("utf8")))
     child.on("error", reject)
-    child.on("exit", (code) =>
-      code === 0 ? resolve(bytes) : reject(new Error(`bwrap tar ${args.join(" ")}: exit ${code}: ${stderr}`)))
+    child.on(
+      "exit",
+      (code) => code === 0 ? resolve(bytes) : reject(new Error(`bwrap tar ${args.join(" ")}: exit ${code}: ${stderr}`))
+    )
     if (input !== undefined) Readable.from(input, { objectMode: false }).pipe(child.stdin!)
   })
 
@@ -343,8 +346,9 @@ const main = Effect.gen(function*() {
       ways["file up"].base.push(
         (await timed(() => bwrapTar(root, work, inside, ["x", "-C", inside], fileTar("big.bin", FILE_MIB)))).seconds
       )
-      const up = await through(ways["file up"], () =>
-        request(base, token, "PUT", `${files}?path=/srv/big.bin&parents=true`, fileBytes(FILE_MIB))
+      const up = await through(
+        ways["file up"],
+        () => request(base, token, "PUT", `${files}?path=/srv/big.bin&parents=true`, fileBytes(FILE_MIB))
       )
       ok("file up", up.result, 204)
 
@@ -357,7 +361,10 @@ const main = Effect.gen(function*() {
       ok("file down", down.result, 200)
       if (down.result.bytes !== FILE_MIB * MiB) throw new Error(`file down: ${down.result.bytes} bytes`)
 
+      // Both start from no folder: an upload over an existing one moves each entry into place.
       await Fs.rm(NodePath.join(work, "small"), { recursive: true, force: true })
+      const cleared = await request(base, token, "DELETE", `${files}?path=/srv/small&recursive=true`)
+      if (cleared.status !== 204 && cleared.status !== 404) throw new Error(`delete: ${cleared.status} ${cleared.text}`)
       ways["folder up"].base.push(
         (await timed(() =>
           bwrapTar(root, work, inside, ["x", "-C", inside], folderTar("small", SMALL_FILES, SMALL_BYTES))
@@ -371,8 +378,7 @@ const main = Effect.gen(function*() {
           `${files}/archive?path=/srv`,
           folderTar("small", SMALL_FILES, SMALL_BYTES),
           "application/x-tar"
-        )
-      )
+        ))
       ok("folder up", folderUp.result, 204)
 
       ways["folder down"].base.push(
@@ -416,8 +422,9 @@ const main = Effect.gen(function*() {
           )
         ))
       ok("flat up", up.result.result, 204)
-      const down = await sampled(pids, () =>
-        timed(() => request(base, token, "GET", `${files}/archive?path=/srv/flat`))
+      const down = await sampled(
+        pids,
+        () => timed(() => request(base, token, "GET", `${files}/archive?path=/srv/flat`))
       )
       ok("flat down", down.result.result, 200)
       if (down.result.result.bytes < FLAT_GIB * 1024 * MiB) {
@@ -477,7 +484,9 @@ console.log(
 )
 if (flat !== undefined && flatSeconds !== undefined) {
   console.log(
-    `\n${FLAT_GIB} GiB folder: up ${flatSeconds.up.toFixed(1)} s, down ${flatSeconds.down.toFixed(1)} s; VmRSS start → peak:`
+    `\n${FLAT_GIB} GiB folder: up ${flatSeconds.up.toFixed(1)} s, down ${
+      flatSeconds.down.toFixed(1)
+    } s; VmRSS start → peak:`
   )
   for (const [name, { peak, start }] of Object.entries(flat)) {
     console.log(

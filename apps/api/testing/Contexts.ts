@@ -4,13 +4,13 @@
  * (`@svc/testing/ImageCache`), the runtime that waits as long as a first root build takes, and
  * the calls every such test makes (a running sandbox of a template, a run of code answered 200).
  */
+import { expect } from "@effect/vitest"
 import { startAgent } from "@svc/agent/testing/Agent"
 import { SecretBox } from "@svc/crypto/SecretBox"
 import * as Runtime from "@svc/runtime/Runtime"
 import { TEST_IMAGE_CACHE_DIR } from "@svc/testing/ImageCache"
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import * as TestNats from "@svc/testing/TestNats"
-import { expect } from "@effect/vitest"
 import { Duration, Effect, Layer } from "effect"
 import { type Answer, eventually, Identity, makeHost, serveApi } from "./Sandboxes.ts"
 

@@ -12,14 +12,13 @@
  *   interpreter over the Unix socket and prints its JSON answer, which the exec brings back
  *   (within exec's 1 MiB output; the runner keeps far less of each stream). A static client that
  *   starts in a millisecond, not a second python3 or node per run (hundreds of milliseconds on a
- *   busy machine: the bulk of a run's round trip). The runners keep their own clients (`run`,
- *   `stream`) for use by hand.
- * - A run's hot path is one exec and two statements: the context's row read (404 before waiting
- *   for the context's turn), then, in its turn, one `UPDATE … RETURNING` that marks it running and
- *   reads it again; marking it idle (or dead) again is done after the answer, before the next run
- *   of the context in this process starts. Whether the interpreter still runs is asked of the
- *   agent only when the client could not reach it or the exec failed (an interpreter gone leaves
- *   its socket refusing: the client says so in about a second).
+ *   busy machine: the bulk of a run's round trip).
+ * - A run's hot path is one exec and three statements: the context's row read (404 before waiting
+ *   for the context's turn), in its turn one `UPDATE … RETURNING` that marks it running and reads
+ *   it again (a dead one refused), and one that marks it idle once the answer is in. Whether the
+ *   interpreter still runs is asked of the agent only when the client could not reach it or the
+ *   exec failed (an interpreter gone leaves its socket refusing: the client says so within a
+ *   second), not before every run.
  * - Interrupt is SIGINT to the interpreter (a `KeyboardInterrupt` in the run); delete kills it.
  * - The records are rows of `code_contexts` (packages/db/src/migrations/0630_code_contexts.ts),
  *   so any API process serves any context and a restart forgets none; they go with their

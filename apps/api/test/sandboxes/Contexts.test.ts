@@ -23,20 +23,22 @@ class Env extends Context.Service<Env, {
   readonly readOnly: string
 }>()("test/Contexts/Env") {}
 
-const EnvLayer = provideContextsEnv(Layer.effect(
-  Env,
-  Effect.gen(function*() {
-    const base = yield* serveWithAgent
-    const identity = yield* Identity
-    const org = yield* identity.org("contexts-a")
-    return {
-      base,
-      org,
-      other: yield* identity.org("contexts-b"),
-      readOnly: yield* identity.key(org.id, ["sandboxes:read"])
-    }
-  })
-).pipe(Layer.provideMerge(EventLog.layer)))
+const EnvLayer = provideContextsEnv(
+  Layer.effect(
+    Env,
+    Effect.gen(function*() {
+      const base = yield* serveWithAgent
+      const identity = yield* Identity
+      const org = yield* identity.org("contexts-a")
+      return {
+        base,
+        org,
+        other: yield* identity.org("contexts-b"),
+        readOnly: yield* identity.key(org.id, ["sandboxes:read"])
+      }
+    })
+  ).pipe(Layer.provideMerge(EventLog.layer))
+)
 
 const api = (method: string, path: string, body?: unknown, token?: string) =>
   Effect.flatMap(
