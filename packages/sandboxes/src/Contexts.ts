@@ -7,9 +7,18 @@
  *   background process: `Contexts/kernel.py` (standard library only) for python (`serve`) and bash
  *   (`serve-bash`: one `bash` it feeds, so bash contexts need python3 too), `Contexts/kernel.cjs`
  *   (node's own modules, a node REPL server) for javascript. Its state lives as long as that process.
- * - A run execs the same script as a client (`run <socket> <timeout_ms>`, the code on stdin): it
- *   hands the code to the interpreter over the Unix socket and prints its JSON answer, which the
- *   exec brings back (within exec's 1 MiB output; the runner keeps far less of each stream).
+ * - A run execs `svc-ctx` (`packages/host/native/svc-ctx.c`, the helper the driver binds into every
+ *   sandbox beside busybox) with the run's JSON request on stdin: it hands the request to the
+ *   interpreter over the Unix socket and prints its JSON answer, which the exec brings back
+ *   (within exec's 1 MiB output; the runner keeps far less of each stream). A static client that
+ *   starts in a millisecond, not a second python3 or node per run (hundreds of milliseconds on a
+ *   busy machine: the bulk of a run's round trip).
+ * - A run's hot path is one exec and three statements: the context's row read (404 before waiting
+ *   for the context's turn), in its turn one `UPDATE … RETURNING` that marks it running and reads
+ *   it again (a dead one refused), and one that marks it idle once the answer is in. Whether the
+ *   interpreter still runs is asked of the agent only when the client could not reach it or the
+ *   exec failed (an interpreter gone leaves its socket refusing: the client says so within a
+ *   second), not before every run.
  * - Interrupt is SIGINT to the interpreter (a `KeyboardInterrupt` in the run); delete kills it.
  * - The records are rows of `code_contexts` (packages/db/src/migrations/0630_code_contexts.ts),
  *   so any API process serves any context and a restart forgets none; they go with their
@@ -60,6 +69,15 @@ const RUNNERS: Record<ContextLanguage, Runner> = {
     serve: "serve-bash"
   }
 }
+/** The context client inside every sandbox (the driver's helper folder, `packages/host/src/Driver/Host.ts`). */
+const CLIENT = "/dev/.svc/svc-ctx"
+/** The client's command for a run of `language` with this limit (javascript's gets a SIGINT past it). */
+const clientCmd = (entry: { readonly language: ContextLanguage; readonly socket: string }, limit: number) => [
+  CLIENT,
+  entry.socket,
+  String(limit),
+  entry.language === "javascript" ? "1" : "0"
+]
 /** What the exec of a run may take beyond the run's own limit (starting the client, answering). */
 const RUN_MARGIN_MS = 10_000
 
@@ -320,6 +338,36 @@ export class Contexts extends Context.Service<Contexts, {
     const dead = (ctx: string) =>
       new Errors.Conflict({ error: `Context ${ctx} is dead (its interpreter ended); create another` })
 
+    /** In the context's turn: marked running (unless dead) and read again, in one statement. */
+    const marked = Rows.findOneOption("Contexts.begin", {
+      Request: Schema.Struct({ orgId: Schema.String, id: Schema.String, ctx: Schema.String }),
+      Result: ContextRow,
+      execute: ({ ctx, id, orgId }) =>
+        sql`UPDATE code_contexts SET running = NOT dead
+            WHERE id = ${ctx} AND sandbox_id = ${id} AND org_id = ${orgId}
+            RETURNING ${sql.literal(COLUMNS)}`
+    })
+    const begin = (orgId: OrgId, id: string, ctx: string) =>
+      Effect.gen(function*() {
+        const row = yield* marked({ orgId, id, ctx })
+        if (Option.isNone(row)) {
+          return yield* new Errors.NotFound({ error: `No context ${ctx.slice(0, 64)} in this sandbox` })
+        }
+        if (row.value.dead) return yield* dead(ctx)
+        return entryOfRow(row.value)
+      })
+
+    /**
+     * The client could not reach the interpreter (or the exec failed, e.g. the sandbox stopped):
+     * asks the agent whether it still runs; dead → the context is dead, else the failure stands.
+     */
+    const unreached = <E>(orgId: OrgId, id: string, entry: Entry, failure: E) =>
+      Effect.gen(function*() {
+        const checked = yield* refresh(orgId, id, entry).pipe(Effect.orElseSucceed(() => entry))
+        if (checked.dead) return yield* dead(entry.id)
+        return yield* Effect.fail(failure)
+      })
+
     const run = Effect.fn("Contexts.run")(function*(
       orgId: OrgId,
       id: string,
@@ -327,18 +375,19 @@ export class Contexts extends Context.Service<Contexts, {
       code: string,
       timeoutMs: number | undefined
     ) {
-      const found = yield* entryOf(orgId, id, ctx)
+      // A context that is not there is refused before waiting for its turn.
+      yield* entryOf(orgId, id, ctx)
       const limit = timeoutMs ?? EXEC_TIMEOUT_MS_DEFAULT
       return yield* lockOf(ctx).withPermits(1)(Effect.gen(function*() {
-        // Read again under the permit: a run before it may have found the interpreter dead.
-        const entry = yield* entryOf(orgId, id, ctx).pipe(Effect.orElseSucceed(() => found))
-        if ((yield* refresh(orgId, id, entry)).dead) return yield* dead(ctx)
-        yield* setRunning(entry, true)
+        const entry = yield* begin(orgId, id, ctx)
         const done = yield* sandboxes.exec(orgId, id, {
-          cmd: [RUNNERS[entry.language].interpreter, RUNNERS[entry.language].file, "run", entry.socket, String(limit)],
-          stdin: code,
+          cmd: clientCmd(entry, limit),
+          stdin: JSON.stringify({ code, timeout_ms: limit, stream: false }),
           timeout_ms: limit + RUN_MARGIN_MS
-        }).pipe(Effect.ensuring(Effect.ignore(setRunning(entry, false))))
+        }).pipe(
+          Effect.catch((e) => unreached(orgId, id, entry, e)),
+          Effect.ensuring(Effect.suspend(() => entry.dead ? Effect.void : Effect.ignore(setRunning(entry, false))))
+        )
         if (done.exit_code === 3 || done.exit_code === 4) {
           yield* setDead(entry)
           return yield* dead(ctx)
@@ -362,13 +411,13 @@ export class Contexts extends Context.Service<Contexts, {
       code: string,
       timeoutMs: number | undefined
     ) {
-      const found = yield* entryOf(orgId, id, ctx)
+      // A context that is not there is refused before waiting for its turn.
+      yield* entryOf(orgId, id, ctx)
       const limit = timeoutMs ?? EXEC_TIMEOUT_MS_DEFAULT
       const lock = lockOf(ctx)
       // The permit is held until the stream ends: runs of one context stay in order.
       yield* lock.take(1)
-      // Read again under the permit: a run before it may have found the interpreter dead.
-      const entry = yield* entryOf(orgId, id, ctx).pipe(Effect.orElseSucceed(() => found))
+      const entry = yield* begin(orgId, id, ctx).pipe(Effect.onError(() => lock.release(1)))
       let died = false
       const release = Effect.suspend(() =>
         (died ? setDead(entry) : setRunning(entry, false)).pipe(
@@ -377,21 +426,14 @@ export class Contexts extends Context.Service<Contexts, {
           Effect.asVoid
         )
       )
-      const events = yield* Effect.gen(function*() {
-        if ((yield* refresh(orgId, id, entry)).dead) return yield* dead(ctx)
-        yield* setRunning(entry, true)
-        return yield* processes.execStream(orgId, id, {
-          cmd: [
-            RUNNERS[entry.language].interpreter,
-            RUNNERS[entry.language].file,
-            "stream",
-            entry.socket,
-            String(limit)
-          ],
-          stdin: code,
-          timeout_ms: limit + RUN_MARGIN_MS
-        })
-      }).pipe(Effect.onError(() => release))
+      const events = yield* processes.execStream(orgId, id, {
+        cmd: clientCmd(entry, limit),
+        stdin: JSON.stringify({ code, timeout_ms: limit, stream: true }),
+        timeout_ms: limit + RUN_MARGIN_MS
+      }).pipe(
+        Effect.catch((e) => unreached(orgId, id, entry, e)),
+        Effect.onError(() => release)
+      )
       const decoder = new TextDecoder()
       let pending = ""
       let ended = false

@@ -6,15 +6,10 @@
  * built only on a machine that never built it (about a minute).
  */
 import { expect, layer } from "@effect/vitest"
-import { startAgent } from "@svc/agent/testing/Agent"
-import { call, EventLog, eventually, Identity, makeHost, serveApi } from "@svc/api/testing/Sandboxes"
-import { SecretBox } from "@svc/crypto/SecretBox"
+import { contextCalls, plain, provideContextsEnv, serveWithAgent } from "@svc/api/testing/Contexts"
+import { call, EventLog, eventually, Identity } from "@svc/api/testing/Sandboxes"
 import type { OrgId } from "@svc/domain/Ids"
-import * as Runtime from "@svc/runtime/Runtime"
-import { TEST_IMAGE_CACHE_DIR } from "@svc/testing/ImageCache"
-import * as TestDatabase from "@svc/testing/TestDatabase"
-import * as TestNats from "@svc/testing/TestNats"
-import { Context, Duration, Effect, Fiber, Layer } from "effect"
+import { Context, Effect, Fiber, Layer } from "effect"
 import { execFile } from "node:child_process"
 import * as Path from "node:path"
 import { fileURLToPath } from "node:url"
@@ -28,34 +23,21 @@ class Env extends Context.Service<Env, {
   readonly readOnly: string
 }>()("test/Contexts/Env") {}
 
-const EnvLayer = Layer.effect(
-  Env,
-  Effect.gen(function*() {
-    const base = yield* serveApi
-    const host = yield* makeHost
-    yield* startAgent(host, {
-      region: "local",
-      capacity: { cpu: 64, ramMb: 64 * 1024, diskGb: 500 },
-      imageCacheDir: TEST_IMAGE_CACHE_DIR
+const EnvLayer = provideContextsEnv(
+  Layer.effect(
+    Env,
+    Effect.gen(function*() {
+      const base = yield* serveWithAgent
+      const identity = yield* Identity
+      const org = yield* identity.org("contexts-a")
+      return {
+        base,
+        org,
+        other: yield* identity.org("contexts-b"),
+        readOnly: yield* identity.key(org.id, ["sandboxes:read"])
+      }
     })
-    const identity = yield* Identity
-    const org = yield* identity.org("contexts-a")
-    return {
-      base,
-      org,
-      other: yield* identity.org("contexts-b"),
-      readOnly: yield* identity.key(org.id, ["sandboxes:read"])
-    }
-  })
-).pipe(
-  Layer.provideMerge(
-    Layer.mergeAll(
-      Runtime.make({ supervisor: { intervalMs: 200, transitionTimeoutMs: 540_000 } }),
-      Identity.layer,
-      EventLog.layer
-    )
-  ),
-  Layer.provideMerge(Layer.mergeAll(TestDatabase.layerWithUrl, TestNats.layer, SecretBox.layer))
+  ).pipe(Layer.provideMerge(EventLog.layer))
 )
 
 const api = (method: string, path: string, body?: unknown, token?: string) =>
@@ -64,43 +46,13 @@ const api = (method: string, path: string, body?: unknown, token?: string) =>
     (env) => call(env.base, method, path, { token: token ?? env.org.token, ...(body !== undefined ? { body } : {}) })
   )
 
-const running = (template: string, ram_mb = 256) =>
-  Effect.gen(function*() {
-    const created = yield* api("POST", "/v1/sandboxes", { template, ram_mb, region: "local" })
-    expect(created.status, created.text).toBe(201)
-    const id = created.json.id as string
-    // The first `debian` sandbox of a fresh clone builds the debian root (mmdebstrap from Debian's
-    // archive: a minute or more on two busy cores; the runtime below waits as long).
-    const ready = yield* eventually(
-      api("GET", `/v1/sandboxes/${id}`),
-      (r) => r.json?.state === "running" || r.json?.state === "error",
-      Duration.minutes(9)
-    )
-    expect(ready.json.state, ready.text).toBe("running")
-    return id
-  })
-
-interface Run {
-  readonly execution_count: number
-  readonly results: ReadonlyArray<{ type: string; data: string }>
-  readonly stdout: string
-  readonly stderr: string
-  readonly error: { name: string; value: string; traceback: ReadonlyArray<string> } | null
-  readonly duration_ms: number
-  readonly truncated: boolean
-}
-
-const run = (id: string, ctx: string, code: string, extra: Record<string, unknown> = {}) =>
-  Effect.map(api("POST", `/v1/sandboxes/${id}/contexts/${ctx}/run`, { code, ...extra }), (r) => {
-    expect(r.status, r.text).toBe(200)
-    return r.json as Run
-  })
+const calls = contextCalls((method, path, body) => api(method, path, body))
+const running = (template: string, ram_mb = 256) => calls.running(template, ram_mb)
+const run = calls.run
 
 /** The sandbox's pids whose command line matches `pattern` (debian has no `ps`: read from /proc). */
 const pidsOf = (pattern: string) =>
   `for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null | grep -q "${pattern}" && echo \${p#/proc/}; done; true`
-
-const plain = (r: Run) => r.results.filter((x) => x.type === "text/plain").map((x) => x.data)
 
 layer(EnvLayer, { excludeTestServices: true, timeout: 600_000 })("code contexts", (it) => {
   it.effect(

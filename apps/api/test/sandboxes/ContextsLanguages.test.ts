@@ -14,15 +14,10 @@
  * busybox tests need only debian's and base).
  */
 import { expect, layer } from "@effect/vitest"
-import { startAgent } from "@svc/agent/testing/Agent"
-import { call, eventually, Identity, makeHost, serveApi } from "@svc/api/testing/Sandboxes"
-import { SecretBox } from "@svc/crypto/SecretBox"
+import { contextCalls, plain, provideContextsEnv, type Run, serveWithAgent } from "@svc/api/testing/Contexts"
+import { call, eventually, Identity } from "@svc/api/testing/Sandboxes"
 import type { OrgId } from "@svc/domain/Ids"
-import * as Runtime from "@svc/runtime/Runtime"
-import { TEST_IMAGE_CACHE_DIR } from "@svc/testing/ImageCache"
-import * as TestDatabase from "@svc/testing/TestDatabase"
-import * as TestNats from "@svc/testing/TestNats"
-import { Context, Duration, Effect, Fiber, Layer } from "effect"
+import { Context, Effect, Fiber, Layer } from "effect"
 import { execFile } from "node:child_process"
 import * as Path from "node:path"
 import { fileURLToPath } from "node:url"
@@ -34,25 +29,13 @@ class Env extends Context.Service<Env, {
   readonly org: { readonly id: OrgId; readonly token: string }
 }>()("test/ContextsLanguages/Env") {}
 
-const EnvLayer = Layer.effect(
+const EnvLayer = provideContextsEnv(Layer.effect(
   Env,
   Effect.gen(function*() {
-    const base = yield* serveApi
-    const host = yield* makeHost
-    yield* startAgent(host, {
-      region: "local",
-      capacity: { cpu: 64, ramMb: 64 * 1024, diskGb: 500 },
-      imageCacheDir: TEST_IMAGE_CACHE_DIR
-    })
-    const identity = yield* Identity
-    return { base, org: yield* identity.org("contexts-languages") }
+    const base = yield* serveWithAgent
+    return { base, org: yield* (yield* Identity).org("contexts-languages") }
   })
-).pipe(
-  Layer.provideMerge(
-    Layer.mergeAll(Runtime.make({ supervisor: { intervalMs: 200, transitionTimeoutMs: 540_000 } }), Identity.layer)
-  ),
-  Layer.provideMerge(Layer.mergeAll(TestDatabase.layerWithUrl, TestNats.layer, SecretBox.layer))
-)
+))
 
 const api = (method: string, path: string, body?: unknown) =>
   Effect.flatMap(
@@ -60,36 +43,9 @@ const api = (method: string, path: string, body?: unknown) =>
     (env) => call(env.base, method, path, { token: env.org.token, ...(body !== undefined ? { body } : {}) })
   )
 
-const running = (template: string, ram_mb = 512) =>
-  Effect.gen(function*() {
-    const created = yield* api("POST", "/v1/sandboxes", { template, ram_mb, region: "local" })
-    expect(created.status, created.text).toBe(201)
-    const id = created.json.id as string
-    // A root never built on this machine is built first (see the file's comment).
-    const ready = yield* eventually(
-      api("GET", `/v1/sandboxes/${id}`),
-      (r) => r.json?.state === "running" || r.json?.state === "error",
-      Duration.minutes(9)
-    )
-    expect(ready.json.state, ready.text).toBe("running")
-    return id
-  })
-
-interface Run {
-  readonly execution_count: number
-  readonly results: ReadonlyArray<{ type: string; data: string }>
-  readonly stdout: string
-  readonly stderr: string
-  readonly error: { name: string; value: string; traceback: ReadonlyArray<string> } | null
-  readonly duration_ms: number
-  readonly truncated: boolean
-}
-
-const run = (id: string, ctx: string, code: string, extra: Record<string, unknown> = {}) =>
-  Effect.map(api("POST", `/v1/sandboxes/${id}/contexts/${ctx}/run`, { code, ...extra }), (r) => {
-    expect(r.status, r.text).toBe(200)
-    return r.json as Run
-  })
+const calls = contextCalls(api)
+const running = (template: string, ram_mb = 512) => calls.running(template, ram_mb)
+const run = calls.run
 
 const context = (id: string, language: string, extra: Record<string, unknown> = {}) =>
   Effect.map(api("POST", `/v1/sandboxes/${id}/contexts`, { language, ...extra }), (r) => {
@@ -113,8 +69,6 @@ const interrupted = (id: string, ctx: string, busy: Fiber.Fiber<Run, unknown>, m
     expect(stopped.status, stopped.text).toBe(202)
     return yield* Fiber.join(busy)
   })
-
-const plain = (r: Run) => r.results.filter((x) => x.type === "text/plain").map((x) => x.data)
 
 /** The 8 bytes every PNG starts with. */
 const isPng = (base64: string) => Buffer.from(base64, "base64").subarray(0, 8).toString("hex") === "89504e470d0a1a0a"

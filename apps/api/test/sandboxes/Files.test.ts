@@ -55,7 +55,7 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("sandbox files 
       // Nothing was planted; /dev/full and /dev/null are still the devices they were, modes untouched.
       const check = yield* exec(s.id, "ls -a /dev/.svc; stat -c '%F %a' /dev/full /dev/null")
       expect(check.stdout).toBe(
-        ".\n..\nbusybox\nsvc-init\nsvc-watch\ncharacter special file 666\ncharacter special file 666\n"
+        ".\n..\nbusybox\nsvc-ctx\nsvc-init\nsvc-watch\ncharacter special file 666\ncharacter special file 666\n"
       )
       // A device written in place keeps its mode.
       expect((yield* put(s.id, "/dev/null", "discarded")).status).toBe(204)

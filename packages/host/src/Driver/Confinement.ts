@@ -113,10 +113,15 @@ export interface ConfinementFiles {
   readonly init: string
   /** The `svc-watch` binary (static): a folder's watcher run inside the sandbox; copied beside `init`. */
   readonly watch: string
+  /**
+   * The `svc-ctx` binary (static): a code context's client, run inside the sandbox per run
+   * (`packages/sandboxes/src/Contexts.ts`); copied beside `init`.
+   */
+  readonly ctx: string
 }
 
 /**
- * Writes the filter and builds `svc-start`, `svc-enter`, `svc-spawner` and `svc-init` under `dir` (root-only), when missing
+ * Writes the filter and builds `svc-start`, `svc-enter`, `svc-spawner`, `svc-init`, `svc-watch` and `svc-ctx` under `dir` (root-only), when missing
  * or out of date. Files are written beside their final name and renamed: concurrent agents see
  * whole files.
  */
@@ -135,5 +140,6 @@ export const prepare = async (dir: string): Promise<ConfinementFiles> => {
   const spawner = await Native.build(dir, "svc-spawner")
   const init = await Native.build(dir, "svc-init", undefined, ["-static"])
   const watch = await Native.build(dir, "svc-watch", undefined, ["-static"])
-  return { seccomp, start, enter, spawner, init, watch }
+  const ctx = await Native.build(dir, "svc-ctx", undefined, ["-static"])
+  return { seccomp, start, enter, spawner, init, watch, ctx }
 }

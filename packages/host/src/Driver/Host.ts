@@ -271,8 +271,14 @@ export const makeDriverHost = (
         await Fs.chmod(temp, 0o755)
         await Fs.rename(temp, target)
       }
-      // svc-init and svc-watch beside busybox (whole files: written aside, renamed).
-      for (const [name, source] of [[NodePath.basename(INIT), confinement.init], ["svc-watch", confinement.watch]]) {
+      // svc-init, svc-watch and svc-ctx beside busybox (whole files: written aside, renamed).
+      for (
+        const [name, source] of [
+          [NodePath.basename(INIT), confinement.init],
+          ["svc-watch", confinement.watch],
+          ["svc-ctx", confinement.ctx]
+        ]
+      ) {
         const target = NodePath.join(helperDir, name!)
         const built = await Fs.readFile(source!)
         if (!built.equals(await Fs.readFile(target).catch(() => Buffer.alloc(0)))) {

@@ -14,7 +14,14 @@ import * as NodePath from "node:path"
 import { fileURLToPath } from "node:url"
 import { promisify } from "node:util"
 
-export type NativeStep = "svc-start" | "svc-enter" | "svc-disk-mount" | "svc-spawner" | "svc-init" | "svc-watch"
+export type NativeStep =
+  | "svc-start"
+  | "svc-enter"
+  | "svc-disk-mount"
+  | "svc-spawner"
+  | "svc-init"
+  | "svc-watch"
+  | "svc-ctx"
 
 const NATIVE_DIR = fileURLToPath(new URL("../../native/", import.meta.url))
 

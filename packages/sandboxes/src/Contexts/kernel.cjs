@@ -2,8 +2,8 @@
 // modules only. The same protocol as kernel.py: `serve SOCK` is one interpreter (a node REPL
 // server, so a run has the REPL's semantics: top-level await, declarations that persist, the last
 // value shown as the REPL shows it); each connection on the Unix socket SOCK is one run (a JSON
-// request read to its end, a JSON answer). `run SOCK TIMEOUT_MS` and `stream SOCK TIMEOUT_MS` are
-// the client the API execs per run: the code on stdin, the answer (or its events) on stdout.
+// request read to its end, a JSON answer). The client the API execs per run is `svc-ctx`
+// (packages/host/native/svc-ctx.c), which also sends the SIGINT past a run's limit.
 "use strict"
 const fs = require("fs")
 const net = require("net")
@@ -18,7 +18,7 @@ const serve = (path) => {
   try {
     fs.unlinkSync(path)
   } catch {}
-  // The client signals a run past its time limit (a synchronous loop holds the event loop).
+  // The client (svc-ctx) signals a run past its time limit (a synchronous loop holds the event loop).
   fs.writeFileSync(`${path}.pid`, String(process.pid))
   const server = repl.start({
     input: new PassThrough(),
@@ -199,47 +199,4 @@ const shownError = (e, late) => {
   return { name: String(e.name ?? "Error"), value: String(e.message ?? ""), traceback: lines }
 }
 
-const client = (path, timeoutMs, stream) => {
-  const parts = []
-  process.stdin.on("data", (chunk) => parts.push(chunk))
-  process.stdin.on("end", () => {
-    const code = Buffer.concat(parts).toString("utf8")
-    const started = Date.now()
-    const connect = () => {
-      const conn = net.connect(path)
-      let got = false
-      let retrying = false
-      conn.on("connect", () => {
-        conn.end(JSON.stringify({ code, timeout_ms: timeoutMs, stream }))
-        // Synchronous code holds the interpreter's event loop: a SIGINT past the limit stops it.
-        const kick = setTimeout(() => {
-          try {
-            process.kill(Number(fs.readFileSync(`${path}.pid`, "utf8")), "SIGINT")
-          } catch {}
-        }, timeoutMs + 100)
-        conn.on("close", () => clearTimeout(kick))
-      })
-      conn.on("data", (chunk) => {
-        got = true
-        process.stdout.write(chunk)
-      })
-      conn.on("error", (e) => {
-        // The interpreter may still be starting: its socket appears once it listens.
-        if (!got && (e.code === "ENOENT" || e.code === "ECONNREFUSED") && Date.now() - started < 10_000) {
-          retrying = true
-          setTimeout(connect, 20)
-          return
-        }
-        if (!got) process.exitCode = e.code === "ENOENT" || e.code === "ECONNREFUSED" ? 3 : 4
-      })
-      conn.on("close", () => {
-        if (retrying) return
-        if (!got && process.exitCode === undefined) process.exitCode = 4 // it ended without answering
-      })
-    }
-    connect()
-  })
-}
-
 if (process.argv[2] === "serve") serve(process.argv[3])
-else client(process.argv[3], Number(process.argv[4]), process.argv[2] === "stream")

@@ -1,9 +1,9 @@
 # The platform's python code-context runner (docs/contract.md#code-contexts), standard library only.
 # `serve SOCK`: one interpreter whose namespace persists; each connection on the Unix socket SOCK
-# is one run (a JSON request read to its end, a JSON answer). `run SOCK TIMEOUT_MS`: the client
-# the API execs per run: the code on stdin, the answer on stdout. `stream SOCK TIMEOUT_MS`: the
-# same, the answer as newline-delimited JSON events while the run goes (stdout, stderr as
-# written, then result, error, end).
+# is one run (a JSON request `{code, timeout_ms, stream}` read to its end, a JSON answer; with
+# `stream`, the answer as newline-delimited JSON events while the run goes: stdout, stderr as
+# written, then result, error, end). `serve-bash SOCK`: the same for one bash it feeds. The
+# client the API execs per run is `svc-ctx` (packages/host/native/svc-ctx.c).
 import ast, base64, builtins, io, json, linecache, os, signal, socket, sys, time, traceback
 
 KEEP = 256 * 1024  # characters kept of each of stdout and stderr per run
@@ -214,33 +214,6 @@ def figures():
     return items
 
 
-def client(path, timeout_ms, stream):
-    code = sys.stdin.buffer.read().decode("utf-8", "replace")
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    # The interpreter may still be starting: its socket appears once it listens.
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            conn.connect(path)
-            break
-        except OSError:
-            if time.monotonic() > deadline:
-                sys.exit(3)
-            time.sleep(0.02)
-    conn.sendall(json.dumps({"code": code, "timeout_ms": timeout_ms, "stream": stream}).encode())
-    conn.shutdown(socket.SHUT_WR)
-    got = False
-    while True:
-        chunk = conn.recv(65536)
-        if not chunk:
-            break
-        got = True
-        sys.stdout.buffer.write(chunk)
-        sys.stdout.buffer.flush()
-    if not got:
-        sys.exit(4)  # the interpreter ended without answering
-
-
 class Bash:
     """One `bash` whose cwd, variables and functions persist from run to run: each run's code is
     sourced from a file, its stdout and stderr through two FIFOs the runner reads, its status
@@ -389,5 +362,3 @@ if __name__ == "__main__":
         serve(sys.argv[2])
     elif sys.argv[1] == "serve-bash":
         serve(sys.argv[2], Bash(sys.argv[2]))
-    else:
-        client(sys.argv[2], int(sys.argv[3]), sys.argv[1] == "stream")
