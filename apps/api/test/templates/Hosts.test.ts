@@ -3,12 +3,15 @@
  * folder of its own): a template built on one agent starts on a second, which pulls the layers
  * from the image store and checks each against its digest (a layer whose bytes in the store were
  * replaced is refused: the sandbox ends in error); a build whose host dies ends `failed` instead
- * of staying `building`.
+ * of staying `building`; a warm pool whose host dies is made again on a live host, which serves
+ * the template's creates from it.
  */
 import { expect, layer } from "@effect/vitest"
 import { ensureObjectStore } from "@svc/bus/Objects"
+import { ensureBucket } from "@svc/bus/Topology"
 import { IMAGES_OBJECT_STORE } from "@svc/host-protocol/Images"
-import { Duration, Effect } from "effect"
+import { HostRecord, HOSTS_BUCKET_SPEC } from "@svc/host-protocol/Protocol"
+import { Duration, Effect, Schema } from "effect"
 import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
 import { eventually, makeHost, startAgent } from "../../testing/Sandboxes.ts"
@@ -39,6 +42,23 @@ const sh = (id: string, script: string) =>
   Effect.map(api("POST", `/v1/sandboxes/${id}/exec`, { body: { cmd: ["sh", "-c", script] } }), (r) => {
     expect(r.status, r.text).toBe(200)
     return r.json as { exit_code: number; stdout: string }
+  })
+
+const decodeHost = Schema.decodeUnknownSync(Schema.fromJsonString(HostRecord))
+/** Each host's count of ready pool sandboxes of the template, as its record lists them (what placement reads). */
+const pooledByHost = (templateId: string) =>
+  Effect.gen(function*() {
+    const kv = yield* ensureBucket(HOSTS_BUCKET_SPEC)
+    return yield* Effect.promise(async () => {
+      const counts: Record<string, number> = {}
+      for await (const key of await kv.keys()) {
+        const entry = await kv.get(key)
+        if (entry === null || entry.operation !== "PUT") continue
+        const host = decodeHost(new TextDecoder().decode(entry.value))
+        counts[host.hostId] = host.pools?.[templateId] ?? 0
+      }
+      return counts
+    })
   })
 
 layer(EnvLayer, { excludeTestServices: true, timeout: 300_000 })("templates across hosts", (it) => {
@@ -103,5 +123,44 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 300_000 })("templates acro
       expect(failed).toMatchObject({ state: "failed", image: null, errorMessage: "the build's host went down" })
       // The log so far is kept.
       expect((yield* api("GET", `/v1/templates/${id}/logs`)).text).toContain("step 1/1 run: sleep 600")
+    }))
+
+  it.effect("a warm pool whose host dies is made on a live host, and the template's creates are served there", () =>
+    Effect.gen(function*() {
+      // The roomiest host builds (and so keeps the pool): this one, stopped once its pool is full.
+      const doomed = yield* makeHost
+      const agent = yield* startAgent(doomed, { region: "pool-doomed", capacity: { ramMb: 4 * 1024 * 1024 } })
+      // The start_cmd writes when it ran: an entry's ran before the create that takes it.
+      const id = yield* build({
+        name: "pooled-away",
+        steps: [{ file: { path: "/srv/pooled.txt", content: "pooled\n" } }],
+        start_cmd: "date +%s%N > /tmp/started; sleep inf",
+        ready_cmd: "test -f /tmp/started",
+        pool_size: 2
+      })
+      expect((yield* settled(id)).state).toBe("ready")
+      yield* eventually(pooledByHost(id), (counts) => counts[doomed.hostId] === 2, Duration.seconds(90))
+
+      yield* agent.stop
+      // Down after 10 s without a heartbeat; then the pool is put on a live host, which makes it.
+      const moved = yield* eventually(
+        pooledByHost(id),
+        (counts) => Object.entries(counts).some(([host, n]) => host !== doomed.hostId && n >= 1),
+        Duration.seconds(90)
+      )
+      const newHost = Object.entries(moved).find(([host, n]) => host !== doomed.hostId && n >= 1)![0]
+
+      const before = Date.now()
+      const created = yield* api("POST", "/v1/sandboxes", { body: { template: id } })
+      expect(created.status, created.text).toBe(201)
+      const running = yield* waitState(created.json.id, "running", Duration.seconds(60))
+      expect(running.hostId).toBe(newHost)
+      // From the pool: its start_cmd ran before the create, and it was ready at `running`.
+      expect(running.runtime_ready).toBe(true)
+      const started = Number((yield* sh(created.json.id, "cat /tmp/started")).stdout.trim()) / 1e6
+      expect(started).toBeLessThan(before)
+      expect((yield* sh(created.json.id, "cat /srv/pooled.txt")).stdout).toBe("pooled\n")
+      expect((yield* api("DELETE", `/v1/sandboxes/${created.json.id}`)).status).toBe(202)
+      expect((yield* api("PATCH", `/v1/templates/${id}`, { body: { pool_size: 0 } })).status).toBe(200)
     }))
 })
