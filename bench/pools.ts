@@ -29,8 +29,8 @@ import { Svc } from "../packages/sdk/src/index.ts"
 import { mintKey } from "./lib/ApiRole.ts"
 import { cleanHost } from "./lib/Hosts.ts"
 import { fmt } from "./lib/Measure.ts"
-import { record } from "./lib/Report.ts"
 import { otlpEnv, type Receiver, type Span, startReceiver } from "./lib/Otlp.ts"
+import { record } from "./lib/Report.ts"
 import { median } from "./lib/Stats.ts"
 
 const N = Number(process.env["BENCH_POOL_N"] ?? 15)
@@ -182,11 +182,17 @@ const breakdown = (spans: ReadonlyArray<Span>, windows: ReadonlyArray<Window>) =
 const printBreakdown = (spans: ReadonlyArray<Span>, windows: ReadonlyArray<Window>) => {
   for (const kind of ["base", "pooled"] as const) {
     const mine = windows.filter((w) => w.kind === kind)
-    console.log(`\nspans inside the ${kind} creates' windows (${mine.length}; p50 ${fmt(median(mine.map((w) => w.end - w.start)))} ms):`)
+    console.log(
+      `\nspans inside the ${kind} creates' windows (${mine.length}; p50 ${
+        fmt(median(mine.map((w) => w.end - w.start)))
+      } ms):`
+    )
     console.log("  windows  ms inside  starts at  span")
     for (const row of breakdown(spans, mine).slice(0, 40)) {
       console.log(
-        `  ${String(row.windows).padStart(7)}  ${fmt(row.inside).padStart(9)}  ${fmt(row.offset).padStart(9)}  ${row.key}`
+        `  ${String(row.windows).padStart(7)}  ${fmt(row.inside).padStart(9)}  ${
+          fmt(row.offset).padStart(9)
+        }  ${row.key}`
       )
     }
   }
