@@ -4,14 +4,16 @@
  * - create → running (the SDK's create, resolving once running) from a pooled `debian`-based
  *   template with a `start_cmd` (a python http.server, `ready_cmd` a curl of it; `pool_size`
  *   BENCH_POOL_SIZE) against a create from `base` (served by the agent's own pool), alternating,
- *   BENCH_POOL_N of each one after another, each deleted after: p50 ratio, target ≤ 1.2×;
+ *   BENCH_POOL_N of each one after another, each deleted after and each started from a settled
+ *   host (both pools full, their last entries given time to boot): p50 ratio, target ≤ 1.2×;
  * - fork of 10 from a sandbox that wrote 200 MiB, wall time until all 10 run, against 10 creates
  *   from `base` at once in the same run (BENCH_FORK_RUNS alternating runs, medians): target ≤ 2×;
  *   and the host's disk growth for the 10 forks (`du` of the agent's data dir, sparse disk images
  *   counted as allocated) against 10 × 200 MiB.
  *
  *   npm run bench pools       (or: node bench/pools.ts; BENCH_POOL_N=15, BENCH_POOL_SIZE=5,
- *                              BENCH_FORK_RUNS=3, BENCH_POOL_BASE=debian|base)
+ *                              BENCH_FORK_RUNS=3 (0: none), BENCH_POOL_BASE=debian|base,
+ *                              BENCH_POOL_TRACE=1 for the breakdown by span)
  *
  * Against a stack this run starts: a throwaway NATS and Postgres, the API, runtime and agent roles
  * each a process of its own, quotas and the rate limit raised out of the way.
