@@ -15,8 +15,8 @@
  * run (`fill`; before, reconcile would destroy entries as orphans), one more for each entry
  * taken. `poolMakers` fibers take items and make entries, so ready + being made + wanted is
  * always a pool's size: refills run side by side and never overshoot. A create never waits for
- * them: it takes a ready entry or cold-boots. A taken entry's refill starts `REFILL_DELAY_MS`
- * after the hand-out, once the create it served is out of the way.
+ * them: it takes a ready entry or cold-boots. A template pool's refill starts `REFILL_DELAY_MS`
+ * after the hand-out, once the create it served is out of the way; `base`'s at once.
  *
  * A kind set again with another `version` (its image or commands changed) or removed is drained:
  * its ready entries are destroyed, and those being made are destroyed when done. A smaller size
@@ -125,7 +125,7 @@ export interface PoolOptions {
     sandboxId: string,
     runtime: { readonly startCmd: string | null; readonly readyCmd: string | null }
   ) => Effect.Effect<boolean>
-  /** How long after a hand-out the refill starts (default `REFILL_DELAY_MS`). */
+  /** How long after a hand-out a template pool's refill starts (default `REFILL_DELAY_MS`). */
   readonly refillDelayMs?: number
   /** A create or start checked for the host's limits, undone without them (`LocalSandboxes.ts`). */
   readonly limited: <E>(
@@ -141,12 +141,14 @@ interface Wanted {
 }
 
 /**
- * How long after a hand-out its pool's refill starts. Making an entry is CPU work (process
- * starts, mounts; a template's boot: its start_cmd and ready_cmd), and right after the hand-out
- * the create it served is still on its way to the caller (the report, the runtime's write, the
- * event, the API's answer): a refill beside it slowed a pooled template's create → running by
- * ~2× on a loaded 2-core host (bench/pools.ts). A second later that path is done; the pool is
- * still refilled, one entry per entry taken.
+ * How long after a hand-out a template pool's refill starts. Making a template's entry is a boot
+ * (process starts, mounts, its start_cmd, its ready_cmd tried until it passes: seconds of CPU
+ * work), and right after the hand-out the create it served is still on its way to the caller
+ * (the report, the runtime's write, the event, the API's answer): such a refill ran inside the
+ * pooled create's window and delayed its `running` on a loaded 2-core host (bench/pools.ts,
+ * traced). A second later that path is done; next to a boot of seconds the wait costs the pool
+ * little. The `base` pool refills at once: its entry takes ~60 ms, and in a stream of creates a
+ * delay would empty it (bench/README.md, "Pool makers side by side").
  */
 export const REFILL_DELAY_MS = 1_000
 
@@ -278,7 +280,7 @@ export const makePool = (options: PoolOptions) =>
           yield* Effect.ignore(driver.destroy(poolId))
           return undefined
         }).pipe(Effect.ensuring(Effect.sync(() => {
-          if (slots.get(slot.kind.key) === slot) want(slot, 1, refillDelayMs)
+          if (slots.get(slot.kind.key) === slot) want(slot, 1, slot.kind.key === BASE_POOL ? 0 : refillDelayMs)
         })))
       })
 
