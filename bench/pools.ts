@@ -4,14 +4,16 @@
  * - create → running (the SDK's create, resolving once running) from a pooled `debian`-based
  *   template with a `start_cmd` (a python http.server, `ready_cmd` a curl of it; `pool_size`
  *   BENCH_POOL_SIZE) against a create from `base` (served by the agent's own pool), alternating,
- *   BENCH_POOL_N of each one after another, each deleted after: p50 ratio, target ≤ 1.2×;
+ *   BENCH_POOL_N of each one after another, each deleted after and each started from a settled
+ *   host (both pools full, their last entries given time to boot): p50 ratio, target ≤ 1.2×;
  * - fork of 10 from a sandbox that wrote 200 MiB, wall time until all 10 run, against 10 creates
  *   from `base` at once in the same run (BENCH_FORK_RUNS alternating runs, medians): target ≤ 2×;
  *   and the host's disk growth for the 10 forks (`du` of the agent's data dir, sparse disk images
  *   counted as allocated) against 10 × 200 MiB.
  *
  *   npm run bench pools       (or: node bench/pools.ts; BENCH_POOL_N=15, BENCH_POOL_SIZE=5,
- *                              BENCH_FORK_RUNS=3, BENCH_POOL_BASE=debian|base)
+ *                              BENCH_FORK_RUNS=3 (0: none), BENCH_POOL_BASE=debian|base,
+ *                              BENCH_POOL_TRACE=1 for the breakdown by span)
  *
  * Against a stack this run starts: a throwaway NATS and Postgres, the API, runtime and agent roles
  * each a process of its own, quotas and the rate limit raised out of the way.
@@ -29,6 +31,7 @@ import { Svc } from "../packages/sdk/src/index.ts"
 import { mintKey } from "./lib/ApiRole.ts"
 import { cleanHost } from "./lib/Hosts.ts"
 import { fmt } from "./lib/Measure.ts"
+import { otlpEnv, type Receiver, type Span, startReceiver } from "./lib/Otlp.ts"
 import { record } from "./lib/Report.ts"
 import { median } from "./lib/Stats.ts"
 
@@ -44,23 +47,40 @@ const TEMPLATE = "bench-pooled-web"
  * its start_cmd), for a machine where the debian root cannot be built (no network).
  */
 const ROOT = process.env["BENCH_POOL_BASE"] === "base" ? "base" : "debian"
+/**
+ * `BENCH_POOL_TRACE=1`: the roles export their spans to a receiver of this run's, and each
+ * measured create's window is broken down by span (where the time of either path goes, and what
+ * ran beside it: refills, deletes). Tracing costs both paths alike; the ratio is read from a run
+ * without it.
+ */
+const TRACE = process.env["BENCH_POOL_TRACE"] === "1"
 
 const log = (line: string) => process.stderr.write(`[${new Date().toISOString().slice(11, 19)}] ${line}\n`)
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
-/** Template pool entries on the host: `pool-*` sandboxes that stack a layer (the template's). */
-const templateEntries = (dataDir: string) => {
+/** The agent's `base` pool (its default `SVC_AGENT_POOL_SIZE`). */
+const BASE_POOL_SIZE = 4
+
+/**
+ * Pool entries on the host by kind: `pool-*` sandboxes of the `base` root without layers, and
+ * the others (the template's: a `debian` root, or `base` with the template's layer). Counted on
+ * disk, so entries still being made count too (`settled` gives them time).
+ */
+const poolEntries = (dataDir: string) => {
   const dir = NodePath.join(dataDir, "sandboxes")
-  return FsSync.readdirSync(dir).filter((name) => {
-    if (!name.startsWith("pool-")) return false
+  let base = 0
+  let template = 0
+  for (const name of FsSync.readdirSync(dir)) {
+    if (!name.startsWith("pool-")) continue
     try {
-      return JSON.parse(FsSync.readFileSync(NodePath.join(dir, name, "sandbox.json"), "utf8")).templateDir.includes(
-        "/layers/"
-      )
+      const json = JSON.parse(FsSync.readFileSync(NodePath.join(dir, name, "sandbox.json"), "utf8"))
+      if (String(json.templateDir).endsWith("/templates/base") && (json.layers ?? []).length === 0) base++
+      else template++
     } catch {
-      return false
+      // Being written: counted at the next look.
     }
-  }).length
+  }
+  return { base, template }
 }
 
 /** KiB the agent's data dir takes on disk (allocated blocks: sparse images count what they hold). */
@@ -71,7 +91,11 @@ const main = Effect.gen(function*() {
     Effect.promise(() => Promise.all([startNats(), startPostgres()])),
     ([n, p]) => Effect.promise(() => Promise.all([n.stop(), p.close()]))
   )
+  const receiver = TRACE
+    ? yield* Effect.acquireRelease(Effect.promise(startReceiver), (r) => Effect.promise(r.close))
+    : undefined
   const common = {
+    ...(receiver !== undefined ? otlpEnv(receiver.url) : {}),
     NATS_URL: nats.url,
     SVC_RATE_LIMIT_PER_SECOND: "100000000",
     SVC_RATE_LIMIT_BURST: "100000000",
@@ -112,10 +136,73 @@ const main = Effect.gen(function*() {
   })
   const base = `http://127.0.0.1:${port}`
   const svc = new Svc({ baseUrl: base, apiKey: yield* Effect.promise(() => mintKey(base)) })
-  return yield* Effect.promise(() => measure(svc, dataDir))
+  return yield* Effect.promise(() => measure(svc, dataDir, receiver))
 })
 
-const measure = async (svc: Svc, dataDir: string) => {
+interface Window {
+  readonly kind: "base" | "pooled"
+  readonly start: number
+  readonly end: number
+}
+
+/**
+ * Per span name (`service name`), over the creates of one kind: in how many windows it ran, the
+ * median time it ran inside the window, and its median start from the window's (spans of every
+ * trace: the create's own and what ran beside it).
+ */
+const breakdown = (spans: ReadonlyArray<Span>, windows: ReadonlyArray<Window>) => {
+  const rows = new Map<string, { inside: Array<number>; offset: Array<number> }>()
+  for (const w of windows) {
+    const seen = new Map<string, { inside: number; offset: number }>()
+    for (const span of spans) {
+      if (span.end <= w.start || span.start >= w.end) continue
+      const key = `${span.service.replace(/^svc-/, "")} ${span.name}`
+      const inside = Math.min(span.end, w.end) - Math.max(span.start, w.start)
+      const prior = seen.get(key)
+      seen.set(key, {
+        inside: (prior?.inside ?? 0) + inside,
+        offset: Math.min(prior?.offset ?? Infinity, span.start - w.start)
+      })
+    }
+    for (const [key, v] of seen) {
+      const row = rows.get(key) ?? { inside: [], offset: [] }
+      row.inside.push(v.inside)
+      row.offset.push(v.offset)
+      rows.set(key, row)
+    }
+  }
+  return [...rows.entries()]
+    .map(([key, row]) => ({
+      key,
+      windows: row.inside.length,
+      inside: median(row.inside),
+      offset: median(row.offset)
+    }))
+    .sort((a, b) => b.inside - a.inside)
+}
+
+const printBreakdown = (spans: ReadonlyArray<Span>, windows: ReadonlyArray<Window>) => {
+  for (const kind of ["base", "pooled"] as const) {
+    const mine = windows.filter((w) => w.kind === kind)
+    console.log(
+      `\nspans inside the ${kind} creates' windows (${mine.length}; p50 ${
+        fmt(median(mine.map((w) => w.end - w.start)))
+      } ms):`
+    )
+    console.log("  windows  ms inside  starts at  span")
+    for (const row of breakdown(spans, mine).slice(0, 40)) {
+      console.log(
+        `  ${String(row.windows).padStart(7)}  ${fmt(row.inside).padStart(9)}  ${
+          fmt(row.offset).padStart(9)
+        }  ${row.key}`
+      )
+    }
+  }
+}
+
+const now = () => performance.timeOrigin + performance.now()
+
+const measure = async (svc: Svc, dataDir: string, receiver: Receiver | undefined) => {
   // The pooled template: debian, a web server as its start_cmd, ready once it answers.
   log(`template ${TEMPLATE} (${ROOT} with a start_cmd, pool_size ${POOL_SIZE})`)
   const template = await svc.templates.create(
@@ -137,20 +224,30 @@ const measure = async (svc: Svc, dataDir: string) => {
       },
     { timeoutMs: 900_000 }
   )
-  const poolFull = async () => {
-    while (templateEntries(dataDir) < POOL_SIZE) await sleep(100)
+  /**
+   * Both pools full again and the host quiet: each measured create, of either kind, starts from
+   * there (not one of them while the other's delete and refill still run).
+   */
+  const settled = async () => {
+    for (;;) {
+      const entries = poolEntries(dataDir)
+      if (entries.template >= POOL_SIZE && entries.base >= BASE_POOL_SIZE) break
+      await sleep(100)
+    }
     // Made is not yet ready (booted): give the last one its boot (seconds on a loaded machine).
     await sleep(3000)
   }
-  await poolFull()
+  await settled()
 
-  const createRunning = async (params: Record<string, unknown>) => {
-    const t0 = performance.now()
+  const windows: Array<Window> = []
+  const createRunning = async (params: Record<string, unknown>, kind?: Window["kind"]) => {
+    const t0 = now()
     const sandbox = await svc.sandboxes.create(params, { timeoutMs: 120_000 })
-    const elapsed = performance.now() - t0
+    const t1 = now()
+    if (kind !== undefined) windows.push({ kind, start: t0, end: t1 })
     const record = sandbox.record
     await sandbox.delete()
-    return { elapsed, record }
+    return { elapsed: t1 - t0, record }
   }
   // Warm-up of both paths.
   await createRunning({})
@@ -159,9 +256,10 @@ const measure = async (svc: Svc, dataDir: string) => {
   const fromBase: Array<number> = []
   let notReady = 0
   for (let i = 0; i < N; i++) {
-    await poolFull()
-    fromBase.push((await createRunning({})).elapsed)
-    const made = await createRunning({ template: TEMPLATE })
+    await settled()
+    fromBase.push((await createRunning({}, "base")).elapsed)
+    await settled()
+    const made = await createRunning({ template: TEMPLATE }, "pooled")
     if (made.record.runtime_ready !== true) notReady++
     pooled.push(made.elapsed)
   }
@@ -170,8 +268,16 @@ const measure = async (svc: Svc, dataDir: string) => {
       N - notReady
     }/${N} runtime_ready at running, i.e. from the pool)`
   )
+  if (receiver !== undefined) {
+    // Spans are exported in batches every 5 s.
+    await sleep(7000)
+    printBreakdown(receiver.spans, windows)
+  }
 
-  // Forks: a source that wrote 200 MiB; 10 forks against 10 creates, alternating.
+  // Forks: a source that wrote 200 MiB; 10 forks against 10 creates, alternating (none with
+  // BENCH_FORK_RUNS=0: the pooled creates alone).
+  await svc.templates.update(template.id, { pool_size: 0 })
+  if (FORK_RUNS === 0) return { pooled, fromBase, notReady, forkTimes: [], createTimes: [], growth: [] }
   const source = await svc.sandboxes.create({ disk_gb: 1 }, { timeoutMs: 120_000 })
   const wrote = await source.exec(
     `mkdir -p /data && dd if=/dev/urandom of=/data/blob bs=1M count=${WRITTEN_MIB} && sync`,
@@ -209,7 +315,6 @@ const measure = async (svc: Svc, dataDir: string) => {
     )
   }
   await source.delete()
-  await svc.templates.update(template.id, { pool_size: 0 })
   return { pooled, fromBase, notReady, forkTimes, createTimes, growth }
 }
 
@@ -232,6 +337,7 @@ Effect.runPromise(Effect.scoped(main)).then(({ createTimes, forkTimes, fromBase,
     met: ratio <= 1.2,
     runs: N
   })
+  if (FORK_RUNS === 0) process.exit()
   const forkRatio = median(forkTimes) / median(createTimes)
   console.log(
     `fork of ${FORKS} from a sandbox with ${WRITTEN_MIB} MiB written, until all run (ms): ${

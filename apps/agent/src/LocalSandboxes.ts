@@ -23,6 +23,7 @@ import type { AgentCommand, AgentReport } from "@svc/host-protocol/Protocol"
 import {
   DriverFailure,
   DriverSandboxId,
+  type ImageRoot,
   SandboxDriver,
   type SandboxDriverError,
   type SandboxInfo,
@@ -166,6 +167,20 @@ export class LocalSandboxes extends Context.Service<LocalSandboxes, {
         )
 
       /**
+       * The roots made ready on this host, by name: a root, once extracted, stays (nothing
+       * removes one while the agent runs), so a template's creates after the first skip the
+       * driver's look at the archive and the folder (tens of ms on a loaded host, on every
+       * pooled create's path before).
+       */
+      const preparedRoots = new Map<string, string>()
+      const prepareRoot = (root: ImageRoot) =>
+        Effect.suspend(() => {
+          const known = preparedRoots.get(root)
+          if (known !== undefined) return Effect.succeed(known)
+          return driver.prepareRoot(root).pipe(Effect.tap((name) => Effect.sync(() => preparedRoots.set(root, name))))
+        })
+
+      /**
        * A create's preparation: the env opened (in memory only: the driver keeps it sealed on
        * disk), a template's image made ready (its root made here and its layers pulled, before the
        * driver stacks them), and the driver's spec decoded. A refusal in words, for the report.
@@ -179,7 +194,7 @@ export class LocalSandboxes extends Context.Service<LocalSandboxes, {
           if (image !== undefined) {
             const prepared = yield* Effect.result(
               Effect.gen(function*() {
-                const root = yield* driver.prepareRoot(
+                const root = yield* prepareRoot(
                   resources.template === "debian" || resources.template === "code" ? resources.template : "base"
                 ).pipe(
                   Effect.mapError((e) => describeDriverError(e))
@@ -474,7 +489,7 @@ export class LocalSandboxes extends Context.Service<LocalSandboxes, {
           const env = yield* openEnv(box, "transit", entry.templateId, entry.sealedEnv).pipe(
             Effect.mapError((e) => `the template's env: ${e.message}`)
           )
-          const template = yield* driver.prepareRoot(entry.root).pipe(Effect.mapError(describeDriverError))
+          const template = yield* prepareRoot(entry.root).pipe(Effect.mapError(describeDriverError))
           yield* images.ensureLayers(entry.layers).pipe(Effect.mapError((e) => e.message))
           const image = {
             template,

@@ -186,6 +186,13 @@ export interface ReadOptions {
   readonly since?: Date | undefined
   /** Keep the stream open with what comes next; otherwise it ends with what is stored. */
   readonly follow: boolean
+  /**
+   * Only what came after this stream sequence (a follower's `Last-Event-ID`): the sequences of
+   * one sandbox's messages grow, so a reconnect resumes with neither a gap nor a repeat. It
+   * replaces `since`: a duration back from now, taken again at a late reconnect, could skip
+   * lines written after the last one seen.
+   */
+  readonly afterSeq?: number | undefined
 }
 
 /**
@@ -208,7 +215,9 @@ const read = (stream: string, filter: string, options: ReadOptions) =>
             num_replicas: 1,
             // A reader that died without deleting it: the server removes it.
             inactive_threshold: 60_000 * 1_000_000,
-            ...(options.since === undefined
+            ...(options.afterSeq !== undefined
+              ? { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: options.afterSeq + 1 }
+              : options.since === undefined
               ? { deliver_policy: DeliverPolicy.All }
               : options.since.getTime() > now
               // Nothing stored is that new; and the server takes a time past 2262 (int64

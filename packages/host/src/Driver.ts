@@ -577,7 +577,7 @@ export class SandboxDriver extends Context.Service<SandboxDriver, {
   ): Effect.Effect<void, InvalidSandboxRequest | DriverFailure>
   /** Removes an extracted layer (sandboxes made from it keep their mount until they stop). */
   removeLayer(digest: string): Effect.Effect<void, InvalidSandboxRequest | DriverFailure>
-  /** The layers extracted on this host. */
+  /** The image layers extracted on this host (not fork snapshots: `sweepForkLayers` keeps those). */
   readonly layers: Effect.Effect<ReadonlyArray<string>, DriverFailure>
   /** The roots made on this host besides `base` (`debian` once its root is extracted here). */
   readonly roots: Effect.Effect<ReadonlyArray<ImageRoot>, DriverFailure>

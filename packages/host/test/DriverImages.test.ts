@@ -1,11 +1,13 @@
 /**
  * Images on the driver (`src/Driver/Images.ts`): a sandbox's writable layer exported as a layer
- * and stacked under a new sandbox (files, deletions, modes), and the `debian` root built once
+ * and stacked under a new sandbox (files, deletions, modes), a fork's snapshot not listed among
+ * the image layers (the agent drops a listed layer its image store lacks), and the `debian` root built once
  * (the test cache folder is shared by the whole run) with python3 inside.
  */
 import { assert, describe, it } from "@effect/vitest"
 import { TEST_IMAGE_CACHE_DIR } from "@svc/testing/ImageCache"
 import { Effect } from "effect"
+import { randomBytes } from "node:crypto"
 import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
 import { digestFile } from "../src/ImageLayers.ts"
@@ -28,6 +30,11 @@ describe("SandboxDriver images (bubblewrap)", () => {
       assert.isFalse(yield* driver.hasLayer(digest))
       yield* driver.importLayer(digest, file)
       assert.isTrue(yield* driver.hasLayer(digest))
+      assert.deepStrictEqual(yield* driver.layers, [digest])
+      // A fork's snapshot is extracted like a layer but is no image layer: not listed.
+      const fork = randomBytes(32).toString("hex")
+      yield* driver.snapshotLayer(first, fork)
+      assert.isTrue(yield* driver.hasLayer(fork))
       assert.deepStrictEqual(yield* driver.layers, [digest])
 
       // A tar that is not what its name says is refused.

@@ -5,7 +5,8 @@
  *
  * - Which host: one per template, `pool_host_id`, chosen when a pool is first wanted: the host
  *   that built the image when it is live (its layers are there), else the scheduler's pick; a
- *   pool whose host is down is moved to another the next time it is wanted (a PATCH).
+ *   pool whose host is down is moved to a live one by the settling loop within about a second
+ *   of the host being seen down (`Settle.ts`), or at a PATCH.
  * - The entry is put only for a `ready` template with `pool_size` > 0 (a build that ends ready
  *   puts it then); size 0 and the template's delete delete it: the host drains the pool.
  */

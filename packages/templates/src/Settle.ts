@@ -3,8 +3,9 @@
  * (@svc/host-protocol/Images). `settle`, run about every second by each API process
  * (`Templates.layer`), applies it to the row once (the update is guarded by `state = 'building'`)
  * with `template.state_updated` in the same transaction; it also fails a build whose host is
- * down, and one past its deadline (`SVC_TEMPLATE_BUILD_TIMEOUT`). `log` reads a build's log: the
- * row's once it ended, the host's entry while it runs.
+ * down, and one past its deadline (`SVC_TEMPLATE_BUILD_TIMEOUT`); and it moves a warm pool whose
+ * host is down (or that has none: no host was live when it was wanted) to a live one (`movePools`).
+ * `log` reads a build's log: the row's once it ended, the host's entry while it runs.
  */
 import { Nats } from "@svc/bus/Nats"
 import { ensureBucket } from "@svc/bus/Topology"
@@ -102,6 +103,42 @@ export const make = (ended: () => void) =>
         }).pipe(Effect.catchTag("InvalidOutboxMessage", Effect.die))
       }))
 
+    /**
+     * A pool whose host is down, or that has none, is given a live host (`Pools.chooseHost`):
+     * the `pools` entry names it, so the dead host's entries are no longer placement's (its record
+     * is not live) nor anyone's once it comes back (an agent drains an entry naming another host),
+     * and the new host makes the pool. Under the row's lock, as a PATCH: hosts see the changes in
+     * commit order; a second API process doing the same finds the row moved and leaves it.
+     */
+    const movePools = Effect.gen(function*() {
+      // A mirror that has not read the hosts bucket yet would call every host down.
+      if (!(yield* hosts.synced)) return
+      const live = yield* hosts.live
+      const liveIds = live.map((h) => h.hostId)
+      const stranded = yield* rows(sql`SELECT ${sql.literal(COLUMNS)} FROM templates
+        WHERE pool_size > 0 AND state = 'ready' AND deleted_at IS NULL
+          AND (pool_host_id IS NULL OR NOT (pool_host_id = ANY(${liveIds}::text[])))`)
+      for (const row of stranded) {
+        yield* sql.withTransaction(Effect.gen(function*() {
+          const locked = (yield* rows(sql`SELECT ${sql.literal(COLUMNS)} FROM templates
+            WHERE id = ${row.id} AND pool_size > 0 AND state = 'ready' AND deleted_at IS NULL FOR UPDATE`))[0]
+          if (locked === undefined || (locked.pool_host_id !== null && liveIds.includes(locked.pool_host_id))) return
+          const hostId = yield* Pools.chooseHost(locked, live)
+          if (hostId === null) return
+          yield* sql`UPDATE templates SET pool_host_id = ${hostId} WHERE id = ${locked.id}`
+          yield* Outbox.append(yield* Pools.poolMessage(box, locked, hostId)).pipe(
+            Effect.catchTag("InvalidOutboxMessage", Effect.die)
+          )
+          yield* Effect.logInfo("templates: a warm pool moved off a host that is down", {
+            templateId: locked.id,
+            from: locked.pool_host_id,
+            to: hostId
+          })
+        }))
+      }
+      if (stranded.length > 0) yield* wakeIfPresent
+    })
+
     const settle = Effect.gen(function*() {
       const building = yield* rows(sql`SELECT ${sql.literal(COLUMNS)} FROM templates WHERE state = 'building'`)
       for (const row of building) {
@@ -123,6 +160,7 @@ export const make = (ended: () => void) =>
         }
       }
       if (building.length > 0) yield* wakeIfPresent
+      yield* movePools
     }).pipe(
       Effect.provideService(Nats, nats),
       Effect.provideService(SqlClient.SqlClient, sql),

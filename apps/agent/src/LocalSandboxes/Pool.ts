@@ -15,7 +15,8 @@
  * run (`fill`; before, reconcile would destroy entries as orphans), one more for each entry
  * taken. `poolMakers` fibers take items and make entries, so ready + being made + wanted is
  * always a pool's size: refills run side by side and never overshoot. A create never waits for
- * them: it takes a ready entry or cold-boots.
+ * them: it takes a ready entry or cold-boots. A template pool's refill starts `REFILL_DELAY_MS`
+ * after the hand-out, once the create it served is out of the way; `base`'s at once.
  *
  * A kind set again with another `version` (its image or commands changed) or removed is drained:
  * its ready entries are destroyed, and those being made are destroyed when done. A smaller size
@@ -124,12 +125,32 @@ export interface PoolOptions {
     sandboxId: string,
     runtime: { readonly startCmd: string | null; readonly readyCmd: string | null }
   ) => Effect.Effect<boolean>
+  /** How long after a hand-out a template pool's refill starts (default `REFILL_DELAY_MS`). */
+  readonly refillDelayMs?: number
   /** A create or start checked for the host's limits, undone without them (`LocalSandboxes.ts`). */
   readonly limited: <E>(
     started: Effect.Effect<SandboxInfo, E>,
     undo: Effect.Effect<void>
   ) => Effect.Effect<SandboxInfo, E | DriverFailure>
 }
+
+/** A wanted entry: its pool's key, and the earliest time to start making it. */
+interface Wanted {
+  readonly key: string
+  readonly notBefore: number
+}
+
+/**
+ * How long after a hand-out a template pool's refill starts. Making a template's entry is a boot
+ * (process starts, mounts, its start_cmd, its ready_cmd tried until it passes: seconds of CPU
+ * work), and right after the hand-out the create it served is still on its way to the caller
+ * (the report, the runtime's write, the event, the API's answer): such a refill ran inside the
+ * pooled create's window and delayed its `running` on a loaded 2-core host (bench/pools.ts,
+ * traced). A second later that path is done; next to a boot of seconds the wait costs the pool
+ * little. The `base` pool refills at once: its entry takes ~60 ms, and in a stream of creates a
+ * delay would empty it (bench/README.md, "Pool makers side by side").
+ */
+export const REFILL_DELAY_MS = 1_000
 
 interface Kind {
   readonly key: string
@@ -153,16 +174,19 @@ const TEMPLATE_MAKERS = 2
 export const makePool = (options: PoolOptions) =>
   Effect.gen(function*() {
     const { driver, limited, probe, size, warm } = options
+    const refillDelayMs = options.refillDelayMs ?? REFILL_DELAY_MS
     const slots = new Map<string, Slot>()
     let filled = false
     // `base` and the templates have makers of their own: a template's boot (which waits for its
     // `ready_cmd`) never holds up the `base` pool's refills, nor the reverse.
-    const wantedBase = yield* Queue.unbounded<string>()
-    const wantedTemplates = yield* Queue.unbounded<string>()
-    const want = (slot: Slot, n: number) => {
+    const wantedBase = yield* Queue.unbounded<Wanted>()
+    const wantedTemplates = yield* Queue.unbounded<Wanted>()
+    /** Asks for `n` entries of the slot, made no sooner than `delayMs` from now. */
+    const want = (slot: Slot, n: number, delayMs = 0) => {
+      const notBefore = Date.now() + delayMs
       for (let i = 0; i < n; i++) {
         slot.wanted++
-        Queue.offerUnsafe(slot.kind.key === BASE_POOL ? wantedBase : wantedTemplates, slot.kind.key)
+        Queue.offerUnsafe(slot.kind.key === BASE_POOL ? wantedBase : wantedTemplates, { key: slot.kind.key, notBefore })
       }
     }
     const baseKind: Kind = { key: BASE_POOL, size, version: "base", spec: poolEntrySpec, image: undefined }
@@ -203,10 +227,14 @@ export const makePool = (options: PoolOptions) =>
           return made
         })
       )
-    const maker = (wanted: Queue.Queue<string>) =>
+    const maker = (wanted: Queue.Queue<Wanted>) =>
       Effect.forever(
         Effect.gen(function*() {
-          const key = yield* Queue.take(wanted)
+          const { key, notBefore } = yield* Queue.take(wanted)
+          // Items are in the order asked, each delay the same: waiting for this one holds none
+          // that was due sooner.
+          const wait = notBefore - Date.now()
+          if (wait > 0) yield* Effect.sleep(Duration.millis(wait))
           const slot = slots.get(key)
           if (slot === undefined) return
           slot.wanted = Math.max(0, slot.wanted - 1)
@@ -252,7 +280,7 @@ export const makePool = (options: PoolOptions) =>
           yield* Effect.ignore(driver.destroy(poolId))
           return undefined
         }).pipe(Effect.ensuring(Effect.sync(() => {
-          if (slots.get(slot.kind.key) === slot) want(slot, 1)
+          if (slots.get(slot.kind.key) === slot) want(slot, 1, slot.kind.key === BASE_POOL ? 0 : refillDelayMs)
         })))
       })
 

@@ -49,12 +49,17 @@ export const SandboxTelemetryGroup = HttpApiBuilder.group(
         yield* sandboxPolicy({ id: sandbox.id, parentId: sandbox.parentId })
       })
     return handlers
-      .handle("logs", ({ params, query }) =>
+      .handle("logs", ({ headers, params, query }) =>
         Effect.gen(function*() {
           yield* target(params.id)
           const since = yield* sinceOf(query.since)
           const follow = query.follow === "true"
-          const lines = yield* readLines(params.id, { since, follow }).pipe(
+          const lastId = headers["last-event-id"]?.trim()
+          if (lastId !== undefined && !/^\d{1,15}$/.test(lastId)) {
+            return yield* new Errors.InvalidRequest({ error: "Last-Event-ID must be the id of a log line (digits)" })
+          }
+          const afterSeq = lastId === undefined ? undefined : Number(lastId)
+          const lines = yield* readLines(params.id, { since, follow, afterSeq }).pipe(
             Effect.provideService(Nats, nats),
             Effect.mapError(unavailable)
           )

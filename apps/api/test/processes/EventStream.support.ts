@@ -8,6 +8,8 @@ import * as Http from "node:http"
 export interface SseEvent {
   readonly event: string
   readonly data: string
+  /** The event's `id` field, when it had one. */
+  readonly id?: string
 }
 
 export interface EventSource {
@@ -27,7 +29,8 @@ export const openEvents = (
   token: string,
   method: string,
   path: string,
-  body?: unknown
+  body?: unknown,
+  headers: Record<string, string> = {}
 ): Effect.Effect<EventSource, never, Scope.Scope> =>
   Effect.gen(function*() {
     const events = yield* Queue.unbounded<SseEvent | undefined>()
@@ -45,7 +48,8 @@ export const openEvents = (
           headers: {
             authorization: `Bearer ${token}`,
             accept: "text/event-stream",
-            ...(body !== undefined ? { "content-type": "application/json" } : {})
+            ...(body !== undefined ? { "content-type": "application/json" } : {}),
+            ...headers
           }
         })
         request.on("response", (response) => resume(Effect.succeed({ response, request })))
@@ -64,12 +68,16 @@ export const openEvents = (
         const block = text.slice(0, at)
         text = text.slice(at + 2)
         let event = "message"
+        let id: string | undefined
         const data: Array<string> = []
         for (const line of block.split("\n")) {
           if (line.startsWith("event:")) event = line.slice(6).trim()
+          else if (line.startsWith("id:")) id = line.slice(3).trim()
           else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""))
         }
-        if (data.length > 0) Queue.offerUnsafe(events, { event, data: data.join("\n") })
+        if (data.length > 0) {
+          Queue.offerUnsafe(events, { event, data: data.join("\n"), ...(id !== undefined ? { id } : {}) })
+        }
       }
     })
     const ended = Effect.callback<void>((resume) => {

@@ -9,12 +9,51 @@ import { Nats } from "@svc/bus/Nats"
 import { makeSandboxId } from "@svc/domain/Ids"
 import { LOGS_STREAM, METRICS_STREAM } from "@svc/host-protocol/SandboxTelemetry"
 import { Duration, Effect } from "effect"
+import * as Net from "node:net"
 import { Svc } from "../../../../packages/sdk/src/index.ts"
 import { eventually, Identity } from "../../testing/Sandboxes.ts"
 import { api, create, Env, expectError, makeEnvLayer, waitState } from "../../testing/SandboxesEnv.ts"
 import { openEvents, type SseEvent } from "../processes/EventStream.support.ts"
 
 const EnvLayer = makeEnvLayer({ metricsIntervalMs: 300 })
+
+/**
+ * A TCP proxy to the API's port on loopback: `cut` destroys the connections open now (what a
+ * dropped network does to a long answer), new ones are still taken.
+ */
+const tcpProxy = (targetPort: string) =>
+  Effect.acquireRelease(
+    Effect.callback<{ port: number; cut: () => void; connections: () => number; server: Net.Server }>((resume) => {
+      const open = new Set<Net.Socket>()
+      let connections = 0
+      const server = Net.createServer((client) => {
+        connections++
+        const upstream = Net.connect(Number(targetPort), "127.0.0.1")
+        for (const socket of [client, upstream]) {
+          open.add(socket)
+          socket.on("close", () => open.delete(socket))
+          socket.on("error", () => undefined)
+        }
+        client.pipe(upstream).pipe(client)
+        client.on("close", () => upstream.destroy())
+        upstream.on("close", () => client.destroy())
+      })
+      server.listen(0, "127.0.0.1", () =>
+        resume(Effect.succeed({
+          port: (server.address() as Net.AddressInfo).port,
+          cut: () => {
+            for (const socket of open) socket.destroy()
+          },
+          connections: () => connections,
+          server
+        })))
+    }),
+    ({ cut, server }) =>
+      Effect.callback<void>((resume) => {
+        cut()
+        server.close(() => resume(Effect.void))
+      })
+  )
 
 interface Sample {
   ts: string
@@ -240,6 +279,94 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 300_000 })("sandbox logs a
       expect(dropped).toBeGreaterThan(100_000)
       // The whole output is still in the sandbox's own file.
       expect((yield* exec(s.id, "grep -c flood-line /var/log/svc-start.log")).stdout.trim()).toBe("200000")
+      expect((yield* api("DELETE", `/v1/sandboxes/${s.id}`)).status).toBe(202)
+    }))
+
+  it.effect("following resumes after Last-Event-ID: no line twice, none missed (raw SSE and the SDK across a cut)", () =>
+    Effect.gen(function*() {
+      const env = yield* Env
+      // A line every 100 ms, numbered: a gap or a repeat shows in the numbers.
+      yield* template("ticker", "i=0; while :; do i=$((i+1)); echo tick-$i; sleep 0.1; done")
+      const s = yield* create({ template: "ticker" })
+      yield* waitState(s.id, "running")
+      const tickOf = (line: string) => Number(/start_cmd: tick-(\d+)$/.exec(line)?.[1] ?? Number.NaN)
+      const ticksUntil = (follow: { next: Effect.Effect<SseEvent | undefined> }, last: number) =>
+        Effect.gen(function*() {
+          const got: Array<SseEvent> = []
+          while (!(got.length > 0 && tickOf(got.at(-1)!.data) >= last)) {
+            const event = yield* follow.next
+            if (event === undefined) throw new Error("the stream ended")
+            got.push(event)
+          }
+          return got
+        })
+
+      // A first connection read up to tick-5, then closed while the ticks go on.
+      const first = yield* Effect.scoped(Effect.gen(function*() {
+        const follow = yield* openEvents(env.base, env.org.token, "GET", `/v1/sandboxes/${s.id}/logs?follow=true`)
+        expect(follow.status).toBe(200)
+        return yield* ticksUntil(follow, 5)
+      }))
+      expect(first.every((e) => /^\d+$/.test(e.id ?? ""))).toBe(true)
+      const lastId = first.at(-1)!.id!
+      // The start_cmd's output is read every 300 ms here: wait for more than one read.
+      yield* Effect.sleep(Duration.millis(1500))
+      const resumed = yield* Effect.scoped(Effect.gen(function*() {
+        const follow = yield* openEvents(
+          env.base,
+          env.org.token,
+          "GET",
+          `/v1/sandboxes/${s.id}/logs?follow=true`,
+          undefined,
+          { "last-event-id": lastId }
+        )
+        expect(follow.status).toBe(200)
+        return yield* ticksUntil(follow, tickOf(first.at(-1)!.data) + 20)
+      }))
+      // Right after the last line seen, ids growing, the numbers with no hole and no repeat.
+      const ids = [...first, ...resumed].map((e) => Number(e.id))
+      expect(ids.every((id, i) => i === 0 || id > ids[i - 1]!)).toBe(true)
+      const ticks = [...first, ...resumed].map((e) => tickOf(e.data)).filter((n) => !Number.isNaN(n))
+      expect(ticks).toEqual(Array.from({ length: ticks.length }, (_, i) => i + 1))
+      // What both connections gave is the stored log, in order, up to there.
+      const stored = (yield* logText(s.id)).trimEnd().split("\n")
+      expect(stored.slice(0, ids.length)).toEqual([...first, ...resumed].map((e) => e.data))
+      // Without follow, Last-Event-ID reads what came after too; a bad one is refused.
+      const after = yield* api("GET", `/v1/sandboxes/${s.id}/logs`, { headers: { "last-event-id": lastId } })
+      expect(after.status, after.text).toBe(200)
+      expect(after.text.trimEnd().split("\n")[0]).toBe(resumed[0]!.data)
+      for (const bad of ["abc", "-1", "1.5", "1".repeat(20)]) {
+        expectError(
+          yield* api("GET", `/v1/sandboxes/${s.id}/logs?follow=true`, { headers: { "last-event-id": bad } }),
+          400,
+          "invalid_request"
+        )
+      }
+
+      // The SDK across a cut connection (a proxy of the test's, its sockets destroyed mid-stream):
+      // it connects again with the last id, and the lines go on with no hole and no repeat.
+      const proxy = yield* tcpProxy(new URL(env.base).port)
+      const svc = new Svc({ baseUrl: `http://127.0.0.1:${proxy.port}`, apiKey: env.org.token })
+      const sandbox = yield* Effect.promise(() => svc.sandboxes.get(s.id))
+      const abort = new AbortController()
+      const followed = yield* Effect.promise(async () => {
+        const got: Array<number> = []
+        let cut = false
+        for await (const line of sandbox.logs({ follow: true, signal: abort.signal })) {
+          const tick = tickOf(line)
+          if (Number.isNaN(tick)) continue
+          got.push(tick)
+          if (!cut && got.length >= 10) {
+            cut = true
+            proxy.cut()
+          }
+          if (cut && got.length >= 40) break
+        }
+        abort.abort()
+        return got
+      })
+      expect(proxy.connections()).toBeGreaterThanOrEqual(2)
+      expect(followed).toEqual(Array.from({ length: followed.length }, (_, i) => i + 1))
       expect((yield* api("DELETE", `/v1/sandboxes/${s.id}`)).status).toBe(202)
     }))
 

@@ -18,6 +18,7 @@ export class SandboxTelemetryApi extends HttpApiGroup.make("sandboxTelemetry")
     HttpApiEndpoint.get("logs", "/v1/sandboxes/:id/logs", {
       params,
       query: Schema.Struct({ follow: Schema.optionalKey(Schema.Literals(["true", "false"])), since: Since }),
+      headers: { "last-event-id": Schema.optionalKey(Bounded(256)) },
       success: HttpApiSchema.StreamUint8Array({ contentType: "text/plain" }),
       error: [InvalidRequest, NotFound, SandboxOutOfScope, Unavailable]
     }).annotateMerge(OpenApi.annotations({
@@ -25,8 +26,9 @@ export class SandboxTelemetryApi extends HttpApiGroup.make("sandboxTelemetry")
         "starting, started, stopping, stopped with its reason, error), `host` (how a run ended: `out of memory: ...`, " +
         "`exited: ...`; output dropped over the rate bound) or `start_cmd` (its template's start command's output, " +
         "at most 100 lines per second kept). `since`: an ISO 8601 time or a duration back from now (`30s`, `15m`, " +
-        "`2h`, `1d`). `follow=true`: server-sent events (`event: log`, `data:` the line) with the lines stored, then " +
-        "new ones as they come."
+        "`2h`, `1d`). `follow=true`: server-sent events (`event: log`, `id` the line's sequence, `data:` the line) " +
+        "with the lines stored, then new ones as they come; `Last-Event-ID` (digits) resumes after that line: " +
+        "every later line still kept, none twice."
     })),
     HttpApiEndpoint.get("metrics", "/v1/sandboxes/:id/metrics", {
       params,

@@ -23,7 +23,8 @@ import * as Disk from "./Disk.ts"
 import { decodeInput, type DriverHost, HOST_ENV, tryHost } from "./Host.ts"
 import { readStoredRecord, sandboxPaths } from "./State.ts"
 
-const forksDir = (dataDir: string) => NodePath.join(dataDir, "forks")
+/** Where the fork markers are: a layer named there is a fork's snapshot, not an image layer. */
+export const forksDir = (dataDir: string) => NodePath.join(dataDir, "forks")
 
 const run = (file: string, args: ReadonlyArray<string>) =>
   new Promise<void>((resolve, reject) => {

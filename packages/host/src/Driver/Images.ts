@@ -15,6 +15,7 @@ import { DriverFailure, type ImageRoot, LayerDigest } from "../Driver.ts"
 import * as Layers from "../ImageLayers.ts"
 import { BASE_TEMPLATE } from "../Rootfs.ts"
 import * as Disk from "./Disk.ts"
+import { forksDir } from "./Forks.ts"
 import { decodeInput, type DriverHost, tryHost } from "./Host.ts"
 import { sandboxPaths } from "./State.ts"
 
@@ -65,7 +66,13 @@ export const makeImages = (host: DriverHost) => {
   const removeLayer = (value: string) =>
     Effect.flatMap(digest(value), (hex) => tryHost("layer", () => Layers.removeLayer(config.dataDir, hex)))
 
-  const layers = tryHost("layer", () => Layers.listLayers(config.dataDir))
+  // Image layers only: a fork's snapshot (its marker in `forks/`, written before the layer) is
+  // in no image store, and the agent's collection drops a layer the store lacks: an agent
+  // restarted while forks are on their way, or stopped, would take their files away.
+  const layers = tryHost("layer", async () => {
+    const forks = new Set(await Fs.readdir(forksDir(config.dataDir)).catch(() => [] as Array<string>))
+    return (await Layers.listLayers(config.dataDir)).filter((hex) => !forks.has(hex))
+  })
 
   const roots = tryHost(
     "debian",

@@ -456,9 +456,15 @@ class Sandbox:
         """Its log so far (`<ts> <source>: <text>` lines): lifecycle, how runs ended, its template's `start_cmd` output."""
         return logs_text(self._http, self._path("/logs"), since)
 
-    def follow_logs(self, since: Since = None, timeout: Optional[float] = None) -> Generator[str, None, None]:
-        """Its log's lines as they are written (those stored first); dropping the iterator closes the connection."""
-        return follow_logs(self._http, self._path("/logs"), since, timeout)
+    def follow_logs(
+        self, since: Since = None, timeout: Optional[float] = None, reconnect: bool = True
+    ) -> Generator[str, None, None]:
+        """
+        Its log's lines as they are written (those stored first); dropping the iterator closes the
+        connection. A dropped connection is followed by a new one resuming after the last line
+        received (no line missed or repeated), unless `reconnect` is false.
+        """
+        return follow_logs(self._http, self._path("/logs"), since, timeout, reconnect)
 
     def metrics(self, since: Since = None) -> List[MetricSample]:
         """Its samples (every 5 s while it runs, kept 24 h), oldest first."""
