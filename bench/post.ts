@@ -193,7 +193,9 @@ console.log(
   `POST /v1/sandboxes one after another: ${ROUNDS} rounds × ${N} per kind and subject, medians over rounds ` +
     `(load average ${fmt(Math.min(...loads), 1)}–${fmt(Math.max(...loads), 1)})`
 )
-console.log(`${"".padEnd(34)}${"p50 ms".padStart(8)}${"p95 ms".padStart(8)}${"API cpu".padStart(9)}${"PG cpu".padStart(8)}`)
+console.log(
+  `${"".padEnd(34)}${"p50 ms".padStart(8)}${"p95 ms".padStart(8)}${"API cpu".padStart(9)}${"PG cpu".padStart(8)}`
+)
 for (const kind of KINDS) {
   for (const s of subjects) {
     const r = summary(s.name, kind)

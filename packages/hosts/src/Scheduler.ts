@@ -194,7 +194,11 @@ export const usageExpression = (
   return sql`(SELECT coalesce(json_agg(u), '[]'::json) FROM (${usageQuery(sql, ids)}) u)`
 }
 
-const toUsage = (rows: ReadonlyArray<{ readonly host_id: string; readonly cpu: unknown; readonly ram_mb: unknown; readonly disk_gb: unknown }>) =>
+const toUsage = (
+  rows: ReadonlyArray<
+    { readonly host_id: string; readonly cpu: unknown; readonly ram_mb: unknown; readonly disk_gb: unknown }
+  >
+) =>
   new Map<string, Usage>(
     rows.map((r) => [r.host_id, { cpu: Number(r.cpu), ramMb: Number(r.ram_mb), diskGb: Number(r.disk_gb) }])
   )
