@@ -16,7 +16,7 @@
  * BENCH_POST_CPU_PROF=<dir>: the API roles run with `--cpu-prof` (a profile per role in
  * `<dir>/after`, `<dir>/before`, written when they stop).
  *
- *   node bench/post.ts     (BENCH_POST_N=30 creates per batch, BENCH_POST_ROUNDS=5)
+ *   npm run bench post     (or: node bench/post.ts; BENCH_POST_N=30 creates per batch, BENCH_POST_ROUNDS=5)
  */
 import { startNats, startPostgres } from "@svc/local-servers/Servers"
 import { useTestEncryptionKeys } from "@svc/testing/TestSecrets"

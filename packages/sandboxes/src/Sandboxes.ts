@@ -296,7 +296,7 @@ export class Sandboxes extends Context.Service<Sandboxes, {
         > {
           // Holds the org's row to the commit (concurrent creates count one after the other),
           // then the placement lock, also to the commit (two creates never take the last room
-          // on a host), in one statement: the org's row first, as every create and start does.
+          // on a host), in one statement: the org's row first, as forks take the two as well.
           const locked = yield* Quota.lockOrg(
             orgId,
             sql`, ${Scheduler.placementLock(sql)} AS placement_lock${
