@@ -54,8 +54,10 @@ export class SecretBox extends Context.Service<SecretBox, {
         throw new Error(`SecretBox: key ${JSON.stringify(k.id)} is not a ${KEY_BYTES}-byte key with a valid id`)
       }
     }
-    const sealing = keys[0]!
-    const byId = new Map(keys.map((k) => [k.id, k.key]))
+    // Key objects made once: a raw key is converted into one on every cipher otherwise (about
+    // 35 µs of CPU each time, two thirds of a small seal's cost).
+    const byId = new Map(keys.map((k) => [k.id, crypto.createSecretKey(k.key)]))
+    const sealing = { id: keys[0]!.id, key: byId.get(keys[0]!.id)! }
 
     const seal = (plaintext: string, aad?: string) =>
       Effect.sync(() => {

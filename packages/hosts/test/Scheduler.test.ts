@@ -1,14 +1,15 @@
 /**
  * Placement: the pure choice (liveness, region, room, preference order, the reasons given), and
  * `place` under concurrency against a real Postgres: creates racing for the last room on a host
- * never overcommit it.
+ * never overcommit it; the same for the create's split path (`placementLock`, then
+ * `usageExpression` in a later statement, then `placeWith`).
  */
 import { describe, expect, it, layer } from "@effect/vitest"
 import type { HostRecord } from "@svc/host-protocol/Protocol"
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import { Effect } from "effect"
 import { SqlClient } from "effect/sql"
-import { choose, place, type Usage } from "../src/Scheduler.ts"
+import { choose, place, placementLock, placeWith, type Usage, usageExpression } from "../src/Scheduler.ts"
 
 const NOW = 1_800_000_000_000
 
@@ -160,5 +161,42 @@ layer(TestDatabase.layer)("Scheduler.place", (it) => {
         )
       expect((yield* withDisk(6))._tag).toBe("Unplaceable")
       expect((yield* withDisk(7))._tag).toBe("Placed")
+    }))
+
+  it.effect("the split path (placement lock in one statement, usage read by a later one): racing creates never overcommit", () =>
+    Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      yield* sql`INSERT INTO orgs (id, name) VALUES ('org_00000000000000000000000002', 'o')`
+      const h = host("host_split", { capacity: { cpu: 3, ramMb: 100_000, diskGb: 100 }, heartbeatAt: Date.now() })
+      const other = host("host_elsewhere", { region: "eu", heartbeatAt: Date.now() })
+      const attempt = (i: number) =>
+        sql.withTransaction(Effect.gen(function*() {
+          const now = Date.now()
+          yield* sql`SELECT ${placementLock(sql)}`
+          const [row] = yield* sql<{ readonly usage: unknown }>`
+            SELECT ${usageExpression(sql, [h, other], "local", now)} AS usage`
+          const placement = yield* placeWith(
+            [h, other],
+            row!.usage,
+            { region: "local", cpu: 1, ramMb: 64, diskGb: 1 },
+            now
+          )
+          const hostId = placement._tag === "Placed" ? placement.host.hostId : null
+          yield* sql`
+            INSERT INTO sandboxes (id, org_id, name, template_id, template_name, host_id, state, type, region, cpu, ram_mb,
+              disk_gb, created_at, state_since, version)
+            VALUES (${`sbx_split_${i}`}, 'org_00000000000000000000000002', 'n', 't', 'base', ${hostId}, 'pending',
+              'persistent', 'local', 1, 64, 1, now(), now(), 1)`
+          return hostId
+        }))
+      const results = yield* Effect.forEach(Array.from({ length: 8 }, (_, i) => i), attempt, { concurrency: 8 })
+      expect(results.filter((r) => r === "host_split").length).toBe(3)
+      // A stopped sandbox gives its cpu back: the next one fits, the one after does not.
+      yield* sql`UPDATE sandboxes SET state = 'stopped' WHERE id = (SELECT min(id) FROM sandboxes WHERE host_id = 'host_split')`
+      expect(yield* attempt(8)).toBe("host_split")
+      expect(yield* attempt(9)).toBe(null)
+      // No live host in the region: nothing to read, the request's own reason.
+      const none = yield* placeWith([other], [], { region: "local", cpu: 1, ramMb: 64, diskGb: 1 }, Date.now())
+      expect(picked(none)).toBe("no live host in region local (live regions: eu)")
     }))
 })

@@ -64,7 +64,7 @@ import { wakeIfPresent } from "@svc/events/Relay"
 import * as AgentClient from "@svc/hosts/AgentClient"
 import { Hosts } from "@svc/hosts/Hosts"
 import * as Scheduler from "@svc/hosts/Scheduler"
-import { Templates } from "@svc/templates/Templates"
+import { builtInTemplate, fromResolvedExpression, resolvedExpression, Templates } from "@svc/templates/Templates"
 import { Clock, Context, Duration, Effect, Layer, Option, Schema, Stream } from "effect"
 import { SqlClient } from "effect/sql"
 import { QuotasConfig, TransitionTimeout } from "./Config.ts"
@@ -254,7 +254,6 @@ export class Sandboxes extends Context.Service<Sandboxes, {
     const idempotency = yield* Idempotency
     const box = yield* SecretBox
     const quotas = yield* QuotasConfig
-    const templates = yield* Templates
     const usage = yield* UsageGate
     const resumeWaitMs = Duration.toMillis(yield* TransitionTimeout)
 
@@ -274,10 +273,8 @@ export class Sandboxes extends Context.Service<Sandboxes, {
 
     const create = Effect.fn("Sandboxes.create")(
       function*(orgId: OrgId, request: CreateSandboxRequest, idempotencyKey?: string) {
-        const template = yield* templates.resolve(orgId, request.template)
-        if (template === undefined) {
-          return yield* invalid("template", `no ready template ${JSON.stringify(request.template)} in this org`)
-        }
+        // An org's template is read by the transaction's first statement (one round trip less).
+        const builtIn = builtInTemplate(request.template)
         let live = yield* hosts.live
         if (!live.some((h) => request.region === null || h.region === request.region)) {
           // A host that registered a moment ago may not have reached the mirror yet.
@@ -297,14 +294,27 @@ export class Sandboxes extends Context.Service<Sandboxes, {
           | Rows.QueryError,
           SqlClient.SqlClient
         > {
-          // Holds the org's row to the commit: concurrent creates count one after the other.
-          yield* Quota.lockOrg(orgId)
-          // One statement after the lock: the quota's counts, the usage gate's question and the
-          // placement lock (held to the commit like the org's: `place` below then reads the
-          // hosts' usage without a statement of its own for the lock). The gate answers first.
+          // Holds the org's row to the commit (concurrent creates count one after the other),
+          // then the placement lock, also to the commit (two creates never take the last room
+          // on a host), in one statement: the org's row first, as forks take the two as well.
+          const locked = yield* Quota.lockOrg(
+            orgId,
+            sql`, ${Scheduler.placementLock(sql)} AS placement_lock${
+              builtIn === undefined ? sql`, ${resolvedExpression(sql, orgId, request.template)} AS template` : sql``
+            }`
+          )
+          const template = builtIn ?? (yield* fromResolvedExpression(locked["template"]))
+          if (template === undefined) {
+            return yield* invalid("template", `no ready template ${JSON.stringify(request.template)} in this org`)
+          }
+          // One statement after both locks (a statement's snapshot predates the locks it takes):
+          // the quota's counts, the usage gate's question and the hosts' usage for placement.
+          // The gate answers first.
           const counted = yield* Quota.count(
             orgId,
-            sql`, ${Scheduler.placementLock(sql)} AS placement_lock ${usage.columns(sql, orgId, now)}`
+            sql`, ${Scheduler.usageExpression(sql, live, request.region, now)} AS host_usage ${
+              usage.columns(sql, orgId, now)
+            }`
           )
           yield* usage.decide(counted.row, now)
           yield* Quota.judge(counted, quotas, "create")
@@ -323,8 +333,9 @@ export class Sandboxes extends Context.Service<Sandboxes, {
           if (unknown !== -1) return yield* invalid(`secrets.${unknown}`, "no such secret in this org")
           // Held FOR UPDATE to the commit: a volume's delete, or another create, waits for this one.
           const volumes = yield* VolumeRefs.plan(orgId, request.volumes)
-          const placement = yield* Scheduler.place(
+          const placement = yield* Scheduler.placeWith(
             live,
+            counted.row["host_usage"],
             {
               region: request.region,
               cpu: request.cpu,
@@ -336,8 +347,7 @@ export class Sandboxes extends Context.Service<Sandboxes, {
                 : {}),
               templateId: template.id
             },
-            now,
-            { locked: true }
+            now
           )
           const refused = placement._tag === "Unplaceable" &&
             (placement.kind === "no_room" || placement.kind === "no_host")

@@ -9,6 +9,7 @@
 import { Nats } from "@svc/bus/Nats"
 import { ensureObjectStore, type ObjectStore } from "@svc/bus/Objects"
 import { SecretBox } from "@svc/crypto/SecretBox"
+import { RowDecodeError } from "@svc/db/Rows"
 import type * as Rows from "@svc/db/Rows"
 import * as Errors from "@svc/domain/Errors"
 import { BASE_TEMPLATE_ID, CODE_TEMPLATE_ID, DEBIAN_TEMPLATE_ID, makeTemplateId, type OrgId } from "@svc/domain/Ids"
@@ -30,7 +31,7 @@ import { agentSubject } from "@svc/host-protocol/Protocol"
 import { Hosts } from "@svc/hosts/Hosts"
 import * as Scheduler from "@svc/hosts/Scheduler"
 import * as SecretsStore from "@svc/secrets/Secrets/Store"
-import { Context, Duration, Effect, Layer, Option, Result, Stream } from "effect"
+import { Context, Duration, Effect, Layer, Option, Result, Schema, Stream } from "effect"
 import { SqlClient } from "effect/sql"
 import * as Collect from "./Collect.ts"
 import { TemplateBuildTimeout } from "./Config.ts"
@@ -47,6 +48,7 @@ import {
   DEBIAN_RECORD,
   find as findRow,
   isBuiltIn,
+  Row,
   rows,
   toRecord,
   used
@@ -65,6 +67,81 @@ export interface ResolvedTemplate {
   /** The default exposed ports of its sandboxes (an image's `ExposedPorts`). */
   readonly exposedPorts: ReadonlyArray<number>
 }
+
+/** `base`, `debian` or `code` (by name or id), known without a query; undefined for any other ref. */
+export const builtInTemplate = (ref: string): ResolvedTemplate | undefined => {
+  if (ref === "base" || ref === BASE_TEMPLATE_ID) {
+    return { id: BASE_TEMPLATE_ID, root: "base" as const, env: {}, image: undefined, exposedPorts: [] }
+  }
+  if (ref === "debian" || ref === DEBIAN_TEMPLATE_ID) {
+    return {
+      id: DEBIAN_TEMPLATE_ID,
+      root: "debian" as const,
+      env: {},
+      image: { layers: [], startCmd: null, readyCmd: null },
+      exposedPorts: []
+    }
+  }
+  if (ref === "code" || ref === CODE_TEMPLATE_ID) {
+    return {
+      id: CODE_TEMPLATE_ID,
+      root: "code" as const,
+      env: {},
+      image: { layers: [], startCmd: null, readyCmd: null },
+      exposedPorts: []
+    }
+  }
+  return undefined
+}
+
+/** What of a row a sandbox's create needs (`resolvedExpression`'s JSON object). */
+const ResolvedRow = Schema.Struct({
+  id: Row.fields.id,
+  root: Row.fields.root,
+  layers: Row.fields.layers,
+  env: Row.fields.env,
+  start_cmd: Row.fields.start_cmd,
+  ready_cmd: Row.fields.ready_cmd,
+  state: Row.fields.state,
+  workdir: Row.fields.workdir,
+  run_as: Row.fields.run_as,
+  exposed_ports: Row.fields.exposed_ports
+})
+const decodeResolvedRow = Schema.decodeUnknownEffect(Schema.NullOr(ResolvedRow))
+
+const toResolved = (row: typeof ResolvedRow.Type): ResolvedTemplate => ({
+  id: row.id,
+  root: row.root,
+  env: row.env,
+  image: {
+    layers: row.layers,
+    startCmd: row.start_cmd,
+    readyCmd: row.ready_cmd,
+    ...(row.workdir !== null ? { workdir: row.workdir } : {}),
+    ...(row.run_as !== null ? { user: row.run_as } : {})
+  },
+  exposedPorts: row.exposed_ports
+})
+
+/**
+ * The org's live template `ref` (not a built-in one) as one expression, a JSON object or null,
+ * for a statement the caller runs anyway (the sandbox create's first statement: one round trip
+ * less than `resolve`). Decoded by `fromResolvedExpression`.
+ */
+export const resolvedExpression = (sql: SqlClient.SqlClient, orgId: string, ref: string) =>
+  sql`(SELECT json_build_object('id', id, 'root', root, 'layers', layers, 'env', env, 'start_cmd', start_cmd,
+      'ready_cmd', ready_cmd, 'state', state, 'workdir', workdir, 'run_as', run_as, 'exposed_ports', exposed_ports)
+    FROM templates WHERE org_id = ${orgId} AND deleted_at IS NULL AND (id = ${ref} OR name = ${ref})
+    ORDER BY (id = ${ref}) DESC LIMIT 1)`
+
+/** `resolve`'s answer from `resolvedExpression`'s value: undefined when none is ready. */
+export const fromResolvedExpression = (
+  value: unknown
+): Effect.Effect<ResolvedTemplate | undefined, Rows.RowDecodeError> =>
+  decodeResolvedRow(value ?? null).pipe(
+    Effect.mapError((e) => new RowDecodeError({ query: "Templates.resolvedExpression", message: e.message })),
+    Effect.map((row) => row === null || row.state !== "ready" ? undefined : toResolved(row))
+  )
 
 export class Templates extends Context.Service<Templates, {
   readonly create: (
@@ -128,42 +205,11 @@ export class Templates extends Context.Service<Templates, {
     )
 
     const resolve = Effect.fn("Templates.resolve")(function*(orgId: OrgId, ref: string) {
-      if (ref === "base" || ref === BASE_TEMPLATE_ID) {
-        return { id: BASE_TEMPLATE_ID, root: "base" as const, env: {}, image: undefined, exposedPorts: [] }
-      }
-      if (ref === "debian" || ref === DEBIAN_TEMPLATE_ID) {
-        return {
-          id: DEBIAN_TEMPLATE_ID,
-          root: "debian" as const,
-          env: {},
-          image: { layers: [], startCmd: null, readyCmd: null },
-          exposedPorts: []
-        }
-      }
-      if (ref === "code" || ref === CODE_TEMPLATE_ID) {
-        return {
-          id: CODE_TEMPLATE_ID,
-          root: "code" as const,
-          env: {},
-          image: { layers: [], startCmd: null, readyCmd: null },
-          exposedPorts: []
-        }
-      }
+      const builtIn = builtInTemplate(ref)
+      if (builtIn !== undefined) return builtIn
       const row = yield* find(orgId, ref)
       if (row === undefined || row.state !== "ready") return undefined
-      return {
-        id: row.id,
-        root: row.root,
-        env: row.env,
-        image: {
-          layers: row.layers,
-          startCmd: row.start_cmd,
-          readyCmd: row.ready_cmd,
-          ...(row.workdir !== null ? { workdir: row.workdir } : {}),
-          ...(row.run_as !== null ? { user: row.run_as } : {})
-        },
-        exposedPorts: row.exposed_ports
-      } satisfies ResolvedTemplate
+      return toResolved(row)
     })
 
     /** Inserts the `building` row and its host's command, in one transaction. */

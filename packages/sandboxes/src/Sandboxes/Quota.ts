@@ -26,10 +26,22 @@ export const RUNNING_STATES = ["pending", "starting", "running", "stopping"] as 
 
 const counts = Rows.decoder("Quota.check", Schema.Struct({ total: Schema.Int, running: Schema.Int }))
 
-/** Locks the org's row until the transaction ends (again in the same transaction: no-op). */
-export const lockOrg = Effect.fnUntraced(function*(orgId: string) {
+/**
+ * Locks the org's row until the transaction ends (again in the same transaction: no-op).
+ * `alongside` (`, <expression> AS <name>` items, such as another lock) is evaluated by the same
+ * statement once the row is locked (the materialized CTE locks it first), so every transaction
+ * that takes both takes them in this order; the row of those items is returned.
+ */
+export const lockOrg = Effect.fnUntraced(function*(orgId: string, alongside?: Statement.Fragment) {
   const sql = yield* SqlClient.SqlClient
-  yield* sql`SELECT 1 FROM orgs WHERE id = ${orgId} FOR NO KEY UPDATE`
+  if (alongside === undefined) {
+    yield* sql`SELECT 1 FROM orgs WHERE id = ${orgId} FOR NO KEY UPDATE`
+    return {}
+  }
+  const rows = yield* sql<{ readonly [column: string]: unknown }>`
+    WITH org AS MATERIALIZED (SELECT 1 FROM orgs WHERE id = ${orgId} FOR NO KEY UPDATE)
+    SELECT 1 AS locked ${alongside} FROM org`
+  return rows[0] ?? {}
 })
 
 /**
