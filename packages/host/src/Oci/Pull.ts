@@ -53,6 +53,8 @@ const decompressor = (mediaType: string): Transform | undefined => {
 
 /** Bytes a stage buffers: fewer, larger chunks through the pipeline. */
 const CHUNK = 1024 * 1024
+/** Downloaded bytes gathered before they go to the decompressor. */
+const BATCH = 256 * 1024
 
 const mib = (bytes: number) => `${Math.round(bytes / (1024 * 1024))} MiB`
 
@@ -93,6 +95,18 @@ export const pullLayer = async (
   // Set when the conversion failed: the download goes on only to finish the digest.
   let converting = true
   // Download → digest → decompress, while the conversion below reads the decompressed side.
+  // The socket's chunks (16 KiB TLS records) gathered into larger ones: each write into the
+  // decompressor is a round trip to zlib's thread, which cost more than the copy.
+  let pending: Array<Buffer> = []
+  let pendingBytes = 0
+  const flush = async () => {
+    if (pendingBytes === 0) return
+    const batch = pending.length === 1 ? pending[0]! : Buffer.concat(pending, pendingBytes)
+    pending = []
+    pendingBytes = 0
+    compressedHash.update(batch)
+    if (converting && !decompress.write(batch)) await drained(decompress)
+  }
   const download = (async () => {
     let compressed = 0
     try {
@@ -102,9 +116,11 @@ export const pullLayer = async (
           answer.close()
           throw new PullError(`layer ${name} is larger than ${mib(bounds.layerMaxBytes)} (${bounds.layerSetting})`)
         }
-        compressedHash.update(chunk)
-        if (converting && !decompress.write(chunk)) await drained(decompress)
+        pending.push(chunk)
+        pendingBytes += chunk.length
+        if (pendingBytes >= BATCH) await flush()
       }
+      await flush()
     } catch (e) {
       decompress.destroy()
       throw e
