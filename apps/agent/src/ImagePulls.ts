@@ -36,10 +36,11 @@ export class ImagePullFailed extends Schema.TaggedError<ImagePullFailed>()("Imag
 const LAYER_CONCURRENCY = 3
 /**
  * Chunks of a layer in the store: each is one JetStream publish awaiting its ack, so the library's
- * 128 KiB made a layer's upload a chain of round trips (bench/images.ts); 512 KiB stays under
- * NATS's default max_payload (1 MiB). Readers take whatever size the chunks are.
+ * 128 KiB made a layer's upload a chain of round trips (bench/images.ts). Just under NATS's
+ * default max_payload (1 MiB; the library lowers it to a smaller server's own). Readers take
+ * whatever size the chunks are.
  */
-export const LAYER_STORE_CHUNK_BYTES = 512 * 1024
+export const LAYER_STORE_CHUNK_BYTES = 1020 * 1024
 const decodeConfig = Schema.decodeUnknownResult(Schema.fromJsonString(ImageConfigBlob))
 
 export interface PulledImage {
