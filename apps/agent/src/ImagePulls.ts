@@ -3,11 +3,13 @@
  * for linux/amd64 and its config from the registry (@svc/host/Oci/Registry, with the build's
  * registry secret opened here, in memory, and offered only to the hosts its `allowed_hosts`
  * names), then each layer blob: taken from the layer cache when a blob of that digest became a
- * layer before (the image store has it: no registry download), otherwise pulled, checked and
- * rewritten as a platform layer (@svc/host/Oci/Pull), pushed to the image store and extracted
- * here. Two builds on this host pulling one blob share the pull.
+ * layer before (the image store has it: no registry download), otherwise pulled in one stream
+ * (@svc/host/Oci/Pull): rewritten as a platform layer while it downloads, that layer sent to the
+ * image store under a temporary name and extracted here into a hidden folder at the same time,
+ * and named (the store's object renamed, the folder moved into place) only once the blob matched
+ * its digest. Two builds on this host pulling one blob share the pull.
  */
-import type { ObjectStore } from "@svc/bus/Objects"
+import { beginContentPut, type ObjectStore } from "@svc/bus/Objects"
 import { SecretBox } from "@svc/crypto/SecretBox"
 import { allowedRules } from "@svc/domain/Address"
 import { parseImageReference } from "@svc/domain/ImageReference"
@@ -16,13 +18,12 @@ import { hostsFileReader } from "@svc/egress/HostsFile"
 import { secretValueAad } from "@svc/host-protocol/Egress"
 import { type BuildImage, type BuildImageSource, ociLayerCacheKey } from "@svc/host-protocol/Images"
 import { MAX_LAYERS } from "@svc/host/Driver"
-import { LAYER_HEX, layerDir } from "@svc/host/ImageLayers"
+import { LAYER_HEX, layerDir, type LayerImport } from "@svc/host/ImageLayers"
 import * as OciConfig from "@svc/host/Oci/Config"
 import { ImageConfigBlob, runConfigOf } from "@svc/host/Oci/ImageConfig"
 import { pullLayer } from "@svc/host/Oci/Pull"
 import { credentialOf, openRegistry, PullError } from "@svc/host/Oci/Registry"
 import { Duration, Effect, Result, Schema } from "effect"
-import { randomBytes } from "node:crypto"
 import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
 
@@ -33,6 +34,13 @@ export class ImagePullFailed extends Schema.TaggedError<ImagePullFailed>()("Imag
   message: Schema.String
 }) {}
 const LAYER_CONCURRENCY = 3
+/**
+ * Chunks of a layer in the store: each is one JetStream publish awaiting its ack, so the library's
+ * 128 KiB made a layer's upload a chain of round trips (bench/images.ts). Just under NATS's
+ * default max_payload (1 MiB; the library lowers it to a smaller server's own). Readers take
+ * whatever size the chunks are.
+ */
+export const LAYER_STORE_CHUNK_BYTES = 1020 * 1024
 const decodeConfig = Schema.decodeUnknownResult(Schema.fromJsonString(ImageConfigBlob))
 
 export interface PulledImage {
@@ -53,13 +61,12 @@ export interface LayerCacheKv {
 
 export interface ImagePullDeps {
   readonly dataDir: string
-  readonly scratch: string
   readonly layerCache: LayerCacheKv
   readonly openStore: Effect.Effect<ObjectStore, unknown>
   /** Each layer extracted here, pulled from the store when absent. */
   readonly ensureLayers: (layers: ReadonlyArray<string>) => Effect.Effect<void, { readonly message: string }>
-  /** Pushes a layer file named `hex` to the store and extracts it here. */
-  readonly publishAs: (file: string, hex: string) => Effect.Effect<void, { readonly message: string }>
+  /** A layer extracted here as it arrives, put in place by its `commit` (`ImageLayers.beginLayerImport`). */
+  readonly beginImport: Effect.Effect<LayerImport, { readonly message: string }>
 }
 
 /** A file's content in the topmost layer that has it: text, null (removed there), undefined. */
@@ -177,21 +184,43 @@ export const make = (deps: ImagePullDeps) =>
           const running = inFlight.get(layer.digest)
           const shared = running !== undefined
           const work = running ?? (async () => {
-            const file = NodePath.join(deps.scratch, `oci-${randomBytes(8).toString("hex")}.tar`)
-            const pulled = await pullLayer(session, layer, file, {
-              layerMaxBytes: layerMax,
-              image: budget,
-              layerSetting: "SVC_IMAGE_LAYER_MAX_MB",
-              imageSetting: "SVC_IMAGE_MAX_MB"
+            const objects = await Effect.runPromise(deps.openStore).catch((e) => {
+              throw new PullError(`the image store: ${e instanceof Error ? e.message : String(e)}`)
             })
-            try {
-              const published = await Effect.runPromise(Effect.result(deps.publishAs(file, pulled.hex)))
-              if (published._tag === "Failure") throw new PullError(published.failure.message)
-            } finally {
-              await Fs.rm(file, { force: true })
+            const upload = beginContentPut(objects, LAYER_STORE_CHUNK_BYTES)
+            const importing = await Effect.runPromise(Effect.result(deps.beginImport))
+            if (importing._tag === "Failure") {
+              await upload.abort()
+              throw new PullError(importing.failure.message)
             }
-            await deps.layerCache.put(ociLayerCacheKey(layer.digest), new TextEncoder().encode(pulled.hex))
-            return { hex: pulled.hex, bytes: pulled.bytes }
+            const extract = importing.success
+            // The converted layer goes to the store and into this host's layers at once: no
+            // file of it, no second pass over it.
+            const write = (chunk: Buffer) => {
+              const stored = upload.write(chunk)
+              const extracted = extract.write(chunk)
+              if (stored !== undefined || extracted !== undefined) {
+                return Promise.all([stored, extracted]).then(() => undefined)
+              }
+            }
+            try {
+              const pulled = await pullLayer(session, layer, {
+                layerMaxBytes: layerMax,
+                image: budget,
+                layerSetting: "SVC_IMAGE_LAYER_MAX_MB",
+                imageSetting: "SVC_IMAGE_MAX_MB"
+              }, write)
+              // The blob matched its digest: only now is the layer named and put in place.
+              const hex = await upload.commit().catch((e) => {
+                throw new PullError(`pushing the layer: ${e instanceof Error ? e.message : String(e)}`)
+              })
+              await extract.commit(hex)
+              await deps.layerCache.put(ociLayerCacheKey(layer.digest), new TextEncoder().encode(hex))
+              return { hex, bytes: pulled.bytes }
+            } catch (e) {
+              await Promise.all([upload.abort(), extract.abort()])
+              throw e
+            }
           })()
           if (!shared) {
             inFlight.set(layer.digest, work)

@@ -44,12 +44,7 @@ import * as ImagePulls from "./ImagePulls.ts"
 import { describeDriverError } from "./LocalSandboxes/DriverErrors.ts"
 
 const MAX_LOG = 256 * 1024
-/**
- * Chunks of a layer in the store: each is one JetStream publish awaiting its ack, so the library's
- * 128 KiB made a layer's upload a chain of round trips (bench/images.ts); 512 KiB stays under
- * NATS's default max_payload (1 MiB). Readers take whatever size the chunks are.
- */
-const STORE_CHUNK_BYTES = 512 * 1024
+const STORE_CHUNK_BYTES = ImagePulls.LAYER_STORE_CHUNK_BYTES
 const encodeStatus = Schema.encodeSync(Schema.fromJsonString(BuildStatusSchema))
 const encoder = new TextEncoder()
 
@@ -146,38 +141,12 @@ export class TemplateImages extends Context.Service<TemplateImages, {
           return hex
         })
 
-      /** Pushes a layer file already named by its digest (a pulled image's) and extracts it here. */
-      const publishAs = (file: string, hex: string) =>
-        Effect.gen(function*() {
-          const objects = yield* openStore.pipe(Effect.mapError(busError))
-          const push = Effect.tryPromise({
-            try: async () => {
-              if ((await objects.info(hex)) !== null) return
-              const source = Readable.toWeb(FsSync.createReadStream(file)) as unknown as ReadableStream<Uint8Array>
-              await objects.put({ name: hex, options: { max_chunk_size: STORE_CHUNK_BYTES } }, source)
-            },
-            catch: (e) => fail(`pushing the layer: ${e instanceof Error ? e.message : String(e)}`)
-          })
-          // The store's copy and this host's extracted one at once: both read the same file, named
-          // by the digest the pull computed over the bytes as it wrote them (not hashed again).
-          yield* Effect.all([
-            push,
-            driver.importLayer(hex, file, { digestChecked: true }).pipe(
-              Effect.mapError((e) => fail(describeDriverError(e)))
-            )
-          ], {
-            concurrency: 2,
-            discard: true
-          })
-        })
-
       const pulls = yield* Effect.orDie(ImagePulls.make({
         dataDir: config.dataDir,
-        scratch,
         layerCache,
         openStore,
         ensureLayers,
-        publishAs
+        beginImport: driver.beginLayerImport.pipe(Effect.mapError((e) => fail(describeDriverError(e))))
       }))
 
       const build = (command: BuildCommand) =>

@@ -7,6 +7,7 @@
 import type { HostLimits } from "@svc/host-protocol/Protocol"
 import { VolumeMount } from "@svc/host-protocol/Volumes"
 import { Context, type Effect, Schema, type Scope, type Stream } from "effect"
+import type { LayerImport } from "./ImageLayers.ts"
 
 // ---------------------------------------------------------------------------------------------
 // Inputs
@@ -575,6 +576,11 @@ export class SandboxDriver extends Context.Service<SandboxDriver, {
     file: string,
     options?: { readonly digestChecked?: boolean }
   ): Effect.Effect<void, InvalidSandboxRequest | DriverFailure>
+  /**
+   * A layer extracted as its tar arrives (a pulled image's): put in place only by `commit` with
+   * the digest the caller verified, dropped by `abort` (`ImageLayers.beginLayerImport`).
+   */
+  readonly beginLayerImport: Effect.Effect<LayerImport, DriverFailure>
   /** Removes an extracted layer (sandboxes made from it keep their mount until they stop). */
   removeLayer(digest: string): Effect.Effect<void, InvalidSandboxRequest | DriverFailure>
   /** The image layers extracted on this host (not fork snapshots: `sweepForkLayers` keeps those). */

@@ -9,7 +9,7 @@
  * (top first), the sandbox's own writable layer above. Extracted into a temporary folder and
  * renamed into place: a reader sees a whole layer or none.
  */
-import { execFile } from "node:child_process"
+import { execFile, spawn } from "node:child_process"
 import { createHash } from "node:crypto"
 import * as FsSync from "node:fs"
 import * as Fs from "node:fs/promises"
@@ -121,6 +121,84 @@ export const importLayer = async (
     return target
   } finally {
     await Fs.rm(temp, { recursive: true, force: true }).catch(() => undefined)
+  }
+}
+
+/** A layer tar being extracted as it arrives (`beginLayerImport`). */
+export interface LayerImport {
+  /** The next bytes of the tar; waits while `tar` is behind. */
+  write(chunk: Buffer): Promise<void> | void
+  /**
+   * The whole tar written, its bytes checked by the caller as `hex`: the layer put in place as
+   * `<dataDir>/layers/<hex>` (left as it is when present already).
+   */
+  commit(hex: string): Promise<string>
+  /** Drops what was extracted (the bytes failed a check, or the pull failed). */
+  abort(): Promise<void>
+}
+
+/**
+ * Extracts a layer tar as its bytes arrive (a pulled image's, converted while it downloads), into
+ * a hidden temporary folder: nothing of it is at a layer's path until `commit`, which the caller
+ * makes only once the bytes are verified. Saves writing the tar to a file and reading it back.
+ */
+export const beginLayerImport = async (dataDir: string, uidBase: number): Promise<LayerImport> => {
+  await Fs.mkdir(layersDir(dataDir), { recursive: true, mode: 0o711 })
+  const temp = await Fs.mkdtemp(NodePath.join(layersDir(dataDir), ".stream.import-"))
+  const child = spawn(
+    "tar",
+    ["--extract", "--file", "-", "--numeric-owner", "--same-permissions", ...XATTRS, "--directory", temp],
+    { env: HOST_ENV, stdio: ["pipe", "ignore", "pipe"] }
+  )
+  let stderr = ""
+  child.stderr.on("data", (data: Buffer) => (stderr = (stderr + data.toString("utf8")).slice(-2000)))
+  // tar gone early shows in `exited`; a write after that must not throw an unhandled EPIPE.
+  child.stdin.on("error", () => undefined)
+  let failed: Error | undefined
+  const exited = new Promise<void>((resolve, reject) => {
+    child.on("error", (e) => reject(failed ??= e))
+    child.on("close", (code, signal) => {
+      if (code === 0) resolve()
+      else reject(failed ??= new Error(`tar: ${stderr.trim().slice(-500) || `ended with ${code ?? signal}`}`))
+    })
+  })
+  exited.catch(() => undefined)
+  const settled = exited.then(() => undefined, () => undefined)
+  let done = false
+  const clean = () => Fs.rm(temp, { recursive: true, force: true }).catch(() => undefined)
+  return {
+    write: (chunk) => {
+      if (failed !== undefined) throw failed
+      if (child.stdin.write(chunk)) return
+      return Promise.race([new Promise<void>((resolve) => child.stdin.once("drain", resolve)), settled])
+    },
+    commit: async (hex) => {
+      if (done) throw new Error("the layer import is over")
+      done = true
+      try {
+        if (!LAYER_HEX.test(hex)) throw new Error("not a layer digest")
+        child.stdin.end()
+        await exited
+        const target = layerDir(dataDir, hex)
+        if (await exists(target)) return target
+        await shiftOwnership(temp, uidBase)
+        await Fs.chmod(temp, 0o755)
+        await Fs.rename(temp, target).catch(async (e) => {
+          // Another import won the race: its tree is the same bytes.
+          if (!(await exists(target))) throw e
+        })
+        return target
+      } finally {
+        await clean()
+      }
+    },
+    abort: async () => {
+      if (done) return
+      done = true
+      if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL")
+      await settled
+      await clean()
+    }
   }
 }
 

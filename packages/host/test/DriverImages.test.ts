@@ -1,8 +1,9 @@
 /**
  * Images on the driver (`src/Driver/Images.ts`): a sandbox's writable layer exported as a layer
  * and stacked under a new sandbox (files, deletions, modes), a fork's snapshot not listed among
- * the image layers (the agent drops a listed layer its image store lacks), and the `debian` root built once
- * (the test cache folder is shared by the whole run) with python3 inside.
+ * the image layers (the agent drops a listed layer its image store lacks), the `debian` root
+ * built once (the test cache folder is shared by the whole run) with python3 inside, and a layer
+ * extracted as its tar streams in (a pulled image's), in place only once committed.
  */
 import { assert, describe, it } from "@effect/vitest"
 import { TEST_IMAGE_CACHE_DIR } from "@svc/testing/ImageCache"
@@ -10,7 +11,7 @@ import { Effect } from "effect"
 import { randomBytes } from "node:crypto"
 import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
-import { digestFile } from "../src/ImageLayers.ts"
+import { digestFile, packLayer } from "../src/ImageLayers.ts"
 import { makeTestDriver, sh, spec, text, uniqueId, withSandbox } from "./fixtures/support.ts"
 
 describe("SandboxDriver images (bubblewrap)", () => {
@@ -60,6 +61,58 @@ describe("SandboxDriver images (bubblewrap)", () => {
       const missing = yield* Effect.flip(driver.create(spec(uniqueId("img"), { layers: ["1".repeat(64)] })))
       assert.strictEqual(missing._tag, "TemplateNotFound")
     }).pipe(Effect.scoped), 120_000)
+
+  it.effect(
+    "a layer extracted as it arrives: hidden until commit with its digest; abort leaves nothing",
+    () =>
+      Effect.gen(function*() {
+        const { driver, dataDir, config } = yield* makeTestDriver()
+        const source = NodePath.join(dataDir, "source")
+        const file = NodePath.join(dataDir, "layer.tar")
+        yield* Effect.promise(async () => {
+          await Fs.mkdir(NodePath.join(source, "srv"), { recursive: true })
+          await Fs.writeFile(NodePath.join(source, "srv", "data"), randomBytes(3 * 1024 * 1024))
+          await packLayer(source, file, config.uidBase, dataDir)
+        })
+        const bytes = yield* Effect.promise(() => Fs.readFile(file))
+        const digest = yield* Effect.promise(() => digestFile(file))
+        const hidden = () =>
+          Effect.promise(async () =>
+            (await Fs.readdir(NodePath.join(dataDir, "layers"))).filter((name) => name.startsWith("."))
+          )
+
+        const importing = yield* driver.beginLayerImport
+        for (let at = 0; at < bytes.length; at += 64 * 1024) {
+          yield* Effect.promise(async () => importing.write(bytes.subarray(at, at + 64 * 1024)))
+        }
+        assert.isFalse(yield* driver.hasLayer(digest))
+        assert.deepStrictEqual(yield* driver.layers, [])
+        yield* Effect.promise(() => importing.commit(digest))
+        assert.deepStrictEqual(yield* driver.layers, [digest])
+        const stored = NodePath.join(dataDir, "layers", digest, "srv", "data")
+        const st = yield* Effect.promise(() => Fs.stat(stored))
+        assert.strictEqual(st.size, 3 * 1024 * 1024)
+        // Owners shifted into the sandboxes' range, as `importLayer` does.
+        assert.strictEqual(st.uid, config.uidBase)
+        assert.deepStrictEqual(yield* hidden(), [])
+
+        // Aborted halfway (the source failed its check): nothing stays, under any name.
+        const dropped = yield* driver.beginLayerImport
+        yield* Effect.promise(async () => dropped.write(bytes.subarray(0, bytes.length >> 1)))
+        yield* Effect.promise(() => dropped.abort())
+        assert.deepStrictEqual(yield* driver.layers, [digest])
+        assert.deepStrictEqual(yield* hidden(), [])
+
+        // A stream that is not a tar fails at its commit, and leaves nothing either.
+        const garbage = yield* driver.beginLayerImport
+        yield* Effect.promise(async () => garbage.write(randomBytes(4096)))
+        const refused = yield* Effect.flip(Effect.tryPromise(() => garbage.commit("1".repeat(64))))
+        assert.match(String(refused.cause), /tar/)
+        assert.isFalse(yield* driver.hasLayer("1".repeat(64)))
+        assert.deepStrictEqual(yield* hidden(), [])
+      }).pipe(Effect.scoped),
+    60_000
+  )
 
   it.effect("the debian root: built once per cache folder, python3 and apt inside", () =>
     Effect.gen(function*() {

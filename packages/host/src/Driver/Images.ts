@@ -63,6 +63,8 @@ export const makeImages = (host: DriverHost) => {
         await Layers.importLayer(config.dataDir, hex, file, config.uidBase, options?.digestChecked === true)
       }))
 
+  const beginLayerImport = tryHost("layer", () => Layers.beginLayerImport(config.dataDir, config.uidBase))
+
   const removeLayer = (value: string) =>
     Effect.flatMap(digest(value), (hex) => tryHost("layer", () => Layers.removeLayer(config.dataDir, hex)))
 
@@ -104,6 +106,7 @@ export const makeImages = (host: DriverHost) => {
     prepareRoot,
     hasLayer,
     importLayer,
+    beginLayerImport,
     removeLayer,
     layers,
     roots,

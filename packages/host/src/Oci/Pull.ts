@@ -1,16 +1,16 @@
 /**
- * One OCI layer blob pulled into a platform layer file: the blob downloaded (bounded) and checked
- * against the descriptor's digest (a tampered layer fails before anything of it is read), then
- * decompressed (gzip, zstd or none), counted against the bounds (a decompression bomb stops at the
- * bound, not when the disk fills) and rewritten by `LayerConvert.ts` into `file`, whose sha256
- * names the platform layer. Streamed: nothing held whole.
+ * One OCI layer blob pulled as a platform layer, in one streaming pass: the blob downloaded
+ * (bounded) and hashed, and at the same time decompressed (gzip, zstd or none), counted against
+ * the bounds (a decompression bomb stops at the bound, not when the disk fills) and rewritten by
+ * `LayerConvert.ts` (a bounded parser: a hostile tar is refused, never trusted) into the caller's
+ * sink. The blob's digest is known only at its end, so the pull resolves only then, and fails as
+ * tampered when it does not match: the caller keeps what the sink received unexposed (an
+ * unpublished upload, an extraction in a hidden folder) until then. Nothing held whole.
  */
 import { createHash } from "node:crypto"
-import * as FsSync from "node:fs"
-import * as Fs from "node:fs/promises"
-import type { Transform } from "node:stream"
+import { PassThrough, type Transform, type Writable } from "node:stream"
 import * as Zlib from "node:zlib"
-import { type ConvertedLayer, convertLayer, LayerRefused } from "./LayerConvert.ts"
+import { type ConvertedLayer, convertLayer } from "./LayerConvert.ts"
 import { type Descriptor, PullError, type RegistrySession } from "./Registry.ts"
 
 export interface LayerBounds {
@@ -32,8 +32,6 @@ export interface ImageBudget {
 }
 
 export interface PulledLayer extends ConvertedLayer {
-  /** sha256 of the written platform layer, hex. */
-  readonly hex: string
   /** Uncompressed bytes of the OCI layer. */
   readonly bytes: number
 }
@@ -47,99 +45,125 @@ const ZSTD = new Set(["application/vnd.oci.image.layer.v1.tar+zstd"])
 const PLAIN = new Set(["application/vnd.oci.image.layer.v1.tar", "application/vnd.docker.image.rootfs.diff.tar"])
 
 const decompressor = (mediaType: string): Transform | undefined => {
-  if (GZIP.has(mediaType)) return Zlib.createGunzip({ chunkSize: 256 * 1024 })
+  if (GZIP.has(mediaType)) return Zlib.createGunzip({ chunkSize: CHUNK })
   if (ZSTD.has(mediaType)) return (Zlib as unknown as { createZstdDecompress: () => Transform }).createZstdDecompress()
   if (PLAIN.has(mediaType)) return undefined
   throw new PullError(`layer media type ${mediaType.slice(0, 100)} is not supported`)
 }
 
+/** Bytes a stage buffers: fewer, larger chunks through the pipeline. */
+const CHUNK = 1024 * 1024
+/** Downloaded bytes gathered before they go to the decompressor. */
+const BATCH = 256 * 1024
+
 const mib = (bytes: number) => `${Math.round(bytes / (1024 * 1024))} MiB`
 
-/** Pulls `layer` from `session` into `file` (removed on failure). */
+/** Waits for `drain`, or for the stream's end (destroyed: nothing more to wait for). */
+const drained = (stream: Writable) =>
+  new Promise<void>((resolve) => {
+    const done = () => {
+      stream.off("drain", done)
+      stream.off("close", done)
+      resolve()
+    }
+    stream.on("drain", done)
+    stream.on("close", done)
+  })
+
+/**
+ * Pulls `layer` from `session`, its platform layer written through `write` as it is converted
+ * (which may wait, for backpressure). Resolves only once the whole blob matched its digest: what
+ * `write` received is the caller's to use only then (see the module's comment).
+ */
 export const pullLayer = async (
   session: RegistrySession,
   layer: Descriptor,
-  file: string,
-  bounds: LayerBounds
+  bounds: LayerBounds,
+  write: (chunk: Buffer) => Promise<void> | void
 ): Promise<PulledLayer> => {
+  const name = layer.digest.slice(0, 19)
   if (layer.size > bounds.layerMaxBytes) {
     throw new PullError(
-      `layer ${layer.digest.slice(0, 19)} is ${mib(layer.size)}, above the limit of ${
-        mib(bounds.layerMaxBytes)
-      } (${bounds.layerSetting})`
+      `layer ${name} is ${mib(layer.size)}, above the limit of ${mib(bounds.layerMaxBytes)} (${bounds.layerSetting})`
     )
   }
-  const decompress = decompressor(layer.mediaType)
-  // The blob is downloaded and checked against its digest before a byte of it is unpacked: a
-  // tampered layer fails as such, and nothing unverified reaches the tar reader.
-  const blobFile = `${file}.blob`
-  try {
-    const answer = await session.blob(layer.digest)
-    const compressedHash = createHash("sha256")
+  const decompress = decompressor(layer.mediaType) ?? new PassThrough({ highWaterMark: CHUNK })
+  // Its failures reach the conversion through its reader; this keeps one with none from throwing.
+  decompress.on("error", () => undefined)
+  const answer = await session.blob(layer.digest)
+  const compressedHash = createHash("sha256")
+  // Set when the conversion failed: the download goes on only to finish the digest.
+  let converting = true
+  // Download → digest → decompress, while the conversion below reads the decompressed side.
+  // The socket's chunks (16 KiB TLS records) gathered into larger ones: each write into the
+  // decompressor is a round trip to zlib's thread, which cost more than the copy.
+  let pending: Array<Buffer> = []
+  let pendingBytes = 0
+  const flush = async () => {
+    if (pendingBytes === 0) return
+    const batch = pending.length === 1 ? pending[0]! : Buffer.concat(pending, pendingBytes)
+    pending = []
+    pendingBytes = 0
+    compressedHash.update(batch)
+    if (converting && !decompress.write(batch)) await drained(decompress)
+  }
+  const download = (async () => {
     let compressed = 0
-    const blobOut = FsSync.createWriteStream(blobFile, { mode: 0o600 })
     try {
       for await (const chunk of answer.body) {
         compressed += chunk.length
         if (compressed > bounds.layerMaxBytes) {
           answer.close()
-          throw new PullError(
-            `layer ${layer.digest.slice(0, 19)} is larger than ${mib(bounds.layerMaxBytes)} (${bounds.layerSetting})`
-          )
+          throw new PullError(`layer ${name} is larger than ${mib(bounds.layerMaxBytes)} (${bounds.layerSetting})`)
         }
-        compressedHash.update(chunk)
-        if (!blobOut.write(chunk)) await new Promise<void>((resolve) => blobOut.once("drain", resolve))
+        pending.push(chunk)
+        pendingBytes += chunk.length
+        if (pendingBytes >= BATCH) await flush()
       }
-    } finally {
-      await new Promise<void>((resolve) => blobOut.end(() => resolve()))
-    }
-    if (`sha256:${compressedHash.digest("hex")}` !== layer.digest) {
-      throw new PullError(`layer ${layer.digest.slice(0, 19)} does not match its digest: tampered with or corrupted`)
-    }
-    let bytes = 0
-    const source = FsSync.createReadStream(blobFile, { highWaterMark: 1024 * 1024 })
-    const stream = decompress === undefined ? source : source.pipe(decompress)
-    source.on("error", (e) => stream.destroy(e))
-    const counted = (async function*() {
-      for await (const chunk of stream) {
-        bytes += (chunk as Buffer).length
-        bounds.image.spent += (chunk as Buffer).length
-        if (bytes > bounds.layerMaxBytes || bounds.image.spent > bounds.image.maxBytes) {
-          stream.destroy()
-          throw new PullError(
-            bytes > bounds.layerMaxBytes
-              ? `layer ${layer.digest.slice(0, 19)} unpacks to more than ${
-                mib(bounds.layerMaxBytes)
-              } (${bounds.layerSetting})`
-              : `the image unpacks to more than its limit (${bounds.imageSetting})`
-          )
-        }
-        yield chunk as Buffer
-      }
-    })()
-    const out = FsSync.createWriteStream(file, { mode: 0o600 })
-    const outHash = createHash("sha256")
-    const write = (chunk: Buffer) => {
-      outHash.update(chunk)
-      if (!out.write(chunk)) return new Promise<void>((resolve) => out.once("drain", resolve))
-    }
-    try {
-      const converted = await convertLayer(counted, write).catch((e) => {
-        if (e instanceof LayerRefused) throw new PullError(`layer ${layer.digest.slice(0, 19)}: ${e.message}`)
-        if (e instanceof PullError) throw e
-        throw new PullError(`layer ${layer.digest.slice(0, 19)}: ${e instanceof Error ? e.message : String(e)}`)
-      })
-      // The rest (tar's trailing zeros) is read too: the bound counts every byte.
-      for await (const _ of counted) { /* drained */ }
-      await new Promise<void>((resolve, reject) => out.end((e?: Error | null) => (e ? reject(e) : resolve())))
-      return { ...converted, hex: outHash.digest("hex"), bytes }
+      await flush()
     } catch (e) {
-      stream.destroy()
-      out.destroy()
-      await Fs.rm(file, { force: true })
+      decompress.destroy()
       throw e
     }
-  } finally {
-    await Fs.rm(blobFile, { force: true })
+    if (converting) decompress.end()
+    return `sha256:${compressedHash.digest("hex")}` === layer.digest
+  })()
+  let bytes = 0
+  const counted = (async function*() {
+    for await (const chunk of decompress) {
+      bytes += (chunk as Buffer).length
+      bounds.image.spent += (chunk as Buffer).length
+      if (bytes > bounds.layerMaxBytes || bounds.image.spent > bounds.image.maxBytes) {
+        throw new PullError(
+          bytes > bounds.layerMaxBytes
+            ? `layer ${name} unpacks to more than ${mib(bounds.layerMaxBytes)} (${bounds.layerSetting})`
+            : `the image unpacks to more than its limit (${bounds.imageSetting})`
+        )
+      }
+      yield chunk as Buffer
+    }
+  })()
+  const conversion = (async () => {
+    try {
+      const converted = await convertLayer(counted, write)
+      // The rest (tar's trailing zeros) is read too: the bound counts every byte.
+      for await (const _ of counted) { /* drained */ }
+      return converted
+    } catch (e) {
+      converting = false
+      decompress.destroy()
+      throw e
+    }
+  })()
+  const [downloaded, converted] = await Promise.allSettled([download, conversion])
+  // The download's own failure (a bound, a stall, the connection) is the pull's; then a blob not
+  // matching its digest fails as tampered, before any complaint about its content.
+  if (downloaded.status === "rejected") throw downloaded.reason
+  if (!downloaded.value) throw new PullError(`layer ${name} does not match its digest: tampered with or corrupted`)
+  if (converted.status === "rejected") {
+    const e = converted.reason
+    if (e instanceof PullError) throw e
+    throw new PullError(`layer ${name}: ${e instanceof Error ? e.message : String(e)}`)
   }
+  return { ...converted.value, bytes }
 }
