@@ -113,7 +113,8 @@ fi
  * Receives an upload on stdin (args: path, temp name, parents 1/0: make missing folders, else
  * exit 3). /proc and /sys are refused (GUARD). A device or fifo is written
  * in place (and announced with a lone NUL). Anything else goes to `$2`, a fresh name in the
- * folder of the resolved target, announced as "<target>\\0<temp>\\0" before the first byte is read; the
+ * folder of the resolved target, announced as "<target>\\0<temp>\\0" before the first byte is read
+ * (written by `dd`: a read of up to 1 MiB from the transfer's pipe, `cat`'s are 64 KiB); the
  * commit script renames it over the target once the driver saw every byte through.
  */
 const RECEIVE_SCRIPT = `
@@ -143,7 +144,7 @@ fi
 [ -d "$t" ] && exit 4
 tmp=\${t%/*}/$2
 printf '%s\\0%s\\0' "$t" "$tmp"
-"$B" cat > "$tmp" || exit ${REFUSED_EXIT}
+"$B" dd bs=1048576 > "$tmp" || exit ${REFUSED_EXIT}
 `
 
 /** Gives the received file its mode and puts it in place. */
@@ -285,6 +286,12 @@ const normalize = (path: string) => {
 const FILE_OP_TIMEOUT_MS = 60_000
 /** A transfer's processes end after this long whatever happens (the API waits as long). */
 export const TRANSFER_TIMEOUT_MS = 600_000
+/**
+ * The capacity of a transfer's pipes into and out of the sandbox (the default is 64 KiB): the
+ * agent writes a body's chunks without waiting on each one to drain, and the writer inside
+ * (`dd`) takes up to a MiB per read.
+ */
+export const TRANSFER_PIPE_BYTES = 1024 * 1024
 const NUL = 0
 const NEWLINE = 10
 const MAX_HEADER_BYTES = 2 * 4096 + 64
@@ -412,7 +419,8 @@ export const makeFiles = (host: DriverHost, exec: Pick<Exec, "runInside" | "spaw
     exec.spawnInside(entry, [HELPER, "sh", "-c", script, "sh", ...args], {
       env: { PATH: SANDBOX_PATH },
       cwd: "/",
-      timeoutMs: TRANSFER_TIMEOUT_MS
+      timeoutMs: TRANSFER_TIMEOUT_MS,
+      pipeBytes: TRANSFER_PIPE_BYTES
     })
 
   const readFileStream = Effect.fn("SandboxDriver.readFileStream")(function*(
@@ -455,9 +463,10 @@ export const makeFiles = (host: DriverHost, exec: Pick<Exec, "runInside" | "spaw
       onError: (e) => new DriverFailure({ operation: "readFile", message: String(e) }),
       closeOnDone: false
     }).pipe(
-      Stream.mapEffect((chunk) => {
-        received += chunk.length
-        return received > max ? Effect.fail(fileError("too_large", `larger than ${max} bytes`)) : Effect.succeed(chunk)
+      // Counted per batch of chunks read together, not per chunk: one effect per batch.
+      Stream.mapArrayEffect((chunks) => {
+        for (const chunk of chunks) received += chunk.length
+        return received > max ? Effect.fail(fileError("too_large", `larger than ${max} bytes`)) : Effect.succeed(chunks)
       }),
       Stream.concat(Stream.fromEffectDrain(Effect.gen(function*() {
         const exit = yield* proc.exit
