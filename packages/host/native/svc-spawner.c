@@ -232,9 +232,9 @@ static void spawn(struct reader *r) {
         }
         theirs[i] = kind == 'i' ? p[0] : p[1];
         ours[i] = kind == 'i' ? p[1] : p[0];
-        /* arg, when set: the pipe's capacity in bytes (a transfer's 1 MiB: fewer, larger reads
-         * and writes on both ends than the default 64 KiB). Best effort: past the user's pipe
-         * quota or pipe-max-size the kernel refuses, and the default pipe serves as well. */
+        /* arg, when set: the pipe's capacity in bytes (an upload's stdin, 1 MiB: the agent's
+         * writes wait less often for the command to read). Best effort: past the user's pipe
+         * quota or pipe-max-size the kernel refuses, and the default 64 KiB serves as well. */
         if (alen > 0) {
           long size = strtol(arg, NULL, 10);
           if (size > 65536 && size <= 16 * 1048576) (void) fcntl(p[1], F_SETPIPE_SZ, (int) size);

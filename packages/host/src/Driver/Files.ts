@@ -113,8 +113,7 @@ fi
  * Receives an upload on stdin (args: path, temp name, parents 1/0: make missing folders, else
  * exit 3). /proc and /sys are refused (GUARD). A device or fifo is written
  * in place (and announced with a lone NUL). Anything else goes to `$2`, a fresh name in the
- * folder of the resolved target, announced as "<target>\\0<temp>\\0" before the first byte is read
- * (written by `dd`: a read of up to 1 MiB from the transfer's pipe, `cat`'s are 64 KiB); the
+ * folder of the resolved target, announced as "<target>\\0<temp>\\0" before the first byte is read; the
  * commit script renames it over the target once the driver saw every byte through.
  */
 const RECEIVE_SCRIPT = `
@@ -144,7 +143,7 @@ fi
 [ -d "$t" ] && exit 4
 tmp=\${t%/*}/$2
 printf '%s\\0%s\\0' "$t" "$tmp"
-"$B" dd bs=1048576 > "$tmp" || exit ${REFUSED_EXIT}
+"$B" cat > "$tmp" || exit ${REFUSED_EXIT}
 `
 
 /** Gives the received file its mode and puts it in place. */
@@ -287,9 +286,8 @@ const FILE_OP_TIMEOUT_MS = 60_000
 /** A transfer's processes end after this long whatever happens (the API waits as long). */
 export const TRANSFER_TIMEOUT_MS = 600_000
 /**
- * The capacity of a transfer's pipes into and out of the sandbox (the default is 64 KiB): the
- * agent writes a body's chunks without waiting on each one to drain, and the writer inside
- * (`dd`) takes up to a MiB per read.
+ * The capacity of a transfer's pipe into the sandbox (the default is 64 KiB): the agent writes
+ * an upload's chunks without waiting for each one to drain.
  */
 export const TRANSFER_PIPE_BYTES = 1024 * 1024
 const NUL = 0

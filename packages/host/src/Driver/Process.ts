@@ -297,7 +297,7 @@ export interface StreamingOptions {
   readonly maxStderrBytes?: number
   /** As `CommandOptions.killTree`: called on timeout, on `kill` and when the scope closes early. */
   readonly killTree?: () => void
-  /** The capacity of the stdin and stdout pipes (`Spawner.SpawnOptions.pipeBytes`). */
+  /** The capacity of the stdin pipe (`Spawner.SpawnOptions.pipeBytes`). */
   readonly pipeBytes?: number
 }
 

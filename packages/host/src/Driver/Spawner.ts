@@ -56,8 +56,9 @@ export interface SpawnOptions {
   /** Keeps running if the spawner dies (a sandbox's host-side bubblewrap); otherwise killed. */
   readonly outlive?: boolean
   /**
-   * The capacity of the pipes of descriptors 0 and 1 ("in"/"out"), best effort (the kernel may
-   * refuse past the user's pipe quota); unset: the default 64 KiB.
+   * The capacity of descriptor 0's pipe ("in"), best effort (the kernel may refuse past the
+   * user's pipe quota); unset: the default 64 KiB. Only the agent's writes fill it: its pages
+   * are the agent's, never the command's memory.
    */
   readonly pipeBytes?: number
 }
@@ -322,7 +323,7 @@ class Client {
       u32(options.stdio.length)
     ]
     for (const [i, spec] of options.stdio.entries()) {
-      const size = i <= 1 && options.pipeBytes !== undefined ? String(options.pipeBytes) : ""
+      const size = i === 0 && options.pipeBytes !== undefined ? String(options.pipeBytes) : ""
       if (spec === "ignore") parts.push(Buffer.from("n"), ...field(""))
       else if (spec === "in") parts.push(Buffer.from("i"), ...field(size))
       else if (spec === "out") parts.push(Buffer.from("o"), ...field(size))
