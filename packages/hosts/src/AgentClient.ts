@@ -84,15 +84,6 @@ const ARCHIVE_TIMEOUT_MS = 3_600_000
 /** Reading usage is a few file reads on the host. */
 const STATS_TIMEOUT_MS = 10_000
 
-/**
- * A download's deadline, checked as its bytes arrive: not `Stream.interruptWhen`, which merges
- * the stream with a timer fiber through a queue (a hand-off between fibers for every batch of
- * bytes). A host that sends nothing at all meets the transfer's idle bound instead (the API
- * closes a connection that moves no byte).
- */
-const withinDeadline = <E>(deadline: number, stopped: E) => <A, E0, R>(stream: Stream.Stream<A, E0, R>) =>
-  Stream.mapArrayEffect(stream, (chunk) => Date.now() > deadline ? Effect.fail(stopped) : Effect.succeed(chunk))
-
 /** The host a call goes to (its `HostRecord`: endpoint and bearer token). */
 export class AgentTarget extends Context.Service<AgentTarget, HostRecord>()("@svc/hosts/AgentClient/AgentTarget") {}
 
@@ -338,7 +329,7 @@ export class AgentClient extends Context.Service<AgentClient, {
         const stopped = new Errors.Unavailable({ error: "The sandbox's host stopped sending the file" })
         const stream = content.pipe(
           Stream.mapError(() => stopped),
-          withinDeadline(Date.now() + TRANSFER_TIMEOUT_MS, stopped)
+          Stream.interruptWhen(Effect.andThen(Effect.sleep(TRANSFER_TIMEOUT_MS), Effect.fail(stopped)))
         )
         const length = response.headers["content-length"]
         return {
@@ -401,7 +392,7 @@ export class AgentClient extends Context.Service<AgentClient, {
         const stopped = new Errors.Unavailable({ error: "The sandbox's host stopped sending the archive" })
         return content.pipe(
           Stream.mapError(() => stopped),
-          withinDeadline(Date.now() + ARCHIVE_TIMEOUT_MS, stopped)
+          Stream.interruptWhen(Effect.andThen(Effect.sleep(ARCHIVE_TIMEOUT_MS), Effect.fail(stopped)))
         )
       }
     )

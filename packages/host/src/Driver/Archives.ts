@@ -20,7 +20,7 @@ import * as Posix from "node:path/posix"
 import * as Zlib from "node:zlib"
 import { DriverFailure, type FileStream, SandboxFileError, SandboxPath } from "../Driver.ts"
 import type { Exec } from "./Exec.ts"
-import { errnoOf, GUARD_SCRIPT, TRANSFER_PIPE_BYTES } from "./Files.ts"
+import { errnoOf, GUARD_SCRIPT } from "./Files.ts"
 import { decodeInput, type DriverHost, HELPER, type RunningSandbox, SANDBOX_PATH } from "./Host.ts"
 import { decode, type ProcessExit, pump, readHeader } from "./Process.ts"
 import { TarCheck } from "./TarCheck.ts"
@@ -154,8 +154,7 @@ export const makeArchives = (host: DriverHost, exec: Pick<Exec, "runInside" | "s
     exec.spawnInside(entry, [HELPER, "sh", "-c", script, "sh", ...args], {
       env: { PATH: SANDBOX_PATH },
       cwd: "/",
-      timeoutMs,
-      pipeBytes: TRANSFER_PIPE_BYTES
+      timeoutMs
     })
 
   const runScript = (entry: RunningSandbox, script: string, args: ReadonlyArray<string>) =>

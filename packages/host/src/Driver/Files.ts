@@ -285,11 +285,6 @@ const normalize = (path: string) => {
 const FILE_OP_TIMEOUT_MS = 60_000
 /** A transfer's processes end after this long whatever happens (the API waits as long). */
 export const TRANSFER_TIMEOUT_MS = 600_000
-/**
- * The capacity of a transfer's pipe into the sandbox (the default is 64 KiB): the agent writes
- * an upload's chunks without waiting for each one to drain.
- */
-export const TRANSFER_PIPE_BYTES = 1024 * 1024
 const NUL = 0
 const NEWLINE = 10
 const MAX_HEADER_BYTES = 2 * 4096 + 64
@@ -417,8 +412,7 @@ export const makeFiles = (host: DriverHost, exec: Pick<Exec, "runInside" | "spaw
     exec.spawnInside(entry, [HELPER, "sh", "-c", script, "sh", ...args], {
       env: { PATH: SANDBOX_PATH },
       cwd: "/",
-      timeoutMs: TRANSFER_TIMEOUT_MS,
-      pipeBytes: TRANSFER_PIPE_BYTES
+      timeoutMs: TRANSFER_TIMEOUT_MS
     })
 
   const readFileStream = Effect.fn("SandboxDriver.readFileStream")(function*(
@@ -461,10 +455,9 @@ export const makeFiles = (host: DriverHost, exec: Pick<Exec, "runInside" | "spaw
       onError: (e) => new DriverFailure({ operation: "readFile", message: String(e) }),
       closeOnDone: false
     }).pipe(
-      // Counted per batch of chunks read together, not per chunk: one effect per batch.
-      Stream.mapArrayEffect((chunks) => {
-        for (const chunk of chunks) received += chunk.length
-        return received > max ? Effect.fail(fileError("too_large", `larger than ${max} bytes`)) : Effect.succeed(chunks)
+      Stream.mapEffect((chunk) => {
+        received += chunk.length
+        return received > max ? Effect.fail(fileError("too_large", `larger than ${max} bytes`)) : Effect.succeed(chunk)
       }),
       Stream.concat(Stream.fromEffectDrain(Effect.gen(function*() {
         const exit = yield* proc.exit
