@@ -10,25 +10,20 @@
  * medians over runs of each run's p50 and p99, and the ratio context / exec. Target: p50 ≤ 2×.
  * Deletes the sandbox before it exits.
  */
-import { startNats, startPostgres } from "@svc/local-servers/Servers"
 import { TEST_IMAGE_CACHE_DIR } from "@svc/testing/ImageCache"
-import * as TestDatabase from "@svc/testing/TestDatabase"
 import { serve } from "@svc/testing/TestHttp"
 import * as TestNats from "@svc/testing/TestNats"
 import { appMain, readyEvent, spawnRole } from "@svc/testing/TestProcess"
-import { useTestEncryptionKeys } from "@svc/testing/TestSecrets"
-import { Duration, Effect, Layer } from "effect"
+import { Duration, Effect } from "effect"
 import { HttpRouter } from "effect/http"
 import * as Fs from "node:fs/promises"
 import * as Server from "../apps/api/src/Server.ts"
-import * as Runtime from "../apps/runtime/src/Runtime.ts"
 import { ApiKeys } from "../packages/auth/src/ApiKeys.ts"
 import { operatorContext } from "../packages/auth/src/Audit.ts"
-import * as AuthLayer from "../packages/auth/src/AuthLayer.ts"
 import { Orgs } from "../packages/auth/src/Orgs.ts"
-import { SecretBox } from "../packages/crypto/src/SecretBox.ts"
 import { makeHostId } from "../packages/domain/src/Ids.ts"
 import { cleanHost } from "./lib/Hosts.ts"
+import { runInProcess } from "./lib/InProcess.ts"
 import { record } from "./lib/Report.ts"
 import { median } from "./lib/Stats.ts"
 
@@ -145,40 +140,24 @@ const platform = Effect.gen(function*() {
   return out
 })
 
-const [natsServer, pg] = await Promise.all([startNats(), startPostgres()])
-process.env.SVC_TEST_NATS_URL = natsServer.url
-process.env.SVC_TEST_DATABASE_URL = pg.url
-useTestEncryptionKeys()
-try {
-  const result = await Effect.runPromise(
-    Effect.scoped(platform).pipe(
-      Effect.provide(
-        Layer.mergeAll(Runtime.make({ heartbeat: false }), AuthLayer.layerWith({})).pipe(
-          Layer.provideMerge(Layer.mergeAll(TestNats.layer, TestDatabase.layer, SecretBox.layer))
-        )
-      )
-    )
-  )
-  console.log(`\na python context's run of 1+1 against an exec of true (${RUNS} runs of ${CALLS} calls each)`)
-  for (const [name, values] of Object.entries(result)) {
-    console.log(`  ${name.padEnd(8)} ms: ${values.map((v) => v.toFixed(1)).join(", ")}`)
-  }
-  for (const p of ["p50", "p99"] as const) {
-    const value = median(p === "p50" ? result.runP50 : result.runP99)
-    const baseline = median(p === "p50" ? result.execP50 : result.execP99)
-    record({
-      bench: "contexts",
-      figure: `context run of 1+1, ${p}`,
-      value,
-      unit: "ms",
-      baseline,
-      baselineName: `exec of true, ${p}`,
-      ratio: value / baseline,
-      target: "ratio <= 2",
-      met: value / baseline <= 2,
-      runs: RUNS
-    })
-  }
-} finally {
-  await Promise.all([natsServer.stop(), pg.close()])
+const result = await runInProcess(platform)
+console.log(`\na python context's run of 1+1 against an exec of true (${RUNS} runs of ${CALLS} calls each)`)
+for (const [name, values] of Object.entries(result)) {
+  console.log(`  ${name.padEnd(8)} ms: ${values.map((v) => v.toFixed(1)).join(", ")}`)
+}
+for (const p of ["p50", "p99"] as const) {
+  const value = median(p === "p50" ? result.runP50 : result.runP99)
+  const baseline = median(p === "p50" ? result.execP50 : result.execP99)
+  record({
+    bench: "contexts",
+    figure: `context run of 1+1, ${p}`,
+    value,
+    unit: "ms",
+    baseline,
+    baselineName: `exec of true, ${p}`,
+    ratio: value / baseline,
+    target: "ratio <= 2",
+    met: value / baseline <= 2,
+    runs: RUNS
+  })
 }

@@ -23,13 +23,10 @@
  * cache favour the second). Medians of the runs. Deletes what it made. `BENCH_CPU_PROF=<dir>`
  * profiles the agent (`node --cpu-prof`).
  */
-import { startNats, startPostgres } from "@svc/local-servers/Servers"
-import * as TestDatabase from "@svc/testing/TestDatabase"
 import { serve } from "@svc/testing/TestHttp"
 import * as TestNats from "@svc/testing/TestNats"
 import { startTestRegistry, type TestRegistry, writeOciLayout } from "@svc/testing/TestRegistry"
-import { useTestEncryptionKeys } from "@svc/testing/TestSecrets"
-import { Effect, Layer } from "effect"
+import { Effect } from "effect"
 import { HttpRouter } from "effect/http"
 import { execFile, execFileSync, spawn } from "node:child_process"
 import { randomBytes } from "node:crypto"
@@ -40,15 +37,13 @@ import * as Path from "node:path"
 import { fileURLToPath } from "node:url"
 import { promisify } from "node:util"
 import * as Server from "../apps/api/src/Server.ts"
-import * as Runtime from "../apps/runtime/src/Runtime.ts"
 import { ApiKeys } from "../packages/auth/src/ApiKeys.ts"
 import { operatorContext } from "../packages/auth/src/Audit.ts"
-import * as AuthLayer from "../packages/auth/src/AuthLayer.ts"
 import { Orgs } from "../packages/auth/src/Orgs.ts"
-import { SecretBox } from "../packages/crypto/src/SecretBox.ts"
 import { makeHostId } from "../packages/domain/src/Ids.ts"
 import { TEST_IMAGE_CACHE_DIR } from "../packages/testing/src/ImageCache.ts"
 import { cleanHost } from "./lib/Hosts.ts"
+import { runInProcess } from "./lib/InProcess.ts"
 import { record } from "./lib/Report.ts"
 import { median } from "./lib/Stats.ts"
 
@@ -287,101 +282,80 @@ const platform = Effect.gen(function*() {
   return { rows, compressed, sizes, startsBase, startsImage }
 })
 
-process.env.SVC_RATE_LIMIT_PER_SECOND = "100000"
-process.env.SVC_RATE_LIMIT_BURST = "100000"
-process.env.SVC_ORG_MAX_SANDBOXES = "100000"
-process.env.SVC_ORG_MAX_RUNNING_SANDBOXES = "100000"
-const [natsServer, pg] = await Promise.all([startNats(), startPostgres()])
-process.env.SVC_TEST_NATS_URL = natsServer.url
-process.env.SVC_TEST_DATABASE_URL = pg.url
-useTestEncryptionKeys()
-try {
-  const result = await Effect.runPromise(
-    Effect.scoped(platform).pipe(
-      Effect.provide(
-        Layer.mergeAll(
-          Runtime.make({ heartbeat: false }),
-          AuthLayer.layerWith({})
-        ).pipe(Layer.provideMerge(Layer.mergeAll(TestNats.layer, TestDatabase.layer, SecretBox.layer)))
-      )
-    )
-  )
-  const commit = execFileSync("git", ["rev-parse", "--short", "HEAD"], { encoding: "utf8" }).trim()
-  const of = (k: string) => median(result.rows.map((r) => r[k]!))
-  console.log(
-    `\nimages (${Os.cpus().length} cores, kernel ${Os.release()}, commit ${commit}, load average ${
-      Os.loadavg().map((l) => l.toFixed(1)).join(" ")
-    })`
-  )
-  console.log(
-    `an image of ${result.sizes.reduce((a, b) => a + b, 0)} MiB in ${result.sizes.length} layers (${
-      result.sizes.join(" + ")
-    } MiB; ${Math.round(result.compressed / MIB)} MiB compressed); medians of ${RUNS} runs`
-  )
-  const floorMs = of("floorMs")
-  record({
-    bench: "images",
-    figure: "fresh image: POST /v1/templates → ready (pull + unpack + layer store)",
-    value: of("pullMs"),
-    unit: "ms",
-    baseline: floorMs,
-    baselineName: "skopeo copy + umoci unpack",
-    ratio: of("pullMs") / floorMs,
-    target: "ratio <= 1.5",
-    met: of("pullMs") / floorMs <= 1.5,
-    runs: RUNS
-  })
-  record({
-    bench: "images",
-    figure: "fresh image: the agent's own figure (log's `ready in`)",
-    value: of("pullOnHost"),
-    unit: "ms",
-    baseline: floorMs,
-    baselineName: "skopeo copy + umoci unpack",
-    ratio: of("pullOnHost") / floorMs,
-    runs: RUNS
-  })
-  record({
-    bench: "images",
-    figure: "fresh image: CPU of the agent during the pull",
-    value: of("pullCpu"),
-    unit: "ms",
-    baseline: of("floorCpu"),
-    baselineName: "CPU of skopeo + umoci",
-    ratio: of("pullCpu") / of("floorCpu"),
-    runs: RUNS
-  })
-  record({
-    bench: "images",
-    figure: "first sandbox of the fresh image: create → running",
-    value: of("firstSandbox"),
-    unit: "ms",
-    runs: RUNS
-  })
-  record({
-    bench: "images",
-    figure: `second image on the same base: POST → ready (layers pulled ${of("secondPulled")}, from the layer cache ${
-      of("secondCached")
-    })`,
-    value: of("secondMs"),
-    unit: "ms",
-    runs: RUNS
-  })
-  const base = median(result.startsBase)
-  const image = median(result.startsImage)
-  record({
-    bench: "images",
-    figure: "create → running, image template with its layers on the host",
-    value: image,
-    unit: "ms",
-    baseline: base,
-    baselineName: "base",
-    ratio: image / base,
-    target: "ratio <= 1.5",
-    met: image / base <= 1.5,
-    runs: STARTS
-  })
-  console.log(JSON.stringify({ rows: result.rows, startsBase: result.startsBase, startsImage: result.startsImage }))
-} finally {
-  await Promise.all([natsServer.stop(), pg.close()])
-}
+const result = await runInProcess(platform)
+const commit = execFileSync("git", ["rev-parse", "--short", "HEAD"], { encoding: "utf8" }).trim()
+const of = (k: string) => median(result.rows.map((r) => r[k]!))
+console.log(
+  `\nimages (${Os.cpus().length} cores, kernel ${Os.release()}, commit ${commit}, load average ${
+    Os.loadavg().map((l) => l.toFixed(1)).join(" ")
+  })`
+)
+console.log(
+  `an image of ${result.sizes.reduce((a, b) => a + b, 0)} MiB in ${result.sizes.length} layers (${
+    result.sizes.join(" + ")
+  } MiB; ${Math.round(result.compressed / MIB)} MiB compressed); medians of ${RUNS} runs`
+)
+const floorMs = of("floorMs")
+record({
+  bench: "images",
+  figure: "fresh image: POST /v1/templates → ready (pull + unpack + layer store)",
+  value: of("pullMs"),
+  unit: "ms",
+  baseline: floorMs,
+  baselineName: "skopeo copy + umoci unpack",
+  ratio: of("pullMs") / floorMs,
+  target: "ratio <= 1.5",
+  met: of("pullMs") / floorMs <= 1.5,
+  runs: RUNS
+})
+record({
+  bench: "images",
+  figure: "fresh image: the agent's own figure (log's `ready in`)",
+  value: of("pullOnHost"),
+  unit: "ms",
+  baseline: floorMs,
+  baselineName: "skopeo copy + umoci unpack",
+  ratio: of("pullOnHost") / floorMs,
+  runs: RUNS
+})
+record({
+  bench: "images",
+  figure: "fresh image: CPU of the agent during the pull",
+  value: of("pullCpu"),
+  unit: "ms",
+  baseline: of("floorCpu"),
+  baselineName: "CPU of skopeo + umoci",
+  ratio: of("pullCpu") / of("floorCpu"),
+  runs: RUNS
+})
+record({
+  bench: "images",
+  figure: "first sandbox of the fresh image: create → running",
+  value: of("firstSandbox"),
+  unit: "ms",
+  runs: RUNS
+})
+record({
+  bench: "images",
+  figure: `second image on the same base: POST → ready (layers pulled ${of("secondPulled")}, from the layer cache ${
+    of("secondCached")
+  })`,
+  value: of("secondMs"),
+  unit: "ms",
+  runs: RUNS
+})
+const base = median(result.startsBase)
+const image = median(result.startsImage)
+record({
+  bench: "images",
+  figure: "create → running, image template with its layers on the host",
+  value: image,
+  unit: "ms",
+  baseline: base,
+  baselineName: "base",
+  ratio: image / base,
+  target: "ratio <= 1.5",
+  met: image / base <= 1.5,
+  runs: STARTS
+})
+console.log(JSON.stringify({ rows: result.rows, startsBase: result.startsBase, startsImage: result.startsImage }))

@@ -13,12 +13,9 @@
  * Deletes what it made before it exits.
  */
 import { WebSocket } from "@effect/platform-node/NodeWS"
-import { startNats, startPostgres } from "@svc/local-servers/Servers"
-import * as TestDatabase from "@svc/testing/TestDatabase"
 import { serve } from "@svc/testing/TestHttp"
 import * as TestNats from "@svc/testing/TestNats"
-import { useTestEncryptionKeys } from "@svc/testing/TestSecrets"
-import { Effect, Layer } from "effect"
+import { Effect } from "effect"
 import { HttpRouter } from "effect/http"
 import { spawn } from "node:child_process"
 import * as Fs from "node:fs/promises"
@@ -26,16 +23,14 @@ import * as Http from "node:http"
 import * as Os from "node:os"
 import { fileURLToPath } from "node:url"
 import * as Server from "../apps/api/src/Server.ts"
-import * as Runtime from "../apps/runtime/src/Runtime.ts"
 import { ApiKeys } from "../packages/auth/src/ApiKeys.ts"
 import { operatorContext } from "../packages/auth/src/Audit.ts"
-import * as AuthLayer from "../packages/auth/src/AuthLayer.ts"
 import { Orgs } from "../packages/auth/src/Orgs.ts"
 import { Nats } from "../packages/bus/src/Nats.ts"
-import { SecretBox } from "../packages/crypto/src/SecretBox.ts"
 import { makeHostId } from "../packages/domain/src/Ids.ts"
 import * as Events from "../packages/events/src/Streams.ts"
 import { cleanHost } from "./lib/Hosts.ts"
+import { runInProcess } from "./lib/InProcess.ts"
 import { quantile } from "./lib/Stats.ts"
 
 const EXECS = Number(process.env["BENCH_EXECS"] ?? 100)
@@ -260,38 +255,21 @@ const platform = Effect.gen(function*() {
   return { plain, streamed, keys }
 })
 
-const [natsServer, pg] = await Promise.all([startNats(), startPostgres()])
-process.env.SVC_TEST_NATS_URL = natsServer.url
-process.env.SVC_TEST_DATABASE_URL = pg.url
-useTestEncryptionKeys()
-try {
-  const result = await Effect.runPromise(
-    Effect.scoped(platform).pipe(
-      Effect.provide(
-        Layer.mergeAll(
-          Runtime.make({ heartbeat: false }),
-          AuthLayer.layerWith({})
-        ).pipe(Layer.provideMerge(Layer.mergeAll(TestNats.layer, TestDatabase.layer, SecretBox.layer)))
-      )
-    )
-  )
-  const row = (name: string, values: ReadonlyArray<number>) =>
-    console.log(`${name.padEnd(50)}${ms(quantile(values, 0.5))}${ms(quantile(values, 0.99))}${ms(Math.max(...values))}`)
-  console.log(`\nprocesses and the terminal (${Os.cpus().length} cores, kernel ${Os.release()})`)
-  console.log(`${"".padEnd(50)}${"p50 ms".padStart(9)}${"p99 ms".padStart(9)}${"max ms".padStart(9)}`)
-  row(`plain exec \`echo hi\`: POST → answer (${EXECS})`, result.plain)
-  row(`streamed exec: POST → first stdout event (${EXECS})`, result.streamed)
-  console.log(
-    `${"streamed first byte / plain exec (p50)".padEnd(50)}${
-      (quantile(result.streamed, 0.5) / quantile(result.plain, 0.5)).toFixed(2).padStart(9)
-    }`
-  )
-  row(`terminal: key → echo (${KEYS} keys)`, result.keys)
-  console.log(
-    `${"terminal round trip / plain exec (p50)".padEnd(50)}${
-      (quantile(result.keys, 0.5) / quantile(result.plain, 0.5)).toFixed(2).padStart(9)
-    }`
-  )
-} finally {
-  await Promise.all([natsServer.stop(), pg.close()])
-}
+const result = await runInProcess(platform)
+const row = (name: string, values: ReadonlyArray<number>) =>
+  console.log(`${name.padEnd(50)}${ms(quantile(values, 0.5))}${ms(quantile(values, 0.99))}${ms(Math.max(...values))}`)
+console.log(`\nprocesses and the terminal (${Os.cpus().length} cores, kernel ${Os.release()})`)
+console.log(`${"".padEnd(50)}${"p50 ms".padStart(9)}${"p99 ms".padStart(9)}${"max ms".padStart(9)}`)
+row(`plain exec \`echo hi\`: POST → answer (${EXECS})`, result.plain)
+row(`streamed exec: POST → first stdout event (${EXECS})`, result.streamed)
+console.log(
+  `${"streamed first byte / plain exec (p50)".padEnd(50)}${
+    (quantile(result.streamed, 0.5) / quantile(result.plain, 0.5)).toFixed(2).padStart(9)
+  }`
+)
+row(`terminal: key → echo (${KEYS} keys)`, result.keys)
+console.log(
+  `${"terminal round trip / plain exec (p50)".padEnd(50)}${
+    (quantile(result.keys, 0.5) / quantile(result.plain, 0.5)).toFixed(2).padStart(9)
+  }`
+)

@@ -10,27 +10,22 @@
  * each after 5 of each to warm up; the figures are the medians of the runs' medians, and the
  * ratio SDK / raw. Target: ≤ 1.5. Deletes the sandbox before it exits.
  */
-import { startNats, startPostgres } from "@svc/local-servers/Servers"
-import * as TestDatabase from "@svc/testing/TestDatabase"
 import { serve } from "@svc/testing/TestHttp"
 import * as TestNats from "@svc/testing/TestNats"
 import { appMain, readyEvent, spawnRole } from "@svc/testing/TestProcess"
-import { useTestEncryptionKeys } from "@svc/testing/TestSecrets"
-import { Effect, Layer } from "effect"
+import { Effect } from "effect"
 import { HttpRouter } from "effect/http"
 import { execFile } from "node:child_process"
 import * as Fs from "node:fs/promises"
 import * as Path from "node:path"
 import { fileURLToPath } from "node:url"
 import * as Server from "../apps/api/src/Server.ts"
-import * as Runtime from "../apps/runtime/src/Runtime.ts"
 import { ApiKeys } from "../packages/auth/src/ApiKeys.ts"
 import { operatorContext } from "../packages/auth/src/Audit.ts"
-import * as AuthLayer from "../packages/auth/src/AuthLayer.ts"
 import { Orgs } from "../packages/auth/src/Orgs.ts"
-import { SecretBox } from "../packages/crypto/src/SecretBox.ts"
 import { makeHostId } from "../packages/domain/src/Ids.ts"
 import { cleanHost } from "./lib/Hosts.ts"
+import { runInProcess } from "./lib/InProcess.ts"
 import { record } from "./lib/Report.ts"
 import { median } from "./lib/Stats.ts"
 
@@ -165,39 +160,23 @@ const platform = Effect.gen(function*() {
   )
 })
 
-const [natsServer, pg] = await Promise.all([startNats(), startPostgres()])
-process.env.SVC_TEST_NATS_URL = natsServer.url
-process.env.SVC_TEST_DATABASE_URL = pg.url
-useTestEncryptionKeys()
-try {
-  const result = await Effect.runPromise(
-    Effect.scoped(platform).pipe(
-      Effect.provide(
-        Layer.mergeAll(Runtime.make({ heartbeat: false }), AuthLayer.layerWith(UNLIMITED)).pipe(
-          Layer.provideMerge(Layer.mergeAll(TestNats.layer, TestDatabase.layer, SecretBox.layer))
-        )
-      )
-    )
-  )
-  const sdk = median(result.sdk)
-  const raw = median(result.raw)
-  console.log(
-    `\nthe Python SDK's exec("true") against a bare http.client request (${RUNS} runs of ${CALLS} calls each)`
-  )
-  console.log(`  runs' medians, ms: SDK ${result.sdk.map((v) => v.toFixed(2)).join(", ")}`)
-  console.log(`                     raw ${result.raw.map((v) => v.toFixed(2)).join(", ")}`)
-  record({
-    bench: "python-sdk",
-    figure: `sbx.exec("true") round trip`,
-    value: sdk,
-    unit: "ms",
-    baseline: raw,
-    baselineName: "bare http.client, kept alive",
-    ratio: sdk / raw,
-    target: "ratio <= 1.5",
-    met: sdk / raw <= 1.5,
-    runs: RUNS
-  })
-} finally {
-  await Promise.all([natsServer.stop(), pg.close()])
-}
+const result = await runInProcess(platform, { auth: UNLIMITED })
+const sdk = median(result.sdk)
+const raw = median(result.raw)
+console.log(
+  `\nthe Python SDK's exec("true") against a bare http.client request (${RUNS} runs of ${CALLS} calls each)`
+)
+console.log(`  runs' medians, ms: SDK ${result.sdk.map((v) => v.toFixed(2)).join(", ")}`)
+console.log(`                     raw ${result.raw.map((v) => v.toFixed(2)).join(", ")}`)
+record({
+  bench: "python-sdk",
+  figure: `sbx.exec("true") round trip`,
+  value: sdk,
+  unit: "ms",
+  baseline: raw,
+  baselineName: "bare http.client, kept alive",
+  ratio: sdk / raw,
+  target: "ratio <= 1.5",
+  met: sdk / raw <= 1.5,
+  runs: RUNS
+})

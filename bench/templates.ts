@@ -16,12 +16,9 @@
  *     a row each, for `base`, `debian` and the three-step template on `debian`.
  * Deletes everything it made before it exits.
  */
-import { startNats, startPostgres } from "@svc/local-servers/Servers"
-import * as TestDatabase from "@svc/testing/TestDatabase"
 import { serve } from "@svc/testing/TestHttp"
 import * as TestNats from "@svc/testing/TestNats"
-import { useTestEncryptionKeys } from "@svc/testing/TestSecrets"
-import { Effect, Layer } from "effect"
+import { Effect } from "effect"
 import { HttpRouter } from "effect/http"
 import { execFileSync, spawn } from "node:child_process"
 import { randomBytes } from "node:crypto"
@@ -29,15 +26,13 @@ import * as Fs from "node:fs/promises"
 import * as Os from "node:os"
 import { fileURLToPath } from "node:url"
 import * as Server from "../apps/api/src/Server.ts"
-import * as Runtime from "../apps/runtime/src/Runtime.ts"
 import { ApiKeys } from "../packages/auth/src/ApiKeys.ts"
 import { operatorContext } from "../packages/auth/src/Audit.ts"
-import * as AuthLayer from "../packages/auth/src/AuthLayer.ts"
 import { Orgs } from "../packages/auth/src/Orgs.ts"
-import { SecretBox } from "../packages/crypto/src/SecretBox.ts"
 import { makeHostId } from "../packages/domain/src/Ids.ts"
 import { TEST_IMAGE_CACHE_DIR } from "../packages/testing/src/ImageCache.ts"
 import { cleanHost } from "./lib/Hosts.ts"
+import { runInProcess } from "./lib/InProcess.ts"
 import { quantile } from "./lib/Stats.ts"
 
 const STARTS = Number(process.env["BENCH_STARTS"] ?? 10)
@@ -192,40 +187,19 @@ const platform = Effect.gen(function*() {
   return { builds, starts, firstPull, afterPull }
 })
 
-process.env.SVC_RATE_LIMIT_PER_SECOND = "100000"
-process.env.SVC_RATE_LIMIT_BURST = "100000"
-process.env.SVC_ORG_MAX_SANDBOXES = "100000"
-process.env.SVC_ORG_MAX_RUNNING_SANDBOXES = "100000"
-const [natsServer, pg] = await Promise.all([startNats(), startPostgres()])
-process.env.SVC_TEST_NATS_URL = natsServer.url
-process.env.SVC_TEST_DATABASE_URL = pg.url
-useTestEncryptionKeys()
-try {
-  const result = await Effect.runPromise(
-    Effect.scoped(platform).pipe(
-      Effect.provide(
-        Layer.mergeAll(
-          Runtime.make({ heartbeat: false }),
-          AuthLayer.layerWith({})
-        ).pipe(Layer.provideMerge(Layer.mergeAll(TestNats.layer, TestDatabase.layer, SecretBox.layer)))
-      )
-    )
-  )
-  const commit = execFileSync("git", ["rev-parse", "--short", "HEAD"], { encoding: "utf8" }).trim()
-  console.log(`\ntemplates (${Os.cpus().length} cores, kernel ${Os.release()}, commit ${commit})`)
-  console.log(
-    `\nbuild of a three-step template (file, env, run)${"".padStart(16)}${"API ms".padStart(9)}${"host ms".padStart(9)}`
-  )
-  for (const [name, value, onHost] of result.builds) console.log(`  ${name.padEnd(62)}${ms(value)}${ms(onHost)}`)
-  console.log(`\ncreate → running, ${STARTS} in a row each (cold boots)${"p50 ms".padStart(17)}${"max ms".padStart(9)}`)
-  for (const [name, values] of Object.entries(result.starts)) {
-    console.log(`  ${name.padEnd(62)}${ms(quantile(values, 0.5))}${ms(Math.max(...values))}`)
-  }
-  const ratio = quantile(result.starts["debian"]!, 0.5) / quantile(result.starts["base"]!, 0.5)
-  console.log(`  ${"debian / base (p50)".padEnd(62)}${ratio.toFixed(2).padStart(9)}`)
-  console.log(`\nthe three-step template on a host that never had it${"ms".padStart(19)}`)
-  console.log(`  ${"first start (pulls the layers, extracts the debian root)".padEnd(62)}${ms(result.firstPull)}`)
-  console.log(`  ${"the next start there".padEnd(62)}${ms(result.afterPull)}`)
-} finally {
-  await Promise.all([natsServer.stop(), pg.close()])
+const result = await runInProcess(platform)
+const commit = execFileSync("git", ["rev-parse", "--short", "HEAD"], { encoding: "utf8" }).trim()
+console.log(`\ntemplates (${Os.cpus().length} cores, kernel ${Os.release()}, commit ${commit})`)
+console.log(
+  `\nbuild of a three-step template (file, env, run)${"".padStart(16)}${"API ms".padStart(9)}${"host ms".padStart(9)}`
+)
+for (const [name, value, onHost] of result.builds) console.log(`  ${name.padEnd(62)}${ms(value)}${ms(onHost)}`)
+console.log(`\ncreate → running, ${STARTS} in a row each (cold boots)${"p50 ms".padStart(17)}${"max ms".padStart(9)}`)
+for (const [name, values] of Object.entries(result.starts)) {
+  console.log(`  ${name.padEnd(62)}${ms(quantile(values, 0.5))}${ms(Math.max(...values))}`)
 }
+const ratio = quantile(result.starts["debian"]!, 0.5) / quantile(result.starts["base"]!, 0.5)
+console.log(`  ${"debian / base (p50)".padEnd(62)}${ratio.toFixed(2).padStart(9)}`)
+console.log(`\nthe three-step template on a host that never had it${"ms".padStart(19)}`)
+console.log(`  ${"first start (pulls the layers, extracts the debian root)".padEnd(62)}${ms(result.firstPull)}`)
+console.log(`  ${"the next start there".padEnd(62)}${ms(result.afterPull)}`)

@@ -12,12 +12,9 @@
  *     machine by the first).
  * Deletes everything it made before it exits.
  */
-import { startNats, startPostgres } from "@svc/local-servers/Servers"
-import * as TestDatabase from "@svc/testing/TestDatabase"
 import { serve } from "@svc/testing/TestHttp"
 import * as TestNats from "@svc/testing/TestNats"
-import { useTestEncryptionKeys } from "@svc/testing/TestSecrets"
-import { Effect, Layer } from "effect"
+import { Effect } from "effect"
 import { HttpRouter } from "effect/http"
 import { execFileSync, spawn } from "node:child_process"
 import * as Fs from "node:fs/promises"
@@ -25,16 +22,14 @@ import * as Os from "node:os"
 import * as NodePath from "node:path"
 import { fileURLToPath } from "node:url"
 import * as Server from "../apps/api/src/Server.ts"
-import * as Runtime from "../apps/runtime/src/Runtime.ts"
 import { ApiKeys } from "../packages/auth/src/ApiKeys.ts"
 import { operatorContext } from "../packages/auth/src/Audit.ts"
-import * as AuthLayer from "../packages/auth/src/AuthLayer.ts"
 import { Orgs } from "../packages/auth/src/Orgs.ts"
 import { Nats } from "../packages/bus/src/Nats.ts"
-import { SecretBox } from "../packages/crypto/src/SecretBox.ts"
 import { makeHostId } from "../packages/domain/src/Ids.ts"
 import * as Events from "../packages/events/src/Streams.ts"
 import { CONTROLLERS } from "../packages/host/src/Driver/Cgroups.ts"
+import { runInProcess } from "./lib/InProcess.ts"
 import { quantile } from "./lib/Stats.ts"
 
 const N = Number(process.env["BENCH_SANDBOXES"] ?? 30)
@@ -194,32 +189,16 @@ process.env.SVC_RATE_LIMIT_BURST = "100000"
 process.env.SVC_ORG_MAX_SANDBOXES = "100000"
 process.env.SVC_ORG_MAX_RUNNING_SANDBOXES = "100000"
 process.env.SVC_ORG_MAX_VOLUMES = "100000"
-const [natsServer, pg] = await Promise.all([startNats(), startPostgres()])
-process.env.SVC_TEST_NATS_URL = natsServer.url
-process.env.SVC_TEST_DATABASE_URL = pg.url
-useTestEncryptionKeys()
-try {
-  const result = await Effect.runPromise(
-    Effect.scoped(platform).pipe(
-      Effect.provide(
-        Layer.mergeAll(Runtime.make({ heartbeat: false }), AuthLayer.layerWith({})).pipe(
-          Layer.provideMerge(Layer.mergeAll(TestNats.layer, TestDatabase.layer, SecretBox.layer))
-        )
-      )
-    )
+const result = await runInProcess(platform)
+const base = quantile(result.plain, 0.5)
+const row = (name: string, values: ReadonlyArray<number>) =>
+  console.log(
+    `${name.padEnd(40)}${ms(quantile(values, 0.5))}${ms(quantile(values, 0.99))}${
+      (quantile(values, 0.5) / base).toFixed(2).padStart(11)
+    }`
   )
-  const base = quantile(result.plain, 0.5)
-  const row = (name: string, values: ReadonlyArray<number>) =>
-    console.log(
-      `${name.padEnd(40)}${ms(quantile(values, 0.5))}${ms(quantile(values, 0.99))}${
-        (quantile(values, 0.5) / base).toFixed(2).padStart(11)
-      }`
-    )
-  console.log(`\ncreate → running, no warm pool, ${N} rounds (${Os.cpus().length} cores, kernel ${Os.release()})`)
-  console.log(`${"".padEnd(40)}${"p50 ms".padStart(9)}${"p99 ms".padStart(9)}${"p50/plain".padStart(11)}`)
-  row("plain", result.plain)
-  row("with a new local volume (1 GiB)", result.local)
-  row("with a shared volume (already mounted)", result.shared)
-} finally {
-  await Promise.all([natsServer.stop(), pg.close()])
-}
+console.log(`\ncreate → running, no warm pool, ${N} rounds (${Os.cpus().length} cores, kernel ${Os.release()})`)
+console.log(`${"".padEnd(40)}${"p50 ms".padStart(9)}${"p99 ms".padStart(9)}${"p50/plain".padStart(11)}`)
+row("plain", result.plain)
+row("with a new local volume (1 GiB)", result.local)
+row("with a shared volume (already mounted)", result.shared)
