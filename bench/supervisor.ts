@@ -14,6 +14,7 @@ import * as TestNats from "@svc/testing/TestNats"
 import { Context, Duration, Effect, Layer, Schedule } from "effect"
 import { SqlClient } from "effect/sql"
 import { ensureBucket } from "../packages/bus/src/Topology.ts"
+import { makeHostId } from "../packages/domain/src/Ids.ts"
 import { type HostRecord, HOSTS_BUCKET_SPEC } from "../packages/host-protocol/src/Protocol.ts"
 import { Hosts } from "../packages/hosts/src/Hosts.ts"
 import { SandboxSupervisor } from "../packages/sandboxes/src/Sandboxes/Supervisor.ts"
@@ -23,7 +24,7 @@ import { median } from "./lib/Stats.ts"
 
 const N = Number(process.env.BENCH_SANDBOXES ?? 10_000)
 const SWEEPS = Number(process.env.BENCH_SWEEPS ?? 30)
-const HOSTS = ["host_bench_a", "host_bench_b", "host_bench_c", "host_bench_d"]
+const HOSTS: ReadonlyArray<string> = Array.from({ length: 4 }, () => makeHostId())
 const TARGET_MS = 50
 
 /** Live host records, their heartbeat kept fresh for the run. */

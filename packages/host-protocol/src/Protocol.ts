@@ -23,6 +23,7 @@
  */
 import { type MailboxAddress, mailboxTokens, type Sender } from "@svc/bus/Mailbox"
 import type { BucketSpec, StreamSpec } from "@svc/bus/Topology"
+import { idString } from "@svc/domain/Ids"
 import { Schema } from "effect"
 import { BuildCommand, SandboxImage } from "./Images.ts"
 import { VolumeMount } from "./Volumes.ts"
@@ -86,7 +87,8 @@ export const HostLimits = Schema.Struct({
 export type HostLimits = typeof HostLimits.Type
 
 export const HostRecord = Schema.Struct({
-  hostId: Schema.String,
+  /** As the agent's settings take it (`host_<26 base32>`): a record naming another form is not read. */
+  hostId: idString("host"),
   region: Schema.String,
   datacenter: Schema.String,
   version: Schema.String,
