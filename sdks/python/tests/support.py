@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import http.server
 import os
+import socket
 import threading
 import unittest
+import urllib.parse
 import uuid
 from typing import Callable, List, Optional, Tuple
 
@@ -92,3 +94,59 @@ class StandIn:
 
 def json_reply(status: int, body: bytes, extra: Optional[List[Tuple[str, str]]] = None) -> Reply:
     return status, [("Content-Type", "application/json")] + (extra or []), body
+
+
+class CuttingProxy:
+    """
+    A TCP relay on 127.0.0.1 to the stack's API whose open connections a test can cut at once
+    (`cut()`: both sockets shut), as a dropped network or a restarted load balancer would.
+    """
+
+    def __init__(self, target_url: str) -> None:
+        parsed = urllib.parse.urlsplit(target_url)
+        self._target = (parsed.hostname or "127.0.0.1", parsed.port or 80)
+        self._sockets: List[socket.socket] = []
+        self._lock = threading.Lock()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client_socket, _ = self._listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self._target)
+            with self._lock:
+                self._sockets += [client_socket, upstream]
+            for source, sink in ((client_socket, upstream), (upstream, client_socket)):
+                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (source, sink):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def cut(self) -> None:
+        with self._lock:
+            sockets, self._sockets = self._sockets, []
+        for s in sockets:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+    def close(self) -> None:
+        self._listener.close()
+        self.cut()

@@ -7,11 +7,13 @@ secrets, snapshot, stop and start, delete; the events iterator and its resumptio
 from __future__ import annotations
 
 import io
+import os
+import re
 import time
 import unittest
 from typing import List
 
-from support import client, unique
+from support import CuttingProxy, client, unique
 
 from svc import OutputChunk, Process, Sandbox, Svc, SvcError
 from svc.types import FileWatchEvent
@@ -262,6 +264,37 @@ class Sandboxes(unittest.TestCase):
         with self.assertRaises(SvcError) as refused:
             self.sbx.metrics(since="yesterday")
         self.assertEqual(refused.exception.code, "invalid_request")
+
+    def test_follow_logs_across_a_cut_connection(self) -> None:
+        # A line every 100 ms, numbered: a repeat or a gap after the reconnection shows in them.
+        template = self.svc.templates.create(
+            unique("py-ticker"), start_cmd="i=0; while :; do i=$((i+1)); echo tick-$i; sleep 0.1; done"
+        )
+        proxy = CuttingProxy(os.environ["SVC_API_URL"])
+        through = Svc(proxy.url, os.environ["SVC_API_KEY"])
+        sbx = self.svc.sandboxes.create(unique("py-ticker"), template=template["id"])
+        try:
+            ticks: List[int] = []
+            lines = through.sandboxes.get(sbx.id).follow_logs(timeout=30)
+            try:
+                for line in lines:
+                    found = re.search(r"start_cmd: tick-(\d+)$", line)
+                    if found is None:
+                        continue
+                    ticks.append(int(found.group(1)))
+                    if len(ticks) == 10:
+                        proxy.cut()
+                    if len(ticks) >= 30:
+                        break
+            finally:
+                lines.close()
+            # Past the cut (a stream that ended there would stop at 10), with no hole and no repeat.
+            self.assertEqual(len(ticks), 30)
+            self.assertEqual(ticks, list(range(ticks[0], ticks[0] + 30)))
+        finally:
+            sbx.delete()
+            through.close()
+            proxy.close()
 
     def test_stats_network_port_secret(self) -> None:
         stats = self.sbx.stats()
