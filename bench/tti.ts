@@ -708,7 +708,7 @@ Effect.runPromise(Effect.scoped(main)).then(({ hostNode, parts, perCall, results
       : { text: "unpooled: all ok, wall ≤ 5 s", met: ok.length === N && wall <= 5000 }
     record({
       bench: "tti",
-      figure: `${mode} TTI median (${ok.length}/${N} ok, p95 ${fmt(quantile(tti, 0.95))}, wall ${
+      figure: `${mode} TTI median (${ok.length}/${r.iterations.length} ok, p95 ${fmt(quantile(tti, 0.95))}, wall ${
         fmt(wall)
       } ms; published: ${published.text})`,
       value: median(tti),
