@@ -38,7 +38,7 @@ import { startNats, startPostgres } from "@svc/local-servers/Servers"
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import * as TestNats from "@svc/testing/TestNats"
 import { useTestEncryptionKeys } from "@svc/testing/TestSecrets"
-import { Context, Effect, Layer } from "effect"
+import { Effect, Layer } from "effect"
 import { SqlClient } from "effect/sql"
 import { spawn } from "node:child_process"
 import * as FsSync from "node:fs"
@@ -49,12 +49,10 @@ import * as Runtime from "../apps/runtime/src/Runtime.ts"
 import * as AuthLayer from "../packages/auth/src/AuthLayer.ts"
 import { Nats } from "../packages/bus/src/Nats.ts"
 import { SecretBox } from "../packages/crypto/src/SecretBox.ts"
-import { DriverExecRequest, SandboxDriver, SandboxSpec } from "../packages/host/src/Driver.ts"
-import { BubblewrapDriver } from "../packages/host/src/Driver/Bubblewrap.ts"
+import { DriverExecRequest, SandboxSpec } from "../packages/host/src/Driver.ts"
 import { groupPath } from "../packages/host/src/Driver/Cgroups.ts"
-import { DriverConfig } from "../packages/host/src/Driver/Config.ts"
 import { serveApi } from "./lib/Api.ts"
-import { agentEnv, benchHost, cleanHost, startAgent, UNBOUNDED_HOST } from "./lib/Hosts.ts"
+import { agentEnv, benchHost, bubblewrapDriver, cleanHost, startAgent, UNBOUNDED_HOST } from "./lib/Hosts.ts"
 import { findProcess, machineBusyMs, processCpuMs, treeCpuMs } from "./lib/Measure.ts"
 import { record } from "./lib/Report.ts"
 import { sandboxMaker, watchSandboxEvents } from "./lib/Sandboxes.ts"
@@ -217,13 +215,7 @@ const bareDriver = Effect.scoped(Effect.gen(function*() {
     Effect.promise(() => Fs.mkdtemp("/tmp/svc-bench-bare-")),
     (dir) => cleanHost(hostId, dir)
   )
-  const context = yield* Layer.build(
-    BubblewrapDriver.layer.pipe(
-      Layer.provide(Layer.succeed(DriverConfig, DriverConfig.make({ dataDir, hostId }))),
-      Layer.provide(SecretBox.layer)
-    )
-  )
-  const driver = Context.get(context, SandboxDriver)
+  const driver = yield* bubblewrapDriver({ dataDir, hostId })
   const spec = (sandboxId: string) =>
     new SandboxSpec({ sandboxId, template: "base", env: {}, cpu: 1, ramMb: 256, diskGb: 1, exposedPorts: [] })
   const echo = new DriverExecRequest({ cmd: ["echo", "ready"] })

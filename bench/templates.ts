@@ -25,6 +25,7 @@ import { TEST_IMAGE_CACHE_DIR } from "../packages/testing/src/ImageCache.ts"
 import { removeAtEnd, serveApi } from "./lib/Api.ts"
 import { agentEnv, benchHost, startAgent, UNBOUNDED_HOST } from "./lib/Hosts.ts"
 import { runInProcess } from "./lib/InProcess.ts"
+import { timeToRunning } from "./lib/Sandboxes.ts"
 import { quantile } from "./lib/Stats.ts"
 
 const STARTS = Number(process.env["BENCH_STARTS"] ?? 10)
@@ -85,18 +86,7 @@ const platform = Effect.gen(function*() {
     })
 
   const start = (template: string, region = "local") =>
-    Effect.gen(function*() {
-      const t0 = performance.now()
-      const made = yield* call("POST", "/v1/sandboxes", { template, ram_mb: 128, region })
-      if (made.status !== 201) throw new Error(`create: ${made.status} ${JSON.stringify(made.json)}`)
-      sandboxes.push(made.json.id)
-      for (;;) {
-        const got = yield* call("GET", `/v1/sandboxes/${made.json.id}`)
-        if (got.json.state === "running") return performance.now() - t0
-        if (got.json.state === "error") throw new Error(`sandbox: ${got.json.errorMessage}`)
-        yield* Effect.sleep("10 millis")
-      }
-    })
+    timeToRunning(call, { template, ram_mb: 128, region }, sandboxes)
 
   const tag = randomBytes(4).toString("hex")
   const builds: Array<readonly [string, number, number]> = []

@@ -1,6 +1,6 @@
 /**
- * What the benchmarks share about hosts: a host's id and data folder, its agent as a child
- * process, and removing everything an agent left behind.
+ * What the benchmarks share about hosts: our driver alone, a host's id and data folder, its agent
+ * as a child process, and removing everything an agent left behind.
  */
 import { removeLeftovers } from "@svc/testing/TestHost"
 import { Context, Effect, Layer } from "effect"
@@ -16,16 +16,25 @@ import { DriverConfig } from "../../packages/host/src/Driver/Config.ts"
 
 const AGENT_MAIN = fileURLToPath(new URL("../../apps/agent/src/main.ts", import.meta.url))
 
+/**
+ * Our driver alone (bubblewrap), without an agent, for the scope: `config` its settings (a host
+ * id and data folder at least); the env it seals with the run's keys.
+ */
+export const bubblewrapDriver = (config: Parameters<typeof DriverConfig.make>[0]) =>
+  Effect.map(
+    Layer.build(
+      BubblewrapDriver.layer.pipe(
+        Layer.provide(Layer.succeed(DriverConfig, DriverConfig.make(config))),
+        Layer.provide(SecretBox.layer)
+      )
+    ),
+    (context) => Context.get(context, SandboxDriver)
+  )
+
 export const cleanHost = (hostId: string, dataDir: string) =>
   Effect.gen(function*() {
     yield* Effect.scoped(Effect.gen(function*() {
-      const context = yield* Layer.build(
-        BubblewrapDriver.layer.pipe(
-          Layer.provide(Layer.succeed(DriverConfig, DriverConfig.make({ dataDir, hostId }))),
-          Layer.provide(SecretBox.layer)
-        )
-      )
-      const driver = Context.get(context, SandboxDriver)
+      const driver = yield* bubblewrapDriver({ dataDir, hostId })
       const rows = yield* driver.list
       yield* Effect.forEach(rows, (row) => Effect.ignore(driver.destroy(row.sandboxId)), { concurrency: 4 })
     })).pipe(Effect.ignore)
