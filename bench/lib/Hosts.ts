@@ -31,6 +31,10 @@ export const bubblewrapDriver = (config: Parameters<typeof DriverConfig.make>[0]
     (context) => Context.get(context, SandboxDriver)
   )
 
+/**
+ * Removes what an agent of `hostId` left behind: its sandboxes (through the driver, and what the
+ * driver's list misses), its data folder, its cgroups.
+ */
 export const cleanHost = (hostId: string, dataDir: string) =>
   Effect.gen(function*() {
     yield* Effect.scoped(Effect.gen(function*() {
