@@ -11,20 +11,14 @@
  * Deletes the sandbox before it exits.
  */
 import { TEST_IMAGE_CACHE_DIR } from "@svc/testing/ImageCache"
-import { serve } from "@svc/testing/TestHttp"
 import * as TestNats from "@svc/testing/TestNats"
 import { appMain, readyEvent, spawnRole } from "@svc/testing/TestProcess"
 import { Duration, Effect } from "effect"
-import { HttpRouter } from "effect/http"
-import * as Fs from "node:fs/promises"
-import * as Server from "../apps/api/src/Server.ts"
-import { ApiKeys } from "../packages/auth/src/ApiKeys.ts"
-import { operatorContext } from "../packages/auth/src/Audit.ts"
-import { Orgs } from "../packages/auth/src/Orgs.ts"
-import { makeHostId } from "../packages/domain/src/Ids.ts"
-import { cleanHost } from "./lib/Hosts.ts"
+import { serveApi } from "./lib/Api.ts"
+import { agentEnv, benchHost } from "./lib/Hosts.ts"
 import { runInProcess } from "./lib/InProcess.ts"
 import { record } from "./lib/Report.ts"
+import { runningSandbox } from "./lib/Sandboxes.ts"
 import { median } from "./lib/Stats.ts"
 
 const RUNS = Number(process.env["BENCH_RUNS"] ?? 5)
@@ -40,66 +34,24 @@ const percentile = (values: ReadonlyArray<number>, p: number) => {
 
 const platform = Effect.gen(function*() {
   const server = yield* TestNats.TestNatsServer
-  const base = yield* serve(HttpRouter.serve(Server.Routes, { disableLogger: true, disableListenLog: true }))
-  const org = yield* (yield* Orgs).create("bench-contexts", operatorContext)
-  const key = (yield* (yield* ApiKeys).mint({ orgId: org.id, userId: null, name: "bench" }, operatorContext)).token
+  const { call } = yield* serveApi("bench-contexts")
 
-  const hostId = makeHostId()
-  const dataDir = yield* Effect.acquireRelease(
-    Effect.promise(() => Fs.mkdtemp("/tmp/svc-bench-host-")),
-    (dir) => cleanHost(hostId, dir)
-  )
+  const host = yield* benchHost()
   yield* spawnRole({
     main: appMain("agent"),
-    env: {
-      NATS_URL: server.url,
-      SVC_NATS_PREFIX: server.prefix,
-      SVC_HOST_ID: hostId,
-      SVC_REGION: "local",
-      SVC_AGENT_DATA_DIR: dataDir,
-      SVC_IMAGE_CACHE_DIR: TEST_IMAGE_CACHE_DIR
-    },
+    env: { ...agentEnv(server, host), SVC_IMAGE_CACHE_DIR: TEST_IMAGE_CACHE_DIR },
     ready: readyEvent("agent_ready"),
     // A busy machine (other sessions' builds and tests) may take longer than the default minute.
     timeout: Duration.minutes(5)
   })
 
-  const call = (method: string, path: string, body?: object) =>
-    Effect.promise(async () => {
-      const response = await fetch(`${base}${path}`, {
-        method,
-        headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
-        ...(body !== undefined ? { body: JSON.stringify(body) } : {})
-      })
-      return { status: response.status, json: await response.json() as Record<string, any> }
-    })
-  const waitFor = (id: string, state: string) =>
-    Effect.gen(function*() {
-      // The first debian sandbox of a machine builds its root (minutes).
-      for (let i = 0; i < 9000; i++) {
-        const { json } = yield* call("GET", `/v1/sandboxes/${id}`)
-        if (json.state === state) return
-        if (json.state === "error") throw new Error(`sandbox ${id}: error`)
-        yield* Effect.sleep("100 millis")
-      }
-      throw new Error(`sandbox ${id} is not ${state}`)
-    })
-
-  const created = yield* call("POST", "/v1/sandboxes", {
+  // The first debian sandbox of a machine builds its root (minutes): up to 15 minutes.
+  const id = yield* runningSandbox(call, {
     name: "bench-contexts",
     template: "debian",
     region: "local",
     ram_mb: 256
-  })
-  if (created.status !== 201) throw new Error(`create: ${created.status} ${JSON.stringify(created.json)}`)
-  const id = created.json.id as string
-  yield* Effect.addFinalizer(() =>
-    Effect.gen(function*() {
-      yield* call("DELETE", `/v1/sandboxes/${id}`)
-      yield* Effect.ignore(waitFor(id, "deleted"))
-    })
-  )
-  yield* waitFor(id, "running")
+  }, 9000)
   const made = yield* call("POST", `/v1/sandboxes/${id}/contexts`, { language: "python" })
   if (made.status !== 201) throw new Error(`context: ${made.status} ${JSON.stringify(made.json)}`)
   const ctx = made.json.id as string

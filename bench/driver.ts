@@ -11,14 +11,12 @@
  *   start (restore) and destroy times.
  */
 import { useTestEncryptionKeys } from "@svc/testing/TestSecrets"
-import { Context, Effect, Layer } from "effect"
+import { Effect } from "effect"
 import * as Fs from "node:fs/promises"
 import * as Os from "node:os"
-import { SecretBox } from "../packages/crypto/src/SecretBox.ts"
-import { DriverExecRequest, SandboxDriver, SandboxSpec } from "../packages/host/src/Driver.ts"
-import { BubblewrapDriver } from "../packages/host/src/Driver/Bubblewrap.ts"
+import { DriverExecRequest, SandboxSpec } from "../packages/host/src/Driver.ts"
 import { CONTROLLERS, groupPath } from "../packages/host/src/Driver/Cgroups.ts"
-import { DriverConfig } from "../packages/host/src/Driver/Config.ts"
+import { bubblewrapDriver } from "./lib/Hosts.ts"
 
 const N = Number(process.env["BENCH_SANDBOXES"] ?? 50)
 const WARM_EXECS = 50
@@ -58,23 +56,12 @@ const program = Effect.gen(function*() {
       for (const c of CONTROLLERS) await Fs.rmdir(`/sys/fs/cgroup/${c}/svc-sandboxes/${hostId}`).catch(() => undefined)
     })
   )
-  const context = yield* Layer.build(
-    BubblewrapDriver.layer.pipe(
-      Layer.provide(Layer.succeed(
-        DriverConfig,
-        DriverConfig.make({
-          dataDir,
-          hostId,
-          ...(process.env["BENCH_DISK_STOCK"] !== undefined
-            ? { diskStock: Number(process.env["BENCH_DISK_STOCK"]) }
-            : {})
-        })
-      )),
-      // The env in sandbox.json is sealed: the run's test key, as the platform's roles get theirs.
-      Layer.provide(SecretBox.layer)
-    )
-  )
-  const driver = Context.get(context, SandboxDriver)
+  // The env in sandbox.json is sealed: the run's test key, as the platform's roles get theirs.
+  const driver = yield* bubblewrapDriver({
+    dataDir,
+    hostId,
+    ...(process.env["BENCH_DISK_STOCK"] !== undefined ? { diskStock: Number(process.env["BENCH_DISK_STOCK"]) } : {})
+  })
   const ids = Array.from({ length: N }, (_, i) => `bench-${i}`)
   yield* Effect.addFinalizer(() =>
     Effect.forEach(ids, (id) => driver.destroy(id).pipe(Effect.ignore), { discard: true })

@@ -24,17 +24,15 @@
  * medians of each round's median, ratios against `host` (or the named baseline) of the same round.
  */
 import { useTestEncryptionKeys } from "@svc/testing/TestSecrets"
-import { Context, Effect, Layer } from "effect"
+import { Effect } from "effect"
 import * as FsSync from "node:fs"
 import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
-import { SecretBox } from "../packages/crypto/src/SecretBox.ts"
-import { DriverExecRequest, SandboxDriver, SandboxSpec } from "../packages/host/src/Driver.ts"
-import { BubblewrapDriver } from "../packages/host/src/Driver/Bubblewrap.ts"
+import { DriverExecRequest, SandboxSpec } from "../packages/host/src/Driver.ts"
 import { CONTROLLERS, groupPath } from "../packages/host/src/Driver/Cgroups.ts"
-import { DriverConfig } from "../packages/host/src/Driver/Config.ts"
 import * as Confinement from "../packages/host/src/Driver/Confinement.ts"
 import { run } from "../packages/host/src/Driver/Process.ts"
+import { bubblewrapDriver } from "./lib/Hosts.ts"
 import { record } from "./lib/Report.ts"
 import { median } from "./lib/Stats.ts"
 
@@ -61,13 +59,7 @@ const program = Effect.gen(function*() {
       for (const c of CONTROLLERS) await Fs.rmdir(`/sys/fs/cgroup/${c}/svc-sandboxes/${hostId}`).catch(() => undefined)
     })
   )
-  const context = yield* Layer.build(
-    BubblewrapDriver.layer.pipe(
-      Layer.provide(Layer.succeed(DriverConfig, DriverConfig.make({ dataDir, hostId }))),
-      Layer.provide(SecretBox.layer)
-    )
-  )
-  const driver = Context.get(context, SandboxDriver)
+  const driver = yield* bubblewrapDriver({ dataDir, hostId })
   const spec = (sandboxId: string) =>
     new SandboxSpec({ sandboxId, template: "base", env: {}, cpu: 1, ramMb: 256, diskGb: 1, exposedPorts: [] })
   const ids: Array<string> = []

@@ -6,13 +6,11 @@
  *   node bench/exits.ts          (N=200 by default; BENCH_SANDBOXES=50 for fewer)
  */
 import { useTestEncryptionKeys } from "@svc/testing/TestSecrets"
-import { Context, Effect, Layer } from "effect"
+import { Effect } from "effect"
 import * as Fs from "node:fs/promises"
-import { SecretBox } from "../packages/crypto/src/SecretBox.ts"
-import { SandboxDriver, SandboxSpec } from "../packages/host/src/Driver.ts"
-import { BubblewrapDriver } from "../packages/host/src/Driver/Bubblewrap.ts"
+import { SandboxSpec } from "../packages/host/src/Driver.ts"
 import * as Cgroups from "../packages/host/src/Driver/Cgroups.ts"
-import { DriverConfig } from "../packages/host/src/Driver/Config.ts"
+import { bubblewrapDriver } from "./lib/Hosts.ts"
 
 const N = Number(process.env["BENCH_SANDBOXES"] ?? 200)
 const SWEEPS = 40
@@ -29,13 +27,7 @@ const program = Effect.gen(function*() {
   )
   const hostId = `bench-${process.pid}`
   yield* Effect.addFinalizer(() => Effect.promise(() => Cgroups.make({ root: "/sys/fs/cgroup", hostId }).removeHost()))
-  const context = yield* Layer.build(
-    BubblewrapDriver.layer.pipe(
-      Layer.provide(Layer.succeed(DriverConfig, DriverConfig.make({ dataDir, hostId }))),
-      Layer.provide(SecretBox.layer)
-    )
-  )
-  const driver = Context.get(context, SandboxDriver)
+  const driver = yield* bubblewrapDriver({ dataDir, hostId })
   const ids = Array.from({ length: N }, (_, i) => `exits-${i}`)
   yield* Effect.addFinalizer(() =>
     Effect.forEach(ids, (id) => driver.destroy(id).pipe(Effect.ignore), { concurrency: 4, discard: true })

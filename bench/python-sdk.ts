@@ -10,23 +10,17 @@
  * each after 5 of each to warm up; the figures are the medians of the runs' medians, and the
  * ratio SDK / raw. Target: ≤ 1.5. Deletes the sandbox before it exits.
  */
-import { serve } from "@svc/testing/TestHttp"
 import * as TestNats from "@svc/testing/TestNats"
 import { appMain, readyEvent, spawnRole } from "@svc/testing/TestProcess"
 import { Effect } from "effect"
-import { HttpRouter } from "effect/http"
 import { execFile } from "node:child_process"
-import * as Fs from "node:fs/promises"
 import * as Path from "node:path"
 import { fileURLToPath } from "node:url"
-import * as Server from "../apps/api/src/Server.ts"
-import { ApiKeys } from "../packages/auth/src/ApiKeys.ts"
-import { operatorContext } from "../packages/auth/src/Audit.ts"
-import { Orgs } from "../packages/auth/src/Orgs.ts"
-import { makeHostId } from "../packages/domain/src/Ids.ts"
-import { cleanHost } from "./lib/Hosts.ts"
+import { serveApi } from "./lib/Api.ts"
+import { agentEnv, benchHost } from "./lib/Hosts.ts"
 import { runInProcess } from "./lib/InProcess.ts"
 import { record } from "./lib/Report.ts"
+import { runningSandbox } from "./lib/Sandboxes.ts"
 import { median } from "./lib/Stats.ts"
 
 const RUNS = Number(process.env["BENCH_RUNS"] ?? 5)
@@ -80,57 +74,12 @@ print(json.dumps(out))
 
 const platform = Effect.gen(function*() {
   const server = yield* TestNats.TestNatsServer
-  const base = yield* serve(HttpRouter.serve(Server.Routes, { disableLogger: true, disableListenLog: true }))
-  const org = yield* (yield* Orgs).create("bench-python", operatorContext)
-  const key = (yield* (yield* ApiKeys).mint({ orgId: org.id, userId: null, name: "bench" }, operatorContext)).token
+  const { base, call, key } = yield* serveApi("bench-python")
 
-  const hostId = makeHostId()
-  const dataDir = yield* Effect.acquireRelease(
-    Effect.promise(() => Fs.mkdtemp("/tmp/svc-bench-host-")),
-    (dir) => cleanHost(hostId, dir)
-  )
-  yield* spawnRole({
-    main: appMain("agent"),
-    env: {
-      NATS_URL: server.url,
-      SVC_NATS_PREFIX: server.prefix,
-      SVC_HOST_ID: hostId,
-      SVC_REGION: "local",
-      SVC_AGENT_DATA_DIR: dataDir
-    },
-    ready: readyEvent("agent_ready")
-  })
+  const host = yield* benchHost()
+  yield* spawnRole({ main: appMain("agent"), env: agentEnv(server, host), ready: readyEvent("agent_ready") })
 
-  const call = (method: string, path: string, body?: object) =>
-    Effect.promise(async () => {
-      const response = await fetch(`${base}${path}`, {
-        method,
-        headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
-        ...(body !== undefined ? { body: JSON.stringify(body) } : {})
-      })
-      return { status: response.status, json: await response.json() as { id: string; state: string } }
-    })
-  const waitFor = (id: string, state: string) =>
-    Effect.gen(function*() {
-      for (let i = 0; i < 600; i++) {
-        const { json } = yield* call("GET", `/v1/sandboxes/${id}`)
-        if (json.state === state) return
-        if (json.state === "error") throw new Error(`sandbox ${id}: error`)
-        yield* Effect.sleep("100 millis")
-      }
-      throw new Error(`sandbox ${id} is not ${state}`)
-    })
-
-  const created = yield* call("POST", "/v1/sandboxes", { name: "bench-python", region: "local", ram_mb: 64 })
-  if (created.status !== 201) throw new Error(`create: ${created.status} ${JSON.stringify(created.json)}`)
-  const id = created.json.id
-  yield* Effect.addFinalizer(() =>
-    Effect.gen(function*() {
-      yield* call("DELETE", `/v1/sandboxes/${id}`)
-      yield* Effect.ignore(waitFor(id, "deleted"))
-    })
-  )
-  yield* waitFor(id, "running")
+  const id = yield* runningSandbox(call, { name: "bench-python", region: "local", ram_mb: 64 }, 600)
 
   return yield* Effect.promise(() =>
     new Promise<{ sdk: Array<number>; raw: Array<number> }>((resolve, reject) => {

@@ -36,35 +36,26 @@
  */
 import { startNats, startPostgres } from "@svc/local-servers/Servers"
 import * as TestDatabase from "@svc/testing/TestDatabase"
-import { serve } from "@svc/testing/TestHttp"
 import * as TestNats from "@svc/testing/TestNats"
 import { useTestEncryptionKeys } from "@svc/testing/TestSecrets"
-import { Context, Effect, Layer } from "effect"
-import { HttpRouter } from "effect/http"
+import { Effect, Layer } from "effect"
 import { SqlClient } from "effect/sql"
 import { spawn } from "node:child_process"
 import * as FsSync from "node:fs"
 import * as Fs from "node:fs/promises"
 import * as Os from "node:os"
 import * as NodePath from "node:path"
-import { fileURLToPath } from "node:url"
-import * as Server from "../apps/api/src/Server.ts"
 import * as Runtime from "../apps/runtime/src/Runtime.ts"
-import { ApiKeys } from "../packages/auth/src/ApiKeys.ts"
-import { operatorContext } from "../packages/auth/src/Audit.ts"
 import * as AuthLayer from "../packages/auth/src/AuthLayer.ts"
-import { Orgs } from "../packages/auth/src/Orgs.ts"
 import { Nats } from "../packages/bus/src/Nats.ts"
 import { SecretBox } from "../packages/crypto/src/SecretBox.ts"
-import { makeHostId } from "../packages/domain/src/Ids.ts"
-import * as Events from "../packages/events/src/Streams.ts"
-import { DriverExecRequest, SandboxDriver, SandboxSpec } from "../packages/host/src/Driver.ts"
-import { BubblewrapDriver } from "../packages/host/src/Driver/Bubblewrap.ts"
+import { DriverExecRequest, SandboxSpec } from "../packages/host/src/Driver.ts"
 import { groupPath } from "../packages/host/src/Driver/Cgroups.ts"
-import { DriverConfig } from "../packages/host/src/Driver/Config.ts"
-import { cleanHost } from "./lib/Hosts.ts"
+import { serveApi } from "./lib/Api.ts"
+import { agentEnv, benchHost, bubblewrapDriver, cleanHost, startAgent, UNBOUNDED_HOST } from "./lib/Hosts.ts"
 import { findProcess, machineBusyMs, processCpuMs, treeCpuMs } from "./lib/Measure.ts"
 import { record } from "./lib/Report.ts"
+import { sandboxMaker, watchSandboxEvents } from "./lib/Sandboxes.ts"
 import { quantile } from "./lib/Stats.ts"
 
 const N = Number(process.env["BENCH_SANDBOXES"] ?? 200)
@@ -74,7 +65,6 @@ const CONCURRENCY = Number(process.env["BENCH_CONCURRENCY"] ?? 16)
 const BARE = 50
 const CONCURRENT = 8
 const CONCURRENT_ROUNDS = Number(process.env["BENCH_CONCURRENT_ROUNDS"] ?? 10)
-const AGENT_MAIN = fileURLToPath(new URL("../apps/agent/src/main.ts", import.meta.url))
 
 const ms = (n: number) => n.toFixed(1).padStart(9)
 const mib = (bytes: number) => (bytes / 1024 / 1024).toFixed(2).padStart(9)
@@ -225,13 +215,7 @@ const bareDriver = Effect.scoped(Effect.gen(function*() {
     Effect.promise(() => Fs.mkdtemp("/tmp/svc-bench-bare-")),
     (dir) => cleanHost(hostId, dir)
   )
-  const context = yield* Layer.build(
-    BubblewrapDriver.layer.pipe(
-      Layer.provide(Layer.succeed(DriverConfig, DriverConfig.make({ dataDir, hostId }))),
-      Layer.provide(SecretBox.layer)
-    )
-  )
-  const driver = Context.get(context, SandboxDriver)
+  const driver = yield* bubblewrapDriver({ dataDir, hostId })
   const spec = (sandboxId: string) =>
     new SandboxSpec({ sandboxId, template: "base", env: {}, cpu: 1, ramMb: 256, diskGb: 1, exposedPorts: [] })
   const echo = new DriverExecRequest({ cmd: ["echo", "ready"] })
@@ -261,9 +245,7 @@ const bareDriver = Effect.scoped(Effect.gen(function*() {
 const platform = Effect.gen(function*() {
   const nats = yield* Nats
   const server = yield* TestNats.TestNatsServer
-  const base = yield* serve(HttpRouter.serve(Server.Routes, { disableLogger: true, disableListenLog: true }))
-  const org = yield* (yield* Orgs).create("bench", operatorContext)
-  const key = (yield* (yield* ApiKeys).mint({ orgId: org.id, userId: null, name: "bench" }, operatorContext)).token
+  const { base, key } = yield* serveApi()
 
   // Each outbox row remembers its writing transaction, whose commit time Postgres keeps
   // (track_commit_timestamp): a column of this run's throwaway database only.
@@ -282,125 +264,26 @@ const platform = Effect.gen(function*() {
   // When each create's POST was sent, by sandbox id (wall-clock ms).
   const postedAt = new Map<string, number>()
 
-  // Running events, by sandbox id, as they reach the EVENTS stream.
-  const runningAt = new Map<string, number>()
-  // How the host made each sandbox: `restore` is a warm pool entry adopted, `cold-boot` a start.
-  const viaOf = new Map<string, string>()
-  const deleted = new Set<string>()
-  const waiters = new Map<string, () => void>()
-  const stream = yield* Events.ensure()
-  const consumer = yield* Effect.promise(() => nats.js.consumers.get(stream))
-  yield* Effect.acquireRelease(
-    Effect.promise(() =>
-      consumer.consume({
-        callback: (msg) => {
-          const e = JSON.parse(new TextDecoder().decode(msg.data))
-          const id = e.data?.sandbox_id as string
-          if (e.event === "sandbox.state_updated" && e.data.state === "running" && !runningAt.has(id)) {
-            runningAt.set(id, performance.now())
-            waiters.get(id)?.()
-          }
-          if (e.event === "sandbox.state_updated" && e.data.state === "error") waiters.get(id)?.()
-          if (e.event === "sandbox.deleted") deleted.add(id)
-          if (e.event === "sandbox.created") viaOf.set(id, e.data.via as string)
-        }
-      })
-    ),
-    (m) => Effect.promise(() => m.close().catch(() => undefined))
-  )
+  // Running events, by sandbox id, as they reach the EVENTS stream, and how the host made each.
+  const events = yield* watchSandboxEvents
+  const { runningAt, viaOf } = events
 
   // The agent, a process of its own.
-  const hostId = makeHostId()
-  const dataDir = yield* Effect.acquireRelease(
-    Effect.promise(() => Fs.mkdtemp("/tmp/svc-bench-host-")),
-    (dir) => cleanHost(hostId, dir)
-  )
-  const agent = yield* Effect.acquireRelease(
-    Effect.callback<{ pid: number; kill: () => void }>((resume) => {
-      // BENCH_AGENT_CPU_PROF=<dir>: the agent writes a V8 CPU profile there when it stops.
-      const profDir = process.env["BENCH_AGENT_CPU_PROF"]
-      const profile = profDir !== undefined && profDir !== "" ? ["--cpu-prof", "--cpu-prof-dir", profDir] : []
-      const child = spawn(process.execPath, [...profile, AGENT_MAIN], {
-        env: {
-          ...process.env,
-          NATS_URL: server.url,
-          SVC_NATS_PREFIX: server.prefix,
-          SVC_HOST_ID: hostId,
-          SVC_REGION: "local",
-          SVC_HOST_CPU: "100000",
-          SVC_HOST_RAM_MB: "100000000",
-          SVC_HOST_DISK_GB: "1000000",
-          SVC_AGENT_DATA_DIR: dataDir,
-          SVC_AGENT_CONCURRENCY: "16"
-        },
-        stdio: ["ignore", "pipe", "inherit"]
-      })
-      let out = ""
-      child.stdout!.on("data", (chunk: Buffer) => {
-        out += chunk.toString()
-        if (out.includes("agent_ready")) resume(Effect.succeed({ pid: child.pid!, kill: () => child.kill("SIGTERM") }))
-      })
-      child.on("exit", (code) => resume(Effect.die(new Error(`agent exited (${code})`))))
-    }),
-    (a) => Effect.sync(() => a.kill())
+  const host = yield* benchHost()
+  // BENCH_AGENT_CPU_PROF=<dir>: the agent writes a V8 CPU profile there when it stops.
+  const profDir = process.env["BENCH_AGENT_CPU_PROF"]
+  const agent = yield* startAgent(
+    { ...agentEnv(server, host), ...UNBOUNDED_HOST, SVC_AGENT_CONCURRENCY: "16" },
+    profDir !== undefined && profDir !== "" ? ["--cpu-prof", "--cpu-prof-dir", profDir] : []
   )
 
-  const post = (body: object) =>
-    Effect.promise(async () => {
-      const sent = epochOf(performance.now())
-      const response = await fetch(`${base}/v1/sandboxes`, {
-        method: "POST",
-        headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
-        body: JSON.stringify(body)
-      })
-      const json = await response.json() as { id: string }
-      if (response.status !== 201) throw new Error(`create: ${response.status} ${JSON.stringify(json)}`)
-      postedAt.set(json.id, sent)
-      return { id: json.id, at: performance.now() }
-    })
-  const running = (id: string) =>
-    Effect.callback<void>((resume) => {
-      if (runningAt.has(id)) return resume(Effect.void)
-      waiters.set(id, () => resume(Effect.void))
-    })
-  const made: Array<string> = []
-  const createRunning = (name: string) =>
-    Effect.gen(function*() {
-      const t = yield* post({ region: "local", ram_mb: 64, name })
-      made.push(t.id)
-      yield* running(t.id).pipe(Effect.timeout("60 seconds"))
-      const done = runningAt.get(t.id)
-      if (done === undefined) throw new Error(`sandbox ${t.id} did not run`)
-      return { id: t.id, posted: t.at, latency: done - t.at }
-    })
-
-  // Everything this run made goes, whatever happens.
-  yield* Effect.addFinalizer(() =>
-    Effect.gen(function*() {
-      const t0 = performance.now()
-      yield* Effect.forEach(made, (id) =>
-        Effect.promise(async () => {
-          for (let attempt = 0; attempt < 5; attempt++) {
-            const r = await fetch(`${base}/v1/sandboxes/${id}`, {
-              method: "DELETE",
-              headers: { authorization: `Bearer ${key}` }
-            })
-            await r.arrayBuffer()
-            if (r.status === 202) return
-            await new Promise((resolve) => setTimeout(resolve, 500))
-          }
-          console.log(`could not delete ${id}`)
-        }), { concurrency: 8, discard: true })
-      const deadline = Date.now() + 120_000
-      while (made.some((id) => !deleted.has(id)) && Date.now() < deadline) yield* Effect.sleep("100 millis")
-      const n = made.filter((id) => deleted.has(id)).length
-      console.log(
-        `\ncleaned up: ${n} of ${made.length} sandboxes deleted through the API in ${
-          ((performance.now() - t0) / 1000).toFixed(1)
-        } s`
-      )
-    })
-  )
+  const { createRunning: create } = yield* sandboxMaker({
+    base,
+    key,
+    events,
+    onPosted: (id, sent) => postedAt.set(id, epochOf(sent))
+  })
+  const createRunning = (name: string) => create({ name })
 
   // Warm-up: templates, JIT, connections.
   for (let i = 0; i < 5; i++) yield* createRunning(`warmup-${i}`)
@@ -481,7 +364,7 @@ const platform = Effect.gen(function*() {
   const hostSide = { rss: 0, pss: 0 }
   let charge = 0
   for (const id of ids) {
-    const group = groupPath({ root: "/sys/fs/cgroup", hostId }, "memory", id)
+    const group = groupPath({ root: "/sys/fs/cgroup", hostId: host.hostId }, "memory", id)
     const procs = (yield* Effect.promise(() => Fs.readFile(`${group}/cgroup.procs`, "utf8"))).split("\n").filter(
       Boolean
     ).map(Number)

@@ -16,98 +16,42 @@
  *     a row each, for `base`, `debian` and the three-step template on `debian`.
  * Deletes everything it made before it exits.
  */
-import { serve } from "@svc/testing/TestHttp"
 import * as TestNats from "@svc/testing/TestNats"
 import { Effect } from "effect"
-import { HttpRouter } from "effect/http"
-import { execFileSync, spawn } from "node:child_process"
+import { execFileSync } from "node:child_process"
 import { randomBytes } from "node:crypto"
-import * as Fs from "node:fs/promises"
 import * as Os from "node:os"
-import { fileURLToPath } from "node:url"
-import * as Server from "../apps/api/src/Server.ts"
-import { ApiKeys } from "../packages/auth/src/ApiKeys.ts"
-import { operatorContext } from "../packages/auth/src/Audit.ts"
-import { Orgs } from "../packages/auth/src/Orgs.ts"
-import { makeHostId } from "../packages/domain/src/Ids.ts"
 import { TEST_IMAGE_CACHE_DIR } from "../packages/testing/src/ImageCache.ts"
-import { cleanHost } from "./lib/Hosts.ts"
+import { removeAtEnd, serveApi } from "./lib/Api.ts"
+import { agentEnv, benchHost, startAgent, UNBOUNDED_HOST } from "./lib/Hosts.ts"
 import { runInProcess } from "./lib/InProcess.ts"
+import { timeToRunning } from "./lib/Sandboxes.ts"
 import { quantile } from "./lib/Stats.ts"
 
 const STARTS = Number(process.env["BENCH_STARTS"] ?? 10)
-const AGENT_MAIN = fileURLToPath(new URL("../apps/agent/src/main.ts", import.meta.url))
 
 const ms = (n: number) => n.toFixed(0).padStart(9)
 
 const platform = Effect.gen(function*() {
   const server = yield* TestNats.TestNatsServer
-  const base = yield* serve(HttpRouter.serve(Server.Routes, { disableLogger: true, disableListenLog: true }))
-  const org = yield* (yield* Orgs).create("bench", operatorContext)
-  const key = (yield* (yield* ApiKeys).mint({ orgId: org.id, userId: null, name: "bench" }, operatorContext)).token
+  const { base, call, key } = yield* serveApi()
 
   /** An agent of `region` as a child process, with a data folder of its own; cleaned up at the end. */
-  const startAgent = (region: string) =>
+  const startAgentOf = (region: string) =>
     Effect.gen(function*() {
-      const hostId = makeHostId()
-      const dataDir = yield* Effect.acquireRelease(
-        Effect.promise(() => Fs.mkdtemp("/tmp/svc-bench-templates-")),
-        (dir) => cleanHost(hostId, dir)
-      )
-      yield* Effect.acquireRelease(
-        Effect.callback<{ kill: () => void }>((resume) => {
-          const child = spawn(process.execPath, [AGENT_MAIN], {
-            env: {
-              ...process.env,
-              NATS_URL: server.url,
-              SVC_NATS_PREFIX: server.prefix,
-              SVC_HOST_ID: hostId,
-              SVC_REGION: region,
-              SVC_HOST_CPU: "100000",
-              SVC_HOST_RAM_MB: "100000000",
-              SVC_HOST_DISK_GB: "1000000",
-              SVC_AGENT_DATA_DIR: dataDir,
-              SVC_AGENT_POOL_SIZE: "0",
-              SVC_IMAGE_CACHE_DIR: TEST_IMAGE_CACHE_DIR
-            },
-            stdio: ["ignore", "pipe", "inherit"]
-          })
-          let out = ""
-          child.stdout!.on("data", (chunk: Buffer) => {
-            out += chunk.toString()
-            if (out.includes("agent_ready")) resume(Effect.succeed({ kill: () => child.kill("SIGTERM") }))
-          })
-          child.on("exit", (code) => resume(Effect.die(new Error(`agent exited (${code})`))))
-        }),
-        (a) => Effect.sync(() => a.kill())
-      )
-    })
-  yield* startAgent("local")
-
-  const call = (method: string, path: string, body?: unknown) =>
-    Effect.promise(async () => {
-      const response = await fetch(`${base}${path}`, {
-        method,
-        headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
-        ...(body !== undefined ? { body: JSON.stringify(body) } : {})
+      const host = yield* benchHost("/tmp/svc-bench-templates-")
+      yield* startAgent({
+        ...agentEnv(server, host, region),
+        ...UNBOUNDED_HOST,
+        SVC_AGENT_POOL_SIZE: "0",
+        SVC_IMAGE_CACHE_DIR: TEST_IMAGE_CACHE_DIR
       })
-      return { status: response.status, json: await response.json() as any }
     })
+  yield* startAgentOf("local")
 
   const templates: Array<string> = []
   const sandboxes: Array<string> = []
-  yield* Effect.addFinalizer(() =>
-    Effect.gen(function*() {
-      for (const id of sandboxes) yield* call("DELETE", `/v1/sandboxes/${id}`)
-      const deadline = Date.now() + 60_000
-      for (const id of sandboxes) {
-        while (Date.now() < deadline && (yield* call("GET", `/v1/sandboxes/${id}`)).json.state !== "deleted") {
-          yield* Effect.sleep("200 millis")
-        }
-      }
-      for (const id of templates) yield* call("DELETE", `/v1/templates/${id}`)
-    }).pipe(Effect.ignore)
-  )
+  yield* removeAtEnd(call, { sandboxes, templates })
 
   /** POST → ready, in ms; the steps with `nonce` in them (new contents: no cache hit). */
   const build = (name: string, root: string, nonce: string) =>
@@ -142,18 +86,7 @@ const platform = Effect.gen(function*() {
     })
 
   const start = (template: string, region = "local") =>
-    Effect.gen(function*() {
-      const t0 = performance.now()
-      const made = yield* call("POST", "/v1/sandboxes", { template, ram_mb: 128, region })
-      if (made.status !== 201) throw new Error(`create: ${made.status} ${JSON.stringify(made.json)}`)
-      sandboxes.push(made.json.id)
-      for (;;) {
-        const got = yield* call("GET", `/v1/sandboxes/${made.json.id}`)
-        if (got.json.state === "running") return performance.now() - t0
-        if (got.json.state === "error") throw new Error(`sandbox: ${got.json.errorMessage}`)
-        yield* Effect.sleep("10 millis")
-      }
-    })
+    timeToRunning(call, { template, ram_mb: 128, region }, sandboxes)
 
   const tag = randomBytes(4).toString("hex")
   const builds: Array<readonly [string, number, number]> = []
@@ -181,7 +114,7 @@ const platform = Effect.gen(function*() {
   }
   // A host that has never pulled the image: its first start pulls and checks the template's
   // layers from the store (and extracts the debian root its own); then a start with them there.
-  yield* startAgent("fresh")
+  yield* startAgentOf("fresh")
   const firstPull = yield* start(app, "fresh")
   const afterPull = yield* start(app, "fresh")
   return { builds, starts, firstPull, afterPull }

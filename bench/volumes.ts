@@ -12,122 +12,63 @@
  *     machine by the first).
  * Deletes everything it made before it exits.
  */
-import { serve } from "@svc/testing/TestHttp"
 import * as TestNats from "@svc/testing/TestNats"
 import { Effect } from "effect"
-import { HttpRouter } from "effect/http"
-import { execFileSync, spawn } from "node:child_process"
+import { execFileSync } from "node:child_process"
 import * as Fs from "node:fs/promises"
 import * as Os from "node:os"
 import * as NodePath from "node:path"
-import { fileURLToPath } from "node:url"
-import * as Server from "../apps/api/src/Server.ts"
-import { ApiKeys } from "../packages/auth/src/ApiKeys.ts"
-import { operatorContext } from "../packages/auth/src/Audit.ts"
-import { Orgs } from "../packages/auth/src/Orgs.ts"
-import { Nats } from "../packages/bus/src/Nats.ts"
-import { makeHostId } from "../packages/domain/src/Ids.ts"
-import * as Events from "../packages/events/src/Streams.ts"
 import { CONTROLLERS } from "../packages/host/src/Driver/Cgroups.ts"
+import { serveApi } from "./lib/Api.ts"
+import { agentEnv, benchHost, startAgent, UNBOUNDED_HOST } from "./lib/Hosts.ts"
 import { runInProcess } from "./lib/InProcess.ts"
+import { sandboxMaker, watchSandboxEvents } from "./lib/Sandboxes.ts"
 import { quantile } from "./lib/Stats.ts"
 
 const N = Number(process.env["BENCH_SANDBOXES"] ?? 30)
-const AGENT_MAIN = fileURLToPath(new URL("../apps/agent/src/main.ts", import.meta.url))
 
 const ms = (n: number) => n.toFixed(1).padStart(9)
 
 const platform = Effect.gen(function*() {
-  const nats = yield* Nats
   const server = yield* TestNats.TestNatsServer
-  const base = yield* serve(HttpRouter.serve(Server.Routes, { disableLogger: true, disableListenLog: true }))
-  const org = yield* (yield* Orgs).create("bench", operatorContext)
-  const key = (yield* (yield* ApiKeys).mint({ orgId: org.id, userId: null, name: "bench" }, operatorContext)).token
+  const { base, call, key } = yield* serveApi()
+  const events = yield* watchSandboxEvents
 
-  const runningAt = new Map<string, number>()
-  const deleted = new Set<string>()
-  const waiters = new Map<string, () => void>()
-  const stream = yield* Events.ensure()
-  const consumer = yield* Effect.promise(() => nats.js.consumers.get(stream))
-  yield* Effect.acquireRelease(
-    Effect.promise(() =>
-      consumer.consume({
-        callback: (msg) => {
-          const e = JSON.parse(new TextDecoder().decode(msg.data))
-          const id = e.data?.sandbox_id as string
-          if (e.event === "sandbox.state_updated" && e.data.state === "running" && !runningAt.has(id)) {
-            runningAt.set(id, performance.now())
-            waiters.get(id)?.()
-          }
-          if (e.event === "sandbox.state_updated" && e.data.state === "error") waiters.get(id)?.()
-          if (e.event === "sandbox.deleted") deleted.add(id)
-        }
-      })
-    ),
-    (m) => Effect.promise(() => m.close().catch(() => undefined))
-  )
-
-  const hostId = makeHostId()
-  const dataDir = yield* Effect.acquireRelease(
-    Effect.promise(() => Fs.mkdtemp("/tmp/svc-bench-volumes-")),
-    (dir) =>
-      Effect.promise(async () => {
-        const shared = NodePath.join(dir, "shared")
-        for (const name of await Fs.readdir(shared).catch(() => [] as Array<string>)) {
-          if (name.endsWith(".mnt")) {
-            try {
-              execFileSync("umount", ["-l", NodePath.join(shared, name)], { stdio: "ignore" })
-            } catch {
-              // Not mounted.
-            }
-          }
-        }
-        await Fs.rm(dir, { recursive: true, force: true })
-        for (const c of CONTROLLERS) {
-          await Fs.rmdir(`/sys/fs/cgroup/${c}/svc-sandboxes/${hostId}`).catch(() => undefined)
-        }
-      })
-  )
-  yield* Effect.acquireRelease(
-    Effect.callback<{ kill: () => void }>((resume) => {
-      const child = spawn(process.execPath, [AGENT_MAIN], {
-        env: {
-          ...process.env,
-          NATS_URL: server.url,
-          SVC_NATS_PREFIX: server.prefix,
-          SVC_HOST_ID: hostId,
-          SVC_REGION: "local",
-          SVC_HOST_CPU: "100000",
-          SVC_HOST_RAM_MB: "100000000",
-          SVC_HOST_DISK_GB: "1000000",
-          SVC_AGENT_DATA_DIR: NodePath.join(dataDir, "host"),
-          SVC_SHARED_VOLUMES_DIR: NodePath.join(dataDir, "shared"),
-          SVC_AGENT_POOL_SIZE: "0",
-          SVC_AGENT_CONCURRENCY: "16"
-        },
-        stdio: ["ignore", "pipe", "inherit"]
-      })
-      let out = ""
-      child.stdout!.on("data", (chunk: Buffer) => {
-        out += chunk.toString()
-        if (out.includes("agent_ready")) resume(Effect.succeed({ kill: () => child.kill("SIGTERM") }))
-      })
-      child.on("exit", (code) => resume(Effect.die(new Error(`agent exited (${code})`))))
-    }),
-    (a) => Effect.sync(() => a.kill())
-  )
-
-  const call = (method: string, path: string, body?: object) =>
+  // The agent's data and the shared volumes' folder in one; the shared volumes' mounts go first.
+  const host = yield* benchHost("/tmp/svc-bench-volumes-", (hostId, dir) =>
     Effect.promise(async () => {
-      const response = await fetch(`${base}${path}`, {
-        method,
-        headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
-        ...(body !== undefined ? { body: JSON.stringify(body) } : {})
-      })
-      return { status: response.status, json: await response.json() as any, at: performance.now() }
-    })
-  const sandboxes: Array<string> = []
+      const shared = NodePath.join(dir, "shared")
+      for (const name of await Fs.readdir(shared).catch(() => [] as Array<string>)) {
+        if (name.endsWith(".mnt")) {
+          try {
+            execFileSync("umount", ["-l", NodePath.join(shared, name)], { stdio: "ignore" })
+          } catch {
+            // Not mounted.
+          }
+        }
+      }
+      await Fs.rm(dir, { recursive: true, force: true })
+      for (const c of CONTROLLERS) {
+        await Fs.rmdir(`/sys/fs/cgroup/${c}/svc-sandboxes/${hostId}`).catch(() => undefined)
+      }
+    }))
+  yield* startAgent({
+    ...agentEnv(server, host),
+    ...UNBOUNDED_HOST,
+    SVC_AGENT_DATA_DIR: NodePath.join(host.dataDir, "host"),
+    SVC_SHARED_VOLUMES_DIR: NodePath.join(host.dataDir, "shared"),
+    SVC_AGENT_POOL_SIZE: "0",
+    SVC_AGENT_CONCURRENCY: "16"
+  })
+
+  // Volumes go once the sandboxes using them have (this finalizer runs after the sandboxes').
   const volumes: Array<string> = []
+  yield* Effect.addFinalizer(() =>
+    Effect.forEach(volumes, (id) => Effect.ignore(call("DELETE", `/v1/volumes/${id}`)), {
+      concurrency: 8,
+      discard: true
+    })
+  )
   const volume = (body: object) =>
     Effect.gen(function*() {
       const r = yield* call("POST", "/v1/volumes", body)
@@ -135,35 +76,8 @@ const platform = Effect.gen(function*() {
       volumes.push(r.json.id)
       return r.json.id as string
     })
-  const createRunning = (body: object) =>
-    Effect.gen(function*() {
-      const r = yield* call("POST", "/v1/sandboxes", { region: "local", ram_mb: 64, ...body })
-      if (r.status !== 201) throw new Error(`create: ${r.status} ${JSON.stringify(r.json)}`)
-      sandboxes.push(r.json.id)
-      yield* Effect.callback<void>((resume) => {
-        if (runningAt.has(r.json.id)) return resume(Effect.void)
-        waiters.set(r.json.id, () => resume(Effect.void))
-      }).pipe(Effect.timeout("60 seconds"))
-      const done = runningAt.get(r.json.id)
-      if (done === undefined) throw new Error(`sandbox ${r.json.id} did not run`)
-      return done - r.at
-    })
-
-  yield* Effect.addFinalizer(() =>
-    Effect.gen(function*() {
-      yield* Effect.forEach(sandboxes, (id) => Effect.ignore(call("DELETE", `/v1/sandboxes/${id}`)), {
-        concurrency: 8,
-        discard: true
-      })
-      const deadline = Date.now() + 120_000
-      while (sandboxes.some((id) => !deleted.has(id)) && Date.now() < deadline) yield* Effect.sleep("100 millis")
-      yield* Effect.forEach(volumes, (id) => Effect.ignore(call("DELETE", `/v1/volumes/${id}`)), {
-        concurrency: 8,
-        discard: true
-      })
-      console.log(`\ncleaned up: ${sandboxes.filter((id) => deleted.has(id)).length} of ${sandboxes.length} sandboxes`)
-    })
-  )
+  const maker = yield* sandboxMaker({ base, key, events })
+  const createRunning = (body: object) => Effect.map(maker.createRunning(body), (r) => r.latency)
 
   // Warm-up: templates, JIT, connections, the shared volume's machine mount.
   const shared = yield* volume({ name: "bench-shared", type: "shared", size_gb: 1 })

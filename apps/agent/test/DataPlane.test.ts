@@ -11,26 +11,7 @@ import { AgentApi, AgentInvalid, AgentNotFound, AgentUnauthorized } from "@svc/h
 import { Effect, Schema, Stream } from "effect"
 import { HttpClient, HttpClientRequest } from "effect/http"
 import { HttpApiClient } from "effect/http-api"
-import {
-  createCommand,
-  http,
-  makeHost,
-  publishCommand,
-  Reports,
-  type RunningAgent,
-  startAgent,
-  testLayer
-} from "../testing/Agent.ts"
-
-const createRunning = (agent: RunningAgent) =>
-  Effect.gen(function*() {
-    const reports = yield* Reports
-    const sandboxId = makeSandboxId()
-    yield* publishCommand(agent.host.hostId, createCommand(sandboxId))
-    const report = yield* reports.waitFor(sandboxId, (r) => r.status !== "running" || r.agentReady === true)
-    assert.strictEqual(report.status, "running", JSON.stringify(report))
-    return sandboxId
-  })
+import { createRunning, http, makeHost, type RunningAgent, startAgent, testLayer } from "../testing/Agent.ts"
 
 /** A client of the definition for this agent, sending `token` (none when undefined). */
 const clientFor = (agent: RunningAgent, token: string | undefined) =>

@@ -14,6 +14,7 @@ import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
 import {
   createCommand,
+  createRunning,
   http,
   lifecycleCommand,
   makeHost,
@@ -32,16 +33,6 @@ const hostRecord = (hostId: string) =>
     const kv = yield* Effect.promise(() => nats.kvm.open(nats.name(HOSTS_BUCKET_SPEC.name)))
     const entry = yield* Effect.promise(() => kv.get(hostId))
     return decodeHostRecord(new TextDecoder().decode(entry!.value))
-  })
-
-const createRunning = (agent: RunningAgent, overrides: Parameters<typeof createCommand>[1] = {}) =>
-  Effect.gen(function*() {
-    const reports = yield* Reports
-    const sandboxId = makeSandboxId()
-    yield* publishCommand(agent.host.hostId, createCommand(sandboxId, overrides))
-    const report = yield* reports.waitFor(sandboxId, (r) => r.status !== "running" || r.agentReady === true)
-    assert.strictEqual(report.status, "running", JSON.stringify(report))
-    return sandboxId
   })
 
 const execTrue = (agent: RunningAgent, sandboxId: string) =>

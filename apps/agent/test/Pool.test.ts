@@ -13,14 +13,12 @@ import {
   http,
   lifecycleCommand,
   makeHost,
+  poolEntries,
   publishCommand,
   Reports,
   startAgent,
   testLayer
 } from "../testing/Agent.ts"
-
-const poolEntries = (rows: ReadonlyArray<{ readonly sandboxId: string; readonly status: string }>) =>
-  rows.filter((r) => r.sandboxId.startsWith("pool-") && r.status === "running").map((r) => r.sandboxId)
 
 layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("host agent warm pool", (it) => {
   it.effect("a create takes a pool entry (via restore) with its env, limits and hostname; the pool refills; a stop destroys it", () =>

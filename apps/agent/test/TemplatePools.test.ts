@@ -16,14 +16,12 @@ import {
   eventually,
   lifecycleCommand,
   makeHost,
+  poolEntries,
   publishCommand,
   Reports,
   startAgent,
   testLayer
 } from "../testing/Agent.ts"
-
-const poolEntries = (rows: ReadonlyArray<{ readonly sandboxId: string; readonly status: string }>) =>
-  rows.filter((r) => r.sandboxId.startsWith("pool-") && r.status === "running").map((r) => r.sandboxId)
 
 const START = "echo started > /tmp/s; sleep inf"
 

@@ -6,34 +6,21 @@
  * served, and a transfer that moves nothing for `transferIdleMs` is cut, its slot freed.
  */
 import { assert, layer } from "@effect/vitest"
-import { makeSandboxId } from "@svc/domain/Ids"
 import { processesOfHost } from "@svc/testing/HostProcesses"
 import { Effect, Fiber } from "effect"
 import { createHash } from "node:crypto"
 import * as Http from "node:http"
 import {
-  createCommand,
+  createRunning,
   eventually,
   http,
   makeHost,
-  publishCommand,
-  Reports,
   type RunningAgent,
   startAgent,
   testLayer
 } from "../testing/Agent.ts"
 
 const BIG = 64 * 1024 * 1024
-
-const createRunning = (agent: RunningAgent) =>
-  Effect.gen(function*() {
-    const reports = yield* Reports
-    const sandboxId = makeSandboxId()
-    yield* publishCommand(agent.host.hostId, createCommand(sandboxId, { ramMb: 256 }))
-    const report = yield* reports.waitFor(sandboxId, (r) => r.status !== "running" || r.agentReady === true)
-    assert.strictEqual(report.status, "running", JSON.stringify(report))
-    return sandboxId
-  })
 
 /**
  * A download whose client reads nothing until `resume` (its bytes back up to the sandbox);
@@ -78,7 +65,7 @@ layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("agent file tr
     Effect.gen(function*() {
       const host = yield* makeHost
       const agent = yield* startAgent(host, { dataPlane: { maxTransfers: 1, transferWaitMs: 30_000 } })
-      const sandboxId = yield* createRunning(agent)
+      const sandboxId = yield* createRunning(agent, { ramMb: 256 })
       const made = yield* http(agent, `/sandboxes/${sandboxId}/exec`, {
         method: "POST",
         body: JSON.stringify({ cmd: ["sh", "-c", `head -c ${BIG} /dev/urandom > /root/big && sha1sum /root/big`] })
@@ -108,7 +95,7 @@ layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("agent file tr
     Effect.gen(function*() {
       const host = yield* makeHost
       const agent = yield* startAgent(host, { dataPlane: { maxTransfers: 1, transferWaitMs: 300 } })
-      const sandboxId = yield* createRunning(agent)
+      const sandboxId = yield* createRunning(agent, { ramMb: 256 })
       yield* http(agent, `/sandboxes/${sandboxId}/exec`, {
         method: "POST",
         body: JSON.stringify({ cmd: ["sh", "-c", `head -c ${BIG} /dev/zero > /root/big`] })
@@ -147,7 +134,7 @@ layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("agent file tr
       const agent = yield* startAgent(host, {
         dataPlane: { maxTransfers: 3, maxTransfersPerOrg: 2, transferWaitMs: 30_000, transferIdleMs: 1_000 }
       })
-      const sandboxId = yield* createRunning(agent)
+      const sandboxId = yield* createRunning(agent, { ramMb: 256 })
       yield* http(agent, `/sandboxes/${sandboxId}/exec`, {
         method: "POST",
         body: JSON.stringify({ cmd: ["sh", "-c", `head -c ${BIG} /dev/zero > /root/big && echo b > /root/small`] })

@@ -4,18 +4,15 @@
  * `maxTunnelsPerSandbox` a tunnel is 503 `busy`; a tunnel that ends frees its place.
  */
 import { assert, layer } from "@effect/vitest"
-import { makeSandboxId } from "@svc/domain/Ids"
 import { TUNNEL_PROTOCOL } from "@svc/host-protocol/DataPlane"
 import { Effect } from "effect"
 import * as Http from "node:http"
 import type * as Net from "node:net"
 import {
-  createCommand,
+  createRunning,
   eventually,
   http,
   makeHost,
-  publishCommand,
-  Reports,
   type RunningAgent,
   startAgent,
   testLayer
@@ -57,11 +54,7 @@ layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("agent preview
     Effect.gen(function*() {
       const host = yield* makeHost
       const agent = yield* startAgent(host, { dataPlane: { maxTunnelsPerSandbox: 2 } })
-      const reports = yield* Reports
-      const sandboxId = makeSandboxId()
-      yield* publishCommand(host.hostId, createCommand(sandboxId, { ramMb: 128, exposedPorts: [8080] }))
-      const report = yield* reports.waitFor(sandboxId, (r) => r.status !== "running" || r.agentReady === true)
-      assert.strictEqual(report.status, "running", JSON.stringify(report))
+      const sandboxId = yield* createRunning(agent, { ramMb: 128, exposedPorts: [8080] })
       // A server that echoes every connection's bytes back.
       yield* http(agent, `/sandboxes/${sandboxId}/exec`, {
         method: "POST",

@@ -12,6 +12,8 @@ import { TEST_IMAGE_CACHE_DIR } from "@svc/testing/ImageCache"
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import * as TestNats from "@svc/testing/TestNats"
 import { Duration, Effect, Layer } from "effect"
+import { execFile } from "node:child_process"
+import { fileURLToPath } from "node:url"
 import { type Answer, eventually, Identity, makeHost, serveApi } from "./Sandboxes.ts"
 
 /** The API served in this process and a real agent on a host of the test's own; the API's URL. */
@@ -40,6 +42,27 @@ export const provideContextsEnv = <A, E, R>(env: Layer.Layer<A, E, R>) =>
     ),
     Layer.provideMerge(Layer.mergeAll(TestDatabase.layerWithUrl, TestNats.layer, SecretBox.layer))
   )
+
+const PYTHON_SDK = fileURLToPath(new URL("../../../sdks/python/src", import.meta.url))
+
+/**
+ * `python3 -c script args...` (or SVC_PYTHON) with the Python SDK (sdks/python/src) on its path
+ * and `api`'s address and key in its environment; its stdout, or a death with its stderr.
+ */
+export const runPythonSdk = (
+  api: { readonly base: string; readonly token: string },
+  script: string,
+  args: ReadonlyArray<string>
+) =>
+  Effect.callback<string>((resume) => {
+    execFile(
+      process.env["SVC_PYTHON"] ?? "python3",
+      ["-c", script, ...args],
+      { env: { ...process.env, PYTHONPATH: PYTHON_SDK, SVC_API_URL: api.base, SVC_API_KEY: api.token } },
+      (error, stdout, stderr) =>
+        resume(error ? Effect.die(new Error(`${error.message}\n${stderr}`)) : Effect.succeed(stdout))
+    )
+  })
 
 /** A run's answer (docs/contract.md#code-contexts). */
 export interface Run {

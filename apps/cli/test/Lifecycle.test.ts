@@ -4,39 +4,9 @@
  * limit, and a bad value is refused before any request (exit 1).
  */
 import { expect, layer } from "@effect/vitest"
-import { api, Env, EnvLayer, waitState } from "@svc/api/testing/SandboxesEnv"
+import { api, EnvLayer, waitState } from "@svc/api/testing/SandboxesEnv"
 import { Effect } from "effect"
-import { execFile } from "node:child_process"
-import * as Os from "node:os"
-import { fileURLToPath } from "node:url"
-import { promisify } from "node:util"
-
-const MAIN = fileURLToPath(new URL("../src/main.ts", import.meta.url))
-
-/** `svc args...`: its exit code, stdout and stderr. */
-const svc = (...args: ReadonlyArray<string>) =>
-  Effect.flatMap(
-    Effect.service(Env),
-    (env) =>
-      Effect.promise(() =>
-        promisify(execFile)(process.execPath, [MAIN, ...args], {
-          env: {
-            PATH: process.env["PATH"] ?? "/usr/bin:/bin",
-            SVC_API_KEY: env.org.token,
-            SVC_API_URL: env.base,
-            SVC_STATE_DIR: Os.tmpdir()
-          },
-          timeout: 60_000
-        }).then(
-          ({ stderr, stdout }) => ({ code: 0, stdout, stderr }),
-          (e: { code?: number; stdout?: string; stderr?: string }) => ({
-            code: e.code ?? -1,
-            stdout: e.stdout ?? "",
-            stderr: e.stderr ?? ""
-          })
-        )
-      )
-  )
+import { svc } from "./support/Cli.ts"
 
 layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("svc sandbox: lifecycle", (it) => {
   it.effect("create --idle-timeout-s --on-timeout --auto-delete-s --auto-resume; timeout N | none", () =>

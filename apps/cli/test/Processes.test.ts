@@ -4,43 +4,17 @@
  * sent with `send-keys`, the screen read with `capture-pane`, the window resized (SIGWINCH).
  */
 import { expect, layer } from "@effect/vitest"
-import { create, Env, EnvLayer, waitState } from "@svc/api/testing/SandboxesEnv"
+import { create, EnvLayer, waitState } from "@svc/api/testing/SandboxesEnv"
 import { Duration, Effect } from "effect"
 import { execFile } from "node:child_process"
 import { randomBytes } from "node:crypto"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as NodePath from "node:path"
-import { fileURLToPath } from "node:url"
 import { promisify } from "node:util"
+import { cliEnv, MAIN, svc } from "./support/Cli.ts"
 
-const MAIN = fileURLToPath(new URL("../src/main.ts", import.meta.url))
 const TMUX = "/usr/bin/tmux"
-
-/** The CLI's environment: the key and the API's address, nothing of this process's. */
-const cliEnv = Effect.map(Effect.service(Env), (env) => ({
-  PATH: process.env["PATH"] ?? "/usr/bin:/bin",
-  SVC_API_KEY: env.org.token,
-  SVC_API_URL: env.base,
-  SVC_STATE_DIR: Os.tmpdir()
-}))
-
-/** `svc args...`: its exit code, stdout and stderr. */
-const svc = (...args: ReadonlyArray<string>) =>
-  Effect.flatMap(
-    cliEnv,
-    (env) =>
-      Effect.promise(() =>
-        promisify(execFile)(process.execPath, [MAIN, ...args], { env, timeout: 60_000 }).then(
-          ({ stderr, stdout }) => ({ code: 0, stdout, stderr }),
-          (e: { code?: number; stdout?: string; stderr?: string }) => ({
-            code: e.code ?? -1,
-            stdout: e.stdout ?? "",
-            stderr: e.stderr ?? ""
-          })
-        )
-      )
-  )
 
 /** A tmux server of this test's own; killed with the scope. */
 const tmuxServer = Effect.acquireRelease(

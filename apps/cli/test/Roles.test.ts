@@ -13,15 +13,12 @@
  * every sandbox and warm pool entry it started.
  */
 import { expect, layer } from "@effect/vitest"
-import * as AuthLayer from "@svc/auth/AuthLayer"
-import { ensureDevOrg } from "@svc/auth/DevOrg"
 import { eventually } from "@svc/testing/Eventually"
 import { processesOfHost } from "@svc/testing/HostProcesses"
 import * as TestDatabase from "@svc/testing/TestDatabase"
-import { makeHost } from "@svc/testing/TestHost"
 import { call } from "@svc/testing/TestHttp"
 import * as TestNats from "@svc/testing/TestNats"
-import { appMain, freePort, readyEvent, type RoleProcess, spawnRole } from "@svc/testing/TestProcess"
+import { appMain, readyEvent, type RoleProcess, spawnRole } from "@svc/testing/TestProcess"
 import { receiver } from "@svc/testing/WebhookReceiver"
 import { Duration, Effect, Fiber, Layer } from "effect"
 import { createHmac } from "node:crypto"
@@ -29,6 +26,7 @@ import * as FsSync from "node:fs"
 import * as Http from "node:http"
 import * as Os from "node:os"
 import * as NodePath from "node:path"
+import { devOrgApi, rolesSetup } from "./support/Roles.ts"
 
 /** What a poll got: a status code, or how the connection failed; `timeout` is the failure. */
 type Outcome = number | string
@@ -120,18 +118,7 @@ layer(testLayer, { excludeTestServices: true })("the roles as separate processes
     "a sandbox through the API reaches running, its events reach a webhook, /v1/workers lists every role; polls during start and stop are all answered",
     () =>
       Effect.gen(function*() {
-        const nats = yield* TestNats.TestNatsServer
-        const databaseUrl = yield* TestDatabase.TestDatabaseUrl
-        const host = yield* makeHost("svc-roles-test-")
-        const port = yield* freePort
-        const base = `http://127.0.0.1:${port}`
-        const common = {
-          DATABASE_URL: databaseUrl,
-          NATS_URL: nats.url,
-          SVC_NATS_PREFIX: nats.prefix,
-          // The receiver is on loopback.
-          SVC_WEBHOOK_ALLOWED_SUBNETS: "127.0.0.0/8"
-        }
+        const { agent: agentEnv, base, common, host, port } = yield* rolesSetup("svc-roles-test-")
         const timeout = Duration.seconds(90)
 
         // Polled from before the API process exists until after it is up.
@@ -152,17 +139,8 @@ layer(testLayer, { excludeTestServices: true })("the roles as separate processes
           spawnRole({ main: appMain("dispatcher"), env: common, ready: readyEvent("dispatcher_ready"), timeout }),
           spawnRole({
             main: appMain("agent"),
-            env: {
-              NATS_URL: nats.url,
-              SVC_NATS_PREFIX: nats.prefix,
-              SVC_HOST_ID: host.hostId,
-              SVC_AGENT_DATA_DIR: host.dataDir,
-              // One warm pool entry: a graceful stop must leave none behind.
-              SVC_AGENT_POOL_SIZE: "1",
-              SVC_HOST_CPU: "16",
-              SVC_HOST_RAM_MB: "16384",
-              SVC_HOST_DISK_GB: "100"
-            },
+            // One warm pool entry: a graceful stop must leave none behind.
+            env: { ...agentEnv, SVC_AGENT_POOL_SIZE: "1" },
             ready: readyEvent("agent_ready"),
             timeout
           })
@@ -172,10 +150,7 @@ layer(testLayer, { excludeTestServices: true })("the roles as separate processes
         expectAllAnswered(atStart)
         expect(atStart).toContain(200)
 
-        const org = yield* ensureDevOrg(null).pipe(Effect.provide(AuthLayer.operatorLayer), Effect.orDie)
-        const token = org.api_key
-        const api_ = (method: string, path: string, body?: unknown) =>
-          call(base, method, path, { token, ...(body !== undefined ? { body } : {}) })
+        const { api: api_ } = yield* devOrgApi(base)
 
         // A webhook on a receiver of ours, then a sandbox.
         const rx = yield* receiver()
@@ -260,33 +235,24 @@ layer(testLayer, { excludeTestServices: true })("the roles as separate processes
     "svc dev: the same roles in one process; polls during its start and stop are all answered; SIGINT ends every sandbox and pool entry it started",
     () =>
       Effect.gen(function*() {
-        const nats = yield* TestNats.TestNatsServer
-        const databaseUrl = yield* TestDatabase.TestDatabaseUrl
-        const host = yield* makeHost("svc-roles-dev-test-")
+        const { agent: agentEnv, base, databaseUrl, host, port } = yield* rolesSetup("svc-roles-dev-test-")
         const stateDir = yield* Effect.acquireRelease(
           Effect.sync(() => FsSync.mkdtempSync(NodePath.join(Os.tmpdir(), "svc-roles-dev-state-"))),
           (dir) => Effect.sync(() => FsSync.rmSync(dir, { recursive: true, force: true }))
         )
-        const port = yield* freePort
-        const base = `http://127.0.0.1:${port}`
 
         const starting = poll(`${base}/v1/health`)
         const dev = yield* spawnRole({
           main: appMain("cli"),
           args: ["dev"],
           env: {
-            // Given these, svc dev starts no NATS or Postgres of its own.
+            // Given these (the database, and NATS in the agent's), svc dev starts no NATS or
+            // Postgres of its own.
+            ...agentEnv,
             DATABASE_URL: databaseUrl,
-            NATS_URL: nats.url,
-            SVC_NATS_PREFIX: nats.prefix,
             SVC_STATE_DIR: stateDir,
             SVC_PORT: String(port),
-            SVC_HOST_ID: host.hostId,
-            SVC_AGENT_DATA_DIR: host.dataDir,
-            SVC_AGENT_POOL_SIZE: "1",
-            SVC_HOST_CPU: "16",
-            SVC_HOST_RAM_MB: "16384",
-            SVC_HOST_DISK_GB: "100"
+            SVC_AGENT_POOL_SIZE: "1"
           },
           // The dev org's key is printed once every role is up.
           ready: (stdout) => (stdout.includes("api key") ? true : undefined),

@@ -4,38 +4,11 @@
  * table of samples, and the refusal of a bad `--since`.
  */
 import { expect, layer } from "@effect/vitest"
-import { api, create, Env, makeEnvLayer, waitState } from "@svc/api/testing/SandboxesEnv"
+import { api, create, makeEnvLayer, waitState } from "@svc/api/testing/SandboxesEnv"
 import { eventually } from "@svc/testing/Eventually"
 import { Duration, Effect } from "effect"
-import { execFile, spawn } from "node:child_process"
-import * as Os from "node:os"
-import { fileURLToPath } from "node:url"
-import { promisify } from "node:util"
-
-const MAIN = fileURLToPath(new URL("../src/main.ts", import.meta.url))
-
-const cliEnv = Effect.map(Effect.service(Env), (env) => ({
-  PATH: process.env["PATH"] ?? "/usr/bin:/bin",
-  SVC_API_KEY: env.org.token,
-  SVC_API_URL: env.base,
-  SVC_STATE_DIR: Os.tmpdir()
-}))
-
-const svc = (...args: ReadonlyArray<string>) =>
-  Effect.flatMap(
-    cliEnv,
-    (env) =>
-      Effect.promise(() =>
-        promisify(execFile)(process.execPath, [MAIN, ...args], { env, timeout: 60_000 }).then(
-          ({ stderr, stdout }) => ({ code: 0, stdout, stderr }),
-          (e: { code?: number; stdout?: string; stderr?: string }) => ({
-            code: e.code ?? -1,
-            stdout: e.stdout ?? "",
-            stderr: e.stderr ?? ""
-          })
-        )
-      )
-  )
+import { spawn } from "node:child_process"
+import { cliEnv, MAIN, svc } from "./support/Cli.ts"
 
 layer(makeEnvLayer({ metricsIntervalMs: 300 }), { excludeTestServices: true, timeout: 180_000 })(
   "svc sandbox logs|metrics",

@@ -13,12 +13,9 @@
  * webhook's signing secret, a sandbox's secret env value or a refused token.
  */
 import { expect, layer } from "@effect/vitest"
-import * as AuthLayer from "@svc/auth/AuthLayer"
-import { ensureDevOrg } from "@svc/auth/DevOrg"
 import { eventually } from "@svc/testing/Eventually"
 import * as Prometheus from "@svc/testing/Prometheus"
 import * as TestDatabase from "@svc/testing/TestDatabase"
-import { makeHost } from "@svc/testing/TestHost"
 import { call } from "@svc/testing/TestHttp"
 import * as TestNats from "@svc/testing/TestNats"
 import { appMain, freePort, readyEvent, type RoleProcess, spawnRole } from "@svc/testing/TestProcess"
@@ -27,6 +24,7 @@ import { Duration, Effect, Layer } from "effect"
 import { randomBytes } from "node:crypto"
 import * as Http from "node:http"
 import type * as Net from "node:net"
+import { devOrgApi, rolesSetup } from "./support/Roles.ts"
 
 interface ExportedSpan {
   readonly service: string
@@ -126,30 +124,21 @@ layer(testLayer, { excludeTestServices: true })("telemetry across the role proce
     "one sandbox create is one trace api → runtime → agent → runtime → dispatcher; /metrics of every role; JSON logs without secrets",
     () =>
       Effect.gen(function*() {
-        const nats = yield* TestNats.TestNatsServer
-        const databaseUrl = yield* TestDatabase.TestDatabaseUrl
-        const host = yield* makeHost("svc-telemetry-test-")
+        const setup = yield* rolesSetup("svc-telemetry-test-")
+        const { base, host, port } = setup
         const otlp = yield* otlpReceiver
-        const port = yield* freePort
         const metricsPorts = {
           api: yield* freePort,
           runtime: yield* freePort,
           dispatcher: yield* freePort,
           agent: yield* freePort
         }
-        const base = `http://127.0.0.1:${port}`
         const telemetry = {
           OTEL_EXPORTER_OTLP_ENDPOINT: otlp.url,
           OTEL_EXPORTER_OTLP_PROTOCOL: "http/json",
           SVC_LOG_FORMAT: "json"
         }
-        const common = {
-          DATABASE_URL: databaseUrl,
-          NATS_URL: nats.url,
-          SVC_NATS_PREFIX: nats.prefix,
-          SVC_WEBHOOK_ALLOWED_SUBNETS: "127.0.0.0/8",
-          ...telemetry
-        }
+        const common = { ...setup.common, ...telemetry }
         const timeout = Duration.seconds(120)
         const api = yield* spawnRole({
           main: appMain("api"),
@@ -173,14 +162,8 @@ layer(testLayer, { excludeTestServices: true })("telemetry across the role proce
           spawnRole({
             main: appMain("agent"),
             env: {
-              NATS_URL: nats.url,
-              SVC_NATS_PREFIX: nats.prefix,
-              SVC_HOST_ID: host.hostId,
-              SVC_AGENT_DATA_DIR: host.dataDir,
+              ...setup.agent,
               SVC_AGENT_POOL_SIZE: "0",
-              SVC_HOST_CPU: "16",
-              SVC_HOST_RAM_MB: "16384",
-              SVC_HOST_DISK_GB: "100",
               SVC_METRICS_PORT: String(metricsPorts.agent),
               ...telemetry
             },
@@ -190,14 +173,7 @@ layer(testLayer, { excludeTestServices: true })("telemetry across the role proce
         ], { concurrency: "unbounded" })
         const roles: Record<string, RoleProcess<unknown>> = { api, runtime, dispatcher, agent }
 
-        const org = yield* ensureDevOrg(null).pipe(Effect.provide(AuthLayer.operatorLayer), Effect.orDie)
-        const token = org.api_key
-        const api_ = (method: string, path: string, body?: unknown, headers?: Record<string, string>) =>
-          call(base, method, path, {
-            token,
-            ...(body !== undefined ? { body } : {}),
-            ...(headers !== undefined ? { headers } : {})
-          })
+        const { api: api_, token } = yield* devOrgApi(base)
 
         // A refused credential, a webhook (its signing secret is shown once), then a sandbox with a
         // secret in its env, created under a trace of the test's.

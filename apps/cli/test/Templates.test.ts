@@ -8,41 +8,15 @@
  */
 import { expect, layer } from "@effect/vitest"
 import { push, Registries, TestLayer } from "@svc/api/testing/Registries"
-import { api, create, Env, waitState } from "@svc/api/testing/SandboxesEnv"
+import { api, create, waitState } from "@svc/api/testing/SandboxesEnv"
 import { Effect } from "effect"
-import { execFile } from "node:child_process"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as NodePath from "node:path"
-import { fileURLToPath } from "node:url"
-import { promisify } from "node:util"
+import { svcWithin } from "./support/Cli.ts"
 
-const MAIN = fileURLToPath(new URL("../src/main.ts", import.meta.url))
-
-/** `svc args...` with the org's key: its exit code, stdout and stderr. */
-const svc = (...args: ReadonlyArray<string>) =>
-  Effect.flatMap(
-    Effect.service(Env),
-    (env) =>
-      Effect.promise(() =>
-        promisify(execFile)(process.execPath, [MAIN, ...args], {
-          env: {
-            PATH: process.env["PATH"] ?? "/usr/bin:/bin",
-            SVC_API_KEY: env.org.token,
-            SVC_API_URL: env.base,
-            SVC_STATE_DIR: Os.tmpdir()
-          },
-          timeout: 180_000
-        }).then(
-          ({ stderr, stdout }) => ({ code: 0, stdout, stderr }),
-          (e: { code?: number; stdout?: string; stderr?: string }) => ({
-            code: e.code ?? -1,
-            stdout: e.stdout ?? "",
-            stderr: e.stderr ?? ""
-          })
-        )
-      )
-  )
+/** `svc args...` with the org's key (a build may take minutes): its exit code, stdout and stderr. */
+const svc = svcWithin(180_000)
 
 layer(TestLayer, { excludeTestServices: true, timeout: 300_000 })(
   "svc template create --image, svc template build",

@@ -4,7 +4,7 @@
  * interrupt a run, look a context up, delete it.
  */
 import { ApiError, del, get, post } from "./api.ts"
-import { SseParser } from "./exec.ts"
+import { postForEvents } from "./exec.ts"
 import type { CodeContext } from "./wire.ts"
 
 export type Language = CodeContext["language"]
@@ -79,35 +79,13 @@ export const runStreaming = async (
   onOutputs: (outputs: ReadonlyArray<Output>) => void,
   signal?: AbortSignal
 ): Promise<RunEnd | null> => {
-  const response = await fetch(`${base(sandboxId)}/${encodeURIComponent(ctx)}/run`, {
-    method: "POST",
-    headers: { "content-type": "application/json", accept: "text/event-stream" },
-    body: JSON.stringify({ code }),
-    credentials: "same-origin",
-    signal: signal ?? null
-  })
-  if (!response.ok || response.body === null) {
-    const text = await response.text()
-    let body: any
-    try {
-      body = JSON.parse(text)
-    } catch {
-      body = undefined
-    }
-    throw new ApiError(response.status, body)
-  }
-  const parser = new SseParser()
-  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader()
   let outputs: ReadonlyArray<Output> = []
-  while (true) {
-    const { done, value } = await reader.read()
-    if (done) break
-    for (const event of parser.push(value)) {
-      const data = JSON.parse(event.data)
-      if (event.event === "end") return data as RunEnd
-      outputs = appendEvent(outputs, event.event, data)
-      onOutputs(outputs)
-    }
+  for await (
+    const { data, event } of postForEvents(`${base(sandboxId)}/${encodeURIComponent(ctx)}/run`, { code }, signal)
+  ) {
+    if (event === "end") return data as RunEnd
+    outputs = appendEvent(outputs, event, data)
+    onOutputs(outputs)
   }
   if (outputs.at(-1)?.kind === "error") return null
   throw new ApiError(0, { error: "The run's output ended before its end", code: "stream_ended" })

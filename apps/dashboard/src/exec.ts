@@ -36,6 +36,41 @@ export class SseParser {
   }
 }
 
+/**
+ * `POST url` with `body` as JSON, asking for server-sent events: each event as it arrives, its
+ * data parsed. A refusal before the stream (not 2xx, or no body) throws `ApiError`.
+ */
+export async function* postForEvents(
+  url: string,
+  body: unknown,
+  signal?: AbortSignal
+): AsyncGenerator<{ readonly event: string; readonly data: any }> {
+  const response = await fetch(url, {
+    method: "POST",
+    headers: { "content-type": "application/json", accept: "text/event-stream" },
+    body: JSON.stringify(body),
+    credentials: "same-origin",
+    signal: signal ?? null
+  })
+  if (!response.ok || response.body === null) {
+    const text = await response.text()
+    let refusal: any
+    try {
+      refusal = JSON.parse(text)
+    } catch {
+      refusal = undefined
+    }
+    throw new ApiError(response.status, refusal)
+  }
+  const parser = new SseParser()
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader()
+  while (true) {
+    const { done, value } = await reader.read()
+    if (done) return
+    for (const event of parser.push(value)) yield { event: event.event, data: JSON.parse(event.data) }
+  }
+}
+
 const fromBase64 = (text: string) => Uint8Array.from(atob(text), (c) => c.charCodeAt(0))
 
 export interface ExecOutput {
@@ -54,38 +89,14 @@ export const execStreaming = async (
   output: ExecOutput,
   signal?: AbortSignal
 ): Promise<ExecResult> => {
-  const response = await fetch(`/v1/sandboxes/${sandboxId}/exec`, {
-    method: "POST",
-    headers: { "content-type": "application/json", accept: "text/event-stream" },
-    body: JSON.stringify(request),
-    credentials: "same-origin",
-    signal: signal ?? null
-  })
-  if (!response.ok || response.body === null) {
-    const text = await response.text()
-    let body: any
-    try {
-      body = JSON.parse(text)
-    } catch {
-      body = undefined
-    }
-    throw new ApiError(response.status, body)
-  }
-  const parser = new SseParser()
-  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader()
   // One decoder per stream: a UTF-8 character may be split across two events.
   const stdout = new TextDecoder()
   const stderr = new TextDecoder()
-  while (true) {
-    const { done, value } = await reader.read()
-    if (done) break
-    for (const event of parser.push(value)) {
-      const data = JSON.parse(event.data)
-      if (event.event === "stdout") output.onStdout(stdout.decode(fromBase64(data.data), { stream: true }))
-      else if (event.event === "stderr") output.onStderr(stderr.decode(fromBase64(data.data), { stream: true }))
-      else if (event.event === "exit") return data as ExecResult
-      else if (event.event === "error") throw new ApiError(500, data)
-    }
+  for await (const { data, event } of postForEvents(`/v1/sandboxes/${sandboxId}/exec`, request, signal)) {
+    if (event === "stdout") output.onStdout(stdout.decode(fromBase64(data.data), { stream: true }))
+    else if (event === "stderr") output.onStderr(stderr.decode(fromBase64(data.data), { stream: true }))
+    else if (event === "exit") return data as ExecResult
+    else if (event === "error") throw new ApiError(500, data)
   }
   throw new ApiError(0, { error: "The command's output ended before its exit code", code: "stream_ended" })
 }

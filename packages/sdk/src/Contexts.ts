@@ -3,6 +3,7 @@
  * interpreters whose variables and imports persist from one `run` to the next.
  */
 import { type Http, segment } from "./Http.ts"
+import { Refreshable } from "./Refreshable.ts"
 import type * as T from "./Types.ts"
 
 export interface CreateContextOptions {
@@ -13,32 +14,20 @@ export interface CreateContextOptions {
 }
 
 /** A context: its record as of the last answer, and its runs. */
-export class CodeContext {
+export class CodeContext extends Refreshable<T.CodeContextRecord> {
   readonly #contexts: Contexts
-  #record: T.CodeContextRecord
 
   constructor(contexts: Contexts, record: T.CodeContextRecord) {
+    super(record)
     this.#contexts = contexts
-    this.#record = record
   }
 
   get id(): string {
-    return this.#record.id
-  }
-  /** As of the last answer: `refresh()` asks again. */
-  get state(): T.CodeContextRecord["state"] {
-    return this.#record.state
-  }
-  get record(): T.CodeContextRecord {
-    return this.#record
-  }
-  toJSON(): T.CodeContextRecord {
-    return this.#record
+    return this.record.id
   }
 
-  async refresh(): Promise<this> {
-    this.#record = (await this.#contexts.get(this.id)).record
-    return this
+  protected async reread(): Promise<T.CodeContextRecord> {
+    return (await this.#contexts.get(this.id)).record
   }
   /**
    * Runs code: the last expression's value in `results` (`text/plain`), output, and `error`

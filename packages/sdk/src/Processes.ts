@@ -5,6 +5,7 @@
  * that streamed exec shares.
  */
 import { chunks, fromBase64, type Http, type RequestBody, segment, SvcError, timeoutError } from "./Http.ts"
+import { Refreshable } from "./Refreshable.ts"
 import { sseMessages } from "./Sse.ts"
 import type * as T from "./Types.ts"
 
@@ -67,35 +68,23 @@ export interface OutputOptions {
 }
 
 /** A background process: its record as of the last answer, and what can be done with it. */
-export class Process {
+export class Process extends Refreshable<T.SandboxProcess> {
   readonly #processes: Processes
-  #record: T.SandboxProcess
 
   constructor(processes: Processes, record: T.SandboxProcess) {
+    super(record)
     this.#processes = processes
-    this.#record = record
   }
 
   get pid(): number {
-    return this.#record.pid
-  }
-  /** As of the last answer: `refresh()` asks again. */
-  get state(): T.SandboxProcess["state"] {
-    return this.#record.state
+    return this.record.pid
   }
   get exitCode(): number | null {
-    return this.#record.exit_code
-  }
-  get record(): T.SandboxProcess {
-    return this.#record
-  }
-  toJSON(): T.SandboxProcess {
-    return this.#record
+    return this.record.exit_code
   }
 
-  async refresh(): Promise<this> {
-    this.#record = (await this.#processes.get(this.pid)).record
-    return this
+  protected async reread(): Promise<T.SandboxProcess> {
+    return (await this.#processes.get(this.pid)).record
   }
   /** Sends a signal (default TERM; KILL ends it and everything it started). */
   kill(signal: ProcessSignal = "TERM"): Promise<void> {
@@ -103,8 +92,7 @@ export class Process {
   }
   /** Resolves once it has exited, with its record (`exit_code`, `reason`). */
   async wait(options: { readonly timeoutMs?: number | undefined } = {}): Promise<this> {
-    this.#record = (await this.#processes.wait(this.pid, options)).record
-    return this
+    return this.update((await this.#processes.wait(this.pid, options)).record)
   }
   output(options: OutputOptions = {}): AsyncGenerator<OutputChunk> {
     return this.#processes.output(this.pid, options)

@@ -19,6 +19,7 @@ import {
   type WaitOptions
 } from "./Http.ts"
 import { type OutputChunk, outputOf, Processes } from "./Processes.ts"
+import { Refreshable } from "./Refreshable.ts"
 import { followLogs, type LogsOptions, logsText, metricSamples, type MetricsOptions } from "./SandboxTelemetry.ts"
 import { SseParser } from "./Sse.ts"
 import type { Templates } from "./Templates.ts"
@@ -53,53 +54,35 @@ export interface ExecResult {
 const SANDBOX_EVENTS = ["sandbox.state_updated", "sandbox.deleted"]
 
 /** A sandbox: its record as of the last answer, and what can be done with it. */
-export class Sandbox {
+export class Sandbox extends Refreshable<T.SandboxRecord> {
   readonly #http: Http
   readonly #templates: Templates
-  #record: T.SandboxRecord
   /** Its background processes. */
   readonly processes: Processes
   /** Its code contexts: stateful interpreters (`contexts.create()`, then `context.run(code)`). */
   readonly contexts: Contexts
 
   constructor(http: Http, templates: Templates, record: T.SandboxRecord) {
+    super(record)
     this.#http = http
     this.#templates = templates
-    this.#record = record
     this.processes = new Processes(http, record.id)
     this.contexts = new Contexts(http, record.id)
   }
 
   get id(): string {
-    return this.#record.id
+    return this.record.id
   }
   get name(): string {
-    return this.#record.name
-  }
-  /** As of the last answer: `refresh()` asks again. */
-  get state(): SandboxState {
-    return this.#record.state
-  }
-  /** The whole record (`templateId`, `internalIp`, `errorMessage`, `createdAt`...). */
-  get record(): T.SandboxRecord {
-    return this.#record
-  }
-  toJSON(): T.SandboxRecord {
-    return this.#record
+    return this.record.name
   }
 
   #path(suffix = ""): string {
     return `/v1/sandboxes/${segment(this.id)}${suffix}`
   }
 
-  #update(record: T.SandboxRecord): this {
-    this.#record = record
-    return this
-  }
-
-  /** Reads the record again. */
-  async refresh(): Promise<this> {
-    return this.#update(await this.#http.json("GET", this.#path()))
+  protected reread(): Promise<T.SandboxRecord> {
+    return this.#http.json("GET", this.#path())
   }
 
   /**
@@ -127,9 +110,9 @@ export class Sandbox {
         status: 0,
         code: "sandbox_error",
         message: `sandbox ${this.id} is ${this.state}${
-          this.#record.errorMessage !== null ? `: ${this.#record.errorMessage}` : ""
+          this.record.errorMessage !== null ? `: ${this.record.errorMessage}` : ""
         }`,
-        details: { sandbox: this.#record }
+        details: { sandbox: this.record }
       })
     }
     return this
@@ -308,20 +291,20 @@ export class Sandbox {
 
   /** Deletes it and its children; `{ wait: true }` resolves once it is `deleted`. */
   async delete(options: WaitOptions<T.SandboxRecord> = {}): Promise<this> {
-    this.#update(await this.#http.json("DELETE", this.#path()))
+    this.update(await this.#http.json("DELETE", this.#path()))
     if (options.wait === true && this.state !== "deleted") await this.waitFor("deleted", options)
     return this
   }
 
   /** Stops it (a running sandbox); resolves once `stopped` unless `{ wait: false }`. */
   async stop(options: WaitOptions<T.SandboxRecord> = {}): Promise<this> {
-    this.#update(await this.#http.json("POST", this.#path("/stop")))
+    this.update(await this.#http.json("POST", this.#path("/stop")))
     return options.wait === false ? this : this.waitFor("stopped", options)
   }
 
   /** Starts it again (a stopped sandbox); resolves once `running` unless `{ wait: false }`. */
   async start(options: WaitOptions<T.SandboxRecord> = {}): Promise<this> {
-    this.#update(await this.#http.json("POST", this.#path("/start")))
+    this.update(await this.#http.json("POST", this.#path("/start")))
     return options.wait === false ? this : this.waitFor("running", options)
   }
 
@@ -349,7 +332,7 @@ export class Sandbox {
 
   /** Replaces its egress policy. */
   async setNetwork(policy: { allow_out?: ReadonlyArray<string>; deny_out?: ReadonlyArray<string> }): Promise<this> {
-    return this.#update(await this.#http.json("PUT", this.#path("/network"), { json: policy }))
+    return this.update(await this.#http.json("PUT", this.#path("/network"), { json: policy }))
   }
 
   /** Binds a secret of the org (the key needs `secrets:use`). */
@@ -391,7 +374,7 @@ export class Sandbox {
    * `expiresAt`.
    */
   async setTimeout(settings: { timeout_s?: number | null; idle_timeout_s?: number | null }): Promise<this> {
-    return this.#update(await this.#http.json("PUT", this.#path("/timeout"), { json: settings }))
+    return this.update(await this.#http.json("PUT", this.#path("/timeout"), { json: settings }))
   }
 }
 

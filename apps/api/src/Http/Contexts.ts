@@ -3,27 +3,15 @@
  * sandbox, through its exec and processes. Each loads the org's sandbox (404 for another org's)
  * and applies the single-sandbox policy before acting, as the sandbox routes do.
  */
-import { sandboxPolicy } from "@svc/auth/Authorization"
 import { Api } from "@svc/domain/Api"
-import { CurrentPrincipal } from "@svc/domain/Api/Auth"
 import { MAX_CODE_BYTES } from "@svc/domain/Api/Contexts"
 import * as Errors from "@svc/domain/Errors"
-import type { OrgId } from "@svc/domain/Ids"
 import { Contexts } from "@svc/sandboxes/Contexts"
 import { Sse } from "@svc/sandboxes/Processes"
 import { Sandboxes } from "@svc/sandboxes/Sandboxes"
 import { Effect, Layer } from "effect"
 import { HttpApiBuilder } from "effect/http-api"
-import { wantsEvents } from "./Processes.ts"
-
-/** The caller's org once the sandbox is the org's and the policy allows it. */
-const targetIn = (sandboxes: Sandboxes["Service"]) => (id: string) =>
-  Effect.gen(function*() {
-    const principal = yield* CurrentPrincipal
-    const sandbox = yield* sandboxes.get(principal.orgId, id)
-    yield* sandboxPolicy({ id: sandbox.id, parentId: sandbox.parentId })
-    return principal.orgId as OrgId
-  })
+import { targetIn, wantsEvents } from "./Processes.ts"
 
 const ContextsGroup = HttpApiBuilder.group(
   Api,

@@ -1,8 +1,8 @@
 /**
  * Handlers of the `processes` group (docs/contract.md#sandbox-processes): background processes
  * of a sandbox, through its host. Each loads the org's sandbox (404 for another org's) and
- * applies the single-sandbox policy before acting, as the sandbox routes do. `wantsEvents`
- * tells the exec route (`Sandboxes.ts`) when to stream.
+ * applies the single-sandbox policy before acting, as the sandbox routes do (`targetIn`, the
+ * contexts' routes' too). `wantsEvents` tells the exec route (`Sandboxes.ts`) when to stream.
  */
 import { sandboxPolicy } from "@svc/auth/Authorization"
 import { Api } from "@svc/domain/Api"
@@ -20,8 +20,11 @@ import { HttpApiBuilder } from "effect/http-api"
 export const wantsEvents = (request: HttpServerRequest.HttpServerRequest) =>
   (request.headers["accept"] ?? "").toLowerCase().includes("text/event-stream")
 
-/** The caller's org once the sandbox is the org's and the policy allows it. */
-const targetIn = (sandboxes: Sandboxes["Service"]) => (id: string) =>
+/**
+ * The caller's org once the sandbox is the org's and the policy allows it (the processes' and the
+ * code contexts' routes).
+ */
+export const targetIn = (sandboxes: Sandboxes["Service"]) => (id: string) =>
   Effect.gen(function*() {
     const principal = yield* CurrentPrincipal
     const sandbox = yield* sandboxes.get(principal.orgId, id)

@@ -17,9 +17,8 @@ import { eventually as waitUntil } from "@svc/testing/Eventually"
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import * as TestNats from "@svc/testing/TestNats"
 import { Context, Duration, Effect, Layer } from "effect"
-import { execFile } from "node:child_process"
-import * as NodePath from "node:path"
 import { type Answer, call, eventually, Identity, makeHost, serveApi } from "../../testing/Sandboxes.ts"
+import { runSvc } from "../support/Cli.ts"
 
 class Env extends Context.Service<Env, {
   readonly base: string
@@ -117,20 +116,8 @@ const waitGone = (ids: ReadonlyArray<string>) =>
       Effect.tap((s) => Effect.sync(() => expect(s.state, JSON.stringify(s)).toBe("deleted")))
     ))
 
-const MAIN = NodePath.resolve(import.meta.dirname, "../../../cli/src/main.ts")
-
 const svc = (args: ReadonlyArray<string>) =>
-  Effect.flatMap(
-    Effect.service(Env),
-    (env) =>
-      Effect.promise(() =>
-        new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
-          execFile(process.execPath, [MAIN, ...args], {
-            env: { ...process.env, SVC_API_URL: env.base, SVC_API_KEY: env.org.token }
-          }, (error, stdout, stderr) => resolve({ code: error ? (error.code as number) ?? 1 : 0, stdout, stderr }))
-        })
-      )
-  )
+  Effect.flatMap(Effect.service(Env), (env) => runSvc({ base: env.base, token: env.org.token }, args))
 
 // A command that runs until killed, and leaves a mark of its env.
 const SERVE = ["sh", "-c", "echo \"$GREETING\" > /tmp/app-started; exec sleep 100000"]

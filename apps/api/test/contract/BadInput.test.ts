@@ -5,16 +5,12 @@
  * routes of the API, a content type a route does not take, and requests Node itself cannot parse.
  */
 import { expect, layer } from "@effect/vitest"
-import { SecretBox } from "@svc/crypto/SecretBox"
 import { makeId } from "@svc/domain/Ids"
 import { MAX_JSON_DEPTH } from "@svc/domain/Text"
-import * as TestDatabase from "@svc/testing/TestDatabase"
-import { type Answer, call, serve } from "@svc/testing/TestHttp"
-import * as TestNats from "@svc/testing/TestNats"
-import { ConfigProvider, Context, Effect, Layer } from "effect"
-import { HttpRouter } from "effect/http"
+import { type Answer, call } from "@svc/testing/TestHttp"
+import { Context, Effect, Layer } from "effect"
 import * as Net from "node:net"
-import * as Server from "../../src/Server.ts"
+import { buildPlatform, serveOwnApi, signUpWithKey } from "../support/OwnServer.ts"
 
 class Env extends Context.Service<Env, {
   readonly base: string
@@ -27,31 +23,15 @@ class Env extends Context.Service<Env, {
 const EnvLayer = Layer.effect(
   Env,
   Effect.gen(function*() {
-    const platform = yield* Layer.build(Layer.mergeAll(TestDatabase.layer, TestNats.layer, SecretBox.layer))
-    const base = yield* serve(
-      HttpRouter.serve(Server.Routes, { disableLogger: true, disableListenLog: true }).pipe(
-        // Many sign-ups and refusals from 127.0.0.1: the per-address limits are Abuse.test.ts's.
-        Layer.provide(ConfigProvider.layerAdd(
-          ConfigProvider.fromUnknown({
-            SVC_SIGN_IN_RATE_PER_MINUTE: "100000",
-            SVC_SIGN_IN_RATE_BURST: "100000",
-            SVC_WEBHOOK_ALLOWED_SUBNETS: "127.0.0.0/8"
-          }),
-          { asPrimary: true }
-        )),
-        Layer.provide(Layer.succeedContext(platform))
-      ),
-      { server: Server.makeNodeServer }
-    )
-    const up = yield* call(base, "POST", "/v1/auth/sign-up", {
-      body: { email: "inputs@example.com", password: "a long password", org_name: "Inputs" }
+    const platform = yield* buildPlatform
+    // Many sign-ups and refusals from 127.0.0.1: the per-address limits are Abuse.test.ts's.
+    const base = yield* serveOwnApi(platform, {
+      SVC_SIGN_IN_RATE_PER_MINUTE: "100000",
+      SVC_SIGN_IN_RATE_BURST: "100000",
+      SVC_WEBHOOK_ALLOWED_SUBNETS: "127.0.0.0/8"
     })
-    const cookie = up.headers.get("set-cookie")!.split(";")[0]!
-    const key = yield* call(base, "POST", "/v1/auth/api-keys", {
-      body: { name: "k" },
-      headers: { cookie, origin: base }
-    })
-    return Env.of({ base, port: Number(new URL(base).port), token: key.json.token, cookie })
+    const { cookie, token } = yield* signUpWithKey(base, "inputs@example.com", "Inputs")
+    return Env.of({ base, port: Number(new URL(base).port), token, cookie })
   })
 )
 

@@ -7,14 +7,10 @@
  * - every answer carries the IETF draft's `RateLimit-*` fields, a 429 its `Retry-After`.
  */
 import { expect, layer } from "@effect/vitest"
-import { SecretBox } from "@svc/crypto/SecretBox"
 import { makeSandboxId } from "@svc/domain/Ids"
-import * as TestDatabase from "@svc/testing/TestDatabase"
-import { type Answer, call, serve } from "@svc/testing/TestHttp"
-import * as TestNats from "@svc/testing/TestNats"
-import { ConfigProvider, Context, Effect, Layer } from "effect"
-import { HttpRouter } from "effect/http"
-import * as Server from "../../src/Server.ts"
+import { type Answer, call } from "@svc/testing/TestHttp"
+import { Context, Effect, Layer } from "effect"
+import { buildPlatform, serveOwnApi, signUpWithKey } from "../support/OwnServer.ts"
 
 class Env extends Context.Service<Env, {
   readonly base: string
@@ -28,42 +24,20 @@ class Env extends Context.Service<Env, {
 const EnvLayer = Layer.effect(
   Env,
   Effect.gen(function*() {
-    const platform = yield* Layer.build(Layer.mergeAll(TestDatabase.layer, TestNats.layer, SecretBox.layer))
-    const base = yield* serve(
-      HttpRouter.serve(Server.Routes, { disableLogger: true, disableListenLog: true }).pipe(
-        Layer.provide(ConfigProvider.layerAdd(
-          ConfigProvider.fromUnknown({ SVC_SIGN_IN_RATE_PER_MINUTE: "100000", SVC_SIGN_IN_RATE_BURST: "100000" }),
-          { asPrimary: true }
-        )),
-        Layer.provide(Layer.succeedContext(platform))
-      ),
-      { server: Server.makeNodeServer }
-    )
-    const up = yield* call(base, "POST", "/v1/auth/sign-up", {
-      body: { email: "contract@example.com", password: "a long password", org_name: "Contract" }
+    const platform = yield* buildPlatform
+    const base = yield* serveOwnApi(platform, {
+      SVC_SIGN_IN_RATE_PER_MINUTE: "100000",
+      SVC_SIGN_IN_RATE_BURST: "100000"
     })
-    const cookie = up.headers.get("set-cookie")!.split(";")[0]!
-    const key = yield* call(base, "POST", "/v1/auth/api-keys", {
-      body: { name: "k" },
-      headers: { cookie, origin: base }
-    })
+    const { cookie, token } = yield* signUpWithKey(base, "contract@example.com", "Contract")
     // Refills of one token per 1,000 s: nothing refills while the test runs, the counts are exact.
-    const tight = yield* serve(
-      HttpRouter.serve(Server.Routes, { disableLogger: true, disableListenLog: true }).pipe(
-        Layer.provide(ConfigProvider.layerAdd(
-          ConfigProvider.fromUnknown({
-            SVC_RATE_LIMIT_BURST: "3",
-            SVC_RATE_LIMIT_PER_SECOND: "0.001",
-            SVC_FAILED_AUTH_RATE_BURST: "2",
-            SVC_FAILED_AUTH_RATE_PER_MINUTE: "0.06"
-          }),
-          { asPrimary: true }
-        )),
-        Layer.provide(Layer.succeedContext(platform))
-      ),
-      { server: Server.makeNodeServer, fresh: true }
-    )
-    return Env.of({ base, token: key.json.token, cookie, tight })
+    const tight = yield* serveOwnApi(platform, {
+      SVC_RATE_LIMIT_BURST: "3",
+      SVC_RATE_LIMIT_PER_SECOND: "0.001",
+      SVC_FAILED_AUTH_RATE_BURST: "2",
+      SVC_FAILED_AUTH_RATE_PER_MINUTE: "0.06"
+    }, { fresh: true })
+    return Env.of({ base, token, cookie, tight })
   })
 )
 

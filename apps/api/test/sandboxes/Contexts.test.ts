@@ -6,13 +6,10 @@
  * built only on a machine that never built it (about a minute).
  */
 import { expect, layer } from "@effect/vitest"
-import { contextCalls, plain, provideContextsEnv, serveWithAgent } from "@svc/api/testing/Contexts"
+import { contextCalls, plain, provideContextsEnv, runPythonSdk, serveWithAgent } from "@svc/api/testing/Contexts"
 import { call, EventLog, eventually, Identity } from "@svc/api/testing/Sandboxes"
 import type { OrgId } from "@svc/domain/Ids"
 import { Context, Effect, Fiber, Layer } from "effect"
-import { execFile } from "node:child_process"
-import * as Path from "node:path"
-import { fileURLToPath } from "node:url"
 import { Svc, SvcError } from "../../../../packages/sdk/src/Svc.ts"
 import { openEvents } from "../processes/EventStream.support.ts"
 
@@ -284,16 +281,7 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 600_000 })("code contexts"
         "ctxs = sbx.contexts.list()",
         "print(json.dumps({'a': a, 'b': b, 'n': len(ctxs), 'lang': ctxs[0].record['language']}))"
       ].join("\n")
-      const sdk = Path.resolve(Path.dirname(fileURLToPath(import.meta.url)), "../../../../sdks/python/src")
-      const out = yield* Effect.callback<string>((resume) => {
-        execFile(
-          process.env["SVC_PYTHON"] ?? "python3",
-          ["-c", script, id],
-          { env: { ...process.env, PYTHONPATH: sdk, SVC_API_URL: env.base, SVC_API_KEY: env.org.token } },
-          (error, stdout, stderr) =>
-            resume(error ? Effect.die(new Error(`${error.message}\n${stderr}`)) : Effect.succeed(stdout))
-        )
-      })
+      const out = yield* runPythonSdk({ base: env.base, token: env.org.token }, script, [id])
       const seen = JSON.parse(out)
       expect(seen.a.stdout).toBe("3\n")
       expect(seen.a.results).toEqual([{ type: "text/plain", data: "9" }])

@@ -14,13 +14,17 @@
  * busybox tests need only debian's and base).
  */
 import { expect, layer } from "@effect/vitest"
-import { contextCalls, plain, provideContextsEnv, type Run, serveWithAgent } from "@svc/api/testing/Contexts"
+import {
+  contextCalls,
+  plain,
+  provideContextsEnv,
+  type Run,
+  runPythonSdk,
+  serveWithAgent
+} from "@svc/api/testing/Contexts"
 import { call, eventually, Identity } from "@svc/api/testing/Sandboxes"
 import type { OrgId } from "@svc/domain/Ids"
 import { Context, Effect, Fiber, Layer } from "effect"
-import { execFile } from "node:child_process"
-import * as Path from "node:path"
-import { fileURLToPath } from "node:url"
 import { Svc } from "../../../../packages/sdk/src/Svc.ts"
 import { openEvents } from "../processes/EventStream.support.ts"
 
@@ -318,16 +322,7 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 600_000 })("code contexts:
           "b = sbx.run_code('echo $B', language='bash')",
           "print(json.dumps({'j': j, 'b': b}))"
         ].join("\n")
-        const pySdk = Path.resolve(Path.dirname(fileURLToPath(import.meta.url)), "../../../../sdks/python/src")
-        const out = yield* Effect.callback<string>((resume) => {
-          execFile(
-            process.env["SVC_PYTHON"] ?? "python3",
-            ["-c", script, id],
-            { env: { ...process.env, PYTHONPATH: pySdk, SVC_API_URL: env.base, SVC_API_KEY: env.org.token } },
-            (error, stdout, stderr) =>
-              resume(error ? Effect.die(new Error(`${error.message}\n${stderr}`)) : Effect.succeed(stdout))
-          )
-        })
+        const out = yield* runPythonSdk({ base: env.base, token: env.org.token }, script, [id])
         const seen = JSON.parse(out)
         expect(seen.j.results).toEqual([{ type: "text/plain", data: "10" }])
         expect(seen.b.stdout).toBe("7\n")

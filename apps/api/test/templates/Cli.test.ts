@@ -6,26 +6,14 @@
  */
 import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { execFile } from "node:child_process"
 import * as FsSync from "node:fs"
 import * as Os from "node:os"
 import * as NodePath from "node:path"
 import { Env, EnvLayer } from "../../testing/SandboxesEnv.ts"
-
-const MAIN = NodePath.resolve(import.meta.dirname, "../../../cli/src/main.ts")
+import { runSvc } from "../support/Cli.ts"
 
 const svc = (args: ReadonlyArray<string>) =>
-  Effect.flatMap(
-    Effect.service(Env),
-    (env) =>
-      Effect.promise(() =>
-        new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
-          execFile(process.execPath, [MAIN, ...args], {
-            env: { ...process.env, SVC_API_URL: env.base, SVC_API_KEY: env.org.token }
-          }, (error, stdout, stderr) => resolve({ code: error ? (error.code as number) ?? 1 : 0, stdout, stderr }))
-        })
-      )
-  )
+  Effect.flatMap(Effect.service(Env), (env) => runSvc({ base: env.base, token: env.org.token }, args))
 
 const file = (name: string, content: string) => {
   const dir = FsSync.mkdtempSync(NodePath.join(Os.tmpdir(), "svc-cli-template-"))

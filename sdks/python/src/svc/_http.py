@@ -70,6 +70,11 @@ class SvcError(Exception):
         return f"SvcError(status={self.status!r}, code={self.code!r}, message={self.message!r})"
 
 
+def unreachable(api_url: str, error: BaseException) -> SvcError:
+    """The SvcError `network_error` of a request that could not reach the API at `api_url`."""
+    return SvcError(0, "network_error", f"cannot reach {api_url}: {error!r}")
+
+
 def error_of_body(status: int, body: bytes, reason: str = "") -> SvcError:
     """The SvcError of a non-2xx answer: `{error, code, ...details}` when it is the API's JSON."""
     try:
@@ -335,6 +340,19 @@ class Http:
                     pass  # neither seconds nor a date: the usual backoff
         return min(0.5 * 2.0**attempt, 8.0)
 
+    def _backed_off(self, status: int, headers: http.client.HTTPMessage, attempt: int) -> bool:
+        """
+        Whether an answer of `status` is to be asked again after `attempt` retries: a 429 or 503
+        within `max_retries`, whose delay is within `max_retry_wait` (slept here before it says so).
+        """
+        if status not in (429, 503) or attempt >= self.max_retries:
+            return False
+        delay = self._retry_delay(status, headers, attempt)
+        if delay > self.max_retry_wait:
+            return False
+        time.sleep(delay)
+        return True
+
     def request(
         self,
         method: str,
@@ -355,12 +373,9 @@ class Http:
         attempt = 0
         while True:
             status, reason, answer_headers, content = self._send(method, url, data, all_headers, wait, replayable)
-            if status in (429, 503) and attempt < self.max_retries and replayable:
-                delay = self._retry_delay(status, answer_headers, attempt)
-                if delay <= self.max_retry_wait:
-                    time.sleep(delay)
-                    attempt += 1
-                    continue
+            if replayable and self._backed_off(status, answer_headers, attempt):
+                attempt += 1
+                continue
             if status >= 400 or status < 200:
                 raise error_of_body(status, content, reason)
             return Answer(status, answer_headers, content)
@@ -392,7 +407,7 @@ class Http:
                 raise SvcError(0, "timeout", f"{method} {url.split('?')[0]}: no answer within {timeout:g} s") from None
             except (OSError, http.client.HTTPException) as error:
                 conn.close()
-                raise SvcError(0, "network_error", f"cannot reach {self.api_url}: {error!r}") from None
+                raise unreachable(self.api_url, error) from None
             if response.will_close:
                 conn.close()
             return response.status, response.reason, response.headers, content
@@ -436,7 +451,7 @@ class Http:
                 raise SvcError(0, "timeout", f"{method} {path}: no answer within the timeout") from None
             except (OSError, http.client.HTTPException) as error:
                 conn.close()
-                raise SvcError(0, "network_error", f"cannot reach {self.api_url}: {error!r}") from None
+                raise unreachable(self.api_url, error) from None
             if 200 <= response.status < 300:
                 return Stream(response, conn)
             try:
@@ -445,12 +460,9 @@ class Http:
                 content = b""
             finally:
                 conn.close()
-            if response.status in (429, 503) and attempt < self.max_retries:
-                delay = self._retry_delay(response.status, response.headers, attempt)
-                if delay <= self.max_retry_wait:
-                    time.sleep(delay)
-                    attempt += 1
-                    continue
+            if self._backed_off(response.status, response.headers, attempt):
+                attempt += 1
+                continue
             raise error_of_body(response.status, content, response.reason)
 
     def socket_url(self, path: str, query: Mapping[str, QueryValue]) -> Tuple[str, str]:

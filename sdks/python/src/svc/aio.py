@@ -29,6 +29,7 @@ from typing import (
     List,
     Mapping,
     Optional,
+    Protocol,
     Sequence,
     Type,
     Tuple,
@@ -134,28 +135,53 @@ class AsyncIter(Generic[T]):
         await self.aclose()
 
 
-class AsyncProcess:
+class _Refreshable(Protocol):
+    @property
+    def state(self) -> str: ...
+
+    def refresh(self) -> Any: ...
+
+
+S = TypeVar("S", bound=_Refreshable)
+V = TypeVar("V", bound="_AsyncView[Any]")
+
+
+class _AsyncView(Generic[S]):
+    """
+    What the async views of a synchronous object with a record share: the object (`_sync`), its
+    repr, its `state` as of the last answer and `refresh` as a coroutine.
+    """
+
+    def __init__(self, run: _Runner, sync: S) -> None:
+        self._run = run
+        self._sync = sync
+
+    def __repr__(self) -> str:
+        return f"Async{self._sync!r}"
+
+    @property
+    def state(self) -> str:
+        return self._sync.state
+
+    async def refresh(self: V) -> V:
+        await self._run(self._sync.refresh)()
+        return self
+
+
+class AsyncProcess(_AsyncView[Process]):
     """A background process (see `svc.Process`), its methods coroutines."""
 
     def __init__(self, run: _Runner, process: Process) -> None:
-        self._run = run
-        self._sync = process
+        super().__init__(run, process)
         self.output = run.iterator(process.output)
         self.logs = run(process.logs)
         self.write_stdin = run(process.write_stdin)
         self.close_stdin = run(process.close_stdin)
         self.kill = run(process.kill)
 
-    def __repr__(self) -> str:
-        return f"Async{self._sync!r}"
-
     @property
     def pid(self) -> int:
         return self._sync.pid
-
-    @property
-    def state(self) -> str:
-        return self._sync.state
 
     @property
     def exit_code(self) -> Optional[int]:
@@ -164,10 +190,6 @@ class AsyncProcess:
     @property
     def record(self) -> ProcessRecord:
         return self._sync.record
-
-    async def refresh(self) -> AsyncProcess:
-        await self._run(self._sync.refresh)()
-        return self
 
     async def wait(self, timeout: float = 300.0) -> AsyncProcess:
         await self._run(self._sync.wait)(timeout)
@@ -239,34 +261,22 @@ class AsyncFiles:
             events.close()
 
 
-class AsyncCodeContext:
+class AsyncCodeContext(_AsyncView[CodeContext]):
     """A code context (see `svc.CodeContext`): `run`, `interrupt`, `delete` and `refresh` are coroutines."""
 
     def __init__(self, run: _Runner, context: CodeContext) -> None:
-        self._run = run
-        self._sync = context
+        super().__init__(run, context)
         self.run = run(context.run)
         self.interrupt = run(context.interrupt)
         self.delete = run(context.delete)
-
-    def __repr__(self) -> str:
-        return f"Async{self._sync!r}"
 
     @property
     def id(self) -> str:
         return self._sync.id
 
     @property
-    def state(self) -> str:
-        return self._sync.state
-
-    @property
     def record(self) -> Dict[str, Any]:
         return self._sync.record
-
-    async def refresh(self) -> AsyncCodeContext:
-        await self._run(self._sync.refresh)()
-        return self
 
 
 class AsyncContexts:
@@ -319,12 +329,11 @@ class AsyncTerminal:
         self._sync.close()
 
 
-class AsyncSandbox:
+class AsyncSandbox(_AsyncView[Sandbox]):
     """A sandbox (see `svc.Sandbox`); `async with` deletes it at the end of the block."""
 
     def __init__(self, run: _Runner, sandbox: Sandbox) -> None:
-        self._run = run
-        self._sync = sandbox
+        super().__init__(run, sandbox)
         self.processes = AsyncProcesses(run, sandbox.processes)
         self.files = AsyncFiles(run, sandbox.files)
         self.exec = run(sandbox.exec)
@@ -339,9 +348,6 @@ class AsyncSandbox:
         self.contexts = AsyncContexts(run, sandbox.contexts)
         self.run_code = run(sandbox.run_code)
 
-    def __repr__(self) -> str:
-        return f"Async{self._sync!r}"
-
     @property
     def id(self) -> str:
         return self._sync.id
@@ -351,16 +357,8 @@ class AsyncSandbox:
         return self._sync.name
 
     @property
-    def state(self) -> str:
-        return self._sync.state
-
-    @property
     def record(self) -> SandboxRecord:
         return self._sync.record
-
-    async def refresh(self) -> AsyncSandbox:
-        await self._run(self._sync.refresh)()
-        return self
 
     async def wait_for(self, states: Union[str, Sequence[str]], timeout: float = DEFAULT_WAIT) -> AsyncSandbox:
         await self._run(self._sync.wait_for)(states, timeout)

@@ -22,7 +22,7 @@ import threading
 from types import TracebackType
 from typing import Iterator, List, Optional, Type, Union
 
-from ._http import Http, SvcError, check_int, error_of_body
+from ._http import Http, SvcError, check_int, error_of_body, unreachable
 
 __all__ = ["Terminal"]
 
@@ -234,7 +234,7 @@ def open_terminal(http: Http, sandbox_id: str, cols: int, rows: int, timeout: Op
             context = http.ssl_context or ssl.create_default_context()
             sock = context.wrap_socket(sock, server_hostname=http.host)
     except OSError as error:
-        raise SvcError(0, "network_error", f"cannot reach {http.api_url}: {error!r}") from None
+        raise unreachable(http.api_url, error) from None
     key = base64.b64encode(os.urandom(16)).decode()
     request = (
         f"GET {target} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
