@@ -22,6 +22,7 @@ import { startNats, startPostgres } from "@svc/local-servers/Servers"
 import { useTestEncryptionKeys } from "@svc/testing/TestSecrets"
 import { Effect, Fiber, Schedule } from "effect"
 import { SqlClient } from "effect/sql"
+import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { Nats } from "../packages/bus/src/Nats.ts"
@@ -120,6 +121,16 @@ for (const { name, root } of roots) {
 }
 const postgresPid = findProcess((cmd) => cmd.includes(pg.dir) && cmd.includes("postgres"))
 
+/** A process's kernel time (stime), ms. */
+const systemCpuMs = (pid: number): number => {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8")
+    return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[12]) * 10
+  } catch {
+    return 0
+  }
+}
+
 const createOnce = async (s: Subject, kind: Kind, i: number): Promise<number> => {
   const headers: Record<string, string> = {
     authorization: `Bearer ${s.key}`,
@@ -138,6 +149,8 @@ const createOnce = async (s: Subject, kind: Kind, i: number): Promise<number> =>
 interface Batch {
   readonly wall: ReadonlyArray<number>
   readonly apiCpu: number
+  /** The API's kernel share of it (stime: its sockets' writes and reads, epoll, the rest in JavaScript). */
+  readonly apiSys: number
   readonly pgCpu: number
 }
 const batches = new Map<string, Array<Batch>>()
@@ -166,13 +179,15 @@ for (let round = 0; round < ROUNDS; round++) {
   for (const kind of KINDS) {
     for (const s of order) {
       const api0 = processCpuMs(s.pid).own
+      const sys0 = systemCpuMs(s.pid)
       const pg0 = postgresPid !== undefined ? treeCpuMs(postgresPid) : 0
       const wall: Array<number> = []
       for (let i = 0; i < N; i++) wall.push(await createOnce(s, kind, round * N + i))
       const apiCpu = (processCpuMs(s.pid).own - api0) / N
+      const apiSys = (systemCpuMs(s.pid) - sys0) / N
       const pgCpu = postgresPid !== undefined ? (treeCpuMs(postgresPid) - pg0) / N : NaN
       const id = `${s.name}|${kind}`
-      batches.set(id, [...(batches.get(id) ?? []), { wall, apiCpu, pgCpu }])
+      batches.set(id, [...(batches.get(id) ?? []), { wall, apiCpu, apiSys, pgCpu }])
     }
   }
 }
@@ -184,6 +199,7 @@ const summary = (name: string, kind: Kind) => {
     p50: median(runs.map((b) => median(b.wall))),
     p95: median(runs.map((b) => quantile(b.wall, 0.95))),
     api: median(runs.map((b) => b.apiCpu)),
+    apiSys: median(runs.map((b) => b.apiSys)),
     pg: median(runs.map((b) => b.pgCpu)),
     p50s: runs.map((b) => median(b.wall))
   }
@@ -194,7 +210,9 @@ console.log(
     `(load average ${fmt(Math.min(...loads), 1)}–${fmt(Math.max(...loads), 1)})`
 )
 console.log(
-  `${"".padEnd(34)}${"p50 ms".padStart(8)}${"p95 ms".padStart(8)}${"API cpu".padStart(9)}${"PG cpu".padStart(8)}`
+  `${"".padEnd(34)}${"p50 ms".padStart(8)}${"p95 ms".padStart(8)}${"API cpu".padStart(9)}${"of it sys".padStart(10)}${
+    "PG cpu".padStart(8)
+  }`
 )
 for (const kind of KINDS) {
   for (const s of subjects) {
@@ -202,7 +220,9 @@ for (const kind of KINDS) {
     console.log(
       `${`${kind}, ${s.name}`.padEnd(34)}${fmt(r.p50, 1).padStart(8)}${fmt(r.p95, 1).padStart(8)}${
         fmt(r.api, 2).padStart(9)
-      }${fmt(r.pg, 2).padStart(8)}   (p50 by round: ${r.p50s.map((v) => fmt(v, 1)).join(", ")})`
+      }${fmt(r.apiSys, 2).padStart(10)}${fmt(r.pg, 2).padStart(8)}   (p50 by round: ${
+        r.p50s.map((v) => fmt(v, 1)).join(", ")
+      })`
     )
   }
   const after = summary("after", kind)
@@ -211,7 +231,7 @@ for (const kind of KINDS) {
     console.log(
       `${"  after / before".padEnd(34)}${fmt(after.p50 / before.p50, 2).padStart(8)}${
         fmt(after.p95 / before.p95, 2).padStart(8)
-      }${fmt(after.api / before.api, 2).padStart(9)}${fmt(after.pg / before.pg, 2).padStart(8)}`
+      }${fmt(after.api / before.api, 2).padStart(9)}${"".padStart(10)}${fmt(after.pg / before.pg, 2).padStart(8)}`
     )
   }
   record({
