@@ -168,11 +168,14 @@ export const decide = (
             case "Stopped":
               return [{ _tag: "Report", status: "stopped" }]
             case "Running":
-              return [{ _tag: "Probe" }, running(listing.internalIp, "cold-boot", {
-                agentReady: "probed",
-                runtime: false,
-                volumes: true
-              })]
+              return [
+                { _tag: "Probe" },
+                running(listing.internalIp, "cold-boot", {
+                  agentReady: "probed",
+                  runtime: false,
+                  volumes: true
+                })
+              ]
             case "Absent":
               return reason._tag === "Repeat"
                 ? [mark("create"), { _tag: "Adopt" }]
