@@ -6,12 +6,15 @@
  *   - `base` (a built-in template: nothing to look up);
  *   - an org template (a `ready` row of the org, as `debian-nodejs` in bench/tti.ts);
  *   - the org template with an `Idempotency-Key` (a new key each time).
- * Per kind: the answer's wall time (median, p95), and the CPU of the API process and of Postgres
- * (every backend) per create, over each batch.
+ * Per kind: the answer's wall time (median, p95), and the CPU of the API process (and its kernel
+ * share), of Postgres (every backend) and of NATS per create, over each batch.
  *
  * BENCH_POST_BEFORE=<checkout>: the same with that checkout's API role too, in the same run, on
  * the same database: batches alternate between the two (this checkout's first in odd rounds),
  * and the ratios after / before are of the medians over rounds.
+ *
+ * BENCH_POST_EVENTS=1: a fourth kind, `GET /v1/events` opened (until the server follows) and
+ * closed, what the SDK's wait for `running` opens per create when no other wait shares it.
  *
  * BENCH_POST_CPU_PROF=<dir>: the API roles run with `--cpu-prof` (a profile per role in
  * `<dir>/after`, `<dir>/before`, written when they stop).
@@ -22,6 +25,7 @@ import { startNats, startPostgres } from "@svc/local-servers/Servers"
 import { useTestEncryptionKeys } from "@svc/testing/TestSecrets"
 import { Effect, Fiber, Schedule } from "effect"
 import { SqlClient } from "effect/sql"
+import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { Nats } from "../packages/bus/src/Nats.ts"
@@ -40,7 +44,13 @@ const BEFORE = process.env["BENCH_POST_BEFORE"]
 const PROFILE = process.env["BENCH_POST_CPU_PROF"]
 const TEMPLATE = "bench-node"
 const HOST_ID = makeHostId()
-const KINDS = ["base", "org template", "org template + Idempotency-Key"] as const
+const EVENTS = process.env["BENCH_POST_EVENTS"] === "1"
+const KINDS = [
+  "base",
+  "org template",
+  "org template + Idempotency-Key",
+  ...(EVENTS ? ["GET /v1/events opened"] as const : [])
+] as const
 type Kind = typeof KINDS[number]
 
 const [nats, pg] = await Promise.all([startNats(), startPostgres()])
@@ -119,8 +129,45 @@ for (const { name, root } of roots) {
   subjects.push({ name, url: role.url, pid: role.pid, key })
 }
 const postgresPid = findProcess((cmd) => cmd.includes(pg.dir) && cmd.includes("postgres"))
+const natsPid = findProcess((cmd) => cmd.includes("nats-server") && cmd.includes(` ${new URL(nats.url).port} `))
+
+/** A process's kernel time (stime), ms. */
+const systemCpuMs = (pid: number): number => {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8")
+    return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[12]) * 10
+  } catch {
+    return 0
+  }
+}
+
+/**
+ * What the SDK's wait for `running` opens first (BENCH_POST_EVENTS=1): the org's event stream,
+ * timed until the server says it follows (`: connected`), then closed.
+ */
+const openEvents = async (s: Subject): Promise<number> => {
+  const abort = new AbortController()
+  const started = performance.now()
+  const res = await fetch(`${s.url}/v1/events?events=sandbox.state_updated,sandbox.deleted`, {
+    headers: { authorization: `Bearer ${s.key}`, accept: "text/event-stream" },
+    signal: abort.signal
+  })
+  if (res.status !== 200) throw new Error(`${s.name}: GET /v1/events answered ${res.status}`)
+  const reader = res.body!.getReader()
+  let text = ""
+  while (!text.includes(": connected")) {
+    const { done, value } = await reader.read()
+    if (done) break
+    text += new TextDecoder().decode(value)
+  }
+  const ms = performance.now() - started
+  abort.abort()
+  await reader.cancel().catch(() => undefined)
+  return ms
+}
 
 const createOnce = async (s: Subject, kind: Kind, i: number): Promise<number> => {
+  if (kind === "GET /v1/events opened") return openEvents(s)
   const headers: Record<string, string> = {
     authorization: `Bearer ${s.key}`,
     "content-type": "application/json"
@@ -138,7 +185,10 @@ const createOnce = async (s: Subject, kind: Kind, i: number): Promise<number> =>
 interface Batch {
   readonly wall: ReadonlyArray<number>
   readonly apiCpu: number
+  /** The API's kernel share of it (stime: its sockets' writes and reads, epoll, the rest in JavaScript). */
+  readonly apiSys: number
   readonly pgCpu: number
+  readonly natsCpu: number
 }
 const batches = new Map<string, Array<Batch>>()
 
@@ -166,13 +216,17 @@ for (let round = 0; round < ROUNDS; round++) {
   for (const kind of KINDS) {
     for (const s of order) {
       const api0 = processCpuMs(s.pid).own
+      const sys0 = systemCpuMs(s.pid)
       const pg0 = postgresPid !== undefined ? treeCpuMs(postgresPid) : 0
+      const nats0 = natsPid !== undefined ? processCpuMs(natsPid).own : 0
       const wall: Array<number> = []
       for (let i = 0; i < N; i++) wall.push(await createOnce(s, kind, round * N + i))
       const apiCpu = (processCpuMs(s.pid).own - api0) / N
+      const apiSys = (systemCpuMs(s.pid) - sys0) / N
       const pgCpu = postgresPid !== undefined ? (treeCpuMs(postgresPid) - pg0) / N : NaN
+      const natsCpu = natsPid !== undefined ? (processCpuMs(natsPid).own - nats0) / N : NaN
       const id = `${s.name}|${kind}`
-      batches.set(id, [...(batches.get(id) ?? []), { wall, apiCpu, pgCpu }])
+      batches.set(id, [...(batches.get(id) ?? []), { wall, apiCpu, apiSys, pgCpu, natsCpu }])
     }
   }
 }
@@ -184,17 +238,21 @@ const summary = (name: string, kind: Kind) => {
     p50: median(runs.map((b) => median(b.wall))),
     p95: median(runs.map((b) => quantile(b.wall, 0.95))),
     api: median(runs.map((b) => b.apiCpu)),
+    apiSys: median(runs.map((b) => b.apiSys)),
     pg: median(runs.map((b) => b.pgCpu)),
+    nats: median(runs.map((b) => b.natsCpu)),
     p50s: runs.map((b) => median(b.wall))
   }
 }
 
 console.log(
-  `POST /v1/sandboxes one after another: ${ROUNDS} rounds × ${N} per kind and subject, medians over rounds ` +
+  `POST /v1/sandboxes one after another (CPU per request, ms): ${ROUNDS} rounds × ${N} per kind and subject, medians over rounds ` +
     `(load average ${fmt(Math.min(...loads), 1)}–${fmt(Math.max(...loads), 1)})`
 )
 console.log(
-  `${"".padEnd(34)}${"p50 ms".padStart(8)}${"p95 ms".padStart(8)}${"API cpu".padStart(9)}${"PG cpu".padStart(8)}`
+  `${"".padEnd(34)}${"p50 ms".padStart(8)}${"p95 ms".padStart(8)}${"API cpu".padStart(9)}${"of it sys".padStart(10)}${
+    "PG cpu".padStart(8)
+  }${"NATS cpu".padStart(9)}`
 )
 for (const kind of KINDS) {
   for (const s of subjects) {
@@ -202,7 +260,9 @@ for (const kind of KINDS) {
     console.log(
       `${`${kind}, ${s.name}`.padEnd(34)}${fmt(r.p50, 1).padStart(8)}${fmt(r.p95, 1).padStart(8)}${
         fmt(r.api, 2).padStart(9)
-      }${fmt(r.pg, 2).padStart(8)}   (p50 by round: ${r.p50s.map((v) => fmt(v, 1)).join(", ")})`
+      }${fmt(r.apiSys, 2).padStart(10)}${fmt(r.pg, 2).padStart(8)}${fmt(r.nats, 2).padStart(9)}   (p50 by round: ${
+        r.p50s.map((v) => fmt(v, 1)).join(", ")
+      })`
     )
   }
   const after = summary("after", kind)
@@ -211,9 +271,12 @@ for (const kind of KINDS) {
     console.log(
       `${"  after / before".padEnd(34)}${fmt(after.p50 / before.p50, 2).padStart(8)}${
         fmt(after.p95 / before.p95, 2).padStart(8)
-      }${fmt(after.api / before.api, 2).padStart(9)}${fmt(after.pg / before.pg, 2).padStart(8)}`
+      }${fmt(after.api / before.api, 2).padStart(9)}${"".padStart(10)}${fmt(after.pg / before.pg, 2).padStart(8)}${
+        fmt(after.nats / before.nats, 2).padStart(9)
+      }`
     )
   }
+  if (kind === "GET /v1/events opened") continue
   record({
     bench: "post",
     figure: `POST /v1/sandboxes p50, ${kind}`,

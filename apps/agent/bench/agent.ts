@@ -1,7 +1,8 @@
 /**
  * The host agent's share of create → running: a `create` command published on the AGENT stream
  * → the `running` report (agentReady) on the sandbox actor's mailbox, against the bare driver
- * (create + first exec of `true`) in the same run, on a throwaway NATS.
+ * (create + first exec of `true`: the moment a command could run) in the same run, on a
+ * throwaway NATS. The agent's `agentReady` is its create's init ready byte, no exec of its own.
  *   node apps/agent/bench/agent.ts          (BENCH_SANDBOXES=30 by default)
  *
  * Prints p50/p99 of sequential creates (one at a time: latency) and of a burst (all published

@@ -309,11 +309,15 @@ export class LocalSandboxes extends Context.Service<LocalSandboxes, {
                           )
                           : limited<SandboxDriverError>(driver.start(sandboxId), Effect.void)
                       ),
-                      (made) => ({
-                        observed: made._tag === "Success"
-                          ? { _tag: "Up", step, internalIp: made.success.internalIp }
-                          : { _tag: "Refused", step, error: made.failure }
-                      })
+                      (made) => {
+                        // Up only once its init wrote the ready byte: what `agent_ready` stands for (Decision.ts).
+                        if (made._tag === "Success") agentReady = true
+                        return {
+                          observed: made._tag === "Success"
+                            ? { _tag: "Up", step, internalIp: made.success.internalIp }
+                            : { _tag: "Refused", step, error: made.failure }
+                        }
+                      }
                     )
                   case "stop":
                   case "destroy":

@@ -30,12 +30,22 @@ const decodeEnvelope = Schema.decodeUnknownOption(Schema.fromJsonString(Envelope
 const decoder = new TextDecoder()
 
 /**
+ * The `EVENTS` stream's name once this connection has ensured it. Ensuring is two JetStream
+ * requests, the stream's info and an update that rewrites its config on the server: done on
+ * every `GET /v1/events`, it was a good part of what opening one cost (bench/README.md, tti's
+ * "waitFor running"). A follow that fails forgets it, so a stream removed since is made again by
+ * the client's reconnection.
+ */
+const ensured = new WeakMap<object, string>()
+
+/**
  * The org's events after `afterSeq` (the next ones when undefined). The consumer exists once the
  * returned effect succeeds, so an event published after that is in the stream.
  */
 export const follow = Effect.fn("Realtime.follow")(function*(orgId: string, afterSeq: number | undefined) {
   const nats = yield* Nats
-  const stream = yield* Streams.ensure()
+  const stream = ensured.get(nats) ?? (yield* Streams.ensure())
+  ensured.set(nats, stream)
   const consumer = yield* Effect.tryPromise({
     try: () =>
       nats.js.consumers.get(stream, {
@@ -46,8 +56,10 @@ export const follow = Effect.fn("Realtime.follow")(function*(orgId: string, afte
           : { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: afterSeq + 1 })
       }),
     catch: (cause) => new BusError({ operation: "events: follow", message: String(cause) })
-  })
-  const messages = yield* consumeScoped(consumer, "events: consume")
+  }).pipe(Effect.tapError(() => Effect.sync(() => ensured.delete(nats))))
+  const messages = yield* consumeScoped(consumer, "events: consume").pipe(
+    Effect.tapError(() => Effect.sync(() => ensured.delete(nats)))
+  )
   return Stream.fromAsyncIterable(
     messages,
     (cause) => new BusError({ operation: "events: read", message: String(cause) })

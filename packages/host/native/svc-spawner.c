@@ -29,13 +29,16 @@
  *       a sandbox adopted from the pool (what `nsenter` + a busybox shell did): in the UTS and
  *       mount namespaces and the root of its init, the hostname, and /dev/shm remounted with
  *       size shm-bytes.
- *     Both run in a child of this process that never execs (a fork of this small process, no
+ *   'L' id name
+ *       removes the link `name` of the host's network namespace (what `ip link del` did: a
+ *       sandbox's veth host end, whose removal takes its peer with it); one gone already is done.
+ *     All three run in a child of this process that never execs (a fork of this small process, no
  *     program started), so a namespace it joins is never this process's own.
  * Answers (fd 1), one line each:
  *   S id pid fd0 fd1 ...  started; fdN is this process's descriptor of the agent's end, or -1
- *   E id errno message    could not start (nothing runs), or an 'N'/'A' that failed
+ *   E id errno message    could not start (nothing runs), or an 'N', 'A' or 'L' that failed
  *   X id status           ended, with its wait status
- *   D id                  an 'N' or 'A' done
+ *   D id                  an 'N', 'A' or 'L' done
  * An unreadable request ends this process (the agent restarts it). End of file on fd 0 ends it
  * too: the commands started with flag 1 go on, the others are killed by the kernel.
  */
@@ -78,7 +81,7 @@ struct child {
   int reaped;
   int held[MAX_FDS]; /* this process's copies of the agent's ends, until 'O' */
   int nheld;
-  int task; /* an 'N' or 'A': the read end of its reason pipe; -1 for a command */
+  int task; /* an 'N', 'A' or 'L': the read end of its reason pipe; -1 for a command */
 };
 
 static struct child *children = NULL;
@@ -351,7 +354,7 @@ done:
 }
 
 /* ------------------------------------------------------------------------------------------
- * Tasks ('N', 'A'): work of this process's own, done by a forked child that never execs. The
+ * Tasks ('N', 'A', 'L'): work of this process's own, done by a forked child that never execs. The
  * fork copies this small process (~0.1 ms, as for a command); the child may join a sandbox's
  * namespaces, which this process must never do. Its reason, if it fails, comes back on a pipe
  * read once it has been reaped (then `E`), else `D`.
@@ -607,6 +610,27 @@ static int adopt_work(const void *arg, char *why, size_t len) {
   return 0;
 }
 
+struct unlink_request {
+  char name[IF_NAMESIZE];
+};
+
+/* link del NAME, in the host's namespace (this process's, which the child never leaves). */
+static int unlink_work(const void *arg, char *why, size_t len) {
+  const struct unlink_request *q = arg;
+  char detail[256];
+  struct rtnl_msg m;
+  struct ifinfomsg none = {.ifi_family = AF_UNSPEC};
+  int host = rtnl_open();
+  if (host < 0) return task_error(why, len, errno, "rtnetlink", NULL);
+  rtnl_start(&m, RTM_DELLINK, 0, &none, sizeof none);
+  rtnl_put_str(&m, IFLA_IFNAME, q->name);
+  int e = rtnl_talk(host, &m, detail, sizeof detail);
+  /* Gone already (the kernel removes a veth with its peer's namespace): what was asked. */
+  if (e == ENODEV) return 0;
+  if (e) return task_error(why, len, e, "removing the link", detail);
+  return 0;
+}
+
 static int parse_mac(const char *text, unsigned char mac[6]) {
   unsigned int b[6];
   char end;
@@ -667,6 +691,18 @@ static void adopt(struct reader *r) {
   free(shm);
 }
 
+static void unlink_link(struct reader *r) {
+  uint32_t id = u32(r);
+  struct unlink_request q;
+  char *name = str(r, NULL);
+  if (strlen(name) == 0 || strlen(name) >= IF_NAMESIZE) refuse(id, "an interface name of 1 to 15 bytes");
+  else {
+    strcpy(q.name, name);
+    task(id, unlink_work, &q);
+  }
+  free(name);
+}
+
 static void request(const unsigned char *body, size_t len) {
   struct reader r = {body + 1, body + len};
   if (len < 1) die("empty request");
@@ -679,6 +715,9 @@ static void request(const unsigned char *body, size_t len) {
       break;
     case 'A':
       adopt(&r);
+      break;
+    case 'L':
+      unlink_link(&r);
       break;
     case 'O': {
       struct child *c = find(u32(&r));

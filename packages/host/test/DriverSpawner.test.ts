@@ -214,6 +214,26 @@ layer(TestDriver.layer(), { excludeTestServices: true, timeout: 180_000 })(
         assert.match(text(after.stdout), /^renamed\n.* \/dev\/shm rw,nosuid,nodev,relatime - tmpfs tmpfs rw,size=3072k/)
       }).pipe(Effect.scoped))
 
+    it.effect("its unlink request removes a host interface by name (a veth's end): one gone already is done", () =>
+      Effect.gen(function*() {
+        const { driver } = yield* TestDriver
+        // The spawner runs once the driver has started something.
+        yield* withSandbox(driver, spec(uniqueId("unlink")))
+        const outcome = (promise: Promise<void>) =>
+          Effect.promise(() => promise.then(() => "done", (e: Error) => e.message))
+        const name = `svu${uniqueId("").slice(-8)}`.slice(0, 15)
+        const peer = `${name.slice(0, 14)}p`
+        const made = spawnSync("ip", ["link", "add", name, "type", "veth", "peer", "name", peer], { encoding: "utf8" })
+        assert.strictEqual(made.status, 0, made.stderr)
+        assert.isTrue(FsSync.existsSync(`/sys/class/net/${name}`))
+        assert.strictEqual(yield* outcome(Spawner.unlink(name)), "done")
+        // The pair with it.
+        assert.isFalse(FsSync.existsSync(`/sys/class/net/${name}`))
+        assert.isFalse(FsSync.existsSync(`/sys/class/net/${peer}`))
+        assert.strictEqual(yield* outcome(Spawner.unlink(name)), "done")
+        assert.include(yield* outcome(Spawner.unlink("x".repeat(16))), "an interface name of 1 to 15 bytes")
+      }).pipe(Effect.scoped))
+
     it.effect("no other process can reach it: its requests come on a socketpair only the agent holds", () =>
       Effect.gen(function*() {
         const { driver, config } = yield* TestDriver

@@ -18,7 +18,7 @@
  *   create  | adopted (booted)     | any      | mark settled, report running (restore, ready, runtime)
  *   create  | adopted (unbooted)   | any      | boot, mark settled, report running (restore, ready, runtime)
  *   create  | not adopted          | any      | create
- *   create  | created              | any      | probe, boot, mark settled, report running (cold-boot)
+ *   create  | created              | any      | boot, mark settled, report running (cold-boot, ready)
  *   create  | refused: exists      | any      | mark settled, list (on disk without a settled entry)
  *   create  | listed, absent       | (exists) | forget, fail by the refusal
  *   create  | listed, stopped      | any      | report stopped
@@ -26,7 +26,7 @@
  *   create  | refused: other       | any      | forget, fail by it (the driver removed what it made)
  *   start   | received             | none     | fail (no such sandbox)
  *   start   | received             | other    | mark start, start
- *   start   | started              | any      | probe, boot, mark settled, report running (restore)
+ *   start   | started              | any      | boot, mark settled, report running (restore, ready)
  *   start   | refused: not found   | any      | forget, fail by it
  *   start   | refused: other       | any      | stop (quietly: stopped, not half started), mark settled, fail by it
  *   stop    | received             | none     | fail (no such sandbox)
@@ -41,6 +41,12 @@
  *
  * A mark is written before each driver step that changes the disk, and settled after it: a crash
  * in between leaves `pending`, which reconcile undoes (`Reconcile.ts`).
+ *
+ * `agent_ready` ("ready" above) of a run the driver has just started is its init's ready byte:
+ * the driver's create and start answer only once the sandbox's init, in its namespaces, root,
+ * cgroups and network, has written it (`native/svc-init.c`), which is everything an exec enters.
+ * An exec of `true` proved no more (7–9 ms of CPU per create: bench/README.md, tti), so only a
+ * sandbox found running (a repeated create, reconcile) is probed.
  */
 import type { AgentCommand } from "@svc/host-protocol/Protocol"
 import type { SandboxDriverError, SandboxInfo } from "@svc/host/Driver"
@@ -112,7 +118,10 @@ export type Action =
     readonly _tag: "ReportRunning"
     readonly internalIp: string
     readonly via: "cold-boot" | "restore"
-    /** `probed`: as the last `Probe` said; `true`: a pool entry, which passed its probe when made. */
+    /**
+     * `probed`: as the last `Probe` said; `true`: a pool entry, which passed its probe when made,
+     * or a run the driver has just started (its init's ready byte).
+     */
     readonly agentReady: "probed" | true
     /** With what the `Boot` said of the template's runtime. */
     readonly runtime: boolean
@@ -131,8 +140,8 @@ const failBy = (error: SandboxDriverError): Action => ({ _tag: "FailBy", error }
 const running = (
   internalIp: string,
   via: "cold-boot" | "restore",
-  fields: { readonly runtime: boolean; readonly volumes: boolean }
-): Action => ({ _tag: "ReportRunning", internalIp, via, agentReady: "probed", ...fields })
+  fields: { readonly agentReady: "probed" | true; readonly runtime: boolean; readonly volumes: boolean }
+): Action => ({ _tag: "ReportRunning", internalIp, via, ...fields })
 
 /** The command's next actions; the last one answers or observes. */
 export const decide = (
@@ -159,7 +168,14 @@ export const decide = (
             case "Stopped":
               return [{ _tag: "Report", status: "stopped" }]
             case "Running":
-              return [{ _tag: "Probe" }, running(listing.internalIp, "cold-boot", { runtime: false, volumes: true })]
+              return [
+                { _tag: "Probe" },
+                running(listing.internalIp, "cold-boot", {
+                  agentReady: "probed",
+                  runtime: false,
+                  volumes: true
+                })
+              ]
             case "Absent":
               return reason._tag === "Repeat"
                 ? [mark("create"), { _tag: "Adopt" }]
@@ -180,10 +196,9 @@ export const decide = (
           return [drive("create")]
         case "Up":
           return [
-            { _tag: "Probe" },
             { _tag: "Boot" },
             mark(null),
-            running(observation.internalIp, "cold-boot", { runtime: true, volumes: true })
+            running(observation.internalIp, "cold-boot", { agentReady: true, runtime: true, volumes: true })
           ]
         case "Refused":
           return observation.error._tag === "SandboxAlreadyExists"
@@ -197,10 +212,9 @@ export const decide = (
           return state.entry === "none" ? [fail(NO_SUCH_SANDBOX)] : [mark("start"), drive("start")]
         case "Up":
           return [
-            { _tag: "Probe" },
             { _tag: "Boot" },
             mark(null),
-            running(observation.internalIp, "restore", { runtime: true, volumes: true })
+            running(observation.internalIp, "restore", { agentReady: true, runtime: true, volumes: true })
           ]
         case "Refused":
           return observation.error._tag === "SandboxNotFound"

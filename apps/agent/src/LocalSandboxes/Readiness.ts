@@ -1,5 +1,6 @@
 /**
- * Whether a sandbox is ready: `agent_ready` (`probe`: an exec of `true` succeeds) and, for a
+ * Whether a sandbox is ready: `agent_ready` (of a run the driver has just started: its init's ready
+ * byte, `Decision.ts`; of one found running: `probe`, an exec of `true` succeeds) and, for a
  * template's sandbox, `runtime_ready` (`boot`: its `start_cmd` started in the background, then
  * its `ready_cmd` tried beside the commands until it passes or `READY_WAIT_MS` ran out, and the
  * outcome reported on its own).

@@ -132,7 +132,8 @@ const TABLE: Record<AgentCommand["_tag"], Record<string, Expected>> = {
     // A template without layers served from the `base` pool: its start_cmd and ready_cmd still run.
     "adopted: unbooted": ["boot", "mark:settled", "running:restore:10.0.0.8:ready+runtime"],
     "not adopted": ["drive:create"],
-    "up: create": ["probe", "boot", "mark:settled", "running:cold-boot:10.0.0.9:probed+runtime+volumes"],
+    // Up once its init wrote the ready byte: agent_ready without an exec.
+    "up: create": ["boot", "mark:settled", "running:cold-boot:10.0.0.9:ready+runtime+volumes"],
     "create refused: exists": ["mark:settled", "list:exists:SandboxAlreadyExists"],
     "create refused: other": ["forget", "fail-by:DriverFailure"]
   },
@@ -142,7 +143,7 @@ const TABLE: Record<AgentCommand["_tag"], Record<string, Expected>> = {
       settled: ["mark:start", "drive:start"],
       pending: ["mark:start", "drive:start"]
     },
-    "up: start": ["probe", "boot", "mark:settled", "running:restore:10.0.0.9:probed+runtime+volumes"],
+    "up: start": ["boot", "mark:settled", "running:restore:10.0.0.9:ready+runtime+volumes"],
     "start refused: not found": ["forget", "fail-by:SandboxNotFound"],
     "start refused: other": ["stop-quietly", "mark:settled", "fail-by:DriverFailure"]
   },

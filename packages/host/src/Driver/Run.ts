@@ -22,7 +22,6 @@ import {
   tryHost
 } from "./Host.ts"
 import * as Network from "./Network.ts"
-import { decode, run } from "./Process.ts"
 import * as Spawner from "./Spawner.ts"
 import {
   isAlive,
@@ -315,7 +314,7 @@ export const makeRuns = (host: DriverHost): Runs => {
     Effect.gen(function*() {
       const { host: veth } = Network.vethNames(internalIp)
       if (yield* tryHost("network", () => Network.interfaceExists(veth))) {
-        yield* run("network", bin.ip, ["link", "del", veth], { env: HOST_ENV, timeoutMs: 10_000 })
+        yield* spawnerTask("network", (signal) => Spawner.unlink(veth, signal), 10_000)
       }
       // rtnetlink requests made by the spawner (no `ip`, no fork of the agent): the host's end,
       // then the sandbox's from inside its net namespace, which a child of the spawner joins.
@@ -336,11 +335,9 @@ export const makeRuns = (host: DriverHost): Runs => {
     Effect.gen(function*() {
       const { host: veth } = Network.vethNames(internalIp)
       if (yield* tryHost("network", () => Network.interfaceExists(veth))) {
-        const result = yield* run("network", bin.ip, ["link", "del", veth], { env: HOST_ENV, timeoutMs: 10_000 })
-        // The kernel may have removed it with the namespace meanwhile.
-        if (result.exitCode !== 0 && (yield* tryHost("network", () => Network.interfaceExists(veth)))) {
-          return yield* new DriverFailure({ operation: "network", message: decode(result.stderr) })
-        }
+        // By the spawner's rtnetlink (no `ip` started); one the kernel removed meanwhile with the
+        // namespace is done.
+        yield* spawnerTask("network", (signal) => Spawner.unlink(veth, signal), 10_000)
       }
     })
 
