@@ -51,8 +51,8 @@ import * as NodePath from "node:path"
 import { makeHostId } from "../packages/domain/src/Ids.ts"
 import { type Sandbox, Svc } from "../packages/sdk/src/index.ts"
 import { mintKey } from "./lib/ApiRole.ts"
-import { cleanHost } from "./lib/Hosts.ts"
 import { makeCpuAccounting, type Pids, printCpu } from "./lib/CpuAccounting.ts"
+import { cleanHost } from "./lib/Hosts.ts"
 import { findProcess, fmt } from "./lib/Measure.ts"
 import { otlpEnv, type Span, spansInWindows, startReceiver } from "./lib/Otlp.ts"
 import { record } from "./lib/Report.ts"
@@ -574,11 +574,38 @@ const printSpans = (spans: ReadonlyArray<Span>, windows: ReadonlyArray<Window>) 
   }
   for (const [part, cut] of Object.entries(cuts)) {
     const mine = windows.map(cut)
-    console.log(`\n  spans in the ${kind} creates' ${part} (${mine.length}; p50 ${fmt(median(mine.map((w) => w.end - w.start)))} ms):`)
+    console.log(
+      `\n  spans in the ${kind} creates' ${part} (${mine.length}; p50 ${
+        fmt(median(mine.map((w) => w.end - w.start)))
+      } ms):`
+    )
     console.log("    windows  ms inside  starts at  span")
     for (const row of spansInWindows(spans, mine).slice(0, 25)) {
-      console.log(`    ${String(row.windows).padStart(7)}  ${fmt(row.inside).padStart(9)}  ${fmt(row.offset).padStart(9)}  ${row.key}`)
+      console.log(
+        `    ${String(row.windows).padStart(7)}  ${fmt(row.inside).padStart(9)}  ${
+          fmt(row.offset).padStart(9)
+        }  ${row.key}`
+      )
     }
+  }
+}
+
+/** Every span that ran between a create's POST and its `running` (the last window of a kind), in the order they started. */
+const printTimeline = (spans: ReadonlyArray<Span>, windows: ReadonlyArray<Window>) => {
+  const w = windows.at(-1)
+  if (w === undefined) return
+  console.log(
+    `\n  timeline of the last ${w.kind} create (ms from its POST; answered at ${fmt(w.posted - w.start)}, running at ${
+      fmt(w.running - w.start)
+    }): start  end  span`
+  )
+  const inside = spans.filter((span) => span.end > w.start && span.start < w.running).sort((a, b) => a.start - b.start)
+  for (const span of inside.slice(0, 80)) {
+    console.log(
+      `    ${fmt(span.start - w.start).padStart(5)} ${fmt(span.end - w.start).padStart(5)}  ${
+        span.service.replace(/^svc-/, "")
+      } ${span.name}`
+    )
   }
 }
 
@@ -626,7 +653,11 @@ Effect.runPromise(Effect.scoped(main)).then(
     )
     if (spans.length > 0) {
       printSpans(spans, unpooledParts.windows)
-      if (pooledParts !== undefined) printSpans(spans, pooledParts.windows)
+      printTimeline(spans, unpooledParts.windows)
+      if (pooledParts !== undefined) {
+        printSpans(spans, pooledParts.windows)
+        printTimeline(spans, pooledParts.windows)
+      }
       // Each iteration of a mode, create to both answers: what ran beside the creates (a pool's refills).
       for (const [mode, r] of Object.entries(results)) {
         const windows = r.iterations.map((i) => ({ start: r.epoch + i.startedAt, end: r.epoch + i.endedAt }))
