@@ -24,7 +24,8 @@
  * The template is `debian` plus Debian's own `nodejs` (bookworm's 18.x): the packages the debian
  * root lacks are fetched on this machine with `apt-get download` (cached in .svc/cache/debs-nodejs),
  * written into a `debian` sandbox and installed with `dpkg -i`, and the sandbox is snapshotted as
- * the template `debian-nodejs` (no pool serves it in the unpooled modes: every create is a cold boot).
+ * the template `debian-nodejs` (`bench/lib/NodeTemplate.ts`; no pool serves it in the unpooled modes:
+ * every create is a cold boot).
  *
  * Pooled (issue 27's pooled targets): with BENCH_TTI_POOLED (default `sequential,burst`), the
  * same modes again after `PATCH /v1/templates/debian-nodejs {pool_size: BENCH_TTI_N}` (at most 50,
@@ -54,6 +55,7 @@ import { mintKey } from "./lib/ApiRole.ts"
 import { makeCpuAccounting, type Pids, printCpu } from "./lib/CpuAccounting.ts"
 import { cleanHost } from "./lib/Hosts.ts"
 import { findProcess, fmt } from "./lib/Measure.ts"
+import { buildTemplate, ensureDebs, hostNodeTimes, NODE_TEMPLATE } from "./lib/NodeTemplate.ts"
 import { otlpEnv, type Span, spansInWindows, startReceiver } from "./lib/Otlp.ts"
 import { record } from "./lib/Report.ts"
 import { median, quantile } from "./lib/Stats.ts"
@@ -64,21 +66,7 @@ const BREAKDOWN = Number(process.env["BENCH_TTI_BREAKDOWN"] ?? 5)
 const STAGGER_MS = 200
 const POOLED = (process.env["BENCH_TTI_POOLED"] ?? "sequential,burst").split(",").filter((m) => m !== "")
 const POOL_SIZE = Math.min(50, N)
-const TEMPLATE = "debian-nodejs"
-const DEBS_DIR = NodePath.join(TEST_IMAGE_CACHE_DIR, "..", "debs-nodejs")
-// bookworm's nodejs and what the debian root lacks of its dependencies (apt-cache depends --recurse).
-const DEBS = [
-  "nodejs",
-  "libnode108",
-  "libuv1",
-  "libc-ares2",
-  "libicu72",
-  "node-acorn",
-  "node-busboy",
-  "node-cjs-module-lexer",
-  "node-undici",
-  "node-xtend"
-]
+const TEMPLATE = NODE_TEMPLATE
 
 /**
  * BENCH_TTI_HOLD=<file>: once the template is built and warm, write `{api_url, api_key, template}`
@@ -203,69 +191,6 @@ const runMode = async (svc: Svc, mode: string, count: number = N): Promise<Reado
     )
   }
   return Promise.all(Array.from({ length: count }, () => iteration(svc, origin)))
-}
-
-// ---------------------------------------------------------------------------------------------
-// The template: debian plus Debian's nodejs
-
-const ensureDebs = async (): Promise<ReadonlyArray<string>> => {
-  await Fs.mkdir(DEBS_DIR, { recursive: true })
-  const have = () => FsSync.readdirSync(DEBS_DIR).filter((f) => f.endsWith(".deb"))
-  if (DEBS.some((name) => !have().some((f) => f.startsWith(`${name}_`)))) {
-    log(`apt-get download ${DEBS.join(" ")} (bookworm's packages, into ${DEBS_DIR})`)
-    // bookworm's own nodejs, not a third-party repository's newer one the host may prefer.
-    const version = execFileSync("apt-cache", ["madison", "libnode108"], { encoding: "utf8" }).split("|")[1]!.trim()
-    execFileSync("apt-get", ["download", ...DEBS.map((d) => d === "nodejs" ? `nodejs=${version}` : d)], {
-      cwd: DEBS_DIR,
-      stdio: ["ignore", "ignore", "inherit"]
-    })
-  }
-  return have().map((f) => NodePath.join(DEBS_DIR, f))
-}
-
-const buildTemplate = async (svc: Svc, debs: ReadonlyArray<string>) => {
-  const existing = await svc.templates.get(TEMPLATE).catch(() => undefined)
-  if (existing?.state === "ready") return
-  const t0 = performance.now()
-  const sandbox = await svc.sandboxes.create({ template: "debian", ram_mb: 512 }, { timeoutMs: 600_000 })
-  try {
-    await sandbox.exec("mkdir -p /tmp/debs")
-    for (const file of debs) {
-      await sandbox.files.write(`/tmp/debs/${NodePath.basename(file)}`, new Uint8Array(await Fs.readFile(file)))
-    }
-    const installed = await sandbox.exec("dpkg -i /tmp/debs/*.deb && rm -rf /tmp/debs && node -v", {
-      timeoutMs: 300_000
-    })
-    if (installed.exit_code !== 0) throw new Error(`dpkg -i: ${installed.stdout}\n${installed.stderr}`)
-    await sandbox.snapshot(TEMPLATE, { timeoutMs: 600_000 })
-    log(
-      `template ${TEMPLATE} (node ${installed.stdout.trim().split("\n").at(-1)}) ready in ${
-        fmt((performance.now() - t0) / 1000, 1)
-      } s`
-    )
-  } finally {
-    await sandbox.delete().catch(() => undefined)
-  }
-}
-
-/** The template's `node` binary run on the host (its libraries from the same packages), `node -v` ms. */
-const hostNodeTimes = async (debs: ReadonlyArray<string>, runs: number) => {
-  const dir = await Fs.mkdtemp(NodePath.join(Os.tmpdir(), "svc-bench-node-"))
-  try {
-    for (const deb of debs) execFileSync("dpkg-deb", ["-x", deb, dir])
-    const env = { LD_LIBRARY_PATH: NodePath.join(dir, "usr/lib/x86_64-linux-gnu"), PATH: "/usr/bin:/bin" }
-    const bin = NodePath.join(dir, "usr/bin/node")
-    execFileSync(bin, ["-v"], { env })
-    const times: Array<number> = []
-    for (let i = 0; i < runs; i++) {
-      const t0 = performance.now()
-      execFileSync(bin, ["-v"], { env })
-      times.push(performance.now() - t0)
-    }
-    return times
-  } finally {
-    await Fs.rm(dir, { recursive: true, force: true })
-  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -470,8 +395,8 @@ const measure = async (options: {
   readonly stack: { readonly api_url: string; readonly api_key: string }
 }) => {
   const { dataDir, read, svc } = options
-  const debs = await ensureDebs()
-  await buildTemplate(svc, debs)
+  const debs = await ensureDebs(log)
+  await buildTemplate(svc, debs, log)
   // Warm-up: the template's first boot on this host, JIT, connections.
   for (let i = 0; i < 3; i++) await iteration(svc, performance.now())
   if (HOLD !== undefined) await holdFor(options.stack)
