@@ -74,7 +74,9 @@ const poolEntries = (dataDir: string) => {
     if (!name.startsWith("pool-")) continue
     try {
       const json = JSON.parse(FsSync.readFileSync(NodePath.join(dir, name, "sandbox.json"), "utf8"))
-      if (String(json.templateDir).endsWith("/templates/base") && (json.layers ?? []).length === 0) base++
+      // A template's layers are stacked in its `templateDir` (`<layer>:...:<root>`): only the bare `base` root is `base`'s.
+      const dirs = String(json.templateDir).split(":")
+      if (dirs.length === 1 && dirs[0]!.endsWith("/templates/base")) base++
       else template++
     } catch {
       // Being written: counted at the next look.
