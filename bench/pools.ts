@@ -31,7 +31,7 @@ import { Svc } from "../packages/sdk/src/index.ts"
 import { mintKey } from "./lib/ApiRole.ts"
 import { cleanHost } from "./lib/Hosts.ts"
 import { fmt } from "./lib/Measure.ts"
-import { otlpEnv, type Receiver, type Span, startReceiver } from "./lib/Otlp.ts"
+import { otlpEnv, type Receiver, type Span, spansInWindows, startReceiver, type Window } from "./lib/Otlp.ts"
 import { record } from "./lib/Report.ts"
 import { median } from "./lib/Stats.ts"
 
@@ -74,7 +74,9 @@ const poolEntries = (dataDir: string) => {
     if (!name.startsWith("pool-")) continue
     try {
       const json = JSON.parse(FsSync.readFileSync(NodePath.join(dir, name, "sandbox.json"), "utf8"))
-      if (String(json.templateDir).endsWith("/templates/base") && (json.layers ?? []).length === 0) base++
+      // A template's layers are stacked in its `templateDir` (`<layer>:...:<root>`): only the bare `base` root is `base`'s.
+      const dirs = String(json.templateDir).split(":")
+      if (dirs.length === 1 && dirs[0]!.endsWith("/templates/base")) base++
       else template++
     } catch {
       // Being written: counted at the next look.
@@ -139,49 +141,11 @@ const main = Effect.gen(function*() {
   return yield* Effect.promise(() => measure(svc, dataDir, receiver))
 })
 
-interface Window {
+interface KindWindow extends Window {
   readonly kind: "base" | "pooled"
-  readonly start: number
-  readonly end: number
 }
 
-/**
- * Per span name (`service name`), over the creates of one kind: in how many windows it ran, the
- * median time it ran inside the window, and its median start from the window's (spans of every
- * trace: the create's own and what ran beside it).
- */
-const breakdown = (spans: ReadonlyArray<Span>, windows: ReadonlyArray<Window>) => {
-  const rows = new Map<string, { inside: Array<number>; offset: Array<number> }>()
-  for (const w of windows) {
-    const seen = new Map<string, { inside: number; offset: number }>()
-    for (const span of spans) {
-      if (span.end <= w.start || span.start >= w.end) continue
-      const key = `${span.service.replace(/^svc-/, "")} ${span.name}`
-      const inside = Math.min(span.end, w.end) - Math.max(span.start, w.start)
-      const prior = seen.get(key)
-      seen.set(key, {
-        inside: (prior?.inside ?? 0) + inside,
-        offset: Math.min(prior?.offset ?? Infinity, span.start - w.start)
-      })
-    }
-    for (const [key, v] of seen) {
-      const row = rows.get(key) ?? { inside: [], offset: [] }
-      row.inside.push(v.inside)
-      row.offset.push(v.offset)
-      rows.set(key, row)
-    }
-  }
-  return [...rows.entries()]
-    .map(([key, row]) => ({
-      key,
-      windows: row.inside.length,
-      inside: median(row.inside),
-      offset: median(row.offset)
-    }))
-    .sort((a, b) => b.inside - a.inside)
-}
-
-const printBreakdown = (spans: ReadonlyArray<Span>, windows: ReadonlyArray<Window>) => {
+const printBreakdown = (spans: ReadonlyArray<Span>, windows: ReadonlyArray<KindWindow>) => {
   for (const kind of ["base", "pooled"] as const) {
     const mine = windows.filter((w) => w.kind === kind)
     console.log(
@@ -190,7 +154,7 @@ const printBreakdown = (spans: ReadonlyArray<Span>, windows: ReadonlyArray<Windo
       } ms):`
     )
     console.log("  windows  ms inside  starts at  span")
-    for (const row of breakdown(spans, mine).slice(0, 40)) {
+    for (const row of spansInWindows(spans, mine).slice(0, 40)) {
       console.log(
         `  ${String(row.windows).padStart(7)}  ${fmt(row.inside).padStart(9)}  ${
           fmt(row.offset).padStart(9)
@@ -239,8 +203,8 @@ const measure = async (svc: Svc, dataDir: string, receiver: Receiver | undefined
   }
   await settled()
 
-  const windows: Array<Window> = []
-  const createRunning = async (params: Record<string, unknown>, kind?: Window["kind"]) => {
+  const windows: Array<KindWindow> = []
+  const createRunning = async (params: Record<string, unknown>, kind?: KindWindow["kind"]) => {
     const t0 = now()
     const sandbox = await svc.sandboxes.create(params, { timeoutMs: 120_000 })
     const t1 = now()

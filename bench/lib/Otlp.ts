@@ -5,6 +5,7 @@
  */
 import * as Http from "node:http"
 import type * as Net from "node:net"
+import { median } from "./Stats.ts"
 
 export interface Span {
   readonly service: string
@@ -85,3 +86,40 @@ export const otlpEnv = (url: string) => ({
   OTEL_EXPORTER_OTLP_ENDPOINT: url,
   OTEL_EXPORTER_OTLP_PROTOCOL: "http/json"
 })
+
+/** A span of time (ms since the epoch) to break down by the spans that ran in it. */
+export interface Window {
+  readonly start: number
+  readonly end: number
+}
+
+/**
+ * Per span name (`service name`), over `windows`: in how many windows it ran, the median time it
+ * ran inside a window, and its median start from the window's (spans of every trace: a request's
+ * own and what ran beside it). Longest first.
+ */
+export const spansInWindows = (spans: ReadonlyArray<Span>, windows: ReadonlyArray<Window>) => {
+  const rows = new Map<string, { inside: Array<number>; offset: Array<number> }>()
+  for (const w of windows) {
+    const seen = new Map<string, { inside: number; offset: number }>()
+    for (const span of spans) {
+      if (span.end <= w.start || span.start >= w.end) continue
+      const key = `${span.service.replace(/^svc-/, "")} ${span.name}`
+      const inside = Math.min(span.end, w.end) - Math.max(span.start, w.start)
+      const prior = seen.get(key)
+      seen.set(key, {
+        inside: (prior?.inside ?? 0) + inside,
+        offset: Math.min(prior?.offset ?? Infinity, span.start - w.start)
+      })
+    }
+    for (const [key, v] of seen) {
+      const row = rows.get(key) ?? { inside: [], offset: [] }
+      row.inside.push(v.inside)
+      row.offset.push(v.offset)
+      rows.set(key, row)
+    }
+  }
+  return [...rows.entries()]
+    .map(([key, row]) => ({ key, windows: row.inside.length, inside: median(row.inside), offset: median(row.offset) }))
+    .sort((a, b) => b.inside - a.inside)
+}

@@ -15,8 +15,10 @@
  * run (`fill`; before, reconcile would destroy entries as orphans), one more for each entry
  * taken. `poolMakers` fibers take items and make entries, so ready + being made + wanted is
  * always a pool's size: refills run side by side and never overshoot. A create never waits for
- * them: it takes a ready entry or cold-boots. A template pool's refill starts `REFILL_DELAY_MS`
- * after the hand-out, once the create it served is out of the way; `base`'s at once.
+ * them: it takes a ready entry or cold-boots. A template pool's refill waits for a pause in the
+ * hand-outs: it starts once no entry was handed out for `REFILL_DELAY_MS`, or at the latest
+ * `REFILL_MAX_WAIT_MS` after it was asked for, so that the creates being served do not share the
+ * cores with template boots; `base`'s starts at once.
  *
  * A kind set again with another `version` (its image or commands changed) or removed is drained:
  * its ready entries are destroyed, and those being made are destroyed when done. A smaller size
@@ -125,8 +127,10 @@ export interface PoolOptions {
     sandboxId: string,
     runtime: { readonly startCmd: string | null; readonly readyCmd: string | null }
   ) => Effect.Effect<boolean>
-  /** How long after a hand-out a template pool's refill starts (default `REFILL_DELAY_MS`). */
+  /** The pause in hand-outs a template pool's refill waits for (default `REFILL_DELAY_MS`). */
   readonly refillDelayMs?: number
+  /** The longest a template pool's refill waits for that pause (default `REFILL_MAX_WAIT_MS`). */
+  readonly refillMaxWaitMs?: number
   /** A create or start checked for the host's limits, undone without them (`LocalSandboxes.ts`). */
   readonly limited: <E>(
     started: Effect.Effect<SandboxInfo, E>,
@@ -134,23 +138,31 @@ export interface PoolOptions {
   ) => Effect.Effect<SandboxInfo, E | DriverFailure>
 }
 
-/** A wanted entry: its pool's key, and the earliest time to start making it. */
+/** A wanted entry: its pool's key, and until when a template's waits for a pause in the hand-outs. */
 interface Wanted {
   readonly key: string
-  readonly notBefore: number
+  readonly waitUntil: number
 }
 
 /**
- * How long after a hand-out a template pool's refill starts. Making a template's entry is a boot
- * (process starts, mounts, its start_cmd, its ready_cmd tried until it passes: seconds of CPU
- * work), and right after the hand-out the create it served is still on its way to the caller
- * (the report, the runtime's write, the event, the API's answer): such a refill ran inside the
- * pooled create's window and delayed its `running` on a loaded 2-core host (bench/pools.ts,
- * traced). A second later that path is done; next to a boot of seconds the wait costs the pool
- * little. The `base` pool refills at once: its entry takes ~60 ms, and in a stream of creates a
- * delay would empty it (bench/README.md, "Pool makers side by side").
+ * The pause in hand-outs (of any pool on this host) a template pool's refill waits for. Making a
+ * template's entry is a boot (process starts, mounts, its start_cmd, its ready_cmd tried until it
+ * passes), and after a hand-out the create it served is still on its way to the caller (the
+ * report, the runtime's write, the event, the API's answer, then the caller's first commands):
+ * a refill started then ran inside the pooled create's window and delayed its `running` on a
+ * loaded 2-core host (bench/pools.ts, traced). In a stream or a burst of pooled creates a refill
+ * a fixed delay after each hand-out ran beside the next creates, one boot per create, so that the
+ * pool saved nothing end to end (bench/tti.ts's pooled modes, bench/README.md): it waits until
+ * the creates pause. The `base` pool refills at once: its entry takes ~60 ms, and in a stream of
+ * creates a delay would empty it (bench/README.md, "Pool makers side by side").
  */
 export const REFILL_DELAY_MS = 1_000
+
+/**
+ * The longest a template pool's refill waits for a pause in the hand-outs: a steady stream of
+ * creates gets its pool back within this, at the cost of sharing the cores with its boots then.
+ */
+export const REFILL_MAX_WAIT_MS = 10_000
 
 interface Kind {
   readonly key: string
@@ -175,18 +187,21 @@ export const makePool = (options: PoolOptions) =>
   Effect.gen(function*() {
     const { driver, limited, probe, size, warm } = options
     const refillDelayMs = options.refillDelayMs ?? REFILL_DELAY_MS
+    const refillMaxWaitMs = options.refillMaxWaitMs ?? REFILL_MAX_WAIT_MS
+    /** When an entry of any pool was last handed out (ms since the epoch). */
+    let lastHandOut = 0
     const slots = new Map<string, Slot>()
     let filled = false
     // `base` and the templates have makers of their own: a template's boot (which waits for its
     // `ready_cmd`) never holds up the `base` pool's refills, nor the reverse.
     const wantedBase = yield* Queue.unbounded<Wanted>()
     const wantedTemplates = yield* Queue.unbounded<Wanted>()
-    /** Asks for `n` entries of the slot, made no sooner than `delayMs` from now. */
-    const want = (slot: Slot, n: number, delayMs = 0) => {
-      const notBefore = Date.now() + delayMs
+    /** Asks for `n` entries of the slot. */
+    const want = (slot: Slot, n: number) => {
+      const waitUntil = Date.now() + refillMaxWaitMs
       for (let i = 0; i < n; i++) {
         slot.wanted++
-        Queue.offerUnsafe(slot.kind.key === BASE_POOL ? wantedBase : wantedTemplates, { key: slot.kind.key, notBefore })
+        Queue.offerUnsafe(slot.kind.key === BASE_POOL ? wantedBase : wantedTemplates, { key: slot.kind.key, waitUntil })
       }
     }
     const baseKind: Kind = { key: BASE_POOL, size, version: "base", spec: poolEntrySpec, image: undefined }
@@ -230,11 +245,17 @@ export const makePool = (options: PoolOptions) =>
     const maker = (wanted: Queue.Queue<Wanted>) =>
       Effect.forever(
         Effect.gen(function*() {
-          const { key, notBefore } = yield* Queue.take(wanted)
-          // Items are in the order asked, each delay the same: waiting for this one holds none
-          // that was due sooner.
-          const wait = notBefore - Date.now()
-          if (wait > 0) yield* Effect.sleep(Duration.millis(wait))
+          const { key, waitUntil } = yield* Queue.take(wanted)
+          // A template's boot waits for the hand-outs to pause (`REFILL_DELAY_MS`), at most until
+          // `waitUntil`. Items are in the order asked, each bound the same: waiting for this one
+          // holds none that was due sooner.
+          if (key !== BASE_POOL) {
+            for (;;) {
+              const pause = Math.min(lastHandOut + refillDelayMs, waitUntil) - Date.now()
+              if (pause <= 0) break
+              yield* Effect.sleep(Duration.millis(pause))
+            }
+          }
           const slot = slots.get(key)
           if (slot === undefined) return
           slot.wanted = Math.max(0, slot.wanted - 1)
@@ -267,6 +288,7 @@ export const makePool = (options: PoolOptions) =>
       Effect.suspend(() => {
         const poolId = slot.ready.shift()
         if (poolId === undefined) return Effect.succeed(undefined)
+        lastHandOut = Date.now()
         return Effect.gen(function*() {
           const adopted = yield* Effect.result(
             limited(driver.adopt(poolId, spec), Effect.ignore(driver.destroy(spec.sandboxId)))
@@ -280,7 +302,7 @@ export const makePool = (options: PoolOptions) =>
           yield* Effect.ignore(driver.destroy(poolId))
           return undefined
         }).pipe(Effect.ensuring(Effect.sync(() => {
-          if (slots.get(slot.kind.key) === slot) want(slot, 1, slot.kind.key === BASE_POOL ? 0 : refillDelayMs)
+          if (slots.get(slot.kind.key) === slot) want(slot, 1)
         })))
       })
 
