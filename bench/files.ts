@@ -54,10 +54,14 @@ const FLAT_GIB = Number(process.env["BENCH_FLAT_GIB"] ?? 2)
 const FLAT_PART_MIB = 256
 /** The bound apps/api/test/sandboxes/FileTransferMemory.test.ts holds 512 MiB to: flat, whatever the size. */
 const MAX_GROWTH_MIB = 160
+/** How long the roles' CPU is sampled with no transfer, before the runs. */
+const IDLE_SECONDS = 10
 /** The sandbox's memory: its page cache (the file's pages, read or written) is charged to it. */
 const RAM_MB = Number(process.env["BENCH_RAM_MB"] ?? 256)
 /** A folder: the API and agent run with `--cpu-prof` into it, and are stopped (SIGTERM) to write their profiles. */
 const CPU_PROF = process.env["BENCH_CPU_PROF"]
+/** Node options for the API and agent processes (`--trace-gc`, heap settings), for experiments. */
+const ROLE_NODE_OPTIONS = process.env["BENCH_ROLE_NODE_OPTIONS"]
 
 const MiB = 1024 * 1024
 const log = (line: string) => process.stderr.write(`[${new Date().toISOString().slice(11, 19)}] ${line}\n`)
@@ -354,8 +358,13 @@ const main = Effect.gen(function*() {
     SVC_RATE_LIMIT_PER_SECOND: "100000000",
     SVC_RATE_LIMIT_BURST: "100000000"
   }
-  const profiled = (role: string) =>
-    CPU_PROF !== undefined ? { NODE_OPTIONS: `--cpu-prof --cpu-prof-dir=${NodePath.join(CPU_PROF, role)}` } : {}
+  const profiled = (role: string) => {
+    const options = [
+      ...(CPU_PROF !== undefined ? [`--cpu-prof --cpu-prof-dir=${NodePath.join(CPU_PROF, role)}`] : []),
+      ...(ROLE_NODE_OPTIONS !== undefined ? [ROLE_NODE_OPTIONS] : [])
+    ]
+    return options.length > 0 ? { NODE_OPTIONS: options.join(" ") } : {}
+  }
   const port = yield* Effect.promise(freePort)
   const api = yield* spawnRole({
     main: appMain("api"),
@@ -439,6 +448,9 @@ const main = Effect.gen(function*() {
       host: [] as Array<number>,
       cpuApi: [] as Array<number>,
       cpuAgent: [] as Array<number>,
+      /** Less what the role spends idle for as long (`idle`). */
+      netApi: [] as Array<number>,
+      netAgent: [] as Array<number>,
       mib
     })
     const ways: Record<string, ReturnType<typeof way>> = {
@@ -447,6 +459,20 @@ const main = Effect.gen(function*() {
       ...(SMALL_FILES > 0 ? { "folder up": way(smallMiB), "folder down": way(smallMiB) } : {})
     }
     const roles = { api: api.process.pid!, agent: agent.process.pid! }
+    /**
+     * What the roles spend with no transfer (heartbeats, reports, the agent's observers), CPU
+     * seconds per second over `IDLE_SECONDS`: a slow transfer's CPU figure includes this much per
+     * second it took, which the net figure takes out.
+     */
+    const idle = await (async () => {
+      const before = { api: cpuOf(roles.api), agent: cpuOf(roles.agent) }
+      await sleep(IDLE_SECONDS * 1000)
+      return {
+        api: (cpuOf(roles.api) - before.api) / IDLE_SECONDS,
+        agent: (cpuOf(roles.agent) - before.agent) / IDLE_SECONDS
+      }
+    })()
+    log(`idle CPU: api ${idle.api.toFixed(3)} s/s, agent ${idle.agent.toFixed(3)} s/s`)
     /** The sandbox's own disk and memory, no transfer: `dd` inside it through one exec, timed by the exec. */
     const disk = { write: [] as Array<number>, read: [] as Array<number> }
     const dd = async (args: string) => {
@@ -468,6 +494,8 @@ const main = Effect.gen(function*() {
       into.api.push(done.seconds)
       into.cpuApi.push(cpuOf(roles.api) - cpu.api)
       into.cpuAgent.push(cpuOf(roles.agent) - cpu.agent)
+      into.netApi.push(into.cpuApi.at(-1)! - idle.api * done.seconds)
+      into.netAgent.push(into.cpuAgent.at(-1)! - idle.agent * done.seconds)
       return done
     }
     /** 10,000 small files up and down, each way beside its baselines; both start from no folder. */
@@ -546,7 +574,7 @@ const main = Effect.gen(function*() {
         log(
           `  ${name}: api ${way.api.at(-1)!.toFixed(2)} s (CPU: api ${way.cpuApi.at(-1)!.toFixed(2)} s, agent ${
             way.cpuAgent.at(-1)!.toFixed(2)
-          } s), baseline ${way.base.at(-1)!.toFixed(2)} s (host folder ${way.host.at(-1)!.toFixed(2)} s)`
+          } s; less idle: api ${way.netApi.at(-1)!.toFixed(2)} s, agent ${way.netAgent.at(-1)!.toFixed(2)} s), baseline ${way.base.at(-1)!.toFixed(2)} s (host folder ${way.host.at(-1)!.toFixed(2)} s)`
         )
       }
     }
@@ -595,15 +623,17 @@ const main = Effect.gen(function*() {
       }
       log(`profiles written under ${CPU_PROF}`)
     }
-    return { ways, flat, flatSeconds, disk }
+    return { ways, flat, flatSeconds, disk, idle }
   })
 })
 
-const { disk, flat, flatSeconds, ways } = await Effect.runPromise(Effect.scoped(main))
+const { disk, flat, flatSeconds, idle, ways } = await Effect.runPromise(Effect.scoped(main))
 console.log(
   `\nfiles through the API against tar into bwrap (${RUNS} runs; ${FILE_MIB} MiB file, ${SMALL_FILES} files of ${SMALL_BYTES} B)`
 )
+console.log(`  idle CPU (no transfer): api ${idle.api.toFixed(3)} s/s, agent ${idle.agent.toFixed(3)} s/s`)
 for (const [name, way] of Object.entries(ways)) {
+  const perGiB = (cpu: ReadonlyArray<number>) => median(cpu.map((c) => (c * 1024) / way.mib)).toFixed(2)
   const api = way.api.map((s) => way.mib / s)
   const baseline = way.base.map((s) => way.mib / s)
   const hostFolder = way.host.map((s) => way.mib / s)
@@ -615,9 +645,9 @@ for (const [name, way] of Object.entries(ways)) {
       baseline.map((v) => v.toFixed(1)).join(", ")
     } (ratio ${(value / base).toFixed(2)}); host folder: ${hostFolder.map((v) => v.toFixed(1)).join(", ")} (ratio ${
       (value / host).toFixed(2)
-    }); CPU s per GiB: api ${median(way.cpuApi.map((c) => (c * 1024) / way.mib)).toFixed(2)}, agent ${
-      median(way.cpuAgent.map((c) => (c * 1024) / way.mib)).toFixed(2)
-    }`
+    }); CPU s per GiB: api ${perGiB(way.cpuApi)}, agent ${perGiB(way.cpuAgent)} (less idle: api ${
+      perGiB(way.netApi)
+    }, agent ${perGiB(way.netAgent)})`
   )
   record({
     bench: "files",
