@@ -48,6 +48,7 @@ import {
   MAX_UPLOAD_BYTES
 } from "@svc/host-protocol/DataPlane"
 import * as TransferIdle from "@svc/host-protocol/TransferIdle"
+import { accountExternalMemoryInHeapLimit } from "@svc/host-protocol/TransferMemory"
 import {
   ByteSize,
   Cause,
@@ -682,6 +683,8 @@ export class DataPlaneServer extends Context.Service<DataPlaneServer, {
     Layer.effect(
       DataPlaneServer,
       Effect.gen(function*() {
+        // Transfers pass through this process (TransferMemory.ts).
+        yield* accountExternalMemoryInHeapLimit
         const token = randomBytes(32).toString("base64url")
         const matches = checker(token)
         const authorized = (header: string | undefined) => matches(bearerOf(header))

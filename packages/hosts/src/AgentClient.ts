@@ -32,6 +32,7 @@ import {
   AgentTooLarge
 } from "@svc/host-protocol/DataPlane"
 import type { HostRecord } from "@svc/host-protocol/Protocol"
+import { accountExternalMemoryInHeapLimit } from "@svc/host-protocol/TransferMemory"
 import { Context, Effect, Layer, Schema, type Scope, Stream } from "effect"
 import { HttpClient, HttpClientError, HttpClientRequest, HttpIncomingMessage } from "effect/http"
 import { HttpApiClient } from "effect/http-api"
@@ -387,6 +388,8 @@ export class AgentClient extends Context.Service<AgentClient, {
   ): Effect.Effect<void, DataPlaneError>
 }>()("@svc/hosts/AgentClient") {
   static readonly make = Effect.gen(function*() {
+    // Transfers pass through this process (TransferMemory.ts).
+    yield* accountExternalMemoryInHeapLimit
     const http = yield* HttpClient.HttpClient
     // Each call names its host: the base URL and the bearer token come from its record.
     const client = yield* HttpApiClient.makeWith(AgentApi, {
