@@ -574,7 +574,9 @@ const main = Effect.gen(function*() {
         log(
           `  ${name}: api ${way.api.at(-1)!.toFixed(2)} s (CPU: api ${way.cpuApi.at(-1)!.toFixed(2)} s, agent ${
             way.cpuAgent.at(-1)!.toFixed(2)
-          } s; less idle: api ${way.netApi.at(-1)!.toFixed(2)} s, agent ${way.netAgent.at(-1)!.toFixed(2)} s), baseline ${way.base.at(-1)!.toFixed(2)} s (host folder ${way.host.at(-1)!.toFixed(2)} s)`
+          } s; less idle: api ${way.netApi.at(-1)!.toFixed(2)} s, agent ${
+            way.netAgent.at(-1)!.toFixed(2)
+          } s), baseline ${way.base.at(-1)!.toFixed(2)} s (host folder ${way.host.at(-1)!.toFixed(2)} s)`
         )
       }
     }

@@ -5,21 +5,43 @@
  * full mark of the whole heap each time 64 MiB more of that memory was allocated: in a process
  * whose heap holds 100-200 MiB of live objects (the API, the agent), about 16 full marks per GiB
  * per hop, which were most of the 2.5-7 CPU-seconds per GiB each of them spent on a transfer
- * (measured, bench/README.md: the same loopback upload into a pipe took 0.6 CPU-s/GiB in a bare
- * process and 5-8 with 150 MiB of live objects, 0.6 again with this flag). With
- * `--external-memory-accounted-in-global-limit` that memory counts towards the heap's own
- * limit instead, which grows with the heap: far fewer full marks, and the same peak resident
- * memory in that measurement (409 against 408 MiB). A V8 flag (not a Node option: not accepted in
- * NODE_OPTIONS), set at run time, which V8 reads at each collection.
+ * (bench/README.md: the same loopback upload into a pipe took 0.6 CPU-s/GiB in a bare process
+ * and 5-8 with 150 MiB of live objects, 0.5-0.6 again with what follows).
+ *
+ * So that memory counts towards the heap's own limit instead
+ * (`--external-memory-accounted-in-global-limit`, a V8 flag, which NODE_OPTIONS does not accept:
+ * set at run time, V8 reads it at each collection), and the Buffers are freed by a young
+ * collection (a scavenge: it visits only the young objects, about a millisecond) once 64 MiB more
+ * of them were allocated, checked every 50 ms: without it they waited for the young generation to
+ * fill, and 100 transfers at once held 260 MiB of them (apps/api/test/transfers/Transfers.test.ts).
+ * The collector is taken from a context of its own (`vm`) with `--expose-gc` on for that moment
+ * only: no `gc` global appears in this process.
  */
 import { Effect } from "effect"
 import * as V8 from "node:v8"
+import * as Vm from "node:vm"
+
+/** Buffers allocated past the last reading after a young collection before the next one. */
+const YOUNG_COLLECTION_BYTES = 64 * 1024 * 1024
+const CHECK_MS = 50
 
 let set = false
 
-/** Sets the flag for this process (once; every later call does nothing). */
+/** Sets the flag and starts the check for this process (once; every later call does nothing). */
 export const accountExternalMemoryInHeapLimit: Effect.Effect<void> = Effect.sync(() => {
   if (set) return
   set = true
   V8.setFlagsFromString("--external-memory-accounted-in-global-limit")
+  V8.setFlagsFromString("--expose-gc")
+  const collect = Vm.runInNewContext("gc") as (options: { readonly type: "minor" }) => void
+  V8.setFlagsFromString("--no-expose-gc")
+  let floor = process.memoryUsage().arrayBuffers
+  setInterval(() => {
+    const now = process.memoryUsage().arrayBuffers
+    if (now < floor) floor = now
+    else if (now > floor + YOUNG_COLLECTION_BYTES) {
+      collect({ type: "minor" })
+      floor = process.memoryUsage().arrayBuffers
+    }
+  }, CHECK_MS).unref()
 })

@@ -261,25 +261,34 @@ const send = (
     })
   })
 
+/** A host's answer that could not be read (cut, too large, not JSON). */
+class AnswerUnreadable extends Schema.TaggedError<AnswerUnreadable>()("AnswerUnreadable", {
+  message: Schema.String
+}) {}
+
 /** A response's body read whole (at most `max` bytes) and parsed as JSON. */
-const readJson = (response: Http.IncomingMessage, max: number): Effect.Effect<unknown, Error> =>
-  Effect.callback<unknown, Error>((resume) => {
+const readJson = (response: Http.IncomingMessage, max: number): Effect.Effect<unknown, AnswerUnreadable> =>
+  Effect.callback<unknown, AnswerUnreadable>((resume) => {
+    const failed = (message: string) => resume(Effect.fail(new AnswerUnreadable({ message })))
     const chunks: Array<Buffer> = []
     let size = 0
     response.on("data", (chunk: Buffer) => {
       size += chunk.length
-      if (size > max) return response.destroy(new Error(`an answer larger than ${max} bytes`))
+      if (size > max) {
+        response.destroy()
+        return failed(`an answer larger than ${max} bytes`)
+      }
       chunks.push(chunk)
     })
     response.once("end", () => {
       try {
         resume(Effect.succeed(JSON.parse(Buffer.concat(chunks).toString("utf8"))))
       } catch (e) {
-        resume(Effect.fail(e instanceof Error ? e : new Error(String(e))))
+        failed(`not JSON: ${String(e)}`)
       }
     })
-    response.once("error", (e) => resume(Effect.fail(e)))
-    response.once("close", () => response.complete || resume(Effect.fail(new Error("the answer was cut"))))
+    response.once("error", (e) => failed(String(e)))
+    response.once("close", () => response.complete || failed("the answer was cut"))
     return Effect.sync(() => response.destroy())
   })
 
