@@ -11,8 +11,8 @@
  * So that memory counts towards the heap's own limit instead
  * (`--external-memory-accounted-in-global-limit`, a V8 flag, which NODE_OPTIONS does not accept:
  * set at run time, V8 reads it at each collection), and the Buffers are freed by a young
- * collection (a scavenge: it visits only the young objects, about a millisecond) once 64 MiB more
- * of them were allocated, checked every 50 ms: without it they waited for the young generation to
+ * collection (a scavenge: it visits only the young objects, about a millisecond) once 32 MiB more
+ * of them were allocated, checked every 25 ms: without it they waited for the young generation to
  * fill, and 100 transfers at once held 260 MiB of them (apps/api/test/transfers/Transfers.test.ts).
  * The collector is taken from a context of its own (`vm`) with `--expose-gc` on for that moment
  * only: no `gc` global appears in this process.
@@ -22,8 +22,10 @@ import * as V8 from "node:v8"
 import * as Vm from "node:vm"
 
 /** Buffers allocated past the last reading after a young collection before the next one. */
-const YOUNG_COLLECTION_BYTES = 64 * 1024 * 1024
-const CHECK_MS = 50
+const YOUNG_COLLECTION_BYTES = 32 * 1024 * 1024
+const CHECK_MS = 25
+/** Buffers still held after a young collection, past the last full one's reading, before a full one. */
+const FULL_COLLECTION_BYTES = 128 * 1024 * 1024
 
 let set = false
 
@@ -33,15 +35,22 @@ export const accountExternalMemoryInHeapLimit: Effect.Effect<void> = Effect.sync
   set = true
   V8.setFlagsFromString("--external-memory-accounted-in-global-limit")
   V8.setFlagsFromString("--expose-gc")
-  const collect = Vm.runInNewContext("gc") as (options: { readonly type: "minor" }) => void
+  const collect = Vm.runInNewContext("gc") as (options: { readonly type: "minor" | "major" }) => void
   V8.setFlagsFromString("--no-expose-gc")
   let floor = process.memoryUsage().arrayBuffers
+  let floorAfterFull = floor
   setInterval(() => {
     const now = process.memoryUsage().arrayBuffers
     if (now < floor) floor = now
-    else if (now > floor + YOUNG_COLLECTION_BYTES) {
-      collect({ type: "minor" })
-      floor = process.memoryUsage().arrayBuffers
+    if (now < floorAfterFull) floorAfterFull = now
+    if (now <= floor + YOUNG_COLLECTION_BYTES) return
+    collect({ type: "minor" })
+    floor = process.memoryUsage().arrayBuffers
+    // Buffers that lived long enough to be promoted (held in a stream's queue) are freed by a
+    // full collection only: one once that much more of them is still held after a young one.
+    if (floor > floorAfterFull + FULL_COLLECTION_BYTES) {
+      collect({ type: "major" })
+      floor = floorAfterFull = process.memoryUsage().arrayBuffers
     }
   }, CHECK_MS).unref()
 })
