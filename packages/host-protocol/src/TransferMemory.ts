@@ -39,18 +39,26 @@ export const accountExternalMemoryInHeapLimit: Effect.Effect<void> = Effect.sync
   V8.setFlagsFromString("--no-expose-gc")
   let floor = process.memoryUsage().arrayBuffers
   let floorAfterFull = floor
+  let afterYoung = false
   setInterval(() => {
+    // Read a tick after a collection: V8 frees the Buffers' memory after it, concurrently.
     const now = process.memoryUsage().arrayBuffers
+    if (afterYoung) {
+      afterYoung = false
+      // Buffers that lived long enough to be promoted (held in a stream's queue) are freed by a
+      // full collection only: one once that much more of them is still held after a young one.
+      if (now > floorAfterFull + FULL_COLLECTION_BYTES) {
+        collect({ type: "major" })
+        floor = floorAfterFull = now
+        return
+      }
+    }
     if (now < floor) floor = now
     if (now < floorAfterFull) floorAfterFull = now
-    if (now <= floor + YOUNG_COLLECTION_BYTES) return
-    collect({ type: "minor" })
-    floor = process.memoryUsage().arrayBuffers
-    // Buffers that lived long enough to be promoted (held in a stream's queue) are freed by a
-    // full collection only: one once that much more of them is still held after a young one.
-    if (floor > floorAfterFull + FULL_COLLECTION_BYTES) {
-      collect({ type: "major" })
-      floor = floorAfterFull = process.memoryUsage().arrayBuffers
+    if (now > floor + YOUNG_COLLECTION_BYTES) {
+      collect({ type: "minor" })
+      floor = now
+      afterYoung = true
     }
   }, CHECK_MS).unref()
 })
