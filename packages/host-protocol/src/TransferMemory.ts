@@ -5,15 +5,16 @@
  * full mark of the whole heap each time 64 MiB more of that memory was allocated: in a process
  * whose heap holds 100-200 MiB of live objects (the API, the agent), about 16 full marks per GiB
  * per hop, which were most of the 2.5-7 CPU-seconds per GiB each of them spent on a transfer
- * (bench/README.md: the same loopback upload into a pipe took 0.6 CPU-s/GiB in a bare process
- * and 5-8 with 150 MiB of live objects, 0.5-0.6 again with what follows).
+ * (bench/README.md: a loopback upload of 1 GiB into a pipe, client and server in one process, took
+ * 1.3-1.6 CPU-s bare, 5.7-8.9 with 150 MiB of live objects, 1.1-1.4 with the flag below).
  *
  * So that memory counts towards the heap's own limit instead
  * (`--external-memory-accounted-in-global-limit`, a V8 flag, which NODE_OPTIONS does not accept:
  * set at run time, V8 reads it at each collection), and the Buffers are freed by a young
  * collection (a scavenge: it visits only the young objects, about a millisecond) once 32 MiB more
  * of them were allocated, checked every 25 ms: without it they waited for the young generation to
- * fill, and 100 transfers at once held 260 MiB of them (apps/api/test/transfers/Transfers.test.ts).
+ * fill, and 100 transfers at once held 260 MiB of them (apps/api/test/transfers/Transfers.test.ts);
+ * a full collection once 128 MiB more of them are still held after a young one (promoted).
  * The collector is taken from a context of its own (`vm`) with `--expose-gc` on for that moment
  * only: no `gc` global appears in this process.
  */
