@@ -11,8 +11,7 @@
  *   'S' id flags file argc argv... envc env... nfds {kind u8, arg string}...
  *       starts file with argv and exactly env, in a session of its own; its descriptor i is
  *       kind i: 'n' nothing (0-2: /dev/null), 'i' a pipe it reads (the agent writes),
- *       'o' a pipe it writes (the agent reads) (for both, arg, when not empty, is the pipe's
- *       capacity in bytes, best effort), 'd' a pipe holding arg's bytes then end of
+ *       'o' a pipe it writes (the agent reads), 'd' a pipe holding arg's bytes then end of
  *       file, 'a' arg opened to append (created 0600), 't' arg opened and truncated (created
  *       0600), 's' the same open file as its descriptor number arg. flags: 1 = outlive this
  *       spawner (a sandbox's bubblewrap); otherwise it is killed (SIGKILL) if this process
@@ -232,13 +231,6 @@ static void spawn(struct reader *r) {
         }
         theirs[i] = kind == 'i' ? p[0] : p[1];
         ours[i] = kind == 'i' ? p[1] : p[0];
-        /* arg, when set: the pipe's capacity in bytes (an upload's stdin, 1 MiB: the agent's
-         * writes wait less often for the command to read). Best effort: past the user's pipe
-         * quota or pipe-max-size the kernel refuses, and the default 64 KiB serves as well. */
-        if (alen > 0) {
-          long size = strtol(arg, NULL, 10);
-          if (size > 65536 && size <= 16 * 1048576) (void) fcntl(p[1], F_SETPIPE_SZ, (int) size);
-        }
         break;
       case 'd':
         if (pipe2(p, O_CLOEXEC) != 0) {

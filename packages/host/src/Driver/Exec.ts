@@ -119,7 +119,7 @@ export const makeExec = (host: DriverHost) => {
     argv: ReadonlyArray<string>,
     options:
       & { readonly env: Record<string, string>; readonly cwd: string; readonly user?: string | undefined }
-      & Pick<StreamingOptions, "timeoutMs" | "maxStderrBytes" | "pipeBytes">
+      & Pick<StreamingOptions, "timeoutMs" | "maxStderrBytes">
   ): Effect.Effect<StreamingProcess, DriverFailure, Scope.Scope> =>
     Effect.gen(function*() {
       const group = yield* insideGroups(entry)
@@ -129,7 +129,6 @@ export const makeExec = (host: DriverHost) => {
         fd3: command.fd3,
         ...(options.timeoutMs !== undefined ? { timeoutMs: options.timeoutMs } : {}),
         ...(options.maxStderrBytes !== undefined ? { maxStderrBytes: options.maxStderrBytes } : {}),
-        ...(options.pipeBytes !== undefined ? { pipeBytes: options.pipeBytes } : {}),
         killTree: () => group.kill()
       })
     })

@@ -287,12 +287,6 @@ const normalize = (path: string) => {
 const FILE_OP_TIMEOUT_MS = 60_000
 /** A transfer's processes end after this long whatever happens (the API waits as long). */
 export const TRANSFER_TIMEOUT_MS = 600_000
-/**
- * The capacity of an upload's pipe into the sandbox (the default is 64 KiB, which the agent
- * filled at once: a wait for the sandbox's `cat` every 64 KiB). Only the agent writes it: its
- * pages are the agent's memory, never the sandbox's. Best effort (`svc-spawner`'s `F_SETPIPE_SZ`).
- */
-const UPLOAD_PIPE_BYTES = 1024 * 1024
 const NUL = 0
 const NEWLINE = 10
 const MAX_HEADER_BYTES = 2 * 4096 + 64
@@ -416,17 +410,11 @@ export const makeFiles = (host: DriverHost, exec: Pick<Exec, "runInside" | "spaw
       return { result, fileError }
     })
 
-  const spawnScript = (
-    entry: RunningSandbox,
-    script: string,
-    args: ReadonlyArray<string>,
-    pipeBytes?: number
-  ) =>
+  const spawnScript = (entry: RunningSandbox, script: string, args: ReadonlyArray<string>) =>
     exec.spawnInside(entry, [HELPER, "sh", "-c", script, "sh", ...args], {
       env: { PATH: SANDBOX_PATH },
       cwd: "/",
-      timeoutMs: TRANSFER_TIMEOUT_MS,
-      ...(pipeBytes !== undefined ? { pipeBytes } : {})
+      timeoutMs: TRANSFER_TIMEOUT_MS
     })
 
   const readFileStream = Effect.fn("SandboxDriver.readFileStream")(function*(
@@ -524,7 +512,7 @@ export const makeFiles = (host: DriverHost, exec: Pick<Exec, "runInside" | "spaw
         checked,
         `.svc-upload-${randomBytes(8).toString("hex")}`,
         options?.parents === false ? "0" : "1"
-      ], UPLOAD_PIPE_BYTES)
+      ])
       const refusal = Effect.flatMap(
         proc.exit,
         (exit) => Effect.fail(exit.exitCode !== 0 ? fromExit(exit) : fileError("failed", "no answer"))

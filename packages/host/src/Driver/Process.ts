@@ -138,13 +138,12 @@ const INLINE_STDIN_BYTES = 64 * 1024
 const spawnTree = (
   file: string,
   args: ReadonlyArray<string>,
-  options: Pick<CommandOptions, "env" | "fd3" | "killTree"> & { readonly pipeBytes?: number | undefined },
+  options: Pick<CommandOptions, "env" | "fd3" | "killTree">,
   stdin: Spawner.StdioSpec
 ): Promise<{ readonly child: Spawner.Spawned; readonly kill: () => void }> =>
   Spawner.spawn(file, args, {
     env: options.env ?? {},
-    stdio: [stdin, "out", "out", ...(options.fd3 === undefined ? [] : [{ data: options.fd3 }])],
-    ...(options.pipeBytes !== undefined ? { pipeBytes: options.pipeBytes } : {})
+    stdio: [stdin, "out", "out", ...(options.fd3 === undefined ? [] : [{ data: options.fd3 }])]
   }).then(
     (child) => ({
       child,
@@ -297,8 +296,6 @@ export interface StreamingOptions {
   readonly maxStderrBytes?: number
   /** As `CommandOptions.killTree`: called on timeout, on `kill` and when the scope closes early. */
   readonly killTree?: () => void
-  /** The capacity of the stdin pipe (`Spawner.SpawnOptions.pipeBytes`). */
-  readonly pipeBytes?: number
 }
 
 export interface ProcessExit {

@@ -55,12 +55,6 @@ export interface SpawnOptions {
   readonly stdio: ReadonlyArray<StdioSpec>
   /** Keeps running if the spawner dies (a sandbox's host-side bubblewrap); otherwise killed. */
   readonly outlive?: boolean
-  /**
-   * The capacity of descriptor 0's pipe ("in"), best effort (the kernel may refuse past the
-   * user's pipe quota); unset: the default 64 KiB. Only the agent's writes fill it: its pages
-   * are the agent's, never the command's memory.
-   */
-  readonly pipeBytes?: number
 }
 
 /** The spawner ended while this command ran: how it ended is unknown, and it was killed. */
@@ -322,11 +316,10 @@ class Client {
       ...env.flatMap(field),
       u32(options.stdio.length)
     ]
-    for (const [i, spec] of options.stdio.entries()) {
-      const size = i === 0 && options.pipeBytes !== undefined ? String(options.pipeBytes) : ""
+    for (const spec of options.stdio) {
       if (spec === "ignore") parts.push(Buffer.from("n"), ...field(""))
-      else if (spec === "in") parts.push(Buffer.from("i"), ...field(size))
-      else if (spec === "out") parts.push(Buffer.from("o"), ...field(size))
+      else if (spec === "in") parts.push(Buffer.from("i"), ...field(""))
+      else if (spec === "out") parts.push(Buffer.from("o"), ...field(""))
       else if ("data" in spec) parts.push(Buffer.from("d"), ...field(spec.data))
       else if ("append" in spec) parts.push(Buffer.from("a"), ...field(spec.append))
       else if ("truncate" in spec) parts.push(Buffer.from("t"), ...field(spec.truncate))
