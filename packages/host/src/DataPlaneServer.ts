@@ -48,6 +48,7 @@ import {
   MAX_UPLOAD_BYTES
 } from "@svc/host-protocol/DataPlane"
 import * as TransferIdle from "@svc/host-protocol/TransferIdle"
+import { accountExternalMemoryInHeapLimit } from "@svc/host-protocol/TransferMemory"
 import {
   ByteSize,
   Cause,
@@ -559,24 +560,32 @@ const handlers = (settings: DataPlaneSettings) =>
             if ("entries" in file) {
               return file
             }
-            // A failure midway cuts the connection (the client sees a short body, never an end).
-            const stream = file.stream.pipe(
-              Stream.tapError((error) =>
+            // Piped from the sandbox's pipe to the socket, no effect per chunk. A failure midway
+            // cuts the connection (the client sees a short body, never an end).
+            const services: Context.Context<never> = yield* Effect.context<never>()
+            file.readable.once("error", (error: { readonly _tag?: string; readonly message?: string }) => {
+              Effect.runForkWith(services)(
                 Effect.logWarning("agent: file stream cut", { error: error._tag, message: error.message })
               )
-            )
-            return HttpServerResponse.stream(stream, {
+            })
+            return HttpServerResponse.raw(file.readable, {
               contentType: "application/octet-stream",
               ...(file.size !== null ? { contentLength: file.size } : {})
             })
           }))
-        .handle("writeFile", ({ params, payload, query, request }) =>
+        .handle("writeFile", ({ params, query, request }) =>
           Effect.gen(function*() {
             yield* transferSlot(request, params.id, query.org)
             if (query.mode !== undefined && !/^0?[0-7]{3,4}$/.test(query.mode)) {
               return yield* invalid(`mode ${query.mode} is not an octal mode such as 0644`)
             }
-            yield* viaDriver(driver.writeFileStream(params.id, query.path, uploadBody(request, payload), {
+            // The request piped into the sandbox, no effect per chunk (the payload stream is not read).
+            const body = {
+              readable: NodeHttpServerRequest.toIncomingMessage(request),
+              cut: () =>
+                invalid("the request body was cut short")
+            }
+            yield* viaDriver(driver.writeFileStream<AgentInvalid, never>(params.id, query.path, body, {
               maxBytes: MAX_UPLOAD_BYTES,
               mode: query.mode !== undefined ? parseInt(query.mode, 8) : 0o644,
               parents: query.parents !== "false"
@@ -674,6 +683,8 @@ export class DataPlaneServer extends Context.Service<DataPlaneServer, {
     Layer.effect(
       DataPlaneServer,
       Effect.gen(function*() {
+        // Transfers pass through this process (TransferMemory.ts).
+        yield* accountExternalMemoryInHeapLimit
         const token = randomBytes(32).toString("base64url")
         const matches = checker(token)
         const authorized = (header: string | undefined) => matches(bearerOf(header))

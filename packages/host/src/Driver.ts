@@ -7,6 +7,7 @@
 import type { HostLimits } from "@svc/host-protocol/Protocol"
 import { VolumeMount } from "@svc/host-protocol/Volumes"
 import { Context, type Effect, Schema, type Scope, type Stream } from "effect"
+import type { Readable } from "node:stream"
 import type { LayerImport } from "./ImageLayers.ts"
 
 // ---------------------------------------------------------------------------------------------
@@ -189,6 +190,26 @@ export class DirEntry extends Schema.Class<DirEntry>("@svc/host/DirEntry")({
 export interface FileStream {
   readonly size: number | null
   readonly stream: Stream.Stream<Uint8Array, SandboxFileError | DriverFailure>
+}
+
+/** A file's `readFileStream`: its bytes also as a Node stream. */
+export interface FileReadStream extends FileStream {
+  /**
+   * The same bytes as a Node stream, for a server that pipes them to a socket with no effect per
+   * chunk: it ends only once every byte arrived and the read was checked (the process's exit,
+   * the size), and is destroyed with the refusal (a `SandboxFileError` or `DriverFailure`)
+   * otherwise. Read `stream` or this, never both.
+   */
+  readonly readable: Readable
+}
+
+/**
+ * An upload's body as a Node stream (a server's request), piped into the sandbox with no effect
+ * per chunk; `cut` is the failure when it ends before its end or fails (the client went away).
+ */
+export interface ReadableBody<E> {
+  readonly readable: Readable
+  readonly cut: (cause: unknown) => E
 }
 
 export class SandboxStats extends Schema.Class<SandboxStats>("@svc/host/SandboxStats")({
@@ -446,7 +467,7 @@ export class SandboxDriver extends Context.Service<SandboxDriver, {
     sandboxId: string,
     path: string,
     options?: { readonly maxBytes?: number }
-  ): Effect.Effect<FileStream, Common | SandboxNotRunning | SandboxFileError, Scope.Scope>
+  ): Effect.Effect<FileReadStream, Common | SandboxNotRunning | SandboxFileError, Scope.Scope>
   /**
    * Writes `body` to the file, streaming (at most `maxBytes`, default 100 MiB: more is
    * `too_large`). A regular file is replaced only once the whole body arrived (it is written
@@ -456,7 +477,7 @@ export class SandboxDriver extends Context.Service<SandboxDriver, {
   writeFileStream<E, R>(
     sandboxId: string,
     path: string,
-    body: Stream.Stream<Uint8Array, E, R>,
+    body: Stream.Stream<Uint8Array, E, R> | ReadableBody<E>,
     options?: { readonly mode?: number; readonly maxBytes?: number; readonly parents?: boolean }
   ): Effect.Effect<void, E | Common | SandboxNotRunning | SandboxFileError, R>
   listDir(

@@ -21,6 +21,7 @@ import {
   AgentConflict,
   type AgentExecRequest,
   type AgentExecResult,
+  AgentFileListing,
   AgentInsufficientStorage,
   AgentInvalid,
   AgentNotFound,
@@ -31,9 +32,13 @@ import {
   AgentTooLarge
 } from "@svc/host-protocol/DataPlane"
 import type { HostRecord } from "@svc/host-protocol/Protocol"
-import { Context, Effect, Layer, Schema, Stream } from "effect"
+import { accountExternalMemoryInHeapLimit } from "@svc/host-protocol/TransferMemory"
+import { Context, Effect, Layer, Schema, type Scope, Stream } from "effect"
 import { HttpClient, HttpClientError, HttpClientRequest, HttpIncomingMessage } from "effect/http"
 import { HttpApiClient } from "effect/http-api"
+import * as Http from "node:http"
+import * as Https from "node:https"
+import type { Readable } from "node:stream"
 
 export type DataPlaneError =
   | Errors.InvalidRequest
@@ -61,7 +66,12 @@ export type FileContent =
   | {
     readonly _tag: "Bytes"
     readonly size: number | null
-    readonly stream: Stream.Stream<Uint8Array, Errors.Unavailable>
+    /**
+     * The host's response body, to be piped to the client (no effect per chunk). It ends only
+     * when the host sent every byte; a host that stops or a read past its deadline destroys it
+     * (the client then sees a cut body, never an end).
+     */
+    readonly readable: Readable
   }
   | { readonly _tag: "Listing"; readonly listing: FileListing }
 
@@ -155,6 +165,170 @@ export const toApiError = (host: HostRecord, error: unknown): Effect.Effect<neve
   return hostFailed(host, { reason: body.reason, error: body.error })
 }
 
+/** Bytes of a listing read whole from the host (a folder of many entries). */
+const MAX_LISTING_BYTES = 64 * 1024 * 1024
+/** Bytes of an error body read from the host. */
+const MAX_ERROR_BYTES = 64 * 1024
+
+/** Connections kept open to the hosts for the transfers sent outside the derived client. */
+const agents = { http: new Http.Agent({ keepAlive: true }), https: new Https.Agent({ keepAlive: true }) }
+
+/** A files route of the data plane (`AgentApi`'s `readFile`, `writeFile`) with its query. */
+const filesPath = (sandboxId: string, query: Record<string, string>) =>
+  `/sandboxes/${encodeURIComponent(sandboxId)}/files?${new URLSearchParams(query).toString()}`
+
+/**
+ * A transfer's request to the host over `node:http`, outside the derived client: the body (a
+ * client's request) is piped in and the response is handed on as it is, with no effect per
+ * chunk (through the derived client's streams, each of the API and the agent spent 2.5-4.5
+ * CPU-seconds per GiB). Completes with the response's head; an upload's body is piped until
+ * the host answers (an early answer is a refusal: the rest of the body is left unread). More
+ * than `maxBytes` is 413 and a body that fails (its client went away) 400, the host's request
+ * cut short in both cases, so that it keeps nothing. Interrupted: the host's request is ended.
+ */
+const send = (
+  host: HostRecord,
+  method: "GET" | "PUT",
+  path: string,
+  upload?: { readonly body: Readable; readonly maxBytes: number }
+): Effect.Effect<Http.IncomingMessage, DataPlaneError> =>
+  Effect.callback<Http.IncomingMessage, DataPlaneError>((resume) => {
+    let url: URL
+    try {
+      url = new URL(host.endpoint.replace(/\/+$/, "") + path)
+    } catch (e) {
+      return resume(unreachable(host, e))
+    }
+    const https = url.protocol === "https:"
+    const request = (https ? Https.request : Http.request)(url, {
+      method,
+      agent: https ? agents.https : agents.http,
+      headers: {
+        authorization: `Bearer ${host.token}`,
+        ...(upload !== undefined ? { "content-type": "application/octet-stream", "transfer-encoding": "chunked" } : {})
+      }
+    })
+    let done = false
+    let total = 0
+    const body = upload?.body
+    const detach = () => {
+      if (body === undefined) return
+      body.off("data", count)
+      body.off("error", bodyFailed)
+      body.off("close", bodyClosed)
+      body.unpipe(request)
+    }
+    const finish = (result: Effect.Effect<Http.IncomingMessage, DataPlaneError>) => {
+      if (done) return
+      done = true
+      detach()
+      resume(result)
+    }
+    const count = (chunk: Buffer) => {
+      total += chunk.length
+      if (total > upload!.maxBytes) {
+        request.destroy()
+        finish(Effect.fail(new Errors.PayloadTooLarge({ error: `Uploads are limited to ${upload!.maxBytes} bytes` })))
+      }
+    }
+    const bodyFailed = () => {
+      request.destroy()
+      finish(Effect.fail(new Errors.InvalidRequest({ error: "The request body could not be read" })))
+    }
+    const bodyClosed = () => {
+      if (!body!.readableEnded) bodyFailed()
+    }
+    request.once("response", (response) => {
+      // An answer before the whole body (a refusal): nothing more is sent, and the connection
+      // (its request unfinished) goes once the answer was read.
+      if (body !== undefined && !body.readableEnded) response.once("close", () => request.destroy())
+      finish(Effect.succeed(response))
+    })
+    request.once("error", (e) => finish(unreachable(host, e)))
+    if (body === undefined) {
+      request.end()
+    } else {
+      body.on("data", count)
+      body.once("error", bodyFailed)
+      body.once("close", bodyClosed)
+      body.pipe(request)
+    }
+    return Effect.sync(() => {
+      if (done) return
+      done = true
+      detach()
+      request.destroy()
+    })
+  })
+
+/** A host's answer that could not be read (cut, too large, not JSON). */
+class AnswerUnreadable extends Schema.TaggedError<AnswerUnreadable>()("AnswerUnreadable", {
+  message: Schema.String
+}) {}
+
+/** A response's body read whole (at most `max` bytes) and parsed as JSON. */
+const readJson = (response: Http.IncomingMessage, max: number): Effect.Effect<unknown, AnswerUnreadable> =>
+  Effect.callback<unknown, AnswerUnreadable>((resume) => {
+    const failed = (message: string) => resume(Effect.fail(new AnswerUnreadable({ message })))
+    const chunks: Array<Buffer> = []
+    let size = 0
+    response.on("data", (chunk: Buffer) => {
+      size += chunk.length
+      if (size > max) {
+        response.destroy()
+        return failed(`an answer larger than ${max} bytes`)
+      }
+      chunks.push(chunk)
+    })
+    response.once("end", () => {
+      try {
+        resume(Effect.succeed(JSON.parse(Buffer.concat(chunks).toString("utf8"))))
+      } catch (e) {
+        failed(`not JSON: ${String(e)}`)
+      }
+    })
+    response.once("error", (e) => failed(String(e)))
+    response.once("close", () => response.complete || failed("the answer was cut"))
+    return Effect.sync(() => response.destroy())
+  })
+
+/**
+ * The host's refusal (its body `{error, reason, errno?}`, `@svc/host-protocol/DataPlane`) as
+ * the API's error, as the derived client decodes it; any other answer is the host failing.
+ */
+const refusalOf = (host: HostRecord, response: Http.IncomingMessage): Effect.Effect<never, DataPlaneError> =>
+  Effect.flatMap(
+    Effect.orElseSucceed(readJson(response, MAX_ERROR_BYTES), () => undefined),
+    (body) => {
+      const b = (typeof body === "object" && body !== null ? body : {}) as {
+        readonly error?: unknown
+        readonly reason?: unknown
+        readonly errno?: unknown
+      }
+      const error = typeof b.error === "string" ? b.error : `answered ${response.statusCode}`
+      const refusal = b.reason === "invalid"
+        ? new AgentInvalid({ error })
+        : b.reason === "not_found"
+        ? new AgentNotFound({ error })
+        : b.reason === "not_running"
+        ? new AgentNotRunning({ error })
+        : b.reason === "too_large"
+        ? new AgentTooLarge({ error })
+        : b.reason === "refused"
+        ? new AgentRefused({ error, ...(typeof b.errno === "string" ? { errno: b.errno } : {}) })
+        : b.reason === "conflict"
+        ? new AgentConflict({ error })
+        : b.reason === "busy"
+        ? new AgentBusy({ error })
+        : b.reason === "rate_limited"
+        ? new AgentRateLimited({ error })
+        : b.reason === "insufficient_storage"
+        ? new AgentInsufficientStorage({ error })
+        : { error, reason: b.reason ?? `status ${response.statusCode}` }
+      return toApiError(host, refusal)
+    }
+  )
+
 export class AgentClient extends Context.Service<AgentClient, {
   /** The derived client, for the calls that have no method here (processes); run through `call`. */
   readonly api: AgentApiClient
@@ -177,21 +351,29 @@ export class AgentClient extends Context.Service<AgentClient, {
   ): Effect.Effect<A, FileOpError>
   /** Runs a command; waits up to its own timeout plus a margin for the host. */
   exec(host: HostRecord, sandboxId: string, body: AgentExecRequest): Effect.Effect<AgentExecResult, ExecError>
-  /** A file's bytes (streamed from the host) or a folder's listing; `org` takes its share of the host's slots. */
-  readFile(host: HostRecord, sandboxId: string, path: string, org?: string): Effect.Effect<FileContent, DataPlaneError>
+  /**
+   * A file's bytes (streamed from the host) or a folder's listing; `org` takes its share of the
+   * host's slots. The bytes' request to the host is ended when the scope closes.
+   */
+  readFile(
+    host: HostRecord,
+    sandboxId: string,
+    path: string,
+    org?: string
+  ): Effect.Effect<FileContent, DataPlaneError, Scope.Scope>
   /** The running sandbox's usage now (cgroups, network link). */
   stats(host: HostRecord, sandboxId: string): Effect.Effect<AgentSandboxStats, StatsError>
   /** A fork's snapshot: the running sandbox's writable layer copied into the layer `layer` on its host. */
   forkSnapshot(host: HostRecord, sandboxId: string, layer: string): Effect.Effect<void, StatsError>
   /**
-   * Writes `body` (at most `maxBytes`; more is 413 `payload_too_large`, the transfer cut short)
-   * to the file at `path`, streaming it through with backpressure.
+   * Writes `body` (a client's request: at most `maxBytes`; more is 413 `payload_too_large`, the
+   * transfer cut short) to the file at `path`, piped through with backpressure.
    */
-  writeFile<E>(
+  writeFile(
     host: HostRecord,
     sandboxId: string,
     path: string,
-    body: Stream.Stream<Uint8Array, E>,
+    body: Readable,
     maxBytes: number,
     org?: string,
     options?: WriteOptions
@@ -215,6 +397,8 @@ export class AgentClient extends Context.Service<AgentClient, {
   ): Effect.Effect<void, DataPlaneError>
 }>()("@svc/hosts/AgentClient") {
   static readonly make = Effect.gen(function*() {
+    // Transfers pass through this process (TransferMemory.ts).
+    yield* accountExternalMemoryInHeapLimit
     const http = yield* HttpClient.HttpClient
     // Each call names its host: the base URL and the bearer token come from its record.
     const client = yield* HttpApiClient.makeWith(AgentApi, {
@@ -313,69 +497,55 @@ export class AgentClient extends Context.Service<AgentClient, {
 
     const readFile = Effect.fn("AgentClient.readFile")(
       function*(host: HostRecord, sandboxId: string, path: string, org?: string) {
-        const [content, response] = yield* client.sandboxes.readFile({
-          params: { id: sandboxId },
-          query: { path, ...(org !== undefined ? { org } : {}) },
-          responseMode: "decoded-and-response"
-        }).pipe(
-          Effect.provideService(AgentTarget, host),
-          Effect.provideService(HttpIncomingMessage.MaxBodySize, undefined),
-          Effect.timeoutOrElse({ duration: TRANSFER_TIMEOUT_MS, orElse: () => unreachable(host, "read timed out") }),
-          Effect.catch((error) => toApiError(host, error))
+        const response = yield* Effect.acquireRelease(
+          send(host, "GET", filesPath(sandboxId, { path, ...(org !== undefined ? { org } : {}) })).pipe(
+            Effect.timeoutOrElse({ duration: TRANSFER_TIMEOUT_MS, orElse: () => unreachable(host, "read timed out") })
+          ),
+          // Not read to its end (the client went away, a refusal): the host's request ends.
+          (response) => Effect.sync(() => response.complete || response.destroy())
         )
-        if (!Stream.isStream(content)) {
-          return { _tag: "Listing", listing: content } satisfies FileContent as FileContent
+        if (response.statusCode !== 200) return yield* refusalOf(host, response)
+        if ((response.headers["content-type"] ?? "").includes("json")) {
+          const listing = yield* readJson(response, MAX_LISTING_BYTES).pipe(
+            Effect.flatMap(Schema.decodeUnknownEffect(AgentFileListing)),
+            Effect.catch((error) => unreachable(host, error))
+          )
+          return { _tag: "Listing", listing } satisfies FileContent as FileContent
         }
-        const stopped = new Errors.Unavailable({ error: "The sandbox's host stopped sending the file" })
-        const stream = content.pipe(
-          Stream.mapError(() => stopped),
-          Stream.interruptWhen(Effect.andThen(Effect.sleep(TRANSFER_TIMEOUT_MS), Effect.fail(stopped)))
+        // Past the deadline the bytes stop: the client sees a cut body.
+        const deadline = setTimeout(
+          () => response.destroy(new Error("the host's file transfer passed its deadline")),
+          TRANSFER_TIMEOUT_MS
         )
+        response.once("close", () => clearTimeout(deadline))
         const length = response.headers["content-length"]
         return {
           _tag: "Bytes",
           size: length === undefined ? null : Number(length),
-          stream
+          readable: response
         } satisfies FileContent as FileContent
       }
     )
 
-    const writeFile = <E>(
+    const writeFile = (
       host: HostRecord,
       sandboxId: string,
       path: string,
-      body: Stream.Stream<Uint8Array, E>,
+      body: Readable,
       maxBytes: number,
       org?: string,
       options: WriteOptions = {}
     ) =>
-      Effect.suspend(() => {
-        const tooLarge = new Errors.PayloadTooLarge({ error: `Uploads are limited to ${maxBytes} bytes` })
-        let total = 0
-        // Past the cap, or a client body that cannot be read, the upload is cut short: the host
-        // then sees a cut body and keeps nothing of it.
-        const payload = body.pipe(
-          Stream.mapError(() => new Errors.InvalidRequest({ error: "The request body could not be read" })),
-          Stream.mapArrayEffect((chunks) => {
-            for (const chunk of chunks) total += chunk.length
-            return total > maxBytes ? Effect.fail(tooLarge) : Effect.succeed(chunks)
-          })
-        )
+      Effect.gen(function*() {
         const query = { path, ...(org !== undefined ? { org } : {}), ...options }
-        return client.sandboxes.writeFile({ params: { id: sandboxId }, query, payload }).pipe(
-          Effect.provideService(AgentTarget, host),
-          Effect.timeoutOrElse({ duration: TRANSFER_TIMEOUT_MS, orElse: () => unreachable(host, "upload timed out") }),
-          Effect.catch((error) => {
-            // The client's body failed: its own error, not the host's.
-            if (HttpClientError.isHttpClientError(error) && error.reason._tag === "EncodeError") {
-              const cause = error.reason.cause
-              if (cause instanceof Errors.PayloadTooLarge || cause instanceof Errors.InvalidRequest) {
-                return Effect.fail(cause)
-              }
-            }
-            return toApiError(host, error)
-          })
+        const response = yield* send(host, "PUT", filesPath(sandboxId, query), { body, maxBytes }).pipe(
+          Effect.timeoutOrElse({ duration: TRANSFER_TIMEOUT_MS, orElse: () => unreachable(host, "upload timed out") })
         )
+        if (response.statusCode === 204) {
+          response.resume()
+          return
+        }
+        return yield* refusalOf(host, response)
       }).pipe(Effect.withSpan("AgentClient.writeFile"))
 
     const readArchive = Effect.fn("AgentClient.readArchive")(

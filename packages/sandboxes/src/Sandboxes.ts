@@ -65,8 +65,9 @@ import * as AgentClient from "@svc/hosts/AgentClient"
 import { Hosts } from "@svc/hosts/Hosts"
 import * as Scheduler from "@svc/hosts/Scheduler"
 import { builtInTemplate, fromResolvedExpression, resolvedExpression, Templates } from "@svc/templates/Templates"
-import { Clock, Context, Duration, Effect, Layer, Option, Schema, Stream } from "effect"
+import { Clock, Context, Duration, Effect, Layer, Option, Schema, type Scope, Stream } from "effect"
 import { SqlClient } from "effect/sql"
+import type { Readable } from "node:stream"
 import { QuotasConfig, TransitionTimeout } from "./Config.ts"
 import { commandRefusal, SandboxActor } from "./SandboxActor.ts"
 import { applyNow } from "./Sandboxes/Apply.ts"
@@ -183,11 +184,12 @@ export class Sandboxes extends Context.Service<Sandboxes, {
     id: string,
     request: ExecRequest
   ) => Effect.Effect<ExecResult, AgentClient.ExecError | Rows.QueryError>
+  /** A file's bytes (from its host, until the scope closes) or a folder's listing. */
   readonly readFile: (
     orgId: OrgId,
     id: string,
     path: string
-  ) => Effect.Effect<AgentClient.FileContent, AgentClient.DataPlaneError | Rows.QueryError>
+  ) => Effect.Effect<AgentClient.FileContent, AgentClient.DataPlaneError | Rows.QueryError, Scope.Scope>
   /**
    * A file management call (`api.files` of the data plane) on the running sandbox's host: `call`
    * gets the host's client and the host (docs/contract.md#files).
@@ -199,11 +201,12 @@ export class Sandboxes extends Context.Service<Sandboxes, {
   ) => Effect.Effect<A, AgentClient.FileOpError | Rows.QueryError>
   /** A running sandbox's usage, read from its host now. */
   readonly stats: (orgId: OrgId, id: string) => Effect.Effect<SandboxStats, AgentClient.StatsError | Rows.QueryError>
-  readonly writeFile: <E>(
+  /** A client's request body (`body`) piped to the file at `path` on its host. */
+  readonly writeFile: (
     orgId: OrgId,
     id: string,
     path: string,
-    body: Stream.Stream<Uint8Array, E>,
+    body: Readable,
     maxBytes: number,
     options?: AgentClient.WriteOptions
   ) => Effect.Effect<void, AgentClient.DataPlaneError | Rows.QueryError>
@@ -682,11 +685,11 @@ export class Sandboxes extends Context.Service<Sandboxes, {
         return yield* dataPlane.files(host, call(dataPlane.api.files))
       }).pipe(Effect.withSpan("Sandboxes.fileOp"))
 
-    const writeFile = <E>(
+    const writeFile = (
       orgId: OrgId,
       id: string,
       path: string,
-      body: Stream.Stream<Uint8Array, E>,
+      body: Readable,
       maxBytes: number,
       options?: AgentClient.WriteOptions
     ) =>

@@ -210,7 +210,8 @@ export const SandboxesGroup = HttpApiBuilder.group(
           yield* transferSlot(orgId, request)
           const content = yield* sandboxes.readFile(orgId, params.id, query.path)
           if (content._tag === "Listing") return content.listing
-          return HttpServerResponse.stream(content.stream, {
+          // The host's response piped to the client as it is: no effect per chunk.
+          return HttpServerResponse.raw(content.readable, {
             contentType: "application/octet-stream",
             ...(content.size !== null ? { contentLength: content.size } : {})
           })
@@ -220,7 +221,9 @@ export const SandboxesGroup = HttpApiBuilder.group(
           const orgId = yield* target(params.id)
           yield* transferSlot(orgId, request)
           // Streamed to the sandbox's disk: `disk_gb` is the only bound (507 past it).
-          yield* sandboxes.writeFile(orgId, params.id, query.path, request.stream, Number.MAX_SAFE_INTEGER, {
+          // The client's request piped to the host as it is: no effect per chunk.
+          const body = NodeHttpServerRequest.toIncomingMessage(request)
+          yield* sandboxes.writeFile(orgId, params.id, query.path, body, Number.MAX_SAFE_INTEGER, {
             ...(query.mode !== undefined ? { mode: query.mode } : {}),
             ...(query.parents !== undefined ? { parents: query.parents } : {})
           })

@@ -13,21 +13,23 @@ import * as NodeStream from "@effect/platform-node/NodeStream"
 import { Effect, Stream } from "effect"
 import { randomBytes } from "node:crypto"
 import * as Posix from "node:path/posix"
+import { Readable, Transform, type Writable } from "node:stream"
 import {
   DirEntry,
   DriverFailure,
   type EntryType,
   FileInfo,
   FileMode,
+  type FileReadStream,
   FileStat,
-  type FileStream,
   MAX_FILE_BYTES,
+  type ReadableBody,
   SandboxFileError,
   SandboxPath
 } from "../Driver.ts"
 import type { Exec } from "./Exec.ts"
 import { decodeInput, type DriverHost, HELPER, invalid, type RunningSandbox, SANDBOX_PATH } from "./Host.ts"
-import { awaitData, type CommandOptions, decode, type ProcessExit, pump, readHeader } from "./Process.ts"
+import { awaitData, type CommandOptions, decode, type ProcessExit, pump, pumpReadable, readHeader } from "./Process.ts"
 
 // Each script exits with one of these codes to name its refusal.
 const FILE_EXIT: Record<number, SandboxFileError["reason"]> = {
@@ -444,28 +446,42 @@ export const makeFiles = (host: DriverHost, exec: Pick<Exec, "runInside" | "spaw
       const exit = yield* proc.exit
       if (exit.exitCode !== 0 || exit.timedOut) return yield* fromExit(exit)
       if (size > 0) return yield* refusal
-      return { size: 0, stream: Stream.empty } satisfies FileStream as FileStream
+      return { size: 0, stream: Stream.empty, readable: Readable.from([]) } satisfies FileReadStream as FileReadStream
     }
     let received = 0
-    const stream: Stream.Stream<Uint8Array, SandboxFileError | DriverFailure> = NodeStream.fromReadable<
-      Uint8Array,
-      DriverFailure
-    >({
-      evaluate: () => proc.stdout,
-      onError: (e) => new DriverFailure({ operation: "readFile", message: String(e) }),
-      closeOnDone: false
-    }).pipe(
-      Stream.mapEffect((chunk) => {
+    const finalCheck = Effect.gen(function*() {
+      const exit = yield* proc.exit
+      if (exit.exitCode !== 0 || exit.timedOut) return yield* fromExit(exit)
+      if (size > 0 && received !== size) return yield* fileError("failed", "the file changed while it was read")
+    })
+    // A plain Transform, no effect per chunk: a server pipes it straight to its socket. It ends
+    // only after the checks (the read's exit, the size), and fails with the refusal otherwise.
+    const readable = new Transform({
+      transform(chunk: Buffer, _encoding, callback) {
         received += chunk.length
-        return received > max ? Effect.fail(fileError("too_large", `larger than ${max} bytes`)) : Effect.succeed(chunk)
-      }),
-      Stream.concat(Stream.fromEffectDrain(Effect.gen(function*() {
-        const exit = yield* proc.exit
-        if (exit.exitCode !== 0 || exit.timedOut) return yield* fromExit(exit)
-        if (size > 0 && received !== size) return yield* fileError("failed", "the file changed while it was read")
-      })))
-    )
-    return { size: size > 0 ? size : null, stream } satisfies FileStream as FileStream
+        callback(received > max ? fileError("too_large", `larger than ${max} bytes`) : null, chunk)
+      },
+      flush(callback) {
+        Effect.runPromise(Effect.result(finalCheck)).then(
+          (result) => callback(result._tag === "Failure" ? result.failure : null),
+          (e) => callback(new DriverFailure({ operation: "readFile", message: String(e) }))
+        )
+      }
+    })
+    proc.stdout.once("close", () => {
+      if (!proc.stdout.readableEnded) {
+        readable.destroy(new DriverFailure({ operation: "readFile", message: "the read's output was cut" }))
+      }
+    })
+    proc.stdout.pipe(readable)
+    const stream = NodeStream.fromReadable<Uint8Array, SandboxFileError | DriverFailure>({
+      evaluate: () => readable,
+      onError: (e) =>
+        e instanceof SandboxFileError || e instanceof DriverFailure
+          ? e
+          : new DriverFailure({ operation: "readFile", message: String(e) })
+    })
+    return { size: size > 0 ? size : null, stream, readable } satisfies FileReadStream as FileReadStream
   })
 
   const readFile = (sandboxId: string, path: string, options?: { readonly maxBytes?: number }) =>
@@ -481,10 +497,12 @@ export const makeFiles = (host: DriverHost, exec: Pick<Exec, "runInside" | "spaw
   const writeFileStream = <E, R>(
     sandboxId: string,
     path: string,
-    body: Stream.Stream<Uint8Array, E, R>,
+    body: Stream.Stream<Uint8Array, E, R> | ReadableBody<E>,
     options?: { readonly mode?: number; readonly maxBytes?: number; readonly parents?: boolean }
   ) =>
     Effect.scoped(Effect.gen(function*() {
+      const feed = (stdin: Writable, max: number) =>
+        Stream.isStream(body) ? pump(body, stdin, max) : pumpReadable(body, stdin, max)
       const checked = yield* checkPath(path)
       const fileMode = yield* decodeInput(FileMode, options?.mode ?? 0o644)
       const max = clampMax(options?.maxBytes)
@@ -519,7 +537,7 @@ export const makeFiles = (host: DriverHost, exec: Pick<Exec, "runInside" | "spaw
             })
           ).pipe(Effect.ignore)
         )
-        const result = yield* pump(body, proc.stdin, max)
+        const result = yield* feed(proc.stdin, max)
         if (result.overLimit) return yield* fileError("too_large", `at most ${max} bytes`)
         proc.stdin.end()
         const exit = yield* proc.exit
@@ -551,7 +569,7 @@ export const makeFiles = (host: DriverHost, exec: Pick<Exec, "runInside" | "spaw
         return
       }
       // In place (a device, a fifo): what arrived is written, the mode is left alone.
-      const result = yield* pump(body, proc.stdin, max)
+      const result = yield* feed(proc.stdin, max)
       if (result.overLimit) return yield* fileError("too_large", `at most ${max} bytes`)
       proc.stdin.end()
       const exit = yield* proc.exit

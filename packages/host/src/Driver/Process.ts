@@ -540,3 +540,74 @@ export const pump = <E, R>(
       }))
     )
   })
+
+/**
+ * `pump` for a Node stream (a server's request body): the bytes go from `data` events straight
+ * into `writable` (paused while it is full, as `pipe` does), no effect per chunk. Fails with
+ * `body.cut` when the source fails or closes before its end (a request whose client went away).
+ */
+export const pumpReadable = <E>(
+  body: { readonly readable: Readable; readonly cut: (cause: unknown) => E },
+  writable: Writable,
+  maxBytes: number
+): Effect.Effect<PumpResult, E> =>
+  Effect.callback<PumpResult, E>((resume) => {
+    const source = body.readable
+    let bytes = 0
+    let finished = false
+    const detach = () => {
+      source.off("data", onData)
+      source.off("end", onEnd)
+      source.off("error", onError)
+      source.off("close", onClose)
+      writable.off("drain", onDrain)
+      writable.off("error", onGone)
+      writable.off("close", onGone)
+    }
+    const finish = (result: Effect.Effect<PumpResult, E>) => {
+      if (finished) return
+      finished = true
+      detach()
+      // What is left unread stays in the source (over the limit, the reader gone).
+      source.pause()
+      resume(result)
+    }
+    const onData = (chunk: Buffer) => {
+      if (bytes + chunk.length > maxBytes) return finish(Effect.succeed({ bytes, overLimit: true, readerGone: false }))
+      bytes += chunk.length
+      if (!writable.write(chunk)) source.pause()
+    }
+    const onDrain = () => {
+      if (!finished) source.resume()
+    }
+    const onEnd = () => {
+      // A request cut short can end without its last bytes: `complete` tells.
+      if ("complete" in source && source.complete === false) {
+        return finish(Effect.fail(body.cut("the body was cut short")))
+      }
+      finish(Effect.succeed({ bytes, overLimit: false, readerGone: false }))
+    }
+    const onError = (e: unknown) => finish(Effect.fail(body.cut(e)))
+    const onClose = () => {
+      if (!source.readableEnded) finish(Effect.fail(body.cut("the body closed before its end")))
+    }
+    const onGone = () => finish(Effect.succeed({ bytes, overLimit: false, readerGone: true }))
+    if (writable.destroyed || writable.writableEnded) {
+      return resume(Effect.succeed({ bytes: 0, overLimit: false, readerGone: true }))
+    }
+    if (source.readableEnded) return resume(Effect.succeed({ bytes: 0, overLimit: false, readerGone: false }))
+    if (source.destroyed) return resume(Effect.fail(body.cut("the body was closed")))
+    source.on("data", onData)
+    source.once("end", onEnd)
+    source.once("error", onError)
+    source.once("close", onClose)
+    writable.on("drain", onDrain)
+    writable.once("error", onGone)
+    writable.once("close", onGone)
+    source.resume()
+    return Effect.sync(() => {
+      finished = true
+      detach()
+      source.pause()
+    })
+  })
