@@ -37,9 +37,8 @@ const LAYER_CONCURRENCY = 3
 /**
  * Chunks of a layer in the store: each is one JetStream publish and its ack (a few in flight at
  * once, `beginContentPut`); the library's 128 KiB made an upload a chain of round trips
- * (bench/images.ts). Just under NATS's
- * default max_payload (1 MiB; lowered to a smaller server's own). Readers take
- * whatever size the chunks are.
+ * (bench/images.ts). Just under NATS's default max_payload (1 MiB; lowered to a smaller server's
+ * own). Readers take whatever size the chunks are.
  */
 export const LAYER_STORE_CHUNK_BYTES = 1020 * 1024
 const decodeConfig = Schema.decodeUnknownResult(Schema.fromJsonString(ImageConfigBlob))

@@ -197,3 +197,27 @@ export const beginContentPut = (store: ObjectStore, chunkBytes: number): Content
     }
   }
 }
+
+/**
+ * Purges the chunks no object names whose newest chunk was stored before `before` (ms since the
+ * epoch): an upload its agent stopped before `commit` (or before `abort` purged it). Returns how
+ * many uploads were purged. The caller runs it when no upload can be in progress, or with a
+ * `before` older than any upload takes.
+ */
+export const purgeOrphanChunks = async (store: ObjectStore, before: number): Promise<number> => {
+  const impl = internalsOf(store)
+  const named = new Set((await store.list()).map((o) => o.nuid))
+  const prefix = impl._chunkSubject("")
+  const info = await impl.jsm.streams.info(impl.stream, { subjects_filter: `${prefix}>` })
+  let purged = 0
+  for (const subject of Object.keys(info.state.subjects ?? {})) {
+    if (named.has(subject.slice(prefix.length))) continue
+    const last = await impl.jsm.streams.getMessage(impl.stream, { last_by_subj: subject }).catch(() => null)
+    if (last === null || last.time.getTime() >= before) continue
+    // Named since the listing above: kept.
+    if ((await store.list()).some((o) => o.nuid === subject.slice(prefix.length))) continue
+    await impl.jsm.streams.purge(impl.stream, { filter: subject })
+    purged++
+  }
+  return purged
+}
