@@ -43,7 +43,7 @@ export interface ContentUpload {
    * store has that name already (the same bytes), the upload is dropped.
    */
   commit(): Promise<string>
-  /** Drops the upload (nothing of it stays in the store). */
+  /** Drops the upload (nothing of it stays in the store); once `commit` began, waits for its end. */
   abort(): Promise<void>
 }
 
@@ -97,6 +97,7 @@ export const beginContentPut = (store: ObjectStore, chunkBytes: number): Content
   let gathering = Buffer.allocUnsafe(chunkSize)
   let filled = 0
   let state: "open" | "committing" | "over" = "open"
+  let committing: Promise<string> | undefined
 
   const publish = (payload: Buffer) => {
     const index = sequences.length
@@ -119,6 +120,55 @@ export const beginContentPut = (store: ObjectStore, chunkBytes: number): Content
     while (inFlight.size > 0) await Promise.all(inFlight)
   }
 
+  const commitNow = async (): Promise<string> => {
+    try {
+      if (filled > 0) publish(gathering.subarray(0, filled))
+      await settle()
+      if (failed !== undefined) throw failed
+      if (sequences.some((seq, i) => i > 0 && seq <= sequences[i - 1]!)) {
+        throw new Error("the store did not keep the chunks in order")
+      }
+      const digest = hash.digest()
+      const hex = digest.toString("hex")
+      const present = await store.info(hex)
+      if (present !== null && !present.deleted) {
+        // The same bytes are there already: this copy is not needed.
+        await purge()
+        state = "over"
+        return hex
+      }
+      const info = {
+        name: hex,
+        description: "",
+        options: { max_chunk_size: chunkSize },
+        bucket: impl.name,
+        nuid,
+        size,
+        chunks: sequences.length,
+        mtime: new Date().toISOString(),
+        digest: `SHA-256=${base64UrlPadded(digest)}`,
+        deleted: false
+      }
+      const h = headers()
+      // One meta per name (the library's own put sets it too); published only if no other
+      // upload named the object since `info` above.
+      h.set("Nats-Rollup", "sub")
+      h.set("Nats-Expected-Last-Subject-Sequence", String(present?.revision ?? 0))
+      await impl.js.publish(impl._metaSubject(hex), JSON.stringify(info), { headers: h }).catch(async (e) => {
+        // Another upload of the same bytes won the name: this copy is not needed.
+        const now = await store.info(hex).catch(() => null)
+        if (now === null || now.deleted) throw e
+        await purge()
+      })
+      state = "over"
+      return hex
+    } catch (e) {
+      state = "over"
+      await purge()
+      throw e
+    }
+  }
+
   return {
     write: (chunk) => {
       if (state !== "open") throw new Error("the upload is over")
@@ -138,57 +188,15 @@ export const beginContentPut = (store: ObjectStore, chunkBytes: number): Content
       if (inFlight.size < PUT_WINDOW) return
       return Promise.race(inFlight)
     },
-    commit: async () => {
-      if (state !== "open") throw new Error("the upload is over")
+    commit: () => {
+      if (state !== "open") return Promise.reject(new Error("the upload is over"))
       state = "committing"
-      try {
-        if (filled > 0) publish(gathering.subarray(0, filled))
-        await settle()
-        if (failed !== undefined) throw failed
-        if (sequences.some((seq, i) => i > 0 && seq <= sequences[i - 1]!)) {
-          throw new Error("the store did not keep the chunks in order")
-        }
-        const digest = hash.digest()
-        const hex = digest.toString("hex")
-        const present = await store.info(hex)
-        if (present !== null && !present.deleted) {
-          // The same bytes are there already: this copy is not needed.
-          await purge()
-          state = "over"
-          return hex
-        }
-        const info = {
-          name: hex,
-          description: "",
-          options: { max_chunk_size: chunkSize },
-          bucket: impl.name,
-          nuid,
-          size,
-          chunks: sequences.length,
-          mtime: new Date().toISOString(),
-          digest: `SHA-256=${base64UrlPadded(digest)}`,
-          deleted: false
-        }
-        const h = headers()
-        // One meta per name (the library's own put sets it too); published only if no other
-        // upload named the object since `info` above.
-        h.set("Nats-Rollup", "sub")
-        h.set("Nats-Expected-Last-Subject-Sequence", String(present?.revision ?? 0))
-        await impl.js.publish(impl._metaSubject(hex), JSON.stringify(info), { headers: h }).catch(async (e) => {
-          // Another upload of the same bytes won the name: this copy is not needed.
-          const now = await store.info(hex).catch(() => null)
-          if (now === null || now.deleted) throw e
-          await purge()
-        })
-        state = "over"
-        return hex
-      } catch (e) {
-        state = "over"
-        await purge()
-        throw e
-      }
+      committing = commitNow()
+      return committing
     },
     abort: async () => {
+      // A commit under way ends as it ends: its meta may be published already.
+      if (state === "committing") await committing?.catch(() => undefined)
       if (state === "over") return
       state = "over"
       // What is in flight may still be stored: purged after it settled.
