@@ -5,9 +5,9 @@
  * names), then each layer blob: taken from the layer cache when a blob of that digest became a
  * layer before (the image store has it: no registry download), otherwise pulled in one stream
  * (@svc/host/Oci/Pull): rewritten as a platform layer while it downloads, that layer sent to the
- * image store under a temporary name and extracted here into a hidden folder at the same time,
- * and named (the store's object renamed, the folder moved into place) only once the blob matched
- * its digest. Two builds on this host pulling one blob share the pull.
+ * image store as chunks no object names yet and extracted here into a hidden folder at the same
+ * time, and named (the store's object meta published, the folder moved into place) only once the
+ * blob matched its digest. Two builds on this host pulling one blob share the pull.
  */
 import { beginContentPut, type ObjectStore } from "@svc/bus/Objects"
 import { SecretBox } from "@svc/crypto/SecretBox"
