@@ -22,6 +22,9 @@ const LAYER_HEX = /^[0-9a-f]{64}$/
 const COLLECT_EVERY_MS = 10 * 60_000
 
 /** The collection: `collect` the layers when due, `due` after a template goes or a build ends. */
+/** Chunks no object names are purged only once their newest is this old. */
+const ORPHAN_MIN_AGE_MS = 10 * 60 * 1000
+
 export const make = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
   const nats = yield* Nats
@@ -60,7 +63,9 @@ export const make = Effect.gen(function*() {
             await objects.delete(o.name)
           }
         }
-        await purgeOrphanChunks(objects, cutoff)
+        // Never younger than ORPHAN_MIN_AGE_MS, whatever the grace: an upload under way has a
+        // chunk seconds old.
+        await purgeOrphanChunks(objects, Math.min(cutoff, Date.now() - ORPHAN_MIN_AGE_MS))
       })
       const doomed = listed
         .filter((o) => !o.deleted && LAYER_HEX.test(o.name) && !keep.has(o.name) && Date.parse(o.mtime) <= cutoff)
