@@ -5,9 +5,9 @@
  * names), then each layer blob: taken from the layer cache when a blob of that digest became a
  * layer before (the image store has it: no registry download), otherwise pulled in one stream
  * (@svc/host/Oci/Pull): rewritten as a platform layer while it downloads, that layer sent to the
- * image store under a temporary name and extracted here into a hidden folder at the same time,
- * and named (the store's object renamed, the folder moved into place) only once the blob matched
- * its digest. Two builds on this host pulling one blob share the pull.
+ * image store as chunks no object names yet and extracted here into a hidden folder at the same
+ * time, and named (the store's object meta published, the folder moved into place) only once the
+ * blob matched its digest. Two builds on this host pulling one blob share the pull.
  */
 import { beginContentPut, type ObjectStore } from "@svc/bus/Objects"
 import { SecretBox } from "@svc/crypto/SecretBox"
@@ -35,10 +35,10 @@ export class ImagePullFailed extends Schema.TaggedError<ImagePullFailed>()("Imag
 }) {}
 const LAYER_CONCURRENCY = 3
 /**
- * Chunks of a layer in the store: each is one JetStream publish awaiting its ack, so the library's
- * 128 KiB made a layer's upload a chain of round trips (bench/images.ts). Just under NATS's
- * default max_payload (1 MiB; the library lowers it to a smaller server's own). Readers take
- * whatever size the chunks are.
+ * Chunks of a layer in the store: each is one JetStream publish and its ack (a few in flight at
+ * once, `beginContentPut`); the library's 128 KiB made an upload a chain of round trips
+ * (bench/images.ts). Just under NATS's default max_payload (1 MiB; lowered to a smaller server's
+ * own). Readers take whatever size the chunks are.
  */
 export const LAYER_STORE_CHUNK_BYTES = 1020 * 1024
 const decodeConfig = Schema.decodeUnknownResult(Schema.fromJsonString(ImageConfigBlob))

@@ -3,10 +3,11 @@
  * every process reaches (image layers, `@svc/host-protocol/Images`). Streams in and out in
  * chunks, never held whole.
  */
+import type { JetStreamClient, JetStreamManager } from "@nats-io/jetstream"
 import { type ObjectStore, Objm, setSha256Backend } from "@nats-io/obj"
+import { headers, type NatsConnection } from "@nats-io/transport-node"
 import { Effect } from "effect"
-import { randomBytes } from "node:crypto"
-import { PassThrough, Readable } from "node:stream"
+import { createHash, randomBytes } from "node:crypto"
 import { BusError, Nats } from "./Nats.ts"
 import { ensureReplicas } from "./Topology.ts"
 
@@ -27,10 +28,11 @@ export const ensureObjectStore = Effect.fn("Objects.ensure")(function*(base: str
   return store
 })
 
-/** Names of uploads not committed yet (`beginContentPut`): never read; collected when stale. */
+/**
+ * Names of uploads not committed yet, as agents before the pipelined `beginContentPut` left them:
+ * never read; collected when stale.
+ */
 export const PARTIAL_PREFIX = "partial-"
-
-const SHA256_DIGEST = /^SHA-256=([A-Za-z0-9_-]{43})=?$/
 
 /** An object being written whose name is the sha256 of its bytes, known only at its end. */
 export interface ContentUpload {
@@ -41,65 +43,189 @@ export interface ContentUpload {
    * store has that name already (the same bytes), the upload is dropped.
    */
   commit(): Promise<string>
-  /** Drops the upload (nothing of it stays in the store). */
+  /** Drops the upload (nothing of it stays in the store); once `commit` began, waits for its end. */
   abort(): Promise<void>
 }
 
+/** Chunks of one upload awaiting their acknowledgement at once. */
+const PUT_WINDOW = 4
+
+/** What of the library's store (its class's public fields) a put of our own uses. */
+interface StoreInternals {
+  readonly js: JetStreamClient & { readonly nc: NatsConnection }
+  readonly jsm: JetStreamManager
+  readonly name: string
+  readonly stream: string
+  _chunkSubject(id: string): string
+  _metaSubject(name: string): string
+}
+
+const internalsOf = (store: ObjectStore): StoreInternals => {
+  const impl = store as Partial<StoreInternals>
+  if (
+    impl.js === undefined || impl.jsm === undefined || typeof impl.name !== "string" ||
+    typeof impl.stream !== "string" || typeof impl._chunkSubject !== "function" ||
+    typeof impl._metaSubject !== "function"
+  ) throw new Error("not a JetStream object store")
+  return impl as StoreInternals
+}
+
+/** The library's base64url with padding (`Base64UrlPaddedCodec`), as `digest` fields have it. */
+const base64UrlPadded = (bytes: Buffer) => bytes.toString("base64").replace(/\+/g, "-").replace(/\//g, "_")
+
 /**
  * Starts a content-addressed put fed as the bytes are made (a pulled layer, converted while it
- * downloads): under a temporary name (`PARTIAL_PREFIX`) until `commit`, which the caller makes
- * only once the bytes are verified, so a reader of the name never sees unverified bytes. The
- * name's digest is the one the store computes over the chunks it sends: no hashing pass of the
- * caller's own.
+ * downloads). The object store's own format (chunks under a fresh id, then one meta message
+ * naming them), written here rather than by the library's `put`, which awaits each chunk's
+ * acknowledgement before it reads the next bytes: up to PUT_WINDOW chunks are in flight (a
+ * window of acks), and the meta is published once, under the digest, at `commit`, which the
+ * caller makes only once the bytes are verified, so a reader of the name never sees unverified
+ * bytes (chunks without a meta are never read). The name's digest is computed over the chunks as
+ * they are sent: no hashing pass of the caller's own; a reader (`get`) checks it again.
  */
 export const beginContentPut = (store: ObjectStore, chunkBytes: number): ContentUpload => {
-  const temp = `${PARTIAL_PREFIX}${randomBytes(12).toString("hex")}`
-  const source = new PassThrough({ highWaterMark: 1024 * 1024 })
-  source.on("error", () => undefined)
-  const put = store.put(
-    { name: temp, options: { max_chunk_size: chunkBytes } },
-    Readable.toWeb(source) as unknown as ReadableStream<Uint8Array>
-  )
+  const impl = internalsOf(store)
+  const chunkSize = Math.max(1024, Math.min(chunkBytes, impl.js.nc.info?.max_payload ?? 1024))
+  const chunkSubject = impl._chunkSubject(randomBytes(16).toString("hex"))
+  const nuid = chunkSubject.slice(chunkSubject.lastIndexOf(".") + 1)
+  const hash = createHash("sha256")
+  // Stream sequences of the chunks' acks, in the order sent: they must rise (stored in order).
+  const sequences: Array<number> = []
+  const inFlight = new Set<Promise<void>>()
+  let size = 0
   let failed: unknown
-  const settled = put.then(() => undefined, (e) => {
-    failed ??= e
-  })
+  let gathering = Buffer.allocUnsafe(chunkSize)
+  let filled = 0
   let state: "open" | "committing" | "over" = "open"
-  return {
-    write: (chunk) => {
-      if (failed !== undefined) throw failed
-      if (source.write(chunk)) return
-      // A put that failed stops reading: its rejection ends the wait (the next write throws).
-      return Promise.race([new Promise<void>((resolve) => source.once("drain", resolve)), settled])
-    },
-    commit: async () => {
-      if (state !== "open") throw new Error("the upload is over")
-      state = "committing"
-      source.end()
-      const info = await put
-      const digest = SHA256_DIGEST.exec(info.digest)
-      if (digest === null) {
-        await store.delete(temp).catch(() => undefined)
-        throw new Error(`the store named no SHA-256 digest: ${info.digest.slice(0, 80)}`)
+  let committing: Promise<string> | undefined
+
+  const publish = (payload: Buffer) => {
+    const index = sequences.length
+    sequences.push(0)
+    hash.update(payload)
+    size += payload.length
+    const sent: Promise<void> = impl.js.publish(chunkSubject, payload).then(
+      (ack) => {
+        sequences[index] = ack.seq
+      },
+      (e) => {
+        failed ??= e
       }
-      const hex = Buffer.from(digest[1]!, "base64url").toString("hex")
-      await store.update(temp, { name: hex }).catch(async (e) => {
+    ).finally(() => inFlight.delete(sent))
+    inFlight.add(sent)
+  }
+  const purge = () =>
+    impl.jsm.streams.purge(impl.stream, { filter: chunkSubject }).then(() => undefined, () => undefined)
+  const settle = async () => {
+    while (inFlight.size > 0) await Promise.all(inFlight)
+  }
+
+  const commitNow = async (): Promise<string> => {
+    try {
+      if (filled > 0) publish(gathering.subarray(0, filled))
+      await settle()
+      if (failed !== undefined) throw failed
+      if (sequences.some((seq, i) => i > 0 && seq <= sequences[i - 1]!)) {
+        throw new Error("the store did not keep the chunks in order")
+      }
+      const digest = hash.digest()
+      const hex = digest.toString("hex")
+      const present = await store.info(hex)
+      if (present !== null && !present.deleted) {
+        // The same bytes are there already: this copy is not needed.
+        await purge()
+        state = "over"
+        return hex
+      }
+      const info = {
+        name: hex,
+        description: "",
+        options: { max_chunk_size: chunkSize },
+        bucket: impl.name,
+        nuid,
+        size,
+        chunks: sequences.length,
+        mtime: new Date().toISOString(),
+        digest: `SHA-256=${base64UrlPadded(digest)}`,
+        deleted: false
+      }
+      const h = headers()
+      // One meta per name (the library's own put sets it too); published only if no other
+      // upload named the object since `info` above.
+      h.set("Nats-Rollup", "sub")
+      h.set("Nats-Expected-Last-Subject-Sequence", String(present?.revision ?? 0))
+      await impl.js.publish(impl._metaSubject(hex), JSON.stringify(info), { headers: h }).catch(async (e) => {
         // Another upload of the same bytes won the name: this copy is not needed.
-        const present = await store.info(hex).catch(() => null)
-        await store.delete(temp).catch(() => undefined)
-        if (present === null || present.deleted) throw e
+        const now = await store.info(hex).catch(() => null)
+        if (now === null || now.deleted) throw e
+        await purge()
       })
       state = "over"
       return hex
-    },
-    abort: async () => {
-      if (state === "over") return
-      const committing = state === "committing"
+    } catch (e) {
       state = "over"
-      // Errors the stream the store reads: the library purges the chunks sent so far.
-      source.destroy(new Error("the upload was aborted"))
-      await settled
-      if (committing) await store.delete(temp).catch(() => undefined)
+      await purge()
+      throw e
     }
   }
+
+  return {
+    write: (chunk) => {
+      if (state !== "open") throw new Error("the upload is over")
+      if (failed !== undefined) throw failed
+      for (let at = 0; at < chunk.length;) {
+        const n = Math.min(chunk.length - at, chunkSize - filled)
+        chunk.copy(gathering, filled, at, at + n)
+        filled += n
+        at += n
+        if (filled === chunkSize) {
+          // The client keeps a reference to a payload until it is written: a fresh buffer.
+          publish(gathering)
+          gathering = Buffer.allocUnsafe(chunkSize)
+          filled = 0
+        }
+      }
+      if (inFlight.size < PUT_WINDOW) return
+      return Promise.race(inFlight)
+    },
+    commit: () => {
+      if (state !== "open") return Promise.reject(new Error("the upload is over"))
+      state = "committing"
+      committing = commitNow()
+      return committing
+    },
+    abort: async () => {
+      // A commit under way ends as it ends: its meta may be published already.
+      if (state === "committing") await committing?.catch(() => undefined)
+      if (state === "over") return
+      state = "over"
+      // What is in flight may still be stored: purged after it settled.
+      await settle()
+      await purge()
+    }
+  }
+}
+
+/**
+ * Purges the chunks no object names whose newest chunk was stored before `before` (ms since the
+ * epoch): an upload its agent stopped before `commit` (or before `abort` purged it). Returns how
+ * many uploads were purged. The caller runs it when no upload can be in progress, or with a
+ * `before` older than any upload takes.
+ */
+export const purgeOrphanChunks = async (store: ObjectStore, before: number): Promise<number> => {
+  const impl = internalsOf(store)
+  const named = new Set((await store.list()).map((o) => o.nuid))
+  const prefix = impl._chunkSubject("")
+  const info = await impl.jsm.streams.info(impl.stream, { subjects_filter: `${prefix}>` })
+  let purged = 0
+  for (const subject of Object.keys(info.state.subjects ?? {})) {
+    if (named.has(subject.slice(prefix.length))) continue
+    const last = await impl.jsm.streams.getMessage(impl.stream, { last_by_subj: subject }).catch(() => null)
+    if (last === null || last.time.getTime() >= before) continue
+    // Named since the listing above: kept.
+    if ((await store.list()).some((o) => o.nuid === subject.slice(prefix.length))) continue
+    await impl.jsm.streams.purge(impl.stream, { filter: subject })
+    purged++
+  }
+  return purged
 }

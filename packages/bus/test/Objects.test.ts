@@ -1,10 +1,12 @@
 /**
  * Object stores (`src/Objects.ts`) on a real NATS: a content-addressed upload fed as its bytes
- * are made is invisible under its name until `commit`, named by the sha256 of its bytes then,
- * dropped without a trace by `abort`, and a second upload of the same bytes leaves one object.
+ * are made is invisible under its name until `commit`, named by the sha256 of its bytes then
+ * (read back whole by the library's `get`, which checks that digest), dropped without a trace by
+ * `abort`, and a second upload of the same bytes, after or at once, leaves one object.
  */
 import { describe, expect, layer } from "@effect/vitest"
-import { beginContentPut, ensureObjectStore, PARTIAL_PREFIX } from "@svc/bus/Objects"
+import { Nats } from "@svc/bus/Nats"
+import { beginContentPut, ensureObjectStore, PARTIAL_PREFIX, purgeOrphanChunks } from "@svc/bus/Objects"
 import * as TestNats from "@svc/testing/TestNats"
 import { Effect } from "effect"
 import { createHash, randomBytes } from "node:crypto"
@@ -42,6 +44,20 @@ describe("Objects", () => {
         expect(yield* Effect.promise(() => again.commit())).toBe(hex)
         expect((yield* Effect.promise(() => store.list())).map((o) => o.name)).toEqual([hex])
 
+        // Two uploads of other bytes committed at once: one object, both named by it.
+        const other = randomBytes(3 * 512 * 1024 + 11)
+        const otherHex = createHash("sha256").update(other).digest("hex")
+        const racing = [beginContentPut(store, 512 * 1024), beginContentPut(store, 512 * 1024)]
+        for (const upload of racing) yield* Effect.promise(async () => upload.write(other))
+        expect(yield* Effect.promise(() => Promise.all(racing.map((upload) => upload.commit())))).toEqual([
+          otherHex,
+          otherHex
+        ])
+        expect((yield* Effect.promise(() => store.list())).map((o) => o.name).sort()).toEqual([hex, otherHex].sort())
+        const gotOther = yield* Effect.promise(() => store.get(otherHex))
+        expect(yield* Effect.promise(() => readAll(gotOther!.data))).toEqual(other)
+        yield* Effect.promise(() => store.delete(otherHex))
+
         // Aborted halfway: no object, and the stream holds no chunk of it.
         const before = (yield* Effect.promise(() => store.status())).size
         const dropped = beginContentPut(store, 512 * 1024)
@@ -51,6 +67,18 @@ describe("Objects", () => {
         expect(names).toEqual([hex])
         expect(names.some((n) => n.startsWith(PARTIAL_PREFIX))).toBe(false)
         expect((yield* Effect.promise(() => store.status())).size).toBe(before)
+
+        // Chunks an agent stopped mid-upload left (no meta names them): purged once older than
+        // the cutoff, the named objects' chunks kept.
+        const nats = yield* Nats
+        const orphan = `$O.${nats.name("objects-test")}.C.orphan${randomBytes(4).toString("hex")}`
+        yield* Effect.promise(() => nats.js.publish(orphan, randomBytes(4096)))
+        expect(yield* Effect.promise(() => purgeOrphanChunks(store, 0))).toBe(0)
+        expect((yield* Effect.promise(() => store.status())).size).toBeGreaterThan(before)
+        expect(yield* Effect.promise(() => purgeOrphanChunks(store, Date.now() + 60_000))).toBe(1)
+        expect((yield* Effect.promise(() => store.status())).size).toBe(before)
+        const kept = yield* Effect.promise(() => store.get(hex))
+        expect(yield* Effect.promise(() => readAll(kept!.data))).toEqual(bytes)
       }))
   })
 })

@@ -3,12 +3,12 @@
  * and every ten minutes): a layer of the `images` store that no live template lists, older than
  * `SVC_IMAGE_GC_GRACE`, is removed from the store with its layer-cache entries (the cache first,
  * so that no new build takes it); each host then removes its extracted copy (apps/agent Images).
- * An upload left under its temporary name (an agent stopped between a pull's upload and its
- * naming) is removed after the same grace.
+ * An upload an agent stopped before naming it left (chunks no object names; a temporary name
+ * from agents before that) is removed after the same grace.
  * Skipped while any build runs: a running build may have taken such a layer from the cache.
  */
 import { Nats } from "@svc/bus/Nats"
-import { ensureObjectStore, type ObjectStore, PARTIAL_PREFIX } from "@svc/bus/Objects"
+import { ensureObjectStore, type ObjectStore, PARTIAL_PREFIX, purgeOrphanChunks } from "@svc/bus/Objects"
 import { ensureBucket } from "@svc/bus/Topology"
 import { IMAGES_OBJECT_STORE, LAYER_CACHE_BUCKET_SPEC } from "@svc/host-protocol/Images"
 import { Duration, Effect } from "effect"
@@ -22,6 +22,9 @@ const LAYER_HEX = /^[0-9a-f]{64}$/
 const COLLECT_EVERY_MS = 10 * 60_000
 
 /** The collection: `collect` the layers when due, `due` after a template goes or a build ends. */
+/** Chunks no object names are purged only once their newest is this old. */
+const ORPHAN_MIN_AGE_MS = 10 * 60 * 1000
+
 export const make = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
   const nats = yield* Nats
@@ -52,13 +55,17 @@ export const make = Effect.gen(function*() {
     const removed = yield* Effect.gen(function*() {
       const objects = yield* openStore
       const listed = yield* Effect.tryPromise(() => objects.list())
-      // An upload a crashed agent left under its temporary name (`beginContentPut`): never read.
+      // An upload a stopped agent left: its chunks, named by nothing (`beginContentPut`), or under
+      // the temporary name agents before it used. Never read; no build runs now to be making one.
       yield* Effect.tryPromise(async () => {
         for (const o of listed) {
           if (!o.deleted && o.name.startsWith(PARTIAL_PREFIX) && Date.parse(o.mtime) <= cutoff) {
             await objects.delete(o.name)
           }
         }
+        // Never younger than ORPHAN_MIN_AGE_MS, whatever the grace: an upload under way has a
+        // chunk seconds old.
+        await purgeOrphanChunks(objects, Math.min(cutoff, Date.now() - ORPHAN_MIN_AGE_MS))
       })
       const doomed = listed
         .filter((o) => !o.deleted && LAYER_HEX.test(o.name) && !keep.has(o.name) && Date.parse(o.mtime) <= cutoff)
