@@ -33,7 +33,7 @@ import {
 } from "@svc/host-protocol/DataPlane"
 import type { HostRecord } from "@svc/host-protocol/Protocol"
 import { accountExternalMemoryInHeapLimit } from "@svc/host-protocol/TransferMemory"
-import { Context, Effect, Layer, Schema, type Scope, Stream } from "effect"
+import { Context, Effect, Layer, Option, Schema, type Scope, Stream } from "effect"
 import { HttpClient, HttpClientError, HttpClientRequest, HttpIncomingMessage } from "effect/http"
 import { HttpApiClient } from "effect/http-api"
 import * as Http from "node:http"
@@ -296,37 +296,29 @@ const readJson = (response: Http.IncomingMessage, max: number): Effect.Effect<un
  * The host's refusal (its body `{error, reason, errno?}`, `@svc/host-protocol/DataPlane`) as
  * the API's error, as the derived client decodes it; any other answer is the host failing.
  */
+const AgentRefusal = Schema.Union([
+  AgentInvalid,
+  AgentNotFound,
+  AgentNotRunning,
+  AgentTooLarge,
+  AgentRefused,
+  AgentConflict,
+  AgentBusy,
+  AgentRateLimited,
+  AgentInsufficientStorage
+])
+const decodeRefusal = Schema.decodeUnknownOption(AgentRefusal)
+
 const refusalOf = (host: HostRecord, response: Http.IncomingMessage): Effect.Effect<never, DataPlaneError> =>
   Effect.flatMap(
     Effect.orElseSucceed(readJson(response, MAX_ERROR_BYTES), () => undefined),
-    (body) => {
-      const b = (typeof body === "object" && body !== null ? body : {}) as {
-        readonly error?: unknown
-        readonly reason?: unknown
-        readonly errno?: unknown
-      }
-      const error = typeof b.error === "string" ? b.error : `answered ${response.statusCode}`
-      const refusal = b.reason === "invalid"
-        ? new AgentInvalid({ error })
-        : b.reason === "not_found"
-        ? new AgentNotFound({ error })
-        : b.reason === "not_running"
-        ? new AgentNotRunning({ error })
-        : b.reason === "too_large"
-        ? new AgentTooLarge({ error })
-        : b.reason === "refused"
-        ? new AgentRefused({ error, ...(typeof b.errno === "string" ? { errno: b.errno } : {}) })
-        : b.reason === "conflict"
-        ? new AgentConflict({ error })
-        : b.reason === "busy"
-        ? new AgentBusy({ error })
-        : b.reason === "rate_limited"
-        ? new AgentRateLimited({ error })
-        : b.reason === "insufficient_storage"
-        ? new AgentInsufficientStorage({ error })
-        : { error, reason: b.reason ?? `status ${response.statusCode}` }
-      return toApiError(host, refusal)
-    }
+    (body) =>
+      Option.match(decodeRefusal(body), {
+        onSome: (refusal) => toApiError(host, refusal),
+        // Undeclared or unreadable: the host failing the request.
+        onNone: () =>
+          hostFailed(host, { status: response.statusCode, body: String(JSON.stringify(body)).slice(0, 512) })
+      })
   )
 
 export class AgentClient extends Context.Service<AgentClient, {
