@@ -47,8 +47,10 @@ layer(TestLayer, { excludeTestServices: true, timeout: 300_000 })(
           expect(yield* promise(() => ready.getByText(image, { exact: true }).count()), requestFailures.join("\n"))
             .toBe(1)
           yield* promise(() => ready.getByRole("button", { name: "Show log of dash-image" }).click())
-          const log = yield* promise(() => page.getByLabel("Build log").textContent())
-          expect(log).toMatch(/layer 1\/1 sha256:[0-9a-f]{12} pulled/)
+          // The log is fetched once the panel opens: wait for its lines, not the "Loading…" before them.
+          const pulled = /layer 1\/1 sha256:[0-9a-f]{12} pulled/
+          yield* promise(() => page.getByLabel("Build log").filter({ hasText: pulled }).waitFor({ timeout: 30_000 }))
+          expect(yield* promise(() => page.getByLabel("Build log").textContent())).toMatch(pulled)
           yield* screenshot(page, "40-template-from-image")
 
           yield* build("dash-missing", `${open.host}/dash/app:no-such-tag`)

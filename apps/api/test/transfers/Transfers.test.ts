@@ -196,14 +196,17 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 600_000 })("file transfers
         const api = (method: string, path: string, body?: unknown) =>
           call(env.base, method, path, { token: env.token, ...(body !== undefined ? { body } : {}) })
         const exec = (script: string) =>
-          Effect.map(
-            api("POST", `/v1/sandboxes/${sandbox.id}/exec`, { cmd: ["sh", "-c", script], timeout_ms: 600_000 }),
-            (res) => {
-              expect(res.status, res.text).toBe(200)
-              expect(res.json.exit_code, res.text).toBe(0)
-              return res.json.stdout as string
-            }
-          )
+          Effect.gen(function*() {
+            const res = yield* api("POST", `/v1/sandboxes/${sandbox.id}/exec`, {
+              cmd: ["sh", "-c", script],
+              timeout_ms: 600_000
+            })
+            // Refused: the sandbox's record (its state, stop_reason, error) says why.
+            const record = res.status === 200 ? "" : (yield* api("GET", `/v1/sandboxes/${sandbox.id}`)).text
+            expect(res.status, `${res.text}; the sandbox: ${record}`).toBe(200)
+            expect(res.json.exit_code, res.text).toBe(0)
+            return res.json.stdout as string
+          })
 
         const created = yield* api("POST", "/v1/sandboxes", { disk_gb: 16, ram_mb: 1024 })
         expect(created.status, created.text).toBe(201)
