@@ -23,7 +23,7 @@
  * 50 ms: the peak minus the reading just before each transfer, against the bound the test of
  * 512 MiB holds (FileTransferMemory.test.ts: 160 MiB). Deletes the sandbox before it exits.
  */
-import { freePort, startNats, startPostgres } from "@svc/local-servers/Servers"
+import { startNats, startPostgres } from "@svc/local-servers/Servers"
 import { TEST_IMAGE_CACHE_DIR } from "@svc/testing/ImageCache"
 import { tarHeader } from "@svc/testing/Tar"
 import { appMain, readyEvent, spawnRole } from "@svc/testing/TestProcess"
@@ -34,7 +34,6 @@ import * as Fs from "node:fs/promises"
 import * as Http from "node:http"
 import * as NodePath from "node:path"
 import { Readable } from "node:stream"
-import { makeHostId } from "../packages/domain/src/Ids.ts"
 import * as Cgroups from "../packages/host/src/Driver/Cgroups.ts"
 import * as Disk from "../packages/host/src/Driver/Disk.ts"
 import { HOST_ENV } from "../packages/host/src/Driver/Host.ts"
@@ -42,7 +41,8 @@ import * as Native from "../packages/host/src/Driver/Native.ts"
 import * as Spawner from "../packages/host/src/Driver/Spawner.ts"
 import { sandboxPaths } from "../packages/host/src/Driver/State.ts"
 import { mintKey } from "./lib/ApiRole.ts"
-import { cleanHost } from "./lib/Hosts.ts"
+import { startControlPlane } from "./lib/ControlPlane.ts"
+import { benchHost } from "./lib/Hosts.ts"
 import { record } from "./lib/Report.ts"
 import { median } from "./lib/Stats.ts"
 
@@ -365,24 +365,8 @@ const main = Effect.gen(function*() {
     ]
     return options.length > 0 ? { NODE_OPTIONS: options.join(" ") } : {}
   }
-  const port = yield* Effect.promise(freePort)
-  const api = yield* spawnRole({
-    main: appMain("api"),
-    env: { ...common, ...profiled("api"), DATABASE_URL: pg.url, SVC_HOST: "127.0.0.1", SVC_PORT: String(port) },
-    ready: readyEvent("api_ready"),
-    timeout: "120 seconds"
-  })
-  yield* spawnRole({
-    main: appMain("runtime"),
-    env: { ...common, DATABASE_URL: pg.url },
-    ready: (out) => out.includes("runtime ready") ? true : undefined,
-    timeout: "120 seconds"
-  })
-  const hostId = makeHostId()
-  const dataDir = yield* Effect.acquireRelease(
-    Effect.promise(() => Fs.mkdtemp("/tmp/svc-bench-files-")),
-    (dir) => cleanHost(hostId, dir)
-  )
+  const { api, port } = yield* startControlPlane({ common, databaseUrl: pg.url, apiEnv: profiled("api") })
+  const { dataDir, hostId } = yield* benchHost("/tmp/svc-bench-files-")
   const agent = yield* spawnRole({
     main: appMain("agent"),
     env: {

@@ -18,18 +18,17 @@
  * Against a stack this run starts: a throwaway NATS and Postgres, the API, runtime and agent roles
  * each a process of its own, quotas and the rate limit raised out of the way.
  */
-import { freePort, startNats, startPostgres } from "@svc/local-servers/Servers"
+import { startNats, startPostgres } from "@svc/local-servers/Servers"
 import { TEST_IMAGE_CACHE_DIR } from "@svc/testing/ImageCache"
 import { appMain, readyEvent, spawnRole } from "@svc/testing/TestProcess"
 import { Effect } from "effect"
 import { execFileSync } from "node:child_process"
 import * as FsSync from "node:fs"
-import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
-import { makeHostId } from "../packages/domain/src/Ids.ts"
 import { Svc } from "../packages/sdk/src/index.ts"
 import { mintKey } from "./lib/ApiRole.ts"
-import { cleanHost } from "./lib/Hosts.ts"
+import { startControlPlane } from "./lib/ControlPlane.ts"
+import { benchHost } from "./lib/Hosts.ts"
 import { fmt } from "./lib/Measure.ts"
 import { otlpEnv, type Receiver, type Span, spansInWindows, startReceiver, type Window } from "./lib/Otlp.ts"
 import { record } from "./lib/Report.ts"
@@ -104,24 +103,8 @@ const main = Effect.gen(function*() {
     SVC_ORG_MAX_SANDBOXES: "100000",
     SVC_ORG_MAX_RUNNING_SANDBOXES: "100000"
   }
-  const port = yield* Effect.promise(freePort)
-  yield* spawnRole({
-    main: appMain("api"),
-    env: { ...common, DATABASE_URL: pg.url, SVC_HOST: "127.0.0.1", SVC_PORT: String(port) },
-    ready: readyEvent("api_ready"),
-    timeout: "120 seconds"
-  })
-  yield* spawnRole({
-    main: appMain("runtime"),
-    env: { ...common, DATABASE_URL: pg.url },
-    ready: (out) => out.includes("runtime ready") ? true : undefined,
-    timeout: "120 seconds"
-  })
-  const hostId = makeHostId()
-  const dataDir = yield* Effect.acquireRelease(
-    Effect.promise(() => Fs.mkdtemp("/tmp/svc-bench-pools-")),
-    (dir) => cleanHost(hostId, dir)
-  )
+  const { base } = yield* startControlPlane({ common, databaseUrl: pg.url })
+  const { dataDir, hostId } = yield* benchHost("/tmp/svc-bench-pools-")
   yield* spawnRole({
     main: appMain("agent"),
     env: {
@@ -136,7 +119,6 @@ const main = Effect.gen(function*() {
     ready: readyEvent("agent_ready"),
     timeout: "600 seconds"
   })
-  const base = `http://127.0.0.1:${port}`
   const svc = new Svc({ baseUrl: base, apiKey: yield* Effect.promise(() => mintKey(base)) })
   return yield* Effect.promise(() => measure(svc, dataDir, receiver))
 })

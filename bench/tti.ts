@@ -40,20 +40,19 @@
  * CPU each process used per create in each mode, per process and by cgroup
  * (`bench/lib/CpuAccounting.ts`).
  */
-import { freePort, startNats, startPostgres } from "@svc/local-servers/Servers"
+import { startNats, startPostgres } from "@svc/local-servers/Servers"
 import { TEST_IMAGE_CACHE_DIR } from "@svc/testing/ImageCache"
 import { appMain, readyEvent, spawnRole } from "@svc/testing/TestProcess"
 import { Effect } from "effect"
 import { execFileSync } from "node:child_process"
 import * as FsSync from "node:fs"
-import * as Fs from "node:fs/promises"
 import * as Os from "node:os"
 import * as NodePath from "node:path"
-import { makeHostId } from "../packages/domain/src/Ids.ts"
 import { type Sandbox, Svc } from "../packages/sdk/src/index.ts"
 import { mintKey } from "./lib/ApiRole.ts"
+import { startControlPlane } from "./lib/ControlPlane.ts"
 import { makeCpuAccounting, type Pids, printCpu } from "./lib/CpuAccounting.ts"
-import { cleanHost } from "./lib/Hosts.ts"
+import { benchHost } from "./lib/Hosts.ts"
 import { findProcess, fmt } from "./lib/Measure.ts"
 import { buildTemplate, ensureDebs, hostNodeTimes, NODE_TEMPLATE } from "./lib/NodeTemplate.ts"
 import { otlpEnv, type Span, spansInWindows, startReceiver } from "./lib/Otlp.ts"
@@ -218,24 +217,8 @@ const main = Effect.gen(function*() {
     SVC_ORG_MAX_RUNNING_SANDBOXES: "100000",
     ...passed
   }
-  const port = yield* Effect.promise(freePort)
-  const api = yield* spawnRole({
-    main: appMain("api"),
-    env: { ...common, DATABASE_URL: pg.url, SVC_HOST: "127.0.0.1", SVC_PORT: String(port) },
-    ready: readyEvent("api_ready"),
-    timeout: "120 seconds"
-  })
-  const runtime = yield* spawnRole({
-    main: appMain("runtime"),
-    env: { ...common, DATABASE_URL: pg.url },
-    ready: (out) => out.includes("runtime ready") ? true : undefined,
-    timeout: "120 seconds"
-  })
-  const hostId = makeHostId()
-  const dataDir = yield* Effect.acquireRelease(
-    Effect.promise(() => Fs.mkdtemp("/tmp/svc-bench-tti-")),
-    (dir) => cleanHost(hostId, dir)
-  )
+  const { api, base, runtime } = yield* startControlPlane({ common, databaseUrl: pg.url })
+  const { dataDir, hostId } = yield* benchHost("/tmp/svc-bench-tti-")
   const agent = yield* spawnRole({
     main: appMain("agent"),
     env: {
@@ -251,7 +234,6 @@ const main = Effect.gen(function*() {
     ready: readyEvent("agent_ready"),
     timeout: "600 seconds"
   })
-  const base = `http://127.0.0.1:${port}`
   const apiKey = yield* Effect.promise(() => mintKey(base))
   const svc = new Svc({ baseUrl: base, apiKey })
   const pids: Pids = {
