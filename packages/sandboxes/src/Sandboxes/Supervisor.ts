@@ -110,9 +110,19 @@ export class SandboxSupervisor extends Context.Service<SandboxSupervisor, {
         SELECT id, host_id FROM sandboxes
         WHERE host_id = ANY(${down}::text[]) AND state NOT IN ('deleted', 'error')
         LIMIT ${batch}`)
+      if (rows.length === 0) return 0
+      // Down is final for these sandboxes: confirmed by a fresh read of the bucket, not by the
+      // mirror alone, whose watch may lag behind the heartbeats in a starved process.
+      yield* hosts.refresh
+      const checkedAt = yield* Clock.currentTimeMillis
+      const fresh = yield* hosts.all
+      const stillDown = new Set(
+        down.filter((id) => !fresh.some((h) => h.hostId === id && isLive(h, checkedAt, downAfterMs)))
+      )
       let sent = 0
       for (const row of rows) {
-        const lastSeenAt = all.find((h) => h.hostId === row.host_id)?.heartbeatAt ?? null
+        if (!stillDown.has(row.host_id)) continue
+        const lastSeenAt = fresh.find((h) => h.hostId === row.host_id)?.heartbeatAt ?? null
         sent += yield* send(
           row.id,
           { _tag: "HostDown", hostId: row.host_id, lastSeenAt },
