@@ -21,6 +21,9 @@
  *                                                    processes (`AgentProcess`, events as above)
  *   GET  {endpoint}/sandboxes/{id}/pty?cols=&rows=  `Upgrade: svc-pty` → 101 once the terminal
  *                                                    runs, then `PtyFrames` both ways
+ *   GET/PUT .../files with `Connection: Upgrade`, `Upgrade: svc-splice` (`SPLICE_PROTOCOL`)
+ *                                                    the same transfer with its bytes spliced by
+ *                                                    the host's kernel, past the agent's event loop
  *   GET  {endpoint}/sandboxes/{id}/files/stat?path=, POST .../files/mkdir|move|remove (JSON)
  *                                                    an entry's stat, folders made, entries
  *                                                    moved and removed (`AgentFilesApi`)
@@ -49,6 +52,29 @@ export const MAX_EXEC_BODY_BYTES = 1024 * 1024
  * reach. Uploads stream to the sandbox's disk, which bounds them (507 `insufficient_storage`).
  */
 export const MAX_UPLOAD_BYTES = Number.MAX_SAFE_INTEGER
+
+/**
+ * A file transfer whose bytes the host's kernel moves between the connection and the sandbox
+ * (splice), never through the agent's event loop: `readFile` or `writeFile` asked with
+ * `Connection: Upgrade`, `Upgrade: svc-splice` and no body. Refusals are answered as on the
+ * plain route (and a `readFile` of a folder, a small file or one of unknown size is answered
+ * plainly, 200); otherwise `101 Switching Protocols`, then on the connection:
+ *   readFile:  exactly `x-svc-size` (`SPLICE_SIZE_HEADER`) bytes, then the agent ends it; a read
+ *              that fails resets the connection (fewer bytes: never a whole file).
+ *   writeFile: the caller sends the body and ends its side (a reset: the body was cut); the agent
+ *              answers one `AgentSpliceResult` line of JSON and ends.
+ */
+export const SPLICE_PROTOCOL = "svc-splice"
+export const SPLICE_SIZE_HEADER = "x-svc-size"
+/** A file this small is answered plainly (a splice costs a fork and a round trip). */
+export const SPLICE_MIN_BYTES = 1024 * 1024
+
+/** A spliced upload's outcome: 204, or the status and `{error, reason, errno?}` body of the plain route's refusal. */
+export const AgentSpliceResult = Schema.Struct({
+  status: Schema.Int,
+  body: Schema.optionalKey(Schema.Unknown)
+})
+export type AgentSpliceResult = typeof AgentSpliceResult.Type
 
 export const AgentExecRequest = Schema.Struct({
   cmd: Schema.Array(Schema.String),

@@ -32,13 +32,20 @@
  *   'L' id name
  *       removes the link `name` of the host's network namespace (what `ip link del` did: a
  *       sandbox's veth host end, whose removal takes its peer with it); one gone already is done.
- *     All three run in a child of this process that never execs (a fork of this small process, no
+ *   'P' id from to idle-ms
+ *       splices bytes from the agent's descriptor `from` to its descriptor `to` (a connection and
+ *       a command's pipe, either way) until end of file on `from`: the kernel moves them, the
+ *       agent's event loop never touches them. Both are the agent's own open files, taken with
+ *       pidfd_getfd(2) (the agent is this process's parent). Fails with ETIMEDOUT once nothing
+ *       moved for idle-ms (0: no bound), with the errno of a read or write that failed (a
+ *       connection reset, a reader gone).
+ *     All four run in a child of this process that never execs (a fork of this small process, no
  *     program started), so a namespace it joins is never this process's own.
  * Answers (fd 1), one line each:
  *   S id pid fd0 fd1 ...  started; fdN is this process's descriptor of the agent's end, or -1
- *   E id errno message    could not start (nothing runs), or an 'N', 'A' or 'L' that failed
+ *   E id errno message    could not start (nothing runs), or an 'N', 'A', 'L' or 'P' that failed
  *   X id status           ended, with its wait status
- *   D id                  an 'N', 'A' or 'L' done
+ *   D id [bytes]          an 'N', 'A' or 'L' done; a 'P' done, with the bytes it moved
  * An unreadable request ends this process (the agent restarts it). End of file on fd 0 ends it
  * too: the commands started with flag 1 go on, the others are killed by the kernel.
  */
@@ -48,6 +55,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <grp.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/if_link.h>
@@ -87,6 +95,8 @@ struct child {
 static struct child *children = NULL;
 static size_t nchildren = 0, capchildren = 0;
 static pid_t self;
+/* The agent (this process's parent), for 'P': its descriptors are taken through this pidfd. */
+static int agent_pidfd = -1;
 
 static void die(const char *why) {
   fprintf(stderr, "svc-spawner: %s\n", why);
@@ -382,7 +392,8 @@ static int init_ns(pid_t pid, unsigned long long ticks, const char *kind, int fl
 
 typedef int (*task_work)(const void *arg, char *why, size_t len);
 
-static void task(uint32_t id, task_work work, const void *arg) {
+/* keep: descriptors of this process the child gets as 4, 5, ... (nkeep of them). */
+static void task(uint32_t id, task_work work, const void *arg, const int *keep, int nkeep) {
   int status[2];
   pid_t pid = -1;
   int error = 0;
@@ -395,14 +406,25 @@ static void task(uint32_t id, task_work work, const void *arg) {
   if (pid == 0) {
     /* Nothing of this process but the reason pipe (and stderr) stays with the child. */
     if (dup2(status[1], 3) != 3) _exit(126);
-    if (syscall(SYS_close_range, 4, ~0U, 0) != 0)
-      for (int fd = 4; fd < 1024; fd++) close(fd);
+    /* Above every descriptor first, then down into place: a keep[i] may be 4 + j of another. */
+    int high[8];
+    for (int i = 0; i < nkeep; i++)
+      if ((high[i] = fcntl(keep[i], F_DUPFD_CLOEXEC, 64)) < 0) _exit(126);
+    for (int i = 0; i < nkeep; i++)
+      if (dup2(high[i], 4 + i) != 4 + i) _exit(126);
+    if (syscall(SYS_close_range, 4 + nkeep, ~0U, 0) != 0)
+      for (int fd = 4 + nkeep; fd < 1024; fd++) close(fd);
     close(0);
     close(1);
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != self) _exit(126);
     char why[400];
+    why[0] = 0;
     int e = work(arg, why, sizeof why);
-    if (e == 0) _exit(0);
+    if (e == 0) {
+      /* A result to report with D (a 'P' moved this many bytes). */
+      if (why[0]) (void) !write(3, why, strlen(why));
+      _exit(0);
+    }
     char line[420];
     int n = snprintf(line, sizeof line, "%d %s", e, why);
     if (n > 0) (void) !write(3, line, (size_t) n);
@@ -422,13 +444,18 @@ static void task(uint32_t id, task_work work, const void *arg) {
 static void task_done(struct child *c, int status) {
   char reason[420] = "", line[480];
   ssize_t got = 0;
-  if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
-    do got = read(c->task, reason, sizeof reason - 1);
-    while (got < 0 && errno == EINTR);
-  }
+  do got = read(c->task, reason, sizeof reason - 1);
+  while (got < 0 && errno == EINTR);
   int n;
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
-    n = snprintf(line, sizeof line, "D %u\n", c->id);
+    if (got > 0) {
+      reason[got] = 0;
+      for (char *p = reason; *p; p++)
+        if (*p == '\n' || *p == ' ') *p = '_';
+      n = snprintf(line, sizeof line, "D %u %s\n", c->id, reason);
+    } else {
+      n = snprintf(line, sizeof line, "D %u\n", c->id);
+    }
   } else if (got > 0) {
     reason[got] = 0;
     for (char *p = reason; *p; p++)
@@ -664,7 +691,7 @@ static void veth(struct reader *r) {
   else {
     strcpy(q.bridge, bridge);
     strcpy(q.host, host);
-    task(id, veth_work, &q);
+    task(id, veth_work, &q, NULL, 0);
   }
   free(ticks);
   free(bridge);
@@ -684,7 +711,7 @@ static void adopt(struct reader *r) {
   else if (q.shm == 0) refuse(id, "a size for /dev/shm");
   else {
     strcpy(q.hostname, hostname);
-    task(id, adopt_work, &q);
+    task(id, adopt_work, &q, NULL, 0);
   }
   free(ticks);
   free(hostname);
@@ -698,9 +725,87 @@ static void unlink_link(struct reader *r) {
   if (strlen(name) == 0 || strlen(name) >= IF_NAMESIZE) refuse(id, "an interface name of 1 to 15 bytes");
   else {
     strcpy(q.name, name);
-    task(id, unlink_work, &q);
+    task(id, unlink_work, &q, NULL, 0);
   }
   free(name);
+}
+
+struct splice_request {
+  unsigned idle_ms;
+};
+
+/* Waits until fd is ready for `events` (or hung up), at most idle_ms (0: no bound): 0, or ETIMEDOUT. */
+static int await_fd(int fd, short events, unsigned idle_ms) {
+  struct pollfd p = {fd, events, 0};
+  for (;;) {
+    int n = poll(&p, 1, idle_ms ? (int) idle_ms : -1);
+    if (n > 0) return 0;
+    if (n == 0) return ETIMEDOUT;
+    if (errno != EINTR) return errno;
+  }
+}
+
+/* Child side of 'P': descriptors 4 (from) and 5 (to). The kernel moves the bytes (splice: one of
+ * the two is a pipe), at most 1 MiB per call; nonblocking on both sides, so a stalled side is
+ * waited for with poll, where the idle bound is kept. */
+static int splice_work(const void *arg, char *why, size_t len) {
+  const struct splice_request *q = arg;
+  /* A pipe of 1 MiB (the unprivileged maximum): fewer wake-ups of the command and of this child. */
+  if (fcntl(4, F_SETPIPE_SZ, 1 << 20) < 0) (void) fcntl(5, F_SETPIPE_SZ, 1 << 20);
+  /* Nothing of this child needs root any more: the descriptors are open. */
+  if (geteuid() == 0) {
+    if (setgroups(0, NULL) != 0 || setresgid(65534, 65534, 65534) != 0 || setresuid(65534, 65534, 65534) != 0)
+      return task_error(why, len, errno, "dropping privileges", NULL);
+  }
+  prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+  unsigned long long moved = 0;
+  for (;;) {
+    ssize_t n = splice(4, NULL, 5, NULL, 1 << 20, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+    if (n > 0) {
+      moved += (unsigned long long) n;
+      continue;
+    }
+    if (n == 0) break;
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN) {
+      int e = errno;
+      char detail[96];
+      snprintf(detail, sizeof detail, "%s after %llu bytes", strerror(e), moved);
+      return task_error(why, len, e, "splice", detail);
+    }
+    /* Either side may be the one not ready: the source first, then the destination. */
+    int e = await_fd(4, POLLIN, q->idle_ms);
+    if (e == 0) e = await_fd(5, POLLOUT, q->idle_ms);
+    if (e != 0) {
+      char detail[96];
+      snprintf(detail, sizeof detail, "nothing moved for %u ms after %llu bytes", q->idle_ms, moved);
+      return task_error(why, len, e, "splice", e == ETIMEDOUT ? detail : NULL);
+    }
+  }
+  snprintf(why, len, "%llu", moved);
+  return 0;
+}
+
+static void splice_fds(struct reader *r) {
+  uint32_t id = u32(r), from = u32(r), to = u32(r);
+  struct splice_request q = {.idle_ms = u32(r)};
+  if (agent_pidfd < 0) {
+    refuse(id, "no pidfd of the agent");
+    return;
+  }
+  int fds[2];
+  fds[0] = (int) syscall(SYS_pidfd_getfd, agent_pidfd, (int) from, 0);
+  fds[1] = fds[0] < 0 ? -1 : (int) syscall(SYS_pidfd_getfd, agent_pidfd, (int) to, 0);
+  if (fds[0] < 0 || fds[1] < 0) {
+    int e = errno;
+    char line[200];
+    int n = snprintf(line, sizeof line, "E %u %d the agent's descriptor %u: %s\n", id, e, fds[0] < 0 ? from : to, strerror(e));
+    answer(line, (size_t) n);
+  } else {
+    task(id, splice_work, &q, fds, 2);
+  }
+  if (fds[0] >= 0) close(fds[0]);
+  if (fds[1] >= 0) close(fds[1]);
 }
 
 static void request(const unsigned char *body, size_t len) {
@@ -718,6 +823,9 @@ static void request(const unsigned char *body, size_t len) {
       break;
     case 'L':
       unlink_link(&r);
+      break;
+    case 'P':
+      splice_fds(&r);
       break;
     case 'O': {
       struct child *c = find(u32(&r));
@@ -762,6 +870,8 @@ static void reap(void) {
 
 int main(void) {
   self = getpid();
+  agent_pidfd = (int) syscall(SYS_pidfd_open, getppid(), 0);
+  if (agent_pidfd >= 0) fcntl(agent_pidfd, F_SETFD, FD_CLOEXEC);
   /* Its descriptors hold the agent's pipe ends: only root may open them through /proc. */
   prctl(PR_SET_DUMPABLE, 0);
   signal(SIGPIPE, SIG_IGN);

@@ -78,8 +78,18 @@ import * as Http from "node:http"
 import * as Net from "node:net"
 import type { SandboxActivity } from "./Activity.ts"
 import { FileHandlers } from "./DataPlaneServer/Files.ts"
+import {
+  connectionOf,
+  endConnection,
+  refusalResult,
+  resetConnection,
+  switchProtocols,
+  wantsSplice,
+  worthSplicing
+} from "./DataPlaneServer/Splices.ts"
+import { stopReading } from "./Driver/Splice.ts"
 import { ProcessHandlers } from "./DataPlaneServer/Processes.ts"
-import { DriverExecRequest, SandboxDriver, type SandboxDriverError } from "./Driver.ts"
+import { DriverExecRequest, SandboxDriver, type SandboxDriverError, type SplicedBody } from "./Driver.ts"
 
 /** When the request names no timeout: an exec must not hold a connection for ever. */
 export const DEFAULT_EXEC_TIMEOUT_MS = 300_000
@@ -509,7 +519,8 @@ const handlers = (settings: DataPlaneSettings) =>
           if (slot._tag === "None") {
             return yield* new AgentBusy({ error: "the host runs as many file transfers as it allows; retry" })
           }
-          yield* closeWhenIdle(request, transferIdleMs)
+          // A splice's bytes pass no socket counter of this process: its own idle bound holds.
+          if (!wantsSplice(request)) yield* closeWhenIdle(request, transferIdleMs)
         })
 
       return handlers
@@ -560,6 +571,22 @@ const handlers = (settings: DataPlaneSettings) =>
             if ("entries" in file) {
               return file
             }
+            if (wantsSplice(request) && worthSplicing(file.size) && file.spliceTo !== undefined) {
+              const socket = connectionOf(request)
+              switchProtocols(socket, file.size)
+              const sent = yield* Effect.result(file.spliceTo(socket, transferIdleMs))
+              if (sent._tag === "Failure") {
+                yield* Effect.logWarning("agent: spliced file read cut", {
+                  error: sent.failure._tag,
+                  message: sent.failure.message
+                })
+                yield* resetConnection(socket)
+              } else {
+                yield* endConnection(socket)
+              }
+              // Never written: the connection is closed, the framework sends nothing on it.
+              return HttpServerResponse.empty()
+            }
             // Piped from the sandbox's pipe to the socket, no effect per chunk. A failure midway
             // cuts the connection (the client sees a short body, never an end).
             const services: Context.Context<never> = yield* Effect.context<never>()
@@ -579,17 +606,42 @@ const handlers = (settings: DataPlaneSettings) =>
             if (query.mode !== undefined && !/^0?[0-7]{3,4}$/.test(query.mode)) {
               return yield* invalid(`mode ${query.mode} is not an octal mode such as 0644`)
             }
+            const options = {
+              maxBytes: MAX_UPLOAD_BYTES,
+              mode: query.mode !== undefined ? parseInt(query.mode, 8) : 0o644,
+              parents: query.parents !== "false"
+            }
+            if (wantsSplice(request)) {
+              const socket = connectionOf(request)
+              let switched = false
+              const body: SplicedBody<AgentInvalid> = {
+                socket,
+                idleMs: transferIdleMs,
+                begin: Effect.sync(() => {
+                  switched = true
+                  switchProtocols(socket)
+                  return stopReading(socket)
+                }),
+                cut: () => invalid("the request body was cut short")
+              }
+              const written = yield* Effect.result(
+                viaDriver(driver.writeFileStream<AgentInvalid, never>(params.id, query.path, body, options))
+              )
+              // Refused before the 101: answered as the plain route answers.
+              if (!switched) return yield* (written._tag === "Success" ? Effect.void : Effect.fail(written.failure))
+              yield* endConnection(
+                socket,
+                JSON.stringify(written._tag === "Success" ? { status: 204 } : refusalResult(written.failure))
+              )
+              return HttpServerResponse.empty()
+            }
             // The request piped into the sandbox, no effect per chunk (the payload stream is not read).
             const body = {
               readable: NodeHttpServerRequest.toIncomingMessage(request),
               cut: () =>
                 invalid("the request body was cut short")
             }
-            yield* viaDriver(driver.writeFileStream<AgentInvalid, never>(params.id, query.path, body, {
-              maxBytes: MAX_UPLOAD_BYTES,
-              mode: query.mode !== undefined ? parseInt(query.mode, 8) : 0o644,
-              parents: query.parents !== "false"
-            }))
+            yield* viaDriver(driver.writeFileStream<AgentInvalid, never>(params.id, query.path, body, options))
           }))
         .handle("readArchive", ({ params, query, request }) =>
           Effect.gen(function*() {

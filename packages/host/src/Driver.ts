@@ -7,7 +7,9 @@
 import type { HostLimits } from "@svc/host-protocol/Protocol"
 import { VolumeMount } from "@svc/host-protocol/Volumes"
 import { Context, type Effect, Schema, type Scope, type Stream } from "effect"
+import type * as Net from "node:net"
 import type { Readable } from "node:stream"
+import type { SpliceFailed } from "./Driver/Splice.ts"
 import type { LayerImport } from "./ImageLayers.ts"
 
 // ---------------------------------------------------------------------------------------------
@@ -201,6 +203,30 @@ export interface FileReadStream extends FileStream {
    * otherwise. Read `stream` or this, never both.
    */
   readonly readable: Readable
+  /**
+   * A file of known size only: its bytes sent to `socket` by the kernel instead (`Driver/Splice.ts`),
+   * after those already read; use this or `stream`/`readable`, never both. Completes once every
+   * byte is in the socket and the read was checked (the process's exit, the size); fails with the
+   * refusal, or `SpliceFailed` when the connection went (reset, idle for `idleMs`).
+   */
+  readonly spliceTo?: (
+    socket: Net.Socket,
+    idleMs: number
+  ) => Effect.Effect<void, SandboxFileError | DriverFailure | SpliceFailed>
+}
+
+/**
+ * An upload whose bytes the kernel splices from a connection into the sandbox (`Driver/Splice.ts`),
+ * never through this process. `begin` answers the connection's request once the sandbox is ready
+ * to receive (the data plane's 101) and hands back what Node had read of it ahead; from then on
+ * nothing here reads or writes the connection until the upload ends. `cut` is the failure when
+ * the connection ends badly (reset, nothing moved for `idleMs`). No byte bound but the disk's.
+ */
+export interface SplicedBody<E> {
+  readonly socket: Net.Socket
+  readonly idleMs: number
+  readonly begin: Effect.Effect<ReadonlyArray<Uint8Array>, E>
+  readonly cut: (cause: unknown) => E
 }
 
 /**
@@ -477,7 +503,7 @@ export class SandboxDriver extends Context.Service<SandboxDriver, {
   writeFileStream<E, R>(
     sandboxId: string,
     path: string,
-    body: Stream.Stream<Uint8Array, E, R> | ReadableBody<E>,
+    body: Stream.Stream<Uint8Array, E, R> | ReadableBody<E> | SplicedBody<E>,
     options?: { readonly mode?: number; readonly maxBytes?: number; readonly parents?: boolean }
   ): Effect.Effect<void, E | Common | SandboxNotRunning | SandboxFileError, R>
   listDir(

@@ -29,7 +29,11 @@ import {
   AgentRateLimited,
   AgentRefused,
   type AgentSandboxStats,
-  AgentTooLarge
+  AgentSpliceResult,
+  AgentTooLarge,
+  SPLICE_MIN_BYTES,
+  SPLICE_PROTOCOL,
+  SPLICE_SIZE_HEADER
 } from "@svc/host-protocol/DataPlane"
 import type { HostRecord } from "@svc/host-protocol/Protocol"
 import { accountExternalMemoryInHeapLimit } from "@svc/host-protocol/TransferMemory"
@@ -38,7 +42,8 @@ import { HttpClient, HttpClientError, HttpClientRequest, HttpIncomingMessage } f
 import { HttpApiClient } from "effect/http-api"
 import * as Http from "node:http"
 import * as Https from "node:https"
-import type { Readable } from "node:stream"
+import type * as Net from "node:net"
+import { Readable } from "node:stream"
 
 export type DataPlaneError =
   | Errors.InvalidRequest
@@ -260,6 +265,196 @@ const send = (
       request.destroy()
     })
   })
+
+/** A spliced transfer's request answered: plainly (a refusal, a listing, a small file), or switched to the transfer's bytes. */
+type Spliced =
+  | { readonly _tag: "Plain"; readonly response: Http.IncomingMessage }
+  | { readonly _tag: "Switched"; readonly response: Http.IncomingMessage; readonly socket: Net.Socket; readonly head: Buffer }
+
+/**
+ * A transfer's request asking for its bytes spliced by the host's kernel (`SPLICE_PROTOCOL`):
+ * `Upgrade: svc-splice`, no body. Interrupted before the answer: the request is ended.
+ */
+const askSplice = (host: HostRecord, method: "GET" | "PUT", path: string): Effect.Effect<Spliced, DataPlaneError> =>
+  Effect.callback<Spliced, DataPlaneError>((resume) => {
+    let url: URL
+    try {
+      url = new URL(host.endpoint.replace(/\/+$/, "") + path)
+    } catch (e) {
+      return resume(unreachable(host, e))
+    }
+    const https = url.protocol === "https:"
+    let done = false
+    const request = (https ? Https.request : Http.request)(url, {
+      method,
+      agent: https ? agents.https : agents.http,
+      headers: {
+        authorization: `Bearer ${host.token}`,
+        connection: "Upgrade",
+        upgrade: SPLICE_PROTOCOL,
+        "content-length": "0"
+      }
+    })
+    request.once("upgrade", (response, socket: Net.Socket, head: Buffer) => {
+      if (done) return socket.destroy()
+      done = true
+      socket.on("error", () => undefined)
+      resume(Effect.succeed({ _tag: "Switched", response, socket, head }))
+    })
+    request.once("response", (response) => {
+      if (done) return response.destroy()
+      done = true
+      resume(Effect.succeed({ _tag: "Plain", response }))
+    })
+    request.once("error", (e) => {
+      if (done) return
+      done = true
+      resume(unreachable(host, e))
+    })
+    request.end()
+    return Effect.sync(() => {
+      if (done) return
+      done = true
+      request.destroy()
+    })
+  })
+
+/**
+ * A spliced download's bytes: exactly `size` of them from the switched connection (`head`
+ * first), then the end; a connection that ends or resets before (the host's read failed) or
+ * sends more destroys the stream, so its reader never sees a whole file that is not.
+ */
+const exactBytes = (socket: Net.Socket, head: Buffer, size: number): Readable => {
+  let received = 0
+  const out = new Readable({
+    read() {
+      socket.resume()
+    },
+    destroy(error, callback) {
+      socket.destroy()
+      callback(error)
+    }
+  })
+  const take = (chunk: Buffer) => {
+    if (out.destroyed || received === size) return
+    if (received + chunk.length > size) return out.destroy(new Error("the host sent more than the file's size"))
+    received += chunk.length
+    const more = out.push(chunk)
+    if (received === size) {
+      out.push(null)
+      // The host ends its side once every byte is sent: nothing more to read.
+      socket.destroy()
+    } else if (!more) {
+      socket.pause()
+    }
+  }
+  const cut = () => {
+    if (received < size) out.destroy(new Error(`the host's file transfer was cut after ${received} of ${size} bytes`))
+  }
+  socket.pause()
+  if (head.length > 0) take(head)
+  socket.on("data", take)
+  socket.once("end", cut)
+  socket.once("close", cut)
+  socket.once("error", (e) => out.destroy(e))
+  return out
+}
+
+/**
+ * A spliced upload: the client's body written into the switched connection (at most
+ * `maxBytes`), the connection's side then ended, and the host's one `AgentSpliceResult` line
+ * read. An early answer (a refusal: the disk full) stops the body there. A body that fails (its
+ * client went away) resets the connection, so that the host keeps nothing.
+ */
+const spliceUpload = (
+  host: HostRecord,
+  socket: Net.Socket,
+  head: Buffer,
+  body: Readable,
+  maxBytes: number
+): Effect.Effect<void, DataPlaneError> =>
+  Effect.callback<unknown, DataPlaneError>((resume) => {
+    let done = false
+    let total = 0
+    const answer: Array<Buffer> = head.length > 0 ? [head] : []
+    let answerBytes = head.length
+    const detach = () => {
+      body.off("data", count)
+      body.off("error", bodyFailed)
+      body.off("close", bodyClosed)
+      body.off("end", bodyEnded)
+      body.unpipe(socket)
+    }
+    const finish = (result: Effect.Effect<unknown, DataPlaneError>) => {
+      if (done) return
+      done = true
+      detach()
+      resume(result)
+    }
+    const count = (chunk: Buffer) => {
+      total += chunk.length
+      if (total > maxBytes) {
+        socket.resetAndDestroy()
+        finish(Effect.fail(new Errors.PayloadTooLarge({ error: `Uploads are limited to ${maxBytes} bytes` })))
+      }
+    }
+    const bodyFailed = () => {
+      socket.resetAndDestroy()
+      finish(Effect.fail(new Errors.InvalidRequest({ error: "The request body could not be read" })))
+    }
+    const bodyClosed = () => {
+      if (!body.readableEnded) bodyFailed()
+    }
+    const bodyEnded = () => {
+      // `pipe` ends the connection's side; the answer follows.
+      if ("complete" in body && body.complete === false) bodyFailed()
+    }
+    socket.on("data", (chunk: Buffer) => {
+      answerBytes += chunk.length
+      if (answerBytes > MAX_ERROR_BYTES) {
+        socket.destroy()
+        return finish(hostFailed(host, { splice: "an answer larger than 64 KiB" }))
+      }
+      answer.push(chunk)
+    })
+    socket.once("end", () => {
+      socket.destroy()
+      try {
+        finish(Effect.succeed(JSON.parse(Buffer.concat(answer).toString("utf8"))))
+      } catch (e) {
+        finish(hostFailed(host, { splice: `an answer that is not JSON: ${String(e)}` }))
+      }
+    })
+    socket.once("close", () => finish(unreachable(host, "the host closed the transfer without an answer")))
+    socket.once("error", (e) => finish(unreachable(host, e)))
+    body.on("data", count)
+    body.once("error", bodyFailed)
+    body.once("close", bodyClosed)
+    body.once("end", bodyEnded)
+    body.pipe(socket)
+    return Effect.sync(() => {
+      if (done) return
+      done = true
+      detach()
+      socket.resetAndDestroy()
+    })
+  }).pipe(
+    Effect.flatMap((answer) =>
+      Effect.flatMap(
+        Effect.orElseSucceed(Schema.decodeUnknownEffect(AgentSpliceResult)(answer), () => undefined),
+        (result): Effect.Effect<void, DataPlaneError> =>
+          result === undefined
+            ? hostFailed(host, { splice: String(JSON.stringify(answer)).slice(0, 512) })
+            : result.status === 204
+            ? Effect.void
+            : Option.match(decodeRefusal(result.body), {
+              onSome: (refusal) => toApiError(host, refusal),
+              onNone: () =>
+                hostFailed(host, { status: result.status, body: String(JSON.stringify(result.body)).slice(0, 512) })
+            })
+      )
+    )
+  )
 
 /** A host's answer that could not be read (cut, too large, not JSON). */
 class AnswerUnreadable extends Schema.TaggedError<AnswerUnreadable>()("AnswerUnreadable", {
@@ -489,13 +684,31 @@ export class AgentClient extends Context.Service<AgentClient, {
 
     const readFile = Effect.fn("AgentClient.readFile")(
       function*(host: HostRecord, sandboxId: string, path: string, org?: string) {
-        const response = yield* Effect.acquireRelease(
-          send(host, "GET", filesPath(sandboxId, { path, ...(org !== undefined ? { org } : {}) })).pipe(
+        const answer = yield* Effect.acquireRelease(
+          askSplice(host, "GET", filesPath(sandboxId, { path, ...(org !== undefined ? { org } : {}) })).pipe(
             Effect.timeoutOrElse({ duration: TRANSFER_TIMEOUT_MS, orElse: () => unreachable(host, "read timed out") })
           ),
           // Not read to its end (the client went away, a refusal): the host's request ends.
-          (response) => Effect.sync(() => response.complete || response.destroy())
+          (answer) =>
+            Effect.sync(() =>
+              answer._tag === "Switched" ? answer.socket.destroy() : answer.response.complete || answer.response.destroy()
+            )
         )
+        if (answer._tag === "Switched") {
+          const size = Number(answer.response.headers[SPLICE_SIZE_HEADER])
+          if (!Number.isSafeInteger(size) || size < 0) {
+            return yield* hostFailed(host, { splice: `a size header of ${answer.response.headers[SPLICE_SIZE_HEADER]}` })
+          }
+          const readable = exactBytes(answer.socket, answer.head, size)
+          // Past the deadline the bytes stop: the client sees a cut body.
+          const deadline = setTimeout(
+            () => readable.destroy(new Error("the host's file transfer passed its deadline")),
+            TRANSFER_TIMEOUT_MS
+          )
+          readable.once("close", () => clearTimeout(deadline))
+          return { _tag: "Bytes", size, readable } satisfies FileContent as FileContent
+        }
+        const response = answer.response
         if (response.statusCode !== 200) return yield* refusalOf(host, response)
         if ((response.headers["content-type"] ?? "").includes("json")) {
           const listing = yield* readJson(response, MAX_LISTING_BYTES).pipe(
@@ -530,6 +743,19 @@ export class AgentClient extends Context.Service<AgentClient, {
     ) =>
       Effect.gen(function*() {
         const query = { path, ...(org !== undefined ? { org } : {}), ...options }
+        // A client's request names its length (or streams it chunked, a length unknown: large, as
+        // a rule): a small body goes plainly, where a splice's fork and round trip would cost more.
+        const declared = Number((body as Partial<Http.IncomingMessage>).headers?.["content-length"] ?? NaN)
+        if (!(declared < SPLICE_MIN_BYTES)) {
+          const answer = yield* askSplice(host, "PUT", filesPath(sandboxId, query))
+          if (answer._tag === "Switched") {
+            return yield* spliceUpload(host, answer.socket, answer.head, body, maxBytes).pipe(
+              Effect.timeoutOrElse({ duration: TRANSFER_TIMEOUT_MS, orElse: () => unreachable(host, "upload timed out") })
+            )
+          }
+          // Refused before any byte: the body is left unread.
+          return yield* refusalOf(host, answer.response)
+        }
         const response = yield* send(host, "PUT", filesPath(sandboxId, query), { body, maxBytes }).pipe(
           Effect.timeoutOrElse({ duration: TRANSFER_TIMEOUT_MS, orElse: () => unreachable(host, "upload timed out") })
         )

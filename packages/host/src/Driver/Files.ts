@@ -12,6 +12,7 @@
 import * as NodeStream from "@effect/platform-node/NodeStream"
 import { Effect, Stream } from "effect"
 import { randomBytes } from "node:crypto"
+import type * as Net from "node:net"
 import * as Posix from "node:path/posix"
 import { Readable, Transform, type Writable } from "node:stream"
 import {
@@ -25,11 +26,13 @@ import {
   MAX_FILE_BYTES,
   type ReadableBody,
   SandboxFileError,
-  SandboxPath
+  SandboxPath,
+  type SplicedBody
 } from "../Driver.ts"
 import type { Exec } from "./Exec.ts"
 import { decodeInput, type DriverHost, HELPER, invalid, type RunningSandbox, SANDBOX_PATH } from "./Host.ts"
 import { awaitData, type CommandOptions, decode, type ProcessExit, pump, pumpReadable, readHeader } from "./Process.ts"
+import { descriptorOf, spliceFds, spliceInto, stopReading, writeAll } from "./Splice.ts"
 
 // Each script exits with one of these codes to name its refusal.
 const FILE_EXIT: Record<number, SandboxFileError["reason"]> = {
@@ -456,7 +459,18 @@ export const makeFiles = (host: DriverHost, exec: Pick<Exec, "runInside" | "spaw
     })
     // A plain Transform, no effect per chunk: a server pipes it straight to its socket. It ends
     // only after the checks (the read's exit, the size), and fails with the refusal otherwise.
-    const readable = new Transform({
+    // Fed from the read's pipe once first read, so that until then `spliceTo` can take the pipe
+    // with nothing of it in flight here.
+    let piped = false
+    let handedOver = false
+    const readable: Transform = new Transform({
+      read(size) {
+        if (!piped && !handedOver) {
+          piped = true
+          proc.stdout.pipe(readable)
+        }
+        Transform.prototype._read.call(this, size)
+      },
       transform(chunk: Buffer, _encoding, callback) {
         received += chunk.length
         callback(received > max ? fileError("too_large", `larger than ${max} bytes`) : null, chunk)
@@ -469,11 +483,29 @@ export const makeFiles = (host: DriverHost, exec: Pick<Exec, "runInside" | "spaw
       }
     })
     proc.stdout.once("close", () => {
-      if (!proc.stdout.readableEnded) {
+      if (!handedOver && !proc.stdout.readableEnded) {
         readable.destroy(new DriverFailure({ operation: "readFile", message: "the read's output was cut" }))
       }
     })
-    proc.stdout.pipe(readable)
+    // The rest of a sized file spliced to a connection: what Node holds of the pipe first, then
+    // the pipe's bytes by the kernel.
+    const spliceTo = (socket: Net.Socket, idleMs: number) =>
+      Effect.gen(function*() {
+        if (piped) return yield* new DriverFailure({ operation: "readFile", message: "the file is being read already" })
+        handedOver = true
+        const ahead = stopReading(proc.stdout)
+        readable.destroy()
+        const from = descriptorOf(proc.stdout)
+        const to = descriptorOf(socket)
+        if (to === undefined) return yield* new DriverFailure({ operation: "readFile", message: "the connection closed" })
+        let sent = ahead.reduce((n, c) => n + c.length, 0)
+        yield* writeAll(socket, ahead)
+        // No descriptor left: Node had read the pipe to its end, every byte was in hand.
+        if (from !== undefined) sent += yield* spliceFds(from, to, idleMs)
+        const exit = yield* proc.exit
+        if (exit.exitCode !== 0 || exit.timedOut) return yield* fromExit(exit)
+        if (sent !== size) return yield* fileError("failed", "the file changed while it was read")
+      })
     const stream = NodeStream.fromReadable<Uint8Array, SandboxFileError | DriverFailure>({
       evaluate: () => readable,
       onError: (e) =>
@@ -481,7 +513,8 @@ export const makeFiles = (host: DriverHost, exec: Pick<Exec, "runInside" | "spaw
           ? e
           : new DriverFailure({ operation: "readFile", message: String(e) })
     })
-    return { size: size > 0 ? size : null, stream, readable } satisfies FileReadStream as FileReadStream
+    return { size: size > 0 ? size : null, stream, readable, ...(size > 0 ? { spliceTo } : {}) } satisfies
+      FileReadStream as FileReadStream
   })
 
   const readFile = (sandboxId: string, path: string, options?: { readonly maxBytes?: number }) =>
@@ -497,12 +530,16 @@ export const makeFiles = (host: DriverHost, exec: Pick<Exec, "runInside" | "spaw
   const writeFileStream = <E, R>(
     sandboxId: string,
     path: string,
-    body: Stream.Stream<Uint8Array, E, R> | ReadableBody<E>,
+    body: Stream.Stream<Uint8Array, E, R> | ReadableBody<E> | SplicedBody<E>,
     options?: { readonly mode?: number; readonly maxBytes?: number; readonly parents?: boolean }
   ) =>
     Effect.scoped(Effect.gen(function*() {
       const feed = (stdin: Writable, max: number) =>
-        Stream.isStream(body) ? pump(body, stdin, max) : pumpReadable(body, stdin, max)
+        Stream.isStream(body)
+          ? pump(body, stdin, max)
+          : "begin" in body
+          ? spliceInto(body, stdin)
+          : pumpReadable(body, stdin, max)
       const checked = yield* checkPath(path)
       const fileMode = yield* decodeInput(FileMode, options?.mode ?? 0o644)
       const max = clampMax(options?.maxBytes)

@@ -15,11 +15,12 @@
  * anything. Secrets stay where they were: an environment travels in a request and into a pipe
  * the command reads (`{ data }`), never on a command line.
  *
- * Three requests start no program at all: a sandbox's veth pair (`veth`, rtnetlink from the
- * spawner, where two `ip -batch` runs were), its removal (`unlink`, where an `ip link del` was)
- * and an adopted sandbox's hostname and /dev/shm (`adoptInside`, where `nsenter` and a busybox
- * shell were). The spawner does each in a forked child that never execs (the child may join the
- * sandbox's namespaces; the spawner never does).
+ * Four requests start no program at all: a sandbox's veth pair (`veth`, rtnetlink from the
+ * spawner, where two `ip -batch` runs were), its removal (`unlink`, where an `ip link del` was),
+ * an adopted sandbox's hostname and /dev/shm (`adoptInside`, where `nsenter` and a busybox
+ * shell were) and a transfer's bytes spliced between a connection and a pipe (`splice`). The
+ * spawner does each in a forked child that never execs (the child may join the sandbox's
+ * namespaces; the spawner never does).
  *
  * If the spawner dies, the commands it started and still tracked are killed by the kernel
  * (PR_SET_PDEATHSIG), except those that must outlive it (a sandbox's bubblewrap), and each
@@ -239,7 +240,8 @@ interface Pending {
 }
 
 interface PendingTask {
-  readonly resolve: () => void
+  /** With what the task reported beside `D` (a splice's byte count), if anything. */
+  readonly resolve: (result: string | undefined) => void
   readonly reject: (error: Error) => void
 }
 
@@ -337,10 +339,14 @@ class Client {
    * A request that starts no program ('N', 'A', 'L'): done (`D`) or failed (`E`). Aborted: the
    * spawner's child doing it is killed (the caller undoes what it may have done).
    */
-  task(kind: "N" | "A" | "L", fields: ReadonlyArray<Buffer>, signal: AbortSignal | undefined): Promise<void> {
+  task(
+    kind: "N" | "A" | "L" | "P",
+    fields: ReadonlyArray<Buffer>,
+    signal: AbortSignal | undefined
+  ): Promise<string | undefined> {
     if (this.dead) return Promise.reject(new SpawnerLost())
     const id = this.#nextId++
-    return new Promise<void>((resolve, reject) => {
+    return new Promise<string | undefined>((resolve, reject) => {
       const onAbort = () => {
         if (!this.#tasks.delete(id)) return
         this.#send([Buffer.from("K"), u32(id), u32(9), u32(0)])
@@ -349,7 +355,7 @@ class Client {
       }
       const settle = () => signal?.removeEventListener("abort", onAbort)
       this.#tasks.set(id, {
-        resolve: () => (settle(), resolve()),
+        resolve: (result) => (settle(), resolve(result)),
         reject: (e) => (settle(), reject(e))
       })
       this.updateRef()
@@ -448,7 +454,7 @@ class Client {
       const task = this.#tasks.get(id)
       if (task === undefined) return
       this.#tasks.delete(id)
-      task.resolve()
+      task.resolve(rest[0])
       this.updateRef()
     } else if (kind === "X") {
       const spawned = this.#children.get(id)
@@ -504,13 +510,27 @@ export const spawn = (file: string, args: ReadonlyArray<string>, options: SpawnO
   }
 }
 
-const task = (kind: "N" | "A" | "L", fields: ReadonlyArray<Buffer>, signal?: AbortSignal): Promise<void> => {
+const report = (kind: "N" | "A" | "L" | "P", fields: ReadonlyArray<Buffer>, signal?: AbortSignal) => {
   try {
     return current().task(kind, fields, signal)
   } catch (e) {
     return Promise.reject(e)
   }
 }
+
+const task = (kind: "N" | "A" | "L", fields: ReadonlyArray<Buffer>, signal?: AbortSignal): Promise<void> =>
+  report(kind, fields, signal).then(() => undefined)
+
+/**
+ * Moves bytes from this process's descriptor `from` to its descriptor `to` (a connection and a
+ * command's pipe, either way) until end of file on `from`, in a child of the spawner that took
+ * both with pidfd_getfd(2): the kernel splices them, no byte passes through this process. This
+ * process must neither read `from` nor write `to` meanwhile. Resolves with the bytes moved;
+ * fails (`SpawnFailed`, with the errno) on a reset connection, a reader gone, or `idleMs` (0: no
+ * bound) with nothing moved (ETIMEDOUT). Aborted: the child is killed.
+ */
+export const splice = (from: number, to: number, idleMs: number, signal?: AbortSignal): Promise<number> =>
+  report("P", [u32(from), u32(to), u32(idleMs)], signal).then((moved) => Number(moved ?? "0"))
 
 /**
  * Makes a sandbox's veth pair and sets both ends up by rtnetlink, from the spawner: no `ip`

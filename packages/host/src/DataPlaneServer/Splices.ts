@@ -1,0 +1,77 @@
+/**
+ * The data plane's side of a spliced file transfer (`SPLICE_PROTOCOL` of
+ * `@svc/host-protocol/DataPlane`): the request's connection taken from the HTTP server once
+ * the transfer can start (`101` written by hand: the framework's upgrade would read the
+ * connection), its bytes then moved by the driver's splice, and the connection ended here, so
+ * that the framework finds it closed and writes nothing more on it.
+ */
+import * as NodeHttpServerRequest from "@effect/platform-node/NodeHttpServerRequest"
+import {
+  type AgentError,
+  type AgentSpliceResult,
+  SPLICE_MIN_BYTES,
+  SPLICE_PROTOCOL,
+  SPLICE_SIZE_HEADER
+} from "@svc/host-protocol/DataPlane"
+import { Effect } from "effect"
+import type { HttpServerRequest } from "effect/http"
+import type * as Net from "node:net"
+
+/** How long an ended connection waits for the API to close its side before it is destroyed. */
+const CLOSE_WAIT_MS = 5_000
+
+/** The request asks for its transfer spliced (`Upgrade: svc-splice`). */
+export const wantsSplice = (request: HttpServerRequest.HttpServerRequest): boolean =>
+  (request.headers["upgrade"] ?? "").toLowerCase() === SPLICE_PROTOCOL
+
+/** A file of this size is worth a splice (smaller ones go plainly, see `SPLICE_MIN_BYTES`). */
+export const worthSplicing = (size: number | null): size is number => size !== null && size >= SPLICE_MIN_BYTES
+
+/** The request's connection (an upgrade request's: the HTTP server no longer parses it). */
+export const connectionOf = (request: HttpServerRequest.HttpServerRequest): Net.Socket =>
+  NodeHttpServerRequest.toIncomingMessage(request).socket as Net.Socket
+
+/** Answers the request `101`: from here on the connection carries the transfer's bytes. */
+export const switchProtocols = (socket: Net.Socket, size?: number): void => {
+  socket.write(
+    `HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: ${SPLICE_PROTOCOL}\r\n` +
+      (size !== undefined ? `${SPLICE_SIZE_HEADER}: ${size}\r\n` : "") + "\r\n",
+    "latin1"
+  )
+}
+
+/** A refusal after the `101`, as the plain route would have answered it. */
+export const refusalResult = (error: AgentError): AgentSpliceResult => ({
+  status: (error.constructor as unknown as { readonly status: number }).status,
+  body: {
+    error: error.error,
+    reason: error.reason,
+    ...("errno" in error && error.errno !== undefined ? { errno: error.errno } : {})
+  }
+})
+
+/**
+ * Ends the connection (after `line`, if any) and waits until the API closed its side too (at
+ * most `CLOSE_WAIT_MS`): read again, so that its end is seen, what it still sends is dropped.
+ */
+export const endConnection = (socket: Net.Socket, line?: string): Effect.Effect<void> =>
+  Effect.callback<void>((resume) => {
+    if (socket.destroyed) return resume(Effect.void)
+    const timer = setTimeout(() => socket.destroy(), CLOSE_WAIT_MS)
+    socket.once("close", () => {
+      clearTimeout(timer)
+      resume(Effect.void)
+    })
+    socket.on("data", () => undefined)
+    socket.resume()
+    if (line !== undefined) socket.end(line + "\n")
+    else socket.end()
+  })
+
+/** A transfer that failed after the `101`: the connection is reset, so the API never takes it for a whole one. */
+export const resetConnection = (socket: Net.Socket): Effect.Effect<void> =>
+  Effect.callback<void>((resume) => {
+    if (socket.destroyed) return resume(Effect.void)
+    socket.once("close", () => resume(Effect.void))
+    socket.resetAndDestroy()
+  })

@@ -1,0 +1,122 @@
+/**
+ * A transfer's bytes moved by the kernel between a connection and a sandbox's pipe (`splice`,
+ * done by a child of the spawner: `Spawner.splice`), so that a large file never passes through
+ * the agent's event loop: each 64 KiB chunk read into a Buffer and written out again cost the
+ * agent 1.2-1.5 CPU-seconds per GiB, on the cores the sandbox and the API also need.
+ *
+ * Node's own socket objects stay the owners of the descriptors (they close them); for the
+ * splice's length they must neither read nor write them: `stopReading` takes a socket's
+ * descriptor out of Node's polling and hands back what Node had already read ahead.
+ */
+import { Effect, Schema } from "effect"
+import type * as Net from "node:net"
+import type { Readable, Writable } from "node:stream"
+import type { SplicedBody } from "../Driver.ts"
+import type { PumpResult } from "./Process.ts"
+import * as Spawner from "./Spawner.ts"
+
+/** errno values the spawner reports for a failed splice. */
+export const EPIPE = 32
+export const ECONNRESET = 104
+export const ETIMEDOUT = 110
+
+/** The splice ended before the source's end: `errno` says which side (EPIPE: the reader went). */
+export class SpliceFailed extends Schema.TaggedError<SpliceFailed>()("SpliceFailed", {
+  errno: Schema.Number,
+  message: Schema.String
+}) {}
+
+/** libuv's stream handle under a Node socket (a connection or a pipe). */
+interface StreamHandle {
+  readonly fd?: number
+  reading?: boolean
+  readStop?: () => number
+}
+
+const handleOf = (stream: Readable | Writable | Net.Socket): StreamHandle | undefined =>
+  (stream as unknown as { readonly _handle?: StreamHandle | null })._handle ?? undefined
+
+/** The descriptor under a Node socket, or undefined (no handle: closed, or not a socket). */
+export const descriptorOf = (stream: Readable | Writable | Net.Socket): number | undefined => {
+  const fd = handleOf(stream)?.fd
+  return typeof fd === "number" && fd >= 0 ? fd : undefined
+}
+
+/**
+ * Stops Node reading `socket` (its descriptor leaves libuv's polling; `pause` alone does not,
+ * Node would still read up to its buffer's size) and returns the bytes it had read and not yet
+ * handed on, in order. Nothing reads the socket again unless someone calls `read`/`resume`.
+ */
+export const stopReading = (socket: Readable): ReadonlyArray<Buffer> => {
+  socket.pause()
+  const ahead: Array<Buffer> = []
+  let chunk: Buffer | null
+  while ((chunk = socket.read() as Buffer | null) !== null) ahead.push(chunk)
+  // After the reads above: `read` starts the handle reading again. Nothing more is read before
+  // the event loop polls, so what was taken above is all Node holds.
+  const handle = handleOf(socket)
+  if (handle?.reading === true && typeof handle.readStop === "function") {
+    handle.reading = false
+    handle.readStop()
+  }
+  return ahead
+}
+
+/** Writes `chunks` and waits until Node handed them to the kernel (nothing of them left queued). */
+export const writeAll = (writable: Writable, chunks: ReadonlyArray<Uint8Array>): Effect.Effect<void, SpliceFailed> =>
+  chunks.length === 0 ? Effect.void : Effect.callback<void, SpliceFailed>((resume) => {
+    const last = chunks.length - 1
+    chunks.forEach((chunk, i) =>
+      writable.write(
+        chunk,
+        i === last
+          ? (error) =>
+            resume(
+              error == null
+                ? Effect.void
+                : Effect.fail(new SpliceFailed({ errno: EPIPE, message: `writing ahead: ${error.message}` }))
+            )
+          : undefined
+      )
+    )
+  })
+
+/**
+ * Moves bytes from descriptor `from` to `to` until end of file on `from` (see
+ * `Spawner.splice`); the bytes moved. Interrupted: the splice is killed.
+ */
+export const spliceFds = (from: number, to: number, idleMs: number): Effect.Effect<number, SpliceFailed> =>
+  Effect.tryPromise({
+    try: (signal) => Spawner.splice(from, to, idleMs, signal),
+    catch: (e) =>
+      new SpliceFailed({
+        errno: e instanceof Spawner.SpawnFailed ? e.errno : 0,
+        message: e instanceof Error ? e.message : String(e)
+      })
+  })
+
+/**
+ * An upload's `SplicedBody` into the sandbox's pipe `stdin`: begun (the connection answered),
+ * what Node had read ahead written first, then the rest spliced until the connection's end.
+ * The reader going away (EPIPE) is `readerGone`, as `pump`'s (its exit code says why); any
+ * other failure of the connection (reset, idle) is the body's `cut`.
+ */
+export const spliceInto = <E>(body: SplicedBody<E>, stdin: Writable): Effect.Effect<PumpResult, E> =>
+  Effect.gen(function*() {
+    const from = descriptorOf(body.socket)
+    const to = descriptorOf(stdin)
+    if (from === undefined || to === undefined) {
+      return yield* Effect.fail(body.cut(from === undefined ? "the connection is closed" : "the pipe is closed"))
+    }
+    const ahead = yield* body.begin
+    const aheadBytes = ahead.reduce((n, chunk) => n + chunk.length, 0)
+    return yield* writeAll(stdin, ahead).pipe(
+      Effect.andThen(spliceFds(from, to, body.idleMs)),
+      Effect.map((moved): PumpResult => ({ bytes: aheadBytes + moved, overLimit: false, readerGone: false })),
+      Effect.catch((e) =>
+        e.errno === EPIPE
+          ? Effect.succeed<PumpResult>({ bytes: aheadBytes, overLimit: false, readerGone: true })
+          : Effect.fail(body.cut(e))
+      )
+    )
+  })
