@@ -41,6 +41,7 @@ import * as Native from "../packages/host/src/Driver/Native.ts"
 import * as Spawner from "../packages/host/src/Driver/Spawner.ts"
 import { sandboxPaths } from "../packages/host/src/Driver/State.ts"
 import { mintKey } from "./lib/ApiRole.ts"
+import { bwrapArgs, readOnlyRoot, SANDBOX_NAMESPACES } from "./lib/Bwrap.ts"
 import { startControlPlane } from "./lib/ControlPlane.ts"
 import { benchHost } from "./lib/Hosts.ts"
 import { record } from "./lib/Report.ts"
@@ -153,18 +154,6 @@ const json = async (base: URL, token: string, method: string, path: string, body
 // ---------------------------------------------------------------------------------------------
 // The baseline: busybox `tar` inside a bare `bwrap` of the base root.
 
-const NAMESPACES = [
-  "--unshare-user",
-  "--uid",
-  "0",
-  "--gid",
-  "0",
-  "--unshare-pid",
-  "--unshare-ipc",
-  "--unshare-uts",
-  "--unshare-net"
-]
-
 /** Where a baseline's `bwrap` runs: how it is started and what its root is. */
 interface BaselineRoot {
   /** The command `bwrap` is run by (empty: directly). */
@@ -176,7 +165,7 @@ interface BaselineRoot {
 /** The earlier baseline: the base root read-only, a host folder (the host's ext4, its page cache) bound writable. */
 const hostFolderRoot = (root: string, work: string, mount: string): BaselineRoot => ({
   prefix: [],
-  binds: ["--ro-bind", root, "/", "--bind", work, mount]
+  binds: [...readOnlyRoot(root), "--bind", work, mount]
 })
 
 /** Joins the cgroups named (`$1` of them), then runs the rest: a baseline command under the sandbox's limits. */
@@ -282,15 +271,7 @@ const bwrapBusybox = (at: BaselineRoot, args: ReadonlyArray<string>, input?: Ite
     const command = [
       ...at.prefix,
       "bwrap",
-      ...NAMESPACES,
-      ...at.binds,
-      "--proc",
-      "/proc",
-      "--dev",
-      "/dev",
-      "--",
-      "/bin/busybox",
-      ...args
+      ...bwrapArgs({ namespaces: SANDBOX_NAMESPACES, mounts: at.binds, argv: ["/bin/busybox", ...args] })
     ]
     const child = spawn(command[0]!, command.slice(1), {
       stdio: [input !== undefined ? "pipe" : "ignore", "pipe", "pipe"],

@@ -52,6 +52,7 @@ import { SecretBox } from "../packages/crypto/src/SecretBox.ts"
 import { DriverExecRequest, SandboxSpec } from "../packages/host/src/Driver.ts"
 import { groupPath } from "../packages/host/src/Driver/Cgroups.ts"
 import { serveApi } from "./lib/Api.ts"
+import { bwrapArgs, readOnlyRoot } from "./lib/Bwrap.ts"
 import { agentEnv, benchHost, bubblewrapDriver, cleanHost, startAgent, UNBOUNDED_HOST } from "./lib/Hosts.ts"
 import { findProcess, machineBusyMs, processCpuMs, treeCpuMs } from "./lib/Measure.ts"
 import { record } from "./lib/Report.ts"
@@ -154,25 +155,16 @@ const traceStarts = (agentPid: number) => {
 const bareBubblewrapOnce = (root: string) =>
   new Promise<number>((resolve, reject) => {
     const t0 = performance.now()
-    const sandbox = spawn("bwrap", [
-      "--unshare-all",
-      "--die-with-parent",
-      "--ro-bind",
-      root,
-      "/",
-      "--proc",
-      "/proc",
-      "--dev",
-      "/dev",
-      "--tmpfs",
-      "/tmp",
-      "--info-fd",
-      "3",
-      "--",
-      "/bin/sh",
-      "-c",
-      "echo up; exec sleep 1000"
-    ], { stdio: ["ignore", "pipe", "inherit", "pipe"] })
+    const sandbox = spawn(
+      "bwrap",
+      bwrapArgs({
+        namespaces: ["--unshare-all", "--die-with-parent"],
+        mounts: readOnlyRoot(root),
+        extra: ["--tmpfs", "/tmp", "--info-fd", "3"],
+        argv: ["/bin/sh", "-c", "echo up; exec sleep 1000"]
+      }),
+      { stdio: ["ignore", "pipe", "inherit", "pipe"] }
+    )
     let info = ""
     let up = false
     const fail = (e: Error) => {
