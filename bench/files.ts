@@ -23,7 +23,6 @@
  * 50 ms: the peak minus the reading just before each transfer, against the bound the test of
  * 512 MiB holds (FileTransferMemory.test.ts: 160 MiB). Deletes the sandbox before it exits.
  */
-import { startNats, startPostgres } from "@svc/local-servers/Servers"
 import { TEST_IMAGE_CACHE_DIR } from "@svc/testing/ImageCache"
 import { tarHeader } from "@svc/testing/Tar"
 import { appMain, readyEvent, spawnRole } from "@svc/testing/TestProcess"
@@ -40,10 +39,10 @@ import { HOST_ENV } from "../packages/host/src/Driver/Host.ts"
 import * as Native from "../packages/host/src/Driver/Native.ts"
 import * as Spawner from "../packages/host/src/Driver/Spawner.ts"
 import { sandboxPaths } from "../packages/host/src/Driver/State.ts"
-import { mintKey } from "./lib/ApiRole.ts"
+import { mintKey, NO_RATE_LIMIT } from "./lib/ApiRole.ts"
 import { bwrapArgs, readOnlyRoot, SANDBOX_NAMESPACES } from "./lib/Bwrap.ts"
-import { startControlPlane } from "./lib/ControlPlane.ts"
-import { benchHost } from "./lib/Hosts.ts"
+import { startControlPlane, startServers } from "./lib/ControlPlane.ts"
+import { agentEnv, benchHost } from "./lib/Hosts.ts"
 import { record } from "./lib/Report.ts"
 import { median } from "./lib/Stats.ts"
 
@@ -330,14 +329,10 @@ const timed = async <A>(work: () => Promise<A>) => {
 }
 
 const main = Effect.gen(function*() {
-  const [nats, pg] = yield* Effect.acquireRelease(
-    Effect.promise(() => Promise.all([startNats(), startPostgres()])),
-    ([n, p]) => Effect.promise(() => Promise.all([n.stop(), p.close()]))
-  )
+  const { nats, pg } = yield* startServers
   const common = {
     NATS_URL: nats.url,
-    SVC_RATE_LIMIT_PER_SECOND: "100000000",
-    SVC_RATE_LIMIT_BURST: "100000000"
+    ...NO_RATE_LIMIT
   }
   const profiled = (role: string) => {
     const options = [
@@ -347,15 +342,14 @@ const main = Effect.gen(function*() {
     return options.length > 0 ? { NODE_OPTIONS: options.join(" ") } : {}
   }
   const { api, port } = yield* startControlPlane({ common, databaseUrl: pg.url, apiEnv: profiled("api") })
-  const { dataDir, hostId } = yield* benchHost("/tmp/svc-bench-files-")
+  const host = yield* benchHost("/tmp/svc-bench-files-")
+  const { dataDir } = host
   const agent = yield* spawnRole({
     main: appMain("agent"),
     env: {
       ...common,
       ...profiled("agent"),
-      SVC_HOST_ID: hostId,
-      SVC_REGION: "local",
-      SVC_AGENT_DATA_DIR: dataDir,
+      ...agentEnv(nats, host),
       SVC_HOST_DISK_GB: "1000",
       SVC_IMAGE_CACHE_DIR: TEST_IMAGE_CACHE_DIR
     },
