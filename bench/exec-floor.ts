@@ -28,12 +28,12 @@ import { Effect } from "effect"
 import * as FsSync from "node:fs"
 import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
-import { DriverExecRequest, SandboxSpec } from "../packages/host/src/Driver.ts"
+import { DriverExecRequest } from "../packages/host/src/Driver.ts"
 import { CONTROLLERS, groupPath } from "../packages/host/src/Driver/Cgroups.ts"
 import * as Confinement from "../packages/host/src/Driver/Confinement.ts"
 import { run } from "../packages/host/src/Driver/Process.ts"
 import { bwrapArgs, readOnlyRoot, SANDBOX_NAMESPACES, USER_NAMESPACE } from "./lib/Bwrap.ts"
-import { bubblewrapDriver } from "./lib/Hosts.ts"
+import { baseSandboxSpec, bubblewrapDriver } from "./lib/Hosts.ts"
 import { record } from "./lib/Report.ts"
 import { median } from "./lib/Stats.ts"
 
@@ -61,14 +61,12 @@ const program = Effect.gen(function*() {
     })
   )
   const driver = yield* bubblewrapDriver({ dataDir, hostId })
-  const spec = (sandboxId: string) =>
-    new SandboxSpec({ sandboxId, template: "base", env: {}, cpu: 1, ramMb: 256, diskGb: 1, exposedPorts: [] })
   const ids: Array<string> = []
   yield* Effect.addFinalizer(() => Effect.forEach(ids, (id) => driver.destroy(id).pipe(Effect.ignore)))
 
   const id = "floor-0"
   ids.push(id)
-  const info = yield* driver.create(spec(id))
+  const info = yield* driver.create(baseSandboxSpec(id))
   const pid = info.pid!
   const ticks = startTicksOf(pid)
   // The driver made these files at its start; asking again returns the same paths.
@@ -187,7 +185,7 @@ const program = Effect.gen(function*() {
     // The first exec after a create, against the warm execs of this round.
     const fresh = `floor-${r + 1}`
     ids.push(fresh)
-    yield* driver.create(spec(fresh))
+    yield* driver.create(baseSandboxSpec(fresh))
     const t = performance.now()
     ok("first exec")(yield* driver.exec(fresh, new DriverExecRequest({ cmd: ["/bin/true"] })))
     firsts.push(performance.now() - t)

@@ -49,11 +49,19 @@ import * as Runtime from "../apps/runtime/src/Runtime.ts"
 import * as AuthLayer from "../packages/auth/src/AuthLayer.ts"
 import { Nats } from "../packages/bus/src/Nats.ts"
 import { SecretBox } from "../packages/crypto/src/SecretBox.ts"
-import { DriverExecRequest, SandboxSpec } from "../packages/host/src/Driver.ts"
+import { DriverExecRequest } from "../packages/host/src/Driver.ts"
 import { groupPath } from "../packages/host/src/Driver/Cgroups.ts"
 import { serveApi } from "./lib/Api.ts"
 import { bwrapArgs, readOnlyRoot } from "./lib/Bwrap.ts"
-import { agentEnv, benchHost, bubblewrapDriver, cleanHost, startAgent, UNBOUNDED_HOST } from "./lib/Hosts.ts"
+import {
+  agentEnv,
+  baseSandboxSpec,
+  benchHost,
+  bubblewrapDriver,
+  cleanHost,
+  startAgent,
+  UNBOUNDED_HOST
+} from "./lib/Hosts.ts"
 import { findProcess, machineBusyMs, processCpuMs, treeCpuMs } from "./lib/Measure.ts"
 import { record } from "./lib/Report.ts"
 import { sandboxMaker, watchSandboxEvents } from "./lib/Sandboxes.ts"
@@ -208,16 +216,14 @@ const bareDriver = Effect.scoped(Effect.gen(function*() {
     (dir) => cleanHost(hostId, dir)
   )
   const driver = yield* bubblewrapDriver({ dataDir, hostId })
-  const spec = (sandboxId: string) =>
-    new SandboxSpec({ sandboxId, template: "base", env: {}, cpu: 1, ramMb: 256, diskGb: 1, exposedPorts: [] })
   const echo = new DriverExecRequest({ cmd: ["echo", "ready"] })
-  yield* driver.create(spec("warmup"))
+  yield* driver.create(baseSandboxSpec("warmup"))
   yield* driver.exec("warmup", echo)
   yield* driver.destroy("warmup")
   const times: Array<number> = []
   for (let i = 0; i < BARE; i++) {
     const t0 = performance.now()
-    yield* driver.create(spec(`bare-${i}`))
+    yield* driver.create(baseSandboxSpec(`bare-${i}`))
     const result = yield* driver.exec(`bare-${i}`, echo)
     times.push(performance.now() - t0)
     if (result.exitCode !== 0) throw new Error("first exec failed")
