@@ -15,18 +15,16 @@
  *   node bench/create-steps.ts     (BENCH_STEPS_N=40 per batch, BENCH_RUNS=5 rounds)
  */
 import { useTestEncryptionKeys } from "@svc/testing/TestSecrets"
-import { Context, Effect, Layer } from "effect"
+import { Effect } from "effect"
 import * as FsSync from "node:fs"
 import * as Fs from "node:fs/promises"
 import * as Os from "node:os"
 import * as NodePath from "node:path"
-import { SecretBox } from "../packages/crypto/src/SecretBox.ts"
-import { DriverExecRequest, SandboxDriver, SandboxSpec } from "../packages/host/src/Driver.ts"
-import { BubblewrapDriver } from "../packages/host/src/Driver/Bubblewrap.ts"
+import { DriverExecRequest } from "../packages/host/src/Driver.ts"
 import { CONTROLLERS } from "../packages/host/src/Driver/Cgroups.ts"
-import { DriverConfig } from "../packages/host/src/Driver/Config.ts"
 import { runChecked } from "../packages/host/src/Driver/Process.ts"
 import * as Spawner from "../packages/host/src/Driver/Spawner.ts"
+import { baseSandboxSpec, bubblewrapDriver } from "./lib/Hosts.ts"
 import { record } from "./lib/Report.ts"
 import { median } from "./lib/Stats.ts"
 
@@ -69,17 +67,9 @@ const program = Effect.gen(function*() {
       for (const c of CONTROLLERS) await Fs.rmdir(`${CGROUP_ROOT}/${c}/svc-sandboxes/${hostId}`).catch(() => undefined)
     })
   )
-  const context = yield* Layer.build(
-    BubblewrapDriver.layer.pipe(
-      Layer.provide(Layer.succeed(DriverConfig, DriverConfig.make({ dataDir, hostId }))),
-      Layer.provide(SecretBox.layer)
-    )
-  )
-  const driver = Context.get(context, SandboxDriver)
+  const driver = yield* bubblewrapDriver({ dataDir, hostId })
   const id = "steps-0"
-  yield* driver.create(
-    new SandboxSpec({ sandboxId: id, template: "base", env: {}, cpu: 1, ramMb: 256, diskGb: 1, exposedPorts: [] })
-  )
+  yield* driver.create(baseSandboxSpec(id))
   yield* Effect.addFinalizer(() => driver.destroy(id).pipe(Effect.ignore))
 
   const probe = driver.exec(id, new DriverExecRequest({ cmd: ["true"], timeoutMs: 5_000 }))

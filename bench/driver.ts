@@ -14,9 +14,9 @@ import { useTestEncryptionKeys } from "@svc/testing/TestSecrets"
 import { Effect } from "effect"
 import * as Fs from "node:fs/promises"
 import * as Os from "node:os"
-import { DriverExecRequest, SandboxSpec } from "../packages/host/src/Driver.ts"
+import { DriverExecRequest } from "../packages/host/src/Driver.ts"
 import { CONTROLLERS, groupPath } from "../packages/host/src/Driver/Cgroups.ts"
-import { bubblewrapDriver } from "./lib/Hosts.ts"
+import { baseSandboxSpec, bubblewrapDriver } from "./lib/Hosts.ts"
 
 const N = Number(process.env["BENCH_SANDBOXES"] ?? 50)
 const WARM_EXECS = 50
@@ -67,12 +67,10 @@ const program = Effect.gen(function*() {
     Effect.forEach(ids, (id) => driver.destroy(id).pipe(Effect.ignore), { discard: true })
   )
 
-  const spec = (sandboxId: string) =>
-    new SandboxSpec({ sandboxId, template: "base", env: {}, cpu: 1, ramMb: 256, diskGb: 1, exposedPorts: [] })
   const echo = new DriverExecRequest({ cmd: ["echo", "ready"] })
 
   // Warm-up: template build, JIT, page cache.
-  yield* driver.create(spec("bench-warmup"))
+  yield* driver.create(baseSandboxSpec("bench-warmup"))
   yield* driver.exec("bench-warmup", echo)
   yield* driver.destroy("bench-warmup")
 
@@ -83,7 +81,7 @@ const program = Effect.gen(function*() {
   const pids: Array<number> = []
   for (const id of ids) {
     const t0 = performance.now()
-    const info = yield* driver.create(spec(id))
+    const info = yield* driver.create(baseSandboxSpec(id))
     const t1 = performance.now()
     const result = yield* driver.exec(id, echo)
     const t2 = performance.now()

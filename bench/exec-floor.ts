@@ -28,11 +28,12 @@ import { Effect } from "effect"
 import * as FsSync from "node:fs"
 import * as Fs from "node:fs/promises"
 import * as NodePath from "node:path"
-import { DriverExecRequest, SandboxSpec } from "../packages/host/src/Driver.ts"
+import { DriverExecRequest } from "../packages/host/src/Driver.ts"
 import { CONTROLLERS, groupPath } from "../packages/host/src/Driver/Cgroups.ts"
 import * as Confinement from "../packages/host/src/Driver/Confinement.ts"
 import { run } from "../packages/host/src/Driver/Process.ts"
-import { bubblewrapDriver } from "./lib/Hosts.ts"
+import { bwrapArgs, readOnlyRoot, SANDBOX_NAMESPACES, USER_NAMESPACE } from "./lib/Bwrap.ts"
+import { baseSandboxSpec, bubblewrapDriver } from "./lib/Hosts.ts"
 import { record } from "./lib/Report.ts"
 import { median } from "./lib/Stats.ts"
 
@@ -60,14 +61,12 @@ const program = Effect.gen(function*() {
     })
   )
   const driver = yield* bubblewrapDriver({ dataDir, hostId })
-  const spec = (sandboxId: string) =>
-    new SandboxSpec({ sandboxId, template: "base", env: {}, cpu: 1, ramMb: 256, diskGb: 1, exposedPorts: [] })
   const ids: Array<string> = []
   yield* Effect.addFinalizer(() => Effect.forEach(ids, (id) => driver.destroy(id).pipe(Effect.ignore)))
 
   const id = "floor-0"
   ids.push(id)
-  const info = yield* driver.create(spec(id))
+  const info = yield* driver.create(baseSandboxSpec(id))
   const pid = info.pid!
   const ticks = startTicksOf(pid)
   // The driver made these files at its start; asking again returns the same paths.
@@ -101,29 +100,9 @@ const program = Effect.gen(function*() {
     ...argv
   ]
   const fd3 = Buffer.from("PATH=/usr/bin:/bin\0")
-  const bwrapArgs = (extra: ReadonlyArray<string>, argv: ReadonlyArray<string>) => [
-    ...extra,
-    "--ro-bind",
-    root,
-    "/",
-    "--proc",
-    "/proc",
-    "--dev",
-    "/dev",
-    "--",
-    ...argv
-  ]
-  const ALL = [
-    "--unshare-user",
-    "--uid",
-    "0",
-    "--gid",
-    "0",
-    "--unshare-pid",
-    "--unshare-ipc",
-    "--unshare-uts",
-    "--unshare-net"
-  ]
+  /** A bare bwrap of the root read-only, in `namespaces`. */
+  const bare = (namespaces: ReadonlyArray<string>, argv: ReadonlyArray<string>) =>
+    bwrapArgs({ namespaces, mounts: readOnlyRoot(root), argv })
 
   const ok = (what: string) => (r: { exitCode: number; stderr: Uint8Array }) => {
     if (r.exitCode !== 0) throw new Error(`${what}: exit ${r.exitCode}: ${Buffer.from(r.stderr).toString()}`)
@@ -141,13 +120,9 @@ const program = Effect.gen(function*() {
   let execCounter = 0
   const ways: Record<string, () => Effect.Effect<number, unknown>> = {
     host: () => timed("host", run("host", busybox, ["true"], { env })),
-    bwrap: () => timed("bwrap", run("bwrap", "bwrap", bwrapArgs([], ["/bin/true"]), { env })),
-    "bwrap+user": () =>
-      timed(
-        "bwrap+user",
-        run("bwrap", "bwrap", bwrapArgs(["--unshare-user", "--uid", "0", "--gid", "0"], ["/bin/true"]), { env })
-      ),
-    "bwrap+all": () => timed("bwrap+all", run("bwrap", "bwrap", bwrapArgs(ALL, ["/bin/true"]), { env })),
+    bwrap: () => timed("bwrap", run("bwrap", "bwrap", bare([], ["/bin/true"]), { env })),
+    "bwrap+user": () => timed("bwrap+user", run("bwrap", "bwrap", bare(USER_NAMESPACE, ["/bin/true"]), { env })),
+    "bwrap+all": () => timed("bwrap+all", run("bwrap", "bwrap", bare(SANDBOX_NAMESPACES, ["/bin/true"]), { env })),
     nsenter: () =>
       timed(
         "nsenter",
@@ -190,7 +165,10 @@ const program = Effect.gen(function*() {
         run("enter", files.enter, enter(["/bin/sh", "-c", lookupLoop], allowFile, []), { env, fd3 })
       ),
     "lookups bwrap": () =>
-      timed("lookups bwrap", run("bwrap", "bwrap", bwrapArgs(ALL, ["/bin/sh", "-c", lookupLoop]), { env }))
+      timed(
+        "lookups bwrap",
+        run("bwrap", "bwrap", bare(SANDBOX_NAMESPACES, ["/bin/sh", "-c", lookupLoop]), { env })
+      )
   }
   const names = Object.keys(ways)
   // Warm-up: page cache, JIT.
@@ -207,7 +185,7 @@ const program = Effect.gen(function*() {
     // The first exec after a create, against the warm execs of this round.
     const fresh = `floor-${r + 1}`
     ids.push(fresh)
-    yield* driver.create(spec(fresh))
+    yield* driver.create(baseSandboxSpec(fresh))
     const t = performance.now()
     ok("first exec")(yield* driver.exec(fresh, new DriverExecRequest({ cmd: ["/bin/true"] })))
     firsts.push(performance.now() - t)

@@ -8,9 +8,8 @@
 import { useTestEncryptionKeys } from "@svc/testing/TestSecrets"
 import { Effect } from "effect"
 import * as Fs from "node:fs/promises"
-import { SandboxSpec } from "../packages/host/src/Driver.ts"
 import * as Cgroups from "../packages/host/src/Driver/Cgroups.ts"
-import { bubblewrapDriver } from "./lib/Hosts.ts"
+import { baseSandboxSpec, bubblewrapDriver } from "./lib/Hosts.ts"
 
 const N = Number(process.env["BENCH_SANDBOXES"] ?? 200)
 const SWEEPS = 40
@@ -35,9 +34,7 @@ const program = Effect.gen(function*() {
   const pids = new Map<string, number>()
   yield* Effect.forEach(ids, (id) =>
     Effect.map(
-      driver.create(
-        new SandboxSpec({ sandboxId: id, template: "base", env: {}, cpu: 1, ramMb: 64, diskGb: 1, exposedPorts: [] })
-      ),
+      driver.create(baseSandboxSpec(id, 64)),
       (info) => pids.set(id, info.pid!)
     ), { concurrency: 4, discard: true })
 

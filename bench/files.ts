@@ -23,7 +23,6 @@
  * 50 ms: the peak minus the reading just before each transfer, against the bound the test of
  * 512 MiB holds (FileTransferMemory.test.ts: 160 MiB). Deletes the sandbox before it exits.
  */
-import { startNats, startPostgres } from "@svc/local-servers/Servers"
 import { TEST_IMAGE_CACHE_DIR } from "@svc/testing/ImageCache"
 import { tarHeader } from "@svc/testing/Tar"
 import { appMain, readyEvent, spawnRole } from "@svc/testing/TestProcess"
@@ -40,9 +39,10 @@ import { HOST_ENV } from "../packages/host/src/Driver/Host.ts"
 import * as Native from "../packages/host/src/Driver/Native.ts"
 import * as Spawner from "../packages/host/src/Driver/Spawner.ts"
 import { sandboxPaths } from "../packages/host/src/Driver/State.ts"
-import { mintKey } from "./lib/ApiRole.ts"
-import { startControlPlane } from "./lib/ControlPlane.ts"
-import { benchHost } from "./lib/Hosts.ts"
+import { mintKey, NO_RATE_LIMIT } from "./lib/ApiRole.ts"
+import { bwrapArgs, readOnlyRoot, SANDBOX_NAMESPACES } from "./lib/Bwrap.ts"
+import { startControlPlane, startServers } from "./lib/ControlPlane.ts"
+import { agentEnv, benchHost } from "./lib/Hosts.ts"
 import { record } from "./lib/Report.ts"
 import { median } from "./lib/Stats.ts"
 
@@ -153,18 +153,6 @@ const json = async (base: URL, token: string, method: string, path: string, body
 // ---------------------------------------------------------------------------------------------
 // The baseline: busybox `tar` inside a bare `bwrap` of the base root.
 
-const NAMESPACES = [
-  "--unshare-user",
-  "--uid",
-  "0",
-  "--gid",
-  "0",
-  "--unshare-pid",
-  "--unshare-ipc",
-  "--unshare-uts",
-  "--unshare-net"
-]
-
 /** Where a baseline's `bwrap` runs: how it is started and what its root is. */
 interface BaselineRoot {
   /** The command `bwrap` is run by (empty: directly). */
@@ -176,7 +164,7 @@ interface BaselineRoot {
 /** The earlier baseline: the base root read-only, a host folder (the host's ext4, its page cache) bound writable. */
 const hostFolderRoot = (root: string, work: string, mount: string): BaselineRoot => ({
   prefix: [],
-  binds: ["--ro-bind", root, "/", "--bind", work, mount]
+  binds: [...readOnlyRoot(root), "--bind", work, mount]
 })
 
 /** Joins the cgroups named (`$1` of them), then runs the rest: a baseline command under the sandbox's limits. */
@@ -282,15 +270,7 @@ const bwrapBusybox = (at: BaselineRoot, args: ReadonlyArray<string>, input?: Ite
     const command = [
       ...at.prefix,
       "bwrap",
-      ...NAMESPACES,
-      ...at.binds,
-      "--proc",
-      "/proc",
-      "--dev",
-      "/dev",
-      "--",
-      "/bin/busybox",
-      ...args
+      ...bwrapArgs({ namespaces: SANDBOX_NAMESPACES, mounts: at.binds, argv: ["/bin/busybox", ...args] })
     ]
     const child = spawn(command[0]!, command.slice(1), {
       stdio: [input !== undefined ? "pipe" : "ignore", "pipe", "pipe"],
@@ -349,14 +329,10 @@ const timed = async <A>(work: () => Promise<A>) => {
 }
 
 const main = Effect.gen(function*() {
-  const [nats, pg] = yield* Effect.acquireRelease(
-    Effect.promise(() => Promise.all([startNats(), startPostgres()])),
-    ([n, p]) => Effect.promise(() => Promise.all([n.stop(), p.close()]))
-  )
+  const { nats, pg } = yield* startServers
   const common = {
     NATS_URL: nats.url,
-    SVC_RATE_LIMIT_PER_SECOND: "100000000",
-    SVC_RATE_LIMIT_BURST: "100000000"
+    ...NO_RATE_LIMIT
   }
   const profiled = (role: string) => {
     const options = [
@@ -366,15 +342,14 @@ const main = Effect.gen(function*() {
     return options.length > 0 ? { NODE_OPTIONS: options.join(" ") } : {}
   }
   const { api, port } = yield* startControlPlane({ common, databaseUrl: pg.url, apiEnv: profiled("api") })
-  const { dataDir, hostId } = yield* benchHost("/tmp/svc-bench-files-")
+  const host = yield* benchHost("/tmp/svc-bench-files-")
+  const { dataDir } = host
   const agent = yield* spawnRole({
     main: appMain("agent"),
     env: {
       ...common,
       ...profiled("agent"),
-      SVC_HOST_ID: hostId,
-      SVC_REGION: "local",
-      SVC_AGENT_DATA_DIR: dataDir,
+      ...agentEnv(nats, host),
       SVC_HOST_DISK_GB: "1000",
       SVC_IMAGE_CACHE_DIR: TEST_IMAGE_CACHE_DIR
     },

@@ -23,43 +23,36 @@
  * cache favour the second). Medians of the runs. Deletes what it made. `BENCH_CPU_PROF=<dir>`
  * profiles the agent (`node --cpu-prof`).
  */
-import { serve } from "@svc/testing/TestHttp"
 import * as TestNats from "@svc/testing/TestNats"
 import { startTestRegistry, type TestRegistry, writeOciLayout } from "@svc/testing/TestRegistry"
 import { Effect } from "effect"
-import { HttpRouter } from "effect/http"
-import { execFile, execFileSync, spawn } from "node:child_process"
+import { execFile, execFileSync } from "node:child_process"
 import { randomBytes } from "node:crypto"
 import * as FsSync from "node:fs"
 import * as Fs from "node:fs/promises"
 import * as Os from "node:os"
 import * as Path from "node:path"
-import { fileURLToPath } from "node:url"
 import { promisify } from "node:util"
-import * as Server from "../apps/api/src/Server.ts"
-import { ApiKeys } from "../packages/auth/src/ApiKeys.ts"
-import { operatorContext } from "../packages/auth/src/Audit.ts"
-import { Orgs } from "../packages/auth/src/Orgs.ts"
-import { makeHostId } from "../packages/domain/src/Ids.ts"
 import { TEST_IMAGE_CACHE_DIR } from "../packages/testing/src/ImageCache.ts"
-import { cleanHost } from "./lib/Hosts.ts"
+import { removeAtEnd, serveApi } from "./lib/Api.ts"
+import { agentEnv, benchHost, startAgent, UNBOUNDED_HOST } from "./lib/Hosts.ts"
 import { runInProcess } from "./lib/InProcess.ts"
+import { processCpuMs } from "./lib/Measure.ts"
 import { record } from "./lib/Report.ts"
+import { timeToRunning } from "./lib/Sandboxes.ts"
 import { median } from "./lib/Stats.ts"
 
 const RUNS = Number(process.env["BENCH_RUNS"] ?? 3)
 const IMAGE_MIB = Number(process.env["BENCH_IMAGE_MIB"] ?? 200)
 const STARTS = Number(process.env["BENCH_STARTS"] ?? 5)
-const AGENT_MAIN = fileURLToPath(new URL("../apps/agent/src/main.ts", import.meta.url))
 const MIB = 1024 * 1024
 const TICK_MS = 1000 / Number(execFileSync("getconf", ["CLK_TCK"], { encoding: "utf8" }).trim())
 const run = promisify(execFile)
 
-/** CPU ms of a process and its reaped children (utime, stime, cutime, cstime of /proc/<pid>/stat). */
-const cpuMs = (pid: number | string) => {
-  const stat = FsSync.readFileSync(`/proc/${pid}/stat`, "utf8")
-  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
-  return [11, 12, 13, 14].reduce((sum, i) => sum + Number(fields[i]), 0) * TICK_MS
+/** CPU ms of a process and of the children it reaped. */
+const cpuMs = (pid: number) => {
+  const { own, reaped } = processCpuMs(pid)
+  return own + reaped
 }
 
 /** A layer of `mib` files of 1 MiB: half random, half a repeated line (gzip halves it). */
@@ -85,9 +78,7 @@ const pushImage = (registry: TestRegistry, repository: string, layers: ReadonlyA
 
 const platform = Effect.gen(function*() {
   const server = yield* TestNats.TestNatsServer
-  const base = yield* serve(HttpRouter.serve(Server.Routes, { disableLogger: true, disableListenLog: true }))
-  const org = yield* (yield* Orgs).create("bench", operatorContext)
-  const key = (yield* (yield* ApiKeys).mint({ orgId: org.id, userId: null, name: "bench" }, operatorContext)).token
+  const { call } = yield* serveApi()
 
   const registry = yield* startTestRegistry({ name: "bench.registry.test" })
   const work = yield* Effect.acquireRelease(
@@ -101,80 +92,24 @@ const platform = Effect.gen(function*() {
   FsSync.mkdirSync(certDir)
   FsSync.copyFileSync(registry.certificates.caFile, Path.join(certDir, "ca.crt"))
 
-  const hostId = makeHostId()
-  const dataDir = yield* Effect.acquireRelease(
-    Effect.promise(() => Fs.mkdtemp("/tmp/svc-bench-images-host-")),
-    (dir) => cleanHost(hostId, dir)
+  const host = yield* benchHost("/tmp/svc-bench-images-host-")
+  const prof = process.env["BENCH_CPU_PROF"]
+  const agent = yield* startAgent(
+    {
+      ...agentEnv(server, host),
+      ...UNBOUNDED_HOST,
+      SVC_AGENT_POOL_SIZE: "0",
+      SVC_IMAGE_CACHE_DIR: TEST_IMAGE_CACHE_DIR,
+      SVC_REGISTRY_HOSTS_FILE: hostsFile,
+      SVC_REGISTRY_CA_FILE: registry.certificates.caFile,
+      SVC_REGISTRY_ALLOWED_SUBNETS: "127.0.0.0/8"
+    },
+    prof ? ["--cpu-prof", `--cpu-prof-dir=${prof}`] : []
   )
-  const agent = yield* Effect.acquireRelease(
-    Effect.callback<{ pid: number; kill: () => void }>((resume) => {
-      const prof = process.env["BENCH_CPU_PROF"]
-      const child = spawn(process.execPath, [...(prof ? ["--cpu-prof", `--cpu-prof-dir=${prof}`] : []), AGENT_MAIN], {
-        env: {
-          ...process.env,
-          NATS_URL: server.url,
-          SVC_NATS_PREFIX: server.prefix,
-          SVC_HOST_ID: hostId,
-          SVC_REGION: "local",
-          SVC_HOST_CPU: "100000",
-          SVC_HOST_RAM_MB: "100000000",
-          SVC_HOST_DISK_GB: "1000000",
-          SVC_AGENT_DATA_DIR: dataDir,
-          SVC_AGENT_POOL_SIZE: "0",
-          SVC_IMAGE_CACHE_DIR: TEST_IMAGE_CACHE_DIR,
-          SVC_REGISTRY_HOSTS_FILE: hostsFile,
-          SVC_REGISTRY_CA_FILE: registry.certificates.caFile,
-          SVC_REGISTRY_ALLOWED_SUBNETS: "127.0.0.0/8"
-        },
-        stdio: ["ignore", "pipe", "inherit"]
-      })
-      let out = ""
-      child.stdout!.on("data", (chunk: Buffer) => {
-        out += chunk.toString()
-        if (out.includes("agent_ready")) {
-          resume(Effect.succeed({ pid: child.pid!, kill: () => child.kill("SIGTERM") }))
-        }
-      })
-      child.on("exit", (code) => resume(Effect.die(new Error(`agent exited (${code})`))))
-    }),
-    (a) => Effect.sync(() => a.kill())
-  )
-
-  const call = (method: string, path: string, body?: unknown) =>
-    Effect.promise(async () => {
-      const response = await fetch(`${base}${path}`, {
-        method,
-        headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
-        ...(body !== undefined ? { body: JSON.stringify(body) } : {})
-      })
-      const text = await response.text()
-      return {
-        status: response.status,
-        text,
-        json: (() => {
-          try {
-            return JSON.parse(text)
-          } catch {
-            return undefined
-          }
-        })() as any
-      }
-    })
 
   const templates: Array<string> = []
   const sandboxes: Array<string> = []
-  yield* Effect.addFinalizer(() =>
-    Effect.gen(function*() {
-      for (const id of sandboxes) yield* call("DELETE", `/v1/sandboxes/${id}`)
-      const deadline = Date.now() + 60_000
-      for (const id of sandboxes) {
-        while (Date.now() < deadline && (yield* call("GET", `/v1/sandboxes/${id}`)).json.state !== "deleted") {
-          yield* Effect.sleep("200 millis")
-        }
-      }
-      for (const id of templates) yield* call("DELETE", `/v1/templates/${id}`)
-    }).pipe(Effect.ignore)
-  )
+  yield* removeAtEnd(call, { sandboxes, templates })
 
   /** POST /v1/templates {image} → ready: API ms, the agent's `ready in`, its CPU, the log. */
   const pull = (name: string, image: string) =>
@@ -223,19 +158,7 @@ const platform = Effect.gen(function*() {
       return { ms, cpu }
     })
 
-  const start = (template: string) =>
-    Effect.gen(function*() {
-      const t0 = performance.now()
-      const made = yield* call("POST", "/v1/sandboxes", { template, ram_mb: 128 })
-      if (made.status !== 201) throw new Error(`create: ${made.status} ${made.text}`)
-      sandboxes.push(made.json.id)
-      for (;;) {
-        const got = yield* call("GET", `/v1/sandboxes/${made.json.id}`)
-        if (got.json.state === "running") return performance.now() - t0
-        if (got.json.state === "error") throw new Error(`sandbox: ${got.json.errorMessage}`)
-        yield* Effect.sleep("10 millis")
-      }
-    })
+  const start = (template: string) => timeToRunning(call, { template, ram_mb: 128 }, sandboxes)
 
   const baseMib = Math.round(IMAGE_MIB * 0.85)
   const split = [Math.round(baseMib * 0.5), Math.round(baseMib * 0.3)]

@@ -18,7 +18,6 @@
  * Against a stack this run starts: a throwaway NATS and Postgres, the API, runtime and agent roles
  * each a process of its own, quotas and the rate limit raised out of the way.
  */
-import { startNats, startPostgres } from "@svc/local-servers/Servers"
 import { TEST_IMAGE_CACHE_DIR } from "@svc/testing/ImageCache"
 import { appMain, readyEvent, spawnRole } from "@svc/testing/TestProcess"
 import { Effect } from "effect"
@@ -26,11 +25,11 @@ import { execFileSync } from "node:child_process"
 import * as FsSync from "node:fs"
 import * as NodePath from "node:path"
 import { Svc } from "../packages/sdk/src/index.ts"
-import { mintKey } from "./lib/ApiRole.ts"
-import { startControlPlane } from "./lib/ControlPlane.ts"
-import { benchHost } from "./lib/Hosts.ts"
+import { mintKey, NO_RATE_LIMIT } from "./lib/ApiRole.ts"
+import { startControlPlane, startServers } from "./lib/ControlPlane.ts"
+import { agentEnv, benchHost, UNBOUNDED_HOST } from "./lib/Hosts.ts"
 import { fmt } from "./lib/Measure.ts"
-import { otlpEnv, type Receiver, type Span, spansInWindows, startReceiver, type Window } from "./lib/Otlp.ts"
+import { otlpEnv, printSpansInWindows, type Receiver, type Span, startReceiver, type Window } from "./lib/Otlp.ts"
 import { record } from "./lib/Report.ts"
 import { median } from "./lib/Stats.ts"
 
@@ -88,32 +87,26 @@ const poolEntries = (dataDir: string) => {
 const diskKb = (dataDir: string) => Number(execFileSync("du", ["-sk", dataDir], { encoding: "utf8" }).split(/\s/)[0])
 
 const main = Effect.gen(function*() {
-  const [nats, pg] = yield* Effect.acquireRelease(
-    Effect.promise(() => Promise.all([startNats(), startPostgres()])),
-    ([n, p]) => Effect.promise(() => Promise.all([n.stop(), p.close()]))
-  )
+  const { nats, pg } = yield* startServers
   const receiver = TRACE
     ? yield* Effect.acquireRelease(Effect.promise(startReceiver), (r) => Effect.promise(r.close))
     : undefined
   const common = {
     ...(receiver !== undefined ? otlpEnv(receiver.url) : {}),
     NATS_URL: nats.url,
-    SVC_RATE_LIMIT_PER_SECOND: "100000000",
-    SVC_RATE_LIMIT_BURST: "100000000",
+    ...NO_RATE_LIMIT,
     SVC_ORG_MAX_SANDBOXES: "100000",
     SVC_ORG_MAX_RUNNING_SANDBOXES: "100000"
   }
   const { base } = yield* startControlPlane({ common, databaseUrl: pg.url })
-  const { dataDir, hostId } = yield* benchHost("/tmp/svc-bench-pools-")
+  const host = yield* benchHost("/tmp/svc-bench-pools-")
+  const { dataDir } = host
   yield* spawnRole({
     main: appMain("agent"),
     env: {
       ...common,
-      SVC_HOST_ID: hostId,
-      SVC_AGENT_DATA_DIR: dataDir,
-      SVC_HOST_CPU: "100000",
-      SVC_HOST_RAM_MB: "100000000",
-      SVC_HOST_DISK_GB: "1000000",
+      ...agentEnv(nats, host),
+      ...UNBOUNDED_HOST,
       SVC_IMAGE_CACHE_DIR: TEST_IMAGE_CACHE_DIR
     },
     ready: readyEvent("agent_ready"),
@@ -135,14 +128,7 @@ const printBreakdown = (spans: ReadonlyArray<Span>, windows: ReadonlyArray<KindW
         fmt(median(mine.map((w) => w.end - w.start)))
       } ms):`
     )
-    console.log("  windows  ms inside  starts at  span")
-    for (const row of spansInWindows(spans, mine).slice(0, 40)) {
-      console.log(
-        `  ${String(row.windows).padStart(7)}  ${fmt(row.inside).padStart(9)}  ${
-          fmt(row.offset).padStart(9)
-        }  ${row.key}`
-      )
-    }
+    printSpansInWindows(spans, mine, { most: 40, indent: "  " })
   }
 }
 

@@ -49,10 +49,19 @@ import * as Runtime from "../apps/runtime/src/Runtime.ts"
 import * as AuthLayer from "../packages/auth/src/AuthLayer.ts"
 import { Nats } from "../packages/bus/src/Nats.ts"
 import { SecretBox } from "../packages/crypto/src/SecretBox.ts"
-import { DriverExecRequest, SandboxSpec } from "../packages/host/src/Driver.ts"
+import { DriverExecRequest } from "../packages/host/src/Driver.ts"
 import { groupPath } from "../packages/host/src/Driver/Cgroups.ts"
 import { serveApi } from "./lib/Api.ts"
-import { agentEnv, benchHost, bubblewrapDriver, cleanHost, startAgent, UNBOUNDED_HOST } from "./lib/Hosts.ts"
+import { bwrapArgs, readOnlyRoot } from "./lib/Bwrap.ts"
+import {
+  agentEnv,
+  baseSandboxSpec,
+  benchHost,
+  bubblewrapDriver,
+  cleanHost,
+  startAgent,
+  UNBOUNDED_HOST
+} from "./lib/Hosts.ts"
 import { findProcess, machineBusyMs, processCpuMs, treeCpuMs } from "./lib/Measure.ts"
 import { record } from "./lib/Report.ts"
 import { sandboxMaker, watchSandboxEvents } from "./lib/Sandboxes.ts"
@@ -154,25 +163,16 @@ const traceStarts = (agentPid: number) => {
 const bareBubblewrapOnce = (root: string) =>
   new Promise<number>((resolve, reject) => {
     const t0 = performance.now()
-    const sandbox = spawn("bwrap", [
-      "--unshare-all",
-      "--die-with-parent",
-      "--ro-bind",
-      root,
-      "/",
-      "--proc",
-      "/proc",
-      "--dev",
-      "/dev",
-      "--tmpfs",
-      "/tmp",
-      "--info-fd",
-      "3",
-      "--",
-      "/bin/sh",
-      "-c",
-      "echo up; exec sleep 1000"
-    ], { stdio: ["ignore", "pipe", "inherit", "pipe"] })
+    const sandbox = spawn(
+      "bwrap",
+      bwrapArgs({
+        namespaces: ["--unshare-all", "--die-with-parent"],
+        mounts: readOnlyRoot(root),
+        extra: ["--tmpfs", "/tmp", "--info-fd", "3"],
+        argv: ["/bin/sh", "-c", "echo up; exec sleep 1000"]
+      }),
+      { stdio: ["ignore", "pipe", "inherit", "pipe"] }
+    )
     let info = ""
     let up = false
     const fail = (e: Error) => {
@@ -216,16 +216,14 @@ const bareDriver = Effect.scoped(Effect.gen(function*() {
     (dir) => cleanHost(hostId, dir)
   )
   const driver = yield* bubblewrapDriver({ dataDir, hostId })
-  const spec = (sandboxId: string) =>
-    new SandboxSpec({ sandboxId, template: "base", env: {}, cpu: 1, ramMb: 256, diskGb: 1, exposedPorts: [] })
   const echo = new DriverExecRequest({ cmd: ["echo", "ready"] })
-  yield* driver.create(spec("warmup"))
+  yield* driver.create(baseSandboxSpec("warmup"))
   yield* driver.exec("warmup", echo)
   yield* driver.destroy("warmup")
   const times: Array<number> = []
   for (let i = 0; i < BARE; i++) {
     const t0 = performance.now()
-    yield* driver.create(spec(`bare-${i}`))
+    yield* driver.create(baseSandboxSpec(`bare-${i}`))
     const result = yield* driver.exec(`bare-${i}`, echo)
     times.push(performance.now() - t0)
     if (result.exitCode !== 0) throw new Error("first exec failed")

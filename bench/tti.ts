@@ -40,7 +40,6 @@
  * CPU each process used per create in each mode, per process and by cgroup
  * (`bench/lib/CpuAccounting.ts`).
  */
-import { startNats, startPostgres } from "@svc/local-servers/Servers"
 import { TEST_IMAGE_CACHE_DIR } from "@svc/testing/ImageCache"
 import { appMain, readyEvent, spawnRole } from "@svc/testing/TestProcess"
 import { Effect } from "effect"
@@ -49,13 +48,13 @@ import * as FsSync from "node:fs"
 import * as Os from "node:os"
 import * as NodePath from "node:path"
 import { type Sandbox, Svc } from "../packages/sdk/src/index.ts"
-import { mintKey } from "./lib/ApiRole.ts"
-import { startControlPlane } from "./lib/ControlPlane.ts"
+import { mintKey, NO_RATE_LIMIT } from "./lib/ApiRole.ts"
+import { startControlPlane, startServers } from "./lib/ControlPlane.ts"
 import { makeCpuAccounting, type Pids, printCpu } from "./lib/CpuAccounting.ts"
-import { benchHost } from "./lib/Hosts.ts"
+import { agentEnv, benchHost, UNBOUNDED_HOST } from "./lib/Hosts.ts"
 import { findProcess, fmt } from "./lib/Measure.ts"
 import { buildTemplate, ensureDebs, hostNodeTimes, NODE_TEMPLATE } from "./lib/NodeTemplate.ts"
-import { otlpEnv, type Span, spansInWindows, startReceiver } from "./lib/Otlp.ts"
+import { otlpEnv, printSpansInWindows, type Span, startReceiver } from "./lib/Otlp.ts"
 import { record } from "./lib/Report.ts"
 import { median, quantile } from "./lib/Stats.ts"
 
@@ -197,10 +196,7 @@ const runMode = async (svc: Svc, mode: string, count: number = N): Promise<Reado
 
 const main = Effect.gen(function*() {
   yield* Effect.acquireRelease(Effect.sync(cpu.join), () => Effect.sync(cpu.leave))
-  const [nats, pg] = yield* Effect.acquireRelease(
-    Effect.promise(() => Promise.all([startNats(), startPostgres()])),
-    ([n, p]) => Effect.promise(() => Promise.all([n.stop(), p.close()]))
-  )
+  const { nats, pg } = yield* startServers
   const receiver = TRACE
     ? yield* Effect.acquireRelease(Effect.promise(startReceiver), (r) => Effect.promise(r.close))
     : undefined
@@ -211,23 +207,20 @@ const main = Effect.gen(function*() {
     ...profEnv,
     ...(receiver !== undefined ? otlpEnv(receiver.url) : {}),
     NATS_URL: nats.url,
-    SVC_RATE_LIMIT_PER_SECOND: "100000000",
-    SVC_RATE_LIMIT_BURST: "100000000",
+    ...NO_RATE_LIMIT,
     SVC_ORG_MAX_SANDBOXES: "100000",
     SVC_ORG_MAX_RUNNING_SANDBOXES: "100000",
     ...passed
   }
   const { api, base, runtime } = yield* startControlPlane({ common, databaseUrl: pg.url })
-  const { dataDir, hostId } = yield* benchHost("/tmp/svc-bench-tti-")
+  const host = yield* benchHost("/tmp/svc-bench-tti-")
+  const { dataDir, hostId } = host
   const agent = yield* spawnRole({
     main: appMain("agent"),
     env: {
       ...common,
-      SVC_HOST_ID: hostId,
-      SVC_AGENT_DATA_DIR: dataDir,
-      SVC_HOST_CPU: "100000",
-      SVC_HOST_RAM_MB: "100000000",
-      SVC_HOST_DISK_GB: "1000000",
+      ...agentEnv(nats, host),
+      ...UNBOUNDED_HOST,
       SVC_IMAGE_CACHE_DIR: TEST_IMAGE_CACHE_DIR,
       ...passed
     },
@@ -486,14 +479,7 @@ const printSpans = (spans: ReadonlyArray<Span>, windows: ReadonlyArray<Window>) 
         fmt(median(mine.map((w) => w.end - w.start)))
       } ms):`
     )
-    console.log("    windows  ms inside  starts at  span")
-    for (const row of spansInWindows(spans, mine).slice(0, 25)) {
-      console.log(
-        `    ${String(row.windows).padStart(7)}  ${fmt(row.inside).padStart(9)}  ${
-          fmt(row.offset).padStart(9)
-        }  ${row.key}`
-      )
-    }
+    printSpansInWindows(spans, mine, { most: 25, indent: "    " })
   }
 }
 
@@ -569,14 +555,7 @@ Effect.runPromise(Effect.scoped(main)).then(
       for (const [mode, r] of Object.entries(results)) {
         const windows = r.iterations.map((i) => ({ start: r.epoch + i.startedAt, end: r.epoch + i.endedAt }))
         console.log(`\n  spans in the ${mode} iterations (${windows.length}):`)
-        console.log("    windows  ms inside  starts at  span")
-        for (const row of spansInWindows(spans, windows).slice(0, 25)) {
-          console.log(
-            `    ${String(row.windows).padStart(7)}  ${fmt(row.inside).padStart(9)}  ${
-              fmt(row.offset).padStart(9)
-            }  ${row.key}`
-          )
-        }
+        printSpansInWindows(spans, windows, { most: 25, indent: "    " })
       }
     }
     const names = Object.keys(Object.values(perCall)[0]!).slice(1).filter((n) => !n.startsWith("="))

@@ -1,10 +1,17 @@
 /**
- * The API and runtime roles as processes of their own (so each one's CPU reads apart), the API on
- * a free port: the stack the process benchmarks (files, tti, pools) start before their agent.
+ * The stack the process benchmarks (files, tti, pools) start before their agent: a throwaway NATS
+ * and Postgres, then the API and runtime roles as processes of their own (so each one's CPU reads
+ * apart), the API on a free port.
  */
-import { freePort } from "@svc/local-servers/Servers"
+import { freePort, startNats, startPostgres } from "@svc/local-servers/Servers"
 import { appMain, readyEvent, spawnRole } from "@svc/testing/TestProcess"
 import { Effect } from "effect"
+
+/** A throwaway NATS and Postgres, started together, stopped at the end of the scope. */
+export const startServers = Effect.acquireRelease(
+  Effect.promise(() => Promise.all([startNats(), startPostgres()])),
+  ([nats, pg]) => Effect.promise(() => Promise.all([nats.stop(), pg.close()]))
+).pipe(Effect.map(([nats, pg]) => ({ nats, pg })))
 
 export const startControlPlane = (options: {
   /** Every role's environment (NATS, limits, telemetry). */

@@ -9,7 +9,7 @@ import * as Fs from "node:fs/promises"
 import { fileURLToPath } from "node:url"
 import { SecretBox } from "../../packages/crypto/src/SecretBox.ts"
 import { makeHostId } from "../../packages/domain/src/Ids.ts"
-import { SandboxDriver } from "../../packages/host/src/Driver.ts"
+import { SandboxDriver, SandboxSpec } from "../../packages/host/src/Driver.ts"
 import { BubblewrapDriver } from "../../packages/host/src/Driver/Bubblewrap.ts"
 import { CONTROLLERS } from "../../packages/host/src/Driver/Cgroups.ts"
 import { DriverConfig } from "../../packages/host/src/Driver/Config.ts"
@@ -30,6 +30,10 @@ export const bubblewrapDriver = (config: Parameters<typeof DriverConfig.make>[0]
     ),
     (context) => Context.get(context, SandboxDriver)
   )
+
+/** A `base` sandbox as the driver benchmarks make it: 1 CPU, `ramMb` of memory, 1 GB of disk, no env or ports. */
+export const baseSandboxSpec = (sandboxId: string, ramMb = 256) =>
+  new SandboxSpec({ sandboxId, template: "base", env: {}, cpu: 1, ramMb, diskGb: 1, exposedPorts: [] })
 
 /**
  * Removes what an agent of `hostId` left behind: its sandboxes (through the driver, and what the

@@ -5,6 +5,7 @@
  */
 import * as Http from "node:http"
 import type * as Net from "node:net"
+import { fmt } from "./Measure.ts"
 import { median } from "./Stats.ts"
 
 export interface Span {
@@ -122,4 +123,21 @@ export const spansInWindows = (spans: ReadonlyArray<Span>, windows: ReadonlyArra
   return [...rows.entries()]
     .map(([key, row]) => ({ key, windows: row.inside.length, inside: median(row.inside), offset: median(row.offset) }))
     .sort((a, b) => b.inside - a.inside)
+}
+
+/** `spansInWindows` as a table of its first `most` rows, every line after `indent`. */
+export const printSpansInWindows = (
+  spans: ReadonlyArray<Span>,
+  windows: ReadonlyArray<Window>,
+  options: { readonly most: number; readonly indent: string }
+) => {
+  const { indent, most } = options
+  console.log(`${indent}windows  ms inside  starts at  span`)
+  for (const row of spansInWindows(spans, windows).slice(0, most)) {
+    console.log(
+      `${indent}${String(row.windows).padStart(7)}  ${fmt(row.inside).padStart(9)}  ${
+        fmt(row.offset).padStart(9)
+      }  ${row.key}`
+    )
+  }
 }
