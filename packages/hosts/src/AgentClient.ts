@@ -32,7 +32,7 @@ import {
   AgentTooLarge
 } from "@svc/host-protocol/DataPlane"
 import type { HostRecord } from "@svc/host-protocol/Protocol"
-import { accountExternalMemoryInHeapLimit } from "@svc/host-protocol/TransferMemory"
+import * as TransferMemory from "@svc/host-protocol/TransferMemory"
 import { Context, Effect, Layer, Option, Schema, type Scope, Stream } from "effect"
 import { HttpClient, HttpClientError, HttpClientRequest, HttpIncomingMessage } from "effect/http"
 import { HttpApiClient } from "effect/http-api"
@@ -345,7 +345,8 @@ export class AgentClient extends Context.Service<AgentClient, {
   exec(host: HostRecord, sandboxId: string, body: AgentExecRequest): Effect.Effect<AgentExecResult, ExecError>
   /**
    * A file's bytes (streamed from the host) or a folder's listing; `org` takes its share of the
-   * host's slots. The bytes' request to the host is ended when the scope closes.
+   * host's slots. The bytes' request to the host is ended when the scope closes; the transfer
+   * is in flight (TransferMemory.ts) until the bytes end or the scope closes.
    */
   readFile(
     host: HostRecord,
@@ -370,14 +371,17 @@ export class AgentClient extends Context.Service<AgentClient, {
     org?: string,
     options?: WriteOptions
   ): Effect.Effect<void, DataPlaneError>
-  /** A folder as a tar (or tar.gz) stream from the host; refusals before the first byte. */
+  /**
+   * A folder as a tar (or tar.gz) stream from the host; refusals before the first byte. The
+   * transfer is in flight (TransferMemory.ts) until the stream ends or the scope closes.
+   */
   readArchive(
     host: HostRecord,
     sandboxId: string,
     path: string,
     format: "tar" | "tar.gz",
     org?: string
-  ): Effect.Effect<Stream.Stream<Uint8Array, Errors.Unavailable>, DataPlaneError>
+  ): Effect.Effect<Stream.Stream<Uint8Array, Errors.Unavailable>, DataPlaneError, Scope.Scope>
   /** Streams a tar (or tar.gz) `body` to the host, extracted under `path` (all or nothing). */
   writeArchive<E>(
     host: HostRecord,
@@ -390,7 +394,7 @@ export class AgentClient extends Context.Service<AgentClient, {
 }>()("@svc/hosts/AgentClient") {
   static readonly make = Effect.gen(function*() {
     // Transfers pass through this process (TransferMemory.ts).
-    yield* accountExternalMemoryInHeapLimit
+    yield* TransferMemory.accountExternalMemoryInHeapLimit
     const http = yield* HttpClient.HttpClient
     // Each call names its host: the base URL and the bearer token come from its record.
     const client = yield* HttpApiClient.makeWith(AgentApi, {
@@ -489,6 +493,7 @@ export class AgentClient extends Context.Service<AgentClient, {
 
     const readFile = Effect.fn("AgentClient.readFile")(
       function*(host: HostRecord, sandboxId: string, path: string, org?: string) {
+        const release = yield* TransferMemory.inFlight
         const response = yield* Effect.acquireRelease(
           send(host, "GET", filesPath(sandboxId, { path, ...(org !== undefined ? { org } : {}) })).pipe(
             Effect.timeoutOrElse({ duration: TRANSFER_TIMEOUT_MS, orElse: () => unreachable(host, "read timed out") })
@@ -498,6 +503,7 @@ export class AgentClient extends Context.Service<AgentClient, {
         )
         if (response.statusCode !== 200) return yield* refusalOf(host, response)
         if ((response.headers["content-type"] ?? "").includes("json")) {
+          release()
           const listing = yield* readJson(response, MAX_LISTING_BYTES).pipe(
             Effect.flatMap(Schema.decodeUnknownEffect(AgentFileListing)),
             Effect.catch((error) => unreachable(host, error))
@@ -509,7 +515,10 @@ export class AgentClient extends Context.Service<AgentClient, {
           () => response.destroy(new Error("the host's file transfer passed its deadline")),
           TRANSFER_TIMEOUT_MS
         )
-        response.once("close", () => clearTimeout(deadline))
+        response.once("close", () => {
+          clearTimeout(deadline)
+          release()
+        })
         const length = response.headers["content-length"]
         return {
           _tag: "Bytes",
@@ -529,6 +538,7 @@ export class AgentClient extends Context.Service<AgentClient, {
       options: WriteOptions = {}
     ) =>
       Effect.gen(function*() {
+        yield* TransferMemory.inFlight
         const query = { path, ...(org !== undefined ? { org } : {}), ...options }
         const response = yield* send(host, "PUT", filesPath(sandboxId, query), { body, maxBytes }).pipe(
           Effect.timeoutOrElse({ duration: TRANSFER_TIMEOUT_MS, orElse: () => unreachable(host, "upload timed out") })
@@ -538,10 +548,11 @@ export class AgentClient extends Context.Service<AgentClient, {
           return
         }
         return yield* refusalOf(host, response)
-      }).pipe(Effect.withSpan("AgentClient.writeFile"))
+      }).pipe(Effect.scoped, Effect.withSpan("AgentClient.writeFile"))
 
     const readArchive = Effect.fn("AgentClient.readArchive")(
       function*(host: HostRecord, sandboxId: string, path: string, format: "tar" | "tar.gz", org?: string) {
+        const release = yield* TransferMemory.inFlight
         const content = yield* client.sandboxes.readArchive({
           params: { id: sandboxId },
           query: { path, format, ...(org !== undefined ? { org } : {}) }
@@ -554,7 +565,8 @@ export class AgentClient extends Context.Service<AgentClient, {
         const stopped = new Errors.Unavailable({ error: "The sandbox's host stopped sending the archive" })
         return content.pipe(
           Stream.mapError(() => stopped),
-          Stream.interruptWhen(Effect.andThen(Effect.sleep(ARCHIVE_TIMEOUT_MS), Effect.fail(stopped)))
+          Stream.interruptWhen(Effect.andThen(Effect.sleep(ARCHIVE_TIMEOUT_MS), Effect.fail(stopped))),
+          Stream.ensuring(Effect.sync(release))
         )
       }
     )
@@ -567,7 +579,7 @@ export class AgentClient extends Context.Service<AgentClient, {
       format: "tar" | "tar.gz",
       org?: string
     ) =>
-      Effect.suspend(() => {
+      Effect.flatMap(TransferMemory.inFlight, () => {
         const payload = body.pipe(
           Stream.mapError(() => new Errors.InvalidRequest({ error: "The request body could not be read" }))
         )
@@ -584,7 +596,7 @@ export class AgentClient extends Context.Service<AgentClient, {
             return toApiError(host, error)
           })
         )
-      }).pipe(Effect.withSpan("AgentClient.writeArchive"))
+      }).pipe(Effect.scoped, Effect.withSpan("AgentClient.writeArchive"))
 
     return AgentClient.of({
       api: client,
