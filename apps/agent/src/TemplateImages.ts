@@ -15,7 +15,7 @@
  * template is not deleted while a sandbox uses it).
  */
 import { type BusError, Nats } from "@svc/bus/Nats"
-import { ensureObjectStore, type ObjectStore } from "@svc/bus/Objects"
+import { beginContentPut, ensureObjectStore, type ObjectStore } from "@svc/bus/Objects"
 import { ensureBucket } from "@svc/bus/Topology"
 import { OPEN_POLICY } from "@svc/domain/Network"
 import { EGRESS_BUCKET_SPEC, type SandboxEgress, sandboxEgressKey } from "@svc/host-protocol/Egress"
@@ -121,16 +121,30 @@ export class TemplateImages extends Context.Service<TemplateImages, {
       const ensureLayers = (layers: ReadonlyArray<string>) =>
         Effect.forEach(layers, (hex) => pulling.withPermit(pull(hex)), { discard: true })
 
-      /** Pushes a layer tar to the store (a layer there already is left alone) and extracts it here. */
+      /**
+       * Pushes a layer tar to the store (a layer there already is left alone) and extracts it
+       * here. Sent as image pulls send theirs (`beginContentPut`: a few chunks in flight, named
+       * at the commit), not by the library's `put`, which waits for each chunk's ack.
+       */
       const publish = (file: string) =>
         Effect.gen(function*() {
           const hex = yield* Effect.promise(() => digestFile(file))
           const objects = yield* openStore.pipe(Effect.mapError(busError))
           yield* Effect.tryPromise({
-            try: async () => {
+            try: async (signal) => {
               if ((await objects.info(hex)) !== null) return
-              const source = Readable.toWeb(FsSync.createReadStream(file)) as unknown as ReadableStream<Uint8Array>
-              await objects.put({ name: hex, options: { max_chunk_size: STORE_CHUNK_BYTES } }, source)
+              const upload = beginContentPut(objects, STORE_CHUNK_BYTES)
+              try {
+                for await (const chunk of FsSync.createReadStream(file, { highWaterMark: STORE_CHUNK_BYTES, signal })) {
+                  await upload.write(chunk as Buffer)
+                }
+                // Named by the bytes sent; the import below takes `hex` as the file's digest.
+                const sent = await upload.commit()
+                if (sent !== hex) throw new Error(`the layer changed while it was sent (sha256:${sent})`)
+              } catch (e) {
+                await upload.abort()
+                throw e
+              }
             },
             catch: (e) => fail(`pushing the layer: ${e instanceof Error ? e.message : String(e)}`)
           })

@@ -3,7 +3,9 @@
  * ordered consumer of the `EVENTS` stream filtered to `evt.<orgId>.>`, from the next event or
  * from just after a given stream sequence. The sequence is each event's `id`: unique, growing,
  * so a client that reconnects with `Last-Event-ID` misses nothing that is still retained (the
- * stream keeps 7 days) and sees nothing twice.
+ * stream keeps 7 days) and sees nothing twice. A follow that fails forgets that its connection
+ * ensured the stream (`Streams.forget`), so a stream removed since is made again by the client's
+ * reconnection.
  */
 import { DeliverPolicy } from "@nats-io/jetstream"
 import { consumeScoped } from "@svc/bus/Consume"
@@ -30,22 +32,12 @@ const decodeEnvelope = Schema.decodeUnknownOption(Schema.fromJsonString(Envelope
 const decoder = new TextDecoder()
 
 /**
- * The `EVENTS` stream's name once this connection has ensured it. Ensuring is two JetStream
- * requests, the stream's info and an update that rewrites its config on the server: done on
- * every `GET /v1/events`, it was a good part of what opening one cost (bench/README.md, tti's
- * "waitFor running"). A follow that fails forgets it, so a stream removed since is made again by
- * the client's reconnection.
- */
-const ensured = new WeakMap<object, string>()
-
-/**
  * The org's events after `afterSeq` (the next ones when undefined). The consumer exists once the
  * returned effect succeeds, so an event published after that is in the stream.
  */
 export const follow = Effect.fn("Realtime.follow")(function*(orgId: string, afterSeq: number | undefined) {
   const nats = yield* Nats
-  const stream = ensured.get(nats) ?? (yield* Streams.ensure())
-  ensured.set(nats, stream)
+  const stream = yield* Streams.ensure()
   const consumer = yield* Effect.tryPromise({
     try: () =>
       nats.js.consumers.get(stream, {
@@ -56,10 +48,8 @@ export const follow = Effect.fn("Realtime.follow")(function*(orgId: string, afte
           : { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: afterSeq + 1 })
       }),
     catch: (cause) => new BusError({ operation: "events: follow", message: String(cause) })
-  }).pipe(Effect.tapError(() => Effect.sync(() => ensured.delete(nats))))
-  const messages = yield* consumeScoped(consumer, "events: consume").pipe(
-    Effect.tapError(() => Effect.sync(() => ensured.delete(nats)))
-  )
+  }).pipe(Effect.tapError(() => Streams.forget))
+  const messages = yield* consumeScoped(consumer, "events: consume").pipe(Effect.tapError(() => Streams.forget))
   return Stream.fromAsyncIterable(
     messages,
     (cause) => new BusError({ operation: "events: read", message: String(cause) })

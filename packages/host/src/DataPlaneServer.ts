@@ -48,7 +48,7 @@ import {
   MAX_UPLOAD_BYTES
 } from "@svc/host-protocol/DataPlane"
 import * as TransferIdle from "@svc/host-protocol/TransferIdle"
-import { accountExternalMemoryInHeapLimit } from "@svc/host-protocol/TransferMemory"
+import * as TransferMemory from "@svc/host-protocol/TransferMemory"
 import {
   ByteSize,
   Cause,
@@ -506,7 +506,8 @@ const handlers = (settings: DataPlaneSettings) =>
       /**
        * The org's slot (a request naming no org counts as its sandbox's), then one of the
        * host's until the response is sent (the request's scope), or 503 `busy` after the wait;
-       * then the connection closes once the transfer idles.
+       * then the connection closes once the transfer idles. In flight for the collections
+       * (TransferMemory.ts) from the slot until that scope closes (sent, failed or the client gone).
        */
       const transferSlot = (
         request: HttpServerRequest.HttpServerRequest,
@@ -519,8 +520,12 @@ const handlers = (settings: DataPlaneSettings) =>
           if (slot._tag === "None") {
             return yield* new AgentBusy({ error: "the host runs as many file transfers as it allows; retry" })
           }
-          // A splice's bytes pass no socket counter of this process: its own idle bound holds.
-          if (!wantsSplice(request)) yield* closeWhenIdle(request, transferIdleMs)
+          // A splice's bytes pass neither this process's memory nor its socket counters: its
+          // own idle bound holds.
+          if (!wantsSplice(request)) {
+            yield* TransferMemory.inFlight
+            yield* closeWhenIdle(request, transferIdleMs)
+          }
         })
 
       return handlers
@@ -736,7 +741,7 @@ export class DataPlaneServer extends Context.Service<DataPlaneServer, {
       DataPlaneServer,
       Effect.gen(function*() {
         // Transfers pass through this process (TransferMemory.ts).
-        yield* accountExternalMemoryInHeapLimit
+        yield* TransferMemory.accountExternalMemoryInHeapLimit
         const token = randomBytes(32).toString("base64url")
         const matches = checker(token)
         const authorized = (header: string | undefined) => matches(bearerOf(header))

@@ -36,7 +36,7 @@ import {
   SPLICE_SIZE_HEADER
 } from "@svc/host-protocol/DataPlane"
 import type { HostRecord } from "@svc/host-protocol/Protocol"
-import { accountExternalMemoryInHeapLimit } from "@svc/host-protocol/TransferMemory"
+import * as TransferMemory from "@svc/host-protocol/TransferMemory"
 import { Context, Effect, Layer, Option, Schema, type Scope, Stream } from "effect"
 import { HttpClient, HttpClientError, HttpClientRequest, HttpIncomingMessage } from "effect/http"
 import { HttpApiClient } from "effect/http-api"
@@ -540,7 +540,8 @@ export class AgentClient extends Context.Service<AgentClient, {
   exec(host: HostRecord, sandboxId: string, body: AgentExecRequest): Effect.Effect<AgentExecResult, ExecError>
   /**
    * A file's bytes (streamed from the host) or a folder's listing; `org` takes its share of the
-   * host's slots. The bytes' request to the host is ended when the scope closes.
+   * host's slots. The bytes' request to the host is ended when the scope closes; the transfer
+   * is in flight (TransferMemory.ts) until the bytes end or the scope closes.
    */
   readFile(
     host: HostRecord,
@@ -565,14 +566,17 @@ export class AgentClient extends Context.Service<AgentClient, {
     org?: string,
     options?: WriteOptions
   ): Effect.Effect<void, DataPlaneError>
-  /** A folder as a tar (or tar.gz) stream from the host; refusals before the first byte. */
+  /**
+   * A folder as a tar (or tar.gz) stream from the host; refusals before the first byte. The
+   * transfer is in flight (TransferMemory.ts) until the stream ends or the scope closes.
+   */
   readArchive(
     host: HostRecord,
     sandboxId: string,
     path: string,
     format: "tar" | "tar.gz",
     org?: string
-  ): Effect.Effect<Stream.Stream<Uint8Array, Errors.Unavailable>, DataPlaneError>
+  ): Effect.Effect<Stream.Stream<Uint8Array, Errors.Unavailable>, DataPlaneError, Scope.Scope>
   /** Streams a tar (or tar.gz) `body` to the host, extracted under `path` (all or nothing). */
   writeArchive<E>(
     host: HostRecord,
@@ -585,7 +589,7 @@ export class AgentClient extends Context.Service<AgentClient, {
 }>()("@svc/hosts/AgentClient") {
   static readonly make = Effect.gen(function*() {
     // Transfers pass through this process (TransferMemory.ts).
-    yield* accountExternalMemoryInHeapLimit
+    yield* TransferMemory.accountExternalMemoryInHeapLimit
     const http = yield* HttpClient.HttpClient
     // Each call names its host: the base URL and the bearer token come from its record.
     const client = yield* HttpApiClient.makeWith(AgentApi, {
@@ -684,6 +688,7 @@ export class AgentClient extends Context.Service<AgentClient, {
 
     const readFile = Effect.fn("AgentClient.readFile")(
       function*(host: HostRecord, sandboxId: string, path: string, org?: string) {
+        const release = yield* TransferMemory.inFlight
         const answer = yield* Effect.acquireRelease(
           askSplice(host, "GET", filesPath(sandboxId, { path, ...(org !== undefined ? { org } : {}) })).pipe(
             Effect.timeoutOrElse({ duration: TRANSFER_TIMEOUT_MS, orElse: () => unreachable(host, "read timed out") })
@@ -705,12 +710,16 @@ export class AgentClient extends Context.Service<AgentClient, {
             () => readable.destroy(new Error("the host's file transfer passed its deadline")),
             TRANSFER_TIMEOUT_MS
           )
-          readable.once("close", () => clearTimeout(deadline))
+          readable.once("close", () => {
+            clearTimeout(deadline)
+            release()
+          })
           return { _tag: "Bytes", size, readable } satisfies FileContent as FileContent
         }
         const response = answer.response
         if (response.statusCode !== 200) return yield* refusalOf(host, response)
         if ((response.headers["content-type"] ?? "").includes("json")) {
+          release()
           const listing = yield* readJson(response, MAX_LISTING_BYTES).pipe(
             Effect.flatMap(Schema.decodeUnknownEffect(AgentFileListing)),
             Effect.catch((error) => unreachable(host, error))
@@ -722,7 +731,10 @@ export class AgentClient extends Context.Service<AgentClient, {
           () => response.destroy(new Error("the host's file transfer passed its deadline")),
           TRANSFER_TIMEOUT_MS
         )
-        response.once("close", () => clearTimeout(deadline))
+        response.once("close", () => {
+          clearTimeout(deadline)
+          release()
+        })
         const length = response.headers["content-length"]
         return {
           _tag: "Bytes",
@@ -742,6 +754,7 @@ export class AgentClient extends Context.Service<AgentClient, {
       options: WriteOptions = {}
     ) =>
       Effect.gen(function*() {
+        yield* TransferMemory.inFlight
         const query = { path, ...(org !== undefined ? { org } : {}), ...options }
         // A client's request names its length (or streams it chunked, a length unknown: large, as
         // a rule): a small body goes plainly, where a splice's fork and round trip would cost more.
@@ -764,10 +777,11 @@ export class AgentClient extends Context.Service<AgentClient, {
           return
         }
         return yield* refusalOf(host, response)
-      }).pipe(Effect.withSpan("AgentClient.writeFile"))
+      }).pipe(Effect.scoped, Effect.withSpan("AgentClient.writeFile"))
 
     const readArchive = Effect.fn("AgentClient.readArchive")(
       function*(host: HostRecord, sandboxId: string, path: string, format: "tar" | "tar.gz", org?: string) {
+        const release = yield* TransferMemory.inFlight
         const content = yield* client.sandboxes.readArchive({
           params: { id: sandboxId },
           query: { path, format, ...(org !== undefined ? { org } : {}) }
@@ -780,7 +794,8 @@ export class AgentClient extends Context.Service<AgentClient, {
         const stopped = new Errors.Unavailable({ error: "The sandbox's host stopped sending the archive" })
         return content.pipe(
           Stream.mapError(() => stopped),
-          Stream.interruptWhen(Effect.andThen(Effect.sleep(ARCHIVE_TIMEOUT_MS), Effect.fail(stopped)))
+          Stream.interruptWhen(Effect.andThen(Effect.sleep(ARCHIVE_TIMEOUT_MS), Effect.fail(stopped))),
+          Stream.ensuring(Effect.sync(release))
         )
       }
     )
@@ -793,7 +808,7 @@ export class AgentClient extends Context.Service<AgentClient, {
       format: "tar" | "tar.gz",
       org?: string
     ) =>
-      Effect.suspend(() => {
+      Effect.flatMap(TransferMemory.inFlight, () => {
         const payload = body.pipe(
           Stream.mapError(() => new Errors.InvalidRequest({ error: "The request body could not be read" }))
         )
@@ -810,7 +825,7 @@ export class AgentClient extends Context.Service<AgentClient, {
             return toApiError(host, error)
           })
         )
-      }).pipe(Effect.withSpan("AgentClient.writeArchive"))
+      }).pipe(Effect.scoped, Effect.withSpan("AgentClient.writeArchive"))
 
     return AgentClient.of({
       api: client,

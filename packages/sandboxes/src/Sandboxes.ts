@@ -210,13 +210,20 @@ export class Sandboxes extends Context.Service<Sandboxes, {
     maxBytes: number,
     options?: AgentClient.WriteOptions
   ) => Effect.Effect<void, AgentClient.DataPlaneError | Rows.QueryError>
-  /** The folder as a tar (or tar.gz) stream from the running sandbox's host (docs/contract.md#files). */
+  /**
+   * The folder as a tar (or tar.gz) stream from the running sandbox's host (docs/contract.md#files),
+   * a transfer in flight until the stream ends or the scope closes.
+   */
   readonly readArchive: (
     orgId: OrgId,
     id: string,
     path: string,
     format: "tar" | "tar.gz"
-  ) => Effect.Effect<Stream.Stream<Uint8Array, Errors.Unavailable>, AgentClient.DataPlaneError | Rows.QueryError>
+  ) => Effect.Effect<
+    Stream.Stream<Uint8Array, Errors.Unavailable>,
+    AgentClient.DataPlaneError | Rows.QueryError,
+    Scope.Scope
+  >
   /**
    * The changes under `path` in the running sandbox, as server-sent events (`create`, `modify`,
    * `delete`, `move`, a last `overflow`); the stream ends when the host's watcher does.

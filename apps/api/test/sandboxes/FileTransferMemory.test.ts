@@ -8,10 +8,12 @@
  * machine; it is measured by `bench/files.ts` (bench/README.md), which checks the same bound.
  */
 import { expect, layer } from "@effect/vitest"
+import * as TransferMemory from "@svc/host-protocol/TransferMemory"
 import { tarHeader } from "@svc/testing/Tar"
 import { Effect } from "effect"
 import * as Http from "node:http"
 import { Readable } from "node:stream"
+import { eventually } from "../../testing/Sandboxes.ts"
 import { api, create, Env, EnvLayer, waitState } from "../../testing/SandboxesEnv.ts"
 
 const MiB = 1024 * 1024
@@ -101,6 +103,10 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 600_000 })("transfers stre
           `peak down ${(down.peak / MiB).toFixed(0)} MiB for ${(FILES * FILE_BYTES) / MiB} MiB each way`
       )
       expect(growth).toBeLessThan(MAX_GROWTH)
+      // Both archives have ended for the API's and the agent's collections (TransferMemory.ts):
+      // their check runs no more.
+      yield* eventually(Effect.sync(TransferMemory.inFlightCount), (n) => n === 0, "10 seconds")
+      expect(TransferMemory.active()).toBe(false)
       yield* api("DELETE", `/v1/sandboxes/${s.id}`)
     }))
 })

@@ -6,9 +6,10 @@
  * reaches /proc or /sys, however the path is spelt or linked (issue 25, item 7).
  */
 import { expect, layer } from "@effect/vitest"
+import * as TransferMemory from "@svc/host-protocol/TransferMemory"
 import { Effect } from "effect"
 import * as Http from "node:http"
-import { Identity } from "../../testing/Sandboxes.ts"
+import { eventually, Identity } from "../../testing/Sandboxes.ts"
 import { api, create, Env, EnvLayer, expectError, waitState } from "../../testing/SandboxesEnv.ts"
 
 const exec = (id: string, script: string) =>
@@ -139,6 +140,11 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("sandbox files 
       expect((yield* put(s.id, "/srv/link", "the new content")).status).toBe(204)
       expect((yield* api("GET", `/v1/sandboxes/${s.id}/files?path=/srv/data/kept.txt`)).text).toBe("the new content")
       expect((yield* exec(s.id, "ls -A /srv/data; stat -c %F /srv/link")).stdout).toBe("kept.txt\nsymbolic link\n")
+
+      // Every transfer above has ended for the API's and the agent's collections (one process
+      // here, TransferMemory.ts), the cut and the refused ones included: their check runs no more.
+      yield* eventually(Effect.sync(TransferMemory.inFlightCount), (n) => n === 0, "10 seconds")
+      expect(TransferMemory.active()).toBe(false)
       yield* api("DELETE", `/v1/sandboxes/${s.id}`)
     }))
 
