@@ -78,6 +78,7 @@ import * as Http from "node:http"
 import * as Net from "node:net"
 import type { SandboxActivity } from "./Activity.ts"
 import { FileHandlers } from "./DataPlaneServer/Files.ts"
+import { ProcessHandlers } from "./DataPlaneServer/Processes.ts"
 import {
   connectionOf,
   endConnection,
@@ -87,9 +88,8 @@ import {
   wantsSplice,
   worthSplicing
 } from "./DataPlaneServer/Splices.ts"
-import { stopReading } from "./Driver/Splice.ts"
-import { ProcessHandlers } from "./DataPlaneServer/Processes.ts"
 import { DriverExecRequest, SandboxDriver, type SandboxDriverError, type SplicedBody } from "./Driver.ts"
+import { stopReading } from "./Driver/Splice.ts"
 
 /** When the request names no timeout: an exec must not hold a connection for ever. */
 export const DEFAULT_EXEC_TIMEOUT_MS = 300_000
@@ -627,13 +627,16 @@ const handlers = (settings: DataPlaneSettings) =>
                   switchProtocols(socket)
                   return stopReading(socket)
                 }),
-                cut: () => invalid("the request body was cut short")
+                cut: () =>
+                  invalid("the request body was cut short")
               }
               const written = yield* Effect.result(
                 viaDriver(driver.writeFileStream<AgentInvalid, never>(params.id, query.path, body, options))
               )
               // Refused before the 101: answered as the plain route answers.
-              if (!switched) return yield* (written._tag === "Success" ? Effect.void : Effect.fail(written.failure))
+              if (!switched) {
+                return yield* (written._tag === "Success" ? Effect.void : Effect.fail(written.failure))
+              }
               yield* endConnection(
                 socket,
                 JSON.stringify(written._tag === "Success" ? { status: 204 } : refusalResult(written.failure))

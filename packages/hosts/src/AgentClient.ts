@@ -269,7 +269,12 @@ const send = (
 /** A spliced transfer's request answered: plainly (a refusal, a listing, a small file), or switched to the transfer's bytes. */
 type Spliced =
   | { readonly _tag: "Plain"; readonly response: Http.IncomingMessage }
-  | { readonly _tag: "Switched"; readonly response: Http.IncomingMessage; readonly socket: Net.Socket; readonly head: Buffer }
+  | {
+    readonly _tag: "Switched"
+    readonly response: Http.IncomingMessage
+    readonly socket: Net.Socket
+    readonly head: Buffer
+  }
 
 /**
  * A transfer's request asking for its bytes spliced by the host's kernel (`SPLICE_PROTOCOL`):
@@ -696,13 +701,17 @@ export class AgentClient extends Context.Service<AgentClient, {
           // Not read to its end (the client went away, a refusal): the host's request ends.
           (answer) =>
             Effect.sync(() =>
-              answer._tag === "Switched" ? answer.socket.destroy() : answer.response.complete || answer.response.destroy()
+              answer._tag === "Switched"
+                ? answer.socket.destroy()
+                : answer.response.complete || answer.response.destroy()
             )
         )
         if (answer._tag === "Switched") {
           const size = Number(answer.response.headers[SPLICE_SIZE_HEADER])
           if (!Number.isSafeInteger(size) || size < 0) {
-            return yield* hostFailed(host, { splice: `a size header of ${answer.response.headers[SPLICE_SIZE_HEADER]}` })
+            return yield* hostFailed(host, {
+              splice: `a size header of ${answer.response.headers[SPLICE_SIZE_HEADER]}`
+            })
           }
           const readable = exactBytes(answer.socket, answer.head, size)
           // Past the deadline the bytes stop: the client sees a cut body.
@@ -763,7 +772,10 @@ export class AgentClient extends Context.Service<AgentClient, {
           const answer = yield* askSplice(host, "PUT", filesPath(sandboxId, query))
           if (answer._tag === "Switched") {
             return yield* spliceUpload(host, answer.socket, answer.head, body, maxBytes).pipe(
-              Effect.timeoutOrElse({ duration: TRANSFER_TIMEOUT_MS, orElse: () => unreachable(host, "upload timed out") })
+              Effect.timeoutOrElse({
+                duration: TRANSFER_TIMEOUT_MS,
+                orElse: () => unreachable(host, "upload timed out")
+              })
             )
           }
           // Refused before any byte: the body is left unread.

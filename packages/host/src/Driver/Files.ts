@@ -497,7 +497,9 @@ export const makeFiles = (host: DriverHost, exec: Pick<Exec, "runInside" | "spaw
         readable.destroy()
         const from = descriptorOf(proc.stdout)
         const to = descriptorOf(socket)
-        if (to === undefined) return yield* new DriverFailure({ operation: "readFile", message: "the connection closed" })
+        if (to === undefined) {
+          return yield* new DriverFailure({ operation: "readFile", message: "the connection closed" })
+        }
         let sent = ahead.reduce((n, c) => n + c.length, 0)
         yield* writeAll(socket, ahead)
         // No descriptor left: Node had read the pipe to its end, every byte was in hand.
@@ -513,8 +515,12 @@ export const makeFiles = (host: DriverHost, exec: Pick<Exec, "runInside" | "spaw
           ? e
           : new DriverFailure({ operation: "readFile", message: String(e) })
     })
-    return { size: size > 0 ? size : null, stream, readable, ...(size > 0 ? { spliceTo } : {}) } satisfies
-      FileReadStream as FileReadStream
+    return {
+      size: size > 0 ? size : null,
+      stream,
+      readable,
+      ...(size > 0 ? { spliceTo } : {})
+    } satisfies FileReadStream as FileReadStream
   })
 
   const readFile = (sandboxId: string, path: string, options?: { readonly maxBytes?: number }) =>
