@@ -587,7 +587,7 @@ const handlers = (settings: DataPlaneSettings) =>
                 })
                 yield* resetConnection(socket)
               } else {
-                yield* endConnection(socket)
+                yield* endConnection(socket, transferIdleMs)
               }
               // Never written: the connection is closed, the framework sends nothing on it.
               return HttpServerResponse.empty()
@@ -639,6 +639,7 @@ const handlers = (settings: DataPlaneSettings) =>
               }
               yield* endConnection(
                 socket,
+                transferIdleMs,
                 JSON.stringify(written._tag === "Success" ? { status: 204 } : refusalResult(written.failure))
               )
               return HttpServerResponse.empty()

@@ -9,8 +9,11 @@ import { assert, layer } from "@effect/vitest"
 import { eventually } from "@svc/testing/Eventually"
 import { Effect, Exit, Fiber, Stream } from "effect"
 import { spawnSync } from "node:child_process"
+import { createHash, randomBytes } from "node:crypto"
 import * as FsSync from "node:fs"
+import * as Net from "node:net"
 import * as Spawner from "../src/Driver/Spawner.ts"
+import { descriptorOf, stopReading } from "../src/Driver/Splice.ts"
 import { exec, processExists, sh, spec, TestDriver, text, uniqueId, withSandbox } from "./fixtures/support.ts"
 
 const ppidOf = (pid: number): number | undefined => {
@@ -60,6 +63,23 @@ const startTicksOf = (pid: number): number => {
   const stat = FsSync.readFileSync(`/proc/${pid}/stat`, "utf8")
   return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19])
 }
+
+/** Both ends of a loopback TCP connection. */
+const connectedPair = () =>
+  new Promise<{ readonly server: Net.Socket; readonly client: Net.Socket }>((resolve, reject) => {
+    const listener = Net.createServer()
+    listener.once("error", reject)
+    listener.listen(0, "127.0.0.1", () => {
+      const { port } = listener.address() as Net.AddressInfo
+      listener.once("connection", (server) => {
+        listener.close()
+        server.on("error", () => undefined)
+        resolve({ server, client })
+      })
+      const client = Net.connect(port, "127.0.0.1")
+      client.on("error", () => undefined)
+    })
+  })
 
 const runningSpawner = () => {
   const { pid } = Spawner.status()
@@ -279,5 +299,117 @@ layer(TestDriver.layer(), { excludeTestServices: true, timeout: 180_000 })(
         assert.strictEqual(Spawner.status().pid, spawner)
         assert.strictEqual(text((yield* driver.exec(id, sh("echo fine"))).stdout), "fine\n")
       }).pipe(Effect.scoped))
+
+    it.effect("splice: bytes move between a connection and a command's pipe either way, by the kernel, in a child of the spawner that runs as nobody; a reset, an idle connection and an abort end it", () =>
+      Effect.gen(function*() {
+        yield* TestDriver
+        const spawner = runningSpawner()
+        const pair = yield* Effect.promise(() => connectedPair())
+        const pipeFd = (socket: Net.Socket | null) => {
+          const fd = descriptorOf(socket!)
+          assert.isDefined(fd)
+          return fd!
+        }
+        /** The spawner's children that are forks of it (a splice's), not programs it started. */
+        const splicers = Effect.sync(() =>
+          FsSync.readdirSync("/proc").filter((name) => /^\d+$/.test(name)).map(Number).filter((pid) => {
+            try {
+              return ppidOf(pid) === spawner &&
+                FsSync.readFileSync(`/proc/${pid}/comm`, "utf8").startsWith("svc-spawner")
+            } catch {
+              return false
+            }
+          })
+        )
+        const wait = (child: Spawner.Spawned) => new Promise<void>((resolve) => child.once("close", () => resolve()))
+
+        // Up: 8 MiB from the connection into `sha256sum`'s stdin.
+        const bytes = randomBytes(8 * 1024 * 1024)
+        const summer = yield* Effect.promise(() =>
+          Spawner.spawn("/usr/bin/sha256sum", [], { env: {}, stdio: ["in", "out", "ignore"] })
+        )
+        stopReading(pair.server)
+        const up = Spawner.splice(pipeFd(pair.server), pipeFd(summer.stdin as Net.Socket), 0)
+        pair.client.end(bytes)
+        assert.strictEqual(yield* Effect.promise(() => up), bytes.length)
+        summer.stdin!.end()
+        const sum: Array<Buffer> = []
+        summer.stdout!.on("data", (chunk: Buffer) => sum.push(chunk))
+        yield* Effect.promise(() => wait(summer))
+        assert.strictEqual(
+          Buffer.concat(sum).toString("latin1").split(" ")[0],
+          createHash("sha256").update(bytes).digest("hex")
+        )
+
+        // Down: a command's stdout into the connection, every byte, then its end.
+        const down = yield* Effect.promise(() => connectedPair())
+        const producer = yield* Effect.promise(() =>
+          Spawner.spawn("/bin/sh", ["-c", "yes abcdefg | head -c 8388608"], {
+            env: { PATH: "/usr/bin:/bin" },
+            stdio: ["ignore", "out", "ignore"]
+          })
+        )
+        const received: Array<Buffer> = []
+        down.client.on("data", (chunk: Buffer) => received.push(chunk))
+        const ahead = stopReading(producer.stdout as Net.Socket)
+        down.server.write(Buffer.concat(ahead))
+        const moved = yield* Effect.promise(() =>
+          Spawner.splice(pipeFd(producer.stdout as Net.Socket), pipeFd(down.server), 0)
+        )
+        down.server.end()
+        yield* Effect.promise(() => new Promise<void>((resolve) => down.client.once("end", () => resolve())))
+        assert.strictEqual(moved + Buffer.concat(ahead).length, 8388608)
+        assert.isTrue(Buffer.concat(received).equals(Buffer.from("abcdefg\n".repeat(1048576))))
+
+        // Idle: nothing sent for the bound is ETIMEDOUT. Meanwhile the child is seen as it runs:
+        // the spawner's, as nobody, no new privileges, holding the two descriptors and no other.
+        const idle = yield* Effect.promise(() => connectedPair())
+        const sink = yield* Effect.promise(() =>
+          Spawner.spawn("/bin/cat", [], { env: {}, stdio: ["in", "ignore", "ignore"] })
+        )
+        stopReading(idle.server)
+        const stalled = Spawner.splice(pipeFd(idle.server), pipeFd(sink.stdin as Net.Socket), 1500).then(
+          () => undefined,
+          (e: Spawner.SpawnFailed) => e
+        )
+        const [child] = yield* eventually(splicers, (found) => found.length === 1)
+        const status = FsSync.readFileSync(`/proc/${child}/status`, "utf8")
+        assert.match(status, /^Uid:\s+65534\s+65534\s+65534\s+65534$/m)
+        assert.match(status, /^NoNewPrivs:\s+1$/m)
+        assert.sameMembers(FsSync.readdirSync(`/proc/${child}/fd`), ["2", "3", "4", "5"])
+        const timedOut = yield* Effect.promise(() => stalled)
+        assert.instanceOf(timedOut, Spawner.SpawnFailed)
+        assert.strictEqual(timedOut!.errno, 110)
+
+        // Reset: the connection's peer resets mid-transfer: ECONNRESET, never a clean end.
+        const reset = yield* Effect.promise(() => connectedPair())
+        stopReading(reset.server)
+        const cut = Spawner.splice(pipeFd(reset.server), pipeFd(sink.stdin as Net.Socket), 0).then(
+          () => undefined,
+          (e: Spawner.SpawnFailed) => e
+        )
+        reset.client.write(randomBytes(64 * 1024))
+        yield* Effect.sleep(100)
+        reset.client.resetAndDestroy()
+        const failed = yield* Effect.promise(() => cut)
+        assert.instanceOf(failed, Spawner.SpawnFailed)
+        assert.strictEqual(failed!.errno, 104)
+
+        // Aborted: the child is killed, the promise fails at once.
+        const abort = yield* Effect.promise(() => connectedPair())
+        stopReading(abort.server)
+        const controller = new AbortController()
+        const aborted = Spawner.splice(pipeFd(abort.server), pipeFd(sink.stdin as Net.Socket), 0, controller.signal)
+          .then(() => "done", () => "failed")
+        yield* Effect.sleep(100)
+        controller.abort()
+        assert.strictEqual(yield* Effect.promise(() => aborted), "failed")
+        yield* eventually(splicers, (found) => found.length === 0)
+        sink.stdin!.end()
+        for (const p of [pair, down, idle, reset, abort]) {
+          p.client.destroy()
+          p.server.destroy()
+        }
+      }))
   }
 )

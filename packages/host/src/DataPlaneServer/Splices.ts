@@ -17,9 +17,6 @@ import { Effect } from "effect"
 import type { HttpServerRequest } from "effect/http"
 import type * as Net from "node:net"
 
-/** How long an ended connection waits for the API to close its side before it is destroyed. */
-const CLOSE_WAIT_MS = 5_000
-
 /** The request asks for its transfer spliced (`Upgrade: svc-splice`). */
 export const wantsSplice = (request: HttpServerRequest.HttpServerRequest): boolean =>
   (request.headers["upgrade"] ?? "").toLowerCase() === SPLICE_PROTOCOL
@@ -51,13 +48,15 @@ export const refusalResult = (error: AgentError): AgentSpliceResult => ({
 })
 
 /**
- * Ends the connection (after `line`, if any) and waits until the API closed its side too (at
- * most `CLOSE_WAIT_MS`): read again, so that its end is seen, what it still sends is dropped.
+ * Ends the connection (after `line`, if any) and waits until the API closed its side too: read
+ * again, so that its end is seen, what it still sends is dropped. The bytes still in the
+ * kernel's buffers may take a slow client a while; past `waitMs` the connection is destroyed
+ * (the transfer's idle bound: by then nothing moved for as long).
  */
-export const endConnection = (socket: Net.Socket, line?: string): Effect.Effect<void> =>
+export const endConnection = (socket: Net.Socket, waitMs: number, line?: string): Effect.Effect<void> =>
   Effect.callback<void>((resume) => {
     if (socket.destroyed) return resume(Effect.void)
-    const timer = setTimeout(() => socket.destroy(), CLOSE_WAIT_MS)
+    const timer = setTimeout(() => socket.destroy(), waitMs)
     socket.once("close", () => {
       clearTimeout(timer)
       resume(Effect.void)
