@@ -8,10 +8,55 @@ import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
 import { assert, layer } from "@effect/vitest"
 import { makeSandboxId } from "@svc/domain/Ids"
 import { AgentApi, AgentInvalid, AgentNotFound, AgentUnauthorized } from "@svc/host-protocol/DataPlane"
+import { eventually } from "@svc/testing/Eventually"
 import { Effect, Schema, Stream } from "effect"
 import { HttpClient, HttpClientRequest } from "effect/http"
 import { HttpApiClient } from "effect/http-api"
+import { createHash, randomBytes } from "node:crypto"
+import * as Http from "node:http"
+import type * as Net from "node:net"
 import { createRunning, http, makeHost, type RunningAgent, startAgent, testLayer } from "../testing/Agent.ts"
+
+/** A transfer asked spliced: the switched connection (101) or the plain answer's status and body. */
+const askSplice = (agent: RunningAgent, method: "GET" | "PUT", path: string, token: string | undefined) =>
+  new Promise<{
+    readonly status: number
+    readonly headers?: Http.IncomingHttpHeaders
+    readonly socket?: Net.Socket
+    readonly head?: Buffer
+    readonly body?: string
+  }>((resolve, reject) => {
+    const request = Http.request(agent.dataPlane.endpoint + path, {
+      method,
+      agent: false,
+      headers: {
+        connection: "Upgrade",
+        upgrade: "svc-splice",
+        "content-length": "0",
+        ...(token !== undefined ? { authorization: `Bearer ${token}` } : {})
+      }
+    })
+    request.once("upgrade", (response, socket: Net.Socket, head: Buffer) =>
+      resolve({ status: response.statusCode!, headers: response.headers, socket, head }))
+    request.once("response", (response) => {
+      const chunks: Array<Buffer> = []
+      response.on("data", (chunk: Buffer) =>
+        chunks.push(chunk))
+      response.once("end", () =>
+        resolve({ status: response.statusCode!, body: Buffer.concat(chunks).toString("utf8") }))
+    })
+    request.once("error", reject)
+    request.end()
+  })
+
+/** Everything a connection sends until its end, after `head`. */
+const readAll = (socket: Net.Socket, head: Buffer) =>
+  new Promise<Buffer>((resolve, reject) => {
+    const chunks = [head]
+    socket.on("data", (chunk: Buffer) => chunks.push(chunk))
+    socket.once("end", () => resolve(Buffer.concat(chunks)))
+    socket.once("error", reject)
+  })
 
 /** A client of the definition for this agent, sending `token` (none when undefined). */
 const clientFor = (agent: RunningAgent, token: string | undefined) =>
@@ -102,5 +147,60 @@ layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("host agent da
         assert.deepStrictEqual({ ...decodeInvalid(other.json) }, { error: allowed, reason: "invalid" })
         assert.strictEqual((yield* http(agent, path, { method, token: null })).status, 401)
       }
+    }))
+
+  it.effect("a spliced transfer (Upgrade: svc-splice): a file up and down byte for byte, a small file answered plainly, a refusal before the 101, a cut upload leaving nothing", () =>
+    Effect.gen(function*() {
+      const agent = yield* startAgent(yield* makeHost)
+      const sandboxId = yield* createRunning(agent)
+      const client = yield* clientFor(agent, agent.dataPlane.token)
+      const run = (script: string) =>
+        client.sandboxes.exec({ params: { id: sandboxId }, payload: { cmd: ["sh", "-c", script] } })
+      const files = (path: string) => `/sandboxes/${sandboxId}/files?path=${encodeURIComponent(path)}`
+
+      // Up: 101 at once, the body, then one result line; the bytes are the file's.
+      const bytes = randomBytes(5 * 1024 * 1024 + 7)
+      const up = yield* Effect.promise(() => askSplice(agent, "PUT", files("/root/up.bin"), agent.dataPlane.token))
+      assert.strictEqual(up.status, 101)
+      up.socket!.end(bytes)
+      const answer = yield* Effect.promise(() => readAll(up.socket!, up.head!))
+      assert.deepStrictEqual(JSON.parse(answer.toString("utf8")), { status: 204 })
+      const sum = yield* run("sha256sum /root/up.bin; ls -A /root")
+      assert.strictEqual(sum.stdout, `${createHash("sha256").update(bytes).digest("hex")}  /root/up.bin\nup.bin\n`)
+
+      // Down: 101 with the size, exactly that many bytes, then the end.
+      const down = yield* Effect.promise(() => askSplice(agent, "GET", files("/root/up.bin"), agent.dataPlane.token))
+      assert.strictEqual(down.status, 101)
+      assert.strictEqual(down.headers!["x-svc-size"], String(bytes.length))
+      const got = yield* Effect.promise(() => readAll(down.socket!, down.head!))
+      assert.isTrue(got.equals(bytes))
+
+      // A small file: answered plainly (200, its bytes), no switch.
+      yield* run("printf 'short' > /root/small.txt")
+      const small = yield* Effect.promise(() =>
+        askSplice(agent, "GET", files("/root/small.txt"), agent.dataPlane.token)
+      )
+      assert.deepStrictEqual([small.status, small.body], [200, "short"])
+
+      // Refusals come before the 101, as on the plain route; without the token nothing happens.
+      const missing = yield* Effect.promise(() => askSplice(agent, "GET", files("/root/none"), agent.dataPlane.token))
+      assert.strictEqual(missing.status, 404)
+      assert.deepInclude(JSON.parse(missing.body!), { reason: "not_found" })
+      const intoFolder = yield* Effect.promise(() => askSplice(agent, "PUT", files("/root"), agent.dataPlane.token))
+      assert.strictEqual(intoFolder.status, 400)
+      const anonymous = yield* Effect.promise(() => askSplice(agent, "PUT", files("/root/anon.bin"), undefined))
+      assert.strictEqual(anonymous.status, 401)
+
+      // Cut: 1 MiB sent, then the connection reset. The old file stays, no temporary is left.
+      const cut = yield* Effect.promise(() => askSplice(agent, "PUT", files("/root/up.bin"), agent.dataPlane.token))
+      assert.strictEqual(cut.status, 101)
+      cut.socket!.write(randomBytes(1024 * 1024))
+      yield* Effect.sleep(200)
+      cut.socket!.resetAndDestroy()
+      const after = yield* eventually(
+        run("sha256sum /root/up.bin; ls -A /root"),
+        (r) => r.stdout === `${createHash("sha256").update(bytes).digest("hex")}  /root/up.bin\nsmall.txt\nup.bin\n`
+      )
+      assert.strictEqual(after.exit_code, 0)
     }))
 })
