@@ -332,6 +332,8 @@ const askSplice = (host: HostRecord, method: "GET" | "PUT", path: string): Effec
 const exactBytes = (socket: Net.Socket, head: Buffer, size: number): Readable => {
   let received = 0
   const out = new Readable({
+    // A few socket reads ahead, not one: the connection is not paused and resumed at each chunk.
+    highWaterMark: 1024 * 1024,
     read() {
       socket.resume()
     },
