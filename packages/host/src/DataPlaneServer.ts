@@ -504,10 +504,18 @@ const handlers = (settings: DataPlaneSettings) =>
         )
 
       /**
+       * Bytes through this process until the request's scope closes (sent, failed or the client
+       * gone): in flight for the collections (TransferMemory.ts), and the connection closed once
+       * the transfer idles. Not for a spliced transfer's bytes, which pass neither this process's
+       * memory nor its sockets' counters (the splice keeps its own idle bound).
+       */
+      const throughThisProcess = (request: HttpServerRequest.HttpServerRequest) =>
+        Effect.andThen(TransferMemory.inFlight, closeWhenIdle(request, transferIdleMs))
+
+      /**
        * The org's slot (a request naming no org counts as its sandbox's), then one of the
        * host's until the response is sent (the request's scope), or 503 `busy` after the wait;
-       * then the connection closes once the transfer idles. In flight for the collections
-       * (TransferMemory.ts) from the slot until that scope closes (sent, failed or the client gone).
+       * then, unless it asked to be spliced (its route decides once it knows), `throughThisProcess`.
        */
       const transferSlot = (
         request: HttpServerRequest.HttpServerRequest,
@@ -520,12 +528,7 @@ const handlers = (settings: DataPlaneSettings) =>
           if (slot._tag === "None") {
             return yield* new AgentBusy({ error: "the host runs as many file transfers as it allows; retry" })
           }
-          // A splice's bytes pass neither this process's memory nor its socket counters: its
-          // own idle bound holds.
-          if (!wantsSplice(request)) {
-            yield* TransferMemory.inFlight
-            yield* closeWhenIdle(request, transferIdleMs)
-          }
+          if (!wantsSplice(request)) yield* throughThisProcess(request)
         })
 
       return handlers
@@ -591,6 +594,10 @@ const handlers = (settings: DataPlaneSettings) =>
               }
               // Never written: the connection is closed, the framework sends nothing on it.
               return HttpServerResponse.empty()
+            }
+            // Asked spliced, answered plainly (a small file): its bytes pass here after all.
+            if (wantsSplice(request)) {
+              yield* throughThisProcess(request)
             }
             // Piped from the sandbox's pipe to the socket, no effect per chunk. A failure midway
             // cuts the connection (the client sees a short body, never an end).

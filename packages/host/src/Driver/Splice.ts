@@ -98,8 +98,9 @@ export const spliceFds = (from: number, to: number, idleMs: number): Effect.Effe
 /**
  * An upload's `SplicedBody` into the sandbox's pipe `stdin`: begun (the connection answered),
  * what Node had read ahead written first, then the rest spliced until the connection's end.
- * The reader going away (EPIPE) is `readerGone`, as `pump`'s (its exit code says why); any
- * other failure of the connection (reset, idle) is the body's `cut`.
+ * The reader going away (EPIPE), or the spawner with the splice (no errno), is `readerGone`, as
+ * `pump`'s (the writer's exit code says why); a failure of the connection (reset, idle) is the
+ * body's `cut`.
  */
 export const spliceInto = <E>(body: SplicedBody<E>, stdin: Writable): Effect.Effect<PumpResult, E> =>
   Effect.gen(function*() {
@@ -114,7 +115,7 @@ export const spliceInto = <E>(body: SplicedBody<E>, stdin: Writable): Effect.Eff
       Effect.andThen(spliceFds(from, to, body.idleMs)),
       Effect.map((moved): PumpResult => ({ bytes: aheadBytes + moved, overLimit: false, readerGone: false })),
       Effect.catch((e) =>
-        e.errno === EPIPE
+        e.errno === EPIPE || e.errno === 0
           ? Effect.succeed<PumpResult>({ bytes: aheadBytes, overLimit: false, readerGone: true })
           : Effect.fail(body.cut(e))
       )
