@@ -42,6 +42,7 @@ import {
   AgentRateLimited,
   AgentRefused,
   type AgentSandboxStats,
+  type AgentSpliceResult,
   AgentTooLarge,
   AgentUnauthorized,
   MAX_EXEC_BODY_BYTES,
@@ -82,7 +83,6 @@ import { ProcessHandlers } from "./DataPlaneServer/Processes.ts"
 import {
   connectionOf,
   endConnection,
-  refusalResult,
   resetConnection,
   switchProtocols,
   wantsSplice,
@@ -274,16 +274,21 @@ const closeWhenIdle = (request: HttpServerRequest.HttpServerRequest, idleMs: num
     Effect.logInfo("agent: file transfer idle, connection closed", { url: request.url, idleMs })
   )
 
+/** The definition's error body `{error, reason, errno?}` and its status. */
+export const errorBody = (error: AgentError) => ({
+  status: (error.constructor as unknown as { readonly status: number }).status,
+  body: {
+    error: error.error,
+    reason: error.reason,
+    ...("errno" in error && error.errno !== undefined ? { errno: error.errno } : {})
+  }
+})
+
 /** The definition's error body, for answers given outside an endpoint. */
-const errorResponse = (error: AgentError) =>
-  HttpServerResponse.jsonUnsafe(
-    {
-      error: error.error,
-      reason: error.reason,
-      ...("errno" in error && error.errno !== undefined ? { errno: error.errno } : {})
-    },
-    { status: (error.constructor as unknown as { readonly status: number }).status }
-  )
+const errorResponse = (error: AgentError) => {
+  const { body, status } = errorBody(error)
+  return HttpServerResponse.jsonUnsafe(body, { status })
+}
 
 const tooLarge = (max: number) => new AgentTooLarge({ error: `body larger than ${max} bytes` })
 const unauthorized = new AgentUnauthorized({ error: "missing or wrong bearer token" })
@@ -647,7 +652,9 @@ const handlers = (settings: DataPlaneSettings) =>
               yield* endConnection(
                 socket,
                 transferIdleMs,
-                JSON.stringify(written._tag === "Success" ? { status: 204 } : refusalResult(written.failure))
+                JSON.stringify(
+                  written._tag === "Success" ? { status: 204 } satisfies AgentSpliceResult : errorBody(written.failure)
+                )
               )
               return HttpServerResponse.empty()
             }

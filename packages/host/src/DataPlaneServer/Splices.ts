@@ -6,13 +6,7 @@
  * that the framework finds it closed and writes nothing more on it.
  */
 import * as NodeHttpServerRequest from "@effect/platform-node/NodeHttpServerRequest"
-import {
-  type AgentError,
-  type AgentSpliceResult,
-  SPLICE_MIN_BYTES,
-  SPLICE_PROTOCOL,
-  SPLICE_SIZE_HEADER
-} from "@svc/host-protocol/DataPlane"
+import { SPLICE_MIN_BYTES, SPLICE_PROTOCOL, SPLICE_SIZE_HEADER } from "@svc/host-protocol/DataPlane"
 import { Effect } from "effect"
 import type { HttpServerRequest } from "effect/http"
 import type * as Net from "node:net"
@@ -36,16 +30,6 @@ export const switchProtocols = (socket: Net.Socket, size?: number): void => {
     "latin1"
   )
 }
-
-/** A refusal after the `101`, as the plain route would have answered it. */
-export const refusalResult = (error: AgentError): AgentSpliceResult => ({
-  status: (error.constructor as unknown as { readonly status: number }).status,
-  body: {
-    error: error.error,
-    reason: error.reason,
-    ...("errno" in error && error.errno !== undefined ? { errno: error.errno } : {})
-  }
-})
 
 /**
  * Ends the connection (after `line`, if any) and waits until the API closed its side too: read
