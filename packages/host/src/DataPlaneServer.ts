@@ -55,10 +55,11 @@ import {
   Cause,
   Context,
   Effect,
+  Exit,
   Layer,
   Redacted,
   Schema,
-  type Scope,
+  Scope,
   Semaphore,
   Stream,
   type Types
@@ -521,19 +522,27 @@ const handlers = (settings: DataPlaneSettings) =>
        * The org's slot (a request naming no org counts as its sandbox's), then one of the
        * host's until the response is sent (the request's scope), or 503 `busy` after the wait;
        * then, unless it asked to be spliced (its route decides once it knows), `throughThisProcess`.
+       * The release frees both slots earlier: a spliced transfer's, once its bytes are through and
+       * before the API hears of its end (which it would otherwise see before this host let go,
+       * and its next transfer be refused).
        */
       const transferSlot = (
         request: HttpServerRequest.HttpServerRequest,
         sandboxId: string,
         org: string | undefined
-      ): Effect.Effect<void, AgentBusy | AgentRateLimited, Scope.Scope> =>
+      ): Effect.Effect<Effect.Effect<void>, AgentBusy | AgentRateLimited, Scope.Scope> =>
         Effect.gen(function*() {
-          yield* orgSlot(org !== undefined ? `org:${org}` : `sandbox:${sandboxId}`)
-          const slot = yield* transfers.takeScoped(1).pipe(Effect.timeoutOption(transferWaitMs))
-          if (slot._tag === "None") {
-            return yield* new AgentBusy({ error: "the host runs as many file transfers as it allows; retry" })
-          }
+          const slots = yield* Scope.fork(yield* Effect.scope)
+          const held = Effect.gen(function*() {
+            yield* orgSlot(org !== undefined ? `org:${org}` : `sandbox:${sandboxId}`)
+            const slot = yield* transfers.takeScoped(1).pipe(Effect.timeoutOption(transferWaitMs))
+            if (slot._tag === "None") {
+              return yield* new AgentBusy({ error: "the host runs as many file transfers as it allows; retry" })
+            }
+          })
+          yield* Scope.provide(slots)(held)
           if (!wantsSplice(request)) yield* throughThisProcess(request)
+          return Scope.close(slots, Exit.void)
         })
 
       return handlers
@@ -570,7 +579,7 @@ const handlers = (settings: DataPlaneSettings) =>
           ))
         .handle("readFile", ({ params, query, request }) =>
           Effect.gen(function*() {
-            yield* transferSlot(request, params.id, query.org)
+            const release = yield* transferSlot(request, params.id, query.org)
             const file = yield* viaDriver(
               driver.readFileStream(params.id, query.path, { maxBytes: MAX_UPLOAD_BYTES }).pipe(
                 Effect.catchTag("SandboxFileError", (e) =>
@@ -588,6 +597,7 @@ const handlers = (settings: DataPlaneSettings) =>
               const socket = connectionOf(request)
               switchProtocols(socket, file.size)
               const sent = yield* Effect.result(file.spliceTo(socket, transferIdleMs))
+              yield* release
               if (sent._tag === "Failure") {
                 yield* Effect.logWarning("agent: spliced file read cut", {
                   error: sent.failure._tag,
@@ -619,7 +629,7 @@ const handlers = (settings: DataPlaneSettings) =>
           }))
         .handle("writeFile", ({ params, query, request }) =>
           Effect.gen(function*() {
-            yield* transferSlot(request, params.id, query.org)
+            const release = yield* transferSlot(request, params.id, query.org)
             if (query.mode !== undefined && !/^0?[0-7]{3,4}$/.test(query.mode)) {
               return yield* invalid(`mode ${query.mode} is not an octal mode such as 0644`)
             }
@@ -645,6 +655,7 @@ const handlers = (settings: DataPlaneSettings) =>
               const written = yield* Effect.result(
                 viaDriver(driver.writeFileStream<AgentInvalid, never>(params.id, query.path, body, options))
               )
+              yield* release
               // Refused before the 101: answered as the plain route answers.
               if (!switched) {
                 return yield* (written._tag === "Success" ? Effect.void : Effect.fail(written.failure))
