@@ -526,7 +526,7 @@ const handlers = (settings: DataPlaneSettings) =>
        * before the API hears of its end (which it would otherwise see before this host let go,
        * and its next transfer be refused).
        */
-      const transferSlot = (
+      const releasableSlot = (
         request: HttpServerRequest.HttpServerRequest,
         sandboxId: string,
         org: string | undefined
@@ -544,6 +544,9 @@ const handlers = (settings: DataPlaneSettings) =>
           if (!wantsSplice(request)) yield* throughThisProcess(request)
           return Scope.close(slots, Exit.void)
         })
+      /** `releasableSlot` held until the response is sent. */
+      const transferSlot = (request: HttpServerRequest.HttpServerRequest, sandboxId: string, org: string | undefined) =>
+        Effect.asVoid(releasableSlot(request, sandboxId, org))
 
       return handlers
         .handle("exec", ({ params, payload }) =>
@@ -579,7 +582,7 @@ const handlers = (settings: DataPlaneSettings) =>
           ))
         .handle("readFile", ({ params, query, request }) =>
           Effect.gen(function*() {
-            const release = yield* transferSlot(request, params.id, query.org)
+            const release = yield* releasableSlot(request, params.id, query.org)
             const file = yield* viaDriver(
               driver.readFileStream(params.id, query.path, { maxBytes: MAX_UPLOAD_BYTES }).pipe(
                 Effect.catchTag("SandboxFileError", (e) =>
@@ -629,7 +632,7 @@ const handlers = (settings: DataPlaneSettings) =>
           }))
         .handle("writeFile", ({ params, query, request }) =>
           Effect.gen(function*() {
-            const release = yield* transferSlot(request, params.id, query.org)
+            const release = yield* releasableSlot(request, params.id, query.org)
             if (query.mode !== undefined && !/^0?[0-7]{3,4}$/.test(query.mode)) {
               return yield* invalid(`mode ${query.mode} is not an octal mode such as 0644`)
             }
