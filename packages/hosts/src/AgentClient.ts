@@ -198,50 +198,31 @@ const send = (
   upload?: { readonly body: Readable; readonly maxBytes: number }
 ): Effect.Effect<Http.IncomingMessage, DataPlaneError> =>
   Effect.callback<Http.IncomingMessage, DataPlaneError>((resume) => {
-    let url: URL
+    let request: Http.ClientRequest
     try {
-      url = new URL(host.endpoint.replace(/\/+$/, "") + path)
+      request = hostRequest(
+        host,
+        method,
+        path,
+        upload !== undefined ? { "content-type": "application/octet-stream", "transfer-encoding": "chunked" } : {}
+      )
     } catch (e) {
       return resume(unreachable(host, e))
     }
-    const https = url.protocol === "https:"
-    const request = (https ? Https.request : Http.request)(url, {
-      method,
-      agent: https ? agents.https : agents.http,
-      headers: {
-        authorization: `Bearer ${host.token}`,
-        ...(upload !== undefined ? { "content-type": "application/octet-stream", "transfer-encoding": "chunked" } : {})
-      }
-    })
     let done = false
-    let total = 0
     const body = upload?.body
-    const detach = () => {
-      if (body === undefined) return
-      body.off("data", count)
-      body.off("error", bodyFailed)
-      body.off("close", bodyClosed)
-      body.unpipe(request)
-    }
     const finish = (result: Effect.Effect<Http.IncomingMessage, DataPlaneError>) => {
       if (done) return
       done = true
       detach()
       resume(result)
     }
-    const count = (chunk: Buffer) => {
-      total += chunk.length
-      if (total > upload!.maxBytes) {
-        request.destroy()
-        finish(Effect.fail(new Errors.PayloadTooLarge({ error: `Uploads are limited to ${upload!.maxBytes} bytes` })))
-      }
-    }
-    const bodyFailed = () => {
-      request.destroy()
-      finish(Effect.fail(new Errors.InvalidRequest({ error: "The request body could not be read" })))
-    }
-    const bodyClosed = () => {
-      if (!body!.readableEnded) bodyFailed()
+    const unwatch = body === undefined
+      ? () => undefined
+      : watchBody(body, upload!.maxBytes, () => request.destroy(), (e) => finish(Effect.fail(e)))
+    const detach = () => {
+      unwatch()
+      body?.unpipe(request)
     }
     request.once("response", (response) => {
       // An answer before the whole body (a refusal): nothing more is sent, and the connection
@@ -250,14 +231,8 @@ const send = (
       finish(Effect.succeed(response))
     })
     request.once("error", (e) => finish(unreachable(host, e)))
-    if (body === undefined) {
-      request.end()
-    } else {
-      body.on("data", count)
-      body.once("error", bodyFailed)
-      body.once("close", bodyClosed)
-      body.pipe(request)
-    }
+    if (body === undefined) request.end()
+    else body.pipe(request)
     return Effect.sync(() => {
       if (done) return
       done = true
@@ -265,6 +240,64 @@ const send = (
       request.destroy()
     })
   })
+
+/** A request to the host over `node:http` (its keep-alive connections), with its token; throws on an endpoint that is no URL. */
+const hostRequest = (
+  host: HostRecord,
+  method: "GET" | "PUT",
+  path: string,
+  headers: Record<string, string>
+): Http.ClientRequest => {
+  const url = new URL(host.endpoint.replace(/\/+$/, "") + path)
+  const https = url.protocol === "https:"
+  return (https ? Https.request : Http.request)(url, {
+    method,
+    agent: https ? agents.https : agents.http,
+    headers: { authorization: `Bearer ${host.token}`, ...headers }
+  })
+}
+
+/**
+ * Watches an upload's body (a client's request) while it is piped to the host: more than
+ * `maxBytes` is 413 and a body that fails, or ends or closes before all of it came (its client
+ * went away), 400; `cut` runs first (the host's side ended so that it keeps nothing). Returns
+ * the watch's removal.
+ */
+const watchBody = (
+  body: Readable,
+  maxBytes: number,
+  cut: () => void,
+  fail: (error: DataPlaneError) => void
+): () => void => {
+  let total = 0
+  const count = (chunk: Buffer) => {
+    total += chunk.length
+    if (total > maxBytes) {
+      cut()
+      fail(new Errors.PayloadTooLarge({ error: `Uploads are limited to ${maxBytes} bytes` }))
+    }
+  }
+  const failed = () => {
+    cut()
+    fail(new Errors.InvalidRequest({ error: "The request body could not be read" }))
+  }
+  const closed = () => {
+    if (!body.readableEnded) failed()
+  }
+  const ended = () => {
+    if ("complete" in body && body.complete === false) failed()
+  }
+  body.on("data", count)
+  body.once("error", failed)
+  body.once("close", closed)
+  body.once("end", ended)
+  return () => {
+    body.off("data", count)
+    body.off("error", failed)
+    body.off("close", closed)
+    body.off("end", ended)
+  }
+}
 
 /** A spliced transfer's request answered: plainly (a refusal, a listing, a small file), or switched to the transfer's bytes. */
 type Spliced =
@@ -282,24 +315,17 @@ type Spliced =
  */
 const askSplice = (host: HostRecord, method: "GET" | "PUT", path: string): Effect.Effect<Spliced, DataPlaneError> =>
   Effect.callback<Spliced, DataPlaneError>((resume) => {
-    let url: URL
+    let request: Http.ClientRequest
     try {
-      url = new URL(host.endpoint.replace(/\/+$/, "") + path)
-    } catch (e) {
-      return resume(unreachable(host, e))
-    }
-    const https = url.protocol === "https:"
-    let done = false
-    const request = (https ? Https.request : Http.request)(url, {
-      method,
-      agent: https ? agents.https : agents.http,
-      headers: {
-        authorization: `Bearer ${host.token}`,
+      request = hostRequest(host, method, path, {
         connection: "Upgrade",
         upgrade: SPLICE_PROTOCOL,
         "content-length": "0"
-      }
-    })
+      })
+    } catch (e) {
+      return resume(unreachable(host, e))
+    }
+    let done = false
     request.once("upgrade", (response, socket: Net.Socket, head: Buffer) => {
       if (done) return socket.destroy()
       done = true
@@ -382,39 +408,19 @@ const spliceUpload = (
 ): Effect.Effect<void, DataPlaneError> =>
   Effect.callback<unknown, DataPlaneError>((resume) => {
     let done = false
-    let total = 0
     const answer: Array<Buffer> = head.length > 0 ? [head] : []
     let answerBytes = head.length
-    const detach = () => {
-      body.off("data", count)
-      body.off("error", bodyFailed)
-      body.off("close", bodyClosed)
-      body.off("end", bodyEnded)
-      body.unpipe(socket)
-    }
     const finish = (result: Effect.Effect<unknown, DataPlaneError>) => {
       if (done) return
       done = true
       detach()
       resume(result)
     }
-    const count = (chunk: Buffer) => {
-      total += chunk.length
-      if (total > maxBytes) {
-        socket.resetAndDestroy()
-        finish(Effect.fail(new Errors.PayloadTooLarge({ error: `Uploads are limited to ${maxBytes} bytes` })))
-      }
-    }
-    const bodyFailed = () => {
-      socket.resetAndDestroy()
-      finish(Effect.fail(new Errors.InvalidRequest({ error: "The request body could not be read" })))
-    }
-    const bodyClosed = () => {
-      if (!body.readableEnded) bodyFailed()
-    }
-    const bodyEnded = () => {
-      // `pipe` ends the connection's side; the answer follows.
-      if ("complete" in body && body.complete === false) bodyFailed()
+    // A reset, not an end: the host must not take a cut body for a whole one.
+    const unwatch = watchBody(body, maxBytes, () => socket.resetAndDestroy(), (e) => finish(Effect.fail(e)))
+    const detach = () => {
+      unwatch()
+      body.unpipe(socket)
     }
     socket.on("data", (chunk: Buffer) => {
       answerBytes += chunk.length
@@ -434,10 +440,7 @@ const spliceUpload = (
     })
     socket.once("close", () => finish(unreachable(host, "the host closed the transfer without an answer")))
     socket.once("error", (e) => finish(unreachable(host, e)))
-    body.on("data", count)
-    body.once("error", bodyFailed)
-    body.once("close", bodyClosed)
-    body.once("end", bodyEnded)
+    // `pipe` ends the connection's side once the body ended; the answer follows.
     body.pipe(socket)
     return Effect.sync(() => {
       if (done) return

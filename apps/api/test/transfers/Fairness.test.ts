@@ -15,9 +15,9 @@ import * as Runtime from "@svc/runtime/Runtime"
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import * as TestNats from "@svc/testing/TestNats"
 import { Context, Effect, Layer } from "effect"
-import * as Http from "node:http"
 import { call, eventually, Identity } from "../../testing/Sandboxes.ts"
 import { spawnPlatform } from "../support/Roles.ts"
+import { type Ended, stalledUpload } from "../support/Uploads.ts"
 
 const SLOTS = 4
 const PER_ORG = 2
@@ -58,53 +58,6 @@ const EnvLayer = Layer.effect(
   Layer.provideMerge(Layer.mergeAll(TestDatabase.layerWithUrl, TestNats.layer, SecretBox.layer))
 )
 
-/** How an upload ended: its answer, or the connection closed under it. */
-type Ended =
-  | { readonly _tag: "Answer"; readonly status: number; readonly retryAfter: string | undefined; readonly body: string }
-  | { readonly _tag: "Closed"; readonly message: string }
-
-/**
- * An upload that declares 1 MiB, sends 256 KiB, and then sends nothing more (its client keeps the
- * connection open): `ended` settles when it is answered or its connection is closed.
- */
-const stalledUpload = (base: string, token: string, sandboxId: string, path: string) => {
-  let settled = false
-  const ended = new Promise<Ended>((resolve) => {
-    const url = new URL(base)
-    const req = Http.request({
-      host: url.hostname,
-      port: Number(url.port),
-      method: "PUT",
-      path: `/v1/sandboxes/${sandboxId}/files?path=${encodeURIComponent(path)}`,
-      agent: false,
-      headers: {
-        authorization: `Bearer ${token}`,
-        "content-type": "application/octet-stream",
-        "content-length": 1024 * 1024
-      }
-    })
-    const done = (value: Ended) => {
-      settled = true
-      resolve(value)
-    }
-    req.on("error", (e) => done({ _tag: "Closed", message: e.message }))
-    req.on("response", (res) => {
-      let body = ""
-      res.on("data", (c: Buffer) => (body += c.toString("utf8")))
-      res.on("end", () =>
-        done({
-          _tag: "Answer",
-          status: res.statusCode ?? 0,
-          retryAfter: res.headers["retry-after"] as string | undefined,
-          body
-        }))
-      res.on("error", (e) => done({ _tag: "Closed", message: e.message }))
-    })
-    req.write(Buffer.alloc(256 * 1024, 7))
-  })
-  return { ended, settled: () => settled }
-}
-
 layer(EnvLayer, { excludeTestServices: true, timeout: 300_000 })("file transfers across orgs", (it) => {
   it.effect(
     "an org's uploads into FIFOs get its share of the slots and a 429 past it; another org's read completes meanwhile; the stalled uploads end after the idle timeout and free their slots",
@@ -136,7 +89,9 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 300_000 })("file transfers
         yield* exec(b, sandboxB, "echo 'org b reads this' > /tmp/b.txt")
 
         // As many uploads as the API and the host have slots, each into a FIFO nobody reads.
-        const uploads = [1, 2, 3, 4].map((i) => stalledUpload(env.base, env.a, sandboxA, `/tmp/fifo${i}`))
+        const uploads = [1, 2, 3, 4].map((i) =>
+          stalledUpload(env.base, env.a, sandboxA, `/tmp/fifo${i}`, { declared: 1024 * 1024, sent: 256 * 1024 })
+        )
         // Past its share: two are answered at once, 429 with Retry-After; two stay held.
         const refused = yield* Effect.promise(() =>
           new Promise<Array<Ended>>((resolve) => {

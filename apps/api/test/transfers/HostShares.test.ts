@@ -11,9 +11,9 @@ import * as Runtime from "@svc/runtime/Runtime"
 import * as TestDatabase from "@svc/testing/TestDatabase"
 import * as TestNats from "@svc/testing/TestNats"
 import { Context, Effect, Layer } from "effect"
-import * as Http from "node:http"
 import { call, eventually, Identity } from "../../testing/Sandboxes.ts"
 import { spawnPlatform } from "../support/Roles.ts"
+import { stalledUpload } from "../support/Uploads.ts"
 
 class Env extends Context.Service<Env, { readonly base: string; readonly token: string }>()(
   "HostShares.test/Env"
@@ -34,47 +34,6 @@ const EnvLayer = Layer.effect(
   Layer.provideMerge(Layer.mergeAll(TestDatabase.layerWithUrl, TestNats.layer, SecretBox.layer))
 )
 
-interface Answer {
-  readonly status: number
-  readonly retryAfter: string | undefined
-  readonly body: string
-}
-
-/**
- * An upload declaring `declared` bytes that sends 64 KiB and then nothing (its client keeps the
- * connection open): `answer` settles when it is answered (or its connection closes: status 0).
- */
-const upload = (base: string, token: string, sandboxId: string, path: string, declared: number) => {
-  const url = new URL(base)
-  const req = Http.request({
-    host: url.hostname,
-    port: Number(url.port),
-    method: "PUT",
-    path: `/v1/sandboxes/${sandboxId}/files?path=${encodeURIComponent(path)}`,
-    agent: false,
-    headers: {
-      authorization: `Bearer ${token}`,
-      "content-type": "application/octet-stream",
-      "content-length": declared
-    }
-  })
-  const answer = new Promise<Answer>((resolve) => {
-    req.on("error", () => resolve({ status: 0, retryAfter: undefined, body: "" }))
-    req.on("response", (res) => {
-      let body = ""
-      res.on("data", (c: Buffer) => (body += c.toString("utf8")))
-      res.on(
-        "end",
-        () =>
-          resolve({ status: res.statusCode ?? 0, retryAfter: res.headers["retry-after"] as string | undefined, body })
-      )
-      res.on("error", () => resolve({ status: 0, retryAfter: undefined, body }))
-    })
-  })
-  req.write(Buffer.alloc(64 * 1024, 7))
-  return { answer, destroy: () => req.destroy() }
-}
-
 layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("the host's transfer share through the API", (it) => {
   it.effect("past the host's share of an org, a spliced and a plain upload are the API's 429 rate_limited, and write nothing", () =>
     Effect.gen(function*() {
@@ -88,7 +47,7 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("the host's tra
       expect((yield* api("POST", `/v1/sandboxes/${id}/exec`, { cmd: ["mkfifo", "/tmp/fifo"] })).status).toBe(200)
 
       // The org's one slot on the host: a spliced upload into a FIFO nobody reads, held.
-      const held = upload(env.base, env.token, id, "/tmp/fifo", 8 * 1024 * 1024)
+      const held = stalledUpload(env.base, env.token, id, "/tmp/fifo", { declared: 8 * 1024 * 1024, sent: 64 * 1024 })
       yield* eventually(
         // Its writer inside, waiting for a reader of the FIFO.
         api("POST", `/v1/sandboxes/${id}/exec`, { cmd: ["sh", "-c", "ps -o args | grep -c '[/]tmp/fifo'"] }),
@@ -96,11 +55,14 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("the host's tra
       )
       // Past it, whatever the path: the host's 429, as the API's, before any byte is written.
       for (const declared of [4 * 1024 * 1024, 128 * 1024]) {
-        const refused = upload(env.base, env.token, id, `/tmp/refused-${declared}`, declared)
-        const answer = yield* Effect.promise(() => refused.answer)
-        expect(answer.status, `${declared}: ${answer.body}`).toBe(429)
-        expect(JSON.parse(answer.body).code).toBe("rate_limited")
-        expect(Number(answer.retryAfter)).toBeGreaterThanOrEqual(1)
+        const refused = stalledUpload(env.base, env.token, id, `/tmp/refused-${declared}`, {
+          declared,
+          sent: 64 * 1024
+        })
+        const answer = yield* Effect.promise(() => refused.ended)
+        expect(answer._tag === "Answer" && answer.status, `${declared}: ${JSON.stringify(answer)}`).toBe(429)
+        expect(answer._tag === "Answer" && JSON.parse(answer.body).code).toBe("rate_limited")
+        expect(answer._tag === "Answer" && Number(answer.retryAfter)).toBeGreaterThanOrEqual(1)
         refused.destroy()
       }
       const listed = yield* api("POST", `/v1/sandboxes/${id}/exec`, { cmd: ["ls", "-A", "/tmp"] })
