@@ -149,7 +149,7 @@ layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("host agent da
       }
     }))
 
-  it.effect("a spliced transfer (Upgrade: svc-splice): a file up and down byte for byte, a small file answered plainly, a refusal before the 101, a cut upload leaving nothing", () =>
+  it.effect("a spliced transfer (Upgrade: svc-splice): a file up and down byte for byte, a small file answered plainly, a refusal before the 101, a file cut while sent reset, a cut upload leaving nothing", () =>
     Effect.gen(function*() {
       const agent = yield* startAgent(yield* makeHost)
       const sandboxId = yield* createRunning(agent)
@@ -175,6 +175,20 @@ layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("host agent da
       const got = yield* Effect.promise(() => readAll(down.socket!, down.head!))
       assert.isTrue(got.equals(bytes))
 
+      // A file cut short while it is sent (truncated behind the stalled reader): the connection
+      // is reset before `x-svc-size` bytes, never ended as if whole.
+      yield* run("head -c 67108864 /dev/zero > /root/shrinks.bin")
+      const shrinking = yield* Effect.promise(() =>
+        askSplice(agent, "GET", files("/root/shrinks.bin"), agent.dataPlane.token)
+      )
+      assert.strictEqual(shrinking.status, 101)
+      yield* Effect.sleep(300)
+      yield* run("truncate -s 1048576 /root/shrinks.bin")
+      const cutShort = yield* Effect.promise(() =>
+        readAll(shrinking.socket!, shrinking.head!).then((b) => b.length, (e: Error) => e.message)
+      )
+      assert.notStrictEqual(cutShort, 67108864, "a file cut short is never sent as whole")
+
       // A small file: answered plainly (200, its bytes), no switch.
       yield* run("printf 'short' > /root/small.txt")
       const small = yield* Effect.promise(() =>
@@ -199,7 +213,9 @@ layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("host agent da
       cut.socket!.resetAndDestroy()
       const after = yield* eventually(
         run("sha256sum /root/up.bin; ls -A /root"),
-        (r) => r.stdout === `${createHash("sha256").update(bytes).digest("hex")}  /root/up.bin\nsmall.txt\nup.bin\n`
+        (r) =>
+          r.stdout ===
+            `${createHash("sha256").update(bytes).digest("hex")}  /root/up.bin\nshrinks.bin\nsmall.txt\nup.bin\n`
       )
       assert.strictEqual(after.exit_code, 0)
     }))
