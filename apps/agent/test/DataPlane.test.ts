@@ -195,6 +195,11 @@ layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("host agent da
         askSplice(agent, "GET", files("/root/small.txt"), agent.dataPlane.token)
       )
       assert.deepStrictEqual([small.status, small.body], [200, "short"])
+      yield* run("head -c 100000 /dev/zero | tr '\\0' x > /root/medium.txt")
+      const medium = yield* Effect.promise(() =>
+        askSplice(agent, "GET", files("/root/medium.txt"), agent.dataPlane.token)
+      )
+      assert.deepStrictEqual([medium.status, medium.body], [200, "x".repeat(100_000)])
 
       // Refusals come before the 101, as on the plain route; without the token nothing happens.
       const missing = yield* Effect.promise(() => askSplice(agent, "GET", files("/root/none"), agent.dataPlane.token))
@@ -215,7 +220,9 @@ layer(testLayer, { excludeTestServices: true, timeout: 120_000 })("host agent da
         run("sha256sum /root/up.bin; ls -A /root"),
         (r) =>
           r.stdout ===
-            `${createHash("sha256").update(bytes).digest("hex")}  /root/up.bin\nshrinks.bin\nsmall.txt\nup.bin\n`
+            `${
+              createHash("sha256").update(bytes).digest("hex")
+            }  /root/up.bin\nmedium.txt\nshrinks.bin\nsmall.txt\nup.bin\n`
       )
       assert.strictEqual(after.exit_code, 0)
     }))

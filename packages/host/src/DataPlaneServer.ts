@@ -84,6 +84,7 @@ import { ProcessHandlers } from "./DataPlaneServer/Processes.ts"
 import {
   connectionOf,
   endConnection,
+  forwardDrain,
   resetConnection,
   switchProtocols,
   wantsSplice,
@@ -532,6 +533,7 @@ const handlers = (settings: DataPlaneSettings) =>
         org: string | undefined
       ): Effect.Effect<Effect.Effect<void>, AgentBusy | AgentRateLimited, Scope.Scope> =>
         Effect.gen(function*() {
+          if (wantsSplice(request)) forwardDrain(connectionOf(request))
           const slots = yield* Scope.fork(yield* Effect.scope)
           const held = Effect.gen(function*() {
             yield* orgSlot(org !== undefined ? `org:${org}` : `sandbox:${sandboxId}`)

@@ -177,6 +177,12 @@ const MAX_ERROR_BYTES = 64 * 1024
 
 /** Connections kept open to the hosts for the transfers sent outside the derived client. */
 const agents = { http: new Http.Agent({ keepAlive: true }), https: new Https.Agent({ keepAlive: true }) }
+/**
+ * A connection per spliced transfer, never reused: the host ends one it answered plainly (an
+ * upgrade request's connection is no longer its HTTP server's), so a kept one would take the
+ * next request into a connection nobody reads.
+ */
+const spliceAgents = { http: new Http.Agent({ keepAlive: false }), https: new Https.Agent({ keepAlive: false }) }
 
 /** A files route of the data plane (`AgentApi`'s `readFile`, `writeFile`) with its query. */
 const filesPath = (sandboxId: string, query: Record<string, string>) =>
@@ -246,13 +252,14 @@ const hostRequest = (
   host: HostRecord,
   method: "GET" | "PUT",
   path: string,
-  headers: Record<string, string>
+  headers: Record<string, string>,
+  pool: typeof agents = agents
 ): Http.ClientRequest => {
   const url = new URL(host.endpoint.replace(/\/+$/, "") + path)
   const https = url.protocol === "https:"
   return (https ? Https.request : Http.request)(url, {
     method,
-    agent: https ? agents.https : agents.http,
+    agent: https ? pool.https : pool.http,
     headers: { authorization: `Bearer ${host.token}`, ...headers }
   })
 }
@@ -321,7 +328,7 @@ const askSplice = (host: HostRecord, method: "GET" | "PUT", path: string): Effec
         connection: "Upgrade",
         upgrade: SPLICE_PROTOCOL,
         "content-length": "0"
-      })
+      }, spliceAgents)
     } catch (e) {
       return resume(unreachable(host, e))
     }

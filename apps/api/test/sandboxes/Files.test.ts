@@ -46,6 +46,13 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("sandbox files 
         expect(res.json.error).toContain(errno)
       }
 
+      // A file past one socket buffer and under the size a host splices comes whole: answered
+      // plainly on a connection that asked for a splice (whose drain the host forwards itself).
+      yield* exec(s.id, "head -c 300000 /dev/zero | tr '\\0' m > /srv/medium.txt")
+      const medium = yield* api("GET", `/v1/sandboxes/${s.id}/files?path=/srv/medium.txt`)
+      expect(medium.status).toBe(200)
+      expect(medium.text).toBe("m".repeat(300_000))
+
       // Downloads stream with no bound of their own: a file past the old 100 MiB cap is sent whole.
       yield* exec(s.id, "truncate -s 104857601 /srv/over.bin")
       const over = yield* api("GET", `/v1/sandboxes/${s.id}/files?path=/srv/over.bin`)

@@ -9,6 +9,7 @@ import * as NodeHttpServerRequest from "@effect/platform-node/NodeHttpServerRequ
 import { SPLICE_MIN_BYTES, SPLICE_PROTOCOL, SPLICE_SIZE_HEADER } from "@svc/host-protocol/DataPlane"
 import { Effect } from "effect"
 import type { HttpServerRequest } from "effect/http"
+import type { EventEmitter } from "node:events"
 import type * as Net from "node:net"
 
 /** The request asks for its transfer spliced (`Upgrade: svc-splice`). */
@@ -21,6 +22,16 @@ export const worthSplicing = (size: number | null): size is number => size !== n
 /** The request's connection (an upgrade request's: the HTTP server no longer parses it). */
 export const connectionOf = (request: HttpServerRequest.HttpServerRequest): Net.Socket =>
   NodeHttpServerRequest.toIncomingMessage(request).socket as Net.Socket
+
+/**
+ * An upgrade request answered plainly (a refusal, a listing, a small file) is written by a
+ * `ServerResponse` the framework puts on the connection; the HTTP server no longer tells it when
+ * the connection drained (it let go of an upgrade request's connection), so a body past one
+ * buffer would wait for ever. This does what the server does for its own connections.
+ */
+export const forwardDrain = (socket: Net.Socket): void => {
+  socket.on("drain", () => (socket as unknown as { readonly _httpMessage?: EventEmitter })._httpMessage?.emit("drain"))
+}
 
 /** Answers the request `101`: from here on the connection carries the transfer's bytes. */
 export const switchProtocols = (socket: Net.Socket, size?: number): void => {
