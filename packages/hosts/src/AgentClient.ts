@@ -473,6 +473,22 @@ const spliceUpload = (
     )
   )
 
+/**
+ * A download's bytes stop past the transfer's deadline (the client sees a cut body); `closed`
+ * runs once the stream closes, however it ends.
+ */
+const untilDeadline = <R extends Readable>(readable: R, closed: () => void): R => {
+  const deadline = setTimeout(
+    () => readable.destroy(new Error("the host's file transfer passed its deadline")),
+    TRANSFER_TIMEOUT_MS
+  )
+  readable.once("close", () => {
+    clearTimeout(deadline)
+    closed()
+  })
+  return readable
+}
+
 /** A host's answer that could not be read (cut, too large, not JSON). */
 class AnswerUnreadable extends Schema.TaggedError<AnswerUnreadable>()("AnswerUnreadable", {
   message: Schema.String
@@ -725,16 +741,7 @@ export class AgentClient extends Context.Service<AgentClient, {
               splice: `a size header of ${answer.response.headers[SPLICE_SIZE_HEADER]}`
             })
           }
-          const readable = exactBytes(answer.socket, answer.head, size)
-          // Past the deadline the bytes stop: the client sees a cut body.
-          const deadline = setTimeout(
-            () => readable.destroy(new Error("the host's file transfer passed its deadline")),
-            TRANSFER_TIMEOUT_MS
-          )
-          readable.once("close", () => {
-            clearTimeout(deadline)
-            release()
-          })
+          const readable = untilDeadline(exactBytes(answer.socket, answer.head, size), release)
           return { _tag: "Bytes", size, readable } satisfies FileContent as FileContent
         }
         const response = answer.response
@@ -747,15 +754,7 @@ export class AgentClient extends Context.Service<AgentClient, {
           )
           return { _tag: "Listing", listing } satisfies FileContent as FileContent
         }
-        // Past the deadline the bytes stop: the client sees a cut body.
-        const deadline = setTimeout(
-          () => response.destroy(new Error("the host's file transfer passed its deadline")),
-          TRANSFER_TIMEOUT_MS
-        )
-        response.once("close", () => {
-          clearTimeout(deadline)
-          release()
-        })
+        untilDeadline(response, release)
         const length = response.headers["content-length"]
         return {
           _tag: "Bytes",

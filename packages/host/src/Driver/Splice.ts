@@ -2,7 +2,7 @@
  * A transfer's bytes moved by the kernel between a connection and a sandbox's pipe (`splice`,
  * done by a child of the spawner: `Spawner.splice`), so that a large file never passes through
  * the agent's event loop: each 64 KiB chunk read into a Buffer and written out again cost the
- * agent 1.2-1.5 CPU-seconds per GiB, on the cores the sandbox and the API also need.
+ * agent 2.8-3.8 CPU-seconds per GiB (bench/README.md, 2026-11-28 11:04), on the cores the sandbox and the API also need.
  *
  * Node's own socket objects stay the owners of the descriptors (they close them); for the
  * splice's length they must neither read nor write them: `stopReading` takes a socket's
