@@ -48,6 +48,7 @@ import {
   MAX_EXEC_BODY_BYTES,
   MAX_UPLOAD_BYTES
 } from "@svc/host-protocol/DataPlane"
+import { stopReading } from "@svc/host-protocol/Handoff"
 import * as TransferIdle from "@svc/host-protocol/TransferIdle"
 import * as TransferMemory from "@svc/host-protocol/TransferMemory"
 import {
@@ -91,7 +92,6 @@ import {
   worthSplicing
 } from "./DataPlaneServer/Splices.ts"
 import { DriverExecRequest, SandboxDriver, type SandboxDriverError, type SplicedBody } from "./Driver.ts"
-import { stopReading } from "./Driver/Splice.ts"
 
 /** When the request names no timeout: an exec must not hold a connection for ever. */
 export const DEFAULT_EXEC_TIMEOUT_MS = 300_000

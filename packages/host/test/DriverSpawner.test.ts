@@ -6,6 +6,7 @@
  * namespaces (its veth, an adopted sandbox's hostname) is for that sandbox's init only.
  */
 import { assert, layer } from "@effect/vitest"
+import { descriptorOf, stopReading } from "@svc/host-protocol/Handoff"
 import { eventually } from "@svc/testing/Eventually"
 import { Effect, Exit, Fiber, Stream } from "effect"
 import { spawnSync } from "node:child_process"
@@ -13,7 +14,6 @@ import { createHash, randomBytes } from "node:crypto"
 import * as FsSync from "node:fs"
 import * as Net from "node:net"
 import * as Spawner from "../src/Driver/Spawner.ts"
-import { descriptorOf, stopReading } from "../src/Driver/Splice.ts"
 import { exec, processExists, sh, spec, TestDriver, text, uniqueId, withSandbox } from "./fixtures/support.ts"
 
 const ppidOf = (pid: number): number | undefined => {

@@ -43,7 +43,8 @@ import { HttpApiClient } from "effect/http-api"
 import * as Http from "node:http"
 import * as Https from "node:https"
 import type * as Net from "node:net"
-import { Readable } from "node:stream"
+import type { Readable } from "node:stream"
+import * as Relay from "./Relay.ts"
 
 export type DataPlaneError =
   | Errors.InvalidRequest
@@ -77,6 +78,12 @@ export type FileContent =
      * (the client then sees a cut body, never an end).
      */
     readonly readable: Readable
+    /**
+     * The bytes to go to `response`'s connection by the kernel instead (Relay.ts), when both
+     * connections allow it; called before `readable` is read, which then carries no byte and
+     * ends once all moved. True: the response's length and its connection's close are set.
+     */
+    readonly relayInto?: (response: Http.ServerResponse, idleMs: number) => boolean
   }
   | { readonly _tag: "Listing"; readonly listing: FileListing }
 
@@ -358,49 +365,6 @@ const askSplice = (host: HostRecord, method: "GET" | "PUT", path: string): Effec
   })
 
 /**
- * A spliced download's bytes: exactly `size` of them from the switched connection (`head`
- * first), then the end; a connection that ends or resets before (the host's read failed) or
- * sends more destroys the stream, so its reader never sees a whole file that is not.
- */
-const exactBytes = (socket: Net.Socket, head: Buffer, size: number): Readable => {
-  let received = 0
-  const out = new Readable({
-    // A few socket reads ahead, not one: the connection is not paused and resumed at each chunk.
-    highWaterMark: 1024 * 1024,
-    read() {
-      socket.resume()
-    },
-    destroy(error, callback) {
-      socket.destroy()
-      callback(error)
-    }
-  })
-  const take = (chunk: Buffer) => {
-    if (out.destroyed || received === size) return
-    if (received + chunk.length > size) return out.destroy(new Error("the host sent more than the file's size"))
-    received += chunk.length
-    const more = out.push(chunk)
-    if (received === size) {
-      out.push(null)
-      // The host ends its side once every byte is sent: nothing more to read.
-      socket.destroy()
-    } else if (!more) {
-      socket.pause()
-    }
-  }
-  const cut = () => {
-    if (received < size) out.destroy(new Error(`the host's file transfer was cut after ${received} of ${size} bytes`))
-  }
-  socket.pause()
-  if (head.length > 0) take(head)
-  socket.on("data", take)
-  socket.once("end", cut)
-  socket.once("close", cut)
-  socket.once("error", (e) => out.destroy(e))
-  return out
-}
-
-/**
  * A spliced upload: the client's body written into the switched connection (at most
  * `maxBytes`), the connection's side then ended, and the host's one `AgentSpliceResult` line
  * read. An early answer (a refusal: the disk full) stops the body there. A body that fails (its
@@ -623,6 +587,7 @@ export class AgentClient extends Context.Service<AgentClient, {
   static readonly make = Effect.gen(function*() {
     // Transfers pass through this process (TransferMemory.ts).
     yield* TransferMemory.accountExternalMemoryInHeapLimit
+    const relay = yield* Relay.build
     const http = yield* HttpClient.HttpClient
     // Each call names its host: the base URL and the bearer token come from its record.
     const client = yield* HttpApiClient.makeWith(AgentApi, {
@@ -741,8 +706,13 @@ export class AgentClient extends Context.Service<AgentClient, {
               splice: `a size header of ${answer.response.headers[SPLICE_SIZE_HEADER]}`
             })
           }
-          const readable = untilDeadline(exactBytes(answer.socket, answer.head, size), release)
-          return { _tag: "Bytes", size, readable } satisfies FileContent as FileContent
+          const bytes = untilDeadline(new Relay.HostBytes(answer.socket, answer.head, size, relay), release)
+          return {
+            _tag: "Bytes",
+            size,
+            readable: bytes,
+            relayInto: (response, idleMs) => bytes.relayInto(response, idleMs)
+          } satisfies FileContent as FileContent
         }
         const response = answer.response
         if (response.statusCode !== 200) return yield* refusalOf(host, response)

@@ -29,6 +29,7 @@ import { Sandboxes, toRecord } from "@svc/sandboxes/Sandboxes"
 import { Duration, Effect, Layer, Semaphore } from "effect"
 import { type HttpServerRequest, HttpServerResponse } from "effect/http"
 import { HttpApiBuilder } from "effect/http-api"
+import * as Http from "node:http"
 import { ApiMaxTransfers, ApiMaxTransfersPerOrg, TransferIdleTimeout } from "../Config.ts"
 import { PreviewProxyLayer } from "../Preview.ts"
 import { ContextsHandlers } from "./Contexts.ts"
@@ -210,10 +211,15 @@ export const SandboxesGroup = HttpApiBuilder.group(
           yield* transferSlot(orgId, request)
           const content = yield* sandboxes.readFile(orgId, params.id, query.path)
           if (content._tag === "Listing") return content.listing
-          // The host's response piped to the client as it is: no effect per chunk.
+          // The kernel moves the bytes from the host's connection to the client's where both
+          // allow it (its length is then on the Node response: none pass through the
+          // framework's count); else the host's response is piped as it is: no effect per chunk.
+          const response = NodeHttpServerRequest.toServerResponse(request)
+          const relayed = response instanceof Http.ServerResponse &&
+            content.relayInto?.(response, Duration.toMillis(idle)) === true
           return HttpServerResponse.raw(content.readable, {
             contentType: "application/octet-stream",
-            ...(content.size !== null ? { contentLength: content.size } : {})
+            ...(content.size !== null && !relayed ? { contentLength: content.size } : {})
           })
         }))
       .handle("writeFile", ({ params, query, request }) =>

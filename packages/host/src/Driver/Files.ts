@@ -10,6 +10,7 @@
  * upload nor a killed agent leaves a half-written file). Nothing holds a whole file in memory.
  */
 import * as NodeStream from "@effect/platform-node/NodeStream"
+import { descriptorOf, stopReading } from "@svc/host-protocol/Handoff"
 import { Effect, Stream } from "effect"
 import { randomBytes } from "node:crypto"
 import type * as Net from "node:net"
@@ -32,7 +33,7 @@ import {
 import type { Exec } from "./Exec.ts"
 import { decodeInput, type DriverHost, HELPER, invalid, type RunningSandbox, SANDBOX_PATH } from "./Host.ts"
 import { awaitData, type CommandOptions, decode, type ProcessExit, pump, pumpReadable, readHeader } from "./Process.ts"
-import { descriptorOf, spliceFds, spliceInto, stopReading, writeAll } from "./Splice.ts"
+import { spliceFds, spliceInto, writeAll } from "./Splice.ts"
 
 // Each script exits with one of these codes to name its refusal.
 const FILE_EXIT: Record<number, SandboxFileError["reason"]> = {

@@ -4,13 +4,13 @@
  * the agent's event loop: each 64 KiB chunk read into a Buffer and written out again cost the
  * agent 2.8-3.8 CPU-seconds per GiB (bench/README.md, 2026-11-28 11:04), on the cores the sandbox and the API also need.
  *
- * Node's own socket objects stay the owners of the descriptors (they close them); for the
- * splice's length they must neither read nor write them: `stopReading` takes a socket's
- * descriptor out of Node's polling and hands back what Node had already read ahead.
+ * Node's own socket objects stay the owners of the descriptors: `descriptorOf` and
+ * `stopReading` (@svc/host-protocol/Handoff) take a socket's descriptor out of Node's polling
+ * and hand back what Node had already read ahead.
  */
+import { descriptorOf } from "@svc/host-protocol/Handoff"
 import { Effect, Schema } from "effect"
-import type * as Net from "node:net"
-import type { Readable, Writable } from "node:stream"
+import type { Writable } from "node:stream"
 import type { SplicedBody } from "../Driver.ts"
 import type { PumpResult } from "./Process.ts"
 import * as Spawner from "./Spawner.ts"
@@ -25,42 +25,6 @@ export class SpliceFailed extends Schema.TaggedError<SpliceFailed>()("SpliceFail
   errno: Schema.Number,
   message: Schema.String
 }) {}
-
-/** libuv's stream handle under a Node socket (a connection or a pipe). */
-interface StreamHandle {
-  readonly fd?: number
-  reading?: boolean
-  readStop?: () => number
-}
-
-const handleOf = (stream: Readable | Writable | Net.Socket): StreamHandle | undefined =>
-  (stream as unknown as { readonly _handle?: StreamHandle | null })._handle ?? undefined
-
-/** The descriptor under a Node socket, or undefined (no handle: closed, or not a socket). */
-export const descriptorOf = (stream: Readable | Writable | Net.Socket): number | undefined => {
-  const fd = handleOf(stream)?.fd
-  return typeof fd === "number" && fd >= 0 ? fd : undefined
-}
-
-/**
- * Stops Node reading `socket` (its descriptor leaves libuv's polling; `pause` alone does not,
- * Node would still read up to its buffer's size) and returns the bytes it had read and not yet
- * handed on, in order. Nothing reads the socket again unless someone calls `read`/`resume`.
- */
-export const stopReading = (socket: Readable): ReadonlyArray<Buffer> => {
-  socket.pause()
-  const ahead: Array<Buffer> = []
-  let chunk: Buffer | null
-  while ((chunk = socket.read() as Buffer | null) !== null) ahead.push(chunk)
-  // After the reads above: `read` starts the handle reading again. Nothing more is read before
-  // the event loop polls, so what was taken above is all Node holds.
-  const handle = handleOf(socket)
-  if (handle?.reading === true && typeof handle.readStop === "function") {
-    handle.reading = false
-    handle.readStop()
-  }
-  return ahead
-}
 
 /** Writes `chunks` and waits until Node handed them to the kernel (nothing of them left queued). */
 export const writeAll = (writable: Writable, chunks: ReadonlyArray<Uint8Array>): Effect.Effect<void, SpliceFailed> =>

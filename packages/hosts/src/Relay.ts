@@ -1,0 +1,233 @@
+/**
+ * The API's relay of a spliced download (`SPLICE_PROTOCOL`): the file's bytes go from the
+ * host's connection to the client's by the kernel (`native/svc-relay.c`: splice through a pipe
+ * of its own), started once per transfer with both connections inherited, so that they never
+ * pass through the API's event loop. Read and written by Node, each GiB cost the API 2.8-3.6
+ * CPU-seconds, most of it in its socket calls (bench/README.md, "Spliced, 2026-11-28").
+ *
+ * Only between plain sockets: a TLS connection at either end (an `https` host, a client of a
+ * TLS listener) or an HTTP/2 stream is relayed by Node as before (`HostBytes` reads itself).
+ */
+import { descriptorOf, stopReading } from "@svc/host-protocol/Handoff"
+import * as TransferIdle from "@svc/host-protocol/TransferIdle"
+import * as Native from "@svc/host/Driver/Native"
+import { Effect, Schema, type Scope } from "effect"
+import { spawn } from "node:child_process"
+import * as Fs from "node:fs/promises"
+import type * as Http from "node:http"
+import type * as Net from "node:net"
+import * as Os from "node:os"
+import * as NodePath from "node:path"
+import { Readable } from "node:stream"
+import { fileURLToPath } from "node:url"
+
+const NATIVE_DIR = fileURLToPath(new URL("../native/", import.meta.url))
+
+/** errno values the relay reports (`svc-relay.c`). */
+export const EPIPE = 32
+export const ECONNRESET = 104
+export const ETIMEDOUT = 110
+
+/** The relay ended before every byte was moved: `errno` says why (see `svc-relay.c`). */
+export class RelayFailed extends Schema.TaggedError<RelayFailed>()("RelayFailed", {
+  errno: Schema.Number,
+  message: Schema.String
+}) {}
+
+/** Where the relay's binary is, once built; undefined before, or on a host without a C compiler. */
+export type RelayBinary = () => string | undefined
+
+/**
+ * Builds `svc-relay` into a folder of this process's own (0700, removed with the scope) in the
+ * background: transfers before it is there, or on a machine that cannot build it (no `cc`; its
+ * reason is logged), are relayed by Node.
+ */
+export const build: Effect.Effect<RelayBinary, never, Scope.Scope> = Effect.gen(function*() {
+  let binary: string | undefined
+  const dir = yield* Effect.acquireRelease(
+    Effect.promise(() => Fs.mkdtemp(NodePath.join(Os.tmpdir(), "svc-api-native-"))),
+    (dir) => Effect.promise(() => Fs.rm(dir, { recursive: true, force: true }))
+  )
+  yield* Effect.tryPromise(() => Native.build(dir, "svc-relay", NATIVE_DIR)).pipe(
+    Effect.tap((path) => Effect.sync(() => (binary = path))),
+    Effect.catch((cause) =>
+      Effect.logWarning("api: no kernel relay for downloads, Node relays them", { cause: String(cause) })
+    ),
+    Effect.forkScoped
+  )
+  return () => binary
+})
+
+/**
+ * Runs the relay of `bytes` bytes from descriptor `from` to `to` (neither read nor written by
+ * Node meanwhile), at most `idleMs` without a byte moved. Resolves once all moved; rejects with
+ * `RelayFailed`; an abort kills it.
+ */
+const run = (binary: string, from: number, to: number, bytes: number, idleMs: number, signal: AbortSignal) =>
+  new Promise<void>((resolve, reject) => {
+    // Descriptors 3 and 4: libuv makes a child's 0-2 blocking, which would change the API's own
+    // sockets (one open file each, shared with the child).
+    const child = spawn(binary, [String(bytes), String(idleMs)], {
+      stdio: ["ignore", "pipe", "ignore", from, to],
+      signal,
+      killSignal: "SIGKILL",
+      env: {}
+    })
+    let answer = ""
+    child.stdout!.setEncoding("utf8").on("data", (text: string) => (answer = (answer + text).slice(0, 512)))
+    child.once("error", (e) => reject(new RelayFailed({ errno: 0, message: `the relay: ${e.message}` })))
+    child.once("close", (code) => {
+      const line = answer.trim()
+      if (code === 0 && line === `D ${bytes}`) return resolve()
+      const failed = /^E (\d+) (.*)$/.exec(line)
+      reject(
+        new RelayFailed({
+          errno: failed !== null ? Number(failed[1]) : 0,
+          message: failed !== null ? failed[2]! : `the relay ended (${code}) with ${JSON.stringify(line)}`
+        })
+      )
+    })
+  })
+
+/** Waits until Node handed everything queued on `socket` to the kernel (writes complete in order). */
+const flushed = (socket: Net.Socket) =>
+  new Promise<void>((resolve, reject) =>
+    socket.write(Buffer.alloc(0), (error) => (error == null ? resolve() : reject(error)))
+  )
+
+/** A plain (not TLS) socket with a descriptor. */
+const plainSocket = (socket: Net.Socket | null | undefined): socket is Net.Socket =>
+  socket != null && (socket as { encrypted?: boolean }).encrypted !== true && descriptorOf(socket) !== undefined
+
+/**
+ * A spliced download's bytes (the host's switched connection, `head` read with its answer):
+ * exactly `size` of them, then the end; a connection that ends or resets before (the host's
+ * read failed) or sends more destroys the stream, so its reader never sees a whole file that
+ * is not. Read as any stream, Node reads them; handed to a client's response first
+ * (`relayInto`), the kernel moves them, and this stream carries none: it ends once all moved.
+ */
+export class HostBytes extends Readable {
+  #received = 0
+  #started = false
+  #relay: { readonly binary: string; readonly response: Http.ServerResponse; readonly idleMs: number } | undefined
+  readonly #abort = new AbortController()
+  readonly #socket: Net.Socket
+  readonly #head: Buffer
+  readonly #size: number
+  readonly #binary: RelayBinary
+
+  constructor(socket: Net.Socket, head: Buffer, size: number, binary: RelayBinary) {
+    // A few socket reads ahead, not one: the connection is not paused and resumed at each chunk.
+    super({ highWaterMark: 1024 * 1024 })
+    this.#socket = socket
+    this.#head = head
+    this.#size = size
+    this.#binary = binary
+    socket.pause()
+    socket.once("error", (e) => this.destroy(e))
+  }
+
+  /**
+   * The bytes to go to `response`'s connection by the kernel, if both connections allow it
+   * (plain sockets, HTTP/1) and the relay is built; called before the stream is read. Sets the
+   * response's length, and closes its connection after it (the server must not read a next
+   * request into the middle of the bytes). False: the stream carries the bytes itself.
+   */
+  relayInto(response: Http.ServerResponse, idleMs: number): boolean {
+    const binary = this.#binary()
+    if (binary === undefined || this.#started || response.headersSent) return false
+    if (response.req.httpVersionMajor !== 1 || !plainSocket(response.socket) || !plainSocket(this.#socket)) {
+      return false
+    }
+    this.#relay = { binary, response, idleMs }
+    response.setHeader("content-length", String(this.#size))
+    response.setHeader("connection", "close")
+    return true
+  }
+
+  override _read(): void {
+    if (this.#started) {
+      this.#socket.resume()
+      return
+    }
+    this.#started = true
+    if (this.#relay !== undefined) this.#relayed(this.#relay)
+    else this.#carried()
+  }
+
+  override _destroy(error: Error | null, callback: (error?: Error | null) => void): void {
+    this.#abort.abort()
+    this.#socket.destroy()
+    callback(error)
+  }
+
+  /** Node reads the bytes: they pass through this stream. */
+  #carried() {
+    const socket = this.#socket
+    const take = (chunk: Buffer) => {
+      if (this.destroyed || this.#received === this.#size) return
+      if (this.#received + chunk.length > this.#size) {
+        return this.destroy(new Error("the host sent more than the file's size"))
+      }
+      this.#received += chunk.length
+      const more = this.push(chunk)
+      if (this.#received === this.#size) {
+        this.push(null)
+        // The host ends its side once every byte is sent: nothing more to read.
+        socket.destroy()
+      } else if (!more) {
+        socket.pause()
+      }
+    }
+    const cut = () => {
+      if (this.#received < this.#size) {
+        this.destroy(new Error(`the host's file transfer was cut after ${this.#received} of ${this.#size} bytes`))
+      }
+    }
+    if (this.#head.length > 0) take(this.#head)
+    // Reset before the first read (its error destroyed this stream already), or ended with it.
+    if (socket.destroyed) return cut()
+    socket.on("data", take)
+    socket.once("end", cut)
+    socket.once("close", cut)
+    socket.resume()
+  }
+
+  /**
+   * The kernel moves the bytes: called by the response's pipe, so after the framework wrote
+   * the response's head into it. The head goes out first, then what Node had read ahead of
+   * the host's connection, then the relay moves the rest.
+   */
+  #relayed(relay: { readonly binary: string; readonly response: Http.ServerResponse; readonly idleMs: number }) {
+    const { response } = relay
+    const client = response.socket!
+    const ahead = [this.#head, ...stopReading(this.#socket)].filter((chunk) => chunk.length > 0)
+    const aheadBytes = ahead.reduce((n, chunk) => n + chunk.length, 0)
+    if (aheadBytes > this.#size) return this.destroy(new Error("the host sent more than the file's size"))
+    // Its bytes do not pass through the response: its length is the relay's to keep.
+    response.strictContentLength = false
+    response.flushHeaders()
+    for (const chunk of ahead) response.write(chunk)
+    const from = descriptorOf(this.#socket)
+    const to = descriptorOf(client)
+    const done = TransferIdle.movingOutside(client)
+    flushed(client)
+      .then(() => {
+        if (aheadBytes === this.#size) return
+        if (from === undefined || to === undefined) throw new Error("a connection closed before the relay")
+        return run(relay.binary, from, to, this.#size - aheadBytes, relay.idleMs, this.#abort.signal)
+      })
+      .then(
+        () => {
+          done()
+          this.#received = this.#size
+          this.push(null)
+          this.#socket.destroy()
+        },
+        (e: unknown) => {
+          done()
+          this.destroy(e instanceof Error ? e : new Error(String(e)))
+        }
+      )
+  }
+}
