@@ -13,8 +13,8 @@
  *   D bytes            all of them moved
  *   E errno message    not all: ECONNRESET the host ended or reset early, EPIPE the client went,
  *                      ETIMEDOUT nothing moved for idle-ms, or the failed call's errno
- * Run as root (a developer's host), it drops to nobody first; in every case it sets
- * no_new_privs and dies with the API (PR_SET_PDEATHSIG).
+ * It closes every other descriptor it inherited; run as root (a developer's host), it drops to
+ * nobody; in every case it sets no_new_privs and dies with the API (PR_SET_PDEATHSIG).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #define FROM 3
@@ -49,6 +50,10 @@ int main(int argc, char **argv) {
   unsigned long idle = strtoul(argv[2], &end, 10);
   if (*end || end == argv[2] || idle > 86400000UL) return report(EINVAL, "idle-ms is not a number of ms", 0);
 
+  /* Nothing of the API's but the two connections: a descriptor it left inheritable goes here. */
+  if (syscall(SYS_close_range, 5U, ~0U, 0U) != 0) {
+    for (int fd = 5; fd < 1024; fd++) close(fd);
+  }
   prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
   if (getppid() == 1) return report(ESRCH, "the API is gone", 0);
   /* A client gone is EPIPE from splice, not a signal that ends this process silently. */
@@ -96,10 +101,16 @@ int main(int argc, char **argv) {
     }
     if (ended && taken == moved) return report(ECONNRESET, "the host ended the transfer", moved);
     if (progress) continue;
-    /* Neither side moved: wait for the one(s) that can unblock a call above. */
+    /* Neither side moved: wait for what can unblock a call above. The pipe counts in slots, not
+     * bytes (a TCP segment's bytes may take a page each): a full one refuses the host's bytes
+     * while the connection stays readable, so the connection is waited for only while the pipe
+     * has room, or this loop would spin until the client read. */
+    struct pollfd room = {p[1], POLLOUT, 0};
+    int has_room = taken == moved || (poll(&room, 1, 0) == 1 && (room.revents & POLLOUT));
     struct pollfd fds[2];
     nfds_t n = 0;
-    if (!ended && taken < total && taken - moved < (unsigned long long) capacity) fds[n++] = (struct pollfd){FROM, POLLIN, 0};
+    if (!ended && taken < total && taken - moved < (unsigned long long) capacity && has_room)
+      fds[n++] = (struct pollfd){FROM, POLLIN, 0};
     if (taken > moved) fds[n++] = (struct pollfd){TO, POLLOUT, 0};
     int ready = poll(fds, n, idle ? (int) idle : -1);
     if (ready == 0) return report(ETIMEDOUT, "nothing moved for the idle bound", moved);

@@ -101,9 +101,9 @@ const plainSocket = (socket: Net.Socket | null | undefined): socket is Net.Socke
 
 /**
  * A spliced download's bytes (the host's switched connection, `head` read with its answer):
- * exactly `size` of them, then the end; a connection that ends or resets before (the host's
- * read failed) or sends more destroys the stream, so its reader never sees a whole file that
- * is not. Read as any stream, Node reads them; handed to a client's response first
+ * exactly `size` of them, then the end (nothing past them is passed on); a connection that
+ * ends or resets before (the host's read failed) destroys the stream, so its reader never sees
+ * a whole file that is not. Read as any stream, Node reads them; handed to a client's response first
  * (`relayInto`), the kernel moves them, and this stream carries none: it ends once all moved.
  */
 export class HostBytes extends Readable {
@@ -164,11 +164,10 @@ export class HostBytes extends Readable {
   /** Node reads the bytes: they pass through this stream. */
   #carried() {
     const socket = this.#socket
-    const take = (chunk: Buffer) => {
+    const take = (data: Buffer) => {
       if (this.destroyed || this.#received === this.#size) return
-      if (this.#received + chunk.length > this.#size) {
-        return this.destroy(new Error("the host sent more than the file's size"))
-      }
+      // Past the size (a host's bug) nothing is passed on, as the relay reads nothing past it.
+      const chunk = data.length > this.#size - this.#received ? data.subarray(0, this.#size - this.#received) : data
       this.#received += chunk.length
       const more = this.push(chunk)
       if (this.#received === this.#size) {
@@ -201,9 +200,13 @@ export class HostBytes extends Readable {
   #relayed(relay: { readonly binary: string; readonly response: Http.ServerResponse; readonly idleMs: number }) {
     const { response } = relay
     const client = response.socket!
-    const ahead = [this.#head, ...stopReading(this.#socket)].filter((chunk) => chunk.length > 0)
-    const aheadBytes = ahead.reduce((n, chunk) => n + chunk.length, 0)
-    if (aheadBytes > this.#size) return this.destroy(new Error("the host sent more than the file's size"))
+    const ahead: Array<Buffer> = []
+    let aheadBytes = 0
+    for (const chunk of [this.#head, ...stopReading(this.#socket)]) {
+      const taken = chunk.subarray(0, this.#size - aheadBytes)
+      if (taken.length > 0) ahead.push(taken)
+      aheadBytes += taken.length
+    }
     // Its bytes do not pass through the response: its length is the relay's to keep.
     response.strictContentLength = false
     response.flushHeaders()

@@ -58,6 +58,8 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("sandbox files 
       const over = yield* api("GET", `/v1/sandboxes/${s.id}/files?path=/srv/over.bin`)
       expect(over.status).toBe(200)
       expect(over.headers.get("content-length")).toBe("104857601")
+      // Moved by the kernel from the host's connection to this one (@svc/hosts/Relay), which closes after it.
+      expect(over.headers.get("connection")).toBe("close")
       expect(over.bytes.length).toBe(104857601)
 
       // Nothing was planted; /dev/full and /dev/null are still the devices they were, modes untouched.

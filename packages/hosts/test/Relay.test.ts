@@ -1,0 +1,302 @@
+/**
+ * The API's kernel relay of a spliced download (Relay.ts, native/svc-relay.c), between real
+ * sockets: a "host" (a TCP server that sends a file's bytes, then ends, resets or holds its
+ * connection) and an "API" (a Node HTTP server whose response gets a `HostBytes` of a connection
+ * to that host, as the files route does), read by a plain HTTP client. What the client sees:
+ * every byte in order and the length announced, or a cut body, never a short one taken as whole;
+ * and what is left on the machine: no relay process once the transfer ended, however it ended.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import * as Relay from "@svc/hosts/Relay"
+import { Effect } from "effect"
+import { createHash } from "node:crypto"
+import * as FsSync from "node:fs"
+import * as Http from "node:http"
+import * as Net from "node:net"
+import { pipeline } from "node:stream/promises"
+
+const MiB = 1024 * 1024
+
+/** `size` bytes in which every MiB differs (its number first): a block out of order changes the hash. */
+const fileBytes = (size: number): Buffer => {
+  const bytes = Buffer.alloc(size)
+  for (let i = 0; i < size; i += 4096) bytes.writeUInt32BE((i * 2654435761) >>> 0, i)
+  return bytes
+}
+const sha = (bytes: Buffer) => createHash("sha256").update(bytes).digest("hex")
+
+type HostEnd = "end" | "reset" | "hold"
+
+/**
+ * A host that sends `bytes` on each connection, then ends, resets, or holds it open; resolves
+ * each connection's close. With `segment`, in writes of that many bytes, each sent at once (many
+ * small TCP segments, as a loaded host's may be).
+ */
+const startHost = (bytes: Buffer, then: HostEnd, segment?: number) => {
+  const closed: Array<Promise<void>> = []
+  const server = Net.createServer((socket) => {
+    socket.on("error", () => undefined)
+    closed.push(new Promise((resolve) => socket.once("close", () => resolve())))
+    const done = () => {
+      if (then === "end") socket.end()
+      else if (then === "reset") socket.resetAndDestroy()
+    }
+    if (segment === undefined) return void socket.write(bytes, done)
+    socket.setNoDelay(true)
+    let at = 0
+    const more = () => {
+      while (at < bytes.length && !socket.destroyed) {
+        const chunk = bytes.subarray(at, at + segment)
+        at += chunk.length
+        if (!socket.write(chunk)) return void socket.once("drain", more)
+      }
+      if (at >= bytes.length) done()
+    }
+    more()
+  })
+  return new Promise<{ port: number; server: Net.Server; closed: Array<Promise<void>> }>((resolve) =>
+    server.listen(0, "127.0.0.1", () => resolve({ port: (server.address() as Net.AddressInfo).port, server, closed }))
+  )
+}
+
+interface Served {
+  readonly relayed: boolean
+  /** The response's pipe: its failure (a cut transfer) or its end. */
+  readonly piped: Promise<unknown>
+}
+
+/**
+ * An API whose every request gets the host's bytes as a `HostBytes` of `size` (the first
+ * `headBytes` of them read before, as the upgrade's head), relayed if `binary` is given.
+ */
+const startApi = (hostPort: number, size: number, headBytes: number, binary: Relay.RelayBinary, idleMs = 10_000) => {
+  const served: Array<Served> = []
+  const server = Http.createServer((_request, response) => {
+    const connection = Net.connect(hostPort, "127.0.0.1")
+    connection.once("connect", () => {
+      const start = () => {
+        const head = headBytes > 0 ? (connection.read(headBytes) as Buffer | null) ?? Buffer.alloc(0) : Buffer.alloc(0)
+        const bytes = new Relay.HostBytes(connection, head, size, binary)
+        const relayed = bytes.relayInto(response, idleMs)
+        // As the framework does: its own length check, the head before the body.
+        response.strictContentLength = true
+        response.writeHead(200, {
+          "content-type": "application/octet-stream",
+          ...(relayed ? {} : { "content-length": String(size) })
+        })
+        served.push({ relayed, piped: pipeline(bytes, response).catch((e: unknown) => e) })
+      }
+      if (headBytes > 0) connection.once("readable", start)
+      else start()
+    })
+  })
+  return new Promise<{ port: number; server: Http.Server; served: Array<Served> }>((resolve) =>
+    server.listen(0, "127.0.0.1", () => resolve({ port: (server.address() as Net.AddressInfo).port, server, served }))
+  )
+}
+
+interface Received {
+  readonly status: number
+  readonly headers: Http.IncomingHttpHeaders
+  readonly bytes: Buffer
+  /** The body ended whole (`end` with `complete`), not cut. */
+  readonly complete: boolean
+}
+
+/** A GET of the API; `whileOpen` runs once the head came (the body not yet read), before reading on. */
+const get = (port: number, whileOpen?: (response: Http.IncomingMessage) => Promise<void>) =>
+  new Promise<Received>((resolve, reject) => {
+    const request = Http.get({ host: "127.0.0.1", port, path: "/file", agent: false }, async (response) => {
+      const chunks: Array<Buffer> = []
+      let ended = false
+      response.pause()
+      response.once("end", () => (ended = true))
+      response.once("close", () =>
+        resolve({
+          status: response.statusCode!,
+          headers: response.headers,
+          bytes: Buffer.concat(chunks),
+          complete: ended && response.complete
+        }))
+      if (whileOpen !== undefined) {
+        try {
+          await whileOpen(response)
+        } catch (e) {
+          response.destroy()
+          return reject(e)
+        }
+      }
+      response.on("data", (chunk: Buffer) => chunks.push(chunk))
+      response.resume()
+    })
+    request.once("error", reject)
+  })
+
+/** The relay processes this process started that are still running. */
+const relays = (): Array<number> =>
+  FsSync.readdirSync("/proc").filter((entry) => /^\d+$/.test(entry)).map(Number).filter((pid) => {
+    try {
+      const stat = FsSync.readFileSync(`/proc/${pid}/stat`, "utf8")
+      const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1])
+      return ppid === process.pid && stat.includes("(svc-relay-")
+    } catch {
+      return false
+    }
+  })
+
+/** A process's CPU time so far, in ticks (user + system). */
+const cpuTicks = (pid: number): number => {
+  const fields = FsSync.readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ")
+  return Number(fields[11]) + Number(fields[12])
+}
+
+const eventually = async (check: () => boolean, what: string, ms = 10_000) => {
+  const until = Date.now() + ms
+  while (!check()) {
+    if (Date.now() > until) throw new Error(`not within ${ms} ms: ${what}`)
+    await new Promise((resolve) => setTimeout(resolve, 20))
+  }
+}
+
+/** The relay's binary, built for the test (its scope removes it). */
+const builtRelay = Effect.gen(function*() {
+  const binary = yield* Relay.build
+  yield* Effect.promise(() => eventually(() => binary() !== undefined, "the relay built", 60_000))
+  return binary
+})
+
+const close = (...servers: Array<Net.Server>) =>
+  Effect.promise(() => Promise.all(servers.map((server) => new Promise((resolve) => server.close(resolve)))))
+
+describe("Relay", () => {
+  it.effect(
+    "relays every byte in order, Node's read-ahead first; the length is announced and the connection closes after",
+    () =>
+      Effect.gen(function*() {
+        const binary = yield* builtRelay
+        const size = 24 * MiB + 12345
+        const bytes = fileBytes(size)
+        const host = yield* Effect.promise(() => startHost(bytes, "hold"))
+        for (const headBytes of [0, 1000]) {
+          const api = yield* Effect.promise(() => startApi(host.port, size, headBytes, binary))
+          const received = yield* Effect.promise(() => get(api.port))
+          expect(api.served[0]!.relayed).toBe(true)
+          expect(received.status).toBe(200)
+          expect(received.headers["content-length"]).toBe(String(size))
+          expect(received.headers["connection"]).toBe("close")
+          expect(received.complete).toBe(true)
+          expect(received.bytes.length).toBe(size)
+          expect(sha(received.bytes)).toBe(sha(bytes))
+          yield* close(api.server)
+        }
+        // Each transfer ended its connection to the host (held open by the host: the API closed it).
+        yield* Effect.promise(() => Promise.all(host.closed))
+        yield* Effect.promise(() => eventually(() => relays().length === 0, "no relay left"))
+        yield* close(host.server)
+      }).pipe(Effect.scoped),
+    60_000
+  )
+
+  it.effect(
+    "a host that sent more than the file's size: the client gets exactly the size, whole",
+    () =>
+      Effect.gen(function*() {
+        const binary = yield* builtRelay
+        const size = 3 * MiB
+        const bytes = fileBytes(size + 4096)
+        for (const relay of [binary, () => undefined]) {
+          const host = yield* Effect.promise(() => startHost(bytes, "hold"))
+          const api = yield* Effect.promise(() => startApi(host.port, size, 0, relay))
+          const received = yield* Effect.promise(() => get(api.port))
+          expect(api.served[0]!.relayed).toBe(relay === binary)
+          expect(received.complete).toBe(true)
+          expect(sha(received.bytes)).toBe(sha(bytes.subarray(0, size)))
+          yield* close(api.server, host.server)
+        }
+      }).pipe(Effect.scoped),
+    60_000
+  )
+
+  it.effect(
+    "a host that ends or resets before the size: the client sees a cut body, relayed or not",
+    () =>
+      Effect.gen(function*() {
+        const binary = yield* builtRelay
+        const size = 8 * MiB
+        for (const then of ["end", "reset"] as const) {
+          for (const relay of [binary, () => undefined]) {
+            const host = yield* Effect.promise(() => startHost(fileBytes(size / 2), then))
+            const api = yield* Effect.promise(() => startApi(host.port, size, 0, relay))
+            const received = yield* Effect.promise(() => get(api.port))
+            expect(api.served[0]!.relayed).toBe(relay === binary)
+            expect(received.complete).toBe(false)
+            expect(received.bytes.length).toBeLessThan(size)
+            const failure = yield* Effect.promise(() => api.served[0]!.piped)
+            expect(failure).toBeInstanceOf(Error)
+            yield* close(api.server, host.server)
+          }
+        }
+        yield* Effect.promise(() => eventually(() => relays().length === 0, "no relay left"))
+      }).pipe(Effect.scoped),
+    60_000
+  )
+
+  it.effect(
+    "the relay runs unprivileged, holding only the two connections; a client that goes away ends it and the host's connection",
+    () =>
+      Effect.gen(function*() {
+        const binary = yield* builtRelay
+        const size = 256 * MiB
+        const host = yield* Effect.promise(() => startHost(fileBytes(size), "hold", 512))
+        const api = yield* Effect.promise(() => startApi(host.port, size, 0, binary))
+        const received = yield* Effect.promise(() =>
+          get(api.port, async (response) => {
+            // The client reads nothing yet: the relay waits on a full connection.
+            await eventually(() => relays().length === 1, "the relay running")
+            const [pid] = relays()
+            const status = FsSync.readFileSync(`/proc/${pid}/status`, "utf8")
+            const uid = process.geteuid!() === 0 ? "65534" : String(process.geteuid!())
+            expect(status).toMatch(new RegExp(`^Uid:\\s+${uid}\\s+${uid}\\s+${uid}\\s+${uid}$`, "m"))
+            expect(status).toMatch(/^NoNewPrivs:\s+1$/m)
+            const fds = FsSync.readdirSync(`/proc/${pid}/fd`).map(Number).sort((a, b) => a - b)
+            // stdin and stderr (/dev/null), the answer's pipe, the two connections, its own pipe's two ends.
+            expect(fds).toEqual([0, 1, 2, 3, 4, 5, 6])
+            for (const fd of [3, 4]) expect(FsSync.readlinkSync(`/proc/${pid}/fd/${fd}`)).toMatch(/^socket:/)
+            // Nothing can move while the client reads nothing: the relay sleeps in poll, it does not spin.
+            const before = cpuTicks(pid!)
+            await new Promise((resolve) => setTimeout(resolve, 500))
+            expect(cpuTicks(pid!) - before).toBeLessThanOrEqual(2)
+            response.destroy()
+          })
+        )
+        expect(received.complete).toBe(false)
+        expect(yield* Effect.promise(() => api.served[0]!.piped)).toBeInstanceOf(Error)
+        yield* Effect.promise(() => eventually(() => relays().length === 0, "the relay ended"))
+        yield* Effect.promise(() => Promise.all(host.closed))
+        yield* close(api.server, host.server)
+      }).pipe(Effect.scoped),
+    60_000
+  )
+
+  it.effect(
+    "a client that stops reading for the idle bound: the relay ends and the body is cut",
+    () =>
+      Effect.gen(function*() {
+        const binary = yield* builtRelay
+        const size = 256 * MiB
+        const host = yield* Effect.promise(() => startHost(fileBytes(size), "hold"))
+        const api = yield* Effect.promise(() => startApi(host.port, size, 0, binary, 300))
+        const received = yield* Effect.promise(() =>
+          get(api.port, async () => {
+            await eventually(() => relays().length === 1, "the relay running")
+            await eventually(() => relays().length === 0, "the relay ended on its idle bound")
+          })
+        )
+        expect(received.complete).toBe(false)
+        const failure = yield* Effect.promise(() => api.served[0]!.piped)
+        expect(failure).toMatchObject({ _tag: "RelayFailed", errno: Relay.ETIMEDOUT })
+        yield* close(api.server, host.server)
+      }).pipe(Effect.scoped),
+    60_000
+  )
+})
