@@ -375,7 +375,8 @@ const spliceUpload = (
   socket: Net.Socket,
   head: Buffer,
   body: Readable,
-  maxBytes: number
+  maxBytes: number,
+  relay?: { readonly binary: string; readonly client: Relay.ClientConnection }
 ): Effect.Effect<void, DataPlaneError> =>
   Effect.callback<unknown, DataPlaneError>((resume) => {
     let done = false
@@ -387,11 +388,40 @@ const spliceUpload = (
       detach()
       resume(result)
     }
-    // A reset, not an end: the host must not take a cut body for a whole one.
-    const unwatch = watchBody(body, maxBytes, () => socket.resetAndDestroy(), (e) => finish(Effect.fail(e)))
-    const detach = () => {
-      unwatch()
-      body.unpipe(socket)
+    const cutBody = () =>
+      finish(Effect.fail(new Errors.InvalidRequest({ error: "The request body could not be read" })))
+    let detach: () => void
+    if (relay !== undefined && Relay.canRelayBody(relay.binary, body, socket)) {
+      // The kernel moves the body (Relay.ts); what ends it early says whose the failure is.
+      const abort = new AbortController()
+      detach = () => abort.abort()
+      Relay.relayBody(relay.binary, body, socket, relay.client, abort.signal).then(
+        () => socket.end(),
+        (e: unknown) => {
+          if (done) return
+          const failed = e instanceof Relay.RelayFailed ? e : undefined
+          // The host stopped reading (it answers why, or it went: `close`): its answer decides.
+          if (failed === undefined || failed.side === "to") return
+          // A reset, not an end: the host must not take a cut body for a whole one.
+          socket.resetAndDestroy()
+          if (failed.side === "from") return cutBody()
+          // Idle (as the connection's own idle bound would end it), or the relay itself failing.
+          if (failed.errno === Relay.ETIMEDOUT) {
+            body.socket.destroy()
+            return cutBody()
+          }
+          finish(hostFailed(host, { relay: failed.message }))
+        }
+      )
+    } else {
+      // A reset, not an end: the host must not take a cut body for a whole one.
+      const unwatch = watchBody(body, maxBytes, () => socket.resetAndDestroy(), (e) => finish(Effect.fail(e)))
+      detach = () => {
+        unwatch()
+        body.unpipe(socket)
+      }
+      // `pipe` ends the connection's side once the body ended; the answer follows.
+      body.pipe(socket)
     }
     socket.on("data", (chunk: Buffer) => {
       answerBytes += chunk.length
@@ -411,8 +441,6 @@ const spliceUpload = (
     })
     socket.once("close", () => finish(unreachable(host, "the host closed the transfer without an answer")))
     socket.once("error", (e) => finish(unreachable(host, e)))
-    // `pipe` ends the connection's side once the body ended; the answer follows.
-    body.pipe(socket)
     return Effect.sync(() => {
       if (done) return
       done = true
@@ -561,7 +589,9 @@ export class AgentClient extends Context.Service<AgentClient, {
     body: Readable,
     maxBytes: number,
     org?: string,
-    options?: WriteOptions
+    options?: WriteOptions,
+    /** The client's connection: with it, a body of declared length goes by the kernel (Relay.ts). */
+    client?: Relay.ClientConnection
   ): Effect.Effect<void, DataPlaneError>
   /**
    * A folder as a tar (or tar.gz) stream from the host; refusals before the first byte. The
@@ -741,7 +771,8 @@ export class AgentClient extends Context.Service<AgentClient, {
       body: Readable,
       maxBytes: number,
       org?: string,
-      options: WriteOptions = {}
+      options: WriteOptions = {},
+      client?: Relay.ClientConnection
     ) =>
       Effect.gen(function*() {
         yield* TransferMemory.inFlight
@@ -749,10 +780,15 @@ export class AgentClient extends Context.Service<AgentClient, {
         // A client's request names its length (or streams it chunked, a length unknown: large, as
         // a rule): a small body goes plainly, where a splice's fork and round trip would cost more.
         const declared = Number((body as Partial<Http.IncomingMessage>).headers?.["content-length"] ?? NaN)
+        if (declared > maxBytes) {
+          return yield* new Errors.PayloadTooLarge({ error: `Uploads are limited to ${maxBytes} bytes` })
+        }
         if (!(declared < SPLICE_MIN_BYTES)) {
           const answer = yield* askSplice(host, "PUT", filesPath(sandboxId, query))
           if (answer._tag === "Switched") {
-            return yield* spliceUpload(host, answer.socket, answer.head, body, maxBytes).pipe(
+            const binary = relay()
+            const relayed = client !== undefined && binary !== undefined ? { binary, client } : undefined
+            return yield* spliceUpload(host, answer.socket, answer.head, body, maxBytes, relayed).pipe(
               Effect.timeoutOrElse({
                 duration: TRANSFER_TIMEOUT_MS,
                 orElse: () => unreachable(host, "upload timed out")

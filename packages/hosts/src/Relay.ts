@@ -1,12 +1,15 @@
 /**
- * The API's relay of a spliced download (`SPLICE_PROTOCOL`): the file's bytes go from the
- * host's connection to the client's by the kernel (`native/svc-relay.c`: splice through a pipe
- * of its own), started once per transfer with both connections inherited, so that they never
- * pass through the API's event loop. Read and written by Node, each GiB cost the API 2.8-3.6
- * CPU-seconds, most of it in its socket calls (bench/README.md, "Spliced, 2026-11-28").
+ * The API's kernel relay of a file's bytes between two of its connections (`native/svc-relay.c`:
+ * splice through a pipe of its own), started once per transfer with both connections inherited,
+ * so that the bytes never pass through the API's event loop: a spliced download's
+ * (`SPLICE_PROTOCOL`) from the host's connection to the client's (`HostBytes.relayInto`), and an
+ * upload's body of declared length from the client's to the host's (`relayBody`). Read and
+ * written by Node, each GiB cost the API 2.8-3.6 CPU-seconds, most of it in its socket calls
+ * (bench/README.md, "Spliced, 2026-11-28").
  *
- * Only between plain sockets: a TLS connection at either end (an `https` host, a client of a
- * TLS listener) or an HTTP/2 stream is relayed by Node as before (`HostBytes` reads itself).
+ * Only between plain HTTP/1 sockets: a TLS connection at either end (an `https` host, a client
+ * of a TLS listener), an HTTP/2 stream or a chunked upload (its framing is the Node parser's) is
+ * relayed by Node as before. A relayed transfer's response closes its connection.
  */
 import { descriptorOf, stopReading } from "@svc/host-protocol/Handoff"
 import * as TransferIdle from "@svc/host-protocol/TransferIdle"
@@ -28,9 +31,14 @@ export const EPIPE = 32
 export const ECONNRESET = 104
 export const ETIMEDOUT = 110
 
-/** The relay ended before every byte was moved: `errno` says why (see `svc-relay.c`). */
+/**
+ * The relay ended before every byte was moved: `errno` says why, `side` where (see
+ * `svc-relay.c`): `from` the source ended or failed, `to` the destination's reader went, `-`
+ * neither (nothing moved for the idle bound, or the relay itself).
+ */
 export class RelayFailed extends Schema.TaggedError<RelayFailed>()("RelayFailed", {
   errno: Schema.Number,
+  side: Schema.Literals(["from", "to", "-"]),
   message: Schema.String
 }) {}
 
@@ -51,7 +59,7 @@ export const build: Effect.Effect<RelayBinary, never, Scope.Scope> = Effect.gen(
   yield* Effect.tryPromise(() => Native.build(dir, "svc-relay", NATIVE_DIR)).pipe(
     Effect.tap((path) => Effect.sync(() => (binary = path))),
     Effect.catch((cause) =>
-      Effect.logWarning("api: no kernel relay for downloads, Node relays them", { cause: String(cause) })
+      Effect.logWarning("api: no kernel relay for file transfers, Node relays them", { cause: String(cause) })
     ),
     Effect.forkScoped
   )
@@ -59,8 +67,8 @@ export const build: Effect.Effect<RelayBinary, never, Scope.Scope> = Effect.gen(
 })
 
 /**
- * Runs the relay of `bytes` bytes from descriptor `from` to `to` (neither read nor written by
- * Node meanwhile), at most `idleMs` without a byte moved. Resolves once all moved; rejects with
+ * Runs the relay of `bytes` bytes from descriptor `from` to `to` (Node neither reads `from` nor
+ * writes `to` meanwhile), at most `idleMs` without a byte moved. Resolves once all moved; rejects with
  * `RelayFailed`; an abort kills it.
  */
 const run = (binary: string, from: number, to: number, bytes: number, idleMs: number, signal: AbortSignal) =>
@@ -75,16 +83,15 @@ const run = (binary: string, from: number, to: number, bytes: number, idleMs: nu
     })
     let answer = ""
     child.stdout!.setEncoding("utf8").on("data", (text: string) => (answer = (answer + text).slice(0, 512)))
-    child.once("error", (e) => reject(new RelayFailed({ errno: 0, message: `the relay: ${e.message}` })))
+    child.once("error", (e) => reject(new RelayFailed({ errno: 0, side: "-", message: `the relay: ${e.message}` })))
     child.once("close", (code) => {
       const line = answer.trim()
       if (code === 0 && line === `D ${bytes}`) return resolve()
-      const failed = /^E (\d+) (.*)$/.exec(line)
+      const failed = /^E (\d+) (from|to|-) (.*)$/.exec(line)
       reject(
-        new RelayFailed({
-          errno: failed !== null ? Number(failed[1]) : 0,
-          message: failed !== null ? failed[2]! : `the relay ended (${code}) with ${JSON.stringify(line)}`
-        })
+        failed !== null
+          ? new RelayFailed({ errno: Number(failed[1]), side: failed[2] as "from" | "to" | "-", message: failed[3]! })
+          : new RelayFailed({ errno: 0, side: "-", message: `the relay ended (${code}) with ${JSON.stringify(line)}` })
       )
     })
   })
@@ -232,5 +239,79 @@ export class HostBytes extends Readable {
           this.destroy(e instanceof Error ? e : new Error(String(e)))
         }
       )
+  }
+}
+
+/** A client's connection, for the relay of its upload's body: its response (closed after) and the transfer's idle bound. */
+export interface ClientConnection {
+  readonly response: Http.ServerResponse
+  readonly idleMs: number
+}
+
+/**
+ * Whether `body` (a client's upload) can go to the host's connection `host` by the kernel: a
+ * plain HTTP/1.1 connection at both ends, a declared `Content-Length` (a chunked body's framing
+ * is the Node parser's to read, and its place in it is not told), nothing of it read yet, and
+ * the relay built.
+ */
+export const canRelayBody = (
+  binary: string | undefined,
+  body: Readable,
+  host: Net.Socket
+): body is Http.IncomingMessage => {
+  const request = body as Partial<Http.IncomingMessage>
+  const length = request.headers?.["content-length"]
+  return binary !== undefined && request.httpVersionMajor === 1 &&
+    request.headers?.["transfer-encoding"] === undefined &&
+    length !== undefined && /^\d{1,15}$/.test(length) && !body.readableDidRead && body.readableFlowing !== true &&
+    plainSocket(request.socket) && plainSocket(host)
+}
+
+/**
+ * Relays `request`'s body into the host's switched connection `host`: what Node had parsed of
+ * it first, then the rest of its declared length by the kernel, from the client's connection
+ * (which Node no longer reads: its parser is left in the middle of the body, so the response
+ * closes the connection, `Connection: close`). Resolves once all moved; rejects with
+ * `RelayFailed` (`from`: the client's body was cut) or the error of a write to `host`.
+ */
+export const relayBody = async (
+  binary: string,
+  request: Http.IncomingMessage,
+  host: Net.Socket,
+  client: ClientConnection,
+  signal: AbortSignal
+): Promise<void> => {
+  const length = Number(request.headers["content-length"])
+  client.response.setHeader("connection", "close")
+  const socket = request.socket
+  const ahead: Array<Buffer> = []
+  const drain = () => {
+    let chunk: Buffer | null
+    while ((chunk = request.read() as Buffer | null) !== null) ahead.push(chunk)
+  }
+  drain()
+  // Reading the body asks the socket for more: the server's `resume` listener, due on the next
+  // tick, would start it reading again after it was stopped. Stopped after that tick (no read
+  // from the connection comes between: the event loop polls only once the ticks are done).
+  await new Promise<void>((resolve) => process.nextTick(resolve))
+  drain()
+  ahead.push(...stopReading(socket))
+  const aheadBytes = ahead.reduce((n, c) => n + c.length, 0)
+  if (aheadBytes > length) {
+    throw new RelayFailed({ errno: 0, side: "from", message: "the body ran past its Content-Length" })
+  }
+  for (const c of ahead) host.write(c)
+  await flushed(host)
+  if (aheadBytes === length) return
+  const from = descriptorOf(socket)
+  const to = descriptorOf(host)
+  if (from === undefined || to === undefined) {
+    throw new RelayFailed({ errno: 0, side: from === undefined ? "from" : "to", message: "a connection closed" })
+  }
+  const done = TransferIdle.movingOutside(socket)
+  try {
+    await run(binary, from, to, length - aheadBytes, client.idleMs, signal)
+  } finally {
+    done()
   }
 }

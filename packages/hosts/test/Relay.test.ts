@@ -300,3 +300,130 @@ describe("Relay", () => {
     60_000
   )
 })
+
+/**
+ * A host that reads a connection to its end and answers the bytes' hash (or, with `answerAt`,
+ * answers "early" once that many came, and closes); resolves what it read.
+ */
+const startSink = (answerAt?: number) => {
+  const received: Array<Promise<Buffer>> = []
+  const server = Net.createServer((socket) => {
+    socket.on("error", () => undefined)
+    const chunks: Array<Buffer> = []
+    let size = 0
+    received.push(
+      new Promise((resolve) => {
+        socket.on("data", (chunk: Buffer) => {
+          chunks.push(chunk)
+          size += chunk.length
+          if (answerAt !== undefined && size >= answerAt) socket.end("early\n")
+        })
+        socket.once("end", () => {
+          const bytes = Buffer.concat(chunks)
+          socket.end(`${sha(bytes)}\n`)
+          resolve(bytes)
+        })
+        socket.once("close", () => resolve(Buffer.concat(chunks)))
+      })
+    )
+  })
+  return new Promise<{ port: number; server: Net.Server; received: Array<Promise<Buffer>> }>((resolve) =>
+    server.listen(0, "127.0.0.1", () => resolve({ port: (server.address() as Net.AddressInfo).port, server, received }))
+  )
+}
+
+/** An API whose every request's body goes to the sink by `Relay.relayBody`, answered with the relay's outcome and the sink's answer. */
+const startUploadApi = (sinkPort: number, binary: string, idleMs = 10_000) => {
+  const outcomes: Array<Promise<unknown>> = []
+  const server = Http.createServer((request, response) => {
+    const host = Net.connect(sinkPort, "127.0.0.1")
+    host.on("error", () => undefined)
+    let answer = ""
+    host.on("data", (chunk: Buffer) => (answer += chunk.toString("utf8")))
+    const answered = new Promise<void>((resolve) => host.once("close", () => resolve()))
+    host.once("connect", () => {
+      expect(Relay.canRelayBody(binary, request, host)).toBe(true)
+      const outcome = Relay.relayBody(binary, request, host, { response, idleMs }, new AbortController().signal)
+      outcomes.push(outcome.then(() => "done", (e: unknown) => e))
+      outcome.then(
+        async () => {
+          host.end()
+          await answered
+          response.writeHead(200, { "content-type": "text/plain" }).end(answer)
+        },
+        () => {
+          host.resetAndDestroy()
+          response.destroy()
+        }
+      )
+    })
+  })
+  return new Promise<{ port: number; server: Http.Server; outcomes: Array<Promise<unknown>> }>((resolve) =>
+    server.listen(0, "127.0.0.1", () => resolve({ port: (server.address() as Net.AddressInfo).port, server, outcomes }))
+  )
+}
+
+/** A PUT of `declared` bytes of which `bytes` are sent (then the connection is cut, if fewer); the answer or the cut. */
+const upload = (port: number, bytes: Buffer, declared = bytes.length) =>
+  new Promise<{ status: number; headers: Http.IncomingHttpHeaders; text: string } | "cut">((resolve) => {
+    const request = Http.request({
+      host: "127.0.0.1",
+      port,
+      method: "PUT",
+      path: "/file",
+      agent: false,
+      headers: { "content-length": String(declared) }
+    }, (response) => {
+      let text = ""
+      response.on("data", (chunk: Buffer) => (text += chunk.toString("utf8")))
+      response.once("end", () => resolve({ status: response.statusCode!, headers: response.headers, text }))
+      response.once("error", () => resolve("cut"))
+    })
+    request.once("error", () => resolve("cut"))
+    request.write(bytes, () => {
+      if (bytes.length < declared) setTimeout(() => request.destroy(), 100)
+      else request.end()
+    })
+  })
+
+describe("Relay of an upload's body", () => {
+  it.effect(
+    "moves every byte of the declared length, what Node had parsed first; the response closes its connection",
+    () =>
+      Effect.gen(function*() {
+        const binary = (yield* builtRelay)()!
+        const bytes = fileBytes(24 * MiB + 777)
+        const sink = yield* Effect.promise(() => startSink())
+        const api = yield* Effect.promise(() => startUploadApi(sink.port, binary))
+        const answer = yield* Effect.promise(() => upload(api.port, bytes))
+        expect(yield* Effect.promise(() => api.outcomes[0]!)).toBe("done")
+        expect(answer).toMatchObject({ status: 200, text: `${sha(bytes)}\n` })
+        expect(answer !== "cut" && answer.headers["connection"]).toBe("close")
+        yield* Effect.promise(() => eventually(() => relays().length === 0, "no relay left"))
+        yield* close(api.server, sink.server)
+      }).pipe(Effect.scoped),
+    60_000
+  )
+
+  it.effect(
+    "a body cut before its declared length fails on the client's side; a host that stops reading, on its own",
+    () =>
+      Effect.gen(function*() {
+        const binary = (yield* builtRelay)()!
+        const sink = yield* Effect.promise(() => startSink())
+        const api = yield* Effect.promise(() => startUploadApi(sink.port, binary))
+        expect(yield* Effect.promise(() => upload(api.port, fileBytes(4 * MiB), 16 * MiB))).toBe("cut")
+        expect(yield* Effect.promise(() => api.outcomes[0]!)).toMatchObject({ _tag: "RelayFailed", side: "from" })
+        yield* close(api.server, sink.server)
+
+        const early = yield* Effect.promise(() => startSink(2 * MiB))
+        const refusing = yield* Effect.promise(() => startUploadApi(early.port, binary))
+        yield* Effect.promise(() => upload(refusing.port, fileBytes(64 * MiB)))
+        const failed = yield* Effect.promise(() => refusing.outcomes[0]!)
+        expect(failed).toMatchObject({ _tag: "RelayFailed", side: "to" })
+        yield* Effect.promise(() => eventually(() => relays().length === 0, "no relay left"))
+        yield* close(refusing.server, early.server)
+      }).pipe(Effect.scoped),
+    60_000
+  )
+})

@@ -63,6 +63,7 @@ import * as Outbox from "@svc/events/Outbox"
 import { wakeIfPresent } from "@svc/events/Relay"
 import * as AgentClient from "@svc/hosts/AgentClient"
 import { Hosts } from "@svc/hosts/Hosts"
+import type * as Relay from "@svc/hosts/Relay"
 import * as Scheduler from "@svc/hosts/Scheduler"
 import { builtInTemplate, fromResolvedExpression, resolvedExpression, Templates } from "@svc/templates/Templates"
 import { Clock, Context, Duration, Effect, Layer, Option, Schema, type Scope, Stream } from "effect"
@@ -208,7 +209,8 @@ export class Sandboxes extends Context.Service<Sandboxes, {
     path: string,
     body: Readable,
     maxBytes: number,
-    options?: AgentClient.WriteOptions
+    options?: AgentClient.WriteOptions,
+    client?: Relay.ClientConnection
   ) => Effect.Effect<void, AgentClient.DataPlaneError | Rows.QueryError>
   /**
    * The folder as a tar (or tar.gz) stream from the running sandbox's host (docs/contract.md#files),
@@ -698,11 +700,12 @@ export class Sandboxes extends Context.Service<Sandboxes, {
       path: string,
       body: Readable,
       maxBytes: number,
-      options?: AgentClient.WriteOptions
+      options?: AgentClient.WriteOptions,
+      client?: Relay.ClientConnection
     ) =>
       Effect.gen(function*() {
         const host = yield* running(orgId, id)
-        return yield* dataPlane.writeFile(host, id, path, body, maxBytes, orgId, options)
+        return yield* dataPlane.writeFile(host, id, path, body, maxBytes, orgId, options, client)
       }).pipe(Effect.withSpan("Sandboxes.writeFile"))
 
     const readArchive = Effect.fn("Sandboxes.readArchive")(

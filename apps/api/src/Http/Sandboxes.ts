@@ -227,12 +227,22 @@ export const SandboxesGroup = HttpApiBuilder.group(
           const orgId = yield* target(params.id)
           yield* transferSlot(orgId, request)
           // Streamed to the sandbox's disk: `disk_gb` is the only bound (507 past it).
-          // The client's request piped to the host as it is: no effect per chunk.
+          // The client's request piped to the host as it is: no effect per chunk; a body of
+          // declared length moved by the kernel where the connections allow it (Relay.ts).
           const body = NodeHttpServerRequest.toIncomingMessage(request)
-          yield* sandboxes.writeFile(orgId, params.id, query.path, body, Number.MAX_SAFE_INTEGER, {
-            ...(query.mode !== undefined ? { mode: query.mode } : {}),
-            ...(query.parents !== undefined ? { parents: query.parents } : {})
-          })
+          const response = NodeHttpServerRequest.toServerResponse(request)
+          yield* sandboxes.writeFile(
+            orgId,
+            params.id,
+            query.path,
+            body,
+            Number.MAX_SAFE_INTEGER,
+            {
+              ...(query.mode !== undefined ? { mode: query.mode } : {}),
+              ...(query.parents !== undefined ? { parents: query.parents } : {})
+            },
+            response instanceof Http.ServerResponse ? { response, idleMs: Duration.toMillis(idle) } : undefined
+          )
         }))
       .handle("readArchive", ({ params, query, request }) =>
         Effect.gen(function*() {

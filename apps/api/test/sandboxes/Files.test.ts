@@ -8,6 +8,7 @@
 import { expect, layer } from "@effect/vitest"
 import * as TransferMemory from "@svc/host-protocol/TransferMemory"
 import { Effect } from "effect"
+import { createHash } from "node:crypto"
 import * as Http from "node:http"
 import { eventually, Identity } from "../../testing/Sandboxes.ts"
 import { api, create, Env, EnvLayer, expectError, waitState } from "../../testing/SandboxesEnv.ts"
@@ -70,6 +71,30 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("sandbox files 
       // A device written in place keeps its mode.
       expect((yield* put(s.id, "/dev/null", "discarded")).status).toBe(204)
       expect((yield* exec(s.id, "stat -c '%F %a' /dev/null")).stdout).toBe("character special file 666\n")
+      yield* api("DELETE", `/v1/sandboxes/${s.id}`)
+    }))
+
+  it.effect("a file of declared length goes up and down by the kernel, byte for byte; the connection closes after each", () =>
+    Effect.gen(function*() {
+      const s = yield* create({ region: "local", ram_mb: 128 })
+      yield* waitState(s.id, "running")
+      // Every 4 KiB differs: a block out of place changes the hash.
+      const bytes = new Uint8Array(5 * 1024 * 1024 + 123)
+      const view = new DataView(bytes.buffer)
+      for (let i = 0; i + 4 <= bytes.length; i += 4096) view.setUint32(i, (i * 2654435761) >>> 0)
+      const sha = (data: Uint8Array) => createHash("sha256").update(data).digest("hex")
+
+      const up = yield* put(s.id, "/srv/relayed.bin", bytes)
+      expect(up.status, up.text).toBe(204)
+      // Relayed from this connection to the host's (@svc/hosts/Relay), which Node's parser no longer reads.
+      expect(up.headers.get("connection")).toBe("close")
+      expect((yield* exec(s.id, "wc -c < /srv/relayed.bin")).stdout.trim()).toBe(String(bytes.length))
+
+      const down = yield* api("GET", `/v1/sandboxes/${s.id}/files?path=/srv/relayed.bin`)
+      expect(down.status).toBe(200)
+      expect(down.headers.get("connection")).toBe("close")
+      expect(down.bytes.length).toBe(bytes.length)
+      expect(sha(down.bytes)).toBe(sha(bytes))
       yield* api("DELETE", `/v1/sandboxes/${s.id}`)
     }))
 
