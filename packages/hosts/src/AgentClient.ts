@@ -466,6 +466,18 @@ const spliceUpload = (
   )
 
 /**
+ * Tells a client that waits for it (`Expect: 100-continue`, as curl sends for bodies over
+ * 1 MiB) to send its body, once the host takes it: read directly, the body is not the
+ * framework's, which would answer only when it read it itself (curl waited 1 s, then sent).
+ */
+const proceed = (body: Readable, client: Relay.ClientConnection | undefined) => {
+  const expect = (body as Partial<Http.IncomingMessage>).headers?.["expect"]
+  if (client !== undefined && expect?.toLowerCase() === "100-continue" && !client.response.headersSent) {
+    client.response.writeContinue()
+  }
+}
+
+/**
  * A download's bytes stop past the transfer's deadline (the client sees a cut body); `closed`
  * runs once the stream closes, however it ends.
  */
@@ -786,6 +798,7 @@ export class AgentClient extends Context.Service<AgentClient, {
         if (!(declared < SPLICE_MIN_BYTES)) {
           const answer = yield* askSplice(host, "PUT", filesPath(sandboxId, query))
           if (answer._tag === "Switched") {
+            proceed(body, client)
             const binary = relay()
             const relayed = client !== undefined && binary !== undefined ? { binary, client } : undefined
             return yield* spliceUpload(host, answer.socket, answer.head, body, maxBytes, relayed).pipe(
@@ -798,6 +811,7 @@ export class AgentClient extends Context.Service<AgentClient, {
           // Refused before any byte: the body is left unread.
           return yield* refusalOf(host, answer.response)
         }
+        proceed(body, client)
         const response = yield* send(host, "PUT", filesPath(sandboxId, query), { body, maxBytes }).pipe(
           Effect.timeoutOrElse({ duration: TRANSFER_TIMEOUT_MS, orElse: () => unreachable(host, "upload timed out") })
         )

@@ -74,7 +74,7 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("sandbox files 
       yield* api("DELETE", `/v1/sandboxes/${s.id}`)
     }))
 
-  it.effect("a file of declared length goes up and down by the kernel, byte for byte; the connection closes after each", () =>
+  it.effect("a file of declared length goes up and down by the kernel, byte for byte; the connection closes after each; a client that expects 100-continue gets it", () =>
     Effect.gen(function*() {
       const s = yield* create({ region: "local", ram_mb: 128 })
       yield* waitState(s.id, "running")
@@ -89,6 +89,28 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("sandbox files 
       // Relayed from this connection to the host's (@svc/hosts/Relay), which Node's parser no longer reads.
       expect(up.headers.get("connection")).toBe("close")
       expect((yield* exec(s.id, "wc -c < /srv/relayed.bin")).stdout.trim()).toBe(String(bytes.length))
+
+      // A client that waits to be told to send its body (curl does past 1 MiB) is told once the host takes it.
+      const env = yield* Env
+      const url = new URL(env.base)
+      for (const size of [100, bytes.length]) {
+        const waited = yield* Effect.callback<number>((resume) => {
+          const req = Http.request({
+            host: url.hostname,
+            port: Number(url.port),
+            method: "PUT",
+            path: `/v1/sandboxes/${s.id}/files?path=/srv/continued.bin`,
+            headers: { authorization: `Bearer ${env.org.token}`, "content-length": size, expect: "100-continue" }
+          }, (res) => {
+            res.resume()
+            res.on("end", () => resume(Effect.succeed(res.statusCode ?? 0)))
+          })
+          req.on("error", (e) => resume(Effect.die(e)))
+          req.on("continue", () => req.end(bytes.subarray(0, size)))
+        }).pipe(Effect.timeout("20 seconds"))
+        expect(waited).toBe(204)
+        expect((yield* exec(s.id, "wc -c < /srv/continued.bin")).stdout.trim()).toBe(String(size))
+      }
 
       const down = yield* api("GET", `/v1/sandboxes/${s.id}/files?path=/srv/relayed.bin`)
       expect(down.status).toBe(200)
