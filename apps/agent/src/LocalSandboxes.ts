@@ -81,6 +81,11 @@ export class LocalSandboxes extends Context.Service<LocalSandboxes, {
   readonly checkExits: Effect.Effect<ReadonlyArray<AgentReport>>
   /** The sandboxes last reported running (what `checkExits` watches), for their samples and logs. */
   readonly running: Effect.Effect<ReadonlyArray<string>>
+  /**
+   * The sandboxes whose init `checkExits` found dead since the last call (each once), for the
+   * line saying how: one that died within a round of its start was never among `running` there.
+   */
+  readonly takeEnded: Effect.Effect<ReadonlyArray<string>>
 }>()("@svc/agent/LocalSandboxes") {
   static readonly layer = Layer.effect(
     LocalSandboxes,
@@ -514,6 +519,7 @@ export class LocalSandboxes extends Context.Service<LocalSandboxes, {
         pool: pool.status,
         checkExits: exits.checkExits,
         running: exits.runningIds,
+        takeEnded: exits.takeEnded,
         setPool,
         dropPool: pool.removeTemplate
       })

@@ -150,7 +150,8 @@ export class SandboxObserver extends Context.Service<SandboxObserver, {
       const round = Effect.gen(function*() {
         const running = yield* local.running
         const now = new Set(running)
-        const gone = [...watched].filter((id) => !now.has(id))
+        // Those that died since the last round, seen running here or not (a start killed at once).
+        const gone = new Set([...[...watched].filter((id) => !now.has(id)), ...(yield* local.takeEnded)])
         watched = now
         yield* Effect.forEach(
           running,

@@ -10,7 +10,8 @@
  * backpressure (a chunk is read from the client only once the host took the previous one), where
  * `fetch` reads a streamed body as fast as the client sends it and would hold the difference (up
  * to the whole upload) in this process. A host may answer an upload before its body is through
- * (a refusal): that answer is the result.
+ * (a refusal): that answer is the result. A large file's bytes between plain connections skip
+ * this process's event loop: the kernel relays them (Relay.ts).
  */
 import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
 import type { FileListing } from "@svc/domain/Api/Sandboxes"
@@ -366,8 +367,9 @@ const askSplice = (host: HostRecord, method: "GET" | "PUT", path: string): Effec
 
 /**
  * A spliced upload: the client's body written into the switched connection (at most
- * `maxBytes`), the connection's side then ended, and the host's one `AgentSpliceResult` line
- * read. An early answer (a refusal: the disk full) stops the body there. A body that fails (its
+ * `maxBytes`), or with `relay` moved there by the kernel (a body of declared length between
+ * plain connections: Relay.ts), the connection's side then ended, and the host's one
+ * `AgentSpliceResult` line read. An early answer (a refusal: the disk full) stops the body there. A body that fails (its
  * client went away) resets the connection, so that the host keeps nothing.
  */
 const spliceUpload = (

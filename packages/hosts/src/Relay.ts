@@ -110,8 +110,9 @@ const plainSocket = (socket: Net.Socket | null | undefined): socket is Net.Socke
  * A spliced download's bytes (the host's switched connection, `head` read with its answer):
  * exactly `size` of them, then the end (nothing past them is passed on); a connection that
  * ends or resets before (the host's read failed) destroys the stream, so its reader never sees
- * a whole file that is not. Read as any stream, Node reads them; handed to a client's response first
- * (`relayInto`), the kernel moves them, and this stream carries none: it ends once all moved.
+ * a whole file that is not. Read as any stream, Node reads them; handed to a client's response
+ * first (`relayInto`), the kernel moves them, and this stream carries none: it ends once all
+ * moved.
  */
 export class HostBytes extends Readable {
   #received = 0
@@ -293,7 +294,12 @@ export const relayBody = async (
   // Reading the body asks the socket for more: the server's `resume` listener, due on the next
   // tick, would start it reading again after it was stopped. Stopped after that tick (no read
   // from the connection comes between: the event loop polls only once the ticks are done).
-  await new Promise<void>((resolve) => process.nextTick(resolve))
+  const tick = () => new Promise<void>((resolve) => process.nextTick(resolve))
+  await tick()
+  drain()
+  ahead.push(...stopReading(socket))
+  // Once more past a tick, should the drain above have scheduled another `resume`.
+  await tick()
   drain()
   ahead.push(...stopReading(socket))
   const aheadBytes = ahead.reduce((n, c) => n + c.length, 0)

@@ -18,6 +18,8 @@ export const makeExits = (options: {
 }) => {
   const { driver, lockOf, report } = options
   const running = new Set<string>()
+  /** Sandboxes whose init died since `takeEnded` last ran: an observer's round may not have seen them running. */
+  const ended = new Set<string>()
 
   /** Keeps `running` as the reports say: the sandboxes whose init should be alive. */
   const track = (command: AgentCommand["_tag"] | "reconcile", sent: AgentReport) => {
@@ -54,6 +56,7 @@ export const makeExits = (options: {
       }
       if (exit.success === undefined) return undefined
       running.delete(sandboxId)
+      ended.add(sandboxId)
       yield* Effect.logWarning("agent: a sandbox's init ended", { sandboxId, reason: exit.success.reason })
       return yield* report(sandboxId, "exited", {
         errorMessage: exit.success.reason,
@@ -81,6 +84,11 @@ export const makeExits = (options: {
   return {
     isRunning: (sandboxId: string) => running.has(sandboxId),
     runningIds: Effect.sync(() => [...running]),
+    takeEnded: Effect.sync(() => {
+      const taken = [...ended]
+      ended.clear()
+      return taken
+    }),
     track,
     checkExits
   }
