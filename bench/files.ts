@@ -597,7 +597,7 @@ const main = Effect.gen(function*() {
           )
       )
       ok("file up", up.result, 204)
-      // A stream of unknown length (chunked): Node relays it, the kernel cannot (Relay.ts).
+      // A stream of unknown length (chunked): Node moves it, the kernel cannot (packages/hosts/src/Splice.ts).
       await written()
       const chunked = await through(
         ways["file up (chunked)"]!,

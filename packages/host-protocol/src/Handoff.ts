@@ -1,8 +1,8 @@
 /**
  * A Node socket's descriptor handed to a process that moves its bytes with the kernel's
  * `splice`, at both ends of the data plane: the agent's splice of a connection and a sandbox's
- * pipe (@svc/host/Driver/Splice), the API's relay of a host's connection to a client's
- * (@svc/hosts/Relay). Node's socket objects stay the owners of the descriptors (they close
+ * pipe (@svc/host/Driver/Splice), the API's splice between a client's connection and a host's
+ * (@svc/hosts/Splice). Node's socket objects stay the owners of the descriptors (they close
  * them); for the splice's length they must neither read nor write them.
  */
 import type * as Net from "node:net"

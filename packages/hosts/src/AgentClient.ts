@@ -11,7 +11,7 @@
  * `fetch` reads a streamed body as fast as the client sends it and would hold the difference (up
  * to the whole upload) in this process. A host may answer an upload before its body is through
  * (a refusal): that answer is the result. A large file's bytes between plain connections skip
- * this process's event loop: the kernel relays them (Relay.ts).
+ * this process's event loop: the kernel splices them (Splice.ts).
  */
 import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
 import type { FileListing } from "@svc/domain/Api/Sandboxes"
@@ -45,7 +45,7 @@ import * as Http from "node:http"
 import * as Https from "node:https"
 import type * as Net from "node:net"
 import type { Readable } from "node:stream"
-import * as Relay from "./Relay.ts"
+import * as Splice from "./Splice.ts"
 
 export type DataPlaneError =
   | Errors.InvalidRequest
@@ -80,11 +80,11 @@ export type FileContent =
      */
     readonly readable: Readable
     /**
-     * The bytes to go to `response`'s connection by the kernel instead (Relay.ts), when both
+     * The bytes to go to `response`'s connection by the kernel instead (Splice.ts), when both
      * connections allow it; called before `readable` is read, which then carries no byte and
      * ends once all moved. True: the response's length and its connection's close are set.
      */
-    readonly relayInto?: (response: Http.ServerResponse, idleMs: number) => boolean
+    readonly spliceInto?: (response: Http.ServerResponse, idleMs: number) => boolean
   }
   | { readonly _tag: "Listing"; readonly listing: FileListing }
 
@@ -367,8 +367,8 @@ const askSplice = (host: HostRecord, method: "GET" | "PUT", path: string): Effec
 
 /**
  * A spliced upload: the client's body written into the switched connection (at most
- * `maxBytes`), or with `relay` moved there by the kernel (a body of declared length between
- * plain connections: Relay.ts), the connection's side then ended, and the host's one
+ * `maxBytes`), or with `splicer` moved there by the kernel (a body of declared length between
+ * plain connections: Splice.ts), the connection's side then ended, and the host's one
  * `AgentSpliceResult` line read. An early answer (a refusal: the disk full) stops the body there. A body that fails (its
  * client went away) resets the connection, so that the host keeps nothing.
  */
@@ -378,7 +378,7 @@ const spliceUpload = (
   head: Buffer,
   body: Readable,
   maxBytes: number,
-  relay?: { readonly binary: string; readonly client: Relay.ClientConnection }
+  splicer?: { readonly binary: string; readonly client: Splice.ClientConnection }
 ): Effect.Effect<void, DataPlaneError> =>
   Effect.callback<unknown, DataPlaneError>((resume) => {
     let done = false
@@ -393,26 +393,26 @@ const spliceUpload = (
     const cutBody = () =>
       finish(Effect.fail(new Errors.InvalidRequest({ error: "The request body could not be read" })))
     let detach: () => void
-    if (relay !== undefined && Relay.canRelayBody(relay.binary, body, socket)) {
-      // The kernel moves the body (Relay.ts); what ends it early says whose the failure is.
+    if (splicer !== undefined && Splice.canSpliceBody(splicer.binary, body, socket)) {
+      // The kernel moves the body (Splice.ts); what ends it early says whose the failure is.
       const abort = new AbortController()
       detach = () => abort.abort()
-      Relay.relayBody(relay.binary, body, socket, relay.client, abort.signal).then(
+      Splice.spliceBody(splicer.binary, body, socket, splicer.client, abort.signal).then(
         () => socket.end(),
         (e: unknown) => {
           if (done) return
-          const failed = e instanceof Relay.RelayFailed ? e : undefined
+          const failed = e instanceof Splice.SpliceFailed ? e : undefined
           // The host stopped reading (it answers why, or it went: `close`): its answer decides.
           if (failed === undefined || failed.side === "to") return
           // A reset, not an end: the host must not take a cut body for a whole one.
           socket.resetAndDestroy()
           if (failed.side === "from") return cutBody()
-          // Idle (as the connection's own idle bound would end it), or the relay itself failing.
-          if (failed.errno === Relay.ETIMEDOUT) {
+          // Idle (as the connection's own idle bound would end it), or the splicer itself failing.
+          if (failed.errno === Splice.ETIMEDOUT) {
             body.socket.destroy()
             return cutBody()
           }
-          finish(hostFailed(host, { relay: failed.message }))
+          finish(hostFailed(host, { splice: failed.message }))
         }
       )
     } else {
@@ -472,7 +472,7 @@ const spliceUpload = (
  * 1 MiB) to send its body, once the host takes it: read directly, the body is not the
  * framework's, which would answer only when it read it itself (curl waited 1 s, then sent).
  */
-const proceed = (body: Readable, client: Relay.ClientConnection | undefined) => {
+const proceed = (body: Readable, client: Splice.ClientConnection | undefined) => {
   const expect = (body as Partial<Http.IncomingMessage>).headers?.["expect"]
   if (client !== undefined && expect?.toLowerCase() === "100-continue" && !client.response.headersSent) {
     client.response.writeContinue()
@@ -604,8 +604,8 @@ export class AgentClient extends Context.Service<AgentClient, {
     maxBytes: number,
     org?: string,
     options?: WriteOptions,
-    /** The client's connection: with it, a body of declared length goes by the kernel (Relay.ts). */
-    client?: Relay.ClientConnection
+    /** The client's connection: with it, a body of declared length goes by the kernel (Splice.ts). */
+    client?: Splice.ClientConnection
   ): Effect.Effect<void, DataPlaneError>
   /**
    * A folder as a tar (or tar.gz) stream from the host; refusals before the first byte. The
@@ -631,7 +631,7 @@ export class AgentClient extends Context.Service<AgentClient, {
   static readonly make = Effect.gen(function*() {
     // Transfers pass through this process (TransferMemory.ts).
     yield* TransferMemory.accountExternalMemoryInHeapLimit
-    const relay = yield* Relay.build
+    const splicer = yield* Splice.build
     const http = yield* HttpClient.HttpClient
     // Each call names its host: the base URL and the bearer token come from its record.
     const client = yield* HttpApiClient.makeWith(AgentApi, {
@@ -750,12 +750,12 @@ export class AgentClient extends Context.Service<AgentClient, {
               splice: `a size header of ${answer.response.headers[SPLICE_SIZE_HEADER]}`
             })
           }
-          const bytes = untilDeadline(new Relay.HostBytes(answer.socket, answer.head, size, relay), release)
+          const bytes = untilDeadline(new Splice.HostBytes(answer.socket, answer.head, size, splicer), release)
           return {
             _tag: "Bytes",
             size,
             readable: bytes,
-            relayInto: (response, idleMs) => bytes.relayInto(response, idleMs)
+            spliceInto: (response, idleMs) => bytes.spliceInto(response, idleMs)
           } satisfies FileContent as FileContent
         }
         const response = answer.response
@@ -786,7 +786,7 @@ export class AgentClient extends Context.Service<AgentClient, {
       maxBytes: number,
       org?: string,
       options: WriteOptions = {},
-      client?: Relay.ClientConnection
+      client?: Splice.ClientConnection
     ) =>
       Effect.gen(function*() {
         yield* TransferMemory.inFlight
@@ -801,9 +801,9 @@ export class AgentClient extends Context.Service<AgentClient, {
           const answer = yield* askSplice(host, "PUT", filesPath(sandboxId, query))
           if (answer._tag === "Switched") {
             proceed(body, client)
-            const binary = relay()
-            const relayed = client !== undefined && binary !== undefined ? { binary, client } : undefined
-            return yield* spliceUpload(host, answer.socket, answer.head, body, maxBytes, relayed).pipe(
+            const binary = splicer()
+            const spliced = client !== undefined && binary !== undefined ? { binary, client } : undefined
+            return yield* spliceUpload(host, answer.socket, answer.head, body, maxBytes, spliced).pipe(
               Effect.timeoutOrElse({
                 duration: TRANSFER_TIMEOUT_MS,
                 orElse: () => unreachable(host, "upload timed out")

@@ -63,8 +63,8 @@ import * as Outbox from "@svc/events/Outbox"
 import { wakeIfPresent } from "@svc/events/Relay"
 import * as AgentClient from "@svc/hosts/AgentClient"
 import { Hosts } from "@svc/hosts/Hosts"
-import type * as Relay from "@svc/hosts/Relay"
 import * as Scheduler from "@svc/hosts/Scheduler"
+import type * as Splice from "@svc/hosts/Splice"
 import { builtInTemplate, fromResolvedExpression, resolvedExpression, Templates } from "@svc/templates/Templates"
 import { Clock, Context, Duration, Effect, Layer, Option, Schema, type Scope, Stream } from "effect"
 import { SqlClient } from "effect/sql"
@@ -210,7 +210,7 @@ export class Sandboxes extends Context.Service<Sandboxes, {
     body: Readable,
     maxBytes: number,
     options?: AgentClient.WriteOptions,
-    client?: Relay.ClientConnection
+    client?: Splice.ClientConnection
   ) => Effect.Effect<void, AgentClient.DataPlaneError | Rows.QueryError>
   /**
    * The folder as a tar (or tar.gz) stream from the running sandbox's host (docs/contract.md#files),
@@ -701,7 +701,7 @@ export class Sandboxes extends Context.Service<Sandboxes, {
       body: Readable,
       maxBytes: number,
       options?: AgentClient.WriteOptions,
-      client?: Relay.ClientConnection
+      client?: Splice.ClientConnection
     ) =>
       Effect.gen(function*() {
         const host = yield* running(orgId, id)

@@ -215,11 +215,11 @@ export const SandboxesGroup = HttpApiBuilder.group(
           // allow it (its length is then on the Node response: none pass through the
           // framework's count); else the host's response is piped as it is: no effect per chunk.
           const response = NodeHttpServerRequest.toServerResponse(request)
-          const relayed = response instanceof Http.ServerResponse &&
-            content.relayInto?.(response, Duration.toMillis(idle)) === true
+          const spliced = response instanceof Http.ServerResponse &&
+            content.spliceInto?.(response, Duration.toMillis(idle)) === true
           return HttpServerResponse.raw(content.readable, {
             contentType: "application/octet-stream",
-            ...(content.size !== null && !relayed ? { contentLength: content.size } : {})
+            ...(content.size !== null && !spliced ? { contentLength: content.size } : {})
           })
         }))
       .handle("writeFile", ({ params, query, request }) =>
@@ -228,7 +228,7 @@ export const SandboxesGroup = HttpApiBuilder.group(
           yield* transferSlot(orgId, request)
           // Streamed to the sandbox's disk: `disk_gb` is the only bound (507 past it).
           // The client's request piped to the host as it is: no effect per chunk; a body of
-          // declared length moved by the kernel where the connections allow it (Relay.ts).
+          // declared length moved by the kernel where the connections allow it (Splice.ts).
           const body = NodeHttpServerRequest.toIncomingMessage(request)
           const response = NodeHttpServerRequest.toServerResponse(request)
           yield* sandboxes.writeFile(

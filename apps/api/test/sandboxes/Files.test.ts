@@ -59,7 +59,7 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("sandbox files 
       const over = yield* api("GET", `/v1/sandboxes/${s.id}/files?path=/srv/over.bin`)
       expect(over.status).toBe(200)
       expect(over.headers.get("content-length")).toBe("104857601")
-      // Moved by the kernel from the host's connection to this one (@svc/hosts/Relay), which closes after it.
+      // Moved by the kernel from the host's connection to this one (@svc/hosts/Splice), which closes after it.
       expect(over.headers.get("connection")).toBe("close")
       expect(over.bytes.length).toBe(104857601)
 
@@ -84,11 +84,11 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("sandbox files 
       for (let i = 0; i + 4 <= bytes.length; i += 4096) view.setUint32(i, (i * 2654435761) >>> 0)
       const sha = (data: Uint8Array) => createHash("sha256").update(data).digest("hex")
 
-      const up = yield* put(s.id, "/srv/relayed.bin", bytes)
+      const up = yield* put(s.id, "/srv/spliced.bin", bytes)
       expect(up.status, up.text).toBe(204)
-      // Relayed from this connection to the host's (@svc/hosts/Relay), which Node's parser no longer reads.
+      // Spliced from this connection to the host's (@svc/hosts/Splice), which Node's parser no longer reads.
       expect(up.headers.get("connection")).toBe("close")
-      expect((yield* exec(s.id, "wc -c < /srv/relayed.bin")).stdout.trim()).toBe(String(bytes.length))
+      expect((yield* exec(s.id, "wc -c < /srv/spliced.bin")).stdout.trim()).toBe(String(bytes.length))
 
       // A client that waits to be told to send its body (curl does past 1 MiB) is told once the host takes it.
       const env = yield* Env
@@ -112,7 +112,7 @@ layer(EnvLayer, { excludeTestServices: true, timeout: 180_000 })("sandbox files 
         expect((yield* exec(s.id, "wc -c < /srv/continued.bin")).stdout.trim()).toBe(String(size))
       }
 
-      const down = yield* api("GET", `/v1/sandboxes/${s.id}/files?path=/srv/relayed.bin`)
+      const down = yield* api("GET", `/v1/sandboxes/${s.id}/files?path=/srv/spliced.bin`)
       expect(down.status).toBe(200)
       expect(down.headers.get("connection")).toBe("close")
       expect(down.bytes.length).toBe(bytes.length)

@@ -1,15 +1,15 @@
 /**
- * The API's kernel relay of a file's bytes between two of its connections (`native/svc-relay.c`:
+ * The API's kernel splice of a file's bytes between two of its connections (`native/svc-splice.c`:
  * splice through a pipe of its own), started once per transfer with both connections inherited,
  * so that the bytes never pass through the API's event loop: a spliced download's
- * (`SPLICE_PROTOCOL`) from the host's connection to the client's (`HostBytes.relayInto`), and an
- * upload's body of declared length from the client's to the host's (`relayBody`). Read and
+ * (`SPLICE_PROTOCOL`) from the host's connection to the client's (`HostBytes.spliceInto`), and an
+ * upload's body of declared length from the client's to the host's (`spliceBody`). Read and
  * written by Node, each GiB cost the API 2.8-3.6 CPU-seconds, most of it in its socket calls
  * (bench/README.md, "Spliced, 2026-11-28").
  *
  * Only between plain HTTP/1 sockets: a TLS connection at either end (an `https` host, a client
  * of a TLS listener), an HTTP/2 stream or a chunked upload (its framing is the Node parser's) is
- * relayed by Node as before. A relayed transfer's response closes its connection.
+ * moved by Node as before. A spliced transfer's response closes its connection.
  */
 import { descriptorOf, stopReading } from "@svc/host-protocol/Handoff"
 import * as TransferIdle from "@svc/host-protocol/TransferIdle"
@@ -26,40 +26,40 @@ import { fileURLToPath } from "node:url"
 
 const NATIVE_DIR = fileURLToPath(new URL("../native/", import.meta.url))
 
-/** errno values the relay reports (`svc-relay.c`). */
+/** errno values the splicer reports (`svc-splice.c`). */
 export const EPIPE = 32
 export const ECONNRESET = 104
 export const ETIMEDOUT = 110
 
 /**
- * The relay ended before every byte was moved: `errno` says why, `side` where (see
- * `svc-relay.c`): `from` the source ended or failed, `to` the destination's reader went, `-`
- * neither (nothing moved for the idle bound, or the relay itself).
+ * The splicer ended before every byte was moved: `errno` says why, `side` where (see
+ * `svc-splice.c`): `from` the source ended or failed, `to` the destination's reader went, `-`
+ * neither (nothing moved for the idle bound, or the splicer itself).
  */
-export class RelayFailed extends Schema.TaggedError<RelayFailed>()("RelayFailed", {
+export class SpliceFailed extends Schema.TaggedError<SpliceFailed>()("SpliceFailed", {
   errno: Schema.Number,
   side: Schema.Literals(["from", "to", "-"]),
   message: Schema.String
 }) {}
 
-/** Where the relay's binary is, once built; undefined before, or on a host without a C compiler. */
-export type RelayBinary = () => string | undefined
+/** Where the splicer's binary is, once built; undefined before, or on a host without a C compiler. */
+export type SpliceBinary = () => string | undefined
 
 /**
- * Builds `svc-relay` into a folder of this process's own (0700, removed with the scope) in the
+ * Builds `svc-splice` into a folder of this process's own (0700, removed with the scope) in the
  * background: transfers before it is there, or on a machine that cannot build it (no `cc`; its
- * reason is logged), are relayed by Node.
+ * reason is logged), are moved by Node.
  */
-export const build: Effect.Effect<RelayBinary, never, Scope.Scope> = Effect.gen(function*() {
+export const build: Effect.Effect<SpliceBinary, never, Scope.Scope> = Effect.gen(function*() {
   let binary: string | undefined
   const dir = yield* Effect.acquireRelease(
     Effect.promise(() => Fs.mkdtemp(NodePath.join(Os.tmpdir(), "svc-api-native-"))),
     (dir) => Effect.promise(() => Fs.rm(dir, { recursive: true, force: true }))
   )
-  yield* Effect.tryPromise(() => Native.build(dir, "svc-relay", NATIVE_DIR)).pipe(
+  yield* Effect.tryPromise(() => Native.build(dir, "svc-splice", NATIVE_DIR)).pipe(
     Effect.tap((path) => Effect.sync(() => (binary = path))),
     Effect.catch((cause) =>
-      Effect.logWarning("api: no kernel relay for file transfers, Node relays them", { cause: String(cause) })
+      Effect.logWarning("api: no kernel splice for file transfers, Node moves their bytes", { cause: String(cause) })
     ),
     Effect.forkScoped
   )
@@ -67,9 +67,9 @@ export const build: Effect.Effect<RelayBinary, never, Scope.Scope> = Effect.gen(
 })
 
 /**
- * Runs the relay of `bytes` bytes from descriptor `from` to `to` (Node neither reads `from` nor
+ * Runs the splicer for `bytes` bytes from descriptor `from` to `to` (Node neither reads `from` nor
  * writes `to` meanwhile), at most `idleMs` without a byte moved. Resolves once all moved; rejects with
- * `RelayFailed`; an abort kills it.
+ * `SpliceFailed`; an abort kills it.
  */
 const run = (binary: string, from: number, to: number, bytes: number, idleMs: number, signal: AbortSignal) =>
   new Promise<void>((resolve, reject) => {
@@ -83,15 +83,19 @@ const run = (binary: string, from: number, to: number, bytes: number, idleMs: nu
     })
     let answer = ""
     child.stdout!.setEncoding("utf8").on("data", (text: string) => (answer = (answer + text).slice(0, 512)))
-    child.once("error", (e) => reject(new RelayFailed({ errno: 0, side: "-", message: `the relay: ${e.message}` })))
+    child.once("error", (e) => reject(new SpliceFailed({ errno: 0, side: "-", message: `the splicer: ${e.message}` })))
     child.once("close", (code) => {
       const line = answer.trim()
       if (code === 0 && line === `D ${bytes}`) return resolve()
       const failed = /^E (\d+) (from|to|-) (.*)$/.exec(line)
       reject(
         failed !== null
-          ? new RelayFailed({ errno: Number(failed[1]), side: failed[2] as "from" | "to" | "-", message: failed[3]! })
-          : new RelayFailed({ errno: 0, side: "-", message: `the relay ended (${code}) with ${JSON.stringify(line)}` })
+          ? new SpliceFailed({ errno: Number(failed[1]), side: failed[2] as "from" | "to" | "-", message: failed[3]! })
+          : new SpliceFailed({
+            errno: 0,
+            side: "-",
+            message: `the splicer ended (${code}) with ${JSON.stringify(line)}`
+          })
       )
     })
   })
@@ -111,20 +115,20 @@ const plainSocket = (socket: Net.Socket | null | undefined): socket is Net.Socke
  * exactly `size` of them, then the end (nothing past them is passed on); a connection that
  * ends or resets before (the host's read failed) destroys the stream, so its reader never sees
  * a whole file that is not. Read as any stream, Node reads them; handed to a client's response
- * first (`relayInto`), the kernel moves them, and this stream carries none: it ends once all
+ * first (`spliceInto`), the kernel moves them, and this stream carries none: it ends once all
  * moved.
  */
 export class HostBytes extends Readable {
   #received = 0
   #started = false
-  #relay: { readonly binary: string; readonly response: Http.ServerResponse; readonly idleMs: number } | undefined
+  #splicer: { readonly binary: string; readonly response: Http.ServerResponse; readonly idleMs: number } | undefined
   readonly #abort = new AbortController()
   readonly #socket: Net.Socket
   readonly #head: Buffer
   readonly #size: number
-  readonly #binary: RelayBinary
+  readonly #binary: SpliceBinary
 
-  constructor(socket: Net.Socket, head: Buffer, size: number, binary: RelayBinary) {
+  constructor(socket: Net.Socket, head: Buffer, size: number, binary: SpliceBinary) {
     // A few socket reads ahead, not one: the connection is not paused and resumed at each chunk.
     super({ highWaterMark: 1024 * 1024 })
     this.#socket = socket
@@ -137,17 +141,17 @@ export class HostBytes extends Readable {
 
   /**
    * The bytes to go to `response`'s connection by the kernel, if both connections allow it
-   * (plain sockets, HTTP/1) and the relay is built; called before the stream is read. Sets the
+   * (plain sockets, HTTP/1) and the splicer is built; called before the stream is read. Sets the
    * response's length, and closes its connection after it (the server must not read a next
    * request into the middle of the bytes). False: the stream carries the bytes itself.
    */
-  relayInto(response: Http.ServerResponse, idleMs: number): boolean {
+  spliceInto(response: Http.ServerResponse, idleMs: number): boolean {
     const binary = this.#binary()
     if (binary === undefined || this.#started || response.headersSent) return false
     if (response.req.httpVersionMajor !== 1 || !plainSocket(response.socket) || !plainSocket(this.#socket)) {
       return false
     }
-    this.#relay = { binary, response, idleMs }
+    this.#splicer = { binary, response, idleMs }
     response.setHeader("content-length", String(this.#size))
     response.setHeader("connection", "close")
     return true
@@ -159,7 +163,7 @@ export class HostBytes extends Readable {
       return
     }
     this.#started = true
-    if (this.#relay !== undefined) this.#relayed(this.#relay)
+    if (this.#splicer !== undefined) this.#spliced(this.#splicer)
     else this.#carried()
   }
 
@@ -174,7 +178,7 @@ export class HostBytes extends Readable {
     const socket = this.#socket
     const take = (data: Buffer) => {
       if (this.destroyed || this.#received === this.#size) return
-      // Past the size (a host's bug) nothing is passed on, as the relay reads nothing past it.
+      // Past the size (a host's bug) nothing is passed on, as the splicer reads nothing past it.
       const chunk = data.length > this.#size - this.#received ? data.subarray(0, this.#size - this.#received) : data
       this.#received += chunk.length
       const more = this.push(chunk)
@@ -203,10 +207,10 @@ export class HostBytes extends Readable {
   /**
    * The kernel moves the bytes: called by the response's pipe, so after the framework wrote
    * the response's head into it. The head goes out first, then what Node had read ahead of
-   * the host's connection, then the relay moves the rest.
+   * the host's connection, then the splicer moves the rest.
    */
-  #relayed(relay: { readonly binary: string; readonly response: Http.ServerResponse; readonly idleMs: number }) {
-    const { response } = relay
+  #spliced(splicer: { readonly binary: string; readonly response: Http.ServerResponse; readonly idleMs: number }) {
+    const { response } = splicer
     const client = response.socket!
     const ahead: Array<Buffer> = []
     let aheadBytes = 0
@@ -215,7 +219,7 @@ export class HostBytes extends Readable {
       if (taken.length > 0) ahead.push(taken)
       aheadBytes += taken.length
     }
-    // Its bytes do not pass through the response: its length is the relay's to keep.
+    // Its bytes do not pass through the response: its length is the splicer's to keep.
     response.strictContentLength = false
     response.flushHeaders()
     for (const chunk of ahead) response.write(chunk)
@@ -225,8 +229,8 @@ export class HostBytes extends Readable {
     flushed(client)
       .then(() => {
         if (aheadBytes === this.#size) return
-        if (from === undefined || to === undefined) throw new Error("a connection closed before the relay")
-        return run(relay.binary, from, to, this.#size - aheadBytes, relay.idleMs, this.#abort.signal)
+        if (from === undefined || to === undefined) throw new Error("a connection closed before the splice")
+        return run(splicer.binary, from, to, this.#size - aheadBytes, splicer.idleMs, this.#abort.signal)
       })
       .then(
         () => {
@@ -243,7 +247,7 @@ export class HostBytes extends Readable {
   }
 }
 
-/** A client's connection, for the relay of its upload's body: its response (closed after) and the transfer's idle bound. */
+/** A client's connection, for the splice of its upload's body: its response (closed after) and the transfer's idle bound. */
 export interface ClientConnection {
   readonly response: Http.ServerResponse
   readonly idleMs: number
@@ -253,9 +257,9 @@ export interface ClientConnection {
  * Whether `body` (a client's upload) can go to the host's connection `host` by the kernel: a
  * plain HTTP/1.1 connection at both ends, a declared `Content-Length` (a chunked body's framing
  * is the Node parser's to read, and its place in it is not told), nothing of it read yet, and
- * the relay built.
+ * the splicer built.
  */
-export const canRelayBody = (
+export const canSpliceBody = (
   binary: string | undefined,
   body: Readable,
   host: Net.Socket
@@ -269,13 +273,13 @@ export const canRelayBody = (
 }
 
 /**
- * Relays `request`'s body into the host's switched connection `host`: what Node had parsed of
+ * Splices `request`'s body into the host's switched connection `host`: what Node had parsed of
  * it first, then the rest of its declared length by the kernel, from the client's connection
  * (which Node no longer reads: its parser is left in the middle of the body, so the response
  * closes the connection, `Connection: close`). Resolves once all moved; rejects with
- * `RelayFailed` (`from`: the client's body was cut) or the error of a write to `host`.
+ * `SpliceFailed` (`from`: the client's body was cut) or the error of a write to `host`.
  */
-export const relayBody = async (
+export const spliceBody = async (
   binary: string,
   request: Http.IncomingMessage,
   host: Net.Socket,
@@ -304,7 +308,7 @@ export const relayBody = async (
   ahead.push(...stopReading(socket))
   const aheadBytes = ahead.reduce((n, c) => n + c.length, 0)
   if (aheadBytes > length) {
-    throw new RelayFailed({ errno: 0, side: "from", message: "the body ran past its Content-Length" })
+    throw new SpliceFailed({ errno: 0, side: "from", message: "the body ran past its Content-Length" })
   }
   for (const c of ahead) host.write(c)
   await flushed(host)
@@ -312,7 +316,7 @@ export const relayBody = async (
   const from = descriptorOf(socket)
   const to = descriptorOf(host)
   if (from === undefined || to === undefined) {
-    throw new RelayFailed({ errno: 0, side: from === undefined ? "from" : "to", message: "a connection closed" })
+    throw new SpliceFailed({ errno: 0, side: from === undefined ? "from" : "to", message: "a connection closed" })
   }
   const done = TransferIdle.movingOutside(socket)
   try {

@@ -1,13 +1,13 @@
 /**
- * The API's kernel relay of a spliced download (Relay.ts, native/svc-relay.c), between real
+ * The API's kernel splice of a file's bytes (Splice.ts, native/svc-splice.c), between real
  * sockets: a "host" (a TCP server that sends a file's bytes, then ends, resets or holds its
  * connection) and an "API" (a Node HTTP server whose response gets a `HostBytes` of a connection
  * to that host, as the files route does), read by a plain HTTP client. What the client sees:
  * every byte in order and the length announced, or a cut body, never a short one taken as whole;
- * and what is left on the machine: no relay process once the transfer ended, however it ended.
+ * and what is left on the machine: no splicer process once the transfer ended, however it ended.
  */
 import { describe, expect, it } from "@effect/vitest"
-import * as Relay from "@svc/hosts/Relay"
+import * as Splice from "@svc/hosts/Splice"
 import { Effect } from "effect"
 import { createHash } from "node:crypto"
 import * as FsSync from "node:fs"
@@ -60,31 +60,31 @@ const startHost = (bytes: Buffer, then: HostEnd, segment?: number) => {
 }
 
 interface Served {
-  readonly relayed: boolean
+  readonly spliced: boolean
   /** The response's pipe: its failure (a cut transfer) or its end. */
   readonly piped: Promise<unknown>
 }
 
 /**
  * An API whose every request gets the host's bytes as a `HostBytes` of `size` (the first
- * `headBytes` of them read before, as the upgrade's head), relayed if `binary` is given.
+ * `headBytes` of them read before, as the upgrade's head), spliced if `binary` is given.
  */
-const startApi = (hostPort: number, size: number, headBytes: number, binary: Relay.RelayBinary, idleMs = 10_000) => {
+const startApi = (hostPort: number, size: number, headBytes: number, binary: Splice.SpliceBinary, idleMs = 10_000) => {
   const served: Array<Served> = []
   const server = Http.createServer((_request, response) => {
     const connection = Net.connect(hostPort, "127.0.0.1")
     connection.once("connect", () => {
       const start = () => {
         const head = headBytes > 0 ? (connection.read(headBytes) as Buffer | null) ?? Buffer.alloc(0) : Buffer.alloc(0)
-        const bytes = new Relay.HostBytes(connection, head, size, binary)
-        const relayed = bytes.relayInto(response, idleMs)
+        const bytes = new Splice.HostBytes(connection, head, size, binary)
+        const spliced = bytes.spliceInto(response, idleMs)
         // As the framework does: its own length check, the head before the body.
         response.strictContentLength = true
         response.writeHead(200, {
           "content-type": "application/octet-stream",
-          ...(relayed ? {} : { "content-length": String(size) })
+          ...(spliced ? {} : { "content-length": String(size) })
         })
-        served.push({ relayed, piped: pipeline(bytes, response).catch((e: unknown) => e) })
+        served.push({ spliced, piped: pipeline(bytes, response).catch((e: unknown) => e) })
       }
       if (headBytes > 0) connection.once("readable", start)
       else start()
@@ -132,13 +132,13 @@ const get = (port: number, whileOpen?: (response: Http.IncomingMessage) => Promi
     request.once("error", reject)
   })
 
-/** The relay processes this process started that are still running. */
-const relays = (): Array<number> =>
+/** The splicer processes this process started that are still running. */
+const splicers = (): Array<number> =>
   FsSync.readdirSync("/proc").filter((entry) => /^\d+$/.test(entry)).map(Number).filter((pid) => {
     try {
       const stat = FsSync.readFileSync(`/proc/${pid}/stat`, "utf8")
       const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1])
-      return ppid === process.pid && stat.includes("(svc-relay-")
+      return ppid === process.pid && stat.includes("(svc-splice-")
     } catch {
       return false
     }
@@ -158,29 +158,29 @@ const eventually = async (check: () => boolean, what: string, ms = 10_000) => {
   }
 }
 
-/** The relay's binary, built for the test (its scope removes it). */
-const builtRelay = Effect.gen(function*() {
-  const binary = yield* Relay.build
-  yield* Effect.promise(() => eventually(() => binary() !== undefined, "the relay built", 60_000))
+/** The splicer's binary, built for the test (its scope removes it). */
+const builtSplicer = Effect.gen(function*() {
+  const binary = yield* Splice.build
+  yield* Effect.promise(() => eventually(() => binary() !== undefined, "the splicer built", 60_000))
   return binary
 })
 
 const close = (...servers: Array<Net.Server>) =>
   Effect.promise(() => Promise.all(servers.map((server) => new Promise((resolve) => server.close(resolve)))))
 
-describe("Relay", () => {
+describe("Splice", () => {
   it.effect(
-    "relays every byte in order, Node's read-ahead first; the length is announced and the connection closes after",
+    "moves every byte in order, Node's read-ahead first; the length is announced and the connection closes after",
     () =>
       Effect.gen(function*() {
-        const binary = yield* builtRelay
+        const binary = yield* builtSplicer
         const size = 24 * MiB + 12345
         const bytes = fileBytes(size)
         const host = yield* Effect.promise(() => startHost(bytes, "hold"))
         for (const headBytes of [0, 1000]) {
           const api = yield* Effect.promise(() => startApi(host.port, size, headBytes, binary))
           const received = yield* Effect.promise(() => get(api.port))
-          expect(api.served[0]!.relayed).toBe(true)
+          expect(api.served[0]!.spliced).toBe(true)
           expect(received.status).toBe(200)
           expect(received.headers["content-length"]).toBe(String(size))
           expect(received.headers["connection"]).toBe("close")
@@ -191,7 +191,7 @@ describe("Relay", () => {
         }
         // Each transfer ended its connection to the host (held open by the host: the API closed it).
         yield* Effect.promise(() => Promise.all(host.closed))
-        yield* Effect.promise(() => eventually(() => relays().length === 0, "no relay left"))
+        yield* Effect.promise(() => eventually(() => splicers().length === 0, "no splicer left"))
         yield* close(host.server)
       }).pipe(Effect.scoped),
     60_000
@@ -201,14 +201,14 @@ describe("Relay", () => {
     "a host that sent more than the file's size: the client gets exactly the size, whole",
     () =>
       Effect.gen(function*() {
-        const binary = yield* builtRelay
+        const binary = yield* builtSplicer
         const size = 3 * MiB
         const bytes = fileBytes(size + 4096)
-        for (const relay of [binary, () => undefined]) {
+        for (const splicer of [binary, () => undefined]) {
           const host = yield* Effect.promise(() => startHost(bytes, "hold"))
-          const api = yield* Effect.promise(() => startApi(host.port, size, 0, relay))
+          const api = yield* Effect.promise(() => startApi(host.port, size, 0, splicer))
           const received = yield* Effect.promise(() => get(api.port))
-          expect(api.served[0]!.relayed).toBe(relay === binary)
+          expect(api.served[0]!.spliced).toBe(splicer === binary)
           expect(received.complete).toBe(true)
           expect(sha(received.bytes)).toBe(sha(bytes.subarray(0, size)))
           yield* close(api.server, host.server)
@@ -218,17 +218,17 @@ describe("Relay", () => {
   )
 
   it.effect(
-    "a host that ends or resets before the size: the client sees a cut body, relayed or not",
+    "a host that ends or resets before the size: the client sees a cut body, spliced or not",
     () =>
       Effect.gen(function*() {
-        const binary = yield* builtRelay
+        const binary = yield* builtSplicer
         const size = 8 * MiB
         for (const then of ["end", "reset"] as const) {
-          for (const relay of [binary, () => undefined]) {
+          for (const splicer of [binary, () => undefined]) {
             const host = yield* Effect.promise(() => startHost(fileBytes(size / 2), then))
-            const api = yield* Effect.promise(() => startApi(host.port, size, 0, relay))
+            const api = yield* Effect.promise(() => startApi(host.port, size, 0, splicer))
             const received = yield* Effect.promise(() => get(api.port))
-            expect(api.served[0]!.relayed).toBe(relay === binary)
+            expect(api.served[0]!.spliced).toBe(splicer === binary)
             expect(received.complete).toBe(false)
             expect(received.bytes.length).toBeLessThan(size)
             const failure = yield* Effect.promise(() => api.served[0]!.piped)
@@ -236,24 +236,24 @@ describe("Relay", () => {
             yield* close(api.server, host.server)
           }
         }
-        yield* Effect.promise(() => eventually(() => relays().length === 0, "no relay left"))
+        yield* Effect.promise(() => eventually(() => splicers().length === 0, "no splicer left"))
       }).pipe(Effect.scoped),
     60_000
   )
 
   it.effect(
-    "the relay runs unprivileged, holding only the two connections; a client that goes away ends it and the host's connection",
+    "the splicer runs unprivileged, holding only the two connections; a client that goes away ends it and the host's connection",
     () =>
       Effect.gen(function*() {
-        const binary = yield* builtRelay
+        const binary = yield* builtSplicer
         const size = 256 * MiB
         const host = yield* Effect.promise(() => startHost(fileBytes(size), "hold", 512))
         const api = yield* Effect.promise(() => startApi(host.port, size, 0, binary))
         const received = yield* Effect.promise(() =>
           get(api.port, async (response) => {
-            // The client reads nothing yet: the relay waits on a full connection.
-            await eventually(() => relays().length === 1, "the relay running")
-            const [pid] = relays()
+            // The client reads nothing yet: the splicer waits on a full connection.
+            await eventually(() => splicers().length === 1, "the splicer running")
+            const [pid] = splicers()
             const status = FsSync.readFileSync(`/proc/${pid}/status`, "utf8")
             const uid = process.geteuid!() === 0 ? "65534" : String(process.geteuid!())
             expect(status).toMatch(new RegExp(`^Uid:\\s+${uid}\\s+${uid}\\s+${uid}\\s+${uid}$`, "m"))
@@ -262,7 +262,7 @@ describe("Relay", () => {
             // stdin and stderr (/dev/null), the answer's pipe, the two connections, its own pipe's two ends.
             expect(fds).toEqual([0, 1, 2, 3, 4, 5, 6])
             for (const fd of [3, 4]) expect(FsSync.readlinkSync(`/proc/${pid}/fd/${fd}`)).toMatch(/^socket:/)
-            // Nothing can move while the client reads nothing: the relay sleeps in poll, it does not spin.
+            // Nothing can move while the client reads nothing: the splicer sleeps in poll, it does not spin.
             const before = cpuTicks(pid!)
             await new Promise((resolve) => setTimeout(resolve, 500))
             expect(cpuTicks(pid!) - before).toBeLessThanOrEqual(2)
@@ -271,7 +271,7 @@ describe("Relay", () => {
         )
         expect(received.complete).toBe(false)
         expect(yield* Effect.promise(() => api.served[0]!.piped)).toBeInstanceOf(Error)
-        yield* Effect.promise(() => eventually(() => relays().length === 0, "the relay ended"))
+        yield* Effect.promise(() => eventually(() => splicers().length === 0, "the splicer ended"))
         yield* Effect.promise(() => Promise.all(host.closed))
         yield* close(api.server, host.server)
       }).pipe(Effect.scoped),
@@ -279,22 +279,22 @@ describe("Relay", () => {
   )
 
   it.effect(
-    "a client that stops reading for the idle bound: the relay ends and the body is cut",
+    "a client that stops reading for the idle bound: the splicer ends and the body is cut",
     () =>
       Effect.gen(function*() {
-        const binary = yield* builtRelay
+        const binary = yield* builtSplicer
         const size = 256 * MiB
         const host = yield* Effect.promise(() => startHost(fileBytes(size), "hold"))
         const api = yield* Effect.promise(() => startApi(host.port, size, 0, binary, 300))
         const received = yield* Effect.promise(() =>
           get(api.port, async () => {
-            await eventually(() => relays().length === 1, "the relay running")
-            await eventually(() => relays().length === 0, "the relay ended on its idle bound")
+            await eventually(() => splicers().length === 1, "the splicer running")
+            await eventually(() => splicers().length === 0, "the splicer ended on its idle bound")
           })
         )
         expect(received.complete).toBe(false)
         const failure = yield* Effect.promise(() => api.served[0]!.piped)
-        expect(failure).toMatchObject({ _tag: "RelayFailed", errno: Relay.ETIMEDOUT })
+        expect(failure).toMatchObject({ _tag: "SpliceFailed", errno: Splice.ETIMEDOUT })
         yield* close(api.server, host.server)
       }).pipe(Effect.scoped),
     60_000
@@ -332,7 +332,7 @@ const startSink = (answerAt?: number) => {
   )
 }
 
-/** An API whose every request's body goes to the sink by `Relay.relayBody`, answered with the relay's outcome and the sink's answer. */
+/** An API whose every request's body goes to the sink by `Splice.spliceBody`, answered with the splice's outcome and the sink's answer. */
 const startUploadApi = (sinkPort: number, binary: string, idleMs = 10_000) => {
   const outcomes: Array<Promise<unknown>> = []
   const server = Http.createServer((request, response) => {
@@ -342,8 +342,8 @@ const startUploadApi = (sinkPort: number, binary: string, idleMs = 10_000) => {
     host.on("data", (chunk: Buffer) => (answer += chunk.toString("utf8")))
     const answered = new Promise<void>((resolve) => host.once("close", () => resolve()))
     host.once("connect", () => {
-      expect(Relay.canRelayBody(binary, request, host)).toBe(true)
-      const outcome = Relay.relayBody(binary, request, host, { response, idleMs }, new AbortController().signal)
+      expect(Splice.canSpliceBody(binary, request, host)).toBe(true)
+      const outcome = Splice.spliceBody(binary, request, host, { response, idleMs }, new AbortController().signal)
       outcomes.push(outcome.then(() => "done", (e: unknown) => e))
       outcome.then(
         async () => {
@@ -386,12 +386,12 @@ const upload = (port: number, bytes: Buffer, declared = bytes.length) =>
     })
   })
 
-describe("Relay of an upload's body", () => {
+describe("Splice of an upload's body", () => {
   it.effect(
     "moves every byte of the declared length, what Node had parsed first; the response closes its connection",
     () =>
       Effect.gen(function*() {
-        const binary = (yield* builtRelay)()!
+        const binary = (yield* builtSplicer)()!
         const bytes = fileBytes(24 * MiB + 777)
         const sink = yield* Effect.promise(() => startSink())
         const api = yield* Effect.promise(() => startUploadApi(sink.port, binary))
@@ -399,7 +399,7 @@ describe("Relay of an upload's body", () => {
         expect(yield* Effect.promise(() => api.outcomes[0]!)).toBe("done")
         expect(answer).toMatchObject({ status: 200, text: `${sha(bytes)}\n` })
         expect(answer !== "cut" && answer.headers["connection"]).toBe("close")
-        yield* Effect.promise(() => eventually(() => relays().length === 0, "no relay left"))
+        yield* Effect.promise(() => eventually(() => splicers().length === 0, "no splicer left"))
         yield* close(api.server, sink.server)
       }).pipe(Effect.scoped),
     60_000
@@ -409,19 +409,19 @@ describe("Relay of an upload's body", () => {
     "a body cut before its declared length fails on the client's side; a host that stops reading, on its own",
     () =>
       Effect.gen(function*() {
-        const binary = (yield* builtRelay)()!
+        const binary = (yield* builtSplicer)()!
         const sink = yield* Effect.promise(() => startSink())
         const api = yield* Effect.promise(() => startUploadApi(sink.port, binary))
         expect(yield* Effect.promise(() => upload(api.port, fileBytes(4 * MiB), 16 * MiB))).toBe("cut")
-        expect(yield* Effect.promise(() => api.outcomes[0]!)).toMatchObject({ _tag: "RelayFailed", side: "from" })
+        expect(yield* Effect.promise(() => api.outcomes[0]!)).toMatchObject({ _tag: "SpliceFailed", side: "from" })
         yield* close(api.server, sink.server)
 
         const early = yield* Effect.promise(() => startSink(2 * MiB))
         const refusing = yield* Effect.promise(() => startUploadApi(early.port, binary))
         yield* Effect.promise(() => upload(refusing.port, fileBytes(64 * MiB)))
         const failed = yield* Effect.promise(() => refusing.outcomes[0]!)
-        expect(failed).toMatchObject({ _tag: "RelayFailed", side: "to" })
-        yield* Effect.promise(() => eventually(() => relays().length === 0, "no relay left"))
+        expect(failed).toMatchObject({ _tag: "SpliceFailed", side: "to" })
+        yield* Effect.promise(() => eventually(() => splicers().length === 0, "no splicer left"))
         yield* close(refusing.server, early.server)
       }).pipe(Effect.scoped),
     60_000

@@ -1,11 +1,11 @@
 /*
- * svc-relay: moves exactly `bytes` bytes from descriptor 3 to descriptor 4, two connections of
+ * svc-splice: moves exactly `bytes` bytes from descriptor 3 to descriptor 4, two connections of
  * the API's (a spliced download: from the host's to the client's; an upload: from the client's
  * to the host's), through a pipe of its own with splice(2), so that a file's bytes never pass
- * through the API's event loop. Started by the API once per transfer (@svc/hosts/Relay), with
+ * through the API's event loop. Started by the API once per transfer (@svc/hosts/Splice), with
  * both connections inherited.
  *
- *   svc-relay bytes idle-ms
+ *   svc-splice bytes idle-ms
  *
  * Reads no byte past `bytes` (whatever follows on descriptor 3 is not the transfer's). Both connections are nonblocking (the API's own sockets):
  * a side that is not ready is waited for with poll, where the idle bound is kept (0: none).
@@ -44,7 +44,7 @@ static int report(int e, const char *side, const char *what, unsigned long long 
 }
 
 int main(int argc, char **argv) {
-  if (argc != 3) return report(EINVAL, "-", "usage: svc-relay bytes idle-ms", 0);
+  if (argc != 3) return report(EINVAL, "-", "usage: svc-splice bytes idle-ms", 0);
   char *end;
   errno = 0;
   unsigned long long total = strtoull(argv[1], &end, 10);
