@@ -29,8 +29,10 @@ import * as Path from "node:path"
 /**
  * The raw protocol's exchange with a NATS server on loopback (bash's /dev/tcp), as `run` runs
  * bash: the server's answer, once it has one. A server refusing a CONNECT closes the connection
- * at once, at times with a reset that drops its answer (`-ERR`) before the client reads it: that
- * exchange (no answer at all) is tried again.
+ * at once, at times with a reset that drops its answer (`-ERR`) before the client reads it, or
+ * before the client wrote (bash killed by SIGPIPE): that exchange (no whole answer) is tried
+ * again, a quarter of a second later, for up to about 10 s (right after the stack is up, several
+ * in a row ended so under CI's load: ten back to back were not enough).
  */
 const natsExchange = (
   run: (cmd: string, args: ReadonlyArray<string>) => ReturnType<typeof spawnSync>,
@@ -38,7 +40,8 @@ const natsExchange = (
   lines: ReadonlyArray<string>
 ) => {
   let answer = ""
-  for (let attempt = 0; attempt < 10 && !/\r\n(-ERR|PONG)/.test(answer); attempt++) {
+  for (let attempt = 0; attempt < 40 && !/\r\n(-ERR|PONG)/.test(answer); attempt++) {
+    if (attempt > 0) Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 250)
     answer = run("bash", [
       "-c",
       `exec 3<>/dev/tcp/127.0.0.1/${port}
