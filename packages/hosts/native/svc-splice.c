@@ -7,8 +7,9 @@
  *
  *   svc-splice bytes idle-ms
  *
- * Reads no byte past `bytes` (whatever follows on descriptor 3 is not the transfer's). Both connections are nonblocking (the API's own sockets):
- * a side that is not ready is waited for with poll, where the idle bound is kept (0: none).
+ * Reads no byte past `bytes` (whatever follows on descriptor 3 is not the transfer's). Both
+ * connections are nonblocking (the API's own sockets): a side that is not ready is waited for
+ * with poll, where the idle bound is kept (0: none).
  * Answers one line on descriptor 1 and exits 0 or 1:
  *   D bytes            all of them moved
  *   E errno side message

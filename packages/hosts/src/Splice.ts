@@ -67,9 +67,9 @@ export const build: Effect.Effect<SpliceBinary, never, Scope.Scope> = Effect.gen
 })
 
 /**
- * Runs the splicer for `bytes` bytes from descriptor `from` to `to` (Node neither reads `from` nor
- * writes `to` meanwhile), at most `idleMs` without a byte moved. Resolves once all moved; rejects with
- * `SpliceFailed`; an abort kills it.
+ * Runs the splicer for `bytes` bytes from descriptor `from` to `to` (Node neither reads `from`
+ * nor writes `to` meanwhile), at most `idleMs` without a byte moved. Resolves once all moved;
+ * rejects with `SpliceFailed`; an abort kills it.
  */
 const run = (binary: string, from: number, to: number, bytes: number, idleMs: number, signal: AbortSignal) =>
   new Promise<void>((resolve, reject) => {

@@ -2,9 +2,11 @@
  * The API's kernel splice of a file's bytes (Splice.ts, native/svc-splice.c), between real
  * sockets: a "host" (a TCP server that sends a file's bytes, then ends, resets or holds its
  * connection) and an "API" (a Node HTTP server whose response gets a `HostBytes` of a connection
- * to that host, as the files route does), read by a plain HTTP client. What the client sees:
- * every byte in order and the length announced, or a cut body, never a short one taken as whole;
- * and what is left on the machine: no splicer process once the transfer ended, however it ended.
+ * to that host, as the files route does), read by a plain HTTP client; for an upload, a "sink"
+ * host that reads to its end and answers the bytes' hash, the client's body spliced into it
+ * (`spliceBody`). What the client sees: every byte in order and the length announced, or a cut
+ * body, never a short one taken as whole; and what is left on the machine: no splicer process
+ * once the transfer ended, however it ended.
  */
 import { describe, expect, it } from "@effect/vitest"
 import * as Splice from "@svc/hosts/Splice"
