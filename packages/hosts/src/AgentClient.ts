@@ -401,7 +401,7 @@ const spliceUpload = (
         () => socket.end(),
         (e: unknown) => {
           if (done) return
-          const failed = e instanceof Splice.SpliceFailed ? e : undefined
+          const failed = e instanceof Splice.SplicerFailed ? e : undefined
           // The host stopped reading (it answers why, or it went: `close`): its answer decides.
           if (failed === undefined || failed.side === "to") return
           // A reset, not an end: the host must not take a cut body for a whole one.

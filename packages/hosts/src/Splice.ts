@@ -36,7 +36,7 @@ export const ETIMEDOUT = 110
  * `svc-splice.c`): `from` the source ended or failed, `to` the destination's reader went, `-`
  * neither (nothing moved for the idle bound, or the splicer itself).
  */
-export class SpliceFailed extends Schema.TaggedError<SpliceFailed>()("SpliceFailed", {
+export class SplicerFailed extends Schema.TaggedError<SplicerFailed>()("SplicerFailed", {
   errno: Schema.Number,
   side: Schema.Literals(["from", "to", "-"]),
   message: Schema.String
@@ -69,7 +69,7 @@ export const build: Effect.Effect<SpliceBinary, never, Scope.Scope> = Effect.gen
 /**
  * Runs the splicer for `bytes` bytes from descriptor `from` to `to` (Node neither reads `from`
  * nor writes `to` meanwhile), at most `idleMs` without a byte moved. Resolves once all moved;
- * rejects with `SpliceFailed`; an abort kills it.
+ * rejects with `SplicerFailed`; an abort kills it.
  */
 const run = (binary: string, from: number, to: number, bytes: number, idleMs: number, signal: AbortSignal) =>
   new Promise<void>((resolve, reject) => {
@@ -83,15 +83,15 @@ const run = (binary: string, from: number, to: number, bytes: number, idleMs: nu
     })
     let answer = ""
     child.stdout!.setEncoding("utf8").on("data", (text: string) => (answer = (answer + text).slice(0, 512)))
-    child.once("error", (e) => reject(new SpliceFailed({ errno: 0, side: "-", message: `the splicer: ${e.message}` })))
+    child.once("error", (e) => reject(new SplicerFailed({ errno: 0, side: "-", message: `the splicer: ${e.message}` })))
     child.once("close", (code) => {
       const line = answer.trim()
       if (code === 0 && line === `D ${bytes}`) return resolve()
       const failed = /^E (\d+) (from|to|-) (.*)$/.exec(line)
       reject(
         failed !== null
-          ? new SpliceFailed({ errno: Number(failed[1]), side: failed[2] as "from" | "to" | "-", message: failed[3]! })
-          : new SpliceFailed({
+          ? new SplicerFailed({ errno: Number(failed[1]), side: failed[2] as "from" | "to" | "-", message: failed[3]! })
+          : new SplicerFailed({
             errno: 0,
             side: "-",
             message: `the splicer ended (${code}) with ${JSON.stringify(line)}`
@@ -277,7 +277,7 @@ export const canSpliceBody = (
  * it first, then the rest of its declared length by the kernel, from the client's connection
  * (which Node no longer reads: its parser is left in the middle of the body, so the response
  * closes the connection, `Connection: close`). Resolves once all moved; rejects with
- * `SpliceFailed` (`from`: the client's body was cut) or the error of a write to `host`.
+ * `SplicerFailed` (`from`: the client's body was cut) or the error of a write to `host`.
  */
 export const spliceBody = async (
   binary: string,
@@ -308,7 +308,7 @@ export const spliceBody = async (
   ahead.push(...stopReading(socket))
   const aheadBytes = ahead.reduce((n, c) => n + c.length, 0)
   if (aheadBytes > length) {
-    throw new SpliceFailed({ errno: 0, side: "from", message: "the body ran past its Content-Length" })
+    throw new SplicerFailed({ errno: 0, side: "from", message: "the body ran past its Content-Length" })
   }
   for (const c of ahead) host.write(c)
   await flushed(host)
@@ -316,7 +316,7 @@ export const spliceBody = async (
   const from = descriptorOf(socket)
   const to = descriptorOf(host)
   if (from === undefined || to === undefined) {
-    throw new SpliceFailed({ errno: 0, side: from === undefined ? "from" : "to", message: "a connection closed" })
+    throw new SplicerFailed({ errno: 0, side: from === undefined ? "from" : "to", message: "a connection closed" })
   }
   const done = TransferIdle.movingOutside(socket)
   try {

@@ -296,7 +296,7 @@ describe("Splice", () => {
         )
         expect(received.complete).toBe(false)
         const failure = yield* Effect.promise(() => api.served[0]!.piped)
-        expect(failure).toMatchObject({ _tag: "SpliceFailed", errno: Splice.ETIMEDOUT })
+        expect(failure).toMatchObject({ _tag: "SplicerFailed", errno: Splice.ETIMEDOUT })
         yield* close(api.server, host.server)
       }).pipe(Effect.scoped),
     60_000
@@ -415,14 +415,14 @@ describe("Splice of an upload's body", () => {
         const sink = yield* Effect.promise(() => startSink())
         const api = yield* Effect.promise(() => startUploadApi(sink.port, binary))
         expect(yield* Effect.promise(() => upload(api.port, fileBytes(4 * MiB), 16 * MiB))).toBe("cut")
-        expect(yield* Effect.promise(() => api.outcomes[0]!)).toMatchObject({ _tag: "SpliceFailed", side: "from" })
+        expect(yield* Effect.promise(() => api.outcomes[0]!)).toMatchObject({ _tag: "SplicerFailed", side: "from" })
         yield* close(api.server, sink.server)
 
         const early = yield* Effect.promise(() => startSink(2 * MiB))
         const refusing = yield* Effect.promise(() => startUploadApi(early.port, binary))
         yield* Effect.promise(() => upload(refusing.port, fileBytes(64 * MiB)))
         const failed = yield* Effect.promise(() => refusing.outcomes[0]!)
-        expect(failed).toMatchObject({ _tag: "SpliceFailed", side: "to" })
+        expect(failed).toMatchObject({ _tag: "SplicerFailed", side: "to" })
         yield* Effect.promise(() => eventually(() => splicers().length === 0, "no splicer left"))
         yield* close(refusing.server, early.server)
       }).pipe(Effect.scoped),
