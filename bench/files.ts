@@ -5,16 +5,16 @@
  * Starts a throwaway NATS and Postgres and the API, runtime and agent roles as processes of their
  * own, creates one `base` sandbox, then per run, each way timed end to end by the client:
  *   1 GiB file     up: `PUT /files?path=` (the bytes streamed as generated, with their
- *                  Content-Length; and beside, chunked: a stream of unknown length); down: `GET /files?path=`
- *                  read from its socket as the baseline's output from its pipe (`rawGet`; and
- *                  beside, through `node:http`)
+ *                  Content-Length; and beside, chunked: a stream of unknown length); down:
+ *                  `GET /files?path=` read from its socket as the baseline's output from its pipe
+ *                  (`rawGet`; and beside, through `node:http`; both in ./lib/FileClients.ts)
  *   10,000 files   up: `PUT /files/archive` (a tar of 1 KiB files, generated, into no folder: the
  *                  previous run's is deleted first, as the baseline's is); down: `GET /files/archive`
  *                  (BENCH_SMALL_FILES=0 skips them)
  * and, interleaved with them so that the machine's load falls on all alike, the baseline: the same
  * tar piped into `bwrap` (the namespaces a sandbox has) running the base root's busybox `tar x`
  * (up) or `tar c` (down, read to its end by this process), in the root as a sandbox has it
- * (`sandboxDiskRoot`: the base template under an overlay whose writable layer is on an ext4 image
+ * (`sandboxDiskRoot` in ./lib/TarBaseline.ts: the base template under an overlay whose writable layer is on an ext4 image
  * loop-mounted by the driver's own code, in cgroups with the sandbox's memory and CPU limits).
  * Beside it, the earlier baseline, kept so that its figure stays visible: the root read-only
  * with a host folder bound writable (`hostFolderRoot`). Figures: the medians over runs of each
@@ -33,22 +33,14 @@ import { Effect } from "effect"
 import { spawn } from "node:child_process"
 import * as FsSync from "node:fs"
 import * as Fs from "node:fs/promises"
-import * as Http from "node:http"
-import * as Net from "node:net"
 import * as NodePath from "node:path"
-import { Readable } from "node:stream"
-import * as Cgroups from "../packages/host/src/Driver/Cgroups.ts"
-import * as Disk from "../packages/host/src/Driver/Disk.ts"
-import { HOST_ENV } from "../packages/host/src/Driver/Host.ts"
-import * as Native from "../packages/host/src/Driver/Native.ts"
-import * as Spawner from "../packages/host/src/Driver/Spawner.ts"
-import { sandboxPaths } from "../packages/host/src/Driver/State.ts"
 import { mintKey, NO_RATE_LIMIT } from "./lib/ApiRole.ts"
-import { bwrapArgs, readOnlyRoot, SANDBOX_NAMESPACES } from "./lib/Bwrap.ts"
 import { startControlPlane, startServers } from "./lib/ControlPlane.ts"
+import { rawGet, request } from "./lib/FileClients.ts"
 import { agentEnv, benchHost } from "./lib/Hosts.ts"
 import { record } from "./lib/Report.ts"
 import { median } from "./lib/Stats.ts"
+import { bwrapBusybox, hostFolderRoot, sandboxDiskRoot } from "./lib/TarBaseline.ts"
 
 const RUNS = Number(process.env["BENCH_RUNS"] ?? 3)
 const FILE_MIB = Number(process.env["BENCH_FILE_MIB"] ?? 1024)
@@ -116,89 +108,7 @@ function* fileTar(name: string, mib: number) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The API, over plain node:http (streams both ways).
-
-/** A request; a body is sent chunked, or with `length` as its `Content-Length` (a file's known size). */
-const request = (
-  base: URL,
-  token: string,
-  method: string,
-  path: string,
-  body?: Iterable<Buffer>,
-  type?: string,
-  length?: number
-) =>
-  new Promise<{ status: number; bytes: number; text: string }>((resolve, reject) => {
-    const req = Http.request({
-      host: base.hostname,
-      port: Number(base.port),
-      method,
-      path,
-      headers: {
-        authorization: `Bearer ${token}`,
-        ...(body !== undefined ? { "content-type": type ?? "application/octet-stream" } : {}),
-        ...(body !== undefined
-          ? length !== undefined ? { "content-length": String(length) } : { "transfer-encoding": "chunked" }
-          : {})
-      }
-    }, (res) => {
-      let bytes = 0
-      let text = ""
-      res.on("data", (c: Buffer) => {
-        bytes += c.length
-        if (text.length < 1000) text += c.subarray(0, 1000).toString("utf8")
-      })
-      res.on("end", () => resolve({ status: res.statusCode ?? 0, bytes, text }))
-      res.on("error", reject)
-    })
-    req.on("error", reject)
-    if (body === undefined) req.end()
-    else Readable.from(body, { objectMode: false }).pipe(req)
-  })
-
-/**
- * A GET read from its socket as the baseline's `tar` output is read from its pipe: Node's
- * stream of the descriptor, the bytes counted, no HTTP parser per chunk (the response's head is
- * split off the first chunks, the body is its `Content-Length`). Through `node:http` the client
- * was the slower end of a 1 GiB download: it took 1.9-2.2 s where curl into /dev/null took
- * 0.8-0.95 s from the same API in the same window (bench/README.md, 2026-11-28 13:20), so the
- * figure measured the client; its figure stays beside (`file down (node:http)`).
- */
-const rawGet = (base: URL, token: string, path: string) =>
-  new Promise<{ status: number; bytes: number; text: string }>((resolve, reject) => {
-    const socket = Net.connect(Number(base.port), base.hostname)
-    let head = Buffer.alloc(0)
-    let status = 0
-    let length = -1
-    let bytes = 0
-    let text = ""
-    socket.on("connect", () =>
-      socket.write(
-        `GET ${path} HTTP/1.1\r\nhost: ${base.host}\r\nauthorization: Bearer ${token}\r\nconnection: close\r\n\r\n`
-      ))
-    socket.on("data", (chunk: Buffer) => {
-      if (length >= 0) {
-        bytes += chunk.length
-        return
-      }
-      head = Buffer.concat([head, chunk])
-      const end = head.indexOf("\r\n\r\n")
-      if (end < 0) return
-      const lines = head.subarray(0, end).toString("latin1").split("\r\n")
-      status = Number(lines[0]!.split(" ")[1])
-      const declared = lines.find((line) => /^content-length:/i.test(line))
-      length = declared === undefined ? Number.MAX_SAFE_INTEGER : Number(declared.split(":")[1])
-      const body = head.subarray(end + 4)
-      bytes += body.length
-      text = body.subarray(0, 1000).toString("utf8")
-    })
-    socket.on("error", reject)
-    socket.on("end", () => {
-      if (length >= 0 && length !== Number.MAX_SAFE_INTEGER && bytes !== length) {
-        reject(new Error(`GET ${path}: ${bytes} of ${length} bytes`))
-      } else resolve({ status, bytes, text })
-    })
-  })
+// The API's JSON calls (the transfers' clients: ./lib/FileClients.ts).
 
 const json = async (base: URL, token: string, method: string, path: string, body?: object) => {
   const response = await fetch(new URL(path, base), {
@@ -208,145 +118,6 @@ const json = async (base: URL, token: string, method: string, path: string, body
   })
   return { status: response.status, json: await response.json().catch(() => null) as Record<string, any> }
 }
-
-// ---------------------------------------------------------------------------------------------
-// The baseline: busybox `tar` inside a bare `bwrap` of the base root.
-
-/** Where a baseline's `bwrap` runs: how it is started and what its root is. */
-interface BaselineRoot {
-  /** The command `bwrap` is run by (empty: directly). */
-  readonly prefix: ReadonlyArray<string>
-  /** bwrap's mounts of the root and of the folder written. */
-  readonly binds: ReadonlyArray<string>
-}
-
-/** The earlier baseline: the base root read-only, a host folder (the host's ext4, its page cache) bound writable. */
-const hostFolderRoot = (root: string, work: string, mount: string): BaselineRoot => ({
-  prefix: [],
-  binds: [...readOnlyRoot(root), "--bind", work, mount]
-})
-
-/** Joins the cgroups named (`$1` of them), then runs the rest: a baseline command under the sandbox's limits. */
-const JOIN_SCRIPT =
-  "n=$1; shift; while [ \"$n\" -gt 0 ]; do echo $$ > \"$1\" || exit 1; shift; n=$((n - 1)); done; exec \"$@\""
-
-/**
- * The baseline's root as a sandbox has it (`native/svc-start.c`, `Driver/Disk.ts`): the base
- * template under an overlay whose upper and work folders are on an ext4 image of the sandbox's
- * `disk_gb`, made by the driver's own code (`Disk.probe`, `Disk.makeLayer`: the same `mkfs.ext4`
- * options) and mounted through a loop device by its own helper (`svc-disk-mount`, the same
- * `loop-mount.h` as svc-start) in a private mount namespace; every process of it in cgroups with
- * the sandbox's limits (`Cgroups.prepare`: `BENCH_RAM_MB` of memory, 1 CPU, 1024 pids), so that
- * the file's page cache is charged to a group of the sandbox's size, as the sandbox's is. The
- * namespace is held for the whole run by one process (a sandbox's image also stays mounted);
- * each baseline command enters it (`nsenter`), joins the groups and runs `bwrap` of the overlay.
- * What differs from a sandbox: no idmapped layers, no seccomp filter, no network namespace setup.
- */
-const sandboxDiskRoot = (template: string, diskGb: number) =>
-  Effect.gen(function*() {
-    const dir = yield* Effect.acquireRelease(
-      Effect.promise(() => Fs.mkdtemp("/tmp/svc-bench-files-disk-")),
-      (dir) => Effect.promise(() => Fs.rm(dir, { recursive: true, force: true }))
-    )
-    // The driver's commands (mkfs) start through its spawner, as in the agent.
-    const spawner = yield* Effect.promise(() => Native.build(NodePath.join(dir, "host"), "svc-spawner"))
-    yield* Effect.acquireRelease(Effect.sync(() => Spawner.use(spawner)), (used) => Effect.sync(used.release))
-    const support = yield* Disk.probe(dir, { unshare: "/usr/bin/unshare", sh: "/bin/sh" }, HOST_ENV, 0)
-    if (support._tag === "unavailable") throw new Error(`no disk images on this host: ${support.reason}`)
-    const paths = sandboxPaths(dir, "baseline")
-    const merged = NodePath.join(paths.dir, "root")
-    yield* Effect.promise(() => Fs.mkdir(merged, { recursive: true }))
-    const layout = yield* Disk.makeLayer(support, { take: () => Effect.succeed(false) }, paths, diskGb, HOST_ENV)
-    const mounter = yield* Effect.promise(() => Native.build(NodePath.join(dir, "host"), "svc-disk-mount"))
-    const cgroups = Cgroups.make({ root: "/sys/fs/cgroup", hostId: `bench-files-${process.pid}` })
-    const prepared = yield* Effect.acquireRelease(
-      Effect.promise(() => cgroups.prepare("baseline", { ramMb: RAM_MB, cpu: 1, pidsMax: 1024, diskGb })),
-      () =>
-        Effect.promise(async () => {
-          await cgroups.removeAll("baseline")
-          await cgroups.removeHost()
-        })
-    )
-    const holder = yield* Effect.acquireRelease(
-      Effect.promise(() =>
-        new Promise<ReturnType<typeof spawn>>((resolve, reject) => {
-          const child = spawn("unshare", [
-            "--mount",
-            "--propagation",
-            "private",
-            "sh",
-            "-c",
-            `${JOIN_SCRIPT.replace("exec \"$@\"", "")}
-"$1" "$2" "$3" || exit 1
-mount -t overlay overlay -o "lowerdir=$4,upperdir=$5,workdir=$6" "$7" || exit 1
-echo ready
-exec sleep infinity`,
-            "sh",
-            String(prepared.procsFiles.length),
-            ...prepared.procsFiles,
-            mounter,
-            layout.image!,
-            layout.mount,
-            template,
-            layout.upper,
-            layout.work,
-            merged
-          ], { stdio: ["ignore", "pipe", "pipe"], env: HOST_ENV })
-          let stderr = ""
-          child.stderr!.on("data", (c: Buffer) => (stderr += c.toString("utf8")))
-          child.stdout!.on("data", (c: Buffer) => c.toString("utf8").includes("ready") && resolve(child))
-          child.on("error", reject)
-          child.on("exit", (code) => reject(new Error(`the baseline's disk: exit ${code}: ${stderr}`)))
-        })
-      ),
-      (child) => Effect.sync(() => child.kill("SIGKILL"))
-    )
-    const { cpu, memory, pids } = prepared.limits
-    log(
-      `baseline disk: ${layout.image} (${diskGb} GiB) at ${merged}; limits: memory ${memory}, cpu ${cpu}, pids ${pids}`
-    )
-    return {
-      prefix: [
-        "nsenter",
-        "-t",
-        String(holder.pid),
-        "-m",
-        "--",
-        "sh",
-        "-c",
-        JOIN_SCRIPT,
-        "sh",
-        String(prepared.procsFiles.length),
-        ...prepared.procsFiles
-      ],
-      binds: ["--bind", merged, "/"]
-    } satisfies BaselineRoot as BaselineRoot
-  })
-
-/** The root's busybox (`tar`, `rm`) inside `bwrap` of `at`, with the namespaces a sandbox has. */
-const bwrapBusybox = (at: BaselineRoot, args: ReadonlyArray<string>, input?: Iterable<Buffer>) =>
-  new Promise<number>((resolve, reject) => {
-    const command = [
-      ...at.prefix,
-      "bwrap",
-      ...bwrapArgs({ namespaces: SANDBOX_NAMESPACES, mounts: at.binds, argv: ["/bin/busybox", ...args] })
-    ]
-    const child = spawn(command[0]!, command.slice(1), {
-      stdio: [input !== undefined ? "pipe" : "ignore", "pipe", "pipe"],
-      env: HOST_ENV
-    })
-    let bytes = 0
-    let stderr = ""
-    child.stdout!.on("data", (c: Buffer) => (bytes += c.length))
-    child.stderr!.on("data", (c: Buffer) => (stderr += c.toString("utf8")))
-    child.on("error", reject)
-    child.on(
-      "exit",
-      (code) =>
-        code === 0 ? resolve(bytes) : reject(new Error(`bwrap busybox ${args.join(" ")}: exit ${code}: ${stderr}`))
-    )
-    if (input !== undefined) Readable.from(input, { objectMode: false }).pipe(child.stdin!)
-  })
 
 // ---------------------------------------------------------------------------------------------
 // Resident memory of a process, sampled.
@@ -460,7 +231,7 @@ const main = Effect.gen(function*() {
   }
   const inside = `/${mount}`
   const hostFolder = hostFolderRoot(root, work, inside)
-  const sandboxDisk = yield* sandboxDiskRoot(root, diskGb)
+  const sandboxDisk = yield* sandboxDiskRoot(root, diskGb, RAM_MB, log)
 
   return yield* Effect.promise(async () => {
     const files = `/v1/sandboxes/${id}/files`
@@ -480,11 +251,20 @@ const main = Effect.gen(function*() {
       netAgent: [] as Array<number>,
       mib
     })
-    const ways: Record<string, ReturnType<typeof way>> = {
-      "file up": way(FILE_MIB),
-      "file down": way(FILE_MIB),
-      "file up (chunked)": way(FILE_MIB),
-      "file down (node:http)": way(FILE_MIB),
+    /** A way measured beside `of` against the same baseline runs, not the target's (`why`). */
+    const beside = (of: ReturnType<typeof way>, why: string) => ({ ...way(of.mib), base: of.base, host: of.host, why })
+    const fileUp = way(FILE_MIB)
+    const fileDown = way(FILE_MIB)
+    const ways: Record<string, ReturnType<typeof way> & { readonly why?: string }> = {
+      "file up": fileUp,
+      "file down": fileDown,
+      // A chunked upload (a file's upload names its length), and a download read through
+      // Node's HTTP client (see `rawGet`).
+      "file up (chunked)": beside(fileUp, "a body of unknown length, beside the file's"),
+      "file down (node:http)": beside(
+        fileDown,
+        "read through node:http, beside the socket read as the baseline's pipe is"
+      ),
       ...(SMALL_FILES > 0 ? { "folder up": way(smallMiB), "folder down": way(smallMiB) } : {})
     }
     const roles = { api: api.process.pid!, agent: agent.process.pid! }
@@ -604,8 +384,6 @@ const main = Effect.gen(function*() {
         () => request(base, token, "PUT", `${files}?path=/srv/big.bin&parents=true`, fileBytes(FILE_MIB))
       )
       ok("file up (chunked)", chunked.result, 204)
-      ways["file up (chunked)"]!.base.push(ways["file up"]!.base.at(-1)!)
-      ways["file up (chunked)"]!.host.push(ways["file up"]!.host.at(-1)!)
 
       for (
         const [at, into] of [[hostFolder, ways["file down"]!.host], [sandboxDisk, ways["file down"]!.base]] as const
@@ -625,8 +403,6 @@ const main = Effect.gen(function*() {
       )
       ok("file down (node:http)", nodeDown.result, 200)
       if (nodeDown.result.bytes !== FILE_MIB * MiB) throw new Error(`file down: ${nodeDown.result.bytes} bytes`)
-      ways["file down (node:http)"]!.base.push(ways["file down"]!.base.at(-1)!)
-      ways["file down (node:http)"]!.host.push(ways["file down"]!.host.at(-1)!)
 
       if (SMALL_FILES > 0) await folders()
       for (const [name, way] of Object.entries(ways)) {
@@ -719,13 +495,7 @@ for (const [name, way] of Object.entries(ways)) {
     baselineName:
       `tar into bwrap of the root as a sandbox has it (overlay on an ext4 image, loop-mounted, the sandbox's cgroup limits), ${name}`,
     ratio: value / base,
-    // Beside the target's: a chunked upload (a file's upload names its length), and Node's
-    // HTTP client as the reader of a download (see `rawGet`).
-    ...(name.endsWith("(chunked)")
-      ? { target: "none: a body of unknown length, beside the file's" }
-      : name.endsWith("(node:http)")
-      ? { target: "none: read through node:http, beside the socket read as the baseline's pipe is" }
-      : { target: "ratio >= 0.5", met: value / base >= 0.5 }),
+    ...(way.why !== undefined ? { target: `none: ${way.why}` } : { target: "ratio >= 0.5", met: value / base >= 0.5 }),
     runs: RUNS
   })
   // The earlier baseline, kept beside (not the target's): the host's own file system.

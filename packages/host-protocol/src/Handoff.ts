@@ -3,7 +3,8 @@
  * `splice`, at both ends of the data plane: the agent's splice of a connection and a sandbox's
  * pipe (@svc/host/Driver/Splice), the API's splice between a client's connection and a host's
  * (@svc/hosts/Splice). Node's socket objects stay the owners of the descriptors (they close
- * them); for the splice's length they must neither read nor write them.
+ * them); for the splice's length they must neither read nor write them: what Node read ahead is
+ * taken first (`stopReading`), what it writes first is through before (`written`).
  */
 import type * as Net from "node:net"
 import type { Readable, Writable } from "node:stream"
@@ -43,3 +44,16 @@ export const stopReading = (socket: Readable): ReadonlyArray<Buffer> => {
   }
   return ahead
 }
+
+/**
+ * Writes `chunks` and resolves once Node handed the kernel everything queued on `writable` up to
+ * them (writes complete in order: the last one's callback comes last; with no chunks, an empty
+ * write's), so that a splice of the same descriptor starts after them; rejects with a write's
+ * error.
+ */
+export const written = (writable: Writable, chunks: ReadonlyArray<Uint8Array> = []): Promise<void> =>
+  new Promise<void>((resolve, reject) => {
+    const last = chunks.length > 0 ? chunks[chunks.length - 1]! : Buffer.alloc(0)
+    for (const chunk of chunks.slice(0, -1)) writable.write(chunk)
+    writable.write(last, (error) => (error == null ? resolve() : reject(error)))
+  })

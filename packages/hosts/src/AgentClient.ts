@@ -84,7 +84,7 @@ export type FileContent =
      * connections allow it; called before `readable` is read, which then carries no byte and
      * ends once all moved. True: the response's length and its connection's close are set.
      */
-    readonly spliceInto?: (response: Http.ServerResponse, idleMs: number) => boolean
+    readonly spliceInto?: (client: Splice.ClientConnection) => boolean
   }
   | { readonly _tag: "Listing"; readonly listing: FileListing }
 
@@ -393,7 +393,7 @@ const spliceUpload = (
     const cutBody = () =>
       finish(Effect.fail(new Errors.InvalidRequest({ error: "The request body could not be read" })))
     let detach: () => void
-    if (splicer !== undefined && Splice.canSpliceBody(splicer.binary, body, socket)) {
+    if (splicer !== undefined && Splice.canSpliceBody(body, socket)) {
       // The kernel moves the body (Splice.ts); what ends it early says whose the failure is.
       const abort = new AbortController()
       detach = () => abort.abort()
@@ -755,7 +755,7 @@ export class AgentClient extends Context.Service<AgentClient, {
             _tag: "Bytes",
             size,
             readable: bytes,
-            spliceInto: (response, idleMs) => bytes.spliceInto(response, idleMs)
+            spliceInto: (client) => bytes.spliceInto(client)
           } satisfies FileContent as FileContent
         }
         const response = answer.response

@@ -4,14 +4,15 @@
  * so that the bytes never pass through the API's event loop: a spliced download's
  * (`SPLICE_PROTOCOL`) from the host's connection to the client's (`HostBytes.spliceInto`), and an
  * upload's body of declared length from the client's to the host's (`spliceBody`). Read and
- * written by Node, each GiB cost the API 2.8-3.6 CPU-seconds, most of it in its socket calls
- * (bench/README.md, "Spliced, 2026-11-28").
+ * written by Node, each GiB costs the API about 3 CPU-seconds, most of it in its socket calls (a
+ * chunked upload, which still goes that way: 2.9; spliced, 0.05; bench/README.md, "Spliced in
+ * the API too, 2026-11-28 13:57").
  *
  * Only between plain HTTP/1 sockets: a TLS connection at either end (an `https` host, a client
  * of a TLS listener), an HTTP/2 stream or a chunked upload (its framing is the Node parser's) is
  * moved by Node as before. A spliced transfer's response closes its connection.
  */
-import { descriptorOf, stopReading } from "@svc/host-protocol/Handoff"
+import { descriptorOf, stopReading, written } from "@svc/host-protocol/Handoff"
 import * as TransferIdle from "@svc/host-protocol/TransferIdle"
 import * as Native from "@svc/host/Driver/Native"
 import { Effect, Schema, type Scope } from "effect"
@@ -100,15 +101,15 @@ const run = (binary: string, from: number, to: number, bytes: number, idleMs: nu
     })
   })
 
-/** Waits until Node handed everything queued on `socket` to the kernel (writes complete in order). */
-const flushed = (socket: Net.Socket) =>
-  new Promise<void>((resolve, reject) =>
-    socket.write(Buffer.alloc(0), (error) => (error == null ? resolve() : reject(error)))
-  )
-
 /** A plain (not TLS) socket with a descriptor. */
 const plainSocket = (socket: Net.Socket | null | undefined): socket is Net.Socket =>
   socket != null && (socket as { encrypted?: boolean }).encrypted !== true && descriptorOf(socket) !== undefined
+
+/** A client's connection, for a splice into or out of it: its response (closed after) and the transfer's idle bound. */
+export interface ClientConnection {
+  readonly response: Http.ServerResponse
+  readonly idleMs: number
+}
 
 /**
  * A spliced download's bytes (the host's switched connection, `head` read with its answer):
@@ -121,7 +122,7 @@ const plainSocket = (socket: Net.Socket | null | undefined): socket is Net.Socke
 export class HostBytes extends Readable {
   #received = 0
   #started = false
-  #splicer: { readonly binary: string; readonly response: Http.ServerResponse; readonly idleMs: number } | undefined
+  #splicer: { readonly binary: string; readonly client: ClientConnection } | undefined
   readonly #abort = new AbortController()
   readonly #socket: Net.Socket
   readonly #head: Buffer
@@ -140,18 +141,19 @@ export class HostBytes extends Readable {
   }
 
   /**
-   * The bytes to go to `response`'s connection by the kernel, if both connections allow it
+   * The bytes to go to the client's connection by the kernel, if both connections allow it
    * (plain sockets, HTTP/1) and the splicer is built; called before the stream is read. Sets the
    * response's length, and closes its connection after it (the server must not read a next
    * request into the middle of the bytes). False: the stream carries the bytes itself.
    */
-  spliceInto(response: Http.ServerResponse, idleMs: number): boolean {
+  spliceInto(client: ClientConnection): boolean {
+    const { response } = client
     const binary = this.#binary()
     if (binary === undefined || this.#started || response.headersSent) return false
     if (response.req.httpVersionMajor !== 1 || !plainSocket(response.socket) || !plainSocket(this.#socket)) {
       return false
     }
-    this.#splicer = { binary, response, idleMs }
+    this.#splicer = { binary, client }
     response.setHeader("content-length", String(this.#size))
     response.setHeader("connection", "close")
     return true
@@ -209,8 +211,8 @@ export class HostBytes extends Readable {
    * the response's head into it. The head goes out first, then what Node had read ahead of
    * the host's connection, then the splicer moves the rest.
    */
-  #spliced(splicer: { readonly binary: string; readonly response: Http.ServerResponse; readonly idleMs: number }) {
-    const { response } = splicer
+  #spliced(splicer: { readonly binary: string; readonly client: ClientConnection }) {
+    const { response } = splicer.client
     const client = response.socket!
     const ahead: Array<Buffer> = []
     let aheadBytes = 0
@@ -222,15 +224,14 @@ export class HostBytes extends Readable {
     // Its bytes do not pass through the response: its length is the splicer's to keep.
     response.strictContentLength = false
     response.flushHeaders()
-    for (const chunk of ahead) response.write(chunk)
     const from = descriptorOf(this.#socket)
     const to = descriptorOf(client)
     const done = TransferIdle.movingOutside(client)
-    flushed(client)
+    written(client, ahead)
       .then(() => {
         if (aheadBytes === this.#size) return
         if (from === undefined || to === undefined) throw new Error("a connection closed before the splice")
-        return run(splicer.binary, from, to, this.#size - aheadBytes, splicer.idleMs, this.#abort.signal)
+        return run(splicer.binary, from, to, this.#size - aheadBytes, splicer.client.idleMs, this.#abort.signal)
       })
       .then(
         () => {
@@ -247,26 +248,18 @@ export class HostBytes extends Readable {
   }
 }
 
-/** A client's connection, for the splice of its upload's body: its response (closed after) and the transfer's idle bound. */
-export interface ClientConnection {
-  readonly response: Http.ServerResponse
-  readonly idleMs: number
-}
-
 /**
  * Whether `body` (a client's upload) can go to the host's connection `host` by the kernel: a
  * plain HTTP/1.1 connection at both ends, a declared `Content-Length` (a chunked body's framing
- * is the Node parser's to read, and its place in it is not told), nothing of it read yet, and
- * the splicer built.
+ * is the Node parser's to read, and its place in it is not told), nothing of it read yet.
  */
 export const canSpliceBody = (
-  binary: string | undefined,
   body: Readable,
   host: Net.Socket
 ): body is Http.IncomingMessage => {
   const request = body as Partial<Http.IncomingMessage>
   const length = request.headers?.["content-length"]
-  return binary !== undefined && request.httpVersionMajor === 1 &&
+  return request.httpVersionMajor === 1 &&
     request.headers?.["transfer-encoding"] === undefined &&
     length !== undefined && /^\d{1,15}$/.test(length) && !body.readableDidRead && body.readableFlowing !== true &&
     plainSocket(request.socket) && plainSocket(host)
@@ -310,8 +303,7 @@ export const spliceBody = async (
   if (aheadBytes > length) {
     throw new SplicerFailed({ errno: 0, side: "from", message: "the body ran past its Content-Length" })
   }
-  for (const c of ahead) host.write(c)
-  await flushed(host)
+  await written(host, ahead)
   if (aheadBytes === length) return
   const from = descriptorOf(socket)
   const to = descriptorOf(host)

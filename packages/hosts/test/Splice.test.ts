@@ -79,7 +79,7 @@ const startApi = (hostPort: number, size: number, headBytes: number, binary: Spl
       const start = () => {
         const head = headBytes > 0 ? (connection.read(headBytes) as Buffer | null) ?? Buffer.alloc(0) : Buffer.alloc(0)
         const bytes = new Splice.HostBytes(connection, head, size, binary)
-        const spliced = bytes.spliceInto(response, idleMs)
+        const spliced = bytes.spliceInto({ response, idleMs })
         // As the framework does: its own length check, the head before the body.
         response.strictContentLength = true
         response.writeHead(200, {
@@ -344,7 +344,7 @@ const startUploadApi = (sinkPort: number, binary: string, idleMs = 10_000) => {
     host.on("data", (chunk: Buffer) => (answer += chunk.toString("utf8")))
     const answered = new Promise<void>((resolve) => host.once("close", () => resolve()))
     host.once("connect", () => {
-      expect(Splice.canSpliceBody(binary, request, host)).toBe(true)
+      expect(Splice.canSpliceBody(request, host)).toBe(true)
       const outcome = Splice.spliceBody(binary, request, host, { response, idleMs }, new AbortController().signal)
       outcomes.push(outcome.then(() => "done", (e: unknown) => e))
       outcome.then(

@@ -23,6 +23,7 @@ import type { OrgId, SandboxId } from "@svc/domain/Ids"
 import type { ExecResult } from "@svc/domain/Sandbox"
 import * as TransferIdle from "@svc/host-protocol/TransferIdle"
 import { Hosts } from "@svc/hosts/Hosts"
+import type * as Splice from "@svc/hosts/Splice"
 import { Previews } from "@svc/sandboxes/Previews"
 import { type ProcessError, Processes, Sse } from "@svc/sandboxes/Processes"
 import { Sandboxes, toRecord } from "@svc/sandboxes/Sandboxes"
@@ -50,6 +51,15 @@ const closeWhenIdle = (request: HttpServerRequest.HttpServerRequest, idle: Durat
     Duration.toMillis(idle),
     Effect.logInfo("api: file transfer idle, connection closed", { url: request.url, idleMs: Duration.toMillis(idle) })
   )
+
+/** The client's HTTP/1 connection, for a transfer the kernel splices into or out of it (@svc/hosts/Splice). */
+const clientConnection = (
+  request: HttpServerRequest.HttpServerRequest,
+  idle: Duration.Duration
+): Splice.ClientConnection | undefined => {
+  const response = NodeHttpServerRequest.toServerResponse(request)
+  return response instanceof Http.ServerResponse ? { response, idleMs: Duration.toMillis(idle) } : undefined
+}
 
 /** An archive upload's format by its `Content-Type` (no type, or raw bytes: a tar). */
 const archiveFormatOf = (header: string | undefined): "tar" | "tar.gz" | undefined => {
@@ -214,9 +224,8 @@ export const SandboxesGroup = HttpApiBuilder.group(
           // The kernel moves the bytes from the host's connection to the client's where both
           // allow it (its length is then on the Node response: none pass through the
           // framework's count); else the host's response is piped as it is: no effect per chunk.
-          const response = NodeHttpServerRequest.toServerResponse(request)
-          const spliced = response instanceof Http.ServerResponse &&
-            content.spliceInto?.(response, Duration.toMillis(idle)) === true
+          const client = clientConnection(request, idle)
+          const spliced = client !== undefined && content.spliceInto?.(client) === true
           return HttpServerResponse.raw(content.readable, {
             contentType: "application/octet-stream",
             ...(content.size !== null && !spliced ? { contentLength: content.size } : {})
@@ -230,7 +239,6 @@ export const SandboxesGroup = HttpApiBuilder.group(
           // The client's request piped to the host as it is: no effect per chunk; a body of
           // declared length moved by the kernel where the connections allow it (Splice.ts).
           const body = NodeHttpServerRequest.toIncomingMessage(request)
-          const response = NodeHttpServerRequest.toServerResponse(request)
           yield* sandboxes.writeFile(
             orgId,
             params.id,
@@ -241,7 +249,7 @@ export const SandboxesGroup = HttpApiBuilder.group(
               ...(query.mode !== undefined ? { mode: query.mode } : {}),
               ...(query.parents !== undefined ? { parents: query.parents } : {})
             },
-            response instanceof Http.ServerResponse ? { response, idleMs: Duration.toMillis(idle) } : undefined
+            clientConnection(request, idle)
           )
         }))
       .handle("readArchive", ({ params, query, request }) =>

@@ -8,7 +8,7 @@
  * `stopReading` (@svc/host-protocol/Handoff) take a socket's descriptor out of Node's polling
  * and hand back what Node had already read ahead.
  */
-import { descriptorOf } from "@svc/host-protocol/Handoff"
+import { descriptorOf, written } from "@svc/host-protocol/Handoff"
 import { Effect, Schema } from "effect"
 import type { Writable } from "node:stream"
 import type { SplicedBody } from "../Driver.ts"
@@ -28,21 +28,10 @@ export class SpliceFailed extends Schema.TaggedError<SpliceFailed>()("SpliceFail
 
 /** Writes `chunks` and waits until Node handed them to the kernel (nothing of them left queued). */
 export const writeAll = (writable: Writable, chunks: ReadonlyArray<Uint8Array>): Effect.Effect<void, SpliceFailed> =>
-  chunks.length === 0 ? Effect.void : Effect.callback<void, SpliceFailed>((resume) => {
-    const last = chunks.length - 1
-    chunks.forEach((chunk, i) =>
-      writable.write(
-        chunk,
-        i === last
-          ? (error) =>
-            resume(
-              error == null
-                ? Effect.void
-                : Effect.fail(new SpliceFailed({ errno: EPIPE, message: `writing ahead: ${error.message}` }))
-            )
-          : undefined
-      )
-    )
+  chunks.length === 0 ? Effect.void : Effect.tryPromise({
+    try: () => written(writable, chunks),
+    catch: (error) =>
+      new SpliceFailed({ errno: EPIPE, message: `writing ahead: ${error instanceof Error ? error.message : error}` })
   })
 
 /**
