@@ -53,14 +53,27 @@ export type SpliceBinary = () => string | undefined
  */
 export const build: Effect.Effect<SpliceBinary, never, Scope.Scope> = Effect.gen(function*() {
   let binary: string | undefined
-  const dir = yield* Effect.acquireRelease(
-    Effect.promise(() => Fs.mkdtemp(NodePath.join(Os.tmpdir(), "svc-api-native-"))),
-    (dir) => Effect.promise(() => Fs.rm(dir, { recursive: true, force: true }))
+  // The compiler is not interrupted with the scope: the folder goes once it is done with it (a
+  // scope closed mid-build met ENOTEMPTY, a test's API closing within its first second).
+  const { built } = yield* Effect.acquireRelease(
+    Effect.promise(async () => {
+      const dir = await Fs.mkdtemp(NodePath.join(Os.tmpdir(), "svc-api-native-"))
+      const built = Native.build(dir, "svc-splice", NATIVE_DIR).then(
+        (path) => void (binary = path),
+        (cause: unknown) => cause
+      )
+      return { dir, built }
+    }),
+    ({ built, dir }) =>
+      Effect.promise(() => built.then(() => Fs.rm(dir, { recursive: true, force: true }).catch(() => undefined)))
   )
-  yield* Effect.tryPromise(() => Native.build(dir, "svc-splice", NATIVE_DIR)).pipe(
-    Effect.tap((path) => Effect.sync(() => (binary = path))),
-    Effect.catch((cause) =>
-      Effect.logWarning("api: no kernel splice for file transfers, Node moves their bytes", { cause: String(cause) })
+  yield* Effect.promise(() => built).pipe(
+    Effect.flatMap((cause) =>
+      cause === undefined
+        ? Effect.void
+        : Effect.logWarning("api: no kernel splice for file transfers, Node moves their bytes", {
+          cause: String(cause)
+        })
     ),
     Effect.forkScoped
   )

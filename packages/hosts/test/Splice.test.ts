@@ -15,6 +15,7 @@ import { createHash } from "node:crypto"
 import * as FsSync from "node:fs"
 import * as Http from "node:http"
 import * as Net from "node:net"
+import * as NodePath from "node:path"
 import { pipeline } from "node:stream/promises"
 
 const MiB = 1024 * 1024
@@ -171,6 +172,18 @@ const close = (...servers: Array<Net.Server>) =>
   Effect.promise(() => Promise.all(servers.map((server) => new Promise((resolve) => server.close(resolve)))))
 
 describe("Splice", () => {
+  it.effect(
+    "a scope closed while the splicer is being built waits for the build, then removes its folder",
+    () =>
+      Effect.gen(function*() {
+        const binary = yield* Effect.scoped(Splice.build)
+        const built = binary()
+        expect(built).toBeDefined()
+        expect(FsSync.existsSync(NodePath.dirname(built!))).toBe(false)
+      }),
+    60_000
+  )
+
   it.effect(
     "moves every byte in order, Node's read-ahead first; the length is announced and the connection closes after",
     () =>
